@@ -1,0 +1,126 @@
+"""Signed records: the unit every node stores, syncs and verifies.
+
+A record is a JSON object with at least `kind`, `schema_version`, `author_id`
+(a did:key) and `created_at`, plus `signature`: the author's Ed25519 signature
+over the canonical bytes of every other field. Its hash is the seed's
+`record_hash` for entries and SHA-256 of those same canonical bytes for every
+other kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from identity import canonical, keys
+
+RECORD_KINDS = frozenset({"entry", "link", "agent", "message", "task_event"})
+
+
+class RecordError(ValueError):
+    """A record failed verification. `reason` is a stable word, `field` the JSON path."""
+
+    def __init__(self, reason: str, message: str, field: str = "$") -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.field = field
+
+
+def unsigned(record: dict[str, Any]) -> dict[str, Any]:
+    """The record without its signature: what the signature covers."""
+    return {k: v for k, v in record.items() if k != "signature"}
+
+
+def signing_bytes(record: dict[str, Any]) -> bytes:
+    """Canonical bytes the author signs."""
+    return canonical.canonical_bytes(unsigned(record))
+
+
+def compute_hash(record: dict[str, Any]) -> str:
+    """The record's content address."""
+    if record.get("kind") == "entry":
+        return canonical.record_hash(
+            record["author_id"], record["created_at"], record["entry_type"], record["performative"], record["content"]
+        )
+    return canonical.sha256_hex(signing_bytes(record))
+
+
+def sign(record: dict[str, Any], key: keys.SigningKey) -> dict[str, Any]:
+    """Return a copy of an already-normalised record signed by `key` (whose did must be its author)."""
+    if record.get("author_id") != key.did:
+        raise RecordError("wrong_signer", "the signing key is not the record's author", "$.author_id")
+    body = unsigned(record)
+    return {**body, "signature": key.sign(canonical.canonical_bytes(body))}
+
+
+def verify(record: dict[str, Any]) -> str:
+    """Check form, canonical spelling and signature; return the record hash or raise RecordError.
+
+    Kind-specific schema checks belong to the caller; this is what every record shares.
+    """
+    if not isinstance(record, dict):
+        raise RecordError("malformed", "a record must be a JSON object")
+    kind = record.get("kind")
+    if kind not in RECORD_KINDS:
+        raise RecordError("malformed", f"unknown record kind {kind!r}", "$.kind")
+    if record.get("schema_version") != canonical.SCHEMA_VERSION:
+        raise RecordError("malformed", "schema_version must be 'v1'", "$.schema_version")
+    author = record.get("author_id")
+    if not isinstance(author, str) or not keys.is_did(author):
+        raise RecordError("malformed", "author_id must be an Ed25519 did:key", "$.author_id")
+    try:
+        canonical.parse_created_at(record.get("created_at"), "$.created_at")  # type: ignore[arg-type]
+        canonical.check_canonical(unsigned(record))
+    except canonical.CanonicalError as exc:
+        raise RecordError("not_canonical", str(exc), exc.field) from None
+    if kind == "entry":
+        for name in ("entry_type", "performative", "content"):
+            if not isinstance(record.get(name), str):
+                raise RecordError("malformed", f"{name} must be a string", f"$.{name}")
+        if canonical.normalize_content(record["content"]) != record["content"]:
+            raise RecordError(
+                "not_canonical", "content must be NFC with no trailing whitespace and \\n newlines", "$.content"
+            )
+    signature = record.get("signature")
+    if not isinstance(signature, str):
+        raise RecordError("bad_signature", "signature is missing", "$.signature")
+    if not keys.verify(author, signing_bytes(record), signature):
+        raise RecordError("bad_signature", "signature does not verify against author_id", "$.signature")
+    return compute_hash(record)
+
+
+def check(record: dict[str, Any]) -> tuple[str, Any]:
+    """Full verification of a received record: size, form, canonical spelling, signature, then schema.
+
+    Returns (hash, decoded Struct of its kind). Raises RecordError with a stable reason:
+    `too_large`, `malformed`, `not_canonical`, `bad_signature` or `schema`.
+    """
+    from identity import schema  # local: schema is data, records is mechanism
+
+    size = len(canonical.canonical_bytes(record)) if isinstance(record, dict) else 0
+    if size > schema.MAX_RECORD_BYTES:
+        raise RecordError("too_large", f"record is {size} bytes; the limit is {schema.MAX_RECORD_BYTES}")
+    record_hash = verify(record)
+    struct_type = schema.RECORD_TYPES.get(record["kind"])
+    if struct_type is None:
+        raise RecordError("malformed", f"record kind {record['kind']!r} is not supported here", "$.kind")
+    try:
+        decoded = msgspec.convert(record, struct_type)
+    except msgspec.ValidationError as exc:
+        raise RecordError("schema", str(exc), _path_of(str(exc))) from None
+    bad_set = schema.check_sets(record)
+    if bad_set:
+        raise RecordError("not_canonical", f"{bad_set} must be deduplicated and sorted", f"$.{bad_set}")
+    metadata = record.get("metadata")
+    if metadata is not None and len(canonical.canonical_bytes(metadata)) > schema.MAX_METADATA_BYTES:
+        raise RecordError("too_large", f"metadata exceeds {schema.MAX_METADATA_BYTES} bytes", "$.metadata")
+    return record_hash, decoded
+
+
+def _path_of(message: str) -> str:
+    """Extract msgspec's JSON path (`... - at `$.field``) from a validation message."""
+    marker = "at `"
+    if marker in message:
+        return message.rsplit(marker, 1)[1].rstrip("`")
+    return "$"

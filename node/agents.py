@@ -1,0 +1,103 @@
+"""Agents registered on this node, and the bearer credentials (agent API keys, admin tokens).
+
+Credentials are `bbs_<key id>_<secret>` with a 256-bit random secret. Only
+SHA-256(secret) is stored: for secrets of that entropy a slow hash (bcrypt)
+adds nothing but per-request cost; see docs/decisions.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import sqlite3
+from dataclasses import dataclass
+
+from identity import canonical, keys, records
+from identity.schema import AgentRecord
+from node import projections
+from node.errors import Conflict
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: an agent (with its did) or the node's admin."""
+
+    role: str  # 'agent' | 'admin'
+    agent_id: str | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+def new_credential(conn: sqlite3.Connection, role: str, agent_id: str | None, now_ms: int) -> str:
+    """Create a credential and return the token (shown once; only its hash is kept)."""
+    key_id = secrets.token_hex(8)
+    secret = secrets.token_urlsafe(32)
+    conn.execute(
+        "INSERT INTO credentials (key_id, role, agent_id, secret_sha256, created_ms) VALUES (?, ?, ?, ?, ?)",
+        (key_id, role, agent_id, _digest(secret), now_ms),
+    )
+    return f"bbs_{key_id}_{secret}"
+
+
+def authenticate(conn: sqlite3.Connection, token: str) -> Principal | None:
+    """The principal a bearer token belongs to, or None."""
+    parts = token.split("_", 2)
+    if len(parts) != 3 or parts[0] != "bbs" or len(parts[1]) != 16 or not parts[2]:
+        return None
+    row = conn.execute("SELECT role, agent_id, secret_sha256 FROM credentials WHERE key_id = ?", (parts[1],)).fetchone()
+    if row is None or not hmac.compare_digest(row["secret_sha256"], _digest(parts[2])):
+        return None
+    return Principal(row["role"], row["agent_id"])
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def identity_record(key: keys.SigningKey, display_name: str, description: str, home_node: str) -> dict[str, object]:
+    """A signed agent identity document."""
+    body = {
+        "kind": "agent",
+        "schema_version": canonical.SCHEMA_VERSION,
+        "author_id": key.did,
+        "created_at": canonical.now_created_at(),
+        "display_name": canonical.normalize_value(display_name),
+        "description": canonical.normalize_value(description),
+        "home_node": home_node,
+    }
+    return records.sign(body, key)
+
+
+def register(
+    conn: sqlite3.Connection,
+    *,
+    name: str,
+    key: keys.SigningKey,
+    keep_key: bool,
+    record: dict[str, object],
+    now_ms: int,
+) -> str:
+    """Register an agent on this node (its identity record, its local name, an API key); return the API key."""
+    if conn.execute("SELECT 1 FROM local_agents WHERE name = ?", (name,)).fetchone():
+        raise Conflict(f"an agent named {name!r} already exists on this node", code="agent_exists", field="$.name")
+    if conn.execute("SELECT 1 FROM local_agents WHERE agent_id = ?", (key.did,)).fetchone():
+        raise Conflict("this identity is already registered on this node", code="agent_exists")
+    record_hash, decoded = records.check(dict(record))
+    assert isinstance(decoded, AgentRecord)
+    projections.append(conn, dict(record), record_hash, decoded, origin="local", now_ms=now_ms)
+    conn.execute(
+        "INSERT INTO local_agents (name, agent_id, key_seed, created_ms) VALUES (?, ?, ?, ?)",
+        (name, key.did, key.seed if keep_key else None, now_ms),
+    )
+    return new_credential(conn, "agent", key.did, now_ms)
+
+
+def signing_key(conn: sqlite3.Connection, agent_id: str) -> keys.SigningKey | None:
+    """The agent's private key if this node keeps it."""
+    row = conn.execute("SELECT key_seed FROM local_agents WHERE agent_id = ?", (agent_id,)).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return keys.SigningKey.from_seed(bytes(row[0]))

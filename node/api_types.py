@@ -1,0 +1,318 @@
+"""Wire types of the REST API: msgspec Structs used for validation, JSON and the OpenAPI document.
+
+This module imports nothing else of `node`, so the agent client can share it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from identity.schema import (
+    MAX_ANNOTATION_CHARS,
+    MAX_DESCRIPTION_CHARS,
+    MAX_DIRECTED,
+    MAX_LINKS_PER_ENTRY,
+    MAX_NAME_CHARS,
+    MAX_TAGS,
+    Annotation,
+    AssertableLinkType,
+    Authority,
+    Confidence,
+    Content,
+    Did,
+    EntryType,
+    LinkType,
+    Performative,
+    Scope,
+    Tag,
+    TruthState,
+)
+
+MAX_HOPS = 3
+MAX_PAGE = 200
+MAX_IDS = 100
+MAX_IDEMPOTENCY_KEY = 128
+MAX_QUERY_CHARS = 512
+MAX_FILTER_VALUES = 32
+MAX_ACK_IDS = 500
+
+Direction = Literal["outbound", "inbound", "both"]
+IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_IDEMPOTENCY_KEY)]
+EntryRef = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=64, description="an entry's local id (digits) or its record hash")
+]
+Limit = Annotated[int, msgspec.Meta(ge=1, le=MAX_PAGE)]
+Hops = Annotated[int, msgspec.Meta(ge=0, le=MAX_HOPS)]
+Offset = Annotated[int, msgspec.Meta(ge=0, le=100_000)]
+
+
+class Problem(msgspec.Struct, omit_defaults=True):
+    """RFC 9457 problem details, with a stable machine-readable `code`."""
+
+    type: str
+    title: str
+    status: int
+    code: str
+    detail: str
+    field: str | None = None
+
+
+# ---- post -------------------------------------------------------------------------------------------------
+
+
+class LinkSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """A link to create along with a new entry: from the new entry to `target`."""
+
+    target: EntryRef
+    link_type: AssertableLinkType
+    annotation: Annotation = ""
+
+
+class PostEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """Create an entry signed by the node on the author's behalf."""
+
+    entry_type: EntryType
+    performative: Performative
+    content: Content
+    confidence: Confidence = 0.5
+    tags: Annotated[list[Tag], msgspec.Meta(max_length=MAX_TAGS)] = []
+    directed_to: Annotated[list[Did], msgspec.Meta(max_length=MAX_DIRECTED)] = []
+    links: Annotated[list[LinkSpec], msgspec.Meta(max_length=MAX_LINKS_PER_ENTRY)] = []
+    metadata: dict[str, Any] = {}
+    truth_state: TruthState = "fact"
+    authority: Authority = "raw"
+    scope: Scope = "federation"
+    idempotency_key: IdempotencyKey | None = None
+
+
+class SignedSubmission(msgspec.Struct, forbid_unknown_fields=True):
+    """Submit a record the author signed itself; the node verifies it and stores it byte for byte."""
+
+    record: dict[str, Any]
+    idempotency_key: IdempotencyKey | None = None
+
+
+class PostLink(msgspec.Struct, forbid_unknown_fields=True):
+    """Create a typed link between two entries."""
+
+    source: EntryRef
+    target: EntryRef
+    link_type: AssertableLinkType
+    annotation: Annotated[str, msgspec.Meta(max_length=MAX_ANNOTATION_CHARS)] = ""
+    idempotency_key: IdempotencyKey | None = None
+
+
+# ---- results ----------------------------------------------------------------------------------------------
+
+
+class EntryOut(msgspec.Struct):
+    """A stored entry."""
+
+    id: int
+    record_hash: str
+    content_fingerprint: str
+    author_id: str
+    created_at: str
+    entry_type: EntryType
+    performative: Performative
+    content: str
+    confidence: float
+    tags: list[str]
+    directed_to: list[str]
+    metadata: dict[str, Any]
+    truth_state: TruthState
+    authority: Authority
+    scope: Scope
+    signature: str
+    retracted: bool
+    superseded: bool
+
+
+class LinkOut(msgspec.Struct):
+    """A stored link. `resolved` is false while its source or target entry has not arrived."""
+
+    id: int
+    origin_hash: str
+    source: str
+    target: str
+    link_type: LinkType
+    author_id: str
+    created_at: str
+    annotation: str
+    resolved: bool
+    derived: bool
+
+
+class ReadResult(msgspec.Struct):
+    """Entries and the links of their neighbourhood."""
+
+    entries: list[EntryOut]
+    links: list[LinkOut]
+    missing: list[str] = []
+    truncated: bool = False
+
+
+class SearchResult(msgspec.Struct):
+    """A page of matching entries, with their neighbourhood when hops > 0."""
+
+    entries: list[EntryOut]
+    links: list[LinkOut]
+    limit: int
+    offset: int
+    next_offset: int | None = None
+    truncated: bool = False
+
+
+# ---- queries ----------------------------------------------------------------------------------------------
+
+
+class ReadQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Parameters of GET /v1/entries and GET /v1/entries/{ref}."""
+
+    ids: Annotated[list[EntryRef], msgspec.Meta(max_length=MAX_IDS)] = []
+    include_links: bool = True
+    hops: Hops = 0
+    link_types: Annotated[list[LinkType], msgspec.Meta(max_length=8)] = []
+    direction: Direction = "both"
+    include_synthetic: bool = True
+
+
+class SearchQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Parameters of GET /v1/search. Lists are OR within the dimension; dimensions are ANDed."""
+
+    q: Annotated[str, msgspec.Meta(max_length=MAX_QUERY_CHARS)] | None = None
+    tags: Annotated[list[Tag], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
+    entry_type: Annotated[list[EntryType], msgspec.Meta(max_length=5)] = []
+    performative: Annotated[list[Performative], msgspec.Meta(max_length=9)] = []
+    author: Annotated[list[Did], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
+    truth_state: Annotated[list[TruthState], msgspec.Meta(max_length=3)] = []
+    min_confidence: Confidence | None = None
+    since: str | None = None
+    include_synthetic: bool = False
+    limit: Limit = 20
+    offset: Offset = 0
+    hops: Hops = 0
+    link_types: Annotated[list[LinkType], msgspec.Meta(max_length=8)] = []
+    direction: Direction = "both"
+
+
+# ---- subscriptions and inbox ------------------------------------------------------------------------------
+
+
+class SubscriptionIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A notification filter: OR within each list, AND across lists; empty list = any.
+
+    `directed: true` restricts the subscription to entries directed to the subscriber. Entries
+    directed to an agent notify it whether or not it subscribes.
+    """
+
+    tags: Annotated[list[Tag], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
+    entry_types: Annotated[list[EntryType], msgspec.Meta(max_length=5)] = []
+    performatives: Annotated[list[Performative], msgspec.Meta(max_length=9)] = []
+    authors: Annotated[list[Did], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
+    directed: bool = False
+
+
+class SubscriptionOut(msgspec.Struct):
+    """A stored subscription."""
+
+    id: int
+    agent_id: str
+    tags: list[str]
+    entry_types: list[str]
+    performatives: list[str]
+    authors: list[str]
+    directed: bool
+    created_at: str
+
+
+class SubscriptionList(msgspec.Struct):
+    subscriptions: list[SubscriptionOut]
+
+
+class InboxQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Parameters of GET /v1/inbox."""
+
+    limit: Limit = 50
+    since: str | None = None
+    mark_delivered: bool = False
+
+
+class Envelope(msgspec.Struct):
+    """A notification: metadata only, never content."""
+
+    notification_id: int
+    entry_id: int
+    record_hash: str
+    author: str
+    created_at: str
+    entry_type: str
+    performative: str
+    tags: list[str]
+    confidence: float
+    directed_to_me: bool
+    link_targets: list[str]
+    tier: int
+    reason: str
+    attempt: int
+
+
+class InboxResult(msgspec.Struct):
+    notifications: list[Envelope]
+    lease_seconds: int
+
+
+class AckIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Acknowledge notifications (by notification_id)."""
+
+    ids: Annotated[list[int], msgspec.Meta(min_length=1, max_length=MAX_ACK_IDS)]
+
+
+class AckOut(msgspec.Struct):
+    acknowledged: int
+
+
+# ---- agents and node --------------------------------------------------------------------------------------
+
+
+class AgentOut(msgspec.Struct):
+    """An agent's public identity as this node knows it."""
+
+    agent_id: str
+    display_name: str
+    description: str
+    home_node: str
+    created_at: str
+    entry_count: int
+
+
+class CreateAgent(msgspec.Struct, forbid_unknown_fields=True):
+    """Admin: create an agent whose key this node keeps."""
+
+    name: Annotated[str, msgspec.Meta(pattern="^[a-z0-9][a-z0-9_-]{0,63}$")]
+    display_name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)] | None = None
+    description: Annotated[str, msgspec.Meta(max_length=MAX_DESCRIPTION_CHARS)] = ""
+
+
+class CreatedAgent(msgspec.Struct):
+    """A new agent. The api_key is shown once and never stored in clear."""
+
+    name: str
+    agent_id: str
+    api_key: str
+
+
+class NodeInfo(msgspec.Struct):
+    node_id: str
+    public_key: str
+    software: str
+    version: str
+    schema_version: int
+    record_schema: str
+    limits: dict[str, int]
+
+
+class Health(msgspec.Struct):
+    status: str

@@ -1,0 +1,56 @@
+"""The application factory: one Node, its routes, its background tasks."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from aiohttp import web
+
+from node import __version__
+from node.auth import guard
+from node.http import Route, error_middleware, json_response, openapi
+from node.appkeys import NODE
+from node.routes import ROUTES
+from node.service import Node
+
+MAX_BODY_BYTES = 1024 * 1024
+ROUTE_TABLES: list[list[Route]] = [ROUTES]
+
+
+def all_routes() -> list[Route]:
+    """Every REST route of the node, from each feature's table."""
+    return [route for table in ROUTE_TABLES for route in table]
+
+
+def create_app(node: Node) -> web.Application:
+    """Build the aiohttp application around an opened or unopened Node (opened on startup, closed on cleanup)."""
+    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+    app[NODE] = node
+    routes = all_routes()
+    for route in routes:
+        app.router.add_route(route.method, route.path, guard(route, node.authenticate))
+    document = openapi(routes, title="Agent BBS", version=__version__)
+
+    async def openapi_json(request: web.Request) -> web.Response:
+        return json_response(document)
+
+    app.router.add_get("/openapi.json", openapi_json)
+    app.cleanup_ctx.append(_lifecycle)
+    return app
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    node = app[NODE]
+    if node.db._writer is None:
+        node.open()
+    yield
+    node.close()
+
+
+def build(data_dir: Path) -> web.Application:
+    """Application for a data folder (initialised if empty)."""
+    from node.datadir import initialise
+
+    initialise(data_dir)
+    return create_app(Node(data_dir))

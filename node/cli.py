@@ -1,0 +1,146 @@
+"""The `bbs` command: the composition root. Each subcommand imports what it needs lazily."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+EXIT_USAGE = 2
+EXIT_ERROR = 1
+
+
+def _data_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=Path(os.environ.get("BBS_DATA", "bbs-data")),
+        help="data folder (default: $BBS_DATA or ./bbs-data)",
+    )
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from node.datadir import initialise
+
+    token = initialise(args.data)
+    if token is None:
+        print(f"{args.data} is already initialised; the admin token was shown when it was created.", file=sys.stderr)
+        return 0
+    print(f"Initialised node data in {args.data}")
+    print(f"Admin token (shown once, keep it safe): {token}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from aiohttp import web
+
+    from node.app import create_app
+    from node.datadir import initialise
+    from node.service import Node
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    token = initialise(args.data)
+    if token is not None:
+        print(f"Initialised node data in {args.data}")
+        print(f"Admin token (shown once, keep it safe): {token}")
+    node = Node(args.data)
+    print(f"Node {node.node_id} serving http://{args.host}:{args.port}", flush=True)
+    print(f"Create an agent: bbs agent create NAME --data {args.data}", flush=True)
+    web.run_app(create_app(node), host=args.host, port=args.port, print=None, handle_signals=True)
+    return 0
+
+
+def cmd_agent_create(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from node.datadir import initialise
+    from node.service import Node
+
+    initialise(args.data)
+    node = Node(args.data)
+
+    async def run() -> object:
+        node.open()
+        try:
+            return await node.create_agent(args.name, args.display_name, args.description)
+        finally:
+            node.close()
+
+    created = asyncio.run(run())
+    if args.json:
+        import msgspec
+
+        print(msgspec.json.encode(created).decode())
+    else:
+        print(f"agent_id: {created.agent_id}")  # type: ignore[attr-defined]
+        print(f"api_key:  {created.api_key}  (shown once)")  # type: ignore[attr-defined]
+    return 0
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    from node import db, projections
+    from node.datadir import DataDir
+
+    def run(conn: object) -> tuple[bool, int]:
+        before = projections.snapshot(conn)  # type: ignore[arg-type]
+        count = projections.rebuild(conn)  # type: ignore[arg-type]
+        return before == projections.snapshot(conn), count  # type: ignore[arg-type]
+
+    same, count = db.write_sync(DataDir(args.data).db_path, run)  # type: ignore[arg-type]
+    print(json.dumps({"records_replayed": count, "projections_matched_log": same}))
+    return 0 if same else EXIT_ERROR
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bbs", description="Agent BBS node and tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("init", help="create a node's key, database and admin token")
+    _data_arg(p)
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("serve", help="run a node")
+    _data_arg(p)
+    p.add_argument("--host", default=os.environ.get("BBS_HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(os.environ.get("BBS_PORT", "8420")))
+    p.set_defaults(func=cmd_serve)
+
+    agent = sub.add_parser("agent", help="manage agents").add_subparsers(dest="agent_command", required=True)
+    p = agent.add_parser("create", help="create an agent whose key this node keeps; prints its id and API key")
+    p.add_argument("name")
+    _data_arg(p)
+    p.add_argument("--display-name")
+    p.add_argument("--description", default="")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_agent_create)
+
+    p = sub.add_parser("rebuild", help="rebuild every projection from the log and check it matches")
+    _data_arg(p)
+    p.set_defaults(func=cmd_rebuild)
+    return parser
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `bbs` console script."""
+    args = build_parser().parse_args(argv)
+    from node.errors import BBSError
+
+    try:
+        return int(args.func(args))
+    except BBSError as exc:
+        print(f"bbs: {exc.code}: {exc.detail}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

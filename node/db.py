@@ -1,0 +1,245 @@
+"""SQLite access: one writer thread with group commit, a pool of reader threads.
+
+Every write is a function run on the writer thread inside a transaction. Jobs
+that queue up while a commit is in flight are committed together, each inside
+its own SAVEPOINT so one failing job rolls back alone. A job's future resolves
+only after COMMIT returns: an acknowledged write is a committed write.
+
+Reads run whole functions on reader threads, each with its own connection, so
+many reads proceed in parallel with the writer (WAL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from node.errors import StorageFull, Unavailable
+
+T = TypeVar("T")
+MAX_BATCH = 256
+
+
+class SchemaTooNew(RuntimeError):
+    """The database was written by a newer version of the software."""
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """Numbered migration scripts shipped in node/migrations, as (number, name, sql), in order."""
+    found = []
+    for item in resources.files("node.migrations").iterdir():
+        name = item.name
+        if name.endswith(".sql") and name[:4].isdigit():
+            found.append((int(name[:4]), name, item.read_text("utf-8")))
+    return sorted(found)
+
+
+def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open a connection with the node's pragmas (autocommit mode: transactions are explicit)."""
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA busy_timeout = 30000")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if readonly:
+        conn.execute("PRAGMA query_only = ON")
+    else:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Apply pending migrations, each in its own transaction with its number; return the schema version."""
+    scripts = migrations()
+    latest = scripts[-1][0] if scripts else 0
+    current = conn.execute("PRAGMA user_version").fetchone()[0]
+    if current > latest:
+        raise SchemaTooNew(
+            f"database schema version {current} is newer than this software supports ({latest}); upgrade agent-bbs"
+        )
+    for number, _name, sql in scripts:
+        if number <= current:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _split_sql(sql):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        current = number
+    return current
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a script into statements (trigger bodies kept whole) using sqlite3.complete_statement."""
+    statements, buffer = [], ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip():
+        statements.append(buffer.strip())
+    return statements
+
+
+class _Job:
+    __slots__ = ("fn", "future", "loop")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], future: asyncio.Future[Any], loop: Any) -> None:
+        self.fn, self.future, self.loop = fn, future, loop
+
+
+class Database:
+    """The node's database: `await write(fn)` and `await read(fn)` run `fn(conn)` on the right thread."""
+
+    def __init__(self, path: Path | str, *, readers: int = 4) -> None:
+        self.path = Path(path)
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._writer: threading.Thread | None = None
+        self._local = threading.local()
+        self._reader_conns: list[sqlite3.Connection] = []
+        self._reader_lock = threading.Lock()
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=readers, thread_name_prefix="bbs-read")
+        self.schema_version = 0
+
+    def open(self) -> None:
+        """Migrate and start the writer thread (synchronous; call before serving)."""
+        conn = connect(self.path)
+        self.schema_version = migrate(conn)
+        self._writer = threading.Thread(target=self._write_loop, args=(conn,), name="bbs-writer", daemon=True)
+        self._writer.start()
+
+    def close(self) -> None:
+        """Finish queued writes, stop the writer and close every connection."""
+        if self._writer is not None:
+            self._jobs.put(None)
+            self._writer.join()
+            self._writer = None
+        self._pool.shutdown(wait=True)
+        with self._reader_lock:
+            for conn in self._reader_conns:
+                conn.close()
+            self._reader_conns.clear()
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` in a write transaction; return its result once committed."""
+        if self._writer is None:
+            raise Unavailable("the database is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._jobs.put(_Job(fn, future, loop))
+        return await future
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` on a reader connection (a consistent snapshot for its duration)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._run_read, fn)
+
+    def _reader(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(self.path, readonly=True)
+            self._local.conn = conn
+            with self._reader_lock:
+                self._reader_conns.append(conn)
+        return conn
+
+    def _run_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._reader()
+        conn.execute("BEGIN")
+        try:
+            return fn(conn)
+        finally:
+            conn.execute("COMMIT")
+
+    def _write_loop(self, conn: sqlite3.Connection) -> None:
+        stop = False
+        while not stop:
+            first = self._jobs.get()
+            if first is None:
+                break
+            batch = [first]
+            while len(batch) < MAX_BATCH:
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    stop = True
+                    break
+                batch.append(job)
+            self._run_batch(conn, batch)
+        conn.close()
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for job in batch:
+                conn.execute("SAVEPOINT job")
+                try:
+                    result = job.fn(conn)
+                except Exception as exc:  # the job's own failure: roll back just this job
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    outcomes.append((False, exc))
+                else:
+                    conn.execute("RELEASE job")
+                    outcomes.append((True, result))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            error: Exception = exc
+            if "full" in str(exc).lower():
+                error = StorageFull("the database is full; nothing was written")
+            outcomes = [(False, error)] * len(batch)
+        for job, (ok, value) in zip(batch, outcomes, strict=True):
+            job.loop.call_soon_threadsafe(_settle, job.future, ok, value)
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.cancelled():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+def write_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """Run one write transaction from a separate process (the CLI), safe while a node serves the file."""
+    conn = connect(path)
+    try:
+        migrate(conn)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return result
+    finally:
+        conn.close()
+
+
+def read_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """Run one read from a separate process (the CLI)."""
+    conn = connect(path, readonly=True)
+    try:
+        return fn(conn)
+    finally:
+        conn.close()

@@ -1,0 +1,74 @@
+"""The one exception hierarchy of the node, mapped at each edge.
+
+HTTP maps it to RFC 9457 problem+json with a stable `code`; MCP to `isError`
+tool results; the CLI to an exit code and a one-line message.
+"""
+
+from __future__ import annotations
+
+
+class BBSError(Exception):
+    """A domain error a client can act on. `code` is stable; `field` is a JSON path when one input is at fault."""
+
+    status: int = 400
+    code: str = "bad_request"
+    title: str = "Bad request"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        field: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.field = field
+        if code is not None:
+            self.code = code
+        self.headers = headers or {}
+
+
+class InvalidInput(BBSError):
+    status, code, title = 422, "validation_error", "Invalid input"
+
+
+class MalformedRequest(BBSError):
+    status, code, title = 400, "malformed_request", "Malformed request"
+
+
+class Unauthorized(BBSError):
+    status, code, title = 401, "unauthorized", "Authentication required"
+
+
+class Forbidden(BBSError):
+    status, code, title = 403, "forbidden", "Not allowed"
+
+
+class NotFound(BBSError):
+    status, code, title = 404, "not_found", "Not found"
+
+
+class Conflict(BBSError):
+    status, code, title = 409, "conflict", "Conflict"
+
+
+class PayloadTooLarge(BBSError):
+    status, code, title = 413, "payload_too_large", "Payload too large"
+
+
+class UnsupportedMediaType(BBSError):
+    status, code, title = 415, "unsupported_media_type", "Unsupported media type"
+
+
+class RateLimited(BBSError):
+    status, code, title = 429, "rate_limited", "Too many requests"
+
+
+class Unavailable(BBSError):
+    status, code, title = 503, "unavailable", "Service unavailable"
+
+
+class StorageFull(BBSError):
+    status, code, title = 507, "storage_full", "Insufficient storage"

@@ -1,0 +1,277 @@
+"""HTTP plumbing: the route table, request decoding, problem+json errors and the OpenAPI document.
+
+Each route is declared once with the Structs it reads and writes; the same
+declaration drives validation and `/openapi.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import types
+import typing
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import msgspec
+from aiohttp import web
+
+from node.api_types import Problem
+from node.errors import BBSError, InvalidInput, MalformedRequest, PayloadTooLarge, UnsupportedMediaType
+
+log = logging.getLogger("bbs.http")
+T = TypeVar("T")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PROBLEM_TYPE = "https://agent-bbs.dev/problems/"
+
+
+@dataclass
+class Route:
+    """One operation: method, path, handler and the types behind its OpenAPI description."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    auth: str  # 'none' | 'agent' | 'admin' | 'any' | 'peer'
+    body: Any = None
+    query: type[msgspec.Struct] | None = None
+    responses: dict[int, Any] = field(default_factory=dict)
+    tag: str = "core"
+
+
+def problem_response(exc: BBSError, request_id: str | None = None) -> web.Response:
+    """Render a domain error as RFC 9457 problem+json."""
+    body = Problem(
+        type=PROBLEM_TYPE + exc.code,
+        title=exc.title,
+        status=exc.status,
+        code=exc.code,
+        detail=exc.detail,
+        field=exc.field,
+    )
+    headers = dict(exc.headers)
+    if request_id:
+        headers["X-Request-Id"] = request_id
+    return web.Response(
+        status=exc.status, body=msgspec.json.encode(body), content_type="application/problem+json", headers=headers
+    )
+
+
+_HTTP_CODES = {
+    404: ("not_found", "no such route"),
+    405: ("method_not_allowed", "method not allowed on this route"),
+    413: ("payload_too_large", "request body too large"),
+}
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Map every failure to problem+json; nothing a client sends may yield a bare 500."""
+    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+    try:
+        response = await handler(request)
+    except BBSError as exc:
+        return problem_response(exc, request_id)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code, detail = _HTTP_CODES.get(exc.status, ("http_error", exc.reason))
+        err = BBSError(detail, code=code)
+        err.status, err.title = exc.status, exc.reason
+        return problem_response(err, request_id)
+    except Exception:
+        log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request_id)
+        err = BBSError("internal error; the request id is in X-Request-Id", code="internal_error")
+        err.status, err.title = 500, "Internal error"
+        return problem_response(err, request_id)
+    response.headers.setdefault("X-Request-Id", request_id)
+    return response
+
+
+def json_response(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """Encode a Struct (or plain value) as JSON."""
+    return web.Response(
+        status=status, body=msgspec.json.encode(value), content_type="application/json", headers=headers
+    )
+
+
+def _validation_error(exc: msgspec.ValidationError, prefix: str = "$") -> InvalidInput:
+    message = str(exc)
+    path = "$"
+    if " - at `" in message:
+        message, path = message.rsplit(" - at `", 1)
+        path = path.rstrip("`")
+    if prefix != "$":
+        path = prefix + path[1:]
+    return InvalidInput(message, field=path)
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request body as a JSON value; problem errors for the wrong media type, bad JSON or oversize bodies."""
+    ctype = request.content_type
+    if ctype not in ("application/json", "application/problem+json") and not ctype.endswith("+json"):
+        raise UnsupportedMediaType("send the body as application/json", field="Content-Type")
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise PayloadTooLarge(f"request body exceeds {request.app._client_max_size} bytes") from None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise MalformedRequest(f"body is not valid JSON: {exc}", code="invalid_json") from None
+
+
+def convert(value: Any, typ: type[T], prefix: str = "$") -> T:
+    """Validate a decoded JSON value against a Struct."""
+    try:
+        return msgspec.convert(value, typ)
+    except msgspec.ValidationError as exc:
+        raise _validation_error(exc, prefix) from None
+
+
+def decode_query(request: web.Request, typ: type[T]) -> T:
+    """Validate query parameters against a Struct: repeated or comma-separated values fill list fields."""
+    hints = typing.get_type_hints(typ, include_extras=True)
+    raw: dict[str, Any] = {}
+    for name in request.query:
+        if name in raw:
+            continue
+        values = request.query.getall(name)
+        if name in hints and _is_list(hints[name]):
+            raw[name] = [part for v in values for part in v.split(",") if part]
+        elif len(values) > 1:
+            raise InvalidInput(f"parameter {name} given more than once", field=f"$.{name}")
+        else:
+            raw[name] = values[0]
+    try:
+        return msgspec.convert(raw, typ, strict=False)
+    except msgspec.ValidationError as exc:
+        raise _validation_error(exc) from None
+
+
+def _is_list(hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        return _is_list(typing.get_args(hint)[0])
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_list(a) for a in typing.get_args(hint))
+    return origin is list
+
+
+# ---- OpenAPI ----------------------------------------------------------------------------------------------
+
+
+def openapi(routes: list[Route], *, title: str, version: str) -> dict[str, Any]:
+    """An OpenAPI 3.1 document generated from the route table and its msgspec Structs."""
+    types_used: list[Any] = [Problem]
+    for route in routes:
+        if route.body is not None:
+            types_used.extend(_members(route.body))
+        types_used.extend(t for t in route.responses.values() if t is not None)
+    schemas, components = msgspec.json.schema_components(types_used, ref_template="#/components/schemas/{name}")
+    by_type: dict[Any, Any] = dict(zip(types_used, schemas, strict=True))
+    for route in routes:
+        if route.body is not None and len(_members(route.body)) > 1:
+            by_type[route.body] = {"oneOf": [by_type[m] for m in _members(route.body)]}
+    paths: dict[str, Any] = {}
+    problem_ref = {"$ref": "#/components/schemas/Problem"}
+    for route in routes:
+        op: dict[str, Any] = {
+            "summary": route.summary,
+            "operationId": route.handler.__name__,
+            "tags": [route.tag],
+            "responses": {},
+        }
+        if route.auth in ("agent", "admin", "any"):
+            op["security"] = [{"bearer": []}]
+        elif route.auth == "peer":
+            op["security"] = [{"peerSignature": []}]
+        params = [
+            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            for name in _path_params(route.path)
+        ]
+        if route.query is not None:
+            qschema = msgspec.json.schema(route.query)
+            qdefs = qschema.get("$defs", {})
+            target = qdefs.get(route.query.__name__, qschema)
+            required = set(target.get("required", []))
+            for name, prop in target.get("properties", {}).items():
+                params.append(
+                    {"name": name, "in": "query", "required": name in required, "schema": _inline(prop, qdefs)}
+                )
+        if params:
+            op["parameters"] = params
+        if route.body is not None:
+            op["requestBody"] = {"required": True, "content": {"application/json": {"schema": by_type[route.body]}}}
+        for status, typ in route.responses.items():
+            if typ is None:
+                op["responses"][str(status)] = {"description": "no content"}
+            else:
+                op["responses"][str(status)] = {
+                    "description": "success",
+                    "content": {"application/json": {"schema": by_type[typ]}},
+                }
+        for status in _error_statuses(route):
+            op["responses"][str(status)] = {
+                "description": "problem",
+                "content": {"application/problem+json": {"schema": problem_ref}},
+            }
+        paths.setdefault(route.path, {})[route.method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": version},
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "agent API key or admin token"},
+                "peerSignature": {"type": "apiKey", "in": "header", "name": "Signature", "description": "RFC 9421"},
+            },
+        },
+    }
+
+
+def _members(typ: Any) -> list[Any]:
+    """The alternatives of a union type, or the type itself."""
+    if typing.get_origin(typ) in (typing.Union, types.UnionType):
+        return list(typing.get_args(typ))
+    return [typ]
+
+
+def _error_statuses(route: Route) -> list[int]:
+    statuses = [400, 422]
+    if route.auth != "none":
+        statuses += [401, 403]
+    if route.body is not None:
+        statuses += [413, 415]
+    if "{" in route.path or route.method != "GET":
+        statuses += [404, 409]
+    return sorted(set(statuses) - set(route.responses))
+
+
+def _path_params(path: str) -> list[str]:
+    import re
+
+    return re.findall(r"{(\w+)}", path)
+
+
+def _inline(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Resolve local $refs so query parameter schemas stand alone."""
+    text = json.dumps(schema)
+    if "$ref" not in text:
+        return schema
+    if "$ref" in schema:
+        return _inline(defs[schema["$ref"].rsplit("/", 1)[1]], defs)
+    return {
+        k: (
+            _inline(v, defs)
+            if isinstance(v, dict)
+            else [_inline(i, defs) if isinstance(i, dict) else i for i in v]
+            if isinstance(v, list)
+            else v
+        )
+        for k, v in schema.items()
+    }

@@ -1,0 +1,146 @@
+"""Notifications: fan-out of new entries to subscriptions and addressees, and the inbox state machine.
+
+Tier 1 (immediate): a request directed to the agent; a contradiction of one of its entries.
+Tier 2 (batched): anything else directed to it, and subscription matches.
+Only agents registered on this node (local_agents) receive notifications here.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+NOTIFICATION_TTL_MS = 7 * 24 * 3600 * 1000
+LEASE_MS = 60_000
+MAX_ATTEMPTS = 5
+
+_UPSERT = (
+    "INSERT INTO notifications (agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms)"
+    " VALUES (?, ?, NULL, ?, ?, ?, ?)"
+    " ON CONFLICT (agent_id, entry_id) DO UPDATE SET tier = excluded.tier, reason = excluded.reason,"
+    "   status = CASE WHEN notifications.status IN ('delivered', 'failed', 'expired') THEN 'pending'"
+    "                 ELSE notifications.status END,"
+    "   expires_ms = excluded.expires_ms"
+    " WHERE excluded.tier < notifications.tier"
+)
+
+
+def fan_out_entry(conn: sqlite3.Connection, entry_id: int, rec: Any, now_ms: int) -> None:
+    """Notify addressees (tier 1 for requests) then subscribers (tier 2) of a newly stored entry."""
+    expires = now_ms + NOTIFICATION_TTL_MS
+    if rec.directed_to:
+        tier, reason = (1, "directed_request") if rec.performative == "request" else (2, "directed")
+        local = conn.execute(
+            "SELECT agent_id FROM local_agents WHERE agent_id IN (SELECT value FROM json_each(?)) AND agent_id != ?",
+            (_json_list(rec.directed_to), rec.author_id),
+        ).fetchall()
+        conn.executemany(_UPSERT, [(r[0], entry_id, tier, reason, now_ms, expires) for r in local])
+    conn.execute(
+        "INSERT INTO notifications (agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms)"
+        " SELECT s.agent_id, :eid, MIN(s.id), 2, 'subscription', :now, :exp"
+        " FROM subscriptions s"
+        " WHERE s.agent_id != :author"
+        "   AND (s.n_types = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
+        "        WHERE t.dim = 'type' AND t.value = :type AND t.sub_id = s.id))"
+        "   AND (s.n_perfs = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
+        "        WHERE t.dim = 'perf' AND t.value = :perf AND t.sub_id = s.id))"
+        "   AND (s.n_authors = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
+        "        WHERE t.dim = 'author' AND t.value = :author AND t.sub_id = s.id))"
+        "   AND (s.n_tags = 0 OR EXISTS (SELECT 1 FROM subscription_terms t JOIN entry_tags et"
+        "        ON et.entry_id = :eid AND et.tag = t.value WHERE t.dim = 'tag' AND t.sub_id = s.id))"
+        "   AND (s.directed = 0 OR EXISTS (SELECT 1 FROM entry_directed d"
+        "        WHERE d.entry_id = :eid AND d.agent_id = s.agent_id))"
+        " GROUP BY s.agent_id"
+        " ON CONFLICT (agent_id, entry_id) DO NOTHING",
+        {
+            "eid": entry_id,
+            "now": now_ms,
+            "exp": expires,
+            "author": rec.author_id,
+            "type": rec.entry_type,
+            "perf": rec.performative,
+        },
+    )
+
+
+def contradictions(conn: sqlite3.Connection, origin_hash: str, now_ms: int) -> None:
+    """Tier-1 notify the authors of entries contradicted by links of record `origin_hash`.
+
+    The notification points at the contradicting (source) entry.
+    """
+    rows = conn.execute(
+        "SELECT t.author_id, s.id FROM links l"
+        " JOIN entries t ON t.record_hash = l.target_hash"
+        " JOIN entries s ON s.record_hash = l.source_hash"
+        " JOIN local_agents a ON a.agent_id = t.author_id"
+        " WHERE l.origin_hash = ? AND l.link_type = 'contradicts' AND t.author_id != l.author_id",
+        (origin_hash,),
+    ).fetchall()
+    expires = now_ms + NOTIFICATION_TTL_MS
+    conn.executemany(_UPSERT, [(author, entry_id, 1, "contradiction", now_ms, expires) for author, entry_id in rows])
+
+
+def take_inbox(
+    conn: sqlite3.Connection, agent_id: str, *, limit: int, since_ms: int | None, mark_delivered: bool, now_ms: int
+) -> list[sqlite3.Row]:
+    """Advance the state machine for one agent and lease (or deliver) up to `limit` notifications.
+
+    pending -> leased (attempt counted, lease until now + LEASE_MS) -> delivered by ack;
+    a lease that lapses makes the notification deliverable again; after MAX_ATTEMPTS lapses it is
+    failed; past its expiry it is expired.
+    """
+    conn.execute(
+        "UPDATE notifications SET status = 'expired'"
+        " WHERE agent_id = ? AND status IN ('pending', 'leased') AND expires_ms <= ?",
+        (agent_id, now_ms),
+    )
+    conn.execute(
+        "UPDATE notifications SET status = 'failed'"
+        " WHERE agent_id = ? AND status = 'leased' AND next_attempt_ms <= ? AND attempt_count >= ?",
+        (agent_id, now_ms, MAX_ATTEMPTS),
+    )
+    rows = conn.execute(
+        "SELECT n.id AS notification_id, n.tier, n.reason, n.attempt_count, e.id AS entry_id, e.record_hash,"
+        "   e.author_id, e.created_at, e.entry_type, e.performative, e.tags, e.confidence,"
+        "   EXISTS (SELECT 1 FROM entry_directed d WHERE d.entry_id = e.id AND d.agent_id = n.agent_id)"
+        "     AS directed_to_me,"
+        "   (SELECT json_group_array(l.target_hash) FROM links l"
+        "     WHERE l.origin_hash = e.record_hash AND l.ordinal >= 0) AS link_targets"
+        " FROM notifications n JOIN entries e ON e.id = n.entry_id"
+        " WHERE n.agent_id = :agent"
+        "   AND (n.status = 'pending' OR (n.status = 'leased' AND n.next_attempt_ms <= :now))"
+        "   AND (:since IS NULL OR n.created_ms >= :since)"
+        " ORDER BY n.tier, n.id LIMIT :limit",
+        {"agent": agent_id, "now": now_ms, "since": since_ms, "limit": limit},
+    ).fetchall()
+    if rows:
+        ids = _json_list([r["notification_id"] for r in rows])
+        if mark_delivered:
+            conn.execute(
+                "UPDATE notifications SET status = 'delivered', delivered_ms = ?, attempt_count = attempt_count + 1"
+                " WHERE id IN (SELECT value FROM json_each(?))",
+                (now_ms, ids),
+            )
+        else:
+            conn.execute(
+                "UPDATE notifications SET status = 'leased', next_attempt_ms = ?, attempt_count = attempt_count + 1"
+                " WHERE id IN (SELECT value FROM json_each(?))",
+                (now_ms + LEASE_MS, ids),
+            )
+    return rows
+
+
+def ack(conn: sqlite3.Connection, agent_id: str, ids: list[int], now_ms: int) -> int:
+    """Mark the agent's own pending or leased notifications delivered; return how many changed."""
+    cur = conn.execute(
+        "UPDATE notifications SET status = 'delivered', delivered_ms = ?"
+        " WHERE agent_id = ? AND status IN ('pending', 'leased') AND id IN (SELECT value FROM json_each(?))",
+        (now_ms, agent_id, _json_list(ids)),
+    )
+    return cur.rowcount
+
+
+def _json_list(values: list[Any]) -> str:
+    import json
+
+    return json.dumps(values)

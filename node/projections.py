@@ -1,0 +1,221 @@
+"""The log and its projections: append a verified record once, then project it into tables.
+
+Projectors are registered per record kind; `rebuild` replays the whole log
+into freshly created projection tables and proves the tables are derived data.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from identity import canonical
+from identity.schema import AgentRecord, EntryRecord, LinkRecord
+from node import notify
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Context for projecting one record."""
+
+    seq: int
+    hash: str
+    now_ms: int
+    notify: bool  # False while rebuilding: notifications are node-local history, not derived data
+
+
+Projector = Callable[[sqlite3.Connection, Any, Projection], None]
+PROJECTORS: dict[str, Projector] = {}
+# Tables (and the FTS index) that hold only derived data; `rebuild` recreates exactly these.
+PROJECTION_TABLES: list[str] = ["entries", "entry_tags", "entry_directed", "entries_fts", "links", "agents"]
+
+
+def projector(kind: str) -> Callable[[Projector], Projector]:
+    """Register the projector of a record kind."""
+
+    def register(fn: Projector) -> Projector:
+        PROJECTORS[kind] = fn
+        return fn
+
+    return register
+
+
+def created_ms(created_at: str) -> int:
+    """Epoch milliseconds of a canonical created_at (canonical spelling does not sort as text)."""
+    return int(canonical.parse_created_at(created_at).timestamp() * 1000)
+
+
+def append(
+    conn: sqlite3.Connection,
+    record: dict[str, Any],
+    record_hash: str,
+    decoded: Any,
+    *,
+    origin: str,
+    now_ms: int,
+    scope: str = "federation",
+) -> tuple[int, bool]:
+    """Append a verified record to the log and project it, once. Returns (seq, newly_inserted)."""
+    row = conn.execute(
+        "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING RETURNING seq",
+        (
+            record_hash,
+            record["kind"],
+            record["author_id"],
+            record["created_at"],
+            created_ms(record["created_at"]),
+            scope,
+            origin,
+            now_ms,
+            canonical.canonical_bytes(record),
+        ),
+    ).fetchone()
+    if row is None:
+        existing = conn.execute("SELECT seq FROM records WHERE hash = ?", (record_hash,)).fetchone()
+        return int(existing[0]), False
+    seq = int(row[0])
+    PROJECTORS[record["kind"]](conn, decoded, Projection(seq, record_hash, now_ms, notify=True))
+    return seq, True
+
+
+@projector("entry")
+def project_entry(conn: sqlite3.Connection, rec: EntryRecord, ctx: Projection) -> None:
+    conn.execute(
+        "INSERT INTO entries (id, record_hash, content_fingerprint, author_id, created_at, created_ms, entry_type,"
+        " performative, content, confidence, tags, directed_to, metadata, truth_state, authority, scope, signature)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            ctx.seq,
+            ctx.hash,
+            canonical.content_fingerprint(rec.content),
+            rec.author_id,
+            rec.created_at,
+            created_ms(rec.created_at),
+            rec.entry_type,
+            rec.performative,
+            rec.content,
+            rec.confidence,
+            json.dumps(rec.tags),
+            json.dumps(rec.directed_to),
+            json.dumps(rec.metadata, sort_keys=True),
+            rec.truth_state,
+            rec.authority,
+            rec.scope,
+            rec.signature,
+        ),
+    )
+    conn.executemany("INSERT OR IGNORE INTO entry_tags (entry_id, tag) VALUES (?, ?)", [(ctx.seq, t) for t in rec.tags])
+    conn.executemany(
+        "INSERT OR IGNORE INTO entry_directed (entry_id, agent_id) VALUES (?, ?)",
+        [(ctx.seq, d) for d in rec.directed_to],
+    )
+    conn.executemany(
+        "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
+        " annotation) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (ctx.hash, i, ctx.hash, link.target, link.link_type, rec.author_id, rec.created_at, link.annotation)
+            for i, link in enumerate(rec.links)
+        ],
+    )
+    _derive_retractions(conn, ctx.hash)
+    if ctx.notify:
+        notify.fan_out_entry(conn, ctx.seq, rec, ctx.now_ms)
+        notify.contradictions(conn, ctx.hash, ctx.now_ms)
+
+
+def _derive_retractions(conn: sqlite3.Connection, arrived_hash: str) -> None:
+    """Create `retracted_by` links for retract entries whose retraction is now decidable.
+
+    A retract entry's `supersedes` link to an entry by the same author means: target retracted_by
+    the retract entry. Decided when both entries are present, whichever arrived last.
+    """
+    conn.execute(
+        "INSERT OR IGNORE INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id,"
+        " created_at, annotation)"
+        " SELECT l.origin_hash, -1 - l.ordinal, l.target_hash, l.source_hash, 'retracted_by', r.author_id,"
+        "        r.created_at, ''"
+        " FROM links l"
+        " JOIN entries r ON r.record_hash = l.source_hash AND r.performative = 'retract'"
+        " JOIN entries t ON t.record_hash = l.target_hash AND t.author_id = r.author_id"
+        " WHERE l.link_type = 'supersedes' AND l.ordinal >= 0 AND l.origin_hash = l.source_hash"
+        "   AND (l.source_hash = :h OR l.target_hash = :h)",
+        {"h": arrived_hash},
+    )
+
+
+@projector("link")
+def project_link(conn: sqlite3.Connection, rec: LinkRecord, ctx: Projection) -> None:
+    conn.execute(
+        "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
+        " annotation) VALUES (?, 0, ?, ?, ?, ?, ?, ?)",
+        (ctx.hash, rec.source, rec.target, rec.link_type, rec.author_id, rec.created_at, rec.annotation),
+    )
+    if ctx.notify:
+        notify.contradictions(conn, ctx.hash, ctx.now_ms)
+
+
+@projector("agent")
+def project_agent(conn: sqlite3.Connection, rec: AgentRecord, ctx: Projection) -> None:
+    """The newest identity document of an agent wins, by (created_at, hash): the same on every node."""
+    ms = created_ms(rec.created_at)
+    conn.execute(
+        "INSERT INTO agents (id, display_name, description, home_node, created_at, created_ms, doc_hash)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (id) DO UPDATE SET display_name = excluded.display_name, description = excluded.description,"
+        "   home_node = excluded.home_node, created_at = excluded.created_at, created_ms = excluded.created_ms,"
+        "   doc_hash = excluded.doc_hash"
+        " WHERE (excluded.created_ms, excluded.doc_hash) > (agents.created_ms, agents.doc_hash)",
+        (rec.author_id, rec.display_name, rec.description, rec.home_node, rec.created_at, ms, ctx.hash),
+    )
+
+
+def rebuild(conn: sqlite3.Connection) -> int:
+    """Drop and recreate every projection table from its stored DDL, then replay the log. Returns records replayed.
+
+    Runs inside the caller's transaction.
+    """
+    import msgspec
+
+    from identity.schema import RECORD_TYPES
+
+    ddl = _projection_ddl(conn)
+    for table in reversed(PROJECTION_TABLES):
+        conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+    for statement in ddl:
+        conn.execute(statement)
+    count = 0
+    for seq, record_hash, body in conn.execute("SELECT seq, hash, body FROM records ORDER BY seq").fetchall():
+        record = json.loads(body)
+        decoded = msgspec.convert(record, RECORD_TYPES[record["kind"]])
+        PROJECTORS[record["kind"]](conn, decoded, Projection(seq, record_hash, 0, notify=False))
+        count += 1
+    return count
+
+
+def _projection_ddl(conn: sqlite3.Connection) -> list[str]:
+    """CREATE statements of the projection tables with their indexes and triggers, as the migrations left them."""
+    tables = set(PROJECTION_TABLES)
+    rows = conn.execute(
+        "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid"
+    ).fetchall()
+    creates = [r["sql"] for r in rows if r["type"] == "table" and r["name"] in tables]
+    extras = [
+        r["sql"]
+        for r in rows
+        if r["type"] in ("index", "trigger") and r["tbl_name"] in tables and not r["name"].startswith("sqlite_")
+    ]
+    return creates + extras
+
+
+def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
+    """Every projection table's rows in a stable order (for comparing against a rebuild)."""
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    for table in PROJECTION_TABLES:
+        if table == "entries_fts":
+            continue
+        out[table] = [tuple(r) for r in conn.execute(f'SELECT * FROM "{table}" ORDER BY 1, 2').fetchall()]
+    return out

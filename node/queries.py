@@ -1,0 +1,200 @@
+"""Read paths: entries by id or hash, graph traversal, full-text search. All set-based SQL."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from node.api_types import EntryOut, LinkOut, SearchQuery
+
+MAX_NEIGHBOURHOOD = 1_000  # entries a traversal may collect before it stops and says so
+_HASH = re.compile(r"^[0-9a-f]{64}$")
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+ENTRY_COLUMNS = (
+    "e.id, e.record_hash, e.content_fingerprint, e.author_id, e.created_at, e.entry_type, e.performative,"
+    " e.content, e.confidence, e.tags, e.directed_to, e.metadata, e.truth_state, e.authority, e.scope, e.signature,"
+    " EXISTS (SELECT 1 FROM links r WHERE r.source_hash = e.record_hash AND r.link_type = 'retracted_by')"
+    "   AS retracted,"
+    " EXISTS (SELECT 1 FROM links s JOIN entries n ON n.record_hash = s.source_hash"
+    "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract')"
+    "   AS superseded"
+)
+LINK_COLUMNS = (
+    "l.id, l.origin_hash, l.source_hash, l.target_hash, l.link_type, l.author_id, l.created_at, l.annotation,"
+    " (EXISTS (SELECT 1 FROM entries a WHERE a.record_hash = l.source_hash)"
+    "  AND EXISTS (SELECT 1 FROM entries b WHERE b.record_hash = l.target_hash)) AS resolved,"
+    " l.ordinal < 0 AS derived"
+)
+
+
+def entry_out(row: sqlite3.Row) -> EntryOut:
+    """Render an entries row (selected with ENTRY_COLUMNS)."""
+    return EntryOut(
+        id=row["id"],
+        record_hash=row["record_hash"],
+        content_fingerprint=row["content_fingerprint"],
+        author_id=row["author_id"],
+        created_at=row["created_at"],
+        entry_type=row["entry_type"],
+        performative=row["performative"],
+        content=row["content"],
+        confidence=row["confidence"],
+        tags=json.loads(row["tags"]),
+        directed_to=json.loads(row["directed_to"]),
+        metadata=json.loads(row["metadata"]),
+        truth_state=row["truth_state"],
+        authority=row["authority"],
+        scope=row["scope"],
+        signature=row["signature"],
+        retracted=bool(row["retracted"]),
+        superseded=bool(row["superseded"]),
+    )
+
+
+def link_out(row: sqlite3.Row) -> LinkOut:
+    """Render a links row (selected with LINK_COLUMNS)."""
+    return LinkOut(
+        id=row["id"],
+        origin_hash=row["origin_hash"],
+        source=row["source_hash"],
+        target=row["target_hash"],
+        link_type=row["link_type"],
+        author_id=row["author_id"],
+        created_at=row["created_at"],
+        annotation=row["annotation"],
+        resolved=bool(row["resolved"]),
+        derived=bool(row["derived"]),
+    )
+
+
+def resolve_ref(conn: sqlite3.Connection, ref: str) -> tuple[str | None, int | None]:
+    """Resolve an entry reference (local id or record hash) to (record_hash, local id); (None, None) if unknown.
+
+    An unknown but well-formed hash resolves to (hash, None): it may still arrive.
+    """
+    if ref.isdigit():
+        row = conn.execute("SELECT record_hash, id FROM entries WHERE id = ?", (int(ref),)).fetchone()
+        return (row[0], row[1]) if row else (None, None)
+    if _HASH.match(ref):
+        row = conn.execute("SELECT id FROM entries WHERE record_hash = ?", (ref,)).fetchone()
+        return ref, (row[0] if row else None)
+    return None, None
+
+
+def entries_by_hashes(conn: sqlite3.Connection, hashes: Iterable[str], include_synthetic: bool) -> list[EntryOut]:
+    """Entries with these hashes that are present, oldest first."""
+    sql = (
+        f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.record_hash IN (SELECT value FROM json_each(?))"
+        + ("" if include_synthetic else " AND e.truth_state != 'simulation'")
+        + " ORDER BY e.id"
+    )
+    return [entry_out(r) for r in conn.execute(sql, (json.dumps(list(hashes)),)).fetchall()]
+
+
+def traverse(
+    conn: sqlite3.Connection,
+    seeds: Sequence[str],
+    *,
+    hops: int,
+    link_types: Sequence[str],
+    direction: str,
+    include_links: bool,
+) -> tuple[list[str], list[LinkOut], bool]:
+    """Breadth-first walk of the link graph from `seeds`, one set-based query per hop.
+
+    Returns (hashes reached including seeds, links walked, truncated). With hops=0 and
+    include_links, the links incident to the seeds are returned without walking them.
+    """
+    reached = dict.fromkeys(seeds)
+    frontier = list(seeds)
+    links: dict[int, LinkOut] = {}
+    truncated = False
+    rounds = max(hops, 1 if include_links else 0)
+    for depth in range(rounds):
+        if not frontier:
+            break
+        rows = _adjacent(conn, frontier, link_types, direction)
+        nxt: list[str] = []
+        for row in rows:
+            links.setdefault(row["id"], link_out(row))
+            if depth >= hops:
+                continue
+            for h in (row["source_hash"], row["target_hash"]):
+                if h not in reached:
+                    if len(reached) >= MAX_NEIGHBOURHOOD:
+                        truncated = True
+                        continue
+                    reached[h] = None
+                    nxt.append(h)
+        frontier = nxt
+    return list(reached), sorted(links.values(), key=lambda link: link.id), truncated
+
+
+def _adjacent(conn: sqlite3.Connection, frontier: list[str], link_types: Sequence[str], direction: str) -> list[Any]:
+    frontier_json = json.dumps(frontier)
+    type_filter = " AND l.link_type IN (SELECT value FROM json_each(:types))" if link_types else ""
+    parts = []
+    if direction in ("outbound", "both"):
+        parts.append(
+            f"SELECT {LINK_COLUMNS} FROM links l WHERE l.source_hash IN (SELECT value FROM json_each(:f)){type_filter}"
+        )
+    if direction in ("inbound", "both"):
+        parts.append(
+            f"SELECT {LINK_COLUMNS} FROM links l WHERE l.target_hash IN (SELECT value FROM json_each(:f)){type_filter}"
+        )
+    sql = " UNION ".join(parts)
+    return conn.execute(sql, {"f": frontier_json, "types": json.dumps(list(link_types))}).fetchall()
+
+
+def fts_query(q: str) -> str | None:
+    """Turn free text into a safe FTS5 query: every word quoted, ANDed. None if it has no words.
+
+    Quoting each `\\w+` token means no FTS5 syntax (NEAR, column filters, *, ^, quotes) can be injected.
+    """
+    words = _WORD.findall(q)[:32]
+    if not words:
+        return None
+    return " ".join(f'"{w}"' for w in words)
+
+
+def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> list[EntryOut]:
+    """One page of entries matching the query's text and filters, best match first (newest first without q)."""
+    where: list[str] = []
+    params: dict[str, Any] = {"limit": q.limit, "offset": q.offset}
+
+    def in_list(column: str, name: str, values: Sequence[str]) -> None:
+        if values:
+            where.append(f"{column} IN (SELECT value FROM json_each(:{name}))")
+            params[name] = json.dumps(list(values))
+
+    in_list("e.entry_type", "types", q.entry_type)
+    in_list("e.performative", "perfs", q.performative)
+    in_list("e.author_id", "authors", q.author)
+    in_list("e.truth_state", "truth", q.truth_state)
+    if q.tags:
+        where.append("e.id IN (SELECT entry_id FROM entry_tags WHERE tag IN (SELECT value FROM json_each(:tags)))")
+        params["tags"] = json.dumps(q.tags)
+    if q.min_confidence is not None:
+        where.append("e.confidence >= :minconf")
+        params["minconf"] = q.min_confidence
+    if since_ms is not None:
+        where.append("e.created_ms >= :since")
+        params["since"] = since_ms
+    if not q.include_synthetic:
+        where.append("e.truth_state != 'simulation'")
+    match = fts_query(q.q) if q.q else None
+    if match is not None:
+        params["match"] = match
+        filters = "".join(f" AND {w}" for w in where)
+        sql = (
+            f"SELECT {ENTRY_COLUMNS} FROM entries_fts f JOIN entries e ON e.id = f.rowid"
+            f" WHERE entries_fts MATCH :match{filters} ORDER BY f.rank, e.id DESC LIMIT :limit OFFSET :offset"
+        )
+    else:
+        filters = (" WHERE " + " AND ".join(where)) if where else ""
+        sql = f"SELECT {ENTRY_COLUMNS} FROM entries e{filters} ORDER BY e.id DESC LIMIT :limit OFFSET :offset"
+    return [entry_out(r) for r in conn.execute(sql, params).fetchall()]

@@ -1,0 +1,232 @@
+"""REST handlers for the six primitives, agents and node info. They parse and format; Node does the work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from node.api_types import (
+    AckIn,
+    AckOut,
+    AgentOut,
+    CreateAgent,
+    CreatedAgent,
+    EntryOut,
+    Health,
+    InboxQuery,
+    InboxResult,
+    LinkOut,
+    NodeInfo,
+    PostEntry,
+    PostLink,
+    ReadQuery,
+    ReadResult,
+    SearchQuery,
+    SearchResult,
+    SignedSubmission,
+    SubscriptionIn,
+    SubscriptionList,
+    SubscriptionOut,
+)
+from node.auth import agent_id
+from node.errors import InvalidInput
+from node.http import Route, convert, decode_query, json_response, read_json
+from node.appkeys import NODE
+from node.service import Node
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def _node(request: web.Request) -> Node:
+    return request.app[NODE]
+
+
+def _idempotency_header(request: web.Request) -> str | None:
+    value = request.headers.get(IDEMPOTENCY_HEADER)
+    if value is not None and not (0 < len(value) <= 128):
+        raise InvalidInput("Idempotency-Key must be 1 to 128 characters", field=IDEMPOTENCY_HEADER)
+    return value
+
+
+def _signed_or(raw: Any, typ: type[Any]) -> Any:
+    if isinstance(raw, dict) and "record" in raw:
+        return convert(raw, SignedSubmission)
+    return convert(raw, typ)
+
+
+async def post_entry(request: web.Request) -> web.Response:
+    body = _signed_or(await read_json(request), PostEntry)
+    entry, created = await _node(request).post_entry(agent_id(request), body, _idempotency_header(request))
+    return json_response(entry, 201 if created else 200)
+
+
+async def get_entry(request: web.Request) -> web.Response:
+    q = decode_query(request, ReadQuery)
+    if q.ids:
+        raise InvalidInput("ids is for GET /v1/entries", field="$.ids")
+    result = await _node(request).read([request.match_info["ref"]], q)
+    if result.missing:
+        from node.errors import NotFound
+
+        raise NotFound(f"no entry {request.match_info['ref']}", code="entry_not_found", field="ref")
+    return json_response(result)
+
+
+async def get_entries(request: web.Request) -> web.Response:
+    q = decode_query(request, ReadQuery)
+    if not q.ids:
+        raise InvalidInput("give one or more ids (local ids or record hashes)", field="$.ids")
+    return json_response(await _node(request).read(q.ids, q))
+
+
+async def search(request: web.Request) -> web.Response:
+    return json_response(await _node(request).search(decode_query(request, SearchQuery)))
+
+
+async def post_link(request: web.Request) -> web.Response:
+    body = _signed_or(await read_json(request), PostLink)
+    link, created = await _node(request).create_link(agent_id(request), body, _idempotency_header(request))
+    return json_response(link, 201 if created else 200)
+
+
+async def post_subscription(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), SubscriptionIn)
+    sub, created = await _node(request).subscribe(agent_id(request), body)
+    return json_response(sub, 201 if created else 200)
+
+
+async def list_subscriptions(request: web.Request) -> web.Response:
+    return json_response(SubscriptionList(await _node(request).subscriptions(agent_id(request))))
+
+
+async def delete_subscription(request: web.Request) -> web.Response:
+    raw = request.match_info["sub_id"]
+    if not raw.isdigit() or len(raw) > 18:
+        raise InvalidInput("subscription id must be an integer", field="sub_id")
+    await _node(request).unsubscribe(agent_id(request), int(raw))
+    return web.Response(status=204)
+
+
+async def get_inbox(request: web.Request) -> web.Response:
+    return json_response(await _node(request).inbox(agent_id(request), decode_query(request, InboxQuery)))
+
+
+async def ack_inbox(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), AckIn)
+    return json_response(await _node(request).ack(agent_id(request), body.ids))
+
+
+async def node_info(request: web.Request) -> web.Response:
+    return json_response(_node(request).info())
+
+
+async def get_agent(request: web.Request) -> web.Response:
+    return json_response(await _node(request).get_agent(request.match_info["agent_id"]))
+
+
+async def create_agent(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), CreateAgent)
+    return json_response(await _node(request).create_agent(body.name, body.display_name, body.description), 201)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return json_response(Health(status="ok"))
+
+
+ROUTES: list[Route] = [
+    Route(
+        "POST",
+        "/v1/entries",
+        post_entry,
+        "Post an entry (node-signed fields, or a record the author signed)",
+        "agent",
+        body=PostEntry | SignedSubmission,
+        responses={201: EntryOut, 200: EntryOut},
+    ),
+    Route(
+        "GET",
+        "/v1/entries",
+        get_entries,
+        "Read entries by ids with their neighbourhood",
+        "any",
+        query=ReadQuery,
+        responses={200: ReadResult},
+    ),
+    Route(
+        "GET",
+        "/v1/entries/{ref}",
+        get_entry,
+        "Read one entry by local id or record hash",
+        "any",
+        query=ReadQuery,
+        responses={200: ReadResult},
+    ),
+    Route(
+        "GET",
+        "/v1/search",
+        search,
+        "Search entries: full text, filters and graph traversal",
+        "any",
+        query=SearchQuery,
+        responses={200: SearchResult},
+    ),
+    Route(
+        "POST",
+        "/v1/links",
+        post_link,
+        "Link two entries",
+        "agent",
+        body=PostLink | SignedSubmission,
+        responses={201: LinkOut, 200: LinkOut},
+    ),
+    Route(
+        "POST",
+        "/v1/subscriptions",
+        post_subscription,
+        "Subscribe to a notification filter",
+        "agent",
+        body=SubscriptionIn,
+        responses={201: SubscriptionOut, 200: SubscriptionOut},
+    ),
+    Route(
+        "GET",
+        "/v1/subscriptions",
+        list_subscriptions,
+        "List your subscriptions",
+        "agent",
+        responses={200: SubscriptionList},
+    ),
+    Route(
+        "DELETE",
+        "/v1/subscriptions/{sub_id}",
+        delete_subscription,
+        "Remove one of your subscriptions",
+        "agent",
+        responses={204: None},
+    ),
+    Route(
+        "GET",
+        "/v1/inbox",
+        get_inbox,
+        "Lease your pending notifications (metadata only)",
+        "agent",
+        query=InboxQuery,
+        responses={200: InboxResult},
+    ),
+    Route(
+        "POST", "/v1/inbox/ack", ack_inbox, "Acknowledge notifications", "agent", body=AckIn, responses={200: AckOut}
+    ),
+    Route("GET", "/v1/node", node_info, "This node's id, key, versions and limits", "none", responses={200: NodeInfo}),
+    Route("GET", "/v1/agents/{agent_id}", get_agent, "An agent's public identity", "any", responses={200: AgentOut}),
+    Route(
+        "POST",
+        "/v1/agents",
+        create_agent,
+        "Create an agent whose key this node keeps (admin)",
+        "admin",
+        body=CreateAgent,
+        responses={201: CreatedAgent},
+    ),
+    Route("GET", "/healthz", healthz, "Liveness", "none", responses={200: Health}, tag="ops"),
+]

@@ -1,0 +1,586 @@
+"""The service layer: every operation of the node, once. REST, MCP and the CLI only parse and format."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from identity import canonical, keys, records
+from identity.schema import EntryRecord, LinkRecord
+from node import __version__, agents, notify, projections, queries
+from node.api_types import (
+    MAX_HOPS,
+    AckOut,
+    AgentOut,
+    CreatedAgent,
+    Envelope,
+    InboxQuery,
+    InboxResult,
+    NodeInfo,
+    PostEntry,
+    PostLink,
+    ReadQuery,
+    ReadResult,
+    SearchQuery,
+    SearchResult,
+    SignedSubmission,
+    SubscriptionIn,
+    SubscriptionOut,
+)
+from node.datadir import DataDir
+from node.db import Database
+from node.errors import Conflict, Forbidden, InvalidInput, NotFound
+from node.queries import ENTRY_COLUMNS, entry_out
+
+MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
+MAX_SUBSCRIPTIONS = 100
+
+
+def record_error(exc: records.RecordError) -> InvalidInput:
+    """Map a record verification failure to the client-facing error."""
+    return InvalidInput(str(exc), field=exc.field, code=f"record_{exc.reason}")
+
+
+class Node:
+    """One node: its key, its database and the operations on them."""
+
+    def __init__(self, data_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
+        self.data = DataDir(data_dir)
+        self.clock = clock
+        self.key = keys.load_key(self.data.key_path)
+        self.db = Database(self.data.db_path)
+        self._agent_keys: dict[str, keys.SigningKey | None] = {}
+
+    @property
+    def node_id(self) -> str:
+        return self.key.did
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def open(self) -> None:
+        self.db.open()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ---- identity and auth ----------------------------------------------------------------------------
+
+    async def authenticate(self, token: str) -> agents.Principal | None:
+        return await self.db.read(lambda c: agents.authenticate(c, token))
+
+    def info(self) -> NodeInfo:
+        from identity import schema
+
+        return NodeInfo(
+            node_id=self.node_id,
+            public_key=keys.b64u(keys.public_key_bytes(self.key.public_key)),
+            software="agent-bbs",
+            version=__version__,
+            schema_version=self.db.schema_version,
+            record_schema=canonical.SCHEMA_VERSION,
+            limits={
+                "max_record_bytes": schema.MAX_RECORD_BYTES,
+                "max_content_chars": schema.MAX_CONTENT_CHARS,
+                "max_tags": schema.MAX_TAGS,
+                "max_directed_to": schema.MAX_DIRECTED,
+                "max_links_per_entry": schema.MAX_LINKS_PER_ENTRY,
+                "max_hops": MAX_HOPS,
+                "max_page": 200,
+                "max_subscriptions": MAX_SUBSCRIPTIONS,
+            },
+        )
+
+    async def create_agent(self, name: str, display_name: str | None, description: str = "") -> CreatedAgent:
+        key = keys.SigningKey.generate()
+        record = agents.identity_record(key, display_name or name, description, self.node_id)
+        api_key = await self.db.write(
+            lambda c: agents.register(c, name=name, key=key, keep_key=True, record=record, now_ms=self.now_ms())
+        )
+        return CreatedAgent(name=name, agent_id=key.did, api_key=api_key)
+
+    async def get_agent(self, agent_id: str) -> AgentOut:
+        def fetch(conn: sqlite3.Connection) -> AgentOut:
+            row = conn.execute(
+                "SELECT a.*, (SELECT count(*) FROM entries e WHERE e.author_id = a.id) AS n FROM agents a"
+                " WHERE a.id = ?",
+                (agent_id,),
+            ).fetchone()
+            if row is None:
+                raise NotFound(f"no agent {agent_id}", code="agent_not_found")
+            return AgentOut(
+                agent_id=row["id"],
+                display_name=row["display_name"],
+                description=row["description"],
+                home_node=row["home_node"],
+                created_at=row["created_at"],
+                entry_count=row["n"],
+            )
+
+        return await self.db.read(fetch)
+
+    async def _signing_key(self, agent_id: str) -> keys.SigningKey | None:
+        if agent_id not in self._agent_keys:
+            self._agent_keys[agent_id] = await self.db.read(lambda c: agents.signing_key(c, agent_id))
+        return self._agent_keys[agent_id]
+
+    # ---- post -----------------------------------------------------------------------------------------
+
+    async def post_entry(
+        self, agent_id: str, body: PostEntry | SignedSubmission, idempotency_key: str | None
+    ) -> tuple[queries.EntryOut, bool]:
+        """Store a new entry (node-signed or author-signed). Returns (entry, created)."""
+        key = idempotency_key or body.idempotency_key
+        if key is not None:
+            replay = await self.db.read(lambda c: self._replayed_entry(c, agent_id, key))
+            if replay is not None:
+                return replay, False
+        if isinstance(body, SignedSubmission):
+            record, record_hash, decoded = self._check_signed(body.record, "entry", agent_id)
+        else:
+            record, record_hash, decoded = await self._sign_entry(agent_id, body)
+
+        def job(conn: sqlite3.Connection) -> tuple[int, bool]:
+            if key is not None:
+                replay = self._idempotent(conn, agent_id, key)
+                if replay is not None:
+                    return replay, False
+            self._check_links(conn, decoded)
+            seq, inserted = projections.append(
+                conn, record, record_hash, decoded, origin="local", now_ms=self.now_ms(), scope=decoded.scope
+            )
+            if key is not None:
+                self._remember(conn, agent_id, key, "post", record_hash)
+            return seq, inserted
+
+        seq, created = await self.db.write(job)
+        return await self._entry_by_id(seq), created
+
+    def _check_signed(self, record: dict[str, Any], kind: str, agent_id: str) -> tuple[dict[str, Any], str, Any]:
+        if record.get("kind") != kind:
+            raise InvalidInput(f"record kind must be {kind!r}", field="$.record.kind", code="record_malformed")
+        try:
+            record_hash, decoded = records.check(record)
+        except records.RecordError as exc:
+            raise record_error(exc) from None
+        if decoded.author_id != agent_id:
+            raise Forbidden("an agent can only write records it authored", field="$.record.author_id")
+        self._check_clock(decoded.created_at, "$.record.created_at")
+        return record, record_hash, decoded
+
+    def _check_clock(self, created_at: str, field: str) -> None:
+        if projections.created_ms(created_at) > self.now_ms() + MAX_FUTURE_SKEW_MS:
+            raise InvalidInput("created_at is more than 5 minutes in the future", field=field, code="clock_skew")
+
+    async def _sign_entry(self, agent_id: str, body: PostEntry) -> tuple[dict[str, Any], str, EntryRecord]:
+        signer = await self._signing_key(agent_id)
+        if signer is None:
+            raise InvalidInput(
+                "this agent holds its own key: sign the record and submit it as {'record': ...}",
+                code="agent_signs_own_records",
+            )
+        try:
+            targets = await self.db.read(
+                lambda c: [self._target_hash(c, link.target, i) for i, link in enumerate(body.links)]
+            )
+            content = canonical.normalize_content(body.content)
+            if not content:
+                raise InvalidInput("content is empty after trimming whitespace", field="$.content")
+            unsigned = {
+                "kind": "entry",
+                "schema_version": canonical.SCHEMA_VERSION,
+                "author_id": agent_id,
+                "created_at": format_ms(self.now_ms()),
+                "entry_type": body.entry_type,
+                "performative": body.performative,
+                "content": content,
+                "confidence": canonical.normalize_float(body.confidence, "$.confidence"),
+                "tags": sorted(set(canonical.normalize_value(body.tags, "$.tags"))),
+                "directed_to": sorted(set(body.directed_to)),
+                "links": [
+                    {
+                        "target": target,
+                        "link_type": link.link_type,
+                        "annotation": canonical.normalize_value(link.annotation),
+                    }
+                    for target, link in zip(targets, body.links, strict=True)
+                ],
+                "metadata": canonical.normalize_value(body.metadata, "$.metadata"),
+                "truth_state": body.truth_state,
+                "authority": body.authority,
+                "scope": body.scope,
+            }
+        except canonical.CanonicalError as exc:
+            raise InvalidInput(str(exc), field=exc.field) from None
+        record = records.sign(unsigned, signer)
+        try:
+            record_hash, decoded = records.check(record)
+        except records.RecordError as exc:
+            raise record_error(exc) from None
+        return record, record_hash, decoded
+
+    def _target_hash(self, conn: sqlite3.Connection, ref: str, index: int) -> str:
+        record_hash, _ = queries.resolve_ref(conn, ref)
+        if record_hash is None:
+            raise NotFound(
+                f"link target {ref!r} is not a known entry id or a record hash",
+                field=f"$.links[{index}].target",
+                code="target_not_found",
+            )
+        return record_hash
+
+    def _check_links(self, conn: sqlite3.Connection, rec: EntryRecord) -> None:
+        """Retractions: a retract entry names, by a supersedes link, an entry of its own author that exists here."""
+        if rec.performative != "retract":
+            return
+        targets = [(i, link.target) for i, link in enumerate(rec.links) if link.link_type == "supersedes"]
+        if not targets:
+            raise InvalidInput(
+                "a retract entry must name the entry it withdraws with a 'supersedes' link",
+                field="$.links",
+                code="retract_without_target",
+            )
+        for i, target in targets:
+            row = conn.execute("SELECT author_id FROM entries WHERE record_hash = ?", (target,)).fetchone()
+            if row is None:
+                raise NotFound(
+                    "the entry to retract is not on this node", field=f"$.links[{i}].target", code="target_not_found"
+                )
+            if row[0] != rec.author_id:
+                raise Forbidden(
+                    "an agent can only retract its own entries", field=f"$.links[{i}].target", code="retract_not_own"
+                )
+
+    def _replayed_entry(self, conn: sqlite3.Connection, agent_id: str, key: str) -> queries.EntryOut | None:
+        row = conn.execute(
+            f"SELECT {ENTRY_COLUMNS} FROM idempotency i JOIN entries e ON e.record_hash = i.record_hash"
+            " WHERE i.agent_id = ? AND i.idem_key = ? AND i.operation = 'post'",
+            (agent_id, key),
+        ).fetchone()
+        if row is None:
+            self._check_key_operation(conn, agent_id, key, "post")
+        return entry_out(row) if row else None
+
+    def _idempotent(self, conn: sqlite3.Connection, agent_id: str, key: str) -> int | None:
+        """The seq of the record an idempotency key already produced, if any."""
+        row = conn.execute(
+            "SELECT r.seq, i.operation FROM idempotency i JOIN records r ON r.hash = i.record_hash"
+            " WHERE i.agent_id = ? AND i.idem_key = ?",
+            (agent_id, key),
+        ).fetchone()
+        return int(row[0]) if row else None
+
+    @staticmethod
+    def _check_key_operation(conn: sqlite3.Connection, agent_id: str, key: str, operation: str) -> None:
+        row = conn.execute(
+            "SELECT operation FROM idempotency WHERE agent_id = ? AND idem_key = ?", (agent_id, key)
+        ).fetchone()
+        if row is not None and row[0] != operation:
+            raise Conflict(
+                f"idempotency key already used for a {row[0]}", field="$.idempotency_key", code="idempotency_key_reused"
+            )
+
+    @staticmethod
+    def _remember(conn: sqlite3.Connection, agent_id: str, key: str, operation: str, record_hash: str) -> None:
+        conn.execute(
+            "INSERT INTO idempotency (agent_id, idem_key, operation, record_hash, created_ms) VALUES (?, ?, ?, ?, ?)",
+            (agent_id, key, operation, record_hash, int(time.time() * 1000)),
+        )
+
+    async def _entry_by_id(self, entry_id: int) -> queries.EntryOut:
+        def fetch(conn: sqlite3.Connection) -> queries.EntryOut:
+            row = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.id = ?", (entry_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no entry {entry_id}", code="entry_not_found")
+            return entry_out(row)
+
+        return await self.db.read(fetch)
+
+    # ---- link -----------------------------------------------------------------------------------------
+
+    async def create_link(
+        self, agent_id: str, body: PostLink | SignedSubmission, idempotency_key: str | None
+    ) -> tuple[queries.LinkOut, bool]:
+        """Store a link record (node-signed or author-signed). Returns (link, created)."""
+        key = idempotency_key or body.idempotency_key
+        if isinstance(body, SignedSubmission):
+            record, record_hash, decoded = self._check_signed(body.record, "link", agent_id)
+        else:
+            signer = await self._signing_key(agent_id)
+            if signer is None:
+                raise InvalidInput(
+                    "this agent holds its own key: sign the record and submit it as {'record': ...}",
+                    code="agent_signs_own_records",
+                )
+
+            def refs(conn: sqlite3.Connection) -> tuple[str, str]:
+                source, source_id = queries.resolve_ref(conn, body.source)
+                if source is None or source_id is None:
+                    raise NotFound(
+                        f"source entry {body.source!r} is not on this node", field="$.source", code="source_not_found"
+                    )
+                target, _ = queries.resolve_ref(conn, body.target)
+                if target is None:
+                    raise NotFound(
+                        f"target {body.target!r} is not a known entry id or a record hash",
+                        field="$.target",
+                        code="target_not_found",
+                    )
+                return source, target
+
+            source, target = await self.db.read(refs)
+            if source == target:
+                raise InvalidInput("an entry cannot link to itself", field="$.target", code="self_link")
+            unsigned = {
+                "kind": "link",
+                "schema_version": canonical.SCHEMA_VERSION,
+                "author_id": agent_id,
+                "created_at": format_ms(self.now_ms()),
+                "source": source,
+                "target": target,
+                "link_type": body.link_type,
+                "annotation": canonical.normalize_value(body.annotation),
+            }
+            record = records.sign(unsigned, signer)
+            try:
+                record_hash, decoded = records.check(record)
+            except records.RecordError as exc:
+                raise record_error(exc) from None
+        assert isinstance(decoded, LinkRecord)
+
+        def job(conn: sqlite3.Connection) -> tuple[int, bool]:
+            if key is not None:
+                self._check_key_operation(conn, agent_id, key, "link")
+                row = conn.execute(
+                    "SELECT l.id FROM idempotency i JOIN links l ON l.origin_hash = i.record_hash AND l.ordinal = 0"
+                    " WHERE i.agent_id = ? AND i.idem_key = ?",
+                    (agent_id, key),
+                ).fetchone()
+                if row is not None:
+                    return int(row[0]), False
+            same = conn.execute(
+                "SELECT id FROM links WHERE source_hash = ? AND target_hash = ? AND link_type = ? AND author_id = ?"
+                " AND ordinal >= 0",
+                (decoded.source, decoded.target, decoded.link_type, agent_id),
+            ).fetchone()
+            if same is not None:  # the same author asserting the same link again: one link
+                return int(same[0]), False
+            if not conn.execute("SELECT 1 FROM entries WHERE record_hash = ?", (decoded.source,)).fetchone():
+                raise NotFound("source entry is not on this node", field="$.source", code="source_not_found")
+            projections.append(conn, record, record_hash, decoded, origin="local", now_ms=self.now_ms())
+            if key is not None:
+                self._remember(conn, agent_id, key, "link", record_hash)
+            row = conn.execute("SELECT id FROM links WHERE origin_hash = ? AND ordinal = 0", (record_hash,)).fetchone()
+            return int(row[0]), True
+
+        link_id, created = await self.db.write(job)
+
+        def fetch(conn: sqlite3.Connection) -> queries.LinkOut:
+            row = conn.execute(f"SELECT {queries.LINK_COLUMNS} FROM links l WHERE l.id = ?", (link_id,)).fetchone()
+            return queries.link_out(row)
+
+        return await self.db.read(fetch), created
+
+    # ---- read and search ------------------------------------------------------------------------------
+
+    async def read(self, refs: list[str], q: ReadQuery) -> ReadResult:
+        """Entries by id or hash with their neighbourhood."""
+
+        def run(conn: sqlite3.Connection) -> ReadResult:
+            seeds, missing = [], []
+            for ref in refs:
+                record_hash, entry_id = queries.resolve_ref(conn, ref)
+                if entry_id is None:
+                    missing.append(ref)
+                else:
+                    seeds.append(record_hash)
+            hashes, links, truncated = queries.traverse(
+                conn, seeds, hops=q.hops, link_types=q.link_types, direction=q.direction, include_links=q.include_links
+            )
+            entries = queries.entries_by_hashes(conn, hashes, q.include_synthetic)
+            return ReadResult(entries=entries, links=links, missing=missing, truncated=truncated)
+
+        return await self.db.read(run)
+
+    async def search(self, q: SearchQuery) -> SearchResult:
+        since_ms = parse_since(q.since, "$.since")
+        if q.q is not None and q.q.strip() and queries.fts_query(q.q) is None:
+            raise InvalidInput("q has no searchable words", field="$.q", code="invalid_query")
+
+        def run(conn: sqlite3.Connection) -> SearchResult:
+            page = queries.search(conn, q, since_ms)
+            links: list[queries.LinkOut] = []
+            truncated = False
+            entries = page
+            if q.hops > 0:
+                hashes, links, truncated = queries.traverse(
+                    conn,
+                    [e.record_hash for e in page],
+                    hops=q.hops,
+                    link_types=q.link_types,
+                    direction=q.direction,
+                    include_links=True,
+                )
+                found = {e.record_hash for e in page}
+                extra = [
+                    e
+                    for e in queries.entries_by_hashes(conn, hashes, q.include_synthetic)
+                    if e.record_hash not in found
+                ]
+                entries = page + extra
+            return SearchResult(
+                entries=entries,
+                links=links,
+                limit=q.limit,
+                offset=q.offset,
+                next_offset=q.offset + q.limit if len(page) == q.limit else None,
+                truncated=truncated,
+            )
+
+        return await self.db.read(run)
+
+    # ---- subscriptions and inbox ----------------------------------------------------------------------
+
+    async def subscribe(self, agent_id: str, sub: SubscriptionIn) -> tuple[SubscriptionOut, bool]:
+        dims = {
+            "tags": sorted(set(canonical.normalize_value(sub.tags))),
+            "entry_types": sorted(set(sub.entry_types)),
+            "performatives": sorted(set(sub.performatives)),
+            "authors": sorted(set(sub.authors)),
+        }
+        filter_key = canonical.canonical_bytes({**dims, "directed": sub.directed}).decode()
+        now = self.now_ms()
+
+        def job(conn: sqlite3.Connection) -> tuple[int, bool]:
+            row = conn.execute(
+                "SELECT id FROM subscriptions WHERE agent_id = ? AND filter_key = ?", (agent_id, filter_key)
+            ).fetchone()
+            if row is not None:
+                return int(row[0]), False
+            count = conn.execute("SELECT count(*) FROM subscriptions WHERE agent_id = ?", (agent_id,)).fetchone()[0]
+            if count >= MAX_SUBSCRIPTIONS:
+                raise Conflict(
+                    f"an agent may hold at most {MAX_SUBSCRIPTIONS} subscriptions", code="too_many_subscriptions"
+                )
+            import json
+
+            sub_id = conn.execute(
+                "INSERT INTO subscriptions (agent_id, filter_key, tags, entry_types, performatives, authors, directed,"
+                " n_tags, n_types, n_perfs, n_authors, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " RETURNING id",
+                (
+                    agent_id,
+                    filter_key,
+                    json.dumps(dims["tags"]),
+                    json.dumps(dims["entry_types"]),
+                    json.dumps(dims["performatives"]),
+                    json.dumps(dims["authors"]),
+                    int(sub.directed),
+                    len(dims["tags"]),
+                    len(dims["entry_types"]),
+                    len(dims["performatives"]),
+                    len(dims["authors"]),
+                    now,
+                ),
+            ).fetchone()[0]
+            terms = (
+                [(sub_id, "tag", v) for v in dims["tags"]]
+                + [(sub_id, "type", v) for v in dims["entry_types"]]
+                + [(sub_id, "perf", v) for v in dims["performatives"]]
+                + [(sub_id, "author", v) for v in dims["authors"]]
+            )
+            conn.executemany("INSERT INTO subscription_terms (sub_id, dim, value) VALUES (?, ?, ?)", terms)
+            return int(sub_id), True
+
+        sub_id, created = await self.db.write(job)
+        subs = await self.subscriptions(agent_id)
+        return next(s for s in subs if s.id == sub_id), created
+
+    async def subscriptions(self, agent_id: str) -> list[SubscriptionOut]:
+        import json
+
+        def run(conn: sqlite3.Connection) -> list[SubscriptionOut]:
+            rows = conn.execute("SELECT * FROM subscriptions WHERE agent_id = ? ORDER BY id", (agent_id,)).fetchall()
+            return [
+                SubscriptionOut(
+                    id=r["id"],
+                    agent_id=r["agent_id"],
+                    tags=json.loads(r["tags"]),
+                    entry_types=json.loads(r["entry_types"]),
+                    performatives=json.loads(r["performatives"]),
+                    authors=json.loads(r["authors"]),
+                    directed=bool(r["directed"]),
+                    created_at=format_ms(r["created_ms"]),
+                )
+                for r in rows
+            ]
+
+        return await self.db.read(run)
+
+    async def unsubscribe(self, agent_id: str, sub_id: int) -> None:
+        def job(conn: sqlite3.Connection) -> None:
+            cur = conn.execute("DELETE FROM subscriptions WHERE id = ? AND agent_id = ?", (sub_id, agent_id))
+            if cur.rowcount == 0:
+                raise NotFound(f"no subscription {sub_id} of yours", code="subscription_not_found")
+
+        await self.db.write(job)
+
+    async def inbox(self, agent_id: str, q: InboxQuery) -> InboxResult:
+        import json
+
+        since_ms = parse_since(q.since, "$.since")
+        now = self.now_ms()
+        rows = await self.db.write(
+            lambda c: notify.take_inbox(
+                c, agent_id, limit=q.limit, since_ms=since_ms, mark_delivered=q.mark_delivered, now_ms=now
+            )
+        )
+        return InboxResult(
+            notifications=[
+                Envelope(
+                    notification_id=r["notification_id"],
+                    entry_id=r["entry_id"],
+                    record_hash=r["record_hash"],
+                    author=r["author_id"],
+                    created_at=r["created_at"],
+                    entry_type=r["entry_type"],
+                    performative=r["performative"],
+                    tags=json.loads(r["tags"]),
+                    confidence=r["confidence"],
+                    directed_to_me=bool(r["directed_to_me"]),
+                    link_targets=json.loads(r["link_targets"] or "[]"),
+                    tier=r["tier"],
+                    reason=r["reason"],
+                    attempt=r["attempt_count"] + 1,
+                )
+                for r in rows
+            ],
+            lease_seconds=notify.LEASE_MS // 1000,
+        )
+
+    async def ack(self, agent_id: str, ids: list[int]) -> AckOut:
+        now = self.now_ms()
+        return AckOut(acknowledged=await self.db.write(lambda c: notify.ack(c, agent_id, ids, now)))
+
+
+def parse_since(value: str | None, field: str) -> int | None:
+    """An ISO 8601 timestamp with a timezone, as epoch milliseconds."""
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput("since must be an ISO 8601 timestamp such as 2026-01-31T12:00:00Z", field=field) from None
+    if moment.tzinfo is None:
+        raise InvalidInput("since must carry a timezone (for example a trailing Z)", field=field)
+    return int(moment.timestamp() * 1000)
+
+
+def format_ms(ms: int) -> str:
+    from datetime import UTC
+
+    return canonical.format_created_at(datetime.fromtimestamp(ms / 1000, UTC))
