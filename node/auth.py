@@ -8,7 +8,7 @@ from node.agents import Principal
 from node.errors import Forbidden, Unauthorized
 from node.http import Handler, Route
 
-PRINCIPAL = "bbs.principal"
+PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
 
 
 def bearer_token(request: web.Request) -> str | None:
@@ -45,7 +45,7 @@ def guard(route: Route, authenticate: object) -> Handler:
 
 def principal(request: web.Request) -> Principal:
     """The authenticated caller of this request."""
-    return request[PRINCIPAL]  # type: ignore[no-any-return]
+    return request[PRINCIPAL]
 
 
 def agent_id(request: web.Request) -> str:

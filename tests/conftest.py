@@ -1,0 +1,86 @@
+"""Shared fixtures: real data folders in tmp_path, a real Node, a real aiohttp server on loopback."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from node.app import create_app
+from node.datadir import initialise
+from node.service import Node
+
+
+class FakeClock:
+    """A controllable clock: starts at the real time, moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class AgentCreds:
+    """An agent created on a test node."""
+
+    name: str
+    agent_id: str
+    api_key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> tuple[Path, str]:
+    """An initialised data folder and its admin token."""
+    path = tmp_path / "node"
+    token = initialise(path)
+    assert token is not None
+    return path, token
+
+
+@pytest.fixture
+def admin_headers(data_dir: tuple[Path, str]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {data_dir[1]}"}
+
+
+@pytest.fixture
+async def node(data_dir: tuple[Path, str], clock: FakeClock) -> AsyncIterator[Node]:
+    n = Node(data_dir[0], clock=clock)
+    n.open()
+    yield n
+    if n.db._writer is not None:
+        n.close()
+
+
+@pytest.fixture
+async def client(aiohttp_client: Callable[..., Awaitable[TestClient]], node: Node) -> TestClient:
+    """A real aiohttp server on loopback serving `node`."""
+    return await aiohttp_client(create_app(node))
+
+
+@pytest.fixture
+def make_agent(node: Node) -> Callable[[str], Awaitable[AgentCreds]]:
+    """Create an agent (node-kept key) on the test node."""
+
+    async def make(name: str = "agent") -> AgentCreds:
+        created = await node.create_agent(name, name.title())
+        return AgentCreds(created.name, created.agent_id, created.api_key)
+
+    return make
