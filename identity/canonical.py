@@ -19,7 +19,7 @@ from typing import Any
 
 SCHEMA_VERSION = "v1"
 
-_CREATED_AT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{3})?Z$")
+_CREATED_AT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{3})?Z")
 
 
 class CanonicalError(ValueError):
@@ -76,7 +76,7 @@ def format_created_at(moment: datetime) -> str:
     if moment.tzinfo is None:
         raise CanonicalError("datetime must be timezone-aware")
     utc = moment.astimezone(UTC)
-    base = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    base = f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
     millis = utc.microsecond // 1000
     return f"{base}.{millis:03d}Z" if millis else f"{base}Z"
 
@@ -88,7 +88,7 @@ def now_created_at() -> str:
 
 def parse_created_at(value: str, field: str = "created_at") -> datetime:
     """Parse a canonical `created_at`; any other spelling is refused, never re-spelled."""
-    if not isinstance(value, str) or not _CREATED_AT.match(value):
+    if not isinstance(value, str) or not _CREATED_AT.fullmatch(value):
         raise CanonicalError("created_at must be YYYY-MM-DDTHH:MM:SS[.mmm]Z", field)
     if value.endswith(".000Z"):
         raise CanonicalError("created_at must omit milliseconds when they are zero", field)
@@ -127,19 +127,28 @@ def normalize_value(value: Any, field: str = "$") -> Any:
 def check_canonical(value: Any, field: str = "$") -> None:
     """Raise CanonicalError unless `value` is already in canonical form (as a signed record must be)."""
     if isinstance(value, str):
-        if not unicodedata.is_normalized("NFC", value):
-            raise CanonicalError("string is not NFC-normalised", field)
+        _check_string(value, field)
     elif isinstance(value, float):
         if normalize_float(value, field) != value or value == int(value):
             raise CanonicalError("number is not canonical (at most 4 decimals, integers without a point)", field)
     elif isinstance(value, dict):
         for key, item in value.items():
-            if not unicodedata.is_normalized("NFC", key):
-                raise CanonicalError("object key is not NFC-normalised", field)
+            if not isinstance(key, str):
+                raise CanonicalError("object keys must be strings", field)
+            _check_string(key, f"{field}.{key}")
             check_canonical(item, f"{field}.{key}")
     elif isinstance(value, list):
         for i, item in enumerate(value):
             check_canonical(item, f"{field}[{i}]")
+
+
+def _check_string(value: str, field: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CanonicalError("string holds a lone surrogate (not valid Unicode text)", field) from None
+    if not unicodedata.is_normalized("NFC", value):
+        raise CanonicalError("string is not NFC-normalised", field)
 
 
 def canonical_bytes(value: Any) -> bytes:

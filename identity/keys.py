@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -125,8 +126,13 @@ class SigningKey:
         return f"SigningKey({self.did})"
 
 
+_SIGNATURE = re.compile(r"[A-Za-z0-9_-]{85}[AQgw]")
+
+
 def verify(did: str, data: bytes, signature: str) -> bool:
-    """True if `signature` (base64url) is `did`'s Ed25519 signature over `data`."""
+    """True if `signature` (unpadded base64url, one spelling only) is `did`'s Ed25519 signature over `data`."""
+    if not isinstance(signature, str) or not _SIGNATURE.fullmatch(signature):
+        return False
     try:
         key = public_key_from_did(did)
         raw = b64u_decode(signature)
@@ -162,7 +168,10 @@ def save_key(path: Path, key: SigningKey) -> None:
 
 def load_key(path: Path) -> SigningKey:
     """Load a key saved by `save_key`."""
-    text = path.read_text("ascii").strip()
+    try:
+        text = path.read_text("ascii").strip()
+    except UnicodeDecodeError:
+        raise KeyError_(f"{path} is not an ed25519 key file") from None
     if not text.startswith("ed25519:"):
         raise KeyError_(f"{path} is not an ed25519 key file")
     seed = b64u_decode(text[len("ed25519:") :])

@@ -62,15 +62,17 @@ def verify(record: dict[str, Any]) -> str:
     if not isinstance(record, dict):
         raise RecordError("malformed", "a record must be a JSON object")
     kind = record.get("kind")
-    if kind not in RECORD_KINDS:
+    if not isinstance(kind, str) or kind not in RECORD_KINDS:
         raise RecordError("malformed", f"unknown record kind {kind!r}", "$.kind")
     if record.get("schema_version") != canonical.SCHEMA_VERSION:
         raise RecordError("malformed", "schema_version must be 'v1'", "$.schema_version")
     author = record.get("author_id")
     if not isinstance(author, str) or not keys.is_did(author):
         raise RecordError("malformed", "author_id must be an Ed25519 did:key", "$.author_id")
+    if not isinstance(record.get("created_at"), str):
+        raise RecordError("malformed", "created_at is missing", "$.created_at")
     try:
-        canonical.parse_created_at(record.get("created_at"), "$.created_at")  # type: ignore[arg-type]
+        canonical.parse_created_at(record["created_at"], "$.created_at")
         canonical.check_canonical(unsigned(record))
     except canonical.CanonicalError as exc:
         raise RecordError("not_canonical", str(exc), exc.field) from None
@@ -98,7 +100,12 @@ def check(record: dict[str, Any]) -> tuple[str, Any]:
     """
     from identity import schema  # local: schema is data, records is mechanism
 
-    size = len(canonical.canonical_bytes(record)) if isinstance(record, dict) else 0
+    if not isinstance(record, dict):
+        raise RecordError("malformed", "a record must be a JSON object")
+    try:
+        size = len(canonical.canonical_bytes(record))
+    except (ValueError, TypeError) as exc:
+        raise RecordError("malformed", f"record is not plain JSON: {exc}") from None
     if size > schema.MAX_RECORD_BYTES:
         raise RecordError("too_large", f"record is {size} bytes; the limit is {schema.MAX_RECORD_BYTES}")
     record_hash = verify(record)

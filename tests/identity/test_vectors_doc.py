@@ -152,3 +152,13 @@ def test_whitespace_set() -> None:
     assert published == {c for c in range(0x110000) if chr(c).isspace()}
     for code in published:
         assert canonical.normalize_content("x" + chr(code)) == "x"
+
+
+@pytest.mark.parametrize("n", VECTOR_IDS)
+def test_record_vectors_are_valid_records_of_their_kind(n: str) -> None:
+    """The published records also pass the kind schemas (identity/schema.py), so they are realistic."""
+    record = json.loads(BLOCKS[f"vector-{n}-input"])
+    signed = {**record, "signature": _fields(f"vector-{n}-expected")["signature"]}
+    record_hash, decoded = records.check(signed)
+    assert record_hash == _fields(f"vector-{n}-expected")["hash"]
+    assert type(decoded).__name__.lower().startswith(record["kind"])
