@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import types
 import typing
 import uuid
@@ -98,12 +99,18 @@ def json_response(value: Any, status: int = 200, headers: dict[str, str] | None 
     )
 
 
+_NAMED_FIELD = re.compile(r"Object (?:contains unknown|missing required) field `(.*)`", re.DOTALL)
+
+
 def _validation_error(exc: msgspec.ValidationError, prefix: str = "$") -> InvalidInput:
     message = str(exc)
     path = "$"
     if " - at `" in message:
         message, path = message.rsplit(" - at `", 1)
         path = path.rstrip("`")
+    named = _NAMED_FIELD.fullmatch(message)
+    if named:  # point at the unknown or missing field itself, not at the object holding it
+        path = f"{path}.{named.group(1)}"
     if prefix != "$":
         path = prefix + path[1:]
     return InvalidInput(message, field=path)
@@ -253,8 +260,6 @@ def _error_statuses(route: Route) -> list[int]:
 
 
 def _path_params(path: str) -> list[str]:
-    import re
-
     return re.findall(r"{(\w+)}", path)
 
 

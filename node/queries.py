@@ -12,6 +12,8 @@ from node.api_types import EntryOut, LinkOut, SearchQuery
 
 MAX_NEIGHBOURHOOD = 1_000  # entries a traversal may collect before it stops and says so
 _HASH = re.compile(r"^[0-9a-f]{64}$")
+_LOCAL_ID = re.compile(r"^[0-9]{1,19}$")  # ASCII digits only: str.isdigit() also accepts '²' and '١'
+MAX_LOCAL_ID = 2**63 - 1  # SQLite's INTEGER range
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 ENTRY_COLUMNS = (
@@ -76,10 +78,12 @@ def resolve_ref(conn: sqlite3.Connection, ref: str) -> tuple[str | None, int | N
 
     An unknown but well-formed hash resolves to (hash, None): it may still arrive.
     """
-    if ref.isdigit():
+    if _LOCAL_ID.fullmatch(ref):
+        if int(ref) > MAX_LOCAL_ID:
+            return None, None
         row = conn.execute("SELECT record_hash, id FROM entries WHERE id = ?", (int(ref),)).fetchone()
         return (row[0], row[1]) if row else (None, None)
-    if _HASH.match(ref):
+    if _HASH.fullmatch(ref):
         row = conn.execute("SELECT id FROM entries WHERE record_hash = ?", (ref,)).fetchone()
         return ref, (row[0] if row else None)
     return None, None

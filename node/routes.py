@@ -29,10 +29,10 @@ from node.api_types import (
     SubscriptionList,
     SubscriptionOut,
 )
+from node.appkeys import NODE
 from node.auth import agent_id
 from node.errors import InvalidInput
 from node.http import Route, convert, decode_query, json_response, read_json
-from node.appkeys import NODE
 from node.service import Node
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -102,7 +102,7 @@ async def list_subscriptions(request: web.Request) -> web.Response:
 
 async def delete_subscription(request: web.Request) -> web.Response:
     raw = request.match_info["sub_id"]
-    if not raw.isdigit() or len(raw) > 18:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise InvalidInput("subscription id must be an integer", field="sub_id")
     await _node(request).unsubscribe(agent_id(request), int(raw))
     return web.Response(status=204)

@@ -333,8 +333,6 @@ class Node:
                 return source, target
 
             source, target = await self.db.read(refs)
-            if source == target:
-                raise InvalidInput("an entry cannot link to itself", field="$.target", code="self_link")
             unsigned = {
                 "kind": "link",
                 "schema_version": canonical.SCHEMA_VERSION,
@@ -351,6 +349,8 @@ class Node:
             except records.RecordError as exc:
                 raise record_error(exc) from None
         assert isinstance(decoded, LinkRecord)
+        if decoded.source == decoded.target:
+            raise InvalidInput("an entry cannot link to itself", field="$.target", code="self_link")
 
         def job(conn: sqlite3.Connection) -> tuple[int, bool]:
             if key is not None:

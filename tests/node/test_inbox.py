@@ -1,0 +1,254 @@
+"""Subscriptions and the inbox state machine through a real server, with a controlled clock."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from node import notify
+from node.api_types import SubscriptionIn
+from node.service import MAX_SUBSCRIPTIONS, Node
+from tests.conftest import AgentCreds, FakeClock
+from tests.node.api_helpers import count, get_json, link, post, problem
+
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+LEASE_S = notify.LEASE_MS / 1000
+
+
+async def subscribe(client: TestClient, who: AgentCreds, status: int = 201, **body: Any) -> dict[str, Any]:
+    resp = await client.post("/v1/subscriptions", json=body, headers=who.headers)
+    data: dict[str, Any] = await resp.json()
+    assert resp.status == status, data
+    return data
+
+
+async def inbox(client: TestClient, who: AgentCreds, **params: str) -> list[dict[str, Any]]:
+    body = await get_json(client, "/v1/inbox", who, params=params)
+    return list(body["notifications"])
+
+
+async def ack(client: TestClient, who: AgentCreds, ids: list[int]) -> int:
+    resp = await client.post("/v1/inbox/ack", json={"ids": ids}, headers=who.headers)
+    assert resp.status == 200
+    return int((await resp.json())["acknowledged"])
+
+
+async def statuses(node: Node, agent_id: str) -> dict[int, tuple[str, int]]:
+    def run(conn: sqlite3.Connection) -> dict[int, tuple[str, int]]:
+        rows = conn.execute(
+            "SELECT entry_id, status, attempt_count FROM notifications WHERE agent_id = ?", (agent_id,)
+        ).fetchall()
+        return {r[0]: (r[1], r[2]) for r in rows}
+
+    return await node.db.read(run)
+
+
+def assert_no_content(value: Any) -> None:
+    """Envelopes are metadata only: no `content` key at any depth."""
+    if isinstance(value, dict):
+        assert "content" not in value, value
+        for v in value.values():
+            assert_no_content(v)
+    elif isinstance(value, list):
+        for v in value:
+            assert_no_content(v)
+
+
+async def test_subscription_matching_or_within_and_across(client: TestClient, make_agent: MakeAgent) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    await subscribe(client, bob, tags=["db", "net"], entry_types=["question"])
+    hit1 = await post(client, alice, entry_type="question", performative="query", content="q1", tags=["db"])
+    hit2 = await post(client, alice, entry_type="question", performative="query", content="q2", tags=["net", "x"])
+    await post(client, alice, entry_type="finding", content="wrong type", tags=["db"])
+    await post(client, alice, entry_type="question", performative="query", content="wrong tag", tags=["other"])
+    await post(client, alice, entry_type="question", performative="query", content="no tags")
+    await post(client, bob, entry_type="question", performative="query", content="own entry", tags=["db"])
+    got = await inbox(client, bob)
+    assert [n["entry_id"] for n in got] == [hit1["id"], hit2["id"]]
+    assert all(n["reason"] == "subscription" and n["tier"] == 2 for n in got)
+
+
+async def test_subscription_dimensions_performative_author_directed(client: TestClient, make_agent: MakeAgent) -> None:
+    alice, bob, carol = await make_agent("alice"), await make_agent("bob"), await make_agent("carol")
+    await subscribe(client, carol, performatives=["propose"], authors=[alice.agent_id])
+    await subscribe(client, carol, tags=["ops"], directed=True)
+    hit = await post(client, alice, performative="propose", content="alice proposes")
+    await post(client, bob, performative="propose", content="bob proposes")
+    await post(client, alice, performative="inform", content="alice informs")
+    await post(client, bob, content="ops but not directed", tags=["ops"])
+    directed = await post(client, bob, content="ops directed", tags=["ops"], directed_to=[carol.agent_id])
+    got = await inbox(client, carol)
+    assert sorted(n["entry_id"] for n in got) == [hit["id"], directed["id"]]
+    assert {n["entry_id"]: n["directed_to_me"] for n in got} == {hit["id"]: False, directed["id"]: True}
+
+
+async def test_subscription_list_duplicate_delete(client: TestClient, make_agent: MakeAgent) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    first = await subscribe(client, alice, tags=["b", "a", "a"], entry_types=["finding"])
+    assert first["tags"] == ["a", "b"] and first["agent_id"] == alice.agent_id
+    same = await subscribe(client, alice, 200, tags=["a", "b"], entry_types=["finding"])
+    assert same == first
+    other = await subscribe(client, alice, tags=["a"])
+    listed = await get_json(client, "/v1/subscriptions", alice)
+    assert [s["id"] for s in listed["subscriptions"]] == [first["id"], other["id"]]
+    assert (await get_json(client, "/v1/subscriptions", bob))["subscriptions"] == []
+    # bob cannot delete alice's subscription
+    resp = await client.delete(f"/v1/subscriptions/{first['id']}", headers=bob.headers)
+    problem(await resp.json(), 404, "subscription_not_found")
+    resp = await client.delete(f"/v1/subscriptions/{first['id']}", headers=alice.headers)
+    assert resp.status == 204
+    resp = await client.delete(f"/v1/subscriptions/{first['id']}", headers=alice.headers)
+    assert resp.status == 404
+    for bad in ["abc", "²", "9" * 19]:
+        resp = await client.delete(f"/v1/subscriptions/{bad}", headers=alice.headers)
+        problem(await resp.json(), 422, "validation_error", "sub_id")
+    listed = await get_json(client, "/v1/subscriptions", alice)
+    assert [s["id"] for s in listed["subscriptions"]] == [other["id"]]
+    # after deleting, matching stops
+    await post(client, bob, content="tagged b", tags=["b"])
+    assert await inbox(client, alice) == []
+
+
+async def test_max_subscriptions(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
+    alice = await make_agent("alice")
+    for i in range(MAX_SUBSCRIPTIONS - 1):
+        await node.subscribe(alice.agent_id, SubscriptionIn(tags=[f"t{i}"]))
+    await subscribe(client, alice, tags=["last"])
+    problem(await subscribe(client, alice, 409, tags=["one-too-many"]), 409, "too_many_subscriptions")
+    await subscribe(client, alice, 200, tags=["last"])  # an existing filter is still answered
+    assert await count(node, "subscriptions") == MAX_SUBSCRIPTIONS
+
+
+async def test_bad_subscriptions(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
+    alice = await make_agent("alice")
+    cases = [
+        ({"tags": ["x"] * 33}, "$.tags"),
+        ({"entry_types": ["essay"]}, "$.entry_types[0]"),
+        ({"authors": ["bob"]}, "$.authors[0]"),
+        ({"directed": "yes"}, "$.directed"),
+        ({"tags": [""]}, "$.tags[0]"),
+        ({"topic": "x"}, "$.topic"),
+    ]
+    for body, field in cases:
+        problem(await subscribe(client, alice, 422, **body), 422, "validation_error", field)
+    assert await count(node, "subscriptions") == 0
+
+
+async def test_inbox_is_metadata_only_and_tiered(client: TestClient, make_agent: MakeAgent) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    await subscribe(client, bob)  # everything
+    mine = await post(client, bob, content="bob's own claim")
+    plain = await post(client, alice, content="secret words", tags=["t"], confidence=0.7)
+    request = await post(client, alice, performative="request", content="please check", directed_to=[bob.agent_id])
+    informed = await post(client, alice, content="fyi bob", directed_to=[bob.agent_id])
+    contra_entry = await post(
+        client,
+        alice,
+        entry_type="contradiction",
+        performative="disconfirm",
+        content="bob is wrong",
+        links=[{"target": mine["record_hash"], "link_type": "contradicts"}],
+    )
+    unrelated = await post(client, alice, content="another note")
+    contra_link = await link(
+        client, alice, 201, source=str(unrelated["id"]), target=str(mine["id"]), link_type="contradicts"
+    )
+    assert contra_link["resolved"]
+    body = await get_json(client, "/v1/inbox", bob)
+    assert_no_content(body)
+    got = {n["entry_id"]: n for n in body["notifications"]}
+    assert set(got) == {plain["id"], request["id"], informed["id"], contra_entry["id"], unrelated["id"]}
+    tiers = {eid: (n["tier"], n["reason"]) for eid, n in got.items()}
+    assert tiers == {
+        plain["id"]: (2, "subscription"),
+        request["id"]: (1, "directed_request"),
+        informed["id"]: (2, "directed"),
+        contra_entry["id"]: (1, "contradiction"),
+        unrelated["id"]: (1, "contradiction"),
+    }
+    # tier 1 first
+    assert [n["tier"] for n in body["notifications"]] == sorted(n["tier"] for n in body["notifications"])
+    env = got[plain["id"]]
+    assert env["record_hash"] == plain["record_hash"] and env["author"] == alice.agent_id
+    assert env["created_at"] == plain["created_at"] and env["tags"] == ["t"] and env["confidence"] == 0.7
+    assert env["entry_type"] == "finding" and env["performative"] == "inform" and env["directed_to_me"] is False
+    assert got[contra_entry["id"]]["link_targets"] == [mine["record_hash"]]
+    assert got[request["id"]]["directed_to_me"] is True
+    assert set(env) == {
+        "notification_id", "entry_id", "record_hash", "author", "created_at", "entry_type", "performative",
+        "tags", "confidence", "directed_to_me", "link_targets", "tier", "reason", "attempt",
+    }  # fmt: skip
+
+
+async def test_lease_retry_and_failure(client: TestClient, make_agent: MakeAgent, node: Node, clock: FakeClock) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    entry = await post(client, alice, performative="request", content="do it", directed_to=[bob.agent_id])
+    for attempt in range(1, notify.MAX_ATTEMPTS + 1):
+        got = await inbox(client, bob)
+        assert [(n["entry_id"], n["attempt"]) for n in got] == [(entry["id"], attempt)]
+        assert await inbox(client, bob) == []  # leased: not handed out again
+        clock.advance(LEASE_S - 1)
+        assert await inbox(client, bob) == []  # the lease has not lapsed yet
+        assert (await statuses(node, bob.agent_id))[entry["id"]] == ("leased", attempt)
+        clock.advance(1)
+    # the last lease lapsed after MAX_ATTEMPTS attempts: failed, never handed out again
+    assert await inbox(client, bob) == []
+    assert (await statuses(node, bob.agent_id))[entry["id"]] == ("failed", notify.MAX_ATTEMPTS)
+    notification_id = await node.db.read(lambda c: c.execute("SELECT id FROM notifications").fetchone()[0])
+    assert await ack(client, bob, [notification_id]) == 0
+
+
+async def test_ack_and_mark_delivered(client: TestClient, make_agent: MakeAgent, node: Node, clock: FakeClock) -> None:
+    alice, bob, carol = await make_agent("alice"), await make_agent("bob"), await make_agent("carol")
+    first = await post(client, alice, content="one", directed_to=[bob.agent_id, carol.agent_id])
+    second = await post(client, alice, content="two", directed_to=[bob.agent_id])
+    got = await inbox(client, bob, limit="1")
+    assert [n["entry_id"] for n in got] == [first["id"]]
+    carol_ids = [n["notification_id"] for n in await inbox(client, carol)]
+    assert await ack(client, bob, carol_ids) == 0  # not bob's
+    assert await ack(client, bob, [got[0]["notification_id"]]) == 1
+    assert await ack(client, bob, [got[0]["notification_id"]]) == 0  # already delivered
+    clock.advance(LEASE_S + 1)
+    # the acknowledged one never comes back; the other was pending all along
+    delivered = await inbox(client, bob, mark_delivered="true")
+    assert [n["entry_id"] for n in delivered] == [second["id"]]
+    clock.advance(LEASE_S + 1)
+    assert await inbox(client, bob) == []
+    assert await statuses(node, bob.agent_id) == {first["id"]: ("delivered", 1), second["id"]: ("delivered", 1)}
+    # carol's lease lapses and she gets it again
+    clock.advance(LEASE_S + 1)
+    assert [n["attempt"] for n in await inbox(client, carol)] == [2]
+
+
+async def test_expiry(client: TestClient, make_agent: MakeAgent, node: Node, clock: FakeClock) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    leased = await post(client, alice, content="leased then expired", directed_to=[bob.agent_id])
+    assert len(await inbox(client, bob)) == 1
+    pending = await post(client, alice, content="never polled", directed_to=[bob.agent_id])
+    clock.advance(notify.NOTIFICATION_TTL_MS / 1000 + 1)
+    assert await inbox(client, bob) == []
+    assert await statuses(node, bob.agent_id) == {leased["id"]: ("expired", 1), pending["id"]: ("expired", 0)}
+
+
+async def test_inbox_since_and_bad_params(client: TestClient, make_agent: MakeAgent, clock: FakeClock) -> None:
+    from datetime import UTC, datetime
+
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    await post(client, alice, content="early", directed_to=[bob.agent_id])
+    clock.advance(10)
+    cut = datetime.fromtimestamp(clock.now, UTC).isoformat()
+    late = await post(client, alice, content="late", directed_to=[bob.agent_id])
+    assert [n["entry_id"] for n in await inbox(client, bob, since=cut)] == [late["id"]]
+    for params, field in [
+        ({"limit": "0"}, "$.limit"),
+        ({"limit": "201"}, "$.limit"),
+        ({"since": "noon"}, "$.since"),
+        ({"mark_delivered": "maybe"}, "$.mark_delivered"),
+    ]:
+        problem(await get_json(client, "/v1/inbox", bob, 422, params=params), 422, "validation_error", field)
+    for body, field in [({"ids": []}, "$.ids"), ({"ids": ["x"]}, "$.ids[0]"), ({}, "$.ids")]:
+        resp = await client.post("/v1/inbox/ack", json=body, headers=bob.headers)
+        problem(await resp.json(), 422, "validation_error", field)

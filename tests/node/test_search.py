@@ -1,0 +1,135 @@
+"""GET /v1/search through a real server: full text, every filter, paging, and FTS query-syntax injection."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from tests.conftest import AgentCreds, FakeClock
+from tests.node.api_helpers import get_json, post, problem
+
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+
+
+async def ids(client: TestClient, who: AgentCreds, **params: Any) -> list[int]:
+    body = await get_json(client, "/v1/search", who, params=params)
+    return [e["id"] for e in body["entries"]]
+
+
+@pytest.fixture
+async def corpus(client: TestClient, make_agent: MakeAgent, clock: FakeClock) -> dict[str, Any]:
+    """Six entries by two authors, one second apart."""
+    alice = await make_agent("alice")
+    bob = await make_agent("bob")
+    specs = [
+        (alice, "finding", "inform", "sqlite wal mode lets readers run", 0.9, ["db", "sqlite"]),
+        (alice, "question", "query", "does wal survive power loss", 0.4, ["db"]),
+        (bob, "finding", "inform", "postgres uses mvcc for readers", 0.7, ["postgres"]),
+        (bob, "question", "request", "who knows about btrees", 0.2, []),
+        (alice, "synthesis", "propose", 'the "a" OR b* literal NEAR( content:x text', 0.6, ["syntax"]),
+        (bob, "finding", "confirm", "just the letter a here", 0.5, ["syntax"]),
+    ]
+    stamps: list[str] = []
+    entries: list[dict[str, Any]] = []
+    for who, etype, perf, content, conf, tags in specs:
+        stamps.append(datetime.fromtimestamp(clock.now, UTC).isoformat())
+        entries.append(
+            await post(client, who, entry_type=etype, performative=perf, content=content, confidence=conf, tags=tags)
+        )
+        clock.advance(1)
+    return {"alice": alice, "bob": bob, "e": [e["id"] for e in entries], "stamps": stamps}
+
+
+async def test_full_text(client: TestClient, corpus: dict[str, Any]) -> None:
+    a, e = corpus["alice"], corpus["e"]
+    assert sorted(await ids(client, a, q="readers")) == [e[0], e[2]]
+    assert await ids(client, a, q="wal readers") == [e[0]]  # words are ANDed
+    assert await ids(client, a, q="WAL power") == [e[1]]  # case-insensitive
+    assert await ids(client, a, q="nothing matches this") == []
+    assert sorted(await ids(client, a, q="sqlite")) == [e[0]]  # content and tags are indexed
+
+
+async def test_filters_or_within_and_across(client: TestClient, corpus: dict[str, Any]) -> None:
+    a, b, e = corpus["alice"], corpus["bob"], corpus["e"]
+    assert sorted(await ids(client, a, tags="db,postgres")) == [e[0], e[1], e[2]]
+    assert sorted(await ids(client, a, entry_type="question")) == [e[1], e[3]]
+    assert sorted(await ids(client, a, entry_type="question,synthesis")) == [e[1], e[3], e[4]]
+    assert sorted(await ids(client, a, performative="inform")) == [e[0], e[2]]
+    assert sorted(await ids(client, a, author=b.agent_id)) == [e[2], e[3], e[5]]
+    assert sorted(await ids(client, a, author=b.agent_id, entry_type="finding")) == [e[2], e[5]]
+    assert sorted(await ids(client, a, tags="db", author=a.agent_id, performative="query")) == [e[1]]
+    assert sorted(await ids(client, a, min_confidence="0.6")) == [e[0], e[2], e[4]]
+    assert sorted(await ids(client, a, q="readers", min_confidence="0.8")) == [e[0]]
+    assert sorted(await ids(client, a, since=corpus["stamps"][4])) == [e[4], e[5]]
+    assert sorted(await ids(client, a, since=corpus["stamps"][4].replace("+00:00", "Z"))) == [e[4], e[5]]
+
+
+async def test_paging(client: TestClient, corpus: dict[str, Any]) -> None:
+    a, e = corpus["alice"], corpus["e"]
+    seen: list[int] = []
+    offset: int | None = 0
+    pages = 0
+    while offset is not None:
+        body = await get_json(client, "/v1/search", a, params={"limit": "4", "offset": str(offset)})
+        seen += [x["id"] for x in body["entries"]]
+        offset = body["next_offset"]
+        pages += 1
+    assert seen == list(reversed(e))  # newest first without q
+    assert pages == 2
+
+
+@pytest.mark.parametrize(
+    ("q", "expected"),
+    [
+        ('"a" OR b*', [4]),  # OR and * are literal words, not operators: only the entry holding all three
+        ("NEAR(", [4]),
+        ("content:x", [4]),  # not a column filter
+        ('"a', [4, 5]),  # a lone quote is ignored; 'a' is in both
+        ("text)", [4]),
+        ("-readers", [0, 2]),  # no NOT operator either
+        ("^sqlite", [0]),
+        ("a AND NOT here", []),  # AND/NOT are words; no entry has 'and' and 'not'
+    ],
+)
+async def test_fts_syntax_is_matched_literally(
+    client: TestClient, corpus: dict[str, Any], q: str, expected: list[int]
+) -> None:
+    e = corpus["e"]
+    assert sorted(await ids(client, corpus["alice"], q=q)) == sorted(e[i] for i in expected)
+
+
+@pytest.mark.parametrize("q", ['"', '""', "*", "()", ":", "^", "-", "NEAR"])
+async def test_queries_without_words_never_500(client: TestClient, corpus: dict[str, Any], q: str) -> None:
+    resp = await client.get("/v1/search", params={"q": q}, headers=corpus["alice"].headers)
+    if q == "NEAR":
+        assert resp.status == 200
+        assert await resp.json() is not None
+    else:
+        problem(await resp.json(), 422, "invalid_query", "$.q")
+
+
+async def test_search_rejects_bad_parameters(client: TestClient, corpus: dict[str, Any]) -> None:
+    a = corpus["alice"]
+    cases = [
+        ({"limit": "201"}, "$.limit"),
+        ({"limit": "0"}, "$.limit"),
+        ({"offset": "-1"}, "$.offset"),
+        ({"hops": "4"}, "$.hops"),
+        ({"min_confidence": "1.5"}, "$.min_confidence"),
+        ({"entry_type": "essay"}, "$.entry_type[0]"),
+        ({"direction": "sideways"}, "$.direction"),
+        ({"since": "yesterday"}, "$.since"),
+        ({"since": "2026-01-01T00:00:00"}, "$.since"),
+        ({"author": "bob"}, "$.author[0]"),
+        ({"colour": "blue"}, None),
+        ({"q": "x" * 513}, "$.q"),
+    ]
+    for params, field in cases:
+        body = await get_json(client, "/v1/search", a, 422, params=params)
+        problem(body, 422, "validation_error", field)
+    body = await get_json(client, "/v1/search", a, 422, params=[("q", "a"), ("q", "b")])
+    problem(body, 422, "validation_error", "$.q")
