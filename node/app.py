@@ -7,10 +7,12 @@ from pathlib import Path
 
 from aiohttp import web
 
-from node import __version__
+from node import __version__, metrics
+from node.appkeys import NODE
 from node.auth import guard
 from node.http import Route, error_middleware, json_response, openapi
-from node.appkeys import NODE
+from node.logging_setup import request_log_middleware
+from node.metrics import metrics_middleware
 from node.routes import ROUTES
 from node.service import Node
 
@@ -25,8 +27,11 @@ def all_routes() -> list[Route]:
 
 def create_app(node: Node) -> web.Application:
     """Build the aiohttp application around an opened or unopened Node (opened on startup, closed on cleanup)."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(
+        middlewares=[request_log_middleware, metrics_middleware, error_middleware], client_max_size=MAX_BODY_BYTES
+    )
     app[NODE] = node
+    metrics.install(app)
     routes = all_routes()
     for route in routes:
         app.router.add_route(route.method, route.path, guard(route, node.authenticate))

@@ -35,23 +35,40 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import logging
-
     from aiohttp import web
 
+    from node import config as configuration
+    from node import logging_setup, metrics
     from node.app import create_app
     from node.datadir import initialise
     from node.service import Node
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    token = initialise(args.data)
+    flags = {name: getattr(args, name, None) for name in configuration.FIELDS}
+    config = configuration.load(args.config, flags)
+    if args.print_config:
+        print(configuration.to_toml(config), end="")
+        return 0
+    logging_setup.configure(config.log_format, config.log_level, access_log=config.access_log)
+    data = Path(config.data)
+    token = initialise(data)
     if token is not None:
-        print(f"Initialised node data in {args.data}")
+        print(f"Initialised node data in {data}")
         print(f"Admin token (shown once, keep it safe): {token}")
-    node = Node(args.data)
-    print(f"Node {node.node_id} serving http://{args.host}:{args.port}", flush=True)
-    print(f"Create an agent: bbs agent create NAME --data {args.data}", flush=True)
-    web.run_app(create_app(node), host=args.host, port=args.port, print=None, handle_signals=True)
+    node = Node(data)
+    print(f"Node {node.node_id} serving http://{config.host}:{config.port}", flush=True)
+    print(f"Create an agent: bbs agent create NAME --data {data}", flush=True)
+    app = create_app(node)
+    if config.metrics_port is not None:
+        metrics.serve_separately(app, config.metrics_host, config.metrics_port)
+    web.run_app(
+        app,
+        host=config.host,
+        port=config.port,
+        print=None,
+        handle_signals=True,
+        access_log=None,
+        shutdown_timeout=config.shutdown_timeout,
+    )
     return 0
 
 
@@ -104,10 +121,17 @@ def build_parser() -> argparse.ArgumentParser:
     _data_arg(p)
     p.set_defaults(func=cmd_init)
 
-    p = sub.add_parser("serve", help="run a node")
-    _data_arg(p)
-    p.add_argument("--host", default=os.environ.get("BBS_HOST", "127.0.0.1"))
-    p.add_argument("--port", type=int, default=int(os.environ.get("BBS_PORT", "8420")))
+    p = sub.add_parser("serve", help="run a node (settings: defaults < --config file < BBS_* environment < flags)")
+    p.add_argument("--config", type=Path, help="a TOML config file (see docker/bbs.sample.toml)")
+    p.add_argument("--data", help="data folder (default: $BBS_DATA or ./bbs-data)")
+    p.add_argument("--host", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", help="listen port (default 8420)")
+    p.add_argument("--log-format", dest="log_format", help="text or json")
+    p.add_argument("--log-level", dest="log_level", help="debug, info, warning or error")
+    p.add_argument("--metrics-host", dest="metrics_host", help="address of the unauthenticated metrics listener")
+    p.add_argument("--metrics-port", dest="metrics_port", help="port of the unauthenticated metrics listener")
+    p.add_argument("--shutdown-timeout", dest="shutdown_timeout", help="seconds in-flight requests get on SIGTERM")
+    p.add_argument("--print-config", action="store_true", help="print the effective configuration and exit")
     p.set_defaults(func=cmd_serve)
 
     agent = sub.add_parser("agent", help="manage agents").add_subparsers(dest="agent_command", required=True)
@@ -122,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rebuild", help="rebuild every projection from the log and check it matches")
     _data_arg(p)
     p.set_defaults(func=cmd_rebuild)
+
+    from node import ops_cli
+
+    ops_cli.add_commands(sub)  # backup, restore, litestream-config, doctor
     return parser
 
 
@@ -131,12 +159,20 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `bbs` console script."""
     args = build_parser().parse_args(argv)
+    from node.config import ConfigError
+    from node.db import SchemaTooNew
     from node.errors import BBSError
 
     try:
         return int(args.func(args))
     except BBSError as exc:
         print(f"bbs: {exc.code}: {exc.detail}", file=sys.stderr)
+        return EXIT_ERROR
+    except ConfigError as exc:
+        print(f"bbs: config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except SchemaTooNew as exc:
+        print(f"bbs: schema_too_new: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130

@@ -1,0 +1,135 @@
+"""The node's configuration: one msgspec Struct, filled from defaults < TOML file < BBS_* environment < CLI flags.
+
+Every source is validated by the same Struct, so an unknown key or a bad value is refused with the key
+named, wherever it came from. Environment variables are the field names upper-cased with a `BBS_`
+prefix (`log_format` -> `BBS_LOG_FORMAT`); only known names are read, so other `BBS_*` variables
+(used by agent clients, for instance) do not disturb a node.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=3600)]
+ENV_PREFIX = "BBS_"
+
+
+class ConfigError(Exception):
+    """A configuration source could not be used; the message names the source and the key."""
+
+
+class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Settings of `bbs serve`. Field names are the TOML keys; `BBS_<NAME>` the environment variables."""
+
+    data: str = "bbs-data"
+    """The data folder (node.key, bbs.db)."""
+    host: str = "127.0.0.1"
+    """Address the REST/MCP listener binds to."""
+    port: Port = 8420
+    """Port of the REST/MCP listener (0 picks a free port)."""
+    log_format: Literal["text", "json"] = "text"
+    """`text` for people, `json` for log collectors: one JSON object per line."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """The lowest level written."""
+    access_log: bool = True
+    """One line per HTTP request (method, route, status, duration, request id)."""
+    metrics_host: str = "127.0.0.1"
+    """Address of the separate, unauthenticated metrics listener (only used when metrics_port is set)."""
+    metrics_port: Port | None = None
+    """Serve /metrics without authentication on this port too; /metrics on the main port always needs the
+    admin token."""
+    shutdown_timeout: Seconds = 10.0
+    """Seconds in-flight requests get to finish after SIGTERM before connections are closed."""
+
+
+FIELDS: tuple[str, ...] = Config.__struct_fields__
+
+
+def _check(raw: Mapping[str, Any], source: str, *, strict: bool) -> dict[str, Any]:
+    """Validate one source's partial settings; return them unchanged if valid."""
+    try:
+        msgspec.convert(dict(raw), Config, strict=strict)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        key = ""
+        if " - at `$." in message:
+            message, key = message.rsplit(" - at `$.", 1)
+            key = key.rstrip("`")
+        elif message.startswith("Object contains unknown field `"):
+            key = message.split("`")[1]
+            message = "unknown key"
+        raise ConfigError(f"{source}: {key}: {message}" if key else f"{source}: {message}") from None
+    return dict(raw)
+
+
+def from_file(path: Path) -> dict[str, Any]:
+    """Settings from a TOML file (flat keys); a missing or unreadable file is an error."""
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            raise ConfigError(f"{path}: {key}: tables are not used; write the keys at the top level")
+    return _check(raw, str(path), strict=True)
+
+
+def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Settings from BBS_* environment variables named after known fields (values are parsed as text)."""
+    raw: dict[str, Any] = {}
+    for name in FIELDS:
+        value = environ.get(ENV_PREFIX + name.upper())
+        if value is not None:
+            raw[name] = value
+    for name, value in raw.items():
+        # Each variable is validated alone so the error names the variable, not the field.
+        _check({name: value}, f"environment {ENV_PREFIX}{name.upper()}", strict=False)
+    return raw
+
+
+def load(
+    file: Path | None = None,
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """The effective configuration: defaults < file < environment < flags (flags that are None are unset)."""
+    merged: dict[str, Any] = {}
+    if file is not None:
+        merged.update(from_file(file))
+    merged.update(from_env(os.environ if environ is None else environ))
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    merged.update(_check(given, "command line", strict=False))
+    try:
+        return msgspec.convert(merged, Config, strict=False)
+    except msgspec.ValidationError as exc:  # pragma: no cover - every source was checked above
+        raise ConfigError(str(exc)) from None
+
+
+def to_toml(config: Config) -> str:
+    """The configuration as TOML (for `bbs serve --print-config`)."""
+    lines = []
+    for name in FIELDS:
+        value = getattr(config, name)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, str):
+            text = msgspec.json.encode(value).decode()
+        else:
+            text = repr(value)
+        lines.append(f"{name} = {text}")
+    return "\n".join(lines) + "\n"

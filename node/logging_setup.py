@@ -1,0 +1,124 @@
+"""Structured logs: text or one JSON object per line, and one access line per HTTP request.
+
+The access line carries method, route pattern, path, status, duration and request id. It never carries
+headers (bearer tokens live there), query strings (search text is content) or bodies.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from node.http import Handler
+
+ACCESS_LOGGER = "bbs.access"
+REQUEST_ID_HEADER = "X-Request-Id"
+_SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+# Attributes every LogRecord has; anything else on a record came from `extra=` and is a structured field.
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "taskName"}
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, the record's extra fields, and exc when present."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        out.update(_fields(record))
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """`time level logger message key=value ...` for people reading a terminal or journald."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extra = " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in _fields(record).items())
+        return f"{line} {extra}" if extra else line
+
+
+def configure(fmt: str = "text", level: str = "info", stream: TextIO | None = None, *, access_log: bool = True) -> None:
+    """Send every log record of the process to `stream` (stderr) in the chosen format, replacing other handlers."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # aiohttp's own access logger is replaced by ours (bbs serve passes access_log=None to run_app).
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger(ACCESS_LOGGER).setLevel(logging.NOTSET if access_log else logging.WARNING)
+
+
+def request_id_of(request: web.Request) -> str:
+    """The request's id: the client's X-Request-Id when it is a short safe token, else a fresh one."""
+    given = request.headers.get(REQUEST_ID_HEADER, "")
+    return given if _SAFE_ID.fullmatch(given) else uuid.uuid4().hex
+
+
+def route_label(request: web.Request) -> str:
+    """The matched route's pattern (`/v1/entries/{entry_id}`), or `unmatched`: bounded, and free of ids."""
+    route = request.match_info.route
+    resource = getattr(route, "resource", None)
+    return resource.canonical if resource is not None else "unmatched"
+
+
+@web.middleware
+async def request_log_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Log one line per request at info, and make sure request and response agree on one request id."""
+    log = logging.getLogger(ACCESS_LOGGER)
+    request_id = request_id_of(request)
+    if request.headers.get(REQUEST_ID_HEADER) != request_id:
+        # The inner error middleware reads the header; hand it the sanitised id.
+        headers = CIMultiDict(request.headers)
+        headers[REQUEST_ID_HEADER] = request_id
+        request = request.clone(headers=headers)
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "%s %s %s",
+                request.method,
+                request.path,
+                status,
+                extra={
+                    "request_id": request_id,
+                    "method": request.method,
+                    "route": route_label(request),
+                    "path": request.path,
+                    "status": status,
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                    "remote": request.remote,
+                },
+            )

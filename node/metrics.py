@@ -1,0 +1,221 @@
+"""Prometheus metrics: HTTP traffic from a middleware, store state from SQL at scrape time, and hooks.
+
+Each application has its own registry (`app[METRICS]`). `/metrics` on the main listener needs the admin
+token; `serve_separately` adds an unauthenticated listener on another address for a scraper on a private
+network.
+
+Hooks for other features:
+- `SQL_GAUGES.append(SqlGauge(name, help, labels, sql))` at import time: a gauge filled at every scrape
+  from one query whose rows are (*label values, value). `:now_ms` is bound to the node's clock. A gauge
+  whose table does not exist (yet) is left empty. Use it for live leases, candidates by status, etc.
+- `metrics_of(app).counter/gauge/histogram(name, help, labels)` for events counted in process (sync
+  outcomes per peer, sync lag), get-or-create, so two modules asking for one name share it.
+- `metrics_of(app).on_scrape(async_fn)` to refresh a gauge just before each scrape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from node.appkeys import NODE
+from node.auth import guard
+from node.http import Handler, Route
+from node.logging_setup import route_label
+
+log = logging.getLogger("bbs.metrics")
+_METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
+
+
+@dataclass(frozen=True)
+class SqlGauge:
+    """A gauge computed by one SQL query at scrape time: rows of (*label values, value)."""
+
+    name: str
+    help: str
+    labels: tuple[str, ...]
+    sql: str
+
+
+SQL_GAUGES: list[SqlGauge] = [
+    SqlGauge(
+        "bbs_records",
+        "Records in the log, by kind and origin ('local' or the peer node it came from)",
+        ("kind", "origin"),
+        "SELECT kind, origin, count(*) FROM records GROUP BY kind, origin",
+    ),
+    SqlGauge(
+        "bbs_notifications",
+        "Notification queue depth by state",
+        ("status",),
+        "SELECT status, count(*) FROM notifications GROUP BY status",
+    ),
+]
+
+
+class _SqlCollector(Collector):
+    """Serves the rows the last refresh read; refreshed by `Metrics.render` before every scrape."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[tuple[Any, ...]]] = {}
+
+    def collect(self) -> Iterable[Metric]:
+        for gauge in SQL_GAUGES:
+            rows = self.rows.get(gauge.name)
+            if rows is None:
+                continue
+            family = GaugeMetricFamily(gauge.name, gauge.help, labels=list(gauge.labels))
+            for row in rows:
+                family.add_metric([str(v) for v in row[:-1]], float(row[-1]))
+            yield family
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+class Metrics:
+    """One application's registry, its HTTP metrics and the scrape hooks."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "bbs_http_requests",
+            "HTTP requests by method, route and status",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "bbs_http_request_duration_seconds",
+            "HTTP request latency by method and route",
+            ["method", "route"],
+            registry=self.registry,
+        )
+        self._sql = _SqlCollector()
+        self.registry.register(self._sql)
+        self._hooks: list[Callable[[], Awaitable[None]]] = []
+        self._made: dict[str, Any] = {}
+        self._lock = asyncio.Lock()
+
+    def _get(self, kind: type, name: str, help: str, labels: Iterable[str], **kwargs: Any) -> Any:
+        existing = self._made.get(name)
+        if existing is None:
+            existing = self._made[name] = kind(name, help, list(labels), registry=self.registry, **kwargs)
+        elif not isinstance(existing, kind):
+            raise ValueError(f"metric {name} already exists as a {type(existing).__name__}")
+        return existing
+
+    def counter(self, name: str, help: str, labels: Iterable[str] = ()) -> Counter:
+        """Get or create a counter in this registry."""
+        return self._get(Counter, name, help, labels)  # type: ignore[no-any-return]
+
+    def gauge(self, name: str, help: str, labels: Iterable[str] = ()) -> Gauge:
+        """Get or create a gauge in this registry."""
+        return self._get(Gauge, name, help, labels)  # type: ignore[no-any-return]
+
+    def histogram(self, name: str, help: str, labels: Iterable[str] = (), **kwargs: Any) -> Histogram:
+        """Get or create a histogram in this registry (kwargs: buckets)."""
+        return self._get(Histogram, name, help, labels, **kwargs)  # type: ignore[no-any-return]
+
+    def on_scrape(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run `hook` before each scrape (to refresh gauges that are cheap to compute on demand)."""
+        self._hooks.append(hook)
+
+    async def render(self, app: web.Application) -> bytes:
+        """The exposition text, after refreshing the SQL gauges and running the hooks."""
+        async with self._lock:
+            node = app[NODE]
+            now_ms = node.now_ms()
+            self._sql.rows = await node.db.read(lambda conn: _query_gauges(conn, now_ms))
+            for hook in self._hooks:
+                try:
+                    await hook()
+                except Exception:  # one broken hook must not take the whole scrape down
+                    log.exception("metrics hook %r failed", hook)
+            return generate_latest(self.registry)
+
+
+def _query_gauges(conn: sqlite3.Connection, now_ms: int) -> dict[str, list[tuple[Any, ...]]]:
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    for gauge in SQL_GAUGES:
+        try:
+            out[gauge.name] = [tuple(row) for row in conn.execute(gauge.sql, {"now_ms": now_ms})]
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+    return out
+
+
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
+
+
+def metrics_of(app: web.Application) -> Metrics:
+    """The application's metrics (created by `install`)."""
+    return app[METRICS]
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count every request by method, route pattern and status, and time it."""
+    metrics = request.app.get(METRICS)
+    if metrics is None:
+        return await handler(request)
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        method = request.method if request.method in _METHODS else "OTHER"
+        route = route_label(request)
+        metrics.requests.labels(method, route, str(status)).inc()
+        metrics.latency.labels(method, route).observe(time.perf_counter() - started)
+
+
+async def _metrics_handler(request: web.Request) -> web.Response:
+    app = request.app.get(_SOURCE) or request.app
+    body = await app[METRICS].render(app)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+_SOURCE: web.AppKey[web.Application] = web.AppKey("metrics_source", web.Application)
+METRICS_ROUTE = Route("GET", "/metrics", _metrics_handler, "Prometheus metrics", "admin", tag="ops")
+
+
+def install(app: web.Application) -> Metrics:
+    """Give the app its registry and an admin-only GET /metrics (call from the app factory)."""
+    metrics = Metrics()
+    app[METRICS] = metrics
+    app.router.add_get("/metrics", guard(METRICS_ROUTE, app[NODE].authenticate))
+    return metrics
+
+
+def serve_separately(app: web.Application, host: str, port: int) -> None:
+    """Also serve /metrics without authentication on host:port for as long as `app` runs."""
+
+    async def listener(main: web.Application) -> AsyncIterator[None]:
+        side = web.Application()
+        side[_SOURCE] = main
+        side.router.add_get("/metrics", _metrics_handler)
+        runner = web.AppRunner(side, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        log.info("metrics listening", extra={"address": f"http://{host}:{port}/metrics"})
+        yield
+        await runner.cleanup()
+
+    app.cleanup_ctx.append(listener)
