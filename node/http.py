@@ -26,6 +26,7 @@ log = logging.getLogger("bbs.http")
 T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PROBLEM_TYPE = "https://agent-bbs.dev/problems/"
+MAX_JSON_DEPTH = 32  # nesting of arrays/objects in a request body; deeper bodies are refused before any work
 
 
 @dataclass
@@ -80,7 +81,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         code, detail = _HTTP_CODES.get(exc.status, ("http_error", exc.reason))
-        err = BBSError(detail, code=code)
+        allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        err = BBSError(detail, code=code, headers=allow)
         err.status, err.title = exc.status, exc.reason
         return problem_response(err, request_id)
     except Exception:
@@ -125,10 +127,31 @@ async def read_json(request: web.Request) -> Any:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge(f"request body exceeds {request.app._client_max_size} bytes") from None
+    too_deep = MalformedRequest(f"body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels", code="too_deep")
     try:
-        return msgspec.json.decode(raw)
+        value = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         raise MalformedRequest(f"body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:  # nested beyond the decoder's own limit
+        raise too_deep from None
+    if _too_deep(value):
+        raise too_deep
+    return value
+
+
+def _too_deep(value: Any) -> bool:
+    """True if a decoded JSON value nests deeper than MAX_JSON_DEPTH (checked without recursion)."""
+    level: list[Any] = [value]
+    for _ in range(MAX_JSON_DEPTH):
+        level = [
+            child
+            for item in level
+            if isinstance(item, dict | list)
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
+        if not level:
+            return False
+    return any(isinstance(item, dict | list) for item in level)
 
 
 def convert(value: Any, typ: type[T], prefix: str = "$") -> T:
