@@ -7,7 +7,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from node import __version__, metrics
+from node import __version__, metrics, peer_routes
 from node.appkeys import NODE
 from node.auth import guard
 from node.http import Route, error_middleware, json_response, openapi
@@ -18,6 +18,7 @@ from node.service import Node
 
 MAX_BODY_BYTES = 1024 * 1024
 ROUTE_TABLES: list[list[Route]] = [ROUTES]
+ROUTE_TABLES.append(peer_routes.PEER_ROUTES)  # federation: peers, digest, peer-signed sync
 
 
 def all_routes() -> list[Route]:
@@ -42,6 +43,7 @@ def create_app(node: Node) -> web.Application:
 
     app.router.add_get("/openapi.json", openapi_json)
     app.cleanup_ctx.append(_lifecycle)
+    peer_routes.install(app)  # after _lifecycle: the puller stops before the node closes
     return app
 
 

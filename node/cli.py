@@ -150,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     from node import ops_cli
 
     ops_cli.add_commands(sub)  # backup, restore, litestream-config, doctor
+    from node import peer_cli
+
+    peer_cli.add_parsers(sub, _data_arg)  # peer add, peers, digest
     return parser
 
 

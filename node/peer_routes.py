@@ -1,0 +1,224 @@
+"""REST routes of federation: peer administration, the digest, and the peer-signed sync endpoints.
+
+`sync_context` (an aiohttp cleanup context) starts the scheduler that pulls from every configured peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+import msgspec
+from aiohttp import web
+
+from node.appkeys import NODE
+from node.errors import BBSError, InvalidInput, MalformedRequest
+from node.http import Route, convert, decode_query, json_response, read_json
+from node.sync_store import NodeSyncStore
+from sync import messages as m
+from sync.auth import PeerAuthError, PeerVerifier
+from sync.puller import Puller, Scheduler
+from sync.server import BadSyncMessage, SyncServer
+
+log = logging.getLogger("bbs.sync")
+
+
+@dataclass
+class SyncState:
+    """Federation objects of one running app."""
+
+    store: NodeSyncStore
+    server: SyncServer
+    verifier: PeerVerifier
+    scheduler: Scheduler | None = None
+
+
+SYNC: web.AppKey[SyncState] = web.AppKey("sync", SyncState)
+
+
+def _state(request: web.Request) -> SyncState:
+    return request.app[SYNC]
+
+
+class _PeerAuthFailed(BBSError):
+    status, code, title = 401, "peer_auth_failed", "Peer authentication failed"
+
+
+async def _authenticate_peer(request: web.Request, body: bytes | None) -> str:
+    """The calling peer's node id; refuses unsigned, unknown-key, stale and replayed requests."""
+    state = _state(request)
+    allowed = await state.store.peer_ids()
+    try:
+        return state.verifier.verify(request.method, str(request.url), request.headers, body, allowed)
+    except PeerAuthError as exc:
+        err = _PeerAuthFailed(exc.detail, code=exc.code, field="Signature")
+        err.status = exc.status
+        if exc.status == 403:
+            err.title = "Not a peer"
+        raise err from None
+
+
+async def _signed_body(request: web.Request) -> bytes:
+    if request.content_type != "application/json":
+        from node.errors import UnsupportedMediaType
+
+        raise UnsupportedMediaType("send the body as application/json", field="Content-Type")
+    return await request.read()
+
+
+def _decode(body: bytes, typ: type[msgspec.Struct]) -> msgspec.Struct:
+    try:
+        value = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise MalformedRequest(f"body is not valid JSON: {exc}", code="invalid_json") from None
+    return convert(value, typ)  # type: ignore[return-value]
+
+
+async def sync_changes(request: web.Request) -> web.Response:
+    await _authenticate_peer(request, None)
+    q = decode_query(request, m.ChangesQuery)
+    return json_response(await _state(request).server.changes(q))
+
+
+async def sync_fetch(request: web.Request) -> web.Response:
+    body = await _signed_body(request)
+    await _authenticate_peer(request, body)
+    req = _decode(body, m.FetchRequest)
+    assert isinstance(req, m.FetchRequest)
+    return json_response(await _state(request).server.fetch(req))
+
+
+async def sync_reconcile(request: web.Request) -> web.Response:
+    body = await _signed_body(request)
+    await _authenticate_peer(request, body)
+    req = _decode(body, m.ReconcileRequest)
+    assert isinstance(req, m.ReconcileRequest)
+    try:
+        return json_response(await _state(request).server.reconcile(req))
+    except BadSyncMessage as exc:
+        raise InvalidInput(str(exc), field="$.message", code="bad_negentropy_message") from None
+
+
+async def sync_digest(request: web.Request) -> web.Response:
+    return json_response(await _state(request).store.digest())
+
+
+async def add_peer(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), m.PeerIn)
+    state = _state(request)
+    status = await state.store.add_peer(body)
+    if state.scheduler is not None:
+        state.scheduler.poke()
+    return json_response(status, 201)
+
+
+async def list_peers(request: web.Request) -> web.Response:
+    return json_response(m.PeerList(peers=await _state(request).store.statuses()))
+
+
+PEER_ROUTES: list[Route] = [
+    Route(
+        "POST",
+        "/v1/peers",
+        add_peer,
+        "Add (or re-address) a peer node to pull from and accept sync requests from (admin)",
+        "admin",
+        body=m.PeerIn,
+        responses={201: m.PeerStatus},
+        tag="federation",
+    ),
+    Route(
+        "GET",
+        "/v1/peers",
+        list_peers,
+        "Peers with cursor, lag, last error and per-record outcome counters (admin)",
+        "admin",
+        responses={200: m.PeerList},
+        tag="federation",
+    ),
+    Route(
+        "GET",
+        "/v1/sync/digest",
+        sync_digest,
+        "Count and SHA-256 of the sorted hashes of federated records (admin)",
+        "admin",
+        responses={200: m.Digest},
+        tag="federation",
+    ),
+    Route(
+        "GET",
+        "/v1/sync/changes",
+        sync_changes,
+        "Changes feed: federated records after a cursor, long-polling with wait_ms (peer-signed)",
+        "peer",
+        query=m.ChangesQuery,
+        responses={200: m.ChangesReply},
+        tag="federation",
+    ),
+    Route(
+        "POST",
+        "/v1/sync/fetch",
+        sync_fetch,
+        "Federated records by hash (peer-signed)",
+        "peer",
+        body=m.FetchRequest,
+        responses={200: m.Records},
+        tag="federation",
+    ),
+    Route(
+        "POST",
+        "/v1/sync/reconcile",
+        sync_reconcile,
+        "One negentropy reconciliation round, this node responding (peer-signed)",
+        "peer",
+        body=m.ReconcileRequest,
+        responses={200: m.ReconcileReply},
+        tag="federation",
+    ),
+]
+
+
+def install(app: web.Application) -> None:
+    """Mount federation on an app being built: its state, the long-poll wake-up on shutdown, and the
+    cleanup context that runs the scheduler (set BBS_SYNC=off to serve without pulling)."""
+    store = NodeSyncStore(app[NODE])
+    state = SyncState(store, SyncServer(store), PeerVerifier())
+    app[SYNC] = state
+
+    async def wake_long_polls(app: web.Application) -> None:
+        state.server.closing.set()
+
+    app.on_shutdown.append(wake_long_polls)
+    app.cleanup_ctx.append(sync_context)
+
+
+async def sync_context(app: web.Application) -> AsyncIterator[None]:
+    """Cleanup context: the scheduler pulling from every configured peer, stopped before the node closes."""
+    state = app[SYNC]
+    state.server.closing.clear()
+    session = aiohttp.ClientSession()
+    task = None
+    if os.environ.get("BBS_SYNC", "on") != "off":
+        state.scheduler = Scheduler(
+            Puller(
+                state.store,
+                app[NODE].key,
+                session,
+                wait_ms=int(os.environ.get("BBS_SYNC_WAIT_MS", "20000")),
+                reconcile_every_s=float(os.environ.get("BBS_RECONCILE_EVERY_S", "300")),
+            )
+        )
+        task = asyncio.create_task(state.scheduler.run(), name="sync scheduler")
+    try:
+        yield
+    finally:
+        state.server.closing.set()
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        state.scheduler = None
+        await session.close()

@@ -1,0 +1,345 @@
+"""The node's implementation of sync's storage interface, over node.db and projections.append.
+
+Also the peer table operations shared by the REST API and the CLI (which writes the same rows
+while a node runs; the node's scheduler re-reads peers every second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import sqlite3
+from typing import Any
+
+from identity import keys
+from node import projections
+from node.errors import InvalidInput
+from node.service import Node, format_ms
+from sync.messages import Digest, PeerCounters, PeerIn, PeerStatus
+from sync.store import Cursor, Invalid, Outcome, Page, PeerConfig, Verified
+
+MAX_WANT_ATTEMPTS = 8
+MAX_WANT_BACKOFF_MS = 10 * 60 * 1000
+POLL_S = 0.1
+
+
+class NodeSyncStore:
+    """`sync.store.SyncStore` over a node's database. Records from a peer get origin = the peer's node id."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.node_id = node.node_id
+        self._changed = asyncio.Event()
+
+    async def position(self) -> tuple[str, int]:
+        return await self.node.db.read(_position)
+
+    async def changes(self, since: int, limit: int) -> Page:
+        def run(conn: sqlite3.Connection) -> Page:
+            epoch, head = _position(conn)
+            rows = conn.execute(
+                "SELECT seq, hash, body FROM records WHERE scope = 'federation' AND seq > ? ORDER BY seq LIMIT ?",
+                (since, limit),
+            ).fetchall()
+            items = [(int(r[0]), r[1], bytes(r[2])) for r in rows]
+            more = len(items) == limit and items[-1][0] < head
+            return Page(epoch, head, items[-1][0] if more else head, more, items)
+
+        return await self.node.db.read(run)
+
+    async def wait_for_change(self, since: int, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            newest = await self.node.db.read(
+                lambda c: c.execute("SELECT max(seq) FROM records WHERE scope = 'federation'").fetchone()[0]
+            )
+            if newest is not None and newest > since:
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._changed.clear()
+            # Woken at once by records arriving through sync; local posts are seen by the poll.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(POLL_S, remaining))
+
+    async def fetch(self, hashes: list[str]) -> list[tuple[str, bytes]]:
+        def run(conn: sqlite3.Connection) -> list[tuple[str, bytes]]:
+            rows = conn.execute(
+                "SELECT hash, body FROM records WHERE scope = 'federation'"
+                " AND hash IN (SELECT value FROM json_each(?)) ORDER BY seq",
+                (_json(hashes),),
+            ).fetchall()
+            return [(r[0], bytes(r[1])) for r in rows]
+
+        return await self.node.db.read(run)
+
+    async def reconcile_items(self) -> tuple[str, int, list[tuple[int, bytes]]]:
+        def run(conn: sqlite3.Connection) -> tuple[str, int, list[tuple[int, bytes]]]:
+            epoch, head = _position(conn)
+            rows = conn.execute(
+                "SELECT created_ms, hash FROM records WHERE scope = 'federation' ORDER BY created_ms, hash"
+            ).fetchall()
+            return epoch, head, [(int(ms), bytes.fromhex(h)) for ms, h in rows]
+
+        return await self.node.db.read(run)
+
+    async def ingest(
+        self, peer_id: str, records: list[Verified], invalid: list[Invalid], cursor: Cursor | None
+    ) -> list[Outcome]:
+        now = self.node.now_ms()
+        outcomes = await self.node.db.write(lambda c: ingest(c, peer_id, records, invalid, cursor, now))
+        if any(o.outcome in ("saved", "pending_link") for o in outcomes):
+            self._changed.set()
+        return outcomes
+
+    async def peers(self) -> list[PeerConfig]:
+        rows = await self.node.db.read(
+            lambda c: c.execute("SELECT node_id, url FROM peers ORDER BY node_id").fetchall()
+        )
+        return [PeerConfig(r[0], r[1]) for r in rows]
+
+    async def peer_ids(self) -> frozenset[str]:
+        rows = await self.node.db.read(lambda c: c.execute("SELECT node_id FROM peers").fetchall())
+        return frozenset(r[0] for r in rows)
+
+    async def cursor(self, peer_id: str) -> Cursor | None:
+        row = await self.node.db.read(
+            lambda c: c.execute("SELECT cursor_epoch, cursor_seq FROM peers WHERE node_id = ?", (peer_id,)).fetchone()
+        )
+        if row is None or row[0] is None:
+            return None
+        return Cursor(row[0], int(row[1]))
+
+    async def note_peer(
+        self,
+        peer_id: str,
+        *,
+        remote_epoch: str | None = None,
+        remote_head: int | None = None,
+        error: str | None = None,
+        reconciled: bool = False,
+    ) -> None:
+        now = self.node.now_ms()
+
+        def job(conn: sqlite3.Connection) -> None:
+            if error is not None:
+                conn.execute(
+                    "UPDATE peers SET last_error = ?, last_error_ms = ? WHERE node_id = ?", (error, now, peer_id)
+                )
+                return
+            conn.execute(
+                "UPDATE peers SET last_ok_ms = :now, last_error = NULL,"
+                " remote_epoch = coalesce(:epoch, remote_epoch), remote_head = coalesce(:head, remote_head),"
+                " caught_up_ms = CASE WHEN cursor_epoch = coalesce(:epoch, remote_epoch)"
+                "   AND cursor_seq >= coalesce(:head, remote_head) THEN :now ELSE caught_up_ms END,"
+                " reconciliations = reconciliations + :rec,"
+                " last_reconcile_ms = CASE WHEN :rec THEN :now ELSE last_reconcile_ms END"
+                " WHERE node_id = :peer",
+                {"now": now, "epoch": remote_epoch, "head": remote_head, "rec": int(reconciled), "peer": peer_id},
+            )
+
+        await self.node.db.write(job)
+
+    async def wanted(self, peer_id: str, now_ms: int, limit: int) -> list[str]:
+        rows = await self.node.db.read(
+            lambda c: c.execute(
+                "SELECT hash FROM sync_wanted WHERE peer_id = ? AND next_ms <= ? AND attempts < ? ORDER BY next_ms"
+                " LIMIT ?",
+                (peer_id, now_ms, MAX_WANT_ATTEMPTS, limit),
+            ).fetchall()
+        )
+        return [r[0] for r in rows]
+
+    async def want_failed(self, peer_id: str, hashes: list[str], now_ms: int) -> None:
+        def job(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE sync_wanted SET attempts = attempts + 1,"
+                " next_ms = ? + min(?, 1000 * (1 << (attempts + 1)))"
+                " WHERE peer_id = ? AND hash IN (SELECT value FROM json_each(?))",
+                (now_ms, MAX_WANT_BACKOFF_MS, peer_id, _json(hashes)),
+            )
+
+        await self.node.db.write(job)
+
+    async def digest(self) -> Digest:
+        return await self.node.db.read(lambda c: digest(c, self.node_id))
+
+    async def add_peer(self, peer: PeerIn) -> PeerStatus:
+        if peer.node_id == self.node_id:
+            raise InvalidInput("a node cannot peer with itself", field="$.node_id", code="self_peer")
+        now = self.node.now_ms()
+        await self.node.db.write(lambda c: add_peer(c, peer.url, peer.node_id, now))
+        return next(p for p in await self.statuses() if p.node_id == peer.node_id)
+
+    async def statuses(self) -> list[PeerStatus]:
+        now = self.node.now_ms()
+        return await self.node.db.read(lambda c: peer_statuses(c, now))
+
+
+# ---- transaction bodies (shared with the CLI, which runs them with db.write_sync / read_sync) -------------
+
+
+def _position(conn: sqlite3.Connection) -> tuple[str, int]:
+    epoch = conn.execute("SELECT value FROM node_meta WHERE key = 'epoch'").fetchone()[0]
+    head = conn.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
+    return str(epoch), int(head)
+
+
+def _json(values: list[str]) -> str:
+    import json
+
+    return json.dumps(values)
+
+
+def _targets(record: dict[str, Any]) -> list[str]:
+    if record.get("kind") == "entry":
+        return [link["target"] for link in record.get("links", [])]
+    if record.get("kind") == "link":
+        return [record["source"], record["target"]]
+    return []
+
+
+def ingest(
+    conn: sqlite3.Connection,
+    peer_id: str,
+    records: list[Verified],
+    invalid: list[Invalid],
+    cursor: Cursor | None,
+    now_ms: int,
+) -> list[Outcome]:
+    """Store a batch from a peer; each record in its own savepoint so one failure never sinks the batch.
+    Counters and the cursor are written in this same transaction."""
+    outcomes: list[Outcome] = []
+    failed: list[Invalid] = []
+    for v in records:
+        conn.execute("SAVEPOINT sync_record")
+        try:
+            _seq, inserted = projections.append(
+                conn,
+                v.record,
+                v.hash,
+                v.decoded,
+                origin=peer_id,
+                now_ms=now_ms,
+                scope=str(v.record.get("scope", "federation")),
+            )
+        except Exception as exc:  # a record the projections refuse is counted, never fatal to the batch
+            conn.execute("ROLLBACK TO sync_record")
+            conn.execute("RELEASE sync_record")
+            failed.append(Invalid(v.hash, "store_refused", str(exc)))
+            continue
+        conn.execute("RELEASE sync_record")
+        if not inserted:
+            outcomes.append(Outcome(v.hash, "duplicate"))
+            continue
+        conn.execute("DELETE FROM sync_wanted WHERE hash = ?", (v.hash,))
+        targets = _targets(v.record)
+        missing = [
+            r[0]
+            for r in conn.execute(
+                "SELECT value FROM json_each(?) WHERE value NOT IN (SELECT hash FROM records)", (_json(targets),)
+            ).fetchall()
+        ]
+        if missing:
+            conn.executemany(
+                "INSERT INTO sync_wanted (hash, peer_id, next_ms, first_ms) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (hash) DO NOTHING",
+                [(h, peer_id, now_ms, now_ms) for h in missing],
+            )
+            outcomes.append(Outcome(v.hash, "pending_link"))
+        else:
+            outcomes.append(Outcome(v.hash, "saved"))
+    for bad in [*invalid, *failed]:
+        outcomes.append(Outcome(bad.hash, "invalid", bad.reason))
+        conn.execute(
+            "INSERT INTO peer_invalid (node_id, reason, count, last_hash, last_detail) VALUES (?, ?, 1, ?, ?)"
+            " ON CONFLICT (node_id, reason) DO UPDATE SET count = count + 1, last_hash = excluded.last_hash,"
+            " last_detail = excluded.last_detail",
+            (peer_id, bad.reason, bad.hash, bad.detail[:500]),
+        )
+    counts = {word: sum(1 for o in outcomes if o.outcome == word) for word in ("saved", "duplicate", "invalid")}
+    counts["pending_link"] = sum(1 for o in outcomes if o.outcome == "pending_link")
+    conn.execute(
+        "UPDATE peers SET saved = saved + :saved, duplicate = duplicate + :duplicate, invalid = invalid + :invalid,"
+        " pending_link = pending_link + :pending_link WHERE node_id = :peer",
+        {**counts, "peer": peer_id},
+    )
+    if cursor is not None:
+        conn.execute(
+            "UPDATE peers SET cursor_epoch = ?, cursor_seq = ? WHERE node_id = ?", (cursor.epoch, cursor.seq, peer_id)
+        )
+    return outcomes
+
+
+def add_peer(conn: sqlite3.Connection, url: str, node_id: str, now_ms: int) -> None:
+    """Configure a peer (or change its URL; its cursor and counters are kept)."""
+    if not keys.is_did(node_id):
+        raise InvalidInput("node_id must be the peer node's Ed25519 did:key", field="$.node_id")
+    mine = conn.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchone()
+    if mine is not None and mine[0] == node_id:
+        raise InvalidInput("a node cannot peer with itself", field="$.node_id", code="self_peer")
+    conn.execute(
+        "INSERT INTO peers (node_id, url, added_ms) VALUES (?, ?, ?)"
+        " ON CONFLICT (node_id) DO UPDATE SET url = excluded.url",
+        (node_id, url.rstrip("/"), now_ms),
+    )
+
+
+def peer_statuses(conn: sqlite3.Connection, now_ms: int) -> list[PeerStatus]:
+    """Every peer with cursor, lag, last error and counters."""
+    reasons: dict[str, dict[str, int]] = {}
+    for node_id, reason, count in conn.execute("SELECT node_id, reason, count FROM peer_invalid").fetchall():
+        reasons.setdefault(node_id, {})[reason] = int(count)
+    out = []
+    for r in conn.execute("SELECT * FROM peers ORDER BY node_id").fetchall():
+        same_epoch = r["remote_epoch"] is not None and r["remote_epoch"] == r["cursor_epoch"]
+        lag_records = (
+            max(0, r["remote_head"] - r["cursor_seq"]) if same_epoch and r["remote_head"] is not None else None
+        )
+        lag_seconds = None
+        if lag_records == 0:
+            lag_seconds = 0.0
+        elif r["caught_up_ms"] is not None:
+            lag_seconds = round(max(0, now_ms - r["caught_up_ms"]) / 1000, 3)
+        out.append(
+            PeerStatus(
+                node_id=r["node_id"],
+                url=r["url"],
+                added_at=format_ms(r["added_ms"]),
+                cursor_epoch=r["cursor_epoch"],
+                cursor_seq=r["cursor_seq"],
+                remote_head=r["remote_head"],
+                lag_records=lag_records,
+                lag_seconds=lag_seconds,
+                last_ok_at=_fmt(r["last_ok_ms"]),
+                last_error=r["last_error"],
+                last_error_at=_fmt(r["last_error_ms"]),
+                reconciliations=r["reconciliations"],
+                last_reconcile_at=_fmt(r["last_reconcile_ms"]),
+                counters=PeerCounters(
+                    saved=r["saved"],
+                    duplicate=r["duplicate"],
+                    invalid=r["invalid"],
+                    pending_link=r["pending_link"],
+                    invalid_reasons=reasons.get(r["node_id"], {}),
+                ),
+            )
+        )
+    return out
+
+
+def _fmt(ms: int | None) -> str | None:
+    return format_ms(ms) if ms is not None else None
+
+
+def digest(conn: sqlite3.Connection, node_id: str) -> Digest:
+    """Record count and SHA-256 over the sorted hashes of federated records, each followed by a newline."""
+    h = hashlib.sha256()
+    count = 0
+    for (record_hash,) in conn.execute("SELECT hash FROM records WHERE scope = 'federation' ORDER BY hash"):
+        h.update(record_hash.encode("ascii") + b"\n")
+        count += 1
+    return Digest(node_id=node_id, count=count, sha256=h.hexdigest())

@@ -1,0 +1,96 @@
+"""HTTP client of one peer's sync endpoints; every request signed with this node's key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import msgspec
+from yarl import URL
+
+from identity import keys
+from sync import messages as m
+from sync.auth import sign_headers
+
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+class SyncError(Exception):
+    """An exchange with a peer failed (network, HTTP status, or a malformed reply)."""
+
+
+class PeerClient:
+    """Signed requests to one peer: the changes feed, fetch by hash, reconciliation rounds."""
+
+    def __init__(self, session: aiohttp.ClientSession, key: keys.SigningKey, node_id: str, url: str) -> None:
+        self.session, self.key, self.node_id = session, key, node_id
+        self.base = url.rstrip("/")
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.requests = 0
+
+    async def changes(self, since: int, epoch: str | None, limit: int, wait_ms: int) -> m.ChangesReply:
+        query: dict[str, str] = {"since": str(since), "limit": str(limit), "wait_ms": str(wait_ms)}
+        if epoch is not None:
+            query["epoch"] = epoch
+        raw = await self._request("GET", "/v1/sync/changes", query=query, timeout=wait_ms / 1000 + 30)
+        reply = self._decode(m.CHANGES_DECODER, raw)
+        if isinstance(reply, m.Changes) and not (since <= reply.next <= reply.head or reply.next == since):
+            raise SyncError(f"malformed batch: next cursor {reply.next} outside [{since}, {reply.head}]")
+        return reply
+
+    async def fetch(self, hashes: list[str]) -> m.Records:
+        body = msgspec.json.encode(m.FetchRequest(hashes=hashes))
+        return self._decode(m.RECORDS_DECODER, await self._request("POST", "/v1/sync/fetch", body=body))
+
+    async def reconcile(self, message: bytes) -> m.ReconcileReply:
+        body = msgspec.json.encode(m.ReconcileRequest(message=message.hex()))
+        return self._decode(m.RECONCILE_DECODER, await self._request("POST", "/v1/sync/reconcile", body=body))
+
+    def _decode(self, decoder: msgspec.json.Decoder[Any], raw: bytes) -> Any:
+        try:
+            reply = decoder.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise SyncError(f"malformed batch: {exc}") from None
+        if getattr(reply, "node_id", self.node_id) != self.node_id:
+            raise SyncError(f"the peer answered as {reply.node_id}, not {self.node_id}")
+        return reply
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float = 30.0,
+    ) -> bytes:
+        url = URL(self.base + path)
+        if query:
+            url = url.with_query(query)
+        headers = sign_headers(self.key, method, str(url), body)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        self.requests += 1
+        self.bytes_sent += len(body or b"")
+        try:
+            async with self.session.request(
+                method, url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as resp:
+                data = await resp.content.read(MAX_RESPONSE_BYTES + 1)
+                self.bytes_received += len(data)
+                if len(data) > MAX_RESPONSE_BYTES:
+                    raise SyncError("malformed batch: reply exceeds the size limit")
+                if resp.status != 200:
+                    raise SyncError(f"{method} {path}: HTTP {resp.status}: {_problem(data)}")
+                return data
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise SyncError(f"{method} {path}: {type(exc).__name__}: {exc}") from None
+
+
+def _problem(data: bytes) -> str:
+    try:
+        problem = msgspec.json.decode(data)
+        return f"{problem.get('code')}: {problem.get('detail')}"
+    except (msgspec.DecodeError, AttributeError):
+        return data[:200].decode("utf-8", "replace")

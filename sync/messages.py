@@ -1,0 +1,168 @@
+"""The sync protocol's wire messages: tagged msgspec Structs, each carrying the protocol version `v`.
+
+Records travel as `msgspec.Raw`: the canonical JSON bytes a node stores in `records.body`, byte for byte,
+so the receiver verifies exactly what the author signed. See docs/sync.md for the exchange message by message.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+MAX_CHANGES_LIMIT = 1000
+DEFAULT_CHANGES_LIMIT = 500
+MAX_WAIT_MS = 30_000
+MAX_FETCH_HASHES = 256
+MAX_RECONCILE_HEX = 2 * 512 * 1024
+
+Hash = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+Did = Annotated[str, msgspec.Meta(pattern="^did:key:z[1-9A-HJ-NP-Za-km-z]{40,60}$")]
+Epoch = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{1,64}$")]
+Version = Annotated[int, msgspec.Meta(ge=1, le=1)]
+
+
+class _Message(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True):
+    v: Version = PROTOCOL_VERSION
+
+
+# ---- changes feed ---------------------------------------------------------------------------------------
+
+
+class ChangesQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Query of `GET /v1/sync/changes`: records after `since` in the serving node's arrival order."""
+
+    since: Annotated[int, msgspec.Meta(ge=0)] = 0
+    epoch: Epoch | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_CHANGES_LIMIT)] = DEFAULT_CHANGES_LIMIT
+    wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_WAIT_MS)] = 0
+    v: Version = PROTOCOL_VERSION
+
+
+class ChangeItem(msgspec.Struct, forbid_unknown_fields=True):
+    """One record of the feed: its seq on the serving node, its claimed hash and its canonical body."""
+
+    seq: int
+    hash: str
+    record: msgspec.Raw
+
+
+class Changes(_Message, tag="changes"):
+    """A page of the feed. `next` is the cursor to ask with next time; `more` says another page is ready."""
+
+    node_id: str
+    epoch: str
+    head: int
+    next: int
+    more: bool
+    items: list[ChangeItem]
+
+
+class Reset(_Message, tag="reset"):
+    """The asked cursor does not belong to this store (other epoch) or is ahead of its head: reconcile."""
+
+    node_id: str
+    epoch: str
+    head: int
+    reason: Literal["epoch_changed", "cursor_ahead"]
+
+
+ChangesReply = Changes | Reset
+
+# ---- fetch by hash --------------------------------------------------------------------------------------
+
+
+class FetchRequest(_Message, tag="fetch"):
+    """Ask for records by hash (`POST /v1/sync/fetch`)."""
+
+    hashes: Annotated[list[Hash], msgspec.Meta(min_length=1, max_length=MAX_FETCH_HASHES)]
+
+
+class RecordItem(msgspec.Struct, forbid_unknown_fields=True):
+    """A record by hash."""
+
+    hash: str
+    record: msgspec.Raw
+
+
+class Records(_Message, tag="records"):
+    """The records found; `missing` lists hashes this node does not have or does not share."""
+
+    node_id: str
+    items: list[RecordItem]
+    missing: list[str]
+
+
+# ---- reconciliation -------------------------------------------------------------------------------------
+
+
+class ReconcileRequest(_Message, tag="reconcile"):
+    """One negentropy message from the initiator, hex encoded (`POST /v1/sync/reconcile`)."""
+
+    message: Annotated[str, msgspec.Meta(pattern="^([0-9a-f]{2})+$", max_length=MAX_RECONCILE_HEX)]
+
+
+class ReconcileReply(_Message, tag="reconcile_reply"):
+    """The responder's negentropy message (None when it has nothing more to say) and its store position."""
+
+    node_id: str
+    epoch: str
+    head: int
+    message: str | None
+
+
+# ---- operator surface -----------------------------------------------------------------------------------
+
+
+class Digest(_Message, tag="digest"):
+    """Count and SHA-256 over the sorted hashes of this node's federated records (each hash + '\\n')."""
+
+    node_id: str
+    count: int
+    sha256: str
+
+
+class PeerIn(msgspec.Struct, forbid_unknown_fields=True):
+    """`POST /v1/peers`: a node to pull from and to accept sync requests from."""
+
+    url: Annotated[str, msgspec.Meta(pattern="^https?://[^\\s/?#]+/?$", max_length=512)]
+    node_id: Did
+
+
+class PeerCounters(msgspec.Struct):
+    """Per-record outcomes of everything received from a peer."""
+
+    saved: int = 0
+    duplicate: int = 0
+    invalid: int = 0
+    pending_link: int = 0
+    invalid_reasons: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+class PeerStatus(msgspec.Struct):
+    """A configured peer and how far this node has pulled from it."""
+
+    node_id: str
+    url: str
+    added_at: str
+    cursor_epoch: str | None
+    cursor_seq: int
+    remote_head: int | None
+    lag_records: int | None
+    lag_seconds: float | None
+    last_ok_at: str | None
+    last_error: str | None
+    last_error_at: str | None
+    reconciliations: int
+    last_reconcile_at: str | None
+    counters: PeerCounters
+
+
+class PeerList(msgspec.Struct):
+    peers: list[PeerStatus]
+
+
+CHANGES_DECODER = msgspec.json.Decoder(ChangesReply)
+RECORDS_DECODER = msgspec.json.Decoder(Records)
+RECONCILE_DECODER = msgspec.json.Decoder(ReconcileReply)

@@ -1,0 +1,239 @@
+"""The puller: read a peer's changes feed, verify, store with the cursor, fetch missing link targets, reconcile."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from identity import keys
+from sync import messages as m
+from sync.client import PeerClient, SyncError
+from sync.negentropy import Negentropy, NegentropyError, VectorStorage
+from sync.store import Cursor, Invalid, Outcome, PeerConfig, SyncStore, Verified
+from sync.verify import verify_record
+
+log = logging.getLogger("bbs.sync")
+WANTED_PER_ROUND = 64
+
+
+@dataclass
+class ReconcileReport:
+    """What one reconciliation with a peer did."""
+
+    rounds: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    need: int = 0
+    have: int = 0
+    outcomes: list[Outcome] = field(default_factory=list)
+
+
+@dataclass
+class PullReport:
+    """What one pull of the changes feed did."""
+
+    reset: bool = False
+    more: bool = False
+    outcomes: list[Outcome] = field(default_factory=list)
+
+
+class Puller:
+    """Pulls from peers into `store`, signing requests with `key`."""
+
+    def __init__(
+        self,
+        store: SyncStore,
+        key: keys.SigningKey,
+        session: aiohttp.ClientSession,
+        *,
+        clock: Callable[[], float] = time.time,
+        limit: int = m.DEFAULT_CHANGES_LIMIT,
+        wait_ms: int = 20_000,
+        reconcile_every_s: float = 300.0,
+    ) -> None:
+        self.store, self.key, self.session, self.clock = store, key, session, clock
+        self.limit, self.wait_ms, self.reconcile_every_s = limit, wait_ms, reconcile_every_s
+
+    def client(self, peer: PeerConfig) -> PeerClient:
+        return PeerClient(self.session, self.key, peer.node_id, peer.url)
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    async def pull_once(self, peer: PeerConfig, wait_ms: int = 0) -> PullReport:
+        """One request of the changes feed, stored with its cursor; then due link targets are fetched."""
+        client = self.client(peer)
+        cursor = await self.store.cursor(peer.node_id)
+        reply = await client.changes(cursor.seq if cursor else 0, cursor.epoch if cursor else None, self.limit, wait_ms)
+        if isinstance(reply, m.Reset) or (cursor is not None and reply.epoch != cursor.epoch):
+            log.warning("peer %s: cursor %s no longer valid; reconciling", peer.node_id, cursor)
+            await self.reconcile(peer, reset=True)
+            return PullReport(reset=True, more=True)
+        verified: list[Verified] = []
+        invalid: list[Invalid] = []
+        for item in reply.items:
+            result = verify_record(bytes(item.record), item.hash)
+            (verified if isinstance(result, Verified) else invalid).append(result)  # type: ignore[arg-type]
+        for bad in invalid:
+            log.warning("peer %s sent an invalid record %s: %s (%s)", peer.node_id, bad.hash, bad.reason, bad.detail)
+        new_cursor = Cursor(reply.epoch, reply.next)
+        outcomes: list[Outcome] = []
+        if verified or invalid or cursor != new_cursor:
+            outcomes = await self.store.ingest(peer.node_id, verified, invalid, new_cursor)
+        await self.store.note_peer(peer.node_id, remote_epoch=reply.epoch, remote_head=reply.head)
+        await self.fetch_wanted(peer)
+        return PullReport(more=reply.more, outcomes=outcomes)
+
+    async def fetch_wanted(self, peer: PeerConfig) -> list[Outcome]:
+        """Fetch link targets this peer announced but we lack, within the bound and backoff the store keeps."""
+        hashes = await self.store.wanted(peer.node_id, self.now_ms(), WANTED_PER_ROUND)
+        if not hashes:
+            return []
+        outcomes, missing = await self.fetch_into_store(peer, hashes)
+        if missing:
+            await self.store.want_failed(peer.node_id, missing, self.now_ms())
+        return outcomes
+
+    async def fetch_into_store(self, peer: PeerConfig, hashes: list[str]) -> tuple[list[Outcome], list[str]]:
+        """Fetch records by hash, verify and store them. Returns (outcomes, hashes not obtained)."""
+        client = self.client(peer)
+        outcomes: list[Outcome] = []
+        missing: list[str] = []
+        for start in range(0, len(hashes), m.MAX_FETCH_HASHES):
+            chunk = hashes[start : start + m.MAX_FETCH_HASHES]
+            wanted = set(chunk)
+            reply = await client.fetch(chunk)
+            verified: list[Verified] = []
+            invalid: list[Invalid] = []
+            for item in reply.items:
+                if item.hash not in wanted:
+                    invalid.append(Invalid(item.hash, "unrequested", "the peer sent a record that was not asked for"))
+                    continue
+                result = verify_record(bytes(item.record), item.hash)
+                if isinstance(result, Verified):
+                    verified.append(result)
+                    wanted.discard(result.hash)
+                else:
+                    invalid.append(result)
+            if verified or invalid:
+                outcomes += await self.store.ingest(peer.node_id, verified, invalid, None)
+            missing += [h for h in chunk if h in wanted]
+        return outcomes, missing
+
+    async def reconcile(self, peer: PeerConfig, *, reset: bool = False) -> ReconcileReport:
+        """Negentropy with the peer as responder, then fetch what we lack. With `reset`, restart the cursor
+        at the peer's head as of the first round (every record up to it is then held here)."""
+        client = self.client(peer)
+        _epoch, _head, items = await self.store.reconcile_items()
+        neg = Negentropy(VectorStorage(items))
+        message: bytes | None = neg.initiate()
+        have: list[bytes] = []
+        need: list[bytes] = []
+        first: m.ReconcileReply | None = None
+        report = ReconcileReport()
+        while message is not None:
+            reply = await client.reconcile(message)
+            report.rounds += 1
+            first = first or reply
+            if reply.message is None:
+                break
+            try:
+                message = neg.reconcile(bytes.fromhex(reply.message), have, need)
+            except (NegentropyError, ValueError) as exc:
+                raise SyncError(f"malformed reconciliation message: {exc}") from None
+        report.need, report.have = len(need), len(have)
+        if need:
+            report.outcomes, _missing = await self.fetch_into_store(peer, [h.hex() for h in need])
+        report.bytes_sent, report.bytes_received = client.bytes_sent, client.bytes_received
+        assert first is not None
+        if reset:
+            await self.store.ingest(peer.node_id, [], [], Cursor(first.epoch, first.head))
+        await self.store.note_peer(peer.node_id, remote_epoch=first.epoch, remote_head=first.head, reconciled=True)
+        log.info("reconciled with %s: %d rounds, need %d, have %d", peer.node_id, report.rounds, len(need), len(have))
+        return report
+
+    async def run_peer(self, peer: PeerConfig) -> None:
+        """Pull from one peer forever: long-poll when caught up, reconcile after catch-up and on a timer,
+        back off exponentially (with jitter) on failure."""
+        failures = 0
+        caught_up = False
+        last_reconcile: float | None = None
+        while True:
+            try:
+                report = await self.pull_once(peer, wait_ms=self.wait_ms if caught_up else 0)
+                failures = 0
+                if report.more:
+                    caught_up = False
+                    continue
+                if last_reconcile is None or self.clock() - last_reconcile >= self.reconcile_every_s:
+                    await self.reconcile(peer)
+                    last_reconcile = self.clock()
+                caught_up = True
+            except asyncio.CancelledError:
+                raise
+            except (SyncError, NegentropyError) as exc:
+                failures += 1
+                caught_up = False
+                log.warning("sync with %s failed (%d): %s", peer.node_id, failures, exc)
+                await self.store.note_peer(peer.node_id, error=str(exc)[:500])
+                await asyncio.sleep(backoff(failures))
+            except Exception as exc:  # a bug must not kill the loop silently
+                failures += 1
+                log.exception("sync with %s crashed", peer.node_id)
+                await self.store.note_peer(peer.node_id, error=f"internal: {type(exc).__name__}: {exc}"[:500])
+                await asyncio.sleep(backoff(failures))
+
+
+def backoff(failures: int, base: float = 0.5, cap: float = 30.0) -> float:
+    """Exponential backoff with full jitter."""
+    return random.uniform(base, min(cap, base * 2**failures))
+
+
+class Scheduler:
+    """Runs one puller loop per configured peer; re-reads the peers every `refresh_s` (or when poked),
+    so a peer added by the CLI or the API takes effect without a restart."""
+
+    def __init__(self, puller: Puller, refresh_s: float = 1.0) -> None:
+        self.puller, self.refresh_s = puller, refresh_s
+        self._tasks: dict[PeerConfig, asyncio.Task[None]] = {}
+        self._poke = asyncio.Event()
+
+    def poke(self) -> None:
+        """Re-read the peer list now."""
+        self._poke.set()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    await self._refresh()
+                except Exception:
+                    log.exception("could not read the peer list")
+                self._poke.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._poke.wait(), self.refresh_s)
+        finally:
+            await self.stop()
+
+    async def _refresh(self) -> None:
+        peers = set(await self.puller.store.peers())
+        for peer in list(self._tasks):
+            if peer not in peers or self._tasks[peer].done():
+                self._tasks.pop(peer).cancel()
+        for peer in peers:
+            if peer not in self._tasks:
+                self._tasks[peer] = asyncio.create_task(self.puller.run_peer(peer), name=f"sync {peer.node_id}")
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

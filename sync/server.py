@@ -1,0 +1,81 @@
+"""The serving side of the protocol, independent of the web framework: feed, fetch, reconciliation."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sync import messages as m
+from sync.negentropy import Negentropy, NegentropyError, VectorStorage
+from sync.store import SyncStore
+
+MAX_PAGE_BYTES = 8 * 1024 * 1024
+
+
+class BadSyncMessage(ValueError):
+    """A peer sent a message that cannot be answered (for example an unparsable negentropy message)."""
+
+
+class SyncServer:
+    """Answers peers' sync requests from `store`."""
+
+    def __init__(self, store: SyncStore) -> None:
+        self.store = store
+        self.closing = asyncio.Event()
+        self._storage: tuple[tuple[str, int], VectorStorage] | None = None
+
+    async def changes(self, q: m.ChangesQuery) -> m.ChangesReply:
+        """A page of the feed after `q.since`, waiting up to `q.wait_ms` for one when there is nothing yet."""
+        epoch, head = await self.store.position()
+        node_id = self.store.node_id
+        if q.epoch is not None and q.epoch != epoch:
+            return m.Reset(node_id=node_id, epoch=epoch, head=head, reason="epoch_changed")
+        if q.since > head:
+            return m.Reset(node_id=node_id, epoch=epoch, head=head, reason="cursor_ahead")
+        if q.wait_ms:
+            waiter = asyncio.ensure_future(self.store.wait_for_change(q.since, q.wait_ms / 1000))
+            closing = asyncio.ensure_future(self.closing.wait())
+            await asyncio.wait({waiter, closing}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (waiter, closing):
+                task.cancel()
+        page = await self.store.changes(q.since, q.limit)
+        items: list[m.ChangeItem] = []
+        size = 0
+        next_seq, more = page.next, page.more
+        for seq, record_hash, body in page.items:
+            if items and size + len(body) > MAX_PAGE_BYTES:
+                next_seq, more = items[-1].seq, True
+                break
+            items.append(m.ChangeItem(seq=seq, hash=record_hash, record=m.msgspec.Raw(body)))
+            size += len(body)
+        return m.Changes(node_id=node_id, epoch=page.epoch, head=page.head, next=next_seq, more=more, items=items)
+
+    async def fetch(self, req: m.FetchRequest) -> m.Records:
+        """Federated records by hash; the rest are listed as missing."""
+        found = await self.store.fetch(list(dict.fromkeys(req.hashes)))
+        have = {h for h, _ in found}
+        return m.Records(
+            node_id=self.store.node_id,
+            items=[m.RecordItem(hash=h, record=m.msgspec.Raw(body)) for h, body in found],
+            missing=[h for h in dict.fromkeys(req.hashes) if h not in have],
+        )
+
+    async def reconcile(self, req: m.ReconcileRequest) -> m.ReconcileReply:
+        """Answer one negentropy round as the responder."""
+        storage, epoch, head = await self._snapshot()
+        try:
+            reply = Negentropy(storage).reconcile(bytes.fromhex(req.message))
+        except (NegentropyError, ValueError) as exc:
+            raise BadSyncMessage(f"bad negentropy message: {exc}") from None
+        return m.ReconcileReply(
+            node_id=self.store.node_id, epoch=epoch, head=head, message=reply.hex() if reply is not None else None
+        )
+
+    async def _snapshot(self) -> tuple[VectorStorage, str, int]:
+        """The sorted item vector, rebuilt only when the store has moved (rounds of one session share it)."""
+        position = await self.store.position()
+        if self._storage is not None and self._storage[0] == position:
+            return self._storage[1], position[0], position[1]
+        epoch, head, items = await self.store.reconcile_items()
+        storage = VectorStorage(items)
+        self._storage = ((epoch, head), storage)
+        return storage, epoch, head

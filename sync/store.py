@@ -1,0 +1,119 @@
+"""The storage interface sync needs, implemented by the node's database and by `sync.memory`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple, Protocol
+
+OutcomeWord = Literal["saved", "duplicate", "invalid", "pending_link"]
+
+
+class Verified(NamedTuple):
+    """A record that passed every check: its hash, canonical bytes, decoded JSON and schema Struct."""
+
+    hash: str
+    body: bytes
+    record: dict[str, Any]
+    decoded: Any
+
+
+class Invalid(NamedTuple):
+    """A received record that was refused, with the stable reason word and a human message."""
+
+    hash: str | None
+    reason: str
+    detail: str
+
+
+class Outcome(NamedTuple):
+    """What happened to one received record."""
+
+    hash: str | None
+    outcome: OutcomeWord
+    reason: str | None = None
+
+
+class Cursor(NamedTuple):
+    """How far this node has read a peer's feed: the peer's store epoch and its seq."""
+
+    epoch: str
+    seq: int
+
+
+@dataclass
+class Page:
+    """A page of the local changes feed: (seq, hash, canonical body) of federated records after `since`."""
+
+    epoch: str
+    head: int
+    next: int
+    more: bool
+    items: list[tuple[int, str, bytes]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PeerConfig:
+    """A configured peer."""
+
+    node_id: str
+    url: str
+
+
+class SyncStore(Protocol):
+    """Everything sync reads from and writes to a node's store."""
+
+    node_id: str
+
+    async def position(self) -> tuple[str, int]:
+        """This store's (epoch, head seq)."""
+        ...
+
+    async def changes(self, since: int, limit: int) -> Page:
+        """Federated records with seq > since in arrival order, at most `limit` (scope=local never included)."""
+        ...
+
+    async def wait_for_change(self, since: int, timeout: float) -> None:
+        """Return when the head passes `since` or after `timeout` seconds."""
+        ...
+
+    async def fetch(self, hashes: list[str]) -> list[tuple[str, bytes]]:
+        """Canonical bodies of the federated records among `hashes`."""
+        ...
+
+    async def reconcile_items(self) -> tuple[str, int, list[tuple[int, bytes]]]:
+        """(epoch, head, sorted (created_ms, hash bytes) of every federated record), from one snapshot."""
+        ...
+
+    async def ingest(
+        self, peer_id: str, records: list[Verified], invalid: list[Invalid], cursor: Cursor | None
+    ) -> list[Outcome]:
+        """Store verified records idempotently, count outcomes for the peer and save `cursor`, in one transaction."""
+        ...
+
+    async def peers(self) -> list[PeerConfig]:
+        """Configured peers."""
+        ...
+
+    async def cursor(self, peer_id: str) -> Cursor | None:
+        """The saved cursor into a peer's feed."""
+        ...
+
+    async def note_peer(
+        self,
+        peer_id: str,
+        *,
+        remote_epoch: str | None = None,
+        remote_head: int | None = None,
+        error: str | None = None,
+        reconciled: bool = False,
+    ) -> None:
+        """Record a peer's position after a successful exchange, or the error of a failed one."""
+        ...
+
+    async def wanted(self, peer_id: str, now_ms: int, limit: int) -> list[str]:
+        """Missing link targets to fetch from this peer now (due, and not given up)."""
+        ...
+
+    async def want_failed(self, peer_id: str, hashes: list[str], now_ms: int) -> None:
+        """The peer did not serve these targets: back off (and give up after a bound)."""
+        ...

@@ -1,0 +1,43 @@
+"""Verification of records received from a peer, before anything is stored.
+
+Order: size limit, JSON object, canonical bytes, hash recomputed and compared with the claim,
+then signature and schema (identity.records.check). A record that fails gets a stable reason word.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from identity import canonical, records, schema
+from sync.store import Invalid, Verified
+
+MAX_WIRE_RECORD_BYTES = schema.MAX_RECORD_BYTES
+
+
+def verify_record(raw: bytes, claimed_hash: str | None) -> Verified | Invalid:
+    """Check one received record; never raises."""
+    if len(raw) > MAX_WIRE_RECORD_BYTES:
+        return Invalid(claimed_hash, "too_large", f"record is {len(raw)} bytes; limit {MAX_WIRE_RECORD_BYTES}")
+    try:
+        record: Any = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        return Invalid(claimed_hash, "malformed", f"record is not JSON: {exc}")
+    if not isinstance(record, dict):
+        return Invalid(claimed_hash, "malformed", "record is not a JSON object")
+    try:
+        if canonical.canonical_bytes(record) != raw:
+            return Invalid(claimed_hash, "not_canonical", "record bytes are not its canonical form")
+        computed = records.compute_hash(record)
+    except (canonical.CanonicalError, KeyError, TypeError, ValueError) as exc:
+        return Invalid(claimed_hash, "malformed", f"record cannot be hashed: {exc}")
+    if claimed_hash is not None and computed != claimed_hash:
+        return Invalid(claimed_hash, "hash_mismatch", f"record hashes to {computed}")
+    try:
+        record_hash, decoded = records.check(record)
+    except records.RecordError as exc:
+        return Invalid(computed, exc.reason, str(exc))
+    if record.get("scope") == "local":
+        return Invalid(record_hash, "local_scope", "a scope:local record must never leave its node")
+    return Verified(record_hash, raw, record, decoded)
