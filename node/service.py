@@ -134,7 +134,7 @@ class Node:
         self, agent_id: str, body: PostEntry | SignedSubmission, idempotency_key: str | None
     ) -> tuple[queries.EntryOut, bool]:
         """Store a new entry (node-signed or author-signed). Returns (entry, created)."""
-        key = idempotency_key or body.idempotency_key
+        key = idempotency(idempotency_key, body.idempotency_key)
         if key is not None:
             replay = await self.db.read(lambda c: self._replayed_entry(c, agent_id, key))
             if replay is not None:
@@ -146,6 +146,8 @@ class Node:
 
         def job(conn: sqlite3.Connection) -> tuple[int, bool]:
             if key is not None:
+                # checked again here: a request with the same key may have committed since the read above
+                self._check_key_operation(conn, agent_id, key, "post")
                 replay = self._idempotent(conn, agent_id, key)
                 if replay is not None:
                     return replay, False
@@ -154,7 +156,7 @@ class Node:
                 conn, record, record_hash, decoded, origin="local", now_ms=self.now_ms(), scope=decoded.scope
             )
             if key is not None:
-                self._remember(conn, agent_id, key, "post", record_hash)
+                self._remember(conn, agent_id, key, "post", record_hash, self.now_ms())
             return seq, inserted
 
         seq, created = await self.db.write(job)
@@ -285,10 +287,12 @@ class Node:
             )
 
     @staticmethod
-    def _remember(conn: sqlite3.Connection, agent_id: str, key: str, operation: str, record_hash: str) -> None:
+    def _remember(
+        conn: sqlite3.Connection, agent_id: str, key: str, operation: str, record_hash: str, now_ms: int
+    ) -> None:
         conn.execute(
             "INSERT INTO idempotency (agent_id, idem_key, operation, record_hash, created_ms) VALUES (?, ?, ?, ?, ?)",
-            (agent_id, key, operation, record_hash, int(time.time() * 1000)),
+            (agent_id, key, operation, record_hash, now_ms),
         )
 
     async def _entry_by_id(self, entry_id: int) -> queries.EntryOut:
@@ -306,7 +310,7 @@ class Node:
         self, agent_id: str, body: PostLink | SignedSubmission, idempotency_key: str | None
     ) -> tuple[queries.LinkOut, bool]:
         """Store a link record (node-signed or author-signed). Returns (link, created)."""
-        key = idempotency_key or body.idempotency_key
+        key = idempotency(idempotency_key, body.idempotency_key)
         if isinstance(body, SignedSubmission):
             record, record_hash, decoded = self._check_signed(body.record, "link", agent_id)
         else:
@@ -373,7 +377,7 @@ class Node:
                 raise NotFound("source entry is not on this node", field="$.source", code="source_not_found")
             projections.append(conn, record, record_hash, decoded, origin="local", now_ms=self.now_ms())
             if key is not None:
-                self._remember(conn, agent_id, key, "link", record_hash)
+                self._remember(conn, agent_id, key, "link", record_hash, self.now_ms())
             row = conn.execute("SELECT id FROM links WHERE origin_hash = ? AND ordinal = 0", (record_hash,)).fetchone()
             return int(row[0]), True
 
@@ -565,6 +569,17 @@ class Node:
     async def ack(self, agent_id: str, ids: list[int]) -> AckOut:
         now = self.now_ms()
         return AckOut(acknowledged=await self.db.write(lambda c: notify.ack(c, agent_id, ids, now)))
+
+
+def idempotency(header: str | None, field: str | None) -> str | None:
+    """The request's idempotency key, from the Idempotency-Key header or the body field (they must agree)."""
+    if header is not None and field is not None and header != field:
+        raise InvalidInput(
+            "the Idempotency-Key header and the idempotency_key field differ",
+            field="$.idempotency_key",
+            code="idempotency_key_mismatch",
+        )
+    return header if header is not None else field
 
 
 def parse_since(value: str | None, field: str) -> int | None:
