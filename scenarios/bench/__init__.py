@@ -1,0 +1,27 @@
+"""Benchmarks of a real node against raw limits and peer systems measured in the same run.
+
+Run `python -m scenarios.bench all` (or one name; `--quick` for a tiny smoke run). Each benchmark prints a
+Markdown table: our figure, the baseline measured in the same run, the ratio, the target and the method.
+The exit status is non-zero only if a run failed, never because a figure was slow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from scenarios.bench.context import Context
+
+
+def registry() -> dict[str, Callable[[Context], None]]:
+    """Benchmark name -> runner, in the order `all` runs them."""
+    from scenarios.bench import inbox, ingest, peers, raw, reads, search
+
+    return {
+        "raw": raw.run,
+        "ingest": ingest.run,
+        "search": search.run,
+        "read": reads.run_read,
+        "inbox": inbox.run,
+        "memory": reads.run_memory,
+        "peers": peers.run,
+    }

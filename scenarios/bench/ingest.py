@@ -1,0 +1,135 @@
+"""Ingest: signed entries posted one per request through REST by concurrent clients, on a real `bbs serve`.
+
+Two paths: node-signed (the node keeps the agent's key and signs) and author-signed (`{"record": ...}`,
+signed by the client beforehand, verified by the node). Compared with raw SQLite batched inserts of the
+same rows measured in the same run (issue 2: at least 50%).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from identity import keys
+from scenarios.bench import corpus, raw
+from scenarios.bench.context import Context
+from scenarios.bench.harness import Call, LoadResult, Server, bearer, run_load
+from scenarios.bench.report import Row, ms, percentile, rate, ratio
+
+BENCH = "ingest"
+TARGET = 0.5
+
+
+def node_signed_lanes(api_keys: list[str], per_lane: int, offset: int) -> list[list[Call]]:
+    gen = corpus.TextGen(seed=offset)
+    lanes = []
+    for lane, api_key in enumerate(api_keys):
+        calls = []
+        for j in range(per_lane):
+            i = offset + lane * per_lane + j
+            body = {
+                "entry_type": "finding",
+                "performative": "inform",
+                "content": gen.content(i),
+                "confidence": 0.8,
+                "tags": gen.tags(),
+            }
+            calls.append(Call("POST", "/v1/entries", bearer(api_key), json.dumps(body).encode()))
+        lanes.append(calls)
+    return lanes
+
+
+def author_signed_lanes(agents: list[tuple[keys.SigningKey, str]], per_lane: int) -> list[list[Call]]:
+    signers = [key for key, _ in agents]
+    by_author = {key.did: api_key for key, api_key in agents}
+    lanes: dict[str, list[Call]] = {key.did: [] for key in signers}
+    stream = corpus.signed_entries(signers, per_lane * len(signers), seed=23, start=10_000_000)
+    for record, _ in stream:
+        author = record["author_id"]
+        lanes[author].append(
+            Call("POST", "/v1/entries", bearer(by_author[author]), json.dumps({"record": record}).encode())
+        )
+    return list(lanes.values())
+
+
+async def _drive(server: Server, lanes: list[list[Call]]) -> tuple[LoadResult, float]:
+    cpu_before = server.cpu_seconds()
+    result = await run_load(server.url, lanes, expect=lambda s: s == 201)
+    return result, server.cpu_seconds() - cpu_before
+
+
+def run(ctx: Context) -> None:
+    """Measure both ingest paths and report them against the raw SQLite rate."""
+    sizes = ctx.sizes
+    sqlite_rate = raw.sqlite_batched_rate(ctx)
+    verify_one, verify_two = raw.verify_rates(ctx)
+    data, _ = corpus.fresh_data_dir(ctx.workdir, "ingest")
+    clients = sizes.clients
+    per_lane = max(1, sizes.ingest_posts // clients)
+    node_agents = corpus.register_agents(data, clients, keep_key=True, prefix="writer")
+    own_agents = corpus.register_agents(data, clients, keep_key=False, prefix="signer")
+    warm = node_signed_lanes([k for _, k in node_agents], 1, offset=0)
+    node_lanes = node_signed_lanes([k for _, k in node_agents], per_lane, offset=1_000_000)
+    signed_lanes = author_signed_lanes(own_agents, per_lane)
+    with Server(data) as server:
+        asyncio.run(run_load(server.url, warm, expect=lambda s: s == 201))
+        node_result, node_cpu = asyncio.run(_drive(server, node_lanes))
+        signed_result, signed_cpu = asyncio.run(_drive(server, signed_lanes))
+    method_common = (
+        f"{clients} concurrent aiohttp clients, single posts, real `bbs serve` subprocess on loopback;"
+        " client and server share the machine's 2 cores"
+    )
+    for label, result, cpu in (
+        ("node-signed", node_result, node_cpu),
+        ('author-signed {"record": …}', signed_result, signed_cpu),
+    ):
+        eps = result.per_second
+        ctx.report.add(
+            Row(
+                BENCH,
+                f"{label}: entries/s vs raw sqlite3 batched",
+                rate(eps),
+                rate(sqlite_rate),
+                ratio(eps, sqlite_rate),
+                f">= {TARGET}",
+                ratio(eps, sqlite_rate) >= TARGET,
+                f"{result.count} posts; {method_common}",
+            )
+        )
+        ctx.report.add(
+            Row(
+                BENCH,
+                f"{label}: latency p50 / p99",
+                f"{ms(percentile(result.latencies, 50))} / {ms(percentile(result.latencies, 99))}",
+                "—",
+                None,
+                "",
+                None,
+                "per request, measured by the client, from send to full response",
+            )
+        )
+        ctx.report.add(
+            Row(
+                BENCH,
+                f"{label}: server CPU per entry",
+                ms(cpu / max(result.count, 1)),
+                ms(1 / verify_one),
+                ratio(cpu / max(result.count, 1), 1 / verify_one),
+                "",
+                None,
+                "server process user+system CPU during the run / entries; baseline: one Ed25519 verify",
+            )
+        )
+    limit = min(sqlite_rate, verify_two)
+    ctx.report.add(
+        Row(
+            BENCH,
+            "author-signed entries/s vs the limit the raw figures imply",
+            rate(signed_result.per_second),
+            rate(limit),
+            ratio(signed_result.per_second, limit),
+            "",
+            None,
+            "limit = min(raw sqlite3 batched rate, Ed25519 verifies/s on 2 threads) from this run",
+        )
+    )

@@ -1,0 +1,214 @@
+"""Raw limits on this machine, measured in the same run: Ed25519 verifies/s, canonical JSON + SHA-256/s,
+and SQLite batched inserts of the same rows the node writes (records, entries with the FTS5 trigger, tags).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from typing import Any
+
+from identity import canonical, keys, records
+from node import db, projections
+from scenarios.bench import corpus
+from scenarios.bench.context import Context
+from scenarios.bench.report import Row, rate, ratio
+
+BENCH = "raw"
+SQLITE_BATCH = 100
+
+
+def sample_records(ctx: Context) -> list[tuple[dict[str, Any], str]]:
+    """Signed entry records shared by the raw limits and the ingest baseline (generated once per run)."""
+    if "raw_records" not in ctx.cache:
+        signers = [keys.SigningKey.generate() for _ in range(16)]
+        ctx.cache["raw_records"] = list(corpus.signed_entries(signers, ctx.sizes.raw_records, seed=11))
+    return ctx.cache["raw_records"]
+
+
+def ed25519_verify_rate(items: list[tuple[Any, bytes, bytes]], threads: int = 1) -> float:
+    """Verifies per second of (public key, signature, message) triples, split over `threads` threads."""
+    chunks = [items[i::threads] for i in range(threads)]
+
+    def work(chunk: list[tuple[Any, bytes, bytes]]) -> None:
+        for public, sig, msg in chunk:
+            public.verify(sig, msg)
+
+    started = time.perf_counter()
+    workers = [threading.Thread(target=work, args=(c,)) for c in chunks]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return len(items) / (time.perf_counter() - started)
+
+
+def sqlite_rows(recs: list[tuple[dict[str, Any], str]]) -> list[tuple[tuple[Any, ...], tuple[Any, ...], list[Any]]]:
+    """The exact rows the node stores per entry: (records row, entries row, entry_tags rows)."""
+    import json
+
+    now = int(time.time() * 1000)
+    out = []
+    for record, record_hash in recs:
+        ms = projections.created_ms(record["created_at"])
+        log_row = (
+            record_hash,
+            "entry",
+            record["author_id"],
+            record["created_at"],
+            ms,
+            "federation",
+            "local",
+            now,
+            canonical.canonical_bytes(record),
+        )
+        entry_row = (
+            record_hash,
+            canonical.content_fingerprint(record["content"]),
+            record["author_id"],
+            record["created_at"],
+            ms,
+            record["entry_type"],
+            record["performative"],
+            record["content"],
+            record["confidence"],
+            json.dumps(record["tags"]),
+            json.dumps(record["directed_to"]),
+            json.dumps(record["metadata"], sort_keys=True),
+            record["truth_state"],
+            record["authority"],
+            record["scope"],
+            record["signature"],
+        )
+        out.append((log_row, entry_row, record["tags"]))
+    return out
+
+
+def sqlite_batched_rate(ctx: Context) -> float:
+    """Entries/s inserting the node's rows into the node's schema (fresh file, node pragmas), 100 per transaction."""
+    if "sqlite_rate" in ctx.cache:
+        return float(ctx.cache["sqlite_rate"])
+    rows = sqlite_rows(sample_records(ctx))
+    path = ctx.workdir / "raw-sqlite.db"
+    for suffix in ("", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    conn = db.connect(path)
+    db.migrate(conn)
+    started = time.perf_counter()
+    for i in range(0, len(rows), SQLITE_BATCH):
+        batch = rows[i : i + SQLITE_BATCH]
+        conn.execute("BEGIN IMMEDIATE")
+        for log_row, entry_row, tags in batch:
+            seq = conn.execute(
+                "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+                log_row,
+            ).fetchone()[0]
+            conn.execute(
+                "INSERT INTO entries (id, record_hash, content_fingerprint, author_id, created_at, created_ms,"
+                " entry_type, performative, content, confidence, tags, directed_to, metadata, truth_state, authority,"
+                " scope, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (seq, *entry_row),
+            )
+            conn.executemany("INSERT INTO entry_tags (entry_id, tag) VALUES (?, ?)", [(seq, t) for t in tags])
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    count = conn.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH 'observation'").fetchone()[0]
+    conn.close()
+    if count != len(rows):
+        raise RuntimeError(f"FTS index holds {count} of {len(rows)} rows")
+    ctx.cache["sqlite_rate"] = len(rows) / elapsed
+    return float(ctx.cache["sqlite_rate"])
+
+
+def verify_rates(ctx: Context) -> tuple[float, float]:
+    """Ed25519 verifies/s on one thread and on two threads (does `cryptography` release the GIL?)."""
+    if "verify_rates" not in ctx.cache:
+        items = []
+        for record, _ in sample_records(ctx):
+            public = keys.public_key_from_did(record["author_id"])
+            items.append((public, keys.b64u_decode(record["signature"]), records.signing_bytes(record)))
+        ctx.cache["verify_rates"] = (ed25519_verify_rate(items, 1), ed25519_verify_rate(items, 2))
+    return ctx.cache["verify_rates"]
+
+
+def canonical_rate(ctx: Context) -> float:
+    """Canonical JSON + SHA-256 of whole signed records per second."""
+    if "canonical_rate" not in ctx.cache:
+        recs = [r for r, _ in sample_records(ctx)]
+        started = time.perf_counter()
+        for record in recs:
+            hashlib.sha256(canonical.canonical_bytes(record)).hexdigest()
+        ctx.cache["canonical_rate"] = len(recs) / (time.perf_counter() - started)
+    return float(ctx.cache["canonical_rate"])
+
+
+def check_rate(ctx: Context) -> float:
+    """Full record verification (size, form, canonical spelling, signature, schema) per second, one thread."""
+    if "check_rate" not in ctx.cache:
+        recs = [r for r, _ in sample_records(ctx)]
+        started = time.perf_counter()
+        for record in recs:
+            records.check(record)
+        ctx.cache["check_rate"] = len(recs) / (time.perf_counter() - started)
+    return float(ctx.cache["check_rate"])
+
+
+def run(ctx: Context) -> None:
+    """Measure and report the raw limits."""
+    n = ctx.sizes.raw_records
+    one, two = verify_rates(ctx)
+    canon = canonical_rate(ctx)
+    checked = check_rate(ctx)
+    sqlite_rate = sqlite_batched_rate(ctx)
+    add = ctx.report.add
+    add(
+        Row(
+            BENCH,
+            "Ed25519 verifies/s, 2 threads vs 1",
+            rate(two),
+            rate(one),
+            ratio(two, one),
+            "",
+            None,
+            f"cryptography Ed25519PublicKey.verify over {n} signed entry records; ratio > 1 means the GIL is released",
+        )
+    )
+    add(
+        Row(
+            BENCH,
+            "canonical JSON + SHA-256 of a record /s",
+            rate(canon),
+            "—",
+            None,
+            "",
+            None,
+            f"identity.canonical.canonical_bytes + hashlib.sha256 over {n} signed entry records, one thread",
+        )
+    )
+    add(
+        Row(
+            BENCH,
+            "full record check /s vs Ed25519 verify /s",
+            rate(checked),
+            rate(one),
+            ratio(checked, one),
+            "",
+            None,
+            "identity.records.check (size, canonical spelling, signature, schema) vs the bare verify it contains",
+        )
+    )
+    add(
+        Row(
+            BENCH,
+            "sqlite3 batched inserts (entries/s)",
+            rate(sqlite_rate),
+            "—",
+            None,
+            "",
+            None,
+            f"{n} entries: records + entries (FTS5 trigger) + entry_tags rows, node schema via node.db.migrate,"
+            f" WAL, synchronous=FULL, {SQLITE_BATCH} per transaction",
+        )
+    )

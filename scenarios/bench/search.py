@@ -1,0 +1,97 @@
+"""Search with q on a large corpus through REST, against the same FTS5 query run directly with sqlite3."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+import urllib.parse
+from pathlib import Path
+
+from identity import keys
+from node import queries
+from node.datadir import DataDir
+from scenarios.bench import corpus
+from scenarios.bench.context import Context
+from scenarios.bench.harness import Call, Server, bearer, run_load
+from scenarios.bench.report import Row, ms, percentile, ratio
+
+BENCH = "search"
+TARGET = 2.0
+PAGE = 20
+LINK_RATIO = 0.3  # entries that respond to an earlier one: gives `read` a graph to walk
+
+
+def build_corpus(ctx: Context, entries: int, name: str) -> tuple[Path, str]:
+    """A data folder holding `entries` real signed entries by 100 authors, and an agent API key (cached per run)."""
+    key = f"corpus:{name}:{entries}"
+    if key not in ctx.cache:
+        data, _ = corpus.fresh_data_dir(ctx.workdir, name)
+        reader = corpus.register_agents(data, 1, keep_key=True, prefix="reader")[0][1]
+        signers = [keys.SigningKey.generate() for _ in range(100)]
+        started = time.perf_counter()
+        loaded = corpus.bulk_load(data, corpus.signed_entries(signers, entries, seed=3, link_ratio=LINK_RATIO))
+        print(f"  built a corpus of {loaded:,} signed entries in {time.perf_counter() - started:.1f}s", flush=True)
+        ctx.cache[key] = (data, reader)
+    return ctx.cache[key]
+
+
+def main_corpus(ctx: Context) -> tuple[Path, str]:
+    """The corpus search, read and memory share."""
+    return build_corpus(ctx, ctx.sizes.search_entries, "corpus")
+
+
+def direct_fts(db_path: Path, term: str, rounds: int) -> tuple[list[float], int]:
+    """Latencies of the node's FTS5 query (same MATCH, order and page) run directly on the file with sqlite3."""
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    match = queries.fts_query(term)
+    sql = (
+        "SELECT e.* FROM entries_fts f JOIN entries e ON e.id = f.rowid"
+        " WHERE entries_fts MATCH ? AND e.truth_state != 'simulation' ORDER BY f.rank, e.id DESC LIMIT ?"
+    )
+    rows = conn.execute(sql, (match, PAGE)).fetchall()  # warm
+    lat = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        rows = conn.execute(sql, (match, PAGE)).fetchall()
+        lat.append(time.perf_counter() - started)
+    conn.close()
+    return lat, len(rows)
+
+
+def match_count(db_path: Path, term: str) -> int:
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        return int(conn.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (term,)).fetchone()[0])
+    finally:
+        conn.close()
+
+
+def run(ctx: Context) -> None:
+    """p50/p95 of GET /v1/search?q= for a common and a rare term, one client at a time."""
+    data, api_key = main_corpus(ctx)
+    db_path = DataDir(data).db_path
+    rounds = ctx.sizes.queries
+    with Server(data) as server:
+        for label, term in (("common term", corpus.COMMON_TERM), ("rare term", corpus.RARE_TERM)):
+            path = "/v1/search?" + urllib.parse.urlencode({"q": term, "limit": PAGE})
+            call = Call("GET", path, bearer(api_key))
+            asyncio.run(run_load(server.url, [[call] * 3]))  # warm caches
+            result = asyncio.run(run_load(server.url, [[call] * rounds]))
+            base, page = direct_fts(db_path, term, rounds)
+            matches = match_count(db_path, term)
+            for p in (50, 95):
+                ours, theirs = percentile(result.latencies, p), percentile(base, p)
+                ctx.report.add(
+                    Row(
+                        BENCH,
+                        f"{label} '{term}' ({matches:,} matches of {ctx.sizes.search_entries:,}): p{p}",
+                        ms(ours),
+                        ms(theirs),
+                        ratio(ours, theirs),
+                        f"<= {TARGET:g}",
+                        ratio(ours, theirs) <= TARGET,
+                        f"GET /v1/search?q={term}&limit={PAGE}, {rounds} sequential requests, one aiohttp client;"
+                        f" baseline: the same FTS5 MATCH/ORDER BY rank/LIMIT on the file with sqlite3 ({page} rows)",
+                    )
+                )
