@@ -111,7 +111,8 @@ def traverse(
     """Breadth-first walk of the link graph from `seeds`, one set-based query per hop.
 
     Returns (hashes reached including seeds, links walked, truncated). With hops=0 and
-    include_links, the links incident to the seeds are returned without walking them.
+    include_links, the links incident to the seeds are returned without walking them;
+    without include_links no links are returned at any depth.
     """
     reached = dict.fromkeys(seeds)
     frontier = list(seeds)
@@ -135,7 +136,8 @@ def traverse(
                     reached[h] = None
                     nxt.append(h)
         frontier = nxt
-    return list(reached), sorted(links.values(), key=lambda link: link.id), truncated
+    walked = sorted(links.values(), key=lambda link: link.id) if include_links else []
+    return list(reached), walked, truncated
 
 
 def _adjacent(conn: sqlite3.Connection, frontier: list[str], link_types: Sequence[str], direction: str) -> list[Any]:
