@@ -15,10 +15,12 @@ from node.logging_setup import request_log_middleware
 from node.metrics import metrics_middleware
 from node.routes import ROUTES
 from node.service import Node
+from node.workflows import routes as workflow_routes
 
 MAX_BODY_BYTES = 1024 * 1024
 ROUTE_TABLES: list[list[Route]] = [ROUTES]
 ROUTE_TABLES.append(peer_routes.PEER_ROUTES)  # federation: peers, digest, peer-signed sync
+ROUTE_TABLES.append(workflow_routes.ROUTES)  # agent workflows: bus, tasks, leases, graph
 
 
 def all_routes() -> list[Route]:

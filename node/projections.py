@@ -219,3 +219,6 @@ def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
             continue
         out[table] = [tuple(r) for r in conn.execute(f'SELECT * FROM "{table}" ORDER BY 1, 2').fetchall()]
     return out
+
+
+from node.workflows import records as _workflow_records  # noqa: E402,F401  (registers projectors)

@@ -1,0 +1,121 @@
+"""The message bus: building message records and reading the log of messages. Nothing here deletes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from identity import canonical
+from node.errors import Conflict, InvalidInput
+from node.workflows.wire import MessageOut, MessagePage, MessageQuery, PostMessage
+
+
+def unsigned_message(sender: str, body: PostMessage, created_at: str) -> dict[str, Any]:
+    """The unsigned record of a message: raw authority, a fact that it was sent, both agents as tags."""
+    try:
+        record: dict[str, Any] = {
+            "kind": "message",
+            "schema_version": canonical.SCHEMA_VERSION,
+            "author_id": sender,
+            "created_at": created_at,
+            "message_type": canonical.normalize_value(body.message_type),
+            "body": canonical.normalize_value(body.body),
+            "payload": canonical.normalize_value(body.payload, "$.payload"),
+            "dependency_ids": canonical.normalize_value(body.dependency_ids, "$.dependency_ids"),
+            "tags": sorted({sender} | ({body.to_agent} if body.to_agent else set())),
+            "authority": "raw",
+            "truth_state": "fact",
+            "confidence": 1,
+        }
+    except canonical.CanonicalError as exc:
+        raise InvalidInput(str(exc), field=exc.field) from None
+    if body.to_agent is not None:
+        record["to_agent"] = body.to_agent
+    if body.project is not None:
+        record["project"] = canonical.normalize_value(body.project)
+    return record
+
+
+def message_out(row: sqlite3.Row) -> MessageOut:
+    """Render a messages row."""
+    to_agent = row["to_agent"]
+    return MessageOut(
+        id=row["id"],
+        record_hash=row["record_hash"],
+        from_agent=row["from_agent"],
+        to_agent=to_agent,
+        message_type=row["message_type"],
+        body=row["body"],
+        payload=json.loads(row["payload"]),
+        dependency_ids=json.loads(row["dependency_ids"]),
+        project=row["project"],
+        tags=sorted({row["from_agent"]} | ({to_agent} if to_agent else set())),
+        authority="raw",
+        truth_state="fact",
+        confidence=1.0,
+        created_at=row["created_at"],
+    )
+
+
+def message_by_id(conn: sqlite3.Connection, message_id: int) -> MessageOut:
+    row = conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+    return message_out(row)
+
+
+def list_messages(conn: sqlite3.Connection, q: MessageQuery) -> MessagePage:
+    """One page of messages, newest or oldest first, by (created_ms, id).
+
+    An agent filter walks `message_agents` (both ends of every message) by its primary key.
+    """
+    newest = q.order == "newest"
+    if q.agent is not None:
+        sql = "SELECT m.* FROM message_agents a JOIN messages m ON m.id = a.message_id WHERE a.agent_id = ?"
+        params: list[Any] = [q.agent]
+        time_col, id_col = "a.created_ms", "a.message_id"
+    else:
+        sql = "SELECT m.* FROM messages m WHERE 1 = 1"
+        params = []
+        time_col, id_col = "m.created_ms", "m.id"
+    if q.project is not None:
+        sql += " AND m.project = ?"
+        params.append(q.project)
+    if q.message_type is not None:
+        sql += " AND m.message_type = ?"
+        params.append(q.message_type)
+    if q.cursor is not None:
+        ms, _, last_id = q.cursor.partition(".")
+        sql += f" AND ({time_col}, {id_col}) {'<' if newest else '>'} (?, ?)"
+        params += [int(ms), int(last_id)]
+    direction = "DESC" if newest else "ASC"
+    sql += f" ORDER BY {time_col} {direction}, {id_col} {direction} LIMIT ?"
+    params.append(q.limit + 1)
+    rows = conn.execute(sql, params).fetchall()
+    more = len(rows) > q.limit
+    rows = rows[: q.limit]
+    next_cursor = f"{rows[-1]['created_ms']}.{rows[-1]['id']}" if more else None
+    return MessagePage(messages=[message_out(r) for r in rows], next_cursor=next_cursor)
+
+
+def replayed_message(conn: sqlite3.Connection, agent_id: str, idem_key: str) -> int | None:
+    """The message an idempotency key already produced; 409 if the key was used for another operation."""
+    row = conn.execute(
+        "SELECT i.operation, m.id FROM idempotency i LEFT JOIN messages m ON m.record_hash = i.record_hash"
+        " WHERE i.agent_id = ? AND i.idem_key = ?",
+        (agent_id, idem_key),
+    ).fetchone()
+    if row is None:
+        return None
+    if row[0] != "message":
+        raise Conflict(
+            f"idempotency key already used for a {row[0]}", field="Idempotency-Key", code="idempotency_key_reused"
+        )
+    return int(row[1])
+
+
+def remember(conn: sqlite3.Connection, agent_id: str, idem_key: str, record_hash: str, now_ms: int) -> None:
+    conn.execute(
+        "INSERT INTO idempotency (agent_id, idem_key, operation, record_hash, created_ms)"
+        " VALUES (?, ?, 'message', ?, ?)",
+        (agent_id, idem_key, record_hash, now_ms),
+    )

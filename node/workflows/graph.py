@@ -1,0 +1,108 @@
+"""The task graph as nodes and `precedes` edges, and its Graphviz DOT and Mermaid renderings."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from node.workflows.records import DONE_STATUSES
+from node.workflows.tasks import lease_live
+from node.workflows.wire import Graph, GraphEdge, GraphNode
+
+_DOT_FILL = {
+    "done": "#c8e6c9",
+    "ready": "#fff9c4",
+    "leased": "#bbdefb",
+    "blocked": "#eeeeee",
+    "failed": "#ffcdd2",
+    "cancelled": "#f5f5f5",
+}
+
+
+def state_of(row: sqlite3.Row, now_ms: int) -> str:
+    """Where a task stands for drawing: done, leased, ready, blocked, failed or cancelled."""
+    status = row["status"]
+    if status in DONE_STATUSES:
+        return "done"
+    if status in ("failed", "cancelled"):
+        return str(status)
+    if lease_live(row, now_ms):
+        return "leased"
+    return "ready" if row["unmet"] == 0 else "blocked"
+
+
+def build(conn: sqlite3.Connection, now_ms: int, limit: int) -> Graph:
+    """Up to `limit` tasks in id order with the edges into them; dependency keys resolve to ids where declared."""
+    rows = conn.execute(
+        "SELECT id, key, title, status, unmet, lease_holder, lease_expires_ms FROM tasks ORDER BY id LIMIT ?",
+        (limit + 1,),
+    ).fetchall()
+    truncated = len(rows) > limit
+    rows = rows[:limit]
+    nodes = []
+    for r in rows:
+        state = state_of(r, now_ms)
+        nodes.append(
+            GraphNode(
+                id=r["id"],
+                key=r["key"],
+                title=r["title"],
+                state=state,
+                lease_holder=r["lease_holder"] if state == "leased" else None,
+            )
+        )
+    last_id = rows[-1]["id"] if rows else 0
+    edges = [
+        GraphEdge(type="precedes", from_key=e[0], to_key=e[1], from_id=e[2], to_id=e[3])
+        for e in conn.execute(
+            "SELECT d.dep_key, t.key, u.id, t.id FROM tasks t JOIN task_deps d ON d.task_key = t.key"
+            " LEFT JOIN tasks u ON u.key = d.dep_key WHERE t.id <= ? ORDER BY t.id, d.dep_key",
+            (last_id,),
+        )
+    ]
+    missing = sorted({e.from_key for e in edges if e.from_id is None})
+    return Graph(nodes=nodes, edges=edges, missing=missing, truncated=truncated)
+
+
+def _dot_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def to_dot(g: Graph) -> str:
+    """Graphviz DOT: one node per task (filled by state), dashed nodes for prerequisites not yet declared."""
+    lines = ["digraph tasks {", "  rankdir=LR;", '  node [shape=box, style="rounded,filled", fontname="Helvetica"];']
+    for n in g.nodes:
+        label = f"{n.key}\n{n.title}\n[{n.state}]" if n.title != n.key else f"{n.key}\n[{n.state}]"
+        lines.append(
+            f"  {_dot_string(n.key)} [label={_dot_string(label)}, fillcolor={_dot_string(_DOT_FILL[n.state])}];"
+        )
+    for key in g.missing:
+        lines.append(f"  {_dot_string(key)} [label={_dot_string(key + chr(10) + '[not declared]')}, style=dashed];")
+    for e in g.edges:
+        lines.append(f"  {_dot_string(e.from_key)} -> {_dot_string(e.to_key)};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _mermaid_label(text: str) -> str:
+    return '"' + text.replace("&", "#amp;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;") + '"'
+
+
+def to_mermaid(g: Graph) -> str:
+    """A Mermaid flowchart: tasks as t<id>, undeclared prerequisites as m<n>, classes by state."""
+    lines = ["flowchart LR"]
+    ids = {n.key: f"t{n.id}" for n in g.nodes}
+    for i, key in enumerate(g.missing):
+        ids[key] = f"m{i}"
+    for n in g.nodes:
+        lines.append(
+            f"  {ids[n.key]}[{_mermaid_label(n.key + ': ' + n.title if n.title != n.key else n.key)}]:::{n.state}"
+        )
+    for key in g.missing:
+        lines.append(f"  {ids[key]}[{_mermaid_label(key + ' (not declared)')}]:::missing")
+    for e in g.edges:
+        # a prerequisite past the node limit is still drawn, by its id
+        lines.append(f"  {ids.get(e.from_key, f't{e.from_id}')} --> {ids[e.to_key]}")
+    for state, fill in sorted(_DOT_FILL.items()):
+        lines.append(f"  classDef {state} fill:{fill}")
+    lines.append("  classDef missing stroke-dasharray: 5 5")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,84 @@
+"""Lease decisions. A task's lease authority is its home node: the node named by its earliest declaration.
+
+Grant decisions run inside one write job on the single writer thread, so liveness is checked and the grant
+is appended in the same transaction: the home node can never grant two overlapping leases. Another node
+refuses (or forwards) because it cannot know what the home node granted meanwhile.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from node.errors import BBSError, Conflict
+from node.workflows.records import OPEN_STATUSES
+from node.workflows.tasks import lease_live
+
+
+class NotHome(Exception):
+    """This node is not the task's lease authority; `home_node` is."""
+
+    def __init__(self, task_key: str, home_node: str) -> None:
+        super().__init__(f"task {task_key} is homed on {home_node}")
+        self.task_key = task_key
+        self.home_node = home_node
+
+
+class LeaseAuthorityUnreachable(BBSError):
+    status, code, title = 503, "lease_authority_unreachable", "Lease authority unreachable"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a granted lease decision needs to become a record."""
+
+    task_key: str
+    extends: bool
+
+
+def decide_grant(conn: sqlite3.Connection, row: sqlite3.Row, node_id: str, agent_id: str, now_ms: int) -> Grant:
+    """Decide whether `agent_id` may hold the task's lease now; raise the reason it may not."""
+    if row["home_node"] != node_id:
+        raise NotHome(row["key"], row["home_node"])
+    if row["status"] not in OPEN_STATUSES:
+        raise Conflict(f"task {row['key']} is {row['status']}", field="task_id", code="task_closed")
+    if row["unmet"] > 0:
+        raise Conflict(f"task {row['key']} has dependencies that are not done", field="task_id", code="task_not_ready")
+    live = lease_live(row, now_ms)
+    if live and row["lease_holder"] != agent_id:
+        raise Conflict(
+            f"task {row['key']} is leased by {row['lease_holder']} until {row['lease_expires_at']}",
+            field="task_id",
+            code="lease_held",
+        )
+    return Grant(task_key=row["key"], extends=live)
+
+
+def own_live_lease(row: sqlite3.Row, agent_id: str, now_ms: int) -> str | None:
+    """The hash of the live lease `agent_id` holds on the task, or None."""
+    if lease_live(row, now_ms) and row["lease_holder"] == agent_id:
+        return str(row["lease_hash"])
+    return None
+
+
+def check_release(row: sqlite3.Row, agent_id: str, now_ms: int) -> str:
+    """The lease a release by `agent_id` ends; 409 unless it holds a live one."""
+    lease = own_live_lease(row, agent_id, now_ms)
+    if lease is not None:
+        return lease
+    if row["lease_holder"] == agent_id:
+        raise Conflict(
+            f"your lease on {row['key']} expired at {row['lease_expires_at']}", field="task_id", code="lease_expired"
+        )
+    raise Conflict(f"you hold no lease on {row['key']}", field="task_id", code="lease_not_held")
+
+
+def check_complete(row: sqlite3.Row, agent_id: str, now_ms: int) -> str | None:
+    """The lease a completion by `agent_id` ends (None if it holds none); 409 while another agent holds one."""
+    if lease_live(row, now_ms) and row["lease_holder"] != agent_id:
+        raise Conflict(
+            f"task {row['key']} is leased by {row['lease_holder']} until {row['lease_expires_at']}",
+            field="task_id",
+            code="lease_held",
+        )
+    return own_live_lease(row, agent_id, now_ms)

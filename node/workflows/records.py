@@ -1,0 +1,226 @@
+"""Projectors of the workflow record kinds: `message` into the bus tables, `task_event` into the task graph.
+
+Records arrive in any order (local writes, sync from several peers), so a task is never updated
+incrementally: each event is stored in `task_events`, then the task is re-folded from all of its events in
+(created_ms, hash) order. Every node holding the same events computes the same task.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from identity.schema import MessageRecord, TaskEventRecord
+from node import projections
+from node.projections import Projection, created_ms
+
+DONE_STATUSES = ("done", "completed")
+OPEN_STATUSES = ("pending", "processing")
+
+projections.PROJECTION_TABLES.extend(["messages", "message_agents", "task_events", "tasks", "task_deps"])
+
+
+def _opt(value: Any) -> Any:
+    """UNSET as None, for storage."""
+    return None if value is msgspec.UNSET else value
+
+
+@projections.projector("message")
+def project_message(conn: sqlite3.Connection, rec: MessageRecord, ctx: Projection) -> None:
+    ms = created_ms(rec.created_at)
+    conn.execute(
+        "INSERT INTO messages (id, record_hash, from_agent, to_agent, message_type, body, payload, dependency_ids,"
+        " project, created_at, created_ms, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            ctx.seq,
+            ctx.hash,
+            rec.author_id,
+            _opt(rec.to_agent),
+            rec.message_type,
+            rec.body,
+            json.dumps(rec.payload, sort_keys=True),
+            json.dumps(rec.dependency_ids),
+            _opt(rec.project),
+            rec.created_at,
+            ms,
+            rec.signature,
+        ),
+    )
+    conn.executemany(
+        "INSERT OR IGNORE INTO message_agents (agent_id, created_ms, message_id) VALUES (?, ?, ?)",
+        [(agent, ms, ctx.seq) for agent in rec.tags],
+    )
+
+
+@projections.projector("task_event")
+def project_task_event(conn: sqlite3.Connection, rec: TaskEventRecord, ctx: Projection) -> None:
+    expires_at = _opt(rec.expires_at)
+    conn.execute(
+        "INSERT INTO task_events (seq, hash, task_key, event, author_id, created_at, created_ms, node_id, title,"
+        " depends_on, status, checkpoint, holder, expires_at, expires_ms, lease_ref)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            ctx.seq,
+            ctx.hash,
+            rec.task_key,
+            rec.event,
+            rec.author_id,
+            rec.created_at,
+            created_ms(rec.created_at),
+            _opt(rec.node_id),
+            _opt(rec.title),
+            None if rec.depends_on is msgspec.UNSET else json.dumps(rec.depends_on),
+            _opt(rec.status),
+            None if rec.checkpoint is msgspec.UNSET else json.dumps(rec.checkpoint, sort_keys=True),
+            _opt(rec.holder),
+            expires_at,
+            None if expires_at is None else created_ms(expires_at),
+            _opt(rec.lease),
+        ),
+    )
+    refold(conn, rec.task_key)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7396 JSON merge patch: objects merge recursively, null removes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+@dataclass
+class TaskState:
+    """A task as the fold of its events."""
+
+    key: str
+    id: int
+    home_node: str
+    created_at: str
+    updated_at: str
+    last_ms: int
+    title: str
+    status: str = "pending"
+    depends_on: list[str] = field(default_factory=list)
+    checkpoint: dict[str, Any] = field(default_factory=dict)
+    lease_hash: str | None = None
+    lease_holder: str | None = None
+    lease_expires_at: str | None = None
+    lease_expires_ms: int | None = None
+
+
+def fold(key: str, events: list[sqlite3.Row]) -> TaskState | None:
+    """The current task from its events sorted by (created_ms, hash); None until it has been declared.
+
+    The earliest declaration names the home node; only that node's lease grants count. The newest grant is
+    the lease, unless a release or complete by its holder names it. Order-independent parts (which grant is
+    ended) are decided over the whole set, so clock skew between a release and its grant cannot resurrect it.
+    """
+    declares = [e for e in events if e["event"] == "declare"]
+    if not declares:
+        return None
+    first = declares[0]
+    state = TaskState(
+        key=key,
+        id=min(e["seq"] for e in declares),
+        home_node=first["node_id"],
+        created_at=first["created_at"],
+        updated_at=events[-1]["created_at"],
+        last_ms=events[-1]["created_ms"],
+        title=key,
+    )
+    grants = {e["hash"]: e for e in events if e["event"] == "lease" and e["author_id"] == state.home_node}
+    ended = {
+        e["lease_ref"]
+        for e in events
+        if e["event"] in ("release", "complete")
+        and e["lease_ref"] in grants
+        and grants[e["lease_ref"]]["holder"] == e["author_id"]
+    }
+    lease = None
+    for e in events:
+        if e["event"] == "declare":
+            if e["title"] is not None:
+                state.title = e["title"]
+            if e["depends_on"] is not None:
+                state.depends_on = json.loads(e["depends_on"])
+            if e["status"] is not None:
+                state.status = e["status"]
+        elif e["event"] == "lease" and e["hash"] in grants:
+            lease = e
+        elif e["event"] == "complete":
+            state.status = "done"
+        if e["checkpoint"] is not None:
+            state.checkpoint = merge_patch(state.checkpoint, json.loads(e["checkpoint"]))
+    if lease is not None and lease["hash"] not in ended:
+        state.lease_hash = lease["hash"]
+        state.lease_holder = lease["holder"]
+        state.lease_expires_at = lease["expires_at"]
+        state.lease_expires_ms = lease["expires_ms"]
+    return state
+
+
+def refold(conn: sqlite3.Connection, key: str) -> None:
+    """Recompute one task from its events, its dependency rows, and the unmet counts it affects."""
+    events = conn.execute("SELECT * FROM task_events WHERE task_key = ? ORDER BY created_ms, hash", (key,)).fetchall()
+    state = fold(key, events)
+    if state is None:
+        return
+    before = conn.execute("SELECT status, depends_on FROM tasks WHERE key = ?", (key,)).fetchone()
+    conn.execute(
+        "INSERT INTO tasks (id, key, title, status, depends_on, checkpoint, home_node, created_at, updated_at,"
+        " last_ms, lease_hash, lease_holder, lease_expires_at, lease_expires_ms, unmet, open)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)"
+        " ON CONFLICT (key) DO UPDATE SET title = excluded.title, status = excluded.status,"
+        "   depends_on = excluded.depends_on, checkpoint = excluded.checkpoint, home_node = excluded.home_node,"
+        "   created_at = excluded.created_at, updated_at = excluded.updated_at, last_ms = excluded.last_ms,"
+        "   lease_hash = excluded.lease_hash, lease_holder = excluded.lease_holder,"
+        "   lease_expires_at = excluded.lease_expires_at, lease_expires_ms = excluded.lease_expires_ms,"
+        "   open = excluded.open",
+        (
+            state.id,
+            key,
+            state.title,
+            state.status,
+            json.dumps(state.depends_on),
+            json.dumps(state.checkpoint, sort_keys=True),
+            state.home_node,
+            state.created_at,
+            state.updated_at,
+            state.last_ms,
+            state.lease_hash,
+            state.lease_holder,
+            state.lease_expires_at,
+            state.lease_expires_ms,
+            int(state.status in OPEN_STATUSES),
+        ),
+    )
+    deps_json = json.dumps(state.depends_on)
+    if before is None or before["depends_on"] != deps_json:
+        conn.execute("DELETE FROM task_deps WHERE task_key = ?", (key,))
+        conn.executemany(
+            "INSERT INTO task_deps (task_key, dep_key) VALUES (?, ?)", [(key, dep) for dep in state.depends_on]
+        )
+        _recount(conn, "key = ?", key)
+    was_done = before is not None and before["status"] in DONE_STATUSES
+    if before is None or was_done != (state.status in DONE_STATUSES):
+        _recount(conn, "key IN (SELECT task_key FROM task_deps WHERE dep_key = ?)", key)
+
+
+def _recount(conn: sqlite3.Connection, where: str, key: str) -> None:
+    """Recompute `unmet` (dependencies missing or not done) for the tasks selected by `where`."""
+    conn.execute(
+        "UPDATE tasks SET unmet = (SELECT count(*) FROM task_deps d LEFT JOIN tasks u ON u.key = d.dep_key"
+        "   WHERE d.task_key = tasks.key AND (u.status IS NULL OR u.status NOT IN ('done', 'completed')))"
+        f" WHERE {where}",
+        (key,),
+    )

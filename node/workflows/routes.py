@@ -1,0 +1,200 @@
+"""REST routes under /v1/agent-workflows. They parse and format; node.workflows.service does the work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from node.api_types import SignedSubmission
+from node.appkeys import NODE
+from node.auth import agent_id
+from node.errors import InvalidInput
+from node.http import Route, convert, decode_query, json_response, read_json
+from node.workflows import graph as graph_render
+from node.workflows.service import Workflows
+from node.workflows.wire import (
+    DeclareTask,
+    FinishIn,
+    Graph,
+    GraphQuery,
+    LeaseIn,
+    MessageOut,
+    MessagePage,
+    MessageQuery,
+    PostMessage,
+    ReadyList,
+    ReadyQuery,
+    TaskOut,
+)
+
+PREFIX = "/v1/agent-workflows"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def _workflows(request: web.Request) -> Workflows:
+    return Workflows(request.app[NODE])
+
+
+def _signed_or(raw: Any, typ: type[Any]) -> Any:
+    if isinstance(raw, dict) and "record" in raw:
+        return convert(raw, SignedSubmission)
+    return convert(raw, typ)
+
+
+async def _optional_json(request: web.Request) -> Any:
+    """The JSON body, or {} when the request has none (lease, release and complete take defaults)."""
+    if not request.body_exists:
+        return {}
+    return await read_json(request)
+
+
+def _idempotency_header(request: web.Request) -> str | None:
+    value = request.headers.get(IDEMPOTENCY_HEADER)
+    if value is not None and not (0 < len(value) <= 128):
+        raise InvalidInput("Idempotency-Key must be 1 to 128 characters", field=IDEMPOTENCY_HEADER)
+    return value
+
+
+async def post_message(request: web.Request) -> web.Response:
+    body = _signed_or(await read_json(request), PostMessage)
+    message, created = await _workflows(request).post_message(agent_id(request), body, _idempotency_header(request))
+    return json_response(message, 201 if created else 200)
+
+
+async def get_messages(request: web.Request) -> web.Response:
+    return json_response(await _workflows(request).messages(decode_query(request, MessageQuery)))
+
+
+async def post_task(request: web.Request) -> web.Response:
+    body = _signed_or(await read_json(request), DeclareTask)
+    task, created = await _workflows(request).declare(agent_id(request), body)
+    return json_response(task, 201 if created else 200)
+
+
+async def get_task(request: web.Request) -> web.Response:
+    return json_response(await _workflows(request).task(request.match_info["task_id"]))
+
+
+async def get_ready(request: web.Request) -> web.Response:
+    q = decode_query(request, ReadyQuery)
+    return json_response(await _workflows(request).ready(q.limit, q.after))
+
+
+async def lease_task(request: web.Request) -> web.Response:
+    body = convert(await _optional_json(request), LeaseIn)
+    task, granted = await _workflows(request).lease(agent_id(request), request.match_info["task_id"], body)
+    return json_response(task, 201 if granted else 200)
+
+
+async def release_task(request: web.Request) -> web.Response:
+    body = _signed_or(await _optional_json(request), FinishIn)
+    return json_response(await _workflows(request).release(agent_id(request), request.match_info["task_id"], body))
+
+
+async def complete_task(request: web.Request) -> web.Response:
+    body = _signed_or(await _optional_json(request), FinishIn)
+    return json_response(await _workflows(request).complete(agent_id(request), request.match_info["task_id"], body))
+
+
+async def get_graph(request: web.Request) -> web.Response:
+    q = decode_query(request, GraphQuery)
+    g = await _workflows(request).graph(q)
+    if q.format == "dot":
+        return web.Response(text=graph_render.to_dot(g), content_type="text/vnd.graphviz", charset="utf-8")
+    if q.format == "mermaid":
+        return web.Response(text=graph_render.to_mermaid(g), content_type="text/plain", charset="utf-8")
+    return json_response(g)
+
+
+ROUTES: list[Route] = [
+    Route(
+        "POST",
+        f"{PREFIX}/messages",
+        post_message,
+        "Append a message to the bus (broadcast when to_agent is omitted)",
+        "agent",
+        body=PostMessage | SignedSubmission,
+        responses={201: MessageOut, 200: MessageOut},
+        tag="agent-workflows",
+    ),
+    Route(
+        "GET",
+        f"{PREFIX}/messages",
+        get_messages,
+        "Read the bus by project, agent (either end) or type, newest or oldest first",
+        "any",
+        query=MessageQuery,
+        responses={200: MessagePage},
+        tag="agent-workflows",
+    ),
+    Route(
+        "POST",
+        f"{PREFIX}/tasks",
+        post_task,
+        "Create or update a task by key (checkpoint merged; nothing appended when nothing changes)",
+        "agent",
+        body=DeclareTask | SignedSubmission,
+        responses={201: TaskOut, 200: TaskOut},
+        tag="agent-workflows",
+    ),
+    Route(
+        "GET",
+        f"{PREFIX}/tasks/ready",
+        get_ready,
+        "The tasks that can start now: every dependency done, no live lease",
+        "any",
+        query=ReadyQuery,
+        responses={200: ReadyList},
+        tag="agent-workflows",
+    ),
+    Route(
+        "GET",
+        f"{PREFIX}/tasks/{{task_id}}",
+        get_task,
+        "One task by local id or key",
+        "any",
+        responses={200: TaskOut},
+        tag="agent-workflows",
+    ),
+    Route(
+        "POST",
+        f"{PREFIX}/tasks/{{task_id}}/lease",
+        lease_task,
+        "Lease a task for 30 to 86,400 seconds (900 by default); the holder re-leases to extend",
+        "agent",
+        body=LeaseIn,
+        responses={201: TaskOut, 200: TaskOut},
+        tag="agent-workflows",
+    ),
+    Route(
+        "POST",
+        f"{PREFIX}/tasks/{{task_id}}/release",
+        release_task,
+        "End your lease early (optionally merging a checkpoint); the task is ready again",
+        "agent",
+        body=FinishIn | SignedSubmission,
+        responses={200: TaskOut},
+        tag="agent-workflows",
+    ),
+    Route(
+        "POST",
+        f"{PREFIX}/tasks/{{task_id}}/complete",
+        complete_task,
+        "Mark a task done, ending your lease (optionally merging a final checkpoint)",
+        "agent",
+        body=FinishIn | SignedSubmission,
+        responses={200: TaskOut},
+        tag="agent-workflows",
+    ),
+    Route(
+        "GET",
+        f"{PREFIX}/graph",
+        get_graph,
+        "The task graph as nodes and precedes edges (format=json, dot or mermaid)",
+        "any",
+        query=GraphQuery,
+        responses={200: Graph},
+        tag="agent-workflows",
+    ),
+]

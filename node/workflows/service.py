@@ -1,0 +1,289 @@
+"""The workflow operations of a node, once: the bus, task declarations, the ready set, leases, the graph.
+
+REST (node/workflows/routes.py), MCP and the CLI parse and format; the work happens here. Every shared
+write is a signed record appended through `projections.append` inside one write job.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import msgspec
+
+from identity import canonical, keys, records
+from node import projections
+from node.api_types import SignedSubmission
+from node.errors import Forbidden, InvalidInput
+from node.service import Node, format_ms, record_error
+from node.workflows import bus, graph, leases, tasks
+from node.workflows.wire import (
+    DeclareTask,
+    FinishIn,
+    Graph,
+    GraphQuery,
+    LeaseIn,
+    MessageOut,
+    MessagePage,
+    MessageQuery,
+    PostMessage,
+    ReadyList,
+    TaskOut,
+)
+
+
+def build_record(unsigned: dict[str, Any], key: keys.SigningKey) -> tuple[dict[str, Any], str, Any]:
+    """Sign a record and verify it exactly as a peer would: (record, hash, decoded Struct)."""
+    record = records.sign(unsigned, key)
+    try:
+        record_hash, decoded = records.check(record)
+    except records.RecordError as exc:
+        raise record_error(exc) from None
+    return record, record_hash, decoded
+
+
+def _task_event(key: str, author: str, created_ms: int, event: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "kind": "task_event",
+        "schema_version": canonical.SCHEMA_VERSION,
+        "author_id": author,
+        "created_at": format_ms(created_ms),
+        "event": event,
+        "task_key": key,
+        **fields,
+    }
+
+
+def _present(decoded: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    return {n: getattr(decoded, n) for n in names if getattr(decoded, n) is not msgspec.UNSET}
+
+
+class Workflows:
+    """Workflow operations on one Node (stateless: cheap to create per request)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    async def _signer(self, agent_id: str) -> keys.SigningKey:
+        signer = await self.node._signing_key(agent_id)
+        if signer is None:
+            raise InvalidInput(
+                "this agent holds its own key: sign the record and submit it as {'record': ...}",
+                code="agent_signs_own_records",
+            )
+        return signer
+
+    # ---- the bus --------------------------------------------------------------------------------------
+
+    async def post_message(
+        self, agent_id: str, body: PostMessage | SignedSubmission, idempotency_key: str | None = None
+    ) -> tuple[MessageOut, bool]:
+        """Append a message (node-signed, or a record the sender signed). Returns (message, created)."""
+        idem = idempotency_key or (body.idempotency_key if isinstance(body, SignedSubmission) else None)
+        if isinstance(body, SignedSubmission):
+            record, record_hash, decoded = self.node._check_signed(body.record, "message", agent_id)
+        else:
+            if body.from_agent is not None and body.from_agent != agent_id:
+                raise Forbidden("from_agent must be the authenticated agent", field="$.from_agent")
+            signer = await self._signer(agent_id)
+            unsigned = bus.unsigned_message(agent_id, body, format_ms(self.node.now_ms()))
+            record, record_hash, decoded = build_record(unsigned, signer)
+
+        def job(conn: sqlite3.Connection) -> tuple[int, bool]:
+            now = self.node.now_ms()
+            if idem is not None:
+                replay = bus.replayed_message(conn, agent_id, idem)
+                if replay is not None:
+                    return replay, False
+            seq, inserted = projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
+            if idem is not None:
+                bus.remember(conn, agent_id, idem, record_hash, now)
+            return seq, inserted
+
+        message_id, created = await self.node.db.write(job)
+        return await self.node.db.read(lambda c: bus.message_by_id(c, message_id)), created
+
+    async def messages(self, q: MessageQuery) -> MessagePage:
+        """Read the bus: filtered by project, agent (either end) or type; newest or oldest first."""
+        return await self.node.db.read(lambda c: bus.list_messages(c, q))
+
+    # ---- tasks ----------------------------------------------------------------------------------------
+
+    async def declare(self, agent_id: str, body: DeclareTask | SignedSubmission) -> tuple[TaskOut, bool]:
+        """Create or update a task by key. Returns (task, created). Appends nothing when nothing changes."""
+        signer: keys.SigningKey | None = None
+        if isinstance(body, SignedSubmission):
+            record, record_hash, decoded = self.node._check_signed(body.record, "task_event", agent_id)
+            if decoded.event != "declare":
+                raise InvalidInput("POST /tasks takes a declare event", field="$.record.event", code="wrong_event")
+            if decoded.node_id != self.node.node_id:
+                raise InvalidInput(
+                    "a declaration names the node that accepts it: set node_id to this node's id",
+                    field="$.record.node_id",
+                    code="wrong_node",
+                )
+            fields = {"task_key": decoded.task_key}
+            fields.update(_present(decoded, ("title", "depends_on", "status", "checkpoint")))
+        else:
+            signer = await self._signer(agent_id)
+            try:
+                fields = {"task_key": body.key}
+                if body.title is not None:
+                    fields["title"] = canonical.normalize_value(body.title)
+                if body.depends_on is not None:
+                    fields["depends_on"] = sorted(set(body.depends_on))
+                if body.status is not None:
+                    fields["status"] = body.status
+                if body.checkpoint is not None:
+                    fields["checkpoint"] = canonical.normalize_value(body.checkpoint, "$.checkpoint")
+            except canonical.CanonicalError as exc:
+                raise InvalidInput(str(exc), field=exc.field) from None
+        key = fields["task_key"]
+
+        def job(conn: sqlite3.Connection) -> bool:
+            row, changed = tasks.plan_declare(conn, fields)
+            if row is not None and not changed:
+                return False
+            now = self.node.now_ms()
+            if signer is None:
+                rec, rec_hash, dec = record, record_hash, decoded
+            else:
+                unsigned = _task_event(
+                    key, agent_id, tasks.next_event_ms(conn, key, now), "declare", node_id=self.node.node_id, **changed
+                )
+                rec, rec_hash, dec = build_record(unsigned, signer)
+            projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
+            return row is None
+
+        created = await self.node.db.write(job)
+        return await self.task(key), created
+
+    async def task(self, ref: str) -> TaskOut:
+        """One task by local id or key, its lease checked against the clock."""
+        now = self.node.now_ms()
+        return await self.node.db.read(lambda c: tasks.task_out(c, tasks.task_row(c, ref), now))
+
+    async def ready(self, limit: int = 100, after: int | None = None) -> ReadyList:
+        """Exactly the tasks that can start now (every dependency done or completed, no live lease)."""
+        now = self.node.now_ms()
+        return await self.node.db.read(lambda c: tasks.ready(c, now, limit, after))
+
+    async def graph(self, q: GraphQuery) -> Graph:
+        """The task graph as nodes and `precedes` edges."""
+        now = self.node.now_ms()
+        return await self.node.db.read(lambda c: graph.build(c, now, q.limit))
+
+    # ---- leases ---------------------------------------------------------------------------------------
+
+    async def resolve_agent(self, agent_id: str, given: str | None) -> None:
+        """A lease's `agent` field, when given, must name the caller (its did or its local name)."""
+        if given is None or given == agent_id:
+            return
+        row = await self.node.db.read(
+            lambda c: c.execute("SELECT agent_id FROM local_agents WHERE name = ?", (given,)).fetchone()
+        )
+        if row is None or row[0] != agent_id:
+            raise Forbidden("an agent can only lease tasks for itself", field="$.agent", code="lease_for_other")
+
+    async def lease(self, agent_id: str, ref: str, body: LeaseIn) -> tuple[TaskOut, bool]:
+        """Grant or extend the caller's lease for `body.seconds`. Returns (task, newly granted).
+
+        Only the task's home node decides; the check and the grant record share one write transaction.
+        """
+        await self.resolve_agent(agent_id, body.agent)
+        node_key = self.node.key
+
+        def job(conn: sqlite3.Connection) -> tuple[str, bool]:
+            now = self.node.now_ms()
+            row = tasks.task_row(conn, ref)
+            grant = leases.decide_grant(conn, row, node_key.did, agent_id, now)
+            start = tasks.next_event_ms(conn, grant.task_key, now)
+            unsigned = _task_event(
+                grant.task_key,
+                node_key.did,
+                start,
+                "lease",
+                holder=agent_id,
+                # the lease runs by this node's clock; `start` may sit a little later (see next_event_ms)
+                expires_at=format_ms(max(now + body.seconds * 1000, start + 1)),
+            )
+            rec, rec_hash, dec = build_record(unsigned, node_key)
+            projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
+            return grant.task_key, not grant.extends
+
+        try:
+            key, granted = await self.node.db.write(job)
+        except leases.NotHome as exc:
+            return await self._lease_elsewhere(exc, agent_id, body)
+        return await self.task(key), granted
+
+    async def _lease_elsewhere(self, exc: leases.NotHome, agent_id: str, body: LeaseIn) -> tuple[TaskOut, bool]:
+        """A lease on a task homed on another node: that node decides, and this one cannot reach it."""
+        raise leases.LeaseAuthorityUnreachable(
+            f"task {exc.task_key} is homed on node {exc.home_node}, the only node that may grant its lease, and this"
+            " node cannot reach it; retry later or ask that node directly",
+            field="task_id",
+        )
+
+    async def release(self, agent_id: str, ref: str, body: FinishIn | SignedSubmission) -> TaskOut:
+        """End the caller's live lease early, optionally merging a checkpoint; the task is ready again."""
+        return await self._finish("release", agent_id, ref, body)
+
+    async def complete(self, agent_id: str, ref: str, body: FinishIn | SignedSubmission) -> TaskOut:
+        """Mark the task done (ending the caller's lease), optionally merging a final checkpoint."""
+        return await self._finish("complete", agent_id, ref, body)
+
+    async def _finish(self, event: str, agent_id: str, ref: str, body: FinishIn | SignedSubmission) -> TaskOut:
+        signer: keys.SigningKey | None = None
+        checkpoint: dict[str, Any] | None = None
+        if isinstance(body, SignedSubmission):
+            record, record_hash, decoded = self.node._check_signed(body.record, "task_event", agent_id)
+            if decoded.event != event:
+                raise InvalidInput(f"this endpoint takes a {event} event", field="$.record.event", code="wrong_event")
+        else:
+            signer = await self._signer(agent_id)
+            if body.checkpoint is not None:
+                try:
+                    checkpoint = canonical.normalize_value(body.checkpoint, "$.checkpoint")
+                except canonical.CanonicalError as exc:
+                    raise InvalidInput(str(exc), field=exc.field) from None
+
+        def job(conn: sqlite3.Connection) -> str:
+            now = self.node.now_ms()
+            row = tasks.task_row(conn, ref)
+            key = row["key"]
+            if event == "release":
+                lease: str | None = leases.check_release(row, agent_id, now)
+            else:
+                lease = leases.check_complete(row, agent_id, now)
+            if signer is None:
+                if decoded.task_key != key:
+                    raise InvalidInput("the record's task_key is not the task in the path", field="$.record.task_key")
+                if decoded.lease is not msgspec.UNSET and decoded.lease != lease:
+                    raise InvalidInput(
+                        "the record's lease is not your live lease on this task",
+                        field="$.record.lease",
+                        code="wrong_lease",
+                    )
+                if event == "release" and decoded.lease is msgspec.UNSET:
+                    raise InvalidInput("a release names the lease it ends", field="$.record.lease")
+                patch = decoded.checkpoint if decoded.checkpoint is not msgspec.UNSET else None
+                if patch is not None:
+                    tasks.plan_declare(conn, {"task_key": key, "checkpoint": patch})
+                projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
+                return key
+            fields: dict[str, Any] = {}
+            if checkpoint is not None:
+                _, changed = tasks.plan_declare(conn, {"task_key": key, "checkpoint": checkpoint})
+                fields.update(changed)
+            if lease is not None:
+                fields["lease"] = lease
+            if event == "complete" and tasks.is_done(row) and not fields:
+                return key  # already done, nothing held, nothing to merge: appending would change nothing
+            unsigned = _task_event(key, agent_id, tasks.next_event_ms(conn, key, now), event, **fields)
+            rec, rec_hash, dec = build_record(unsigned, signer)
+            projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
+            return key
+
+        key = await self.node.db.write(job)
+        return await self.task(key)

@@ -1,0 +1,169 @@
+"""The task graph on SQL: resolving task refs, the ready set, cycle checks, planning a declaration."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from typing import Any
+
+from identity import canonical
+from identity.schema import MAX_CHECKPOINT_BYTES
+from node.errors import Conflict, InvalidInput, NotFound
+from node.workflows.records import DONE_STATUSES, OPEN_STATUSES, merge_patch
+from node.workflows.wire import LeaseOut, ReadyList, ReadyTask, TaskOut
+
+_LOCAL_ID = re.compile(r"^[0-9]{1,18}$")
+_KEY = re.compile(r"^(?![0-9]+$)[A-Za-z0-9_.:@-]{1,128}$")
+
+
+def parse_ref(ref: str) -> tuple[str, int | str]:
+    """A path's task reference: ('id', local id) when all digits, else ('key', task key)."""
+    if _LOCAL_ID.match(ref):
+        return "id", int(ref)
+    if _KEY.match(ref):
+        return "key", ref
+    raise InvalidInput("task_id must be a task's local id or its key", field="task_id", code="invalid_task_ref")
+
+
+def task_row(conn: sqlite3.Connection, ref: str) -> sqlite3.Row:
+    """The tasks row a reference names, or NotFound."""
+    by, value = parse_ref(ref)
+    row = conn.execute(f"SELECT * FROM tasks WHERE {by} = ?", (value,)).fetchone()
+    if row is None:
+        raise NotFound(f"no task {ref}", field="task_id", code="task_not_found")
+    return row
+
+
+def lease_live(row: sqlite3.Row, now_ms: int) -> bool:
+    """A lease is live only while its expiry is in the future by this node's clock."""
+    return row["lease_expires_ms"] is not None and row["lease_expires_ms"] > now_ms
+
+
+def effective_status(row: sqlite3.Row, now_ms: int) -> str:
+    """The status a reader sees: processing while a live lease is held, pending once an open task's lease ran out."""
+    status = str(row["status"])
+    if status in OPEN_STATUSES:
+        return "processing" if lease_live(row, now_ms) else "pending"
+    return status
+
+
+def task_out(conn: sqlite3.Connection, row: sqlite3.Row, now_ms: int) -> TaskOut:
+    """Render a task with its unmet dependencies and its lease, checked against the clock."""
+    waiting = [
+        r[0]
+        for r in conn.execute(
+            "SELECT d.dep_key FROM task_deps d LEFT JOIN tasks u ON u.key = d.dep_key"
+            " WHERE d.task_key = ? AND (u.status IS NULL OR u.status NOT IN ('done', 'completed')) ORDER BY 1",
+            (row["key"],),
+        )
+    ]
+    live = lease_live(row, now_ms)
+    return TaskOut(
+        id=row["id"],
+        key=row["key"],
+        title=row["title"],
+        status=effective_status(row, now_ms),
+        depends_on=json.loads(row["depends_on"]),
+        waiting_on=waiting,
+        checkpoint=json.loads(row["checkpoint"]),
+        home_node=row["home_node"],
+        lease=LeaseOut(lease_id=row["lease_hash"], holder=row["lease_holder"], expires_at=row["lease_expires_at"])
+        if live
+        else None,
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def ready(conn: sqlite3.Connection, now_ms: int, limit: int, after: int | None) -> ReadyList:
+    """Tasks that can start now: open status, no unmet dependency, no live lease; in id order.
+
+    `tasks_startable` is a partial index over exactly the first two conditions, so the scan touches only
+    startable tasks and filters the (few) leased ones.
+    """
+    rows = conn.execute(
+        "SELECT id, key, title, depends_on, checkpoint, home_node FROM tasks INDEXED BY tasks_startable"
+        " WHERE unmet = 0 AND open = 1 AND id > ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?)"
+        " ORDER BY id LIMIT ?",
+        (after if after is not None else -1, now_ms, limit + 1),
+    ).fetchall()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return ReadyList(
+        tasks=[
+            ReadyTask(
+                id=r["id"],
+                key=r["key"],
+                title=r["title"],
+                depends_on=json.loads(r["depends_on"]),
+                checkpoint=json.loads(r["checkpoint"]),
+                home_node=r["home_node"],
+            )
+            for r in rows
+        ],
+        next_after=rows[-1]["id"] if more else None,
+    )
+
+
+def check_no_cycle(conn: sqlite3.Connection, key: str, depends_on: list[str]) -> None:
+    """Refuse dependencies that would close a cycle: `key` must not be reachable from any of them."""
+    if key in depends_on:
+        raise Conflict("a task cannot depend on itself", field="$.depends_on", code="dependency_cycle")
+    row = conn.execute(
+        "WITH RECURSIVE reach(k) AS (SELECT value FROM json_each(?)"
+        "   UNION SELECT d.dep_key FROM task_deps d JOIN reach r ON d.task_key = r.k)"
+        " SELECT 1 FROM reach WHERE k = ? LIMIT 1",
+        (json.dumps(depends_on), key),
+    ).fetchone()
+    if row is not None:
+        raise Conflict(
+            f"depending on {', '.join(depends_on)} would close a cycle back to {key}",
+            field="$.depends_on",
+            code="dependency_cycle",
+        )
+
+
+def plan_declare(conn: sqlite3.Connection, fields: dict[str, Any]) -> tuple[sqlite3.Row | None, dict[str, Any]]:
+    """Which of a declaration's fields change the task; returns (current row, changed fields).
+
+    `fields` holds the declaration's normalised task_key and whichever of title, depends_on, status and
+    checkpoint (a merge patch) were given. An empty result for an existing task means nothing changes,
+    so no event is appended: re-declaring a plan converges.
+    """
+    key = fields["task_key"]
+    row = conn.execute("SELECT * FROM tasks WHERE key = ?", (key,)).fetchone()
+    changed: dict[str, Any] = {}
+    for name in ("title", "status"):
+        if name in fields and (row is None or fields[name] != row[name]):
+            changed[name] = fields[name]
+    if "depends_on" in fields and (row is None or fields["depends_on"] != json.loads(row["depends_on"])):
+        check_no_cycle(conn, key, fields["depends_on"])
+        changed["depends_on"] = fields["depends_on"]
+    if "checkpoint" in fields:
+        current = json.loads(row["checkpoint"]) if row is not None else {}
+        merged = merge_patch(current, fields["checkpoint"])
+        if len(canonical.canonical_bytes(merged)) > MAX_CHECKPOINT_BYTES:
+            raise InvalidInput(
+                f"the merged checkpoint would exceed {MAX_CHECKPOINT_BYTES} bytes",
+                field="$.checkpoint",
+                code="checkpoint_too_large",
+            )
+        if merged != current:
+            changed["checkpoint"] = fields["checkpoint"]
+    return row, changed
+
+
+def is_done(row: sqlite3.Row) -> bool:
+    return row["status"] in DONE_STATUSES
+
+
+def next_event_ms(conn: sqlite3.Connection, key: str, now_ms: int) -> int:
+    """A created time after every event this node holds for the task, so its own events fold in the order made.
+
+    The clock may stand still (or two events land in one millisecond); the fold orders by (created_ms, hash),
+    and a later decision must never sort before an earlier one.
+    """
+    row = conn.execute("SELECT max(created_ms) FROM task_events WHERE task_key = ?", (key,)).fetchone()
+    last = row[0]
+    return now_ms if last is None or last < now_ms else int(last) + 1

@@ -1,0 +1,194 @@
+"""Wire types of the agent-workflows API (`/v1/agent-workflows`): msgspec Structs for validation and OpenAPI.
+
+Like node/api_types.py this imports nothing of `node`, so clients can share it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from identity.schema import (
+    MAX_DEPENDENCY_IDS,
+    MAX_TASK_DEPENDS,
+    DependencyId,
+    Did,
+    MessageBody,
+    MessageType,
+    ProjectName,
+    TaskKey,
+    TaskStatus,
+    TaskTitle,
+)
+
+LEASE_DEFAULT_SECONDS = 900
+LEASE_MIN_SECONDS = 30
+LEASE_MAX_SECONDS = 86_400
+MAX_MESSAGE_PAGE = 200
+MAX_READY_PAGE = 1_000
+MAX_GRAPH_NODES = 10_000
+
+LeaseSeconds = Annotated[int, msgspec.Meta(ge=LEASE_MIN_SECONDS, le=LEASE_MAX_SECONDS)]
+AgentRef = Annotated[str, msgspec.Meta(min_length=1, max_length=128, description="your did or your agent name")]
+Cursor = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,16}\.[0-9]{1,18}$", description="next_cursor of a page")]
+
+
+# ---- messages ---------------------------------------------------------------------------------------------
+
+
+class PostMessage(msgspec.Struct, forbid_unknown_fields=True):
+    """Append a message to the bus, signed with the sender's node-kept key. Omit to_agent to broadcast."""
+
+    message_type: MessageType
+    body: MessageBody = ""
+    to_agent: Did | None = None
+    payload: dict[str, Any] = {}
+    dependency_ids: Annotated[list[DependencyId], msgspec.Meta(max_length=MAX_DEPENDENCY_IDS)] = []
+    project: ProjectName | None = None
+    from_agent: Did | None = None  # optional; when given it must be the authenticated agent
+
+
+class MessageOut(msgspec.Struct):
+    """A message as stored: what was sent, by whom, to whom."""
+
+    id: int
+    record_hash: str
+    from_agent: str
+    to_agent: str | None
+    message_type: str
+    body: str
+    payload: dict[str, Any]
+    dependency_ids: list[str]
+    project: str | None
+    tags: list[str]
+    authority: str
+    truth_state: str
+    confidence: float
+    created_at: str
+
+
+class MessageQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Filters of GET /messages. `agent` matches messages it sent or received."""
+
+    project: ProjectName | None = None
+    agent: Did | None = None
+    message_type: MessageType | None = None
+    order: Literal["newest", "oldest"] = "newest"
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_MESSAGE_PAGE)] = 50
+    cursor: Cursor | None = None
+
+
+class MessagePage(msgspec.Struct):
+    """One page of messages; pass next_cursor back as `cursor` for the next page (null at the end)."""
+
+    messages: list[MessageOut]
+    next_cursor: str | None
+
+
+# ---- tasks ------------------------------------------------------------------------------------------------
+
+
+class DeclareTask(msgspec.Struct, forbid_unknown_fields=True):
+    """Create or update a task by key. Omitted fields keep their value; checkpoint is merged (RFC 7396)."""
+
+    key: TaskKey
+    title: TaskTitle | None = None
+    depends_on: Annotated[list[TaskKey], msgspec.Meta(max_length=MAX_TASK_DEPENDS)] | None = None
+    status: TaskStatus | None = None
+    checkpoint: dict[str, Any] | None = None
+
+
+class LeaseOut(msgspec.Struct):
+    """A live lease (an expired one is never reported)."""
+
+    lease_id: str
+    holder: str
+    expires_at: str
+
+
+class TaskOut(msgspec.Struct):
+    """A task as the fold of its events. `status` is processing while a live lease is held."""
+
+    id: int
+    key: str
+    title: str
+    status: str
+    depends_on: list[str]
+    waiting_on: list[str]
+    checkpoint: dict[str, Any]
+    home_node: str
+    lease: LeaseOut | None
+    created_at: str
+    updated_at: str
+
+
+class ReadyTask(msgspec.Struct):
+    """A task that can start now: every dependency done, no live lease."""
+
+    id: int
+    key: str
+    title: str
+    depends_on: list[str]
+    checkpoint: dict[str, Any]
+    home_node: str
+
+
+class ReadyQuery(msgspec.Struct, forbid_unknown_fields=True):
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_READY_PAGE)] = 100
+    after: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+
+
+class ReadyList(msgspec.Struct):
+    """Ready tasks in id order; pass next_after back as `after` for more (null at the end)."""
+
+    tasks: list[ReadyTask]
+    next_after: int | None
+
+
+class LeaseIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Claim a task for `seconds` (30 to 86,400; 900 by default). Re-leasing by the holder extends."""
+
+    agent: AgentRef | None = None
+    seconds: LeaseSeconds = LEASE_DEFAULT_SECONDS
+
+
+class FinishIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Release or complete a task, optionally merging a last checkpoint."""
+
+    checkpoint: dict[str, Any] | None = None
+
+
+# ---- graph ------------------------------------------------------------------------------------------------
+
+
+class GraphQuery(msgspec.Struct, forbid_unknown_fields=True):
+    format: Literal["json", "dot", "mermaid"] = "json"
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_GRAPH_NODES)] = MAX_GRAPH_NODES
+
+
+class GraphNode(msgspec.Struct):
+    """A task; `state` is done, leased, ready, blocked, failed or cancelled."""
+
+    id: int
+    key: str
+    title: str
+    state: str
+    lease_holder: str | None
+
+
+class GraphEdge(msgspec.Struct):
+    """`from_key` precedes `to_key`; `from_id` is null while the prerequisite has not been declared."""
+
+    type: Literal["precedes"]
+    from_key: str
+    to_key: str
+    from_id: int | None
+    to_id: int
+
+
+class Graph(msgspec.Struct):
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+    missing: list[str]
+    truncated: bool

@@ -1,0 +1,165 @@
+"""Leases over a real server: bounds, exclusivity, extension, expiry on a controllable clock, release, complete."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from node.service import Node
+from tests.conftest import AgentCreds, FakeClock
+from tests.workflows.helpers import WF, count_records, declare, lease, ready_keys
+
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "status"), [(29, 422), (30, 201), (86_400, 201), (86_401, 422), (0, 422), (-5, 422), ("60", 422)]
+)
+async def test_lease_bounds(
+    client: TestClient, make_agent: MakeAgent, node: Node, seconds: object, status: int
+) -> None:
+    a = await make_agent("a")
+    await declare(client, a, {"key": "job", "title": "Job"})
+    before = await count_records(node, "task_event")
+    got, body = await lease(client, a, "job", seconds=seconds)
+    assert got == status, body
+    if status == 422:
+        assert body["field"] == "$.seconds"
+        assert await count_records(node, "task_event") == before  # nothing stored
+
+
+async def test_default_lease_is_900_seconds(client: TestClient, make_agent: MakeAgent, clock: FakeClock) -> None:
+    a = await make_agent("a")
+    await declare(client, a, {"key": "job", "title": "Job"})
+    resp = await client.post(f"{WF}/tasks/job/lease", headers=a.headers)  # no body at all: the defaults
+    assert resp.status == 201
+    clock.advance(899)
+    assert (await (await client.get(f"{WF}/tasks/job", headers=a.headers)).json())["lease"] is not None
+    clock.advance(1)
+    task = await (await client.get(f"{WF}/tasks/job", headers=a.headers)).json()
+    assert task["lease"] is None and task["status"] == "pending"
+
+
+async def test_holder_extends_other_agent_gets_409(client: TestClient, make_agent: MakeAgent, clock: FakeClock) -> None:
+    a, b = await make_agent("a"), await make_agent("b")
+    await declare(client, a, {"key": "job", "title": "Job"})
+    status, first = await lease(client, a, "job", seconds=60)
+    assert status == 201
+    status, problem = await lease(client, b, "job", seconds=60)
+    assert status == 409 and problem["code"] == "lease_held" and problem["field"] == "task_id"
+    clock.advance(50)
+    status, extended = await lease(client, a, "job", seconds=60)
+    assert status == 200 and extended["lease"]["expires_at"] > first["lease"]["expires_at"]
+    clock.advance(30)  # past the first expiry, inside the extension
+    status, problem = await lease(client, b, "job", seconds=60)
+    assert status == 409
+    assert await ready_keys(client, b) == []
+
+
+async def test_expired_lease_frees_the_task_and_checkpoint_resumes(
+    client: TestClient, make_agent: MakeAgent, clock: FakeClock
+) -> None:
+    crashed, rescuer = await make_agent("crashed"), await make_agent("rescuer")
+    await declare(client, crashed, {"key": "migrate", "title": "Migrate rows"})
+    status, _ = await lease(client, crashed, "migrate", seconds=30)
+    assert status == 201
+    await declare(client, crashed, {"key": "migrate", "checkpoint": {"rows_done": 400, "cursor": "r400"}})
+    assert await ready_keys(client, rescuer) == []
+    clock.advance(30)  # the worker is gone; nothing reaps, the lease simply stops being live
+    assert await ready_keys(client, rescuer) == ["migrate"]
+    resp = await client.post(f"{WF}/tasks/migrate/release", headers=crashed.headers)
+    assert resp.status == 409 and (await resp.json())["code"] == "lease_expired"
+    status, task = await lease(client, rescuer, "migrate", seconds=120)
+    assert status == 201 and task["lease"]["holder"] == rescuer.agent_id
+    assert task["checkpoint"] == {"rows_done": 400, "cursor": "r400"}  # resume, not restart
+    # the crashed worker comes back: its lease is gone and someone else holds the task
+    resp = await client.post(f"{WF}/tasks/migrate/release", headers=crashed.headers)
+    assert resp.status == 409 and (await resp.json())["code"] == "lease_not_held"
+    resp = await client.post(
+        f"{WF}/tasks/migrate/complete", json={"checkpoint": {"rows_done": 1000}}, headers=crashed.headers
+    )
+    assert resp.status == 409 and (await resp.json())["code"] == "lease_held"
+    resp = await client.post(
+        f"{WF}/tasks/migrate/complete",
+        json={"checkpoint": {"rows_done": 1000, "cursor": None}},
+        headers=rescuer.headers,
+    )
+    done = await resp.json()
+    assert resp.status == 200 and done["status"] == "done" and done["lease"] is None
+    assert done["checkpoint"] == {"rows_done": 1000}
+
+
+async def test_release_ends_the_lease_early(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
+    a, b = await make_agent("a"), await make_agent("b")
+    await declare(client, a, {"key": "job", "title": "Job"})
+    resp = await client.post(f"{WF}/tasks/job/release", headers=a.headers)
+    assert resp.status == 409 and (await resp.json())["code"] == "lease_not_held"
+    await lease(client, a, "job", seconds=600)
+    resp = await client.post(f"{WF}/tasks/job/release", headers=b.headers)
+    assert resp.status == 409 and (await resp.json())["code"] == "lease_not_held"
+    resp = await client.post(f"{WF}/tasks/job/release", json={"checkpoint": {"half": True}}, headers=a.headers)
+    task = await resp.json()
+    assert resp.status == 200 and task["lease"] is None and task["checkpoint"] == {"half": True}
+    assert await ready_keys(client, b) == ["job"]
+    status, task = await lease(client, b, "job", seconds=60)
+    assert status == 201 and task["lease"]["holder"] == b.agent_id
+
+
+async def test_complete_unblocks_dependents_and_closes_the_task(client: TestClient, make_agent: MakeAgent) -> None:
+    a = await make_agent("a")
+    await declare(client, a, {"key": "first", "title": "First"})
+    await declare(client, a, {"key": "second", "title": "Second", "depends_on": ["first"]})
+    status, problem = await lease(client, a, "second")
+    assert status == 409 and problem["code"] == "task_not_ready"
+    await lease(client, a, "first")
+    resp = await client.post(f"{WF}/tasks/first/complete", headers=a.headers)
+    assert resp.status == 200
+    assert await ready_keys(client, a) == ["second"]
+    status, problem = await lease(client, a, "first")
+    assert status == 409 and problem["code"] == "task_closed"
+
+
+async def test_lease_agent_field_must_be_the_caller(client: TestClient, make_agent: MakeAgent) -> None:
+    a, b = await make_agent("a"), await make_agent("b")
+    await declare(client, a, {"key": "job", "title": "Job"})
+    status, problem = await lease(client, a, "job", agent="b")
+    assert status == 403 and problem["field"] == "$.agent"
+    status, problem = await lease(client, a, "job", agent=b.agent_id)
+    assert status == 403
+    status, task = await lease(client, a, "job", agent="a")
+    assert status == 201 and task["lease"]["holder"] == a.agent_id
+
+
+async def test_fifty_workers_race_for_twenty_tasks(client: TestClient, make_agent: MakeAgent) -> None:
+    supervisor = await make_agent("supervisor")
+    for i in range(20):
+        await declare(client, supervisor, {"key": f"job-{i:02d}", "title": f"Job {i}"})
+    workers = [await make_agent(f"worker-{i:02d}") for i in range(50)]
+    grants: Counter[str] = Counter()
+    holders: dict[str, str] = {}
+
+    async def work(me: AgentCreds, rng: random.Random) -> None:
+        while True:
+            ready = await ready_keys(client, me)
+            if not ready:
+                return
+            key = rng.choice(ready)
+            status, body = await lease(client, me, key, seconds=300)
+            if status == 201:
+                grants[key] += 1
+                holders[key] = me.agent_id
+                return
+            assert status == 409 and body["code"] == "lease_held", body
+
+    await asyncio.gather(*(work(w, random.Random(i)) for i, w in enumerate(workers)))
+    assert sorted(grants) == [f"job-{i:02d}" for i in range(20)]
+    assert set(grants.values()) == {1}  # every task leased by exactly one worker
+    assert len(set(holders.values())) == 20  # and no worker holds two
+    for key, holder in holders.items():
+        task = await (await client.get(f"{WF}/tasks/{key}", headers=supervisor.headers)).json()
+        assert task["lease"]["holder"] == holder
