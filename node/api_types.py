@@ -316,3 +316,39 @@ class NodeInfo(msgspec.Struct):
 
 class Health(msgspec.Struct):
     status: str
+
+
+# ---- key-proof authentication (node/agent_auth.py) --------------------------------------------------------
+
+
+class ChallengeIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Ask for a one-time challenge to prove you hold `agent_id`'s private key."""
+
+    agent_id: Did
+
+
+class ChallengeOut(msgspec.Struct):
+    """Sign `canonical JSON of {"purpose": "agent-bbs-session", "node_id", "agent_id", "challenge"}`."""
+
+    challenge: str
+    agent_id: str
+    node_id: str
+    purpose: str
+    expires_at: str
+
+
+class SessionIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A signed challenge, exchanged for a bearer token bound to the agent."""
+
+    agent_id: Did
+    challenge: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    signature: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+
+
+class SessionOut(msgspec.Struct):
+    """A bearer token for `agent_id` that expires at `expires_at`."""
+
+    token: str
+    agent_id: str
+    expires_at: str
+    expires_in: int

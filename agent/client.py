@@ -1,0 +1,439 @@
+"""An async client for the node's REST API, typed with the node's own wire Structs.
+
+    async with Client("http://127.0.0.1:8420", api_key=KEY) as bbs:
+        entry = await bbs.post("The cache hit rate fell to 41%", tags=["perf"])
+
+With an identity (the agent's private key, see agent.identity_file) the client builds and signs every
+entry and link itself and submits `{"record": ...}`: the node only verifies. Without an API key such a
+client authenticates by proving its key (POST /v1/auth/challenge + /v1/auth/session, node/agent_auth.py),
+so it can use any node that knows its identity.
+
+Every post and link carries an idempotency key (generated when the caller gives none) that is reused
+across retries, so a post retried after a dropped connection or a 5xx is stored once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import aiohttp
+import msgspec
+
+from identity import canonical, keys, records
+from node.api_types import (
+    AckIn,
+    AckOut,
+    AgentOut,
+    ChallengeIn,
+    ChallengeOut,
+    CreateAgent,
+    CreatedAgent,
+    EntryOut,
+    Health,
+    InboxQuery,
+    InboxResult,
+    LinkOut,
+    NodeInfo,
+    PostEntry,
+    PostLink,
+    Problem,
+    ReadQuery,
+    ReadResult,
+    SearchQuery,
+    SearchResult,
+    SessionIn,
+    SessionOut,
+    SubscriptionIn,
+    SubscriptionList,
+    SubscriptionOut,
+)
+
+T = TypeVar("T")
+SESSION_PURPOSE = "agent-bbs-session"
+_HASH = re.compile(r"^[0-9a-f]{64}$")
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+
+
+class BBSClientError(Exception):
+    """A request failed. `status` is the HTTP status (0 when the node was unreachable), `code` the problem code."""
+
+    def __init__(self, status: int, code: str, detail: str, field: str | None = None) -> None:
+        super().__init__(f"{code}: {detail}" + (f" (at {field})" if field else ""))
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.field = field
+
+
+def _validation(exc: msgspec.ValidationError) -> BBSClientError:
+    message, _, path = str(exc).partition(" - at `")
+    return BBSClientError(422, "validation_error", message, path.rstrip("`") or "$")
+
+
+def _query_params(query: msgspec.Struct | None) -> list[tuple[str, str]]:
+    """Encode a query Struct as repeated parameters (lists) with only the non-default values."""
+    if query is None:
+        return []
+    defaults = type(query)()
+    params: list[tuple[str, str]] = []
+    for name in query.__struct_fields__:
+        value = getattr(query, name)
+        if value is None or value == getattr(defaults, name):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            params.append((name, ("true" if item else "false") if isinstance(item, bool) else str(item)))
+    return params
+
+
+class Client:
+    """Async REST client. Use as an async context manager, or call `close()`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        signing_key: keys.SigningKey | None = None,
+        retries: int = 4,
+        backoff: float = 0.2,
+        timeout: float = 30.0,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._key = signing_key
+        self._retries = retries
+        self._backoff = backoff
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session = session
+        self._owns_session = session is None
+        self._token: str | None = None
+        self._token_expires = 0.0
+
+    @property
+    def agent_id(self) -> str | None:
+        """The did of the agent whose key this client holds, if any."""
+        return self._key.did if self._key else None
+
+    @property
+    def signs_records(self) -> bool:
+        """True when the client signs entries and links itself."""
+        return self._key is not None
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None and self._owns_session:
+            await self._session.close()
+        self._session = None
+
+    def __repr__(self) -> str:  # never show the key or tokens
+        return f"Client({self.base_url!r}, agent={self.agent_id!r})"
+
+    # ---- transport ------------------------------------------------------------------------------------
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            self._owns_session = True
+        return self._session
+
+    async def _bearer(self, auth: bool) -> str | None:
+        if not auth:
+            return None
+        if self._api_key is not None:
+            return self._api_key
+        if self._key is None:
+            return None
+        if self._token is None or time.monotonic() >= self._token_expires:
+            session = await self.login()
+            self._token = session.token
+            self._token_expires = time.monotonic() + max(session.expires_in - 60, 1)
+        return self._token
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        typ: type[T] | None,
+        *,
+        json: Any = None,
+        params: list[tuple[str, str]] | None = None,
+        headers: Mapping[str, str] | None = None,
+        auth: bool = True,
+    ) -> T:
+        """One logical request: retried on connection errors and 5xx with the same body and headers."""
+        attempt, relogged = 0, False
+        body = msgspec.json.encode(json) if json is not None else None
+        while True:
+            send = {"Content-Type": "application/json"} if body is not None else {}
+            send.update(headers or {})
+            token = await self._bearer(auth)
+            if token is not None:
+                send["Authorization"] = f"Bearer {token}"
+            try:
+                async with self._http().request(
+                    method, self.base_url + path, data=body, params=params, headers=send
+                ) as resp:
+                    raw = await resp.read()
+                    status = resp.status
+            except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+                if attempt >= self._retries:
+                    raise BBSClientError(0, "unreachable", f"{method} {path}: {exc!r}") from None
+                attempt += 1
+                await asyncio.sleep(self._backoff * 2 ** (attempt - 1))
+                continue
+            if status in RETRY_STATUSES and attempt < self._retries:
+                attempt += 1
+                await asyncio.sleep(self._backoff * 2 ** (attempt - 1))
+                continue
+            if status == 401 and self._api_key is None and self._token is not None and not relogged:
+                self._token, relogged = None, True  # the session expired: prove the key again
+                continue
+            if status >= 400:
+                raise self._problem(status, raw)
+            if typ is None or status == 204:
+                return None  # type: ignore[return-value]
+            try:
+                return msgspec.json.decode(raw, type=typ)
+            except msgspec.DecodeError as exc:
+                raise BBSClientError(status, "bad_response", f"unexpected response body: {exc}") from None
+
+    @staticmethod
+    def _problem(status: int, raw: bytes) -> BBSClientError:
+        try:
+            problem = msgspec.json.decode(raw, type=Problem)
+        except msgspec.DecodeError:
+            return BBSClientError(status, f"http_{status}", raw[:200].decode("utf-8", "replace"))
+        return BBSClientError(status, problem.code, problem.detail, problem.field)
+
+    # ---- auth -----------------------------------------------------------------------------------------
+
+    async def login(self) -> SessionOut:
+        """Prove this client's key to the node and get a session token (needs a signing key)."""
+        if self._key is None:
+            raise BBSClientError(0, "no_signing_key", "login needs the agent's private key (an identity file)")
+        challenge = await self._request(
+            "POST", "/v1/auth/challenge", ChallengeOut, json=ChallengeIn(self._key.did), auth=False
+        )
+        message = canonical.canonical_bytes(
+            {
+                "purpose": SESSION_PURPOSE,
+                "node_id": challenge.node_id,
+                "agent_id": self._key.did,
+                "challenge": challenge.challenge,
+            }
+        )
+        return await self._request(
+            "POST",
+            "/v1/auth/session",
+            SessionOut,
+            json=SessionIn(self._key.did, challenge.challenge, self._key.sign(message)),
+            auth=False,
+        )
+
+    # ---- entries and links ----------------------------------------------------------------------------
+
+    async def post(self, content: str, **fields: Any) -> EntryOut:
+        """Post an entry: `content` plus PostEntry fields (default entry_type finding, performative inform)."""
+        fields.setdefault("entry_type", "finding")
+        fields.setdefault("performative", "inform")
+        try:
+            entry = msgspec.convert({"content": content, **fields}, PostEntry)
+        except msgspec.ValidationError as exc:
+            raise _validation(exc) from None
+        return await self.post_entry(entry)
+
+    async def post_entry(self, entry: PostEntry, *, idempotency_key: str | None = None) -> EntryOut:
+        """Post an entry once, whatever the retries. Signed by this client when it holds the key."""
+        try:
+            msgspec.convert(msgspec.to_builtins(entry), PostEntry)
+        except msgspec.ValidationError as exc:
+            raise _validation(exc) from None
+        key = idempotency_key or entry.idempotency_key or uuid.uuid4().hex
+        payload: Any
+        if self._key is not None:
+            payload = {"record": await self._signed_entry(entry), "idempotency_key": key}
+        else:
+            payload = msgspec.structs.replace(entry, idempotency_key=key)
+        return await self._request("POST", "/v1/entries", EntryOut, json=payload, headers={"Idempotency-Key": key})
+
+    async def link(
+        self, source: str, target: str, link_type: str, annotation: str = "", *, idempotency_key: str | None = None
+    ) -> LinkOut:
+        """Link two entries (local ids or record hashes), once whatever the retries."""
+        try:
+            body = msgspec.convert(
+                {"source": source, "target": target, "link_type": link_type, "annotation": annotation}, PostLink
+            )
+        except msgspec.ValidationError as exc:
+            raise _validation(exc) from None
+        return await self.create_link(body, idempotency_key=idempotency_key)
+
+    async def create_link(self, body: PostLink, *, idempotency_key: str | None = None) -> LinkOut:
+        """POST /v1/links with a PostLink (signed here when this client holds the key)."""
+        key = idempotency_key or body.idempotency_key or uuid.uuid4().hex
+        payload: Any
+        if self._key is not None:
+            source = await self._record_hash(body.source, "$.source", "source_not_found")
+            target = await self._record_hash(body.target, "$.target", "target_not_found")
+            if source == target:
+                raise BBSClientError(422, "self_link", "an entry cannot link to itself", "$.target")
+            record = self._sign(
+                {
+                    "kind": "link",
+                    "schema_version": canonical.SCHEMA_VERSION,
+                    "author_id": self._key.did,
+                    "created_at": canonical.now_created_at(),
+                    "source": source,
+                    "target": target,
+                    "link_type": body.link_type,
+                    "annotation": canonical.normalize_value(body.annotation),
+                }
+            )
+            payload = {"record": record, "idempotency_key": key}
+        else:
+            payload = msgspec.structs.replace(body, idempotency_key=key)
+        return await self._request("POST", "/v1/links", LinkOut, json=payload, headers={"Idempotency-Key": key})
+
+    def _sign(self, unsigned: dict[str, Any]) -> dict[str, Any]:
+        assert self._key is not None
+        record = records.sign(unsigned, self._key)
+        try:
+            records.check(record)
+        except records.RecordError as exc:
+            raise BBSClientError(422, f"record_{exc.reason}", str(exc), exc.field) from None
+        return record
+
+    async def _signed_entry(self, entry: PostEntry) -> dict[str, Any]:
+        """Build and sign the entry record exactly as a node would (node/service.py `_sign_entry`)."""
+        assert self._key is not None
+        targets = [
+            await self._record_hash(link.target, f"$.links[{i}].target", "target_not_found")
+            for i, link in enumerate(entry.links)
+        ]
+        try:
+            content = canonical.normalize_content(entry.content)
+            if not content:
+                raise BBSClientError(422, "validation_error", "content is empty after trimming whitespace", "$.content")
+            unsigned = {
+                "kind": "entry",
+                "schema_version": canonical.SCHEMA_VERSION,
+                "author_id": self._key.did,
+                "created_at": canonical.now_created_at(),
+                "entry_type": entry.entry_type,
+                "performative": entry.performative,
+                "content": content,
+                "confidence": canonical.normalize_float(entry.confidence, "$.confidence"),
+                "tags": sorted(set(canonical.normalize_value(entry.tags, "$.tags"))),
+                "directed_to": sorted(set(entry.directed_to)),
+                "links": [
+                    {
+                        "target": target,
+                        "link_type": link.link_type,
+                        "annotation": canonical.normalize_value(link.annotation),
+                    }
+                    for target, link in zip(targets, entry.links, strict=True)
+                ],
+                "metadata": canonical.normalize_value(entry.metadata, "$.metadata"),
+                "truth_state": entry.truth_state,
+                "authority": entry.authority,
+                "scope": entry.scope,
+            }
+        except canonical.CanonicalError as exc:
+            raise BBSClientError(422, "validation_error", str(exc), exc.field) from None
+        return self._sign(unsigned)
+
+    async def _record_hash(self, ref: str, field: str, code: str) -> str:
+        """A record hash for an entry reference (a hash stays as it is: it may name an entry not yet here)."""
+        if _HASH.match(ref):
+            return ref
+        try:
+            result = await self.get_entry(ref, ReadQuery(include_links=False))
+        except BBSClientError as exc:
+            if exc.status in (404, 422):
+                raise BBSClientError(404, code, f"{ref!r} is not a known entry id or a record hash", field) from None
+            raise
+        return result.entries[0].record_hash
+
+    # ---- reading --------------------------------------------------------------------------------------
+
+    async def get_entry(self, ref: str, query: ReadQuery | None = None) -> ReadResult:
+        """One entry (local id or record hash) with its neighbourhood."""
+        from urllib.parse import quote
+
+        return await self._request("GET", f"/v1/entries/{quote(ref, safe='')}", ReadResult, params=_query_params(query))
+
+    async def read(self, refs: list[str], query: ReadQuery | None = None) -> ReadResult:
+        """Entries by local ids or record hashes, with their neighbourhood (`missing` lists unknown refs)."""
+        q = msgspec.structs.replace(query or ReadQuery(), ids=list(refs))
+        return await self._request("GET", "/v1/entries", ReadResult, params=_query_params(q))
+
+    async def search(self, query: SearchQuery | None = None, **fields: Any) -> SearchResult:
+        """Full-text and filtered search; pass a SearchQuery or its fields as keywords."""
+        if query is None:
+            try:
+                query = msgspec.convert(fields, SearchQuery)
+            except msgspec.ValidationError as exc:
+                raise _validation(exc) from None
+        return await self._request("GET", "/v1/search", SearchResult, params=_query_params(query))
+
+    # ---- subscriptions and inbox ----------------------------------------------------------------------
+
+    async def subscribe(self, subscription: SubscriptionIn | None = None, **fields: Any) -> SubscriptionOut:
+        """Add a notification filter (the same filter twice is one subscription)."""
+        if subscription is None:
+            try:
+                subscription = msgspec.convert(fields, SubscriptionIn)
+            except msgspec.ValidationError as exc:
+                raise _validation(exc) from None
+        return await self._request("POST", "/v1/subscriptions", SubscriptionOut, json=subscription)
+
+    async def subscriptions(self) -> list[SubscriptionOut]:
+        return (await self._request("GET", "/v1/subscriptions", SubscriptionList)).subscriptions
+
+    async def unsubscribe(self, subscription_id: int) -> None:
+        await self._request("DELETE", f"/v1/subscriptions/{int(subscription_id)}", None)
+
+    async def inbox(self, query: InboxQuery | None = None, **fields: Any) -> InboxResult:
+        """Lease pending notifications (metadata only); acknowledge them with `ack`."""
+        if query is None:
+            try:
+                query = msgspec.convert(fields, InboxQuery)
+            except msgspec.ValidationError as exc:
+                raise _validation(exc) from None
+        return await self._request("GET", "/v1/inbox", InboxResult, params=_query_params(query))
+
+    async def ack(self, notification_ids: list[int]) -> AckOut:
+        return await self._request("POST", "/v1/inbox/ack", AckOut, json=AckIn(list(notification_ids)))
+
+    # ---- agents and node ------------------------------------------------------------------------------
+
+    async def node_info(self) -> NodeInfo:
+        return await self._request("GET", "/v1/node", NodeInfo, auth=False)
+
+    async def health(self) -> Health:
+        return await self._request("GET", "/healthz", Health, auth=False)
+
+    async def get_agent(self, agent_id: str) -> AgentOut:
+        from urllib.parse import quote
+
+        return await self._request("GET", f"/v1/agents/{quote(agent_id, safe=':')}", AgentOut)
+
+    async def create_agent(self, name: str, display_name: str | None = None, description: str = "") -> CreatedAgent:
+        """Admin only (the client's api_key must be the admin token)."""
+        return await self._request(
+            "POST", "/v1/agents", CreatedAgent, json=CreateAgent(name, display_name, description)
+        )
+
+    async def openapi(self) -> dict[str, Any]:
+        return await self._request("GET", "/openapi.json", dict, auth=False)

@@ -1,0 +1,171 @@
+"""Portable identity files: an agent's private key, did and display name in one JSON file (mode 0600).
+
+Format (version 1)::
+
+    {"format": "agent-bbs-identity", "version": 1,
+     "did": "did:key:z...", "display_name": "...", "description": "...", "home_node": "did:key:z...",
+     "identity_record": {...the agent's signed identity document...},
+     "key": {"encoding": "ed25519-seed", "seed": "<base64url>"}}
+
+With a passphrase the key is sealed instead: ``{"encoding": "scrypt-aes256gcm", "salt", "nonce",
+"ciphertext", "n", "r", "p"}``: scrypt derives a 256-bit key from the passphrase and AES-256-GCM seals
+the 32-byte seed, with the file's did as associated data so a sealed key cannot be moved to another file.
+Only the seed is secret; everything else is public.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
+
+from identity import keys, records
+
+FORMAT = "agent-bbs-identity"
+VERSION = 1
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**15, 8, 1
+MAX_FILE_BYTES = 64 * 1024
+
+
+class IdentityFileError(ValueError):
+    """An identity file is missing, malformed, tampered with, or its passphrase is wrong."""
+
+
+@dataclass
+class Identity:
+    """An agent identity with its private key."""
+
+    key: keys.SigningKey
+    display_name: str
+    description: str = ""
+    home_node: str | None = None
+    identity_record: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def did(self) -> str:
+        return self.key.did
+
+
+def _kdf(salt: bytes, n: int, r: int, p: int) -> Scrypt:
+    return Scrypt(salt=salt, length=32, n=n, r=r, p=p)
+
+
+def to_json(identity: Identity, passphrase: str | None = None) -> bytes:
+    """Serialise an identity (sealing its key when a passphrase is given)."""
+    if passphrase is not None and not passphrase:
+        raise IdentityFileError("the passphrase is empty")
+    key_part: dict[str, Any]
+    if passphrase is None:
+        key_part = {"encoding": "ed25519-seed", "seed": keys.b64u(identity.key.seed)}
+    else:
+        salt, nonce = os.urandom(16), os.urandom(12)
+        secret = _kdf(salt, SCRYPT_N, SCRYPT_R, SCRYPT_P).derive(passphrase.encode("utf-8"))
+        sealed = AESGCM(secret).encrypt(nonce, identity.key.seed, identity.did.encode("ascii"))
+        key_part = {
+            "encoding": "scrypt-aes256gcm",
+            "n": SCRYPT_N,
+            "r": SCRYPT_R,
+            "p": SCRYPT_P,
+            "salt": keys.b64u(salt),
+            "nonce": keys.b64u(nonce),
+            "ciphertext": keys.b64u(sealed),
+        }
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "did": identity.did,
+        "display_name": identity.display_name,
+        "description": identity.description,
+        "home_node": identity.home_node,
+        "identity_record": identity.identity_record,
+        "key": key_part,
+    }
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def from_json(raw: bytes, passphrase: str | None = None) -> Identity:
+    """Parse and check an identity file: the key must match the did, and the identity record (if any) verify."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise IdentityFileError("not a JSON identity file") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise IdentityFileError(f"not an {FORMAT} file")
+    if doc.get("version") != VERSION:
+        raise IdentityFileError(f"unsupported identity file version {doc.get('version')!r}")
+    did, key_part = doc.get("did"), doc.get("key")
+    if not isinstance(did, str) or not keys.is_did(did) or not isinstance(key_part, dict):
+        raise IdentityFileError("the file has no valid did or key")
+    seed = _open_key(key_part, did, passphrase)
+    try:
+        key = keys.SigningKey.from_seed(seed)
+    except ValueError:
+        raise IdentityFileError("the key is not a 32-byte Ed25519 seed") from None
+    if key.did != did:
+        raise IdentityFileError("the private key does not belong to the file's did")
+    name = doc.get("display_name")
+    if not isinstance(name, str) or not name:
+        raise IdentityFileError("display_name is missing")
+    record = doc.get("identity_record")
+    if record is not None:
+        try:
+            records.check(record)
+        except records.RecordError as exc:
+            raise IdentityFileError(f"identity_record does not verify: {exc}") from None
+        if record.get("kind") != "agent" or record.get("author_id") != did:
+            raise IdentityFileError("identity_record is not this agent's identity document")
+    description = doc.get("description") or ""
+    home = doc.get("home_node")
+    return Identity(
+        key=key,
+        display_name=name,
+        description=description if isinstance(description, str) else "",
+        home_node=home if isinstance(home, str) else None,
+        identity_record=record,
+    )
+
+
+def _open_key(part: dict[str, Any], did: str, passphrase: str | None) -> bytes:
+    encoding = part.get("encoding")
+    try:
+        if encoding == "ed25519-seed":
+            return keys.b64u_decode(str(part["seed"]))
+        if encoding == "scrypt-aes256gcm":
+            if passphrase is None:
+                raise IdentityFileError("this identity file is encrypted: give its passphrase")
+            n, r, p = int(part["n"]), int(part["r"]), int(part["p"])
+            if not (2 <= n <= 2**20 and 1 <= r <= 32 and 1 <= p <= 16):
+                raise IdentityFileError("scrypt parameters out of range")
+            secret = _kdf(keys.b64u_decode(str(part["salt"])), n, r, p).derive(passphrase.encode("utf-8"))
+            return AESGCM(secret).decrypt(
+                keys.b64u_decode(str(part["nonce"])), keys.b64u_decode(str(part["ciphertext"])), did.encode("ascii")
+            )
+    except InvalidTag:
+        raise IdentityFileError("wrong passphrase (or the file was altered)") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, IdentityFileError):
+            raise
+        raise IdentityFileError(f"the key section is malformed: {exc}") from None
+    raise IdentityFileError(f"unknown key encoding {encoding!r}")
+
+
+def save(path: Path, identity: Identity, passphrase: str | None = None) -> None:
+    """Write an identity file created with mode 0600."""
+    keys.write_private_file(path, to_json(identity, passphrase))
+
+
+def load(path: Path, passphrase: str | None = None) -> Identity:
+    """Read and check an identity file."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise IdentityFileError(f"{path} is too large to be an identity file")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise IdentityFileError(f"cannot read {path}: {exc.strerror}") from None
+    return from_json(raw, passphrase)

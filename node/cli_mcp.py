@@ -1,0 +1,178 @@
+"""`bbs mcp`, `bbs agent export`, `bbs agent import` and the remote MCP switch of `bbs serve`.
+
+Kept beside node/cli.py so the composition root only registers them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+EXIT_ERROR = 1
+
+
+def _fail(message: str) -> int:
+    print(f"bbs: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _passphrase(var: str | None) -> str | None:
+    if var is None:
+        return None
+    value = os.environ.get(var)
+    if not value:
+        raise SystemExit(_fail(f"the environment variable {var} (the passphrase) is not set"))
+    return value
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """Run the stdio MCP server for one agent."""
+    from agent import identity_file
+    from agent.client import Client
+    from agent.mcp_server import run_stdio
+
+    api_key = os.environ.get("BBS_API_KEY") or None
+    signing_key = None
+    if args.identity is not None:
+        try:
+            signing_key = identity_file.load(args.identity.expanduser(), _passphrase(args.passphrase_env)).key
+        except identity_file.IdentityFileError as exc:
+            return _fail(f"identity_file: {exc}")
+    if api_key is None and signing_key is None:
+        return _fail("give --identity FILE or set BBS_API_KEY")
+    asyncio.run(run_stdio(Client(args.node, api_key=api_key, signing_key=signing_key)))
+    return 0
+
+
+def cmd_agent_export(args: argparse.Namespace) -> int:
+    """Write an agent's identity file (private key included, mode 0600)."""
+    from agent import identity_file
+    from node.portable import export_identity
+    from node.service import Node
+
+    if not (args.data / "node.key").exists():
+        return _fail(f"{args.data} is not a node data folder")
+    passphrase = _passphrase(args.passphrase_env)
+    node = Node(args.data)
+
+    async def run() -> tuple[Any, dict[str, Any]]:
+        node.open()
+        try:
+            return await export_identity(node, args.name)
+        finally:
+            node.close()
+
+    key, record = asyncio.run(run())
+    ident = identity_file.Identity(
+        key=key,
+        display_name=record["display_name"],
+        description=record.get("description", ""),
+        home_node=record.get("home_node"),
+        identity_record=record,
+    )
+    identity_file.save(args.out, ident, passphrase)
+    print(f"Wrote {args.out} (mode 0600) for {key.did}{' (encrypted)' if passphrase else ''}")
+    return 0
+
+
+def _default_name(display_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9_-]+", "-", display_name.lower()).strip("-_")[:64]
+    return slug or "agent"
+
+
+def cmd_agent_import(args: argparse.Namespace) -> int:
+    """Register an identity file's agent on this node; print its new API key."""
+    from agent import identity_file
+    from node.datadir import initialise
+    from node.portable import import_identity
+    from node.service import Node
+
+    try:
+        ident = identity_file.load(args.file, _passphrase(args.passphrase_env))
+    except identity_file.IdentityFileError as exc:
+        return _fail(f"identity_file: {exc}")
+    name = args.name or _default_name(ident.display_name)
+    if not NAME_PATTERN.match(name):
+        return _fail("--name must match [a-z0-9][a-z0-9_-]{0,63}")
+    initialise(args.data)
+    node = Node(args.data)
+
+    async def run() -> Any:
+        node.open()
+        try:
+            return await import_identity(node, name, ident.key, ident.identity_record, keep_key=args.keep_key)
+        finally:
+            node.close()
+
+    created = asyncio.run(run())
+    if args.json:
+        import msgspec
+
+        print(msgspec.json.encode(created).decode())
+    else:
+        print(f"name:     {created.name}")
+        print(f"agent_id: {created.agent_id}")
+        print(f"api_key:  {created.api_key}  (shown once)")
+        print("key:      " + ("kept by this node" if args.keep_key else "held by the agent (identity file)"))
+    return 0
+
+
+def register(sub: Any, agent: Any) -> None:
+    """Add the subcommands to `bbs` (sub: the top-level subparsers; agent: `bbs agent`'s subparsers)."""
+    data_default = Path(os.environ.get("BBS_DATA", "bbs-data"))
+
+    p = sub.add_parser("mcp", help="run the MCP server (stdio) for one agent")
+    p.add_argument("--node", default=os.environ.get("BBS_NODE", "http://127.0.0.1:8420"), help="node URL")
+    p.add_argument("--identity", type=Path, help="identity file (else the API key in $BBS_API_KEY)")
+    p.add_argument("--passphrase-env", metavar="VAR", help="environment variable holding the file's passphrase")
+    p.set_defaults(func=cmd_mcp)
+
+    p = agent.add_parser("export", help="write an agent's identity file (private key; mode 0600)")
+    p.add_argument("name")
+    p.add_argument("--data", type=Path, default=data_default)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--passphrase-env", metavar="VAR", help="encrypt the key with the passphrase in this variable")
+    p.set_defaults(func=cmd_agent_export)
+
+    p = agent.add_parser("import", help="register an identity file's agent on this node")
+    p.add_argument("file", type=Path)
+    p.add_argument("--data", type=Path, default=data_default)
+    p.add_argument("--name", help="local name (default: from the display name)")
+    p.add_argument("--keep-key", action="store_true", help="let this node keep the key and sign for the agent")
+    p.add_argument("--passphrase-env", metavar="VAR")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_agent_import)
+
+    serve = sub.choices.get("serve")
+    if serve is not None:
+        env_port = os.environ.get("BBS_MCP_PORT")
+        serve.add_argument(
+            "--mcp-port",
+            type=int,
+            default=int(env_port) if env_port else None,
+            help="also serve MCP over streamable HTTP on this port (path /mcp); $BBS_MCP_PORT",
+        )
+
+
+def enable_remote_mcp(app: Any, node: Any, args: argparse.Namespace, host: str, port: int) -> None:
+    """Called by `bbs serve` after building the app: start remote MCP if --mcp-port was given."""
+    mcp_port = getattr(args, "mcp_port", None)
+    if mcp_port is None:
+        return
+    from node import agent_auth, mcp_http
+
+    rest_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    mcp_http.enable(
+        app,
+        authenticate=agent_auth.authenticator(node),
+        rest_url=f"http://{rest_host}:{port}",
+        host=host,
+        port=mcp_port,
+    )
+    print(f"MCP (streamable HTTP) at http://{host}:{mcp_port}{mcp_http.MCP_PATH}", flush=True)

@@ -1,0 +1,193 @@
+"""The async client against a real node on loopback: typed results, problem codes, retries, signing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from agent.client import BBSClientError, Client
+from identity import keys, records
+from node import agents
+from node.api_types import EntryOut, LinkOut, PostEntry, ReadQuery, SearchQuery, SubscriptionIn
+from node.portable import import_identity
+from node.service import Node
+from tests.conftest import AgentCreds
+
+Factory = Callable[[str], Awaitable[AgentCreds]]
+
+
+def base(client: TestClient) -> str:
+    return str(client.make_url("")).rstrip("/")
+
+
+async def test_whole_api_with_typed_results(client: TestClient, make_agent: Factory, data_dir: tuple[Path, str]):
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    async with Client(base(client), api_key=alice.api_key) as a, Client(base(client), api_key=bob.api_key) as b:
+        assert (await a.health()).status == "ok"
+        info = await a.node_info()
+        assert info.node_id.startswith("did:key:")
+        assert (await a.get_agent(alice.agent_id)).display_name == "Alice"
+        assert "/v1/entries" in (await a.openapi())["paths"]
+
+        sub = await b.subscribe(tags=["db"])
+        assert [s.id for s in await b.subscriptions()] == [sub.id]
+        first = await a.post("Index on orders.created_at is missing", tags=["db"], confidence=0.9)
+        assert isinstance(first, EntryOut) and first.author_id == alice.agent_id and first.confidence == 0.9
+        reply = await b.post_entry(
+            PostEntry(
+                entry_type="finding",
+                performative="confirm",
+                content="Confirmed: seq scan on orders",
+                links=[msgspec_link(str(first.id), "responds_to")],
+            )
+        )
+        link = await b.link(str(reply.id), first.record_hash, "supports", "same table")
+        assert isinstance(link, LinkOut) and link.source == reply.record_hash
+
+        got = await a.get_entry(first.record_hash, ReadQuery(hops=1))
+        assert {e.id for e in got.entries} == {first.id, reply.id}
+        many = await a.read([str(first.id), "999999"])
+        assert many.missing == ["999999"]
+        found = await a.search(SearchQuery(q="orders", tags=["db"]))
+        assert {e.id for e in found.entries} == {first.id}
+        assert (await a.search(author=[bob.agent_id])).entries[0].id == reply.id
+
+        box = await b.inbox(limit=10)
+        assert [n.record_hash for n in box.notifications] == [first.record_hash]
+        assert (await b.ack([box.notifications[0].notification_id])).acknowledged == 1
+        await b.unsubscribe(sub.id)
+        assert await b.subscriptions() == []
+
+    async with Client(base(client), api_key=data_dir[1]) as admin:
+        created = await admin.create_agent("carol", "Carol")
+        assert created.api_key.startswith("bbs_")
+
+
+def msgspec_link(target: str, link_type: str):  # type: ignore[no-untyped-def]
+    from node.api_types import LinkSpec
+
+    return LinkSpec(target=target, link_type=link_type)  # type: ignore[arg-type]
+
+
+async def test_errors_carry_status_code_and_field(client: TestClient, make_agent: Factory) -> None:
+    alice = await make_agent("alice")
+    async with Client(base(client), api_key=alice.api_key) as a:
+        with pytest.raises(BBSClientError) as err:
+            await a.post("x", confidence=2)
+        assert (err.value.status, err.value.code, err.value.field) == (422, "validation_error", "$.confidence")
+        with pytest.raises(BBSClientError) as err:
+            await a.link("424242", "1", "supports")
+        assert (err.value.status, err.value.code, err.value.field) == (404, "source_not_found", "$.source")
+        with pytest.raises(BBSClientError) as err:
+            await a.get_entry("424242")
+        assert (err.value.status, err.value.code) == (404, "entry_not_found")
+        with pytest.raises(BBSClientError) as err:
+            await a.search(SearchQuery(since="yesterday"))
+        assert err.value.field == "$.since"
+        with pytest.raises(BBSClientError) as err:
+            await a.subscribe(SubscriptionIn(authors=["nobody"]))
+        assert err.value.status == 422
+        with pytest.raises(BBSClientError) as err:
+            await a.create_agent("x")
+        assert (err.value.status, err.value.code) == (403, "admin_required")
+    async with Client(base(client), api_key="bbs_0123456789abcdef_wrong") as stranger:
+        with pytest.raises(BBSClientError) as err:
+            await stranger.inbox()
+        assert (err.value.status, err.value.code) == (401, "unauthorized")
+        assert "wrong" not in str(err.value)
+
+
+class FlakyProxy:
+    """A real HTTP proxy in front of the node that fails the first answer to each POST after forwarding it."""
+
+    def __init__(self, upstream: str, mode: str) -> None:
+        self.upstream, self.mode = upstream, mode
+        self.failed: set[str] = set()
+        self.forwarded: list[tuple[str, str | None]] = []
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() in ("authorization", "content-type")}
+        if "Idempotency-Key" in request.headers:
+            headers["Idempotency-Key"] = request.headers["Idempotency-Key"]
+        async with (
+            aiohttp.ClientSession() as http,
+            http.request(request.method, self.upstream + request.path_qs, data=body or None, headers=headers) as resp,
+        ):
+            payload, status, ctype = await resp.read(), resp.status, resp.content_type
+        self.forwarded.append((request.path, request.headers.get("Idempotency-Key")))
+        if request.method == "POST" and request.path not in self.failed:
+            self.failed.add(request.path)  # the node committed; the client never hears it
+            if self.mode == "drop":
+                assert request.transport is not None
+                request.transport.close()
+                return web.Response(status=500)
+            return web.Response(status=503, text="upstream hiccup")
+        return web.Response(status=status, body=payload, content_type=ctype)
+
+
+@pytest.mark.parametrize("mode", ["drop", "503"])
+async def test_retried_post_and_link_are_stored_once(
+    client: TestClient, make_agent: Factory, node: Node, mode: str
+) -> None:
+    alice = await make_agent("alice")
+    proxy = FlakyProxy(base(client), mode)
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", proxy.handle)
+    async with TestServer(app) as server:
+        url = str(server.make_url("")).rstrip("/")
+        async with Client(url, api_key=alice.api_key, backoff=0.01) as a:
+            entry = await a.post("Posted through a flaky network")
+            other = await a.post("Another entry")
+            link = await a.link(str(other.id), str(entry.id), "supports")
+    posts = [key for path, key in proxy.forwarded if path == "/v1/entries"]
+    assert posts[0] == posts[1] and posts[0] is not None  # the retry reused the idempotency key
+    count = await node.db.read(
+        lambda c: c.execute("SELECT count(*) FROM entries WHERE content = 'Posted through a flaky network'").fetchone()
+    )
+    assert count[0] == 1
+    links = await node.db.read(lambda c: c.execute("SELECT count(*) FROM links WHERE ordinal = 0").fetchone())
+    assert links[0] == 1 and link.target == entry.record_hash
+
+
+async def test_unreachable_node_raises_after_retries() -> None:
+    from tests.agent.conftest import free_port
+
+    async with Client(f"http://127.0.0.1:{free_port()}", api_key="k", retries=2, backoff=0.01) as c:
+        with pytest.raises(BBSClientError) as err:
+            await c.search()
+    assert (err.value.status, err.value.code) == (0, "unreachable")
+
+
+async def test_client_holding_the_key_signs_and_node_only_verifies(client: TestClient, node: Node) -> None:
+    key = keys.SigningKey.generate()
+    await import_identity(node, "roamer", key, agents.identity_record(key, "Roamer", "", node.node_id))
+    assert await node.db.read(lambda c: agents.signing_key(c, key.did)) is None  # the node cannot sign for it
+    async with Client(base(client), signing_key=key) as c:  # no API key: key-proof session
+        first = await c.post("Signed on the agent's side", tags=["b", "a", "a"], metadata={"x": 0.12345})
+        second = await c.post(
+            "A reply", performative="confirm", links=[{"target": str(first.id), "link_type": "responds_to"}]
+        )
+        link = await c.link(str(second.id), first.record_hash, "supports")
+        assert first.author_id == key.did and first.tags == ["a", "b"]
+        assert link.author_id == key.did
+        again = await c.post_entry(PostEntry("finding", "inform", "Same key twice"), idempotency_key="same")
+        assert (await c.post_entry(PostEntry("finding", "inform", "Same key twice"), idempotency_key="same")).id == (
+            again.id
+        )
+        with pytest.raises(BBSClientError) as err:
+            await c.post("x", links=[{"target": "424242", "link_type": "supports"}])
+        assert (err.value.code, err.value.field) == ("target_not_found", "$.links[0].target")
+    bodies = await node.db.read(
+        lambda c: [bytes(r[0]) for r in c.execute("SELECT body FROM records WHERE author_id = ?", (key.did,))]
+    )
+    for body in bodies:  # every stored record verifies with nothing but itself
+        record_hash, decoded = records.check(json.loads(body))
+        assert decoded.author_id == key.did
+    assert len(bodies) == 5  # identity document, three entries, one link

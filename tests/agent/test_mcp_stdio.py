@@ -1,0 +1,159 @@
+"""The MCP server over stdio: the real SDK client against a real `bbs mcp` subprocess and `bbs serve`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from agent.client import Client
+from node.api_types import InboxResult, ReadQuery, ReadResult, SearchQuery, SearchResult
+from tests.agent.conftest import BBS, ServedNode
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+MAX_TOOLS_LIST_CHARS = 16_000  # about 4k tokens
+
+
+@asynccontextmanager
+async def mcp_session(node: ServedNode, api_key: str, errlog: Path) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(
+        command=BBS[0], args=[*BBS[1:], "mcp", "--node", node.url], env={"BBS_API_KEY": api_key}, cwd=str(ROOT)
+    )
+    with errlog.open("w") as err:
+        async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+def text(result: Any) -> str:
+    return "".join(block.text for block in result.content)
+
+
+def ok(result: Any) -> Any:
+    assert not result.is_error, text(result)
+    return json.loads(text(result))
+
+
+async def test_tools_list_is_lean_and_complete(served_node: ServedNode, tmp_path: Path) -> None:
+    alice = served_node.create_agent("alice")
+    async with mcp_session(served_node, alice["api_key"], tmp_path / "err.log") as session:
+        listed = await session.list_tools()
+    names = {t.name for t in listed.tools}
+    assert names == {"post", "read", "search", "link", "subscribe", "inbox", "ack"}
+    for t in listed.tools:
+        assert t.description and t.input_schema["type"] == "object"
+    size = len(json.dumps([t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed.tools]))
+    assert size < MAX_TOOLS_LIST_CHARS, size
+
+
+async def test_every_tool_matches_rest(served_node: ServedNode, tmp_path: Path) -> None:
+    alice, bob = served_node.create_agent("alice"), served_node.create_agent("bob")
+    errlog = tmp_path / "err.log"
+    async with (
+        Client(served_node.url, api_key=alice["api_key"]) as rest,
+        Client(served_node.url, api_key=bob["api_key"]) as bob_rest,
+        mcp_session(served_node, alice["api_key"], errlog) as session,
+    ):
+        sub = ok(await session.call_tool("subscribe", {"tags": ["cache"]}))
+        assert sub["tags"] == ["cache"]
+        assert [s.id for s in await rest.subscriptions()] == [sub["id"]]
+
+        first = ok(
+            await session.call_tool(
+                "post", {"content": "Cache hit rate fell to 41%", "tags": ["cache", "perf"], "confidence": 0.8}
+            )
+        )
+        assert first["author_id"] == alice["agent_id"] and first["tags"] == ["cache", "perf"]
+        second = ok(
+            await session.call_tool(
+                "post",
+                {
+                    "content": "Is the eviction policy the cause?",
+                    "entry_type": "question",
+                    "performative": "query",
+                    "links": [{"target": str(first["id"]), "link_type": "responds_to"}],
+                },
+            )
+        )
+        # the same post retried with its idempotency key is one entry
+        again = {"content": "Retried once", "idempotency_key": "k-1"}
+        assert ok(await session.call_tool("post", again))["id"] == ok(await session.call_tool("post", again))["id"]
+
+        link = ok(
+            await session.call_tool(
+                "link", {"source": str(second["id"]), "target": first["record_hash"], "link_type": "depends_on"}
+            )
+        )
+        assert link["source"] == second["record_hash"] and link["target"] == first["record_hash"]
+
+        read = ok(await session.call_tool("read", {"ids": [str(second["id"])], "hops": 1}))
+        expected_read = await rest.read([str(second["id"])], ReadQuery(hops=1))
+        assert msgspec.convert(read, ReadResult) == expected_read
+        assert {e["id"] for e in read["entries"]} == {first["id"], second["id"]}
+
+        found = ok(await session.call_tool("search", {"q": "eviction", "limit": 5}))
+        assert msgspec.convert(found, SearchResult) == await rest.search(SearchQuery(q="eviction", limit=5))
+        assert [e["id"] for e in found["entries"]] == [second["id"]]
+
+        posted = await bob_rest.post("Cache warmed after deploy", tags=["cache"])
+        box = msgspec.convert(ok(await session.call_tool("inbox", {"limit": 10})), InboxResult)
+        assert [n.record_hash for n in box.notifications] == [posted.record_hash]
+        assert not hasattr(box.notifications[0], "content")
+        acked = ok(await session.call_tool("ack", {"ids": [n.notification_id for n in box.notifications]}))
+        assert acked == {"acknowledged": 1}
+        assert (await rest.inbox()).notifications == []
+    assert alice["api_key"] not in errlog.read_text()
+
+
+BAD_ARGUMENTS: list[tuple[str, dict[str, Any], str]] = [
+    ("post", {"content": "x", "confidence": 3}, "confidence"),
+    ("post", {"content": "x", "entry_type": "rumour"}, "entry_type"),
+    ("post", {}, "content"),
+    ("post", {"content": "   "}, "content"),
+    ("post", {"content": "x", "links": [{"target": "424242", "link_type": "supports"}]}, "target_not_found"),
+    ("read", {"ids": []}, "ids"),
+    ("read", {"ids": ["1"], "hops": 9}, "hops"),
+    ("search", {"since": "yesterday"}, "since"),
+    ("search", {"limit": 0}, "limit"),
+    ("link", {"source": "424242", "target": "1", "link_type": "supports"}, "source_not_found"),
+    ("link", {"source": "1", "target": "2", "link_type": "likes"}, "link_type"),
+    ("subscribe", {"authors": ["not-a-did"]}, "authors"),
+    ("ack", {"ids": []}, "ids"),
+    ("ack", {"ids": ["one"]}, "ids"),
+]
+
+
+async def test_bad_arguments_are_error_results(served_node: ServedNode, tmp_path: Path) -> None:
+    alice = served_node.create_agent("alice")
+    async with mcp_session(served_node, alice["api_key"], tmp_path / "err.log") as session:
+        for tool, arguments, expected in BAD_ARGUMENTS:
+            result = await session.call_tool(tool, arguments)
+            assert result.is_error, (tool, arguments)
+            assert expected in text(result), (tool, arguments, text(result))
+            assert alice["api_key"] not in text(result)
+        # nothing was stored, and the server still answers
+        assert ok(await session.call_tool("search", {}))["entries"] == []
+
+
+async def test_unreachable_node_is_an_error_result(tmp_path: Path) -> None:
+    from tests.agent.conftest import free_port
+
+    dead = ServedNode(f"http://127.0.0.1:{free_port()}", tmp_path, "", None, None)  # type: ignore[arg-type]
+    async with mcp_session(dead, "bbs_0000000000000000_secret", tmp_path / "err.log") as session:
+        result = await session.call_tool("search", {"q": "anything"})
+    assert result.is_error and "unreachable" in text(result)
+
+
+async def test_skill_is_served_as_a_resource(served_node: ServedNode, tmp_path: Path) -> None:
+    alice = served_node.create_agent("alice")
+    async with mcp_session(served_node, alice["api_key"], tmp_path / "err.log") as session:
+        resource = await session.read_resource("bbs://skills/bbs-operations")
+    assert "performative" in resource.contents[0].text  # type: ignore[union-attr]
