@@ -46,6 +46,7 @@ class _Message:
 class _Keys(resolvers.HTTPSignatureKeyResolver):
     def __init__(self, private: Ed25519PrivateKey | None = None, allowed: frozenset[str] = frozenset()) -> None:
         self.private, self.allowed = private, allowed
+        self.refused: str | None = None
 
     def resolve_private_key(self, key_id: str) -> Ed25519PrivateKey:
         assert self.private is not None
@@ -53,6 +54,7 @@ class _Keys(resolvers.HTTPSignatureKeyResolver):
 
     def resolve_public_key(self, key_id: str) -> Ed25519PublicKey:
         if key_id not in self.allowed:
+            self.refused = key_id  # the library wraps resolver errors; the verifier reports this one itself
             raise PeerAuthError("unknown_peer", "the signing key is not a configured peer of this node", 403)
         return keys.public_key_from_did(key_id)
 
@@ -95,7 +97,8 @@ class PeerVerifier:
             raise PeerAuthError("signature_required", "sync requests must carry an RFC 9421 signature by a peer node")
         wanted = {"signature", "signature-input", "content-digest"}
         message = _Message(method.upper(), url, {k: v for k, v in headers.items() if k.lower() in wanted})
-        verifier = HTTPMessageVerifier(signature_algorithm=algorithms.ED25519, key_resolver=_Keys(allowed=allowed))
+        resolver = _Keys(allowed=allowed)
+        verifier = HTTPMessageVerifier(signature_algorithm=algorithms.ED25519, key_resolver=resolver)
         try:
             results = verifier.verify(
                 message, max_age=None, expect_tag=TAG, require_components=COVERED, body=body if body else None
@@ -103,6 +106,10 @@ class PeerVerifier:
         except PeerAuthError:
             raise
         except (HTTPMessageSignaturesException, ValueError, keys.KeyError_) as exc:
+            if resolver.refused is not None:
+                raise PeerAuthError(
+                    "unknown_peer", "the signing key is not a configured peer of this node", 403
+                ) from None
             raise PeerAuthError("bad_signature", f"request signature does not verify: {exc}") from None
         if len(results) != 1:
             raise PeerAuthError("bad_signature", "exactly one sync signature expected")

@@ -77,10 +77,14 @@ class PeerClient:
             async with self.session.request(
                 method, url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
             ) as resp:
-                data = await resp.content.read(MAX_RESPONSE_BYTES + 1)
+                chunks, size = [], 0
+                async for chunk in resp.content.iter_chunked(1 << 16):
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > MAX_RESPONSE_BYTES:
+                        raise SyncError("malformed batch: reply exceeds the size limit")
+                data = b"".join(chunks)
                 self.bytes_received += len(data)
-                if len(data) > MAX_RESPONSE_BYTES:
-                    raise SyncError("malformed batch: reply exceeds the size limit")
                 if resp.status != 200:
                     raise SyncError(f"{method} {path}: HTTP {resp.status}: {_problem(data)}")
                 return data
