@@ -60,6 +60,27 @@ SQL_GAUGES: list[SqlGauge] = [
         ("status",),
         "SELECT status, count(*) FROM notifications GROUP BY status",
     ),
+    # Federation (present once the peers table exists): lag and outcomes per peer.
+    SqlGauge(
+        "bbs_sync_lag_records",
+        "Records the peer's feed holds beyond our cursor, as of the last pull",
+        ("peer",),
+        "SELECT node_id, max(coalesce(remote_head, 0) - cursor_seq, 0) FROM peers",
+    ),
+    SqlGauge(
+        "bbs_sync_since_ok_seconds",
+        "Seconds since the last successful pull from the peer",
+        ("peer",),
+        "SELECT node_id, (:now_ms - last_ok_ms) / 1000.0 FROM peers WHERE last_ok_ms IS NOT NULL",
+    ),
+    SqlGauge(
+        "bbs_sync_records",
+        "Records received from the peer, by outcome (saved, duplicate, invalid, pending_link)",
+        ("peer", "outcome"),
+        "SELECT node_id, 'saved', saved FROM peers UNION ALL SELECT node_id, 'duplicate', duplicate FROM peers"
+        " UNION ALL SELECT node_id, 'invalid', invalid FROM peers"
+        " UNION ALL SELECT node_id, 'pending_link', pending_link FROM peers",
+    ),
 ]
 
 

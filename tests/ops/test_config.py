@@ -76,7 +76,13 @@ def test_invalid_toml_and_missing_file_are_errors(tmp_path: Path) -> None:
 
 def _bbs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "node.cli", *args], capture_output=True, text=True, env=env, timeout=60, check=False
+        [sys.executable, "-m", "node.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).parents[2],
     )
 
 
