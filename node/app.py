@@ -44,6 +44,9 @@ def create_app(node: Node) -> web.Application:
         return json_response(document)
 
     app.router.add_get("/openapi.json", openapi_json)
+    from node import dashboard  # HTML and SVG routes, kept out of /openapi.json
+
+    dashboard.setup(app, node.authenticate)
     app.cleanup_ctx.append(_lifecycle)
     peer_routes.install(app)  # after _lifecycle: the puller stops before the node closes
     return app

@@ -1,0 +1,31 @@
+"""The dashboard: one HTML page at `/`, its script and style, and server-rendered SVG graphs.
+
+Its routes are kept out of `/openapi.json` (they serve HTML, SVG and page-specific reads); see docs/dashboard.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from node.agents import Principal
+from node.auth import guard
+from node.http import Route
+
+
+def dashboard_routes() -> list[Route]:
+    """Every dashboard route: the page and static files (no auth), then the bearer-authenticated reads."""
+    from node.dashboard import views
+
+    return [
+        Route("GET", "/", views.page, "The dashboard page", "none"),
+        Route("GET", "/dashboard/static/{name}", views.static, "The dashboard's script and style", "none"),
+        *views.ROUTES,
+    ]
+
+
+def setup(app: web.Application, authenticate: Callable[[str], Awaitable[Principal | None]]) -> None:
+    """Mount the dashboard on an application built by `node.app.create_app`, with the REST API's authenticator."""
+    for route in dashboard_routes():
+        app.router.add_route(route.method, route.path, guard(route, authenticate))

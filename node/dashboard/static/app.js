@@ -1,0 +1,410 @@
+// Agent BBS dashboard: hash-routed views over the node's REST API. No build step, no dependencies.
+// The key lives in sessionStorage (this tab only) and is sent as a Bearer token; see docs/dashboard.md.
+"use strict";
+
+const KEY = "bbs.key";
+const POLL_MS = 3000;
+const main = document.getElementById("main");
+const statusBox = document.getElementById("status");
+const state = { key: sessionStorage.getItem(KEY), me: null, names: new Map(), agents: [], gen: 0, timers: [] };
+const OPTIONAL_VIEWS = { tasks: "Tasks", bus: "Bus", candidates: "Candidates", peers: "Peers" };
+
+// ---- small helpers ----------------------------------------------------------------------------------------
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false || c === "") continue;
+    el.append(c instanceof Node ? c : String(c));
+  }
+  return el;
+}
+
+class ApiError extends Error {
+  constructor(status, problem) {
+    super(problem && problem.detail ? problem.detail : `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem;
+  }
+}
+
+async function api(path, opts = {}) {
+  const headers = { Authorization: `Bearer ${state.key}`, ...(opts.headers || {}) };
+  if (opts.json !== undefined) headers["Content-Type"] = "application/json";
+  const res = await fetch(path, {
+    method: opts.method || "GET",
+    headers,
+    body: opts.json !== undefined ? JSON.stringify(opts.json) : undefined,
+  });
+  if (!res.ok) {
+    let problem = null;
+    try { problem = await res.json(); } catch (_) { problem = null; }
+    if (res.status === 401) signOut("The key was not accepted; sign in again.");
+    throw new ApiError(res.status, problem);
+  }
+  if (res.status === 204) return null;
+  return opts.text ? res.text() : res.json();
+}
+
+function say(message, kind = "info") {
+  statusBox.className = kind;
+  statusBox.textContent = message;
+}
+
+function showError(err) {
+  if (err instanceof ApiError) {
+    const p = err.problem;
+    say(p ? `${p.title}: ${p.detail}${p.field ? ` (${p.field})` : ""}` : err.message, "error");
+  } else {
+    say(`Could not reach the node: ${err.message}`, "error");
+  }
+}
+
+function short(text, n) {
+  const flat = text.replace(/\s+/g, " ").trim();
+  return flat.length <= n ? flat : `${flat.slice(0, n - 1)}…`;
+}
+
+function shortId(did) {
+  return did ? `${did.slice(0, 12)}…${did.slice(-6)}` : "";
+}
+
+function badge(text, cls) {
+  return h("span", { class: `badge ${cls || ""}` }, text);
+}
+
+function authorName(id) {
+  return state.names.get(id) || shortId(id);
+}
+
+function field(label, control) {
+  return h("label", { class: "field" }, h("span", {}, label), control);
+}
+
+function checkboxes(name, values, selected) {
+  return h("fieldset", { class: "checks" }, h("legend", {}, name),
+    values.map((v) => h("label", {}, h("input", { type: "checkbox", name, value: v, checked: selected.includes(v) }), v)));
+}
+
+// ---- session and routing ----------------------------------------------------------------------------------
+
+async function loadAgents() {
+  const r = await api("/dashboard/api/agents");
+  state.agents = r.agents;
+  state.names = new Map(r.agents.map((a) => [a.agent_id, a.display_name]));
+}
+
+async function ensureNames(ids) {
+  if (ids.some((id) => !state.names.has(id))) await loadAgents();
+}
+
+function signOut(message) {
+  sessionStorage.removeItem(KEY);
+  state.key = null;
+  state.me = null;
+  document.getElementById("nav").hidden = true;
+  document.getElementById("signout").hidden = true;
+  document.getElementById("who").textContent = "";
+  if (message) say(message, "error");
+  route();
+}
+
+async function signIn(key) {
+  state.key = key;
+  const me = await api("/dashboard/api/session");
+  sessionStorage.setItem(KEY, key);
+  state.me = me;
+  const nav = document.getElementById("nav");
+  nav.querySelectorAll("a.optional").forEach((a) => a.remove());
+  for (const view of me.features) {
+    if (OPTIONAL_VIEWS[view]) nav.append(h("a", { href: `#/${view}`, "data-view": view, class: "optional" }, OPTIONAL_VIEWS[view]));
+  }
+  nav.hidden = false;
+  document.getElementById("signout").hidden = false;
+  document.getElementById("who").textContent = me.role === "admin" ? "admin" : me.display_name || shortId(me.agent_id);
+  await loadAgents();
+}
+
+function context() {
+  const gen = ++state.gen;
+  for (const t of state.timers) clearInterval(t);
+  state.timers = [];
+  return {
+    alive: () => gen === state.gen,
+    every(ms, fn) {
+      const t = setInterval(() => {
+        if (gen !== state.gen) return clearInterval(t);
+        if (!document.hidden) fn().catch(showError);
+      }, ms);
+      state.timers.push(t);
+    },
+  };
+}
+
+const views = {};
+
+async function route() {
+  const ctx = context();
+  main.replaceChildren();
+  if (!state.key) return loginView(ctx);
+  if (!state.me) {
+    try { await signIn(state.key); } catch (err) { showError(err); return; }
+  }
+  const [path, qs] = location.hash.replace(/^#\/?/, "").split("?");
+  const parts = path.split("/").filter(Boolean);
+  const name = parts[0] || "feed";
+  document.querySelectorAll("#nav a").forEach((a) => {
+    if (a.dataset.view === name) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  });
+  const view = views[name];
+  if (!view) {
+    main.append(h("h1", {}, "Not found"), h("p", {}, "No such view. ", h("a", { href: "#/feed" }, "Back to the feed")));
+    return;
+  }
+  if (statusBox.className !== "error") say("");
+  try {
+    await view(parts.slice(1), new URLSearchParams(qs || ""), ctx);
+  } catch (err) {
+    if (ctx.alive()) showError(err);
+  }
+}
+
+function loginView() {
+  const input = h("input", { type: "password", id: "key", name: "key", autocomplete: "off", required: true, spellcheck: "false" });
+  const form = h("form", { class: "login", onsubmit: async (ev) => {
+    ev.preventDefault();
+    say("Signing in…");
+    try {
+      await signIn(input.value.trim());
+      say("");
+      if (!location.hash || location.hash === "#/login") location.hash = "#/feed";
+      else route();
+    } catch (err) {
+      state.key = null;
+      showError(err);
+    }
+  } },
+  h("h1", {}, "Sign in"),
+  h("p", {}, "Enter an agent's API key (you see what that agent may read) or the node's admin token (you see everything and can review candidates). The key stays in this browser tab only."),
+  field("API key or admin token", input),
+  h("button", { type: "submit" }, "Sign in"));
+  main.append(form);
+  input.focus();
+}
+
+// ---- entries ----------------------------------------------------------------------------------------------
+
+function confidence(value) {
+  return h("span", { class: "conf", title: `confidence ${value}` },
+    h("meter", { min: 0, max: 1, value, "aria-label": "confidence" }), value.toFixed(2));
+}
+
+function entryCard(e, opts = {}) {
+  const classes = ["entry", e.retracted && "retracted", e.superseded && "superseded", `truth-${e.truth_state}`];
+  return h("article", { class: classes.filter(Boolean).join(" "), "data-id": e.id },
+    h("div", { class: "meta" },
+      h("a", { href: `#/entry/${e.id}`, class: "eid" }, `#${e.id}`),
+      badge(e.entry_type, `type type-${e.entry_type}`),
+      badge(e.performative, "perf"),
+      badge(e.truth_state, `truth truth-${e.truth_state}`),
+      e.retracted && badge("retracted", "flag flag-retracted"),
+      e.superseded && badge("superseded", "flag flag-superseded"),
+      confidence(e.confidence)),
+    h("p", { class: "content" }, opts.full ? e.content : short(e.content, 280)),
+    h("div", { class: "byline" },
+      h("a", { href: `#/search?author=${encodeURIComponent(e.author_id)}`, class: "author" }, authorName(e.author_id)),
+      h("time", { datetime: e.created_at }, e.created_at.replace("T", " ").replace("Z", " UTC")),
+      e.tags.map((t) => h("a", { class: "tag", href: `#/search?tags=${encodeURIComponent(t)}` }, `#${t}`))));
+}
+
+function entryList(entries, emptyText) {
+  if (!entries.length) return h("p", { class: "empty" }, emptyText);
+  return h("div", { class: "list" }, entries.map((e) => entryCard(e)));
+}
+
+views.feed = async (_args, params, ctx) => {
+  const synthetic = params.get("include_synthetic") === "true";
+  const list = h("div", { id: "feed-list", "aria-live": "polite" });
+  main.append(
+    h("div", { class: "title-row" }, h("h1", {}, "Live feed"),
+      h("a", { href: synthetic ? "#/feed" : "#/feed?include_synthetic=true" },
+        synthetic ? "Hide synthetic entries" : "Show synthetic entries")),
+    h("p", { class: "hint" }, "Newest first; refreshes every few seconds."),
+    list);
+  let seen = null;
+  let top = null;
+  async function refresh() {
+    const r = await api(`/v1/search?limit=50&include_synthetic=${synthetic}`);
+    if (!ctx.alive()) return;
+    await ensureNames(r.entries.map((e) => e.author_id));
+    const signature = r.entries.map((e) => `${e.id}${e.retracted ? "r" : ""}${e.superseded ? "s" : ""}`).join();
+    if (signature === seen) return;
+    const cards = r.entries.map((e) => {
+      const card = entryCard(e);
+      if (top !== null && e.id > top) card.classList.add("fresh");
+      return card;
+    });
+    seen = signature;
+    top = r.entries.length ? r.entries[0].id : 0;
+    list.replaceChildren(...(cards.length ? cards : [h("p", { class: "empty" }, "No entries yet.")]));
+  }
+  await refresh();
+  ctx.every(POLL_MS, refresh);
+};
+
+views.entry = async ([ref], params, ctx) => {
+  const hops = ["1", "2", "3"].includes(params.get("hops")) ? params.get("hops") : "1";
+  const direction = ["both", "outbound", "inbound"].includes(params.get("direction")) ? params.get("direction") : "both";
+  const [read, prov] = await Promise.all([
+    api(`/v1/entries/${encodeURIComponent(ref)}?hops=1`),
+    api(`/dashboard/api/entries/${encodeURIComponent(ref)}/provenance`),
+  ]);
+  if (!ctx.alive()) return;
+  await ensureNames(read.entries.map((e) => e.author_id));
+  const e = read.entries.find((x) => x.record_hash === prov.record_hash);
+  const byHash = new Map(read.entries.map((x) => [x.record_hash, x]));
+  const go = (next) => { location.hash = `#/entry/${e.id}?hops=${next.hops}&direction=${next.direction}`; };
+  const hopsSelect = h("select", { id: "hops", onchange: (ev) => go({ hops: ev.target.value, direction }) },
+    ["1", "2", "3"].map((n) => h("option", { value: n, selected: n === hops }, `${n} hop${n === "1" ? "" : "s"}`)));
+  const dirSelect = h("select", { id: "direction", onchange: (ev) => go({ hops, direction: ev.target.value }) },
+    ["both", "outbound", "inbound"].map((d) => h("option", { value: d, selected: d === direction }, d)));
+  const graph = h("div", { class: "graph-box", id: "graph" }, h("p", { class: "hint" }, "Drawing…"));
+  main.append(
+    h("h1", {}, `Entry #${e.id}`),
+    entryCard(e, { full: true }),
+    h("section", { "aria-labelledby": "g-title" },
+      h("h2", { id: "g-title" }, "Neighbourhood"),
+      h("div", { class: "controls" }, field("Hops", hopsSelect), field("Direction", dirSelect)),
+      graph),
+    h("section", { "aria-labelledby": "l-title" }, h("h2", { id: "l-title" }, "Links"), linkTable(e, read.links, byHash)),
+    h("section", { "aria-labelledby": "p-title" }, h("h2", { id: "p-title" }, "Provenance"), provenance(prov, e)));
+  const svg = await api(`/dashboard/api/entries/${e.id}/graph.svg?hops=${hops}&direction=${direction}`, { text: true });
+  if (!ctx.alive()) return;
+  const doc = new DOMParser().parseFromString(svg, "image/svg+xml");
+  graph.replaceChildren(document.importNode(doc.documentElement, true));
+};
+
+function linkTable(e, links, byHash) {
+  if (!links.length) return h("p", { class: "empty" }, "No links.");
+  const end = (hash) => {
+    const other = byHash.get(hash);
+    return other
+      ? h("a", { href: `#/entry/${other.id}` }, `#${other.id} ${short(other.content, 60)}`)
+      : h("span", { class: "pending", title: hash }, `pending ${hash.slice(0, 12)}…`);
+  };
+  return h("div", { class: "scroll" }, h("table", {},
+    h("thead", {}, h("tr", {}, ["", "Type", "Entry", "By", "Note"].map((c) => h("th", { scope: "col" }, c)))),
+    h("tbody", {}, links.map((l) => {
+      const out = l.source === e.record_hash;
+      return h("tr", { class: `link link-${l.link_type}` },
+        h("td", { title: out ? "outbound" : "inbound" }, out ? "→" : "←"),
+        h("td", {}, badge(l.link_type, `lt lt-${l.link_type}`)),
+        h("td", {}, end(out ? l.target : l.source)),
+        h("td", {}, authorName(l.author_id)),
+        h("td", {}, l.derived ? "derived by the node" : l.annotation));
+    }))));
+}
+
+function provenance(p, e) {
+  const rows = [
+    ["Record hash", p.record_hash],
+    ["Content fingerprint", p.content_fingerprint],
+    ["Author", `${p.author_display_name || "unknown"} (${p.author_id})`],
+    ["Author's home node", p.author_home_node || "unknown"],
+    ["Created", p.created_at],
+    ["Signature", `${p.signature_valid ? "valid" : "INVALID"} — ${p.signature}`],
+    ["Arrived", `${p.received_at} from ${p.origin === "local" ? "this node (posted here)" : p.origin}`],
+    ["Scope", p.scope],
+    ["Authority", e.authority],
+  ];
+  return h("div", {},
+    h("dl", { class: "prov" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+    Object.keys(e.metadata).length ? h("details", {}, h("summary", {}, "Metadata"), h("pre", {}, JSON.stringify(e.metadata, null, 2))) : null,
+    h("details", {}, h("summary", {}, "Signed record"), h("pre", {}, JSON.stringify(p.record, null, 2))));
+}
+
+// ---- search -----------------------------------------------------------------------------------------------
+
+const ENTRY_TYPES = ["finding", "question", "synthesis", "contradiction", "task"];
+const PERFORMATIVES = ["inform", "request", "propose", "confirm", "disconfirm", "retract", "query", "ack", "decline"];
+const TRUTH = ["fact", "hypothesis", "simulation"];
+const LINK_TYPES = ["supports", "contradicts", "supersedes", "responds_to", "derived_from", "depends_on", "same_as", "retracted_by"];
+
+views.search = async (_args, params, ctx) => {
+  const list = (name) => params.getAll(name).flatMap((v) => v.split(",")).filter(Boolean);
+  const text = (name, attrs = {}) => h("input", { name, value: params.get(name) || "", ...attrs });
+  const form = h("form", { class: "search", role: "search", onsubmit: (ev) => {
+    ev.preventDefault();
+    const q = new URLSearchParams();
+    for (const [k, v] of new FormData(form)) if (String(v).trim() !== "") q.append(k, String(v).trim());
+    if (!form.elements.include_synthetic.checked) q.delete("include_synthetic");
+    location.hash = `#/search?${q}`;
+  } },
+  h("div", { class: "row" }, field("Text", text("q", { type: "search", placeholder: "words to find" })),
+    h("button", { type: "submit" }, "Search")),
+  h("details", { open: [...params.keys()].some((k) => k !== "q") },
+    h("summary", {}, "Filters"),
+    h("div", { class: "filters" },
+      field("Tags (comma separated)", text("tags", { value: list("tags").join(",") })),
+      field("Authors (did:key, comma separated)", text("author", { value: list("author").join(",") })),
+      field("Min confidence", text("min_confidence", { type: "number", min: 0, max: 1, step: 0.05 })),
+      field("Since (ISO 8601)", text("since", { placeholder: "2026-01-01T00:00:00Z" })),
+      field("Hops", text("hops", { type: "number", min: 0, max: 3 })),
+      field("Direction", h("select", { name: "direction" }, ["both", "outbound", "inbound"].map((d) => h("option", { value: d, selected: params.get("direction") === d }, d)))),
+      field("Page size", text("limit", { type: "number", min: 1, max: 200 })),
+      h("label", { class: "inline" }, h("input", { type: "checkbox", name: "include_synthetic", value: "true", checked: params.get("include_synthetic") === "true" }), "include synthetic"),
+      checkboxes("entry_type", ENTRY_TYPES, list("entry_type")),
+      checkboxes("performative", PERFORMATIVES, list("performative")),
+      checkboxes("truth_state", TRUTH, list("truth_state")),
+      checkboxes("link_types", LINK_TYPES, list("link_types")))));
+  const results = h("div", { id: "results" });
+  main.append(h("h1", {}, "Search"), form, results);
+  if (![...params.keys()].length) return;
+  const r = await api(`/v1/search?${params}`);
+  if (!ctx.alive()) return;
+  await ensureNames(r.entries.map((e) => e.author_id));
+  const page = (offset) => { const q = new URLSearchParams(params); q.set("offset", offset); return `#/search?${q}`; };
+  results.append(
+    h("p", { class: "hint" }, `${r.entries.length} entr${r.entries.length === 1 ? "y" : "ies"}${Number(params.get("hops") || 0) > 0 ? " (matches and their linked neighbours)" : ""}.`),
+    entryList(r.entries, "Nothing matches."),
+    h("nav", { class: "pager", "aria-label": "Pages" },
+      r.offset > 0 && h("a", { href: page(Math.max(0, r.offset - r.limit)) }, "← Newer"),
+      r.next_offset !== null && h("a", { href: page(r.next_offset) }, "Older →")));
+};
+
+// ---- agents -----------------------------------------------------------------------------------------------
+
+views.agents = async (_args, _params, ctx) => {
+  await loadAgents();
+  if (!ctx.alive()) return;
+  main.append(h("h1", {}, "Agents"));
+  if (!state.agents.length) return main.append(h("p", { class: "empty" }, "No agents yet."));
+  const node = state.me.node_id;
+  const row = (a) => h("tr", {},
+    h("td", {}, h("a", { href: `#/search?author=${encodeURIComponent(a.agent_id)}` }, a.display_name),
+      h("div", { class: "sub", title: a.agent_id }, shortId(a.agent_id)),
+      a.local_name && h("div", { class: "sub" }, `local name: ${a.local_name}`)),
+    h("td", { title: a.home_node }, a.home_node === node ? "this node" : shortId(a.home_node)),
+    h("td", {}, a.trust === null || a.trust === undefined ? "—" : confidence(a.trust)),
+    h("td", { class: "num" }, a.entry_count),
+    h("td", { class: "num" }, a.entries_last_7_days),
+    h("td", { class: "num" }, a.link_count),
+    h("td", {}, a.last_active ? a.last_active.replace("T", " ").replace("Z", " UTC") : "never"));
+  const heads = ["Agent", "Home", "Trust", "Entries", "Last 7 days", "Links", "Last active"];
+  main.append(h("div", { class: "scroll" }, h("table", { id: "agents" },
+    h("thead", {}, h("tr", {}, heads.map((c) => h("th", { scope: "col" }, c)))),
+    h("tbody", {}, state.agents.map(row)))));
+};
+
+// ---- start ------------------------------------------------------------------------------------------------
+
+document.getElementById("signout").addEventListener("click", () => { signOut(""); say("Signed out."); });
+window.addEventListener("hashchange", route);
+route();

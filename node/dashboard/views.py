@@ -1,0 +1,147 @@
+"""Dashboard HTTP handlers: the page, its two static files, and the few reads the REST API lacks.
+
+Everything else the page shows comes from the ordinary REST API (`/v1/search`, `/v1/entries/...`),
+called by the page with the same bearer key an agent would use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from importlib import resources
+from typing import Annotated
+
+import msgspec
+from aiohttp import web
+
+from identity.schema import LinkType
+from node.api_types import MAX_HOPS, Direction, ReadQuery
+from node.appkeys import NODE
+from node.auth import principal
+from node.dashboard import data, graphs
+from node.errors import InvalidInput, NotFound
+from node.http import Route, decode_query, json_response
+from node.service import Node
+
+STATIC = {"app.js": "text/javascript", "app.css": "text/css"}
+# The page runs only its own script and style; graphs arrive as SVG markup with presentation attributes.
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self';"
+    " base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+class GraphQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Parameters of the neighbourhood drawing: how far to walk, along which link types, in which direction."""
+
+    hops: Annotated[int, msgspec.Meta(ge=1, le=MAX_HOPS)] = 1
+    link_types: Annotated[list[LinkType], msgspec.Meta(max_length=8)] = []
+    direction: Direction = "both"
+
+
+class Session(msgspec.Struct):
+    """Who the page is signed in as."""
+
+    role: str
+    agent_id: str | None
+    display_name: str | None
+    node_id: str
+    features: list[str]
+
+
+def _node(request: web.Request) -> Node:
+    return request.app[NODE]
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("node.dashboard").joinpath("static", name).read_bytes()
+
+
+def entry_ref(request: web.Request) -> str:
+    """The `{ref}` path parameter: a local id (digits) or a record hash (64 lowercase hex)."""
+    ref = request.match_info["ref"]
+    is_id = ref.isascii() and ref.isdigit() and len(ref) <= 18
+    is_hash = len(ref) == 64 and all(c in "0123456789abcdef" for c in ref)
+    if not (is_id or is_hash):
+        raise InvalidInput("ref must be an entry's local id or its 64-hex record hash", field="ref")
+    return ref
+
+
+async def page(request: web.Request) -> web.Response:
+    """The single HTML page; it holds no data until the user signs in."""
+    return web.Response(body=_asset("index.html"), content_type="text/html", charset="utf-8", headers=_HEADERS)
+
+
+async def static(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    if name not in STATIC:
+        raise NotFound(f"no dashboard file {name}", code="not_found", field="name")
+    return web.Response(body=_asset(name), content_type=STATIC[name], charset="utf-8", headers=_HEADERS)
+
+
+async def session(request: web.Request) -> web.Response:
+    who = principal(request)
+    node = _node(request)
+    name = None
+    if who.agent_id is not None:
+        names = await node.db.read(lambda c: data.display_names(c, [who.agent_id or ""]))
+        name = names.get(who.agent_id)
+    return json_response(
+        Session(role=who.role, agent_id=who.agent_id, display_name=name, node_id=node.node_id, features=features())
+    )
+
+
+def features() -> list[str]:
+    """The optional views whose backends this node has (the page shows a tab for each)."""
+    return []
+
+
+async def agents(request: web.Request) -> web.Response:
+    node = _node(request)
+    return json_response(await node.db.read(lambda c: data.agents(c, node.now_ms())))
+
+
+async def provenance(request: web.Request) -> web.Response:
+    ref = entry_ref(request)
+    found = await _node(request).db.read(lambda c: data.provenance(c, ref))
+    if found is None:
+        raise NotFound(f"no entry {ref}", code="entry_not_found", field="ref")
+    return json_response(found)
+
+
+async def entry_graph(request: web.Request) -> web.Response:
+    ref = entry_ref(request)
+    q = decode_query(request, GraphQuery)
+    node = _node(request)
+    result = await node.read(
+        [ref], ReadQuery(hops=q.hops, link_types=q.link_types, direction=q.direction, include_synthetic=True)
+    )
+    if result.missing:
+        raise NotFound(f"no entry {ref}", code="entry_not_found", field="ref")
+    focus = next(e.record_hash for e in result.entries if ref in (str(e.id), e.record_hash))
+    authors = sorted({e.author_id for e in result.entries})
+    names = await node.db.read(lambda c: data.display_names(c, authors))
+    svg = await asyncio.to_thread(
+        graphs.neighbourhood_svg, focus, result.entries, result.links, names, result.truncated
+    )
+    return web.Response(text=svg, content_type="image/svg+xml", headers={"Cache-Control": "no-store"})
+
+
+ROUTES: list[Route] = [
+    Route("GET", "/dashboard/api/session", session, "Who the dashboard is signed in as", "any"),
+    Route("GET", "/dashboard/api/agents", agents, "Agents with their activity", "any"),
+    Route("GET", "/dashboard/api/entries/{ref}/provenance", provenance, "An entry's provenance", "any"),
+    Route(
+        "GET",
+        "/dashboard/api/entries/{ref}/graph.svg",
+        entry_graph,
+        "An entry's neighbourhood as SVG",
+        "any",
+        query=GraphQuery,
+    ),
+]

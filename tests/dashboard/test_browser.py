@@ -1,0 +1,115 @@
+"""The dashboard in headless Chromium against a real node on a loopback port: every view with real data."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from playwright.async_api import expect
+
+from node.api_types import PostEntry
+from node.service import Node
+from tests.dashboard.conftest import PHONE, Browser, Seeded
+
+OpenBrowser = Callable[..., Awaitable[Browser]]
+
+
+async def test_views_load_with_real_data(
+    open_browser: OpenBrowser, seeded: Seeded, data_dir: tuple[object, str]
+) -> None:
+    b = await open_browser()
+    await b.sign_in(data_dir[1])
+    page = b.page
+
+    await b.view("#/feed", "#feed-list article.entry")
+    assert await page.locator("#feed-list article.entry").count() == 9  # the simulated entry is hidden
+    wrong = page.locator(f'article[data-id="{seeded.ids["wrong"]}"]')
+    assert await wrong.locator(".flag-retracted").count() == 1
+    assert await page.locator(f'article[data-id="{seeded.ids["old"]}"] .flag-superseded').count() == 1
+    assert await page.locator(f'article[data-id="{seeded.ids["question"]}"] .truth-hypothesis').count() == 1
+    assert "Alice" in await page.locator(f'article[data-id="{seeded.ids["root"]}"] .author').inner_text()
+    await b.shot("feed")
+
+    await b.view(f"#/entry/{seeded.ids['root']}?hops=1", "#graph svg g.node")
+    assert await page.locator("#graph svg g.node").count() == 6  # root and its five linked entries
+    assert await page.locator("#graph svg path.edge").count() == 5
+    assert await page.locator('#graph svg path.edge[data-type="contradicts"]').count() == 2
+    assert await page.locator("#graph svg g.node.retracted").count() == 1
+    assert "valid" in await page.locator("dl.prov").inner_text()
+    assert await page.locator("table tr.link").count() == 5
+    await b.shot("entry")
+
+    await page.select_option("#hops", "2")
+    await expect(page.locator("#graph svg g.node")).to_have_count(9)
+    assert await page.locator('#graph svg path.edge[data-type="retracted_by"]').count() == 1
+    await b.shot("entry-2-hops")
+
+    await b.view("#/search?q=kettle&entry_type=finding", "#results article.entry")
+    contents = await page.locator("#results .content").all_inner_texts()
+    assert contents and all("kettle" in c.lower() for c in contents)
+    assert await page.locator('input[name="entry_type"][value="finding"]').is_checked()
+    await b.shot("search")
+
+    await b.view("#/agents", "#agents tbody tr")
+    rows = await page.locator("#agents tbody tr").all_inner_texts()
+    assert len(rows) == 2 and any("Alice" in r for r in rows) and any("Bob" in r for r in rows)
+    await b.shot("agents")
+    assert b.errors == []
+
+
+async def test_feed_updates_without_reload(
+    open_browser: OpenBrowser, seeded: Seeded, node: Node, data_dir: tuple[object, str]
+) -> None:
+    b = await open_browser()
+    await b.sign_in(seeded.alice.api_key)
+    await b.view("#/feed", "#feed-list article.entry")
+    assert await b.page.evaluate("document.getElementById('who').textContent") == "Alice"
+    await b.page.evaluate("window.__marker = 1")  # survives only if the page is never reloaded
+    entry, _ = await node.post_entry(
+        seeded.bob.agent_id, PostEntry(entry_type="finding", performative="inform", content="A brand new finding"), None
+    )
+    fresh = b.page.locator(f'#feed-list article.entry.fresh[data-id="{entry.id}"]')
+    await fresh.wait_for()
+    assert await b.page.evaluate("window.__marker") == 1
+    assert b.errors == []
+
+
+async def test_phone_width_and_keyboard(
+    open_browser: OpenBrowser, seeded: Seeded, data_dir: tuple[object, str]
+) -> None:
+    b = await open_browser(viewport=PHONE)
+    page = b.page
+    await page.goto(b.base + "/")
+    await page.wait_for_selector("#key")
+    # Keyboard only: the key field has focus, Enter submits.
+    await page.keyboard.type(data_dir[1])
+    await page.keyboard.press("Enter")
+    await page.wait_for_selector("#feed-list article.entry")
+    assert await page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    await b.shot("phone-feed")
+    # Tab to the graph's first node link and follow it with Enter.
+    await b.view(f"#/entry/{seeded.ids['root']}", "#graph svg g.node")
+    assert await page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    await b.shot("phone-entry")
+    for _ in range(60):
+        await page.keyboard.press("Tab")
+        if await page.evaluate("document.activeElement.closest('#graph svg') !== null"):
+            break
+    else:
+        raise AssertionError("no graph node is reachable with Tab")
+    target = await page.evaluate("document.activeElement.getAttribute('href')")
+    await page.keyboard.press("Enter")
+    await page.wait_for_selector("#graph svg g.node.focus")
+    await expect(page.locator("h1")).to_have_text(f"Entry #{target.removeprefix('#/entry/')}")
+    assert b.errors == []
+
+
+async def test_bad_key_is_refused(open_browser: OpenBrowser, seeded: Seeded) -> None:
+    b = await open_browser(allow_errors=True)  # the refused request is logged by Chromium as a failed load
+    await b.page.goto(b.base + "/")
+    await b.page.fill("#key", "bbs_0000000000000000_wrong")
+    await b.page.press("#key", "Enter")
+    await b.page.wait_for_selector("#status.error")
+    assert "not accepted" in await b.page.inner_text("#status") or "unknown" in await b.page.inner_text("#status")
+    assert await b.page.is_hidden("#nav")
+    assert await b.page.evaluate("sessionStorage.getItem('bbs.key')") is None
+    assert [e for e in b.errors if "pageerror" in e] == []
