@@ -99,7 +99,7 @@ def project_entry(conn: sqlite3.Connection, rec: EntryRecord, ctx: Projection) -
             rec.performative,
             rec.content,
             rec.confidence,
-            json.dumps(rec.tags),
+            json.dumps(rec.tags, ensure_ascii=False),  # as text, so FTS indexes non-ASCII tags as words
             json.dumps(rec.directed_to),
             json.dumps(rec.metadata, sort_keys=True),
             rec.truth_state,

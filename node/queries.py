@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -183,7 +184,7 @@ def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> li
     in_list("e.truth_state", "truth", q.truth_state)
     if q.tags:
         where.append("e.id IN (SELECT entry_id FROM entry_tags WHERE tag IN (SELECT value FROM json_each(:tags)))")
-        params["tags"] = json.dumps(q.tags)
+        params["tags"] = json.dumps([unicodedata.normalize("NFC", t) for t in q.tags])  # stored tags are NFC
     if q.min_confidence is not None:
         where.append("e.confidence >= :minconf")
         params["minconf"] = q.min_confidence

@@ -133,3 +133,14 @@ async def test_search_rejects_bad_parameters(client: TestClient, corpus: dict[st
         problem(body, 422, "validation_error", field)
     body = await get_json(client, "/v1/search", a, 422, params=[("q", "a"), ("q", "b")])
     problem(body, 422, "validation_error", "$.q")
+
+
+async def test_non_ascii_tags_are_searchable(client: TestClient, make_agent: MakeAgent) -> None:
+    """Tags are indexed as text (not as JSON escapes) and compared after NFC, like the stored tags."""
+    alice = await make_agent("alice")
+    cjk = await post(client, alice, content="storage notes", tags=["数据库"])
+    cafe = await post(client, alice, content="menu notes", tags=["café"])  # NFC é
+    assert await ids(client, alice, q="数据库") == [cjk["id"]]
+    assert await ids(client, alice, q="café") == [cafe["id"]]
+    assert await ids(client, alice, tags="cafe\u0301") == [cafe["id"]]  # decomposed é finds the NFC tag
+    assert await ids(client, alice, tags="数据库") == [cjk["id"]]
