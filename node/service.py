@@ -40,9 +40,10 @@ MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
 MAX_SUBSCRIPTIONS = 100
 
 
-def record_error(exc: records.RecordError) -> InvalidInput:
-    """Map a record verification failure to the client-facing error."""
-    return InvalidInput(str(exc), field=exc.field, code=f"record_{exc.reason}")
+def record_error(exc: records.RecordError, prefix: str = "$") -> InvalidInput:
+    """Map a record verification failure to the client-facing error; `prefix` is where the record sits."""
+    field = prefix + exc.field[1:] if exc.field.startswith("$") else exc.field
+    return InvalidInput(str(exc), field=field, code=f"record_{exc.reason}")
 
 
 class Node:
@@ -168,7 +169,7 @@ class Node:
         try:
             record_hash, decoded = records.check(record)
         except records.RecordError as exc:
-            raise record_error(exc) from None
+            raise record_error(exc, "$.record") from None
         if decoded.author_id != agent_id:
             raise Forbidden("an agent can only write records it authored", field="$.record.author_id")
         self._check_clock(decoded.created_at, "$.record.created_at")
