@@ -191,7 +191,7 @@ class Puller:
                 await asyncio.sleep(backoff(failures))
 
 
-def backoff(failures: int, base: float = 0.5, cap: float = 30.0) -> float:
+def backoff(failures: int, base: float = 0.5, cap: float = 10.0) -> float:
     """Exponential backoff with full jitter."""
     return random.uniform(base, min(cap, base * 2**failures))
 

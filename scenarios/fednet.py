@@ -1,0 +1,197 @@
+"""Helpers for federation scenarios: real `bbs serve` processes on loopback, and a TCP link that can be cut."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+SCENARIO_ENV = {"BBS_SYNC_WAIT_MS": "15000", "BBS_RECONCILE_EVERY_S": "5"}
+
+
+class ScenarioFailed(AssertionError):
+    """A scenario's expectation did not hold."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bbs(*args: str) -> str:
+    """Run a `bbs` command; return its stdout."""
+    done = subprocess.run(
+        [sys.executable, "-m", "node.cli", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    if done.returncode != 0:
+        raise ScenarioFailed(f"bbs {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
+    return done.stdout
+
+
+@dataclass
+class ServedNode:
+    """One `bbs serve` process with its own data folder."""
+
+    name: str
+    data: Path
+    port: int = field(default_factory=free_port)
+    token: str = ""
+    node_id: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+    log: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def admin(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def init(self) -> None:
+        out = bbs("init", "--data", str(self.data))
+        match = re.search(r"Admin token \(shown once, keep it safe\): (\S+)", out)
+        if not match:
+            raise ScenarioFailed(f"no admin token from bbs init: {out!r}")
+        self.token = match.group(1)
+
+    async def start(self, session: aiohttp.ClientSession) -> None:
+        self.log = open(self.data.parent / f"{self.name}.log", "ab")  # noqa: SIM115 (kept open while it runs)
+        env = {**os.environ, **SCENARIO_ENV}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "node.cli", "serve", "--data", str(self.data), "--port", str(self.port)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            if self.proc.poll() is not None:
+                raise ScenarioFailed(f"{self.name} exited with {self.proc.returncode}; see {self.log.name}")
+            try:
+                async with session.get(self.url + "/v1/node") as resp:
+                    if resp.status == 200:
+                        self.node_id = (await resp.json())["node_id"]
+                        return
+            except aiohttp.ClientError:
+                pass
+            if time.monotonic() > deadline:
+                raise ScenarioFailed(f"{self.name} did not start")
+            await asyncio.sleep(0.1)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=60)
+        self.proc = None
+
+    async def call(
+        self, session: aiohttp.ClientSession, method: str, path: str, body: Any = None, headers: Any = None
+    ) -> Any:
+        async with session.request(method, self.url + path, json=body, headers=headers or self.admin) as resp:
+            data = await resp.json(content_type=None)
+            if resp.status >= 300:
+                raise ScenarioFailed(f"{self.name} {method} {path}: {resp.status} {data}")
+            return data
+
+    async def peer(self, session: aiohttp.ClientSession, other: ServedNode, via: str | None = None) -> None:
+        await self.call(session, "POST", "/v1/peers", {"url": via or other.url, "node_id": other.node_id})
+
+    async def agent(self, session: aiohttp.ClientSession, name: str) -> dict[str, str]:
+        created = await self.call(session, "POST", "/v1/agents", {"name": name})
+        return {"Authorization": f"Bearer {created['api_key']}", "X-Agent": created["agent_id"]}
+
+    async def post(self, session: aiohttp.ClientSession, agent: dict[str, str], content: str, **fields: Any) -> str:
+        body = {"entry_type": "finding", "performative": "inform", "content": content, **fields}
+        entry = await self.call(session, "POST", "/v1/entries", body, headers=agent)
+        return str(entry["record_hash"])
+
+    async def digest(self, session: aiohttp.ClientSession) -> tuple[int, str]:
+        d = await self.call(session, "GET", "/v1/sync/digest")
+        return int(d["count"]), str(d["sha256"])
+
+    async def has(self, session: aiohttp.ClientSession, record_hash: str) -> bool:
+        async with session.get(self.url + f"/v1/entries/{record_hash}", headers=self.admin) as resp:
+            return resp.status == 200
+
+
+async def wait_until(check: Any, timeout: float, what: str) -> float:
+    """Poll `check()` until true; return the seconds it took. Fails the scenario after `timeout`."""
+    start = time.monotonic()
+    while not await check():
+        if time.monotonic() - start > timeout:
+            raise ScenarioFailed(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - start
+
+
+async def converged(session: aiohttp.ClientSession, nodes: list[ServedNode]) -> bool:
+    try:
+        digests = {await n.digest(session) for n in nodes}
+    except (aiohttp.ClientError, ScenarioFailed):
+        return False
+    return len(digests) == 1
+
+
+class Link:
+    """A TCP relay from a local port to a node; `cut()` drops every connection and refuses new ones."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self.up = True
+        self._conns: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+
+    def cut(self) -> None:
+        self.up = False
+        for w in list(self._conns):
+            w.close()
+
+    def restore(self) -> None:
+        self.up = True
+
+    async def close(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.up:
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return
+        self._conns.update({writer, up_writer})
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._conns.difference_update({writer, up_writer})
