@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +24,37 @@ def _fail(message: str) -> int:
     return EXIT_ERROR
 
 
+class CommandError(Exception):
+    """A one-line error for the user; the command exits 1 and changes nothing."""
+
+
+def _friendly(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Report CommandError and identity file problems as `bbs: ...` lines with exit status 1."""
+
+    @functools.wraps(fn)
+    def run(args: argparse.Namespace) -> int:
+        from agent.identity_file import IdentityFileError
+
+        try:
+            return fn(args)
+        except CommandError as exc:
+            return _fail(str(exc))
+        except IdentityFileError as exc:
+            return _fail(f"identity_file: {exc}")
+
+    return run
+
+
 def _passphrase(var: str | None) -> str | None:
     if var is None:
         return None
     value = os.environ.get(var)
     if not value:
-        raise SystemExit(_fail(f"the environment variable {var} (the passphrase) is not set"))
+        raise CommandError(f"the environment variable {var} (the passphrase) is not set")
     return value
 
 
+@_friendly
 def cmd_mcp(args: argparse.Namespace) -> int:
     """Run the stdio MCP server for one agent."""
     from agent import identity_file
@@ -40,16 +64,14 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     api_key = os.environ.get("BBS_API_KEY") or None
     signing_key = None
     if args.identity is not None:
-        try:
-            signing_key = identity_file.load(args.identity.expanduser(), _passphrase(args.passphrase_env)).key
-        except identity_file.IdentityFileError as exc:
-            return _fail(f"identity_file: {exc}")
+        signing_key = identity_file.load(args.identity.expanduser(), _passphrase(args.passphrase_env)).key
     if api_key is None and signing_key is None:
         return _fail("give --identity FILE or set BBS_API_KEY")
     asyncio.run(run_stdio(Client(args.node, api_key=api_key, signing_key=signing_key)))
     return 0
 
 
+@_friendly
 def cmd_agent_export(args: argparse.Namespace) -> int:
     """Write an agent's identity file (private key included, mode 0600)."""
     from agent import identity_file
@@ -86,6 +108,7 @@ def _default_name(display_name: str) -> str:
     return slug or "agent"
 
 
+@_friendly
 def cmd_agent_import(args: argparse.Namespace) -> int:
     """Register an identity file's agent on this node; print its new API key."""
     from agent import identity_file
@@ -93,10 +116,7 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
     from node.portable import import_identity
     from node.service import Node
 
-    try:
-        ident = identity_file.load(args.file, _passphrase(args.passphrase_env))
-    except identity_file.IdentityFileError as exc:
-        return _fail(f"identity_file: {exc}")
+    ident = identity_file.load(args.file, _passphrase(args.passphrase_env))
     name = args.name or _default_name(ident.display_name)
     if not NAME_PATTERN.match(name):
         return _fail("--name must match [a-z0-9][a-z0-9_-]{0,63}")

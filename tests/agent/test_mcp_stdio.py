@@ -157,3 +157,42 @@ async def test_skill_is_served_as_a_resource(served_node: ServedNode, tmp_path: 
     async with mcp_session(served_node, alice["api_key"], tmp_path / "err.log") as session:
         resource = await session.read_resource("bbs://skills/bbs-operations")
     assert "performative" in resource.contents[0].text  # type: ignore[union-attr]
+
+
+async def test_bbs_mcp_with_an_identity_file_signs_on_the_agent_side(served_node: ServedNode, tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    from identity import records
+    from node.datadir import DataDir
+    from node.db import connect
+
+    home, out = tmp_path / "home", tmp_path / "roamer.id"
+    env = {**os.environ, "ROAMER_PW": "pw"}
+    for args in (
+        ["agent", "create", "roamer", "--data", str(home)],
+        ["agent", "export", "roamer", "--data", str(home), "--out", str(out), "--passphrase-env", "ROAMER_PW"],
+        ["agent", "import", str(out), "--data", str(served_node.data), "--passphrase-env", "ROAMER_PW"],
+    ):
+        subprocess.run([*BBS, *args], check=True, capture_output=True, env=env)
+    params = StdioServerParameters(
+        command=BBS[0],
+        args=[*BBS[1:], "mcp", "--node", served_node.url, "--identity", str(out), "--passphrase-env", "ROAMER_PW"],
+        env={"ROAMER_PW": "pw"},
+        cwd=str(ROOT),
+    )
+    errlog = tmp_path / "err.log"
+    with errlog.open("w") as err:
+        async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            entry = ok(await session.call_tool("post", {"content": "Signed by the bridge", "tags": ["t"]}))
+    conn = connect(DataDir(served_node.data).db_path)
+    try:
+        seed = conn.execute("SELECT key_seed FROM local_agents WHERE name = 'roamer'").fetchone()[0]
+        body = conn.execute("SELECT body FROM records WHERE hash = ?", (entry["record_hash"],)).fetchone()[0]
+    finally:
+        conn.close()
+    assert seed is None  # the node never had the key: the bridge signed
+    record_hash, decoded = records.check(json.loads(body))
+    assert record_hash == entry["record_hash"] and decoded.author_id == entry["author_id"]
+    assert "pw" not in errlog.read_text().split()

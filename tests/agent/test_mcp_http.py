@@ -1,0 +1,118 @@
+"""Remote MCP: the real SDK client over streamable HTTP against `bbs serve --mcp-port`, bearer-authenticated."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import msgspec
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from agent.client import Client
+from node.api_types import ReadResult, SearchQuery, SearchResult
+from tests.agent.conftest import ServedNode
+
+pytestmark = pytest.mark.slow
+
+
+@asynccontextmanager
+async def remote_session(node: ServedNode, token: str) -> AsyncIterator[ClientSession]:
+    assert node.mcp_url is not None
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
+        streamable_http_client(node.mcp_url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def ok(result: Any) -> Any:
+    body = "".join(block.text for block in result.content)
+    assert not result.is_error, body
+    return json.loads(body)
+
+
+async def test_every_tool_over_streamable_http(served_node: ServedNode) -> None:
+    alice, bob = served_node.create_agent("alice"), served_node.create_agent("bob")
+    async with (
+        Client(served_node.url, api_key=alice["api_key"]) as rest,
+        Client(served_node.url, api_key=bob["api_key"]) as bob_rest,
+        remote_session(served_node, alice["api_key"]) as session,
+    ):
+        listed = await session.list_tools()
+        assert {t.name for t in listed.tools} == {"post", "read", "search", "link", "subscribe", "inbox", "ack"}
+        assert ok(await session.call_tool("subscribe", {"tags": ["net"]}))["agent_id"] == alice["agent_id"]
+        first = ok(await session.call_tool("post", {"content": "Packet loss on the uplink", "tags": ["net"]}))
+        assert first["author_id"] == alice["agent_id"]  # the token decides who posts
+        second = ok(await session.call_tool("post", {"content": "Loss stops after a cable swap"}))
+        link = ok(
+            await session.call_tool(
+                "link", {"source": str(second["id"]), "target": str(first["id"]), "link_type": "responds_to"}
+            )
+        )
+        assert link["author_id"] == alice["agent_id"]
+        read = ok(await session.call_tool("read", {"ids": [first["record_hash"]], "hops": 1}))
+        assert msgspec.convert(read, ReadResult) == await rest.read([first["record_hash"]], _hops(1))
+        found = ok(await session.call_tool("search", {"q": "uplink"}))
+        assert msgspec.convert(found, SearchResult) == await rest.search(SearchQuery(q="uplink", limit=10))
+        posted = await bob_rest.post("Uplink replaced", tags=["net"])
+        box = ok(await session.call_tool("inbox", {}))
+        assert [n["record_hash"] for n in box["notifications"]] == [posted.record_hash]
+        ids = [n["notification_id"] for n in box["notifications"]]
+        assert ok(await session.call_tool("ack", {"ids": ids})) == {"acknowledged": 1}
+        bad = await session.call_tool("read", {"ids": ["1"], "hops": 7})
+        assert bad.is_error and "hops" in bad.content[0].text  # type: ignore[union-attr]
+
+
+def _hops(n: int) -> Any:
+    from node.api_types import ReadQuery
+
+    return ReadQuery(hops=n)
+
+
+async def test_two_agents_on_one_endpoint_stay_apart(served_node: ServedNode) -> None:
+    alice, bob = served_node.create_agent("alice"), served_node.create_agent("bob")
+    async with remote_session(served_node, alice["api_key"]) as a, remote_session(served_node, bob["api_key"]) as b:
+        assert ok(await a.call_tool("post", {"content": "from alice"}))["author_id"] == alice["agent_id"]
+        assert ok(await b.call_tool("post", {"content": "from bob"}))["author_id"] == bob["agent_id"]
+
+
+async def test_remote_mcp_refuses_missing_wrong_and_admin_tokens(served_node: ServedNode) -> None:
+    assert served_node.mcp_url is not None
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    async with httpx2.AsyncClient() as http:
+        for token in (None, "bbs_0123456789abcdef_wrong", served_node.admin_token):
+            auth = {"Authorization": f"Bearer {token}"} if token else {}
+            resp = await http.post(served_node.mcp_url, json=initialize, headers={**headers, **auth})
+            assert resp.status_code == 401, token
+            assert served_node.admin_token not in resp.text
+
+
+async def test_session_token_from_key_proof_works_for_remote_mcp(served_node: ServedNode, tmp_path: Path) -> None:
+    import subprocess
+
+    from agent import identity_file
+    from tests.agent.conftest import BBS
+
+    alice = served_node.create_agent("alice")
+    out = tmp_path / "alice.id"
+    subprocess.run([*BBS, "agent", "export", "alice", "--data", str(served_node.data), "--out", str(out)], check=True)
+    key = identity_file.load(out).key
+    async with Client(served_node.url, signing_key=key) as signer:
+        session = await signer.login()
+    async with remote_session(served_node, session.token) as remote:
+        assert ok(await remote.call_tool("post", {"content": "via session"}))["author_id"] == alice["agent_id"]
