@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from identity import canonical, keys, records
 from identity.schema import AgentRecord
 from node import projections
-from node.errors import Conflict
+from node.errors import Conflict, InvalidInput
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,10 @@ def register(
         raise Conflict(f"an agent named {name!r} already exists on this node", code="agent_exists", field="$.name")
     if conn.execute("SELECT 1 FROM local_agents WHERE agent_id = ?", (key.did,)).fetchone():
         raise Conflict("this identity is already registered on this node", code="agent_exists")
-    record_hash, decoded = records.check(dict(record))
+    try:
+        record_hash, decoded = records.check(dict(record))
+    except records.RecordError as exc:  # e.g. a display name or description over its limit
+        raise InvalidInput(str(exc), field=exc.field, code=f"record_{exc.reason}") from None
     assert isinstance(decoded, AgentRecord)
     projections.append(conn, dict(record), record_hash, decoded, origin="local", now_ms=now_ms)
     conn.execute(

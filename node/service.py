@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from node.errors import Conflict, Forbidden, InvalidInput, NotFound
 from node.queries import ENTRY_COLUMNS, entry_out
 
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
+AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # the local name; CreateAgent carries the same pattern
 MAX_SUBSCRIPTIONS = 100
 T = TypeVar("T")
 
@@ -100,6 +102,9 @@ class Node:
         )
 
     async def create_agent(self, name: str, display_name: str | None, description: str = "") -> CreatedAgent:
+        """Create an agent whose key this node keeps; the API key is returned once (REST and CLI share this)."""
+        if not AGENT_NAME.fullmatch(name):
+            raise InvalidInput(f"agent names match {AGENT_NAME.pattern}", field="$.name")
         key = keys.SigningKey.generate()
         record = agents.identity_record(key, display_name or name, description, self.node_id)
         api_key = await self.db.write(
