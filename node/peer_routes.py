@@ -79,9 +79,9 @@ def _decode(body: bytes, typ: type[msgspec.Struct]) -> msgspec.Struct:
 
 
 async def sync_changes(request: web.Request) -> web.Response:
-    await _authenticate_peer(request, None)
+    peer_id = await _authenticate_peer(request, None)
     q = decode_query(request, m.ChangesQuery)
-    return json_response(await _state(request).server.changes(q))
+    return json_response(await _state(request).server.changes(q, peer_id))
 
 
 async def sync_fetch(request: web.Request) -> web.Response:

@@ -35,12 +35,13 @@ class NodeSyncStore:
     async def position(self) -> tuple[str, int]:
         return await self.node.db.read(_position)
 
-    async def changes(self, since: int, limit: int) -> Page:
+    async def changes(self, since: int, limit: int, exclude_origin: str | None = None) -> Page:
         def run(conn: sqlite3.Connection) -> Page:
             epoch, head = _position(conn)
             rows = conn.execute(
-                "SELECT seq, hash, body FROM records WHERE scope = 'federation' AND seq > ? ORDER BY seq LIMIT ?",
-                (since, limit),
+                "SELECT seq, hash, body FROM records WHERE scope = 'federation' AND seq > ? AND origin IS NOT ?"
+                " ORDER BY seq LIMIT ?",
+                (since, exclude_origin, limit),
             ).fetchall()
             items = [(int(r[0]), r[1], bytes(r[2])) for r in rows]
             more = len(items) == limit and items[-1][0] < head

@@ -33,14 +33,16 @@ class MemoryStore:
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
     wants: dict[str, _Want] = field(default_factory=dict)
     errors: dict[str, str | None] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def add(self, v: Verified, scope: str = "federation") -> bool:
+    def add(self, v: Verified, scope: str = "federation", origin: str = "local") -> bool:
         """Append a verified record once; True if new."""
         if v.hash in self.index:
             return False
         ms = int(canonical.parse_created_at(v.record["created_at"]).timestamp() * 1000)
         self.log.append((v.hash, v.body, ms, scope))
+        self.origins[v.hash] = origin
         self.index[v.hash] = len(self.log)
         self.wants.pop(v.hash, None)
         self.changed.set()
@@ -49,11 +51,11 @@ class MemoryStore:
     async def position(self) -> tuple[str, int]:
         return self.epoch, len(self.log)
 
-    async def changes(self, since: int, limit: int) -> Page:
+    async def changes(self, since: int, limit: int, exclude_origin: str | None = None) -> Page:
         items = [
             (seq, h, body)
             for seq, (h, body, _ms, scope) in enumerate(self.log[since:], start=since + 1)
-            if scope == "federation"
+            if scope == "federation" and self.origins.get(h) != exclude_origin
         ][:limit]
         more = len(items) == limit and items[-1][0] < len(self.log)
         return Page(self.epoch, len(self.log), items[-1][0] if more else len(self.log), more, items)
@@ -85,7 +87,7 @@ class MemoryStore:
         counts = self.counters.setdefault(peer_id, {})
         outcomes = []
         for v in records:
-            if not self.add(v):
+            if not self.add(v, origin=peer_id):
                 outcomes.append(Outcome(v.hash, "duplicate"))
             else:
                 targets = _targets(v)

@@ -23,8 +23,10 @@ class SyncServer:
         self.closing = asyncio.Event()
         self._storage: tuple[tuple[str, int], VectorStorage] | None = None
 
-    async def changes(self, q: m.ChangesQuery) -> m.ChangesReply:
-        """A page of the feed after `q.since`, waiting up to `q.wait_ms` for one when there is nothing yet."""
+    async def changes(self, q: m.ChangesQuery, peer_id: str | None = None) -> m.ChangesReply:
+        """A page of the feed after `q.since`, waiting up to `q.wait_ms` for one when there is nothing yet.
+        Records that came from the asking peer are left out: it has them (reconciliation covers a peer
+        that lost them)."""
         epoch, head = await self.store.position()
         node_id = self.store.node_id
         if q.epoch is not None and q.epoch != epoch:
@@ -37,7 +39,7 @@ class SyncServer:
             await asyncio.wait({waiter, closing}, return_when=asyncio.FIRST_COMPLETED)
             for task in (waiter, closing):
                 task.cancel()
-        page = await self.store.changes(q.since, q.limit)
+        page = await self.store.changes(q.since, q.limit, peer_id)
         items: list[m.ChangeItem] = []
         size = 0
         next_seq, more = page.next, page.more

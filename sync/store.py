@@ -68,8 +68,10 @@ class SyncStore(Protocol):
         """This store's (epoch, head seq)."""
         ...
 
-    async def changes(self, since: int, limit: int) -> Page:
-        """Federated records with seq > since in arrival order, at most `limit` (scope=local never included)."""
+    async def changes(self, since: int, limit: int, exclude_origin: str | None = None) -> Page:
+        """Federated records with seq > since in arrival order, at most `limit` (scope=local never included).
+
+        Records that came from `exclude_origin` are skipped: the asking peer sent them (echo suppression)."""
         ...
 
     async def wait_for_change(self, since: int, timeout: float) -> None:

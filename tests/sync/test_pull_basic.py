@@ -93,3 +93,15 @@ async def test_peer_admin_validation(make_peer) -> None:  # type: ignore[no-unty
     async with a.session.get(a.url + "/v1/peers") as resp:
         assert resp.status == 401
     assert (await a.sync.store.statuses()) == []
+
+
+async def test_records_are_not_echoed_back_to_their_sender(make_peer) -> None:  # type: ignore[no-untyped-def]
+    a, b = await pair(make_peer)
+    writer = await a.agent()
+    for i in range(3):
+        await a.post(writer, f"from a {i}")
+    await b.puller().pull_once(a.config)
+    back = await a.puller().pull_once(b.config)
+    assert back.outcomes == []  # B's feed skips what came from A, and A's cursor still reaches B's head
+    cursor = await a.sync.store.cursor(b.node_id)
+    assert cursor is not None and cursor.seq == (await b.sync.store.position())[1]
