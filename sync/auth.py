@@ -110,6 +110,8 @@ class PeerVerifier:
                 raise PeerAuthError(
                     "unknown_peer", "the signing key is not a configured peer of this node", 403
                 ) from None
+            if "in the future" in str(exc):  # the library's clock-skew check (MAX_SKEW_S)
+                raise PeerAuthError("stale_request", "signature is dated in the future") from None
             raise PeerAuthError("bad_signature", f"request signature does not verify: {exc}") from None
         if len(results) != 1:
             raise PeerAuthError("bad_signature", "exactly one sync signature expected")

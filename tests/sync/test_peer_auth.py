@@ -74,6 +74,8 @@ async def test_stale_request_is_refused(make_peer) -> None:  # type: ignore[no-u
     a, b = await two(make_peer)
     status, body = await signed(a.session, b.node.key, "GET", a.url + "/v1/sync/changes", now=time.time() - 600)
     assert status == 401 and body["code"] == "stale_request"
+    status, body = await signed(a.session, b.node.key, "GET", a.url + "/v1/sync/changes", now=time.time() + 600)
+    assert status == 401 and body["code"] == "stale_request"
 
 
 async def test_tampered_body_and_retargeted_signature_are_refused(make_peer) -> None:  # type: ignore[no-untyped-def]
