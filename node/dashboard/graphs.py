@@ -19,6 +19,8 @@ from node.api_types import EntryOut, LinkOut
 
 MAX_GRAPH_NODES = 150  # more than this is unreadable at any width; the drawing says it was cut
 WIDTH, HEIGHT = 800, 560
+BOX_W, BOX_H = 120, 34
+COLUMN_W, ROW_H = 170, 56
 PAD_X, PAD_Y = 96, 40  # room for labels, which are centred under their node
 
 LINK_COLOURS = {
@@ -38,7 +40,14 @@ ENTRY_FILLS = {
     "contradiction": "#ffcdd2",
     "task": "#ffe0b2",
 }
-TASK_FILLS = {"done": "#c8e6c9", "ready": "#bbdefb", "leased": "#fff59d", "blocked": "#ffcdd2"}
+TASK_FILLS = {
+    "done": "#c8e6c9",
+    "ready": "#bbdefb",
+    "leased": "#fff59d",
+    "blocked": "#eeeeee",
+    "failed": "#ffcdd2",
+    "cancelled": "#f5f5f5",
+}
 # Dash patterns make the two "negative" link types distinguishable without colour.
 _DASHES = {"contradicts": "6 3", "retracted_by": "2 3"}
 
@@ -53,7 +62,8 @@ class DrawnNode:
     href: str | None
     fill: str
     classes: list[str] = field(default_factory=list)
-    radius: float = 14.0
+    radius: float = 14.0  # circles; a box's half width is BOX_W / 2
+    shape: str = "circle"  # or "box" (tasks)
 
 
 @dataclass
@@ -143,33 +153,96 @@ def _force_layout(graph: nx.MultiDiGraph, focus: str) -> dict[str, tuple[float, 
     # A seed derived from the focus makes the drawing of the same neighbourhood stable between refreshes.
     seed = int.from_bytes(hashlib.sha256(focus.encode()).digest()[:4], "big")
     raw = nx.spring_layout(nx.Graph(graph), seed=seed, iterations=80)
-    return _fit({n: (float(p[0]), float(p[1])) for n, p in raw.items()})
+    return _fit({n: (float(p[0]), float(p[1])) for n, p in raw.items()}, (WIDTH, HEIGHT), (PAD_X, PAD_Y))
 
 
-def _fit(raw: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
-    """Scale layout coordinates into the drawing's box, keeping the aspect ratio sensible."""
+def _fit(
+    raw: dict[str, tuple[float, float]], size: tuple[float, float], pad: tuple[float, float]
+) -> dict[str, tuple[float, float]]:
+    """Scale layout coordinates into a box of `size`, `pad` from its edges (a single value is centred)."""
+    (width, height), (pad_x, pad_y) = size, pad
     xs = [p[0] for p in raw.values()]
     ys = [p[1] for p in raw.values()]
     span_x = (max(xs) - min(xs)) or 1.0
     span_y = (max(ys) - min(ys)) or 1.0
     out = {}
     for n, (x, y) in raw.items():
-        px = PAD_X + (x - min(xs)) / span_x * (WIDTH - 2 * PAD_X) if len(set(xs)) > 1 else WIDTH / 2
-        py = PAD_Y + (y - min(ys)) / span_y * (HEIGHT - 2 * PAD_Y - 16) if len(set(ys)) > 1 else HEIGHT / 2
+        px = pad_x + (x - min(xs)) / span_x * (width - 2 * pad_x) if len(set(xs)) > 1 else width / 2
+        py = pad_y + (y - min(ys)) / span_y * (height - 2 * pad_y - 16) if len(set(ys)) > 1 else height / 2
         out[n] = (px, py)
     return out
 
 
-def dag_layout(graph: nx.DiGraph) -> dict[str, tuple[float, float]]:
-    """Layered layout of a DAG: one column per topological generation (dependencies to the left)."""
-    generations = [sorted(gen) for gen in nx.topological_generations(graph)]
-    raw: dict[str, tuple[float, float]] = {}
-    for col, gen in enumerate(generations):
-        for row, node in enumerate(gen):
-            raw[node] = (float(col), float(row) - (len(gen) - 1) / 2)
-    if len(generations) == 1 and len(raw) == 1:
-        return {n: (WIDTH / 2, HEIGHT / 2) for n in raw}
-    return _fit(raw)
+def dag_layout(graph: nx.DiGraph) -> tuple[dict[str, tuple[float, float]], tuple[float, float]]:
+    """Layered layout of a DAG: one column per topological generation, prerequisites to the left.
+
+    A task nothing depends on through a chain sits just left of its first dependant (so an undeclared
+    prerequisite is drawn next to the task waiting on it), and each column is ordered by the mean row of
+    its predecessors to keep edges from crossing. Returns positions and the drawing's size.
+    """
+    column = {n: i for i, gen in enumerate(nx.topological_generations(graph)) for n in gen}
+    if not column:
+        return {}, (WIDTH, 200)
+    for n in graph:
+        if graph.in_degree(n) == 0 and graph.out_degree(n) > 0:
+            column[n] = max(column[n], min(column[s] for s in graph.successors(n)) - 1)
+    n_cols = max(column.values()) + 1
+    columns: list[list[str]] = [[] for _ in range(n_cols)]
+    for n in sorted(column):
+        columns[column[n]].append(n)
+    row: dict[str, float] = {}
+    for nodes in columns:
+
+        def weight(n: str) -> tuple[float, str]:
+            preds = [row[p] for p in graph.predecessors(n) if p in row]
+            return (sum(preds) / len(preds) if preds else float("inf"), n)
+
+        nodes.sort(key=weight)
+        row.update({n: float(i) for i, n in enumerate(nodes)})
+    width = max(WIDTH, COLUMN_W * n_cols + 40)
+    height = max(200, ROW_H * max(len(c) for c in columns) + 80)
+    pos = {}
+    for col, nodes in enumerate(columns):
+        x = width / 2 if n_cols == 1 else 20 + BOX_W / 2 + col * (width - 40 - BOX_W) / (n_cols - 1)
+        top = (height - ROW_H * (len(nodes) - 1)) / 2
+        for i, n in enumerate(nodes):
+            pos[n] = (x, top + i * ROW_H)
+    return pos, (width, height)
+
+
+def task_dag_svg(
+    tasks: Sequence[tuple[str, str, str, str]], edges: Sequence[tuple[str, str]], missing: Sequence[str], note: str = ""
+) -> str:
+    """Draw the task graph as a DAG: `tasks` are (key, label, title, state); `edges` run prerequisite -> task.
+
+    Keys in `missing` are prerequisites nobody has declared yet (drawn dashed). If the edges hold a cycle
+    (declarations from several authors can create one), the cycle's tasks are drawn in one extra column.
+    """
+    graph = nx.DiGraph()
+    graph.add_nodes_from(k for k, *_ in tasks)
+    graph.add_nodes_from(missing)
+    graph.add_edges_from(edges)
+    if not nx.is_directed_acyclic_graph(graph):
+        cyclic = {n for comp in nx.strongly_connected_components(graph) if len(comp) > 1 for n in comp}
+        acyclic = graph.subgraph(n for n in graph if n not in cyclic).copy()
+        acyclic.add_nodes_from(cyclic)  # isolated: they land in the first generation, marked below
+        positions, size = dag_layout(acyclic)
+        note = (note + "; " if note else "") + "cycle in dependencies: " + ", ".join(sorted(cyclic))[:80]
+    else:
+        positions, size = dag_layout(graph)
+    nodes = [
+        DrawnNode(key, label, title, None, TASK_FILLS.get(state, "#eeeeee"), [f"task-{state}"], shape="box")
+        for key, label, title, state in tasks
+    ]
+    nodes += [
+        DrawnNode(k, f"{k} (not declared)", f"{k}: a prerequisite no one has declared", None, "#ffffff",
+                  ["pending"], shape="box")
+        for k in missing
+    ]  # fmt: skip
+    drawn = [DrawnEdge(u, v, "precedes", f"{u} precedes {v}") for u, v in edges]
+    return render_svg(
+        nodes, drawn, positions, {"precedes": "#455a64"}, label="Task graph", note=note, size=size, legend=False
+    )
 
 
 def render_svg(
@@ -180,14 +253,17 @@ def render_svg(
     *,
     label: str,
     note: str = "",
+    size: tuple[float, float] = (WIDTH, HEIGHT),
+    legend: bool = True,
 ) -> str:
     """Render laid-out nodes and edges as a standalone SVG document (arrows, legend, tooltips)."""
     node_list = list(nodes)
-    radius = {n.key: n.radius for n in node_list}
+    shapes = {n.key: n for n in node_list}
     edge_list = list(edges)
     used = sorted({e.kind for e in edge_list})
+    width, height = size
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" role="img"'
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width:g} {height:g}" role="img"'
         f' aria-label={quoteattr(label)} class="graph">',
         "<defs>",
     ]
@@ -206,24 +282,35 @@ def render_svg(
         pair = (min(edge.source, edge.target), max(edge.source, edge.target))
         index = pair_count.get(pair, 0)
         pair_count[pair] = index + 1
-        out.append(_edge_path(edge, positions, radius, colours, index))
+        out.append(_edge_path(edge, positions, shapes, colours, index))
     out.append("</g>")
     out.append('<g class="nodes">')
     for node in node_list:
         x, y = positions[node.key]
         out.append(_node_markup(node, x, y))
     out.append("</g>")
-    out.append(_legend(used, colours))
+    if legend:
+        out.append(_legend(used, colours))
     if note:
-        out.append(f'<text class="note" x="{WIDTH - 8}" y="{HEIGHT - 8}" text-anchor="end">{escape(note)}</text>')
+        out.append(f'<text class="note" x="{width - 8:g}" y="{height - 8:g}" text-anchor="end">{escape(note)}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _reach(node: DrawnNode | None, ux: float, uy: float) -> float:
+    """Distance from a node's centre to its outline in direction (ux, uy)."""
+    if node is None:
+        return 14.0
+    if node.shape == "box":
+        hw, hh = BOX_W / 2, BOX_H / 2
+        return min(hw / abs(ux) if ux else float("inf"), hh / abs(uy) if uy else float("inf"))
+    return node.radius
 
 
 def _edge_path(
     edge: DrawnEdge,
     positions: dict[str, tuple[float, float]],
-    radius: dict[str, float],
+    shapes: dict[str, DrawnNode],
     colours: dict[str, str],
     index: int,
 ) -> str:
@@ -232,15 +319,16 @@ def _edge_path(
     dash = _DASHES.get(edge.kind)
     dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
     width = 2.5 if edge.kind == "contradicts" else 1.6
-    if edge.source == edge.target:  # a self-loop: a small circle above the node
-        r = radius.get(edge.source, 14.0)
+    if edge.source == edge.target:  # a self-loop: a small arc above the node
+        r = _reach(shapes.get(edge.source), 0.0, 1.0)
         d = f"M{x1 - 6:.1f},{y1 - r:.1f} a10,10 0 1,1 12,0"
     else:
         dx, dy = x2 - x1, y2 - y1
         length = max((dx * dx + dy * dy) ** 0.5, 1e-6)
         ux, uy = dx / length, dy / length
-        sx, sy = x1 + ux * radius.get(edge.source, 14.0), y1 + uy * radius.get(edge.source, 14.0)
-        tx, ty = x2 - ux * (radius.get(edge.target, 14.0) + 2), y2 - uy * (radius.get(edge.target, 14.0) + 2)
+        rs, rt = _reach(shapes.get(edge.source), ux, uy), _reach(shapes.get(edge.target), ux, uy) + 2
+        sx, sy = x1 + ux * rs, y1 + uy * rs
+        tx, ty = x2 - ux * rt, y2 - uy * rt
         # Parallel edges between one pair bow out alternately so each stays visible.
         bend = 0.0 if index == 0 else 18.0 * ((index + 1) // 2) * (1 if index % 2 else -1)
         cx, cy = (sx + tx) / 2 - uy * bend, (sy + ty) / 2 + ux * bend
@@ -255,20 +343,29 @@ def _edge_path(
 def _node_markup(node: DrawnNode, x: float, y: float) -> str:
     classes = " ".join(["node", *node.classes])
     stroke_dash = ' stroke-dasharray="4 3"' if {"superseded", "pending"} & set(node.classes) else ""
-    stroke = "#d32f2f" if "contradiction" in " ".join(node.classes) else "#37474f"
+    stroke = "#d32f2f" if "type-contradiction" in node.classes else "#37474f"
     stroke_width = 3 if "focus" in node.classes else 1.5
     opacity = ' opacity="0.55"' if "retracted" in node.classes else ""
     parts = [
-        f'<g class="{classes}" data-key="{escape(node.key)}" transform="translate({x:.1f},{y:.1f})"{opacity}>',
+        f'<g class="{classes}" data-key={quoteattr(node.key)} transform="translate({x:.1f},{y:.1f})"{opacity}>',
         f"<title>{escape(node.title)}</title>",
-        f'<circle r="{node.radius:g}" fill="{node.fill}" stroke="{stroke}"'
-        f' stroke-width="{stroke_width}"{stroke_dash}/>',
     ]
-    if "retracted" in node.classes:
-        r = node.radius * 0.7
-        strike = f"M{-r:.1f},{-r:.1f} L{r:.1f},{r:.1f}"
-        parts.append(f'<path class="strike" d="{strike}" stroke="#b71c1c" stroke-width="3"/>')
-    parts.append(f'<text y="{node.radius + 13:g}" text-anchor="middle">{escape(node.label)}</text>')
+    if node.shape == "box":
+        parts.append(
+            f'<rect x="{-BOX_W / 2:g}" y="{-BOX_H / 2:g}" width="{BOX_W}" height="{BOX_H}" rx="6" fill="{node.fill}"'
+            f' stroke="{stroke}" stroke-width="{stroke_width}"{stroke_dash}/>'
+            f'<text y="4" text-anchor="middle">{escape(_short(node.label, 20))}</text>'
+        )
+    else:
+        parts.append(
+            f'<circle r="{node.radius:g}" fill="{node.fill}" stroke="{stroke}"'
+            f' stroke-width="{stroke_width}"{stroke_dash}/>'
+        )
+        if "retracted" in node.classes:
+            r = node.radius * 0.7
+            strike = f"M{-r:.1f},{-r:.1f} L{r:.1f},{r:.1f}"
+            parts.append(f'<path class="strike" d="{strike}" stroke="#b71c1c" stroke-width="3"/>')
+        parts.append(f'<text y="{node.radius + 13:g}" text-anchor="middle">{escape(node.label)}</text>')
     parts.append("</g>")
     inner = "".join(parts)
     if node.href is None:

@@ -92,13 +92,29 @@ async def session(request: web.Request) -> web.Response:
         names = await node.db.read(lambda c: data.display_names(c, [who.agent_id or ""]))
         name = names.get(who.agent_id)
     return json_response(
-        Session(role=who.role, agent_id=who.agent_id, display_name=name, node_id=node.node_id, features=features())
+        Session(
+            role=who.role,
+            agent_id=who.agent_id,
+            display_name=name,
+            node_id=node.node_id,
+            features=features(request.app),
+        )
     )
 
 
-def features() -> list[str]:
-    """The optional views whose backends this node has (the page shows a tab for each)."""
-    return []
+# An optional view appears when the app serves the REST route its data comes from.
+FEATURE_ROUTES = {
+    "tasks": "/v1/agent-workflows/graph",
+    "bus": "/v1/agent-workflows/messages",
+    "candidates": "/v1/default-mode/candidates",
+    "peers": "/v1/peers",
+}
+
+
+def features(app: web.Application) -> list[str]:
+    """The optional views whose backends this node serves (the page shows a tab for each)."""
+    served = {r.canonical for r in app.router.resources()}
+    return [name for name, path in FEATURE_ROUTES.items() if path in served]
 
 
 async def agents(request: web.Request) -> web.Response:

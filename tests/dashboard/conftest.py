@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient
 from node.api_types import LinkSpec, PostEntry, PostLink
 from node.service import Node
 from tests.conftest import AgentCreds
+from tests.sync.conftest import make_peer  # noqa: F401  (a fixture: real federated nodes for the peers view)
 
 CHROMIUM = os.environ.get("BBS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -129,6 +130,31 @@ async def seeded(node: Node, make_agent: Callable[[str], Awaitable[AgentCreds]])
     return s
 
 
+async def seed_workflows(node: Node, alice: AgentCreds, bob: AgentCreds) -> None:
+    """A small task DAG in every state, and bus messages in two projects."""
+    from node.workflows.service import Workflows
+    from node.workflows.wire import DeclareTask, FinishIn, LeaseIn, PostMessage
+
+    wf = Workflows(node)
+    for key, title, deps in [
+        ("design", "Design the kettle timer", []),
+        ("build", "Build the timer", ["design"]),
+        ("docs", "Write the manual", ["design"]),
+        ("test", "Test the timer", ["build"]),
+        ("ship", "Ship it", ["test", "legal"]),
+    ]:
+        await wf.declare(alice.agent_id, DeclareTask(key=key, title=title, depends_on=deps))
+    await wf.lease(alice.agent_id, "design", LeaseIn(seconds=600))
+    await wf.complete(alice.agent_id, "design", FinishIn())
+    await wf.lease(bob.agent_id, "build", LeaseIn(seconds=600))
+    for project, sender, text in [
+        ("kettle", alice, "Who takes the timer build?"),
+        ("kettle", bob, "I do; lease taken"),
+        ("garden", bob, "Watering schedule drafted"),
+    ]:
+        await wf.post_message(sender.agent_id, PostMessage(message_type="note", body=text, project=project))
+
+
 @pytest.fixture
 def chromium_path() -> str:
     path = shutil.which(CHROMIUM) or CHROMIUM
@@ -173,11 +199,13 @@ async def open_browser(client: TestClient, chromium_path: str) -> AsyncIterator[
     async with async_playwright() as pw:
         chromium = await pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
 
-        async def open_page(viewport: dict[str, int] = DESKTOP, allow_errors: bool = False) -> Browser:
-            context = await chromium.new_context(viewport=viewport)
+        async def open_page(
+            viewport: dict[str, int] = DESKTOP, allow_errors: bool = False, base: str | None = None
+        ) -> Browser:
+            context = await chromium.new_context(viewport=viewport)  # type: ignore[arg-type]
             page = await context.new_page()
             page.set_default_timeout(15_000)
-            b = Browser(page, str(client.make_url("")).rstrip("/"))
+            b = Browser(page, base or str(client.make_url("")).rstrip("/"))
             if not allow_errors:
                 pages.append(b)
             return b

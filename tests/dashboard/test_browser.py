@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from playwright.async_api import expect
 
 from node.api_types import PostEntry
 from node.service import Node
-from tests.dashboard.conftest import PHONE, Browser, Seeded
+from tests.dashboard.conftest import PHONE, Browser, Seeded, seed_workflows
 
 OpenBrowser = Callable[..., Awaitable[Browser]]
 
@@ -113,3 +114,63 @@ async def test_bad_key_is_refused(open_browser: OpenBrowser, seeded: Seeded) -> 
     assert await b.page.is_hidden("#nav")
     assert await b.page.evaluate("sessionStorage.getItem('bbs.key')") is None
     assert [e for e in b.errors if "pageerror" in e] == []
+
+
+async def test_tasks_and_bus_views(
+    open_browser: OpenBrowser, seeded: Seeded, node: Node, data_dir: tuple[object, str]
+) -> None:
+    await seed_workflows(node, seeded.alice, seeded.bob)
+    b = await open_browser()
+    await b.sign_in(seeded.bob.api_key)
+    page = b.page
+    await b.view("#/tasks", "#task-graph svg g.node")
+    assert await page.locator("#task-graph svg g.node").count() == 6  # five tasks and the undeclared 'legal'
+    assert await page.locator("#task-graph svg path.edge").count() == 5
+    for key, state in [("design", "done"), ("build", "leased"), ("docs", "ready"), ("test", "blocked")]:
+        assert await page.locator(f'#task-graph svg g.node.task-{state}[data-key="{key}"]').count() == 1
+    build = await page.locator('#tasks tr[data-key="build"]').inner_text()
+    assert "Bob" in build and "UTC" in build  # holder and lease expiry
+    # The DAG is layered: each task is drawn right of every task it depends on.
+    xs = {}
+    for key in ("design", "build", "test", "ship"):
+        transform = await page.locator(f'#task-graph svg g.node[data-key="{key}"]').get_attribute("transform")
+        xs[key] = float(transform.split("(")[1].split(",")[0])
+    assert xs["design"] < xs["build"] < xs["test"] < xs["ship"]
+    await b.shot("tasks")
+
+    # Live: a lease taken elsewhere shows up without a reload.
+    from node.workflows.service import Workflows
+    from node.workflows.wire import LeaseIn
+
+    await Workflows(node).lease(seeded.alice.agent_id, "docs", LeaseIn(seconds=600))
+    await page.locator('#task-graph svg g.node.task-leased[data-key="docs"]').wait_for()
+
+    await b.view("#/bus", "#bus-list article.message")
+    assert await page.locator("#bus-list article.message").count() == 3
+    await page.get_by_role("link", name="kettle (2)").click()
+    await expect(page.locator("#bus-list article.message")).to_have_count(2)
+    assert "Alice" in await page.locator("#bus-list").inner_text()
+    await b.shot("bus")
+    assert b.errors == []
+
+
+async def test_peers_view_shows_cursor_lag_counters_and_digest(open_browser: OpenBrowser, make_peer: Any) -> None:
+    a, b_node = await make_peer("a"), await make_peer("b")
+    await a.add_peer(b_node)
+    await b_node.add_peer(a)
+    writer = await b_node.agent("writer")
+    for i in range(3):
+        await b_node.post(writer, f"federated finding {i}")
+    await a.puller().pull_once(b_node.config)
+    count, sha = await a.digest()
+    assert (count, sha) == await b_node.digest()
+
+    browser = await open_browser(base=a.url)
+    await browser.sign_in(a.token)
+    page = browser.page
+    await browser.view("#/peers", "#peers tbody tr")
+    row = await page.locator("#peers tbody tr").inner_text()
+    assert "3 records" not in row and "4" in row  # four records saved: the agent document and three entries
+    assert await page.locator("#my-digest").inner_text() == sha
+    await browser.shot("peers")
+    assert browser.errors == []

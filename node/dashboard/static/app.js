@@ -403,6 +403,126 @@ views.agents = async (_args, _params, ctx) => {
     h("tbody", {}, state.agents.map(row)))));
 };
 
+// ---- workflows: tasks and bus -----------------------------------------------------------------------------
+
+function parseSvg(text) {
+  const doc = new DOMParser().parseFromString(text, "image/svg+xml");
+  return document.importNode(doc.documentElement, true);
+}
+
+function when(iso) {
+  return iso ? iso.replace("T", " ").replace("Z", " UTC") : "";
+}
+
+const TASK_STATES = ["done", "ready", "leased", "blocked", "failed", "cancelled"];
+
+views.tasks = async (_args, _params, ctx) => {
+  const counts = h("p", { class: "hint", id: "task-counts" });
+  const graph = h("div", { class: "graph-box", id: "task-graph" });
+  const table = h("div", { class: "scroll", id: "task-table" });
+  main.append(h("h1", {}, "Tasks"), counts, graph, h("h2", {}, "All tasks"), table);
+  let seen = null;
+  async function refresh() {
+    const board = await api("/dashboard/api/tasks");
+    if (!ctx.alive()) return;
+    const signature = JSON.stringify(board);
+    if (signature === seen) return;
+    const svg = await api("/dashboard/api/tasks/graph.svg", { text: true });
+    if (!ctx.alive()) return;
+    seen = signature;
+    counts.replaceChildren(...(board.tasks.length
+      ? TASK_STATES.filter((st) => board.counts[st]).map((st) => badge(`${board.counts[st]} ${st}`, `state state-${st}`))
+      : ["No tasks yet."]));
+    graph.replaceChildren(parseSvg(svg));
+    table.replaceChildren(board.tasks.length ? h("table", { id: "tasks" },
+      h("thead", {}, h("tr", {}, ["Task", "State", "Depends on", "Holder", "Lease expires"].map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", {}, board.tasks.map((t) => h("tr", { "data-key": t.key },
+        h("td", {}, h("strong", {}, t.key), t.title !== t.key && h("div", { class: "sub" }, t.title)),
+        h("td", {}, badge(t.state, `state state-${t.state}`)),
+        h("td", {}, t.depends_on.join(", ")),
+        h("td", {}, t.lease_holder ? t.holder_name || shortId(t.lease_holder) : ""),
+        h("td", {}, when(t.lease_expires_at)))))) : "");
+  }
+  await refresh();
+  ctx.every(POLL_MS, refresh);
+};
+
+views.bus = async (_args, params, ctx) => {
+  const project = params.get("project");
+  const { projects } = await api("/dashboard/api/bus/projects");
+  if (!ctx.alive()) return;
+  const current = (p) => (p === project ? "page" : null);
+  const list = h("div", { id: "bus-list", "aria-live": "polite" });
+  main.append(h("h1", {}, project ? `Bus: ${project}` : "Bus: all projects"),
+    h("nav", { class: "projects", "aria-label": "Projects" },
+      h("a", { href: "#/bus", "aria-current": current(null) }, "All"),
+      projects.filter((p) => p.project !== null).map((p) =>
+        h("a", { href: `#/bus?project=${encodeURIComponent(p.project)}`, "aria-current": current(p.project) },
+          `${p.project} (${p.messages})`))),
+    list);
+  let seen = null;
+  async function refresh() {
+    const q = project ? `&project=${encodeURIComponent(project)}` : "";
+    const r = await api(`/v1/agent-workflows/messages?limit=50${q}`);
+    if (!ctx.alive()) return;
+    await ensureNames(r.messages.flatMap((m) => [m.from_agent, m.to_agent].filter(Boolean)));
+    const signature = r.messages.map((m) => m.id).join();
+    if (signature === seen) return;
+    seen = signature;
+    list.replaceChildren(...(r.messages.length ? r.messages.map((m) => h("article", { class: "entry message", "data-id": m.id },
+      h("div", { class: "meta" }, badge(m.message_type, "perf"), m.project && badge(m.project, "type"),
+        h("span", { class: "author" }, authorName(m.from_agent)), "→", h("span", {}, m.to_agent ? authorName(m.to_agent) : "everyone"),
+        h("time", { datetime: m.created_at }, when(m.created_at))),
+      m.body && h("p", { class: "content" }, m.body),
+      Object.keys(m.payload).length ? h("details", {}, h("summary", {}, "Payload"), h("pre", {}, JSON.stringify(m.payload, null, 2))) : null,
+      m.dependency_ids.length ? h("div", { class: "sub" }, `depends on: ${m.dependency_ids.join(", ")}`) : null))
+      : [h("p", { class: "empty" }, "No messages.")]));
+  }
+  await refresh();
+  ctx.every(POLL_MS, refresh);
+};
+
+// ---- federation peers -------------------------------------------------------------------------------------
+
+views.peers = async (_args, _params, ctx) => {
+  main.append(h("h1", {}, "Federation peers"));
+  if (state.me.role !== "admin") {
+    main.append(h("p", { class: "empty" }, "Peer status is shown to the node's admin only: sign in with the admin token."));
+    return;
+  }
+  const digest = h("div", { id: "digest" });
+  const table = h("div", { class: "scroll", id: "peer-table" });
+  main.append(digest, table);
+  async function refresh() {
+    const [peers, mine] = await Promise.all([api("/v1/peers"), api("/v1/sync/digest")]);
+    if (!ctx.alive()) return;
+    digest.replaceChildren(h("dl", { class: "prov" },
+      h("dt", {}, "This node"), h("dd", {}, mine.node_id),
+      h("dt", {}, "Federated records"), h("dd", {}, mine.count),
+      h("dt", {}, "Digest (SHA-256)"), h("dd", { id: "my-digest" }, mine.sha256)),
+    h("p", { class: "hint" }, "Two nodes hold the same federated records exactly when their digests are equal."));
+    if (!peers.peers.length) return table.replaceChildren(h("p", { class: "empty" }, "No peers configured (bbs peer add)."));
+    const heads = ["Peer", "Cursor", "Lag", "Last pull", "Saved", "Duplicate", "Invalid", "Pending links", "Reconciliations"];
+    table.replaceChildren(h("table", { id: "peers" },
+      h("thead", {}, h("tr", {}, heads.map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", {}, peers.peers.map((p) => h("tr", { class: p.last_error ? "peer-error" : "peer-ok" },
+        h("td", {}, h("div", { title: p.node_id }, shortId(p.node_id)), h("div", { class: "sub" }, p.url)),
+        h("td", {}, `${p.cursor_seq}`, p.remote_head !== null ? ` of ${p.remote_head}` : "",
+          p.cursor_epoch && h("div", { class: "sub", title: p.cursor_epoch }, `epoch ${p.cursor_epoch.slice(0, 8)}`)),
+        h("td", {}, p.lag_records === null ? "unknown" : `${p.lag_records} records`,
+          p.lag_seconds !== null && h("div", { class: "sub" }, `${Math.round(p.lag_seconds)} s behind`)),
+        h("td", {}, p.last_ok_at ? `ok ${when(p.last_ok_at)}` : "never",
+          p.last_error && h("div", { class: "bad" }, `error: ${p.last_error} (${when(p.last_error_at)})`)),
+        h("td", { class: "num" }, p.counters.saved),
+        h("td", { class: "num" }, p.counters.duplicate),
+        h("td", { class: "num", title: JSON.stringify(p.counters.invalid_reasons) }, p.counters.invalid),
+        h("td", { class: "num" }, p.counters.pending_link),
+        h("td", {}, p.reconciliations, p.last_reconcile_at && h("div", { class: "sub" }, when(p.last_reconcile_at))))))));
+  }
+  await refresh();
+  ctx.every(POLL_MS * 2, refresh);
+};
+
 // ---- start ------------------------------------------------------------------------------------------------
 
 document.getElementById("signout").addEventListener("click", () => { signOut(""); say("Signed out."); });

@@ -1,0 +1,123 @@
+"""Dashboard reads for agent workflows: the task board and its DAG drawing, and the bus's projects.
+
+Tasks and edges come from the workflows service (`Workflows.graph`); the board adds what the graph
+leaves out (lease expiry, holder names). Bus messages themselves are read by the page from
+`GET /v1/agent-workflows/messages`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+import msgspec
+from aiohttp import web
+
+from node.appkeys import NODE
+from node.dashboard import data, graphs
+from node.http import Route, json_response
+from node.workflows.service import Workflows
+from node.workflows.wire import GraphQuery
+
+MAX_DRAWN_TASKS = 300
+
+
+class TaskRow(msgspec.Struct):
+    """A task as the board shows it."""
+
+    id: int
+    key: str
+    title: str
+    state: str
+    depends_on: list[str]
+    lease_holder: str | None
+    holder_name: str | None
+    lease_expires_at: str | None
+
+
+class TaskBoard(msgspec.Struct):
+    tasks: list[TaskRow]
+    missing: list[str]
+    truncated: bool
+    counts: dict[str, int]
+
+
+class Project(msgspec.Struct):
+    project: str | None
+    messages: int
+    last_at: str
+
+
+class ProjectList(msgspec.Struct):
+    projects: list[Project]
+
+
+async def _board(request: web.Request) -> tuple[TaskBoard, list[tuple[str, str]]]:
+    node = request.app[NODE]
+    g = await Workflows(node).graph(GraphQuery(limit=MAX_DRAWN_TASKS))
+    keys = [n.key for n in g.nodes]
+
+    def extra(conn: sqlite3.Connection) -> tuple[dict[str, str | None], dict[str, str]]:
+        rows = conn.execute(
+            "SELECT key, lease_expires_at FROM tasks WHERE key IN (SELECT value FROM json_each(?))",
+            (msgspec.json.encode(keys).decode(),),
+        ).fetchall()
+        holders = sorted({n.lease_holder for n in g.nodes if n.lease_holder})
+        return {r["key"]: r["lease_expires_at"] for r in rows}, data.display_names(conn, holders)
+
+    expiry, names = await node.db.read(extra)
+    deps: dict[str, list[str]] = {}
+    for e in g.edges:
+        deps.setdefault(e.to_key, []).append(e.from_key)
+    rows = [
+        TaskRow(
+            id=n.id,
+            key=n.key,
+            title=n.title,
+            state=n.state,
+            depends_on=deps.get(n.key, []),
+            lease_holder=n.lease_holder,
+            holder_name=names.get(n.lease_holder) if n.lease_holder else None,
+            lease_expires_at=expiry.get(n.key) if n.state == "leased" else None,
+        )
+        for n in g.nodes
+    ]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.state] = counts.get(r.state, 0) + 1
+    board = TaskBoard(tasks=rows, missing=g.missing, truncated=g.truncated, counts=counts)
+    return board, [(e.from_key, e.to_key) for e in g.edges]
+
+
+async def task_board(request: web.Request) -> web.Response:
+    board, _ = await _board(request)
+    return json_response(board)
+
+
+async def task_graph(request: web.Request) -> web.Response:
+    board, edges = await _board(request)
+    tasks = []
+    for t in board.tasks:
+        who = f" held by {t.holder_name or t.lease_holder} until {t.lease_expires_at}" if t.state == "leased" else ""
+        tasks.append((t.key, t.key, f"{t.key}: {t.title} [{t.state}]{who}", t.state))
+    note = f"first {MAX_DRAWN_TASKS} tasks only" if board.truncated else ""
+    svg = await asyncio.to_thread(graphs.task_dag_svg, tasks, edges, board.missing, note)
+    return web.Response(text=svg, content_type="image/svg+xml", headers={"Cache-Control": "no-store"})
+
+
+async def projects(request: web.Request) -> web.Response:
+    def run(conn: sqlite3.Connection) -> ProjectList:
+        rows = conn.execute(
+            "SELECT project, count(*) AS n, max(created_ms) AS last_ms FROM messages GROUP BY project"
+            " ORDER BY last_ms DESC"
+        ).fetchall()
+        return ProjectList([Project(r["project"], r["n"], data.iso_ms(r["last_ms"])) for r in rows])
+
+    return json_response(await request.app[NODE].db.read(run))
+
+
+ROUTES: list[Route] = [
+    Route("GET", "/dashboard/api/tasks", task_board, "Tasks with state, holder and lease expiry", "any"),
+    Route("GET", "/dashboard/api/tasks/graph.svg", task_graph, "The task DAG as SVG", "any"),
+    Route("GET", "/dashboard/api/bus/projects", projects, "Bus projects with message counts", "any"),
+]
