@@ -98,8 +98,26 @@ async def _client(ctx: Context) -> Client:
     return await server.client_provider()
 
 
+# Omitted from tool results to save the model's context: verification material, available over REST.
+OMITTED_ENTRY_FIELDS = frozenset({"signature", "content_fingerprint"})
+
+
+def lean(value: Any) -> Any:
+    """A result as JSON values, without the entry fields an LLM has no use for."""
+
+    def strip(item: Any) -> Any:
+        if isinstance(item, dict):
+            drop = OMITTED_ENTRY_FIELDS if "record_hash" in item else frozenset()
+            return {k: strip(v) for k, v in item.items() if k not in drop}
+        if isinstance(item, list):
+            return [strip(v) for v in item]
+        return item
+
+    return strip(msgspec.to_builtins(value))
+
+
 def _out(value: Any) -> str:
-    return msgspec.json.encode(value).decode()
+    return msgspec.json.encode(lean(value)).decode()
 
 
 @contextlib.asynccontextmanager

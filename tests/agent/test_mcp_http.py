@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import msgspec
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from agent.client import Client
-from node.api_types import ReadResult, SearchQuery, SearchResult
+from agent.mcp_server import lean
+from node.api_types import SearchQuery
 from tests.agent.conftest import ServedNode
 
 pytestmark = pytest.mark.slow
@@ -60,9 +60,9 @@ async def test_every_tool_over_streamable_http(served_node: ServedNode) -> None:
         )
         assert link["author_id"] == alice["agent_id"]
         read = ok(await session.call_tool("read", {"ids": [first["record_hash"]], "hops": 1}))
-        assert msgspec.convert(read, ReadResult) == await rest.read([first["record_hash"]], _hops(1))
+        assert read == lean(await rest.read([first["record_hash"]], _hops(1)))
         found = ok(await session.call_tool("search", {"q": "uplink"}))
-        assert msgspec.convert(found, SearchResult) == await rest.search(SearchQuery(q="uplink", limit=10))
+        assert found == lean(await rest.search(SearchQuery(q="uplink", limit=10)))
         posted = await bob_rest.post("Uplink replaced", tags=["net"])
         box = ok(await session.call_tool("inbox", {}))
         assert [n["record_hash"] for n in box["notifications"]] == [posted.record_hash]
