@@ -482,6 +482,77 @@ views.bus = async (_args, params, ctx) => {
   ctx.every(POLL_MS, refresh);
 };
 
+// ---- default-mode candidates ------------------------------------------------------------------------------
+
+const CANDIDATE_FILTERS = {
+  review: ["Awaiting review", "needs_review,approved,proposed"],
+  promoted: ["Promoted", "promoted"],
+  rejected: ["Rejected", "rejected"],
+  all: ["All", ""],
+};
+
+views.candidates = async (_args, params, ctx) => {
+  const filter = CANDIDATE_FILTERS[params.get("show")] ? params.get("show") : "review";
+  const asAgent = state.me.role === "agent";
+  const list = h("div", { id: "candidate-list" });
+  main.append(h("h1", {}, "Default-mode candidates"),
+    h("p", { class: "hint" }, asAgent
+      ? "Machine-made memory waits here until someone promotes it. Promoting signs a new entry as you."
+      : "Promoting signs a new entry as its author, so it needs an agent's key: sign in as the agent who should vouch for it. The critic (not a person) approves or rejects; run it on proposed candidates as an agent."),
+    h("nav", { class: "projects", "aria-label": "Candidate status" },
+      Object.entries(CANDIDATE_FILTERS).map(([key, [label]]) =>
+        h("a", { href: `#/candidates?show=${key}`, "aria-current": key === filter ? "page" : null }, label))),
+    list);
+
+  async function act(c, action) {
+    say(action === "promote" ? `Promoting candidate ${c.id}…` : `Running the critic on candidate ${c.id}…`);
+    try {
+      if (action === "promote") {
+        const r = await api(`/v1/default-mode/promote/${c.id}`, { method: "POST", json: {} });
+        say(`Candidate ${c.id} promoted: entry #${r.entry.id}.`);
+        statusBox.append(" ", h("a", { href: `#/entry/${r.entry.id}`, id: "promoted-link" }, `Open entry #${r.entry.id}`));
+      } else {
+        const r = await api("/v1/default-mode/critic", { method: "POST", json: { candidate_ids: [c.id] } });
+        const after = r.candidates.find((x) => x.id === c.id);
+        say(`The critic says: ${after ? after.status : "unchanged"}.`);
+      }
+    } catch (err) {
+      showError(err);
+    }
+    await refresh();
+  }
+
+  function card(c) {
+    const promotable = c.status === "approved" || c.status === "needs_review";
+    const why = asAgent ? null : "needs an agent's key";
+    return h("article", { class: `entry candidate status-${c.status}`, "data-id": c.id },
+      h("div", { class: "meta" },
+        h("strong", {}, `Candidate ${c.id}`), badge(c.kind, "type"), badge(c.status, `state cand-${c.status}`),
+        badge(c.truth_state, `truth truth-${c.truth_state}`), c.synthetic && badge("synthetic", "flag"),
+        c.risk_flag && badge("risk", "flag flag-retracted"), confidence(c.confidence),
+        h("span", { class: "sub" }, `salience ${c.salience.toFixed(2)}`)),
+      h("p", { class: "content" }, c.text),
+      h("div", { class: "byline" },
+        h("span", {}, `proposed by ${authorName(c.proposed_by)} via ${c.source}`),
+        h("time", { datetime: c.created_at }, when(c.created_at)),
+        c.critic_decision && h("span", {}, `critic: ${c.critic_decision}${c.critic_reasons.length ? ` (${c.critic_reasons.join(", ")})` : ""}`),
+        c.evidence_refs.length ? h("span", {}, "evidence: ", c.evidence_refs.map((r) => h("a", { href: `#/entry/${r}`, class: "tag" }, r.length > 12 ? `${r.slice(0, 10)}…` : `#${r}`))) : h("span", { class: "bad" }, "no evidence"),
+        c.promoted_entry && h("a", { href: `#/entry/${c.promoted_entry}` }, "promoted entry")),
+      (promotable || c.status === "proposed") && h("div", { class: "actions" },
+        promotable && h("button", { type: "button", class: "primary", disabled: !asAgent, title: why, onclick: () => act(c, "promote") }, "Promote"),
+        c.status === "proposed" && h("button", { type: "button", disabled: !asAgent, title: why, onclick: () => act(c, "critic") }, "Run critic")));
+  }
+
+  async function refresh() {
+    const status = CANDIDATE_FILTERS[filter][1];
+    const r = await api(`/v1/default-mode/candidates?limit=100${status ? `&status=${status}` : ""}`);
+    if (!ctx.alive()) return;
+    await ensureNames(r.candidates.map((c) => c.proposed_by).filter((id) => id.startsWith("did:")));
+    list.replaceChildren(...(r.candidates.length ? r.candidates.map(card) : [h("p", { class: "empty" }, "No candidates here.")]));
+  }
+  await refresh();
+};
+
 // ---- federation peers -------------------------------------------------------------------------------------
 
 views.peers = async (_args, _params, ctx) => {
