@@ -127,6 +127,8 @@ async def read_json(request: web.Request) -> Any:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge(f"request body exceeds {request.app._client_max_size} bytes") from None
+    except web.RequestPayloadError as exc:  # e.g. a Content-Encoding: gzip body that does not decompress
+        raise MalformedRequest(f"the request body could not be read: {exc}", code="invalid_body") from None
     too_deep = MalformedRequest(f"body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels", code="too_deep")
     try:
         value = msgspec.json.decode(raw)

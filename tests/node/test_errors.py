@@ -257,3 +257,20 @@ async def test_bad_idempotency_header(client: TestClient, make_agent: MakeAgent,
         resp = await client.post("/v1/entries", json=entry(), headers={**alice.headers, "Idempotency-Key": value})
         await check_problem(resp, 422, "validation_error", "Idempotency-Key")
     assert await stored(node) == before
+
+
+async def test_compressed_bodies(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
+    """gzip bodies are accepted; a gzip bomb is 413 on its decompressed size; a corrupt stream is 400."""
+    import gzip
+
+    alice = await make_agent("alice")
+    headers = {**alice.headers, "Content-Type": "application/json", "Content-Encoding": "gzip"}
+    small = b'{"entry_type":"finding","performative":"inform","content":"zipped"}'
+    resp = await client.post("/v1/entries", data=gzip.compress(small), headers=headers)
+    assert resp.status == 201
+    before = await stored(node)
+    bomb = gzip.compress(b'{"content":"' + b"x" * (8 * MAX_BODY_BYTES) + b'"}')
+    assert len(bomb) < MAX_BODY_BYTES
+    await check_problem(await client.post("/v1/entries", data=bomb, headers=headers), 413, "payload_too_large")
+    await check_problem(await client.post("/v1/entries", data=b"not gzip at all", headers=headers), 400, "invalid_body")
+    assert await stored(node) == before
