@@ -208,6 +208,23 @@ class Client:
             except msgspec.DecodeError as exc:
                 raise BBSClientError(status, "bad_response", f"unexpected response body: {exc}") from None
 
+    async def call(
+        self,
+        method: str,
+        path: str,
+        typ: type[T] | None = None,
+        *,
+        json: Any = None,
+        params: list[tuple[str, str]] | None = None,
+        idempotency_key: str | None = None,
+    ) -> T:
+        """Any REST route (workflows, default mode, ...), with the same auth, retries and errors.
+
+        Pass an `idempotency_key` for writes the route de-duplicates; it is reused across retries.
+        """
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return await self._request(method, path, typ, json=json, params=params, headers=headers)
+
     @staticmethod
     def _problem(status: int, raw: bytes) -> BBSClientError:
         try:

@@ -64,6 +64,12 @@ async def test_whole_api_with_typed_results(client: TestClient, make_agent: Fact
         await b.unsubscribe(sub.id)
         assert await b.subscriptions() == []
 
+        info_again = await a.call("GET", "/v1/node", type(info))
+        assert info_again == info
+        with pytest.raises(BBSClientError) as err:
+            await a.call("DELETE", f"/v1/subscriptions/{sub.id}")
+        assert (err.value.status, err.value.code) == (404, "subscription_not_found")
+
     async with Client(base(client), api_key=data_dir[1]) as admin:
         created = await admin.create_agent("carol", "Carol")
         assert created.api_key.startswith("bbs_")
