@@ -18,6 +18,8 @@ _UPSERT = (
     "INSERT INTO notifications (agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms)"
     " VALUES (?, ?, NULL, ?, ?, ?, ?)"
     " ON CONFLICT (agent_id, entry_id) DO UPDATE SET tier = excluded.tier, reason = excluded.reason,"
+    "   attempt_count = CASE WHEN notifications.status IN ('delivered', 'failed', 'expired') THEN 0"
+    "                        ELSE notifications.attempt_count END,"
     "   status = CASE WHEN notifications.status IN ('delivered', 'failed', 'expired') THEN 'pending'"
     "                 ELSE notifications.status END,"
     "   expires_ms = excluded.expires_ms"

@@ -252,3 +252,22 @@ async def test_inbox_since_and_bad_params(client: TestClient, make_agent: MakeAg
     for body, field in [({"ids": []}, "$.ids"), ({"ids": ["x"]}, "$.ids[0]"), ({}, "$.ids")]:
         resp = await client.post("/v1/inbox/ack", json=body, headers=bob.headers)
         problem(await resp.json(), 422, "validation_error", field)
+
+
+async def test_contradiction_upgrades_a_delivered_notification(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    """One notification per (agent, entry): a later tier-1 reason re-opens it at tier 1 with a fresh count."""
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    await subscribe(client, bob)
+    mine = await post(client, bob, content="bob's claim")
+    theirs = await post(client, alice, content="alice's unrelated note")
+    first = await inbox(client, bob)
+    assert [(n["entry_id"], n["tier"], n["reason"]) for n in first] == [(theirs["id"], 2, "subscription")]
+    assert await ack(client, bob, [first[0]["notification_id"]]) == 1
+    await link(client, alice, source=str(theirs["id"]), target=str(mine["id"]), link_type="contradicts")
+    again = await inbox(client, bob)
+    assert [(n["entry_id"], n["tier"], n["reason"], n["attempt"]) for n in again] == [
+        (theirs["id"], 1, "contradiction", 1)
+    ]
+    assert again[0]["notification_id"] == first[0]["notification_id"]
