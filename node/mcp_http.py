@@ -100,23 +100,35 @@ def enable(
         server = build_server(
             clients.current,
             token_verifier=NodeTokenVerifier(authenticate),
-            auth=AuthSettings(issuer_url=rest_url, resource_server_url=mcp_url),  # type: ignore[arg-type]
+            # The tokens are this node's own credentials, not audience-bound OAuth tokens: the verifier is the check.
+            auth=AuthSettings(
+                issuer_url=rest_url,  # type: ignore[arg-type]
+                resource_server_url=mcp_url,  # type: ignore[arg-type]
+                validate_token_resource=False,
+            ),
             log_level="WARNING",
         )
         starlette_app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
         config = uvicorn.Config(starlette_app, host=host, port=port, lifespan="on", log_level="warning")
         embedded = _EmbeddedServer(config)
-        task = asyncio.create_task(embedded.serve())
+
+        async def serve() -> None:
+            try:
+                await embedded.serve()
+            except SystemExit as exc:  # uvicorn's way to report a failed bind; never let it stop the node's loop
+                raise RuntimeError(f"uvicorn exited with status {exc.code}") from None
+
+        task = asyncio.create_task(serve())
         while not embedded.started and not task.done():
             await asyncio.sleep(0.01)
         if task.done():
-            task.result()
-            raise RuntimeError(f"the MCP endpoint could not start on {host}:{port}")
+            failure = None if task.cancelled() else task.exception()
+            raise RuntimeError(f"the MCP endpoint could not start on {host}:{port}: {failure!r}")
         try:
             yield
         finally:
             embedded.should_exit = True
-            with contextlib.suppress(asyncio.CancelledError, SystemExit):
+            with contextlib.suppress(asyncio.CancelledError, RuntimeError):
                 await task
             await clients.close()
 

@@ -116,3 +116,29 @@ async def test_session_token_from_key_proof_works_for_remote_mcp(served_node: Se
         session = await signer.login()
     async with remote_session(served_node, session.token) as remote:
         assert ok(await remote.call_tool("post", {"content": "via session"}))["author_id"] == alice["agent_id"]
+
+
+async def test_a_busy_mcp_port_is_a_clear_startup_error(tmp_path: Path) -> None:
+    import socket
+
+    from aiohttp import web
+
+    from node import agent_auth, mcp_http
+    from node.app import create_app
+    from node.datadir import initialise
+    from node.service import Node
+
+    initialise(tmp_path / "n")
+    node = Node(tmp_path / "n")
+    app = create_app(node)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        mcp_http.enable(
+            app, authenticate=agent_auth.authenticator(node), rest_url="http://127.0.0.1:1", host="127.0.0.1", port=port
+        )
+        runner = web.AppRunner(app)
+        with pytest.raises(RuntimeError, match="could not start"):
+            await runner.setup()
+        await runner.cleanup()
