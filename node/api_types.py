@@ -128,6 +128,7 @@ class EntryOut(msgspec.Struct):
     signature: str
     retracted: bool
     superseded: bool
+    community_confidence: float | None = None  # from the trust cache (docs/trust.md); None when not computed
 
 
 class LinkOut(msgspec.Struct):
@@ -176,7 +177,7 @@ class ReadQuery(msgspec.Struct, forbid_unknown_fields=True):
     hops: Hops = 0
     link_types: Annotated[list[LinkType], msgspec.Meta(max_length=8)] = []
     direction: Direction = "both"
-    include_synthetic: bool = True
+    include_synthetic: bool = False
 
 
 class SearchQuery(msgspec.Struct, forbid_unknown_fields=True):
@@ -191,6 +192,8 @@ class SearchQuery(msgspec.Struct, forbid_unknown_fields=True):
     min_confidence: Confidence | None = None
     since: str | None = None
     include_synthetic: bool = False
+    min_trust: Confidence | None = None
+    sort: Literal["default", "trust", "community_confidence"] = "default"
     limit: Limit = 20
     offset: Offset = 0
     hops: Hops = 0
@@ -277,6 +280,16 @@ class AckOut(msgspec.Struct):
 # ---- agents and node --------------------------------------------------------------------------------------
 
 
+class AgentTrust(msgspec.Struct):
+    """An agent's trust as computed from the records (docs/trust.md). Neutral 0.5 without signals."""
+
+    score: float
+    laplace: float
+    confirms: int
+    disconfirms: int
+    computed_seq: int
+
+
 class AgentOut(msgspec.Struct):
     """An agent's public identity as this node knows it."""
 
@@ -286,6 +299,7 @@ class AgentOut(msgspec.Struct):
     home_node: str
     created_at: str
     entry_count: int
+    trust: AgentTrust | None = None
 
 
 class CreateAgent(msgspec.Struct, forbid_unknown_fields=True):

@@ -13,12 +13,17 @@ from node.auth import guard
 from node.http import Route, error_middleware, json_response, openapi
 from node.logging_setup import request_log_middleware
 from node.metrics import metrics_middleware
+from node.default_mode.routes import ROUTES as DEFAULT_MODE_ROUTES
 from node.routes import ROUTES
+from node.trust import ROUTES as TRUST_ROUTES
+from node.trust import background_refresh as trust_refresh
 from node.service import Node
 from node.workflows import routes as workflow_routes
 
 MAX_BODY_BYTES = 1024 * 1024
 ROUTE_TABLES: list[list[Route]] = [ROUTES]
+ROUTE_TABLES.append(DEFAULT_MODE_ROUTES)  # governed memory: /v1/default-mode
+ROUTE_TABLES.append(TRUST_ROUTES)  # trust scores: on-demand refresh
 ROUTE_TABLES.append(peer_routes.PEER_ROUTES)  # federation: peers, digest, peer-signed sync
 ROUTE_TABLES.append(workflow_routes.ROUTES)  # agent workflows: bus, tasks, leases, graph
 
@@ -48,6 +53,7 @@ def create_app(node: Node) -> web.Application:
 
     dashboard.setup(app, node.authenticate)
     app.cleanup_ctx.append(_lifecycle)
+    app.cleanup_ctx.append(trust_refresh)
     peer_routes.install(app)  # after _lifecycle: the puller stops before the node closes
     return app
 

@@ -7,9 +7,11 @@ into freshly created projection tables and proves the tables are derived data.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from identity import canonical
@@ -27,6 +29,7 @@ class Projection:
     notify: bool  # False while rebuilding: notifications are node-local history, not derived data
 
 
+_CANONICAL_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{3})?Z")
 Projector = Callable[[sqlite3.Connection, Any, Projection], None]
 PROJECTORS: dict[str, Projector] = {}
 # Tables (and the FTS index) that hold only derived data; `rebuild` recreates exactly these.
@@ -44,7 +47,27 @@ def projector(kind: str) -> Callable[[Projector], Projector]:
 
 
 def created_ms(created_at: str) -> int:
-    """Epoch milliseconds of a canonical created_at (canonical spelling does not sort as text)."""
+    """Epoch milliseconds of a canonical created_at (canonical spelling does not sort as text).
+
+    Canonical spellings are read field by field (strptime cost a fifth of an append); anything else
+    goes to the strict parser, which refuses it with the reason.
+    """
+    if _CANONICAL_TIME.fullmatch(created_at) and not created_at.endswith(".000Z"):
+        try:
+            moment = datetime(
+                int(created_at[0:4]),
+                int(created_at[5:7]),
+                int(created_at[8:10]),
+                int(created_at[11:13]),
+                int(created_at[14:16]),
+                int(created_at[17:19]),
+                int(created_at[20:23]) * 1000 if len(created_at) == 24 else 0,
+                tzinfo=UTC,
+            )
+        except ValueError:
+            pass  # not a real date: the strict parser below raises with the reason
+        else:
+            return int(moment.timestamp() * 1000)  # the same arithmetic as the strict path
     return int(canonical.parse_created_at(created_at).timestamp() * 1000)
 
 

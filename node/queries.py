@@ -24,7 +24,9 @@ ENTRY_COLUMNS = (
     "   AS retracted,"
     " EXISTS (SELECT 1 FROM links s JOIN entries n ON n.record_hash = s.source_hash"
     "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract')"
-    "   AS superseded"
+    "   AS superseded,"
+    " coalesce((SELECT c.community_confidence FROM entry_confidence c WHERE c.entry_hash = e.record_hash),"
+    "   (SELECT t.score FROM trust_scores t WHERE t.agent_id = e.author_id), 0.5) AS community_confidence"
 )
 LINK_COLUMNS = (
     "l.id, l.origin_hash, l.source_hash, l.target_hash, l.link_type, l.author_id, l.created_at, l.annotation,"
@@ -55,6 +57,7 @@ def entry_out(row: sqlite3.Row) -> EntryOut:
         signature=row["signature"],
         retracted=bool(row["retracted"]),
         superseded=bool(row["superseded"]),
+        community_confidence=row["community_confidence"] if "community_confidence" in row.keys() else None,
     )
 
 
@@ -168,6 +171,15 @@ def fts_query(q: str) -> str | None:
     return " ".join(f'"{w}"' for w in words)
 
 
+# Trust of an entry's author from the trust cache (node/trust.py); neutral 0.5 without signals.
+AUTHOR_TRUST = "coalesce((SELECT t.score FROM trust_scores t WHERE t.agent_id = e.author_id), 0.5)"
+_SEARCH_ORDER = {
+    "default": None,
+    "trust": f"{AUTHOR_TRUST} DESC",
+    "community_confidence": "community_confidence DESC",
+}
+
+
 def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> list[EntryOut]:
     """One page of entries matching the query's text and filters, best match first (newest first without q)."""
     where: list[str] = []
@@ -193,15 +205,23 @@ def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> li
         params["since"] = since_ms
     if not q.include_synthetic:
         where.append("e.truth_state != 'simulation'")
+    if q.min_trust is not None:
+        where.append(f"{AUTHOR_TRUST} >= :mintrust")
+        params["mintrust"] = q.min_trust
+    order = _SEARCH_ORDER.get(q.sort)
     match = fts_query(q.q) if q.q else None
     if match is not None:
         params["match"] = match
         filters = "".join(f" AND {w}" for w in where)
         sql = (
             f"SELECT {ENTRY_COLUMNS} FROM entries_fts f JOIN entries e ON e.id = f.rowid"
-            f" WHERE entries_fts MATCH :match{filters} ORDER BY f.rank, e.id DESC LIMIT :limit OFFSET :offset"
+            f" WHERE entries_fts MATCH :match{filters} ORDER BY {order + ', ' if order else ''}f.rank, e.id DESC"
+            " LIMIT :limit OFFSET :offset"
         )
     else:
         filters = (" WHERE " + " AND ".join(where)) if where else ""
-        sql = f"SELECT {ENTRY_COLUMNS} FROM entries e{filters} ORDER BY e.id DESC LIMIT :limit OFFSET :offset"
+        sql = (
+            f"SELECT {ENTRY_COLUMNS} FROM entries e{filters} ORDER BY {order + ', ' if order else ''}e.id DESC"
+            " LIMIT :limit OFFSET :offset"
+        )
     return [entry_out(r) for r in conn.execute(sql, params).fetchall()]

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from identity import canonical, keys, records
 from identity.schema import EntryRecord, LinkRecord
-from node import __version__, agents, notify, projections, queries
+from node import __version__, agents, notify, projections, queries, trust
 from node.api_types import (
     MAX_HOPS,
     AckOut,
@@ -128,6 +128,7 @@ class Node:
                 home_node=row["home_node"],
                 created_at=row["created_at"],
                 entry_count=row["n"],
+                trust=trust.agent_trust(conn, agent_id),
             )
 
         return await self.db.read(fetch)

@@ -1,0 +1,119 @@
+"""REST edge of the default-mode runtime: parse, call DefaultMode, format. Paths under /v1/default-mode."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from node.appkeys import NODE
+from node.auth import agent_id
+from node.default_mode.service import DefaultMode, runtime
+from node.default_mode.wire import (
+    CandidateList,
+    CandidateOut,
+    CandidateQuery,
+    ConsolidateIn,
+    CriticIn,
+    CriticResult,
+    IncubateIn,
+    PromoteIn,
+    PromoteResult,
+    ReflectIn,
+    ReflectResult,
+    SimulateFutureIn,
+    StakeholderIn,
+    TemplateResult,
+)
+from node.errors import InvalidInput
+from node.http import Route, convert, decode_query, json_response, read_json
+from node.service import parse_since
+
+PREFIX = "/v1/default-mode"
+
+
+def _rt(request: web.Request) -> DefaultMode:
+    return runtime(request.app[NODE])
+
+
+def _candidate_id(request: web.Request) -> int:
+    raw = request.match_info["candidate_id"]
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
+        raise InvalidInput("candidate id must be a positive integer", field="candidate_id")
+    return int(raw)
+
+
+async def reflect_session(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), ReflectIn)
+    return json_response(await _rt(request).reflect(agent_id(request), body), 201)
+
+
+async def run_critic(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), CriticIn)
+    return json_response(await _rt(request).critic(agent_id(request), body))
+
+
+async def promote(request: web.Request) -> web.Response:
+    cid = _candidate_id(request)
+    body = convert(await read_json(request), PromoteIn) if request.can_read_body else PromoteIn()
+    result = await _rt(request).promote(agent_id(request), cid, body)
+    return json_response(result, 201 if result.created else 200)
+
+
+async def consolidate(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), ConsolidateIn) if request.can_read_body else ConsolidateIn()
+    since_ms = parse_since(body.since, "$.since")
+    return json_response(await _rt(request).consolidate(agent_id(request), body, since_ms), 201)
+
+
+async def simulate_future(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), SimulateFutureIn)
+    return json_response(await _rt(request).simulate_future(agent_id(request), body), 201)
+
+
+async def stakeholder_simulation(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), StakeholderIn)
+    return json_response(await _rt(request).stakeholder_simulation(agent_id(request), body), 201)
+
+
+async def incubate(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), IncubateIn)
+    return json_response(await _rt(request).incubate(agent_id(request), body), 201)
+
+
+async def list_candidates(request: web.Request) -> web.Response:
+    return json_response(await _rt(request).candidates(decode_query(request, CandidateQuery)))
+
+
+async def get_candidate(request: web.Request) -> web.Response:
+    return json_response(await _rt(request).candidate(_candidate_id(request)))
+
+
+def _route(method: str, path: str, handler: object, summary: str, auth: str, **kw: object) -> Route:
+    return Route(method, PREFIX + path, handler, summary, auth, tag="default-mode", **kw)  # type: ignore[arg-type]
+
+
+ROUTES: list[Route] = [
+    _route("POST", "/reflect-session", reflect_session,
+           "Score a transcript for salience, store survivors as candidates, run the critic", "agent",
+           body=ReflectIn, responses={201: ReflectResult}),
+    _route("POST", "/critic", run_critic, "Review candidates: risky or unevidenced ones go to needs_review",
+           "agent", body=CriticIn, responses={200: CriticResult}),
+    _route("POST", "/promote/{candidate_id}", promote,
+           "Promote an approved or needs_review candidate into a signed entry (idempotent)", "agent",
+           body=PromoteIn, responses={201: PromoteResult, 200: PromoteResult}),
+    _route("POST", "/consolidate", consolidate,
+           "Summarise recent entries into one needs_review hypothesis candidate", "agent",
+           body=ConsolidateIn, responses={201: CandidateOut}),
+    _route("POST", "/simulate-future", simulate_future,
+           "Fixed five-path checklist for a goal, stored as a simulation candidate", "agent",
+           body=SimulateFutureIn, responses={201: TemplateResult}),
+    _route("POST", "/stakeholder-simulation", stakeholder_simulation,
+           "Fixed concerns and message adjustments for a stakeholder, labelled speculative", "agent",
+           body=StakeholderIn, responses={201: TemplateResult}),
+    _route("POST", "/incubate", incubate,
+           "A problem crossed with six fixed reframing seeds, stored as a needs_review hypothesis", "agent",
+           body=IncubateIn, responses={201: TemplateResult}),
+    _route("GET", "/candidates", list_candidates, "List default-mode candidates (node-local)", "any",
+           query=CandidateQuery, responses={200: CandidateList}),
+    _route("GET", "/candidates/{candidate_id}", get_candidate, "One default-mode candidate", "any",
+           responses={200: CandidateOut}),
+]  # fmt: skip

@@ -1,0 +1,441 @@
+"""The default-mode runtime's operations. Each reads records and writes candidates, or (promote only)
+writes one entry through the node's single write path. Nothing else: no network, files or processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from identity import canonical
+from node import queries
+from node.api_types import EntryOut, LinkOut, LinkSpec, PostEntry, PostLink, ReadQuery, ReadResult
+from node.default_mode import critic, salience, store, templates
+from node.default_mode.classify import classify
+from node.default_mode.store import NewCandidate
+from node.default_mode.wire import (
+    MAX_CANDIDATES_PER_CALL,
+    MAX_EVIDENCE,
+    CandidateList,
+    CandidateOut,
+    CandidateQuery,
+    ConsolidateIn,
+    CriticIn,
+    CriticResult,
+    IncubateIn,
+    LineScore,
+    PromoteIn,
+    PromoteResult,
+    ReflectIn,
+    ReflectResult,
+    SalienceWeights,
+    SimulateFutureIn,
+    StakeholderIn,
+    TemplateResult,
+)
+from node.errors import BBSError, InvalidInput, NotFound
+
+T = TypeVar("T")
+MAX_SESSION_ENTRIES = 2_000
+MAX_INLINE_LINKS = 32  # identity.schema.MAX_LINKS_PER_ENTRY; further evidence links are separate link records
+PROMOTABLE = ("approved", "needs_review")
+
+# What a promoted candidate becomes: (entry_type, performative).
+ENTRY_SHAPE: dict[str, tuple[str, str]] = {
+    "open_question": ("question", "query"),
+    "decision": ("finding", "inform"),
+    "open_loop": ("task", "propose"),
+    "preference": ("finding", "inform"),
+    "risk": ("finding", "inform"),
+    "reflection": ("finding", "inform"),
+    "consolidation": ("synthesis", "inform"),
+    "simulation": ("synthesis", "propose"),
+    "stakeholder_simulation": ("synthesis", "propose"),
+    "incubation": ("synthesis", "propose"),
+}
+
+
+class _Database(Protocol):
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+
+class NodeServices(Protocol):
+    """What the runtime may use of the node: its database and its one write path for records."""
+
+    @property
+    def db(self) -> _Database: ...
+
+    @property
+    def node_id(self) -> str: ...
+
+    def now_ms(self) -> int: ...
+
+    async def post_entry(self, agent_id: str, body: Any, idempotency_key: str | None) -> tuple[EntryOut, bool]: ...
+
+    async def create_link(self, agent_id: str, body: Any, idempotency_key: str | None) -> tuple[LinkOut, bool]: ...
+
+    async def read(self, refs: list[str], q: ReadQuery) -> ReadResult: ...
+
+
+class NotPromotable(BBSError):
+    status, code, title = 400, "candidate_not_promotable", "Candidate not promotable"
+
+
+class DefaultMode:
+    """The runtime bound to one node."""
+
+    def __init__(self, node: NodeServices) -> None:
+        self.node = node
+        self._promote_lock = asyncio.Lock()
+
+    # ---- helpers ----------------------------------------------------------------------------------------
+
+    async def _evidence(self, refs: list[str], field: str) -> list[str]:
+        """Resolve entry ids or record hashes to record hashes (a well-formed unknown hash is kept: it may arrive)."""
+
+        def run(conn: sqlite3.Connection) -> list[str]:
+            out: list[str] = []
+            for i, ref in enumerate(refs):
+                record_hash, _ = queries.resolve_ref(conn, ref)
+                if record_hash is None:
+                    raise NotFound(
+                        f"evidence {ref!r} is not a known entry id or a record hash",
+                        field=f"{field}[{i}]",
+                        code="evidence_not_found",
+                    )
+                out.append(record_hash)
+            return list(dict.fromkeys(out))
+
+        return await self.node.db.read(run) if refs else []
+
+    async def _store_and_review(self, new: list[NewCandidate], existing: list[int] | None = None) -> CriticResult:
+        """Insert `new`, run the critic over them and over `existing` ids, all in one transaction."""
+        now = self.node.now_ms()
+
+        def job(conn: sqlite3.Connection) -> CriticResult:
+            ids = list(existing or [])
+            rows = store.fetch(conn, ids)
+            found = {r["id"] for r in rows}
+            for i, cid in enumerate(ids):
+                if cid not in found:
+                    raise NotFound(f"no candidate {cid}", field=f"$.candidate_ids[{i}]", code="candidate_not_found")
+            ids += store.insert(conn, new, now)
+            skipped = []
+            for row in store.fetch(conn, ids):
+                if row["status"] in ("promoted", "rejected"):
+                    skipped.append(int(row["id"]))
+                    continue
+                verdict = critic.review(
+                    kind=row["kind"],
+                    text=row["text"],
+                    evidence_refs=json.loads(row["evidence_refs"]),
+                    truth_state=row["truth_state"],
+                    synthetic=bool(row["synthetic"]),
+                    duplicate=store.is_duplicate(conn, row["text"]),
+                )
+                store.apply_review(conn, int(row["id"]), verdict, now)
+            reviewed = [store.out(r) for r in store.fetch(conn, ids) if int(r["id"]) not in skipped]
+            return CriticResult(candidates=reviewed, skipped=skipped)
+
+        return await self.node.db.write(job)
+
+    # ---- reflect ----------------------------------------------------------------------------------------
+
+    async def reflect(self, agent_id: str, body: ReflectIn) -> ReflectResult:
+        """Score a transcript line by line, store the survivors as classified candidates, run the critic."""
+        if (body.transcript is None) == (body.session_id is None):
+            raise InvalidInput("give exactly one of transcript or session_id", field="$.transcript",
+                               code="transcript_or_session")  # fmt: skip
+        evidence = await self._evidence(body.evidence_refs, "$.evidence_refs")
+        if body.transcript is not None:
+            lines = body.transcript.split("\n")
+            line_evidence: list[list[str]] = [[] for _ in lines]
+        else:
+            lines, line_evidence = await self._session_lines(body.session_id or "")
+        scored = salience.score_lines(
+            lines,
+            body.weights or SalienceWeights(),
+            goal_relevance=body.goal_relevance,
+            evidence_strength=body.evidence_strength,
+        )
+        survivors: dict[str, salience.ScoredLine] = {}
+        for s in scored:
+            if s.kept and s.text.casefold() not in survivors:
+                survivors[s.text.casefold()] = s
+        best = sorted(survivors.values(), key=lambda s: (-s.score, s.index))[:MAX_CANDIDATES_PER_CALL]
+        new = [
+            NewCandidate(
+                kind=classify(s.text),
+                text=s.text,
+                salience=s.score,
+                confidence=s.score,
+                evidence_refs=list(dict.fromkeys(line_evidence[s.index] + evidence))[:MAX_EVIDENCE],
+                truth_state="hypothesis",
+                synthetic=False,
+                source="reflect-session",
+                proposed_by=agent_id,
+                tags=list(body.tags),
+                payload={"line": s.index, "features": s.features, "session_id": body.session_id},
+            )
+            for s in sorted(best, key=lambda s: s.index)
+        ]
+        result = await self._store_and_review(new) if new else CriticResult(candidates=[])
+        return ReflectResult(
+            candidates=result.candidates,
+            lines_scored=len(scored),
+            dropped=sum(1 for s in scored if not s.kept),
+            scores=[LineScore(line=s.index, score=s.score, kept=s.kept, features=s.features) for s in scored],
+        )
+
+    async def _session_lines(self, session_id: str) -> tuple[list[str], list[list[str]]]:
+        """A session's transcript: the lines of its entries (tagged session:<id>), oldest first."""
+
+        def run(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            return conn.execute(
+                "SELECT e.record_hash, e.content FROM entry_tags t JOIN entries e ON e.id = t.entry_id"
+                " WHERE t.tag = ? AND e.truth_state != 'simulation' ORDER BY e.created_ms, e.id LIMIT ?",
+                (f"session:{session_id}", MAX_SESSION_ENTRIES),
+            ).fetchall()
+
+        rows = await self.node.db.read(run)
+        if not rows:
+            raise NotFound(f"no entries tagged session:{session_id}", field="$.session_id", code="session_not_found")
+        lines: list[str] = []
+        evidence: list[list[str]] = []
+        for row in rows:
+            for line in row["content"].split("\n"):
+                lines.append(line)
+                evidence.append([row["record_hash"]])
+        return lines, evidence
+
+    # ---- critic -----------------------------------------------------------------------------------------
+
+    async def critic(self, agent_id: str, body: CriticIn) -> CriticResult:
+        """Review stored candidates, new proposals, or (given neither) every candidate still `proposed`."""
+        new = []
+        for i, p in enumerate(body.candidates):
+            evidence = await self._evidence(p.evidence_refs, f"$.candidates[{i}].evidence_refs")
+            text = canonical.normalize_content(p.text)
+            if not text:
+                raise InvalidInput("text is empty after trimming whitespace", field=f"$.candidates[{i}].text")
+            new.append(
+                NewCandidate(
+                    kind=p.kind,
+                    text=text,
+                    salience=p.salience,
+                    confidence=p.confidence,
+                    evidence_refs=evidence,
+                    truth_state=p.truth_state,
+                    synthetic=p.synthetic,
+                    source="critic",
+                    proposed_by=agent_id,
+                    tags=list(p.tags),
+                )
+            )
+        ids = list(dict.fromkeys(body.candidate_ids))
+        if not ids and not new:
+            ids = await self.node.db.read(lambda c: store.proposed_ids(c, MAX_CANDIDATES_PER_CALL))
+        return await self._store_and_review(new, ids)
+
+    # ---- promote ----------------------------------------------------------------------------------------
+
+    async def promote(self, agent_id: str, candidate_id: int, body: PromoteIn) -> PromoteResult:
+        """Turn an approved or needs_review candidate into a signed entry by `agent_id`. Idempotent."""
+        async with self._promote_lock:
+            row = await self._candidate_row(candidate_id)
+            if row["status"] == "promoted":
+                return PromoteResult(store.out(row), await self._entry(row["promoted_hash"]), created=False)
+            if row["status"] not in PROMOTABLE:
+                raise NotPromotable(
+                    f"candidate {candidate_id} is {row['status']}; only approved or needs_review candidates"
+                    " can be promoted",
+                    field="candidate_id",
+                )
+            cand = store.out(row)
+            evidence = cand.evidence_refs
+            entry_type, performative = ENTRY_SHAPE[cand.kind]
+            provenance = {
+                "candidate_id": cand.id,
+                "node_id": self.node.node_id,
+                "kind": cand.kind,
+                "source": cand.source,
+                "proposed_by": cand.proposed_by,
+                "critic_decision": cand.critic_decision,
+                "critic_reasons": cand.critic_reasons,
+                "risk_flag": cand.risk_flag,
+                "evidence_flag": cand.evidence_flag,
+                "synthetic": cand.synthetic,
+                "salience": cand.salience,
+                "evidence_refs": [f"candidate:{self.node.node_id}/{cand.id}", *evidence],
+            }
+            post = PostEntry(
+                entry_type=entry_type,  # type: ignore[arg-type]
+                performative=performative,  # type: ignore[arg-type]
+                content=cand.text,
+                confidence=cand.confidence,
+                tags=sorted({"default-mode", f"default-mode:{cand.kind}", *cand.tags}),
+                links=[LinkSpec(target=h, link_type="derived_from") for h in evidence[:MAX_INLINE_LINKS]],
+                metadata={"default_mode": provenance},
+                truth_state=cand.truth_state,
+                authority="derived",
+                scope=body.scope,
+            )
+            entry, created = await self.node.post_entry(agent_id, post, f"default-mode:promote:{cand.id}")
+            for h in evidence[MAX_INLINE_LINKS:]:
+                link = PostLink(source=entry.record_hash, target=h, link_type="derived_from")
+                await self.node.create_link(agent_id, link, None)
+            now = self.node.now_ms()
+            await self.node.db.write(lambda c: store.mark_promoted(c, cand.id, entry.record_hash, agent_id, now))
+            row = await self._candidate_row(candidate_id)
+            return PromoteResult(store.out(row), entry, created=created)
+
+    async def _candidate_row(self, candidate_id: int) -> sqlite3.Row:
+        rows = await self.node.db.read(lambda c: store.fetch(c, [candidate_id]))
+        if not rows:
+            raise NotFound(f"no candidate {candidate_id}", field="candidate_id", code="candidate_not_found")
+        return rows[0]
+
+    async def _entry(self, record_hash: str) -> EntryOut:
+        result = await self.node.read([record_hash], ReadQuery(include_links=False, include_synthetic=True))
+        if not result.entries:
+            raise NotFound(f"entry {record_hash} is not on this node", code="entry_not_found")
+        return result.entries[0]
+
+    # ---- consolidate ------------------------------------------------------------------------------------
+
+    async def consolidate(self, agent_id: str, body: ConsolidateIn, since_ms: int | None) -> CandidateOut:
+        """Summarise the distribution of recent entries into one needs_review hypothesis carrying them all."""
+
+        def run(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            where = ["1 = 1"]
+            params: list[Any] = []
+            if not body.include_synthetic:
+                where.append("e.truth_state != 'simulation'")
+            if since_ms is not None:
+                where.append("e.created_ms >= ?")
+                params.append(since_ms)
+            if body.tags:
+                where.append("e.id IN (SELECT entry_id FROM entry_tags WHERE tag IN (SELECT value FROM json_each(?)))")
+                params.append(json.dumps(body.tags))
+            sql = (
+                "SELECT e.record_hash, e.author_id, e.created_at, e.entry_type, e.performative, e.truth_state, e.tags"
+                f" FROM entries e WHERE {' AND '.join(where)} ORDER BY e.id DESC LIMIT ?"
+            )
+            return conn.execute(sql, [*params, body.limit]).fetchall()
+
+        rows = list(reversed(await self.node.db.read(run)))
+        if not rows:
+            raise InvalidInput("no recent entries match; nothing to consolidate", code="nothing_to_consolidate")
+        text, distribution = _distribution(rows)
+        new = NewCandidate(
+            kind="consolidation",
+            text=text,
+            salience=0.5,
+            confidence=0.5,
+            evidence_refs=[r["record_hash"] for r in rows],
+            truth_state="hypothesis",
+            synthetic=False,
+            source="consolidate",
+            proposed_by=agent_id,
+            payload={"distribution": distribution},
+        )
+        return (await self._store_and_review([new])).candidates[0]
+
+    # ---- fixed templates --------------------------------------------------------------------------------
+
+    async def _template(
+        self, agent_id: str, kind: str, source: str, made: tuple[str, dict[str, Any]], refs: list[str], synthetic: bool
+    ) -> TemplateResult:
+        evidence = await self._evidence(refs, "$.evidence_refs")
+        text, payload = made
+        new = NewCandidate(
+            kind=kind,
+            text=text,
+            salience=0.5,
+            confidence=0.5,
+            evidence_refs=evidence,
+            truth_state="simulation" if synthetic else "hypothesis",
+            synthetic=synthetic,
+            source=source,
+            proposed_by=agent_id,
+            payload=payload,
+        )
+        candidate = (await self._store_and_review([new])).candidates[0]
+        return TemplateResult(candidate=candidate, template=payload)
+
+    async def simulate_future(self, agent_id: str, body: SimulateFutureIn) -> TemplateResult:
+        """Five named paths of fixed considerations for a goal, stored as a simulation."""
+        made = templates.simulate_future(body.goal)
+        return await self._template(agent_id, "simulation", "simulate-future", made, body.evidence_refs, True)
+
+    async def stakeholder_simulation(self, agent_id: str, body: StakeholderIn) -> TemplateResult:
+        """Fixed concerns and message adjustments for a stakeholder, labelled speculative, stored as a simulation."""
+        made = templates.stakeholder_simulation(body.stakeholder, body.proposal)
+        return await self._template(
+            agent_id, "stakeholder_simulation", "stakeholder-simulation", made, body.evidence_refs, True
+        )
+
+    async def incubate(self, agent_id: str, body: IncubateIn) -> TemplateResult:
+        """The problem crossed with six fixed reframing seeds, stored as a needs_review hypothesis."""
+        made = templates.incubate(body.problem)
+        return await self._template(agent_id, "incubation", "incubate", made, body.evidence_refs, False)
+
+    # ---- listing ----------------------------------------------------------------------------------------
+
+    async def candidates(self, q: CandidateQuery) -> CandidateList:
+        """A page of candidates, newest first."""
+        rows = await self.node.db.read(lambda c: store.page(c, list(q.status), q.limit, q.offset))
+        return CandidateList(
+            candidates=[store.out(r) for r in rows], next_offset=q.offset + q.limit if len(rows) == q.limit else None
+        )
+
+    async def candidate(self, candidate_id: int) -> CandidateOut:
+        """One candidate."""
+        return store.out(await self._candidate_row(candidate_id))
+
+
+def _distribution(rows: list[sqlite3.Row]) -> tuple[str, dict[str, Any]]:
+    """Counts of the entries' types, performatives, truth states, authors and tags, and a sentence saying so."""
+
+    def top(counter: Counter[str], n: int = 5) -> list[list[Any]]:
+        return [[k, v] for k, v in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+
+    dist = {
+        "entries": len(rows),
+        "from": rows[0]["created_at"],
+        "to": rows[-1]["created_at"],
+        "entry_type": top(Counter(r["entry_type"] for r in rows)),
+        "performative": top(Counter(r["performative"] for r in rows), 9),
+        "truth_state": top(Counter(r["truth_state"] for r in rows)),
+        "authors": len({r["author_id"] for r in rows}),
+        "top_authors": top(Counter(r["author_id"] for r in rows), 3),
+        "top_tags": top(Counter(t for r in rows for t in json.loads(r["tags"]))),
+    }
+
+    def fmt(pairs: list[list[Any]]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in pairs) or "none"
+
+    text = (
+        f"Consolidation of {dist['entries']} recent entries ({dist['from']} to {dist['to']}):"
+        f" entry types {fmt(dist['entry_type'])}; performatives {fmt(dist['performative'])};"
+        f" truth states {fmt(dist['truth_state'])}; {dist['authors']} authors; top tags {fmt(dist['top_tags'])}."
+    )
+    return text, dist
+
+
+_RUNTIMES: weakref.WeakKeyDictionary[Any, DefaultMode] = weakref.WeakKeyDictionary()
+
+
+def runtime(node: NodeServices) -> DefaultMode:
+    """The node's one DefaultMode (one promote lock per node)."""
+    rt = _RUNTIMES.get(node)
+    if rt is None:
+        rt = _RUNTIMES[node] = DefaultMode(node)
+    return rt

@@ -1,0 +1,151 @@
+"""The candidates table (node-local holding area): SQL only, run inside the node's read/write jobs."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from identity import canonical
+from node.default_mode.critic import Review
+from node.default_mode.wire import CandidateOut
+
+
+@dataclass
+class NewCandidate:
+    """A candidate about to be stored."""
+
+    kind: str
+    text: str
+    salience: float
+    confidence: float
+    evidence_refs: list[str]
+    truth_state: str
+    synthetic: bool
+    source: str
+    proposed_by: str
+    tags: list[str] = field(default_factory=list)
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return canonical.format_created_at(datetime.fromtimestamp(ms / 1000, UTC))
+
+
+def insert(conn: sqlite3.Connection, rows: list[NewCandidate], now_ms: int) -> list[int]:
+    """Store candidates as `proposed`; returns their ids in order."""
+    ids = []
+    for c in rows:
+        cur = conn.execute(
+            "INSERT INTO dm_candidates (kind, text, salience, confidence, evidence_refs, truth_state, synthetic,"
+            " payload, tags, source, proposed_by, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " RETURNING id",
+            (
+                c.kind,
+                c.text,
+                c.salience,
+                c.confidence,
+                json.dumps(c.evidence_refs),
+                c.truth_state,
+                int(c.synthetic),
+                json.dumps(c.payload, sort_keys=True),
+                json.dumps(sorted(set(c.tags))),
+                c.source,
+                c.proposed_by,
+                now_ms,
+            ),
+        )
+        ids.append(int(cur.fetchone()[0]))
+    return ids
+
+
+def fetch(conn: sqlite3.Connection, ids: list[int]) -> list[sqlite3.Row]:
+    """Candidate rows with these ids, in id order."""
+    return conn.execute(
+        "SELECT * FROM dm_candidates WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id", (json.dumps(ids),)
+    ).fetchall()
+
+
+def page(conn: sqlite3.Connection, statuses: list[str], limit: int, offset: int) -> list[sqlite3.Row]:
+    """Candidates, newest first, optionally filtered by status."""
+    if statuses:
+        return conn.execute(
+            "SELECT * FROM dm_candidates WHERE status IN (SELECT value FROM json_each(?))"
+            " ORDER BY id DESC LIMIT ? OFFSET ?",
+            (json.dumps(statuses), limit, offset),
+        ).fetchall()
+    return conn.execute("SELECT * FROM dm_candidates ORDER BY id DESC LIMIT ? OFFSET ?", (limit, offset)).fetchall()
+
+
+def proposed_ids(conn: sqlite3.Connection, limit: int) -> list[int]:
+    """The oldest `proposed` candidates awaiting the critic."""
+    rows = conn.execute(
+        "SELECT id FROM dm_candidates WHERE status = 'proposed' ORDER BY id LIMIT ?", (limit,)
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def is_duplicate(conn: sqlite3.Connection, text: str) -> bool:
+    """True if an entry with the same content fingerprint is already stored."""
+    fp = canonical.content_fingerprint(text)
+    return conn.execute("SELECT 1 FROM entries WHERE content_fingerprint = ? LIMIT 1", (fp,)).fetchone() is not None
+
+
+def apply_review(conn: sqlite3.Connection, candidate_id: int, review: Review, now_ms: int) -> None:
+    """Write the critic's decision, flags and truth_state onto a candidate not yet promoted or rejected."""
+    conn.execute(
+        "UPDATE dm_candidates SET status = ?, critic_decision = ?, critic_reasons = ?, risk_flag = ?,"
+        " evidence_flag = ?, truth_state = ?, reviewed_ms = ?"
+        " WHERE id = ? AND status NOT IN ('promoted', 'rejected')",
+        (
+            review.decision,
+            review.decision,
+            json.dumps(list(review.reasons)),
+            int(review.risk_flag),
+            int(review.evidence_flag),
+            review.truth_state,
+            now_ms,
+            candidate_id,
+        ),
+    )
+
+
+def mark_promoted(conn: sqlite3.Connection, candidate_id: int, entry_hash: str, agent_id: str, now_ms: int) -> None:
+    """Point a candidate at the entry it became (once)."""
+    conn.execute(
+        "UPDATE dm_candidates SET status = 'promoted', promoted_hash = ?, promoted_by = ?, promoted_ms = ?"
+        " WHERE id = ? AND status != 'promoted'",
+        (entry_hash, agent_id, now_ms, candidate_id),
+    )
+
+
+def out(row: sqlite3.Row) -> CandidateOut:
+    """Render a candidate row."""
+    return CandidateOut(
+        id=row["id"],
+        kind=row["kind"],
+        text=row["text"],
+        salience=row["salience"],
+        confidence=row["confidence"],
+        evidence_refs=json.loads(row["evidence_refs"]),
+        truth_state=row["truth_state"],
+        synthetic=bool(row["synthetic"]),
+        status=row["status"],
+        critic_decision=row["critic_decision"],
+        critic_reasons=json.loads(row["critic_reasons"]),
+        risk_flag=None if row["risk_flag"] is None else bool(row["risk_flag"]),
+        evidence_flag=None if row["evidence_flag"] is None else bool(row["evidence_flag"]),
+        payload=json.loads(row["payload"]),
+        tags=json.loads(row["tags"]),
+        source=row["source"],
+        proposed_by=row["proposed_by"],
+        created_at=_iso(row["created_ms"]) or "",
+        reviewed_at=_iso(row["reviewed_ms"]),
+        promoted_entry=row["promoted_hash"],
+        promoted_by=row["promoted_by"],
+        promoted_at=_iso(row["promoted_ms"]),
+    )

@@ -1,0 +1,192 @@
+"""Wire types of /v1/default-mode: msgspec Structs for validation, JSON and the OpenAPI document."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from identity.schema import Confidence, Scope, Tag, TruthState
+from node.api_types import EntryOut, EntryRef
+
+MAX_TRANSCRIPT_CHARS = 200_000
+MAX_EVIDENCE = 100
+MAX_TEXT_CHARS = 8_000
+MAX_CANDIDATES_PER_CALL = 200
+MAX_CANDIDATE_TAGS = 8
+MAX_CONSOLIDATE = 100
+
+Weight = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+Text = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS)]
+Evidence = Annotated[list[EntryRef], msgspec.Meta(max_length=MAX_EVIDENCE)]
+CandidateTags = Annotated[list[Tag], msgspec.Meta(max_length=MAX_CANDIDATE_TAGS)]
+ReflectKind = Literal["open_question", "decision", "open_loop", "preference", "risk", "reflection"]
+CandidateKind = Literal[
+    "open_question",
+    "decision",
+    "open_loop",
+    "preference",
+    "risk",
+    "reflection",
+    "consolidation",
+    "simulation",
+    "stakeholder_simulation",
+    "incubation",
+]
+Status = Literal["proposed", "approved", "needs_review", "rejected", "promoted"]
+
+
+class SalienceWeights(msgspec.Struct, forbid_unknown_fields=True):
+    """Weights of the salience features (docs/default-mode.md). Each in [0, 1]."""
+
+    action: Weight = 0.25
+    risk: Weight = 0.2
+    novelty: Weight = 0.15
+    repetition: Weight = 0.1
+    emphasis: Weight = 0.3
+    goal_relevance: Weight = 0.1
+    evidence_strength: Weight = 0.1
+
+
+class ReflectIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A transcript to reflect over, or a session id whose entries (tagged `session:<id>`) form one."""
+
+    transcript: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TRANSCRIPT_CHARS)] | None = None
+    session_id: Annotated[str, msgspec.Meta(min_length=1, max_length=56, pattern=r"^[A-Za-z0-9._:-]+$")] | None = None
+    evidence_refs: Evidence = []
+    goal_relevance: Weight = 0.0
+    evidence_strength: Weight = 0.0
+    weights: SalienceWeights | None = None
+    tags: CandidateTags = []
+
+
+class LineScore(msgspec.Struct):
+    """How one transcript line scored."""
+
+    line: int
+    score: float
+    kept: bool
+    features: dict[str, float]
+
+
+class ProposedCandidate(msgspec.Struct, forbid_unknown_fields=True):
+    """A candidate submitted directly to the critic."""
+
+    kind: ReflectKind
+    text: Text
+    evidence_refs: Evidence = []
+    truth_state: TruthState = "hypothesis"
+    confidence: Confidence = 0.5
+    salience: Confidence = 0.5
+    synthetic: bool = False
+    tags: CandidateTags = []
+
+
+class CriticIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Review stored candidates by id, submit new ones, or (both empty) review every `proposed` candidate."""
+
+    candidate_ids: Annotated[list[Annotated[int, msgspec.Meta(ge=1)]], msgspec.Meta(max_length=200)] = []
+    candidates: Annotated[list[ProposedCandidate], msgspec.Meta(max_length=MAX_CANDIDATES_PER_CALL)] = []
+
+
+class PromoteIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Options of a promotion (the body may be omitted)."""
+
+    scope: Scope = "federation"
+
+
+class ConsolidateIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Which recent entries to summarise."""
+
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_CONSOLIDATE)] = 50
+    since: str | None = None
+    tags: Annotated[list[Tag], msgspec.Meta(max_length=32)] = []
+    include_synthetic: bool = False
+
+
+class SimulateFutureIn(msgspec.Struct, forbid_unknown_fields=True):
+    goal: Annotated[str, msgspec.Meta(min_length=1, max_length=1_000)]
+    evidence_refs: Evidence = []
+
+
+class StakeholderIn(msgspec.Struct, forbid_unknown_fields=True):
+    stakeholder: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    proposal: Annotated[str, msgspec.Meta(min_length=1, max_length=1_000)]
+    evidence_refs: Evidence = []
+
+
+class IncubateIn(msgspec.Struct, forbid_unknown_fields=True):
+    problem: Annotated[str, msgspec.Meta(min_length=1, max_length=1_000)]
+    evidence_refs: Evidence = []
+
+
+class CandidateQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Parameters of GET /v1/default-mode/candidates."""
+
+    status: Annotated[list[Status], msgspec.Meta(max_length=5)] = []
+    limit: Annotated[int, msgspec.Meta(ge=1, le=200)] = 50
+    offset: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
+
+
+class CandidateOut(msgspec.Struct):
+    """A default-mode candidate: node-local, never returned by ordinary read or search."""
+
+    id: int
+    kind: CandidateKind
+    text: str
+    salience: float
+    confidence: float
+    evidence_refs: list[str]
+    truth_state: TruthState
+    synthetic: bool
+    status: Status
+    critic_decision: str | None
+    critic_reasons: list[str]
+    risk_flag: bool | None
+    evidence_flag: bool | None
+    payload: dict[str, Any]
+    tags: list[str]
+    source: str
+    proposed_by: str
+    created_at: str
+    reviewed_at: str | None
+    promoted_entry: str | None
+    promoted_by: str | None
+    promoted_at: str | None
+
+
+class CandidateList(msgspec.Struct):
+    candidates: list[CandidateOut]
+    next_offset: int | None = None
+
+
+class ReflectResult(msgspec.Struct):
+    """The candidates written (already reviewed by the critic) and how every line scored."""
+
+    candidates: list[CandidateOut]
+    lines_scored: int
+    dropped: int
+    scores: list[LineScore]
+
+
+class CriticResult(msgspec.Struct):
+    """Reviewed candidates; `skipped` lists ids already promoted or rejected (left unchanged)."""
+
+    candidates: list[CandidateOut]
+    skipped: list[int] = []
+
+
+class PromoteResult(msgspec.Struct):
+    """The candidate (now promoted) and the entry it became. `created` is false on a repeat."""
+
+    candidate: CandidateOut
+    entry: EntryOut
+    created: bool
+
+
+class TemplateResult(msgspec.Struct):
+    """A fixed-template checklist, stored as a candidate."""
+
+    candidate: CandidateOut
+    template: dict[str, Any]
+    note: str = "fixed checklist with your input substituted; no model was called"

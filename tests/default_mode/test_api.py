@@ -1,0 +1,282 @@
+"""The default-mode runtime over REST on a real server: candidates, critic, promote, consolidate, templates."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from node.default_mode import store
+from node.service import Node
+from tests.conftest import AgentCreds
+
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+DM = "/v1/default-mode"
+
+
+async def _post(client: TestClient, path: str, body: Any, who: AgentCreds, status: int) -> Any:
+    resp = await client.post(path, json=body, headers=who.headers)
+    assert resp.status == status, await resp.text()
+    return await resp.json()
+
+
+async def _entry(client: TestClient, who: AgentCreds, content: str, **extra: Any) -> dict[str, Any]:
+    body = {"entry_type": "finding", "performative": "inform", "content": content, **extra}
+    return await _post(client, "/v1/entries", body, who, 201)
+
+
+async def test_reflect_writes_reviewed_candidates_that_ordinary_search_never_returns(
+    client: TestClient, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    evidence = await _entry(client, alice, "Session notes for the storage meeting")
+    transcript = "\n".join(
+        [
+            "We decided to use Postgres for storage",
+            "ok",
+            "Postgres storage needs a backup plan",
+            "The weather is lovely this afternoon",
+            "Remember the privacy review before launch",
+        ]
+    )
+    out = await _post(
+        client, f"{DM}/reflect-session", {"transcript": transcript, "evidence_refs": [str(evidence["id"])]}, alice, 201
+    )
+    assert out["lines_scored"] == 4 and out["dropped"] == 1
+    kinds = {c["text"]: (c["kind"], c["status"], c["truth_state"], c["risk_flag"]) for c in out["candidates"]}
+    assert kinds == {
+        "We decided to use Postgres for storage": ("decision", "approved", "hypothesis", False),
+        "Postgres storage needs a backup plan": ("reflection", "approved", "hypothesis", False),
+        "Remember the privacy review before launch": ("risk", "needs_review", "hypothesis", True),
+    }
+    assert all(c["evidence_refs"] == [evidence["record_hash"]] for c in out["candidates"])
+    assert all(c["evidence_flag"] and c["critic_decision"] == c["status"] for c in out["candidates"])
+    for q in ("Postgres", "privacy"):
+        resp = await client.get("/v1/search", params={"q": q, "include_synthetic": "true"}, headers=alice.headers)
+        assert (await resp.json())["entries"] == []
+    listed = await (await client.get(f"{DM}/candidates", headers=alice.headers)).json()
+    assert len(listed["candidates"]) == 3
+
+
+async def test_reflect_without_evidence_holds_everything_for_review(client: TestClient, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    out = await _post(client, f"{DM}/reflect-session", {"transcript": "We decided to use SQLite for the node"},
+                      alice, 201)  # fmt: skip
+    (cand,) = out["candidates"]
+    assert (cand["status"], cand["evidence_flag"], cand["critic_reasons"]) == ("needs_review", False, ["no_evidence"])
+
+
+async def test_reflect_from_a_session_id_uses_its_entries_as_evidence(
+    client: TestClient, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    e1 = await _entry(client, alice, "We decided to ship the sync feature first", tags=["session:s1"])
+    await _entry(client, alice, "Unrelated note about gardening tools", tags=["session:other"])
+    out = await _post(client, f"{DM}/reflect-session", {"session_id": "s1"}, alice, 201)
+    (cand,) = out["candidates"]
+    # the text is already an entry: the critic rejects the duplicate, and its evidence is the session's entry
+    assert cand["evidence_refs"] == [e1["record_hash"]] and cand["status"] == "rejected"
+    problem = await _post(client, f"{DM}/reflect-session", {"session_id": "nope"}, alice, 404)
+    assert problem["code"] == "session_not_found"
+
+
+async def test_critic_endpoint_reviews_new_and_stored_candidates(client: TestClient, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    ev = await _entry(client, alice, "Measured: WAL mode gives parallel readers")
+    out = await _post(
+        client,
+        f"{DM}/critic",
+        {
+            "candidates": [
+                {"kind": "reflection", "text": "Readers never block the writer", "evidence_refs": [ev["record_hash"]],
+                 "truth_state": "fact", "confidence": 0.99},
+                {"kind": "risk", "text": "A financial cost if the disk fills", "evidence_refs": [ev["record_hash"]],
+                 "truth_state": "fact", "confidence": 0.99},
+                {"kind": "reflection", "text": "Simulated readers are fast", "evidence_refs": [ev["record_hash"]],
+                 "synthetic": True, "truth_state": "fact"},
+            ]
+        },
+        alice,
+        200,
+    )  # fmt: skip
+    got = [(c["status"], c["truth_state"], c["risk_flag"], c["evidence_flag"]) for c in out["candidates"]]
+    assert got == [
+        ("approved", "fact", False, True),
+        ("needs_review", "hypothesis", True, True),
+        ("approved", "simulation", False, True),
+    ]
+    first = out["candidates"][0]["id"]
+    again = await _post(client, f"{DM}/critic", {"candidate_ids": [first]}, alice, 200)
+    assert again["candidates"][0]["status"] == "approved"
+    missing = await _post(client, f"{DM}/critic", {"candidate_ids": [first, 999]}, alice, 404)
+    assert missing["code"] == "candidate_not_found" and missing["field"] == "$.candidate_ids[1]"
+
+
+async def test_critic_with_no_arguments_reviews_proposed_candidates(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    new = store.NewCandidate("reflection", "Left proposed by an interrupted run", 0.5, 0.5, [], "hypothesis", False,
+                             "test", alice.agent_id)  # fmt: skip
+    (cid,) = await node.db.write(lambda c: store.insert(c, [new], 0))
+    out = await _post(client, f"{DM}/critic", {}, alice, 200)
+    assert [(c["id"], c["status"]) for c in out["candidates"]] == [(cid, "needs_review")]
+
+
+async def test_promote_creates_a_derived_signed_entry_with_provenance(
+    client: TestClient, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    bob = await make_agent("bob")
+    ev1 = await _entry(client, alice, "Benchmark: 5k writes per second on the laptop")
+    ev2 = await _entry(client, alice, "Benchmark: 4k writes per second on the Pi")
+    out = await _post(
+        client,
+        f"{DM}/critic",
+        {"candidates": [{"kind": "decision", "text": "Group commit stays on by default",
+                         "evidence_refs": [ev1["record_hash"], str(ev2["id"])], "truth_state": "fact"}]},
+        alice,
+        200,
+    )  # fmt: skip
+    cid = out["candidates"][0]["id"]
+    promoted = await _post(client, f"{DM}/promote/{cid}", None, bob, 201)
+    entry, cand = promoted["entry"], promoted["candidate"]
+    assert promoted["created"] is True
+    assert (entry["authority"], entry["truth_state"], entry["author_id"]) == ("derived", "fact", bob.agent_id)
+    assert entry["entry_type"] == "finding" and "default-mode" in entry["tags"]
+    prov = entry["metadata"]["default_mode"]
+    assert prov["candidate_id"] == cid and prov["proposed_by"] == alice.agent_id
+    assert prov["evidence_refs"][0].endswith(f"/{cid}") and prov["evidence_refs"][1:] == [
+        ev1["record_hash"],
+        ev2["record_hash"],
+    ]
+    assert (cand["status"], cand["promoted_entry"], cand["promoted_by"]) == ("promoted", entry["record_hash"],
+                                                                              bob.agent_id)  # fmt: skip
+    # provenance chain: entry -> derived_from links -> evidence entries; entry metadata -> candidate
+    resp = await client.get(f"/v1/entries/{entry['record_hash']}", params={"hops": "1", "link_types": "derived_from"},
+                            headers=alice.headers)  # fmt: skip
+    body = await resp.json()
+    assert {e["record_hash"] for e in body["entries"]} == {entry["record_hash"], ev1["record_hash"],
+                                                          ev2["record_hash"]}  # fmt: skip
+    assert {(link["source"], link["target"], link["link_type"]) for link in body["links"]} == {
+        (entry["record_hash"], ev1["record_hash"], "derived_from"),
+        (entry["record_hash"], ev2["record_hash"], "derived_from"),
+    }
+    back = await (await client.get(f"{DM}/candidates/{prov['candidate_id']}", headers=alice.headers)).json()
+    assert back["promoted_entry"] == entry["record_hash"]
+    # promoting twice returns the same entry and writes nothing
+    again = await _post(client, f"{DM}/promote/{cid}", {}, bob, 200)
+    assert again["created"] is False and again["entry"]["record_hash"] == entry["record_hash"]
+    also = await _post(client, f"{DM}/promote/{cid}", {}, alice, 200)
+    assert also["entry"]["record_hash"] == entry["record_hash"]
+
+
+async def test_promote_refusals(client: TestClient, node: Node, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    await _entry(client, alice, "Already known fact about the node")
+    out = await _post(client, f"{DM}/critic", {"candidates": [{"kind": "reflection",
+                      "text": "Already known fact about the node"}]}, alice, 200)  # fmt: skip
+    rejected = out["candidates"][0]
+    assert rejected["status"] == "rejected"
+    problem = await _post(client, f"{DM}/promote/{rejected['id']}", None, alice, 400)
+    assert (problem["code"], problem["field"]) == ("candidate_not_promotable", "candidate_id")
+    new = store.NewCandidate("reflection", "Never reviewed yet", 0.5, 0.5, [], "hypothesis", False, "test",
+                             alice.agent_id)  # fmt: skip
+    (proposed,) = await node.db.write(lambda c: store.insert(c, [new], 0))
+    assert (await _post(client, f"{DM}/promote/{proposed}", None, alice, 400))["code"] == "candidate_not_promotable"
+    assert (await _post(client, f"{DM}/promote/4242", None, alice, 404))["code"] == "candidate_not_found"
+    assert (await _post(client, f"{DM}/promote/abc", None, alice, 422))["field"] == "candidate_id"
+    assert (await _post(client, f"{DM}/promote/{proposed}", {"scope": "mars"}, alice, 422))["field"] == "$.scope"
+    count = await node.db.read(lambda c: c.execute("SELECT count(*) FROM entries").fetchone()[0])
+    assert count == 1
+
+
+async def test_promoting_a_needs_review_candidate_keeps_it_a_hypothesis(
+    client: TestClient, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    out = await _post(client, f"{DM}/reflect-session", {"transcript": "todo: replace the failing disk next week"},
+                      alice, 201)  # fmt: skip
+    (cand,) = out["candidates"]
+    assert (cand["kind"], cand["status"]) == ("open_loop", "needs_review")
+    promoted = await _post(client, f"{DM}/promote/{cand['id']}", None, alice, 201)
+    assert (promoted["entry"]["entry_type"], promoted["entry"]["truth_state"]) == ("task", "hypothesis")
+
+
+async def test_consolidate_summarises_recent_entries_as_a_held_hypothesis(
+    client: TestClient, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    bob = await make_agent("bob")
+    hashes = [(await _entry(client, alice, f"finding number {i}", tags=["db"]))["record_hash"] for i in range(3)]
+    hashes.append((await _post(client, "/v1/entries", {"entry_type": "question", "performative": "query",
+                  "content": "why so slow?"}, bob, 201))["record_hash"])  # fmt: skip
+    await _entry(client, bob, "a simulated entry", truth_state="simulation")
+    cand = await _post(client, f"{DM}/consolidate", {"limit": 10}, alice, 201)
+    assert (cand["kind"], cand["status"], cand["truth_state"]) == ("consolidation", "needs_review", "hypothesis")
+    assert cand["evidence_refs"] == hashes  # every entry it read, oldest first; simulations left out
+    dist = cand["payload"]["distribution"]
+    assert dist["entries"] == 4 and dist["entry_type"] == [["finding", 3], ["question", 1]] and dist["authors"] == 2
+    assert "finding 3" in cand["text"]
+    only_db = await _post(client, f"{DM}/consolidate", {"tags": ["db"], "limit": 2}, alice, 201)
+    assert only_db["evidence_refs"] == hashes[1:3]
+    nothing = await _post(client, f"{DM}/consolidate", {"tags": ["none"]}, alice, 422)
+    assert nothing["code"] == "nothing_to_consolidate"
+    assert (await _post(client, f"{DM}/consolidate", {"since": "yesterday"}, alice, 422))["field"] == "$.since"
+
+
+async def test_fixed_templates_are_stored_as_labelled_candidates(client: TestClient, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    fut = await _post(client, f"{DM}/simulate-future", {"goal": "move to a bigger disk"}, alice, 201)
+    assert (fut["candidate"]["truth_state"], fut["candidate"]["synthetic"]) == ("simulation", True)
+    assert list(fut["template"]["paths"]) == ["best_case", "most_likely", "failure_path", "hidden_risk", "low_effort"]
+    assert fut["candidate"]["status"] == "needs_review"  # no evidence, and it names risks
+    again = await _post(client, f"{DM}/simulate-future", {"goal": "move to a bigger disk"}, alice, 201)
+    assert again["template"] == fut["template"] and again["candidate"]["text"] == fut["candidate"]["text"]
+    st = await _post(client, f"{DM}/stakeholder-simulation", {"stakeholder": "Grandma", "proposal": "a new router"},
+                     alice, 201)  # fmt: skip
+    assert st["template"]["label"] == "speculative_general_pattern"
+    assert (st["candidate"]["truth_state"], st["candidate"]["synthetic"]) == ("simulation", True)
+    inc = await _post(client, f"{DM}/incubate", {"problem": "sync is slow"}, alice, 201)
+    assert len(inc["template"]["seeds"]) == 6
+    assert (inc["candidate"]["truth_state"], inc["candidate"]["status"]) == ("hypothesis", "needs_review")
+    # a simulation promoted stays a simulation, hidden from ordinary search
+    promoted = await _post(client, f"{DM}/promote/{fut['candidate']['id']}", None, alice, 201)
+    assert promoted["entry"]["truth_state"] == "simulation"
+    resp = await client.get("/v1/search", params={"q": "bigger disk"}, headers=alice.headers)
+    assert (await resp.json())["entries"] == []
+    resp = await client.get("/v1/search", params={"q": "bigger disk", "include_synthetic": "true"},
+                            headers=alice.headers)  # fmt: skip
+    assert [e["record_hash"] for e in (await resp.json())["entries"]] == [promoted["entry"]["record_hash"]]
+
+
+async def test_bad_input_is_refused_and_stores_nothing(client: TestClient, node: Node, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    cases = [
+        (f"{DM}/reflect-session", {}, 422, "$.transcript"),
+        (f"{DM}/reflect-session", {"transcript": "x" * 30, "session_id": "s"}, 422, "$.transcript"),
+        (f"{DM}/reflect-session", {"transcript": "We decided to use tea daily", "evidence_refs": ["nope"]}, 404,
+         "$.evidence_refs[0]"),
+        (f"{DM}/reflect-session", {"transcript": "We decided it", "weights": {"action": 2}}, 422,
+         "$.weights.action"),
+        (f"{DM}/reflect-session", {"transcript": "We decided it", "bogus": 1}, 422, "$.bogus"),
+        (f"{DM}/critic", {"candidates": [{"kind": "wish", "text": "a"}]}, 422, "$.candidates[0].kind"),
+        (f"{DM}/critic", {"candidates": [{"kind": "risk", "text": "   "}]}, 422, "$.candidates[0].text"),
+        (f"{DM}/critic", {"candidate_ids": [0]}, 422, "$.candidate_ids[0]"),
+        (f"{DM}/simulate-future", {"goal": ""}, 422, "$.goal"),
+        (f"{DM}/stakeholder-simulation", {"stakeholder": "x"}, 422, "$.proposal"),
+        (f"{DM}/incubate", {"problem": "p", "evidence_refs": ["12345"]}, 404, "$.evidence_refs[0]"),
+    ]  # fmt: skip
+    for path, body, status, field in cases:
+        problem = await _post(client, path, body, alice, status)
+        assert problem["field"] == field, (path, body, problem)
+    resp = await client.post(f"{DM}/critic", data=b"{not json", headers={**alice.headers,
+                             "Content-Type": "application/json"})  # fmt: skip
+    assert resp.status == 400
+    resp = await client.post(f"{DM}/reflect-session", json={"transcript": "We decided to use tea daily"})
+    assert resp.status == 401
+    resp = await client.get(f"{DM}/candidates", params={"status": "lost"}, headers=alice.headers)
+    assert resp.status == 422
+    count = await node.db.read(lambda c: c.execute("SELECT count(*) FROM dm_candidates").fetchone()[0])
+    assert count == 0
