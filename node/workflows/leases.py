@@ -28,6 +28,10 @@ class LeaseAuthorityUnreachable(BBSError):
     status, code, title = 503, "lease_authority_unreachable", "Lease authority unreachable"
 
 
+class NotLeaseAuthority(BBSError):
+    status, code, title = 503, "not_lease_authority", "Not the lease authority"
+
+
 @dataclass(frozen=True)
 class Grant:
     """What a granted lease decision needs to become a record."""

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from node.api_types import SignedSubmission
 from node.appkeys import NODE
 from node.auth import agent_id
-from node.errors import InvalidInput
+from node.errors import InvalidInput, MalformedRequest
 from node.http import Route, convert, decode_query, json_response, read_json
 from node.workflows import graph as graph_render
+from node.workflows import leases
 from node.workflows.service import Workflows
 from node.workflows.wire import (
     DeclareTask,
@@ -22,6 +24,8 @@ from node.workflows.wire import (
     MessageOut,
     MessagePage,
     MessageQuery,
+    PeerLeaseIn,
+    PeerLeaseOut,
     PostMessage,
     ReadyList,
     ReadyQuery,
@@ -95,6 +99,28 @@ async def release_task(request: web.Request) -> web.Response:
 async def complete_task(request: web.Request) -> web.Response:
     body = _signed_or(await _optional_json(request), FinishIn)
     return json_response(await _workflows(request).complete(agent_id(request), request.match_info["task_id"], body))
+
+
+async def peer_lease(request: web.Request) -> web.Response:
+    """The home node's side of a forwarded lease request: authenticate the peer, decide, return the grant."""
+    from node.peer_routes import _authenticate_peer, _signed_body
+
+    raw = await _signed_body(request)
+    await _authenticate_peer(request, raw)
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise MalformedRequest(f"body is not valid JSON: {exc}", code="invalid_json") from None
+    body = convert(value, PeerLeaseIn)
+    workflows = _workflows(request)
+    try:
+        key, granted, record = await workflows.grant(body.agent_id, body.task_key, body.seconds)
+    except leases.NotHome as exc:
+        raise leases.NotLeaseAuthority(
+            f"this node is not the lease authority of {exc.task_key}; its home node is {exc.home_node}",
+            field="$.task_key",
+        ) from None
+    return json_response(PeerLeaseOut(record=record, task=await workflows.task(key)), 201 if granted else 200)
 
 
 async def get_graph(request: web.Request) -> web.Response:
@@ -195,6 +221,16 @@ ROUTES: list[Route] = [
         "any",
         query=GraphQuery,
         responses={200: Graph},
+        tag="agent-workflows",
+    ),
+    Route(
+        "POST",
+        f"{PREFIX}/peer/lease",
+        peer_lease,
+        "A peer forwards a lease request to this node, the task's home (peer-signed)",
+        "peer",
+        body=PeerLeaseIn,
+        responses={201: PeerLeaseOut, 200: PeerLeaseOut},
         tag="agent-workflows",
     ),
 ]

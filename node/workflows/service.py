@@ -16,7 +16,7 @@ from node import projections
 from node.api_types import SignedSubmission
 from node.errors import Forbidden, InvalidInput
 from node.service import Node, format_ms, record_error
-from node.workflows import bus, graph, leases, tasks
+from node.workflows import bus, forward, graph, leases, tasks
 from node.workflows.wire import (
     DeclareTask,
     FinishIn,
@@ -189,41 +189,66 @@ class Workflows:
         """Grant or extend the caller's lease for `body.seconds`. Returns (task, newly granted).
 
         Only the task's home node decides; the check and the grant record share one write transaction.
+        On another node the request is forwarded to the home node, or refused while it cannot be reached.
         """
         await self.resolve_agent(agent_id, body.agent)
+        try:
+            key, granted, _ = await self.grant(agent_id, ref, body.seconds)
+        except leases.NotHome as exc:
+            key, granted = await self._lease_elsewhere(exc, agent_id, body.seconds)
+        return await self.task(key), granted
+
+    async def grant(self, agent_id: str, ref: str, seconds: int) -> tuple[str, bool, dict[str, Any]]:
+        """As the home node: grant or extend `agent_id`'s lease. Returns (task key, newly granted, grant record).
+
+        Raises leases.NotHome when another node is the task's lease authority.
+        """
         node_key = self.node.key
 
-        def job(conn: sqlite3.Connection) -> tuple[str, bool]:
+        def job(conn: sqlite3.Connection) -> tuple[str, bool, dict[str, Any]]:
             now = self.node.now_ms()
             row = tasks.task_row(conn, ref)
-            grant = leases.decide_grant(conn, row, node_key.did, agent_id, now)
-            start = tasks.next_event_ms(conn, grant.task_key, now)
+            decision = leases.decide_grant(conn, row, node_key.did, agent_id, now)
+            start = tasks.next_event_ms(conn, decision.task_key, now)
             unsigned = _task_event(
-                grant.task_key,
+                decision.task_key,
                 node_key.did,
                 start,
                 "lease",
                 holder=agent_id,
                 # the lease runs by this node's clock; `start` may sit a little later (see next_event_ms)
-                expires_at=format_ms(max(now + body.seconds * 1000, start + 1)),
+                expires_at=format_ms(max(now + seconds * 1000, start + 1)),
             )
             rec, rec_hash, dec = build_record(unsigned, node_key)
             projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
-            return grant.task_key, not grant.extends
+            return decision.task_key, not decision.extends, rec
 
+        return await self.node.db.write(job)
+
+    async def _lease_elsewhere(self, exc: leases.NotHome, agent_id: str, seconds: int) -> tuple[str, bool]:
+        """Ask the home node for the lease; store the grant it signed, so this node's ready set excludes the task."""
+        record, granted = await forward.request_lease(self.node, exc.home_node, exc.task_key, agent_id, seconds)
         try:
-            key, granted = await self.node.db.write(job)
-        except leases.NotHome as exc:
-            return await self._lease_elsewhere(exc, agent_id, body)
-        return await self.task(key), granted
-
-    async def _lease_elsewhere(self, exc: leases.NotHome, agent_id: str, body: LeaseIn) -> tuple[TaskOut, bool]:
-        """A lease on a task homed on another node: that node decides, and this one cannot reach it."""
-        raise leases.LeaseAuthorityUnreachable(
-            f"task {exc.task_key} is homed on node {exc.home_node}, the only node that may grant its lease, and this"
-            " node cannot reach it; retry later or ask that node directly",
-            field="task_id",
+            record_hash, decoded = records.check(record)
+        except records.RecordError as error:
+            raise leases.LeaseAuthorityUnreachable(
+                f"the home node {exc.home_node} answered with an invalid grant: {error}", field="task_id"
+            ) from None
+        if not (
+            decoded.kind == "task_event"
+            and decoded.event == "lease"
+            and decoded.author_id == exc.home_node
+            and decoded.task_key == exc.task_key
+            and decoded.holder == agent_id
+        ):
+            raise leases.LeaseAuthorityUnreachable(
+                f"the home node {exc.home_node} answered with a record that is not this lease", field="task_id"
+            )
+        now = self.node.now_ms()
+        await self.node.db.write(
+            lambda c: projections.append(c, record, record_hash, decoded, origin=exc.home_node, now_ms=now)
         )
+        return exc.task_key, granted
 
     async def release(self, agent_id: str, ref: str, body: FinishIn | SignedSubmission) -> TaskOut:
         """End the caller's live lease early, optionally merging a checkpoint; the task is ready again."""

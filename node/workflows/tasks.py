@@ -13,6 +13,13 @@ from node.errors import Conflict, InvalidInput, NotFound
 from node.workflows.records import DONE_STATUSES, OPEN_STATUSES, merge_patch
 from node.workflows.wire import LeaseOut, ReadyList, ReadyTask, TaskOut
 
+# The ready set: one range of the partial index `tasks_startable` (unmet = 0 AND open = 1), leases checked
+# against the reader's clock. INDEXED BY makes a plan that cannot use the index an error, not a slow scan.
+READY_SQL = (
+    "SELECT id, key, title, depends_on, checkpoint, home_node FROM tasks INDEXED BY tasks_startable"
+    " WHERE unmet = 0 AND open = 1 AND id > ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?)"
+    " ORDER BY id LIMIT ?"
+)
 _LOCAL_ID = re.compile(r"^[0-9]{1,18}$")
 _KEY = re.compile(r"^(?![0-9]+$)[A-Za-z0-9_.:@-]{1,128}$")
 
@@ -82,12 +89,7 @@ def ready(conn: sqlite3.Connection, now_ms: int, limit: int, after: int | None) 
     `tasks_startable` is a partial index over exactly the first two conditions, so the scan touches only
     startable tasks and filters the (few) leased ones.
     """
-    rows = conn.execute(
-        "SELECT id, key, title, depends_on, checkpoint, home_node FROM tasks INDEXED BY tasks_startable"
-        " WHERE unmet = 0 AND open = 1 AND id > ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?)"
-        " ORDER BY id LIMIT ?",
-        (after if after is not None else -1, now_ms, limit + 1),
-    ).fetchall()
+    rows = conn.execute(READY_SQL, (after if after is not None else -1, now_ms, limit + 1)).fetchall()
     more = len(rows) > limit
     rows = rows[:limit]
     return ReadyList(

@@ -192,3 +192,21 @@ class Graph(msgspec.Struct):
     edges: list[GraphEdge]
     missing: list[str]
     truncated: bool
+
+
+# ---- federation: a lease request forwarded to the task's home node --------------------------------------
+
+
+class PeerLeaseIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A peer asks the home node to grant `agent_id` the lease of `task_key` (peer-signed request)."""
+
+    task_key: TaskKey
+    agent_id: Did
+    seconds: LeaseSeconds = LEASE_DEFAULT_SECONDS
+
+
+class PeerLeaseOut(msgspec.Struct):
+    """The grant: the lease record the home node signed (the asking node stores it) and the task there."""
+
+    record: dict[str, Any]
+    task: TaskOut

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp.test_utils import TestClient
 
 from node.service import Node
+from node.workflows import tasks
 from tests.conftest import AgentCreds
 from tests.workflows.helpers import SEED_PLAN, WF, count_records, declare, lease, ready_keys
 
@@ -160,3 +161,12 @@ async def test_graph_formats(client: TestClient, make_agent: MakeAgent) -> None:
     assert mermaid.startswith("flowchart LR")
     assert f"t{ids['write-adr']} --> t{ids['publish-digest']}" in mermaid
     assert ":::leased" in mermaid
+
+
+async def test_ready_is_one_index_range(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
+    a = await make_agent("a")
+    await declare(client, a, {"key": "x", "title": "X"})
+    plan = await node.db.read(
+        lambda c: [r[-1] for r in c.execute("EXPLAIN QUERY PLAN " + tasks.READY_SQL, (-1, node.now_ms(), 101))]
+    )
+    assert plan == ["SEARCH tasks USING INDEX tasks_startable (id>?)"]

@@ -1,0 +1,108 @@
+"""The bus over a real server: messages are signed records, filtered by project or either end, paged."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+
+from aiohttp.test_utils import TestClient
+
+from identity import records
+from node.service import Node
+from tests.conftest import AgentCreds, FakeClock
+from tests.workflows.helpers import WF, count_records
+
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+
+
+async def send(client: TestClient, who: AgentCreds, status: int = 201, **body: object) -> dict[str, object]:
+    resp = await client.post(f"{WF}/messages", json=body, headers=who.headers)
+    data = await resp.json()
+    assert resp.status == status, data
+    return data  # type: ignore[no-any-return]
+
+
+async def test_message_is_a_signed_raw_fact_with_both_agents_as_tags(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    msg = await send(
+        client,
+        alice,
+        to_agent=bob.agent_id,
+        message_type="handoff",
+        body="scan done, over to you",
+        payload={"files": 12, "ratio": 0.25},
+        dependency_ids=["abc", "def"],
+        project="repo-audit",
+    )
+    assert msg["from_agent"] == alice.agent_id and msg["to_agent"] == bob.agent_id
+    assert msg["tags"] == sorted([alice.agent_id, bob.agent_id])
+    assert (msg["authority"], msg["truth_state"], msg["confidence"]) == ("raw", "fact", 1.0)
+    assert msg["payload"] == {"files": 12, "ratio": 0.25} and msg["dependency_ids"] == ["abc", "def"]
+    body = await node.db.read(
+        lambda c: c.execute("SELECT body FROM records WHERE hash = ?", (msg["record_hash"],)).fetchone()[0]
+    )
+    record = json.loads(body)
+    assert records.verify(record) == msg["record_hash"]  # anyone can check who sent it
+    assert record["author_id"] == alice.agent_id and record["kind"] == "message"
+
+
+async def test_broadcast_and_filters(client: TestClient, make_agent: MakeAgent, clock: FakeClock) -> None:
+    alice, bob, carol = await make_agent("alice"), await make_agent("bob"), await make_agent("carol")
+    m1 = await send(client, alice, message_type="status", body="starting", project="p1")
+    clock.advance(1)
+    m2 = await send(client, bob, to_agent=alice.agent_id, message_type="question", body="which branch?", project="p1")
+    clock.advance(1)
+    m3 = await send(client, carol, to_agent=bob.agent_id, message_type="status", body="elsewhere", project="p2")
+    assert m1["to_agent"] is None and m1["tags"] == [alice.agent_id]
+
+    async def ids(**params: str) -> list[object]:
+        resp = await client.get(f"{WF}/messages", params=params, headers=carol.headers)
+        assert resp.status == 200
+        return [m["id"] for m in (await resp.json())["messages"]]
+
+    assert await ids() == [m3["id"], m2["id"], m1["id"]]  # newest first by default
+    assert await ids(order="oldest") == [m1["id"], m2["id"], m3["id"]]
+    assert await ids(project="p1") == [m2["id"], m1["id"]]
+    assert await ids(agent=alice.agent_id) == [m2["id"], m1["id"]]  # what alice said and what was said to her
+    assert await ids(agent=bob.agent_id) == [m3["id"], m2["id"]]
+    assert await ids(agent=bob.agent_id, project="p2") == [m3["id"]]
+    assert await ids(message_type="status") == [m3["id"], m1["id"]]
+
+
+async def test_paging_walks_every_message_once(client: TestClient, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    sent = [(await send(client, alice, message_type="tick", body=str(i)))["id"] for i in range(7)]  # one millisecond
+    for order, expected in (("newest", sent[::-1]), ("oldest", sent)):
+        seen: list[object] = []
+        cursor = None
+        while True:
+            params = {"limit": "3", "order": order} | ({"cursor": cursor} if cursor else {})
+            page = await (await client.get(f"{WF}/messages", params=params, headers=alice.headers)).json()
+            seen += [m["id"] for m in page["messages"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert seen == expected
+
+
+async def test_idempotency_key_appends_once(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
+    alice = await make_agent("alice")
+    headers = alice.headers | {"Idempotency-Key": "retry-1"}
+    first = await client.post(f"{WF}/messages", json={"message_type": "x", "body": "once"}, headers=headers)
+    second = await client.post(f"{WF}/messages", json={"message_type": "x", "body": "once"}, headers=headers)
+    assert (first.status, second.status) == (201, 200)
+    assert (await first.json())["id"] == (await second.json())["id"]
+    assert await count_records(node, "message") == 1
+
+
+async def test_from_agent_must_be_the_sender(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    resp = await client.post(
+        f"{WF}/messages", json={"message_type": "x", "from_agent": bob.agent_id}, headers=alice.headers
+    )
+    problem = await resp.json()
+    assert resp.status == 403 and problem["field"] == "$.from_agent"
+    await send(client, alice, message_type="x", from_agent=alice.agent_id)
+    assert await count_records(node, "message") == 1

@@ -1,0 +1,170 @@
+"""Workflow tables are projections: rebuilt from the log exactly, and the same whatever order records arrive in."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from identity import canonical, keys, records
+from node import db as dbmod
+from node import projections
+from node.service import Node, format_ms
+from tests.conftest import AgentCreds, FakeClock
+from tests.workflows.helpers import SEED_PLAN, WF, declare, lease
+
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+WORKFLOW_TABLES = ["messages", "message_agents", "task_events", "tasks", "task_deps"]
+# Everything a task is, minus its local id (a node's own numbering, like an entry's id).
+TASK_STATE = (
+    "key, title, status, depends_on, checkpoint, home_node, created_at, updated_at, last_ms, lease_hash,"
+    " lease_holder, lease_expires_at, lease_expires_ms, unmet, open"
+)
+
+
+async def busy_workflow(client: TestClient, make_agent: MakeAgent, clock: FakeClock) -> None:
+    """A plan with leases, a release, an expiry, completions, checkpoints, forward references and messages."""
+    boss, w1, w2 = await make_agent("boss"), await make_agent("w1"), await make_agent("w2")
+    for task in SEED_PLAN:
+        await declare(client, boss, task)
+    await declare(client, boss, {"key": "later", "title": "Later", "depends_on": ["not-yet", "publish-digest"]})
+    await lease(client, w1, "doctor-pass", seconds=60)
+    await declare(client, w1, {"key": "doctor-pass", "checkpoint": {"checked": ["a", "b"], "n": 2}})
+    clock.advance(61)  # w1's lease runs out
+    await lease(client, w2, "doctor-pass", seconds=300)
+    await client.post(f"{WF}/tasks/doctor-pass/complete", json={"checkpoint": {"n": 3}}, headers=w2.headers)
+    await lease(client, w1, "write-adr", seconds=300)
+    await client.post(f"{WF}/tasks/write-adr/release", json={"checkpoint": {"draft": 1}}, headers=w1.headers)
+    await lease(client, w2, "write-adr", seconds=900)
+    for i, who in enumerate((boss, w1, w2)):
+        await client.post(
+            f"{WF}/messages",
+            json={"message_type": "status", "body": f"note {i}", "to_agent": boss.agent_id, "project": "p"},
+            headers=who.headers,
+        )
+        clock.advance(0.5)
+
+
+async def test_rebuild_reproduces_workflow_tables(
+    client: TestClient, make_agent: MakeAgent, node: Node, clock: FakeClock
+) -> None:
+    await busy_workflow(client, make_agent, clock)
+    before = await node.db.read(projections.snapshot)
+    assert all(before[t] for t in WORKFLOW_TABLES)
+    replayed = await node.db.write(projections.rebuild)
+    after = await node.db.read(projections.snapshot)
+    assert replayed > 0
+    for table in WORKFLOW_TABLES:
+        assert after[table] == before[table], table
+
+
+def _fresh(path: Path) -> sqlite3.Connection:
+    conn = dbmod.connect(path)
+    dbmod.migrate(conn)
+    return conn
+
+
+def _ingest(conn: sqlite3.Connection, bodies: list[bytes]) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    for body in bodies:
+        record = json.loads(body)
+        record_hash, decoded = records.check(record)
+        projections.append(conn, record, record_hash, decoded, origin="peer", now_ms=0)
+    conn.execute("COMMIT")
+
+
+def _state(conn: sqlite3.Connection) -> dict[str, Any]:
+    return {
+        "tasks": [tuple(r) for r in conn.execute(f"SELECT {TASK_STATE} FROM tasks ORDER BY key")],
+        "deps": [tuple(r) for r in conn.execute("SELECT * FROM task_deps ORDER BY 1, 2")],
+        "messages": [tuple(r) for r in conn.execute("SELECT record_hash, body FROM messages ORDER BY 1")],
+    }
+
+
+async def test_any_arrival_order_gives_the_same_graph(
+    client: TestClient, make_agent: MakeAgent, node: Node, clock: FakeClock, tmp_path: Path
+) -> None:
+    await busy_workflow(client, make_agent, clock)
+    bodies = await node.db.read(
+        lambda c: [
+            bytes(r[0])
+            for r in c.execute("SELECT body FROM records WHERE kind IN ('task_event', 'message') ORDER BY seq")
+        ]
+    )
+    in_order = _fresh(tmp_path / "in-order.db")
+    _ingest(in_order, bodies)
+    reference = _state(in_order)
+    assert reference == await node.db.read(_state) and reference["tasks"]
+    for seed in range(6):
+        shuffled = bodies[:]
+        random.Random(seed).shuffle(shuffled)
+        conn = _fresh(tmp_path / f"shuffled-{seed}.db")
+        _ingest(conn, shuffled)
+        assert _state(conn) == reference, seed
+
+
+def _declare(author: keys.SigningKey, node_id: str, created_ms: int, title: str) -> dict[str, Any]:
+    return records.sign(
+        {
+            "kind": "task_event",
+            "schema_version": canonical.SCHEMA_VERSION,
+            "author_id": author.did,
+            "created_at": format_ms(created_ms),
+            "event": "declare",
+            "task_key": "shared",
+            "node_id": node_id,
+            "title": title,
+        },
+        author,
+    )
+
+
+def _grant(node_key: keys.SigningKey, holder: str, created_ms: int) -> dict[str, Any]:
+    return records.sign(
+        {
+            "kind": "task_event",
+            "schema_version": canonical.SCHEMA_VERSION,
+            "author_id": node_key.did,
+            "created_at": format_ms(created_ms),
+            "event": "lease",
+            "task_key": "shared",
+            "holder": holder,
+            "expires_at": format_ms(created_ms + 60_000),
+        },
+        node_key,
+    )
+
+
+def test_home_node_is_the_earliest_declaration_and_only_its_grants_count(tmp_path: Path) -> None:
+    agent = keys.SigningKey.generate()
+    n1, n2 = keys.SigningKey.generate(), keys.SigningKey.generate()
+    t = 1_800_000_000_000
+    early = _declare(agent, n2.did, t, "declared first, on n2")
+    late = _declare(agent, n1.did, t + 5, "declared again, on n1")
+    grant_n1 = _grant(n1, agent.did, t + 10)  # n1 is not the home: ignored everywhere
+    grant_n2 = _grant(n2, agent.did, t + 8)
+    bodies = [canonical.canonical_bytes(r) for r in (early, late, grant_n1, grant_n2)]
+    homes = set()
+    for i, order in enumerate(([0, 1, 2, 3], [3, 2, 1, 0], [2, 1, 3, 0])):
+        conn = _fresh(tmp_path / f"o{i}.db")
+        _ingest(conn, [bodies[j] for j in order])
+        row = conn.execute("SELECT home_node, lease_hash, title FROM tasks WHERE key = 'shared'").fetchone()
+        homes.add(tuple(row))
+    assert homes == {(n2.did, records.compute_hash(grant_n2), "declared again, on n1")}
+
+
+def test_simultaneous_declarations_break_the_tie_by_hash(tmp_path: Path) -> None:
+    agent = keys.SigningKey.generate()
+    n1, n2 = keys.SigningKey.generate(), keys.SigningKey.generate()
+    t = 1_800_000_000_000
+    d1, d2 = _declare(agent, n1.did, t, "one"), _declare(agent, n2.did, t, "two")
+    winner = min((records.compute_hash(d1), n1.did), (records.compute_hash(d2), n2.did))[1]
+    for i, pair in enumerate(((d1, d2), (d2, d1))):
+        conn = _fresh(tmp_path / f"tie{i}.db")
+        _ingest(conn, [canonical.canonical_bytes(r) for r in pair])
+        assert conn.execute("SELECT home_node FROM tasks").fetchone()[0] == winner
