@@ -27,7 +27,7 @@ from identity import canonical, keys
 from node.agents import Principal
 from node.api_types import ChallengeIn, ChallengeOut, SessionIn, SessionOut
 from node.appkeys import NODE
-from node.errors import NotFound, RateLimited, Unauthorized
+from node.errors import NotFound, Unauthorized
 from node.http import Route, convert, json_response, read_json
 from node.service import Node, format_ms
 
@@ -63,12 +63,12 @@ async def issue_challenge(node: Node, agent_id: str) -> ChallengeOut:
             )
         conn.execute("DELETE FROM auth_challenges WHERE expires_ms <= ?", (now,))
         conn.execute("DELETE FROM auth_sessions WHERE expires_ms <= ?", (now,))
-        open_count = conn.execute("SELECT count(*) FROM auth_challenges WHERE agent_id = ?", (agent_id,)).fetchone()[0]
-        if open_count >= MAX_OPEN_CHALLENGES:
-            raise RateLimited(
-                f"{MAX_OPEN_CHALLENGES} challenges are already open for this agent; use one or wait a minute",
-                code="too_many_challenges",
-            )
+        # Anyone may ask for a challenge, so a full quota evicts the oldest rather than locking the agent out.
+        conn.execute(
+            "DELETE FROM auth_challenges WHERE nonce IN (SELECT nonce FROM auth_challenges WHERE agent_id = ?"
+            " ORDER BY expires_ms DESC LIMIT -1 OFFSET ?)",
+            (agent_id, MAX_OPEN_CHALLENGES - 1),
+        )
         conn.execute(
             "INSERT INTO auth_challenges (nonce, agent_id, expires_ms) VALUES (?, ?, ?)",
             (nonce, agent_id, now + CHALLENGE_TTL_MS),

@@ -126,12 +126,20 @@ async def test_unknown_agent_and_bad_input(client: TestClient) -> None:
     assert (await client.get("/v1/inbox", headers=forged)).status == 401
 
 
-async def test_open_challenges_are_bounded(client: TestClient, node: Node) -> None:
+async def test_open_challenges_are_bounded_without_locking_the_agent_out(
+    client: TestClient, node: Node, clock: FakeClock
+) -> None:
     key = await own_key_agent(node)
-    for _ in range(agent_auth.MAX_OPEN_CHALLENGES):
-        await challenge(client, key.did)
-    resp = await client.post("/v1/auth/challenge", json={"agent_id": key.did})
-    assert resp.status == 429 and (await resp.json())["code"] == "too_many_challenges"
+    issued = []
+    for _ in range(agent_auth.MAX_OPEN_CHALLENGES + 4):
+        issued.append(await challenge(client, key.did))
+        clock.advance(0.01)
+    count = await node.db.read(lambda c: c.execute("SELECT count(*) FROM auth_challenges").fetchone()[0])
+    assert count == agent_auth.MAX_OPEN_CHALLENGES
+    oldest = await client.post("/v1/auth/session", json=proof(key, issued[0]))
+    assert (await oldest.json())["code"] == "challenge_invalid"
+    newest = await client.post("/v1/auth/session", json=proof(key, issued[-1]))
+    assert newest.status == 201
 
 
 async def test_api_keys_still_work(client: TestClient, make_agent: Callable[[str], Awaitable[AgentCreds]]) -> None:
