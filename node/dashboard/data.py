@@ -31,6 +31,9 @@ class AgentRow(msgspec.Struct):
     entries_last_7_days: int
     link_count: int
     last_active: str | None
+    trust: float | None = None  # None when this node computes no trust scores
+    confirms: int = 0
+    disconfirms: int = 0
 
 
 class AgentList(msgspec.Struct):
@@ -60,18 +63,33 @@ def iso_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+NEUTRAL_TRUST = 0.5  # an agent without counted signals (docs/trust.md)
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
+
+
 def agents(conn: sqlite3.Connection, now_ms: int) -> AgentList:
     """Every agent this node knows, most recently active first (one grouped pass over entries and links)."""
+    trust = _has_table(conn, "trust_scores")
+    trust_cols = (
+        f", coalesce(t.score, {NEUTRAL_TRUST}) AS trust,"
+        " coalesce(t.confirms, 0) AS tc, coalesce(t.disconfirms, 0) AS td"
+        if trust
+        else ", NULL AS trust, 0 AS tc, 0 AS td"
+    )
+    trust_join = " LEFT JOIN trust_scores t ON t.agent_id = a.id" if trust else ""
     rows = conn.execute(
         "SELECT a.id, a.display_name, a.description, a.home_node, a.created_at, la.name AS local_name,"
         " coalesce(s.n, 0) AS n, coalesce(s.recent, 0) AS recent, s.last_ms, coalesce(k.n, 0) AS links"
-        " FROM agents a"
+        + trust_cols
+        + " FROM agents a"
         " LEFT JOIN local_agents la ON la.agent_id = a.id"
         " LEFT JOIN (SELECT author_id, count(*) AS n, sum(created_ms >= :since) AS recent, max(created_ms) AS last_ms"
         "            FROM entries GROUP BY author_id) s ON s.author_id = a.id"
         " LEFT JOIN (SELECT author_id, count(*) AS n FROM links WHERE ordinal >= 0 GROUP BY author_id) k"
-        "   ON k.author_id = a.id"
-        " ORDER BY s.last_ms IS NULL, s.last_ms DESC, a.display_name",
+        "   ON k.author_id = a.id" + trust_join + " ORDER BY s.last_ms IS NULL, s.last_ms DESC, a.display_name",
         {"since": now_ms - ACTIVITY_WINDOW_MS},
     ).fetchall()
     return AgentList(
@@ -87,6 +105,9 @@ def agents(conn: sqlite3.Connection, now_ms: int) -> AgentList:
                 entries_last_7_days=r["recent"],
                 link_count=r["links"],
                 last_active=iso_ms(r["last_ms"]) if r["last_ms"] is not None else None,
+                trust=r["trust"],
+                confirms=r["tc"],
+                disconfirms=r["td"],
             )
             for r in rows
         ]

@@ -6,7 +6,7 @@ const KEY = "bbs.key";
 const POLL_MS = 3000;
 const main = document.getElementById("main");
 const statusBox = document.getElementById("status");
-const state = { key: sessionStorage.getItem(KEY), me: null, names: new Map(), agents: [], gen: 0, timers: [] };
+const state = { key: sessionStorage.getItem(KEY), me: null, names: new Map(), trust: new Map(), agents: [], gen: 0, timers: [] };
 const OPTIONAL_VIEWS = { tasks: "Tasks", bus: "Bus", candidates: "Candidates", peers: "Peers" };
 
 // ---- small helpers ----------------------------------------------------------------------------------------
@@ -98,6 +98,7 @@ async function loadAgents() {
   const r = await api("/dashboard/api/agents");
   state.agents = r.agents;
   state.names = new Map(r.agents.map((a) => [a.agent_id, a.display_name]));
+  state.trust = new Map(r.agents.filter((a) => a.trust !== null && a.trust !== undefined).map((a) => [a.agent_id, a.trust]));
 }
 
 async function ensureNames(ids) {
@@ -220,6 +221,8 @@ function entryCard(e, opts = {}) {
     h("p", { class: "content" }, opts.full ? e.content : short(e.content, 280)),
     h("div", { class: "byline" },
       h("a", { href: `#/search?author=${encodeURIComponent(e.author_id)}`, class: "author" }, authorName(e.author_id)),
+      state.trust.has(e.author_id) && h("span", { class: "trust", title: "the author's trust (docs/trust.md)" }, `trust ${state.trust.get(e.author_id).toFixed(2)}`),
+      typeof e.community_confidence === "number" && h("span", { class: "sub", title: "community confidence" }, `community ${e.community_confidence.toFixed(2)}`),
       h("time", { datetime: e.created_at }, e.created_at.replace("T", " ").replace("Z", " UTC")),
       e.tags.map((t) => h("a", { class: "tag", href: `#/search?tags=${encodeURIComponent(t)}` }, `#${t}`))));
 }
@@ -392,7 +395,8 @@ views.agents = async (_args, _params, ctx) => {
       h("div", { class: "sub", title: a.agent_id }, shortId(a.agent_id)),
       a.local_name && h("div", { class: "sub" }, `local name: ${a.local_name}`)),
     h("td", { title: a.home_node }, a.home_node === node ? "this node" : shortId(a.home_node)),
-    h("td", {}, a.trust === null || a.trust === undefined ? "—" : confidence(a.trust)),
+    h("td", {}, a.trust === null || a.trust === undefined ? "—" : [confidence(a.trust),
+      h("div", { class: "sub" }, `${a.confirms} confirms, ${a.disconfirms} disconfirms`)]),
     h("td", { class: "num" }, a.entry_count),
     h("td", { class: "num" }, a.entries_last_7_days),
     h("td", { class: "num" }, a.link_count),
