@@ -213,11 +213,21 @@ def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> li
     if match is not None:
         params["match"] = match
         filters = "".join(f" AND {w}" for w in where)
-        sql = (
-            f"SELECT {ENTRY_COLUMNS} FROM entries_fts f JOIN entries e ON e.id = f.rowid"
-            f" WHERE entries_fts MATCH :match{filters} ORDER BY {order + ', ' if order else ''}f.rank, e.id DESC"
-            " LIMIT :limit OFFSET :offset"
-        )
+        if order is None:
+            # Page first, then compute ENTRY_COLUMNS' per-row subqueries for that page only: SQLite
+            # otherwise evaluates them for every match before sorting (2x slower for common terms).
+            sql = (
+                f"SELECT {ENTRY_COLUMNS} FROM (SELECT e.id AS page_id, f.rank AS page_rank"
+                f" FROM entries_fts f JOIN entries e ON e.id = f.rowid WHERE entries_fts MATCH :match{filters}"
+                " ORDER BY f.rank, e.id DESC LIMIT :limit OFFSET :offset) p"
+                " JOIN entries e ON e.id = p.page_id ORDER BY p.page_rank, e.id DESC"
+            )
+        else:
+            sql = (
+                f"SELECT {ENTRY_COLUMNS} FROM entries_fts f JOIN entries e ON e.id = f.rowid"
+                f" WHERE entries_fts MATCH :match{filters} ORDER BY {order}, f.rank, e.id DESC"
+                " LIMIT :limit OFFSET :offset"
+            )
     else:
         filters = (" WHERE " + " AND ".join(where)) if where else ""
         sql = (
