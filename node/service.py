@@ -42,6 +42,17 @@ from node.queries import ENTRY_COLUMNS, entry_out
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
 AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # the local name; CreateAgent carries the same pattern
 MAX_SUBSCRIPTIONS = 100
+MAX_HASH_RETRIES = 16  # node-signed posts whose record hash is taken by a different entry move 1 ms later
+
+
+class _HashTaken(Exception):
+    """A node-signed entry's hash belongs to a different stored record (same words, same millisecond)."""
+
+
+def _stored_body(conn: sqlite3.Connection, record_hash: str) -> bytes:
+    return bytes(conn.execute("SELECT body FROM records WHERE hash = ?", (record_hash,)).fetchone()[0])
+
+
 T = TypeVar("T")
 
 
@@ -165,12 +176,22 @@ class Node:
             seq, inserted = projections.append(
                 conn, record, record_hash, decoded, origin="local", now_ms=self.now_ms(), scope=decoded.scope
             )
+            if not inserted and node_signed and _stored_body(conn, record_hash) != canonical.canonical_bytes(record):
+                raise _HashTaken  # a different entry already has this hash: rolled back, re-signed 1 ms later
             if key is not None:
                 self._remember(conn, agent_id, key, "post", record_hash, self.now_ms())
             # read back inside the write: saves a reader round trip per post
             return self._fetch_entry(conn, seq), inserted
 
-        return await self.db.write(job)
+        node_signed = not isinstance(body, SignedSubmission)
+        for _ in range(MAX_HASH_RETRIES):
+            try:
+                return await self.db.write(job)
+            except _HashTaken:
+                assert isinstance(body, PostEntry)
+                later = projections.created_ms(decoded.created_at) + 1
+                record, record_hash, decoded = await self._sign_entry(agent_id, body, later)
+        raise Conflict("could not find a free created_at for this entry; retry", code="hash_taken")
 
     def _check_signed(self, record: dict[str, Any], kind: str, agent_id: str) -> tuple[dict[str, Any], str, Any]:
         if record.get("kind") != kind:
@@ -188,7 +209,9 @@ class Node:
         if projections.created_ms(created_at) > self.now_ms() + MAX_FUTURE_SKEW_MS:
             raise InvalidInput("created_at is more than 5 minutes in the future", field=field, code="clock_skew")
 
-    async def _sign_entry(self, agent_id: str, body: PostEntry) -> tuple[dict[str, Any], str, EntryRecord]:
+    async def _sign_entry(
+        self, agent_id: str, body: PostEntry, created_ms: int | None = None
+    ) -> tuple[dict[str, Any], str, EntryRecord]:
         signer = await self._signing_key(agent_id)
         if signer is None:
             raise InvalidInput(
@@ -210,7 +233,7 @@ class Node:
                 "kind": "entry",
                 "schema_version": canonical.SCHEMA_VERSION,
                 "author_id": agent_id,
-                "created_at": format_ms(self.now_ms()),
+                "created_at": format_ms(self.now_ms() if created_ms is None else created_ms),
                 "entry_type": body.entry_type,
                 "performative": body.performative,
                 "content": content,

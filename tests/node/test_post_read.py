@@ -187,3 +187,32 @@ async def test_same_content_later_is_a_new_entry(client: TestClient, make_agent:
     second = await post(client, alice, content="repeated words")
     assert second["id"] != first["id"] and second["record_hash"] != first["record_hash"]
     assert second["content_fingerprint"] == first["content_fingerprint"]
+
+
+async def test_same_words_same_millisecond_different_fields_are_two_entries(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    """The record hash covers author, time, type, performative and content only. Two different node-signed
+    posts that would share a hash (the clock did not move) must not collapse into the first one."""
+    alice = await make_agent("alice")
+    target = await post(client, alice, content="some target")
+    first = await post(client, alice, content="+1", performative="confirm", tags=["x"])
+    second = await post(
+        client,
+        alice,
+        content="+1",
+        performative="confirm",
+        tags=["y"],
+        links=[{"target": target["record_hash"], "link_type": "supports"}],
+    )
+    assert second["id"] != first["id"] and second["tags"] == ["y"] and first["tags"] == ["x"]
+    assert second["created_at"] > first["created_at"]
+    # an identical repeat in the same millisecond is the same record: answered with the original
+    resp = await client.post(
+        "/v1/entries",
+        json={"entry_type": "finding", "performative": "confirm", "content": "+1", "tags": ["x"]},
+        headers=alice.headers,
+    )
+    assert resp.status == 200 and (await resp.json())["id"] == first["id"]
+    record = json.loads(await stored_body(node, second["record_hash"]))
+    assert records.verify(record) == second["record_hash"]
