@@ -428,10 +428,11 @@ class Node:
         """Entries by id or hash with their neighbourhood."""
 
         def run(conn: sqlite3.Connection) -> ReadResult:
-            seeds, missing = [], []
+            seeds: list[str] = []
+            missing: list[str] = []
             for ref in refs:
                 record_hash, entry_id = queries.resolve_ref(conn, ref)
-                if entry_id is None:
+                if entry_id is None or record_hash is None:
                     missing.append(ref)
                 else:
                     seeds.append(record_hash)
