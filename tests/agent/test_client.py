@@ -197,3 +197,16 @@ async def test_client_holding_the_key_signs_and_node_only_verifies(client: TestC
         record_hash, decoded = records.check(json.loads(body))
         assert decoded.author_id == key.did
     assert len(bodies) == 5  # identity document, three entries, one link
+
+
+async def test_expired_session_is_renewed_by_proving_the_key_again(client: TestClient, node: Node, clock) -> None:  # type: ignore[no-untyped-def]
+    key = keys.SigningKey.generate()
+    await import_identity(node, "roamer", key, agents.identity_record(key, "Roamer", "", node.node_id))
+    async with Client(base(client), signing_key=key) as c:
+        await c.post("before the session expires")
+        clock.advance(3601)  # the node's clock: the client still believes its token is fresh
+        await c.post("after the session expired")
+    expiries = await node.db.read(lambda conn: conn.execute("SELECT expires_ms FROM auth_sessions").fetchall())
+    assert expiries and all(row[0] > node.now_ms() for row in expiries)  # a new session, opened after the jump
+    count = await node.db.read(lambda conn: conn.execute("SELECT count(*) FROM entries").fetchone()[0])
+    assert count == 2
