@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -19,15 +20,32 @@ class SyncError(Exception):
     """An exchange with a peer failed (network, HTTP status, or a malformed reply)."""
 
 
+@dataclass
+class Traffic:
+    """Requests and body bytes exchanged (shared by every client of one puller)."""
+
+    requests: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+
 class PeerClient:
     """Signed requests to one peer: the changes feed, fetch by hash, reconciliation rounds."""
 
-    def __init__(self, session: aiohttp.ClientSession, key: keys.SigningKey, node_id: str, url: str) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        key: keys.SigningKey,
+        node_id: str,
+        url: str,
+        traffic: Traffic | None = None,
+    ) -> None:
         self.session, self.key, self.node_id = session, key, node_id
         self.base = url.rstrip("/")
         self.bytes_sent = 0
         self.bytes_received = 0
         self.requests = 0
+        self.traffic = traffic or Traffic()
 
     async def changes(self, since: int, epoch: str | None, limit: int, wait_ms: int) -> m.ChangesReply:
         query: dict[str, str] = {"since": str(since), "limit": str(limit), "wait_ms": str(wait_ms)}
@@ -73,6 +91,8 @@ class PeerClient:
             headers["Content-Type"] = "application/json"
         self.requests += 1
         self.bytes_sent += len(body or b"")
+        self.traffic.requests += 1
+        self.traffic.bytes_sent += len(body or b"")
         try:
             async with self.session.request(
                 method, url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
@@ -85,6 +105,7 @@ class PeerClient:
                         raise SyncError("malformed batch: reply exceeds the size limit")
                 data = b"".join(chunks)
                 self.bytes_received += len(data)
+                self.traffic.bytes_received += len(data)
                 if resp.status != 200:
                     raise SyncError(f"{method} {path}: HTTP {resp.status}: {_problem(data)}")
                 return data

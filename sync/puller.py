@@ -14,7 +14,7 @@ import aiohttp
 
 from identity import keys
 from sync import messages as m
-from sync.client import PeerClient, SyncError
+from sync.client import PeerClient, SyncError, Traffic
 from sync.negentropy import Negentropy, NegentropyError, VectorStorage
 from sync.store import Cursor, Invalid, Outcome, PeerConfig, SyncStore, Verified
 from sync.verify import verify_record
@@ -60,9 +60,10 @@ class Puller:
     ) -> None:
         self.store, self.key, self.session, self.clock = store, key, session, clock
         self.limit, self.wait_ms, self.reconcile_every_s = limit, wait_ms, reconcile_every_s
+        self.traffic = Traffic()
 
     def client(self, peer: PeerConfig) -> PeerClient:
-        return PeerClient(self.session, self.key, peer.node_id, peer.url)
+        return PeerClient(self.session, self.key, peer.node_id, peer.url, self.traffic)
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)

@@ -14,7 +14,7 @@ from scenarios.bench.context import Context
 
 def registry() -> dict[str, Callable[[Context], None]]:
     """Benchmark name -> runner, in the order `all` runs them."""
-    from scenarios.bench import inbox, ingest, peers, raw, reads, search
+    from scenarios.bench import inbox, ingest, peers, raw, reads, search, sync
 
     return {
         "raw": raw.run,
@@ -24,4 +24,5 @@ def registry() -> dict[str, Callable[[Context], None]]:
         "inbox": inbox.run,
         "memory": reads.run_memory,
         "peers": peers.run,
+        "sync": sync.run,
     }
