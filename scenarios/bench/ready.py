@@ -24,6 +24,7 @@ from identity import canonical, keys, records
 from node import db, projections
 from node.datadir import DataDir
 from node.service import format_ms
+from node.workflows.tasks import READY_SQL
 from scenarios.bench import corpus
 from scenarios.bench.context import Context, Sizes
 from scenarios.bench.harness import Call, Server, bearer, run_load
@@ -35,11 +36,6 @@ TASKS = 100_000
 QUICK_TASKS = 2_000
 DONE_FRACTION = 0.6
 LEASED_FRACTION = 0.02
-READY_SQL = (
-    "SELECT id, key, title, depends_on, checkpoint, home_node FROM tasks INDEXED BY tasks_startable"
-    " WHERE unmet = 0 AND open = 1 AND id > -1 AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?)"
-    " ORDER BY id LIMIT ?"
-)
 
 
 def _event(author: keys.SigningKey, created_ms: int, key: str, event: str, **fields: Any) -> dict[str, Any]:
@@ -98,11 +94,11 @@ def direct(db_path: Path, rounds: int, limit: int) -> tuple[list[float], list[st
     """Latencies of the node's ready query run directly with sqlite3, and its query plan."""
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     now = int(time.time() * 1000)
-    plan = [str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + READY_SQL, (now, limit + 1))]
+    plan = [str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + READY_SQL, (-1, now, limit + 1))]
     lat = []
     for _ in range(rounds):
         started = time.perf_counter()
-        conn.execute(READY_SQL, (now, limit + 1)).fetchall()
+        conn.execute(READY_SQL, (-1, now, limit + 1)).fetchall()
         lat.append(time.perf_counter() - started)
     conn.close()
     return lat, plan
