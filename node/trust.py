@@ -32,6 +32,7 @@ import sqlite3
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
@@ -39,6 +40,9 @@ from aiohttp import web
 from node.api_types import AgentTrust
 from node.appkeys import NODE
 from node.http import Route, json_response
+
+if TYPE_CHECKING:
+    from node.service import Node
 
 log = logging.getLogger("bbs.trust")
 
@@ -210,16 +214,26 @@ def read_signals(conn: sqlite3.Connection) -> list[Signal]:
     return sorted(Signal(r[0], r[1], r[2], int(r[3])) for r in rows)
 
 
-def refresh(conn: sqlite3.Connection, now_ms: int, *, force: bool = False) -> bool:
-    """Recompute the trust cache if the log grew since the last run (or when forced). Returns True if it ran.
+def snapshot(conn: sqlite3.Connection, *, force: bool = False) -> tuple[int, TrustResult | None]:
+    """(log head, freshly computed result), or (head, None) when the cache already covers the head.
 
-    Runs inside the caller's write transaction, so readers see either the old or the new cache whole.
+    Meant for a reader connection: the signals are read and folded without holding the writer.
     """
-    head = conn.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
+    head = int(conn.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0])
     state = conn.execute("SELECT computed_seq FROM trust_state WHERE id = 1").fetchone()
-    if not force and state is not None and state[0] == head:
+    if not force and state is not None and state[0] >= head:
+        return head, None
+    return head, compute(read_signals(conn))
+
+
+def store(conn: sqlite3.Connection, head: int, result: TrustResult, now_ms: int) -> bool:
+    """Replace the cache with `result`, computed at log position `head`, unless a newer one is already stored.
+
+    Runs inside one write transaction, so readers see either the old or the new cache whole.
+    """
+    state = conn.execute("SELECT computed_seq FROM trust_state WHERE id = 1").fetchone()
+    if state is not None and state[0] > head:
         return False
-    result = compute(read_signals(conn))
     conn.execute("DELETE FROM trust_scores")
     conn.execute("DELETE FROM entry_confidence")
     conn.executemany(
@@ -250,6 +264,33 @@ def refresh(conn: sqlite3.Connection, now_ms: int, *, force: bool = False) -> bo
     return True
 
 
+def refresh(conn: sqlite3.Connection, now_ms: int, *, force: bool = False) -> bool:
+    """Recompute and store the cache on one connection if the log grew (or when forced). True if it ran."""
+    head, result = snapshot(conn, force=force)
+    return result is not None and store(conn, head, result, now_ms)
+
+
+class TrustRefresh(msgspec.Struct):
+    """Outcome of a refresh: whether it recomputed, and the log position the cache now covers."""
+
+    ran: bool
+    computed_seq: int
+
+
+async def refresh_node(node: Node, *, force: bool = False) -> TrustRefresh:
+    """Refresh a node's cache: compute on a reader (the writer keeps writing), then store in one short write."""
+    head, result = await node.db.read(functools.partial(snapshot, force=force))
+    ran = False
+    if result is not None:
+        ran = await node.db.write(functools.partial(store, head=head, result=result, now_ms=node.now_ms()))
+
+    def covered(conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT computed_seq FROM trust_state WHERE id = 1").fetchone()
+        return int(row[0]) if row else 0
+
+    return TrustRefresh(ran=ran, computed_seq=await node.db.read(covered))
+
+
 def agent_trust(conn: sqlite3.Connection, agent_id: str) -> AgentTrust:
     """An agent's cached trust; the neutral defaults when it has no signals."""
     row = conn.execute(
@@ -269,7 +310,7 @@ async def background_refresh(app: web.Application) -> AsyncIterator[None]:
     async def loop() -> None:
         while True:
             try:
-                await node.db.write(functools.partial(refresh, now_ms=node.now_ms()))
+                await refresh_node(node)
             except Exception:  # a failed refresh leaves the previous cache in place; try again next round
                 log.exception("trust refresh failed")
             await asyncio.sleep(REFRESH_SECONDS)
@@ -281,24 +322,9 @@ async def background_refresh(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
-class TrustRefresh(msgspec.Struct):
-    """Outcome of an on-demand refresh: whether it recomputed, and over which prefix of the log."""
-
-    ran: bool
-    computed_seq: int
-
-
 async def refresh_now(request: web.Request) -> web.Response:
     """POST /v1/trust/refresh: recompute the trust cache now if the log grew since the last run."""
-    node = request.app[NODE]
-    now = node.now_ms()
-
-    def job(conn: sqlite3.Connection) -> TrustRefresh:
-        ran = refresh(conn, now)
-        seq = conn.execute("SELECT computed_seq FROM trust_state WHERE id = 1").fetchone()[0]
-        return TrustRefresh(ran=ran, computed_seq=seq)
-
-    return json_response(await node.db.write(job))
+    return json_response(await refresh_node(request.app[NODE]))
 
 
 ROUTES: list[Route] = [

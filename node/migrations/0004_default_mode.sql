@@ -32,6 +32,9 @@ CREATE TABLE dm_candidates (
 );
 CREATE INDEX dm_candidates_status ON dm_candidates(status, id);
 
+-- Trust reads confirmations and disconfirmations by link type.
+CREATE INDEX links_type_target ON links(link_type, target_hash);
+
 -- DERIVED CACHE of trust (a pure function of the entries and links; recomputed by node/trust.py,
 -- never synced, never touching the entries table). Agents and entries without signals are absent
 -- and read as the defaults documented in docs/trust.md.
