@@ -1,6 +1,6 @@
 """Peer authentication: every sync request is signed with the node key (RFC 9421, ed25519).
 
-The signature covers the method, the full target URI and, for requests with a body, its
+The signature covers the method, authority, path and query and, for requests with a body, its
 Content-Digest; its parameters carry `created`, a random `nonce`, `keyid` (the node's
 did:key) and the tag `bbs-sync`. The receiver accepts only keys of configured peers, refuses
 signatures older than MAX_AGE_S or dated in the future, and remembers nonces until they expire,
@@ -25,7 +25,8 @@ TAG = "bbs-sync"
 LABEL = "bbs"
 MAX_AGE_S = 60
 MAX_SKEW_S = 5
-COVERED = ("@method", "@target-uri")
+# Path and query rather than @target-uri: a TLS-terminating proxy changes the scheme the node sees.
+COVERED = ("@method", "@authority", "@path", "@query")
 
 
 class PeerAuthError(Exception):

@@ -88,6 +88,9 @@ async def test_tampered_body_and_retargeted_signature_are_refused(make_peer) -> 
     headers["Content-Type"] = "application/json"
     async with a.session.post(a.url + "/v1/sync/reconcile", data=body, headers=headers) as resp:
         assert resp.status == 401 and (await resp.json())["code"] == "bad_signature"
+    headers = sign_headers(b.node.key, "GET", a.url + "/v1/sync/changes?since=0")
+    async with a.session.get(a.url + "/v1/sync/changes?since=5", headers=headers) as resp:
+        assert resp.status == 401 and (await resp.json())["code"] == "bad_signature"  # the query is signed
 
 
 async def test_bad_input_from_an_authenticated_peer(make_peer) -> None:  # type: ignore[no-untyped-def]
