@@ -163,3 +163,32 @@ async def test_peer_added_by_cli_takes_effect_on_a_running_node(make_peer: Any) 
     await eventually(arrived)
     assert await asyncio.to_thread(cli.main, ["peers", "--data", str(b.node.data.root)]) == 0
     assert await asyncio.to_thread(cli.main, ["digest", "--data", str(b.node.data.root)]) == 0
+
+
+async def test_a_third_node_receives_what_was_written_before_it_existed(make_peer: Any) -> None:
+    a, b = await make_peer("a"), await make_peer("b")
+    await link(a, b)
+    wa, wb = await a.agent("wa"), await b.agent("wb")
+    early = [await a.post(wa, "a, early"), await b.post(wb, "b, early")]
+    await b.puller().pull_once(a.config)
+    c = await make_peer("c")
+    await link(b, c)
+    await c.puller().pull_once(b.config)
+    assert set(early) <= await c.hashes()
+    assert await c.digest() == await b.digest()
+
+
+async def test_cli_peer_add_refuses_bad_input(make_peer: Any, capsys: Any) -> None:
+    from node import cli
+
+    a = await make_peer("a")
+    data = str(a.node.data.root)
+    for args in (
+        ["ftp://x", "--key", a.node_id],
+        ["http://x:1", "--key", "did:key:bad"],
+        ["http://x:1", "--key", a.node_id],
+    ):
+        code = await asyncio.to_thread(cli.main, ["peer", "add", *args, "--data", data])
+        assert code == 1
+        assert "bbs: " in capsys.readouterr().err
+    assert await a.sync.store.statuses() == []
