@@ -21,6 +21,7 @@ from node.default_mode.store import NewCandidate
 from node.default_mode.wire import (
     MAX_CANDIDATES_PER_CALL,
     MAX_EVIDENCE,
+    MAX_TEXT_CHARS,
     CandidateList,
     CandidateOut,
     CandidateQuery,
@@ -173,7 +174,7 @@ class DefaultMode:
         new = [
             NewCandidate(
                 kind=classify(s.text),
-                text=s.text,
+                text=s.text[:MAX_TEXT_CHARS],  # a candidate must fit an entry; the line's score used all of it
                 salience=s.score,
                 confidence=s.score,
                 evidence_refs=list(dict.fromkeys(line_evidence[s.index] + evidence))[:MAX_EVIDENCE],

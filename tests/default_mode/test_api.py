@@ -280,3 +280,17 @@ async def test_bad_input_is_refused_and_stores_nothing(client: TestClient, node:
     assert resp.status == 422
     count = await node.db.read(lambda c: c.execute("SELECT count(*) FROM dm_candidates").fetchone()[0])
     assert count == 0
+
+
+async def test_an_overlong_line_becomes_a_candidate_that_can_still_be_promoted(
+    client: TestClient, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    ev = await _entry(client, alice, "evidence for the long line")
+    line = "We decided to use " + "very " * 4000 + "long words"
+    out = await _post(client, f"{DM}/reflect-session", {"transcript": line, "evidence_refs": [ev["record_hash"]],
+                      "goal_relevance": 1, "weights": {"goal_relevance": 1}}, alice, 201)  # fmt: skip
+    (cand,) = out["candidates"]
+    assert len(cand["text"]) == 8_000 and cand["kind"] == "decision"
+    promoted = await _post(client, f"{DM}/promote/{cand['id']}", None, alice, 201)
+    assert promoted["entry"]["content"] == cand["text"].strip()
