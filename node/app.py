@@ -10,14 +10,14 @@ from aiohttp import web
 from node import __version__, metrics, peer_routes
 from node.appkeys import NODE
 from node.auth import guard
+from node.default_mode.routes import ROUTES as DEFAULT_MODE_ROUTES
 from node.http import Route, error_middleware, json_response, openapi
 from node.logging_setup import request_log_middleware
 from node.metrics import metrics_middleware
-from node.default_mode.routes import ROUTES as DEFAULT_MODE_ROUTES
 from node.routes import ROUTES
+from node.service import Node
 from node.trust import ROUTES as TRUST_ROUTES
 from node.trust import background_refresh as trust_refresh
-from node.service import Node
 from node.workflows import routes as workflow_routes
 
 MAX_BODY_BYTES = 1024 * 1024
