@@ -170,3 +170,17 @@ async def test_ready_is_one_index_range(client: TestClient, make_agent: MakeAgen
         lambda c: [r[-1] for r in c.execute("EXPLAIN QUERY PLAN " + tasks.READY_SQL, (-1, node.now_ms(), 101))]
     )
     assert plan == ["SEARCH tasks USING INDEX tasks_startable (id>?)"]
+
+
+async def test_drawings_escape_titles_and_show_undeclared_prerequisites(
+    client: TestClient, make_agent: MakeAgent
+) -> None:
+    a = await make_agent("a")
+    await declare(client, a, {"key": "q", "title": 'say "hi" <b> & \\ back', "depends_on": ["ghost"]})
+    dot = await (await client.get(f"{WF}/graph", params={"format": "dot"}, headers=a.headers)).text()
+    assert '\\"hi\\"' in dot and "\\\\ back" in dot
+    assert '"ghost" [label="ghost\\n[not declared]", style=dashed];' in dot
+    assert '"ghost" -> "q";' in dot
+    mermaid = await (await client.get(f"{WF}/graph", params={"format": "mermaid"}, headers=a.headers)).text()
+    assert "#quot;hi#quot; #lt;b#gt; #amp;" in mermaid and '"hi"' not in mermaid
+    assert 'm0["ghost (not declared)"]:::missing' in mermaid and "m0 --> t" in mermaid
