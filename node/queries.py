@@ -57,7 +57,8 @@ def entry_out(row: sqlite3.Row) -> EntryOut:
         signature=row["signature"],
         retracted=bool(row["retracted"]),
         superseded=bool(row["superseded"]),
-        community_confidence=row["community_confidence"] if "community_confidence" in row.keys() else None,
+        # sqlite3.Row's `in` tests values, not column names: keys() is needed here
+        community_confidence=row["community_confidence"] if "community_confidence" in row.keys() else None,  # noqa: SIM118
     )
 
 
