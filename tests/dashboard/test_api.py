@@ -142,3 +142,14 @@ async def test_bad_graph_and_provenance_requests(
     resp = await client.get(path, headers=seeded.alice.headers)
     body = await resp.json()
     assert (resp.status, body["code"], body.get("field")) == (status, code, field)
+
+
+async def test_agents_carry_trust_from_the_trust_cache(
+    client: TestClient, seeded: Seeded, admin_headers: dict[str, str]
+) -> None:
+    refreshed = await client.post("/v1/trust/refresh", headers=admin_headers)
+    assert refreshed.status == 200, await refreshed.text()
+    agents = (await (await client.get("/dashboard/api/agents", headers=admin_headers)).json())["agents"]
+    alice = next(a for a in agents if a["display_name"] == "Alice")
+    assert alice["confirms"] >= 1 and alice["disconfirms"] >= 1  # Bob both confirmed and contradicted her
+    assert 0 < alice["trust"] < 1
