@@ -31,6 +31,9 @@ class NodeSyncStore:
         self.node = node
         self.node_id = node.node_id
         self._changed = asyncio.Event()
+        self._newest_lock = asyncio.Lock()
+        self._newest = 0
+        self._newest_at = float("-inf")
 
     async def position(self) -> tuple[str, int]:
         return await self.node.db.read(_position)
@@ -53,10 +56,7 @@ class NodeSyncStore:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            newest = await self.node.db.read(
-                lambda c: c.execute("SELECT max(seq) FROM records WHERE scope = 'federation'").fetchone()[0]
-            )
-            if newest is not None and newest > since:
+            if await self._newest_federated() > since:
                 return
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -65,6 +65,19 @@ class NodeSyncStore:
             # Woken at once by records arriving through sync; local posts are seen by the poll.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), min(POLL_S, remaining))
+
+    async def _newest_federated(self) -> int:
+        """The newest federated seq; one read per poll interval however many peers are long-polling."""
+        loop = asyncio.get_running_loop()
+        async with self._newest_lock:
+            if loop.time() - self._newest_at >= POLL_S / 2:
+                self._newest = await self.node.db.read(
+                    lambda c: c.execute(
+                        "SELECT coalesce(max(seq), 0) FROM records WHERE scope = 'federation'"
+                    ).fetchone()[0]
+                )
+                self._newest_at = loop.time()
+            return int(self._newest)
 
     async def fetch(self, hashes: list[str]) -> list[tuple[str, bytes]]:
         def run(conn: sqlite3.Connection) -> list[tuple[str, bytes]]:
@@ -93,6 +106,7 @@ class NodeSyncStore:
         now = self.node.now_ms()
         outcomes = await self.node.db.write(lambda c: ingest(c, peer_id, records, invalid, cursor, now))
         if any(o.outcome in ("saved", "pending_link") for o in outcomes):
+            self._newest_at = float("-inf")
             self._changed.set()
         return outcomes
 
