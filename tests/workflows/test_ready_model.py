@@ -1,0 +1,97 @@
+"""Random operation sequences against a plain model: the ready set and every lease decision match it exactly."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from node.errors import Conflict
+from node.service import Node
+from node.workflows.service import Workflows
+from node.workflows.wire import DeclareTask, FinishIn, LeaseIn
+from tests.conftest import FakeClock
+
+KEYS = [f"k{i}" for i in range(14)]
+STATUSES = ["pending", "processing", "done", "completed", "failed", "cancelled"]
+
+
+@dataclass
+class Model:
+    """What the task graph should be, computed the obvious way."""
+
+    deps: dict[str, list[str]] = field(default_factory=dict)
+    status: dict[str, str] = field(default_factory=dict)
+    lease: dict[str, tuple[str, float]] = field(default_factory=dict)  # key -> (holder, expires at)
+
+    def live(self, key: str, now: float) -> str | None:
+        holder, until = self.lease.get(key, ("", 0.0))
+        return holder if holder and until > now else None
+
+    def done(self, key: str) -> bool:
+        return self.status.get(key) in ("done", "completed")
+
+    def ready(self, now: float) -> set[str]:
+        return {
+            k
+            for k in self.deps
+            if self.status[k] in ("pending", "processing")
+            and all(self.done(d) for d in self.deps[k])
+            and self.live(k, now) is None
+        }
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_ready_and_leases_match_the_model(node: Node, clock: FakeClock, seed: int) -> None:
+    rng = random.Random(seed)
+    wf = Workflows(node)
+    agents = [(await node.create_agent(f"w{i}", None)).agent_id for i in range(3)]
+    model = Model()
+    for _ in range(150):
+        op = rng.choice(["declare", "declare", "lease", "lease", "release", "complete", "wait"])
+        key = rng.choice(KEYS)
+        who = rng.choice(agents)
+        now = clock()
+        if op == "declare":
+            index = KEYS.index(key)
+            # dependencies only on lower keys (declared or not yet): never a cycle
+            deps = sorted(rng.sample(KEYS[:index], rng.randint(0, min(3, index)))) if rng.random() < 0.6 else None
+            status = rng.choice(STATUSES) if rng.random() < 0.4 else None
+            await wf.declare(who, DeclareTask(key=key, title=key.upper(), depends_on=deps, status=status))
+            model.deps[key] = deps if deps is not None else model.deps.get(key, [])
+            model.status[key] = status or model.status.get(key, "pending")
+        elif op == "lease" and key in model.deps:
+            seconds = rng.choice([30, 60, 300])
+            holder = model.live(key, now)
+            expected_ok = (
+                model.status[key] in ("pending", "processing")
+                and all(model.done(d) for d in model.deps[key])
+                and holder in (None, who)
+            )
+            try:
+                await wf.lease(who, key, LeaseIn(seconds=seconds))
+                ok = True
+            except Conflict:
+                ok = False
+            assert ok == expected_ok, (op, key, model)
+            if ok:
+                model.lease[key] = (who, now + seconds)
+        elif op in ("release", "complete") and key in model.deps:
+            holder = model.live(key, now)
+            expected_ok = holder == who if op == "release" else holder in (None, who)
+            try:
+                await (wf.release if op == "release" else wf.complete)(who, key, FinishIn())
+                ok = True
+            except Conflict:
+                ok = False
+            assert ok == expected_ok, (op, key, model)
+            if ok:
+                if holder == who:
+                    del model.lease[key]
+                if op == "complete":
+                    model.status[key] = "done"
+        elif op == "wait":
+            clock.advance(rng.choice([1, 29, 31, 61, 301]))
+        page = await wf.ready(limit=1000)
+        assert {t.key for t in page.tasks} == model.ready(clock()), (op, key)
