@@ -65,18 +65,22 @@ def fan_out_entry(conn: sqlite3.Connection, entry_id: int, rec: Any, now_ms: int
     )
 
 
-def contradictions(conn: sqlite3.Connection, origin_hash: str, now_ms: int) -> None:
-    """Tier-1 notify the authors of entries contradicted by links of record `origin_hash`.
+def contradictions(conn: sqlite3.Connection, arrived_hash: str, now_ms: int) -> None:
+    """Tier-1 notify the authors of entries contradicted by links that the record `arrived_hash` completes.
 
-    The notification points at the contradicting (source) entry.
+    Those are the links it asserts, and, when it is an entry, links already stored whose source or
+    target it is: records arrive in any order, so a contradiction becomes decidable when its last
+    entry arrives. The notification points at the contradicting (source) entry.
     """
     rows = conn.execute(
         "SELECT t.author_id, s.id FROM links l"
         " JOIN entries t ON t.record_hash = l.target_hash"
         " JOIN entries s ON s.record_hash = l.source_hash"
         " JOIN local_agents a ON a.agent_id = t.author_id"
-        " WHERE l.origin_hash = ? AND l.link_type = 'contradicts' AND t.author_id != l.author_id",
-        (origin_hash,),
+        " WHERE l.id IN (SELECT id FROM links WHERE origin_hash = :h UNION SELECT id FROM links WHERE source_hash = :h"
+        "                UNION SELECT id FROM links WHERE target_hash = :h)"
+        "   AND l.link_type = 'contradicts' AND t.author_id != l.author_id",
+        {"h": arrived_hash},
     ).fetchall()
     expires = now_ms + NOTIFICATION_TTL_MS
     conn.executemany(_UPSERT, [(author, entry_id, 1, "contradiction", now_ms, expires) for author, entry_id in rows])

@@ -271,3 +271,32 @@ async def test_contradiction_upgrades_a_delivered_notification(
         (theirs["id"], 1, "contradiction", 1)
     ]
     assert again[0]["notification_id"] == first[0]["notification_id"]
+
+
+async def test_contradiction_of_an_entry_that_arrives_later(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    """A contradicts link may point at an entry not yet here; its author is told when the entry arrives."""
+    from tests.node.api_helpers import entry_record, hash_of, self_signer
+
+    alice = await make_agent("alice")
+    bob = await self_signer(node, "bob")
+    future = entry_record(bob.key, "bob's claim, signed offline", created_ms=node.now_ms())
+    early = await post(
+        client,
+        alice,
+        entry_type="contradiction",
+        performative="disconfirm",
+        content="bob's claim is wrong",
+        links=[{"target": hash_of(future), "link_type": "contradicts"}],
+    )
+    other = await post(client, alice, content="another note")
+    await link(client, alice, source=str(other["id"]), target=hash_of(future), link_type="contradicts")
+    assert await inbox(client, bob.creds) == []
+    resp = await client.post("/v1/entries", json={"record": future}, headers=bob.headers)
+    assert resp.status == 201
+    got = await inbox(client, bob.creds)
+    assert sorted((n["entry_id"], n["tier"], n["reason"]) for n in got) == [
+        (early["id"], 1, "contradiction"),
+        (other["id"], 1, "contradiction"),
+    ]
