@@ -11,6 +11,7 @@ from aiohttp.test_utils import unused_port
 from identity import canonical, keys, records
 from node import projections
 from node.service import Node
+from sync.auth import sign_headers
 from tests.sync.conftest import PeerNode
 from tests.workflows.helpers import WF, count_records
 
@@ -109,6 +110,8 @@ async def test_partition_refuses_and_never_doubles(make_peer: MakePeer) -> None:
     await pull(b, a)
     status, seen = await call(b, "GET", f"{WF}/tasks/report", wb)
     assert seen["lease"]["holder"] == wa_id
+    status, ready = await call(b, "GET", f"{WF}/tasks/ready", wb)
+    assert ready["tasks"] == []  # leased on the home node: excluded here too
 
 
 async def test_home_node_not_a_peer_is_refused(node: Node, make_agent: Any, client: Any) -> None:
@@ -151,3 +154,20 @@ async def test_peer_lease_endpoint_requires_a_peer_signature(make_peer: MakePeer
         )
         problem = await resp.json()
     assert resp.status == 401 and problem["code"] == "signature_required"
+
+
+async def test_peer_lease_endpoint_validates_a_peers_request(make_peer: MakePeer) -> None:
+    a, b = await pair(make_peer)
+    url = a.url + f"{WF}/peer/lease"
+    for body, status, field in (
+        (b"{not json", 400, None),
+        (b'{"task_key": "123", "agent_id": "x"}', 422, "$.task_key"),
+        (b'{"task_key": "nope", "agent_id": "' + b.node_id.encode() + b'", "seconds": 10}', 422, "$.seconds"),
+        (b'{"task_key": "nope", "agent_id": "' + b.node_id.encode() + b'"}', 404, "task_id"),
+    ):
+        headers = sign_headers(b.node.key, "POST", url, body) | {"Content-Type": "application/json"}
+        async with b.session.post(url, data=body, headers=headers) as resp:
+            problem = await resp.json()
+        assert resp.status == status, problem
+        if field is not None:
+            assert problem["field"] == field, problem
