@@ -77,11 +77,9 @@ class Puller:
             log.warning("peer %s: cursor %s no longer valid; reconciling", peer.node_id, cursor)
             await self.reconcile(peer, reset=True)
             return PullReport(reset=True, more=True)
-        verified: list[Verified] = []
-        invalid: list[Invalid] = []
-        for item in reply.items:
-            result = verify_record(bytes(item.record), item.hash)
-            (verified if isinstance(result, Verified) else invalid).append(result)  # type: ignore[arg-type]
+        results = await verify_many([(bytes(item.record), item.hash) for item in reply.items])
+        verified = [r for r in results if isinstance(r, Verified)]
+        invalid = [r for r in results if isinstance(r, Invalid)]
         for bad in invalid:
             log.warning("peer %s sent an invalid record %s: %s (%s)", peer.node_id, bad.hash, bad.reason, bad.detail)
         new_cursor = Cursor(reply.epoch, reply.next)
@@ -112,16 +110,19 @@ class Puller:
             wanted = set(chunk)
             reply = await client.fetch(chunk)
             verified: list[Verified] = []
-            invalid: list[Invalid] = []
-            for item in reply.items:
-                if item.hash not in wanted:
-                    invalid.append(Invalid(item.hash, "unrequested", "the peer sent a record that was not asked for"))
-                    continue
-                result = verify_record(bytes(item.record), item.hash)
-                if isinstance(result, Verified):
+            invalid = [
+                Invalid(item.hash, "unrequested", "the peer sent a record that was not asked for")
+                for item in reply.items
+                if item.hash not in wanted
+            ]
+            asked: list[tuple[bytes, str | None]] = [
+                (bytes(item.record), item.hash) for item in reply.items if item.hash in wanted
+            ]
+            for result in await verify_many(asked):
+                if isinstance(result, Verified) and result.hash in wanted:
                     verified.append(result)
                     wanted.discard(result.hash)
-                else:
+                elif isinstance(result, Invalid):
                     invalid.append(result)
             if verified or invalid:
                 outcomes += await self.store.ingest(peer.node_id, verified, invalid, None)
@@ -190,6 +191,13 @@ class Puller:
                 log.exception("sync with %s crashed", peer.node_id)
                 await self.store.note_peer(peer.node_id, error=f"internal: {type(exc).__name__}: {exc}"[:500])
                 await asyncio.sleep(backoff(failures))
+
+
+async def verify_many(items: list[tuple[bytes, str | None]]) -> list[Verified | Invalid]:
+    """Verify records off the event loop, so a large page does not stall the node's other requests."""
+    if len(items) < 8:
+        return [verify_record(raw, claimed) for raw, claimed in items]
+    return await asyncio.to_thread(lambda: [verify_record(raw, claimed) for raw, claimed in items])
 
 
 def backoff(failures: int, base: float = 0.5, cap: float = 10.0) -> float:
