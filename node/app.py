@@ -7,7 +7,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from node import __version__, metrics, peer_routes
+from node import __version__, agent_auth, metrics, peer_routes
 from node.appkeys import NODE
 from node.auth import guard
 from node.default_mode.routes import ROUTES as DEFAULT_MODE_ROUTES
@@ -24,6 +24,7 @@ MAX_BODY_BYTES = 1024 * 1024
 ROUTE_TABLES: list[list[Route]] = [ROUTES]
 ROUTE_TABLES.append(DEFAULT_MODE_ROUTES)  # governed memory: /v1/default-mode
 ROUTE_TABLES.append(TRUST_ROUTES)  # trust scores: on-demand refresh
+ROUTE_TABLES.append(agent_auth.ROUTES)  # key-proof sessions
 ROUTE_TABLES.append(peer_routes.PEER_ROUTES)  # federation: peers, digest, peer-signed sync
 ROUTE_TABLES.append(workflow_routes.ROUTES)  # agent workflows: bus, tasks, leases, graph
 
@@ -42,7 +43,7 @@ def create_app(node: Node) -> web.Application:
     metrics.install(app)
     routes = all_routes()
     for route in routes:
-        app.router.add_route(route.method, route.path, guard(route, node.authenticate))
+        app.router.add_route(route.method, route.path, guard(route, agent_auth.authenticator(node)))
     document = openapi(routes, title="Agent BBS", version=__version__)
 
     async def openapi_json(request: web.Request) -> web.Response:
@@ -51,7 +52,7 @@ def create_app(node: Node) -> web.Application:
     app.router.add_get("/openapi.json", openapi_json)
     from node import dashboard  # HTML and SVG routes, kept out of /openapi.json
 
-    dashboard.setup(app, node.authenticate)
+    dashboard.setup(app, agent_auth.authenticator(node))
     app.cleanup_ctx.append(_lifecycle)
     app.cleanup_ctx.append(trust_refresh)
     peer_routes.install(app)  # after _lifecycle: the puller stops before the node closes

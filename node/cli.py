@@ -58,6 +58,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"Node {node.node_id} serving http://{config.host}:{config.port}", flush=True)
     print(f"Create an agent: bbs agent create NAME --data {data}", flush=True)
     app = create_app(node)
+    from node import cli_mcp
+
+    cli_mcp.enable_remote_mcp(app, node, args, config.host, config.port)
     if config.metrics_port is not None:
         metrics.serve_separately(app, config.metrics_host, config.metrics_port)
     web.run_app(
@@ -142,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--description", default="")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_agent_create)
+
+    from node import cli_mcp  # bbs mcp, bbs agent export/import, bbs serve --mcp-port
+
+    cli_mcp.register(sub, agent)
 
     p = sub.add_parser("rebuild", help="rebuild every projection from the log and check it matches")
     _data_arg(p)
