@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import sqlite3
 from dataclasses import dataclass
@@ -17,6 +18,14 @@ from identity import canonical, keys, records
 from identity.schema import AgentRecord
 from node import projections
 from node.errors import Conflict, InvalidInput
+
+AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # a local name; api_types.CreateAgent carries the same pattern
+
+
+def check_name(name: str) -> None:
+    """Refuse a local agent name that does not match AGENT_NAME."""
+    if not AGENT_NAME.fullmatch(name):
+        raise InvalidInput(f"agent names match {AGENT_NAME.pattern}", field="$.name")
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,7 @@ def register(
     now_ms: int,
 ) -> str:
     """Register an agent on this node (its identity record, its local name, an API key); return the API key."""
+    check_name(name)
     if conn.execute("SELECT 1 FROM local_agents WHERE name = ?", (name,)).fetchone():
         raise Conflict(f"an agent named {name!r} already exists on this node", code="agent_exists", field="$.name")
     if conn.execute("SELECT 1 FROM local_agents WHERE agent_id = ?", (key.did,)).fetchone():

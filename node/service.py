@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -40,7 +39,6 @@ from node.errors import Conflict, Forbidden, InvalidInput, NotFound
 from node.queries import ENTRY_COLUMNS, entry_out
 
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
-AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # the local name; CreateAgent carries the same pattern
 MAX_SUBSCRIPTIONS = 100
 MAX_HASH_RETRIES = 16  # node-signed posts whose record hash is taken by a different entry move 1 ms later
 
@@ -114,8 +112,7 @@ class Node:
 
     async def create_agent(self, name: str, display_name: str | None, description: str = "") -> CreatedAgent:
         """Create an agent whose key this node keeps; the API key is returned once (REST and CLI share this)."""
-        if not AGENT_NAME.fullmatch(name):
-            raise InvalidInput(f"agent names match {AGENT_NAME.pattern}", field="$.name")
+        agents.check_name(name)
         key = keys.SigningKey.generate()
         record = agents.identity_record(key, display_name or name, description, self.node_id)
         api_key = await self.db.write(
