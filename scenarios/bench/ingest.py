@@ -120,6 +120,12 @@ def run(ctx: Context) -> None:
                 "server process user+system CPU during the run / entries; baseline: one Ed25519 verify",
             )
         )
+    ctx.cache["ingest_author_signed"] = {
+        "rate": signed_result.per_second,
+        "count": signed_result.count,
+        "p50": percentile(signed_result.latencies, 50),
+        "p99": percentile(signed_result.latencies, 99),
+    }
     limit = min(sqlite_rate, verify_two)
     ctx.report.add(
         Row(
