@@ -312,7 +312,8 @@ async def background_refresh(app: web.Application) -> AsyncIterator[None]:
             try:
                 await refresh_node(node)
             except Exception:  # a failed refresh leaves the previous cache in place; try again next round
-                log.exception("trust refresh failed")
+                if node.db._writer is not None:  # not merely the node closing underneath the app
+                    log.exception("trust refresh failed")
             await asyncio.sleep(REFRESH_SECONDS)
 
     task = asyncio.create_task(loop(), name="trust-refresh")

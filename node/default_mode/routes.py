@@ -14,6 +14,7 @@ from node.default_mode.wire import (
     ConsolidateIn,
     CriticIn,
     CriticResult,
+    EntryDraft,
     IncubateIn,
     PromoteIn,
     PromoteResult,
@@ -87,6 +88,10 @@ async def get_candidate(request: web.Request) -> web.Response:
     return json_response(await _rt(request).candidate(_candidate_id(request)))
 
 
+async def get_draft(request: web.Request) -> web.Response:
+    return json_response(await _rt(request).draft(_candidate_id(request)))
+
+
 def _route(method: str, path: str, handler: object, summary: str, auth: str, **kw: object) -> Route:
     return Route(method, PREFIX + path, handler, summary, auth, tag="default-mode", **kw)  # type: ignore[arg-type]
 
@@ -116,4 +121,7 @@ ROUTES: list[Route] = [
            query=CandidateQuery, responses={200: CandidateList}),
     _route("GET", "/candidates/{candidate_id}", get_candidate, "One default-mode candidate", "any",
            responses={200: CandidateOut}),
+    _route("GET", "/candidates/{candidate_id}/draft", get_draft,
+           "The entry a promotable candidate becomes, for agents that sign their own records", "any",
+           responses={200: EntryDraft}),
 ]  # fmt: skip

@@ -12,9 +12,20 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+import msgspec
+
 from identity import canonical
 from node import queries
-from node.api_types import EntryOut, LinkOut, LinkSpec, PostEntry, PostLink, ReadQuery, ReadResult
+from node.api_types import (
+    EntryOut,
+    LinkOut,
+    LinkSpec,
+    PostEntry,
+    PostLink,
+    ReadQuery,
+    ReadResult,
+    SignedSubmission,
+)
 from node.default_mode import critic, salience, store, templates
 from node.default_mode.classify import classify
 from node.default_mode.store import NewCandidate
@@ -28,6 +39,7 @@ from node.default_mode.wire import (
     ConsolidateIn,
     CriticIn,
     CriticResult,
+    EntryDraft,
     IncubateIn,
     LineScore,
     PromoteIn,
@@ -260,42 +272,72 @@ class DefaultMode:
                     field="candidate_id",
                 )
             cand = store.out(row)
-            evidence = cand.evidence_refs
-            entry_type, performative = ENTRY_SHAPE[cand.kind]
-            provenance = {
-                "candidate_id": cand.id,
-                "node_id": self.node.node_id,
-                "kind": cand.kind,
-                "source": cand.source,
-                "proposed_by": cand.proposed_by,
-                "critic_decision": cand.critic_decision,
-                "critic_reasons": cand.critic_reasons,
-                "risk_flag": cand.risk_flag,
-                "evidence_flag": cand.evidence_flag,
-                "synthetic": cand.synthetic,
-                "salience": cand.salience,
-                "evidence_refs": [f"candidate:{self.node.node_id}/{cand.id}", *evidence],
-            }
-            post = PostEntry(
-                entry_type=entry_type,  # type: ignore[arg-type]
-                performative=performative,  # type: ignore[arg-type]
-                content=cand.text,
-                confidence=cand.confidence,
-                tags=sorted({"default-mode", f"default-mode:{cand.kind}", *cand.tags}),
-                links=[LinkSpec(target=h, link_type="derived_from") for h in evidence[:MAX_INLINE_LINKS]],
-                metadata={"default_mode": provenance},
-                truth_state=cand.truth_state,
-                authority="derived",
-                scope=body.scope,
-            )
-            entry, created = await self.node.post_entry(agent_id, post, f"default-mode:promote:{cand.id}")
-            for h in evidence[MAX_INLINE_LINKS:]:
-                link = PostLink(source=entry.record_hash, target=h, link_type="derived_from")
-                await self.node.create_link(agent_id, link, None)
+            draft = self.draft_for(cand, body.scope)
+            key = f"default-mode:promote:{cand.id}"
+            if body.record is not None:
+                _check_against_draft(body.record, draft)
+                entry, created = await self.node.post_entry(agent_id, SignedSubmission(record=body.record), key)
+            else:
+                post = PostEntry(
+                    entry_type=draft.entry_type,  # type: ignore[arg-type]
+                    performative=draft.performative,  # type: ignore[arg-type]
+                    content=draft.content,
+                    confidence=draft.confidence,
+                    tags=draft.tags,
+                    links=[LinkSpec(target=link["target"], link_type="derived_from") for link in draft.links],
+                    metadata=draft.metadata,
+                    truth_state=draft.truth_state,
+                    authority="derived",
+                    scope=draft.scope,
+                )
+                entry, created = await self.node.post_entry(agent_id, post, key)
+                for h in draft.unlinked_evidence:
+                    link = PostLink(source=entry.record_hash, target=h, link_type="derived_from")
+                    await self.node.create_link(agent_id, link, None)
             now = self.node.now_ms()
             await self.node.db.write(lambda c: store.mark_promoted(c, cand.id, entry.record_hash, agent_id, now))
             row = await self._candidate_row(candidate_id)
             return PromoteResult(store.out(row), entry, created=created)
+
+    def draft_for(self, cand: CandidateOut, scope: str = "federation") -> EntryDraft:
+        """The entry a candidate becomes, in canonical form (what a self-signing agent signs)."""
+        evidence = cand.evidence_refs
+        entry_type, performative = ENTRY_SHAPE[cand.kind]
+        provenance = {
+            "candidate_id": cand.id,
+            "node_id": self.node.node_id,
+            "kind": cand.kind,
+            "source": cand.source,
+            "proposed_by": cand.proposed_by,
+            "critic_decision": cand.critic_decision,
+            "critic_reasons": cand.critic_reasons,
+            "risk_flag": cand.risk_flag,
+            "evidence_flag": cand.evidence_flag,
+            "synthetic": cand.synthetic,
+            "salience": cand.salience,
+            "evidence_refs": [f"candidate:{self.node.node_id}/{cand.id}", *evidence],
+        }
+        return EntryDraft(
+            entry_type=entry_type,
+            performative=performative,
+            content=canonical.normalize_content(cand.text),
+            confidence=canonical.normalize_float(cand.confidence),
+            tags=sorted({"default-mode", f"default-mode:{cand.kind}", *cand.tags}),
+            directed_to=[],
+            links=[{"target": h, "link_type": "derived_from", "annotation": ""} for h in evidence[:MAX_INLINE_LINKS]],
+            metadata=canonical.normalize_value({"default_mode": provenance}),
+            truth_state=cand.truth_state,
+            authority="derived",
+            scope=scope,  # type: ignore[arg-type]
+            unlinked_evidence=evidence[MAX_INLINE_LINKS:],
+        )
+
+    async def draft(self, candidate_id: int, scope: str = "federation") -> EntryDraft:
+        """The draft entry of a promotable candidate."""
+        row = await self._candidate_row(candidate_id)
+        if row["status"] not in PROMOTABLE:
+            raise NotPromotable(f"candidate {candidate_id} is {row['status']}", field="candidate_id")
+        return self.draft_for(store.out(row), scope)
 
     async def _candidate_row(self, candidate_id: int) -> sqlite3.Row:
         rows = await self.node.db.read(lambda c: store.fetch(c, [candidate_id]))
@@ -400,6 +442,22 @@ class DefaultMode:
     async def candidate(self, candidate_id: int) -> CandidateOut:
         """One candidate."""
         return store.out(await self._candidate_row(candidate_id))
+
+
+DRAFT_FIELDS = ("entry_type", "performative", "content", "confidence", "tags", "directed_to", "links", "metadata",
+                "truth_state", "authority")  # fmt: skip
+
+
+def _check_against_draft(record: dict[str, Any], draft: EntryDraft) -> None:
+    """A self-signed promotion must carry exactly the draft's fields (scope is the signer's choice)."""
+    expected = msgspec.to_builtins(draft)
+    for name in DRAFT_FIELDS:
+        if record.get(name) != expected[name]:
+            raise InvalidInput(
+                f"the signed record's {name} differs from the candidate's draft (GET .../candidates/{{id}}/draft)",
+                field=f"$.record.{name}",
+                code="draft_mismatch",
+            )
 
 
 def _distribution(rows: list[sqlite3.Row]) -> tuple[str, dict[str, Any]]:

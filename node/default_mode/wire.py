@@ -90,9 +90,31 @@ class CriticIn(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class PromoteIn(msgspec.Struct, forbid_unknown_fields=True):
-    """Options of a promotion (the body may be omitted)."""
+    """Options of a promotion (the body may be omitted).
+
+    An agent that holds its own key sends `record`: the candidate's draft (GET .../candidates/{id}/draft)
+    completed with kind, schema_version, author_id, created_at and signed. Otherwise the node signs.
+    """
 
     scope: Scope = "federation"
+    record: dict[str, Any] | None = None
+
+
+class EntryDraft(msgspec.Struct):
+    """The fields the promoted entry must carry; add kind, schema_version, author_id, created_at and sign it."""
+
+    entry_type: str
+    performative: str
+    content: str
+    confidence: float
+    tags: list[str]
+    directed_to: list[str]
+    links: list[dict[str, str]]
+    metadata: dict[str, Any]
+    truth_state: TruthState
+    authority: Literal["derived"]
+    scope: Scope
+    unlinked_evidence: list[str] = []  # evidence beyond the 32 inline links: only in metadata when self-signed
 
 
 class ConsolidateIn(msgspec.Struct, forbid_unknown_fields=True):

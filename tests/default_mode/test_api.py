@@ -294,3 +294,37 @@ async def test_an_overlong_line_becomes_a_candidate_that_can_still_be_promoted(
     assert len(cand["text"]) == 8_000 and cand["kind"] == "decision"
     promoted = await _post(client, f"{DM}/promote/{cand['id']}", None, alice, 201)
     assert promoted["entry"]["content"] == cand["text"].strip()
+
+
+async def test_an_agent_holding_its_own_key_promotes_by_signing_the_draft(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    from tests.node.api_helpers import entry_record, self_signer
+
+    sam = await self_signer(node, "sam")
+    alice = await make_agent("alice")
+    ev = await _entry(client, alice, "The meter reads 4 kWh a day")
+    out = await _post(client, f"{DM}/critic", {"candidates": [{"kind": "reflection", "text": "Usage is steady",
+                      "evidence_refs": [ev["record_hash"]], "truth_state": "fact"}]}, sam.creds, 200)  # fmt: skip
+    cid = out["candidates"][0]["id"]
+    refused = await _post(client, f"{DM}/promote/{cid}", None, sam.creds, 422)
+    assert refused["code"] == "agent_signs_own_records"
+    draft = await (await client.get(f"{DM}/candidates/{cid}/draft", headers=sam.headers)).json()
+    assert draft["authority"] == "derived" and draft["links"] == [
+        {"target": ev["record_hash"], "link_type": "derived_from", "annotation": ""}
+    ]
+    fields = {k: v for k, v in draft.items() if k not in ("content", "unlinked_evidence")}
+    tampered = entry_record(sam.key, draft["content"], created_ms=node.now_ms(), **{**fields, "truth_state": "fact",
+                            "metadata": {"default_mode": {"candidate_id": cid}}})  # fmt: skip
+    bad = await _post(client, f"{DM}/promote/{cid}", {"record": tampered}, sam.creds, 422)
+    assert (bad["code"], bad["field"]) == ("draft_mismatch", "$.record.metadata")
+    record = entry_record(sam.key, draft["content"], created_ms=node.now_ms(), **fields)
+    done = await _post(client, f"{DM}/promote/{cid}", {"record": record}, sam.creds, 201)
+    assert (
+        done["entry"]["author_id"] == sam.agent_id
+        and done["candidate"]["promoted_entry"] == done["entry"]["record_hash"]
+    )
+    again = await _post(client, f"{DM}/promote/{cid}", {"record": record}, sam.creds, 200)
+    assert again["entry"]["record_hash"] == done["entry"]["record_hash"]
+    gone = await client.get(f"{DM}/candidates/{cid}/draft", headers=sam.headers)
+    assert gone.status == 400 and (await gone.json())["code"] == "candidate_not_promotable"
