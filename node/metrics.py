@@ -60,6 +60,22 @@ SQL_GAUGES: list[SqlGauge] = [
         ("status",),
         "SELECT status, count(*) FROM notifications GROUP BY status",
     ),
+    # Workflows and governed memory (present once their tables exist).
+    SqlGauge("bbs_tasks", "Tasks by status", ("status",), "SELECT status, count(*) FROM tasks GROUP BY status"),
+    SqlGauge(
+        "bbs_leases_live",
+        "Task leases held and not yet expired, by whether this node is the task's home (the lease authority)",
+        ("home",),
+        "SELECT CASE WHEN home_node = (SELECT value FROM node_meta WHERE key = 'node_id') THEN 'here'"
+        " ELSE 'elsewhere' END AS home, count(*) FROM tasks"
+        " WHERE lease_holder IS NOT NULL AND lease_expires_ms > :now_ms GROUP BY home",
+    ),
+    SqlGauge(
+        "bbs_candidates",
+        "Default-mode candidates by status (proposed, approved, needs_review, rejected, promoted)",
+        ("status",),
+        "SELECT status, count(*) FROM dm_candidates GROUP BY status",
+    ),
     # Federation (present once the peers table exists): lag and outcomes per peer.
     SqlGauge(
         "bbs_sync_lag_records",

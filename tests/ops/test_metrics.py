@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from node import metrics
 from node.app import create_app
 from node.service import Node
-from tests.conftest import AgentCreds
+from tests.conftest import AgentCreds, FakeClock
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
@@ -138,3 +138,21 @@ async def test_separate_listener_serves_metrics_without_token(
     async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/v1/node") as resp:
         assert resp.status == 404  # only /metrics lives on the side listener
     assert isinstance(app, web.Application)
+
+
+async def test_tasks_and_live_leases(
+    client: TestClient, make_agent: MakeAgent, admin_headers: dict[str, str], clock: FakeClock
+) -> None:
+    alice = await make_agent("alice")
+    base = "/v1/agent-workflows/tasks"
+    for key in ("build", "ship"):
+        resp = await client.post(base, json={"key": key, "title": key}, headers=alice.headers)
+        assert resp.status == 201, await resp.text()
+    resp = await client.post(f"{base}/build/lease", json={"seconds": 60}, headers=alice.headers)
+    assert resp.status in (200, 201), await resp.text()
+    got = await scrape(client, admin_headers)
+    assert got[("bbs_leases_live", (("home", "here"),))] == 1
+    assert sum(v for (name, _), v in got.items() if name == "bbs_tasks") == 2
+    clock.advance(61)  # the lease runs out by the node's clock
+    got = await scrape(client, admin_headers)
+    assert ("bbs_leases_live", (("home", "here"),)) not in got
