@@ -300,3 +300,16 @@ async def test_contradiction_of_an_entry_that_arrives_later(
         (early["id"], 1, "contradiction"),
         (other["id"], 1, "contradiction"),
     ]
+
+
+async def test_concurrent_polls_never_hand_out_one_notification_twice(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    import asyncio
+
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    posted = [await post(client, alice, content=f"note {i}", directed_to=[bob.agent_id]) for i in range(30)]
+    polls = await asyncio.gather(*(inbox(client, bob, limit="7") for _ in range(8)))
+    handed = [n["entry_id"] for poll in polls for n in poll]
+    assert len(handed) == len(set(handed)) == 30
+    assert set(handed) == {e["id"] for e in posted}

@@ -144,3 +144,14 @@ async def test_non_ascii_tags_are_searchable(client: TestClient, make_agent: Mak
     assert await ids(client, alice, q="café") == [cafe["id"]]
     assert await ids(client, alice, tags="cafe\u0301") == [cafe["id"]]  # decomposed é finds the NFC tag
     assert await ids(client, alice, tags="数据库") == [cjk["id"]]
+
+
+async def test_synthetic_entries_are_hidden_unless_asked_for(client: TestClient, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    real = await post(client, alice, content="observed outage at noon")
+    sim = await post(client, alice, content="simulated outage at noon", truth_state="simulation")
+    hypo = await post(client, alice, content="hypothesised outage at noon", truth_state="hypothesis")
+    assert sorted(await ids(client, alice, q="outage")) == [real["id"], hypo["id"]]
+    assert sorted(await ids(client, alice, q="outage", include_synthetic="true")) == [real["id"], sim["id"], hypo["id"]]
+    assert await ids(client, alice, truth_state="hypothesis") == [hypo["id"]]
+    assert await ids(client, alice, truth_state="simulation", include_synthetic="true") == [sim["id"]]
