@@ -10,13 +10,15 @@ Tools only parse and format: every operation goes through the Client to the node
 service layer does the work. A domain error becomes an `isError` result whose text names the problem code,
 the offending argument and what to do next.
 
-Adding tools (workflow, default mode, ...): write an async function taking `ctx: Context` first and
-decorate it with `@tool(...)`; `build_server` registers everything in `TOOLS`.
+Adding tools (workflow, default mode, ...): in a module of your own, write an async function taking
+`ctx: Context` first, decorate it with `@tool(...)`, and add the module's name to `TOOL_MODULES`;
+`build_server` imports those modules and registers everything in `TOOLS`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -72,6 +74,9 @@ class ToolDef:
 
 
 TOOLS: list[ToolDef] = []
+
+# Modules that define more tools with @tool (workflows, default mode): one line each; imported by build_server.
+TOOL_MODULES: list[str] = []
 
 
 def tool(description: str, *, read_only: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -300,6 +305,8 @@ def skill_text() -> str:
 
 def build_server(client_provider: ClientProvider, **kwargs: Any) -> BBSServer:
     """An MCP server exposing every registered tool and the bbs-operations skill as a resource."""
+    for module in TOOL_MODULES:
+        importlib.import_module(module)
     server = BBSServer(client_provider, **kwargs)
     for spec in TOOLS:
         server.add_tool(
