@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import queue
 import sqlite3
 import threading
@@ -24,6 +25,7 @@ from typing import Any, TypeVar
 from node.errors import StorageFull, Unavailable
 
 T = TypeVar("T")
+log = logging.getLogger("bbs.db")
 MAX_BATCH = 256
 
 
@@ -192,22 +194,33 @@ class Database:
                 try:
                     result = job.fn(conn)
                 except Exception as exc:  # the job's own failure: roll back just this job
-                    conn.execute("ROLLBACK TO job")
-                    conn.execute("RELEASE job")
-                    outcomes.append((False, exc))
+                    try:
+                        conn.execute("ROLLBACK TO job")
+                        conn.execute("RELEASE job")
+                    except sqlite3.Error:
+                        raise exc from None  # SQLite ended the whole transaction (e.g. disk full): fail the batch
+                    outcomes.append((False, _storage_error(exc)))
                 else:
                     conn.execute("RELEASE job")
                     outcomes.append((True, result))
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except Exception as exc:  # nothing of this batch is committed, so no job may report success
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            error: Exception = exc
-            if "full" in str(exc).lower():
-                error = StorageFull("the database is full; nothing was written")
-            outcomes = [(False, error)] * len(batch)
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    log.exception("rollback failed after %s", exc)
+            outcomes = [(False, _storage_error(exc))] * len(batch)
         for job, (ok, value) in zip(batch, outcomes, strict=True):
             job.loop.call_soon_threadsafe(_settle, job.future, ok, value)
+
+
+def _storage_error(exc: Exception) -> Exception:
+    """A full database or disk as the client-facing StorageFull; any other error unchanged."""
+    full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "database or disk is full" in str(exc)
+    if isinstance(exc, sqlite3.Error) and full:
+        return StorageFull("the database is full; nothing was written")
+    return exc
 
 
 def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
