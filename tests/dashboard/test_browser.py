@@ -43,6 +43,9 @@ async def test_views_load_with_real_data(
     await expect(page.locator("#graph svg g.node")).to_have_count(9)
     assert await page.locator('#graph svg path.edge[data-type="retracted_by"]').count() == 1
     await b.shot("entry-2-hops")
+    await page.select_option("#link-type", "supports")  # only the chain of support: root <- #4 <- #12
+    await expect(page.locator("#graph svg g.node")).to_have_count(3)
+    assert await page.locator("#graph svg path.edge").count() == 2
 
     await b.view("#/search?q=kettle&entry_type=finding", "#results article.entry")
     contents = await page.locator("#results .content").all_inner_texts()

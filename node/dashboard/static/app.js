@@ -265,6 +265,7 @@ views.feed = async (_args, params, ctx) => {
 views.entry = async ([ref], params, ctx) => {
   const hops = ["1", "2", "3"].includes(params.get("hops")) ? params.get("hops") : "1";
   const direction = ["both", "outbound", "inbound"].includes(params.get("direction")) ? params.get("direction") : "both";
+  const linkType = LINK_TYPES.includes(params.get("link_types")) ? params.get("link_types") : "";
   const [read, prov] = await Promise.all([
     api(`/v1/entries/${encodeURIComponent(ref)}?hops=1`),
     api(`/dashboard/api/entries/${encodeURIComponent(ref)}/provenance`),
@@ -273,22 +274,29 @@ views.entry = async ([ref], params, ctx) => {
   await ensureNames(read.entries.map((e) => e.author_id));
   const e = read.entries.find((x) => x.record_hash === prov.record_hash);
   const byHash = new Map(read.entries.map((x) => [x.record_hash, x]));
-  const go = (next) => { location.hash = `#/entry/${e.id}?hops=${next.hops}&direction=${next.direction}`; };
-  const hopsSelect = h("select", { id: "hops", onchange: (ev) => go({ hops: ev.target.value, direction }) },
+  const go = (next) => {
+    const q = new URLSearchParams({ hops, direction, ...next });
+    if (!q.get("link_types")) q.delete("link_types");
+    location.hash = `#/entry/${e.id}?${q}`;
+  };
+  const hopsSelect = h("select", { id: "hops", onchange: (ev) => go({ hops: ev.target.value, link_types: linkType }) },
     ["1", "2", "3"].map((n) => h("option", { value: n, selected: n === hops }, `${n} hop${n === "1" ? "" : "s"}`)));
-  const dirSelect = h("select", { id: "direction", onchange: (ev) => go({ hops, direction: ev.target.value }) },
+  const dirSelect = h("select", { id: "direction", onchange: (ev) => go({ direction: ev.target.value, link_types: linkType }) },
     ["both", "outbound", "inbound"].map((d) => h("option", { value: d, selected: d === direction }, d)));
+  const typeSelect = h("select", { id: "link-type", onchange: (ev) => go({ link_types: ev.target.value }) },
+    h("option", { value: "" }, "all"), LINK_TYPES.map((t) => h("option", { value: t, selected: t === linkType }, t)));
   const graph = h("div", { class: "graph-box", id: "graph" }, h("p", { class: "hint" }, "Drawing…"));
   main.append(
     h("h1", {}, `Entry #${e.id}`),
     entryCard(e, { full: true }),
     h("section", { "aria-labelledby": "g-title" },
       h("h2", { id: "g-title" }, "Neighbourhood"),
-      h("div", { class: "controls" }, field("Hops", hopsSelect), field("Direction", dirSelect)),
+      h("div", { class: "controls" }, field("Hops", hopsSelect), field("Direction", dirSelect), field("Link type", typeSelect)),
       graph),
     h("section", { "aria-labelledby": "l-title" }, h("h2", { id: "l-title" }, "Links"), linkTable(e, read.links, byHash)),
     h("section", { "aria-labelledby": "p-title" }, h("h2", { id: "p-title" }, "Provenance"), provenance(prov, e)));
-  const svg = await api(`/dashboard/api/entries/${e.id}/graph.svg?hops=${hops}&direction=${direction}`, { text: true });
+  const typeQuery = linkType ? `&link_types=${linkType}` : "";
+  const svg = await api(`/dashboard/api/entries/${e.id}/graph.svg?hops=${hops}&direction=${direction}${typeQuery}`, { text: true });
   if (!ctx.alive()) return;
   const doc = new DOMParser().parseFromString(svg, "image/svg+xml");
   graph.replaceChildren(document.importNode(doc.documentElement, true));
