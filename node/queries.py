@@ -12,6 +12,7 @@ from typing import Any
 from node.api_types import EntryOut, LinkOut, SearchQuery
 
 MAX_NEIGHBOURHOOD = 1_000  # entries a traversal may collect before it stops and says so
+MAX_WALKED_LINKS = 1_000  # links likewise: a popular entry must not make an unbounded answer
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 _LOCAL_ID = re.compile(r"^[0-9]{1,19}$")  # ASCII digits only: str.isdigit() also accepts '²' and '١'
 MAX_LOCAL_ID = 2**63 - 1  # SQLite's INTEGER range
@@ -125,12 +126,17 @@ def traverse(
     truncated = False
     rounds = max(hops, 1 if include_links else 0)
     for depth in range(rounds):
-        if not frontier:
+        if not frontier or truncated:
             break
         rows = _adjacent(conn, frontier, link_types, direction)
+        truncated = len(rows) > MAX_WALKED_LINKS
         nxt: list[str] = []
         for row in rows:
-            links.setdefault(row["id"], link_out(row))
+            if row["id"] not in links:
+                if len(links) >= MAX_WALKED_LINKS:
+                    truncated = True
+                    break
+                links[row["id"]] = link_out(row)
             if depth >= hops:
                 continue
             for h in (row["source_hash"], row["target_hash"]):
@@ -157,8 +163,9 @@ def _adjacent(conn: sqlite3.Connection, frontier: list[str], link_types: Sequenc
         parts.append(
             f"SELECT {LINK_COLUMNS} FROM links l WHERE l.target_hash IN (SELECT value FROM json_each(:f)){type_filter}"
         )
-    sql = " UNION ".join(parts)
-    return conn.execute(sql, {"f": frontier_json, "types": json.dumps(list(link_types))}).fetchall()
+    sql = " UNION ".join(parts) + " ORDER BY id LIMIT :cap"
+    params = {"f": frontier_json, "types": json.dumps(list(link_types)), "cap": MAX_WALKED_LINKS + 1}
+    return conn.execute(sql, params).fetchall()
 
 
 def fts_query(q: str) -> str | None:

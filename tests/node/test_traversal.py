@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from node.service import Node
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import get_json, link, post
 
@@ -131,3 +132,32 @@ async def test_several_seeds_and_search_neighbourhood(client: TestClient, graph:
     assert {(names[x["source"]], names[x["target"]]) for x in body["links"]} == {("B", "A"), ("E", "A"), ("F", "A")}
     body = await get_json(client, "/v1/search", alice, params={"q": "claim"})
     assert body["links"] == [] and len(body["entries"]) == 1
+
+
+async def test_a_walk_stops_at_the_neighbourhood_limit(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
+    from node import queries
+    from node.api_types import LinkSpec, PostEntry
+
+    alice = await make_agent("alice")
+    hub = await post(client, alice, content="the hub everyone cites")
+    for i in range(queries.MAX_NEIGHBOURHOOD + 5):  # through the service layer: faster than HTTP, same path
+        await node.post_entry(
+            alice.agent_id,
+            PostEntry(
+                entry_type="finding",
+                performative="confirm",
+                content=f"citation {i}",
+                links=[LinkSpec(target=hub["record_hash"], link_type="supports")],
+            ),
+            None,
+        )
+    body = await get_json(client, f"/v1/entries/{hub['id']}", alice, params={"hops": "1", "include_links": "false"})
+    assert body["truncated"] is True
+    assert len(body["entries"]) == queries.MAX_NEIGHBOURHOOD
+    # links are bounded too: the hub's 1,005 incident links are cut at the limit
+    body = await get_json(client, f"/v1/entries/{hub['id']}", alice, params={"hops": "0"})
+    assert body["truncated"] is True and len(body["entries"]) == 1
+    assert len(body["links"]) == queries.MAX_WALKED_LINKS
+    assert [x["id"] for x in body["links"]] == sorted(x["id"] for x in body["links"])
+    body = await get_json(client, f"/v1/entries/{hub['id']}", alice, params={"hops": "0", "include_links": "false"})
+    assert body["truncated"] is False and body["links"] == []
