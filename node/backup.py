@@ -25,7 +25,7 @@ from pathlib import Path
 import msgspec
 
 from identity import keys
-from node import db
+from node import datalock, db
 from node.datadir import DataDir
 from node.errors import BBSError, Conflict, InvalidInput, NotFound
 
@@ -188,6 +188,8 @@ def _finish(staging: Path, data_root: Path, *, force: bool) -> RestoreResult:
         conn.close()
     os.chmod(staging, 0o700)
     replaced = None
+    if data_root.exists() and datalock.in_use(data_root):
+        raise Conflict(f"a node is serving {data_root}; stop it before restoring", code="data_in_use")
     if data_root.exists() and any(data_root.iterdir()):
         if not force:
             raise Conflict(

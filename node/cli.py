@@ -38,7 +38,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from node import config as configuration
-    from node import logging_setup, metrics
+    from node import datalock, logging_setup, metrics
     from node.app import create_app
     from node.datadir import initialise
     from node.service import Node
@@ -51,6 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging_setup.configure(config.log_format, config.log_level, access_log=config.access_log)
     data = Path(config.data)
     token = initialise(data)
+    lock = datalock.hold(data)  # noqa: F841 (held until the process exits)
     if token is not None:
         print(f"Initialised node data in {data}")
         print(f"Admin token (shown once, keep it safe): {token}")

@@ -130,3 +130,49 @@ def test_doctor_reports_a_newer_schema(tmp_path: Path) -> None:
     checks = doctor.diagnose(data)
     assert [c.name for c in checks if c.status == "fail"] == ["schema"]
     assert os.path.exists(data / "bbs.db")
+
+
+async def test_a_served_folder_refuses_a_second_node_and_a_restore(tmp_path: Path) -> None:
+    data = tmp_path / "node"
+    initialise(data)
+    archive = tmp_path / "backup.tar"
+    subprocess.run([*BBS, "backup", "--data", str(data), "--out", str(archive)], check=True, cwd=REPO, timeout=60)
+    port = free_port()
+    proc = subprocess.Popen(
+        [*BBS, "serve", "--data", str(data), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        await wait_healthy(f"http://127.0.0.1:{port}", proc)
+        second = subprocess.run(
+            [*BBS, "serve", "--data", str(data), "--port", str(free_port())],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+        )
+        assert second.returncode == 1 and "data_in_use" in second.stderr
+        restore = subprocess.run(
+            [*BBS, "restore", "--data", str(data), "--from", str(archive), "--force"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+        )
+        assert restore.returncode == 1 and "data_in_use" in restore.stderr
+        assert not list(tmp_path.glob("node.replaced-*"))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    # once the node has stopped, the restore goes through
+    restore = subprocess.run(
+        [*BBS, "restore", "--data", str(data), "--from", str(archive), "--force"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert restore.returncode == 0, restore.stderr
