@@ -22,8 +22,12 @@ async def test_post_read_search_link(client: TestClient, make_agent: Callable[[s
     assert [e["id"] for e in (await resp.json())["entries"]] == [first["id"]]
     resp = await client.post(
         "/v1/entries",
-        json={"entry_type": "finding", "performative": "confirm", "content": "confirmed",
-              "links": [{"target": first["record_hash"], "link_type": "supports"}]},
+        json={
+            "entry_type": "finding",
+            "performative": "confirm",
+            "content": "confirmed",
+            "links": [{"target": first["record_hash"], "link_type": "supports"}],
+        },
         headers=alice.headers,
     )
     second = await resp.json()
