@@ -1,0 +1,123 @@
+"""MCP tools for agent workflows: the message bus and the task graph with leases.
+
+Registered through `agent.mcp_server.TOOL_MODULES`; each goes through the REST client like the core tools.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context
+from pydantic import Field
+
+from agent.mcp_server import _client, _convert, _domain_errors, _out, tool
+from node.workflows.wire import (
+    DeclareTask,
+    FinishIn,
+    Graph,
+    LeaseIn,
+    MessageOut,
+    MessagePage,
+    MessageQuery,
+    PostMessage,
+    ReadyList,
+    ReadyQuery,
+    TaskOut,
+)
+
+PREFIX = "/v1/agent-workflows"
+TaskRef = Annotated[str, Field(description="task id or key")]
+
+
+def _query(value: Any) -> list[tuple[str, str]]:
+    """Query parameters from a Struct, leaving out unset values."""
+    import msgspec
+
+    params = []
+    for name, item in msgspec.structs.asdict(value).items():
+        if item is not None:
+            params.append((name, str(item).lower() if isinstance(item, bool) else str(item)))
+    return params
+
+
+@tool("Send a bus message (omit to_agent to broadcast). The bus is an append-only log.")
+async def send_message(
+    ctx: Context,
+    message_type: str,
+    body: str = "",
+    to_agent: Annotated[str | None, Field(description="recipient did; omit to broadcast")] = None,
+    project: str | None = None,
+    payload: dict[str, Any] | None = None,
+) -> str:
+    msg = _convert(
+        {"message_type": message_type, "body": body, "to_agent": to_agent, "project": project, "payload": payload},
+        PostMessage,
+    )
+    async with _domain_errors():
+        return _out(await (await _client(ctx)).call("POST", f"{PREFIX}/messages", MessageOut, json=msg))
+
+
+@tool("Read bus messages by project or agent (either end), newest first unless order=oldest.", read_only=True)
+async def read_messages(
+    ctx: Context,
+    project: str | None = None,
+    agent: Annotated[str | None, Field(description="agent did")] = None,
+    order: Literal["newest", "oldest"] = "newest",
+    limit: Annotated[int, Field(ge=1, le=200)] = 20,
+    cursor: str | None = None,
+) -> str:
+    query = _convert(
+        {"project": project, "agent": agent, "order": order, "limit": limit, "cursor": cursor}, MessageQuery
+    )
+    async with _domain_errors():
+        page = await (await _client(ctx)).call("GET", f"{PREFIX}/messages", MessagePage, params=_query(query))
+        return _out(page)
+
+
+@tool("Create or update a task by key; depends_on lists task keys (may not exist yet); checkpoint is merged.")
+async def declare_task(
+    ctx: Context,
+    key: str,
+    title: str | None = None,
+    depends_on: list[str] | None = None,
+    status: str | None = None,
+    checkpoint: dict[str, Any] | None = None,
+) -> str:
+    task = _convert(
+        {"key": key, "title": title, "depends_on": depends_on, "status": status, "checkpoint": checkpoint},
+        DeclareTask,
+    )
+    async with _domain_errors():
+        return _out(await (await _client(ctx)).call("POST", f"{PREFIX}/tasks", TaskOut, json=task))
+
+
+@tool("Tasks that can start now: every dependency done and no live lease.", read_only=True)
+async def ready_tasks(ctx: Context, limit: Annotated[int, Field(ge=1, le=1000)] = 20) -> str:
+    query = _convert({"limit": limit}, ReadyQuery)
+    async with _domain_errors():
+        return _out(await (await _client(ctx)).call("GET", f"{PREFIX}/tasks/ready", ReadyList, params=_query(query)))
+
+
+@tool("Lease a task for `seconds` (30..86400, default 900). Lease again to extend; 409 if another agent holds it.")
+async def lease_task(ctx: Context, task: TaskRef, seconds: Annotated[int, Field(ge=30, le=86400)] = 900) -> str:
+    body = _convert({"seconds": seconds}, LeaseIn)
+    async with _domain_errors():
+        return _out(await (await _client(ctx)).call("POST", f"{PREFIX}/tasks/{task}/lease", TaskOut, json=body))
+
+
+@tool("End your lease on a task: outcome complete (done) or release (back to ready). Checkpoint is merged.")
+async def finish_task(
+    ctx: Context,
+    task: TaskRef,
+    outcome: Literal["complete", "release"] = "complete",
+    checkpoint: dict[str, Any] | None = None,
+) -> str:
+    body = _convert({"checkpoint": checkpoint}, FinishIn)
+    async with _domain_errors():
+        return _out(await (await _client(ctx)).call("POST", f"{PREFIX}/tasks/{task}/{outcome}", TaskOut, json=body))
+
+
+@tool("The task graph: nodes with state and `precedes` edges.", read_only=True)
+async def task_graph(ctx: Context) -> str:
+    async with _domain_errors():
+        return _out(await (await _client(ctx)).call("GET", f"{PREFIX}/graph", Graph))

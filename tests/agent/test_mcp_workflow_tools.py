@@ -1,0 +1,48 @@
+"""Workflow tools over remote MCP (real SDK client, real `bbs serve`): bus, plan, ready, lease, finish, graph."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.client import Client
+from tests.agent.conftest import ServedNode
+from tests.agent.test_mcp_http import ok, remote_session
+
+pytestmark = pytest.mark.slow
+
+
+async def test_workflow_tools_drive_a_plan(served_node: ServedNode) -> None:
+    sup, worker = served_node.create_agent("sup"), served_node.create_agent("worker")
+    async with (
+        Client(served_node.url, api_key=sup["api_key"]) as rest,
+        remote_session(served_node, sup["api_key"]) as boss,
+        remote_session(served_node, worker["api_key"]) as hand,
+    ):
+        sent = ok(await boss.call_tool("send_message", {"message_type": "plan", "body": "two steps", "project": "p1"}))
+        assert sent["from_agent"] == sup["agent_id"] and sent["to_agent"] is None
+        page = ok(await hand.call_tool("read_messages", {"project": "p1"}))
+        assert [m["record_hash"] for m in page["messages"]] == [sent["record_hash"]]
+        assert page == ok(await boss.call_tool("read_messages", {"project": "p1"}))
+
+        ok(await boss.call_tool("declare_task", {"key": "publish", "title": "Publish", "depends_on": ["draft"]}))
+        ok(await boss.call_tool("declare_task", {"key": "draft", "title": "Draft"}))
+        ready = ok(await hand.call_tool("ready_tasks", {}))
+        assert [t["key"] for t in ready["tasks"]] == ["draft"]
+
+        leased = ok(await hand.call_tool("lease_task", {"task": "draft", "seconds": 60}))
+        assert leased["lease"]["holder"] == worker["agent_id"]
+        taken = await boss.call_tool("lease_task", {"task": "draft"})
+        assert taken.is_error and "lease_held" in taken.content[0].text  # type: ignore[union-attr]
+        assert ok(await hand.call_tool("ready_tasks", {}))["tasks"] == []
+
+        done = ok(await hand.call_tool("finish_task", {"task": "draft", "checkpoint": {"words": 900}}))
+        assert done["status"] in ("done", "completed") and done["checkpoint"] == {"words": 900}
+        assert [t["key"] for t in ok(await hand.call_tool("ready_tasks", {}))["tasks"]] == ["publish"]
+
+        graph = ok(await hand.call_tool("task_graph", {}))
+        assert {(e["from_key"], e["to_key"]) for e in graph["edges"]} == {("draft", "publish")}
+        rest_graph = await rest.call("GET", "/v1/agent-workflows/graph", dict)
+        assert graph == rest_graph
+
+        bad = await hand.call_tool("lease_task", {"task": "publish", "seconds": 5})
+        assert bad.is_error and "seconds" in bad.content[0].text  # type: ignore[union-attr]

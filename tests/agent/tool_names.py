@@ -1,0 +1,12 @@
+"""The MCP tool names each feature contributes (one place for the tests that list tools)."""
+
+CORE_TOOLS = {"post", "read", "search", "link", "subscribe", "inbox", "ack"}
+WORKFLOW_TOOLS = {
+    "send_message",
+    "read_messages",
+    "declare_task",
+    "ready_tasks",
+    "lease_task",
+    "finish_task",
+    "task_graph",
+}
