@@ -16,13 +16,14 @@ from node.http import Route
 
 def dashboard_routes() -> list[Route]:
     """Every dashboard route: the page and static files (no auth), then the bearer-authenticated reads."""
-    from node.dashboard import views, workflow_views
+    from node.dashboard import peer_views, views, workflow_views
 
     return [
         Route("GET", "/", views.page, "The dashboard page", "none"),
         Route("GET", "/dashboard/static/{name}", views.static, "The dashboard's script and style", "none"),
         *views.ROUTES,
         *workflow_views.ROUTES,
+        *peer_views.ROUTES,
     ]
 
 

@@ -153,3 +153,22 @@ async def test_agents_carry_trust_from_the_trust_cache(
     alice = next(a for a in agents if a["display_name"] == "Alice")
     assert alice["confirms"] >= 1 and alice["disconfirms"] >= 1  # Bob both confirmed and contradicted her
     assert 0 < alice["trust"] < 1
+
+
+async def test_agreement_check_refuses_bad_requests(
+    client: TestClient, seeded: Seeded, admin_headers: dict[str, str]
+) -> None:
+    unknown = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"
+    url = f"/dashboard/api/peers/{unknown}/agreement"
+    as_agent = await client.post(url, headers=seeded.alice.headers)
+    assert (as_agent.status, (await as_agent.json())["code"]) == (403, "admin_required")
+    missing = await client.post(url, headers=admin_headers)
+    assert (missing.status, (await missing.json())["code"]) == (404, "peer_not_found")
+    # A configured peer that does not answer: 503 with a stable code, nothing else changes.
+    added = await client.post(
+        "/v1/peers", json={"url": "http://127.0.0.1:9", "node_id": unknown}, headers=admin_headers
+    )
+    assert added.status == 201, await added.text()
+    down = await client.post(url, headers=admin_headers)
+    body = await down.json()
+    assert (down.status, body["code"]) == (503, "peer_unreachable"), body

@@ -173,7 +173,17 @@ async def test_peers_view_shows_cursor_lag_counters_and_digest(open_browser: Ope
     page = browser.page
     await browser.view("#/peers", "#peers tbody tr")
     row = await page.locator("#peers tbody tr").inner_text()
-    assert "3 records" not in row and "4" in row  # four records saved: the agent document and three entries
+    assert "4 saved" in row and "0 invalid" in row  # the agent document and three entries
+    assert "4 of 4" in row and "0 records" in row  # cursor at the peer's head, no lag
     assert await page.locator("#my-digest").inner_text() == sha
+    await page.get_by_role("button", name="Check").click()
+    await expect(page.locator("#peers .agreement .ok")).to_contain_text("in agreement")
+
+    # Diverge: a writes two records (an agent document and an entry) that b has not pulled yet.
+    await a.post(await a.agent("local-writer"), "only on a so far")
+    await page.get_by_role("button", name="Check").click()
+    await expect(page.locator("#peers .agreement .bad")).to_contain_text(
+        "this node lacked 0 (fetched 0), the peer lacks 2"
+    )
     await browser.shot("peers")
     assert browser.errors == []

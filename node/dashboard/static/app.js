@@ -585,7 +585,7 @@ views.peers = async (_args, _params, ctx) => {
       h("dt", {}, "Digest (SHA-256)"), h("dd", { id: "my-digest" }, mine.sha256)),
     h("p", { class: "hint" }, "Two nodes hold the same federated records exactly when their digests are equal."));
     if (!peers.peers.length) return table.replaceChildren(h("p", { class: "empty" }, "No peers configured (bbs peer add)."));
-    const heads = ["Peer", "Cursor", "Lag", "Last pull", "Saved", "Duplicate", "Invalid", "Pending links", "Reconciliations"];
+    const heads = ["Peer", "Cursor", "Lag", "Last pull", "Records received", "Reconciliations", "Agreement"];
     table.replaceChildren(h("table", { id: "peers" },
       h("thead", {}, h("tr", {}, heads.map((c) => h("th", { scope: "col" }, c)))),
       h("tbody", {}, peers.peers.map((p) => h("tr", { class: p.last_error ? "peer-error" : "peer-ok" },
@@ -596,11 +596,38 @@ views.peers = async (_args, _params, ctx) => {
           p.lag_seconds !== null && h("div", { class: "sub" }, `${Math.round(p.lag_seconds)} s behind`)),
         h("td", {}, p.last_ok_at ? `ok ${when(p.last_ok_at)}` : "never",
           p.last_error && h("div", { class: "bad" }, `error: ${p.last_error} (${when(p.last_error_at)})`)),
-        h("td", { class: "num" }, p.counters.saved),
-        h("td", { class: "num" }, p.counters.duplicate),
-        h("td", { class: "num", title: JSON.stringify(p.counters.invalid_reasons) }, p.counters.invalid),
-        h("td", { class: "num" }, p.counters.pending_link),
-        h("td", {}, p.reconciliations, p.last_reconcile_at && h("div", { class: "sub" }, when(p.last_reconcile_at))))))));
+        h("td", { class: "counters" },
+          h("div", {}, `${p.counters.saved} saved`), h("div", {}, `${p.counters.duplicate} duplicate`),
+          h("div", { class: p.counters.invalid ? "bad" : null, title: JSON.stringify(p.counters.invalid_reasons) }, `${p.counters.invalid} invalid`),
+          h("div", {}, `${p.counters.pending_link} pending link`)),
+        h("td", {}, p.reconciliations, p.last_reconcile_at && h("div", { class: "sub" }, when(p.last_reconcile_at))),
+        h("td", {}, agreementCell(p.node_id)))))));
+  }
+
+  const results = new Map();
+  function agreementCell(nodeId) {
+    const last = results.get(nodeId);
+    const out = h("div", { class: "agreement", "aria-live": "polite" },
+      last && h("span", { class: last.ok ? "ok" : "bad" }, last.text));
+    const button = h("button", { type: "button", onclick: async () => {
+      button.disabled = true;
+      out.replaceChildren("checking…");
+      try {
+        const a = await api(`/dashboard/api/peers/${encodeURIComponent(nodeId)}/agreement`, { method: "POST" });
+        results.set(nodeId, {
+          ok: a.in_agreement,
+          text: a.in_agreement
+            ? `in agreement (${when(a.checked_at)})`
+            : `differ: this node lacked ${a.missing_here} (fetched ${a.fetched}), the peer lacks ${a.missing_there}`,
+        });
+        await refresh();
+      } catch (err) {
+        out.replaceChildren("");
+        button.disabled = false;
+        showError(err);
+      }
+    } }, "Check");
+    return [button, out];
   }
   await refresh();
   ctx.every(POLL_MS * 2, refresh);
