@@ -218,7 +218,14 @@ async def run(root: Path) -> None:
                 return digest(a.data) == digest(b.data)
 
             await until(same, 60, "A and B to agree")
-            print("A and B agree after the restore")
+            peers = json.loads(bbs("peers", "--data", str(b.data), "--json"))["peers"]
+            seen = next(p for p in peers if p["node_id"] == a.node_id)
+            if seen["cursor_epoch"] != result["epoch"]:
+                raise DrillFailed(f"B's cursor into A is still on epoch {seen['cursor_epoch']}, not the new one")
+            print(
+                "A and B agree after the restore; B's cursor moved to A's new epoch"
+                f" ({seen['reconciliations']} reconciliations)"
+            )
         finally:
             if replicate is not None and replicate.poll() is None:
                 replicate.terminate()
