@@ -172,3 +172,14 @@ async def test_agreement_check_refuses_bad_requests(
     down = await client.post(url, headers=admin_headers)
     body = await down.json()
     assert (down.status, body["code"]) == (503, "peer_unreachable"), body
+
+
+async def test_a_key_proof_session_token_signs_in_too(client: TestClient, node: Node) -> None:
+    from tests.agent.test_agent_auth import challenge, own_key_agent, proof
+
+    key = await own_key_agent(node)
+    resp = await client.post("/v1/auth/session", json=proof(key, await challenge(client, key.did)))
+    token = (await resp.json())["token"]
+    me = await client.get("/dashboard/api/session", headers={"Authorization": f"Bearer {token}"})
+    body = await me.json()
+    assert (me.status, body["role"], body["agent_id"], body["display_name"]) == (200, "agent", key.did, "Roamer")
