@@ -263,7 +263,7 @@ def render_svg(
     used = sorted({e.kind for e in edge_list})
     width, height = size
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width:g} {height:g}" role="img"'
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width:g} {height:g}" role="group"'
         f' aria-label={quoteattr(label)} class="graph">',
         "<defs>",
     ]
