@@ -435,6 +435,29 @@ class Client:
 
     # ---- agents and node ------------------------------------------------------------------------------
 
+    async def promote_candidate(self, candidate_id: int, scope: str = "federation") -> dict[str, Any]:
+        """Promote a default-mode candidate into an entry authored by this agent.
+
+        When the client holds the key it fetches the candidate's draft, signs it and submits the record;
+        otherwise the node signs with the key it keeps. Returns the promote result as JSON values.
+        """
+        path = f"/v1/default-mode/promote/{candidate_id}"
+        body: dict[str, Any] = {"scope": scope}
+        if self._key is not None:
+            draft = await self.call("GET", f"/v1/default-mode/candidates/{candidate_id}/draft", dict)
+            draft.pop("unlinked_evidence", None)
+            draft["scope"] = scope
+            unsigned = {
+                "kind": "entry",
+                "schema_version": canonical.SCHEMA_VERSION,
+                "author_id": self._key.did,
+                "created_at": canonical.now_created_at(),
+                **draft,
+            }
+            body = {"scope": scope, "record": self._sign(unsigned)}
+        result: dict[str, Any] = await self.call("POST", path, dict, json=body)
+        return result
+
     async def node_info(self) -> NodeInfo:
         return await self._request("GET", "/v1/node", NodeInfo, auth=False)
 

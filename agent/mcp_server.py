@@ -76,7 +76,7 @@ class ToolDef:
 TOOLS: list[ToolDef] = []
 
 # Modules that define more tools with @tool (workflows, default mode): one line each; imported by build_server.
-TOOL_MODULES: list[str] = ["agent.workflow_tools"]
+TOOL_MODULES: list[str] = ["agent.workflow_tools", "agent.default_mode_tools"]
 
 
 def tool(description: str, *, read_only: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

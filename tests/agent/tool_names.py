@@ -10,3 +10,4 @@ WORKFLOW_TOOLS = {
     "finish_task",
     "task_graph",
 }
+DEFAULT_MODE_TOOLS = {"reflect", "critic", "promote", "consolidate"}

@@ -1,0 +1,76 @@
+"""MCP tools for governed memory: reflect, critic, promote, consolidate.
+
+Their output stays a candidate (node-local, hidden from read and search) until an explicit promote.
+Registered through `agent.mcp_server.TOOL_MODULES`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context
+from pydantic import Field
+
+from agent.mcp_server import _client, _convert, _domain_errors, _out, tool
+from node.default_mode.wire import (
+    CandidateOut,
+    ConsolidateIn,
+    CriticIn,
+    CriticResult,
+    ReflectIn,
+    ReflectResult,
+)
+
+PREFIX = "/v1/default-mode"
+Evidence = Annotated[list[str] | None, Field(description="record hashes the memory rests on")]
+
+
+@tool("Reflect over a transcript (or session_id): salient lines become reviewed candidates, not memories.")
+async def reflect(
+    ctx: Context,
+    transcript: str | None = None,
+    session_id: str | None = None,
+    evidence_refs: Evidence = None,
+    goal_relevance: Annotated[float, Field(ge=0, le=1)] = 0.0,
+    evidence_strength: Annotated[float, Field(ge=0, le=1)] = 0.0,
+) -> str:
+    body = _convert(
+        {
+            "transcript": transcript,
+            "session_id": session_id,
+            "evidence_refs": evidence_refs,
+            "goal_relevance": goal_relevance,
+            "evidence_strength": evidence_strength,
+        },
+        ReflectIn,
+    )
+    async with _domain_errors():
+        result = await (await _client(ctx)).call("POST", f"{PREFIX}/reflect-session", ReflectResult, json=body)
+        return _out({"candidates": result.candidates, "lines_scored": result.lines_scored, "dropped": result.dropped})
+
+
+@tool("Run the critic over candidates by id (none = every proposed one): risky or unevidenced -> needs_review.")
+async def critic(ctx: Context, candidate_ids: list[int] | None = None) -> str:
+    body = _convert({"candidate_ids": candidate_ids}, CriticIn)
+    async with _domain_errors():
+        return _out(await (await _client(ctx)).call("POST", f"{PREFIX}/critic", CriticResult, json=body))
+
+
+@tool("Promote an approved or needs_review candidate into a signed entry you author (authority derived).")
+async def promote(
+    ctx: Context, candidate_id: Annotated[int, Field(ge=1)], scope: Literal["federation", "local"] = "federation"
+) -> str:
+    async with _domain_errors():
+        return _out(await (await _client(ctx)).promote_candidate(candidate_id, scope))
+
+
+@tool("Summarise recent entries into one needs_review hypothesis candidate citing every entry it read.")
+async def consolidate(
+    ctx: Context,
+    limit: Annotated[int, Field(ge=1, le=100)] = 50,
+    tags: list[str] | None = None,
+    since: Annotated[str | None, Field(description="ISO 8601")] = None,
+) -> str:
+    body: Any = _convert({"limit": limit, "tags": tags, "since": since}, ConsolidateIn)
+    async with _domain_errors():
+        return _out(await (await _client(ctx)).call("POST", f"{PREFIX}/consolidate", CandidateOut, json=body))
