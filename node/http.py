@@ -42,6 +42,7 @@ class Route:
     query: type[msgspec.Struct] | None = None
     responses: dict[int, Any] = field(default_factory=dict)
     tag: str = "core"
+    text_types: tuple[str, ...] = ()  # other media types a 2xx answer may carry, as a text body (e.g. DOT)
 
 
 def problem_response(exc: BBSError, request_id: str | None = None) -> web.Response:
@@ -242,10 +243,9 @@ def openapi(routes: list[Route], *, title: str, version: str) -> dict[str, Any]:
             if typ is None:
                 op["responses"][str(status)] = {"description": "no content"}
             else:
-                op["responses"][str(status)] = {
-                    "description": "success",
-                    "content": {"application/json": {"schema": by_type[typ]}},
-                }
+                content = {"application/json": {"schema": by_type[typ]}}
+                content.update({media: {"schema": {"type": "string"}} for media in route.text_types})
+                op["responses"][str(status)] = {"description": "success", "content": content}
         for status in _error_statuses(route):
             op["responses"][str(status)] = {
                 "description": "problem",

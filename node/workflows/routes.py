@@ -221,6 +221,7 @@ ROUTES: list[Route] = [
         "any",
         query=GraphQuery,
         responses={200: Graph},
+        text_types=("text/vnd.graphviz", "text/plain"),  # format=dot, format=mermaid
         tag="agent-workflows",
     ),
     Route(

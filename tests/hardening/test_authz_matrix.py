@@ -1,0 +1,231 @@
+"""Authorization matrix: every route and method of the node, called by every kind of caller.
+
+Callers (columns): N no credentials, W a wrong bearer key, O another agent's key (not the owner of the
+resource the path names), A the owning agent's own key, D the admin token, P a configured peer's RFC 9421
+signature. Each cell holds the expected HTTP status. The set of rows must equal the set of routes the
+application's router serves, so a new route without a row fails `test_every_route_has_a_row`.
+
+Bodies are valid where that is cheap, so a cell that passes authorization shows the operation's real answer
+(2xx, or the 4xx of the operation itself); 401/403 cells are the refusals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import pytest
+from aiohttp.test_utils import TestClient
+
+from identity import keys
+from node.app import create_app
+from node.service import Node
+from sync.auth import sign_headers
+from tests.conftest import AgentCreds
+
+CALLERS = ("N", "W", "O", "A", "D", "P")
+WRONG_KEY = "bbs_0123456789abcdef_not-a-real-secret"
+
+
+@dataclass
+class Row:
+    method: str
+    path: str  # the router's canonical path
+    expect: str  # six statuses, in CALLERS order
+    url: str = ""  # concrete path (str.format over the world's ids); defaults to `path`
+    body: Any = None
+
+
+WF = "/v1/agent-workflows"
+# fmt: off
+TABLE: list[Row] = [
+    # ---- public -------------------------------------------------------------------------------------------
+    Row("GET", "/healthz", "200 200 200 200 200 200"),
+    Row("GET", "/v1/node", "200 200 200 200 200 200"),
+    Row("GET", "/openapi.json", "200 200 200 200 200 200"),
+    Row("GET", "/", "200 200 200 200 200 200"),
+    Row("GET", "/dashboard/static/{name}", "200 200 200 200 200 200", url="/dashboard/static/app.js"),
+    Row("POST", "/v1/auth/challenge", "422 422 422 422 422 422", body={}),
+    Row("POST", "/v1/auth/session", "422 422 422 422 422 422", body={}),
+    # ---- admin only ---------------------------------------------------------------------------------------
+    Row("POST", "/v1/agents", "401 401 403 403 201 401", body={"name": "made-{n}"}),
+    Row("GET", "/metrics", "401 401 403 403 200 401"),
+    Row("POST", "/v1/peers", "401 401 403 403 201 401", body={"url": "http://127.0.0.1:9/", "node_id": "{peer}"}),
+    Row("GET", "/v1/peers", "401 401 403 403 200 401"),
+    Row("GET", "/v1/sync/digest", "401 401 403 403 200 401"),
+    # the configured peer listens nowhere: the admin's check answers 503 peer_unreachable
+    Row("POST", "/dashboard/api/peers/{node_id}/agreement", "401 401 403 403 503 401",
+        url="/dashboard/api/peers/{peer}/agreement"),
+    # ---- reads for any authenticated caller ---------------------------------------------------------------
+    Row("GET", "/v1/entries", "401 401 200 200 200 401", url="/v1/entries?ids={entry}"),
+    Row("GET", "/v1/entries/{ref}", "401 401 200 200 200 401", url="/v1/entries/{entry}"),
+    Row("GET", "/v1/search", "401 401 200 200 200 401", url="/v1/search?q=matrix"),
+    Row("GET", "/v1/agents/{agent_id}", "401 401 200 200 200 401", url="/v1/agents/{own}"),
+    Row("GET", "/v1/default-mode/candidates", "401 401 200 200 200 401"),
+    Row("GET", "/v1/default-mode/candidates/{candidate_id}", "401 401 404 404 404 401",
+        url="/v1/default-mode/candidates/999999"),
+    Row("GET", "/v1/default-mode/candidates/{candidate_id}/draft", "401 401 404 404 404 401",
+        url="/v1/default-mode/candidates/999999/draft"),
+    Row("POST", "/v1/trust/refresh", "401 401 200 200 200 401"),
+    Row("GET", f"{WF}/messages", "401 401 200 200 200 401"),
+    Row("GET", f"{WF}/tasks/ready", "401 401 200 200 200 401"),
+    Row("GET", f"{WF}/tasks/{{task_id}}", "401 401 200 200 200 401", url=WF + "/tasks/{task}"),
+    Row("GET", f"{WF}/graph", "401 401 200 200 200 401"),
+    Row("GET", "/dashboard/api/session", "401 401 200 200 200 401"),
+    Row("GET", "/dashboard/api/agents", "401 401 200 200 200 401"),
+    Row("GET", "/dashboard/api/entries/{ref}/provenance", "401 401 200 200 200 401",
+        url="/dashboard/api/entries/{entry}/provenance"),
+    Row("GET", "/dashboard/api/entries/{ref}/graph.svg", "401 401 200 200 200 401",
+        url="/dashboard/api/entries/{entry}/graph.svg"),
+    Row("GET", "/dashboard/api/tasks", "401 401 200 200 200 401"),
+    Row("GET", "/dashboard/api/tasks/graph.svg", "401 401 200 200 200 401"),
+    Row("GET", "/dashboard/api/bus/projects", "401 401 200 200 200 401"),
+    # ---- agent writes: the admin token cannot act as an agent ---------------------------------------------
+    Row("POST", "/v1/entries", "401 401 201 201 403 401",
+        body={"entry_type": "finding", "performative": "inform", "content": "matrix {n}"}),
+    Row("POST", "/v1/links", "401 401 201 201 403 401",
+        body={"source": "{entry}", "target": "{entry2}", "link_type": "supports", "annotation": "{n}"}),
+    Row("POST", "/v1/subscriptions", "401 401 201 201 403 401", body={"tags": ["t{n}"]}),
+    Row("GET", "/v1/subscriptions", "401 401 200 200 403 401"),
+    # another agent cannot delete (or even see) the owner's subscription
+    Row("DELETE", "/v1/subscriptions/{sub_id}", "401 401 404 204 403 401", url="/v1/subscriptions/{sub}"),
+    Row("GET", "/v1/inbox", "401 401 200 200 403 401"),
+    Row("POST", "/v1/inbox/ack", "401 401 200 200 403 401", body={"ids": [1]}),
+    Row("POST", "/v1/default-mode/reflect-session", "401 401 422 422 403 401", body={}),
+    Row("POST", "/v1/default-mode/critic", "401 401 200 200 403 401", body={}),
+    Row("POST", "/v1/default-mode/promote/{candidate_id}", "401 401 404 404 403 401",
+        url="/v1/default-mode/promote/999999", body={}),
+    Row("POST", "/v1/default-mode/consolidate", "401 401 201 201 403 401", body={}),
+    Row("POST", "/v1/default-mode/simulate-future", "401 401 422 422 403 401", body={}),
+    Row("POST", "/v1/default-mode/stakeholder-simulation", "401 401 422 422 403 401", body={}),
+    Row("POST", "/v1/default-mode/incubate", "401 401 422 422 403 401", body={}),
+    Row("POST", f"{WF}/messages", "401 401 201 201 403 401", body={"message_type": "note", "body": "m{n}"}),
+    Row("POST", f"{WF}/tasks", "401 401 201 201 403 401", body={"key": "k{n}", "title": "t"}),
+    # the task is leased by its owner: another agent can neither take, release nor complete it
+    Row("POST", f"{WF}/tasks/{{task_id}}/lease", "401 401 409 200 403 401", url=WF + "/tasks/{task}/lease", body={}),
+    Row("POST", f"{WF}/tasks/{{task_id}}/release", "401 401 409 200 403 401", url=WF + "/tasks/{task2}/release",
+        body={}),
+    Row("POST", f"{WF}/tasks/{{task_id}}/complete", "401 401 409 200 403 401", url=WF + "/tasks/{task}/complete",
+        body={}),
+    # ---- peer-signed: bearer credentials of any kind are refused ------------------------------------------
+    Row("GET", "/v1/sync/changes", "401 401 401 401 401 200", url="/v1/sync/changes?wait_ms=0"),
+    Row("POST", "/v1/sync/fetch", "401 401 401 401 401 200", body={"type": "fetch", "hashes": ["0" * 64]}),
+    Row("POST", "/v1/sync/reconcile", "401 401 401 401 401 422", body={"message": ""}),
+    Row("POST", f"{WF}/peer/lease", "401 401 401 401 401 404",
+        body={"task_key": "no-such-task", "agent_id": "{own}"}),
+]
+# fmt: on
+
+
+@dataclass
+class World:
+    client: TestClient
+    admin: dict[str, str]
+    own: AgentCreds
+    other: AgentCreds
+    peer: keys.SigningKey
+    ids: dict[str, str]
+
+
+@pytest.fixture
+async def world(
+    monkeypatch: pytest.MonkeyPatch,
+    aiohttp_client: Callable[..., Awaitable[TestClient]],
+    node: Node,
+    admin_headers: dict[str, str],
+    make_agent: Callable[[str], Awaitable[AgentCreds]],
+) -> AsyncIterator[World]:
+    monkeypatch.setenv("BBS_SYNC", "off")  # the peer added below is never pulled from
+    client = await aiohttp_client(create_app(node))
+    own, other = await make_agent("owner"), await make_agent("other")
+    peer = keys.SigningKey.generate()
+    peer_in = {"url": "http://127.0.0.1:9/", "node_id": peer.did}
+    resp = await client.post("/v1/peers", json=peer_in, headers=admin_headers)
+    assert resp.status == 201, await resp.text()
+
+    async def ok(method: str, path: str, body: Any, creds: AgentCreds) -> Any:
+        r = await client.request(method, path, json=body, headers=creds.headers)
+        assert r.status in (200, 201), await r.text()
+        return await r.json()
+
+    post = {"entry_type": "finding", "performative": "inform"}
+    entry = await ok("POST", "/v1/entries", {**post, "content": "matrix subject"}, own)
+    entry2 = await ok("POST", "/v1/entries", {**post, "content": "matrix second"}, own)
+    sub = await ok("POST", "/v1/subscriptions", {"tags": ["matrix"]}, own)
+    task = await ok("POST", f"{WF}/tasks", {"key": "held", "title": "held by the owner"}, own)
+    task2 = await ok("POST", f"{WF}/tasks", {"key": "held2", "title": "held by the owner"}, own)
+    for t in (task, task2):
+        await ok("POST", f"{WF}/tasks/{t['id']}/lease", {}, own)
+    ids = {
+        "entry": str(entry["id"]),
+        "entry2": str(entry2["id"]),
+        "sub": str(sub["id"]),
+        "task": str(task["id"]),
+        "task2": str(task2["id"]),
+        "own": own.agent_id,
+        "peer": peer.did,
+    }
+    yield World(client, admin_headers, own, other, peer, ids)
+
+
+def _fill(value: Any, ids: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return value.format(**ids)
+    if isinstance(value, list):
+        return [_fill(v, ids) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, ids) for k, v in value.items()}
+    return value
+
+
+async def _call(world: World, row: Row, caller: str, n: int) -> int:
+    ids = {**world.ids, "n": str(n)}
+    url = _fill(row.url or row.path, ids)
+    body = None if row.body is None else msgspec.json.encode(_fill(row.body, ids))
+    headers: dict[str, str] = {}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    if caller == "W":
+        headers["Authorization"] = f"Bearer {WRONG_KEY}"
+    elif caller == "O":
+        headers.update(world.other.headers)
+    elif caller == "A":
+        headers.update(world.own.headers)
+    elif caller == "D":
+        headers.update(world.admin)
+    elif caller == "P":
+        headers.update(sign_headers(world.peer, row.method, str(world.client.make_url(url)), body))
+    resp = await world.client.request(row.method, url, data=body, headers=headers)
+    await resp.read()
+    return resp.status
+
+
+# The owner acts last in each row, so a mutating owner call (delete, complete) cannot change another cell.
+ORDER = ("N", "W", "P", "D", "O", "A")
+
+
+async def test_authorization_matrix(world: World) -> None:
+    mismatches = []
+    n = 0
+    for row in TABLE:
+        expected = dict(zip(CALLERS, row.expect.split(), strict=True))
+        for caller in ORDER:
+            n += 1
+            got = await _call(world, row, caller, n)
+            if str(got) != expected[caller]:
+                mismatches.append(f"{row.method} {row.path} [{caller}] expected {expected[caller]}, got {got}")
+    assert not mismatches, "\n".join(mismatches)
+
+
+async def test_every_route_has_a_row(world: World) -> None:
+    served = {
+        (route.method, route.resource.canonical)
+        for route in world.client.app.router.routes()
+        if route.method != "HEAD" and route.resource is not None
+    }
+    rows = [(row.method, row.path) for row in TABLE]
+    assert len(rows) == len(set(rows)), "a route has two rows"
+    assert served - set(rows) == set(), "routes without a row in the authorization matrix"
+    assert set(rows) - served == set(), "rows for routes the node does not serve"
