@@ -150,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     from node import cli_mcp  # bbs mcp, bbs agent export/import, bbs serve --mcp-port
 
     cli_mcp.register(sub, agent)
+    from agent.runtime import cli as runtime_cli  # bbs agent run, bbs agent init
+
+    runtime_cli.register(agent)
 
     p = sub.add_parser("rebuild", help="rebuild every projection from the log and check it matches")
     _data_arg(p)
