@@ -142,6 +142,25 @@ def check_canonical(value: Any, field: str = "$") -> None:
             check_canonical(item, f"{field}[{i}]")
 
 
+MAX_DEPTH = 32
+
+
+def nesting_depth(value: Any) -> int:
+    """How deeply arrays and objects nest in a JSON value (iterative: safe on hostile input)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        else:
+            deepest = max(deepest, depth)
+            continue
+        deepest = max(deepest, depth + 1)
+    return deepest
+
+
 def _check_string(value: str, field: str) -> None:
     try:
         value.encode("utf-8")

@@ -102,6 +102,8 @@ def check(record: dict[str, Any]) -> tuple[str, Any]:
 
     if not isinstance(record, dict):
         raise RecordError("malformed", "a record must be a JSON object")
+    if canonical.nesting_depth(record) > canonical.MAX_DEPTH:
+        raise RecordError("malformed", f"record nests deeper than {canonical.MAX_DEPTH} levels")
     try:
         size = len(canonical.canonical_bytes(record))
     except (ValueError, TypeError) as exc:
@@ -126,8 +128,10 @@ def check(record: dict[str, Any]) -> tuple[str, Any]:
 
 
 def _path_of(message: str) -> str:
-    """Extract msgspec's JSON path (`... - at `$.field``) from a validation message."""
+    """The JSON path of a msgspec validation message (`... - at `$.field``), down to an unknown or missing field."""
     marker = "at `"
-    if marker in message:
-        return message.rsplit(marker, 1)[1].rstrip("`")
-    return "$"
+    path = message.rsplit(marker, 1)[1].rstrip("`") if marker in message else "$"
+    for prefix in ("Object contains unknown field `", "Object missing required field `"):
+        if message.startswith(prefix):
+            return f"{path}.{message[len(prefix) :].split('`', 1)[0]}"
+    return path

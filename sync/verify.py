@@ -26,6 +26,8 @@ def verify_record(raw: bytes, claimed_hash: str | None) -> Verified | Invalid:
         return Invalid(claimed_hash, "malformed", f"record is not JSON: {exc}")
     if not isinstance(record, dict):
         return Invalid(claimed_hash, "malformed", "record is not a JSON object")
+    if canonical.nesting_depth(record) > canonical.MAX_DEPTH:
+        return Invalid(claimed_hash, "malformed", f"record nests deeper than {canonical.MAX_DEPTH} levels")
     try:
         if canonical.canonical_bytes(record) != raw:
             return Invalid(claimed_hash, "not_canonical", "record bytes are not its canonical form")

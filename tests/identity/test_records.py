@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from identity import canonical, records
 from identity.keys import SigningKey, b64u
-from identity.records import RecordError, compute_hash, sign, signing_bytes, unsigned, verify
+from identity.records import RecordError, check, compute_hash, sign, signing_bytes, unsigned, verify
 
 ALICE = SigningKey.from_seed(bytes(32))
 BOB = SigningKey.from_seed(b"\x01" * 32)
@@ -421,3 +421,25 @@ def test_record_error_is_a_value_error() -> None:
 @pytest.mark.parametrize("content", ["x\ud800", "\udfff"])
 def test_lone_surrogates_are_not_canonical(content: str) -> None:
     assert reason_of(sign(entry(content=content), ALICE)) == ("not_canonical", "$.content")
+
+
+def test_deeply_nested_record_is_malformed_not_a_crash() -> None:
+    deep: Any = "x"
+    for _ in range(5_000):
+        deep = [deep]
+    record = entry(metadata={"deep": deep})
+    with pytest.raises(RecordError) as err:
+        check(record)
+    assert err.value.reason == "malformed"
+
+
+def test_unknown_and_missing_fields_report_their_own_path() -> None:
+    extra = sign({**entry(), "colour": "red"}, ALICE)
+    with pytest.raises(RecordError) as err:
+        check(extra)
+    assert (err.value.reason, err.value.field) == ("schema", "$.colour")
+    missing = entry()
+    del missing["tags"]
+    with pytest.raises(RecordError) as err:
+        check(sign(missing, ALICE))
+    assert (err.value.reason, err.value.field) == ("schema", "$.tags")
