@@ -197,4 +197,4 @@ class Executor:
             out = await self.client.call(
                 "POST", f"/v1/agent-workflows/tasks/{task}/complete", dict, json=body, idempotency_key=key
             )
-        return {"task": out.get("key"), "status": out.get("status")}
+        return {"task": out.get("key"), "task_status": out.get("status")}
