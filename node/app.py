@@ -7,7 +7,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from node import __version__, agent_auth, metrics, peer_routes
+from node import __version__, agent_auth, limits, metrics, peer_routes
 from node.appkeys import NODE
 from node.auth import guard
 from node.default_mode.routes import ROUTES as DEFAULT_MODE_ROUTES
@@ -34,11 +34,16 @@ def all_routes() -> list[Route]:
     return [route for table in ROUTE_TABLES for route in table]
 
 
-def create_app(node: Node) -> web.Application:
-    """Build the aiohttp application around an opened or unopened Node (opened on startup, closed on cleanup)."""
+def create_app(node: Node, rate_limit: limits.RateLimit | None = None) -> web.Application:
+    """Build the aiohttp application around an opened or unopened Node (opened on startup, closed on cleanup).
+
+    `rate_limit` bounds requests per bearer credential (none when not given; `bbs serve` passes its config)."""
+    limit = rate_limit or limits.RateLimit()
     app = web.Application(
-        middlewares=[request_log_middleware, metrics_middleware, error_middleware], client_max_size=MAX_BODY_BYTES
+        middlewares=[request_log_middleware, metrics_middleware, error_middleware, limits.middleware(limit)],
+        client_max_size=MAX_BODY_BYTES,
     )
+    app[limits.LIMIT] = limit
     app[NODE] = node
     metrics.install(app)
     routes = all_routes()

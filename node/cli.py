@@ -41,6 +41,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from node import datalock, logging_setup, metrics
     from node.app import create_app
     from node.datadir import initialise
+    from node.limits import RateLimit
     from node.service import Node
 
     flags = {name: getattr(args, name, None) for name in configuration.FIELDS}
@@ -58,7 +59,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     node = Node(data)
     print(f"Node {node.node_id} serving http://{config.host}:{config.port}", flush=True)
     print(f"Create an agent: bbs agent create NAME --data {data}", flush=True)
-    app = create_app(node)
+    app = create_app(node, RateLimit(config.rate_limit_per_s, config.rate_limit_burst))
     from node import cli_mcp
 
     cli_mcp.enable_remote_mcp(app, node, args, config.host, config.port)

@@ -47,6 +47,10 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     admin token."""
     shutdown_timeout: Seconds = 10.0
     """Seconds in-flight requests get to finish after SIGTERM before connections are closed."""
+    rate_limit_per_s: Annotated[float, msgspec.Meta(ge=0, le=1_000_000)] = 100.0
+    """Requests per second each bearer credential (agent key, admin token) may sustain; 0 turns limits off."""
+    rate_limit_burst: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1000
+    """Requests a credential may make at once before the per-second rate applies (429 with Retry-After)."""
 
 
 FIELDS: tuple[str, ...] = Config.__struct_fields__

@@ -54,6 +54,10 @@ class Conflict(BBSError):
     status, code, title = 409, "conflict", "Conflict"
 
 
+class RequestTimeout(BBSError):
+    status, code, title = 408, "request_timeout", "Request timeout"
+
+
 class PayloadTooLarge(BBSError):
     status, code, title = 413, "payload_too_large", "Payload too large"
 

@@ -6,6 +6,7 @@ declaration drives validation and `/openapi.json`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -20,13 +21,21 @@ import msgspec
 from aiohttp import web
 
 from node.api_types import Problem
-from node.errors import BBSError, InvalidInput, MalformedRequest, PayloadTooLarge, UnsupportedMediaType
+from node.errors import (
+    BBSError,
+    InvalidInput,
+    MalformedRequest,
+    PayloadTooLarge,
+    RequestTimeout,
+    UnsupportedMediaType,
+)
 
 log = logging.getLogger("bbs.http")
 T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PROBLEM_TYPE = "https://agent-bbs.dev/problems/"
 MAX_JSON_DEPTH = 32  # nesting of arrays/objects in a request body; deeper bodies are refused before any work
+BODY_READ_TIMEOUT_S = 30.0  # a client trickling its body slower than this is cut off (408)
 
 
 @dataclass
@@ -125,7 +134,9 @@ async def read_json(request: web.Request) -> Any:
     if ctype not in ("application/json", "application/problem+json") and not ctype.endswith("+json"):
         raise UnsupportedMediaType("send the body as application/json", field="Content-Type")
     try:
-        raw = await request.read()
+        raw = await asyncio.wait_for(request.read(), BODY_READ_TIMEOUT_S)
+    except TimeoutError:
+        raise RequestTimeout(f"the request body did not arrive within {BODY_READ_TIMEOUT_S:g} s") from None
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge(f"request body exceeds {request.app._client_max_size} bytes") from None
     except web.RequestPayloadError as exc:  # e.g. a Content-Encoding: gzip body that does not decompress
@@ -277,6 +288,8 @@ def _error_statuses(route: Route) -> list[int]:
     statuses = [400, 422]
     if route.auth != "none":
         statuses += [401, 403]
+    if route.auth in ("agent", "admin", "any"):
+        statuses.append(429)  # node.limits: per-credential rate limit
     if route.body is not None:
         statuses += [413, 415]
     if "{" in route.path or route.method != "GET":
