@@ -5,8 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from node.appkeys import NODE
-from node.auth import agent_id
-from node.default_mode.service import DefaultMode, runtime
+from node.auth import agent_id, principal
+from node.default_mode.service import ADMIN, DefaultMode, runtime
 from node.default_mode.wire import (
     CandidateList,
     CandidateOut,
@@ -20,6 +20,7 @@ from node.default_mode.wire import (
     PromoteResult,
     ReflectIn,
     ReflectResult,
+    ReviewIn,
     SimulateFutureIn,
     StakeholderIn,
     TemplateResult,
@@ -55,8 +56,18 @@ async def run_critic(request: web.Request) -> web.Response:
 async def promote(request: web.Request) -> web.Response:
     cid = _candidate_id(request)
     body = convert(await read_json(request), PromoteIn) if request.can_read_body else PromoteIn()
-    result = await _rt(request).promote(agent_id(request), cid, body)
+    if principal(request).is_admin:
+        result = await _rt(request).promote_as_admin(cid, body)
+    else:
+        result = await _rt(request).promote(agent_id(request), cid, body)
     return json_response(result, 201 if result.created else 200)
+
+
+async def review(request: web.Request) -> web.Response:
+    cid = _candidate_id(request)
+    body = convert(await read_json(request), ReviewIn)
+    who = principal(request)
+    return json_response(await _rt(request).review(ADMIN if who.is_admin else agent_id(request), cid, body))
 
 
 async def consolidate(request: web.Request) -> web.Response:
@@ -103,8 +114,11 @@ ROUTES: list[Route] = [
     _route("POST", "/critic", run_critic, "Review candidates: risky or unevidenced ones go to needs_review",
            "agent", body=CriticIn, responses={200: CriticResult}),
     _route("POST", "/promote/{candidate_id}", promote,
-           "Promote an approved or needs_review candidate into a signed entry (idempotent)", "agent",
-           body=PromoteIn, responses={201: PromoteResult, 200: PromoteResult}),
+           "Promote an approved or needs_review candidate into a signed entry (idempotent); the admin names"
+           " the author", "any", body=PromoteIn, responses={201: PromoteResult, 200: PromoteResult}),
+    _route("POST", "/candidates/{candidate_id}/review", review,
+           "A person's decision on a candidate: approve or reject (truth_state never changes)", "any",
+           body=ReviewIn, responses={200: CandidateOut}),
     _route("POST", "/consolidate", consolidate,
            "Summarise recent entries into one needs_review hypothesis candidate", "agent",
            body=ConsolidateIn, responses={201: CandidateOut}),

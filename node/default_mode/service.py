@@ -46,17 +46,19 @@ from node.default_mode.wire import (
     PromoteResult,
     ReflectIn,
     ReflectResult,
+    ReviewIn,
     SalienceWeights,
     SimulateFutureIn,
     StakeholderIn,
     TemplateResult,
 )
-from node.errors import BBSError, InvalidInput, NotFound
+from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
 
 T = TypeVar("T")
 MAX_SESSION_ENTRIES = 2_000
 MAX_INLINE_LINKS = 32  # identity.schema.MAX_LINKS_PER_ENTRY; further evidence links are separate link records
 PROMOTABLE = ("approved", "needs_review")
+ADMIN = "admin"  # how a decision or promotion requested by the node's admin (who has no did) is recorded
 
 # What a promoted candidate becomes: (entry_type, performative).
 ENTRY_SHAPE: dict[str, tuple[str, str]] = {
@@ -142,7 +144,7 @@ class DefaultMode:
             ids += store.insert(conn, new, now)
             skipped = []
             for row in store.fetch(conn, ids):
-                if row["status"] in ("promoted", "rejected"):
+                if row["status"] in ("promoted", "rejected") or row["decision"] is not None:
                     skipped.append(int(row["id"]))
                     continue
                 verdict = critic.review(
@@ -259,8 +261,16 @@ class DefaultMode:
 
     # ---- promote ----------------------------------------------------------------------------------------
 
-    async def promote(self, agent_id: str, candidate_id: int, body: PromoteIn) -> PromoteResult:
-        """Turn an approved or needs_review candidate into a signed entry by `agent_id`. Idempotent."""
+    async def promote(
+        self, agent_id: str, candidate_id: int, body: PromoteIn, requested_by: str | None = None
+    ) -> PromoteResult:
+        """Turn an approved or needs_review candidate into a signed entry by `agent_id`. Idempotent.
+
+        `requested_by` is set (to "admin") when the admin asked for the promotion and named `agent_id`.
+        """
+        if body.author is not None and requested_by is None:
+            raise Forbidden("an agent promotes as itself; only the admin names an author", field="$.author",
+                            code="author_admin_only")  # fmt: skip
         async with self._promote_lock:
             row = await self._candidate_row(candidate_id)
             if row["status"] == "promoted":
@@ -295,9 +305,59 @@ class DefaultMode:
                     link = PostLink(source=entry.record_hash, target=h, link_type="derived_from")
                     await self.node.create_link(agent_id, link, None)
             now = self.node.now_ms()
-            await self.node.db.write(lambda c: store.mark_promoted(c, cand.id, entry.record_hash, agent_id, now))
+            await self.node.db.write(
+                lambda c: store.mark_promoted(c, cand.id, entry.record_hash, agent_id, now, requested_by)
+            )
             row = await self._candidate_row(candidate_id)
             return PromoteResult(store.out(row), entry, created=created)
+
+    async def promote_as_admin(self, candidate_id: int, body: PromoteIn) -> PromoteResult:
+        """The admin promotes by naming the author: a local agent whose key this node keeps signs the entry."""
+        if body.record is not None:
+            raise InvalidInput("the admin cannot submit a signed record; name the author and the node signs",
+                               field="$.record", code="record_not_allowed")  # fmt: skip
+        if body.author is None:
+            raise InvalidInput("a promotion creates a signed entry: name the agent that authors it",
+                               field="$.author", code="author_required")  # fmt: skip
+        ref = body.author
+        row = await self.node.db.read(lambda c: store.local_author(c, ref))
+        if row is None:
+            raise NotFound(f"no agent {ref!r} on this node", field="$.author", code="author_not_found")
+        if not row["key_kept"]:
+            raise InvalidInput(f"agent {ref!r} holds its own key: it must promote (and sign) itself",
+                               field="$.author", code="author_key_not_kept")  # fmt: skip
+        return await self.promote(row["agent_id"], candidate_id, body, requested_by=ADMIN)
+
+    # ---- human review -----------------------------------------------------------------------------------
+
+    async def review(self, decided_by: str, candidate_id: int, body: ReviewIn) -> CandidateOut:
+        """Record a person's decision. approve: proposed/needs_review/approved -> approved; reject: any status
+        but promoted -> rejected. truth_state never changes. `decided_by` is "admin" or the agent's did; an
+        agent may not decide a candidate it proposed. Repeating the stored decision changes nothing."""
+        note = (body.note or "").strip() or None
+        now = self.node.now_ms()
+
+        def job(conn: sqlite3.Connection) -> CandidateOut:
+            rows = store.fetch(conn, [candidate_id])
+            if not rows:
+                raise NotFound(f"no candidate {candidate_id}", field="candidate_id", code="candidate_not_found")
+            row = rows[0]
+            if row["status"] == "promoted":
+                raise Conflict(f"candidate {candidate_id} is already promoted; its entry is in the log",
+                               field="candidate_id", code="candidate_promoted")  # fmt: skip
+            if decided_by != ADMIN and row["proposed_by"] == decided_by:
+                raise Forbidden("an agent cannot review a candidate it proposed", field="candidate_id",
+                                code="own_candidate")  # fmt: skip
+            if row["decision"] == body.decision:
+                return store.out(row)
+            if body.decision == "approve" and row["status"] == "rejected":
+                raise Conflict(f"candidate {candidate_id} is rejected; a rejection is final",
+                               field="candidate_id", code="candidate_rejected")  # fmt: skip
+            store.decide(conn, candidate_id, body.decision, decided_by, note, now)
+            return store.out(store.fetch(conn, [candidate_id])[0])
+
+        async with self._promote_lock:  # a decision never interleaves with a promotion of the same candidate
+            return await self.node.db.write(job)
 
     def draft_for(self, cand: CandidateOut, scope: str = "federation") -> EntryDraft:
         """The entry a candidate becomes, in canonical form (what a self-signing agent signs)."""
@@ -317,6 +377,9 @@ class DefaultMode:
             "salience": cand.salience,
             "evidence_refs": [f"candidate:{self.node.node_id}/{cand.id}", *evidence],
         }
+        if cand.decision is not None:
+            provenance["review"] = {"decision": cand.decision, "decided_by": cand.decided_by,
+                                    "decided_at": cand.decided_at, "note": cand.decision_note}  # fmt: skip
         return EntryDraft(
             entry_type=entry_type,
             performative=performative,

@@ -96,11 +96,12 @@ def is_duplicate(conn: sqlite3.Connection, text: str) -> bool:
 
 
 def apply_review(conn: sqlite3.Connection, candidate_id: int, review: Review, now_ms: int) -> None:
-    """Write the critic's decision, flags and truth_state onto a candidate not yet promoted or rejected."""
+    """Write the critic's decision, flags and truth_state onto a candidate not yet promoted, rejected or decided
+    by a person (a human decision stands)."""
     conn.execute(
         "UPDATE dm_candidates SET status = ?, critic_decision = ?, critic_reasons = ?, risk_flag = ?,"
         " evidence_flag = ?, truth_state = ?, reviewed_ms = ?"
-        " WHERE id = ? AND status NOT IN ('promoted', 'rejected')",
+        " WHERE id = ? AND status NOT IN ('promoted', 'rejected') AND decision IS NULL",
         (
             review.decision,
             review.decision,
@@ -114,13 +115,39 @@ def apply_review(conn: sqlite3.Connection, candidate_id: int, review: Review, no
     )
 
 
-def mark_promoted(conn: sqlite3.Connection, candidate_id: int, entry_hash: str, agent_id: str, now_ms: int) -> None:
-    """Point a candidate at the entry it became (once)."""
+def decide(
+    conn: sqlite3.Connection, candidate_id: int, decision: str, decided_by: str, note: str | None, now_ms: int
+) -> None:
+    """Record a person's decision: approve -> `approved`, reject -> `rejected`; truth_state is left alone."""
     conn.execute(
-        "UPDATE dm_candidates SET status = 'promoted', promoted_hash = ?, promoted_by = ?, promoted_ms = ?"
+        "UPDATE dm_candidates SET status = ?, decision = ?, decided_by = ?, decided_ms = ?, decision_note = ?"
         " WHERE id = ? AND status != 'promoted'",
-        (entry_hash, agent_id, now_ms, candidate_id),
+        ("approved" if decision == "approve" else "rejected", decision, decided_by, now_ms, note, candidate_id),
     )
+
+
+def mark_promoted(
+    conn: sqlite3.Connection,
+    candidate_id: int,
+    entry_hash: str,
+    agent_id: str,
+    now_ms: int,
+    requested_by: str | None = None,
+) -> None:
+    """Point a candidate at the entry it became (once); `requested_by` is set when the admin named the author."""
+    conn.execute(
+        "UPDATE dm_candidates SET status = 'promoted', promoted_hash = ?, promoted_by = ?, promoted_ms = ?,"
+        " promote_requested_by = ? WHERE id = ? AND status != 'promoted'",
+        (entry_hash, agent_id, now_ms, requested_by, candidate_id),
+    )
+
+
+def local_author(conn: sqlite3.Connection, ref: str) -> sqlite3.Row | None:
+    """The local agent named `ref` (a local name or a did), with whether this node keeps its key."""
+    column = "agent_id" if ref.startswith("did:") else "name"
+    return conn.execute(
+        f"SELECT agent_id, key_seed IS NOT NULL AS key_kept FROM local_agents WHERE {column} = ?", (ref,)
+    ).fetchone()
 
 
 def out(row: sqlite3.Row) -> CandidateOut:
@@ -148,4 +175,9 @@ def out(row: sqlite3.Row) -> CandidateOut:
         promoted_entry=row["promoted_hash"],
         promoted_by=row["promoted_by"],
         promoted_at=_iso(row["promoted_ms"]),
+        decision=row["decision"],
+        decided_by=row["decided_by"],
+        decided_at=_iso(row["decided_ms"]),
+        decision_note=row["decision_note"],
+        promote_requested_by=row["promote_requested_by"],
     )

@@ -15,6 +15,7 @@ MAX_TEXT_CHARS = 8_000
 MAX_CANDIDATES_PER_CALL = 200
 MAX_CANDIDATE_TAGS = 8
 MAX_CONSOLIDATE = 100
+MAX_NOTE_CHARS = 1_000
 
 Weight = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS)]
@@ -34,6 +35,15 @@ CandidateKind = Literal[
     "incubation",
 ]
 Status = Literal["proposed", "approved", "needs_review", "rejected", "promoted"]
+# A local agent name (node.agents.AGENT_NAME) or a did:key.
+AuthorRef = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=128,
+        pattern=r"^([a-z0-9][a-z0-9_-]{0,63}|did:key:z[1-9A-HJ-NP-Za-km-z]{40,60})$",
+        description="a local agent name or the did of an agent whose key this node keeps",
+    ),
+]
 
 
 class SalienceWeights(msgspec.Struct, forbid_unknown_fields=True):
@@ -94,10 +104,20 @@ class PromoteIn(msgspec.Struct, forbid_unknown_fields=True):
 
     An agent that holds its own key sends `record`: the candidate's draft (GET .../candidates/{id}/draft)
     completed with kind, schema_version, author_id, created_at and signed. Otherwise the node signs.
+    The admin (who is no agent) names the `author`: a local agent name or the did of an agent whose key
+    this node keeps; the node signs the entry as that agent.
     """
 
     scope: Scope = "federation"
     record: dict[str, Any] | None = None
+    author: AuthorRef | None = None
+
+
+class ReviewIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A human decision on a candidate: approve (proposed/needs_review -> approved) or reject."""
+
+    decision: Literal["approve", "reject"]
+    note: Annotated[str, msgspec.Meta(max_length=MAX_NOTE_CHARS)] | None = None
 
 
 class EntryDraft(msgspec.Struct):
@@ -175,6 +195,11 @@ class CandidateOut(msgspec.Struct):
     promoted_entry: str | None
     promoted_by: str | None
     promoted_at: str | None
+    decision: Literal["approve", "reject"] | None = None  # the human decision, if any (the critic's is above)
+    decided_by: str | None = None  # "admin" or the deciding agent's did
+    decided_at: str | None = None
+    decision_note: str | None = None
+    promote_requested_by: str | None = None  # "admin" when the admin named the author
 
 
 class CandidateList(msgspec.Struct):
