@@ -1,0 +1,229 @@
+"""Crash loop: SIGKILL a `bbs serve` under concurrent posts, links, task leases and an active sync; restart;
+repeat. After every kill, with the process dead:
+
+* `PRAGMA integrity_check` is ok;
+* every acknowledged entry and link (2xx received before the kill) is in the log;
+* `bbs rebuild` reports projections_matched_log (projections equal a rebuild from the log);
+* the sync cursor for the peer never moved backwards across a crash, and is not ahead of what was stored
+  (every peer record at or below the cursor is present);
+
+and after the restart every acknowledged lease is still held by the agent it was granted to.
+
+    python -m scenarios.crashloop [--rounds 100]    # the long form
+    tests/hardening/test_crashloop.py               # the CI form (20 rounds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import random
+import sqlite3
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from scenarios.fednet import ScenarioFailed, ServedNode, bbs
+
+ENTRY = {"entry_type": "finding", "performative": "inform"}
+WF = "/v1/agent-workflows"
+
+
+@dataclass
+class Acked:
+    """Everything the victim acknowledged, over all rounds."""
+
+    hashes: set[str] = field(default_factory=set)
+    entry_ids: list[str] = field(default_factory=list)
+    leases: dict[str, tuple[str, str]] = field(default_factory=dict)  # task id -> (lease id, holder did)
+    cursor: int = 0  # highest cursor into the peer's feed the victim reported
+    refused: int = 0  # non-2xx answers (not acknowledged, so not counted as lost)
+    pulled: int = 0  # records the victim holds that came from the peer (the sync was active)
+
+
+@dataclass
+class Report:
+    rounds: int
+    acknowledged_records: int
+    acknowledged_leases: int
+    rebuilds: int
+    pulled: int
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: Any, headers: dict[str, str]) -> Any | None:
+    """The JSON of a 2xx answer, or None (refused, or cut off by the kill: not acknowledged)."""
+    try:
+        async with session.post(url, json=body, headers=headers) as resp:
+            data = await resp.json(content_type=None)
+            return data if resp.status < 300 else None
+    except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError):
+        return None
+
+
+async def _workload(
+    session: aiohttp.ClientSession, victim: ServedNode, peer: ServedNode, agents: list[dict[str, str]],
+    peer_agent: dict[str, str], acked: Acked, stop: asyncio.Event, counter: itertools.count[int],
+) -> None:  # fmt: skip
+    async def poster(agent: dict[str, str]) -> None:
+        while not stop.is_set():
+            n = next(counter)
+            got = await _post(session, victim.url + "/v1/entries", {**ENTRY, "content": f"crash {n}"}, agent)
+            if got is None:
+                acked.refused += 1
+                await asyncio.sleep(0.01)
+                continue
+            acked.hashes.add(got["record_hash"])
+            acked.entry_ids.append(str(got["id"]))
+
+    async def linker(agent: dict[str, str]) -> None:
+        while not stop.is_set():
+            if len(acked.entry_ids) < 2:
+                await asyncio.sleep(0.02)
+                continue
+            a, b = random.sample(acked.entry_ids[-50:], 2)
+            body = {"source": a, "target": b, "link_type": "supports", "annotation": f"l{next(counter)}"}
+            got = await _post(session, victim.url + "/v1/links", body, agent)
+            if got is not None:
+                acked.hashes.add(got["origin_hash"])  # the link record's hash
+            else:
+                acked.refused += 1
+
+    async def leaser(agent: dict[str, str]) -> None:
+        while not stop.is_set():
+            key = f"task-{next(counter)}"
+            task = await _post(session, victim.url + f"{WF}/tasks", {"key": key, "title": key}, agent)
+            if task is None:
+                continue
+            leased = await _post(session, victim.url + f"{WF}/tasks/{task['id']}/lease", {"seconds": 86400}, agent)
+            if leased is not None and leased.get("lease"):
+                acked.leases[str(task["id"])] = (leased["lease"]["lease_id"], leased["lease"]["holder"])
+
+    async def peer_poster() -> None:  # records the victim pulls while it is being killed
+        while not stop.is_set():
+            await _post(session, peer.url + "/v1/entries", {**ENTRY, "content": f"peer {next(counter)}"}, peer_agent)
+            await asyncio.sleep(0.01)
+
+    async def cursor_watch() -> None:
+        while not stop.is_set():
+            try:
+                async with session.get(victim.url + "/v1/peers", headers=victim.admin) as resp:
+                    if resp.status == 200:
+                        for p in (await resp.json())["peers"]:
+                            acked.cursor = max(acked.cursor, int(p.get("cursor_seq") or 0))
+            except (TimeoutError, aiohttp.ClientError):
+                pass
+            await asyncio.sleep(0.1)
+
+    jobs = [poster(a) for a in agents] + [linker(agents[0]), leaser(agents[1]), leaser(agents[2])]
+    jobs += [peer_poster(), cursor_watch()]
+    await asyncio.gather(*jobs)
+
+
+def _check_stopped(victim: ServedNode, peer: ServedNode, acked: Acked, round_no: int) -> None:
+    """Checks on the dead victim's database file."""
+    conn = sqlite3.connect(victim.data / "bbs.db")
+    try:
+        ok = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        if ok != "ok":
+            raise ScenarioFailed(f"round {round_no}: integrity_check: {ok}")
+        stored = {row[0] for row in conn.execute("SELECT hash FROM records")}
+        lost = acked.hashes - stored
+        if lost:
+            raise ScenarioFailed(f"round {round_no}: {len(lost)} acknowledged records lost, e.g. {sorted(lost)[:3]}")
+        acked.pulled = conn.execute("SELECT count(*) FROM records WHERE origin = ?", (peer.node_id,)).fetchone()[0]
+        row = conn.execute("SELECT cursor_seq FROM peers WHERE node_id = ?", (peer.node_id,)).fetchone()
+        cursor = int(row[0]) if row else 0
+    finally:
+        conn.close()
+    if cursor < acked.cursor:
+        raise ScenarioFailed(f"round {round_no}: peer cursor went back from {acked.cursor} to {cursor}")
+    peer_db = sqlite3.connect(f"file:{peer.data / 'bbs.db'}?mode=ro", uri=True)
+    try:
+        below = {
+            r[0] for r in peer_db.execute("SELECT hash FROM records WHERE scope = 'federation' AND seq <= ?", (cursor,))
+        }
+    finally:
+        peer_db.close()
+    missing = below - stored
+    if missing:
+        raise ScenarioFailed(f"round {round_no}: cursor {cursor} is ahead of what was stored ({len(missing)} missing)")
+    acked.cursor = cursor
+
+
+def _rebuild_matches(victim: ServedNode, round_no: int) -> None:
+    out = json.loads(bbs("rebuild", "--data", str(victim.data)))
+    if not out["projections_matched_log"]:
+        raise ScenarioFailed(f"round {round_no}: projections differ from a rebuild from the log: {out}")
+
+
+async def _check_leases(session: aiohttp.ClientSession, victim: ServedNode, acked: Acked, round_no: int) -> None:
+    for task_id, (lease_id, holder) in acked.leases.items():
+        async with session.get(victim.url + f"{WF}/tasks/{task_id}", headers=victim.admin) as resp:
+            task = await resp.json()
+        lease = task.get("lease")
+        if resp.status != 200 or lease is None or (lease["lease_id"], lease["holder"]) != (lease_id, holder):
+            raise ScenarioFailed(f"round {round_no}: acknowledged lease {lease_id} of task {task_id} lost: {task}")
+
+
+async def run(root: Path, rounds: int, seconds: tuple[float, float] = (0.5, 1.5), rebuild_every: int = 1) -> Report:
+    """Run the crash loop in `root`; raise ScenarioFailed at the first broken promise."""
+    victim, peer = ServedNode("victim", root / "victim"), ServedNode("peer", root / "peer")
+    victim.init()
+    peer.init()
+    acked = Acked()
+    counter = itertools.count()
+    rebuilds = 0
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        await peer.start(session)
+        await victim.start(session)
+        try:
+            await victim.peer(session, peer)
+            await peer.peer(session, victim)
+            agents = [await victim.agent(session, f"crash{i}") for i in range(3)]
+            peer_agent = await peer.agent(session, "far")
+            for round_no in range(1, rounds + 1):
+                stop = asyncio.Event()
+                work = asyncio.create_task(_workload(session, victim, peer, agents, peer_agent, acked, stop, counter))
+                await asyncio.sleep(random.uniform(*seconds))
+                victim.kill()  # SIGKILL while requests are in flight
+                stop.set()
+                await work
+                _check_stopped(victim, peer, acked, round_no)
+                if round_no % rebuild_every == 0 or round_no == rounds:
+                    _rebuild_matches(victim, round_no)
+                    rebuilds += 1
+                await victim.start(session)
+                await _check_leases(session, victim, acked, round_no)
+        finally:
+            victim.kill()
+            peer.kill()
+    return Report(rounds, len(acked.hashes), len(acked.leases), rebuilds, acked.pulled)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=100)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bbs-crashloop-") as tmp:
+        try:
+            report = asyncio.run(run(Path(tmp), args.rounds))
+        except ScenarioFailed as exc:
+            print(f"FAILED: {exc}", file=sys.stderr)
+            return 1
+    print(
+        f"{report.rounds} kills: {report.acknowledged_records} acknowledged records and "
+        f"{report.acknowledged_leases} leases all kept; {report.rebuilds} rebuilds matched the projections; "
+        f"{report.pulled} records pulled from the peer"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
