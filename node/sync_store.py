@@ -161,8 +161,8 @@ class NodeSyncStore:
     async def wanted(self, peer_id: str, now_ms: int, limit: int) -> list[str]:
         rows = await self.node.db.read(
             lambda c: c.execute(
-                "SELECT hash FROM sync_wanted WHERE peer_id = ? AND next_ms <= ? AND attempts < ? ORDER BY next_ms"
-                " LIMIT ?",
+                "SELECT w.hash FROM sync_wanted w WHERE w.peer_id = ? AND w.next_ms <= ? AND w.attempts < ?"
+                " AND NOT EXISTS (SELECT 1 FROM records r WHERE r.hash = w.hash) ORDER BY w.next_ms LIMIT ?",
                 (peer_id, now_ms, MAX_WANT_ATTEMPTS, limit),
             ).fetchall()
         )
@@ -247,10 +247,10 @@ def ingest(
             failed.append(Invalid(v.hash, "store_refused", str(exc)))
             continue
         conn.execute("RELEASE sync_record")
+        conn.execute("DELETE FROM sync_wanted WHERE hash = ?", (v.hash,))  # however it got here, it is here
         if not inserted:
             outcomes.append(Outcome(v.hash, "duplicate"))
             continue
-        conn.execute("DELETE FROM sync_wanted WHERE hash = ?", (v.hash,))
         targets = _targets(v.record)
         missing = [
             r[0]

@@ -16,6 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from identity import keys, records
+from node.api_types import SignedSubmission
 from sync.client import SyncError
 from sync.store import PeerConfig
 from tests.sync.conftest import PeerNode, body_of, hash_of, signed_entry
@@ -264,3 +265,19 @@ async def test_a_peer_refusing_to_serve_a_target_backs_off(make_peer: Any, evil:
     await node.node.db.write(lambda c: c.execute("UPDATE sync_wanted SET attempts = 8, next_ms = 0"))
     await puller.pull_once(evil.config)
     assert len(evil.fetched) == 2
+
+
+async def test_a_target_that_arrives_another_way_is_no_longer_fetched(make_peer: Any, evil: EvilPeer) -> None:
+    node = await victim(make_peer, evil)
+    author = keys.SigningKey.generate()
+    target = signed_entry(author, "arrives by another route")
+    linker = signed_entry(author, "points at it", links=(hash_of(target),))
+    evil.page([(hash_of(linker), body_of(linker))])
+    puller = node.puller()
+    await puller.pull_once(evil.config)  # the fetch is refused: the target stays wanted
+    assert len(evil.fetched) == 1
+    # The author submits the record to this node directly: it arrives without the peer.
+    await node.node.post_entry(author.did, SignedSubmission(record=target), None)
+    await node.node.db.write(lambda c: c.execute("UPDATE sync_wanted SET next_ms = 0"))
+    await puller.pull_once(evil.config)
+    assert len(evil.fetched) == 1  # not asked for again
