@@ -93,9 +93,15 @@ def signed_entries(
 
     With `link_ratio`, that fraction of entries carries a `responds_to` link to a random earlier one.
     """
+    return _signed(signers, count, seed=seed, link_ratio=link_ratio, start=start, base=None)
+
+
+def _signed(
+    signers: list[keys.SigningKey], count: int, *, seed: int, link_ratio: float, start: int, base: datetime | None
+) -> Iterator[tuple[dict[str, Any], str]]:
     gen = TextGen(seed)
     hashes: list[str] = []
-    base = datetime.now(UTC) - timedelta(days=30)
+    base = base or datetime.now(UTC) - timedelta(days=30)
     for i in range(start, start + count):
         links: list[dict[str, Any]] = []
         if hashes and gen.rng.random() < link_ratio:
@@ -108,6 +114,33 @@ def signed_entries(
         if link_ratio:
             hashes.append(record_hash)
         yield record, record_hash
+
+
+CHUNK = 5_000
+
+
+def _signed_chunk(args: tuple[list[bytes], int, int, int, float, int]) -> list[tuple[dict[str, Any], str]]:
+    seeds, count, seed, start, link_ratio, base_ms = args
+    signers = [keys.SigningKey.from_seed(s) for s in seeds]
+    base = datetime.fromtimestamp(base_ms / 1000, UTC)
+    return list(_signed(signers, count, seed=seed + start, link_ratio=link_ratio, start=start, base=base))
+
+
+def signed_entries_parallel(
+    signers: list[keys.SigningKey], count: int, *, seed: int = 7, link_ratio: float = 0.0
+) -> Iterator[tuple[dict[str, Any], str]]:
+    """Like `signed_entries`, generated in chunks by a worker process while the caller consumes earlier ones.
+
+    Links point within a chunk of CHUNK entries. The worker overlaps signing with the caller's inserts.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+
+    seeds = [k.seed for k in signers]
+    base_ms = int((datetime.now(UTC) - timedelta(days=30)).timestamp() * 1000)
+    jobs = [(seeds, min(CHUNK, count - start), seed, start, link_ratio, base_ms) for start in range(0, count, CHUNK)]
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        for chunk in pool.map(_signed_chunk, jobs):
+            yield from chunk
 
 
 def register_agents(data: Path, count: int, *, keep_key: bool, prefix: str) -> list[tuple[keys.SigningKey, str]]:

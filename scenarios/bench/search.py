@@ -33,7 +33,7 @@ def build_corpus(ctx: Context, entries: int, name: str) -> tuple[Path, str]:
         reader = corpus.register_agents(data, 1, keep_key=True, prefix="reader")[0][1]
         signers = [keys.SigningKey.generate() for _ in range(100)]
         started = time.perf_counter()
-        loaded = corpus.bulk_load(data, corpus.signed_entries(signers, entries, seed=3, link_ratio=LINK_RATIO))
+        loaded = corpus.bulk_load(data, corpus.signed_entries_parallel(signers, entries, seed=3, link_ratio=LINK_RATIO))
         print(f"  built a corpus of {loaded:,} signed entries in {time.perf_counter() - started:.1f}s", flush=True)
         done.write_text(reader)
         ctx.cache[key] = (data, reader)
