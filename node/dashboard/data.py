@@ -34,6 +34,7 @@ class AgentRow(msgspec.Struct):
     trust: float | None = None  # None when this node computes no trust scores
     confirms: int = 0
     disconfirms: int = 0
+    key_kept: bool = False  # this node keeps the agent's key (so it can sign for it, e.g. an admin's promote)
 
 
 class AgentList(msgspec.Struct):
@@ -82,6 +83,7 @@ def agents(conn: sqlite3.Connection, now_ms: int) -> AgentList:
     trust_join = " LEFT JOIN trust_scores t ON t.agent_id = a.id" if trust else ""
     rows = conn.execute(
         "SELECT a.id, a.display_name, a.description, a.home_node, a.created_at, la.name AS local_name,"
+        " la.key_seed IS NOT NULL AS key_kept,"
         " coalesce(s.n, 0) AS n, coalesce(s.recent, 0) AS recent, s.last_ms, coalesce(k.n, 0) AS links"
         + trust_cols
         + " FROM agents a"
@@ -108,6 +110,7 @@ def agents(conn: sqlite3.Connection, now_ms: int) -> AgentList:
                 trust=r["trust"],
                 confirms=r["tc"],
                 disconfirms=r["td"],
+                key_kept=bool(r["key_kept"]),
             )
             for r in rows
         ]

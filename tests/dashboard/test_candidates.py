@@ -62,7 +62,7 @@ async def test_promote_from_the_dashboard_creates_the_entry(
     assert b.errors == []
 
 
-async def test_admin_sees_candidates_but_cannot_sign_a_promotion(
+async def test_admin_sees_every_candidate_with_review_actions(
     open_browser: OpenBrowser, client: TestClient, seeded: Seeded, data_dir: tuple[object, str]
 ) -> None:
     ids = await propose(client, seeded)
@@ -70,6 +70,8 @@ async def test_admin_sees_candidates_but_cannot_sign_a_promotion(
     await b.sign_in(data_dir[1])
     await b.view("#/candidates?show=all", "#candidate-list article.candidate")
     await expect(b.page.locator("#candidate-list article.candidate")).to_have_count(3)
-    button = b.page.locator(f'#candidate-list article[data-id="{ids["needs_review"]}"] button')
-    assert await button.is_disabled()
+    buttons = b.page.locator(f'#candidate-list article[data-id="{ids["needs_review"]}"] button')
+    assert await buttons.all_inner_texts() == ["Promote", "Approve", "Reject"]
+    assert all([await x.is_enabled() for x in await buttons.all()])
+    assert await b.page.locator(f'#candidate-list article[data-id="{ids["rejected"]}"] button').count() == 0
     assert b.errors == []

@@ -506,27 +506,36 @@ const CANDIDATE_FILTERS = {
 views.candidates = async (_args, params, ctx) => {
   const filter = CANDIDATE_FILTERS[params.get("show")] ? params.get("show") : "review";
   const asAgent = state.me.role === "agent";
+  if (!asAgent) await loadAgents();
+  // The admin is no agent: a promotion is signed by an agent whose key this node keeps, chosen here.
+  const authors = asAgent ? [] : state.agents.filter((a) => a.key_kept);
+  const author = h("select", { id: "promote-author" },
+    authors.map((a) => h("option", { value: a.agent_id }, `${a.display_name} (${a.local_name})`)));
   const list = h("div", { id: "candidate-list" });
   main.append(h("h1", {}, "Default-mode candidates"),
     h("p", { class: "hint" }, asAgent
-      ? "Machine-made memory waits here until someone promotes it. Promoting signs a new entry as you."
-      : "Promoting signs a new entry as its author, so it needs an agent's key: sign in as the agent who should vouch for it. The critic (not a person) approves or rejects; run it on proposed candidates as an agent."),
+      ? "Machine-made memory waits here until someone promotes it. Promoting signs a new entry as you. Approving or rejecting records your decision; it never changes a candidate's truth state."
+      : "Approve or reject candidates; a decision never changes a candidate's truth state. Promoting signs a new entry as the agent you choose below."),
+    !asAgent && (authors.length ? h("div", { class: "promote-as" }, field("Promote as", author)) : h("p", { class: "bad" }, "No agent on this node has its key kept here, so the admin cannot promote.")),
     h("nav", { class: "projects", "aria-label": "Candidate status" },
       Object.entries(CANDIDATE_FILTERS).map(([key, [label]]) =>
         h("a", { href: `#/candidates?show=${key}`, "aria-current": key === filter ? "page" : null }, label))),
     list);
 
   async function act(c, action) {
-    say(action === "promote" ? `Promoting candidate ${c.id}…` : `Running the critic on candidate ${c.id}…`);
+    say(`${{ promote: "Promoting", critic: "Running the critic on", approve: "Approving", reject: "Rejecting" }[action]} candidate ${c.id}…`);
     try {
       if (action === "promote") {
-        const r = await api(`/v1/default-mode/promote/${c.id}`, { method: "POST", json: {} });
+        const r = await api(`/v1/default-mode/promote/${c.id}`, { method: "POST", json: asAgent ? {} : { author: author.value } });
         say(`Candidate ${c.id} promoted: entry #${r.entry.id}.`);
         statusBox.append(" ", h("a", { href: `#/entry/${r.entry.id}`, id: "promoted-link" }, `Open entry #${r.entry.id}`));
-      } else {
+      } else if (action === "critic") {
         const r = await api("/v1/default-mode/critic", { method: "POST", json: { candidate_ids: [c.id] } });
         const after = r.candidates.find((x) => x.id === c.id);
         say(`The critic says: ${after ? after.status : "unchanged"}.`);
+      } else {
+        const r = await api(`/v1/default-mode/candidates/${c.id}/review`, { method: "POST", json: { decision: action } });
+        say(`Candidate ${c.id} is now ${r.status} (truth state ${r.truth_state}).`);
       }
     } catch (err) {
       showError(err);
@@ -534,9 +543,14 @@ views.candidates = async (_args, params, ctx) => {
     await refresh();
   }
 
+  function button(label, action, c, why, primary) {
+    return h("button", { type: "button", class: primary ? "primary" : null, disabled: Boolean(why), title: why, onclick: () => act(c, action) }, label);
+  }
+
   function card(c) {
-    const promotable = c.status === "approved" || c.status === "needs_review";
-    const why = asAgent ? null : "needs an agent's key";
+    const open = ["proposed", "needs_review", "approved"].includes(c.status);
+    const own = asAgent && c.proposed_by === state.me.agent_id ? "you proposed it" : null;
+    const noAuthor = !asAgent && !authors.length ? "no agent whose key this node keeps" : null;
     return h("article", { class: `entry candidate status-${c.status}`, "data-id": c.id },
       h("div", { class: "meta" },
         h("strong", {}, `Candidate ${c.id}`), badge(c.kind, "type"), badge(c.status, `state cand-${c.status}`),
@@ -548,18 +562,21 @@ views.candidates = async (_args, params, ctx) => {
         h("span", {}, `proposed by ${authorName(c.proposed_by)} via ${c.source}`),
         h("time", { datetime: c.created_at }, when(c.created_at)),
         c.critic_decision && h("span", {}, `critic: ${c.critic_decision}${c.critic_reasons.length ? ` (${c.critic_reasons.join(", ")})` : ""}`),
+        c.decision && h("span", { class: "decision" }, `${c.decision === "approve" ? "approved" : "rejected"} by ${c.decided_by === "admin" ? "admin" : authorName(c.decided_by)}${c.decision_note ? `: ${c.decision_note}` : ""}`),
         c.evidence_refs.length ? h("span", {}, "evidence: ", c.evidence_refs.map((r) => h("a", { href: `#/entry/${r}`, class: "tag" }, r.length > 12 ? `${r.slice(0, 10)}…` : `#${r}`))) : h("span", { class: "bad" }, "no evidence"),
         c.promoted_entry && h("a", { href: `#/entry/${c.promoted_entry}` }, "promoted entry")),
-      (promotable || c.status === "proposed") && h("div", { class: "actions" },
-        promotable && h("button", { type: "button", class: "primary", disabled: !asAgent, title: why, onclick: () => act(c, "promote") }, "Promote"),
-        c.status === "proposed" && h("button", { type: "button", disabled: !asAgent, title: why, onclick: () => act(c, "critic") }, "Run critic")));
+      open && h("div", { class: "actions" },
+        c.status !== "proposed" && button("Promote", "promote", c, noAuthor, true),
+        (c.status !== "approved" || !c.decision) && button("Approve", "approve", c, own),
+        button("Reject", "reject", c, own),
+        c.status === "proposed" && button("Run critic", "critic", c, asAgent ? null : "needs an agent's key")));
   }
 
   async function refresh() {
     const status = CANDIDATE_FILTERS[filter][1];
     const r = await api(`/v1/default-mode/candidates?limit=100${status ? `&status=${status}` : ""}`);
     if (!ctx.alive()) return;
-    await ensureNames(r.candidates.map((c) => c.proposed_by).filter((id) => id.startsWith("did:")));
+    await ensureNames(r.candidates.flatMap((c) => [c.proposed_by, c.decided_by]).filter((id) => id && id.startsWith("did:")));
     list.replaceChildren(...(r.candidates.length ? r.candidates.map(card) : [h("p", { class: "empty" }, "No candidates here.")]));
   }
   await refresh();
