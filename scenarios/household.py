@@ -252,7 +252,12 @@ async def verify(node: ServedNode, ids: dict[str, str], rt: dict[str, AgentRunti
     links_to_own = [e["features"]["links_to_own"] for e in v.events("scored")]
     check(links_to_own == [0.0, 0.0, 1.0], f"only the reply links to the specialist's entry: {links_to_own}")
     check([a["op"] for a in v.actions()] == ["post"], "specialist's agent_actions")
-    check(r.thread_count() >= 1 and v.thread_count() >= 1, "thread summaries were kept")
+    threads = r.summaries(limit=5)  # the request, the ack, both findings and the contradiction: one cluster
+    check(
+        len(threads) == 1 and threads[0]["summary"].count("\n") == 4 and "me (ack)" in threads[0]["summary"],
+        f"the researcher's memory holds the exchange as one thread: {threads}",
+    )
+    check(v.thread_count() >= 1, "the specialist kept thread summaries")
     check(not any(m.events("malformed_output") for m in (r, s, v)), "no malformed model output")
     return lines
 

@@ -18,7 +18,7 @@ from typing import Any
 from agent.client import BBSClientError, Client
 from agent.runtime import context as ctx
 from agent.runtime import scoring, tiers
-from agent.runtime.actions import Executor, parse_reply
+from agent.runtime.actions import Ack, Action, Decline, Executor, Post, parse_reply
 from agent.runtime.config import AgentConfig
 from agent.runtime.engines import Engine, EngineError, Prompt
 from agent.runtime.memory import WorkingMemory
@@ -245,6 +245,10 @@ class AgentRuntime:
             self.memory.record("malformed_output", engagement=engagement, errors=parsed.errors, reply=reply[:4000])
         authors = {k: e.author for e, _ in batch for k in (str(e.entry_id), e.record_hash)}
         outcomes = await Executor(self.client, self.memory, self.agent_id).run(parsed.actions, engagement, authors)
+        refs = {str(e.entry_id): e.record_hash for e, _ in batch}
+        for action, outcome in zip(parsed.actions, outcomes, strict=True):
+            if outcome["status"] == "ok" and "record_hash" in outcome:
+                self._note_own(action, outcome["record_hash"], refs)
         self.memory.mark(ids, "engaged")
         self.poll.active()
         done = ", ".join(f"{o['op']} {o['status']}" for o in outcomes) or "no actions"
@@ -253,6 +257,18 @@ class AgentRuntime:
         what = f"{len(batch)} notification(s) ({reasons})" if batch else "no notifications"
         self.say(f"{trigger} engagement on {what}: {done}{bad}")
         return 1
+
+    def _note_own(self, action: Action, record_hash: str, refs: dict[str, str]) -> None:
+        """What the agent posted joins the thread it answers, so its summary holds both sides."""
+        if isinstance(action, Post):
+            targets, text, tags = [link.target for link in action.links], action.content, action.tags
+        elif isinstance(action, Ack | Decline):
+            targets, tags = [action.request], []
+            text = action.note if isinstance(action, Ack) else action.reason
+        else:
+            return
+        line = f"- me ({type(action).__struct_config__.tag}): {text[:200]}"
+        self.memory.note_entry(record_hash, [refs.get(t, t) for t in targets], line, tags)
 
     async def scheduled(self, job: str) -> int:
         """Run a cron job: hygiene is local bookkeeping, synthesis review engages the model."""

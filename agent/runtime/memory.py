@@ -270,12 +270,14 @@ class WorkingMemory:
     def summaries(self, limit: int = 10, touching: Iterable[str] = ()) -> list[dict[str, Any]]:
         """The most relevant thread summaries, those holding any of `touching` first; reading counts as access."""
         now = self.clock()
-        touch = set(touching)
         rows = self.conn.execute("SELECT * FROM thread_summaries").fetchall()
-        members = {
-            r[0]: r[1] for r in self.conn.execute("SELECT record_hash, thread_id FROM thread_members").fetchall()
+        hot = {
+            r[0]
+            for r in self.conn.execute(
+                "SELECT DISTINCT thread_id FROM thread_members WHERE record_hash IN (SELECT value FROM json_each(?))",
+                (json.dumps(sorted(set(touching))),),
+            )
         }
-        hot = {members[h] for h in touch if h in members}
         ranked = sorted(
             rows,
             key=lambda r: (
