@@ -80,3 +80,18 @@ def test_agent_run_refuses_bad_config(tmp_path: Path, capsys: pytest.CaptureFixt
     (tmp_path / "soul.md").write_text("I am.\n")
     assert main(["agent", "run", "--config", str(tmp_path / "c.yaml"), "--soul", str(tmp_path / "soul.md")]) == 2
     assert "$.memory.compact_after_days" in capsys.readouterr().err
+
+
+def test_init_template_shows_every_default() -> None:
+    import msgspec
+
+    from agent.runtime.config import AgentConfig
+    from agent.runtime.templates import AGENT_CONFIG_YAML
+
+    shown = parse_config(AGENT_CONFIG_YAML)
+    defaults = AgentConfig()
+    defaults.scoring.watched_tags = ["billing", "perf"]  # the template's example
+    assert msgspec.to_builtins(shown) == msgspec.to_builtins(defaults)
+    for section, settings in msgspec.structs.asdict(defaults).items():
+        for name in msgspec.structs.asdict(settings):
+            assert f"  {name}:" in AGENT_CONFIG_YAML, f"{section}.{name} is not in the template"

@@ -166,3 +166,22 @@ async def test_run_survives_a_failing_tick_and_stops_when_told(
     assert error["error"] == "RuntimeError"
     await rt.client.close()
     rt.memory.close()
+
+
+async def test_scheduled_hygiene_compacts_and_forgets(
+    client: TestClient, make_agent: Factory, tmp_path: Path, clock: FakeClock
+) -> None:
+    reader = await make_agent("reader")
+    config = CONFIG.replace("hygiene: null", "hygiene: '* * * * *'")
+    rt = runtime(client, reader, ScriptedEngine([]), tmp_path, clock, config)
+    await rt.start()
+    rt.memory.record("scored", score=1.0)
+    rt.memory.record("action", op="post")
+    rt.memory.note_entry("1" * 64, [], "- an old thread", [])
+    clock.advance(100 * 86_400)
+    assert await rt.tick() == 0  # hygiene never wakes the model
+    [hygiene] = rt.memory.events("hygiene")
+    assert (hygiene["compacted"], hygiene["forgotten"]) == (2, 1)  # the scored and cold_start events
+    assert rt.memory.events("action") and not rt.memory.events("scored")
+    await rt.client.close()
+    rt.memory.close()
