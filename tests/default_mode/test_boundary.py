@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from node.api_types import PostEntry
-from node.default_mode.service import runtime
+from node.default_mode.service import ADMIN, runtime
 from node.default_mode.wire import (
     CandidateQuery,
     ConsolidateIn,
@@ -30,6 +30,7 @@ from node.default_mode.wire import (
     PromoteIn,
     ProposedCandidate,
     ReflectIn,
+    ReviewIn,
     SimulateFutureIn,
     StakeholderIn,
 )
@@ -189,11 +190,15 @@ async def test_every_operation_runs_with_network_files_and_processes_forbidden(
     future = await rt.simulate_future(alice.agent_id, SimulateFutureIn(goal="a second node"))
     stake = await rt.stakeholder_simulation(alice.agent_id, StakeholderIn(stakeholder="Bob", proposal="new disk"))
     incubated = await rt.incubate(alice.agent_id, IncubateIn(problem="slow backups"))
+    decided = await rt.review(ADMIN, incubated.candidate.id, ReviewIn(decision="approve"))
+    by_admin = await rt.promote_as_admin(incubated.candidate.id, PromoteIn(author=alice.agent_id))
+    dropped = await rt.review(ADMIN, future.candidate.id, ReviewIn(decision="reject"))
     listed = await rt.candidates(CandidateQuery())
 
     assert trap.attempts[expected_attempts:] == []
     assert len(reflected.candidates) == 2 and promoted.created and not again.created
     assert again.entry.record_hash == promoted.entry.record_hash
     assert consolidated.kind == "consolidation" and future.candidate.synthetic and stake.candidate.synthetic
-    assert incubated.candidate.status == "needs_review"
+    assert incubated.candidate.status == "needs_review" and decided.status == "approved"
+    assert by_admin.created and by_admin.candidate.promote_requested_by == ADMIN and dropped.status == "rejected"
     assert len(listed.candidates) == 7
