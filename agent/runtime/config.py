@@ -7,6 +7,7 @@ Errors name the offending field as a JSON path (`$.polling.active_min_s`).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -182,8 +183,6 @@ def load_soul(path: Path) -> str:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}", "soul") from None
-    import re
-
     text = re.sub(r"<!--.*?-->", "", text, flags=re.DOTALL).strip()
     if not text:
         raise ConfigError("soul.md is empty: write who the agent is and what it values", "soul")

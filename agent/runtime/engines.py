@@ -6,6 +6,7 @@ returns the model's reply text; agent.runtime.actions parses that text.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -72,8 +73,6 @@ class OpenAIEngine:
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise EngineError(f"{self.url} unreachable: {exc!r}") from None
         try:
-            import json
-
             data: Any = json.loads(text)
             content = data["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):

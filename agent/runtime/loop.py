@@ -13,7 +13,6 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any
 
 from agent.client import BBSClientError, Client
 from agent.runtime import context as ctx
@@ -159,7 +158,7 @@ class AgentRuntime:
                 features=s.features,
             )
         engaged = 0
-        immediate = self.memory.pending(tier=tiers.IMMEDIATE)
+        immediate = self.memory.pending(tier=tiers.IMMEDIATE)[: self.config.scoring.max_batch]  # more: next tick
         if immediate:
             self.memory.record(
                 "decision", trigger="immediate", engaged=True, notifications=[e.notification_id for e, _ in immediate]
@@ -296,6 +295,3 @@ class AgentRuntime:
             interval = self.poll.next_interval()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)
-
-    def status(self) -> dict[str, Any]:
-        return {"agent_id": self.agent_id, "mode": self.poll.mode, "threads": self.memory.thread_count()}

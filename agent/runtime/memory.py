@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from node.api_types import Envelope
 
 AUDIT_KINDS = frozenset({"action", "malformed_output", "compaction", "engaged"})
@@ -136,8 +138,6 @@ class WorkingMemory:
     def enqueue(self, envelopes: Iterable[Envelope], tiers: dict[int, int]) -> list[int]:
         """Store envelopes (once each); return the notification ids that were new."""
         now = self.clock()
-        import msgspec
-
         fresh: list[int] = []
         with self.conn:
             for env in envelopes:
@@ -166,8 +166,6 @@ class WorkingMemory:
 
     def pending(self, tier: int | None = None) -> list[tuple[Envelope, float]]:
         """Pending envelopes with their scores, tier 1 first, then by score (highest first)."""
-        import msgspec
-
         sql = "SELECT envelope, score FROM pending_notifications WHERE status = 'pending'"
         args: tuple[Any, ...] = ()
         if tier is not None:
