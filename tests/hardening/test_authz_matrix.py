@@ -68,6 +68,8 @@ TABLE: list[Row] = [
         url="/v1/default-mode/candidates/999999"),
     Row("GET", "/v1/default-mode/candidates/{candidate_id}/draft", "401 401 404 404 404 401",
         url="/v1/default-mode/candidates/999999/draft"),
+    Row("POST", "/v1/default-mode/candidates/{candidate_id}/review", "401 401 404 404 404 401",
+        url="/v1/default-mode/candidates/999999/review", body={"decision": "approve"}),
     Row("POST", "/v1/trust/refresh", "401 401 200 200 200 401"),
     Row("GET", f"{WF}/messages", "401 401 200 200 200 401"),
     Row("GET", f"{WF}/tasks/ready", "401 401 200 200 200 401"),
@@ -95,7 +97,8 @@ TABLE: list[Row] = [
     Row("POST", "/v1/inbox/ack", "401 401 200 200 403 401", body={"ids": [1]}),
     Row("POST", "/v1/default-mode/reflect-session", "401 401 422 422 403 401", body={}),
     Row("POST", "/v1/default-mode/critic", "401 401 200 200 403 401", body={}),
-    Row("POST", "/v1/default-mode/promote/{candidate_id}", "401 401 404 404 403 401",
+    # the admin may promote but must name the agent that signs: {} answers 422 author_required
+    Row("POST", "/v1/default-mode/promote/{candidate_id}", "401 401 404 404 422 401",
         url="/v1/default-mode/promote/999999", body={}),
     Row("POST", "/v1/default-mode/consolidate", "401 401 201 201 403 401", body={}),
     Row("POST", "/v1/default-mode/simulate-future", "401 401 422 422 403 401", body={}),
