@@ -14,6 +14,7 @@ from sync import messages as m
 from sync.auth import sign_headers
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+REPLY_TIMEOUT_S = 30.0  # beyond a long-poll's wait, the most a peer may take to answer (a stall is cut off)
 
 
 class SyncError(Exception):
@@ -51,7 +52,7 @@ class PeerClient:
         query: dict[str, str] = {"since": str(since), "limit": str(limit), "wait_ms": str(wait_ms)}
         if epoch is not None:
             query["epoch"] = epoch
-        raw = await self._request("GET", "/v1/sync/changes", query=query, timeout=wait_ms / 1000 + 30)
+        raw = await self._request("GET", "/v1/sync/changes", query=query, timeout=wait_ms / 1000 + REPLY_TIMEOUT_S)
         reply = self._decode(m.CHANGES_DECODER, raw)
         if isinstance(reply, m.Changes) and not (since <= reply.next <= reply.head or reply.next == since):
             raise SyncError(f"malformed batch: next cursor {reply.next} outside [{since}, {reply.head}]")
@@ -81,7 +82,7 @@ class PeerClient:
         *,
         query: dict[str, str] | None = None,
         body: bytes | None = None,
-        timeout: float = 30.0,
+        timeout: float = REPLY_TIMEOUT_S,
     ) -> bytes:
         url = URL(self.base + path)
         if query:

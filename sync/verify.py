@@ -6,6 +6,7 @@ then signature and schema (identity.records.check). A record that fails gets a s
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import msgspec
@@ -14,6 +15,7 @@ from identity import canonical, records, schema
 from sync.store import Invalid, Verified
 
 MAX_WIRE_RECORD_BYTES = schema.MAX_RECORD_BYTES
+MAX_FUTURE_S = 24 * 3600  # records dated further ahead than this are refused (a peer's clock may run fast)
 
 
 def verify_record(raw: bytes, claimed_hash: str | None) -> Verified | Invalid:
@@ -42,4 +44,8 @@ def verify_record(raw: bytes, claimed_hash: str | None) -> Verified | Invalid:
         return Invalid(computed, exc.reason, str(exc))
     if record.get("scope") == "local":
         return Invalid(record_hash, "local_scope", "a scope:local record must never leave its node")
+    created = canonical.parse_created_at(record["created_at"]).timestamp()
+    if created > time.time() + MAX_FUTURE_S:
+        # Refused, not lost: reconciliation offers it again, and it is taken once its date is near.
+        return Invalid(record_hash, "future_dated", f"created_at {record['created_at']} is too far in the future")
     return Verified(record_hash, raw, record, decoded)
