@@ -1,6 +1,7 @@
 """Per-credential rate limits: a token bucket per bearer credential, answering 429 with Retry-After.
 
-The bucket is keyed by the credential's key id (the `<key id>` of `bbs_<key id>_<secret>`), read before
+The bucket is keyed by the credential's key id (the `<key id>` of `bbs_<key id>_<secret>`, or of a key-proof
+session token `bbss_<key id>_<secret>`), read before
 authentication so a flood costs no database lookup; an agent's bucket is therefore per credential. Requests
 without a bearer token (health, node info, the key-proof handshake, peer-signed sync) are not limited
 here: sync is bounded by its own page and size caps (docs/security.md). The table of buckets is bounded,
@@ -64,8 +65,8 @@ def credential_key(request: web.Request) -> str | None:
     if scheme.lower() != "bearer":
         return None
     parts = token.strip().split("_", 2)
-    if len(parts) == 3 and parts[0] == "bbs":
-        return parts[1][:32]
+    if len(parts) == 3 and parts[0] in ("bbs", "bbss"):  # API keys and admin tokens; key-proof session tokens
+        return f"{parts[0]}_{parts[1][:32]}"
     return "malformed"  # every unparseable token shares one bucket
 
 

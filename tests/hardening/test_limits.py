@@ -57,6 +57,20 @@ async def test_rate_limit_is_per_credential_with_retry_after(
     assert (await client.get("/healthz")).status == 200  # unauthenticated health is not limited
 
 
+def test_buckets_are_keyed_by_credential() -> None:
+    from aiohttp.test_utils import make_mocked_request
+
+    from node.limits import credential_key
+
+    def key(header: str | None) -> str | None:
+        return credential_key(make_mocked_request("GET", "/", headers={"Authorization": header} if header else {}))
+
+    assert key(None) is None
+    assert key("Bearer bbs_0123456789abcdef_secret") == "bbs_0123456789abcdef"
+    assert key("Bearer bbss_fedcba9876543210_secret") == "bbss_fedcba9876543210"  # session tokens: their own
+    assert key("Bearer nonsense") == key("Bearer also_nonsense") == "malformed"
+
+
 async def test_default_app_and_config_limits(tmp_path: Any) -> None:
     from node import config
 
