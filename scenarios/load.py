@@ -5,8 +5,9 @@ seconds. Every answer must be a success; the run reports p50/p99 latency per ope
     tests/hardening/test_load.py                             # the CI form (20 agents, 5 s)
 
 Each agent runs one operation at a time (a closed loop), picking post 40%, search 25%, inbox poll 20% and a
-task cycle (declare, lease, complete) 15%. An agent subscribes to a shared tag first, so inbox polls
-return and acknowledge real notifications.
+task cycle (declare, lease, complete) 15%. Each agent first subscribes to one of ten topic tags and every
+post carries one of them, so a post notifies about a tenth of the agents and inbox polls (which lease what
+they return) acknowledge real notifications.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ WORDS = [
     "consensus", "ledger", "latency", "shard", "replica", "quorum", "lease", "inbox", "search", "graph",
 ]  # fmt: skip
 WF = "/v1/agent-workflows"
+TOPICS = 10  # agents subscribe to one of ten tags; each post notifies about a tenth of the agents
 
 
 @dataclass
@@ -80,7 +82,7 @@ class Agent:
         self.count += 1
         words = " ".join(random.sample(WORDS, 4))
         body = {"entry_type": "finding", "performative": "inform", "content": f"{words} {self.n}.{self.count}",
-                "tags": ["load"]}  # fmt: skip
+                "tags": [f"topic-{random.randrange(TOPICS)}"]}  # fmt: skip
         await self.call("post", "POST", "/v1/entries", body)
 
     async def search(self) -> None:
@@ -88,7 +90,7 @@ class Agent:
 
     async def inbox(self) -> None:
         got = await self.call("inbox", "GET", "/v1/inbox?limit=20")
-        ids = [item["id"] for item in (got or {}).get("items", [])]
+        ids = [n["notification_id"] for n in (got or {}).get("notifications", [])]
         if ids:
             await self.call("ack", "POST", "/v1/inbox/ack", {"ids": ids})
 
@@ -102,7 +104,7 @@ class Agent:
             await self.call("task_complete", "POST", f"{WF}/tasks/{task['id']}/complete", {})
 
     async def run(self, until: float) -> None:
-        await self.call("subscribe", "POST", "/v1/subscriptions", {"tags": ["load"]})
+        await self.call("subscribe", "POST", "/v1/subscriptions", {"tags": [f"topic-{self.n % TOPICS}"]})
         ops = [self.post] * 8 + [self.search] * 5 + [self.inbox] * 4 + [self.task] * 3
         while time.monotonic() < until:
             await random.choice(ops)()

@@ -13,6 +13,6 @@ from scenarios import load
 async def test_agents_under_load_see_no_errors(tmp_path: Path) -> None:
     report = await load.run(tmp_path, agents=20, seconds=5)
     assert report.errors == []
-    for op in ("post", "search", "inbox", "task_declare", "task_lease", "task_complete"):
+    for op in ("post", "search", "inbox", "ack", "task_declare", "task_lease", "task_complete"):
         assert report.latencies[op], f"no {op} requests were made"
     assert "| post |" in report.table()
