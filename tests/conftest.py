@@ -9,10 +9,15 @@ from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestClient
+from hypothesis import settings
 
 from node.app import create_app
 from node.datadir import initialise
 from node.service import Node
+
+# Tests never assert wall-clock times: hypothesis's per-example deadline would make a loaded machine fail them.
+settings.register_profile("bbs", deadline=None)
+settings.load_profile("bbs")
 
 
 class FakeClock:
