@@ -133,6 +133,9 @@ async def session_principal(node: Node, token: str) -> Principal | None:
     if len(parts) != 3 or parts[0] != TOKEN_PREFIX or len(parts[1]) != 16 or not parts[2]:
         return None
     now = node.now_ms()
+    cached = node.tokens.get(token, now)
+    if cached is not None:
+        return cached
     row = await node.db.read(
         lambda c: c.execute(
             "SELECT agent_id, secret_sha256, expires_ms FROM auth_sessions WHERE key_id = ?", (parts[1],)
@@ -140,7 +143,9 @@ async def session_principal(node: Node, token: str) -> Principal | None:
     )
     if row is None or row[2] <= now or not hmac.compare_digest(row[1], _digest(parts[2])):
         return None
-    return Principal("agent", row[0])
+    principal = Principal("agent", row[0])
+    node.tokens.put(token, principal, now, expires_ms=row[2])  # never outlives the session
+    return principal
 
 
 def authenticator(node: Node) -> Callable[[str], Awaitable[Principal | None]]:

@@ -66,6 +66,49 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
+class TokenCache:
+    """Bearer tokens already verified against the database: SHA-256 of the token -> (principal, expiry ms).
+
+    Saves a database round trip per authenticated request. Only successful look-ups are kept, so a credential
+    created a moment ago is found at once. Each entry expires at `ttl_ms` after it was verified or at the
+    session's own expiry, whichever comes first. Nothing revokes a credential today; code that ever deletes a
+    credential or a session must call `clear` (see docs/decisions.md).
+    """
+
+    def __init__(self, ttl_ms: int = 60_000, max_entries: int = 4096) -> None:
+        self.ttl_ms = ttl_ms
+        self.max_entries = max_entries
+        self._entries: dict[bytes, tuple[Principal, int]] = {}
+
+    @staticmethod
+    def _key(token: str) -> bytes:
+        return hashlib.sha256(token.encode("utf-8")).digest()
+
+    def get(self, token: str, now_ms: int) -> Principal | None:
+        """The cached principal for `token`, or None if unknown or expired."""
+        key = self._key(token)
+        hit = self._entries.get(key)
+        if hit is None:
+            return None
+        if hit[1] <= now_ms:
+            del self._entries[key]
+            return None
+        return hit[0]
+
+    def put(self, token: str, principal: Principal, now_ms: int, expires_ms: int | None = None) -> None:
+        """Remember a verified token until `now_ms + ttl_ms` (or `expires_ms` when that is sooner)."""
+        until = now_ms + self.ttl_ms if expires_ms is None else min(expires_ms, now_ms + self.ttl_ms)
+        if len(self._entries) >= self.max_entries:
+            self._entries = {k: v for k, v in self._entries.items() if v[1] > now_ms}
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+        self._entries[self._key(token)] = (principal, until)
+
+    def clear(self) -> None:
+        """Forget every cached token (after a credential or session is revoked)."""
+        self._entries.clear()
+
+
 def identity_record(key: keys.SigningKey, display_name: str, description: str, home_node: str) -> dict[str, object]:
     """A signed agent identity document."""
     body = {

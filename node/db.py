@@ -211,8 +211,12 @@ class Database:
                 except sqlite3.Error:
                     log.exception("rollback failed after %s", exc)
             outcomes = [(False, _storage_error(exc))] * len(batch)
+        # One wake-up per event loop for the whole batch rather than one per job.
+        by_loop: dict[Any, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
         for job, (ok, value) in zip(batch, outcomes, strict=True):
-            job.loop.call_soon_threadsafe(_settle, job.future, ok, value)
+            by_loop.setdefault(job.loop, []).append((job.future, ok, value))
+        for loop, settled in by_loop.items():
+            loop.call_soon_threadsafe(_settle_all, settled)
 
 
 def _storage_error(exc: Exception) -> Exception:
@@ -223,13 +227,14 @@ def _storage_error(exc: Exception) -> Exception:
     return exc
 
 
-def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if future.cancelled():
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
+def _settle_all(settled: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for future, ok, value in settled:
+        if future.cancelled():
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
 
 
 def write_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T]) -> T:

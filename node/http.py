@@ -36,6 +36,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PROBLEM_TYPE = "https://agent-bbs.dev/problems/"
 MAX_JSON_DEPTH = 32  # nesting of arrays/objects in a request body; deeper bodies are refused before any work
 BODY_READ_TIMEOUT_S = 30.0  # a client trickling its body slower than this is cut off (408)
+# The request's sanitised id, set by the access-log middleware (node/logging_setup.py) before this one runs.
+REQUEST_ID: web.RequestKey[str] = web.RequestKey("request_id", str)
 
 
 @dataclass
@@ -82,7 +84,7 @@ _HTTP_CODES = {
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Map every failure to problem+json; nothing a client sends may yield a bare 500."""
-    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+    request_id = request.get(REQUEST_ID) or request.headers.get("X-Request-Id") or uuid.uuid4().hex
     try:
         response = await handler(request)
     except BBSError as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import sys
 import time
@@ -16,12 +17,12 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from aiohttp import web
-from multidict import CIMultiDict
 
-from node.http import Handler
+from node.http import REQUEST_ID, Handler
 
 ACCESS_LOGGER = "bbs.access"
 REQUEST_ID_HEADER = "X-Request-Id"
+_ACCESS_LOG = logging.getLogger(ACCESS_LOGGER)
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 # Attributes every LogRecord has; anything else on a record came from `extra=` and is a structured field.
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "taskName"}
@@ -29,6 +30,19 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"me
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+
+
+def _json_text(value: Any) -> str:
+    """`json.dumps(value, default=str)`, without the encoder's cost for the ints, floats and plain ASCII
+    strings of an access line (written for every request)."""
+    kind = type(value)
+    if kind is int:
+        return str(value)
+    if kind is float and math.isfinite(value):
+        return repr(value)
+    if kind is str and value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        return f'"{value}"'
+    return json.dumps(value, default=str)
 
 
 class JsonFormatter(logging.Formatter):
@@ -55,7 +69,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        extra = " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in _fields(record).items())
+        extra = " ".join(f"{k}={_json_text(v)}" for k, v in _fields(record).items())
         return f"{line} {extra}" if extra else line
 
 
@@ -89,13 +103,9 @@ def route_label(request: web.Request) -> str:
 @web.middleware
 async def request_log_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Log one line per request at info, and make sure request and response agree on one request id."""
-    log = logging.getLogger(ACCESS_LOGGER)
+    log = _ACCESS_LOG
     request_id = request_id_of(request)
-    if request.headers.get(REQUEST_ID_HEADER) != request_id:
-        # The inner error middleware reads the header; hand it the sanitised id.
-        headers = CIMultiDict(request.headers)
-        headers[REQUEST_ID_HEADER] = request_id
-        request = request.clone(headers=headers)
+    request[REQUEST_ID] = request_id  # the inner error middleware answers with this sanitised id
     started = time.perf_counter()
     status = 500
     try:

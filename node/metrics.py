@@ -137,11 +137,24 @@ class Metrics:
             ["method", "route"],
             registry=self.registry,
         )
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._sql = _SqlCollector()
         self.registry.register(self._sql)
         self._hooks: list[Callable[[], Awaitable[None]]] = []
         self._made: dict[str, Any] = {}
         self._lock = asyncio.Lock()
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one request and record its latency (the labelled children are looked up once and kept)."""
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.requests.labels(method, route, str(status)),
+                self.latency.labels(method, route),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def _get(self, kind: type, name: str, help: str, labels: Iterable[str], **kwargs: Any) -> Any:
         existing = self._made.get(name)
@@ -217,9 +230,7 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
         raise
     finally:
         method = request.method if request.method in _METHODS else "OTHER"
-        route = route_label(request)
-        metrics.requests.labels(method, route, str(status)).inc()
-        metrics.latency.labels(method, route).observe(time.perf_counter() - started)
+        metrics.observe_request(method, route_label(request), status, time.perf_counter() - started)
 
 
 async def _metrics_handler(request: web.Request) -> web.Response:

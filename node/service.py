@@ -69,6 +69,7 @@ class Node:
         self.key = keys.load_key(self.data.key_path)
         self.db = Database(self.data.db_path)
         self._agent_keys: dict[str, keys.SigningKey | None] = {}
+        self.tokens = agents.TokenCache()
 
     @property
     def node_id(self) -> str:
@@ -86,7 +87,14 @@ class Node:
     # ---- identity and auth ----------------------------------------------------------------------------
 
     async def authenticate(self, token: str) -> agents.Principal | None:
-        return await self.db.read(lambda c: agents.authenticate(c, token))
+        """The principal of an API key or admin token (verified ones are cached: `agents.TokenCache`)."""
+        now = self.now_ms()
+        principal = self.tokens.get(token, now)
+        if principal is None:
+            principal = await self.db.read(lambda c: agents.authenticate(c, token))
+            if principal is not None:
+                self.tokens.put(token, principal, now)
+        return principal
 
     def info(self) -> NodeInfo:
         from identity import schema

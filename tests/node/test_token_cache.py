@@ -1,0 +1,53 @@
+"""The cache of verified bearer tokens: it saves a database read per request and must never widen access."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp.test_utils import TestClient
+
+from node.agents import Principal, TokenCache
+from node.service import Node
+from tests.agent.test_agent_auth import challenge, own_key_agent, proof
+from tests.conftest import AgentCreds, FakeClock
+
+
+def test_entries_expire_and_the_cache_stays_bounded() -> None:
+    cache = TokenCache(ttl_ms=1_000, max_entries=3)
+    alice = Principal("agent", "did:key:alice")
+    cache.put("bbs_a", alice, now_ms=0)
+    assert cache.get("bbs_a", 999) == alice
+    assert cache.get("bbs_a", 1_000) is None
+    cache.put("bbs_s", alice, now_ms=0, expires_ms=10)  # a session ending before the TTL
+    assert cache.get("bbs_s", 9) == alice and cache.get("bbs_s", 10) is None
+    for i in range(10):
+        cache.put(f"bbs_{i}", alice, now_ms=0)
+        assert len(cache._entries) <= 3
+    assert cache.get("bbs_9", 1) == alice
+    cache.clear()
+    assert cache.get("bbs_9", 1) is None
+
+
+async def test_a_cached_session_token_ends_with_its_session(client: TestClient, node: Node, clock: FakeClock) -> None:
+    key = await own_key_agent(node)
+    ch = await challenge(client, key.did)
+    token = (await (await client.post("/v1/auth/session", json=proof(key, ch))).json())["token"]
+    headers = {"Authorization": f"Bearer {token}"}
+    clock.advance(3590)  # ten seconds of the session left: less than the cache's own TTL
+    assert (await client.get("/v1/inbox", headers=headers)).status == 200
+    assert (await client.get("/v1/inbox", headers=headers)).status == 200
+    clock.advance(11)
+    resp = await client.get("/v1/inbox", headers=headers)
+    assert resp.status == 401
+
+
+async def test_a_cached_api_key_does_not_vouch_for_another_secret(
+    client: TestClient, make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    alice = await make_agent("alice")
+    assert (await client.get("/v1/inbox", headers=alice.headers)).status == 200
+    prefix, key_id, secret = alice.api_key.split("_", 2)
+    forged = f"{prefix}_{key_id}_{secret[:-1]}{'A' if secret[-1] != 'A' else 'B'}"
+    resp = await client.get("/v1/inbox", headers={"Authorization": f"Bearer {forged}"})
+    assert resp.status == 401
+    assert (await client.get("/v1/inbox", headers=alice.headers)).status == 200
