@@ -34,6 +34,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_REQUEST_LINE_BYTES = 64 * 1024
+MAX_HEADER_BYTES = 16 * 1024
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
@@ -73,6 +77,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         handle_signals=True,
         access_log=None,
         shutdown_timeout=config.shutdown_timeout,
+        # aiohttp answers a request line or header beyond these in plain text before the app sees it; the
+        # defaults (8 KiB) are below the longest query the API documents, so they are raised past it.
+        max_line_size=MAX_REQUEST_LINE_BYTES,
+        max_field_size=MAX_HEADER_BYTES,
     )
     return 0
 

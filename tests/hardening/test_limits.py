@@ -196,3 +196,25 @@ async def test_disk_full_is_507_reads_continue_nothing_lost(
     assert integrity == "ok"
     resp = await client.post("/v1/entries", json={**POST, "content": "after"}, headers=alice.headers)
     assert resp.status == 201 and (await resp.json())["id"] > stored[-1]
+
+
+async def test_long_query_reaches_the_app_as_problem_json(tmp_path: Any) -> None:
+    """`bbs serve` raises aiohttp's 8 KiB request-line limit, so a long (documented) query is validated by the
+    node and answered with problem+json, not refused in plain text by the HTTP parser (found by schemathesis)."""
+    import aiohttp
+
+    from scenarios.fednet import ServedNode
+
+    served = ServedNode("long", tmp_path / "long")
+    served.init()
+    async with aiohttp.ClientSession() as session:
+        await served.start(session)
+        try:
+            agent = await served.agent(session, "reader")
+            junk = "%C3%A9" * 5000  # 30 KB of percent-encoded text
+            url = f"{served.url}/v1/entries/0?direction={junk}"
+            async with session.get(url, headers={"Authorization": agent["Authorization"]}) as resp:
+                assert resp.status == 422
+                assert resp.content_type == "application/problem+json"
+        finally:
+            served.kill()
