@@ -218,3 +218,12 @@ async def test_long_query_reaches_the_app_as_problem_json(tmp_path: Any) -> None
                 assert resp.content_type == "application/problem+json"
         finally:
             served.kill()
+
+
+async def test_empty_list_query_values_are_refused_not_ignored(client: TestClient, make_agent: MakeAgent) -> None:
+    """`?link_types=&link_types=` used to be read as no filter at all (found by schemathesis)."""
+    alice = await make_agent("alice")
+    for query in ("link_types=&link_types=", "link_types=supports,", "entry_type=", "tags="):
+        resp = await client.get(f"/v1/search?q=x&{query}", headers=alice.headers)
+        body = await problem(resp, 422, "validation_error")
+        assert body["field"].startswith("$.")
