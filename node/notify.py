@@ -41,7 +41,15 @@ def fan_out_entry(conn: sqlite3.Connection, entry_id: int, rec: Any, now_ms: int
         "INSERT INTO notifications (agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms)"
         " SELECT s.agent_id, :eid, MIN(s.id), 2, 'subscription', :now, :exp"
         " FROM subscriptions s"
-        " WHERE s.agent_id != :author"
+        # Candidates by index: a term equal to one of the entry's values, or no terms at all. Every subscription
+        # that can match is among them (a subscription with terms in a dimension needs one of them to match).
+        " WHERE s.id IN (SELECT sub_id FROM subscription_terms WHERE dim = 'type' AND value = :type"
+        "   UNION ALL SELECT sub_id FROM subscription_terms WHERE dim = 'perf' AND value = :perf"
+        "   UNION ALL SELECT sub_id FROM subscription_terms WHERE dim = 'author' AND value = :author"
+        "   UNION ALL SELECT t.sub_id FROM json_each(:tags) j CROSS JOIN subscription_terms t"
+        "     ON t.dim = 'tag' AND t.value = j.value"
+        "   UNION ALL SELECT id FROM subscriptions WHERE n_tags + n_types + n_perfs + n_authors = 0)"
+        "   AND s.agent_id != :author"
         "   AND (s.n_types = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
         "        WHERE t.dim = 'type' AND t.value = :type AND t.sub_id = s.id))"
         "   AND (s.n_perfs = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
@@ -61,6 +69,7 @@ def fan_out_entry(conn: sqlite3.Connection, entry_id: int, rec: Any, now_ms: int
             "author": rec.author_id,
             "type": rec.entry_type,
             "perf": rec.performative,
+            "tags": _json_list(rec.tags),
         },
     )
 
