@@ -2,8 +2,8 @@
 # Scenario: build the node image and run the three-node compose federation, on a machine without a Docker
 # daemon or registry pulls (podman + runc, a debootstrapped local base image, podman-compose).
 # Exit status: the convergence check's (0 = the three nodes peered themselves and converged).
-# About 5 minutes on a fresh machine (debootstrap ~2.5 min, image build with pip ~2 min, compose ~30 s), so CI
-# runs only the static checks (hadolint, compose config) and this scenario is run by hand.
+# About 2.5 to 5 minutes on a fresh machine (debootstrap, the image's pip install, compose ~30 s). .ci/run runs
+# it after the test suite when the CI time budget allows.
 #
 #   sudo scenarios/containers.sh            (root: podman rootful, debootstrap; see docs/operations.md)
 #
