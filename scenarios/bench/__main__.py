@@ -27,7 +27,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--posts", type=int, help="posts per ingest path (default 6,000)")
     parser.add_argument("--clients", type=int, help="concurrent REST clients (default 64)")
     parser.add_argument("--agents", type=int, help="agents with subscriptions for the inbox benchmark (default 1,000)")
-    parser.add_argument("--peer-docs", type=int, help="documents/events per peer comparison (default 20,000)")
+    parser.add_argument(
+        "--peer-docs", type=int, help="documents replicated by pouchdb-server vs our nodes (default 20,000)"
+    )
+    parser.add_argument("--peer-messages", type=int, help="messages per bus, ours vs mcp-agent-mail (default 5,000)")
     parser.add_argument("--workdir", type=Path, help="keep scratch data here instead of a temporary folder")
     parser.add_argument("--markdown", type=Path, help="also write the combined table to this file")
     args = parser.parse_args(argv)
@@ -46,6 +49,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         ("clients", "clients"),
         ("agents", "inbox_agents"),
         ("peer_docs", "peer_docs"),
+        ("peer_messages", "peer_messages"),
     ):
         value = getattr(args, flag)
         if value is not None:

@@ -21,7 +21,11 @@ class Sizes:
     inbox_agents: int = 1_000
     inbox_entries: int = 100  # entries posted to fill the inboxes
     rss_entries: int = 0  # 0: measure RSS on the search corpus; otherwise build a corpus this large
-    peer_docs: int = 20_000  # peers: records/documents replicated or ingested
+    peer_docs: int = 20_000  # peers: records/documents replicated (unless `sync` ran: then its size)
+    peer_messages: int = 5_000  # peers: messages sent through each bus
+    # peers: concurrent senders on each bus; at 16 senders in one project mcp-agent-mail 0.1.0 times out on
+    # its per-project archive lock ("Archive lock busy ... Timed out after 60.0s")
+    message_clients: int = 4
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -35,6 +39,8 @@ class Sizes:
             inbox_entries=5,
             rss_entries=0,
             peer_docs=50,
+            peer_messages=20,
+            message_clients=2,
         )
 
 

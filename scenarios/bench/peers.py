@@ -1,87 +1,29 @@
-"""Peer systems side by side, installed by this script into their own virtualenvs, run on loopback.
+"""Peer systems side by side, installed by this script from the package registries, run on loopback.
 
 - signed-event ingest: `nostr-relay` (PyPI) accepting signed nostr events from concurrent websocket
   clients, beside our node accepting author-signed entries (the ingest benchmark's figure, same run);
-- agent messaging: `mcp-agent-mail` (PyPI) and replication: `pouchdb-server` (npm) are reported with the
-  reason they were not run, never dropped.
+- agent messaging: `mcp-agent-mail` (PyPI) sending messages over MCP beside our bus (`peer_messaging`);
+- replication: two `pouchdb-server` (npm) instances beside two nodes syncing (`peer_replication`).
 
-Peers live in `$BBS_BENCH_PEERS_DIR` (default `~/.cache/agent-bbs-bench/peers`) so a second run does not
-reinstall them. `--quick` installs nothing and says so.
+A peer that cannot be installed or run here gets a row saying why (the error), never a dropped row.
+Peers live in `$BBS_BENCH_PEERS_DIR` (`peer_install`) so a second run does not reinstall them. `--quick`
+installs nothing and says so.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-from scenarios.bench import corpus, ingest
+from scenarios.bench import corpus, ingest, peer_messaging, peer_replication
 from scenarios.bench.context import Context
 from scenarios.bench.harness import free_port
+from scenarios.bench.peer_install import PeerUnavailable, pip_peer, stop, wait_for_port
 from scenarios.bench.report import Row, ms, percentile, rate, ratio
 
 BENCH = "peers"
 DRIVERS = Path(__file__).parent / "peer_drivers"
-INSTALL_TIMEOUT_S = 600
-
-
-class PeerUnavailable(RuntimeError):
-    """A peer system could not be installed or run here; the message says why."""
-
-
-def peers_dir() -> Path:
-    return Path(os.environ.get("BBS_BENCH_PEERS_DIR", Path.home() / ".cache" / "agent-bbs-bench" / "peers"))
-
-
-def pip_peer(name: str, package: str) -> tuple[Path, str]:
-    """A virtualenv holding `package` (created and installed on first use); returns (python, version)."""
-    venv = peers_dir() / name
-    python = venv / "bin" / "python"
-    if not python.exists():
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
-    version = _pip_version(python, package)
-    if version is None:
-        try:
-            proc = subprocess.run(
-                [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", package],
-                capture_output=True,
-                text=True,
-                timeout=INSTALL_TIMEOUT_S,
-            )
-        except subprocess.TimeoutExpired:
-            raise PeerUnavailable(f"`pip install {package}` did not finish in {INSTALL_TIMEOUT_S}s") from None
-        errors = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("WARNING")]
-        if proc.returncode != 0:
-            raise PeerUnavailable(f"`pip install {package}` failed: {(errors or ['no message'])[-1][:200]}")
-        version = _pip_version(python, package)
-        if version is None:
-            raise PeerUnavailable(f"`pip install {package}` succeeded but the package is not importable")
-    return python, version
-
-
-def _pip_version(python: Path, package: str) -> str | None:
-    proc = subprocess.run([str(python), "-m", "pip", "show", package], capture_output=True, text=True)
-    for line in proc.stdout.splitlines():
-        if line.startswith("Version:"):
-            return line.split(":", 1)[1].strip()
-    return None
-
-
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise PeerUnavailable(f"the server exited with status {proc.returncode} before listening")
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise PeerUnavailable(f"the server did not listen on port {port} within {timeout:.0f}s")
 
 
 def nostr_ingest(ctx: Context) -> None:
@@ -122,12 +64,7 @@ def nostr_ingest(ctx: Context) -> None:
             timeout=1800,
         )
     finally:
-        relay.terminate()
-        try:
-            relay.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            relay.kill()
-            relay.wait()
+        stop(relay)
     if proc.returncode != 0:
         raise PeerUnavailable(f"the nostr client failed: {proc.stderr.strip().splitlines()[-1][:200]}")
     result = json.loads(proc.stdout)
@@ -164,33 +101,19 @@ def nostr_ingest(ctx: Context) -> None:
     )
 
 
-def agent_mail(ctx: Context) -> None:
-    raise PeerUnavailable(
-        "mcp-agent-mail (PyPI) sending 5k messages vs our bus: the side-by-side driver is not written yet"
-    )
-
-
-def pouchdb(ctx: Context) -> None:
-    raise PeerUnavailable(
-        "two pouchdb-server (npm) instances replicating documents vs two nodes syncing: the side-by-side driver"
-        " is not written yet; our own catch-up and reconciliation figures are in the sync table"
-    )
-
-
 def run(ctx: Context) -> None:
     """Each peer comparison, or the reason it was not run."""
     comparisons = (
         ("signed-event ingest", nostr_ingest),
-        ("agent messaging", agent_mail),
-        ("replication", pouchdb),
+        ("agent messaging", peer_messaging.run),
+        ("replication", peer_replication.run),
     )
     for name, fn in comparisons:
         if ctx.quick:
-            reason = "--quick installs no peer systems (network, minutes)"
-        else:
-            try:
-                fn(ctx)
-                continue
-            except (PeerUnavailable, subprocess.SubprocessError, OSError) as exc:
-                reason = str(exc)
-        ctx.report.add(Row(BENCH, name, "not run", "not run", method=reason))
+            skipped = "skipped in --quick"
+            ctx.report.add(Row(BENCH, name, skipped, skipped, method=f"{skipped}: it installs no peer systems"))
+            continue
+        try:
+            fn(ctx)
+        except (PeerUnavailable, subprocess.SubprocessError, OSError) as exc:
+            ctx.report.add(Row(BENCH, name, "not run", "not run", method=str(exc)))

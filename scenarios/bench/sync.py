@@ -15,6 +15,8 @@ import os
 import random
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +104,51 @@ async def _reconcile(
     return report.rounds, report.bytes_sent, report.bytes_received
 
 
+def records_for(n: int) -> list[tuple[dict[str, Any], str]]:
+    """The N signed entry records the sync benchmarks move (8 authors, about 800 bytes each as canonical JSON)."""
+    return _records(n)
+
+
+def fresh_node(ctx: Context, name: str) -> tuple[Path, str]:
+    """An empty data folder that will pull, and its node id."""
+    fresh, _ = corpus.fresh_data_dir(ctx.workdir, name)
+    return fresh, keys.load_key(DataDir(fresh).key_path).did
+
+
+@contextmanager
+def served_source(
+    ctx: Context, records: list[tuple[dict[str, Any], str]], name: str, pullers: list[str]
+) -> Iterator[PeerConfig]:
+    """A data folder holding `records`, served by a `bbs serve` subprocess that accepts `pullers`' node ids."""
+    source, _ = corpus.fresh_data_dir(ctx.workdir, name)
+    corpus.bulk_load(source, iter(records))
+    source_id = keys.load_key(DataDir(source).key_path).did
+    now = int(time.time() * 1000)
+
+    def allow_pullers(conn: sqlite3.Connection) -> None:
+        for peer_id in pullers:
+            sync_store.add_peer(conn, "http://127.0.0.1:9", peer_id, now)
+
+    db.write_sync(DataDir(source).db_path, allow_pullers)
+    with Server(source, extra_env={"BBS_SYNC": "off"}) as server:
+        yield PeerConfig(source_id, server.url)
+
+
+def catch_up(fresh: Path, source: PeerConfig, n: int) -> tuple[float, Traffic, Traffic]:
+    """The fresh node adds `source` as a peer and pulls all n records: (seconds, traffic, one idle poll)."""
+    now = int(time.time() * 1000)
+    db.write_sync(DataDir(fresh).db_path, lambda c: sync_store.add_peer(c, source.url, source.node_id, now))
+    return asyncio.run(_catch_up(fresh, source, n))
+
+
+def two_node_catch_up(ctx: Context, records: list[tuple[dict[str, Any], str]], name: str) -> dict[str, float]:
+    """A fresh node catching up with a served node holding `records`: seconds, records, bytes received."""
+    fresh, fresh_id = fresh_node(ctx, f"{name}-fresh")
+    with served_source(ctx, records, f"{name}-source", [fresh_id]) as peer:
+        seconds, traffic, _ = catch_up(fresh, peer, len(records))
+    return {"records": len(records), "seconds": seconds, "wire_bytes": traffic.bytes_received}
+
+
 def run(ctx: Context) -> None:
     """Catch-up ratio, reconciliation cost and idle cost, as rows of the report."""
     n = int(os.environ.get("BBS_BENCH_SYNC_RECORDS", "200" if ctx.quick else "100000"))
@@ -114,24 +161,12 @@ def run(ctx: Context) -> None:
     local, _ = corpus.fresh_data_dir(ctx.workdir, "sync-local")
     local_s = asyncio.run(_ingest_file(local, jsonl))
 
-    source, _ = corpus.fresh_data_dir(ctx.workdir, "sync-source")
-    corpus.bulk_load(source, iter(records))
-    fresh, _ = corpus.fresh_data_dir(ctx.workdir, "sync-fresh")
-    fresh_id = keys.load_key(DataDir(fresh).key_path).did
+    fresh, fresh_id = fresh_node(ctx, "sync-fresh")
     reconciler = keys.SigningKey.generate()
-    now = int(time.time() * 1000)
-    source_id = keys.load_key(DataDir(source).key_path).did
-
-    def allow_pullers(conn: sqlite3.Connection) -> None:  # the source accepts the two pullers' keys
-        for peer_id in (fresh_id, reconciler.did):
-            sync_store.add_peer(conn, "http://127.0.0.1:9", peer_id, now)
-
-    db.write_sync(DataDir(source).db_path, allow_pullers)
-    with Server(source, extra_env={"BBS_SYNC": "off"}) as server:
-        peer = PeerConfig(source_id, server.url)
-        db.write_sync(DataDir(fresh).db_path, lambda c: sync_store.add_peer(c, server.url, source_id, now))
-        pull_s, traffic, idle = asyncio.run(_catch_up(fresh, peer, n))
+    with served_source(ctx, records, "sync-source", [fresh_id, reconciler.did]) as peer:
+        pull_s, traffic, idle = catch_up(fresh, peer, n)
         recon = [(d, *asyncio.run(_reconcile(records, d, peer, reconciler))) for d in diffs]
+    ctx.cache["sync_catch_up"] = {"records": n, "seconds": pull_s, "wire_bytes": traffic.bytes_received}
     file_rate, pull_rate = n / local_s, n / pull_s
     ratio = pull_rate / file_rate
     wire = traffic.bytes_received / n
