@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import random
@@ -86,6 +87,16 @@ class Puller:
         outcomes: list[Outcome] = []
         if verified or invalid or cursor != new_cursor:
             outcomes = await self.store.ingest(peer.node_id, verified, invalid, new_cursor)
+        if outcomes:
+            counts = collections.Counter(o.outcome for o in outcomes)
+            log.info(
+                "pulled %d records from %s (%s); cursor %s/%d",
+                len(outcomes),
+                peer.node_id,
+                ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+                new_cursor.epoch,
+                new_cursor.seq,
+            )
         await self.store.note_peer(peer.node_id, remote_epoch=reply.epoch, remote_head=reply.head)
         await self.fetch_wanted(peer)
         return PullReport(more=reply.more, outcomes=outcomes)

@@ -6,6 +6,7 @@ write is a signed record appended through `projections.append` inside one write 
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from typing import Any
 
@@ -14,7 +15,7 @@ import msgspec
 from identity import canonical, keys, records
 from node import projections
 from node.api_types import SignedSubmission
-from node.errors import Forbidden, InvalidInput
+from node.errors import BBSError, Forbidden, InvalidInput
 from node.service import Node, format_ms, record_error
 from node.workflows import bus, forward, graph, leases, tasks
 from node.workflows.wire import (
@@ -30,6 +31,8 @@ from node.workflows.wire import (
     ReadyList,
     TaskOut,
 )
+
+log = logging.getLogger("bbs.leases")
 
 
 def build_record(unsigned: dict[str, Any], key: keys.SigningKey) -> tuple[dict[str, Any], str, Any]:
@@ -193,9 +196,16 @@ class Workflows:
         """
         await self.resolve_agent(agent_id, body.agent)
         try:
-            key, granted, _ = await self.grant(agent_id, ref, body.seconds)
-        except leases.NotHome as exc:
-            key, granted = await self._lease_elsewhere(exc, agent_id, body.seconds)
+            try:
+                key, granted, _ = await self.grant(agent_id, ref, body.seconds)
+                how = "granted" if granted else "extended"
+            except leases.NotHome as exc:
+                key, granted = await self._lease_elsewhere(exc, agent_id, body.seconds)
+                how = f"{'granted' if granted else 'extended'} by home node {exc.home_node}"
+        except BBSError as exc:
+            log.info("lease refused: task %s for %s: %s", ref, agent_id, exc.code)
+            raise
+        log.info("lease %s: task %s to %s for %d s", how, key, agent_id, body.seconds)
         return await self.task(key), granted
 
     async def grant(self, agent_id: str, ref: str, seconds: int) -> tuple[str, bool, dict[str, Any]]:
@@ -259,6 +269,15 @@ class Workflows:
         return await self._finish("complete", agent_id, ref, body)
 
     async def _finish(self, event: str, agent_id: str, ref: str, body: FinishIn | SignedSubmission) -> TaskOut:
+        try:
+            task = await self._finish_event(event, agent_id, ref, body)
+        except BBSError as exc:
+            log.info("%s refused: task %s by %s: %s", event, ref, agent_id, exc.code)
+            raise
+        log.info("%s: task %s by %s", event, task.key, agent_id)
+        return task
+
+    async def _finish_event(self, event: str, agent_id: str, ref: str, body: FinishIn | SignedSubmission) -> TaskOut:
         signer: keys.SigningKey | None = None
         checkpoint: dict[str, Any] | None = None
         if isinstance(body, SignedSubmission):
