@@ -30,7 +30,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--peer-docs", type=int, help="documents replicated by pouchdb-server vs our nodes (default 20,000)"
     )
-    parser.add_argument("--peer-messages", type=int, help="messages per bus, ours vs mcp-agent-mail (default 5,000)")
+    parser.add_argument("--peer-messages", type=int, help="messages per bus, ours vs mcp-agent-mail (default 1,000)")
+    parser.add_argument("--message-clients", type=int, help="concurrent senders on each bus (default 1)")
     parser.add_argument("--workdir", type=Path, help="keep scratch data here instead of a temporary folder")
     parser.add_argument("--markdown", type=Path, help="also write the combined table to this file")
     args = parser.parse_args(argv)
@@ -50,6 +51,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         ("agents", "inbox_agents"),
         ("peer_docs", "peer_docs"),
         ("peer_messages", "peer_messages"),
+        ("message_clients", "message_clients"),
     ):
         value = getattr(args, flag)
         if value is not None:

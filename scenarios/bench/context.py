@@ -22,10 +22,10 @@ class Sizes:
     inbox_entries: int = 100  # entries posted to fill the inboxes
     rss_entries: int = 0  # 0: measure RSS on the search corpus; otherwise build a corpus this large
     peer_docs: int = 20_000  # peers: records/documents replicated (unless `sync` ran: then its size)
-    peer_messages: int = 5_000  # peers: messages sent through each bus
-    # peers: concurrent senders on each bus; at 16 senders in one project mcp-agent-mail 0.1.0 times out on
-    # its per-project archive lock ("Archive lock busy ... Timed out after 60.0s")
-    message_clients: int = 4
+    peer_messages: int = 1_000  # peers: messages sent through each bus (mcp-agent-mail manages about 5/s here)
+    # peers: concurrent senders on each bus. 1, because mcp-agent-mail 0.1.0 fails sends under concurrency
+    # (4 senders: "Lock at '.../archive/.git/index.lock' could not be obtained"; 16: "Archive lock busy")
+    message_clients: int = 1
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -40,7 +40,7 @@ class Sizes:
             rss_entries=0,
             peer_docs=50,
             peer_messages=20,
-            message_clients=2,
+            message_clients=1,
         )
 
 

@@ -2,10 +2,10 @@
 
 Theirs: `python -m mcp_agent_mail.http` (its HTTP transport: FastAPI + the MCP Streamable HTTP endpoint,
 SQLite through aiosqlite, and a Git mailbox archive it commits every message to), started with a scratch
-database and archive, LLM features off. C agents are registered in one project; then C MCP sessions each call
+database and archive, LLM features off. C + 1 agents are registered in one project; then C MCP sessions each call
 `send_message` from their agent to the next agent, one call awaiting its result at a time.
 
-Ours: C agents registered on a fresh node; C aiohttp clients each `POST /v1/agent-workflows/messages` from
+Ours: C + 1 agents registered on a fresh node; C aiohttp clients each `POST /v1/agent-workflows/messages` from
 their agent to the next agent (node-signed message records), one request awaiting its answer at a time,
 against a real `bbs serve` subprocess. The message bodies are the same texts on both sides.
 """
@@ -40,11 +40,11 @@ def _split(n: int, clients: int) -> list[int]:
 def ours(ctx: Context, n: int, clients: int, bodies: list[str]) -> LoadResult:
     """Our bus: n messages from `clients` concurrent agents, each to the next agent, through REST."""
     data, _ = corpus.fresh_data_dir(ctx.workdir, "peers-bus")
-    agents = corpus.register_agents(data, clients, keep_key=True, prefix="mailer")
+    agents = corpus.register_agents(data, clients + 1, keep_key=True, prefix="mailer")  # sender i writes to i + 1
     lanes: list[list[Call]] = []
     for i, count in enumerate(_split(n, clients)):
         _, api_key = agents[i]
-        recipient = agents[(i + 1) % clients][0].did
+        recipient = agents[i + 1][0].did
         calls = []
         for j in range(count):
             body = {

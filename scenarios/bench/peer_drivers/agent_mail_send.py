@@ -1,7 +1,7 @@
 """Send N messages through an mcp-agent-mail server over MCP (Streamable HTTP) from C concurrent sessions.
 
 Run with the mcp-agent-mail virtualenv's python (it ships the `mcp` SDK):
-`python agent_mail_send.py URL N CLIENTS CONTENT_FILE`. One setup session registers C agents in one project;
+`python agent_mail_send.py URL N CLIENTS CONTENT_FILE`. One setup session registers C + 1 agents in one project;
 then each of C sessions calls `send_message` from its agent to the next one, one call awaiting its result
 at a time. Prints one JSON object: count, sent, elapsed, latencies (seconds), setup_seconds.
 """
@@ -30,7 +30,7 @@ async def setup(url: str, clients: int) -> list[str]:
         await session.initialize()
         await call(session, "ensure_project", {"human_key": PROJECT})
         names = []
-        for i in range(clients):
+        for i in range(clients + 1):  # sender i writes to agent i + 1
             agent = await call(
                 session,
                 "register_agent",
@@ -54,7 +54,7 @@ async def send_all(url: str, names: list[str], per_lane: list[int], contents: li
                 args = {
                     "project_key": PROJECT,
                     "sender_name": names[i],
-                    "to": [names[(i + 1) % len(names)]],
+                    "to": [names[i + 1]],
                     "subject": f"bench {i}-{j}",
                     "body_md": contents[(i * 131 + j) % len(contents)],
                 }
@@ -64,8 +64,8 @@ async def send_all(url: str, names: list[str], per_lane: list[int], contents: li
                 sent += 1
 
     ready = asyncio.Event()
-    initialised = [asyncio.Event() for _ in names]
-    tasks = [asyncio.create_task(lane(i)) for i in range(len(names))]
+    initialised = [asyncio.Event() for _ in per_lane]
+    tasks = [asyncio.create_task(lane(i)) for i in range(len(per_lane))]
     # every session finishes its MCP handshake before the clock starts (a failed lane raises here)
     waiting = [asyncio.create_task(e.wait()) for e in initialised]
     done, _ = await asyncio.wait([*tasks, asyncio.gather(*waiting)], return_when=asyncio.FIRST_COMPLETED)
