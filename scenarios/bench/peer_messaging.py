@@ -125,15 +125,15 @@ def run(ctx: Context) -> None:
     ctx.report.add(
         Row(
             BENCH,
-            f"agent messaging: {n:,} messages/s, our bus vs mcp-agent-mail",
+            f"agent messaging ({n:,} messages, {clients} sender(s) each): messages/s, our bus vs mcp-agent-mail",
             rate(bus.per_second),
             rate(their_rate),
             ratio(bus.per_second, their_rate),
             "",
             None,
             f"mcp-agent-mail {version} (PyPI; `python -m mcp_agent_mail.http`, SQLite + its Git mailbox archive,"
-            f" LLM off): {clients} MCP Streamable HTTP sessions each calling send_message to the next agent, one"
-            f" call at a time; ours: {clients} aiohttp clients each POSTing /v1/agent-workflows/messages"
+            f" LLM off): {clients} MCP Streamable HTTP session(s) each calling send_message to the next agent, one"
+            f" call at a time; ours: {clients} aiohttp client(s) each POSTing /v1/agent-workflows/messages"
             " (node-signed message records) to the next agent, one at a time, real `bbs serve`; same bodies",
         )
     )
