@@ -51,6 +51,7 @@ from node.api_types import (
     SubscriptionIn,
     SubscriptionList,
     SubscriptionOut,
+    unsigned_entry,
 )
 
 T = TypeVar("T")
@@ -339,33 +340,7 @@ class Client:
             for i, link in enumerate(entry.links)
         ]
         try:
-            content = canonical.normalize_content(entry.content)
-            if not content:
-                raise BBSClientError(422, "validation_error", "content is empty after trimming whitespace", "$.content")
-            unsigned = {
-                "kind": "entry",
-                "schema_version": canonical.SCHEMA_VERSION,
-                "author_id": self._key.did,
-                "created_at": canonical.now_created_at(),
-                "entry_type": entry.entry_type,
-                "performative": entry.performative,
-                "content": content,
-                "confidence": canonical.normalize_float(entry.confidence, "$.confidence"),
-                "tags": sorted(set(canonical.normalize_value(entry.tags, "$.tags"))),
-                "directed_to": sorted(set(entry.directed_to)),
-                "links": [
-                    {
-                        "target": target,
-                        "link_type": link.link_type,
-                        "annotation": canonical.normalize_value(link.annotation),
-                    }
-                    for target, link in zip(targets, entry.links, strict=True)
-                ],
-                "metadata": canonical.normalize_value(entry.metadata, "$.metadata"),
-                "truth_state": entry.truth_state,
-                "authority": entry.authority,
-                "scope": entry.scope,
-            }
+            unsigned = unsigned_entry(entry, self._key.did, canonical.now_created_at(), targets)
         except canonical.CanonicalError as exc:
             raise BBSClientError(422, "validation_error", str(exc), exc.field) from None
         return self._sign(unsigned)

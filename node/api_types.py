@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from identity import canonical
 from identity.schema import (
     MAX_ANNOTATION_CHARS,
     MAX_DESCRIPTION_CHARS,
@@ -85,6 +86,37 @@ class PostEntry(msgspec.Struct, forbid_unknown_fields=True):
     authority: Authority = "raw"
     scope: Scope = "federation"
     idempotency_key: IdempotencyKey | None = None
+
+
+def unsigned_entry(body: PostEntry, author_id: str, created_at: str, targets: list[str]) -> dict[str, Any]:
+    """The canonical, unsigned entry record a PostEntry becomes (link targets already resolved to hashes).
+
+    The node (for keys it keeps) and the client (for keys the agent holds) both build records with this, so
+    a record means the same whoever signs it. Raises identity.canonical.CanonicalError naming the field.
+    """
+    content = canonical.normalize_content(body.content)
+    if not content:
+        raise canonical.CanonicalError("content is empty after trimming whitespace", "$.content")
+    return {
+        "kind": "entry",
+        "schema_version": canonical.SCHEMA_VERSION,
+        "author_id": author_id,
+        "created_at": created_at,
+        "entry_type": body.entry_type,
+        "performative": body.performative,
+        "content": content,
+        "confidence": canonical.normalize_float(body.confidence, "$.confidence"),
+        "tags": sorted(set(canonical.normalize_value(body.tags, "$.tags"))),
+        "directed_to": sorted(set(body.directed_to)),
+        "links": [
+            {"target": target, "link_type": link.link_type, "annotation": canonical.normalize_value(link.annotation)}
+            for target, link in zip(targets, body.links, strict=True)
+        ],
+        "metadata": canonical.normalize_value(body.metadata, "$.metadata"),
+        "truth_state": body.truth_state,
+        "authority": body.authority,
+        "scope": body.scope,
+    }
 
 
 class SignedSubmission(msgspec.Struct, forbid_unknown_fields=True):

@@ -32,6 +32,7 @@ from node.api_types import (
     SignedSubmission,
     SubscriptionIn,
     SubscriptionOut,
+    unsigned_entry,
 )
 from node.datadir import DataDir
 from node.db import Database
@@ -231,33 +232,8 @@ class Node:
                 if body.links
                 else []
             )
-            content = canonical.normalize_content(body.content)
-            if not content:
-                raise InvalidInput("content is empty after trimming whitespace", field="$.content")
-            unsigned = {
-                "kind": "entry",
-                "schema_version": canonical.SCHEMA_VERSION,
-                "author_id": agent_id,
-                "created_at": format_ms(self.now_ms() if created_ms is None else created_ms),
-                "entry_type": body.entry_type,
-                "performative": body.performative,
-                "content": content,
-                "confidence": canonical.normalize_float(body.confidence, "$.confidence"),
-                "tags": sorted(set(canonical.normalize_value(body.tags, "$.tags"))),
-                "directed_to": sorted(set(body.directed_to)),
-                "links": [
-                    {
-                        "target": target,
-                        "link_type": link.link_type,
-                        "annotation": canonical.normalize_value(link.annotation),
-                    }
-                    for target, link in zip(targets, body.links, strict=True)
-                ],
-                "metadata": canonical.normalize_value(body.metadata, "$.metadata"),
-                "truth_state": body.truth_state,
-                "authority": body.authority,
-                "scope": body.scope,
-            }
+            created_at = format_ms(self.now_ms() if created_ms is None else created_ms)
+            unsigned = unsigned_entry(body, agent_id, created_at, targets)
         except canonical.CanonicalError as exc:
             raise InvalidInput(str(exc), field=exc.field) from None
         return await off_loop(_sign_and_check, unsigned, signer)
