@@ -6,14 +6,12 @@ Run: python -m scenarios.federation   (exit status 0 on success, 1 on failure)
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import tempfile
 from pathlib import Path
 
 import aiohttp
 
-from scenarios.fednet import ScenarioFailed, ServedNode, bbs, converged, wait_until
+from scenarios.fednet import ScenarioFailed, ServedNode, bbs, converged, run_scenario, wait_until
 
 
 async def run(root: Path) -> None:
@@ -84,17 +82,7 @@ async def run(root: Path) -> None:
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="bbs-federation-") as tmp:
-        try:
-            asyncio.run(run(Path(tmp)))
-        except ScenarioFailed as exc:
-            print(f"FAILED: {exc}", file=sys.stderr)
-            for log in sorted(Path(tmp).glob("*.log")):
-                print(f"--- {log.name} (tail)", file=sys.stderr)
-                print("\n".join(log.read_text(errors="replace").splitlines()[-20:]), file=sys.stderr)
-            return 1
-    print("federation scenario: OK")
-    return 0
+    return run_scenario("federation", run)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,3 +197,18 @@ class Link:
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         self._conns.difference_update({writer, up_writer})
+
+
+def run_scenario(name: str, run: Callable[[Path], Coroutine[Any, Any, None]]) -> int:
+    """Run one federation scenario in a scratch folder; on failure print the reason and each node's log tail."""
+    with tempfile.TemporaryDirectory(prefix=f"bbs-{name}-") as tmp:
+        try:
+            asyncio.run(run(Path(tmp)))
+        except ScenarioFailed as exc:
+            print(f"FAILED: {exc}", file=sys.stderr)
+            for log in sorted(Path(tmp).glob("*.log")):
+                print(f"--- {log.name} (tail)", file=sys.stderr)
+                print("\n".join(log.read_text(errors="replace").splitlines()[-20:]), file=sys.stderr)
+            return 1
+    print(f"{name} scenario: OK")
+    return 0

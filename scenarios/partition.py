@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import tempfile
 from pathlib import Path
 
 import aiohttp
 
-from scenarios.fednet import Link, ScenarioFailed, ServedNode, converged, wait_until
+from scenarios.fednet import Link, ScenarioFailed, ServedNode, converged, run_scenario, wait_until
 
 
 async def write_many(
@@ -98,17 +97,7 @@ async def run(root: Path) -> None:
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="bbs-partition-") as tmp:
-        try:
-            asyncio.run(run(Path(tmp)))
-        except ScenarioFailed as exc:
-            print(f"FAILED: {exc}", file=sys.stderr)
-            for log in sorted(Path(tmp).glob("*.log")):
-                print(f"--- {log.name} (tail)", file=sys.stderr)
-                print("\n".join(log.read_text(errors="replace").splitlines()[-20:]), file=sys.stderr)
-            return 1
-    print("partition scenario: OK")
-    return 0
+    return run_scenario("partition", run)
 
 
 if __name__ == "__main__":
