@@ -1,4 +1,4 @@
-"""Run a real `bbs serve` subprocess on a loopback port and drive it with concurrent aiohttp clients."""
+"""Run a real `bbs serve` subprocess on a loopback port and drive it with concurrent keep-alive HTTP clients."""
 
 from __future__ import annotations
 
@@ -9,14 +9,12 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
-
-import aiohttp
 
 
 def free_port() -> int:
@@ -136,39 +134,122 @@ async def run_load(
     lanes: Sequence[Sequence[Call]],
     *,
     expect: Callable[[int], bool] = lambda status: 200 <= status < 300,
-    check_body: Callable[[Any], None] | None = None,
 ) -> LoadResult:
-    """Send every lane's calls in order, all lanes concurrently (one lane = one client); time each call.
+    """Send every lane's calls in order, all lanes concurrently (one lane = one keep-alive connection); time each.
 
-    Raises BenchFailure if any response status fails `expect`: a benchmark of failing requests measures nothing.
+    The load generator shares the machine's cores with the server it measures, so it is kept lean: each
+    request is encoded to bytes before the clock starts, and responses are parsed only as far as the status
+    line, Content-Length or chunked framing (see `_Connection`). Raises BenchFailure if any response status
+    fails `expect`: a benchmark of failing requests measures nothing.
     """
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    url = urllib.parse.urlsplit(base_url)
+    host, port = url.hostname or "127.0.0.1", url.port or 80
+    encoded = [[_encode(call, f"{host}:{port}") for call in calls] for calls in lanes]
     latencies: list[float] = []
     statuses: dict[int, int] = {}
     failures: list[str] = []
-    async with aiohttp.ClientSession(base_url, connector=connector) as session:
+    loop = asyncio.get_running_loop()
 
-        async def lane(calls: Sequence[Call]) -> None:
-            for call in calls:
-                headers = {**call.headers}
-                if call.body is not None:
-                    headers["Content-Type"] = "application/json"
+    async def lane(requests: list[tuple[str, bytes]]) -> None:
+        _, conn = await loop.create_connection(_Connection, host, port)
+        try:
+            for label, request in requests:
                 started = time.perf_counter()
-                async with session.request(call.method, call.path, data=call.body, headers=headers) as resp:
-                    payload = await resp.read()
+                status, payload = await conn.exchange(request)
                 latencies.append(time.perf_counter() - started)
-                statuses[resp.status] = statuses.get(resp.status, 0) + 1
-                if not expect(resp.status):
-                    failures.append(f"{call.method} {call.path} -> {resp.status}: {payload[:300]!r}")
-                elif check_body is not None:
-                    check_body(payload)
+                statuses[status] = statuses.get(status, 0) + 1
+                if not expect(status):
+                    failures.append(f"{label} -> {status}: {payload[:300]!r}")
+        finally:
+            conn.close()
 
-        started = time.perf_counter()
-        await asyncio.gather(*(lane(calls) for calls in lanes))
-        elapsed = time.perf_counter() - started
+    started = time.perf_counter()
+    await asyncio.gather(*(lane(requests) for requests in encoded))
+    elapsed = time.perf_counter() - started
     if failures:
         raise BenchFailure(f"{len(failures)} requests failed; first: {failures[0]}")
     return LoadResult(count=len(latencies), elapsed=elapsed, latencies=latencies, statuses=statuses)
+
+
+def _encode(call: Call, host: str) -> tuple[str, bytes]:
+    """(label for error messages, the complete HTTP/1.1 request as bytes)."""
+    head = [f"{call.method} {call.path} HTTP/1.1", f"Host: {host}"]
+    head += [f"{name}: {value}" for name, value in call.headers.items()]
+    if call.body is not None:
+        head += ["Content-Type: application/json", f"Content-Length: {len(call.body)}"]
+    return f"{call.method} {call.path}", ("\r\n".join(head) + "\r\n\r\n").encode() + (call.body or b"")
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection that sends a request and waits for its whole response."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        self._try_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(BenchFailure(f"server closed the connection: {exc or 'EOF'}"))
+
+    async def exchange(self, request: bytes) -> tuple[int, bytes]:
+        assert self.transport is not None and self.waiter is None
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        try:
+            return await self.waiter
+        finally:
+            self.waiter = None
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def _try_complete(self) -> None:
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0 or self.waiter is None:
+            return
+        lines = bytes(self.buffer[:end]).split(b"\r\n")
+        status = int(lines[0].split(b" ", 2)[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in lines[1:])}
+        start = end + 4
+        if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+            body = _dechunk(self.buffer, start)
+            if body is None:
+                return
+            payload, consumed = body
+        else:
+            length = int(headers.get(b"content-length", b"0"))
+            if len(self.buffer) < start + length:
+                return
+            payload, consumed = bytes(self.buffer[start : start + length]), start + length
+        del self.buffer[:consumed]
+        self.waiter.set_result((status, payload))
+
+
+def _dechunk(buffer: bytearray, pos: int) -> tuple[bytes, int] | None:
+    """(body, bytes consumed) of a complete chunked body starting at pos, or None if more must arrive."""
+    parts: list[bytes] = []
+    while True:
+        eol = buffer.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        size = int(bytes(buffer[pos:eol]).split(b";")[0], 16)
+        if size == 0:
+            trailer_end = buffer.find(b"\r\n", eol + 2)
+            return (b"".join(parts), trailer_end + 2) if trailer_end >= 0 else None
+        if len(buffer) < eol + 2 + size + 2:
+            return None
+        parts.append(bytes(buffer[eol + 2 : eol + 2 + size]))
+        pos = eol + 2 + size + 2
 
 
 def bearer(api_key: str) -> dict[str, str]:

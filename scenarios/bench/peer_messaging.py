@@ -5,7 +5,7 @@ SQLite through aiosqlite, and a Git mailbox archive it commits every message to)
 database and archive, LLM features off. C + 1 agents are registered in one project; then C MCP sessions each call
 `send_message` from their agent to the next agent, one call awaiting its result at a time.
 
-Ours: C + 1 agents registered on a fresh node; C aiohttp clients each `POST /v1/agent-workflows/messages` from
+Ours: C + 1 agents registered on a fresh node; C keep-alive HTTP clients each `POST /v1/agent-workflows/messages` from
 their agent to the next agent (node-signed message records), one request awaiting its answer at a time,
 against a real `bbs serve` subprocess. The message bodies are the same texts on both sides.
 """
@@ -133,7 +133,7 @@ def run(ctx: Context) -> None:
             None,
             f"mcp-agent-mail {version} (PyPI; `python -m mcp_agent_mail.http`, SQLite + its Git mailbox archive,"
             f" LLM off): {clients} MCP Streamable HTTP session(s) each calling send_message to the next agent, one"
-            f" call at a time; ours: {clients} aiohttp client(s) each POSTing /v1/agent-workflows/messages"
+            f" call at a time; ours: {clients} keep-alive HTTP client(s) each POSTing /v1/agent-workflows/messages"
             " (node-signed message records) to the next agent, one at a time, real `bbs serve`; same bodies",
         )
     )

@@ -83,7 +83,7 @@ def run(ctx: Context) -> None:
                 BENCH,
                 "HTTP floor: GET /healthz p50",
                 ms(percentile(floor.latencies, 50)),
-                method="the fixed cost of one request through aiohttp and the middlewares, same client;"
+                method="the fixed cost of one request through aiohttp and the middlewares, same keep-alive client;"
                 " it bounds the ratio for queries that take SQLite a fraction of a millisecond",
             )
         )
@@ -105,7 +105,7 @@ def run(ctx: Context) -> None:
                         ratio(ours, theirs),
                         f"<= {TARGET:g}",
                         ratio(ours, theirs) <= TARGET,
-                        f"GET /v1/search?q={term}&limit={PAGE}, {rounds} sequential requests, one aiohttp client;"
+                        f"GET /v1/search?q={term}&limit={PAGE}, {rounds} sequential requests, one HTTP client;"
                         f" baseline: the same FTS5 MATCH/ORDER BY rank/LIMIT on the file with sqlite3 ({page} rows)",
                     )
                 )
