@@ -38,6 +38,7 @@ MAX_IDEMPOTENCY_KEY = 128
 MAX_QUERY_CHARS = 512
 MAX_FILTER_VALUES = 32
 MAX_ACK_IDS = 500
+MAX_BATCH = 100  # entries per POST /v1/entries/batch
 
 Direction = Literal["outbound", "inbound", "both"]
 IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_IDEMPOTENCY_KEY)]
@@ -126,6 +127,20 @@ class SignedSubmission(msgspec.Struct, forbid_unknown_fields=True):
     idempotency_key: IdempotencyKey | None = None
 
 
+_ITEM_SCHEMA = {
+    "items": {"oneOf": [{"$ref": "#/components/schemas/PostEntry"}, {"$ref": "#/components/schemas/SignedSubmission"}]}
+}
+
+
+class PostEntries(msgspec.Struct, forbid_unknown_fields=True):
+    """Post up to MAX_BATCH entries in one request, all or nothing. Each item is a POST /v1/entries body
+    (node-signed fields or `{"record": ...}`) with its own optional idempotency_key."""
+
+    # Items are checked one by one against PostEntry or SignedSubmission (msgspec cannot decode an untagged
+    # union of two Structs), so errors name `$.entries[i]...`; the schema shows the union.
+    entries: Annotated[list[Any], msgspec.Meta(min_length=1, max_length=MAX_BATCH, extra_json_schema=_ITEM_SCHEMA)]
+
+
 class PostLink(msgspec.Struct, forbid_unknown_fields=True):
     """Create a typed link between two entries."""
 
@@ -161,6 +176,19 @@ class EntryOut(msgspec.Struct):
     retracted: bool
     superseded: bool
     community_confidence: float | None = None  # from the trust cache (docs/trust.md); None when not computed
+
+
+class PostedEntry(msgspec.Struct):
+    """One item of a batch: the stored entry, and whether this request created it (false: a replay)."""
+
+    created: bool
+    entry: EntryOut
+
+
+class PostedEntries(msgspec.Struct):
+    """The batch's entries, in request order."""
+
+    results: list[PostedEntry]
 
 
 class LinkOut(msgspec.Struct):

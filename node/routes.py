@@ -18,6 +18,9 @@ from node.api_types import (
     InboxResult,
     LinkOut,
     NodeInfo,
+    PostedEntries,
+    PostedEntry,
+    PostEntries,
     PostEntry,
     PostLink,
     ReadQuery,
@@ -49,16 +52,30 @@ def _idempotency_header(request: web.Request) -> str | None:
     return value
 
 
-def _signed_or(raw: Any, typ: type[Any]) -> Any:
+def _signed_or(raw: Any, typ: type[Any], prefix: str = "$") -> Any:
     if isinstance(raw, dict) and "record" in raw:
-        return convert(raw, SignedSubmission)
-    return convert(raw, typ)
+        return convert(raw, SignedSubmission, prefix)
+    return convert(raw, typ, prefix)
 
 
 async def post_entry(request: web.Request) -> web.Response:
     body = _signed_or(await read_json(request), PostEntry)
     entry, created = await _node(request).post_entry(agent_id(request), body, _idempotency_header(request))
     return json_response(entry, 201 if created else 200)
+
+
+async def post_entries(request: web.Request) -> web.Response:
+    if IDEMPOTENCY_HEADER in request.headers:
+        raise InvalidInput(
+            "a batch takes an idempotency_key in each entry, not the Idempotency-Key header",
+            field=IDEMPOTENCY_HEADER,
+            code="idempotency_header_in_batch",
+        )
+    batch = convert(await read_json(request), PostEntries)
+    bodies = [_signed_or(item, PostEntry, f"$.entries[{i}]") for i, item in enumerate(batch.entries)]
+    results = await _node(request).post_entries(agent_id(request), bodies)
+    posted = PostedEntries([PostedEntry(created=created, entry=entry) for entry, created in results])
+    return json_response(posted, 201 if any(p.created for p in posted.results) else 200)
 
 
 async def get_entry(request: web.Request) -> web.Response:
@@ -143,6 +160,15 @@ ROUTES: list[Route] = [
         "agent",
         body=PostEntry | SignedSubmission,
         responses={201: EntryOut, 200: EntryOut},
+    ),
+    Route(
+        "POST",
+        "/v1/entries/batch",
+        post_entries,
+        "Post up to 100 entries at once, all or nothing (each item as for POST /v1/entries)",
+        "agent",
+        body=PostEntries,
+        responses={201: PostedEntries, 200: PostedEntries},
     ),
     Route(
         "GET",

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from identity import canonical, keys, records
 from identity.schema import EntryRecord, LinkRecord
 from node import __version__, agents, notify, projections, queries, trust
 from node.api_types import (
+    MAX_BATCH,
     MAX_HOPS,
     AckOut,
     AgentOut,
@@ -36,7 +39,7 @@ from node.api_types import (
 )
 from node.datadir import DataDir
 from node.db import Database
-from node.errors import Conflict, Forbidden, InvalidInput, NotFound
+from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
 from node.queries import ENTRY_COLUMNS, entry_out
 
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
@@ -44,8 +47,47 @@ MAX_SUBSCRIPTIONS = 100
 MAX_HASH_RETRIES = 16  # node-signed posts whose record hash is taken by a different entry move 1 ms later
 
 
+@dataclass(eq=False)
+class _Post:
+    """One entry on its way in: the request item, where it sits in the request, and what sealing made of it."""
+
+    body: PostEntry | SignedSubmission
+    key: str | None
+    where: str  # JSON path of the item in the request: `$`, or `$.entries[i]` in a batch
+    replay: queries.EntryOut | None = None
+    sealed: Sealed | None = None
+
+    @property
+    def seal(self) -> Sealed:
+        assert self.sealed is not None, "sealed by Node._seal before it is stored"
+        return self.sealed
+
+
+class Sealed(NamedTuple):
+    """A signed record ready to append: the record, its hash, and its decoded form."""
+
+    record: dict[str, Any]
+    record_hash: str
+    decoded: EntryRecord
+
+
 class _HashTaken(Exception):
     """A node-signed entry's hash belongs to a different stored record (same words, same millisecond)."""
+
+    def __init__(self, post: _Post) -> None:
+        super().__init__(post.where)
+        self.post = post
+
+
+@contextlib.contextmanager
+def located(where: str) -> Iterator[None]:
+    """Errors raised inside name their field under `where`, the JSON path of one item of a batch request."""
+    try:
+        yield
+    except BBSError as exc:
+        if where != "$":
+            exc.field = where + exc.field[1:] if exc.field and exc.field.startswith("$") else exc.field or where
+        raise
 
 
 def _stored_body(conn: sqlite3.Connection, record_hash: str) -> bytes:
@@ -116,6 +158,7 @@ class Node:
                 "max_hops": MAX_HOPS,
                 "max_page": 200,
                 "max_subscriptions": MAX_SUBSCRIPTIONS,
+                "max_batch_entries": MAX_BATCH,
             },
         )
 
@@ -162,42 +205,139 @@ class Node:
     ) -> tuple[queries.EntryOut, bool]:
         """Store a new entry (node-signed or author-signed). Returns (entry, created)."""
         key = idempotency(idempotency_key, body.idempotency_key)
-        if key is not None:
-            replay = await self.db.read(lambda c: self._replayed_entry(c, agent_id, key))
-            if replay is not None:
-                return replay, False
-        if isinstance(body, SignedSubmission):
-            record, record_hash, decoded = await off_loop(self._check_signed, body.record, "entry", agent_id)
-        else:
-            record, record_hash, decoded = await self._sign_entry(agent_id, body)
+        (result,) = await self._post([_Post(body, key, "$")], agent_id)
+        return result
 
-        def job(conn: sqlite3.Connection) -> tuple[queries.EntryOut, bool]:
-            if key is not None:
+    async def post_entries(
+        self, agent_id: str, bodies: list[PostEntry | SignedSubmission]
+    ) -> list[tuple[queries.EntryOut, bool]]:
+        """Store several entries in one transaction, all or nothing; returns (entry, created) per item in order.
+
+        Each item is what `post_entry` takes, with its own idempotency key (a replayed key returns the original
+        entry, created false). An error names its item: `$.entries[i]...`, and nothing is stored.
+        """
+        posts = [_Post(body, body.idempotency_key, f"$.entries[{i}]") for i, body in enumerate(bodies)]
+        first_use: dict[str, int] = {}
+        for i, post in enumerate(posts):
+            if post.key is None:
+                continue
+            if post.key in first_use:
+                raise InvalidInput(
+                    f"this idempotency key is already used by entries[{first_use[post.key]}] of this batch",
+                    field=f"{post.where}.idempotency_key",
+                    code="idempotency_key_repeated",
+                )
+            first_use[post.key] = i
+        return await self._post(posts, agent_id)
+
+    async def _post(self, posts: list[_Post], agent_id: str) -> list[tuple[queries.EntryOut, bool]]:
+        """The one write path of entries posted by agents: replays, then sign or verify, then one transaction."""
+        keyed = [post for post in posts if post.key is not None]
+        if keyed:
+
+            def replays(conn: sqlite3.Connection) -> list[queries.EntryOut | None]:
+                found = []
+                for post in keyed:
+                    assert post.key is not None
+                    with located(post.where):
+                        found.append(self._replayed_entry(conn, agent_id, post.key))
+                return found
+
+            for post, replay in zip(keyed, await self.db.read(replays), strict=True):
+                post.replay = replay
+        fresh = [post for post in posts if post.replay is None]
+        if not fresh:
+            return [(post.replay, False) for post in posts if post.replay is not None]
+        await self._seal(fresh, agent_id)
+        for _ in range(MAX_HASH_RETRIES):
+            try:
+                return await self.db.write(lambda c: self._store_all(c, agent_id, posts))
+            except _HashTaken as taken:
+                later = projections.created_ms(taken.post.seal.decoded.created_at) + 1
+                await self._seal([taken.post], agent_id, later)
+        raise Conflict("could not find a free created_at for this entry; retry", code="hash_taken")
+
+    async def _seal(self, posts: list[_Post], agent_id: str, created_ms: int | None = None) -> None:
+        """Give each post its signed record: signed here for node-kept keys, verified for records signed by
+        their author. Link targets resolve in one read; the Ed25519 work runs in one worker-thread call."""
+        to_sign = [(post, post.body) for post in posts if isinstance(post.body, PostEntry)]
+        signer = await self._signing_key(agent_id) if to_sign else None
+        if signer is None and to_sign:
+            with located(to_sign[0][0].where):
+                raise InvalidInput(
+                    "this agent holds its own key: sign the record and submit it as {'record': ...}",
+                    code="agent_signs_own_records",
+                )
+        targets: list[list[str]] = [[] for _ in to_sign]
+        if any(body.links for _, body in to_sign):
+
+            def resolve(conn: sqlite3.Connection) -> list[list[str]]:
+                resolved = []
+                for post, body in to_sign:
+                    with located(post.where):
+                        resolved.append([self._target_hash(conn, ln.target, i) for i, ln in enumerate(body.links)])
+                return resolved
+
+            targets = await self.db.read(resolve)
+        created_at = format_ms(self.now_ms() if created_ms is None else created_ms)
+        unsigned: dict[int, dict[str, Any]] = {}
+        for (post, body), post_targets in zip(to_sign, targets, strict=True):
+            with located(post.where):
+                try:
+                    unsigned[id(post)] = unsigned_entry(body, agent_id, created_at, post_targets)
+                except canonical.CanonicalError as exc:
+                    raise InvalidInput(str(exc), field=exc.field) from None
+
+        def seal_all() -> None:
+            for post in posts:
+                with located(post.where):
+                    if isinstance(post.body, SignedSubmission):
+                        post.sealed = Sealed(*self._check_signed(post.body.record, "entry", agent_id))
+                    else:
+                        assert signer is not None
+                        post.sealed = Sealed(*_sign_and_check(unsigned[id(post)], signer))
+
+        await off_loop(seal_all)
+
+    def _store_all(
+        self, conn: sqlite3.Connection, agent_id: str, posts: list[_Post]
+    ) -> list[tuple[queries.EntryOut, bool]]:
+        """Append the sealed posts in order, then read them all back inside the write (no reader round trip)."""
+        stored = [
+            (post.replay, False) if post.replay is not None else self._store(conn, agent_id, post) for post in posts
+        ]
+        ids = [ref for ref, _ in stored if isinstance(ref, int)]
+        rows = conn.execute(
+            f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.id IN ({','.join('?' * len(ids))})", ids
+        ).fetchall()
+        by_id = {out.id: out for out in map(entry_out, rows)}
+        return [(by_id[ref] if isinstance(ref, int) else ref, created) for ref, created in stored]
+
+    def _store(self, conn: sqlite3.Connection, agent_id: str, post: _Post) -> tuple[int, bool]:
+        """Append one sealed post inside the write transaction (its idempotency key checked again first).
+
+        Returns (entry id, created)."""
+        with located(post.where):
+            if post.key is not None:
                 # checked again here: a request with the same key may have committed since the read above
-                self._check_key_operation(conn, agent_id, key, "post")
-                replay = self._idempotent(conn, agent_id, key)
+                self._check_key_operation(conn, agent_id, post.key, "post")
+                replay = self._idempotent(conn, agent_id, post.key)
                 if replay is not None:
-                    return self._fetch_entry(conn, replay), False
+                    return replay, False
+            record, record_hash, decoded = post.seal
             self._check_links(conn, decoded)
             seq, inserted = projections.append(
                 conn, record, record_hash, decoded, origin="local", now_ms=self.now_ms(), scope=decoded.scope
             )
-            if not inserted and node_signed and _stored_body(conn, record_hash) != canonical.canonical_bytes(record):
-                raise _HashTaken  # a different entry already has this hash: rolled back, re-signed 1 ms later
-            if key is not None:
-                self._remember(conn, agent_id, key, "post", record_hash, self.now_ms())
-            # read back inside the write: saves a reader round trip per post
-            return self._fetch_entry(conn, seq), inserted
-
-        node_signed = not isinstance(body, SignedSubmission)
-        for _ in range(MAX_HASH_RETRIES):
-            try:
-                return await self.db.write(job)
-            except _HashTaken:
-                assert isinstance(body, PostEntry)
-                later = projections.created_ms(decoded.created_at) + 1
-                record, record_hash, decoded = await self._sign_entry(agent_id, body, later)
-        raise Conflict("could not find a free created_at for this entry; retry", code="hash_taken")
+            if (
+                not inserted
+                and isinstance(post.body, PostEntry)
+                and _stored_body(conn, record_hash) != canonical.canonical_bytes(record)
+            ):
+                raise _HashTaken(post)  # a different entry has this hash: rolled back, re-signed 1 ms later
+            if post.key is not None:
+                self._remember(conn, agent_id, post.key, "post", record_hash, self.now_ms())
+            return seq, inserted
 
     def _check_signed(self, record: dict[str, Any], kind: str, agent_id: str) -> tuple[dict[str, Any], str, Any]:
         if record.get("kind") != kind:
@@ -214,29 +354,6 @@ class Node:
     def _check_clock(self, created_at: str, field: str) -> None:
         if projections.created_ms(created_at) > self.now_ms() + MAX_FUTURE_SKEW_MS:
             raise InvalidInput("created_at is more than 5 minutes in the future", field=field, code="clock_skew")
-
-    async def _sign_entry(
-        self, agent_id: str, body: PostEntry, created_ms: int | None = None
-    ) -> tuple[dict[str, Any], str, EntryRecord]:
-        signer = await self._signing_key(agent_id)
-        if signer is None:
-            raise InvalidInput(
-                "this agent holds its own key: sign the record and submit it as {'record': ...}",
-                code="agent_signs_own_records",
-            )
-        try:
-            targets = (
-                await self.db.read(
-                    lambda c: [self._target_hash(c, link.target, i) for i, link in enumerate(body.links)]
-                )
-                if body.links
-                else []
-            )
-            created_at = format_ms(self.now_ms() if created_ms is None else created_ms)
-            unsigned = unsigned_entry(body, agent_id, created_at, targets)
-        except canonical.CanonicalError as exc:
-            raise InvalidInput(str(exc), field=exc.field) from None
-        return await off_loop(_sign_and_check, unsigned, signer)
 
     def _target_hash(self, conn: sqlite3.Connection, ref: str, index: int) -> str:
         record_hash, _ = queries.resolve_ref(conn, ref)
