@@ -87,6 +87,8 @@ TABLE: list[Row] = [
     # ---- agent writes: the admin token cannot act as an agent ---------------------------------------------
     Row("POST", "/v1/entries", "401 401 201 201 403 401",
         body={"entry_type": "finding", "performative": "inform", "content": "matrix {n}"}),
+    Row("POST", "/v1/entries/batch", "401 401 201 201 403 401",
+        body={"entries": [{"entry_type": "finding", "performative": "inform", "content": "matrix batch {n}"}]}),
     Row("POST", "/v1/links", "401 401 201 201 403 401",
         body={"source": "{entry}", "target": "{entry2}", "link_type": "supports", "annotation": "{n}"}),
     Row("POST", "/v1/subscriptions", "401 401 201 201 403 401", body={"tags": ["t{n}"]}),
