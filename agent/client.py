@@ -18,7 +18,7 @@ import asyncio
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import aiohttp
@@ -26,6 +26,7 @@ import msgspec
 
 from identity import canonical, keys, records
 from node.api_types import (
+    MAX_BATCH,
     AckIn,
     AckOut,
     AgentOut,
@@ -39,6 +40,8 @@ from node.api_types import (
     InboxResult,
     LinkOut,
     NodeInfo,
+    PostedEntries,
+    PostedEntry,
     PostEntry,
     PostLink,
     Problem,
@@ -284,6 +287,31 @@ class Client:
         else:
             payload = msgspec.structs.replace(entry, idempotency_key=key)
         return await self._request("POST", "/v1/entries", EntryOut, json=payload, headers={"Idempotency-Key": key})
+
+    async def post_entries(self, entries: Sequence[PostEntry]) -> list[PostedEntry]:
+        """Post up to MAX_BATCH entries in one request, all or nothing (`POST /v1/entries/batch`).
+
+        Every item gets an idempotency key (its own, or a fresh one), so retrying the call never duplicates;
+        items are signed here when this client holds the key. Results come in the order given.
+        """
+        if not 1 <= len(entries) <= MAX_BATCH:
+            raise BBSClientError(422, "validation_error", f"a batch holds 1 to {MAX_BATCH} entries", "$.entries")
+        items: list[Any] = []
+        for i, entry in enumerate(entries):
+            try:
+                msgspec.convert(msgspec.to_builtins(entry), PostEntry)
+            except msgspec.ValidationError as exc:
+                error = _validation(exc)
+                raise BBSClientError(
+                    422, error.code, error.detail, f"$.entries[{i}]{(error.field or '$')[1:]}"
+                ) from None
+            key = entry.idempotency_key or uuid.uuid4().hex
+            if self._key is not None:
+                items.append({"record": await self._signed_entry(entry), "idempotency_key": key})
+            else:
+                items.append(msgspec.structs.replace(entry, idempotency_key=key))
+        result = await self._request("POST", "/v1/entries/batch", PostedEntries, json={"entries": items})
+        return result.results
 
     async def link(
         self, source: str, target: str, link_type: str, annotation: str = "", *, idempotency_key: str | None = None

@@ -210,3 +210,31 @@ async def test_expired_session_is_renewed_by_proving_the_key_again(client: TestC
     assert expiries and all(row[0] > node.now_ms() for row in expiries)  # a new session, opened after the jump
     count = await node.db.read(lambda conn: conn.execute("SELECT count(*) FROM entries").fetchone()[0])
     assert count == 2
+
+
+async def test_post_entries_in_one_batch_node_signed_and_self_signed(
+    client: TestClient, make_agent: Factory, node: Node
+) -> None:
+    alice = await make_agent("alice")
+    async with Client(base(client), api_key=alice.api_key) as a:
+        posted = await a.post_entries([PostEntry("finding", "inform", f"batch item {i}", tags=["b"]) for i in range(3)])
+        assert [p.created for p in posted] == [True] * 3
+        assert [p.entry.content for p in posted] == [f"batch item {i}" for i in range(3)]
+        keyed = [PostEntry("finding", "inform", "keyed item", idempotency_key="batch-key")]
+        first, again = await a.post_entries(keyed), await a.post_entries(keyed)
+        assert again[0].created is False and again[0].entry.id == first[0].entry.id
+        with pytest.raises(BBSClientError) as err:
+            await a.post_entries([])
+        assert (err.value.code, err.value.field) == ("validation_error", "$.entries")
+        with pytest.raises(BBSClientError) as err:
+            await a.post_entries(
+                [PostEntry("finding", "inform", "fine"), PostEntry("finding", "inform", "x", confidence=3)]
+            )
+        assert err.value.field == "$.entries[1].confidence"
+    key = keys.SigningKey.generate()
+    await import_identity(node, "roamer", key, agents.identity_record(key, "Roamer", "", node.node_id))
+    async with Client(base(client), signing_key=key) as c:
+        signed = await c.post_entries([PostEntry("finding", "inform", f"signed item {i}") for i in range(2)])
+        assert {p.entry.author_id for p in signed} == {key.did}
+    stored = await node.db.read(lambda conn: conn.execute("SELECT count(*) FROM entries").fetchone()[0])
+    assert stored == 6
