@@ -1,4 +1,5 @@
-"""Crash safety: SIGKILL a real `bbs serve` during concurrent posts; every acknowledged entry survives."""
+"""Crash safety: SIGKILL a real `bbs serve` during concurrent posts and batches; every acknowledged entry survives,
+and no batch is half-stored."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 POSTS = 200
 CONCURRENCY = 32
 KILL_AFTER_ACKS = 50
+BATCH_EVERY, BATCH_SIZE = 4, 4  # every 4th request is a POST /v1/entries/batch of 4 entries
 
 
 def free_port() -> int:
@@ -99,15 +101,28 @@ async def test_sigkill_during_concurrent_posts_loses_no_acknowledged_entry(serve
     enough = asyncio.Event()
     gate = asyncio.Semaphore(CONCURRENCY)
 
+    batches: dict[int, bool] = {}  # request number -> acknowledged
+
+    def entry(content: str, i: int) -> dict[str, Any]:
+        return {"entry_type": "finding", "performative": "inform", "content": content, "tags": [f"n{i % 7}"]}
+
     async def one(session: aiohttp.ClientSession, i: int) -> None:
-        content = f"crash test entry {i}"
-        body = {"entry_type": "finding", "performative": "inform", "content": content, "tags": [f"n{i % 7}"]}
+        if i % BATCH_EVERY == 0:
+            contents = [f"crash test entry {i} batch {j}" for j in range(BATCH_SIZE)]
+            path, body = "/v1/entries/batch", {"entries": [entry(c, i) for c in contents]}
+            batches[i] = False
+        else:
+            contents = [f"crash test entry {i}"]
+            path, body = "/v1/entries", entry(contents[0], i)
         async with gate:
             try:
-                async with session.post(server.url + "/v1/entries", json=body, headers=headers) as resp:
+                async with session.post(server.url + path, json=body, headers=headers) as resp:
                     data: dict[str, Any] = await resp.json()
                     if resp.status == 201:
-                        acked[data["record_hash"]] = content
+                        stored = [r["entry"] for r in data["results"]] if i in batches else [data]
+                        acked.update({e["record_hash"]: c for e, c in zip(stored, contents, strict=True)})
+                        if i in batches:
+                            batches[i] = True
                         if len(acked) >= KILL_AFTER_ACKS:
                             enough.set()
                     else:
@@ -153,10 +168,14 @@ async def test_sigkill_during_concurrent_posts_loses_no_acknowledged_entry(serve
                     body = await resp.json()
                 assert body["missing"] == []
                 assert {e["record_hash"]: e["content"] for e in body["entries"]} == {h: acked[h] for h in chunk}
-            async with session.get(
-                server.url + "/v1/search", params={"q": "crash test entry", "limit": "200"}, headers=headers
-            ) as resp:
-                found = {e["record_hash"] for e in (await resp.json())["entries"]}
+            found: set[str] = set()
+            for offset in range(0, 2 * POSTS * BATCH_SIZE, 200):
+                async with session.get(
+                    server.url + "/v1/search",
+                    params={"q": "crash test entry", "limit": "200", "offset": str(offset)},
+                    headers=headers,
+                ) as resp:
+                    found |= {e["record_hash"] for e in (await resp.json())["entries"]}
             assert set(acked) <= found  # the FTS index survived with the rows
             # the node still accepts writes after the crash
             async with session.post(
@@ -174,5 +193,12 @@ async def test_sigkill_during_concurrent_posts_loses_no_acknowledged_entry(serve
             conn.execute("SELECT count(*) FROM entries").fetchone()[0]
             == conn.execute("SELECT count(*) FROM records WHERE kind = 'entry'").fetchone()[0]
         )
+        # a batch is stored whole or not at all, acknowledged or not
+        assert any(batches.values()) and not all(batches.values())
+        for i, was_acked in batches.items():
+            stored = conn.execute(
+                "SELECT count(*) FROM entries WHERE content LIKE ?", (f"crash test entry {i} batch %",)
+            ).fetchone()[0]
+            assert stored == BATCH_SIZE if was_acked else stored in (0, BATCH_SIZE), (i, was_acked, stored)
     finally:
         conn.close()
