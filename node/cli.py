@@ -46,6 +46,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from node.app import create_app
     from node.datadir import initialise
     from node.limits import RateLimit
+    from node.peer_routes import SyncSettings
     from node.service import Node
 
     flags = {name: getattr(args, name, None) for name in configuration.FIELDS}
@@ -63,10 +64,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     node = Node(data)
     print(f"Node {node.node_id} serving http://{config.host}:{config.port}", flush=True)
     print(f"Create an agent: bbs agent create NAME --data {data}", flush=True)
-    app = create_app(node, RateLimit(config.rate_limit_per_s, config.rate_limit_burst))
+    sync = SyncSettings(config.sync == "on", config.sync_wait_ms, config.reconcile_every_s)
+    app = create_app(node, RateLimit(config.rate_limit_per_s, config.rate_limit_burst), sync)
     from node import cli_mcp
 
-    cli_mcp.enable_remote_mcp(app, node, args, config.host, config.port)
+    cli_mcp.enable_remote_mcp(app, node, config.mcp_port, config.host, config.port)
     if config.metrics_port is not None:
         metrics.serve_separately(app, config.metrics_host, config.metrics_port)
     web.run_app(
@@ -144,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-host", dest="metrics_host", help="address of the unauthenticated metrics listener")
     p.add_argument("--metrics-port", dest="metrics_port", help="port of the unauthenticated metrics listener")
     p.add_argument("--shutdown-timeout", dest="shutdown_timeout", help="seconds in-flight requests get on SIGTERM")
+    p.add_argument("--mcp-port", dest="mcp_port", help="also serve MCP over streamable HTTP on this port (path /mcp)")
     p.add_argument("--print-config", action="store_true", help="print the effective configuration and exit")
     p.set_defaults(func=cmd_serve)
 
@@ -156,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_agent_create)
 
-    from node import cli_mcp  # bbs mcp, bbs agent export/import, bbs serve --mcp-port
+    from node import cli_mcp  # bbs mcp, bbs agent export/import
 
     cli_mcp.register(sub, agent)
     from agent.runtime import cli as runtime_cli  # bbs agent run, bbs agent init

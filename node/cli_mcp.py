@@ -169,20 +169,9 @@ def register(sub: Any, agent: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_agent_import)
 
-    serve = sub.choices.get("serve")
-    if serve is not None:
-        env_port = os.environ.get("BBS_MCP_PORT")
-        serve.add_argument(
-            "--mcp-port",
-            type=int,
-            default=int(env_port) if env_port else None,
-            help="also serve MCP over streamable HTTP on this port (path /mcp); $BBS_MCP_PORT",
-        )
 
-
-def enable_remote_mcp(app: Any, node: Any, args: argparse.Namespace, host: str, port: int) -> None:
-    """Called by `bbs serve` after building the app: start remote MCP if --mcp-port was given."""
-    mcp_port = getattr(args, "mcp_port", None)
+def enable_remote_mcp(app: Any, node: Any, mcp_port: int | None, host: str, port: int) -> None:
+    """Called by `bbs serve` after building the app: start remote MCP if the config names an mcp_port."""
     if mcp_port is None:
         return
     from node import agent_auth, mcp_http

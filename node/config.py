@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from sync.messages import MAX_WAIT_MS
+
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=3600)]
 ENV_PREFIX = "BBS_"
@@ -51,6 +53,14 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Requests per second each bearer credential (agent key, admin token) may sustain; 0 turns limits off."""
     rate_limit_burst: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1000
     """Requests a credential may make at once before the per-second rate applies (429 with Retry-After)."""
+    mcp_port: Port | None = None
+    """Also serve MCP over streamable HTTP on this port (path /mcp), on the same host as the REST API."""
+    sync: Literal["on", "off"] = "on"
+    """`off` serves the sync endpoints to peers but never pulls from them."""
+    sync_wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_WAIT_MS)] = 20_000
+    """Long-poll time of the changes feed once a peer is caught up (milliseconds)."""
+    reconcile_every_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 300.0
+    """Seconds between reconciliations (negentropy) with each peer."""
 
 
 FIELDS: tuple[str, ...] = Config.__struct_fields__

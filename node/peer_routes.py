@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -182,9 +181,23 @@ PEER_ROUTES: list[Route] = [
 ]
 
 
-def install(app: web.Application) -> None:
+@dataclass(frozen=True)
+class SyncSettings:
+    """How this node pulls from its peers (`bbs serve` fills it from the config: sync, sync_wait_ms,
+    reconcile_every_s). `pull=False` serves the sync endpoints but never pulls."""
+
+    pull: bool = True
+    wait_ms: int = 20_000
+    reconcile_every_s: float = 300.0
+
+
+SYNC_SETTINGS: web.AppKey[SyncSettings] = web.AppKey("sync_settings", SyncSettings)
+
+
+def install(app: web.Application, settings: SyncSettings | None = None) -> None:
     """Mount federation on an app being built: its state, the long-poll wake-up on shutdown, and the
-    cleanup context that runs the scheduler (set BBS_SYNC=off to serve without pulling)."""
+    cleanup context that runs the scheduler (unless `settings.pull` is false)."""
+    app[SYNC_SETTINGS] = settings or SyncSettings()
     store = NodeSyncStore(app[NODE])
     state = SyncState(store, SyncServer(store), PeerVerifier())
     app[SYNC] = state
@@ -202,14 +215,15 @@ async def sync_context(app: web.Application) -> AsyncIterator[None]:
     state.server.closing.clear()
     session = aiohttp.ClientSession()
     task = None
-    if os.environ.get("BBS_SYNC", "on") != "off":
+    settings = app[SYNC_SETTINGS]
+    if settings.pull:
         state.scheduler = Scheduler(
             Puller(
                 state.store,
                 app[NODE].key,
                 session,
-                wait_ms=int(os.environ.get("BBS_SYNC_WAIT_MS", "20000")),
-                reconcile_every_s=float(os.environ.get("BBS_RECONCILE_EVERY_S", "300")),
+                wait_ms=settings.wait_ms,
+                reconcile_every_s=settings.reconcile_every_s,
             )
         )
         task = asyncio.create_task(state.scheduler.run(), name="sync scheduler")

@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestClient
 
 from identity import keys
 from node.app import create_app
+from node.peer_routes import SyncSettings
 from node.service import Node
 from sync.auth import sign_headers
 from tests.conftest import AgentCreds
@@ -136,14 +137,13 @@ class World:
 
 @pytest.fixture
 async def world(
-    monkeypatch: pytest.MonkeyPatch,
     aiohttp_client: Callable[..., Awaitable[TestClient]],
     node: Node,
     admin_headers: dict[str, str],
     make_agent: Callable[[str], Awaitable[AgentCreds]],
 ) -> AsyncIterator[World]:
-    monkeypatch.setenv("BBS_SYNC", "off")  # the peer added below is never pulled from
-    client = await aiohttp_client(create_app(node))
+    # the peer added below is never pulled from
+    client = await aiohttp_client(create_app(node, sync=SyncSettings(pull=False)))
     own, other = await make_agent("owner"), await make_agent("other")
     peer = keys.SigningKey.generate()
     peer_in = {"url": "http://127.0.0.1:9/", "node_id": peer.did}

@@ -32,6 +32,20 @@ def test_env_values_are_parsed_from_text() -> None:
     assert (config.access_log, config.metrics_port, config.shutdown_timeout) == (False, 9100, 2.5)
 
 
+def test_sync_and_mcp_settings_from_env_file_and_flags(tmp_path: Path) -> None:
+    env = {"BBS_SYNC": "off", "BBS_SYNC_WAIT_MS": "1500", "BBS_RECONCILE_EVERY_S": "2", "BBS_MCP_PORT": "8421"}
+    config = load(environ=env)
+    assert (config.sync, config.sync_wait_ms, config.reconcile_every_s, config.mcp_port) == ("off", 1500, 2.0, 8421)
+    file = tmp_path / "bbs.toml"
+    file.write_text('sync = "off"\nreconcile_every_s = 60\nmcp_port = 9000\n')
+    config = load(file, {"mcp_port": "9001"}, environ={})
+    assert (config.sync, config.reconcile_every_s, config.mcp_port) == ("off", 60.0, 9001)
+    for bad in ({"BBS_SYNC": "maybe"}, {"BBS_SYNC_WAIT_MS": "60001"}, {"BBS_RECONCILE_EVERY_S": "0"}):
+        name = next(iter(bad))
+        with pytest.raises(ConfigError, match=f"{name}: {name[4:].lower()}:"):
+            load(environ=bad)
+
+
 def test_unrelated_bbs_variables_are_ignored() -> None:
     assert load(environ={"BBS_URL": "http://x", "BBS_API_KEY": "secret"}) == Config()
 

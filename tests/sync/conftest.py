@@ -16,7 +16,7 @@ from identity import canonical, keys, records
 from node.api_types import PostEntry
 from node.app import create_app
 from node.datadir import initialise
-from node.peer_routes import SYNC, SyncState
+from node.peer_routes import SYNC, SyncSettings, SyncState
 from node.service import Node
 from sync.puller import Puller
 from sync.store import PeerConfig
@@ -81,19 +81,15 @@ class PeerNode:
 
 
 @pytest.fixture
-async def make_peer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Callable[..., Awaitable[PeerNode]]]:
+async def make_peer(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[PeerNode]]]:
     """Start a node; `scheduler=False` (default) leaves pulling to the test, for deterministic steps."""
     started: list[PeerNode] = []
 
     async def make(name: str, *, scheduler: bool = False, data: Path | None = None) -> PeerNode:
-        monkeypatch.setenv("BBS_SYNC", "on" if scheduler else "off")
-        monkeypatch.setenv("BBS_SYNC_WAIT_MS", "2000")
         path = data or tmp_path / name
         token = initialise(path) or ""
         node = Node(path)
-        app = create_app(node)
+        app = create_app(node, sync=SyncSettings(pull=scheduler, wait_ms=2000))
         server = TestServer(app, host="127.0.0.1")
         await server.start_server()
         peer = PeerNode(name, node, app, server, token, aiohttp.ClientSession())
