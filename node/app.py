@@ -34,10 +34,13 @@ def all_routes() -> list[Route]:
     return [route for table in ROUTE_TABLES for route in table]
 
 
-def create_app(node: Node, rate_limit: limits.RateLimit | None = None) -> web.Application:
+def create_app(
+    node: Node, rate_limit: limits.RateLimit | None = None, sync: peer_routes.SyncSettings | None = None
+) -> web.Application:
     """Build the aiohttp application around an opened or unopened Node (opened on startup, closed on cleanup).
 
-    `rate_limit` bounds requests per bearer credential (none when not given; `bbs serve` passes its config)."""
+    `rate_limit` bounds requests per bearer credential (none when not given) and `sync` says how the node
+    pulls from its peers (defaults when not given); `bbs serve` passes both from its config."""
     limit = rate_limit or limits.RateLimit()
     app = web.Application(
         middlewares=[request_log_middleware, metrics_middleware, error_middleware, limits.middleware(limit)],
@@ -60,7 +63,7 @@ def create_app(node: Node, rate_limit: limits.RateLimit | None = None) -> web.Ap
     dashboard.setup(app, agent_auth.authenticator(node))
     app.cleanup_ctx.append(_lifecycle)
     app.cleanup_ctx.append(trust_refresh)
-    peer_routes.install(app)  # after _lifecycle: the puller stops before the node closes
+    peer_routes.install(app, sync)  # after _lifecycle: the puller stops before the node closes
     return app
 
 
