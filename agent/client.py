@@ -4,12 +4,17 @@
         entry = await bbs.post("The cache hit rate fell to 41%", tags=["perf"])
 
 With an identity (the agent's private key, see agent.identity_file) the client builds and signs every
-entry and link itself and submits `{"record": ...}`: the node only verifies. Without an API key such a
+entry, link, bus message and task event (declare, release, complete) itself and submits `{"record": ...}`:
+the node only verifies. Records are built by the functions the node uses (node.api_types.unsigned_entry,
+node/workflows/unsigned.py), so they are the same whoever signs them. Lease grants stay the node's: the
+task's home node is its lease authority. Without an API key such a
 client authenticates by proving its key (POST /v1/auth/challenge + /v1/auth/session, node/agent_auth.py),
 so it can use any node that knows its identity.
 
-Every post and link carries an idempotency key (generated when the caller gives none) that is reused
-across retries, so a post retried after a dropped connection or a 5xx is stored once.
+Every post, link and message carries an idempotency key (generated when the caller gives none) that is
+reused across retries, so a post retried after a dropped connection or a 5xx is stored once. Task
+declarations and completions are idempotent by content: a retry resends the same body (the same signed
+record), which the node applies once.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import aiohttp
 import msgspec
 
 from identity import canonical, keys, records
+from identity.schema import MAX_CHECKPOINT_BYTES
 from node.api_types import (
     MAX_BATCH,
     AckIn,
@@ -56,11 +62,26 @@ from node.api_types import (
     SubscriptionOut,
     unsigned_entry,
 )
+from node.workflows import unsigned
+from node.workflows.wire import (
+    DeclareTask,
+    FinishIn,
+    Graph,
+    LeaseIn,
+    MessageOut,
+    MessagePage,
+    MessageQuery,
+    PostMessage,
+    ReadyList,
+    ReadyQuery,
+    TaskOut,
+)
 
 T = TypeVar("T")
 SESSION_PURPOSE = "agent-bbs-session"
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
+WORKFLOWS = "/v1/agent-workflows"
 
 
 class BBSClientError(Exception):
@@ -94,6 +115,41 @@ def _query_params(query: msgspec.Struct | None) -> list[tuple[str, str]]:
     return params
 
 
+def _checked(value: T, typ: type[T]) -> T:
+    """`value` validated as its wire Struct (a Struct built in code skips the wire constraints)."""
+    try:
+        return msgspec.convert(msgspec.to_builtins(value), typ)
+    except msgspec.ValidationError as exc:
+        raise _validation(exc) from None
+
+
+def _path(ref: str) -> str:
+    from urllib.parse import quote
+
+    return quote(ref, safe="")
+
+
+def _task_now(task: TaskOut) -> unsigned.TaskNow:
+    return unsigned.TaskNow(task.title, task.status, task.depends_on, task.checkpoint)
+
+
+def _next_created_at(task: TaskOut | None) -> str:
+    """Now, or just after the task's newest event, so this agent's events fold in the order it made them."""
+    last = unsigned.parse_ms(task.updated_at) if task is not None else None
+    return unsigned.format_ms(unsigned.next_event_ms(last, time.time_ns() // 1_000_000))
+
+
+def _check_checkpoint_size(current: dict[str, Any], patch: dict[str, Any]) -> None:
+    merged = unsigned.merge_patch(current, patch)
+    if len(canonical.canonical_bytes(merged)) > MAX_CHECKPOINT_BYTES:
+        raise BBSClientError(
+            422,
+            "checkpoint_too_large",
+            f"the merged checkpoint would exceed {MAX_CHECKPOINT_BYTES} bytes",
+            "$.checkpoint",
+        )
+
+
 class Client:
     """Async REST client. Use as an async context manager, or call `close()`."""
 
@@ -118,6 +174,7 @@ class Client:
         self._owns_session = session is None
         self._token: str | None = None
         self._token_expires = 0.0
+        self._node_id: str | None = None
 
     @property
     def agent_id(self) -> str | None:
@@ -126,7 +183,7 @@ class Client:
 
     @property
     def signs_records(self) -> bool:
-        """True when the client signs entries and links itself."""
+        """True when the client signs its records (entries, links, messages, task events) itself."""
         return self._key is not None
 
     async def __aenter__(self) -> Client:
@@ -435,6 +492,120 @@ class Client:
 
     async def ack(self, notification_ids: list[int]) -> AckOut:
         return await self._request("POST", "/v1/inbox/ack", AckOut, json=AckIn(list(notification_ids)))
+
+    # ---- the bus and the task graph (/v1/agent-workflows) ---------------------------------------------
+
+    async def send_message(self, message: PostMessage, *, idempotency_key: str | None = None) -> MessageOut:
+        """Append a message to the bus once, whatever the retries. Signed by this client when it holds the key."""
+        checked = _checked(message, PostMessage)
+        key = idempotency_key or uuid.uuid4().hex
+        payload: Any = checked
+        if self._key is not None:
+            if checked.from_agent is not None and checked.from_agent != self._key.did:
+                raise BBSClientError(403, "forbidden", "from_agent must be this client's agent", "$.from_agent")
+            try:
+                draft = unsigned.unsigned_message(self._key.did, checked, canonical.now_created_at())
+            except canonical.CanonicalError as exc:
+                raise BBSClientError(422, "validation_error", str(exc), exc.field) from None
+            payload = {"record": self._sign(draft), "idempotency_key": key}
+        return await self._request(
+            "POST", f"{WORKFLOWS}/messages", MessageOut, json=payload, headers={"Idempotency-Key": key}
+        )
+
+    async def messages(self, query: MessageQuery | None = None) -> MessagePage:
+        """Read the bus: by project, agent (either end) or type, newest or oldest first."""
+        return await self._request("GET", f"{WORKFLOWS}/messages", MessagePage, params=_query_params(query))
+
+    async def declare_task(self, task: DeclareTask) -> TaskOut:
+        """Create or update a task by key (the checkpoint is merged); nothing is appended when nothing changes.
+
+        When this client holds the key it reads the task first and signs a declaration of exactly the fields
+        that change, as the node would. Retries resend the same body, which the node applies once.
+        """
+        checked = _checked(task, DeclareTask)
+        payload: Any = checked
+        if self._key is not None:
+            payload = {"record": await self._signed_declare(checked)}
+        return await self._request("POST", f"{WORKFLOWS}/tasks", TaskOut, json=payload)
+
+    async def get_task(self, ref: str) -> TaskOut:
+        """One task by local id or key."""
+        return await self._request("GET", f"{WORKFLOWS}/tasks/{_path(ref)}", TaskOut)
+
+    async def ready_tasks(self, query: ReadyQuery | None = None) -> ReadyList:
+        """The tasks that can start now: every dependency done, no live lease."""
+        return await self._request("GET", f"{WORKFLOWS}/tasks/ready", ReadyList, params=_query_params(query))
+
+    async def lease_task(self, ref: str, lease: LeaseIn | None = None) -> TaskOut:
+        """Lease a task (or extend your lease). The node signs the grant: it is the task's lease authority."""
+        body = _checked(lease or LeaseIn(), LeaseIn)
+        return await self._request("POST", f"{WORKFLOWS}/tasks/{_path(ref)}/lease", TaskOut, json=body)
+
+    async def release_task(self, ref: str, finish: FinishIn | None = None) -> TaskOut:
+        """End your lease early, optionally merging a checkpoint; the task is ready again."""
+        return await self._finish("release", ref, finish)
+
+    async def complete_task(self, ref: str, finish: FinishIn | None = None) -> TaskOut:
+        """Mark a task done (ending your lease), optionally merging a final checkpoint."""
+        return await self._finish("complete", ref, finish)
+
+    async def task_graph(self) -> Graph:
+        """The task graph as nodes and `precedes` edges."""
+        return await self._request("GET", f"{WORKFLOWS}/graph", Graph)
+
+    async def _finish(self, event: str, ref: str, finish: FinishIn | None) -> TaskOut:
+        body = _checked(finish or FinishIn(), FinishIn)
+        if self._key is None:
+            return await self._request("POST", f"{WORKFLOWS}/tasks/{_path(ref)}/{event}", TaskOut, json=body)
+        task = await self.get_task(ref)
+        fields = self._finish_fields(task, body)
+        if event == "complete" and task.status in unsigned.DONE_STATUSES and not fields and task.lease is None:
+            return task  # already done, nothing held, nothing to merge: the node would append nothing either
+        draft = unsigned.unsigned_task_event(task.key, self._key.did, _next_created_at(task), event, **fields)
+        payload = {"record": self._sign(draft)}
+        return await self._request("POST", f"{WORKFLOWS}/tasks/{_path(task.key)}/{event}", TaskOut, json=payload)
+
+    def _finish_fields(self, task: TaskOut, body: FinishIn) -> dict[str, Any]:
+        """A release's or completion's fields as the node would set them: the lease this agent holds, if any
+        (the node refuses a release without one), and the checkpoint patch when it changes the checkpoint."""
+        assert self._key is not None
+        changed: dict[str, Any] = {}
+        if body.checkpoint is not None:
+            try:
+                patch = canonical.normalize_value(body.checkpoint, "$.checkpoint")
+            except canonical.CanonicalError as exc:
+                raise BBSClientError(422, "validation_error", str(exc), exc.field) from None
+            _check_checkpoint_size(task.checkpoint, patch)
+            changed = unsigned.changed_fields({"task_key": task.key, "checkpoint": patch}, _task_now(task))
+        own = task.lease.lease_id if task.lease is not None and task.lease.holder == self._key.did else None
+        return unsigned.finish_fields(changed, own)
+
+    async def _signed_declare(self, task: DeclareTask) -> dict[str, Any]:
+        """Build and sign the declaration the node would build for `task` (node/workflows/service.py `declare`)."""
+        assert self._key is not None
+        try:
+            fields = unsigned.declared_fields(task)
+        except canonical.CanonicalError as exc:
+            raise BBSClientError(422, "validation_error", str(exc), exc.field) from None
+        try:
+            current: TaskOut | None = await self.get_task(task.key)
+        except BBSClientError as exc:
+            if exc.code != "task_not_found":
+                raise
+            current = None
+        changed = unsigned.changed_fields(fields, _task_now(current) if current is not None else None)
+        if task.key in changed.get("depends_on", []):
+            raise BBSClientError(409, "dependency_cycle", "a task cannot depend on itself", "$.depends_on")
+        if "checkpoint" in fields:
+            _check_checkpoint_size(current.checkpoint if current is not None else {}, fields["checkpoint"])
+        created_at = _next_created_at(current)
+        return self._sign(unsigned.unsigned_declare(task.key, self._key.did, created_at, await self.node_id(), changed))
+
+    async def node_id(self) -> str:
+        """The did of the node this client talks to (asked once)."""
+        if self._node_id is None:
+            self._node_id = (await self.node_info()).node_id
+        return self._node_id
 
     # ---- agents and node ------------------------------------------------------------------------------
 

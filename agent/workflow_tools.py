@@ -1,6 +1,7 @@
 """MCP tools for agent workflows: the message bus and the task graph with leases.
 
-Registered through `agent.mcp_server.TOOL_MODULES`; each goes through the REST client like the core tools.
+Registered through `agent.mcp_server.TOOL_MODULES`; each goes through the REST client like the core tools,
+so an agent that holds its own key (`bbs mcp --identity FILE`) signs its messages and task events itself.
 """
 
 from __future__ import annotations
@@ -14,30 +15,13 @@ from agent.mcp_server import _client, _convert, _domain_errors, _out, tool
 from node.workflows.wire import (
     DeclareTask,
     FinishIn,
-    Graph,
     LeaseIn,
-    MessageOut,
-    MessagePage,
     MessageQuery,
     PostMessage,
-    ReadyList,
     ReadyQuery,
-    TaskOut,
 )
 
-PREFIX = "/v1/agent-workflows"
 TaskRef = Annotated[str, Field(description="task id or key")]
-
-
-def _query(value: Any) -> list[tuple[str, str]]:
-    """Query parameters from a Struct, leaving out unset values."""
-    import msgspec
-
-    params = []
-    for name, item in msgspec.structs.asdict(value).items():
-        if item is not None:
-            params.append((name, str(item).lower() if isinstance(item, bool) else str(item)))
-    return params
 
 
 @tool("Send a bus message (omit to_agent to broadcast). The bus is an append-only log.")
@@ -54,7 +38,7 @@ async def send_message(
         PostMessage,
     )
     async with _domain_errors():
-        return _out(await (await _client(ctx)).call("POST", f"{PREFIX}/messages", MessageOut, json=msg))
+        return _out(await (await _client(ctx)).send_message(msg))
 
 
 @tool("Read bus messages by project or agent (either end), newest first unless order=oldest.", read_only=True)
@@ -70,8 +54,7 @@ async def read_messages(
         {"project": project, "agent": agent, "order": order, "limit": limit, "cursor": cursor}, MessageQuery
     )
     async with _domain_errors():
-        page = await (await _client(ctx)).call("GET", f"{PREFIX}/messages", MessagePage, params=_query(query))
-        return _out(page)
+        return _out(await (await _client(ctx)).messages(query))
 
 
 @tool("Create or update a task by key; depends_on lists task keys (may not exist yet); checkpoint is merged.")
@@ -88,21 +71,21 @@ async def declare_task(
         DeclareTask,
     )
     async with _domain_errors():
-        return _out(await (await _client(ctx)).call("POST", f"{PREFIX}/tasks", TaskOut, json=task))
+        return _out(await (await _client(ctx)).declare_task(task))
 
 
 @tool("Tasks that can start now: every dependency done and no live lease.", read_only=True)
 async def ready_tasks(ctx: Context, limit: Annotated[int, Field(ge=1, le=1000)] = 20) -> str:
     query = _convert({"limit": limit}, ReadyQuery)
     async with _domain_errors():
-        return _out(await (await _client(ctx)).call("GET", f"{PREFIX}/tasks/ready", ReadyList, params=_query(query)))
+        return _out(await (await _client(ctx)).ready_tasks(query))
 
 
 @tool("Lease a task for `seconds` (30..86400, default 900). Lease again to extend; 409 if another agent holds it.")
 async def lease_task(ctx: Context, task: TaskRef, seconds: Annotated[int, Field(ge=30, le=86400)] = 900) -> str:
     body = _convert({"seconds": seconds}, LeaseIn)
     async with _domain_errors():
-        return _out(await (await _client(ctx)).call("POST", f"{PREFIX}/tasks/{task}/lease", TaskOut, json=body))
+        return _out(await (await _client(ctx)).lease_task(task, body))
 
 
 @tool("End your lease on a task: outcome complete (done) or release (back to ready). Checkpoint is merged.")
@@ -114,10 +97,12 @@ async def finish_task(
 ) -> str:
     body = _convert({"checkpoint": checkpoint}, FinishIn)
     async with _domain_errors():
-        return _out(await (await _client(ctx)).call("POST", f"{PREFIX}/tasks/{task}/{outcome}", TaskOut, json=body))
+        client = await _client(ctx)
+        finish = client.complete_task if outcome == "complete" else client.release_task
+        return _out(await finish(task, body))
 
 
 @tool("The task graph: nodes with state and `precedes` edges.", read_only=True)
 async def task_graph(ctx: Context) -> str:
     async with _domain_errors():
-        return _out(await (await _client(ctx)).call("GET", f"{PREFIX}/graph", Graph))
+        return _out(await (await _client(ctx)).task_graph())

@@ -8,33 +8,16 @@ from typing import Any
 
 from identity import canonical
 from node.errors import Conflict, InvalidInput
+from node.workflows import unsigned
 from node.workflows.wire import MessageOut, MessagePage, MessageQuery, PostMessage
 
 
 def unsigned_message(sender: str, body: PostMessage, created_at: str) -> dict[str, Any]:
-    """The unsigned record of a message: raw authority, a fact that it was sent, both agents as tags."""
+    """The unsigned record of a message (node/workflows/unsigned.py builds it; a bad value is a 422)."""
     try:
-        record: dict[str, Any] = {
-            "kind": "message",
-            "schema_version": canonical.SCHEMA_VERSION,
-            "author_id": sender,
-            "created_at": created_at,
-            "message_type": canonical.normalize_value(body.message_type),
-            "body": canonical.normalize_value(body.body),
-            "payload": canonical.normalize_value(body.payload, "$.payload"),
-            "dependency_ids": canonical.normalize_value(body.dependency_ids, "$.dependency_ids"),
-            "tags": sorted({sender} | ({body.to_agent} if body.to_agent else set())),
-            "authority": "raw",
-            "truth_state": "fact",
-            "confidence": 1,
-        }
+        return unsigned.unsigned_message(sender, body, created_at)
     except canonical.CanonicalError as exc:
         raise InvalidInput(str(exc), field=exc.field) from None
-    if body.to_agent is not None:
-        record["to_agent"] = body.to_agent
-    if body.project is not None:
-        record["project"] = canonical.normalize_value(body.project)
-    return record
 
 
 def message_out(row: sqlite3.Row) -> MessageOut:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from node.workflows.records import DONE_STATUSES
 from node.workflows.tasks import lease_live
+from node.workflows.unsigned import DONE_STATUSES
 from node.workflows.wire import Graph, GraphEdge, GraphNode
 
 _DOT_FILL = {

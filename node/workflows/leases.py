@@ -11,8 +11,8 @@ import sqlite3
 from dataclasses import dataclass
 
 from node.errors import BBSError, Conflict
-from node.workflows.records import OPEN_STATUSES
 from node.workflows.tasks import lease_live
+from node.workflows.unsigned import OPEN_STATUSES
 
 
 class NotHome(Exception):

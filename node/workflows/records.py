@@ -17,9 +17,7 @@ import msgspec
 from identity.schema import MessageRecord, TaskEventRecord
 from node import projections
 from node.projections import Projection, created_ms
-
-DONE_STATUSES = ("done", "completed")
-OPEN_STATUSES = ("pending", "processing")
+from node.workflows.unsigned import DONE_STATUSES, OPEN_STATUSES, merge_patch
 
 projections.PROJECTION_TABLES.extend(["messages", "message_agents", "task_events", "tasks", "task_deps"])
 
@@ -83,19 +81,6 @@ def project_task_event(conn: sqlite3.Connection, rec: TaskEventRecord, ctx: Proj
         ),
     )
     refold(conn, rec.task_key)
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7396 JSON merge patch: objects merge recursively, null removes a key, anything else replaces."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
 
 
 @dataclass

@@ -17,7 +17,7 @@ from node import projections
 from node.api_types import SignedSubmission
 from node.errors import BBSError, Forbidden, InvalidInput
 from node.service import Node, format_ms, record_error
-from node.workflows import bus, forward, graph, leases, tasks
+from node.workflows import bus, forward, graph, leases, tasks, unsigned
 from node.workflows.wire import (
     DeclareTask,
     FinishIn,
@@ -45,16 +45,8 @@ def build_record(unsigned: dict[str, Any], key: keys.SigningKey) -> tuple[dict[s
     return record, record_hash, decoded
 
 
-def _task_event(key: str, author: str, created_ms: int, event: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "kind": "task_event",
-        "schema_version": canonical.SCHEMA_VERSION,
-        "author_id": author,
-        "created_at": format_ms(created_ms),
-        "event": event,
-        "task_key": key,
-        **fields,
-    }
+def _stored(conn: sqlite3.Connection, record_hash: str) -> bool:
+    return conn.execute("SELECT 1 FROM records WHERE hash = ?", (record_hash,)).fetchone() is not None
 
 
 def _present(decoded: Any, names: tuple[str, ...]) -> dict[str, Any]:
@@ -130,15 +122,7 @@ class Workflows:
         else:
             signer = await self._signer(agent_id)
             try:
-                fields = {"task_key": body.key}
-                if body.title is not None:
-                    fields["title"] = canonical.normalize_value(body.title)
-                if body.depends_on is not None:
-                    fields["depends_on"] = sorted(set(body.depends_on))
-                if body.status is not None:
-                    fields["status"] = body.status
-                if body.checkpoint is not None:
-                    fields["checkpoint"] = canonical.normalize_value(body.checkpoint, "$.checkpoint")
+                fields = unsigned.declared_fields(body)
             except canonical.CanonicalError as exc:
                 raise InvalidInput(str(exc), field=exc.field) from None
         key = fields["task_key"]
@@ -151,10 +135,9 @@ class Workflows:
             if signer is None:
                 rec, rec_hash, dec = record, record_hash, decoded
             else:
-                unsigned = _task_event(
-                    key, agent_id, tasks.next_event_ms(conn, key, now), "declare", node_id=self.node.node_id, **changed
-                )
-                rec, rec_hash, dec = build_record(unsigned, signer)
+                created_at = format_ms(tasks.next_event_ms(conn, key, now))
+                draft = unsigned.unsigned_declare(key, agent_id, created_at, self.node.node_id, changed)
+                rec, rec_hash, dec = build_record(draft, signer)
             projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
             return row is None
 
@@ -220,16 +203,16 @@ class Workflows:
             row = tasks.task_row(conn, ref)
             decision = leases.decide_grant(conn, row, node_key.did, agent_id, now)
             start = tasks.next_event_ms(conn, decision.task_key, now)
-            unsigned = _task_event(
+            draft = unsigned.unsigned_task_event(
                 decision.task_key,
                 node_key.did,
-                start,
+                format_ms(start),
                 "lease",
                 holder=agent_id,
                 # the lease runs by this node's clock; `start` may sit a little later (see next_event_ms)
                 expires_at=format_ms(max(now + seconds * 1000, start + 1)),
             )
-            rec, rec_hash, dec = build_record(unsigned, node_key)
+            rec, rec_hash, dec = build_record(draft, node_key)
             projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
             return decision.task_key, not decision.extends, rec
 
@@ -296,6 +279,8 @@ class Workflows:
             now = self.node.now_ms()
             row = tasks.task_row(conn, ref)
             key = row["key"]
+            if signer is None and decoded.task_key == key and _stored(conn, record_hash):
+                return key  # the same signed record again (a retry): it was applied once
             if event == "release":
                 lease: str | None = leases.check_release(row, agent_id, now)
             else:
@@ -316,16 +301,15 @@ class Workflows:
                     tasks.plan_declare(conn, {"task_key": key, "checkpoint": patch})
                 projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
                 return key
-            fields: dict[str, Any] = {}
+            changed: dict[str, Any] = {}
             if checkpoint is not None:
                 _, changed = tasks.plan_declare(conn, {"task_key": key, "checkpoint": checkpoint})
-                fields.update(changed)
-            if lease is not None:
-                fields["lease"] = lease
+            fields = unsigned.finish_fields(changed, lease)
             if event == "complete" and tasks.is_done(row) and not fields:
                 return key  # already done, nothing held, nothing to merge: appending would change nothing
-            unsigned = _task_event(key, agent_id, tasks.next_event_ms(conn, key, now), event, **fields)
-            rec, rec_hash, dec = build_record(unsigned, signer)
+            created_at = format_ms(tasks.next_event_ms(conn, key, now))
+            draft = unsigned.unsigned_task_event(key, agent_id, created_at, event, **fields)
+            rec, rec_hash, dec = build_record(draft, signer)
             projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
             return key
 

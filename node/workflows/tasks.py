@@ -10,7 +10,8 @@ from typing import Any
 from identity import canonical
 from identity.schema import MAX_CHECKPOINT_BYTES
 from node.errors import Conflict, InvalidInput, NotFound
-from node.workflows.records import DONE_STATUSES, OPEN_STATUSES, merge_patch
+from node.workflows import unsigned
+from node.workflows.unsigned import DONE_STATUSES, OPEN_STATUSES, TaskNow, changed_fields, merge_patch
 from node.workflows.wire import LeaseOut, ReadyList, ReadyTask, TaskOut
 
 # The ready set: one range of the partial index `tasks_startable` (unmet = 0 AND open = 1), leases checked
@@ -131,29 +132,34 @@ def plan_declare(conn: sqlite3.Connection, fields: dict[str, Any]) -> tuple[sqli
 
     `fields` holds the declaration's normalised task_key and whichever of title, depends_on, status and
     checkpoint (a merge patch) were given. An empty result for an existing task means nothing changes,
-    so no event is appended: re-declaring a plan converges.
+    so no event is appended: re-declaring a plan converges. Refuses a dependency cycle and a checkpoint
+    that would grow too large.
     """
     key = fields["task_key"]
     row = conn.execute("SELECT * FROM tasks WHERE key = ?", (key,)).fetchone()
-    changed: dict[str, Any] = {}
-    for name in ("title", "status"):
-        if name in fields and (row is None or fields[name] != row[name]):
-            changed[name] = fields[name]
-    if "depends_on" in fields and (row is None or fields["depends_on"] != json.loads(row["depends_on"])):
+    current = task_now(row) if row is not None else None
+    changed = changed_fields(fields, current)
+    if "depends_on" in changed:
         check_no_cycle(conn, key, fields["depends_on"])
-        changed["depends_on"] = fields["depends_on"]
     if "checkpoint" in fields:
-        current = json.loads(row["checkpoint"]) if row is not None else {}
-        merged = merge_patch(current, fields["checkpoint"])
+        merged = merge_patch(current.checkpoint if current is not None else {}, fields["checkpoint"])
         if len(canonical.canonical_bytes(merged)) > MAX_CHECKPOINT_BYTES:
             raise InvalidInput(
                 f"the merged checkpoint would exceed {MAX_CHECKPOINT_BYTES} bytes",
                 field="$.checkpoint",
                 code="checkpoint_too_large",
             )
-        if merged != current:
-            changed["checkpoint"] = fields["checkpoint"]
     return row, changed
+
+
+def task_now(row: sqlite3.Row) -> TaskNow:
+    """A tasks row as what a declaration is compared with."""
+    return TaskNow(
+        title=row["title"],
+        status=row["status"],
+        depends_on=json.loads(row["depends_on"]),
+        checkpoint=json.loads(row["checkpoint"]),
+    )
 
 
 def is_done(row: sqlite3.Row) -> bool:
@@ -161,11 +167,6 @@ def is_done(row: sqlite3.Row) -> bool:
 
 
 def next_event_ms(conn: sqlite3.Connection, key: str, now_ms: int) -> int:
-    """A created time after every event this node holds for the task, so its own events fold in the order made.
-
-    The clock may stand still (or two events land in one millisecond); the fold orders by (created_ms, hash),
-    and a later decision must never sort before an earlier one.
-    """
+    """A created time after every event this node holds for the task (see unsigned.next_event_ms)."""
     row = conn.execute("SELECT max(created_ms) FROM task_events WHERE task_key = ?", (key,)).fetchone()
-    last = row[0]
-    return now_ms if last is None or last < now_ms else int(last) + 1
+    return unsigned.next_event_ms(None if row[0] is None else int(row[0]), now_ms)
