@@ -189,13 +189,24 @@ async def test_bbs_mcp_with_an_identity_file_signs_on_the_agent_side(served_node
         async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             entry = ok(await session.call_tool("post", {"content": "Signed by the bridge", "tags": ["t"]}))
+            sent = ok(await session.call_tool("send_message", {"message_type": "status", "body": "started"}))
+            ok(await session.call_tool("declare_task", {"key": "job", "title": "Job"}))
+            ok(await session.call_tool("lease_task", {"task": "job", "seconds": 60}))
+            done = ok(await session.call_tool("finish_task", {"task": "job", "checkpoint": {"rows": 3}}))
+    assert done["status"] == "done" and sent["from_agent"] == entry["author_id"]
     conn = connect(DataDir(served_node.data).db_path)
     try:
         seed = conn.execute("SELECT key_seed FROM local_agents WHERE name = 'roamer'").fetchone()[0]
         body = conn.execute("SELECT body FROM records WHERE hash = ?", (entry["record_hash"],)).fetchone()[0]
+        mine = conn.execute(
+            "SELECT kind, body FROM records WHERE author_id = ? AND kind IN ('message', 'task_event') ORDER BY seq",
+            (entry["author_id"],),
+        ).fetchall()
     finally:
         conn.close()
     assert seed is None  # the node never had the key: the bridge signed
     record_hash, decoded = records.check(json.loads(body))
     assert record_hash == entry["record_hash"] and decoded.author_id == entry["author_id"]
+    assert [kind for kind, _ in mine] == ["message", "task_event", "task_event"]  # declare and complete
+    assert all(records.check(json.loads(b))[1].author_id == entry["author_id"] for _, b in mine)
     assert "pw" not in errlog.read_text().split()
