@@ -24,7 +24,6 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any
-from urllib.parse import quote
 
 import msgspec
 
@@ -33,6 +32,7 @@ from agent.runtime.memory import WorkingMemory
 from identity.schema import Annotation, AssertableLinkType, Confidence, Content, Did, EntryType, Performative, Tag
 from identity.schema import TruthState as TruthStateT
 from node.api_types import EntryRef, LinkSpec, PostEntry
+from node.workflows.wire import FinishIn, LeaseIn
 
 MAX_ACTIONS = 16
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
@@ -186,15 +186,9 @@ class Executor:
                 links=[LinkSpec(target=action.request, link_type="responds_to")],
             )
             return await self._post(entry, key)
-        task = quote(action.task, safe="")
+        # Through the typed client: it signs the completion itself when this agent holds its key.
         if isinstance(action, LeaseTask):
-            body: dict[str, Any] = {"seconds": action.seconds}
-            out = await self.client.call(
-                "POST", f"/v1/agent-workflows/tasks/{task}/lease", dict, json=body, idempotency_key=key
-            )
+            out = await self.client.lease_task(action.task, LeaseIn(seconds=action.seconds))
         else:
-            body = {"checkpoint": action.checkpoint} if action.checkpoint is not None else {}
-            out = await self.client.call(
-                "POST", f"/v1/agent-workflows/tasks/{task}/complete", dict, json=body, idempotency_key=key
-            )
-        return {"task": out.get("key"), "task_status": out.get("status")}
+            out = await self.client.complete_task(action.task, FinishIn(checkpoint=action.checkpoint))
+        return {"task": out.key, "task_status": out.status}

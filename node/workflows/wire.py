@@ -38,7 +38,8 @@ Cursor = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,16}\.[0-9]{1,18}$", desc
 
 
 class PostMessage(msgspec.Struct, forbid_unknown_fields=True):
-    """Append a message to the bus, signed with the sender's node-kept key. Omit to_agent to broadcast."""
+    """Append a message to the bus, signed by the node with the sender's node-kept key (agents holding their own
+    key send the signed record instead). Omit to_agent to broadcast."""
 
     message_type: MessageType
     body: MessageBody = ""

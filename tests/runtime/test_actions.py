@@ -13,6 +13,10 @@ from aiohttp.test_utils import TestClient
 from agent.client import Client
 from agent.runtime.actions import Ack, Executor, Link, Post, idempotency_key, parse_reply
 from agent.runtime.memory import WorkingMemory
+from identity import keys
+from node import agents
+from node.portable import import_identity
+from node.service import Node
 from tests.conftest import AgentCreds
 
 Factory = Callable[[str], Awaitable[AgentCreds]]
@@ -132,3 +136,29 @@ async def test_executor_runs_records_and_never_duplicates(
         assert replay[0]["id"] == outcomes[0]["id"]
         assert len((await a.search(author=[bob.agent_id], limit=50)).entries) == len(before) == 3
         memory.close()
+
+
+async def test_an_agent_holding_its_own_key_leases_and_completes_tasks(
+    client: TestClient, make_agent: Factory, node: Node, tmp_path: Path
+) -> None:
+    alice = await make_agent("alice")
+    key = keys.SigningKey.generate()
+    await import_identity(node, "roamer", key, agents.identity_record(key, "Roamer", "", node.node_id))
+    async with Client(base(client), api_key=alice.api_key) as a, Client(base(client), signing_key=key) as r:
+        await a.call("POST", "/v1/agent-workflows/tasks", dict, json={"key": "index", "title": "Index"})
+        memory = WorkingMemory(tmp_path / "roamer.sqlite")
+        executor = Executor(r, memory, key.did)
+        actions = [
+            {"op": "lease_task", "task": "index", "seconds": 300},
+            {"op": "complete_task", "task": "index", "checkpoint": {"rows": 10}},
+        ]
+        outcomes = await executor.run(parse_reply(json.dumps({"actions": actions})).actions, "immediate:1", {})
+        assert [(o["op"], o["status"], o["task_status"]) for o in outcomes] == [
+            ("lease_task", "ok", "processing"),
+            ("complete_task", "ok", "done"),
+        ]
+        memory.close()
+    authors = await node.db.read(
+        lambda c: [r[0] for r in c.execute("SELECT author_id FROM records WHERE kind = 'task_event'")]
+    )
+    assert key.did in authors  # the completion was signed by the agent, not by the node
