@@ -13,7 +13,6 @@ from node.auth import guard
 from node.default_mode.routes import ROUTES as DEFAULT_MODE_ROUTES
 from node.http import Route, error_middleware, json_response, openapi
 from node.logging_setup import request_log_middleware
-from node.metrics import metrics_middleware
 from node.routes import ROUTES
 from node.service import Node
 from node.trust import ROUTES as TRUST_ROUTES
@@ -43,7 +42,7 @@ def create_app(
     pulls from its peers (defaults when not given); `bbs serve` passes both from its config."""
     limit = rate_limit or limits.RateLimit()
     app = web.Application(
-        middlewares=[request_log_middleware, metrics_middleware, error_middleware, limits.middleware(limit)],
+        middlewares=[request_log_middleware, error_middleware, limits.middleware(limit)],
         client_max_size=MAX_BODY_BYTES,
     )
     app[limits.LIMIT] = limit

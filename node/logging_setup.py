@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 import sys
 import time
-import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -66,10 +67,24 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+        self._second: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (stdlib name)
+        """The stdlib's `asctime` (local time, `,mmm`), with the per-second part computed once per second."""
+        if datefmt:
+            return super().formatTime(record, datefmt)
+        second, text = self._second  # one read: other threads log through this formatter too
+        if second != int(record.created):
+            second = int(record.created)
+            text = time.strftime(self.default_time_format, self.converter(record.created))
+            self._second = (second, text)
+        return self.default_msec_format % (text, record.msecs) if self.default_msec_format else text
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        extra = " ".join(f"{k}={_json_text(v)}" for k, v in _fields(record).items())
+        extra = " ".join(
+            [f"{k}={_json_text(v)}" for k, v in record.__dict__.items() if k not in _STANDARD and k[:1] != "_"]
+        )
         return f"{line} {extra}" if extra else line
 
 
@@ -89,8 +104,16 @@ def configure(fmt: str = "text", level: str = "info", stream: TextIO | None = No
 
 def request_id_of(request: web.Request) -> str:
     """The request's id: the client's X-Request-Id when it is a short safe token, else a fresh one."""
-    given = request.headers.get(REQUEST_ID_HEADER, "")
-    return given if _SAFE_ID.fullmatch(given) else uuid.uuid4().hex
+    given = request.headers.get(REQUEST_ID_HEADER)
+    return given if given and _SAFE_ID.fullmatch(given) else _random_id()
+
+
+def _random_id() -> str:
+    """`uuid.uuid4().hex` (the same 32 characters with the version and variant bits), without the UUID object."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40
+    raw[8] = raw[8] & 0x3F | 0x80
+    return raw.hex()
 
 
 def route_label(request: web.Request) -> str:
@@ -100,10 +123,17 @@ def route_label(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
+RequestObserver = Callable[[str, str, int, float], None]
+# Told about every request once it is answered: (method, route pattern, status, seconds). node.metrics installs one.
+REQUEST_OBSERVER: web.AppKey[RequestObserver] = web.AppKey("request_observer")
+# Where access records say they come from (what `Logger.info` would find by walking the stack).
+_ACCESS_CALLER = (__file__, 0, "request_log_middleware")
+
+
 @web.middleware
 async def request_log_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Log one line per request at info, and make sure request and response agree on one request id."""
-    log = _ACCESS_LOG
+    """Per request: one access line at info, the app's request observer (metrics), and one request id that
+    request and response agree on. One middleware, one timing and one status for both outputs."""
     request_id = request_id_of(request)
     request[REQUEST_ID] = request_id  # the inner error middleware answers with this sanitised id
     started = time.perf_counter()
@@ -116,19 +146,34 @@ async def request_log_middleware(request: web.Request, handler: Handler) -> web.
         status = exc.status
         raise
     finally:
+        seconds = time.perf_counter() - started
+        route = None
+        observe = request.app.get(REQUEST_OBSERVER)
+        if observe is not None:
+            route = route_label(request)
+            observe(request.method, route, status, seconds)
+        log = _ACCESS_LOG
         if log.isEnabledFor(logging.INFO):
-            log.info(
-                "%s %s %s",
-                request.method,
-                request.path,
-                status,
-                extra={
-                    "request_id": request_id,
-                    "method": request.method,
-                    "route": route_label(request),
-                    "path": request.path,
-                    "status": status,
-                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-                    "remote": request.remote,
-                },
+            method, path = request.method, request.path
+            # makeRecord + handle is what Logger.info does, minus the stack walk that finds the caller.
+            log.handle(
+                log.makeRecord(
+                    ACCESS_LOGGER,
+                    logging.INFO,
+                    _ACCESS_CALLER[0],
+                    _ACCESS_CALLER[1],
+                    "%s %s %s",
+                    (method, path, status),
+                    None,
+                    _ACCESS_CALLER[2],
+                    {
+                        "request_id": request_id,
+                        "method": method,
+                        "route": route_label(request) if route is None else route,
+                        "path": path,
+                        "status": status,
+                        "duration_ms": round(seconds * 1000, 2),
+                        "remote": request.remote,
+                    },
+                )
             )

@@ -1,4 +1,4 @@
-"""Prometheus metrics: HTTP traffic from a middleware, store state from SQL at scrape time, and hooks.
+"""Prometheus metrics: HTTP traffic from the access-log middleware, store state from SQL at scrape time, and hooks.
 
 Each application has its own registry (`app[METRICS]`). `/metrics` on the main listener needs the admin
 token; `serve_separately` adds an unauthenticated listener on another address for a scraper on a private
@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -30,8 +29,8 @@ from prometheus_client.registry import Collector
 
 from node.appkeys import NODE
 from node.auth import guard
-from node.http import Handler, Route
-from node.logging_setup import route_label
+from node.http import Route
+from node.logging_setup import REQUEST_OBSERVER
 
 log = logging.getLogger("bbs.metrics")
 _METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
@@ -145,7 +144,11 @@ class Metrics:
         self._lock = asyncio.Lock()
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
-        """Count one request and record its latency (the labelled children are looked up once and kept)."""
+        """Count one request and record its latency (the labelled children are looked up once and kept).
+
+        Methods outside the standard ones count as `OTHER`, so a client cannot mint labels."""
+        if method not in _METHODS:
+            method = "OTHER"
         key = (method, route, status)
         children = self._children.get(key)
         if children is None:
@@ -213,26 +216,6 @@ def metrics_of(app: web.Application) -> Metrics:
     return app[METRICS]
 
 
-@web.middleware
-async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Count every request by method, route pattern and status, and time it."""
-    metrics = request.app.get(METRICS)
-    if metrics is None:
-        return await handler(request)
-    started = time.perf_counter()
-    status = 500
-    try:
-        response = await handler(request)
-        status = response.status
-        return response
-    except web.HTTPException as exc:
-        status = exc.status
-        raise
-    finally:
-        method = request.method if request.method in _METHODS else "OTHER"
-        metrics.observe_request(method, route_label(request), status, time.perf_counter() - started)
-
-
 async def _metrics_handler(request: web.Request) -> web.Response:
     app = request.app.get(_SOURCE) or request.app
     body = await app[METRICS].render(app)
@@ -247,6 +230,7 @@ def install(app: web.Application) -> Metrics:
     """Give the app its registry and an admin-only GET /metrics (call from the app factory)."""
     metrics = Metrics()
     app[METRICS] = metrics
+    app[REQUEST_OBSERVER] = metrics.observe_request  # called by the access-log middleware for every request
     app.router.add_get("/metrics", guard(METRICS_ROUTE, app[NODE].authenticate))
     return metrics
 
