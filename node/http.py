@@ -147,16 +147,21 @@ async def read_json(request: web.Request) -> Any:
         raise PayloadTooLarge(f"request body exceeds {request.app._client_max_size} bytes") from None
     except web.RequestPayloadError as exc:  # e.g. a Content-Encoding: gzip body that does not decompress
         raise MalformedRequest(f"the request body could not be read: {exc}", code="invalid_body") from None
-    too_deep = MalformedRequest(f"body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels", code="too_deep")
     try:
         value = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         raise MalformedRequest(f"body is not valid JSON: {exc}", code="invalid_json") from None
     except RecursionError:  # nested beyond the decoder's own limit
-        raise too_deep from None
-    if _too_deep(value):
-        raise too_deep
+        raise _too_deep_error() from None
+    # Every level of nesting opens with a '[' or '{' byte (never part of a multi-byte UTF-8 character), so a
+    # body with at most MAX_JSON_DEPTH of them cannot nest deeper: most bodies skip the walk.
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _too_deep(value):
+        raise _too_deep_error()
     return value
+
+
+def _too_deep_error() -> MalformedRequest:
+    return MalformedRequest(f"body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels", code="too_deep")
 
 
 def _too_deep(value: Any) -> bool:

@@ -189,6 +189,14 @@ async def test_nesting_within_the_limit_is_accepted(client: TestClient, make_age
     assert (await post(client, alice, content="nested", metadata={"a": nested}))["metadata"]["a"]["n"]
 
 
+async def test_brackets_inside_strings_are_not_nesting(client: TestClient, make_agent: MakeAgent) -> None:
+    # More '[' and '{' bytes than MAX_JSON_DEPTH, all inside strings: the body is shallow and accepted.
+    alice = await make_agent("alice")
+    text = "[{" * 40 + " brackets as text"
+    entry = await post(client, alice, content=text, metadata={"note": "{[" * 40})
+    assert entry["content"] == text and entry["metadata"]["note"] == "{[" * 40
+
+
 async def test_wrong_content_type_is_415(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
     alice = await make_agent("alice")
     before = await stored(node)
