@@ -9,6 +9,7 @@ other kind.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import msgspec
@@ -54,6 +55,12 @@ def sign(record: dict[str, Any], key: keys.SigningKey) -> dict[str, Any]:
     return {**body, "signature": key.sign(canonical.canonical_bytes(body))}
 
 
+@functools.lru_cache(maxsize=4096)
+def _is_did(value: str) -> bool:
+    """`keys.is_did`, remembered: a node sees the same few authors over and over (base58 decoding is slow)."""
+    return keys.is_did(value)
+
+
 def verify(record: dict[str, Any]) -> str:
     """Check form, canonical spelling and signature; return the record hash or raise RecordError.
 
@@ -67,13 +74,14 @@ def verify(record: dict[str, Any]) -> str:
     if record.get("schema_version") != canonical.SCHEMA_VERSION:
         raise RecordError("malformed", "schema_version must be 'v1'", "$.schema_version")
     author = record.get("author_id")
-    if not isinstance(author, str) or not keys.is_did(author):
+    if not isinstance(author, str) or not _is_did(author):
         raise RecordError("malformed", "author_id must be an Ed25519 did:key", "$.author_id")
     if not isinstance(record.get("created_at"), str):
         raise RecordError("malformed", "created_at is missing", "$.created_at")
+    body = unsigned(record)
     try:
         canonical.parse_created_at(record["created_at"], "$.created_at")
-        canonical.check_canonical(unsigned(record))
+        canonical.check_canonical(body)
     except canonical.CanonicalError as exc:
         raise RecordError("not_canonical", str(exc), exc.field) from None
     if kind == "entry":
@@ -87,9 +95,10 @@ def verify(record: dict[str, Any]) -> str:
     signature = record.get("signature")
     if not isinstance(signature, str):
         raise RecordError("bad_signature", "signature is missing", "$.signature")
-    if not keys.verify(author, signing_bytes(record), signature):
+    signed_bytes = canonical.canonical_bytes(body)
+    if not keys.verify(author, signed_bytes, signature):
         raise RecordError("bad_signature", "signature does not verify against author_id", "$.signature")
-    return compute_hash(record)
+    return compute_hash(record) if kind == "entry" else canonical.sha256_hex(signed_bytes)
 
 
 def check(record: dict[str, Any]) -> tuple[str, Any]:

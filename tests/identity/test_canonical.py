@@ -556,3 +556,148 @@ def test_canonical_bytes_is_ascii_compact_and_sorted(value: Any) -> None:
     text = canonical_bytes(normal).decode("ascii")
     assert text == json.dumps(normal, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
     assert all(0x20 <= ord(ch) < 0x7F for ch in text)
+
+
+def _definition(value: Any) -> bytes:
+    """canonical_bytes as specified: the one json.dumps call (canonical_bytes takes faster routes to it)."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+ascii_text = st.text(st.characters(max_codepoint=0x7F), max_size=8)
+any_floats = st.floats() | st.sampled_from([0.0, -0.0, 1e-4, -1e-4, 9.9999e-5, 1e16, 9999999999999998.0, 5e-324])
+any_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 10**30])
+    | any_floats
+    | ascii_text
+    | unicode_text,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.lists(children, max_size=3).map(tuple)
+        | st.dictionaries(ascii_text | unicode_text, children, max_size=4)
+    ),
+    max_leaves=24,
+)
+
+
+@given(any_json)
+@example({"k": "\x7f"})
+@example({"\x7f": 1, "~": 2})
+@example([1e16, 1e-5, 0.0001, -0.0])
+@example({"a\ud800": "\udfff"})
+def test_canonical_bytes_is_the_json_dumps_definition(value: Any) -> None:
+    try:
+        expected = _definition(value)
+    except ValueError:  # NaN or infinity
+        with pytest.raises(ValueError):
+            canonical_bytes(value)
+        return
+    assert canonical_bytes(value) == expected
+
+
+@pytest.mark.parametrize("depth", [31, 32, 33, 40])
+def test_canonical_bytes_of_deep_values_is_the_definition(depth: int) -> None:
+    value: Any = 0.5
+    for i in range(depth):
+        value = [value] if i % 2 else {"k": value}
+    assert canonical_bytes(value) == _definition(value)
+
+
+def _outcome(fn: Callable[[Any], bytes], value: Any) -> bytes | type[Exception]:
+    try:
+        return fn(value)
+    except (TypeError, ValueError) as exc:
+        return type(exc)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"x", {1: 2}, {10: "a", 9: "b"}, {True: 1}, {"k": {1, 2}}, datetime(2026, 1, 1, tzinfo=UTC), [10**5000]],
+)
+def test_canonical_bytes_of_other_values_is_the_definition(value: Any) -> None:
+    assert _outcome(canonical_bytes, value) == _outcome(_definition, value)
+
+
+def _strptime_reading(text: str) -> datetime | str:
+    """What parse_created_at is defined to return for a string of the canonical shape: strptime's reading."""
+    try:
+        parsed = datetime.strptime(text[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    except ValueError as exc:
+        return f"created_at is not a valid date: {exc}"
+    return parsed.replace(microsecond=int(text[20:23]) * 1000) if len(text) > 20 else parsed
+
+
+two_digits = st.integers(0, 99).map("{:02d}".format)
+
+
+@given(
+    st.integers(0, 9999).map("{:04d}".format),
+    two_digits,
+    two_digits,
+    two_digits,
+    two_digits,
+    two_digits,
+    st.none() | st.integers(1, 999).map("{:03d}".format),
+)
+@example("2024", "02", "29", "23", "59", "59", None)
+@example("2026", "12", "31", "23", "59", "60", "001")
+def test_parse_created_at_reads_every_canonical_shape_as_strptime_does(
+    year: str, month: str, day: str, hour: str, minute: str, second: str, millis: str | None
+) -> None:
+    text = f"{year}-{month}-{day}T{hour}:{minute}:{second}" + (f".{millis}Z" if millis else "Z")
+    expected = _strptime_reading(text)
+    if isinstance(expected, str):
+        with pytest.raises(CanonicalError) as info:
+            parse_created_at(text)
+        assert str(info.value) == expected
+    else:
+        assert parse_created_at(text) == expected
+
+
+def _check_outcome(fn: Callable[..., None], value: Any) -> tuple[str, str] | None:
+    try:
+        fn(value, "$")
+    except CanonicalError as exc:
+        return str(exc), exc.field
+    return None
+
+
+@given(any_json)
+@example({"k": "e\u0301"})
+@example({"e\u0301": 1})
+@example({"x": [0.1235, 1.0, 0.12345]})
+@example({"k": ("e\u0301",)})
+@example({"k": "\ud800"})
+def test_check_canonical_decides_as_the_full_walk(value: Any) -> None:
+    # check_canonical answers plainly canonical values without the path-building walk; same verdicts.
+    assert _check_outcome(check_canonical, value) == _check_outcome(canonical._check_canonical, value)
+
+
+def _nesting_depth_by_stack(value: Any) -> int:
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        else:
+            deepest = max(deepest, depth)
+            continue
+        deepest = max(deepest, depth + 1)
+    return deepest
+
+
+@given(any_json)
+@example([[], {}, [[{}]]])
+def test_nesting_depth(value: Any) -> None:
+    assert canonical.nesting_depth(value) == _nesting_depth_by_stack(value)
+
+
+def test_nesting_depth_of_hostile_depth() -> None:
+    value: Any = []
+    for _ in range(100_000):
+        value = [value]
+    assert canonical.nesting_depth(value) == 100_001
