@@ -7,6 +7,7 @@ Only agents registered on this node (local_agents) receive notifications here.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Any
 
@@ -91,8 +92,11 @@ def contradictions(conn: sqlite3.Connection, arrived_hash: str, now_ms: int) -> 
         "   AND l.link_type = 'contradicts' AND t.author_id != l.author_id",
         {"h": arrived_hash},
     ).fetchall()
-    expires = now_ms + NOTIFICATION_TTL_MS
-    conn.executemany(_UPSERT, [(author, entry_id, 1, "contradiction", now_ms, expires) for author, entry_id in rows])
+    if rows:
+        expires = now_ms + NOTIFICATION_TTL_MS
+        conn.executemany(
+            _UPSERT, [(author, entry_id, 1, "contradiction", now_ms, expires) for author, entry_id in rows]
+        )
 
 
 def take_inbox(
@@ -156,6 +160,4 @@ def ack(conn: sqlite3.Connection, agent_id: str, ids: list[int], now_ms: int) ->
 
 
 def _json_list(values: list[Any]) -> str:
-    import json
-
-    return json.dumps(values)
+    return json.dumps(values) if values else "[]"

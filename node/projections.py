@@ -6,6 +6,7 @@ into freshly created projection tables and proves the tables are derived data.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sqlite3
@@ -46,11 +47,13 @@ def projector(kind: str) -> Callable[[Projector], Projector]:
     return register
 
 
+@functools.lru_cache(maxsize=1024)
 def created_ms(created_at: str) -> int:
     """Epoch milliseconds of a canonical created_at (canonical spelling does not sort as text).
 
     Canonical spellings are read field by field (strptime cost a fifth of an append); anything else
-    goes to the strict parser, which refuses it with the reason.
+    goes to the strict parser, which refuses it with the reason. Remembered for recent values: one post
+    asks for the same created_at three times (clock check, log row, entry row).
     """
     if _CANONICAL_TIME.fullmatch(created_at) and not created_at.endswith(".000Z"):
         try:
@@ -122,28 +125,34 @@ def project_entry(conn: sqlite3.Connection, rec: EntryRecord, ctx: Projection) -
             rec.performative,
             rec.content,
             rec.confidence,
-            json.dumps(rec.tags, ensure_ascii=False),  # as text, so FTS indexes non-ASCII tags as words
-            json.dumps(rec.directed_to),
-            json.dumps(rec.metadata, sort_keys=True),
+            json.dumps(rec.tags, ensure_ascii=False) if rec.tags else "[]",  # text: FTS indexes non-ASCII tags as words
+            json.dumps(rec.directed_to) if rec.directed_to else "[]",
+            json.dumps(rec.metadata, sort_keys=True) if rec.metadata else "{}",
             rec.truth_state,
             rec.authority,
             rec.scope,
             rec.signature,
         ),
     )
-    conn.executemany("INSERT OR IGNORE INTO entry_tags (entry_id, tag) VALUES (?, ?)", [(ctx.seq, t) for t in rec.tags])
-    conn.executemany(
-        "INSERT OR IGNORE INTO entry_directed (entry_id, agent_id) VALUES (?, ?)",
-        [(ctx.seq, d) for d in rec.directed_to],
-    )
-    conn.executemany(
-        "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
-        " annotation) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            (ctx.hash, i, ctx.hash, link.target, link.link_type, rec.author_id, rec.created_at, link.annotation)
-            for i, link in enumerate(rec.links)
-        ],
-    )
+    # Each only when there are rows: an executemany of nothing still costs a statement look-up.
+    if rec.tags:
+        conn.executemany(
+            "INSERT OR IGNORE INTO entry_tags (entry_id, tag) VALUES (?, ?)", [(ctx.seq, t) for t in rec.tags]
+        )
+    if rec.directed_to:
+        conn.executemany(
+            "INSERT OR IGNORE INTO entry_directed (entry_id, agent_id) VALUES (?, ?)",
+            [(ctx.seq, d) for d in rec.directed_to],
+        )
+    if rec.links:
+        conn.executemany(
+            "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
+            " annotation) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (ctx.hash, i, ctx.hash, link.target, link.link_type, rec.author_id, rec.created_at, link.annotation)
+                for i, link in enumerate(rec.links)
+            ],
+        )
     _derive_retractions(conn, ctx.hash)
     if ctx.notify:
         notify.fan_out_entry(conn, ctx.seq, rec, ctx.now_ms)

@@ -38,29 +38,53 @@ LINK_COLUMNS = (
 
 
 def entry_out(row: sqlite3.Row) -> EntryOut:
-    """Render an entries row (selected with ENTRY_COLUMNS)."""
+    """Render an entries row (selected with ENTRY_COLUMNS, first: the columns are read by position)."""
+    (
+        entry_id,
+        record_hash,
+        fingerprint,
+        author_id,
+        created_at,
+        entry_type,
+        performative,
+        content,
+        confidence,
+        tags,
+        directed_to,
+        metadata,
+        truth_state,
+        authority,
+        scope,
+        signature,
+        retracted,
+        superseded,
+        community_confidence,
+    ) = row[:19]
     return EntryOut(
-        id=row["id"],
-        record_hash=row["record_hash"],
-        content_fingerprint=row["content_fingerprint"],
-        author_id=row["author_id"],
-        created_at=row["created_at"],
-        entry_type=row["entry_type"],
-        performative=row["performative"],
-        content=row["content"],
-        confidence=row["confidence"],
-        tags=json.loads(row["tags"]),
-        directed_to=json.loads(row["directed_to"]),
-        metadata=json.loads(row["metadata"]),
-        truth_state=row["truth_state"],
-        authority=row["authority"],
-        scope=row["scope"],
-        signature=row["signature"],
-        retracted=bool(row["retracted"]),
-        superseded=bool(row["superseded"]),
-        # sqlite3.Row's `in` tests values, not column names: keys() is needed here
-        community_confidence=row["community_confidence"] if "community_confidence" in row.keys() else None,  # noqa: SIM118
+        id=entry_id,
+        record_hash=record_hash,
+        content_fingerprint=fingerprint,
+        author_id=author_id,
+        created_at=created_at,
+        entry_type=entry_type,
+        performative=performative,
+        content=content,
+        confidence=confidence,
+        tags=_json_array(tags),
+        directed_to=_json_array(directed_to),
+        metadata={} if metadata == "{}" else json.loads(metadata),
+        truth_state=truth_state,
+        authority=authority,
+        scope=scope,
+        signature=signature,
+        retracted=bool(retracted),
+        superseded=bool(superseded),
+        community_confidence=community_confidence,
     )
+
+
+def _json_array(text: str) -> list[Any]:
+    return [] if text == "[]" else json.loads(text)  # type: ignore[no-any-return]
 
 
 def link_out(row: sqlite3.Row) -> LinkOut:
