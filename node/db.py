@@ -108,7 +108,7 @@ class Database:
 
     def __init__(self, path: Path | str, *, readers: int = 4) -> None:
         self.path = Path(path)
-        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()  # C-implemented: no lock dance per job
         self._writer: threading.Thread | None = None
         self._local = threading.local()
         self._reader_conns: list[sqlite3.Connection] = []
