@@ -7,6 +7,7 @@ signature can be checked with nothing but the id that claims it.
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import re
 from pathlib import Path
@@ -75,6 +76,12 @@ def public_key_from_did(did: str) -> Ed25519PublicKey:
     """Recover the public key from a did:key id; raises KeyError_ if it is not an Ed25519 did:key."""
     if not isinstance(did, str) or not did.startswith(DID_PREFIX) or len(did) > 80:
         raise KeyError_("not an Ed25519 did:key id")
+    return _decoded_did(did)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decoded_did(did: str) -> Ed25519PublicKey:
+    """Remembered for the 4,096 most recent ids: every verify asks, and a node sees the same authors again."""
     raw = b58decode(did[len(DID_PREFIX) :])
     if len(raw) != 34 or raw[:2] != _ED25519_MULTICODEC:
         raise KeyError_("not an Ed25519 did:key id")

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from types import TracebackType
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from identity import canonical, keys, records
 from identity.schema import EntryRecord, LinkRecord
@@ -79,15 +79,25 @@ class _HashTaken(Exception):
         self.post = post
 
 
-@contextlib.contextmanager
-def located(where: str) -> Iterator[None]:
-    """Errors raised inside name their field under `where`, the JSON path of one item of a batch request."""
-    try:
-        yield
-    except BBSError as exc:
-        if where != "$":
+class Located:
+    """`with Located(where):` errors raised inside name their field under `where`, the JSON path of one item
+    of a batch request (`$` leaves them as they are). A plain class: it is entered several times per post."""
+
+    __slots__ = ("where",)
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
+        where = self.where
+        if isinstance(exc, BBSError) and where != "$":
             exc.field = where + exc.field[1:] if exc.field and exc.field.startswith("$") else exc.field or where
-        raise
+        return False
 
 
 def _stored_body(conn: sqlite3.Connection, record_hash: str) -> bytes:
@@ -239,7 +249,7 @@ class Node:
                 found = []
                 for post in keyed:
                     assert post.key is not None
-                    with located(post.where):
+                    with Located(post.where):
                         found.append(self._replayed_entry(conn, agent_id, post.key))
                 return found
 
@@ -263,7 +273,7 @@ class Node:
         to_sign = [(post, post.body) for post in posts if isinstance(post.body, PostEntry)]
         signer = await self._signing_key(agent_id) if to_sign else None
         if signer is None and to_sign:
-            with located(to_sign[0][0].where):
+            with Located(to_sign[0][0].where):
                 raise InvalidInput(
                     "this agent holds its own key: sign the record and submit it as {'record': ...}",
                     code="agent_signs_own_records",
@@ -274,7 +284,7 @@ class Node:
             def resolve(conn: sqlite3.Connection) -> list[list[str]]:
                 resolved = []
                 for post, body in to_sign:
-                    with located(post.where):
+                    with Located(post.where):
                         resolved.append([self._target_hash(conn, ln.target, i) for i, ln in enumerate(body.links)])
                 return resolved
 
@@ -282,7 +292,7 @@ class Node:
         created_at = format_ms(self.now_ms() if created_ms is None else created_ms)
         unsigned: dict[int, dict[str, Any]] = {}
         for (post, body), post_targets in zip(to_sign, targets, strict=True):
-            with located(post.where):
+            with Located(post.where):
                 try:
                     unsigned[id(post)] = unsigned_entry(body, agent_id, created_at, post_targets)
                 except canonical.CanonicalError as exc:
@@ -290,7 +300,7 @@ class Node:
 
         def seal_all() -> None:
             for post in posts:
-                with located(post.where):
+                with Located(post.where):
                     if isinstance(post.body, SignedSubmission):
                         post.sealed = Sealed(*self._check_signed(post.body.record, "entry", agent_id))
                     else:
@@ -317,7 +327,7 @@ class Node:
         """Append one sealed post inside the write transaction (its idempotency key checked again first).
 
         Returns (entry id, created)."""
-        with located(post.where):
+        with Located(post.where):
             if post.key is not None:
                 # checked again here: a request with the same key may have committed since the read above
                 self._check_key_operation(conn, agent_id, post.key, "post")
