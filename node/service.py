@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -44,6 +46,7 @@ from node.queries import ENTRY_COLUMNS, entry_out
 
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
 MAX_SUBSCRIPTIONS = 100
+CRYPTO_THREADS = max(1, (os.cpu_count() or 2) - 1)  # see Node.off_loop
 MAX_HASH_RETRIES = 16  # node-signed posts whose record hash is taken by a different entry move 1 ms later
 
 
@@ -123,6 +126,7 @@ class Node:
         self.db = Database(self.data.db_path)
         self._agent_keys: dict[str, keys.SigningKey | None] = {}
         self.tokens = agents.TokenCache()
+        self._crypto: concurrent.futures.ThreadPoolExecutor | None = None
 
     @property
     def node_id(self) -> str:
@@ -136,6 +140,20 @@ class Node:
 
     def close(self) -> None:
         self.db.close()
+        if self._crypto is not None:
+            self._crypto.shutdown(wait=True)
+            self._crypto = None
+
+    async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run CPU-bound work (Ed25519 signing and verification, canonical checks) on the crypto threads.
+
+        `cryptography` releases the GIL inside Ed25519, so another core verifies while the event loop serves
+        other requests. There are CRYPTO_THREADS of them, one fewer than the cores: more would compete with the
+        event loop and the writer thread for the same cores (measured in docs/performance.md).
+        """
+        if self._crypto is None:
+            self._crypto = concurrent.futures.ThreadPoolExecutor(CRYPTO_THREADS, thread_name_prefix="bbs-crypto")
+        return await asyncio.get_running_loop().run_in_executor(self._crypto, functools.partial(fn, *args))
 
     # ---- identity and auth ----------------------------------------------------------------------------
 
@@ -307,7 +325,7 @@ class Node:
                         assert signer is not None
                         post.sealed = Sealed(*_sign_and_check(unsigned[id(post)], signer))
 
-        await off_loop(seal_all)
+        await self.off_loop(seal_all)
 
     def _store_all(
         self, conn: sqlite3.Connection, agent_id: str, posts: list[_Post]
@@ -722,15 +740,6 @@ def idempotency(header: str | None, field: str | None) -> str | None:
             code="idempotency_key_mismatch",
         )
     return header if header is not None else field
-
-
-async def off_loop(fn: Callable[..., T], *args: Any) -> T:
-    """Run CPU-bound work (Ed25519 signing and verification, canonical checks) on a worker thread.
-
-    `cryptography` releases the GIL inside Ed25519, so a second core verifies while the event loop serves
-    other requests (measured in scenarios/bench: raw).
-    """
-    return await asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))
 
 
 def _sign_and_check(unsigned: dict[str, Any], signer: keys.SigningKey) -> tuple[dict[str, Any], str, Any]:
