@@ -28,8 +28,17 @@ _UPSERT = (
 )
 
 
-def fan_out_entry(conn: sqlite3.Connection, entry_id: int, rec: Any, now_ms: int) -> None:
-    """Notify addressees (tier 1 for requests) then subscribers (tier 2) of a newly stored entry."""
+def any_subscriptions(conn: sqlite3.Connection) -> bool:
+    """Whether the node holds any subscription at all (when none, fan-out has no subscribers to look for)."""
+    return bool(conn.execute("SELECT EXISTS (SELECT 1 FROM subscriptions)").fetchone()[0])
+
+
+def fan_out_entry(
+    conn: sqlite3.Connection, entry_id: int, rec: Any, now_ms: int, *, subscriptions: bool = True
+) -> None:
+    """Notify addressees (tier 1 for requests) then subscribers (tier 2) of a newly stored entry.
+
+    `subscriptions` false skips the subscriber query (the caller knows the node has none)."""
     expires = now_ms + NOTIFICATION_TTL_MS
     if rec.directed_to:
         tier, reason = (1, "directed_request") if rec.performative == "request" else (2, "directed")
@@ -38,6 +47,8 @@ def fan_out_entry(conn: sqlite3.Connection, entry_id: int, rec: Any, now_ms: int
             (_json_list(rec.directed_to), rec.author_id),
         ).fetchall()
         conn.executemany(_UPSERT, [(r[0], entry_id, tier, reason, now_ms, expires) for r in local])
+    if not subscriptions:
+        return
     conn.execute(
         "INSERT INTO notifications (agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms)"
         " SELECT s.agent_id, :eid, MIN(s.id), 2, 'subscription', :now, :exp"
@@ -75,23 +86,29 @@ def fan_out_entry(conn: sqlite3.Connection, entry_id: int, rec: Any, now_ms: int
     )
 
 
-def contradictions(conn: sqlite3.Connection, arrived_hash: str, now_ms: int) -> None:
-    """Tier-1 notify the authors of entries contradicted by links that the record `arrived_hash` completes.
+# Authors to notify, and the contradicting entry, for contradicts links that the records :h complete.
+CONTRADICTIONS_SQL = (
+    "SELECT t.author_id, s.id FROM links l"
+    " JOIN entries t ON t.record_hash = l.target_hash"
+    " JOIN entries s ON s.record_hash = l.source_hash"
+    " JOIN local_agents a ON a.agent_id = t.author_id"
+    " WHERE l.id IN (SELECT id FROM links WHERE origin_hash IN (SELECT value FROM json_each(:h))"
+    "                UNION SELECT id FROM links WHERE source_hash IN (SELECT value FROM json_each(:h))"
+    "                UNION SELECT id FROM links WHERE target_hash IN (SELECT value FROM json_each(:h)))"
+    # + on link_type: start from the arrived records' links, not from every contradicts link (index on type)
+    "   AND +l.link_type = 'contradicts' AND t.author_id != l.author_id"
+)
 
-    Those are the links it asserts, and, when it is an entry, links already stored whose source or
-    target it is: records arrive in any order, so a contradiction becomes decidable when its last
-    entry arrives. The notification points at the contradicting (source) entry.
+
+def contradictions(conn: sqlite3.Connection, arrived_hashes: str, now_ms: int) -> None:
+    """Tier-1 notify the authors of entries contradicted by links that the records just stored complete.
+
+    `arrived_hashes` is a JSON array of their record hashes. The links are those they assert, and, for
+    entries, links already stored whose source or target they are: records arrive in any order, so a
+    contradiction becomes decidable when its last entry arrives. The notification points at the
+    contradicting (source) entry.
     """
-    rows = conn.execute(
-        "SELECT t.author_id, s.id FROM links l"
-        " JOIN entries t ON t.record_hash = l.target_hash"
-        " JOIN entries s ON s.record_hash = l.source_hash"
-        " JOIN local_agents a ON a.agent_id = t.author_id"
-        " WHERE l.id IN (SELECT id FROM links WHERE origin_hash = :h UNION SELECT id FROM links WHERE source_hash = :h"
-        "                UNION SELECT id FROM links WHERE target_hash = :h)"
-        "   AND l.link_type = 'contradicts' AND t.author_id != l.author_id",
-        {"h": arrived_hash},
-    ).fetchall()
+    rows = conn.execute(CONTRADICTIONS_SQL, {"h": arrived_hashes}).fetchall()
     if rows:
         expires = now_ms + NOTIFICATION_TTL_MS
         conn.executemany(

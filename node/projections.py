@@ -17,7 +17,7 @@ from typing import Any
 
 from identity import canonical
 from identity.schema import AgentRecord, EntryRecord, LinkRecord
-from node import notify
+from node import notify as notifications
 
 
 @dataclass(frozen=True)
@@ -85,98 +85,187 @@ def append(
     scope: str = "federation",
 ) -> tuple[int, bool]:
     """Append a verified record to the log and project it, once. Returns (seq, newly_inserted)."""
-    row = conn.execute(
-        "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING RETURNING seq",
+    return append_many(conn, [Incoming(record, record_hash, decoded, scope)], origin=origin, now_ms=now_ms)[0]
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A verified record on its way into the log."""
+
+    record: dict[str, Any]
+    hash: str
+    decoded: Any
+    scope: str = "federation"
+
+
+# Rows per multi-row INSERT: 17 entry columns x 100 stays far below SQLite's limit of bound parameters.
+_ROWS_PER_STATEMENT = 100
+_RECORD_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_ENTRY_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+def append_many(conn: sqlite3.Connection, items: list[Incoming], *, origin: str, now_ms: int) -> list[tuple[int, bool]]:
+    """Append verified records to the log and project the new ones, in order. Returns (seq, newly_inserted) per item.
+
+    Set-based: one multi-row INSERT per table for up to 100 records, and the derived links and notifications
+    that depend on several records decided once for the whole run. A record already stored, or given twice,
+    is inserted once (the later copies report newly_inserted false).
+    """
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.hash, i)
+    candidates = [items[i] for i in first.values()]
+    seqs: dict[str, int] = {}
+    for chunk in _chunks(candidates):
+        params: list[Any] = []
+        for item in chunk:
+            record = item.record
+            params += (
+                item.hash,
+                record["kind"],
+                record["author_id"],
+                record["created_at"],
+                created_ms(record["created_at"]),
+                item.scope,
+                origin,
+                now_ms,
+                canonical.canonical_bytes(record),
+            )
+        rows = conn.execute(
+            "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
+            f" VALUES {','.join([_RECORD_ROW] * len(chunk))} ON CONFLICT (hash) DO NOTHING RETURNING seq, hash",
+            params,
+        ).fetchall()
+        seqs.update((h, int(seq)) for seq, h in rows)
+    inserted = set(seqs)
+    stored_before = [h for h in first if h not in inserted]
+    if stored_before:
+        rows = conn.execute(
+            "SELECT seq, hash FROM records WHERE hash IN (SELECT value FROM json_each(?))", (json.dumps(stored_before),)
+        ).fetchall()
+        seqs.update((h, int(seq)) for seq, h in rows)
+    _project([(seqs[item.hash], item) for item in candidates if item.hash in inserted], now_ms, conn)
+    return [(seqs[item.hash], item.hash in inserted and first[item.hash] == i) for i, item in enumerate(items)]
+
+
+def _chunks(items: list[Incoming]) -> list[list[Incoming]]:
+    return [items[i : i + _ROWS_PER_STATEMENT] for i in range(0, len(items), _ROWS_PER_STATEMENT)]
+
+
+def _project(new: list[tuple[int, Incoming]], now_ms: int, conn: sqlite3.Connection) -> None:
+    """Project newly logged records in log order: runs of entries together, every other kind one by one."""
+    run: list[tuple[int, Incoming]] = []
+    for seq, item in new:
+        if item.record["kind"] == "entry":
+            run.append((seq, item))
+            continue
+        if run:
+            project_entries(conn, run, now_ms, notify=True)
+            run = []
+        PROJECTORS[item.record["kind"]](conn, item.decoded, Projection(seq, item.hash, now_ms, notify=True))
+    if run:
+        project_entries(conn, run, now_ms, notify=True)
+
+
+def project_entries(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], now_ms: int, *, notify: bool) -> None:
+    """Project entry records (seq, record) into entries, their tags, addressees and links; then what they complete.
+
+    `notify` is false while rebuilding: notifications are node-local history, not derived data.
+    """
+    for chunk in [run[i : i + _ROWS_PER_STATEMENT] for i in range(0, len(run), _ROWS_PER_STATEMENT)]:
+        params: list[Any] = []
+        for seq, item in chunk:
+            rec: EntryRecord = item.decoded
+            params += (
+                seq,
+                item.hash,
+                canonical.content_fingerprint(rec.content),
+                rec.author_id,
+                rec.created_at,
+                created_ms(rec.created_at),
+                rec.entry_type,
+                rec.performative,
+                rec.content,
+                rec.confidence,
+                json.dumps(rec.tags, ensure_ascii=False) if rec.tags else "[]",  # text: FTS indexes non-ASCII tags
+                json.dumps(rec.directed_to) if rec.directed_to else "[]",
+                json.dumps(rec.metadata, sort_keys=True) if rec.metadata else "{}",
+                rec.truth_state,
+                rec.authority,
+                rec.scope,
+                rec.signature,
+            )
+        conn.execute(
+            "INSERT INTO entries (id, record_hash, content_fingerprint, author_id, created_at, created_ms, entry_type,"
+            " performative, content, confidence, tags, directed_to, metadata, truth_state, authority, scope, signature)"
+            f" VALUES {','.join([_ENTRY_ROW] * len(chunk))}",
+            params,
+        )
+    tags = [(seq, t) for seq, item in run for t in item.decoded.tags]
+    directed = [(seq, d) for seq, item in run for d in item.decoded.directed_to]
+    links = [
         (
-            record_hash,
-            record["kind"],
-            record["author_id"],
-            record["created_at"],
-            created_ms(record["created_at"]),
-            scope,
-            origin,
-            now_ms,
-            canonical.canonical_bytes(record),
-        ),
-    ).fetchone()
-    if row is None:
-        existing = conn.execute("SELECT seq FROM records WHERE hash = ?", (record_hash,)).fetchone()
-        return int(existing[0]), False
-    seq = int(row[0])
-    PROJECTORS[record["kind"]](conn, decoded, Projection(seq, record_hash, now_ms, notify=True))
-    return seq, True
+            item.hash,
+            i,
+            item.hash,
+            link.target,
+            link.link_type,
+            item.decoded.author_id,
+            item.decoded.created_at,
+            link.annotation,
+        )
+        for _, item in run
+        for i, link in enumerate(item.decoded.links)
+    ]
+    # Each only when there are rows: an executemany of nothing still costs a statement look-up.
+    if tags:
+        conn.executemany("INSERT OR IGNORE INTO entry_tags (entry_id, tag) VALUES (?, ?)", tags)
+    if directed:
+        conn.executemany("INSERT OR IGNORE INTO entry_directed (entry_id, agent_id) VALUES (?, ?)", directed)
+    if links:
+        conn.executemany(
+            "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
+            " annotation) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            links,
+        )
+    hashes = json.dumps([item.hash for _, item in run])
+    _derive_retractions(conn, hashes)
+    if notify:
+        subscribed = notifications.any_subscriptions(conn)
+        for seq, item in run:
+            notifications.fan_out_entry(conn, seq, item.decoded, now_ms, subscriptions=subscribed)
+        notifications.contradictions(conn, hashes, now_ms)
 
 
 @projector("entry")
 def project_entry(conn: sqlite3.Connection, rec: EntryRecord, ctx: Projection) -> None:
-    conn.execute(
-        "INSERT INTO entries (id, record_hash, content_fingerprint, author_id, created_at, created_ms, entry_type,"
-        " performative, content, confidence, tags, directed_to, metadata, truth_state, authority, scope, signature)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            ctx.seq,
-            ctx.hash,
-            canonical.content_fingerprint(rec.content),
-            rec.author_id,
-            rec.created_at,
-            created_ms(rec.created_at),
-            rec.entry_type,
-            rec.performative,
-            rec.content,
-            rec.confidence,
-            json.dumps(rec.tags, ensure_ascii=False) if rec.tags else "[]",  # text: FTS indexes non-ASCII tags as words
-            json.dumps(rec.directed_to) if rec.directed_to else "[]",
-            json.dumps(rec.metadata, sort_keys=True) if rec.metadata else "{}",
-            rec.truth_state,
-            rec.authority,
-            rec.scope,
-            rec.signature,
-        ),
-    )
-    # Each only when there are rows: an executemany of nothing still costs a statement look-up.
-    if rec.tags:
-        conn.executemany(
-            "INSERT OR IGNORE INTO entry_tags (entry_id, tag) VALUES (?, ?)", [(ctx.seq, t) for t in rec.tags]
-        )
-    if rec.directed_to:
-        conn.executemany(
-            "INSERT OR IGNORE INTO entry_directed (entry_id, agent_id) VALUES (?, ?)",
-            [(ctx.seq, d) for d in rec.directed_to],
-        )
-    if rec.links:
-        conn.executemany(
-            "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
-            " annotation) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (ctx.hash, i, ctx.hash, link.target, link.link_type, rec.author_id, rec.created_at, link.annotation)
-                for i, link in enumerate(rec.links)
-            ],
-        )
-    _derive_retractions(conn, ctx.hash)
-    if ctx.notify:
-        notify.fan_out_entry(conn, ctx.seq, rec, ctx.now_ms)
-        notify.contradictions(conn, ctx.hash, ctx.now_ms)
+    project_entries(conn, [(ctx.seq, Incoming({}, ctx.hash, rec))], ctx.now_ms, notify=ctx.notify)
 
 
-def _derive_retractions(conn: sqlite3.Connection, arrived_hash: str) -> None:
+RETRACTIONS_SQL = (
+    "INSERT OR IGNORE INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id,"
+    " created_at, annotation)"
+    " SELECT l.origin_hash, -1 - l.ordinal, l.target_hash, l.source_hash, 'retracted_by', r.author_id,"
+    "        r.created_at, ''"
+    " FROM links l"
+    # The unary + keeps SQLite from driving this by the performative or link_type indexes (every retract
+    # entry, every supersedes link): it starts from the few links of the arrived records instead.
+    " JOIN entries r ON r.record_hash = l.source_hash AND +r.performative = 'retract'"
+    " JOIN entries t ON t.record_hash = l.target_hash AND t.author_id = r.author_id"
+    " WHERE +l.link_type = 'supersedes' AND l.ordinal >= 0 AND l.origin_hash = l.source_hash"
+    "   AND l.id IN (SELECT id FROM links WHERE source_hash IN (SELECT value FROM json_each(:h))"
+    "                UNION SELECT id FROM links WHERE target_hash IN (SELECT value FROM json_each(:h)))"
+)
+
+
+def _derive_retractions(conn: sqlite3.Connection, arrived_hashes: str) -> None:
     """Create `retracted_by` links for retract entries whose retraction is now decidable.
 
     A retract entry's `supersedes` link to an entry by the same author means: target retracted_by
-    the retract entry. Decided when both entries are present, whichever arrived last.
+    the retract entry. Decided when both entries are present, whichever arrived last. `arrived_hashes`
+    is a JSON array of the record hashes just stored.
     """
-    conn.execute(
-        "INSERT OR IGNORE INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id,"
-        " created_at, annotation)"
-        " SELECT l.origin_hash, -1 - l.ordinal, l.target_hash, l.source_hash, 'retracted_by', r.author_id,"
-        "        r.created_at, ''"
-        " FROM links l"
-        " JOIN entries r ON r.record_hash = l.source_hash AND r.performative = 'retract'"
-        " JOIN entries t ON t.record_hash = l.target_hash AND t.author_id = r.author_id"
-        " WHERE l.link_type = 'supersedes' AND l.ordinal >= 0 AND l.origin_hash = l.source_hash"
-        "   AND (l.source_hash = :h OR l.target_hash = :h)",
-        {"h": arrived_hash},
-    )
+    conn.execute(RETRACTIONS_SQL, {"h": arrived_hashes})
 
 
 @projector("link")
@@ -187,7 +276,7 @@ def project_link(conn: sqlite3.Connection, rec: LinkRecord, ctx: Projection) -> 
         (ctx.hash, rec.source, rec.target, rec.link_type, rec.author_id, rec.created_at, rec.annotation),
     )
     if ctx.notify:
-        notify.contradictions(conn, ctx.hash, ctx.now_ms)
+        notifications.contradictions(conn, json.dumps([ctx.hash]), ctx.now_ms)
 
 
 @projector("agent")

@@ -330,42 +330,51 @@ class Node:
     def _store_all(
         self, conn: sqlite3.Connection, agent_id: str, posts: list[_Post]
     ) -> list[tuple[queries.EntryOut, bool]]:
-        """Append the sealed posts in order, then read them all back inside the write (no reader round trip)."""
-        stored = [
-            (post.replay, False) if post.replay is not None else self._store(conn, agent_id, post) for post in posts
-        ]
-        ids = [ref for ref, _ in stored if isinstance(ref, int)]
+        """Append the sealed posts in one set-based append, then read them all back inside the write.
+
+        Idempotency keys are checked again first (a request with the same key may have committed since the
+        read in `_post`); retractions are checked after the append, so a batch may retract its own entries.
+        """
+        now = self.now_ms()
+        stored: dict[int, tuple[queries.EntryOut | int, bool]] = {}
+        to_append: list[int] = []
+        for i, post in enumerate(posts):
+            replay: queries.EntryOut | int | None = post.replay
+            if replay is None and post.key is not None:
+                with Located(post.where):
+                    self._check_key_operation(conn, agent_id, post.key, "post")
+                    replay = self._idempotent(conn, agent_id, post.key)
+            if replay is not None:
+                stored[i] = (replay, False)
+            else:
+                to_append.append(i)
+        appended = projections.append_many(
+            conn,
+            [projections.Incoming(*posts[i].seal, scope=posts[i].seal.decoded.scope) for i in to_append],
+            origin="local",
+            now_ms=now,
+        )
+        for i, (seq, inserted) in zip(to_append, appended, strict=True):
+            post = posts[i]
+            record, record_hash, decoded = post.seal
+            with Located(post.where):
+                self._check_links(conn, decoded)
+                if (
+                    not inserted
+                    and isinstance(post.body, PostEntry)
+                    and _stored_body(conn, record_hash) != canonical.canonical_bytes(record)
+                ):
+                    raise _HashTaken(post)  # a different entry has this hash: rolled back, re-signed 1 ms later
+                if post.key is not None:
+                    self._remember(conn, agent_id, post.key, "post", record_hash, now)
+            stored[i] = (seq, inserted)
+        ids = [ref for ref, _ in stored.values() if isinstance(ref, int)]
         rows = conn.execute(
             f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.id IN ({','.join('?' * len(ids))})", ids
         ).fetchall()
         by_id = {out.id: out for out in map(entry_out, rows)}
-        return [(by_id[ref] if isinstance(ref, int) else ref, created) for ref, created in stored]
-
-    def _store(self, conn: sqlite3.Connection, agent_id: str, post: _Post) -> tuple[int, bool]:
-        """Append one sealed post inside the write transaction (its idempotency key checked again first).
-
-        Returns (entry id, created)."""
-        with Located(post.where):
-            if post.key is not None:
-                # checked again here: a request with the same key may have committed since the read above
-                self._check_key_operation(conn, agent_id, post.key, "post")
-                replay = self._idempotent(conn, agent_id, post.key)
-                if replay is not None:
-                    return replay, False
-            record, record_hash, decoded = post.seal
-            self._check_links(conn, decoded)
-            seq, inserted = projections.append(
-                conn, record, record_hash, decoded, origin="local", now_ms=self.now_ms(), scope=decoded.scope
-            )
-            if (
-                not inserted
-                and isinstance(post.body, PostEntry)
-                and _stored_body(conn, record_hash) != canonical.canonical_bytes(record)
-            ):
-                raise _HashTaken(post)  # a different entry has this hash: rolled back, re-signed 1 ms later
-            if post.key is not None:
-                self._remember(conn, agent_id, post.key, "post", record_hash, self.now_ms())
-            return seq, inserted
+        ordered = [stored[i] for i in range(len(posts))]
+        return [(by_id[ref] if isinstance(ref, int) else ref, created) for ref, created in ordered]
 
     def _check_signed(self, record: dict[str, Any], kind: str, agent_id: str) -> tuple[dict[str, Any], str, Any]:
         if record.get("kind") != kind:

@@ -225,45 +225,44 @@ def ingest(
     cursor: Cursor | None,
     now_ms: int,
 ) -> list[Outcome]:
-    """Store a batch from a peer; each record in its own savepoint so one failure never sinks the batch.
-    Counters and the cursor are written in this same transaction."""
+    """Store a batch from a peer: one set-based append, or record by record when the projections refuse one
+    (each then in its own savepoint, so one failure never sinks the batch). Counters and the cursor are written
+    in this same transaction."""
     outcomes: list[Outcome] = []
     failed: list[Invalid] = []
-    for v in records:
-        conn.execute("SAVEPOINT sync_record")
-        try:
-            _seq, inserted = projections.append(
-                conn,
-                v.record,
-                v.hash,
-                v.decoded,
-                origin=peer_id,
-                now_ms=now_ms,
-                scope=str(v.record.get("scope", "federation")),
-            )
-        except Exception as exc:  # a record the projections refuse is counted, never fatal to the batch
-            conn.execute("ROLLBACK TO sync_record")
-            conn.execute("RELEASE sync_record")
-            failed.append(Invalid(v.hash, "store_refused", str(exc)))
-            continue
-        conn.execute("RELEASE sync_record")
-        conn.execute("DELETE FROM sync_wanted WHERE hash = ?", (v.hash,))  # however it got here, it is here
+    appended: list[tuple[int, bool] | None]
+    try:
+        appended = list(_append_all(conn, peer_id, records, now_ms))
+    except Exception:  # the projections refuse some record: store them one by one to find it
+        appended = []
+        for v in records:
+            try:
+                appended.append(_append_all(conn, peer_id, [v], now_ms)[0])
+            except Exception as exc:  # a record the projections refuse is counted, never fatal to the batch
+                failed.append(Invalid(v.hash, "store_refused", str(exc)))
+                appended.append(None)
+    kept = [(v, result) for v, result in zip(records, appended, strict=True) if result is not None]
+    if kept:  # however they got here, they are here
+        here = _json([v.hash for v, _ in kept])
+        conn.execute("DELETE FROM sync_wanted WHERE hash IN (SELECT value FROM json_each(?))", (here,))
+    targets = {v.hash: _targets(v.record) for v, (_, inserted) in kept if inserted}
+    wanted = sorted({t for ts in targets.values() for t in ts})
+    missing: set[str] = set()
+    if wanted:
+        rows = conn.execute(
+            "SELECT value FROM json_each(?) WHERE value NOT IN (SELECT hash FROM records)", (_json(wanted),)
+        ).fetchall()
+        missing = {r[0] for r in rows}
+    if missing:
+        conn.executemany(
+            "INSERT INTO sync_wanted (hash, peer_id, next_ms, first_ms) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (hash) DO NOTHING",
+            [(h, peer_id, now_ms, now_ms) for h in sorted(missing)],
+        )
+    for v, (_, inserted) in kept:
         if not inserted:
             outcomes.append(Outcome(v.hash, "duplicate"))
-            continue
-        targets = _targets(v.record)
-        missing = [
-            r[0]
-            for r in conn.execute(
-                "SELECT value FROM json_each(?) WHERE value NOT IN (SELECT hash FROM records)", (_json(targets),)
-            ).fetchall()
-        ]
-        if missing:
-            conn.executemany(
-                "INSERT INTO sync_wanted (hash, peer_id, next_ms, first_ms) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT (hash) DO NOTHING",
-                [(h, peer_id, now_ms, now_ms) for h in missing],
-            )
+        elif missing.intersection(targets[v.hash]):
             outcomes.append(Outcome(v.hash, "pending_link"))
         else:
             outcomes.append(Outcome(v.hash, "saved"))
@@ -287,6 +286,22 @@ def ingest(
             "UPDATE peers SET cursor_epoch = ?, cursor_seq = ? WHERE node_id = ?", (cursor.epoch, cursor.seq, peer_id)
         )
     return outcomes
+
+
+def _append_all(conn: sqlite3.Connection, peer_id: str, records: list[Verified], now_ms: int) -> list[tuple[int, bool]]:
+    """Append records inside a savepoint: all of them, or none (the error raised)."""
+    conn.execute("SAVEPOINT sync_records")
+    try:
+        incoming = [
+            projections.Incoming(v.record, v.hash, v.decoded, str(v.record.get("scope", "federation"))) for v in records
+        ]
+        appended = projections.append_many(conn, incoming, origin=peer_id, now_ms=now_ms)
+    except Exception:
+        conn.execute("ROLLBACK TO sync_records")
+        conn.execute("RELEASE sync_records")
+        raise
+    conn.execute("RELEASE sync_records")
+    return appended
 
 
 def add_peer(conn: sqlite3.Connection, url: str, node_id: str, now_ms: int) -> None:

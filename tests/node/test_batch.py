@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from identity import records
+from node import projections
 from node.api_types import MAX_BATCH
 from node.service import Node
 from tests.conftest import AgentCreds, FakeClock
@@ -196,6 +197,44 @@ async def test_retraction_inside_a_batch_and_of_anothers_entry(
     )
     assert (problem["code"], problem["field"]) == ("retract_not_own", "$.entries[1].links[0].target")
     assert await count(node, "entries") == before
+
+
+async def test_entries_of_one_batch_that_refer_to_each_other(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    """Stored in one set-based append: links, contradictions and retractions among the batch's own entries are
+    decided as if the entries had come one by one, and a rebuild from the log gives the same projections."""
+    alice = await make_agent("alice")
+    claim = await post(client, alice, content="the cache is warm")
+    bob = await self_signer(node, "bob")
+    now = node.now_ms()
+    answer = entry_record(
+        bob.key,
+        "the cache is cold",
+        created_ms=now,
+        links=[{"target": claim["record_hash"], "link_type": "contradicts", "annotation": ""}],
+    )
+    withdrawn = entry_record(bob.key, "a hasty note", created_ms=now + 1)
+    retract = entry_record(
+        bob.key,
+        "withdrawn",
+        created_ms=now + 2,
+        performative="retract",
+        links=[{"target": records.compute_hash(withdrawn), "link_type": "supersedes", "annotation": ""}],
+    )
+    out = await batch(client, bob, [{"record": r} for r in (answer, withdrawn, retract)], 201)
+    assert [r["created"] for r in out["results"]] == [True, True, True]
+    inbox = await get_json(client, "/v1/inbox", alice)
+    assert [(n["entry_id"], n["tier"]) for n in inbox["notifications"]] == [(out["results"][0]["entry"]["id"], 1)]
+    read = await get_json(client, f"/v1/entries/{out['results'][1]['entry']['id']}", bob)
+    assert read["entries"][0]["retracted"] is True
+
+    def rebuilt_equals(conn: Any) -> bool:
+        before = projections.snapshot(conn)
+        projections.rebuild(conn)
+        return before == projections.snapshot(conn)
+
+    assert await node.db.write(rebuilt_equals)
 
 
 async def test_batch_entries_reach_subscribers(client: TestClient, make_agent: MakeAgent) -> None:
