@@ -555,8 +555,11 @@ class Client:
 
     async def _finish(self, event: str, ref: str, finish: FinishIn | None) -> TaskOut:
         body = _checked(finish or FinishIn(), FinishIn)
-        if self._key is None:
-            return await self._request("POST", f"{WORKFLOWS}/tasks/{_path(ref)}/{event}", TaskOut, json=body)
+        if self._key is None:  # the key makes a retry after a lost answer return the task, not 409 lease_not_held
+            headers = {"Idempotency-Key": uuid.uuid4().hex}
+            return await self._request(
+                "POST", f"{WORKFLOWS}/tasks/{_path(ref)}/{event}", TaskOut, json=body, headers=headers
+            )
         task = await self.get_task(ref)
         fields = self._finish_fields(task, body)
         if event == "complete" and task.status in unsigned.DONE_STATUSES and not fields and task.lease is None:

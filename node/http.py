@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
-from node.api_types import Problem
+from node.api_types import Problem, SignedSubmission
 from node.errors import (
     BBSError,
     InvalidInput,
@@ -185,6 +185,24 @@ def convert(value: Any, typ: type[T], prefix: str = "$") -> T:
         return msgspec.convert(value, typ)
     except msgspec.ValidationError as exc:
         raise _validation_error(exc, prefix) from None
+
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def idempotency_header(request: web.Request) -> str | None:
+    """The request's Idempotency-Key header (1 to 128 characters), if it has one."""
+    value = request.headers.get(IDEMPOTENCY_HEADER)
+    if value is not None and not (0 < len(value) <= 128):
+        raise InvalidInput("Idempotency-Key must be 1 to 128 characters", field=IDEMPOTENCY_HEADER)
+    return value
+
+
+def signed_or(raw: Any, typ: type[Any], prefix: str = "$") -> Any:
+    """A body that is either `{"record": <signed record>, ...}` (a SignedSubmission) or the node-signed `typ`."""
+    if isinstance(raw, dict) and "record" in raw:
+        return convert(raw, SignedSubmission, prefix)
+    return convert(raw, typ, prefix)
 
 
 def decode_query(request: web.Request, typ: type[T]) -> T:

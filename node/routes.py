@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from node.api_types import (
@@ -35,32 +33,26 @@ from node.api_types import (
 from node.appkeys import NODE
 from node.auth import agent_id
 from node.errors import InvalidInput
-from node.http import Route, convert, decode_query, json_response, read_json
+from node.http import (
+    IDEMPOTENCY_HEADER,
+    Route,
+    convert,
+    decode_query,
+    idempotency_header,
+    json_response,
+    read_json,
+    signed_or,
+)
 from node.service import Node
-
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 def _node(request: web.Request) -> Node:
     return request.app[NODE]
 
 
-def _idempotency_header(request: web.Request) -> str | None:
-    value = request.headers.get(IDEMPOTENCY_HEADER)
-    if value is not None and not (0 < len(value) <= 128):
-        raise InvalidInput("Idempotency-Key must be 1 to 128 characters", field=IDEMPOTENCY_HEADER)
-    return value
-
-
-def _signed_or(raw: Any, typ: type[Any], prefix: str = "$") -> Any:
-    if isinstance(raw, dict) and "record" in raw:
-        return convert(raw, SignedSubmission, prefix)
-    return convert(raw, typ, prefix)
-
-
 async def post_entry(request: web.Request) -> web.Response:
-    body = _signed_or(await read_json(request), PostEntry)
-    entry, created = await _node(request).post_entry(agent_id(request), body, _idempotency_header(request))
+    body = signed_or(await read_json(request), PostEntry)
+    entry, created = await _node(request).post_entry(agent_id(request), body, idempotency_header(request))
     return json_response(entry, 201 if created else 200)
 
 
@@ -72,7 +64,7 @@ async def post_entries(request: web.Request) -> web.Response:
             code="idempotency_header_in_batch",
         )
     batch = convert(await read_json(request), PostEntries)
-    bodies = [_signed_or(item, PostEntry, f"$.entries[{i}]") for i, item in enumerate(batch.entries)]
+    bodies = [signed_or(item, PostEntry, f"$.entries[{i}]") for i, item in enumerate(batch.entries)]
     results = await _node(request).post_entries(agent_id(request), bodies)
     posted = PostedEntries([PostedEntry(created=created, entry=entry) for entry, created in results])
     return json_response(posted, 201 if any(p.created for p in posted.results) else 200)
@@ -102,8 +94,8 @@ async def search(request: web.Request) -> web.Response:
 
 
 async def post_link(request: web.Request) -> web.Response:
-    body = _signed_or(await read_json(request), PostLink)
-    link, created = await _node(request).create_link(agent_id(request), body, _idempotency_header(request))
+    body = signed_or(await read_json(request), PostLink)
+    link, created = await _node(request).create_link(agent_id(request), body, idempotency_header(request))
     return json_response(link, 201 if created else 200)
 
 

@@ -10,8 +10,16 @@ from aiohttp import web
 from node.api_types import SignedSubmission
 from node.appkeys import NODE
 from node.auth import agent_id
-from node.errors import InvalidInput, MalformedRequest
-from node.http import Route, convert, decode_query, json_response, read_json
+from node.errors import MalformedRequest
+from node.http import (
+    Route,
+    convert,
+    decode_query,
+    idempotency_header,
+    json_response,
+    read_json,
+    signed_or,
+)
 from node.workflows import graph as graph_render
 from node.workflows import leases
 from node.workflows.service import Workflows
@@ -33,17 +41,10 @@ from node.workflows.wire import (
 )
 
 PREFIX = "/v1/agent-workflows"
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 def _workflows(request: web.Request) -> Workflows:
     return Workflows(request.app[NODE])
-
-
-def _signed_or(raw: Any, typ: type[Any]) -> Any:
-    if isinstance(raw, dict) and "record" in raw:
-        return convert(raw, SignedSubmission)
-    return convert(raw, typ)
 
 
 async def _optional_json(request: web.Request) -> Any:
@@ -53,16 +54,9 @@ async def _optional_json(request: web.Request) -> Any:
     return await read_json(request)
 
 
-def _idempotency_header(request: web.Request) -> str | None:
-    value = request.headers.get(IDEMPOTENCY_HEADER)
-    if value is not None and not (0 < len(value) <= 128):
-        raise InvalidInput("Idempotency-Key must be 1 to 128 characters", field=IDEMPOTENCY_HEADER)
-    return value
-
-
 async def post_message(request: web.Request) -> web.Response:
-    body = _signed_or(await read_json(request), PostMessage)
-    message, created = await _workflows(request).post_message(agent_id(request), body, _idempotency_header(request))
+    body = signed_or(await read_json(request), PostMessage)
+    message, created = await _workflows(request).post_message(agent_id(request), body, idempotency_header(request))
     return json_response(message, 201 if created else 200)
 
 
@@ -71,7 +65,7 @@ async def get_messages(request: web.Request) -> web.Response:
 
 
 async def post_task(request: web.Request) -> web.Response:
-    body = _signed_or(await read_json(request), DeclareTask)
+    body = signed_or(await read_json(request), DeclareTask)
     task, created = await _workflows(request).declare(agent_id(request), body)
     return json_response(task, 201 if created else 200)
 
@@ -92,13 +86,19 @@ async def lease_task(request: web.Request) -> web.Response:
 
 
 async def release_task(request: web.Request) -> web.Response:
-    body = _signed_or(await _optional_json(request), FinishIn)
-    return json_response(await _workflows(request).release(agent_id(request), request.match_info["task_id"], body))
+    body = signed_or(await _optional_json(request), FinishIn)
+    task = await _workflows(request).release(
+        agent_id(request), request.match_info["task_id"], body, idempotency_header(request)
+    )
+    return json_response(task)
 
 
 async def complete_task(request: web.Request) -> web.Response:
-    body = _signed_or(await _optional_json(request), FinishIn)
-    return json_response(await _workflows(request).complete(agent_id(request), request.match_info["task_id"], body))
+    body = signed_or(await _optional_json(request), FinishIn)
+    task = await _workflows(request).complete(
+        agent_id(request), request.match_info["task_id"], body, idempotency_header(request)
+    )
+    return json_response(task)
 
 
 async def peer_lease(request: web.Request) -> web.Response:

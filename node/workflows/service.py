@@ -15,7 +15,7 @@ import msgspec
 from identity import canonical, keys, records
 from node import projections
 from node.api_types import SignedSubmission
-from node.errors import BBSError, Forbidden, InvalidInput
+from node.errors import BBSError, Conflict, Forbidden, InvalidInput
 from node.service import Node, format_ms, record_error
 from node.workflows import bus, forward, graph, leases, tasks, unsigned
 from node.workflows.wire import (
@@ -47,6 +47,26 @@ def build_record(unsigned: dict[str, Any], key: keys.SigningKey) -> tuple[dict[s
 
 def _stored(conn: sqlite3.Connection, record_hash: str) -> bool:
     return conn.execute("SELECT 1 FROM records WHERE hash = ?", (record_hash,)).fetchone() is not None
+
+
+def _finished_before(conn: sqlite3.Connection, agent_id: str, idem_key: str, operation: str, task_key: str) -> bool:
+    """Whether this idempotency key already did this release or complete of this task (the request is a retry).
+
+    409 `idempotency_key_reused` when the key did anything else (another operation, or another task).
+    """
+    row = conn.execute(
+        "SELECT i.operation, t.task_key FROM idempotency i LEFT JOIN task_events t ON t.hash = i.record_hash"
+        " WHERE i.agent_id = ? AND i.idem_key = ?",
+        (agent_id, idem_key),
+    ).fetchone()
+    if row is None:
+        return False
+    if (row[0], row[1]) != (operation, task_key):
+        done = f"a {row[0]}" + (f" of task {row[1]}" if row[1] else "")
+        raise Conflict(
+            f"idempotency key already used for {done}", field="Idempotency-Key", code="idempotency_key_reused"
+        )
+    return True
 
 
 def _present(decoded: Any, names: tuple[str, ...]) -> dict[str, Any]:
@@ -243,24 +263,36 @@ class Workflows:
         )
         return exc.task_key, granted
 
-    async def release(self, agent_id: str, ref: str, body: FinishIn | SignedSubmission) -> TaskOut:
-        """End the caller's live lease early, optionally merging a checkpoint; the task is ready again."""
-        return await self._finish("release", agent_id, ref, body)
+    async def release(
+        self, agent_id: str, ref: str, body: FinishIn | SignedSubmission, idempotency_key: str | None = None
+    ) -> TaskOut:
+        """End the caller's live lease early, optionally merging a checkpoint; the task is ready again.
 
-    async def complete(self, agent_id: str, ref: str, body: FinishIn | SignedSubmission) -> TaskOut:
-        """Mark the task done (ending the caller's lease), optionally merging a final checkpoint."""
-        return await self._finish("complete", agent_id, ref, body)
+        A retry with the same idempotency key returns the task without releasing again."""
+        return await self._finish("release", agent_id, ref, body, idempotency_key)
 
-    async def _finish(self, event: str, agent_id: str, ref: str, body: FinishIn | SignedSubmission) -> TaskOut:
+    async def complete(
+        self, agent_id: str, ref: str, body: FinishIn | SignedSubmission, idempotency_key: str | None = None
+    ) -> TaskOut:
+        """Mark the task done (ending the caller's lease), optionally merging a final checkpoint.
+
+        A retry with the same idempotency key returns the task without completing again."""
+        return await self._finish("complete", agent_id, ref, body, idempotency_key)
+
+    async def _finish(
+        self, event: str, agent_id: str, ref: str, body: FinishIn | SignedSubmission, idem: str | None
+    ) -> TaskOut:
         try:
-            task = await self._finish_event(event, agent_id, ref, body)
+            task = await self._finish_event(event, agent_id, ref, body, idem)
         except BBSError as exc:
             log.info("%s refused: task %s by %s: %s", event, ref, agent_id, exc.code)
             raise
         log.info("%s: task %s by %s", event, task.key, agent_id)
         return task
 
-    async def _finish_event(self, event: str, agent_id: str, ref: str, body: FinishIn | SignedSubmission) -> TaskOut:
+    async def _finish_event(
+        self, event: str, agent_id: str, ref: str, body: FinishIn | SignedSubmission, idem: str | None
+    ) -> TaskOut:
         signer: keys.SigningKey | None = None
         checkpoint: dict[str, Any] | None = None
         if isinstance(body, SignedSubmission):
@@ -281,6 +313,8 @@ class Workflows:
             key = row["key"]
             if signer is None and decoded.task_key == key and _stored(conn, record_hash):
                 return key  # the same signed record again (a retry): it was applied once
+            if idem is not None and _finished_before(conn, agent_id, idem, f"task_{event}", key):
+                return key
             if event == "release":
                 lease: str | None = leases.check_release(row, agent_id, now)
             else:
@@ -300,6 +334,8 @@ class Workflows:
                 if patch is not None:
                     tasks.plan_declare(conn, {"task_key": key, "checkpoint": patch})
                 projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
+                if idem is not None:
+                    self.node._remember(conn, agent_id, idem, f"task_{event}", record_hash, now)
                 return key
             changed: dict[str, Any] = {}
             if checkpoint is not None:
@@ -311,6 +347,8 @@ class Workflows:
             draft = unsigned.unsigned_task_event(key, agent_id, created_at, event, **fields)
             rec, rec_hash, dec = build_record(draft, signer)
             projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
+            if idem is not None:
+                self.node._remember(conn, agent_id, idem, f"task_{event}", rec_hash, now)
             return key
 
         key = await self.node.db.write(job)

@@ -124,6 +124,43 @@ async def test_complete_unblocks_dependents_and_closes_the_task(client: TestClie
     assert status == 409 and problem["code"] == "task_closed"
 
 
+@pytest.mark.parametrize("event", ["release", "complete"])
+async def test_a_retried_release_or_complete_with_its_idempotency_key_is_applied_once(
+    client: TestClient, make_agent: MakeAgent, node: Node, event: str
+) -> None:
+    a = await make_agent("a")
+    for key in ("job", "other"):
+        await declare(client, a, {"key": key, "title": key})
+    await lease(client, a, "job", seconds=600)
+    once = {**a.headers, "Idempotency-Key": f"{event}-1"}
+    resp = await client.post(f"{WF}/tasks/job/{event}", json={"checkpoint": {"n": 1}}, headers=once)
+    first = await resp.json()
+    assert resp.status == 200 and first["lease"] is None
+    events = await count_records(node, "task_event")
+    # the answer was lost: the same request again returns the task and appends nothing
+    resp = await client.post(f"{WF}/tasks/job/{event}", json={"checkpoint": {"n": 1}}, headers=once)
+    again = await resp.json()
+    assert resp.status == 200, again
+    assert (again["status"], again["checkpoint"], again["lease"]) == (first["status"], {"n": 1}, None)
+    assert await count_records(node, "task_event") == events
+    # without the key the retry is a new request, which finds no lease to end (a release needs one)
+    if event == "release":
+        resp = await client.post(f"{WF}/tasks/job/release", headers=a.headers)
+        assert resp.status == 409 and (await resp.json())["code"] == "lease_not_held"
+    # the key names that request: used for another task or another operation, it is refused and stores nothing
+    await lease(client, a, "other", seconds=600)
+    events = await count_records(node, "task_event")
+    for path in (f"{WF}/tasks/other/{event}", f"{WF}/tasks/job/{'complete' if event == 'release' else 'release'}"):
+        resp = await client.post(path, headers=once)
+        problem = await resp.json()
+        assert (resp.status, problem["code"], problem["field"]) == (409, "idempotency_key_reused", "Idempotency-Key")
+    resp = await client.post(
+        "/v1/entries", json={"entry_type": "finding", "performative": "inform", "content": "x"}, headers=once
+    )
+    assert resp.status == 409 and (await resp.json())["code"] == "idempotency_key_reused"
+    assert await count_records(node, "task_event") == events
+
+
 async def test_lease_agent_field_must_be_the_caller(client: TestClient, make_agent: MakeAgent) -> None:
     a, b = await make_agent("a"), await make_agent("b")
     await declare(client, a, {"key": "job", "title": "Job"})
