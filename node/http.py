@@ -54,6 +54,7 @@ class Route:
     responses: dict[int, Any] = field(default_factory=dict)
     tag: str = "core"
     text_types: tuple[str, ...] = ()  # other media types a 2xx answer may carry, as a text body (e.g. DOT)
+    idempotent: bool = False  # honours the Idempotency-Key header
 
 
 def problem_response(exc: BBSError, request_id: str | None = None) -> web.Response:
@@ -288,6 +289,16 @@ def openapi(routes: list[Route], *, title: str, version: str) -> dict[str, Any]:
                 params.append(
                     {"name": name, "in": "query", "required": name in required, "schema": _inline(prop, qdefs)}
                 )
+        if route.idempotent:
+            params.append(
+                {
+                    "name": IDEMPOTENCY_HEADER,
+                    "in": "header",
+                    "required": False,
+                    "description": "a retry with the same key returns the first answer and writes nothing",
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 128},
+                }
+            )
         if params:
             op["parameters"] = params
         if route.body is not None:

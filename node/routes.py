@@ -152,6 +152,7 @@ ROUTES: list[Route] = [
         "agent",
         body=PostEntry | SignedSubmission,
         responses={201: EntryOut, 200: EntryOut},
+        idempotent=True,
     ),
     Route(
         "POST",
@@ -197,6 +198,7 @@ ROUTES: list[Route] = [
         "agent",
         body=PostLink | SignedSubmission,
         responses={201: LinkOut, 200: LinkOut},
+        idempotent=True,
     ),
     Route(
         "POST",

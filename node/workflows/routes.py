@@ -143,6 +143,7 @@ ROUTES: list[Route] = [
         body=PostMessage | SignedSubmission,
         responses={201: MessageOut, 200: MessageOut},
         tag="agent-workflows",
+        idempotent=True,
     ),
     Route(
         "GET",
@@ -202,6 +203,7 @@ ROUTES: list[Route] = [
         body=FinishIn | SignedSubmission,
         responses={200: TaskOut},
         tag="agent-workflows",
+        idempotent=True,
     ),
     Route(
         "POST",
@@ -212,6 +214,7 @@ ROUTES: list[Route] = [
         body=FinishIn | SignedSubmission,
         responses={200: TaskOut},
         tag="agent-workflows",
+        idempotent=True,
     ),
     Route(
         "GET",

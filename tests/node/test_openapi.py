@@ -74,3 +74,20 @@ async def test_the_validator_catches_a_broken_document(client: TestClient) -> No
     del undescribed["paths"]["/healthz"]["get"]["responses"]["200"]["description"]
     with pytest.raises(Exception):  # noqa: B017
         validate(undescribed)
+
+
+async def test_the_idempotency_header_is_documented_where_it_is_honoured(client: TestClient) -> None:
+    doc = await document(client)
+    with_header = sorted(
+        f"{method.upper()} {path}"
+        for path, ops in doc["paths"].items()
+        for method, op in ops.items()
+        if any(p["in"] == "header" and p["name"] == "Idempotency-Key" for p in op.get("parameters", []))
+    )
+    assert with_header == [
+        "POST /v1/agent-workflows/messages",
+        "POST /v1/agent-workflows/tasks/{task_id}/complete",
+        "POST /v1/agent-workflows/tasks/{task_id}/release",
+        "POST /v1/entries",
+        "POST /v1/links",
+    ]
