@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from identity import canonical, keys, records
 from identity.schema import AgentRecord
 from node import projections
-from node.errors import Conflict, InvalidInput
+from node.errors import Conflict, InvalidInput, NotFound
 
 AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # a local name; api_types.CreateAgent carries the same pattern
 
@@ -51,6 +51,18 @@ def new_credential(conn: sqlite3.Connection, role: str, agent_id: str | None, no
     return f"bbs_{key_id}_{secret}"
 
 
+def rotate_api_key(conn: sqlite3.Connection, ref: str, now_ms: int) -> tuple[str, str, str]:
+    """Replace every API key of a local agent (by name or did) with one new key: (name, agent_id, api_key).
+
+    The old keys stop working when this commits (a process that cached one keeps it for up to TokenCache.ttl_ms).
+    """
+    row = conn.execute("SELECT name, agent_id FROM local_agents WHERE name = ? OR agent_id = ?", (ref, ref)).fetchone()
+    if row is None:
+        raise NotFound(f"no agent {ref!r} on this node", code="agent_not_found", field="agent_id")
+    conn.execute("DELETE FROM credentials WHERE role = 'agent' AND agent_id = ?", (row["agent_id"],))
+    return row["name"], row["agent_id"], new_credential(conn, "agent", row["agent_id"], now_ms)
+
+
 def authenticate(conn: sqlite3.Connection, token: str) -> Principal | None:
     """The principal a bearer token belongs to, or None."""
     parts = token.split("_", 2)
@@ -71,8 +83,8 @@ class TokenCache:
 
     Saves a database round trip per authenticated request. Only successful look-ups are kept, so a credential
     created a moment ago is found at once. Each entry expires at `ttl_ms` after it was verified or at the
-    session's own expiry, whichever comes first. Nothing revokes a credential today; code that ever deletes a
-    credential or a session must call `clear` (see docs/decisions.md).
+    session's own expiry, whichever comes first. Code that deletes a credential or a session calls `clear`
+    (`Node.rotate_api_key` does); see docs/decisions.md.
     """
 
     def __init__(self, ttl_ms: int = 60_000, max_entries: int = 4096) -> None:

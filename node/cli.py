@@ -6,8 +6,13 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from node.api_types import CreatedAgent
+    from node.service import Node
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -87,8 +92,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_agent_create(args: argparse.Namespace) -> int:
+def _agent_key_command(args: argparse.Namespace, act: Callable[[Node], Awaitable[CreatedAgent]]) -> int:
+    """Run `act` on the data folder's node (served elsewhere or not) and print the agent id and its API key."""
     import asyncio
+
+    import msgspec
 
     from node.datadir import initialise
     from node.service import Node
@@ -96,22 +104,31 @@ def cmd_agent_create(args: argparse.Namespace) -> int:
     initialise(args.data)
     node = Node(args.data)
 
-    async def run() -> object:
+    async def run() -> CreatedAgent:
         node.open()
         try:
-            return await node.create_agent(args.name, args.display_name, args.description)
+            return await act(node)
         finally:
             node.close()
 
     created = asyncio.run(run())
     if args.json:
-        import msgspec
-
         print(msgspec.json.encode(created).decode())
     else:
-        print(f"agent_id: {created.agent_id}")  # type: ignore[attr-defined]
-        print(f"api_key:  {created.api_key}  (shown once)")  # type: ignore[attr-defined]
+        print(f"agent_id: {created.agent_id}")
+        print(f"api_key:  {created.api_key}  (shown once)")
     return 0
+
+
+def cmd_agent_create(args: argparse.Namespace) -> int:
+    return _agent_key_command(args, lambda node: node.create_agent(args.name, args.display_name, args.description))
+
+
+def cmd_agent_rotate_key(args: argparse.Namespace) -> int:
+    code = _agent_key_command(args, lambda node: node.rotate_api_key(args.agent))
+    if not args.json:
+        print("its previous API keys no longer work (a running node may accept one it checked in the last 60 s)")
+    return code
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
@@ -158,6 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--description", default="")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_agent_create)
+
+    p = agent.add_parser("rotate-key", help="give an agent a new API key; its previous keys stop working")
+    p.add_argument("agent", help="the agent's local name or did:key")
+    _data_arg(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_agent_rotate_key)
 
     from node import cli_mcp  # bbs mcp, bbs agent export/import
 

@@ -139,6 +139,10 @@ async def create_agent(request: web.Request) -> web.Response:
     return json_response(await _node(request).create_agent(body.name, body.display_name, body.description), 201)
 
 
+async def rotate_api_key(request: web.Request) -> web.Response:
+    return json_response(await _node(request).rotate_api_key(request.match_info["agent_id"]), 201)
+
+
 async def healthz(request: web.Request) -> web.Response:
     return json_response(Health(status="ok"))
 
@@ -246,6 +250,14 @@ ROUTES: list[Route] = [
         "Create an agent whose key this node keeps (admin)",
         "admin",
         body=CreateAgent,
+        responses={201: CreatedAgent},
+    ),
+    Route(
+        "POST",
+        "/v1/agents/{agent_id}/api-key",
+        rotate_api_key,
+        "Replace a local agent's API keys with a new one, shown once; the old keys stop working (admin)",
+        "admin",
         responses={201: CreatedAgent},
     ),
     Route("GET", "/healthz", healthz, "Liveness", "none", responses={200: Health}, tag="ops"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import logging
 import os
 import sqlite3
 import time
@@ -43,6 +44,8 @@ from node.datadir import DataDir
 from node.db import Database
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
 from node.queries import ENTRY_COLUMNS, entry_out
+
+log = logging.getLogger("bbs.node")
 
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
 MAX_SUBSCRIPTIONS = 100
@@ -199,6 +202,13 @@ class Node:
             lambda c: agents.register(c, name=name, key=key, keep_key=True, record=record, now_ms=self.now_ms())
         )
         return CreatedAgent(name=name, agent_id=key.did, api_key=api_key)
+
+    async def rotate_api_key(self, ref: str) -> CreatedAgent:
+        """Give a local agent (by name or did) a new API key; every key it had stops working at once here."""
+        name, agent_id, api_key = await self.db.write(lambda c: agents.rotate_api_key(c, ref, self.now_ms()))
+        self.tokens.clear()
+        log.info("api key rotated for agent %s (%s); its previous keys are revoked", name, agent_id)
+        return CreatedAgent(name=name, agent_id=agent_id, api_key=api_key)
 
     async def get_agent(self, agent_id: str) -> AgentOut:
         def fetch(conn: sqlite3.Connection) -> AgentOut:

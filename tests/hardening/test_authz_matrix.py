@@ -52,6 +52,8 @@ TABLE: list[Row] = [
     Row("POST", "/v1/auth/session", "422 422 422 422 422 422", body={}),
     # ---- admin only ---------------------------------------------------------------------------------------
     Row("POST", "/v1/agents", "401 401 403 403 201 401", body={"name": "made-{n}"}),
+    # a bystander agent's key is rotated, so the callers' own keys keep working
+    Row("POST", "/v1/agents/{agent_id}/api-key", "401 401 403 403 201 401", url="/v1/agents/{spare}/api-key"),
     Row("GET", "/metrics", "401 401 403 403 200 401"),
     Row("POST", "/v1/peers", "401 401 403 403 201 401", body={"url": "http://127.0.0.1:9/", "node_id": "{peer}"}),
     Row("GET", "/v1/peers", "401 401 403 403 200 401"),
@@ -145,6 +147,7 @@ async def world(
     # the peer added below is never pulled from
     client = await aiohttp_client(create_app(node, sync=SyncSettings(pull=False)))
     own, other = await make_agent("owner"), await make_agent("other")
+    spare = await make_agent("spare")
     peer = keys.SigningKey.generate()
     peer_in = {"url": "http://127.0.0.1:9/", "node_id": peer.did}
     resp = await client.post("/v1/peers", json=peer_in, headers=admin_headers)
@@ -170,6 +173,7 @@ async def world(
         "task": str(task["id"]),
         "task2": str(task2["id"]),
         "own": own.agent_id,
+        "spare": spare.agent_id,
         "peer": peer.did,
     }
     yield World(client, admin_headers, own, other, peer, ids)
