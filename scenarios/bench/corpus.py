@@ -1,7 +1,7 @@
 """Deterministic workload: entry texts with known common and rare terms, real signed records, fast bulk loading.
 
 Bulk loading writes real signed records straight into a data folder through the node's own
-`projections.append` inside `db.write_sync`, in large transactions: the same rows the REST path
+`projections.append_many` inside `db.write_sync`, in large transactions: the same rows the REST path
 produces, without paying for HTTP while building a 100k corpus.
 """
 
@@ -168,10 +168,8 @@ def bulk_load(data: Path, stream: Iterator[tuple[dict[str, Any], str]], *, batch
     pending: list[tuple[dict[str, Any], str]] = []
 
     def flush(conn: sqlite3.Connection) -> None:
-        now = _now_ms()
-        for record, record_hash in pending:
-            decoded = msgspec.convert(record, EntryRecord)
-            projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
+        incoming = [projections.Incoming(r, h, msgspec.convert(r, EntryRecord)) for r, h in pending]
+        projections.append_many(conn, incoming, origin="local", now_ms=_now_ms())
 
     for item in stream:
         pending.append(item)
