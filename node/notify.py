@@ -92,9 +92,10 @@ CONTRADICTIONS_SQL = (
     " JOIN entries t ON t.record_hash = l.target_hash"
     " JOIN entries s ON s.record_hash = l.source_hash"
     " JOIN local_agents a ON a.agent_id = t.author_id"
-    " WHERE l.id IN (SELECT id FROM links WHERE origin_hash IN (SELECT value FROM json_each(:h))"
-    "                UNION SELECT id FROM links WHERE source_hash IN (SELECT value FROM json_each(:h))"
-    "                UNION SELECT id FROM links WHERE target_hash IN (SELECT value FROM json_each(:h)))"
+    # json_each joined inside the UNION: `x.hash IN (SELECT value FROM json_each(:h))` there cost 30x as much
+    " WHERE l.id IN (SELECT x.id FROM json_each(:h) a JOIN links x ON x.origin_hash = a.value"
+    "                UNION SELECT x.id FROM json_each(:h) a JOIN links x ON x.source_hash = a.value"
+    "                UNION SELECT x.id FROM json_each(:h) a JOIN links x ON x.target_hash = a.value)"
     # + on link_type: start from the arrived records' links, not from every contradicts link (index on type)
     "   AND +l.link_type = 'contradicts' AND t.author_id != l.author_id"
 )

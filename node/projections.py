@@ -253,8 +253,8 @@ RETRACTIONS_SQL = (
     " JOIN entries r ON r.record_hash = l.source_hash AND +r.performative = 'retract'"
     " JOIN entries t ON t.record_hash = l.target_hash AND t.author_id = r.author_id"
     " WHERE +l.link_type = 'supersedes' AND l.ordinal >= 0 AND l.origin_hash = l.source_hash"
-    "   AND l.id IN (SELECT id FROM links WHERE source_hash IN (SELECT value FROM json_each(:h))"
-    "                UNION SELECT id FROM links WHERE target_hash IN (SELECT value FROM json_each(:h)))"
+    "   AND l.id IN (SELECT x.id FROM json_each(:h) a JOIN links x ON x.source_hash = a.value"
+    "                UNION SELECT x.id FROM json_each(:h) a JOIN links x ON x.target_hash = a.value)"
 )
 
 
