@@ -228,6 +228,18 @@ async def test_entries_of_one_batch_that_refer_to_each_other(
     assert [(n["entry_id"], n["tier"]) for n in inbox["notifications"]] == [(out["results"][0]["entry"]["id"], 1)]
     read = await get_json(client, f"/v1/entries/{out['results'][1]['entry']['id']}", bob)
     assert read["entries"][0]["retracted"] is True
+    # the retraction may come first in the batch: rules that read other entries run after the append
+    later = entry_record(bob.key, "another hasty note", created_ms=now + 3)
+    first = entry_record(
+        bob.key,
+        "withdrawn too",
+        created_ms=now + 4,
+        performative="retract",
+        links=[{"target": records.compute_hash(later), "link_type": "supersedes", "annotation": ""}],
+    )
+    out2 = await batch(client, bob, [{"record": first}, {"record": later}], 201)
+    read = await get_json(client, f"/v1/entries/{out2['results'][1]['entry']['id']}", bob)
+    assert read["entries"][0]["retracted"] is True
 
     def rebuilt_equals(conn: Any) -> bool:
         before = projections.snapshot(conn)
