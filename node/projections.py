@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from identity import canonical
 from identity.schema import AgentRecord, EntryRecord, LinkRecord
@@ -32,6 +32,7 @@ class Projection:
 
 _CANONICAL_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{3})?Z")
 Projector = Callable[[sqlite3.Connection, Any, Projection], None]
+T = TypeVar("T")
 PROJECTORS: dict[str, Projector] = {}
 # Tables (and the FTS index) that hold only derived data; `rebuild` recreates exactly these.
 PROJECTION_TABLES: list[str] = ["entries", "entry_tags", "entry_directed", "entries_fts", "links", "agents"]
@@ -148,7 +149,7 @@ def append_many(conn: sqlite3.Connection, items: list[Incoming], *, origin: str,
     return [(seqs[item.hash], item.hash in inserted and first[item.hash] == i) for i, item in enumerate(items)]
 
 
-def _chunks(items: list[Incoming]) -> list[list[Incoming]]:
+def _chunks(items: list[T]) -> list[list[T]]:
     return [items[i : i + _ROWS_PER_STATEMENT] for i in range(0, len(items), _ROWS_PER_STATEMENT)]
 
 
@@ -172,7 +173,7 @@ def project_entries(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], n
 
     `notify` is false while rebuilding: notifications are node-local history, not derived data.
     """
-    for chunk in [run[i : i + _ROWS_PER_STATEMENT] for i in range(0, len(run), _ROWS_PER_STATEMENT)]:
+    for chunk in _chunks(run):
         params: list[Any] = []
         for seq, item in chunk:
             rec: EntryRecord = item.decoded
