@@ -40,6 +40,7 @@ def guard(route: Route, authenticate: object) -> Handler:
         return await handler(request)
 
     guarded.__name__ = handler.__name__
+    guarded.auth = route.auth  # type: ignore[attr-defined]  # read by the rate-limit middleware
     return guarded
 
 

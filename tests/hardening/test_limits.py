@@ -35,6 +35,7 @@ def test_token_bucket_refills_at_its_rate(clock: FakeClock) -> None:
     assert buckets.take("b") == 0.0  # buckets are per key
     clock.advance(0.5)
     assert buckets.take("a") == 0.0
+    assert buckets.wait("a") > 0 and buckets.wait("unseen") == 0.0  # looking spends nothing
     assert buckets.take("a") > 0
 
 
@@ -54,7 +55,43 @@ async def test_rate_limit_is_per_credential_with_retry_after(
     # the refused write stored nothing
     count = await node.db.read(lambda c: c.execute("SELECT count(*) FROM entries").fetchone()[0])
     assert count == 5
-    assert (await client.get("/healthz")).status == 200  # unauthenticated health is not limited
+    assert (await client.get("/healthz")).status == 200  # requests without a key have their own bucket
+
+
+async def test_requests_without_a_key_share_one_bucket_per_address(
+    aiohttp_client: Callable[..., Awaitable[TestClient]], node: Node, make_agent: MakeAgent
+) -> None:
+    """Health, node info and the key-proof handshake (which writes a challenge) cannot be flooded either."""
+    client = await aiohttp_client(create_app(node, RateLimit(rate=0.001, burst=4)))
+    alice = await make_agent("alice")
+    for path in ("/healthz", "/v1/node", "/openapi.json"):
+        assert (await client.get(path)).status == 200
+    resp = await client.post("/v1/auth/challenge", json={"agent_id": alice.agent_id})
+    assert resp.status == 201  # the fourth request without a key
+    refused = await client.post("/v1/auth/challenge", json={"agent_id": alice.agent_id})
+    body = await problem(refused, 429, "rate_limited")
+    assert "without a key" in body["detail"] and int(refused.headers["Retry-After"]) >= 1
+    challenges = await node.db.read(lambda c: c.execute("SELECT count(*) FROM auth_challenges").fetchone()[0])
+    assert challenges == 1  # the refused request wrote nothing
+    assert (await client.get("/v1/inbox", headers=alice.headers)).status == 200  # a key has its own bucket
+    # peer-signed sync routes are bounded by their own caps, not by this bucket: refused for the signature
+    resp = await client.get("/v1/sync/changes?wait_ms=0")
+    assert resp.status == 401
+
+
+async def test_an_address_whose_keys_keep_failing_is_refused_before_the_look_up(
+    aiohttp_client: Callable[..., Awaitable[TestClient]], node: Node, make_agent: MakeAgent
+) -> None:
+    """Random key ids each get a fresh bucket, so the 401s of an address are counted in a bucket of their own."""
+    client = await aiohttp_client(create_app(node, RateLimit(rate=0.001, burst=3)))
+    alice = await make_agent("alice")
+    for i in range(3):
+        made_up = {"Authorization": f"Bearer bbs_{i:016x}_not-a-secret"}
+        assert (await client.get("/v1/inbox", headers=made_up)).status == 401
+    refused = await client.get("/v1/inbox", headers=alice.headers)  # even a good key, from that address
+    body = await problem(refused, 429, "rate_limited")
+    assert "do not verify" in body["detail"] and int(refused.headers["Retry-After"]) >= 1
+    assert (await client.get("/healthz")).status == 200  # requests without a key have their own bucket
 
 
 def test_buckets_are_keyed_by_credential() -> None:
