@@ -61,10 +61,11 @@ def _is_did(value: str) -> bool:
     return keys.is_did(value)
 
 
-def verify(record: dict[str, Any]) -> str:
+def verify(record: dict[str, Any], *, check_signature: bool = True) -> str:
     """Check form, canonical spelling and signature; return the record hash or raise RecordError.
 
-    Kind-specific schema checks belong to the caller; this is what every record shares.
+    Kind-specific schema checks belong to the caller; this is what every record shares. `check_signature`
+    false is only for a record this process signed a moment ago (see `check`).
     """
     if not isinstance(record, dict):
         raise RecordError("malformed", "a record must be a JSON object")
@@ -96,16 +97,18 @@ def verify(record: dict[str, Any]) -> str:
     if not isinstance(signature, str):
         raise RecordError("bad_signature", "signature is missing", "$.signature")
     signed_bytes = canonical.canonical_bytes(body)
-    if not keys.verify(author, signed_bytes, signature):
+    if check_signature and not keys.verify(author, signed_bytes, signature):
         raise RecordError("bad_signature", "signature does not verify against author_id", "$.signature")
     return compute_hash(record) if kind == "entry" else canonical.sha256_hex(signed_bytes)
 
 
-def check(record: dict[str, Any]) -> tuple[str, Any]:
+def check(record: dict[str, Any], *, check_signature: bool = True) -> tuple[str, Any]:
     """Full verification of a received record: size, form, canonical spelling, signature, then schema.
 
     Returns (hash, decoded Struct of its kind). Raises RecordError with a stable reason:
-    `too_large`, `malformed`, `not_canonical`, `bad_signature` or `schema`.
+    `too_large`, `malformed`, `not_canonical`, `bad_signature` or `schema`. `check_signature` false skips
+    only the Ed25519 verification, for a record just signed here by `sign` (which refuses a key that is not
+    the author's): every other rule a receiving node applies still runs.
     """
     from identity import schema  # local: schema is data, records is mechanism
 
@@ -119,7 +122,7 @@ def check(record: dict[str, Any]) -> tuple[str, Any]:
         raise RecordError("malformed", f"record is not plain JSON: {exc}") from None
     if size > schema.MAX_RECORD_BYTES:
         raise RecordError("too_large", f"record is {size} bytes; the limit is {schema.MAX_RECORD_BYTES}")
-    record_hash = verify(record)
+    record_hash = verify(record, check_signature=check_signature)
     struct_type = schema.RECORD_TYPES.get(record["kind"])
     if struct_type is None:
         raise RecordError("malformed", f"record kind {record['kind']!r} is not supported here", "$.kind")

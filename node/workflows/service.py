@@ -16,7 +16,7 @@ from identity import canonical, keys, records
 from node import projections
 from node.api_types import SignedSubmission
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
-from node.service import Node, format_ms, record_error
+from node.service import Node, format_ms, sign_and_check
 from node.workflows import bus, forward, graph, leases, tasks, unsigned
 from node.workflows.wire import (
     DeclareTask,
@@ -33,16 +33,6 @@ from node.workflows.wire import (
 )
 
 log = logging.getLogger("bbs.leases")
-
-
-def build_record(unsigned: dict[str, Any], key: keys.SigningKey) -> tuple[dict[str, Any], str, Any]:
-    """Sign a record and verify it exactly as a peer would: (record, hash, decoded Struct)."""
-    record = records.sign(unsigned, key)
-    try:
-        record_hash, decoded = records.check(record)
-    except records.RecordError as exc:
-        raise record_error(exc) from None
-    return record, record_hash, decoded
 
 
 def _stored(conn: sqlite3.Connection, record_hash: str) -> bool:
@@ -102,7 +92,7 @@ class Workflows:
                 raise Forbidden("from_agent must be the authenticated agent", field="$.from_agent")
             signer = await self._signer(agent_id)
             unsigned = bus.unsigned_message(agent_id, body, format_ms(self.node.now_ms()))
-            record, record_hash, decoded = build_record(unsigned, signer)
+            record, record_hash, decoded = sign_and_check(unsigned, signer)
 
         def job(conn: sqlite3.Connection) -> tuple[int, bool]:
             now = self.node.now_ms()
@@ -157,7 +147,7 @@ class Workflows:
             else:
                 created_at = format_ms(tasks.next_event_ms(conn, key, now))
                 draft = unsigned.unsigned_declare(key, agent_id, created_at, self.node.node_id, changed)
-                rec, rec_hash, dec = build_record(draft, signer)
+                rec, rec_hash, dec = sign_and_check(draft, signer)
             projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
             return row is None
 
@@ -232,7 +222,7 @@ class Workflows:
                 # the lease runs by this node's clock; `start` may sit a little later (see next_event_ms)
                 expires_at=format_ms(max(now + seconds * 1000, start + 1)),
             )
-            rec, rec_hash, dec = build_record(draft, node_key)
+            rec, rec_hash, dec = sign_and_check(draft, node_key)
             projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
             return decision.task_key, not decision.extends, rec
 
@@ -345,7 +335,7 @@ class Workflows:
                 return key  # already done, nothing held, nothing to merge: appending would change nothing
             created_at = format_ms(tasks.next_event_ms(conn, key, now))
             draft = unsigned.unsigned_task_event(key, agent_id, created_at, event, **fields)
-            rec, rec_hash, dec = build_record(draft, signer)
+            rec, rec_hash, dec = sign_and_check(draft, signer)
             projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
             if idem is not None:
                 self.node._remember(conn, agent_id, idem, f"task_{event}", rec_hash, now)

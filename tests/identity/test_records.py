@@ -443,3 +443,17 @@ def test_unknown_and_missing_fields_report_their_own_path() -> None:
     with pytest.raises(RecordError) as err:
         check(sign(missing, ALICE))
     assert (err.value.reason, err.value.field) == ("schema", "$.tags")
+
+
+def test_a_record_just_signed_here_may_skip_only_the_signature_check() -> None:
+    """`check_signature=False` (for records the node signed a moment ago) skips Ed25519, never the other rules."""
+    good = sign(entry(), ALICE)
+    tampered = {**good, "confidence": 0.6}
+    assert records.check(good, check_signature=False) == records.check(good)
+    assert records.check(tampered, check_signature=False)[0] == records.compute_hash(tampered)
+    with pytest.raises(records.RecordError):
+        records.check(tampered)
+    not_canonical = {**sign(entry(), ALICE), "content": "trailing space "}
+    with pytest.raises(records.RecordError) as caught:
+        records.check(not_canonical, check_signature=False)
+    assert caught.value.reason == "not_canonical"
