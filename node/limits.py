@@ -82,7 +82,8 @@ def credential_key(request: web.Request) -> str | None:
 
 
 def middleware(limit: RateLimit, clock: Callable[[], float] = time.monotonic) -> Middleware:
-    """aiohttp middleware enforcing `limit` per credential (a no-op when limit.rate is 0)."""
+    """aiohttp middleware enforcing `limit` per credential, per address without one, and per address for 401s
+    (a no-op when limit.rate is 0)."""
     buckets = TokenBuckets(limit, clock)
 
     @web.middleware
