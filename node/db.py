@@ -5,6 +5,11 @@ that queue up while a commit is in flight are committed together, each inside
 its own SAVEPOINT so one failing job rolls back alone. A job's future resolves
 only after COMMIT returns: an acknowledged write is a committed write.
 
+Jobs of one `Mergeable` kind that are queued next to each other run as one call
+(`write_merged`): concurrent single posts become one set-based append. If that
+call fails, it is rolled back and each of its jobs runs alone, so an error
+still reaches only the request that caused it.
+
 Reads run whole functions on reader threads, each with its own connection, so
 many reads proceed in parallel with the writer (WAL).
 """
@@ -20,11 +25,12 @@ import threading
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from node.errors import StorageFull, Unavailable
 
 T = TypeVar("T")
+ItemT = TypeVar("ItemT")  # an item of a mergeable write
 log = logging.getLogger("bbs.db")
 MAX_BATCH = 256
 
@@ -96,11 +102,36 @@ def _split_sql(script: str) -> list[str]:
     return statements
 
 
-class _Job:
-    __slots__ = ("fn", "future", "loop")
+class Mergeable(Generic[ItemT, T]):
+    """A kind of write whose queued jobs the writer may run together.
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], Any], future: asyncio.Future[Any], loop: Any) -> None:
-        self.fn, self.future, self.loop = fn, future, loop
+    `run(conn, items)` must return one result per item, in order, and either succeed for all of them or
+    raise: the writer then rolls the call back and runs each item alone, `run(conn, [item])`.
+    """
+
+    def __init__(self, run: Callable[[sqlite3.Connection, list[ItemT]], list[T]]) -> None:
+        self.run = run
+
+
+class _Job:
+    __slots__ = ("fn", "future", "loop", "kind", "item")
+
+    def __init__(
+        self,
+        fn: Callable[[sqlite3.Connection], Any] | None,
+        future: asyncio.Future[Any],
+        loop: Any,
+        kind: Mergeable[Any, Any] | None = None,
+        item: Any = None,
+    ) -> None:
+        self.fn, self.future, self.loop, self.kind, self.item = fn, future, loop, kind, item
+
+    def run_alone(self, conn: sqlite3.Connection) -> Any:
+        if self.kind is None:
+            assert self.fn is not None
+            return self.fn(conn)
+        (result,) = self.kind.run(conn, [self.item])
+        return result
 
 
 class Database:
@@ -142,6 +173,15 @@ class Database:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._jobs.put(_Job(fn, future, loop))
+        return await future
+
+    async def write_merged(self, kind: Mergeable[ItemT, T], item: ItemT) -> T:
+        """Like `write`, for one item of a mergeable kind: jobs of that kind queued together run in one call."""
+        if self._writer is None:
+            raise Unavailable("the database is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._jobs.put(_Job(None, future, loop, kind, item))
         return await future
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -189,20 +229,13 @@ class Database:
         outcomes: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for job in batch:
-                conn.execute("SAVEPOINT job")
-                try:
-                    result = job.fn(conn)
-                except Exception as exc:  # the job's own failure: roll back just this job
-                    try:
-                        conn.execute("ROLLBACK TO job")
-                        conn.execute("RELEASE job")
-                    except sqlite3.Error:
-                        raise exc from None  # SQLite ended the whole transaction (e.g. disk full): fail the batch
-                    outcomes.append((False, _storage_error(exc)))
-                else:
-                    conn.execute("RELEASE job")
-                    outcomes.append((True, result))
+            for group in _runs(batch):
+                if len(group) > 1:
+                    merged = _run_merged(conn, group)
+                    if merged is not None:
+                        outcomes.extend(merged)
+                        continue
+                outcomes.extend(_run_alone(conn, job) for job in group)
             conn.execute("COMMIT")
         except Exception as exc:  # nothing of this batch is committed, so no job may report success
             if conn.in_transaction:
@@ -217,6 +250,53 @@ class Database:
             by_loop.setdefault(job.loop, []).append((job.future, ok, value))
         for loop, settled in by_loop.items():
             loop.call_soon_threadsafe(_settle_all, settled)
+
+
+def _runs(batch: list[_Job]) -> list[list[_Job]]:
+    """The batch in order, split into runs: neighbouring jobs of one mergeable kind together, others alone."""
+    runs: list[list[_Job]] = []
+    for job in batch:
+        if job.kind is not None and runs and runs[-1][0].kind is job.kind:
+            runs[-1].append(job)
+        else:
+            runs.append([job])
+    return runs
+
+
+def _run_alone(conn: sqlite3.Connection, job: _Job) -> tuple[bool, Any]:
+    """Run one job inside its own SAVEPOINT: its failure rolls back only its own changes."""
+    conn.execute("SAVEPOINT job")
+    try:
+        result = job.run_alone(conn)
+    except Exception as exc:
+        try:
+            conn.execute("ROLLBACK TO job")
+            conn.execute("RELEASE job")
+        except sqlite3.Error:
+            raise exc from None  # SQLite ended the whole transaction (e.g. disk full): fail the batch
+        return False, _storage_error(exc)
+    conn.execute("RELEASE job")
+    return True, result
+
+
+def _run_merged(conn: sqlite3.Connection, group: list[_Job]) -> list[tuple[bool, Any]] | None:
+    """Run a run of mergeable jobs as one call; None (and nothing changed) if it failed."""
+    kind = group[0].kind
+    assert kind is not None
+    conn.execute("SAVEPOINT merged")
+    try:
+        results = kind.run(conn, [job.item for job in group])
+        if len(results) != len(group):
+            raise RuntimeError(f"a merged write returned {len(results)} results for {len(group)} items")
+    except Exception as exc:
+        try:
+            conn.execute("ROLLBACK TO merged")
+            conn.execute("RELEASE merged")
+        except sqlite3.Error:
+            raise exc from None
+        return None
+    conn.execute("RELEASE merged")
+    return [(True, result) for result in results]
 
 
 def _storage_error(exc: Exception) -> Exception:

@@ -41,7 +41,7 @@ from node.api_types import (
     unsigned_entry,
 )
 from node.datadir import DataDir
-from node.db import Database
+from node.db import Database, Mergeable
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
 from node.queries import ENTRY_COLUMNS, entry_out
 
@@ -127,6 +127,7 @@ class Node:
         self.clock = clock
         self.key = keys.load_key(self.data.key_path)
         self.db = Database(self.data.db_path)
+        self._stores = Mergeable(self._store_all)  # concurrent posts: one append (see Database.write_merged)
         self._agent_keys: dict[str, keys.SigningKey | None] = {}
         self.tokens = agents.TokenCache()
         self._crypto: concurrent.futures.ThreadPoolExecutor | None = None
@@ -289,7 +290,7 @@ class Node:
         await self._seal(fresh, agent_id)
         for _ in range(MAX_HASH_RETRIES):
             try:
-                return await self.db.write(lambda c: self._store_all(c, agent_id, posts))
+                return await self.db.write_merged(self._stores, (agent_id, posts))
             except _HashTaken as taken:
                 later = projections.created_ms(taken.post.seal.decoded.created_at) + 1
                 await self._seal([taken.post], agent_id, later)
@@ -338,17 +339,21 @@ class Node:
         await self.off_loop(seal_all)
 
     def _store_all(
-        self, conn: sqlite3.Connection, agent_id: str, posts: list[_Post]
-    ) -> list[tuple[queries.EntryOut, bool]]:
-        """Append the sealed posts in one set-based append, then read them all back inside the write.
+        self, conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]]
+    ) -> list[list[tuple[queries.EntryOut, bool]]]:
+        """Append the sealed posts of one or more requests (agent, posts) in one set-based append, then read
+        them all back inside the write; one list of (entry, created) per request.
 
         Idempotency keys are checked again first (a request with the same key may have committed since the
         read in `_post`); retractions are checked after the append, so a batch may retract its own entries.
+        Concurrent requests reach here together through `Database.write_merged`; if one of them fails, the
+        writer rolls this back and runs each request alone.
         """
         now = self.now_ms()
+        posts = [(agent_id, post) for agent_id, request in requests for post in request]
         stored: dict[int, tuple[queries.EntryOut | int, bool]] = {}
         to_append: list[int] = []
-        for i, post in enumerate(posts):
+        for i, (agent_id, post) in enumerate(posts):
             replay: queries.EntryOut | int | None = post.replay
             if replay is None and post.key is not None:
                 with Located(post.where):
@@ -360,12 +365,12 @@ class Node:
                 to_append.append(i)
         appended = projections.append_many(
             conn,
-            [projections.Incoming(*posts[i].seal, scope=posts[i].seal.decoded.scope) for i in to_append],
+            [projections.Incoming(*posts[i][1].seal, scope=posts[i][1].seal.decoded.scope) for i in to_append],
             origin="local",
             now_ms=now,
         )
         for i, (seq, inserted) in zip(to_append, appended, strict=True):
-            post = posts[i]
+            agent_id, post = posts[i]
             record, record_hash, decoded = post.seal
             with Located(post.where):
                 self._check_links(conn, decoded)
@@ -383,8 +388,15 @@ class Node:
             f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.id IN ({','.join('?' * len(ids))})", ids
         ).fetchall()
         by_id = {out.id: out for out in map(entry_out, rows)}
-        ordered = [stored[i] for i in range(len(posts))]
-        return [(by_id[ref] if isinstance(ref, int) else ref, created) for ref, created in ordered]
+        results = [
+            (by_id[ref] if isinstance(ref, int) else ref, created)
+            for ref, created in map(stored.__getitem__, range(len(posts)))
+        ]
+        answers, start = [], 0
+        for _, request in requests:
+            answers.append(results[start : start + len(request)])
+            start += len(request)
+        return answers
 
     def _check_signed(self, record: dict[str, Any], kind: str, agent_id: str) -> tuple[dict[str, Any], str, Any]:
         if record.get("kind") != kind:

@@ -1,0 +1,196 @@
+"""The writer thread: group commit, and mergeable jobs (concurrent posts run as one set-based append).
+
+The writer is held on a job that waits for an event, so the jobs under test queue up behind it and reach
+the writer together, as they do under load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from node.db import Database, Mergeable
+from node.service import Node
+from tests.conftest import AgentCreds
+from tests.node.api_helpers import count, post, problem
+
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+
+
+class Bad(Exception):
+    """The failure of one item."""
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    database = Database(tmp_path / "writer.db")
+    database.open()
+    await database.write(lambda c: c.execute("CREATE TABLE scratch (item TEXT PRIMARY KEY)"))
+    yield database
+    database.close()
+
+
+class Held:
+    """Holds the writer on one job until released; `queued(n)` waits until n more jobs wait behind it."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.release = threading.Event()
+        self.running = threading.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Held:
+        def hold(conn: sqlite3.Connection) -> None:
+            self.running.set()
+            self.release.wait(10)
+
+        self.task = asyncio.create_task(self.db.write(hold))
+        while not self.running.is_set():
+            await asyncio.sleep(0.001)
+        return self
+
+    async def queued(self, n: int) -> None:
+        for _ in range(5000):
+            if self.db._jobs.qsize() >= n:
+                return
+            await asyncio.sleep(0.002)
+        raise AssertionError(f"{n} jobs never queued up")
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release.set()
+        assert self.task is not None
+        await self.task
+
+
+def scratch_kind(calls: list[list[str]]) -> Mergeable[str, int]:
+    """Insert each item into `scratch`; an item starting with 'bad' fails after its insert."""
+
+    def run(conn: sqlite3.Connection, items: list[str]) -> list[int]:
+        calls.append(list(items))
+        out = []
+        for item in items:
+            conn.execute("INSERT INTO scratch (item) VALUES (?)", (item,))
+            if item.startswith("bad"):
+                raise Bad(item)
+            out.append(len(item))
+        return out
+
+    return Mergeable(run)
+
+
+async def stored(db: Database) -> list[str]:
+    return await db.read(lambda c: [r[0] for r in c.execute("SELECT item FROM scratch ORDER BY item")])
+
+
+async def test_queued_jobs_of_one_kind_run_in_one_call(db: Database) -> None:
+    calls: list[list[str]] = []
+    kind = scratch_kind(calls)
+    async with Held(db) as held:
+        futures = [asyncio.ensure_future(db.write_merged(kind, item)) for item in ("a", "bb", "ccc")]
+        await held.queued(3)
+    assert await asyncio.gather(*futures) == [1, 2, 3]
+    assert calls == [["a", "bb", "ccc"]]
+    assert await stored(db) == ["a", "bb", "ccc"]
+
+
+async def test_a_failing_item_fails_alone(db: Database) -> None:
+    """The merged call fails: it is rolled back and each item runs alone; only the bad one errs."""
+    calls: list[list[str]] = []
+    kind = scratch_kind(calls)
+    async with Held(db) as held:
+        futures = [asyncio.ensure_future(db.write_merged(kind, item)) for item in ("a", "bad1", "ccc")]
+        await held.queued(3)
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    assert results[0] == 1 and results[2] == 3
+    assert isinstance(results[1], Bad)
+    assert calls == [["a", "bad1", "ccc"], ["a"], ["bad1"], ["ccc"]]
+    assert await stored(db) == ["a", "ccc"]  # nothing of the failed item, nothing twice
+
+
+async def test_other_jobs_split_the_runs(db: Database) -> None:
+    calls: list[list[str]] = []
+    kind = scratch_kind(calls)
+    async with Held(db) as held:
+        first = [asyncio.ensure_future(db.write_merged(kind, item)) for item in ("a", "b")]
+        await held.queued(2)
+        plain = asyncio.ensure_future(db.write(lambda c: c.execute("INSERT INTO scratch VALUES ('plain')").rowcount))
+        await held.queued(3)
+        second = [asyncio.ensure_future(db.write_merged(kind, item)) for item in ("c", "d")]
+        await held.queued(5)
+    assert await asyncio.gather(*first, plain, *second) == [1, 1, 1, 1, 1]
+    assert calls == [["a", "b"], ["c", "d"]]
+
+
+async def test_a_wrong_result_count_is_a_failure_of_the_call(db: Database) -> None:
+    def run(conn: sqlite3.Connection, items: list[str]) -> list[int]:
+        for item in items:
+            conn.execute("INSERT INTO scratch (item) VALUES (?)", (item,))
+        return [0]  # one result, whatever the number of items
+
+    kind: Mergeable[str, int] = Mergeable(run)
+    async with Held(db) as held:
+        futures = [asyncio.ensure_future(db.write_merged(kind, item)) for item in ("a", "b")]
+        await held.queued(2)
+    assert await asyncio.gather(*futures) == [0, 0]  # each ran alone after the merged call was refused
+    assert await stored(db) == ["a", "b"]
+
+
+async def test_concurrent_posts_merge_and_errors_stay_with_their_request(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    """Posts of several agents reach the writer together: one append for all of them; a post that must
+    fail (a retraction of someone else's entry) fails alone and stores nothing, the others are stored."""
+    alice, bob, carol = [await make_agent(name) for name in ("alice", "bob", "carol")]
+    alices = await post(client, alice, content="alice's claim")
+    keyed = await post(client, carol, content="carol, keyed", headers={"Idempotency-Key": "k-1"})
+    calls: list[int] = []
+    run = node._stores.run
+
+    def counted(conn: sqlite3.Connection, requests: list[Any]) -> Any:
+        calls.append(len(requests))
+        return run(conn, requests)
+
+    node._stores.run = counted
+    before = await count(node)
+    async with Held(node.db) as held:
+        bodies: list[tuple[AgentCreds, int, dict[str, Any], dict[str, str]]] = [
+            (alice, 201, {"content": "alice, concurrent"}, {}),
+            (bob, 201, {"content": "bob, concurrent", "tags": ["t"]}, {}),
+            (
+                bob,
+                403,
+                {
+                    "performative": "retract",
+                    "content": "bob retracts alice",
+                    "links": [{"target": alices["record_hash"], "link_type": "supersedes"}],
+                },
+                {},
+            ),
+            (carol, 201, {"content": "carol, new key"}, {"Idempotency-Key": "k-2"}),
+        ]
+        tasks = [
+            asyncio.ensure_future(post(client, who, status, headers=headers, **fields))
+            for who, status, fields, headers in bodies
+        ]
+        await held.queued(len(tasks))
+        # a replay of a committed key is answered from a reader while the writer is busy
+        replay = await post(client, carol, 200, content="carol, keyed", headers={"Idempotency-Key": "k-1"})
+    answers = await asyncio.gather(*tasks)
+    problem(answers[2], 403, "retract_not_own", "$.links[0].target")
+    assert replay["id"] == keyed["id"]
+    assert [a["content"] for i, a in enumerate(answers) if i != 2] == [
+        "alice, concurrent",
+        "bob, concurrent",
+        "carol, new key",
+    ]
+    assert answers[1]["tags"] == ["t"] and answers[1]["author_id"] == bob.agent_id
+    assert calls[0] == 4  # the four posts went to the writer as one call, then each alone after the 403
+    assert await count(node) == before + 3
+    assert await count(node, "entries") == 5
