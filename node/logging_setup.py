@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from node.http import REQUEST_ID, Handler
 
@@ -91,6 +92,20 @@ class TextFormatter(logging.Formatter):
         return f"{line} {extra}" if extra else line
 
 
+class MalformedHttpFilter(logging.Filter):
+    """aiohttp logs every request it cannot parse (no Host, a bad Content-Length, a header too long) at ERROR
+    with a traceback, before the app sees it; it has answered 400. Anyone can send those, so they become one
+    warning line each rather than a flood of tracebacks. Every other aiohttp.server record is left alone."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError) and (exc.code or 400) < 500:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg, record.args = "%s: %s", (record.getMessage(), str(exc).replace("\n", " ").strip())
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
 def configure(fmt: str = "text", level: str = "info", stream: TextIO | None = None, *, access_log: bool = True) -> None:
     """Send every log record of the process to `stream` (stderr) in the chosen format, replacing other handlers."""
     handler = logging.StreamHandler(stream or sys.stderr)
@@ -102,6 +117,9 @@ def configure(fmt: str = "text", level: str = "info", stream: TextIO | None = No
     root.setLevel(level.upper())
     # aiohttp's own access logger is replaced by ours (bbs serve passes access_log=None to run_app).
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, MalformedHttpFilter) for f in server_log.filters):
+        server_log.addFilter(MalformedHttpFilter())
     logging.getLogger(ACCESS_LOGGER).setLevel(logging.NOTSET if access_log else logging.WARNING)
 
 

@@ -93,3 +93,23 @@ async def test_access_log_can_be_switched_off(client: TestClient) -> None:
     text = stream.getvalue()
     assert "/healthz" not in text
     assert 'INFO bbs.test hello peer="did:key:z"' in text
+
+
+async def test_unparseable_requests_log_one_warning_not_a_traceback(json_log: io.StringIO, client: TestClient) -> None:
+    """Requests aiohttp refuses before the app (no Host, a bad Content-Length) are 400s anyone can send."""
+    import asyncio
+
+    for request in (
+        b"GET /healthz HTTP/1.1\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    ):
+        reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+        writer.write(request)
+        await writer.drain()
+        assert (await reader.read()).startswith(b"HTTP/1.")
+        writer.close()
+    lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
+    server = [line for line in lines if line["logger"] == "aiohttp.server"]
+    assert len(server) == 2, lines
+    assert all(line["level"] == "warning" and "exc" not in line for line in server)
+    assert "Host" in str(server[0]["msg"]) and "Content-Length" in str(server[1]["msg"])
