@@ -79,7 +79,7 @@ from node.workflows.wire import (
 
 T = TypeVar("T")
 SESSION_PURPOSE = "agent-bbs-session"
-_HASH = re.compile(r"^[0-9a-f]{64}$")
+_HASH = re.compile(r"[0-9a-f]{64}")
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 WORKFLOWS = "/v1/agent-workflows"
 
@@ -432,7 +432,7 @@ class Client:
 
     async def _record_hash(self, ref: str, field: str, code: str) -> str:
         """A record hash for an entry reference (a hash stays as it is: it may name an entry not yet here)."""
-        if _HASH.match(ref):
+        if _HASH.fullmatch(ref):
             return ref
         try:
             result = await self.get_entry(ref, ReadQuery(include_links=False))

@@ -130,6 +130,10 @@ def check(record: dict[str, Any], *, check_signature: bool = True) -> tuple[str,
         decoded = msgspec.convert(record, struct_type)
     except msgspec.ValidationError as exc:
         raise RecordError("schema", str(exc), _path_of(str(exc))) from None
+    if isinstance(decoded, schema.EntryRecord):
+        for i, link in enumerate(decoded.links):
+            if link.target == record_hash:
+                raise RecordError("schema", "an entry cannot link to itself", f"$.links[{i}].target")
     bad_set = schema.check_sets(record)
     if bad_set:
         raise RecordError("not_canonical", f"{bad_set} must be deduplicated and sorted", f"$.{bad_set}")

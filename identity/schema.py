@@ -23,6 +23,17 @@ MAX_METADATA_BYTES = 16 * 1024
 MAX_NAME_CHARS = 128
 MAX_DESCRIPTION_CHARS = 2_048
 
+
+def whole(pattern: str) -> str:
+    """A msgspec `pattern` that must match the whole string: `^(?:pattern)$(?!\\n)`.
+
+    msgspec applies patterns with `re.search`, where `$` also matches before a final newline, so `^[a-z]+$`
+    alone accepts "abc\\n". The lookahead refuses that in Python and changes nothing in ECMA-262 regexes (what
+    OpenAPI clients apply), where `$` matches only at the very end.
+    """
+    return f"^(?:{pattern})$(?!\\n)"
+
+
 EntryType = Literal["finding", "question", "synthesis", "contradiction", "task"]
 Performative = Literal["inform", "request", "propose", "confirm", "disconfirm", "retract", "query", "ack", "decline"]
 LinkType = Literal[
@@ -40,8 +51,10 @@ ENTRY_TYPES: tuple[str, ...] = EntryType.__args__  # type: ignore[attr-defined]
 PERFORMATIVES: tuple[str, ...] = Performative.__args__  # type: ignore[attr-defined]
 LINK_TYPES: tuple[str, ...] = LinkType.__args__  # type: ignore[attr-defined]
 
-Hash = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$", description="SHA-256 record hash, lowercase hex")]
-Did = Annotated[str, msgspec.Meta(pattern="^did:key:z[1-9A-HJ-NP-Za-km-z]{40,60}$", description="Ed25519 did:key id")]
+Hash = Annotated[str, msgspec.Meta(pattern=whole("[0-9a-f]{64}"), description="SHA-256 record hash, lowercase hex")]
+Did = Annotated[
+    str, msgspec.Meta(pattern=whole("did:key:z[1-9A-HJ-NP-Za-km-z]{40,60}"), description="Ed25519 did:key id")
+]
 Tag = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TAG_CHARS)]
 Content = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_CONTENT_CHARS)]
 Confidence = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
@@ -53,7 +66,7 @@ class EntryLink(msgspec.Struct, forbid_unknown_fields=True):
     """A link asserted by an entry, from the entry to `target` (a record hash)."""
 
     target: Hash
-    link_type: LinkType
+    link_type: AssertableLinkType
     annotation: Annotation = ""
 
 
@@ -143,13 +156,14 @@ MAX_TASK_TITLE_CHARS = 512
 MAX_TASK_DEPENDS = 64
 MAX_CHECKPOINT_BYTES = 64 * 1024
 
+
 TaskStatus = Literal["pending", "processing", "done", "completed", "failed", "cancelled"]
 TaskEventKind = Literal["declare", "lease", "release", "complete"]
 # A task key is a name a supervisor chooses; never all digits, so a path segment is a local id or a key.
 TaskKey = Annotated[
     str,
     msgspec.Meta(
-        pattern=r"^(?![0-9]+$)[A-Za-z0-9_.:@-]{1,128}$",
+        pattern=whole(r"(?![0-9]+$)[A-Za-z0-9_.:@-]{1,128}"),
         description="letters, digits and _.:@- (1 to 128 characters, not all digits)",
     ),
 ]

@@ -152,6 +152,8 @@ def authenticator(node: Node) -> Callable[[str], Awaitable[Principal | None]]:
     """Bearer authentication accepting API keys and admin tokens (node.authenticate) and session tokens."""
 
     async def authenticate(token: str) -> Principal | None:
+        if not (token.isascii() and token.isprintable()):  # every credential the node issues is printable ASCII
+            return None
         if token.startswith(TOKEN_PREFIX + "_"):
             return await session_principal(node, token)
         return await node.authenticate(token)

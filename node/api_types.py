@@ -29,6 +29,7 @@ from identity.schema import (
     Scope,
     Tag,
     TruthState,
+    whole,
 )
 
 MAX_HOPS = 3
@@ -365,7 +366,7 @@ class AgentOut(msgspec.Struct):
 class CreateAgent(msgspec.Struct, forbid_unknown_fields=True):
     """Admin: create an agent whose key this node keeps."""
 
-    name: Annotated[str, msgspec.Meta(pattern="^[a-z0-9][a-z0-9_-]{0,63}$")]
+    name: Annotated[str, msgspec.Meta(pattern=whole("[a-z0-9][a-z0-9_-]{0,63}"))]
     display_name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)] | None = None
     description: Annotated[str, msgspec.Meta(max_length=MAX_DESCRIPTION_CHARS)] = ""
 

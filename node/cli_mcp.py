@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+from node.agents import AGENT_NAME
+
 EXIT_ERROR = 1
 
 
@@ -118,8 +119,8 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
 
     ident = identity_file.load(args.file, _passphrase(args.passphrase_env))
     name = args.name or _default_name(ident.display_name)
-    if not NAME_PATTERN.match(name):
-        return _fail("--name must match [a-z0-9][a-z0-9_-]{0,63}")
+    if not AGENT_NAME.fullmatch(name):
+        return _fail(f"--name must match {AGENT_NAME.pattern}")
     initialise(args.data)
     node = Node(args.data)
 

@@ -148,6 +148,11 @@ async def read_json(request: web.Request) -> Any:
         raise PayloadTooLarge(f"request body exceeds {request.app._client_max_size} bytes") from None
     except web.RequestPayloadError as exc:  # e.g. a Content-Encoding: gzip body that does not decompress
         raise MalformedRequest(f"the request body could not be read: {exc}", code="invalid_body") from None
+    return decode_json(raw)
+
+
+def decode_json(raw: bytes) -> Any:
+    """A JSON body as a value; `invalid_json` or `too_deep` problems for what is not plain, shallow JSON."""
     try:
         value = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
@@ -192,10 +197,10 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 def idempotency_header(request: web.Request) -> str | None:
-    """The request's Idempotency-Key header (1 to 128 characters), if it has one."""
+    """The request's Idempotency-Key header (1 to 128 printable ASCII characters), if it has one."""
     value = request.headers.get(IDEMPOTENCY_HEADER)
-    if value is not None and not (0 < len(value) <= 128):
-        raise InvalidInput("Idempotency-Key must be 1 to 128 characters", field=IDEMPOTENCY_HEADER)
+    if value is not None and not (0 < len(value) <= 128 and value.isascii() and value.isprintable()):
+        raise InvalidInput("Idempotency-Key must be 1 to 128 printable ASCII characters", field=IDEMPOTENCY_HEADER)
     return value
 
 

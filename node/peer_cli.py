@@ -24,6 +24,7 @@ def cmd_peer_add(args: argparse.Namespace) -> int:
 
     initialise(args.data)
     peer = convert({"url": args.url, "node_id": args.key}, PeerIn)
+    sync_store.check_peer_url(peer.url)
     path = DataDir(args.data).db_path
     db.write_sync(path, lambda c: sync_store.add_peer(c, peer.url, peer.node_id, int(time.time() * 1000)))
     status = next(

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from node.appkeys import NODE
 from node.errors import BBSError, InvalidInput, MalformedRequest
-from node.http import Route, convert, decode_query, json_response, read_json
+from node.http import Route, convert, decode_json, decode_query, json_response, read_json
 from node.sync_store import NodeSyncStore
 from sync import messages as m
 from sync.auth import PeerAuthError, PeerVerifier
@@ -52,7 +52,13 @@ async def _authenticate_peer(request: web.Request, body: bytes | None) -> str:
     state = _state(request)
     allowed = await state.store.peer_ids()
     try:
-        return state.verifier.verify(request.method, str(request.url), request.headers, body, allowed)
+        url = str(request.url)  # what the peer signed: built from the Host header, which may not parse
+    except (ValueError, UnicodeError):
+        raise MalformedRequest(
+            "the Host header is not a valid host[:port]", code="invalid_host", field="Host"
+        ) from None
+    try:
+        return state.verifier.verify(request.method, url, request.headers, body, allowed)
     except PeerAuthError as exc:
         err = _PeerAuthFailed(exc.detail, code=exc.code, field="Signature")
         err.status = exc.status
@@ -70,11 +76,7 @@ async def _signed_body(request: web.Request) -> bytes:
 
 
 def _decode(body: bytes, typ: type[msgspec.Struct]) -> msgspec.Struct:
-    try:
-        value = msgspec.json.decode(body)
-    except msgspec.DecodeError as exc:
-        raise MalformedRequest(f"body is not valid JSON: {exc}", code="invalid_json") from None
-    return convert(value, typ)  # type: ignore[return-value]
+    return convert(decode_json(body), typ)  # type: ignore[return-value]
 
 
 async def sync_changes(request: web.Request) -> web.Response:

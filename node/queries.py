@@ -13,8 +13,8 @@ from node.api_types import EntryOut, LinkOut, SearchQuery
 
 MAX_NEIGHBOURHOOD = 1_000  # entries a traversal may collect before it stops and says so
 MAX_WALKED_LINKS = 1_000  # links likewise: a popular entry must not make an unbounded answer
-_HASH = re.compile(r"^[0-9a-f]{64}$")
-_LOCAL_ID = re.compile(r"^[0-9]{1,19}$")  # ASCII digits only: str.isdigit() also accepts '²' and '١'
+_HASH = re.compile(r"[0-9a-f]{64}")
+_LOCAL_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also accepts '²' and '١'
 MAX_LOCAL_ID = 2**63 - 1  # SQLite's INTEGER range
 _WORD = re.compile(r"\w+", re.UNICODE)
 

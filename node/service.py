@@ -68,6 +68,11 @@ class _Post:
         assert self.sealed is not None, "sealed by Node._seal before it is stored"
         return self.sealed
 
+    @property
+    def record_where(self) -> str:
+        """JSON path of the record's fields: the item itself, or its `record` when the author signed it."""
+        return self.where + ".record" if isinstance(self.body, SignedSubmission) else self.where
+
 
 class Sealed(NamedTuple):
     """A signed record ready to append: the record, its hash, and its decoded form."""
@@ -372,8 +377,9 @@ class Node:
         for i, (seq, inserted) in zip(to_append, appended, strict=True):
             agent_id, post = posts[i]
             record, record_hash, decoded = post.seal
-            with Located(post.where):
+            with Located(post.record_where):
                 self._check_links(conn, decoded)
+            with Located(post.where):
                 if (
                     not inserted
                     and isinstance(post.body, PostEntry)
@@ -543,8 +549,10 @@ class Node:
             except records.RecordError as exc:
                 raise record_error(exc) from None
         assert isinstance(decoded, LinkRecord)
+        at = Located("$.record" if isinstance(body, SignedSubmission) else "$")  # where source and target sit
         if decoded.source == decoded.target:
-            raise InvalidInput("an entry cannot link to itself", field="$.target", code="self_link")
+            with at:
+                raise InvalidInput("an entry cannot link to itself", field="$.target", code="self_link")
 
         def job(conn: sqlite3.Connection) -> tuple[int, bool]:
             if key is not None:
@@ -564,7 +572,8 @@ class Node:
             if same is not None:  # the same author asserting the same link again: one link
                 return int(same[0]), False
             if not conn.execute("SELECT 1 FROM entries WHERE record_hash = ?", (decoded.source,)).fetchone():
-                raise NotFound("source entry is not on this node", field="$.source", code="source_not_found")
+                with at:
+                    raise NotFound("source entry is not on this node", field="$.source", code="source_not_found")
             projections.append(conn, record, record_hash, decoded, origin="local", now_ms=self.now_ms())
             if key is not None:
                 self._remember(conn, agent_id, key, "link", record_hash, self.now_ms())

@@ -12,6 +12,8 @@ import hashlib
 import sqlite3
 from typing import Any
 
+from yarl import URL
+
 from identity import keys
 from node import projections
 from node.errors import InvalidInput
@@ -183,6 +185,7 @@ class NodeSyncStore:
         return await self.node.db.read(lambda c: digest(c, self.node_id))
 
     async def add_peer(self, peer: PeerIn) -> PeerStatus:
+        check_peer_url(peer.url)
         if peer.node_id == self.node_id:
             raise InvalidInput("a node cannot peer with itself", field="$.node_id", code="self_peer")
         now = self.node.now_ms()
@@ -192,6 +195,25 @@ class NodeSyncStore:
     async def statuses(self) -> list[PeerStatus]:
         now = self.node.now_ms()
         return await self.node.db.read(lambda c: peer_statuses(c, now))
+
+
+def check_peer_url(url: str) -> None:
+    """Refuse a peer URL the sync client could not call: PeerIn's pattern checks only its overall shape."""
+    try:
+        parsed = URL(url)
+        port = parsed.port
+    except (ValueError, UnicodeError) as exc:
+        raise InvalidInput(f"not a usable peer URL: {exc}", field="$.url", code="invalid_peer_url") from None
+    if not parsed.raw_host or "%" in parsed.raw_host:
+        raise InvalidInput("the peer URL needs a host name or an IP address", field="$.url", code="invalid_peer_url")
+    if parsed.user is not None or parsed.password is not None:
+        raise InvalidInput(
+            "the peer URL cannot carry credentials (peers authenticate by signature)",
+            field="$.url",
+            code="invalid_peer_url",
+        )
+    if not port:
+        raise InvalidInput("the peer URL's port must be 1 to 65535", field="$.url", code="invalid_peer_url")
 
 
 # ---- transaction bodies (shared with the CLI, which runs them with db.write_sync / read_sync) -------------

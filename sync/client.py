@@ -71,6 +71,8 @@ class PeerClient:
             reply = decoder.decode(raw)
         except msgspec.DecodeError as exc:
             raise SyncError(f"malformed batch: {exc}") from None
+        except RecursionError:
+            raise SyncError("malformed batch: nested too deeply to decode") from None
         if getattr(reply, "node_id", self.node_id) != self.node_id:
             raise SyncError(f"the peer answered as {reply.node_id}, not {self.node_id}")
         return reply
@@ -118,5 +120,5 @@ def _problem(data: bytes) -> str:
     try:
         problem = msgspec.json.decode(data)
         return f"{problem.get('code')}: {problem.get('detail')}"
-    except (msgspec.DecodeError, AttributeError):
+    except (msgspec.DecodeError, RecursionError, AttributeError):
         return data[:200].decode("utf-8", "replace")

@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from identity.schema import Did, Hash, whole
+
 PROTOCOL_VERSION = 1
 MAX_CHANGES_LIMIT = 1000
 DEFAULT_CHANGES_LIMIT = 500
@@ -17,9 +19,7 @@ MAX_WAIT_MS = 30_000
 MAX_FETCH_HASHES = 256
 MAX_RECONCILE_HEX = 2 * 512 * 1024
 
-Hash = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
-Did = Annotated[str, msgspec.Meta(pattern="^did:key:z[1-9A-HJ-NP-Za-km-z]{40,60}$")]
-Epoch = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{1,64}$")]
+Epoch = Annotated[str, msgspec.Meta(pattern=whole("[0-9a-f]{1,64}"))]
 Version = Annotated[int, msgspec.Meta(ge=1, le=1)]
 
 
@@ -100,7 +100,7 @@ class Records(_Message, tag="records"):
 class ReconcileRequest(_Message, tag="reconcile"):
     """One negentropy message from the initiator, hex encoded (`POST /v1/sync/reconcile`)."""
 
-    message: Annotated[str, msgspec.Meta(pattern="^([0-9a-f]{2})+$", max_length=MAX_RECONCILE_HEX)]
+    message: Annotated[str, msgspec.Meta(pattern=whole("([0-9a-f]{2})+"), max_length=MAX_RECONCILE_HEX)]
 
 
 class ReconcileReply(_Message, tag="reconcile_reply"):
@@ -126,7 +126,7 @@ class Digest(_Message, tag="digest"):
 class PeerIn(msgspec.Struct, forbid_unknown_fields=True):
     """`POST /v1/peers`: a node to pull from and to accept sync requests from."""
 
-    url: Annotated[str, msgspec.Meta(pattern="^https?://[^\\s/?#]+/?$", max_length=512)]
+    url: Annotated[str, msgspec.Meta(pattern=whole("https?://[^\\s/?#]+/?"), max_length=512)]
     node_id: Did
 
 

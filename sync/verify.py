@@ -26,6 +26,8 @@ def verify_record(raw: bytes, claimed_hash: str | None) -> Verified | Invalid:
         record: Any = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         return Invalid(claimed_hash, "malformed", f"record is not JSON: {exc}")
+    except RecursionError:
+        return Invalid(claimed_hash, "malformed", f"record nests deeper than {canonical.MAX_DEPTH} levels")
     if not isinstance(record, dict):
         return Invalid(claimed_hash, "malformed", "record is not a JSON object")
     if canonical.nesting_depth(record) > canonical.MAX_DEPTH:

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from identity.schema import Confidence, Scope, Tag, TruthState
+from identity.schema import Confidence, Scope, Tag, TruthState, whole
 from node.api_types import EntryOut, EntryRef
 
 MAX_TRANSCRIPT_CHARS = 200_000
@@ -18,7 +18,9 @@ MAX_CONSOLIDATE = 100
 MAX_NOTE_CHARS = 1_000
 
 Weight = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
-Text = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS)]
+# `\S` is searched for, not anchored: the text must contain something other than whitespace.
+NOT_BLANK = r"\S"
+Text = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS, pattern=NOT_BLANK)]
 Evidence = Annotated[list[EntryRef], msgspec.Meta(max_length=MAX_EVIDENCE)]
 CandidateTags = Annotated[list[Tag], msgspec.Meta(max_length=MAX_CANDIDATE_TAGS)]
 ReflectKind = Literal["open_question", "decision", "open_loop", "preference", "risk", "reflection"]
@@ -40,7 +42,7 @@ AuthorRef = Annotated[
     str,
     msgspec.Meta(
         max_length=128,
-        pattern=r"^([a-z0-9][a-z0-9_-]{0,63}|did:key:z[1-9A-HJ-NP-Za-km-z]{40,60})$",
+        pattern=whole(r"[a-z0-9][a-z0-9_-]{0,63}|did:key:z[1-9A-HJ-NP-Za-km-z]{40,60}"),
         description="a local agent name or the did of an agent whose key this node keeps",
     ),
 ]
@@ -61,8 +63,12 @@ class SalienceWeights(msgspec.Struct, forbid_unknown_fields=True):
 class ReflectIn(msgspec.Struct, forbid_unknown_fields=True):
     """A transcript to reflect over, or a session id whose entries (tagged `session:<id>`) form one."""
 
-    transcript: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TRANSCRIPT_CHARS)] | None = None
-    session_id: Annotated[str, msgspec.Meta(min_length=1, max_length=56, pattern=r"^[A-Za-z0-9._:-]+$")] | None = None
+    transcript: (
+        Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TRANSCRIPT_CHARS, pattern=NOT_BLANK)] | None
+    ) = None
+    session_id: Annotated[str, msgspec.Meta(min_length=1, max_length=56, pattern=whole(r"[A-Za-z0-9._:-]+"))] | None = (
+        None
+    )
     evidence_refs: Evidence = []
     goal_relevance: Weight = 0.0
     evidence_strength: Weight = 0.0
@@ -147,18 +153,18 @@ class ConsolidateIn(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class SimulateFutureIn(msgspec.Struct, forbid_unknown_fields=True):
-    goal: Annotated[str, msgspec.Meta(min_length=1, max_length=1_000)]
+    goal: Annotated[str, msgspec.Meta(min_length=1, max_length=1_000, pattern=NOT_BLANK)]
     evidence_refs: Evidence = []
 
 
 class StakeholderIn(msgspec.Struct, forbid_unknown_fields=True):
-    stakeholder: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-    proposal: Annotated[str, msgspec.Meta(min_length=1, max_length=1_000)]
+    stakeholder: Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=NOT_BLANK)]
+    proposal: Annotated[str, msgspec.Meta(min_length=1, max_length=1_000, pattern=NOT_BLANK)]
     evidence_refs: Evidence = []
 
 
 class IncubateIn(msgspec.Struct, forbid_unknown_fields=True):
-    problem: Annotated[str, msgspec.Meta(min_length=1, max_length=1_000)]
+    problem: Annotated[str, msgspec.Meta(min_length=1, max_length=1_000, pattern=NOT_BLANK)]
     evidence_refs: Evidence = []
 
 

@@ -60,7 +60,7 @@ async def request_lease(
     if status in (200, 201):
         try:
             reply = msgspec.json.decode(data, type=PeerLeaseOut)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             raise LeaseAuthorityUnreachable(
                 f"the home node {home_node} sent an unreadable answer: {exc}", field="task_id"
             ) from None
@@ -72,7 +72,7 @@ def _relayed(status: int, data: bytes, home_node: str) -> BBSError:
     """The home node's problem, relayed as is when it is the client's to act on (4xx); else unreachable."""
     try:
         problem = msgspec.json.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         problem = None
     if 400 <= status < 500 and status not in (401, 403) and isinstance(problem, dict) and "code" in problem:
         error = BBSError(str(problem.get("detail", "")), code=str(problem["code"]), field="task_id")

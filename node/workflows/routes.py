@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 from aiohttp import web
 
 from node.api_types import SignedSubmission
 from node.appkeys import NODE
 from node.auth import agent_id
-from node.errors import MalformedRequest
 from node.http import (
     Route,
     convert,
+    decode_json,
     decode_query,
     idempotency_header,
     json_response,
@@ -107,11 +106,7 @@ async def peer_lease(request: web.Request) -> web.Response:
 
     raw = await _signed_body(request)
     await _authenticate_peer(request, raw)
-    try:
-        value = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise MalformedRequest(f"body is not valid JSON: {exc}", code="invalid_json") from None
-    body = convert(value, PeerLeaseIn)
+    body = convert(decode_json(raw), PeerLeaseIn)
     workflows = _workflows(request)
     try:
         key, granted, record = await workflows.grant(body.agent_id, body.task_key, body.seconds)

@@ -21,15 +21,15 @@ READY_SQL = (
     " WHERE unmet = 0 AND open = 1 AND id > ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?)"
     " ORDER BY id LIMIT ?"
 )
-_LOCAL_ID = re.compile(r"^[0-9]{1,18}$")
-_KEY = re.compile(r"^(?![0-9]+$)[A-Za-z0-9_.:@-]{1,128}$")
+_LOCAL_ID = re.compile(r"[0-9]{1,18}")
+_KEY = re.compile(r"(?![0-9]+$)[A-Za-z0-9_.:@-]{1,128}")
 
 
 def parse_ref(ref: str) -> tuple[str, int | str]:
     """A path's task reference: ('id', local id) when all digits, else ('key', task key)."""
-    if _LOCAL_ID.match(ref):
+    if _LOCAL_ID.fullmatch(ref):
         return "id", int(ref)
-    if _KEY.match(ref):
+    if _KEY.fullmatch(ref):
         return "key", ref
     raise InvalidInput("task_id must be a task's local id or its key", field="task_id", code="invalid_task_ref")
 

@@ -20,6 +20,7 @@ from identity.schema import (
     TaskKey,
     TaskStatus,
     TaskTitle,
+    whole,
 )
 
 LEASE_DEFAULT_SECONDS = 900
@@ -31,7 +32,7 @@ MAX_GRAPH_NODES = 10_000
 
 LeaseSeconds = Annotated[int, msgspec.Meta(ge=LEASE_MIN_SECONDS, le=LEASE_MAX_SECONDS)]
 AgentRef = Annotated[str, msgspec.Meta(min_length=1, max_length=128, description="your did or your agent name")]
-Cursor = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,16}\.[0-9]{1,18}$", description="next_cursor of a page")]
+Cursor = Annotated[str, msgspec.Meta(pattern=whole(r"[0-9]{1,16}\.[0-9]{1,18}"), description="next_cursor of a page")]
 
 
 # ---- messages ---------------------------------------------------------------------------------------------
