@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 from identity import canonical, keys, records
 from identity.schema import EntryRecord, LinkRecord
-from node import __version__, agents, notify, projections, queries, trust
+from node import __version__, agents, idempotency, notify, projections, queries, trust
 from node.api_types import (
     MAX_BATCH,
     MAX_HOPS,
@@ -248,7 +248,7 @@ class Node:
         self, agent_id: str, body: PostEntry | SignedSubmission, idempotency_key: str | None
     ) -> tuple[queries.EntryOut, bool]:
         """Store a new entry (node-signed or author-signed). Returns (entry, created)."""
-        key = idempotency(idempotency_key, body.idempotency_key)
+        key = idempotency.request_key(idempotency_key, body.idempotency_key)
         (result,) = await self._post([_Post(body, key, "$")], agent_id)
         return result
 
@@ -362,8 +362,9 @@ class Node:
             replay: queries.EntryOut | int | None = post.replay
             if replay is None and post.key is not None:
                 with Located(post.where):
-                    self._check_key_operation(conn, agent_id, post.key, "post")
-                    replay = self._idempotent(conn, agent_id, post.key)
+                    done = idempotency.replayed(conn, agent_id, post.key, "post", field="$.idempotency_key")
+                if done is not None:
+                    replay = int(conn.execute("SELECT seq FROM records WHERE hash = ?", (done,)).fetchone()[0])
             if replay is not None:
                 stored[i] = (replay, False)
             else:
@@ -387,7 +388,7 @@ class Node:
                 ):
                     raise _HashTaken(post)  # a different entry has this hash: rolled back, re-signed 1 ms later
                 if post.key is not None:
-                    self._remember(conn, agent_id, post.key, "post", record_hash, now)
+                    idempotency.remember(conn, agent_id, post.key, "post", record_hash, now)
             stored[i] = (seq, inserted)
         ids = [ref for ref, _ in stored.values() if isinstance(ref, int)]
         rows = conn.execute(
@@ -452,43 +453,13 @@ class Node:
                     "an agent can only retract its own entries", field=f"$.links[{i}].target", code="retract_not_own"
                 )
 
-    def _replayed_entry(self, conn: sqlite3.Connection, agent_id: str, key: str) -> queries.EntryOut | None:
-        row = conn.execute(
-            f"SELECT {ENTRY_COLUMNS} FROM idempotency i JOIN entries e ON e.record_hash = i.record_hash"
-            " WHERE i.agent_id = ? AND i.idem_key = ? AND i.operation = 'post'",
-            (agent_id, key),
-        ).fetchone()
-        if row is None:
-            self._check_key_operation(conn, agent_id, key, "post")
-        return entry_out(row) if row else None
-
-    def _idempotent(self, conn: sqlite3.Connection, agent_id: str, key: str) -> int | None:
-        """The seq of the record an idempotency key already produced, if any."""
-        row = conn.execute(
-            "SELECT r.seq, i.operation FROM idempotency i JOIN records r ON r.hash = i.record_hash"
-            " WHERE i.agent_id = ? AND i.idem_key = ?",
-            (agent_id, key),
-        ).fetchone()
-        return int(row[0]) if row else None
-
     @staticmethod
-    def _check_key_operation(conn: sqlite3.Connection, agent_id: str, key: str, operation: str) -> None:
-        row = conn.execute(
-            "SELECT operation FROM idempotency WHERE agent_id = ? AND idem_key = ?", (agent_id, key)
-        ).fetchone()
-        if row is not None and row[0] != operation:
-            raise Conflict(
-                f"idempotency key already used for a {row[0]}", field="$.idempotency_key", code="idempotency_key_reused"
-            )
-
-    @staticmethod
-    def _remember(
-        conn: sqlite3.Connection, agent_id: str, key: str, operation: str, record_hash: str, now_ms: int
-    ) -> None:
-        conn.execute(
-            "INSERT INTO idempotency (agent_id, idem_key, operation, record_hash, created_ms) VALUES (?, ?, ?, ?, ?)",
-            (agent_id, key, operation, record_hash, now_ms),
-        )
+    def _replayed_entry(conn: sqlite3.Connection, agent_id: str, key: str) -> queries.EntryOut | None:
+        done = idempotency.replayed(conn, agent_id, key, "post", field="$.idempotency_key")
+        if done is None:
+            return None
+        row = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.record_hash = ?", (done,)).fetchone()
+        return entry_out(row)
 
     async def _entry_by_id(self, entry_id: int) -> queries.EntryOut:
         return await self.db.read(lambda c: self._fetch_entry(c, entry_id))
@@ -506,7 +477,7 @@ class Node:
         self, agent_id: str, body: PostLink | SignedSubmission, idempotency_key: str | None
     ) -> tuple[queries.LinkOut, bool]:
         """Store a link record (node-signed or author-signed). Returns (link, created)."""
-        key = idempotency(idempotency_key, body.idempotency_key)
+        key = idempotency.request_key(idempotency_key, body.idempotency_key)
         if isinstance(body, SignedSubmission):
             record, record_hash, decoded = self._check_signed(body.record, "link", agent_id)
         else:
@@ -556,13 +527,9 @@ class Node:
 
         def job(conn: sqlite3.Connection) -> tuple[int, bool]:
             if key is not None:
-                self._check_key_operation(conn, agent_id, key, "link")
-                row = conn.execute(
-                    "SELECT l.id FROM idempotency i JOIN links l ON l.origin_hash = i.record_hash AND l.ordinal = 0"
-                    " WHERE i.agent_id = ? AND i.idem_key = ?",
-                    (agent_id, key),
-                ).fetchone()
-                if row is not None:
+                done = idempotency.replayed(conn, agent_id, key, "link", field="$.idempotency_key")
+                if done is not None:
+                    row = conn.execute("SELECT id FROM links WHERE origin_hash = ? AND ordinal = 0", (done,)).fetchone()
                     return int(row[0]), False
             same = conn.execute(
                 "SELECT id FROM links WHERE source_hash = ? AND target_hash = ? AND link_type = ? AND author_id = ?"
@@ -576,7 +543,7 @@ class Node:
                     raise NotFound("source entry is not on this node", field="$.source", code="source_not_found")
             projections.append(conn, record, record_hash, decoded, origin="local", now_ms=self.now_ms())
             if key is not None:
-                self._remember(conn, agent_id, key, "link", record_hash, self.now_ms())
+                idempotency.remember(conn, agent_id, key, "link", record_hash, self.now_ms())
             row = conn.execute("SELECT id FROM links WHERE origin_hash = ? AND ordinal = 0", (record_hash,)).fetchone()
             return int(row[0]), True
 
@@ -769,17 +736,6 @@ class Node:
     async def ack(self, agent_id: str, ids: list[int]) -> AckOut:
         now = self.now_ms()
         return AckOut(acknowledged=await self.db.write(lambda c: notify.ack(c, agent_id, ids, now)))
-
-
-def idempotency(header: str | None, field: str | None) -> str | None:
-    """The request's idempotency key, from the Idempotency-Key header or the body field (they must agree)."""
-    if header is not None and field is not None and header != field:
-        raise InvalidInput(
-            "the Idempotency-Key header and the idempotency_key field differ",
-            field="$.idempotency_key",
-            code="idempotency_key_mismatch",
-        )
-    return header if header is not None else field
 
 
 def sign_and_check(unsigned: dict[str, Any], signer: keys.SigningKey) -> tuple[dict[str, Any], str, Any]:

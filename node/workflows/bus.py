@@ -7,7 +7,9 @@ import sqlite3
 from typing import Any
 
 from identity import canonical
-from node.errors import Conflict, InvalidInput
+from node import idempotency
+from node.errors import InvalidInput
+from node.http import IDEMPOTENCY_HEADER
 from node.workflows import unsigned
 from node.workflows.wire import MessageOut, MessagePage, MessageQuery, PostMessage
 
@@ -82,23 +84,7 @@ def list_messages(conn: sqlite3.Connection, q: MessageQuery) -> MessagePage:
 
 def replayed_message(conn: sqlite3.Connection, agent_id: str, idem_key: str) -> int | None:
     """The message an idempotency key already produced; 409 if the key was used for another operation."""
-    row = conn.execute(
-        "SELECT i.operation, m.id FROM idempotency i LEFT JOIN messages m ON m.record_hash = i.record_hash"
-        " WHERE i.agent_id = ? AND i.idem_key = ?",
-        (agent_id, idem_key),
-    ).fetchone()
-    if row is None:
+    done = idempotency.replayed(conn, agent_id, idem_key, "message", field=IDEMPOTENCY_HEADER)
+    if done is None:
         return None
-    if row[0] != "message":
-        raise Conflict(
-            f"idempotency key already used for a {row[0]}", field="Idempotency-Key", code="idempotency_key_reused"
-        )
-    return int(row[1])
-
-
-def remember(conn: sqlite3.Connection, agent_id: str, idem_key: str, record_hash: str, now_ms: int) -> None:
-    conn.execute(
-        "INSERT INTO idempotency (agent_id, idem_key, operation, record_hash, created_ms)"
-        " VALUES (?, ?, 'message', ?, ?)",
-        (agent_id, idem_key, record_hash, now_ms),
-    )
+    return int(conn.execute("SELECT id FROM messages WHERE record_hash = ?", (done,)).fetchone()[0])

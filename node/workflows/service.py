@@ -13,9 +13,10 @@ from typing import Any
 import msgspec
 
 from identity import canonical, keys, records
-from node import projections
+from node import idempotency, projections
 from node.api_types import SignedSubmission
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
+from node.http import IDEMPOTENCY_HEADER
 from node.service import Node, format_ms, sign_and_check
 from node.workflows import bus, forward, graph, leases, tasks, unsigned
 from node.workflows.wire import (
@@ -44,17 +45,15 @@ def _finished_before(conn: sqlite3.Connection, agent_id: str, idem_key: str, ope
 
     409 `idempotency_key_reused` when the key did anything else (another operation, or another task).
     """
-    row = conn.execute(
-        "SELECT i.operation, t.task_key FROM idempotency i LEFT JOIN task_events t ON t.hash = i.record_hash"
-        " WHERE i.agent_id = ? AND i.idem_key = ?",
-        (agent_id, idem_key),
-    ).fetchone()
-    if row is None:
+    done = idempotency.replayed(conn, agent_id, idem_key, operation, field=IDEMPOTENCY_HEADER)
+    if done is None:
         return False
-    if (row[0], row[1]) != (operation, task_key):
-        done = f"a {row[0]}" + (f" of task {row[1]}" if row[1] else "")
+    row = conn.execute("SELECT task_key FROM task_events WHERE hash = ?", (done,)).fetchone()
+    if row[0] != task_key:
         raise Conflict(
-            f"idempotency key already used for {done}", field="Idempotency-Key", code="idempotency_key_reused"
+            f"idempotency key already used for a {operation} of task {row[0]}",
+            field=IDEMPOTENCY_HEADER,
+            code="idempotency_key_reused",
         )
     return True
 
@@ -84,7 +83,9 @@ class Workflows:
         self, agent_id: str, body: PostMessage | SignedSubmission, idempotency_key: str | None = None
     ) -> tuple[MessageOut, bool]:
         """Append a message (node-signed, or a record the sender signed). Returns (message, created)."""
-        idem = idempotency_key or (body.idempotency_key if isinstance(body, SignedSubmission) else None)
+        idem = idempotency.request_key(
+            idempotency_key, body.idempotency_key if isinstance(body, SignedSubmission) else None
+        )
         if isinstance(body, SignedSubmission):
             record, record_hash, decoded = self.node._check_signed(body.record, "message", agent_id)
         else:
@@ -102,7 +103,7 @@ class Workflows:
                     return replay, False
             seq, inserted = projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
             if idem is not None:
-                bus.remember(conn, agent_id, idem, record_hash, now)
+                idempotency.remember(conn, agent_id, idem, "message", record_hash, now)
             return seq, inserted
 
         message_id, created = await self.node.db.write(job)
@@ -325,7 +326,7 @@ class Workflows:
                     tasks.plan_declare(conn, {"task_key": key, "checkpoint": patch})
                 projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
                 if idem is not None:
-                    self.node._remember(conn, agent_id, idem, f"task_{event}", record_hash, now)
+                    idempotency.remember(conn, agent_id, idem, f"task_{event}", record_hash, now)
                 return key
             changed: dict[str, Any] = {}
             if checkpoint is not None:
@@ -338,7 +339,7 @@ class Workflows:
             rec, rec_hash, dec = sign_and_check(draft, signer)
             projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
             if idem is not None:
-                self.node._remember(conn, agent_id, idem, f"task_{event}", rec_hash, now)
+                idempotency.remember(conn, agent_id, idem, f"task_{event}", rec_hash, now)
             return key
 
         key = await self.node.db.write(job)

@@ -95,6 +95,17 @@ async def test_idempotency_key_appends_once(client: TestClient, make_agent: Make
     assert (first.status, second.status) == (201, 200)
     assert (await first.json())["id"] == (await second.json())["id"]
     assert await count_records(node, "message") == 1
+    # the key now belongs to a message: a post with it is refused, and a signed message whose body key
+    # differs from the header is a mismatch, as on every other route
+    resp = await client.post(
+        "/v1/entries", json={"entry_type": "finding", "performative": "inform", "content": "x"}, headers=headers
+    )
+    assert resp.status == 409 and (await resp.json())["code"] == "idempotency_key_reused"
+    resp = await client.post(
+        f"{WF}/messages", json={"record": {"kind": "message"}, "idempotency_key": "other"}, headers=headers
+    )
+    assert resp.status == 422 and (await resp.json())["code"] == "idempotency_key_mismatch"
+    assert await count_records(node, "message") == 1 and await count_records(node, "entry") == 0
 
 
 async def test_from_agent_must_be_the_sender(client: TestClient, make_agent: MakeAgent, node: Node) -> None:

@@ -1,0 +1,46 @@
+"""Idempotency keys: what a key of an agent already produced, and remembering what it produces.
+
+Every write that honours `Idempotency-Key` (entries, links, messages, task release and complete) runs these
+inside its write transaction, so two concurrent requests with one key store one record. A key belongs to one
+agent and one operation: reused for another operation it is `409 idempotency_key_reused`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from node.errors import Conflict, InvalidInput
+
+
+def request_key(header: str | None, body_field: str | None) -> str | None:
+    """The request's idempotency key, from the Idempotency-Key header or the body field (they must agree)."""
+    if header is not None and body_field is not None and header != body_field:
+        raise InvalidInput(
+            "the Idempotency-Key header and the idempotency_key field differ",
+            field="$.idempotency_key",
+            code="idempotency_key_mismatch",
+        )
+    return header if header is not None else body_field
+
+
+def replayed(conn: sqlite3.Connection, agent_id: str, key: str, operation: str, *, field: str) -> str | None:
+    """The hash of the record `key` already produced for `operation`, or None if the key is unused.
+
+    Raises 409 `idempotency_key_reused` (naming `field`) if the agent used the key for another operation.
+    """
+    row = conn.execute(
+        "SELECT operation, record_hash FROM idempotency WHERE agent_id = ? AND idem_key = ?", (agent_id, key)
+    ).fetchone()
+    if row is None:
+        return None
+    if row[0] != operation:
+        raise Conflict(f"idempotency key already used for a {row[0]}", field=field, code="idempotency_key_reused")
+    return str(row[1])
+
+
+def remember(conn: sqlite3.Connection, agent_id: str, key: str, operation: str, record_hash: str, now_ms: int) -> None:
+    """Record that `key` produced `record_hash` by `operation` (in the transaction that appended it)."""
+    conn.execute(
+        "INSERT INTO idempotency (agent_id, idem_key, operation, record_hash, created_ms) VALUES (?, ?, ?, ?, ?)",
+        (agent_id, key, operation, record_hash, now_ms),
+    )
