@@ -27,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from node.errors import StorageFull, Unavailable
+from node.errors import BBSError, StorageFull, Unavailable
 
 T = TypeVar("T")
 ItemT = TypeVar("ItemT")  # an item of a mergeable write
@@ -237,7 +237,9 @@ class Database:
                         continue
                 outcomes.extend(_run_alone(conn, job) for job in group)
             conn.execute("COMMIT")
-        except Exception as exc:  # nothing of this batch is committed, so no job may report success
+        except BaseException as exc:  # nothing of this batch is committed, so no job may report success
+            if not isinstance(exc, Exception):  # e.g. SystemExit raised by a job: the writer must live on
+                log.critical("a write job raised %r; its batch of %d jobs is rolled back", exc, len(batch))
             if conn.in_transaction:
                 try:
                     conn.execute("ROLLBACK")
@@ -294,13 +296,17 @@ def _run_merged(conn: sqlite3.Connection, group: list[_Job]) -> list[tuple[bool,
             conn.execute("RELEASE merged")
         except sqlite3.Error:
             raise exc from None
+        if not isinstance(exc, BBSError):  # a refusal needs no line; anything else might be a bug worth seeing
+            log.info("a merged run of %d writes failed (%r); running each alone", len(group), exc)
         return None
     conn.execute("RELEASE merged")
     return [(True, result) for result in results]
 
 
-def _storage_error(exc: Exception) -> Exception:
-    """A full database or disk as the client-facing StorageFull; any other error unchanged."""
+def _storage_error(exc: BaseException) -> Exception:
+    """A full database or disk as the client-facing StorageFull; any other Exception unchanged."""
+    if not isinstance(exc, Exception):  # never hand a SystemExit or KeyboardInterrupt to the event loop
+        return Unavailable(f"the write was aborted ({type(exc).__name__})")
     full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "database or disk is full" in str(exc)
     if isinstance(exc, sqlite3.Error) and full:
         return StorageFull("the database is full; nothing was written")

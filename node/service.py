@@ -82,6 +82,10 @@ class Sealed(NamedTuple):
     decoded: EntryRecord
 
 
+class _StoredLater(Exception):
+    """A retraction whose target a later request of the same merged run stores: decided one by one instead."""
+
+
 class _HashTaken(Exception):
     """A node-signed entry's hash belongs to a different stored record (same words, same millisecond)."""
 
@@ -293,6 +297,16 @@ class Node:
         if not fresh:
             return [(post.replay, False) for post in posts if post.replay is not None]
         await self._seal(fresh, agent_id)
+        retracting = [post for post in fresh if post.seal.decoded.performative == "retract"]
+        if retracting:  # refused here, a retraction of someone else's entry never sends its run to the slow path
+            own = frozenset(post.seal.record_hash for post in fresh)
+
+            def check_early(conn: sqlite3.Connection) -> None:
+                for post in retracting:
+                    with Located(post.record_where):
+                        self._check_links(conn, post.seal.decoded, early=True, own=own)
+
+            await self.db.read(check_early)
         for _ in range(MAX_HASH_RETRIES):
             try:
                 return await self.db.write_merged(self._stores, (agent_id, posts))
@@ -356,6 +370,7 @@ class Node:
         """
         now = self.now_ms()
         posts = [(agent_id, post) for agent_id, request in requests for post in request]
+        request_of = [r for r, (_, request) in enumerate(requests) for _ in request]
         stored: dict[int, tuple[queries.EntryOut | int, bool]] = {}
         to_append: list[int] = []
         for i, (agent_id, post) in enumerate(posts):
@@ -375,10 +390,15 @@ class Node:
             origin="local",
             now_ms=now,
         )
+        stored_by = {
+            posts[i][1].seal.record_hash: request_of[i] for i, (_, new) in zip(to_append, appended, strict=True) if new
+        }
         for i, (seq, inserted) in zip(to_append, appended, strict=True):
             agent_id, post = posts[i]
             record, record_hash, decoded = post.seal
             with Located(post.record_where):
+                if any(stored_by.get(target, -1) > request_of[i] for _, target in self._retracted(decoded)):
+                    raise _StoredLater()  # one by one it would not see that target yet: the writer runs each alone
                 self._check_links(conn, decoded)
             with Located(post.where):
                 if (
@@ -431,10 +451,11 @@ class Node:
             )
         return record_hash
 
-    def _check_links(self, conn: sqlite3.Connection, rec: EntryRecord) -> None:
-        """Retractions: a retract entry names, by a supersedes link, an entry of its own author that exists here."""
+    @staticmethod
+    def _retracted(rec: EntryRecord) -> list[tuple[int, str]]:
+        """(link index, target hash) of what a retract entry withdraws; [] for any other entry."""
         if rec.performative != "retract":
-            return
+            return []
         targets = [(i, link.target) for i, link in enumerate(rec.links) if link.link_type == "supersedes"]
         if not targets:
             raise InvalidInput(
@@ -442,9 +463,24 @@ class Node:
                 field="$.links",
                 code="retract_without_target",
             )
-        for i, target in targets:
+        return targets
+
+    def _check_links(
+        self, conn: sqlite3.Connection, rec: EntryRecord, *, early: bool = False, own: frozenset[str] = frozenset()
+    ) -> None:
+        """Retractions: a retract entry names, by a supersedes link, an entry of its own author that exists here.
+
+        `early` is the read before the write, which decides only what cannot change by then: a target stored
+        under another author (403). A target not stored yet may still be stored ahead of this entry, and the
+        request's own entries (`own`: a batch may retract its own) are skipped; the writer decides those.
+        """
+        for i, target in self._retracted(rec):
+            if target in own:
+                continue
             row = conn.execute("SELECT author_id FROM entries WHERE record_hash = ?", (target,)).fetchone()
             if row is None:
+                if early:
+                    continue
                 raise NotFound(
                     "the entry to retract is not on this node", field=f"$.links[{i}].target", code="target_not_found"
                 )

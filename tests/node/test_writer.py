@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestClient
 from node.db import Database, Mergeable
 from node.service import Node
 from tests.conftest import AgentCreds
-from tests.node.api_helpers import count, post, problem
+from tests.node.api_helpers import count, entry_record, post, problem, self_signer
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
@@ -142,12 +142,20 @@ async def test_a_wrong_result_count_is_a_failure_of_the_call(db: Database) -> No
     assert await stored(db) == ["a", "b"]
 
 
+async def send_signed(client: TestClient, who: Any, record: dict[str, Any]) -> dict[str, Any]:
+    resp = await client.post("/v1/entries", json={"record": record}, headers=who.headers)
+    body: dict[str, Any] = await resp.json()
+    return body
+
+
 async def test_concurrent_posts_merge_and_errors_stay_with_their_request(
     client: TestClient, make_agent: MakeAgent, node: Node
 ) -> None:
-    """Posts of several agents reach the writer together: one append for all of them; a post that must
-    fail (a retraction of someone else's entry) fails alone and stores nothing, the others are stored."""
+    """Posts of several agents reach the writer together: one append for all of them. A post only the writer
+    can refuse (a retraction whose target is not stored) fails alone and stores nothing; the others are
+    stored. A retraction of someone else's entry is refused before it reaches the writer."""
     alice, bob, carol = [await make_agent(name) for name in ("alice", "bob", "carol")]
+    dora = await self_signer(node, "dora")
     alices = await post(client, alice, content="alice's claim")
     keyed = await post(client, carol, content="carol, keyed", headers={"Idempotency-Key": "k-1"})
     calls: list[int] = []
@@ -159,31 +167,35 @@ async def test_concurrent_posts_merge_and_errors_stay_with_their_request(
 
     node._stores.run = counted
     before = await count(node)
+    nothing = entry_record(
+        dora.key,
+        "dora retracts what is not here",
+        created_ms=node.now_ms(),
+        performative="retract",
+        links=[{"target": "f" * 64, "link_type": "supersedes", "annotation": ""}],
+    )
     async with Held(node.db) as held:
-        bodies: list[tuple[AgentCreds, int, dict[str, Any], dict[str, str]]] = [
-            (alice, 201, {"content": "alice, concurrent"}, {}),
-            (bob, 201, {"content": "bob, concurrent", "tags": ["t"]}, {}),
-            (
-                bob,
-                403,
-                {
-                    "performative": "retract",
-                    "content": "bob retracts alice",
-                    "links": [{"target": alices["record_hash"], "link_type": "supersedes"}],
-                },
-                {},
-            ),
-            (carol, 201, {"content": "carol, new key"}, {"Idempotency-Key": "k-2"}),
-        ]
         tasks = [
-            asyncio.ensure_future(post(client, who, status, headers=headers, **fields))
-            for who, status, fields, headers in bodies
+            asyncio.ensure_future(post(client, alice, content="alice, concurrent")),
+            asyncio.ensure_future(post(client, bob, content="bob, concurrent", tags=["t"])),
+            asyncio.ensure_future(send_signed(client, dora, nothing)),
+            asyncio.ensure_future(post(client, carol, content="carol, new key", headers={"Idempotency-Key": "k-2"})),
         ]
         await held.queued(len(tasks))
+        # refused by the read before the write, while the writer is busy: bob may not retract alice's entry
+        refused = await post(
+            client,
+            bob,
+            403,
+            performative="retract",
+            content="bob retracts alice",
+            links=[{"target": alices["record_hash"], "link_type": "supersedes"}],
+        )
         # a replay of a committed key is answered from a reader while the writer is busy
         replay = await post(client, carol, 200, content="carol, keyed", headers={"Idempotency-Key": "k-1"})
     answers = await asyncio.gather(*tasks)
-    problem(answers[2], 403, "retract_not_own", "$.links[0].target")
+    problem(refused, 403, "retract_not_own", "$.links[0].target")
+    problem(answers[2], 404, "target_not_found", "$.record.links[0].target")
     assert replay["id"] == keyed["id"]
     assert [a["content"] for i, a in enumerate(answers) if i != 2] == [
         "alice, concurrent",
@@ -191,6 +203,6 @@ async def test_concurrent_posts_merge_and_errors_stay_with_their_request(
         "carol, new key",
     ]
     assert answers[1]["tags"] == ["t"] and answers[1]["author_id"] == bob.agent_id
-    assert calls[0] == 4  # the four posts went to the writer as one call, then each alone after the 403
+    assert calls == [4, 1, 1, 1, 1]  # the four posts as one call; after the 404, each alone
     assert await count(node) == before + 3
     assert await count(node, "entries") == 5
