@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from typing import Any
 
 from node.errors import BBSError, Conflict
 from node.workflows.tasks import lease_live
@@ -63,6 +64,22 @@ def own_live_lease(row: sqlite3.Row, agent_id: str, now_ms: int) -> str | None:
     if lease_live(row, now_ms) and row["lease_holder"] == agent_id:
         return str(row["lease_hash"])
     return None
+
+
+def check_declare(row: sqlite3.Row, agent_id: str, changed: dict[str, Any], now_ms: int, at: str = "$") -> None:
+    """409 `lease_held` when a declaration by someone other than the live lease holder would change the task's
+    status or checkpoint: the holder's work is its own until it releases, completes or the lease lapses.
+    Title and dependencies stay the planner's to change."""
+    if not lease_live(row, now_ms) or row["lease_holder"] == agent_id:
+        return
+    for name in ("status", "checkpoint"):
+        if name in changed:
+            raise Conflict(
+                f"task {row['key']} is leased by {row['lease_holder']} until {row['lease_expires_at']}:"
+                f" only the holder may change its {name} now",
+                field=f"{at}.{name}",
+                code="lease_held",
+            )
 
 
 def check_release(row: sqlite3.Row, agent_id: str, now_ms: int) -> str:

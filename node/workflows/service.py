@@ -138,11 +138,15 @@ class Workflows:
                 raise InvalidInput(str(exc), field=exc.field) from None
         key = fields["task_key"]
 
+        at = "$.record" if signer is None else "$"
+
         def job(conn: sqlite3.Connection) -> bool:
             row, changed = tasks.plan_declare(conn, fields)
             if row is not None and not changed:
                 return False
             now = self.node.now_ms()
+            if row is not None:
+                leases.check_declare(row, agent_id, changed, now, at)
             if signer is None:
                 rec, rec_hash, dec = record, record_hash, decoded
             else:

@@ -200,3 +200,33 @@ async def test_fifty_workers_race_for_twenty_tasks(client: TestClient, make_agen
     for key, holder in holders.items():
         task = await (await client.get(f"{WF}/tasks/{key}", headers=supervisor.headers)).json()
         assert task["lease"]["holder"] == holder
+
+
+async def test_only_the_holder_changes_status_or_checkpoint_of_a_leased_task(
+    client: TestClient, make_agent: MakeAgent, node: Node, clock: FakeClock
+) -> None:
+    """Another agent's declaration may not finish, cancel or rewrite the checkpoint of a task while someone
+    holds its lease (the holder's work is its own); title and dependencies stay the planner's."""
+    holder, other = await make_agent("holder"), await make_agent("other")
+    await declare(client, other, {"key": "a1", "title": "A1", "checkpoint": {"step": 1}})
+    await declare(client, other, {"key": "a2", "title": "A2", "depends_on": ["a1"]})
+    status, _ = await lease(client, holder, "a1", seconds=60)
+    assert status == 201
+    before = await count_records(node, "task_event")
+    for change, field in (
+        ({"status": "done"}, "$.status"),
+        ({"status": "cancelled"}, "$.status"),
+        ({"checkpoint": {"step": None}}, "$.checkpoint"),
+    ):
+        resp = await client.post(f"{WF}/tasks", json={"key": "a1", **change}, headers=other.headers)
+        problem = await resp.json()
+        assert (resp.status, problem["code"], problem["field"]) == (409, "lease_held", field), problem
+    assert await count_records(node, "task_event") == before
+    assert await ready_keys(client, other) == []  # a2 still waits on a1
+    resp = await client.post(f"{WF}/tasks", json={"key": "a1", "title": "A1, renamed"}, headers=other.headers)
+    assert resp.status == 200
+    resp = await client.post(f"{WF}/tasks", json={"key": "a1", "checkpoint": {"step": 2}}, headers=holder.headers)
+    assert resp.status == 200 and (await resp.json())["checkpoint"] == {"step": 2}
+    clock.advance(61)  # the lease lapsed: anyone may decide again
+    resp = await client.post(f"{WF}/tasks", json={"key": "a1", "status": "cancelled"}, headers=other.headers)
+    assert resp.status == 200 and (await resp.json())["status"] == "cancelled"

@@ -58,9 +58,18 @@ async def test_ready_and_leases_match_the_model(node: Node, clock: FakeClock, se
             # dependencies only on lower keys (declared or not yet): never a cycle
             deps = sorted(rng.sample(KEYS[:index], rng.randint(0, min(3, index)))) if rng.random() < 0.6 else None
             status = rng.choice(STATUSES) if rng.random() < 0.4 else None
-            await wf.declare(who, DeclareTask(key=key, title=key.upper(), depends_on=deps, status=status))
-            model.deps[key] = deps if deps is not None else model.deps.get(key, [])
-            model.status[key] = status or model.status.get(key, "pending")
+            # only the live lease holder may change a leased task's status
+            changes_status = key in model.status and status is not None and status != model.status[key]
+            expected_ok = not changes_status or model.live(key, now) in (None, who)
+            try:
+                await wf.declare(who, DeclareTask(key=key, title=key.upper(), depends_on=deps, status=status))
+                ok = True
+            except Conflict:
+                ok = False
+            assert ok == expected_ok, (op, key, model)
+            if ok:
+                model.deps[key] = deps if deps is not None else model.deps.get(key, [])
+                model.status[key] = status or model.status.get(key, "pending")
         elif op == "lease" and key in model.deps:
             seconds = rng.choice([30, 60, 300])
             holder = model.live(key, now)
