@@ -80,6 +80,7 @@ from node.workflows.wire import (
 T = TypeVar("T")
 SESSION_PURPOSE = "agent-bbs-session"
 _HASH = re.compile(r"[0-9a-f]{64}")
+MAX_REF_CHARS = 128  # the longest reference a node accepts: a task key (entry refs are at most 64)
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 WORKFLOWS = "/v1/agent-workflows"
 
@@ -124,8 +125,11 @@ def _checked(value: T, typ: type[T]) -> T:
 
 
 def _path(ref: str) -> str:
+    """An entry or task reference as one path segment (refused here when no node could accept it)."""
     from urllib.parse import quote
 
+    if not 0 < len(ref) <= MAX_REF_CHARS:
+        raise BBSClientError(422, "validation_error", f"a reference is 1 to {MAX_REF_CHARS} characters", "ref")
     return quote(ref, safe="")
 
 
@@ -234,7 +238,7 @@ class Client:
     ) -> T:
         """One logical request: retried on connection errors and 5xx with the same body and headers."""
         attempt, relogged = 0, False
-        body = msgspec.json.encode(json) if json is not None else None
+        body = _encode_body(json) if json is not None else None
         while True:
             send = {"Content-Type": "application/json"} if body is not None else {}
             send.update(headers or {})
@@ -446,13 +450,12 @@ class Client:
 
     async def get_entry(self, ref: str, query: ReadQuery | None = None) -> ReadResult:
         """One entry (local id or record hash) with its neighbourhood."""
-        from urllib.parse import quote
 
-        return await self._request("GET", f"/v1/entries/{quote(ref, safe='')}", ReadResult, params=_query_params(query))
+        return await self._request("GET", f"/v1/entries/{_path(ref)}", ReadResult, params=_query_params(query))
 
     async def read(self, refs: list[str], query: ReadQuery | None = None) -> ReadResult:
         """Entries by local ids or record hashes, with their neighbourhood (`missing` lists unknown refs)."""
-        q = msgspec.structs.replace(query or ReadQuery(), ids=list(refs))
+        q = _checked(msgspec.structs.replace(query or ReadQuery(), ids=list(refs)), ReadQuery)
         return await self._request("GET", "/v1/entries", ReadResult, params=_query_params(q))
 
     async def search(self, query: SearchQuery | None = None, **fields: Any) -> SearchResult:
@@ -654,3 +657,12 @@ class Client:
 
     async def openapi(self) -> dict[str, Any]:
         return await self._request("GET", "/openapi.json", dict, auth=False)
+
+
+def _encode_body(value: Any) -> bytes:
+    """A request body as JSON; a NaN or infinity anywhere is a validation error here, never a silent `null`."""
+    try:
+        canonical.check_finite(msgspec.to_builtins(value))
+    except canonical.CanonicalError as exc:
+        raise BBSClientError(422, "validation_error", str(exc), exc.field) from None
+    return msgspec.json.encode(value)

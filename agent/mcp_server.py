@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any, Literal, NotRequired
@@ -46,7 +46,15 @@ INSTRUCTIONS = (
 EntryType = Literal["finding", "question", "synthesis", "contradiction", "task"]
 Performative = Literal["inform", "request", "propose", "confirm", "disconfirm", "retract", "query", "ack", "decline"]
 LinkType = Literal["supports", "contradicts", "supersedes", "responds_to", "derived_from", "depends_on", "same_as"]
-Ref = Annotated[str, Field(description="entry id or record hash")]
+Ref = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^([0-9]{1,19}|[0-9a-f]{64})$",
+        description="entry id (digits) or record hash (64 lowercase hex)",
+    ),
+]
 
 # Hints appended to error results, by problem code: what the agent should do next.
 HINTS: dict[str, str] = {
@@ -126,12 +134,16 @@ def _out(value: Any) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _domain_errors() -> AsyncIterator[None]:
-    """Turn client errors into tool errors an agent can act on (never a crash, never a secret)."""
+async def _domain_errors(arguments: Mapping[str, str] | None = None) -> AsyncIterator[None]:
+    """Turn client errors into tool errors an agent can act on (never a crash, never a secret).
+
+    `arguments` renames the node's field names to the tool's argument names where they differ."""
     try:
         yield
     except BBSClientError as exc:
-        where = f" (argument {exc.field.removeprefix('$.')})" if exc.field and exc.field != "$" else ""
+        name = exc.field.removeprefix("$.") if exc.field else ""
+        name = (arguments or {}).get(name, name)
+        where = f" (argument {name})" if name and name != "$" else ""
         hint = HINTS.get(exc.code, "")
         raise ToolError(f"{exc.code}: {exc.detail}{where}. {hint}".strip()) from None
 

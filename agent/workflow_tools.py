@@ -21,7 +21,10 @@ from node.workflows.wire import (
     ReadyQuery,
 )
 
-TaskRef = Annotated[str, Field(description="task id or key")]
+TaskRef = Annotated[
+    str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$", description="task id or key")
+]
+TASK = {"task_id": "task"}  # the node names the path parameter; the tools call it `task`
 
 
 @tool("Send a bus message (omit to_agent to broadcast). The bus is an append-only log.")
@@ -84,7 +87,7 @@ async def ready_tasks(ctx: Context, limit: Annotated[int, Field(ge=1, le=1000)] 
 @tool("Lease a task for `seconds` (30..86400, default 900). Lease again to extend; 409 if another agent holds it.")
 async def lease_task(ctx: Context, task: TaskRef, seconds: Annotated[int, Field(ge=30, le=86400)] = 900) -> str:
     body = _convert({"seconds": seconds}, LeaseIn)
-    async with _domain_errors():
+    async with _domain_errors(TASK):
         return _out(await (await _client(ctx)).lease_task(task, body))
 
 
@@ -96,7 +99,7 @@ async def finish_task(
     checkpoint: dict[str, Any] | None = None,
 ) -> str:
     body = _convert({"checkpoint": checkpoint}, FinishIn)
-    async with _domain_errors():
+    async with _domain_errors(TASK):
         client = await _client(ctx)
         finish = client.complete_task if outcome == "complete" else client.release_task
         return _out(await finish(task, body))

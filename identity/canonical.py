@@ -199,6 +199,24 @@ def _string_ok(value: str) -> bool:
 MAX_DEPTH = 32
 
 
+def check_finite(value: Any, field: str = "$") -> None:
+    """Refuse NaN and infinities anywhere in a JSON value (CanonicalError naming the first one's path).
+
+    JSON has no spelling for them: encoders either fail or, like msgspec, silently write `null`.
+    """
+    level: list[tuple[str, Any]] = [(field, value)]
+    while level:  # level by level, no recursion
+        nxt: list[tuple[str, Any]] = []
+        for path, item in level:
+            if isinstance(item, float) and not math.isfinite(item):
+                raise CanonicalError("NaN and infinities are not allowed", path)
+            if isinstance(item, dict):
+                nxt += [(f"{path}.{k}", v) for k, v in item.items()]
+            elif isinstance(item, list | tuple):
+                nxt += [(f"{path}[{i}]", v) for i, v in enumerate(item)]
+        level = nxt
+
+
 def nesting_depth(value: Any) -> int:
     """How deeply arrays and objects nest in a JSON value (level by level, no recursion: safe on hostile input)."""
     depth, level = 0, [value]

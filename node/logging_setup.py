@@ -101,7 +101,8 @@ class MalformedHttpFilter(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, HttpProcessingError) and (exc.code or 400) < 500:
             record.levelno, record.levelname = logging.WARNING, "WARNING"
-            record.msg, record.args = "%s: %s", (record.getMessage(), str(exc).replace("\n", " ").strip())
+            # the class only: aiohttp's message may quote the request line (a query string) or a header value
+            record.msg, record.args = "%s: %s (%s)", (record.getMessage(), type(exc).__name__, exc.code)
             record.exc_info, record.exc_text = None, None
         return True
 

@@ -160,12 +160,15 @@ BAD_DECLARATIONS: list[tuple[dict[str, Any], int, str, str]] = [
     ({"key": "k", "checkpoint": {"blob": "x" * 70_000}}, 422, "checkpoint_too_large", "$.checkpoint"),
     ({"key": "k", "depends_on": ["k"]}, 409, "dependency_cycle", "$.depends_on"),
     ({"key": "b", "depends_on": ["a"]}, 409, "dependency_cycle", "$.depends_on"),  # a already depends on b
+    # msgspec would encode NaN as null, which in a merge patch deletes the key: refused instead
+    ({"key": "k", "checkpoint": {"a": float("nan")}}, 422, "validation_error", "$.checkpoint.a"),
 ]
 BAD_MESSAGES: list[tuple[dict[str, Any], int, str, str]] = [
     ({"message_type": ""}, 422, "validation_error", "$.message_type"),
     ({"message_type": "x", "to_agent": "bob"}, 422, "validation_error", "$.to_agent"),
     ({"message_type": "x", "payload": {"blob": "x" * 70_000}}, 422, "record_schema", "$.payload"),
     ({"message_type": "x", "dependency_ids": [""]}, 422, "validation_error", "$.dependency_ids[0]"),
+    ({"message_type": "x", "payload": {"a": [1, float("inf")]}}, 422, "validation_error", "$.payload.a[1]"),
 ]
 
 

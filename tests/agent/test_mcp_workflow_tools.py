@@ -46,3 +46,23 @@ async def test_workflow_tools_drive_a_plan(served_node: ServedNode) -> None:
 
         bad = await hand.call_tool("lease_task", {"task": "publish", "seconds": 5})
         assert bad.is_error and "seconds" in bad.content[0].text  # type: ignore[union-attr]
+
+
+async def test_tool_arguments_that_no_node_accepts_are_refused_by_name(served_node: ServedNode) -> None:
+    """References beyond what a node accepts: a tool error naming the argument, never the text/plain answer of
+    aiohttp to a request line it cannot read. (NaN in arguments: the SDK client sends it as null; the tools'
+    own client refuses NaN, tests/agent/test_client_workflows.py.)"""
+    agent = served_node.create_agent("probe")
+    async with remote_session(served_node, agent["api_key"]) as mcp:
+        for tool, arguments, name in (
+            ("read", {"ids": ["x" * 70_000]}, "ids"),
+            ("read", {"ids": ["3,4"]}, "ids"),
+            ("lease_task", {"task": "x" * 70_000}, "task"),
+            ("lease_task", {"task": ""}, "task"),
+            ("finish_task", {"task": "t 1"}, "task"),
+        ):
+            result = await mcp.call_tool(tool, arguments)
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert result.is_error and name in text and "Got more than" not in text, (tool, text)
+        result = await mcp.call_tool("lease_task", {"task": "no-such-task"})
+        assert result.is_error and "(argument task)" in result.content[0].text  # type: ignore[union-attr]
