@@ -156,8 +156,14 @@ def _open_key(part: dict[str, Any], did: str, passphrase: str | None) -> bytes:
 
 
 def save(path: Path, identity: Identity, passphrase: str | None = None) -> None:
-    """Write an identity file created with mode 0600."""
-    keys.write_private_file(path, to_json(identity, passphrase))
+    """Write an identity file created with mode 0600, atomically; on failure nothing is left behind."""
+
+    body = to_json(identity, passphrase)
+    try:
+        keys.write_private_file(path, body)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise IdentityFileError(f"cannot write {path}: {reason}") from None
 
 
 def load(path: Path, passphrase: str | None = None) -> Identity:

@@ -7,9 +7,12 @@ signature can be checked with nothing but the id that claims it.
 from __future__ import annotations
 
 import base64
+import contextlib
+import errno
 import functools
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -155,17 +158,37 @@ def verify(did: str, data: bytes, signature: str) -> bool:
 
 
 def write_private_file(path: Path, data: bytes) -> None:
-    """Write a secret file created with mode 0600 (never world-readable, not even briefly)."""
+    """Write a secret file atomically, created with mode 0600 (never world-readable, not even briefly).
+
+    The bytes go to a uniquely named temporary file in the target's folder, which is renamed over the target;
+    on any failure the temporary file is removed, so a secret is never left behind under another name.
+    A folder as the target is refused (IsADirectoryError) before anything is written.
+    """
+    if path.is_dir() or not path.name:
+        raise IsADirectoryError(errno.EISDIR, "is a folder; give a file name", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
+    tmp = Path(name)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    with contextlib.suppress(OSError):  # make the rename durable too; not every file system allows it
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 def save_key(path: Path, key: SigningKey) -> None:

@@ -106,6 +106,8 @@ def backup(data_root: Path, out: Path, *, now_ms: int | None = None) -> Manifest
     data = DataDir(data_root)
     if not data.exists():
         raise NotFound(f"{data_root} is not an initialised data folder", code="data_not_found")
+    if out.is_dir():
+        raise InvalidInput(f"{out} is a folder; give the backup a file name", field="out", code="invalid_output")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".bbs-backup-") as scratch:
         staged = Path(scratch)

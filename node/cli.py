@@ -43,13 +43,54 @@ MAX_REQUEST_LINE_BYTES = 64 * 1024
 MAX_HEADER_BYTES = 16 * 1024
 
 
+def _check_listen(host: str, port: int, what: str) -> None:
+    """Refuse an address `bbs serve` could not listen on before anything starts (so no "serving" line first).
+
+    A bind test, as asyncio's server binds (SO_REUSEADDR, IPv6 only on IPv6 sockets); the socket is closed
+    again at once. Another process could still take the port before the node binds it: that failure is
+    reported the same way by main().
+    """
+    import socket
+
+    from node.datadir import CommandError
+
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError, OverflowError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise CommandError(f"cannot listen on {host}:{port} ({what}): {reason}") from None
+    for family, kind, proto, _name, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise CommandError(f"cannot listen on {host}:{port} ({what}): {exc.strerror or exc}") from None
+
+
+def _check_ports(host: str, port: int, metrics_host: str, metrics_port: int | None, mcp_port: int | None) -> None:
+    """Refuse two listeners on one address: MCP shares the REST host; metrics only when the hosts can overlap."""
+    from node.datadir import CommandError
+
+    wildcard = ("", "0.0.0.0", "::")
+    listeners = [("--port", host, port), ("--mcp-port", host, mcp_port), ("--metrics-port", metrics_host, metrics_port)]
+    for i, (flag, at, value) in enumerate(listeners):
+        for other_flag, other_at, other in listeners[:i]:
+            overlap = at == other_at or at in wildcard or other_at in wildcard
+            if value and value == other and overlap:
+                raise CommandError(f"{flag} and {other_flag} are both {value}; each listener needs its own port")
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from node import config as configuration
     from node import datalock, logging_setup, metrics
     from node.app import create_app
-    from node.datadir import initialise
+    from node.datadir import CommandError, initialise
+    from node.errors import Conflict
     from node.limits import RateLimit
     from node.peer_routes import SyncSettings
     from node.service import Node
@@ -61,34 +102,56 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     logging_setup.configure(config.log_format, config.log_level, access_log=config.access_log)
     data = Path(config.data)
-    token = initialise(data)
+    # Everything that can be refused is refused before the folder is created or changed.
+    if data.is_dir() and datalock.in_use(data):
+        raise Conflict(f"another bbs serve is running on {data}", code="data_in_use")
+    _check_ports(config.host, config.port, config.metrics_host, config.metrics_port, config.mcp_port)
+    _check_listen(config.host, config.port, "--port")
+    if config.mcp_port is not None:
+        _check_listen(config.host, config.mcp_port, "--mcp-port")
+    if config.metrics_port is not None:
+        _check_listen(config.metrics_host, config.metrics_port, "--metrics-port")
+    token = initialise(data)  # creates the node on first start, else checks that node.key belongs to bbs.db
     lock = datalock.hold(data)  # noqa: F841 (held until the process exits)
     if token is not None:
         print(f"Initialised node data in {data}")
-        print(f"Admin token (shown once, keep it safe): {token}")
+        print(f"Admin token (shown once, keep it safe): {token}", flush=True)
     node = Node(data)
-    print(f"Node {node.node_id} serving http://{config.host}:{config.port}", flush=True)
-    print(f"Create an agent: bbs agent create NAME --data {data}", flush=True)
     sync = SyncSettings(config.sync == "on", config.sync_wait_ms, config.reconcile_every_s)
     app = create_app(node, RateLimit(config.rate_limit_per_s, config.rate_limit_burst), sync)
     from node import cli_mcp
 
-    cli_mcp.enable_remote_mcp(app, node, config.mcp_port, config.host, config.port)
+    mcp_line = cli_mcp.enable_remote_mcp(app, node, config.mcp_port, config.host, config.port)
     if config.metrics_port is not None:
         metrics.serve_separately(app, config.metrics_host, config.metrics_port)
-    web.run_app(
-        app,
-        host=config.host,
-        port=config.port,
-        print=None,
-        handle_signals=True,
-        access_log=None,
-        shutdown_timeout=config.shutdown_timeout,
-        # aiohttp answers a request line or header beyond these in plain text before the app sees it; the
-        # defaults (8 KiB) are below the longest query the API documents, so they are raised past it.
-        max_line_size=MAX_REQUEST_LINE_BYTES,
-        max_field_size=MAX_HEADER_BYTES,
-    )
+
+    def announce(_: str) -> None:
+        """Called by aiohttp once the node is open and every listener is bound."""
+        print(f"Node {node.node_id} serving http://{config.host}:{config.port}", flush=True)
+        if mcp_line is not None:
+            print(mcp_line, flush=True)
+        print(f"Create an agent: bbs agent create NAME --data {data}", flush=True)
+
+    try:
+        web.run_app(
+            app,
+            host=config.host,
+            port=config.port,
+            print=announce,
+            handle_signals=True,
+            access_log=None,
+            shutdown_timeout=config.shutdown_timeout,
+            # aiohttp answers a request line or header beyond these in plain text before the app sees it; the
+            # defaults (8 KiB) are below the longest query the API documents, so they are raised past it.
+            max_line_size=MAX_REQUEST_LINE_BYTES,
+            max_field_size=MAX_HEADER_BYTES,
+        )
+    except RuntimeError as exc:  # e.g. the MCP port taken between _check_listen and the bind
+        from node.mcp_http import McpStartError  # loaded already if it is one: only --mcp-port imports it
+
+        if not isinstance(exc, McpStartError):
+            raise
+        raise CommandError(str(exc)) from None
     return 0
 
 
@@ -98,10 +161,10 @@ def _agent_key_command(args: argparse.Namespace, act: Callable[[Node], Awaitable
 
     import msgspec
 
-    from node.datadir import initialise
+    from node.datadir import require_node
     from node.service import Node
 
-    initialise(args.data)
+    require_node(args.data)  # never creates a node: only init and serve do
     node = Node(args.data)
 
     async def run() -> CreatedAgent:
@@ -133,7 +196,9 @@ def cmd_agent_rotate_key(args: argparse.Namespace) -> int:
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
     from node import db, projections
-    from node.datadir import DataDir
+    from node.datadir import DataDir, require_node
+
+    require_node(args.data)
 
     def run(conn: object) -> tuple[bool, int]:
         before = projections.snapshot(conn)  # type: ignore[arg-type]
@@ -205,26 +270,69 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `bbs` console script."""
-    args = build_parser().parse_args(argv)
+def _one_line(text: str) -> str:
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def _os_error(exc: OSError) -> str:
+    """`<what> (<path>)` for an OSError, without Python's `[Errno n]` prefix."""
+    what = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:
+        return what
+    where = str(exc.filename) if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+    return f"{what} ({where})"
+
+
+def explain(exc: BaseException, args: argparse.Namespace | None = None) -> tuple[str, int] | None:
+    """The one-line message (without `bbs: `) and exit status for an error a command let through, or None.
+
+    Messages are built from the error's kind and the paths involved, never from file contents, so no secret
+    (a key, a token) can be printed.
+    """
+    import sqlite3
+
+    from identity import keys
     from node.config import ConfigError
+    from node.datadir import CommandError
     from node.db import SchemaTooNew
     from node.errors import BBSError
 
+    data = getattr(args, "data", None)
+    if isinstance(exc, BBSError):
+        return f"{exc.code}: {exc.detail}", EXIT_ERROR
+    if isinstance(exc, ConfigError):
+        return f"config: {exc}", EXIT_USAGE
+    if isinstance(exc, SchemaTooNew):
+        return f"schema_too_new: {exc}", EXIT_ERROR
+    if isinstance(exc, CommandError):
+        return str(exc), EXIT_ERROR
+    if isinstance(exc, keys.KeyError_):
+        return "a key file is not an ed25519 key file" + (f" (in {data})" if data else ""), EXIT_ERROR
+    if isinstance(exc, sqlite3.DatabaseError):
+        where = f" ({Path(data) / 'bbs.db'}; 'bbs doctor --data {data}' checks it)" if data else ""
+        return f"database error: {exc}{where}", EXIT_ERROR
+    if isinstance(exc, UnicodeDecodeError):  # a damaged database (text columns) or a file that is not text
+        where = f" (in {data}; 'bbs doctor --data {data}' checks its database)" if data else ""
+        return f"read text that is not UTF-8{where}", EXIT_ERROR
+    if isinstance(exc, OSError):
+        return _os_error(exc), EXIT_ERROR
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `bbs` console script."""
+    args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except BBSError as exc:
-        print(f"bbs: {exc.code}: {exc.detail}", file=sys.stderr)
-        return EXIT_ERROR
-    except ConfigError as exc:
-        print(f"bbs: config: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except SchemaTooNew as exc:
-        print(f"bbs: schema_too_new: {exc}", file=sys.stderr)
-        return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        found = explain(exc, args)
+        if found is None:
+            raise
+        message, code = found
+        print(f"bbs: {_one_line(message)}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from node.agents import AGENT_NAME
+from node.datadir import CommandError
 
 EXIT_ERROR = 1
 
@@ -25,12 +26,11 @@ def _fail(message: str) -> int:
     return EXIT_ERROR
 
 
-class CommandError(Exception):
-    """A one-line error for the user; the command exits 1 and changes nothing."""
-
-
 def _friendly(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Report CommandError and identity file problems as `bbs: ...` lines with exit status 1."""
+    """Report identity file problems as `bbs: identity_file: ...` lines with exit status 1.
+
+    Every other error a command lets through (CommandError, BBSError, OSError, ...) is reported by node.cli.main.
+    """
 
     @functools.wraps(fn)
     def run(args: argparse.Namespace) -> int:
@@ -38,12 +38,38 @@ def _friendly(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
 
         try:
             return fn(args)
-        except CommandError as exc:
-            return _fail(str(exc))
         except IdentityFileError as exc:
             return _fail(f"identity_file: {exc}")
 
     return run
+
+
+def check_node_url(url: str, what: str = "--node", where: str = "") -> str:
+    """Refuse a node URL the client could not call: it must be http(s)://host[:port][/path], nothing more.
+
+    Returns the URL; raises CommandError naming `what` (the flag or config key it came from) and `where` (its file).
+    """
+    from yarl import URL
+
+    problem = None
+    try:
+        parsed = URL(url)
+        port = parsed.port
+    except (ValueError, UnicodeError, TypeError):
+        parsed, port, problem = None, None, "it cannot be parsed"
+    if parsed is not None:
+        if parsed.scheme not in ("http", "https") or not parsed.raw_host:
+            problem = "it must look like http://HOST:PORT or https://HOST"
+        elif parsed.user is not None or parsed.password is not None:
+            problem = "it cannot carry a user name or password"
+        elif not port:
+            problem = "its port must be 1 to 65535"
+        elif parsed.raw_query_string or parsed.raw_fragment:
+            problem = "it cannot have a query or a fragment"
+    if problem is not None:
+        shown = "" if "@" in url else f" {url!r}"  # a URL with user info may hold a password: never echoed
+        raise CommandError(f"{what}{shown}{f' in {where}' if where else ''} is not a node URL: {problem}")
+    return url
 
 
 def _passphrase(var: str | None) -> str | None:
@@ -62,6 +88,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from agent.client import Client
     from agent.mcp_server import run_stdio
 
+    check_node_url(args.node)
     api_key = os.environ.get("BBS_API_KEY") or None
     signing_key = None
     if args.identity is not None:
@@ -76,12 +103,14 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def cmd_agent_export(args: argparse.Namespace) -> int:
     """Write an agent's identity file (private key included, mode 0600)."""
     from agent import identity_file
+    from node.datadir import require_node
     from node.portable import export_identity
     from node.service import Node
 
-    if not (args.data / "node.key").exists():
-        return _fail(f"{args.data} is not a node data folder")
+    if args.out.is_dir():
+        raise CommandError(f"--out {args.out} is a folder; give the identity file's name")
     passphrase = _passphrase(args.passphrase_env)
+    require_node(args.data)
     node = Node(args.data)
 
     async def run() -> tuple[Any, dict[str, Any]]:
@@ -113,7 +142,7 @@ def _default_name(display_name: str) -> str:
 def cmd_agent_import(args: argparse.Namespace) -> int:
     """Register an identity file's agent on this node; print its new API key."""
     from agent import identity_file
-    from node.datadir import initialise
+    from node.datadir import require_node
     from node.portable import import_identity
     from node.service import Node
 
@@ -121,7 +150,7 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
     name = args.name or _default_name(ident.display_name)
     if not AGENT_NAME.fullmatch(name):
         return _fail(f"--name must match {AGENT_NAME.pattern}")
-    initialise(args.data)
+    require_node(args.data)  # never creates a node: only init and serve do
     node = Node(args.data)
 
     async def run() -> Any:
@@ -171,10 +200,13 @@ def register(sub: Any, agent: Any) -> None:
     p.set_defaults(func=cmd_agent_import)
 
 
-def enable_remote_mcp(app: Any, node: Any, mcp_port: int | None, host: str, port: int) -> None:
-    """Called by `bbs serve` after building the app: start remote MCP if the config names an mcp_port."""
+def enable_remote_mcp(app: Any, node: Any, mcp_port: int | None, host: str, port: int) -> str | None:
+    """Called by `bbs serve` after building the app: start remote MCP if the config names an mcp_port.
+
+    Returns the line to print once the node serves (None without remote MCP).
+    """
     if mcp_port is None:
-        return
+        return None
     from node import agent_auth, mcp_http
 
     rest_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
@@ -185,4 +217,4 @@ def enable_remote_mcp(app: Any, node: Any, mcp_port: int | None, host: str, port
         host=host,
         port=mcp_port,
     )
-    print(f"MCP (streamable HTTP) at http://{host}:{mcp_port}{mcp_http.MCP_PATH}", flush=True)
+    return f"MCP (streamable HTTP) at http://{host}:{mcp_port}{mcp_http.MCP_PATH}"

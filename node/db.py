@@ -76,6 +76,10 @@ def migrate(conn: sqlite3.Connection) -> int:
         if number <= current:
             continue
         conn.execute("BEGIN IMMEDIATE")
+        # another process (a CLI command beside a starting node) may have applied it while we waited
+        if conn.execute("PRAGMA user_version").fetchone()[0] >= number:
+            conn.execute("ROLLBACK")
+            continue
         try:
             for statement in _split_sql(sql):
                 conn.execute(statement)

@@ -33,6 +33,10 @@ MCP_PATH = "/mcp"
 MAX_CLIENTS = 256
 
 
+class McpStartError(RuntimeError):
+    """The remote MCP endpoint could not listen (its port taken, its host unknown)."""
+
+
 class NodeTokenVerifier:
     """The SDK's TokenVerifier over the node's bearer authentication: agents only, never the admin token."""
 
@@ -123,7 +127,7 @@ def enable(
             await asyncio.sleep(0.01)
         if task.done():
             failure = None if task.cancelled() else task.exception()
-            raise RuntimeError(f"the MCP endpoint could not start on {host}:{port}: {failure!r}")
+            raise McpStartError(f"the MCP endpoint could not start on {host}:{port}: {failure!r}")
         try:
             yield
         finally:

@@ -23,17 +23,36 @@ def _print_json(value: Any) -> None:
     print(msgspec.json.encode(value).decode())
 
 
+def _file_target(flag: str, path: Path) -> None:
+    """Refuse a folder where a command writes a file (before any work is done)."""
+    from node.datadir import CommandError
+
+    if path.is_dir():
+        raise CommandError(f"{flag} {path} is a folder; give a file name")
+
+
 def cmd_backup(args: argparse.Namespace) -> int:
     from node.backup import backup
+    from node.datadir import require_node
 
+    _file_target("--out", args.out)
+    require_node(args.data)
     manifest = backup(args.data, args.out)
     _print_json({"out": str(args.out), **msgspec.structs.asdict(manifest)})
     return 0
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from node.backup import restore, restore_litestream
+    import tarfile
 
+    from node.backup import restore, restore_litestream
+    from node.datadir import CommandError
+    from node.errors import InvalidInput
+
+    if args.data.exists() and not args.data.is_dir():
+        raise CommandError(f"{args.data} is a file, not a data folder")
+    if args.from_file is not None and args.from_file.is_file() and not tarfile.is_tarfile(args.from_file):
+        raise InvalidInput(f"{args.from_file} is not a bbs backup (not a tar file)", code="backup_corrupt")
     if args.from_file is not None:
         result = restore(args.from_file, args.data, force=args.force)
     else:
@@ -45,7 +64,11 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def cmd_litestream_config(args: argparse.Namespace) -> int:
     from node.backup import litestream_config
+    from node.datadir import require_node
 
+    if args.out is not None:
+        _file_target("--out", args.out)
+    require_node(args.data)
     text = litestream_config(args.data, args.replica, sync_interval=args.sync_interval)
     if args.out is None:
         print(text, end="")

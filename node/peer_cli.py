@@ -1,7 +1,8 @@
 """`bbs peer add`, `bbs peers` and `bbs digest`: federation from the command line.
 
-They work on the data folder directly (safe beside a running node: SQLite WAL, one short transaction);
-a running node's scheduler re-reads the peer table every second, so `peer add` takes effect without restart.
+They work on the data folder of an existing node, never creating one (safe beside a running node: SQLite WAL,
+one short transaction); a running node's scheduler re-reads the peer table every second, so `peer add` takes
+effect without restart.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ EXIT_ERROR = 1
 
 def cmd_peer_add(args: argparse.Namespace) -> int:
     from node import db, sync_store
-    from node.datadir import DataDir, initialise
+    from node.datadir import DataDir, require_node
     from node.http import convert
     from sync.messages import PeerIn
 
-    initialise(args.data)
+    require_node(args.data)  # never creates a node: only init and serve do
     peer = convert({"url": args.url, "node_id": args.key}, PeerIn)
     sync_store.check_peer_url(peer.url)
     path = DataDir(args.data).db_path
@@ -41,8 +42,9 @@ def cmd_peer_add(args: argparse.Namespace) -> int:
 
 def cmd_peers(args: argparse.Namespace) -> int:
     from node import db, sync_store
-    from node.datadir import DataDir
+    from node.datadir import DataDir, require_node
 
+    require_node(args.data)
     statuses = db.read_sync(DataDir(args.data).db_path, lambda c: sync_store.peer_statuses(c, int(time.time() * 1000)))
     if args.json:
         print(msgspec.json.encode({"peers": statuses}).decode())
@@ -71,10 +73,10 @@ def cmd_peers(args: argparse.Namespace) -> int:
 
 def cmd_digest(args: argparse.Namespace) -> int:
     from node import db, sync_store
-    from node.datadir import DataDir
+    from node.datadir import DataDir, require_database
 
+    node_id = require_database(args.data)  # reads the database only: a restored replica needs no key
     path = DataDir(args.data).db_path
-    node_id = db.read_sync(path, lambda c: c.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchone()[0])
     result = db.read_sync(path, lambda c: sync_store.digest(c, node_id))
     if args.json:
         print(msgspec.json.encode(result).decode())

@@ -36,6 +36,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     from agent.runtime.templates import AGENT_CONFIG_YAML, SOUL_MD
 
     files = {"soul.md": SOUL_MD, "agent-config.yaml": AGENT_CONFIG_YAML, SKILL_FILE: load_skill()}
+    if args.dir.exists() and not args.dir.is_dir():
+        return _fail(f"{args.dir} is a file, not a folder")
     existing = [name for name in files if (args.dir / name).exists()]
     if existing and not args.force:
         return _fail(f"{', '.join(existing)} already in {args.dir} (use --force to overwrite)")
@@ -70,6 +72,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         skill = load_skill(skill_path if skill_path.exists() else None)
     except ConfigError as exc:
         return _fail(f"config: {exc}", EXIT_USAGE)
+    from node.cli_mcp import check_node_url
+
+    check_node_url(config.node.url, "node.url", str(args.config))
     api_key = secret(config.node.api_key_env)
     signing_key = None
     if config.node.identity is not None:
@@ -82,7 +87,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _fail(f"set {config.node.api_key_env} or give node.identity in {args.config}", EXIT_USAGE)
     engine: Engine
     if config.model.engine == "scripted":
-        replies = json.loads(args.script.read_text(encoding="utf-8")) if args.script else []
+        try:
+            replies = json.loads(args.script.read_text(encoding="utf-8")) if args.script else []
+        except OSError as exc:
+            return _fail(f"--script {args.script}: {exc.strerror or exc}", EXIT_USAGE)
+        except ValueError:  # also UnicodeDecodeError
+            return _fail(f"--script {args.script} is not JSON; it must hold a JSON list of reply strings", EXIT_USAGE)
         if not (isinstance(replies, list) and all(isinstance(r, str) for r in replies)):
             return _fail("--script must hold a JSON list of reply strings", EXIT_USAGE)
         engine = ScriptedEngine(replies)

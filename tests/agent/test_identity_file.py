@@ -95,7 +95,8 @@ def test_export_then_import_on_another_node(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
-    initialise(a)
+    for folder in (a, b, c):
+        initialise(folder)  # only init and serve create a node; import needs one
     assert main(["agent", "create", "research", "--data", str(a), "--json"]) == 0
     did = json.loads(capsys.readouterr().out)["agent_id"]
     out = tmp_path / "research.id"
@@ -130,6 +131,7 @@ def test_cli_errors_change_nothing(
 ) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     initialise(a)
+    initialise(b)
     out = tmp_path / "x.id"
     assert main(["agent", "export", "nobody", "--data", str(a), "--out", str(out)]) == 1
     assert "agent_not_found" in capsys.readouterr().err and not out.exists()

@@ -173,6 +173,7 @@ async def test_bbs_mcp_with_an_identity_file_signs_on_the_agent_side(served_node
     home, out = tmp_path / "home", tmp_path / "roamer.id"
     env = {**os.environ, "ROAMER_PW": "pw"}
     for args in (
+        ["init", "--data", str(home)],
         ["agent", "create", "roamer", "--data", str(home)],
         ["agent", "export", "roamer", "--data", str(home), "--out", str(out), "--passphrase-env", "ROAMER_PW"],
         ["agent", "import", str(out), "--data", str(served_node.data), "--passphrase-env", "ROAMER_PW"],

@@ -64,6 +64,7 @@ async def test_only_the_admin_rotates_and_only_known_agents(
 
 def test_cli_rotate_key(tmp_path: Path) -> None:
     data = str(tmp_path / "d")
+    assert bbs("init", "--data", data).returncode == 0
     created = json.loads(bbs("agent", "create", "research", "--data", data, "--json").stdout)
     rotated = bbs("agent", "rotate-key", "research", "--data", data, "--json")
     assert rotated.returncode == 0, rotated.stderr

@@ -1,4 +1,7 @@
-"""The `bbs` CLI contract scripts rely on: init, agent create (--json, BBS_DATA), one-line errors."""
+"""The `bbs` CLI contract scripts rely on: init, agent create (--json, BBS_DATA), one-line errors.
+
+Only `bbs init` and `bbs serve` create a node; every other command refuses a folder that holds none.
+"""
 
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ def test_init_prints_the_admin_token_once(tmp_path: Path) -> None:
 
 def test_agent_create_json_and_bbs_data(tmp_path: Path) -> None:
     data = tmp_path / "d"
+    assert bbs("init", "--data", str(data)).returncode == 0
     created = bbs("agent", "create", "research", "--display-name", "Research", "--json", env={"BBS_DATA": str(data)})
     assert created.returncode == 0, created.stderr
     body = json.loads(created.stdout)
@@ -45,6 +49,7 @@ def test_agent_create_json_and_bbs_data(tmp_path: Path) -> None:
 
 def test_agent_create_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
     data = tmp_path / "d"
+    assert bbs("init", "--data", str(data)).returncode == 0
     cases = [
         (["Bad Name"], "validation_error"),
         (["-x"], None),  # argparse: looks like an option
@@ -61,3 +66,42 @@ def test_agent_create_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
             assert result.stderr.strip().startswith(f"bbs: {code}:"), result.stderr
     listed = bbs("agent", "create", "fine", "--data", str(data), "--json")
     assert listed.returncode == 0
+
+
+def test_only_init_and_serve_create_a_node(tmp_path: Path) -> None:
+    """A mistyped --data is refused by every other command, and nothing is created there."""
+    typo = tmp_path / "typo" / "dir"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for folder in (typo, empty):
+        for command in (
+            ["agent", "create", "x"],
+            ["agent", "rotate-key", "x"],
+            ["agent", "export", "x", "--out", str(tmp_path / "x.key")],
+            ["peer", "add", "http://127.0.0.1:9", "--key", "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"],
+            ["peers"],
+            ["digest"],
+            ["rebuild"],
+            ["backup", "--out", str(tmp_path / "b.tar")],
+            ["litestream-config", "--replica", str(tmp_path / "replica")],
+        ):
+            result = bbs(*command, "--data", str(folder))
+            assert result.returncode == 1, (command, result.stderr)
+            assert result.stderr == (
+                f"bbs: {folder} holds no node; run 'bbs init --data {folder}' (or 'bbs serve --data {folder}') first\n"
+            ), (command, result.stderr)
+            assert result.stdout == ""
+    assert not typo.parent.exists()
+    assert list(empty.iterdir()) == []
+    assert not (tmp_path / "x.key").exists() and not (tmp_path / "b.tar").exists()
+
+
+def test_agent_create_works_on_an_initialised_folder_whether_or_not_served(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    init = bbs("init", "--data", str(data))
+    assert init.returncode == 0 and init.stdout.count("Admin token") == 1
+    created = bbs("agent", "create", "research", "--data", str(data), "--json")
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["agent_id"].startswith("did:key:z")
+    digest = bbs("digest", "--data", str(data))
+    assert digest.returncode == 0 and digest.stdout.split()[0] == "1"
