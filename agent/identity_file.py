@@ -30,6 +30,8 @@ from identity import keys, records
 FORMAT = "agent-bbs-identity"
 VERSION = 1
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**15, 8, 1
+MAX_SCRYPT_MEMORY = 256 * 1024 * 1024  # 8x what bbs writes (32 MiB)
+MAX_SCRYPT_WORK = 16 * SCRYPT_N * SCRYPT_R  # n * r * p: 16x what bbs writes
 MAX_FILE_BYTES = 64 * 1024
 
 
@@ -140,8 +142,11 @@ def _open_key(part: dict[str, Any], did: str, passphrase: str | None) -> bytes:
             if passphrase is None:
                 raise IdentityFileError("this identity file is encrypted: give its passphrase")
             n, r, p = int(part["n"]), int(part["r"]), int(part["p"])
-            if not (2 <= n <= 2**20 and 1 <= r <= 32 and 1 <= p <= 16):
+            # bounded before deriving: scrypt needs 128 * n * r bytes, and a file may come from anyone
+            if not (2 <= n <= 2**20 and n & (n - 1) == 0 and 1 <= r <= 32 and 1 <= p <= 16):
                 raise IdentityFileError("scrypt parameters out of range")
+            if 128 * n * r > MAX_SCRYPT_MEMORY or n * r * p > MAX_SCRYPT_WORK:
+                raise IdentityFileError("scrypt parameters ask for more memory or work than bbs allows")
             secret = _kdf(keys.b64u_decode(str(part["salt"])), n, r, p).derive(passphrase.encode("utf-8"))
             return AESGCM(secret).decrypt(
                 keys.b64u_decode(str(part["nonce"])), keys.b64u_decode(str(part["ciphertext"])), did.encode("ascii")

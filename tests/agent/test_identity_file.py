@@ -56,6 +56,22 @@ def test_wrong_missing_or_moved_passphrase_protection(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("n", "r", "p", "message"),
+    [
+        (2**20, 32, 1, "more memory or work"),  # 4 GiB of scrypt memory, refused before deriving
+        (2**18, 8, 16, "more memory or work"),
+        (3 * 2**10, 8, 1, "out of range"),  # not a power of two
+        (2**21, 1, 1, "out of range"),
+    ],
+)
+def test_costly_scrypt_parameters_are_refused_before_deriving(n: int, r: int, p: int, message: str) -> None:
+    doc = json.loads(identity_file.to_json(make_identity(), "pw"))
+    doc["key"].update(n=n, r=r, p=p)
+    with pytest.raises(IdentityFileError, match=message):
+        identity_file.from_json(json.dumps(doc).encode(), "pw")
+
+
+@pytest.mark.parametrize(
     ("change", "message"),
     [
         (lambda d: d.update(did=keys.SigningKey.generate().did), "does not belong"),
