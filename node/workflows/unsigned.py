@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from identity import canonical
+from identity.schema import MAX_PAYLOAD_BYTES
 from node.workflows.wire import DeclareTask, PostMessage
 
 DONE_STATUSES = ("done", "completed")
@@ -56,6 +57,15 @@ def merge_patch(target: Any, patch: Any) -> Any:
 # ---- messages ---------------------------------------------------------------------------------------------
 
 
+def _payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """A message payload in canonical form, refused (naming it) beyond its limit: otherwise a big payload is
+    reported as a too-large record at `$`."""
+    normal: dict[str, Any] = canonical.normalize_value(payload, "$.payload")
+    if len(canonical.canonical_bytes(normal)) > MAX_PAYLOAD_BYTES:
+        raise canonical.CanonicalError(f"payload exceeds {MAX_PAYLOAD_BYTES} bytes in canonical form", "$.payload")
+    return normal
+
+
 def unsigned_message(sender: str, body: PostMessage, created_at: str) -> dict[str, Any]:
     """The unsigned record of a message: raw authority, a fact that it was sent, both agents as tags."""
     record: dict[str, Any] = {
@@ -65,7 +75,7 @@ def unsigned_message(sender: str, body: PostMessage, created_at: str) -> dict[st
         "created_at": created_at,
         "message_type": canonical.normalize_value(body.message_type),
         "body": canonical.normalize_value(body.body),
-        "payload": canonical.normalize_value(body.payload, "$.payload"),
+        "payload": _payload(body.payload),
         "dependency_ids": canonical.normalize_value(body.dependency_ids, "$.dependency_ids"),
         "tags": sorted({sender} | ({body.to_agent} if body.to_agent else set())),
         "authority": "raw",
