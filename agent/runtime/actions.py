@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -31,8 +32,10 @@ from agent.client import BBSClientError, Client
 from agent.runtime.memory import WorkingMemory
 from identity.schema import Annotation, AssertableLinkType, Confidence, Content, Did, EntryType, Performative, Tag
 from identity.schema import TruthState as TruthStateT
-from node.api_types import EntryRef, LinkSpec, PostEntry
+from node.api_types import EntryRef, LinkSpec, PostEntry, ReadQuery
 from node.workflows.wire import FinishIn, LeaseIn
+
+log = logging.getLogger("bbs.agent")
 
 MAX_ACTIONS = 16
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
@@ -150,6 +153,9 @@ class Executor:
                 status = "ok"
             except BBSClientError as exc:
                 result, status = {"code": exc.code, "detail": exc.detail, "field": exc.field}, "failed"
+            except Exception as exc:  # a bug here must not cost the engagement its other actions
+                log.exception("action %d (%s) of engagement %s crashed", i, op, engagement)
+                result, status = {"code": "action_crashed", "detail": repr(exc), "field": None}, "failed"
             self.memory.record_action(str(op), key, request, status, result)
             outcomes.append({"op": op, "status": status, **result})
         return outcomes
@@ -157,8 +163,16 @@ class Executor:
     async def _author(self, ref: str, authors: dict[str, str]) -> str:
         if ref in authors:
             return authors[ref]
-        entry = (await self.client.get_entry(ref)).entries[0]
-        return entry.author_id
+        # the request may be a synthetic (simulation) entry, which reads hide unless asked for
+        try:
+            found = (await self.client.get_entry(ref, ReadQuery(include_synthetic=True))).entries
+        except BBSClientError as exc:
+            if exc.status != 404:
+                raise
+            found = []
+        if not found:
+            raise BBSClientError(404, "entry_not_found", f"no entry {ref} on the node", "request")
+        return found[0].author_id
 
     async def _post(self, entry: PostEntry, key: str) -> dict[str, Any]:
         out = await self.client.post_entry(entry, idempotency_key=key)

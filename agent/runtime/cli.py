@@ -68,6 +68,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         soul = load_soul(args.soul)
+        if args.skill is not None and not args.skill.is_file():
+            raise ConfigError(f"no skill file {args.skill}", "--skill")
         skill_path = args.skill or args.config.parent / SKILL_FILE
         skill = load_skill(skill_path if skill_path.exists() else None)
     except ConfigError as exc:

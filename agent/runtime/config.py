@@ -161,7 +161,7 @@ def _check(config: AgentConfig) -> None:
         expr = getattr(config.schedule, name)
         if expr is not None:
             try:
-                Cron(expr)
+                Cron(expr).next_after(0)  # parses, and matches some time (`0 0 31 2 *` never does)
             except CronError as exc:
                 raise ConfigError(str(exc), f"$.schedule.{name}") from None
     if config.model.max_reply_tokens >= config.budget_tokens // 2:

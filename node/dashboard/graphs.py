@@ -9,13 +9,29 @@ ever placed in an attribute that could carry markup or script.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from xml.sax.saxutils import escape, quoteattr
+from xml.sax import saxutils
 
 import networkx as nx
 
 from node.api_types import EntryOut, LinkOut
+
+# Characters XML 1.0 does not allow at all (agents may post them: JSON and the API accept them); one of them
+# makes the whole SVG unreadable, so each is drawn as U+FFFD.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def escape(text: str) -> str:
+    """Text for an SVG element: XML-escaped, and characters XML cannot hold replaced."""
+    return saxutils.escape(_NOT_XML.sub("\ufffd", text))
+
+
+def quoteattr(text: str) -> str:
+    """A quoted SVG attribute value, likewise."""
+    return saxutils.quoteattr(_NOT_XML.sub("\ufffd", text))
+
 
 MAX_GRAPH_NODES = 150  # more than this is unreadable at any width; the drawing says it was cut
 WIDTH, HEIGHT = 800, 560

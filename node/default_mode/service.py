@@ -159,7 +159,10 @@ class DefaultMode:
             reviewed = [store.out(r) for r in store.fetch(conn, ids) if int(r["id"]) not in skipped]
             return CriticResult(candidates=reviewed, skipped=skipped)
 
-        return await self.node.db.write(job)
+        # never between a promotion's entry and its `promoted` mark: the critic would call the candidate a
+        # duplicate of the entry it has just become
+        async with self._promote_lock:
+            return await self.node.db.write(job)
 
     # ---- reflect ----------------------------------------------------------------------------------------
 

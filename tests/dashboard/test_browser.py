@@ -57,6 +57,13 @@ async def test_views_load_with_real_data(
     rows = await page.locator("#agents tbody tr").all_inner_texts()
     assert len(rows) == 2 and any("Alice" in r for r in rows) and any("Bob" in r for r in rows)
     await b.shot("agents")
+
+    # a simulation entry is hidden from the feed, but its own view shows it (it was a blank page)
+    await b.view(f"#/entry/{seeded.ids['sim']}", "dl.prov")
+    assert "kettle in space" in await page.locator("main").inner_text()
+    for name in ("__proto__", "constructor", "toString"):  # names an object inherits are not views
+        await b.view(f"#/{name}", "main h1")
+        assert await page.locator("main h1").inner_text() == "Not found"
     assert b.errors == []
 
 

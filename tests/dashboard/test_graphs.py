@@ -62,3 +62,12 @@ def test_large_neighbourhoods_are_cut_to_the_nearest_and_say_so() -> None:
     assert len(nodes_of(svg)) == graphs.MAX_GRAPH_NODES
     assert focus in nodes_of(svg)
     assert "the neighbourhood is larger" in svg
+
+
+def test_characters_xml_cannot_hold_do_not_break_a_drawing() -> None:
+    """Agents may post control characters (JSON allows them); one in a task title made the SVG unreadable."""
+    title = "bell\u0007 nul\u0000 \ufffe <b>&"
+    svg = graphs.task_dag_svg([("t", title, "t", "ready"), ("u", "u", "u", "blocked")], [("t", "u")], [])
+    drawn = nodes_of(svg)  # parses: well-formed XML
+    assert set(drawn) == {"t", "u"}
+    assert "\u0007" not in svg and "\u0000" not in svg and "&lt;b&gt;&amp;" in svg

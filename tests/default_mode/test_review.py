@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -211,3 +212,36 @@ async def test_admin_promote_refusals_store_nothing(
     resp = await client.get("/v1/search", params={"q": "insulation", "include_synthetic": "true"},
                             headers=alice.headers)  # fmt: skip
     assert (await resp.json())["entries"] == []
+
+
+async def test_a_critic_run_never_lands_between_a_promotion_and_its_mark(
+    client: TestClient, make_agent: MakeAgent
+) -> None:
+    """A critic run overlapping a promote used to see the new entry before the candidate was marked promoted,
+    and reject the candidate as a duplicate of the entry it had just become."""
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    evidence = await client.post(
+        "/v1/entries",
+        json={"entry_type": "finding", "performative": "inform", "content": "Measured twice"},
+        headers=alice.headers,
+    )
+    ref = str((await evidence.json())["id"])
+    for trial in range(6):
+        resp = await client.post(
+            f"{DM}/critic",
+            json={"candidates": [{"kind": "decision", "text": f"We decided on plan {trial}", "evidence_refs": [ref]}]},
+            headers=bob.headers,
+        )
+        cid = (await resp.json())["candidates"][0]["id"]
+
+        async def critic_again(cid: int) -> None:
+            for _ in range(4):
+                again = await client.post(f"{DM}/critic", json={"candidate_ids": [cid]}, headers=bob.headers)
+                assert again.status == 200
+
+        promoted, *_ = await asyncio.gather(
+            client.post(f"{DM}/promote/{cid}", headers=alice.headers), critic_again(cid), critic_again(cid)
+        )
+        assert promoted.status == 201
+        cand = await (await client.get(f"{DM}/candidates/{cid}", headers=alice.headers)).json()
+        assert (cand["status"], cand["critic_decision"]) == ("promoted", "approved"), (trial, cand)

@@ -138,6 +138,43 @@ async def test_executor_runs_records_and_never_duplicates(
         memory.close()
 
 
+async def test_acks_reach_synthetic_requests_and_a_missing_one_fails_alone(
+    client: TestClient, make_agent: Factory, tmp_path: Path
+) -> None:
+    """A request that is a simulation entry (hidden from reads by default) is still acked to its author; an
+    unknown one is recorded as failed and the actions after it still run (it crashed the tick before)."""
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    async with Client(base(client), api_key=alice.api_key) as a, Client(base(client), api_key=bob.api_key) as b:
+        simulated = await a.post(
+            "What if the cache were twice as big?", entry_type="task", performative="request", truth_state="simulation"
+        )
+        memory = WorkingMemory(tmp_path / "bob.sqlite")
+        parsed = parse_reply(
+            json.dumps(
+                {
+                    "actions": [
+                        {"op": "post", "content": "first"},
+                        {"op": "ack", "request": str(simulated.id)},
+                        {"op": "decline", "request": "999999", "reason": "No such request."},
+                        {"op": "post", "content": "after"},
+                    ]
+                }
+            )
+        )
+        outcomes = await Executor(b, memory, bob.agent_id).run(parsed.actions, "immediate:2", {})
+        assert [(o["op"], o["status"]) for o in outcomes] == [
+            ("post", "ok"),
+            ("ack", "ok"),
+            ("decline", "failed"),
+            ("post", "ok"),
+        ]
+        assert outcomes[2]["code"] == "entry_not_found" and outcomes[2]["field"] == "request"
+        ack = (await b.get_entry(str(outcomes[1]["id"]))).entries[0]
+        assert ack.directed_to == [alice.agent_id]
+        assert [x["status"] for x in memory.actions()] == ["ok", "ok", "failed", "ok"]
+        memory.close()
+
+
 async def test_an_agent_holding_its_own_key_leases_and_completes_tasks(
     client: TestClient, make_agent: Factory, node: Node, tmp_path: Path
 ) -> None:

@@ -85,3 +85,18 @@ async def test_agent_run_acks_a_request_through_an_openai_endpoint(
     assert [(a["op"], a["status"]) for a in memory.actions()] == [("ack", "ok")]
     assert [d["trigger"] for d in memory.events("decision")] == ["immediate"]
     memory.close()
+
+
+def test_a_skill_file_that_does_not_exist_is_a_config_error(tmp_path: Path) -> None:
+    """It was silently replaced by the shipped skill."""
+    import subprocess
+
+    (tmp_path / "soul.md").write_text("I am the worker.\n")
+    (tmp_path / "agent-config.yaml").write_text("node: {url: 'http://127.0.0.1:9'}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "node.cli", "agent", "run", "--config", str(tmp_path / "agent-config.yaml"),
+         "--soul", str(tmp_path / "soul.md"), "--skill", str(tmp_path / "missing.md")],
+        cwd=ROOT, env={**os.environ, "BBS_API_KEY": "bbs_x_y"}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [f"bbs: config: no skill file {tmp_path / 'missing.md'} (at --skill)"]

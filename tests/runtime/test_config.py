@@ -31,6 +31,7 @@ def test_empty_config_is_all_defaults() -> None:
         ("polling: {active_max_s: 40}", "$.polling.active_max_s"),
         ("schedule: {hygiene: '61 * * * *'}", "$.schedule.hygiene"),
         ("schedule: {synthesis_review: 'daily'}", "$.schedule.synthesis_review"),
+        ("schedule: {synthesis_review: '0 0 31 2 *'}", "$.schedule.synthesis_review"),  # parses, never matches
         ("model: {max_reply_tokens: 4000}", "$.model.max_reply_tokens"),
         ("surprise: 1", "$"),
         ("[1, 2]", "$"),

@@ -148,7 +148,7 @@ function context() {
   };
 }
 
-const views = {};
+const views = Object.create(null);  // no inherited names: #/__proto__ is "Not found", not a crash
 
 async function route() {
   const ctx = context();
@@ -267,7 +267,8 @@ views.entry = async ([ref], params, ctx) => {
   const direction = ["both", "outbound", "inbound"].includes(params.get("direction")) ? params.get("direction") : "both";
   const linkType = LINK_TYPES.includes(params.get("link_types")) ? params.get("link_types") : "";
   const [read, prov] = await Promise.all([
-    api(`/v1/entries/${encodeURIComponent(ref)}?hops=1`),
+    // synthetic (simulation) entries are hidden from reads by default; the entry view shows whatever it is given
+    api(`/v1/entries/${encodeURIComponent(ref)}?hops=1&include_synthetic=true`),
     api(`/dashboard/api/entries/${encodeURIComponent(ref)}/provenance`),
   ]);
   if (!ctx.alive()) return;
