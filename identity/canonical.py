@@ -93,6 +93,8 @@ def parse_created_at(value: str, field: str = "created_at") -> datetime:
         raise CanonicalError("created_at must be YYYY-MM-DDTHH:MM:SS[.mmm]Z", field)
     if value.endswith(".000Z"):
         raise CanonicalError("created_at must omit milliseconds when they are zero", field)
+    if value[0:4] < "1970":  # times are epoch milliseconds everywhere (sync, negentropy): never negative
+        raise CanonicalError("created_at must not be before 1970-01-01T00:00:00Z", field)
     millis = int(value[20:23]) * 1000 if len(value) > 20 else 0
     try:  # the fields are ASCII digits at fixed places (the pattern above): read them directly
         return datetime(

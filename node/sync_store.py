@@ -96,7 +96,9 @@ class NodeSyncStore:
         def run(conn: sqlite3.Connection) -> tuple[str, int, list[tuple[int, bytes]]]:
             epoch, head = _position(conn)
             rows = conn.execute(
-                "SELECT created_ms, hash FROM records WHERE scope = 'federation' ORDER BY created_ms, hash"
+                # created_ms >= 0: records dated before 1970 are refused now, but a node may hold some from before
+                "SELECT created_ms, hash FROM records WHERE scope = 'federation' AND created_ms >= 0"
+                " ORDER BY created_ms, hash"
             ).fetchall()
             return epoch, head, [(int(ms), bytes.fromhex(h)) for ms, h in rows]
 

@@ -28,6 +28,8 @@ class NegentropyError(ValueError):
 
 def encode_varint(n: int) -> bytes:
     """Base-128 big-endian varint with the continuation bit on every byte but the last."""
+    if n < 0:  # would never end: a right shift of a negative number never reaches 0
+        raise ValueError(f"a varint is never negative (got {n})")
     if n == 0:
         return b"\x00"
     out = []

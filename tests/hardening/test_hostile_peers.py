@@ -149,16 +149,22 @@ async def test_far_dated_records_from_a_peer(make_peer: Any, evil: EvilPeer) -> 
     far = signed_entry(author, "from the year 2999", created_at="2999-01-01T00:00:00Z")
     past = signed_entry(author, "from 1971", created_at="1971-01-01T00:00:00Z")
     now = signed_entry(author, "from today")
+    # before 1970 a record's time is negative milliseconds: ten of them made every node that reconciled them
+    # loop forever encoding a negentropy varint, and sync spread them
+    before = [signed_entry(author, f"from 1969, {i}", created_at=f"1969-12-31T23:59:{i:02d}Z") for i in range(10)]
     from tests.sync.conftest import body_of, hash_of
 
-    evil.page([(hash_of(r), body_of(r)) for r in (future, far, past, now)])
+    evil.page([(hash_of(r), body_of(r)) for r in (future, far, past, now, *before)])
     report = await node.puller().pull_once(evil.config)
     outcomes = {o.hash: (o.outcome, o.reason) for o in report.outcomes}
     assert outcomes[hash_of(future)] == ("invalid", "future_dated")
     assert outcomes[hash_of(far)] == ("invalid", "future_dated")
     assert outcomes[hash_of(past)] == ("saved", None)  # old records are legitimate (imports, archives)
     assert outcomes[hash_of(now)] == ("saved", None)
-    assert not {hash_of(future), hash_of(far)} & await node.hashes()
+    assert all(outcomes[hash_of(r)][0] == "invalid" for r in before)
+    assert not {hash_of(future), hash_of(far), *(hash_of(r) for r in before)} & await node.hashes()
+    _, _, items = await node.sync.store.reconcile_items()
+    assert all(ms >= 0 for ms, _ in items)
     assert await node.sync.store.cursor(evil.key.did) is not None  # the batch moved the cursor on
 
 

@@ -71,6 +71,8 @@ def test_cost_grows_with_difference_not_with_store() -> None:
 
 def test_varint_and_malformed_messages() -> None:
     assert encode_varint(0) == b"\x00" and encode_varint(127) == b"\x7f" and encode_varint(128) == b"\x81\x00"
+    with pytest.raises(ValueError):  # a negative number never ends the shift loop: refused, not spun on
+        encode_varint(-1)
     responder = Negentropy(VectorStorage([item(1, 10)]))
     for bad in [b"", b"\x61\x01", b"\x61\x00\x21" + b"\x00" * 33, b"\x61\x00\x00\x07", b"\x10"]:
         with pytest.raises(NegentropyError):
