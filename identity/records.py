@@ -134,6 +134,8 @@ def check(record: dict[str, Any], *, check_signature: bool = True) -> tuple[str,
         for i, link in enumerate(decoded.links):
             if link.target == record_hash:
                 raise RecordError("schema", "an entry cannot link to itself", f"$.links[{i}].target")
+    if isinstance(decoded, schema.LinkRecord) and decoded.source == decoded.target:
+        raise RecordError("schema", "an entry cannot link to itself", "$.target")
     bad_set = schema.check_sets(record)
     if bad_set:
         raise RecordError("not_canonical", f"{bad_set} must be deduplicated and sorted", f"$.{bad_set}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, NoReturn, TypeVar
 
 from identity import canonical, keys, records
 from identity.schema import EntryRecord, LinkRecord
@@ -452,6 +452,10 @@ class Node:
         return record_hash
 
     @staticmethod
+    def _refuse_self_link() -> NoReturn:
+        raise InvalidInput("an entry cannot link to itself", field="$.target", code="self_link")
+
+    @staticmethod
     def _retracted(rec: EntryRecord) -> list[tuple[int, str]]:
         """(link index, target hash) of what a retract entry withdraws; [] for any other entry."""
         if rec.performative != "retract":
@@ -514,7 +518,11 @@ class Node:
     ) -> tuple[queries.LinkOut, bool]:
         """Store a link record (node-signed or author-signed). Returns (link, created)."""
         key = idempotency.request_key(idempotency_key, body.idempotency_key)
+        at = Located("$.record" if isinstance(body, SignedSubmission) else "$")  # where source and target sit
         if isinstance(body, SignedSubmission):
+            if body.record.get("kind") == "link" and body.record.get("source") == body.record.get("target"):
+                with at:  # records.check refuses it too (any node does), but the API names it precisely
+                    self._refuse_self_link()
             record, record_hash, decoded = self._check_signed(body.record, "link", agent_id)
         else:
             signer = await self._signing_key(agent_id)
@@ -540,6 +548,8 @@ class Node:
                 return source, target
 
             source, target = await self.db.read(refs)
+            if source == target:
+                self._refuse_self_link()
             unsigned = {
                 "kind": "link",
                 "schema_version": canonical.SCHEMA_VERSION,
@@ -556,10 +566,6 @@ class Node:
             except records.RecordError as exc:
                 raise record_error(exc) from None
         assert isinstance(decoded, LinkRecord)
-        at = Located("$.record" if isinstance(body, SignedSubmission) else "$")  # where source and target sit
-        if decoded.source == decoded.target:
-            with at:
-                raise InvalidInput("an entry cannot link to itself", field="$.target", code="self_link")
 
         def job(conn: sqlite3.Connection) -> tuple[int, bool]:
             if key is not None:

@@ -12,8 +12,11 @@ from yarl import URL
 from identity import keys
 from sync import messages as m
 from sync.auth import sign_headers
+from sync.server import MAX_PAGE_BYTES
 
-MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a fetch of 256 hashes of records up to 256 KiB each
+# a changes page holds at most MAX_PAGE_BYTES of records (sync/server.py) plus its hashes and framing
+MAX_CHANGES_BYTES = MAX_PAGE_BYTES + 1024 * 1024
 REPLY_TIMEOUT_S = 30.0  # beyond a long-poll's wait, the most a peer may take to answer (a stall is cut off)
 
 
@@ -52,15 +55,22 @@ class PeerClient:
         query: dict[str, str] = {"since": str(since), "limit": str(limit), "wait_ms": str(wait_ms)}
         if epoch is not None:
             query["epoch"] = epoch
-        raw = await self._request("GET", "/v1/sync/changes", query=query, timeout=wait_ms / 1000 + REPLY_TIMEOUT_S)
+        timeout = wait_ms / 1000 + REPLY_TIMEOUT_S
+        raw = await self._request("GET", "/v1/sync/changes", query=query, timeout=timeout, max_bytes=MAX_CHANGES_BYTES)
         reply = self._decode(m.CHANGES_DECODER, raw)
+        if isinstance(reply, m.Changes) and len(reply.items) > limit:  # what a page may hold is ours to say
+            raise SyncError(f"malformed batch: {len(reply.items)} records for a page of at most {limit}")
         if isinstance(reply, m.Changes) and not (since <= reply.next <= reply.head or reply.next == since):
             raise SyncError(f"malformed batch: next cursor {reply.next} outside [{since}, {reply.head}]")
         return reply
 
     async def fetch(self, hashes: list[str]) -> m.Records:
         body = msgspec.json.encode(m.FetchRequest(hashes=hashes))
-        return self._decode(m.RECORDS_DECODER, await self._request("POST", "/v1/sync/fetch", body=body))
+        reply: m.Records = self._decode(m.RECORDS_DECODER, await self._request("POST", "/v1/sync/fetch", body=body))
+        asked = set(hashes)
+        if len(reply.items) > len(asked) or any(item.hash not in asked for item in reply.items):
+            raise SyncError("malformed batch: records that were not asked for")
+        return reply
 
     async def reconcile(self, message: bytes) -> m.ReconcileReply:
         body = msgspec.json.encode(m.ReconcileRequest(message=message.hex()))
@@ -85,6 +95,7 @@ class PeerClient:
         query: dict[str, str] | None = None,
         body: bytes | None = None,
         timeout: float = REPLY_TIMEOUT_S,
+        max_bytes: int = MAX_RESPONSE_BYTES,
     ) -> bytes:
         url = URL(self.base + path)
         if query:
@@ -104,8 +115,8 @@ class PeerClient:
                 async for chunk in resp.content.iter_chunked(1 << 16):
                     chunks.append(chunk)
                     size += len(chunk)
-                    if size > MAX_RESPONSE_BYTES:
-                        raise SyncError("malformed batch: reply exceeds the size limit")
+                    if size > max_bytes:
+                        raise SyncError(f"malformed batch: reply exceeds {max_bytes} bytes")
                 data = b"".join(chunks)
                 self.bytes_received += len(data)
                 self.traffic.bytes_received += len(data)

@@ -281,3 +281,53 @@ async def test_a_target_that_arrives_another_way_is_no_longer_fetched(make_peer:
     await node.node.db.write(lambda c: c.execute("UPDATE sync_wanted SET next_ms = 0"))
     await puller.pull_once(evil.config)
     assert len(evil.fetched) == 1  # not asked for again
+
+
+async def test_a_page_larger_than_asked_for_is_a_malformed_batch(make_peer: Any, evil: EvilPeer) -> None:
+    """The page bounds are the puller's to enforce: more records than its `limit`, or more bytes than a page
+    holds, is refused whole (one such page held the writer for seconds)."""
+    node = await victim(make_peer, evil)
+    author = keys.SigningKey.generate()
+    records = [signed_entry(author, f"record {i}") for i in range(7)]
+    evil.page([(hash_of(r), body_of(r)) for r in records])
+    with pytest.raises(SyncError, match="records for a page of at most 5"):
+        await node.puller(limit=5).pull_once(evil.config)
+    huge = b'{"type":"changes","v":1,"items":[' + b'{"seq":1},' * 1_000_000 + b"]}"
+    evil.page([], raw=huge)  # over 9 MiB: refused while it is read, before it is decoded
+    with pytest.raises(SyncError, match="reply exceeds"):
+        await node.puller().pull_once(evil.config)
+    assert await node.sync.store.cursor(evil.key.did) is None
+    assert await node.digest() == (0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+
+
+async def test_records_that_were_not_asked_for_are_a_malformed_batch(make_peer: Any, evil: EvilPeer) -> None:
+    node = await victim(make_peer, evil)
+    author = keys.SigningKey.generate()
+    extra = signed_entry(author, "not asked for")
+    evil.fetch = lambda hashes: evil.records_reply([(hash_of(extra), body_of(extra))], [])
+    with pytest.raises(SyncError, match="not asked for"):
+        await node.puller().client(evil.config).fetch(["a" * 64])
+
+
+def test_a_self_link_record_from_a_peer_is_refused() -> None:
+    """The REST API refused it (`self_link`); now every node does, whoever relays it."""
+    from identity import canonical
+    from sync.verify import verify_record
+
+    author = keys.SigningKey.generate()
+    entry_hash = hash_of(signed_entry(author, "an entry"))
+    link = records.sign(
+        {
+            "kind": "link",
+            "schema_version": "v1",
+            "author_id": author.did,
+            "created_at": canonical.now_created_at(),
+            "source": entry_hash,
+            "target": entry_hash,
+            "link_type": "supports",
+            "annotation": "",
+        },
+        author,
+    )
+    verdict = verify_record(canonical.canonical_bytes(link), None)
+    assert getattr(verdict, "reason", None) == "schema"
