@@ -147,6 +147,8 @@ class Workflows:
             now = self.node.now_ms()
             if row is not None:
                 leases.check_declare(row, agent_id, changed, now, at)
+                if signer is None:
+                    tasks.check_after_newest(conn, key, decoded.created_at)
             if signer is None:
                 rec, rec_hash, dec = record, record_hash, decoded
             else:
@@ -317,6 +319,7 @@ class Workflows:
             if signer is None:
                 if decoded.task_key != key:
                     raise InvalidInput("the record's task_key is not the task in the path", field="$.record.task_key")
+                tasks.check_after_newest(conn, key, decoded.created_at)
                 if decoded.lease is not msgspec.UNSET and decoded.lease != lease:
                     raise InvalidInput(
                         "the record's lease is not your live lease on this task",

@@ -166,6 +166,24 @@ def is_done(row: sqlite3.Row) -> bool:
     return row["status"] in DONE_STATUSES
 
 
+def check_after_newest(conn: sqlite3.Connection, key: str, created_at: str) -> None:
+    """Refuse a signed event for an existing task dated at or before the newest event held for it.
+
+    The fold orders a task's events by their own `created_at`, which their signer chooses: a declaration dated
+    before the task's first one would make its `node_id` the home node (the lease authority), and a completion
+    dated before a live lease would fold as if no one held it. An honest client dates its events after the
+    newest one it read (docs/workflows.md), so a node refuses anything older it is asked to accept. Records
+    relayed by peers are not checked here (see the known limits in docs/workflows.md).
+    """
+    row = conn.execute("SELECT max(created_ms) FROM task_events WHERE task_key = ?", (key,)).fetchone()
+    if row[0] is not None and unsigned.parse_ms(created_at) <= int(row[0]):
+        raise InvalidInput(
+            f"created_at must be after the newest event of task {key} held here; read the task and sign again",
+            field="$.record.created_at",
+            code="event_out_of_order",
+        )
+
+
 def next_event_ms(conn: sqlite3.Connection, key: str, now_ms: int) -> int:
     """A created time after every event this node holds for the task (see unsigned.next_event_ms)."""
     row = conn.execute("SELECT max(created_ms) FROM task_events WHERE task_key = ?", (key,)).fetchone()

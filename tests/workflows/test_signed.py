@@ -52,6 +52,18 @@ async def test_self_signed_task_life(client: TestClient, node: Node) -> None:
     status, leased = await lease(client, carol.creds, "signed-job", seconds=60)  # the node signs the grant
     assert status == 201
     lease_id = leased["lease"]["lease_id"]
+    # the node stamped its grant after the declaration (now + 1): events dated at or before it are refused,
+    # or a backdated declaration could name a new home node, a backdated completion fold before the lease
+    for early in (
+        task_event(carol.key, now + 1, "release", lease=lease_id),
+        task_event(carol.key, now - 60_000, "complete"),
+    ):
+        status, problem = await submit(client, carol, f"/tasks/signed-job/{early['event']}", early)
+        assert (status, problem["code"], problem["field"]) == (422, "event_out_of_order", "$.record.created_at")
+    backdated = task_event(carol.key, 31_536_000_000, "declare", node_id=node.node_id, status="cancelled")  # 1971
+    status, problem = await submit(client, carol, "/tasks", backdated)
+    assert (status, problem["code"]) == (422, "event_out_of_order")
+    now += 1
     wrong = task_event(carol.key, now + 1, "release", lease="0" * 64)
     status, problem = await submit(client, carol, "/tasks/signed-job/release", wrong)
     assert status == 422 and problem["code"] == "wrong_lease"
