@@ -18,12 +18,10 @@ MAX_ATTEMPTS = 5
 _UPSERT = (
     "INSERT INTO notifications (agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms)"
     " VALUES (?, ?, NULL, ?, ?, ?, ?)"
+    # an upgrade (a lower tier) makes the notification pending again with a fresh attempt count, whatever its
+    # state, a lease included: a tier-1 reason must not wait for a lapsing tier-2 lease
     " ON CONFLICT (agent_id, entry_id) DO UPDATE SET tier = excluded.tier, reason = excluded.reason,"
-    "   attempt_count = CASE WHEN notifications.status IN ('delivered', 'failed', 'expired') THEN 0"
-    "                        ELSE notifications.attempt_count END,"
-    "   status = CASE WHEN notifications.status IN ('delivered', 'failed', 'expired') THEN 'pending'"
-    "                 ELSE notifications.status END,"
-    "   expires_ms = excluded.expires_ms"
+    "   attempt_count = 0, status = 'pending', expires_ms = excluded.expires_ms"
     " WHERE excluded.tier < notifications.tier"
 )
 

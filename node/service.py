@@ -452,6 +452,16 @@ class Node:
         return record_hash
 
     @staticmethod
+    def _replayed_link(conn: sqlite3.Connection, agent_id: str, key: str) -> queries.LinkOut | None:
+        done = idempotency.replayed(conn, agent_id, key, "link", field="$.idempotency_key")
+        if done is None:
+            return None
+        row = conn.execute(
+            f"SELECT {queries.LINK_COLUMNS} FROM links l WHERE l.origin_hash = ? AND l.ordinal = 0", (done,)
+        ).fetchone()
+        return queries.link_out(row)
+
+    @staticmethod
     def _refuse_self_link() -> NoReturn:
         raise InvalidInput("an entry cannot link to itself", field="$.target", code="self_link")
 
@@ -518,6 +528,10 @@ class Node:
     ) -> tuple[queries.LinkOut, bool]:
         """Store a link record (node-signed or author-signed). Returns (link, created)."""
         key = idempotency.request_key(idempotency_key, body.idempotency_key)
+        if key is not None:  # a replay answers with the original link, whatever this body says
+            replayed = await self.db.read(lambda c: self._replayed_link(c, agent_id, key))
+            if replayed is not None:
+                return replayed, False
         at = Located("$.record" if isinstance(body, SignedSubmission) else "$")  # where source and target sit
         if isinstance(body, SignedSubmission):
             if body.record.get("kind") == "link" and body.record.get("source") == body.record.get("target"):
@@ -574,11 +588,14 @@ class Node:
                     row = conn.execute("SELECT id FROM links WHERE origin_hash = ? AND ordinal = 0", (done,)).fetchone()
                     return int(row[0]), False
             same = conn.execute(
-                "SELECT id FROM links WHERE source_hash = ? AND target_hash = ? AND link_type = ? AND author_id = ?"
-                " AND ordinal >= 0",
+                "SELECT l.id, l.origin_hash, r.kind FROM links l JOIN records r ON r.hash = l.origin_hash"
+                " WHERE l.source_hash = ? AND l.target_hash = ? AND l.link_type = ? AND l.author_id = ?"
+                " AND l.ordinal >= 0 ORDER BY l.id LIMIT 1",
                 (decoded.source, decoded.target, decoded.link_type, agent_id),
             ).fetchone()
             if same is not None:  # the same author asserting the same link again: one link
+                if key is not None and same[2] == "link":  # the key now names that link (and no other use)
+                    idempotency.remember(conn, agent_id, key, "link", same[1], self.now_ms())
                 return int(same[0]), False
             if not conn.execute("SELECT 1 FROM entries WHERE record_hash = ?", (decoded.source,)).fetchone():
                 with at:
@@ -605,7 +622,7 @@ class Node:
         def run(conn: sqlite3.Connection) -> ReadResult:
             seeds: list[str] = []
             missing: list[str] = []
-            for ref in refs:
+            for ref in dict.fromkeys(refs):  # a ref given twice is read (or missing) once
                 record_hash, entry_id = queries.resolve_ref(conn, ref)
                 if entry_id is None or record_hash is None:
                     missing.append(ref)

@@ -87,6 +87,30 @@ async def test_key_reused_across_operations_is_409(client: TestClient, make_agen
     assert await count(node, "links") == 1
 
 
+async def test_a_link_replay_answers_the_original_whatever_its_body(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    """Its refs were resolved before the key was looked at: a retry whose body no longer resolves got a 404."""
+    alice = await make_agent("alice")
+    _, a = await send(client, alice, entry("target"))
+    _, b = await send(client, alice, entry("source"))
+    link_body = {"source": str(b["id"]), "target": str(a["id"]), "link_type": "supports"}
+    status, made = await send(client, alice, link_body, key="link-key", path="/v1/links")
+    assert status == 201
+    for other in (
+        {"source": "999999", "target": str(a["id"]), "link_type": "supports"},  # unknown source
+        {"source": str(a["id"]), "target": str(a["id"]), "link_type": "supports"},  # a self-link
+    ):
+        status, again = await send(client, alice, other, key="link-key", path="/v1/links")
+        assert status == 200 and again == made
+    # the same link asserted again with a fresh key: that key now names the link, so it is no post's key
+    status, same = await send(client, alice, link_body, key="second-key", path="/v1/links")
+    assert status == 200 and same == made
+    status, body = await send(client, alice, entry("a post with that key"), key="second-key")
+    problem(body, 409, "idempotency_key_reused")
+    assert await count(node, "links") == 1
+
+
 async def test_concurrent_post_and_link_with_one_key(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
     alice = await make_agent("alice")
     _, a = await send(client, alice, entry("first"))

@@ -273,6 +273,24 @@ async def test_contradiction_upgrades_a_delivered_notification(
     assert again[0]["notification_id"] == first[0]["notification_id"]
 
 
+async def test_contradiction_upgrades_a_leased_notification_at_once(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    """A tier-1 reason for a notification the agent holds a lease on makes it pending again now, at tier 1 with
+    a fresh count (it used to wait for the tier-2 lease to lapse, a minute later, and count as a retry)."""
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    await subscribe(client, bob)
+    mine = await post(client, bob, content="bob's claim")
+    theirs = await post(client, alice, content="alice's unrelated note")
+    first = await inbox(client, bob)  # leased, not acknowledged
+    assert [(n["entry_id"], n["tier"], n["attempt"]) for n in first] == [(theirs["id"], 2, 1)]
+    await link(client, alice, source=str(theirs["id"]), target=str(mine["id"]), link_type="contradicts")
+    again = await inbox(client, bob)
+    assert [(n["entry_id"], n["tier"], n["reason"], n["attempt"]) for n in again] == [
+        (theirs["id"], 1, "contradiction", 1)
+    ]
+
+
 async def test_contradiction_of_an_entry_that_arrives_later(
     client: TestClient, make_agent: MakeAgent, node: Node
 ) -> None:

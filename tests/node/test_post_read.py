@@ -124,7 +124,7 @@ async def test_read_by_id_hash_and_ids(client: TestClient, make_agent: MakeAgent
         client,
         "/v1/entries",
         alice,
-        params={"ids": f"{first['id']},{second['record_hash']},{missing_hash},999999"},
+        params={"ids": f"{first['id']},{second['record_hash']},{missing_hash},999999,999999,{first['id']}"},
     )
     assert [e["id"] for e in many["entries"]] == [first["id"], second["id"]]
     assert many["missing"] == [missing_hash, "999999"]
