@@ -94,15 +94,18 @@ class TextFormatter(logging.Formatter):
 
 class MalformedHttpFilter(logging.Filter):
     """aiohttp logs every request it cannot parse (no Host, a bad Content-Length, a header too long) at ERROR
-    with a traceback, before the app sees it; it has answered 400. Anyone can send those, so they become one
-    warning line each rather than a flood of tracebacks. Every other aiohttp.server record is left alone."""
+    with a traceback, before the app sees it; it has answered 400. It does the same for a body that does not
+    decompress, when it drains one the node did not read (a request refused before its body). Anyone can send
+    those, so they become one warning line each rather than a flood of tracebacks. Every other aiohttp.server
+    record is left alone."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, HttpProcessingError) and (exc.code or 400) < 500:
+        client_error = isinstance(exc, HttpProcessingError) and (exc.code or 400) < 500
+        if client_error or isinstance(exc, web.RequestPayloadError):
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             # the class only: aiohttp's message may quote the request line (a query string) or a header value
-            record.msg, record.args = "%s: %s (%s)", (record.getMessage(), type(exc).__name__, exc.code)
+            record.msg, record.args = "%s: %s", (record.getMessage(), type(exc).__name__)
             record.exc_info, record.exc_text = None, None
         return True
 
