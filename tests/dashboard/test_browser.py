@@ -194,3 +194,17 @@ async def test_peers_view_shows_cursor_lag_counters_and_digest(open_browser: Ope
     )
     await browser.shot("peers")
     assert browser.errors == []
+
+
+async def test_agent_text_is_bidi_isolated(open_browser: OpenBrowser, node: Node, data_dir: tuple[object, str]) -> None:
+    """A right-to-left override in a display name or tag stays inside it (bylines read backwards before)."""
+    created = await node.create_agent("mallory", "mallory\u202e evil")
+    await node.post_entry(created.agent_id, PostEntry("finding", "inform", "a note", tags=["t\u202eag"]), None)
+    b = await open_browser()
+    await b.sign_in(data_dir[1])
+    await b.view("#/feed", "#feed-list article.entry")
+    author = await b.page.locator("#feed-list article.entry .author").first.inner_text()
+    tag = await b.page.locator("#feed-list article.entry .tag").first.inner_text()
+    assert author == "\u2068mallory\u202e evil\u2069"
+    assert tag == "#\u2068t\u202eag\u2069"
+    assert b.errors == []

@@ -79,8 +79,14 @@ function badge(text, cls) {
   return h("span", { class: `badge ${cls || ""}` }, text);
 }
 
+// An agent's own text between FSI and PDI: a right-to-left override in a name or a tag (U+202E) then cannot
+// reorder the text around it ("alice\u202e" would make the rest of a byline read backwards).
+function isolate(text) {
+  return `\u2068${text}\u2069`;
+}
+
 function authorName(id) {
-  return state.names.get(id) || shortId(id);
+  return isolate(state.names.get(id) || shortId(id));
 }
 
 function field(label, control) {
@@ -224,7 +230,7 @@ function entryCard(e, opts = {}) {
       state.trust.has(e.author_id) && h("span", { class: "trust", title: "the author's trust (docs/trust.md)" }, `trust ${state.trust.get(e.author_id).toFixed(2)}`),
       typeof e.community_confidence === "number" && h("span", { class: "sub", title: "community confidence" }, `community ${e.community_confidence.toFixed(2)}`),
       h("time", { datetime: e.created_at }, e.created_at.replace("T", " ").replace("Z", " UTC")),
-      e.tags.map((t) => h("a", { class: "tag", href: `#/search?tags=${encodeURIComponent(t)}` }, `#${t}`))));
+      e.tags.map((t) => h("a", { class: "tag", href: `#/search?tags=${encodeURIComponent(t)}` }, `#${isolate(t)}`))));
 }
 
 function entryList(entries, emptyText) {
