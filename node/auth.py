@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from node.agents import Principal
-from node.errors import Forbidden, Unauthorized
+from node.errors import Forbidden, InvalidInput, Unauthorized
 from node.http import Handler, Route
 
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
@@ -22,6 +22,8 @@ def bearer_token(request: web.Request) -> str | None:
 def guard(route: Route, authenticate: object) -> Handler:
     """Wrap a route's handler so it runs only for the principals its `auth` allows."""
     handler = route.handler
+    if route.query is None:  # a route without query parameters refuses any, as the others refuse unknown ones
+        handler = _no_query(handler)
 
     async def guarded(request: web.Request) -> web.StreamResponse:
         if route.auth in ("none", "peer"):
@@ -39,9 +41,18 @@ def guard(route: Route, authenticate: object) -> Handler:
         request[PRINCIPAL] = principal
         return await handler(request)
 
-    guarded.__name__ = handler.__name__
+    guarded.__name__ = route.handler.__name__
     guarded.auth = route.auth  # type: ignore[attr-defined]  # read by the rate-limit middleware
     return guarded
+
+
+def _no_query(handler: Handler) -> Handler:
+    async def checked(request: web.Request) -> web.StreamResponse:
+        for name in request.query:
+            raise InvalidInput(f"unknown query parameter {name!r}: this route takes none", field=f"$.{name}")
+        return await handler(request)
+
+    return checked
 
 
 def principal(request: web.Request) -> Principal:

@@ -221,3 +221,17 @@ def test_a_deeply_nested_record_or_reply_from_a_peer_is_refused() -> None:
     reply = b'{"type":"records","node_id":"x","items":[' + item + b'],"missing":[]}'
     with pytest.raises(SyncError):
         peer._decode(messages.RECORDS_DECODER, reply)
+
+
+async def test_routes_without_query_parameters_refuse_them(client: TestClient, make_agent: MakeAgent) -> None:
+    """As routes with parameters refuse unknown ones; a few (node, agents, default-mode drafts, the dashboard's
+    API) answered 200 and ignored them, `?scope=` on a draft included."""
+    alice = await make_agent("alice")
+    for path in ("/v1/node?foo=1", f"/v1/agents/{alice.agent_id}?x=", "/dashboard/api/session?x=1"):
+        resp = await client.get(path, headers=alice.headers)
+        answer = await resp.json()
+        assert resp.status == 422, (path, answer)
+        problem(answer, 422, "validation_error")
+        assert answer["field"].startswith("$.")
+    resp = await client.get("/v1/node", headers=alice.headers)
+    assert resp.status == 200
