@@ -71,8 +71,10 @@ def _check_listen(host: str, port: int, what: str) -> None:
 
 
 def _check_ports(host: str, port: int, metrics_host: str, metrics_port: int | None, mcp_port: int | None) -> None:
-    """Refuse two listeners on one address: MCP shares the REST host; metrics only when the hosts can overlap."""
-    from node.datadir import CommandError
+    """Refuse two listeners on one address: MCP shares the REST host; metrics only when the hosts can overlap.
+
+    A configuration error (exit 2), whether the ports came from flags, BBS_* variables or the config file."""
+    from node.config import ConfigError
 
     wildcard = ("", "0.0.0.0", "::")
     listeners = [("--port", host, port), ("--mcp-port", host, mcp_port), ("--metrics-port", metrics_host, metrics_port)]
@@ -80,7 +82,10 @@ def _check_ports(host: str, port: int, metrics_host: str, metrics_port: int | No
         for other_flag, other_at, other in listeners[:i]:
             overlap = at == other_at or at in wildcard or other_at in wildcard
             if value and value == other and overlap:
-                raise CommandError(f"{flag} and {other_flag} are both {value}; each listener needs its own port")
+                raise ConfigError(
+                    f"{flag} and {other_flag} (or their BBS_* variables or config keys) are both {value};"
+                    " each listener needs its own port"
+                )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from aiohttp import web
@@ -9,6 +10,7 @@ from aiohttp import web
 from node.api_types import SignedSubmission
 from node.appkeys import NODE
 from node.auth import agent_id
+from node.errors import BBSError
 from node.http import (
     Route,
     convert,
@@ -38,6 +40,8 @@ from node.workflows.wire import (
     ReadyQuery,
     TaskOut,
 )
+
+log = logging.getLogger("bbs.leases")
 
 PREFIX = "/v1/agent-workflows"
 
@@ -105,16 +109,28 @@ async def peer_lease(request: web.Request) -> web.Response:
     from node.peer_routes import _authenticate_peer, _signed_body
 
     raw = await _signed_body(request)
-    await _authenticate_peer(request, raw)
+    peer = await _authenticate_peer(request, raw)
     body = convert(decode_json(raw), PeerLeaseIn)
     workflows = _workflows(request)
     try:
         key, granted, record = await workflows.grant(body.agent_id, body.task_key, body.seconds)
     except leases.NotHome as exc:
+        log.info("lease refused for %s: task %s for %s: not_lease_authority", peer, body.task_key, body.agent_id)
         raise leases.NotLeaseAuthority(
             f"this node is not the lease authority of {exc.task_key}; its home node is {exc.home_node}",
             field="$.task_key",
         ) from None
+    except BBSError as exc:
+        log.info("lease refused for %s: task %s for %s: %s", peer, body.task_key, body.agent_id, exc.code)
+        raise
+    log.info(
+        "lease %s for %s: task %s to %s for %d s",
+        "granted" if granted else "extended",
+        peer,
+        key,
+        body.agent_id,
+        body.seconds,
+    )
     return json_response(PeerLeaseOut(record=record, task=await workflows.task(key)), 201 if granted else 200)
 
 

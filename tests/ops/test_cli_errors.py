@@ -258,15 +258,15 @@ def test_serve_refuses_addresses_it_cannot_listen_on_before_announcing(tmp_path:
     data = tmp_path / "fresh"
     free = free_port()
     cases = [
-        (["--port", str(listening)], ["--port", "in use"]),
-        (["--port", str(free), "--mcp-port", str(listening)], ["--mcp-port", "in use"]),
-        (["--port", str(free), "--mcp-port", str(free)], ["--mcp-port and --port are both"]),
-        (["--port", str(free), "--metrics-port", str(listening)], ["--metrics-port", "in use"]),
-        (["--port", str(free), "--host", "999.1.1.1"], ["cannot listen on 999.1.1.1"]),
+        (["--port", str(listening)], ["--port", "in use"], 1),
+        (["--port", str(free), "--mcp-port", str(listening)], ["--mcp-port", "in use"], 1),
+        (["--port", str(free), "--mcp-port", str(free)], ["config:", "--mcp-port and --port"], 2),  # a usage error
+        (["--port", str(free), "--metrics-port", str(listening)], ["--metrics-port", "in use"], 1),
+        (["--port", str(free), "--host", "999.1.1.1"], ["cannot listen on 999.1.1.1"], 1),
     ]
-    for flags, needles in cases:
+    for flags, needles, code in cases:
         result = bbs("serve", "--data", str(data), *flags)
-        one_line_error(result, *needles)
+        one_line_error(result, *needles, code=code)
         assert "serving" not in result.stdout and "Admin token" not in result.stdout
     assert not data.exists()  # refused before the folder was created: no token was printed and lost
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp.test_utils import unused_port
 
 from identity import canonical, keys, records
@@ -43,7 +45,8 @@ async def pull(into: PeerNode, source: PeerNode) -> None:
         pass
 
 
-async def test_lease_is_forwarded_to_the_home_node(make_peer: MakePeer) -> None:
+async def test_lease_is_forwarded_to_the_home_node(make_peer: MakePeer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="bbs.leases")
     a, b = await pair(make_peer)
     _, boss = await agent_key(a, "boss")
     wa_id, wa = await agent_key(a, "worker-a")
@@ -63,6 +66,8 @@ async def test_lease_is_forwarded_to_the_home_node(make_peer: MakePeer) -> None:
         lambda c: c.execute("SELECT author_id, holder FROM task_events WHERE event = 'lease'").fetchall()
     )
     assert [tuple(r) for r in grant] == [(a.node_id, wb_id)]
+    decided = [r.getMessage() for r in caplog.records if r.name == "bbs.leases"]
+    assert any(m.startswith(f"lease granted for {b.node_id}: task index to {wb_id}") for m in decided), decided
     for peer, token in ((a, wa), (b, wb)):
         status, ready = await call(peer, "GET", f"{WF}/tasks/ready", token)
         assert ready["tasks"] == []
