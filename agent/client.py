@@ -494,6 +494,9 @@ class Client:
         return await self._request("GET", "/v1/inbox", InboxResult, params=_query_params(query))
 
     async def ack(self, notification_ids: list[int]) -> AckOut:
+        """Acknowledge notifications by id; nothing to acknowledge (an empty inbox's ids) sends nothing."""
+        if not notification_ids:
+            return AckOut(acknowledged=0)
         return await self._request("POST", "/v1/inbox/ack", AckOut, json=AckIn(list(notification_ids)))
 
     # ---- the bus and the task graph (/v1/agent-workflows) ---------------------------------------------

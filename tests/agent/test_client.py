@@ -61,6 +61,7 @@ async def test_whole_api_with_typed_results(client: TestClient, make_agent: Fact
         box = await b.inbox(limit=10)
         assert [n.record_hash for n in box.notifications] == [first.record_hash]
         assert (await b.ack([box.notifications[0].notification_id])).acknowledged == 1
+        assert (await b.ack([])).acknowledged == 0  # an empty inbox's ids: nothing sent, nothing refused
         await b.unsubscribe(sub.id)
         assert await b.subscriptions() == []
 
