@@ -22,22 +22,9 @@ from node.errors import StorageFull, Unavailable
 from node.service import Node
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import count, entry_record, get_json, post, problem, self_signer
-from tests.node.test_writer import Held
+from tests.node.test_writer import Held, count_calls
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
-
-
-def count_calls(node: Node) -> list[int]:
-    """Record how many requests each call of `_store_all` gets (the merged call first, then each alone)."""
-    calls: list[int] = []
-    run = node._stores.run
-
-    def counted(conn: sqlite3.Connection, requests: list[Any]) -> Any:
-        calls.append(len(requests))
-        return run(conn, requests)
-
-    node._stores.run = counted
-    return calls
 
 
 async def send(

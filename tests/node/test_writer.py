@@ -142,6 +142,19 @@ async def test_a_wrong_result_count_is_a_failure_of_the_call(db: Database) -> No
     assert await stored(db) == ["a", "b"]
 
 
+def count_calls(node: Node) -> list[int]:
+    """Record how many requests each call of `_store_all` gets (the merged call first, then each alone)."""
+    calls: list[int] = []
+    run = node._stores.run
+
+    def counted(conn: sqlite3.Connection, requests: list[Any]) -> Any:
+        calls.append(len(requests))
+        return run(conn, requests)
+
+    node._stores.run = counted
+    return calls
+
+
 async def send_signed(client: TestClient, who: Any, record: dict[str, Any]) -> dict[str, Any]:
     resp = await client.post("/v1/entries", json={"record": record}, headers=who.headers)
     body: dict[str, Any] = await resp.json()
@@ -158,14 +171,7 @@ async def test_concurrent_posts_merge_and_errors_stay_with_their_request(
     dora = await self_signer(node, "dora")
     alices = await post(client, alice, content="alice's claim")
     keyed = await post(client, carol, content="carol, keyed", headers={"Idempotency-Key": "k-1"})
-    calls: list[int] = []
-    run = node._stores.run
-
-    def counted(conn: sqlite3.Connection, requests: list[Any]) -> Any:
-        calls.append(len(requests))
-        return run(conn, requests)
-
-    node._stores.run = counted
+    calls = count_calls(node)
     before = await count(node)
     nothing = entry_record(
         dora.key,
