@@ -11,7 +11,7 @@ from node import __version__, agent_auth, limits, metrics, peer_routes
 from node.appkeys import NODE
 from node.auth import guard
 from node.default_mode.routes import ROUTES as DEFAULT_MODE_ROUTES
-from node.http import Route, error_middleware, json_response, openapi
+from node.http import Route, error_middleware, json_response, openapi, security_headers
 from node.logging_setup import request_log_middleware
 from node.routes import ROUTES
 from node.service import Node
@@ -45,6 +45,7 @@ def create_app(
         middlewares=[request_log_middleware, error_middleware, limits.middleware(limit)],
         client_max_size=MAX_BODY_BYTES,
     )
+    app.on_response_prepare.append(security_headers)
     app[limits.LIMIT] = limit
     app[NODE] = node
     metrics.install(app)

@@ -107,6 +107,17 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     return response
 
 
+# Answers other than the dashboard's page and files are data: a browser that opens one directly (a JSON
+# body, an SVG drawing of agent text) must neither sniff it into HTML nor run or load anything from it.
+DATA_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+
+
+async def security_headers(request: web.BaseRequest, response: web.StreamResponse) -> None:
+    """`on_response_prepare` hook: nosniff on every answer, and a no-content policy unless a route set its own."""
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Content-Security-Policy", DATA_CSP)
+
+
 def json_response(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     """Encode a Struct (or plain value) as JSON."""
     return web.Response(

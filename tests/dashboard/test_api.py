@@ -96,6 +96,8 @@ async def test_graph_svg_draws_the_neighbourhood(client: TestClient, seeded: See
     url = f"/dashboard/api/entries/{seeded.ids['root']}/graph.svg"
     one = await client.get(url, headers=seeded.alice.headers)
     assert one.status == 200 and one.content_type == "image/svg+xml"
+    assert one.headers["Content-Security-Policy"].startswith("default-src 'none'")  # opened directly: inert
+    assert one.headers["X-Content-Type-Options"] == "nosniff"
     assert svg_counts(await one.text()) == (6, 5)
     two = await (await client.get(url + "?hops=2", headers=seeded.alice.headers)).text()
     assert svg_counts(two) == (9, 9)

@@ -282,3 +282,10 @@ async def test_compressed_bodies(client: TestClient, make_agent: MakeAgent, node
     await check_problem(await client.post("/v1/entries", data=bomb, headers=headers), 413, "payload_too_large")
     await check_problem(await client.post("/v1/entries", data=b"not gzip at all", headers=headers), 400, "invalid_body")
     assert await stored(node) == before
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/v1/node", "/openapi.json", "/v1/inbox", "/v1/no-such-route"])
+async def test_data_answers_are_never_sniffed_or_run(client: TestClient, path: str) -> None:
+    resp = await client.get(path)
+    assert resp.headers["X-Content-Type-Options"] == "nosniff"
+    assert resp.headers["Content-Security-Policy"].startswith("default-src 'none'")
