@@ -176,6 +176,9 @@ async def test_inbox_is_metadata_only_and_tiered(client: TestClient, make_agent:
     assert env["created_at"] == plain["created_at"] and env["tags"] == ["t"] and env["confidence"] == 0.7
     assert env["entry_type"] == "finding" and env["performative"] == "inform" and env["directed_to_me"] is False
     assert got[contra_entry["id"]]["link_targets"] == [mine["record_hash"]]
+    # made by a link record: the envelope still names which of bob's entries is contradicted
+    assert got[unrelated["id"]]["link_targets"] == [mine["record_hash"]]
+    assert got[plain["id"]]["link_targets"] == []
     assert got[request["id"]]["directed_to_me"] is True
     assert set(env) == {
         "notification_id", "entry_id", "record_hash", "author", "created_at", "entry_type", "performative",
