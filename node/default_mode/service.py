@@ -153,7 +153,7 @@ class DefaultMode:
                     evidence_refs=json.loads(row["evidence_refs"]),
                     truth_state=row["truth_state"],
                     synthetic=bool(row["synthetic"]),
-                    duplicate=store.is_duplicate(conn, row["text"]),
+                    duplicate=store.duplicate_of(conn, row["text"]) is not None,
                 )
                 store.apply_review(conn, int(row["id"]), verdict, now)
             reviewed = [store.out(r) for r in store.fetch(conn, ids) if int(r["id"]) not in skipped]
@@ -287,6 +287,14 @@ class DefaultMode:
             cand = store.out(row)
             draft = self.draft_for(cand, body.scope)
             key = f"default-mode:promote:{cand.id}"
+            # the critic's duplicate rule again: the same content may have been posted since the approval
+            dup = await self.node.db.read(lambda c: store.duplicate_of(c, draft.content, (agent_id, key)))
+            if dup is not None:
+                raise Conflict(
+                    f"candidate {candidate_id}'s content is already entry {dup}; promoting it would store it twice",
+                    field="candidate_id",
+                    code="duplicate_of_entry",
+                )
             if body.record is not None:
                 _check_against_draft(body.record, draft)
                 entry, created = await self.node.post_entry(agent_id, SignedSubmission(record=body.record), key)

@@ -192,6 +192,45 @@ async def test_promote_refusals(client: TestClient, node: Node, make_agent: Make
     assert count == 1
 
 
+async def test_promote_refuses_content_posted_since_the_approval(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    out = await _post(client, f"{DM}/critic", {"candidates": [{"kind": "reflection",
+                      "text": "Backups run at 03:00 every night"}]}, alice, 200)  # fmt: skip
+    cid, status = out["candidates"][0]["id"], out["candidates"][0]["status"]
+    assert status in ("approved", "needs_review")  # promotable: not a duplicate when the critic ran
+    posted = await _entry(client, bob, "Backups run at 03:00 every night")  # after the critic approved it
+    problem = await _post(client, f"{DM}/promote/{cid}", None, alice, 409)
+    assert (problem["code"], problem["field"]) == ("duplicate_of_entry", "candidate_id")
+    assert posted["record_hash"] in problem["detail"]
+    count = await node.db.read(lambda c: c.execute("SELECT count(*) FROM entries").fetchone()[0])
+    assert count == 1
+    cand = await (await client.get(f"{DM}/candidates/{cid}", headers=alice.headers)).json()
+    assert cand["status"] == status and cand["promoted_entry"] is None
+
+
+async def test_a_promotion_retried_after_its_entry_was_committed_is_not_a_duplicate(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    out = await _post(client, f"{DM}/critic", {"candidates": [{"kind": "reflection",
+                      "text": "The NAS fan is loud at night"}]}, alice, 200)  # fmt: skip
+    cid = out["candidates"][0]["id"]
+    first = await _post(client, f"{DM}/promote/{cid}", None, alice, 201)
+    # as if the node crashed after committing the entry, before marking the candidate promoted
+    await node.db.write(
+        lambda c: c.execute(
+            "UPDATE dm_candidates SET status = 'approved', promoted_hash = NULL, promoted_by = NULL,"
+            " promoted_ms = NULL WHERE id = ?",
+            (cid,),
+        )
+    )
+    again = await _post(client, f"{DM}/promote/{cid}", None, alice, 200)
+    assert again["entry"]["record_hash"] == first["entry"]["record_hash"] and again["created"] is False
+    assert again["candidate"]["status"] == "promoted"
+
+
 async def test_promoting_a_needs_review_candidate_keeps_it_a_hypothesis(
     client: TestClient, make_agent: MakeAgent
 ) -> None:
