@@ -20,6 +20,7 @@ from node import projections
 from node.errors import Conflict, InvalidInput, NotFound
 
 AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # a local name; api_types.CreateAgent carries the same pattern
+CREDENTIALS_CHECK_MS = 1_000  # how often a node looks whether another process changed a credential
 
 
 def check_name(name: str) -> None:
@@ -54,7 +55,7 @@ def new_credential(conn: sqlite3.Connection, role: str, agent_id: str | None, no
 def rotate_api_key(conn: sqlite3.Connection, ref: str, now_ms: int) -> tuple[str, str, str]:
     """Replace every API key of a local agent (by name or did) with one new key: (name, agent_id, api_key).
 
-    The old keys stop working when this commits (a process that cached one keeps it for up to TokenCache.ttl_ms).
+    The old keys stop working when this commits (a running node notices within CREDENTIALS_CHECK_MS).
     """
     row = conn.execute("SELECT name, agent_id FROM local_agents WHERE name = ? OR agent_id = ?", (ref, ref)).fetchone()
     if row is None:
@@ -78,19 +79,32 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
+def credential_epoch(conn: sqlite3.Connection) -> int:
+    """The counter every deletion or change of a credential moves (a trigger, whichever process made it)."""
+    return int(conn.execute("SELECT n FROM credential_epoch WHERE id = 1").fetchone()[0])
+
+
 class TokenCache:
     """Bearer tokens already verified against the database: SHA-256 of the token -> (principal, expiry ms).
 
     Saves a database round trip per authenticated request. Only successful look-ups are kept, so a credential
     created a moment ago is found at once. Each entry expires at `ttl_ms` after it was verified or at the
     session's own expiry, whichever comes first. Code that deletes a credential or a session calls `clear`
-    (`Node.rotate_api_key` does); see docs/decisions.md.
+    (`Node.rotate_api_key` does), and `observe` clears the cache when the database's `credential_epoch` has
+    moved (another process revoked a key); see docs/decisions.md.
     """
 
     def __init__(self, ttl_ms: int = 60_000, max_entries: int = 4096) -> None:
         self.ttl_ms = ttl_ms
         self.max_entries = max_entries
+        self.epoch: int | None = None  # the credential_epoch the entries were verified under
         self._entries: dict[bytes, tuple[Principal, int]] = {}
+
+    def observe(self, epoch: int) -> None:
+        """Note the database's credential epoch; forget every token if it moved since the last look."""
+        if self.epoch is not None and epoch != self.epoch:
+            self._entries.clear()
+        self.epoch = epoch
 
     @staticmethod
     def _key(token: str) -> bytes:
@@ -107,8 +121,15 @@ class TokenCache:
             return None
         return hit[0]
 
-    def put(self, token: str, principal: Principal, now_ms: int, expires_ms: int | None = None) -> None:
-        """Remember a verified token until `now_ms + ttl_ms` (or `expires_ms` when that is sooner)."""
+    def put(
+        self, token: str, principal: Principal, now_ms: int, expires_ms: int | None = None, epoch: int | None = None
+    ) -> None:
+        """Remember a verified token until `now_ms + ttl_ms` (or `expires_ms` when that is sooner).
+
+        `epoch` is the cache's epoch when the look-up began: if it has moved since, the look-up may predate a
+        revocation and is not kept."""
+        if epoch != self.epoch:
+            return
         until = now_ms + self.ttl_ms if expires_ms is None else min(expires_ms, now_ms + self.ttl_ms)
         if len(self._entries) >= self.max_entries:
             self._entries = {k: v for k, v in self._entries.items() if v[1] > now_ms}

@@ -139,6 +139,7 @@ class Node:
         self._stores = Mergeable(self._store_all)  # concurrent posts: one append (see Database.write_merged)
         self._agent_keys: dict[str, keys.SigningKey | None] = {}
         self.tokens = agents.TokenCache()
+        self._credentials_checked_ms = -agents.CREDENTIALS_CHECK_MS  # the first request looks
         self._crypto: concurrent.futures.ThreadPoolExecutor | None = None
 
     @property
@@ -173,11 +174,15 @@ class Node:
     async def authenticate(self, token: str) -> agents.Principal | None:
         """The principal of an API key or admin token (verified ones are cached: `agents.TokenCache`)."""
         now = self.now_ms()
+        if now >= self._credentials_checked_ms + agents.CREDENTIALS_CHECK_MS:
+            self._credentials_checked_ms = now  # before the await: one look per interval, not one per request
+            self.tokens.observe(await self.db.read(agents.credential_epoch))
         principal = self.tokens.get(token, now)
         if principal is None:
+            epoch = self.tokens.epoch
             principal = await self.db.read(lambda c: agents.authenticate(c, token))
             if principal is not None:
-                self.tokens.put(token, principal, now)
+                self.tokens.put(token, principal, now, epoch=epoch)
         return principal
 
     def info(self) -> NodeInfo:

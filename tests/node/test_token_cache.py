@@ -6,7 +6,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp.test_utils import TestClient
 
+from node import agents
 from node.agents import Principal, TokenCache
+from node.db import connect
 from node.service import Node
 from tests.agent.test_agent_auth import challenge, own_key_agent, proof
 from tests.conftest import AgentCreds, FakeClock
@@ -51,3 +53,32 @@ async def test_a_cached_api_key_does_not_vouch_for_another_secret(
     resp = await client.get("/v1/inbox", headers={"Authorization": f"Bearer {forged}"})
     assert resp.status == 401
     assert (await client.get("/v1/inbox", headers=alice.headers)).status == 200
+
+
+async def test_a_key_rotated_by_another_process_stops_working_within_a_second(
+    client: TestClient, node: Node, clock: FakeClock, make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    alice = await make_agent("alice")
+    assert (await client.get("/v1/inbox", headers=alice.headers)).status == 200  # cached now
+    other = connect(node.db.path)  # what `bbs agent rotate-key` does, from its own process
+    with other:
+        _, _, new_key = agents.rotate_api_key(other, "alice", 0)
+    other.close()
+    clock.advance(agents.CREDENTIALS_CHECK_MS / 1000)
+    assert (await client.get("/v1/inbox", headers=alice.headers)).status == 401
+    assert (await client.get("/v1/inbox", headers={"Authorization": f"Bearer {new_key}"})).status == 200
+
+
+async def test_a_look_up_that_began_before_a_revocation_is_not_cached() -> None:
+    cache = TokenCache()
+    cache.observe(3)
+    began = cache.epoch
+    cache.observe(4)  # a key was revoked while the look-up ran
+    cache.put("bbs_a", Principal("agent", "did:key:alice"), now_ms=0, epoch=began)
+    assert cache.get("bbs_a", 1) is None
+    cache.put("bbs_a", Principal("agent", "did:key:alice"), now_ms=0, epoch=cache.epoch)
+    assert cache.get("bbs_a", 1) is not None
+    cache.observe(4)
+    assert cache.get("bbs_a", 1) is not None  # an unchanged epoch keeps the cache
+    cache.observe(5)
+    assert cache.get("bbs_a", 1) is None
