@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -33,14 +33,14 @@ async def corpus(client: TestClient, make_agent: MakeAgent, clock: FakeClock) ->
         (alice, "synthesis", "propose", 'the "a" OR b* literal NEAR( content:x text', 0.6, ["syntax"]),
         (bob, "finding", "confirm", "just the letter a here", 0.5, ["syntax"]),
     ]
-    stamps: list[str] = []
     entries: list[dict[str, Any]] = []
     for who, etype, perf, content, conf, tags in specs:
-        stamps.append(datetime.fromtimestamp(clock.now, UTC).isoformat())
         entries.append(
             await post(client, who, entry_type=etype, performative=perf, content=content, confidence=conf, tags=tags)
         )
         clock.advance(1)
+    # the node's own times (milliseconds): the fake clock's float has sub-millisecond digits the node drops
+    stamps = [datetime.fromisoformat(e["created_at"]).isoformat() for e in entries]
     return {"alice": alice, "bob": bob, "e": [e["id"] for e in entries], "stamps": stamps}
 
 
