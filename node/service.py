@@ -82,8 +82,10 @@ class Sealed(NamedTuple):
     decoded: EntryRecord
 
 
-class _StoredLater(Exception):
-    """A retraction whose target a later request of the same merged run stores: decided one by one instead."""
+class _CrossRequest(Exception):
+    """A `supersedes` link (a retraction's too) between entries of two requests of one merged run: one request's
+    answer would depend on the other (a retraction of a target stored later; the `retracted`/`superseded` flags
+    an earlier request would read back), so the writer runs each request alone instead."""
 
 
 class _HashTaken(Exception):
@@ -402,8 +404,11 @@ class Node:
             agent_id, post = posts[i]
             record, record_hash, decoded = post.seal
             with Located(post.record_where):
-                if any(stored_by.get(target, -1) > request_of[i] for _, target in self._retracted(decoded)):
-                    raise _StoredLater()  # one by one it would not see that target yet: the writer runs each alone
+                if any(
+                    link.link_type == "supersedes" and stored_by.get(link.target, request_of[i]) != request_of[i]
+                    for link in decoded.links
+                ):
+                    raise _CrossRequest()
                 self._check_links(conn, decoded)
             with Located(post.where):
                 if (

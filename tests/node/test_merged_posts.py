@@ -202,7 +202,7 @@ def retraction_before_target(signer: Any, now: int) -> tuple[dict[str, Any], dic
 async def test_a_retraction_queued_before_its_target_is_decided_as_one_by_one(client: TestClient, node: Node) -> None:
     """One by one (separate jobs, in queue order) the retraction is 404 target_not_found: its target is not on
     the node yet. Merged, the append of the whole run comes first, so the retraction would see the target a
-    LATER request brings; the writer sends such a run to the one-by-one path instead (`_StoredLater`)."""
+    LATER request brings; the writer sends such a run to the one-by-one path instead (`_CrossRequest`)."""
     signer = await self_signer(node, "sig")
     retract, target = retraction_before_target(signer, node.now_ms())
     answers = await queued_together(node, [send(client, signer, signed(retract)), send(client, signer, signed(target))])
@@ -227,6 +227,31 @@ async def test_the_same_retraction_with_a_failing_neighbour_is_404(client: TestC
     problem(answers[0][1], 404, "target_not_found")
     assert answers[1][0] == 201
     problem(answers[2][1], 404, "target_not_found", "$.record.links[0].target")
+
+
+@pytest.mark.parametrize("by_author", [True, False])
+async def test_an_earlier_request_never_reads_back_a_later_supersedes_link(
+    client: TestClient, node: Node, by_author: bool
+) -> None:
+    """A posts T; B, queued behind it in the same run, retracts T (same author) or supersedes it (another).
+    One by one, A answers `retracted`/`superseded` false: B is not stored yet. Merged, the read-back comes after
+    the whole run's append, so A would have read B's link; such a run goes to the one-by-one path."""
+    alice = await self_signer(node, "alice")
+    other = alice if by_author else await self_signer(node, "carol")
+    now = node.now_ms()
+    target = entry_record(alice.key, "a hasty claim", created_ms=now)
+    later = entry_record(
+        other.key,
+        "withdrawn" if by_author else "a better claim",
+        created_ms=now + 1,
+        performative="retract" if by_author else "inform",
+        links=[{"target": records.compute_hash(target), "link_type": "supersedes", "annotation": ""}],
+    )
+    answers = await queued_together(node, [send(client, alice, signed(target)), send(client, other, signed(later))])
+    assert [status for status, _ in answers] == [201, 201]
+    assert (answers[0][1]["retracted"], answers[0][1]["superseded"]) == (False, False)
+    flag = "retracted" if by_author else "superseded"
+    assert (await get_json(client, f"/v1/entries/{answers[0][1]['id']}", alice))["entries"][0][flag] is True
 
 
 # ---- notifications --------------------------------------------------------------------------------------
