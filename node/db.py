@@ -255,7 +255,10 @@ class Database:
         for job, (ok, value) in zip(batch, outcomes, strict=True):
             by_loop.setdefault(job.loop, []).append((job.future, ok, value))
         for loop, settled in by_loop.items():
-            loop.call_soon_threadsafe(_settle_all, settled)
+            try:
+                loop.call_soon_threadsafe(_settle_all, settled)
+            except RuntimeError:  # that loop has closed: nobody awaits these answers (the writes stand)
+                log.debug("%d write answers dropped: their event loop is closed", len(settled))
 
 
 def _runs(batch: list[_Job]) -> list[list[_Job]]:

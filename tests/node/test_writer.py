@@ -89,6 +89,36 @@ async def stored(db: Database) -> list[str]:
     return await db.read(lambda c: [r[0] for r in c.execute("SELECT item FROM scratch ORDER BY item")])
 
 
+def test_a_write_whose_event_loop_closed_still_commits_and_the_writer_lives_on(tmp_path: Path) -> None:
+    """A caller that gave up (its loop closed before the answer) must not take the writer thread with it."""
+    database = Database(tmp_path / "writer.db")
+    database.open()
+    gate = threading.Event()
+
+    def slow(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE scratch (item TEXT PRIMARY KEY)")
+        gate.wait(5)
+        conn.execute("INSERT INTO scratch VALUES ('kept')")
+
+    async def give_up() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(database.write(slow), 0.05)
+
+    try:
+        asyncio.run(give_up())  # returns with its loop closed while the job still runs
+        gate.set()
+
+        async def later() -> list[str]:
+            return await asyncio.wait_for(
+                database.write(lambda c: [r[0] for r in c.execute("SELECT item FROM scratch")]), 10
+            )
+
+        assert asyncio.run(later()) == ["kept"]
+    finally:
+        gate.set()
+        database.close()
+
+
 async def test_queued_jobs_of_one_kind_run_in_one_call(db: Database) -> None:
     calls: list[list[str]] = []
     kind = scratch_kind(calls)
