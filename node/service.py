@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import json
 import logging
 import os
 import sqlite3
@@ -80,6 +81,19 @@ class Sealed(NamedTuple):
     record: dict[str, Any]
     record_hash: str
     decoded: EntryRecord
+
+
+def _subscription_out(row: sqlite3.Row) -> SubscriptionOut:
+    return SubscriptionOut(
+        id=row["id"],
+        agent_id=row["agent_id"],
+        tags=json.loads(row["tags"]),
+        entry_types=json.loads(row["entry_types"]),
+        performatives=json.loads(row["performatives"]),
+        authors=json.loads(row["authors"]),
+        directed=bool(row["directed"]),
+        created_at=format_ms(row["created_ms"]),
+    )
 
 
 class _CrossRequest(Exception):
@@ -706,8 +720,6 @@ class Node:
                 raise Conflict(
                     f"an agent may hold at most {MAX_SUBSCRIPTIONS} subscriptions", code="too_many_subscriptions"
                 )
-            import json
-
             sub_id = conn.execute(
                 "INSERT INTO subscriptions (agent_id, filter_key, tags, entry_types, performatives, authors, directed,"
                 " n_tags, n_types, n_perfs, n_authors, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -736,28 +748,18 @@ class Node:
             conn.executemany("INSERT INTO subscription_terms (sub_id, dim, value) VALUES (?, ?, ?)", terms)
             return int(sub_id), True
 
-        sub_id, created = await self.db.write(job)
-        subs = await self.subscriptions(agent_id)
-        return next(s for s in subs if s.id == sub_id), created
+        def stored(conn: sqlite3.Connection) -> tuple[SubscriptionOut, bool]:
+            sub_id, created = job(conn)
+            # read back inside the write: a concurrent unsubscribe cannot make the answer vanish
+            row = conn.execute("SELECT * FROM subscriptions WHERE id = ?", (sub_id,)).fetchone()
+            return _subscription_out(row), created
+
+        return await self.db.write(stored)
 
     async def subscriptions(self, agent_id: str) -> list[SubscriptionOut]:
-        import json
-
         def run(conn: sqlite3.Connection) -> list[SubscriptionOut]:
             rows = conn.execute("SELECT * FROM subscriptions WHERE agent_id = ? ORDER BY id", (agent_id,)).fetchall()
-            return [
-                SubscriptionOut(
-                    id=r["id"],
-                    agent_id=r["agent_id"],
-                    tags=json.loads(r["tags"]),
-                    entry_types=json.loads(r["entry_types"]),
-                    performatives=json.loads(r["performatives"]),
-                    authors=json.loads(r["authors"]),
-                    directed=bool(r["directed"]),
-                    created_at=format_ms(r["created_ms"]),
-                )
-                for r in rows
-            ]
+            return [_subscription_out(r) for r in rows]
 
         return await self.db.read(run)
 
@@ -770,8 +772,6 @@ class Node:
         await self.db.write(job)
 
     async def inbox(self, agent_id: str, q: InboxQuery) -> InboxResult:
-        import json
-
         since_ms = parse_since(q.since, "$.since")
         now = self.now_ms()
         rows = await self.db.write(
