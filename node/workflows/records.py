@@ -1,8 +1,10 @@
 """Projectors of the workflow record kinds: `message` into the bus tables, `task_event` into the task graph.
 
-Records arrive in any order (local writes, sync from several peers), so a task is never updated
-incrementally: each event is stored in `task_events`, then the task is re-folded from all of its events in
-(created_ms, hash) order. Every node holding the same events computes the same task.
+Records arrive in any order (local writes, sync from several peers). Each event is stored in `task_events`;
+the task is the fold of all of its events in (created_ms, hash) order, so every node holding the same events
+computes the same task. An event that sorts after every event the task has (the usual case: local writes,
+sync in order) is applied to the stored task (`advance`), which gives the fold's result without reading the
+history; any other event re-folds the task from all of its events (`refold`).
 """
 
 from __future__ import annotations
@@ -80,7 +82,13 @@ def project_task_event(conn: sqlite3.Connection, rec: TaskEventRecord, ctx: Proj
             _opt(rec.lease),
         ),
     )
-    refold(conn, rec.task_key)
+    event = conn.execute("SELECT * FROM task_events WHERE seq = ?", (ctx.seq,)).fetchone()
+    before = conn.execute("SELECT * FROM tasks WHERE key = ?", (rec.task_key,)).fetchone()
+    state = advance(conn, before, event) if before is not None else None
+    if state is None:
+        refold(conn, rec.task_key, before)
+    else:
+        _store(conn, state, before)
 
 
 @dataclass
@@ -154,13 +162,69 @@ def fold(key: str, events: list[sqlite3.Row]) -> TaskState | None:
     return state
 
 
-def refold(conn: sqlite3.Connection, key: str) -> None:
-    """Recompute one task from its events, its dependency rows, and the unmet counts it affects."""
+def advance(conn: sqlite3.Connection, task: sqlite3.Row, e: sqlite3.Row) -> TaskState | None:
+    """The stored task `task` after event `e`, when `e` sorts after all of the task's other events; else None.
+
+    Equal to `fold` over all the events then: the declaration that named the home node and the task's id is
+    already in; a grant by the home node becomes the lease (unless an event stored earlier already ends it,
+    which only a re-fold sees); a release or complete by the holder of the current lease ends it.
+    """
+    if e["created_ms"] <= task["last_ms"]:  # same millisecond or earlier: the (created_ms, hash) order decides
+        return None
+    state = TaskState(
+        key=task["key"],
+        id=task["id"],
+        home_node=task["home_node"],
+        created_at=task["created_at"],
+        updated_at=e["created_at"],
+        last_ms=e["created_ms"],
+        title=task["title"],
+        status=task["status"],
+        depends_on=json.loads(task["depends_on"]),
+        checkpoint=json.loads(task["checkpoint"]),
+        lease_hash=task["lease_hash"],
+        lease_holder=task["lease_holder"],
+        lease_expires_at=task["lease_expires_at"],
+        lease_expires_ms=task["lease_expires_ms"],
+    )
+    if e["event"] == "declare":
+        if e["title"] is not None:
+            state.title = e["title"]
+        if e["depends_on"] is not None:
+            state.depends_on = json.loads(e["depends_on"])
+        if e["status"] is not None:
+            state.status = e["status"]
+    elif e["event"] == "lease" and e["author_id"] == state.home_node:
+        ended = conn.execute(
+            "SELECT 1 FROM task_events WHERE task_key = ? AND lease_ref = ? AND author_id = ?"
+            " AND event IN ('release', 'complete') LIMIT 1",
+            (state.key, e["hash"], e["holder"]),
+        ).fetchone()
+        if ended is not None:
+            return None
+        state.lease_hash, state.lease_holder = e["hash"], e["holder"]
+        state.lease_expires_at, state.lease_expires_ms = e["expires_at"], e["expires_ms"]
+    elif e["event"] in ("release", "complete"):
+        if e["event"] == "complete":
+            state.status = "done"
+        if state.lease_hash is not None and e["lease_ref"] == state.lease_hash and e["author_id"] == state.lease_holder:
+            state.lease_hash = state.lease_holder = state.lease_expires_at = state.lease_expires_ms = None
+    if e["checkpoint"] is not None:
+        state.checkpoint = merge_patch(state.checkpoint, json.loads(e["checkpoint"]))
+    return state
+
+
+def refold(conn: sqlite3.Connection, key: str, before: sqlite3.Row | None) -> None:
+    """Recompute one task from all of its events (`before`: its stored row, if any)."""
     events = conn.execute("SELECT * FROM task_events WHERE task_key = ? ORDER BY created_ms, hash", (key,)).fetchall()
     state = fold(key, events)
-    if state is None:
-        return
-    before = conn.execute("SELECT status, depends_on FROM tasks WHERE key = ?", (key,)).fetchone()
+    if state is not None:
+        _store(conn, state, before)
+
+
+def _store(conn: sqlite3.Connection, state: TaskState, before: sqlite3.Row | None) -> None:
+    """Write a task's new state, its dependency rows, and the unmet counts it affects."""
+    key = state.key
     conn.execute(
         "INSERT INTO tasks (id, key, title, status, depends_on, checkpoint, home_node, created_at, updated_at,"
         " last_ms, lease_hash, lease_holder, lease_expires_at, lease_expires_ms, unmet, open)"
