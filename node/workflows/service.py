@@ -17,7 +17,7 @@ from node import idempotency, projections
 from node.api_types import SignedSubmission
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
 from node.http import IDEMPOTENCY_HEADER
-from node.service import Node, format_ms, sign_and_check
+from node.service import MAX_HASH_RETRIES, Node, format_ms, sign_and_check
 from node.workflows import bus, forward, graph, leases, tasks, unsigned
 from node.workflows.wire import (
     DeclareTask,
@@ -62,6 +62,10 @@ def _present(decoded: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return {n: getattr(decoded, n) for n in names if getattr(decoded, n) is not msgspec.UNSET}
 
 
+class _SameMessage(Exception):
+    """A node-signed message whose record (same sender, fields and millisecond) is already stored."""
+
+
 class Workflows:
     """Workflow operations on one Node (stateless: cheap to create per request)."""
 
@@ -83,16 +87,16 @@ class Workflows:
         self, agent_id: str, body: PostMessage | SignedSubmission, idempotency_key: str | None = None
     ) -> tuple[MessageOut, bool]:
         """Append a message (node-signed, or a record the sender signed). Returns (message, created)."""
-        idem = idempotency.request_key(
-            idempotency_key, body.idempotency_key if isinstance(body, SignedSubmission) else None
-        )
+        idem = idempotency.request_key(idempotency_key, body.idempotency_key)
+        node_signed = isinstance(body, PostMessage)
         if isinstance(body, SignedSubmission):
             record, record_hash, decoded = self.node._check_signed(body.record, "message", agent_id)
         else:
             if body.from_agent is not None and body.from_agent != agent_id:
                 raise Forbidden("from_agent must be the authenticated agent", field="$.from_agent")
             signer = await self._signer(agent_id)
-            unsigned = bus.unsigned_message(agent_id, body, format_ms(self.node.now_ms()))
+            created_ms = self.node.now_ms()
+            unsigned = bus.unsigned_message(agent_id, body, format_ms(created_ms))
             record, record_hash, decoded = sign_and_check(unsigned, signer)
 
         def job(conn: sqlite3.Connection) -> tuple[int, bool]:
@@ -102,11 +106,23 @@ class Workflows:
                 if replay is not None:
                     return replay, False
             seq, inserted = projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
+            if not inserted and node_signed:
+                raise _SameMessage()  # an identical send in the same millisecond: a second message all the same
             if idem is not None:
                 idempotency.remember(conn, agent_id, idem, "message", record_hash, now)
             return seq, inserted
 
-        message_id, created = await self.node.db.write(job)
+        for _ in range(MAX_HASH_RETRIES):
+            try:
+                message_id, created = await self.node.db.write(job)
+                break
+            except _SameMessage:
+                assert isinstance(body, PostMessage)
+                created_ms += 1
+                unsigned = bus.unsigned_message(agent_id, body, format_ms(created_ms))
+                record, record_hash, decoded = sign_and_check(unsigned, signer)
+        else:
+            raise Conflict("could not find a free created_at for this message; retry", code="hash_taken")
         return await self.node.db.read(lambda c: bus.message_by_id(c, message_id)), created
 
     async def messages(self, q: MessageQuery) -> MessagePage:

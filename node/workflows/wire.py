@@ -22,6 +22,7 @@ from identity.schema import (
     TaskTitle,
     whole,
 )
+from node.api_types import IdempotencyKey
 
 LEASE_DEFAULT_SECONDS = 900
 LEASE_MIN_SECONDS = 30
@@ -49,6 +50,7 @@ class PostMessage(msgspec.Struct, forbid_unknown_fields=True):
     dependency_ids: Annotated[list[DependencyId], msgspec.Meta(max_length=MAX_DEPENDENCY_IDS)] = []
     project: ProjectName | None = None
     from_agent: Did | None = None  # optional; when given it must be the authenticated agent
+    idempotency_key: IdempotencyKey | None = None  # or the Idempotency-Key header
 
 
 class MessageOut(msgspec.Struct):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 
@@ -116,4 +117,31 @@ async def test_from_agent_must_be_the_sender(client: TestClient, make_agent: Mak
     problem = await resp.json()
     assert resp.status == 403 and problem["field"] == "$.from_agent"
     await send(client, alice, message_type="x", from_agent=alice.agent_id)
+    assert await count_records(node, "message") == 1
+
+
+async def test_identical_sends_in_one_millisecond_are_separate_messages(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    """The clock does not move: every send has the same fields and millisecond, yet each is its own message
+    (signed 1 ms later), as a bus of heartbeats needs; only an idempotency key makes a retry."""
+    alice = await make_agent("alice")
+    body = {"message_type": "heartbeat", "body": "alive"}
+    answers = await asyncio.gather(*(client.post(f"{WF}/messages", json=body, headers=alice.headers) for _ in range(6)))
+    assert [r.status for r in answers] == [201] * 6
+    hashes = {(await r.json())["record_hash"] for r in answers}
+    assert len(hashes) == 6 and await count_records(node, "message") == 6
+
+
+async def test_the_body_idempotency_key_works_as_the_header_does(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    alice = await make_agent("alice")
+    body = {"message_type": "x", "body": "once", "idempotency_key": "body-key"}
+    first = await client.post(f"{WF}/messages", json=body, headers=alice.headers)
+    again = await client.post(f"{WF}/messages", json=body, headers=alice.headers)
+    assert (first.status, again.status) == (201, 200)
+    assert (await first.json())["id"] == (await again.json())["id"]
+    both = await client.post(f"{WF}/messages", json=body, headers=alice.headers | {"Idempotency-Key": "other"})
+    assert both.status == 422 and (await both.json())["code"] == "idempotency_key_mismatch"
     assert await count_records(node, "message") == 1
