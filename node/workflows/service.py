@@ -157,7 +157,7 @@ class Workflows:
         at = "$.record" if signer is None else "$"
 
         def job(conn: sqlite3.Connection) -> bool:
-            row, changed = tasks.plan_declare(conn, fields)
+            row, changed = tasks.plan_declare(conn, fields, at)
             if row is not None and not changed:
                 return False
             now = self.node.now_ms()
@@ -328,13 +328,13 @@ class Workflows:
                 return key  # the same signed record again (a retry): it was applied once
             if idem is not None and _finished_before(conn, agent_id, idem, f"task_{event}", key):
                 return key
+            if signer is None and decoded.task_key != key:
+                raise InvalidInput("the record's task_key is not the task in the path", field="$.record.task_key")
             if event == "release":
                 lease: str | None = leases.check_release(row, agent_id, now)
             else:
                 lease = leases.check_complete(row, agent_id, now)
             if signer is None:
-                if decoded.task_key != key:
-                    raise InvalidInput("the record's task_key is not the task in the path", field="$.record.task_key")
                 tasks.check_after_newest(conn, key, decoded.created_at)
                 if decoded.lease is not msgspec.UNSET and decoded.lease != lease:
                     raise InvalidInput(
@@ -342,11 +342,18 @@ class Workflows:
                         field="$.record.lease",
                         code="wrong_lease",
                     )
-                if event == "release" and decoded.lease is msgspec.UNSET:
-                    raise InvalidInput("a release names the lease it ends", field="$.record.lease")
+                if decoded.lease is msgspec.UNSET and lease is not None:
+                    # unnamed, the lease would outlive the release or completion (the fold ends only the one named)
+                    raise InvalidInput(
+                        f"you hold the live lease {lease} on this task: a {event} names it",
+                        field="$.record.lease",
+                        code="lease_required",
+                    )
                 patch = decoded.checkpoint if decoded.checkpoint is not msgspec.UNSET else None
                 if patch is not None:
-                    tasks.plan_declare(conn, {"task_key": key, "checkpoint": patch})
+                    tasks.plan_declare(conn, {"task_key": key, "checkpoint": patch}, "$.record")
+                if event == "complete" and tasks.is_done(row) and lease is None and patch is None:
+                    return key  # as on the node-signed path: appending would change nothing
                 projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
                 if idem is not None:
                     idempotency.remember(conn, agent_id, idem, f"task_{event}", record_hash, now)

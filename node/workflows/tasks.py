@@ -109,10 +109,10 @@ def ready(conn: sqlite3.Connection, now_ms: int, limit: int, after: int | None) 
     )
 
 
-def check_no_cycle(conn: sqlite3.Connection, key: str, depends_on: list[str]) -> None:
+def check_no_cycle(conn: sqlite3.Connection, key: str, depends_on: list[str], at: str = "$") -> None:
     """Refuse dependencies that would close a cycle: `key` must not be reachable from any of them."""
     if key in depends_on:
-        raise Conflict("a task cannot depend on itself", field="$.depends_on", code="dependency_cycle")
+        raise Conflict("a task cannot depend on itself", field=f"{at}.depends_on", code="dependency_cycle")
     row = conn.execute(
         "WITH RECURSIVE reach(k) AS (SELECT value FROM json_each(?)"
         "   UNION SELECT d.dep_key FROM task_deps d JOIN reach r ON d.task_key = r.k)"
@@ -122,31 +122,33 @@ def check_no_cycle(conn: sqlite3.Connection, key: str, depends_on: list[str]) ->
     if row is not None:
         raise Conflict(
             f"depending on {', '.join(depends_on)} would close a cycle back to {key}",
-            field="$.depends_on",
+            field=f"{at}.depends_on",
             code="dependency_cycle",
         )
 
 
-def plan_declare(conn: sqlite3.Connection, fields: dict[str, Any]) -> tuple[sqlite3.Row | None, dict[str, Any]]:
+def plan_declare(
+    conn: sqlite3.Connection, fields: dict[str, Any], at: str = "$"
+) -> tuple[sqlite3.Row | None, dict[str, Any]]:
     """Which of a declaration's fields change the task; returns (current row, changed fields).
 
     `fields` holds the declaration's normalised task_key and whichever of title, depends_on, status and
     checkpoint (a merge patch) were given. An empty result for an existing task means nothing changes,
     so no event is appended: re-declaring a plan converges. Refuses a dependency cycle and a checkpoint
-    that would grow too large.
+    that would grow too large (errors name fields under `at`: `$.record` for a signed record).
     """
     key = fields["task_key"]
     row = conn.execute("SELECT * FROM tasks WHERE key = ?", (key,)).fetchone()
     current = task_now(row) if row is not None else None
     changed = changed_fields(fields, current)
     if "depends_on" in changed:
-        check_no_cycle(conn, key, fields["depends_on"])
+        check_no_cycle(conn, key, fields["depends_on"], at)
     if "checkpoint" in fields:
         merged = merge_patch(current.checkpoint if current is not None else {}, fields["checkpoint"])
         if len(canonical.canonical_bytes(merged)) > MAX_CHECKPOINT_BYTES:
             raise InvalidInput(
                 f"the merged checkpoint would exceed {MAX_CHECKPOINT_BYTES} bytes",
-                field="$.checkpoint",
+                field=f"{at}.checkpoint",
                 code="checkpoint_too_large",
             )
     return row, changed

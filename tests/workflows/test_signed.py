@@ -136,3 +136,42 @@ async def test_lease_grant_records_cannot_be_submitted_by_agents(client: TestCli
     bad = task_event(carol.key, now + 1, "lease", holder=carol.agent_id, expires_at=format_ms(now))
     status, problem = await submit(client, carol, "/tasks", bad)
     assert status == 422 and problem["field"] == "$.record.expires_at", problem
+
+
+async def test_a_signed_finish_names_the_lease_its_author_holds(client: TestClient, node: Node) -> None:
+    """Unnamed, the lease would stay live on a done task (the fold ends only the lease a record names), and
+    its holder would block the planner for the rest of it."""
+    carol = await self_signer(node, "carol")
+    now = node.now_ms()
+    await submit(client, carol, "/tasks", task_event(carol.key, now, "declare", node_id=node.node_id, title="J"))
+    status, leased = await lease(client, carol.creds, "signed-job", seconds=600)
+    assert status == 201
+    for event in ("complete", "release"):
+        unnamed = task_event(carol.key, now + 5, event)
+        status, problem = await submit(client, carol, f"/tasks/signed-job/{event}", unnamed)
+        assert (status, problem["code"], problem["field"]) == (422, "lease_required", "$.record.lease"), problem
+    assert await count_records(node, "task_event") == 2  # the declaration and the grant
+    named = task_event(carol.key, now + 5, "complete", lease=leased["lease"]["lease_id"])
+    status, done = await submit(client, carol, "/tasks/signed-job/complete", named)
+    assert status == 200 and done["status"] == "done" and done["lease"] is None
+    # completing a done task again, holding nothing and merging nothing, changes nothing: nothing is stored
+    status, again = await submit(
+        client, carol, "/tasks/signed-job/complete", task_event(carol.key, now + 6, "complete")
+    )
+    assert status == 200 and again == done
+    assert await count_records(node, "task_event") == 3
+
+
+async def test_signed_finish_errors_name_the_record(client: TestClient, node: Node) -> None:
+    carol = await self_signer(node, "carol")
+    now = node.now_ms()
+    await submit(client, carol, "/tasks", task_event(carol.key, now, "declare", node_id=node.node_id, title="J"))
+    other = {**task_event(carol.key, now + 5, "release", lease="0" * 64), "task_key": "other"}
+    del other["signature"]
+    status, problem = await submit(client, carol, "/tasks/signed-job/release", records.sign(other, carol.key))
+    assert (status, problem["field"]) == (422, "$.record.task_key"), problem  # before any lease check
+    big = "x" * 30_000
+    halves = [task_event(carol.key, now + 5 + i, "complete", checkpoint={f"k{i}": big}) for i in range(3)]
+    statuses = [await submit(client, carol, "/tasks/signed-job/complete", h) for h in halves]
+    refused = [p for s, p in statuses if s != 200]
+    assert refused and refused[0]["code"] == "checkpoint_too_large" and refused[0]["field"] == "$.record.checkpoint"
