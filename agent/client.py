@@ -265,7 +265,7 @@ class Client:
                 self._token, relogged = None, True  # the session expired: prove the key again
                 continue
             if status >= 400:
-                raise self._problem(status, raw)
+                raise self._problem(status, raw, signed=isinstance(json, dict) and "record" in json)
             if typ is None or status == 204:
                 return None  # type: ignore[return-value]
             try:
@@ -291,12 +291,18 @@ class Client:
         return await self._request(method, path, typ, json=json, params=params, headers=headers)
 
     @staticmethod
-    def _problem(status: int, raw: bytes) -> BBSClientError:
+    def _problem(status: int, raw: bytes, signed: bool = False) -> BBSClientError:
+        """The node's problem as an error. For a record this client signed from the caller's Struct (`signed`),
+        a field the node names inside it (`$.record.depends_on`) is named as in that Struct (`$.depends_on`), so
+        errors read alike whoever signs."""
         try:
             problem = msgspec.json.decode(raw, type=Problem)
         except msgspec.DecodeError:
             return BBSClientError(status, f"http_{status}", raw[:200].decode("utf-8", "replace"))
-        return BBSClientError(status, problem.code, problem.detail, problem.field)
+        field = problem.field
+        if signed and field is not None and (field == "$.record" or field.startswith("$.record.")):
+            field = "$" + field[len("$.record") :]
+        return BBSClientError(status, problem.code, problem.detail, field)
 
     # ---- auth -----------------------------------------------------------------------------------------
 

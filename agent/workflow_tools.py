@@ -44,17 +44,30 @@ async def send_message(
         return _out(await (await _client(ctx)).send_message(msg))
 
 
-@tool("Read bus messages by project or agent (either end), newest first unless order=oldest.", read_only=True)
+@tool(
+    "Read bus messages by project, agent (either end) or type, newest first unless order=oldest; order=arrival"
+    " follows the bus in the order this node stored messages (continue with cursor=0.<last id seen>).",
+    read_only=True,
+)
 async def read_messages(
     ctx: Context,
     project: str | None = None,
     agent: Annotated[str | None, Field(description="agent did")] = None,
-    order: Literal["newest", "oldest"] = "newest",
+    message_type: str | None = None,
+    order: Literal["newest", "oldest", "arrival"] = "newest",
     limit: Annotated[int, Field(ge=1, le=200)] = 20,
     cursor: str | None = None,
 ) -> str:
     query = _convert(
-        {"project": project, "agent": agent, "order": order, "limit": limit, "cursor": cursor}, MessageQuery
+        {
+            "project": project,
+            "agent": agent,
+            "message_type": message_type,
+            "order": order,
+            "limit": limit,
+            "cursor": cursor,
+        },
+        MessageQuery,
     )
     async with _domain_errors():
         return _out(await (await _client(ctx)).messages(query))
@@ -77,9 +90,16 @@ async def declare_task(
         return _out(await (await _client(ctx)).declare_task(task))
 
 
-@tool("Tasks that can start now: every dependency done and no live lease.", read_only=True)
-async def ready_tasks(ctx: Context, limit: Annotated[int, Field(ge=1, le=1000)] = 20) -> str:
-    query = _convert({"limit": limit}, ReadyQuery)
+@tool(
+    "Tasks that can start now: every dependency done and no live lease. Pass next_after back as `after` for more.",
+    read_only=True,
+)
+async def ready_tasks(
+    ctx: Context,
+    limit: Annotated[int, Field(ge=1, le=1000)] = 20,
+    after: Annotated[int | None, Field(ge=0, description="next_after of the previous page")] = None,
+) -> str:
+    query = _convert({"limit": limit, "after": after}, ReadyQuery)
     async with _domain_errors():
         return _out(await (await _client(ctx)).ready_tasks(query))
 

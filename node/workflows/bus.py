@@ -49,11 +49,13 @@ def message_by_id(conn: sqlite3.Connection, message_id: int) -> MessageOut:
 
 
 def list_messages(conn: sqlite3.Connection, q: MessageQuery) -> MessagePage:
-    """One page of messages, newest or oldest first, by (created_ms, id).
+    """One page of messages: newest or oldest first by (created_ms, id), or in arrival order (by id alone).
 
-    An agent filter walks `message_agents` (both ends of every message) by its primary key.
+    An agent filter walks `message_agents` (both ends of every message) by its primary key. A cursor is
+    `<created_ms>.<id>` of the last message of the previous page; arrival order reads only its id.
     """
     newest = q.order == "newest"
+    arrival = q.order == "arrival"
     if q.agent is not None:
         sql = "SELECT m.* FROM message_agents a JOIN messages m ON m.id = a.message_id WHERE a.agent_id = ?"
         params: list[Any] = [q.agent]
@@ -70,10 +72,15 @@ def list_messages(conn: sqlite3.Connection, q: MessageQuery) -> MessagePage:
         params.append(q.message_type)
     if q.cursor is not None:
         ms, _, last_id = q.cursor.partition(".")
-        sql += f" AND ({time_col}, {id_col}) {'<' if newest else '>'} (?, ?)"
-        params += [int(ms), int(last_id)]
+        if arrival:
+            sql += f" AND {id_col} > ?"
+            params.append(int(last_id))
+        else:
+            sql += f" AND ({time_col}, {id_col}) {'<' if newest else '>'} (?, ?)"
+            params += [int(ms), int(last_id)]
     direction = "DESC" if newest else "ASC"
-    sql += f" ORDER BY {time_col} {direction}, {id_col} {direction} LIMIT ?"
+    order_by = id_col if arrival else f"{time_col} {direction}, {id_col}"
+    sql += f" ORDER BY {order_by} {direction} LIMIT ?"
     params.append(q.limit + 1)
     rows = conn.execute(sql, params).fetchall()
     more = len(rows) > q.limit

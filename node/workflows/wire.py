@@ -78,7 +78,9 @@ class MessageQuery(msgspec.Struct, forbid_unknown_fields=True):
     project: ProjectName | None = None
     agent: Did | None = None
     message_type: MessageType | None = None
-    order: Literal["newest", "oldest"] = "newest"
+    # arrival: in the order this node stored them (its local id); following it never skips a message that
+    # arrives late from a peer or carries an older created_at
+    order: Literal["newest", "oldest", "arrival"] = "newest"
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_MESSAGE_PAGE)] = 50
     cursor: Cursor | None = None
 

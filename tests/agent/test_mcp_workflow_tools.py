@@ -28,6 +28,17 @@ async def test_workflow_tools_drive_a_plan(served_node: ServedNode) -> None:
         ok(await boss.call_tool("declare_task", {"key": "draft", "title": "Draft"}))
         ready = ok(await hand.call_tool("ready_tasks", {}))
         assert [t["key"] for t in ready["tasks"]] == ["draft"]
+        for key in ("spare-1", "spare-2"):
+            ok(await boss.call_tool("declare_task", {"key": key}))
+        first = ok(await hand.call_tool("ready_tasks", {"limit": 2}))
+        rest_page = ok(await hand.call_tool("ready_tasks", {"limit": 2, "after": first["next_after"]}))
+        assert [t["key"] for t in first["tasks"] + rest_page["tasks"]] == ["draft", "spare-1", "spare-2"]
+        for key in ("spare-1", "spare-2"):
+            ok(await boss.call_tool("declare_task", {"key": key, "status": "cancelled"}))
+        follow = ok(await hand.call_tool("read_messages", {"order": "arrival", "message_type": "plan"}))
+        assert [m["record_hash"] for m in follow["messages"]] == [sent["record_hash"]]
+        tail = ok(await hand.call_tool("read_messages", {"order": "arrival", "cursor": f"0.{sent['id']}"}))
+        assert tail["messages"] == []
 
         leased = ok(await hand.call_tool("lease_task", {"task": "draft", "seconds": 60}))
         assert leased["lease"]["holder"] == worker["agent_id"]

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
-from identity import records
-from node.service import Node
+from identity import canonical, records
+from node import db as dbmod
+from node.service import Node, format_ms
+from node.workflows import bus
+from node.workflows.wire import MessageQuery
 from tests.conftest import AgentCreds, FakeClock
+from tests.node.api_helpers import self_signer
 from tests.workflows.helpers import WF, count_records
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -145,3 +154,77 @@ async def test_the_body_idempotency_key_works_as_the_header_does(
     both = await client.post(f"{WF}/messages", json=body, headers=alice.headers | {"Idempotency-Key": "other"})
     assert both.status == 422 and (await both.json())["code"] == "idempotency_key_mismatch"
     assert await count_records(node, "message") == 1
+
+
+async def test_following_in_arrival_order_never_skips_a_late_message(
+    client: TestClient, make_agent: MakeAgent, node: Node, clock: FakeClock
+) -> None:
+    """A message can arrive dated before messages already read (relayed by a peer, signed by a slow clock):
+    a consumer paging `oldest` past it never sees it; one following `arrival` sees every message once."""
+    alice = await make_agent("alice")
+    carol = await self_signer(node, "carol")
+    for i in range(3):
+        await send(client, alice, message_type="tick", body=f"tick {i}", project="p")
+        clock.advance(1)
+
+    async def page(order: str, cursor: str | None) -> dict[str, Any]:
+        params = {"order": order, "project": "p", **({"cursor": cursor} if cursor else {})}
+        resp = await client.get(f"{WF}/messages", params=params, headers=alice.headers)
+        assert resp.status == 200
+        return await resp.json()  # type: ignore[no-any-return]
+
+    seen = {order: await page(order, None) for order in ("oldest", "arrival")}
+    assert [m["body"] for m in seen["oldest"]["messages"]] == ["tick 0", "tick 1", "tick 2"]
+    assert [m["body"] for m in seen["arrival"]["messages"]] == ["tick 0", "tick 1", "tick 2"]
+    last = {order: seen[order]["messages"][-1] for order in seen}
+    late = {
+        "kind": "message",
+        "schema_version": canonical.SCHEMA_VERSION,
+        "author_id": carol.agent_id,
+        "created_at": format_ms(node.now_ms() - 3_600_000),  # an hour before everything above
+        "message_type": "tick",
+        "body": "late",
+        "payload": {},
+        "dependency_ids": [],
+        "project": "p",
+        "tags": [carol.agent_id],
+        "authority": "raw",
+        "truth_state": "fact",
+        "confidence": 1,
+    }
+    resp = await client.post(f"{WF}/messages", json={"record": records.sign(late, carol.key)}, headers=carol.headers)
+    assert resp.status == 201, await resp.json()
+    after_oldest = await page("oldest", f"{_ms(last['oldest'])}.{last['oldest']['id']}")
+    after_arrival = await page("arrival", f"0.{last['arrival']['id']}")  # a follower at the end: the last id
+    assert after_oldest["messages"] == []  # sorted by time, the late one is behind the cursor
+    assert [m["body"] for m in after_arrival["messages"]] == ["late"]
+
+
+def _ms(message: dict[str, Any]) -> int:
+    return int(datetime.fromisoformat(message["created_at"].replace("Z", "+00:00")).timestamp() * 1000)
+
+
+class _Recorder:
+    """Records the statement a function runs on a connection, to read its plan."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn, self.statement = conn, ("", [])
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        self.statement = (sql, params)
+        return self.conn.execute(sql, params)
+
+
+@pytest.mark.parametrize("order", ["newest", "oldest", "arrival"])
+@pytest.mark.parametrize("filters", [{}, {"agent": "did:key:z6Mk" + "a" * 44}, {"project": "p"}, {"message_type": "t"}])
+def test_every_bus_page_is_an_index_range(tmp_path: Path, order: str, filters: dict[str, str]) -> None:
+    conn = dbmod.connect(tmp_path / "bus.db")
+    dbmod.migrate(conn)
+    for cursor in (None, "1000.7"):
+        rec = _Recorder(conn)
+        bus.list_messages(rec, MessageQuery(order=order, cursor=cursor, **filters))  # type: ignore[arg-type]
+        sql, params = rec.statement
+        steps = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+        assert not [s for s in steps if "TEMP B-TREE" in s], steps
+        if filters or cursor:
+            assert not [s for s in steps if s.startswith("SCAN")], steps
