@@ -103,11 +103,11 @@ class _CrossRequest(Exception):
 
 
 class _HashTaken(Exception):
-    """A node-signed entry's hash belongs to a different stored record (same words, same millisecond)."""
+    """Node-signed entries whose hashes belong to different stored records (same words, same millisecond)."""
 
-    def __init__(self, post: _Post) -> None:
-        super().__init__(post.where)
-        self.post = post
+    def __init__(self, posts: list[_Post]) -> None:
+        super().__init__(", ".join(post.where for post in posts))
+        self.posts = posts
 
 
 class Located:
@@ -332,8 +332,71 @@ class Node:
             try:
                 return await self.db.write_merged(self._stores, (agent_id, posts))
             except _HashTaken as taken:
-                later = projections.created_ms(taken.post.seal.decoded.created_at) + 1
-                await self._seal([taken.post], agent_id, later)
+                await self._seal_later(taken, agent_id)
+        raise Conflict("could not find a free created_at for this entry; retry", code="hash_taken")
+
+    async def _seal_later(self, taken: _HashTaken, agent_id: str) -> None:
+        """Re-sign every post whose hash was taken 1 ms later, together: a concurrent batch with the same words
+        collides with many of a batch's posts at once, and moving one per retry would exhaust the retries."""
+        later = max(projections.created_ms(post.seal.decoded.created_at) for post in taken.posts) + 1
+        await self._seal(taken.posts, agent_id, later)
+
+    async def post_entry_with(
+        self,
+        agent_id: str,
+        body: PostEntry | SignedSubmission,
+        idempotency_key: str,
+        *,
+        derived_from: list[str],
+        then: Callable[[sqlite3.Connection, queries.EntryOut], None],
+    ) -> tuple[queries.EntryOut, bool]:
+        """`post_entry`, plus in the same transaction: a node-signed `derived_from` link record from the entry to
+        each of `derived_from` (the agent's own, if it already has one), then `then(conn, entry)`.
+
+        All of it commits or none: a crash never leaves the entry without its links or its caller's mark. A
+        replay of the key (an older, interrupted attempt) adds what that attempt left out.
+        """
+        post = _Post(body, idempotency_key, "$")
+        post.replay = await self.db.read(lambda c: self._replayed_entry(c, agent_id, idempotency_key))
+        signer = await self._signing_key(agent_id) if derived_from else None
+        if derived_from and signer is None:
+            raise InvalidInput(
+                "only an agent whose key this node keeps gets links signed for it", code="agent_signs_own_records"
+            )
+        if post.replay is None:
+            await self._seal([post], agent_id)
+
+        def job(conn: sqlite3.Connection) -> tuple[queries.EntryOut, bool]:
+            ((entry, created),) = self._store_all(conn, [(agent_id, [post])])[0]
+            now = self.now_ms()
+            for target in derived_from:
+                assert signer is not None
+                if conn.execute(
+                    "SELECT 1 FROM links WHERE source_hash = ? AND target_hash = ? AND link_type = 'derived_from'"
+                    " AND author_id = ? AND ordinal >= 0 LIMIT 1",
+                    (entry.record_hash, target, agent_id),
+                ).fetchone():
+                    continue
+                unsigned = {
+                    "kind": "link",
+                    "schema_version": canonical.SCHEMA_VERSION,
+                    "author_id": agent_id,
+                    "created_at": format_ms(now),
+                    "source": entry.record_hash,
+                    "target": target,
+                    "link_type": "derived_from",
+                    "annotation": "",
+                }
+                record, record_hash, decoded = sign_and_check(unsigned, signer)
+                projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
+            then(conn, entry)
+            return entry, created
+
+        for _ in range(MAX_HASH_RETRIES):
+            try:
+                return await self.db.write(job)
+            except _HashTaken as taken:
+                await self._seal_later(taken, agent_id)
         raise Conflict("could not find a free created_at for this entry; retry", code="hash_taken")
 
     async def _seal(self, posts: list[_Post], agent_id: str, created_ms: int | None = None) -> None:
@@ -414,6 +477,7 @@ class Node:
         stored_by = {
             posts[i][1].seal.record_hash: request_of[i] for i, (_, new) in zip(to_append, appended, strict=True) if new
         }
+        taken: list[_Post] = []
         for i, (seq, inserted) in zip(to_append, appended, strict=True):
             agent_id, post = posts[i]
             record, record_hash, decoded = post.seal
@@ -430,10 +494,13 @@ class Node:
                     and isinstance(post.body, PostEntry)
                     and _stored_body(conn, record_hash) != canonical.canonical_bytes(record)
                 ):
-                    raise _HashTaken(post)  # a different entry has this hash: rolled back, re-signed 1 ms later
+                    taken.append(post)  # a different entry has this hash: rolled back, re-signed 1 ms later
+                    continue
                 if post.key is not None:
                     idempotency.remember(conn, agent_id, post.key, "post", record_hash, now)
             stored[i] = (seq, inserted)
+        if taken:
+            raise _HashTaken(taken)
         ids = [ref for ref, _ in stored.values() if isinstance(ref, int)]
         rows = conn.execute(
             f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.id IN ({','.join('?' * len(ids))})", ids

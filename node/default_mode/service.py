@@ -21,7 +21,6 @@ from node.api_types import (
     LinkOut,
     LinkSpec,
     PostEntry,
-    PostLink,
     ReadQuery,
     ReadResult,
     SignedSubmission,
@@ -93,6 +92,16 @@ class NodeServices(Protocol):
     def now_ms(self) -> int: ...
 
     async def post_entry(self, agent_id: str, body: Any, idempotency_key: str | None) -> tuple[EntryOut, bool]: ...
+
+    async def post_entry_with(
+        self,
+        agent_id: str,
+        body: Any,
+        idempotency_key: str,
+        *,
+        derived_from: list[str],
+        then: Callable[[sqlite3.Connection, EntryOut], None],
+    ) -> tuple[EntryOut, bool]: ...
 
     async def create_link(self, agent_id: str, body: Any, idempotency_key: str | None) -> tuple[LinkOut, bool]: ...
 
@@ -295,11 +304,18 @@ class DefaultMode:
                     field="candidate_id",
                     code="duplicate_of_entry",
                 )
+            now = self.node.now_ms()
+
+            def mark(conn: sqlite3.Connection, entry: EntryOut) -> None:
+                store.mark_promoted(conn, cand.id, entry.record_hash, agent_id, now, requested_by)
+
+            # the entry, its links beyond the inline ones and the candidate's mark commit together
+            submission: PostEntry | SignedSubmission
             if body.record is not None:
                 _check_against_draft(body.record, draft)
-                entry, created = await self.node.post_entry(agent_id, SignedSubmission(record=body.record), key)
+                submission, derived_from = SignedSubmission(record=body.record), []  # unsigned links: listed only
             else:
-                post = PostEntry(
+                submission = PostEntry(
                     entry_type=draft.entry_type,  # type: ignore[arg-type]
                     performative=draft.performative,  # type: ignore[arg-type]
                     content=draft.content,
@@ -311,13 +327,9 @@ class DefaultMode:
                     authority="derived",
                     scope=draft.scope,
                 )
-                entry, created = await self.node.post_entry(agent_id, post, key)
-                for h in draft.unlinked_evidence:
-                    link = PostLink(source=entry.record_hash, target=h, link_type="derived_from")
-                    await self.node.create_link(agent_id, link, None)
-            now = self.node.now_ms()
-            await self.node.db.write(
-                lambda c: store.mark_promoted(c, cand.id, entry.record_hash, agent_id, now, requested_by)
+                derived_from = list(draft.unlinked_evidence)
+            entry, created = await self.node.post_entry_with(
+                agent_id, submission, key, derived_from=derived_from, then=mark
             )
             row = await self._candidate_row(candidate_id)
             return PromoteResult(store.out(row), entry, created=created)

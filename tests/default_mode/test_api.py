@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
+from node.api_types import PostEntry
 from node.default_mode import store
 from node.service import Node
 from tests.conftest import AgentCreds
@@ -229,6 +231,44 @@ async def test_a_promotion_retried_after_its_entry_was_committed_is_not_a_duplic
     again = await _post(client, f"{DM}/promote/{cid}", None, alice, 200)
     assert again["entry"]["record_hash"] == first["entry"]["record_hash"] and again["created"] is False
     assert again["candidate"]["status"] == "promoted"
+
+
+async def _many_evidence(node: Node, who: AgentCreds, n: int) -> list[str]:
+    entries = await node.post_entries(
+        who.agent_id,
+        [PostEntry(entry_type="finding", performative="inform", content=f"measurement {i}") for i in range(n)],
+    )
+    return [entry.record_hash for entry, _ in entries]
+
+
+async def test_a_promotion_beyond_the_inline_links_commits_entry_links_and_mark_together(
+    client: TestClient, node: Node, make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice = await make_agent("alice")
+    evidence = await _many_evidence(node, alice, 40)  # 32 travel inside the entry, 8 become link records
+    out = await _post(client, f"{DM}/critic", {"candidates": [{"kind": "decision", "text": "Measure twice",
+                      "evidence_refs": evidence, "truth_state": "fact"}]}, alice, 200)  # fmt: skip
+    cid = out["candidates"][0]["id"]
+
+    def crash(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the node died before marking the candidate")
+
+    before = await node.db.read(lambda c: c.execute("SELECT count(*) FROM records").fetchone()[0])
+    with monkeypatch.context() as m:
+        m.setattr(store, "mark_promoted", crash)
+        resp = await client.post(f"{DM}/promote/{cid}", headers=alice.headers)
+        assert resp.status == 500
+    # nothing of it committed: no entry without its links or its mark
+    assert await node.db.read(lambda c: c.execute("SELECT count(*) FROM records").fetchone()[0]) == before
+    promoted = await _post(client, f"{DM}/promote/{cid}", None, alice, 201)
+    entry = promoted["entry"]
+    links = await node.db.read(
+        lambda c: c.execute(
+            "SELECT count(DISTINCT target_hash) FROM links WHERE source_hash = ? AND link_type = 'derived_from'",
+            (entry["record_hash"],),
+        ).fetchone()[0]
+    )
+    assert links == 40 and promoted["candidate"]["status"] == "promoted"
 
 
 async def test_promoting_a_needs_review_candidate_keeps_it_a_hypothesis(

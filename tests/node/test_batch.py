@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -164,6 +165,19 @@ async def test_same_words_twice_in_one_batch(client: TestClient, make_agent: Mak
     assert first["record_hash"] != second["record_hash"]
     assert first["created_at"] < second["created_at"]
     assert await count(node, "entries") == 3
+
+
+async def test_concurrent_batches_of_the_same_words_all_land(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    """Four batches in one millisecond (the clock stands still), the same 30 contents each with other tags:
+    every item of three of them collides with the first's; all of a batch's taken items move 1 ms together,
+    so none runs out of retries (one item per retry did: 409 hash_taken)."""
+    alice = await make_agent("alice")
+    batches = [[item(f"reading {i}", tags=[f"run-{b}"]) for i in range(30)] for b in range(4)]
+    outs = await asyncio.gather(*(batch(client, alice, entries, 201) for entries in batches))
+    hashes = {r["entry"]["record_hash"] for out in outs for r in out["results"]}
+    assert len(hashes) == 120 and await count(node, "entries") == 120
 
 
 async def test_retraction_inside_a_batch_and_of_anothers_entry(
