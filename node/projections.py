@@ -171,8 +171,14 @@ def _project(new: list[tuple[int, Incoming]], now_ms: int, conn: sqlite3.Connect
 def project_entries(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], now_ms: int, *, notify: bool) -> None:
     """Project entry records (seq, record) into entries, their tags, addressees and links; then what they complete.
 
-    `notify` is false while rebuilding: notifications are node-local history, not derived data.
+    `notify` is false while rebuilding: notifications are node-local history, not derived data. A run in which
+    a record can derive a `retracted_by` link is projected one record at a time, so its links are numbered as a
+    rebuild (which replays the log one record at a time) numbers them.
     """
+    if len(run) > 1 and _derives_links(conn, run):
+        for one in run:
+            project_entries(conn, [one], now_ms, notify=notify)
+        return
     for chunk in _chunks(run):
         params: list[Any] = []
         for seq, item in chunk:
@@ -236,6 +242,17 @@ def project_entries(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], n
         for seq, item in run:
             notifications.fan_out_entry(conn, seq, item.decoded, now_ms, subscriptions=subscribed)
         notifications.contradictions(conn, hashes, now_ms)
+
+
+def _derives_links(conn: sqlite3.Connection, run: list[tuple[int, Incoming]]) -> bool:
+    """Whether the run holds a retraction, or an entry that a stored `supersedes` link names (rare, either)."""
+    if any(item.decoded.performative == "retract" for _, item in run):
+        return True
+    named = conn.execute(
+        "SELECT 1 FROM json_each(?) a JOIN links x ON x.target_hash = a.value AND x.link_type = 'supersedes' LIMIT 1",
+        (json.dumps([item.hash for _, item in run]),),
+    ).fetchone()
+    return named is not None
 
 
 @projector("entry")

@@ -68,6 +68,17 @@ async def test_rebuild_reproduces_projections(
         content="withdrawn",
         links=[{"target": old["record_hash"], "link_type": "supersedes"}],
     )
+    # a retraction stored in one run with an entry that links: the run's links are numbered as a replay does
+    old2 = await post(client, alice, content="another claim to withdraw")
+    beside = [
+        {"entry_type": "finding", "performative": "retract", "content": "withdrawn too",
+         "links": [{"target": old2["record_hash"], "link_type": "supersedes"}]},
+        {"entry_type": "finding", "performative": "inform", "content": "entry beside a retraction",
+         "links": [{"target": str(ids[0]), "link_type": "supports"}]},
+    ]  # fmt: skip
+    resp = await client.post("/v1/entries/batch", json={"entries": beside}, headers=alice.headers)
+    assert resp.status == 201
+    batched = [r["entry"]["id"] for r in (await resp.json())["results"]]
     future = entry_record(carol.key, "carol arrives late", created_ms=node.now_ms())
     pending = await post(
         client,
@@ -81,7 +92,7 @@ async def test_rebuild_reproduces_projections(
     resp = await client.post("/v1/entries", json={"record": future}, headers=carol.headers)
     assert resp.status == 201
     arrived = await resp.json()
-    ids += [old["id"], retract["id"], pending["id"], arrived["id"]]
+    ids += [old["id"], retract["id"], pending["id"], arrived["id"], old2["id"], *batched]
     before = await everything(client, alice, ids)
     assert before[ids.index(old["id"])]["entries"][0]["retracted"] is True
     node.close()
@@ -111,6 +122,6 @@ async def test_rebuild_reproduces_projections(
         assert without_caches(await everything(client2, alice, ids)) == without_caches(before)
         # the FTS index was rebuilt too: full-text search still finds every entry
         body = await get_json(client2, "/v1/search", alice, params={"q": "entry", "limit": "200"})
-        assert len(body["entries"]) == 7
+        assert len(body["entries"]) == 8
     finally:
         reopened.close()
