@@ -13,7 +13,7 @@ from typing import Any
 
 from node.errors import BBSError, Conflict
 from node.workflows.tasks import lease_live
-from node.workflows.unsigned import OPEN_STATUSES
+from node.workflows.unsigned import DONE_STATUSES, OPEN_STATUSES
 
 
 class NotHome(Exception):
@@ -95,11 +95,23 @@ def check_release(row: sqlite3.Row, agent_id: str, now_ms: int) -> str:
 
 
 def check_complete(row: sqlite3.Row, agent_id: str, now_ms: int) -> str | None:
-    """The lease a completion by `agent_id` ends (None if it holds none); 409 while another agent holds one."""
+    """The lease a completion by `agent_id` ends (None if it holds none); 409 while another agent holds one.
+
+    Without a lease of its own, an agent completes only what it could lease: a task that is open and ready
+    (`task_closed`, `task_not_ready` otherwise), or one already done (a no-op, or a checkpoint merge). The
+    holder of a live lease may complete its task even if the planner has since added a dependency."""
     if lease_live(row, now_ms) and row["lease_holder"] != agent_id:
         raise Conflict(
             f"task {row['key']} is leased by {row['lease_holder']} until {row['lease_expires_at']}",
             field="task_id",
             code="lease_held",
         )
-    return own_live_lease(row, agent_id, now_ms)
+    own = own_live_lease(row, agent_id, now_ms)
+    if own is None and row["status"] not in DONE_STATUSES:
+        if row["status"] not in OPEN_STATUSES:
+            raise Conflict(f"task {row['key']} is {row['status']}", field="task_id", code="task_closed")
+        if row["unmet"] > 0:
+            raise Conflict(
+                f"task {row['key']} has dependencies that are not done", field="task_id", code="task_not_ready"
+            )
+    return own

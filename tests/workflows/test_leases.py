@@ -230,3 +230,22 @@ async def test_only_the_holder_changes_status_or_checkpoint_of_a_leased_task(
     clock.advance(61)  # the lease lapsed: anyone may decide again
     resp = await client.post(f"{WF}/tasks", json={"key": "a1", "status": "cancelled"}, headers=other.headers)
     assert resp.status == 200 and (await resp.json())["status"] == "cancelled"
+
+
+async def test_without_a_lease_an_agent_completes_only_what_it_could_lease(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    planner, worker = await make_agent("planner"), await make_agent("worker")
+    await declare(client, planner, {"key": "first", "title": "First"})
+    await declare(client, planner, {"key": "then", "title": "Then", "depends_on": ["first"]})
+    await declare(client, planner, {"key": "dropped", "title": "Dropped", "status": "cancelled"})
+    before = await count_records(node, "task_event")
+    for key, code in (("then", "task_not_ready"), ("dropped", "task_closed")):
+        resp = await client.post(f"{WF}/tasks/{key}/complete", json={}, headers=worker.headers)
+        problem = await resp.json()
+        assert (resp.status, problem["code"], problem["field"]) == (409, code, "task_id"), problem
+    assert await count_records(node, "task_event") == before
+    done = await client.post(f"{WF}/tasks/first/complete", json={}, headers=worker.headers)  # ready: allowed
+    assert done.status == 200 and (await done.json())["status"] == "done"
+    again = await client.post(f"{WF}/tasks/first/complete", json={"checkpoint": {"n": 1}}, headers=planner.headers)
+    assert again.status == 200 and (await again.json())["checkpoint"] == {"n": 1}  # done: merging still works
