@@ -141,19 +141,9 @@ def fold(key: str, events: list[sqlite3.Row]) -> TaskState | None:
     }
     lease = None
     for e in events:
-        if e["event"] == "declare":
-            if e["title"] is not None:
-                state.title = e["title"]
-            if e["depends_on"] is not None:
-                state.depends_on = json.loads(e["depends_on"])
-            if e["status"] is not None:
-                state.status = e["status"]
-        elif e["event"] == "lease" and e["hash"] in grants:
+        _apply(state, e)
+        if e["event"] == "lease" and e["hash"] in grants:
             lease = e
-        elif e["event"] == "complete":
-            state.status = "done"
-        if e["checkpoint"] is not None:
-            state.checkpoint = merge_patch(state.checkpoint, json.loads(e["checkpoint"]))
     if lease is not None and lease["hash"] not in ended:
         state.lease_hash = lease["hash"]
         state.lease_holder = lease["holder"]
@@ -187,14 +177,8 @@ def advance(conn: sqlite3.Connection, task: sqlite3.Row, e: sqlite3.Row) -> Task
         lease_expires_at=task["lease_expires_at"],
         lease_expires_ms=task["lease_expires_ms"],
     )
-    if e["event"] == "declare":
-        if e["title"] is not None:
-            state.title = e["title"]
-        if e["depends_on"] is not None:
-            state.depends_on = json.loads(e["depends_on"])
-        if e["status"] is not None:
-            state.status = e["status"]
-    elif e["event"] == "lease" and e["author_id"] == state.home_node:
+    _apply(state, e)
+    if e["event"] == "lease" and e["author_id"] == state.home_node:
         ended = conn.execute(
             "SELECT 1 FROM task_events WHERE task_key = ? AND lease_ref = ? AND author_id = ?"
             " AND event IN ('release', 'complete') LIMIT 1",
@@ -204,14 +188,29 @@ def advance(conn: sqlite3.Connection, task: sqlite3.Row, e: sqlite3.Row) -> Task
             return None
         state.lease_hash, state.lease_holder = e["hash"], e["holder"]
         state.lease_expires_at, state.lease_expires_ms = e["expires_at"], e["expires_ms"]
-    elif e["event"] in ("release", "complete"):
-        if e["event"] == "complete":
-            state.status = "done"
-        if state.lease_hash is not None and e["lease_ref"] == state.lease_hash and e["author_id"] == state.lease_holder:
-            state.lease_hash = state.lease_holder = state.lease_expires_at = state.lease_expires_ms = None
+    elif e["event"] in ("release", "complete") and _ends_lease(e, state):
+        state.lease_hash = state.lease_holder = state.lease_expires_at = state.lease_expires_ms = None
+    return state
+
+
+def _ends_lease(e: sqlite3.Row, state: TaskState) -> bool:
+    """Whether a release or complete ends the task's current lease: it names it and its holder signed it."""
+    return state.lease_hash is not None and e["lease_ref"] == state.lease_hash and e["author_id"] == state.lease_holder
+
+
+def _apply(state: TaskState, e: sqlite3.Row) -> None:
+    """What one event does to the task apart from its lease: declared fields, `done`, the checkpoint patch."""
+    if e["event"] == "declare":
+        if e["title"] is not None:
+            state.title = e["title"]
+        if e["depends_on"] is not None:
+            state.depends_on = json.loads(e["depends_on"])
+        if e["status"] is not None:
+            state.status = e["status"]
+    elif e["event"] == "complete":
+        state.status = "done"
     if e["checkpoint"] is not None:
         state.checkpoint = merge_patch(state.checkpoint, json.loads(e["checkpoint"]))
-    return state
 
 
 def refold(conn: sqlite3.Connection, key: str, before: sqlite3.Row | None) -> None:

@@ -17,6 +17,7 @@ from node import projections
 from node.service import Node, format_ms
 from tests.conftest import AgentCreds, FakeClock
 from tests.workflows.helpers import SEED_PLAN, WF, declare, lease
+from tests.workflows.test_signed import task_event
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 WORKFLOW_TABLES = ["messages", "message_agents", "task_events", "tasks", "task_deps"]
@@ -170,19 +171,6 @@ def test_simultaneous_declarations_break_the_tie_by_hash(tmp_path: Path) -> None
         assert conn.execute("SELECT home_node FROM tasks").fetchone()[0] == winner
 
 
-def _event(author: keys.SigningKey, created_ms: int, event: str, key: str, **fields: Any) -> dict[str, Any]:
-    body = {
-        "kind": "task_event",
-        "schema_version": canonical.SCHEMA_VERSION,
-        "author_id": author.did,
-        "created_at": format_ms(created_ms),
-        "event": event,
-        "task_key": key,
-        **fields,
-    }
-    return records.sign(body, author)
-
-
 def _random_history(rng: random.Random, t: int) -> list[dict[str, Any]]:
     """Declarations, grants (by the home node and by another), releases and completions that end a random
     grant (by its holder or not), checkpoints and statuses, over two tasks, often in the same millisecond."""
@@ -191,7 +179,7 @@ def _random_history(rng: random.Random, t: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     grants: list[tuple[str, str, str]] = []  # (task, grant hash, holder did)
     for key in ("a", "b"):
-        out.append(_event(agents[0], t, "declare", key, node_id=home.did, title=f"task {key}"))
+        out.append(task_event(agents[0], t, "declare", task_key=key, node_id=home.did, title=f"task {key}"))
     for _ in range(24):
         t += rng.choice([0, 1, 7])
         key, who = rng.choice(["a", "b"]), rng.choice(agents)
@@ -199,26 +187,31 @@ def _random_history(rng: random.Random, t: int) -> list[dict[str, Any]]:
         cp: dict[str, Any] = {"checkpoint": patch} if patch else {}
         kind = rng.choice(["declare", "lease", "lease", "release", "complete", "skewed"])
         if kind == "skewed":  # the holder's clock runs behind: its release is dated before the grant it ends
-            grant = _event(home, t, "lease", key, holder=who.did, expires_at=format_ms(t + 60_000))
-            out += [grant, _event(who, t - rng.randint(1, 9), "release", key, lease=records.compute_hash(grant))]
+            grant = task_event(home, t, "lease", task_key=key, holder=who.did, expires_at=format_ms(t + 60_000))
+            out += [
+                grant,
+                task_event(who, t - rng.randint(1, 9), "release", task_key=key, lease=records.compute_hash(grant)),
+            ]
         elif kind == "declare":
             statuses = ["pending", "processing", "done", "failed", "cancelled"]
             extra: dict[str, Any] = {"status": rng.choice(statuses)} if rng.random() < 0.4 else {}
             if key == "a" and rng.random() < 0.3:
                 extra["depends_on"] = rng.choice([["b"], ["b", "c"], []])
             node_id = rng.choice([home, other]).did
-            out.append(_event(who, t, "declare", key, node_id=node_id, title=f"{key} at {t}", **extra, **cp))
+            out.append(
+                task_event(who, t, "declare", task_key=key, node_id=node_id, title=f"{key} at {t}", **extra, **cp)
+            )
         elif kind == "lease":
             node = home if rng.random() < 0.8 else other
-            grant = _event(node, t, "lease", key, holder=who.did, expires_at=format_ms(t + 60_000))
+            grant = task_event(node, t, "lease", task_key=key, holder=who.did, expires_at=format_ms(t + 60_000))
             grants.append((key, records.compute_hash(grant), who.did))
             out.append(grant)
         elif grants and rng.random() < 0.85:
             task, ref, holder = rng.choice(grants)
             by = next((a for a in agents if a.did == holder), who) if rng.random() < 0.8 else who
-            out.append(_event(by, t, kind, task, lease=ref, **cp))
+            out.append(task_event(by, t, kind, task_key=task, lease=ref, **cp))
         else:
-            out.append(_event(who, t, kind, key, **cp))
+            out.append(task_event(who, t, kind, task_key=key, **cp))
     return out
 
 

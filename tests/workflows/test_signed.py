@@ -17,14 +17,16 @@ from tests.workflows.helpers import WF, count_records, lease
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
 
-def task_event(key: keys.SigningKey, created_ms: int, event: str, **fields: Any) -> dict[str, Any]:
+def task_event(
+    key: keys.SigningKey, created_ms: int, event: str, task_key: str = "signed-job", **fields: Any
+) -> dict[str, Any]:
     body = {
         "kind": "task_event",
         "schema_version": canonical.SCHEMA_VERSION,
         "author_id": key.did,
         "created_at": format_ms(created_ms),
         "event": event,
-        "task_key": "signed-job",
+        "task_key": task_key,
         **fields,
     }
     return records.sign(body, key)
