@@ -96,6 +96,10 @@ class BBSClientError(Exception):
         self.field = field
 
 
+# A field inside a record the client signed: `$.record.x`, or `$.entries[i].record.x` in a batch.
+_IN_RECORD = re.compile(r"^(\$(?:\.entries\[\d+\])?)\.record(?=[.\[]|$)")
+
+
 def _validation(exc: msgspec.ValidationError) -> BBSClientError:
     message, _, path = str(exc).partition(" - at `")
     return BBSClientError(422, "validation_error", message, path.rstrip("`") or "$")
@@ -235,8 +239,11 @@ class Client:
         params: list[tuple[str, str]] | None = None,
         headers: Mapping[str, str] | None = None,
         auth: bool = True,
+        built: bool = False,
     ) -> T:
-        """One logical request: retried on connection errors and 5xx with the same body and headers."""
+        """One logical request: retried on connection errors and 5xx with the same body and headers.
+
+        `built`: the body's records were signed by this client from the caller's Structs (see `_problem`)."""
         attempt, relogged = 0, False
         body = _encode_body(json) if json is not None else None
         while True:
@@ -265,7 +272,7 @@ class Client:
                 self._token, relogged = None, True  # the session expired: prove the key again
                 continue
             if status >= 400:
-                raise self._problem(status, raw, signed=isinstance(json, dict) and "record" in json)
+                raise self._problem(status, raw, built)
             if typ is None or status == 204:
                 return None  # type: ignore[return-value]
             try:
@@ -291,17 +298,17 @@ class Client:
         return await self._request(method, path, typ, json=json, params=params, headers=headers)
 
     @staticmethod
-    def _problem(status: int, raw: bytes, signed: bool = False) -> BBSClientError:
-        """The node's problem as an error. For a record this client signed from the caller's Struct (`signed`),
-        a field the node names inside it (`$.record.depends_on`) is named as in that Struct (`$.depends_on`), so
-        errors read alike whoever signs."""
+    def _problem(status: int, raw: bytes, built: bool = False) -> BBSClientError:
+        """The node's problem as an error. For records this client signed from the caller's Structs (`built`),
+        a field the node names inside one (`$.record.depends_on`, `$.entries[2].record.content`) is named as in
+        the Struct (`$.depends_on`, `$.entries[2].content`), so errors read alike whoever signs."""
         try:
             problem = msgspec.json.decode(raw, type=Problem)
         except msgspec.DecodeError:
             return BBSClientError(status, f"http_{status}", raw[:200].decode("utf-8", "replace"))
         field = problem.field
-        if signed and field is not None and (field == "$.record" or field.startswith("$.record.")):
-            field = "$" + field[len("$.record") :]
+        if built and field is not None:
+            field = _IN_RECORD.sub(r"\1", field)
         return BBSClientError(status, problem.code, problem.detail, field)
 
     # ---- auth -----------------------------------------------------------------------------------------
@@ -353,7 +360,9 @@ class Client:
             payload = {"record": await self._signed_entry(entry), "idempotency_key": key}
         else:
             payload = msgspec.structs.replace(entry, idempotency_key=key)
-        return await self._request("POST", "/v1/entries", EntryOut, json=payload, headers={"Idempotency-Key": key})
+        return await self._request(
+            "POST", "/v1/entries", EntryOut, json=payload, headers={"Idempotency-Key": key}, built=True
+        )
 
     async def post_entries(self, entries: Sequence[PostEntry]) -> list[PostedEntry]:
         """Post up to MAX_BATCH entries in one request, all or nothing (`POST /v1/entries/batch`).
@@ -377,7 +386,7 @@ class Client:
                 items.append({"record": await self._signed_entry(entry), "idempotency_key": key})
             else:
                 items.append(msgspec.structs.replace(entry, idempotency_key=key))
-        result = await self._request("POST", "/v1/entries/batch", PostedEntries, json={"entries": items})
+        result = await self._request("POST", "/v1/entries/batch", PostedEntries, json={"entries": items}, built=True)
         return result.results
 
     async def link(
@@ -416,7 +425,9 @@ class Client:
             payload = {"record": record, "idempotency_key": key}
         else:
             payload = msgspec.structs.replace(body, idempotency_key=key)
-        return await self._request("POST", "/v1/links", LinkOut, json=payload, headers={"Idempotency-Key": key})
+        return await self._request(
+            "POST", "/v1/links", LinkOut, json=payload, headers={"Idempotency-Key": key}, built=True
+        )
 
     def _sign(self, unsigned: dict[str, Any]) -> dict[str, Any]:
         assert self._key is not None
@@ -510,7 +521,7 @@ class Client:
     async def send_message(self, message: PostMessage, *, idempotency_key: str | None = None) -> MessageOut:
         """Append a message to the bus once, whatever the retries. Signed by this client when it holds the key."""
         checked = _checked(message, PostMessage)
-        key = idempotency_key or uuid.uuid4().hex
+        key = idempotency_key or checked.idempotency_key or uuid.uuid4().hex
         payload: Any = checked
         if self._key is not None:
             if checked.from_agent is not None and checked.from_agent != self._key.did:
@@ -520,8 +531,10 @@ class Client:
             except canonical.CanonicalError as exc:
                 raise BBSClientError(422, "validation_error", str(exc), exc.field) from None
             payload = {"record": self._sign(draft), "idempotency_key": key}
+        else:
+            payload = msgspec.structs.replace(checked, idempotency_key=key)
         return await self._request(
-            "POST", f"{WORKFLOWS}/messages", MessageOut, json=payload, headers={"Idempotency-Key": key}
+            "POST", f"{WORKFLOWS}/messages", MessageOut, json=payload, headers={"Idempotency-Key": key}, built=True
         )
 
     async def messages(self, query: MessageQuery | None = None) -> MessagePage:
@@ -538,7 +551,7 @@ class Client:
         payload: Any = checked
         if self._key is not None:
             payload = {"record": await self._signed_declare(checked)}
-        return await self._request("POST", f"{WORKFLOWS}/tasks", TaskOut, json=payload)
+        return await self._request("POST", f"{WORKFLOWS}/tasks", TaskOut, json=payload, built=True)
 
     async def get_task(self, ref: str) -> TaskOut:
         """One task by local id or key."""
@@ -578,7 +591,8 @@ class Client:
             return task  # already done, nothing held, nothing to merge: the node would append nothing either
         draft = unsigned.unsigned_task_event(task.key, self._key.did, _next_created_at(task), event, **fields)
         payload = {"record": self._sign(draft)}
-        return await self._request("POST", f"{WORKFLOWS}/tasks/{_path(task.key)}/{event}", TaskOut, json=payload)
+        path = f"{WORKFLOWS}/tasks/{_path(task.key)}/{event}"
+        return await self._request("POST", path, TaskOut, json=payload, built=True)
 
     def _finish_fields(self, task: TaskOut, body: FinishIn) -> dict[str, Any]:
         """A release's or completion's fields as the node would set them: the lease this agent holds, if any

@@ -136,7 +136,7 @@ async def session_principal(node: Node, token: str) -> Principal | None:
     cached = node.tokens.get(token, now)
     if cached is not None:
         return cached
-    epoch = node.tokens.epoch
+    generation = node.tokens.generation
     row = await node.db.read(
         lambda c: c.execute(
             "SELECT agent_id, secret_sha256, expires_ms FROM auth_sessions WHERE key_id = ?", (parts[1],)
@@ -145,7 +145,7 @@ async def session_principal(node: Node, token: str) -> Principal | None:
     if row is None or row[2] <= now or not hmac.compare_digest(row[1], _digest(parts[2])):
         return None
     principal = Principal("agent", row[0])
-    node.tokens.put(token, principal, now, expires_ms=row[2], epoch=epoch)  # never outlives the session
+    node.tokens.put(token, principal, now, expires_ms=row[2], generation=generation)  # never outlives the session
     return principal
 
 

@@ -97,13 +97,14 @@ class TokenCache:
     def __init__(self, ttl_ms: int = 60_000, max_entries: int = 4096) -> None:
         self.ttl_ms = ttl_ms
         self.max_entries = max_entries
-        self.epoch: int | None = None  # the credential_epoch the entries were verified under
+        self.epoch: int | None = None  # the database's credential_epoch at the last look
+        self.generation = 0  # moves at every clear: a look-up that began before one is not kept
         self._entries: dict[bytes, tuple[Principal, int]] = {}
 
     def observe(self, epoch: int) -> None:
         """Note the database's credential epoch; forget every token if it moved since the last look."""
         if self.epoch is not None and epoch != self.epoch:
-            self._entries.clear()
+            self.clear()
         self.epoch = epoch
 
     @staticmethod
@@ -122,13 +123,13 @@ class TokenCache:
         return hit[0]
 
     def put(
-        self, token: str, principal: Principal, now_ms: int, expires_ms: int | None = None, epoch: int | None = None
+        self, token: str, principal: Principal, now_ms: int, expires_ms: int | None = None, generation: int = 0
     ) -> None:
         """Remember a verified token until `now_ms + ttl_ms` (or `expires_ms` when that is sooner).
 
-        `epoch` is the cache's epoch when the look-up began: if it has moved since, the look-up may predate a
-        revocation and is not kept."""
-        if epoch != self.epoch:
+        `generation` is the cache's `generation` when the look-up began: if the cache was cleared since, the
+        look-up may have read a credential that is revoked now, and it is not kept."""
+        if generation != self.generation:
             return
         until = now_ms + self.ttl_ms if expires_ms is None else min(expires_ms, now_ms + self.ttl_ms)
         if len(self._entries) >= self.max_entries:
@@ -138,8 +139,9 @@ class TokenCache:
         self._entries[self._key(token)] = (principal, until)
 
     def clear(self) -> None:
-        """Forget every cached token (after a credential or session is revoked)."""
+        """Forget every cached token (after a credential or session is revoked), and the look-ups under way."""
         self._entries.clear()
+        self.generation += 1
 
 
 def identity_record(key: keys.SigningKey, display_name: str, description: str, home_node: str) -> dict[str, object]:

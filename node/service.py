@@ -195,10 +195,10 @@ class Node:
             self.tokens.observe(await self.db.read(agents.credential_epoch))
         principal = self.tokens.get(token, now)
         if principal is None:
-            epoch = self.tokens.epoch
+            generation = self.tokens.generation
             principal = await self.db.read(lambda c: agents.authenticate(c, token))
             if principal is not None:
-                self.tokens.put(token, principal, now, epoch=epoch)
+                self.tokens.put(token, principal, now, generation=generation)
         return principal
 
     def info(self) -> NodeInfo:

@@ -20,6 +20,7 @@ from node.portable import import_identity
 from node.service import Node
 from node.workflows.wire import DeclareTask, FinishIn, LeaseIn, MessageQuery, PostMessage
 from tests.conftest import AgentCreds
+from tests.node.api_helpers import entry_record
 
 Factory = Callable[[str], Awaitable[AgentCreds]]
 
@@ -332,3 +333,31 @@ async def test_a_retried_signed_completion_is_applied_once(client: TestClient, n
         "complete",
         "complete",
     ]
+
+
+@pytest.mark.parametrize("self_signing", [False, True])
+async def test_a_message_structs_idempotency_key_makes_a_retry(
+    client: TestClient, node: Node, make_agent: Factory, self_signing: bool
+) -> None:
+    if self_signing:
+        key, _ = await self_keyed(node, "roamer")
+        opened = Client(base(client), signing_key=key)
+    else:
+        opened = Client(base(client), api_key=(await make_agent("alice")).api_key)
+    async with opened as c:
+        msg = PostMessage(message_type="note", body="once", idempotency_key="note-1")
+        first = await c.send_message(msg)
+        again = await c.send_message(msg)
+    assert again.id == first.id
+    assert await node.db.read(lambda conn: conn.execute("SELECT count(*) FROM messages").fetchone()[0]) == 1
+
+
+async def test_call_keeps_the_field_names_of_the_body_it_was_given(client: TestClient, node: Node) -> None:
+    """Only records the client built from a Struct have their fields renamed; a body passed to `call` is the
+    caller's own, so the node's `$.record.created_at` stays as it is."""
+    key, _ = await self_keyed(node, "roamer")
+    ahead = entry_record(key, "from the future", created_ms=node.now_ms() + 3_600_000)
+    async with Client(base(client), signing_key=key) as c:
+        with pytest.raises(BBSClientError) as err:
+            await c.call("POST", "/v1/entries", dict, json={"record": ahead})
+    assert (err.value.code, err.value.field) == ("clock_skew", "$.record.created_at")

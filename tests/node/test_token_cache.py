@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp.test_utils import TestClient
 
@@ -71,14 +73,44 @@ async def test_a_key_rotated_by_another_process_stops_working_within_a_second(
 
 async def test_a_look_up_that_began_before_a_revocation_is_not_cached() -> None:
     cache = TokenCache()
-    cache.observe(3)
-    began = cache.epoch
-    cache.observe(4)  # a key was revoked while the look-up ran
-    cache.put("bbs_a", Principal("agent", "did:key:alice"), now_ms=0, epoch=began)
-    assert cache.get("bbs_a", 1) is None
-    cache.put("bbs_a", Principal("agent", "did:key:alice"), now_ms=0, epoch=cache.epoch)
-    assert cache.get("bbs_a", 1) is not None
-    cache.observe(4)
-    assert cache.get("bbs_a", 1) is not None  # an unchanged epoch keeps the cache
-    cache.observe(5)
-    assert cache.get("bbs_a", 1) is None
+    alice = Principal("agent", "did:key:alice")
+    for revoke in (cache.clear, lambda: cache.observe(4)):  # here, or by another process (its epoch moved)
+        cache.observe(3)
+        began = cache.generation
+        revoke()  # a key was revoked while the look-up ran
+        cache.put("bbs_a", alice, now_ms=0, generation=began)
+        assert cache.get("bbs_a", 1) is None
+        cache.put("bbs_a", alice, now_ms=0, generation=cache.generation)
+        assert cache.get("bbs_a", 1) is not None
+        cache.observe(cache.epoch or 0)  # an unchanged epoch keeps the cache
+        assert cache.get("bbs_a", 1) is not None
+        cache.epoch = None
+
+
+async def test_a_look_up_racing_a_rest_rotation_is_not_kept(
+    node: Node, clock: FakeClock, make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    """A request with the old key read the credential just before the rotation committed; its answer must not
+    land in the cache after the rotation cleared it, or the old key would keep working after the rotation."""
+    alice = await make_agent("alice")
+    assert await node.authenticate(alice.api_key) is not None  # the epoch is observed
+    node.tokens.clear()
+    read_it, go_on = asyncio.Event(), asyncio.Event()
+    real_read = node.db.read
+
+    async def slow_read(fn: Any) -> Any:
+        value = await real_read(fn)
+        if isinstance(value, Principal):  # the old key's look-up: the answer is on its way
+            read_it.set()
+            await go_on.wait()
+        return value
+
+    node.db.read = slow_read  # type: ignore[method-assign]
+    lookup = asyncio.create_task(node.authenticate(alice.api_key))
+    await read_it.wait()
+    node.db.read = real_read  # type: ignore[method-assign]
+    await node.rotate_api_key("alice")
+    go_on.set()
+    assert await lookup is not None  # it began before the rotation
+    clock.advance(0.5)  # within the second: no epoch look yet
+    assert await node.authenticate(alice.api_key) is None
