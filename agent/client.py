@@ -30,7 +30,6 @@ import aiohttp
 import msgspec
 
 from identity import canonical, keys, records
-from identity.schema import MAX_CHECKPOINT_BYTES
 from node.api_types import (
     MAX_BATCH,
     AckIn,
@@ -148,14 +147,9 @@ def _next_created_at(task: TaskOut | None) -> str:
 
 
 def _check_checkpoint_size(current: dict[str, Any], patch: dict[str, Any]) -> None:
-    merged = unsigned.merge_patch(current, patch)
-    if len(canonical.canonical_bytes(merged)) > MAX_CHECKPOINT_BYTES:
-        raise BBSClientError(
-            422,
-            "checkpoint_too_large",
-            f"the merged checkpoint would exceed {MAX_CHECKPOINT_BYTES} bytes",
-            "$.checkpoint",
-        )
+    too_large = unsigned.checkpoint_too_large(current, patch)
+    if too_large is not None:
+        raise BBSClientError(422, "checkpoint_too_large", too_large, "$.checkpoint")
 
 
 class Client:

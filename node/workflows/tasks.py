@@ -7,11 +7,9 @@ import re
 import sqlite3
 from typing import Any
 
-from identity import canonical
-from identity.schema import MAX_CHECKPOINT_BYTES
 from node.errors import Conflict, InvalidInput, NotFound
 from node.workflows import unsigned
-from node.workflows.unsigned import DONE_STATUSES, OPEN_STATUSES, TaskNow, changed_fields, merge_patch
+from node.workflows.unsigned import DONE_STATUSES, OPEN_STATUSES, TaskNow, changed_fields
 from node.workflows.wire import LeaseOut, ReadyList, ReadyTask, TaskOut
 
 # The ready set: one range of the partial index `tasks_startable` (unmet = 0 AND open = 1), leases checked
@@ -144,10 +142,12 @@ def plan_declare(
     if "depends_on" in changed:
         check_no_cycle(conn, key, fields["depends_on"], at)
     if "checkpoint" in fields:
-        merged = merge_patch(current.checkpoint if current is not None else {}, fields["checkpoint"])
-        if len(canonical.canonical_bytes(merged)) > MAX_CHECKPOINT_BYTES:
+        too_large = unsigned.checkpoint_too_large(
+            current.checkpoint if current is not None else {}, fields["checkpoint"]
+        )
+        if too_large is not None:
             raise InvalidInput(
-                f"the merged checkpoint would exceed {MAX_CHECKPOINT_BYTES} bytes",
+                too_large,
                 field=f"{at}.checkpoint",
                 code="checkpoint_too_large",
             )

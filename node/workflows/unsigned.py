@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from identity import canonical
-from identity.schema import MAX_PAYLOAD_BYTES
+from identity.schema import MAX_CHECKPOINT_BYTES, MAX_PAYLOAD_BYTES
 from node.workflows.wire import DeclareTask, PostMessage
 
 DONE_STATUSES = ("done", "completed")
@@ -39,6 +39,15 @@ def next_event_ms(last_ms: int | None, now_ms: int) -> int:
     and a later decision must never sort before an earlier one.
     """
     return now_ms if last_ms is None or last_ms < now_ms else last_ms + 1
+
+
+def checkpoint_too_large(current: dict[str, Any], patch: dict[str, Any]) -> str | None:
+    """Why merging `patch` into `current` is refused, or None. The merged checkpoint may hold 64 KiB; one that
+    is over already (two patches merged across a partition) may still shrink, so a `null` makes room."""
+    size = len(canonical.canonical_bytes(merge_patch(current, patch)))
+    if size <= MAX_CHECKPOINT_BYTES or size <= len(canonical.canonical_bytes(current)):
+        return None
+    return f"the merged checkpoint would be {size} bytes, over {MAX_CHECKPOINT_BYTES} (remove keys with null)"
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from identity import canonical, keys, records
@@ -237,3 +238,27 @@ def test_applying_events_in_place_equals_folding_the_whole_history(tmp_path: Pat
             conn.execute("ROLLBACK TO probe")
             conn.execute("RELEASE probe")
         conn.close()
+
+
+def test_a_checkpoint_merged_over_the_cap_across_a_partition_may_shrink_but_not_grow(tmp_path: Path) -> None:
+    """Two nodes each accepted a 40 KB patch; merged, the checkpoint is over 64 KiB on every node. A patch that
+    adds to it is refused with its size named; one that removes a key is taken."""
+    from node.errors import InvalidInput
+    from node.workflows import tasks
+
+    node_key, agent = keys.SigningKey.generate(), keys.SigningKey.generate()
+    t = 1_800_000_000_000
+    history = [task_event(agent, t, "declare", task_key="big", node_id=node_key.did, title="Big")]
+    history += [
+        task_event(agent, t + i, "declare", task_key="big", node_id=node_key.did, checkpoint={side: "x" * 40_000})
+        for i, side in ((1, "a"), (2, "c"))
+    ]
+    conn = _fresh(tmp_path / "big.db")
+    _ingest(conn, [canonical.canonical_bytes(r) for r in history])
+    held = json.loads(conn.execute("SELECT checkpoint FROM tasks WHERE key = 'big'").fetchone()[0])
+    assert set(held) == {"a", "c"}
+    with pytest.raises(InvalidInput) as refused:
+        tasks.plan_declare(conn, {"task_key": "big", "checkpoint": {"n": 1}})
+    assert refused.value.code == "checkpoint_too_large" and "would be 800" in str(refused.value)
+    _, changed = tasks.plan_declare(conn, {"task_key": "big", "checkpoint": {"a": None}})
+    assert changed == {"checkpoint": {"a": None}}
