@@ -139,14 +139,18 @@ def take_inbox(
         "   e.author_id, e.created_at, e.entry_type, e.performative, e.tags, e.confidence,"
         "   EXISTS (SELECT 1 FROM entry_directed d WHERE d.entry_id = e.id AND d.agent_id = n.agent_id)"
         "     AS directed_to_me,"
-        # the entry's own links; for a contradiction also the recipient's entries that a link record (anyone's)
-        # says it contradicts, so the envelope alone tells which of them is meant
-        "   (SELECT json_group_array(h) FROM (SELECT l.target_hash AS h FROM links l"
+        # the entry's own links in order; for a contradiction then the recipient's entries that someone else's
+        # link record says it contradicts (what notified it), so the envelope alone tells which are meant
+        "   (SELECT json_group_array(h) FROM ("
+        "     SELECT l.target_hash AS h, 0 AS part, l.ordinal AS o FROM links l"
         "     WHERE l.origin_hash = e.record_hash AND l.ordinal >= 0"
-        "     UNION SELECT l.target_hash FROM links l JOIN entries t ON t.record_hash = l.target_hash"
+        "     UNION ALL SELECT l.target_hash, 1, min(l.id) FROM links l JOIN entries t ON t.record_hash = l.target_hash"
         "     WHERE n.reason = 'contradiction' AND l.source_hash = e.record_hash AND l.link_type = 'contradicts'"
-        "       AND l.origin_hash != e.record_hash AND t.author_id = n.agent_id"
-        "     LIMIT 100)) AS link_targets"
+        "       AND l.origin_hash != e.record_hash AND t.author_id = n.agent_id AND l.author_id != n.agent_id"
+        "       AND l.target_hash NOT IN (SELECT x.target_hash FROM links x"
+        "         WHERE x.origin_hash = e.record_hash AND x.ordinal >= 0)"
+        "     GROUP BY l.target_hash"
+        "     ORDER BY part, o LIMIT 100)) AS link_targets"
         " FROM notifications n JOIN entries e ON e.id = n.entry_id"
         " WHERE n.agent_id = :agent"
         "   AND (n.status = 'pending' OR (n.status = 'leased' AND n.next_attempt_ms <= :now))"

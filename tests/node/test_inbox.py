@@ -334,3 +334,25 @@ async def test_concurrent_polls_never_hand_out_one_notification_twice(
     handed = [n["entry_id"] for poll in polls for n in poll]
     assert len(handed) == len(set(handed)) == 30
     assert set(handed) == {e["id"] for e in posted}
+
+
+async def test_link_targets_keep_the_entrys_link_order(client: TestClient, make_agent: MakeAgent) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    made = [(await post(client, bob, content=f"evidence {i}"))["record_hash"] for i in range(6)]
+    order = sorted(made, reverse=True)[:3]  # descending hashes: sorted order differs from link order
+    links = [{"target": h, "link_type": "supports"} for h in order] + [{"target": order[0], "link_type": "responds_to"}]
+    await post(client, bob, content="directed with links", directed_to=[alice.agent_id], links=links)
+    (env,) = (await get_json(client, "/v1/inbox", alice))["notifications"]
+    assert env["link_targets"] == [link["target"] for link in links]
+
+
+async def test_a_contradiction_names_only_the_links_that_notified(client: TestClient, make_agent: MakeAgent) -> None:
+    alice, bob, carol = await make_agent("alice"), await make_agent("bob"), await make_agent("carol")
+    a1 = (await post(client, alice, content="alice one"))["record_hash"]
+    a2 = (await post(client, alice, content="alice two"))["record_hash"]
+    claim = (await post(client, bob, content="bob's claim"))["record_hash"]
+    await link(client, alice, 201, source=claim, target=a1, link_type="contradicts")  # her own: no notification
+    assert (await get_json(client, "/v1/inbox", alice))["notifications"] == []
+    await link(client, carol, 201, source=claim, target=a2, link_type="contradicts")  # this one notifies alice
+    (env,) = (await get_json(client, "/v1/inbox", alice))["notifications"]
+    assert (env["reason"], env["link_targets"]) == ("contradiction", [a2])
