@@ -152,6 +152,14 @@ def fold(key: str, events: list[sqlite3.Row]) -> TaskState | None:
     return state
 
 
+# A release or complete by the holder, already stored, that ends a grant: by the lease_ref index (the + keeps
+# SQLite off the task_key index, which would walk every event of the task).
+ENDED_SQL = (
+    "SELECT 1 FROM task_events WHERE +task_key = ? AND lease_ref = ? AND author_id = ?"
+    " AND event IN ('release', 'complete') LIMIT 1"
+)
+
+
 def advance(conn: sqlite3.Connection, task: sqlite3.Row, e: sqlite3.Row) -> TaskState | None:
     """The stored task `task` after event `e`, when `e` sorts after all of the task's other events; else None.
 
@@ -179,11 +187,7 @@ def advance(conn: sqlite3.Connection, task: sqlite3.Row, e: sqlite3.Row) -> Task
     )
     _apply(state, e)
     if e["event"] == "lease" and e["author_id"] == state.home_node:
-        ended = conn.execute(
-            "SELECT 1 FROM task_events WHERE task_key = ? AND lease_ref = ? AND author_id = ?"
-            " AND event IN ('release', 'complete') LIMIT 1",
-            (state.key, e["hash"], e["holder"]),
-        ).fetchone()
+        ended = conn.execute(ENDED_SQL, (state.key, e["hash"], e["holder"])).fetchone()
         if ended is not None:
             return None
         state.lease_hash, state.lease_holder = e["hash"], e["holder"]

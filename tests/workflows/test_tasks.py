@@ -172,6 +172,18 @@ async def test_ready_is_one_index_range(client: TestClient, make_agent: MakeAgen
     assert plan == ["SEARCH tasks USING INDEX tasks_startable (id>?)"]
 
 
+async def test_whether_a_grant_is_already_ended_is_one_index_look_up(node: Node) -> None:
+    from node.workflows.records import ENDED_SQL
+
+    for analyzed in (False, True):
+        if analyzed:
+            await node.db.write(lambda c: c.execute("ANALYZE"))
+        plan = await node.db.read(
+            lambda c: [r[-1] for r in c.execute("EXPLAIN QUERY PLAN " + ENDED_SQL, ("k", "h", "did:key:z"))]
+        )
+        assert plan == ["SEARCH task_events USING INDEX task_events_lease_ref (lease_ref=?)"]
+
+
 async def test_drawings_escape_titles_and_show_undeclared_prerequisites(
     client: TestClient, make_agent: MakeAgent
 ) -> None:
