@@ -94,12 +94,14 @@ def check_release(row: sqlite3.Row, agent_id: str, now_ms: int) -> str:
     raise Conflict(f"you hold no lease on {row['key']}", field="task_id", code="lease_not_held")
 
 
-def check_complete(row: sqlite3.Row, agent_id: str, now_ms: int) -> str | None:
+def check_complete(row: sqlite3.Row, agent_id: str, now_ms: int, node_id: str) -> str | None:
     """The lease a completion by `agent_id` ends (None if it holds none); 409 while another agent holds one.
 
     Without a lease of its own, an agent completes only what it could lease: a task that is open and ready
     (`task_closed`, `task_not_ready` otherwise), or one already done (a no-op, or a checkpoint merge). The
-    holder of a live lease may complete its task even if the planner has since added a dependency."""
+    holder of a live lease may complete its task even if the planner has since added a dependency. Like a
+    grant, this is decided by the task's home node (`node_id` is this node): another node's copy of the graph
+    may not have a dependency's completion yet."""
     if lease_live(row, now_ms) and row["lease_holder"] != agent_id:
         raise Conflict(
             f"task {row['key']} is leased by {row['lease_holder']} until {row['lease_expires_at']}",
@@ -107,7 +109,7 @@ def check_complete(row: sqlite3.Row, agent_id: str, now_ms: int) -> str | None:
             code="lease_held",
         )
     own = own_live_lease(row, agent_id, now_ms)
-    if own is None and row["status"] not in DONE_STATUSES:
+    if own is None and row["home_node"] == node_id and row["status"] not in DONE_STATUSES:
         if row["status"] not in OPEN_STATUSES:
             raise Conflict(f"task {row['key']} is {row['status']}", field="task_id", code="task_closed")
         if row["unmet"] > 0:

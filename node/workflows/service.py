@@ -333,7 +333,7 @@ class Workflows:
             if event == "release":
                 lease: str | None = leases.check_release(row, agent_id, now)
             else:
-                lease = leases.check_complete(row, agent_id, now)
+                lease = leases.check_complete(row, agent_id, now, self.node.node_id)
             if signer is None:
                 tasks.check_after_newest(conn, key, decoded.created_at)
                 if decoded.lease is not msgspec.UNSET and decoded.lease != lease:
@@ -349,10 +349,12 @@ class Workflows:
                         field="$.record.lease",
                         code="lease_required",
                     )
-                patch = decoded.checkpoint if decoded.checkpoint is not msgspec.UNSET else None
-                if patch is not None:
-                    tasks.plan_declare(conn, {"task_key": key, "checkpoint": patch}, "$.record")
-                if event == "complete" and tasks.is_done(row) and lease is None and patch is None:
+                merges: dict[str, Any] = {}
+                if decoded.checkpoint is not msgspec.UNSET:
+                    _, merges = tasks.plan_declare(
+                        conn, {"task_key": key, "checkpoint": decoded.checkpoint}, "$.record"
+                    )
+                if event == "complete" and tasks.is_done(row) and lease is None and not merges:
                     return key  # as on the node-signed path: appending would change nothing
                 projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
                 if idem is not None:

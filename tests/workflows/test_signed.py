@@ -161,6 +161,9 @@ async def test_a_signed_finish_names_the_lease_its_author_holds(client: TestClie
         client, carol, "/tasks/signed-job/complete", task_event(carol.key, now + 6, "complete")
     )
     assert status == 200 and again == done
+    same = task_event(carol.key, now + 7, "complete", checkpoint={})  # a patch that changes nothing
+    status, again = await submit(client, carol, "/tasks/signed-job/complete", same)
+    assert status == 200 and again == done
     assert await count_records(node, "task_event") == 3
 
 
