@@ -176,3 +176,32 @@ async def test_peer_lease_endpoint_validates_a_peers_request(make_peer: MakePeer
         assert resp.status == status, problem
         if field is not None:
             assert problem["field"] == field, problem
+
+
+async def test_a_node_that_is_not_home_does_not_refuse_a_completion_by_its_own_graph(
+    node: Node, make_agent: Any, client: Any
+) -> None:
+    """This node's copy shows a dependency not done, but the completion may have reached the home node already:
+    only the home node decides whether an agent without a lease may complete (as only it grants leases)."""
+    elsewhere, author = keys.SigningKey.generate(), keys.SigningKey.generate()
+    record = records.sign(
+        {
+            "kind": "task_event",
+            "schema_version": "v1",
+            "author_id": author.did,
+            "created_at": canonical.now_created_at(),
+            "event": "declare",
+            "task_key": "remote-after",
+            "node_id": elsewhere.did,
+            "title": "Waits on a task this node has not seen done",
+            "depends_on": ["remote-first"],
+        },
+        author,
+    )
+    record_hash, decoded = records.check(record)
+    await node.db.write(
+        lambda c: projections.append(c, record, record_hash, decoded, origin=elsewhere.did, now_ms=node.now_ms())
+    )
+    worker = await make_agent("worker")
+    resp = await client.post(f"{WF}/tasks/remote-after/complete", json={}, headers=worker.headers)
+    assert resp.status == 200 and (await resp.json())["status"] == "done"
