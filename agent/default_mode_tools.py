@@ -6,6 +6,7 @@ Registered through `agent.mcp_server.TOOL_MODULES`.
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
@@ -23,6 +24,12 @@ from node.default_mode.wire import (
 
 PREFIX = "/v1/default-mode"
 Evidence = Annotated[list[str] | None, Field(description="record hashes the memory rests on")]
+RetryKey = Annotated[str | None, Field(description="reuse when retrying the same call: its candidates are stored once")]
+
+
+def _once(key: str | None) -> str:
+    """The call's idempotency key: the caller's, or a fresh one the client reuses across its own retries."""
+    return key or uuid.uuid4().hex
 
 
 @tool("Reflect over a transcript (or session_id): salient lines become reviewed candidates, not memories.")
@@ -33,6 +40,7 @@ async def reflect(
     evidence_refs: Evidence = None,
     goal_relevance: Annotated[float, Field(ge=0, le=1)] = 0.0,
     evidence_strength: Annotated[float, Field(ge=0, le=1)] = 0.0,
+    idempotency_key: RetryKey = None,
 ) -> str:
     body = _convert(
         {
@@ -45,7 +53,9 @@ async def reflect(
         ReflectIn,
     )
     async with _domain_errors():
-        result = await (await _client(ctx)).call("POST", f"{PREFIX}/reflect-session", ReflectResult, json=body)
+        result = await (await _client(ctx)).call(
+            "POST", f"{PREFIX}/reflect-session", ReflectResult, json=body, idempotency_key=_once(idempotency_key)
+        )
         return _out({"candidates": result.candidates, "lines_scored": result.lines_scored, "dropped": result.dropped})
 
 
@@ -70,7 +80,12 @@ async def consolidate(
     limit: Annotated[int, Field(ge=1, le=100)] = 50,
     tags: list[str] | None = None,
     since: Annotated[str | None, Field(description="ISO 8601")] = None,
+    idempotency_key: RetryKey = None,
 ) -> str:
     body: Any = _convert({"limit": limit, "tags": tags, "since": since}, ConsolidateIn)
     async with _domain_errors():
-        return _out(await (await _client(ctx)).call("POST", f"{PREFIX}/consolidate", CandidateOut, json=body))
+        return _out(
+            await (await _client(ctx)).call(
+                "POST", f"{PREFIX}/consolidate", CandidateOut, json=body, idempotency_key=_once(idempotency_key)
+            )
+        )

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
+from node import idempotency
 from node.api_types import Problem, SignedSubmission
 from node.errors import (
     BBSError,
@@ -204,14 +205,11 @@ def convert(value: Any, typ: type[T], prefix: str = "$") -> T:
         raise _validation_error(exc, prefix) from None
 
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-
-
 def idempotency_header(request: web.Request) -> str | None:
     """The request's Idempotency-Key header (1 to 128 printable ASCII characters), if it has one."""
-    value = request.headers.get(IDEMPOTENCY_HEADER)
+    value = request.headers.get(idempotency.HEADER)
     if value is not None and not (0 < len(value) <= 128 and value.isascii() and value.isprintable()):
-        raise InvalidInput("Idempotency-Key must be 1 to 128 printable ASCII characters", field=IDEMPOTENCY_HEADER)
+        raise InvalidInput("Idempotency-Key must be 1 to 128 printable ASCII characters", field=idempotency.HEADER)
     return value
 
 
@@ -308,7 +306,7 @@ def openapi(routes: list[Route], *, title: str, version: str) -> dict[str, Any]:
         if route.idempotent:
             params.append(
                 {
-                    "name": IDEMPOTENCY_HEADER,
+                    "name": idempotency.HEADER,
                     "in": "header",
                     "required": False,
                     "description": "a retry with the same key returns the first answer and writes nothing",

@@ -11,6 +11,8 @@ import sqlite3
 
 from node.errors import Conflict, InvalidInput
 
+HEADER = "Idempotency-Key"
+
 
 def request_key(header: str | None, body_field: str | None) -> str | None:
     """The request's idempotency key, from the Idempotency-Key header or the body field (they must agree)."""

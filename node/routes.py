@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from node import idempotency
 from node.api_types import (
     AckIn,
     AckOut,
@@ -34,7 +35,6 @@ from node.appkeys import NODE
 from node.auth import agent_id
 from node.errors import InvalidInput
 from node.http import (
-    IDEMPOTENCY_HEADER,
     Route,
     convert,
     decode_query,
@@ -57,10 +57,10 @@ async def post_entry(request: web.Request) -> web.Response:
 
 
 async def post_entries(request: web.Request) -> web.Response:
-    if IDEMPOTENCY_HEADER in request.headers:
+    if idempotency.HEADER in request.headers:
         raise InvalidInput(
             "a batch takes an idempotency_key in each entry, not the Idempotency-Key header",
-            field=IDEMPOTENCY_HEADER,
+            field=idempotency.HEADER,
             code="idempotency_header_in_batch",
         )
     batch = convert(await read_json(request), PostEntries)

@@ -26,7 +26,7 @@ from node.default_mode.wire import (
     TemplateResult,
 )
 from node.errors import InvalidInput
-from node.http import Route, convert, decode_query, json_response, read_json
+from node.http import Route, convert, decode_query, idempotency_header, json_response, read_json
 from node.service import parse_since
 
 PREFIX = "/v1/default-mode"
@@ -45,12 +45,14 @@ def _candidate_id(request: web.Request) -> int:
 
 async def reflect_session(request: web.Request) -> web.Response:
     body = convert(await read_json(request), ReflectIn)
-    return json_response(await _rt(request).reflect(agent_id(request), body), 201)
+    result, created = await _rt(request).reflect(agent_id(request), body, idempotency_header(request))
+    return json_response(result, 201 if created else 200)
 
 
 async def run_critic(request: web.Request) -> web.Response:
     body = convert(await read_json(request), CriticIn)
-    return json_response(await _rt(request).critic(agent_id(request), body))
+    result, _ = await _rt(request).critic(agent_id(request), body, idempotency_header(request))
+    return json_response(result)
 
 
 async def promote(request: web.Request) -> web.Response:
@@ -73,22 +75,26 @@ async def review(request: web.Request) -> web.Response:
 async def consolidate(request: web.Request) -> web.Response:
     body = convert(await read_json(request), ConsolidateIn) if request.can_read_body else ConsolidateIn()
     since_ms = parse_since(body.since, "$.since")
-    return json_response(await _rt(request).consolidate(agent_id(request), body, since_ms), 201)
+    result, created = await _rt(request).consolidate(agent_id(request), body, since_ms, idempotency_header(request))
+    return json_response(result, 201 if created else 200)
 
 
 async def simulate_future(request: web.Request) -> web.Response:
     body = convert(await read_json(request), SimulateFutureIn)
-    return json_response(await _rt(request).simulate_future(agent_id(request), body), 201)
+    result, created = await _rt(request).simulate_future(agent_id(request), body, idempotency_header(request))
+    return json_response(result, 201 if created else 200)
 
 
 async def stakeholder_simulation(request: web.Request) -> web.Response:
     body = convert(await read_json(request), StakeholderIn)
-    return json_response(await _rt(request).stakeholder_simulation(agent_id(request), body), 201)
+    result, created = await _rt(request).stakeholder_simulation(agent_id(request), body, idempotency_header(request))
+    return json_response(result, 201 if created else 200)
 
 
 async def incubate(request: web.Request) -> web.Response:
     body = convert(await read_json(request), IncubateIn)
-    return json_response(await _rt(request).incubate(agent_id(request), body), 201)
+    result, created = await _rt(request).incubate(agent_id(request), body, idempotency_header(request))
+    return json_response(result, 201 if created else 200)
 
 
 async def list_candidates(request: web.Request) -> web.Response:
@@ -110,9 +116,9 @@ def _route(method: str, path: str, handler: object, summary: str, auth: str, **k
 ROUTES: list[Route] = [
     _route("POST", "/reflect-session", reflect_session,
            "Score a transcript for salience, store survivors as candidates, run the critic", "agent",
-           body=ReflectIn, responses={201: ReflectResult}),
+           body=ReflectIn, responses={201: ReflectResult, 200: ReflectResult}, idempotent=True),
     _route("POST", "/critic", run_critic, "Review candidates: risky or unevidenced ones go to needs_review",
-           "agent", body=CriticIn, responses={200: CriticResult}),
+           "agent", body=CriticIn, responses={200: CriticResult}, idempotent=True),
     _route("POST", "/promote/{candidate_id}", promote,
            "Promote an approved or needs_review candidate into a signed entry (idempotent); the admin names"
            " the author", "any", body=PromoteIn, responses={201: PromoteResult, 200: PromoteResult}),
@@ -121,16 +127,19 @@ ROUTES: list[Route] = [
            body=ReviewIn, responses={200: CandidateOut}),
     _route("POST", "/consolidate", consolidate,
            "Summarise recent entries into one needs_review hypothesis candidate", "agent",
-           body=ConsolidateIn, responses={201: CandidateOut}),
+           body=ConsolidateIn, responses={201: CandidateOut, 200: CandidateOut}, idempotent=True),
     _route("POST", "/simulate-future", simulate_future,
            "Fixed five-path checklist for a goal, stored as a simulation candidate", "agent",
-           body=SimulateFutureIn, responses={201: TemplateResult}),
+           body=SimulateFutureIn, responses={201: TemplateResult, 200: TemplateResult},
+           idempotent=True),
     _route("POST", "/stakeholder-simulation", stakeholder_simulation,
            "Fixed concerns and message adjustments for a stakeholder, labelled speculative", "agent",
-           body=StakeholderIn, responses={201: TemplateResult}),
+           body=StakeholderIn, responses={201: TemplateResult, 200: TemplateResult},
+           idempotent=True),
     _route("POST", "/incubate", incubate,
            "A problem crossed with six fixed reframing seeds, stored as a needs_review hypothesis", "agent",
-           body=IncubateIn, responses={201: TemplateResult}),
+           body=IncubateIn, responses={201: TemplateResult, 200: TemplateResult},
+           idempotent=True),
     _route("GET", "/candidates", list_candidates, "List default-mode candidates (node-local)", "any",
            query=CandidateQuery, responses={200: CandidateList}),
     _route("GET", "/candidates/{candidate_id}", get_candidate, "One default-mode candidate", "any",

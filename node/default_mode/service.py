@@ -10,6 +10,7 @@ import sqlite3
 import weakref
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -54,6 +55,7 @@ from node.default_mode.wire import (
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
 
 T = TypeVar("T")
+R = TypeVar("R", ReflectResult, CriticResult, CandidateOut, TemplateResult)
 MAX_SESSION_ENTRIES = 2_000
 MAX_INLINE_LINKS = 32  # identity.schema.MAX_LINKS_PER_ENTRY; further evidence links are separate link records
 PROMOTABLE = ("approved", "needs_review")
@@ -108,6 +110,21 @@ class NodeServices(Protocol):
     async def read(self, refs: list[str], q: ReadQuery) -> ReadResult: ...
 
 
+@dataclass(frozen=True)
+class Once:
+    """A candidate-creating call made with an idempotency key: whose key, which operation, what it replies."""
+
+    agent_id: str
+    key: str
+    operation: str
+    reply_type: type[Any]
+
+    @classmethod
+    def of(cls, agent_id: str, key: str | None, operation: str, reply_type: type[Any]) -> Once | None:
+        """None when the call has no key."""
+        return None if key is None else cls(agent_id, key, f"default-mode:{operation}", reply_type)
+
+
 class NotPromotable(BBSError):
     status, code, title = 400, "candidate_not_promotable", "Candidate not promotable"
 
@@ -139,11 +156,24 @@ class DefaultMode:
 
         return await self.node.db.read(run) if refs else []
 
-    async def _store_and_review(self, new: list[NewCandidate], existing: list[int] | None = None) -> CriticResult:
-        """Insert `new`, run the critic over them and over `existing` ids, all in one transaction."""
+    async def _store_and_review(
+        self,
+        new: list[NewCandidate],
+        existing: list[int] | None = None,
+        *,
+        reply: Callable[[CriticResult], R],
+        once: Once | None = None,
+    ) -> tuple[R, bool]:
+        """Insert `new`, run the critic over them and over `existing` ids, and build the call's `reply`, all in
+        one transaction. With `once` (an idempotency key), a key already used returns the reply it gave then
+        and stores nothing; the bool says whether this call stored anything."""
         now = self.node.now_ms()
 
-        def job(conn: sqlite3.Connection) -> CriticResult:
+        def job(conn: sqlite3.Connection) -> tuple[R, bool]:
+            if once is not None:
+                earlier = store.earlier_reply(conn, once.agent_id, once.key, once.operation)
+                if earlier is not None:
+                    return msgspec.json.decode(earlier, type=once.reply_type), False
             ids = list(existing or [])
             rows = store.fetch(conn, ids)
             found = {r["id"] for r in rows}
@@ -166,7 +196,10 @@ class DefaultMode:
                 )
                 store.apply_review(conn, int(row["id"]), verdict, now)
             reviewed = [store.out(r) for r in store.fetch(conn, ids) if int(r["id"]) not in skipped]
-            return CriticResult(candidates=reviewed, skipped=skipped)
+            result = reply(CriticResult(candidates=reviewed, skipped=skipped))
+            if once is not None:
+                store.keep_reply(conn, once.agent_id, once.key, once.operation, msgspec.json.encode(result), now)
+            return result, True
 
         # never between a promotion's entry and its `promoted` mark: the critic would call the candidate a
         # duplicate of the entry it has just become
@@ -175,8 +208,10 @@ class DefaultMode:
 
     # ---- reflect ----------------------------------------------------------------------------------------
 
-    async def reflect(self, agent_id: str, body: ReflectIn) -> ReflectResult:
-        """Score a transcript line by line, store the survivors as classified candidates, run the critic."""
+    async def reflect(self, agent_id: str, body: ReflectIn, key: str | None = None) -> tuple[ReflectResult, bool]:
+        """Score a transcript line by line, store the survivors as classified candidates, run the critic.
+
+        With an idempotency `key` already used, the first reply and False (nothing stored)."""
         if (body.transcript is None) == (body.session_id is None):
             raise InvalidInput("give exactly one of transcript or session_id", field="$.transcript",
                                code="transcript_or_session")  # fmt: skip
@@ -213,12 +248,18 @@ class DefaultMode:
             )
             for s in sorted(best, key=lambda s: s.index)
         ]
-        result = await self._store_and_review(new) if new else CriticResult(candidates=[])
-        return ReflectResult(
-            candidates=result.candidates,
-            lines_scored=len(scored),
-            dropped=sum(1 for s in scored if not s.kept),
-            scores=[LineScore(line=s.index, score=s.score, kept=s.kept, features=s.features) for s in scored],
+        scores = [LineScore(line=s.index, score=s.score, kept=s.kept, features=s.features) for s in scored]
+
+        def reply(result: CriticResult) -> ReflectResult:
+            return ReflectResult(
+                candidates=result.candidates,
+                lines_scored=len(scored),
+                dropped=sum(1 for s in scored if not s.kept),
+                scores=scores,
+            )
+
+        return await self._store_and_review(
+            new, reply=reply, once=Once.of(agent_id, key, "reflect-session", ReflectResult)
         )
 
     async def _session_lines(self, session_id: str) -> tuple[list[str], list[list[str]]]:
@@ -244,8 +285,10 @@ class DefaultMode:
 
     # ---- critic -----------------------------------------------------------------------------------------
 
-    async def critic(self, agent_id: str, body: CriticIn) -> CriticResult:
-        """Review stored candidates, new proposals, or (given neither) every candidate still `proposed`."""
+    async def critic(self, agent_id: str, body: CriticIn, key: str | None = None) -> tuple[CriticResult, bool]:
+        """Review stored candidates, new proposals, or (given neither) every candidate still `proposed`.
+
+        With an idempotency `key` already used, the first reply and False (nothing stored or reviewed)."""
         new = []
         for i, p in enumerate(body.candidates):
             evidence = await self._evidence(p.evidence_refs, f"$.candidates[{i}].evidence_refs")
@@ -269,7 +312,9 @@ class DefaultMode:
         ids = list(dict.fromkeys(body.candidate_ids))
         if not ids and not new:
             ids = await self.node.db.read(lambda c: store.proposed_ids(c, MAX_CANDIDATES_PER_CALL))
-        return await self._store_and_review(new, ids)
+        return await self._store_and_review(
+            new, ids, reply=lambda result: result, once=Once.of(agent_id, key, "critic", CriticResult)
+        )
 
     # ---- promote ----------------------------------------------------------------------------------------
 
@@ -439,8 +484,12 @@ class DefaultMode:
 
     # ---- consolidate ------------------------------------------------------------------------------------
 
-    async def consolidate(self, agent_id: str, body: ConsolidateIn, since_ms: int | None) -> CandidateOut:
-        """Summarise the distribution of recent entries into one needs_review hypothesis carrying them all."""
+    async def consolidate(
+        self, agent_id: str, body: ConsolidateIn, since_ms: int | None, key: str | None = None
+    ) -> tuple[CandidateOut, bool]:
+        """Summarise the distribution of recent entries into one needs_review hypothesis carrying them all.
+
+        With an idempotency `key` already used, the first reply and False (nothing stored)."""
 
         def run(conn: sqlite3.Connection) -> list[sqlite3.Row]:
             where = ["1 = 1"]
@@ -475,13 +524,22 @@ class DefaultMode:
             proposed_by=agent_id,
             payload={"distribution": distribution},
         )
-        return (await self._store_and_review([new])).candidates[0]
+        return await self._store_and_review(
+            [new], reply=lambda result: result.candidates[0], once=Once.of(agent_id, key, "consolidate", CandidateOut)
+        )
 
     # ---- fixed templates --------------------------------------------------------------------------------
 
     async def _template(
-        self, agent_id: str, kind: str, source: str, made: tuple[str, dict[str, Any]], refs: list[str], synthetic: bool
-    ) -> TemplateResult:
+        self,
+        agent_id: str,
+        kind: str,
+        source: str,
+        made: tuple[str, dict[str, Any]],
+        refs: list[str],
+        synthetic: bool,
+        key: str | None,
+    ) -> tuple[TemplateResult, bool]:
         evidence = await self._evidence(refs, "$.evidence_refs")
         text, payload = made
         new = NewCandidate(
@@ -496,25 +554,32 @@ class DefaultMode:
             proposed_by=agent_id,
             payload=payload,
         )
-        candidate = (await self._store_and_review([new])).candidates[0]
-        return TemplateResult(candidate=candidate, template=payload)
+        return await self._store_and_review(
+            [new],
+            reply=lambda result: TemplateResult(candidate=result.candidates[0], template=payload),
+            once=Once.of(agent_id, key, source, TemplateResult),
+        )
 
-    async def simulate_future(self, agent_id: str, body: SimulateFutureIn) -> TemplateResult:
+    async def simulate_future(
+        self, agent_id: str, body: SimulateFutureIn, key: str | None = None
+    ) -> tuple[TemplateResult, bool]:
         """Five named paths of fixed considerations for a goal, stored as a simulation."""
         made = templates.simulate_future(body.goal)
-        return await self._template(agent_id, "simulation", "simulate-future", made, body.evidence_refs, True)
+        return await self._template(agent_id, "simulation", "simulate-future", made, body.evidence_refs, True, key)
 
-    async def stakeholder_simulation(self, agent_id: str, body: StakeholderIn) -> TemplateResult:
+    async def stakeholder_simulation(
+        self, agent_id: str, body: StakeholderIn, key: str | None = None
+    ) -> tuple[TemplateResult, bool]:
         """Fixed concerns and message adjustments for a stakeholder, labelled speculative, stored as a simulation."""
         made = templates.stakeholder_simulation(body.stakeholder, body.proposal)
         return await self._template(
-            agent_id, "stakeholder_simulation", "stakeholder-simulation", made, body.evidence_refs, True
+            agent_id, "stakeholder_simulation", "stakeholder-simulation", made, body.evidence_refs, True, key
         )
 
-    async def incubate(self, agent_id: str, body: IncubateIn) -> TemplateResult:
+    async def incubate(self, agent_id: str, body: IncubateIn, key: str | None = None) -> tuple[TemplateResult, bool]:
         """The problem crossed with six fixed reframing seeds, stored as a needs_review hypothesis."""
         made = templates.incubate(body.problem)
-        return await self._template(agent_id, "incubation", "incubate", made, body.evidence_refs, False)
+        return await self._template(agent_id, "incubation", "incubate", made, body.evidence_refs, False, key)
 
     # ---- listing ----------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from identity import canonical
+from node import idempotency
 from node.default_mode.critic import Review
 from node.default_mode.wire import CandidateOut
 
@@ -101,6 +102,22 @@ def duplicate_of(conn: sqlite3.Connection, text: str, made_by: tuple[str, str] |
         (canonical.content_fingerprint(text), agent_id, key),
     ).fetchone()
     return None if row is None else str(row[0])
+
+
+def earlier_reply(conn: sqlite3.Connection, agent_id: str, key: str, operation: str) -> bytes | None:
+    """The reply a default-mode call with this idempotency key already gave, or None if the key is unused.
+
+    Raises 409 `idempotency_key_reused` if the agent used the key for another operation."""
+    if idempotency.replayed(conn, agent_id, key, operation, field=idempotency.HEADER) is None:
+        return None
+    row = conn.execute("SELECT reply FROM dm_replies WHERE agent_id = ? AND idem_key = ?", (agent_id, key)).fetchone()
+    return bytes(row[0])
+
+
+def keep_reply(conn: sqlite3.Connection, agent_id: str, key: str, operation: str, reply: bytes, now_ms: int) -> None:
+    """Remember the reply of a call with this key (in the transaction that stored its candidates)."""
+    idempotency.remember(conn, agent_id, key, operation, "", now_ms)
+    conn.execute("INSERT INTO dm_replies (agent_id, idem_key, reply) VALUES (?, ?, ?)", (agent_id, key, reply))
 
 
 def apply_review(conn: sqlite3.Connection, candidate_id: int, review: Review, now_ms: int) -> None:

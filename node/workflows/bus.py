@@ -9,7 +9,6 @@ from typing import Any
 from identity import canonical
 from node import idempotency
 from node.errors import InvalidInput
-from node.http import IDEMPOTENCY_HEADER
 from node.workflows import unsigned
 from node.workflows.wire import MessageOut, MessagePage, MessageQuery, PostMessage
 
@@ -91,7 +90,7 @@ def list_messages(conn: sqlite3.Connection, q: MessageQuery) -> MessagePage:
 
 def replayed_message(conn: sqlite3.Connection, agent_id: str, idem_key: str) -> int | None:
     """The message an idempotency key already produced; 409 if the key was used for another operation."""
-    done = idempotency.replayed(conn, agent_id, idem_key, "message", field=IDEMPOTENCY_HEADER)
+    done = idempotency.replayed(conn, agent_id, idem_key, "message", field=idempotency.HEADER)
     if done is None:
         return None
     return int(conn.execute("SELECT id FROM messages WHERE record_hash = ?", (done,)).fetchone()[0])

@@ -16,7 +16,6 @@ from identity import canonical, keys, records
 from node import idempotency, projections
 from node.api_types import SignedSubmission
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
-from node.http import IDEMPOTENCY_HEADER
 from node.service import MAX_HASH_RETRIES, Node, format_ms, sign_and_check
 from node.workflows import bus, forward, graph, leases, tasks, unsigned
 from node.workflows.wire import (
@@ -45,14 +44,14 @@ def _finished_before(conn: sqlite3.Connection, agent_id: str, idem_key: str, ope
 
     409 `idempotency_key_reused` when the key did anything else (another operation, or another task).
     """
-    done = idempotency.replayed(conn, agent_id, idem_key, operation, field=IDEMPOTENCY_HEADER)
+    done = idempotency.replayed(conn, agent_id, idem_key, operation, field=idempotency.HEADER)
     if done is None:
         return False
     row = conn.execute("SELECT task_key FROM task_events WHERE hash = ?", (done,)).fetchone()
     if row[0] != task_key:
         raise Conflict(
             f"idempotency key already used for a {operation} of task {row[0]}",
-            field=IDEMPOTENCY_HEADER,
+            field=idempotency.HEADER,
             code="idempotency_key_reused",
         )
     return True

@@ -51,8 +51,15 @@ async def test_reflect_critic_promote_consolidate_over_mcp(served_node: ServedNo
         again = ok(await session.call_tool("promote", {"candidate_id": ids[0]}))
         assert again["entry"]["record_hash"] == entry["record_hash"] and again["created"] is False
 
-        summary = ok(await session.call_tool("consolidate", {"limit": 10}))
+        summary = ok(await session.call_tool("consolidate", {"limit": 10, "idempotency_key": "sum-1"}))
         assert summary["status"] == "needs_review" and summary["truth_state"] == "hypothesis"
+        # a tool call retried with its key stores nothing more and answers as the first time
+        again = ok(await session.call_tool("consolidate", {"limit": 10, "idempotency_key": "sum-1"}))
+        assert again == summary
+        retried = ok(await session.call_tool("reflect", {"transcript": TRANSCRIPT, "idempotency_key": "r-1"}))
+        assert ok(await session.call_tool("reflect", {"transcript": TRANSCRIPT, "idempotency_key": "r-1"})) == retried
+        listed = await rest.call("GET", "/v1/default-mode/candidates", dict)
+        assert len(listed["candidates"]) == len(ids) + 1 + len(retried["candidates"])
 
         bad = await session.call_tool("promote", {"candidate_id": 999_999})
         assert bad.is_error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -407,3 +408,85 @@ async def test_an_agent_holding_its_own_key_promotes_by_signing_the_draft(
     assert again["entry"]["record_hash"] == done["entry"]["record_hash"]
     gone = await client.get(f"{DM}/candidates/{cid}/draft", headers=sam.headers)
     assert gone.status == 400 and (await gone.json())["code"] == "candidate_not_promotable"
+
+
+CREATING_CALLS: list[tuple[str, dict[str, Any], int]] = [
+    ("reflect-session", {"transcript": "We decided to keep nightly backups\nRemember the privacy review"}, 201),
+    ("critic", {"candidates": [{"kind": "reflection", "text": "Backups finish before six"}]}, 200),
+    ("consolidate", {"limit": 5}, 201),
+    ("simulate-future", {"goal": "move to a bigger disk"}, 201),
+    ("stakeholder-simulation", {"stakeholder": "Grandma", "proposal": "a new router"}, 201),
+    ("incubate", {"problem": "sync is slow"}, 201),
+]
+
+
+async def _candidate_count(node: Node) -> int:
+    return int(await node.db.read(lambda c: c.execute("SELECT count(*) FROM dm_candidates").fetchone()[0]))
+
+
+@pytest.mark.parametrize(("path", "body", "status"), CREATING_CALLS)
+async def test_a_call_retried_with_its_idempotency_key_stores_its_candidates_once(
+    client: TestClient, node: Node, make_agent: MakeAgent, path: str, body: dict[str, Any], status: int
+) -> None:
+    alice = await make_agent("alice")
+    await _entry(client, alice, "Something to consolidate")
+    headers = {**alice.headers, "Idempotency-Key": f"{path}-1"}
+    first = await client.post(f"{DM}/{path}", json=body, headers=headers)
+    assert first.status == status, await first.text()
+    stored = await _candidate_count(node)
+    assert stored >= 1
+    # a retry gets the first answer back (200) and stores nothing, also when two retries race
+    retries = await asyncio.gather(*(client.post(f"{DM}/{path}", json=body, headers=headers) for _ in range(3)))
+    assert [r.status for r in retries] == [200, 200, 200]
+    assert [await r.json() for r in retries] == [await first.json()] * 3
+    assert await _candidate_count(node) == stored
+    # without the key (or with another) the call stores again
+    resp = await client.post(f"{DM}/{path}", json=body, headers={**alice.headers, "Idempotency-Key": f"{path}-2"})
+    assert resp.status == status
+    assert await _candidate_count(node) > stored
+
+
+async def test_two_first_calls_with_one_key_racing_store_once(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    headers = {**alice.headers, "Idempotency-Key": "race"}
+    body = {"problem": "the inbox is slow"}
+    answers = await asyncio.gather(*(client.post(f"{DM}/incubate", json=body, headers=headers) for _ in range(4)))
+    assert sorted(r.status for r in answers) == [200, 200, 200, 201]
+    assert len({(await r.json())["candidate"]["id"] for r in answers}) == 1
+    assert await _candidate_count(node) == 1
+
+
+async def test_an_idempotency_key_belongs_to_one_operation_and_one_agent(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    bob = await make_agent("bob")
+    posted = await client.post(
+        "/v1/entries",
+        json={"entry_type": "finding", "performative": "inform", "content": "a finding"},
+        headers={**alice.headers, "Idempotency-Key": "k1"},
+    )
+    assert posted.status == 201
+    refused = await _post_keyed(client, "incubate", {"problem": "p"}, alice, "k1", 409)
+    assert (refused["code"], refused["field"]) == ("idempotency_key_reused", "Idempotency-Key")
+    await _post_keyed(client, "incubate", {"problem": "p"}, alice, "k2", 201)
+    refused = await _post_keyed(client, "simulate-future", {"goal": "g"}, alice, "k2", 409)
+    assert refused["code"] == "idempotency_key_reused"
+    refused = await _post_keyed(client, "reflect-session", {"transcript": "We decided on tea"}, alice, "k2", 409)
+    assert refused["code"] == "idempotency_key_reused"
+    # the same key of another agent is that agent's own
+    await _post_keyed(client, "incubate", {"problem": "p"}, bob, "k2", 201)
+    assert await _candidate_count(node) == 2
+    bad = await _post_keyed(client, "incubate", {"problem": "p"}, alice, "k" * 129, 422)
+    assert bad["field"] == "Idempotency-Key"
+    assert await _candidate_count(node) == 2
+
+
+async def _post_keyed(
+    client: TestClient, path: str, body: dict[str, Any], who: AgentCreds, key: str, status: int
+) -> Any:
+    resp = await client.post(f"{DM}/{path}", json=body, headers={**who.headers, "Idempotency-Key": key})
+    assert resp.status == status, await resp.text()
+    return await resp.json()

@@ -173,12 +173,12 @@ async def test_every_operation_runs_with_network_files_and_processes_forbidden(
         await asyncio.open_connection("127.0.0.1", 9)
     expected_attempts = len(trap.attempts)
 
-    reflected = await rt.reflect(
+    reflected, _ = await rt.reflect(
         alice.agent_id,
         ReflectIn(transcript="We decided to use the nightly backup\nRemember the privacy review next week",
                   evidence_refs=[evidence.record_hash]),
     )  # fmt: skip
-    reviewed = await rt.critic(
+    reviewed, _ = await rt.critic(
         alice.agent_id,
         CriticIn(candidates=[ProposedCandidate(kind="reflection", text="Backups finish before six",
                                                evidence_refs=[evidence.record_hash])]),
@@ -186,10 +186,10 @@ async def test_every_operation_runs_with_network_files_and_processes_forbidden(
     await rt.critic(alice.agent_id, CriticIn(candidate_ids=[c.id for c in reflected.candidates]))
     promoted = await rt.promote(alice.agent_id, reviewed.candidates[0].id, PromoteIn())
     again = await rt.promote(alice.agent_id, reviewed.candidates[0].id, PromoteIn())
-    consolidated = await rt.consolidate(alice.agent_id, ConsolidateIn(), None)
-    future = await rt.simulate_future(alice.agent_id, SimulateFutureIn(goal="a second node"))
-    stake = await rt.stakeholder_simulation(alice.agent_id, StakeholderIn(stakeholder="Bob", proposal="new disk"))
-    incubated = await rt.incubate(alice.agent_id, IncubateIn(problem="slow backups"))
+    consolidated, _ = await rt.consolidate(alice.agent_id, ConsolidateIn(), None)
+    future, _ = await rt.simulate_future(alice.agent_id, SimulateFutureIn(goal="a second node"))
+    stake, _ = await rt.stakeholder_simulation(alice.agent_id, StakeholderIn(stakeholder="Bob", proposal="new disk"))
+    incubated, _ = await rt.incubate(alice.agent_id, IncubateIn(problem="slow backups"), "incubate-1")
     decided = await rt.review(ADMIN, incubated.candidate.id, ReviewIn(decision="approve"))
     by_admin = await rt.promote_as_admin(incubated.candidate.id, PromoteIn(author=alice.agent_id))
     dropped = await rt.review(ADMIN, future.candidate.id, ReviewIn(decision="reject"))

@@ -88,6 +88,12 @@ async def test_the_idempotency_header_is_documented_where_it_is_honoured(client:
         "POST /v1/agent-workflows/messages",
         "POST /v1/agent-workflows/tasks/{task_id}/complete",
         "POST /v1/agent-workflows/tasks/{task_id}/release",
+        "POST /v1/default-mode/consolidate",
+        "POST /v1/default-mode/critic",
+        "POST /v1/default-mode/incubate",
+        "POST /v1/default-mode/reflect-session",
+        "POST /v1/default-mode/simulate-future",
+        "POST /v1/default-mode/stakeholder-simulation",
         "POST /v1/entries",
         "POST /v1/links",
     ]
