@@ -341,17 +341,19 @@ class DefaultMode:
             cand = store.out(row)
             draft = self.draft_for(cand, body.scope)
             key = f"default-mode:promote:{cand.id}"
-            # the critic's duplicate rule again: the same content may have been posted since the approval
-            dup = await self.node.db.read(lambda c: store.duplicate_of(c, draft.content, (agent_id, key)))
-            if dup is not None:
-                raise Conflict(
-                    f"candidate {candidate_id}'s content is already entry {dup}; promoting it would store it twice",
-                    field="candidate_id",
-                    code="duplicate_of_entry",
-                )
             now = self.node.now_ms()
 
             def mark(conn: sqlite3.Connection, entry: EntryOut) -> None:
+                # the critic's duplicate rule again, in the transaction: the same content may have been posted
+                # since the approval, or while this entry was being signed (raising rolls the entry back too)
+                dup = store.duplicate_of(conn, draft.content, (agent_id, key))
+                if dup is not None:
+                    raise Conflict(
+                        f"candidate {candidate_id}'s content is already entry {dup}; promoting it would store it"
+                        " twice",
+                        field="candidate_id",
+                        code="duplicate_of_entry",
+                    )
                 store.mark_promoted(conn, cand.id, entry.record_hash, agent_id, now, requested_by)
 
             # the entry, its links beyond the inline ones and the candidate's mark commit together
