@@ -22,7 +22,9 @@ import logging
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -138,6 +140,18 @@ class _Job:
         return result
 
 
+@dataclass
+class WriterStats:
+    """What the writer thread has done since the node started (written by that thread only; read as a snapshot
+    by /metrics). `transactions` / `jobs` is the group commit at work; `busy_seconds` over wall time is how
+    close the single writer is to being the bottleneck."""
+
+    transactions: int = 0  # batches attempted (committed or rolled back as a whole)
+    rolled_back: int = 0  # batches that failed as a whole (e.g. disk full): none of their jobs was acknowledged
+    jobs: int = 0  # write jobs run, each an awaited `write` or `write_merged`
+    busy_seconds: float = 0.0  # time from BEGIN to the answers being handed back, COMMIT (fsync) included
+
+
 class Database:
     """The node's database: `await write(fn)` and `await read(fn)` run `fn(conn)` on the right thread."""
 
@@ -150,6 +164,7 @@ class Database:
         self._reader_lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=readers, thread_name_prefix="bbs-read")
         self.schema_version = 0
+        self.stats = WriterStats()
 
     def open(self) -> None:
         """Migrate and start the writer thread (synchronous; call before serving)."""
@@ -230,6 +245,7 @@ class Database:
         conn.close()
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
+        started = time.perf_counter()
         outcomes: list[tuple[bool, Any]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -250,6 +266,7 @@ class Database:
                 except sqlite3.Error:
                     log.exception("rollback failed after %s", exc)
             outcomes = [(False, _storage_error(exc))] * len(batch)
+            self.stats.rolled_back += 1
         # One wake-up per event loop for the whole batch rather than one per job.
         by_loop: dict[Any, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
         for job, (ok, value) in zip(batch, outcomes, strict=True):
@@ -259,6 +276,10 @@ class Database:
                 loop.call_soon_threadsafe(_settle_all, settled)
             except RuntimeError:  # that loop has closed: nobody awaits these answers (the writes stand)
                 log.debug("%d write answers dropped: their event loop is closed", len(settled))
+        stats = self.stats
+        stats.transactions += 1
+        stats.jobs += len(batch)
+        stats.busy_seconds += time.perf_counter() - started
 
 
 def _runs(batch: list[_Job]) -> list[list[_Job]]:

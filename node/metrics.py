@@ -24,11 +24,12 @@ from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from node.appkeys import NODE
 from node.auth import guard
+from node.db import WriterStats
 from node.http import Route
 from node.logging_setup import REQUEST_OBSERVER
 
@@ -114,6 +115,28 @@ class _SqlCollector(Collector):
             for row in rows:
                 family.add_metric([str(v) for v in row[:-1]], float(row[-1]))
             yield family
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+class _WriterCollector(Collector):
+    """The single writer's counters (node.db.WriterStats), read at scrape time."""
+
+    def __init__(self, stats: Callable[[], WriterStats]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        s = self.stats()
+        for name, help, value in (
+            ("bbs_writer_transactions", "Write transactions the single writer ran (group commits)", s.transactions),
+            ("bbs_writer_rolled_back", "Write transactions rolled back as a whole (none of their jobs acknowledged)",
+             s.rolled_back),
+            ("bbs_writer_jobs", "Write jobs run; jobs / transactions is the group-commit batch size", s.jobs),
+            ("bbs_writer_busy_seconds", "Time the writer spent in transactions, COMMIT included; its rate is the"
+             " writer's occupancy (near 1: the writer is the bottleneck)", s.busy_seconds),
+        ):  # fmt: skip
+            yield CounterMetricFamily(name, help, value=value)
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -229,6 +252,8 @@ METRICS_ROUTE = Route("GET", "/metrics", _metrics_handler, "Prometheus metrics",
 def install(app: web.Application) -> Metrics:
     """Give the app its registry and an admin-only GET /metrics (call from the app factory)."""
     metrics = Metrics()
+    node = app[NODE]
+    metrics.registry.register(_WriterCollector(lambda: node.db.stats))
     app[METRICS] = metrics
     app[REQUEST_OBSERVER] = metrics.observe_request  # called by the access-log middleware for every request
     app.router.add_get("/metrics", guard(METRICS_ROUTE, app[NODE].authenticate))

@@ -349,8 +349,7 @@ class DefaultMode:
                 dup = store.duplicate_of(conn, draft.content, (agent_id, key))
                 if dup is not None:
                     raise Conflict(
-                        f"candidate {candidate_id}'s content is already entry {dup}; promoting it would store it"
-                        " twice",
+                        f"candidate {candidate_id}'s content is already entry {dup}; promoting it would store it twice",
                         field="candidate_id",
                         code="duplicate_of_entry",
                     )

@@ -87,6 +87,18 @@ class Server:
         assert self.proc is not None
         return proc_rss(self.proc.pid)
 
+    def writer_stats(self, admin_token: str) -> dict[str, float]:
+        """The node's `bbs_writer_*_total` counters from /metrics (transactions, jobs, busy_seconds, ...)."""
+        request = urllib.request.Request(self.url + "/metrics", headers={"Authorization": f"Bearer {admin_token}"})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            text = resp.read().decode()
+        prefix, suffix = "bbs_writer_", "_total "
+        return {
+            line[len(prefix) : line.index(suffix)]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(prefix) and suffix in line
+        }
+
     def cpu_seconds(self) -> float:
         """User + system CPU time the server process has used so far."""
         assert self.proc is not None

@@ -401,6 +401,7 @@ async def test_a_full_database_in_a_merged_run_fails_the_whole_batch(db: Databas
     and the writer goes on."""
     pages = await db.write(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
     await db.write(lambda c: c.execute(f"PRAGMA max_page_count = {pages + 3}").fetchone())
+    rolled_back = db.stats.rolled_back
     calls: list[list[str]] = []
     kind = inserting(calls)
     items = [ch * 3000 for ch in "abcdef"]
@@ -413,6 +414,7 @@ async def test_a_full_database_in_a_merged_run_fails_the_whole_batch(db: Databas
     assert all(isinstance(r, StorageFull) for r in results), results
     assert calls == [items]
     assert await scratch(db) == []
+    assert db.stats.rolled_back == rolled_back + 1  # the batch, counted once
     assert await db.write_merged(kind, "after") == "after"
 
 

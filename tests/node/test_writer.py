@@ -7,6 +7,7 @@ the writer together, as they do under load.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -128,6 +129,20 @@ async def test_queued_jobs_of_one_kind_run_in_one_call(db: Database) -> None:
     assert await asyncio.gather(*futures) == [1, 2, 3]
     assert calls == [["a", "bb", "ccc"]]
     assert await stored(db) == ["a", "bb", "ccc"]
+
+
+async def test_the_writer_counts_its_transactions_jobs_and_busy_time(db: Database) -> None:
+    before = dataclasses.replace(db.stats)
+    kind = scratch_kind([])
+    async with Held(db) as held:
+        futures = [asyncio.ensure_future(db.write_merged(kind, item)) for item in ("a", "bb", "ccc", "dddd")]
+        futures.append(asyncio.ensure_future(db.write(lambda c: c.execute("SELECT 1").fetchone()[0])))
+        await held.queued(5)
+    await asyncio.gather(*futures)
+    after = db.stats
+    # the held job was one transaction; the five queued behind it were the next one, committed together
+    assert (after.transactions - before.transactions, after.jobs - before.jobs) == (2, 6)
+    assert after.rolled_back == before.rolled_back and after.busy_seconds > before.busy_seconds
 
 
 async def test_a_failing_item_fails_alone(db: Database) -> None:

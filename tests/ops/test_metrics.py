@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Awaitable, Callable
 
@@ -76,6 +77,27 @@ async def test_requests_records_and_notifications_are_counted(
     assert got[("bbs_notifications", (("status", "pending"),))] == 3
     # the id of the unmatched path never becomes a label
     assert not any("12345" in str(key) for key in got)
+
+
+async def test_the_single_writer_is_measured(
+    client: TestClient, make_agent: MakeAgent, admin_headers: dict[str, str]
+) -> None:
+    alice = await make_agent("alice")
+    before = await scrape(client, admin_headers)
+    body = {"entry_type": "finding", "performative": "inform"}
+    answers = await asyncio.gather(
+        *(client.post("/v1/entries", json={**body, "content": f"fact {i}"}, headers=alice.headers) for i in range(12))
+    )
+    assert [a.status for a in answers] == [201] * 12
+    after = await scrape(client, admin_headers)
+
+    def grew(name: str) -> float:
+        return after[(name, ())] - before[(name, ())]
+
+    assert grew("bbs_writer_jobs_total") >= 12  # each post is at least one job (merged or alone)
+    assert 1 <= grew("bbs_writer_transactions_total") <= grew("bbs_writer_jobs_total")
+    assert grew("bbs_writer_busy_seconds_total") > 0
+    assert after[("bbs_writer_rolled_back_total", ())] == 0
 
 
 async def test_sql_gauge_hook_and_missing_tables(
