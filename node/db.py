@@ -149,7 +149,7 @@ class WriterStats:
     transactions: int = 0  # batches attempted (committed or rolled back as a whole)
     rolled_back: int = 0  # batches that failed as a whole (e.g. disk full): none of their jobs was acknowledged
     jobs: int = 0  # write jobs run, each an awaited `write` or `write_merged`
-    busy_seconds: float = 0.0  # time from BEGIN to the answers being handed back, COMMIT (fsync) included
+    busy_seconds: float = 0.0  # time from BEGIN to the outcome of the batch, COMMIT (fsync) included
 
 
 class Database:
@@ -267,6 +267,10 @@ class Database:
                     log.exception("rollback failed after %s", exc)
             outcomes = [(False, _storage_error(exc))] * len(batch)
             self.stats.rolled_back += 1
+        stats = self.stats  # counted before the answers go out, so an awaiting caller sees its batch counted
+        stats.transactions += 1
+        stats.jobs += len(batch)
+        stats.busy_seconds += time.perf_counter() - started
         # One wake-up per event loop for the whole batch rather than one per job.
         by_loop: dict[Any, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
         for job, (ok, value) in zip(batch, outcomes, strict=True):
@@ -276,10 +280,6 @@ class Database:
                 loop.call_soon_threadsafe(_settle_all, settled)
             except RuntimeError:  # that loop has closed: nobody awaits these answers (the writes stand)
                 log.debug("%d write answers dropped: their event loop is closed", len(settled))
-        stats = self.stats
-        stats.transactions += 1
-        stats.jobs += len(batch)
-        stats.busy_seconds += time.perf_counter() - started
 
 
 def _runs(batch: list[_Job]) -> list[list[_Job]]:
