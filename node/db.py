@@ -23,7 +23,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -349,6 +349,28 @@ def _settle_all(settled: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
             future.set_result(value)
         else:
             future.set_exception(value)
+
+
+def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]], tail: str = "") -> int:
+    """`{head} VALUES (?, ...), ... {tail}` for every row, in as few statements as SQLite's bound-parameter limit
+    allows; returns the rows the statements changed.
+
+    One multi-row statement steps once (an executemany steps, handing the GIL back and waiting for it, once per
+    row), and values stay bound parameters (SQLite's JSON functions cut text at a NUL). Statements hold a
+    power-of-two number of rows, so a table has a handful of statement shapes, each compiled once and cached.
+    """
+    if not rows:
+        return 0
+    width = len(rows[0])
+    most = 1 << ((conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width).bit_length() - 1)
+    placeholder = "(" + ",".join("?" * width) + ")"
+    changed, start = 0, 0
+    while start < len(rows):
+        n = min(most, 1 << ((len(rows) - start).bit_length() - 1))
+        params = [value for row in rows[start : start + n] for value in row]
+        changed += conn.execute(f"{head} VALUES {','.join([placeholder] * n)}{tail}", params).rowcount
+        start += n
+    return changed
 
 
 def write_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T]) -> T:

@@ -13,10 +13,11 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from identity import canonical
 from identity.schema import AgentRecord, EntryRecord, LinkRecord
+from node import db
 from node import notify as notifications
 
 
@@ -32,7 +33,6 @@ class Projection:
 
 _CANONICAL_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{3})?Z")
 Projector = Callable[[sqlite3.Connection, Any, Projection], None]
-T = TypeVar("T")
 PROJECTORS: dict[str, Projector] = {}
 # Tables (and the FTS index) that hold only derived data; `rebuild` recreates exactly these.
 PROJECTION_TABLES: list[str] = ["entries", "entry_tags", "entry_directed", "entries_fts", "links", "agents"]
@@ -99,58 +99,50 @@ class Incoming:
     scope: str = "federation"
 
 
-# Rows per multi-row INSERT: 17 entry columns x 100 stays far below SQLite's limit of bound parameters.
-_ROWS_PER_STATEMENT = 100
-_RECORD_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_ENTRY_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-
-
 def append_many(conn: sqlite3.Connection, items: list[Incoming], *, origin: str, now_ms: int) -> list[tuple[int, bool]]:
     """Append verified records to the log and project the new ones, in order. Returns (seq, newly_inserted) per item.
 
-    Set-based: one multi-row INSERT per table for up to 100 records, and the derived links and notifications
-    that depend on several records decided once for the whole run. A record already stored, or given twice,
-    is inserted once (the later copies report newly_inserted false).
+    Set-based: a fixed handful of statements for the whole run (`db.insert_rows`), and the derived links and
+    notifications that depend on several records decided once. A record already stored, or given twice, is
+    inserted once (the later copies report newly_inserted false).
     """
     first: dict[str, int] = {}
     for i, item in enumerate(items):
         first.setdefault(item.hash, i)
     candidates = [items[i] for i in first.values()]
-    seqs: dict[str, int] = {}
-    for chunk in _chunks(candidates):
-        params: list[Any] = []
-        for item in chunk:
-            record = item.record
-            params += (
-                item.hash,
-                record["kind"],
-                record["author_id"],
-                record["created_at"],
-                created_ms(record["created_at"]),
-                item.scope,
-                origin,
-                now_ms,
-                canonical.canonical_bytes(record),
-            )
-        rows = conn.execute(
-            "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
-            f" VALUES {','.join([_RECORD_ROW] * len(chunk))} ON CONFLICT (hash) DO NOTHING RETURNING seq, hash",
-            params,
-        ).fetchall()
-        seqs.update((h, int(seq)) for seq, h in rows)
-    inserted = set(seqs)
-    stored_before = [h for h in first if h not in inserted]
-    if stored_before:
-        rows = conn.execute(
-            "SELECT seq, hash FROM records WHERE hash IN (SELECT value FROM json_each(?))", (json.dumps(stored_before),)
-        ).fetchall()
-        seqs.update((h, int(seq)) for seq, h in rows)
+    rows = [
+        (
+            item.hash,
+            item.record["kind"],
+            item.record["author_id"],
+            item.record["created_at"],
+            created_ms(item.record["created_at"]),
+            item.scope,
+            origin,
+            now_ms,
+            canonical.canonical_bytes(item.record),
+        )
+        for item in candidates
+    ]
+    # New rows take the next seqs in order, so the new ones are those above the log's last seq before the
+    # INSERT; their seqs come back in one row (RETURNING would step, and wait for the GIL, once per record).
+    last = conn.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
+    added = db.insert_rows(
+        conn,
+        "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)",
+        rows,
+        " ON CONFLICT (hash) DO NOTHING",
+    )
+    found = conn.execute(
+        "SELECT json_group_array(json_array(seq, hash)) FROM records WHERE hash IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(first)),),
+    ).fetchone()[0]
+    seqs: dict[str, int] = {h: seq for seq, h in json.loads(found)}
+    inserted = {h for h, seq in seqs.items() if seq > last}
+    if len(inserted) != added:  # only if seqs ran out (2**63 records) and SQLite picked free ones at random
+        raise RuntimeError(f"the log's new seqs do not follow its last seq {last}: {added} rows were added")
     _project([(seqs[item.hash], item) for item in candidates if item.hash in inserted], now_ms, conn)
     return [(seqs[item.hash], item.hash in inserted and first[item.hash] == i) for i, item in enumerate(items)]
-
-
-def _chunks(items: list[T]) -> list[list[T]]:
-    return [items[i : i + _ROWS_PER_STATEMENT] for i in range(0, len(items), _ROWS_PER_STATEMENT)]
 
 
 def _project(new: list[tuple[int, Incoming]], now_ms: int, conn: sqlite3.Connection) -> None:
@@ -179,69 +171,69 @@ def project_entries(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], n
         for one in run:
             project_entries(conn, [one], now_ms, notify=notify)
         return
-    for chunk in _chunks(run):
-        params: list[Any] = []
-        for seq, item in chunk:
-            rec: EntryRecord = item.decoded
-            params += (
-                seq,
+    db.insert_rows(
+        conn,
+        "INSERT INTO entries (id, record_hash, content_fingerprint, author_id, created_at, created_ms, entry_type,"
+        " performative, content, confidence, tags, directed_to, metadata, truth_state, authority, scope, signature)",
+        [_entry_row(seq, item.hash, item.decoded) for seq, item in run],
+    )
+    db.insert_rows(
+        conn,
+        "INSERT OR IGNORE INTO entry_tags (entry_id, tag)",
+        [(seq, t) for seq, item in run for t in item.decoded.tags],
+    )
+    db.insert_rows(
+        conn,
+        "INSERT OR IGNORE INTO entry_directed (entry_id, agent_id)",
+        [(seq, d) for seq, item in run for d in item.decoded.directed_to],
+    )
+    db.insert_rows(
+        conn,
+        "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
+        " annotation)",
+        [
+            (
                 item.hash,
-                canonical.content_fingerprint(rec.content),
-                rec.author_id,
-                rec.created_at,
-                created_ms(rec.created_at),
-                rec.entry_type,
-                rec.performative,
-                rec.content,
-                rec.confidence,
-                json.dumps(rec.tags, ensure_ascii=False) if rec.tags else "[]",  # text: FTS indexes non-ASCII tags
-                json.dumps(rec.directed_to) if rec.directed_to else "[]",
-                json.dumps(rec.metadata, sort_keys=True) if rec.metadata else "{}",
-                rec.truth_state,
-                rec.authority,
-                rec.scope,
-                rec.signature,
+                i,
+                item.hash,
+                link.target,
+                link.link_type,
+                item.decoded.author_id,
+                item.decoded.created_at,
+                link.annotation,
             )
-        conn.execute(
-            "INSERT INTO entries (id, record_hash, content_fingerprint, author_id, created_at, created_ms, entry_type,"
-            " performative, content, confidence, tags, directed_to, metadata, truth_state, authority, scope, signature)"
-            f" VALUES {','.join([_ENTRY_ROW] * len(chunk))}",
-            params,
-        )
-    tags = [(seq, t) for seq, item in run for t in item.decoded.tags]
-    directed = [(seq, d) for seq, item in run for d in item.decoded.directed_to]
-    links = [
-        (
-            item.hash,
-            i,
-            item.hash,
-            link.target,
-            link.link_type,
-            item.decoded.author_id,
-            item.decoded.created_at,
-            link.annotation,
-        )
-        for _, item in run
-        for i, link in enumerate(item.decoded.links)
-    ]
-    # Each only when there are rows: an executemany of nothing still costs a statement look-up.
-    if tags:
-        conn.executemany("INSERT OR IGNORE INTO entry_tags (entry_id, tag) VALUES (?, ?)", tags)
-    if directed:
-        conn.executemany("INSERT OR IGNORE INTO entry_directed (entry_id, agent_id) VALUES (?, ?)", directed)
-    if links:
-        conn.executemany(
-            "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
-            " annotation) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            links,
-        )
+            for _, item in run
+            for i, link in enumerate(item.decoded.links)
+        ],
+    )
     hashes = json.dumps([item.hash for _, item in run])
     _derive_retractions(conn, hashes)
     if notify:
-        subscribed = notifications.any_subscriptions(conn)
-        for seq, item in run:
-            notifications.fan_out_entry(conn, seq, item.decoded, now_ms, subscriptions=subscribed)
+        notifications.fan_out(conn, [(seq, item.decoded) for seq, item in run], now_ms)
         notifications.contradictions(conn, hashes, now_ms)
+
+
+def _entry_row(seq: int, record_hash: str, rec: EntryRecord) -> tuple[Any, ...]:
+    """The entries row of an entry record, in the column order project_entries inserts."""
+    return (
+        seq,
+        record_hash,
+        canonical.content_fingerprint(rec.content),
+        rec.author_id,
+        rec.created_at,
+        created_ms(rec.created_at),
+        rec.entry_type,
+        rec.performative,
+        rec.content,
+        rec.confidence,
+        json.dumps(rec.tags, ensure_ascii=False) if rec.tags else "[]",  # text: FTS indexes non-ASCII tags
+        json.dumps(rec.directed_to) if rec.directed_to else "[]",
+        json.dumps(rec.metadata, sort_keys=True) if rec.metadata else "{}",
+        rec.truth_state,
+        rec.authority,
+        rec.scope,
+        rec.signature,
+    )
 
 
 def _derives_links(conn: sqlite3.Connection, run: list[tuple[int, Incoming]]) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Awaitable, Callable
 
 from aiohttp.test_utils import TestClient
@@ -216,3 +217,25 @@ async def test_same_words_same_millisecond_different_fields_are_two_entries(
     assert resp.status == 200 and (await resp.json())["id"] == first["id"]
     record = json.loads(await stored_body(node, second["record_hash"]))
     assert records.verify(record) == second["record_hash"]
+
+
+async def test_tags_and_annotations_are_projected_exactly(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    """Projected rows hold each value whole, a NUL or an emoji included (never cut by a JSON round trip)."""
+    alice = await make_agent("alice")
+    target = await post(client, alice, content="target")
+    entry = await post(
+        client,
+        alice,
+        content="odd labels",
+        tags=["a\x00b", "a", "café 😀"],
+        links=[{"target": target["record_hash"], "link_type": "supports", "annotation": "x\x00y"}],
+    )
+
+    def rows(conn: sqlite3.Connection) -> tuple[list[str], list[str]]:
+        tags = conn.execute("SELECT tag FROM entry_tags WHERE entry_id = ? ORDER BY tag", (entry["id"],))
+        notes = conn.execute("SELECT annotation FROM links WHERE origin_hash = ?", (entry["record_hash"],))
+        return [r[0] for r in tags], [r[0] for r in notes]
+
+    assert await node.db.read(rows) == (["a", "a\x00b", "café 😀"], ["x\x00y"])
