@@ -174,13 +174,18 @@ class Node:
             self._crypto.shutdown(wait=True)
             self._crypto = None
 
-    async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run CPU-bound work (Ed25519 signing and verification, canonical checks) on the crypto threads.
+    async def off_loop(self, items: int, fn: Callable[..., T], *args: Any) -> T:
+        """Run CPU-bound work on `items` records (Ed25519 signing and verification, canonical checks): on the
+        crypto threads when there are several, on the event loop for one.
 
-        `cryptography` releases the GIL inside Ed25519, so another core verifies while the event loop serves
-        other requests. There are CRYPTO_THREADS of them, one fewer than the cores: more would compete with the
-        event loop and the writer thread for the same cores (measured in docs/performance.md).
+        `cryptography` releases the GIL inside Ed25519, so another core verifies a batch while the event loop
+        serves other requests. For one record the hand-off costs more than the work: a thread switch each way,
+        futures, and a third thread contending for the GIL with the loop and the writer (single posts were
+        15-35% faster inline, docs/performance.md). There are CRYPTO_THREADS threads, one fewer than the cores:
+        more would compete with the event loop and the writer thread for the same cores.
         """
+        if items <= 1:
+            return fn(*args)
         if self._crypto is None:
             self._crypto = concurrent.futures.ThreadPoolExecutor(CRYPTO_THREADS, thread_name_prefix="bbs-crypto")
         return await asyncio.get_running_loop().run_in_executor(self._crypto, functools.partial(fn, *args))
@@ -401,7 +406,7 @@ class Node:
 
     async def _seal(self, posts: list[_Post], agent_id: str, created_ms: int | None = None) -> None:
         """Give each post its signed record: signed here for node-kept keys, verified for records signed by
-        their author. Link targets resolve in one read; the Ed25519 work runs in one worker-thread call."""
+        their author. Link targets resolve in one read; the Ed25519 work runs in one call (`off_loop`)."""
         to_sign = [(post, post.body) for post in posts if isinstance(post.body, PostEntry)]
         signer = await self._signing_key(agent_id) if to_sign else None
         if signer is None and to_sign:
@@ -439,7 +444,7 @@ class Node:
                         assert signer is not None
                         post.sealed = Sealed(*sign_and_check(unsigned[id(post)], signer))
 
-        await self.off_loop(seal_all)
+        await self.off_loop(len(posts), seal_all)
 
     def _store_all(
         self, conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]]
