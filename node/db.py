@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from node.errors import BBSError, StorageFull, Unavailable
 
@@ -351,26 +351,34 @@ def _settle_all(settled: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
             future.set_exception(value)
 
 
-def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]], tail: str = "") -> int:
+class Inserted(NamedTuple):
+    """What `insert_rows` did: rows changed, and SQLite's last_insert_rowid() after it (the rowid of the last row
+    inserted; what it was before when the statements inserted none, 0 when there were no rows)."""
+
+    changed: int
+    last_rowid: int
+
+
+def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]], tail: str = "") -> Inserted:
     """`{head} VALUES (?, ...), ... {tail}` for every row, in as few statements as SQLite's bound-parameter limit
-    allows; returns the rows the statements changed.
+    allows.
 
     One multi-row statement steps once (an executemany steps, handing the GIL back and waiting for it, once per
     row), and values stay bound parameters (SQLite's JSON functions cut text at a NUL). Statements hold a
     power-of-two number of rows, so a table has a handful of statement shapes, each compiled once and cached.
     """
     if not rows:
-        return 0
+        return Inserted(0, 0)
     width = len(rows[0])
     most = 1 << ((conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width).bit_length() - 1)
     placeholder = "(" + ",".join("?" * width) + ")"
-    changed, start = 0, 0
+    changed, start, last_rowid = 0, 0, 0
     while start < len(rows):
         n = min(most, 1 << ((len(rows) - start).bit_length() - 1))
         params = [value for row in rows[start : start + n] for value in row]
-        changed += conn.execute(f"{head} VALUES {','.join([placeholder] * n)}{tail}", params).rowcount
-        start += n
-    return changed
+        cursor = conn.execute(f"{head} VALUES {','.join([placeholder] * n)}{tail}", params)
+        changed, last_rowid, start = changed + cursor.rowcount, cursor.lastrowid or 0, start + n
+    return Inserted(changed, last_rowid)
 
 
 def write_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T]) -> T:

@@ -106,6 +106,8 @@ def append_many(conn: sqlite3.Connection, items: list[Incoming], *, origin: str,
     notifications that depend on several records decided once. A record already stored, or given twice, is
     inserted once (the later copies report newly_inserted false).
     """
+    if not items:
+        return []
     first: dict[str, int] = {}
     for i, item in enumerate(items):
         first.setdefault(item.hash, i)
@@ -124,21 +126,25 @@ def append_many(conn: sqlite3.Connection, items: list[Incoming], *, origin: str,
         )
         for item in candidates
     ]
-    # New rows take the next seqs in order, so the new ones are those above the log's last seq before the
-    # INSERT; their seqs come back in one row (RETURNING would step, and wait for the GIL, once per record).
-    last = conn.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
-    added = db.insert_rows(
+    added, last_rowid = db.insert_rows(
         conn,
         "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)",
         rows,
         " ON CONFLICT (hash) DO NOTHING",
     )
-    found = conn.execute(
-        "SELECT json_group_array(json_array(seq, hash)) FROM records WHERE hash IN (SELECT value FROM json_each(?))",
-        (json.dumps(list(first)),),
-    ).fetchone()[0]
-    seqs: dict[str, int] = {h: seq for seq, h in json.loads(found)}
-    inserted = {h for h, seq in seqs.items() if seq > last}
+    # New rows take the seqs after the log's last one, in order (INTEGER PRIMARY KEY: largest + 1), so they are
+    # the `added` seqs ending at last_insert_rowid(). RETURNING would step, and wait for the GIL, once per record.
+    last = last_rowid - added if added else None
+    if last is not None and added == len(candidates):
+        seqs = {item.hash: last + 1 + i for i, item in enumerate(candidates)}
+    else:  # some were stored before: one look-up (one row) for the seqs of all
+        found = conn.execute(
+            "SELECT json_group_array(json_array(seq, hash)) FROM records"
+            " WHERE hash IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(first)),),
+        ).fetchone()[0]
+        seqs = {h: seq for seq, h in json.loads(found)}
+    inserted = {h for h, seq in seqs.items() if last is not None and seq > last}
     if len(inserted) != added:  # only if seqs ran out (2**63 records) and SQLite picked free ones at random
         raise RuntimeError(f"the log's new seqs do not follow its last seq {last}: {added} rows were added")
     _project([(seqs[item.hash], item) for item in candidates if item.hash in inserted], now_ms, conn)

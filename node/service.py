@@ -507,10 +507,7 @@ class Node:
         if taken:
             raise _HashTaken(taken)
         ids = [ref for ref, _ in stored.values() if isinstance(ref, int)]
-        rows = conn.execute(
-            f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.id IN ({','.join('?' * len(ids))})", ids
-        ).fetchall()
-        by_id = {out.id: out for out in map(entry_out, rows)}
+        by_id = {out.id: out for out in queries.entries_by_ids(conn, ids)}
         results = [
             (by_id[ref] if isinstance(ref, int) else ref, created)
             for ref, created in map(stored.__getitem__, range(len(posts)))

@@ -29,7 +29,7 @@ def statements(conn: sqlite3.Connection) -> list[str]:
 def test_every_row_lands_in_power_of_two_statements(conn: sqlite3.Connection, n: int) -> None:
     seen = statements(conn)
     rows = [(i, f"v{i}") for i in range(n)]
-    assert db.insert_rows(conn, "INSERT INTO t (k, v)", rows) == n
+    assert db.insert_rows(conn, "INSERT INTO t (k, v)", rows).changed == n
     assert conn.execute("SELECT k, v FROM t ORDER BY k").fetchall() == [tuple(r) for r in rows]
     assert len(seen) == bin(n).count("1")  # 37 rows: 32 + 4 + 1
 
@@ -43,13 +43,17 @@ def test_values_stay_exact_even_with_a_nul(conn: sqlite3.Connection) -> None:
 def test_the_parameter_limit_splits_the_statements(conn: sqlite3.Connection) -> None:
     conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 9)  # at most 4 rows of 2 values per statement
     seen = statements(conn)
-    assert db.insert_rows(conn, "INSERT INTO t (k, v)", [(i, "x") for i in range(11)]) == 11
+    assert db.insert_rows(conn, "INSERT INTO t (k, v)", [(i, "x") for i in range(11)]).changed == 11
     assert len(seen) == 4  # 4 + 4 + 2 + 1
     assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 11
 
 
-def test_it_counts_the_rows_changed_not_the_rows_given(conn: sqlite3.Connection) -> None:
-    db.insert_rows(conn, "INSERT INTO t (k, v)", [(1, "a"), (2, "b")])
-    tail = " ON CONFLICT (k) DO NOTHING"
-    assert db.insert_rows(conn, "INSERT INTO t (k, v)", [(1, "x"), (2, "y"), (3, "c")], tail) == 1
-    assert conn.execute("SELECT v FROM t ORDER BY k").fetchall() == [("a",), ("b",), ("c",)]
+def test_it_counts_the_rows_changed_and_names_the_last_rowid(conn: sqlite3.Connection) -> None:
+    """New rows of a table with an INTEGER PRIMARY KEY take the rowids after the largest, in order: the
+    `changed` rowids ending at `last_rowid` (what projections.append_many relies on for the log's seqs)."""
+    assert db.insert_rows(conn, "INSERT INTO t (v)", [("a",), ("b",)]) == (2, 2)
+    tail = " ON CONFLICT (v) DO NOTHING"
+    conn.execute("CREATE UNIQUE INDEX t_v ON t(v)")
+    assert db.insert_rows(conn, "INSERT INTO t (v)", [("a",), ("c",), ("b",), ("d",), ("e",)], tail) == (3, 5)
+    assert db.insert_rows(conn, "INSERT INTO t (v)", [("a",), ("e",)], tail) == (0, 5)  # none: unchanged
+    assert conn.execute("SELECT k, v FROM t ORDER BY k").fetchall() == list(enumerate("abcde", 1))
