@@ -20,6 +20,7 @@ class Sizes:
     queries: int = 200  # timed queries per search/read figure
     inbox_agents: int = 1_000
     inbox_entries: int = 100  # entries posted to fill the inboxes
+    inbox_backlog: int = 5_000  # notifications pending for one agent that polls (a poll's cost must not grow)
     rss_entries: int = 0  # 0: measure RSS on the search corpus; otherwise build a corpus this large
     peer_docs: int = 20_000  # peers: records/documents replicated (unless `sync` ran: then its size)
     peer_messages: int = 1_000  # peers: messages sent through each bus (mcp-agent-mail manages about 5/s here)
@@ -37,6 +38,7 @@ class Sizes:
             queries=10,
             inbox_agents=20,
             inbox_entries=5,
+            inbox_backlog=60,
             rss_entries=0,
             peer_docs=50,
             peer_messages=20,
