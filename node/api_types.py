@@ -16,6 +16,7 @@ from identity.schema import (
     MAX_DIRECTED,
     MAX_LINKS_PER_ENTRY,
     MAX_NAME_CHARS,
+    MAX_TAG_CHARS,
     MAX_TAGS,
     Annotation,
     AssertableLinkType,
@@ -265,6 +266,13 @@ class SearchQuery(msgspec.Struct, forbid_unknown_fields=True):
 # ---- subscriptions and inbox ------------------------------------------------------------------------------
 
 
+# A subscription's tag may not hold a NUL: fan-out finds candidate subscriptions by the entry's tags through
+# SQLite's json_each, which cuts text at a NUL, so such a subscription could never fire (docs/decisions.md).
+SubscriptionTag = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_TAG_CHARS, pattern=whole("[^\\u0000]*"), description="no NUL")
+]
+
+
 class SubscriptionIn(msgspec.Struct, forbid_unknown_fields=True):
     """A notification filter: OR within each list, AND across lists; empty list = any.
 
@@ -272,7 +280,7 @@ class SubscriptionIn(msgspec.Struct, forbid_unknown_fields=True):
     directed to an agent notify it whether or not it subscribes.
     """
 
-    tags: Annotated[list[Tag], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
+    tags: Annotated[list[SubscriptionTag], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
     entry_types: Annotated[list[EntryType], msgspec.Meta(max_length=5)] = []
     performatives: Annotated[list[Performative], msgspec.Meta(max_length=9)] = []
     authors: Annotated[list[Did], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []

@@ -235,6 +235,18 @@ _SEARCH_ORDER = {
 }
 
 
+def tagged_any(tags: Sequence[str], params: dict[str, Any]) -> str:
+    """A condition that entry `e` carries one of `tags`; their values are added to `params` (as :tag0, :tag1, ...).
+
+    Bound one by one, not as a JSON array: SQLite's JSON functions cut text at a NUL, and a tag may hold one.
+    """
+    names = []
+    for i, tag in enumerate(dict.fromkeys(unicodedata.normalize("NFC", t) for t in tags)):  # stored tags are NFC
+        params[f"tag{i}"] = tag
+        names.append(f":tag{i}")
+    return f"e.id IN (SELECT entry_id FROM entry_tags WHERE tag IN ({', '.join(names)}))"
+
+
 def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> list[EntryOut]:
     """One page of entries matching the query's text and filters, best match first (newest first without q)."""
     where: list[str] = []
@@ -250,8 +262,7 @@ def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> li
     in_list("e.author_id", "authors", q.author)
     in_list("e.truth_state", "truth", q.truth_state)
     if q.tags:
-        where.append("e.id IN (SELECT entry_id FROM entry_tags WHERE tag IN (SELECT value FROM json_each(:tags)))")
-        params["tags"] = json.dumps([unicodedata.normalize("NFC", t) for t in q.tags])  # stored tags are NFC
+        where.append(tagged_any(q.tags, params))
     if q.min_confidence is not None:
         where.append("e.confidence >= :minconf")
         params["minconf"] = q.min_confidence

@@ -494,20 +494,18 @@ class DefaultMode:
 
         def run(conn: sqlite3.Connection) -> list[sqlite3.Row]:
             where = ["1 = 1"]
-            params: list[Any] = []
+            params: dict[str, Any] = {"limit": body.limit, "since": since_ms}
             if not body.include_synthetic:
                 where.append("e.truth_state != 'simulation'")
             if since_ms is not None:
-                where.append("e.created_ms >= ?")
-                params.append(since_ms)
+                where.append("e.created_ms >= :since")
             if body.tags:
-                where.append("e.id IN (SELECT entry_id FROM entry_tags WHERE tag IN (SELECT value FROM json_each(?)))")
-                params.append(json.dumps(body.tags))
+                where.append(queries.tagged_any(body.tags, params))
             sql = (
                 "SELECT e.record_hash, e.author_id, e.created_at, e.entry_type, e.performative, e.truth_state, e.tags"
-                f" FROM entries e WHERE {' AND '.join(where)} ORDER BY e.id DESC LIMIT ?"
+                f" FROM entries e WHERE {' AND '.join(where)} ORDER BY e.id DESC LIMIT :limit"
             )
-            return conn.execute(sql, [*params, body.limit]).fetchall()
+            return conn.execute(sql, params).fetchall()
 
         rows = list(reversed(await self.node.db.read(run)))
         if not rows:

@@ -130,6 +130,7 @@ async def test_bad_subscriptions(client: TestClient, make_agent: MakeAgent, node
         ({"authors": ["bob"]}, "$.authors[0]"),
         ({"directed": "yes"}, "$.directed"),
         ({"tags": [""]}, "$.tags[0]"),
+        ({"tags": ["ok", "a\x00b"]}, "$.tags[1]"),  # could never fire: see SubscriptionTag
         ({"topic": "x"}, "$.topic"),
     ]
     for body, field in cases:

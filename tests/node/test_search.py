@@ -146,6 +146,16 @@ async def test_non_ascii_tags_are_searchable(client: TestClient, make_agent: Mak
     assert await ids(client, alice, tags="数据库") == [cjk["id"]]
 
 
+async def test_a_tag_filter_matches_whole_tags_even_with_a_nul(client: TestClient, make_agent: MakeAgent) -> None:
+    """The filter's values are bound as they are: 'a\x00b' is not 'a' (a JSON round trip in SQLite cut it)."""
+    alice = await make_agent("alice")
+    short = await post(client, alice, content="short tag", tags=["a"])
+    odd = await post(client, alice, content="odd tag", tags=["a\x00b"])
+    assert await ids(client, alice, tags="a\x00b") == [odd["id"]]
+    assert await ids(client, alice, tags="a") == [short["id"]]
+    assert await ids(client, alice, tags="a,a\x00b") == [odd["id"], short["id"]]
+
+
 async def test_synthetic_entries_are_hidden_unless_asked_for(client: TestClient, make_agent: MakeAgent) -> None:
     alice = await make_agent("alice")
     real = await post(client, alice, content="observed outage at noon")
