@@ -351,6 +351,11 @@ def _settle_all(settled: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
             future.set_exception(value)
 
 
+# Rows per statement of insert_rows at most (a power of two): a prepared statement's program grows with its rows,
+# and the statement cache keeps one of each size.
+MAX_ROWS_PER_INSERT = 512
+
+
 class Inserted(NamedTuple):
     """What `insert_rows` did: rows changed, and SQLite's last_insert_rowid() after it (the rowid of the last row
     inserted; what it was before when the statements inserted none, 0 when there were no rows)."""
@@ -370,7 +375,9 @@ def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any
     if not rows:
         return Inserted(0, 0)
     width = len(rows[0])
-    most = 1 << ((conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width).bit_length() - 1)
+    most = 1 << (
+        min(MAX_ROWS_PER_INSERT, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width).bit_length() - 1
+    )
     placeholder = "(" + ",".join("?" * width) + ")"
     changed, start, last_rowid = 0, 0, 0
     while start < len(rows):

@@ -34,6 +34,13 @@ def test_every_row_lands_in_power_of_two_statements(conn: sqlite3.Connection, n:
     assert len(seen) == bin(n).count("1")  # 37 rows: 32 + 4 + 1
 
 
+def test_statements_hold_at_most_max_rows(conn: sqlite3.Connection) -> None:
+    seen = statements(conn)
+    n = 2 * db.MAX_ROWS_PER_INSERT + 3
+    assert db.insert_rows(conn, "INSERT INTO t (k, v)", [(i, "x") for i in range(n)]).changed == n
+    assert len(seen) == 4  # max + max + 2 + 1
+
+
 def test_values_stay_exact_even_with_a_nul(conn: sqlite3.Connection) -> None:
     """SQLite's JSON functions would cut 'a\\x00b' to 'a'; bound parameters keep it whole."""
     db.insert_rows(conn, "INSERT INTO t (k, v)", [(1, "a\x00b"), (2, "café 😀"), (3, None)])
