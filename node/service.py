@@ -181,7 +181,7 @@ class Node:
         `cryptography` releases the GIL inside Ed25519, so another core verifies a batch while the event loop
         serves other requests. For one record the hand-off costs more than the work: a thread switch each way,
         futures, and a third thread contending for the GIL with the loop and the writer (single posts were
-        15-35% faster inline, docs/performance.md). There are CRYPTO_THREADS threads, one fewer than the cores:
+        19-32% faster inline, docs/performance.md). There are CRYPTO_THREADS threads, one fewer than the cores:
         more would compete with the event loop and the writer thread for the same cores.
         """
         if items <= 1:
