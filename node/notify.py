@@ -177,13 +177,13 @@ INBOX_SQL = (
 def take_inbox(
     conn: sqlite3.Connection, agent_id: str, *, limit: int, since_ms: int | None, mark_delivered: bool, now_ms: int
 ) -> list[sqlite3.Row]:
-    """Advance the state machine for one agent and lease (or deliver) up to `limit` notifications.
+    """Advance the state machine and lease (or deliver) up to `limit` of the agent's notifications.
 
     pending -> leased (attempt counted, lease until now + LEASE_MS) -> delivered by ack;
     a lease that lapses makes the notification deliverable again; after MAX_ATTEMPTS lapses it is
-    failed; past its expiry it is expired.
+    failed; past its expiry it is expired (any agent's: the expired are found by index, not per agent).
     """
-    conn.execute(EXPIRE_SQL, {"agent": agent_id, "now": now_ms})
+    conn.execute(EXPIRE_SQL, {"now": now_ms})
     conn.execute(FAIL_SQL, {"agent": agent_id, "now": now_ms, "attempts": MAX_ATTEMPTS})
     rows = conn.execute(INBOX_SQL, {"agent": agent_id, "now": now_ms, "since": since_ms, "limit": limit}).fetchall()
     if rows:
