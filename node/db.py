@@ -11,7 +11,10 @@ call fails, it is rolled back and each of its jobs runs alone, so an error
 still reaches only the request that caused it.
 
 Reads run whole functions on reader threads, each with its own connection, so
-many reads proceed in parallel with the writer (WAL).
+many reads proceed in parallel with the writer (WAL). A read marked `quick` (a
+bounded page of rows) is first tried on the event loop's own connection with a
+budget of SQLite time; one that runs longer is stopped and run on a reader
+thread instead (see `Database.read`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ T = TypeVar("T")
 ItemT = TypeVar("ItemT")  # an item of a mergeable write
 log = logging.getLogger("bbs.db")
 MAX_BATCH = 256
+# How long a quick read may hold the event loop before its SQL is stopped and it moves to a reader thread, and
+# how often (in SQLite virtual machine instructions, about 0.1 ms) the budget is looked at. 0.5 ms moved most
+# rare-term searches in a served node (a query right after the loop wakes runs 3-4x slower than in a hot loop);
+# 2 ms keeps them inline and costs a common-term search (50 ms at 100k entries) 4% (docs/performance.md).
+INLINE_BUDGET_S = 0.002
+_BUDGET_CHECK_OPS = 1000
 
 
 class SchemaTooNew(RuntimeError):
@@ -152,11 +161,48 @@ class WriterStats:
     busy_seconds: float = 0.0  # time from BEGIN to the outcome of the batch, COMMIT (fsync) included
 
 
+@dataclass
+class ReadStats:
+    """Quick reads (`Database.read(..., quick=True)`) answered on the event loop, and those moved to a reader
+    thread because their SQL ran over the inline budget (written and read on the event loop's thread)."""
+
+    inline: int = 0
+    moved: int = 0
+
+
+class _InlineBudget:
+    """The event loop thread's reader connection and the deadline its progress handler enforces."""
+
+    __slots__ = ("conn", "deadline", "interrupted")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.deadline = float("inf")
+        self.interrupted = False
+
+    def start(self, seconds: float) -> None:
+        self.deadline = time.perf_counter() + seconds
+        self.interrupted = False
+
+    def check(self) -> int:
+        """SQLite's progress handler: non-zero stops the running statement (SQLITE_INTERRUPT)."""
+        if time.perf_counter() > self.deadline:
+            self.interrupted = True
+            return 1
+        return 0
+
+    def stop(self) -> bool:
+        """End the budget (a second call changes nothing); whether it ran out."""
+        self.deadline = float("inf")
+        return self.interrupted
+
+
 class Database:
     """The node's database: `await write(fn)` and `await read(fn)` run `fn(conn)` on the right thread."""
 
-    def __init__(self, path: Path | str, *, readers: int = 4) -> None:
+    def __init__(self, path: Path | str, *, readers: int = 4, inline_budget_s: float = INLINE_BUDGET_S) -> None:
         self.path = Path(path)
+        self.inline_budget_s = inline_budget_s  # 0: every read runs on a reader thread
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()  # C-implemented: no lock dance per job
         self._writer: threading.Thread | None = None
         self._local = threading.local()
@@ -165,6 +211,7 @@ class Database:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=readers, thread_name_prefix="bbs-read")
         self.schema_version = 0
         self.stats = WriterStats()
+        self.read_stats = ReadStats()
 
     def open(self) -> None:
         """Migrate and start the writer thread (synchronous; call before serving)."""
@@ -203,8 +250,19 @@ class Database:
         self._jobs.put(_Job(None, future, loop, kind, item))
         return await future
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn` on a reader connection (a consistent snapshot for its duration)."""
+    async def read(self, fn: Callable[[sqlite3.Connection], T], *, quick: bool = False) -> T:
+        """Run `fn` on a reader connection (a consistent snapshot for its duration).
+
+        `quick` is for a read whose work besides SQL is bounded (a page of rows, a few look-ups): it runs on
+        the event loop's own connection, skipping the hand-off to a reader thread and back (two thread
+        wake-ups, which cost more than a selective query), unless its SQL takes longer than the inline budget.
+        Then SQLite stops it, its outcome is discarded, and it runs again on a reader thread: the loop is held
+        for at most the budget, and `fn` must be safe to run twice (a read is).
+        """
+        if quick and self.inline_budget_s > 0:
+            finished, value = self._read_inline(fn)
+            if finished:
+                return value
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._run_read, fn)
 
@@ -224,6 +282,38 @@ class Database:
             return fn(conn)
         finally:
             conn.execute("COMMIT")
+
+    def _read_inline(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, Any]:
+        """(True, result) of `fn` run on this thread within the budget; (False, None) if it ran over."""
+        budget: _InlineBudget | None = getattr(self._local, "budget", None)
+        if budget is None:
+            conn = connect(self.path, readonly=True)
+            conn.execute("PRAGMA busy_timeout = 0")  # never sleep on the loop; a busy read moves to a thread
+            with self._reader_lock:
+                self._reader_conns.append(conn)
+            budget = self._local.budget = _InlineBudget(conn)
+            conn.set_progress_handler(budget.check, _BUDGET_CHECK_OPS)
+        conn = budget.conn
+        budget.start(self.inline_budget_s)
+        try:
+            conn.execute("BEGIN")
+            value = fn(conn)
+        except BaseException as exc:
+            busy = isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+            # An interruption fn turned into another error moves the read too.
+            if not (budget.stop() or busy):
+                raise
+            self.read_stats.moved += 1
+            return False, None
+        finally:
+            budget.stop()  # before ending the transaction: the progress handler can stop a COMMIT too
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")  # a read changed nothing; an interrupted statement may still be open
+        if budget.interrupted:  # fn caught the interruption itself and answered anyway: that answer may be partial
+            self.read_stats.moved += 1
+            return False, None
+        self.read_stats.inline += 1
+        return True, value
 
     def _write_loop(self, conn: sqlite3.Connection) -> None:
         stop = False

@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 
 from node.appkeys import NODE
 from node.auth import guard
-from node.db import WriterStats
+from node.db import Database
 from node.http import Route
 from node.logging_setup import REQUEST_OBSERVER
 
@@ -120,14 +120,14 @@ class _SqlCollector(Collector):
         return []
 
 
-class _WriterCollector(Collector):
-    """The single writer's counters (node.db.WriterStats), read at scrape time."""
+class _DatabaseCollector(Collector):
+    """The database's counters (node.db.WriterStats and ReadStats), read at scrape time."""
 
-    def __init__(self, stats: Callable[[], WriterStats]) -> None:
-        self.stats = stats
+    def __init__(self, db: Callable[[], Database]) -> None:
+        self.db = db
 
     def collect(self) -> Iterable[Metric]:
-        s = self.stats()
+        s, r = self.db().stats, self.db().read_stats
         for name, help, value in (
             ("bbs_writer_transactions", "Write transactions the single writer ran (group commits)", s.transactions),
             ("bbs_writer_rolled_back", "Write transactions rolled back as a whole (none of their jobs acknowledged)",
@@ -135,6 +135,9 @@ class _WriterCollector(Collector):
             ("bbs_writer_jobs", "Write jobs run; jobs / transactions is the group-commit batch size", s.jobs),
             ("bbs_writer_busy_seconds", "Time the writer spent in transactions, COMMIT included; its rate is the"
              " writer's occupancy (near 1: the writer is the bottleneck)", s.busy_seconds),
+            ("bbs_reads_inline", "Quick reads answered on the event loop within the inline budget", r.inline),
+            ("bbs_reads_moved", "Quick reads whose SQL ran over the inline budget and ran again on a reader thread",
+             r.moved),
         ):  # fmt: skip
             yield CounterMetricFamily(name, help, value=value)
 
@@ -253,7 +256,7 @@ def install(app: web.Application) -> Metrics:
     """Give the app its registry and an admin-only GET /metrics (call from the app factory)."""
     metrics = Metrics()
     node = app[NODE]
-    metrics.registry.register(_WriterCollector(lambda: node.db.stats))
+    metrics.registry.register(_DatabaseCollector(lambda: node.db))
     app[METRICS] = metrics
     app[REQUEST_OBSERVER] = metrics.observe_request  # called by the access-log middleware for every request
     app.router.add_get("/metrics", guard(METRICS_ROUTE, app[NODE].authenticate))

@@ -197,7 +197,7 @@ class Node:
         now = self.now_ms()
         if now >= self._credentials_checked_ms + agents.CREDENTIALS_CHECK_MS:
             self._credentials_checked_ms = now  # before the await: one look per interval, not one per request
-            self.tokens.observe(await self.db.read(agents.credential_epoch))
+            self.tokens.observe(await self.db.read(agents.credential_epoch, quick=True))
         principal = self.tokens.get(token, now)
         if principal is None:
             generation = self.tokens.generation
@@ -317,7 +317,7 @@ class Node:
                         found.append(self._replayed_entry(conn, agent_id, post.key))
                 return found
 
-            for post, replay in zip(keyed, await self.db.read(replays), strict=True):
+            for post, replay in zip(keyed, await self.db.read(replays, quick=True), strict=True):
                 post.replay = replay
         fresh = [post for post in posts if post.replay is None]
         if not fresh:
@@ -332,7 +332,7 @@ class Node:
                     with Located(post.record_where):
                         self._check_links(conn, post.seal.decoded, early=True, own=own)
 
-            await self.db.read(check_early)
+            await self.db.read(check_early, quick=True)
         for _ in range(MAX_HASH_RETRIES):
             try:
                 return await self.db.write_merged(self._stores, (agent_id, posts))
@@ -362,7 +362,7 @@ class Node:
         replay of the key (an older, interrupted attempt) adds what that attempt left out.
         """
         post = _Post(body, idempotency_key, "$")
-        post.replay = await self.db.read(lambda c: self._replayed_entry(c, agent_id, idempotency_key))
+        post.replay = await self.db.read(lambda c: self._replayed_entry(c, agent_id, idempotency_key), quick=True)
         signer = await self._signing_key(agent_id) if derived_from else None
         if derived_from and signer is None:
             raise InvalidInput(
@@ -425,7 +425,7 @@ class Node:
                         resolved.append([self._target_hash(conn, ln.target, i) for i, ln in enumerate(body.links)])
                 return resolved
 
-            targets = await self.db.read(resolve)
+            targets = await self.db.read(resolve, quick=True)
         created_at = format_ms(self.now_ms() if created_ms is None else created_ms)
         unsigned: dict[int, dict[str, Any]] = {}
         for (post, body), post_targets in zip(to_sign, targets, strict=True):
@@ -605,7 +605,7 @@ class Node:
         return entry_out(row)
 
     async def _entry_by_id(self, entry_id: int) -> queries.EntryOut:
-        return await self.db.read(lambda c: self._fetch_entry(c, entry_id))
+        return await self.db.read(lambda c: self._fetch_entry(c, entry_id), quick=True)
 
     @staticmethod
     def _fetch_entry(conn: sqlite3.Connection, entry_id: int) -> queries.EntryOut:
@@ -622,7 +622,7 @@ class Node:
         """Store a link record (node-signed or author-signed). Returns (link, created)."""
         key = idempotency.request_key(idempotency_key, body.idempotency_key)
         if key is not None:  # a replay answers with the original link, whatever this body says
-            replayed = await self.db.read(lambda c: self._replayed_link(c, agent_id, key))
+            replayed = await self.db.read(lambda c: self._replayed_link(c, agent_id, key), quick=True)
             if replayed is not None:
                 return replayed, False
         at = Located("$.record" if isinstance(body, SignedSubmission) else "$")  # where source and target sit
@@ -654,7 +654,7 @@ class Node:
                     )
                 return source, target
 
-            source, target = await self.db.read(refs)
+            source, target = await self.db.read(refs, quick=True)
             if source == target:
                 self._refuse_self_link()
             unsigned = {
@@ -705,7 +705,7 @@ class Node:
             row = conn.execute(f"SELECT {queries.LINK_COLUMNS} FROM links l WHERE l.id = ?", (link_id,)).fetchone()
             return queries.link_out(row)
 
-        return await self.db.read(fetch), created
+        return await self.db.read(fetch, quick=True), created
 
     # ---- read and search ------------------------------------------------------------------------------
 
@@ -727,7 +727,7 @@ class Node:
             entries = queries.entries_by_hashes(conn, hashes, q.include_synthetic)
             return ReadResult(entries=entries, links=links, missing=missing, truncated=truncated)
 
-        return await self.db.read(run)
+        return await self.db.read(run, quick=True)
 
     async def search(self, q: SearchQuery) -> SearchResult:
         since_ms = parse_since(q.since, "$.since")
@@ -764,7 +764,7 @@ class Node:
                 truncated=truncated,
             )
 
-        return await self.db.read(run)
+        return await self.db.read(run, quick=True)
 
     # ---- subscriptions and inbox ----------------------------------------------------------------------
 

@@ -1,0 +1,168 @@
+"""Quick reads: answered on the event loop within the inline budget, moved to a reader thread past it."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from node.db import Database
+from node.errors import NotFound
+
+# A statement that runs far longer than any inline budget (about a second of SQLite work).
+LONG_SQL = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000000) SELECT count(*) FROM n"
+
+
+@pytest.fixture
+async def database(tmp_path: Path) -> AsyncIterator[Database]:
+    db = Database(tmp_path / "quick.db")
+    db.open()
+    await db.write(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+    yield db
+    db.close()
+
+
+async def test_a_quick_read_runs_on_the_event_loop_thread(database: Database) -> None:
+    await database.write(lambda c: c.execute("INSERT INTO t VALUES (7)"))
+    ran_on: list[threading.Thread] = []
+
+    def fn(conn: sqlite3.Connection) -> int:
+        ran_on.append(threading.current_thread())
+        return int(conn.execute("SELECT v FROM t").fetchone()[0])
+
+    assert await database.read(fn, quick=True) == 7  # sees the write committed before it
+    assert ran_on == [threading.current_thread()]
+    assert (database.read_stats.inline, database.read_stats.moved) == (1, 0)
+
+
+async def test_a_read_not_marked_quick_runs_on_a_reader_thread(database: Database) -> None:
+    ran_on: list[str] = []
+    await database.read(lambda c: ran_on.append(threading.current_thread().name))
+    assert ran_on[0].startswith("bbs-read")
+    assert database.read_stats.inline == 0
+
+
+async def test_a_quick_read_over_budget_is_stopped_and_run_again_on_a_reader_thread(database: Database) -> None:
+    ran_on: list[str] = []
+
+    def fn(conn: sqlite3.Connection) -> int:
+        ran_on.append(threading.current_thread().name)
+        return int(conn.execute(LONG_SQL).fetchone()[0])
+
+    assert await database.read(fn, quick=True) == 3000000
+    assert ran_on[0] == threading.current_thread().name and ran_on[1].startswith("bbs-read")
+    assert (database.read_stats.inline, database.read_stats.moved) == (0, 1)
+    # the loop's connection is usable again, with a fresh budget
+    assert await database.read(lambda c: c.execute("SELECT 1").fetchone()[0], quick=True) == 1
+    assert database.read_stats.inline == 1
+
+
+async def test_a_budget_run_out_after_the_last_select_never_stops_the_end_of_the_read(database: Database) -> None:
+    """The progress handler also runs inside the statement that ends a read (SQLite counts a cached statement's
+    steps across runs, so about one run in 300 of a three-step ROLLBACK crosses the check interval). A read whose
+    budget ran out in Python after its last SELECT must still end cleanly and answer from the loop: a stopped
+    ROLLBACK would leave the loop's connection inside a transaction and fail every later quick read."""
+    database.inline_budget_s = 0.0001
+
+    def fn(conn: sqlite3.Connection) -> int:
+        value = int(conn.execute("SELECT 1").fetchone()[0])
+        time.sleep(0.0002)  # past the deadline, outside SQLite: nothing stops this part
+        return value
+
+    for _ in range(700):
+        assert await database.read(fn, quick=True) == 1
+    assert (database.read_stats.inline, database.read_stats.moved) == (700, 0)
+    assert await database.read(lambda c: c.in_transaction, quick=True) is True  # a fresh transaction of its own
+
+
+async def test_an_answer_made_after_catching_the_interruption_is_discarded(database: Database) -> None:
+    def fn(conn: sqlite3.Connection) -> int:
+        try:
+            return int(conn.execute(LONG_SQL).fetchone()[0])
+        except sqlite3.OperationalError:
+            return -1  # a partial answer: must never reach the caller
+
+    assert await database.read(fn, quick=True) == 3000000
+    assert database.read_stats.moved == 1
+
+
+async def test_an_interruption_turned_into_another_error_still_moves_the_read(database: Database) -> None:
+    def fn(conn: sqlite3.Connection) -> int:
+        try:
+            return int(conn.execute(LONG_SQL).fetchone()[0])
+        except sqlite3.OperationalError:
+            raise NotFound("gone") from None
+
+    assert await database.read(fn, quick=True) == 3000000
+    assert database.read_stats.moved == 1
+
+
+async def test_an_error_of_the_read_itself_reaches_the_caller_once(database: Database) -> None:
+    calls: list[str] = []
+
+    def fn(conn: sqlite3.Connection) -> None:
+        calls.append(threading.current_thread().name)
+        raise NotFound("no such thing", code="entry_not_found")
+
+    with pytest.raises(NotFound):
+        await database.read(fn, quick=True)
+    assert len(calls) == 1 and database.read_stats.moved == 0
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        await database.read(lambda c: c.execute("SELECT * FROM missing"), quick=True)
+    assert database.read_stats.moved == 0
+
+
+async def test_a_zero_budget_sends_every_read_to_a_reader_thread(tmp_path: Path) -> None:
+    db = Database(tmp_path / "zero.db", inline_budget_s=0)
+    db.open()
+    try:
+        name = await db.read(lambda c: threading.current_thread().name, quick=True)
+        assert name.startswith("bbs-read") and db.read_stats.inline == 0
+    finally:
+        db.close()
+
+
+async def test_a_busy_database_moves_the_read_instead_of_blocking_the_loop(database: Database) -> None:
+    """SQLITE_BUSY on the loop's connection (busy_timeout 0 there: it never sleeps) moves the read to a reader
+    thread, which waits for the lock with its normal busy timeout. The loop thread's attempt is told busy here:
+    a WAL database gives a reader SQLITE_BUSY only in rare moments (recovery) that a test cannot arrange."""
+    loop_thread = threading.current_thread()
+
+    def fn(conn: sqlite3.Connection) -> str:
+        if threading.current_thread() is loop_thread:
+            busy = sqlite3.OperationalError("database is locked")
+            busy.sqlite_errorcode = sqlite3.SQLITE_BUSY
+            raise busy
+        return threading.current_thread().name
+
+    assert (await database.read(fn, quick=True)).startswith("bbs-read")
+    assert database.read_stats.moved == 1
+    assert await database.read(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0], quick=True) == 0
+
+
+async def test_search_and_read_over_http_are_answered_inline(
+    client: TestClient,
+    make_agent,
+    admin_headers: dict[str, str],  # type: ignore[no-untyped-def]
+) -> None:
+    agent = await make_agent("quick")
+    posted = await client.post(
+        "/v1/entries",
+        json={"entry_type": "finding", "performative": "inform", "content": "zeppelins float on hydrogen"},
+        headers=agent.headers,
+    )
+    assert posted.status == 201
+    entry_id = (await posted.json())["id"]
+    found = await client.get("/v1/search", params={"q": "zeppelins"}, headers=agent.headers)
+    assert [e["id"] for e in (await found.json())["entries"]] == [entry_id]
+    read = await client.get(f"/v1/entries/{entry_id}", headers=agent.headers)
+    assert (await read.json())["entries"][0]["content"] == "zeppelins float on hydrogen"
+    metrics = await (await client.get("/metrics", headers=admin_headers)).text()
+    inline = next(line for line in metrics.splitlines() if line.startswith("bbs_reads_inline_total "))
+    assert float(inline.split()[1]) >= 2
+    assert "bbs_reads_moved_total 0.0" in metrics
