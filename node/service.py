@@ -265,7 +265,7 @@ class Node:
                 trust=trust.agent_trust(conn, agent_id),
             )
 
-        return await self.db.read(fetch)
+        return await self.db.read(fetch, quick=True)
 
     async def _signing_key(self, agent_id: str) -> keys.SigningKey | None:
         if agent_id not in self._agent_keys:
@@ -830,7 +830,7 @@ class Node:
             rows = conn.execute("SELECT * FROM subscriptions WHERE agent_id = ? ORDER BY id", (agent_id,)).fetchall()
             return [_subscription_out(r) for r in rows]
 
-        return await self.db.read(run)
+        return await self.db.read(run, quick=True)
 
     async def unsubscribe(self, agent_id: str, sub_id: int) -> None:
         def job(conn: sqlite3.Connection) -> None:

@@ -33,6 +33,9 @@ from node.workflows.wire import (
 )
 
 log = logging.getLogger("bbs.leases")
+# Ready lists of up to this many tasks are read on the event loop (Database.read quick): rendering a page of
+# 1,000 tasks takes several milliseconds of Python, which the SQL budget cannot stop.
+QUICK_READY_PAGE = 100
 
 
 def _stored(conn: sqlite3.Connection, record_hash: str) -> bool:
@@ -122,11 +125,11 @@ class Workflows:
                 record, record_hash, decoded = sign_and_check(unsigned, signer)
         else:
             raise Conflict("could not find a free created_at for this message; retry", code="hash_taken")
-        return await self.node.db.read(lambda c: bus.message_by_id(c, message_id)), created
+        return await self.node.db.read(lambda c: bus.message_by_id(c, message_id), quick=True), created
 
     async def messages(self, q: MessageQuery) -> MessagePage:
         """Read the bus: filtered by project, agent (either end) or type; newest or oldest first."""
-        return await self.node.db.read(lambda c: bus.list_messages(c, q))
+        return await self.node.db.read(lambda c: bus.list_messages(c, q), quick=True)
 
     # ---- tasks ----------------------------------------------------------------------------------------
 
@@ -179,12 +182,12 @@ class Workflows:
     async def task(self, ref: str) -> TaskOut:
         """One task by local id or key, its lease checked against the clock."""
         now = self.node.now_ms()
-        return await self.node.db.read(lambda c: tasks.task_out(c, tasks.task_row(c, ref), now))
+        return await self.node.db.read(lambda c: tasks.task_out(c, tasks.task_row(c, ref), now), quick=True)
 
     async def ready(self, limit: int = 100, after: int | None = None) -> ReadyList:
         """Exactly the tasks that can start now (every dependency done or completed, no live lease)."""
         now = self.node.now_ms()
-        return await self.node.db.read(lambda c: tasks.ready(c, now, limit, after))
+        return await self.node.db.read(lambda c: tasks.ready(c, now, limit, after), quick=limit <= QUICK_READY_PAGE)
 
     async def graph(self, q: GraphQuery) -> Graph:
         """The task graph as nodes and `precedes` edges."""

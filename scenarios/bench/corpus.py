@@ -8,6 +8,7 @@ produces, without paying for HTTP while building a 100k corpus.
 from __future__ import annotations
 
 import random
+import shutil
 import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -184,8 +185,11 @@ def bulk_load(data: Path, stream: Iterator[tuple[dict[str, Any], str]], *, batch
 
 
 def fresh_data_dir(root: Path, name: str) -> tuple[Path, str]:
-    """An initialised, empty data folder and its admin token."""
+    """An initialised, empty data folder and its admin token; a folder of that name a previous run left in a
+    kept --workdir is replaced (only a finished corpus is reused, by its own `.done` marker)."""
     path = root / name
+    if path.exists():
+        shutil.rmtree(path)
     token = initialise(path)
     assert token is not None, f"{path} was not empty"
     return path, token
