@@ -208,13 +208,18 @@ class Database:
         self._local = threading.local()
         self._reader_conns: list[sqlite3.Connection] = []
         self._reader_lock = threading.Lock()
+        self._readers = readers
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=readers, thread_name_prefix="bbs-read")
+        self._closed = False
         self.schema_version = 0
         self.stats = WriterStats()
         self.read_stats = ReadStats()
 
     def open(self) -> None:
         """Migrate and start the writer thread (synchronous; call before serving)."""
+        if self._closed:  # opened again after close(): a new reader pool
+            self._pool = concurrent.futures.ThreadPoolExecutor(self._readers, thread_name_prefix="bbs-read")
+            self._closed = False
         conn = connect(self.path)
         self.schema_version = migrate(conn)
         self._writer = threading.Thread(target=self._write_loop, args=(conn,), name="bbs-writer", daemon=True)
@@ -231,6 +236,8 @@ class Database:
             for conn in self._reader_conns:
                 conn.close()
             self._reader_conns.clear()
+        self._local = threading.local()  # every thread's closed connection is forgotten: a reopen starts anew
+        self._closed = True
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn` in a write transaction; return its result once committed."""
@@ -259,6 +266,8 @@ class Database:
         Then SQLite stops it, its outcome is discarded, and it runs again on a reader thread: the loop is held
         for at most the budget, and `fn` must be safe to run twice (a read is).
         """
+        if self._closed:
+            raise Unavailable("the database is closed")
         if quick and self.inline_budget_s > 0:
             finished, value = self._read_inline(fn)
             if finished:

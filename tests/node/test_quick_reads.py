@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from node.db import Database
-from node.errors import NotFound
+from node.errors import NotFound, Unavailable
 
 # A statement that runs far longer than any inline budget (about a second of SQLite work).
 LONG_SQL = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000000) SELECT count(*) FROM n"
@@ -115,6 +115,18 @@ async def test_an_error_of_the_read_itself_reaches_the_caller_once(database: Dat
     with pytest.raises(sqlite3.OperationalError, match="no such table"):
         await database.read(lambda c: c.execute("SELECT * FROM missing"), quick=True)
     assert database.read_stats.moved == 0
+
+
+async def test_a_database_closed_and_opened_again_reads_on_fresh_connections(database: Database) -> None:
+    assert await database.read(lambda c: 1, quick=True) == 1
+    assert await database.read(lambda c: 2) == 2
+    database.close()
+    for quick in (True, False):
+        with pytest.raises(Unavailable):
+            await database.read(lambda c: 3, quick=quick)
+    database.open()
+    assert await database.read(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0], quick=True) == 0
+    assert await database.read(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0]) == 0
 
 
 async def test_a_zero_budget_sends_every_read_to_a_reader_thread(tmp_path: Path) -> None:
