@@ -164,7 +164,8 @@ class WriterStats:
 @dataclass
 class ReadStats:
     """Quick reads (`Database.read(..., quick=True)`) answered on the event loop, and those moved to a reader
-    thread because their SQL ran over the inline budget (written and read on the event loop's thread)."""
+    thread because their SQL ran over the inline budget or found the database busy. Counted by the thread that
+    ran the read: a node has one event loop; with several, a count may miss an increment (they are metrics)."""
 
     inline: int = 0
     moved: int = 0
@@ -185,7 +186,12 @@ class _InlineBudget:
         self.interrupted = False
 
     def check(self) -> int:
-        """SQLite's progress handler: non-zero stops the running statement (SQLITE_INTERRUPT)."""
+        """SQLite's progress handler: non-zero stops the running statement (SQLITE_INTERRUPT).
+
+        A signal handler that raises runs here if its signal arrives during the statement, and sqlite3 prints and
+        drops what it raised: the read then fails with OperationalError('interrupted'). `bbs serve` takes its
+        signals through the event loop (`add_signal_handler`), so none is raised here.
+        """
         if time.perf_counter() > self.deadline:
             self.interrupted = True
             return 1
@@ -264,7 +270,10 @@ class Database:
         the event loop's own connection, skipping the hand-off to a reader thread and back (two thread
         wake-ups, which cost more than a selective query), unless its SQL takes longer than the inline budget.
         Then SQLite stops it, its outcome is discarded, and it runs again on a reader thread: the loop is held
-        for at most the budget, and `fn` must be safe to run twice (a read is).
+        for at most the budget, and `fn` must be safe to run twice (a read is) and must return values, not a cursor or
+        generator that reads later. The budget bounds what SQLite does step by step: work done inside one step (an
+        FTS5 merge of two long doclists, a bare `count(*)` of a table) is not interrupted, so a caller that can
+        issue such queries decides `quick` per query (see `Node.search`).
         """
         if self._closed:
             raise Unavailable("the database is closed")
@@ -307,8 +316,9 @@ class Database:
         try:
             conn.execute("BEGIN")
             value = fn(conn)
-        except BaseException as exc:
-            busy = isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+        except Exception as exc:
+            code = getattr(exc, "sqlite_errorcode", 0)
+            busy = isinstance(exc, sqlite3.OperationalError) and code & 0xFF == sqlite3.SQLITE_BUSY
             # An interruption fn turned into another error moves the read too.
             if not (budget.stop() or busy):
                 raise

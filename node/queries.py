@@ -6,6 +6,7 @@ import json
 import re
 import sqlite3
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ _HASH = re.compile(r"[0-9a-f]{64}")
 _LOCAL_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also accepts '²' and '١'
 MAX_LOCAL_ID = 2**63 - 1  # SQLite's INTEGER range
 _WORD = re.compile(r"\w+", re.UNICODE)
+MAX_SEARCH_WORDS = 32
 
 ENTRY_COLUMNS = (
     "e.id, e.record_hash, e.content_fingerprint, e.author_id, e.created_at, e.entry_type, e.performative,"
@@ -215,15 +217,53 @@ def _adjacent(conn: sqlite3.Connection, frontier: list[str], link_types: Sequenc
     return conn.execute(sql, params).fetchall()
 
 
+def search_words(q: str) -> list[str]:
+    """The words of a search's free text, as `fts_query` uses them (at most 32)."""
+    return _WORD.findall(q)[:MAX_SEARCH_WORDS]
+
+
 def fts_query(q: str) -> str | None:
     """Turn free text into a safe FTS5 query: every word quoted, ANDed. None if it has no words.
 
     Quoting each `\\w+` token means no FTS5 syntax (NEAR, column filters, *, ^, quotes) can be injected.
     """
-    words = _WORD.findall(q)[:32]
+    words = search_words(q)
     if not words:
         return None
     return " ".join(f'"{w}"' for w in words)
+
+
+class HeavyWords:
+    """Search words seen in a search that held the event loop longer than the inline read budget.
+
+    FTS5 reads a word's whole list of documents inside one SQLite step (merging two common words', ranking a
+    common word's matches), where the progress handler that enforces the budget cannot stop it; the query plan
+    does not say how long that takes, and asking FTS5 for a word's document count costs a walk of that same list.
+    So the node learns: a search naming a word remembered here runs on a reader thread from the start. A word
+    costs the loop one long step at most, until it is forgotten (least recently seen first, `size` kept).
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._words: OrderedDict[str, None] = OrderedDict()
+
+    def any_of(self, words: Sequence[str]) -> bool:
+        """Whether one of `words` (any case) is remembered; those that are count as seen again."""
+        found = False
+        for word in words:
+            key = word.casefold()
+            if key in self._words:
+                self._words.move_to_end(key)
+                found = True
+        return found
+
+    def add(self, words: Sequence[str]) -> None:
+        """Remember `words` (any case)."""
+        for word in words:
+            self._words[word.casefold()] = None
+            self._words.move_to_end(word.casefold())
+        while len(self._words) > self.size:
+            self._words.popitem(last=False)
 
 
 # Trust of an entry's author from the trust cache (node/trust.py); neutral 0.5 without signals.

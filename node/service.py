@@ -153,6 +153,7 @@ class Node:
         self.key = keys.load_key(self.data.key_path)
         self.db = Database(self.data.db_path)
         self._stores = Mergeable(self._store_all)  # concurrent posts: one append (see Database.write_merged)
+        self.heavy_words = queries.HeavyWords()  # search words whose searches run on a reader thread
         self._agent_keys: dict[str, keys.SigningKey | None] = {}
         self.tokens = agents.TokenCache()
         self._credentials_checked_ms = -agents.CREDENTIALS_CHECK_MS  # the first request looks
@@ -764,7 +765,14 @@ class Node:
                 truncated=truncated,
             )
 
-        return await self.db.read(run, quick=True)
+        # On the event loop unless a word of it made an earlier search hold the loop too long (queries.HeavyWords).
+        words = queries.search_words(q.q) if q.q else []
+        quick = not self.heavy_words.any_of(words)
+        started = time.perf_counter()
+        result = await self.db.read(run, quick=quick)
+        if quick and words and time.perf_counter() - started > self.db.inline_budget_s:
+            self.heavy_words.add(words)
+        return result
 
     # ---- subscriptions and inbox ----------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import threading
 import time
@@ -13,6 +14,8 @@ from aiohttp.test_utils import TestClient
 
 from node.db import Database
 from node.errors import NotFound, Unavailable
+from node.queries import HeavyWords
+from node.service import Node
 
 # A statement that runs far longer than any inline budget (about a second of SQLite work).
 LONG_SQL = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000000) SELECT count(*) FROM n"
@@ -129,6 +132,50 @@ async def test_a_database_closed_and_opened_again_reads_on_fresh_connections(dat
     assert await database.read(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0]) == 0
 
 
+async def test_an_error_made_by_hand_reaches_the_caller_unchanged(database: Database) -> None:
+    def fn(conn: sqlite3.Connection) -> None:
+        raise sqlite3.OperationalError("made by fn")  # no sqlite_errorcode attribute
+
+    with pytest.raises(sqlite3.OperationalError, match="made by fn"):
+        await database.read(fn, quick=True)
+
+
+async def test_a_keyboard_interrupt_is_never_turned_into_a_moved_read(database: Database) -> None:
+    """Raised by fn once the budget has run out: it goes up, the read does not quietly run again."""
+
+    def fn(conn: sqlite3.Connection) -> int:
+        try:
+            return int(conn.execute(LONG_SQL).fetchone()[0])
+        except sqlite3.OperationalError:
+            raise KeyboardInterrupt from None
+
+    with pytest.raises(KeyboardInterrupt):
+        await database.read(fn, quick=True)
+    assert database.read_stats.moved == 0
+    assert await database.read(lambda c: c.in_transaction, quick=True) is True  # the connection is clean
+
+
+async def test_a_signal_that_raises_during_the_sql_fails_the_read_cleanly(database: Database) -> None:
+    """Python runs a signal handler during a long statement inside the progress handler, where sqlite3 prints and
+    drops what it raised: the read fails as interrupted (it is not moved: the budget did not run out), and the
+    loop's connection is left clean. `bbs serve` takes its signals through the event loop instead."""
+    database.inline_budget_s = 60.0  # the statement runs on; only the signal stops it
+
+    def on_alarm(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises((KeyboardInterrupt, sqlite3.OperationalError)):
+            await database.read(lambda c: c.execute(LONG_SQL).fetchone()[0], quick=True)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert database.read_stats.moved == 0
+    assert await database.read(lambda c: c.in_transaction, quick=True) is True
+
+
 async def test_a_zero_budget_sends_every_read_to_a_reader_thread(tmp_path: Path) -> None:
     db = Database(tmp_path / "zero.db", inline_budget_s=0)
     db.open()
@@ -178,3 +225,44 @@ async def test_search_and_read_over_http_are_answered_inline(
     inline = next(line for line in metrics.splitlines() if line.startswith("bbs_reads_inline_total "))
     assert float(inline.split()[1]) >= 2
     assert "bbs_reads_moved_total 0.0" in metrics
+
+
+def test_heavy_words_are_remembered_in_any_case_and_the_oldest_forgotten_first() -> None:
+    heavy = HeavyWords(size=2)
+    heavy.add(["Kernel"])
+    assert heavy.any_of(["the", "KERNEL"]) and not heavy.any_of(["zeppelin"])
+    heavy.add(["alpha"])
+    assert heavy.any_of(["kernel"])  # seen again: now the newest
+    heavy.add(["beta"])  # over the size: the least recently seen (alpha) goes
+    assert heavy.any_of(["kernel"]) and heavy.any_of(["beta"]) and not heavy.any_of(["alpha"])
+
+
+async def test_a_search_that_held_the_loop_too_long_sends_its_words_to_the_reader_threads(
+    client: TestClient,
+    node: Node,
+    make_agent,  # type: ignore[no-untyped-def]
+) -> None:
+    agent = await make_agent("words")
+    for content in ("alpha beta", "gamma delta"):
+        posted = await client.post(
+            "/v1/entries",
+            json={"entry_type": "finding", "performative": "inform", "content": content},
+            headers=agent.headers,
+        )
+        assert posted.status == 201
+
+    async def search(q: str) -> tuple[list[str], int, int]:
+        before = (node.db.read_stats.inline, node.db.read_stats.moved)
+        found = await client.get("/v1/search", params={"q": q}, headers=agent.headers)
+        assert found.status == 200
+        after = (node.db.read_stats.inline, node.db.read_stats.moved)
+        return [e["content"] for e in (await found.json())["entries"]], after[0] - before[0], after[1] - before[1]
+
+    assert await search("alpha") == (["alpha beta"], 1, 0)  # on the loop, within the budget
+    node.db.inline_budget_s = 1e-9  # every search now outlasts the budget: its words are remembered
+    contents, inline, moved = await search("Beta")
+    assert contents == ["alpha beta"] and inline + moved == 1
+    node.db.inline_budget_s = 1.0
+    assert await search("BETA") == (["alpha beta"], 0, 0)  # a remembered word: straight to a reader thread
+    assert await search("alpha beta") == (["alpha beta"], 0, 0)
+    assert await search("gamma") == (["gamma delta"], 1, 0)  # other words still run on the loop
