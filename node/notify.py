@@ -174,6 +174,19 @@ INBOX_SQL = (
 )
 
 
+# Whether the agent has anything a poll would lease or fail: a pending notification, or a leased one whose lease
+# has lapsed. Both are seeks on notifications_agent_status; an empty inbox is answered from this read alone.
+DELIVERABLE_SQL = (
+    "SELECT EXISTS (SELECT 1 FROM notifications WHERE agent_id = :agent AND status = 'pending')"
+    " OR EXISTS (SELECT 1 FROM notifications WHERE agent_id = :agent AND status = 'leased' AND next_attempt_ms <= :now)"
+)
+
+
+def has_deliverable(conn: sqlite3.Connection, agent_id: str, now_ms: int) -> bool:
+    """Whether `take_inbox` would lease, deliver or fail any of the agent's notifications now."""
+    return bool(conn.execute(DELIVERABLE_SQL, {"agent": agent_id, "now": now_ms}).fetchone()[0])
+
+
 def take_inbox(
     conn: sqlite3.Connection, agent_id: str, *, limit: int, since_ms: int | None, mark_delivered: bool, now_ms: int
 ) -> list[sqlite3.Row]:

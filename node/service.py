@@ -851,11 +851,15 @@ class Node:
     async def inbox(self, agent_id: str, q: InboxQuery) -> InboxResult:
         since_ms = parse_since(q.since, "$.since")
         now = self.now_ms()
-        rows = await self.db.write(
-            lambda c: notify.take_inbox(
-                c, agent_id, limit=q.limit, since_ms=since_ms, mark_delivered=q.mark_delivered, now_ms=now
+        rows: list[sqlite3.Row] = []
+        # An empty inbox (the usual poll) is answered by a read: only a poll with something to lease needs the
+        # writer. Expiry of any agent's notifications runs in those (take_inbox), so it waits for one.
+        if await self.db.read(lambda c: notify.has_deliverable(c, agent_id, now), quick=True):
+            rows = await self.db.write(
+                lambda c: notify.take_inbox(
+                    c, agent_id, limit=q.limit, since_ms=since_ms, mark_delivered=q.mark_delivered, now_ms=now
+                )
             )
-        )
         return InboxResult(
             notifications=[
                 Envelope(

@@ -357,3 +357,29 @@ async def test_a_contradiction_names_only_the_links_that_notified(client: TestCl
     await link(client, carol, 201, source=claim, target=a2, link_type="contradicts")  # this one notifies alice
     (env,) = (await get_json(client, "/v1/inbox", alice))["notifications"]
     assert (env["reason"], env["link_targets"]) == ("contradiction", [a2])
+
+
+async def test_an_empty_inbox_is_answered_without_the_writer(
+    client: TestClient, make_agent: MakeAgent, node: Node, clock: FakeClock
+) -> None:
+    """Only a poll with something to lease or fail takes a write transaction; the state machine is unchanged."""
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+
+    async def poll_counting_writes() -> tuple[list[dict[str, Any]], int]:
+        before = node.db.stats.transactions
+        got = await inbox(client, bob)
+        return got, node.db.stats.transactions - before
+
+    assert await poll_counting_writes() == ([], 0)
+    entry = await post(client, alice, content="for bob", directed_to=[bob.agent_id])
+    got, writes = await poll_counting_writes()
+    assert [n["entry_id"] for n in got] == [entry["id"]] and writes == 1  # leased
+    assert await poll_counting_writes() == ([], 0)  # leased, lease running: nothing to do
+    clock.advance(LEASE_S + 1)
+    got, writes = await poll_counting_writes()
+    assert [n["attempt"] for n in got] == [2] and writes == 1  # the lapsed lease comes back
+    for _ in range(notify.MAX_ATTEMPTS):
+        clock.advance(LEASE_S + 1)
+        await inbox(client, bob)
+    assert (await statuses(node, bob.agent_id))[entry["id"]][0] == "failed"
+    assert await poll_counting_writes() == ([], 0)

@@ -99,3 +99,9 @@ def test_a_poll_visits_its_page_and_the_expired_only(tmp_path: Path, analyzed: b
     assert not [s for s in page if s.startswith("SCAN") and not s.startswith("SCAN (subquery") and s != "SCAN p"]
     # contradiction link targets are found by the entry's hash, not among every contradicts link
     assert not [s for s in page if "links_type_target" in s], page
+    deliverable = plan(conn, notify.DELIVERABLE_SQL)
+    seeks = [s for s in deliverable if "notifications" in s]
+    assert seeks == [
+        "SEARCH notifications USING COVERING INDEX notifications_agent_status (agent_id=? AND status=?)",
+        "SEARCH notifications USING INDEX notifications_agent_status (agent_id=? AND status=?)",
+    ], deliverable
