@@ -50,6 +50,11 @@ log = logging.getLogger("bbs.node")
 
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
 MAX_SUBSCRIPTIONS = 100
+# Look-ups before a write run as quick reads (Database.read) up to this many (ids, keys, link targets): each is
+# a small statement, and the budget is looked at only every 1,000 SQLite instructions, so hundreds of them with
+# their Python could run well past it. A batch of 100 posts with many links takes the reader threads, where the
+# hand-off is a small share of the request.
+QUICK_LOOKUPS = 32
 CRYPTO_THREADS = max(1, (os.cpu_count() or 2) - 1)  # see Node.off_loop
 MAX_HASH_RETRIES = 16  # node-signed posts whose record hash is taken by a different entry move 1 ms later
 
@@ -318,7 +323,7 @@ class Node:
                         found.append(self._replayed_entry(conn, agent_id, post.key))
                 return found
 
-            for post, replay in zip(keyed, await self.db.read(replays, quick=True), strict=True):
+            for post, replay in zip(keyed, await self.db.read(replays, quick=len(keyed) <= QUICK_LOOKUPS), strict=True):
                 post.replay = replay
         fresh = [post for post in posts if post.replay is None]
         if not fresh:
@@ -333,7 +338,7 @@ class Node:
                     with Located(post.record_where):
                         self._check_links(conn, post.seal.decoded, early=True, own=own)
 
-            await self.db.read(check_early, quick=True)
+            await self.db.read(check_early, quick=len(retracting) <= QUICK_LOOKUPS)
         for _ in range(MAX_HASH_RETRIES):
             try:
                 return await self.db.write_merged(self._stores, (agent_id, posts))
@@ -426,7 +431,7 @@ class Node:
                         resolved.append([self._target_hash(conn, ln.target, i) for i, ln in enumerate(body.links)])
                 return resolved
 
-            targets = await self.db.read(resolve, quick=True)
+            targets = await self.db.read(resolve, quick=sum(len(b.links) for _, b in to_sign) <= QUICK_LOOKUPS)
         created_at = format_ms(self.now_ms() if created_ms is None else created_ms)
         unsigned: dict[int, dict[str, Any]] = {}
         for (post, body), post_targets in zip(to_sign, targets, strict=True):
