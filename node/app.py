@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,6 +23,8 @@ from node.trust import background_refresh as trust_refresh
 from node.workflows import routes as workflow_routes
 
 MAX_BODY_BYTES = 1024 * 1024
+EXPIRY_SWEEP_SECONDS = 60  # how late a notification past its 7 days may still read as pending, at most
+log = logging.getLogger("bbs.notify")
 ROUTE_TABLES: list[list[Route]] = [ROUTES]
 ROUTE_TABLES.append(DEFAULT_MODE_ROUTES)  # governed memory: /v1/default-mode
 ROUTE_TABLES.append(TRUST_ROUTES)  # trust scores: on-demand refresh
@@ -63,6 +68,7 @@ def create_app(
     dashboard.setup(app, agent_auth.authenticator(node))
     app.cleanup_ctx.append(_lifecycle)
     app.cleanup_ctx.append(trust_refresh)
+    app.cleanup_ctx.append(expiry_sweep)
     peer_routes.install(app, sync)  # after _lifecycle: the puller stops before the node closes
     return app
 
@@ -73,6 +79,26 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         node.open()
     yield
     node.close()
+
+
+async def expiry_sweep(app: web.Application) -> AsyncIterator[None]:
+    """cleanup_ctx: mark expired notifications every EXPIRY_SWEEP_SECONDS (`Node.expire_notifications`)."""
+    node = app[NODE]
+
+    async def loop() -> None:
+        while True:
+            try:
+                await node.expire_notifications()
+            except Exception:  # the next round tries again; polls that lease expire too
+                if node.db._writer is not None:  # not merely the node closing underneath the app
+                    log.exception("notification expiry sweep failed")
+            await asyncio.sleep(EXPIRY_SWEEP_SECONDS)
+
+    task = asyncio.create_task(loop(), name="notification-expiry")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def build(data_dir: Path) -> web.Application:

@@ -133,6 +133,21 @@ def contradictions(conn: sqlite3.Connection, arrived_hashes: str, now_ms: int) -
 # by notifications_expiry, so only those are visited), and the agent's leases lapsed MAX_ATTEMPTS times (an
 # agent's leased notifications are few).
 EXPIRE_SQL = "UPDATE notifications SET status = 'expired' WHERE status IN ('pending', 'leased') AND expires_ms <= :now"
+EXPIRED_WAITING_SQL = (
+    "SELECT EXISTS (SELECT 1 FROM notifications WHERE status IN ('pending', 'leased') AND expires_ms <= :now)"
+)
+
+
+def expire(conn: sqlite3.Connection, now_ms: int) -> int:
+    """Mark every agent's notifications past their expiry `expired`; how many."""
+    return conn.execute(EXPIRE_SQL, {"now": now_ms}).rowcount
+
+
+def expired_waiting(conn: sqlite3.Connection, now_ms: int) -> bool:
+    """Whether some pending or leased notification is past its expiry (a seek on the partial expiry index)."""
+    return bool(conn.execute(EXPIRED_WAITING_SQL, {"now": now_ms}).fetchone()[0])
+
+
 FAIL_SQL = (
     "UPDATE notifications SET status = 'failed'"
     " WHERE agent_id = :agent AND status = 'leased' AND next_attempt_ms <= :now AND attempt_count >= :attempts"
@@ -196,7 +211,7 @@ def take_inbox(
     a lease that lapses makes the notification deliverable again; after MAX_ATTEMPTS lapses it is
     failed; past its expiry it is expired (any agent's: the expired are found by index, not per agent).
     """
-    conn.execute(EXPIRE_SQL, {"now": now_ms})
+    expire(conn, now_ms)
     conn.execute(FAIL_SQL, {"agent": agent_id, "now": now_ms, "attempts": MAX_ATTEMPTS})
     rows = conn.execute(INBOX_SQL, {"agent": agent_id, "now": now_ms, "since": since_ms, "limit": limit}).fetchall()
     if rows:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -10,6 +12,7 @@ from aiohttp.test_utils import TestClient
 
 from node import notify
 from node.api_types import SubscriptionIn
+from node.app import expiry_sweep
 from node.service import MAX_SUBSCRIPTIONS, Node
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import count, get_json, link, post, problem
@@ -383,3 +386,31 @@ async def test_an_empty_inbox_is_answered_without_the_writer(
         await inbox(client, bob)
     assert (await statuses(node, bob.agent_id))[entry["id"]][0] == "failed"
     assert await poll_counting_writes() == ([], 0)
+
+
+async def test_notifications_of_agents_that_never_poll_are_expired_by_the_sweep(
+    client: TestClient, make_agent: MakeAgent, node: Node, clock: FakeClock
+) -> None:
+    """Polls with nothing to lease are answered without the writer, so expiry does not wait for one: the node
+    sweeps (Node.expire_notifications, run by the app every EXPIRY_SWEEP_SECONDS), with a writer job only when
+    something has expired."""
+    alice, bob, carol = await make_agent("alice"), await make_agent("bob"), await make_agent("carol")
+    entry = await post(client, alice, content="for bob, who never polls", directed_to=[bob.agent_id])
+    assert await node.expire_notifications() == 0
+    clock.advance(notify.NOTIFICATION_TTL_MS / 1000 + 1)
+    assert await inbox(client, carol) == []  # carol's empty poll does not expire bob's notification
+    assert (await statuses(node, bob.agent_id))[entry["id"]][0] == "pending"
+    sweep = expiry_sweep(client.server.app)
+    await sweep.__anext__()  # the app's sweep, started as at start-up: its first round runs at once
+    try:
+        for _ in range(200):
+            if (await statuses(node, bob.agent_id))[entry["id"]][0] == "expired":
+                break
+            await asyncio.sleep(0.01)
+        assert (await statuses(node, bob.agent_id))[entry["id"]][0] == "expired"
+    finally:
+        with contextlib.suppress(StopAsyncIteration):
+            await sweep.__anext__()
+    before = node.db.stats.transactions
+    assert await node.expire_notifications() == 0
+    assert node.db.stats.transactions == before  # nothing expired: no writer job
