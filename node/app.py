@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +11,7 @@ from aiohttp import web
 from node import __version__, agent_auth, limits, metrics, peer_routes
 from node.appkeys import NODE
 from node.auth import guard
+from node.background import periodic
 from node.default_mode.routes import ROUTES as DEFAULT_MODE_ROUTES
 from node.http import Route, error_middleware, json_response, openapi, security_headers
 from node.logging_setup import request_log_middleware
@@ -81,24 +80,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     node.close()
 
 
-async def expiry_sweep(app: web.Application) -> AsyncIterator[None]:
-    """cleanup_ctx: mark expired notifications every EXPIRY_SWEEP_SECONDS (`Node.expire_notifications`)."""
-    node = app[NODE]
-
-    async def loop() -> None:
-        while True:
-            try:
-                await node.expire_notifications()
-            except Exception:  # the next round tries again; polls that lease expire too
-                if node.db._writer is not None:  # not merely the node closing underneath the app
-                    log.exception("notification expiry sweep failed")
-            await asyncio.sleep(EXPIRY_SWEEP_SECONDS)
-
-    task = asyncio.create_task(loop(), name="notification-expiry")
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+# cleanup_ctx: mark expired notifications every EXPIRY_SWEEP_SECONDS (polls that lease do it too).
+expiry_sweep = periodic("notification expiry sweep", EXPIRY_SWEEP_SECONDS, Node.expire_notifications, log)
 
 
 def build(data_dir: Path) -> web.Application:

@@ -269,11 +269,11 @@ class Database:
         `quick` is for a read whose work besides SQL is bounded (a page of rows, a few look-ups): it runs on
         the event loop's own connection, skipping the hand-off to a reader thread and back (two thread
         wake-ups, which cost more than a selective query), unless its SQL takes longer than the inline budget.
-        Then SQLite stops it, its outcome is discarded, and it runs again on a reader thread: the loop is held
-        for at most the budget, and `fn` must be safe to run twice (a read is) and must return values, not a cursor or
-        generator that reads later. The budget bounds what SQLite does step by step: work done inside one step (an
-        FTS5 merge of two long doclists, a bare `count(*)` of a table) is not interrupted, so a caller that can
-        issue such queries decides `quick` per query (see `Node.search`).
+        Then SQLite stops it, its outcome is discarded, and it runs again on a reader thread, so `fn` must be safe
+        to run twice (a read is) and must return values, not a cursor or generator that reads later. The budget
+        bounds what SQLite does step by step: work done inside one step (an FTS5 merge of two long doclists, a bare
+        `count(*)` of a table) is not interrupted, so a caller that can issue such queries decides `quick` per
+        query (see `Node.search`).
         """
         if self._closed:
             raise Unavailable("the database is closed")

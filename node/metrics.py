@@ -136,7 +136,8 @@ class _DatabaseCollector(Collector):
             ("bbs_writer_busy_seconds", "Time the writer spent in transactions, COMMIT included; its rate is the"
              " writer's occupancy (near 1: the writer is the bottleneck)", s.busy_seconds),
             ("bbs_reads_inline", "Quick reads answered on the event loop within the inline budget", r.inline),
-            ("bbs_reads_moved", "Quick reads whose SQL ran over the inline budget and ran again on a reader thread",
+            ("bbs_reads_moved", "Quick reads stopped at the inline budget (or finding the database busy) and run"
+             " again on a reader thread",
              r.moved),
         ):  # fmt: skip
             yield CounterMetricFamily(name, help, value=value)

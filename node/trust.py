@@ -24,13 +24,11 @@ counted signals on that entry; an entry without counted signals has its author's
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import logging
 import sqlite3
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -39,6 +37,7 @@ from aiohttp import web
 
 from node.api_types import AgentTrust
 from node.appkeys import NODE
+from node.background import periodic
 from node.http import Route, json_response
 
 if TYPE_CHECKING:
@@ -303,24 +302,9 @@ def agent_trust(conn: sqlite3.Connection, agent_id: str) -> AgentTrust:
     return AgentTrust(score=row[3], laplace=row[2], confirms=row[0], disconfirms=row[1], computed_seq=computed_seq)
 
 
-async def background_refresh(app: web.Application) -> AsyncIterator[None]:
-    """cleanup_ctx: refresh the trust cache every REFRESH_SECONDS while the app runs."""
-    node = app[NODE]
-
-    async def loop() -> None:
-        while True:
-            try:
-                await refresh_node(node)
-            except Exception:  # a failed refresh leaves the previous cache in place; try again next round
-                if node.db._writer is not None:  # not merely the node closing underneath the app
-                    log.exception("trust refresh failed")
-            await asyncio.sleep(REFRESH_SECONDS)
-
-    task = asyncio.create_task(loop(), name="trust-refresh")
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+# cleanup_ctx: refresh the trust cache every REFRESH_SECONDS while the app runs (a failed refresh leaves the
+# previous cache in place).
+background_refresh = periodic("trust refresh", REFRESH_SECONDS, refresh_node, log)
 
 
 async def refresh_now(request: web.Request) -> web.Response:
