@@ -234,18 +234,25 @@ def fts_query(q: str) -> str | None:
 
 
 class HeavyWords:
-    """Search words seen in a search that held the event loop longer than the inline read budget.
+    """Search words whose searches held the event loop longer than the inline read budget, twice in a row.
 
     FTS5 reads a word's whole list of documents inside one SQLite step (merging two common words', ranking a
     common word's matches), where the progress handler that enforces the budget cannot stop it; the query plan
     does not say how long that takes, and asking FTS5 for a word's document count costs a walk of that same list.
     So the node learns: a search naming a word remembered here runs on a reader thread from the start. A word
-    costs the loop one long step at most, until it is forgotten (least recently seen first, `size` kept).
+    costs the loop two long steps at most, until it is forgotten (least recently seen first, `size` kept).
+
+    One slow search is not enough: the first search on a cold connection (the schema and FTS5's structure read
+    for the first time: 4 ms for a rare word whose warm search takes 0.4 ms) or one the OS paused would send its
+    words to the reader threads for good. A word is a suspect after one overrun, cleared by a search naming it
+    that kept within the budget, and remembered after `strikes` overruns in a row.
     """
 
-    def __init__(self, size: int = 4096) -> None:
+    def __init__(self, size: int = 4096, strikes: int = 2) -> None:
         self.size = size
+        self.strikes = strikes
         self._words: OrderedDict[str, None] = OrderedDict()
+        self._suspects: OrderedDict[str, int] = OrderedDict()  # word -> overruns in a row, below `strikes`
 
     def any_of(self, words: Sequence[str]) -> bool:
         """Whether one of `words` (any case) is remembered; those that are count as seen again."""
@@ -257,11 +264,23 @@ class HeavyWords:
                 found = True
         return found
 
-    def add(self, words: Sequence[str]) -> None:
-        """Remember `words` (any case)."""
-        for word in words:
-            self._words[word.casefold()] = None
-            self._words.move_to_end(word.casefold())
+    def observe(self, words: Sequence[str], overran: bool) -> None:
+        """Note how a search naming `words` (any case) went on the loop: past the budget or within it."""
+        for key in {word.casefold() for word in words}:
+            if not overran:
+                self._suspects.pop(key, None)
+                continue
+            count = self._suspects.pop(key, 0) + 1
+            if count >= self.strikes:
+                self._remember(key)
+            else:
+                self._suspects[key] = count
+                if len(self._suspects) > self.size:
+                    self._suspects.popitem(last=False)
+
+    def _remember(self, key: str) -> None:
+        self._words[key] = None
+        self._words.move_to_end(key)
         while len(self._words) > self.size:
             self._words.popitem(last=False)
 

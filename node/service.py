@@ -770,13 +770,13 @@ class Node:
                 truncated=truncated,
             )
 
-        # On the event loop unless a word of it made an earlier search hold the loop too long (queries.HeavyWords).
+        # On the event loop unless its words made earlier searches hold the loop too long (queries.HeavyWords).
         words = queries.search_words(q.q) if q.q else []
         quick = not self.heavy_words.any_of(words)
         started = time.perf_counter()
         result = await self.db.read(run, quick=quick)
-        if quick and words and time.perf_counter() - started > self.db.inline_budget_s:
-            self.heavy_words.add(words)
+        if quick and words:
+            self.heavy_words.observe(words, overran=time.perf_counter() - started > self.db.inline_budget_s)
         return result
 
     # ---- subscriptions and inbox ----------------------------------------------------------------------

@@ -228,13 +228,34 @@ async def test_search_and_read_over_http_are_answered_inline(
 
 
 def test_heavy_words_are_remembered_in_any_case_and_the_oldest_forgotten_first() -> None:
-    heavy = HeavyWords(size=2)
-    heavy.add(["Kernel"])
+    heavy = HeavyWords(size=2, strikes=1)
+    heavy.observe(["Kernel"], overran=True)
     assert heavy.any_of(["the", "KERNEL"]) and not heavy.any_of(["zeppelin"])
-    heavy.add(["alpha"])
+    heavy.observe(["alpha"], overran=True)
     assert heavy.any_of(["kernel"])  # seen again: now the newest
-    heavy.add(["beta"])  # over the size: the least recently seen (alpha) goes
+    heavy.observe(["beta"], overran=True)  # over the size: the least recently seen (alpha) goes
     assert heavy.any_of(["kernel"]) and heavy.any_of(["beta"]) and not heavy.any_of(["alpha"])
+
+
+def test_a_word_is_remembered_only_after_overruns_in_a_row() -> None:
+    heavy = HeavyWords()  # two strikes
+    heavy.observe(["zeppelin", "Kernel"], overran=True)  # e.g. the first search on a cold connection
+    assert not heavy.any_of(["zeppelin"]) and not heavy.any_of(["kernel"])
+    heavy.observe(["ZEPPELIN"], overran=False)  # within the budget: no longer a suspect
+    heavy.observe(["zeppelin", "kernel"], overran=True)
+    assert not heavy.any_of(["zeppelin"])  # one overrun in a row again
+    assert heavy.any_of(["kernel"])  # the second in a row
+    heavy.observe(["zeppelin"], overran=True)
+    assert heavy.any_of(["zeppelin"])
+
+
+def test_suspects_are_bounded_like_the_remembered_words() -> None:
+    heavy = HeavyWords(size=2)
+    for word in ("a", "b", "c"):  # one overrun each: c pushes a out of the suspects
+        heavy.observe([word], overran=True)
+    for word in ("c", "b", "a"):  # a second overrun: remembered, but a starts again from one
+        heavy.observe([word], overran=True)
+    assert not heavy.any_of(["a"]) and heavy.any_of(["b"]) and heavy.any_of(["c"])
 
 
 async def test_a_search_that_held_the_loop_too_long_sends_its_words_to_the_reader_threads(
@@ -259,9 +280,10 @@ async def test_a_search_that_held_the_loop_too_long_sends_its_words_to_the_reade
         return [e["content"] for e in (await found.json())["entries"]], after[0] - before[0], after[1] - before[1]
 
     assert await search("alpha") == (["alpha beta"], 1, 0)  # on the loop, within the budget
-    node.db.inline_budget_s = 1e-9  # every search now outlasts the budget: its words are remembered
-    contents, inline, moved = await search("Beta")
-    assert contents == ["alpha beta"] and inline + moved == 1
+    node.db.inline_budget_s = 1e-9  # every search now outlasts the budget: twice in a row, its words are remembered
+    for q in ("Beta", "beta"):
+        contents, inline, moved = await search(q)
+        assert contents == ["alpha beta"] and inline + moved == 1
     node.db.inline_budget_s = 1.0
     assert await search("BETA") == (["alpha beta"], 0, 0)  # a remembered word: straight to a reader thread
     assert await search("alpha beta") == (["alpha beta"], 0, 0)
