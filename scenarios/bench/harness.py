@@ -57,29 +57,15 @@ class Server:
             env=env,
         )
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BenchFailure(f"bbs serve exited with {self.proc.returncode}; see {self.data / 'serve.log'}")
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise BenchFailure(f"bbs serve did not answer /healthz within {timeout}s")
+        try:
+            wait_healthy(self.proc, self.url, timeout, f"bbs serve (see {self.data / 'serve.log'})")
+        except BenchFailure:
+            self.stop()
+            raise
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc)
         self.proc = None
 
     def rss_bytes(self) -> tuple[int, int]:
@@ -106,6 +92,32 @@ class Server:
             fields = fh.read().rsplit(")", 1)[1].split()
         ticks = os.sysconf("SC_CLK_TCK")
         return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], url: str, timeout: float, what: str) -> None:
+    """Wait until the server process at `url` answers GET /healthz with 200; BenchFailure if it exits or does not."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BenchFailure(f"{what} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise BenchFailure(f"{what} did not answer /healthz within {timeout}s")
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT (a server's clean shutdown), then SIGKILL if it has not exited within 15 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def proc_rss(pid: int) -> tuple[int, int]:
