@@ -96,19 +96,11 @@ def verify(record: dict[str, Any], *, check_signature: bool = True) -> str:
     signature = record.get("signature")
     if not isinstance(signature, str):
         raise RecordError("bad_signature", "signature is missing", "$.signature")
-    if kind == "entry":  # the seed's record_hash covers five fields, not the signed bytes
-        if check_signature:
-            _check_signature(author, canonical.canonical_bytes(body), signature)
-        return compute_hash(record)
-    signed_bytes = canonical.canonical_bytes(body)
-    if check_signature:
-        _check_signature(author, signed_bytes, signature)
-    return canonical.sha256_hex(signed_bytes)
-
-
-def _check_signature(author: str, signed_bytes: bytes, signature: str) -> None:
-    if not keys.verify(author, signed_bytes, signature):
+    # An entry's hash is the seed's record_hash over five fields: its signed bytes serve only the signature.
+    signed_bytes = canonical.canonical_bytes(body) if check_signature or kind != "entry" else b""
+    if check_signature and not keys.verify(author, signed_bytes, signature):
         raise RecordError("bad_signature", "signature does not verify against author_id", "$.signature")
+    return compute_hash(record) if kind == "entry" else canonical.sha256_hex(signed_bytes)
 
 
 def check(record: dict[str, Any], *, check_signature: bool = True) -> tuple[str, Any]:
