@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from node.db import Database, Mergeable
+from node.db import WRITER_CACHE_KIB, Database, Mergeable
 from node.service import Node
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import count, entry_record, post, problem, self_signer
@@ -118,6 +118,16 @@ def test_a_write_whose_event_loop_closed_still_commits_and_the_writer_lives_on(t
     finally:
         gate.set()
         database.close()
+
+
+async def test_the_writer_keeps_a_larger_page_cache_than_readers(db: Database) -> None:
+    def cache_pages(conn: sqlite3.Connection) -> int:
+        return int(conn.execute("PRAGMA cache_size").fetchone()[0])
+
+    assert await db.write(cache_pages) == -WRITER_CACHE_KIB  # negative: KiB rather than pages
+    reader_cache = await db.read(cache_pages)
+    assert reader_cache != -WRITER_CACHE_KIB
+    assert reader_cache == sqlite3.connect(":memory:").execute("PRAGMA cache_size").fetchone()[0]
 
 
 async def test_queued_jobs_of_one_kind_run_in_one_call(db: Database) -> None:
