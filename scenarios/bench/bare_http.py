@@ -1,46 +1,144 @@
-"""A bare aiohttp server: one handler answering a small JSON body, no middleware and no node code.
+"""Bare aiohttp servers: the floors a node's figures are read against, with no middleware and no node code.
 
-What any aiohttp route costs on this machine before a node adds anything. The search benchmark times it with
-the same client and the same request as the node's `GET /healthz`, in its own process as the node is
-(`python -m scenarios.bench.bare_http PORT`).
+- `GET /healthz` answers a small JSON body: what any aiohttp route costs on this machine before a node adds
+  anything (the search benchmark's floor).
+- `POST /v1/entries` (when started with a database file) is the least a one-process aiohttp node with one
+  writer thread must do per posted entry: decode the JSON body, build the canonical record, sign it with
+  Ed25519 and hash it, hand it to a writer thread that commits what has queued in one transaction (the raw
+  baseline's rows: records, entries with the FTS5 trigger, entry_tags; the node's schema and pragmas), and
+  answer 201 with the stored id, hash and record. No authentication, validation, record check, access log,
+  idempotency, links or notifications (the ingest benchmark's floor).
+
+Each runs in its own process as the node does (`python -m scenarios.bench.bare_http PORT [DATABASE]`), and is
+timed with the same client and requests as the node.
 """
 
 from __future__ import annotations
 
+import asyncio
+import queue
 import subprocess
 import sys
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
 from types import TracebackType
+from typing import Any
 
+import msgspec
 from aiohttp import web
 
+from identity import canonical, keys, records
+from node import db
+from scenarios.bench import corpus
 from scenarios.bench.harness import free_port, stop_process, wait_healthy
+from scenarios.bench.raw import sqlite_rows
 
 BODY = b'{"status":"ok"}'
+WRITER: web.AppKey[BareWriter] = web.AppKey("writer")
+SIGNER: web.AppKey[keys.SigningKey] = web.AppKey("signer")
+_decode_body = msgspec.json.Decoder(dict[str, Any]).decode
 
 
 async def healthz(request: web.Request) -> web.Response:
     return web.Response(body=BODY, content_type="application/json")
 
 
-def app() -> web.Application:
-    """The whole application: one route."""
+class _Post(msgspec.Struct):
+    record: dict[str, Any]
+    record_hash: str
+    future: asyncio.Future[int]
+    loop: asyncio.AbstractEventLoop
+
+
+class BareWriter:
+    """One thread and one connection: each transaction commits every post queued when it began."""
+
+    def __init__(self, path: Path) -> None:
+        self._posts: queue.SimpleQueue[_Post] = queue.SimpleQueue()
+        self._conn = db.connect(path)
+        db.migrate(self._conn)
+        threading.Thread(target=self._run, name="bare-writer", daemon=True).start()
+
+    def submit(self, post: _Post) -> None:
+        self._posts.put(post)
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._posts.get()]
+            while not self._posts.empty():
+                batch.append(self._posts.get_nowait())
+            # the raw baseline's rows, so both store the same
+            rows = sqlite_rows([(post.record, post.record_hash) for post in batch])
+            self._conn.execute("BEGIN IMMEDIATE")
+            last = db.insert_rows(
+                self._conn,
+                "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)",
+                [log_row for log_row, _, _ in rows],
+            ).last_rowid
+            first = last - len(batch) + 1
+            db.insert_rows(
+                self._conn,
+                "INSERT INTO entries (id, record_hash, content_fingerprint, author_id, created_at, created_ms,"
+                " entry_type, performative, content, confidence, tags, directed_to, metadata, truth_state, authority,"
+                " scope, signature)",
+                [(first + i, *entry_row) for i, (_, entry_row, _) in enumerate(rows)],
+            )
+            db.insert_rows(
+                self._conn,
+                "INSERT INTO entry_tags (entry_id, tag)",
+                [(first + i, tag) for i, (_, _, tags) in enumerate(rows) for tag in tags],
+            )
+            self._conn.execute("COMMIT")
+            batch[0].loop.call_soon_threadsafe(_settle, [(post.future, first + i) for i, post in enumerate(batch)])
+
+
+def _settle(answers: list[tuple[asyncio.Future[int], int]]) -> None:
+    for future, seq in answers:
+        if not future.cancelled():
+            future.set_result(seq)
+
+
+async def post_entry(request: web.Request) -> web.Response:
+    body = _decode_body(await request.read())
+    signer = request.app[SIGNER]
+    unsigned = corpus.entry_body(
+        signer.did, canonical.format_created_at(datetime.now(UTC)), body["content"], sorted(set(body["tags"])), []
+    )
+    unsigned.update(entry_type=body["entry_type"], performative=body["performative"], confidence=body["confidence"])
+    record = records.sign(unsigned, signer)
+    record_hash = records.compute_hash(record)
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[int] = loop.create_future()
+    request.app[WRITER].submit(_Post(record, record_hash, future, loop))
+    seq = await future
+    answer = {"id": seq, "record_hash": record_hash, "record": record}
+    return web.Response(body=msgspec.json.encode(answer), status=201, content_type="application/json")
+
+
+def app(database: Path | None = None) -> web.Application:
+    """The whole application: `GET /healthz`, and `POST /v1/entries` writing to `database` when one is given."""
     application = web.Application()
     application.router.add_get("/healthz", healthz)
+    if database is not None:
+        application[WRITER] = BareWriter(database)
+        application[SIGNER] = keys.SigningKey.generate()
+        application.router.add_post("/v1/entries", post_entry)
     return application
 
 
 class BareServer:
-    """This module's server as a subprocess on a free loopback port."""
+    """This module's server as a subprocess on a free loopback port (with the ingest route if `database`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, database: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.database = database
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> BareServer:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scenarios.bench.bare_http", str(self.port)], stdout=subprocess.DEVNULL
-        )
+        args = [sys.executable, "-m", "scenarios.bench.bare_http", str(self.port)]
+        self.proc = subprocess.Popen(args + ([str(self.database)] if self.database else []), stdout=subprocess.DEVNULL)
         try:
             wait_healthy(self.proc, self.url, 30.0, "the bare aiohttp server")
         except BaseException:
@@ -52,6 +150,16 @@ class BareServer:
         if self.proc is not None:
             stop_process(self.proc)
 
+    def stored(self) -> int:
+        """Entries the ingest route committed (read from the file; call after the load, while it runs)."""
+        assert self.database is not None
+        conn = db.connect(self.database, readonly=True)
+        try:
+            return int(conn.execute("SELECT count(*) FROM entries").fetchone()[0])
+        finally:
+            conn.close()
+
 
 if __name__ == "__main__":
-    web.run_app(app(), host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+    database = Path(sys.argv[2]) if len(sys.argv) > 2 else None
+    web.run_app(app(database), host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from identity import keys
 from node.api_types import MAX_BATCH
 from scenarios.bench import corpus, raw
+from scenarios.bench.bare_http import BareServer
 from scenarios.bench.context import Context
-from scenarios.bench.harness import Call, LoadResult, Server, bearer, run_load
+from scenarios.bench.harness import BenchFailure, Call, LoadResult, Server, bearer, run_load
 from scenarios.bench.report import Row, ms, percentile, rate, ratio
 
 BENCH = "ingest"
@@ -90,6 +91,20 @@ def _drive(server: Server, admin_token: str, lanes: list[list[Call]]) -> tuple[L
     return result, cpu, {name: writer_after[name] - writer_before.get(name, 0.0) for name in writer_after}
 
 
+def _bare_floor(ctx: Context, per_lane: int) -> LoadResult:
+    """The same single posts, with the same client, sent to `bare_http`'s ingest route: aiohttp, Ed25519 signing
+    and one writer thread committing the raw baseline's rows, and nothing else a node does."""
+    database = ctx.workdir / "ingest-floor.db"
+    for suffix in ("", "-wal", "-shm"):
+        database.with_name(database.name + suffix).unlink(missing_ok=True)
+    lanes = node_signed_lanes([f"floor-{i}" for i in range(ctx.sizes.clients)], per_lane, offset=1_000_000)
+    with BareServer(database) as bare:
+        result = asyncio.run(run_load(bare.url, lanes, expect=lambda s: s == 201))
+        if bare.stored() != result.count:
+            raise BenchFailure(f"the bare ingest server stored {bare.stored()} of {result.count} acknowledged posts")
+    return result
+
+
 def run(ctx: Context) -> None:
     """Measure the four ingest paths and report them against the raw SQLite rate."""
     sizes = ctx.sizes
@@ -111,6 +126,7 @@ def run(ctx: Context) -> None:
             lambda agents: as_batches(author_signed_lanes(agents, per_lane)),
         ),
     ]
+    floor = _bare_floor(ctx, per_lane)
     measured: list[Measured] = []
     for n, (label, keep_key, make_lanes) in enumerate(paths):
         # each path starts from an empty node, as the raw baseline starts from an empty database
@@ -183,6 +199,35 @@ def run(ctx: Context) -> None:
                 " the raw sqlite3 run's time per entry",
             )
         )
+    floor_rate, single_rate = floor.count / floor.elapsed, measured[0].entries / measured[0].result.elapsed
+    ctx.report.add(
+        Row(
+            BENCH,
+            "floor: bare aiohttp + one writer thread, single posts: entries/s vs raw sqlite3 batched",
+            rate(floor_rate),
+            rate(sqlite_rate),
+            ratio(floor_rate, sqlite_rate),
+            "",
+            None,
+            f"{floor.count} posts, the node-signed bodies; scenarios/bench/bare_http.py in its own process: decode,"
+            " canonical record, Ed25519 sign, one writer thread committing what queued (raw baseline's rows), 201;"
+            " no auth, validation, record check, access log, links or notifications. What any one-process aiohttp"
+            " node with one writer could reach here",
+        )
+    )
+    ctx.report.add(
+        Row(
+            BENCH,
+            "node-signed single posts vs the floor",
+            rate(single_rate),
+            rate(floor_rate),
+            ratio(single_rate, floor_rate),
+            "",
+            None,
+            "the node's node-signed single posts above against the floor's; the rest is what the node does per post"
+            " beyond the floor",
+        )
+    )
     signed_result = measured[1].result
     ctx.cache["ingest_author_signed"] = {
         "rate": signed_result.per_second,
