@@ -68,35 +68,50 @@ class BareWriter:
             batch = [self._posts.get()]
             while not self._posts.empty():
                 batch.append(self._posts.get_nowait())
-            # the raw baseline's rows, so both store the same
-            rows = sqlite_rows([(post.record, post.record_hash) for post in batch])
-            self._conn.execute("BEGIN IMMEDIATE")
-            last = db.insert_rows(
-                self._conn,
-                "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)",
-                [log_row for log_row, _, _ in rows],
-            ).last_rowid
-            first = last - len(batch) + 1
-            db.insert_rows(
-                self._conn,
-                "INSERT INTO entries (id, record_hash, content_fingerprint, author_id, created_at, created_ms,"
-                " entry_type, performative, content, confidence, tags, directed_to, metadata, truth_state, authority,"
-                " scope, signature)",
-                [(first + i, *entry_row) for i, (_, entry_row, _) in enumerate(rows)],
-            )
-            db.insert_rows(
-                self._conn,
-                "INSERT INTO entry_tags (entry_id, tag)",
-                [(first + i, tag) for i, (_, _, tags) in enumerate(rows) for tag in tags],
-            )
-            self._conn.execute("COMMIT")
-            batch[0].loop.call_soon_threadsafe(_settle, [(post.future, first + i) for i, post in enumerate(batch)])
+            answers: list[tuple[asyncio.Future[int], int | Exception]]
+            try:
+                first = self._commit(batch)
+                answers = [(post.future, first + i) for i, post in enumerate(batch)]
+            except Exception as exc:  # answered as a failure (500): the benchmark stops rather than hangs
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                answers = [(post.future, exc) for post in batch]
+            batch[0].loop.call_soon_threadsafe(_settle, answers)
+
+    def _commit(self, batch: list[_Post]) -> int:
+        """Store the batch in one transaction (the raw baseline's rows, so both store the same); its first seq."""
+        rows = sqlite_rows([(post.record, post.record_hash) for post in batch])
+        self._conn.execute("BEGIN IMMEDIATE")
+        last = db.insert_rows(
+            self._conn,
+            "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)",
+            [log_row for log_row, _, _ in rows],
+        ).last_rowid
+        first = last - len(batch) + 1
+        db.insert_rows(
+            self._conn,
+            "INSERT INTO entries (id, record_hash, content_fingerprint, author_id, created_at, created_ms,"
+            " entry_type, performative, content, confidence, tags, directed_to, metadata, truth_state, authority,"
+            " scope, signature)",
+            [(first + i, *entry_row) for i, (_, entry_row, _) in enumerate(rows)],
+        )
+        db.insert_rows(
+            self._conn,
+            "INSERT INTO entry_tags (entry_id, tag)",
+            [(first + i, tag) for i, (_, _, tags) in enumerate(rows) for tag in tags],
+        )
+        self._conn.execute("COMMIT")
+        return first
 
 
-def _settle(answers: list[tuple[asyncio.Future[int], int]]) -> None:
-    for future, seq in answers:
-        if not future.cancelled():
-            future.set_result(seq)
+def _settle(answers: list[tuple[asyncio.Future[int], int | Exception]]) -> None:
+    for future, outcome in answers:
+        if future.cancelled():
+            continue
+        if isinstance(outcome, Exception):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
 
 
 async def post_entry(request: web.Request) -> web.Response:
