@@ -43,12 +43,12 @@ MAX_BATCH = 256
 # rare-term searches in a served node (a query right after the loop wakes runs 3-4x slower than in a hot loop);
 # 2 ms keeps them inline and costs a common-term search (50 ms at 100k entries) 4% (docs/performance.md).
 INLINE_BUDGET_S = 0.002
+_BUDGET_CHECK_OPS = 1000
 # The page cache of a connection that writes (SQLite's default is 2 MiB). An insert touches a leaf page of
 # every index and FTS5's segments; past a few thousand entries those no longer fit in 2 MiB, and each commit
 # read pages back from the file (3 reads per single post). SQLite allocates the cache as pages are used, so a
 # small database costs no more. 64 MiB: +18% raw batched inserts, +13% single posts (docs/performance.md).
 WRITER_CACHE_KIB = 65536
-_BUDGET_CHECK_OPS = 1000
 
 
 class SchemaTooNew(RuntimeError):

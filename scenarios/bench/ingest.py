@@ -95,8 +95,7 @@ def _bare_floor(ctx: Context, per_lane: int) -> LoadResult:
     """The same single posts, with the same client, sent to `bare_http`'s ingest route: aiohttp, Ed25519 signing
     and one writer thread committing the raw baseline's rows, and nothing else a node does."""
     database = ctx.workdir / "ingest-floor.db"
-    for suffix in ("", "-wal", "-shm"):
-        database.with_name(database.name + suffix).unlink(missing_ok=True)
+    raw.remove_database(database)
     lanes = node_signed_lanes([f"floor-{i}" for i in range(ctx.sizes.clients)], per_lane, offset=1_000_000)
     with BareServer(database) as bare:
         result = asyncio.run(run_load(bare.url, lanes, expect=lambda s: s == 201))

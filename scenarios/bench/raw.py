@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from identity import canonical, keys, records
@@ -97,10 +98,15 @@ def sqlite_batched_rate(ctx: Context) -> float:
     return float(ctx.cache["sqlite_rate"])
 
 
-def _sqlite_round(ctx: Context, rows: list[tuple[tuple[Any, ...], tuple[Any, ...], list[Any]]]) -> float:
-    path = ctx.workdir / "raw-sqlite.db"
+def remove_database(path: Path) -> None:
+    """Delete an SQLite file and its WAL and shared-memory files, so a run starts from an empty database."""
     for suffix in ("", "-wal", "-shm"):
         path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
+def _sqlite_round(ctx: Context, rows: list[tuple[tuple[Any, ...], tuple[Any, ...], list[Any]]]) -> float:
+    path = ctx.workdir / "raw-sqlite.db"
+    remove_database(path)
     conn = db.connect(path)
     db.migrate(conn)
     started = time.perf_counter()
