@@ -5,8 +5,8 @@
 
 With an identity (the agent's private key, see agent.identity_file) the client builds and signs every
 entry, link, bus message and task event (declare, release, complete) itself and submits `{"record": ...}`:
-the node only verifies. Records are built by the functions the node uses (node.api_types.unsigned_entry,
-node/workflows/unsigned.py), so they are the same whoever signs them. Lease grants stay the node's: the
+the node only verifies. Records are built by the functions the node uses (node.wire.api.unsigned_entry,
+node/wire/unsigned.py), so they are the same whoever signs them. Lease grants stay the node's: the
 task's home node is its lease authority. Without an API key such a
 client authenticates by proving its key (POST /v1/auth/challenge + /v1/auth/session, node/agent_auth.py),
 so it can use any node that knows its identity.
@@ -30,7 +30,8 @@ import aiohttp
 import msgspec
 
 from identity import canonical, keys, records
-from node.api_types import (
+from node.wire import unsigned
+from node.wire.api import (
     MAX_BATCH,
     AckIn,
     AckOut,
@@ -61,8 +62,8 @@ from node.api_types import (
     SubscriptionOut,
     unsigned_entry,
 )
-from node.workflows import unsigned
-from node.workflows.wire import (
+from node.wire.time import format_ms, parse_ms
+from node.wire.workflows import (
     DeclareTask,
     FinishIn,
     Graph,
@@ -142,8 +143,8 @@ def _task_now(task: TaskOut) -> unsigned.TaskNow:
 
 def _next_created_at(task: TaskOut | None) -> str:
     """Now, or just after the task's newest event, so this agent's events fold in the order it made them."""
-    last = unsigned.parse_ms(task.updated_at) if task is not None else None
-    return unsigned.format_ms(unsigned.next_event_ms(last, time.time_ns() // 1_000_000))
+    last = parse_ms(task.updated_at) if task is not None else None
+    return format_ms(unsigned.next_event_ms(last, time.time_ns() // 1_000_000))
 
 
 def _check_checkpoint_size(current: dict[str, Any], patch: dict[str, Any]) -> None:

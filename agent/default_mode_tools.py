@@ -13,7 +13,7 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from agent.mcp_server import _client, _convert, _domain_errors, _out, tool
-from node.default_mode.wire import (
+from node.wire.default_mode import (
     CandidateOut,
     ConsolidateIn,
     CriticIn,

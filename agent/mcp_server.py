@@ -32,7 +32,7 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 from agent.client import BBSClientError, Client
-from node.api_types import InboxQuery, LinkSpec, PostEntry, PostLink, ReadQuery, SearchQuery, SubscriptionIn
+from node.wire.api import InboxQuery, LinkSpec, PostEntry, PostLink, ReadQuery, SearchQuery, SubscriptionIn
 
 ClientProvider = Callable[[], Awaitable[Client]]
 SKILL_URI = "bbs://skills/bbs-operations"

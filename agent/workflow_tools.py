@@ -12,7 +12,7 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from agent.mcp_server import _client, _convert, _domain_errors, _out, tool
-from node.workflows.wire import (
+from node.wire.workflows import (
     DeclareTask,
     FinishIn,
     LeaseIn,

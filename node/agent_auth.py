@@ -25,11 +25,12 @@ from aiohttp import web
 
 from identity import canonical, keys
 from node.agents import Principal
-from node.api_types import ChallengeIn, ChallengeOut, SessionIn, SessionOut
 from node.appkeys import NODE
 from node.errors import NotFound, Unauthorized
 from node.http import Route, convert, json_response, read_json
-from node.service import Node, format_ms
+from node.service import Node
+from node.wire.api import ChallengeIn, ChallengeOut, SessionIn, SessionOut
+from node.wire.time import format_ms
 
 PURPOSE = "agent-bbs-session"
 CHALLENGE_TTL_MS = 60_000

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from node.api_types import CreatedAgent
     from node.service import Node
+    from node.wire.api import CreatedAgent
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1

@@ -21,7 +21,6 @@ import msgspec
 from aiohttp import web
 
 from node import idempotency
-from node.api_types import Problem, SignedSubmission
 from node.errors import (
     BBSError,
     InvalidInput,
@@ -30,6 +29,7 @@ from node.errors import (
     RequestTimeout,
     UnsupportedMediaType,
 )
+from node.wire.api import Problem, SignedSubmission
 
 log = logging.getLogger("bbs.http")
 T = TypeVar("T")

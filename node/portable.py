@@ -15,9 +15,9 @@ from typing import Any
 
 from identity import keys, records
 from node import agents
-from node.api_types import CreatedAgent
 from node.errors import Conflict, InvalidInput, NotFound
 from node.service import Node
+from node.wire.api import CreatedAgent
 
 
 async def export_identity(node: Node, name: str) -> tuple[keys.SigningKey, dict[str, Any]]:

@@ -6,19 +6,17 @@ into freshly created projection tables and proves the tables are derived data.
 
 from __future__ import annotations
 
-import functools
 import json
-import re
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from identity import canonical
 from identity.schema import AgentRecord, EntryRecord, LinkRecord
 from node import db
 from node import notify as notifications
+from node.wire.time import parse_ms
 
 
 @dataclass(frozen=True)
@@ -31,7 +29,6 @@ class Projection:
     notify: bool  # False while rebuilding: notifications are node-local history, not derived data
 
 
-_CANONICAL_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{3})?Z")
 Projector = Callable[[sqlite3.Connection, Any, Projection], None]
 PROJECTORS: dict[str, Projector] = {}
 # Tables (and the FTS index) that hold only derived data; `rebuild` recreates exactly these.
@@ -46,33 +43,6 @@ def projector(kind: str) -> Callable[[Projector], Projector]:
         return fn
 
     return register
-
-
-@functools.lru_cache(maxsize=1024)
-def created_ms(created_at: str) -> int:
-    """Epoch milliseconds of a canonical created_at (canonical spelling does not sort as text).
-
-    Canonical spellings are read field by field (strptime cost a fifth of an append); anything else
-    goes to the strict parser, which refuses it with the reason. Remembered for recent values: one post
-    asks for the same created_at three times (clock check, log row, entry row).
-    """
-    if _CANONICAL_TIME.fullmatch(created_at) and not created_at.endswith(".000Z"):
-        try:
-            moment = datetime(
-                int(created_at[0:4]),
-                int(created_at[5:7]),
-                int(created_at[8:10]),
-                int(created_at[11:13]),
-                int(created_at[14:16]),
-                int(created_at[17:19]),
-                int(created_at[20:23]) * 1000 if len(created_at) == 24 else 0,
-                tzinfo=UTC,
-            )
-        except ValueError:
-            pass  # not a real date: the strict parser below raises with the reason
-        else:
-            return int(moment.timestamp() * 1000)  # the same arithmetic as the strict path
-    return int(canonical.parse_created_at(created_at).timestamp() * 1000)
 
 
 def append(
@@ -118,7 +88,7 @@ def append_many(conn: sqlite3.Connection, items: list[Incoming], *, origin: str,
             item.record["kind"],
             item.record["author_id"],
             item.record["created_at"],
-            created_ms(item.record["created_at"]),
+            parse_ms(item.record["created_at"]),
             item.scope,
             origin,
             now_ms,
@@ -227,7 +197,7 @@ def _entry_row(seq: int, record_hash: str, rec: EntryRecord) -> tuple[Any, ...]:
         canonical.content_fingerprint(rec.content),
         rec.author_id,
         rec.created_at,
-        created_ms(rec.created_at),
+        parse_ms(rec.created_at),
         rec.entry_type,
         rec.performative,
         rec.content,
@@ -298,7 +268,7 @@ def project_link(conn: sqlite3.Connection, rec: LinkRecord, ctx: Projection) -> 
 @projector("agent")
 def project_agent(conn: sqlite3.Connection, rec: AgentRecord, ctx: Projection) -> None:
     """The newest identity document of an agent wins, by (created_at, hash): the same on every node."""
-    ms = created_ms(rec.created_at)
+    ms = parse_ms(rec.created_at)
     conn.execute(
         "INSERT INTO agents (id, display_name, description, home_node, created_at, created_ms, doc_hash)"
         " VALUES (?, ?, ?, ?, ?, ?, ?)"

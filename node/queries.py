@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from node.api_types import EntryOut, LinkOut, SearchQuery
+from node.wire.api import EntryOut, LinkOut, SearchQuery
 
 MAX_NEIGHBOURHOOD = 1_000  # entries a traversal may collect before it stops and says so
 MAX_WALKED_LINKS = 1_000  # links likewise: a popular entry must not make an unbounded answer

@@ -5,7 +5,20 @@ from __future__ import annotations
 from aiohttp import web
 
 from node import idempotency
-from node.api_types import (
+from node.appkeys import NODE
+from node.auth import agent_id
+from node.errors import InvalidInput
+from node.http import (
+    Route,
+    convert,
+    decode_query,
+    idempotency_header,
+    json_response,
+    read_json,
+    signed_or,
+)
+from node.service import Node
+from node.wire.api import (
     AckIn,
     AckOut,
     AgentOut,
@@ -31,19 +44,6 @@ from node.api_types import (
     SubscriptionList,
     SubscriptionOut,
 )
-from node.appkeys import NODE
-from node.auth import agent_id
-from node.errors import InvalidInput
-from node.http import (
-    Route,
-    convert,
-    decode_query,
-    idempotency_header,
-    json_response,
-    read_json,
-    signed_or,
-)
-from node.service import Node
 
 
 def _node(request: web.Request) -> Node:

@@ -20,7 +20,11 @@ from typing import Any, Literal, NamedTuple, NoReturn, TypeVar
 from identity import canonical, keys, records
 from identity.schema import EntryRecord, LinkRecord
 from node import __version__, agents, idempotency, notify, projections, queries, trust
-from node.api_types import (
+from node.datadir import DataDir
+from node.db import Database, Mergeable
+from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
+from node.queries import ENTRY_COLUMNS, entry_out
+from node.wire.api import (
     MAX_BATCH,
     MAX_HOPS,
     AckOut,
@@ -41,10 +45,7 @@ from node.api_types import (
     SubscriptionOut,
     unsigned_entry,
 )
-from node.datadir import DataDir
-from node.db import Database, Mergeable
-from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
-from node.queries import ENTRY_COLUMNS, entry_out
+from node.wire.time import format_ms, parse_ms
 
 log = logging.getLogger("bbs.node")
 
@@ -349,7 +350,7 @@ class Node:
     async def _seal_later(self, taken: _HashTaken, agent_id: str) -> None:
         """Re-sign every post whose hash was taken 1 ms later, together: a concurrent batch with the same words
         collides with many of a batch's posts at once, and moving one per retry would exhaust the retries."""
-        later = max(projections.created_ms(post.seal.decoded.created_at) for post in taken.posts) + 1
+        later = max(parse_ms(post.seal.decoded.created_at) for post in taken.posts) + 1
         await self._seal(taken.posts, agent_id, later)
 
     async def post_entry_with(
@@ -537,7 +538,7 @@ class Node:
         return record, record_hash, decoded
 
     def _check_clock(self, created_at: str, field: str) -> None:
-        if projections.created_ms(created_at) > self.now_ms() + MAX_FUTURE_SKEW_MS:
+        if parse_ms(created_at) > self.now_ms() + MAX_FUTURE_SKEW_MS:
             raise InvalidInput("created_at is more than 5 minutes in the future", field=field, code="clock_skew")
 
     def _target_hash(self, conn: sqlite3.Connection, ref: str, index: int) -> str:
@@ -926,9 +927,3 @@ def parse_since(value: str | None, field: str) -> int | None:
     if moment.tzinfo is None:
         raise InvalidInput("since must carry a timezone (for example a trailing Z)", field=field)
     return int(moment.timestamp() * 1000)
-
-
-def format_ms(ms: int) -> str:
-    from datetime import UTC
-
-    return canonical.format_created_at(datetime.fromtimestamp(ms / 1000, UTC))

@@ -17,7 +17,8 @@ from yarl import URL
 from identity import keys
 from node import projections
 from node.errors import InvalidInput
-from node.service import Node, format_ms
+from node.service import Node
+from node.wire.time import format_ms
 from sync.messages import Digest, PeerCounters, PeerIn, PeerStatus
 from sync.store import Cursor, Invalid, Outcome, Page, PeerConfig, Verified
 

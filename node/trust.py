@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING
 import msgspec
 from aiohttp import web
 
-from node.api_types import AgentTrust
 from node.appkeys import NODE
 from node.background import periodic
 from node.http import Route, json_response
+from node.wire.api import AgentTrust
 
 if TYPE_CHECKING:
     from node.service import Node

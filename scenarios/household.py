@@ -27,7 +27,7 @@ from agent.runtime.config import load_skill, parse_config
 from agent.runtime.engines import Prompt, ScriptedEngine
 from agent.runtime.loop import AgentRuntime
 from agent.runtime.memory import WorkingMemory
-from node.api_types import ReadQuery
+from node.wire.api import ReadQuery
 from scenarios.fednet import ScenarioFailed, ServedNode
 
 SOULS = {

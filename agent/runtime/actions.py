@@ -32,8 +32,8 @@ from agent.client import BBSClientError, Client
 from agent.runtime.memory import WorkingMemory
 from identity.schema import Annotation, AssertableLinkType, Confidence, Content, Did, EntryType, Performative, Tag
 from identity.schema import TruthState as TruthStateT
-from node.api_types import EntryRef, LinkSpec, PostEntry, ReadQuery
-from node.workflows.wire import FinishIn, LeaseIn
+from node.wire.api import EntryRef, LinkSpec, PostEntry, ReadQuery
+from node.wire.workflows import FinishIn, LeaseIn
 
 log = logging.getLogger("bbs.agent")
 

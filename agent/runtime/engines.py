@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from node.api_types import EntryOut, Envelope
+from node.wire.api import EntryOut, Envelope
 
 
 class EngineError(Exception):

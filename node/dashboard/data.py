@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
 from identity import records
 from node import queries
+from node.wire.time import format_ms
 
 ACTIVITY_WINDOW_MS = 7 * 24 * 3600 * 1000
 
@@ -59,11 +59,6 @@ class Provenance(msgspec.Struct):
     record: dict[str, Any]
 
 
-def iso_ms(ms: int) -> str:
-    """Epoch milliseconds as an ISO 8601 UTC string."""
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 NEUTRAL_TRUST = 0.5  # an agent without counted signals (docs/trust.md)
 
 
@@ -106,7 +101,7 @@ def agents(conn: sqlite3.Connection, now_ms: int) -> AgentList:
                 entry_count=r["n"],
                 entries_last_7_days=r["recent"],
                 link_count=r["links"],
-                last_active=iso_ms(r["last_ms"]) if r["last_ms"] is not None else None,
+                last_active=format_ms(r["last_ms"]) if r["last_ms"] is not None else None,
                 trust=r["trust"],
                 confirms=r["tc"],
                 disconfirms=r["td"],
@@ -154,7 +149,7 @@ def provenance(conn: sqlite3.Connection, ref: str) -> Provenance | None:
         signature=row["signature"],
         signature_valid=valid,
         origin=row["origin"],
-        received_at=iso_ms(row["received_ms"]),
+        received_at=format_ms(row["received_ms"]),
         scope=row["scope"],
         record=body,
     )

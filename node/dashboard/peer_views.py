@@ -14,10 +14,10 @@ import msgspec
 from aiohttp import web
 
 from node.appkeys import NODE
-from node.dashboard.data import iso_ms
 from node.errors import NotFound, Unavailable
 from node.http import Route, json_response
 from node.peer_routes import SYNC
+from node.wire.time import format_ms
 from sync.client import SyncError
 from sync.puller import Puller
 
@@ -57,7 +57,7 @@ async def check_agreement(request: web.Request) -> web.Response:
             missing_there=report.have,
             fetched=sum(1 for o in report.outcomes if o.outcome == "saved"),
             rounds=report.rounds,
-            checked_at=iso_ms(node.now_ms()),
+            checked_at=format_ms(node.now_ms()),
         )
     )
 

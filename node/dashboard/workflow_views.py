@@ -16,8 +16,9 @@ from aiohttp import web
 from node.appkeys import NODE
 from node.dashboard import data, graphs
 from node.http import Route, json_response
+from node.wire.time import format_ms
+from node.wire.workflows import GraphQuery
 from node.workflows.service import Workflows
-from node.workflows.wire import GraphQuery
 
 MAX_DRAWN_TASKS = 300
 
@@ -111,7 +112,7 @@ async def projects(request: web.Request) -> web.Response:
             "SELECT project, count(*) AS n, max(created_ms) AS last_ms FROM messages GROUP BY project"
             " ORDER BY last_ms DESC"
         ).fetchall()
-        return ProjectList([Project(r["project"], r["n"], data.iso_ms(r["last_ms"])) for r in rows])
+        return ProjectList([Project(r["project"], r["n"], format_ms(r["last_ms"])) for r in rows])
 
     return json_response(await request.app[NODE].db.read(run))
 

@@ -7,7 +7,10 @@ from aiohttp import web
 from node.appkeys import NODE
 from node.auth import agent_id, principal
 from node.default_mode.service import ADMIN, DefaultMode, runtime
-from node.default_mode.wire import (
+from node.errors import InvalidInput
+from node.http import Route, convert, decode_query, idempotency_header, json_response, read_json
+from node.service import parse_since
+from node.wire.default_mode import (
     CandidateList,
     CandidateOut,
     CandidateQuery,
@@ -25,9 +28,6 @@ from node.default_mode.wire import (
     StakeholderIn,
     TemplateResult,
 )
-from node.errors import InvalidInput
-from node.http import Route, convert, decode_query, idempotency_header, json_response, read_json
-from node.service import parse_since
 
 PREFIX = "/v1/default-mode"
 

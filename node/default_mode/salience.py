@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from node.default_mode import words
-from node.default_mode.wire import SalienceWeights
+from node.wire.default_mode import SalienceWeights
 
 MIN_LINE_CHARS = 20
 DROP_BELOW = 0.35

@@ -17,7 +17,11 @@ import msgspec
 
 from identity import canonical
 from node import queries
-from node.api_types import (
+from node.default_mode import critic, salience, store, templates
+from node.default_mode.classify import classify
+from node.default_mode.store import NewCandidate
+from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
+from node.wire.api import (
     EntryOut,
     LinkOut,
     LinkSpec,
@@ -26,10 +30,7 @@ from node.api_types import (
     ReadResult,
     SignedSubmission,
 )
-from node.default_mode import critic, salience, store, templates
-from node.default_mode.classify import classify
-from node.default_mode.store import NewCandidate
-from node.default_mode.wire import (
+from node.wire.default_mode import (
     MAX_CANDIDATES_PER_CALL,
     MAX_EVIDENCE,
     MAX_TEXT_CHARS,
@@ -52,7 +53,6 @@ from node.default_mode.wire import (
     StakeholderIn,
     TemplateResult,
 )
-from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
 
 T = TypeVar("T")
 R = TypeVar("R", ReflectResult, CriticResult, CandidateOut, TemplateResult)

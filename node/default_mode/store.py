@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from identity import canonical
 from node import idempotency
 from node.default_mode.critic import Review
-from node.default_mode.wire import CandidateOut
+from node.wire.default_mode import CandidateOut
+from node.wire.time import format_ms
 
 
 @dataclass
@@ -32,9 +32,7 @@ class NewCandidate:
 
 
 def _iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    return canonical.format_created_at(datetime.fromtimestamp(ms / 1000, UTC))
+    return None if ms is None else format_ms(ms)
 
 
 def insert(conn: sqlite3.Connection, rows: list[NewCandidate], now_ms: int) -> list[int]:

@@ -14,8 +14,8 @@ import msgspec
 
 from node.errors import BBSError
 from node.service import Node
+from node.wire.workflows import PeerLeaseIn, PeerLeaseOut
 from node.workflows.leases import LeaseAuthorityUnreachable
-from node.workflows.wire import PeerLeaseIn, PeerLeaseOut
 from sync.auth import sign_headers
 
 PEER_LEASE_PATH = "/v1/agent-workflows/peer/lease"

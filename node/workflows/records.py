@@ -18,8 +18,9 @@ import msgspec
 
 from identity.schema import MessageRecord, TaskEventRecord
 from node import projections
-from node.projections import Projection, created_ms
-from node.workflows.unsigned import DONE_STATUSES, OPEN_STATUSES, merge_patch
+from node.projections import Projection
+from node.wire.time import parse_ms
+from node.wire.unsigned import DONE_STATUSES, OPEN_STATUSES, merge_patch
 
 projections.PROJECTION_TABLES.extend(["messages", "message_agents", "task_events", "tasks", "task_deps"])
 
@@ -31,7 +32,7 @@ def _opt(value: Any) -> Any:
 
 @projections.projector("message")
 def project_message(conn: sqlite3.Connection, rec: MessageRecord, ctx: Projection) -> None:
-    ms = created_ms(rec.created_at)
+    ms = parse_ms(rec.created_at)
     conn.execute(
         "INSERT INTO messages (id, record_hash, from_agent, to_agent, message_type, body, payload, dependency_ids,"
         " project, created_at, created_ms, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -70,7 +71,7 @@ def project_task_event(conn: sqlite3.Connection, rec: TaskEventRecord, ctx: Proj
             rec.event,
             rec.author_id,
             rec.created_at,
-            created_ms(rec.created_at),
+            parse_ms(rec.created_at),
             _opt(rec.node_id),
             _opt(rec.title),
             None if rec.depends_on is msgspec.UNSET else json.dumps(rec.depends_on),
@@ -78,7 +79,7 @@ def project_task_event(conn: sqlite3.Connection, rec: TaskEventRecord, ctx: Proj
             None if rec.checkpoint is msgspec.UNSET else json.dumps(rec.checkpoint, sort_keys=True),
             _opt(rec.holder),
             expires_at,
-            None if expires_at is None else created_ms(expires_at),
+            None if expires_at is None else parse_ms(expires_at),
             _opt(rec.lease),
         ),
     )

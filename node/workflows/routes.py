@@ -7,7 +7,6 @@ from typing import Any
 
 from aiohttp import web
 
-from node.api_types import SignedSubmission
 from node.appkeys import NODE
 from node.auth import agent_id
 from node.errors import BBSError
@@ -21,10 +20,8 @@ from node.http import (
     read_json,
     signed_or,
 )
-from node.workflows import graph as graph_render
-from node.workflows import leases
-from node.workflows.service import Workflows
-from node.workflows.wire import (
+from node.wire.api import SignedSubmission
+from node.wire.workflows import (
     DeclareTask,
     FinishIn,
     Graph,
@@ -40,6 +37,9 @@ from node.workflows.wire import (
     ReadyQuery,
     TaskOut,
 )
+from node.workflows import graph as graph_render
+from node.workflows import leases
+from node.workflows.service import Workflows
 
 log = logging.getLogger("bbs.leases")
 

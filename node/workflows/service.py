@@ -14,11 +14,12 @@ import msgspec
 
 from identity import canonical, keys, records
 from node import idempotency, projections
-from node.api_types import SignedSubmission
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
-from node.service import MAX_HASH_RETRIES, Node, format_ms, sign_and_check
-from node.workflows import bus, forward, graph, leases, tasks, unsigned
-from node.workflows.wire import (
+from node.service import MAX_HASH_RETRIES, Node, sign_and_check
+from node.wire import unsigned
+from node.wire.api import SignedSubmission
+from node.wire.time import format_ms
+from node.wire.workflows import (
     DeclareTask,
     FinishIn,
     Graph,
@@ -31,6 +32,7 @@ from node.workflows.wire import (
     ReadyList,
     TaskOut,
 )
+from node.workflows import bus, forward, graph, leases, tasks
 
 log = logging.getLogger("bbs.leases")
 # Ready lists of up to this many tasks are read on the event loop (Database.read quick): rendering a page of

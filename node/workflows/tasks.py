@@ -8,9 +8,10 @@ import sqlite3
 from typing import Any
 
 from node.errors import Conflict, InvalidInput, NotFound
-from node.workflows import unsigned
-from node.workflows.unsigned import DONE_STATUSES, OPEN_STATUSES, TaskNow, changed_fields
-from node.workflows.wire import LeaseOut, ReadyList, ReadyTask, TaskOut
+from node.wire import unsigned
+from node.wire.time import parse_ms
+from node.wire.unsigned import DONE_STATUSES, OPEN_STATUSES, TaskNow, changed_fields
+from node.wire.workflows import LeaseOut, ReadyList, ReadyTask, TaskOut
 
 # The ready set: one range of the partial index `tasks_startable` (unmet = 0 AND open = 1), leases checked
 # against the reader's clock. INDEXED BY makes a plan that cannot use the index an error, not a slow scan.
@@ -178,7 +179,7 @@ def check_after_newest(conn: sqlite3.Connection, key: str, created_at: str) -> N
     relayed by peers are not checked here (see the known limits in docs/workflows.md).
     """
     row = conn.execute("SELECT max(created_ms) FROM task_events WHERE task_key = ?", (key,)).fetchone()
-    if row[0] is not None and unsigned.parse_ms(created_at) <= int(row[0]):
+    if row[0] is not None and parse_ms(created_at) <= int(row[0]):
         raise InvalidInput(
             f"created_at must be after the newest event of task {key} held here; read the task and sign again",
             field="$.record.created_at",

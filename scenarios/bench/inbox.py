@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from node import notify
-from node.api_types import MAX_BATCH, PostEntry, SubscriptionIn
 from node.datadir import DataDir
 from node.service import Node
+from node.wire.api import MAX_BATCH, PostEntry, SubscriptionIn
 from scenarios.bench import corpus
 from scenarios.bench.context import Context
 from scenarios.bench.harness import Call, Server, bearer, run_load

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from identity import keys
-from node.api_types import MAX_BATCH
+from node.wire.api import MAX_BATCH
 from scenarios.bench import corpus, raw
 from scenarios.bench.bare_http import BareServer
 from scenarios.bench.context import Context

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from identity import canonical, keys, records
-from node import db, projections
+from node import db
+from node.wire.time import parse_ms
 from scenarios.bench import corpus
 from scenarios.bench.context import Context
 from scenarios.bench.report import Row, rate, ratio
@@ -53,7 +54,7 @@ def sqlite_rows(recs: list[tuple[dict[str, Any], str]]) -> list[tuple[tuple[Any,
     now = int(time.time() * 1000)
     out = []
     for record, record_hash in recs:
-        ms = projections.created_ms(record["created_at"])
+        ms = parse_ms(record["created_at"])
         log_row = (
             record_hash,
             "entry",

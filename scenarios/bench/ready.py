@@ -23,7 +23,7 @@ from typing import Any
 from identity import canonical, keys, records
 from node import db, projections
 from node.datadir import DataDir
-from node.service import format_ms
+from node.wire.time import format_ms
 from node.workflows.tasks import READY_SQL
 from scenarios.bench import corpus
 from scenarios.bench.context import Context, Sizes

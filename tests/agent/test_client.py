@@ -14,9 +14,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from agent.client import BBSClientError, Client
 from identity import keys, records
 from node import agents
-from node.api_types import EntryOut, LinkOut, PostEntry, ReadQuery, SearchQuery, SubscriptionIn
 from node.portable import import_identity
 from node.service import Node
+from node.wire.api import EntryOut, LinkOut, PostEntry, ReadQuery, SearchQuery, SubscriptionIn
 from tests.conftest import AgentCreds
 
 Factory = Callable[[str], Awaitable[AgentCreds]]
@@ -77,7 +77,7 @@ async def test_whole_api_with_typed_results(client: TestClient, make_agent: Fact
 
 
 def msgspec_link(target: str, link_type: str):  # type: ignore[no-untyped-def]
-    from node.api_types import LinkSpec
+    from node.wire.api import LinkSpec
 
     return LinkSpec(target=target, link_type=link_type)  # type: ignore[arg-type]
 

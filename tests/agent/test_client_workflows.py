@@ -18,7 +18,7 @@ from identity import canonical, keys, records
 from node import agents
 from node.portable import import_identity
 from node.service import Node
-from node.workflows.wire import DeclareTask, FinishIn, LeaseIn, MessageQuery, PostMessage
+from node.wire.workflows import DeclareTask, FinishIn, LeaseIn, MessageQuery, PostMessage
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import entry_record
 

@@ -16,7 +16,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from agent.client import Client
 from agent.mcp_server import lean
-from node.api_types import SearchQuery
+from node.wire.api import SearchQuery
 from tests.agent.conftest import ServedNode
 from tests.agent.tool_names import CORE_TOOLS, DEFAULT_MODE_TOOLS, WORKFLOW_TOOLS
 
@@ -74,7 +74,7 @@ async def test_every_tool_over_streamable_http(served_node: ServedNode) -> None:
 
 
 def _hops(n: int) -> Any:
-    from node.api_types import ReadQuery
+    from node.wire.api import ReadQuery
 
     return ReadQuery(hops=n)
 

@@ -84,6 +84,6 @@ async def test_identity_moves_between_nodes_and_keeps_verifiable_authorship(make
 
 
 def _with_links():  # type: ignore[no-untyped-def]
-    from node.api_types import ReadQuery
+    from node.wire.api import ReadQuery
 
     return ReadQuery(hops=1)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from node.api_types import LinkSpec, PostEntry, PostLink
 from node.service import Node
+from node.wire.api import LinkSpec, PostEntry, PostLink
 from tests.conftest import AgentCreds
 from tests.sync.conftest import make_peer  # noqa: F401  (a fixture: real federated nodes for the peers view)
 
@@ -132,8 +132,8 @@ async def seeded(node: Node, make_agent: Callable[[str], Awaitable[AgentCreds]])
 
 async def seed_workflows(node: Node, alice: AgentCreds, bob: AgentCreds) -> None:
     """A small task DAG in every state, and bus messages in two projects."""
+    from node.wire.workflows import DeclareTask, FinishIn, LeaseIn, PostMessage
     from node.workflows.service import Workflows
-    from node.workflows.wire import DeclareTask, FinishIn, LeaseIn, PostMessage
 
     wf = Workflows(node)
     for key, title, deps in [

@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from aiohttp.test_utils import TestClient
 
-from node.api_types import PostEntry
 from node.service import Node
+from node.wire.api import PostEntry
 from tests.dashboard.conftest import Seeded
 
 SVG = "{http://www.w3.org/2000/svg}"

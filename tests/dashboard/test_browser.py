@@ -7,8 +7,8 @@ from typing import Any
 
 from playwright.async_api import expect
 
-from node.api_types import PostEntry
 from node.service import Node
+from node.wire.api import PostEntry
 from tests.dashboard.conftest import PHONE, Browser, Seeded, seed_workflows
 
 OpenBrowser = Callable[..., Awaitable[Browser]]
@@ -149,8 +149,8 @@ async def test_tasks_and_bus_views(
     await b.shot("tasks")
 
     # Live: a lease taken elsewhere shows up without a reload.
+    from node.wire.workflows import LeaseIn
     from node.workflows.service import Workflows
-    from node.workflows.wire import LeaseIn
 
     await Workflows(node).lease(seeded.alice.agent_id, "docs", LeaseIn(seconds=600))
     await page.locator('#task-graph svg g.node.task-leased[data-key="docs"]').wait_for()

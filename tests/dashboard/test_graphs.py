@@ -6,8 +6,8 @@ import xml.etree.ElementTree as ET
 
 import networkx as nx
 
-from node.api_types import LinkOut
 from node.dashboard import graphs
+from node.wire.api import LinkOut
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from node.api_types import PostEntry
 from node.default_mode import store
 from node.service import Node
+from node.wire.api import PostEntry
 from tests.conftest import AgentCreds
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]

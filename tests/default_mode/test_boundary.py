@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from node.api_types import PostEntry
 from node.default_mode.service import ADMIN, runtime
-from node.default_mode.wire import (
+from node.service import Node
+from node.wire.api import PostEntry
+from node.wire.default_mode import (
     CandidateQuery,
     ConsolidateIn,
     CriticIn,
@@ -34,7 +35,6 @@ from node.default_mode.wire import (
     SimulateFutureIn,
     StakeholderIn,
 )
-from node.service import Node
 from tests.conftest import AgentCreds
 
 ROOT = Path(__file__).resolve().parents[2]

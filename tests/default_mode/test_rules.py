@@ -6,7 +6,7 @@ import pytest
 
 from node.default_mode import critic, salience, templates
 from node.default_mode.classify import classify
-from node.default_mode.wire import SalienceWeights
+from node.wire.default_mode import SalienceWeights
 
 TRANSCRIPT = [
     "We decided to use Postgres for storage",

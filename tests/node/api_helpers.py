@@ -10,7 +10,8 @@ from aiohttp.test_utils import TestClient
 
 from identity import canonical, keys, records
 from node import agents
-from node.service import Node, format_ms
+from node.service import Node
+from node.wire.time import format_ms
 from tests.conftest import AgentCreds
 
 

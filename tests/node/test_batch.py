@@ -10,8 +10,8 @@ from aiohttp.test_utils import TestClient
 
 from identity import records
 from node import projections
-from node.api_types import MAX_BATCH
 from node.service import Node
+from node.wire.api import MAX_BATCH
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import count, entry_record, get_json, post, self_signer
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from identity import keys, records
 from node import db, projections, queries, trust
-from node.api_types import PostEntry, unsigned_entry
-from node.service import format_ms
+from node.wire.api import PostEntry, unsigned_entry
+from node.wire.time import format_ms
 
 KEY = keys.SigningKey.generate()
 text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)  # NUL and emoji included

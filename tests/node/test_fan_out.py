@@ -14,8 +14,8 @@ import sqlite3
 import pytest
 
 from identity.keys import SigningKey
-from node.api_types import PostEntry, SubscriptionIn
 from node.service import Node
+from node.wire.api import PostEntry, SubscriptionIn
 from tests.conftest import AgentCreds
 
 TAGS = ["alpha", "beta", "gamma", "délta"]

@@ -11,9 +11,9 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from node import notify
-from node.api_types import SubscriptionIn
 from node.app import expiry_sweep
 from node.service import MAX_SUBSCRIPTIONS, Node
+from node.wire.api import SubscriptionIn
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import count, get_json, link, post, problem
 

@@ -136,7 +136,7 @@ async def test_several_seeds_and_search_neighbourhood(client: TestClient, graph:
 
 async def test_a_walk_stops_at_the_neighbourhood_limit(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
     from node import queries
-    from node.api_types import LinkSpec, PostEntry
+    from node.wire.api import LinkSpec, PostEntry
 
     alice = await make_agent("alice")
     hub = await post(client, alice, content="the hub everyone cites")

@@ -11,7 +11,7 @@ from agent.runtime.config import ScoringSettings, Weights
 from agent.runtime.cron import Cron
 from agent.runtime.scoring import FEATURES, score
 from agent.runtime.tiers import BATCHED, IMMEDIATE, Schedule, decide_batch, tier_of
-from node.api_types import Envelope
+from node.wire.api import Envelope
 
 NOW = 1_700_000_000.0
 OWN = "a" * 64

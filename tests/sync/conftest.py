@@ -13,11 +13,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from identity import canonical, keys, records
-from node.api_types import PostEntry
 from node.app import create_app
 from node.datadir import initialise
 from node.peer_routes import SYNC, SyncSettings, SyncState
 from node.service import Node
+from node.wire.api import PostEntry
 from sync.puller import Puller
 from sync.store import PeerConfig
 

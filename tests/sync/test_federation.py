@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from node.api_types import InboxQuery, LinkSpec, ReadQuery, SubscriptionIn
+from node.wire.api import InboxQuery, LinkSpec, ReadQuery, SubscriptionIn
 from tests.sync.conftest import PeerNode, stop
 
 

@@ -163,7 +163,7 @@ async def test_search_by_trust(client: TestClient, make_agent: MakeAgent) -> Non
 
 
 async def test_refresh_inside_the_node_matches_the_pure_function(node: Node, make_agent: MakeAgent) -> None:
-    from node.api_types import LinkSpec, PostEntry
+    from node.wire.api import LinkSpec, PostEntry
 
     alice, bob = [await make_agent(n) for n in ("alice", "bob")]
     a1, _ = await node.post_entry(alice.agent_id, PostEntry(entry_type="finding", performative="inform",
@@ -178,7 +178,7 @@ async def test_refresh_inside_the_node_matches_the_pure_function(node: Node, mak
 
 
 async def test_an_older_computation_never_overwrites_a_newer_one(node: Node, make_agent: MakeAgent) -> None:
-    from node.api_types import LinkSpec, PostEntry
+    from node.wire.api import LinkSpec, PostEntry
 
     alice, bob = [await make_agent(n) for n in ("alice", "bob")]
     a1, _ = await node.post_entry(alice.agent_id, PostEntry(entry_type="finding", performative="inform",

@@ -15,9 +15,10 @@ from aiohttp.test_utils import TestClient
 
 from identity import canonical, records
 from node import db as dbmod
-from node.service import Node, format_ms
+from node.service import Node
+from node.wire.time import format_ms
+from node.wire.workflows import MessageQuery
 from node.workflows import bus
-from node.workflows.wire import MessageQuery
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import self_signer
 from tests.workflows.helpers import WF, count_records

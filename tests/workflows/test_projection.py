@@ -15,7 +15,8 @@ from aiohttp.test_utils import TestClient
 from identity import canonical, keys, records
 from node import db as dbmod
 from node import projections
-from node.service import Node, format_ms
+from node.service import Node
+from node.wire.time import format_ms
 from tests.conftest import AgentCreds, FakeClock
 from tests.workflows.helpers import SEED_PLAN, WF, declare, lease
 from tests.workflows.test_signed import task_event

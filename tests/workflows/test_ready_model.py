@@ -9,8 +9,8 @@ import pytest
 
 from node.errors import Conflict
 from node.service import Node
+from node.wire.workflows import DeclareTask, FinishIn, LeaseIn
 from node.workflows.service import Workflows
-from node.workflows.wire import DeclareTask, FinishIn, LeaseIn
 from tests.conftest import FakeClock
 
 KEYS = [f"k{i}" for i in range(14)]

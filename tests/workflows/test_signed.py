@@ -9,7 +9,8 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from identity import canonical, keys, records
-from node.service import Node, format_ms
+from node.service import Node
+from node.wire.time import format_ms
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import SelfSigner, self_signer
 from tests.workflows.helpers import WF, count_records, lease

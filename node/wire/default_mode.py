@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from identity.schema import Confidence, Scope, Tag, TruthState, whole
-from node.api_types import EntryOut, EntryRef
+from node.wire.api import EntryOut, EntryRef
 
 MAX_TRANSCRIPT_CHARS = 200_000
 MAX_EVIDENCE = 100

@@ -1,7 +1,7 @@
 """The unsigned workflow records, `message` and `task_event`, built the same way by the node and the client.
 
 The node (for keys it keeps) and agent.client.Client (for keys the agent holds) both build these records
-here, so a record means the same, byte for byte, whoever signs it. Like node/api_types.py this imports
+here, so a record means the same, byte for byte, whoever signs it. Like node/wire/api.py this imports
 nothing of the node's runtime: whatever a record depends on besides its input (the task's current fields,
 the time of its newest event, the caller's live lease) is passed in. The node reads it from its tables; the
 client reads it from GET /v1/agent-workflows/tasks/{task_id}. Errors are identity.canonical.CanonicalError,
@@ -11,25 +11,14 @@ naming the field.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from identity import canonical
 from identity.schema import MAX_CHECKPOINT_BYTES, MAX_PAYLOAD_BYTES
-from node.workflows.wire import DeclareTask, PostMessage
+from node.wire.workflows import DeclareTask, PostMessage
 
 DONE_STATUSES = ("done", "completed")
 OPEN_STATUSES = ("pending", "processing")
-
-
-def format_ms(ms: int) -> str:
-    """Epoch milliseconds in canonical `created_at` spelling."""
-    return canonical.format_created_at(datetime.fromtimestamp(ms / 1000, UTC))
-
-
-def parse_ms(created_at: str) -> int:
-    """A canonical `created_at` as epoch milliseconds."""
-    return int(canonical.parse_created_at(created_at).timestamp() * 1000)
 
 
 def next_event_ms(last_ms: int | None, now_ms: int) -> int:

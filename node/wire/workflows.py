@@ -1,6 +1,6 @@
 """Wire types of the agent-workflows API (`/v1/agent-workflows`): msgspec Structs for validation and OpenAPI.
 
-Like node/api_types.py this imports nothing of `node`, so clients can share it.
+Like node/wire/api.py this imports nothing of `node`, so clients can share it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from identity.schema import (
     TaskTitle,
     whole,
 )
-from node.api_types import IdempotencyKey
+from node.wire.api import IdempotencyKey
 
 LEASE_DEFAULT_SECONDS = 900
 LEASE_MIN_SECONDS = 30
