@@ -15,7 +15,7 @@ from node import projections
 from node.service import Node
 from sync.auth import sign_headers
 from tests.sync.conftest import PeerNode
-from tests.workflows.helpers import WF, count_records
+from tests.node.workflows.helpers import WF, count_records
 
 MakePeer = Callable[..., Awaitable[PeerNode]]
 

@@ -21,7 +21,7 @@ from agent.runtime.memory import WorkingMemory
 from tests.conftest import AgentCreds
 
 Factory = Callable[[str], Awaitable[AgentCreds]]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.slow

@@ -37,7 +37,7 @@ from node.wire.default_mode import (
 )
 from tests.conftest import AgentCreds
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FORBIDDEN = {
     "socket", "ssl", "subprocess", "os", "pathlib", "shutil", "tempfile", "io", "urllib", "http", "aiohttp",
     "requests", "httpx", "smtplib", "ftplib", "multiprocessing", "ctypes", "importlib", "webbrowser", "select",

@@ -9,7 +9,7 @@ from aiohttp.test_utils import TestClient
 from node.service import Node
 from node.workflows import tasks
 from tests.conftest import AgentCreds
-from tests.workflows.helpers import SEED_PLAN, WF, count_records, declare, lease, ready_keys
+from tests.node.workflows.helpers import SEED_PLAN, WF, count_records, declare, lease, ready_keys
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

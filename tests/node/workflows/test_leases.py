@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient
 
 from node.service import Node
 from tests.conftest import AgentCreds, FakeClock
-from tests.workflows.helpers import WF, count_records, declare, lease, ready_keys
+from tests.node.workflows.helpers import WF, count_records, declare, lease, ready_keys
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

@@ -9,7 +9,7 @@ from aiohttp.test_utils import TestClient
 
 from node.service import Node
 from node.wire.api import PostEntry
-from tests.dashboard.conftest import Seeded
+from tests.node.dashboard.conftest import Seeded
 
 SVG = "{http://www.w3.org/2000/svg}"
 

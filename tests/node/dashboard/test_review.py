@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp.test_utils import TestClient
 from playwright.async_api import expect
 
-from tests.dashboard.conftest import Browser, Seeded
-from tests.dashboard.test_candidates import propose
+from tests.node.dashboard.conftest import Browser, Seeded
+from tests.node.dashboard.test_candidates import propose
 
 OpenBrowser = Callable[..., Awaitable[Browser]]
 

@@ -21,7 +21,7 @@ from node.wire.workflows import MessageQuery
 from node.workflows import bus
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import self_signer
-from tests.workflows.helpers import WF, count_records
+from tests.node.workflows.helpers import WF, count_records
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

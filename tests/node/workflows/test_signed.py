@@ -13,7 +13,7 @@ from node.service import Node
 from node.wire.time import format_ms
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import SelfSigner, self_signer
-from tests.workflows.helpers import WF, count_records, lease
+from tests.node.workflows.helpers import WF, count_records, lease
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient
 
 from node.service import Node
 from tests.conftest import AgentCreds
-from tests.workflows.helpers import WF, declare
+from tests.node.workflows.helpers import WF, declare
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

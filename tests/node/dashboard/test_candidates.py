@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp.test_utils import TestClient
 from playwright.async_api import expect
 
-from tests.dashboard.conftest import Browser, Seeded
+from tests.node.dashboard.conftest import Browser, Seeded
 
 OpenBrowser = Callable[..., Awaitable[Browser]]
 

@@ -18,8 +18,8 @@ from node import projections
 from node.service import Node
 from node.wire.time import format_ms
 from tests.conftest import AgentCreds, FakeClock
-from tests.workflows.helpers import SEED_PLAN, WF, declare, lease
-from tests.workflows.test_signed import task_event
+from tests.node.workflows.helpers import SEED_PLAN, WF, declare, lease
+from tests.node.workflows.test_signed import task_event
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 WORKFLOW_TABLES = ["messages", "message_agents", "task_events", "tasks", "task_deps"]

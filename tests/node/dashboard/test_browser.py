@@ -9,7 +9,7 @@ from playwright.async_api import expect
 
 from node.service import Node
 from node.wire.api import PostEntry
-from tests.dashboard.conftest import PHONE, Browser, Seeded, seed_workflows
+from tests.node.dashboard.conftest import PHONE, Browser, Seeded, seed_workflows
 
 OpenBrowser = Callable[..., Awaitable[Browser]]
 
