@@ -12,7 +12,8 @@ from aiohttp.test_utils import TestClient
 
 from node import notify
 from node.app import expiry_sweep
-from node.service import MAX_SUBSCRIPTIONS, Node
+from node.inbox import MAX_SUBSCRIPTIONS
+from node.service import Node
 from node.wire.api import SubscriptionIn
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import count, get_json, link, post, problem
@@ -118,7 +119,7 @@ async def test_subscription_list_duplicate_delete(client: TestClient, make_agent
 async def test_max_subscriptions(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
     alice = await make_agent("alice")
     for i in range(MAX_SUBSCRIPTIONS - 1):
-        await node.subscribe(alice.agent_id, SubscriptionIn(tags=[f"t{i}"]))
+        await node.inbox.subscribe(alice.agent_id, SubscriptionIn(tags=[f"t{i}"]))
     await subscribe(client, alice, tags=["last"])
     problem(await subscribe(client, alice, 409, tags=["one-too-many"]), 409, "too_many_subscriptions")
     await subscribe(client, alice, 200, tags=["last"])  # an existing filter is still answered
@@ -392,11 +393,11 @@ async def test_notifications_of_agents_that_never_poll_are_expired_by_the_sweep(
     client: TestClient, make_agent: MakeAgent, node: Node, clock: FakeClock
 ) -> None:
     """Polls with nothing to lease are answered without the writer, so expiry does not wait for one: the node
-    sweeps (Node.expire_notifications, run by the app every EXPIRY_SWEEP_SECONDS), with a writer job only when
+    sweeps (`Inbox.expire_notifications`, run by the app every EXPIRY_SWEEP_SECONDS), with a writer job only when
     something has expired."""
     alice, bob, carol = await make_agent("alice"), await make_agent("bob"), await make_agent("carol")
     entry = await post(client, alice, content="for bob, who never polls", directed_to=[bob.agent_id])
-    assert await node.expire_notifications() == 0
+    assert await node.inbox.expire_notifications() == 0
     clock.advance(notify.NOTIFICATION_TTL_MS / 1000 + 1)
     assert await inbox(client, carol) == []  # carol's empty poll does not expire bob's notification
     assert (await statuses(node, bob.agent_id))[entry["id"]][0] == "pending"
@@ -412,5 +413,5 @@ async def test_notifications_of_agents_that_never_poll_are_expired_by_the_sweep(
         with contextlib.suppress(StopAsyncIteration):
             await sweep.__anext__()
     before = node.db.stats.transactions
-    assert await node.expire_notifications() == 0
+    assert await node.inbox.expire_notifications() == 0
     assert node.db.stats.transactions == before  # nothing expired: no writer job

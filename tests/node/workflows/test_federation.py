@@ -14,8 +14,8 @@ from identity import canonical, keys, records
 from node import projections
 from node.service import Node
 from sync.auth import sign_headers
-from tests.sync.conftest import PeerNode
 from tests.node.workflows.helpers import WF, count_records
+from tests.sync.conftest import PeerNode
 
 MakePeer = Callable[..., Awaitable[PeerNode]]
 
@@ -27,7 +27,7 @@ async def call(peer: PeerNode, method: str, path: str, token: str, body: Any = N
 
 
 async def agent_key(peer: PeerNode, name: str) -> tuple[str, str]:
-    created = await peer.node.create_agent(name, name.title())
+    created = await peer.node.agents.create(name, name.title())
     return created.agent_id, created.api_key
 
 
