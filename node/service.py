@@ -46,6 +46,7 @@ class Node:
         self.inbox = Inbox(self.db, self.now_ms)
         self.workflows = Workflows(self.db, self.sealing, self.key, self.now_ms)
         self.default_mode = DefaultMode(self.db, self.node_id, self.now_ms, self.entries, self.reads)
+        # annotated: node/trust.py's background task reads it back (mypy cannot infer it across that cycle)
         self.trust: Trust = Trust(self.db, self.now_ms)
         self.sync = NodeSyncStore(self.db, self.node_id, self.now_ms)
 
