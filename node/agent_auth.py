@@ -134,10 +134,10 @@ async def session_principal(node: Node, token: str) -> Principal | None:
     if len(parts) != 3 or parts[0] != TOKEN_PREFIX or len(parts[1]) != 16 or not parts[2]:
         return None
     now = node.now_ms()
-    cached = node.tokens.get(token, now)
+    cached = node.agents.tokens.get(token, now)
     if cached is not None:
         return cached
-    generation = node.tokens.generation
+    generation = node.agents.tokens.generation
     row = await node.db.read(
         lambda c: c.execute(
             "SELECT agent_id, secret_sha256, expires_ms FROM auth_sessions WHERE key_id = ?", (parts[1],)
@@ -146,19 +146,20 @@ async def session_principal(node: Node, token: str) -> Principal | None:
     if row is None or row[2] <= now or not hmac.compare_digest(row[1], _digest(parts[2])):
         return None
     principal = Principal("agent", row[0])
-    node.tokens.put(token, principal, now, expires_ms=row[2], generation=generation)  # never outlives the session
+    # cached, but never beyond the session's end
+    node.agents.tokens.put(token, principal, now, expires_ms=row[2], generation=generation)
     return principal
 
 
 def authenticator(node: Node) -> Callable[[str], Awaitable[Principal | None]]:
-    """Bearer authentication accepting API keys and admin tokens (node.authenticate) and session tokens."""
+    """Bearer authentication accepting API keys and admin tokens (node.agents.authenticate) and session tokens."""
 
     async def authenticate(token: str) -> Principal | None:
         if not (token.isascii() and token.isprintable()):  # every credential the node issues is printable ASCII
             return None
         if token.startswith(TOKEN_PREFIX + "_"):
             return await session_principal(node, token)
-        return await node.authenticate(token)
+        return await node.agents.authenticate(token)
 
     return authenticate
 

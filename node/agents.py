@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from identity import canonical, keys, records
 from identity.schema import AgentRecord
-from node import projections
+from node import projections, trust
+from node.db import Database
 from node.errors import Conflict, InvalidInput, NotFound
+from node.wire.api import AgentOut, CreatedAgent
+
+log = logging.getLogger("bbs.node")
 
 AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # a local name; api_types.CreateAgent carries the same pattern
 CREDENTIALS_CHECK_MS = 1_000  # how often a node looks whether another process changed a credential
@@ -90,7 +96,7 @@ class TokenCache:
     Saves a database round trip per authenticated request. Only successful look-ups are kept, so a credential
     created a moment ago is found at once. Each entry expires at `ttl_ms` after it was verified or at the
     session's own expiry, whichever comes first. Code that deletes a credential or a session calls `clear`
-    (`Node.rotate_api_key` does), and `observe` clears the cache when the database's `credential_epoch` has
+    (`Agents.rotate_api_key` does), and `observe` clears the cache when the database's `credential_epoch` has
     moved (another process revoked a key); see docs/decisions.md.
     """
 
@@ -192,3 +198,68 @@ def signing_key(conn: sqlite3.Connection, agent_id: str) -> keys.SigningKey | No
     if row is None or row[0] is None:
         return None
     return keys.SigningKey.from_seed(bytes(row[0]))
+
+
+def agent_out(conn: sqlite3.Connection, agent_id: str) -> AgentOut:
+    """An agent's public identity with its entry count and trust; 404 `agent_not_found` if unknown here."""
+    row = conn.execute(
+        "SELECT a.*, (SELECT count(*) FROM entries e WHERE e.author_id = a.id) AS n FROM agents a WHERE a.id = ?",
+        (agent_id,),
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no agent {agent_id}", code="agent_not_found")
+    return AgentOut(
+        agent_id=row["id"],
+        display_name=row["display_name"],
+        description=row["description"],
+        home_node=row["home_node"],
+        created_at=row["created_at"],
+        entry_count=row["n"],
+        trust=trust.agent_trust(conn, agent_id),
+    )
+
+
+class Agents:
+    """The agents of one node: creating them, their API keys, and who a bearer credential belongs to."""
+
+    def __init__(self, db: Database, node_id: str, now_ms: Callable[[], int]) -> None:
+        self.db = db
+        self.node_id = node_id
+        self.now_ms = now_ms
+        self.tokens = TokenCache()
+        self._credentials_checked_ms = -CREDENTIALS_CHECK_MS  # the first request looks
+
+    async def authenticate(self, token: str) -> Principal | None:
+        """The principal of an API key or admin token (verified ones are cached: `TokenCache`)."""
+        now = self.now_ms()
+        if now >= self._credentials_checked_ms + CREDENTIALS_CHECK_MS:
+            self._credentials_checked_ms = now  # before the await: one look per interval, not one per request
+            self.tokens.observe(await self.db.read(credential_epoch, quick=True))
+        principal = self.tokens.get(token, now)
+        if principal is None:
+            generation = self.tokens.generation
+            principal = await self.db.read(lambda c: authenticate(c, token))
+            if principal is not None:
+                self.tokens.put(token, principal, now, generation=generation)
+        return principal
+
+    async def create(self, name: str, display_name: str | None, description: str = "") -> CreatedAgent:
+        """Create an agent whose key this node keeps; the API key is returned once (REST and CLI share this)."""
+        check_name(name)
+        key = keys.SigningKey.generate()
+        record = identity_record(key, display_name or name, description, self.node_id)
+        api_key = await self.db.write(
+            lambda c: register(c, name=name, key=key, keep_key=True, record=record, now_ms=self.now_ms())
+        )
+        return CreatedAgent(name=name, agent_id=key.did, api_key=api_key)
+
+    async def rotate_api_key(self, ref: str) -> CreatedAgent:
+        """Give a local agent (by name or did) a new API key; every key it had stops working at once here."""
+        name, agent_id, api_key = await self.db.write(lambda c: rotate_api_key(c, ref, self.now_ms()))
+        self.tokens.clear()
+        log.info("api key rotated for agent %s (%s); its previous keys are revoked", name, agent_id)
+        return CreatedAgent(name=name, agent_id=agent_id, api_key=api_key)
+
+    async def get(self, agent_id: str) -> AgentOut:
+        """An agent's public identity (any agent this node knows, local or arrived by sync)."""
+        return await self.db.read(lambda c: agent_out(c, agent_id), quick=True)

@@ -81,7 +81,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 
 # cleanup_ctx: mark expired notifications every EXPIRY_SWEEP_SECONDS (polls that lease do it too).
-expiry_sweep = periodic("notification expiry sweep", EXPIRY_SWEEP_SECONDS, Node.expire_notifications, log)
+expiry_sweep = periodic(
+    "notification expiry sweep", EXPIRY_SWEEP_SECONDS, lambda node: node.inbox.expire_notifications(), log
+)
 
 
 def build(data_dir: Path) -> web.Application:

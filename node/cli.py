@@ -189,11 +189,11 @@ def _agent_key_command(args: argparse.Namespace, act: Callable[[Node], Awaitable
 
 
 def cmd_agent_create(args: argparse.Namespace) -> int:
-    return _agent_key_command(args, lambda node: node.create_agent(args.name, args.display_name, args.description))
+    return _agent_key_command(args, lambda node: node.agents.create(args.name, args.display_name, args.description))
 
 
 def cmd_agent_rotate_key(args: argparse.Namespace) -> int:
-    code = _agent_key_command(args, lambda node: node.rotate_api_key(args.agent))
+    code = _agent_key_command(args, lambda node: node.agents.rotate_api_key(args.agent))
     if not args.json:
         print("its previous API keys no longer work (a running node may accept one it checked in the last 60 s)")
     return code

@@ -6,6 +6,9 @@ tool results; the CLI to an exit code and a one-line message.
 
 from __future__ import annotations
 
+from types import TracebackType
+from typing import Literal
+
 
 class BBSError(Exception):
     """A domain error a client can act on. `code` is stable; `field` is a JSON path when one input is at fault."""
@@ -76,3 +79,24 @@ class Unavailable(BBSError):
 
 class StorageFull(BBSError):
     status, code, title = 507, "storage_full", "Insufficient storage"
+
+
+class Located:
+    """`with Located(where):` errors raised inside name their field under `where`, the JSON path of one item
+    of a batch request (`$` leaves them as they are). A plain class: it is entered several times per post."""
+
+    __slots__ = ("where",)
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
+        where = self.where
+        if isinstance(exc, BBSError) and where != "$":
+            exc.field = where + exc.field[1:] if exc.field and exc.field.startswith("$") else exc.field or where
+        return False

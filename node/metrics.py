@@ -260,7 +260,7 @@ def install(app: web.Application) -> Metrics:
     metrics.registry.register(_DatabaseCollector(lambda: node.db))
     app[METRICS] = metrics
     app[REQUEST_OBSERVER] = metrics.observe_request  # called by the access-log middleware for every request
-    app.router.add_get("/metrics", guard(METRICS_ROUTE, app[NODE].authenticate))
+    app.router.add_get("/metrics", guard(METRICS_ROUTE, app[NODE].agents.authenticate))
     return metrics
 
 

@@ -200,7 +200,7 @@ def install(app: web.Application, settings: SyncSettings | None = None) -> None:
     """Mount federation on an app being built: its state, the long-poll wake-up on shutdown, and the
     cleanup context that runs the scheduler (unless `settings.pull` is false)."""
     app[SYNC_SETTINGS] = settings or SyncSettings()
-    store = NodeSyncStore(app[NODE])
+    store = app[NODE].sync
     state = SyncState(store, SyncServer(store), PeerVerifier())
     app[SYNC] = state
 

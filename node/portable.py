@@ -59,5 +59,5 @@ async def import_identity(
             c, name=name, key=key, keep_key=keep_key, record=dict(identity_record), now_ms=node.now_ms()
         )
     )
-    node._agent_keys.pop(key.did, None)
+    node.sealing.forget(key.did)
     return CreatedAgent(name=name, agent_id=key.did, api_key=api_key)

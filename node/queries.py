@@ -8,10 +8,12 @@ import sqlite3
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 import msgspec
 
+from node.errors import InvalidInput, NotFound
 from node.wire.api import EntryOut, LinkOut, SearchQuery
 
 MAX_NEIGHBOURHOOD = 1_000  # entries a traversal may collect before it stops and says so
@@ -132,6 +134,33 @@ def resolve_ref(conn: sqlite3.Connection, ref: str) -> tuple[str | None, int | N
         row = conn.execute("SELECT id FROM entries WHERE record_hash = ?", (ref,)).fetchone()
         return ref, (row[0] if row else None)
     return None, None
+
+
+def require_ref(conn: sqlite3.Connection, ref: str, what: str, *, field: str, code: str, stored: bool = False) -> str:
+    """The record hash `ref` (an entry id or a record hash) names, or 404 `code` naming `field`.
+
+    A well-formed hash of an entry not here yet resolves (it may still arrive), unless `stored`: then the entry
+    must be on this node. `what` names the reference in the error ("link target", "evidence", ...).
+    """
+    record_hash, entry_id = resolve_ref(conn, ref)
+    if stored and (record_hash is None or entry_id is None):
+        raise NotFound(f"{what} {ref!r} is not on this node", field=field, code=code)
+    if record_hash is None:
+        raise NotFound(f"{what} {ref!r} is not a known entry id or a record hash", field=field, code=code)
+    return record_hash
+
+
+def parse_since(value: str | None, field: str) -> int | None:
+    """An ISO 8601 timestamp with a timezone (a `since` parameter), as epoch milliseconds."""
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput("since must be an ISO 8601 timestamp such as 2026-01-31T12:00:00Z", field=field) from None
+    if moment.tzinfo is None:
+        raise InvalidInput("since must carry a timezone (for example a trailing Z)", field=field)
+    return int(moment.timestamp() * 1000)
 
 
 def entries_by_ids(conn: sqlite3.Connection, ids: list[int]) -> list[EntryOut]:

@@ -52,7 +52,7 @@ def _node(request: web.Request) -> Node:
 
 async def post_entry(request: web.Request) -> web.Response:
     body = signed_or(await read_json(request), PostEntry)
-    entry, created = await _node(request).post_entry(agent_id(request), body, idempotency_header(request))
+    entry, created = await _node(request).entries.post(agent_id(request), body, idempotency_header(request))
     return json_response(entry, 201 if created else 200)
 
 
@@ -65,7 +65,7 @@ async def post_entries(request: web.Request) -> web.Response:
         )
     batch = convert(await read_json(request), PostEntries)
     bodies = [signed_or(item, PostEntry, f"$.entries[{i}]") for i, item in enumerate(batch.entries)]
-    results = await _node(request).post_entries(agent_id(request), bodies)
+    results = await _node(request).entries.post_batch(agent_id(request), bodies)
     posted = PostedEntries([PostedEntry(created=created, entry=entry) for entry, created in results])
     return json_response(posted, 201 if any(p.created for p in posted.results) else 200)
 
@@ -74,7 +74,7 @@ async def get_entry(request: web.Request) -> web.Response:
     q = decode_query(request, ReadQuery)
     if q.ids:
         raise InvalidInput("ids is for GET /v1/entries", field="$.ids")
-    result = await _node(request).read([request.match_info["ref"]], q)
+    result = await _node(request).reads.read([request.match_info["ref"]], q)
     if result.missing:
         from node.errors import NotFound
 
@@ -86,44 +86,44 @@ async def get_entries(request: web.Request) -> web.Response:
     q = decode_query(request, ReadQuery)
     if not q.ids:
         raise InvalidInput("give one or more ids (local ids or record hashes)", field="$.ids")
-    return json_response(await _node(request).read(q.ids, q))
+    return json_response(await _node(request).reads.read(q.ids, q))
 
 
 async def search(request: web.Request) -> web.Response:
-    return json_response(await _node(request).search(decode_query(request, SearchQuery)))
+    return json_response(await _node(request).reads.search(decode_query(request, SearchQuery)))
 
 
 async def post_link(request: web.Request) -> web.Response:
     body = signed_or(await read_json(request), PostLink)
-    link, created = await _node(request).create_link(agent_id(request), body, idempotency_header(request))
+    link, created = await _node(request).links.create(agent_id(request), body, idempotency_header(request))
     return json_response(link, 201 if created else 200)
 
 
 async def post_subscription(request: web.Request) -> web.Response:
     body = convert(await read_json(request), SubscriptionIn)
-    sub, created = await _node(request).subscribe(agent_id(request), body)
+    sub, created = await _node(request).inbox.subscribe(agent_id(request), body)
     return json_response(sub, 201 if created else 200)
 
 
 async def list_subscriptions(request: web.Request) -> web.Response:
-    return json_response(SubscriptionList(await _node(request).subscriptions(agent_id(request))))
+    return json_response(SubscriptionList(await _node(request).inbox.subscriptions(agent_id(request))))
 
 
 async def delete_subscription(request: web.Request) -> web.Response:
     raw = request.match_info["sub_id"]
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise InvalidInput("subscription id must be an integer", field="sub_id")
-    await _node(request).unsubscribe(agent_id(request), int(raw))
+    await _node(request).inbox.unsubscribe(agent_id(request), int(raw))
     return web.Response(status=204)
 
 
 async def get_inbox(request: web.Request) -> web.Response:
-    return json_response(await _node(request).inbox(agent_id(request), decode_query(request, InboxQuery)))
+    return json_response(await _node(request).inbox.poll(agent_id(request), decode_query(request, InboxQuery)))
 
 
 async def ack_inbox(request: web.Request) -> web.Response:
     body = convert(await read_json(request), AckIn)
-    return json_response(await _node(request).ack(agent_id(request), body.ids))
+    return json_response(await _node(request).inbox.ack(agent_id(request), body.ids))
 
 
 async def node_info(request: web.Request) -> web.Response:
@@ -131,16 +131,16 @@ async def node_info(request: web.Request) -> web.Response:
 
 
 async def get_agent(request: web.Request) -> web.Response:
-    return json_response(await _node(request).get_agent(request.match_info["agent_id"]))
+    return json_response(await _node(request).agents.get(request.match_info["agent_id"]))
 
 
 async def create_agent(request: web.Request) -> web.Response:
     body = convert(await read_json(request), CreateAgent)
-    return json_response(await _node(request).create_agent(body.name, body.display_name, body.description), 201)
+    return json_response(await _node(request).agents.create(body.name, body.display_name, body.description), 201)
 
 
 async def rotate_api_key(request: web.Request) -> web.Response:
-    return json_response(await _node(request).rotate_api_key(request.match_info["agent_id"]), 201)
+    return json_response(await _node(request).agents.rotate_api_key(request.match_info["agent_id"]), 201)
 
 
 async def healthz(request: web.Request) -> web.Response:

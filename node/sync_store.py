@@ -10,14 +10,15 @@ import asyncio
 import contextlib
 import hashlib
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from yarl import URL
 
 from identity import keys
 from node import projections
+from node.db import Database
 from node.errors import InvalidInput
-from node.service import Node
 from node.wire.time import format_ms
 from sync.messages import Digest, PeerCounters, PeerIn, PeerStatus
 from sync.store import Cursor, Invalid, Outcome, Page, PeerConfig, Verified
@@ -30,16 +31,17 @@ POLL_S = 0.1
 class NodeSyncStore:
     """`sync.store.SyncStore` over a node's database. Records from a peer get origin = the peer's node id."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
-        self.node_id = node.node_id
+    def __init__(self, db: Database, node_id: str, now_ms: Callable[[], int]) -> None:
+        self.db = db
+        self.node_id = node_id
+        self.now_ms = now_ms
         self._changed = asyncio.Event()
         self._newest_lock = asyncio.Lock()
         self._newest = 0
         self._newest_at = float("-inf")
 
     async def position(self) -> tuple[str, int]:
-        return await self.node.db.read(_position)
+        return await self.db.read(_position)
 
     async def changes(self, since: int, limit: int, exclude_origin: str | None = None) -> Page:
         def run(conn: sqlite3.Connection) -> Page:
@@ -53,7 +55,7 @@ class NodeSyncStore:
             more = len(items) == limit and items[-1][0] < head
             return Page(epoch, head, items[-1][0] if more else head, more, items)
 
-        return await self.node.db.read(run)
+        return await self.db.read(run)
 
     async def wait_for_change(self, since: int, timeout: float) -> None:
         loop = asyncio.get_running_loop()
@@ -74,7 +76,7 @@ class NodeSyncStore:
         loop = asyncio.get_running_loop()
         async with self._newest_lock:
             if loop.time() - self._newest_at >= POLL_S / 2:
-                self._newest = await self.node.db.read(
+                self._newest = await self.db.read(
                     lambda c: c.execute(
                         "SELECT coalesce(max(seq), 0) FROM records WHERE scope = 'federation'"
                     ).fetchone()[0]
@@ -91,7 +93,7 @@ class NodeSyncStore:
             ).fetchall()
             return [(r[0], bytes(r[1])) for r in rows]
 
-        return await self.node.db.read(run)
+        return await self.db.read(run)
 
     async def reconcile_items(self) -> tuple[str, int, list[tuple[int, bytes]]]:
         def run(conn: sqlite3.Connection) -> tuple[str, int, list[tuple[int, bytes]]]:
@@ -103,30 +105,28 @@ class NodeSyncStore:
             ).fetchall()
             return epoch, head, [(int(ms), bytes.fromhex(h)) for ms, h in rows]
 
-        return await self.node.db.read(run)
+        return await self.db.read(run)
 
     async def ingest(
         self, peer_id: str, records: list[Verified], invalid: list[Invalid], cursor: Cursor | None
     ) -> list[Outcome]:
-        now = self.node.now_ms()
-        outcomes = await self.node.db.write(lambda c: ingest(c, peer_id, records, invalid, cursor, now))
+        now = self.now_ms()
+        outcomes = await self.db.write(lambda c: ingest(c, peer_id, records, invalid, cursor, now))
         if any(o.outcome in ("saved", "pending_link") for o in outcomes):
             self._newest_at = float("-inf")
             self._changed.set()
         return outcomes
 
     async def peers(self) -> list[PeerConfig]:
-        rows = await self.node.db.read(
-            lambda c: c.execute("SELECT node_id, url FROM peers ORDER BY node_id").fetchall()
-        )
+        rows = await self.db.read(lambda c: c.execute("SELECT node_id, url FROM peers ORDER BY node_id").fetchall())
         return [PeerConfig(r[0], r[1]) for r in rows]
 
     async def peer_ids(self) -> frozenset[str]:
-        rows = await self.node.db.read(lambda c: c.execute("SELECT node_id FROM peers").fetchall())
+        rows = await self.db.read(lambda c: c.execute("SELECT node_id FROM peers").fetchall())
         return frozenset(r[0] for r in rows)
 
     async def cursor(self, peer_id: str) -> Cursor | None:
-        row = await self.node.db.read(
+        row = await self.db.read(
             lambda c: c.execute("SELECT cursor_epoch, cursor_seq FROM peers WHERE node_id = ?", (peer_id,)).fetchone()
         )
         if row is None or row[0] is None:
@@ -142,7 +142,7 @@ class NodeSyncStore:
         error: str | None = None,
         reconciled: bool = False,
     ) -> None:
-        now = self.node.now_ms()
+        now = self.now_ms()
 
         def job(conn: sqlite3.Connection) -> None:
             if error is not None:
@@ -161,10 +161,10 @@ class NodeSyncStore:
                 {"now": now, "epoch": remote_epoch, "head": remote_head, "rec": int(reconciled), "peer": peer_id},
             )
 
-        await self.node.db.write(job)
+        await self.db.write(job)
 
     async def wanted(self, peer_id: str, now_ms: int, limit: int) -> list[str]:
-        rows = await self.node.db.read(
+        rows = await self.db.read(
             lambda c: c.execute(
                 "SELECT w.hash FROM sync_wanted w WHERE w.peer_id = ? AND w.next_ms <= ? AND w.attempts < ?"
                 " AND NOT EXISTS (SELECT 1 FROM records r WHERE r.hash = w.hash) ORDER BY w.next_ms LIMIT ?",
@@ -182,22 +182,22 @@ class NodeSyncStore:
                 (now_ms, MAX_WANT_BACKOFF_MS, peer_id, _json(hashes)),
             )
 
-        await self.node.db.write(job)
+        await self.db.write(job)
 
     async def digest(self) -> Digest:
-        return await self.node.db.read(lambda c: digest(c, self.node_id))
+        return await self.db.read(lambda c: digest(c, self.node_id))
 
     async def add_peer(self, peer: PeerIn) -> PeerStatus:
         check_peer_url(peer.url)
         if peer.node_id == self.node_id:
             raise InvalidInput("a node cannot peer with itself", field="$.node_id", code="self_peer")
-        now = self.node.now_ms()
-        await self.node.db.write(lambda c: add_peer(c, peer.url, peer.node_id, now))
+        now = self.now_ms()
+        await self.db.write(lambda c: add_peer(c, peer.url, peer.node_id, now))
         return next(p for p in await self.statuses() if p.node_id == peer.node_id)
 
     async def statuses(self) -> list[PeerStatus]:
-        now = self.node.now_ms()
-        return await self.node.db.read(lambda c: peer_statuses(c, now))
+        now = self.now_ms()
+        return await self.db.read(lambda c: peer_statuses(c, now))
 
 
 def check_peer_url(url: str) -> None:

@@ -28,20 +28,17 @@ import functools
 import logging
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
 
 from node.appkeys import NODE
 from node.background import periodic
+from node.db import Database
 from node.http import Route, json_response
 from node.wire.api import AgentTrust
-
-if TYPE_CHECKING:
-    from node.service import Node
 
 log = logging.getLogger("bbs.trust")
 
@@ -276,18 +273,26 @@ class TrustRefresh(msgspec.Struct):
     computed_seq: int
 
 
-async def refresh_node(node: Node, *, force: bool = False) -> TrustRefresh:
-    """Refresh a node's cache: compute on a reader (the writer keeps writing), then store in one short write."""
-    head, result = await node.db.read(functools.partial(snapshot, force=force))
-    ran = False
-    if result is not None:
-        ran = await node.db.write(functools.partial(store, head=head, result=result, now_ms=node.now_ms()))
+class Trust:
+    """The trust cache of one node, refreshed by the background task and on demand (POST /v1/trust/refresh)."""
 
-    def covered(conn: sqlite3.Connection) -> int:
-        row = conn.execute("SELECT computed_seq FROM trust_state WHERE id = 1").fetchone()
-        return int(row[0]) if row else 0
+    def __init__(self, db: Database, now_ms: Callable[[], int]) -> None:
+        self.db = db
+        self.now_ms = now_ms
 
-    return TrustRefresh(ran=ran, computed_seq=await node.db.read(covered))
+    async def refresh(self, *, force: bool = False) -> TrustRefresh:
+        """Refresh the cache: compute on a reader (the writer keeps writing), then store in one short write."""
+        head, result = await self.db.read(functools.partial(snapshot, force=force))
+        ran = False
+        if result is not None:
+            ran = await self.db.write(functools.partial(store, head=head, result=result, now_ms=self.now_ms()))
+        return TrustRefresh(ran=ran, computed_seq=await self.db.read(computed_seq))
+
+
+def computed_seq(conn: sqlite3.Connection) -> int:
+    """The log position the cache covers (0 before the first refresh)."""
+    row = conn.execute("SELECT computed_seq FROM trust_state WHERE id = 1").fetchone()
+    return int(row[0]) if row else 0
 
 
 def agent_trust(conn: sqlite3.Connection, agent_id: str) -> AgentTrust:
@@ -304,12 +309,12 @@ def agent_trust(conn: sqlite3.Connection, agent_id: str) -> AgentTrust:
 
 # cleanup_ctx: refresh the trust cache every REFRESH_SECONDS while the app runs (a failed refresh leaves the
 # previous cache in place).
-background_refresh = periodic("trust refresh", REFRESH_SECONDS, refresh_node, log)
+background_refresh = periodic("trust refresh", REFRESH_SECONDS, lambda node: node.trust.refresh(), log)
 
 
 async def refresh_now(request: web.Request) -> web.Response:
     """POST /v1/trust/refresh: recompute the trust cache now if the log grew since the last run."""
-    return json_response(await refresh_node(request.app[NODE]))
+    return json_response(await request.app[NODE].trust.refresh())
 
 
 ROUTES: list[Route] = [

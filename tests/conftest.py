@@ -85,7 +85,7 @@ def make_agent(node: Node) -> Callable[[str], Awaitable[AgentCreds]]:
     """Create an agent (node-kept key) on the test node."""
 
     async def make(name: str = "agent") -> AgentCreds:
-        created = await node.create_agent(name, name.title())
+        created = await node.agents.create(name, name.title())
         return AgentCreds(created.name, created.agent_id, created.api_key)
 
     return make

@@ -134,7 +134,7 @@ async def entry_graph(request: web.Request) -> web.Response:
     ref = entry_ref(request)
     q = decode_query(request, GraphQuery)
     node = _node(request)
-    result = await node.read(
+    result = await node.reads.read(
         [ref], ReadQuery(hops=q.hops, link_types=q.link_types, direction=q.direction, include_synthetic=True)
     )
     if result.missing:

@@ -18,7 +18,6 @@ from node.dashboard import data, graphs
 from node.http import Route, json_response
 from node.wire.time import format_ms
 from node.wire.workflows import GraphQuery
-from node.workflows.service import Workflows
 
 MAX_DRAWN_TASKS = 300
 
@@ -55,7 +54,7 @@ class ProjectList(msgspec.Struct):
 
 async def _board(request: web.Request) -> tuple[TaskBoard, list[tuple[str, str]]]:
     node = request.app[NODE]
-    g = await Workflows(node).graph(GraphQuery(limit=MAX_DRAWN_TASKS))
+    g = await node.workflows.graph(GraphQuery(limit=MAX_DRAWN_TASKS))
     keys = [n.key for n in g.nodes]
 
     def extra(conn: sqlite3.Connection) -> tuple[dict[str, str | None], dict[str, str]]:

@@ -6,10 +6,10 @@ from aiohttp import web
 
 from node.appkeys import NODE
 from node.auth import agent_id, principal
-from node.default_mode.service import ADMIN, DefaultMode, runtime
+from node.default_mode.service import ADMIN, DefaultMode
 from node.errors import InvalidInput
 from node.http import Route, convert, decode_query, idempotency_header, json_response, read_json
-from node.service import parse_since
+from node.queries import parse_since
 from node.wire.default_mode import (
     CandidateList,
     CandidateOut,
@@ -33,7 +33,7 @@ PREFIX = "/v1/default-mode"
 
 
 def _rt(request: web.Request) -> DefaultMode:
-    return runtime(request.app[NODE])
+    return request.app[NODE].default_mode
 
 
 def _candidate_id(request: web.Request) -> int:

@@ -12,8 +12,9 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from identity import keys
+from node.db import Database
 from node.errors import BBSError
-from node.service import Node
 from node.wire.workflows import PeerLeaseIn, PeerLeaseOut
 from node.workflows.leases import LeaseAuthorityUnreachable
 from sync.auth import sign_headers
@@ -24,14 +25,14 @@ MAX_REPLY_BYTES = 1024 * 1024
 
 
 async def request_lease(
-    node: Node, home_node: str, task_key: str, agent_id: str, seconds: int
+    db: Database, node_key: keys.SigningKey, home_node: str, task_key: str, agent_id: str, seconds: int
 ) -> tuple[dict[str, Any], bool]:
     """Ask `home_node` to grant `agent_id` the lease. Returns (the grant record it signed, newly granted).
 
     The home node's refusals (409 lease_held, 404, ...) come back as the same problem; no answer at all is
     `lease_authority_unreachable` (503).
     """
-    row = await node.db.read(lambda c: c.execute("SELECT url FROM peers WHERE node_id = ?", (home_node,)).fetchone())
+    row = await db.read(lambda c: c.execute("SELECT url FROM peers WHERE node_id = ?", (home_node,)).fetchone())
     if row is None:
         raise LeaseAuthorityUnreachable(
             f"task {task_key} is homed on node {home_node}, the only node that may grant its lease, and that node"
@@ -40,7 +41,7 @@ async def request_lease(
         )
     url = str(row[0]).rstrip("/") + PEER_LEASE_PATH
     body = msgspec.json.encode(PeerLeaseIn(task_key=task_key, agent_id=agent_id, seconds=seconds))
-    headers = sign_headers(node.key, "POST", url, body)
+    headers = sign_headers(node_key, "POST", url, body)
     headers["Content-Type"] = "application/json"
     try:
         async with (

@@ -47,7 +47,7 @@ PREFIX = "/v1/agent-workflows"
 
 
 def _workflows(request: web.Request) -> Workflows:
-    return Workflows(request.app[NODE])
+    return request.app[NODE].workflows
 
 
 async def _optional_json(request: web.Request) -> Any:

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import msgspec
 
 from identity import canonical, keys, records
 from node import idempotency, projections
+from node.db import Database
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
-from node.service import MAX_HASH_RETRIES, Node, sign_and_check
+from node.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, until_hash_free
 from node.wire import unsigned
 from node.wire.api import SignedSubmission
 from node.wire.time import format_ms
@@ -66,24 +68,18 @@ def _present(decoded: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return {n: getattr(decoded, n) for n in names if getattr(decoded, n) is not msgspec.UNSET}
 
 
-class _SameMessage(Exception):
-    """A node-signed message whose record (same sender, fields and millisecond) is already stored."""
-
-
 class Workflows:
-    """Workflow operations on one Node (stateless: cheap to create per request)."""
+    """Workflow operations on one node: the bus, tasks, leases and the graph (built once, by `Node`)."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, db: Database, sealing: Sealing, key: keys.SigningKey, now_ms: Callable[[], int]) -> None:
+        self.db = db
+        self.sealing = sealing
+        self.key = key  # the node's: it signs the leases it grants as a task's home node
+        self.now_ms = now_ms
 
-    async def _signer(self, agent_id: str) -> keys.SigningKey:
-        signer = await self.node._signing_key(agent_id)
-        if signer is None:
-            raise InvalidInput(
-                "this agent holds its own key: sign the record and submit it as {'record': ...}",
-                code="agent_signs_own_records",
-            )
-        return signer
+    @property
+    def node_id(self) -> str:
+        return self.key.did
 
     # ---- the bus --------------------------------------------------------------------------------------
 
@@ -92,57 +88,48 @@ class Workflows:
     ) -> tuple[MessageOut, bool]:
         """Append a message (node-signed, or a record the sender signed). Returns (message, created)."""
         idem = idempotency.request_key(idempotency_key, body.idempotency_key)
-        node_signed = isinstance(body, PostMessage)
+        signer: keys.SigningKey | None = None
+        created_ms = 0
         if isinstance(body, SignedSubmission):
-            record, record_hash, decoded = self.node._check_signed(body.record, "message", agent_id)
+            sealed = self.sealing.check_signed(body.record, "message", agent_id)
         else:
             if body.from_agent is not None and body.from_agent != agent_id:
                 raise Forbidden("from_agent must be the authenticated agent", field="$.from_agent")
-            signer = await self._signer(agent_id)
-            created_ms = self.node.now_ms()
-            unsigned = bus.unsigned_message(agent_id, body, format_ms(created_ms))
-            record, record_hash, decoded = sign_and_check(unsigned, signer)
+            signer = await self.sealing.signer(agent_id)
+            created_ms = self.now_ms()
+            sealed = sign_and_check(bus.unsigned_message(agent_id, body, format_ms(created_ms)), signer)
 
-        def job(conn: sqlite3.Connection) -> tuple[int, bool]:
-            now = self.node.now_ms()
-            if idem is not None:
-                replay = bus.replayed_message(conn, agent_id, idem)
-                if replay is not None:
-                    return replay, False
-            seq, inserted = projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
-            if not inserted and node_signed:
-                raise _SameMessage()  # an identical send in the same millisecond: a second message all the same
-            if idem is not None:
-                idempotency.remember(conn, agent_id, idem, "message", record_hash, now)
-            return seq, inserted
+        async def one_ms_later(taken: list[Any]) -> None:  # only a node-signed message's hash is ever taken
+            nonlocal sealed, created_ms
+            assert isinstance(body, PostMessage) and signer is not None
+            created_ms += 1
+            sealed = sign_and_check(bus.unsigned_message(agent_id, body, format_ms(created_ms)), signer)
 
-        for _ in range(MAX_HASH_RETRIES):
-            try:
-                message_id, created = await self.node.db.write(job)
-                break
-            except _SameMessage:
-                assert isinstance(body, PostMessage)
-                created_ms += 1
-                unsigned = bus.unsigned_message(agent_id, body, format_ms(created_ms))
-                record, record_hash, decoded = sign_and_check(unsigned, signer)
-        else:
-            raise Conflict("could not find a free created_at for this message; retry", code="hash_taken")
-        return await self.node.db.read(lambda c: bus.message_by_id(c, message_id), quick=True), created
+        message_id, created = await until_hash_free(
+            lambda: self.db.write(
+                lambda c: append_message(c, agent_id, idem, sealed, signer is not None, self.now_ms())
+            ),
+            one_ms_later,
+            "message",
+        )
+        return await self.db.read(lambda c: bus.message_by_id(c, message_id), quick=True), created
 
     async def messages(self, q: MessageQuery) -> MessagePage:
         """Read the bus: filtered by project, agent (either end) or type; newest or oldest first."""
-        return await self.node.db.read(lambda c: bus.list_messages(c, q), quick=True)
+        return await self.db.read(lambda c: bus.list_messages(c, q), quick=True)
 
     # ---- tasks ----------------------------------------------------------------------------------------
 
     async def declare(self, agent_id: str, body: DeclareTask | SignedSubmission) -> tuple[TaskOut, bool]:
         """Create or update a task by key. Returns (task, created). Appends nothing when nothing changes."""
+        signed: SealedRecord | None = None
         signer: keys.SigningKey | None = None
         if isinstance(body, SignedSubmission):
-            record, record_hash, decoded = self.node._check_signed(body.record, "task_event", agent_id)
+            signed = self.sealing.check_signed(body.record, "task_event", agent_id)
+            decoded = signed[2]
             if decoded.event != "declare":
                 raise InvalidInput("POST /tasks takes a declare event", field="$.record.event", code="wrong_event")
-            if decoded.node_id != self.node.node_id:
+            if decoded.node_id != self.node_id:
                 raise InvalidInput(
                     "a declaration names the node that accepts it: set node_id to this node's id",
                     field="$.record.node_id",
@@ -151,50 +138,30 @@ class Workflows:
             fields = {"task_key": decoded.task_key}
             fields.update(_present(decoded, ("title", "depends_on", "status", "checkpoint")))
         else:
-            signer = await self._signer(agent_id)
+            signer = await self.sealing.signer(agent_id)
             try:
                 fields = unsigned.declared_fields(body)
             except canonical.CanonicalError as exc:
                 raise InvalidInput(str(exc), field=exc.field) from None
-        key = fields["task_key"]
-
-        at = "$.record" if signer is None else "$"
-
-        def job(conn: sqlite3.Connection) -> bool:
-            row, changed = tasks.plan_declare(conn, fields, at)
-            if row is not None and not changed:
-                return False
-            now = self.node.now_ms()
-            if row is not None:
-                leases.check_declare(row, agent_id, changed, now, at)
-                if signer is None:
-                    tasks.check_after_newest(conn, key, decoded.created_at)
-            if signer is None:
-                rec, rec_hash, dec = record, record_hash, decoded
-            else:
-                created_at = format_ms(tasks.next_event_ms(conn, key, now))
-                draft = unsigned.unsigned_declare(key, agent_id, created_at, self.node.node_id, changed)
-                rec, rec_hash, dec = sign_and_check(draft, signer)
-            projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
-            return row is None
-
-        created = await self.node.db.write(job)
-        return await self.task(key), created
+        created = await self.db.write(
+            lambda c: declare_task(c, agent_id, fields, signed, signer, self.node_id, self.now_ms)
+        )
+        return await self.task(fields["task_key"]), created
 
     async def task(self, ref: str) -> TaskOut:
         """One task by local id or key, its lease checked against the clock."""
-        now = self.node.now_ms()
-        return await self.node.db.read(lambda c: tasks.task_out(c, tasks.task_row(c, ref), now), quick=True)
+        now = self.now_ms()
+        return await self.db.read(lambda c: tasks.task_out(c, tasks.task_row(c, ref), now), quick=True)
 
     async def ready(self, limit: int = 100, after: int | None = None) -> ReadyList:
         """Exactly the tasks that can start now (every dependency done or completed, no live lease)."""
-        now = self.node.now_ms()
-        return await self.node.db.read(lambda c: tasks.ready(c, now, limit, after), quick=limit <= QUICK_READY_PAGE)
+        now = self.now_ms()
+        return await self.db.read(lambda c: tasks.ready(c, now, limit, after), quick=limit <= QUICK_READY_PAGE)
 
     async def graph(self, q: GraphQuery) -> Graph:
         """The task graph as nodes and `precedes` edges."""
-        now = self.node.now_ms()
-        return await self.node.db.read(lambda c: graph.build(c, now, q.limit))
+        now = self.now_ms()
+        return await self.db.read(lambda c: graph.build(c, now, q.limit))
 
     # ---- leases ---------------------------------------------------------------------------------------
 
@@ -202,7 +169,7 @@ class Workflows:
         """A lease's `agent` field, when given, must name the caller (its did or its local name)."""
         if given is None or given == agent_id:
             return
-        row = await self.node.db.read(
+        row = await self.db.read(
             lambda c: c.execute("SELECT agent_id FROM local_agents WHERE name = ?", (given,)).fetchone()
         )
         if row is None or row[0] != agent_id:
@@ -233,31 +200,11 @@ class Workflows:
 
         Raises leases.NotHome when another node is the task's lease authority.
         """
-        node_key = self.node.key
-
-        def job(conn: sqlite3.Connection) -> tuple[str, bool, dict[str, Any]]:
-            now = self.node.now_ms()
-            row = tasks.task_row(conn, ref)
-            decision = leases.decide_grant(conn, row, node_key.did, agent_id, now)
-            start = tasks.next_event_ms(conn, decision.task_key, now)
-            draft = unsigned.unsigned_task_event(
-                decision.task_key,
-                node_key.did,
-                format_ms(start),
-                "lease",
-                holder=agent_id,
-                # the lease runs by this node's clock; `start` may sit a little later (see next_event_ms)
-                expires_at=format_ms(max(now + seconds * 1000, start + 1)),
-            )
-            rec, rec_hash, dec = sign_and_check(draft, node_key)
-            projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
-            return decision.task_key, not decision.extends, rec
-
-        return await self.node.db.write(job)
+        return await self.db.write(lambda c: grant_lease(c, ref, agent_id, seconds, self.key, self.now_ms()))
 
     async def _lease_elsewhere(self, exc: leases.NotHome, agent_id: str, seconds: int) -> tuple[str, bool]:
         """Ask the home node for the lease; store the grant it signed, so this node's ready set excludes the task."""
-        record, granted = await forward.request_lease(self.node, exc.home_node, exc.task_key, agent_id, seconds)
+        record, granted = await forward.request_lease(self.db, self.key, exc.home_node, exc.task_key, agent_id, seconds)
         try:
             record_hash, decoded = records.check(record)
         except records.RecordError as error:
@@ -274,8 +221,8 @@ class Workflows:
             raise leases.LeaseAuthorityUnreachable(
                 f"the home node {exc.home_node} answered with a record that is not this lease", field="task_id"
             )
-        now = self.node.now_ms()
-        await self.node.db.write(
+        now = self.now_ms()
+        await self.db.write(
             lambda c: projections.append(c, record, record_hash, decoded, origin=exc.home_node, now_ms=now)
         )
         return exc.task_key, granted
@@ -310,73 +257,195 @@ class Workflows:
     async def _finish_event(
         self, event: str, agent_id: str, ref: str, body: FinishIn | SignedSubmission, idem: str | None
     ) -> TaskOut:
-        signer: keys.SigningKey | None = None
-        checkpoint: dict[str, Any] | None = None
+        finish: Finish
         if isinstance(body, SignedSubmission):
-            record, record_hash, decoded = self.node._check_signed(body.record, "task_event", agent_id)
-            if decoded.event != event:
+            signed = self.sealing.check_signed(body.record, "task_event", agent_id)
+            if signed[2].event != event:
                 raise InvalidInput(f"this endpoint takes a {event} event", field="$.record.event", code="wrong_event")
+            finish = SignedFinish(signed)
         else:
-            signer = await self._signer(agent_id)
+            signer = await self.sealing.signer(agent_id)
+            checkpoint: dict[str, Any] | None = None
             if body.checkpoint is not None:
                 try:
                     checkpoint = canonical.normalize_value(body.checkpoint, "$.checkpoint")
                 except canonical.CanonicalError as exc:
                     raise InvalidInput(str(exc), field=exc.field) from None
-
-        def job(conn: sqlite3.Connection) -> str:
-            now = self.node.now_ms()
-            row = tasks.task_row(conn, ref)
-            key = row["key"]
-            if signer is None and decoded.task_key == key and _stored(conn, record_hash):
-                return key  # the same signed record again (a retry): it was applied once
-            if idem is not None and _finished_before(conn, agent_id, idem, f"task_{event}", key):
-                return key
-            if signer is None and decoded.task_key != key:
-                raise InvalidInput("the record's task_key is not the task in the path", field="$.record.task_key")
-            if event == "release":
-                lease: str | None = leases.check_release(row, agent_id, now)
-            else:
-                lease = leases.check_complete(row, agent_id, now, self.node.node_id)
-            if signer is None:
-                tasks.check_after_newest(conn, key, decoded.created_at)
-                if decoded.lease is not msgspec.UNSET and decoded.lease != lease:
-                    raise InvalidInput(
-                        "the record's lease is not your live lease on this task",
-                        field="$.record.lease",
-                        code="wrong_lease",
-                    )
-                if decoded.lease is msgspec.UNSET and lease is not None:
-                    # unnamed, the lease would outlive the release or completion (the fold ends only the one named)
-                    raise InvalidInput(
-                        f"you hold the live lease {lease} on this task: a {event} names it",
-                        field="$.record.lease",
-                        code="lease_required",
-                    )
-                merges: dict[str, Any] = {}
-                if decoded.checkpoint is not msgspec.UNSET:
-                    _, merges = tasks.plan_declare(
-                        conn, {"task_key": key, "checkpoint": decoded.checkpoint}, "$.record"
-                    )
-                if event == "complete" and tasks.is_done(row) and lease is None and not merges:
-                    return key  # as on the node-signed path: appending would change nothing
-                projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
-                if idem is not None:
-                    idempotency.remember(conn, agent_id, idem, f"task_{event}", record_hash, now)
-                return key
-            changed: dict[str, Any] = {}
-            if checkpoint is not None:
-                _, changed = tasks.plan_declare(conn, {"task_key": key, "checkpoint": checkpoint})
-            fields = unsigned.finish_fields(changed, lease)
-            if event == "complete" and tasks.is_done(row) and not fields:
-                return key  # already done, nothing held, nothing to merge: appending would change nothing
-            created_at = format_ms(tasks.next_event_ms(conn, key, now))
-            draft = unsigned.unsigned_task_event(key, agent_id, created_at, event, **fields)
-            rec, rec_hash, dec = sign_and_check(draft, signer)
-            projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
-            if idem is not None:
-                idempotency.remember(conn, agent_id, idem, f"task_{event}", rec_hash, now)
-            return key
-
-        key = await self.node.db.write(job)
+            finish = NodeSignedFinish(signer, checkpoint)
+        key = await self.db.write(
+            lambda c: finish_task(c, event, agent_id, ref, idem, finish, self.node_id, self.now_ms())
+        )
         return await self.task(key)
+
+
+# ---- transaction bodies -------------------------------------------------------------------------------------
+
+
+def append_message(
+    conn: sqlite3.Connection, agent_id: str, idem: str | None, sealed: SealedRecord, node_signed: bool, now: int
+) -> tuple[int, bool]:
+    """Append a message record (or answer a replayed key with its message): (message id, created).
+
+    An identical node-signed send in the same millisecond is HashTaken: a second message all the same, 1 ms later.
+    """
+    if idem is not None:
+        replay = bus.replayed_message(conn, agent_id, idem)
+        if replay is not None:
+            return replay, False
+    seq, inserted = projections.append(conn, *sealed, origin="local", now_ms=now)
+    if not inserted and node_signed:
+        raise HashTaken([sealed[1]])
+    if idem is not None:
+        idempotency.remember(conn, agent_id, idem, "message", sealed[1], now)
+    return seq, inserted
+
+
+def declare_task(
+    conn: sqlite3.Connection,
+    agent_id: str,
+    fields: dict[str, Any],
+    signed: SealedRecord | None,
+    signer: keys.SigningKey | None,
+    node_id: str,
+    now_ms: Callable[[], int],
+) -> bool:
+    """Append a declare event if it changes the task (the agent's signed one, or one signed here by `signer`).
+    True when it created the task."""
+    key = fields["task_key"]
+    at = "$.record" if signed is not None else "$"
+    row, changed = tasks.plan_declare(conn, fields, at)
+    if row is not None and not changed:
+        return False
+    now = now_ms()
+    if row is not None:
+        leases.check_declare(row, agent_id, changed, now, at)
+        if signed is not None:
+            tasks.check_after_newest(conn, key, signed[2].created_at)
+    if signed is None:
+        assert signer is not None
+        created_at = format_ms(tasks.next_event_ms(conn, key, now))
+        signed = sign_and_check(unsigned.unsigned_declare(key, agent_id, created_at, node_id, changed), signer)
+    projections.append(conn, *signed, origin="local", now_ms=now)
+    return row is None
+
+
+def grant_lease(
+    conn: sqlite3.Connection, ref: str, agent_id: str, seconds: int, node_key: keys.SigningKey, now: int
+) -> tuple[str, bool, dict[str, Any]]:
+    """As the home node, decide and append a lease grant signed by `node_key`: (task key, newly granted, record)."""
+    row = tasks.task_row(conn, ref)
+    decision = leases.decide_grant(conn, row, node_key.did, agent_id, now)
+    start = tasks.next_event_ms(conn, decision.task_key, now)
+    draft = unsigned.unsigned_task_event(
+        decision.task_key,
+        node_key.did,
+        format_ms(start),
+        "lease",
+        holder=agent_id,
+        # the lease runs by this node's clock; `start` may sit a little later (see next_event_ms)
+        expires_at=format_ms(max(now + seconds * 1000, start + 1)),
+    )
+    rec, rec_hash, dec = sign_and_check(draft, node_key)
+    projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
+    return decision.task_key, not decision.extends, rec
+
+
+class SignedFinish(NamedTuple):
+    """A release or complete event its agent signed."""
+
+    sealed: SealedRecord
+
+
+class NodeSignedFinish(NamedTuple):
+    """A release or complete to sign here, with the checkpoint to merge (normalised) if any."""
+
+    signer: keys.SigningKey
+    checkpoint: dict[str, Any] | None
+
+
+Finish = SignedFinish | NodeSignedFinish
+
+
+def finish_task(
+    conn: sqlite3.Connection,
+    event: str,
+    agent_id: str,
+    ref: str,
+    idem: str | None,
+    finish: Finish,
+    node_id: str,
+    now: int,
+) -> str:
+    """Append the release or complete event of the caller's task (`event`), unless it is a retry or would change
+    nothing; the task key."""
+    row = tasks.task_row(conn, ref)
+    key: str = row["key"]
+    if isinstance(finish, SignedFinish):
+        _, record_hash, decoded = finish.sealed
+        if decoded.task_key == key and _stored(conn, record_hash):
+            return key  # the same signed record again (a retry): it was applied once
+    if idem is not None and _finished_before(conn, agent_id, idem, f"task_{event}", key):
+        return key
+    if isinstance(finish, SignedFinish) and finish.sealed[2].task_key != key:
+        raise InvalidInput("the record's task_key is not the task in the path", field="$.record.task_key")
+    if event == "release":
+        lease: str | None = leases.check_release(row, agent_id, now)
+    else:
+        lease = leases.check_complete(row, agent_id, now, node_id)
+    if isinstance(finish, SignedFinish):
+        sealed = _signed_finish(conn, event, row, lease, finish.sealed)
+    else:
+        sealed = _node_signed_finish(conn, event, agent_id, row, lease, finish, now)
+    if sealed is None:
+        return key
+    projections.append(conn, *sealed, origin="local", now_ms=now)
+    if idem is not None:
+        idempotency.remember(conn, agent_id, idem, f"task_{event}", sealed[1], now)
+    return key
+
+
+def _signed_finish(
+    conn: sqlite3.Connection, event: str, row: sqlite3.Row, lease: str | None, sealed: SealedRecord
+) -> SealedRecord | None:
+    """The agent's signed event checked against the task (None: appending it would change nothing)."""
+    key, decoded = row["key"], sealed[2]
+    tasks.check_after_newest(conn, key, decoded.created_at)
+    if decoded.lease is not msgspec.UNSET and decoded.lease != lease:
+        raise InvalidInput(
+            "the record's lease is not your live lease on this task", field="$.record.lease", code="wrong_lease"
+        )
+    if decoded.lease is msgspec.UNSET and lease is not None:
+        # unnamed, the lease would outlive the release or completion (the fold ends only the one named)
+        raise InvalidInput(
+            f"you hold the live lease {lease} on this task: a {event} names it",
+            field="$.record.lease",
+            code="lease_required",
+        )
+    merges: dict[str, Any] = {}
+    if decoded.checkpoint is not msgspec.UNSET:
+        _, merges = tasks.plan_declare(conn, {"task_key": key, "checkpoint": decoded.checkpoint}, "$.record")
+    if event == "complete" and tasks.is_done(row) and lease is None and not merges:
+        return None  # as on the node-signed path: appending would change nothing
+    return sealed
+
+
+def _node_signed_finish(
+    conn: sqlite3.Connection,
+    event: str,
+    agent_id: str,
+    row: sqlite3.Row,
+    lease: str | None,
+    finish: NodeSignedFinish,
+    now: int,
+) -> SealedRecord | None:
+    """The event signed here (None: already done, nothing held, nothing to merge: appending would change nothing)."""
+    key = row["key"]
+    changed: dict[str, Any] = {}
+    if finish.checkpoint is not None:
+        _, changed = tasks.plan_declare(conn, {"task_key": key, "checkpoint": finish.checkpoint})
+    fields = unsigned.finish_fields(changed, lease)
+    if event == "complete" and tasks.is_done(row) and not fields:
+        return None
+    created_at = format_ms(tasks.next_event_ms(conn, key, now))
+    draft = unsigned.unsigned_task_event(key, agent_id, created_at, event, **fields)
+    return sign_and_check(draft, finish.signer)

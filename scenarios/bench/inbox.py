@@ -31,29 +31,29 @@ async def _setup(
     node = Node(data)
     node.open()
     try:
-        subs = [node.subscribe(backlog[0], SubscriptionIn(tags=[BACKLOG_TAG]))]
+        subs = [node.inbox.subscribe(backlog[0], SubscriptionIn(tags=[BACKLOG_TAG]))]
         for i, agent in enumerate(agent_ids):
-            subs.append(node.subscribe(agent, SubscriptionIn(tags=[BROADCAST])))
-            subs.append(node.subscribe(agent, SubscriptionIn(tags=[f"group{i % GROUPS}"])))
+            subs.append(node.inbox.subscribe(agent, SubscriptionIn(tags=[BROADCAST])))
+            subs.append(node.inbox.subscribe(agent, SubscriptionIn(tags=[f"group{i % GROUPS}"])))
         await asyncio.gather(*subs)
         for start in range(0, backlog[1], MAX_BATCH):
             bodies = [
                 PostEntry(entry_type="finding", performative="inform", content=f"backlog {j}", tags=[BACKLOG_TAG])
                 for j in range(start, min(start + MAX_BATCH, backlog[1]))
             ]
-            await node.post_entries(poster, list(bodies))
+            await node.entries.post_batch(poster, list(bodies))
         posts = []
         for j in range(entries):
             tags = [f"group{j % GROUPS}"] + ([BROADCAST] if j % 10 == 0 else [])
             body = PostEntry(entry_type="finding", performative="inform", content=f"inbox filler {j}", tags=tags)
-            posts.append(node.post_entry(poster, body, None))
+            posts.append(node.entries.post(poster, body, None))
         await asyncio.gather(*posts)
         timings: dict[str, list[float]] = {"none": [], "group": [], "broadcast": []}
         for k in range(probes):
             for label, tags in (("none", ["nobody"]), ("group", ["group0"]), ("broadcast", [BROADCAST])):
                 body = PostEntry(entry_type="finding", performative="inform", content=f"probe {label} {k}", tags=tags)
                 started = time.perf_counter()
-                await node.post_entry(poster, body, None)
+                await node.entries.post(poster, body, None)
                 timings[label].append(time.perf_counter() - started)
         return timings
     finally:
@@ -151,7 +151,7 @@ def run(ctx: Context) -> None:
             None,
             "reported",
             None,
-            f"p50 of Node.post_entry (in-process, {probes} probes) matching {n_agents:,} subscriptions"
+            f"p50 of Entries.post (in-process, {probes} probes) matching {n_agents:,} subscriptions"
             f" ({ms(broadcast)}) minus matching none ({ms(none)}), / {n_agents:,}; baseline: a post matching none;"
             f" {n_agents // GROUPS} matches: {ms(group)}",
         )

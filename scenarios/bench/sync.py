@@ -26,7 +26,6 @@ from identity import canonical, keys
 from node import db, sync_store
 from node.datadir import DataDir
 from node.service import Node
-from node.sync_store import NodeSyncStore
 from scenarios.bench import corpus
 from scenarios.bench.context import Context
 from scenarios.bench.harness import Server
@@ -50,7 +49,7 @@ async def _ingest_file(data: Path, path: Path) -> float:
     """Baseline: verify and store records read from a local file, batch by batch; returns seconds."""
     node = Node(data)
     node.open()
-    store = NodeSyncStore(node)
+    store = node.sync
     try:
         start = time.perf_counter()
         batch: list[Verified] = []
@@ -75,14 +74,14 @@ async def _catch_up(data: Path, source: PeerConfig, n: int) -> tuple[float, Traf
     node.open()
     try:
         async with aiohttp.ClientSession() as session:
-            puller = Puller(NodeSyncStore(node), node.key, session, limit=1000)
+            puller = Puller(node.sync, node.key, session, limit=1000)
             start = time.perf_counter()
             while (await puller.pull_once(source)).more:
                 pass
             took = time.perf_counter() - start
-            count = (await NodeSyncStore(node).digest()).count
+            count = (await node.sync.digest()).count
             assert count >= n, f"caught up {count} of {n}"
-            idle = Puller(NodeSyncStore(node), node.key, session)
+            idle = Puller(node.sync, node.key, session)
             await idle.pull_once(source, wait_ms=500)
             return took, puller.traffic, idle.traffic
     finally:

@@ -30,7 +30,7 @@ async def test_identity_moves_between_nodes_and_keeps_verifiable_authorship(make
     b: PeerNode = await make_peer("b")
     await a.add_peer(b)
     await b.add_peer(a)
-    created = await a.node.create_agent("research", "Research")
+    created = await a.node.agents.create("research", "Research")
     home_post = await a.post(created.agent_id, "Written at home on node A")
 
     out = tmp_path / "research.id"

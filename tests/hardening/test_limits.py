@@ -170,7 +170,7 @@ async def test_page_and_hops_caps(client: TestClient, make_agent: MakeAgent) -> 
 
 
 async def test_subscriptions_per_agent_are_capped(client: TestClient, make_agent: MakeAgent) -> None:
-    from node.service import MAX_SUBSCRIPTIONS
+    from node.inbox import MAX_SUBSCRIPTIONS
 
     alice = await make_agent("alice")
     for i in range(MAX_SUBSCRIPTIONS):

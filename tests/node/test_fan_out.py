@@ -70,7 +70,7 @@ async def test_a_run_notifies_exactly_whom_the_rule_names(
                 authors=sample(rng, ids, 1),
                 directed=rng.random() < 0.2,
             )
-            out, created = await node.subscribe(agent, sub)
+            out, created = await node.inbox.subscribe(agent, sub)
             if created:
                 subs.append((out.id, agent, sub))
     entries: list[tuple[int, str, PostEntry]] = []
@@ -86,7 +86,7 @@ async def test_a_run_notifies_exactly_whom_the_rule_names(
             )
             for i in range(rng.randint(1, 6))
         ]
-        posted = await node.post_entries(author, list(bodies))  # one run: one fan-out statement
+        posted = await node.entries.post_batch(author, list(bodies))  # one run: one fan-out statement
         entries += [(entry.id, author, body) for (entry, _), body in zip(posted, bodies, strict=True)]
 
     def stored(conn: sqlite3.Connection) -> Expected:
@@ -99,5 +99,5 @@ async def test_a_run_notifies_exactly_whom_the_rule_names(
 @pytest.fixture
 async def make_agent_direct(node: Node) -> list[AgentCreds]:
     """Five agents whose keys the node keeps (made through the service layer: no server needed)."""
-    made = [await node.create_agent(f"fan{i}", None) for i in range(5)]
+    made = [await node.agents.create(f"fan{i}", None) for i in range(5)]
     return [AgentCreds(m.name, m.agent_id, m.api_key) for m in made]

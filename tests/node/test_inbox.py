@@ -8,12 +8,15 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from node import notify
 from node.app import expiry_sweep
-from node.service import MAX_SUBSCRIPTIONS, Node
-from node.wire.api import SubscriptionIn
+from node.errors import Conflict, InvalidInput, NotFound
+from node.inbox import MAX_SUBSCRIPTIONS
+from node.service import Node
+from node.wire.api import InboxQuery, PostEntry, SubscriptionIn
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import count, get_json, link, post, problem
 
@@ -118,7 +121,7 @@ async def test_subscription_list_duplicate_delete(client: TestClient, make_agent
 async def test_max_subscriptions(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
     alice = await make_agent("alice")
     for i in range(MAX_SUBSCRIPTIONS - 1):
-        await node.subscribe(alice.agent_id, SubscriptionIn(tags=[f"t{i}"]))
+        await node.inbox.subscribe(alice.agent_id, SubscriptionIn(tags=[f"t{i}"]))
     await subscribe(client, alice, tags=["last"])
     problem(await subscribe(client, alice, 409, tags=["one-too-many"]), 409, "too_many_subscriptions")
     await subscribe(client, alice, 200, tags=["last"])  # an existing filter is still answered
@@ -392,11 +395,11 @@ async def test_notifications_of_agents_that_never_poll_are_expired_by_the_sweep(
     client: TestClient, make_agent: MakeAgent, node: Node, clock: FakeClock
 ) -> None:
     """Polls with nothing to lease are answered without the writer, so expiry does not wait for one: the node
-    sweeps (Node.expire_notifications, run by the app every EXPIRY_SWEEP_SECONDS), with a writer job only when
+    sweeps (`Inbox.expire_notifications`, run by the app every EXPIRY_SWEEP_SECONDS), with a writer job only when
     something has expired."""
     alice, bob, carol = await make_agent("alice"), await make_agent("bob"), await make_agent("carol")
     entry = await post(client, alice, content="for bob, who never polls", directed_to=[bob.agent_id])
-    assert await node.expire_notifications() == 0
+    assert await node.inbox.expire_notifications() == 0
     clock.advance(notify.NOTIFICATION_TTL_MS / 1000 + 1)
     assert await inbox(client, carol) == []  # carol's empty poll does not expire bob's notification
     assert (await statuses(node, bob.agent_id))[entry["id"]][0] == "pending"
@@ -412,5 +415,63 @@ async def test_notifications_of_agents_that_never_poll_are_expired_by_the_sweep(
         with contextlib.suppress(StopAsyncIteration):
             await sweep.__anext__()
     before = node.db.stats.transactions
-    assert await node.expire_notifications() == 0
+    assert await node.inbox.expire_notifications() == 0
     assert node.db.stats.transactions == before  # nothing expired: no writer job
+
+
+# ---- the service (node/inbox.py), called directly ----------------------------------------------------------
+
+
+async def test_inbox_service_subscribes_once_per_filter_and_lists_and_removes(
+    node: Node, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    first, created = await node.inbox.subscribe(alice.agent_id, SubscriptionIn(tags=["b", "a", "b"], directed=True))
+    assert created and (first.tags, first.directed) == (["a", "b"], True)
+    same, created_again = await node.inbox.subscribe(alice.agent_id, SubscriptionIn(tags=["a", "b"], directed=True))
+    assert (same.id, created_again) == (first.id, False)
+    other, _ = await node.inbox.subscribe(alice.agent_id, SubscriptionIn(tags=["a", "b"]))  # not directed: another
+    assert [s.id for s in await node.inbox.subscriptions(alice.agent_id)] == [first.id, other.id]
+    await node.inbox.unsubscribe(alice.agent_id, first.id)
+    with pytest.raises(NotFound) as gone:
+        await node.inbox.unsubscribe(alice.agent_id, first.id)
+    assert gone.value.code == "subscription_not_found"
+    bob = await make_agent("bob")
+    with pytest.raises(NotFound):  # only one's own
+        await node.inbox.unsubscribe(bob.agent_id, other.id)
+    assert [s.id for s in await node.inbox.subscriptions(alice.agent_id)] == [other.id]
+
+
+async def test_inbox_service_bounds_the_subscriptions_of_an_agent(node: Node, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    for i in range(MAX_SUBSCRIPTIONS):
+        await node.inbox.subscribe(alice.agent_id, SubscriptionIn(tags=[f"t{i}"]))
+    with pytest.raises(Conflict) as full:
+        await node.inbox.subscribe(alice.agent_id, SubscriptionIn(tags=["one more"]))
+    assert full.value.code == "too_many_subscriptions"
+
+
+async def test_inbox_service_polls_acks_and_expires(node: Node, make_agent: MakeAgent, clock: FakeClock) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    await node.inbox.subscribe(bob.agent_id, SubscriptionIn(tags=["news"]))
+    empty = await node.inbox.poll(bob.agent_id, InboxQuery())
+    assert empty.notifications == [] and empty.lease_seconds == notify.LEASE_MS // 1000
+    entry, _ = await node.entries.post(alice.agent_id, PostEntry("finding", "inform", "fresh", tags=["news"]), None)
+    (envelope,) = (await node.inbox.poll(bob.agent_id, InboxQuery())).notifications
+    assert (envelope.entry_id, envelope.author, envelope.tags, envelope.attempt) == (
+        entry.id,
+        alice.agent_id,
+        ["news"],
+        1,
+    )
+    assert (await node.inbox.poll(bob.agent_id, InboxQuery())).notifications == []  # leased
+    assert (await node.inbox.ack(bob.agent_id, [envelope.notification_id])).acknowledged == 1
+    assert (await node.inbox.ack(bob.agent_id, [envelope.notification_id])).acknowledged == 0
+    with pytest.raises(InvalidInput):
+        await node.inbox.poll(bob.agent_id, InboxQuery(since="not a time"))
+
+    await node.entries.post(alice.agent_id, PostEntry("finding", "inform", "never polled", tags=["news"]), None)
+    assert await node.inbox.expire_notifications() == 0
+    clock.advance(notify.NOTIFICATION_TTL_MS / 1000 + 1)
+    assert await node.inbox.expire_notifications() == 1
+    assert await node.inbox.expire_notifications() == 0

@@ -1,6 +1,6 @@
-"""Merged posts (Database.write_merged, Node._store_all over several requests) answer as one by one would.
+"""Merged posts (Database.write_merged, entries.store_all over several requests) answer as one by one would.
 
-Each test holds the writer (`Held`) so the requests under test queue up and reach `_store_all` as one call,
+Each test holds the writer (`Held`) so the requests under test queue up and reach `store_all` as one call,
 then checks that the answers are those of the requests run one by one.
 """
 
@@ -16,7 +16,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from identity import records
-from node import service
+from node import entries
 from node.db import Database, Mergeable
 from node.errors import StorageFull, Unavailable
 from node.service import Node
@@ -118,11 +118,11 @@ async def test_a_taken_hash_in_a_merged_run_is_resealed_and_stored(
     1 ms later; the requests merged with it are stored once."""
     alice, bob = await make_agent("alice"), await make_agent("bob")
     first = await post(client, alice, content="same words, same millisecond")
-    real = service._stored_body
+    real = entries.stored_body
     # Pretend the stored record under that hash has a different body (a collision, which signing cannot
     # produce on demand).
     monkeypatch.setattr(
-        service, "_stored_body", lambda conn, h: b"another body" if h == first["record_hash"] else real(conn, h)
+        entries, "stored_body", lambda conn, h: b"another body" if h == first["record_hash"] else real(conn, h)
     )
     calls = count_calls(node)
     answers = await queued_together(

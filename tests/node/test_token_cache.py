@@ -93,8 +93,8 @@ async def test_a_look_up_racing_a_rest_rotation_is_not_kept(
     """A request with the old key read the credential just before the rotation committed; its answer must not
     land in the cache after the rotation cleared it, or the old key would keep working after the rotation."""
     alice = await make_agent("alice")
-    assert await node.authenticate(alice.api_key) is not None  # the epoch is observed
-    node.tokens.clear()
+    assert await node.agents.authenticate(alice.api_key) is not None  # the epoch is observed
+    node.agents.tokens.clear()
     read_it, go_on = asyncio.Event(), asyncio.Event()
     real_read = node.db.read
 
@@ -106,11 +106,11 @@ async def test_a_look_up_racing_a_rest_rotation_is_not_kept(
         return value
 
     node.db.read = slow_read  # type: ignore[method-assign]
-    lookup = asyncio.create_task(node.authenticate(alice.api_key))
+    lookup = asyncio.create_task(node.agents.authenticate(alice.api_key))
     await read_it.wait()
     node.db.read = real_read  # type: ignore[method-assign]
-    await node.rotate_api_key("alice")
+    await node.agents.rotate_api_key("alice")
     go_on.set()
     assert await lookup is not None  # it began before the rotation
     clock.advance(0.5)  # within the second: no epoch look yet
-    assert await node.authenticate(alice.api_key) is None
+    assert await node.agents.authenticate(alice.api_key) is None

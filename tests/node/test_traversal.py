@@ -141,7 +141,7 @@ async def test_a_walk_stops_at_the_neighbourhood_limit(client: TestClient, make_
     alice = await make_agent("alice")
     hub = await post(client, alice, content="the hub everyone cites")
     for i in range(queries.MAX_NEIGHBOURHOOD + 5):  # through the service layer: faster than HTTP, same path
-        await node.post_entry(
+        await node.entries.post(
             alice.agent_id,
             PostEntry(
                 entry_type="finding",

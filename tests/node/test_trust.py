@@ -166,9 +166,9 @@ async def test_refresh_inside_the_node_matches_the_pure_function(node: Node, mak
     from node.wire.api import LinkSpec, PostEntry
 
     alice, bob = [await make_agent(n) for n in ("alice", "bob")]
-    a1, _ = await node.post_entry(alice.agent_id, PostEntry(entry_type="finding", performative="inform",
+    a1, _ = await node.entries.post(alice.agent_id, PostEntry(entry_type="finding", performative="inform",
                                                             content="x marks the spot"), None)  # fmt: skip
-    await node.post_entry(bob.agent_id, PostEntry(entry_type="finding", performative="confirm", content="seen it",
+    await node.entries.post(bob.agent_id, PostEntry(entry_type="finding", performative="confirm", content="seen it",
                           links=[LinkSpec(target=a1.record_hash, link_type="responds_to")]), None)  # fmt: skip
     assert await node.db.write(lambda c: trust.refresh(c, node.now_ms())) is True
     signals = await node.db.read(trust.read_signals)
@@ -181,16 +181,16 @@ async def test_an_older_computation_never_overwrites_a_newer_one(node: Node, mak
     from node.wire.api import LinkSpec, PostEntry
 
     alice, bob = [await make_agent(n) for n in ("alice", "bob")]
-    a1, _ = await node.post_entry(alice.agent_id, PostEntry(entry_type="finding", performative="inform",
+    a1, _ = await node.entries.post(alice.agent_id, PostEntry(entry_type="finding", performative="inform",
                                                             content="old snapshot"), None)  # fmt: skip
     old_head, old = await node.db.read(trust.snapshot)
     assert old is not None and old.agents == {}
-    await node.post_entry(bob.agent_id, PostEntry(entry_type="finding", performative="confirm", content="agreed",
+    await node.entries.post(bob.agent_id, PostEntry(entry_type="finding", performative="confirm", content="agreed",
                           links=[LinkSpec(target=a1.record_hash, link_type="supports")]), None)  # fmt: skip
-    fresh = await trust.refresh_node(node)
+    fresh = await node.trust.refresh()
     assert fresh.ran and fresh.computed_seq > old_head
     assert await node.db.write(lambda c: trust.store(c, old_head, old, 0)) is False  # stale: refused
     stored = await node.db.read(lambda c: trust.agent_trust(c, alice.agent_id))
     assert stored.score == 0.6 and stored.computed_seq == fresh.computed_seq
-    assert (await trust.refresh_node(node)).ran is False
-    assert (await trust.refresh_node(node, force=True)).ran is True
+    assert (await node.trust.refresh()).ran is False
+    assert (await node.trust.refresh(force=True)).ran is True

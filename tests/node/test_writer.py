@@ -198,15 +198,15 @@ async def test_a_wrong_result_count_is_a_failure_of_the_call(db: Database) -> No
 
 
 def count_calls(node: Node) -> list[int]:
-    """Record how many requests each call of `_store_all` gets (the merged call first, then each alone)."""
+    """Record how many requests each call of `store_all` gets (the merged call first, then each alone)."""
     calls: list[int] = []
-    run = node._stores.run
+    run = node.entries.merged.run
 
     def counted(conn: sqlite3.Connection, requests: list[Any]) -> Any:
         calls.append(len(requests))
         return run(conn, requests)
 
-    node._stores.run = counted
+    node.entries.merged.run = counted
     return calls
 
 

@@ -63,10 +63,10 @@ class PeerNode:
             assert resp.status == 201, await resp.text()
 
     async def agent(self, name: str = "writer") -> str:
-        return (await self.node.create_agent(name, name.title())).agent_id
+        return (await self.node.agents.create(name, name.title())).agent_id
 
     async def post(self, agent_id: str, content: str, **fields: Any) -> str:
-        entry, _ = await self.node.post_entry(
+        entry, _ = await self.node.entries.post(
             agent_id, PostEntry(entry_type="finding", performative="inform", content=content, **fields), None
         )
         return entry.record_hash

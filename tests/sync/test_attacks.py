@@ -277,7 +277,7 @@ async def test_a_target_that_arrives_another_way_is_no_longer_fetched(make_peer:
     await puller.pull_once(evil.config)  # the fetch is refused: the target stays wanted
     assert len(evil.fetched) == 1
     # The author submits the record to this node directly: it arrives without the peer.
-    await node.node.post_entry(author.did, SignedSubmission(record=target), None)
+    await node.node.entries.post(author.did, SignedSubmission(record=target), None)
     await node.node.db.write(lambda c: c.execute("UPDATE sync_wanted SET next_ms = 0"))
     await puller.pull_once(evil.config)
     assert len(evil.fetched) == 1  # not asked for again

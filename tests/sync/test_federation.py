@@ -98,8 +98,8 @@ async def test_mesh_converges_and_stores_each_record_once(make_peer: Any) -> Non
     await link(b, c)
     await link(c, a)  # a triangle: every record reaches each node twice
     writers = [await n.agent(f"w{n.name}") for n in (a, b, c)]
-    listener = await c.node.create_agent("listener", "Listener")
-    await c.node.subscribe(listener.agent_id, SubscriptionIn(tags=["news"]))
+    listener = await c.node.agents.create("listener", "Listener")
+    await c.node.inbox.subscribe(listener.agent_id, SubscriptionIn(tags=["news"]))
     posted = []
     for node, writer in zip((a, b, c), writers, strict=True):
         for i in range(5):
@@ -118,7 +118,7 @@ async def test_mesh_converges_and_stores_each_record_once(make_peer: Any) -> Non
     # Agent identity documents arrived too, and notifications fire for synced entries as for local posts.
     agents = await c.node.db.read(lambda conn: {r[0] for r in conn.execute("SELECT id FROM agents")})
     assert set(writers) <= agents
-    inbox = await c.node.inbox(listener.agent_id, InboxQuery())
+    inbox = await c.node.inbox.poll(listener.agent_id, InboxQuery())
     senders = {e.author for e in inbox.notifications}
     assert senders == set(writers)
 
@@ -141,7 +141,7 @@ async def test_line_relays_records_onward(make_peer: Any) -> None:
         return linked in await a.hashes()
 
     await eventually(back_at_a)
-    out = await a.node.read([linked], ReadQuery(hops=1))
+    out = await a.node.reads.read([linked], ReadQuery(hops=1))
     assert target in {e.record_hash for e in out.entries}
 
 

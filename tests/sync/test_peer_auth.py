@@ -38,7 +38,7 @@ async def two(make_peer) -> tuple[PeerNode, PeerNode]:  # type: ignore[no-untype
 
 async def test_unsigned_and_bearer_requests_are_refused(make_peer) -> None:  # type: ignore[no-untyped-def]
     a, _b = await two(make_peer)
-    agent_key = (await a.node.create_agent("agent", "Agent")).api_key
+    agent_key = (await a.node.agents.create("agent", "Agent")).api_key
     for headers in ({}, {"Authorization": f"Bearer {agent_key}"}, a.admin):
         async with a.session.get(a.url + "/v1/sync/changes", headers=headers) as resp:
             assert resp.status == 401

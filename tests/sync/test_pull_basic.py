@@ -85,7 +85,7 @@ async def test_peer_admin_validation(make_peer) -> None:  # type: ignore[no-unty
             problem = await resp.json()
             assert problem["field"] == field
     writer = await a.agent()
-    key = (await a.node.create_agent("other", "Other")).api_key
+    key = (await a.node.agents.create("other", "Other")).api_key
     async with a.session.post(
         a.url + "/v1/peers", json={"url": "http://x:1", "node_id": writer}, headers={"Authorization": f"Bearer {key}"}
     ) as resp:

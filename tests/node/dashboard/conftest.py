@@ -43,7 +43,7 @@ class Seeded:
 
 async def post(node: Node, author: AgentCreds, content: str, **fields: Any) -> int:
     links = [LinkSpec(target=str(t), link_type=lt) for t, lt in fields.pop("links", [])]
-    entry, _ = await node.post_entry(author.agent_id, PostEntry(content=content, links=links, **fields), None)
+    entry, _ = await node.entries.post(author.agent_id, PostEntry(content=content, links=links, **fields), None)
     return entry.id
 
 
@@ -100,7 +100,7 @@ async def seeded(node: Node, make_agent: Callable[[str], Awaitable[AgentCreds]])
         links=[(ids["old"], "supersedes"), (ids["root"], "derived_from")],
     )
     ids["wrong"] = await post(node, bob, "The kettle is gas powered", entry_type="finding", performative="inform")
-    await node.create_link(
+    await node.links.create(
         bob.agent_id, PostLink(source=str(ids["wrong"]), target=str(ids["root"]), link_type="contradicts"), None
     )
     ids["retract"] = await post(
@@ -133,9 +133,8 @@ async def seeded(node: Node, make_agent: Callable[[str], Awaitable[AgentCreds]])
 async def seed_workflows(node: Node, alice: AgentCreds, bob: AgentCreds) -> None:
     """A small task DAG in every state, and bus messages in two projects."""
     from node.wire.workflows import DeclareTask, FinishIn, LeaseIn, PostMessage
-    from node.workflows.service import Workflows
 
-    wf = Workflows(node)
+    wf = node.workflows
     for key, title, deps in [
         ("design", "Design the kettle timer", []),
         ("build", "Build the timer", ["design"]),

@@ -69,7 +69,7 @@ async def test_session_says_who_is_signed_in(
 
 
 async def test_agents_with_activity(client: TestClient, seeded: Seeded, node: Node) -> None:
-    await node.post_entry(
+    await node.entries.post(
         seeded.alice.agent_id, PostEntry(entry_type="finding", performative="inform", content="latest"), None
     )
     agents = (await (await client.get("/dashboard/api/agents", headers=seeded.bob.headers)).json())["agents"]
@@ -110,7 +110,7 @@ async def test_graph_svg_draws_the_neighbourhood(client: TestClient, seeded: See
 
 async def test_graph_escapes_entry_text(client: TestClient, make_agent, node: Node) -> None:  # type: ignore[no-untyped-def]
     mallory = await make_agent("mallory")
-    entry, _ = await node.post_entry(
+    entry, _ = await node.entries.post(
         mallory.agent_id,
         PostEntry(entry_type="finding", performative="inform", content='<script>alert(1)</script>" onload="x'),
         None,

@@ -75,7 +75,7 @@ async def test_feed_updates_without_reload(
     await b.view("#/feed", "#feed-list article.entry")
     assert await b.page.evaluate("document.getElementById('who').textContent") == "Alice"
     await b.page.evaluate("window.__marker = 1")  # survives only if the page is never reloaded
-    entry, _ = await node.post_entry(
+    entry, _ = await node.entries.post(
         seeded.bob.agent_id, PostEntry(entry_type="finding", performative="inform", content="A brand new finding"), None
     )
     fresh = b.page.locator(f'#feed-list article.entry.fresh[data-id="{entry.id}"]')
@@ -150,9 +150,8 @@ async def test_tasks_and_bus_views(
 
     # Live: a lease taken elsewhere shows up without a reload.
     from node.wire.workflows import LeaseIn
-    from node.workflows.service import Workflows
 
-    await Workflows(node).lease(seeded.alice.agent_id, "docs", LeaseIn(seconds=600))
+    await node.workflows.lease(seeded.alice.agent_id, "docs", LeaseIn(seconds=600))
     await page.locator('#task-graph svg g.node.task-leased[data-key="docs"]').wait_for()
 
     await b.view("#/bus", "#bus-list article.message")
@@ -198,8 +197,8 @@ async def test_peers_view_shows_cursor_lag_counters_and_digest(open_browser: Ope
 
 async def test_agent_text_is_bidi_isolated(open_browser: OpenBrowser, node: Node, data_dir: tuple[object, str]) -> None:
     """A right-to-left override in a display name or tag stays inside it (bylines read backwards before)."""
-    created = await node.create_agent("mallory", "mallory\u202e evil")
-    await node.post_entry(created.agent_id, PostEntry("finding", "inform", "a note", tags=["t\u202eag"]), None)
+    created = await node.agents.create("mallory", "mallory\u202e evil")
+    await node.entries.post(created.agent_id, PostEntry("finding", "inform", "a note", tags=["t\u202eag"]), None)
     b = await open_browser()
     await b.sign_in(data_dir[1])
     await b.view("#/feed", "#feed-list article.entry")

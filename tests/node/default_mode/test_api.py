@@ -235,7 +235,7 @@ async def test_a_promotion_retried_after_its_entry_was_committed_is_not_a_duplic
 
 
 async def _many_evidence(node: Node, who: AgentCreds, n: int) -> list[str]:
-    entries = await node.post_entries(
+    entries = await node.entries.post_batch(
         who.agent_id,
         [PostEntry(entry_type="finding", performative="inform", content=f"measurement {i}") for i in range(n)],
     )

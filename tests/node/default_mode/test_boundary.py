@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from node.default_mode.service import ADMIN, runtime
+from node.default_mode.service import ADMIN
 from node.service import Node
 from node.wire.api import PostEntry
 from node.wire.default_mode import (
@@ -156,10 +156,10 @@ async def test_every_operation_runs_with_network_files_and_processes_forbidden(
     node: Node, make_agent: Callable[[str], Awaitable[AgentCreds]], trap: Trap, tmp_path: Path
 ) -> None:
     alice = await make_agent("alice")
-    evidence, _ = await node.post_entry(
+    evidence, _ = await node.entries.post(
         alice.agent_id, PostEntry(entry_type="finding", performative="inform", content="The nightly backup ran"), None
     )
-    rt = runtime(node)
+    rt = node.default_mode
     trap.install()
 
     # the trap is live: each of these fails

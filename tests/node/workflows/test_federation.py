@@ -27,7 +27,7 @@ async def call(peer: PeerNode, method: str, path: str, token: str, body: Any = N
 
 
 async def agent_key(peer: PeerNode, name: str) -> tuple[str, str]:
-    created = await peer.node.create_agent(name, name.title())
+    created = await peer.node.agents.create(name, name.title())
     return created.agent_id, created.api_key
 
 

@@ -10,7 +10,6 @@ import pytest
 from node.errors import Conflict
 from node.service import Node
 from node.wire.workflows import DeclareTask, FinishIn, LeaseIn
-from node.workflows.service import Workflows
 from tests.conftest import FakeClock
 
 KEYS = [f"k{i}" for i in range(14)]
@@ -45,8 +44,8 @@ class Model:
 @pytest.mark.parametrize("seed", range(4))
 async def test_ready_and_leases_match_the_model(node: Node, clock: FakeClock, seed: int) -> None:
     rng = random.Random(seed)
-    wf = Workflows(node)
-    agents = [(await node.create_agent(f"w{i}", None)).agent_id for i in range(3)]
+    wf = node.workflows
+    agents = [(await node.agents.create(f"w{i}", None)).agent_id for i in range(3)]
     model = Model()
     for _ in range(150):
         op = rng.choice(["declare", "declare", "lease", "lease", "release", "complete", "wait"])

@@ -1,0 +1,82 @@
+"""Reads: entries by id or hash with their neighbourhood, and search. The SQL lives in node/queries.py."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from node import queries
+from node.db import Database
+from node.errors import InvalidInput
+from node.wire.api import LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult
+
+
+class Reads:
+    """Reading one node's entries: on the event loop when quick (Database.read), searches by their words."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.heavy_words = queries.HeavyWords()  # search words whose searches run on a reader thread
+
+    async def read(self, refs: list[str], q: ReadQuery) -> ReadResult:
+        """Entries by id or hash with their neighbourhood."""
+        return await self.db.read(lambda c: read(c, refs, q), quick=True)
+
+    async def search(self, q: SearchQuery) -> SearchResult:
+        """A page of entries matching the query, with their neighbourhood when `hops` asks for it."""
+        since_ms = queries.parse_since(q.since, "$.since")
+        if q.q is not None and q.q.strip() and queries.fts_query(q.q) is None:
+            raise InvalidInput("q has no searchable words", field="$.q", code="invalid_query")
+        # On the event loop unless its words made earlier searches hold the loop too long (queries.HeavyWords).
+        words = queries.search_words(q.q) if q.q else []
+        quick = not self.heavy_words.any_of(words)
+        started = time.perf_counter()
+        result = await self.db.read(lambda c: search(c, q, since_ms), quick=quick)
+        if quick and words:
+            self.heavy_words.observe(words, overran=time.perf_counter() - started > self.db.inline_budget_s)
+        return result
+
+
+def read(conn: sqlite3.Connection, refs: list[str], q: ReadQuery) -> ReadResult:
+    """`Reads.read` on one connection."""
+    seeds: list[str] = []
+    missing: list[str] = []
+    for ref in dict.fromkeys(refs):  # a ref given twice is read (or missing) once
+        record_hash, entry_id = queries.resolve_ref(conn, ref)
+        if entry_id is None or record_hash is None:
+            missing.append(ref)
+        else:
+            seeds.append(record_hash)
+    hashes, links, truncated = queries.traverse(
+        conn, seeds, hops=q.hops, link_types=q.link_types, direction=q.direction, include_links=q.include_links
+    )
+    entries = queries.entries_by_hashes(conn, hashes, q.include_synthetic)
+    return ReadResult(entries=entries, links=links, missing=missing, truncated=truncated)
+
+
+def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> SearchResult:
+    """`Reads.search` on one connection: the page, then the neighbourhood of its entries."""
+    page = queries.search(conn, q, since_ms)
+    links: list[LinkOut] = []
+    truncated = False
+    entries = page
+    if q.hops > 0:
+        hashes, links, truncated = queries.traverse(
+            conn,
+            [e.record_hash for e in page],
+            hops=q.hops,
+            link_types=q.link_types,
+            direction=q.direction,
+            include_links=True,
+        )
+        found = {e.record_hash for e in page}
+        extra = [e for e in queries.entries_by_hashes(conn, hashes, q.include_synthetic) if e.record_hash not in found]
+        entries = page + extra
+    return SearchResult(
+        entries=entries,
+        links=links,
+        limit=q.limit,
+        offset=q.offset,
+        next_offset=q.offset + q.limit if len(page) == q.limit else None,
+        truncated=truncated,
+    )
