@@ -9,7 +9,7 @@ from pathlib import Path
 from aiohttp import web
 
 from node import __version__, agent_auth, limits, metrics, peer_routes
-from node.appkeys import NODE
+from node.appkeys import LIMIT, NODE
 from node.auth import guard
 from node.background import periodic
 from node.default_mode.routes import ROUTES as DEFAULT_MODE_ROUTES
@@ -50,7 +50,7 @@ def create_app(
         client_max_size=MAX_BODY_BYTES,
     )
     app.on_response_prepare.append(security_headers)
-    app[limits.LIMIT] = limit
+    app[LIMIT] = limit
     app[NODE] = node
     metrics.install(app)
     routes = all_routes()
@@ -74,7 +74,7 @@ def create_app(
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     node = app[NODE]
-    if node.db._writer is None:
+    if not node.db.is_open:
         node.open()
     yield
     node.close()

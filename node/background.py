@@ -33,7 +33,7 @@ def periodic(
                 try:
                     await run(node)
                 except Exception:
-                    if node.db._writer is not None:  # not merely the node closing underneath the app
+                    if node.db.is_open:  # not merely the node closing underneath the app
                         log.exception("%s failed", name)
                 await asyncio.sleep(seconds)
 
