@@ -159,10 +159,9 @@ class SyncSettings:
     reconcile_every_s: float = 300.0
 
 
-def install(app: web.Application, settings: SyncSettings | None = None) -> None:
-    """Mount federation on an app being built: its state, the long-poll wake-up on shutdown, and the
-    cleanup context that runs the scheduler (unless `settings.pull` is false)."""
-    app[SYNC_SETTINGS] = settings or SyncSettings()
+def install(app: web.Application) -> None:
+    """Mount federation's state on an app being built (after `app[SYNC_SETTINGS]` is set): the sync store,
+    server and verifier, and the long-poll wake-up on shutdown. `sync_context` runs the scheduler."""
     store = NodeSyncStore(app[NODE])
     state = SyncState(store, SyncServer(store), PeerVerifier())
     app[SYNC] = state
@@ -171,11 +170,11 @@ def install(app: web.Application, settings: SyncSettings | None = None) -> None:
         state.server.closing.set()
 
     app.on_shutdown.append(wake_long_polls)
-    app.cleanup_ctx.append(sync_context)
 
 
 async def sync_context(app: web.Application) -> AsyncIterator[None]:
-    """Cleanup context: the scheduler pulling from every configured peer, stopped before the node closes."""
+    """Cleanup context: the scheduler pulling from every configured peer (unless `app[SYNC_SETTINGS].pull` is
+    false), stopped before the node closes."""
     state = app[SYNC]
     state.server.closing.clear()
     session = aiohttp.ClientSession()

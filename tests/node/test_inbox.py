@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from node import notify
-from node.app import expiry_sweep
+from node.background import expiry_sweep
 from node.service import MAX_SUBSCRIPTIONS, Node
 from node.wire.api import SubscriptionIn
 from tests.conftest import AgentCreds, FakeClock
