@@ -1,44 +1,26 @@
-"""The application factory: one Node, its routes, its background tasks."""
+"""The application factory: one Node, the features of node/features.py, the dashboard and metrics."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import web
 
-from node import __version__, agent_auth, limits, metrics, peer_routes
-from node.appkeys import NODE
+from node import __version__, agent_auth, limits, metrics
+from node.appkeys import LIMIT, NODE, SYNC_SETTINGS
 from node.auth import guard
-from node.background import periodic
-from node.default_mode.routes import ROUTES as DEFAULT_MODE_ROUTES
-from node.http import Route, error_middleware, json_response, openapi, security_headers
+from node.features import FEATURES, all_routes
+from node.http import error_middleware, json_response, openapi, security_headers
 from node.logging_setup import request_log_middleware
-from node.routes import ROUTES
+from node.peer_routes import SyncSettings
 from node.service import Node
-from node.trust import ROUTES as TRUST_ROUTES
-from node.trust import background_refresh as trust_refresh
-from node.workflows import routes as workflow_routes
 
 MAX_BODY_BYTES = 1024 * 1024
-EXPIRY_SWEEP_SECONDS = 60  # how late a notification past its 7 days may still read as pending, at most
-log = logging.getLogger("bbs.notify")
-ROUTE_TABLES: list[list[Route]] = [ROUTES]
-ROUTE_TABLES.append(DEFAULT_MODE_ROUTES)  # governed memory: /v1/default-mode
-ROUTE_TABLES.append(TRUST_ROUTES)  # trust scores: on-demand refresh
-ROUTE_TABLES.append(agent_auth.ROUTES)  # key-proof sessions
-ROUTE_TABLES.append(peer_routes.PEER_ROUTES)  # federation: peers, digest, peer-signed sync
-ROUTE_TABLES.append(workflow_routes.ROUTES)  # agent workflows: bus, tasks, leases, graph
-
-
-def all_routes() -> list[Route]:
-    """Every REST route of the node, from each feature's table."""
-    return [route for table in ROUTE_TABLES for route in table]
 
 
 def create_app(
-    node: Node, rate_limit: limits.RateLimit | None = None, sync: peer_routes.SyncSettings | None = None
+    node: Node, rate_limit: limits.RateLimit | None = None, sync: SyncSettings | None = None
 ) -> web.Application:
     """Build the aiohttp application around an opened or unopened Node (opened on startup, closed on cleanup).
 
@@ -50,8 +32,9 @@ def create_app(
         client_max_size=MAX_BODY_BYTES,
     )
     app.on_response_prepare.append(security_headers)
-    app[limits.LIMIT] = limit
+    app[LIMIT] = limit
     app[NODE] = node
+    app[SYNC_SETTINGS] = sync or SyncSettings()
     metrics.install(app)
     routes = all_routes()
     for route in routes:
@@ -65,25 +48,20 @@ def create_app(
     from node import dashboard  # HTML and SVG routes, kept out of /openapi.json
 
     dashboard.setup(app, agent_auth.authenticator(node))
-    app.cleanup_ctx.append(_lifecycle)
-    app.cleanup_ctx.append(trust_refresh)
-    app.cleanup_ctx.append(expiry_sweep)
-    peer_routes.install(app, sync)  # after _lifecycle: the puller stops before the node closes
+    app.cleanup_ctx.append(_lifecycle)  # first: every feature's background work stops before the node closes
+    for feature in FEATURES:
+        if feature.setup is not None:
+            feature.setup(app)
+        app.cleanup_ctx.extend(feature.background)
     return app
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     node = app[NODE]
-    if node.db._writer is None:
+    if not node.db.is_open:
         node.open()
     yield
     node.close()
-
-
-# cleanup_ctx: mark expired notifications every EXPIRY_SWEEP_SECONDS (polls that lease do it too).
-expiry_sweep = periodic(
-    "notification expiry sweep", EXPIRY_SWEEP_SECONDS, lambda node: node.inbox.expire_notifications(), log
-)
 
 
 def build(data_dir: Path) -> web.Application:

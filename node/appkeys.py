@@ -1,4 +1,9 @@
-"""Typed keys for objects stored on the aiohttp application."""
+"""Typed keys for objects stored on the aiohttp application: every AppKey of the node, in one place.
+
+A key names its value's type at runtime (aiohttp only shows it in the key's repr) when that type's module does
+not read keys itself; the others name their type for the type checker alone, so this module imports none of
+the modules that read keys and every module can import it.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,20 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from node.limits import RateLimit
+
 if TYPE_CHECKING:
+    from node.logging_setup import RequestObserver
+    from node.metrics import Metrics
+    from node.peer_routes import SyncSettings, SyncState
     from node.service import Node
 
 NODE: web.AppKey[Node] = web.AppKey("node")
+LIMIT: web.AppKey[RateLimit] = web.AppKey("rate_limit", RateLimit)
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+# On the side listener of `metrics.serve_separately`: the main app whose metrics its /metrics reports.
+METRICS_SOURCE: web.AppKey[web.Application] = web.AppKey("metrics_source", web.Application)
+# Told about every request once it is answered: (method, route pattern, status, seconds). node.metrics installs one.
+REQUEST_OBSERVER: web.AppKey[RequestObserver] = web.AppKey("request_observer")
+SYNC: web.AppKey[SyncState] = web.AppKey("sync")
+SYNC_SETTINGS: web.AppKey[SyncSettings] = web.AppKey("sync_settings")

@@ -6,19 +6,21 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from node import trust
 from node.appkeys import NODE
+from node.service import Node
 
-if TYPE_CHECKING:
-    from node.service import Node
+EXPIRY_SWEEP_SECONDS = 60  # how late a notification past its 7 days may still read as pending, at most
+
+CleanupContext = Callable[[web.Application], AsyncIterator[None]]
 
 
 def periodic(
     name: str, seconds: float, run: Callable[[Node], Awaitable[object]], log: logging.Logger
-) -> Callable[[web.Application], AsyncIterator[None]]:
+) -> CleanupContext:
     """A cleanup_ctx that runs `run(node)` at start-up and then every `seconds` until the app stops.
 
     A failed round is logged (unless the node is merely closing underneath the app) and the next round tries
@@ -33,7 +35,7 @@ def periodic(
                 try:
                     await run(node)
                 except Exception:
-                    if node.db._writer is not None:  # not merely the node closing underneath the app
+                    if node.db.is_open:  # not merely the node closing underneath the app
                         log.exception("%s failed", name)
                 await asyncio.sleep(seconds)
 
@@ -44,3 +46,16 @@ def periodic(
             await task
 
     return context
+
+
+# Refresh the trust cache every trust.REFRESH_SECONDS (a failed refresh leaves the previous cache in place).
+trust_refresh = periodic(
+    "trust refresh", trust.REFRESH_SECONDS, lambda node: node.trust.refresh(), logging.getLogger("bbs.trust")
+)
+# Mark expired notifications every EXPIRY_SWEEP_SECONDS (polls that lease do it too).
+expiry_sweep = periodic(
+    "notification expiry sweep",
+    EXPIRY_SWEEP_SECONDS,
+    lambda node: node.inbox.expire_notifications(),
+    logging.getLogger("bbs.notify"),
+)

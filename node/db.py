@@ -237,6 +237,11 @@ class Database:
         self._writer = threading.Thread(target=self._write_loop, args=(conn,), name="bbs-writer", daemon=True)
         self._writer.start()
 
+    @property
+    def is_open(self) -> bool:
+        """Whether the database is open: its writer thread runs (between `open` and `close`)."""
+        return self._writer is not None
+
     def close(self) -> None:
         """Finish queued writes, stop the writer and close every connection."""
         if self._writer is not None:

@@ -157,7 +157,7 @@ async def read_json(request: web.Request) -> Any:
     except TimeoutError:
         raise RequestTimeout(f"the request body did not arrive within {BODY_READ_TIMEOUT_S:g} s") from None
     except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge(f"request body exceeds {request.app._client_max_size} bytes") from None
+        raise PayloadTooLarge(f"request body exceeds {request.client_max_size} bytes") from None
     except web.RequestPayloadError as exc:  # e.g. a Content-Encoding: gzip body that does not decompress
         raise MalformedRequest(f"the request body could not be read: {exc}", code="invalid_body") from None
     return decode_json(raw)

@@ -36,9 +36,6 @@ class RateLimit:
     burst: int = 1
 
 
-LIMIT: web.AppKey[RateLimit] = web.AppKey("rate_limit", RateLimit)
-
-
 class TokenBuckets:
     """Token buckets by key: each holds up to `burst` tokens and refills at `rate` per second."""
 

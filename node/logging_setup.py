@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from node.appkeys import REQUEST_OBSERVER
 from node.http import REQUEST_ID, Handler
 
 ACCESS_LOGGER = "bbs.access"
@@ -149,9 +150,8 @@ def route_label(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
+# Told about every request once it is answered: (method, route pattern, status, seconds); see REQUEST_OBSERVER.
 RequestObserver = Callable[[str, str, int, float], None]
-# Told about every request once it is answered: (method, route pattern, status, seconds). node.metrics installs one.
-REQUEST_OBSERVER: web.AppKey[RequestObserver] = web.AppKey("request_observer")
 # Where access records say they come from (what `Logger.info` would find by walking the stack).
 _ACCESS_CALLER = (__file__, 0, "request_log_middleware")
 

@@ -5,9 +5,9 @@ token; `serve_separately` adds an unauthenticated listener on another address fo
 network.
 
 Hooks for other features:
-- `SQL_GAUGES.append(SqlGauge(name, help, labels, sql))` at import time: a gauge filled at every scrape
-  from one query whose rows are (*label values, value). `:now_ms` is bound to the node's clock. A gauge
-  whose table does not exist (yet) is left empty. Use it for live leases, candidates by status, etc.
+- a `SqlGauge(name, help, labels, sql)` in `SQL_GAUGES`: a gauge filled at every scrape from one query whose
+  rows are (*label values, value). `:now_ms` is bound to the node's clock. A gauge whose table does not
+  exist (yet) is left empty. Use it for live leases, candidates by status, etc.
 - `metrics_of(app).counter/gauge/histogram(name, help, labels)` for events counted in process (sync
   outcomes per peer, sync lag), get-or-create, so two modules asking for one name share it.
 - `metrics_of(app).on_scrape(async_fn)` to refresh a gauge just before each scrape.
@@ -27,11 +27,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from node.appkeys import NODE
+from node.appkeys import METRICS, METRICS_SOURCE, NODE, REQUEST_OBSERVER
 from node.auth import guard
 from node.db import Database
 from node.http import Route
-from node.logging_setup import REQUEST_OBSERVER
 
 log = logging.getLogger("bbs.metrics")
 _METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
@@ -47,7 +46,7 @@ class SqlGauge:
     sql: str
 
 
-SQL_GAUGES: list[SqlGauge] = [
+SQL_GAUGES: tuple[SqlGauge, ...] = (
     SqlGauge(
         "bbs_records",
         "Records in the log, by kind and origin ('local' or the peer node it came from)",
@@ -97,7 +96,7 @@ SQL_GAUGES: list[SqlGauge] = [
         " UNION ALL SELECT node_id, 'invalid', invalid FROM peers"
         " UNION ALL SELECT node_id, 'pending_link', pending_link FROM peers",
     ),
-]
+)
 
 
 class _SqlCollector(Collector):
@@ -235,21 +234,17 @@ def _query_gauges(conn: sqlite3.Connection, now_ms: int) -> dict[str, list[tuple
     return out
 
 
-METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
-
-
 def metrics_of(app: web.Application) -> Metrics:
     """The application's metrics (created by `install`)."""
     return app[METRICS]
 
 
 async def _metrics_handler(request: web.Request) -> web.Response:
-    app = request.app.get(_SOURCE) or request.app
+    app = request.app.get(METRICS_SOURCE) or request.app
     body = await app[METRICS].render(app)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-_SOURCE: web.AppKey[web.Application] = web.AppKey("metrics_source", web.Application)
 METRICS_ROUTE = Route("GET", "/metrics", _metrics_handler, "Prometheus metrics", "admin", tag="ops")
 
 
@@ -269,7 +264,7 @@ def serve_separately(app: web.Application, host: str, port: int) -> None:
 
     async def listener(main: web.Application) -> AsyncIterator[None]:
         side = web.Application()
-        side[_SOURCE] = main
+        side[METRICS_SOURCE] = main
         side.router.add_get("/metrics", _metrics_handler)
         runner = web.AppRunner(side, access_log=None)
         await runner.setup()

@@ -14,12 +14,13 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from node.appkeys import NODE
-from node.errors import BBSError, InvalidInput, MalformedRequest
+from node.appkeys import NODE, SYNC, SYNC_SETTINGS
+from node.errors import InvalidInput
 from node.http import Route, convert, decode_json, decode_query, json_response, read_json
+from node.peer_auth import authenticate_peer, signed_body
 from node.sync_store import NodeSyncStore
 from sync import messages as m
-from sync.auth import PeerAuthError, PeerVerifier
+from sync.auth import PeerVerifier
 from sync.puller import Puller, Scheduler
 from sync.server import BadSyncMessage, SyncServer
 
@@ -36,43 +37,8 @@ class SyncState:
     scheduler: Scheduler | None = None
 
 
-SYNC: web.AppKey[SyncState] = web.AppKey("sync", SyncState)
-
-
 def _state(request: web.Request) -> SyncState:
     return request.app[SYNC]
-
-
-class _PeerAuthFailed(BBSError):
-    status, code, title = 401, "peer_auth_failed", "Peer authentication failed"
-
-
-async def _authenticate_peer(request: web.Request, body: bytes | None) -> str:
-    """The calling peer's node id; refuses unsigned, unknown-key, stale and replayed requests."""
-    state = _state(request)
-    allowed = await state.store.peer_ids()
-    try:
-        url = str(request.url)  # what the peer signed: built from the Host header, which may not parse
-    except (ValueError, UnicodeError):
-        raise MalformedRequest(
-            "the Host header is not a valid host[:port]", code="invalid_host", field="Host"
-        ) from None
-    try:
-        return state.verifier.verify(request.method, url, request.headers, body, allowed)
-    except PeerAuthError as exc:
-        err = _PeerAuthFailed(exc.detail, code=exc.code, field="Signature")
-        err.status = exc.status
-        if exc.status == 403:
-            err.title = "Not a peer"
-        raise err from None
-
-
-async def _signed_body(request: web.Request) -> bytes:
-    if request.content_type != "application/json":
-        from node.errors import UnsupportedMediaType
-
-        raise UnsupportedMediaType("send the body as application/json", field="Content-Type")
-    return await request.read()
 
 
 def _decode(body: bytes, typ: type[msgspec.Struct]) -> msgspec.Struct:
@@ -80,22 +46,22 @@ def _decode(body: bytes, typ: type[msgspec.Struct]) -> msgspec.Struct:
 
 
 async def sync_changes(request: web.Request) -> web.Response:
-    peer_id = await _authenticate_peer(request, None)
+    peer_id = await authenticate_peer(request, None)
     q = decode_query(request, m.ChangesQuery)
     return json_response(await _state(request).server.changes(q, peer_id))
 
 
 async def sync_fetch(request: web.Request) -> web.Response:
-    body = await _signed_body(request)
-    await _authenticate_peer(request, body)
+    body = await signed_body(request)
+    await authenticate_peer(request, body)
     req = _decode(body, m.FetchRequest)
     assert isinstance(req, m.FetchRequest)
     return json_response(await _state(request).server.fetch(req))
 
 
 async def sync_reconcile(request: web.Request) -> web.Response:
-    body = await _signed_body(request)
-    await _authenticate_peer(request, body)
+    body = await signed_body(request)
+    await authenticate_peer(request, body)
     req = _decode(body, m.ReconcileRequest)
     assert isinstance(req, m.ReconcileRequest)
     try:
@@ -193,13 +159,9 @@ class SyncSettings:
     reconcile_every_s: float = 300.0
 
 
-SYNC_SETTINGS: web.AppKey[SyncSettings] = web.AppKey("sync_settings", SyncSettings)
-
-
-def install(app: web.Application, settings: SyncSettings | None = None) -> None:
-    """Mount federation on an app being built: its state, the long-poll wake-up on shutdown, and the
-    cleanup context that runs the scheduler (unless `settings.pull` is false)."""
-    app[SYNC_SETTINGS] = settings or SyncSettings()
+def install(app: web.Application) -> None:
+    """Mount federation's state on an app being built (after `app[SYNC_SETTINGS]` is set): the sync store,
+    server and verifier, and the long-poll wake-up on shutdown. `sync_context` runs the scheduler."""
     store = app[NODE].sync
     state = SyncState(store, SyncServer(store), PeerVerifier())
     app[SYNC] = state
@@ -208,11 +170,11 @@ def install(app: web.Application, settings: SyncSettings | None = None) -> None:
         state.server.closing.set()
 
     app.on_shutdown.append(wake_long_polls)
-    app.cleanup_ctx.append(sync_context)
 
 
 async def sync_context(app: web.Application) -> AsyncIterator[None]:
-    """Cleanup context: the scheduler pulling from every configured peer, stopped before the node closes."""
+    """Cleanup context: the scheduler pulling from every configured peer (unless `app[SYNC_SETTINGS].pull` is
+    false), stopped before the node closes."""
     state = app[SYNC]
     state.server.closing.clear()
     session = aiohttp.ClientSession()

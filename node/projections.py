@@ -1,15 +1,18 @@
 """The log and its projections: append a verified record once, then project it into tables.
 
-Projectors are registered per record kind; `rebuild` replays the whole log
-into freshly created projection tables and proves the tables are derived data.
+Each record kind has one projector (`PROJECTORS`); `rebuild` replays the whole log into freshly created
+projection tables (`PROJECTION_TABLES`) and proves the tables are derived data. Both are the features' own
+declarations, joined here once: this module's for entries, links and agents, node/workflows/records.py's for
+the bus and the task graph (node/features.py lists the same declarations feature by feature).
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from identity import canonical
@@ -17,6 +20,7 @@ from identity.schema import AgentRecord, EntryRecord, LinkRecord
 from node import db
 from node import notify as notifications
 from node.wire.time import parse_ms
+from node.workflows import records as workflow_records
 
 
 @dataclass(frozen=True)
@@ -30,19 +34,6 @@ class Projection:
 
 
 Projector = Callable[[sqlite3.Connection, Any, Projection], None]
-PROJECTORS: dict[str, Projector] = {}
-# Tables (and the FTS index) that hold only derived data; `rebuild` recreates exactly these.
-PROJECTION_TABLES: list[str] = ["entries", "entry_tags", "entry_directed", "entries_fts", "links", "agents"]
-
-
-def projector(kind: str) -> Callable[[Projector], Projector]:
-    """Register the projector of a record kind."""
-
-    def register(fn: Projector) -> Projector:
-        PROJECTORS[kind] = fn
-        return fn
-
-    return register
 
 
 def append(
@@ -223,7 +214,6 @@ def _derives_links(conn: sqlite3.Connection, run: list[tuple[int, Incoming]]) ->
     return named is not None
 
 
-@projector("entry")
 def project_entry(conn: sqlite3.Connection, rec: EntryRecord, ctx: Projection) -> None:
     project_entries(conn, [(ctx.seq, Incoming({}, ctx.hash, rec))], ctx.now_ms, notify=ctx.notify)
 
@@ -254,7 +244,6 @@ def _derive_retractions(conn: sqlite3.Connection, arrived_hashes: str) -> None:
     conn.execute(RETRACTIONS_SQL, {"h": arrived_hashes})
 
 
-@projector("link")
 def project_link(conn: sqlite3.Connection, rec: LinkRecord, ctx: Projection) -> None:
     conn.execute(
         "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
@@ -265,7 +254,6 @@ def project_link(conn: sqlite3.Connection, rec: LinkRecord, ctx: Projection) -> 
         notifications.contradictions(conn, json.dumps([ctx.hash]), ctx.now_ms)
 
 
-@projector("agent")
 def project_agent(conn: sqlite3.Connection, rec: AgentRecord, ctx: Projection) -> None:
     """The newest identity document of an agent wins, by (created_at, hash): the same on every node."""
     ms = parse_ms(rec.created_at)
@@ -278,6 +266,16 @@ def project_agent(conn: sqlite3.Connection, rec: AgentRecord, ctx: Projection) -
         " WHERE (excluded.created_ms, excluded.doc_hash) > (agents.created_ms, agents.doc_hash)",
         (rec.author_id, rec.display_name, rec.description, rec.home_node, rec.created_at, ms, ctx.hash),
     )
+
+
+# The substrate's record kinds: their projectors, and the tables (and FTS index) holding only their derived data.
+SUBSTRATE_PROJECTORS: Mapping[str, Projector] = MappingProxyType(
+    {"entry": project_entry, "link": project_link, "agent": project_agent}
+)
+SUBSTRATE_TABLES: tuple[str, ...] = ("entries", "entry_tags", "entry_directed", "entries_fts", "links", "agents")
+# Every record kind's projector, and every projection table (`rebuild` recreates exactly these, in this order).
+PROJECTORS: Mapping[str, Projector] = MappingProxyType({**SUBSTRATE_PROJECTORS, **workflow_records.PROJECTORS})
+PROJECTION_TABLES: tuple[str, ...] = SUBSTRATE_TABLES + workflow_records.TABLES
 
 
 def rebuild(conn: sqlite3.Connection) -> int:
@@ -326,6 +324,3 @@ def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
             continue
         out[table] = [tuple(r) for r in conn.execute(f'SELECT * FROM "{table}" ORDER BY 1, 2').fetchall()]
     return out
-
-
-from node.workflows import records as _workflow_records  # noqa: E402,F401  (registers projectors)

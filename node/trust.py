@@ -25,7 +25,6 @@ counted signals on that entry; an entry without counted signals has its author's
 from __future__ import annotations
 
 import functools
-import logging
 import sqlite3
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -35,12 +34,9 @@ import msgspec
 from aiohttp import web
 
 from node.appkeys import NODE
-from node.background import periodic
 from node.db import Database
 from node.http import Route, json_response
 from node.wire.api import AgentTrust
-
-log = logging.getLogger("bbs.trust")
 
 NEUTRAL = 0.5
 REFRESH_SECONDS = 30.0
@@ -305,11 +301,6 @@ def agent_trust(conn: sqlite3.Connection, agent_id: str) -> AgentTrust:
     if row is None:
         return AgentTrust(score=NEUTRAL, laplace=NEUTRAL, confirms=0, disconfirms=0, computed_seq=computed_seq)
     return AgentTrust(score=row[3], laplace=row[2], confirms=row[0], disconfirms=row[1], computed_seq=computed_seq)
-
-
-# cleanup_ctx: refresh the trust cache every REFRESH_SECONDS while the app runs (a failed refresh leaves the
-# previous cache in place).
-background_refresh = periodic("trust refresh", REFRESH_SECONDS, lambda node: node.trust.refresh(), log)
 
 
 async def refresh_now(request: web.Request) -> web.Response:

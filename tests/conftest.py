@@ -70,7 +70,7 @@ async def node(data_dir: tuple[Path, str], clock: FakeClock) -> AsyncIterator[No
     n = Node(data_dir[0], clock=clock)
     n.open()
     yield n
-    if n.db._writer is not None:
+    if n.db.is_open:
         n.close()
 
 

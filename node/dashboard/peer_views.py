@@ -13,10 +13,9 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from node.appkeys import NODE
+from node.appkeys import NODE, SYNC
 from node.errors import NotFound, Unavailable
 from node.http import Route, json_response
-from node.peer_routes import SYNC
 from node.wire.time import format_ms
 from sync.client import SyncError
 from sync.puller import Puller

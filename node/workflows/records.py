@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from identity.schema import MessageRecord, TaskEventRecord
-from node import projections
-from node.projections import Projection
 from node.wire.time import parse_ms
 from node.wire.unsigned import DONE_STATUSES, OPEN_STATUSES, merge_patch
 
-projections.PROJECTION_TABLES.extend(["messages", "message_agents", "task_events", "tasks", "task_deps"])
+if TYPE_CHECKING:  # node.projections imports this module for its projectors
+    from node.projections import Projection, Projector
 
 
 def _opt(value: Any) -> Any:
@@ -30,7 +31,6 @@ def _opt(value: Any) -> Any:
     return None if value is msgspec.UNSET else value
 
 
-@projections.projector("message")
 def project_message(conn: sqlite3.Connection, rec: MessageRecord, ctx: Projection) -> None:
     ms = parse_ms(rec.created_at)
     conn.execute(
@@ -57,7 +57,6 @@ def project_message(conn: sqlite3.Connection, rec: MessageRecord, ctx: Projectio
     )
 
 
-@projections.projector("task_event")
 def project_task_event(conn: sqlite3.Connection, rec: TaskEventRecord, ctx: Projection) -> None:
     expires_at = _opt(rec.expires_at)
     conn.execute(
@@ -90,6 +89,12 @@ def project_task_event(conn: sqlite3.Connection, rec: TaskEventRecord, ctx: Proj
         refold(conn, rec.task_key, before)
     else:
         _store(conn, state, before)
+
+
+# The workflow record kinds' projectors, and the tables holding only their derived data (node.projections joins
+# them with the substrate's).
+PROJECTORS: Mapping[str, Projector] = MappingProxyType({"message": project_message, "task_event": project_task_event})
+TABLES: tuple[str, ...] = ("messages", "message_agents", "task_events", "tasks", "task_deps")
 
 
 @dataclass

@@ -20,6 +20,7 @@ from node.http import (
     read_json,
     signed_or,
 )
+from node.peer_auth import authenticate_peer, signed_body
 from node.wire.api import SignedSubmission
 from node.wire.workflows import (
     DeclareTask,
@@ -106,10 +107,8 @@ async def complete_task(request: web.Request) -> web.Response:
 
 async def peer_lease(request: web.Request) -> web.Response:
     """The home node's side of a forwarded lease request: authenticate the peer, decide, return the grant."""
-    from node.peer_routes import _authenticate_peer, _signed_body
-
-    raw = await _signed_body(request)
-    peer = await _authenticate_peer(request, raw)
+    raw = await signed_body(request)
+    peer = await authenticate_peer(request, raw)
     body = convert(decode_json(raw), PeerLeaseIn)
     workflows = _workflows(request)
     try:

@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from node import notify
-from node.app import expiry_sweep
+from node.background import expiry_sweep
 from node.errors import Conflict, InvalidInput, NotFound
 from node.inbox import MAX_SUBSCRIPTIONS
 from node.service import Node

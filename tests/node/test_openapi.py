@@ -9,7 +9,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from openapi_spec_validator import validate
 
-from node.app import all_routes
+from node.features import all_routes
 
 
 async def document(client: TestClient) -> dict[str, Any]:

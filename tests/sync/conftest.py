@@ -14,8 +14,9 @@ from aiohttp.test_utils import TestServer
 
 from identity import canonical, keys, records
 from node.app import create_app
+from node.appkeys import SYNC
 from node.datadir import initialise
-from node.peer_routes import SYNC, SyncSettings, SyncState
+from node.peer_routes import SyncSettings, SyncState
 from node.service import Node
 from node.wire.api import PostEntry
 from sync.puller import Puller

@@ -1,0 +1,75 @@
+"""The node's features, listed once: each declares its REST routes, the record kinds it projects with the tables
+holding their derived data, the state it installs on the app, and the work the app runs in the background.
+
+node/app.py builds the application from `FEATURES`, in order: the routes' order is the OpenAPI document's and
+the order aiohttp matches them in; background tasks start in this order once the node is open and stop in
+reverse before it closes. Nothing registers itself on import: a feature is on the node because it is listed here.
+
+The log's projectors and tables are the same declarations, joined once in node.projections, which every
+feature's writes go through and so cannot import this list (tests/node/test_features.py holds the two equal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from aiohttp import web
+
+from node import agent_auth, background, peer_routes, projections, trust
+from node import routes as substrate_routes
+from node.background import CleanupContext
+from node.default_mode import routes as default_mode_routes
+from node.http import Route
+from node.projections import Projector
+from node.workflows import records as workflow_records
+from node.workflows import routes as workflow_routes
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One feature of the node: what it adds to the REST API, to the log's projections and to the running app."""
+
+    name: str
+    routes: Sequence[Route] = ()
+    projectors: Mapping[str, Projector] = field(default_factory=dict)  # record kind -> its projector
+    tables: tuple[str, ...] = ()  # the projection tables its projectors fill (`bbs rebuild` recreates them)
+    setup: Callable[[web.Application], None] | None = None  # installs the feature's state on the app being built
+    background: tuple[CleanupContext, ...] = ()  # aiohttp cleanup contexts, run while the app runs
+
+    def __post_init__(self) -> None:
+        # Read-only copies: what a feature declares cannot grow behind the list's back.
+        object.__setattr__(self, "routes", tuple(self.routes))
+        object.__setattr__(self, "projectors", MappingProxyType(dict(self.projectors)))
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature(
+        "substrate",  # entries, links, reads and search, subscriptions and the inbox, agents, node info
+        routes=substrate_routes.ROUTES,
+        projectors=projections.SUBSTRATE_PROJECTORS,
+        tables=projections.SUBSTRATE_TABLES,
+        background=(background.expiry_sweep,),
+    ),
+    Feature("default mode", routes=default_mode_routes.ROUTES),  # governed memory: /v1/default-mode
+    Feature("trust", routes=trust.ROUTES, background=(background.trust_refresh,)),
+    Feature("key-proof sessions", routes=agent_auth.ROUTES),
+    Feature(
+        "federation",  # peers, digest, peer-signed sync; the scheduler pulling from every peer
+        routes=peer_routes.PEER_ROUTES,
+        setup=peer_routes.install,
+        background=(peer_routes.sync_context,),
+    ),
+    Feature(
+        "agent workflows",  # bus, tasks, leases, graph
+        routes=workflow_routes.ROUTES,
+        projectors=workflow_records.PROJECTORS,
+        tables=workflow_records.TABLES,
+    ),
+)
+
+
+def all_routes() -> list[Route]:
+    """Every REST route of the node, feature by feature in the order of `FEATURES`."""
+    return [route for feature in FEATURES for route in feature.routes]

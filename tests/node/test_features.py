@@ -1,0 +1,259 @@
+"""node/features.py: the one list of the node's features, the only source of its routes, projectors,
+projection tables and background work, and nothing in node/ registering anything as a side effect of an import."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import pkgutil
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import grimp
+import msgspec
+import networkx as nx
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+import node as node_package
+from identity.schema import RECORD_TYPES
+from node import db as dbmod
+from node import projections
+from node.app import create_app
+from node.appkeys import NODE, SYNC
+from node.features import FEATURES, Feature, all_routes
+from node.http import Route
+from node.service import Node
+from tests.conftest import AgentCreds
+from tests.node.api_helpers import link, post
+from tests.node.workflows.helpers import WF, declare
+
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+NODE_DIR = Path(node_package.__file__).parent
+# Routes an app serves besides the features' REST API: kept out of /openapi.json.
+NOT_IN_API = {"/metrics", "/openapi.json"}
+FTS_SHADOWS = ("_data", "_idx", "_content", "_docsize", "_config")
+
+
+def node_modules() -> list[ModuleType]:
+    """Every module of the node package, imported."""
+    names = [info.name for info in pkgutil.walk_packages([str(NODE_DIR)], "node.")]
+    return [importlib.import_module(name) for name in ["node", *names]]
+
+
+def served_api(app: web.Application) -> list[tuple[str, str]]:
+    """(method, path) of the app's routes that belong to the REST API, in the order aiohttp matches them."""
+    from node.dashboard import dashboard_routes
+
+    dashboard = {(r.method, r.path) for r in dashboard_routes()}
+    out = []
+    for route in app.router.routes():
+        resource = route.resource
+        assert resource is not None
+        key = (route.method, resource.canonical)
+        if route.method != "HEAD" and resource.canonical not in NOT_IN_API and key not in dashboard:
+            out.append(key)
+    return out
+
+
+def test_features_have_unique_names_and_routes() -> None:
+    assert len({f.name for f in FEATURES}) == len(FEATURES)
+    operations = [(r.method, r.path) for r in all_routes()]
+    assert len(set(operations)) == len(operations)
+    assert len({r.handler.__name__ for r in all_routes()}) == len(operations)  # handler names are operation ids
+
+
+def test_every_route_table_of_the_node_is_one_features_routes() -> None:
+    """A route table written anywhere in node/ (the dashboard's pages aside) reaches the app only by being
+    listed as a feature's routes, and is listed once."""
+    listed = [route for feature in FEATURES for route in feature.routes]
+    tables: dict[str, list[Route]] = {}
+    for module in node_modules():
+        if module.__name__.startswith("node.dashboard"):
+            continue
+        for name, value in vars(module).items():
+            if isinstance(value, list | tuple) and value and all(isinstance(r, Route) for r in value):
+                tables[f"{module.__name__}.{name}"] = list(value)
+    assert tables
+    for name, table in tables.items():
+        hits = [f.name for f in FEATURES if list(f.routes) == table]
+        assert len(hits) == 1, f"{name} is the routes of {hits or 'no feature'}"
+    assert sum(len(t) for t in tables.values()) == len(listed)
+
+
+async def test_the_app_serves_exactly_the_features_routes_in_their_order(
+    aiohttp_client: Callable[..., Awaitable[TestClient]], node: Node
+) -> None:
+    app = create_app(node)
+    client = await aiohttp_client(app)
+    assert served_api(app) == [(r.method, r.path) for r in all_routes()]
+    resp = await client.get("/openapi.json")
+    doc = await resp.json()
+    documented = [(m.upper(), path) for path, ops in doc["paths"].items() for m in ops]
+    assert sorted(documented) == sorted((r.method, r.path) for r in all_routes())
+
+
+def test_the_log_reads_its_projectors_and_tables_from_the_features_declarations() -> None:
+    merged: dict[str, Any] = {}
+    tables: list[str] = []
+    for feature in FEATURES:
+        assert not set(feature.projectors) & set(merged), f"{feature.name} projects a kind another feature does"
+        merged.update(feature.projectors)
+        tables.extend(feature.tables)
+        assert bool(feature.projectors) == bool(feature.tables), f"{feature.name}: projectors without tables"
+    assert dict(projections.PROJECTORS) == merged
+    assert list(projections.PROJECTION_TABLES) == tables
+    assert len(set(tables)) == len(tables)
+    assert set(merged) == set(RECORD_TYPES)  # every record kind the log accepts has exactly one projector
+
+
+def test_the_declarations_cannot_be_changed_in_place() -> None:
+    with pytest.raises(TypeError):
+        projections.PROJECTORS["extra"] = projections.PROJECTORS["entry"]  # type: ignore[index]
+    for feature in FEATURES:
+        assert isinstance(feature.routes, tuple) and isinstance(feature.tables, tuple)
+        with pytest.raises(TypeError):
+            feature.projectors["extra"] = projections.PROJECTORS["entry"]  # type: ignore[index]
+    assert isinstance(Feature("x", routes=[]).routes, tuple)  # a route list is copied, not shared
+
+
+def test_every_projection_table_exists_in_the_migrated_schema(tmp_path: Path) -> None:
+    conn = dbmod.connect(tmp_path / "schema.db")
+    dbmod.migrate(conn)
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    conn.close()
+    assert set(projections.PROJECTION_TABLES) <= names
+
+
+async def records_of_every_kind(client: TestClient, make_agent: MakeAgent) -> None:
+    """Entries (tagged, addressed, linking), a link, agents, a task with a dependency, and messages."""
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    first = await post(client, alice, content="a finding", tags=["t"], directed_to=[bob.agent_id])
+    second = await post(
+        client, bob, content="it holds", links=[{"target": first["record_hash"], "link_type": "supports"}]
+    )
+    await link(client, alice, source=second["record_hash"], target=first["record_hash"], link_type="responds_to")
+    await declare(client, alice, {"key": "later", "title": "Later", "depends_on": ["first"]})
+    await declare(client, alice, {"key": "first", "title": "First"})
+    message = {"message_type": "status", "body": "hello", "to_agent": bob.agent_id}
+    resp = await client.post(f"{WF}/messages", json=message, headers=alice.headers)
+    assert resp.status == 201, await resp.text()
+
+
+def row_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    """Rows of every table of the schema (SQLite's own aside)."""
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {n: conn.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0] for n in names if not n.startswith("sqlite_")}
+
+
+async def test_each_features_projectors_fill_only_that_features_tables(
+    client: TestClient, make_agent: MakeAgent, node: Node, tmp_path: Path
+) -> None:
+    """Replayed alone into an empty schema, a feature's records fill its own tables (an FTS index's shadow
+    tables with it) and nothing else: each projector's tables are in the list, under its own feature."""
+    await records_of_every_kind(client, make_agent)
+    log = await node.db.read(lambda c: c.execute("SELECT seq, hash, kind, body FROM records ORDER BY seq").fetchall())
+    assert {row["kind"] for row in log} == set(RECORD_TYPES)
+    for feature in FEATURES:
+        if not feature.projectors:
+            continue
+        conn = dbmod.connect(tmp_path / f"{feature.name}.db")
+        dbmod.migrate(conn)
+        before = row_counts(conn)
+        conn.execute("BEGIN IMMEDIATE")
+        for seq, record_hash, kind, body in log:
+            if kind in feature.projectors:
+                decoded = msgspec.convert(json.loads(body), RECORD_TYPES[kind])
+                feature.projectors[kind](conn, decoded, projections.Projection(seq, record_hash, 0, notify=False))
+        conn.execute("COMMIT")
+        filled = {name for name, count in row_counts(conn).items() if count != before[name]}
+        conn.close()
+        owned = {t + suffix for t in feature.tables for suffix in ("", *FTS_SHADOWS)}
+        assert filled <= owned, f"{feature.name} fills {sorted(filled - owned)}"
+        assert set(feature.tables) - {"entries_fts"} <= filled, f"{feature.name} leaves tables empty"
+
+
+async def test_building_two_apps_registers_nothing_twice(node: Node) -> None:
+    routes_before = all_routes()
+    projectors_before = dict(projections.PROJECTORS)
+    first, second = create_app(node), create_app(node)
+    assert all_routes() == routes_before and dict(projections.PROJECTORS) == projectors_before
+    assert served_api(first) == served_api(second) == [(r.method, r.path) for r in routes_before]
+    background = [ctx for feature in FEATURES for ctx in feature.background]
+    for app in (first, second):
+        assert app[NODE] is node
+        assert list(app.cleanup_ctx)[1:] == background  # after the node's own open/close
+        assert len(app.on_shutdown) == 1  # federation's long-poll wake-up, once
+    assert first[SYNC] is not second[SYNC]  # each app its own federation state
+
+
+def module_level_mutations(tree: ast.Module) -> list[str]:
+    """Statements run at import time (not inside a function or class) that change an object in place: how a
+    module would fill another's registry. (A registering decorator would escape this; the declarations above
+    are read-only, so none could fill them.)"""
+    mutators = {"append", "extend", "update", "add", "insert", "setdefault", "register", "__setitem__"}
+    found = []
+    for stmt in tree.body:
+        # the branches of a module-level `if` (`if TYPE_CHECKING:` and the like) run at import time too
+        stmts = stmt.body + stmt.orelse if isinstance(stmt, ast.If) else [stmt]
+        for s in stmts:
+            if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Attribute):
+                if s.value.func.attr in mutators:
+                    found.append(f"line {s.lineno}: .{s.value.func.attr}(...)")
+            elif isinstance(s, ast.AugAssign):
+                found.append(f"line {s.lineno}: augmented assignment")
+            elif isinstance(s, ast.Assign | ast.AnnAssign):
+                targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+                if any(isinstance(t, ast.Subscript | ast.Attribute) for t in targets):
+                    found.append(f"line {s.lineno}: assignment into an object")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(NODE_DIR.rglob("*.py")), ids=lambda p: str(p.relative_to(NODE_DIR)))
+def test_no_module_registers_anything_when_imported(path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    assert module_level_mutations(tree) == []
+
+
+def test_every_app_key_is_in_appkeys() -> None:
+    defined = {
+        str(path.relative_to(NODE_DIR))
+        for path in NODE_DIR.rglob("*.py")
+        if "AppKey(" in path.read_text(encoding="utf-8")
+    }
+    assert defined == {"appkeys.py"}
+    for module in node_modules():
+        for name, value in vars(module).items():
+            if isinstance(value, web.AppKey) and module.__name__ != "node.appkeys":
+                assert getattr(importlib.import_module("node.appkeys"), name) is value, name
+
+
+def test_the_registration_modules_are_in_no_import_cycle() -> None:
+    """Imports inside functions count; those under TYPE_CHECKING do not (they name types, never run)."""
+    graph = grimp.build_graph("node", "identity", "sync", cache_dir=None, exclude_type_checking_imports=True)
+    edges = nx.DiGraph(
+        (module, imported)
+        for module in graph.modules
+        if module.startswith("node")
+        for imported in graph.find_modules_directly_imported_by(module)
+        if imported.startswith("node")
+    )
+    watched = {
+        "node.app",
+        "node.appkeys",
+        "node.background",
+        "node.features",
+        "node.peer_auth",
+        "node.peer_routes",
+        "node.projections",
+        "node.service",
+        "node.trust",
+        "node.workflows.records",
+    }
+    cycles = [sorted(c) for c in nx.strongly_connected_components(edges) if len(c) > 1 and c & watched]
+    assert cycles == []
