@@ -15,7 +15,7 @@ from typing import Any
 from yarl import URL
 
 from identity import keys
-from node import projections
+from node import db, projections
 from node.errors import InvalidInput
 from node.service import Node
 from node.wire.time import format_ms
@@ -315,18 +315,11 @@ def ingest(
 
 def _append_all(conn: sqlite3.Connection, peer_id: str, records: list[Verified], now_ms: int) -> list[tuple[int, bool]]:
     """Append records inside a savepoint: all of them, or none (the error raised)."""
-    conn.execute("SAVEPOINT sync_records")
-    try:
-        incoming = [
-            projections.Incoming(v.record, v.hash, v.decoded, str(v.record.get("scope", "federation"))) for v in records
-        ]
-        appended = projections.append_many(conn, incoming, origin=peer_id, now_ms=now_ms)
-    except Exception:
-        conn.execute("ROLLBACK TO sync_records")
-        conn.execute("RELEASE sync_records")
-        raise
-    conn.execute("RELEASE sync_records")
-    return appended
+    incoming = [
+        projections.Incoming(v.record, v.hash, v.decoded, str(v.record.get("scope", "federation"))) for v in records
+    ]
+    with db.savepoint(conn, "sync_records"):
+        return projections.append_many(conn, incoming, origin=peer_id, now_ms=now_ms)
 
 
 def add_peer(conn: sqlite3.Connection, url: str, node_id: str, now_ms: int) -> None:
