@@ -104,8 +104,9 @@ def transaction(conn: sqlite3.Connection, *, immediate: bool = False, commit: bo
 
 def savepoint(conn: sqlite3.Connection, name: str) -> _Savepoint:
     """`with savepoint(conn, name):` inside a transaction: when the block raises, its changes alone are rolled
-    back and the error goes up; the transaction goes on. If SQLite ended the whole transaction meanwhile, the
-    savepoint is gone: `TransactionLost` goes up instead, carrying the error, and nothing can be kept.
+    back and the error goes up; the transaction goes on. If the whole transaction ended meanwhile (SQLite ends it
+    on a full disk, for one), the savepoint is gone: `TransactionLost` goes up instead, carrying the error (or
+    the failed RELEASE's), and nothing can be kept.
     """
     return _Savepoint(conn, name)
 
@@ -162,7 +163,10 @@ class _Savepoint:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if exc is None:
-            self.conn.execute("RELEASE " + self.name)
+            try:
+                self.conn.execute("RELEASE " + self.name)
+            except sqlite3.Error as gone:  # the block itself ended the transaction (or released this savepoint)
+                raise TransactionLost(gone) from gone
             return
         if isinstance(exc, TransactionLost):  # lost under an inner savepoint: this one is gone too
             return
