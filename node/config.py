@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from node.wire.validation import split_validation_error
 from sync.messages import MAX_WAIT_MS
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
@@ -71,13 +72,9 @@ def _check(raw: Mapping[str, Any], source: str, *, strict: bool) -> dict[str, An
     try:
         msgspec.convert(dict(raw), Config, strict=strict)
     except msgspec.ValidationError as exc:
-        message = str(exc)
-        key = ""
-        if " - at `$." in message:
-            message, key = message.rsplit(" - at `$.", 1)
-            key = key.rstrip("`")
-        elif message.startswith("Object contains unknown field `"):
-            key = message.split("`")[1]
+        message, path = split_validation_error(exc)
+        key = path[2:] if path.startswith("$.") else ""  # the settings are flat: "$.port" is the key port
+        if message.startswith("Object contains unknown field `"):
             message = "unknown key"
         raise ConfigError(f"{source}: {key}: {message}" if key else f"{source}: {message}") from None
     return dict(raw)

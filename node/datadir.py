@@ -173,15 +173,10 @@ def _create_node(path: Path, node_key: keys.SigningKey) -> str:
     conn = _connect_private(path)
     try:
         db.migrate(conn)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with db.transaction(conn, immediate=True):
             conn.execute("INSERT INTO node_meta (key, value) VALUES ('node_id', ?)", (node_key.did,))
             conn.execute("INSERT INTO node_meta (key, value) VALUES ('epoch', ?)", (secrets.token_hex(16),))
             token = agents.new_credential(conn, "admin", None, int(time.time() * 1000))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
     finally:
         conn.close()
     return token

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from node.errors import BBSError, StorageFull, Unavailable
@@ -80,6 +81,103 @@ def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
+class TransactionLost(Exception):
+    """A savepoint could not be rolled back: SQLite had already ended the whole transaction (a full disk, an I/O
+    error). Nothing of the transaction can be kept; `error` is what the block under the savepoint raised."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(f"the transaction ended under a savepoint: {error!r}")
+        self.error = error
+
+
+def transaction(conn: sqlite3.Connection, *, immediate: bool = False, commit: bool = True) -> _Transaction:
+    """`with transaction(conn):` runs the block in one transaction: COMMIT when it ends, ROLLBACK when it raises
+    or when the COMMIT fails (the error goes up either way).
+
+    `immediate` takes the write lock at BEGIN (BEGIN IMMEDIATE), so a writer waits there for another process's
+    write rather than failing later on upgrading a read lock. `commit=False` ends with ROLLBACK even when the
+    block succeeds: a read snapshot, or a trial whose writes must not be kept. The connection must be in
+    autocommit mode (`connect` opens it so).
+    """
+    return _Transaction(conn, "BEGIN IMMEDIATE" if immediate else "BEGIN", commit)
+
+
+def savepoint(conn: sqlite3.Connection, name: str) -> _Savepoint:
+    """`with savepoint(conn, name):` inside a transaction: when the block raises, its changes alone are rolled
+    back and the error goes up; the transaction goes on. If the whole transaction ended meanwhile (SQLite ends it
+    on a full disk, for one), the savepoint is gone: `TransactionLost` goes up instead, carrying the error (or
+    the failed RELEASE's), and nothing can be kept.
+    """
+    return _Savepoint(conn, name)
+
+
+class _Transaction:
+    # A class rather than @contextmanager: the writer opens one per batch, and a generator costs more.
+    __slots__ = ("conn", "begin", "commit")
+
+    def __init__(self, conn: sqlite3.Connection, begin: str, commit: bool) -> None:
+        self.conn, self.begin, self.commit = conn, begin, commit
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute(self.begin)
+        return self.conn
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        conn = self.conn
+        if exc is not None:
+            _rollback(conn, exc)
+        elif not self.commit:
+            if conn.in_transaction:  # an interrupted statement may have ended it already
+                conn.execute("ROLLBACK")
+        else:
+            try:
+                conn.execute("COMMIT")
+            except BaseException as failed:  # e.g. SQLITE_BUSY leaves the transaction open: end it
+                _rollback(conn, failed)
+                raise
+
+
+def _rollback(conn: sqlite3.Connection, cause: BaseException) -> None:
+    """End a failed transaction if SQLite has not ended it already; a failing ROLLBACK is logged, so the error
+    that caused it is the one that goes up."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            log.exception("rollback failed after %r", cause)
+
+
+class _Savepoint:
+    __slots__ = ("conn", "name")
+
+    def __init__(self, conn: sqlite3.Connection, name: str) -> None:
+        self.conn, self.name = conn, name
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("SAVEPOINT " + self.name)
+        return self.conn
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None:
+            try:
+                self.conn.execute("RELEASE " + self.name)
+            except sqlite3.Error as gone:  # the block itself ended the transaction (or released this savepoint)
+                raise TransactionLost(gone) from gone
+            return
+        if isinstance(exc, TransactionLost):  # lost under an inner savepoint: this one is gone too
+            return
+        try:
+            self.conn.execute("ROLLBACK TO " + self.name)
+            self.conn.execute("RELEASE " + self.name)
+        except sqlite3.Error:
+            if isinstance(exc, Exception):  # a KeyboardInterrupt or SystemExit goes up as it is
+                raise TransactionLost(exc) from exc
+
+
 def migrate(conn: sqlite3.Connection) -> int:
     """Apply pending migrations, each in its own transaction with its number; return the schema version."""
     scripts = migrations()
@@ -92,19 +190,13 @@ def migrate(conn: sqlite3.Connection) -> int:
     for number, _name, sql in scripts:
         if number <= current:
             continue
-        conn.execute("BEGIN IMMEDIATE")
-        # another process (a CLI command beside a starting node) may have applied it while we waited
-        if conn.execute("PRAGMA user_version").fetchone()[0] >= number:
-            conn.execute("ROLLBACK")
-            continue
-        try:
+        with transaction(conn, immediate=True):
+            # another process (a CLI command beside a starting node) may have applied it while we waited
+            if conn.execute("PRAGMA user_version").fetchone()[0] >= number:
+                continue  # nothing was written: ending with COMMIT keeps nothing
             for statement in _split_sql(sql):
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
         current = number
     return current
 
@@ -305,12 +397,8 @@ class Database:
         return conn
 
     def _run_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        conn = self._reader()
-        conn.execute("BEGIN")
-        try:
+        with transaction(self._reader()) as conn:
             return fn(conn)
-        finally:
-            conn.execute("COMMIT")
 
     def _read_inline(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, Any]:
         """(True, result) of `fn` run on this thread within the budget; (False, None) if it ran over."""
@@ -325,8 +413,12 @@ class Database:
         conn = budget.conn
         budget.start(self.inline_budget_s)
         try:
-            conn.execute("BEGIN")
-            value = fn(conn)
+            # A read changed nothing: it ends with ROLLBACK, which also closes an interrupted statement.
+            with transaction(conn, commit=False):
+                try:
+                    value = fn(conn)
+                finally:
+                    budget.stop()  # before the transaction ends: the progress handler can stop a ROLLBACK too
         except Exception as exc:
             code = getattr(exc, "sqlite_errorcode", 0)
             busy = isinstance(exc, sqlite3.OperationalError) and code & 0xFF == sqlite3.SQLITE_BUSY
@@ -335,10 +427,6 @@ class Database:
                 raise
             self.read_stats.moved += 1
             return False, None
-        finally:
-            budget.stop()  # before ending the transaction: the progress handler can stop a COMMIT too
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")  # a read changed nothing; an interrupted statement may still be open
         if budget.interrupted:  # fn caught the interruption itself and answered anyway: that answer may be partial
             self.read_stats.moved += 1
             return False, None
@@ -368,23 +456,17 @@ class Database:
         started = time.perf_counter()
         outcomes: list[tuple[bool, Any]] = []
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            for group in _runs(batch):
-                if len(group) > 1:
-                    merged = _run_merged(conn, group)
-                    if merged is not None:
-                        outcomes.extend(merged)
-                        continue
-                outcomes.extend(_run_alone(conn, job) for job in group)
-            conn.execute("COMMIT")
+            with transaction(conn, immediate=True):
+                for group in _runs(batch):
+                    if len(group) > 1:
+                        merged = _run_merged(conn, group)
+                        if merged is not None:
+                            outcomes.extend(merged)
+                            continue
+                    outcomes.extend(_run_alone(conn, job) for job in group)
         except BaseException as exc:  # nothing of this batch is committed, so no job may report success
             if not isinstance(exc, Exception):  # e.g. SystemExit raised by a job: the writer must live on
                 log.critical("a write job raised %r; its batch of %d jobs is rolled back", exc, len(batch))
-            if conn.in_transaction:
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    log.exception("rollback failed after %s", exc)
             outcomes = [(False, _storage_error(exc))] * len(batch)
             self.stats.rolled_back += 1
         stats = self.stats  # counted before the answers go out, so an awaiting caller sees its batch counted
@@ -415,17 +497,13 @@ def _runs(batch: list[_Job]) -> list[list[_Job]]:
 
 def _run_alone(conn: sqlite3.Connection, job: _Job) -> tuple[bool, Any]:
     """Run one job inside its own SAVEPOINT: its failure rolls back only its own changes."""
-    conn.execute("SAVEPOINT job")
     try:
-        result = job.run_alone(conn)
+        with savepoint(conn, "job"):
+            result = job.run_alone(conn)
+    except TransactionLost as lost:
+        raise lost.error from None  # SQLite ended the whole transaction (e.g. disk full): fail the batch
     except Exception as exc:
-        try:
-            conn.execute("ROLLBACK TO job")
-            conn.execute("RELEASE job")
-        except sqlite3.Error:
-            raise exc from None  # SQLite ended the whole transaction (e.g. disk full): fail the batch
         return False, _storage_error(exc)
-    conn.execute("RELEASE job")
     return True, result
 
 
@@ -433,21 +511,17 @@ def _run_merged(conn: sqlite3.Connection, group: list[_Job]) -> list[tuple[bool,
     """Run a run of mergeable jobs as one call; None (and nothing changed) if it failed."""
     kind = group[0].kind
     assert kind is not None
-    conn.execute("SAVEPOINT merged")
     try:
-        results = kind.run(conn, [job.item for job in group])
-        if len(results) != len(group):
-            raise RuntimeError(f"a merged write returned {len(results)} results for {len(group)} items")
+        with savepoint(conn, "merged"):
+            results = kind.run(conn, [job.item for job in group])
+            if len(results) != len(group):
+                raise RuntimeError(f"a merged write returned {len(results)} results for {len(group)} items")
+    except TransactionLost as lost:
+        raise lost.error from None
     except Exception as exc:
-        try:
-            conn.execute("ROLLBACK TO merged")
-            conn.execute("RELEASE merged")
-        except sqlite3.Error:
-            raise exc from None
         if not isinstance(exc, BBSError):  # a refusal needs no line; anything else might be a bug worth seeing
             log.info("a merged run of %d writes failed (%r); running each alone", len(group), exc)
         return None
-    conn.execute("RELEASE merged")
     return [(True, result) for result in results]
 
 
@@ -513,14 +587,8 @@ def write_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T]) -> T:
     conn = connect(path)
     try:
         migrate(conn)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = fn(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        return result
+        with transaction(conn, immediate=True):
+            return fn(conn)
     finally:
         conn.close()
 

@@ -30,6 +30,7 @@ from node.errors import (
     UnsupportedMediaType,
 )
 from node.wire.api import Problem, SignedSubmission
+from node.wire.validation import split_validation_error
 
 log = logging.getLogger("bbs.http")
 T = TypeVar("T")
@@ -126,18 +127,8 @@ def json_response(value: Any, status: int = 200, headers: dict[str, str] | None 
     )
 
 
-_NAMED_FIELD = re.compile(r"Object (?:contains unknown|missing required) field `(.*)`", re.DOTALL)
-
-
 def _validation_error(exc: msgspec.ValidationError, prefix: str = "$") -> InvalidInput:
-    message = str(exc)
-    path = "$"
-    if " - at `" in message:
-        message, path = message.rsplit(" - at `", 1)
-        path = path.rstrip("`")
-    named = _NAMED_FIELD.fullmatch(message)
-    if named:  # point at the unknown or missing field itself, not at the object holding it
-        path = f"{path}.{named.group(1)}"
+    message, path = split_validation_error(exc)
     if prefix != "$":
         path = prefix + path[1:]
     return InvalidInput(message, field=path)

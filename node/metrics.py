@@ -90,11 +90,12 @@ SQL_GAUGES: tuple[SqlGauge, ...] = (
     ),
     SqlGauge(
         "bbs_sync_records",
-        "Records received from the peer, by outcome (saved, duplicate, invalid, pending_link)",
+        "Records received from the peer, by outcome (saved, duplicate, invalid, pending_link, internal)",
         ("peer", "outcome"),
         "SELECT node_id, 'saved', saved FROM peers UNION ALL SELECT node_id, 'duplicate', duplicate FROM peers"
         " UNION ALL SELECT node_id, 'invalid', invalid FROM peers"
-        " UNION ALL SELECT node_id, 'pending_link', pending_link FROM peers",
+        " UNION ALL SELECT node_id, 'pending_link', pending_link FROM peers"
+        " UNION ALL SELECT node_id, 'internal', internal FROM peers",
     ),
 )
 

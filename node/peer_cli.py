@@ -64,6 +64,7 @@ def cmd_peers(args: argparse.Namespace) -> int:
                 if c.invalid_reasons
                 else ""
             )
+            + (f"  internal {c.internal} (see this node's log)" if c.internal else "")
         )
         print(f"  last ok {p.last_ok_at or '-'}  reconciliations {p.reconciliations}")
         if p.last_error:

@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import sqlite3
 from collections.abc import Callable
 from typing import Any
 
 from yarl import URL
 
-from identity import keys
-from node import projections
+from identity import canonical, keys
+from node import db, projections
 from node.db import Database
 from node.errors import InvalidInput
 from node.wire.time import format_ms
@@ -26,6 +27,10 @@ from sync.store import Cursor, Invalid, Outcome, Page, PeerConfig, Verified
 MAX_WANT_ATTEMPTS = 8
 MAX_WANT_BACKOFF_MS = 10 * 60 * 1000
 POLL_S = 0.1
+# What the projections raise for a record they refuse, the peer's fault: a constraint of a projection table, or a
+# value the canonical form refuses. Anything else a record meets while stored is a fault of this node's own code.
+REFUSED = (sqlite3.IntegrityError, canonical.CanonicalError)
+log = logging.getLogger("bbs.sync")
 
 
 class NodeSyncStore:
@@ -174,15 +179,7 @@ class NodeSyncStore:
         return [r[0] for r in rows]
 
     async def want_failed(self, peer_id: str, hashes: list[str], now_ms: int) -> None:
-        def job(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "UPDATE sync_wanted SET attempts = attempts + 1,"
-                " next_ms = ? + min(?, 1000 * (1 << (attempts + 1)))"
-                " WHERE peer_id = ? AND hash IN (SELECT value FROM json_each(?))",
-                (now_ms, MAX_WANT_BACKOFF_MS, peer_id, _json(hashes)),
-            )
-
-        await self.db.write(job)
+        await self.db.write(lambda c: want_failed(c, peer_id, hashes, now_ms))
 
     async def digest(self) -> Digest:
         return await self.db.read(lambda c: digest(c, self.node_id))
@@ -242,6 +239,16 @@ def _targets(record: dict[str, Any]) -> list[str]:
     return []
 
 
+def want_failed(conn: sqlite3.Connection, peer_id: str, hashes: list[str], now_ms: int) -> None:
+    """Wanted records from this peer not obtained: try again later (2, 4, 8 ... s, capped), up to MAX_WANT_ATTEMPTS."""
+    conn.execute(
+        "UPDATE sync_wanted SET attempts = attempts + 1,"
+        " next_ms = ? + min(?, 1000 * (1 << (attempts + 1)))"
+        " WHERE peer_id = ? AND hash IN (SELECT value FROM json_each(?))",
+        (now_ms, MAX_WANT_BACKOFF_MS, peer_id, _json(hashes)),
+    )
+
+
 def ingest(
     conn: sqlite3.Connection,
     peer_id: str,
@@ -250,21 +257,36 @@ def ingest(
     cursor: Cursor | None,
     now_ms: int,
 ) -> list[Outcome]:
-    """Store a batch from a peer: one set-based append, or record by record when the projections refuse one
-    (each then in its own savepoint, so one failure never sinks the batch). Counters and the cursor are written
-    in this same transaction."""
+    """Store a batch from a peer: one set-based append, or record by record when that fails (each then in its
+    own savepoint, so one failure never sinks the batch). Counters and the cursor are written in this same
+    transaction.
+
+    A record the projections refuse (`REFUSED`) is the peer's fault: `invalid`, reason `store_refused`. Any
+    other error is a fault of this node's code: logged with its traceback and counted `internal`; the cursor
+    still moves past it (the puller backs off), and a wanted record that met one counts as not obtained, so
+    its fetch is retried with backoff and then given up, never in a loop without end.
+    """
     outcomes: list[Outcome] = []
     failed: list[Invalid] = []
+    faults: list[Outcome] = []
     appended: list[tuple[int, bool] | None]
     try:
         appended = list(_append_all(conn, peer_id, records, now_ms))
-    except Exception:  # the projections refuse some record: store them one by one to find it
+    except db.TransactionLost:
+        raise  # SQLite ended the transaction (e.g. disk full): nothing of this batch can be kept
+    except Exception:  # refused, or a fault of ours: record by record finds the records, and which it is
         appended = []
         for v in records:
             try:
                 appended.append(_append_all(conn, peer_id, [v], now_ms)[0])
-            except Exception as exc:  # a record the projections refuse is counted, never fatal to the batch
+            except REFUSED as exc:  # counted, never fatal to the batch
                 failed.append(Invalid(v.hash, "store_refused", str(exc)))
+                appended.append(None)
+            except db.TransactionLost:
+                raise
+            except Exception as exc:
+                log.exception("record %s from %s failed in this node's own code; counted internal", v.hash, peer_id)
+                faults.append(Outcome(v.hash, "internal", type(exc).__name__))
                 appended.append(None)
     kept = [(v, result) for v, result in zip(records, appended, strict=True) if result is not None]
     if kept:  # however they got here, they are here
@@ -299,11 +321,15 @@ def ingest(
             " last_detail = excluded.last_detail",
             (peer_id, bad.reason, bad.hash, bad.detail[:500]),
         )
+    if faults:
+        outcomes.extend(faults)
+        want_failed(conn, peer_id, [str(o.hash) for o in faults], now_ms)
     counts = {word: sum(1 for o in outcomes if o.outcome == word) for word in ("saved", "duplicate", "invalid")}
     counts["pending_link"] = sum(1 for o in outcomes if o.outcome == "pending_link")
+    counts["internal"] = len(faults)
     conn.execute(
         "UPDATE peers SET saved = saved + :saved, duplicate = duplicate + :duplicate, invalid = invalid + :invalid,"
-        " pending_link = pending_link + :pending_link WHERE node_id = :peer",
+        " pending_link = pending_link + :pending_link, internal = internal + :internal WHERE node_id = :peer",
         {**counts, "peer": peer_id},
     )
     if cursor is not None:
@@ -315,18 +341,11 @@ def ingest(
 
 def _append_all(conn: sqlite3.Connection, peer_id: str, records: list[Verified], now_ms: int) -> list[tuple[int, bool]]:
     """Append records inside a savepoint: all of them, or none (the error raised)."""
-    conn.execute("SAVEPOINT sync_records")
-    try:
-        incoming = [
-            projections.Incoming(v.record, v.hash, v.decoded, str(v.record.get("scope", "federation"))) for v in records
-        ]
-        appended = projections.append_many(conn, incoming, origin=peer_id, now_ms=now_ms)
-    except Exception:
-        conn.execute("ROLLBACK TO sync_records")
-        conn.execute("RELEASE sync_records")
-        raise
-    conn.execute("RELEASE sync_records")
-    return appended
+    incoming = [
+        projections.Incoming(v.record, v.hash, v.decoded, str(v.record.get("scope", "federation"))) for v in records
+    ]
+    with db.savepoint(conn, "sync_records"):
+        return projections.append_many(conn, incoming, origin=peer_id, now_ms=now_ms)
 
 
 def add_peer(conn: sqlite3.Connection, url: str, node_id: str, now_ms: int) -> None:
@@ -379,6 +398,7 @@ def peer_statuses(conn: sqlite3.Connection, now_ms: int) -> list[PeerStatus]:
                     duplicate=r["duplicate"],
                     invalid=r["invalid"],
                     pending_link=r["pending_link"],
+                    internal=r["internal"],
                     invalid_reasons=reasons.get(r["node_id"], {}),
                 ),
             )

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import msgspec
+import networkx as nx
 from aiohttp import web
 
 from node.appkeys import NODE
@@ -104,60 +105,29 @@ class TrustResult:
     entries: dict[str, EntryScore] = field(default_factory=dict)
 
 
-def components(nodes: Iterable[str], edges: dict[str, list[str]]) -> dict[str, int]:
-    """Strongly connected components (iterative Tarjan). Maps node -> component number.
+def components(agents: Iterable[str], edges: Iterable[tuple[str, str]]) -> tuple[dict[str, int], list[str]]:
+    """Strongly connected components of the signal graph (edges endorser -> author), from networkx's condensation.
 
-    Tarjan numbers a component only after every component reachable from it, so following an
-    edge never leads to a larger number: sorting by number descending is a topological order.
+    Returns each agent's component number and every agent in topological order of the condensation: an
+    endorser's component before the components it endorses, members of a component together. The order is the
+    same on every node whatever the order the signals came in: among components that may go next, the one with
+    the smallest agent id goes first (networkx numbers components in the order it finds them, which depends on
+    insertion order, so the numbers are only compared for equality).
     """
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    comp: dict[str, int] = {}
-    counter = 0
-    for root in sorted(nodes):
-        if root in index:
-            continue
-        work: list[tuple[str, int]] = [(root, 0)]
-        while work:
-            v, i = work.pop()
-            if i == 0:
-                index[v] = low[v] = len(index)
-                stack.append(v)
-                on_stack.add(v)
-            succ = edges.get(v, [])
-            if i < len(succ):
-                work.append((v, i + 1))
-                w = succ[i]
-                if w not in index:
-                    work.append((w, 0))
-                elif w in on_stack:
-                    low[v] = min(low[v], index[w])
-                continue
-            if low[v] == index[v]:
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    comp[w] = counter
-                    if w == v:
-                        break
-                counter += 1
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[v])
-    return comp
+    graph: nx.DiGraph[str] = nx.DiGraph()
+    graph.add_nodes_from(agents)
+    graph.add_edges_from(edges)
+    dag = nx.condensation(graph)
+    members: dict[int, list[str]] = {c: sorted(m) for c, m in dag.nodes(data="members")}
+    order = nx.lexicographical_topological_sort(dag, key=lambda c: members[c][0])
+    return dag.graph["mapping"], [a for c in order for a in members[c]]
 
 
 def compute(signals: Iterable[Signal]) -> TrustResult:
     """Trust of every agent and community confidence of every signalled entry, from the signals alone."""
     sigs = sorted({s for s in signals if s.endorser != s.author})
-    agents: set[str] = set()
-    edges: dict[str, set[str]] = defaultdict(set)
-    for s in sigs:
-        agents.update((s.endorser, s.author))
-        edges[s.endorser].add(s.author)
-    comp = components(agents, {a: sorted(t) for a, t in edges.items()})
+    agents = {a for s in sigs for a in (s.endorser, s.author)}
+    comp, upstream_first = components(agents, ((s.endorser, s.author) for s in sigs))
     incoming: dict[str, list[Signal]] = defaultdict(list)
     for s in sigs:
         incoming[s.author].append(s)
@@ -168,8 +138,7 @@ def compute(signals: Iterable[Signal]) -> TrustResult:
         c = sum(1 for s in own if s.polarity > 0)
         d = len(own) - c
         result.agents[a] = AgentScore(confirms=c, disconfirms=d, laplace=(c + 1) / (c + d + 2))
-    # Endorsers before the agents they endorse: higher component numbers first.
-    for a in sorted(agents, key=lambda x: (-comp[x], x)):
+    for a in upstream_first:  # every endorser in another component is scored before the agents it endorses
         score = result.agents[a]
         wc = wd = 0.0
         for s in incoming.get(a, []):

@@ -139,6 +139,7 @@ class PeerCounters(msgspec.Struct):
     duplicate: int = 0
     invalid: int = 0
     pending_link: int = 0
+    internal: int = 0  # records that failed in this node's own code (its log holds each traceback)
     invalid_reasons: dict[str, int] = msgspec.field(default_factory=dict)
 
 

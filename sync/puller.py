@@ -38,11 +38,24 @@ class ReconcileReport:
 
 @dataclass
 class PullReport:
-    """What one pull of the changes feed did."""
+    """What one pull of the changes feed did: the page's outcomes, and those of the wanted link targets fetched
+    after it."""
 
     reset: bool = False
     more: bool = False
     outcomes: list[Outcome] = field(default_factory=list)
+    wanted: list[Outcome] = field(default_factory=list)
+
+
+class StoreFault(Exception):
+    """Records of a peer failed in the store's own code (counted `internal`; the store logged each traceback).
+    The records are past the cursor, so the loop backs off as after any failure and then goes on."""
+
+
+def _check_stored(peer: PeerConfig, outcomes: list[Outcome]) -> None:
+    internal = sum(1 for o in outcomes if o.outcome == "internal")
+    if internal:
+        raise StoreFault(f"internal: records from {peer.node_id} failed in this node's code: {internal} (see its log)")
 
 
 class Puller:
@@ -98,8 +111,8 @@ class Puller:
                 new_cursor.seq,
             )
         await self.store.note_peer(peer.node_id, remote_epoch=reply.epoch, remote_head=reply.head)
-        await self.fetch_wanted(peer)
-        return PullReport(more=reply.more, outcomes=outcomes)
+        wanted = await self.fetch_wanted(peer)
+        return PullReport(more=reply.more, outcomes=outcomes, wanted=wanted)
 
     async def fetch_wanted(self, peer: PeerConfig) -> list[Outcome]:
         """Fetch link targets this peer announced but we lack, within the bound and backoff the store keeps."""
@@ -174,24 +187,30 @@ class Puller:
 
     async def run_peer(self, peer: PeerConfig) -> None:
         """Pull from one peer forever: long-poll when caught up, reconcile after catch-up and on a timer,
-        back off exponentially (with jitter) on failure."""
+        back off exponentially (with jitter) on failure.
+
+        Records that fail in the store's own code (`internal`) are a failure too, backed off like any other; the
+        cursor has moved past them and a reconciliation is not repeated early for them, so a fault that every
+        try meets never turns into a loop without end."""
         failures = 0
         caught_up = False
         last_reconcile: float | None = None
         while True:
             try:
                 report = await self.pull_once(peer, wait_ms=self.wait_ms if caught_up else 0)
+                _check_stored(peer, [*report.outcomes, *report.wanted])
                 failures = 0
                 if report.more:
                     caught_up = False
                     continue
                 if last_reconcile is None or self.clock() - last_reconcile >= self.reconcile_every_s:
-                    await self.reconcile(peer)
+                    reconciled = await self.reconcile(peer)
                     last_reconcile = self.clock()
+                    _check_stored(peer, reconciled.outcomes)
                 caught_up = True
             except asyncio.CancelledError:
                 raise
-            except (SyncError, NegentropyError) as exc:
+            except (SyncError, NegentropyError, StoreFault) as exc:
                 failures += 1
                 caught_up = False
                 log.warning("sync with %s failed (%d): %s", peer.node_id, failures, exc)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
-OutcomeWord = Literal["saved", "duplicate", "invalid", "pending_link"]
+# `internal`: the record met an error in the receiving node's own code (not the peer's fault; logged there).
+OutcomeWord = Literal["saved", "duplicate", "invalid", "pending_link", "internal"]
 
 
 class Verified(NamedTuple):

@@ -106,6 +106,7 @@ def entry(**over: Any) -> dict[str, Any]:
 BAD_BODIES = [
     (entry(colour="blue"), "$.colour"),
     (entry(links=[{"target": "1", "link_type": "supports", "weight": 2}]), "$.links[0].weight"),
+    (entry(links=[{"link_type": "supports"}]), "$.links[0].target"),  # a missing field: its own path
     ({"performative": "inform", "content": "x"}, "$.entry_type"),
     (entry(entry_type="essay"), "$.entry_type"),
     (entry(performative="shout"), "$.performative"),

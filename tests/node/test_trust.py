@@ -87,6 +87,68 @@ def test_pure_function_of_the_signals() -> None:
         assert compute(shuffled) == expected
 
 
+def test_components_put_endorsers_first_whatever_the_names_and_the_order() -> None:
+    """Alphabetical order disagrees with the endorsements here; a and b confirm each other (one component)."""
+    edges = [("z", "y"), ("y", "a"), ("a", "b"), ("b", "a"), ("c", "a"), ("b", "d")]
+    comp, order = trust.components(sorted({a for edge in edges for a in edge}), edges)
+    assert order == ["c", "z", "y", "a", "b", "d"]  # of the components free to go next, the smallest id first
+    assert comp["a"] == comp["b"] and len({comp[a] for a in "abcdyz"}) == 5
+    for seed in range(5):
+        shuffled = edges[:]
+        random.Random(seed).shuffle(shuffled)
+        agents = list("dbzyac")
+        random.Random(seed).shuffle(agents)
+        again, same_order = trust.components(agents, shuffled)
+        assert same_order == order
+        pairs = [(a, b) for a in order for b in order]
+        assert [again[a] == again[b] for a, b in pairs] == [comp[a] == comp[b] for a, b in pairs]
+
+
+def _reference_scores(signals: list[Signal]) -> dict[str, float]:
+    """v2.1 from its definition, without the condensation: a signal counts when the endorser cannot reach the
+    target agent back; scores iterated until every chain of endorsements has been followed to its end."""
+    sigs = sorted({s for s in signals if s.endorser != s.author})
+    agents = sorted({a for s in sigs for a in (s.endorser, s.author)})
+    follows = {a: {s.author for s in sigs if s.endorser == a} for a in agents}
+    reach: dict[str, set[str]] = {}  # every agent a chain of endorsements leads to from each agent
+    for start in agents:
+        seen, todo = {start}, [start]
+        while todo:
+            for b in follows[todo.pop()] - seen:
+                seen.add(b)
+                todo.append(b)
+        reach[start] = seen
+    score = dict.fromkeys(agents, 0.5)
+    for _ in range(len(agents) + 1):
+        new = {}
+        for a in agents:
+            wc = wd = 0.0
+            for s in sigs:
+                if s.author != a or s.endorser in reach[a]:  # not a's, or the endorser depends on a
+                    continue
+                if s.polarity > 0:
+                    wc += score[s.endorser]
+                else:
+                    wd += score[s.endorser]
+            new[a] = (1 + wc) / (2 + wc + wd)
+        score = new
+    return score
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_scores_over_the_condensation_match_the_definition_on_random_graphs(seed: int) -> None:
+    rng = random.Random(seed)
+    names = [f"agent{i}" for i in range(rng.randint(2, 12))]
+    signals = [
+        Signal(rng.choice(names), author, f"{author}/{rng.randint(0, 3)}", rng.choice((1, -1)))
+        for author in (rng.choice(names) for _ in range(rng.randint(1, 40)))
+    ]
+    expected = _reference_scores(signals)
+    rng.shuffle(signals)
+    result = compute(signals)
+    assert {a: s.score for a, s in result.agents.items()} == expected  # exactly: the same sums in the same order
+
+
 async def _entry(client: TestClient, who: AgentCreds, content: str, **extra: Any) -> dict[str, Any]:
     body = {"entry_type": "finding", "performative": "inform", "content": content, **extra}
     resp = await client.post("/v1/entries", json=body, headers=who.headers)

@@ -623,7 +623,8 @@ views.peers = async (_args, _params, ctx) => {
         h("td", { class: "counters" },
           h("div", {}, `${p.counters.saved} saved`), h("div", {}, `${p.counters.duplicate} duplicate`),
           h("div", { class: p.counters.invalid ? "bad" : null, title: JSON.stringify(p.counters.invalid_reasons) }, `${p.counters.invalid} invalid`),
-          h("div", {}, `${p.counters.pending_link} pending link`)),
+          h("div", {}, `${p.counters.pending_link} pending link`),
+          p.counters.internal > 0 && h("div", { class: "bad", title: "failed in this node's own code: see its log" }, `${p.counters.internal} internal`)),
         h("td", {}, p.reconciliations, p.last_reconcile_at && h("div", { class: "sub" }, when(p.last_reconcile_at))),
         h("td", {}, agreementCell(p.node_id)))))));
   }
