@@ -15,7 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from agent.client import Client
-from agent.mcp_server import lean
+from agent.mcp_common import lean
 from node.wire.api import SearchQuery
 from tests.agent.conftest import ServedNode
 from tests.agent.tool_names import CORE_TOOLS, DEFAULT_MODE_TOOLS, WORKFLOW_TOOLS
