@@ -1,7 +1,7 @@
 """MCP tools for governed memory: reflect, critic, promote, consolidate.
 
 Their output stays a candidate (node-local, hidden from read and search) until an explicit promote.
-Registered through `agent.mcp_server.TOOL_MODULES`.
+Listed in `TOOLS`, which `agent.mcp_server.TOOLS` includes.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from agent.mcp_server import _client, _convert, _domain_errors, _out, tool
+from agent.mcp_common import ToolDef, client_of, convert, domain_errors, out, tool
 from node.wire.default_mode import (
     CandidateOut,
     ConsolidateIn,
@@ -42,7 +42,7 @@ async def reflect(
     evidence_strength: Annotated[float, Field(ge=0, le=1)] = 0.0,
     idempotency_key: RetryKey = None,
 ) -> str:
-    body = _convert(
+    body = convert(
         {
             "transcript": transcript,
             "session_id": session_id,
@@ -52,26 +52,26 @@ async def reflect(
         },
         ReflectIn,
     )
-    async with _domain_errors():
-        result = await (await _client(ctx)).call(
+    async with domain_errors():
+        result = await (await client_of(ctx)).call(
             "POST", f"{PREFIX}/reflect-session", ReflectResult, json=body, idempotency_key=_once(idempotency_key)
         )
-        return _out({"candidates": result.candidates, "lines_scored": result.lines_scored, "dropped": result.dropped})
+        return out({"candidates": result.candidates, "lines_scored": result.lines_scored, "dropped": result.dropped})
 
 
 @tool("Run the critic over candidates by id (none = every proposed one): risky or unevidenced -> needs_review.")
 async def critic(ctx: Context, candidate_ids: list[int] | None = None) -> str:
-    body = _convert({"candidate_ids": candidate_ids}, CriticIn)
-    async with _domain_errors():
-        return _out(await (await _client(ctx)).call("POST", f"{PREFIX}/critic", CriticResult, json=body))
+    body = convert({"candidate_ids": candidate_ids}, CriticIn)
+    async with domain_errors():
+        return out(await (await client_of(ctx)).call("POST", f"{PREFIX}/critic", CriticResult, json=body))
 
 
 @tool("Promote an approved or needs_review candidate into a signed entry you author (authority derived).")
 async def promote(
     ctx: Context, candidate_id: Annotated[int, Field(ge=1)], scope: Literal["federation", "local"] = "federation"
 ) -> str:
-    async with _domain_errors():
-        return _out(await (await _client(ctx)).promote_candidate(candidate_id, scope))
+    async with domain_errors():
+        return out(await (await client_of(ctx)).promote_candidate(candidate_id, scope))
 
 
 @tool("Summarise recent entries into one needs_review hypothesis candidate citing every entry it read.")
@@ -82,10 +82,13 @@ async def consolidate(
     since: Annotated[str | None, Field(description="ISO 8601")] = None,
     idempotency_key: RetryKey = None,
 ) -> str:
-    body: Any = _convert({"limit": limit, "tags": tags, "since": since}, ConsolidateIn)
-    async with _domain_errors():
-        return _out(
-            await (await _client(ctx)).call(
+    body: Any = convert({"limit": limit, "tags": tags, "since": since}, ConsolidateIn)
+    async with domain_errors():
+        return out(
+            await (await client_of(ctx)).call(
                 "POST", f"{PREFIX}/consolidate", CandidateOut, json=body, idempotency_key=_once(idempotency_key)
             )
         )
+
+
+TOOLS: list[ToolDef] = [reflect, critic, promote, consolidate]

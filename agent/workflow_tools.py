@@ -1,6 +1,6 @@
 """MCP tools for agent workflows: the message bus and the task graph with leases.
 
-Registered through `agent.mcp_server.TOOL_MODULES`; each goes through the REST client like the core tools,
+Listed in `TOOLS`, which `agent.mcp_server.TOOLS` includes; each goes through the REST client like the core tools,
 so an agent that holds its own key (`bbs mcp --identity FILE`) signs its messages and task events itself.
 """
 
@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from agent.mcp_server import _client, _convert, _domain_errors, _out, tool
+from agent.mcp_common import ToolDef, client_of, convert, domain_errors, out, tool
 from node.wire.workflows import (
     DeclareTask,
     FinishIn,
@@ -36,12 +36,12 @@ async def send_message(
     project: str | None = None,
     payload: dict[str, Any] | None = None,
 ) -> str:
-    msg = _convert(
+    msg = convert(
         {"message_type": message_type, "body": body, "to_agent": to_agent, "project": project, "payload": payload},
         PostMessage,
     )
-    async with _domain_errors():
-        return _out(await (await _client(ctx)).send_message(msg))
+    async with domain_errors():
+        return out(await (await client_of(ctx)).send_message(msg))
 
 
 @tool(
@@ -58,7 +58,7 @@ async def read_messages(
     limit: Annotated[int, Field(ge=1, le=200)] = 20,
     cursor: str | None = None,
 ) -> str:
-    query = _convert(
+    query = convert(
         {
             "project": project,
             "agent": agent,
@@ -69,8 +69,8 @@ async def read_messages(
         },
         MessageQuery,
     )
-    async with _domain_errors():
-        return _out(await (await _client(ctx)).messages(query))
+    async with domain_errors():
+        return out(await (await client_of(ctx)).messages(query))
 
 
 @tool("Create or update a task by key; depends_on lists task keys (may not exist yet); checkpoint is merged.")
@@ -82,12 +82,12 @@ async def declare_task(
     status: str | None = None,
     checkpoint: dict[str, Any] | None = None,
 ) -> str:
-    task = _convert(
+    task = convert(
         {"key": key, "title": title, "depends_on": depends_on, "status": status, "checkpoint": checkpoint},
         DeclareTask,
     )
-    async with _domain_errors():
-        return _out(await (await _client(ctx)).declare_task(task))
+    async with domain_errors():
+        return out(await (await client_of(ctx)).declare_task(task))
 
 
 @tool(
@@ -99,16 +99,16 @@ async def ready_tasks(
     limit: Annotated[int, Field(ge=1, le=1000)] = 20,
     after: Annotated[int | None, Field(ge=0, description="next_after of the previous page")] = None,
 ) -> str:
-    query = _convert({"limit": limit, "after": after}, ReadyQuery)
-    async with _domain_errors():
-        return _out(await (await _client(ctx)).ready_tasks(query))
+    query = convert({"limit": limit, "after": after}, ReadyQuery)
+    async with domain_errors():
+        return out(await (await client_of(ctx)).ready_tasks(query))
 
 
 @tool("Lease a task for `seconds` (30..86400, default 900). Lease again to extend; 409 if another agent holds it.")
 async def lease_task(ctx: Context, task: TaskRef, seconds: Annotated[int, Field(ge=30, le=86400)] = 900) -> str:
-    body = _convert({"seconds": seconds}, LeaseIn)
-    async with _domain_errors(TASK):
-        return _out(await (await _client(ctx)).lease_task(task, body))
+    body = convert({"seconds": seconds}, LeaseIn)
+    async with domain_errors(TASK):
+        return out(await (await client_of(ctx)).lease_task(task, body))
 
 
 @tool("End your lease on a task: outcome complete (done) or release (back to ready). Checkpoint is merged.")
@@ -118,14 +118,17 @@ async def finish_task(
     outcome: Literal["complete", "release"] = "complete",
     checkpoint: dict[str, Any] | None = None,
 ) -> str:
-    body = _convert({"checkpoint": checkpoint}, FinishIn)
-    async with _domain_errors(TASK):
-        client = await _client(ctx)
+    body = convert({"checkpoint": checkpoint}, FinishIn)
+    async with domain_errors(TASK):
+        client = await client_of(ctx)
         finish = client.complete_task if outcome == "complete" else client.release_task
-        return _out(await finish(task, body))
+        return out(await finish(task, body))
 
 
 @tool("The task graph: nodes with state and `precedes` edges.", read_only=True)
 async def task_graph(ctx: Context) -> str:
-    async with _domain_errors():
-        return _out(await (await _client(ctx)).task_graph())
+    async with domain_errors():
+        return out(await (await client_of(ctx)).task_graph())
+
+
+TOOLS: list[ToolDef] = [send_message, read_messages, declare_task, ready_tasks, lease_task, finish_task, task_graph]

@@ -164,6 +164,17 @@ def authenticator(node: Node) -> Callable[[str], Awaitable[Principal | None]]:
     return authenticate
 
 
+def agent_authenticator(node: Node) -> Callable[[str], Awaitable[str | None]]:
+    """Bearer authentication of agents only (remote MCP): the did of the token's agent; None for an admin token."""
+    authenticate = authenticator(node)
+
+    async def agent_of(token: str) -> str | None:
+        principal = await authenticate(token)
+        return principal.agent_id if principal is not None and principal.role == "agent" else None
+
+    return agent_of
+
+
 async def post_challenge(request: web.Request) -> web.Response:
     body = convert(await read_json(request), ChallengeIn)
     return json_response(await issue_challenge(request.app[NODE], body.agent_id), 201)

@@ -5,17 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
     from node.service import Node
     from node.wire.api import CreatedAgent
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
+T = TypeVar("T")
 
 
 def _data_arg(parser: argparse.ArgumentParser) -> None:
@@ -88,6 +92,25 @@ def _check_ports(host: str, port: int, metrics_host: str, metrics_port: int | No
                 )
 
 
+def _enable_remote_mcp(app: web.Application, node: Node, mcp_port: int | None, host: str, port: int) -> str | None:
+    """Serve the agent tools over streamable HTTP on `mcp_port` while `app` runs (agent/mcp_http.py), the node
+    authenticating each bearer token. Returns the line to print once the node serves (None without an mcp_port)."""
+    if mcp_port is None:
+        return None
+    from agent import mcp_http
+    from node import agent_auth
+
+    rest_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    mcp_http.enable(
+        app,
+        authenticate=agent_auth.agent_authenticator(node),
+        rest_url=f"http://{rest_host}:{port}",
+        host=host,
+        port=mcp_port,
+    )
+    return f"MCP (streamable HTTP) at http://{host}:{mcp_port}{mcp_http.MCP_PATH}"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
@@ -124,9 +147,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     node = Node(data)
     sync = SyncSettings(config.sync == "on", config.sync_wait_ms, config.reconcile_every_s)
     app = create_app(node, RateLimit(config.rate_limit_per_s, config.rate_limit_burst), sync)
-    from node import cli_mcp
-
-    mcp_line = cli_mcp.enable_remote_mcp(app, node, config.mcp_port, config.host, config.port)
+    mcp_line = _enable_remote_mcp(app, node, config.mcp_port, config.host, config.port)
     if config.metrics_port is not None:
         metrics.serve_separately(app, config.metrics_host, config.metrics_port)
 
@@ -152,7 +173,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_field_size=MAX_HEADER_BYTES,
         )
     except RuntimeError as exc:  # e.g. the MCP port taken between _check_listen and the bind
-        from node.mcp_http import McpStartError  # loaded already if it is one: only --mcp-port imports it
+        from agent.mcp_http import McpStartError  # loaded already if it is one: only --mcp-port imports it
 
         if not isinstance(exc, McpStartError):
             raise
@@ -160,26 +181,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _agent_key_command(args: argparse.Namespace, act: Callable[[Node], Awaitable[CreatedAgent]]) -> int:
-    """Run `act` on the data folder's node (served elsewhere or not) and print the agent id and its API key."""
+def _on_node(data: Path, act: Callable[[Node], Awaitable[T]]) -> T:
+    """Run `act` on the data folder's node (served elsewhere or not); never creates a node: only init and serve do."""
     import asyncio
-
-    import msgspec
 
     from node.datadir import require_node
     from node.service import Node
 
-    require_node(args.data)  # never creates a node: only init and serve do
-    node = Node(args.data)
+    require_node(data)
+    node = Node(data)
 
-    async def run() -> CreatedAgent:
+    async def run() -> T:
         node.open()
         try:
             return await act(node)
         finally:
             node.close()
 
-    created = asyncio.run(run())
+    return asyncio.run(run())
+
+
+def _agent_key_command(args: argparse.Namespace, act: Callable[[Node], Awaitable[CreatedAgent]]) -> int:
+    """Run `act` on the data folder's node (served elsewhere or not) and print the agent id and its API key."""
+    import msgspec
+
+    created = _on_node(args.data, act)
     if args.json:
         print(msgspec.json.encode(created).decode())
     else:
@@ -197,6 +223,61 @@ def cmd_agent_rotate_key(args: argparse.Namespace) -> int:
     if not args.json:
         print("its previous API keys no longer work (a running node may accept one it checked in the last 60 s)")
     return code
+
+
+def cmd_agent_export(args: argparse.Namespace) -> int:
+    """Write an agent's identity file (private key included, mode 0600)."""
+    from agent import identity_file
+    from agent.cli import passphrase
+    from node.datadir import CommandError
+    from node.portable import export_identity
+
+    if args.out.is_dir():
+        raise CommandError(f"--out {args.out} is a folder; give the identity file's name")
+    secret = passphrase(args.passphrase_env)
+    key, record = _on_node(args.data, lambda node: export_identity(node, args.name))
+    ident = identity_file.Identity(
+        key=key,
+        display_name=record["display_name"],
+        description=record.get("description", ""),
+        home_node=record.get("home_node"),
+        identity_record=record,
+    )
+    identity_file.save(args.out, ident, secret)
+    print(f"Wrote {args.out} (mode 0600) for {key.did}{' (encrypted)' if secret else ''}")
+    return 0
+
+
+def _default_name(display_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9_-]+", "-", display_name.lower()).strip("-_")[:64]
+    return slug or "agent"
+
+
+def cmd_agent_import(args: argparse.Namespace) -> int:
+    """Register an identity file's agent on this node; print its new API key."""
+    import msgspec
+
+    from agent import identity_file
+    from agent.cli import passphrase
+    from node.agents import AGENT_NAME
+    from node.datadir import CommandError
+    from node.portable import import_identity
+
+    ident = identity_file.load(args.file, passphrase(args.passphrase_env))
+    name = args.name or _default_name(ident.display_name)
+    if not AGENT_NAME.fullmatch(name):
+        raise CommandError(f"--name must match {AGENT_NAME.pattern}")
+    created = _on_node(
+        args.data, lambda node: import_identity(node, name, ident.key, ident.identity_record, keep_key=args.keep_key)
+    )
+    if args.json:
+        print(msgspec.json.encode(created).decode())
+    else:
+        print(f"name:     {created.name}")
+        print(f"agent_id: {created.agent_id}")
+        print(f"api_key:  {created.api_key}  (shown once)")
+        print("key:      " + ("kept by this node" if args.keep_key else "held by the agent (identity file)"))
+    return 0
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
@@ -252,9 +333,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_agent_rotate_key)
 
-    from node import cli_mcp  # bbs mcp, bbs agent export/import
+    from agent import cli as agent_cli  # bbs mcp
 
-    cli_mcp.register(sub, agent)
+    agent_cli.register(sub)
+
+    p = agent.add_parser("export", help="write an agent's identity file (private key; mode 0600)")
+    p.add_argument("name")
+    _data_arg(p)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--passphrase-env", metavar="VAR", help="encrypt the key with the passphrase in this variable")
+    p.set_defaults(func=cmd_agent_export)
+
+    p = agent.add_parser("import", help="register an identity file's agent on this node")
+    p.add_argument("file", type=Path)
+    _data_arg(p)
+    p.add_argument("--name", help="local name (default: from the display name)")
+    p.add_argument("--keep-key", action="store_true", help="let this node keep the key and sign for the agent")
+    p.add_argument("--passphrase-env", metavar="VAR")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_agent_import)
+
     from agent.runtime import cli as runtime_cli  # bbs agent run, bbs agent init
 
     runtime_cli.register(agent)
@@ -296,6 +394,7 @@ def explain(exc: BaseException, args: argparse.Namespace | None = None) -> tuple
     """
     import sqlite3
 
+    from agent.identity_file import IdentityFileError
     from identity import keys
     from node.config import ConfigError
     from node.datadir import CommandError
@@ -311,6 +410,8 @@ def explain(exc: BaseException, args: argparse.Namespace | None = None) -> tuple
         return f"schema_too_new: {exc}", EXIT_ERROR
     if isinstance(exc, CommandError):
         return str(exc), EXIT_ERROR
+    if isinstance(exc, IdentityFileError):
+        return f"identity_file: {exc}", EXIT_ERROR
     if isinstance(exc, keys.KeyError_):
         return "a key file is not an ed25519 key file" + (f" (in {data})" if data else ""), EXIT_ERROR
     if isinstance(exc, sqlite3.DatabaseError):

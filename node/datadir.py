@@ -18,10 +18,7 @@ from pathlib import Path
 from identity import keys
 from node import agents, datalock, db
 from node.errors import Conflict
-
-
-class CommandError(Exception):
-    """A one-line error for the user of the `bbs` command: it exits 1 with `bbs: <message>` and changes nothing."""
+from node.wire.cli import CommandError
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         skill = load_skill(skill_path if skill_path.exists() else None)
     except ConfigError as exc:
         return _fail(f"config: {exc}", EXIT_USAGE)
-    from node.cli_mcp import check_node_url
+    from agent.cli import check_node_url
 
     check_node_url(config.node.url, "node.url", str(args.config))
     api_key = secret(config.node.api_key_env)

@@ -183,17 +183,3 @@ def test_identity_record_required_for_import(tmp_path: Path) -> None:
             asyncio.run(import_identity(node, "x", keys.SigningKey.generate(), None))
     finally:
         node.close()
-
-
-def test_bbs_mcp_refuses_to_start_without_a_usable_credential(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("BBS_API_KEY", raising=False)
-    assert main(["mcp", "--node", "http://127.0.0.1:9"]) == 1
-    assert "BBS_API_KEY" in capsys.readouterr().err
-    path = tmp_path / "sealed.id"
-    identity_file.save(path, make_identity(), "right")
-    monkeypatch.setenv("PW", "wrong")
-    assert main(["mcp", "--identity", str(path), "--passphrase-env", "PW"]) == 1
-    err = capsys.readouterr().err
-    assert "wrong passphrase" in err and "right" not in err

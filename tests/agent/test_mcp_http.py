@@ -15,7 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from agent.client import Client
-from agent.mcp_server import lean
+from agent.mcp_common import lean
 from node.wire.api import SearchQuery
 from tests.agent.conftest import ServedNode
 from tests.agent.tool_names import CORE_TOOLS, DEFAULT_MODE_TOOLS, WORKFLOW_TOOLS
@@ -124,7 +124,8 @@ async def test_a_busy_mcp_port_is_a_clear_startup_error(tmp_path: Path) -> None:
 
     from aiohttp import web
 
-    from node import agent_auth, mcp_http
+    from agent import mcp_http
+    from node import agent_auth
     from node.app import create_app
     from node.datadir import initialise
     from node.service import Node
@@ -137,7 +138,11 @@ async def test_a_busy_mcp_port_is_a_clear_startup_error(tmp_path: Path) -> None:
         busy.listen()
         port = busy.getsockname()[1]
         mcp_http.enable(
-            app, authenticate=agent_auth.authenticator(node), rest_url="http://127.0.0.1:1", host="127.0.0.1", port=port
+            app,
+            authenticate=agent_auth.agent_authenticator(node),
+            rest_url="http://127.0.0.1:1",
+            host="127.0.0.1",
+            port=port,
         )
         runner = web.AppRunner(app)
         with pytest.raises(RuntimeError, match="could not start"):

@@ -14,7 +14,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from agent.client import Client
-from agent.mcp_server import lean
+from agent.mcp_common import lean
 from node.wire.api import InboxResult, ReadQuery, SearchQuery
 from tests.agent.conftest import BBS, ServedNode
 from tests.agent.tool_names import CORE_TOOLS, DEFAULT_MODE_TOOLS, WORKFLOW_TOOLS

@@ -1,36 +1,43 @@
-"""The tool registry: a module listed in TOOL_MODULES adds its tools to both transports' server."""
+"""Tool registration: `build_server` (which both transports call) registers exactly `agent.mcp_server.TOOLS`, and a
+tool module's `TOOLS` added to that list reaches the server."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
 import pytest
 
-from agent import mcp_server
+from agent import default_mode_tools, mcp_server, workflow_tools
 from agent.client import Client
+from tests.agent.tool_names import CORE_TOOLS
 
 EXTRA = """
 from mcp.server.mcpserver import Context
 
-from agent.mcp_server import tool
+from agent.mcp_common import tool
 
 
 @tool("Echo a word back.", read_only=True)
 async def echo(ctx: Context, word: str) -> str:
     return word
+
+
+TOOLS = [echo]
 """
+
+
+async def provider() -> Client:
+    raise AssertionError("listing tools does not reach the node")
 
 
 async def test_a_listed_module_registers_its_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "bbs_extra_tools.py").write_text(EXTRA)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(mcp_server, "TOOLS", list(mcp_server.TOOLS))
-    monkeypatch.setattr(mcp_server, "TOOL_MODULES", ["bbs_extra_tools"])
     monkeypatch.delitem(sys.modules, "bbs_extra_tools", raising=False)
-
-    async def provider() -> Client:
-        raise AssertionError("echo does not reach the node")
+    extra = importlib.import_module("bbs_extra_tools")
+    monkeypatch.setattr(mcp_server, "TOOLS", [*mcp_server.TOOLS, *extra.TOOLS])
 
     server = mcp_server.build_server(provider)
     names = [t.name for t in await server.list_tools()]
@@ -38,3 +45,12 @@ async def test_a_listed_module_registers_its_tools(tmp_path: Path, monkeypatch: 
     tool = next(t for t in await server.list_tools() if t.name == "echo")
     assert tool.input_schema["required"] == ["word"]
     assert "ctx" not in tool.input_schema["properties"]
+    assert tool.annotations is not None and tool.annotations.read_only_hint is True
+
+
+async def test_the_server_lists_every_module_s_tools_in_order() -> None:
+    listed = [t.name for t in await mcp_server.build_server(provider).list_tools()]
+    modules = [*workflow_tools.TOOLS, *default_mode_tools.TOOLS]
+    assert listed == [spec.fn.__name__ for spec in mcp_server.TOOLS]
+    assert listed[: len(CORE_TOOLS)] == ["post", "read", "search", "link", "subscribe", "inbox", "ack"]
+    assert listed[len(CORE_TOOLS) :] == [spec.fn.__name__ for spec in modules]

@@ -1,9 +1,11 @@
-"""Remote MCP: the node serves the agent tools over the SDK's streamable HTTP transport on its own port.
+"""Remote MCP: a node serves the agent tools over the SDK's streamable HTTP transport on its own port.
 
 `bbs serve --mcp-port 8421` starts it beside the REST API (from the app's cleanup_ctx, in the same event
-loop). Agents authenticate with `Authorization: Bearer <token>`: an API key issued by this node or a
-session token from key-proof authentication (node/agent_auth.py). The SDK's bearer middleware checks
-the token through `NodeTokenVerifier` and binds each MCP session to the agent that opened it.
+loop). Agents authenticate with `Authorization: Bearer <token>`; the node decides whose token it is: `enable`
+takes an `authenticate` callable (token -> the did of the agent it belongs to, or None), which node/cli.py
+builds from the node's own bearer authentication (API keys, session tokens from key-proof authentication).
+The SDK's bearer middleware checks the token through `NodeTokenVerifier` and binds each MCP session to the
+agent that opened it.
 
 Each tool call goes through an `agent.client.Client` holding the caller's token and pointed at this node's
 own REST API, so MCP and REST share one path into the service layer. Such a client has no private key:
@@ -27,10 +29,13 @@ from mcp.server.auth.settings import AuthSettings
 
 from agent.client import Client
 from agent.mcp_server import build_server
-from node.agents import Principal
 
 MCP_PATH = "/mcp"
 MAX_CLIENTS = 256
+
+# A bearer token -> the did of the agent it belongs to; None for an unknown or expired token and for any
+# credential that is not an agent's (the node's admin token).
+AgentAuthenticator = Callable[[str], Awaitable[str | None]]
 
 
 class McpStartError(RuntimeError):
@@ -38,16 +43,16 @@ class McpStartError(RuntimeError):
 
 
 class NodeTokenVerifier:
-    """The SDK's TokenVerifier over the node's bearer authentication: agents only, never the admin token."""
+    """The SDK's TokenVerifier over the node's bearer authentication of agents."""
 
-    def __init__(self, authenticate: Callable[[str], Awaitable[Principal | None]]) -> None:
+    def __init__(self, authenticate: AgentAuthenticator) -> None:
         self._authenticate = authenticate
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        principal = await self._authenticate(token)
-        if principal is None or principal.role != "agent" or principal.agent_id is None:
+        agent_id = await self._authenticate(token)
+        if agent_id is None:
             return None
-        return AccessToken(token=token, client_id=principal.agent_id, scopes=[])
+        return AccessToken(token=token, client_id=agent_id, scopes=[])
 
 
 class _Clients:
@@ -91,7 +96,7 @@ class _EmbeddedServer(uvicorn.Server):
 def enable(
     app: web.Application,
     *,
-    authenticate: Callable[[str], Awaitable[Principal | None]],
+    authenticate: AgentAuthenticator,
     rest_url: str,
     host: str,
     port: int,
