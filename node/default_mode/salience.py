@@ -23,7 +23,28 @@ from node.wire.default_mode import SalienceWeights
 
 MIN_LINE_CHARS = 20
 DROP_BELOW = 0.35
-ACTION_SATURATION = 4.0
+WEAK = 0.5  # what a weak sign of action counts for, against 1 for a seed rule word
+
+
+def action(toks: list[str], line: str) -> float:
+    """min(1, sum of the line's signs of action).
+
+    A seed rule word (decided/choose/selected, todo/blocker, prefer/likes/style, any inflection) counts 1, and so
+    do "next" and a trailing "?". Counting WEAK: "next" before a time word ("next week"), a question put to the
+    listeners ("did you ...?", "anyone ...?"), and each other action word (words.ACTION_WORDS)."""
+    total = 0.0
+    for i, t in enumerate(toks):
+        if t == "next":
+            total += WEAK if toks[i + 1 : i + 2] and toks[i + 1] in words.TIME_WORDS else 1.0
+        elif t in words.DECISION_WORDS or t in words.OPEN_LOOP_WORDS or t in words.PREFERENCE_WORDS:
+            total += 1.0
+        elif t == "like" and i > 0 and toks[i - 1] in words.LIKE_AFTER:
+            total += 1.0
+        elif t in words.ACTION_WORDS:
+            total += WEAK
+    if words.asks(line):
+        total += WEAK if words.LISTENER_WORDS.intersection(toks) else 1.0
+    return min(1.0, total)
 
 
 @dataclass(frozen=True)
@@ -53,13 +74,12 @@ def score_lines(
     for i, line in enumerate(stripped):
         cw = content[i]
         if len(line) > MIN_LINE_CHARS:
-            n = max(len(toks[i]), 1)
             features = {
-                "action": min(1.0, ACTION_SATURATION * sum(1 for t in toks[i] if t in words.ACTION_WORDS) / n),
+                "action": action(toks[i], line),
                 "risk": 1.0 if words.mentions_risk(toks[i]) else 0.0,
                 "novelty": (len(cw - seen) / len(cw)) if cw else 0.0,
                 "repetition": (sum(1 for w in cw if occurrences[w] > 1) / len(cw)) if cw else 0.0,
-                "emphasis": 1.0 if any(t.startswith(words.EMPHASIS_PREFIXES) for t in toks[i]) else 0.0,
+                "emphasis": 1.0 if words.emphasised(toks[i]) else 0.0,
                 "goal_relevance": goal_relevance,
                 "evidence_strength": evidence_strength,
             }
