@@ -3,14 +3,16 @@
     score = min(1, w_action * action + w_risk * risk + w_novelty * novelty + w_repetition * repetition
                    + w_emphasis * emphasis + w_goal * goal_relevance + w_evidence * evidence_strength)
 
-action      = min(1, 4 * action words / words)           (saturates at one action word in four)
+action      = min(1, signs of action): a seed rule word or a trailing "?" counts 1, a weak sign WEAK (see action)
 risk        = 1 if the line mentions risk, privacy, legal, medical, financial or failure, else 0
 novelty     = share of the line's content words not seen in any earlier line
 repetition  = share of the line's content words that occur in some other line
 emphasis    = 1 if the line says "remember" or "important" (any inflection), else 0
 goal_relevance, evidence_strength = supplied by the caller for the whole transcript
 
-Lines of 20 characters or fewer are not scored; lines scoring under DROP_BELOW are dropped.
+Lines of 20 characters or fewer are not scored; lines scoring under DROP_BELOW are dropped. With the default
+weights (node/wire/default_mode.py, calibrated in docs/default-mode.md) one signal passes alone, one weak sign
+does not.
 """
 
 from __future__ import annotations
@@ -36,9 +38,7 @@ def action(toks: list[str], line: str) -> float:
     for i, t in enumerate(toks):
         if t == "next":
             total += WEAK if toks[i + 1 : i + 2] and toks[i + 1] in words.TIME_WORDS else 1.0
-        elif t in words.DECISION_WORDS or t in words.OPEN_LOOP_WORDS or t in words.PREFERENCE_WORDS:
-            total += 1.0
-        elif t == "like" and i > 0 and toks[i - 1] in words.LIKE_AFTER:
+        elif words.rule_word(toks, i):
             total += 1.0
         elif t in words.ACTION_WORDS:
             total += WEAK

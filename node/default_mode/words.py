@@ -46,23 +46,26 @@ LISTENER_WORDS = frozenset(
 
 # Other words of doing, every inflection spelled out: each counts half as much as a seed rule word (salience.py).
 ACTION_WORDS = frozenset(
-    """
-    add adds added adding  ask asks asked asking  book books booked booking  build builds built building
-    buy buys bought buying  call calls called calling  cancel cancels cancelled cancelling canceled canceling
-    change changes changed changing  check checks checked checking  clean cleans cleaned cleaning
-    clear clears cleared clearing  delete deletes deleted deleting  deploy deploys deployed deploying
-    find finds found finding  finish finishes finished finishing  fix fixes fixed fixing
-    implement implements implemented implementing  install installs installed installing
-    merge merges merged merging  migrate migrates migrated migrating  move moves moved moving
-    need needs needed needing  order orders ordered ordering  pay pays paid paying  plan plans planned planning
-    remove removes removed removing  renew renews renewed renewing  repair repairs repaired repairing
-    replace replaces replaced replacing  review reviews reviewed reviewing  run runs ran running
-    schedule schedules scheduled scheduling  send sends sent sending  ship ships shipped shipping
-    sign signs signed signing  sort sorts sorted sorting  start starts started starting  stop stops stopped stopping
-    test tests tested testing  update updates updated updating  use uses used using
-    write writes wrote written writing  must should
-    """.split()
-)
+    {
+        "add", "adds", "added", "adding", "ask", "asks", "asked", "asking", "book", "books", "booked", "booking",
+        "build", "builds", "built", "building", "buy", "buys", "bought", "buying", "call", "calls", "called",
+        "calling", "cancel", "cancels", "cancelled", "cancelling", "canceled", "canceling", "change", "changes",
+        "changed", "changing", "check", "checks", "checked", "checking", "clean", "cleans", "cleaned", "cleaning",
+        "clear", "clears", "cleared", "clearing", "delete", "deletes", "deleted", "deleting", "deploy", "deploys",
+        "deployed", "deploying", "find", "finds", "found", "finding", "finish", "finishes", "finished", "finishing",
+        "fix", "fixes", "fixed", "fixing", "implement", "implements", "implemented", "implementing", "install",
+        "installs", "installed", "installing", "merge", "merges", "merged", "merging", "migrate", "migrates",
+        "migrated", "migrating", "move", "moves", "moved", "moving", "need", "needs", "needed", "needing", "order",
+        "orders", "ordered", "ordering", "pay", "pays", "paid", "paying", "plan", "plans", "planned", "planning",
+        "remove", "removes", "removed", "removing", "renew", "renews", "renewed", "renewing", "repair", "repairs",
+        "repaired", "repairing", "replace", "replaces", "replaced", "replacing", "review", "reviews", "reviewed",
+        "reviewing", "run", "runs", "ran", "running", "schedule", "schedules", "scheduled", "scheduling", "send",
+        "sends", "sent", "sending", "ship", "ships", "shipped", "shipping", "sign", "signs", "signed", "signing",
+        "sort", "sorts", "sorted", "sorting", "start", "starts", "started", "starting", "stop", "stops", "stopped",
+        "stopping", "test", "tests", "tested", "testing", "update", "updates", "updated", "updating", "use", "uses",
+        "used", "using", "write", "writes", "wrote", "written", "writing", "must", "should",
+    }
+)  # fmt: skip
 
 STOP_WORDS = frozenset(
     {
@@ -100,9 +103,17 @@ def leaves_open(toks: list[str]) -> bool:
 
 def prefers(toks: list[str]) -> bool:
     """True if the line says prefer, likes or style, in any inflection ("like" only as a verb after a subject)."""
-    if not PREFERENCE_WORDS.isdisjoint(toks):
-        return True
-    return any(t == "like" and i > 0 and toks[i - 1] in LIKE_AFTER for i, t in enumerate(toks))
+    return any(t in PREFERENCE_WORDS or _like_verb(toks, i) for i, t in enumerate(toks))
+
+
+def rule_word(toks: list[str], i: int) -> bool:
+    """True if token i is one of the seed's rule words (decision, open loop or preference), in any inflection."""
+    t = toks[i]
+    return t in DECISION_WORDS or t in OPEN_LOOP_WORDS or t in PREFERENCE_WORDS or _like_verb(toks, i)
+
+
+def _like_verb(toks: list[str], i: int) -> bool:
+    return toks[i] == "like" and i > 0 and toks[i - 1] in LIKE_AFTER
 
 
 def emphasised(toks: list[str]) -> bool:
