@@ -37,7 +37,8 @@ def action(toks: list[str], line: str) -> float:
     total = 0.0
     for i, t in enumerate(toks):
         if t == "next":
-            total += WEAK if toks[i + 1 : i + 2] and toks[i + 1] in words.TIME_WORDS else 1.0
+            dated = i + 1 < len(toks) and toks[i + 1] in words.TIME_WORDS
+            total += WEAK if dated else 1.0
         elif words.rule_word(toks, i):
             total += 1.0
         elif t in words.ACTION_WORDS:

@@ -43,7 +43,6 @@ LISTENER_WORDS = frozenset(
     {"you", "your", "yours", "you're", "you've", "you'll", "you'd", "everyone", "everybody", "anyone", "anybody"}
 )
 
-
 # Other words of doing, every inflection spelled out: each counts half as much as a seed rule word (salience.py).
 ACTION_WORDS = frozenset(
     {
