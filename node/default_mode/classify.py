@@ -9,16 +9,16 @@ REFLECT_KINDS = ("open_question", "decision", "open_loop", "preference", "risk",
 
 def classify(text: str) -> str:
     """open_question if it ends with '?'; decision for decided/choose/selected; open_loop for todo/next/blocker;
-    preference for prefer/likes/style; risk for a risk word; reflection otherwise."""
-    if text.rstrip().endswith("?"):
+    preference for prefer/likes/style; risk for a risk word; reflection otherwise. Words count in any
+    inflection (words.py lists them)."""
+    if words.asks(text):
         return "open_question"
     toks = words.tokens(text)
-    present = set(toks)
-    if present & words.DECISION_WORDS:
+    if words.decides(toks):
         return "decision"
-    if present & words.OPEN_LOOP_WORDS:
+    if words.leaves_open(toks):
         return "open_loop"
-    if present & words.PREFERENCE_WORDS:
+    if words.prefers(toks):
         return "preference"
     if words.mentions_risk(toks):
         return "risk"

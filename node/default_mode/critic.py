@@ -6,6 +6,8 @@
 4. runtime summary: consolidation and incubation output -> needs_review, hypothesis.
 5. otherwise approved, keeping the candidate's truth_state.
 Synthetic candidates keep truth_state simulation whatever the decision: approval never launders them.
+The rules read the candidate's text; the templates' fixed text names no risk word, so for their output the
+risk rule judges what the caller supplied.
 """
 
 from __future__ import annotations

@@ -3,14 +3,16 @@
     score = min(1, w_action * action + w_risk * risk + w_novelty * novelty + w_repetition * repetition
                    + w_emphasis * emphasis + w_goal * goal_relevance + w_evidence * evidence_strength)
 
-action      = min(1, 4 * action words / words)           (saturates at one action word in four)
+action      = min(1, signs of action): a seed rule word or a trailing "?" counts 1, a weak sign WEAK (see action)
 risk        = 1 if the line mentions risk, privacy, legal, medical, financial or failure, else 0
 novelty     = share of the line's content words not seen in any earlier line
 repetition  = share of the line's content words that occur in some other line
 emphasis    = 1 if the line says "remember" or "important" (any inflection), else 0
 goal_relevance, evidence_strength = supplied by the caller for the whole transcript
 
-Lines of 20 characters or fewer are not scored; lines scoring under DROP_BELOW are dropped.
+Lines of 20 characters or fewer are not scored; lines scoring under DROP_BELOW are dropped. With the default
+weights (node/wire/default_mode.py, calibrated in docs/default-mode.md) one signal passes alone, one weak sign
+does not.
 """
 
 from __future__ import annotations
@@ -23,7 +25,27 @@ from node.wire.default_mode import SalienceWeights
 
 MIN_LINE_CHARS = 20
 DROP_BELOW = 0.35
-ACTION_SATURATION = 4.0
+WEAK = 0.5  # what a weak sign of action counts for, against 1 for a seed rule word
+
+
+def action(toks: list[str], line: str) -> float:
+    """min(1, sum of the line's signs of action).
+
+    A seed rule word (decided/choose/selected, todo/blocker, prefer/likes/style, any inflection) counts 1, and so
+    do "next" and a trailing "?". Counting WEAK: "next" before a time word ("next week"), a question put to the
+    listeners ("did you ...?", "anyone ...?"), and each other action word (words.ACTION_WORDS)."""
+    total = 0.0
+    for i, t in enumerate(toks):
+        if t == "next":
+            dated = i + 1 < len(toks) and toks[i + 1] in words.TIME_WORDS
+            total += WEAK if dated else 1.0
+        elif words.rule_word(toks, i):
+            total += 1.0
+        elif t in words.ACTION_WORDS:
+            total += WEAK
+    if words.asks(line):
+        total += WEAK if words.LISTENER_WORDS.intersection(toks) else 1.0
+    return min(1.0, total)
 
 
 @dataclass(frozen=True)
@@ -53,13 +75,12 @@ def score_lines(
     for i, line in enumerate(stripped):
         cw = content[i]
         if len(line) > MIN_LINE_CHARS:
-            n = max(len(toks[i]), 1)
             features = {
-                "action": min(1.0, ACTION_SATURATION * sum(1 for t in toks[i] if t in words.ACTION_WORDS) / n),
+                "action": action(toks[i], line),
                 "risk": 1.0 if words.mentions_risk(toks[i]) else 0.0,
                 "novelty": (len(cw - seen) / len(cw)) if cw else 0.0,
                 "repetition": (sum(1 for w in cw if occurrences[w] > 1) / len(cw)) if cw else 0.0,
-                "emphasis": 1.0 if any(t.startswith(words.EMPHASIS_PREFIXES) for t in toks[i]) else 0.0,
+                "emphasis": 1.0 if words.emphasised(toks[i]) else 0.0,
                 "goal_relevance": goal_relevance,
                 "evidence_strength": evidence_strength,
             }

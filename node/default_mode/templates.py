@@ -1,5 +1,8 @@
 """The three fixed templates. They are checklists, not generation: the caller's text is substituted
 into fixed lists, no model is called, and the output is the same every time for the same input.
+
+The fixed text names no risk word (words.RISK_STEMS), so the critic's risk rule judges what the caller
+supplied, never this boilerplate.
 """
 
 from __future__ import annotations
@@ -20,13 +23,13 @@ FUTURE_PATHS: dict[str, tuple[str, ...]] = {
         "What partial result of '{goal}' would still be useful?",
     ),
     "failure_path": (
-        "What single failure would stop '{goal}' outright?",
+        "What single breakdown would stop '{goal}' outright?",
         "Which assumption behind '{goal}' has the least evidence?",
         "What would you see first if '{goal}' were going wrong?",
     ),
     "hidden_risk": (
         "What does '{goal}' depend on that nobody owns?",
-        "Which privacy, legal or financial exposure could '{goal}' create?",
+        "Whose personal data, which rules or contracts, and how much money could '{goal}' touch?",
         "What would be hard to undo once '{goal}' is done?",
     ),
     "low_effort": (
@@ -34,6 +37,15 @@ FUTURE_PATHS: dict[str, tuple[str, ...]] = {
         "What could be reused instead of built for '{goal}'?",
         "What can be dropped from '{goal}' without losing its point?",
     ),
+}
+
+# How each path is headed in the checklist text: the path names themselves say "failure" and "risk".
+FUTURE_PATH_HEADINGS: dict[str, str] = {
+    "best_case": "best case",
+    "most_likely": "most likely",
+    "failure_path": "going wrong",
+    "hidden_risk": "blind spots",
+    "low_effort": "low effort",
 }
 
 STAKEHOLDER_CONCERNS: tuple[str, ...] = (
@@ -67,7 +79,7 @@ def simulate_future(goal: str) -> tuple[str, dict[str, Any]]:
     paths = {name: [item.format(goal=goal) for item in items] for name, items in FUTURE_PATHS.items()}
     lines = [f"Checklist (fixed template, not a prediction) for the goal: {goal}"]
     for name, items in paths.items():
-        lines.append(f"{name.replace('_', ' ')}:")
+        lines.append(f"{FUTURE_PATH_HEADINGS[name]}:")
         lines.extend(f"- {item}" for item in items)
     return "\n".join(lines), {"template": "simulate-future", "goal": goal, "paths": paths}
 

@@ -51,11 +51,11 @@ AuthorRef = Annotated[
 class SalienceWeights(msgspec.Struct, forbid_unknown_fields=True):
     """Weights of the salience features (docs/default-mode.md). Each in [0, 1]."""
 
-    action: Weight = 0.25
-    risk: Weight = 0.2
-    novelty: Weight = 0.15
-    repetition: Weight = 0.1
-    emphasis: Weight = 0.3
+    action: Weight = 0.4
+    risk: Weight = 0.4
+    novelty: Weight = 0.05
+    repetition: Weight = 0.05
+    emphasis: Weight = 0.4
     goal_relevance: Weight = 0.1
     evidence_strength: Weight = 0.1
 

@@ -86,3 +86,26 @@ async def test_key_holding_client_promotes_by_signing_the_draft(client: TestClie
     )
     _, decoded = records.check(json.loads(body))
     assert decoded.authority == "derived" and decoded.author_id == key.did
+
+
+@pytest.mark.slow
+async def test_a_simulation_is_approved_and_promoted_as_a_simulation_over_mcp(served_node: ServedNode) -> None:
+    alice = served_node.create_agent("alice")
+    async with (
+        Client(served_node.url, api_key=alice["api_key"]) as rest,
+        remote_session(served_node, alice["api_key"]) as session,
+    ):
+        evidence = (await rest.post("The node's disk is 91% full")).record_hash
+        goal = {"goal": "move the node to a bigger disk", "evidence_refs": [evidence]}
+        made = await rest.call("POST", "/v1/default-mode/simulate-future", dict, json=goal)
+        cid = made["candidate"]["id"]
+        (reviewed,) = ok(await session.call_tool("critic", {"candidate_ids": [cid]}))["candidates"]
+        assert (reviewed["status"], reviewed["truth_state"], reviewed["synthetic"], reviewed["risk_flag"]) == (
+            "approved", "simulation", True, False,
+        )  # fmt: skip
+        promoted = ok(await session.call_tool("promote", {"candidate_id": cid}))
+        assert promoted["entry"]["truth_state"] == "simulation"
+        # an ordinary search leaves it out, over MCP as over REST; asked for, it is there
+        assert ok(await session.call_tool("search", {"q": "bigger disk"}))["entries"] == []
+        shown = await rest.search(q="bigger disk", include_synthetic=True)
+        assert [e.record_hash for e in shown.entries] == [promoted["entry"]["record_hash"]]

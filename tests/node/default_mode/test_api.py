@@ -311,7 +311,7 @@ async def test_fixed_templates_are_stored_as_labelled_candidates(client: TestCli
     fut = await _post(client, f"{DM}/simulate-future", {"goal": "move to a bigger disk"}, alice, 201)
     assert (fut["candidate"]["truth_state"], fut["candidate"]["synthetic"]) == ("simulation", True)
     assert list(fut["template"]["paths"]) == ["best_case", "most_likely", "failure_path", "hidden_risk", "low_effort"]
-    assert fut["candidate"]["status"] == "needs_review"  # no evidence, and it names risks
+    assert fut["candidate"]["status"] == "needs_review"  # no evidence (the fixed text names no risk: test_synthetic)
     again = await _post(client, f"{DM}/simulate-future", {"goal": "move to a bigger disk"}, alice, 201)
     assert again["template"] == fut["template"] and again["candidate"]["text"] == fut["candidate"]["text"]
     st = await _post(client, f"{DM}/stakeholder-simulation", {"stakeholder": "Grandma", "proposal": "a new router"},

@@ -20,23 +20,24 @@ def test_salience_formula_by_hand() -> None:
     scored = salience.score_lines(TRANSCRIPT, SalienceWeights())
     assert [s.index for s in scored] == [0, 2, 3]  # "ok" is 20 characters or fewer: not scored
     first, second, third = scored
-    # 7 tokens, 2 action words -> min(1, 4*2/7) = 1; content words decided/postgres/storage all new;
-    # postgres and storage recur -> repetition 2/3.
+    # "decided" is a seed rule word (1) and "use" an action word (0.5): action min(1, 1.5) = 1; content words
+    # decided/postgres/storage all new; postgres and storage recur -> repetition 2/3.
     assert first.features == {
         "action": 1.0, "risk": 0.0, "novelty": 1.0, "repetition": 0.6667, "emphasis": 0.0,
         "goal_relevance": 0.0, "evidence_strength": 0.0,
     }  # fmt: skip
-    assert first.score == round(0.25 + 0.15 + 0.1 * 2 / 3, 4) == 0.4667
-    # content words postgres/storage/needs/backup/plan: 3 new (0.6), 2 recur (0.4)
+    assert first.score == round(0.4 + 0.05 + 0.05 * 2 / 3, 4) == 0.4833
+    # two action words (needs, plan): action 1; content words postgres/storage/needs/backup/plan: 3 new, 2 recur
+    assert second.features["action"] == 1.0
     assert second.features["novelty"] == 0.6 and second.features["repetition"] == 0.4
-    assert second.score == 0.38
-    assert third.score == 0.15 and not third.kept  # below 0.35: dropped
+    assert second.score == 0.45
+    assert third.score == 0.05 and not third.kept  # below 0.35: dropped
     assert first.kept and second.kept
 
 
 def test_supplied_weights_and_goal_evidence_values() -> None:
     scored = salience.score_lines(TRANSCRIPT, SalienceWeights(), goal_relevance=1.0, evidence_strength=0.5)
-    assert [s.score for s in scored] == [0.6167, 0.53, 0.3]
+    assert [s.score for s in scored] == [0.6333, 0.6, 0.2]
     only_novelty = SalienceWeights(action=0, risk=0, novelty=1, repetition=0, emphasis=0, goal_relevance=0,
                                    evidence_strength=0)  # fmt: skip
     assert [s.score for s in salience.score_lines(TRANSCRIPT, only_novelty)] == [1.0, 0.6, 1.0]
@@ -48,7 +49,10 @@ def test_emphasis_and_risk_features() -> None:
     (line,) = salience.score_lines(["This is important for the household"], SalienceWeights())
     assert line.features["emphasis"] == 1.0
     (line,) = salience.score_lines(["The disk failed during the night backup"], SalienceWeights())
-    assert line.features["risk"] == 1.0 and line.score == 0.35 and line.kept  # exactly 0.35 survives
+    assert line.features["risk"] == 1.0 and line.score == 0.45 and line.kept
+    weights = SalienceWeights(risk=0.3)
+    (line,) = salience.score_lines(["The disk failed during the night backup"], weights)
+    assert line.score == 0.35 and line.kept  # exactly 0.35 survives
 
 
 @pytest.mark.parametrize(
