@@ -14,8 +14,8 @@ from identity import canonical, keys, records
 from node import projections
 from node.service import Node
 from sync.auth import sign_headers
-from tests.sync.conftest import PeerNode
 from tests.node.workflows.helpers import WF, count_records
+from tests.sync.conftest import PeerNode
 
 MakePeer = Callable[..., Awaitable[PeerNode]]
 
