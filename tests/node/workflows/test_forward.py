@@ -19,6 +19,7 @@ from node.workflows.leases import LeaseAuthorityUnreachable
 from tests.sync.conftest import PeerNode
 
 MakePeer = Callable[..., Awaitable[PeerNode]]
+INVALID = b'{"code": "validation_error", "detail": "bad seconds", "title": "Invalid input"}'
 
 
 async def pair(make_peer: MakePeer) -> tuple[PeerNode, PeerNode]:
