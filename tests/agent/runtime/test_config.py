@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from agent.runtime.config import ConfigError, load_config, load_soul, parse_config
-from agent.runtime.cron import Cron, CronError
 from node.cli import main
 
 
@@ -55,16 +54,6 @@ def test_soul_comments_dropped_and_empty_soul_refused(tmp_path: Path) -> None:
         load_config(tmp_path / "missing.yaml")
 
 
-def test_cron_next_match() -> None:
-    t0 = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC, a Tuesday
-    assert Cron("* * * * *").next_after(t0) == 1_700_000_040.0  # the next whole minute
-    assert Cron("30 3 * * *").next_after(t0) == 1_700_019_000.0  # 03:30 the next day
-    assert Cron("0 */6 * * *").next_after(t0) == 1_700_006_400.0  # midnight
-    assert Cron("0 0 * * 0").next_after(t0) == 1_700_352_000.0  # Sunday 2023-11-19 00:00
-    with pytest.raises(CronError):
-        Cron("0 0 31 2 *").next_after(t0)  # February 31st never comes
-
-
 def test_agent_init_writes_files_that_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "agent"
     assert main(["agent", "init", str(target)]) == 0
@@ -81,18 +70,3 @@ def test_agent_run_refuses_bad_config(tmp_path: Path, capsys: pytest.CaptureFixt
     (tmp_path / "soul.md").write_text("I am.\n")
     assert main(["agent", "run", "--config", str(tmp_path / "c.yaml"), "--soul", str(tmp_path / "soul.md")]) == 2
     assert "$.memory.compact_after_days" in capsys.readouterr().err
-
-
-def test_init_template_shows_every_default() -> None:
-    import msgspec
-
-    from agent.runtime.config import AgentConfig
-    from agent.runtime.templates import AGENT_CONFIG_YAML
-
-    shown = parse_config(AGENT_CONFIG_YAML)
-    defaults = AgentConfig()
-    defaults.scoring.watched_tags = ["billing", "perf"]  # the template's example
-    assert msgspec.to_builtins(shown) == msgspec.to_builtins(defaults)
-    for section, settings in msgspec.structs.asdict(defaults).items():
-        for name in msgspec.structs.asdict(settings):
-            assert f"  {name}:" in AGENT_CONFIG_YAML, f"{section}.{name} is not in the template"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent.runtime.memory import DAY_S, WorkingMemory
-from tests.agent.runtime.test_scoring_tiers import env
+from tests.agent.runtime.envelopes import env
 
 
 class Clock:

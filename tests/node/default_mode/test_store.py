@@ -1,0 +1,159 @@
+"""node.default_mode.store: the node-local candidates table, run inside the node's own read and write jobs."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import pytest
+
+from node.default_mode import store
+from node.default_mode.critic import Review
+from node.errors import Conflict
+from node.service import Node
+from node.wire.api import PostEntry
+from tests.conftest import AgentCreds, FakeClock
+from tests.node.api_helpers import self_signer
+
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+
+
+def candidate(text: str = "the kettle needs descaling", **over: Any) -> store.NewCandidate:
+    fields: dict[str, Any] = {
+        "kind": "open_loop",
+        "text": text,
+        "salience": 0.5,
+        "confidence": 0.5,
+        "evidence_refs": [],
+        "truth_state": "hypothesis",
+        "synthetic": False,
+        "source": "reflect",
+        "proposed_by": "did:key:zproposer",
+    }
+    return store.NewCandidate(**{**fields, **over})
+
+
+async def insert(node: Node, *rows: store.NewCandidate) -> list[int]:
+    now = node.now_ms()
+    return await node.db.write(lambda c: store.insert(c, list(rows), now))
+
+
+async def outs(node: Node, ids: list[int]) -> list[Any]:
+    return await node.db.read(lambda c: [store.out(r) for r in store.fetch(c, ids)])
+
+
+async def test_inserted_candidates_are_proposed_and_read_back(node: Node, clock: FakeClock) -> None:
+    ids = await insert(
+        node,
+        candidate(tags=["b", "a", "b"], payload={"z": 1, "a": [2]}, evidence_refs=["e" * 64]),
+        candidate("second", synthetic=True, truth_state="simulation"),
+    )
+    assert ids == sorted(ids) and len(ids) == 2
+    first, second = await outs(node, ids[::-1])  # fetch answers in id order
+    assert (first.id, first.status, first.tags, first.payload, first.evidence_refs) == (
+        ids[0],
+        "proposed",
+        ["a", "b"],
+        {"z": 1, "a": [2]},
+        ["e" * 64],
+    )
+    assert (first.critic_decision, first.critic_reasons, first.risk_flag, first.evidence_flag) == (None, [], None, None)
+    assert (first.reviewed_at, first.promoted_entry, first.decision) == (None, None, None)
+    assert first.created_at.startswith("20") and first.created_at.endswith("Z")
+    assert second.synthetic and second.truth_state == "simulation"
+    assert await outs(node, []) == [] and await outs(node, [424242]) == []
+
+
+async def test_pages_and_the_critics_queue(node: Node) -> None:
+    ids = await insert(node, *(candidate(f"c{i}") for i in range(5)))
+    rejected = Review("rejected", "hypothesis", False, False, ("duplicate_of_entry",))
+    now = node.now_ms()
+    await node.db.write(lambda c: store.apply_review(c, ids[1], rejected, now))
+
+    def page(statuses: list[str], limit: int, offset: int) -> Awaitable[list[int]]:
+        return node.db.read(lambda c: [r["id"] for r in store.page(c, statuses, limit, offset)])
+
+    assert await page([], 10, 0) == ids[::-1]
+    assert await page([], 2, 1) == [ids[3], ids[2]]
+    assert await page(["rejected"], 10, 0) == [ids[1]]
+    assert await page(["proposed", "rejected"], 10, 3) == [ids[1], ids[0]]
+    assert await node.db.read(lambda c: store.proposed_ids(c, 3)) == [ids[0], ids[2], ids[3]]  # oldest first
+
+
+async def test_the_critic_a_person_and_a_promotion(node: Node, clock: FakeClock) -> None:
+    [cid] = await insert(node, candidate())
+    now = node.now_ms()
+    review = Review("needs_review", "hypothesis", True, False, ("risk_mentioned", "no_evidence"))
+    await node.db.write(lambda c: store.apply_review(c, cid, review, now))
+    [out] = await outs(node, [cid])
+    assert (out.status, out.critic_decision, out.critic_reasons, out.risk_flag, out.evidence_flag) == (
+        "needs_review",
+        "needs_review",
+        ["risk_mentioned", "no_evidence"],
+        True,
+        False,
+    )
+    assert out.reviewed_at is not None
+    clock.advance(5)
+    later = node.now_ms()
+    await node.db.write(lambda c: store.decide(c, cid, "approve", "admin", "looks right", later))
+    approved = Review("rejected", "fact", False, True, ())
+    await node.db.write(lambda c: store.apply_review(c, cid, approved, later))  # a person's decision stands
+    [out] = await outs(node, [cid])
+    assert (out.status, out.decision, out.decided_by, out.decision_note, out.truth_state) == (
+        "approved",
+        "approve",
+        "admin",
+        "looks right",
+        "hypothesis",  # a decision never changes truth_state
+    )
+    await node.db.write(lambda c: store.mark_promoted(c, cid, "h" * 64, "did:key:zauthor", later, "admin"))
+    await node.db.write(lambda c: store.mark_promoted(c, cid, "i" * 64, "did:key:zother", later))  # once only
+    await node.db.write(lambda c: store.decide(c, cid, "reject", "admin", None, later))  # too late
+    [out] = await outs(node, [cid])
+    assert (out.status, out.promoted_entry, out.promoted_by, out.promote_requested_by, out.decision) == (
+        "promoted",
+        "h" * 64,
+        "did:key:zauthor",
+        "admin",
+        "approve",
+    )
+
+
+async def test_duplicate_of_an_entry_by_content(node: Node, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    body = msgspec.convert({"entry_type": "finding", "performative": "inform", "content": "Café  is open\n"}, PostEntry)
+    entry, _ = await node.entries.post(alice.agent_id, body, "promote-1")
+    assert await node.db.read(lambda c: store.duplicate_of(c, "Café  is open")) == entry.record_hash
+    assert await node.db.read(lambda c: store.duplicate_of(c, "Cafe\u0301  is open  ")) == entry.record_hash  # NFC
+    assert await node.db.read(lambda c: store.duplicate_of(c, "something else")) is None
+    made_by = (alice.agent_id, "promote-1")  # the entry this key produced is not a duplicate of itself
+    assert await node.db.read(lambda c: store.duplicate_of(c, "Café  is open", made_by)) is None
+
+
+async def test_replies_are_kept_per_key_and_operation(node: Node, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    now = node.now_ms()
+    assert await node.db.read(lambda c: store.earlier_reply(c, alice.agent_id, "k", "dm_reflect")) is None
+    await node.db.write(lambda c: store.keep_reply(c, alice.agent_id, "k", "dm_reflect", b'{"a":1}', now))
+    assert await node.db.read(lambda c: store.earlier_reply(c, alice.agent_id, "k", "dm_reflect")) == b'{"a":1}'
+    with pytest.raises(Conflict) as info:
+        await node.db.read(lambda c: store.earlier_reply(c, alice.agent_id, "k", "dm_critic"))
+    assert info.value.code == "idempotency_key_reused"
+    with pytest.raises(sqlite3.IntegrityError):  # one reply per key
+        await node.db.write(lambda c: store.keep_reply(c, alice.agent_id, "k", "dm_reflect", b"{}", now))
+
+
+async def test_local_author_by_name_or_did(node: Node, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    carol = await self_signer(node, "carol")
+    by_name = await node.db.read(lambda c: store.local_author(c, "alice"))
+    by_did = await node.db.read(lambda c: store.local_author(c, alice.agent_id))
+    assert by_name is not None and by_did is not None
+    assert (by_name["agent_id"], bool(by_name["key_kept"])) == (alice.agent_id, True) == (by_did[0], bool(by_did[1]))
+    kept = await node.db.read(lambda c: store.local_author(c, "carol"))
+    assert kept is not None and (kept["agent_id"], bool(kept["key_kept"])) == (carol.agent_id, False)
+    assert await node.db.read(lambda c: store.local_author(c, "nobody")) is None
+    assert await node.db.read(lambda c: store.local_author(c, "did:key:zunknown")) is None

@@ -1,0 +1,99 @@
+"""node.peer_cli: `bbs peer add`, `bbs peers` and `bbs digest` on a real data folder, run in-process through main."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from identity import keys
+from node import db, sync_store
+from node.cli import main
+from node.datadir import DataDir
+from node.service import Node
+from node.sync_store import NodeSyncStore
+from sync.store import Invalid
+
+PEER = keys.SigningKey.generate().did
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_peer_add_then_list(data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(data_dir[0])
+    code, out, err = run(capsys, "peers", "--data", data)
+    assert (code, out) == (0, "") and "no peers" in err
+    code, out, _ = run(capsys, "peer", "add", "http://10.0.0.2:8420", "--key", PEER, "--data", data)
+    assert (
+        code == 0
+        and out == f"peer {PEER} at http://10.0.0.2:8420 added; a running node starts pulling within a second\n"
+    )
+    code, out, _ = run(capsys, "peer", "add", "http://10.0.0.3:8420", "--key", PEER, "--data", data, "--json")
+    status = json.loads(out)
+    assert code == 0 and (status["node_id"], status["url"], status["cursor_seq"]) == (PEER, "http://10.0.0.3:8420", 0)
+    code, out, _ = run(capsys, "peers", "--data", data, "--json")
+    assert code == 0 and [p["url"] for p in json.loads(out)["peers"]] == ["http://10.0.0.3:8420"]
+    code, out, _ = run(capsys, "peers", "--data", data)
+    lines = out.splitlines()
+    assert lines[0] == f"{PEER}  http://10.0.0.3:8420"
+    assert lines[1] == "  cursor -:0  remote head None  lag ?"
+    assert lines[2] == "  saved 0  duplicate 0  invalid 0  pending-link 0"
+    assert lines[3] == "  last ok -  reconciliations 0" and len(lines) == 4
+
+
+async def test_peers_shows_invalid_reasons_and_the_last_error(
+    data_dir: tuple[Path, str], node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI beside a running node: the node counts what a peer sent and notes its error; `bbs peers` shows it."""
+    data = str(data_dir[0])
+    assert run(capsys, "peer", "add", "http://10.0.0.2:8420", "--key", PEER, "--data", data)[0] == 0
+    store = NodeSyncStore(node)
+    bad = [Invalid("a" * 64, "bad_signature", "x"), Invalid(None, "malformed", "y"), Invalid(None, "malformed", "z")]
+    await store.ingest(PEER, [], bad, None)
+    await store.note_peer(PEER, error="connection refused")
+    code, out, _ = run(capsys, "peers", "--data", data)
+    assert code == 0
+    assert "  saved 0  duplicate 0  invalid 3  pending-link 0  (bad_signature 1, malformed 2)" in out
+    assert out.splitlines()[-1].endswith(": connection refused") and "  last error at " in out
+
+
+@pytest.mark.parametrize(
+    ("url", "key", "needle"),
+    [
+        # the message names the code and detail, not which argument (explain drops the error's field)
+        ("ftp://host:1", PEER, "validation_error: Expected `str` matching regex '^(?:https?://"),
+        ("http://user:pw@host:1", PEER, "invalid_peer_url: the peer URL cannot carry credentials"),
+        ("http://host:1", "not-a-did", "validation_error: Expected `str` matching regex '^(?:did:key:"),
+    ],
+)
+def test_peer_add_refuses_bad_input_and_adds_nothing(
+    data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str], url: str, key: str, needle: str
+) -> None:
+    data = str(data_dir[0])
+    code, out, err = run(capsys, "peer", "add", url, "--key", key, "--data", data)
+    assert code == 1 and out == "" and err.startswith("bbs: ") and needle in err
+    assert json.loads(run(capsys, "peers", "--data", data, "--json")[1]) == {"peers": []}
+
+
+def test_commands_never_create_a_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty"
+    for argv in (["peer", "add", "http://h:1", "--key", PEER], ["peers"], ["digest"]):
+        code, _, err = run(capsys, *argv, "--data", str(empty))
+        assert code == 1 and err.startswith("bbs: "), argv
+    assert not (empty / "bbs.db").exists()
+
+
+def test_digest_agrees_with_the_node(data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    data = data_dir[0]
+    node_id = keys.load_key(data / "node.key").did
+    expected = db.read_sync(DataDir(data).db_path, lambda c: sync_store.digest(c, node_id))
+    code, out, _ = run(capsys, "digest", "--data", str(data))
+    assert (code, out) == (0, f"{expected.count} {expected.sha256}\n")
+    code, out, _ = run(capsys, "digest", "--data", str(data), "--json")
+    assert json.loads(out) == {"type": "digest", "v": 1, "node_id": node_id, "count": expected.count,
+                               "sha256": expected.sha256}  # fmt: skip

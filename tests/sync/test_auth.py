@@ -1,0 +1,115 @@
+"""sync.auth: RFC 9421 signatures on sync requests, verified against configured peers, never replayed."""
+
+from __future__ import annotations
+
+import pytest
+
+from identity import keys
+from sync import auth
+
+PEER = keys.SigningKey.generate()
+URL = "http://node.example:8080/v1/sync/fetch?x=1"
+BODY = b'{"type":"fetch","hashes":[]}'
+
+
+class Clock:
+    def __init__(self, now: float = 1_767_323_045.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def refused(
+    verifier: auth.PeerVerifier, headers: dict[str, str], *, method: str = "POST", url: str = URL,
+    body: bytes | None = BODY, allowed: frozenset[str] = frozenset({PEER.did}),
+) -> auth.PeerAuthError:  # fmt: skip
+    with pytest.raises(auth.PeerAuthError) as info:
+        verifier.verify(method, url, headers, body, allowed)
+    return info.value
+
+
+def test_a_signed_request_names_its_peer() -> None:
+    clock = Clock()
+    headers = auth.sign_headers(PEER, "POST", URL, BODY, now=clock.now)
+    assert {"Signature", "Signature-Input", "Content-Digest"} <= set(headers)
+    assert 'tag="bbs-sync"' in headers["Signature-Input"] and f'keyid="{PEER.did}"' in headers["Signature-Input"]
+    assert auth.PeerVerifier(clock).verify("POST", URL, headers, BODY, frozenset({PEER.did})) == PEER.did
+    get = auth.sign_headers(PEER, "get", URL, now=clock.now)  # method in any case; no body, no digest
+    assert "Content-Digest" not in get
+    assert auth.PeerVerifier(clock).verify("GET", URL, get, None, frozenset({PEER.did})) == PEER.did
+
+
+def test_unsigned_and_unknown_keys() -> None:
+    verifier = auth.PeerVerifier(Clock())
+    err = refused(verifier, {})
+    assert (err.code, err.status) == ("signature_required", 401)
+    headers = auth.sign_headers(PEER, "POST", URL, BODY, now=verifier.clock())
+    err = refused(verifier, headers, allowed=frozenset())
+    assert (err.code, err.status) == ("unknown_peer", 403)
+
+
+@pytest.mark.parametrize(
+    ("change", "value"),
+    [
+        ("method", "PUT"),
+        ("url", "http://node.example:8080/v1/sync/fetch?x=2"),
+        ("url", "http://other.example:8080/v1/sync/fetch?x=1"),
+        ("url", "http://node.example:8080/v1/sync/changes?x=1"),
+        ("body", b'{"type":"fetch","hashes":["a"]}'),
+    ],
+)
+def test_anything_signed_that_changes_breaks_the_signature(change: str, value: object) -> None:
+    verifier = auth.PeerVerifier(Clock())
+    headers = auth.sign_headers(PEER, "POST", URL, BODY, now=verifier.clock())
+    err = refused(verifier, headers, **{change: value})  # type: ignore[arg-type]
+    assert (err.code, err.status) == ("bad_signature", 401)
+
+
+def test_the_scheme_is_not_signed() -> None:
+    """A TLS-terminating proxy changes the scheme the node sees; path, query and authority are what count."""
+    verifier = auth.PeerVerifier(Clock())
+    headers = auth.sign_headers(PEER, "POST", URL, BODY, now=verifier.clock())
+    assert verifier.verify("POST", URL.replace("http:", "https:"), headers, BODY, frozenset({PEER.did})) == PEER.did
+
+
+def test_a_body_must_be_covered_by_the_digest() -> None:
+    verifier = auth.PeerVerifier(Clock())
+    headers = auth.sign_headers(PEER, "POST", URL, None, now=verifier.clock())  # signed without a body
+    assert refused(verifier, headers).code == "bad_signature"
+
+
+def test_signatures_expire_and_may_not_come_from_the_future() -> None:
+    clock = Clock()
+    verifier = auth.PeerVerifier(clock)
+    old = auth.sign_headers(PEER, "POST", URL, BODY, now=clock.now - auth.MAX_AGE_S - 1)
+    assert refused(verifier, old).code == "stale_request"
+    ahead = auth.sign_headers(PEER, "POST", URL, BODY, now=clock.now + auth.MAX_SKEW_S + 60)
+    assert refused(verifier, ahead).code == "stale_request"
+    almost = auth.sign_headers(PEER, "POST", URL, BODY, now=clock.now - auth.MAX_AGE_S + 1)
+    assert verifier.verify("POST", URL, almost, BODY, frozenset({PEER.did})) == PEER.did
+
+
+def test_a_request_is_accepted_once() -> None:
+    clock = Clock()
+    verifier = auth.PeerVerifier(clock)
+    headers = auth.sign_headers(PEER, "POST", URL, BODY, now=clock.now)
+    verifier.verify("POST", URL, headers, BODY, frozenset({PEER.did}))
+    assert refused(verifier, headers).code == "replayed_request"
+    other = auth.PeerVerifier(clock)  # another node (or a restart) has its own memory
+    assert other.verify("POST", URL, headers, BODY, frozenset({PEER.did})) == PEER.did
+
+
+def test_a_replay_after_its_window_is_stale() -> None:
+    clock = Clock()
+    verifier = auth.PeerVerifier(clock)
+    headers = auth.sign_headers(PEER, "GET", URL, now=clock.now)
+    verifier.verify("GET", URL, headers, None, frozenset({PEER.did}))
+    clock.now += auth.MAX_AGE_S + auth.MAX_SKEW_S + 1
+    assert refused(verifier, headers, method="GET", body=None).code == "stale_request"
+
+
+def test_peer_auth_error() -> None:
+    err = auth.PeerAuthError("unknown_peer", "not a peer", 403)
+    assert (err.code, err.detail, err.status, str(err)) == ("unknown_peer", "not a peer", 403, "not a peer")
+    assert auth.PeerAuthError("x", "y").status == 401

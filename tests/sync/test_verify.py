@@ -1,0 +1,91 @@
+"""sync.verify: every check a received record passes before it is stored, each refusal with its reason word."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from identity import canonical, keys, records
+from sync import verify
+from sync.store import Invalid, Verified
+from tests.sync.conftest import body_of, hash_of, signed_entry
+
+AUTHOR = keys.SigningKey.generate()
+
+
+def reason(raw: bytes, claimed: str | None = None) -> str:
+    result = verify.verify_record(raw, claimed)
+    assert isinstance(result, Invalid), result
+    return result.reason
+
+
+def test_a_good_record_is_verified_with_its_hash_and_struct() -> None:
+    record = signed_entry(AUTHOR, "a fine record")
+    for claimed in (hash_of(record), None):
+        result = verify.verify_record(body_of(record), claimed)
+        assert isinstance(result, Verified)
+        assert (result.hash, result.body, result.record) == (hash_of(record), body_of(record), record)
+        assert result.decoded.content == "a fine record"
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (b"{", "malformed"),
+        (b"[1, 2]", "malformed"),
+        (b'"text"', "malformed"),
+        (b"[" * 200 + b"]" * 200, "malformed"),
+        (b'{"a":' * 40 + b"1" + b"}" * 40, "malformed"),
+        (b"x" * (verify.MAX_WIRE_RECORD_BYTES + 1), "too_large"),
+    ],
+)
+def test_what_is_not_a_record(raw: bytes, why: str) -> None:
+    assert reason(raw) == why
+
+
+def test_bytes_must_be_the_canonical_form() -> None:
+    record = signed_entry(AUTHOR, "spaced out")
+    spaced = json.dumps(record, sort_keys=True).encode()  # ", " and ": " separators
+    assert reason(spaced) == "not_canonical"
+    unsorted = json.dumps(dict(reversed(list(record.items()))), separators=(",", ":")).encode()
+    assert reason(unsorted) == "not_canonical"
+
+
+def test_the_claimed_hash_must_match() -> None:
+    record = signed_entry(AUTHOR, "claimed")
+    result = verify.verify_record(body_of(record), "0" * 64)
+    assert isinstance(result, Invalid) and result.reason == "hash_mismatch" and result.hash == "0" * 64
+    assert hash_of(record) in result.detail
+
+
+def test_a_record_that_cannot_be_hashed_is_malformed() -> None:
+    assert reason(body_of({"kind": "entry", "author_id": AUTHOR.did})) == "malformed"
+
+
+def test_signature_and_schema() -> None:
+    record = signed_entry(AUTHOR, "signed")
+    forged = {**record, "content": "changed after signing"}
+    result = verify.verify_record(body_of(forged), None)
+    assert isinstance(result, Invalid) and result.reason == "bad_signature" and result.hash == hash_of(forged)
+    unsigned = {k: v for k, v in record.items() if k != "signature"}
+    wrong_schema = records.sign({**unsigned, "confidence": 2}, AUTHOR)
+    assert reason(body_of(wrong_schema)) == "schema"
+
+
+def test_a_local_record_never_travels() -> None:
+    record = signed_entry(AUTHOR, "mine only", scope="local")
+    result = verify.verify_record(body_of(record), hash_of(record))
+    assert isinstance(result, Invalid) and (result.reason, result.hash) == ("local_scope", hash_of(record))
+
+
+def test_a_record_dated_far_ahead_is_refused_until_its_time() -> None:
+    def dated(seconds_ahead: float) -> dict[str, Any]:
+        moment = canonical.format_created_at(datetime.fromtimestamp(time.time() + seconds_ahead, UTC))
+        return signed_entry(AUTHOR, f"from the future {seconds_ahead}", created_at=moment)
+
+    assert reason(body_of(dated(verify.MAX_FUTURE_S + 3600))) == "future_dated"
+    assert isinstance(verify.verify_record(body_of(dated(verify.MAX_FUTURE_S - 3600)), None), Verified)

@@ -1,0 +1,331 @@
+"""The architecture rules of issue 22 as tests, so later work cannot undo them.
+
+Each test reads the source of the project's four packages (identity, node, sync, agent) as it is: the import graph
+that grimp builds from every `import` statement (those inside functions included, those under `if TYPE_CHECKING:`
+left out), and the AST of every module. A failure lists every offender with its file and line.
+
+The package direction is also written as import-linter contracts (`[tool.importlinter]` in pyproject.toml,
+`lint-imports` in .ci/run); these tests state the whole rule, which import-linter cannot express in full (it has
+no "every module of node except these" and no module-level circles).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import itertools
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grimp
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("identity", "node", "sync", "agent")
+MAX_CLASS_LINES = 300
+# agent.client.Client is the public API of the agent side: its methods stay as they are (it may delegate).
+LARGE_CLASSES_ALLOWED = {"agent.client.Client"}
+COMPOSITION_ROOT = "node.cli"  # the `bbs` CLI: the one module of node that may import the agent side
+MAX_CYCLES_SHOWN = 50  # per strongly connected group of modules
+
+# Private names of the standard library or a third-party package that the project uses because there is no
+# public spelling; each entry is the expression as written in the source, with the reason.
+PRIVATE_NAMES_ALLOWED = {
+    # The type of ArgumentParser.add_subparsers()'s result, needed to annotate a function that adds
+    # subcommands; argparse exports no public name for it.
+    "argparse._SubParsersAction": "argparse has no public name for the subparsers action type",
+}
+
+
+# ---- the sources ----------------------------------------------------------------------------------------------
+
+
+def source_files() -> list[Path]:
+    """Every Python file of the four packages, `__init__.py` included."""
+    return sorted(path for package in PACKAGES for path in (ROOT / package).rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    """The dotted module name of a source file (`node/wire/api.py` -> `node.wire.api`)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def where(path: Path, line: int) -> str:
+    return f"{path.relative_to(ROOT)}:{line}"
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+@functools.cache
+def import_graph() -> grimp.ImportGraph:
+    """The project's import graph: imports inside functions count, `if TYPE_CHECKING:` imports do not."""
+    return grimp.build_graph(*PACKAGES, exclude_type_checking_imports=True, cache_dir=None)
+
+
+def direct_imports() -> Iterator[tuple[str, str]]:
+    """Every (importer, imported) pair of the project's modules, sorted."""
+    graph = import_graph()
+    for importer in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+            yield importer, imported
+
+
+def import_lines(importer: str, imported: str) -> str:
+    """Where `importer` imports `imported`: `file:line` of each import statement."""
+    details = import_graph().get_import_details(importer=importer, imported=imported)
+    path = ROOT / Path(*importer.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    return ", ".join(where(path, detail["line_number"]) for detail in details) or importer
+
+
+def within(module: str, package: str) -> bool:
+    """True if `module` is `package` or one of its submodules."""
+    return module == package or module.startswith(package + ".")
+
+
+# ---- no import circles ----------------------------------------------------------------------------------------
+
+
+def test_the_graph_is_built_from_this_tree() -> None:
+    """The rules below read the tree under test, not another installed copy of the packages."""
+    import node
+
+    assert Path(node.__file__).resolve().parent == ROOT / "node"
+    assert "node.wire.api" in import_graph().modules
+
+
+def test_no_import_circles() -> None:
+    """No module reaches itself through imports (inside functions too; `TYPE_CHECKING` imports aside)."""
+    digraph: nx.DiGraph[str] = nx.DiGraph(direct_imports())
+    circles: list[str] = []
+    for group in sorted(nx.strongly_connected_components(digraph), key=min):
+        if len(group) == 1 and not digraph.has_edge(next(iter(group)), next(iter(group))):
+            continue
+        cycles = [_rotated(cycle) for cycle in itertools.islice(nx.simple_cycles(digraph.subgraph(group)), 1000)]
+        cycles.sort(key=lambda cycle: (len(cycle), cycle))
+        circles.append(f"modules in one circle: {', '.join(sorted(group))}")
+        for cycle in cycles[:MAX_CYCLES_SHOWN]:
+            steps = [f"{a} ({import_lines(a, b)})" for a, b in itertools.pairwise([*cycle, cycle[0]])]
+            circles.append("  " + " -> ".join([*steps, cycle[0]]))
+        if len(cycles) > MAX_CYCLES_SHOWN:
+            circles.append(f"  ... and {len(cycles) - MAX_CYCLES_SHOWN} more circles through these modules")
+    assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+def _rotated(cycle: list[str]) -> list[str]:
+    """A cycle written from its smallest module, so the same circle always reads the same."""
+    start = cycle.index(min(cycle))
+    return cycle[start:] + cycle[:start]
+
+
+# ---- package direction ----------------------------------------------------------------------------------------
+
+
+def direction_error(importer: str, imported: str) -> str | None:
+    """Why an import breaks the package direction (identity <- node.wire <- {sync, node, agent}), or None."""
+    if within(importer, "identity") and not within(imported, "identity"):
+        return "identity imports nothing else of the project"
+    if within(importer, "node.wire") and not (within(imported, "identity") or within(imported, "node.wire")):
+        return "node.wire imports only identity and node.wire"
+    if within(importer, "sync") and not any(within(imported, p) for p in ("identity", "node.wire", "sync")):
+        return "sync imports only identity, node.wire and sync"
+    if within(importer, "agent") and within(imported, "node") and not within(imported, "node.wire"):
+        return "agent imports of node are node.wire only"
+    if within(importer, "node") and importer != COMPOSITION_ROOT:
+        if within(imported, "agent"):
+            return f"only {COMPOSITION_ROOT} (the bbs CLI) imports the agent side"
+        if imported == COMPOSITION_ROOT:
+            return f"nothing imports {COMPOSITION_ROOT}: it is the composition root, on top of everything"
+    return None
+
+
+def test_package_direction() -> None:
+    """identity imports nothing of ours; node.wire only identity; sync only identity and node.wire; agent only
+    node.wire of node; no node module imports agent except the composition root node.cli."""
+    offenders = [
+        f"{importer} -> {imported} ({import_lines(importer, imported)}): {why}"
+        for importer, imported in direct_imports()
+        if (why := direction_error(importer, imported)) is not None
+    ]
+    assert not offenders, "imports against the package direction:\n" + "\n".join(offenders)
+
+
+def test_the_composition_root_imports_the_agent_side_lazily() -> None:
+    """node.cli imports agent modules only inside the function of the subcommand that needs them."""
+    path = ROOT / "node" / "cli.py"
+    eager = [
+        f"{where(path, node.lineno)}: {ast.unparse(node)}"
+        for node in parsed(path).body
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and any(within(name, "agent") for name in _imported_modules(node))
+    ]
+    assert not eager, "node.cli imports the agent side at module level:\n" + "\n".join(eager)
+
+
+def _imported_modules(node: ast.Import | ast.ImportFrom) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    return [node.module or ""]
+
+
+# ---- class size -----------------------------------------------------------------------------------------------
+
+
+def test_no_class_over_300_lines() -> None:
+    """No class spans more than 300 lines (`class` line to its last line), agent.client.Client aside."""
+    offenders: list[str] = []
+    for path in source_files():
+        for qualname, cls in _classes(parsed(path), module_name(path)):
+            lines = cls.end_lineno - cls.lineno + 1 if cls.end_lineno else 0
+            if lines > MAX_CLASS_LINES and qualname not in LARGE_CLASSES_ALLOWED:
+                offenders.append(f"{qualname} ({where(path, cls.lineno)}): {lines} lines")
+    assert not offenders, f"classes over {MAX_CLASS_LINES} lines:\n" + "\n".join(offenders)
+
+
+def _classes(tree: ast.AST, prefix: str) -> Iterator[tuple[str, ast.ClassDef]]:
+    """Every class with its qualified name, nested classes included."""
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, ast.ClassDef):
+            yield f"{prefix}.{child.name}", child
+            yield from _classes(child, f"{prefix}.{child.name}")
+        elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield from _classes(child, f"{prefix}.{child.name}.<locals>")
+        else:
+            yield from _classes(child, prefix)
+
+
+# ---- private names --------------------------------------------------------------------------------------------
+
+
+def is_private(name: str) -> bool:
+    """`_x` and the name-mangled `__x` are private; dunder names (`__x__`) are not."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_name_uses(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, expression) of every reach into another module's or object's private names.
+
+    The rule:
+    - `from m import _x`, `import m._x` and `from m._x import y` reach into a private name or module;
+    - `m._x`, where `m` is any name an import statement binds (a module, or a class or function of one), reaches
+      into what that module keeps private;
+    - `obj._x` on any other object reaches into that object's private state: every expression except the names
+      `self` and `cls` (the instance or class whose own code this is, in any method or function nested in one)
+      and `super()` (the same object, through its parent class's code); `self.db._x` counts, as `db` is another
+      object. Name-mangled attributes follow the same rule: `self.__x` is fine, `obj.__x` is not.
+    Dunder names (`__init__`, `__name__`, ...) are never private. Names reached through `getattr` with a string
+    are not seen.
+    """
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                imported.add(alias.asname or alias.name.split(".")[0])
+                if any(is_private(part) for part in alias.name.split(".")):
+                    yield node.lineno, f"import {alias.name}"
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            for alias in node.names:
+                imported.add(alias.asname or alias.name)
+                if is_private(alias.name) or any(is_private(part) for part in module.split(".") if part):
+                    yield node.lineno, f"{module}.{alias.name}"
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and is_private(node.attr)):
+            continue
+        owner = node.value
+        if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+            continue
+        if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super":
+            continue
+        yield node.lineno, ast.unparse(node)
+
+
+def test_no_module_reaches_into_private_names() -> None:
+    """See `private_name_uses` for the rule; PRIVATE_NAMES_ALLOWED lists the few outside names used by necessity."""
+    offenders = [
+        f"{where(path, line)}: {expression}"
+        for path in source_files()
+        for line, expression in sorted(set(private_name_uses(parsed(path))))
+        if expression not in PRIVATE_NAMES_ALLOWED
+    ]
+    assert not offenders, "reaches into private names:\n" + "\n".join(offenders)
+
+
+def test_the_private_name_rule() -> None:
+    """The rule itself, on a made-up module: what counts as reaching in and what does not."""
+    source = """
+import argparse
+import os.path
+from m import _hidden, visible
+from m._inner import thing
+
+class A(Base):
+    def method(self, other):
+        self._mine = visible._theirs
+        other._state = cls._shared
+        super()._parent()
+        self.__mangled, other.__mangled
+        self.db._writer
+        return self.__class__, other.__dict__, os.path._joinrealpath
+"""
+    found = [expression for _, expression in sorted(private_name_uses(ast.parse(source)))]
+    assert found == [
+        "m._hidden",
+        "m._inner.thing",
+        "visible._theirs",
+        "other._state",
+        "other.__mangled",
+        "self.db._writer",
+        "os.path._joinrealpath",
+    ]
+
+
+# ---- a test file for every module -----------------------------------------------------------------------------
+
+
+def mirrored_test_file(path: Path) -> Path:
+    """`pkg/sub/mod.py` -> `tests/pkg/sub/test_mod.py`."""
+    relative = path.relative_to(ROOT)
+    return ROOT / "tests" / relative.parent / f"test_{relative.name}"
+
+
+def collected_counts(files: list[Path]) -> tuple[dict[Path, int], str]:
+    """How many tests pytest collects from each file, and its output when some file failed to collect."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+         "--continue-on-collection-errors", *(str(f.relative_to(ROOT)) for f in files)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    counts = dict.fromkeys(files, 0)
+    for line in result.stdout.splitlines():
+        if "::" in line and not line.startswith(("ERROR", "FAILED")):
+            file = ROOT / line.split("::", 1)[0]
+            if file in counts:
+                counts[file] += 1
+    errors = result.stdout if re.search(r"^ERROR ", result.stdout, re.MULTILINE) else ""
+    return counts, errors
+
+
+def test_every_module_has_a_test_file_that_collects_tests() -> None:
+    """Every module under identity/, node/, sync/, agent/ (not `__init__.py`) has its tests in the mirrored path,
+    and pytest collects at least one test there."""
+    modules = [path for path in source_files() if path.name != "__init__.py"]
+    expected = {path: mirrored_test_file(path) for path in modules}
+    missing = [f"{path.relative_to(ROOT)} -> {test.relative_to(ROOT)}" for path, test in expected.items()
+               if not test.is_file()]  # fmt: skip
+    present = [test for test in expected.values() if test.is_file()]
+    counts, errors = collected_counts(present) if present else ({}, "")
+    empty = [f"{test.relative_to(ROOT)} collects no test" for test in present if counts[test] == 0]
+    problems = [*(f"no test file: {line}" for line in missing), *empty]
+    assert not problems, (
+        f"{len(missing)} modules without a test file, {len(empty)} test files without tests:\n"
+        + "\n".join(problems)
+        + (f"\n\npytest's collection errors:\n{errors}" if errors else "")
+    )
