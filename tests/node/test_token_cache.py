@@ -12,8 +12,8 @@ from node import agents
 from node.agents import Principal, TokenCache
 from node.db import connect
 from node.service import Node
-from tests.agent.test_agent_auth import challenge, own_key_agent, proof
 from tests.conftest import AgentCreds, FakeClock
+from tests.node.test_agent_auth import challenge, own_key_agent, proof
 
 
 def test_entries_expire_and_the_cache_stays_bounded() -> None:

@@ -8,7 +8,7 @@ import aiohttp
 
 from identity import keys
 from sync.auth import sign_headers
-from tests.sync.conftest import PeerNode
+from tests.sync.conftest import PeerNode, make_peer  # noqa: F401  (fixture)
 
 
 async def signed(
@@ -30,14 +30,14 @@ async def signed(
         return r.status, await r.json(content_type=None)
 
 
-async def two(make_peer) -> tuple[PeerNode, PeerNode]:  # type: ignore[no-untyped-def]
+async def two(make_peer) -> tuple[PeerNode, PeerNode]:  # type: ignore[no-untyped-def]  # noqa: F811
     a, b = await make_peer("a"), await make_peer("b")
     await a.add_peer(b)
     return a, b
 
 
-async def test_unsigned_and_bearer_requests_are_refused(make_peer) -> None:  # type: ignore[no-untyped-def]
-    a, _b = await two(make_peer)
+async def test_unsigned_and_bearer_requests_are_refused(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    a, _b = await two(make_peer)  # noqa: F811
     agent_key = (await a.node.agents.create("agent", "Agent")).api_key
     for headers in ({}, {"Authorization": f"Bearer {agent_key}"}, a.admin):
         async with a.session.get(a.url + "/v1/sync/changes", headers=headers) as resp:
@@ -47,21 +47,21 @@ async def test_unsigned_and_bearer_requests_are_refused(make_peer) -> None:  # t
             assert resp.status == 401
 
 
-async def test_configured_peer_is_served(make_peer) -> None:  # type: ignore[no-untyped-def]
-    a, b = await two(make_peer)
+async def test_configured_peer_is_served(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    a, b = await two(make_peer)  # noqa: F811
     status, body = await signed(a.session, b.node.key, "GET", a.url + "/v1/sync/changes?since=0")
     assert status == 200 and body["type"] == "changes" and body["node_id"] == a.node_id and body["v"] == 1
 
 
-async def test_unknown_key_is_refused(make_peer) -> None:  # type: ignore[no-untyped-def]
-    a, _b = await two(make_peer)
+async def test_unknown_key_is_refused(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    a, _b = await two(make_peer)  # noqa: F811
     stranger = keys.SigningKey.generate()
     status, body = await signed(a.session, stranger, "GET", a.url + "/v1/sync/changes")
     assert status == 403 and body["code"] == "unknown_peer"
 
 
-async def test_replayed_request_is_refused(make_peer) -> None:  # type: ignore[no-untyped-def]
-    a, b = await two(make_peer)
+async def test_replayed_request_is_refused(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    a, b = await two(make_peer)  # noqa: F811
     url = a.url + "/v1/sync/changes?since=0"
     headers = sign_headers(b.node.key, "GET", url)
     async with a.session.get(url, headers=headers) as resp:
@@ -70,16 +70,16 @@ async def test_replayed_request_is_refused(make_peer) -> None:  # type: ignore[n
         assert resp.status == 401 and (await resp.json())["code"] == "replayed_request"
 
 
-async def test_stale_request_is_refused(make_peer) -> None:  # type: ignore[no-untyped-def]
-    a, b = await two(make_peer)
+async def test_stale_request_is_refused(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    a, b = await two(make_peer)  # noqa: F811
     status, body = await signed(a.session, b.node.key, "GET", a.url + "/v1/sync/changes", now=time.time() - 600)
     assert status == 401 and body["code"] == "stale_request"
     status, body = await signed(a.session, b.node.key, "GET", a.url + "/v1/sync/changes", now=time.time() + 600)
     assert status == 401 and body["code"] == "stale_request"
 
 
-async def test_tampered_body_and_retargeted_signature_are_refused(make_peer) -> None:  # type: ignore[no-untyped-def]
-    a, b = await two(make_peer)
+async def test_tampered_body_and_retargeted_signature_are_refused(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    a, b = await two(make_peer)  # noqa: F811
     body = b'{"type":"fetch","hashes":["' + b"a" * 64 + b'"]}'
     other = body.replace(b"a" * 64, b"b" * 64)
     status, problem = await signed(a.session, b.node.key, "POST", a.url + "/v1/sync/fetch", body, send_body=other)
@@ -93,8 +93,8 @@ async def test_tampered_body_and_retargeted_signature_are_refused(make_peer) -> 
         assert resp.status == 401 and (await resp.json())["code"] == "bad_signature"  # the query is signed
 
 
-async def test_bad_input_from_an_authenticated_peer(make_peer) -> None:  # type: ignore[no-untyped-def]
-    a, b = await two(make_peer)
+async def test_bad_input_from_an_authenticated_peer(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    a, b = await two(make_peer)  # noqa: F811
     key = b.node.key
     cases = [
         ("GET", "/v1/sync/changes?limit=0", None, 422, "$.limit"),
