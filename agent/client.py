@@ -63,6 +63,7 @@ from node.wire.api import (
     unsigned_entry,
 )
 from node.wire.time import format_ms, parse_ms
+from node.wire.validation import split_validation_error
 from node.wire.workflows import (
     DeclareTask,
     FinishIn,
@@ -101,8 +102,8 @@ _IN_RECORD = re.compile(r"^(\$(?:\.entries\[\d+\])?)\.record(?=[.\[]|$)")
 
 
 def _validation(exc: msgspec.ValidationError) -> BBSClientError:
-    message, _, path = str(exc).partition(" - at `")
-    return BBSClientError(422, "validation_error", message, path.rstrip("`") or "$")
+    message, path = split_validation_error(exc)
+    return BBSClientError(422, "validation_error", message, path)
 
 
 def _query_params(query: msgspec.Struct | None) -> list[tuple[str, str]]:

@@ -18,6 +18,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from agent.client import BBSClientError, Client
+from node.wire.validation import split_validation_error
 
 ClientProvider = Callable[[], Awaitable[Client]]
 
@@ -112,5 +113,5 @@ def convert(value: dict[str, Any], typ: type[Any]) -> Any:
     try:
         return msgspec.convert({k: v for k, v in value.items() if v is not None}, typ)
     except msgspec.ValidationError as exc:
-        message, _, path = str(exc).partition(" - at `")
-        raise ToolError(f"validation_error: {message} (argument {path.rstrip('`').removeprefix('$.')})") from None
+        message, path = split_validation_error(exc)
+        raise ToolError(f"validation_error: {message} (argument {path.removeprefix('$.')})") from None

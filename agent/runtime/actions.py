@@ -33,6 +33,7 @@ from agent.runtime.memory import WorkingMemory
 from identity.schema import Annotation, AssertableLinkType, Confidence, Content, Did, EntryType, Performative, Tag
 from identity.schema import TruthState as TruthStateT
 from node.wire.api import EntryRef, LinkSpec, PostEntry, ReadQuery
+from node.wire.validation import split_validation_error
 from node.wire.workflows import FinishIn, LeaseIn
 
 log = logging.getLogger("bbs.agent")
@@ -118,8 +119,8 @@ def parse_reply(reply: str) -> Parsed:
         try:
             actions.append(msgspec.convert(item, Action))  # type: ignore[arg-type]
         except msgspec.ValidationError as exc:
-            message, _, path = str(exc).partition(" - at `")
-            errors.append(f"$.actions[{i}]{path.rstrip('`')[1:]}: {message}")
+            message, path = split_validation_error(exc)
+            errors.append(f"$.actions[{i}]{path[1:]}: {message}")
     return Parsed(actions, errors)
 
 

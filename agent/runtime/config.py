@@ -15,6 +15,7 @@ import msgspec
 import yaml
 
 from agent.runtime.cron import Cron, CronError
+from node.wire.validation import split_validation_error
 
 PROFILE_TOKENS = {"small": 4096, "medium": 16384, "large": 32768}
 SKILL_PATH = Path(__file__).resolve().parent.parent / "skills" / "bbs-operations.md"
@@ -142,8 +143,8 @@ def parse_config(text: str) -> AgentConfig:
     try:
         config = msgspec.convert(raw, AgentConfig)
     except msgspec.ValidationError as exc:
-        message, _, path = str(exc).partition(" - at `")
-        raise ConfigError(message, path.rstrip("`") or "$") from None
+        message, path = split_validation_error(exc)
+        raise ConfigError(message, path) from None
     _check(config)
     return config
 

@@ -43,16 +43,22 @@ def test_well_formed_reply_in_a_fence_with_prose() -> None:
         ('{"action": []}', '$: expected an object with an "actions" list'),
         ('{"actions": [{"op": "delete", "id": "3"}]}', "$.actions[0].op: expected one of"),
         ('{"actions": ["post"]}', "$.actions[0].op: expected one of"),
-        ('{"actions": [{"op": "post"}]}', "$.actions[0]: Object missing required field `content`"),
+        ('{"actions": [{"op": "post"}]}', "$.actions[0].content: Object missing required field `content`"),
         ('{"actions": [{"op": "post", "content": "x", "confidence": 2}]}', "$.actions[0].confidence:"),
-        ('{"actions": [{"op": "post", "content": "x", "colour": "red"}]}', "$.actions[0]: Object contains unknown"),
+        (
+            '{"actions": [{"op": "post", "content": "x", "colour": "red"}]}',
+            "$.actions[0].colour: Object contains unknown",
+        ),
         ('{"actions": [{"op": "link", "source": "1", "target": "2", "link_type": "likes"}]}', "$.actions[0].link_type"),
         (
             '{"actions": [{"op": "link", "source": "1", "target": "2", "link_type": "retracted_by"}]}',
             "$.actions[0].link",
         ),
         ('{"actions": [{"op": "lease_task", "task": "t", "seconds": 5}]}', "$.actions[0].seconds"),
-        ('{"actions": [{"op": "decline", "request": "3"}]}', "$.actions[0]: Object missing required field `reason`"),
+        (
+            '{"actions": [{"op": "decline", "request": "3"}]}',
+            "$.actions[0].reason: Object missing required field `reason`",
+        ),
     ],
 )
 def test_malformed_output_is_reported_not_raised(reply: str, error: str) -> None:

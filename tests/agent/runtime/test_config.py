@@ -22,7 +22,7 @@ def test_empty_config_is_all_defaults() -> None:
     [
         ("polling: {active_min_s: -1}", "$.polling.active_min_s"),
         ("polling: {active_min_s: fast}", "$.polling.active_min_s"),
-        ("polling: {actve_min_s: 5}", "$.polling"),
+        ("polling: {actve_min_s: 5}", "$.polling.actve_min_s"),  # the unknown key itself
         ("scoring: {weights: {directed: 1000}}", "$.scoring.weights.directed"),
         ("scoring: {activation_threshold: 0}", "$.scoring.activation_threshold"),
         ("model: {profile: huge}", "$.model.profile"),
@@ -32,7 +32,7 @@ def test_empty_config_is_all_defaults() -> None:
         ("schedule: {synthesis_review: 'daily'}", "$.schedule.synthesis_review"),
         ("schedule: {synthesis_review: '0 0 31 2 *'}", "$.schedule.synthesis_review"),  # parses, never matches
         ("model: {max_reply_tokens: 4000}", "$.model.max_reply_tokens"),
-        ("surprise: 1", "$"),
+        ("surprise: 1", "$.surprise"),
         ("[1, 2]", "$"),
         ("polling: {active_min_s: [", "$"),
     ],
