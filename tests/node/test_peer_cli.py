@@ -12,7 +12,6 @@ from node import db, sync_store
 from node.cli import main
 from node.datadir import DataDir
 from node.service import Node
-from node.sync_store import NodeSyncStore
 from sync.store import Invalid
 
 PEER = keys.SigningKey.generate().did
@@ -52,7 +51,7 @@ async def test_peers_shows_invalid_reasons_and_the_last_error(
     """The CLI beside a running node: the node counts what a peer sent and notes its error; `bbs peers` shows it."""
     data = str(data_dir[0])
     assert run(capsys, "peer", "add", "http://10.0.0.2:8420", "--key", PEER, "--data", data)[0] == 0
-    store = NodeSyncStore(node)
+    store = node.sync
     bad = [Invalid("a" * 64, "bad_signature", "x"), Invalid(None, "malformed", "y"), Invalid(None, "malformed", "z")]
     await store.ingest(PEER, [], bad, None)
     await store.note_peer(PEER, error="connection refused")

@@ -62,7 +62,14 @@ async def test_adding_listing_and_readdressing_peers(served: TestClient, admin_h
         0,
         0,
     )
-    assert peer["counters"] == {"saved": 0, "duplicate": 0, "invalid": 0, "pending_link": 0, "invalid_reasons": {}}
+    assert peer["counters"] == {
+        "saved": 0,
+        "duplicate": 0,
+        "invalid": 0,
+        "pending_link": 0,
+        "internal": 0,
+        "invalid_reasons": {},
+    }
     resp = await served.post(
         "/v1/peers", json={"url": "http://127.0.0.1:10/", "node_id": PEER.did}, headers=admin_headers
     )

@@ -31,7 +31,7 @@ def test_reflect_takes_a_transcript_or_a_session() -> None:
 
 def test_salience_weights_are_each_between_zero_and_one() -> None:
     weights = msgspec.convert({}, dm.SalienceWeights)
-    assert weights.emphasis == 0.3 and weights.action == 0.25
+    assert weights.emphasis == 0.4 and weights.action == 0.4
     assert "$.weights.risk" in refused(dm.ReflectIn, {"weights": {"risk": 1.5}})
     assert "unknown field `colour`" in refused(dm.SalienceWeights, {"colour": 1})
 

@@ -41,7 +41,7 @@ async def test_the_home_node_grants_and_extends(make_peer: MakePeer) -> None:
     home, asking = await pair(make_peer)
     await declare(home, "index")
     worker = await asking.agent("worker")
-    record, granted = await forward.request_lease(asking.node, home.node_id, "index", worker, 120)
+    record, granted = await forward.request_lease(asking.node.db, asking.node.key, home.node_id, "index", worker, 120)
     assert granted
     assert (record["kind"], record["event"], record["task_key"], record["holder"]) == (
         "task_event",
@@ -50,7 +50,7 @@ async def test_the_home_node_grants_and_extends(make_peer: MakePeer) -> None:
         worker,
     )
     assert record["author_id"] == home.node_id  # signed by the lease authority
-    record, granted = await forward.request_lease(asking.node, home.node_id, "index", worker, 600)
+    record, granted = await forward.request_lease(asking.node.db, asking.node.key, home.node_id, "index", worker, 600)
     assert not granted and record["holder"] == worker
 
 
@@ -58,12 +58,12 @@ async def test_the_home_nodes_refusals_are_relayed(make_peer: MakePeer) -> None:
     home, asking = await pair(make_peer)
     await declare(home, "index")
     first, second = await asking.agent("first"), await asking.agent("second")
-    await forward.request_lease(asking.node, home.node_id, "index", first, 120)
+    await forward.request_lease(asking.node.db, asking.node.key, home.node_id, "index", first, 120)
     with pytest.raises(BBSError) as info:
-        await forward.request_lease(asking.node, home.node_id, "index", second, 120)
+        await forward.request_lease(asking.node.db, asking.node.key, home.node_id, "index", second, 120)
     assert (info.value.status, info.value.code, info.value.field) == (409, "lease_held", "task_id")
     with pytest.raises(BBSError) as info:
-        await forward.request_lease(asking.node, home.node_id, "no-such-task", first, 120)
+        await forward.request_lease(asking.node.db, asking.node.key, home.node_id, "no-such-task", first, 120)
     assert (info.value.status, info.value.field) == (404, "task_id")
 
 
@@ -71,7 +71,7 @@ async def test_a_home_node_that_is_not_a_peer_is_unreachable(make_peer: MakePeer
     asking = await make_peer("asking")
     stranger = keys.SigningKey.generate().did
     with pytest.raises(LeaseAuthorityUnreachable) as info:
-        await forward.request_lease(asking.node, stranger, "index", await asking.agent("w"), 120)
+        await forward.request_lease(asking.node.db, asking.node.key, stranger, "index", await asking.agent("w"), 120)
     assert (info.value.status, info.value.code, info.value.field) == (503, "lease_authority_unreachable", "task_id")
     assert "not a peer" in info.value.detail
 
@@ -85,7 +85,7 @@ async def test_a_home_node_that_does_not_answer_is_unreachable(make_peer: MakePe
     ) as resp:  # fmt: skip
         assert resp.status == 201
     with pytest.raises(LeaseAuthorityUnreachable) as info:
-        await forward.request_lease(asking.node, home, "index", await asking.agent("w"), 120)
+        await forward.request_lease(asking.node.db, asking.node.key, home, "index", await asking.agent("w"), 120)
     assert "cannot reach it" in info.value.detail
 
 
@@ -139,7 +139,7 @@ async def test_what_a_misbehaving_home_node_answers(
 ) -> None:
     asking, home = await odd_home(status, body)
     with pytest.raises(BBSError) as info:
-        await forward.request_lease(asking.node, home, "index", await asking.agent("w"), 120)
+        await forward.request_lease(asking.node.db, asking.node.key, home, "index", await asking.agent("w"), 120)
     assert (info.value.status, info.value.code) == expected
     assert info.value.field == "task_id"
     if status == 500:
