@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from identity import canonical, keys, records
+from identity import keys, records
 from node import agents
 from node.errors import Conflict, Forbidden, InvalidInput
 from node.sealing import (
@@ -21,41 +21,27 @@ from node.sealing import (
     until_hash_free,
 )
 from node.service import Node
-from node.wire.time import format_ms
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import entry_record, self_signer
 
 
-def unsigned_entry(author: str, created_ms: int, content: str = "sealed here") -> dict[str, Any]:
-    return {
-        "kind": "entry",
-        "schema_version": canonical.SCHEMA_VERSION,
-        "author_id": author,
-        "created_at": format_ms(created_ms),
-        "entry_type": "finding",
-        "performative": "inform",
-        "content": content,
-        "confidence": 0.5,
-        "tags": [],
-        "directed_to": [],
-        "links": [],
-        "metadata": {},
-        "truth_state": "fact",
-        "authority": "raw",
-        "scope": "federation",
-    }
+def unsigned_entry(key: keys.SigningKey, created_ms: int, content: str = "sealed here") -> dict[str, Any]:
+    """The fields of an entry record by `key`'s agent, before signing."""
+    record = entry_record(key, content, created_ms=created_ms)
+    del record["signature"]
+    return record
 
 
 def test_sign_and_check_makes_a_record_any_node_accepts() -> None:
     key = keys.SigningKey.generate()
-    record, record_hash, decoded = sign_and_check(unsigned_entry(key.did, 1_700_000_000_000), key)
+    record, record_hash, decoded = sign_and_check(unsigned_entry(key, 1_700_000_000_000), key)
     assert records.verify(record) == record_hash
     assert decoded.author_id == key.did and decoded.content == "sealed here"
 
 
 def test_sign_and_check_refuses_a_record_breaking_a_rule() -> None:
     key = keys.SigningKey.generate()
-    bad = unsigned_entry(key.did, 1_700_000_000_000) | {"confidence": 2.0}
+    bad = unsigned_entry(key, 1_700_000_000_000) | {"confidence": 2.0}
     with pytest.raises(InvalidInput) as caught:
         sign_and_check(bad, key)
     assert caught.value.code.startswith("record_") and caught.value.field == "$.confidence"
