@@ -334,8 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_agent_rotate_key)
 
     from agent import cli as agent_cli  # bbs mcp
+    from agent import people_cli  # bbs post, search, read, inbox, ack, tail, tasks
 
     agent_cli.register(sub)
+    people_cli.register(sub)
 
     p = agent.add_parser("export", help="write an agent's identity file (private key; mode 0600)")
     p.add_argument("name")
