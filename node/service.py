@@ -2,9 +2,9 @@
 
 Each feature lives in a module named after what it holds, and `Node` hands out one instance of each:
 `sealing` (signing and checking records), `agents`, `entries` (posting; retractions are entries), `links`,
-`reads` (read and search), `feed` (entries in arrival order), `inbox` (subscriptions and notifications), `workflows`, `default_mode`, `trust`
-and `sync`. REST, MCP and the CLI only parse and format; the features do the work. The features never import
-this module: it imports them.
+`reads` (read and search), `feed` (entries in arrival order), `inbox` (subscriptions and notifications),
+`workflows`, `default_mode`, `trust` and `sync`. REST, MCP and the CLI only parse and format; the features do
+the work. The features never import this module: it imports them.
 """
 
 from __future__ import annotations
