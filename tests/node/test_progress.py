@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from node.progress import Reporter, silent
 
 
@@ -37,5 +39,6 @@ def test_bars_render_the_step_and_its_count() -> None:
     assert "unpacking" in shown and "10/10" in shown
 
 
-def test_silent_shows_nothing() -> None:
-    assert silent("x", 1, 2) is None
+def test_silent_shows_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    silent("x", 1, 2)
+    assert capsys.readouterr() == ("", "")
