@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # imported when a command runs: building the `bbs` parser sta
     from agent.client import BBSClientError, Client
 
 T = TypeVar("T")
-MAX_FEED_WAIT_MS = 30_000  # node.wire.feed's limit, for the help text
+MAX_FEED_WAIT_MS = 25_000  # node.wire.feed's limit, for the help text
 DEFAULT_NODE = "http://127.0.0.1:8420"
 TAIL_WAIT_MS = 20_000
 CLI_RETRIES = 2  # a person waits less than an agent: an unreachable node is reported within about a second

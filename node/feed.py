@@ -36,11 +36,12 @@ class Feed:
         return await self.db.read(lambda c: read_page(c, q), quick=True)
 
     async def wait_for_entry(self, after: int, timeout: float) -> None:
-        """Return once an entry newer than `after` is stored, `timeout` seconds pass, or the node shuts down."""
+        """Return once an entry newer than `after` is stored, `timeout` seconds pass, or the node shuts down;
+        at once for a cursor beyond the newest entry (read_page moves it back)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while not self.closing.is_set():
-            if await self._newest() > after:
+            if await self._newest() != after:
                 return
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -67,7 +68,8 @@ def read_page(conn: sqlite3.Connection, q: FeedQuery) -> FeedPage:
     """`Feed.page` on one connection (one snapshot: the page and the head agree).
 
     A short page holds every visible entry up to the head, so `next` moves to the head: the synthetic entries
-    it skipped are not scanned again."""
+    it skipped are not scanned again. A cursor beyond the head (given by another node, or kept from before a
+    restore to an older backup) moves back to the head, so the entries that arrive next are not missed."""
     sql = (
         f"SELECT {queries.ENTRY_COLUMNS} FROM entries e WHERE e.id > ?"
         + ("" if q.include_synthetic else " AND e.truth_state != 'simulation'")
@@ -75,5 +77,5 @@ def read_page(conn: sqlite3.Connection, q: FeedQuery) -> FeedPage:
     )
     entries = [queries.entry_out(r) for r in conn.execute(sql, (q.after, q.limit)).fetchall()]
     head = newest_id(conn)
-    cursor = entries[-1].id if len(entries) == q.limit else max(q.after, head)
+    cursor = entries[-1].id if len(entries) == q.limit else head
     return FeedPage(entries=entries, next=cursor, head=head)

@@ -12,7 +12,7 @@ import msgspec
 from node.wire.api import EntryOut
 
 MAX_FEED_PAGE = 200
-MAX_FEED_WAIT_MS = 30_000
+MAX_FEED_WAIT_MS = 25_000  # below common 30 s client and proxy timeouts
 MAX_SEQ = 2**63 - 1  # SQLite's INTEGER range
 
 

@@ -52,7 +52,7 @@ async def test_a_long_poll_returns_when_an_entry_arrives(
 ) -> None:
     alice = await make_agent("alice")
     before = await _post(node, alice, "old news")
-    waiting = asyncio.ensure_future(node.feed.page(FeedQuery(after=before, wait_ms=30_000)))
+    waiting = asyncio.ensure_future(node.feed.page(FeedQuery(after=before, wait_ms=25_000)))
     await asyncio.sleep(0.2)
     assert not waiting.done()
     fresh = await _post(node, alice, "breaking news")
@@ -63,7 +63,7 @@ async def test_a_long_poll_returns_when_an_entry_arrives(
 async def test_a_long_poll_without_news_answers_empty_and_shutdown_wakes_it(node: Node) -> None:
     page = await node.feed.page(FeedQuery(wait_ms=50))
     assert page.entries == [] and page.next == 0 and page.head == 0
-    waiting = asyncio.ensure_future(node.feed.page(FeedQuery(wait_ms=30_000)))
+    waiting = asyncio.ensure_future(node.feed.page(FeedQuery(wait_ms=25_000)))
     await asyncio.sleep(0.05)
     node.feed.closing.set()
     assert (await asyncio.wait_for(waiting, 10)).entries == []
@@ -77,3 +77,15 @@ async def test_newest_id_is_the_largest_entry_id(
     last = [await _post(node, alice, f"n{i}") for i in range(3)][-1]
     assert await node.db.read(newest_id) == last
     assert isinstance(node.feed, Feed)
+
+
+async def test_a_cursor_beyond_the_newest_entry_answers_at_once_and_moves_back(
+    node: Node, make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    """A cursor from another node, or kept from before a restore to an older backup: the next entry still shows."""
+    alice = await make_agent("alice")
+    head = await _post(node, alice, "the newest here")
+    page = await asyncio.wait_for(node.feed.page(FeedQuery(after=head + 1000, wait_ms=25_000)), 10)
+    assert page.entries == [] and page.next == head
+    fresh = await _post(node, alice, "after the restore")
+    assert [e.id for e in (await node.feed.page(FeedQuery(after=page.next))).entries] == [fresh]
