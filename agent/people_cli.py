@@ -93,7 +93,8 @@ def cmd_post(args: argparse.Namespace) -> int:
     if args.json:
         print(fmt.to_json(entry))
     else:
-        fmt.console().print(fmt.entries_table([entry], title="posted"))
+        out = fmt.console()
+        out.print(fmt.entries_table([entry], title="posted", width=out.width))
     return 0
 
 
@@ -125,7 +126,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         print("no entries match", file=sys.stderr)
         return 0
     out = fmt.console()
-    out.print(fmt.entries_table(result.entries))
+    out.print(fmt.entries_table(result.entries, width=out.width))
     if result.next_offset is not None:
         print(f"more: --offset {result.next_offset}", file=sys.stderr)
     return 0
@@ -245,6 +246,9 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         graph = run(args, lambda c: c.task_graph())
         if args.json:
             print(fmt.to_json(graph))
+            return 0
+        if not graph.nodes:
+            print("no tasks declared", file=sys.stderr)
             return 0
         out = fmt.console()
         for table in fmt.graph_tables(graph):

@@ -18,6 +18,8 @@ from node.wire.api import EntryOut, Envelope, LinkOut
 from node.wire.workflows import Graph, ReadyTask
 
 CONTENT_PREVIEW = 160  # characters of an entry's content in a table row or a tail line
+OFF_TERMINAL_WIDTH = 160
+WIDE, MEDIUM = 120, 100  # console widths from which entry tables show the time, and the author, beside the content
 
 
 def to_json(value: Any) -> str:
@@ -57,20 +59,27 @@ def _flags(entry: EntryOut) -> str:
     return ",".join(marks)
 
 
-def entries_table(entries: list[EntryOut], title: str | None = None) -> Table:
-    """Entries as rows: id, when, author, type and performative, tags, content preview."""
-    table = _table("id", "created", "author", "type", "tags", "content", title=title)
+def entries_table(entries: list[EntryOut], title: str | None = None, width: int = OFF_TERMINAL_WIDTH) -> Table:
+    """Entries as rows: id, type and performative, tags, content preview, and on a console `width` wide enough
+    for them beside the content, when (to the minute) and the author."""
+    columns = ["id", "created", "author", "type", "tags", "content"]
+    if width < WIDE:
+        columns.remove("created")
+    if width < MEDIUM:
+        columns.remove("author")
+    table = _table(*columns, title=title)
     for e in entries:
         kind = f"{e.entry_type}/{e.performative}"
         flags = _flags(e)
-        table.add_row(
-            _text(e.id),
-            _text(e.created_at),
-            _text(short_did(e.author_id)),
-            _text(f"{kind} ({flags})" if flags else kind),
-            _text(", ".join(e.tags)),
-            _text(preview(e.content)),
-        )
+        cells = {
+            "id": e.id,
+            "created": e.created_at[:16].replace("T", " "),
+            "author": short_did(e.author_id),
+            "type": f"{kind} ({flags})" if flags else kind,
+            "tags": ", ".join(e.tags),
+            "content": preview(e.content),
+        }
+        table.add_row(*(_text(cells[name]) for name in columns))
     return table
 
 
@@ -163,9 +172,6 @@ def tail_line(entry: EntryOut) -> Text:
         line.append(" [" + ", ".join(entry.tags) + "]", style="green")
     line.append(" " + preview(entry.content))
     return line
-
-
-OFF_TERMINAL_WIDTH = 160
 
 
 def console() -> Console:

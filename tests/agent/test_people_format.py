@@ -92,3 +92,17 @@ def test_to_json_is_compact_json_of_the_wire_struct() -> None:
 def test_console_off_a_terminal_is_wide(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     assert fmt.console().width == fmt.OFF_TERMINAL_WIDTH
+
+
+def test_entry_tables_leave_out_time_then_author_on_narrow_consoles() -> None:
+    for width, shown, hidden in [
+        (160, ["created", "author"], []),
+        (110, ["author"], ["created"]),
+        (80, [], ["created", "author"]),
+    ]:
+        out = io.StringIO()
+        Console(file=out, width=width, color_system=None).print(fmt.entries_table([entry()], width=width))
+        text = out.getvalue()
+        assert "not red" in text  # the content column stays
+        assert all(name in text for name in shown) and not any(name in text for name in hidden), (width, text)
+        assert max(len(line) for line in text.splitlines()) <= width
