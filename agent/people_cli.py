@@ -28,6 +28,7 @@ MAX_FEED_WAIT_MS = 25_000  # node.wire.feed's limit, for the help text
 DEFAULT_NODE = "http://127.0.0.1:8420"
 TAIL_WAIT_MS = 20_000
 CLI_RETRIES = 2  # a person waits less than an agent: an unreachable node is reported within about a second
+TAIL_RETRIES = 8  # but `bbs tail` outlasts a node's restart (about 50 s of backoff) before it gives up
 
 
 def problem_line(exc: BBSClientError, node: str) -> str:
@@ -37,7 +38,7 @@ def problem_line(exc: BBSClientError, node: str) -> str:
     return f"{exc.code}: {exc.detail}" + (f" (at {exc.field})" if exc.field else "")
 
 
-def make_client(args: argparse.Namespace) -> Client:
+def make_client(args: argparse.Namespace, retries: int = CLI_RETRIES) -> Client:
     """The client the common flags describe; CommandError when no credential is given."""
     from agent import identity_file
     from agent.client import Client
@@ -49,14 +50,14 @@ def make_client(args: argparse.Namespace) -> Client:
         signing_key = identity_file.load(args.identity.expanduser(), passphrase(args.passphrase_env)).key
     if api_key is None and signing_key is None:
         raise CommandError("give --api-key KEY (or set BBS_API_KEY) or --identity FILE")
-    return Client(node, api_key=api_key, signing_key=signing_key, retries=CLI_RETRIES, backoff=0.2)
+    return Client(node, api_key=api_key, signing_key=signing_key, retries=retries, backoff=0.2)
 
 
-def run(args: argparse.Namespace, act: Callable[[Client], Awaitable[T]]) -> T:
+def run(args: argparse.Namespace, act: Callable[[Client], Awaitable[T]], retries: int = CLI_RETRIES) -> T:
     """Run `act` with the command's client; a problem the node reports becomes a CommandError line."""
     from agent.client import BBSClientError
 
-    client = make_client(args)
+    client = make_client(args, retries)
 
     async def go() -> T:
         async with client:
@@ -234,7 +235,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
         else:
             out.print(fmt.tail_line(entry))
 
-    run(args, lambda c: follow(c, args, emit))
+    run(args, lambda c: follow(c, args, emit), retries=TAIL_RETRIES if args.follow else CLI_RETRIES)
     return 0
 
 
