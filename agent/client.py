@@ -62,6 +62,7 @@ from node.wire.api import (
     SubscriptionOut,
     unsigned_entry,
 )
+from node.wire.feed import FeedPage, FeedQuery
 from node.wire.time import format_ms, parse_ms
 from node.wire.validation import split_validation_error
 from node.wire.workflows import (
@@ -236,10 +237,14 @@ class Client:
         headers: Mapping[str, str] | None = None,
         auth: bool = True,
         built: bool = False,
+        timeout: float | None = None,
     ) -> T:
         """One logical request: retried on connection errors and 5xx with the same body and headers.
 
-        `built`: the body's records were signed by this client from the caller's Structs (see `_problem`)."""
+        `built`: the body's records were signed by this client from the caller's Structs (see `_problem`);
+        `timeout`: seconds for each attempt instead of the client's (a long-poll waits longer)."""
+        # Only when given: aiohttp reads timeout=None as "no timeout at all", not as "the session's".
+        extra: dict[str, Any] = {"timeout": aiohttp.ClientTimeout(total=timeout)} if timeout is not None else {}
         attempt, relogged = 0, False
         body = _encode_body(json) if json is not None else None
         while True:
@@ -250,7 +255,7 @@ class Client:
                 send["Authorization"] = f"Bearer {token}"
             try:
                 async with self._http().request(
-                    method, self.base_url + path, data=body, params=params, headers=send
+                    method, self.base_url + path, data=body, params=params, headers=send, **extra
                 ) as resp:
                     raw = await resp.read()
                     status = resp.status
@@ -479,6 +484,16 @@ class Client:
             except msgspec.ValidationError as exc:
                 raise _validation(exc) from None
         return await self._request("GET", "/v1/search", SearchResult, params=_query_params(query))
+
+    async def feed(self, query: FeedQuery | None = None, **fields: Any) -> FeedPage:
+        """Entries in arrival order after a cursor (`after`, the previous page's `next`), long-polling up to
+        `wait_ms` for a new one; pass a FeedQuery or its fields as keywords."""
+        try:
+            q = _checked(query, FeedQuery) if query is not None else msgspec.convert(fields, FeedQuery)
+        except msgspec.ValidationError as exc:
+            raise _validation(exc) from None
+        wait = q.wait_ms / 1000 + self._timeout.total if q.wait_ms and self._timeout.total else None
+        return await self._request("GET", "/v1/feed", FeedPage, params=_query_params(q), timeout=wait)
 
     # ---- subscriptions and inbox ----------------------------------------------------------------------
 

@@ -28,12 +28,17 @@ from identity import keys
 from node import datalock, db
 from node.datadir import DataDir
 from node.errors import BBSError, Conflict, InvalidInput, NotFound
+from node.progress import Report, silent
 
 FORMAT = "agent-bbs-backup/1"
 DB_NAME = "bbs.db"
 KEY_NAME = "node.key"
 MANIFEST_NAME = "manifest.json"
 MEMBERS = (MANIFEST_NAME, KEY_NAME, DB_NAME)
+COPY_CHUNK = 1024 * 1024
+UNPACK_STEP = "unpacking the backup (bytes)"
+FINISH_STEP = "checking the database and moving it into place"
+LITESTREAM_STEP = "litestream restore"
 
 
 class Manifest(msgspec.Struct, forbid_unknown_fields=True):
@@ -138,7 +143,7 @@ def backup(data_root: Path, out: Path, *, now_ms: int | None = None) -> Manifest
     return manifest
 
 
-def _unpack(archive: Path, staging: Path) -> Manifest:
+def _unpack(archive: Path, staging: Path, progress: Report = silent) -> Manifest:
     """Extract the three known members (nothing else, no links, no paths) and verify their checksums."""
     if not archive.is_file():
         raise NotFound(f"backup file {archive} does not exist", code="backup_not_found")
@@ -147,12 +152,17 @@ def _unpack(archive: Path, staging: Path) -> Manifest:
             members = {m.name: m for m in tar.getmembers()}
             if set(members) != set(MEMBERS) or not all(m.isfile() for m in members.values()):
                 raise InvalidInput(f"{archive} is not a bbs backup (members {sorted(members)})", code="backup_corrupt")
+            total, done = sum(members[name].size for name in MEMBERS), 0
+            progress(UNPACK_STEP, 0, total)
             for name in MEMBERS:
                 source = tar.extractfile(members[name])
                 assert source is not None
                 fd = os.open(staging / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "wb") as dest:
-                    shutil.copyfileobj(source, dest)
+                    while chunk := source.read(COPY_CHUNK):
+                        dest.write(chunk)
+                        done += len(chunk)
+                        progress(UNPACK_STEP, done, total)
     except tarfile.TarError as exc:
         raise InvalidInput(f"{archive} is not a readable tar file: {exc}", code="backup_corrupt") from None
     try:
@@ -168,8 +178,9 @@ def _unpack(archive: Path, staging: Path) -> Manifest:
     return manifest
 
 
-def _finish(staging: Path, data_root: Path, *, force: bool) -> RestoreResult:
+def _finish(staging: Path, data_root: Path, *, force: bool, progress: Report = silent) -> RestoreResult:
     """Check the staged store, give it a new epoch, and move it into place (the old folder is kept aside)."""
+    progress(FINISH_STEP, 0, 2)
     key = keys.load_key(staging / KEY_NAME)
     node_id, previous_epoch, _version, records = _check_db(staging / DB_NAME)
     if node_id != key.did:
@@ -183,6 +194,7 @@ def _finish(staging: Path, data_root: Path, *, force: bool) -> RestoreResult:
         )
 
     db.write_sync(staging / DB_NAME, renew)  # also applies pending migrations; refuses a newer schema
+    progress(FINISH_STEP, 1, 2)
     conn = sqlite3.connect(str(staging / DB_NAME))
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -190,23 +202,29 @@ def _finish(staging: Path, data_root: Path, *, force: bool) -> RestoreResult:
         conn.close()
     os.chmod(staging, 0o700)
     replaced = None
-    if data_root.exists() and datalock.in_use(data_root):
-        raise Conflict(f"a node is serving {data_root}; stop it before restoring", code="data_in_use")
+    check_target(data_root, force=force)  # again: a node may have started on it meanwhile
     if data_root.exists() and any(data_root.iterdir()):
-        if not force:
-            raise Conflict(
-                f"{data_root} is not empty; stop the node and pass --force to replace it (it is kept aside)",
-                code="data_exists",
-            )
         aside = data_root.with_name(f"{data_root.name}.replaced-{time.strftime('%Y%m%dT%H%M%S')}")
         data_root.rename(aside)
         replaced = str(aside)
     elif data_root.exists():
         data_root.rmdir()
     staging.rename(data_root)
+    progress(FINISH_STEP, 2, 2)
     return RestoreResult(
         node_id=node_id, epoch=epoch, previous_epoch=previous_epoch, records=records, replaced=replaced
     )
+
+
+def check_target(data_root: Path, *, force: bool) -> None:
+    """Refuse to restore into a folder a node serves, or a non-empty one without `force` (before any work)."""
+    if data_root.exists() and datalock.in_use(data_root):
+        raise Conflict(f"a node is serving {data_root}; stop it before restoring", code="data_in_use")
+    if not force and data_root.exists() and any(data_root.iterdir()):
+        raise Conflict(
+            f"{data_root} is not empty; stop the node and pass --force to replace it (it is kept aside)",
+            code="data_exists",
+        )
 
 
 def _staging_dir(data_root: Path) -> Path:
@@ -214,12 +232,12 @@ def _staging_dir(data_root: Path) -> Path:
     return Path(tempfile.mkdtemp(dir=data_root.parent, prefix=f".{data_root.name}.restore-"))
 
 
-def restore(archive: Path, data_root: Path, *, force: bool = False) -> RestoreResult:
-    """Bring a data folder back from a backup file, with a new store epoch."""
+def restore(archive: Path, data_root: Path, *, force: bool = False, progress: Report = silent) -> RestoreResult:
+    """Bring a data folder back from a backup file, with a new store epoch (`progress` hears each step)."""
     staging = _staging_dir(data_root)
     try:
-        _unpack(archive, staging)
-        return _finish(staging, data_root, force=force)
+        _unpack(archive, staging, progress)
+        return _finish(staging, data_root, force=force, progress=progress)
     finally:
         if staging.exists():
             shutil.rmtree(staging)
@@ -258,7 +276,9 @@ def _yaml(value: str) -> str:
     return msgspec.json.encode(value).decode()  # a JSON string is a valid YAML scalar
 
 
-def restore_litestream(config: Path, data_root: Path, key_file: Path, *, force: bool = False) -> RestoreResult:
+def restore_litestream(
+    config: Path, data_root: Path, key_file: Path, *, force: bool = False, progress: Report = silent
+) -> RestoreResult:
     """Restore the database from a Litestream replica (per `config`) and the node key from `key_file`."""
     if not config.is_file():
         raise NotFound(f"litestream config {config} does not exist", code="config_not_found")
@@ -269,6 +289,7 @@ def restore_litestream(config: Path, data_root: Path, key_file: Path, *, force: 
         shutil.copyfile(key_file, staging / KEY_NAME)
         os.chmod(staging / KEY_NAME, 0o600)
         db_path = str(DataDir(data_root).db_path.resolve())
+        progress(LITESTREAM_STEP, 0, None)
         proc = subprocess.run(
             [litestream_binary(), "restore", "-config", str(config), "-o", str(staging / DB_NAME), db_path],
             capture_output=True,
@@ -277,7 +298,7 @@ def restore_litestream(config: Path, data_root: Path, key_file: Path, *, force: 
         )
         if proc.returncode != 0:
             raise BBSError(f"litestream restore failed: {proc.stderr.strip()[-500:]}", code="litestream_failed")
-        return _finish(staging, data_root, force=force)
+        return _finish(staging, data_root, force=force, progress=progress)
     finally:
         if staging.exists():
             shutil.rmtree(staging)

@@ -283,15 +283,18 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
 def cmd_rebuild(args: argparse.Namespace) -> int:
     from node import db, projections
     from node.datadir import DataDir, require_node
+    from node.progress import Reporter
 
     require_node(args.data)
 
-    def run(conn: object) -> tuple[bool, int]:
-        before = projections.snapshot(conn)  # type: ignore[arg-type]
-        count = projections.rebuild(conn)  # type: ignore[arg-type]
-        return before == projections.snapshot(conn), count  # type: ignore[arg-type]
+    with Reporter() as progress:  # bars on a terminal, plain lines on stderr otherwise
 
-    same, count = db.write_sync(DataDir(args.data).db_path, run)  # type: ignore[arg-type]
+        def run(conn: object) -> tuple[bool, int]:
+            before = projections.snapshot(conn)  # type: ignore[arg-type]
+            count = projections.rebuild(conn, progress)  # type: ignore[arg-type]
+            return before == projections.snapshot(conn), count  # type: ignore[arg-type]
+
+        same, count = db.write_sync(DataDir(args.data).db_path, run)  # type: ignore[arg-type]
     print(json.dumps({"records_replayed": count, "projections_matched_log": same}))
     return 0 if same else EXIT_ERROR
 
@@ -334,8 +337,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_agent_rotate_key)
 
     from agent import cli as agent_cli  # bbs mcp
+    from agent import people_cli  # bbs post, search, read, inbox, ack, tail, tasks
 
     agent_cli.register(sub)
+    people_cli.register(sub)
 
     p = agent.add_parser("export", help="write an agent's identity file (private key; mode 0600)")
     p.add_argument("name")

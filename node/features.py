@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 from aiohttp import web
 
-from node import agent_auth, background, peer_routes, projections, trust
+from node import agent_auth, background, feed_routes, peer_routes, projections, trust
 from node import routes as substrate_routes
 from node.background import CleanupContext
 from node.default_mode import routes as default_mode_routes
@@ -52,6 +52,7 @@ FEATURES: tuple[Feature, ...] = (
         tables=projections.SUBSTRATE_TABLES,
         background=(background.expiry_sweep,),
     ),
+    Feature("feed", routes=feed_routes.ROUTES, setup=feed_routes.install),  # entries in arrival order, long-poll
     Feature("default mode", routes=default_mode_routes.ROUTES),  # governed memory: /v1/default-mode
     Feature("trust", routes=trust.ROUTES, background=(background.trust_refresh,)),
     Feature("key-proof sessions", routes=agent_auth.ROUTES),

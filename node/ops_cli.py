@@ -45,19 +45,22 @@ def cmd_backup(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     import tarfile
 
-    from node.backup import restore, restore_litestream
+    from node.backup import check_target, restore, restore_litestream
     from node.datadir import CommandError
     from node.errors import InvalidInput
+    from node.progress import Reporter
 
     if args.data.exists() and not args.data.is_dir():
         raise CommandError(f"{args.data} is a file, not a data folder")
     if args.from_file is not None and args.from_file.is_file() and not tarfile.is_tarfile(args.from_file):
         raise InvalidInput(f"{args.from_file} is not a bbs backup (not a tar file)", code="backup_corrupt")
-    if args.from_file is not None:
-        result = restore(args.from_file, args.data, force=args.force)
-    else:
-        key = args.key if args.key is not None else args.data / "node.key"
-        result = restore_litestream(args.litestream_config, args.data, key, force=args.force)
+    check_target(args.data, force=args.force)  # refused before a long unpack, not after
+    with Reporter() as progress:  # bars on a terminal, plain lines on stderr otherwise
+        if args.from_file is not None:
+            result = restore(args.from_file, args.data, force=args.force, progress=progress)
+        else:
+            key = args.key if args.key is not None else args.data / "node.key"
+            result = restore_litestream(args.litestream_config, args.data, key, force=args.force, progress=progress)
     _print_json(result)
     return 0
 

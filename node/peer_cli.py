@@ -11,8 +11,14 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
+
+if TYPE_CHECKING:
+    from node.progress import Report
+    from sync.messages import PeerStatus
 
 EXIT_ERROR = 1
 
@@ -40,12 +46,51 @@ def cmd_peer_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_peers(args: argparse.Namespace) -> int:
+def _statuses(data: Path) -> list[PeerStatus]:
     from node import db, sync_store
-    from node.datadir import DataDir, require_node
+    from node.datadir import DataDir
+
+    return db.read_sync(DataDir(data).db_path, lambda c: sync_store.peer_statuses(c, int(time.time() * 1000)))
+
+
+def caught_up(statuses: list[PeerStatus]) -> bool:
+    """True when this node has pulled everything every peer held when last asked."""
+    return all(p.lag_records == 0 for p in statuses)
+
+
+def watch(data: Path, interval: float, report: Report, *, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Report each peer's cursor against its head until every peer is caught up; returns the rounds it took.
+
+    Each peer is one step, `report(f"{url}", cursor_seq, remote_head)` (total None until the peer answered)."""
+    rounds = 0
+    errors: dict[str, str | None] = {}
+    while True:
+        statuses = _statuses(data)
+        rounds += 1
+        for p in statuses:
+            report(p.url, p.cursor_seq, p.remote_head)
+            if p.last_error and errors.get(p.node_id) != p.last_error:
+                print(f"{p.url}: {p.last_error}", file=sys.stderr, flush=True)
+            errors[p.node_id] = p.last_error
+        if caught_up(statuses):
+            return rounds
+        sleep(interval)
+
+
+def cmd_peers(args: argparse.Namespace) -> int:
+    from node.datadir import require_node
 
     require_node(args.data)
-    statuses = db.read_sync(DataDir(args.data).db_path, lambda c: sync_store.peer_statuses(c, int(time.time() * 1000)))
+    if args.watch:
+        from node.progress import Reporter
+
+        if not _statuses(args.data):
+            print("no peers; add one with: bbs peer add URL --key DID", file=sys.stderr)
+            return 0
+        with Reporter() as progress:
+            watch(args.data, args.interval, progress)
+        print("caught up with every peer", file=sys.stderr)
+    statuses = _statuses(args.data)
     if args.json:
         print(msgspec.json.encode({"peers": statuses}).decode())
         return 0
@@ -99,6 +144,8 @@ def add_parsers(sub: argparse._SubParsersAction, data_arg: Callable[[argparse.Ar
     p = sub.add_parser("peers", help="show peers: cursor, lag, last error, per-record outcome counters")
     data_arg(p)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--watch", action="store_true", help="show each peer's catch-up as it goes; stop when caught up")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between two looks with --watch")
     p.set_defaults(func=cmd_peers)
 
     p = sub.add_parser("digest", help="count and SHA-256 of the sorted hashes of federated records")

@@ -19,6 +19,7 @@ from identity import canonical
 from identity.schema import AgentRecord, EntryRecord, LinkRecord
 from node import db
 from node import notify as notifications
+from node.progress import Report, silent
 from node.wire.time import parse_ms
 from node.workflows import records as workflow_records
 
@@ -34,6 +35,8 @@ class Projection:
 
 
 Projector = Callable[[sqlite3.Connection, Any, Projection], None]
+REBUILD_STEP = "replaying the log"
+REPORT_EVERY = 1000  # records between two progress reports of a rebuild
 
 
 def append(
@@ -278,10 +281,10 @@ PROJECTORS: Mapping[str, Projector] = MappingProxyType({**SUBSTRATE_PROJECTORS, 
 PROJECTION_TABLES: tuple[str, ...] = SUBSTRATE_TABLES + workflow_records.TABLES
 
 
-def rebuild(conn: sqlite3.Connection) -> int:
+def rebuild(conn: sqlite3.Connection, progress: Report = silent) -> int:
     """Drop and recreate every projection table from its stored DDL, then replay the log. Returns records replayed.
 
-    Runs inside the caller's transaction.
+    Runs inside the caller's transaction; `progress` hears ("replaying the log", done, total) along the way.
     """
     import msgspec
 
@@ -293,11 +296,16 @@ def rebuild(conn: sqlite3.Connection) -> int:
     for statement in ddl:
         conn.execute(statement)
     count = 0
-    for seq, record_hash, body in conn.execute("SELECT seq, hash, body FROM records ORDER BY seq").fetchall():
+    rows = conn.execute("SELECT seq, hash, body FROM records ORDER BY seq").fetchall()
+    progress(REBUILD_STEP, 0, len(rows))
+    for seq, record_hash, body in rows:
         record = json.loads(body)
         decoded = msgspec.convert(record, RECORD_TYPES[record["kind"]])
         PROJECTORS[record["kind"]](conn, decoded, Projection(seq, record_hash, 0, notify=False))
         count += 1
+        if count % REPORT_EVERY == 0:
+            progress(REBUILD_STEP, count, len(rows))
+    progress(REBUILD_STEP, count, len(rows))
     return count
 
 

@@ -2,9 +2,9 @@
 
 Each feature lives in a module named after what it holds, and `Node` hands out one instance of each:
 `sealing` (signing and checking records), `agents`, `entries` (posting; retractions are entries), `links`,
-`reads` (read and search), `inbox` (subscriptions and notifications), `workflows`, `default_mode`, `trust`
-and `sync`. REST, MCP and the CLI only parse and format; the features do the work. The features never import
-this module: it imports them.
+`reads` (read and search), `feed` (entries in arrival order), `inbox` (subscriptions and notifications),
+`workflows`, `default_mode`, `trust` and `sync`. REST, MCP and the CLI only parse and format; the features do
+the work. The features never import this module: it imports them.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from node.datadir import DataDir
 from node.db import Database
 from node.default_mode.service import DefaultMode
 from node.entries import Entries
+from node.feed import Feed
 from node.inbox import MAX_SUBSCRIPTIONS, Inbox
 from node.links import Links
 from node.reads import Reads
@@ -43,6 +44,7 @@ class Node:
         self.entries = Entries(self.db, self.sealing, self.now_ms)
         self.links = Links(self.db, self.sealing, self.now_ms)
         self.reads = Reads(self.db)
+        self.feed = Feed(self.db)
         self.inbox = Inbox(self.db, self.now_ms)
         self.workflows = Workflows(self.db, self.sealing, self.key, self.now_ms)
         self.default_mode = DefaultMode(self.db, self.node_id, self.now_ms, self.entries, self.reads)

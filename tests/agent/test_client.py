@@ -239,3 +239,25 @@ async def test_post_entries_in_one_batch_node_signed_and_self_signed(
         assert {p.entry.author_id for p in signed} == {key.did}
     stored = await node.db.read(lambda conn: conn.execute("SELECT count(*) FROM entries").fetchone()[0])
     assert stored == 6
+
+
+async def test_feed_pages_and_long_polls_past_the_client_timeout(client: TestClient, make_agent: Factory) -> None:
+    """Client.feed: typed pages after a cursor; a long-poll gets its own timeout (wait_ms + the client's), so a
+    wait longer than the client's timeout still answers, and a post made meanwhile arrives."""
+    import asyncio
+
+    from node.wire.feed import FeedPage, FeedQuery
+
+    alice = await make_agent("alice")
+    async with Client(base(client), api_key=alice.api_key, timeout=0.5) as a:
+        first = await a.post("first in the feed")
+        page = await a.feed(FeedQuery(after=0))
+        assert isinstance(page, FeedPage) and [e.id for e in page.entries] == [first.id] and page.next == first.id
+        waiting = asyncio.ensure_future(a.feed(after=page.next, wait_ms=5000))
+        await asyncio.sleep(1.0)  # longer than the client's own timeout
+        assert not waiting.done()
+        second = await a.post("second, while it waits")
+        assert [e.id for e in (await asyncio.wait_for(waiting, 10)).entries] == [second.id]
+        with pytest.raises(BBSClientError) as refused:
+            await a.feed(wait_ms=25_001)
+        assert (refused.value.code, refused.value.field) == ("validation_error", "$.wait_ms")

@@ -99,6 +99,7 @@ TABLE: list[Row] = [
     # another agent cannot delete (or even see) the owner's subscription
     Row("DELETE", "/v1/subscriptions/{sub_id}", "401 401 404 204 403 401", url="/v1/subscriptions/{sub}"),
     Row("GET", "/v1/inbox", "401 401 200 200 403 401"),
+    Row("GET", "/v1/feed", "401 401 200 200 403 401"),
     Row("POST", "/v1/inbox/ack", "401 401 200 200 403 401", body={"ids": [1]}),
     Row("POST", "/v1/default-mode/reflect-session", "401 401 422 422 403 401", body={}),
     Row("POST", "/v1/default-mode/critic", "401 401 200 200 403 401", body={}),

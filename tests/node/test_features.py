@@ -188,7 +188,7 @@ async def test_building_two_apps_registers_nothing_twice(node: Node) -> None:
     for app in (first, second):
         assert app[NODE] is node
         assert list(app.cleanup_ctx)[1:] == background  # after the node's own open/close
-        assert len(app.on_shutdown) == 1  # federation's long-poll wake-up, once
+        assert len(app.on_shutdown) == 2  # the long-poll wake-ups of the feed and federation, once each
     assert first[SYNC] is not second[SYNC]  # each app its own federation state
 
 

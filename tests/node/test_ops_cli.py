@@ -26,13 +26,15 @@ def test_backup_then_restore(data_dir: tuple[Path, str], tmp_path: Path, capsys:
     assert code == 0 and archive.is_file() and manifest["out"] == str(archive)
     assert {"format", "node_id", "epoch", "schema_version", "records", "created_ms"} <= set(manifest)
     target = tmp_path / "restored"
-    code, out, _ = run(capsys, "restore", "--data", str(target), "--from", str(archive))
-    result = json.loads(out)
+    code, out, err = run(capsys, "restore", "--data", str(target), "--from", str(archive))
+    result = json.loads(out)  # stdout holds the result alone; progress goes to stderr (plain lines: no terminal)
+    assert "unpacking the backup (bytes): 0/" in err and "moving it into place: 2/2 (100%)" in err
     assert code == 0 and (result["node_id"], result["previous_epoch"]) == (manifest["node_id"], manifest["epoch"])
     assert result["epoch"] != manifest["epoch"]  # a restored store starts a new epoch
     assert DataDir(target).db_path.is_file() and (target / "node.key").is_file()
     code, _, err = run(capsys, "restore", "--data", str(target), "--from", str(archive))
-    assert code == 1 and err.startswith("bbs: ")  # not over a non-empty folder without --force
+    assert code == 1 and err.startswith("bbs: data_exists: ")  # not over a non-empty folder without --force,
+    assert len(err.splitlines()) == 1  # refused before the backup is unpacked
     code, out, _ = run(capsys, "restore", "--data", str(target), "--from", str(archive), "--force")
     assert code == 0 and json.loads(out)["replaced"]
 

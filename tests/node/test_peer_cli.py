@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,7 @@ from node.cli import main
 from node.datadir import DataDir
 from node.service import Node
 from sync.store import Invalid
+from tests.sync.conftest import make_peer  # noqa: F401 (a fixture: two real nodes for `peers --watch`)
 
 PEER = keys.SigningKey.generate().did
 
@@ -96,3 +99,28 @@ def test_digest_agrees_with_the_node(data_dir: tuple[Path, str], capsys: pytest.
     code, out, _ = run(capsys, "digest", "--data", str(data), "--json")
     assert json.loads(out) == {"type": "digest", "v": 1, "node_id": node_id, "count": expected.count,
                                "sha256": expected.sha256}  # fmt: skip
+
+
+async def test_peers_watch_follows_a_first_catch_up_until_it_is_done(
+    make_peer: Any,  # noqa: F811 (the fixture imported above)
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    a, b = await make_peer("a"), await make_peer("b", scheduler=True)
+    await a.add_peer(b)  # a accepts b's requests
+    writer = await a.agent()
+    for i in range(5):
+        await a.post(writer, f"entry {i}")
+    data = str(b.node.data.root)
+    assert await asyncio.to_thread(main, ["peer", "add", a.url, "--key", a.node_id, "--data", data]) == 0
+    capsys.readouterr()
+    watching = asyncio.to_thread(main, ["peers", "--watch", "--interval", "0.1", "--data", data])
+    code = await asyncio.wait_for(watching, 60)
+    out, err = capsys.readouterr()
+    assert code == 0 and "caught up with every peer" in err
+    assert f"{a.url}: " in err  # plain progress lines (no terminal): cursor against the peer's head
+    assert "lag 0 records" in out  # then the usual listing
+
+
+def test_peers_watch_without_peers_says_so(data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "peers", "--watch", "--data", str(data_dir[0]))
+    assert (code, out) == (0, "") and "no peers" in err

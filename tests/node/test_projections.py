@@ -183,8 +183,14 @@ async def test_rebuild_replays_the_log_into_the_same_tables(node: Node) -> None:
     before = await node.db.read(projections.snapshot)
     assert set(before) == set(projections.PROJECTION_TABLES) - {"entries_fts"}
     assert len(before["links"]) == 3 and len(before["agents"]) == 1
-    replayed = await node.db.write(projections.rebuild)
+    heard: list[tuple[str, int, int | None]] = []
+    replayed = await node.db.write(lambda c: projections.rebuild(c, lambda *step: heard.append(step)))
     assert replayed == (await rows(node, "SELECT count(*) FROM records"))[0][0]
+    assert heard[0] == (projections.REBUILD_STEP, 0, replayed) and heard[-1] == (
+        projections.REBUILD_STEP,
+        replayed,
+        replayed,
+    )
     assert await node.db.read(projections.snapshot) == before
     hits = await rows(node, "SELECT rowid FROM entries_fts WHERE entries_fts MATCH 'claim'")
     assert len(hits) == 1  # the full-text index is rebuilt too

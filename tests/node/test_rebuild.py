@@ -100,7 +100,8 @@ async def test_rebuild_reproduces_projections(
     path = data_dir[0]
     result = bbs("rebuild", "--data", str(path))
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    report = json.loads(result.stdout)  # the result alone on stdout; progress on stderr, as plain lines off a TTY
+    assert f"replaying the log: {report['records_replayed']}/{report['records_replayed']} (100%)" in result.stderr
     assert report == {"records_replayed": report["records_replayed"], "projections_matched_log": True}
     assert report["records_replayed"] >= len(ids) + 3 + 2  # entries, agents, link records
 

@@ -1,0 +1,344 @@
+"""`bbs post`, `search`, `read`, `inbox`, `ack`, `tail` and `tasks`: the node's primitives for people.
+
+They talk to a node over REST with agent.client.Client, as one agent: its API key (`--api-key` or
+$BBS_API_KEY) or its identity file (`--identity`, then the client signs its records and proves its key), at
+`--node` or $BBS_NODE. Tables for people by default (agent/people_format.py), `--json` for scripts (one JSON
+object; `tail --json` writes one entry per line). A problem the node reports becomes one line
+`bbs: CODE: DETAIL (at FIELD)` and exit status 1 (node.cli.main prints CommandError that way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agent.cli import check_node_url, passphrase
+from node.wire.cli import CommandError
+
+if TYPE_CHECKING:  # imported when a command runs: building the `bbs` parser stays cheap
+    from agent.client import BBSClientError, Client
+
+T = TypeVar("T")
+MAX_FEED_WAIT_MS = 25_000  # node.wire.feed's limit, for the help text
+DEFAULT_NODE = "http://127.0.0.1:8420"
+TAIL_WAIT_MS = 20_000
+CLI_RETRIES = 2  # a person waits less than an agent: an unreachable node is reported within about a second
+TAIL_RETRIES = 8  # but `bbs tail` outlasts a node's restart (about 50 s of backoff) before it gives up
+
+
+def problem_line(exc: BBSClientError, node: str) -> str:
+    """The one line a failed request becomes (without `bbs: `)."""
+    if exc.code == "unreachable":
+        return f"unreachable: no node answers at {node} (set --node or BBS_NODE)"
+    return f"{exc.code}: {exc.detail}" + (f" (at {exc.field})" if exc.field else "")
+
+
+def make_client(args: argparse.Namespace, retries: int = CLI_RETRIES) -> Client:
+    """The client the common flags describe; CommandError when no credential is given."""
+    from agent import identity_file
+    from agent.client import Client
+
+    node = check_node_url(args.node or os.environ.get("BBS_NODE") or DEFAULT_NODE)
+    api_key = args.api_key or os.environ.get("BBS_API_KEY") or None
+    signing_key = None
+    if args.identity is not None:
+        signing_key = identity_file.load(args.identity.expanduser(), passphrase(args.passphrase_env)).key
+    if api_key is None and signing_key is None:
+        raise CommandError("give --api-key KEY (or set BBS_API_KEY) or --identity FILE")
+    return Client(node, api_key=api_key, signing_key=signing_key, retries=retries, backoff=0.2)
+
+
+def run(args: argparse.Namespace, act: Callable[[Client], Awaitable[T]], retries: int = CLI_RETRIES) -> T:
+    """Run `act` with the command's client; a problem the node reports becomes a CommandError line."""
+    from agent.client import BBSClientError
+
+    client = make_client(args, retries)
+
+    async def go() -> T:
+        async with client:
+            return await act(client)
+
+    try:
+        return asyncio.run(go())
+    except BBSClientError as exc:
+        raise CommandError(problem_line(exc, client.base_url)) from None
+
+
+def _content(value: str) -> str:
+    if value != "-":
+        return value
+    return sys.stdin.read()
+
+
+def cmd_post(args: argparse.Namespace) -> int:
+    from agent import people_format as fmt
+
+    fields: dict[str, Any] = {
+        "content": _content(args.content),
+        "entry_type": args.entry_type,
+        "performative": args.performative,
+        "tags": args.tag,
+        "directed_to": args.to,
+        "scope": args.scope,
+    }
+    if args.confidence is not None:
+        fields["confidence"] = args.confidence
+    if args.reply_to is not None:
+        fields["links"] = [{"target": args.reply_to, "link_type": "responds_to"}]
+    entry = run(args, lambda c: c.post(**fields))
+    if args.json:
+        print(fmt.to_json(entry))
+    else:
+        out = fmt.console()
+        out.print(fmt.entries_table([entry], title="posted", width=out.width))
+    return 0
+
+
+def _search_fields(args: argparse.Namespace) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "tags": args.tag,
+        "entry_type": args.entry_type,
+        "author": args.author,
+        "limit": args.limit,
+        "offset": args.offset,
+        "include_synthetic": args.include_synthetic,
+    }
+    if args.query:
+        fields["q"] = " ".join(args.query)
+    if args.since is not None:
+        fields["since"] = args.since
+    return fields
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from agent import people_format as fmt
+
+    fields = _search_fields(args)
+    result = run(args, lambda c: c.search(**fields))
+    if args.json:
+        print(fmt.to_json(result))
+        return 0
+    if not result.entries:
+        print("no entries match", file=sys.stderr)
+        return 0
+    out = fmt.console()
+    out.print(fmt.entries_table(result.entries, width=out.width))
+    if result.next_offset is not None:
+        print(f"more: --offset {result.next_offset}", file=sys.stderr)
+    return 0
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    from agent import people_format as fmt
+    from node.wire.api import ReadQuery
+
+    query = ReadQuery(hops=args.hops, include_synthetic=args.include_synthetic)
+    result = run(args, lambda c: c.read(args.refs, query))
+    if args.json:
+        print(fmt.to_json(result))
+    else:
+        out = fmt.console()
+        for entry in result.entries:
+            out.print(fmt.entry_detail(entry))
+            out.print()
+        if result.links:
+            out.print(fmt.links_table(result.links))
+    if result.missing:
+        print(f"not found: {', '.join(result.missing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_inbox(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from agent import people_format as fmt
+
+    async def act(client: Client) -> tuple[Any, Any]:
+        polled = await client.inbox(limit=args.limit)
+        acked = await client.ack([n.notification_id for n in polled.notifications]) if args.ack else None
+        return polled, acked
+
+    polled, acked = run(args, act)
+    ids = [n.notification_id for n in polled.notifications]
+    if args.json:
+        print(fmt.to_json({**msgspec.structs.asdict(polled), "acknowledged": acked.acknowledged if acked else 0}))
+        return 0
+    if not ids:
+        print("inbox empty", file=sys.stderr)
+        return 0
+    fmt.console().print(fmt.inbox_table(polled.notifications))
+    if acked is not None:
+        print(f"acknowledged {acked.acknowledged}", file=sys.stderr)
+    else:
+        print(
+            f"leased for {polled.lease_seconds}s; acknowledge with: bbs ack {' '.join(map(str, ids))}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def cmd_ack(args: argparse.Namespace) -> int:
+    from agent import people_format as fmt
+
+    result = run(args, lambda c: c.ack(args.ids))
+    if args.json:
+        print(fmt.to_json(result))
+    else:
+        print(f"acknowledged {result.acknowledged}")
+    return 0
+
+
+async def follow(client: Client, args: argparse.Namespace, emit: Callable[[Any], None]) -> int:
+    """`bbs tail`'s loop: from the cursor (`--after`, else the node's newest entry), page after page, waiting
+    on the node (long-poll) between them; stops after `--count` entries, or at the end with `--no-follow`."""
+    import msgspec
+
+    from node.wire.feed import FeedQuery
+    from node.wire.validation import split_validation_error
+
+    try:  # every flag checked before the first request, whichever requests the flags lead to
+        msgspec.convert({"after": args.after or 0, "limit": args.limit, "wait_ms": args.wait_ms}, FeedQuery)
+    except msgspec.ValidationError as exc:
+        detail, field = split_validation_error(exc)
+        raise CommandError(f"validation_error: {detail} (at {field})") from None
+    after = args.after
+    if after is None:
+        after = (await client.feed(limit=1)).head
+    shown = 0
+    while True:
+        wait = 0 if not args.follow else args.wait_ms
+        page = await client.feed(after=after, limit=args.limit, wait_ms=wait, include_synthetic=args.include_synthetic)
+        for entry in page.entries:
+            emit(entry)
+            shown += 1
+            if args.count is not None and shown >= args.count:
+                return shown
+        after = page.next
+        if not args.follow and page.next >= page.head:
+            return shown
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from agent import people_format as fmt
+
+    out = fmt.console()
+
+    def emit(entry: Any) -> None:
+        if args.json:
+            print(fmt.to_json(entry), flush=True)
+        else:
+            out.print(fmt.tail_line(entry))
+
+    run(args, lambda c: follow(c, args, emit), retries=TAIL_RETRIES if args.follow else CLI_RETRIES)
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from agent import people_format as fmt
+    from node.wire.workflows import ReadyQuery
+
+    if args.graph:
+        graph = run(args, lambda c: c.task_graph())
+        if args.json:
+            print(fmt.to_json(graph))
+            return 0
+        if not graph.nodes:
+            print("no tasks declared", file=sys.stderr)
+            return 0
+        out = fmt.console()
+        for table in fmt.graph_tables(graph):
+            out.print(table)
+        if graph.missing:
+            print(f"depended on but not declared: {', '.join(graph.missing)}", file=sys.stderr)
+        if graph.truncated:
+            print("the graph was cut at the node's limit", file=sys.stderr)
+        return 0
+    ready = run(args, lambda c: c.ready_tasks(ReadyQuery(limit=args.limit, after=args.after)))
+    if args.json:
+        print(fmt.to_json(ready))
+        return 0
+    if not ready.tasks:
+        print("no task is ready", file=sys.stderr)
+        return 0
+    fmt.console().print(fmt.ready_table(ready.tasks))
+    if ready.next_after is not None:
+        print(f"more: --after {ready.next_after}", file=sys.stderr)
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node", help=f"node URL (default: $BBS_NODE or {DEFAULT_NODE})")
+    p.add_argument("--api-key", help="the agent's API key (default: $BBS_API_KEY)")
+    p.add_argument("--identity", type=Path, help="the agent's identity file (its key signs what you post)")
+    p.add_argument("--passphrase-env", metavar="VAR", help="environment variable holding the identity's passphrase")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def register(sub: Any) -> None:
+    """Add the people commands to the top-level subparsers `sub`."""
+    p = sub.add_parser("post", help="post an entry as your agent")
+    p.add_argument("content", help="the entry's text ('-' reads it from stdin)")
+    p.add_argument("--type", dest="entry_type", default="finding", help="finding (default), question, synthesis, ...")
+    p.add_argument("--performative", default="inform", help="inform (default), request, propose, ...")
+    p.add_argument("--tag", action="append", default=[], help="a tag (repeat for more)")
+    p.add_argument("--to", action="append", default=[], help="an agent's did:key to direct it to (repeatable)")
+    p.add_argument("--confidence", type=float, help="0 to 1 (default 0.5)")
+    p.add_argument("--scope", default="federation", help="federation (default) or local (never leaves the node)")
+    p.add_argument("--reply-to", metavar="REF", help="an entry (id or hash) this responds to")
+    _common(p)
+    p.set_defaults(func=cmd_post)
+
+    p = sub.add_parser("search", help="search entries (full text and filters)")
+    p.add_argument("query", nargs="*", help="words to search for (none: newest first)")
+    p.add_argument("--tag", action="append", default=[], help="any of these tags (repeatable)")
+    p.add_argument("--type", dest="entry_type", action="append", default=[], help="entry type (repeatable)")
+    p.add_argument("--author", action="append", default=[], help="author did:key (repeatable)")
+    p.add_argument("--since", help="only entries created at or after this ISO 8601 time")
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--include-synthetic", action="store_true", help="also show simulation entries")
+    _common(p)
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("read", help="read entries by id or record hash, with their links")
+    p.add_argument("refs", nargs="+", metavar="REF")
+    p.add_argument("--hops", type=int, default=0, help="also read entries this many links away (0 to 3)")
+    p.add_argument("--include-synthetic", action="store_true")
+    _common(p)
+    p.set_defaults(func=cmd_read)
+
+    p = sub.add_parser("inbox", help="lease your pending notifications (metadata only)")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--ack", action="store_true", help="acknowledge what is shown")
+    _common(p)
+    p.set_defaults(func=cmd_inbox)
+
+    p = sub.add_parser("ack", help="acknowledge notifications by id")
+    p.add_argument("ids", nargs="+", type=int, metavar="ID")
+    _common(p)
+    p.set_defaults(func=cmd_ack)
+
+    p = sub.add_parser("tail", help="follow the node's feed: entries as they arrive")
+    p.add_argument("--after", type=int, help="start after this entry id (0: from the first; default: only new ones)")
+    p.add_argument("--count", type=int, help="stop after this many entries")
+    p.add_argument("--no-follow", dest="follow", action="store_false", help="print what is there and stop")
+    p.add_argument("--limit", type=int, default=100, help="entries per request")
+    p.add_argument(
+        "--wait-ms", type=int, default=TAIL_WAIT_MS, help=f"long-poll per request (at most {MAX_FEED_WAIT_MS})"
+    )
+    p.add_argument("--include-synthetic", action="store_true")
+    _common(p)
+    p.set_defaults(func=cmd_tail)
+
+    p = sub.add_parser("tasks", help="the tasks ready to start, or the task graph")
+    p.add_argument("--graph", action="store_true", help="show the whole graph (tasks and what precedes what)")
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--after", type=int, help="ready tasks after this id (the previous page's next)")
+    _common(p)
+    p.set_defaults(func=cmd_tasks)

@@ -1,0 +1,108 @@
+"""How the people commands show answers (agent/people_format.py): plain text, never markup; short ids; JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from rich.console import Console
+
+from agent import people_format as fmt
+from node.wire.api import EntryOut, Envelope, LinkOut
+from node.wire.workflows import Graph, GraphEdge, GraphNode, ReadyTask
+
+DID = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"
+
+
+def entry(**fields: object) -> EntryOut:
+    values: dict[str, object] = {
+        "id": 7,
+        "record_hash": "a" * 64,
+        "content_fingerprint": "b" * 64,
+        "author_id": DID,
+        "created_at": "2026-01-02T03:04:05Z",
+        "entry_type": "finding",
+        "performative": "inform",
+        "content": "plain [red]not red[/red]\nsecond line",
+        "confidence": 0.5,
+        "tags": ["perf", "cache"],
+        "directed_to": [],
+        "metadata": {},
+        "truth_state": "fact",
+        "authority": "raw",
+        "scope": "federation",
+        "signature": "sig",
+        "retracted": False,
+        "superseded": False,
+    }
+    values.update(fields)
+    return EntryOut(**values)  # type: ignore[arg-type]
+
+
+def render(*items: object) -> str:
+    out = io.StringIO()
+    console = Console(file=out, width=200, color_system=None)
+    for item in items:
+        console.print(item)
+    return out.getvalue()
+
+
+def test_short_did_and_preview() -> None:
+    assert fmt.short_did(DID) == DID[:14] + "…" + DID[-6:]
+    assert fmt.short_did("did:key:z6Mk") == "did:key:z6Mk"
+    assert fmt.preview("a\n b\t c") == "a b c"
+    assert fmt.preview("x" * 300, 10) == "x" * 9 + "…"
+
+
+def test_content_is_printed_as_written_never_as_markup() -> None:
+    shown = render(fmt.entries_table([entry()]), fmt.tail_line(entry()), fmt.entry_detail(entry()))
+    assert shown.count("[red]not red[/red]") == 3
+    assert "second line" in shown
+
+
+def test_flags_show_synthetic_retracted_and_superseded() -> None:
+    shown = render(fmt.entries_table([entry(truth_state="simulation", retracted=True)]))
+    assert "simulation,retracted" in shown
+    assert "status" in render(fmt.entry_detail(entry(superseded=True)))
+
+
+def test_links_inbox_tasks_and_graph_tables() -> None:
+    link = LinkOut(1, "c" * 64, "a" * 64, "d" * 64, "supports", DID, "2026-01-02T03:04:05Z", "", False, False)
+    assert "pending" in render(fmt.links_table([link]))
+    note = Envelope(
+        3, 7, "a" * 64, DID, "2026-01-02T03:04:05Z", "finding", "request", ["x"], 0.5, True, [], 1, "directed", 0
+    )
+    assert "directed" in render(fmt.inbox_table([note]))
+    assert "Build" in render(fmt.ready_table([ReadyTask(1, "build", "Build", [], {}, DID)]))
+    graph = Graph(
+        [GraphNode(2, "ship", "Ship", "blocked", None)],
+        [GraphEdge("precedes", "build", "ship", None, 2)],
+        ["build"],
+        False,
+    )
+    shown = render(*fmt.graph_tables(graph))
+    assert "blocked" in shown and "build (not declared)" in shown
+
+
+def test_to_json_is_compact_json_of_the_wire_struct() -> None:
+    assert json.loads(fmt.to_json(entry()))["id"] == 7
+
+
+def test_console_off_a_terminal_is_wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert fmt.console().width == fmt.OFF_TERMINAL_WIDTH
+
+
+def test_entry_tables_leave_out_time_then_author_on_narrow_consoles() -> None:
+    for width, shown, hidden in [
+        (160, ["created", "author"], []),
+        (110, ["author"], ["created"]),
+        (80, [], ["created", "author"]),
+    ]:
+        out = io.StringIO()
+        Console(file=out, width=width, color_system=None).print(fmt.entries_table([entry()], width=width))
+        text = out.getvalue()
+        assert "not red" in text  # the content column stays
+        assert all(name in text for name in shown) and not any(name in text for name in hidden), (width, text)
+        assert max(len(line) for line in text.splitlines()) <= width
