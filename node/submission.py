@@ -18,7 +18,9 @@ import msgspec
 
 from node.errors import InvalidInput, MalformedRequest
 
-MAX_SAFE_INTEGER = 2**53  # integers beyond ±2^53 lose precision in every JSON parser that reads them as doubles
+# Integers beyond ±2^53 lose precision in every JSON parser that reads numbers as doubles: refused, unless a double
+# holds them exactly (canonical form writes an integral float, such as 1e300, as an integer).
+MAX_SAFE_INTEGER = 2**53
 # Characters that render as nothing but are not in the categories below (fillers and blanks of letter scripts).
 _INVISIBLE_EXTRA = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 # Controls (NUL among them), format characters (zero-width and bidi controls), separators, lone combining marks.
@@ -116,8 +118,9 @@ def _path(prefix: str, reversed_steps: list[str | int]) -> str:
 
 def check_record(record: dict[str, Any], prefix: str = "$") -> None:
     """Refuse a record on its way in from a client: NUL in any key or string (`nul_character`), an integer
-    beyond ±2^53 anywhere (`integer_out_of_range`), `content` or a tag made only of invisible characters
-    (`invisible_only`). All 422, `field` the JSON path under `prefix` (where the record sits in the request)."""
+    beyond ±2^53 anywhere that a double cannot hold exactly (`integer_out_of_range`; floats always pass),
+    `content` or a tag made only of invisible characters (`invisible_only`). All 422, `field` the JSON path
+    under `prefix` (where the record sits in the request)."""
     found = _offence(record)
     if found is not None:
         what, steps = found
@@ -125,7 +128,8 @@ def check_record(record: dict[str, Any], prefix: str = "$") -> None:
         if what == "nul":
             raise InvalidInput("U+0000 (NUL) is not allowed in a record", field=where, code="nul_character")
         raise InvalidInput(
-            "integers must lie within ±2^53 (9007199254740992); send larger numbers as strings",
+            "integers must lie within ±2^53 (9007199254740992), where every JSON reader reads them alike; send larger"
+            " numbers as strings",
             field=where,
             code="integer_out_of_range",
         )
@@ -153,7 +157,7 @@ def _offence(item: Any, ints: bool = True) -> tuple[str, list[str | int]] | None
     if kind is str:
         return ("nul", []) if "\x00" in item else None
     if kind is int and ints:
-        return None if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER else ("int", [])
+        return None if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER or _is_double(item) else ("int", [])
     if kind is dict:
         for key, child in item.items():
             if "\x00" in key:
@@ -169,6 +173,15 @@ def _offence(item: Any, ints: bool = True) -> tuple[str, list[str | int]] | None
                 found[1].append(i)
                 return found
     return None
+
+
+def _is_double(n: int) -> bool:
+    """True if a double holds `n` exactly: what canonical form makes of a large float (1e300 is written as an
+    integer), which every JSON reader reads back unchanged."""
+    try:
+        return float(n) == n
+    except OverflowError:
+        return False
 
 
 def invisible_only(text: str) -> bool:
