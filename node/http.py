@@ -104,13 +104,21 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         err = BBSError(detail, code=code, headers=allow)
         err.status, err.title = exc.status, exc.reason
         return problem_response(err, request_id)
-    except Exception:
+    except Exception as exc:
+        if isinstance(exc, ConnectionResetError) and client_gone(request):  # e.g. writing to a client that left
+            log.info("client closed: %s %s (request %s)", request.method, request.path, request_id)
+            return problem_response(ClientClosedRequest("the client closed the connection"), request_id)
         log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request_id)
         err = BBSError("internal error; the request id is in X-Request-Id", code="internal_error")
         err.status, err.title = 500, "Internal error"
         return problem_response(err, request_id)
     response.headers.setdefault("X-Request-Id", request_id)
     return response
+
+
+def client_gone(request: web.BaseRequest) -> bool:
+    """True once the request's connection is closed or closing (the client went away)."""
+    return request.transport is None or request.transport.is_closing()
 
 
 # Answers other than the dashboard's page and files are data: a browser that opens one directly (a JSON

@@ -24,7 +24,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from node.appkeys import REQUEST_OBSERVER
 from node.errors import ClientClosedRequest
-from node.http import REQUEST_ID, Handler
+from node.http import REQUEST_ID, Handler, client_gone
 
 ACCESS_LOGGER = "bbs.access"
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -175,7 +175,7 @@ async def request_log_middleware(request: web.Request, handler: Handler) -> web.
         status = exc.status
         raise
     except asyncio.CancelledError:
-        if request.transport is None or request.transport.is_closing():
+        if client_gone(request):
             status = CLIENT_CLOSED  # the handler was cancelled because the client went away (handler_cancellation)
         raise
     finally:

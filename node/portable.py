@@ -14,7 +14,7 @@ import sqlite3
 from typing import Any
 
 from identity import keys, records
-from node import agents, submission
+from node import agents
 from node.errors import Conflict, InvalidInput, NotFound
 from node.service import Node
 from node.wire.api import CreatedAgent
@@ -52,7 +52,6 @@ async def import_identity(
         records.check(identity_record)
     except records.RecordError as exc:
         raise InvalidInput(f"identity document does not verify: {exc}", code=f"record_{exc.reason}") from None
-    submission.check_record(identity_record)
     if identity_record.get("kind") != "agent" or identity_record.get("author_id") != key.did:
         raise InvalidInput("the identity document is not this key's", code="identity_mismatch")
     api_key = await node.db.write(

@@ -354,3 +354,30 @@ async def test_a_client_leaving_mid_body_is_a_499_never_a_500(
     if not cancel_handlers:
         assert any(r.name == "bbs.http" and "client closed" in r.getMessage() for r in caplog.records)
     assert stored == 0
+
+
+async def test_a_reset_from_a_client_that_left_is_a_499_and_any_other_a_500(
+    aiohttp_client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def leaves(request: web.Request) -> web.Response:
+        assert request.transport is not None
+        request.transport.close()  # as if the client had gone: then writing to it fails
+        raise ConnectionResetError("Cannot write to closing transport")
+
+    async def resets(request: web.Request) -> web.Response:
+        raise ConnectionResetError("a reset the node met elsewhere (a peer, say)")
+
+    app = web.Application(middlewares=[http.error_middleware])
+    app.router.add_get("/leaves", leaves)
+    app.router.add_get("/resets", resets)
+    client = await aiohttp_client(app)
+    caplog.set_level(logging.INFO, logger="bbs.http")
+    with pytest.raises(aiohttp.ClientError):
+        await client.get("/leaves")
+    for _ in range(100):
+        if any("client closed: GET /leaves" in r.getMessage() for r in caplog.records):
+            break
+        await asyncio.sleep(0.02)
+    assert [r.levelno for r in caplog.records if "/leaves" in r.getMessage()] == [logging.INFO]
+    resp = await client.get("/resets")
+    assert (resp.status, (await body(resp))["code"]) == (500, "internal_error")

@@ -198,6 +198,14 @@ async def test_rest_refuses_integers_beyond_2_53_in_metadata_and_payloads(
     assert ok["metadata"] == {"big": 1e300, "max": 2**53}
 
 
+async def test_an_agent_made_here_meets_the_rules_too(node: Node) -> None:
+    """`bbs agent create` (no HTTP body) registers through the same rules as `bbs agent import`."""
+    with pytest.raises(BBSError) as caught:
+        await node.agents.create("ann", "Ann\x00")
+    assert (caught.value.code, caught.value.field) == ("nul_character", "$.display_name")
+    assert await count(node) == 0
+
+
 async def test_a_record_refused_at_submission_is_still_taken_from_a_peer(node: Node) -> None:
     """The submission rules are not in the check sync shares: a record a peer holds is stored (end to end over
     real sync in tests/sync/test_refused_at_submission.py)."""
