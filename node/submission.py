@@ -1,10 +1,11 @@
 """Rules for what a client may submit, closed at submission and nowhere else.
 
 Two places apply them: `node.http.decode_json` for every JSON request body (duplicate keys, NUL), and
-`node.sealing` for every record an agent submits or the node signs for it (NUL, integers beyond ±2^53,
-content and tags made only of invisible characters). They are deliberately NOT part of `identity.records.check`,
-which sync ingest and `bbs rebuild` share: a node must never refuse a record its peers already hold, so a rule
-added later can only be enforced where records enter the federation (docs/security.md).
+`node.sealing` for every record an agent submits or the node signs for it, with `node.agents.register` for
+identity documents (NUL, integers beyond ±2^53, content and tags made only of invisible characters). They are
+deliberately NOT part of `identity.records.check`, which sync ingest and `bbs rebuild` share: a node must never
+refuse a record its peers already hold, so a rule added later can only be enforced where records enter the
+federation (docs/security.md).
 """
 
 from __future__ import annotations
