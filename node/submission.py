@@ -84,8 +84,7 @@ def duplicate_key_path(raw: bytes) -> str | None:
             return obj
         found = True
         repeated = _Repeated(obj)
-        seen: set[str] = set()
-        repeated.key = next(k for k, _ in items if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        repeated.key = _first_repeat(items)
         return repeated
 
     value = json.loads(raw, object_pairs_hook=pairs)
@@ -99,6 +98,15 @@ def duplicate_key_path(raw: bytes) -> str | None:
         children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
         stack.extend(reversed([(path_of(where, k), v) for k, v in children]))
     return "$"
+
+
+def _first_repeat(items: list[tuple[str, Any]]) -> str:
+    seen: set[str] = set()
+    for key, _ in items:
+        if key in seen:
+            return key
+        seen.add(key)
+    raise AssertionError("called only for objects that repeat a key")
 
 
 def nul_path(value: Any) -> str | None:
