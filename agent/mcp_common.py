@@ -35,6 +35,9 @@ HINTS: dict[str, str] = {
     "retract_without_target": "Add a supersedes link to the entry you withdraw.",
     "too_many_subscriptions": "Remove a subscription before adding another.",
     "idempotency_key_reused": "Use a new idempotency_key for a new post.",
+    "nul_character": "Remove the NUL (U+0000) character from that argument.",
+    "invisible_only": "Write visible text: zero-width, bidi and whitespace characters alone say nothing.",
+    "integer_out_of_range": "Send integers beyond 2^53 as strings.",
 }
 
 # Omitted from tool results to save the model's context: verification material, available over REST.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from identity import canonical, keys, records
 from identity.schema import AgentRecord
-from node import projections, trust
+from node import projections, submission, trust
 from node.db import Database
 from node.errors import Conflict, InvalidInput, NotFound
 from node.wire.api import AgentOut, CreatedAgent
@@ -183,6 +183,7 @@ def register(
         record_hash, decoded = records.check(dict(record))
     except records.RecordError as exc:  # e.g. a display name or description over its limit
         raise InvalidInput(str(exc), field=exc.field, code=f"record_{exc.reason}") from None
+    submission.check_record(dict(record))  # created here or imported (`bbs agent import`): a submission
     assert isinstance(decoded, AgentRecord)
     projections.append(conn, dict(record), record_hash, decoded, origin="local", now_ms=now_ms)
     conn.execute(

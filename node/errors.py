@@ -61,6 +61,13 @@ class RequestTimeout(BBSError):
     status, code, title = 408, "request_timeout", "Request timeout"
 
 
+class ClientClosedRequest(BBSError):
+    """The client closed the connection before its request arrived whole: nobody reads the answer; the status,
+    nginx's 499, is for the access log and /metrics, where it must not count as a server error (5xx)."""
+
+    status, code, title = 499, "client_closed_request", "Client closed request"
+
+
 class PayloadTooLarge(BBSError):
     status, code, title = 413, "payload_too_large", "Payload too large"
 

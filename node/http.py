@@ -20,9 +20,10 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
-from node import idempotency
+from node import idempotency, submission
 from node.errors import (
     BBSError,
+    ClientClosedRequest,
     InvalidInput,
     MalformedRequest,
     PayloadTooLarge,
@@ -90,6 +91,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     request_id = request.get(REQUEST_ID) or request.headers.get("X-Request-Id") or uuid.uuid4().hex
     try:
         response = await handler(request)
+    except ClientClosedRequest as exc:
+        log.info("client closed: %s %s (request %s): %s", request.method, request.path, request_id, exc.detail)
+        return problem_response(exc, request_id)
     except BBSError as exc:
         return problem_response(exc, request_id)
     except web.HTTPException as exc:
@@ -100,13 +104,21 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         err = BBSError(detail, code=code, headers=allow)
         err.status, err.title = exc.status, exc.reason
         return problem_response(err, request_id)
-    except Exception:
+    except Exception as exc:
+        if isinstance(exc, ConnectionResetError) and client_gone(request):  # e.g. writing to a client that left
+            log.info("client closed: %s %s (request %s)", request.method, request.path, request_id)
+            return problem_response(ClientClosedRequest("the client closed the connection"), request_id)
         log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request_id)
         err = BBSError("internal error; the request id is in X-Request-Id", code="internal_error")
         err.status, err.title = 500, "Internal error"
         return problem_response(err, request_id)
     response.headers.setdefault("X-Request-Id", request_id)
     return response
+
+
+def client_gone(request: web.BaseRequest) -> bool:
+    """True once the request's connection is closed or closing (the client went away)."""
+    return request.transport is None or request.transport.is_closing()
 
 
 # Answers other than the dashboard's page and files are data: a browser that opens one directly (a JSON
@@ -151,11 +163,14 @@ async def read_json(request: web.Request) -> Any:
         raise PayloadTooLarge(f"request body exceeds {request.client_max_size} bytes") from None
     except web.RequestPayloadError as exc:  # e.g. a Content-Encoding: gzip body that does not decompress
         raise MalformedRequest(f"the request body could not be read: {exc}", code="invalid_body") from None
+    except ConnectionResetError:  # aiohttp's payload error when the connection is lost mid-body
+        raise ClientClosedRequest("the client closed the connection while sending its body") from None
     return decode_json(raw)
 
 
 def decode_json(raw: bytes) -> Any:
-    """A JSON body as a value; `invalid_json` or `too_deep` problems for what is not plain, shallow JSON."""
+    """A JSON body as a value; `invalid_json`, `too_deep`, `duplicate_key` or `nul_character` problems for what
+    is not plain, shallow JSON with unique keys and no NUL (node/submission.py)."""
     try:
         value = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
@@ -166,6 +181,7 @@ def decode_json(raw: bytes) -> Any:
     # body with at most MAX_JSON_DEPTH of them cannot nest deeper: most bodies skip the walk.
     if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _too_deep(value):
         raise _too_deep_error()
+    submission.check_body(raw, value)
     return value
 
 

@@ -6,6 +6,7 @@ headers (bearer tokens live there), query strings (search text is content) or bo
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
@@ -22,10 +23,12 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from node.appkeys import REQUEST_OBSERVER
-from node.http import REQUEST_ID, Handler
+from node.errors import ClientClosedRequest
+from node.http import REQUEST_ID, Handler, client_gone
 
 ACCESS_LOGGER = "bbs.access"
 REQUEST_ID_HEADER = "X-Request-Id"
+CLIENT_CLOSED = ClientClosedRequest.status  # 499: the client went away; not a server error
 _ACCESS_LOG = logging.getLogger(ACCESS_LOGGER)
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _ID_PREFIX = os.urandom(8).hex()
@@ -170,6 +173,10 @@ async def request_log_middleware(request: web.Request, handler: Handler) -> web.
         return response
     except web.HTTPException as exc:
         status = exc.status
+        raise
+    except asyncio.CancelledError:
+        if client_gone(request):
+            status = CLIENT_CLOSED  # the handler was cancelled because the client went away (handler_cancellation)
         raise
     finally:
         seconds = time.perf_counter() - started

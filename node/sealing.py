@@ -2,7 +2,8 @@
 
 A record reaches the log sealed one of two ways: the node signs it with a key it keeps for the agent
 (`Sealing.signer`, then `sign_and_check`), or the author signed it and the node checks it
-(`Sealing.check_signed`). Every feature that writes records (entries, links, workflows) uses these, and
+(`Sealing.check_signed`); both apply the submission rules of node/submission.py, which sync ingest does not.
+Every feature that writes records (entries, links, workflows) uses these, and
 `until_hash_free` when a node-signed record's hash turns out to be taken.
 """
 
@@ -16,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 from identity import keys, records
-from node import agents
+from node import agents, submission
 from node.db import Database
 from node.errors import Conflict, Forbidden, InvalidInput
 from node.wire.time import parse_ms
@@ -47,6 +48,7 @@ def sign_and_check(unsigned: dict[str, Any], signer: keys.SigningKey) -> SealedR
         record_hash, decoded = records.check(record, check_signature=False)
     except records.RecordError as exc:
         raise record_error(exc) from None
+    submission.check_record(record)
     return record, record_hash, decoded
 
 
@@ -118,6 +120,7 @@ class Sealing:
             record_hash, decoded = records.check(record)
         except records.RecordError as exc:
             raise record_error(exc, "$.record") from None
+        submission.check_record(record, "$.record")
         if decoded.author_id != agent_id:
             raise Forbidden("an agent can only write records it authored", field="$.record.author_id")
         self.check_clock(decoded.created_at, "$.record.created_at")

@@ -43,7 +43,10 @@ MAX_ACK_IDS = 500
 MAX_BATCH = 100  # entries per POST /v1/entries/batch
 
 Direction = Literal["outbound", "inbound", "both"]
-IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_IDEMPOTENCY_KEY)]
+# No control characters (NUL among them): the client SDK sends a body's key as the Idempotency-Key header.
+IdempotencyKey = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_IDEMPOTENCY_KEY, pattern=whole(r"[^\u0000-\u001f\u007f]+"))
+]
 EntryRef = Annotated[
     str, msgspec.Meta(min_length=1, max_length=64, description="an entry's local id (digits) or its record hash")
 ]

@@ -14,10 +14,11 @@ from scenarios.bench.context import Context
 
 def registry() -> dict[str, Callable[[Context], None]]:
     """Benchmark name -> runner, in the order `all` runs them."""
-    from scenarios.bench import inbox, ingest, peers, raw, reads, ready, search, sync
+    from scenarios.bench import inbox, ingest, peers, raw, reads, ready, search, submission, sync
 
     return {
         "raw": raw.run,
+        "submission": submission.run,
         "ingest": ingest.run,
         "search": search.run,
         "read": reads.run_read,

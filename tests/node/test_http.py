@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
+import aiohttp
 import msgspec
 import pytest
 from aiohttp import web
@@ -15,8 +17,11 @@ from aiohttp.test_utils import TestClient, make_mocked_request
 from openapi_spec_validator import validate
 
 from node import http
+from node.app import create_app
 from node.errors import BBSError, Conflict, InvalidInput, MalformedRequest
+from node.service import Node
 from node.wire.api import SignedSubmission
+from tests.conftest import AgentCreds
 
 Client = Callable[..., Awaitable[TestClient]]
 
@@ -289,3 +294,90 @@ def test_route_defaults() -> None:
         (),
         False,
     )
+
+
+# ---- a client that leaves while sending its body -------------------------------------------------------------
+
+
+async def _leave_mid_body(port: int, api_key: str) -> None:
+    """Send headers and part of a JSON body over a raw socket, then close it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = (
+        f"POST /v1/entries HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {api_key}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 400\r\n\r\n"
+    )
+    writer.write(head.encode() + b'{"entry_type": "finding", "content": "half of')
+    await writer.drain()
+    await asyncio.sleep(0.1)  # the handler is waiting for the rest of the body
+    writer.close()
+    await writer.wait_closed()
+
+
+async def _until_logged(caplog: pytest.LogCaptureFixture, status: int) -> logging.LogRecord:
+    for _ in range(200):
+        found = [r for r in caplog.records if r.name == "bbs.access" and getattr(r, "status", None) == status]
+        if found:
+            return found[0]
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no access line with status {status}: {[r.getMessage() for r in caplog.records]}")
+
+
+@pytest.mark.parametrize("cancel_handlers", [False, True])
+async def test_a_client_leaving_mid_body_is_a_499_never_a_500(
+    node: Node,
+    make_agent: Callable[[str], Awaitable[AgentCreds]],
+    admin_headers: dict[str, str],
+    caplog: pytest.LogCaptureFixture,
+    cancel_handlers: bool,
+) -> None:
+    """As `bbs serve` runs (handlers finish: the body read fails) and with aiohttp's handler cancellation on (the
+    handler is cancelled): an info line, a 499 in the access log and /metrics, no error, no 5xx, nothing stored."""
+    agent = await make_agent("alice")
+    runner = web.AppRunner(create_app(node), access_log=None, handler_cancellation=cancel_handlers)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    caplog.set_level(logging.INFO)
+    try:
+        await _leave_mid_body(port, agent.api_key)
+        line = await _until_logged(caplog, 499)
+        assert line.getMessage() == "POST /v1/entries 499"
+        url = f"http://127.0.0.1:{port}/metrics"
+        async with aiohttp.ClientSession() as session, session.get(url, headers=admin_headers) as resp:
+            text = await resp.text()
+        stored = await node.db.read(lambda c: c.execute("SELECT count(*) FROM entries").fetchone()[0])
+    finally:
+        await runner.cleanup()
+    assert 'status="499"' in text and not re.search(r'bbs_http_requests_total\{[^}]*status="5', text)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]
+    if not cancel_handlers:
+        assert any(r.name == "bbs.http" and "client closed" in r.getMessage() for r in caplog.records)
+    assert stored == 0
+
+
+async def test_a_reset_from_a_client_that_left_is_a_499_and_any_other_a_500(
+    aiohttp_client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def leaves(request: web.Request) -> web.Response:
+        assert request.transport is not None
+        request.transport.close()  # as if the client had gone: then writing to it fails
+        raise ConnectionResetError("Cannot write to closing transport")
+
+    async def resets(request: web.Request) -> web.Response:
+        raise ConnectionResetError("a reset the node met elsewhere (a peer, say)")
+
+    app = web.Application(middlewares=[http.error_middleware])
+    app.router.add_get("/leaves", leaves)
+    app.router.add_get("/resets", resets)
+    client = await aiohttp_client(app)
+    caplog.set_level(logging.INFO, logger="bbs.http")
+    with pytest.raises(aiohttp.ClientError):
+        await client.get("/leaves")
+    for _ in range(100):
+        if any("client closed: GET /leaves" in r.getMessage() for r in caplog.records):
+            break
+        await asyncio.sleep(0.02)
+    assert [r.levelno for r in caplog.records if "/leaves" in r.getMessage()] == [logging.INFO]
+    resp = await client.get("/resets")
+    assert (resp.status, (await body(resp))["code"]) == (500, "internal_error")

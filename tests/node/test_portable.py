@@ -12,7 +12,10 @@ import pytest
 
 from agent import identity_file
 from agent.client import BBSClientError, Client
-from identity import records
+from identity import keys, records
+from node import agents, portable
+from node.errors import InvalidInput
+from node.service import Node
 from tests.agent.conftest import BBS
 from tests.sync.conftest import PeerNode, make_peer  # noqa: F401  (fixture)
 
@@ -87,3 +90,13 @@ def _with_links():  # type: ignore[no-untyped-def]
     from node.wire.api import ReadQuery
 
     return ReadQuery(hops=1)
+
+
+async def test_an_imported_identity_document_meets_the_submission_rules(node: Node) -> None:
+    """`bbs agent import` is a submission: a display name holding a NUL is refused and nothing is registered."""
+    key = keys.SigningKey.generate()
+    record = agents.identity_record(key, "Ann\x00", "", node.node_id)
+    with pytest.raises(InvalidInput) as caught:
+        await portable.import_identity(node, "ann", key, record)
+    assert (caught.value.code, caught.value.field) == ("nul_character", "$.display_name")
+    assert await node.db.read(lambda c: c.execute("SELECT count(*) FROM local_agents").fetchone()[0]) == 0

@@ -299,6 +299,18 @@ async def test_a_body_that_is_not_json_is_400(world: World) -> None:
     world.assert_no_findings()
 
 
+async def test_a_body_with_a_repeated_key_or_a_nul_is_refused_with_its_field(world: World) -> None:
+    """node/submission.py: every JSON body, whatever the route (peer-signed ones answer 401 before reading it)."""
+    for op in [op for op in world.operations if op.has_body and "peerSignature" not in str(op.spec.get("security"))]:
+        answer = await world.request(op, body=b'{"a": {"b": 1, "b": 2}}')
+        world.check(op, "a repeated key", answer, (400,), field="$.a.b")
+        if answer[2].get("code") != "duplicate_key":
+            world.findings.append(f"{op.name}, a repeated key: code {answer[2].get('code')!r}")
+        answer = await world.request(op, body=b'{"a": ["ok", "\\u0000"], "b\\u0000": 1}')
+        world.check(op, "a NUL", answer, (422,), field="$.a[1]")
+    world.assert_no_findings()
+
+
 async def test_a_body_that_fails_validation_is_422_with_its_field(world: World) -> None:
     for op in [op for op in world.operations if op.has_body]:
         world.check(op, "an array for a body", await world.request(op, body=b"[]"), (422,), field="$")
