@@ -22,6 +22,7 @@ from node.sync_store import NodeSyncStore
 from sync import messages as m
 from sync.auth import PeerVerifier
 from sync.puller import Puller, Scheduler
+from sync.replay import FENCE_NAME, ReplayFence
 from sync.server import BadSyncMessage, SyncServer
 
 log = logging.getLogger("bbs.sync")
@@ -176,6 +177,8 @@ async def sync_context(app: web.Application) -> AsyncIterator[None]:
     """Cleanup context: the scheduler pulling from every configured peer (unless `app[SYNC_SETTINGS].pull` is
     false), stopped before the node closes."""
     state = app[SYNC]
+    # read once the previous process is gone (bbs serve holds the data lock by now): its accepted signatures
+    state.verifier.fence = ReplayFence.load(app[NODE].data.root / FENCE_NAME)
     state.server.closing.clear()
     session = aiohttp.ClientSession()
     task = None
