@@ -62,6 +62,9 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Long-poll time of the changes feed once a peer is caught up (milliseconds)."""
     reconcile_every_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 300.0
     """Seconds between reconciliations (negentropy) with each peer."""
+    sync_min_poll_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 250
+    """Least time between the starts of two long-polls to one peer when the first came back empty early (a peer
+    answering long-polls at once is not polled in a spin)."""
 
 
 FIELDS: tuple[str, ...] = Config.__struct_fields__

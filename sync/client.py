@@ -45,6 +45,7 @@ class PeerClient:
         node_id: str,
         url: str,
         traffic: Traffic | None = None,
+        health: m.PeerHealth | None = None,
     ) -> None:
         self.session, self.key, self.node_id = session, key, node_id
         self.base = url.rstrip("/")
@@ -53,6 +54,7 @@ class PeerClient:
         self.requests = 0
         self.resigned = 0  # requests signed again after the peer restarted
         self.traffic = traffic or Traffic()
+        self.health = health
 
     async def changes(self, since: int, epoch: str | None, limit: int, wait_ms: int) -> m.ChangesReply:
         query: dict[str, str] = {"since": str(since), "limit": str(limit), "wait_ms": str(wait_ms)}
@@ -108,6 +110,8 @@ class PeerClient:
             if status == 401 and attempt == 1 and _problem_code(data) == "stale_request":
                 # the peer restarted since our signature's second (sync/replay.py): sign again in the next one
                 self.resigned += 1
+                if self.health is not None:
+                    self.health.resigned_requests += 1
                 await asyncio.sleep(1.05 - time.time() % 1.0)
                 continue
             if status != 200:
