@@ -14,7 +14,7 @@ from scenarios.bench.context import Context
 
 def registry() -> dict[str, Callable[[Context], None]]:
     """Benchmark name -> runner, in the order `all` runs them."""
-    from scenarios.bench import inbox, ingest, peers, raw, reads, ready, search, sync
+    from scenarios.bench import flood, inbox, ingest, peers, raw, reads, ready, search, sync
 
     return {
         "raw": raw.run,
@@ -26,4 +26,5 @@ def registry() -> dict[str, Callable[[Context], None]]:
         "memory": reads.run_memory,
         "sync": sync.run,
         "peers": peers.run,
+        "flood": flood.run,
     }
