@@ -5,8 +5,8 @@ challenges are held in memory (node/challenges.py), never by the single writer, 
 are rate-limited per client address (`anon_rate_limit_per_s`, `anon_rate_limit_burst`). One agent posts
 entries one after another through a real `bbs serve`: first alone (the baseline), then while flooders on the
 same machine (a process of their own) ask for challenges as fast as they are answered; once with the node's
-default anonymous limit and once with it turned off (so the figure shows what the in-memory store alone buys). The writer's jobs
-during each run are read from /metrics: a challenge costs none.
+default anonymous limit and once with it turned off (so the figure shows what the in-memory store alone
+buys). The writer's jobs during each run are read from /metrics: a challenge costs none.
 
 Run alone: `python -m scenarios.bench.flood [--posts N] [--quick]`.
 """
