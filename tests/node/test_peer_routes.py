@@ -129,6 +129,12 @@ async def test_the_changes_feed_for_a_signed_peer(served: TestClient, node: Node
     assert (status, problem["field"]) == (422, "$.limit")
 
 
+@pytest.mark.parametrize("since", ["-1", str(2**63), str(2**64)])
+async def test_a_cursor_outside_a_log_is_refused(served: TestClient, since: str) -> None:
+    status, body = await signed(served, "GET", f"/v1/sync/changes?since={since}")
+    assert (status, body["code"], body["field"]) == (422, "validation_error", "$.since")
+
+
 async def test_fetch_by_hash_lists_the_missing(served: TestClient, node: Node, make_agent: MakeAgent) -> None:
     alice = await make_agent("alice")
     shared = await post(node, alice, "shared")

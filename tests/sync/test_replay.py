@@ -85,12 +85,14 @@ async def test_the_peer_client_signs_again_once_when_the_peer_restarted_this_sec
 
 
 @pytest.mark.slow
-async def test_a_request_captured_before_a_restart_is_refused_after_it(tmp_path: Path) -> None:
+async def test_a_request_captured_before_a_restart_is_refused_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = tmp_path / "a"
     token = bbs("init", "--data", str(data)).stdout.split("keep it safe): ")[1].split()[0]
     peer = keys.SigningKey.generate()
     server = Server(data, free_port(), tmp_path / "serve.log")
-    os.environ["BBS_SYNC"] = "off"  # the node serves its feed; it pulls from no one
+    monkeypatch.setenv("BBS_SYNC", "off")  # the node serves its feed; it pulls from no one
     try:
         await server.start()
         async with aiohttp.ClientSession() as session:
@@ -113,7 +115,6 @@ async def test_a_request_captured_before_a_restart_is_refused_after_it(tmp_path:
             reply = await client.changes(0, None, 10, 0)
             assert reply.node_id == node_id and client.requests <= 2
     finally:
-        os.environ.pop("BBS_SYNC", None)
         server.kill()
     assert "Traceback" not in (tmp_path / "serve.log").read_text()
 
