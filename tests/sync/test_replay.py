@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -12,7 +15,10 @@ import pytest
 from identity import keys
 from sync import auth
 from sync.client import PeerClient
+from sync.memory import MemoryStore
+from sync.puller import Puller
 from sync.replay import FENCE_NAME, ReplayFence
+from sync.store import PeerConfig
 from tests.node.test_crash import Server, bbs, free_port
 from tests.sync.conftest import make_peer  # noqa: F401  (fixture)
 
@@ -85,11 +91,16 @@ async def test_the_peer_client_signs_again_once_when_the_peer_restarted_this_sec
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("how", ["stop", "kill"])
 async def test_a_request_captured_before_a_restart_is_refused_after_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
+    """A real `bbs serve` accepts a signed request, is stopped (SIGTERM) or killed (SIGKILL) and started again:
+    the captured request, still fresh, is refused; the same peer's own puller, running all along, gets
+    through again without an error loop and brings an entry written after the restart."""
     data = tmp_path / "a"
     token = bbs("init", "--data", str(data)).stdout.split("keep it safe): ")[1].split()[0]
+    api_key = json.loads(bbs("agent", "create", "writer", "--data", str(data), "--json").stdout)["api_key"]
     peer = keys.SigningKey.generate()
     server = Server(data, free_port(), tmp_path / "serve.log")
     monkeypatch.setenv("BBS_SYNC", "off")  # the node serves its feed; it pulls from no one
@@ -103,20 +114,44 @@ async def test_a_request_captured_before_a_restart_is_refused_after_it(
                 assert resp.status == 201, await resp.text()
             async with session.get(server.url + "/v1/node") as resp:
                 node_id = (await resp.json())["node_id"]
+            store = MemoryStore(node_id=peer.did)
+            puller = Puller(store, peer, session, wait_ms=500, min_poll_s=0.05)
+            loop = asyncio.create_task(puller.run_peer(PeerConfig(node_id, server.url)))
+            await until(lambda: puller.health_of(node_id).reconnect_reconciliations == 0 and len(store.log) >= 1)
             url = server.url + "/v1/sync/changes?since=0"
             captured = auth.sign_headers(peer, "GET", url)
             async with session.get(url, headers=captured) as resp:
                 assert resp.status == 200
-            server.stop()
+            server.kill() if how == "kill" else server.stop()
             await server.start()  # well within the 60 s a signature stays fresh
             async with session.get(url, headers=captured) as resp:
                 assert resp.status == 401 and (await resp.json())["code"] == "stale_request"
             client = PeerClient(session, peer, node_id, server.url)  # the project's own client: signs anew
             reply = await client.changes(0, None, 10, 0)
             assert reply.node_id == node_id and client.requests <= 2
+            body = {"entry_type": "finding", "performative": "inform", "content": "written after the restart"}
+            async with session.post(
+                server.url + "/v1/entries", json=body, headers={"Authorization": f"Bearer {api_key}"}
+            ) as resp:
+                assert resp.status == 201, await resp.text()
+                posted = (await resp.json())["record_hash"]
+            await until(lambda: posted in store.index)
+            health = puller.health_of(node_id)
+            assert not loop.done() and health.consecutive_failures == 0
+            assert health.failures <= 3  # the requests cut by the restart itself, not a loop
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
     finally:
         server.kill()
     assert "Traceback" not in (tmp_path / "serve.log").read_text()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
 
 
 def test_fence_file_lives_beside_the_database(tmp_path: Path) -> None:
