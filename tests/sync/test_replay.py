@@ -117,7 +117,7 @@ async def test_a_request_captured_before_a_restart_is_refused_after_it(
             store = MemoryStore(node_id=peer.did)
             puller = Puller(store, peer, session, wait_ms=500, min_poll_s=0.05)
             loop = asyncio.create_task(puller.run_peer(PeerConfig(node_id, server.url)))
-            await until(lambda: puller.health_of(node_id).reconnect_reconciliations == 0 and len(store.log) >= 1)
+            await until(lambda: len(store.log) >= 1)  # the writer agent's identity document
             url = server.url + "/v1/sync/changes?since=0"
             captured = auth.sign_headers(peer, "GET", url)
             async with session.get(url, headers=captured) as resp:
