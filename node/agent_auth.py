@@ -3,7 +3,8 @@
 Any node that holds an agent's signed identity document (imported with `bbs agent import`, or arrived by
 sync) accepts the agent this way, so an agent is not tied to the API key its home node issued:
 
-1. ``POST /v1/auth/challenge {"agent_id"}`` returns a random one-time ``challenge`` valid 60 seconds.
+1. ``POST /v1/auth/challenge {"agent_id"}`` returns a random one-time ``challenge`` valid 60 seconds (held in
+   memory, node/challenges.py: asking costs no database write, and a restart forgets pending challenges).
 2. The agent signs the canonical JSON of ``{"purpose": "agent-bbs-session", "node_id", "agent_id",
    "challenge"}`` with its key. Naming this node's id stops a signature made for one node being replayed
    at another.
@@ -24,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from identity import canonical, keys
+from node import challenges
 from node.agents import Principal
 from node.appkeys import NODE
 from node.errors import NotFound, Unauthorized
@@ -35,7 +37,7 @@ from node.wire.time import format_ms
 PURPOSE = "agent-bbs-session"
 CHALLENGE_TTL_MS = 60_000
 SESSION_TTL_MS = 3_600_000
-MAX_OPEN_CHALLENGES = 16
+MAX_OPEN_CHALLENGES = challenges.PER_AGENT
 TOKEN_PREFIX = "bbss"
 
 
@@ -55,27 +57,14 @@ async def issue_challenge(node: Node, agent_id: str) -> ChallengeOut:
     now = node.now_ms()
     nonce = keys.b64u(secrets.token_bytes(32))
 
-    def job(conn: sqlite3.Connection) -> None:
-        if conn.execute("SELECT 1 FROM agents WHERE id = ?", (agent_id,)).fetchone() is None:
-            raise NotFound(
-                "this node does not know that agent: import its identity here (bbs agent import) or wait for sync",
-                field="$.agent_id",
-                code="agent_not_found",
-            )
-        conn.execute("DELETE FROM auth_challenges WHERE expires_ms <= ?", (now,))
-        conn.execute("DELETE FROM auth_sessions WHERE expires_ms <= ?", (now,))
-        # Anyone may ask for a challenge, so a full quota evicts the oldest rather than locking the agent out.
-        conn.execute(
-            "DELETE FROM auth_challenges WHERE nonce IN (SELECT nonce FROM auth_challenges WHERE agent_id = ?"
-            " ORDER BY expires_ms DESC LIMIT -1 OFFSET ?)",
-            (agent_id, MAX_OPEN_CHALLENGES - 1),
+    known = await node.db.read(lambda c: c.execute("SELECT 1 FROM agents WHERE id = ?", (agent_id,)).fetchone())
+    if known is None:
+        raise NotFound(
+            "this node does not know that agent: import its identity here (bbs agent import) or wait for sync",
+            field="$.agent_id",
+            code="agent_not_found",
         )
-        conn.execute(
-            "INSERT INTO auth_challenges (nonce, agent_id, expires_ms) VALUES (?, ?, ?)",
-            (nonce, agent_id, now + CHALLENGE_TTL_MS),
-        )
-
-    await node.db.write(job)
+    node.challenges.add(nonce, agent_id, now + CHALLENGE_TTL_MS, now)
     return ChallengeOut(
         challenge=nonce,
         agent_id=agent_id,
@@ -91,35 +80,28 @@ async def open_session(node: Node, body: SessionIn) -> SessionOut:
     key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
     message = challenge_message(node.node_id, body.agent_id, body.challenge)
 
-    def job(conn: sqlite3.Connection) -> str | None:
-        row = conn.execute(
-            "DELETE FROM auth_challenges WHERE nonce = ? AND agent_id = ? RETURNING expires_ms",
-            (body.challenge, body.agent_id),
-        ).fetchone()
-        if row is None:
-            return "challenge_invalid"
-        if row[0] <= now:
-            return "challenge_expired"
-        if not keys.verify(body.agent_id, message, body.signature):
-            return "bad_signature"
+    # the challenge is consumed whether or not the proof verifies: it is tried once
+    expires_ms = node.challenges.take(body.challenge, body.agent_id)
+    if expires_ms is None:
+        raise Unauthorized("unknown or already used challenge: ask for a new one", field="$.challenge",
+                           code="challenge_invalid")  # fmt: skip
+    if expires_ms <= now:
+        raise Unauthorized("the challenge expired: ask for a new one", field="$.challenge", code="challenge_expired")
+    if not keys.verify(body.agent_id, message, body.signature):
+        raise Unauthorized(
+            "the signature does not verify against agent_id for this challenge and node",
+            field="$.signature",
+            code="bad_signature",
+        )
+
+    def job(conn: sqlite3.Connection) -> None:
+        conn.execute("DELETE FROM auth_sessions WHERE expires_ms <= ?", (now,))
         conn.execute(
             "INSERT INTO auth_sessions (key_id, agent_id, secret_sha256, expires_ms) VALUES (?, ?, ?, ?)",
             (key_id, body.agent_id, _digest(secret), now + SESSION_TTL_MS),
         )
-        return None
 
-    # The challenge is consumed even when the proof fails, so the failure must commit: report it after.
-    failure = await node.db.write(job)
-    if failure == "challenge_invalid":
-        raise Unauthorized("unknown or already used challenge: ask for a new one", field="$.challenge", code=failure)
-    if failure == "challenge_expired":
-        raise Unauthorized("the challenge expired: ask for a new one", field="$.challenge", code=failure)
-    if failure == "bad_signature":
-        raise Unauthorized(
-            "the signature does not verify against agent_id for this challenge and node",
-            field="$.signature",
-            code=failure,
-        )
+    await node.db.write(job)
     return SessionOut(
         token=f"{TOKEN_PREFIX}_{key_id}_{secret}",
         agent_id=body.agent_id,

@@ -145,8 +145,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"Initialised node data in {data}")
         print(f"Admin token (shown once, keep it safe): {token}", flush=True)
     node = Node(data)
-    sync = SyncSettings(config.sync == "on", config.sync_wait_ms, config.reconcile_every_s)
-    app = create_app(node, RateLimit(config.rate_limit_per_s, config.rate_limit_burst), sync)
+    sync = SyncSettings(config.sync == "on", config.sync_wait_ms, config.reconcile_every_s, config.sync_min_poll_ms)
+    limit = RateLimit(
+        config.rate_limit_per_s, config.rate_limit_burst, config.anon_rate_limit_per_s, config.anon_rate_limit_burst
+    )
+    app = create_app(node, limit, sync)
     mcp_line = _enable_remote_mcp(app, node, config.mcp_port, config.host, config.port)
     if config.metrics_port is not None:
         metrics.serve_separately(app, config.metrics_host, config.metrics_port)

@@ -54,6 +54,11 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Requests per second each bearer credential (agent key, admin token) may sustain; 0 turns limits off."""
     rate_limit_burst: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1000
     """Requests a credential may make at once before the per-second rate applies (429 with Retry-After)."""
+    anon_rate_limit_per_s: Annotated[float, msgspec.Meta(ge=0, le=1_000_000)] = 50.0
+    """Unauthenticated requests per second each client address may sustain (health, node info, the key-proof
+    handshake; 401s of bad keys; peer sync requests whose signature fails); 0 turns this limit off."""
+    anon_rate_limit_burst: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 500
+    """Unauthenticated requests an address may make at once before its per-second rate applies (429)."""
     mcp_port: Port | None = None
     """Also serve MCP over streamable HTTP on this port (path /mcp), on the same host as the REST API."""
     sync: Literal["on", "off"] = "on"
@@ -62,6 +67,9 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Long-poll time of the changes feed once a peer is caught up (milliseconds)."""
     reconcile_every_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 300.0
     """Seconds between reconciliations (negentropy) with each peer."""
+    sync_min_poll_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 250
+    """Least time between the starts of two long-polls to one peer when the first came back empty early (a peer
+    answering long-polls at once is not polled in a spin)."""
 
 
 FIELDS: tuple[str, ...] = Config.__struct_fields__

@@ -19,6 +19,7 @@ from identity import keys
 from node import agents, datalock, db
 from node.errors import Conflict
 from node.wire.cli import CommandError
+from sync.replay import FENCE_NAME, ReplayFence
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,9 @@ def initialise(root: Path) -> str | None:
         else:
             node_key = keys.SigningKey.generate()
             keys.save_key(data.key_path, node_key)
-        return _create_node(data.db_path, node_key)
+        token = _create_node(data.db_path, node_key)
+        ReplayFence.create(root / FENCE_NAME)  # a new node has accepted no peer request: no fence to keep
+        return token
 
 
 def _connect_private(path: Path) -> sqlite3.Connection:

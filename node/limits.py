@@ -1,14 +1,17 @@
-"""Per-credential rate limits: a token bucket per bearer credential, answering 429 with Retry-After.
+"""Rate limits: token buckets per bearer credential and per client address, answering 429 with Retry-After.
 
 The bucket is keyed by the credential's key id (the `<key id>` of `bbs_<key id>_<secret>`, or of a key-proof
-session token `bbss_<key id>_<secret>`), read before
-authentication so a flood costs no database lookup; an agent's bucket is therefore per credential. Requests
-without a bearer token (health, node info, the dashboard's files, the key-proof handshake, which writes a
-challenge) share one bucket per client address, with the same rate and burst; so do the 401s of an address
-(tokens that do not verify), and an address whose bucket of failures is empty is refused before its token is
-looked up, so random key ids cannot flood the database either. Peer-signed sync routes are
-not limited here: they are bounded by their own page and size caps (docs/security.md). The table of buckets
-is bounded, so random key ids cannot grow memory without limit.
+session token `bbss_<key id>_<secret>`), read before authentication so a flood costs no database lookup; an
+agent's bucket is therefore per credential (`rate`, `burst`).
+
+Unauthenticated requests have their own, separately configured limit (`anon_rate`, `anon_burst`), one bucket
+per client address: requests without a bearer token (health, node info, the dashboard's files, the key-proof
+handshake); the 401s of an address (tokens that do not verify), so that an address whose bucket of failures is
+empty is refused before its token is looked up and random key ids cannot flood the database; and the
+peer-signed sync routes before their signature is checked: an address whose signatures keep failing (401/403)
+is refused before the next one is verified, while a configured peer's signed requests are bounded by the
+sync routes' own page and size caps (docs/security.md). The table of buckets is bounded, so random key ids or
+addresses cannot grow memory without limit.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from node.errors import RateLimited, Unauthorized
+from node.errors import BBSError, RateLimited
 from node.http import Handler
 
 MAX_BUCKETS = 100_000
@@ -30,10 +33,19 @@ MAX_BUCKETS = 100_000
 
 @dataclass(frozen=True)
 class RateLimit:
-    """`rate` requests per second sustained, bursts of up to `burst`; rate 0 turns limiting off."""
+    """`rate` requests per second sustained per credential, bursts of up to `burst`; `anon_rate` and
+    `anon_burst` the same per address for unauthenticated requests (None: as `rate` and `burst`). A rate of 0
+    turns that limit off."""
 
     rate: float = 0.0
     burst: int = 1
+    anon_rate: float | None = None
+    anon_burst: int | None = None
+
+    def anonymous(self) -> RateLimit:
+        """The limit of unauthenticated requests, per client address."""
+        rate = self.rate if self.anon_rate is None else self.anon_rate
+        return RateLimit(rate, self.burst if self.anon_burst is None else self.anon_burst)
 
 
 class TokenBuckets:
@@ -79,35 +91,45 @@ def credential_key(request: web.Request) -> str | None:
 
 
 def middleware(limit: RateLimit, clock: Callable[[], float] = time.monotonic) -> Middleware:
-    """aiohttp middleware enforcing `limit` per credential, per address without one, and per address for 401s
-    (a no-op when limit.rate is 0)."""
+    """aiohttp middleware enforcing `limit` per credential, and `limit.anonymous()` per address for requests
+    without one, for 401s and for failed peer signatures (no-op where a rate is 0)."""
     buckets = TokenBuckets(limit, clock)
+    anon_limit = limit.anonymous()
+    anon = TokenBuckets(anon_limit, clock)
 
     @web.middleware
     async def rate_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if limit.rate <= 0:
-            return await handler(request)
         key = credential_key(request)
+        peer_route = getattr(request.match_info.handler, "auth", None) == "peer"
         failures = f"failed:{request.remote}"
-        if key is None and getattr(request.match_info.handler, "auth", None) != "peer":
-            _refuse(buckets.take(f"addr:{request.remote}"), "from this address without a key")
-        elif key is not None:
-            # an address whose keys keep failing is refused before the look-up: random key ids are no way round
-            _refuse(buckets.wait(failures), "from this address with keys that do not verify")
-            _refuse(buckets.take(key), "with this key")
+        if anon_limit.rate > 0:
+            if peer_route:
+                # the signature is checked only while the address's failed signatures leave a token
+                _refuse(anon.wait(failures), anon_limit, "from this address with signatures that do not verify")
+            elif key is None:
+                _refuse(anon.take(f"addr:{request.remote}"), anon_limit, "from this address without a key")
+            else:
+                # an address whose keys keep failing is refused before the look-up: random key ids are no way round
+                _refuse(anon.wait(failures), anon_limit, "from this address with keys that do not verify")
+        if key is not None and limit.rate > 0:
+            _refuse(buckets.take(key), limit, "with this key")
         try:
             return await handler(request)
-        except Unauthorized:
-            if key is not None:
-                buckets.take(failures)
+        except BBSError as exc:
+            # a key that does not verify (401); a peer signature that does not, or by a key not a peer's (403)
+            if anon_limit.rate > 0 and (
+                exc.status == 401 and key is not None or peer_route and exc.status in (401, 403)
+            ):
+                anon.take(failures)
             raise
 
-    def _refuse(wait: float, who: str) -> None:
-        if wait > 0:
-            retry = max(1, math.ceil(wait))
-            raise RateLimited(
-                f"more than {limit.rate:g} requests per second (bursts of {limit.burst}) {who}; retry in {retry} s",
-                headers={"Retry-After": str(retry)},
-            )
-
     return rate_limit
+
+
+def _refuse(wait: float, limit: RateLimit, who: str) -> None:
+    if wait > 0:
+        retry = max(1, math.ceil(wait))
+        raise RateLimited(
+            f"more than {limit.rate:g} requests per second (bursts of {limit.burst}) {who}; retry in {retry} s",
+            headers={"Retry-After": str(retry)},
+        )

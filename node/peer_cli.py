@@ -112,6 +112,13 @@ def cmd_peers(args: argparse.Namespace) -> int:
             + (f"  internal {c.internal} (see this node's log)" if c.internal else "")
         )
         print(f"  last ok {p.last_ok_at or '-'}  reconciliations {p.reconciliations}")
+        h = p.health
+        if h.failures or h.throttled_polls or h.reconnect_reconciliations or h.resigned_requests:
+            print(
+                f"  failures {h.failures} ({h.consecutive_failures} in a row, {h.fetch_failures} fetches)"
+                f"  throttled polls {h.throttled_polls}  reconciled on reconnect {h.reconnect_reconciliations}"
+                f"  re-signed {h.resigned_requests}"
+            )
         if p.last_error:
             print(f"  last error at {p.last_error_at}: {p.last_error}")
     return 0

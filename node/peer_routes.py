@@ -7,21 +7,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
 import aiohttp
 import msgspec
 from aiohttp import web
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from node.appkeys import NODE, SYNC, SYNC_SETTINGS
 from node.errors import InvalidInput
 from node.http import Route, convert, decode_json, decode_query, json_response, read_json
+from node.metrics import metrics_of
 from node.peer_auth import authenticate_peer, signed_body
 from node.sync_store import NodeSyncStore
 from sync import messages as m
 from sync.auth import PeerVerifier
 from sync.puller import Puller, Scheduler
+from sync.replay import FENCE_NAME, ReplayFence
 from sync.server import BadSyncMessage, SyncServer
 
 log = logging.getLogger("bbs.sync")
@@ -152,11 +156,44 @@ PEER_ROUTES: list[Route] = [
 @dataclass(frozen=True)
 class SyncSettings:
     """How this node pulls from its peers (`bbs serve` fills it from the config: sync, sync_wait_ms,
-    reconcile_every_s). `pull=False` serves the sync endpoints but never pulls."""
+    reconcile_every_s, sync_min_poll_ms). `pull=False` serves the sync endpoints but never pulls."""
 
     pull: bool = True
     wait_ms: int = 20_000
     reconcile_every_s: float = 300.0
+    min_poll_ms: int = 250
+
+
+class PeerHealthCollector(Collector):
+    """/metrics families of the puller's per-peer health (sync/messages.py PeerHealth), read at scrape time."""
+
+    FAMILIES = (
+        ("bbs_sync_failures", "Failed sync attempts with the peer (each backs off)", "failures", True),
+        ("bbs_sync_consecutive_failures", "Failed sync attempts with the peer since its last good round",
+         "consecutive_failures", False),
+        ("bbs_sync_fetch_failures", "Failed fetches by hash from the peer (unreachable or unrequested records)",
+         "fetch_failures", True),
+        ("bbs_sync_throttled_polls", "Polls delayed to keep sync_min_poll_ms after an early empty long-poll",
+         "throttled_polls", True),
+        ("bbs_sync_reconnect_reconciliations", "Reconciliations run at once when the peer answered again",
+         "reconnect_reconciliations", True),
+        ("bbs_sync_resigned_requests", "Requests signed again because the peer had restarted",
+         "resigned_requests", True),
+    )  # fmt: skip
+
+    def __init__(self, state: SyncState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterable[Metric]:
+        health = self.state.scheduler.puller.health if self.state.scheduler is not None else {}
+        for name, help, attr, counter in self.FAMILIES:
+            family = (CounterMetricFamily if counter else GaugeMetricFamily)(name, help, labels=["peer"])
+            for peer, h in sorted(health.items()):
+                family.add_metric([peer], getattr(h, attr))
+            yield family
+
+    def describe(self) -> Iterable[Metric]:
+        return []
 
 
 def install(app: web.Application) -> None:
@@ -165,6 +202,7 @@ def install(app: web.Application) -> None:
     store = app[NODE].sync
     state = SyncState(store, SyncServer(store), PeerVerifier())
     app[SYNC] = state
+    metrics_of(app).registry.register(PeerHealthCollector(state))
 
     async def wake_long_polls(app: web.Application) -> None:
         state.server.closing.set()
@@ -176,6 +214,8 @@ async def sync_context(app: web.Application) -> AsyncIterator[None]:
     """Cleanup context: the scheduler pulling from every configured peer (unless `app[SYNC_SETTINGS].pull` is
     false), stopped before the node closes."""
     state = app[SYNC]
+    # read once the previous process is gone (bbs serve holds the data lock by now): its accepted signatures
+    state.verifier.fence = ReplayFence.load(app[NODE].data.root / FENCE_NAME)
     state.server.closing.clear()
     session = aiohttp.ClientSession()
     task = None
@@ -188,6 +228,7 @@ async def sync_context(app: web.Application) -> AsyncIterator[None]:
                 session,
                 wait_ms=settings.wait_ms,
                 reconcile_every_s=settings.reconcile_every_s,
+                min_poll_s=settings.min_poll_ms / 1000,
             )
         )
         task = asyncio.create_task(state.scheduler.run(), name="sync scheduler")

@@ -16,6 +16,7 @@ from pathlib import Path
 from identity import canonical, keys, schema
 from node import __version__
 from node.agents import Agents
+from node.challenges import Challenges
 from node.datadir import DataDir
 from node.db import Database
 from node.default_mode.service import DefaultMode
@@ -51,6 +52,7 @@ class Node:
         # annotated: node/trust.py's background task reads it back (mypy cannot infer it across that cycle)
         self.trust: Trust = Trust(self.db, self.now_ms)
         self.sync = NodeSyncStore(self.db, self.node_id, self.now_ms)
+        self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer
 
     @property
     def node_id(self) -> str:

@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from yarl import URL
 
 from identity import canonical, keys
@@ -21,7 +22,7 @@ from node import db, projections
 from node.db import Database
 from node.errors import InvalidInput
 from node.wire.time import format_ms
-from sync.messages import Digest, PeerCounters, PeerIn, PeerStatus
+from sync.messages import Digest, PeerCounters, PeerHealth, PeerIn, PeerStatus
 from sync.store import Cursor, Invalid, Outcome, Page, PeerConfig, Verified
 
 MAX_WANT_ATTEMPTS = 8
@@ -146,10 +147,15 @@ class NodeSyncStore:
         remote_head: int | None = None,
         error: str | None = None,
         reconciled: bool = False,
+        health: PeerHealth | None = None,
     ) -> None:
         now = self.now_ms()
 
         def job(conn: sqlite3.Connection) -> None:
+            if health is not None:
+                conn.execute(
+                    "UPDATE peers SET health = ? WHERE node_id = ?", (msgspec.json.encode(health).decode(), peer_id)
+                )
             if error is not None:
                 conn.execute(
                     "UPDATE peers SET last_error = ?, last_error_ms = ? WHERE node_id = ?", (error, now, peer_id)
@@ -401,9 +407,20 @@ def peer_statuses(conn: sqlite3.Connection, now_ms: int) -> list[PeerStatus]:
                     internal=r["internal"],
                     invalid_reasons=reasons.get(r["node_id"], {}),
                 ),
+                health=_health(r["health"]),
             )
         )
     return out
+
+
+def _health(raw: str | None) -> PeerHealth:
+    """The puller's last note of a peer's health (none yet: all zero)."""
+    if raw is None:
+        return PeerHealth()
+    try:
+        return msgspec.json.decode(raw, type=PeerHealth)
+    except msgspec.DecodeError:  # written by an older or newer node: not worth failing the listing over
+        return PeerHealth()
 
 
 def _fmt(ms: int | None) -> str | None:

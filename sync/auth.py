@@ -4,7 +4,8 @@ The signature covers the method, authority, path and query and, for requests wit
 Content-Digest; its parameters carry `created`, a random `nonce`, `keyid` (the node's
 did:key) and the tag `bbs-sync`. The receiver accepts only keys of configured peers, refuses
 signatures older than MAX_AGE_S or dated in the future, and remembers nonces until they expire,
-so a captured request cannot be replayed.
+so a captured request cannot be replayed; across restarts a ReplayFence (sync/replay.py) refuses every
+signature created at or before the last second accepted by the previous process.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from http_message_signatures import HTTPMessageSigner, HTTPMessageVerifier, algo
 from http_message_signatures.exceptions import HTTPMessageSignaturesException
 
 from identity import keys
+from sync.replay import ReplayFence
 
 TAG = "bbs-sync"
 LABEL = "bbs"
@@ -84,10 +86,11 @@ def sign_headers(
 
 
 class PeerVerifier:
-    """Verifies signed sync requests and remembers nonces to refuse replays."""
+    """Verifies signed sync requests and remembers nonces to refuse replays; with a `fence`, also those of
+    requests accepted before this process started."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self.clock = clock
+    def __init__(self, clock: Callable[[], float] = time.time, fence: ReplayFence | None = None) -> None:
+        self.clock, self.fence = clock, fence
         self._seen: dict[tuple[str, str], float] = {}
 
     def verify(
@@ -126,10 +129,21 @@ class PeerVerifier:
         nonce = params.get("nonce")
         if not isinstance(nonce, str) or not 16 <= len(nonce) <= 64:
             raise PeerAuthError("nonce_required", "the signature must carry a nonce of 16 to 64 characters")
+        if self.fence is not None and self.fence.refuses(created):
+            raise PeerAuthError(
+                "stale_request", "signed before this node last started: sign the request again (a new created)"
+            )
         peer = str(params["keyid"])
         self._forget(now)
         if (peer, nonce) in self._seen:
             raise PeerAuthError("replayed_request", "this signed request was already used")
+        if self.fence is not None:
+            try:
+                self.fence.admit(created)
+            except OSError as exc:
+                raise PeerAuthError(
+                    "replay_fence_unwritable", f"this node cannot record accepted requests: {exc}", 503
+                ) from None
         self._seen[(peer, nonce)] = created + MAX_AGE_S + MAX_SKEW_S
         return peer
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,13 +45,16 @@ class PeerClient:
         node_id: str,
         url: str,
         traffic: Traffic | None = None,
+        health: m.PeerHealth | None = None,
     ) -> None:
         self.session, self.key, self.node_id = session, key, node_id
         self.base = url.rstrip("/")
         self.bytes_sent = 0
         self.bytes_received = 0
         self.requests = 0
+        self.resigned = 0  # requests signed again after the peer restarted
         self.traffic = traffic or Traffic()
+        self.health = health
 
     async def changes(self, since: int, epoch: str | None, limit: int, wait_ms: int) -> m.ChangesReply:
         query: dict[str, str] = {"since": str(since), "limit": str(limit), "wait_ms": str(wait_ms)}
@@ -100,6 +105,23 @@ class PeerClient:
         url = URL(self.base + path)
         if query:
             url = url.with_query(query)
+        for attempt in (1, 2):
+            status, data = await self._send(method, url, body, timeout, max_bytes)
+            if status == 401 and attempt == 1 and _problem_code(data) == "stale_request":
+                # the peer restarted since our signature's second (sync/replay.py): sign again in the next one
+                self.resigned += 1
+                if self.health is not None:
+                    self.health.resigned_requests += 1
+                await asyncio.sleep(1.05 - time.time() % 1.0)
+                continue
+            if status != 200:
+                raise SyncError(f"{method} {path}: HTTP {status}: {_problem(data)}")
+            return data
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _send(
+        self, method: str, url: URL, body: bytes | None, timeout: float, max_bytes: int
+    ) -> tuple[int, bytes]:
         headers = sign_headers(self.key, method, str(url), body)
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -120,11 +142,17 @@ class PeerClient:
                 data = b"".join(chunks)
                 self.bytes_received += len(data)
                 self.traffic.bytes_received += len(data)
-                if resp.status != 200:
-                    raise SyncError(f"{method} {path}: HTTP {resp.status}: {_problem(data)}")
-                return data
+                return resp.status, data
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise SyncError(f"{method} {path}: {type(exc).__name__}: {exc}") from None
+            raise SyncError(f"{method} {url.path}: {type(exc).__name__}: {exc}") from None
+
+
+def _problem_code(data: bytes) -> str | None:
+    try:
+        problem = msgspec.json.decode(data)
+        return problem.get("code") if isinstance(problem, dict) else None
+    except (msgspec.DecodeError, RecursionError):
+        return None
 
 
 def _problem(data: bytes) -> str:

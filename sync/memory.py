@@ -7,7 +7,10 @@ import hashlib
 import secrets
 from dataclasses import dataclass, field
 
+import msgspec
+
 from identity import canonical
+from sync.messages import PeerHealth
 from sync.store import Cursor, Invalid, Outcome, Page, PeerConfig, Verified
 
 MAX_WANT_ATTEMPTS = 8
@@ -30,6 +33,7 @@ class MemoryStore:
     index: dict[str, int] = field(default_factory=dict)
     peer_list: list[PeerConfig] = field(default_factory=list)
     cursors: dict[str, Cursor] = field(default_factory=dict)
+    health: dict[str, PeerHealth] = field(default_factory=dict)
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
     wants: dict[str, _Want] = field(default_factory=dict)
     errors: dict[str, str | None] = field(default_factory=dict)
@@ -116,8 +120,11 @@ class MemoryStore:
         remote_head: int | None = None,
         error: str | None = None,
         reconciled: bool = False,
+        health: PeerHealth | None = None,
     ) -> None:
         self.errors[peer_id] = error
+        if health is not None:
+            self.health[peer_id] = msgspec.structs.replace(health)
 
     async def wanted(self, peer_id: str, now_ms: int, limit: int) -> list[str]:
         return [

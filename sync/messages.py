@@ -23,6 +23,8 @@ MAX_RECONCILE_HEX = 2 * 64 * 1024
 
 Epoch = Annotated[str, msgspec.Meta(pattern=whole("[0-9a-f]{1,64}"))]
 Version = Annotated[int, msgspec.Meta(ge=1, le=1)]
+# a position in a store's log (SQLite's INTEGER range): a peer's number outside it is a malformed batch
+Seq = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 
 
 class _Message(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True):
@@ -35,7 +37,7 @@ class _Message(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, kw_
 class ChangesQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Query of `GET /v1/sync/changes`: records after `since` in the serving node's arrival order."""
 
-    since: Annotated[int, msgspec.Meta(ge=0)] = 0
+    since: Seq = 0
     epoch: Epoch | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_CHANGES_LIMIT)] = DEFAULT_CHANGES_LIMIT
     wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_WAIT_MS)] = 0
@@ -45,7 +47,7 @@ class ChangesQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class ChangeItem(msgspec.Struct, forbid_unknown_fields=True):
     """One record of the feed: its seq on the serving node, its claimed hash and its canonical body."""
 
-    seq: int
+    seq: Seq
     hash: str
     record: msgspec.Raw
 
@@ -55,8 +57,8 @@ class Changes(_Message, tag="changes"):
 
     node_id: str
     epoch: str
-    head: int
-    next: int
+    head: Seq
+    next: Seq
     more: bool
     items: list[ChangeItem]
 
@@ -66,7 +68,7 @@ class Reset(_Message, tag="reset"):
 
     node_id: str
     epoch: str
-    head: int
+    head: Seq
     reason: Literal["epoch_changed", "cursor_ahead"]
 
 
@@ -110,7 +112,7 @@ class ReconcileReply(_Message, tag="reconcile_reply"):
 
     node_id: str
     epoch: str
-    head: int
+    head: Seq
     message: str | None
 
 
@@ -143,6 +145,17 @@ class PeerCounters(msgspec.Struct):
     invalid_reasons: dict[str, int] = msgspec.field(default_factory=dict)
 
 
+class PeerHealth(msgspec.Struct):
+    """How this node's puller is faring with a peer (counts since this process started pulling from it)."""
+
+    consecutive_failures: int = 0  # failed attempts since the last success; the backoff grows with them
+    failures: int = 0  # failed attempts (network, HTTP status, malformed reply, failed fetch, store fault)
+    fetch_failures: int = 0  # fetches by hash that failed (unreachable, or a reply with unrequested records)
+    throttled_polls: int = 0  # polls delayed to keep the minimum interval after an early empty long-poll
+    reconnect_reconciliations: int = 0  # reconciliations run at once when the peer answered again after failing
+    resigned_requests: int = 0  # requests signed again because the peer had restarted (sync/replay.py)
+
+
 class PeerStatus(msgspec.Struct):
     """A configured peer and how far this node has pulled from it."""
 
@@ -160,6 +173,7 @@ class PeerStatus(msgspec.Struct):
     reconciliations: int
     last_reconcile_at: str | None
     counters: PeerCounters
+    health: PeerHealth = msgspec.field(default_factory=PeerHealth)
 
 
 class PeerList(msgspec.Struct):

@@ -71,13 +71,20 @@ class Puller:
         limit: int = m.DEFAULT_CHANGES_LIMIT,
         wait_ms: int = 20_000,
         reconcile_every_s: float = 300.0,
+        min_poll_s: float = 0.25,
     ) -> None:
         self.store, self.key, self.session, self.clock = store, key, session, clock
         self.limit, self.wait_ms, self.reconcile_every_s = limit, wait_ms, reconcile_every_s
+        self.min_poll_s = min_poll_s
         self.traffic = Traffic()
+        self.health: dict[str, m.PeerHealth] = {}
 
     def client(self, peer: PeerConfig) -> PeerClient:
-        return PeerClient(self.session, self.key, peer.node_id, peer.url, self.traffic)
+        return PeerClient(self.session, self.key, peer.node_id, peer.url, self.traffic, self.health_of(peer.node_id))
+
+    def health_of(self, peer_id: str) -> m.PeerHealth:
+        """How pulling from this peer is going (kept in memory, written with every peer note)."""
+        return self.health.setdefault(peer_id, m.PeerHealth())
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -110,7 +117,9 @@ class Puller:
                 new_cursor.epoch,
                 new_cursor.seq,
             )
-        await self.store.note_peer(peer.node_id, remote_epoch=reply.epoch, remote_head=reply.head)
+        await self.store.note_peer(
+            peer.node_id, remote_epoch=reply.epoch, remote_head=reply.head, health=self.health_of(peer.node_id)
+        )
         wanted = await self.fetch_wanted(peer)
         return PullReport(more=reply.more, outcomes=outcomes, wanted=wanted)
 
@@ -119,7 +128,11 @@ class Puller:
         hashes = await self.store.wanted(peer.node_id, self.now_ms(), WANTED_PER_ROUND)
         if not hashes:
             return []
-        outcomes, missing = await self.fetch_into_store(peer, hashes)
+        try:
+            outcomes, missing = await self.fetch_into_store(peer, hashes)
+        except SyncError:  # a failed fetch is a try of each hash: they back off, then are given up
+            await self.store.want_failed(peer.node_id, hashes, self.now_ms())
+            raise
         if missing:
             await self.store.want_failed(peer.node_id, missing, self.now_ms())
         return outcomes
@@ -132,7 +145,11 @@ class Puller:
         for start in range(0, len(hashes), m.MAX_FETCH_HASHES):
             chunk = hashes[start : start + m.MAX_FETCH_HASHES]
             wanted = set(chunk)
-            reply = await client.fetch(chunk)
+            try:
+                reply = await client.fetch(chunk)
+            except SyncError:
+                self.health_of(peer.node_id).fetch_failures += 1
+                raise
             verified: list[Verified] = []
             invalid = [
                 Invalid(item.hash, "unrequested", "the peer sent a record that was not asked for")
@@ -181,7 +198,13 @@ class Puller:
         assert first is not None
         if reset:
             await self.store.ingest(peer.node_id, [], [], Cursor(first.epoch, first.head))
-        await self.store.note_peer(peer.node_id, remote_epoch=first.epoch, remote_head=first.head, reconciled=True)
+        await self.store.note_peer(
+            peer.node_id,
+            remote_epoch=first.epoch,
+            remote_head=first.head,
+            reconciled=True,
+            health=self.health_of(peer.node_id),
+        )
         log.info("reconciled with %s: %d rounds, need %d, have %d", peer.node_id, report.rounds, len(need), len(have))
         return report
 
@@ -189,38 +212,63 @@ class Puller:
         """Pull from one peer forever: long-poll when caught up, reconcile after catch-up and on a timer,
         back off exponentially (with jitter) on failure.
 
-        Records that fail in the store's own code (`internal`) are a failure too, backed off like any other; the
-        cursor has moved past them and a reconciliation is not repeated early for them, so a fault that every
-        try meets never turns into a loop without end."""
+        Every failure counts toward the backoff, which only a round that got through (a page that said `more`,
+        or a pull and any reconciliation due) resets; so a peer that fails every reconciliation or every fetch
+        is tried less and less often, never in a loop. Long-polls to one peer start at least `min_poll_s`
+        apart when the previous one came back empty (a peer answering them at once is not polled in a spin).
+        When the peer answers again after failing to, the node reconciles at once rather than at the next
+        `reconcile_every_s`. Records that fail in the store's own code (`internal`) are a failure too, backed
+        off like any other; the cursor has moved past them and a reconciliation is not repeated early for them,
+        so a fault that every try meets never turns into a loop without end."""
+        health = self.health_of(peer.node_id)
         failures = 0
-        caught_up = False
+        caught_up = unreachable = False
         last_reconcile: float | None = None
+        empty_poll_at: float | None = None  # when the last pull that brought nothing started (monotonic)
         while True:
             try:
+                if caught_up and empty_poll_at is not None:
+                    gap = self.min_poll_s - (time.monotonic() - empty_poll_at)
+                    if gap > 0:
+                        health.throttled_polls += 1
+                        await asyncio.sleep(gap)
+                started = time.monotonic()
                 report = await self.pull_once(peer, wait_ms=self.wait_ms if caught_up else 0)
                 _check_stored(peer, [*report.outcomes, *report.wanted])
-                failures = 0
+                empty_poll_at = None if report.outcomes or report.more or report.reset else started
+                if unreachable:
+                    unreachable, last_reconcile = False, None
+                    health.reconnect_reconciliations += 1
+                    log.info("peer %s answers again; reconciling now", peer.node_id)
                 if report.more:
+                    failures = health.consecutive_failures = 0
                     caught_up = False
                     continue
                 if last_reconcile is None or self.clock() - last_reconcile >= self.reconcile_every_s:
                     reconciled = await self.reconcile(peer)
                     last_reconcile = self.clock()
                     _check_stored(peer, reconciled.outcomes)
+                failures = health.consecutive_failures = 0
                 caught_up = True
             except asyncio.CancelledError:
                 raise
             except (SyncError, NegentropyError, StoreFault) as exc:
                 failures += 1
+                unreachable = unreachable or not isinstance(exc, StoreFault)
                 caught_up = False
                 log.warning("sync with %s failed (%d): %s", peer.node_id, failures, exc)
-                await self.store.note_peer(peer.node_id, error=str(exc)[:500])
-                await asyncio.sleep(backoff(failures))
+                await self._failed(peer, health, failures, str(exc))
             except Exception as exc:  # a bug must not kill the loop silently
                 failures += 1
+                caught_up = False
                 log.exception("sync with %s crashed", peer.node_id)
-                await self.store.note_peer(peer.node_id, error=f"internal: {type(exc).__name__}: {exc}"[:500])
-                await asyncio.sleep(backoff(failures))
+                await self._failed(peer, health, failures, f"internal: {type(exc).__name__}: {exc}")
+
+    async def _failed(self, peer: PeerConfig, health: m.PeerHealth, failures: int, error: str) -> None:
+        health.failures += 1
+        health.consecutive_failures = failures
+        await self.store.note_peer(peer.node_id, error=error[:500], health=health)
+        await asyncio.sleep(backoff(failures))
 
 
 async def verify_many(items: list[tuple[bytes, str | None]]) -> list[Verified | Invalid]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
+from sync.messages import PeerHealth
+
 # `internal`: the record met an error in the receiving node's own code (not the peer's fault; logged there).
 OutcomeWord = Literal["saved", "duplicate", "invalid", "pending_link", "internal"]
 
@@ -109,8 +111,10 @@ class SyncStore(Protocol):
         remote_head: int | None = None,
         error: str | None = None,
         reconciled: bool = False,
+        health: PeerHealth | None = None,
     ) -> None:
-        """Record a peer's position after a successful exchange, or the error of a failed one."""
+        """Record a peer's position after a successful exchange, or the error of a failed one (and, when
+        given, how the puller is faring with it)."""
         ...
 
     async def wanted(self, peer_id: str, now_ms: int, limit: int) -> list[str]:

@@ -14,7 +14,7 @@ from scenarios.bench.context import Context
 
 def registry() -> dict[str, Callable[[Context], None]]:
     """Benchmark name -> runner, in the order `all` runs them."""
-    from scenarios.bench import inbox, ingest, peers, raw, reads, ready, search, submission, sync
+    from scenarios.bench import flood, inbox, ingest, peers, raw, reads, ready, search, submission, sync
 
     return {
         "raw": raw.run,
@@ -27,4 +27,5 @@ def registry() -> dict[str, Callable[[Context], None]]:
         "memory": reads.run_memory,
         "sync": sync.run,
         "peers": peers.run,
+        "flood": flood.run,
     }

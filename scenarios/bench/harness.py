@@ -47,9 +47,9 @@ class Server:
 
     def start(self, timeout: float = 30.0) -> None:
         log = open(self.data / "serve.log", "ab")  # noqa: SIM115  (closed with the process)
-        # Benchmarks measure throughput: the per-credential rate limit (100/s per key by default) is lifted,
-        # as an operator would for a bulk load; a run can still set it through extra_env.
-        env = {**os.environ, "BBS_RATE_LIMIT_PER_S": "0", **self.extra_env}
+        # Benchmarks measure throughput: the rate limits (100/s per key, 50/s per address without one, by
+        # default) are lifted, as an operator would for a bulk load; a run can still set them through extra_env.
+        env = {**os.environ, "BBS_RATE_LIMIT_PER_S": "0", "BBS_ANON_RATE_LIMIT_PER_S": "0", **self.extra_env}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "node.cli", "serve", "--data", str(self.data), "--port", str(self.port)],
             stdout=log,

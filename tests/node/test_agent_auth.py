@@ -134,8 +134,7 @@ async def test_open_challenges_are_bounded_without_locking_the_agent_out(
     for _ in range(agent_auth.MAX_OPEN_CHALLENGES + 4):
         issued.append(await challenge(client, key.did))
         clock.advance(0.01)
-    count = await node.db.read(lambda c: c.execute("SELECT count(*) FROM auth_challenges").fetchone()[0])
-    assert count == agent_auth.MAX_OPEN_CHALLENGES
+    assert len(node.challenges) == agent_auth.MAX_OPEN_CHALLENGES
     oldest = await client.post("/v1/auth/session", json=proof(key, issued[0]))
     assert (await oldest.json())["code"] == "challenge_invalid"
     newest = await client.post("/v1/auth/session", json=proof(key, issued[-1]))
@@ -145,3 +144,26 @@ async def test_open_challenges_are_bounded_without_locking_the_agent_out(
 async def test_api_keys_still_work(client: TestClient, make_agent: Callable[[str], Awaitable[AgentCreds]]) -> None:
     alice = await make_agent("alice")
     assert (await client.get("/v1/inbox", headers=alice.headers)).status == 200
+
+
+async def test_challenges_and_failed_proofs_never_reach_the_writer(client: TestClient, node: Node) -> None:
+    """Anyone may ask: pending challenges are held in memory (node/challenges.py), so a flood of asks, or of
+    proofs that fail, commits nothing; only a proof that verifies writes (its session)."""
+    key = await own_key_agent(node)
+    jobs = node.db.stats.jobs
+    asked = [await challenge(client, key.did) for _ in range(50)]
+    stranger = keys.SigningKey.generate()
+    bad = await client.post("/v1/auth/session", json=proof(key, asked[-1], signer=stranger))
+    assert (await bad.json())["code"] == "bad_signature"
+    # the node's background work (trust, notifications) may write meanwhile: a few jobs, not one per ask
+    assert node.db.stats.jobs - jobs <= 3
+    assert (await client.post("/v1/auth/session", json=proof(key, asked[-2]))).status == 201
+    assert await node.db.read(lambda c: c.execute("SELECT count(*) FROM auth_sessions").fetchone()[0]) == 1
+
+
+async def test_a_restart_forgets_pending_challenges(client: TestClient, node: Node) -> None:
+    key = await own_key_agent(node)
+    ch = await challenge(client, key.did)
+    restarted = Node(node.data.root)  # a new process: its memory holds no challenge
+    assert restarted.challenges.take(ch["challenge"], key.did) is None
+    assert node.challenges.take(ch["challenge"], key.did) is not None

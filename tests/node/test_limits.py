@@ -71,8 +71,7 @@ async def test_requests_without_a_key_share_one_bucket_per_address(
     refused = await client.post("/v1/auth/challenge", json={"agent_id": alice.agent_id})
     body = await problem(refused, 429, "rate_limited")
     assert "without a key" in body["detail"] and int(refused.headers["Retry-After"]) >= 1
-    challenges = await node.db.read(lambda c: c.execute("SELECT count(*) FROM auth_challenges").fetchone()[0])
-    assert challenges == 1  # the refused request wrote nothing
+    assert len(node.challenges) == 1  # the refused request held nothing
     assert (await client.get("/v1/inbox", headers=alice.headers)).status == 200  # a key has its own bucket
     # peer-signed sync routes are bounded by their own caps, not by this bucket: refused for the signature
     resp = await client.get("/v1/sync/changes?wait_ms=0")
@@ -116,6 +115,47 @@ async def test_default_app_and_config_limits(tmp_path: Any) -> None:
     assert (cfg.rate_limit_per_s, cfg.rate_limit_burst) == (5.0, 10)
     with pytest.raises(config.ConfigError, match="rate_limit_burst"):
         config.load(environ={"BBS_RATE_LIMIT_BURST": "0"})
+    defaults = config.load(environ={})
+    assert (defaults.anon_rate_limit_per_s, defaults.anon_rate_limit_burst) == (50.0, 500)
+    cfg = config.load(environ={"BBS_ANON_RATE_LIMIT_PER_S": "0", "BBS_ANON_RATE_LIMIT_BURST": "7"})
+    assert (cfg.anon_rate_limit_per_s, cfg.anon_rate_limit_burst) == (0.0, 7)
+    for bad in ({"BBS_ANON_RATE_LIMIT_PER_S": "-1"}, {"BBS_ANON_RATE_LIMIT_BURST": "0"}):
+        with pytest.raises(config.ConfigError, match="ANON_RATE_LIMIT"):
+            config.load(environ=bad)
+    assert RateLimit(5, 10).anonymous() == RateLimit(5, 10)  # unset: as the per-credential limit
+    assert RateLimit(5, 10, 1, 2).anonymous() == RateLimit(1, 2)
+
+
+async def test_unauthenticated_requests_have_their_own_limit(
+    aiohttp_client: Callable[..., Awaitable[TestClient]], node: Node, make_agent: MakeAgent
+) -> None:
+    """A flood of challenge asks from one address is cut at the anonymous limit while keys keep their own."""
+    client = await aiohttp_client(create_app(node, RateLimit(rate=1000, burst=1000, anon_rate=0.001, anon_burst=3)))
+    alice = await make_agent("alice")
+    answers = [(await client.post("/v1/auth/challenge", json={"agent_id": alice.agent_id})).status for _ in range(6)]
+    assert answers == [201, 201, 201, 429, 429, 429] and len(node.challenges) == 3
+    refused = await client.get("/healthz")
+    body = await problem(refused, 429, "rate_limited")
+    assert "without a key" in body["detail"] and int(refused.headers["Retry-After"]) >= 1
+    for _ in range(5):
+        assert (await client.get("/v1/inbox", headers=alice.headers)).status == 200
+
+
+async def test_an_address_whose_peer_signatures_keep_failing_is_refused_before_verifying(
+    aiohttp_client: Callable[..., Awaitable[TestClient]], node: Node
+) -> None:
+    from identity import keys
+    from sync.auth import sign_headers
+
+    client = await aiohttp_client(create_app(node, RateLimit(rate=1000, burst=1000, anon_rate=0.001, anon_burst=2)))
+    stranger = keys.SigningKey.generate()
+    url = str(client.make_url("/v1/sync/changes"))
+    assert (await client.get("/v1/sync/changes")).status == 401  # unsigned
+    assert (await client.get("/v1/sync/changes", headers=sign_headers(stranger, "GET", url))).status == 403
+    refused = await client.get("/v1/sync/changes", headers=sign_headers(stranger, "GET", url))
+    body = await problem(refused, 429, "rate_limited")
+    assert "signatures that do not verify" in body["detail"] and int(refused.headers["Retry-After"]) >= 1
+    assert (await client.get("/healthz")).status == 200  # requests without a key: a bucket of their own
 
 
 async def test_body_size_and_depth_limits(client: TestClient, make_agent: MakeAgent, node: Node) -> None:

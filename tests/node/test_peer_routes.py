@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, unused_port
 
 from identity import keys
 from node import appkeys, peer_routes
 from node.app import create_app
+from node.cli import main
 from node.service import Node
 from node.wire.api import PostEntry
 from sync import messages as m
@@ -127,6 +129,12 @@ async def test_the_changes_feed_for_a_signed_peer(served: TestClient, node: Node
     assert (status, problem["field"]) == (422, "$.limit")
 
 
+@pytest.mark.parametrize("since", ["-1", str(2**63), str(2**64)])
+async def test_a_cursor_outside_a_log_is_refused(served: TestClient, since: str) -> None:
+    status, body = await signed(served, "GET", f"/v1/sync/changes?since={since}")
+    assert (status, body["code"], body["field"]) == (422, "validation_error", "$.since")
+
+
 async def test_fetch_by_hash_lists_the_missing(served: TestClient, node: Node, make_agent: MakeAgent) -> None:
     alice = await make_agent("alice")
     shared = await post(node, alice, "shared")
@@ -177,8 +185,34 @@ async def test_a_pulling_app_runs_its_scheduler_until_cleanup(aiohttp_client: Cl
     assert state.scheduler is None and state.server.closing.is_set()
 
 
+async def test_a_failing_peer_shows_in_peers_metrics_and_the_cli(
+    aiohttp_client: Client, node: Node, admin_headers: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The puller's health of a peer (failures, backoff, throttled polls ...) in GET /v1/peers, /metrics and
+    `bbs peers` (which reads the database, beside the running node)."""
+    app = create_app(node, sync=peer_routes.SyncSettings(pull=True, wait_ms=100))
+    client = await aiohttp_client(app)
+    resp = await client.post("/v1/peers", json={"url": f"http://127.0.0.1:{unused_port()}", "node_id": PEER.did},
+                             headers=admin_headers)  # fmt: skip
+    assert resp.status == 201
+    app[appkeys.SYNC].scheduler.poke()
+    for _ in range(500):
+        [status] = (await (await client.get("/v1/peers", headers=admin_headers)).json())["peers"]
+        if status["health"]["failures"] >= 1:
+            break
+        await asyncio.sleep(0.02)
+    assert status["health"]["failures"] >= 1 and status["health"]["consecutive_failures"] >= 1
+    metrics = await (await client.get("/metrics", headers=admin_headers)).text()
+    assert f'bbs_sync_failures_total{{peer="{PEER.did}"}}' in metrics
+    assert f'bbs_sync_consecutive_failures{{peer="{PEER.did}"}}' in metrics
+    assert main(["peers", "--data", str(node.data.root)]) == 0
+    assert "  failures " in capsys.readouterr().out
+
+
 def test_default_settings() -> None:
-    assert peer_routes.SyncSettings() == peer_routes.SyncSettings(pull=True, wait_ms=20_000, reconcile_every_s=300.0)
+    assert peer_routes.SyncSettings() == peer_routes.SyncSettings(
+        pull=True, wait_ms=20_000, reconcile_every_s=300.0, min_poll_ms=250
+    )
     assert [route.handler.__name__ for route in peer_routes.PEER_ROUTES] == [
         "add_peer",
         "list_peers",

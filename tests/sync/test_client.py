@@ -259,7 +259,19 @@ async def test_an_http_error_names_its_problem_or_its_text(fake: tuple[Fake, str
         (b'{"type":"changes","v":1}', "malformed batch"),
         (b"[" * 100_000 + b"]" * 100_000, "malformed batch"),
         (changes_body(head=5, next=9), r"next cursor 9 outside \[0, 5\]"),
-        (changes_body(head=5, next=-1), "next cursor -1 outside"),
+        (changes_body(head=5, next=-1), "malformed batch: Expected `int` >= 0"),
+        (changes_body(head=-1, next=0), r"malformed batch: Expected `int` >= 0 - at `\$.head`"),
+        (changes_body(head=2**63, next=0), r"malformed batch: Expected `int` <= 9223372036854775807 - at `\$.head`"),
+        (changes_body(head=2**64, next=2**64), r"at `\$.head`"),
+        (changes_body(head=0, next=2**63), r"at `\$.next`"),
+        (changes_body(head=1, next=1, items=[{"seq": 2**63, "hash": "h", "record": {}}]), r"`\$.items\[0\].seq`"),
+        (changes_body(head=1, next=1, items=[{"seq": -1, "hash": "h", "record": {}}]), r"`\$.items\[0\].seq`"),
+        (
+            json.dumps(
+                {"type": "reset", "v": 1, "node_id": NODE_ID, "epoch": "ab", "head": 2**63, "reason": "cursor_ahead"}
+            ).encode(),
+            r"at `\$.head`",
+        ),
         (
             changes_body(head=3, next=3, items=[{"seq": i, "hash": "h", "record": {}} for i in range(3)]),
             "3 records for a page of at most 2",

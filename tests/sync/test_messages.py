@@ -70,6 +70,17 @@ def test_malformed_changes_replies_do_not_decode(raw: bytes) -> None:
         m.CHANGES_DECODER.decode(raw)
 
 
+@pytest.mark.parametrize("field", ["head", "next"])
+@pytest.mark.parametrize("value", [-1, 2**63, 2**64, -(2**63)])
+def test_positions_outside_a_log_do_not_decode(field: str, value: int) -> None:
+    page = {"type": "changes", "node_id": "x", "epoch": "e", "head": 1, "next": 1, "more": False, "items": []}
+    with pytest.raises(msgspec.ValidationError, match=f"at `\\$.{field}`"):
+        m.CHANGES_DECODER.decode(encode({**page, field: value}))
+    reply = {"type": "reconcile_reply", "node_id": "x", "epoch": "e", "head": value, "message": None}
+    with pytest.raises(msgspec.ValidationError, match="at `\\$.head`"):
+        m.RECONCILE_DECODER.decode(encode(reply))
+
+
 def test_a_missing_version_means_the_current_one() -> None:
     decoded = m.RECORDS_DECODER.decode(b'{"type":"records","node_id":"x","items":[],"missing":["a"]}')
     assert decoded.v == m.PROTOCOL_VERSION == 1 and decoded.missing == ["a"]
@@ -84,8 +95,10 @@ def test_changes_query_defaults_and_bounds() -> None:
         strict=False,
     )  # a query string's values are text
     assert (ok.since, ok.epoch, ok.limit, ok.wait_ms) == (5, "0a", m.MAX_CHANGES_LIMIT, m.MAX_WAIT_MS)
+    assert msgspec.convert({"since": 2**63 - 1}, m.ChangesQuery).since == 2**63 - 1
     for bad in (
         {"since": -1},
+        {"since": 2**63},
         {"limit": 0},
         {"limit": m.MAX_CHANGES_LIMIT + 1},
         {"wait_ms": -1},

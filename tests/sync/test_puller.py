@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import unused_port
 
 from identity import keys
@@ -150,3 +152,118 @@ async def until(condition: Any, timeout: float = 10.0) -> None:
             return
         await asyncio.sleep(0.02)
     raise AssertionError("condition not met in time")
+
+
+# ---- a hostile or faulty peer cannot stall or spin the loop ----------------------------------------------
+
+
+class Hostile:
+    """A misbehaving peer: real aiohttp, answering the sync routes as the test says, recording each request."""
+
+    def __init__(self) -> None:
+        self.key = keys.SigningKey.generate()
+        self.down = False  # answer every request with a 503
+        self.fetch_extra: str | None = None  # a hash to add, unrequested, to every fetch reply
+        self.changes_at: list[float] = []  # when each changes request arrived (monotonic)
+        self.reconciles = 0
+        self.fetches = 0
+        self.url = ""
+
+    def reply(self, payload: dict[str, Any]) -> web.Response:
+        return web.json_response({"v": 1, "node_id": self.key.did, **payload})
+
+    async def changes(self, request: web.Request) -> web.Response:
+        self.changes_at.append(time.monotonic())
+        if self.down:
+            return web.json_response({"code": "unavailable"}, status=503)
+        page = {"type": "changes", "epoch": "ab", "head": 0, "next": 0, "more": False, "items": []}
+        return self.reply(page)  # a long-poll answered at once, empty
+
+    async def fetch(self, request: web.Request) -> web.Response:
+        self.fetches += 1
+        asked = (await request.json())["hashes"]
+        items = [{"hash": self.fetch_extra, "record": {"x": 1}}] if self.fetch_extra else []
+        return self.reply({"type": "records", "items": items, "missing": asked})
+
+    async def reconcile(self, request: web.Request) -> web.Response:
+        self.reconciles += 1
+        if self.down:
+            return web.json_response({"code": "unavailable"}, status=503)
+        return self.reply({"type": "reconcile_reply", "epoch": "ab", "head": 0, "message": None})
+
+    @property
+    def config(self) -> PeerConfig:
+        return PeerConfig(self.key.did, self.url)
+
+
+@pytest.fixture
+async def hostile(aiohttp_server: Any) -> Hostile:
+    peer = Hostile()
+    app = web.Application()
+    app.router.add_get("/v1/sync/changes", peer.changes)
+    app.router.add_post("/v1/sync/fetch", peer.fetch)
+    app.router.add_post("/v1/sync/reconcile", peer.reconcile)
+    server = await aiohttp_server(app)
+    peer.url = str(server.make_url("")).rstrip("/")
+    return peer
+
+
+async def running(puller: Puller, peer: PeerConfig, done: Any) -> None:
+    """Run the peer's loop until `done()` holds (or give up), then stop it."""
+    loop = asyncio.create_task(puller.run_peer(peer))
+    try:
+        await until(done)
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+
+
+async def test_a_fetch_with_unrequested_records_is_a_failure_that_backs_off(
+    hostile: Hostile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(puller_module, "backoff", lambda failures: 0.01)
+    me = keys.SigningKey.generate()
+    store = MemoryStore(node_id=me.did)
+    linking = signed_entry(AUTHOR, "links to a target the peer will not serve", links=("e" * 64,))
+    await store.ingest(hostile.key.did, [verified(linking)], [], None)
+    hostile.fetch_extra = "f" * 64
+    async with aiohttp.ClientSession() as session:
+        puller = Puller(store, me, session, wait_ms=50, min_poll_s=0.01)
+        health = puller.health_of(hostile.key.did)
+        await running(puller, hostile.config, lambda: hostile.reconciles >= 1)
+    assert hostile.fetches >= 1 and health.fetch_failures >= 1 and health.failures >= 1
+    assert store.wants["e" * 64].attempts >= 1  # the failed fetch was a try: it backs off, then is given up
+    assert hostile.reconciles >= 1  # and the loop goes on to reconcile instead of retrying the fetch forever
+    assert store.health[hostile.key.did].failures >= 1  # noted with the peer
+
+
+async def test_a_peer_answering_long_polls_at_once_is_not_polled_in_a_spin(hostile: Hostile) -> None:
+    me = keys.SigningKey.generate()
+    store = MemoryStore(node_id=me.did)
+    async with aiohttp.ClientSession() as session:
+        puller = Puller(store, me, session, wait_ms=20_000, min_poll_s=0.1)
+        health = puller.health_of(hostile.key.did)
+        await running(puller, hostile.config, lambda: health.throttled_polls >= 4)
+    gaps = [b - a for a, b in zip(hostile.changes_at[1:], hostile.changes_at[2:], strict=False)]
+    assert gaps and min(gaps) >= 0.09  # each long-poll after an early empty one waited out the floor
+
+
+async def test_a_peer_reachable_again_is_reconciled_at_once(hostile: Hostile, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(puller_module, "backoff", lambda failures: 0.01)
+    me = keys.SigningKey.generate()
+    store = MemoryStore(node_id=me.did)
+    async with aiohttp.ClientSession() as session:
+        puller = Puller(store, me, session, wait_ms=50, min_poll_s=0.01, reconcile_every_s=3600)
+        health = puller.health_of(hostile.key.did)
+        loop = asyncio.create_task(puller.run_peer(hostile.config))
+        try:
+            await until(lambda: hostile.reconciles == 1)  # the first round reconciles
+            hostile.down = True
+            await until(lambda: health.consecutive_failures >= 2)
+            assert hostile.reconciles == 1
+            hostile.down = False
+            await until(lambda: hostile.reconciles == 2)  # not an hour later
+        finally:
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
+    assert health.reconnect_reconciliations == 1 and health.consecutive_failures == 0
