@@ -47,8 +47,17 @@ def read(conn: sqlite3.Connection, refs: list[str], q: ReadQuery) -> ReadResult:
             missing.append(ref)
         else:
             seeds.append(record_hash)
+    if not q.include_synthetic:  # a hidden simulation is no starting point: its links would show it
+        hidden = queries.synthetic_among(conn, seeds)
+        seeds = [h for h in seeds if h not in hidden]
     hashes, links, truncated = queries.traverse(
-        conn, seeds, hops=q.hops, link_types=q.link_types, direction=q.direction, include_links=q.include_links
+        conn,
+        seeds,
+        hops=q.hops,
+        link_types=q.link_types,
+        direction=q.direction,
+        include_links=q.include_links,
+        include_synthetic=q.include_synthetic,
     )
     entries = queries.entries_by_hashes(conn, hashes, q.include_synthetic)
     return ReadResult(entries=entries, links=links, missing=missing, truncated=truncated)
@@ -68,6 +77,7 @@ def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> Se
             link_types=q.link_types,
             direction=q.direction,
             include_links=True,
+            include_synthetic=q.include_synthetic,
         )
         found = {e.record_hash for e in page}
         extra = [e for e in queries.entries_by_hashes(conn, hashes, q.include_synthetic) if e.record_hash not in found]

@@ -178,6 +178,8 @@ class EntryOut(msgspec.Struct):
     retracted: bool
     superseded: bool
     community_confidence: float | None = None  # from the trust cache (docs/trust.md); None when not computed
+    # superseding entries whose `supersedes` link the author of this entry has not accepted (docs/api.md)
+    superseded_claims: list[str] = []
 
 
 class PostedEntry(msgspec.Struct):
