@@ -88,16 +88,19 @@ def proposed_ids(conn: sqlite3.Connection, limit: int) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-def duplicate_of(conn: sqlite3.Connection, text: str, made_by: tuple[str, str] | None = None) -> str | None:
+def duplicate_of(
+    conn: sqlite3.Connection, text: str, made_by: tuple[str, str] | None = None, besides: str | None = None
+) -> str | None:
     """The record hash of a stored entry with the same content fingerprint as `text`, or None.
 
     `made_by` (agent id, idempotency key) leaves out the entry that key already produced: a promotion retried
-    after a crash finds its own entry, which is not a duplicate of itself."""
+    after a crash finds its own entry, which is not a duplicate of itself. `besides` leaves out one more entry:
+    the source a reflected line was read from."""
     agent_id, key = made_by or (None, None)
     row = conn.execute(
-        "SELECT record_hash FROM entries WHERE content_fingerprint = ?"
+        "SELECT record_hash FROM entries WHERE content_fingerprint = ? AND record_hash IS NOT ?"
         " AND record_hash IS NOT (SELECT record_hash FROM idempotency WHERE agent_id = ? AND idem_key = ?) LIMIT 1",
-        (canonical.content_fingerprint(text), agent_id, key),
+        (canonical.content_fingerprint(text), besides, agent_id, key),
     ).fetchone()
     return None if row is None else str(row[0])
 

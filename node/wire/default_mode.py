@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from identity.schema import Confidence, Scope, Tag, TruthState, whole
+from identity.schema import Confidence, ProjectName, Scope, Tag, TruthState, whole
 from node.wire.api import EntryOut, EntryRef
 
 MAX_TRANSCRIPT_CHARS = 200_000
@@ -61,7 +61,11 @@ class SalienceWeights(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ReflectIn(msgspec.Struct, forbid_unknown_fields=True):
-    """A transcript to reflect over, or a session id whose entries (tagged `session:<id>`) form one."""
+    """A transcript to reflect over, or a session: what it produced, read from the node.
+
+    A session is the entries tagged `session:<session_id>` and the bus messages of `project`, each optionally
+    between `since` and `until` (ISO 8601 with a timezone); give either or both, never with a transcript.
+    """
 
     transcript: (
         Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TRANSCRIPT_CHARS, pattern=NOT_BLANK)] | None
@@ -69,6 +73,9 @@ class ReflectIn(msgspec.Struct, forbid_unknown_fields=True):
     session_id: Annotated[str, msgspec.Meta(min_length=1, max_length=56, pattern=whole(r"[A-Za-z0-9._:-]+"))] | None = (
         None
     )
+    project: ProjectName | None = None
+    since: str | None = None
+    until: str | None = None
     evidence_refs: Evidence = []
     goal_relevance: Weight = 0.0
     evidence_strength: Weight = 0.0
