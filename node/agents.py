@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from identity import canonical, keys, records
 from identity.schema import AgentRecord
-from node import projections, trust
+from node import agent_refs, projections, trust
 from node.db import Database
 from node.errors import Conflict, InvalidInput, NotFound
 from node.wire.api import AgentOut, CreatedAgent
@@ -63,7 +63,8 @@ def rotate_api_key(conn: sqlite3.Connection, ref: str, now_ms: int) -> tuple[str
 
     The old keys stop working when this commits (a running node notices within CREDENTIALS_CHECK_MS).
     """
-    row = conn.execute("SELECT name, agent_id FROM local_agents WHERE name = ? OR agent_id = ?", (ref, ref)).fetchone()
+    did = agent_refs.resolve(conn, ref, "agent_id")
+    row = conn.execute("SELECT name, agent_id FROM local_agents WHERE agent_id = ?", (did,)).fetchone()
     if row is None:
         raise NotFound(f"no agent {ref!r} on this node", code="agent_not_found", field="agent_id")
     conn.execute("DELETE FROM credentials WHERE role = 'agent' AND agent_id = ?", (row["agent_id"],))
@@ -260,6 +261,9 @@ class Agents:
         log.info("api key rotated for agent %s (%s); its previous keys are revoked", name, agent_id)
         return CreatedAgent(name=name, agent_id=agent_id, api_key=api_key)
 
-    async def get(self, agent_id: str) -> AgentOut:
-        """An agent's public identity (any agent this node knows, local or arrived by sync)."""
-        return await self.db.read(lambda c: agent_out(c, agent_id), quick=True)
+    async def get(self, ref: str) -> AgentOut:
+        """An agent's public identity (any agent this node knows, local or arrived by sync), by did or local name."""
+        def run(conn: sqlite3.Connection) -> AgentOut:  # any did-shaped ref is looked up: unknown is a 404
+            return agent_out(conn, ref if agent_refs.is_did(ref) else agent_refs.resolve(conn, ref, "agent_id"))
+
+        return await self.db.read(run, quick=True)

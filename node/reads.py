@@ -5,7 +5,9 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from node import queries
+import msgspec
+
+from node import agent_refs, queries
 from node.db import Database
 from node.errors import InvalidInput
 from node.wire.api import LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult
@@ -25,6 +27,10 @@ class Reads:
     async def search(self, q: SearchQuery) -> SearchResult:
         """A page of entries matching the query, with their neighbourhood when `hops` asks for it."""
         since_ms = queries.parse_since(q.since, "$.since")
+        if not agent_refs.all_dids(q.author):  # authors named by local name
+            q = msgspec.structs.replace(
+                q, author=await self.db.read(lambda c: agent_refs.resolve_all(c, q.author, "$.author"), quick=True)
+            )
         if q.q is not None and q.q.strip() and queries.fts_query(q.q) is None:
             raise InvalidInput("q has no searchable words", field="$.q", code="invalid_query")
         # On the event loop unless its words made earlier searches hold the loop too long (queries.HeavyWords).

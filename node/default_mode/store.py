@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from identity import canonical
-from node import idempotency
+from node import agent_refs, idempotency
 from node.default_mode.critic import Review
+from node.errors import NotFound
 from node.wire.default_mode import CandidateOut
 from node.wire.time import format_ms
 
@@ -169,10 +170,14 @@ def mark_promoted(
 
 
 def local_author(conn: sqlite3.Connection, ref: str) -> sqlite3.Row | None:
-    """The local agent named `ref` (a local name or a did), with whether this node keeps its key."""
-    column = "agent_id" if ref.startswith("did:") else "name"
+    """The local agent named `ref` (a local name or a did), with whether this node keeps its key; 404
+    `author_not_found` for a name no agent here has."""
+    try:
+        did = agent_refs.resolve(conn, ref, "$.author")
+    except NotFound:
+        return None
     return conn.execute(
-        f"SELECT agent_id, key_seed IS NOT NULL AS key_kept FROM local_agents WHERE {column} = ?", (ref,)
+        "SELECT agent_id, key_seed IS NOT NULL AS key_kept FROM local_agents WHERE agent_id = ?", (did,)
     ).fetchone()
 
 

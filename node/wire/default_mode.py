@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from identity.schema import Confidence, ProjectName, Scope, Tag, TruthState, whole
-from node.wire.api import EntryOut, EntryRef
+from node.wire.api import AgentRef, EntryOut, EntryRef
 
 MAX_TRANSCRIPT_CHARS = 200_000
 MAX_EVIDENCE = 100
@@ -37,15 +37,6 @@ CandidateKind = Literal[
     "incubation",
 ]
 Status = Literal["proposed", "approved", "needs_review", "rejected", "promoted"]
-# A local agent name (node.agents.AGENT_NAME) or a did:key.
-AuthorRef = Annotated[
-    str,
-    msgspec.Meta(
-        max_length=128,
-        pattern=whole(r"[a-z0-9][a-z0-9_-]{0,63}|did:key:z[1-9A-HJ-NP-Za-km-z]{40,60}"),
-        description="a local agent name or the did of an agent whose key this node keeps",
-    ),
-]
 
 
 class SalienceWeights(msgspec.Struct, forbid_unknown_fields=True):
@@ -123,7 +114,7 @@ class PromoteIn(msgspec.Struct, forbid_unknown_fields=True):
 
     scope: Scope = "federation"
     record: dict[str, Any] | None = None
-    author: AuthorRef | None = None
+    author: AgentRef | None = None
 
 
 class ReviewIn(msgspec.Struct, forbid_unknown_fields=True):
