@@ -668,10 +668,12 @@ class Client:
 
         return await self._request("GET", f"/v1/agents/{quote(agent_id, safe=':')}", AgentOut)
 
-    async def create_agent(self, name: str, display_name: str | None = None, description: str = "") -> CreatedAgent:
+    async def create_agent(
+        self, name: str, display_name: str | None = None, description: str = "", agent_type: str | None = None
+    ) -> CreatedAgent:
         """Admin only (the client's api_key must be the admin token)."""
         return await self._request(
-            "POST", "/v1/agents", CreatedAgent, json=CreateAgent(name, display_name, description)
+            "POST", "/v1/agents", CreatedAgent, json=CreateAgent(name, display_name, description, agent_type)
         )
 
     async def openapi(self) -> dict[str, Any]:

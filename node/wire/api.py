@@ -19,6 +19,7 @@ from identity.schema import (
     MAX_NAME_CHARS,
     MAX_TAG_CHARS,
     MAX_TAGS,
+    AgentType,
     Annotation,
     AssertableLinkType,
     Authority,
@@ -378,6 +379,7 @@ class AgentOut(msgspec.Struct):
     created_at: str
     entry_count: int
     trust: AgentTrust | None = None
+    agent_type: str | None = None  # from the agent's document; None when it has none
 
 
 class CreateAgent(msgspec.Struct, forbid_unknown_fields=True):
@@ -386,6 +388,7 @@ class CreateAgent(msgspec.Struct, forbid_unknown_fields=True):
     name: Annotated[str, msgspec.Meta(pattern=whole("[a-z0-9][a-z0-9_-]{0,63}"))]
     display_name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)] | None = None
     description: Annotated[str, msgspec.Meta(max_length=MAX_DESCRIPTION_CHARS)] = ""
+    agent_type: AgentType | None = None  # written into the signed identity document when given
 
 
 class CreatedAgent(msgspec.Struct):
