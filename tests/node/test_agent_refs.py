@@ -46,8 +46,8 @@ async def _call(client: TestClient, method: str, path: str, who: Any, body: Any 
 async def test_names_work_wherever_an_agent_is_named(client: TestClient, make_agent: MakeAgent) -> None:
     alice, bob = await make_agent("alice"), await make_agent("bob")
     # the bus: to_agent, from_agent and the agent filter
-    status, sent = await _call(client, "POST", f"{WF}/messages", alice,
-                               {"message_type": "chat", "body": "hi", "to_agent": "bob", "from_agent": "alice"})  # fmt: skip
+    message = {"message_type": "chat", "body": "hi", "to_agent": "bob", "from_agent": "alice"}
+    status, sent = await _call(client, "POST", f"{WF}/messages", alice, message)
     assert status == 201 and sent["to_agent"] == bob.agent_id and sent["from_agent"] == alice.agent_id
     by_name = await get_json(client, f"{WF}/messages", bob, params={"agent": "bob"})
     by_did = await get_json(client, f"{WF}/messages", bob, params={"agent": bob.agent_id})
