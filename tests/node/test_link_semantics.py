@@ -144,3 +144,22 @@ async def test_a_hidden_simulation_shows_no_links(client: TestClient, make_agent
     assert [e["id"] for e in around["entries"]] == [fact["id"]] and around["links"] == []
     found = await get_json(client, "/v1/search", alice, params={"q": "meter", "hops": "2"})
     assert [e["id"] for e in found["entries"]] == [other["id"]] and found["links"] == []
+
+
+async def test_a_simulation_notifies_its_addressees_only(client: TestClient, make_agent: MakeAgent) -> None:
+    alice, bob, carol = await make_agent("alice"), await make_agent("bob"), await make_agent("carol")
+    resp = await client.post("/v1/subscriptions", json={"tags": ["heat"]}, headers=bob.headers)
+    assert resp.status == 201
+    fact = await post(client, carol, content="the heat pump draws 2 kW", tags=["heat"])
+    sim = await post(client, alice, content="a colder winter might double it", tags=["heat"],
+                     truth_state="simulation", directed_to=["carol"])  # fmt: skip
+    await post(client, alice, content="the pump is fine", tags=["heat"], truth_state="simulation",
+               links=[{"target": str(fact["id"]), "link_type": "contradicts"}])  # fmt: skip
+
+    async def notified(who: AgentCreds) -> list[int]:
+        body = await get_json(client, "/v1/inbox", who)
+        return [n["entry_id"] for n in body["notifications"]]
+
+    assert await notified(bob) == [fact["id"]]  # subscribed: the simulations stay hidden
+    # addressed: the author asked for carol to see it; the simulated contradiction of her entry does not notify
+    assert await notified(carol) == [sim["id"]]
