@@ -79,8 +79,9 @@ async def test_supersedes_of_another_author_is_a_claim_until_acked(client: TestC
 
 
 async def test_a_hidden_simulation_shows_no_links(client: TestClient, make_agent: MakeAgent) -> None:
-    alice = await make_agent("alice")
-    async with mcp_for(client, alice.api_key) as s:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    async with mcp_for(client, alice.api_key) as s, mcp_for(client, bob.api_key) as b:
+        ok(await b.call_tool("subscribe", {"authors": ["alice"]}))
         fact = ok(await s.call_tool("post", {"content": "the heat pump draws 2 kW"}))
         sim = ok(
             await s.call_tool(
@@ -98,6 +99,8 @@ async def test_a_hidden_simulation_shows_no_links(client: TestClient, make_agent
         assert [e["id"] for e in around["entries"]] == [fact["id"]] and around["links"] == []
         shown = ok(await s.call_tool("read", {"ids": [sim["record_hash"]], "include_synthetic": True}))
         assert [e["id"] for e in shown["entries"]] == [sim["id"]] and len(shown["links"]) == 1
+        notified = ok(await b.call_tool("inbox", {}))["notifications"]
+        assert [n["entry_id"] for n in notified] == [fact["id"]]  # the subscriber hears of the fact only
 
 
 async def test_agents_are_named_by_did_or_name(client: TestClient, make_agent: MakeAgent) -> None:
