@@ -10,7 +10,7 @@ from typing import Any
 from identity import canonical
 from node import agent_refs, idempotency
 from node.default_mode.critic import Review
-from node.errors import NotFound
+from node.errors import InvalidInput, NotFound
 from node.wire.default_mode import CandidateOut
 from node.wire.time import format_ms
 
@@ -174,7 +174,7 @@ def local_author(conn: sqlite3.Connection, ref: str) -> sqlite3.Row | None:
     `author_not_found` for a name no agent here has."""
     try:
         did = agent_refs.resolve(conn, ref, "$.author")
-    except NotFound:
+    except (NotFound, InvalidInput):  # a name no agent here has, a malformed did: no such local agent
         return None
     return conn.execute(
         "SELECT agent_id, key_seed IS NOT NULL AS key_kept FROM local_agents WHERE agent_id = ?", (did,)
