@@ -66,7 +66,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         signing_key = identity_file.load(args.identity.expanduser(), passphrase(args.passphrase_env)).key
     if api_key is None and signing_key is None:
         raise CommandError("give --identity FILE or set BBS_API_KEY")
-    asyncio.run(run_stdio(Client(args.node, api_key=api_key, signing_key=signing_key)))
+    memory = args.memory.expanduser() if args.memory is not None else None
+    if memory is not None and not memory.is_file():
+        raise CommandError(f"--memory {memory}: no such file (the reference runtime's memory file)")
+    asyncio.run(run_stdio(Client(args.node, api_key=api_key, signing_key=signing_key), memory))
     return 0
 
 
@@ -76,4 +79,5 @@ def register(sub: Any) -> None:
     p.add_argument("--node", default=os.environ.get("BBS_NODE", "http://127.0.0.1:8420"), help="node URL")
     p.add_argument("--identity", type=Path, help="identity file (else the API key in $BBS_API_KEY)")
     p.add_argument("--passphrase-env", metavar="VAR", help="environment variable holding the file's passphrase")
+    p.add_argument("--memory", type=Path, metavar="PATH", help="the reference runtime's working-memory file")
     p.set_defaults(func=cmd_mcp)

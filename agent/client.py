@@ -446,11 +446,26 @@ class Client:
             await self._record_hash(link.target, f"$.links[{i}].target", "target_not_found")
             for i, link in enumerate(entry.links)
         ]
+        if any(not ref.startswith("did:") for ref in entry.directed_to):  # the record names addressees by did
+            dids = [await self.did_of(ref, f"$.directed_to[{i}]") for i, ref in enumerate(entry.directed_to)]
+            entry = msgspec.structs.replace(entry, directed_to=dids)
         try:
             unsigned = unsigned_entry(entry, self._key.did, canonical.now_created_at(), targets)
         except canonical.CanonicalError as exc:
             raise BBSClientError(422, "validation_error", str(exc), exc.field) from None
         return self._sign(unsigned)
+
+    async def did_of(self, ref: str, field: str = "agent_id") -> str:
+        """The did an agent reference names: a did as it is, a local name of the node looked up (GET /v1/agents);
+        an unknown name is the node's 404 `agent_not_found`, naming `field` as the node would."""
+        if ref.startswith("did:"):
+            return ref
+        try:
+            return (await self._request("GET", f"/v1/agents/{ref}", AgentOut)).agent_id
+        except BBSClientError as exc:
+            if exc.code != "agent_not_found":
+                raise
+            raise BBSClientError(exc.status, exc.code, exc.detail, field) from None
 
     async def _record_hash(self, ref: str, field: str, code: str) -> str:
         """A record hash for an entry reference (a hash stays as it is: it may name an entry not yet here)."""
@@ -535,6 +550,12 @@ class Client:
         key = idempotency_key or checked.idempotency_key or uuid.uuid4().hex
         payload: Any = checked
         if self._key is not None:
+            if checked.to_agent is not None or checked.from_agent is not None:  # a signed record names dids
+                to_agent = None if checked.to_agent is None else await self.did_of(checked.to_agent, "$.to_agent")
+                from_agent = (
+                    None if checked.from_agent is None else await self.did_of(checked.from_agent, "$.from_agent")
+                )
+                checked = msgspec.structs.replace(checked, to_agent=to_agent, from_agent=from_agent)
             if checked.from_agent is not None and checked.from_agent != self._key.did:
                 raise BBSClientError(403, "forbidden", "from_agent must be this client's agent", "$.from_agent")
             try:
@@ -683,10 +704,12 @@ class Client:
 
         return await self._request("GET", f"/v1/agents/{quote(agent_id, safe=':')}", AgentOut)
 
-    async def create_agent(self, name: str, display_name: str | None = None, description: str = "") -> CreatedAgent:
+    async def create_agent(
+        self, name: str, display_name: str | None = None, description: str = "", agent_type: str | None = None
+    ) -> CreatedAgent:
         """Admin only (the client's api_key must be the admin token)."""
         return await self._request(
-            "POST", "/v1/agents", CreatedAgent, json=CreateAgent(name, display_name, description)
+            "POST", "/v1/agents", CreatedAgent, json=CreateAgent(name, display_name, description, agent_type)
         )
 
     async def openapi(self) -> dict[str, Any]:

@@ -32,11 +32,15 @@ def _once(key: str | None) -> str:
     return key or uuid.uuid4().hex
 
 
-@tool("Reflect over a transcript (or session_id): salient lines become reviewed candidates, not memories.")
+@tool("Reflect over a transcript, or a session (entries tagged session:<session_id> and/or the bus messages of "
+      "project, optionally since/until): salient lines become reviewed candidates, not memories.")  # fmt: skip
 async def reflect(
     ctx: Context,
     transcript: str | None = None,
     session_id: str | None = None,
+    project: str | None = None,
+    since: Annotated[str | None, Field(description="ISO 8601")] = None,
+    until: Annotated[str | None, Field(description="ISO 8601")] = None,
     evidence_refs: Evidence = None,
     goal_relevance: Annotated[float, Field(ge=0, le=1)] = 0.0,
     evidence_strength: Annotated[float, Field(ge=0, le=1)] = 0.0,
@@ -46,6 +50,9 @@ async def reflect(
         {
             "transcript": transcript,
             "session_id": session_id,
+            "project": project,
+            "since": since,
+            "until": until,
             "evidence_refs": evidence_refs,
             "goal_relevance": goal_relevance,
             "evidence_strength": evidence_strength,

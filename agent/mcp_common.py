@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import Tool as MCPTool
 
 from agent.client import BBSClientError, Client
 from node.wire.validation import split_validation_error
@@ -63,11 +65,28 @@ def tool(description: str, *, read_only: bool = False) -> Callable[[Callable[...
 
 
 class BBSServer(MCPServer[Any]):
-    """An MCPServer whose tools reach the node through the Client `client_provider` returns per call."""
+    """An MCPServer whose tools reach the node through the Client `client_provider` returns per call.
 
-    def __init__(self, client_provider: ClientProvider, **kwargs: Any) -> None:
+    `memory_path` is the reference runtime's working-memory file when `bbs mcp --memory PATH` gave one."""
+
+    def __init__(self, client_provider: ClientProvider, memory_path: Path | None = None, **kwargs: Any) -> None:
         super().__init__("agent-bbs", **kwargs)
         self.client_provider = client_provider
+        self.memory_path = memory_path
+
+    async def list_tools(self) -> list[MCPTool]:
+        """The tools, their input schemas without the titles pydantic derives from argument names (they repeat
+        the name and cost the model's context: tools/list stays under 16 KB)."""
+        return [t.model_copy(update={"input_schema": untitled(t.input_schema)}) for t in await super().list_tools()]
+
+
+def untitled(schema: Any) -> Any:
+    """A JSON schema without its `title` keywords (a property named "title" is a schema, not a string: kept)."""
+    if isinstance(schema, dict):
+        return {k: untitled(v) for k, v in schema.items() if not (k == "title" and isinstance(v, str))}
+    if isinstance(schema, list):
+        return [untitled(v) for v in schema]
+    return schema
 
 
 async def client_of(ctx: Context) -> Client:

@@ -18,6 +18,7 @@ and add that list to `TOOLS` here; `build_server` registers exactly `TOOLS`, so 
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import Path
 from typing import Annotated, Any, Literal, NotRequired
 
 from mcp.server.mcpserver import Context
@@ -25,7 +26,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from agent import default_mode_tools, workflow_tools
+from agent import default_mode_tools, memory_tools, workflow_tools
 from agent.client import Client
 from agent.mcp_common import BBSServer, ClientProvider, ToolDef, client_of, convert, domain_errors, out, tool
 from node.wire.api import InboxQuery, LinkSpec, PostEntry, PostLink, ReadQuery, SearchQuery, SubscriptionIn
@@ -70,7 +71,7 @@ async def post(
     tags: list[str] | None = None,
     confidence: Annotated[float, Field(ge=0, le=1)] = 0.5,
     links: Annotated[list[LinkArg] | None, Field(description="links from this entry")] = None,
-    directed_to: Annotated[list[str] | None, Field(description="agent dids to notify")] = None,
+    directed_to: Annotated[list[str] | None, Field(description="agents to notify (did or name)")] = None,
     truth_state: Literal["fact", "hypothesis", "simulation"] = "fact",
     scope: Annotated[Literal["federation", "local"], Field(description="local: never leaves this node")] = (
         "federation"
@@ -103,8 +104,12 @@ async def read(
     hops: Annotated[int, Field(ge=0, le=3)] = 0,
     link_types: list[LinkType] | None = None,
     direction: Literal["outbound", "inbound", "both"] = "both",
+    include_synthetic: Annotated[bool, Field(description="show simulations")] = False,
 ) -> str:
-    query = convert({"hops": hops, "link_types": link_types, "direction": direction}, ReadQuery)
+    query = convert(
+        {"hops": hops, "link_types": link_types, "direction": direction, "include_synthetic": include_synthetic},
+        ReadQuery,
+    )
     async with domain_errors():
         return out(await (await client_of(ctx)).read(ids, query))
 
@@ -116,7 +121,7 @@ async def search(
     tags: list[str] | None = None,
     entry_type: list[EntryType] | None = None,
     performative: list[Performative] | None = None,
-    author: Annotated[list[str] | None, Field(description="agent dids")] = None,
+    author: Annotated[list[str] | None, Field(description="agents (did or name)")] = None,
     since: Annotated[str | None, Field(description="ISO 8601, e.g. 2026-01-31T12:00:00Z")] = None,
     limit: Annotated[int, Field(ge=1, le=200)] = 10,
     offset: Annotated[int, Field(ge=0)] = 0,
@@ -169,7 +174,7 @@ async def subscribe(
     tags: list[str] | None = None,
     entry_types: list[EntryType] | None = None,
     performatives: list[Performative] | None = None,
-    authors: Annotated[list[str] | None, Field(description="agent dids")] = None,
+    authors: Annotated[list[str] | None, Field(description="agents (did or name)")] = None,
     directed: Annotated[bool, Field(description="only entries directed to you")] = False,
 ) -> str:
     sub = convert(
@@ -222,12 +227,14 @@ TOOLS: list[ToolDef] = [
     ack,
     *workflow_tools.TOOLS,
     *default_mode_tools.TOOLS,
+    *memory_tools.TOOLS,
 ]
 
 
-def build_server(client_provider: ClientProvider, **kwargs: Any) -> BBSServer:
-    """An MCP server exposing the tools in `TOOLS` and the bbs-operations skill as a resource."""
-    server = BBSServer(client_provider, instructions=INSTRUCTIONS, **kwargs)
+def build_server(client_provider: ClientProvider, memory_path: Path | None = None, **kwargs: Any) -> BBSServer:
+    """An MCP server exposing the tools in `TOOLS` and the bbs-operations skill as a resource; `memory_path` is
+    the reference runtime's working-memory file the `working_memory` tool reads."""
+    server = BBSServer(client_provider, memory_path, instructions=INSTRUCTIONS, **kwargs)
     for spec in TOOLS:
         server.add_tool(
             spec.fn,
@@ -239,13 +246,13 @@ def build_server(client_provider: ClientProvider, **kwargs: Any) -> BBSServer:
     return server
 
 
-async def run_stdio(client: Client) -> None:
+async def run_stdio(client: Client, memory_path: Path | None = None) -> None:
     """Serve MCP over stdio for one agent until the client disconnects."""
 
     async def provider() -> Client:
         return client
 
     try:
-        await build_server(provider, log_level="WARNING").run_stdio_async()
+        await build_server(provider, memory_path, log_level="WARNING").run_stdio_async()
     finally:
         await client.close()

@@ -32,7 +32,7 @@ async def send_message(
     ctx: Context,
     message_type: str,
     body: str = "",
-    to_agent: Annotated[str | None, Field(description="recipient did; omit to broadcast")] = None,
+    to_agent: Annotated[str | None, Field(description="recipient did or name; omit to broadcast")] = None,
     project: str | None = None,
     payload: dict[str, Any] | None = None,
 ) -> str:
@@ -52,7 +52,7 @@ async def send_message(
 async def read_messages(
     ctx: Context,
     project: str | None = None,
-    agent: Annotated[str | None, Field(description="agent did")] = None,
+    agent: Annotated[str | None, Field(description="agent did or name")] = None,
     message_type: str | None = None,
     order: Literal["newest", "oldest", "arrival"] = "newest",
     limit: Annotated[int, Field(ge=1, le=200)] = 20,

@@ -105,6 +105,13 @@ class LinkRecord(msgspec.Struct, forbid_unknown_fields=True):
     signature: str
 
 
+# What kind of agent a document describes (seed 000's agents.agent_type): a short lowercase word such as
+# assistant, household, service, human.
+AgentType = Annotated[
+    str, msgspec.Meta(pattern=whole("[a-z0-9][a-z0-9_.-]{0,31}"), description="a short lowercase word: assistant, ...")
+]
+
+
 class AgentRecord(msgspec.Struct, forbid_unknown_fields=True):
     """An agent's identity document, signed by the agent's own key."""
 
@@ -116,6 +123,9 @@ class AgentRecord(msgspec.Struct, forbid_unknown_fields=True):
     description: Annotated[str, msgspec.Meta(max_length=MAX_DESCRIPTION_CHARS)]
     home_node: Did
     signature: str
+    # Optional and absent unless set, so a document without it is byte for byte what the previous release
+    # signed; that release refuses a document carrying it (`invalid: schema`), see docs/decisions.md.
+    agent_type: AgentType | msgspec.UnsetType = msgspec.UNSET
 
 
 RECORD_TYPES: dict[str, type[msgspec.Struct]] = {

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from identity import canonical, keys, records
 from identity.schema import AgentRecord
-from node import projections, submission, trust
+from node import agent_refs, projections, submission, trust
 from node.db import Database
 from node.errors import Conflict, InvalidInput, NotFound
 from node.wire.api import AgentOut, CreatedAgent
@@ -63,7 +63,8 @@ def rotate_api_key(conn: sqlite3.Connection, ref: str, now_ms: int) -> tuple[str
 
     The old keys stop working when this commits (a running node notices within CREDENTIALS_CHECK_MS).
     """
-    row = conn.execute("SELECT name, agent_id FROM local_agents WHERE name = ? OR agent_id = ?", (ref, ref)).fetchone()
+    did = agent_refs.resolve(conn, ref, "agent_id")
+    row = conn.execute("SELECT name, agent_id FROM local_agents WHERE agent_id = ?", (did,)).fetchone()
     if row is None:
         raise NotFound(f"no agent {ref!r} on this node", code="agent_not_found", field="agent_id")
     conn.execute("DELETE FROM credentials WHERE role = 'agent' AND agent_id = ?", (row["agent_id"],))
@@ -150,8 +151,10 @@ class TokenCache:
         self.generation += 1
 
 
-def identity_record(key: keys.SigningKey, display_name: str, description: str, home_node: str) -> dict[str, object]:
-    """A signed agent identity document."""
+def identity_record(
+    key: keys.SigningKey, display_name: str, description: str, home_node: str, agent_type: str | None = None
+) -> dict[str, object]:
+    """A signed agent identity document; `agent_type` is written only when given (docs/decisions.md)."""
     body = {
         "kind": "agent",
         "schema_version": canonical.SCHEMA_VERSION,
@@ -161,6 +164,8 @@ def identity_record(key: keys.SigningKey, display_name: str, description: str, h
         "description": canonical.normalize_value(description),
         "home_node": home_node,
     }
+    if agent_type is not None:
+        body["agent_type"] = agent_type
     return records.sign(body, key)
 
 
@@ -213,6 +218,7 @@ def agent_out(conn: sqlite3.Connection, agent_id: str) -> AgentOut:
         agent_id=row["id"],
         display_name=row["display_name"],
         description=row["description"],
+        agent_type=row["agent_type"],
         home_node=row["home_node"],
         created_at=row["created_at"],
         entry_count=row["n"],
@@ -244,11 +250,13 @@ class Agents:
                 self.tokens.put(token, principal, now, generation=generation)
         return principal
 
-    async def create(self, name: str, display_name: str | None, description: str = "") -> CreatedAgent:
+    async def create(
+        self, name: str, display_name: str | None, description: str = "", agent_type: str | None = None
+    ) -> CreatedAgent:
         """Create an agent whose key this node keeps; the API key is returned once (REST and CLI share this)."""
         check_name(name)
         key = keys.SigningKey.generate()
-        record = identity_record(key, display_name or name, description, self.node_id)
+        record = identity_record(key, display_name or name, description, self.node_id, agent_type)
         api_key = await self.db.write(
             lambda c: register(c, name=name, key=key, keep_key=True, record=record, now_ms=self.now_ms())
         )
@@ -261,6 +269,10 @@ class Agents:
         log.info("api key rotated for agent %s (%s); its previous keys are revoked", name, agent_id)
         return CreatedAgent(name=name, agent_id=agent_id, api_key=api_key)
 
-    async def get(self, agent_id: str) -> AgentOut:
-        """An agent's public identity (any agent this node knows, local or arrived by sync)."""
-        return await self.db.read(lambda c: agent_out(c, agent_id), quick=True)
+    async def get(self, ref: str) -> AgentOut:
+        """An agent's public identity (any agent this node knows, local or arrived by sync), by did or local name."""
+
+        def run(conn: sqlite3.Connection) -> AgentOut:  # any did-shaped ref is looked up: unknown is a 404
+            return agent_out(conn, ref if agent_refs.is_did(ref) else agent_refs.resolve(conn, ref, "agent_id"))
+
+        return await self.db.read(run, quick=True)

@@ -218,7 +218,9 @@ def _agent_key_command(args: argparse.Namespace, act: Callable[[Node], Awaitable
 
 
 def cmd_agent_create(args: argparse.Namespace) -> int:
-    return _agent_key_command(args, lambda node: node.agents.create(args.name, args.display_name, args.description))
+    return _agent_key_command(
+        args, lambda node: node.agents.create(args.name, args.display_name, args.description, args.agent_type)
+    )
 
 
 def cmd_agent_rotate_key(args: argparse.Namespace) -> int:
@@ -330,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     _data_arg(p)
     p.add_argument("--display-name")
     p.add_argument("--description", default="")
+    p.add_argument("--type", dest="agent_type", help="the agent's kind, written into its identity document")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_agent_create)
 

@@ -14,9 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import msgspec
+
 from identity import canonical, keys
 from identity.schema import EntryRecord
-from node import idempotency, projections, queries
+from node import agent_refs, idempotency, projections, queries
 from node.db import Database, Mergeable
 from node.errors import Forbidden, InvalidInput, Located, NotFound
 from node.links import unsigned_link
@@ -166,6 +168,11 @@ class Entries:
         if to_sign:
             with Located(to_sign[0][0].where):
                 signer = await self.sealing.signer(agent_id)
+        named = [(post, body) for post, body in to_sign if not agent_refs.all_dids(body.directed_to)]
+        if named:  # addressees given by local name: the record carries their dids
+            dids = await self.db.read(lambda c: directed_dids(c, named), quick=len(named) <= QUICK_LOOKUPS)
+            to_sign = [(post, msgspec.structs.replace(body, directed_to=dids.get(id(post), body.directed_to)))
+                       for post, body in to_sign]  # fmt: skip
         targets: list[list[str]] = [[] for _ in to_sign]
         if any(body.links for _, body in to_sign):
             quick = sum(len(body.links) for _, body in to_sign) <= QUICK_LOOKUPS
@@ -195,6 +202,15 @@ class Entries:
 
 
 # ---- transaction bodies and quick reads ---------------------------------------------------------------------
+
+
+def directed_dids(conn: sqlite3.Connection, named: list[tuple[_Post, PostEntry]]) -> dict[int, list[str]]:
+    """The dids of the addressees of posts whose `directed_to` names local agents, by id(post)."""
+    out = {}
+    for post, body in named:
+        with Located(post.where):
+            out[id(post)] = agent_refs.resolve_all(conn, body.directed_to, "$.directed_to")
+    return out
 
 
 def store_all(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]], now: int) -> list[list[Posted]]:

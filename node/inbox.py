@@ -9,8 +9,10 @@ import json
 import sqlite3
 from collections.abc import Callable
 
+import msgspec
+
 from identity import canonical
-from node import notify
+from node import agent_refs, notify
 from node.db import Database
 from node.errors import Conflict, NotFound
 from node.queries import parse_since
@@ -29,6 +31,9 @@ class Inbox:
 
     async def subscribe(self, agent_id: str, sub: SubscriptionIn) -> tuple[SubscriptionOut, bool]:
         """Add a notification filter (the same filter again is the existing one). Returns (filter, created)."""
+        if not agent_refs.all_dids(sub.authors):  # authors named by local name
+            authors = await self.db.read(lambda c: agent_refs.resolve_all(c, sub.authors, "$.authors"), quick=True)
+            sub = msgspec.structs.replace(sub, authors=authors)
         dims, filter_key = subscription_filter(sub)
         now = self.now_ms()
         return await self.db.write(lambda c: subscribe(c, agent_id, dims, filter_key, sub.directed, now))

@@ -2,7 +2,9 @@
 
 Tier 1 (immediate): a request directed to the agent; a contradiction of one of its entries.
 Tier 2 (batched): anything else directed to it, and subscription matches.
-Only agents registered on this node (local_agents) receive notifications here.
+Only agents registered on this node (local_agents) receive notifications here. A simulation (truth_state
+simulation) notifies only the agents it is directed to: subscriptions and contradictions leave it out, as
+ordinary reads do.
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ def any_subscriptions(conn: sqlite3.Connection) -> bool:
 
 
 # The entries just stored, one row each: :run is a JSON array of [entry_id, author, type, performative, tags,
-# directed_to], in log order.
+# directed_to, simulation (0/1)], in log order.
 _RUN = (
     "WITH r AS (SELECT value ->> 0 AS eid, value ->> 1 AS author, value ->> 2 AS type, value ->> 3 AS perf,"
-    " value -> 4 AS tags, value -> 5 AS directed FROM json_each(:run))"
+    " value -> 4 AS tags, value -> 5 AS directed, value ->> 6 AS sim FROM json_each(:run))"
 )
 # Addressees registered here (tier 1 for a request), part 0.
 _DIRECTED = (
@@ -58,7 +60,7 @@ _SUBSCRIBED = (
     "   UNION ALL SELECT t.sub_id FROM json_each(r.tags) j CROSS JOIN subscription_terms t"
     "     ON t.dim = 'tag' AND t.value = j.value"
     "   UNION ALL SELECT id FROM subscriptions WHERE n_tags + n_types + n_perfs + n_authors = 0)"
-    "   AND s.agent_id != r.author"
+    "   AND s.agent_id != r.author AND r.sim = 0"  # a simulation is hidden unless asked for: no subscription asks
     "   AND (s.n_types = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
     "        WHERE t.dim = 'type' AND t.value = r.type AND t.sub_id = s.id))"
     "   AND (s.n_perfs = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
@@ -91,7 +93,11 @@ def fan_out(conn: sqlite3.Connection, run: list[tuple[int, Any]], now_ms: int) -
     subscribed = any_subscriptions(conn)
     if not (directed or subscribed):
         return
-    rows = [[eid, rec.author_id, rec.entry_type, rec.performative, rec.tags, rec.directed_to] for eid, rec in run]
+    rows = [
+        [eid, rec.author_id, rec.entry_type, rec.performative, rec.tags, rec.directed_to,
+         int(rec.truth_state == "simulation")]
+        for eid, rec in run
+    ]  # fmt: skip
     conn.execute(
         fan_out_sql(directed=directed, subscribed=subscribed),
         {"run": json.dumps(rows), "now": now_ms, "exp": now_ms + NOTIFICATION_TTL_MS},
@@ -109,7 +115,7 @@ CONTRADICTIONS_SQL = (
     "                UNION SELECT x.id FROM json_each(:h) a JOIN links x ON x.source_hash = a.value"
     "                UNION SELECT x.id FROM json_each(:h) a JOIN links x ON x.target_hash = a.value)"
     # + on link_type: start from the arrived records' links, not from every contradicts link (index on type)
-    "   AND +l.link_type = 'contradicts' AND t.author_id != l.author_id"
+    "   AND +l.link_type = 'contradicts' AND t.author_id != l.author_id AND s.truth_state != 'simulation'"
 )
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+import msgspec
+
 from identity import canonical
 from identity.schema import AgentRecord, EntryRecord, LinkRecord
 from node import db
@@ -261,14 +263,15 @@ def project_agent(conn: sqlite3.Connection, rec: AgentRecord, ctx: Projection) -
     """The newest identity document of an agent wins, by (created_at, hash): the same on every node."""
     ms = parse_ms(rec.created_at)
     conn.execute(
-        "INSERT INTO agents (id, display_name, description, home_node, created_at, created_ms, doc_hash)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)"
+        "INSERT INTO agents (id, display_name, description, home_node, created_at, created_ms, doc_hash, agent_type)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT (id) DO UPDATE SET display_name = excluded.display_name, description = excluded.description,"
         "   home_node = excluded.home_node, created_at = excluded.created_at, created_ms = excluded.created_ms,"
-        "   doc_hash = excluded.doc_hash"
+        "   doc_hash = excluded.doc_hash, agent_type = excluded.agent_type"
         " WHERE (excluded.created_ms, excluded.doc_hash) > (agents.created_ms, agents.doc_hash)",
-        (rec.author_id, rec.display_name, rec.description, rec.home_node, rec.created_at, ms, ctx.hash),
-    )
+        (rec.author_id, rec.display_name, rec.description, rec.home_node, rec.created_at, ms, ctx.hash,
+         None if rec.agent_type is msgspec.UNSET else rec.agent_type),
+    )  # fmt: skip
 
 
 # The substrate's record kinds: their projectors, and the tables (and FTS index) holding only their derived data.

@@ -24,16 +24,29 @@ MAX_LOCAL_ID = 2**63 - 1  # SQLite's INTEGER range
 _WORD = re.compile(r"\w+", re.UNICODE)
 MAX_SEARCH_WORDS = 32
 
+# Whether the `supersedes` link `s` (from entry `s.source_hash` to entry `e`) changes e's state: e's author
+# asserted a `supersedes` from that source to e (their own entry superseding it, or a link record of their own),
+# or e's author posted an `ack` entry linking to the superseding entry. Otherwise it is only a claim
+# (`superseded_claims`). A function of signed records alone: every node holding them computes the same.
+_ACCEPTED = (
+    "(EXISTS (SELECT 1 FROM links o WHERE o.source_hash = s.source_hash AND o.target_hash = e.record_hash"
+    "   AND o.link_type = 'supersedes' AND o.author_id = e.author_id)"
+    " OR EXISTS (SELECT 1 FROM links k JOIN entries a ON a.record_hash = k.source_hash"
+    "   WHERE k.target_hash = s.source_hash AND a.author_id = e.author_id AND a.performative = 'ack'))"
+)
 ENTRY_COLUMNS = (
     "e.id, e.record_hash, e.content_fingerprint, e.author_id, e.created_at, e.entry_type, e.performative,"
     " e.content, e.confidence, e.tags, e.directed_to, e.metadata, e.truth_state, e.authority, e.scope, e.signature,"
     " EXISTS (SELECT 1 FROM links r WHERE r.source_hash = e.record_hash AND r.link_type = 'retracted_by')"
     "   AS retracted,"
     " EXISTS (SELECT 1 FROM links s JOIN entries n ON n.record_hash = s.source_hash"
-    "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract')"
-    "   AS superseded,"
+    "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
+    f"  AND {_ACCEPTED}) AS superseded,"
     " coalesce((SELECT c.community_confidence FROM entry_confidence c WHERE c.entry_hash = e.record_hash),"
-    "   (SELECT t.score FROM trust_scores t WHERE t.agent_id = e.author_id), 0.5) AS community_confidence"
+    "   (SELECT t.score FROM trust_scores t WHERE t.agent_id = e.author_id), 0.5) AS community_confidence,"
+    " (SELECT json_group_array(DISTINCT s.source_hash) FROM links s JOIN entries n ON n.record_hash = s.source_hash"
+    "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
+    f"  AND NOT {_ACCEPTED}) AS superseded_claims"
 )
 LINK_COLUMNS = (
     "l.id, l.origin_hash, l.source_hash, l.target_hash, l.link_type, l.author_id, l.created_at, l.annotation,"
@@ -50,7 +63,7 @@ LINK_COLUMNS = (
 _ENTRY_JSON = (
     "id, record_hash, content_fingerprint, author_id, created_at, entry_type, performative, content, confidence,"
     " tags, directed_to, metadata, truth_state, authority, scope, signature, retracted, superseded,"
-    " community_confidence"
+    " community_confidence, superseded_claims"
 )
 
 
@@ -76,7 +89,8 @@ def entry_out(row: sqlite3.Row) -> EntryOut:
         retracted,
         superseded,
         community_confidence,
-    ) = row[:19]
+        superseded_claims,
+    ) = row[:20]
     return EntryOut(
         id=entry_id,
         record_hash=record_hash,
@@ -97,6 +111,8 @@ def entry_out(row: sqlite3.Row) -> EntryOut:
         retracted=bool(retracted),
         superseded=bool(superseded),
         community_confidence=community_confidence,
+        # a list when read through `_ENTRY_JSON` (json_array keeps the JSON subtype), text otherwise
+        superseded_claims=superseded_claims if isinstance(superseded_claims, list) else _json_array(superseded_claims),
     )
 
 
@@ -173,6 +189,16 @@ def entries_by_ids(conn: sqlite3.Connection, ids: list[int]) -> list[EntryOut]:
     return [entry_out(row) for row in msgspec.json.decode(text)]
 
 
+def synthetic_among(conn: sqlite3.Connection, hashes: Sequence[str]) -> set[str]:
+    """Which of these record hashes are stored simulations (truth_state simulation)."""
+    rows = conn.execute(
+        "SELECT record_hash FROM entries WHERE record_hash IN (SELECT value FROM json_each(?))"
+        " AND truth_state = 'simulation'",
+        (json.dumps(list(hashes)),),
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
 def entries_by_hashes(conn: sqlite3.Connection, hashes: Iterable[str], include_synthetic: bool) -> list[EntryOut]:
     """Entries with these hashes that are present, oldest first."""
     sql = (
@@ -191,12 +217,15 @@ def traverse(
     link_types: Sequence[str],
     direction: str,
     include_links: bool,
+    include_synthetic: bool = True,
 ) -> tuple[list[str], list[LinkOut], bool]:
     """Breadth-first walk of the link graph from `seeds`, one set-based query per hop.
 
     Returns (hashes reached including seeds, links walked, truncated). With hops=0 and
     include_links, the links incident to the seeds are returned without walking them;
-    without include_links no links are returned at any depth.
+    without include_links no links are returned at any depth. `same_as` is symmetric: it is followed both ways
+    whatever the direction. Without `include_synthetic`, links with a simulation at either end are neither
+    returned nor walked (a hidden entry shows through none of its links).
     """
     reached = dict.fromkeys(seeds)
     frontier = list(seeds)
@@ -206,7 +235,7 @@ def traverse(
     for depth in range(rounds):
         if not frontier or truncated:
             break
-        rows = _adjacent(conn, frontier, link_types, direction)
+        rows = _adjacent(conn, frontier, link_types, direction, include_synthetic)
         truncated = len(rows) > MAX_WALKED_LINKS
         nxt: list[str] = []
         for row in rows:
@@ -229,20 +258,34 @@ def traverse(
     return list(reached), walked, truncated
 
 
-def _adjacent(conn: sqlite3.Connection, frontier: list[str], link_types: Sequence[str], direction: str) -> list[Any]:
-    frontier_json = json.dumps(frontier)
+_NOT_SYNTHETIC = (
+    " AND NOT EXISTS (SELECT 1 FROM entries z WHERE z.record_hash IN (l.source_hash, l.target_hash)"
+    " AND z.truth_state = 'simulation')"
+)
+
+
+def _adjacent(
+    conn: sqlite3.Connection, frontier: list[str], link_types: Sequence[str], direction: str, include_synthetic: bool
+) -> list[Any]:
     type_filter = " AND l.link_type IN (SELECT value FROM json_each(:types))" if link_types else ""
+    if not include_synthetic:
+        type_filter += _NOT_SYNTHETIC
+    out_end, in_end = (
+        "l.source_hash IN (SELECT value FROM json_each(:f))",
+        "l.target_hash IN (SELECT value FROM json_each(:f))",
+    )
+    same_as = " AND l.link_type = 'same_as'"
     parts = []
     if direction in ("outbound", "both"):
-        parts.append(
-            f"SELECT {LINK_COLUMNS} FROM links l WHERE l.source_hash IN (SELECT value FROM json_each(:f)){type_filter}"
-        )
+        parts.append(f"SELECT {LINK_COLUMNS} FROM links l WHERE {out_end}{type_filter}")
+    else:  # same_as is two-way: its inbound links count as outbound too
+        parts.append(f"SELECT {LINK_COLUMNS} FROM links l WHERE {out_end}{same_as}{type_filter}")
     if direction in ("inbound", "both"):
-        parts.append(
-            f"SELECT {LINK_COLUMNS} FROM links l WHERE l.target_hash IN (SELECT value FROM json_each(:f)){type_filter}"
-        )
+        parts.append(f"SELECT {LINK_COLUMNS} FROM links l WHERE {in_end}{type_filter}")
+    else:
+        parts.append(f"SELECT {LINK_COLUMNS} FROM links l WHERE {in_end}{same_as}{type_filter}")
     sql = " UNION ".join(parts) + " ORDER BY id LIMIT :cap"
-    params = {"f": frontier_json, "types": json.dumps(list(link_types)), "cap": MAX_WALKED_LINKS + 1}
+    params = {"f": json.dumps(frontier), "types": json.dumps(list(link_types)), "cap": MAX_WALKED_LINKS + 1}
     return conn.execute(sql, params).fetchall()
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from node import queries
+import msgspec
+
+from node import agent_refs, queries
 from node.db import Database
 from node.errors import InvalidInput
 from node.wire.api import LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult
@@ -25,6 +27,10 @@ class Reads:
     async def search(self, q: SearchQuery) -> SearchResult:
         """A page of entries matching the query, with their neighbourhood when `hops` asks for it."""
         since_ms = queries.parse_since(q.since, "$.since")
+        if not agent_refs.all_dids(q.author):  # authors named by local name
+            q = msgspec.structs.replace(
+                q, author=await self.db.read(lambda c: agent_refs.resolve_all(c, q.author, "$.author"), quick=True)
+            )
         if q.q is not None and q.q.strip() and queries.fts_query(q.q) is None:
             raise InvalidInput("q has no searchable words", field="$.q", code="invalid_query")
         # On the event loop unless its words made earlier searches hold the loop too long (queries.HeavyWords).
@@ -47,8 +53,17 @@ def read(conn: sqlite3.Connection, refs: list[str], q: ReadQuery) -> ReadResult:
             missing.append(ref)
         else:
             seeds.append(record_hash)
+    if not q.include_synthetic:  # a hidden simulation is no starting point: its links would show it
+        hidden = queries.synthetic_among(conn, seeds)
+        seeds = [h for h in seeds if h not in hidden]
     hashes, links, truncated = queries.traverse(
-        conn, seeds, hops=q.hops, link_types=q.link_types, direction=q.direction, include_links=q.include_links
+        conn,
+        seeds,
+        hops=q.hops,
+        link_types=q.link_types,
+        direction=q.direction,
+        include_links=q.include_links,
+        include_synthetic=q.include_synthetic,
     )
     entries = queries.entries_by_hashes(conn, hashes, q.include_synthetic)
     return ReadResult(entries=entries, links=links, missing=missing, truncated=truncated)
@@ -68,6 +83,7 @@ def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> Se
             link_types=q.link_types,
             direction=q.direction,
             include_links=True,
+            include_synthetic=q.include_synthetic,
         )
         found = {e.record_hash for e in page}
         extra = [e for e in queries.entries_by_hashes(conn, hashes, q.include_synthetic) if e.record_hash not in found]

@@ -136,7 +136,8 @@ async def get_agent(request: web.Request) -> web.Response:
 
 async def create_agent(request: web.Request) -> web.Response:
     body = convert(await read_json(request), CreateAgent)
-    return json_response(await _node(request).agents.create(body.name, body.display_name, body.description), 201)
+    made = await _node(request).agents.create(body.name, body.display_name, body.description, body.agent_type)
+    return json_response(made, 201)
 
 
 async def rotate_api_key(request: web.Request) -> web.Response:

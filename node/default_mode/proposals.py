@@ -105,15 +105,21 @@ class Proposals:
         """Score a transcript line by line, store the survivors as classified candidates, run the critic.
 
         With an idempotency `key` already used, the first reply and False (nothing stored)."""
-        if (body.transcript is None) == (body.session_id is None):
-            raise InvalidInput("give exactly one of transcript or session_id", field="$.transcript",
+        session = body.session_id is not None or body.project is not None
+        if (body.transcript is None) != session:
+            raise InvalidInput("give a transcript, or a session (session_id and/or project), not both",
+                               field="$.transcript", code="transcript_or_session")  # fmt: skip
+        if body.transcript is not None and (body.since is not None or body.until is not None):
+            raise InvalidInput("since and until select a session's records; a transcript has none",
+                               field="$.since" if body.since is not None else "$.until",
                                code="transcript_or_session")  # fmt: skip
         evidence = await self._evidence(body.evidence_refs, "$.evidence_refs")
+        line_source: list[str | None]
         if body.transcript is not None:
             lines = body.transcript.split("\n")
-            line_evidence: list[list[str]] = [[] for _ in lines]
+            line_source = [None for _ in lines]
         else:
-            lines, line_evidence = await self._session_lines(body.session_id or "")
+            lines, line_source = await self._session_lines(body)
         scored = salience.score_lines(
             lines,
             body.weights or SalienceWeights(),
@@ -131,13 +137,19 @@ class Proposals:
                 text=s.text[:MAX_TEXT_CHARS],  # a candidate must fit an entry; the line's score used all of it
                 salience=s.score,
                 confidence=s.score,
-                evidence_refs=list(dict.fromkeys(line_evidence[s.index] + evidence))[:MAX_EVIDENCE],
+                evidence_refs=list(dict.fromkeys([*_present(line_source[s.index]), *evidence]))[:MAX_EVIDENCE],
                 truth_state="hypothesis",
                 synthetic=False,
                 source="reflect-session",
                 proposed_by=agent_id,
                 tags=list(body.tags),
-                payload={"line": s.index, "features": s.features, "session_id": body.session_id},
+                payload={
+                    "line": s.index,
+                    "features": s.features,
+                    "session_id": body.session_id,
+                    "project": body.project,
+                    "source_ref": line_source[s.index],  # the record the line came from: never its duplicate
+                },
             )
             for s in sorted(best, key=lambda s: s.index)
         ]
@@ -155,18 +167,28 @@ class Proposals:
             new, reply=reply, once=Once.of(agent_id, key, "reflect-session", ReflectResult)
         )
 
-    async def _session_lines(self, session_id: str) -> tuple[list[str], list[list[str]]]:
-        """A session's transcript: the lines of its entries (tagged session:<id>), oldest first."""
-        rows = await self.db.read(lambda c: session_entries(c, session_id))
+    async def _session_lines(self, body: ReflectIn) -> tuple[list[str], list[str | None]]:
+        """A session's transcript, oldest first: the lines of its entries (tagged session:<id>) and of its
+        project's bus messages, each line with the record hash it came from."""
+        since_ms = queries.parse_since(body.since, "$.since")
+        until_ms = queries.parse_since(body.until, "$.until")
+        if since_ms is not None and until_ms is not None and until_ms < since_ms:
+            raise InvalidInput("until is before since", field="$.until", code="invalid_range")
+        rows = await self.db.read(lambda c: session_records(c, body.session_id, body.project, since_ms, until_ms))
         if not rows:
-            raise NotFound(f"no entries tagged session:{session_id}", field="$.session_id", code="session_not_found")
+            what = " and ".join(
+                ([f"entries tagged session:{body.session_id}"] if body.session_id is not None else [])
+                + ([f"bus messages of project {body.project!r}"] if body.project is not None else [])
+            )
+            field = "$.session_id" if body.session_id is not None else "$.project"
+            raise NotFound(f"no {what} in that time", field=field, code="session_not_found")
         lines: list[str] = []
-        evidence: list[list[str]] = []
+        sources: list[str | None] = []
         for row in rows:
-            for line in row["content"].split("\n"):
+            for line in row["text"].split("\n"):
                 lines.append(line)
-                evidence.append([row["record_hash"]])
-        return lines, evidence
+                sources.append(row["record_hash"])
+        return lines, sources
 
     # ---- critic -----------------------------------------------------------------------------------------
 
@@ -339,13 +361,14 @@ def store_and_review(
         if row["status"] in ("promoted", "rejected") or row["decision"] is not None:
             skipped.append(int(row["id"]))
             continue
+        source = json.loads(row["payload"]).get("source_ref")  # a line is no duplicate of its own source
         verdict = critic.review(
             kind=row["kind"],
             text=row["text"],
             evidence_refs=json.loads(row["evidence_refs"]),
             truth_state=row["truth_state"],
             synthetic=bool(row["synthetic"]),
-            duplicate=store.duplicate_of(conn, row["text"]) is not None,
+            duplicate=store.duplicate_of(conn, row["text"], besides=source) is not None,
         )
         store.apply_review(conn, int(row["id"]), verdict, now)
     reviewed = [store.out(r) for r in store.fetch(conn, ids) if int(r["id"]) not in skipped]
@@ -355,13 +378,35 @@ def store_and_review(
     return result, True
 
 
-def session_entries(conn: sqlite3.Connection, session_id: str) -> list[sqlite3.Row]:
-    """The entries tagged session:<id> (simulations aside), oldest first, at most MAX_SESSION_ENTRIES."""
-    return conn.execute(
-        "SELECT e.record_hash, e.content FROM entry_tags t JOIN entries e ON e.id = t.entry_id"
-        " WHERE t.tag = ? AND e.truth_state != 'simulation' ORDER BY e.created_ms, e.id LIMIT ?",
-        (f"session:{session_id}", MAX_SESSION_ENTRIES),
-    ).fetchall()
+def session_records(
+    conn: sqlite3.Connection, session_id: str | None, project: str | None, since_ms: int | None, until_ms: int | None
+) -> list[sqlite3.Row]:
+    """What a session produced, oldest first: entries tagged session:<id> (simulations aside) and the bus
+    messages of `project`, within [since, until]; at most MAX_SESSION_ENTRIES of each."""
+    window = " AND {t} >= coalesce(:since, {t}) AND {t} <= coalesce(:until, {t})"
+    params = {"tag": f"session:{session_id}", "project": project, "since": since_ms, "until": until_ms,
+              "cap": MAX_SESSION_ENTRIES}  # fmt: skip
+    parts = []
+    if session_id is not None:
+        parts.append(
+            "SELECT * FROM (SELECT e.record_hash, e.content AS text, e.created_ms AS at, 0 AS part, e.id AS n"
+            " FROM entry_tags t JOIN entries e ON e.id = t.entry_id"
+            " WHERE t.tag = :tag AND e.truth_state != 'simulation'"
+            + window.format(t="e.created_ms")
+            + " ORDER BY e.created_ms, e.id LIMIT :cap)"
+        )
+    if project is not None:
+        parts.append(
+            "SELECT * FROM (SELECT m.record_hash, m.body AS text, m.created_ms AS at, 1 AS part, m.id AS n"
+            " FROM messages m WHERE m.project = :project"
+            + window.format(t="m.created_ms")
+            + " ORDER BY m.created_ms, m.id LIMIT :cap)"
+        )
+    return conn.execute(" UNION ALL ".join(parts) + " ORDER BY at, part, n", params).fetchall()
+
+
+def _present(source: str | None) -> list[str]:
+    return [] if source is None else [source]
 
 
 def recent_entries(conn: sqlite3.Connection, body: ConsolidateIn, since_ms: int | None) -> list[sqlite3.Row]:

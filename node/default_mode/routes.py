@@ -115,7 +115,8 @@ def _route(method: str, path: str, handler: object, summary: str, auth: str, **k
 
 ROUTES: list[Route] = [
     _route("POST", "/reflect-session", reflect_session,
-           "Score a transcript for salience, store survivors as candidates, run the critic", "agent",
+           "Score a transcript, or a session (tagged entries and/or a project's bus messages), for salience;"
+           " store survivors as candidates, run the critic", "agent",
            body=ReflectIn, responses={201: ReflectResult, 200: ReflectResult}, idempotent=True),
     _route("POST", "/critic", run_critic, "Review candidates: risky or unevidenced ones go to needs_review",
            "agent", body=CriticIn, responses={200: CriticResult}, idempotent=True),

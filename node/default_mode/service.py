@@ -104,7 +104,7 @@ class DefaultMode(Proposals):
             def mark(conn: sqlite3.Connection, entry: EntryOut) -> None:
                 # the critic's duplicate rule again, in the transaction: the same content may have been posted
                 # since the approval, or while this entry was being signed (raising rolls the entry back too)
-                dup = store.duplicate_of(conn, draft.content, (agent_id, key))
+                dup = store.duplicate_of(conn, draft.content, (agent_id, key), besides=cand.payload.get("source_ref"))
                 if dup is not None:
                     raise Conflict(
                         f"candidate {candidate_id}'s content is already entry {dup}; promoting it would store it twice",

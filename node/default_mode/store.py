@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from identity import canonical
-from node import idempotency
+from node import agent_refs, idempotency
 from node.default_mode.critic import Review
+from node.errors import InvalidInput, NotFound
 from node.wire.default_mode import CandidateOut
 from node.wire.time import format_ms
 
@@ -88,16 +89,19 @@ def proposed_ids(conn: sqlite3.Connection, limit: int) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-def duplicate_of(conn: sqlite3.Connection, text: str, made_by: tuple[str, str] | None = None) -> str | None:
+def duplicate_of(
+    conn: sqlite3.Connection, text: str, made_by: tuple[str, str] | None = None, besides: str | None = None
+) -> str | None:
     """The record hash of a stored entry with the same content fingerprint as `text`, or None.
 
     `made_by` (agent id, idempotency key) leaves out the entry that key already produced: a promotion retried
-    after a crash finds its own entry, which is not a duplicate of itself."""
+    after a crash finds its own entry, which is not a duplicate of itself. `besides` leaves out one more entry:
+    the source a reflected line was read from."""
     agent_id, key = made_by or (None, None)
     row = conn.execute(
-        "SELECT record_hash FROM entries WHERE content_fingerprint = ?"
+        "SELECT record_hash FROM entries WHERE content_fingerprint = ? AND record_hash IS NOT ?"
         " AND record_hash IS NOT (SELECT record_hash FROM idempotency WHERE agent_id = ? AND idem_key = ?) LIMIT 1",
-        (canonical.content_fingerprint(text), agent_id, key),
+        (canonical.content_fingerprint(text), besides, agent_id, key),
     ).fetchone()
     return None if row is None else str(row[0])
 
@@ -166,10 +170,14 @@ def mark_promoted(
 
 
 def local_author(conn: sqlite3.Connection, ref: str) -> sqlite3.Row | None:
-    """The local agent named `ref` (a local name or a did), with whether this node keeps its key."""
-    column = "agent_id" if ref.startswith("did:") else "name"
+    """The local agent named `ref` (a local name or a did), with whether this node keeps its key; 404
+    `author_not_found` for a name no agent here has."""
+    try:
+        did = agent_refs.resolve(conn, ref, "$.author")
+    except (NotFound, InvalidInput):  # a name no agent here has, a malformed did: no such local agent
+        return None
     return conn.execute(
-        f"SELECT agent_id, key_seed IS NOT NULL AS key_kept FROM local_agents WHERE {column} = ?", (ref,)
+        "SELECT agent_id, key_seed IS NOT NULL AS key_kept FROM local_agents WHERE agent_id = ?", (did,)
     ).fetchone()
 
 

@@ -5,6 +5,7 @@ This module imports nothing else of `node`, so the agent client can share it.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -18,6 +19,7 @@ from identity.schema import (
     MAX_NAME_CHARS,
     MAX_TAG_CHARS,
     MAX_TAGS,
+    AgentType,
     Annotation,
     AssertableLinkType,
     Authority,
@@ -49,6 +51,12 @@ IdempotencyKey = Annotated[
 ]
 EntryRef = Annotated[
     str, msgspec.Meta(min_length=1, max_length=64, description="an entry's local id (digits) or its record hash")
+]
+# An agent named in a request: its did, or its local name on this node (node/agent_refs.py resolves it).
+AGENT_REF = r"[a-z0-9][a-z0-9_-]{0,63}|did:key:z[1-9A-HJ-NP-Za-km-z]{40,60}"
+AGENT_REF_PATTERN = re.compile(AGENT_REF)
+AgentRef = Annotated[
+    str, msgspec.Meta(max_length=128, pattern=whole(AGENT_REF), description="an agent's did or its local name")
 ]
 Limit = Annotated[int, msgspec.Meta(ge=1, le=MAX_PAGE)]
 Hops = Annotated[int, msgspec.Meta(ge=0, le=MAX_HOPS)]
@@ -85,7 +93,7 @@ class PostEntry(msgspec.Struct, forbid_unknown_fields=True):
     content: Content
     confidence: Confidence = 0.5
     tags: Annotated[list[Tag], msgspec.Meta(max_length=MAX_TAGS)] = []
-    directed_to: Annotated[list[Did], msgspec.Meta(max_length=MAX_DIRECTED)] = []
+    directed_to: Annotated[list[AgentRef], msgspec.Meta(max_length=MAX_DIRECTED)] = []  # dids or local names
     links: Annotated[list[LinkSpec], msgspec.Meta(max_length=MAX_LINKS_PER_ENTRY)] = []
     metadata: dict[str, Any] = {}
     truth_state: TruthState = "fact"
@@ -181,6 +189,8 @@ class EntryOut(msgspec.Struct):
     retracted: bool
     superseded: bool
     community_confidence: float | None = None  # from the trust cache (docs/trust.md); None when not computed
+    # superseding entries whose `supersedes` link the author of this entry has not accepted (docs/api.md)
+    superseded_claims: list[str] = []
 
 
 class PostedEntry(msgspec.Struct):
@@ -252,7 +262,7 @@ class SearchQuery(msgspec.Struct, forbid_unknown_fields=True):
     tags: Annotated[list[Tag], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
     entry_type: Annotated[list[EntryType], msgspec.Meta(max_length=5)] = []
     performative: Annotated[list[Performative], msgspec.Meta(max_length=9)] = []
-    author: Annotated[list[Did], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
+    author: Annotated[list[AgentRef], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
     truth_state: Annotated[list[TruthState], msgspec.Meta(max_length=3)] = []
     min_confidence: Confidence | None = None
     since: str | None = None
@@ -286,7 +296,7 @@ class SubscriptionIn(msgspec.Struct, forbid_unknown_fields=True):
     tags: Annotated[list[SubscriptionTag], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
     entry_types: Annotated[list[EntryType], msgspec.Meta(max_length=5)] = []
     performatives: Annotated[list[Performative], msgspec.Meta(max_length=9)] = []
-    authors: Annotated[list[Did], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
+    authors: Annotated[list[AgentRef], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
     directed: bool = False
 
 
@@ -372,6 +382,7 @@ class AgentOut(msgspec.Struct):
     created_at: str
     entry_count: int
     trust: AgentTrust | None = None
+    agent_type: str | None = None  # from the agent's document; None when it has none
 
 
 class CreateAgent(msgspec.Struct, forbid_unknown_fields=True):
@@ -380,6 +391,7 @@ class CreateAgent(msgspec.Struct, forbid_unknown_fields=True):
     name: Annotated[str, msgspec.Meta(pattern=whole("[a-z0-9][a-z0-9_-]{0,63}"))]
     display_name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)] | None = None
     description: Annotated[str, msgspec.Meta(max_length=MAX_DESCRIPTION_CHARS)] = ""
+    agent_type: AgentType | None = None  # written into the signed identity document when given
 
 
 class CreatedAgent(msgspec.Struct):

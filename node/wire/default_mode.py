@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from identity.schema import Confidence, Scope, Tag, TruthState, whole
-from node.wire.api import EntryOut, EntryRef
+from identity.schema import Confidence, ProjectName, Scope, Tag, TruthState, whole
+from node.wire.api import AgentRef, EntryOut, EntryRef
 
 MAX_TRANSCRIPT_CHARS = 200_000
 MAX_EVIDENCE = 100
@@ -37,15 +37,6 @@ CandidateKind = Literal[
     "incubation",
 ]
 Status = Literal["proposed", "approved", "needs_review", "rejected", "promoted"]
-# A local agent name (node.agents.AGENT_NAME) or a did:key.
-AuthorRef = Annotated[
-    str,
-    msgspec.Meta(
-        max_length=128,
-        pattern=whole(r"[a-z0-9][a-z0-9_-]{0,63}|did:key:z[1-9A-HJ-NP-Za-km-z]{40,60}"),
-        description="a local agent name or the did of an agent whose key this node keeps",
-    ),
-]
 
 
 class SalienceWeights(msgspec.Struct, forbid_unknown_fields=True):
@@ -61,7 +52,11 @@ class SalienceWeights(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ReflectIn(msgspec.Struct, forbid_unknown_fields=True):
-    """A transcript to reflect over, or a session id whose entries (tagged `session:<id>`) form one."""
+    """A transcript to reflect over, or a session: what it produced, read from the node.
+
+    A session is the entries tagged `session:<session_id>` and the bus messages of `project`, each optionally
+    between `since` and `until` (ISO 8601 with a timezone); give either or both, never with a transcript.
+    """
 
     transcript: (
         Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TRANSCRIPT_CHARS, pattern=NOT_BLANK)] | None
@@ -69,6 +64,9 @@ class ReflectIn(msgspec.Struct, forbid_unknown_fields=True):
     session_id: Annotated[str, msgspec.Meta(min_length=1, max_length=56, pattern=whole(r"[A-Za-z0-9._:-]+"))] | None = (
         None
     )
+    project: ProjectName | None = None
+    since: str | None = None
+    until: str | None = None
     evidence_refs: Evidence = []
     goal_relevance: Weight = 0.0
     evidence_strength: Weight = 0.0
@@ -116,7 +114,7 @@ class PromoteIn(msgspec.Struct, forbid_unknown_fields=True):
 
     scope: Scope = "federation"
     record: dict[str, Any] | None = None
-    author: AuthorRef | None = None
+    author: AgentRef | None = None
 
 
 class ReviewIn(msgspec.Struct, forbid_unknown_fields=True):

@@ -22,7 +22,7 @@ from identity.schema import (
     TaskTitle,
     whole,
 )
-from node.wire.api import IdempotencyKey
+from node.wire.api import AgentRef, IdempotencyKey
 
 LEASE_DEFAULT_SECONDS = 900
 LEASE_MIN_SECONDS = 30
@@ -32,7 +32,6 @@ MAX_READY_PAGE = 1_000
 MAX_GRAPH_NODES = 10_000
 
 LeaseSeconds = Annotated[int, msgspec.Meta(ge=LEASE_MIN_SECONDS, le=LEASE_MAX_SECONDS)]
-AgentRef = Annotated[str, msgspec.Meta(min_length=1, max_length=128, description="your did or your agent name")]
 Cursor = Annotated[str, msgspec.Meta(pattern=whole(r"[0-9]{1,16}\.[0-9]{1,18}"), description="next_cursor of a page")]
 
 
@@ -45,11 +44,11 @@ class PostMessage(msgspec.Struct, forbid_unknown_fields=True):
 
     message_type: MessageType
     body: MessageBody = ""
-    to_agent: Did | None = None
+    to_agent: AgentRef | None = None  # a did or a local name
     payload: dict[str, Any] = {}
     dependency_ids: Annotated[list[DependencyId], msgspec.Meta(max_length=MAX_DEPENDENCY_IDS)] = []
     project: ProjectName | None = None
-    from_agent: Did | None = None  # optional; when given it must be the authenticated agent
+    from_agent: AgentRef | None = None  # optional; when given it must name the authenticated agent
     idempotency_key: IdempotencyKey | None = None  # or the Idempotency-Key header
 
 
@@ -76,7 +75,7 @@ class MessageQuery(msgspec.Struct, forbid_unknown_fields=True):
     """Filters of GET /messages. `agent` matches messages it sent or received."""
 
     project: ProjectName | None = None
-    agent: Did | None = None
+    agent: AgentRef | None = None
     message_type: MessageType | None = None
     # arrival: in the order this node stored them (its local id); following it never skips a message that
     # arrives late from a peer or carries an older created_at

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from identity import canonical, keys, records
-from node import idempotency, projections
+from node import agent_refs, idempotency, projections
 from node.db import Database
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
 from node.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, until_hash_free
@@ -93,6 +93,7 @@ class Workflows:
         if isinstance(body, SignedSubmission):
             sealed = self.sealing.check_signed(body.record, "message", agent_id)
         else:
+            body = await self._named(body)
             if body.from_agent is not None and body.from_agent != agent_id:
                 raise Forbidden("from_agent must be the authenticated agent", field="$.from_agent")
             signer = await self.sealing.signer(agent_id)
@@ -114,8 +115,25 @@ class Workflows:
         )
         return await self.db.read(lambda c: bus.message_by_id(c, message_id), quick=True), created
 
+    async def _named(self, body: PostMessage) -> PostMessage:
+        """The message with its agents named by did (each may be given as a did or a local name)."""
+        if agent_refs.all_dids(ref for ref in (body.to_agent, body.from_agent) if ref is not None):
+            return body
+        to_agent, from_agent = await self.db.read(
+            lambda c: (
+                agent_refs.resolve_optional(c, body.to_agent, "$.to_agent"),
+                agent_refs.resolve_optional(c, body.from_agent, "$.from_agent"),
+            ),
+            quick=True,
+        )
+        return msgspec.structs.replace(body, to_agent=to_agent, from_agent=from_agent)
+
     async def messages(self, q: MessageQuery) -> MessagePage:
-        """Read the bus: filtered by project, agent (either end) or type; newest or oldest first."""
+        """Read the bus: filtered by project, agent (either end, a did or a local name) or type."""
+        named = q.agent
+        if named is not None and not agent_refs.is_did(named):
+            did = await self.db.read(lambda c: agent_refs.resolve(c, named, "$.agent"), quick=True)
+            q = msgspec.structs.replace(q, agent=did)
         return await self.db.read(lambda c: bus.list_messages(c, q), quick=True)
 
     # ---- tasks ----------------------------------------------------------------------------------------
@@ -169,10 +187,7 @@ class Workflows:
         """A lease's `agent` field, when given, must name the caller (its did or its local name)."""
         if given is None or given == agent_id:
             return
-        row = await self.db.read(
-            lambda c: c.execute("SELECT agent_id FROM local_agents WHERE name = ?", (given,)).fetchone()
-        )
-        if row is None or row[0] != agent_id:
+        if await self.db.read(lambda c: agent_refs.resolve(c, given, "$.agent"), quick=True) != agent_id:
             raise Forbidden("an agent can only lease tasks for itself", field="$.agent", code="lease_for_other")
 
     async def lease(self, agent_id: str, ref: str, body: LeaseIn) -> tuple[TaskOut, bool]:

@@ -27,6 +27,15 @@ def test_bbs_mcp_refuses_to_start_without_a_usable_credential(
     assert "wrong passphrase" in err and "right" not in err
 
 
+def test_bbs_mcp_refuses_a_memory_file_that_does_not_exist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BBS_API_KEY", "bbs_0123456789abcdef_secret")
+    missing = tmp_path / "memory.sqlite"
+    assert main(["mcp", "--node", "http://127.0.0.1:9", "--memory", str(missing)]) == 1
+    assert "--memory" in capsys.readouterr().err and not missing.exists()
+
+
 def test_check_node_url_names_the_setting_and_its_file() -> None:
     assert check_node_url("https://bbs.example.org/base") == "https://bbs.example.org/base"
     assert check_node_url("http://127.0.0.1:8420") == "http://127.0.0.1:8420"

@@ -166,7 +166,8 @@ BAD_DECLARATIONS: list[tuple[dict[str, Any], int, str, str]] = [
 ]
 BAD_MESSAGES: list[tuple[dict[str, Any], int, str, str]] = [
     ({"message_type": ""}, 422, "validation_error", "$.message_type"),
-    ({"message_type": "x", "to_agent": "bob"}, 422, "validation_error", "$.to_agent"),
+    ({"message_type": "x", "to_agent": "Bob"}, 422, "validation_error", "$.to_agent"),
+    ({"message_type": "x", "to_agent": "nobody"}, 404, "agent_not_found", "$.to_agent"),
     ({"message_type": "x", "payload": {"blob": "x" * 70_000}}, 422, "validation_error", "$.payload"),
     ({"message_type": "x", "payload": {"blob": "x" * 300_000}}, 422, "validation_error", "$.payload"),
     ({"message_type": "x", "dependency_ids": [""]}, 422, "validation_error", "$.dependency_ids[0]"),

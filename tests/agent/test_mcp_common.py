@@ -28,6 +28,7 @@ from agent.mcp_common import (
     lean,
     out,
     tool,
+    untitled,
 )
 from node.wire.api import PostEntry, ReadQuery
 from tests.conftest import AgentCreds
@@ -244,3 +245,17 @@ async def test_client_of_refuses_a_server_that_is_not_a_bbs_server() -> None:
     plain = MCPServer("other")
     with pytest.raises(AssertionError):
         await client_of(Context(mcp_server=plain))
+
+
+def test_untitled_drops_title_keywords_but_keeps_a_property_named_title() -> None:
+    schema = {
+        "title": "declareArguments",
+        "properties": {"title": {"title": "Title", "type": "string"}, "key": {"title": "Key", "type": "string"}},
+        "required": ["title"],
+        "$defs": {"X": {"title": "X", "anyOf": [{"title": "A", "type": "string"}, {"type": "null"}]}},
+    }
+    assert untitled(schema) == {
+        "properties": {"title": {"type": "string"}, "key": {"type": "string"}},
+        "required": ["title"],
+        "$defs": {"X": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+    }

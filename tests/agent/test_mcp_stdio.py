@@ -17,7 +17,7 @@ from agent.client import Client
 from agent.mcp_common import lean
 from node.wire.api import InboxResult, ReadQuery, SearchQuery
 from tests.agent.conftest import BBS, ServedNode
-from tests.agent.tool_names import CORE_TOOLS, DEFAULT_MODE_TOOLS, WORKFLOW_TOOLS
+from tests.agent.tool_names import ALL_TOOLS
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ async def test_tools_list_is_lean_and_complete(served_node: ServedNode, tmp_path
     async with mcp_session(served_node, alice["api_key"], tmp_path / "err.log") as session:
         listed = await session.list_tools()
     names = {t.name for t in listed.tools}
-    assert names == CORE_TOOLS | WORKFLOW_TOOLS | DEFAULT_MODE_TOOLS
+    assert names == ALL_TOOLS
     for t in listed.tools:
         assert t.description and t.input_schema["type"] == "object"
     size = len(json.dumps([t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed.tools]))
@@ -162,13 +162,10 @@ async def test_skill_is_served_as_a_resource(served_node: ServedNode, tmp_path: 
     assert "performative" in resource.contents[0].text  # type: ignore[union-attr]
 
 
-async def test_bbs_mcp_with_an_identity_file_signs_on_the_agent_side(served_node: ServedNode, tmp_path: Path) -> None:
+def roamer(served_node: ServedNode, tmp_path: Path, *extra: str) -> StdioServerParameters:
+    """An agent that holds its own key, imported into `served_node`, and the `bbs mcp --identity` that runs it."""
     import os
     import subprocess
-
-    from identity import records
-    from node.datadir import DataDir
-    from node.db import connect
 
     home, out = tmp_path / "home", tmp_path / "roamer.id"
     env = {**os.environ, "ROAMER_PW": "pw"}
@@ -179,12 +176,80 @@ async def test_bbs_mcp_with_an_identity_file_signs_on_the_agent_side(served_node
         ["agent", "import", str(out), "--data", str(served_node.data), "--passphrase-env", "ROAMER_PW"],
     ):
         subprocess.run([*BBS, *args], check=True, capture_output=True, env=env)
-    params = StdioServerParameters(
+    return StdioServerParameters(
         command=BBS[0],
-        args=[*BBS[1:], "mcp", "--node", served_node.url, "--identity", str(out), "--passphrase-env", "ROAMER_PW"],
+        args=[*BBS[1:], "mcp", "--node", served_node.url, "--identity", str(out), "--passphrase-env", "ROAMER_PW",
+              *extra],
         env={"ROAMER_PW": "pw"},
         cwd=str(ROOT),
-    )
+    )  # fmt: skip
+
+
+async def test_an_agent_with_an_identity_file_uses_every_tool(served_node: ServedNode, tmp_path: Path) -> None:
+    from agent.runtime.memory import WorkingMemory
+
+    memory_file = tmp_path / "memory.sqlite"
+    memory = WorkingMemory(memory_file)
+    memory.record("decision", action="post", reason="a finding worth sharing")
+    memory.note_entry("a" * 64, [], "the boiler was serviced", ["home"])
+    memory.close()
+    params = roamer(served_node, tmp_path, "--memory", str(memory_file))
+    alice = served_node.create_agent("alice")
+    called: set[str] = set()
+
+    async def call(session: ClientSession, name: str, arguments: dict[str, Any]) -> Any:
+        called.add(name)
+        return ok(await session.call_tool(name, arguments))
+
+    errlog = tmp_path / "err.log"
+    async with Client(served_node.url, api_key=alice["api_key"]) as rest:
+        with errlog.open("w") as err:
+            async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                s = session
+                entry = await call(s, "post", {"content": "the boiler was serviced today", "tags": ["home"]})
+                other = await call(s, "post", {"content": "boiler service booked for March"})
+                await call(s, "link", {"source": str(other["id"]), "target": str(entry["id"]), "link_type": "supports"})
+                assert len((await call(s, "read", {"ids": [str(entry["id"])], "hops": 1}))["entries"]) == 2
+                assert (await call(s, "search", {"q": "boiler", "author": ["roamer"]}))["entries"]
+                await call(s, "subscribe", {"tags": ["home"]})
+                await rest.post("alice's note for roamer", tags=["home"], directed_to=["roamer"])
+                notes = (await call(s, "inbox", {}))["notifications"]
+                assert notes and (await call(s, "ack", {"ids": [n["notification_id"] for n in notes]}))
+                await call(s, "send_message", {"message_type": "chat", "body": "We decided to service yearly.",
+                                               "project": "home", "to_agent": "alice"})  # fmt: skip
+                assert (await call(s, "read_messages", {"agent": "alice"}))["messages"]
+                await call(s, "declare_task", {"key": "job", "title": "Job"})
+                assert (await call(s, "ready_tasks", {}))["tasks"]
+                await call(s, "lease_task", {"task": "job", "seconds": 60})
+                await call(s, "finish_task", {"task": "job"})
+                assert (await call(s, "task_graph", {}))["nodes"]
+                mine = await call(s, "reflect", {"project": "home"})
+                (cand,) = mine["candidates"]
+                await call(s, "critic", {"candidate_ids": [cand["id"]]})
+                assert (await call(s, "promote", {"candidate_id": cand["id"]}))["entry"]["author_id"] == entry[
+                    "author_id"
+                ]
+                await call(s, "consolidate", {"limit": 5})
+                later = {"transcript": "TODO next: bleed the radiators before winter."}
+                theirs = await rest.call("POST", "/v1/default-mode/reflect-session", dict, json=later)
+                their_id = theirs["candidates"][0]["id"]
+                listed = await call(s, "review", {"status": ["needs_review"]})
+                assert their_id in [c["id"] for c in listed["candidates"]]
+                assert (await call(s, "review", {"action": "approve", "candidate_id": their_id}))[
+                    "status"
+                ] == "approved"
+                kept = await call(s, "working_memory", {})
+                assert kept["events"][0]["kind"] == "decision" and kept["summaries"][0]["thread_id"] == "a" * 64
+    assert called == ALL_TOOLS
+
+
+async def test_bbs_mcp_with_an_identity_file_signs_on_the_agent_side(served_node: ServedNode, tmp_path: Path) -> None:
+    from identity import records
+    from node.datadir import DataDir
+    from node.db import connect
+
+    params = roamer(served_node, tmp_path)
     errlog = tmp_path / "err.log"
     with errlog.open("w") as err:
         async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:

@@ -11,3 +11,5 @@ WORKFLOW_TOOLS = {
     "task_graph",
 }
 DEFAULT_MODE_TOOLS = {"reflect", "critic", "promote", "consolidate"}
+MEMORY_TOOLS = {"working_memory", "review"}
+ALL_TOOLS = CORE_TOOLS | WORKFLOW_TOOLS | DEFAULT_MODE_TOOLS | MEMORY_TOOLS

@@ -133,7 +133,7 @@ async def test_bad_subscriptions(client: TestClient, make_agent: MakeAgent, node
     cases = [
         ({"tags": ["x"] * 33}, "$.tags"),
         ({"entry_types": ["essay"]}, "$.entry_types[0]"),
-        ({"authors": ["bob"]}, "$.authors[0]"),
+        ({"authors": ["Bob"]}, "$.authors[0]"),
         ({"directed": "yes"}, "$.directed"),
         ({"tags": [""]}, "$.tags[0]"),
         ({"topic": "x"}, "$.topic"),

@@ -233,9 +233,10 @@ async def test_the_same_retraction_with_a_failing_neighbour_is_404(client: TestC
 async def test_an_earlier_request_never_reads_back_a_later_supersedes_link(
     client: TestClient, node: Node, by_author: bool
 ) -> None:
-    """A posts T; B, queued behind it in the same run, retracts T (same author) or supersedes it (another).
-    One by one, A answers `retracted`/`superseded` false: B is not stored yet. Merged, the read-back comes after
-    the whole run's append, so A would have read B's link; such a run goes to the one-by-one path."""
+    """A posts T; B, queued behind it in the same run, retracts T (same author) or claims to supersede it
+    (another author: a claim, listed in `superseded_claims`). One by one, A answers `retracted` false and no
+    claim: B is not stored yet. Merged, the read-back comes after the whole run's append, so A would have read
+    B's link; such a run goes to the one-by-one path."""
     alice = await self_signer(node, "alice")
     other = alice if by_author else await self_signer(node, "carol")
     now = node.now_ms()
@@ -249,9 +250,12 @@ async def test_an_earlier_request_never_reads_back_a_later_supersedes_link(
     )
     answers = await queued_together(node, [send(client, alice, signed(target)), send(client, other, signed(later))])
     assert [status for status, _ in answers] == [201, 201]
-    assert (answers[0][1]["retracted"], answers[0][1]["superseded"]) == (False, False)
-    flag = "retracted" if by_author else "superseded"
-    assert (await get_json(client, f"/v1/entries/{answers[0][1]['id']}", alice))["entries"][0][flag] is True
+    assert (answers[0][1]["retracted"], answers[0][1]["superseded_claims"]) == (False, [])
+    read = (await get_json(client, f"/v1/entries/{answers[0][1]['id']}", alice))["entries"][0]
+    if by_author:
+        assert read["retracted"] is True
+    else:
+        assert read["superseded"] is False and read["superseded_claims"] == [answers[1][1]["record_hash"]]
 
 
 # ---- notifications --------------------------------------------------------------------------------------

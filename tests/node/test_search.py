@@ -126,7 +126,7 @@ async def test_search_rejects_bad_parameters(client: TestClient, corpus: dict[st
         ({"direction": "sideways"}, "$.direction"),
         ({"since": "yesterday"}, "$.since"),
         ({"since": "2026-01-01T00:00:00"}, "$.since"),
-        ({"author": "bob"}, "$.author[0]"),
+        ({"author": "Bob"}, "$.author[0]"),
         ({"colour": "blue"}, None),
         ({"q": "x" * 513}, "$.q"),
     ]

@@ -78,8 +78,9 @@ async def test_reflect_from_a_session_id_uses_its_entries_as_evidence(
     await _entry(client, alice, "Unrelated note about gardening tools", tags=["session:other"])
     out = await _post(client, f"{DM}/reflect-session", {"session_id": "s1"}, alice, 201)
     (cand,) = out["candidates"]
-    # the text is already an entry: the critic rejects the duplicate, and its evidence is the session's entry
-    assert cand["evidence_refs"] == [e1["record_hash"]] and cand["status"] == "rejected"
+    # the text is its own source entry, not a duplicate of it: approved, with that entry as evidence
+    assert cand["evidence_refs"] == [e1["record_hash"]] and cand["status"] == "approved"
+    assert cand["payload"]["source_ref"] == e1["record_hash"]
     problem = await _post(client, f"{DM}/reflect-session", {"session_id": "nope"}, alice, 404)
     assert problem["code"] == "session_not_found"
 

@@ -28,7 +28,7 @@ def test_a_message_needs_only_its_type() -> None:
     assert (message.body, message.to_agent, message.payload, message.dependency_ids) == ("", None, {}, [])
     assert "message_type" in refused(w.PostMessage, {})
     assert "$.message_type" in refused(w.PostMessage, {"message_type": ""})
-    assert "$.to_agent" in refused(w.PostMessage, {"message_type": "s", "to_agent": "bob"})
+    assert "$.to_agent" in refused(w.PostMessage, {"message_type": "s", "to_agent": "Bob"})
     assert "$.dependency_ids" in refused(w.PostMessage, {"message_type": "s", "dependency_ids": ["d"] * 33})
     assert "unknown field `sender`" in refused(w.PostMessage, {"message_type": "s", "sender": DID})
 

@@ -57,7 +57,7 @@ async def test_bad_task_declarations(
 BAD_MESSAGES: list[tuple[Any, str, str]] = [
     ({}, "validation_error", "$.message_type"),
     ({"message_type": ""}, "validation_error", "$.message_type"),
-    ({"message_type": "x", "to_agent": "bob"}, "validation_error", "$.to_agent"),
+    ({"message_type": "x", "to_agent": "Bob Smith"}, "validation_error", "$.to_agent"),
     ({"message_type": "x", "payload": "text"}, "validation_error", "$.payload"),
     ({"message_type": "x", "payload": {"blob": "x" * 70_000}}, "validation_error", "$.payload"),
     ({"message_type": "x", "payload": {"blob": "x" * 300_000}}, "validation_error", "$.payload"),
@@ -82,7 +82,7 @@ async def test_bad_messages(
 
 
 BAD_QUERIES: list[tuple[str, dict[str, str], str]] = [
-    ("/messages", {"agent": "bob"}, "$.agent"),
+    ("/messages", {"agent": "did:web:bob"}, "$.agent"),
     ("/messages", {"order": "random"}, "$.order"),
     ("/messages", {"limit": "0"}, "$.limit"),
     ("/messages", {"limit": "201"}, "$.limit"),
