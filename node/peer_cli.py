@@ -45,10 +45,13 @@ def cmd_peers(args: argparse.Namespace) -> int:
     from node.datadir import DataDir, require_node
 
     require_node(args.data)
-    statuses = db.read_sync(DataDir(args.data).db_path, lambda c: sync_store.peer_statuses(c, int(time.time() * 1000)))
+    listing = db.read_sync(DataDir(args.data).db_path, lambda c: sync_store.peer_list(c, int(time.time() * 1000)))
+    statuses = listing.peers
     if args.json:
-        print(msgspec.json.encode({"peers": statuses}).decode())
+        print(msgspec.json.encode(listing).decode())
         return 0
+    for a in listing.equivocating_authors:
+        print(f"equivocating author {a.author_id}: {a.equivocations} addresses with two versions")
     if not statuses:
         print("no peers; add one with: bbs peer add URL --key DID", file=sys.stderr)
         return 0
@@ -64,6 +67,7 @@ def cmd_peers(args: argparse.Namespace) -> int:
                 if c.invalid_reasons
                 else ""
             )
+            + (f"  overflow {c.overflow}" if c.overflow else "")
             + (f"  internal {c.internal} (see this node's log)" if c.internal else "")
         )
         print(f"  last ok {p.last_ok_at or '-'}  reconciliations {p.reconciliations}")
@@ -101,7 +105,7 @@ def add_parsers(sub: argparse._SubParsersAction, data_arg: Callable[[argparse.Ar
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_peers)
 
-    p = sub.add_parser("digest", help="count and SHA-256 of the sorted hashes of federated records")
+    p = sub.add_parser("digest", help="count and SHA-256 of the sorted versions of federated records")
     data_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_digest)

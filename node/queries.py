@@ -33,7 +33,9 @@ ENTRY_COLUMNS = (
     "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract')"
     "   AS superseded,"
     " coalesce((SELECT c.community_confidence FROM entry_confidence c WHERE c.entry_hash = e.record_hash),"
-    "   (SELECT t.score FROM trust_scores t WHERE t.agent_id = e.author_id), 0.5) AS community_confidence"
+    "   (SELECT t.score FROM trust_scores t WHERE t.agent_id = e.author_id), 0.5) AS community_confidence,"
+    # node/equivocation.py: an address with two versions (this row shows the winner)
+    " EXISTS (SELECT 1 FROM equivocations q WHERE q.hash = e.record_hash) AS equivocated"
 )
 LINK_COLUMNS = (
     "l.id, l.origin_hash, l.source_hash, l.target_hash, l.link_type, l.author_id, l.created_at, l.annotation,"
@@ -50,7 +52,7 @@ LINK_COLUMNS = (
 _ENTRY_JSON = (
     "id, record_hash, content_fingerprint, author_id, created_at, entry_type, performative, content, confidence,"
     " tags, directed_to, metadata, truth_state, authority, scope, signature, retracted, superseded,"
-    " community_confidence"
+    " community_confidence, equivocated"
 )
 
 
@@ -76,7 +78,8 @@ def entry_out(row: sqlite3.Row) -> EntryOut:
         retracted,
         superseded,
         community_confidence,
-    ) = row[:19]
+        equivocated,
+    ) = row[:20]
     return EntryOut(
         id=entry_id,
         record_hash=record_hash,
@@ -97,6 +100,8 @@ def entry_out(row: sqlite3.Row) -> EntryOut:
         retracted=bool(retracted),
         superseded=bool(superseded),
         community_confidence=community_confidence,
+        equivocated=bool(equivocated),
+        versions=2 if equivocated else 1,
     )
 
 
