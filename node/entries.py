@@ -272,7 +272,7 @@ def _one_version_each(
         i: projections.version_of("entry", seal.record_hash, canonical.canonical_bytes(seal.record))
         for i, seal in zip(to_append, sealed, strict=True)
     }
-    held = {a: {h.version for h in hs} for a, hs in equivocation.held(conn, [s.record_hash for s in sealed]).items()}
+    held = held_versions(conn, [s.record_hash for s in sealed])
     out = []
     for i in to_append:
         post = posts[i][1]
@@ -290,6 +290,11 @@ def _one_version_each(
                     code="equivocation",
                 )
     return out
+
+
+def held_versions(conn: sqlite3.Connection, addresses: list[str]) -> dict[str, set[str]]:
+    """The versions stored here of each of `addresses` that has any."""
+    return {a: {h.version for h in held} for a, held in equivocation.held(conn, addresses).items()}
 
 
 def store_with(
