@@ -93,7 +93,8 @@ class PeerClient:
             raise SyncError("malformed batch: nested too deeply to decode") from None
         if getattr(reply, "v", m.PROTOCOL_VERSION) != m.PROTOCOL_VERSION:
             raise SyncError(
-                f"malformed batch: sync protocol v{reply.v}; this node speaks v{m.PROTOCOL_VERSION} (upgrade both nodes)"
+                f"malformed batch: sync protocol v{reply.v}; this node speaks v{m.PROTOCOL_VERSION}"
+                " (upgrade both nodes)"
             )
         if getattr(reply, "node_id", self.node_id) != self.node_id:
             raise SyncError(f"the peer answered as {reply.node_id}, not {self.node_id}")

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from aiohttp.test_utils import TestClient
 
 from identity import canonical, keys, records
 from node import db, equivocation, projections

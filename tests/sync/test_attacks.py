@@ -57,7 +57,9 @@ class EvilPeer:
         )
 
     def records_reply(self, items: list[tuple[str, bytes]], missing: list[str]) -> bytes:
-        parts = [b'{"hash":"%s","version":"%s","record":%s}' % (h.encode(), version(h, body), body) for h, body in items]
+        parts = [
+            b'{"hash":"%s","version":"%s","record":%s}' % (h.encode(), version(h, body), body) for h, body in items
+        ]
         return b'{"type":"records","v":2,"node_id":"%s","items":[%s],"missing":%s}' % (
             self.key.did.encode(),
             b",".join(parts),

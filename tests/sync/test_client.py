@@ -262,7 +262,9 @@ async def test_an_http_error_names_its_problem_or_its_text(fake: tuple[Fake, str
         (changes_body(head=5, next=9), r"next cursor 9 outside \[0, 5\]"),
         (changes_body(head=5, next=-1), "next cursor -1 outside"),
         (
-            changes_body(head=3, next=3, items=[{"seq": i, "hash": "h", "version": "v", "record": {}} for i in range(3)]),
+            changes_body(
+                head=3, next=3, items=[{"seq": i, "hash": "h", "version": "v", "record": {}} for i in range(3)]
+            ),
             "3 records for a page of at most 2",
         ),
     ],
