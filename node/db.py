@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 import logging
 import queue
 import sqlite3
@@ -181,6 +182,8 @@ class _Savepoint:
 def migrate(conn: sqlite3.Connection) -> int:
     """Apply pending migrations, each in its own transaction with its number; return the schema version."""
     scripts = migrations()
+    # 0014 computes each entry's version (the SHA-256 of its body) in SQL
+    conn.create_function("bbs_sha256_hex", 1, lambda body: hashlib.sha256(body).hexdigest(), deterministic=True)
     latest = scripts[-1][0] if scripts else 0
     current = conn.execute("PRAGMA user_version").fetchone()[0]
     if current > latest:

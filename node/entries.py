@@ -18,9 +18,9 @@ import msgspec
 
 from identity import canonical, keys
 from identity.schema import EntryRecord
-from node import agent_refs, idempotency, projections, queries
+from node import agent_refs, equivocation, idempotency, projections, queries
 from node.db import Database, Mergeable
-from node.errors import Forbidden, InvalidInput, Located, NotFound
+from node.errors import Conflict, Forbidden, InvalidInput, Located, NotFound
 from node.links import unsigned_link
 from node.queries import ENTRY_COLUMNS, EntryOut, entry_out
 from node.sealing import HashTaken, Sealing, sign_and_check, until_hash_free
@@ -232,11 +232,13 @@ def store_all(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]],
             with Located(post.where):
                 done = idempotency.replayed(conn, agent_id, post.key, "post", field="$.idempotency_key")
             if done is not None:
-                replay = int(conn.execute("SELECT seq FROM records WHERE hash = ?", (done,)).fetchone()[0])
+                replay = int(conn.execute("SELECT id FROM entries WHERE record_hash = ?", (done,)).fetchone()[0])
         if replay is not None:
             stored[i] = (replay, False)
         else:
             to_append.append(i)
+    taken: list[_Post] = []
+    to_append = _one_version_each(conn, posts, to_append, taken)
     appended = projections.append_many(
         conn,
         [projections.Incoming(*posts[i][1].seal, scope=posts[i][1].seal.decoded.scope) for i in to_append],
@@ -246,7 +248,6 @@ def store_all(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]],
     stored_by = {
         posts[i][1].seal.record_hash: request_of[i] for i, (_, new) in zip(to_append, appended, strict=True) if new
     }
-    taken: list[_Post] = []
     for i, (seq, inserted) in zip(to_append, appended, strict=True):
         agent_id, post = posts[i]
         record, record_hash, decoded = post.seal
@@ -258,13 +259,6 @@ def store_all(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]],
                 raise _CrossRequest()
             check_links(conn, decoded)
         with Located(post.where):
-            if (
-                not inserted
-                and isinstance(post.body, PostEntry)
-                and stored_body(conn, record_hash) != canonical.canonical_bytes(record)
-            ):
-                taken.append(post)  # a different entry has this hash: rolled back, re-signed 1 ms later
-                continue
             if post.key is not None:
                 idempotency.remember(conn, agent_id, post.key, "post", record_hash, now)
         stored[i] = (seq, inserted)
@@ -281,6 +275,42 @@ def store_all(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]],
         answers.append(results[start : start + len(request)])
         start += len(request)
     return answers
+
+
+def _one_version_each(
+    conn: sqlite3.Connection, posts: list[tuple[str, _Post]], to_append: list[int], taken: list[_Post]
+) -> list[int]:
+    """The posts to append: a post whose address holds (here, or earlier in the batch) another version is never
+    a second version. One the node signed had its hash taken by a different entry (same words, same
+    millisecond): it goes to `taken`, re-signed 1 ms later. One its author signed is an equivocation: 409."""
+    sealed = [posts[i][1].seal for i in to_append]
+    versions = {
+        i: projections.version_of("entry", seal.record_hash, canonical.canonical_bytes(seal.record))
+        for i, seal in zip(to_append, sealed, strict=True)
+    }
+    held = held_versions(conn, [s.record_hash for s in sealed])
+    out = []
+    for i in to_append:
+        post = posts[i][1]
+        address, version = post.seal.record_hash, versions[i]
+        if address not in held or version in held[address]:
+            held.setdefault(address, {version})
+            out.append(i)
+        elif isinstance(post.body, PostEntry):
+            taken.append(post)  # rolled back, re-signed 1 ms later
+        else:
+            with Located(post.where):
+                raise Conflict(
+                    f"entry {address} is stored here with a different body: an author signs one body per address",
+                    field="$",
+                    code="equivocation",
+                )
+    return out
+
+
+def held_versions(conn: sqlite3.Connection, addresses: list[str]) -> dict[str, set[str]]:
+    """The versions stored here of each of `addresses` that has any."""
+    return {a: {h.version for h in held} for a, held in equivocation.held(conn, addresses).items()}
 
 
 def store_with(
@@ -404,5 +434,9 @@ def check_links(
 
 
 def stored_body(conn: sqlite3.Connection, record_hash: str) -> bytes:
-    """The canonical bytes stored under `record_hash`."""
-    return bytes(conn.execute("SELECT body FROM records WHERE hash = ?", (record_hash,)).fetchone()[0])
+    """The canonical bytes of the version of `record_hash` this node shows (its winner)."""
+    return bytes(
+        conn.execute(
+            "SELECT r.body FROM entries e JOIN records r ON r.seq = e.id WHERE e.record_hash = ?", (record_hash,)
+        ).fetchone()[0]
+    )

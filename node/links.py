@@ -101,7 +101,7 @@ def store(
             row = conn.execute("SELECT id FROM links WHERE origin_hash = ? AND ordinal = 0", (done,)).fetchone()
             return int(row[0]), False
     same = conn.execute(
-        "SELECT l.id, l.origin_hash, r.kind FROM links l JOIN records r ON r.hash = l.origin_hash"
+        "SELECT l.id, l.origin_hash, (SELECT r.kind FROM records r WHERE r.hash = l.origin_hash LIMIT 1) FROM links l"
         " WHERE l.source_hash = ? AND l.target_hash = ? AND l.link_type = ? AND l.author_id = ?"
         " AND l.ordinal >= 0 ORDER BY l.id LIMIT 1",
         (decoded.source, decoded.target, decoded.link_type, agent_id),

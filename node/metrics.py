@@ -90,12 +90,20 @@ SQL_GAUGES: tuple[SqlGauge, ...] = (
     ),
     SqlGauge(
         "bbs_sync_records",
-        "Records received from the peer, by outcome (saved, duplicate, invalid, pending_link, internal)",
+        "Records received from the peer, by outcome (saved, duplicate, invalid, pending_link, internal, overflow)",
         ("peer", "outcome"),
         "SELECT node_id, 'saved', saved FROM peers UNION ALL SELECT node_id, 'duplicate', duplicate FROM peers"
         " UNION ALL SELECT node_id, 'invalid', invalid FROM peers"
         " UNION ALL SELECT node_id, 'pending_link', pending_link FROM peers"
-        " UNION ALL SELECT node_id, 'internal', internal FROM peers",
+        " UNION ALL SELECT node_id, 'internal', internal FROM peers"
+        " UNION ALL SELECT node_id, 'overflow', overflow FROM peers",
+    ),
+    # Equivocation (node/equivocation.py): rows are never deleted, so this only grows.
+    SqlGauge(
+        "bbs_equivocations",
+        "Equivocations detected: addresses holding two versions (an author signed two bodies under one address)",
+        (),
+        "SELECT count(*) FROM equivocations",
     ),
 )
 

@@ -18,7 +18,7 @@ import msgspec
 
 if TYPE_CHECKING:
     from node.progress import Report
-    from sync.messages import PeerStatus
+    from sync.messages import PeerList, PeerStatus
 
 EXIT_ERROR = 1
 
@@ -46,11 +46,15 @@ def cmd_peer_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def _statuses(data: Path) -> list[PeerStatus]:
+def _listing(data: Path) -> PeerList:
     from node import db, sync_store
     from node.datadir import DataDir
 
-    return db.read_sync(DataDir(data).db_path, lambda c: sync_store.peer_statuses(c, int(time.time() * 1000)))
+    return db.read_sync(DataDir(data).db_path, lambda c: sync_store.peer_list(c, int(time.time() * 1000)))
+
+
+def _statuses(data: Path) -> list[PeerStatus]:
+    return _listing(data).peers
 
 
 def caught_up(statuses: list[PeerStatus]) -> bool:
@@ -90,10 +94,13 @@ def cmd_peers(args: argparse.Namespace) -> int:
         with Reporter() as progress:
             watch(args.data, args.interval, progress)
         print("caught up with every peer", file=sys.stderr)
-    statuses = _statuses(args.data)
+    listing = _listing(args.data)
+    statuses = listing.peers
     if args.json:
-        print(msgspec.json.encode({"peers": statuses}).decode())
+        print(msgspec.json.encode(listing).decode())
         return 0
+    for a in listing.equivocating_authors:
+        print(f"equivocating author {a.author_id}: {a.equivocations} addresses with two versions")
     if not statuses:
         print("no peers; add one with: bbs peer add URL --key DID", file=sys.stderr)
         return 0
@@ -109,6 +116,7 @@ def cmd_peers(args: argparse.Namespace) -> int:
                 if c.invalid_reasons
                 else ""
             )
+            + (f"  overflow {c.overflow}" if c.overflow else "")
             + (f"  internal {c.internal} (see this node's log)" if c.internal else "")
         )
         print(f"  last ok {p.last_ok_at or '-'}  reconciliations {p.reconciliations}")
@@ -155,7 +163,7 @@ def add_parsers(sub: argparse._SubParsersAction, data_arg: Callable[[argparse.Ar
     p.add_argument("--interval", type=float, default=1.0, help="seconds between two looks with --watch")
     p.set_defaults(func=cmd_peers)
 
-    p = sub.add_parser("digest", help="count and SHA-256 of the sorted hashes of federated records")
+    p = sub.add_parser("digest", help="count and SHA-256 of the sorted versions of federated records")
     data_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_digest)

@@ -49,9 +49,20 @@ def _decode(body: bytes, typ: type[msgspec.Struct]) -> msgspec.Struct:
     return convert(decode_json(body), typ)  # type: ignore[return-value]
 
 
+def _speaks(v: int) -> None:
+    """A peer of another sync protocol version is answered 422 naming the one this node speaks."""
+    if v != m.PROTOCOL_VERSION:
+        raise InvalidInput(
+            f"this node speaks sync protocol v{m.PROTOCOL_VERSION}, not v{v}: upgrade both nodes",
+            field="$.v",
+            code="unsupported_sync_version",
+        )
+
+
 async def sync_changes(request: web.Request) -> web.Response:
     peer_id = await authenticate_peer(request, None)
     q = decode_query(request, m.ChangesQuery)
+    _speaks(q.v)
     return json_response(await _state(request).server.changes(q, peer_id))
 
 
@@ -60,6 +71,7 @@ async def sync_fetch(request: web.Request) -> web.Response:
     await authenticate_peer(request, body)
     req = _decode(body, m.FetchRequest)
     assert isinstance(req, m.FetchRequest)
+    _speaks(req.v)
     return json_response(await _state(request).server.fetch(req))
 
 
@@ -68,6 +80,7 @@ async def sync_reconcile(request: web.Request) -> web.Response:
     await authenticate_peer(request, body)
     req = _decode(body, m.ReconcileRequest)
     assert isinstance(req, m.ReconcileRequest)
+    _speaks(req.v)
     try:
         return json_response(await _state(request).server.reconcile(req))
     except BadSyncMessage as exc:
@@ -88,7 +101,7 @@ async def add_peer(request: web.Request) -> web.Response:
 
 
 async def list_peers(request: web.Request) -> web.Response:
-    return json_response(m.PeerList(peers=await _state(request).store.statuses()))
+    return json_response(await _state(request).store.listing())
 
 
 PEER_ROUTES: list[Route] = [
@@ -106,7 +119,7 @@ PEER_ROUTES: list[Route] = [
         "GET",
         "/v1/peers",
         list_peers,
-        "Peers with cursor, lag, last error and per-record outcome counters (admin)",
+        "Peers: cursor, lag, last error, per-record outcome counters; equivocating authors (admin)",
         "admin",
         responses={200: m.PeerList},
         tag="federation",
@@ -115,7 +128,7 @@ PEER_ROUTES: list[Route] = [
         "GET",
         "/v1/sync/digest",
         sync_digest,
-        "Count and SHA-256 of the sorted hashes of federated records (admin)",
+        "Count and SHA-256 of the sorted versions of federated records (admin)",
         "admin",
         responses={200: m.Digest},
         tag="federation",
@@ -134,7 +147,7 @@ PEER_ROUTES: list[Route] = [
         "POST",
         "/v1/sync/fetch",
         sync_fetch,
-        "Federated records by hash (peer-signed)",
+        "Federated versions by address or version (peer-signed)",
         "peer",
         body=m.FetchRequest,
         responses={200: m.Records},

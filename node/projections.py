@@ -8,8 +8,10 @@ the bus and the task graph (node/features.py lists the same declarations feature
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -19,7 +21,7 @@ import msgspec
 
 from identity import canonical
 from identity.schema import AgentRecord, EntryRecord, LinkRecord
-from node import db
+from node import db, equivocation
 from node import notify as notifications
 from node.progress import Report, silent
 from node.wire.time import parse_ms
@@ -65,22 +67,99 @@ class Incoming:
     scope: str = "federation"
 
 
+def version_of(kind: str, record_hash: str, body: bytes) -> str:
+    """A record's version (`sync.store.Verified.version`): an entry's is the SHA-256 of its signed canonical
+    bytes (its address covers less of it); every other kind's is its hash."""
+    return hashlib.sha256(body).hexdigest() if kind == "entry" else record_hash
+
+
+REFUSED_SEQ = 0  # append_many's seq for a version refused because two better versions of its address are held
+
+
 def append_many(conn: sqlite3.Connection, items: list[Incoming], *, origin: str, now_ms: int) -> list[tuple[int, bool]]:
     """Append verified records to the log and project the new ones, in order. Returns (seq, newly_inserted) per item.
 
     Set-based: a fixed handful of statements for the whole run (`db.insert_rows`), and the derived links and
-    notifications that depend on several records decided once. A record already stored, or given twice, is
-    inserted once (the later copies report newly_inserted false).
+    notifications that depend on several records decided once. A version already stored, or given twice, is
+    inserted once (the later copies report newly_inserted false). A new version of an address already held (or
+    two versions of one address in the run) goes through `node.equivocation`'s rule one by one; a refused one
+    reports (REFUSED_SEQ, False).
     """
     if not items:
         return []
+    bodies = [canonical.canonical_bytes(item.record) for item in items]
+    versions = [version_of(item.record["kind"], item.hash, body) for item, body in zip(items, bodies, strict=True)]
     first: dict[str, int] = {}
-    for i, item in enumerate(items):
-        first.setdefault(item.hash, i)
-    candidates = [items[i] for i in first.values()]
+    for i, version in enumerate(versions):
+        first.setdefault(version, i)
+    per_address = Counter(items[i].hash for i in first.values())
+    stored = equivocation.held(conn, per_address)
+    known = {h.version: h.seq for versions_held in stored.values() for h in versions_held}
+    clean = [i for i in first.values() if items[i].hash not in stored and per_address[items[i].hash] == 1]
+    was_clean = set(clean)
+    contested = [i for i in first.values() if versions[i] not in known and i not in was_clean]
     rows = [
         (
+            items[i].hash,
+            versions[i],
+            items[i].record["kind"],
+            items[i].record["author_id"],
+            items[i].record["created_at"],
+            parse_ms(items[i].record["created_at"]),
+            items[i].scope,
+            origin,
+            now_ms,
+            bodies[i],
+        )
+        for i in clean
+    ]
+    added, last_rowid = db.insert_rows(
+        conn,
+        "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms,"
+        " body)",
+        rows,
+        " ON CONFLICT (version) DO NOTHING",
+    )
+    # New rows take the seqs after the log's last one, in order (INTEGER PRIMARY KEY: largest + 1), so they are
+    # the `added` seqs ending at last_insert_rowid(). RETURNING would step, and wait for the GIL, once per record.
+    if added != len(clean):  # only if seqs ran out (2**63 records) and SQLite picked free ones at random
+        raise RuntimeError(f"the log's new seqs do not follow its last seq: {added} of {len(clean)} rows were added")
+    seqs = dict(known)
+    seqs.update({versions[i]: last_rowid - added + 1 + n for n, i in enumerate(clean)})
+    _project([(seqs[versions[i]], items[i]) for i in clean], now_ms, conn)
+    inserted = {versions[i] for i in clean}
+    for i in contested:
+        seq, new = _append_version(conn, items[i], versions[i], bodies[i], origin, now_ms)
+        seqs[versions[i]] = seq
+        if new:
+            inserted.add(versions[i])
+    return [(seqs[v], v in inserted and first[v] == i) for i, v in enumerate(versions)]
+
+
+def _append_version(
+    conn: sqlite3.Connection, item: Incoming, version: str, body: bytes, origin: str, now_ms: int
+) -> tuple[int, bool]:
+    """Append another version of an address already held (node.equivocation's rule): (seq, True) when kept,
+    (REFUSED_SEQ, False) when refused; the projection switches to the winner in this transaction."""
+    before = equivocation.held(conn, [item.hash]).get(item.hash, [])
+    for h in before:
+        if h.version == version:
+            return h.seq, False
+    assert item.record["kind"] == "entry", "only entries have versions"
+    keep = equivocation.kept([(h.version, h.scope) for h in before] + [(version, item.scope)])
+    if (version, item.scope) not in keep:
+        equivocation.refuse(conn, version, item.hash, now_ms)
+        return REFUSED_SEQ, False
+    for h in before:
+        if (h.version, h.scope) not in keep:  # evicted: never the winner (only one version is new)
+            conn.execute("DELETE FROM records WHERE seq = ?", (h.seq,))
+            equivocation.refuse(conn, h.version, item.hash, now_ms)
+    seq = conn.execute(
+        "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
             item.hash,
+            version,
             item.record["kind"],
             item.record["author_id"],
             item.record["created_at"],
@@ -88,33 +167,17 @@ def append_many(conn: sqlite3.Connection, items: list[Incoming], *, origin: str,
             item.scope,
             origin,
             now_ms,
-            canonical.canonical_bytes(item.record),
-        )
-        for item in candidates
-    ]
-    added, last_rowid = db.insert_rows(
-        conn,
-        "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)",
-        rows,
-        " ON CONFLICT (hash) DO NOTHING",
-    )
-    # New rows take the seqs after the log's last one, in order (INTEGER PRIMARY KEY: largest + 1), so they are
-    # the `added` seqs ending at last_insert_rowid(). RETURNING would step, and wait for the GIL, once per record.
-    last = last_rowid - added if added else None
-    if last is not None and added == len(candidates):
-        seqs = {item.hash: last + 1 + i for i, item in enumerate(candidates)}
-    else:  # some were stored before: one look-up (one row) for the seqs of all
-        found = conn.execute(
-            "SELECT json_group_array(json_array(seq, hash)) FROM records"
-            " WHERE hash IN (SELECT value FROM json_each(?))",
-            (json.dumps(list(first)),),
-        ).fetchone()[0]
-        seqs = {h: seq for seq, h in json.loads(found)}
-    inserted = {h for h, seq in seqs.items() if last is not None and seq > last}
-    if len(inserted) != added:  # only if seqs ran out (2**63 records) and SQLite picked free ones at random
-        raise RuntimeError(f"the log's new seqs do not follow its last seq {last}: {added} rows were added")
-    _project([(seqs[item.hash], item) for item in candidates if item.hash in inserted], now_ms, conn)
-    return [(seqs[item.hash], item.hash in inserted and first[item.hash] == i) for i, item in enumerate(items)]
+            body,
+        ),
+    ).lastrowid
+    assert seq is not None
+    if len(keep) > 1:
+        equivocation.mark(conn, item.hash, item.record["author_id"], now_ms)
+    if not before or keep[0][0] == version:
+        if before:
+            equivocation.unproject_entry(conn, item.hash, before[0].seq)
+        project_entries(conn, [(seq, item)], now_ms, notify=True)
+    return seq, True
 
 
 def _project(new: list[tuple[int, Incoming]], now_ms: int, conn: sqlite3.Connection) -> None:
@@ -299,15 +362,24 @@ def rebuild(conn: sqlite3.Connection, progress: Report = silent) -> int:
     for statement in ddl:
         conn.execute(statement)
     count = 0
-    rows = conn.execute("SELECT seq, hash, body FROM records ORDER BY seq").fetchall()
+    two = {r[0] for r in conn.execute("SELECT hash FROM equivocations").fetchall()}
+    shown: dict[str, tuple[int, tuple[bool, str]]] = {}  # equivocated address -> (seq, precedence) projected
+    rows = conn.execute("SELECT seq, hash, version, scope, body FROM records ORDER BY seq").fetchall()
     progress(REBUILD_STEP, 0, len(rows))
-    for seq, record_hash, body in rows:
+    for seq, record_hash, version, scope, body in rows:
         record = json.loads(body)
         decoded = msgspec.convert(record, RECORD_TYPES[record["kind"]])
-        PROJECTORS[record["kind"]](conn, decoded, Projection(seq, record_hash, 0, notify=False))
         count += 1
         if count % REPORT_EVERY == 0:
             progress(REBUILD_STEP, count, len(rows))
+        if record_hash in two:  # replayed as it arrived: the projection switches when a better version comes
+            key = equivocation.precedence(version, scope)
+            if record_hash in shown:
+                if shown[record_hash][1] < key:
+                    continue
+                equivocation.unproject_entry(conn, record_hash, shown[record_hash][0])
+            shown[record_hash] = (seq, key)
+        PROJECTORS[record["kind"]](conn, decoded, Projection(seq, record_hash, 0, notify=False))
     progress(REBUILD_STEP, count, len(rows))
     return count
 

@@ -46,7 +46,9 @@ ENTRY_COLUMNS = (
     "   (SELECT t.score FROM trust_scores t WHERE t.agent_id = e.author_id), 0.5) AS community_confidence,"
     " (SELECT json_group_array(DISTINCT s.source_hash) FROM links s JOIN entries n ON n.record_hash = s.source_hash"
     "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
-    f"  AND NOT {_ACCEPTED}) AS superseded_claims"
+    f"  AND NOT {_ACCEPTED}) AS superseded_claims,"
+    # node/equivocation.py: an address with two versions (this row shows the winner)
+    " EXISTS (SELECT 1 FROM equivocations q WHERE q.hash = e.record_hash) AS equivocated"
 )
 LINK_COLUMNS = (
     "l.id, l.origin_hash, l.source_hash, l.target_hash, l.link_type, l.author_id, l.created_at, l.annotation,"
@@ -63,7 +65,7 @@ LINK_COLUMNS = (
 _ENTRY_JSON = (
     "id, record_hash, content_fingerprint, author_id, created_at, entry_type, performative, content, confidence,"
     " tags, directed_to, metadata, truth_state, authority, scope, signature, retracted, superseded,"
-    " community_confidence, superseded_claims"
+    " community_confidence, superseded_claims, equivocated"
 )
 
 
@@ -90,7 +92,8 @@ def entry_out(row: sqlite3.Row) -> EntryOut:
         superseded,
         community_confidence,
         superseded_claims,
-    ) = row[:20]
+        equivocated,
+    ) = row[:21]
     return EntryOut(
         id=entry_id,
         record_hash=record_hash,
@@ -113,6 +116,8 @@ def entry_out(row: sqlite3.Row) -> EntryOut:
         community_confidence=community_confidence,
         # a list when read through `_ENTRY_JSON` (json_array keeps the JSON subtype), text otherwise
         superseded_claims=superseded_claims if isinstance(superseded_claims, list) else _json_array(superseded_claims),
+        equivocated=bool(equivocated),
+        versions=2 if equivocated else 1,
     )
 
 

@@ -18,11 +18,11 @@ import msgspec
 from yarl import URL
 
 from identity import canonical, keys
-from node import db, projections
+from node import db, equivocation, projections
 from node.db import Database
 from node.errors import InvalidInput
 from node.wire.time import format_ms
-from sync.messages import Digest, PeerCounters, PeerHealth, PeerIn, PeerStatus
+from sync.messages import AuthorEquivocations, Digest, PeerCounters, PeerHealth, PeerIn, PeerList, PeerStatus
 from sync.store import Cursor, Invalid, Outcome, Page, PeerConfig, Verified
 
 MAX_WANT_ATTEMPTS = 8
@@ -32,6 +32,14 @@ POLL_S = 0.1
 # value the canonical form refuses. Anything else a record meets while stored is a fault of this node's own code.
 REFUSED = (sqlite3.IntegrityError, canonical.CanonicalError)
 log = logging.getLogger("bbs.sync")
+# Federated versions by address or version: a UNION of two index searches (an OR of the two would scan every
+# federated record).
+FETCH_SQL = (
+    "SELECT hash, version, body FROM records WHERE +scope = 'federation' AND seq IN ("
+    "   SELECT seq FROM records WHERE hash IN (SELECT value FROM json_each(:ids))"
+    "   UNION SELECT seq FROM records WHERE version IN (SELECT value FROM json_each(:ids)))"
+    " ORDER BY seq"
+)
 
 
 class NodeSyncStore:
@@ -53,11 +61,11 @@ class NodeSyncStore:
         def run(conn: sqlite3.Connection) -> Page:
             epoch, head = _position(conn)
             rows = conn.execute(
-                "SELECT seq, hash, body FROM records WHERE scope = 'federation' AND seq > ? AND origin IS NOT ?"
-                " ORDER BY seq LIMIT ?",
+                "SELECT seq, hash, version, body FROM records"
+                " WHERE scope = 'federation' AND seq > ? AND origin IS NOT ? ORDER BY seq LIMIT ?",
                 (since, exclude_origin, limit),
             ).fetchall()
-            items = [(int(r[0]), r[1], bytes(r[2])) for r in rows]
+            items = [(int(r[0]), r[1], r[2], bytes(r[3])) for r in rows]
             more = len(items) == limit and items[-1][0] < head
             return Page(epoch, head, items[-1][0] if more else head, more, items)
 
@@ -90,14 +98,13 @@ class NodeSyncStore:
                 self._newest_at = loop.time()
             return int(self._newest)
 
-    async def fetch(self, hashes: list[str]) -> list[tuple[str, bytes]]:
-        def run(conn: sqlite3.Connection) -> list[tuple[str, bytes]]:
+    async def fetch(self, ids: list[str]) -> list[tuple[str, str, bytes]]:
+        def run(conn: sqlite3.Connection) -> list[tuple[str, str, bytes]]:
             rows = conn.execute(
-                "SELECT hash, body FROM records WHERE scope = 'federation'"
-                " AND hash IN (SELECT value FROM json_each(?)) ORDER BY seq",
-                (_json(hashes),),
+                FETCH_SQL,
+                {"ids": _json(ids)},
             ).fetchall()
-            return [(r[0], bytes(r[1])) for r in rows]
+            return [(r[0], r[1], bytes(r[2])) for r in rows]
 
         return await self.db.read(run)
 
@@ -106,12 +113,16 @@ class NodeSyncStore:
             epoch, head = _position(conn)
             rows = conn.execute(
                 # created_ms >= 0: records dated before 1970 are refused now, but a node may hold some from before
-                "SELECT created_ms, hash FROM records WHERE scope = 'federation' AND created_ms >= 0"
-                " ORDER BY created_ms, hash"
+                # the unary + keeps the planner on records_time_version's order (no sort of the whole log)
+                "SELECT created_ms, version FROM records WHERE +scope = 'federation' AND created_ms >= 0"
+                " ORDER BY created_ms, version"
             ).fetchall()
             return epoch, head, [(int(ms), bytes.fromhex(h)) for ms, h in rows]
 
         return await self.db.read(run)
+
+    async def refused(self, versions: list[str]) -> set[str]:
+        return await self.db.read(lambda c: equivocation.refused(c, versions))
 
     async def ingest(
         self, peer_id: str, records: list[Verified], invalid: list[Invalid], cursor: Cursor | None
@@ -197,6 +208,10 @@ class NodeSyncStore:
         now = self.now_ms()
         await self.db.write(lambda c: add_peer(c, peer.url, peer.node_id, now))
         return next(p for p in await self.statuses() if p.node_id == peer.node_id)
+
+    async def listing(self) -> PeerList:
+        now = self.now_ms()
+        return await self.db.read(lambda c: peer_list(c, now))
 
     async def statuses(self) -> list[PeerStatus]:
         now = self.now_ms()
@@ -312,8 +327,10 @@ def ingest(
             " ON CONFLICT (hash) DO NOTHING",
             [(h, peer_id, now_ms, now_ms) for h in sorted(missing)],
         )
-    for v, (_, inserted) in kept:
-        if not inserted:
+    for v, (seq, inserted) in kept:
+        if seq == projections.REFUSED_SEQ:
+            outcomes.append(Outcome(v.hash, "overflow"))
+        elif not inserted:
             outcomes.append(Outcome(v.hash, "duplicate"))
         elif missing.intersection(targets[v.hash]):
             outcomes.append(Outcome(v.hash, "pending_link"))
@@ -330,12 +347,15 @@ def ingest(
     if faults:
         outcomes.extend(faults)
         want_failed(conn, peer_id, [str(o.hash) for o in faults], now_ms)
-    counts = {word: sum(1 for o in outcomes if o.outcome == word) for word in ("saved", "duplicate", "invalid")}
-    counts["pending_link"] = sum(1 for o in outcomes if o.outcome == "pending_link")
+    counts = {
+        word: sum(1 for o in outcomes if o.outcome == word)
+        for word in ("saved", "duplicate", "invalid", "pending_link", "overflow")
+    }
     counts["internal"] = len(faults)
     conn.execute(
         "UPDATE peers SET saved = saved + :saved, duplicate = duplicate + :duplicate, invalid = invalid + :invalid,"
-        " pending_link = pending_link + :pending_link, internal = internal + :internal WHERE node_id = :peer",
+        " pending_link = pending_link + :pending_link, internal = internal + :internal,"
+        " overflow = overflow + :overflow WHERE node_id = :peer",
         {**counts, "peer": peer_id},
     )
     if cursor is not None:
@@ -404,6 +424,7 @@ def peer_statuses(conn: sqlite3.Connection, now_ms: int) -> list[PeerStatus]:
                     duplicate=r["duplicate"],
                     invalid=r["invalid"],
                     pending_link=r["pending_link"],
+                    overflow=r["overflow"],
                     internal=r["internal"],
                     invalid_reasons=reasons.get(r["node_id"], {}),
                 ),
@@ -423,15 +444,23 @@ def _health(raw: str | None) -> PeerHealth:
         return PeerHealth()
 
 
+def peer_list(conn: sqlite3.Connection, now_ms: int) -> PeerList:
+    """`GET /v1/peers` and `bbs peers`: every peer's status, and the authors with equivocated addresses."""
+    authors = [AuthorEquivocations(a, n) for a, n in sorted(equivocation.by_author(conn).items())]
+    return PeerList(peers=peer_statuses(conn, now_ms), equivocating_authors=authors)
+
+
 def _fmt(ms: int | None) -> str | None:
     return format_ms(ms) if ms is not None else None
 
 
 def digest(conn: sqlite3.Connection, node_id: str) -> Digest:
-    """Record count and SHA-256 over the sorted hashes of federated records, each followed by a newline."""
+    """Version count and SHA-256 over the sorted versions of federated records, each followed by a newline: equal
+    digests mean equal bodies."""
     h = hashlib.sha256()
     count = 0
-    for (record_hash,) in conn.execute("SELECT hash FROM records WHERE scope = 'federation' ORDER BY hash"):
-        h.update(record_hash.encode("ascii") + b"\n")
+    # in the unique version index's order (the unary + keeps the planner from sorting the whole log instead)
+    for (version,) in conn.execute("SELECT version FROM records WHERE +scope = 'federation' ORDER BY version"):
+        h.update(version.encode("ascii") + b"\n")
         count += 1
     return Digest(node_id=node_id, count=count, sha256=h.hexdigest())

@@ -18,6 +18,9 @@ in different strongly connected components of the signal graph. The weighting is
 computed exactly over the (acyclic) condensation, sources first, and an agent can raise neither
 its own score nor, through any cycle of mutual confirmations, the score of anyone in that cycle.
 
+Equivocation: each address an author signed two bodies under (node/equivocation.py) counts against its score as
+one disconfirmation of full weight, (1 + W+) / (2 + W+ + W- + equivocations); it changes no other number.
+
 Community confidence of an entry: (author score + W+) / (1 + W+ + W-), W± the weights of the
 counted signals on that entry; an entry without counted signals has its author's score.
 """
@@ -27,13 +30,14 @@ from __future__ import annotations
 import functools
 import sqlite3
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
 import networkx as nx
 from aiohttp import web
 
+from node import equivocation
 from node.appkeys import NODE
 from node.db import Database
 from node.http import Route, json_response
@@ -123,10 +127,12 @@ def components(agents: Iterable[str], edges: Iterable[tuple[str, str]]) -> tuple
     return dag.graph["mapping"], [a for c in order for a in members[c]]
 
 
-def compute(signals: Iterable[Signal]) -> TrustResult:
-    """Trust of every agent and community confidence of every signalled entry, from the signals alone."""
+def compute(signals: Iterable[Signal], equivocations: Mapping[str, int] | None = None) -> TrustResult:
+    """Trust of every agent and community confidence of every signalled entry, from the signals and the number
+    of equivocated addresses per author."""
+    equivocations = equivocations or {}
     sigs = sorted({s for s in signals if s.endorser != s.author})
-    agents = {a for s in sigs for a in (s.endorser, s.author)}
+    agents = {a for s in sigs for a in (s.endorser, s.author)} | set(equivocations)
     comp, upstream_first = components(agents, ((s.endorser, s.author) for s in sigs))
     incoming: dict[str, list[Signal]] = defaultdict(list)
     for s in sigs:
@@ -150,7 +156,7 @@ def compute(signals: Iterable[Signal]) -> TrustResult:
             else:
                 wd += w
         score.weighted_confirms, score.weighted_disconfirms = wc, wd
-        score.score = (1 + wc) / (2 + wc + wd)
+        score.score = (1 + wc) / (2 + wc + wd + equivocations.get(a, 0))
 
     per_entry: dict[str, list[Signal]] = defaultdict(list)
     for s in sigs:
@@ -184,7 +190,7 @@ def snapshot(conn: sqlite3.Connection, *, force: bool = False) -> tuple[int, Tru
     state = conn.execute("SELECT computed_seq FROM trust_state WHERE id = 1").fetchone()
     if not force and state is not None and state[0] >= head:
         return head, None
-    return head, compute(read_signals(conn))
+    return head, compute(read_signals(conn), equivocation.by_author(conn))
 
 
 def store(conn: sqlite3.Connection, head: int, result: TrustResult, now_ms: int) -> bool:

@@ -1,7 +1,7 @@
 """Scenario: partitions and crashes. Three `bbs serve` nodes in a line (A - B - C); the B - C link runs
 through a relay that is cut while both sides keep writing, then restored; node A is killed (SIGKILL) in
 the middle of catching up on a large backlog and restarted. After healing every node holds the identical
-set of records, checked by the digest of sorted hashes.
+set of records, checked by the digest of sorted versions.
 
 Run: python -m scenarios.partition   (exit status 0 on success, 1 on failure)
 """

@@ -57,7 +57,12 @@ class PeerClient:
         self.health = health
 
     async def changes(self, since: int, epoch: str | None, limit: int, wait_ms: int) -> m.ChangesReply:
-        query: dict[str, str] = {"since": str(since), "limit": str(limit), "wait_ms": str(wait_ms)}
+        query: dict[str, str] = {
+            "since": str(since),
+            "limit": str(limit),
+            "wait_ms": str(wait_ms),
+            "v": str(m.PROTOCOL_VERSION),
+        }
         if epoch is not None:
             query["epoch"] = epoch
         timeout = wait_ms / 1000 + REPLY_TIMEOUT_S
@@ -73,7 +78,10 @@ class PeerClient:
         body = msgspec.json.encode(m.FetchRequest(hashes=hashes))
         reply: m.Records = self._decode(m.RECORDS_DECODER, await self._request("POST", "/v1/sync/fetch", body=body))
         asked = set(hashes)
-        if len(reply.items) > len(asked) or any(item.hash not in asked for item in reply.items):
+        # an address brings each version the peer keeps of it: at most two
+        if len(reply.items) > 2 * len(asked) or any(
+            item.hash not in asked and item.version not in asked for item in reply.items
+        ):
             raise SyncError("malformed batch: records that were not asked for")
         return reply
 
@@ -88,6 +96,11 @@ class PeerClient:
             raise SyncError(f"malformed batch: {exc}") from None
         except RecursionError:
             raise SyncError("malformed batch: nested too deeply to decode") from None
+        if getattr(reply, "v", m.PROTOCOL_VERSION) != m.PROTOCOL_VERSION:
+            raise SyncError(
+                f"malformed batch: sync protocol v{reply.v}; this node speaks v{m.PROTOCOL_VERSION}"
+                " (upgrade both nodes)"
+            )
         if getattr(reply, "node_id", self.node_id) != self.node_id:
             raise SyncError(f"the peer answered as {reply.node_id}, not {self.node_id}")
         return reply

@@ -25,12 +25,17 @@ class _Want:
 
 @dataclass
 class MemoryStore:
-    """Records, cursors, peers and counters held in dictionaries."""
+    """Records, cursors, peers and counters held in dictionaries. Follows the node's rule for versions
+    (node/equivocation.py): at most two versions per address, the two with the smallest (scope != federation,
+    version); an evicted version's seq stays empty."""
 
     node_id: str
     epoch: str = field(default_factory=lambda: secrets.token_hex(16))
-    log: list[tuple[str, bytes, int, str]] = field(default_factory=list)  # (hash, body, created_ms, scope)
-    index: dict[str, int] = field(default_factory=dict)
+    # (address, version, body, created_ms, scope), or None where an evicted version was
+    log: list[tuple[str, str, bytes, int, str] | None] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)  # version -> seq
+    addresses: dict[str, list[str]] = field(default_factory=dict)  # address -> versions held
+    rejected: set[str] = field(default_factory=set)  # versions refused or evicted
     peer_list: list[PeerConfig] = field(default_factory=list)
     cursors: dict[str, Cursor] = field(default_factory=dict)
     health: dict[str, PeerHealth] = field(default_factory=dict)
@@ -41,49 +46,73 @@ class MemoryStore:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def add(self, v: Verified, scope: str = "federation", origin: str = "local") -> bool:
-        """Append a verified record once; True if new."""
-        if v.hash in self.index:
-            return False
+        """Append a verified version once, if the rule keeps it; True if new."""
+        return self.put(v, scope, origin) == "saved"
+
+    def put(self, v: Verified, scope: str = "federation", origin: str = "local") -> str:
+        """Append a verified version: `saved`, `duplicate`, or `overflow` (two better versions are held)."""
+        version = v.version
+        if version in self.index:
+            return "duplicate"
+        held = self.addresses.get(v.hash, [])
+        ranked = sorted([*held, version], key=lambda x: (self._scope(x, scope) != "federation", x))
+        if version not in ranked[:2]:
+            self.rejected.add(version)
+            return "overflow"
+        for dropped in ranked[2:]:
+            self.log[self.index.pop(dropped) - 1] = None
+            self.rejected.add(dropped)
         ms = int(canonical.parse_created_at(v.record["created_at"]).timestamp() * 1000)
-        self.log.append((v.hash, v.body, ms, scope))
-        self.origins[v.hash] = origin
-        self.index[v.hash] = len(self.log)
+        self.log.append((v.hash, version, v.body, ms, scope))
+        self.origins[version] = origin
+        self.index[version] = len(self.log)
+        self.addresses[v.hash] = ranked[:2]
         self.wants.pop(v.hash, None)
         self.changed.set()
-        return True
+        return "saved"
+
+    def _scope(self, version: str, new_scope: str) -> str:
+        seq = self.index.get(version)
+        entry = self.log[seq - 1] if seq else None
+        return entry[4] if entry is not None else new_scope
+
+    def _live(self) -> list[tuple[int, str, str, bytes, int, str]]:
+        return [(seq, *e) for seq, e in enumerate(self.log, start=1) if e is not None]
 
     async def position(self) -> tuple[str, int]:
         return self.epoch, len(self.log)
 
     async def changes(self, since: int, limit: int, exclude_origin: str | None = None) -> Page:
         items = [
-            (seq, h, body)
-            for seq, (h, body, _ms, scope) in enumerate(self.log[since:], start=since + 1)
-            if scope == "federation" and self.origins.get(h) != exclude_origin
+            (seq, h, version, body)
+            for seq, h, version, body, _ms, scope in self._live()
+            if seq > since and scope == "federation" and self.origins.get(version) != exclude_origin
         ][:limit]
         more = len(items) == limit and items[-1][0] < len(self.log)
         return Page(self.epoch, len(self.log), items[-1][0] if more else len(self.log), more, items)
 
     async def wait_for_change(self, since: int, timeout: float) -> None:
-        while not any(scope == "federation" for *_, scope in self.log[since:]):
+        while not any(e is not None and e[4] == "federation" for e in self.log[since:]):
             self.changed.clear()
             try:
                 await asyncio.wait_for(self.changed.wait(), timeout)
             except TimeoutError:
                 return
 
-    async def fetch(self, hashes: list[str]) -> list[tuple[str, bytes]]:
-        out = []
-        for h in hashes:
-            if h in self.index:
-                _, body, _, scope = self.log[self.index[h] - 1]
-                if scope == "federation":
-                    out.append((h, body))
-        return out
+    async def fetch(self, ids: list[str]) -> list[tuple[str, str, bytes]]:
+        wanted = set(ids)
+        return [
+            (h, version, body)
+            for _seq, h, version, body, _ms, scope in self._live()
+            if scope == "federation" and (h in wanted or version in wanted)
+        ]
 
     async def reconcile_items(self) -> tuple[str, int, list[tuple[int, bytes]]]:
-        items = sorted((ms, bytes.fromhex(h)) for h, _, ms, scope in self.log if scope == "federation")
+        items = sorted((ms, bytes.fromhex(v)) for _seq, _h, v, _b, ms, scope in self._live() if scope == "federation")
         return self.epoch, len(self.log), items
+
+    async def refused(self, versions: list[str]) -> set[str]:
+        return self.rejected.intersection(versions)
 
     async def ingest(
         self, peer_id: str, records: list[Verified], invalid: list[Invalid], cursor: Cursor | None
@@ -91,11 +120,12 @@ class MemoryStore:
         counts = self.counters.setdefault(peer_id, {})
         outcomes = []
         for v in records:
-            if not self.add(v, origin=peer_id):
-                outcomes.append(Outcome(v.hash, "duplicate"))
+            word = self.put(v, origin=peer_id)
+            if word != "saved":
+                outcomes.append(Outcome(v.hash, "duplicate" if word == "duplicate" else "overflow"))
             else:
                 targets = _targets(v)
-                missing = [t for t in targets if t not in self.index]
+                missing = [t for t in targets if t not in self.addresses]
                 for t in missing:
                     self.wants.setdefault(t, _Want(peer_id))
                 outcomes.append(Outcome(v.hash, "pending_link" if missing else "saved"))
@@ -141,7 +171,7 @@ class MemoryStore:
                 w.next_ms = now_ms + min(600_000, 1000 * 2**w.attempts)
 
     def digest(self) -> tuple[int, str]:
-        hashes = sorted(h for h, _, _, scope in self.log if scope == "federation")
+        hashes = sorted(v for _seq, _h, v, _b, _ms, scope in self._live() if scope == "federation")
         return len(hashes), hashlib.sha256("".join(h + "\n" for h in hashes).encode()).hexdigest()
 
 

@@ -12,7 +12,7 @@ import msgspec
 
 from identity.schema import Did, Hash, whole
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: versions (docs/sync.md, "Versions"); a v1 peer is answered 422 unsupported_sync_version
 MAX_CHANGES_LIMIT = 1000
 DEFAULT_CHANGES_LIMIT = 500
 MAX_WAIT_MS = 30_000
@@ -22,7 +22,9 @@ MAX_FETCH_HASHES = 256
 MAX_RECONCILE_HEX = 2 * 64 * 1024
 
 Epoch = Annotated[str, msgspec.Meta(pattern=whole("[0-9a-f]{1,64}"))]
-Version = Annotated[int, msgspec.Meta(ge=1, le=1)]
+# Any version decodes, so that a peer of another version is answered with the version this node speaks
+# (node/peer_routes.py), and a reply of another version is reported as such (sync/client.py).
+Version = Annotated[int, msgspec.Meta(ge=1, le=2**31)]
 # a position in a store's log (SQLite's INTEGER range): a peer's number outside it is a malformed batch
 Seq = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 
@@ -41,14 +43,16 @@ class ChangesQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     epoch: Epoch | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_CHANGES_LIMIT)] = DEFAULT_CHANGES_LIMIT
     wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_WAIT_MS)] = 0
-    v: Version = PROTOCOL_VERSION
+    v: Version = 1  # a v1 peer did not send it
 
 
 class ChangeItem(msgspec.Struct, forbid_unknown_fields=True):
-    """One record of the feed: its seq on the serving node, its claimed hash and its canonical body."""
+    """One version of the feed: its seq on the serving node, its claimed address (`hash`), its claimed version
+    (SHA-256 of the body) and its canonical body."""
 
     seq: Seq
     hash: str
+    version: str
     record: msgspec.Raw
 
 
@@ -78,20 +82,21 @@ ChangesReply = Changes | Reset
 
 
 class FetchRequest(_Message, tag="fetch"):
-    """Ask for records by hash (`POST /v1/sync/fetch`)."""
+    """Ask for records by address or by version (`POST /v1/sync/fetch`); an address brings every shared version."""
 
     hashes: Annotated[list[Hash], msgspec.Meta(min_length=1, max_length=MAX_FETCH_HASHES)]
 
 
 class RecordItem(msgspec.Struct, forbid_unknown_fields=True):
-    """A record by hash."""
+    """A version: its address, its version and its canonical body."""
 
     hash: str
+    version: str
     record: msgspec.Raw
 
 
 class Records(_Message, tag="records"):
-    """The records found; `missing` lists hashes this node does not have or does not share."""
+    """The versions found; `missing` lists the asked ids (addresses or versions) this node does not have or share."""
 
     node_id: str
     items: list[RecordItem]
@@ -120,7 +125,8 @@ class ReconcileReply(_Message, tag="reconcile_reply"):
 
 
 class Digest(_Message, tag="digest"):
-    """Count and SHA-256 over the sorted hashes of this node's federated records (each hash + '\\n')."""
+    """Count and SHA-256 over the sorted versions of this node's federated records (each version + '\\n'): a
+    digest over bodies."""
 
     node_id: str
     count: int
@@ -141,6 +147,7 @@ class PeerCounters(msgspec.Struct):
     duplicate: int = 0
     invalid: int = 0
     pending_link: int = 0
+    overflow: int = 0  # versions refused: their address already holds two that precede them (docs/sync.md)
     internal: int = 0  # records that failed in this node's own code (its log holds each traceback)
     invalid_reasons: dict[str, int] = msgspec.field(default_factory=dict)
 
@@ -176,8 +183,16 @@ class PeerStatus(msgspec.Struct):
     health: PeerHealth = msgspec.field(default_factory=PeerHealth)
 
 
+class AuthorEquivocations(msgspec.Struct):
+    """An author with addresses this node holds two versions of."""
+
+    author_id: str
+    equivocations: int
+
+
 class PeerList(msgspec.Struct):
     peers: list[PeerStatus]
+    equivocating_authors: list[AuthorEquivocations] = msgspec.field(default_factory=list)
 
 
 CHANGES_DECODER = msgspec.json.Decoder(ChangesReply)

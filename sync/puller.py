@@ -98,7 +98,7 @@ class Puller:
             log.warning("peer %s: cursor %s no longer valid; reconciling", peer.node_id, cursor)
             await self.reconcile(peer, reset=True)
             return PullReport(reset=True, more=True)
-        results = await verify_many([(bytes(item.record), item.hash) for item in reply.items])
+        results = await verify_many([(bytes(item.record), item.hash, item.version) for item in reply.items])
         verified = [r for r in results if isinstance(r, Verified)]
         invalid = [r for r in results if isinstance(r, Invalid)]
         for bad in invalid:
@@ -138,7 +138,7 @@ class Puller:
         return outcomes
 
     async def fetch_into_store(self, peer: PeerConfig, hashes: list[str]) -> tuple[list[Outcome], list[str]]:
-        """Fetch records by hash, verify and store them. Returns (outcomes, hashes not obtained)."""
+        """Fetch records by address or version, verify and store them. Returns (outcomes, ids not obtained)."""
         client = self.client(peer)
         outcomes: list[Outcome] = []
         missing: list[str] = []
@@ -154,20 +154,23 @@ class Puller:
             invalid = [
                 Invalid(item.hash, "unrequested", "the peer sent a record that was not asked for")
                 for item in reply.items
-                if item.hash not in wanted
+                if item.hash not in wanted and item.version not in wanted
             ]
-            asked: list[tuple[bytes, str | None]] = [
-                (bytes(item.record), item.hash) for item in reply.items if item.hash in wanted
+            asked: list[tuple[bytes, str | None, str | None]] = [
+                (bytes(item.record), item.hash, item.version)
+                for item in reply.items
+                if item.hash in wanted or item.version in wanted
             ]
+            obtained: set[str] = set()
             for result in await verify_many(asked):
-                if isinstance(result, Verified) and result.hash in wanted:
+                if isinstance(result, Verified):
                     verified.append(result)
-                    wanted.discard(result.hash)
+                    obtained.update((result.hash, result.version))
                 elif isinstance(result, Invalid):
                     invalid.append(result)
             if verified or invalid:
                 outcomes += await self.store.ingest(peer.node_id, verified, invalid, None)
-            missing += [h for h in chunk if h in wanted]
+            missing += [h for h in chunk if h not in obtained]
         return outcomes, missing
 
     async def reconcile(self, peer: PeerConfig, *, reset: bool = False) -> ReconcileReport:
@@ -192,8 +195,13 @@ class Puller:
             except (NegentropyError, ValueError) as exc:
                 raise SyncError(f"malformed reconciliation message: {exc}") from None
         report.need, report.have = len(need), len(have)
-        if need:
-            report.outcomes, _missing = await self.fetch_into_store(peer, [h.hex() for h in need])
+        # versions this node refused (their address holds two better ones) are not fetched again
+        needed = [h.hex() for h in need]
+        if needed:
+            refused = await self.store.refused(needed)
+            needed = [v for v in needed if v not in refused]
+        if needed:
+            report.outcomes, _missing = await self.fetch_into_store(peer, needed)
         report.bytes_sent, report.bytes_received = client.bytes_sent, client.bytes_received
         assert first is not None
         if reset:
@@ -271,11 +279,12 @@ class Puller:
         await asyncio.sleep(backoff(failures))
 
 
-async def verify_many(items: list[tuple[bytes, str | None]]) -> list[Verified | Invalid]:
-    """Verify records off the event loop, so a large page does not stall the node's other requests."""
+async def verify_many(items: list[tuple[bytes, str | None, str | None]]) -> list[Verified | Invalid]:
+    """Verify records (body, claimed address, claimed version) off the event loop, so a large page does not
+    stall the node's other requests."""
     if len(items) < 8:
-        return [verify_record(raw, claimed) for raw, claimed in items]
-    return await asyncio.to_thread(lambda: [verify_record(raw, claimed) for raw, claimed in items])
+        return [verify_record(*item) for item in items]
+    return await asyncio.to_thread(lambda: [verify_record(*item) for item in items])
 
 
 def backoff(failures: int, base: float = 0.5, cap: float = 10.0) -> float:

@@ -43,21 +43,21 @@ class SyncServer:
         items: list[m.ChangeItem] = []
         size = 0
         next_seq, more = page.next, page.more
-        for seq, record_hash, body in page.items:
+        for seq, record_hash, version, body in page.items:
             if items and size + len(body) > MAX_PAGE_BYTES:
                 next_seq, more = items[-1].seq, True
                 break
-            items.append(m.ChangeItem(seq=seq, hash=record_hash, record=m.msgspec.Raw(body)))
+            items.append(m.ChangeItem(seq=seq, hash=record_hash, version=version, record=m.msgspec.Raw(body)))
             size += len(body)
         return m.Changes(node_id=node_id, epoch=page.epoch, head=page.head, next=next_seq, more=more, items=items)
 
     async def fetch(self, req: m.FetchRequest) -> m.Records:
-        """Federated records by hash; the rest are listed as missing."""
+        """Federated versions by address or version; the ids matching none are listed as missing."""
         found = await self.store.fetch(list(dict.fromkeys(req.hashes)))
-        have = {h for h, _ in found}
+        have = {h for h, _, _ in found} | {v for _, v, _ in found}
         return m.Records(
             node_id=self.store.node_id,
-            items=[m.RecordItem(hash=h, record=m.msgspec.Raw(body)) for h, body in found],
+            items=[m.RecordItem(hash=h, version=v, record=m.msgspec.Raw(body)) for h, v, body in found],
             missing=[h for h in dict.fromkeys(req.hashes) if h not in have],
         )
 

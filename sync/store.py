@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
 from sync.messages import PeerHealth
 
 # `internal`: the record met an error in the receiving node's own code (not the peer's fault; logged there).
-OutcomeWord = Literal["saved", "duplicate", "invalid", "pending_link", "internal"]
+# `overflow`: a version refused because its address already holds two versions that precede it (docs/sync.md).
+OutcomeWord = Literal["saved", "duplicate", "invalid", "pending_link", "overflow", "internal"]
 
 
 class Verified(NamedTuple):
-    """A record that passed every check: its hash, canonical bytes, decoded JSON and schema Struct."""
+    """A record that passed every check: its hash (address), canonical bytes, decoded JSON and schema Struct."""
 
     hash: str
     body: bytes
     record: dict[str, Any]
     decoded: Any
+
+    @property
+    def version(self) -> str:
+        """An entry's version: the SHA-256 of its signed canonical bytes. Every other kind's hash already covers
+        all it says (its signature is a deterministic function of the rest), so its version is its hash."""
+        return hashlib.sha256(self.body).hexdigest() if self.record.get("kind") == "entry" else self.hash
 
 
 class Invalid(NamedTuple):
@@ -45,13 +53,14 @@ class Cursor(NamedTuple):
 
 @dataclass
 class Page:
-    """A page of the local changes feed: (seq, hash, canonical body) of federated records after `since`."""
+    """A page of the local changes feed: (seq, address, version, canonical body) of federated versions after
+    `since`."""
 
     epoch: str
     head: int
     next: int
     more: bool
-    items: list[tuple[int, str, bytes]] = field(default_factory=list)
+    items: list[tuple[int, str, str, bytes]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -81,12 +90,17 @@ class SyncStore(Protocol):
         """Return when the head passes `since` or after `timeout` seconds."""
         ...
 
-    async def fetch(self, hashes: list[str]) -> list[tuple[str, bytes]]:
-        """Canonical bodies of the federated records among `hashes`."""
+    async def fetch(self, ids: list[str]) -> list[tuple[str, str, bytes]]:
+        """(address, version, canonical body) of the federated versions whose address or version is in `ids`."""
         ...
 
     async def reconcile_items(self) -> tuple[str, int, list[tuple[int, bytes]]]:
-        """(epoch, head, sorted (created_ms, hash bytes) of every federated record), from one snapshot."""
+        """(epoch, head, sorted (created_ms, version bytes) of every federated version), from one snapshot."""
+        ...
+
+    async def refused(self, versions: list[str]) -> set[str]:
+        """Those of `versions` this store refused or evicted (two better versions of their address are held):
+        reconciliation does not fetch them again."""
         ...
 
     async def ingest(

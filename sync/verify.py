@@ -18,8 +18,9 @@ MAX_WIRE_RECORD_BYTES = schema.MAX_RECORD_BYTES
 MAX_FUTURE_S = 24 * 3600  # records dated further ahead than this are refused (a peer's clock may run fast)
 
 
-def verify_record(raw: bytes, claimed_hash: str | None) -> Verified | Invalid:
-    """Check one received record; never raises."""
+def verify_record(raw: bytes, claimed_hash: str | None, claimed_version: str | None = None) -> Verified | Invalid:
+    """Check one received record; never raises. The result's `version` is the SHA-256 of `raw`; a claimed one
+    that differs is `version_mismatch`."""
     if len(raw) > MAX_WIRE_RECORD_BYTES:
         return Invalid(claimed_hash, "too_large", f"record is {len(raw)} bytes; limit {MAX_WIRE_RECORD_BYTES}")
     try:
@@ -50,4 +51,7 @@ def verify_record(raw: bytes, claimed_hash: str | None) -> Verified | Invalid:
     if created > time.time() + MAX_FUTURE_S:
         # Refused, not lost: reconciliation offers it again, and it is taken once its date is near.
         return Invalid(record_hash, "future_dated", f"created_at {record['created_at']} is too far in the future")
-    return Verified(record_hash, raw, record, decoded)
+    verified = Verified(record_hash, raw, record, decoded)
+    if claimed_version is not None and verified.version != claimed_version:
+        return Invalid(record_hash, "version_mismatch", f"record's version is {verified.version}")
+    return verified

@@ -128,7 +128,7 @@ def provenance(conn: sqlite3.Connection, ref: str) -> Provenance | None:
     row = conn.execute(
         "SELECT e.id, e.record_hash, e.content_fingerprint, e.author_id, e.created_at, e.signature,"
         " r.origin, r.received_ms, r.scope, r.body, a.display_name, a.home_node"
-        " FROM entries e JOIN records r ON r.hash = e.record_hash LEFT JOIN agents a ON a.id = e.author_id"
+        " FROM entries e JOIN records r ON r.seq = e.id LEFT JOIN agents a ON a.id = e.author_id"
         " WHERE e.id = ?",
         (entry_id,),
     ).fetchone()

@@ -191,6 +191,9 @@ class EntryOut(msgspec.Struct):
     community_confidence: float | None = None  # from the trust cache (docs/trust.md); None when not computed
     # superseding entries whose `supersedes` link the author of this entry has not accepted (docs/api.md)
     superseded_claims: list[str] = []
+    # its author signed two bodies under this address; this is the winner of the two (docs/sync.md, "Versions")
+    equivocated: bool = False
+    versions: int = 1  # versions of this address the node holds (at most 2)
 
 
 class PostedEntry(msgspec.Struct):

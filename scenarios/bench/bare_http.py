@@ -84,7 +84,8 @@ class BareWriter:
         self._conn.execute("BEGIN IMMEDIATE")
         last = db.insert_rows(
             self._conn,
-            "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)",
+            "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms,"
+            " body)",
             [log_row for log_row, _, _ in rows],
         ).last_rowid
         first = last - len(batch) + 1

@@ -55,8 +55,10 @@ def sqlite_rows(recs: list[tuple[dict[str, Any], str]]) -> list[tuple[tuple[Any,
     out = []
     for record, record_hash in recs:
         ms = parse_ms(record["created_at"])
+        body = canonical.canonical_bytes(record)
         log_row = (
             record_hash,
+            hashlib.sha256(body).hexdigest(),  # the version
             "entry",
             record["author_id"],
             record["created_at"],
@@ -64,7 +66,7 @@ def sqlite_rows(recs: list[tuple[dict[str, Any], str]]) -> list[tuple[tuple[Any,
             "federation",
             "local",
             now,
-            canonical.canonical_bytes(record),
+            body,
         )
         entry_row = (
             record_hash,
@@ -116,8 +118,8 @@ def _sqlite_round(ctx: Context, rows: list[tuple[tuple[Any, ...], tuple[Any, ...
         conn.execute("BEGIN IMMEDIATE")
         for log_row, entry_row, tags in batch:
             seq = conn.execute(
-                "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+                "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin,"
+                " received_ms, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
                 log_row,
             ).fetchone()[0]
             conn.execute(

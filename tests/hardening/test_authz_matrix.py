@@ -119,7 +119,7 @@ TABLE: list[Row] = [
     Row("POST", f"{WF}/tasks/{{task_id}}/complete", "401 401 409 200 403 401", url=WF + "/tasks/{task}/complete",
         body={}),
     # ---- peer-signed: bearer credentials of any kind are refused ------------------------------------------
-    Row("GET", "/v1/sync/changes", "401 401 401 401 401 200", url="/v1/sync/changes?wait_ms=0"),
+    Row("GET", "/v1/sync/changes", "401 401 401 401 401 200", url="/v1/sync/changes?v=2&wait_ms=0"),
     Row("POST", "/v1/sync/fetch", "401 401 401 401 401 200", body={"type": "fetch", "hashes": ["0" * 64]}),
     Row("POST", "/v1/sync/reconcile", "401 401 401 401 401 422", body={"message": ""}),
     Row("POST", f"{WF}/peer/lease", "401 401 401 401 401 404",

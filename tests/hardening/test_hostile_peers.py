@@ -118,7 +118,7 @@ async def test_unsolicited_pushes_and_floods_are_refused_cheaply(make_peer: Any)
     assert status == 405
     # a flood of unsigned, unknown-key and replayed requests: all refused, nothing stored
     stranger = keys.SigningKey.generate()
-    url = node.url + "/v1/sync/changes"
+    url = node.url + "/v1/sync/changes?v=2"
     replay = sign_headers(key, "GET", url)
 
     async def one(i: int) -> int:

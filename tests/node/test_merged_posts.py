@@ -118,11 +118,16 @@ async def test_a_taken_hash_in_a_merged_run_is_resealed_and_stored(
     1 ms later; the requests merged with it are stored once."""
     alice, bob = await make_agent("alice"), await make_agent("bob")
     first = await post(client, alice, content="same words, same millisecond")
-    real = entries.stored_body
+    real = entries.held_versions
     # Pretend the stored record under that hash has a different body (a collision, which signing cannot
     # produce on demand).
     monkeypatch.setattr(
-        entries, "stored_body", lambda conn, h: b"another body" if h == first["record_hash"] else real(conn, h)
+        entries,
+        "held_versions",
+        lambda conn, hs: {
+            **real(conn, hs),
+            **({first["record_hash"]: {"another"}} if first["record_hash"] in hs else {}),
+        },
     )
     calls = count_calls(node)
     answers = await queued_together(

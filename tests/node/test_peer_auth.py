@@ -40,7 +40,7 @@ async def test_unsigned_and_bearer_requests_are_refused(make_peer) -> None:  # t
     a, _b = await two(make_peer)  # noqa: F811
     agent_key = (await a.node.agents.create("agent", "Agent")).api_key
     for headers in ({}, {"Authorization": f"Bearer {agent_key}"}, a.admin):
-        async with a.session.get(a.url + "/v1/sync/changes", headers=headers) as resp:
+        async with a.session.get(a.url + "/v1/sync/changes?v=2", headers=headers) as resp:
             assert resp.status == 401
             assert (await resp.json())["code"] == "signature_required"
         async with a.session.post(a.url + "/v1/sync/fetch", json={"type": "fetch", "hashes": ["a" * 64]}) as resp:
@@ -49,20 +49,20 @@ async def test_unsigned_and_bearer_requests_are_refused(make_peer) -> None:  # t
 
 async def test_configured_peer_is_served(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     a, b = await two(make_peer)  # noqa: F811
-    status, body = await signed(a.session, b.node.key, "GET", a.url + "/v1/sync/changes?since=0")
-    assert status == 200 and body["type"] == "changes" and body["node_id"] == a.node_id and body["v"] == 1
+    status, body = await signed(a.session, b.node.key, "GET", a.url + "/v1/sync/changes?v=2&since=0")
+    assert status == 200 and body["type"] == "changes" and body["node_id"] == a.node_id and body["v"] == 2
 
 
 async def test_unknown_key_is_refused(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     a, _b = await two(make_peer)  # noqa: F811
     stranger = keys.SigningKey.generate()
-    status, body = await signed(a.session, stranger, "GET", a.url + "/v1/sync/changes")
+    status, body = await signed(a.session, stranger, "GET", a.url + "/v1/sync/changes?v=2")
     assert status == 403 and body["code"] == "unknown_peer"
 
 
 async def test_replayed_request_is_refused(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     a, b = await two(make_peer)  # noqa: F811
-    url = a.url + "/v1/sync/changes?since=0"
+    url = a.url + "/v1/sync/changes?v=2&since=0"
     headers = sign_headers(b.node.key, "GET", url)
     async with a.session.get(url, headers=headers) as resp:
         assert resp.status == 200
@@ -72,9 +72,9 @@ async def test_replayed_request_is_refused(make_peer) -> None:  # type: ignore[n
 
 async def test_stale_request_is_refused(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     a, b = await two(make_peer)  # noqa: F811
-    status, body = await signed(a.session, b.node.key, "GET", a.url + "/v1/sync/changes", now=time.time() - 600)
+    status, body = await signed(a.session, b.node.key, "GET", a.url + "/v1/sync/changes?v=2", now=time.time() - 600)
     assert status == 401 and body["code"] == "stale_request"
-    status, body = await signed(a.session, b.node.key, "GET", a.url + "/v1/sync/changes", now=time.time() + 600)
+    status, body = await signed(a.session, b.node.key, "GET", a.url + "/v1/sync/changes?v=2", now=time.time() + 600)
     assert status == 401 and body["code"] == "stale_request"
 
 
@@ -88,8 +88,8 @@ async def test_tampered_body_and_retargeted_signature_are_refused(make_peer) -> 
     headers["Content-Type"] = "application/json"
     async with a.session.post(a.url + "/v1/sync/reconcile", data=body, headers=headers) as resp:
         assert resp.status == 401 and (await resp.json())["code"] == "bad_signature"
-    headers = sign_headers(b.node.key, "GET", a.url + "/v1/sync/changes?since=0")
-    async with a.session.get(a.url + "/v1/sync/changes?since=5", headers=headers) as resp:
+    headers = sign_headers(b.node.key, "GET", a.url + "/v1/sync/changes?v=2&since=0")
+    async with a.session.get(a.url + "/v1/sync/changes?v=2&since=5", headers=headers) as resp:
         assert resp.status == 401 and (await resp.json())["code"] == "bad_signature"  # the query is signed
 
 
@@ -97,10 +97,10 @@ async def test_bad_input_from_an_authenticated_peer(make_peer) -> None:  # type:
     a, b = await two(make_peer)  # noqa: F811
     key = b.node.key
     cases = [
-        ("GET", "/v1/sync/changes?limit=0", None, 422, "$.limit"),
-        ("GET", "/v1/sync/changes?since=-1", None, 422, "$.since"),
-        ("GET", "/v1/sync/changes?epoch=not-hex", None, 422, "$.epoch"),
-        ("GET", "/v1/sync/changes?v=2", None, 422, "$.v"),
+        ("GET", "/v1/sync/changes?v=2&limit=0", None, 422, "$.limit"),
+        ("GET", "/v1/sync/changes?v=2&since=-1", None, 422, "$.since"),
+        ("GET", "/v1/sync/changes?v=2&epoch=not-hex", None, 422, "$.epoch"),
+        ("GET", "/v1/sync/changes?v=2&v=2", None, 422, "$.v"),
         ("POST", "/v1/sync/fetch", b'{"type":"fetch","hashes":["xyz"]}', 422, "$.hashes[0]"),
         ("POST", "/v1/sync/fetch", b'{"type":"fetch","hashes":[]}', 422, "$.hashes"),
         ("POST", "/v1/sync/fetch", b'{"type":"fetch"', 400, None),

@@ -79,7 +79,7 @@ def test_peer_add_refuses_bad_input_and_adds_nothing(
     data = str(data_dir[0])
     code, out, err = run(capsys, "peer", "add", url, "--key", key, "--data", data)
     assert code == 1 and out == "" and err.startswith("bbs: ") and needle in err
-    assert json.loads(run(capsys, "peers", "--data", data, "--json")[1]) == {"peers": []}
+    assert json.loads(run(capsys, "peers", "--data", data, "--json")[1]) == {"peers": [], "equivocating_authors": []}
 
 
 def test_commands_never_create_a_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,7 +97,7 @@ def test_digest_agrees_with_the_node(data_dir: tuple[Path, str], capsys: pytest.
     code, out, _ = run(capsys, "digest", "--data", str(data))
     assert (code, out) == (0, f"{expected.count} {expected.sha256}\n")
     code, out, _ = run(capsys, "digest", "--data", str(data), "--json")
-    assert json.loads(out) == {"type": "digest", "v": 1, "node_id": node_id, "count": expected.count,
+    assert json.loads(out) == {"type": "digest", "v": 2, "node_id": node_id, "count": expected.count,
                                "sha256": expected.sha256}  # fmt: skip
 
 

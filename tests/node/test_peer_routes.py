@@ -69,6 +69,7 @@ async def test_adding_listing_and_readdressing_peers(served: TestClient, admin_h
         "duplicate": 0,
         "invalid": 0,
         "pending_link": 0,
+        "overflow": 0,
         "internal": 0,
         "invalid_reasons": {},
     }
@@ -108,24 +109,24 @@ async def test_the_digest_covers_federated_records_only(
     await post(node, alice, "shared")
     await post(node, alice, "kept here", scope="local")
     rows = await node.db.read(
-        lambda c: c.execute("SELECT hash FROM records WHERE scope = 'federation' ORDER BY hash").fetchall()
+        lambda c: c.execute("SELECT version FROM records WHERE scope = 'federation' ORDER BY version").fetchall()
     )
     expected = hashlib.sha256("".join(h + "\n" for (h,) in rows).encode()).hexdigest()
     digest = await (await served.get("/v1/sync/digest", headers=admin_headers)).json()
-    assert digest == {"type": "digest", "v": 1, "node_id": node.node_id, "count": len(rows), "sha256": expected}
+    assert digest == {"type": "digest", "v": 2, "node_id": node.node_id, "count": len(rows), "sha256": expected}
 
 
 async def test_the_changes_feed_for_a_signed_peer(served: TestClient, node: Node, make_agent: MakeAgent) -> None:
     alice = await make_agent("alice")
     shared = await post(node, alice, "shared")
     await post(node, alice, "kept here", scope="local")
-    status, page = await signed(served, "GET", "/v1/sync/changes?since=0&limit=1000")
+    status, page = await signed(served, "GET", "/v1/sync/changes?v=2&since=0&limit=1000")
     assert status == 200 and page["type"] == "changes" and page["node_id"] == node.node_id
     assert shared in [item["hash"] for item in page["items"]]
     assert all(item["record"]["scope"] == "federation" for item in page["items"] if item["record"]["kind"] == "entry")
-    status, reset = await signed(served, "GET", f"/v1/sync/changes?since={page['head'] + 5}")
+    status, reset = await signed(served, "GET", f"/v1/sync/changes?v=2&since={page['head'] + 5}")
     assert (status, reset["type"], reset["reason"]) == (200, "reset", "cursor_ahead")
-    status, problem = await signed(served, "GET", "/v1/sync/changes?limit=0")
+    status, problem = await signed(served, "GET", "/v1/sync/changes?v=2&limit=0")
     assert (status, problem["field"]) == (422, "$.limit")
 
 
@@ -156,16 +157,16 @@ async def test_reconcile_answers_one_round(served: TestClient, node: Node) -> No
 
 
 async def test_sync_endpoints_refuse_anyone_but_a_configured_peer(served: TestClient) -> None:
-    resp = await served.get("/v1/sync/changes")
+    resp = await served.get("/v1/sync/changes?v=2")
     problem = await resp.json()
     assert (resp.status, problem["code"], problem["field"]) == (401, "signature_required", "Signature")
-    status, problem = await signed(served, "GET", "/v1/sync/changes", key=keys.SigningKey.generate())
+    status, problem = await signed(served, "GET", "/v1/sync/changes?v=2", key=keys.SigningKey.generate())
     assert (status, problem["code"], problem["title"]) == (403, "unknown_peer", "Not a peer")
     resp = await served.post("/v1/sync/fetch", data=b"{}", headers={"Content-Type": "text/plain"})
     assert (resp.status, (await resp.json())["code"]) == (415, "unsupported_media_type")
-    headers = sign_headers(PEER, "GET", str(served.make_url("/v1/sync/changes")))
-    assert (await served.get("/v1/sync/changes", headers=headers)).status == 200
-    resp = await served.get("/v1/sync/changes", headers=headers)  # the same signature again
+    headers = sign_headers(PEER, "GET", str(served.make_url("/v1/sync/changes?v=2")))
+    assert (await served.get("/v1/sync/changes?v=2", headers=headers)).status == 200
+    resp = await served.get("/v1/sync/changes?v=2", headers=headers)  # the same signature again
     assert (resp.status, (await resp.json())["code"]) == (401, "replayed_request")
 
 
@@ -221,4 +222,4 @@ def test_default_settings() -> None:
         "sync_fetch",
         "sync_reconcile",
     ]
-    assert m.PROTOCOL_VERSION == 1
+    assert m.PROTOCOL_VERSION == 2

@@ -10,7 +10,7 @@ import pytest
 
 from identity import keys, records
 from node import db, notify, projections
-from node.sync_store import add_peer, ingest
+from node.sync_store import FETCH_SQL, add_peer, ingest
 from sync.store import Verified
 from sync.verify import verify_record
 from tests.sync.conftest import body_of, hash_of, signed_entry
@@ -51,3 +51,36 @@ def test_derived_links_and_contradictions_start_from_the_arrived_records(conn: s
     steps = plan(conn, sql)
     assert steps[0] == "SEARCH l USING INTEGER PRIMARY KEY (rowid=?)", steps
     assert not [s for s in steps if s.startswith("SCAN") and "VIRTUAL TABLE" not in s], steps  # only json_each
+
+
+@pytest.mark.parametrize(
+    ("name", "sql", "first"),
+    [
+        (
+            "held versions",
+            "SELECT hash, seq, version, scope FROM records WHERE hash IN (SELECT value FROM json_each(:h))",
+            "SEARCH records USING INDEX records_hash (hash=?)",
+        ),
+        (
+            "digest",
+            "SELECT version FROM records WHERE +scope = 'federation' ORDER BY version",
+            "SCAN records USING INDEX sqlite_autoindex_records_1",
+        ),
+        (
+            "reconcile items",
+            "SELECT created_ms, version FROM records WHERE +scope = 'federation' AND created_ms >= 0"
+            " ORDER BY created_ms, version",
+            "SEARCH records USING INDEX records_time_version (created_ms>?)",
+        ),
+    ],
+)
+def test_version_queries_use_their_indexes(conn: sqlite3.Connection, name: str, sql: str, first: str) -> None:
+    """Versions (node/equivocation.py, node/sync_store.py): looked up by index, read in index order, never sorted."""
+    steps = plan(conn, sql)
+    assert steps[0] == first and not [s for s in steps if "TEMP B-TREE" in s], (name, steps)
+
+
+def test_fetch_by_address_or_version_searches_both_indexes(conn: sqlite3.Connection) -> None:
+    steps = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + FETCH_SQL, {"ids": json.dumps(["x", "y"])})]
+    assert any("records_hash" in s for s in steps) and any("sqlite_autoindex_records_1" in s for s in steps), steps
+    assert not [s for s in steps if s.startswith("SCAN records")], steps

@@ -256,3 +256,13 @@ async def test_an_older_computation_never_overwrites_a_newer_one(node: Node, mak
     assert stored.score == 0.6 and stored.computed_seq == fresh.computed_seq
     assert (await node.trust.refresh()).ran is False
     assert (await node.trust.refresh(force=True)).ran is True
+
+
+def test_each_equivocation_weighs_as_one_full_disconfirmation() -> None:
+    """node/equivocation.py's per-author count lowers the author's score only: (1 + W+) / (2 + W+ + W- + Q)."""
+    alone = trust.compute([], {"did:key:zA": 1})
+    assert alone.agents["did:key:zA"].score == 1 / 3
+    signals = [trust.Signal("did:key:zB", "did:key:zA", "t1", 1)]
+    plain, penalised = trust.compute(signals), trust.compute(signals, {"did:key:zA": 2})
+    assert plain.agents["did:key:zA"].score == 1.5 / 2.5 and penalised.agents["did:key:zA"].score == 1.5 / 4.5
+    assert penalised.agents["did:key:zB"].score == plain.agents["did:key:zB"].score

@@ -7,6 +7,7 @@ node, its puller, verifier and store are the real ones.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,11 @@ from tests.sync.conftest import PeerNode, body_of, hash_of, signed_entry
 EPOCH = "e" * 32
 
 
+def version(record_hash: str, body: bytes) -> bytes:
+    """The version a v2 peer claims for a record: an entry's SHA-256 of its body, another kind's hash."""
+    return (hashlib.sha256(body).hexdigest() if b'"kind":"entry"' in body else record_hash).encode()
+
+
 class EvilPeer:
     """Serves scripted feed pages and answers fetches with a chosen function."""
 
@@ -39,17 +45,22 @@ class EvilPeer:
         if raw is not None:
             self.pages.append(raw)
             return
-        parts = [b'{"seq":%d,"hash":"%s","record":%s}' % (i + 1, h.encode(), body) for i, (h, body) in enumerate(items)]
+        parts = [
+            b'{"seq":%d,"hash":"%s","version":"%s","record":%s}' % (i + 1, h.encode(), version(h, body), body)
+            for i, (h, body) in enumerate(items)
+        ]
         n = len(items) if head is None else head
         self.head = n
         self.pages.append(
-            b'{"type":"changes","v":1,"node_id":"%s","epoch":"%s","head":%d,"next":%d,"more":false,"items":[%s]}'
+            b'{"type":"changes","v":2,"node_id":"%s","epoch":"%s","head":%d,"next":%d,"more":false,"items":[%s]}'
             % (self.key.did.encode(), EPOCH.encode(), n, n, b",".join(parts))
         )
 
     def records_reply(self, items: list[tuple[str, bytes]], missing: list[str]) -> bytes:
-        parts = [b'{"hash":"%s","record":%s}' % (h.encode(), body) for h, body in items]
-        return b'{"type":"records","v":1,"node_id":"%s","items":[%s],"missing":%s}' % (
+        parts = [
+            b'{"hash":"%s","version":"%s","record":%s}' % (h.encode(), version(h, body), body) for h, body in items
+        ]
+        return b'{"type":"records","v":2,"node_id":"%s","items":[%s],"missing":%s}' % (
             self.key.did.encode(),
             b",".join(parts),
             json.dumps(missing).encode(),
@@ -72,7 +83,7 @@ class EvilPeer:
         await self.server.start_server()
 
     def pages_empty(self) -> bytes:
-        return b'{"type":"changes","v":1,"node_id":"%s","epoch":"%s","head":%d,"next":%d,"more":false,"items":[]}' % (
+        return b'{"type":"changes","v":2,"node_id":"%s","epoch":"%s","head":%d,"next":%d,"more":false,"items":[]}' % (
             self.key.did.encode(),
             EPOCH.encode(),
             self.head,
@@ -292,7 +303,7 @@ async def test_a_page_larger_than_asked_for_is_a_malformed_batch(make_peer: Any,
     evil.page([(hash_of(r), body_of(r)) for r in records])
     with pytest.raises(SyncError, match="records for a page of at most 5"):
         await node.puller(limit=5).pull_once(evil.config)
-    huge = b'{"type":"changes","v":1,"items":[' + b'{"seq":1},' * 1_000_000 + b"]}"
+    huge = b'{"type":"changes","v":2,"items":[' + b'{"seq":1},' * 1_000_000 + b"]}"
     evil.page([], raw=huge)  # over 9 MiB: refused while it is read, before it is decoded
     with pytest.raises(SyncError, match="reply exceeds"):
         await node.puller().pull_once(evil.config)

@@ -123,7 +123,8 @@ async def test_reconciliation_rounds_find_what_the_asker_lacks(pair: tuple[PeerN
             break
         message = neg.reconcile(bytes.fromhex(reply.message), have, need)
     assert rounds >= 1
-    assert posted <= {h.hex() for h in need} and have == []
+    versions = {version for _, version, _ in await b.sync.store.fetch(list(posted))}  # ids are versions (v2)
+    assert len(versions) == 3 and versions <= {h.hex() for h in need} and have == []
 
 
 async def test_traffic_is_counted_per_client_and_shared(pair: tuple[PeerNode, PeerNode]) -> None:
@@ -215,7 +216,7 @@ def fake_client(session: aiohttp.ClientSession, url: str) -> PeerClient:
 
 
 def changes_body(**fields: Any) -> bytes:
-    page = {"type": "changes", "v": 1, "node_id": NODE_ID, "epoch": "ab", "head": 0, "next": 0, "more": False}
+    page = {"type": "changes", "v": 2, "node_id": NODE_ID, "epoch": "ab", "head": 0, "next": 0, "more": False}
     return json.dumps({**page, "items": [], **fields}).encode()
 
 
@@ -225,7 +226,7 @@ async def test_requests_are_signed_with_the_query_and_body(fake: tuple[Fake, str
     async with aiohttp.ClientSession() as session:
         client = fake_client(session, url)
         await client.changes(3, "ab", 7, 0)
-        state.body = b'{"type":"records","v":1,"node_id":"%s","items":[],"missing":[]}' % NODE_ID.encode()
+        state.body = b'{"type":"records","v":2,"node_id":"%s","items":[],"missing":[]}' % NODE_ID.encode()
         await client.fetch(["0" * 64])
     (get_method, get_path, get_headers, _), (post_method, post_path, post_headers, post_body) = state.requests
     assert (get_method, post_method) == ("GET", "POST")
@@ -234,7 +235,7 @@ async def test_requests_are_signed_with_the_query_and_body(fake: tuple[Fake, str
     assert "Signature" in get_headers and "Signature-Input" in get_headers
     assert post_path == "/v1/sync/fetch" and post_headers["Content-Type"] == "application/json"
     assert "Content-Digest" in post_headers and "Signature" in post_headers
-    assert json.loads(post_body) == {"type": "fetch", "v": 1, "hashes": ["0" * 64]}
+    assert json.loads(post_body) == {"type": "fetch", "v": 2, "hashes": ["0" * 64]}
 
 
 async def test_an_http_error_names_its_problem_or_its_text(fake: tuple[Fake, str]) -> None:
@@ -273,7 +274,9 @@ async def test_an_http_error_names_its_problem_or_its_text(fake: tuple[Fake, str
             r"at `\$.head`",
         ),
         (
-            changes_body(head=3, next=3, items=[{"seq": i, "hash": "h", "record": {}} for i in range(3)]),
+            changes_body(
+                head=3, next=3, items=[{"seq": i, "hash": "h", "version": "v", "record": {}} for i in range(3)]
+            ),
             "3 records for a page of at most 2",
         ),
     ],
@@ -297,12 +300,14 @@ async def test_a_page_that_stays_put_is_accepted(fake: tuple[Fake, str]) -> None
 
 async def test_records_that_were_not_asked_for_are_refused(fake: tuple[Fake, str]) -> None:
     state, url = fake
-    extra = {"hash": "1" * 64, "record": {}}
+    extra = {"hash": "1" * 64, "version": "2" * 64, "record": {}}
+    asked = {"hash": "0" * 64, "version": "3" * 64, "record": {}}
     async with aiohttp.ClientSession() as session:
         client = fake_client(session, url)
-        for items in ([extra], [{"hash": "0" * 64, "record": {}}, {"hash": "0" * 64, "record": {}}]):
+        # an address brings at most its two versions
+        for items in ([extra], [asked, asked, asked]):
             state.body = json.dumps(
-                {"type": "records", "v": 1, "node_id": NODE_ID, "items": items, "missing": []}
+                {"type": "records", "v": 2, "node_id": NODE_ID, "items": items, "missing": []}
             ).encode()
             with pytest.raises(SyncError, match="records that were not asked for"):
                 await client.fetch(["0" * 64])

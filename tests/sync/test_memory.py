@@ -50,3 +50,24 @@ async def test_server_over_memory_store() -> None:
     assert isinstance(reset, m.Reset) and reset.reason == "epoch_changed"
     fetched = await server.fetch(m.FetchRequest(hashes=[hash_of(local), hash_of(shared)]))
     assert [i.hash for i in fetched.items] == [hash_of(shared)] and fetched.missing == [hash_of(local)]
+
+
+def test_the_memory_store_keeps_versions_by_the_nodes_rule() -> None:
+    """At most two versions of an address, the two with the smallest (scope != federation, version), whatever
+    the order; a refused or evicted version is remembered (node/equivocation.py is the node's rule)."""
+    import itertools
+
+    from node import equivocation
+    from tests.node.api_helpers import entry_record
+
+    author = keys.SigningKey.generate()
+    bodies = [entry_record(author, "one address", created_ms=1_767_323_045_000, tags=[f"t{i}"]) for i in range(3)]
+    verified = [verify_record(body_of(r), hash_of(r)) for r in bodies]
+    assert all(isinstance(v, Verified) for v in verified)
+    kept = {v for v, _ in equivocation.kept((v.version, "federation") for v in verified)}  # type: ignore[union-attr]
+    for order in itertools.permutations(verified):
+        store = MemoryStore(node_id=author.did)
+        words = [store.put(v) for v in order]  # type: ignore[arg-type]
+        assert {e[1] for e in store.log if e is not None} == kept
+        assert words.count("overflow") + sum(1 for e in store.log if e is None) == 1
+        assert store.rejected == {v.version for v in verified} - kept  # type: ignore[union-attr]

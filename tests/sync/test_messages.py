@@ -3,6 +3,7 @@ keep records as the exact bytes received, and bound what a peer may ask (page si
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import msgspec
@@ -15,6 +16,10 @@ from tests.sync.conftest import body_of, hash_of, signed_entry
 AUTHOR = keys.SigningKey.generate()
 NODE_ID = keys.SigningKey.generate().did
 HASH = "ab" * 32
+
+
+def version_of(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
 
 
 def encode(value: Any) -> bytes:
@@ -30,7 +35,7 @@ def test_changes_round_trip_with_records_as_raw_bytes() -> None:
         head=3,
         next=3,
         more=False,
-        items=[m.ChangeItem(3, hash_of(record), msgspec.Raw(body))],
+        items=[m.ChangeItem(3, hash_of(record), version_of(body), msgspec.Raw(body))],
     )
     wire = encode(page)
     fields = msgspec.json.decode(wire)
@@ -38,6 +43,7 @@ def test_changes_round_trip_with_records_as_raw_bytes() -> None:
     decoded = m.CHANGES_DECODER.decode(wire)
     assert isinstance(decoded, m.Changes)
     assert bytes(decoded.items[0].record) == body  # byte for byte what was signed
+    assert (decoded.items[0].hash, decoded.items[0].version) == (hash_of(record), version_of(body))
     assert (decoded.node_id, decoded.epoch, decoded.head, decoded.next, decoded.more) == (NODE_ID, "ab12", 3, 3, False)
 
 
@@ -55,11 +61,12 @@ def test_the_changes_decoder_tells_a_page_from_a_reset() -> None:
         b'{"type":"changes","v":1}',  # required fields missing
         b'{"type":"nonsense","v":1}',  # unknown tag
         b'{"node_id":"x","epoch":"e","head":1,"next":1,"more":false,"items":[]}',  # no tag
-        b'{"type":"changes","v":2,"node_id":"x","epoch":"e","head":1,"next":1,"more":false,"items":[]}',  # version
-        b'{"type":"changes","v":0,"node_id":"x","epoch":"e","head":1,"next":1,"more":false,"items":[]}',
+        b'{"type":"changes","v":0,"node_id":"x","epoch":"e","head":1,"next":1,"more":false,"items":[]}',  # version
+        b'{"type":"changes","v":2,"node_id":"x","epoch":"e","head":1,"next":1,"more":false,'
+        b'"items":[{"seq":1,"hash":"h","record":{}}]}',  # a v1 item: no version
         b'{"type":"changes","v":1,"node_id":"x","epoch":"e","head":1,"next":1,"more":false,"items":[],"extra":1}',
         b'{"type":"changes","v":1,"node_id":"x","epoch":"e","head":1,"next":1,"more":false,'
-        b'"items":[{"seq":1,"hash":"h","record":{},"extra":true}]}',  # unknown field in an item
+        b'"items":[{"seq":1,"hash":"h","version":"v","record":{},"extra":true}]}',  # unknown field in an item
         b'{"type":"records","v":1,"node_id":"x","items":[],"missing":[]}',  # another reply's type
         b"[]",
         b"not json",
@@ -83,12 +90,20 @@ def test_positions_outside_a_log_do_not_decode(field: str, value: int) -> None:
 
 def test_a_missing_version_means_the_current_one() -> None:
     decoded = m.RECORDS_DECODER.decode(b'{"type":"records","node_id":"x","items":[],"missing":["a"]}')
-    assert decoded.v == m.PROTOCOL_VERSION == 1 and decoded.missing == ["a"]
+    assert decoded.v == m.PROTOCOL_VERSION == 2 and decoded.missing == ["a"]
+
+
+def test_another_version_decodes_so_that_it_can_be_named() -> None:
+    """A v1 message decodes (its `v` is then refused by name: node/peer_routes.py, sync/client.py); a changes
+    query without `v` is a v1 peer's."""
+    assert m.RECORDS_DECODER.decode(b'{"type":"records","v":1,"node_id":"x","items":[],"missing":[]}').v == 1
+    assert msgspec.convert({}, m.ChangesQuery).v == 1
+    assert msgspec.convert({"v": "2"}, m.ChangesQuery, strict=False).v == 2
 
 
 def test_changes_query_defaults_and_bounds() -> None:
     q = msgspec.convert({}, m.ChangesQuery)
-    assert (q.since, q.epoch, q.limit, q.wait_ms, q.v) == (0, None, m.DEFAULT_CHANGES_LIMIT, 0, 1)
+    assert (q.since, q.epoch, q.limit, q.wait_ms, q.v) == (0, None, m.DEFAULT_CHANGES_LIMIT, 0, 1)  # v1: no `v`
     ok = msgspec.convert(
         {"since": "5", "epoch": "0a", "limit": str(m.MAX_CHANGES_LIMIT), "wait_ms": str(m.MAX_WAIT_MS)},
         m.ChangesQuery,
@@ -107,7 +122,7 @@ def test_changes_query_defaults_and_bounds() -> None:
         {"epoch": ""},
         {"epoch": "a" * 65},
         {"epoch": "ab\n"},  # the pattern matches the whole string
-        {"v": 2},
+        {"v": 0},
         {"cursor": 1},
     ):
         with pytest.raises(msgspec.ValidationError):
@@ -116,7 +131,7 @@ def test_changes_query_defaults_and_bounds() -> None:
 
 def test_fetch_request_bounds_its_hashes() -> None:
     request = m.FetchRequest(hashes=[HASH])
-    assert msgspec.json.decode(encode(request)) == {"type": "fetch", "v": 1, "hashes": [HASH]}
+    assert msgspec.json.decode(encode(request)) == {"type": "fetch", "v": 2, "hashes": [HASH]}
     assert msgspec.json.decode(encode(request), type=m.FetchRequest) == request
     most = {"type": "fetch", "hashes": [f"{i:064x}" for i in range(m.MAX_FETCH_HASHES)]}
     assert len(msgspec.convert(most, m.FetchRequest).hashes) == m.MAX_FETCH_HASHES
@@ -128,12 +143,17 @@ def test_fetch_request_bounds_its_hashes() -> None:
 def test_records_reply_decodes_raw_items() -> None:
     record = signed_entry(AUTHOR, "by hash")
     reply = m.Records(
-        node_id=NODE_ID, items=[m.RecordItem(hash_of(record), msgspec.Raw(body_of(record)))], missing=[HASH]
+        node_id=NODE_ID,
+        items=[m.RecordItem(hash_of(record), version_of(body_of(record)), msgspec.Raw(body_of(record)))],
+        missing=[HASH],
     )
     decoded = m.RECORDS_DECODER.decode(encode(reply))
     assert bytes(decoded.items[0].record) == body_of(record) and decoded.missing == [HASH]
+    assert decoded.items[0].version == version_of(body_of(record))
     with pytest.raises(msgspec.ValidationError):
-        m.RECORDS_DECODER.decode(b'{"type":"records","v":1,"node_id":"x","items":[{"hash":"h"}],"missing":[]}')
+        m.RECORDS_DECODER.decode(
+            b'{"type":"records","v":2,"node_id":"x","items":[{"hash":"h","record":{}}],"missing":[]}'
+        )
 
 
 def test_reconcile_request_takes_bounded_lowercase_hex() -> None:
@@ -176,6 +196,7 @@ def test_peer_status_counters_start_at_zero() -> None:
         "duplicate": 0,
         "invalid": 0,
         "pending_link": 0,
+        "overflow": 0,
         "internal": 0,
         "invalid_reasons": {},
     }

@@ -18,8 +18,8 @@ PROTOCOL_METHODS = [
 
 def test_the_protocol_lists_what_sync_calls() -> None:
     assert sorted(
-        ["position", "changes", "wait_for_change", "fetch", "reconcile_items", "ingest", "peers", "cursor",
-         "note_peer", "wanted", "want_failed"]
+        ["position", "changes", "wait_for_change", "fetch", "reconcile_items", "refused", "ingest", "peers",
+         "cursor", "note_peer", "wanted", "want_failed"]
     ) == PROTOCOL_METHODS  # fmt: skip
 
 

@@ -223,6 +223,7 @@ function entryCard(e, opts = {}) {
       badge(e.truth_state, `truth truth-${e.truth_state}`),
       e.retracted && badge("retracted", "flag flag-retracted"),
       e.superseded && badge("superseded", "flag flag-superseded"),
+      e.equivocated && h("span", { class: "badge flag flag-equivocated", title: `its author signed ${e.versions} bodies under this address; this is the one every node shows` }, "equivocated"),
       confidence(e.confidence)),
     h("p", { class: "content" }, opts.full ? e.content : short(e.content, 280)),
     h("div", { class: "byline" },

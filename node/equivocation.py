@@ -1,0 +1,108 @@
+"""One body per address: which versions of an address a node keeps, and which one its projections show.
+
+An entry's address (`record_hash`) covers author, created_at, type, performative and content; its signature
+covers everything. So an author can sign two bodies under one address: two *versions*, each identified by the
+SHA-256 of its signed canonical bytes. The rule is a function of the set of versions only, never of arrival
+order, so every node that holds the same versions shows the same one (docs/sync.md, "Versions"):
+
+- precedence key: (scope != 'federation', version): a `federation` version beats a `local` one, then the
+  smallest version hex wins;
+- a node keeps the two versions with the smallest keys; the winner is the smallest; holding two means the
+  address is `equivocated`. A third that does not beat both is refused; one that does evicts the worst.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from typing import NamedTuple
+
+MAX_VERSIONS = 2
+
+
+class Held(NamedTuple):
+    """A stored version of an address."""
+
+    seq: int
+    version: str
+    scope: str
+
+
+def precedence(version: str, scope: str) -> tuple[bool, str]:
+    """Smaller is better: federation before local, then the smaller version hex."""
+    return (scope != "federation", version)
+
+
+def ranked(versions: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(version, scope) pairs, best first, each version once."""
+    return sorted(set(versions), key=lambda vs: precedence(*vs))
+
+
+def kept(versions: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The versions a node keeps of the given set (at most MAX_VERSIONS), winner first."""
+    return ranked(versions)[:MAX_VERSIONS]
+
+
+def held(conn: sqlite3.Connection, addresses: Iterable[str]) -> dict[str, list[Held]]:
+    """The stored versions of each of `addresses` that has any, best first."""
+    out: dict[str, list[Held]] = {}
+    rows = conn.execute(
+        "SELECT hash, seq, version, scope FROM records WHERE hash IN (SELECT value FROM json_each(?))",
+        (json.dumps(sorted(set(addresses))),),
+    ).fetchall()
+    for address, seq, version, scope in rows:
+        out.setdefault(address, []).append(Held(int(seq), version, scope))
+    for versions in out.values():
+        versions.sort(key=lambda h: precedence(h.version, h.scope))
+    return out
+
+
+def refuse(conn: sqlite3.Connection, version: str, address: str, now_ms: int) -> None:
+    """Remember a version this node will not keep, so it is never fetched again."""
+    conn.execute(
+        "INSERT INTO refused_versions (version, hash, refused_ms) VALUES (?, ?, ?) ON CONFLICT (version) DO NOTHING",
+        (version, address, now_ms),
+    )
+
+
+def refused(conn: sqlite3.Connection, versions: Iterable[str]) -> set[str]:
+    """Those of `versions` this node refused or evicted."""
+    rows = conn.execute(
+        "SELECT version FROM refused_versions WHERE version IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(versions)),),
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def mark(conn: sqlite3.Connection, address: str, author_id: str, now_ms: int) -> None:
+    """Flag an address that now holds two versions."""
+    conn.execute(
+        "INSERT INTO equivocations (hash, author_id, detected_ms) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING",
+        (address, author_id, now_ms),
+    )
+
+
+def by_author(conn: sqlite3.Connection) -> dict[str, int]:
+    """Equivocated addresses per author, as this node holds them."""
+    rows = conn.execute("SELECT author_id, count(*) FROM equivocations GROUP BY author_id").fetchall()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def unproject_entry(conn: sqlite3.Connection, address: str, seq: int) -> None:
+    """Delete what an entry version projected: its entries row, FTS row, tags, addressees, the links it
+    asserts and the `retracted_by` links derived from it (all keyed by its address or its seq)."""
+    row = conn.execute("SELECT content, tags, directed_to FROM entries WHERE id = ?", (seq,)).fetchone()
+    if row is None:
+        return
+    content, tags, directed_to = row
+    conn.execute(
+        "INSERT INTO entries_fts (entries_fts, rowid, content, tags) VALUES ('delete', ?, ?, ?)", (seq, content, tags)
+    )
+    conn.execute("DELETE FROM entries WHERE id = ?", (seq,))
+    conn.execute("DELETE FROM entry_tags WHERE entry_id = ? AND tag IN (SELECT value FROM json_each(?))", (seq, tags))
+    conn.execute(
+        "DELETE FROM entry_directed WHERE entry_id = ? AND agent_id IN (SELECT value FROM json_each(?))",
+        (seq, directed_to),
+    )
+    conn.execute("DELETE FROM links WHERE origin_hash = ?", (address,))
