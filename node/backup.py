@@ -28,6 +28,7 @@ from identity import keys
 from node import datalock, db
 from node.datadir import DataDir
 from node.errors import BBSError, Conflict, InvalidInput, NotFound
+from node.workflows.fence import FENCE_NAME
 
 FORMAT = "agent-bbs-backup/1"
 DB_NAME = "bbs.db"
@@ -192,6 +193,9 @@ def _finish(staging: Path, data_root: Path, *, force: bool) -> RestoreResult:
     replaced = None
     if data_root.exists() and datalock.in_use(data_root):
         raise Conflict(f"a node is serving {data_root}; stop it before restoring", code="data_in_use")
+    fence = data_root / FENCE_NAME
+    if fence.exists():  # not part of the backup: what this folder's node granted, however old the backup is
+        shutil.copyfile(fence, staging / FENCE_NAME)
     if data_root.exists() and any(data_root.iterdir()):
         if not force:
             raise Conflict(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgspec
@@ -20,7 +21,7 @@ from node.errors import BBSError, Conflict, Forbidden, InvalidInput
 from node.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, until_hash_free
 from node.wire import unsigned
 from node.wire.api import SignedSubmission
-from node.wire.time import format_ms
+from node.wire.time import format_ms, parse_ms
 from node.wire.workflows import (
     DeclareTask,
     FinishIn,
@@ -35,6 +36,7 @@ from node.wire.workflows import (
     TaskOut,
 )
 from node.workflows import bus, forward, graph, leases, tasks
+from node.workflows.fence import LeaseFence
 
 log = logging.getLogger("bbs.leases")
 # Ready lists of up to this many tasks are read on the event loop (Database.read quick): rendering a page of
@@ -71,11 +73,14 @@ def _present(decoded: Any, names: tuple[str, ...]) -> dict[str, Any]:
 class Workflows:
     """Workflow operations on one node: the bus, tasks, leases and the graph (built once, by `Node`)."""
 
-    def __init__(self, db: Database, sealing: Sealing, key: keys.SigningKey, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, db: Database, sealing: Sealing, key: keys.SigningKey, now_ms: Callable[[], int], fence_path: Path
+    ) -> None:
         self.db = db
         self.sealing = sealing
         self.key = key  # the node's: it signs the leases it grants as a task's home node
         self.now_ms = now_ms
+        self.fence = LeaseFence(fence_path, key.did)  # what this node granted, kept outside its database
 
     @property
     def node_id(self) -> str:
@@ -198,9 +203,14 @@ class Workflows:
     async def grant(self, agent_id: str, ref: str, seconds: int) -> tuple[str, bool, dict[str, Any]]:
         """As the home node: grant or extend `agent_id`'s lease. Returns (task key, newly granted, grant record).
 
-        Raises leases.NotHome when another node is the task's lease authority.
+        Raises leases.NotHome when another node is the task's lease authority, and 503
+        `lease_authority_restored` while a detected restore may hide a grant (node/workflows/fence.py).
         """
-        return await self.db.write(lambda c: grant_lease(c, ref, agent_id, seconds, self.key, self.now_ms()))
+        if not self.fence.loaded:
+            await self.db.write(lambda c: self.fence.load(c, self.now_ms()))
+        return await self.db.write(
+            lambda c: grant_lease(c, ref, agent_id, seconds, self.key, self.now_ms(), self.fence)
+        )
 
     async def _lease_elsewhere(self, exc: leases.NotHome, agent_id: str, seconds: int) -> tuple[str, bool]:
         """Ask the home node for the lease; store the grant it signed, so this node's ready set excludes the task."""
@@ -330,22 +340,28 @@ def declare_task(
 
 
 def grant_lease(
-    conn: sqlite3.Connection, ref: str, agent_id: str, seconds: int, node_key: keys.SigningKey, now: int
+    conn: sqlite3.Connection,
+    ref: str,
+    agent_id: str,
+    seconds: int,
+    node_key: keys.SigningKey,
+    now: int,
+    fence: LeaseFence,
 ) -> tuple[str, bool, dict[str, Any]]:
-    """As the home node, decide and append a lease grant signed by `node_key`: (task key, newly granted, record)."""
+    """As the home node, decide and append a lease grant signed by `node_key`: (task key, newly granted, record).
+
+    The grant's expiry goes into the fence file before the transaction commits (node/workflows/fence.py)."""
     row = tasks.task_row(conn, ref)
     decision = leases.decide_grant(conn, row, node_key.did, agent_id, now)
+    fence.check(now)
     start = tasks.next_event_ms(conn, decision.task_key, now)
+    # the lease runs by this node's clock; `start` may sit a little later (see next_event_ms)
+    expires_ms = max(now + seconds * 1000, start + 1)
     draft = unsigned.unsigned_task_event(
-        decision.task_key,
-        node_key.did,
-        format_ms(start),
-        "lease",
-        holder=agent_id,
-        # the lease runs by this node's clock; `start` may sit a little later (see next_event_ms)
-        expires_at=format_ms(max(now + seconds * 1000, start + 1)),
+        decision.task_key, node_key.did, format_ms(start), "lease", holder=agent_id, expires_at=format_ms(expires_ms)
     )
     rec, rec_hash, dec = sign_and_check(draft, node_key)
+    fence.advance(parse_ms(dec.expires_at))
     projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
     return decision.task_key, not decision.extends, rec
 
