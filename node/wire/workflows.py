@@ -203,12 +203,24 @@ class Graph(msgspec.Struct):
 # ---- federation: a lease request forwarded to the task's home node --------------------------------------
 
 
+RequestId = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=whole(r"[A-Za-z0-9_-]{16,64}"),
+        description="chosen at random by the asking node for each request; the home node answers each id once",
+    ),
+]
+
+
 class PeerLeaseIn(msgspec.Struct, forbid_unknown_fields=True):
     """A peer asks the home node to grant `agent_id` the lease of `task_key` (peer-signed request)."""
 
     task_key: TaskKey
     agent_id: Did
+    request_id: RequestId
     seconds: LeaseSeconds = LEASE_DEFAULT_SECONDS
+    # the agent's signed identity document as the asking node holds it: the home node may not have synced it yet
+    agent_document: dict[str, Any] | None = None
 
 
 class PeerLeaseOut(msgspec.Struct):

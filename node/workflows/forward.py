@@ -7,6 +7,8 @@ node is a refusal with `lease_authority_unreachable`: a lease is never granted b
 
 from __future__ import annotations
 
+import json
+import secrets
 from typing import Any
 
 import aiohttp
@@ -40,7 +42,20 @@ async def request_lease(
             field="task_id",
         )
     url = str(row[0]).rstrip("/") + PEER_LEASE_PATH
-    body = msgspec.json.encode(PeerLeaseIn(task_key=task_key, agent_id=agent_id, seconds=seconds))
+    document = await db.read(
+        lambda c: c.execute(
+            "SELECT r.body FROM agents a JOIN records r ON r.hash = a.doc_hash WHERE a.id = ?", (agent_id,)
+        ).fetchone()
+    )
+    # a fresh id per request: the home node answers each id once, so a captured request cannot be replayed
+    request = PeerLeaseIn(
+        task_key=task_key,
+        agent_id=agent_id,
+        request_id=secrets.token_urlsafe(24),
+        seconds=seconds,
+        agent_document=None if document is None else json.loads(document[0]),
+    )
+    body = msgspec.json.encode(request)
     headers = sign_headers(node_key, "POST", url, body)
     headers["Content-Type"] = "application/json"
     try:

@@ -11,7 +11,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from node.errors import BBSError, Conflict
+from node.errors import BBSError, Conflict, Forbidden
 from node.wire.unsigned import DONE_STATUSES, OPEN_STATUSES
 from node.workflows.tasks import lease_live
 
@@ -117,3 +117,44 @@ def check_complete(row: sqlite3.Row, agent_id: str, now_ms: int, node_id: str) -
                 f"task {row['key']} has dependencies that are not done", field="task_id", code="task_not_ready"
             )
     return own
+
+
+# A forwarded lease request's id is kept this long: far beyond the few seconds a peer signature stays fresh.
+REQUEST_MEMORY_MS = 24 * 3600 * 1000
+
+
+def check_agent_home(
+    conn: sqlite3.Connection, agent_id: str, peer_id: str, presented: tuple[str, int] | None = None
+) -> None:
+    """403 `not_agent_home` unless the agent's newest identity document names `peer_id` as its home node.
+
+    A peer leases only for its own agents: the newest document of the one this node holds and the one the peer
+    presented (`presented`: its home node and created time, signature already checked) decides, so a new agent
+    can lease before its document has synced here, and an agent that moved cannot be leased for by its old home.
+    """
+    row = conn.execute("SELECT home_node, created_ms FROM agents WHERE id = ?", (agent_id,)).fetchone()
+    newest = None if row is None else (str(row[0]), int(row[1]))
+    if presented is not None and (newest is None or presented[1] > newest[1]):
+        newest = presented
+    if newest is None or newest[0] != peer_id:
+        known = "no agent document" if newest is None else f"an agent document naming {newest[0]} as home node"
+        raise Forbidden(
+            f"a peer may lease only for agents homed on it; this node knows {known} for {agent_id}",
+            field="$.agent_id",
+            code="not_agent_home",
+        )
+
+
+def remember_request(conn: sqlite3.Connection, request_id: str, peer_id: str, now_ms: int) -> None:
+    """Record a forwarded lease request's id (durably, before it is decided); 409 `request_replayed` if seen."""
+    conn.execute("DELETE FROM peer_lease_requests WHERE received_ms < ?", (now_ms - REQUEST_MEMORY_MS,))
+    inserted = conn.execute(
+        "INSERT OR IGNORE INTO peer_lease_requests (request_id, peer_id, received_ms) VALUES (?, ?, ?)",
+        (request_id, peer_id, now_ms),
+    ).rowcount
+    if not inserted:
+        raise Conflict(
+            "this lease request was answered before: a replay is refused; send a new request id",
+            field="$.request_id",
+            code="request_replayed",
+        )

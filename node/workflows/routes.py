@@ -112,7 +112,7 @@ async def peer_lease(request: web.Request) -> web.Response:
     body = convert(decode_json(raw), PeerLeaseIn)
     workflows = _workflows(request)
     try:
-        key, granted, record = await workflows.grant(body.agent_id, body.task_key, body.seconds)
+        key, granted, record = await workflows.grant_for_peer(peer, body)
     except leases.NotHome as exc:
         log.info("lease refused for %s: task %s for %s: not_lease_authority", peer, body.task_key, body.agent_id)
         raise leases.NotLeaseAuthority(

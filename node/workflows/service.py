@@ -31,6 +31,7 @@ from node.wire.workflows import (
     MessageOut,
     MessagePage,
     MessageQuery,
+    PeerLeaseIn,
     PostMessage,
     ReadyList,
     TaskOut,
@@ -68,6 +69,19 @@ def _finished_before(conn: sqlite3.Connection, agent_id: str, idem_key: str, ope
 
 def _present(decoded: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return {n: getattr(decoded, n) for n in names if getattr(decoded, n) is not msgspec.UNSET}
+
+
+def _agent_document(document: dict[str, Any], agent_id: str) -> tuple[str, int]:
+    """A presented agent identity document, verified: (its home node, its created time); 422 otherwise."""
+    try:
+        _, decoded = records.check(document)
+    except records.RecordError as exc:
+        raise InvalidInput(f"agent_document: {exc}", field="$.agent_document", code="invalid_record") from None
+    if decoded.kind != "agent" or decoded.author_id != agent_id:
+        raise InvalidInput(
+            "agent_document must be the identity document of agent_id", field="$.agent_document", code="wrong_record"
+        )
+    return decoded.home_node, parse_ms(decoded.created_at)
 
 
 class Workflows:
@@ -211,6 +225,21 @@ class Workflows:
         return await self.db.write(
             lambda c: grant_lease(c, ref, agent_id, seconds, self.key, self.now_ms(), self.fence)
         )
+
+    async def grant_for_peer(self, peer_id: str, body: PeerLeaseIn) -> tuple[str, bool, dict[str, Any]]:
+        """As the home node, decide a lease request a peer forwarded. Returns (task key, newly granted, grant).
+
+        The request id is remembered (committed) before the decision, so a replay is refused even if the first
+        request was refused, and even after a restart; the agent must be homed on the asking peer."""
+        now = self.now_ms()
+        presented = None if body.agent_document is None else _agent_document(body.agent_document, body.agent_id)
+
+        def admit(conn: sqlite3.Connection) -> None:
+            leases.check_agent_home(conn, body.agent_id, peer_id, presented)
+            leases.remember_request(conn, body.request_id, peer_id, now)
+
+        await self.db.write(admit)
+        return await self.grant(body.agent_id, body.task_key, body.seconds)
 
     async def _lease_elsewhere(self, exc: leases.NotHome, agent_id: str, seconds: int) -> tuple[str, bool]:
         """Ask the home node for the lease; store the grant it signed, so this node's ready set excludes the task."""

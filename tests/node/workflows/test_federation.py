@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -15,7 +16,7 @@ from node import projections
 from node.service import Node
 from sync.auth import sign_headers
 from tests.node.workflows.helpers import WF, count_records
-from tests.sync.conftest import PeerNode
+from tests.sync.conftest import PeerNode, stop
 
 MakePeer = Callable[..., Awaitable[PeerNode]]
 
@@ -163,19 +164,101 @@ async def test_peer_lease_endpoint_requires_a_peer_signature(make_peer: MakePeer
 
 async def test_peer_lease_endpoint_validates_a_peers_request(make_peer: MakePeer) -> None:
     a, b = await pair(make_peer)
+    worker = (await agent_key(b, "worker"))[0]
+    await pull(a, b)  # the worker's identity document, naming b as its home node
     url = a.url + f"{WF}/peer/lease"
+    rid = ', "request_id": "' + "r" * 20 + '"'
+    w = worker.encode()
     for body, status, field in (
         (b"{not json", 400, None),
-        (b'{"task_key": "123", "agent_id": "x"}', 422, "$.task_key"),
-        (b'{"task_key": "nope", "agent_id": "' + b.node_id.encode() + b'", "seconds": 10}', 422, "$.seconds"),
-        (b'{"task_key": "nope", "agent_id": "' + b.node_id.encode() + b'"}', 404, "task_id"),
+        (b'{"task_key": "123", "agent_id": "x"' + rid.encode() + b"}", 422, "$.task_key"),
+        (b'{"task_key": "nope", "agent_id": "' + w + b'", "seconds": 10' + rid.encode() + b"}", 422, "$.seconds"),
+        (b'{"task_key": "nope", "agent_id": "' + w + b'", "seconds": 86401' + rid.encode() + b"}", 422, "$.seconds"),
+        (b'{"task_key": "nope", "agent_id": "' + w + b'"}', 422, "$.request_id"),
+        (b'{"task_key": "nope", "agent_id": "' + w + b'", "request_id": "short"}', 422, "$.request_id"),
+        (b'{"task_key": "nope", "agent_id": "' + w + b'", "request_id": "' + b"?" * 20 + b'"}', 422, "$.request_id"),
+        (b'{"task_key": "nope", "agent_id": "' + w + b'"' + rid.encode() + b', "agent_document": {}}', 422, None),
+        (b'{"task_key": "nope", "agent_id": "' + w + b'"' + rid.encode() + b"}", 404, "task_id"),
     ):
         headers = sign_headers(b.node.key, "POST", url, body) | {"Content-Type": "application/json"}
         async with b.session.post(url, data=body, headers=headers) as resp:
             problem = await resp.json()
-        assert resp.status == status, problem
+        assert resp.status == status, (body, problem)
         if field is not None:
             assert problem["field"] == field, problem
+    assert await a.node.db.read(lambda c: c.execute("SELECT count(*) FROM peer_lease_requests").fetchone()[0]) == 1
+
+
+async def _peer_lease(asking: PeerNode, home: PeerNode, body: dict[str, Any]) -> tuple[int, Any]:
+    url = home.url + f"{WF}/peer/lease"
+    raw = json.dumps(body).encode()
+    headers = sign_headers(asking.node.key, "POST", url, raw) | {"Content-Type": "application/json"}
+    async with asking.session.post(url, data=raw, headers=headers) as resp:
+        return resp.status, await resp.json()
+
+
+async def test_a_peer_leases_only_for_agents_homed_on_it(make_peer: MakePeer) -> None:
+    a, b = await pair(make_peer)
+    c = await make_peer("c")
+    await a.add_peer(c)
+    _, boss = await agent_key(a, "boss")
+    await call(a, "POST", f"{WF}/tasks", boss, {"key": "index"})
+    own, other = (await agent_key(b, "own"))[0], (await agent_key(c, "other"))[0]
+    home_agent = (await agent_key(a, "local"))[0]
+    before = await count_records(a.node, "task_event")
+    # an agent the home node has never heard of, with no document: refused
+    status, problem = await _peer_lease(b, a, {"task_key": "index", "agent_id": other, "request_id": "x" * 20})
+    assert status == 403 and problem["code"] == "not_agent_home" and problem["field"] == "$.agent_id"
+    # the home node's own agent, or another peer's (whose document b presents): refused
+    for n, agent in enumerate((home_agent, other)):
+        document = await agent_document(c if agent == other else a, agent)
+        body = {"task_key": "index", "agent_id": agent, "request_id": f"{n}" * 20, "agent_document": document}
+        status, problem = await _peer_lease(b, a, body)
+        assert status == 403 and problem["code"] == "not_agent_home", problem
+    # a document of another agent, or not an agent document at all, is not this agent's
+    for n, document in enumerate((await agent_document(c, other), {"kind": "agent"})):
+        body = {"task_key": "index", "agent_id": own, "request_id": f"y{n}" * 10, "agent_document": document}
+        status, problem = await _peer_lease(b, a, body)
+        assert status == 422 and problem["field"] == "$.agent_document", problem
+    assert await count_records(a.node, "task_event") == before
+    # b's own agent, its document presented before a has synced it: granted
+    document = await agent_document(b, own)
+    status, granted = await _peer_lease(
+        b, a, {"task_key": "index", "agent_id": own, "request_id": "z" * 20, "seconds": 60, "agent_document": document}
+    )
+    assert status == 201 and granted["record"]["holder"] == own
+
+
+async def agent_document(peer: PeerNode, agent_id: str) -> Any:
+    row = await peer.node.db.read(
+        lambda c: c.execute(
+            "SELECT r.body FROM agents a JOIN records r ON r.hash = a.doc_hash WHERE a.id = ?", (agent_id,)
+        ).fetchone()
+    )
+    return json.loads(row[0])
+
+
+async def test_a_replayed_lease_request_is_refused_even_after_a_restart(make_peer: MakePeer, tmp_path: Any) -> None:
+    a, b = await pair(make_peer)
+    _, boss = await agent_key(a, "boss")
+    await call(a, "POST", f"{WF}/tasks", boss, {"key": "index"})
+    worker = (await agent_key(b, "worker"))[0]
+    await pull(a, b)
+    body = {"task_key": "index", "agent_id": worker, "request_id": "q" * 24, "seconds": 60}
+    status, _ = await _peer_lease(b, a, body)
+    assert status == 201
+    # the same request, freshly signed (a new nonce: the signature check alone would let it through)
+    status, problem = await _peer_lease(b, a, body | {"seconds": 86_400})
+    assert status == 409 and problem["code"] == "request_replayed" and problem["field"] == "$.request_id"
+    await stop(a)
+    a.node.close()
+    again = await make_peer("a-again", data=tmp_path / "a")  # its peer list is in its database
+    status, problem = await _peer_lease(b, again, body)
+    assert status == 409 and problem["code"] == "request_replayed"
+    task = await again.node.workflows.task("index")
+    assert task.lease is not None and task.lease.holder == worker
+    status, _ = await _peer_lease(b, again, body | {"request_id": "n" * 24})
+    assert status == 200  # a new request extends as usual
 
 
 async def test_a_node_that_is_not_home_does_not_refuse_a_completion_by_its_own_graph(

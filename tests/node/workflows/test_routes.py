@@ -97,17 +97,20 @@ async def test_peer_lease(make_peer: MakePeer) -> None:
     ) as resp:
         assert resp.status == 201
     worker = await asking.agent("worker")
-    status, grant = await peer_lease(asking, home, {"task_key": "index", "agent_id": worker}, asking.node.key)
+    await pull(home, asking)  # the worker's identity document: it names `asking` as its home node
+    ask = {"task_key": "index", "agent_id": worker}
+    status, grant = await peer_lease(asking, home, ask | {"request_id": "1" * 16}, asking.node.key)
     assert status == 201 and grant["record"]["holder"] == worker and grant["task"]["lease"]["holder"] == worker
-    status, again = await peer_lease(asking, home, {"task_key": "index", "agent_id": worker}, asking.node.key)
+    status, again = await peer_lease(asking, home, ask | {"request_id": "2" * 16}, asking.node.key)
     assert status == 200 and again["record"]["holder"] == worker  # extended
     stranger = keys.SigningKey.generate()
-    status, refused = await peer_lease(asking, home, {"task_key": "index", "agent_id": worker}, stranger)
+    status, refused = await peer_lease(asking, home, ask | {"request_id": "3" * 16}, stranger)
     assert (status, refused["code"]) == (403, "unknown_peer")
     status, bad = await peer_lease(asking, home, {"task_key": "index"}, asking.node.key)
     assert (status, bad["field"]) == (422, "$.agent_id")
     await pull(asking, home)  # the task is known at `asking` now, homed at `home`
-    status, not_home = await peer_lease(home, asking, {"task_key": "index", "agent_id": worker}, home.node.key)
+    ask_there = {"task_key": "index", "agent_id": boss.agent_id, "request_id": "4" * 16}
+    status, not_home = await peer_lease(home, asking, ask_there, home.node.key)
     assert (status, not_home["code"], not_home["field"]) == (503, "not_lease_authority", "$.task_key")
 
 
