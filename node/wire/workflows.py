@@ -33,6 +33,10 @@ MAX_GRAPH_NODES = 10_000
 
 LeaseSeconds = Annotated[int, msgspec.Meta(ge=LEASE_MIN_SECONDS, le=LEASE_MAX_SECONDS)]
 AgentRef = Annotated[str, msgspec.Meta(min_length=1, max_length=128, description="your did or your agent name")]
+LeaseToken = Annotated[
+    str,
+    msgspec.Meta(pattern=whole("[0-9a-f]{64}"), description="fencing token: the lease_id of your live lease"),
+]
 Cursor = Annotated[str, msgspec.Meta(pattern=whole(r"[0-9]{1,16}\.[0-9]{1,18}"), description="next_cursor of a page")]
 
 
@@ -103,6 +107,8 @@ class DeclareTask(msgspec.Struct, forbid_unknown_fields=True):
     depends_on: Annotated[list[TaskKey], msgspec.Meta(max_length=MAX_TASK_DEPENDS)] | None = None
     status: TaskStatus | None = None
     checkpoint: dict[str, Any] | None = None
+    # the fencing token: the holder of a live lease names it to change the status or the checkpoint
+    lease: LeaseToken | None = None
 
 
 class LeaseOut(msgspec.Struct):
@@ -160,9 +166,11 @@ class LeaseIn(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class FinishIn(msgspec.Struct, forbid_unknown_fields=True):
-    """Release or complete a task, optionally merging a last checkpoint."""
+    """Release or complete a task, optionally merging a last checkpoint. `lease` is the fencing token: the
+    lease_id of the caller's live lease (required while the caller holds one; a stale one is refused)."""
 
     checkpoint: dict[str, Any] | None = None
+    lease: LeaseToken | None = None
 
 
 # ---- graph ------------------------------------------------------------------------------------------------

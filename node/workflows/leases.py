@@ -11,7 +11,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from node.errors import BBSError, Conflict, Forbidden
+from node.errors import BBSError, Conflict, Forbidden, InvalidInput
 from node.wire.unsigned import DONE_STATUSES, OPEN_STATUSES
 from node.workflows.tasks import lease_live
 
@@ -92,6 +92,31 @@ def check_release(row: sqlite3.Row, agent_id: str, now_ms: int) -> str:
             f"your lease on {row['key']} expired at {row['lease_expires_at']}", field="task_id", code="lease_expired"
         )
     raise Conflict(f"you hold no lease on {row['key']}", field="task_id", code="lease_not_held")
+
+
+def check_token(row: sqlite3.Row, agent_id: str, now_ms: int, token: str | None, at: str = "$") -> str | None:
+    """Fencing: the caller's live lease on the task (or None), which `token` must name.
+
+    422 `lease_required` when the caller holds a live lease and names none; 409 `stale_lease` when the token is
+    not the caller's live lease (it expired, was ended, or another grant replaced it): the work done under it
+    may already be someone else's."""
+    own = own_live_lease(row, agent_id, now_ms)
+    if token is None:
+        if own is not None:
+            raise InvalidInput(
+                f"you hold the live lease {own} on {row['key']}: name it in lease (the fencing token)",
+                field=f"{at}.lease",
+                code="lease_required",
+            )
+    elif token != own:
+        raise Conflict(
+            f"lease {token} is not your live lease on {row['key']}"
+            + ("" if own is None else f" (that is {own})")
+            + "; lease the task again before you change it",
+            field=f"{at}.lease",
+            code="stale_lease",
+        )
+    return own
 
 
 def check_complete(row: sqlite3.Row, agent_id: str, now_ms: int, node_id: str) -> str | None:

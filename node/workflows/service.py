@@ -143,6 +143,7 @@ class Workflows:
         """Create or update a task by key. Returns (task, created). Appends nothing when nothing changes."""
         signed: SealedRecord | None = None
         signer: keys.SigningKey | None = None
+        token: str | None = None
         if isinstance(body, SignedSubmission):
             signed = self.sealing.check_signed(body.record, "task_event", agent_id)
             decoded = signed[2]
@@ -158,12 +159,13 @@ class Workflows:
             fields.update(_present(decoded, ("title", "depends_on", "status", "checkpoint")))
         else:
             signer = await self.sealing.signer(agent_id)
+            token = body.lease
             try:
                 fields = unsigned.declared_fields(body)
             except canonical.CanonicalError as exc:
                 raise InvalidInput(str(exc), field=exc.field) from None
         created = await self.db.write(
-            lambda c: declare_task(c, agent_id, fields, signed, signer, self.node_id, self.now_ms)
+            lambda c: declare_task(c, agent_id, fields, signed, signer, self.node_id, self.now_ms, token)
         )
         return await self.task(fields["task_key"]), created
 
@@ -310,7 +312,7 @@ class Workflows:
                     checkpoint = canonical.normalize_value(body.checkpoint, "$.checkpoint")
                 except canonical.CanonicalError as exc:
                     raise InvalidInput(str(exc), field=exc.field) from None
-            finish = NodeSignedFinish(signer, checkpoint)
+            finish = NodeSignedFinish(signer, checkpoint, body.lease)
         key = await self.db.write(
             lambda c: finish_task(c, event, agent_id, ref, idem, finish, self.node_id, self.now_ms())
         )
@@ -347,17 +349,22 @@ def declare_task(
     signer: keys.SigningKey | None,
     node_id: str,
     now_ms: Callable[[], int],
+    token: str | None = None,
 ) -> bool:
     """Append a declare event if it changes the task (the agent's signed one, or one signed here by `signer`).
-    True when it created the task."""
+    True when it created the task. `token`: the fencing token of a node-signed declaration (its `lease`)."""
     key = fields["task_key"]
     at = "$.record" if signed is not None else "$"
     row, changed = tasks.plan_declare(conn, fields, at)
     if row is not None and not changed:
         return False
     now = now_ms()
+    if row is None and token is not None:
+        raise Conflict(f"task {key} has no lease: lease {token} is stale", field="$.lease", code="stale_lease")
     if row is not None:
         leases.check_declare(row, agent_id, changed, now, at)
+        if signed is None and (token is not None or "status" in changed or "checkpoint" in changed):
+            leases.check_token(row, agent_id, now, token)
         if signed is not None:
             tasks.check_after_newest(conn, key, signed[2].created_at)
     if signed is None:
@@ -406,6 +413,7 @@ class NodeSignedFinish(NamedTuple):
 
     signer: keys.SigningKey
     checkpoint: dict[str, Any] | None
+    token: str | None = None  # the fencing token the caller presented (FinishIn.lease)
 
 
 Finish = SignedFinish | NodeSignedFinish
@@ -437,6 +445,8 @@ def finish_task(
         lease: str | None = leases.check_release(row, agent_id, now)
     else:
         lease = leases.check_complete(row, agent_id, now, node_id)
+    if isinstance(finish, NodeSignedFinish):
+        leases.check_token(row, agent_id, now, finish.token)
     if isinstance(finish, SignedFinish):
         sealed = _signed_finish(conn, event, row, lease, finish.sealed)
     else:
@@ -456,8 +466,10 @@ def _signed_finish(
     key, decoded = row["key"], sealed[2]
     tasks.check_after_newest(conn, key, decoded.created_at)
     if decoded.lease is not msgspec.UNSET and decoded.lease != lease:
-        raise InvalidInput(
-            "the record's lease is not your live lease on this task", field="$.record.lease", code="wrong_lease"
+        raise Conflict(
+            "the record's lease is not your live lease on this task (it expired, ended, or was replaced)",
+            field="$.record.lease",
+            code="stale_lease",
         )
     if decoded.lease is msgspec.UNSET and lease is not None:
         # unnamed, the lease would outlive the release or completion (the fold ends only the one named)

@@ -81,7 +81,10 @@ async def test_lease_is_forwarded_to_the_home_node(make_peer: MakePeer, caplog: 
     status, extended = await call(b, "POST", f"{WF}/tasks/index/lease", wb, {"seconds": 600})
     assert status == 200 and extended["lease"]["expires_at"] > leased["lease"]["expires_at"]
     # completion is the holder's own record; it reaches the home node by sync
-    status, done = await call(b, "POST", f"{WF}/tasks/index/complete", wb, {"checkpoint": {"pages": 12}})
+    token = extended["lease"]["lease_id"]
+    status, done = await call(
+        b, "POST", f"{WF}/tasks/index/complete", wb, {"checkpoint": {"pages": 12}, "lease": token}
+    )
     assert status == 200 and done["status"] == "done"
     await pull(a, b)
     status, there = await call(a, "GET", f"{WF}/tasks/index", wa)

@@ -50,11 +50,12 @@ async def test_tasks_lease_release_and_complete(client: TestClient, make_agent: 
     leased = await resp.json()
     assert resp.status == 201 and leased["status"] == "processing" and leased["lease"]["holder"] == worker.agent_id
     problem(await call(client, "POST", "/tasks/paint/lease", other, 409, json={}), 409, "lease_held", "task_id")
-    assert (await call(client, "POST", "/tasks/paint/lease", worker, 200, json={"seconds": 60}))["lease"]
-    released = await call(client, "POST", "/tasks/paint/release", worker, 200, json={"checkpoint": {"coat": 1}})
+    token = (await call(client, "POST", "/tasks/paint/lease", worker, 200, json={"seconds": 60}))["lease"]["lease_id"]
+    body = {"checkpoint": {"coat": 1}, "lease": token}
+    released = await call(client, "POST", "/tasks/paint/release", worker, 200, json=body)
     assert released["lease"] is None and released["checkpoint"] == {"coat": 1}
-    await call(client, "POST", "/tasks/paint/lease", other, 201)
-    done = await call(client, "POST", "/tasks/paint/complete", other, 200, json={})
+    token = (await call(client, "POST", "/tasks/paint/lease", other, 201))["lease"]["lease_id"]
+    done = await call(client, "POST", "/tasks/paint/complete", other, 200, json={"lease": token})
     assert done["status"] == "done" and done["lease"] is None
     problem(await call(client, "GET", "/tasks/unknown-task", worker, 404), 404, "task_not_found", "task_id")
     problem(await call(client, "POST", "/tasks/paint/lease", worker, 422, json={"seconds": 5}), 422,
