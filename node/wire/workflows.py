@@ -236,3 +236,20 @@ class PeerLeaseOut(msgspec.Struct):
 
     record: dict[str, Any]
     task: TaskOut
+
+
+class PeerTaskEventIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A peer sends the home node a task event its agent signed, for the home node to decide and store: a
+    declaration changing status or checkpoint (`lease`: the agent's fencing token), a release or a completion
+    (whose record names the lease)."""
+
+    record: dict[str, Any]
+    lease: LeaseToken | None = None
+
+
+class PeerTaskEventOut(msgspec.Struct):
+    """The task on the home node once the event is decided; `stored` is false when it changed nothing there
+    (or was stored before): the asking node then stores nothing either."""
+
+    task: TaskOut
+    stored: bool

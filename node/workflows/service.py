@@ -32,11 +32,13 @@ from node.wire.workflows import (
     MessagePage,
     MessageQuery,
     PeerLeaseIn,
+    PeerTaskEventIn,
+    PeerTaskEventOut,
     PostMessage,
     ReadyList,
     TaskOut,
 )
-from node.workflows import bus, forward, graph, leases, tasks
+from node.workflows import bus, forward, graph, leases, relay, tasks
 from node.workflows.fence import LeaseFence
 
 log = logging.getLogger("bbs.leases")
@@ -164,6 +166,14 @@ class Workflows:
                 fields = unsigned.declared_fields(body)
             except canonical.CanonicalError as exc:
                 raise InvalidInput(str(exc), field=exc.field) from None
+        home = await self.db.read(lambda c: relay.declared_elsewhere(c, fields, self.node_id))
+        if home is not None:  # another node's task: its home node decides a status or checkpoint change
+            if signed is None:
+                assert signer is not None
+                changes = {k: v for k, v in fields.items() if k != "task_key"} | {"node_id": self.node_id}
+                signed = await relay.sign_event(self.db, signer, fields["task_key"], "declare", changes, self.now_ms())
+            await self._at_home(home, signed, agent_id, token, None, signer is not None)
+            return await self.task(fields["task_key"]), False
         created = await self.db.write(
             lambda c: declare_task(c, agent_id, fields, signed, signer, self.node_id, self.now_ms, token)
         )
@@ -313,10 +323,55 @@ class Workflows:
                 except canonical.CanonicalError as exc:
                     raise InvalidInput(str(exc), field=exc.field) from None
             finish = NodeSignedFinish(signer, checkpoint, body.lease)
+        elsewhere = await self.db.read(lambda c: relay.homed_elsewhere(c, ref, self.node_id))
+        if elsewhere is not None:  # another node's task: only its home node knows every grant
+            return await self._finish_at_home(event, agent_id, *elsewhere, finish, idem)
         key = await self.db.write(
             lambda c: finish_task(c, event, agent_id, ref, idem, finish, self.node_id, self.now_ms())
         )
         return await self.task(key)
+
+    async def _finish_at_home(
+        self, event: str, agent_id: str, key: str, home: str, finish: Finish, idem: str | None
+    ) -> TaskOut:
+        """A release or completion of a task homed on another node: decided there, then stored here."""
+        operation = f"task_{event}"
+        if idem is not None and await self.db.read(lambda c: _finished_before(c, agent_id, idem, operation, key)):
+            return await self.task(key)
+        if isinstance(finish, SignedFinish):
+            sealed = finish.sealed
+            if sealed[2].task_key != key:
+                raise InvalidInput("the record's task_key is not the task in the path", field="$.record.task_key")
+        else:
+            patch = {} if finish.checkpoint is None else {"checkpoint": finish.checkpoint}
+            fields = unsigned.finish_fields(patch, finish.token)
+            sealed = await relay.sign_event(self.db, finish.signer, key, event, fields, self.now_ms())
+        await self._at_home(home, sealed, agent_id, None, None if idem is None else (idem, operation), True)
+        return await self.task(key)
+
+    async def _at_home(
+        self,
+        home: str,
+        sealed: SealedRecord,
+        agent_id: str,
+        token: str | None,
+        idem: tuple[str, str] | None,
+        signed_here: bool,
+    ) -> None:
+        """Have the home node decide an event; store it here once the home node has stored it."""
+        if await relay.decide_at_home(self.db, self.key, home, sealed, token, signed_here):
+            now = self.now_ms()
+            await self.db.write(lambda c: relay.store(c, sealed, agent_id, idem, now))
+
+    async def accept_forwarded(self, peer_id: str, body: PeerTaskEventIn) -> PeerTaskEventOut:
+        """As the home node: decide a task event a peer sent (signed by its agent) as this node decides its own."""
+        author = body.record.get("author_id")
+        if not isinstance(author, str):
+            raise InvalidInput("the record names no author", field="$.record.author_id", code="record_malformed")
+        sealed = self.sealing.check_signed(body.record, "task_event", author)
+        now = self.now_ms()
+        stored = await self.db.write(lambda c: accept_event(c, peer_id, sealed, body.lease, self.node_id, now))
+        return PeerTaskEventOut(task=await self.task(sealed[2].task_key), stored=stored)
 
 
 # ---- transaction bodies -------------------------------------------------------------------------------------
@@ -350,9 +405,11 @@ def declare_task(
     node_id: str,
     now_ms: Callable[[], int],
     token: str | None = None,
+    fenced: bool = False,
 ) -> bool:
     """Append a declare event if it changes the task (the agent's signed one, or one signed here by `signer`).
-    True when it created the task. `token`: the fencing token of a node-signed declaration (its `lease`)."""
+    True when it created the task. `token`: the fencing token of a node-signed declaration (its `lease`), or of
+    a signed one a peer forwarded (`fenced`)."""
     key = fields["task_key"]
     at = "$.record" if signed is not None else "$"
     row, changed = tasks.plan_declare(conn, fields, at)
@@ -363,7 +420,7 @@ def declare_task(
         raise Conflict(f"task {key} has no lease: lease {token} is stale", field="$.lease", code="stale_lease")
     if row is not None:
         leases.check_declare(row, agent_id, changed, now, at)
-        if signed is None and (token is not None or "status" in changed or "checkpoint" in changed):
+        if (signed is None or fenced) and (token is not None or "status" in changed or "checkpoint" in changed):
             leases.check_token(row, agent_id, now, token)
         if signed is not None:
             tasks.check_after_newest(conn, key, signed[2].created_at)
@@ -506,3 +563,35 @@ def _node_signed_finish(
     created_at = format_ms(tasks.next_event_ms(conn, key, now))
     draft = unsigned.unsigned_task_event(key, agent_id, created_at, event, **fields)
     return sign_and_check(draft, finish.signer)
+
+
+def accept_event(
+    conn: sqlite3.Connection, peer_id: str, sealed: SealedRecord, token: str | None, node_id: str, now: int
+) -> bool:
+    """As the home node, decide a task event forwarded by `peer_id` as if its agent had sent it here; whether it
+    was stored (False: a retry of a stored event, or a change that changes nothing)."""
+    decoded = sealed[2]
+    key = decoded.task_key
+    row = conn.execute("SELECT home_node FROM tasks WHERE key = ?", (key,)).fetchone()
+    if row is None or row[0] != node_id:
+        raise leases.NotLeaseAuthority(
+            f"this node is not the home node of task {key}", field="$.record.task_key", code="not_home_node"
+        )
+    if _stored(conn, sealed[1]):
+        return False
+    if decoded.event == "declare":
+        if decoded.node_id != peer_id:
+            raise InvalidInput(
+                "a forwarded declaration names the node that forwards it", field="$.record.node_id", code="wrong_node"
+            )
+        fields = {"task_key": key} | _present(decoded, ("title", "depends_on", "status", "checkpoint"))
+        declare_task(conn, decoded.author_id, fields, sealed, None, node_id, lambda: now, token, fenced=True)
+    elif decoded.event in ("release", "complete"):
+        finish_task(conn, decoded.event, decoded.author_id, key, None, SignedFinish(sealed), node_id, now)
+    else:
+        raise InvalidInput(
+            "only declare, release and complete events are sent to a home node",
+            field="$.record.event",
+            code="wrong_event",
+        )
+    return _stored(conn, sealed[1])

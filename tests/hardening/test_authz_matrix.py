@@ -124,6 +124,7 @@ TABLE: list[Row] = [
     # the owner is homed on this node, not on the peer: the peer may not lease for it
     Row("POST", f"{WF}/peer/lease", "401 401 401 401 401 403",
         body={"task_key": "no-such-task", "agent_id": "{own}", "request_id": "matrix-request-{n}"}),
+    Row("POST", f"{WF}/peer/task-event", "401 401 401 401 401 422", body={"record": {"kind": "task_event"}}),
 ]
 # fmt: on
 

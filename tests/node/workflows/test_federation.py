@@ -80,7 +80,7 @@ async def test_lease_is_forwarded_to_the_home_node(make_peer: MakePeer, caplog: 
     # the holder extends through its own node
     status, extended = await call(b, "POST", f"{WF}/tasks/index/lease", wb, {"seconds": 600})
     assert status == 200 and extended["lease"]["expires_at"] > leased["lease"]["expires_at"]
-    # completion is the holder's own record; it reaches the home node by sync
+    # the completion is sent to the home node, which decides and stores it; B stores it once A has
     token = extended["lease"]["lease_id"]
     status, done = await call(
         b, "POST", f"{WF}/tasks/index/complete", wb, {"checkpoint": {"pages": 12}, "lease": token}
@@ -264,11 +264,11 @@ async def test_a_replayed_lease_request_is_refused_even_after_a_restart(make_pee
     assert status == 200  # a new request extends as usual
 
 
-async def test_a_node_that_is_not_home_does_not_refuse_a_completion_by_its_own_graph(
+async def test_a_node_that_is_not_home_decides_no_completion_by_its_own_graph(
     node: Node, make_agent: Any, client: Any
 ) -> None:
-    """This node's copy shows a dependency not done, but the completion may have reached the home node already:
-    only the home node decides whether an agent without a lease may complete (as only it grants leases)."""
+    """This node's copy shows a dependency not done, but the completion may have reached the home node already,
+    or a lease this node has not seen: only the home node decides, and when it cannot be asked nothing is."""
     elsewhere, author = keys.SigningKey.generate(), keys.SigningKey.generate()
     record = records.sign(
         {
@@ -289,5 +289,101 @@ async def test_a_node_that_is_not_home_does_not_refuse_a_completion_by_its_own_g
         lambda c: projections.append(c, record, record_hash, decoded, origin=elsewhere.did, now_ms=node.now_ms())
     )
     worker = await make_agent("worker")
-    resp = await client.post(f"{WF}/tasks/remote-after/complete", json={}, headers=worker.headers)
-    assert resp.status == 200 and (await resp.json())["status"] == "done"
+    before = await count_records(node, "task_event")
+    for path, body in (
+        ("/tasks/remote-after/complete", {}),
+        ("/tasks/remote-after/release", {}),
+        ("/tasks", {"key": "remote-after", "status": "cancelled"}),
+        ("/tasks", {"key": "remote-after", "checkpoint": {"x": 1}}),
+    ):
+        resp = await client.post(f"{WF}{path}", json=body, headers=worker.headers)
+        problem = await resp.json()
+        assert resp.status == 503 and problem["code"] == "lease_authority_unreachable", problem
+        assert elsewhere.did in problem["detail"]
+    assert await count_records(node, "task_event") == before
+    # what needs no authority stays this node's to accept: a title, the dependencies
+    resp = await client.post(f"{WF}/tasks", json={"key": "remote-after", "title": "Renamed"}, headers=worker.headers)
+    assert resp.status == 200 and (await resp.json())["title"] == "Renamed"
+
+
+async def test_a_non_holder_is_refused_by_the_home_node_even_where_the_grant_is_unseen(make_peer: MakePeer) -> None:
+    """B has not seen A's grant: a completion, a cancellation or a checkpoint by another agent on B is sent to A,
+    which refuses it; the holder finishes through B with its fencing token, and A stores it at once."""
+    a, b = await pair(make_peer)
+    _, boss = await agent_key(a, "boss")
+    holder_id, holder = await agent_key(a, "holder")
+    _, intruder = await agent_key(b, "intruder")
+    await call(a, "POST", f"{WF}/tasks", boss, {"key": "index"})
+    await pull(b, a)
+    status, leased = await call(a, "POST", f"{WF}/tasks/index/lease", holder, {"seconds": 300})
+    assert status == 201
+    status, seen = await call(b, "GET", f"{WF}/tasks/index", intruder)
+    assert seen["lease"] is None  # B has not seen the grant
+    before = await count_records(b.node, "task_event")
+    for path, body, field in (
+        ("/tasks/index/complete", {}, "task_id"),
+        ("/tasks", {"key": "index", "status": "cancelled"}, "$.status"),
+        ("/tasks", {"key": "index", "checkpoint": {"n": 1}}, "$.checkpoint"),
+    ):
+        status, problem = await call(b, "POST", f"{WF}{path}", intruder, body)
+        assert (status, problem["code"], problem["field"]) == (409, "lease_held", field), problem
+    status, problem = await call(b, "POST", f"{WF}/tasks/index/release", intruder, {})
+    assert (status, problem["code"]) == (409, "lease_not_held")
+    assert await count_records(b.node, "task_event") == before
+    # a holder on B finishes through B: A decides, and stores it at once
+    _, worker_b = await agent_key(b, "worker-b")
+    await call(a, "POST", f"{WF}/tasks", boss, {"key": "second"})
+    await pull(b, a)
+    status, granted = await call(b, "POST", f"{WF}/tasks/second/lease", worker_b, {"seconds": 300})
+    assert status == 201
+    token = granted["lease"]["lease_id"]
+    status, problem = await call(b, "POST", f"{WF}/tasks/second/complete", worker_b, {"lease": "0" * 64})
+    assert (status, problem["code"], problem["field"]) == (409, "stale_lease", "$.lease"), problem
+    status, problem = await call(b, "POST", f"{WF}/tasks/second/complete", worker_b, {})
+    assert (status, problem["code"], problem["field"]) == (422, "lease_required", "$.lease"), problem
+    progress = {"key": "second", "checkpoint": {"n": 1}, "lease": token}
+    status, task = await call(b, "POST", f"{WF}/tasks", worker_b, progress)
+    assert status == 200 and task["checkpoint"] == {"n": 1}, task
+    status, done = await call(b, "POST", f"{WF}/tasks/second/complete", worker_b, {"lease": token})
+    assert status == 200 and done["status"] == "done", done
+    status, there = await call(a, "GET", f"{WF}/tasks/second", boss)  # no sync needed: A decided it
+    assert there["status"] == "done" and there["checkpoint"] == {"n": 1} and there["lease"] is None
+    assert leased["lease"]["holder"] == holder_id
+
+
+async def test_the_peer_task_event_route_checks_what_it_is_sent(make_peer: MakePeer) -> None:
+    a, b = await pair(make_peer)
+    _, boss = await agent_key(a, "boss")
+    await call(a, "POST", f"{WF}/tasks", boss, {"key": "index"})
+    author = keys.SigningKey.generate()
+    url = a.url + f"{WF}/peer/task-event"
+
+    def event(**fields: Any) -> dict[str, Any]:
+        base = {
+            "kind": "task_event",
+            "schema_version": "v1",
+            "author_id": author.did,
+            "created_at": canonical.now_created_at(),
+            "task_key": "index",
+        }
+        return records.sign(base | fields, author)
+
+    for body, status, code in (
+        ({"record": {"kind": "task_event"}}, 422, "record_malformed"),
+        ({"record": event(event="lease", holder=author.did, expires_at="2100-01-01T00:00:00Z")}, 422, "wrong_event"),
+        ({"record": event(event="declare", node_id=a.node_id, status="done")}, 422, "wrong_node"),
+        ({"record": event(event="complete", task_key="elsewhere")}, 503, "not_home_node"),
+        ({"record": event(event="complete"), "lease": "nope"}, 422, "validation_error"),
+        ({"record": event(event="complete")}, 200, None),
+    ):
+        raw = json.dumps(body).encode()
+        headers = sign_headers(b.node.key, "POST", url, raw) | {"Content-Type": "application/json"}
+        async with b.session.post(url, data=raw, headers=headers) as resp:
+            answer = await resp.json()
+        assert resp.status == status, (body, answer)
+        if code is not None:
+            assert answer["code"] == code, answer
+    assert answer["stored"] is True and answer["task"]["status"] == "done"
+    async with aiohttp.ClientSession() as session:
+        resp = await session.post(url, json={"record": event(event="complete")})
+        assert resp.status == 401

@@ -118,6 +118,6 @@ async def test_peer_lease(make_peer: MakePeer) -> None:
 def test_the_route_table() -> None:
     assert [route.handler.__name__ for route in routes.ROUTES] == [
         "post_message", "get_messages", "post_task", "get_ready", "get_task", "lease_task", "release_task",
-        "complete_task", "get_graph", "peer_lease",
+        "complete_task", "get_graph", "peer_lease", "peer_task_event",
     ]  # fmt: skip
     assert all(route.path.startswith(routes.PREFIX) for route in routes.ROUTES)
