@@ -174,6 +174,8 @@ class Workflows:
                 signed = await relay.sign_event(self.db, signer, fields["task_key"], "declare", changes, self.now_ms())
             await self._at_home(home, signed, agent_id, token, None, signer is not None)
             return await self.task(fields["task_key"]), False
+        if not set(fields) <= relay.LOCAL_FIELDS:
+            await self.fenced()
         created = await self.db.write(
             lambda c: declare_task(c, agent_id, fields, signed, signer, self.node_id, self.now_ms, token)
         )
@@ -232,8 +234,7 @@ class Workflows:
         Raises leases.NotHome when another node is the task's lease authority, and 503
         `lease_authority_restored` while a detected restore may hide a grant (node/workflows/fence.py).
         """
-        if not self.fence.loaded:
-            await self.db.write(lambda c: self.fence.load(c, self.now_ms()))
+        await self.fenced(check=False)
         return await self.db.write(
             lambda c: grant_lease(c, ref, agent_id, seconds, self.key, self.now_ms(), self.fence)
         )
@@ -252,6 +253,14 @@ class Workflows:
 
         await self.db.write(admit)
         return await self.grant(body.agent_id, body.task_key, body.seconds)
+
+    async def fenced(self, *, check: bool = True) -> None:
+        """Load the lease fence (once per process); with `check`, 503 `lease_authority_restored` while a
+        detected restore may hide a grant: a completion or status change decided now could contradict it."""
+        if not self.fence.loaded:
+            await self.db.write(lambda c: self.fence.load(c, self.now_ms()))
+        if check:
+            self.fence.check(self.now_ms())
 
     async def _lease_elsewhere(self, exc: leases.NotHome, agent_id: str, seconds: int) -> tuple[str, bool]:
         """Ask the home node for the lease; store the grant it signed, so this node's ready set excludes the task."""
@@ -326,6 +335,8 @@ class Workflows:
         elsewhere = await self.db.read(lambda c: relay.homed_elsewhere(c, ref, self.node_id))
         if elsewhere is not None:  # another node's task: only its home node knows every grant
             return await self._finish_at_home(event, agent_id, *elsewhere, finish, idem)
+        if event == "complete":
+            await self.fenced()
         key = await self.db.write(
             lambda c: finish_task(c, event, agent_id, ref, idem, finish, self.node_id, self.now_ms())
         )
@@ -369,6 +380,8 @@ class Workflows:
         if not isinstance(author, str):
             raise InvalidInput("the record names no author", field="$.record.author_id", code="record_malformed")
         sealed = self.sealing.check_signed(body.record, "task_event", author)
+        if sealed[2].event != "release":
+            await self.fenced()
         now = self.now_ms()
         stored = await self.db.write(lambda c: accept_event(c, peer_id, sealed, body.lease, self.node_id, now))
         return PeerTaskEventOut(task=await self.task(sealed[2].task_key), stored=stored)

@@ -239,3 +239,31 @@ def test_fence_file_round_trip_and_advance_only_grows(tmp_path: Path, node: Node
 def test_workflows_knows_its_fence(node: Node, data_dir: tuple[Path, str]) -> None:
     assert isinstance(node.workflows, Workflows)
     assert node.workflows.fence.path == data_dir[0] / FENCE_NAME
+
+
+async def test_while_restored_no_completion_or_status_change_can_contradict_a_lost_grant(
+    serve: Serve, data_dir: tuple[Path, str], tmp_path: Path, clock: FakeClock
+) -> None:
+    root = data_dir[0]
+    n, c = await serve()
+    a, b = await _agent(n, "a"), await _agent(n, "b")
+    await declare_raw(c, a, "job")
+    _copy_db(root, tmp_path / "old.db")
+    assert (await _lease(c, a, "job", seconds=60))[0] == 201  # lost with the restore: a still holds it
+    n.close()
+    _put_back(tmp_path / "old.db", root)
+    _, c = await serve()
+    for path, body in (
+        ("/tasks/job/complete", {}),
+        ("/tasks", {"key": "job", "status": "cancelled"}),
+        ("/tasks", {"key": "job", "checkpoint": {"x": 1}}),
+    ):
+        resp = await c.post(f"{WF}{path}", json=body, headers=b)
+        problem = await resp.json()
+        assert resp.status == 503 and problem["code"] == "lease_authority_restored", problem
+        assert "Retry-After" in resp.headers
+    resp = await c.post(f"{WF}/tasks", json={"key": "job", "title": "Renamed"}, headers=b)
+    assert resp.status == 200  # a title is anyone's to change
+    clock.advance(61)
+    resp = await c.post(f"{WF}/tasks/job/complete", json={}, headers=b)
+    assert resp.status == 200 and (await resp.json())["status"] == "done"
