@@ -627,8 +627,8 @@ class Client:
         return await self._request("POST", path, TaskOut, json=payload, built=True)
 
     def _finish_fields(self, task: TaskOut, body: FinishIn) -> dict[str, Any]:
-        """A release's or completion's fields as the node would set them: the lease this agent holds, if any
-        (the node refuses a release without one), and the checkpoint patch when it changes the checkpoint."""
+        """A release's or completion's fields as the node would set them: the lease the caller names (its fencing
+        token; the node refuses a release without one), and the checkpoint patch when it changes the checkpoint."""
         assert self._key is not None
         changed: dict[str, Any] = {}
         if body.checkpoint is not None:
@@ -638,8 +638,9 @@ class Client:
                 raise BBSClientError(422, "validation_error", str(exc), exc.field) from None
             _check_checkpoint_size(task.checkpoint, patch)
             changed = unsigned.changed_fields({"task_key": task.key, "checkpoint": patch}, _task_now(task))
-        own = task.lease.lease_id if task.lease is not None and task.lease.holder == self._key.did else None
-        return unsigned.finish_fields(changed, own)
+        # the fencing token is the caller's (FinishIn.lease, from its lease answer), never the task's current lease:
+        # a worker whose lease expired and was granted again elsewhere must not end work it no longer owns
+        return unsigned.finish_fields(changed, body.lease)
 
     async def _signed_declare(self, task: DeclareTask) -> dict[str, Any]:
         """Build and sign the declaration the node would build for `task` (node/workflows/service.py `declare`)."""

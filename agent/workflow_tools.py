@@ -24,6 +24,13 @@ from node.wire.workflows import (
 TaskRef = Annotated[
     str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$", description="task id or key")
 ]
+LeaseToken = Annotated[
+    str,
+    Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="fencing token: the lease_id your lease_task answer gave; required while you hold the lease",
+    ),
+]
 TASK = {"task_id": "task"}  # the node names the path parameter; the tools call it `task`
 
 
@@ -81,9 +88,17 @@ async def declare_task(
     depends_on: list[str] | None = None,
     status: str | None = None,
     checkpoint: dict[str, Any] | None = None,
+    lease: LeaseToken | None = None,
 ) -> str:
     task = convert(
-        {"key": key, "title": title, "depends_on": depends_on, "status": status, "checkpoint": checkpoint},
+        {
+            "key": key,
+            "title": title,
+            "depends_on": depends_on,
+            "status": status,
+            "checkpoint": checkpoint,
+            "lease": lease,
+        },
         DeclareTask,
     )
     async with domain_errors():
@@ -117,8 +132,9 @@ async def finish_task(
     task: TaskRef,
     outcome: Literal["complete", "release"] = "complete",
     checkpoint: dict[str, Any] | None = None,
+    lease: LeaseToken | None = None,
 ) -> str:
-    body = convert({"checkpoint": checkpoint}, FinishIn)
+    body = convert({"checkpoint": checkpoint, "lease": lease}, FinishIn)
     async with domain_errors(TASK):
         client = await client_of(ctx)
         finish = client.complete_task if outcome == "complete" else client.release_task

@@ -29,6 +29,7 @@ from node import datalock, db
 from node.datadir import DataDir
 from node.errors import BBSError, Conflict, InvalidInput, NotFound
 from node.progress import Report, silent
+from node.workflows.fence import FENCE_NAME
 
 FORMAT = "agent-bbs-backup/1"
 DB_NAME = "bbs.db"
@@ -203,6 +204,9 @@ def _finish(staging: Path, data_root: Path, *, force: bool, progress: Report = s
     os.chmod(staging, 0o700)
     replaced = None
     check_target(data_root, force=force)  # again: a node may have started on it meanwhile
+    fence = data_root / FENCE_NAME
+    if fence.exists():  # not part of the backup: what this folder's node granted, however old the backup is
+        shutil.copyfile(fence, staging / FENCE_NAME)
     if data_root.exists() and any(data_root.iterdir()):
         aside = data_root.with_name(f"{data_root.name}.replaced-{time.strftime('%Y%m%dT%H%M%S')}")
         data_root.rename(aside)

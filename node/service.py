@@ -29,6 +29,7 @@ from node.sealing import Sealing
 from node.sync_store import NodeSyncStore
 from node.trust import Trust
 from node.wire.api import MAX_BATCH, MAX_HOPS, NodeInfo
+from node.workflows.fence import FENCE_NAME
 from node.workflows.service import Workflows
 
 
@@ -47,7 +48,7 @@ class Node:
         self.reads = Reads(self.db)
         self.feed = Feed(self.db)
         self.inbox = Inbox(self.db, self.now_ms)
-        self.workflows = Workflows(self.db, self.sealing, self.key, self.now_ms)
+        self.workflows = Workflows(self.db, self.sealing, self.key, self.now_ms, self.data.root / FENCE_NAME)
         self.default_mode = DefaultMode(self.db, self.node_id, self.now_ms, self.entries, self.reads)
         # annotated: node/trust.py's background task reads it back (mypy cannot infer it across that cycle)
         self.trust: Trust = Trust(self.db, self.now_ms)

@@ -100,8 +100,10 @@ class Agent:
         task = await self.call("task_declare", "POST", f"{WF}/tasks", {"key": key, "title": key})
         if task is None:
             return
-        if await self.call("task_lease", "POST", f"{WF}/tasks/{task['id']}/lease", {}) is not None:
-            await self.call("task_complete", "POST", f"{WF}/tasks/{task['id']}/complete", {})
+        leased = await self.call("task_lease", "POST", f"{WF}/tasks/{task['id']}/lease", {})
+        if leased is not None:
+            token = {"lease": leased["lease"]["lease_id"]}  # the fencing token
+            await self.call("task_complete", "POST", f"{WF}/tasks/{task['id']}/complete", token)
 
     async def run(self, until: float) -> None:
         await self.call("subscribe", "POST", "/v1/subscriptions", {"tags": [f"topic-{self.n % TOPICS}"]})

@@ -137,6 +137,7 @@ class Executor:
         self.client = client
         self.memory = memory
         self.agent_id = agent_id
+        self.leases: dict[str, str] = {}  # task ref -> the lease_id (fencing token) this runtime was granted
 
     async def run(self, actions: list[Action], engagement: str, authors: dict[str, str]) -> list[dict[str, Any]]:
         """Execute in order; a failed action is recorded and the rest still run. Returns the outcomes."""
@@ -204,6 +205,10 @@ class Executor:
         # Through the typed client: it signs the completion itself when this agent holds its key.
         if isinstance(action, LeaseTask):
             out = await self.client.lease_task(action.task, LeaseIn(seconds=action.seconds))
+            if out.lease is not None:
+                self.leases[action.task] = self.leases[out.key] = out.lease.lease_id
         else:
-            out = await self.client.complete_task(action.task, FinishIn(checkpoint=action.checkpoint))
+            token = self.leases.pop(action.task, None)
+            out = await self.client.complete_task(action.task, FinishIn(checkpoint=action.checkpoint, lease=token))
+            self.leases.pop(out.key, None)
         return {"task": out.key, "task_status": out.status}

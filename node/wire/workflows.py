@@ -32,6 +32,10 @@ MAX_READY_PAGE = 1_000
 MAX_GRAPH_NODES = 10_000
 
 LeaseSeconds = Annotated[int, msgspec.Meta(ge=LEASE_MIN_SECONDS, le=LEASE_MAX_SECONDS)]
+LeaseToken = Annotated[
+    str,
+    msgspec.Meta(pattern=whole("[0-9a-f]{64}"), description="fencing token: the lease_id of your live lease"),
+]
 Cursor = Annotated[str, msgspec.Meta(pattern=whole(r"[0-9]{1,16}\.[0-9]{1,18}"), description="next_cursor of a page")]
 
 
@@ -102,6 +106,8 @@ class DeclareTask(msgspec.Struct, forbid_unknown_fields=True):
     depends_on: Annotated[list[TaskKey], msgspec.Meta(max_length=MAX_TASK_DEPENDS)] | None = None
     status: TaskStatus | None = None
     checkpoint: dict[str, Any] | None = None
+    # the fencing token: the holder of a live lease names it to change the status or the checkpoint
+    lease: LeaseToken | None = None
 
 
 class LeaseOut(msgspec.Struct):
@@ -159,9 +165,11 @@ class LeaseIn(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class FinishIn(msgspec.Struct, forbid_unknown_fields=True):
-    """Release or complete a task, optionally merging a last checkpoint."""
+    """Release or complete a task, optionally merging a last checkpoint. `lease` is the fencing token: the
+    lease_id of the caller's live lease (required while the caller holds one; a stale one is refused)."""
 
     checkpoint: dict[str, Any] | None = None
+    lease: LeaseToken | None = None
 
 
 # ---- graph ------------------------------------------------------------------------------------------------
@@ -202,12 +210,24 @@ class Graph(msgspec.Struct):
 # ---- federation: a lease request forwarded to the task's home node --------------------------------------
 
 
+RequestId = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=whole(r"[A-Za-z0-9_-]{16,64}"),
+        description="chosen at random by the asking node for each request; the home node answers each id once",
+    ),
+]
+
+
 class PeerLeaseIn(msgspec.Struct, forbid_unknown_fields=True):
     """A peer asks the home node to grant `agent_id` the lease of `task_key` (peer-signed request)."""
 
     task_key: TaskKey
     agent_id: Did
+    request_id: RequestId
     seconds: LeaseSeconds = LEASE_DEFAULT_SECONDS
+    # the agent's signed identity document as the asking node holds it: the home node may not have synced it yet
+    agent_document: dict[str, Any] | None = None
 
 
 class PeerLeaseOut(msgspec.Struct):
@@ -215,3 +235,20 @@ class PeerLeaseOut(msgspec.Struct):
 
     record: dict[str, Any]
     task: TaskOut
+
+
+class PeerTaskEventIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A peer sends the home node a task event its agent signed, for the home node to decide and store: a
+    declaration changing status or checkpoint (`lease`: the agent's fencing token), a release or a completion
+    (whose record names the lease)."""
+
+    record: dict[str, Any]
+    lease: LeaseToken | None = None
+
+
+class PeerTaskEventOut(msgspec.Struct):
+    """The task on the home node once the event is decided; `stored` is false when it changed nothing there
+    (or was stored before): the asking node then stores nothing either."""
+
+    task: TaskOut
+    stored: bool

@@ -1,4 +1,5 @@
-"""Forwarding a lease request to the task's home node over a peer-signed request (RFC 9421, the sync keys).
+"""Forwarding to a task's home node over peer-signed requests (RFC 9421, the sync keys): lease requests, and
+the task events that only the home node may decide (status and checkpoint changes, releases, completions).
 
 The home node must list this node as a peer (it accepts signed requests only from configured peers), and
 this node must know the home node's URL from its own peer list. Anything short of an answer from the home
@@ -7,6 +8,8 @@ node is a refusal with `lease_authority_unreachable`: a lease is never granted b
 
 from __future__ import annotations
 
+import json
+import secrets
 from typing import Any
 
 import aiohttp
@@ -15,11 +18,12 @@ import msgspec
 from identity import keys
 from node.db import Database
 from node.errors import BBSError
-from node.wire.workflows import PeerLeaseIn, PeerLeaseOut
+from node.wire.workflows import PeerLeaseIn, PeerLeaseOut, PeerTaskEventIn, PeerTaskEventOut
 from node.workflows.leases import LeaseAuthorityUnreachable
 from sync.auth import sign_headers
 
 PEER_LEASE_PATH = "/v1/agent-workflows/peer/lease"
+PEER_EVENT_PATH = "/v1/agent-workflows/peer/task-event"
 FORWARD_TIMEOUT_S = 10.0
 MAX_REPLY_BYTES = 1024 * 1024
 
@@ -32,32 +36,20 @@ async def request_lease(
     The home node's refusals (409 lease_held, 404, ...) come back as the same problem; no answer at all is
     `lease_authority_unreachable` (503).
     """
-    row = await db.read(lambda c: c.execute("SELECT url FROM peers WHERE node_id = ?", (home_node,)).fetchone())
-    if row is None:
-        raise LeaseAuthorityUnreachable(
-            f"task {task_key} is homed on node {home_node}, the only node that may grant its lease, and that node"
-            " is not a peer of this one; lease it there, or add it as a peer",
-            field="task_id",
-        )
-    url = str(row[0]).rstrip("/") + PEER_LEASE_PATH
-    body = msgspec.json.encode(PeerLeaseIn(task_key=task_key, agent_id=agent_id, seconds=seconds))
-    headers = sign_headers(node_key, "POST", url, body)
-    headers["Content-Type"] = "application/json"
-    try:
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(
-                url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
-            ) as resp,
-        ):
-            data = await resp.content.read(MAX_REPLY_BYTES)
-            status = resp.status
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise LeaseAuthorityUnreachable(
-            f"task {task_key} is homed on node {home_node}, the only node that may grant its lease, and this node"
-            f" cannot reach it ({type(exc).__name__}); retry later",
-            field="task_id",
-        ) from None
+    document = await db.read(
+        lambda c: c.execute(
+            "SELECT r.body FROM agents a JOIN records r ON r.hash = a.doc_hash WHERE a.id = ?", (agent_id,)
+        ).fetchone()
+    )
+    # a fresh id per request: the home node answers each id once, so a captured request cannot be replayed
+    request = PeerLeaseIn(
+        task_key=task_key,
+        agent_id=agent_id,
+        request_id=secrets.token_urlsafe(24),
+        seconds=seconds,
+        agent_document=None if document is None else json.loads(document[0]),
+    )
+    status, data = await _post(db, node_key, home_node, PEER_LEASE_PATH, msgspec.json.encode(request), task_key)
     if status in (200, 201):
         try:
             reply = msgspec.json.decode(data, type=PeerLeaseOut)
@@ -69,19 +61,71 @@ async def request_lease(
     raise _relayed(status, data, home_node)
 
 
-def _relayed(status: int, data: bytes, home_node: str) -> BBSError:
+async def send_event(
+    db: Database, node_key: keys.SigningKey, home_node: str, record: dict[str, Any], lease: str | None
+) -> bool:
+    """Have `home_node` decide and store a task event its agent signed (a declaration changing status or
+    checkpoint, a release, a completion); `lease` is a declaration's fencing token. Refusals come back as the
+    home node's problem; no answer is `lease_authority_unreachable` (503)."""
+    body = msgspec.json.encode(PeerTaskEventIn(record=record, lease=lease))
+    status, data = await _post(db, node_key, home_node, PEER_EVENT_PATH, body, str(record.get("task_key")))
+    if status != 200:
+        raise _relayed(status, data, home_node, "did not accept the change")
+    try:
+        return msgspec.json.decode(data, type=PeerTaskEventOut).stored
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise LeaseAuthorityUnreachable(
+            f"the home node {home_node} sent an unreadable answer: {exc}", field="task_id"
+        ) from None
+
+
+async def _post(
+    db: Database, node_key: keys.SigningKey, home_node: str, path: str, body: bytes, task_key: str
+) -> tuple[int, bytes]:
+    """POST a peer-signed request to the home node's `path`: (status, reply body); 503 when it cannot be asked."""
+    row = await db.read(lambda c: c.execute("SELECT url FROM peers WHERE node_id = ?", (home_node,)).fetchone())
+    if row is None:
+        raise LeaseAuthorityUnreachable(
+            f"task {task_key} is homed on node {home_node}, the only node that may grant its lease or change its"
+            " status, and that node is not a peer of this one; ask there, or add it as a peer",
+            field="task_id",
+        )
+    url = str(row[0]).rstrip("/") + path
+    headers = sign_headers(node_key, "POST", url, body)
+    headers["Content-Type"] = "application/json"
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
+            ) as resp,
+        ):
+            return resp.status, await resp.content.read(MAX_REPLY_BYTES)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise LeaseAuthorityUnreachable(
+            f"task {task_key} is homed on node {home_node}, the only node that may grant its lease or change its"
+            f" status, and this node cannot reach it ({type(exc).__name__}); retry later",
+            field="task_id",
+        ) from None
+
+
+def _relayed(status: int, data: bytes, home_node: str, what: str = "did not grant the lease") -> BBSError:
     """The home node's problem, relayed as is when it is the client's to act on (4xx); else unreachable."""
     try:
         problem = msgspec.json.decode(data)
     except (msgspec.DecodeError, RecursionError):
         problem = None
     if 400 <= status < 500 and status not in (401, 403) and isinstance(problem, dict) and "code" in problem:
-        error = BBSError(str(problem.get("detail", "")), code=str(problem["code"]), field="task_id")
+        field = problem.get("field")
+        error = BBSError(
+            str(problem.get("detail", "")),
+            code=str(problem["code"]),
+            field=field if isinstance(field, str) and field.startswith("$.") else "task_id",
+        )
         error.status, error.title = status, str(problem.get("title", "Refused by the home node"))
         return error
     code = problem.get("code") if isinstance(problem, dict) else None
     return LeaseAuthorityUnreachable(
-        f"the home node {home_node} did not grant the lease (HTTP {status}{', ' + str(code) if code else ''});"
-        " retry later",
+        f"the home node {home_node} {what} (HTTP {status}{', ' + str(code) if code else ''}); retry later",
         field="task_id",
     )

@@ -11,7 +11,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from node.errors import BBSError, Conflict
+from node.errors import BBSError, Conflict, Forbidden, InvalidInput
 from node.wire.unsigned import DONE_STATUSES, OPEN_STATUSES
 from node.workflows.tasks import lease_live
 
@@ -94,6 +94,31 @@ def check_release(row: sqlite3.Row, agent_id: str, now_ms: int) -> str:
     raise Conflict(f"you hold no lease on {row['key']}", field="task_id", code="lease_not_held")
 
 
+def check_token(row: sqlite3.Row, agent_id: str, now_ms: int, token: str | None, at: str = "$") -> str | None:
+    """Fencing: the caller's live lease on the task (or None), which `token` must name.
+
+    422 `lease_required` when the caller holds a live lease and names none; 409 `stale_lease` when the token is
+    not the caller's live lease (it expired, was ended, or another grant replaced it): the work done under it
+    may already be someone else's."""
+    own = own_live_lease(row, agent_id, now_ms)
+    if token is None:
+        if own is not None:
+            raise InvalidInput(
+                f"you hold the live lease {own} on {row['key']}: name it in lease (the fencing token)",
+                field=f"{at}.lease",
+                code="lease_required",
+            )
+    elif token != own:
+        raise Conflict(
+            f"lease {token} is not your live lease on {row['key']}"
+            + ("" if own is None else f" (that is {own})")
+            + "; lease the task again before you change it",
+            field=f"{at}.lease",
+            code="stale_lease",
+        )
+    return own
+
+
 def check_complete(row: sqlite3.Row, agent_id: str, now_ms: int, node_id: str) -> str | None:
     """The lease a completion by `agent_id` ends (None if it holds none); 409 while another agent holds one.
 
@@ -117,3 +142,44 @@ def check_complete(row: sqlite3.Row, agent_id: str, now_ms: int, node_id: str) -
                 f"task {row['key']} has dependencies that are not done", field="task_id", code="task_not_ready"
             )
     return own
+
+
+# A forwarded lease request's id is kept this long: far beyond the few seconds a peer signature stays fresh.
+REQUEST_MEMORY_MS = 24 * 3600 * 1000
+
+
+def check_agent_home(
+    conn: sqlite3.Connection, agent_id: str, peer_id: str, presented: tuple[str, int] | None = None
+) -> None:
+    """403 `not_agent_home` unless the agent's newest identity document names `peer_id` as its home node.
+
+    A peer leases only for its own agents: the newest document of the one this node holds and the one the peer
+    presented (`presented`: its home node and created time, signature already checked) decides, so a new agent
+    can lease before its document has synced here, and an agent that moved cannot be leased for by its old home.
+    """
+    row = conn.execute("SELECT home_node, created_ms FROM agents WHERE id = ?", (agent_id,)).fetchone()
+    newest = None if row is None else (str(row[0]), int(row[1]))
+    if presented is not None and (newest is None or presented[1] > newest[1]):
+        newest = presented
+    if newest is None or newest[0] != peer_id:
+        known = "no agent document" if newest is None else f"an agent document naming {newest[0]} as home node"
+        raise Forbidden(
+            f"a peer may lease only for agents homed on it; this node knows {known} for {agent_id}",
+            field="$.agent_id",
+            code="not_agent_home",
+        )
+
+
+def remember_request(conn: sqlite3.Connection, request_id: str, peer_id: str, now_ms: int) -> None:
+    """Record a forwarded lease request's id (durably, before it is decided); 409 `request_replayed` if seen."""
+    conn.execute("DELETE FROM peer_lease_requests WHERE received_ms < ?", (now_ms - REQUEST_MEMORY_MS,))
+    inserted = conn.execute(
+        "INSERT OR IGNORE INTO peer_lease_requests (request_id, peer_id, received_ms) VALUES (?, ?, ?)",
+        (request_id, peer_id, now_ms),
+    ).rowcount
+    if not inserted:
+        raise Conflict(
+            "this lease request was answered before: a replay is refused; send a new request id",
+            field="$.request_id",
+            code="request_replayed",
+        )

@@ -33,6 +33,8 @@ from node.wire.workflows import (
     MessageQuery,
     PeerLeaseIn,
     PeerLeaseOut,
+    PeerTaskEventIn,
+    PeerTaskEventOut,
     PostMessage,
     ReadyList,
     ReadyQuery,
@@ -112,7 +114,7 @@ async def peer_lease(request: web.Request) -> web.Response:
     body = convert(decode_json(raw), PeerLeaseIn)
     workflows = _workflows(request)
     try:
-        key, granted, record = await workflows.grant(body.agent_id, body.task_key, body.seconds)
+        key, granted, record = await workflows.grant_for_peer(peer, body)
     except leases.NotHome as exc:
         log.info("lease refused for %s: task %s for %s: not_lease_authority", peer, body.task_key, body.agent_id)
         raise leases.NotLeaseAuthority(
@@ -131,6 +133,20 @@ async def peer_lease(request: web.Request) -> web.Response:
         body.seconds,
     )
     return json_response(PeerLeaseOut(record=record, task=await workflows.task(key)), 201 if granted else 200)
+
+
+async def peer_task_event(request: web.Request) -> web.Response:
+    """The home node's side of a forwarded status change, checkpoint, release or completion."""
+    raw = await signed_body(request)
+    peer = await authenticate_peer(request, raw)
+    body = convert(decode_json(raw), PeerTaskEventIn)
+    try:
+        answer = await _workflows(request).accept_forwarded(peer, body)
+    except BBSError as exc:
+        log.info("task event refused for %s: %s", peer, exc.code)
+        raise
+    log.info("task event %s for %s: task %s", "stored" if answer.stored else "unchanged", peer, answer.task.key)
+    return json_response(answer)
 
 
 async def get_graph(request: web.Request) -> web.Response:
@@ -245,6 +261,16 @@ ROUTES: list[Route] = [
         "peer",
         body=PeerLeaseIn,
         responses={201: PeerLeaseOut, 200: PeerLeaseOut},
+        tag="agent-workflows",
+    ),
+    Route(
+        "POST",
+        f"{PREFIX}/peer/task-event",
+        peer_task_event,
+        "A peer sends this node, the task's home, a status change, checkpoint, release or completion (peer-signed)",
+        "peer",
+        body=PeerTaskEventIn,
+        responses={200: PeerTaskEventOut},
         tag="agent-workflows",
     ),
 ]

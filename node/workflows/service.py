@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgspec
@@ -20,7 +21,7 @@ from node.errors import BBSError, Conflict, Forbidden, InvalidInput
 from node.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, until_hash_free
 from node.wire import unsigned
 from node.wire.api import SignedSubmission
-from node.wire.time import format_ms
+from node.wire.time import format_ms, parse_ms
 from node.wire.workflows import (
     DeclareTask,
     FinishIn,
@@ -30,11 +31,15 @@ from node.wire.workflows import (
     MessageOut,
     MessagePage,
     MessageQuery,
+    PeerLeaseIn,
+    PeerTaskEventIn,
+    PeerTaskEventOut,
     PostMessage,
     ReadyList,
     TaskOut,
 )
-from node.workflows import bus, forward, graph, leases, tasks
+from node.workflows import bus, forward, graph, leases, relay, tasks
+from node.workflows.fence import LeaseFence
 
 log = logging.getLogger("bbs.leases")
 # Ready lists of up to this many tasks are read on the event loop (Database.read quick): rendering a page of
@@ -68,14 +73,30 @@ def _present(decoded: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return {n: getattr(decoded, n) for n in names if getattr(decoded, n) is not msgspec.UNSET}
 
 
+def _agent_document(document: dict[str, Any], agent_id: str) -> tuple[str, int]:
+    """A presented agent identity document, verified: (its home node, its created time); 422 otherwise."""
+    try:
+        _, decoded = records.check(document)
+    except records.RecordError as exc:
+        raise InvalidInput(f"agent_document: {exc}", field="$.agent_document", code="invalid_record") from None
+    if decoded.kind != "agent" or decoded.author_id != agent_id:
+        raise InvalidInput(
+            "agent_document must be the identity document of agent_id", field="$.agent_document", code="wrong_record"
+        )
+    return decoded.home_node, parse_ms(decoded.created_at)
+
+
 class Workflows:
     """Workflow operations on one node: the bus, tasks, leases and the graph (built once, by `Node`)."""
 
-    def __init__(self, db: Database, sealing: Sealing, key: keys.SigningKey, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, db: Database, sealing: Sealing, key: keys.SigningKey, now_ms: Callable[[], int], fence_path: Path
+    ) -> None:
         self.db = db
         self.sealing = sealing
         self.key = key  # the node's: it signs the leases it grants as a task's home node
         self.now_ms = now_ms
+        self.fence = LeaseFence(fence_path, key.did)  # what this node granted, kept outside its database
 
     @property
     def node_id(self) -> str:
@@ -142,6 +163,7 @@ class Workflows:
         """Create or update a task by key. Returns (task, created). Appends nothing when nothing changes."""
         signed: SealedRecord | None = None
         signer: keys.SigningKey | None = None
+        token: str | None = None
         if isinstance(body, SignedSubmission):
             signed = self.sealing.check_signed(body.record, "task_event", agent_id)
             decoded = signed[2]
@@ -157,12 +179,23 @@ class Workflows:
             fields.update(_present(decoded, ("title", "depends_on", "status", "checkpoint")))
         else:
             signer = await self.sealing.signer(agent_id)
+            token = body.lease
             try:
                 fields = unsigned.declared_fields(body)
             except canonical.CanonicalError as exc:
                 raise InvalidInput(str(exc), field=exc.field) from None
+        home = await self.db.read(lambda c: relay.declared_elsewhere(c, fields, self.node_id))
+        if home is not None:  # another node's task: its home node decides a status or checkpoint change
+            if signed is None:
+                assert signer is not None
+                changes = {k: v for k, v in fields.items() if k != "task_key"} | {"node_id": self.node_id}
+                signed = await relay.sign_event(self.db, signer, fields["task_key"], "declare", changes, self.now_ms())
+            await self._at_home(home, signed, agent_id, token, None, signer is not None)
+            return await self.task(fields["task_key"]), False
+        if not set(fields) <= relay.LOCAL_FIELDS:
+            await self.fenced()
         created = await self.db.write(
-            lambda c: declare_task(c, agent_id, fields, signed, signer, self.node_id, self.now_ms)
+            lambda c: declare_task(c, agent_id, fields, signed, signer, self.node_id, self.now_ms, token)
         )
         return await self.task(fields["task_key"]), created
 
@@ -213,9 +246,36 @@ class Workflows:
     async def grant(self, agent_id: str, ref: str, seconds: int) -> tuple[str, bool, dict[str, Any]]:
         """As the home node: grant or extend `agent_id`'s lease. Returns (task key, newly granted, grant record).
 
-        Raises leases.NotHome when another node is the task's lease authority.
+        Raises leases.NotHome when another node is the task's lease authority, and 503
+        `lease_authority_restored` while a detected restore may hide a grant (node/workflows/fence.py).
         """
-        return await self.db.write(lambda c: grant_lease(c, ref, agent_id, seconds, self.key, self.now_ms()))
+        await self.fenced(check=False)
+        return await self.db.write(
+            lambda c: grant_lease(c, ref, agent_id, seconds, self.key, self.now_ms(), self.fence)
+        )
+
+    async def grant_for_peer(self, peer_id: str, body: PeerLeaseIn) -> tuple[str, bool, dict[str, Any]]:
+        """As the home node, decide a lease request a peer forwarded. Returns (task key, newly granted, grant).
+
+        The request id is remembered (committed) before the decision, so a replay is refused even if the first
+        request was refused, and even after a restart; the agent must be homed on the asking peer."""
+        now = self.now_ms()
+        presented = None if body.agent_document is None else _agent_document(body.agent_document, body.agent_id)
+
+        def admit(conn: sqlite3.Connection) -> None:
+            leases.check_agent_home(conn, body.agent_id, peer_id, presented)
+            leases.remember_request(conn, body.request_id, peer_id, now)
+
+        await self.db.write(admit)
+        return await self.grant(body.agent_id, body.task_key, body.seconds)
+
+    async def fenced(self, *, check: bool = True) -> None:
+        """Load the lease fence (once per process); with `check`, 503 `lease_authority_restored` while a
+        detected restore may hide a grant: a completion or status change decided now could contradict it."""
+        if not self.fence.loaded:
+            await self.db.write(lambda c: self.fence.load(c, self.now_ms()))
+        if check:
+            self.fence.check(self.now_ms())
 
     async def _lease_elsewhere(self, exc: leases.NotHome, agent_id: str, seconds: int) -> tuple[str, bool]:
         """Ask the home node for the lease; store the grant it signed, so this node's ready set excludes the task."""
@@ -286,11 +346,60 @@ class Workflows:
                     checkpoint = canonical.normalize_value(body.checkpoint, "$.checkpoint")
                 except canonical.CanonicalError as exc:
                     raise InvalidInput(str(exc), field=exc.field) from None
-            finish = NodeSignedFinish(signer, checkpoint)
+            finish = NodeSignedFinish(signer, checkpoint, body.lease)
+        elsewhere = await self.db.read(lambda c: relay.homed_elsewhere(c, ref, self.node_id))
+        if elsewhere is not None:  # another node's task: only its home node knows every grant
+            return await self._finish_at_home(event, agent_id, *elsewhere, finish, idem)
+        if event == "complete":
+            await self.fenced()
         key = await self.db.write(
             lambda c: finish_task(c, event, agent_id, ref, idem, finish, self.node_id, self.now_ms())
         )
         return await self.task(key)
+
+    async def _finish_at_home(
+        self, event: str, agent_id: str, key: str, home: str, finish: Finish, idem: str | None
+    ) -> TaskOut:
+        """A release or completion of a task homed on another node: decided there, then stored here."""
+        operation = f"task_{event}"
+        if idem is not None and await self.db.read(lambda c: _finished_before(c, agent_id, idem, operation, key)):
+            return await self.task(key)
+        if isinstance(finish, SignedFinish):
+            sealed = finish.sealed
+            if sealed[2].task_key != key:
+                raise InvalidInput("the record's task_key is not the task in the path", field="$.record.task_key")
+        else:
+            patch = {} if finish.checkpoint is None else {"checkpoint": finish.checkpoint}
+            fields = unsigned.finish_fields(patch, finish.token)
+            sealed = await relay.sign_event(self.db, finish.signer, key, event, fields, self.now_ms())
+        await self._at_home(home, sealed, agent_id, None, None if idem is None else (idem, operation), True)
+        return await self.task(key)
+
+    async def _at_home(
+        self,
+        home: str,
+        sealed: SealedRecord,
+        agent_id: str,
+        token: str | None,
+        idem: tuple[str, str] | None,
+        signed_here: bool,
+    ) -> None:
+        """Have the home node decide an event; store it here once the home node has stored it."""
+        if await relay.decide_at_home(self.db, self.key, home, sealed, token, signed_here):
+            now = self.now_ms()
+            await self.db.write(lambda c: relay.store(c, sealed, agent_id, idem, now))
+
+    async def accept_forwarded(self, peer_id: str, body: PeerTaskEventIn) -> PeerTaskEventOut:
+        """As the home node: decide a task event a peer sent (signed by its agent) as this node decides its own."""
+        author = body.record.get("author_id")
+        if not isinstance(author, str):
+            raise InvalidInput("the record names no author", field="$.record.author_id", code="record_malformed")
+        sealed = self.sealing.check_signed(body.record, "task_event", author)
+        if sealed[2].event != "release":
+            await self.fenced()
+        now = self.now_ms()
+        stored = await self.db.write(lambda c: accept_event(c, peer_id, sealed, body.lease, self.node_id, now))
+        return PeerTaskEventOut(task=await self.task(sealed[2].task_key), stored=stored)
 
 
 # ---- transaction bodies -------------------------------------------------------------------------------------
@@ -323,17 +432,24 @@ def declare_task(
     signer: keys.SigningKey | None,
     node_id: str,
     now_ms: Callable[[], int],
+    token: str | None = None,
+    fenced: bool = False,
 ) -> bool:
     """Append a declare event if it changes the task (the agent's signed one, or one signed here by `signer`).
-    True when it created the task."""
+    True when it created the task. `token`: the fencing token of a node-signed declaration (its `lease`), or of
+    a signed one a peer forwarded (`fenced`)."""
     key = fields["task_key"]
     at = "$.record" if signed is not None else "$"
     row, changed = tasks.plan_declare(conn, fields, at)
     if row is not None and not changed:
         return False
     now = now_ms()
+    if row is None and token is not None:
+        raise Conflict(f"task {key} has no lease: lease {token} is stale", field="$.lease", code="stale_lease")
     if row is not None:
         leases.check_declare(row, agent_id, changed, now, at)
+        if (signed is None or fenced) and (token is not None or "status" in changed or "checkpoint" in changed):
+            leases.check_token(row, agent_id, now, token)
         if signed is not None:
             tasks.check_after_newest(conn, key, signed[2].created_at)
     if signed is None:
@@ -345,22 +461,28 @@ def declare_task(
 
 
 def grant_lease(
-    conn: sqlite3.Connection, ref: str, agent_id: str, seconds: int, node_key: keys.SigningKey, now: int
+    conn: sqlite3.Connection,
+    ref: str,
+    agent_id: str,
+    seconds: int,
+    node_key: keys.SigningKey,
+    now: int,
+    fence: LeaseFence,
 ) -> tuple[str, bool, dict[str, Any]]:
-    """As the home node, decide and append a lease grant signed by `node_key`: (task key, newly granted, record)."""
+    """As the home node, decide and append a lease grant signed by `node_key`: (task key, newly granted, record).
+
+    The grant's expiry goes into the fence file before the transaction commits (node/workflows/fence.py)."""
     row = tasks.task_row(conn, ref)
     decision = leases.decide_grant(conn, row, node_key.did, agent_id, now)
+    fence.check(now)
     start = tasks.next_event_ms(conn, decision.task_key, now)
+    # the lease runs by this node's clock; `start` may sit a little later (see next_event_ms)
+    expires_ms = max(now + seconds * 1000, start + 1)
     draft = unsigned.unsigned_task_event(
-        decision.task_key,
-        node_key.did,
-        format_ms(start),
-        "lease",
-        holder=agent_id,
-        # the lease runs by this node's clock; `start` may sit a little later (see next_event_ms)
-        expires_at=format_ms(max(now + seconds * 1000, start + 1)),
+        decision.task_key, node_key.did, format_ms(start), "lease", holder=agent_id, expires_at=format_ms(expires_ms)
     )
     rec, rec_hash, dec = sign_and_check(draft, node_key)
+    fence.advance(parse_ms(dec.expires_at))
     projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
     return decision.task_key, not decision.extends, rec
 
@@ -376,6 +498,7 @@ class NodeSignedFinish(NamedTuple):
 
     signer: keys.SigningKey
     checkpoint: dict[str, Any] | None
+    token: str | None = None  # the fencing token the caller presented (FinishIn.lease)
 
 
 Finish = SignedFinish | NodeSignedFinish
@@ -407,6 +530,8 @@ def finish_task(
         lease: str | None = leases.check_release(row, agent_id, now)
     else:
         lease = leases.check_complete(row, agent_id, now, node_id)
+    if isinstance(finish, NodeSignedFinish):
+        leases.check_token(row, agent_id, now, finish.token)
     if isinstance(finish, SignedFinish):
         sealed = _signed_finish(conn, event, row, lease, finish.sealed)
     else:
@@ -426,8 +551,10 @@ def _signed_finish(
     key, decoded = row["key"], sealed[2]
     tasks.check_after_newest(conn, key, decoded.created_at)
     if decoded.lease is not msgspec.UNSET and decoded.lease != lease:
-        raise InvalidInput(
-            "the record's lease is not your live lease on this task", field="$.record.lease", code="wrong_lease"
+        raise Conflict(
+            "the record's lease is not your live lease on this task (it expired, ended, or was replaced)",
+            field="$.record.lease",
+            code="stale_lease",
         )
     if decoded.lease is msgspec.UNSET and lease is not None:
         # unnamed, the lease would outlive the release or completion (the fold ends only the one named)
@@ -464,3 +591,35 @@ def _node_signed_finish(
     created_at = format_ms(tasks.next_event_ms(conn, key, now))
     draft = unsigned.unsigned_task_event(key, agent_id, created_at, event, **fields)
     return sign_and_check(draft, finish.signer)
+
+
+def accept_event(
+    conn: sqlite3.Connection, peer_id: str, sealed: SealedRecord, token: str | None, node_id: str, now: int
+) -> bool:
+    """As the home node, decide a task event forwarded by `peer_id` as if its agent had sent it here; whether it
+    was stored (False: a retry of a stored event, or a change that changes nothing)."""
+    decoded = sealed[2]
+    key = decoded.task_key
+    row = conn.execute("SELECT home_node FROM tasks WHERE key = ?", (key,)).fetchone()
+    if row is None or row[0] != node_id:
+        raise leases.NotLeaseAuthority(
+            f"this node is not the home node of task {key}", field="$.record.task_key", code="not_home_node"
+        )
+    if _stored(conn, sealed[1]):
+        return False
+    if decoded.event == "declare":
+        if decoded.node_id != peer_id:
+            raise InvalidInput(
+                "a forwarded declaration names the node that forwards it", field="$.record.node_id", code="wrong_node"
+            )
+        fields = {"task_key": key} | _present(decoded, ("title", "depends_on", "status", "checkpoint"))
+        declare_task(conn, decoded.author_id, fields, sealed, None, node_id, lambda: now, token, fenced=True)
+    elif decoded.event in ("release", "complete"):
+        finish_task(conn, decoded.event, decoded.author_id, key, None, SignedFinish(sealed), node_id, now)
+    else:
+        raise InvalidInput(
+            "only declare, release and complete events are sent to a home node",
+            field="$.record.event",
+            code="wrong_event",
+        )
+    return _stored(conn, sealed[1])

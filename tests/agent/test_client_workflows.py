@@ -81,12 +81,16 @@ async def test_self_keyed_client_sends_declares_leases_and_completes(
 
         leased = await c.lease_task("draft", LeaseIn(seconds=60))
         assert leased.lease is not None and leased.lease.holder == key.did
-        done = await c.complete_task("draft", FinishIn(checkpoint={"words": 900}))
+        done = await c.complete_task("draft", FinishIn(checkpoint={"words": 900}, lease=leased.lease.lease_id))
         assert done.status == "done" and done.lease is None and done.checkpoint == {"outline": True, "words": 900}
         assert await c.complete_task("draft") == done  # already done, nothing held: nothing appended
 
-        await c.lease_task("review")
-        released = await c.release_task("review", FinishIn(checkpoint={"note": "later"}))
+        review = await c.lease_task("review")
+        assert review.lease is not None
+        stale = await _error(c.release_task("review", FinishIn(lease=leased.lease.lease_id)))
+        assert stale == (409, "stale_lease", "$.lease")  # the fencing token of another lease
+        assert await _error(c.release_task("review")) == (422, "lease_required", "$.lease")
+        released = await c.release_task("review", FinishIn(checkpoint={"note": "later"}, lease=review.lease.lease_id))
         assert released.lease is None and released.status == "pending"
         await c.complete_task("review")
         assert [t.key for t in (await c.ready_tasks()).tasks] == ["publish"]
@@ -134,10 +138,12 @@ async def test_a_record_the_client_signs_is_the_record_the_node_builds(client: T
             await who.declare_task(first)
             update = DeclareTask(name, "Title\u0301", depends_on=[], status="processing", checkpoint={"a": None})
             await who.declare_task(update)
-            await who.lease_task(name)
-            await who.release_task(name, FinishIn(checkpoint={"b": 2, "c": {"d": 1.5}}))
-            await who.lease_task(name)
-            await who.complete_task(name, FinishIn(checkpoint={"c": None}))
+            token = (await who.lease_task(name)).lease
+            assert token is not None
+            await who.release_task(name, FinishIn(checkpoint={"b": 2, "c": {"d": 1.5}}, lease=token.lease_id))
+            token = (await who.lease_task(name)).lease
+            assert token is not None
+            await who.complete_task(name, FinishIn(checkpoint={"c": None}, lease=token.lease_id))
     mine = await stored_records(node, key.did)
     messages = [r for r in mine if r["kind"] == "message"]
     assert len(messages) == 2 and _comparable(messages[0], created_at="t") == _comparable(messages[1], created_at="t")
@@ -280,11 +286,15 @@ async def test_mcp_workflow_tools_sign_on_the_agent_side(client: TestClient, nod
         assert [t["key"] for t in _ok(await session.call_tool("ready_tasks", {}))["tasks"]] == ["draft"]
         leased = _ok(await session.call_tool("lease_task", {"task": "draft", "seconds": 60}))
         assert leased["lease"]["holder"] == key.did
-        released = _ok(await session.call_tool("finish_task", {"task": "draft", "outcome": "release"}))
+        token = leased["lease"]["lease_id"]
+        assert "lease_required" in _err(await session.call_tool("finish_task", {"task": "draft", "outcome": "release"}))
+        release = {"task": "draft", "outcome": "release", "lease": token}
+        released = _ok(await session.call_tool("finish_task", release))
         assert released["lease"] is None
-        assert "lease_not_held" in _err(await session.call_tool("finish_task", {"task": "draft", "outcome": "release"}))
-        _ok(await session.call_tool("lease_task", {"task": "draft"}))
-        done = _ok(await session.call_tool("finish_task", {"task": "draft", "checkpoint": {"words": 900}}))
+        assert "lease_not_held" in _err(await session.call_tool("finish_task", release))
+        token = _ok(await session.call_tool("lease_task", {"task": "draft"}))["lease"]["lease_id"]
+        finish = {"task": "draft", "checkpoint": {"words": 900}, "lease": token}
+        done = _ok(await session.call_tool("finish_task", finish))
         assert done["status"] == "done" and done["checkpoint"] == {"words": 900}
         assert [t["key"] for t in _ok(await session.call_tool("ready_tasks", {}))["tasks"]] == ["publish"]
         graph = _ok(await session.call_tool("task_graph", {}))

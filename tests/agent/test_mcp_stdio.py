@@ -257,8 +257,9 @@ async def test_bbs_mcp_with_an_identity_file_signs_on_the_agent_side(served_node
             entry = ok(await session.call_tool("post", {"content": "Signed by the bridge", "tags": ["t"]}))
             sent = ok(await session.call_tool("send_message", {"message_type": "status", "body": "started"}))
             ok(await session.call_tool("declare_task", {"key": "job", "title": "Job"}))
-            ok(await session.call_tool("lease_task", {"task": "job", "seconds": 60}))
-            done = ok(await session.call_tool("finish_task", {"task": "job", "checkpoint": {"rows": 3}}))
+            token = ok(await session.call_tool("lease_task", {"task": "job", "seconds": 60}))["lease"]["lease_id"]
+            finish = {"task": "job", "checkpoint": {"rows": 3}, "lease": token}
+            done = ok(await session.call_tool("finish_task", finish))
     assert done["status"] == "done" and sent["from_agent"] == entry["author_id"]
     conn = connect(DataDir(served_node.data).db_path)
     try:

@@ -46,7 +46,8 @@ async def test_workflow_tools_drive_a_plan(served_node: ServedNode) -> None:
         assert taken.is_error and "lease_held" in taken.content[0].text  # type: ignore[union-attr]
         assert ok(await hand.call_tool("ready_tasks", {}))["tasks"] == []
 
-        done = ok(await hand.call_tool("finish_task", {"task": "draft", "checkpoint": {"words": 900}}))
+        finish = {"task": "draft", "checkpoint": {"words": 900}, "lease": leased["lease"]["lease_id"]}
+        done = ok(await hand.call_tool("finish_task", finish))
         assert done["status"] in ("done", "completed") and done["checkpoint"] == {"words": 900}
         assert [t["key"] for t in ok(await hand.call_tool("ready_tasks", {}))["tasks"]] == ["publish"]
 

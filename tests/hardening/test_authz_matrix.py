@@ -115,15 +115,17 @@ TABLE: list[Row] = [
     # the task is leased by its owner: another agent can neither take, release nor complete it
     Row("POST", f"{WF}/tasks/{{task_id}}/lease", "401 401 409 200 403 401", url=WF + "/tasks/{task}/lease", body={}),
     Row("POST", f"{WF}/tasks/{{task_id}}/release", "401 401 409 200 403 401", url=WF + "/tasks/{task2}/release",
-        body={}),
-    Row("POST", f"{WF}/tasks/{{task_id}}/complete", "401 401 409 200 403 401", url=WF + "/tasks/{task}/complete",
-        body={}),
+        body={"lease": "{lease2}"}),
+    Row("POST", f"{WF}/tasks/{{task_id}}/complete", "401 401 409 200 403 401", url=WF + "/tasks/{task3}/complete",
+        body={"lease": "{lease3}"}),
     # ---- peer-signed: bearer credentials of any kind are refused ------------------------------------------
     Row("GET", "/v1/sync/changes", "401 401 401 401 401 200", url="/v1/sync/changes?v=2&wait_ms=0"),
     Row("POST", "/v1/sync/fetch", "401 401 401 401 401 200", body={"type": "fetch", "hashes": ["0" * 64]}),
     Row("POST", "/v1/sync/reconcile", "401 401 401 401 401 422", body={"message": ""}),
-    Row("POST", f"{WF}/peer/lease", "401 401 401 401 401 404",
-        body={"task_key": "no-such-task", "agent_id": "{own}"}),
+    # the owner is homed on this node, not on the peer: the peer may not lease for it
+    Row("POST", f"{WF}/peer/lease", "401 401 401 401 401 403",
+        body={"task_key": "no-such-task", "agent_id": "{own}", "request_id": "matrix-request-{n}"}),
+    Row("POST", f"{WF}/peer/task-event", "401 401 401 401 401 422", body={"record": {"kind": "task_event"}}),
 ]
 # fmt: on
 
@@ -165,14 +167,19 @@ async def world(
     sub = await ok("POST", "/v1/subscriptions", {"tags": ["matrix"]}, own)
     task = await ok("POST", f"{WF}/tasks", {"key": "held", "title": "held by the owner"}, own)
     task2 = await ok("POST", f"{WF}/tasks", {"key": "held2", "title": "held by the owner"}, own)
-    for t in (task, task2):
-        await ok("POST", f"{WF}/tasks/{t['id']}/lease", {}, own)
+    task3 = await ok("POST", f"{WF}/tasks", {"key": "held3", "title": "held by the owner"}, own)
+    tokens = [
+        (await ok("POST", f"{WF}/tasks/{t['id']}/lease", {}, own))["lease"]["lease_id"] for t in (task, task2, task3)
+    ]
     ids = {
         "entry": str(entry["id"]),
         "entry2": str(entry2["id"]),
         "sub": str(sub["id"]),
         "task": str(task["id"]),
         "task2": str(task2["id"]),
+        "task3": str(task3["id"]),
+        "lease2": tokens[1],
+        "lease3": tokens[2],
         "own": own.agent_id,
         "spare": spare.agent_id,
         "peer": peer.did,

@@ -143,8 +143,9 @@ async def seed_workflows(node: Node, alice: AgentCreds, bob: AgentCreds) -> None
         ("ship", "Ship it", ["test", "legal"]),
     ]:
         await wf.declare(alice.agent_id, DeclareTask(key=key, title=title, depends_on=deps))
-    await wf.lease(alice.agent_id, "design", LeaseIn(seconds=600))
-    await wf.complete(alice.agent_id, "design", FinishIn())
+    design, _ = await wf.lease(alice.agent_id, "design", LeaseIn(seconds=600))
+    assert design.lease is not None
+    await wf.complete(alice.agent_id, "design", FinishIn(lease=design.lease.lease_id))
     await wf.lease(bob.agent_id, "build", LeaseIn(seconds=600))
     for project, sender, text in [
         ("kettle", alice, "Who takes the timer build?"),

@@ -61,14 +61,27 @@ def test_lease_seconds_are_bounded() -> None:
     assert "$.seconds" in refused(w.LeaseIn, {"seconds": 29})
     assert "$.seconds" in refused(w.LeaseIn, {"seconds": 86_401})
     assert "$.agent" in refused(w.LeaseIn, {"agent": ""})
-    peer = convert(w.PeerLeaseIn, {"task_key": "shed", "agent_id": DID})
-    assert peer.seconds == 900
-    assert "$.agent_id" in refused(w.PeerLeaseIn, {"task_key": "shed", "agent_id": "alice"})
+    rid = "r" * 16
+    peer = convert(w.PeerLeaseIn, {"task_key": "shed", "agent_id": DID, "request_id": rid})
+    assert (peer.seconds, peer.agent_document) == (900, None)
+    assert "$.agent_id" in refused(w.PeerLeaseIn, {"task_key": "shed", "agent_id": "alice", "request_id": rid})
+    assert "$.seconds" in refused(
+        w.PeerLeaseIn, {"task_key": "shed", "agent_id": DID, "request_id": rid, "seconds": 86_401}
+    )
+    for bad in (None, "r" * 15, "r" * 65, "r" * 15 + "/"):
+        body = {"task_key": "shed", "agent_id": DID} | ({} if bad is None else {"request_id": bad})
+        assert "request_id" in refused(w.PeerLeaseIn, body)
 
 
 def test_finish_ready_and_graph_queries() -> None:
     assert convert(w.FinishIn, {}).checkpoint is None
-    assert "unknown field" in refused(w.FinishIn, {"lease": "x"})
+    assert convert(w.FinishIn, {"lease": "a" * 64}).lease == "a" * 64  # the fencing token
+    assert "$.lease" in refused(w.FinishIn, {"lease": "x"})
+    assert "$.lease" in refused(w.DeclareTask, {"key": "k", "lease": "A" * 64})
+    assert "unknown field" in refused(w.FinishIn, {"token": "x"})
+    event = convert(w.PeerTaskEventIn, {"record": {"kind": "task_event"}})
+    assert event.lease is None
+    assert "`record`" in refused(w.PeerTaskEventIn, {})
     ready = convert(w.ReadyQuery, {})
     assert (ready.limit, ready.after) == (100, None)
     assert "$.after" in refused(w.ReadyQuery, {"after": -1})

@@ -20,9 +20,11 @@ async def test_lease_grant_extend_refusal_and_completion_are_logged(
     assert (await client.post(f"{P}/tasks", json={"key": "t1", "title": "T"}, headers=a.headers)).status == 201
     caplog.set_level(logging.INFO, logger="bbs.leases")
     assert (await client.post(f"{P}/tasks/t1/lease", json={"seconds": 60}, headers=a.headers)).status == 201
-    assert (await client.post(f"{P}/tasks/t1/lease", json={"seconds": 90}, headers=a.headers)).status == 200
+    extended = await client.post(f"{P}/tasks/t1/lease", json={"seconds": 90}, headers=a.headers)
+    assert extended.status == 200
     assert (await client.post(f"{P}/tasks/t1/lease", json={}, headers=b.headers)).status == 409
-    assert (await client.post(f"{P}/tasks/t1/complete", json={}, headers=a.headers)).status == 200
+    token = {"lease": (await extended.json())["lease"]["lease_id"]}
+    assert (await client.post(f"{P}/tasks/t1/complete", json=token, headers=a.headers)).status == 200
     lines = [r.getMessage() for r in caplog.records if r.name == "bbs.leases"]
     assert lines[0] == f"lease granted: task t1 to {a.agent_id} for 60 s"
     assert lines[1] == f"lease extended: task t1 to {a.agent_id} for 90 s"

@@ -66,14 +66,23 @@ async def test_expired_lease_frees_the_task_and_checkpoint_resumes(
 ) -> None:
     crashed, rescuer = await make_agent("crashed"), await make_agent("rescuer")
     await declare(client, crashed, {"key": "migrate", "title": "Migrate rows"})
-    status, _ = await lease(client, crashed, "migrate", seconds=30)
+    status, leased = await lease(client, crashed, "migrate", seconds=30)
     assert status == 201
-    await declare(client, crashed, {"key": "migrate", "checkpoint": {"rows_done": 400, "cursor": "r400"}})
+    token = leased["lease"]["lease_id"]
+    progress = {"key": "migrate", "checkpoint": {"rows_done": 400, "cursor": "r400"}}
+    await declare(client, crashed, progress, status=422)  # the holder names its lease (the fencing token)
+    await declare(client, crashed, progress | {"lease": token})
     assert await ready_keys(client, rescuer) == []
     clock.advance(30)  # the worker is gone; nothing reaps, the lease simply stops being live
     assert await ready_keys(client, rescuer) == ["migrate"]
-    resp = await client.post(f"{WF}/tasks/migrate/release", headers=crashed.headers)
+    resp = await client.post(f"{WF}/tasks/migrate/release", json={"lease": token}, headers=crashed.headers)
     assert resp.status == 409 and (await resp.json())["code"] == "lease_expired"
+    # its stale token changes nothing: not the checkpoint, not the status, and it completes nothing
+    for stale in ({"key": "migrate", "checkpoint": {"rows_done": 500}}, {"key": "migrate", "status": "done"}):
+        problem = await declare(client, crashed, stale | {"lease": token}, status=409)
+        assert (problem["code"], problem["field"]) == ("stale_lease", "$.lease")
+    resp = await client.post(f"{WF}/tasks/migrate/complete", json={"lease": token}, headers=crashed.headers)
+    assert resp.status == 409 and (await resp.json())["code"] == "stale_lease"
     status, task = await lease(client, rescuer, "migrate", seconds=120)
     assert status == 201 and task["lease"]["holder"] == rescuer.agent_id
     assert task["checkpoint"] == {"rows_done": 400, "cursor": "r400"}  # resume, not restart
@@ -86,7 +95,7 @@ async def test_expired_lease_frees_the_task_and_checkpoint_resumes(
     assert resp.status == 409 and (await resp.json())["code"] == "lease_held"
     resp = await client.post(
         f"{WF}/tasks/migrate/complete",
-        json={"checkpoint": {"rows_done": 1000, "cursor": None}},
+        json={"checkpoint": {"rows_done": 1000, "cursor": None}, "lease": task["lease"]["lease_id"]},
         headers=rescuer.headers,
     )
     done = await resp.json()
@@ -99,10 +108,19 @@ async def test_release_ends_the_lease_early(client: TestClient, make_agent: Make
     await declare(client, a, {"key": "job", "title": "Job"})
     resp = await client.post(f"{WF}/tasks/job/release", headers=a.headers)
     assert resp.status == 409 and (await resp.json())["code"] == "lease_not_held"
-    await lease(client, a, "job", seconds=600)
-    resp = await client.post(f"{WF}/tasks/job/release", headers=b.headers)
+    _, leased = await lease(client, a, "job", seconds=600)
+    token = leased["lease"]["lease_id"]
+    resp = await client.post(f"{WF}/tasks/job/release", json={"lease": token}, headers=b.headers)
     assert resp.status == 409 and (await resp.json())["code"] == "lease_not_held"
     resp = await client.post(f"{WF}/tasks/job/release", json={"checkpoint": {"half": True}}, headers=a.headers)
+    problem = await resp.json()
+    assert (resp.status, problem["code"], problem["field"]) == (422, "lease_required", "$.lease")
+    resp = await client.post(f"{WF}/tasks/job/release", json={"lease": "0" * 64}, headers=a.headers)
+    assert resp.status == 409 and (await resp.json())["code"] == "stale_lease"
+    resp = await client.post(f"{WF}/tasks/job/release", json={"lease": "x"}, headers=a.headers)
+    assert resp.status == 422 and (await resp.json())["field"] == "$.lease"
+    body = {"checkpoint": {"half": True}, "lease": token}
+    resp = await client.post(f"{WF}/tasks/job/release", json=body, headers=a.headers)
     task = await resp.json()
     assert resp.status == 200 and task["lease"] is None and task["checkpoint"] == {"half": True}
     assert await ready_keys(client, b) == ["job"]
@@ -116,8 +134,10 @@ async def test_complete_unblocks_dependents_and_closes_the_task(client: TestClie
     await declare(client, a, {"key": "second", "title": "Second", "depends_on": ["first"]})
     status, problem = await lease(client, a, "second")
     assert status == 409 and problem["code"] == "task_not_ready"
-    await lease(client, a, "first")
-    resp = await client.post(f"{WF}/tasks/first/complete", headers=a.headers)
+    _, leased = await lease(client, a, "first")
+    resp = await client.post(
+        f"{WF}/tasks/first/complete", json={"lease": leased["lease"]["lease_id"]}, headers=a.headers
+    )
     assert resp.status == 200
     assert await ready_keys(client, a) == ["second"]
     status, problem = await lease(client, a, "first")
@@ -131,14 +151,15 @@ async def test_a_retried_release_or_complete_with_its_idempotency_key_is_applied
     a = await make_agent("a")
     for key in ("job", "other"):
         await declare(client, a, {"key": key, "title": key})
-    await lease(client, a, "job", seconds=600)
+    _, leased = await lease(client, a, "job", seconds=600)
     once = {**a.headers, "Idempotency-Key": f"{event}-1"}
-    resp = await client.post(f"{WF}/tasks/job/{event}", json={"checkpoint": {"n": 1}}, headers=once)
+    body = {"checkpoint": {"n": 1}, "lease": leased["lease"]["lease_id"]}
+    resp = await client.post(f"{WF}/tasks/job/{event}", json=body, headers=once)
     first = await resp.json()
     assert resp.status == 200 and first["lease"] is None
     events = await count_records(node, "task_event")
-    # the answer was lost: the same request again returns the task and appends nothing
-    resp = await client.post(f"{WF}/tasks/job/{event}", json={"checkpoint": {"n": 1}}, headers=once)
+    # the answer was lost: the same request again returns the task and appends nothing (its token is stale now)
+    resp = await client.post(f"{WF}/tasks/job/{event}", json=body, headers=once)
     again = await resp.json()
     assert resp.status == 200, again
     assert (again["status"], again["checkpoint"], again["lease"]) == (first["status"], {"n": 1}, None)
@@ -210,8 +231,9 @@ async def test_only_the_holder_changes_status_or_checkpoint_of_a_leased_task(
     holder, other = await make_agent("holder"), await make_agent("other")
     await declare(client, other, {"key": "a1", "title": "A1", "checkpoint": {"step": 1}})
     await declare(client, other, {"key": "a2", "title": "A2", "depends_on": ["a1"]})
-    status, _ = await lease(client, holder, "a1", seconds=60)
+    status, leased = await lease(client, holder, "a1", seconds=60)
     assert status == 201
+    token = leased["lease"]["lease_id"]
     before = await count_records(node, "task_event")
     for change, field in (
         ({"status": "done"}, "$.status"),
@@ -226,6 +248,15 @@ async def test_only_the_holder_changes_status_or_checkpoint_of_a_leased_task(
     resp = await client.post(f"{WF}/tasks", json={"key": "a1", "title": "A1, renamed"}, headers=other.headers)
     assert resp.status == 200
     resp = await client.post(f"{WF}/tasks", json={"key": "a1", "checkpoint": {"step": 2}}, headers=holder.headers)
+    assert resp.status == 422 and (await resp.json())["code"] == "lease_required"
+    # the fencing token names the live lease; another agent's token is not its own
+    resp = await client.post(
+        f"{WF}/tasks", json={"key": "a1", "checkpoint": {"step": 2}, "lease": token}, headers=other.headers
+    )
+    assert resp.status == 409 and (await resp.json())["code"] == "lease_held"
+    resp = await client.post(
+        f"{WF}/tasks", json={"key": "a1", "checkpoint": {"step": 2}, "lease": token}, headers=holder.headers
+    )
     assert resp.status == 200 and (await resp.json())["checkpoint"] == {"step": 2}
     clock.advance(61)  # the lease lapsed: anyone may decide again
     resp = await client.post(f"{WF}/tasks", json={"key": "a1", "status": "cancelled"}, headers=other.headers)

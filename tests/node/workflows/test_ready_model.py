@@ -10,6 +10,7 @@ import pytest
 from node.errors import Conflict
 from node.service import Node
 from node.wire.workflows import DeclareTask, FinishIn, LeaseIn
+from node.workflows.service import Workflows
 from tests.conftest import FakeClock
 
 KEYS = [f"k{i}" for i in range(14)]
@@ -41,6 +42,12 @@ class Model:
         }
 
 
+async def own_token(wf: Workflows, key: str, who: str) -> str | None:
+    """The fencing token of `who`'s live lease on the task, as the lease answer gave it (None without one)."""
+    task = await wf.task(key)
+    return task.lease.lease_id if task.lease is not None and task.lease.holder == who else None
+
+
 @pytest.mark.parametrize("seed", range(4))
 async def test_ready_and_leases_match_the_model(node: Node, clock: FakeClock, seed: int) -> None:
     rng = random.Random(seed)
@@ -60,8 +67,11 @@ async def test_ready_and_leases_match_the_model(node: Node, clock: FakeClock, se
             # only the live lease holder may change a leased task's status
             changes_status = key in model.status and status is not None and status != model.status[key]
             expected_ok = not changes_status or model.live(key, now) in (None, who)
+            token = await own_token(wf, key, who) if key in model.deps else None
             try:
-                await wf.declare(who, DeclareTask(key=key, title=key.upper(), depends_on=deps, status=status))
+                await wf.declare(
+                    who, DeclareTask(key=key, title=key.upper(), depends_on=deps, status=status, lease=token)
+                )
                 ok = True
             except Conflict:
                 ok = False
@@ -95,7 +105,8 @@ async def test_ready_and_leases_match_the_model(node: Node, clock: FakeClock, se
                 )
                 expected_ok = holder == who or (holder is None and (could_lease or model.done(key)))
             try:
-                await (wf.release if op == "release" else wf.complete)(who, key, FinishIn())
+                token = await own_token(wf, key, who)
+                await (wf.release if op == "release" else wf.complete)(who, key, FinishIn(lease=token))
                 ok = True
             except Conflict:
                 ok = False

@@ -36,13 +36,16 @@ async def busy_workflow(client: TestClient, make_agent: MakeAgent, clock: FakeCl
     for task in SEED_PLAN:
         await declare(client, boss, task)
     await declare(client, boss, {"key": "later", "title": "Later", "depends_on": ["not-yet", "publish-digest"]})
-    await lease(client, w1, "doctor-pass", seconds=60)
-    await declare(client, w1, {"key": "doctor-pass", "checkpoint": {"checked": ["a", "b"], "n": 2}})
+    token = (await lease(client, w1, "doctor-pass", seconds=60))[1]["lease"]["lease_id"]
+    progress = {"key": "doctor-pass", "checkpoint": {"checked": ["a", "b"], "n": 2}, "lease": token}
+    await declare(client, w1, progress)
     clock.advance(61)  # w1's lease runs out
-    await lease(client, w2, "doctor-pass", seconds=300)
-    await client.post(f"{WF}/tasks/doctor-pass/complete", json={"checkpoint": {"n": 3}}, headers=w2.headers)
-    await lease(client, w1, "write-adr", seconds=300)
-    await client.post(f"{WF}/tasks/write-adr/release", json={"checkpoint": {"draft": 1}}, headers=w1.headers)
+    token = (await lease(client, w2, "doctor-pass", seconds=300))[1]["lease"]["lease_id"]
+    body = {"checkpoint": {"n": 3}, "lease": token}
+    assert (await client.post(f"{WF}/tasks/doctor-pass/complete", json=body, headers=w2.headers)).status == 200
+    token = (await lease(client, w1, "write-adr", seconds=300))[1]["lease"]["lease_id"]
+    body = {"checkpoint": {"draft": 1}, "lease": token}
+    assert (await client.post(f"{WF}/tasks/write-adr/release", json=body, headers=w1.headers)).status == 200
     await lease(client, w2, "write-adr", seconds=900)
     for i, who in enumerate((boss, w1, w2)):
         await client.post(

@@ -50,11 +50,12 @@ async def test_tasks_lease_release_and_complete(client: TestClient, make_agent: 
     leased = await resp.json()
     assert resp.status == 201 and leased["status"] == "processing" and leased["lease"]["holder"] == worker.agent_id
     problem(await call(client, "POST", "/tasks/paint/lease", other, 409, json={}), 409, "lease_held", "task_id")
-    assert (await call(client, "POST", "/tasks/paint/lease", worker, 200, json={"seconds": 60}))["lease"]
-    released = await call(client, "POST", "/tasks/paint/release", worker, 200, json={"checkpoint": {"coat": 1}})
+    token = (await call(client, "POST", "/tasks/paint/lease", worker, 200, json={"seconds": 60}))["lease"]["lease_id"]
+    body = {"checkpoint": {"coat": 1}, "lease": token}
+    released = await call(client, "POST", "/tasks/paint/release", worker, 200, json=body)
     assert released["lease"] is None and released["checkpoint"] == {"coat": 1}
-    await call(client, "POST", "/tasks/paint/lease", other, 201)
-    done = await call(client, "POST", "/tasks/paint/complete", other, 200, json={})
+    token = (await call(client, "POST", "/tasks/paint/lease", other, 201))["lease"]["lease_id"]
+    done = await call(client, "POST", "/tasks/paint/complete", other, 200, json={"lease": token})
     assert done["status"] == "done" and done["lease"] is None
     problem(await call(client, "GET", "/tasks/unknown-task", worker, 404), 404, "task_not_found", "task_id")
     problem(await call(client, "POST", "/tasks/paint/lease", worker, 422, json={"seconds": 5}), 422,
@@ -97,23 +98,26 @@ async def test_peer_lease(make_peer: MakePeer) -> None:
     ) as resp:
         assert resp.status == 201
     worker = await asking.agent("worker")
-    status, grant = await peer_lease(asking, home, {"task_key": "index", "agent_id": worker}, asking.node.key)
+    await pull(home, asking)  # the worker's identity document: it names `asking` as its home node
+    ask = {"task_key": "index", "agent_id": worker}
+    status, grant = await peer_lease(asking, home, ask | {"request_id": "1" * 16}, asking.node.key)
     assert status == 201 and grant["record"]["holder"] == worker and grant["task"]["lease"]["holder"] == worker
-    status, again = await peer_lease(asking, home, {"task_key": "index", "agent_id": worker}, asking.node.key)
+    status, again = await peer_lease(asking, home, ask | {"request_id": "2" * 16}, asking.node.key)
     assert status == 200 and again["record"]["holder"] == worker  # extended
     stranger = keys.SigningKey.generate()
-    status, refused = await peer_lease(asking, home, {"task_key": "index", "agent_id": worker}, stranger)
+    status, refused = await peer_lease(asking, home, ask | {"request_id": "3" * 16}, stranger)
     assert (status, refused["code"]) == (403, "unknown_peer")
     status, bad = await peer_lease(asking, home, {"task_key": "index"}, asking.node.key)
     assert (status, bad["field"]) == (422, "$.agent_id")
     await pull(asking, home)  # the task is known at `asking` now, homed at `home`
-    status, not_home = await peer_lease(home, asking, {"task_key": "index", "agent_id": worker}, home.node.key)
+    ask_there = {"task_key": "index", "agent_id": boss.agent_id, "request_id": "4" * 16}
+    status, not_home = await peer_lease(home, asking, ask_there, home.node.key)
     assert (status, not_home["code"], not_home["field"]) == (503, "not_lease_authority", "$.task_key")
 
 
 def test_the_route_table() -> None:
     assert [route.handler.__name__ for route in routes.ROUTES] == [
         "post_message", "get_messages", "post_task", "get_ready", "get_task", "lease_task", "release_task",
-        "complete_task", "get_graph", "peer_lease",
+        "complete_task", "get_graph", "peer_lease", "peer_task_event",
     ]  # fmt: skip
     assert all(route.path.startswith(routes.PREFIX) for route in routes.ROUTES)

@@ -61,7 +61,9 @@ async def test_declare_lease_and_complete_a_task(node: Node, make_agent: MakeAge
         await node.workflows.lease(alice.agent_id, "write-adr", LeaseIn(agent="bob"))
     assert for_other.value.code == "lease_for_other"
 
-    done = await node.workflows.complete(bob.agent_id, str(task.id), FinishIn(checkpoint={"pages": 3}), "done-1")
+    assert leased.lease is not None
+    finish = FinishIn(checkpoint={"pages": 3}, lease=leased.lease.lease_id)
+    done = await node.workflows.complete(bob.agent_id, str(task.id), finish, "done-1")
     assert done.status == "done" and done.lease is None and done.checkpoint == {"pages": 3}
     events = await count_records(node, "task_event")
     assert (await node.workflows.complete(bob.agent_id, "write-adr", FinishIn(), "done-1")).status == "done"

@@ -69,7 +69,7 @@ async def test_self_signed_task_life(client: TestClient, node: Node) -> None:
     now += 1
     wrong = task_event(carol.key, now + 1, "release", lease="0" * 64)
     status, problem = await submit(client, carol, "/tasks/signed-job/release", wrong)
-    assert status == 422 and problem["code"] == "wrong_lease"
+    assert (status, problem["code"], problem["field"]) == (409, "stale_lease", "$.record.lease")
     release = task_event(carol.key, now + 1, "release", lease=lease_id, checkpoint={"step": 2})
     status, problem = await submit(client, carol, "/tasks/signed-job/complete", release)
     assert status == 422 and problem["code"] == "wrong_event" and problem["field"] == "$.record.event"

@@ -1,0 +1,269 @@
+"""The lease fence over real nodes: a restored database refuses grants until every grant it may have lost ended.
+
+Restarts are real (a Node closed and opened again on the same folder); time moves on the fake clock.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from node import backup
+from node.app import create_app
+from node.service import Node
+from node.workflows.fence import FENCE_NAME, LONGEST_GRANT_MS, FenceFile, LeaseFence, read_fence, write_fence
+from node.workflows.service import Workflows
+from tests.conftest import FakeClock
+from tests.node.workflows.helpers import WF
+
+Serve = Callable[[], Awaitable[tuple[Node, TestClient]]]
+
+
+@pytest.fixture
+async def serve(
+    aiohttp_client: Callable[..., Awaitable[TestClient]], data_dir: tuple[Path, str], clock: FakeClock
+) -> AsyncIterator[Serve]:
+    """Start the node of `data_dir` (again): a new Node and server on the same folder, the last one closed first."""
+    running: list[tuple[Node, TestClient]] = []
+
+    async def start() -> tuple[Node, TestClient]:
+        if running:
+            old, old_client = running.pop()
+            await old_client.close()
+            if old.db.is_open:
+                old.close()
+        n = Node(data_dir[0], clock=clock)
+        n.open()
+        c = await aiohttp_client(create_app(n))
+        running.append((n, c))
+        return n, c
+
+    yield start
+    for n, _ in running:
+        if n.db.is_open:
+            n.close()
+
+
+async def _agent(n: Node, name: str) -> dict[str, str]:
+    created = await n.agents.create(name, name.title())
+    return {"Authorization": f"Bearer {created.api_key}"}
+
+
+async def _lease(c: TestClient, headers: dict[str, str], key: str, seconds: int = 60) -> tuple[int, dict, str | None]:
+    resp = await c.post(f"{WF}/tasks/{key}/lease", json={"seconds": seconds}, headers=headers)
+    return resp.status, await resp.json(), resp.headers.get("Retry-After")
+
+
+def _copy_db(src: Path, dest: Path) -> None:
+    backup.snapshot_db(src / "bbs.db", dest)
+
+
+def _put_back(old: Path, root: Path) -> None:
+    """An old database file copied back by hand while the node is stopped."""
+    for suffix in ("-wal", "-shm"):
+        (root / f"bbs.db{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(old, root / "bbs.db")
+
+
+async def test_a_grant_is_in_the_fence_before_it_is_acknowledged(serve: Serve, data_dir: tuple[Path, str]) -> None:
+    n, c = await serve()
+    a = await _agent(n, "a")
+    await declare_raw(c, a, "job")
+    status, task, _ = await _lease(c, a, "job", seconds=120)
+    assert status == 201
+    fence = read_fence(data_dir[0] / FENCE_NAME)
+    assert fence is not None and fence.node_id == n.node_id
+    expires = await n.db.read(
+        lambda conn: conn.execute("SELECT max(expires_ms) FROM task_events WHERE event = 'lease'").fetchone()[0]
+    )
+    assert fence.expires_ms == expires
+    assert task["lease"]["expires_at"]
+
+
+async def declare_raw(c: TestClient, headers: dict[str, str], key: str) -> None:
+    resp = await c.post(f"{WF}/tasks", json={"key": key}, headers=headers)
+    assert resp.status in (200, 201), await resp.text()
+
+
+async def test_old_database_copied_back_refuses_grants_until_the_fence_passes(
+    serve: Serve, data_dir: tuple[Path, str], tmp_path: Path, clock: FakeClock
+) -> None:
+    root = data_dir[0]
+    n, c = await serve()
+    a, b = await _agent(n, "a"), await _agent(n, "b")
+    await declare_raw(c, a, "job")
+    await declare_raw(c, a, "other")
+    _copy_db(root, tmp_path / "old.db")  # the backup: before the grant
+    assert (await _lease(c, a, "job", seconds=300))[0] == 201
+    clock.advance(10)
+    _, c = await serve()  # a restart alone changes nothing: the database holds the grant
+    assert (await _lease(c, a, "other", seconds=30))[0] == 201
+
+    n, c = await serve()
+    n.close()
+    _put_back(tmp_path / "old.db", root)
+    n, c = await serve()
+    status, problem, retry = await _lease(c, b, "job")
+    assert status == 503 and problem["code"] == "lease_authority_restored", problem
+    assert retry is not None and 280 <= int(retry) <= 291
+    # every task waits, not only the one whose grant was lost: the node cannot know which it lost
+    status, problem, _ = await _lease(c, b, "other")
+    assert status == 503 and problem["code"] == "lease_authority_restored"
+    clock.advance(291)
+    status, task, _ = await _lease(c, b, "job")
+    assert status == 201 and task["lease"]["holder"] != a
+
+
+async def test_the_wait_survives_a_restart_and_ends_at_the_fence(
+    serve: Serve, data_dir: tuple[Path, str], tmp_path: Path, clock: FakeClock
+) -> None:
+    root = data_dir[0]
+    n, c = await serve()
+    a = await _agent(n, "a")
+    await declare_raw(c, a, "job")
+    _copy_db(root, tmp_path / "old.db")
+    assert (await _lease(c, a, "job", seconds=100))[0] == 201
+    n.close()
+    _put_back(tmp_path / "old.db", root)
+    _, c = await serve()
+    assert (await _lease(c, a, "job"))[0] == 503
+    clock.advance(50)
+    _, c = await serve()  # counted from the grant's expiry, not from this start
+    status, _, retry = await _lease(c, a, "job")
+    assert status == 503 and retry is not None and int(retry) <= 51
+    clock.advance(51)
+    assert (await _lease(c, a, "job"))[0] == 201
+
+
+async def test_bbs_restore_keeps_the_fence_of_the_folder_it_replaces(
+    serve: Serve, data_dir: tuple[Path, str], tmp_path: Path, clock: FakeClock
+) -> None:
+    root = data_dir[0]
+    n, c = await serve()
+    a = await _agent(n, "a")
+    await declare_raw(c, a, "job")
+    backup.backup(root, tmp_path / "before.tar")
+    assert (await _lease(c, a, "job", seconds=120))[0] == 201
+    n.close()
+    result = backup.restore(tmp_path / "before.tar", root, force=True)
+    assert result.replaced is not None
+    _, c = await serve()
+    status, problem, retry = await _lease(c, a, "job")
+    assert status == 503 and problem["code"] == "lease_authority_restored"
+    assert retry is not None and int(retry) <= 121
+    fence = read_fence(root / FENCE_NAME)
+    assert fence is not None and fence.epoch == result.epoch  # rewritten for the restored store
+
+
+async def test_a_lost_fence_file_waits_the_longest_lease(
+    serve: Serve, data_dir: tuple[Path, str], clock: FakeClock
+) -> None:
+    root = data_dir[0]
+    n, c = await serve()
+    a = await _agent(n, "a")
+    await declare_raw(c, a, "job")
+    assert (await _lease(c, a, "job", seconds=30))[0] == 201
+    n.close()
+    (root / FENCE_NAME).unlink()  # e.g. the database alone copied into a new folder
+    _, c = await serve()
+    status, problem, retry = await _lease(c, a, "job")
+    assert status == 503 and problem["code"] == "lease_authority_restored"
+    assert retry is not None and int(retry) == LONGEST_GRANT_MS // 1000
+    clock.advance(LONGEST_GRANT_MS / 1000)
+    assert (await _lease(c, a, "job"))[0] == 201
+
+
+async def test_an_unreadable_fence_file_counts_as_lost(serve: Serve, data_dir: tuple[Path, str]) -> None:
+    root = data_dir[0]
+    n, c = await serve()
+    a = await _agent(n, "a")
+    await declare_raw(c, a, "job")
+    assert (await _lease(c, a, "job", seconds=30))[0] == 201
+    n.close()
+    (root / FENCE_NAME).write_text("{not json")
+    _, c = await serve()
+    assert (await _lease(c, a, "job"))[0] == 503
+
+
+async def test_a_new_node_and_an_upgraded_one_grant_at_once(serve: Serve, data_dir: tuple[Path, str]) -> None:
+    """No fence file and no fence in the database: a node from before the fence; its database is all there is."""
+    n, c = await serve()
+    a = await _agent(n, "a")
+    await declare_raw(c, a, "job")
+    assert (await _lease(c, a, "job", seconds=30))[0] == 201
+    await n.db.write(lambda conn: conn.execute("DELETE FROM node_meta WHERE key = 'lease_fence_id'"))
+    (data_dir[0] / FENCE_NAME).unlink()
+    _, c = await serve()
+    status, _, _ = await _lease(c, a, "job", seconds=60)
+    assert status == 200  # extended
+
+
+async def test_refusals_on_a_restored_node_are_not_grants(
+    serve: Serve, data_dir: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A forwarded task (homed elsewhere) is not this node's to fence; an unknown task is still 404."""
+    root = data_dir[0]
+    n, c = await serve()
+    a = await _agent(n, "a")
+    await declare_raw(c, a, "job")
+    _copy_db(root, tmp_path / "old.db")
+    assert (await _lease(c, a, "job", seconds=60))[0] == 201
+    n.close()
+    _put_back(tmp_path / "old.db", root)
+    _, c = await serve()
+    status, problem, _ = await _lease(c, a, "nothing-here")
+    assert status == 404 and problem["code"] == "task_not_found"
+
+
+def test_fence_file_round_trip_and_advance_only_grows(tmp_path: Path, node: Node) -> None:
+    path = tmp_path / FENCE_NAME
+    write_fence(path, FenceFile("did:key:z6Mkx", "f" * 32, "e" * 32, 5))
+    assert read_fence(path) == FenceFile("did:key:z6Mkx", "f" * 32, "e" * 32, 5)
+    assert json.loads(path.read_text())["expires_ms"] == 5
+    assert not path.with_name(path.name + ".tmp").exists()
+    fence = LeaseFence(tmp_path / "other.json", node.node_id)
+    assert not fence.loaded
+    fence.fence = FenceFile(node.node_id, "f" * 32, "", 100)
+    fence.advance(50)
+    assert read_fence(tmp_path / "other.json") is None  # nothing to record: an earlier expiry
+    fence.advance(200)
+    got = read_fence(tmp_path / "other.json")
+    assert got is not None and got.expires_ms == 200
+
+
+def test_workflows_knows_its_fence(node: Node, data_dir: tuple[Path, str]) -> None:
+    assert isinstance(node.workflows, Workflows)
+    assert node.workflows.fence.path == data_dir[0] / FENCE_NAME
+
+
+async def test_while_restored_no_completion_or_status_change_can_contradict_a_lost_grant(
+    serve: Serve, data_dir: tuple[Path, str], tmp_path: Path, clock: FakeClock
+) -> None:
+    root = data_dir[0]
+    n, c = await serve()
+    a, b = await _agent(n, "a"), await _agent(n, "b")
+    await declare_raw(c, a, "job")
+    _copy_db(root, tmp_path / "old.db")
+    assert (await _lease(c, a, "job", seconds=60))[0] == 201  # lost with the restore: a still holds it
+    n.close()
+    _put_back(tmp_path / "old.db", root)
+    _, c = await serve()
+    for path, body in (
+        ("/tasks/job/complete", {}),
+        ("/tasks", {"key": "job", "status": "cancelled"}),
+        ("/tasks", {"key": "job", "checkpoint": {"x": 1}}),
+    ):
+        resp = await c.post(f"{WF}{path}", json=body, headers=b)
+        problem = await resp.json()
+        assert resp.status == 503 and problem["code"] == "lease_authority_restored", problem
+        assert "Retry-After" in resp.headers
+    resp = await c.post(f"{WF}/tasks", json={"key": "job", "title": "Renamed"}, headers=b)
+    assert resp.status == 200  # a title is anyone's to change
+    clock.advance(61)
+    resp = await c.post(f"{WF}/tasks/job/complete", json={}, headers=b)
+    assert resp.status == 200 and (await resp.json())["status"] == "done"

@@ -1,0 +1,197 @@
+"""Leases across real `bbs serve` processes: a restored database, a second node that has not seen a grant, and a
+forwarded lease request replayed after a restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from identity import keys
+from node.datadir import initialise
+from sync.auth import sign_headers
+from tests.agent.conftest import free_port
+
+WF = "/v1/agent-workflows"
+
+
+@dataclass
+class Served:
+    """A `bbs serve` process on a data folder, restartable."""
+
+    data: Path
+    port: int = field(default_factory=free_port)
+    token: str = ""
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Served:
+        self.token = initialise(self.data) or self.token
+        env = {**os.environ, "BBS_LOG_LEVEL": "warning"}
+        args = [sys.executable, "-m", "node.cli", "serve", "--data", str(self.data), "--port", str(self.port)]
+        log = open(self.data.parent / f"{self.data.name}.log", "ab")  # noqa: SIM115 (the process keeps it)
+        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, (self.data.parent / f"{self.data.name}.log").read_text()
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise AssertionError("bbs serve did not come up")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+    def call(self, method: str, path: str, token: str | None = None, body: Any = None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token or self.token}"}
+        return httpx.request(method, self.url + path, json=body, headers=headers, timeout=30)
+
+    def agent(self, name: str) -> tuple[str, str]:
+        created = self.call("POST", "/v1/agents", body={"name": name}).json()
+        return created["agent_id"], created["api_key"]
+
+    @property
+    def node_id(self) -> str:
+        return str(self.call("GET", "/v1/node").json()["node_id"])
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[list[Served]]:
+    running: list[Served] = []
+    yield running
+    for node in running:
+        node.stop()
+
+
+def _copy(db: Path, dest: Path) -> None:
+    """A consistent copy of a (stopped) node's database, as an old backup file would be."""
+    src, out = sqlite3.connect(db), sqlite3.connect(dest)
+    try:
+        src.backup(out)
+    finally:
+        src.close()
+        out.close()
+
+
+def test_an_old_database_copied_back_grants_no_lease_until_the_fence_passes(
+    served: list[Served], tmp_path: Path
+) -> None:
+    a = Served(tmp_path / "a").start()
+    served.append(a)
+    _, boss = a.agent("boss")
+    _, worker = a.agent("worker")
+    for key in ("job", "other"):
+        assert a.call("POST", f"{WF}/tasks", boss, {"key": key}).status_code == 201
+    a.stop()
+    _copy(a.data / "bbs.db", tmp_path / "old.db")  # the backup, taken before the grant
+    a.start()
+    leased = a.call("POST", f"{WF}/tasks/job/lease", worker, {"seconds": 30})
+    assert leased.status_code == 201, leased.text
+    a.stop()
+    for name in ("bbs.db-wal", "bbs.db-shm"):
+        (a.data / name).unlink(missing_ok=True)
+    (tmp_path / "old.db").replace(a.data / "bbs.db")  # copied back by hand while the node is stopped
+    a.start()
+    for key in ("job", "other"):
+        refused = a.call("POST", f"{WF}/tasks/{key}/lease", boss, {"seconds": 30})
+        problem = refused.json()
+        assert refused.status_code == 503 and problem["code"] == "lease_authority_restored", problem
+        assert 1 <= int(refused.headers["Retry-After"]) <= 31
+    # the restored node still answers reads, and it has forgotten the grant, which is why it waits
+    assert a.call("GET", f"{WF}/tasks/job", boss).json()["lease"] is None
+
+
+def _pair(tmp_path: Path, served: list[Served]) -> tuple[Served, Served]:
+    a, b = Served(tmp_path / "a").start(), Served(tmp_path / "b").start()
+    served += [a, b]
+    for one, other in ((a, b), (b, a)):
+        resp = one.call("POST", "/v1/peers", body={"url": other.url, "node_id": other.node_id})
+        assert resp.status_code == 201, resp.text
+    return a, b
+
+
+def _until(check: Any, what: str) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_non_holders_completion_on_another_node_is_refused_by_the_home_node(
+    served: list[Served], tmp_path: Path
+) -> None:
+    a, b = _pair(tmp_path, served)
+    _, boss = a.agent("boss")
+    holder_id, holder = a.agent("holder")
+    _, intruder = b.agent("intruder")
+    assert a.call("POST", f"{WF}/tasks", boss, {"key": "index"}).status_code == 201
+    _until(lambda: b.call("GET", f"{WF}/tasks/index", intruder).status_code == 200, "b to see the task")
+    leased = a.call("POST", f"{WF}/tasks/index/lease", holder, {"seconds": 300}).json()
+    # whether or not b has pulled the grant yet, b does not decide: the home node refuses
+    for path, body in (
+        ("/tasks/index/complete", {}),
+        ("/tasks", {"key": "index", "status": "cancelled"}),
+    ):
+        refused = b.call("POST", WF + path, intruder, body)
+        assert refused.status_code == 409 and refused.json()["code"] == "lease_held", refused.text
+    task = a.call("GET", f"{WF}/tasks/index", boss).json()
+    assert task["status"] == "processing" and task["lease"]["holder"] == holder_id
+    done = a.call("POST", f"{WF}/tasks/index/complete", holder, {"lease": leased["lease"]["lease_id"]})
+    assert done.status_code == 200 and done.json()["status"] == "done"
+
+
+def test_a_replayed_forwarded_lease_request_is_refused_after_a_restart(served: list[Served], tmp_path: Path) -> None:
+    a, b = _pair(tmp_path, served)
+    _, boss = a.agent("boss")
+    worker, _ = b.agent("worker")
+    assert a.call("POST", f"{WF}/tasks", boss, {"key": "index"}).status_code == 201
+    conn = sqlite3.connect(f"file:{b.data / 'bbs.db'}?mode=ro", uri=True)
+    try:
+        document = conn.execute(
+            "SELECT r.body FROM agents g JOIN records r ON r.hash = g.doc_hash WHERE g.id = ?", (worker,)
+        ).fetchone()[0]
+    finally:
+        conn.close()
+    b_key = keys.load_key(b.data / "node.key")
+    url = a.url + f"{WF}/peer/lease"
+    body = json.dumps(
+        {
+            "task_key": "index",
+            "agent_id": worker,
+            "request_id": "captured-request-0001",
+            "seconds": 30,
+            "agent_document": json.loads(document),
+        }
+    ).encode()
+    captured = sign_headers(b_key, "POST", url, body) | {"Content-Type": "application/json"}
+    first = httpx.post(url, content=body, headers=captured, timeout=30)
+    assert first.status_code == 201, first.text
+    expires = first.json()["task"]["lease"]["expires_at"]
+    a.stop()
+    a.start()
+    replayed = httpx.post(url, content=body, headers=captured, timeout=30)  # the captured bytes, as they were
+    assert replayed.status_code in (401, 409), replayed.text  # the nonce (if remembered) or the request id
+    assert replayed.json()["code"] in ("request_replayed", "replayed_request"), replayed.text
+    fresh = sign_headers(b_key, "POST", url, body) | {"Content-Type": "application/json"}
+    again = httpx.post(url, content=body, headers=fresh, timeout=30)  # re-signed: only the request id is left
+    assert again.status_code == 409 and again.json()["code"] == "request_replayed", again.text
+    assert a.call("GET", f"{WF}/tasks/index", boss).json()["lease"]["expires_at"] == expires  # not extended
