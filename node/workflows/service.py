@@ -86,6 +86,28 @@ def _agent_document(document: dict[str, Any], agent_id: str) -> tuple[str, int]:
     return decoded.home_node, parse_ms(decoded.created_at)
 
 
+async def _named(db: Database, body: PostMessage) -> PostMessage:
+    """The message with its agents named by did (each may be given as a did or a local name)."""
+    if agent_refs.all_dids(ref for ref in (body.to_agent, body.from_agent) if ref is not None):
+        return body
+    to_agent, from_agent = await db.read(
+        lambda c: (
+            agent_refs.resolve_optional(c, body.to_agent, "$.to_agent"),
+            agent_refs.resolve_optional(c, body.from_agent, "$.from_agent"),
+        ),
+        quick=True,
+    )
+    return msgspec.structs.replace(body, to_agent=to_agent, from_agent=from_agent)
+
+
+async def resolve_agent(db: Database, agent_id: str, given: str | None) -> None:
+    """A lease's `agent` field, when given, must name the caller (its did or its local name)."""
+    if given is None or given == agent_id:
+        return
+    if await db.read(lambda c: agent_refs.resolve(c, given, "$.agent"), quick=True) != agent_id:
+        raise Forbidden("an agent can only lease tasks for itself", field="$.agent", code="lease_for_other")
+
+
 class Workflows:
     """Workflow operations on one node: the bus, tasks, leases and the graph (built once, by `Node`)."""
 
@@ -114,7 +136,7 @@ class Workflows:
         if isinstance(body, SignedSubmission):
             sealed = self.sealing.check_signed(body.record, "message", agent_id)
         else:
-            body = await self._named(body)
+            body = await _named(self.db, body)
             if body.from_agent is not None and body.from_agent != agent_id:
                 raise Forbidden("from_agent must be the authenticated agent", field="$.from_agent")
             signer = await self.sealing.signer(agent_id)
@@ -135,19 +157,6 @@ class Workflows:
             "message",
         )
         return await self.db.read(lambda c: bus.message_by_id(c, message_id), quick=True), created
-
-    async def _named(self, body: PostMessage) -> PostMessage:
-        """The message with its agents named by did (each may be given as a did or a local name)."""
-        if agent_refs.all_dids(ref for ref in (body.to_agent, body.from_agent) if ref is not None):
-            return body
-        to_agent, from_agent = await self.db.read(
-            lambda c: (
-                agent_refs.resolve_optional(c, body.to_agent, "$.to_agent"),
-                agent_refs.resolve_optional(c, body.from_agent, "$.from_agent"),
-            ),
-            quick=True,
-        )
-        return msgspec.structs.replace(body, to_agent=to_agent, from_agent=from_agent)
 
     async def messages(self, q: MessageQuery) -> MessagePage:
         """Read the bus: filtered by project, agent (either end, a did or a local name) or type."""
@@ -216,20 +225,13 @@ class Workflows:
 
     # ---- leases ---------------------------------------------------------------------------------------
 
-    async def resolve_agent(self, agent_id: str, given: str | None) -> None:
-        """A lease's `agent` field, when given, must name the caller (its did or its local name)."""
-        if given is None or given == agent_id:
-            return
-        if await self.db.read(lambda c: agent_refs.resolve(c, given, "$.agent"), quick=True) != agent_id:
-            raise Forbidden("an agent can only lease tasks for itself", field="$.agent", code="lease_for_other")
-
     async def lease(self, agent_id: str, ref: str, body: LeaseIn) -> tuple[TaskOut, bool]:
         """Grant or extend the caller's lease for `body.seconds`. Returns (task, newly granted).
 
         Only the task's home node decides; the check and the grant record share one write transaction.
         On another node the request is forwarded to the home node, or refused while it cannot be reached.
         """
-        await self.resolve_agent(agent_id, body.agent)
+        await resolve_agent(self.db, agent_id, body.agent)
         try:
             try:
                 key, granted, _ = await self.grant(agent_id, ref, body.seconds)
