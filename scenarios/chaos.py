@@ -221,13 +221,16 @@ async def build(w: World) -> None:
             link = Link(w.nodes[dst].port, tap=w.capture.tap((src, dst)))
             await link.start()
             w.links[(src, dst)] = link
-    for (src, dst), link in w.links.items():
-        await w.nodes[src].peer(w.session, w.nodes[dst], via=link.url)
-    for name, node in w.nodes.items():
-        w.writers[name] = await node.agent(w.session, f"writer-{name}")
-        w.workers[name] = await node.agent(w.session, f"worker-{name}")
-    if "equivocate" in w.opts.adversaries:
-        await register_equivocator(w)
+
+    async def peers_and_agents() -> None:
+        for (src, dst), link in w.links.items():
+            await w.nodes[src].peer(w.session, w.nodes[dst], via=link.url)
+        for name, node in w.nodes.items():
+            w.writers[name] = await node.agent(w.session, f"writer-{name}")
+            w.workers[name] = await node.agent(w.session, f"worker-{name}")
+
+    equivocator = register_equivocator(w) if "equivocate" in w.opts.adversaries else asyncio.sleep(0)
+    await asyncio.gather(peers_and_agents(), equivocator)  # the CLI work overlaps the API calls
 
 
 async def register_equivocator(w: World) -> None:
@@ -569,8 +572,8 @@ async def heal(w: World) -> None:
         if w.ledger.digest_after_heal_s is not None and w.ledger.records_after_heal_s is not None:
             break
         await asyncio.sleep(0.25)
-    digests, hashes_ = _secs(w.ledger.digest_after_heal_s), _secs(w.ledger.records_after_heal_s)
-    w.log(f"after the heal: digests agreed {digests}, record hashes (equivocated set aside) {hashes_}")
+    agreed, hashes_ = _secs(w.ledger.digest_after_heal_s), _secs(w.ledger.records_after_heal_s)
+    w.log(f"after the heal: digests agreed {agreed}, record hashes (equivocated set aside) {hashes_}")
 
 
 def _secs(seconds: float | None) -> str:
@@ -611,8 +614,11 @@ async def run(root: Path, opts: Options) -> Report:
         w = World(root, session, opts, w_rng)
         try:
             await build(w)
-            w.t0 = time.monotonic()
-            w.log(f"four nodes up, seed {opts.seed}, {opts.duration:.0f}s of chaos: {sorted(opts.adversaries)}")
+            built, w.t0 = time.monotonic() - w.t0, time.monotonic()
+            w.log(
+                f"four nodes up in {built:.1f}s; seed {opts.seed}, {opts.duration:.0f}s of chaos:"
+                f" {', '.join(sorted(opts.adversaries))}"
+            )
             work_rng = random.Random(opts.seed + 1)
             workload = [asyncio.create_task(writer(w, n)) for n in NAMES]
             workload += [asyncio.create_task(tasker(w, random.Random(work_rng.random()))) for _ in range(2)]

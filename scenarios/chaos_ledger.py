@@ -48,7 +48,7 @@ EXPECTED_TO_HOLD = frozenset(
 )
 WAITING_ON_ISSUE_23 = frozenset(INVARIANTS) - EXPECTED_TO_HOLD
 
-_5XX = re.compile(r"^bbs_http_requests_total\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)$")
+_5XX = re.compile(r"^bbs_http_requests_total\{(?P<labels>.*)\}\s+(?P<value>\S+)$")  # route labels hold braces
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
@@ -254,7 +254,8 @@ def evaluate(
     bad_metrics = {k: v for k, v in from_metrics.items() if not k.startswith("503")}
     n503 = sum(v for k, v in ledger.client_5xx.items() if k.startswith("503"))
     m503 = sum(v for k, v in from_metrics.items() if k.startswith("503"))
-    five = f"503s: {n503} answered to clients, {m503} in /metrics"
+    where = dict(Counter({k: v for k, v in ledger.client_5xx.items() if k.startswith("503")}).most_common(3))
+    five = f"503s: {n503} answered to clients (most: {where}), {m503} in /metrics"
     r["no_5xx_but_503"] = (
         Result(FAILED, f"clients {dict(bad_client)}, metrics {dict(bad_metrics)}; {five}")
         if bad_client or bad_metrics
