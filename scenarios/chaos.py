@@ -48,7 +48,7 @@ from identity import canonical, records
 from node.wire.api import PostEntry, unsigned_entry
 from node.workflows.forward import PEER_LEASE_PATH
 from scenarios.chaos_ledger import FAILED, Grant, Ledger, Result, evaluate, hashes, table
-from scenarios.fednet import Link, ServedNode, bbs
+from scenarios.fednet import Link, ScenarioFailed, ServedNode, bbs
 
 ADVERSARIES = ("kill", "partition", "restore", "equivocate", "replay")
 NAMES = ("a", "b", "c", "d")
@@ -161,9 +161,11 @@ class World:
             return 0, None
         if resp.status >= 300:
             code = data.get("code", "") if isinstance(data, dict) else ""
-            self.ledger.refused[f"{resp.status} {code}"] += 1
+            if method != "GET":  # GETs poll for what sync has not brought yet
+                self.ledger.refused[f"{resp.status} {code}"] += 1
             if resp.status >= 500:
-                self.ledger.client_5xx[f"{resp.status} {code} {method} {path.split('?')[0]}"] += 1
+                route = re.sub(r"/tasks/[^/?]+", "/tasks/{task_id}", path.split("?")[0])
+                self.ledger.client_5xx[f"{resp.status} {code} {method} {route}"] += 1
         return resp.status, data
 
     async def lease_of(self, name: str, task: str) -> tuple[Any, ...] | None:
@@ -466,10 +468,14 @@ async def back_up(w: World, plan: Restore) -> None:
 
 
 async def restore(w: World, plan: Restore) -> None:
-    """SIGKILL the node, note which of its post-backup writes no peer holds, restore it while isolated, and
-    let its own agent ask for the lease granted after the backup."""
+    """Isolate the node, SIGKILL it, note which of its post-backup writes no peer holds, restore it while still
+    isolated, and let its own agent ask it for the lease it granted after the backup."""
     r, key = plan.node, f"amnesia-{w.opts.seed}"
     async with w.busy[r]:
+        for other in neighbours(r):
+            w.cut(r, other)  # its last writes reach no peer: they are lost with the restore, and counted
+        w.log(f"restore: {r} isolated; its disk is lost in 1.5 s")
+        await asyncio.sleep(1.5)
         await w.kill(r)
         peers_hold: set[str] = set()
         for name in NAMES:
@@ -478,8 +484,6 @@ async def restore(w: World, plan: Restore) -> None:
         w.ledger.excused = {
             h for h, (node, at) in w.ledger.acked.items() if node == r and at >= plan.backed_up_at
         } - peers_hold
-        for other in neighbours(r):
-            w.cut(r, other)
         result = await asyncio.to_thread(
             bbs, "restore", "--data", str(w.nodes[r].data), "--from", str(plan.archive), "--force"
         )
@@ -639,7 +643,8 @@ async def run(root: Path, opts: Options) -> Report:
                 await link.close()
     results = evaluate(w.ledger, present, sorted(root.glob("*.log")), set(opts.adversaries))
     acted = ", ".join(f"{name} x{w.ledger.ran[name]}" for name in ADVERSARIES if name in opts.adversaries)
-    text = f"adversaries acted: {acted}\n" + table(results)
+    refused = ", ".join(f"{k.strip()} x{v}" for k, v in w.ledger.refused.most_common(6))
+    text = f"adversaries acted: {acted}\nrefused client requests (most): {refused or 'none'}\n" + table(results)
     return Report(results, w.ledger, text)
 
 
@@ -655,9 +660,17 @@ def main() -> int:
     opts = Options(seed=args.seed, duration=args.duration, adversaries=frozenset(ADVERSARIES) - set(args.without))
     with tempfile.TemporaryDirectory(prefix="bbs-chaos-") as tmp:
         root = Path(tmp)
-        report = asyncio.run(run(root, opts))
-        if args.keep:
-            shutil.copytree(root, args.keep)
+        try:
+            report = asyncio.run(run(root, opts))
+        except ScenarioFailed as exc:  # the federation could not even be run (a node did not start, ...)
+            print(f"chaos scenario: FAILED to run: {exc}", file=sys.stderr)
+            for log in sorted(root.glob("*.log")):
+                tail = log.read_text(errors="replace").splitlines()[-20:]
+                print(f"--- {log.name} (tail)\n" + "\n".join(tail), file=sys.stderr)
+            return 1
+        finally:
+            if args.keep:
+                shutil.copytree(root, args.keep)
     print(report.text)
     if report.failed:
         print(f"chaos scenario: FAILED ({', '.join(report.failed)})", file=sys.stderr)
