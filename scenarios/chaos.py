@@ -7,9 +7,9 @@ runs the adversaries:
 
 * kill       SIGKILL a node, restart it 1-3 s later (several times);
 * partition  cut one peer link, or isolate a node, for 3-8 s (several times);
-* restore    back a node up (`bbs backup`), let an agent on a neighbour lease a task homed there, SIGKILL the
-             node, restore the backup (`bbs restore --force`) while it is isolated, and let a second agent ask
-             the restored node for the same lease;
+* restore    back a node up (`bbs backup`), let an agent on a neighbour lease a task homed there, isolate the
+             node (its last writes reach no peer), SIGKILL it, restore the backup (`bbs restore --force`) while
+             it is still isolated, and let a second agent ask the restored node for the same lease;
 * equivocate one author signs one entry address as two versions (tags and confidence differ) and posts them
              to two nodes, and another address as a `local` and a `federation` version, to two nodes;
 * replay     capture a signed peer request (a forwarded lease) on its relay, replay it to its target, SIGKILL
