@@ -96,6 +96,11 @@ class Capture:
         self.at = 0.0
         self._buffers: dict[int, bytearray | None] = {}
 
+    def arm(self, link: tuple[str, str] | None) -> None:
+        """Capture on `link` from now on (None: stop); connection numbers may be reused, so start afresh."""
+        self.want = link
+        self._buffers.clear()
+
     def tap(self, link: tuple[str, str]) -> Callable[[int, bytes], None]:
         def feed(conn: int, data: bytes) -> None:
             if self.want != link or self.raw is not None or self._buffers.get(conn, b"") is None:
@@ -431,9 +436,9 @@ async def replay(w: World) -> None:
         key = f"replayed-{w.opts.seed}"
         await w.call(target, "POST", f"{WF}/tasks", {"key": key}, w.writers[target])
         await w.until(functools.partial(task_known, w, sender, key), 10)
-        w.capture.want = (sender, target)
+        w.capture.arm((sender, target))
         granted = await lease(w, sender, key, seconds=600, retry_s=15)
-        w.capture.want = None
+        w.capture.arm(None)
         if granted is None or w.capture.raw is None:
             w.log(f"replay: no forwarded lease captured on {sender} -> {target}")
             return
