@@ -245,7 +245,8 @@ def evaluate(
             ok, why = ledger.replays[name]
             r[name] = Result(HELD if ok else FAILED, why)
         else:
-            r[name] = Result(SKIPPED, "no replaying peer" if "replay" not in adversaries else "no request captured")
+            why = "no replaying peer" if "replay" not in adversaries else "not tested: no fresh captured request"
+            r[name] = Result(SKIPPED, why)
 
     from_metrics: Counter[str] = Counter()
     for counts in ledger.metrics_5xx.values():
