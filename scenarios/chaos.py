@@ -304,9 +304,12 @@ async def tasker(w: World, rng: random.Random) -> None:
             continue
         await asyncio.sleep(rng.uniform(0.3, 1.5))
         grant.ended = time.monotonic()  # from here on the holder is finishing: a later grant is no overlap
-        status, _ = await w.call(via, "POST", f"{WF}/tasks/{key}/complete", {}, w.workers[via])
+        body = {"lease": grant.lease_id}  # the fencing token: only the holder's live lease finishes the task
+        status, data = await w.call(via, "POST", f"{WF}/tasks/{key}/complete", body, w.workers[via])
         if status in (200, 201):
             w.ledger.completed += 1
+        elif 400 <= status < 500:
+            w.ledger.completions_refused.append(f"{key}: {status} {data.get('code') if isinstance(data, dict) else ''}")
 
 
 async def sampler(w: World) -> None:
