@@ -121,6 +121,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from node.errors import Conflict
     from node.limits import RateLimit
     from node.peer_routes import SyncSettings
+    from node.push import routes as push_routes
     from node.service import Node
 
     flags = {name: getattr(args, name, None) for name in configuration.FIELDS}
@@ -147,6 +148,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     node = Node(data)
     sync = SyncSettings(config.sync == "on", config.sync_wait_ms, config.reconcile_every_s)
     app = create_app(node, RateLimit(config.rate_limit_per_s, config.rate_limit_burst), sync)
+    push_routes.configure(app, config.push_allowlist, config.host, (config.port, config.mcp_port, config.metrics_port))
     mcp_line = _enable_remote_mcp(app, node, config.mcp_port, config.host, config.port)
     if config.metrics_port is not None:
         metrics.serve_separately(app, config.metrics_host, config.metrics_port)

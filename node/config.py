@@ -62,6 +62,9 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Long-poll time of the changes feed once a peer is caught up (milliseconds)."""
     reconcile_every_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 300.0
     """Seconds between reconciliations (negentropy) with each peer."""
+    push_allowlist: Annotated[str, msgspec.Meta(max_length=4096)] = ""
+    """Comma-separated URL prefixes push endpoints must start with (e.g. `http://10.0.0.,http://127.0.0.1:`);
+    empty: any http(s) URL but the node's own origins and its peers'."""
 
 
 FIELDS: tuple[str, ...] = Config.__struct_fields__
