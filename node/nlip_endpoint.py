@@ -146,12 +146,14 @@ async def nlip_message(request: web.Request) -> web.Response:
 
 def install(app: web.Application) -> None:
     """Add `POST /nlip` and `/nlip/` to an app being built, behind the REST bearer guard."""
-    for route in NLIP_ROUTES:
+    for route in nlip_routes():
         app.router.add_route(route.method, route.path, guard(route, agent_auth.authenticator(app[NODE])))
 
 
-# Kept out of /openapi.json (an NLIP endpoint, not a REST route: its errors are NLIP messages, not problem+json).
-NLIP_ROUTES: list[Route] = [
-    Route("POST", path, nlip_message, "NLIP: the six primitives as NLIP messages", "agent", tag="nlip")
-    for path in ("/nlip", "/nlip/")
-]
+def nlip_routes() -> list[Route]:
+    """The two routes, kept out of /openapi.json and of the features' REST tables (an NLIP endpoint, not a REST
+    route: its errors past authentication are NLIP messages, not problem+json)."""
+    return [
+        Route("POST", path, nlip_message, "NLIP: the six primitives as NLIP messages", "agent", tag="nlip")
+        for path in ("/nlip", "/nlip/")
+    ]
