@@ -25,7 +25,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from agent import default_mode_tools, workflow_tools
+from agent import default_mode_tools, push_tool, workflow_tools
 from agent.client import Client
 from agent.mcp_common import BBSServer, ClientProvider, ToolDef, client_of, convert, domain_errors, out, tool
 from node.wire.api import InboxQuery, LinkSpec, PostEntry, PostLink, ReadQuery, SearchQuery, SubscriptionIn
@@ -222,6 +222,7 @@ TOOLS: list[ToolDef] = [
     ack,
     *workflow_tools.TOOLS,
     *default_mode_tools.TOOLS,
+    *push_tool.TOOLS,
 ]
 
 

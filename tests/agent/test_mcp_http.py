@@ -18,7 +18,7 @@ from agent.client import Client
 from agent.mcp_common import lean
 from node.wire.api import SearchQuery
 from tests.agent.conftest import ServedNode
-from tests.agent.tool_names import CORE_TOOLS, DEFAULT_MODE_TOOLS, WORKFLOW_TOOLS
+from tests.agent.tool_names import CORE_TOOLS, DEFAULT_MODE_TOOLS, PUSH_TOOLS, WORKFLOW_TOOLS
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ async def test_every_tool_over_streamable_http(served_node: ServedNode) -> None:
         remote_session(served_node, alice["api_key"]) as session,
     ):
         listed = await session.list_tools()
-        assert {t.name for t in listed.tools} == CORE_TOOLS | WORKFLOW_TOOLS | DEFAULT_MODE_TOOLS
+        assert {t.name for t in listed.tools} == CORE_TOOLS | WORKFLOW_TOOLS | DEFAULT_MODE_TOOLS | PUSH_TOOLS
         assert ok(await session.call_tool("subscribe", {"tags": ["net"]}))["agent_id"] == alice["agent_id"]
         first = ok(await session.call_tool("post", {"content": "Packet loss on the uplink", "tags": ["net"]}))
         assert first["author_id"] == alice["agent_id"]  # the token decides who posts

@@ -17,7 +17,7 @@ from agent.client import Client
 from agent.mcp_common import lean
 from node.wire.api import InboxResult, ReadQuery, SearchQuery
 from tests.agent.conftest import BBS, ServedNode
-from tests.agent.tool_names import CORE_TOOLS, DEFAULT_MODE_TOOLS, WORKFLOW_TOOLS
+from tests.agent.tool_names import CORE_TOOLS, DEFAULT_MODE_TOOLS, PUSH_TOOLS, WORKFLOW_TOOLS
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ async def test_tools_list_is_lean_and_complete(served_node: ServedNode, tmp_path
     async with mcp_session(served_node, alice["api_key"], tmp_path / "err.log") as session:
         listed = await session.list_tools()
     names = {t.name for t in listed.tools}
-    assert names == CORE_TOOLS | WORKFLOW_TOOLS | DEFAULT_MODE_TOOLS
+    assert names == CORE_TOOLS | WORKFLOW_TOOLS | DEFAULT_MODE_TOOLS | PUSH_TOOLS
     for t in listed.tools:
         assert t.description and t.input_schema["type"] == "object"
     size = len(json.dumps([t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed.tools]))

@@ -11,3 +11,4 @@ WORKFLOW_TOOLS = {
     "task_graph",
 }
 DEFAULT_MODE_TOOLS = {"reflect", "critic", "promote", "consolidate"}
+PUSH_TOOLS = {"push"}
