@@ -37,7 +37,8 @@ def _line(e: PushEndpointOut) -> str:
     tiers = ",".join(map(str, e.tiers))
     return (
         f"{e.id}\t{e.url}\ttiers={tiers}\treasons={reasons}\tbreaker={s.breaker}"
-        f"\tsent={s.messages_sent}\tfailed={s.messages_failed}" + (f"\tlast_error={s.last_error}" if s.last_error else "")
+        f"\tsent={s.messages_sent}\tfailed={s.messages_failed}"
+        + (f"\tlast_error={s.last_error}" if s.last_error else "")
     )
 
 
@@ -51,8 +52,9 @@ async def _run(args: argparse.Namespace) -> tuple[Any, str]:
                 return listed, "\n".join(_line(e) for e in listed.endpoints) or "no push endpoints"
             if args.push_command == "add":
                 try:
-                    body = msgspec.convert({"url": args.url, "tiers": args.tier or [1], "reasons": args.reason or []},
-                                           PushEndpointIn)  # fmt: skip
+                    body = msgspec.convert(
+                        {"url": args.url, "tiers": args.tier or [1], "reasons": args.reason or []}, PushEndpointIn
+                    )
                 except msgspec.ValidationError as exc:
                     raise CommandError(f"not a push endpoint: {exc}") from None
                 made = await client.call("POST", "/v1/push/endpoints", PushEndpointOut, json=body)

@@ -120,7 +120,9 @@ class PushSettings(msgspec.Struct, forbid_unknown_fields=True):
     listen_host: str = "127.0.0.1"
     listen_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0  # 0: any free port
     url: str | None = None  # the URL the node calls; default http://listen_host:port/push
-    tiers: Annotated[list[Literal[1, 2]], msgspec.Meta(min_length=1, max_length=2)] = msgspec.field(default_factory=lambda: [1])
+    tiers: Annotated[list[Literal[1, 2]], msgspec.Meta(min_length=1, max_length=2)] = msgspec.field(
+        default_factory=lambda: [1]
+    )
 
 
 class AgentConfig(msgspec.Struct, forbid_unknown_fields=True):

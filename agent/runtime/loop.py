@@ -8,7 +8,6 @@ so tests and scenarios drive ticks deterministically.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time

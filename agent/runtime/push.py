@@ -72,8 +72,9 @@ class PushReceiver:
         except (PushAuthError, nlip.NlipError) as exc:
             self.refused += 1
             status = 401 if isinstance(exc, PushAuthError) else 400
-            return web.Response(status=status, body=nlip.encode(nlip.error_message(exc.code, str(exc))),
-                                content_type="application/json")  # fmt: skip
+            return web.Response(
+                status=status, body=nlip.encode(nlip.error_message(exc.code, str(exc))), content_type="application/json"
+            )
         self.received += 1
         if payload.notifications or payload.more:
             self.wake.set()

@@ -22,15 +22,27 @@ async def send(client: TestClient, who: AgentCreds, message: Any, path: str = "/
     return resp.status, await resp.json()
 
 
-async def test_the_primitives_through_nlip(client: TestClient, make_agent: Callable[[str], Awaitable[AgentCreds]]) -> None:
+async def test_the_primitives_through_nlip(
+    client: TestClient, make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
     alice, bob = await make_agent("alice"), await make_agent("bob")
-    status, posted = await send(client, alice, call("post", entry_type="finding", performative="request",
-                                                    content="cache hit rate fell", directed_to=[bob.agent_id]))  # fmt: skip
+    status, posted = await send(
+        client,
+        alice,
+        call(
+            "post",
+            entry_type="finding",
+            performative="request",
+            content="cache hit rate fell",
+            directed_to=[bob.agent_id],
+        ),
+    )
     assert status == 200 and posted["format"] == "structured" and posted["label"] == "post"
     entry_id = posted["content"]["id"]
     status, other = await send(client, alice, call("post", entry_type="finding", performative="inform", content="x"))
-    status, linked = await send(client, alice, call("link", source=str(other["content"]["id"]), target=str(entry_id),
-                                                     link_type="supports"))  # fmt: skip
+    status, linked = await send(
+        client, alice, call("link", source=str(other["content"]["id"]), target=str(entry_id), link_type="supports")
+    )
     assert status == 200 and linked["content"]["link_type"] == "supports"
     status, read = await send(client, bob, call("read", ids=[str(entry_id)]), "/nlip/")
     assert status == 200 and read["content"]["entries"][0]["content"] == "cache hit rate fell"
@@ -52,20 +64,38 @@ async def test_the_primitives_through_nlip(client: TestClient, make_agent: Calla
         ({"format": "text", "subformat": "english"}, 422, "invalid_nlip_message", "$.content"),
         ({"format": "smoke", "subformat": "x", "content": "a"}, 422, "invalid_nlip_format", "$.format"),
         ({"format": "text", "subformat": "english", "content": "  "}, 422, "empty_text", "$.content"),
-        ({"format": "binary", "subformat": "image/png", "content": "AA=="}, 422, "unsupported_nlip_message", "$.format"),
+        (
+            {"format": "binary", "subformat": "image/png", "content": "AA=="},
+            422,
+            "unsupported_nlip_message",
+            "$.format",
+        ),
         (call("drop_tables"), 422, "unknown_op", "$.content.op"),
-        ({"format": "structured", "subformat": "JSON", "content": {"op": "post", "x": 1}}, 422, "invalid_nlip_call",
-         "$.content"),
+        (
+            {"format": "structured", "subformat": "JSON", "content": {"op": "post", "x": 1}},
+            422,
+            "invalid_nlip_call",
+            "$.content",
+        ),
         (call("post", entry_type="finding", performative="inform"), 422, "validation_error", "$.content.args.content"),
-        (call("post", entry_type="finding", performative="inform", content="x", extra=1), 422, "validation_error",
-         "$.content.args.extra"),
+        (
+            call("post", entry_type="finding", performative="inform", content="x", extra=1),
+            422,
+            "validation_error",
+            "$.content.args.extra",
+        ),
         (call("read"), 422, "validation_error", "$.content.args.ids"),
     ],
-)  # fmt: skip
+)
 async def test_bad_messages_get_nlip_errors_and_store_nothing(
-    client: TestClient, node: Node, make_agent: Callable[[str], Awaitable[AgentCreds]], message: Any, status: int,
-    code: str, field: str,
-) -> None:  # fmt: skip
+    client: TestClient,
+    node: Node,
+    make_agent: Callable[[str], Awaitable[AgentCreds]],
+    message: Any,
+    status: int,
+    code: str,
+    field: str,
+) -> None:
     alice = await make_agent("alice")
     got_status, answer = await send(client, alice, message)
     assert got_status == status, answer

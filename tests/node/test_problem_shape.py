@@ -382,7 +382,7 @@ async def test_every_route_answers_a_4xx_in_the_one_shape(world: World) -> None:
 
 def outside_routes() -> list[Route]:
     """The app's routes kept out of /openapi.json, besides the document itself: Prometheus's scrape, the dashboard,
-    and POST /nlip (an NLIP endpoint: its errors past authentication are NLIP messages, tests/node/test_nlip_endpoint.py)."""
+    and POST /nlip (NLIP, not REST: its errors past authentication are NLIP messages, test_nlip_endpoint.py)."""
     return [METRICS_ROUTE, *dashboard_routes(), *nlip_routes()]
 
 

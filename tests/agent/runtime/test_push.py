@@ -28,9 +28,10 @@ async def wait_set(event: asyncio.Event, tries: int = 200) -> bool:
 async def test_a_request_wakes_the_runtime_and_stays_in_the_inbox(served_node: ServedNode) -> None:
     alice, bob = served_node.create_agent("alice"), served_node.create_agent("bob")
     wake = asyncio.Event()
-    async with Client(served_node.url, api_key=bob["api_key"]) as bob_client, Client(
-        served_node.url, api_key=alice["api_key"]
-    ) as alice_client:
+    async with (
+        Client(served_node.url, api_key=bob["api_key"]) as bob_client,
+        Client(served_node.url, api_key=alice["api_key"]) as alice_client,
+    ):
         receiver = PushReceiver(bob_client, PushSettings(delivery="push"), wake)
         url = await receiver.start()
         try:

@@ -35,7 +35,7 @@ def plain_app(node_id: str) -> web.Application:
         body = await request.read()
         try:
             verifier.verify(request.method, str(request.url), request.headers, body)
-            payload = nlip.push_payload(body)
+            nlip.push_payload(body)
         except PushAuthError as exc:
             return web.json_response({"error": exc.code}, status=401)
         except nlip.NlipError as exc:

@@ -15,7 +15,9 @@ from node.wire.push import PushEndpointIn
 
 async def test_scan_reads_new_pending_notifications_and_counts_the_overflow(node: Node, make_agent) -> None:  # type: ignore[no-untyped-def]
     alice, bob = await make_agent("alice"), await make_agent("bob")
-    entries = [PostEntry("question", "request", f"q{i}", directed_to=[bob.agent_id]) for i in range(dispatch.SCAN_LIMIT + 5)]
+    entries = [
+        PostEntry("question", "request", f"q{i}", directed_to=[bob.agent_id]) for i in range(dispatch.SCAN_LIMIT + 5)
+    ]
     await node.entries.post_batch(alice.agent_id, entries[:100])
     for start in range(100, len(entries), 100):
         await node.entries.post_batch(alice.agent_id, entries[start : start + 100])

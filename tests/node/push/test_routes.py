@@ -28,9 +28,14 @@ from tests.node.api_helpers import post
 from tests.node.push.conftest import receiver
 
 FAST = PushSettings(
-    coalesce_s=0.05, timeout_s=0.5, retries=1, backoff_s=0.01, backoff_cap_s=0.02, breaker_threshold=3,
+    coalesce_s=0.05,
+    timeout_s=0.5,
+    retries=1,
+    backoff_s=0.01,
+    backoff_cap_s=0.02,
+    breaker_threshold=3,
     breaker_cooldown_s=60,
-)  # fmt: skip
+)
 Maker = Callable[[str], Awaitable[AgentCreds]]
 
 
@@ -153,8 +158,10 @@ async def test_many_notifications_at_once_are_coalesced(app_client: TestClient, 
     alice, bob = await make_agent("alice"), await make_agent("bob")
     async with receiver(node.node_id) as rx:
         await register(app_client, bob, rx.url + "/bob", tiers=[1, 2])
-        items = [{"entry_type": "finding", "performative": "request", "content": f"n{i}", "directed_to": [bob.agent_id]}
-                 for i in range(100)]  # fmt: skip
+        items = [
+            {"entry_type": "finding", "performative": "request", "content": f"n{i}", "directed_to": [bob.agent_id]}
+            for i in range(100)
+        ]
         for start in range(0, 300, 100):
             batch = [{**item, "content": f"{item['content']}-{start}"} for item in items]
             resp = await app_client.post("/v1/entries/batch", json={"entries": batch}, headers=alice.headers)

@@ -9,8 +9,15 @@ from node.push.endpoints import Endpoint
 from node.push.sender import PushFailed, PushSettings, Sender
 from node.wire.api import Envelope
 
-SETTINGS = PushSettings(coalesce_s=0.01, retries=2, backoff_s=0.001, backoff_cap_s=0.002, breaker_threshold=3,
-                        breaker_cooldown_s=0.05, max_per_message=3)  # fmt: skip
+SETTINGS = PushSettings(
+    coalesce_s=0.01,
+    retries=2,
+    backoff_s=0.001,
+    backoff_cap_s=0.002,
+    breaker_threshold=3,
+    breaker_cooldown_s=0.05,
+    max_per_message=3,
+)
 ENDPOINT = Endpoint(1, "did:key:a", "http://h:1/", frozenset({1}), frozenset(), 0)
 
 

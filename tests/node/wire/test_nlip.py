@@ -8,8 +8,22 @@ from node.wire import nlip
 from node.wire.api import Envelope
 from node.wire.push import PushPayload
 
-ENV = Envelope(1, 2, "h" * 64, "did:key:z", "2026-01-01T00:00:00Z", "question", "request", ["t"], 0.5, True, [], 1,
-               "directed_request", 1)  # fmt: skip
+ENV = Envelope(
+    1,
+    2,
+    "h" * 64,
+    "did:key:z",
+    "2026-01-01T00:00:00Z",
+    "question",
+    "request",
+    ["t"],
+    0.5,
+    True,
+    [],
+    1,
+    "directed_request",
+    1,
+)
 
 
 @pytest.mark.parametrize(
@@ -19,8 +33,11 @@ ENV = Envelope(1, 2, "h" * 64, "did:key:z", "2026-01-01T00:00:00Z", "question", 
         ({"format": "text", "subformat": "english"}, "invalid_nlip_message", "$.content"),
         ({"format": "bogus", "subformat": "x", "content": "a"}, "invalid_nlip_format", "$.format"),
         ({"format": "text", "subformat": "english", "content": "a", "extra": 1}, "invalid_nlip_message", "$.extra"),
-        ({"format": "text", "subformat": "e", "content": "a", "submessages": [{"format": "text"}] * 40},
-         "invalid_nlip_message", "$.submessages[0]"),
+        (
+            {"format": "text", "subformat": "e", "content": "a", "submessages": [{"format": "text"}] * 40},
+            "invalid_nlip_message",
+            "$.submessages[0]",
+        ),
     ],
 )
 def test_parse_refuses_bad_messages(value: object, code: str, field: str) -> None:
@@ -32,7 +49,10 @@ def test_parse_refuses_bad_messages(value: object, code: str, field: str) -> Non
 def test_an_error_message_carries_code_text_and_field() -> None:
     msg = nlip.error_message("unknown_op", "no such op", "$.content.op")
     assert (msg.format, msg.subformat, msg.content) == ("error", "code", "unknown_op")
-    assert [(s.subformat, s.content) for s in msg.submessages or []] == [("text", "no such op"), ("field", "$.content.op")]
+    assert [(s.subformat, s.content) for s in msg.submessages or []] == [
+        ("text", "no such op"),
+        ("field", "$.content.op"),
+    ]
 
 
 def test_a_push_round_trips_and_carries_a_summary() -> None:

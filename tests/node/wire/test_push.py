@@ -15,9 +15,13 @@ def test_defaults_push_tier_one_for_every_reason() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [{"url": "mailto:x@y.z"}, {"url": "http://" + "a" * 3000}, {"url": "http://a:1/", "tiers": []},
-     {"url": "http://a:1/", "reasons": ["x"]}],
-)  # fmt: skip
+    [
+        {"url": "mailto:x@y.z"},
+        {"url": "http://" + "a" * 3000},
+        {"url": "http://a:1/", "tiers": []},
+        {"url": "http://a:1/", "reasons": ["x"]},
+    ],
+)
 def test_bad_values_are_refused(value: dict[str, object]) -> None:
     with pytest.raises(msgspec.ValidationError):
         msgspec.convert(value, PushEndpointIn)
