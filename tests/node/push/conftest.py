@@ -1,4 +1,4 @@
-"""A receiving agent as a real process (tests/node/push/receiver.py)."""
+"""A receiving agent as a real process (scenarios.bench.push_receiver.py)."""
 
 from __future__ import annotations
 
@@ -45,10 +45,10 @@ class Receiver:
 
 @asynccontextmanager
 async def receiver(node_id: str, *extra: str) -> AsyncIterator[Receiver]:
-    """Start tests/node/push/receiver.py; stop it afterwards."""
+    """Start scenarios.bench.push_receiver.py; stop it afterwards."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.node.push.receiver", "--node-id", node_id, *extra],
+        [sys.executable, "-m", "scenarios.bench.push_receiver", "--node-id", node_id, *extra],
         stdout=subprocess.PIPE,
         text=True,
         env=env,

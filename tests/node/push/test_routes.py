@@ -1,4 +1,4 @@
-"""Push endpoints over REST, and pushes to a receiving agent in a real process (tests/node/push/receiver.py).
+"""Push endpoints over REST, and pushes to a receiving agent in a real process (scenarios.bench.push_receiver.py).
 
 Failure cases (endpoint down, slow, 500s, a receiver expecting another node's signature) lose nothing: the
 inbox still holds every notification, whatever the pushes did.

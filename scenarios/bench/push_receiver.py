@@ -1,11 +1,12 @@
-"""A receiving agent in its own process for the push tests and the push bench: a plain aiohttp app that parses
-each push with nlip-sdk (node.wire.nlip) and checks its signature, or the nlip-server reference app (FastAPI,
+"""A receiving agent in its own process for the push tests (tests/node/push) and the push bench: a plain aiohttp
+app that parses each push with nlip-sdk (node.wire.nlip) and checks its signature, or the nlip-server reference app (FastAPI,
 served by uvicorn) with `--nlip-server`.
 
-    python -m tests.node.push.receiver --node-id DID [--status 500] [--delay 2] [--paths 100] [--nlip-server]
+    python -m scenarios.bench.push_receiver --node-id DID [--status 500] [--delay 2] [--nlip-server]
 
 Prints `PORT <n>` once listening. GET /received answers every push received so far as JSON
-(`[{"path", "at", "payload"}]`, `at` a time.time() stamp); POST /behave {"status": s, "delay": d} changes how it
+(`[{"path", "at", "payload"}]`, `at` a time.time() stamp), GET /stats how many messages and notifications
+(listed or counted) arrived; POST /behave {"status": s, "delay": d} changes how it
 answers from then on.
 """
 
@@ -53,12 +54,18 @@ def plain_app(node_id: str) -> web.Application:
     async def received(request: web.Request) -> web.Response:
         return web.json_response(RECEIVED)
 
+    async def stats(request: web.Request) -> web.Response:
+        pushes = [r["payload"] for r in RECEIVED if "notifications" in r["payload"]]
+        notes = sum(len(p["notifications"]) + p.get("more", 0) for p in pushes)
+        return web.json_response({"messages": len(pushes), "notifications": notes})
+
     async def behave(request: web.Request) -> web.Response:
         BEHAVIOUR.update(await request.json())
         return web.json_response(BEHAVIOUR)
 
     app = web.Application()
     app.router.add_get("/received", received)
+    app.router.add_get("/stats", stats)
     app.router.add_post("/behave", behave)
     app.router.add_post("/{tail:.*}", receive)
     return app
