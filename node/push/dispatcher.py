@@ -32,16 +32,20 @@ from node.wire.push import TEST_LABEL, PushPayload, PushTestOut
 from node.wire.push_auth import sign_push
 
 log = logging.getLogger("bbs.push")
-SCAN_LIMIT = 500  # envelopes read per scan; beyond, notifications are only counted (`more`)
+SCAN_LIMIT = 200  # envelopes read per scan; beyond, notifications are only counted (`more`)
+# Between scans that found more than SCAN_LIMIT (a flood: a catch-up sync, a bulk ingest), at least this long, so
+# reading envelopes does not compete with the writes that make them (tier-1 latency stays well under a second).
+FLOOD_SCAN_S = 0.25
 
 _NEW_SQL = (
     "SELECT n.agent_id, " + notify.ENVELOPE_COLUMNS + " FROM notifications n JOIN entries e ON e.id = n.entry_id"
-    " WHERE n.id > :after AND n.id <= :upto AND n.agent_id IN (SELECT value FROM json_each(:agents))"
-    " AND n.status = 'pending' ORDER BY n.id LIMIT :limit"
+    " WHERE n.id > :after AND n.id <= :upto AND +n.agent_id IN (SELECT value FROM json_each(:agents))"
+    " AND +n.status = 'pending' ORDER BY n.id LIMIT :limit"
 )
 _REST_SQL = (
     "SELECT agent_id, tier, reason, count(*) FROM notifications"
-    " WHERE id > :after AND id <= :upto AND agent_id IN (SELECT value FROM json_each(:agents)) AND status = 'pending'"
+    " WHERE id > :after AND id <= :upto AND +agent_id IN (SELECT value FROM json_each(:agents))"
+    " AND +status = 'pending'"
     " GROUP BY agent_id, tier, reason"
 )
 
@@ -117,12 +121,14 @@ class Dispatcher:
             await self._wake.wait()
             self._wake.clear()
             self._poked.clear()
+            flooded = False
             try:
-                await self.scan_once()
+                flooded = await self.scan_once()
             except Exception:
                 if self.db.is_open:
                     log.exception("push scan failed")
-            await asyncio.sleep(self.settings.coalesce_s / 2)
+            # at most one scan per window, however busy the writer; fewer in a flood
+            await asyncio.sleep(max(FLOOD_SCAN_S, self.settings.coalesce_s) if flooded else self.settings.coalesce_s)
 
     def _after_commit(self) -> None:
         # On the writer thread: one wake-up until the loop has scanned, however many commits meanwhile.
@@ -131,13 +137,14 @@ class Dispatcher:
             with contextlib.suppress(RuntimeError):  # the loop has closed
                 self._loop.call_soon_threadsafe(self._wake.set)
 
-    async def scan_once(self) -> None:
-        """Hand the notifications new since the cursor to the senders of their agents' endpoints."""
+    async def scan_once(self) -> bool:
+        """Hand the notifications new since the cursor to the senders of their agents' endpoints; whether there
+        were more than SCAN_LIMIT (the rest only counted)."""
         by_agent: dict[str, list[Sender]] = defaultdict(list)
         for sender in self.senders.values():
             by_agent[sender.endpoint.agent_id].append(sender)
         if not by_agent:
-            return
+            return False
         after = self.cursor
         upto, new, rest = await self.db.read(lambda c: scan(c, after, sorted(by_agent)))
         self.cursor = max(self.cursor, upto)
@@ -153,6 +160,7 @@ class Dispatcher:
                     more[sender.endpoint.id] += count
         for endpoint_id in set(queued) | set(more):
             self.senders[endpoint_id].offer(queued.get(endpoint_id, []), more.get(endpoint_id, 0))
+        return bool(rest)
 
     # ---- sending ----------------------------------------------------------------------------------------------
 
