@@ -43,3 +43,16 @@ def test_bad_pushes_are_refused(what: str) -> None:
         url = "http://127.0.0.1:9001/push"
     with pytest.raises(PushAuthError):
         PushVerifier(expected).verify("POST", url, headers, body)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:9000/push", "https://Agent.Example/p/a?x=1&y=2", "http://h:80/", "https://h:8443", "http://[::1]:9/p"],
+)
+def test_the_signer_matches_the_library_to_the_byte(url: str) -> None:
+    """sign_push builds the signature base itself (speed); http-message-signatures' signer is the oracle."""
+    from node.wire.push_auth import library_sign
+
+    key = keys.SigningKey.generate()
+    ours = sign_push(key, url, b'{"x":1}', now=1_700_000_000, nonce="n" * 22)
+    assert ours == library_sign(key, url, b'{"x":1}', 1_700_000_000, "n" * 22)
