@@ -1,8 +1,8 @@
 """One endpoint's pushes: coalescing, retries with capped exponential backoff, and a circuit breaker.
 
 The first notifications after a quiet spell go out at once; what arrives while a message is in flight, being
-retried, or within `coalesce_s` after it, goes out together in the next message (at most `max_per_message`
-envelopes; the rest are counted in `more`). A message that fails every retry is dropped: a push is a hint, the
+retried, or within `coalesce_s` after it (`flood_coalesce_s` after a full message), goes out together in the next
+message (at most `max_per_message` envelopes; the rest are counted in `more`). A message that fails every retry is dropped: a push is a hint, the
 inbox keeps the notifications. After `breaker_threshold` failed attempts in a row the breaker opens: nothing is
 sent for `breaker_cooldown_s` (doubling up to `breaker_max_cooldown_s` while trials fail), then one trial message
 (half open) closes it again on success.
@@ -30,6 +30,7 @@ class PushSettings:
     own: tuple[Origin, ...] = ()  # the node's listening origins (refused as endpoints)
     max_concurrency: int = 16  # requests in flight at once, all endpoints together
     coalesce_s: float = 0.05  # at least this long between two messages to one endpoint
+    flood_coalesce_s: float = 0.25  # ... and this long after a full message (a flood: fewer, fuller messages)
     timeout_s: float = 5.0  # per request
     retries: int = 3  # attempts after the first, per message
     backoff_s: float = 0.25  # first retry delay; doubles per retry
@@ -93,7 +94,9 @@ class Sender:
                 batch, more = self.pending, self.more
                 self.pending, self.more = [], 0
                 await self._deliver(batch, more)
-                await asyncio.sleep(self.settings.coalesce_s)  # what arrives meanwhile goes out together
+                full = more > 0 or len(batch) >= self.settings.max_per_message
+                # what arrives meanwhile goes out together
+                await asyncio.sleep(self.settings.flood_coalesce_s if full else self.settings.coalesce_s)
         finally:
             self._task = None
 

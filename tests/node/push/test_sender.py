@@ -11,6 +11,7 @@ from node.wire.api import Envelope
 
 SETTINGS = PushSettings(
     coalesce_s=0.01,
+    flood_coalesce_s=0.01,
     retries=2,
     backoff_s=0.001,
     backoff_cap_s=0.002,

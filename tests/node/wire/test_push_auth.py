@@ -47,7 +47,13 @@ def test_bad_pushes_are_refused(what: str) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["http://127.0.0.1:9000/push", "https://Agent.Example/p/a?x=1&y=2", "http://h:80/", "https://h:8443", "http://[::1]:9/p"],
+    [
+        "http://127.0.0.1:9000/push",
+        "https://Agent.Example/p/a?x=1&y=2",
+        "http://h:80/",
+        "https://h:8443",
+        "http://[::1]:9/p",
+    ],
 )
 def test_the_signer_matches_the_library_to_the_byte(url: str) -> None:
     """sign_push builds the signature base itself (speed); http-message-signatures' signer is the oracle."""
