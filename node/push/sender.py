@@ -3,9 +3,9 @@
 The first notifications after a quiet spell go out at once; what arrives while a message is in flight, being
 retried, or within `coalesce_s` after it (`flood_coalesce_s` after a full message), goes out together in the next
 message (at most `max_per_message` envelopes; the rest are counted in `more`). A message that fails every retry is
-dropped: a push is a hint, the inbox keeps the notifications. After `breaker_threshold` failed attempts in a row the breaker opens: nothing is
-sent for `breaker_cooldown_s` (doubling up to `breaker_max_cooldown_s` while trials fail), then one trial message
-(half open) closes it again on success.
+dropped: a push is a hint, the inbox keeps the notifications. After `breaker_threshold` failed attempts in a row
+the breaker opens: nothing is sent for `breaker_cooldown_s` (doubling up to `breaker_max_cooldown_s` while trials
+fail), then one trial message (half open) closes it again on success.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A receiving agent in its own process for the push tests (tests/node/push) and the push bench: a plain aiohttp
-app that parses each push with nlip-sdk (node.wire.nlip) and checks its signature, or the nlip-server reference app (FastAPI,
-served by uvicorn) with `--nlip-server`.
+app that parses each push with nlip-sdk (node.wire.nlip) and checks its signature, or the nlip-server reference
+app (FastAPI, served by uvicorn) with `--nlip-server`.
 
     python -m scenarios.bench.push_receiver --node-id DID [--status 500] [--delay 2] [--nlip-server]
 
