@@ -5,28 +5,23 @@ Listed in `TOOLS`, which `agent.mcp_server.TOOLS` includes; it goes through the 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
 
 from agent.mcp_common import ToolDef, client_of, convert, domain_errors, out, tool
 from node.wire.push import PushEndpointIn, PushEndpointList, PushEndpointOut, PushTestOut
 
 
-@tool(
-    "Push endpoints: the node sends an NLIP hint (metadata only) to a URL of yours when a notification arrives;"
-    " the inbox stays the record. action=list|add|delete|test; add takes url (and tiers, reasons), delete and test"
-    " take endpoint_id."
-)
+@tool("Your push endpoints (NLIP hints of new notifications): add needs url; delete and test need endpoint_id.")
 async def push(
     ctx: Context,
     action: Literal["list", "add", "delete", "test"],
     url: str | None = None,
-    tiers: list[Literal[1, 2]] | None = None,
-    reasons: list[Literal["directed_request", "directed", "subscription", "contradiction"]] | None = None,
-    endpoint_id: Annotated[int | None, Field(ge=1)] = None,
+    tiers: list[int] | None = None,
+    reasons: list[str] | None = None,
+    endpoint_id: int | None = None,
 ) -> str:
     async with domain_errors():
         client = await client_of(ctx)
