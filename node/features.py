@@ -67,6 +67,7 @@ FEATURES: tuple[Feature, ...] = (
         routes=workflow_routes.ROUTES,
         projectors=workflow_records.PROJECTORS,
         tables=workflow_records.TABLES,
+        background=(background.twin_notices,),
     ),
 )
 

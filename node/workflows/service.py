@@ -34,7 +34,7 @@ from node.wire.workflows import (
     ReadyList,
     TaskOut,
 )
-from node.workflows import forward, graph, leases, relay, tasks
+from node.workflows import forward, graph, leases, relay, tasks, twins
 from node.workflows.fence import LeaseFence
 
 log = logging.getLogger("bbs.leases")
@@ -330,6 +330,17 @@ class Workflows:
         if await relay.decide_at_home(self.db, self.key, home, sealed, token, signed_here):
             now = self.now_ms()
             await self.db.write(lambda c: relay.store(c, sealed, agent_id, idem, now))
+
+    async def notice_twins(self) -> int:
+        """Tell the lease holders and the declarer of each task of this node that became a later twin (its home
+        moved to an earlier declaration: node/workflows/twins.py), once; how many notices were signed."""
+        told = 0
+        for key in await self.db.read(twins.pending, quick=True):
+            sealed = await self.db.write(lambda c, k=key: twins.notice(c, k, self.key, self.now_ms()))
+            if sealed is not None:
+                told += 1
+                log.warning("task %s became a later twin here: told %s", key, ", ".join(sealed[2].directed_to))
+        return told
 
     async def accept_forwarded(self, peer_id: str, body: PeerTaskEventIn) -> PeerTaskEventOut:
         """As the home node: decide a task event a peer sent (signed by its agent) as this node decides its own."""
