@@ -50,7 +50,8 @@ def twin_nodes(conn: sqlite3.Connection, key: str, home_node: str) -> list[str]:
 
 
 def twin(conn: sqlite3.Connection, key: str, node_id: str, twin_of: str, now_ms: int) -> TaskTwin | None:
-    """The twin of `key` that `node_id` acted as home of; None without a declaration of its own."""
+    """The twin of `key` that `node_id` acted as home of; None unless that node declared the key and granted a
+    lease on it."""
     first = conn.execute(
         "SELECT hash, author_id, created_at FROM task_events WHERE task_key = ? AND event = 'declare'"
         " AND node_id = ? ORDER BY created_ms, hash LIMIT 1",
@@ -63,6 +64,8 @@ def twin(conn: sqlite3.Connection, key: str, node_id: str, twin_of: str, now_ms:
         " AND author_id = ? ORDER BY created_ms, hash",
         (key, node_id),
     ).fetchall()
+    if not grants:  # it declared the key (a title, say) but never acted as its home
+        return None
     holders = list(dict.fromkeys(str(g["holder"]) for g in grants))
     newest = grants[-1]
     ended = conn.execute(
@@ -104,7 +107,7 @@ def notice(conn: sqlite3.Connection, key: str, node_key: keys.SigningKey, now_ms
         return None
     main = identity(conn, key)
     mine = twin(conn, key, node_key.did, main, now_ms)
-    if mine is None or not mine.holders:
+    if mine is None:
         return None
     sealed = sign_and_check(_notice_draft(conn, key, mine, str(row[0])), node_key)
     projections.append(conn, *sealed, origin="local", now_ms=now_ms)

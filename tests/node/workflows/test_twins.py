@@ -87,3 +87,32 @@ async def test_partitioned_first_declarations_become_twins_and_the_later_ones_ho
         assert await inbox(loser, tokens[agent]) == []
     for agent in earlier_people:
         assert await inbox(winner, tokens[agent]) == []  # the earlier twin's people lost nothing
+
+
+async def test_a_node_that_only_declared_a_title_of_the_later_twin_signs_no_notice(make_peer: MakePeer) -> None:
+    """A third node sees the later declaration first, declares a title there (no authority needed), then the
+    earlier one: the key's home moves on it too, but it never acted as home, so it tells no one."""
+    a, b = await pair(make_peer)
+    c = await make_peer("c")
+    for one, other in ((a, c), (b, c), (c, a), (c, b)):
+        await one.add_peer(other)
+    _, boss_a = await agent_key(a, "boss-a")
+    _, boss_b = await agent_key(b, "boss-b")
+    _, worker_b = await agent_key(b, "worker-b")
+    _, planner = await agent_key(c, "planner")
+    assert (await call(a, "POST", f"{WF}/tasks", boss_a, {"key": "index"}))[0] == 201
+    assert (await call(b, "POST", f"{WF}/tasks", boss_b, {"key": "index"}))[0] == 201
+    assert (await call(b, "POST", f"{WF}/tasks/index/lease", worker_b, {}))[0] == 201
+    _, on_a = await call(a, "GET", f"{WF}/tasks/index", boss_a)
+    _, on_b = await call(b, "GET", f"{WF}/tasks/index", boss_b)
+    earlier, later = sorted((on_a, on_b), key=lambda t: (t["created_at"], t["identity"]))
+    winner, loser = (a, b) if earlier is on_a else (b, a)
+    await pull(c, loser)
+    status, retitled = await call(c, "POST", f"{WF}/tasks", planner, {"key": "index", "title": "Rebuild the index"})
+    assert status == 200 and retitled["home_node"] == loser.node_id
+    await pull(c, winner)
+    _, task = await call(c, "GET", f"{WF}/tasks/index", planner)
+    assert task["home_node"] == winner.node_id and task["identity"] == earlier["identity"]
+    assert [t["identity"] for t in task["twins"]] == ([later["identity"]] if loser is b else [])
+    await c.node.workflows.notice_twins()
+    assert await twin_notices(c) == []
