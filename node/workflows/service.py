@@ -7,6 +7,7 @@ write is a signed record appended through `projections.append` inside one write 
 from __future__ import annotations
 
 import logging
+from functools import partial
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -336,7 +337,7 @@ class Workflows:
         moved to an earlier declaration: node/workflows/twins.py), once; how many notices were signed."""
         told = 0
         for key in await self.db.read(twins.pending, quick=True):
-            sealed = await self.db.write(lambda c, k=key: twins.notice(c, k, self.key, self.now_ms()))
+            sealed = await self.db.write(partial(twins.notice, key=key, node_key=self.key, now_ms=self.now_ms()))
             if sealed is not None:
                 told += 1
                 log.warning("task %s became a later twin here: told %s", key, ", ".join(sealed[2].directed_to))
