@@ -26,7 +26,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from agent import default_mode_tools, memory_tools, workflow_tools
+from agent import default_mode_tools, memory_tools, push_tool, workflow_tools
 from agent.client import Client
 from agent.mcp_common import BBSServer, ClientProvider, ToolDef, client_of, convert, domain_errors, out, tool
 from node.wire.api import InboxQuery, LinkSpec, PostEntry, PostLink, ReadQuery, SearchQuery, SubscriptionIn
@@ -228,6 +228,7 @@ TOOLS: list[ToolDef] = [
     *workflow_tools.TOOLS,
     *default_mode_tools.TOOLS,
     *memory_tools.TOOLS,
+    *push_tool.TOOLS,
 ]
 
 

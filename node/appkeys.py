@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from node.logging_setup import RequestObserver
     from node.metrics import Metrics
     from node.peer_routes import SyncSettings, SyncState
+    from node.push.routes import PushHolder
+    from node.push.sender import PushSettings
     from node.service import Node
 
 NODE: web.AppKey[Node] = web.AppKey("node")
@@ -28,3 +30,6 @@ METRICS_SOURCE: web.AppKey[web.Application] = web.AppKey("metrics_source", web.A
 REQUEST_OBSERVER: web.AppKey[RequestObserver] = web.AppKey("request_observer")
 SYNC: web.AppKey[SyncState] = web.AppKey("sync")
 SYNC_SETTINGS: web.AppKey[SyncSettings] = web.AppKey("sync_settings")
+# NLIP push (node/push/routes.py): the running dispatcher's holder, and the settings `bbs serve` gives it.
+PUSH: web.AppKey[PushHolder] = web.AppKey("push")
+PUSH_SETTINGS: web.AppKey[PushSettings] = web.AppKey("push_settings")

@@ -121,6 +121,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from node.errors import Conflict
     from node.limits import RateLimit
     from node.peer_routes import SyncSettings
+    from node.push import routes as push_routes
     from node.service import Node
 
     flags = {name: getattr(args, name, None) for name in configuration.FIELDS}
@@ -150,6 +151,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config.rate_limit_per_s, config.rate_limit_burst, config.anon_rate_limit_per_s, config.anon_rate_limit_burst
     )
     app = create_app(node, limit, sync)
+    push_routes.configure(app, config.push_allowlist, config.host, (config.port, config.mcp_port, config.metrics_port))
     mcp_line = _enable_remote_mcp(app, node, config.mcp_port, config.host, config.port)
     if config.metrics_port is not None:
         metrics.serve_separately(app, config.metrics_host, config.metrics_port)
@@ -347,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     agent_cli.register(sub)
     people_cli.register(sub)
+    from agent import push_cli  # bbs push
+
+    push_cli.register(sub)
 
     p = agent.add_parser("export", help="write an agent's identity file (private key; mode 0600)")
     p.add_argument("name")

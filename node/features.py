@@ -17,12 +17,13 @@ from types import MappingProxyType
 
 from aiohttp import web
 
-from node import agent_auth, background, feed_routes, peer_routes, projections, trust
+from node import agent_auth, background, feed_routes, nlip_endpoint, peer_routes, projections, trust
 from node import routes as substrate_routes
 from node.background import CleanupContext
 from node.default_mode import routes as default_mode_routes
 from node.http import Route
 from node.projections import Projector
+from node.push import routes as push_routes
 from node.workflows import records as workflow_records
 from node.workflows import routes as workflow_routes
 
@@ -69,6 +70,13 @@ FEATURES: tuple[Feature, ...] = (
         tables=workflow_records.TABLES,
         background=(background.twin_notices,),
     ),
+    Feature(
+        "push",  # agents' NLIP push endpoints; the dispatcher pushing new notifications to them
+        routes=push_routes.ROUTES,
+        setup=push_routes.install,
+        background=(push_routes.push_context,),
+    ),
+    Feature("nlip", setup=nlip_endpoint.install),  # POST /nlip: the six primitives for NLIP clients
 )
 
 

@@ -158,12 +158,9 @@ FAIL_SQL = (
     "UPDATE notifications SET status = 'failed'"
     " WHERE agent_id = :agent AND status = 'leased' AND next_attempt_ms <= :now AND attempt_count >= :attempts"
 )
-# One page of an agent's deliverable notifications with their envelopes. The page is chosen first, from
-# notifications_agent_status in (tier, id) order (a pending and a lapsed-lease branch, merged), so a poll reads
-# `limit` rows whatever the agent's backlog; the envelope columns, with their subqueries, are computed for the
-# page only (selected with the filter, SQLite computed them for every deliverable row before sorting).
-INBOX_SQL = (
-    "SELECT n.id AS notification_id, n.tier, n.reason, n.attempt_count, e.id AS entry_id, e.record_hash,"
+# The envelope of a notification `n` of entry `e`, as columns (INBOX_SQL's page, and node/push's scan).
+ENVELOPE_COLUMNS = (
+    "n.id AS notification_id, n.tier, n.reason, n.attempt_count, e.id AS entry_id, e.record_hash,"
     "   e.author_id, e.created_at, e.entry_type, e.performative, e.tags, e.confidence,"
     "   EXISTS (SELECT 1 FROM entry_directed d WHERE d.entry_id = e.id AND d.agent_id = n.agent_id)"
     "     AS directed_to_me,"
@@ -180,7 +177,13 @@ INBOX_SQL = (
     "         WHERE x.origin_hash = e.record_hash AND x.ordinal >= 0)"
     "     GROUP BY l.target_hash"
     "     ORDER BY part, o LIMIT 100)) AS link_targets"
-    " FROM ("
+)
+# One page of an agent's deliverable notifications with their envelopes. The page is chosen first, from
+# notifications_agent_status in (tier, id) order (a pending and a lapsed-lease branch, merged), so a poll reads
+# `limit` rows whatever the agent's backlog; the envelope columns, with their subqueries, are computed for the
+# page only (selected with the filter, SQLite computed them for every deliverable row before sorting).
+INBOX_SQL = (
+    "SELECT " + ENVELOPE_COLUMNS + " FROM ("
     "   SELECT id, tier FROM (SELECT id, tier FROM notifications"
     "     WHERE agent_id = :agent AND status = 'pending' AND (:since IS NULL OR created_ms >= :since)"
     "     ORDER BY tier, id LIMIT :limit)"

@@ -53,6 +53,7 @@ class ServedNode:
     node_id: str = ""
     proc: subprocess.Popen[bytes] | None = None
     log: Any = None
+    env: dict[str, str] = field(default_factory=lambda: dict(SCENARIO_ENV))
 
     @property
     def url(self) -> str:
@@ -71,7 +72,7 @@ class ServedNode:
 
     async def start(self, session: aiohttp.ClientSession) -> None:
         self.log = open(self.data.parent / f"{self.name}.log", "ab")  # noqa: SIM115 (kept open while it runs)
-        env = {**os.environ, **SCENARIO_ENV}
+        env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "node.cli", "serve", "--data", str(self.data), "--port", str(self.port)],
             stdout=self.log,
@@ -148,10 +149,14 @@ async def converged(session: aiohttp.ClientSession, nodes: list[ServedNode]) -> 
 
 
 class Link:
-    """A TCP relay from a local port to a node; `cut()` drops every connection and refuses new ones."""
+    """A TCP relay from a local port to a node; `cut()` drops every connection and refuses new ones.
 
-    def __init__(self, target_port: int) -> None:
+    `tap`, when given, sees every chunk sent towards the node, with a number naming its connection.
+    """
+
+    def __init__(self, target_port: int, tap: Callable[[int, bytes], None] | None = None) -> None:
         self.target_port = target_port
+        self.tap = tap
         self.port = free_port()
         self.up = True
         self._conns: set[asyncio.StreamWriter] = set()
@@ -188,14 +193,16 @@ class Link:
             return
         self._conns.update({writer, up_writer})
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, tap: Any = None) -> None:
             with contextlib.suppress(OSError, asyncio.IncompleteReadError):
                 while data := await src.read(65536):
+                    if tap is not None:
+                        tap(id(writer), data)
                     dst.write(data)
                     await dst.drain()
             dst.close()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        await asyncio.gather(pipe(reader, up_writer, self.tap), pipe(up_reader, writer))
         self._conns.difference_update({writer, up_writer})
 
 

@@ -126,16 +126,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         client = Client(config.node.url, api_key=api_key, signing_key=signing_key)
         runtime = AgentRuntime(config, soul, skill, client, engine, memory)
+        receiver = PushReceiver(client, config.push, runtime.wake) if config.push.delivery == "push" else None
         try:
             await runtime.start()
             logging.getLogger("bbs.agent").info("running as %s (%s profile)", runtime.agent_id, config.model.profile)
+            if receiver is not None:
+                await receiver.start()
             await runtime.run(stop)
         finally:
+            if receiver is not None:
+                await receiver.stop()
             await client.close()
             await engine.close()
             memory.close()
 
     from agent.client import BBSClientError
+    from agent.runtime.push import PushReceiver
 
     try:
         asyncio.run(main())

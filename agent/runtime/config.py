@@ -112,6 +112,19 @@ class MemorySettings(msgspec.Struct, forbid_unknown_fields=True):
     cold_start_limit: Annotated[int, msgspec.Meta(ge=0, le=200)] = 20
 
 
+class PushSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """How the agent learns of notifications: `poll` (the default) or `push`, where the node sends an NLIP hint to
+    a small listener of the runtime, which then polls at once (polling on its schedule stays the fallback)."""
+
+    delivery: Literal["poll", "push"] = "poll"
+    listen_host: str = "127.0.0.1"
+    listen_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0  # 0: any free port
+    url: str | None = None  # the URL the node calls; default http://listen_host:port/push
+    tiers: Annotated[list[Literal[1, 2]], msgspec.Meta(min_length=1, max_length=2)] = msgspec.field(
+        default_factory=lambda: [1]
+    )
+
+
 class AgentConfig(msgspec.Struct, forbid_unknown_fields=True):
     """agent-config.yaml."""
 
@@ -121,6 +134,7 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True):
     schedule: ScheduleSettings = msgspec.field(default_factory=ScheduleSettings)
     model: ModelSettings = msgspec.field(default_factory=ModelSettings)
     memory: MemorySettings = msgspec.field(default_factory=MemorySettings)
+    push: PushSettings = msgspec.field(default_factory=PushSettings)
 
     def crons(self) -> dict[str, Cron]:
         """The scheduled jobs that are switched on."""

@@ -8,7 +8,6 @@ so tests and scenarios drive ticks deterministically.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -89,6 +88,7 @@ class AgentRuntime:
         self.agent_id = client.agent_id or ""
         self.say = say or log.info
         self.started = False
+        self.wake = asyncio.Event()  # set by a push (agent/runtime/push.py): poll now rather than at the interval
 
     # ---- start ----------------------------------------------------------------------------------------
 
@@ -293,5 +293,17 @@ class AgentRuntime:
                 self.memory.record("tick_error", error=type(exc).__name__, detail=str(exc))
                 log.warning("agent tick failed: %r", exc)
             interval = self.poll.next_interval()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=interval)
+            await self._wait(stop, interval)
+
+    async def _wait(self, stop: asyncio.Event, seconds: float) -> None:
+        """Sleep until the next poll: `seconds`, or less if stopped or woken by a push."""
+        if self.wake.is_set():
+            self.wake.clear()
+            return
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.wake.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        self.wake.clear()

@@ -82,4 +82,11 @@ memory:
   access_weight: 0.5
   forget_below: 0.05              # hygiene drops summaries whose relevance fell under this
   cold_start_limit: 20            # entries searched on the watched tags when memory is empty
+
+push:                             # poll (default) or push: the node sends an NLIP hint, the agent polls at once
+  delivery: poll
+  listen_host: 127.0.0.1
+  listen_port: 0                  # 0: any free port
+  url: null                       # what the node calls; default http://listen_host:port/push
+  tiers: [1]                      # pushed tiers: [1] requests and contradictions, [1, 2] everything
 """

@@ -108,6 +108,7 @@ FEATURE_ROUTES = {
     "bus": "/v1/agent-workflows/messages",
     "candidates": "/v1/default-mode/candidates",
     "peers": "/v1/peers",
+    "push": "/v1/push/endpoints",
 }
 
 

@@ -14,7 +14,7 @@ from scenarios.bench.context import Context
 
 def registry() -> dict[str, Callable[[Context], None]]:
     """Benchmark name -> runner, in the order `all` runs them."""
-    from scenarios.bench import flood, inbox, ingest, peers, raw, reads, ready, search, submission, sync
+    from scenarios.bench import flood, inbox, ingest, peers, push, raw, reads, ready, search, submission, sync
 
     return {
         "raw": raw.run,
@@ -23,6 +23,7 @@ def registry() -> dict[str, Callable[[Context], None]]:
         "search": search.run,
         "read": reads.run_read,
         "inbox": inbox.run,
+        "push": push.run,
         "ready": ready.run,
         "memory": reads.run_memory,
         "sync": sync.run,

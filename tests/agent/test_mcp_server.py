@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import default_mode_tools, mcp_server, memory_tools, workflow_tools
+from agent import default_mode_tools, mcp_server, memory_tools, push_tool, workflow_tools
 from agent.client import Client
 from tests.agent.tool_names import CORE_TOOLS
 
@@ -50,7 +50,7 @@ async def test_a_listed_module_registers_its_tools(tmp_path: Path, monkeypatch: 
 
 async def test_the_server_lists_every_module_s_tools_in_order() -> None:
     listed = [t.name for t in await mcp_server.build_server(provider).list_tools()]
-    modules = [*workflow_tools.TOOLS, *default_mode_tools.TOOLS, *memory_tools.TOOLS]
+    modules = [*workflow_tools.TOOLS, *default_mode_tools.TOOLS, *memory_tools.TOOLS, *push_tool.TOOLS]
     assert listed == [spec.fn.__name__ for spec in mcp_server.TOOLS]
     assert listed[: len(CORE_TOOLS)] == ["post", "read", "search", "link", "subscribe", "inbox", "ack"]
     assert listed[len(CORE_TOOLS) :] == [spec.fn.__name__ for spec in modules]

@@ -221,8 +221,8 @@ async def test_an_agent_with_an_identity_file_uses_every_tool(served_node: Serve
                 assert (await call(s, "read_messages", {"agent": "alice"}))["messages"]
                 await call(s, "declare_task", {"key": "job", "title": "Job"})
                 assert (await call(s, "ready_tasks", {}))["tasks"]
-                await call(s, "lease_task", {"task": "job", "seconds": 60})
-                await call(s, "finish_task", {"task": "job"})
+                token = (await call(s, "lease_task", {"task": "job", "seconds": 60}))["lease"]["lease_id"]
+                await call(s, "finish_task", {"task": "job", "lease": token})
                 assert (await call(s, "task_graph", {}))["nodes"]
                 mine = await call(s, "reflect", {"project": "home"})
                 (cand,) = mine["candidates"]
@@ -239,6 +239,9 @@ async def test_an_agent_with_an_identity_file_uses_every_tool(served_node: Serve
                 assert (await call(s, "review", {"action": "approve", "candidate_id": their_id}))[
                     "status"
                 ] == "approved"
+                hook = await call(s, "push", {"action": "add", "url": "http://127.0.0.1:9/roamer"})
+                assert [e["id"] for e in (await call(s, "push", {"action": "list"}))["endpoints"]] == [hook["id"]]
+                assert (await call(s, "push", {"action": "delete", "endpoint_id": hook["id"]}))["deleted"] == hook["id"]
                 kept = await call(s, "working_memory", {})
                 assert kept["events"][0]["kind"] == "decision" and kept["summaries"][0]["thread_id"] == "a" * 64
     assert called == ALL_TOOLS

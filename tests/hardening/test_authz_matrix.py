@@ -100,6 +100,15 @@ TABLE: list[Row] = [
     Row("DELETE", "/v1/subscriptions/{sub_id}", "401 401 404 204 403 401", url="/v1/subscriptions/{sub}"),
     Row("GET", "/v1/inbox", "401 401 200 200 403 401"),
     Row("GET", "/v1/feed", "401 401 200 200 403 401"),
+    Row("POST", "/v1/push/endpoints", "401 401 201 201 403 401", body={"url": "http://127.0.0.1:10/p{n}"}),
+    Row("GET", "/v1/push/endpoints", "401 401 200 200 403 401"),
+    # another agent can neither delete nor test the owner's endpoint (the test answers 200 {"ok": false})
+    Row("DELETE", "/v1/push/endpoints/{endpoint_id}", "401 401 404 204 403 401", url="/v1/push/endpoints/{push}"),
+    Row("POST", "/v1/push/endpoints/{endpoint_id}/test", "401 401 404 200 403 401",
+        url="/v1/push/endpoints/{push2}/test"),
+    Row("GET", "/v1/push/status", "401 401 403 403 200 401"),
+    Row("POST", "/nlip", "401 401 200 200 403 401", body={"format": "text", "subformat": "english", "content": "m"}),
+    Row("POST", "/nlip/", "401 401 200 200 403 401", body={"format": "text", "subformat": "english", "content": "m"}),
     Row("POST", "/v1/inbox/ack", "401 401 200 200 403 401", body={"ids": [1]}),
     Row("POST", "/v1/default-mode/reflect-session", "401 401 422 422 403 401", body={}),
     Row("POST", "/v1/default-mode/critic", "401 401 200 200 403 401", body={}),
@@ -165,6 +174,8 @@ async def world(
     entry = await ok("POST", "/v1/entries", {**post, "content": "matrix subject"}, own)
     entry2 = await ok("POST", "/v1/entries", {**post, "content": "matrix second"}, own)
     sub = await ok("POST", "/v1/subscriptions", {"tags": ["matrix"]}, own)
+    push = await ok("POST", "/v1/push/endpoints", {"url": "http://127.0.0.1:10/matrix"}, own)
+    push2 = await ok("POST", "/v1/push/endpoints", {"url": "http://127.0.0.1:10/matrix2"}, own)
     task = await ok("POST", f"{WF}/tasks", {"key": "held", "title": "held by the owner"}, own)
     task2 = await ok("POST", f"{WF}/tasks", {"key": "held2", "title": "held by the owner"}, own)
     task3 = await ok("POST", f"{WF}/tasks", {"key": "held3", "title": "held by the owner"}, own)
@@ -175,6 +186,8 @@ async def world(
         "entry": str(entry["id"]),
         "entry2": str(entry2["id"]),
         "sub": str(sub["id"]),
+        "push": str(push["id"]),
+        "push2": str(push2["id"]),
         "task": str(task["id"]),
         "task2": str(task2["id"]),
         "task3": str(task3["id"]),

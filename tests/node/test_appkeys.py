@@ -13,14 +13,28 @@ from aiohttp.test_utils import TestClient
 
 from node import appkeys, limits, metrics
 from node.app import create_app
-from node.appkeys import LIMIT, METRICS, METRICS_SOURCE, NODE, REQUEST_OBSERVER, SYNC, SYNC_SETTINGS
+from node.appkeys import (
+    LIMIT,
+    METRICS,
+    METRICS_SOURCE,
+    NODE,
+    PUSH,
+    PUSH_SETTINGS,
+    REQUEST_OBSERVER,
+    SYNC,
+    SYNC_SETTINGS,
+)
 from node.peer_routes import SyncSettings, SyncState
+from node.push.routes import PushHolder
 from node.service import Node
 
 
 def test_every_key_is_a_distinct_app_key() -> None:
     found = {name: value for name, value in vars(appkeys).items() if isinstance(value, web.AppKey)}
-    assert set(found) == {"NODE", "LIMIT", "METRICS", "METRICS_SOURCE", "REQUEST_OBSERVER", "SYNC", "SYNC_SETTINGS"}
+    assert set(found) == {
+        "NODE", "LIMIT", "METRICS", "METRICS_SOURCE", "REQUEST_OBSERVER", "SYNC", "SYNC_SETTINGS", "PUSH",
+        "PUSH_SETTINGS",
+    }  # fmt: skip
     assert len(set(map(id, found.values()))) == len(found)
     names = [repr(key) for key in found.values()]
     assert len(set(names)) == len(names)
@@ -39,6 +53,8 @@ def test_a_built_app_holds_each_key_with_its_object(data_dir: tuple[Path, str]) 
     state = app[SYNC]
     assert isinstance(state, SyncState) and state.store is node.sync and state.scheduler is None
     assert METRICS_SOURCE not in app  # only the side listener of metrics.serve_separately holds it
+    assert isinstance(app[PUSH], PushHolder) and app[PUSH].dispatcher is None  # the dispatcher runs from start-up
+    assert PUSH_SETTINGS not in app  # set by `bbs serve` (push_routes.configure); defaults otherwise
 
 
 async def test_requests_reach_the_observer_the_app_holds(client: TestClient, admin_headers: dict[str, str]) -> None:

@@ -36,7 +36,7 @@ from tests.node.workflows.helpers import WF, declare
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 NODE_DIR = Path(node_package.__file__).parent
 # Routes an app serves besides the features' REST API: kept out of /openapi.json.
-NOT_IN_API = {"/metrics", "/openapi.json"}
+NOT_IN_API = {"/metrics", "/openapi.json", "/nlip", "/nlip/"}  # /nlip: NLIP, not REST (node/nlip_endpoint.py)
 FTS_SHADOWS = ("_data", "_idx", "_content", "_docsize", "_config")
 
 

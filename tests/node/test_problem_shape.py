@@ -29,6 +29,7 @@ from node.dashboard import dashboard_routes
 from node.errors import BBSError
 from node.http import PROBLEM_TYPE, Route, error_middleware
 from node.metrics import METRICS_ROUTE
+from node.nlip_endpoint import nlip_routes
 from node.peer_routes import SyncSettings
 from node.service import Node
 from sync.auth import sign_headers
@@ -256,6 +257,8 @@ async def world(
     task = await resp.json()
     resp = await client.post("/v1/default-mode/simulate-future", json={"goal": "a goal"}, headers=alice.headers)
     candidate = (await resp.json())["candidate"]
+    resp = await client.post("/v1/push/endpoints", json={"url": "http://127.0.0.1:10/push"}, headers=alice.headers)
+    push_endpoint = await resp.json()
     document = await (await client.get("/openapi.json")).json()
     operations = [
         Operation(method.upper(), path, spec)
@@ -269,6 +272,7 @@ async def world(
         "agent_id": alice.agent_id,
         "task_id": str(task["id"]),
         "candidate_id": str(candidate["id"]),
+        "endpoint_id": str(push_endpoint["id"]),
     }
     return World(client, alice, admin_headers, peer, operations, ids)
 
@@ -389,8 +393,9 @@ async def test_every_route_answers_a_4xx_in_the_one_shape(world: World) -> None:
 
 
 def outside_routes() -> list[Route]:
-    """The app's routes kept out of /openapi.json, besides the document itself: Prometheus's scrape, the dashboard."""
-    return [METRICS_ROUTE, *dashboard_routes()]
+    """The app's routes kept out of /openapi.json, besides the document itself: Prometheus's scrape, the dashboard,
+    and POST /nlip (NLIP, not REST: its errors past authentication are NLIP messages, test_nlip_endpoint.py)."""
+    return [METRICS_ROUTE, *dashboard_routes(), *nlip_routes()]
 
 
 async def test_the_document_lists_every_rest_route_of_the_app(world: World) -> None:

@@ -14,6 +14,7 @@ from aiohttp.test_utils import unused_port
 from identity import keys
 from sync import puller as puller_module
 from sync.memory import MemoryStore
+from sync.messages import PROTOCOL_VERSION
 from sync.puller import Puller, PullReport, Scheduler, backoff, verify_many
 from sync.store import Invalid, PeerConfig, Verified
 from sync.verify import verify_record
@@ -170,7 +171,7 @@ class Hostile:
         self.url = ""
 
     def reply(self, payload: dict[str, Any]) -> web.Response:
-        return web.json_response({"v": 1, "node_id": self.key.did, **payload})
+        return web.json_response({"v": PROTOCOL_VERSION, "node_id": self.key.did, **payload})
 
     async def changes(self, request: web.Request) -> web.Response:
         self.changes_at.append(time.monotonic())
@@ -182,7 +183,9 @@ class Hostile:
     async def fetch(self, request: web.Request) -> web.Response:
         self.fetches += 1
         asked = (await request.json())["hashes"]
-        items = [{"hash": self.fetch_extra, "record": {"x": 1}}] if self.fetch_extra else []
+        items = (
+            [{"hash": self.fetch_extra, "version": self.fetch_extra, "record": {"x": 1}}] if self.fetch_extra else []
+        )
         return self.reply({"type": "records", "items": items, "missing": asked})
 
     async def reconcile(self, request: web.Request) -> web.Response:

@@ -7,7 +7,7 @@ const POLL_MS = 3000;
 const main = document.getElementById("main");
 const statusBox = document.getElementById("status");
 const state = { key: sessionStorage.getItem(KEY), me: null, names: new Map(), trust: new Map(), agents: [], gen: 0, timers: [] };
-const OPTIONAL_VIEWS = { tasks: "Tasks", bus: "Bus", candidates: "Candidates", peers: "Peers" };
+const OPTIONAL_VIEWS = { tasks: "Tasks", bus: "Bus", candidates: "Candidates", peers: "Peers", push: "Push" };
 
 // ---- small helpers ----------------------------------------------------------------------------------------
 
@@ -654,6 +654,37 @@ views.peers = async (_args, _params, ctx) => {
       }
     } }, "Check");
     return [button, out];
+  }
+  await refresh();
+  ctx.every(POLL_MS * 2, refresh);
+};
+
+// ---- push endpoints ---------------------------------------------------------------------------------------
+
+views.push = async (_args, _params, ctx) => {
+  main.append(h("h1", {}, "Push endpoints"));
+  main.append(h("p", { class: "hint" }, "The node sends an NLIP hint (metadata only) to these URLs when a notification "
+    + "arrives; the inbox stays the record. The admin sees every agent's endpoints."));
+  const table = h("div", { class: "scroll", id: "push-table" });
+  main.append(table);
+  async function refresh() {
+    const admin = state.me.role === "admin";
+    const r = await api(admin ? "/v1/push/status" : "/v1/push/endpoints");
+    if (!ctx.alive()) return;
+    if (admin) await ensureNames(r.endpoints.map((e) => e.agent_id));
+    if (!r.endpoints.length) return table.replaceChildren(h("p", { class: "empty" }, "No push endpoints (bbs push add URL)."));
+    const heads = ["Agent", "URL", "Pushes", "Breaker", "Sent", "Failed", "Last"];
+    table.replaceChildren(h("table", { id: "push" },
+      h("thead", {}, h("tr", {}, heads.map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", {}, r.endpoints.map((e) => h("tr", { class: e.state.breaker === "closed" ? "peer-ok" : "peer-error" },
+        h("td", { title: e.agent_id }, state.names.get(e.agent_id) || shortId(e.agent_id)),
+        h("td", {}, e.url),
+        h("td", {}, `tier ${e.tiers.join(", ")}`, h("div", { class: "sub" }, e.reasons.length ? e.reasons.join(", ") : "every reason")),
+        h("td", { class: e.state.breaker === "closed" ? "ok" : "bad" }, e.state.breaker),
+        h("td", {}, `${e.state.messages_sent} messages`, h("div", { class: "sub" }, `${e.state.notifications_pushed} notifications`)),
+        h("td", {}, `${e.state.messages_failed} messages`, h("div", { class: "sub" }, `${e.state.attempts_failed} attempts`)),
+        h("td", {}, e.state.last_ok_at ? `ok ${when(e.state.last_ok_at)}` : "never",
+          e.state.last_error && h("div", { class: "bad" }, `error: ${e.state.last_error} (${when(e.state.last_error_at)})`)))))));
   }
   await refresh();
   ctx.every(POLL_MS * 2, refresh);

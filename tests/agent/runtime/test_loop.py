@@ -185,3 +185,40 @@ async def test_scheduled_hygiene_compacts_and_forgets(
     assert rt.memory.events("action") and not rt.memory.events("scored")
     await rt.client.close()
     rt.memory.close()
+
+
+async def test_a_push_wakes_the_loop_before_its_interval(
+    client: TestClient, make_agent: Factory, tmp_path: Path, clock: FakeClock
+) -> None:
+    """With an hour-long poll interval, setting `wake` (what agent/runtime/push.py does) makes the loop poll now."""
+    worker = await make_agent("worker")
+    slow = CONFIG.replace(
+        "polling: {active_min_s: 0.01, active_max_s: 0.02, idle_min_s: 0.03, idle_max_s: 0.04, backoff_base_s: 0.01}",
+        "polling: {active_min_s: 3000, active_max_s: 3600, idle_min_s: 3600, idle_max_s: 3600}",
+    )
+    rt = runtime(client, worker, ScriptedEngine([]), tmp_path, clock, slow)
+    ticks = 0
+    real_tick = rt.tick
+
+    async def counted() -> int:
+        nonlocal ticks
+        ticks += 1
+        return await real_tick()
+
+    rt.tick = counted  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    await rt.start()
+    task = asyncio.create_task(rt.run(stop))
+    for _ in range(200):
+        if ticks == 1:
+            break
+        await asyncio.sleep(0.01)
+    rt.wake.set()
+    for _ in range(200):
+        if ticks == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert ticks == 2  # the second poll came from the wake-up, not the hour-long interval
+    stop.set()
+    await asyncio.wait_for(task, timeout=10)
+    await rt.client.close()

@@ -207,3 +207,21 @@ async def test_agent_text_is_bidi_isolated(open_browser: OpenBrowser, node: Node
     assert author == "\u2068mallory\u202e evil\u2069"
     assert tag == "#\u2068t\u202eag\u2069"
     assert b.errors == []
+
+
+async def test_push_view_shows_each_endpoint_and_its_failures(
+    open_browser: OpenBrowser, node: Node, data_dir: tuple[object, str], client: Any
+) -> None:
+    """The admin sees every agent's push endpoints with their tiers and breaker state."""
+    created = await node.agents.create("hooked", "Hooked")
+    headers = {"Authorization": f"Bearer {created.api_key}"}
+    resp = await client.post("/v1/push/endpoints", json={"url": "http://127.0.0.1:10/hook"}, headers=headers)
+    endpoint = await resp.json()
+    b = await open_browser()
+    await b.sign_in(data_dir[1])
+    await b.view("#/push", "#push tbody tr")
+    row = await b.page.locator("#push tbody tr").inner_text()
+    assert "http://127.0.0.1:10/hook" in row and "Hooked" in row and "closed" in row and "tier 1" in row
+    assert endpoint["state"]["breaker"] == "closed"
+    await b.shot("push")
+    assert b.errors == []
