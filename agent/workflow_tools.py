@@ -119,16 +119,6 @@ async def ready_tasks(
         return out(await (await client_of(ctx)).ready_tasks(query))
 
 
-@tool(
-    "One task by id or key: status, lease, checkpoint, its identity, and its twins (the same key first-declared"
-    " on another node during a partition: docs/workflows.md).",
-    read_only=True,
-)
-async def read_task(ctx: Context, task: TaskRef) -> str:
-    async with domain_errors(TASK):
-        return out(await (await client_of(ctx)).get_task(task))
-
-
 @tool("Lease a task for `seconds` (30..86400, default 900). Lease again to extend; 409 if another agent holds it.")
 async def lease_task(ctx: Context, task: TaskRef, seconds: Annotated[int, Field(ge=30, le=86400)] = 900) -> str:
     body = convert({"seconds": seconds}, LeaseIn)
@@ -157,13 +147,4 @@ async def task_graph(ctx: Context) -> str:
         return out(await (await client_of(ctx)).task_graph())
 
 
-TOOLS: list[ToolDef] = [
-    send_message,
-    read_messages,
-    declare_task,
-    ready_tasks,
-    read_task,
-    lease_task,
-    finish_task,
-    task_graph,
-]
+TOOLS: list[ToolDef] = [send_message, read_messages, declare_task, ready_tasks, lease_task, finish_task, task_graph]

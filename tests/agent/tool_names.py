@@ -6,7 +6,6 @@ WORKFLOW_TOOLS = {
     "read_messages",
     "declare_task",
     "ready_tasks",
-    "read_task",
     "lease_task",
     "finish_task",
     "task_graph",
