@@ -206,6 +206,7 @@ class GraphNode(msgspec.Struct):
     title: str
     state: str
     lease_holder: str | None
+    identity: str = ""  # the hash of the task's earliest declaration (docs/workflows.md, Twin tasks)
 
 
 class GraphEdge(msgspec.Struct):

@@ -7,9 +7,9 @@ write is a signed record appended through `projections.append` inside one write 
 from __future__ import annotations
 
 import logging
-from functools import partial
 import sqlite3
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 

@@ -67,6 +67,9 @@ async def test_partitioned_first_declarations_become_twins_and_the_later_ones_ho
     # two live leases, on two identities: the task's own (granted by its home) and the twin's
     assert reads[0]["lease"]["lease_id"] == first["lease"]["lease_id"]
     assert twin["lease"]["lease_id"] == later["lease"]["lease_id"]
+    for peer, token in ((a, boss_a), (b, boss_b)):
+        _, graph = await call(peer, "GET", f"{WF}/graph", token)
+        assert [(n["key"], n["identity"]) for n in graph["nodes"]] == [("index", first["identity"])]
 
     await loser.node.workflows.notice_twins()  # the background round may have done it already
     assert await loser.node.workflows.notice_twins() == 0  # checked once
