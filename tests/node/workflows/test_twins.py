@@ -84,6 +84,11 @@ async def test_partitioned_first_declarations_become_twins_and_the_later_ones_ho
     assert len(await twin_notices(winner)) == 1  # synced like any entry; the winner signs none of its own
 
     tokens = {boss_a_id: boss_a, worker_a_id: worker_a, boss_b_id: boss_b, worker_b_id: worker_b}
+    # the twin's holder cannot finish the key's task under its twin lease: the key's home node decides
+    loser_worker = worker_b if loser is b else worker_a
+    body = {"lease": later["lease"]["lease_id"]}
+    status, refused = await call(loser, "POST", f"{WF}/tasks/index/complete", loser_worker, body)
+    assert status == 409 and refused["code"] == "lease_held", refused
     for agent in later_people:
         (told,) = await inbox(loser, tokens[agent])  # exactly once, at tier 1, on its own node
         assert told["tier"] == 1 and told["directed_to_me"] and "task-twin" in told["tags"]
