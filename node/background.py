@@ -14,6 +14,7 @@ from node.appkeys import NODE
 from node.service import Node
 
 EXPIRY_SWEEP_SECONDS = 60  # how late a notification past its 7 days may still read as pending, at most
+TWIN_CHECK_SECONDS = 1.0  # how long after an earlier declaration arrives a later twin's holders are told, at most
 
 CleanupContext = Callable[[web.Application], AsyncIterator[None]]
 
@@ -58,4 +59,11 @@ expiry_sweep = periodic(
     EXPIRY_SWEEP_SECONDS,
     lambda node: node.inbox.expire_notifications(),
     logging.getLogger("bbs.notify"),
+)
+# Tell the holders and declarers of tasks that became later twins (node/workflows/twins.py), every second.
+twin_notices = periodic(
+    "task twin notices",
+    TWIN_CHECK_SECONDS,
+    lambda node: node.workflows.notice_twins(),
+    logging.getLogger("bbs.leases"),
 )

@@ -68,6 +68,7 @@ FEATURES: tuple[Feature, ...] = (
         routes=workflow_routes.ROUTES,
         projectors=workflow_records.PROJECTORS,
         tables=workflow_records.TABLES,
+        background=(background.twin_notices,),
     ),
     Feature(
         "push",  # agents' NLIP push endpoints; the dispatcher pushing new notifications to them

@@ -3,8 +3,8 @@
 Each feature lives in a module named after what it holds, and `Node` hands out one instance of each:
 `sealing` (signing and checking records), `agents`, `entries` (posting; retractions are entries), `links`,
 `reads` (read and search), `feed` (entries in arrival order), `inbox` (subscriptions and notifications),
-`workflows`, `default_mode`, `trust` and `sync`. REST, MCP and the CLI only parse and format; the features do
-the work. The features never import this module: it imports them.
+`bus` (messages), `workflows` (tasks and leases), `default_mode`, `trust` and `sync`. REST, MCP and the CLI
+only parse and format; the features do the work. The features never import this module: it imports them.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from node.sync_store import NodeSyncStore
 from node.trust import Trust
 from node.wire.api import MAX_BATCH, MAX_HOPS, NodeInfo
 from node.workflows.fence import FENCE_NAME
+from node.workflows.messaging import Bus
 from node.workflows.service import Workflows
 
 
@@ -48,6 +49,7 @@ class Node:
         self.reads = Reads(self.db)
         self.feed = Feed(self.db)
         self.inbox = Inbox(self.db, self.now_ms)
+        self.bus = Bus(self.db, self.sealing, self.now_ms)
         self.workflows = Workflows(self.db, self.sealing, self.key, self.now_ms, self.data.root / FENCE_NAME)
         self.default_mode = DefaultMode(self.db, self.node_id, self.now_ms, self.entries, self.reads)
         # annotated: node/trust.py's background task reads it back (mypy cannot infer it across that cycle)

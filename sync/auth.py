@@ -10,12 +10,14 @@ signature created at or before the last second accepted by the previous process.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from http_message_signatures import HTTPMessageSigner, HTTPMessageVerifier, algorithms, resolvers
 from http_message_signatures.exceptions import HTTPMessageSignaturesException
@@ -29,6 +31,32 @@ MAX_AGE_S = 60
 MAX_SKEW_S = 5
 # Path and query rather than @target-uri: a TLS-terminating proxy changes the scheme the node sees.
 COVERED = ("@method", "@authority", "@path", "@query")
+
+
+async def send_resigned(
+    send: Callable[[], Awaitable[tuple[int, bytes]]], on_resign: Callable[[], None] | None = None
+) -> tuple[int, bytes]:
+    """Send a peer-signed request with `send` (which signs it anew each call): (status, reply body).
+
+    A peer that restarted refuses signatures created at or before the last second its previous process accepted
+    (401 `stale_request`, sync/replay.py). Such a request was refused before anything was decided, so it is
+    signed again in the next second and sent once more (`on_resign` counts it); a second refusal is returned.
+    """
+    status, data = await send()
+    if status == 401 and _problem_code(data) == "stale_request":
+        if on_resign is not None:
+            on_resign()
+        await asyncio.sleep(1.05 - time.time() % 1.0)
+        status, data = await send()
+    return status, data
+
+
+def _problem_code(data: bytes) -> str | None:
+    try:
+        problem = msgspec.json.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return problem.get("code") if isinstance(problem, dict) else None
 
 
 class PeerAuthError(Exception):

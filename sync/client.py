@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +11,7 @@ from yarl import URL
 
 from identity import keys
 from sync import messages as m
-from sync.auth import sign_headers
+from sync.auth import send_resigned, sign_headers
 from sync.server import MAX_PAGE_BYTES
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a fetch of 256 hashes of records up to 256 KiB each
@@ -118,19 +116,18 @@ class PeerClient:
         url = URL(self.base + path)
         if query:
             url = url.with_query(query)
-        for attempt in (1, 2):
-            status, data = await self._send(method, url, body, timeout, max_bytes)
-            if status == 401 and attempt == 1 and _problem_code(data) == "stale_request":
-                # the peer restarted since our signature's second (sync/replay.py): sign again in the next one
-                self.resigned += 1
-                if self.health is not None:
-                    self.health.resigned_requests += 1
-                await asyncio.sleep(1.05 - time.time() % 1.0)
-                continue
-            if status != 200:
-                raise SyncError(f"{method} {path}: HTTP {status}: {_problem(data)}")
-            return data
-        raise AssertionError("unreachable")  # pragma: no cover
+        status, data = await send_resigned(
+            lambda: self._send(method, url, body, timeout, max_bytes), self._count_resigned
+        )
+        if status != 200:
+            raise SyncError(f"{method} {path}: HTTP {status}: {_problem(data)}")
+        return data
+
+    def _count_resigned(self) -> None:
+        # the peer restarted since our signature's second (sync/replay.py): signed again in the next one
+        self.resigned += 1
+        if self.health is not None:
+            self.health.resigned_requests += 1
 
     async def _send(
         self, method: str, url: URL, body: bytes | None, timeout: float, max_bytes: int
@@ -158,14 +155,6 @@ class PeerClient:
                 return resp.status, data
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise SyncError(f"{method} {url.path}: {type(exc).__name__}: {exc}") from None
-
-
-def _problem_code(data: bytes) -> str | None:
-    try:
-        problem = msgspec.json.decode(data)
-        return problem.get("code") if isinstance(problem, dict) else None
-    except (msgspec.DecodeError, RecursionError):
-        return None
 
 
 def _problem(data: bytes) -> str:

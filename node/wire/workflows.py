@@ -118,8 +118,24 @@ class LeaseOut(msgspec.Struct):
     expires_at: str
 
 
+class TaskTwin(msgspec.Struct):
+    """A later twin of a task: the same key first-declared on another node that acted as its home (it granted
+    leases) before it held the earlier declaration. Its grants do not count on the task itself."""
+
+    identity: str  # the hash of the twin's first declaration
+    twin_of: str  # the identity of the task the key resolves to (the earliest first declaration)
+    home_node: str  # the node that first-declared it and granted its leases
+    declared_by: str
+    declared_at: str
+    holders: list[str]  # every agent that node granted a lease on it, in grant order
+    lease: LeaseOut | None  # its newest grant while live (not expired, released or completed)
+
+
 class TaskOut(msgspec.Struct):
-    """A task as the fold of its events. `status` is processing while a live lease is held."""
+    """A task as the fold of its events. `status` is processing while a live lease is held.
+
+    `identity` is the hash of its earliest declaration (by created_at, then hash): what a key resolves to.
+    `twins` are the later twins of the key (docs/workflows.md, Twin tasks), usually none."""
 
     id: int
     key: str
@@ -132,6 +148,8 @@ class TaskOut(msgspec.Struct):
     lease: LeaseOut | None
     created_at: str
     updated_at: str
+    identity: str = ""
+    twins: list[TaskTwin] = []
 
 
 class ReadyTask(msgspec.Struct):
@@ -188,6 +206,7 @@ class GraphNode(msgspec.Struct):
     title: str
     state: str
     lease_holder: str | None
+    identity: str = ""  # the hash of the task's earliest declaration (docs/workflows.md, Twin tasks)
 
 
 class GraphEdge(msgspec.Struct):

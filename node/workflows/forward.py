@@ -20,7 +20,7 @@ from node.db import Database
 from node.errors import BBSError
 from node.wire.workflows import PeerLeaseIn, PeerLeaseOut, PeerTaskEventIn, PeerTaskEventOut
 from node.workflows.leases import LeaseAuthorityUnreachable
-from sync.auth import sign_headers
+from sync.auth import send_resigned, sign_headers
 
 PEER_LEASE_PATH = "/v1/agent-workflows/peer/lease"
 PEER_EVENT_PATH = "/v1/agent-workflows/peer/task-event"
@@ -91,9 +91,10 @@ async def _post(
             field="task_id",
         )
     url = str(row[0]).rstrip("/") + path
-    headers = sign_headers(node_key, "POST", url, body)
-    headers["Content-Type"] = "application/json"
-    try:
+
+    async def send() -> tuple[int, bytes]:
+        headers = sign_headers(node_key, "POST", url, body)  # signed anew for each attempt
+        headers["Content-Type"] = "application/json"
         async with (
             aiohttp.ClientSession() as session,
             session.post(
@@ -101,6 +102,10 @@ async def _post(
             ) as resp,
         ):
             return resp.status, await resp.content.read(MAX_REPLY_BYTES)
+
+    try:
+        # a home node that restarted refuses a signature of the second it last accepted: signed again, once
+        return await send_resigned(send)
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise LeaseAuthorityUnreachable(
             f"task {task_key} is homed on node {home_node}, the only node that may grant its lease or change its"

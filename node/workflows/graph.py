@@ -33,7 +33,9 @@ def state_of(row: sqlite3.Row, now_ms: int) -> str:
 def build(conn: sqlite3.Connection, now_ms: int, limit: int) -> Graph:
     """Up to `limit` tasks in id order with the edges into them; dependency keys resolve to ids where declared."""
     rows = conn.execute(
-        "SELECT id, key, title, status, unmet, lease_holder, lease_expires_ms FROM tasks ORDER BY id LIMIT ?",
+        "SELECT id, key, title, status, unmet, lease_holder, lease_expires_ms, (SELECT e.hash FROM task_events e"
+        "   WHERE e.task_key = tasks.key AND e.event = 'declare' ORDER BY e.created_ms, e.hash LIMIT 1) AS identity"
+        " FROM tasks ORDER BY id LIMIT ?",
         (limit + 1,),
     ).fetchall()
     truncated = len(rows) > limit
@@ -48,6 +50,7 @@ def build(conn: sqlite3.Connection, now_ms: int, limit: int) -> Graph:
                 title=r["title"],
                 state=state,
                 lease_holder=r["lease_holder"] if state == "leased" else None,
+                identity=r["identity"] or "",
             )
         )
     last_id = rows[-1]["id"] if rows else 0

@@ -87,6 +87,10 @@ def project_task_event(conn: sqlite3.Connection, rec: TaskEventRecord, ctx: Proj
     state = advance(conn, before, event) if before is not None else None
     if state is None:
         refold(conn, rec.task_key, before)
+        if ctx.notify and before is not None:  # an earlier declaration may have named another home node
+            after = conn.execute("SELECT home_node FROM tasks WHERE key = ?", (rec.task_key,)).fetchone()
+            if after[0] != before["home_node"]:  # node-local: node/workflows/twins.py checks it for a twin
+                conn.execute("INSERT OR IGNORE INTO task_home_moves (task_key) VALUES (?)", (rec.task_key,))
     else:
         _store(conn, state, before)
 

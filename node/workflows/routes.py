@@ -42,6 +42,7 @@ from node.wire.workflows import (
 )
 from node.workflows import graph as graph_render
 from node.workflows import leases
+from node.workflows.messaging import Bus
 from node.workflows.service import Workflows
 
 log = logging.getLogger("bbs.leases")
@@ -53,6 +54,10 @@ def _workflows(request: web.Request) -> Workflows:
     return request.app[NODE].workflows
 
 
+def _bus(request: web.Request) -> Bus:
+    return request.app[NODE].bus
+
+
 async def _optional_json(request: web.Request) -> Any:
     """The JSON body, or {} when the request has none (lease, release and complete take defaults)."""
     if not request.body_exists:
@@ -62,12 +67,12 @@ async def _optional_json(request: web.Request) -> Any:
 
 async def post_message(request: web.Request) -> web.Response:
     body = signed_or(await read_json(request), PostMessage)
-    message, created = await _workflows(request).post_message(agent_id(request), body, idempotency_header(request))
+    message, created = await _bus(request).post_message(agent_id(request), body, idempotency_header(request))
     return json_response(message, 201 if created else 200)
 
 
 async def get_messages(request: web.Request) -> web.Response:
-    return json_response(await _workflows(request).messages(decode_query(request, MessageQuery)))
+    return json_response(await _bus(request).messages(decode_query(request, MessageQuery)))
 
 
 async def post_task(request: web.Request) -> web.Response:

@@ -1,4 +1,4 @@
-"""The workflow operations of a node, once: the bus, task declarations, the ready set, leases, the graph.
+"""The task operations of a node, once: declarations, the ready set, leases, the graph (the bus: messaging.py).
 
 REST (node/workflows/routes.py), MCP and the CLI parse and format; the work happens here. Every shared
 write is a signed record appended through `projections.append` inside one write job.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -18,7 +19,7 @@ from identity import canonical, keys, records
 from node import agent_refs, idempotency, projections
 from node.db import Database
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
-from node.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, until_hash_free
+from node.sealing import SealedRecord, Sealing, sign_and_check
 from node.wire import unsigned
 from node.wire.api import SignedSubmission
 from node.wire.time import format_ms, parse_ms
@@ -28,17 +29,13 @@ from node.wire.workflows import (
     Graph,
     GraphQuery,
     LeaseIn,
-    MessageOut,
-    MessagePage,
-    MessageQuery,
     PeerLeaseIn,
     PeerTaskEventIn,
     PeerTaskEventOut,
-    PostMessage,
     ReadyList,
     TaskOut,
 )
-from node.workflows import bus, forward, graph, leases, relay, tasks
+from node.workflows import forward, graph, leases, relay, tasks, twins
 from node.workflows.fence import LeaseFence
 
 log = logging.getLogger("bbs.leases")
@@ -86,20 +83,6 @@ def _agent_document(document: dict[str, Any], agent_id: str) -> tuple[str, int]:
     return decoded.home_node, parse_ms(decoded.created_at)
 
 
-async def _named(db: Database, body: PostMessage) -> PostMessage:
-    """The message with its agents named by did (each may be given as a did or a local name)."""
-    if agent_refs.all_dids(ref for ref in (body.to_agent, body.from_agent) if ref is not None):
-        return body
-    to_agent, from_agent = await db.read(
-        lambda c: (
-            agent_refs.resolve_optional(c, body.to_agent, "$.to_agent"),
-            agent_refs.resolve_optional(c, body.from_agent, "$.from_agent"),
-        ),
-        quick=True,
-    )
-    return msgspec.structs.replace(body, to_agent=to_agent, from_agent=from_agent)
-
-
 async def resolve_agent(db: Database, agent_id: str, given: str | None) -> None:
     """A lease's `agent` field, when given, must name the caller (its did or its local name)."""
     if given is None or given == agent_id:
@@ -109,7 +92,7 @@ async def resolve_agent(db: Database, agent_id: str, given: str | None) -> None:
 
 
 class Workflows:
-    """Workflow operations on one node: the bus, tasks, leases and the graph (built once, by `Node`)."""
+    """Task operations on one node: declarations, leases and the graph (built once, by `Node`)."""
 
     def __init__(
         self, db: Database, sealing: Sealing, key: keys.SigningKey, now_ms: Callable[[], int], fence_path: Path
@@ -123,48 +106,6 @@ class Workflows:
     @property
     def node_id(self) -> str:
         return self.key.did
-
-    # ---- the bus --------------------------------------------------------------------------------------
-
-    async def post_message(
-        self, agent_id: str, body: PostMessage | SignedSubmission, idempotency_key: str | None = None
-    ) -> tuple[MessageOut, bool]:
-        """Append a message (node-signed, or a record the sender signed). Returns (message, created)."""
-        idem = idempotency.request_key(idempotency_key, body.idempotency_key)
-        signer: keys.SigningKey | None = None
-        created_ms = 0
-        if isinstance(body, SignedSubmission):
-            sealed = self.sealing.check_signed(body.record, "message", agent_id)
-        else:
-            body = await _named(self.db, body)
-            if body.from_agent is not None and body.from_agent != agent_id:
-                raise Forbidden("from_agent must be the authenticated agent", field="$.from_agent")
-            signer = await self.sealing.signer(agent_id)
-            created_ms = self.now_ms()
-            sealed = sign_and_check(bus.unsigned_message(agent_id, body, format_ms(created_ms)), signer)
-
-        async def one_ms_later(taken: list[Any]) -> None:  # only a node-signed message's hash is ever taken
-            nonlocal sealed, created_ms
-            assert isinstance(body, PostMessage) and signer is not None
-            created_ms += 1
-            sealed = sign_and_check(bus.unsigned_message(agent_id, body, format_ms(created_ms)), signer)
-
-        message_id, created = await until_hash_free(
-            lambda: self.db.write(
-                lambda c: append_message(c, agent_id, idem, sealed, signer is not None, self.now_ms())
-            ),
-            one_ms_later,
-            "message",
-        )
-        return await self.db.read(lambda c: bus.message_by_id(c, message_id), quick=True), created
-
-    async def messages(self, q: MessageQuery) -> MessagePage:
-        """Read the bus: filtered by project, agent (either end, a did or a local name) or type."""
-        named = q.agent
-        if named is not None and not agent_refs.is_did(named):
-            did = await self.db.read(lambda c: agent_refs.resolve(c, named, "$.agent"), quick=True)
-            q = msgspec.structs.replace(q, agent=did)
-        return await self.db.read(lambda c: bus.list_messages(c, q), quick=True)
 
     # ---- tasks ----------------------------------------------------------------------------------------
 
@@ -391,6 +332,17 @@ class Workflows:
             now = self.now_ms()
             await self.db.write(lambda c: relay.store(c, sealed, agent_id, idem, now))
 
+    async def notice_twins(self) -> int:
+        """Tell the lease holders and the declarer of each task of this node that became a later twin (its home
+        moved to an earlier declaration: node/workflows/twins.py), once; how many notices were signed."""
+        told = 0
+        for key in await self.db.read(twins.pending, quick=True):
+            sealed = await self.db.write(partial(twins.notice, key=key, node_key=self.key, now_ms=self.now_ms()))
+            if sealed is not None:
+                told += 1
+                log.warning("task %s became a later twin here: told %s", key, ", ".join(sealed[2].directed_to))
+        return told
+
     async def accept_forwarded(self, peer_id: str, body: PeerTaskEventIn) -> PeerTaskEventOut:
         """As the home node: decide a task event a peer sent (signed by its agent) as this node decides its own."""
         author = body.record.get("author_id")
@@ -405,25 +357,6 @@ class Workflows:
 
 
 # ---- transaction bodies -------------------------------------------------------------------------------------
-
-
-def append_message(
-    conn: sqlite3.Connection, agent_id: str, idem: str | None, sealed: SealedRecord, node_signed: bool, now: int
-) -> tuple[int, bool]:
-    """Append a message record (or answer a replayed key with its message): (message id, created).
-
-    An identical node-signed send in the same millisecond is HashTaken: a second message all the same, 1 ms later.
-    """
-    if idem is not None:
-        replay = bus.replayed_message(conn, agent_id, idem)
-        if replay is not None:
-            return replay, False
-    seq, inserted = projections.append(conn, *sealed, origin="local", now_ms=now)
-    if not inserted and node_signed:
-        raise HashTaken([sealed[1]])
-    if idem is not None:
-        idempotency.remember(conn, agent_id, idem, "message", sealed[1], now)
-    return seq, inserted
 
 
 def declare_task(

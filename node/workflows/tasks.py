@@ -12,6 +12,7 @@ from node.wire import unsigned
 from node.wire.time import parse_ms
 from node.wire.unsigned import DONE_STATUSES, OPEN_STATUSES, TaskNow, changed_fields
 from node.wire.workflows import LeaseOut, ReadyList, ReadyTask, TaskOut
+from node.workflows import twins
 
 # The ready set: one range of the partial index `tasks_startable` (unmet = 0 AND open = 1), leases checked
 # against the reader's clock. INDEXED BY makes a plan that cannot use the index an error, not a slow scan.
@@ -66,6 +67,7 @@ def task_out(conn: sqlite3.Connection, row: sqlite3.Row, now_ms: int) -> TaskOut
         )
     ]
     live = lease_live(row, now_ms)
+    identity, twin_list = twins.twins(conn, row["key"], row["home_node"], now_ms)
     return TaskOut(
         id=row["id"],
         key=row["key"],
@@ -80,6 +82,8 @@ def task_out(conn: sqlite3.Connection, row: sqlite3.Row, now_ms: int) -> TaskOut
         else None,
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        identity=identity,
+        twins=twin_list,
     )
 
 

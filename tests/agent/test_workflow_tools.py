@@ -49,6 +49,7 @@ async def test_workflow_tools_drive_a_plan(served_node: ServedNode) -> None:
         finish = {"task": "draft", "checkpoint": {"words": 900}, "lease": leased["lease"]["lease_id"]}
         done = ok(await hand.call_tool("finish_task", finish))
         assert done["status"] in ("done", "completed") and done["checkpoint"] == {"words": 900}
+        assert len(done["identity"]) == 64 and done["twins"] == []  # MCP task answers carry identity and twins
         assert [t["key"] for t in ok(await hand.call_tool("ready_tasks", {}))["tasks"]] == ["publish"]
 
         graph = ok(await hand.call_tool("task_graph", {}))

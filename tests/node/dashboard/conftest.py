@@ -152,7 +152,7 @@ async def seed_workflows(node: Node, alice: AgentCreds, bob: AgentCreds) -> None
         ("kettle", bob, "I do; lease taken"),
         ("garden", bob, "Watering schedule drafted"),
     ]:
-        await wf.post_message(sender.agent_id, PostMessage(message_type="note", body=text, project=project))
+        await node.bus.post_message(sender.agent_id, PostMessage(message_type="note", body=text, project=project))
 
 
 @pytest.fixture

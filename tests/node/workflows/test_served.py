@@ -20,6 +20,7 @@ import pytest
 from identity import keys
 from node.datadir import initialise
 from sync.auth import sign_headers
+from sync.replay import FENCE_NAME as REPLAY_FENCE
 from tests.agent.conftest import free_port
 
 WF = "/v1/agent-workflows"
@@ -196,3 +197,71 @@ def test_a_replayed_forwarded_lease_request_is_refused_after_a_restart(served: l
     again = httpx.post(url, content=body, headers=fresh, timeout=30)  # re-signed: only the request id is left
     assert again.status_code == 409 and again.json()["code"] == "request_replayed", again.text
     assert a.call("GET", f"{WF}/tasks/index", boss).json()["lease"]["expires_at"] == expires  # not extended
+
+
+def _restart_in_the_second_it_last_accepted(node: Served) -> None:
+    """Restart `node` as if it had accepted a peer signature in the current second just before (sync/replay.py),
+    and return in that second: a request a peer signs now is refused `stale_request` once."""
+    node.stop()
+    floor = int(time.time()) + 12  # bbs serve starts well within that
+    (node.data / REPLAY_FENCE).write_text(f"{floor}\n", "ascii")
+    node.start()
+    assert time.time() < floor, "bbs serve took too long to start for this test"
+    time.sleep(floor - time.time() + 0.05)
+
+
+def test_a_forwarded_request_refused_as_signed_before_a_restart_is_signed_again(
+    served: list[Served], tmp_path: Path
+) -> None:
+    """The home node restarted in the second it last accepted a peer signature: a forwarded lease and a forwarded
+    completion signed in that second are refused `stale_request`, signed again in the next second, and decided."""
+    a, b = _pair(tmp_path, served)
+    _, boss = a.agent("boss")
+    worker_id, worker = b.agent("worker")
+    assert a.call("POST", f"{WF}/tasks", boss, {"key": "index"}).status_code == 201
+    _until(lambda: b.call("GET", f"{WF}/tasks/index", worker).status_code == 200, "b to see the task")
+    _restart_in_the_second_it_last_accepted(a)
+    leased = b.call("POST", f"{WF}/tasks/index/lease", worker, {"seconds": 300})
+    assert leased.status_code == 201 and leased.json()["lease"]["holder"] == worker_id, leased.text
+    _restart_in_the_second_it_last_accepted(a)
+    done = b.call("POST", f"{WF}/tasks/index/complete", worker, {"lease": leased.json()["lease"]["lease_id"]})
+    assert done.status_code == 200 and done.json()["status"] == "done", done.text
+    assert a.call("GET", f"{WF}/tasks/index", boss).json()["status"] == "done"
+
+
+def test_twin_tasks_across_two_served_nodes(served: list[Served], tmp_path: Path) -> None:
+    """Two `bbs serve` nodes first-declare and lease one key before they are peers; once they sync, both resolve
+    the key to the same twin, and the later twin's declarer and holder find one tier-1 notice in their inboxes."""
+    a, b = Served(tmp_path / "a").start(), Served(tmp_path / "b").start()
+    served += [a, b]
+    people: dict[str, dict[str, tuple[str, str]]] = {}
+    for node in (a, b):
+        people[node.url] = {"boss": node.agent("boss"), "worker": node.agent("worker")}
+        assert node.call("POST", f"{WF}/tasks", people[node.url]["boss"][1], {"key": "index"}).status_code == 201
+        leased = node.call("POST", f"{WF}/tasks/index/lease", people[node.url]["worker"][1], {"seconds": 600})
+        assert leased.status_code == 201, leased.text
+    firsts = {n.url: n.call("GET", f"{WF}/tasks/index", people[n.url]["boss"][1]).json() for n in (a, b)}
+    earlier = min(firsts.values(), key=lambda t: (t["created_at"], t["identity"]))
+    loser = b if earlier["home_node"] == a.node_id else a
+    for one, other in ((a, b), (b, a)):
+        resp = one.call("POST", "/v1/peers", body={"url": other.url, "node_id": other.node_id})
+        assert resp.status_code == 201, resp.text
+
+    def agreed() -> bool:
+        reads = [n.call("GET", f"{WF}/tasks/index", people[n.url]["boss"][1]).json() for n in (a, b)]
+        return all(r["identity"] == earlier["identity"] and len(r["twins"]) == 1 for r in reads)
+
+    _until(agreed, "both nodes to resolve the key to the earlier twin and list the later one")
+    for role in ("boss", "worker"):
+        token = people[loser.url][role][1]
+        found: list[Any] = []
+
+        def told(token: str = token, found: list[Any] = found) -> bool:
+            found += loser.call("GET", "/v1/inbox?mark_delivered=true", token).json()["notifications"]
+            return bool(found)
+
+        _until(told, f"the later twin's {role} to be told")
+        assert len(found) == 1 and found[0]["tier"] == 1 and "task-twin" in found[0]["tags"], found
+    time.sleep(1.5)  # a few more background rounds: still told once
+    for role in ("boss", "worker"):
+        assert loser.call("GET", "/v1/inbox", people[loser.url][role][1]).json()["notifications"] == []

@@ -1,0 +1,105 @@
+"""The message bus of a node, once: sending (node-signed or signed by the sender) and reading messages.
+
+Messages are signed records appended through `projections.append` inside one write job; node/workflows/bus.py
+holds their SQL. Built once by `Node` (`node.bus`); REST is node/workflows/routes.py.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from identity import keys
+from node import agent_refs, idempotency, projections
+from node.db import Database
+from node.errors import Forbidden
+from node.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, until_hash_free
+from node.wire.api import SignedSubmission
+from node.wire.time import format_ms
+from node.wire.workflows import MessageOut, MessagePage, MessageQuery, PostMessage
+from node.workflows import bus
+
+
+async def _named(db: Database, body: PostMessage) -> PostMessage:
+    """The message with its agents named by did (each may be given as a did or a local name)."""
+    if agent_refs.all_dids(ref for ref in (body.to_agent, body.from_agent) if ref is not None):
+        return body
+    to_agent, from_agent = await db.read(
+        lambda c: (
+            agent_refs.resolve_optional(c, body.to_agent, "$.to_agent"),
+            agent_refs.resolve_optional(c, body.from_agent, "$.from_agent"),
+        ),
+        quick=True,
+    )
+    return msgspec.structs.replace(body, to_agent=to_agent, from_agent=from_agent)
+
+
+class Bus:
+    """The bus on one node: messages that are never consumed or deleted (built once, by `Node`)."""
+
+    def __init__(self, db: Database, sealing: Sealing, now_ms: Callable[[], int]) -> None:
+        self.db = db
+        self.sealing = sealing
+        self.now_ms = now_ms
+
+    async def post_message(
+        self, agent_id: str, body: PostMessage | SignedSubmission, idempotency_key: str | None = None
+    ) -> tuple[MessageOut, bool]:
+        """Append a message (node-signed, or a record the sender signed). Returns (message, created)."""
+        idem = idempotency.request_key(idempotency_key, body.idempotency_key)
+        signer: keys.SigningKey | None = None
+        created_ms = 0
+        if isinstance(body, SignedSubmission):
+            sealed = self.sealing.check_signed(body.record, "message", agent_id)
+        else:
+            body = await _named(self.db, body)
+            if body.from_agent is not None and body.from_agent != agent_id:
+                raise Forbidden("from_agent must be the authenticated agent", field="$.from_agent")
+            signer = await self.sealing.signer(agent_id)
+            created_ms = self.now_ms()
+            sealed = sign_and_check(bus.unsigned_message(agent_id, body, format_ms(created_ms)), signer)
+
+        async def one_ms_later(taken: list[Any]) -> None:  # only a node-signed message's hash is ever taken
+            nonlocal sealed, created_ms
+            assert isinstance(body, PostMessage) and signer is not None
+            created_ms += 1
+            sealed = sign_and_check(bus.unsigned_message(agent_id, body, format_ms(created_ms)), signer)
+
+        message_id, created = await until_hash_free(
+            lambda: self.db.write(
+                lambda c: append_message(c, agent_id, idem, sealed, signer is not None, self.now_ms())
+            ),
+            one_ms_later,
+            "message",
+        )
+        return await self.db.read(lambda c: bus.message_by_id(c, message_id), quick=True), created
+
+    async def messages(self, q: MessageQuery) -> MessagePage:
+        """Read the bus: filtered by project, agent (either end, a did or a local name) or type."""
+        named = q.agent
+        if named is not None and not agent_refs.is_did(named):
+            did = await self.db.read(lambda c: agent_refs.resolve(c, named, "$.agent"), quick=True)
+            q = msgspec.structs.replace(q, agent=did)
+        return await self.db.read(lambda c: bus.list_messages(c, q), quick=True)
+
+
+def append_message(
+    conn: sqlite3.Connection, agent_id: str, idem: str | None, sealed: SealedRecord, node_signed: bool, now: int
+) -> tuple[int, bool]:
+    """Append a message record (or answer a replayed key with its message): (message id, created).
+
+    An identical node-signed send in the same millisecond is HashTaken: a second message all the same, 1 ms later.
+    """
+    if idem is not None:
+        replay = bus.replayed_message(conn, agent_id, idem)
+        if replay is not None:
+            return replay, False
+    seq, inserted = projections.append(conn, *sealed, origin="local", now_ms=now)
+    if not inserted and node_signed:
+        raise HashTaken([sealed[1]])
+    if idem is not None:
+        idempotency.remember(conn, agent_id, idem, "message", sealed[1], now)
+    return seq, inserted
