@@ -174,16 +174,14 @@ class SearchIndex:
         if writable:
             self.writer = self.index.writer(heap_size=WRITER_HEAP_BYTES, num_threads=1)
             if self.state()[1] != self.stamp:  # new, or built for another store or analyzer: start again
-                self.writer.delete_all_documents()
-                self.writer.add_document(_meta_document(0, self.stamp))
-                self.writer.commit()
-                self.index.reload()
+                self.reset()
 
     def close(self) -> None:
         """Release the writer (and its lock file)."""
-        if self.writer is not None:
-            self.writer.wait_merging_threads()  # consumes the writer
-            self.writer = None
+        with self._lock:
+            if self.writer is not None:
+                self.writer.wait_merging_threads()  # consumes the writer
+                self.writer = None
 
     def state(self, searcher: tantivy.Searcher | None = None) -> tuple[int, str | None]:
         """(position covered, stamp) as `searcher` (a fresh one by default) sees the index; (0, None) if unset."""
@@ -192,12 +190,32 @@ class SearchIndex:
         if not hits:
             return 0, None
         doc = searcher.doc(hits[0][1])
-        return int(doc.get_first("position")), doc.get_first("stamp")
+        position, stamp = doc.get_first("position"), doc.get_first("stamp")
+        return (0 if position is None else int(position)), (None if stamp is None else str(stamp))
 
     def documents(self) -> int:
         """Entries in the index (the meta document not counted)."""
         searcher = self.index.searcher()
         return searcher.num_docs - (1 if self.state(searcher)[1] is not None else 0)
+
+    def seq_of(self, address: str) -> int | None:
+        """The entry id the index holds for an address, or None."""
+        searcher = self.index.searcher()
+        hits = searcher.search(tantivy.Query.term_query(SCHEMA, "address", address), limit=1, count=False).hits
+        if not hits:
+            return None
+        value = searcher.fast_field_values("seq", [hits[0][1]])[0]
+        return None if value is None else int(value)
+
+    def reset(self) -> None:
+        """Empty the index (stamped, covering nothing), as before a rebuild."""
+        if self.writer is None:
+            raise RuntimeError("the index was opened read-only")
+        with self._lock:
+            self.writer.delete_all_documents()
+            self.writer.add_document(_meta_document(0, self.stamp))
+            self.writer.commit()
+            self.index.reload()
 
     def apply(self, rows: Sequence[Row], position: int) -> None:
         """Index these entries (replacing any document of the same address) and record `position`, in one commit."""

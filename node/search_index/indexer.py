@@ -14,6 +14,7 @@ import contextlib
 import logging
 import sqlite3
 import unicodedata
+from functools import partial
 from pathlib import Path
 
 from node.db import Database
@@ -34,6 +35,11 @@ def store_epoch(conn: sqlite3.Connection) -> str:
 def highest_entry(conn: sqlite3.Connection) -> int:
     """The highest entry id (0 with no entries): what a caught-up index covers."""
     return int(conn.execute("SELECT coalesce(max(id), 0) FROM entries").fetchone()[0])
+
+
+def pending(conn: sqlite3.Connection, position: int) -> int:
+    """Entries with ids above `position` (what an index covering `position` lags behind)."""
+    return int(conn.execute("SELECT count(*) FROM entries WHERE id > ?", (position,)).fetchone()[0])
 
 
 def rows_after(conn: sqlite3.Connection, position: int, limit: int = BATCH) -> list[Row]:
@@ -60,6 +66,55 @@ def build(conn: sqlite3.Connection, index: SearchIndex) -> int:
         index.apply(rows, rows[-1].seq)
         done += len(rows)
     return done
+
+
+def rebuild(root: Path, conn: sqlite3.Connection) -> int | None:
+    """Empty the data folder's index and index every entry again (`bbs rebuild`); returns the entries indexed.
+
+    None when another process (a serving node) holds the index's writer lock: that node keeps it caught up.
+    """
+    try:
+        index = SearchIndex(root / FOLDER, store_epoch(conn))
+    except ValueError:  # tantivy's lock file: one writer per index
+        return None
+    try:
+        index.reset()
+        return build(conn, index)
+    finally:
+        index.close()
+
+
+SAMPLE = 50  # entries `check` looks up in the index
+
+
+def check(root: Path, conn: sqlite3.Connection) -> tuple[str, str]:
+    """(status, detail) of the data folder's index against `conn`'s entries, for `bbs doctor`; reads only.
+
+    The index must hold one document per entry it covers, and a sample of those entries under their ids.
+    """
+    path = root / FOLDER
+    if not path.is_dir():
+        return "warn", f"no search index at {path}; the node builds it when it starts"
+    index = SearchIndex(path, store_epoch(conn), writable=False)
+    position, stamp = index.state()
+    if stamp != index.stamp:
+        return "warn", f"search index built for {stamp}, not {index.stamp}; the node rebuilds it when it starts"
+    covered = int(conn.execute("SELECT count(*) FROM entries WHERE id <= ?", (position,)).fetchone()[0])
+    documents = index.documents()
+    if documents != covered:
+        return "fail", f"search index holds {documents} documents for {covered} entries; run bbs rebuild"
+    sample = conn.execute(
+        "SELECT id, record_hash FROM entries WHERE id <= ? ORDER BY random() LIMIT ?", (position, SAMPLE)
+    ).fetchall()
+    wrong = [record_hash for seq, record_hash in sample if index.seq_of(record_hash) != seq]
+    if wrong:
+        return (
+            "fail",
+            f"search index misses or misplaces {len(wrong)} of {len(sample)} sampled entries; run bbs rebuild",
+        )
+    behind = pending(conn, position)
+    lag = f", {behind} entries behind the log (indexed while the node runs)" if behind else ""
+    return "ok", f"search index: {documents} documents, matching entries up to id {position}{lag}"
 
 
 def page(conn: sqlite3.Connection, index: SearchIndex, q: SearchQuery, since_ms: int | None) -> list[int] | None:
@@ -101,8 +156,7 @@ class Indexer:
         """Index every entry past the index's position, batch by batch; returns the entries indexed."""
         done = 0
         while True:
-            position = self.index.state()[0]
-            rows = await self.db.read(lambda c, after=position: rows_after(c, after))
+            rows = await self.db.read(partial(rows_after, position=self.index.state()[0]))
             if not rows:
                 return done
             await asyncio.to_thread(self.index.apply, rows, rows[-1].seq)
@@ -110,9 +164,9 @@ class Indexer:
             done += len(rows)
 
     async def lag(self) -> int:
-        """Entries the index does not cover yet (the highest entry id less the index's position)."""
-        highest = await self.db.read(highest_entry, quick=True)
-        return max(0, highest - self.index.state()[0])
+        """Entries committed but not yet in the index."""
+        position = self.index.state()[0]
+        return await self.db.read(lambda c: pending(c, position), quick=True)
 
     async def run(self) -> None:
         """Catch up now, then each time a commit (or the idle poll) says there may be more."""

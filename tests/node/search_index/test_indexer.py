@@ -8,17 +8,23 @@ node.queries.search (the FTS5 path, the oracle).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import shutil
+import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import msgspec
+from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from node import queries
+from node.appkeys import SEARCH_INDEXER
 from node.datadir import initialise
 from node.search_index import indexer
+from node.search_index.index import FOLDER, Row, SearchIndex
 from node.service import Node
 from node.wire.api import PostEntry, SearchQuery
 from tests.conftest import FakeClock
@@ -108,3 +114,88 @@ def test_the_index_matches_what_fts5_matches(corpus: list[dict[str, Any]], asked
         root = Path(tmp) / "node"
         initialise(root)
         asyncio.run(differential(root, corpus, asked))
+
+
+async def post_text(node: Node, agent_id: str, content: str) -> int:
+    body = msgspec.convert({"entry_type": "finding", "performative": "inform", "content": content}, PostEntry)
+    entry, _ = await node.entries.post(agent_id, body, None)
+    return entry.id
+
+
+def words(node: Node, text: str, **params: Any) -> Any:
+    q = msgspec.convert({"q": text, "limit": 50} | params, SearchQuery)
+    return node.db.read(lambda c: indexer.page(c, node.search_index, q, None))  # type: ignore[arg-type]
+
+
+async def test_the_index_answers_only_once_caught_up(node: Node) -> None:
+    alice = await node.agents.create("alice", "Alice")
+    assert node.search_index is not None
+    first = await post_text(node, alice.agent_id, "Café crème")
+    assert await words(node, "cafe") is None  # behind the log: the SQL path answers
+    worker = indexer.Indexer(node.db, node.search_index)
+    assert await worker.lag() == 1
+    assert await worker.catch_up() == 1
+    assert await worker.lag() == 0
+    assert await words(node, "cafe") == [first]
+    assert await words(node, "cafe", sort="trust") is None  # trust is not in the index
+    assert await words(node, "cafe", min_trust=0.1) is None
+
+
+async def test_an_address_shows_its_winner(node: Node) -> None:
+    """An equivocated address: the index follows the version the node serves (delete by address, add)."""
+    from tests.node.test_equivocation import append_to, version, version_hex
+
+    a, b = version(["alpha"]), version(["omega"])
+    worse, better = sorted([a, b], key=version_hex, reverse=True)
+    assert node.search_index is not None
+    worker = indexer.Indexer(node.db, node.search_index)
+    await node.db.write(lambda c: append_to(c, [worse]))
+    await worker.catch_up()
+    tag_of = {id(a): "alpha", id(b): "omega"}
+    assert len(await words(node, tag_of[id(worse)])) == 1
+    await node.db.write(lambda c: append_to(c, [better]))
+    await worker.catch_up()
+    assert await words(node, tag_of[id(worse)]) == []
+    assert len(await words(node, tag_of[id(better)])) == 1
+    assert node.search_index.documents() == 1
+
+
+async def test_rebuild_and_check(node: Node, data_dir: tuple[Path, str]) -> None:
+    root = data_dir[0]
+    alice = await node.agents.create("alice", "Alice")
+    for text in ("one", "two", "three"):
+        await post_text(node, alice.agent_id, text)
+    assert node.search_index is not None
+    await indexer.Indexer(node.db, node.search_index).catch_up()
+    status, detail = await node.db.read(lambda c: indexer.check(root, c))
+    assert status == "ok", detail
+    assert await node.db.read(lambda c: indexer.rebuild(root, c)) is None  # the serving node holds the writer
+    node.close()
+    with contextlib.closing(sqlite3.connect(root / "bbs.db")) as conn:
+        assert indexer.rebuild(root, conn) == 3
+        assert indexer.check(root, conn)[0] == "ok"
+        damaged = SearchIndex(root / FOLDER, indexer.store_epoch(conn))
+        damaged.apply([Row(99, "h99", "stray", "[]", "finding", "inform", "x", "fact", 0.5, 0)], 3)
+        damaged.close()
+        status, detail = indexer.check(root, conn)
+        assert status == "fail" and "bbs rebuild" in detail
+        shutil.rmtree(root / FOLDER)
+        assert indexer.check(root, conn)[0] == "warn"
+
+
+async def test_rest_search_answers_from_the_index_and_metrics_show_it(
+    client: TestClient, node: Node, data_dir: tuple[Path, str]
+) -> None:
+    alice = await node.agents.create("alice", "Alice")
+    entry_id = await post_text(node, alice.agent_id, "naïve answer")
+    await client.app[SEARCH_INDEXER].catch_up()
+    headers = {"Authorization": f"Bearer {alice.api_key}"}
+    resp = await client.get("/v1/search", params={"q": "NAIVE"}, headers=headers)
+    assert resp.status == 200
+    assert [e["id"] for e in (await resp.json())["entries"]] == [entry_id]
+    assert node.reads.answered["index"] == 1
+    metrics = await client.get("/metrics", headers={"Authorization": f"Bearer {data_dir[1]}"})
+    text = await metrics.text()
+    assert "bbs_search_index_lag_entries 0.0" in text
+    assert "bbs_search_index_documents 1.0" in text
+    assert 'bbs_searches_answered{path="index"} 1.0' in text
