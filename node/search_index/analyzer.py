@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 from importlib import resources
 
 ANALYZER_VERSION = 1
@@ -47,8 +48,13 @@ def fold(ch: str) -> str:
     return _FOLDS.get(ch, ch)
 
 
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
+
+
 def tokens(text: str) -> list[str]:
     """The folded words of `text`, in order (a word folding to nothing is dropped)."""
+    if text.isascii():  # the common case, at C speed
+        return _ASCII_WORD.findall(text.lower())
     out: list[str] = []
     word: list[str] = []
     for ch in text:
