@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 
 from node.db import Database
+from node.queries import search_words
 from node.search_index.index import FOLDER, ROW_COLUMNS, Filters, Row, SearchIndex
 from node.wire.api import SearchQuery
 
@@ -95,10 +96,15 @@ def check(root: Path, conn: sqlite3.Connection) -> tuple[str, str]:
     path = root / FOLDER
     if not path.is_dir():
         return "warn", f"no search index at {path}; the node builds it when it starts"
-    index = SearchIndex(path, store_epoch(conn), writable=False)
-    position, stamp = index.state()
+    try:
+        index = SearchIndex(path, store_epoch(conn), writable=False)
+        position, stamp = index.state()
+    except Exception as exc:  # a damaged folder is a finding, not a crash
+        return "fail", f"search index at {path} cannot be read ({exc}); run bbs rebuild"
     if stamp != index.stamp:
         return "warn", f"search index built for {stamp}, not {index.stamp}; the node rebuilds it when it starts"
+    if position > highest_entry(conn):  # the node indexed entries committed after this copy was taken
+        return "warn", f"search index covers entry id {position}, past this copy of the database; check again"
     covered = int(conn.execute("SELECT count(*) FROM entries WHERE id <= ?", (position,)).fetchone()[0])
     documents = index.documents()
     if documents != covered:
@@ -123,8 +129,6 @@ def page(conn: sqlite3.Connection, index: SearchIndex, q: SearchQuery, since_ms:
     The SQL path answers a search without words, one sorted by trust or community confidence or filtered by
     `min_trust` (trust is node-local and not in the index), and any search while the index lags behind.
     """
-    from node.queries import search_words
-
     if not q.q or q.sort != "default" or q.min_trust is not None:
         return None
     words = search_words(q.q)
