@@ -42,7 +42,10 @@ class Reads:
         quick = not self.heavy_words.any_of(words)
         started = time.perf_counter()
         index = self.index
-        result = await self.db.read(lambda c: search(c, q, since_ms, index, self.answered), quick=quick)
+        paths: list[str] = []  # which path answered, per attempt (a quick read may run again on a reader thread)
+        result = await self.db.read(lambda c: search(c, q, since_ms, index, paths), quick=quick)
+        if paths:
+            self.answered[paths[-1]] += 1
         if quick and words:
             self.heavy_words.observe(words, overran=time.perf_counter() - started > self.db.inline_budget_s)
         return result
@@ -79,12 +82,15 @@ def search(
     q: SearchQuery,
     since_ms: int | None,
     index: SearchIndex | None = None,
-    answered: dict[str, int] | None = None,
+    paths: list[str] | None = None,
 ) -> SearchResult:
-    """`Reads.search` on one connection: the page (from `index` when it can answer), then its neighbourhood."""
+    """`Reads.search` on one connection: the page (from `index` when it can answer), then its neighbourhood.
+
+    `paths` hears which path answered a search with words: "index" or "sql".
+    """
     page = _indexed_page(conn, index, q, since_ms)
-    if answered is not None and q.q:
-        answered["sql" if page is None else "index"] += 1
+    if paths is not None and q.q:
+        paths.append("sql" if page is None else "index")
     if page is None:
         page = queries.search(conn, q, since_ms)
     links: list[LinkOut] = []
