@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from node.peer_routes import SyncSettings, SyncState
     from node.push.routes import PushHolder
     from node.push.sender import PushSettings
+    from node.search_index.indexer import Indexer
     from node.service import Node
 
 NODE: web.AppKey[Node] = web.AppKey("node")
@@ -33,3 +34,5 @@ SYNC_SETTINGS: web.AppKey[SyncSettings] = web.AppKey("sync_settings")
 # NLIP push (node/push/routes.py): the running dispatcher's holder, and the settings `bbs serve` gives it.
 PUSH: web.AppKey[PushHolder] = web.AppKey("push")
 PUSH_SETTINGS: web.AppKey[PushSettings] = web.AppKey("push_settings")
+# The task keeping the search index caught up (node.background.search_indexing), when the node has an index.
+SEARCH_INDEXER: web.AppKey[Indexer] = web.AppKey("search_indexer")

@@ -10,7 +10,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from node import trust
-from node.appkeys import NODE
+from node.appkeys import NODE, SEARCH_INDEXER
+from node.metrics import metrics_of
+from node.search_index.indexer import Indexer
 from node.service import Node
 
 EXPIRY_SWEEP_SECONDS = 60  # how late a notification past its 7 days may still read as pending, at most
@@ -67,3 +69,45 @@ twin_notices = periodic(
     lambda node: node.workflows.notice_twins(),
     logging.getLogger("bbs.leases"),
 )
+
+
+async def search_indexing(app: web.Application) -> AsyncIterator[None]:
+    """Keep the node's search index caught up (node/search_index/indexer.py), woken after each commit."""
+    node = app[NODE]
+    if node.search_index is None:
+        yield
+        return
+    worker = Indexer(node.db, node.search_index)
+    app[SEARCH_INDEXER] = worker
+    loop = asyncio.get_running_loop()
+
+    def after_commit() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed
+            loop.call_soon_threadsafe(worker.wake.set)
+
+    node.db.after_commit.append(after_commit)
+    metrics = metrics_of(app)
+    position = metrics.gauge("bbs_search_index_position", "Highest entry id the search index covers")
+    lag = metrics.gauge("bbs_search_index_lag_entries", "Entries committed but not yet in the search index")
+    documents = metrics.gauge("bbs_search_index_documents", "Entries in the search index")
+    answered = metrics.gauge(
+        "bbs_searches_answered", "Searches with words since start, by the path that answered", ["path"]
+    )
+
+    async def refresh() -> None:
+        index = node.search_index
+        if index is None:
+            return
+        position.set(index.state()[0])
+        lag.set(await worker.lag())
+        documents.set(index.documents())
+        for path, count in node.reads.answered.items():
+            answered.labels(path).set(count)
+
+    metrics.on_scrape(refresh)
+    task = asyncio.create_task(worker.run(), name="search indexing")
+    yield
+    node.db.after_commit.remove(after_commit)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -291,6 +291,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     from node import db, projections
     from node.datadir import DataDir, require_node
     from node.progress import Reporter
+    from node.search_index import indexer as search_indexer
 
     require_node(args.data)
 
@@ -302,7 +303,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             return before == projections.snapshot(conn), count  # type: ignore[arg-type]
 
         same, count = db.write_sync(DataDir(args.data).db_path, run)  # type: ignore[arg-type]
-    print(json.dumps({"records_replayed": count, "projections_matched_log": same}))
+        indexed = db.read_sync(DataDir(args.data).db_path, lambda conn: search_indexer.rebuild(args.data, conn))
+    print(json.dumps({"records_replayed": count, "projections_matched_log": same, "search_index_entries": indexed}))
     return 0 if same else EXIT_ERROR
 
 

@@ -321,9 +321,9 @@ class Database:
         self.schema_version = 0
         self.stats = WriterStats()
         self.read_stats = ReadStats()
-        # Called on the writer thread after each committed transaction (node/push wakes its dispatcher with it);
-        # it must be quick and thread-safe. None: nobody listens.
-        self.after_commit: Callable[[], None] | None = None
+        # Called on the writer thread after each committed transaction (node/push wakes its dispatcher with them,
+        # the search indexer its worker); each must be quick and thread-safe. Listeners add and remove themselves.
+        self.after_commit: list[Callable[[], None]] = []
 
     def open(self) -> None:
         """Migrate and start the writer thread (synchronous; call before serving)."""
@@ -475,12 +475,12 @@ class Database:
                 log.critical("a write job raised %r; its batch of %d jobs is rolled back", exc, len(batch))
             outcomes = [(False, _storage_error(exc))] * len(batch)
             self.stats.rolled_back += 1
-        after = self.after_commit
-        if after is not None and any(ok for ok, _ in outcomes):  # something was committed
-            try:
-                after()
-            except Exception:  # a listener's bug must not stop the writer
-                log.exception("the after-commit listener failed")
+        if self.after_commit and any(ok for ok, _ in outcomes):  # something was committed
+            for after in tuple(self.after_commit):
+                try:
+                    after()
+                except Exception:  # a listener's bug must not stop the writer
+                    log.exception("the after-commit listener failed")
         stats = self.stats  # counted before the answers go out, so an awaiting caller sees its batch counted
         stats.transactions += 1
         stats.jobs += len(batch)

@@ -21,6 +21,7 @@ from identity import keys
 from node import db, projections
 from node.backup import snapshot_db
 from node.datadir import DataDir
+from node.search_index import indexer as search_indexer
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -64,6 +65,7 @@ def diagnose(data_root: Path, *, scratch: Path | None = None, peer_timeout: floa
             if _check_integrity(conn, checks):
                 _check_identity(conn, key_did, checks)
                 _check_fts(conn, checks)
+                checks.append(Check("search_index", *search_indexer.check(data_root, conn)))  # type: ignore[arg-type]
                 _check_projections(conn, checks)
                 peers = _peer_urls(conn)
         finally:

@@ -51,7 +51,7 @@ FEATURES: tuple[Feature, ...] = (
         routes=substrate_routes.ROUTES,
         projectors=projections.SUBSTRATE_PROJECTORS,
         tables=projections.SUBSTRATE_TABLES,
-        background=(background.expiry_sweep,),
+        background=(background.expiry_sweep, background.search_indexing),
     ),
     Feature("feed", routes=feed_routes.ROUTES, setup=feed_routes.install),  # entries in arrival order, long-poll
     Feature("default mode", routes=default_mode_routes.ROUTES),  # governed memory: /v1/default-mode

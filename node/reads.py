@@ -10,7 +10,9 @@ import msgspec
 from node import agent_refs, queries
 from node.db import Database
 from node.errors import InvalidInput
-from node.wire.api import LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult
+from node.search_index import indexer
+from node.search_index.index import SearchIndex
+from node.wire.api import EntryOut, LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult
 
 
 class Reads:
@@ -19,6 +21,8 @@ class Reads:
     def __init__(self, db: Database) -> None:
         self.db = db
         self.heavy_words = queries.HeavyWords()  # search words whose searches run on a reader thread
+        self.index: SearchIndex | None = None  # the tantivy index, when the node opened one (node/search_index/)
+        self.answered = {"index": 0, "sql": 0}  # searches with words, by the path that answered them
 
     async def read(self, refs: list[str], q: ReadQuery) -> ReadResult:
         """Entries by id or hash with their neighbourhood."""
@@ -37,7 +41,11 @@ class Reads:
         words = queries.search_words(q.q) if q.q else []
         quick = not self.heavy_words.any_of(words)
         started = time.perf_counter()
-        result = await self.db.read(lambda c: search(c, q, since_ms), quick=quick)
+        index = self.index
+        paths: list[str] = []  # which path answered, per attempt (a quick read may run again on a reader thread)
+        result = await self.db.read(lambda c: search(c, q, since_ms, index, paths), quick=quick)
+        if paths:
+            self.answered[paths[-1]] += 1
         if quick and words:
             self.heavy_words.observe(words, overran=time.perf_counter() - started > self.db.inline_budget_s)
         return result
@@ -69,9 +77,22 @@ def read(conn: sqlite3.Connection, refs: list[str], q: ReadQuery) -> ReadResult:
     return ReadResult(entries=entries, links=links, missing=missing, truncated=truncated)
 
 
-def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> SearchResult:
-    """`Reads.search` on one connection: the page, then the neighbourhood of its entries."""
-    page = queries.search(conn, q, since_ms)
+def search(
+    conn: sqlite3.Connection,
+    q: SearchQuery,
+    since_ms: int | None,
+    index: SearchIndex | None = None,
+    paths: list[str] | None = None,
+) -> SearchResult:
+    """`Reads.search` on one connection: the page (from `index` when it can answer), then its neighbourhood.
+
+    `paths` hears which path answered a search with words: "index" or "sql".
+    """
+    page = _indexed_page(conn, index, q, since_ms)
+    if paths is not None and q.q:
+        paths.append("sql" if page is None else "index")
+    if page is None:
+        page = queries.search(conn, q, since_ms)
     links: list[LinkOut] = []
     truncated = False
     entries = page
@@ -96,3 +117,18 @@ def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> Se
         next_offset=q.offset + q.limit if len(page) == q.limit else None,
         truncated=truncated,
     )
+
+
+def _indexed_page(
+    conn: sqlite3.Connection, index: SearchIndex | None, q: SearchQuery, since_ms: int | None
+) -> list[EntryOut] | None:
+    """The page from the search index, in its order; None when the index cannot answer (the SQL path does)."""
+    if index is None:
+        return None
+    ids = indexer.page(conn, index, q, since_ms)
+    if ids is None:
+        return None
+    by_id = {e.id: e for e in queries.entries_by_ids(conn, ids)}
+    if len(by_id) != len(ids):  # an entry the index names is gone from this read: let SQL answer
+        return None
+    return [by_id[i] for i in ids]

@@ -9,6 +9,8 @@ only parse and format; the features do the work. The features never import this 
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +28,8 @@ from node.inbox import MAX_SUBSCRIPTIONS, Inbox
 from node.links import Links
 from node.reads import Reads
 from node.sealing import Sealing
+from node.search_index import indexer
+from node.search_index.index import SearchIndex
 from node.sync_store import NodeSyncStore
 from node.trust import Trust
 from node.wire.api import MAX_BATCH, MAX_HOPS, NodeInfo
@@ -56,6 +60,7 @@ class Node:
         self.trust: Trust = Trust(self.db, self.now_ms)
         self.sync = NodeSyncStore(self.db, self.node_id, self.now_ms)
         self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer
+        self.search_index: SearchIndex | None = None  # opened with the node (node/search_index/)
 
     @property
     def node_id(self) -> str:
@@ -66,11 +71,19 @@ class Node:
         return int(self.clock() * 1000)
 
     def open(self) -> None:
-        """Open the database (its writer thread starts)."""
+        """Open the database (its writer thread starts) and the search index."""
         self.db.open()
+        if self.search_index is None:
+            with contextlib.closing(sqlite3.connect(self.data.db_path)) as conn:
+                self.search_index = indexer.open_index(self.data.root, conn)
+            self.reads.index = self.search_index
 
     def close(self) -> None:
-        """Close the database and stop the crypto threads."""
+        """Close the search index and the database, and stop the crypto threads."""
+        if self.search_index is not None:
+            self.reads.index = None
+            self.search_index.close()
+            self.search_index = None
         self.db.close()
         self.sealing.close()
 

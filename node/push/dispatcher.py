@@ -94,7 +94,11 @@ class Dispatcher:
                 self.senders[endpoint.id] = Sender(endpoint, self._post, self.settings, self.endpoints.now_ms)
             else:
                 sender.endpoint = endpoint
-        self.db.after_commit = self._after_commit if self.senders else None
+        listening = self._after_commit in self.db.after_commit
+        if self.senders and not listening:
+            self.db.after_commit.append(self._after_commit)
+        elif not self.senders and listening:
+            self.db.after_commit.remove(self._after_commit)
 
     # ---- running ----------------------------------------------------------------------------------------------
 
@@ -109,7 +113,8 @@ class Dispatcher:
 
     async def stop(self) -> None:
         """Stop every sender and close the HTTP session."""
-        self.db.after_commit = None
+        if self._after_commit in self.db.after_commit:
+            self.db.after_commit.remove(self._after_commit)
         for sender in self.senders.values():
             await sender.stop()
         if self._session is not None:

@@ -21,6 +21,7 @@ from node.appkeys import (
     PUSH,
     PUSH_SETTINGS,
     REQUEST_OBSERVER,
+    SEARCH_INDEXER,
     SYNC,
     SYNC_SETTINGS,
 )
@@ -33,7 +34,7 @@ def test_every_key_is_a_distinct_app_key() -> None:
     found = {name: value for name, value in vars(appkeys).items() if isinstance(value, web.AppKey)}
     assert set(found) == {
         "NODE", "LIMIT", "METRICS", "METRICS_SOURCE", "REQUEST_OBSERVER", "SYNC", "SYNC_SETTINGS", "PUSH",
-        "PUSH_SETTINGS",
+        "PUSH_SETTINGS", "SEARCH_INDEXER",
     }  # fmt: skip
     assert len(set(map(id, found.values()))) == len(found)
     names = [repr(key) for key in found.values()]
@@ -55,6 +56,7 @@ def test_a_built_app_holds_each_key_with_its_object(data_dir: tuple[Path, str]) 
     assert METRICS_SOURCE not in app  # only the side listener of metrics.serve_separately holds it
     assert isinstance(app[PUSH], PushHolder) and app[PUSH].dispatcher is None  # the dispatcher runs from start-up
     assert PUSH_SETTINGS not in app  # set by `bbs serve` (push_routes.configure); defaults otherwise
+    assert SEARCH_INDEXER not in app  # set at start-up, when the node opened its search index
 
 
 async def test_requests_reach_the_observer_the_app_holds(client: TestClient, admin_headers: dict[str, str]) -> None:

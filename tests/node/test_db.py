@@ -524,3 +524,20 @@ async def test_a_busy_database_moves_the_read_instead_of_blocking_the_loop(datab
     assert (await database.read(fn, quick=True)).startswith("bbs-read")
     assert database.read_stats.moved == 1
     assert await database.read(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0], quick=True) == 0
+
+
+async def test_every_after_commit_listener_is_called_and_a_failing_one_stops_none(db: Database) -> None:
+    """The push dispatcher and the search indexer both listen; one listener's bug must not silence the other."""
+    calls: list[str] = []
+
+    def broken() -> None:
+        calls.append("broken")
+        raise RuntimeError("a listener's bug")
+
+    db.after_commit.extend([broken, lambda: calls.append("second")])
+    await db.write(lambda c: c.execute("INSERT INTO node_meta(key, value) VALUES ('listeners', '2')"))
+    assert calls == ["broken", "second"]
+    await db.write(lambda c: c.execute("SELECT 1"))  # a job that commits too: both are called again
+    db.after_commit.clear()
+    await db.write(lambda c: c.execute("SELECT 1"))
+    assert calls == ["broken", "second", "broken", "second"]

@@ -44,7 +44,12 @@ def open_db(path: Path) -> sqlite3.Connection:
 
 def append(conn: sqlite3.Connection, items: list[projections.Incoming]) -> list[tuple[int, bool]]:
     with db.transaction(conn, immediate=True):
-        return projections.append_many(conn, items, origin="local", now_ms=T0)
+        return append_to(conn, items)
+
+
+def append_to(conn: sqlite3.Connection, items: list[projections.Incoming]) -> list[tuple[int, bool]]:
+    """Append versions inside the caller's transaction."""
+    return projections.append_many(conn, items, origin="local", now_ms=T0)
 
 
 def state(conn: sqlite3.Connection) -> tuple[set[str], list[str], int, bool]:

@@ -102,7 +102,15 @@ async def test_rebuild_reproduces_projections(
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)  # the result alone on stdout; progress on stderr, as plain lines off a TTY
     assert f"replaying the log: {report['records_replayed']}/{report['records_replayed']} (100%)" in result.stderr
-    assert report == {"records_replayed": report["records_replayed"], "projections_matched_log": True}
+    assert report == {
+        "records_replayed": report["records_replayed"],
+        "projections_matched_log": True,
+        "search_index_entries": report["search_index_entries"],
+    }
+    assert (
+        report["search_index_entries"]
+        == sqlite3.connect(path / "bbs.db").execute("SELECT count(*) FROM entries").fetchone()[0]
+    )
     assert report["records_replayed"] >= len(ids) + 3 + 2  # entries, agents, link records
 
     # Damage the projections by hand: rebuild notices, repairs, and a second rebuild finds them equal.

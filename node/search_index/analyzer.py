@@ -1,0 +1,72 @@
+"""Words of a text exactly as SQLite FTS5's `unicode61` tokenizer (remove_diacritics 1) finds them.
+
+The tantivy index is fed pre-tokenized words so that its answers match the FTS5 path's. A token is a run of
+token characters (ASCII letters and digits, and the non-ASCII characters unicode61 counts: letters, numbers,
+private use, and the combining diacritics it folds away); each character is lower-cased and its diacritic
+folded ("Café" and "CAFE" are both "cafe"). The non-ASCII rules are FTS5's own: `unicode61.json` was
+measured from SQLite (every code point between two letters, read back through fts5vocab; see
+tests/node/search_index/test_analyzer.py, which checks the table against the running SQLite).
+
+`ANALYZER_VERSION` is stamped into the index: change it whenever these rules change, and every node rebuilds
+its index when it next opens it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from importlib import resources
+
+ANALYZER_VERSION = 1
+
+
+def _load() -> tuple[list[int], list[int], dict[str, str]]:
+    data = json.loads(resources.files(__package__).joinpath("unicode61.json").read_text("ascii"))
+    starts = [r[0] for r in data["token_ranges"]]
+    ends = [r[1] for r in data["token_ranges"]]
+    folds = {chr(int(cp)): out for cp, out in data["fold"].items()}
+    return starts, ends, folds
+
+
+_STARTS, _ENDS, _FOLDS = _load()
+
+
+def is_token_char(ch: str) -> bool:
+    """Whether unicode61 counts `ch` as part of a word."""
+    if ch.isascii():
+        return ch.isalnum()
+    cp = ord(ch)
+    i = bisect.bisect_right(_STARTS, cp) - 1
+    return i >= 0 and cp <= _ENDS[i]
+
+
+def fold(ch: str) -> str:
+    """A token character as unicode61 indexes it: lower-cased, diacritic removed ('' when it is only one)."""
+    if ch.isascii():
+        return ch.lower()
+    return _FOLDS.get(ch, ch)
+
+
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
+
+
+def tokens(text: str) -> list[str]:
+    """The folded words of `text`, in order (a word folding to nothing is dropped)."""
+    if text.isascii():  # the common case, at C speed
+        return _ASCII_WORD.findall(text.lower())
+    out: list[str] = []
+    word: list[str] = []
+    for ch in text:
+        if is_token_char(ch):
+            word.append(fold(ch))
+        elif word:
+            token = "".join(word)
+            if token:
+                out.append(token)
+            word = []
+    if word:
+        token = "".join(word)
+        if token:
+            out.append(token)
+    return out

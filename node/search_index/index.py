@@ -1,0 +1,267 @@
+"""The tantivy full-text index: a projection of the `entries` table in its own folder of the data directory.
+
+Documents are entries, keyed by their address (`record_hash`, deleted by term before a version is added, so an
+address shows the winner the node serves: node/equivocation.py) and carrying their local id (`seq`, a fast
+field). Text is pre-tokenized by `analyzer.tokens` (FTS5 unicode61's rules) and indexed with tantivy's
+whitespace tokenizer. One meta document records the highest entry id the index covers (`position`) and the
+stamp (store epoch, analyzer and schema versions) it was built for; it is written in the same commit as the
+documents it covers, so a crash never leaves the index claiming more than it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tantivy
+
+from node.search_index.analyzer import ANALYZER_VERSION, tokens
+
+SCHEMA_VERSION = 1
+FOLDER = "search-index"
+WRITER_HEAP_BYTES = 32_000_000  # tantivy's writer buffer: modest, for a small machine (docs/decisions.md)
+_META = "position"  # the `meta` term of the one meta document
+
+
+def stamp_for(epoch: str) -> str:
+    """What an index must be stamped with to serve a store of this epoch."""
+    return f"{epoch}/analyzer-{ANALYZER_VERSION}/schema-{SCHEMA_VERSION}"
+
+
+def _schema() -> tantivy.Schema:
+    b = tantivy.SchemaBuilder()
+    b.add_integer_field("seq", stored=True, indexed=True, fast=True)
+    b.add_text_field("address", tokenizer_name="raw", index_option="basic")
+    b.add_text_field("content", tokenizer_name="whitespace", index_option="position")
+    b.add_text_field("tags", tokenizer_name="whitespace", index_option="position")
+    b.add_text_field("tag", tokenizer_name="raw", index_option="basic")
+    for name in ("entry_type", "performative", "author", "truth_state"):
+        b.add_text_field(name, tokenizer_name="raw", index_option="basic")
+    b.add_integer_field("synthetic", indexed=True)
+    b.add_float_field("confidence", indexed=True, fast=True)
+    b.add_integer_field("created_ms", indexed=True, fast=True)
+    b.add_text_field("meta", tokenizer_name="raw", index_option="basic")
+    b.add_integer_field("position", stored=True)
+    b.add_text_field("stamp", stored=True, tokenizer_name="raw", index_option="basic")
+    return b.build()
+
+
+SCHEMA = _schema()
+
+
+@dataclass(frozen=True)
+class Row:
+    """What the index holds of one entry (a row of `entries`)."""
+
+    seq: int
+    record_hash: str
+    content: str
+    tags: str  # the JSON text of the tags column, as FTS5 indexes it
+    entry_type: str
+    performative: str
+    author_id: str
+    truth_state: str
+    confidence: float
+    created_ms: int
+
+
+ROW_COLUMNS = "id, record_hash, content, tags, entry_type, performative, author_id, truth_state, confidence, created_ms"
+
+
+@dataclass(frozen=True)
+class Filters:
+    """A search's filters, as the index can apply them (the same meaning as node/queries.search)."""
+
+    entry_type: Sequence[str] = ()
+    performative: Sequence[str] = ()
+    author: Sequence[str] = ()
+    truth_state: Sequence[str] = ()
+    tags: Sequence[str] = ()  # NFC, as stored
+    min_confidence: float | None = None
+    since_ms: int | None = None
+    include_synthetic: bool = False
+
+
+def _document(row: Row) -> tantivy.Document:
+    doc = tantivy.Document()
+    doc.add_integer("seq", row.seq)
+    doc.add_text("address", row.record_hash)
+    doc.add_text("content", " ".join(tokens(row.content)))
+    doc.add_text("tags", " ".join(tokens(row.tags)))
+    for tag in json.loads(row.tags):
+        doc.add_text("tag", tag)
+    doc.add_text("entry_type", row.entry_type)
+    doc.add_text("performative", row.performative)
+    doc.add_text("author", row.author_id)
+    doc.add_text("truth_state", row.truth_state)
+    doc.add_integer("synthetic", 1 if row.truth_state == "simulation" else 0)
+    doc.add_float("confidence", float(row.confidence))
+    doc.add_integer("created_ms", row.created_ms)
+    return doc
+
+
+def _meta_document(position: int, stamp: str) -> tantivy.Document:
+    doc = tantivy.Document()
+    doc.add_text("meta", _META)
+    doc.add_integer("position", position)
+    doc.add_text("stamp", stamp)
+    return doc
+
+
+def word_clauses(words: Sequence[str]) -> list[tantivy.Query] | None:
+    """One query per search word (a term, or a phrase when the word folds to several tokens), on content or tags.
+
+    As FTS5 treats each quoted word: a word folding to no token is ignored; None when no word has a token
+    (FTS5 then matches nothing). The words are built into queries, never parsed: no syntax can be injected.
+    """
+    clauses = []
+    for word in words:
+        toks = tokens(word)
+        if not toks:
+            continue
+        per_field = []
+        for field in ("content", "tags"):
+            if len(toks) == 1:
+                per_field.append(tantivy.Query.term_query(SCHEMA, field, toks[0]))
+            else:
+                per_field.append(tantivy.Query.phrase_query(SCHEMA, field, list(toks)))
+        clauses.append(
+            tantivy.Query.boolean_query([(tantivy.Occur.Should, per_field[0]), (tantivy.Occur.Should, per_field[1])])
+        )
+    return clauses or None
+
+
+def _filter_clauses(f: Filters) -> list[tantivy.Query]:
+    out = []
+    for field, values in (
+        ("entry_type", f.entry_type),
+        ("performative", f.performative),
+        ("author", f.author),
+        ("truth_state", f.truth_state),
+        ("tag", f.tags),
+    ):
+        if values:
+            out.append(tantivy.Query.term_set_query(SCHEMA, field, list(dict.fromkeys(values))))
+    if f.min_confidence is not None:
+        out.append(
+            tantivy.Query.range_query(SCHEMA, "confidence", tantivy.FieldType.Float, lower_bound=f.min_confidence)
+        )
+    if f.since_ms is not None:
+        out.append(tantivy.Query.range_query(SCHEMA, "created_ms", tantivy.FieldType.Integer, lower_bound=f.since_ms))
+    if not f.include_synthetic:
+        out.append(tantivy.Query.term_query(SCHEMA, "synthetic", 0))
+    return out
+
+
+class SearchIndex:
+    """One data folder's index: the only writer of it in this process (tantivy's lock file keeps others out).
+
+    Writes (`apply`) come from one indexing task at a time; searches may run on any thread.
+    """
+
+    def __init__(self, path: Path, epoch: str, writable: bool = True) -> None:
+        self.path = path
+        self.stamp = stamp_for(epoch)
+        self._lock = threading.Lock()
+        path.mkdir(parents=True, exist_ok=True)
+        self.index = tantivy.Index(SCHEMA, path=str(path), reuse=True)
+        self.writer: tantivy.IndexWriter | None = None
+        if writable:
+            self.writer = self.index.writer(heap_size=WRITER_HEAP_BYTES, num_threads=1)
+            if self.state()[1] != self.stamp:  # new, or built for another store or analyzer: start again
+                self.reset()
+
+    def close(self) -> None:
+        """Release the writer (and its lock file)."""
+        with self._lock:
+            if self.writer is not None:
+                self.writer.wait_merging_threads()  # consumes the writer
+                self.writer = None
+
+    def state(self, searcher: tantivy.Searcher | None = None) -> tuple[int, str | None]:
+        """(position covered, stamp) as `searcher` (a fresh one by default) sees the index; (0, None) if unset."""
+        searcher = searcher or self.index.searcher()
+        hits = searcher.search(tantivy.Query.term_query(SCHEMA, "meta", _META), limit=1, count=False).hits
+        if not hits:
+            return 0, None
+        doc = searcher.doc(hits[0][1])
+        position, stamp = doc.get_first("position"), doc.get_first("stamp")
+        return (0 if position is None else int(position)), (None if stamp is None else str(stamp))
+
+    def documents(self) -> int:
+        """Entries in the index (the meta document not counted)."""
+        searcher = self.index.searcher()
+        return searcher.num_docs - (1 if self.state(searcher)[1] is not None else 0)
+
+    def seq_of(self, address: str) -> int | None:
+        """The entry id the index holds for an address, or None."""
+        searcher = self.index.searcher()
+        hits = searcher.search(tantivy.Query.term_query(SCHEMA, "address", address), limit=1, count=False).hits
+        if not hits:
+            return None
+        value = searcher.fast_field_values("seq", [hits[0][1]])[0]
+        return None if value is None else int(value)
+
+    def reset(self) -> None:
+        """Empty the index (stamped, covering nothing), as before a rebuild."""
+        if self.writer is None:
+            raise RuntimeError("the index was opened read-only")
+        with self._lock:
+            self.writer.delete_all_documents()
+            self.writer.add_document(_meta_document(0, self.stamp))
+            self.writer.commit()
+            self.index.reload()
+
+    def apply(self, rows: Sequence[Row], position: int) -> None:
+        """Index these entries (replacing any document of the same address) and record `position`, in one commit."""
+        if self.writer is None:
+            raise RuntimeError("the index was opened read-only")
+        with self._lock:
+            for row in rows:
+                self.writer.delete_documents_by_term("address", row.record_hash)
+                self.writer.add_document(_document(row))
+            self.writer.delete_documents_by_term("meta", _META)
+            self.writer.add_document(_meta_document(position, self.stamp))
+            self.writer.commit()
+            self.index.reload()
+
+    def search(
+        self, words: Sequence[str], filters: Filters, limit: int, offset: int, position: int
+    ) -> list[int] | None:
+        """Entry ids of one page, best BM25 first, ties newest first; None unless the index covers `position`.
+
+        Asks tantivy for the top `offset + limit` and more while hits tie with the page's last score, so a tie
+        is always broken by entry id over every tied hit: pages never skip or repeat one.
+        """
+        searcher = self.index.searcher()
+        covered, stamp = self.state(searcher)
+        if stamp != self.stamp or covered != position:
+            return None
+        clauses = word_clauses(words)
+        if clauses is None:
+            return []
+        parts: list[tuple[tantivy.Occur, tantivy.Query]] = [(tantivy.Occur.Must, c) for c in clauses]
+        parts += [(tantivy.Occur.Must, tantivy.Query.const_score_query(c, 0.0)) for c in _filter_clauses(filters)]
+        query = tantivy.Query.boolean_query(parts)
+        need = offset + limit
+        if need == 0:
+            return []
+        fetch = need + 1
+        while True:
+            hits: list[tuple[Any, tantivy.DocAddress]] = searcher.search(query, limit=fetch, count=False).hits
+            if len(hits) < fetch or hits[-1][0] < hits[need - 1][0]:
+                break
+            fetch *= 2
+        seqs = searcher.fast_field_values("seq", [address for _, address in hits])
+        ranked = sorted(zip((score for score, _ in hits), seqs, strict=True), key=lambda h: (-h[0], -int(h[1] or 0)))
+        return [int(seq or 0) for _, seq in ranked[offset:need]]
+
+
+def remove(data_root: Path) -> None:
+    """Delete a data folder's index (it is rebuilt from the log when next opened)."""
+    shutil.rmtree(data_root / FOLDER, ignore_errors=True)

@@ -1,0 +1,186 @@
+"""Keeping the search index caught up with `entries`, beside the writer; answering a search page from it.
+
+The writer commits the log and the relational projections (FTS5 included, for now); `Indexer.catch_up` then
+reads the entries past the index's position in batches on a reader thread and applies each batch in one index
+commit, off the write transaction. A node's search answers from the index only when its position equals the
+highest entry id in the same read (caught up), and from FTS5 otherwise: the answer is the same either way
+(docs/api.md, "Search").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import unicodedata
+from functools import partial
+from pathlib import Path
+
+from node.db import Database
+from node.queries import search_words
+from node.search_index.index import FOLDER, ROW_COLUMNS, Filters, Row, SearchIndex
+from node.wire.api import SearchQuery
+
+BATCH = 2_000  # entries per index commit
+IDLE_POLL_SECONDS = 1.0  # a look for new entries even without a commit signal (a commit by another process)
+log = logging.getLogger("bbs.search_index")
+
+
+def store_epoch(conn: sqlite3.Connection) -> str:
+    """The store epoch (a restore reuses seqs under a new one: the index is rebuilt)."""
+    row = conn.execute("SELECT value FROM node_meta WHERE key = 'epoch'").fetchone()
+    return str(row[0]) if row else ""
+
+
+def highest_entry(conn: sqlite3.Connection) -> int:
+    """The highest entry id (0 with no entries): what a caught-up index covers."""
+    return int(conn.execute("SELECT coalesce(max(id), 0) FROM entries").fetchone()[0])
+
+
+def pending(conn: sqlite3.Connection, position: int) -> int:
+    """Entries with ids above `position` (what an index covering `position` lags behind)."""
+    return int(conn.execute("SELECT count(*) FROM entries WHERE id > ?", (position,)).fetchone()[0])
+
+
+def rows_after(conn: sqlite3.Connection, position: int, limit: int = BATCH) -> list[Row]:
+    """Up to `limit` entries with ids above `position`, in id order."""
+    rows = conn.execute(
+        f"SELECT {ROW_COLUMNS} FROM entries WHERE id > ? ORDER BY id LIMIT ?", (position, limit)
+    ).fetchall()
+    return [Row(*tuple(r)) for r in rows]
+
+
+def open_index(root: Path, conn: sqlite3.Connection) -> SearchIndex | None:
+    """The data folder's index opened for writing, or None (logged) when it cannot be: search then uses FTS5."""
+    try:
+        return SearchIndex(root / FOLDER, store_epoch(conn))
+    except Exception as exc:  # a second writer (tantivy's lock), an unreadable folder: degrade, never fail to serve
+        log.warning("search index at %s not opened (%s); searches use SQLite FTS5", root / FOLDER, exc)
+        return None
+
+
+def build(conn: sqlite3.Connection, index: SearchIndex) -> int:
+    """Index every entry not yet covered, synchronously (`bbs rebuild`); returns the entries indexed."""
+    done = 0
+    while rows := rows_after(conn, index.state()[0]):
+        index.apply(rows, rows[-1].seq)
+        done += len(rows)
+    return done
+
+
+def rebuild(root: Path, conn: sqlite3.Connection) -> int | None:
+    """Empty the data folder's index and index every entry again (`bbs rebuild`); returns the entries indexed.
+
+    None when another process (a serving node) holds the index's writer lock: that node keeps it caught up.
+    """
+    try:
+        index = SearchIndex(root / FOLDER, store_epoch(conn))
+    except ValueError:  # tantivy's lock file: one writer per index
+        return None
+    try:
+        index.reset()
+        return build(conn, index)
+    finally:
+        index.close()
+
+
+SAMPLE = 50  # entries `check` looks up in the index
+
+
+def check(root: Path, conn: sqlite3.Connection) -> tuple[str, str]:
+    """(status, detail) of the data folder's index against `conn`'s entries, for `bbs doctor`; reads only.
+
+    The index must hold one document per entry it covers, and a sample of those entries under their ids.
+    """
+    path = root / FOLDER
+    if not path.is_dir():
+        return "warn", f"no search index at {path}; the node builds it when it starts"
+    try:
+        index = SearchIndex(path, store_epoch(conn), writable=False)
+        position, stamp = index.state()
+    except Exception as exc:  # a damaged folder is a finding, not a crash
+        return "fail", f"search index at {path} cannot be read ({exc}); run bbs rebuild"
+    if stamp != index.stamp:
+        return "warn", f"search index built for {stamp}, not {index.stamp}; the node rebuilds it when it starts"
+    if position > highest_entry(conn):  # the node indexed entries committed after this copy was taken
+        return "warn", f"search index covers entry id {position}, past this copy of the database; check again"
+    covered = int(conn.execute("SELECT count(*) FROM entries WHERE id <= ?", (position,)).fetchone()[0])
+    documents = index.documents()
+    if documents != covered:
+        return "fail", f"search index holds {documents} documents for {covered} entries; run bbs rebuild"
+    sample = conn.execute(
+        "SELECT id, record_hash FROM entries WHERE id <= ? ORDER BY random() LIMIT ?", (position, SAMPLE)
+    ).fetchall()
+    wrong = [record_hash for seq, record_hash in sample if index.seq_of(record_hash) != seq]
+    if wrong:
+        return (
+            "fail",
+            f"search index misses or misplaces {len(wrong)} of {len(sample)} sampled entries; run bbs rebuild",
+        )
+    behind = pending(conn, position)
+    lag = f", {behind} entries behind the log (indexed while the node runs)" if behind else ""
+    return "ok", f"search index: {documents} documents, matching entries up to id {position}{lag}"
+
+
+def page(conn: sqlite3.Connection, index: SearchIndex, q: SearchQuery, since_ms: int | None) -> list[int] | None:
+    """Entry ids of a search page from the index, or None when the SQL path must answer it.
+
+    The SQL path answers a search without words, one sorted by trust or community confidence or filtered by
+    `min_trust` (trust is node-local and not in the index), and any search while the index lags behind.
+    """
+    if not q.q or q.sort != "default" or q.min_trust is not None:
+        return None
+    words = search_words(q.q)
+    if not words:
+        return None
+    filters = Filters(
+        entry_type=q.entry_type,
+        performative=q.performative,
+        author=q.author,
+        truth_state=q.truth_state,
+        tags=[unicodedata.normalize("NFC", t) for t in q.tags],
+        min_confidence=q.min_confidence,
+        since_ms=since_ms,
+        include_synthetic=q.include_synthetic,
+    )
+    return index.search(words, filters, q.limit, q.offset, highest_entry(conn))
+
+
+class Indexer:
+    """The background task keeping a node's index caught up; woken after every commit of the node's writer."""
+
+    def __init__(self, db: Database, index: SearchIndex) -> None:
+        self.db = db
+        self.index = index
+        self.wake = asyncio.Event()
+        self.batches = 0
+
+    async def catch_up(self) -> int:
+        """Index every entry past the index's position, batch by batch; returns the entries indexed."""
+        done = 0
+        while True:
+            rows = await self.db.read(partial(rows_after, position=self.index.state()[0]))
+            if not rows:
+                return done
+            await asyncio.to_thread(self.index.apply, rows, rows[-1].seq)
+            self.batches += 1
+            done += len(rows)
+
+    async def lag(self) -> int:
+        """Entries committed but not yet in the index."""
+        position = self.index.state()[0]
+        return await self.db.read(lambda c: pending(c, position), quick=True)
+
+    async def run(self) -> None:
+        """Catch up now, then each time a commit (or the idle poll) says there may be more."""
+        while True:
+            self.wake.clear()  # before catching up: a commit during it wakes the next round
+            try:
+                await self.catch_up()
+            except Exception:
+                if not self.db.is_open:
+                    return
+                log.exception("search indexing failed; retrying")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), IDLE_POLL_SECONDS)

@@ -1,0 +1,46 @@
+"""node.search_index.analyzer: words as FTS5's unicode61 finds them, checked against the running SQLite."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from node.search_index.analyzer import fold, is_token_char, tokens
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Café au LAIT", ["cafe", "au", "lait"]),
+        ("foo_bar-baz", ["foo", "bar", "baz"]),  # underscore separates, as in unicode61
+        ("naïve Straße", ["naive", "straße"]),
+        ("x\u0301y", ["xy"]),  # a combining acute inside a word is dropped
+        ("日本語 ok", ["日本語", "ok"]),
+        ("", []),
+        ("... --- ...", []),
+    ],
+)
+def test_tokens(text: str, expected: list[str]) -> None:
+    assert tokens(text) == expected
+
+
+def test_the_table_agrees_with_this_sqlite() -> None:
+    """Every code point of a sample (all of Latin, Greek, combining marks, CJK, private use) through FTS5."""
+    sample = [cp for r in (range(0x80, 0x600), range(0x1E00, 0x2100), range(0x3000, 0x3100), range(0xE000, 0xE010))
+              for cp in r]  # fmt: skip
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+    conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+    conn.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)", ((cp, f"q{chr(cp)}z") for cp in sample))
+    found: dict[int, list[str]] = {}
+    for term, doc in conn.execute("SELECT term, doc FROM v ORDER BY doc, offset"):
+        found.setdefault(doc, []).append(term)
+    for cp in sample:
+        assert tokens(f"q{chr(cp)}z") == found[cp], hex(cp)
+        assert is_token_char(chr(cp)) == (len(found[cp]) == 1)
+
+
+def test_fold_of_ascii_is_lower_case() -> None:
+    assert fold("A") == "a"
+    assert fold("é") == "e"

@@ -1,0 +1,207 @@
+"""node.search_index.indexer: the index follows the log, and answers searches with the FTS5 path's match sets.
+
+The differential test draws random corpora (unicode, diacritics, underscores, marks) and queries with filters,
+posts the corpus through a real node, catches the index up, and compares the index's answer with
+node.queries.search (the FTS5 path, the oracle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from aiohttp.test_utils import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from node import queries
+from node.appkeys import SEARCH_INDEXER
+from node.datadir import initialise
+from node.search_index import indexer
+from node.search_index.index import FOLDER, Row, SearchIndex
+from node.service import Node
+from node.wire.api import PostEntry, SearchQuery
+from tests.conftest import FakeClock
+
+WORDS = ["café", "CAFE", "cafe", "naïve", "naive", "Straße", "strasse", "ǽsir", "foo_bar", "foo", "bar",
+         "日本語", "x\u0301y", "Ωmega", "ωmega", "42", "v2", "ﬁle", "İstanbul", "µs", "tea"]  # fmt: skip
+SEPARATORS = [" ", ", ", "-", "_", ". ", "'", "\n", " / "]
+TAGS = ["db", "Café", "cafe", "x y", "ü"]
+
+
+@st.composite
+def texts(draw: Any, max_words: int = 6) -> str:
+    words = draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=max_words))
+    out = words[0]
+    for w in words[1:]:
+        out += draw(st.sampled_from(SEPARATORS)) + w
+    return out
+
+
+entries = st.lists(
+    st.fixed_dictionaries(
+        {
+            "content": texts(),
+            "tags": st.lists(st.sampled_from(TAGS), max_size=2, unique=True),
+            "entry_type": st.sampled_from(["finding", "question"]),
+            "truth_state": st.sampled_from(["fact", "hypothesis", "simulation"]),
+            "confidence": st.sampled_from([0.2, 0.5, 0.9]),
+            "by_bob": st.booleans(),
+        }
+    ),
+    min_size=1,
+    max_size=14,
+)
+searches = st.lists(
+    st.fixed_dictionaries(
+        {"q": st.one_of(texts(max_words=2), st.text(alphabet="aécfé_ 語x\u0301Ω.-", min_size=1, max_size=6))},
+        optional={
+            "tags": st.lists(st.sampled_from(TAGS), min_size=1, max_size=2),
+            "entry_type": st.just(["question"]),
+            "truth_state": st.just(["simulation"]),
+            "min_confidence": st.sampled_from([0.5, 0.9]),
+            "include_synthetic": st.booleans(),
+            "author": st.just("bob"),
+        },
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+async def differential(root: Path, corpus: list[dict[str, Any]], asked: list[dict[str, Any]]) -> None:
+    node = Node(root, clock=FakeClock())
+    node.open()
+    try:
+        assert node.search_index is not None
+        alice = await node.agents.create("alice", "Alice")
+        bob = await node.agents.create("bob", "Bob")
+        for spec in corpus:
+            body = {k: v for k, v in spec.items() if k != "by_bob"} | {"performative": "inform"}
+            who = bob if spec["by_bob"] else alice
+            await node.entries.post(who.agent_id, msgspec.convert(body, PostEntry), None)
+        await indexer.Indexer(node.db, node.search_index).catch_up()
+        for params in asked:
+            if "author" in params:
+                params = params | {"author": [bob.agent_id]}
+            q = msgspec.convert(params | {"limit": 200}, SearchQuery)
+            if queries.fts_query(q.q or "") is None:
+                continue
+            expected = await node.db.read(lambda c, q=q: [e.id for e in queries.search(c, q, None)])
+            got = await node.db.read(lambda c, q=q: indexer.page(c, node.search_index, q, None))  # type: ignore[arg-type]
+            assert got is not None
+            assert sorted(got) == sorted(expected), (params, got, expected)
+            # paging through the index: pages of 2 concatenate to the whole ranking, no skip, no repeat
+            paged: list[int] = []
+            for offset in range(0, len(got) + 2, 2):
+                pq = msgspec.structs.replace(q, limit=2, offset=offset)
+                paged += await node.db.read(lambda c, pq=pq: indexer.page(c, node.search_index, pq, None))  # type: ignore[arg-type]
+            assert paged == got
+    finally:
+        node.close()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpus=entries, asked=searches)
+def test_the_index_matches_what_fts5_matches(corpus: list[dict[str, Any]], asked: list[dict[str, Any]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "node"
+        initialise(root)
+        asyncio.run(differential(root, corpus, asked))
+
+
+async def post_text(node: Node, agent_id: str, content: str) -> int:
+    body = msgspec.convert({"entry_type": "finding", "performative": "inform", "content": content}, PostEntry)
+    entry, _ = await node.entries.post(agent_id, body, None)
+    return entry.id
+
+
+def words(node: Node, text: str, **params: Any) -> Any:
+    q = msgspec.convert({"q": text, "limit": 50} | params, SearchQuery)
+    return node.db.read(lambda c: indexer.page(c, node.search_index, q, None))  # type: ignore[arg-type]
+
+
+async def test_the_index_answers_only_once_caught_up(node: Node) -> None:
+    alice = await node.agents.create("alice", "Alice")
+    assert node.search_index is not None
+    first = await post_text(node, alice.agent_id, "Café crème")
+    assert await words(node, "cafe") is None  # behind the log: the SQL path answers
+    worker = indexer.Indexer(node.db, node.search_index)
+    assert await worker.lag() == 1
+    assert await worker.catch_up() == 1
+    assert await worker.lag() == 0
+    assert await words(node, "cafe") == [first]
+    assert await words(node, "cafe", sort="trust") is None  # trust is not in the index
+    assert await words(node, "cafe", min_trust=0.1) is None
+
+
+async def test_an_address_shows_its_winner(node: Node) -> None:
+    """An equivocated address: the index follows the version the node serves (delete by address, add)."""
+    from tests.node.test_equivocation import append_to, version, version_hex
+
+    a, b = version(["alpha"]), version(["omega"])
+    worse, better = sorted([a, b], key=version_hex, reverse=True)
+    assert node.search_index is not None
+    worker = indexer.Indexer(node.db, node.search_index)
+    await node.db.write(lambda c: append_to(c, [worse]))
+    await worker.catch_up()
+    tag_of = {id(a): "alpha", id(b): "omega"}
+    assert len(await words(node, tag_of[id(worse)])) == 1
+    await node.db.write(lambda c: append_to(c, [better]))
+    await worker.catch_up()
+    assert await words(node, tag_of[id(worse)]) == []
+    assert len(await words(node, tag_of[id(better)])) == 1
+    assert node.search_index.documents() == 1
+
+
+async def test_rebuild_and_check(node: Node, data_dir: tuple[Path, str]) -> None:
+    root = data_dir[0]
+    alice = await node.agents.create("alice", "Alice")
+    for text in ("one", "two"):
+        await post_text(node, alice.agent_id, text)
+    early = sqlite3.connect(root.parent / "early.db")
+    await node.db.read(lambda c: c.backup(early))  # a doctor's copy, taken before the last entry
+    await post_text(node, alice.agent_id, "three")
+    assert node.search_index is not None
+    await indexer.Indexer(node.db, node.search_index).catch_up()
+    status, detail = await node.db.read(lambda c: indexer.check(root, c))
+    assert status == "ok", detail
+    status, detail = indexer.check(root, early)  # the index is ahead of that copy: not a failure
+    assert status == "warn" and "past this copy" in detail
+    early.close()
+    assert await node.db.read(lambda c: indexer.rebuild(root, c)) is None  # the serving node holds the writer
+    node.close()
+    with contextlib.closing(sqlite3.connect(root / "bbs.db")) as conn:
+        assert indexer.rebuild(root, conn) == 3
+        assert indexer.check(root, conn)[0] == "ok"
+        damaged = SearchIndex(root / FOLDER, indexer.store_epoch(conn))
+        damaged.apply([Row(99, "h99", "stray", "[]", "finding", "inform", "x", "fact", 0.5, 0)], 3)
+        damaged.close()
+        status, detail = indexer.check(root, conn)
+        assert status == "fail" and "bbs rebuild" in detail
+        shutil.rmtree(root / FOLDER)
+        assert indexer.check(root, conn)[0] == "warn"
+
+
+async def test_rest_search_answers_from_the_index_and_metrics_show_it(
+    client: TestClient, node: Node, data_dir: tuple[Path, str]
+) -> None:
+    alice = await node.agents.create("alice", "Alice")
+    entry_id = await post_text(node, alice.agent_id, "naïve answer")
+    await client.app[SEARCH_INDEXER].catch_up()
+    headers = {"Authorization": f"Bearer {alice.api_key}"}
+    resp = await client.get("/v1/search", params={"q": "NAIVE"}, headers=headers)
+    assert resp.status == 200
+    assert [e["id"] for e in (await resp.json())["entries"]] == [entry_id]
+    assert node.reads.answered["index"] == 1
+    metrics = await client.get("/metrics", headers={"Authorization": f"Bearer {data_dir[1]}"})
+    text = await metrics.text()
+    assert "bbs_search_index_lag_entries 0.0" in text
+    assert "bbs_search_index_documents 1.0" in text
+    assert 'bbs_searches_answered{path="index"} 1.0' in text
