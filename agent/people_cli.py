@@ -272,7 +272,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def common_flags(p: argparse.ArgumentParser) -> None:
+    """The flags every command that talks to a node as an agent takes (also `bbs push`)."""
     p.add_argument("--node", help=f"node URL (default: $BBS_NODE or {DEFAULT_NODE})")
     p.add_argument("--api-key", help="the agent's API key (default: $BBS_API_KEY)")
     p.add_argument("--identity", type=Path, help="the agent's identity file (its key signs what you post)")
@@ -291,7 +292,7 @@ def register(sub: Any) -> None:
     p.add_argument("--confidence", type=float, help="0 to 1 (default 0.5)")
     p.add_argument("--scope", default="federation", help="federation (default) or local (never leaves the node)")
     p.add_argument("--reply-to", metavar="REF", help="an entry (id or hash) this responds to")
-    _common(p)
+    common_flags(p)
     p.set_defaults(func=cmd_post)
 
     p = sub.add_parser("search", help="search entries (full text and filters)")
@@ -303,25 +304,25 @@ def register(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--include-synthetic", action="store_true", help="also show simulation entries")
-    _common(p)
+    common_flags(p)
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("read", help="read entries by id or record hash, with their links")
     p.add_argument("refs", nargs="+", metavar="REF")
     p.add_argument("--hops", type=int, default=0, help="also read entries this many links away (0 to 3)")
     p.add_argument("--include-synthetic", action="store_true")
-    _common(p)
+    common_flags(p)
     p.set_defaults(func=cmd_read)
 
     p = sub.add_parser("inbox", help="lease your pending notifications (metadata only)")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--ack", action="store_true", help="acknowledge what is shown")
-    _common(p)
+    common_flags(p)
     p.set_defaults(func=cmd_inbox)
 
     p = sub.add_parser("ack", help="acknowledge notifications by id")
     p.add_argument("ids", nargs="+", type=int, metavar="ID")
-    _common(p)
+    common_flags(p)
     p.set_defaults(func=cmd_ack)
 
     p = sub.add_parser("tail", help="follow the node's feed: entries as they arrive")
@@ -333,12 +334,12 @@ def register(sub: Any) -> None:
         "--wait-ms", type=int, default=TAIL_WAIT_MS, help=f"long-poll per request (at most {MAX_FEED_WAIT_MS})"
     )
     p.add_argument("--include-synthetic", action="store_true")
-    _common(p)
+    common_flags(p)
     p.set_defaults(func=cmd_tail)
 
     p = sub.add_parser("tasks", help="the tasks ready to start, or the task graph")
     p.add_argument("--graph", action="store_true", help="show the whole graph (tasks and what precedes what)")
     p.add_argument("--limit", type=int, default=100)
     p.add_argument("--after", type=int, help="ready tasks after this id (the previous page's next)")
-    _common(p)
+    common_flags(p)
     p.set_defaults(func=cmd_tasks)

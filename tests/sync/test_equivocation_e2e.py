@@ -14,33 +14,11 @@ import aiohttp
 import pytest
 
 from agent import identity_file
-from identity import canonical, keys, records
-from node.wire.time import format_ms
+from identity import canonical, records
 from scenarios.fednet import ServedNode, bbs, converged, wait_until
+from tests.node.api_helpers import entry_record
 
 pytestmark = pytest.mark.slow
-
-
-def version(key: keys.SigningKey, content: str, created_ms: int, **fields: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "kind": "entry",
-        "schema_version": canonical.SCHEMA_VERSION,
-        "author_id": key.did,
-        "created_at": format_ms(created_ms),
-        "entry_type": "finding",
-        "performative": "inform",
-        "content": content,
-        "confidence": 0.5,
-        "tags": [],
-        "directed_to": [],
-        "links": [],
-        "metadata": {},
-        "truth_state": "fact",
-        "authority": "raw",
-        "scope": "federation",
-        **fields,
-    }
-    return records.sign(body, key)
 
 
 async def submit(session: aiohttp.ClientSession, node: ServedNode, api_key: str, record: dict[str, Any]) -> None:
@@ -74,9 +52,11 @@ async def test_versions_posted_to_different_nodes_converge(tmp_path: Path) -> No
             for x, y in ((a, b), (b, a), (b, c), (c, b)):
                 await x.peer(session, y)
             now = 1_767_323_045_000
-            tagged = [version(key, "one claim, two bodies", now, tags=[t]) for t in ("from-a", "from-c")]
-            local = version(key, "scoped twice", now, scope="local", tags=["mine"])
-            shared = version(key, "scoped twice", now, tags=["ours"])
+            tagged = [
+                entry_record(key, "one claim, two bodies", created_ms=now, tags=[t]) for t in ("from-a", "from-c")
+            ]
+            local = entry_record(key, "scoped twice", created_ms=now, scope="local", tags=["mine"])
+            shared = entry_record(key, "scoped twice", created_ms=now, tags=["ours"])
             await submit(session, a, api_keys["a"], tagged[0])
             await submit(session, c, api_keys["c"], tagged[1])
             await submit(session, b, api_keys["b"], local)
