@@ -108,6 +108,7 @@ async def search_indexing(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(worker.run(), name="search indexing")
     yield
     node.db.after_commit.remove(after_commit)
+    worker.stop()
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task

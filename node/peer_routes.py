@@ -250,6 +250,8 @@ async def sync_context(app: web.Application) -> AsyncIterator[None]:
     finally:
         state.server.closing.set()
         if task is not None:
+            if state.scheduler is not None:
+                state.scheduler.halt()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         state.scheduler = None

@@ -300,14 +300,21 @@ class Scheduler:
         self.puller, self.refresh_s = puller, refresh_s
         self._tasks: dict[PeerConfig, asyncio.Task[None]] = {}
         self._poke = asyncio.Event()
+        self._halted = False
 
     def poke(self) -> None:
         """Re-read the peer list now."""
         self._poke.set()
 
+    def halt(self) -> None:
+        """Make `run` stop its loops and return. Cancelling alone is not enough on Python 3.11: `asyncio.wait_for`
+        drops a cancellation that lands as the event it waits for is set (a poke during shutdown)."""
+        self._halted = True
+        self._poke.set()
+
     async def run(self) -> None:
         try:
-            while True:
+            while not self._halted:
                 try:
                     await self._refresh()
                 except Exception:

@@ -155,6 +155,7 @@ class Indexer:
         self.index = index
         self.wake = asyncio.Event()
         self.batches = 0
+        self.stopping = False
 
     async def catch_up(self) -> int:
         """Index every entry past the index's position, batch by batch; returns the entries indexed."""
@@ -172,9 +173,15 @@ class Indexer:
         position = self.index.state()[0]
         return await self.db.read(lambda c: pending(c, position), quick=True)
 
+    def stop(self) -> None:
+        """Make `run` return at its next round. Cancelling alone is not enough on Python 3.11: `asyncio.wait_for`
+        drops a cancellation that arrives as the event it waits for is set (a commit during shutdown)."""
+        self.stopping = True
+        self.wake.set()
+
     async def run(self) -> None:
-        """Catch up now, then each time a commit (or the idle poll) says there may be more."""
-        while True:
+        """Catch up now, then each time a commit (or the idle poll) says there may be more, until `stop`."""
+        while not self.stopping:
             self.wake.clear()  # before catching up: a commit during it wakes the next round
             try:
                 await self.catch_up()
