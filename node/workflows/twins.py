@@ -9,9 +9,12 @@ created_at, then hash), the same on every node; the later twins are listed besid
 When the earlier declaration reaches the twin's node (the task's home moves away from it, noted in
 `task_home_moves` by the projector in node/workflows/records.py), that node signs one entry directed to the
 twin's lease holders and its declarer: a `request` (tier 1 in their inboxes, wherever they are registered)
-saying their task has a twin. The entry is built only from the log and Ed25519 signatures are deterministic, so
-signing it again (a crash before the queue row was cleared, a rebuild) gives the same record: it is stored,
-synced and notified once.
+saying their task has a twin. A twin nobody leased is told too, by the node its declarer posted to: the key's
+declaration this node projected first (lowest `seq`) was submitted here (`origin` local), so it created the
+task here, and it is no longer the earliest (`declared_here`). Both facts come from this node's log, so only
+that node, of all the nodes that hold the declaration, signs the notice. The entry is built only from the log
+and Ed25519 signatures are deterministic, so signing it again (a crash before the queue row was cleared, a
+rebuild) gives the same record: it is stored, synced and notified once.
 """
 
 from __future__ import annotations
@@ -85,6 +88,28 @@ def twin(conn: sqlite3.Connection, key: str, node_id: str, twin_of: str, now_ms:
     )
 
 
+def declared_here(conn: sqlite3.Connection, key: str, node_id: str, twin_of: str) -> TaskTwin | None:
+    """The later first declaration of `key` made on this node, as a twin nobody leased: the declaration this node
+    projected first (it created the task here) was submitted here, and it is not the earliest. None otherwise
+    (a declaration that reached this node from a peer, or a title declared here after the task existed)."""
+    first = conn.execute(
+        "SELECT t.hash, t.author_id, t.created_at, t.node_id, r.origin FROM task_events t"
+        " JOIN records r ON r.seq = t.seq WHERE t.task_key = ? AND t.event = 'declare' ORDER BY t.seq LIMIT 1",
+        (key,),
+    ).fetchone()
+    if first is None or first["origin"] != "local" or first["node_id"] != node_id or first["hash"] == twin_of:
+        return None
+    return TaskTwin(
+        identity=str(first["hash"]),
+        twin_of=twin_of,
+        home_node=node_id,
+        declared_by=str(first["author_id"]),
+        declared_at=str(first["created_at"]),
+        holders=[],
+        lease=None,
+    )
+
+
 def twins(conn: sqlite3.Connection, key: str, home_node: str, now_ms: int) -> tuple[str, list[TaskTwin]]:
     """(the identity a key resolves to, its later twins ordered by their first declaration)."""
     main = identity(conn, key)
@@ -99,14 +124,15 @@ def pending(conn: sqlite3.Connection) -> list[str]:
 
 
 def notice(conn: sqlite3.Connection, key: str, node_key: keys.SigningKey, now_ms: int) -> SealedRecord | None:
-    """Check one moved key: if this node's own twin of it is now a later twin, append (once) the entry that tells
-    its holders and declarer. Clears the key from the queue in the same transaction. The notice, or None."""
+    """Check one moved key: if this node's own twin of it (leased here, or first declared here) is now a later
+    twin, append (once) the entry that tells its holders and declarer. Clears the key from the queue in the same
+    transaction. The notice, or None."""
     conn.execute("DELETE FROM task_home_moves WHERE task_key = ?", (key,))
     row = conn.execute("SELECT home_node FROM tasks WHERE key = ?", (key,)).fetchone()
     if row is None or row[0] == node_key.did:
         return None
     main = identity(conn, key)
-    mine = twin(conn, key, node_key.did, main, now_ms)
+    mine = twin(conn, key, node_key.did, main, now_ms) or declared_here(conn, key, node_key.did, main)
     if mine is None:
         return None
     sealed = sign_and_check(_notice_draft(conn, key, mine, str(row[0])), node_key)
@@ -118,18 +144,24 @@ def _notice_draft(conn: sqlite3.Connection, key: str, mine: TaskTwin, home_node:
     """The notice entry, from the log alone: dated 1 ms after the newest event it speaks of."""
     newest = conn.execute(
         "SELECT max(created_ms) FROM task_events"
-        " WHERE task_key = ? AND (hash = ? OR author_id = ? AND event = 'lease')",
-        (key, mine.twin_of, mine.home_node),
+        " WHERE task_key = ? AND (hash IN (?, ?) OR author_id = ? AND event = 'lease')",
+        (key, mine.twin_of, mine.identity, mine.home_node),
     ).fetchone()[0]
     told = sorted({mine.declared_by, *mine.holders})[:MAX_DIRECTED]
+    leased = (
+        f" task, and the leases node {mine.home_node} granted on its own twin do not count there. Read the"
+        " task, lease it again before going on, and merge or drop the work done under the twin."
+        if mine.holders
+        else " task, and your declaration only adds to it (nobody leased the twin). Read the task and check that"
+        " it is the one you meant."
+    )
     body = PostEntry(
         entry_type="task",
         performative="request",
         content=(
             f"Task {key} has a twin. It was first declared on node {home_node} too (identity {mine.twin_of}),"
             f" earlier than on node {mine.home_node} (identity {mine.identity}), so the key now resolves to that"
-            f" task, and the leases node {mine.home_node} granted on its own twin do not count there. Read the"
-            " task, lease it again before going on, and merge or drop the work done under the twin."
+            + leased
         ),
         confidence=1.0,
         tags=[NOTICE_TAG],

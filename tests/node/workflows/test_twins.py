@@ -3,6 +3,7 @@ real pulls): both resolve the key to the same twin, and the later twin's declare
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -124,3 +125,98 @@ async def test_a_node_that_only_declared_a_title_of_the_later_twin_signs_no_noti
     assert [t["identity"] for t in task["twins"]] == ([later["identity"]] if loser is b else [])
     await c.node.workflows.notice_twins()
     assert await twin_notices(c) == []
+
+
+async def replay_everything(into: PeerNode, source: PeerNode) -> None:
+    """A replayed sync round: forget the cursor into `source`'s feed and pull all of it again."""
+    await into.node.db.write(
+        lambda c: c.execute("UPDATE peers SET cursor_seq = 0 WHERE node_id = ?", (source.node_id,))
+    )
+    await pull(into, source)
+
+
+async def test_the_declarer_of_a_later_first_declaration_nobody_leased_is_told_once_on_its_node(
+    make_peer: MakePeer,
+) -> None:
+    a, b = await pair(make_peer)  # a partition: each first-declares the key, nobody leases it
+    boss_a_id, boss_a = await agent_key(a, "boss-a")
+    boss_b_id, boss_b = await agent_key(b, "boss-b")
+    declared = {}
+    for peer, boss in ((a, boss_a), (b, boss_b)):
+        status, task = await call(peer, "POST", f"{WF}/tasks", boss, {"key": "index"})
+        assert status == 201 and task["home_node"] == peer.node_id
+        declared[peer.name] = task
+    first, later = sorted(declared.values(), key=lambda t: (t["created_at"], t["identity"]))
+    winner, loser = (a, b) if first["home_node"] == a.node_id else (b, a)
+    later_boss, earlier_boss = (
+        ((boss_b_id, boss_b), (boss_a_id, boss_a)) if loser is b else ((boss_a_id, boss_a), (boss_b_id, boss_b))
+    )
+
+    await pull(b, a)
+    await pull(a, b)
+    for peer, token in ((a, boss_a), (b, boss_b)):
+        _, task = await call(peer, "GET", f"{WF}/tasks/index", token)
+        # the key resolves to the earliest declaration; an unleased twin is no task of its own to list
+        assert task["identity"] == first["identity"] and task["home_node"] == winner.node_id
+        assert task["twins"] == [] and task["lease"] is None
+
+    await loser.node.workflows.notice_twins()  # the background round may have done it already
+    assert await loser.node.workflows.notice_twins() == 0
+    assert await winner.node.workflows.notice_twins() == 0
+    (notice,) = await twin_notices(loser)
+    assert notice["author_id"] == loser.node_id and notice["performative"] == "request"
+    meta = json.loads(notice["metadata"])
+    assert meta == {
+        "task_key": "index",
+        "identity": later["identity"],
+        "twin_of": first["identity"],
+        "home_node": winner.node_id,
+    }
+    assert await twin_notices(winner) == []  # the earlier declaration's node signs none
+
+    # a replayed or re-synced round, a re-check after a crash: the same record or nothing, never a second
+    await loser.node.db.write(lambda c: c.execute("INSERT INTO task_home_moves (task_key) VALUES ('index')"))
+    await winner.node.db.write(lambda c: c.execute("INSERT INTO task_home_moves (task_key) VALUES ('index')"))
+    for one, other in ((loser, winner), (winner, loser)):
+        await replay_everything(one, other)
+        await one.node.workflows.notice_twins()
+    assert len(await twin_notices(loser)) == 1
+    assert len(await twin_notices(winner)) == 1  # the loser's notice, synced like any entry
+
+    (told,) = await inbox(loser, later_boss[1])  # exactly once, at tier 1, on the node it posted to
+    assert told["tier"] == 1 and told["directed_to_me"] and "task-twin" in told["tags"]
+    assert await inbox(loser, later_boss[1]) == []
+    assert await inbox(winner, earlier_boss[1]) == []  # the earlier declarer lost nothing
+
+
+async def test_a_third_node_that_saw_the_unleased_later_declaration_first_signs_no_notice(make_peer: MakePeer) -> None:
+    """A third node first holds the later declaration (from its node) and declares a title there: its first
+    declaration of the key came from a peer, so when the earlier one arrives it tells no one; the later
+    declaration's own node does, once."""
+    a, b = await pair(make_peer)
+    c = await make_peer("c")
+    for one, other in ((a, c), (b, c), (c, a), (c, b)):
+        await one.add_peer(other)
+    _, boss_a = await agent_key(a, "boss-a")
+    _, boss_b = await agent_key(b, "boss-b")
+    _, planner = await agent_key(c, "planner")
+    assert (await call(a, "POST", f"{WF}/tasks", boss_a, {"key": "index"}))[0] == 201
+    assert (await call(b, "POST", f"{WF}/tasks", boss_b, {"key": "index"}))[0] == 201
+    _, on_a = await call(a, "GET", f"{WF}/tasks/index", boss_a)
+    _, on_b = await call(b, "GET", f"{WF}/tasks/index", boss_b)
+    earlier, later = sorted((on_a, on_b), key=lambda t: (t["created_at"], t["identity"]))
+    winner, loser = (a, b) if earlier is on_a else (b, a)
+    await pull(c, loser)
+    status, retitled = await call(c, "POST", f"{WF}/tasks", planner, {"key": "index", "title": "Rebuild the index"})
+    assert status == 200 and retitled["home_node"] == loser.node_id
+    await pull(c, winner)
+    _, task = await call(c, "GET", f"{WF}/tasks/index", planner)
+    assert task["home_node"] == winner.node_id and task["identity"] == earlier["identity"] and task["twins"] == []
+    await c.node.workflows.notice_twins()
+    assert await twin_notices(c) == []
+    await pull(loser, winner)
+    await loser.node.workflows.notice_twins()
+    await pull(c, loser)
+    (notice,) = await twin_notices(c)  # the loser's, synced; c signed none of its own
+    assert notice["author_id"] == loser.node_id
+    assert json.loads(notice["metadata"])["identity"] == later["identity"]
