@@ -1,16 +1,27 @@
 """The lease fence: what a home node has granted, kept outside its database so a restore cannot make it forget.
 
 A small file in the data folder (`lease-fence.json`, never in a backup: node/backup.py copies only the
-database and the key) holds the latest lease expiry this node has granted as a home node. It is written, fsynced
-and renamed into place inside the write job that appends the grant, before that job commits, so the file is
-never behind an acknowledged grant.
+database and the key) holds the latest lease expiry this node has granted as a home node, and how many grants
+it has made that expire after a baseline moment (`since_ms`, `grants`). It is written, fsynced and renamed into
+place inside the write job that appends the grant, before that job commits, so the file is never behind an
+acknowledged grant.
 
 On its first grant after a start, the node compares the file with its database. A database whose latest grant
-by this node ends before the fence has lost grants (a `bbs restore`, a hand-run `litestream restore`, an old
-file copied back): the node then grants no lease at all until the fence has passed, because any grant it lost
-ends by then. A database that says it once had a fence (`node_meta.lease_fence_id`) next to no fence file (a
-restore into a new folder, a deleted file) has lost the fence too: the node waits the longest lease any grant
-could have had (86,400 s plus the 5 minutes a task event may be dated ahead), counted from now.
+by this node ends before the fence, or that holds fewer of its grants expiring after `since_ms` than the fence
+counted, has lost grants (a `bbs restore`, a hand-run `litestream restore`, an old file copied back): the node
+then grants no lease at all until the fence has passed, because any grant it lost ends by then, or until its
+database holds every grant the fence counted again (sync brought them back from peers: then it knows every
+grant that can still be live, `settle`). A database that says it once had a fence (`node_meta.lease_fence_id`)
+next to no fence file (a restore into a new folder, a deleted file) has lost the fence too: the node waits the
+longest lease any grant could have had (86,400 s plus the 5 minutes a task event may be dated ahead), counted
+from now.
+
+Why counting is sound: every grant this node makes from the baseline on expires after `since_ms` and is counted
+before it commits, and at the baseline every earlier grant that expires after `since_ms` was in the database
+(a new fence is made from the database; a later baseline is taken only when every grant the fence knew of has
+ended). So the grants expiring after `since_ms` are at most `grants` in number, and a database holding that
+many holds all of them; any other grant has ended by `since_ms` (a file from before the count takes its own
+expiry as the baseline, which may lie ahead: an early end waits for it).
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ import math
 import os
 import secrets
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from node.errors import BBSError
@@ -42,12 +53,15 @@ class LeaseAuthorityRestored(BBSError):
 
 @dataclass(frozen=True)
 class FenceFile:
-    """The fence file's content: whose store, which fence lineage and store epoch, the latest granted expiry."""
+    """The fence file's content: whose store, which fence lineage and store epoch, the latest granted expiry, and
+    how many grants expiring after `since_ms` this node made (None in a file from before the count)."""
 
     node_id: str
     fence_id: str
     epoch: str
     expires_ms: int
+    since_ms: int | None = None
+    grants: int | None = None
 
 
 def read_fence(path: Path) -> FenceFile | None:
@@ -59,6 +73,8 @@ def read_fence(path: Path) -> FenceFile | None:
             fence_id=str(data["fence_id"]),
             epoch=str(data["epoch"]),
             expires_ms=int(data["expires_ms"]),
+            since_ms=_optional_int(data.get("since_ms")),
+            grants=_optional_int(data.get("grants")),
         )
     except FileNotFoundError:
         return None
@@ -66,6 +82,14 @@ def read_fence(path: Path) -> FenceFile | None:
         log.warning("lease fence %s is unreadable (%s): treated as lost", path, exc)
         return None
     return fence
+
+
+def _optional_int(value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"not an integer: {value!r}")
+    return value
 
 
 def write_fence(path: Path, fence: FenceFile) -> None:
@@ -99,6 +123,15 @@ def latest_grant_ms(conn: sqlite3.Connection, node_id: str) -> int:
     return int(row[0] or 0)
 
 
+def grants_since(conn: sqlite3.Connection, node_id: str, since_ms: int) -> int:
+    """How many lease grants by `node_id` expiring after `since_ms` this database holds (one index range)."""
+    row = conn.execute(
+        "SELECT count(*) FROM task_events WHERE author_id = ? AND event = 'lease' AND expires_ms > ?",
+        (node_id, since_ms),
+    ).fetchone()
+    return int(row[0])
+
+
 class LeaseFence:
     """The fence of one node's data folder. `load` once (in a write job), then `check` and `advance` in every grant.
 
@@ -123,17 +156,25 @@ class LeaseFence:
         fence_id = _meta(conn, META_KEY)
         epoch = _meta(conn, "epoch") or ""
         found = read_fence(self.path)
+        since_ms: int | None = now_ms  # a new baseline, unless the file's still holds
+        carried: int | None = None  # the file's count, when its baseline still holds
         if found is not None and found.node_id == self.node_id and fence_id in (None, found.fence_id):
             fence_ms = max(found.expires_ms, db_latest)
-            if db_latest < found.expires_ms and found.expires_ms > now_ms:
-                self.hold_until_ms = found.expires_ms
-                log.warning(
-                    "lease fence: this database's latest grant ends before one this node granted (store epoch %s,"
-                    " fence epoch %s): it was restored or replaced; no lease is granted for %d s",
-                    epoch,
-                    found.epoch,
-                    math.ceil((found.expires_ms - now_ms) / 1000),
-                )
+            if found.expires_ms > now_ms:  # some grant the fence knows of may be live: keep its count
+                if found.since_ms is not None and found.grants is not None:
+                    since_ms, carried = found.since_ms, found.grants
+                else:  # a file from before the count: every grant it knew of ends by its expiry
+                    since_ms = found.expires_ms
+                if self._lost(conn, found, db_latest):
+                    self.hold_until_ms = found.expires_ms
+                    log.warning(
+                        "lease fence: this database lacks a grant this node made (store epoch %s, fence epoch %s):"
+                        " it was restored or replaced; no lease is granted for %d s, or until sync brings back"
+                        " every grant",
+                        epoch,
+                        found.epoch,
+                        math.ceil((found.expires_ms - now_ms) / 1000),
+                    )
             fence_id = found.fence_id
         elif fence_id is None:  # a new node, or one from before the fence existed: the database is all there is
             fence_id = secrets.token_hex(16)
@@ -141,18 +182,49 @@ class LeaseFence:
         else:  # the database had a fence and this folder holds none of it: every grant of the last day may be lost
             fence_ms = max(db_latest, now_ms + LONGEST_GRANT_MS)
             self.hold_until_ms = fence_ms
+            since_ms = None  # nothing counted what was lost: only time ends this wait
             log.warning(
                 "lease fence: %s is missing or belongs to another store; no lease is granted for %d s",
                 self.path,
                 math.ceil((fence_ms - now_ms) / 1000),
             )
+        count = None if since_ms is None else max(carried or 0, grants_since(conn, self.node_id, since_ms))
         conn.execute(
             "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             (META_KEY, fence_id),
         )
-        fence = FenceFile(node_id=self.node_id, fence_id=fence_id, epoch=epoch, expires_ms=fence_ms)
+        fence = FenceFile(self.node_id, fence_id, epoch, fence_ms, since_ms, count)
         write_fence(self.path, fence)
         self.fence = fence
+
+    def _lost(self, conn: sqlite3.Connection, found: FenceFile, db_latest: int) -> bool:
+        """Whether the database lacks a grant the fence file knows of: an earlier latest expiry, or fewer grants
+        expiring after the baseline than the fence counted."""
+        if db_latest < found.expires_ms:
+            return True
+        if found.since_ms is None or found.grants is None:
+            return False
+        return grants_since(conn, self.node_id, found.since_ms) < found.grants
+
+    def settle(self, conn: sqlite3.Connection, now_ms: int) -> None:
+        """While a detected restore holds grants back: end the wait once the database holds every grant the fence
+        counted (sync brought them back), or, once the wait has run out, take a new baseline for the count."""
+        fence = self.fence
+        if fence is None or self.hold_until_ms == 0:
+            return
+        if now_ms >= self.hold_until_ms:  # every grant the fence knew of has ended: count afresh from now
+            self.hold_until_ms = 0
+            self.fence = replace(fence, since_ms=now_ms, grants=grants_since(conn, self.node_id, now_ms))
+            write_fence(self.path, self.fence)
+            return
+        if fence.since_ms is None or fence.grants is None or now_ms < fence.since_ms:
+            return  # nothing counted the lost grants, or some not counted may still be live
+        if grants_since(conn, self.node_id, fence.since_ms) >= fence.grants:
+            self.hold_until_ms = 0
+            log.warning(
+                "lease fence: this database holds every grant this node made that may still be live again"
+                " (sync brought them back): granting leases again"
+            )
 
     def check(self, now_ms: int) -> None:
         """503 `lease_authority_restored` (with Retry-After) while a detected restore may hide a live grant."""
@@ -166,10 +238,12 @@ class LeaseFence:
             )
 
     def advance(self, expires_ms: int) -> None:
-        """Record a grant's expiry in the fence (durably) before the grant is committed and acknowledged."""
-        assert self.fence is not None, "load the fence first"
-        if expires_ms <= self.fence.expires_ms:
+        """Record a grant (its expiry, and one more in the count) durably, before it is committed and acknowledged."""
+        fence = self.fence
+        assert fence is not None, "load the fence first"
+        counted = fence.since_ms is not None and fence.grants is not None and expires_ms > fence.since_ms
+        if expires_ms <= fence.expires_ms and not counted:
             return
-        fence = FenceFile(self.fence.node_id, self.fence.fence_id, self.fence.epoch, expires_ms)
-        write_fence(self.path, fence)
-        self.fence = fence
+        grants = fence.grants + 1 if counted and fence.grants is not None else fence.grants
+        self.fence = replace(fence, expires_ms=max(fence.expires_ms, expires_ms), grants=grants)
+        write_fence(self.path, self.fence)

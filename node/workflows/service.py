@@ -218,6 +218,8 @@ class Workflows:
         if not self.fence.loaded:
             await self.db.write(lambda c: self.fence.load(c, self.now_ms()))
         if check:
+            if self.fence.hold_until_ms:  # sync may have brought every grant back, or the wait ran out
+                await self.db.write(lambda c: self.fence.settle(c, self.now_ms()))
             self.fence.check(self.now_ms())
 
     async def _lease_elsewhere(self, exc: leases.NotHome, agent_id: str, seconds: int) -> tuple[str, bool]:
@@ -409,6 +411,7 @@ def grant_lease(
     The grant's expiry goes into the fence file before the transaction commits (node/workflows/fence.py)."""
     row = tasks.task_row(conn, ref)
     decision = leases.decide_grant(conn, row, node_key.did, agent_id, now)
+    fence.settle(conn, now)
     fence.check(now)
     start = tasks.next_event_ms(conn, decision.task_key, now)
     # the lease runs by this node's clock; `start` may sit a little later (see next_event_ms)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -234,6 +235,84 @@ def test_fence_file_round_trip_and_advance_only_grows(tmp_path: Path, node: Node
     fence.advance(200)
     got = read_fence(tmp_path / "other.json")
     assert got is not None and got.expires_ms == 200
+
+
+def test_advance_counts_every_grant_after_the_baseline(tmp_path: Path, node: Node) -> None:
+    fence = LeaseFence(tmp_path / FENCE_NAME, node.node_id)
+    fence.fence = FenceFile(node.node_id, "f" * 32, "", 100, since_ms=40, grants=0)
+    fence.advance(50)  # a shorter lease than the latest: not a new expiry, but one more grant
+    got = read_fence(tmp_path / FENCE_NAME)
+    assert got is not None and (got.expires_ms, got.since_ms, got.grants) == (100, 40, 1)
+    fence.advance(30)  # ends before the baseline: not counted (only a file from before the count has one ahead)
+    fence.advance(200)
+    got = read_fence(tmp_path / FENCE_NAME)
+    assert got is not None and (got.expires_ms, got.grants) == (200, 2)
+    (tmp_path / FENCE_NAME).write_text(json.dumps(got.__dict__ | {"grants": "2"}))
+    assert read_fence(tmp_path / FENCE_NAME) is None  # a malformed count is an unreadable fence: lost
+
+
+async def test_a_lost_shorter_grant_is_found_by_the_count_though_the_latest_expiry_survived(
+    serve: Serve, data_dir: tuple[Path, str], tmp_path: Path, clock: FakeClock
+) -> None:
+    root = data_dir[0]
+    n, c = await serve()
+    a, b = await _agent(n, "a"), await _agent(n, "b")
+    for key in ("job", "other", "third"):
+        await declare_raw(c, a, key)
+    assert (await _lease(c, a, "job", seconds=600))[0] == 201
+    _copy_db(root, tmp_path / "old.db")  # holds the grant with the latest expiry
+    assert (await _lease(c, a, "other", seconds=60))[0] == 201  # shorter: the fence's expiry does not move
+    n.close()
+    _put_back(tmp_path / "old.db", root)
+    _, c = await serve()
+    status, problem, retry = await _lease(c, b, "other")
+    assert status == 503 and problem["code"] == "lease_authority_restored", problem
+    assert retry is not None and 590 <= int(retry) <= 601
+    clock.advance(601)
+    assert (await _lease(c, b, "other"))[0] == 201
+    clock.advance(1)
+    n, c = await serve()  # the wait ended by time and the count started afresh: no second wait
+    assert (await _lease(c, b, "third"))[0] == 201
+    fence = read_fence(root / FENCE_NAME)
+    assert fence is not None and fence.grants == 2 and fence.since_ms is not None
+
+
+async def test_a_grant_written_to_the_fence_but_never_committed_costs_one_wait(
+    serve: Serve, data_dir: tuple[Path, str], clock: FakeClock
+) -> None:
+    root = data_dir[0]
+    n, c = await serve()
+    a = await _agent(n, "a")
+    await declare_raw(c, a, "job")
+    assert (await _lease(c, a, "job", seconds=60))[0] == 201
+    n.close()
+    fence = read_fence(root / FENCE_NAME)
+    assert fence is not None and fence.grants == 1
+    write_fence(root / FENCE_NAME, replace(fence, grants=2))  # a crash between the fence write and the commit
+    _, c = await serve()
+    assert (await _lease(c, a, "job"))[0] == 503
+    clock.advance(61)
+    assert (await _lease(c, a, "job"))[0] == 201
+    _, c = await serve()
+    assert (await _lease(c, a, "job"))[0] == 200  # the holder extends: no wait after the count started afresh
+
+
+async def test_a_fence_file_from_before_the_count_takes_its_expiry_as_the_baseline(
+    serve: Serve, data_dir: tuple[Path, str], clock: FakeClock
+) -> None:
+    root = data_dir[0]
+    n, c = await serve()
+    a = await _agent(n, "a")
+    await declare_raw(c, a, "job")
+    assert (await _lease(c, a, "job", seconds=60))[0] == 201
+    n.close()
+    old = read_fence(root / FENCE_NAME)
+    assert old is not None
+    write_fence(root / FENCE_NAME, replace(old, since_ms=None, grants=None))
+    _, c = await serve()
+    assert (await _lease(c, a, "job", seconds=120))[0] == 200
+    fence = read_fence(root / FENCE_NAME)
+    assert fence is not None and fence.since_ms == old.expires_ms and fence.grants == 1
 
 
 def test_workflows_knows_its_fence(node: Node, data_dir: tuple[Path, str]) -> None:

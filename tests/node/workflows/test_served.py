@@ -265,3 +265,66 @@ def test_twin_tasks_across_two_served_nodes(served: list[Served], tmp_path: Path
     time.sleep(1.5)  # a few more background rounds: still told once
     for role in ("boss", "worker"):
         assert loser.call("GET", "/v1/inbox", people[loser.url][role][1]).json()["notifications"] == []
+
+
+def test_a_restored_node_grants_again_once_sync_brings_back_every_grant_it_made(
+    served: list[Served], tmp_path: Path
+) -> None:
+    """The restore lost a grant that a peer had pulled: the wait ends as soon as sync brings it back (the fence
+    counted every grant, so the database then holds every grant that can still be live), not after 600 s."""
+    a, b = _pair(tmp_path, served)
+    _, boss = a.agent("boss")
+    worker_id, worker = a.agent("worker")
+    for key in ("job", "other"):
+        assert a.call("POST", f"{WF}/tasks", boss, {"key": key}).status_code == 201
+    a.stop()
+    _copy(a.data / "bbs.db", tmp_path / "old.db")  # the backup, taken before the grant
+    a.start()
+    leased = a.call("POST", f"{WF}/tasks/job/lease", worker, {"seconds": 600})
+    assert leased.status_code == 201, leased.text
+    _until(lambda: b.call("GET", f"{WF}/tasks/job").json()["lease"] is not None, "b to pull the grant")
+    a.stop()
+    b.stop()  # a cannot reach the peer that holds the grant yet
+    for name in ("bbs.db-wal", "bbs.db-shm"):
+        (a.data / name).unlink(missing_ok=True)
+    (tmp_path / "old.db").replace(a.data / "bbs.db")
+    a.start()
+    refused = a.call("POST", f"{WF}/tasks/other/lease", boss, {"seconds": 30})
+    assert refused.status_code == 503 and refused.json()["code"] == "lease_authority_restored", refused.text
+    assert 500 <= int(refused.headers["Retry-After"]) <= 601
+    b.start()
+    _until(lambda: a.call("GET", f"{WF}/tasks/job", boss).json()["lease"] is not None, "a to pull its grant back")
+    granted = a.call("POST", f"{WF}/tasks/other/lease", boss, {"seconds": 30})
+    assert granted.status_code == 201, granted.text  # long before the 600 s fence
+    held = a.call("POST", f"{WF}/tasks/job/lease", boss, {"seconds": 30})  # the grant it knows again protects job
+    assert held.status_code == 409 and held.json()["code"] == "lease_held", held.text
+    assert a.call("GET", f"{WF}/tasks/job", boss).json()["lease"]["holder"] == worker_id
+
+
+def test_a_restored_node_whose_lost_grant_no_peer_holds_keeps_waiting(served: list[Served], tmp_path: Path) -> None:
+    """Reconciling with every peer proves nothing about a grant no peer pulled: the count stays short, so the
+    node waits for the fence."""
+    a, b = _pair(tmp_path, served)
+    _, boss = a.agent("boss")
+    _, worker = a.agent("worker")
+    for key in ("job", "other", "third"):
+        assert a.call("POST", f"{WF}/tasks", boss, {"key": key}).status_code == 201
+    assert a.call("POST", f"{WF}/tasks/job/lease", worker, {"seconds": 600}).status_code == 201
+    _until(lambda: b.call("GET", f"{WF}/tasks/job").json()["lease"] is not None, "b to pull the first grant")
+    a.stop()
+    b.stop()
+    _copy(a.data / "bbs.db", tmp_path / "old.db")  # the backup holds the first grant, which b holds too
+    a.start()
+    assert a.call("POST", f"{WF}/tasks/other/lease", worker, {"seconds": 60}).status_code == 201  # b never sees it
+    a.stop()
+    for name in ("bbs.db-wal", "bbs.db-shm"):
+        (a.data / name).unlink(missing_ok=True)
+    (tmp_path / "old.db").replace(a.data / "bbs.db")
+    b.start()
+    _, planner = b.agent("planner")
+    assert b.call("POST", f"{WF}/tasks", planner, {"key": "marker"}).status_code == 201
+    a.start()
+    _until(lambda: a.call("GET", f"{WF}/tasks/marker").status_code == 200, "a to sync with b")
+    # the latest expiry (600 s) is in the database, yet the shorter grant on `other` is lost: still refused
+    refused = a.call("POST", f"{WF}/tasks/third/lease", boss, {"seconds": 30})
+    assert refused.status_code == 503 and refused.json()["code"] == "lease_authority_restored", refused.text
