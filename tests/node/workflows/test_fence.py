@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import replace
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
