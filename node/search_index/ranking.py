@@ -7,11 +7,13 @@ id descending (newest first), so a page is exact whatever the index's internal d
 - `default`: BM25, id.
 - `min_trust` (with any sort): only authors whose trust passes, as an include term-set (the scored authors at or
   above it) when neutral authors fail, or an exclude term-set (the scored authors below it) when they pass.
-- `sort=trust`: one query per trust level, highest first (the distinct cached scores; authors without a score
-  are in the neutral level, "not scored otherwise"), each asked only for the hits the page still needs; the walk
-  stops once `offset + limit` hits are collected. Work: at most one query per distinct score at or above
-  `min_trust` (scores have 4 decimals, so at most 10,001; the authors named by an `author` filter when there is
-  one), and never more than `offset + limit` hits (plus ties on the last score) fetched over all of them.
+- `sort=trust`: when at most SORT_CAP entries match, one query fetches them all and they are sorted in memory by
+  their authors' trust (authors read from `entries` by id). Otherwise one query per trust level, highest first
+  (the distinct cached scores; authors without a score are in the neutral level, "not scored otherwise"), each
+  asked only for the hits the page still needs, until `offset + limit` hits are collected. Work: at most one
+  query per distinct score at or above `min_trust` (scores have 4 decimals, so at most 10,001; only the levels of
+  the authors named by an `author` filter when there is one), and never more than `offset + limit` hits (plus
+  ties on the last score) fetched over all of them.
 - `sort=community_confidence`: the best SORT_CAP matches by BM25, re-sorted by the entries' community
   confidence (read from the cache in the search's own read transaction); pages past the cap are empty.
 """
@@ -90,6 +92,13 @@ def trust_levels(
     return out
 
 
+def hits(searcher: tantivy.Searcher, query: tantivy.Query, limit: int) -> list[Hit]:
+    """Up to `limit` of tantivy's best hits of `query`, in no particular order among equal scores."""
+    found: list[tuple[Any, tantivy.DocAddress]] = searcher.search(query, limit=limit, count=False).hits
+    seqs = searcher.fast_field_values("seq", [address for _, address in found])
+    return [(float(score), int(seq or 0)) for (score, _), seq in zip(found, seqs, strict=True)]
+
+
 def top(searcher: tantivy.Searcher, query: tantivy.Query, need: int) -> list[Hit]:
     """The best `need` hits of `query`, BM25 descending then entry id descending (fewer when fewer match).
 
@@ -100,13 +109,10 @@ def top(searcher: tantivy.Searcher, query: tantivy.Query, need: int) -> list[Hit
         return []
     fetch = need + 1
     while True:
-        hits: list[tuple[Any, tantivy.DocAddress]] = searcher.search(query, limit=fetch, count=False).hits
-        if len(hits) < fetch or hits[-1][0] < hits[need - 1][0]:
-            break
+        found = sorted(hits(searcher, query, fetch), key=_best)
+        if len(found) < fetch or found[-1][0] < found[need - 1][0]:
+            return found[:need]
         fetch *= 2
-    seqs = searcher.fast_field_values("seq", [address for _, address in hits])
-    ranked = sorted(((float(score), int(seq or 0)) for (score, _), seq in zip(hits, seqs, strict=True)), key=_best)
-    return ranked[:need]
 
 
 def _best(hit: Hit) -> tuple[float, int]:
@@ -120,15 +126,20 @@ def _restricted(query: tantivy.Query, schema: tantivy.Schema, authors: Authors) 
     return tantivy.Query.boolean_query([(tantivy.Occur.Must, query), *clauses])
 
 
+Lookup = Callable[[Sequence[int]], Mapping[int, Any]]  # entry ids -> a column of theirs, read on the search's conn
+
+
 @dataclass(frozen=True)
 class Ranking:
     """How a search page is selected from the index's matches (see the module docstring)."""
 
     sort: str = "default"
-    authors: Authors = EVERYONE  # the `min_trust` filter (folded into `levels` for sort=trust)
-    levels: list[tuple[float, Authors]] = field(default_factory=list)  # sort=trust
-    confidence: Callable[[Sequence[int]], Mapping[int, float]] | None = None  # sort=community_confidence
-    cap: int = SORT_CAP  # the BM25 matches sort=community_confidence re-sorts
+    authors: Authors = EVERYONE  # the `min_trust` filter
+    trust: Mapping[str, float] = field(default_factory=dict)  # sort=trust: the scored authors
+    levels: list[tuple[float, Authors]] = field(default_factory=list)  # sort=trust: `trust` by level, best first
+    author_of: Lookup | None = None  # sort=trust
+    confidence: Lookup | None = None  # sort=community_confidence
+    cap: int = SORT_CAP  # the matches sorted in memory: all of them for sort=trust, the best for the other
 
     def page(
         self, searcher: tantivy.Searcher, schema: tantivy.Schema, query: tantivy.Query, offset: int, limit: int
@@ -136,13 +147,7 @@ class Ranking:
         """Entry ids of the page [offset, offset + limit) of `query`'s matches in this ranking's order."""
         need = offset + limit
         if self.sort == "trust":
-            collected: list[int] = []
-            for _, authors in self.levels:
-                hits = top(searcher, _restricted(query, schema, authors), need - len(collected))
-                collected += [seq for _, seq in hits]
-                if len(collected) >= need:
-                    break
-            return collected[offset:need]
+            return self._by_trust(searcher, schema, query, need)[offset:need]
         query = _restricted(query, schema, self.authors)
         if self.sort == "community_confidence" and self.confidence is not None:
             if offset >= self.cap:
@@ -153,6 +158,24 @@ class Ranking:
             return [seq for _, seq in best[offset:need]]
         return [seq for _, seq in top(searcher, query, need)[offset:need]]
 
+    def _by_trust(
+        self, searcher: tantivy.Searcher, schema: tantivy.Schema, query: tantivy.Query, need: int
+    ) -> list[int]:
+        """The first `need` matches by author trust, BM25, id: sorted in memory when at most `cap` match (their
+        authors read from `entries`), else gathered level by level until `need` are collected."""
+        if self.author_of is not None:
+            every = hits(searcher, _restricted(query, schema, self.authors), self.cap + 1)
+            if len(every) <= self.cap:
+                author = self.author_of([seq for _, seq in every])
+                every.sort(key=lambda h: (-self.trust.get(author.get(h[1], ""), NEUTRAL), -h[0], -h[1]))
+                return [seq for _, seq in every[:need]]
+        collected: list[int] = []
+        for _, authors in self.levels:
+            collected += [seq for _, seq in top(searcher, _restricted(query, schema, authors), need - len(collected))]
+            if len(collected) >= need:
+                break
+        return collected
+
 
 DEFAULT = Ranking()
 
@@ -160,6 +183,14 @@ DEFAULT = Ranking()
 def author_scores(conn: sqlite3.Connection) -> dict[str, float]:
     """Every scored author's trust from the cache (node/trust.py); authors missing from it are NEUTRAL."""
     return {str(a): float(s) for a, s in conn.execute("SELECT agent_id, score FROM trust_scores")}
+
+
+def authors_of(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, str]:
+    """The author of each of these entries."""
+    rows = conn.execute(
+        "SELECT id, author_id FROM entries WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(list(ids)),)
+    )
+    return {int(i): str(a) for i, a in rows}
 
 
 def community_confidence(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, float]:
@@ -181,9 +212,12 @@ def for_query(conn: sqlite3.Connection, q: SearchQuery) -> Ranking:
     if q.sort == "default" and q.min_trust is None:
         return DEFAULT
     scores = author_scores(conn)
-    if q.sort == "trust":
-        return Ranking(sort="trust", levels=trust_levels(scores, q.min_trust, q.author))
     authors = EVERYONE if q.min_trust is None else passing(scores, q.min_trust)
+    if q.sort == "trust":
+        levels = trust_levels(scores, q.min_trust, q.author)
+        return Ranking(
+            sort=q.sort, authors=authors, trust=scores, levels=levels, author_of=lambda ids: authors_of(conn, ids)
+        )
     if q.sort == "community_confidence":
         return Ranking(sort=q.sort, authors=authors, confidence=lambda ids: community_confidence(conn, ids))
     return Ranking(authors=authors)

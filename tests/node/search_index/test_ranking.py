@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sqlite3
 import tempfile
 from collections.abc import Iterator
@@ -126,6 +127,20 @@ async def page(node: Node, q: SearchQuery) -> list[int]:
     return got
 
 
+async def page_as(node: Node, q: SearchQuery, **changes: Any) -> list[int] | None:
+    """A page of `q` (words and authors only) from the index, with `changes` made to the ranking it asks for:
+    `author_of=None` walks the trust levels whatever the number of matches, `cap` caps sort=community_confidence."""
+    index = node.search_index
+    assert index is not None and q.q is not None
+    words = q.q.split()
+
+    def run(c: sqlite3.Connection) -> list[int] | None:
+        order = dataclasses.replace(ranking.for_query(c, q), **changes)
+        return index.search(words, Filters(author=q.author), q.limit, q.offset, indexer.highest_entry(c), order)
+
+    return await node.db.read(run)
+
+
 async def differential(
     root: Path, corpus: list[tuple[list[str], int, float | None]], scores: list[float | None], asked: list[Any]
 ) -> None:
@@ -168,6 +183,11 @@ async def differential(
                 got = await page(node, q)
                 assert sorted(got) == sorted(expected), (spec, got, expected)
                 assert got == in_order, (spec, got, in_order)
+                if q.sort == "trust":  # level by level, as when more than SORT_CAP entries match
+                    assert await page_as(node, q, author_of=None) == got
+                    for offset in range(0, len(got) + 1, 3):
+                        walked = msgspec.structs.replace(q, limit=3, offset=offset)
+                        assert await page_as(node, walked, author_of=None) == got[offset : offset + 3]
                 assert await walk(node, q, 3) == got
         assert node.reads.answered["sql"] == 0
     finally:
@@ -217,6 +237,10 @@ async def test_pages_of_tied_hits_survive_segment_merges(node: Node) -> None:
         q = msgspec.convert({"q": "tied", "sort": sort}, SearchQuery)
         for size in (1, 7, 40):
             assert await walk(node, q, size) == expected, (sort, size)
+    q = msgspec.convert({"q": "tied", "sort": "trust", "limit": 7}, SearchQuery)
+    for offset in range(0, 42, 7):  # level by level
+        walked = msgspec.structs.replace(q, offset=offset)
+        assert await page_as(node, walked, author_of=None) == by_trust[offset : offset + 7]
     with reopened(node):
         for sort, expected in (("default", newest_first), ("trust", by_trust), ("community_confidence", by_trust)):
             q = msgspec.convert({"q": "tied", "sort": sort}, SearchQuery)
@@ -235,15 +259,10 @@ async def test_community_confidence_sorts_within_the_cap(node: Node) -> None:
         c.execute("INSERT INTO entry_confidence VALUES (?, 0.99, 1, 0)", (best_confidence.record_hash,))
 
     await node.db.write(cache)
-    index = node.search_index
 
     def pages(cap: int, offset: int, limit: int) -> Any:
-        def run(c: sqlite3.Connection) -> Any:
-            order = ranking.for_query(c, msgspec.convert({"q": "capped", "sort": "community_confidence"}, SearchQuery))
-            capped = ranking.Ranking(sort=order.sort, confidence=order.confidence, cap=cap)
-            return index.search(["capped"], Filters(), limit, offset, indexer.highest_entry(c), capped)
-
-        return node.db.read(run)
+        params = {"q": "capped", "sort": "community_confidence", "offset": offset, "limit": limit}
+        return page_as(node, msgspec.convert(params, SearchQuery), cap=cap)
 
     bm25 = await page(node, msgspec.convert({"q": "capped", "limit": 50}, SearchQuery))
     assert sorted(bm25) == sorted(e.id for e in entries)
