@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from node.appkeys import SEARCH_INDEXER
 from node.datadir import initialise
 from node.search_index import indexer, ranking
 from node.search_index.index import Filters
@@ -301,3 +303,24 @@ async def test_a_search_with_hops_answered_by_the_index_returns_the_neighbourhoo
         assert [e.id for e in result.entries] == [seed.id, neighbour.id]
         assert [(link.source, link.target) for link in result.links] == [(neighbour.record_hash, seed.record_hash)]
         assert result.next_offset is None
+
+
+async def test_rest_search_by_trust_is_answered_by_the_index(client: TestClient, node: Node) -> None:
+    low, high = (await node.agents.create("low", "Low")), (await node.agents.create("high", "High"))
+    first = await post(node, high.agent_id, "shared word", 0)
+    second = await post(node, low.agent_id, "shared word", 1)
+    await node.db.write(
+        lambda c: c.execute("INSERT INTO trust_scores VALUES (?, 0, 0, 0.5, 0.3, 0, 0)", (low.agent_id,))
+    )
+    await client.app[SEARCH_INDEXER].catch_up()
+    headers = {"Authorization": f"Bearer {low.api_key}"}
+    for params, expected in (
+        ({"q": "shared"}, [second.id, first.id]),
+        ({"q": "shared", "sort": "trust"}, [first.id, second.id]),
+        ({"q": "shared", "min_trust": "0.4"}, [first.id]),
+        ({"q": "shared", "sort": "community_confidence", "min_trust": "0.2"}, [first.id, second.id]),
+    ):
+        resp = await client.get("/v1/search", params=params, headers=headers)
+        assert resp.status == 200, await resp.text()
+        assert [e["id"] for e in (await resp.json())["entries"]] == expected, params
+    assert node.reads.answered == {"index": 4, "sql": 0}
