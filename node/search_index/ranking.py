@@ -7,13 +7,15 @@ id descending (newest first), so a page is exact whatever the index's internal d
 - `default`: BM25, id.
 - `min_trust` (with any sort): only authors whose trust passes, as an include term-set (the scored authors at or
   above it) when neutral authors fail, or an exclude term-set (the scored authors below it) when they pass.
-- `sort=trust`: when at most SORT_CAP entries match, one query fetches them all and they are sorted in memory by
-  their authors' trust (authors read from `entries` by id). Otherwise one query per trust level, highest first
-  (the distinct cached scores; authors without a score are in the neutral level, "not scored otherwise"), each
-  asked only for the hits the page still needs, until `offset + limit` hits are collected. Work: at most one
-  query per distinct score at or above `min_trust` (scores have 4 decimals, so at most 10,001; only the levels of
-  the authors named by an `author` filter when there is one), and never more than `offset + limit` hits (plus
-  ties on the last score) fetched over all of them.
+- `sort=trust`: the trust levels, highest first, are the distinct cached scores (authors without a score are in
+  the neutral level, "not scored otherwise"). A run of levels with at most SORT_CAP matches is fetched whole in
+  one query and sorted in memory by author trust (authors read from `entries` by id); the first run is every
+  level, so a search with at most SORT_CAP matches is one query. A run with more matches is halved, down to one
+  level, which is asked only for the hits the page still needs; runs double again after it. The walk stops once
+  `offset + limit` hits are collected. Work: each level with more than SORT_CAP matches either fills the page
+  or adds more than SORT_CAP hits to it, so there are at most 1 + (offset + limit) / SORT_CAP of them, and each
+  costs at most log2(levels) halving queries; levels are the distinct scores at or above `min_trust` (4
+  decimals: at most 10,001), only the `author` filter's authors' levels when there is one.
 - `sort=community_confidence`: the best SORT_CAP matches by BM25, re-sorted by the entries' community
   confidence (read from the cache in the search's own read transaction); pages past the cap are empty.
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,7 @@ from node.wire.api import SearchQuery
 
 NEUTRAL = 0.5  # the trust of an author without a cached score (node/trust.py, NEUTRAL; node/queries.AUTHOR_TRUST)
 SORT_CAP = 1_000  # matches `sort=community_confidence` re-sorts (docs/api.md, "Search")
+RUN_HITS = 256  # sort=trust fetches a run of trust levels whole when it has at most this many matches (or the page's)
 
 Hit = tuple[float, int]  # (BM25 score, entry id)
 
@@ -52,6 +55,18 @@ class Authors:
         if self.exclude:
             return [(tantivy.Occur.MustNot, tantivy.Query.term_set_query(schema, "author", sorted(self.exclude)))]
         return []
+
+    @staticmethod
+    def union(sets: Iterable[Authors]) -> Authors:
+        """The authors in any of these sets."""
+        include: set[str] = set()
+        exclude: frozenset[str] | None = None
+        for authors in sets:
+            if authors.include is not None:
+                include |= authors.include
+            else:
+                exclude = authors.exclude if exclude is None else exclude & authors.exclude
+        return Authors(include=frozenset(include)) if exclude is None else Authors(exclude=exclude - include)
 
 
 EVERYONE = Authors()
@@ -161,20 +176,35 @@ class Ranking:
     def _by_trust(
         self, searcher: tantivy.Searcher, schema: tantivy.Schema, query: tantivy.Query, need: int
     ) -> list[int]:
-        """The first `need` matches by author trust, BM25, id: sorted in memory when at most `cap` match (their
-        authors read from `entries`), else gathered level by level until `need` are collected."""
-        if self.author_of is not None:
-            every = hits(searcher, _restricted(query, schema, self.authors), self.cap + 1)
-            if len(every) <= self.cap:
-                author = self.author_of([seq for _, seq in every])
-                every.sort(key=lambda h: (-self.trust.get(author.get(h[1], ""), NEUTRAL), -h[0], -h[1]))
-                return [seq for _, seq in every[:need]]
+        """The first `need` matches by author trust, BM25, id, gathered over runs of trust levels, highest first.
+
+        The first run is every level: a search with at most `cap` matches is one count and one fetch, sorted in
+        memory (authors read from `entries`). Otherwise the walk starts from one level, whose best hits `top`
+        fetches, and goes on by runs: a run with few enough matches (counted first: what the page still needs, at
+        least RUN_HITS, at most `cap`) is fetched whole and sorted in memory, and the next run is twice as long;
+        a run with more is halved, down to one level.
+        """
         collected: list[int] = []
-        for _, authors in self.levels:
-            collected += [seq for _, seq in top(searcher, _restricted(query, schema, authors), need - len(collected))]
-            if len(collected) >= need:
-                break
-        return collected
+        i, size = 0, len(self.levels) if self.author_of is not None else 1
+        while i < len(self.levels) and len(collected) < need:
+            run = self.levels[i : i + size]
+            if len(run) == 1:
+                level = _restricted(query, schema, run[0][1])
+                collected += [seq for _, seq in top(searcher, level, need - len(collected))]
+                i, size = i + 1, 2 if self.author_of is not None else 1
+                continue
+            union = _restricted(query, schema, Authors.union(authors for _, authors in run))
+            count = searcher.search(union, limit=1, count=True).count  # type: ignore[attr-defined]
+            whole = len(run) == len(self.levels)
+            if count > (self.cap if whole else min(self.cap, max(need - len(collected), RUN_HITS))):
+                size = 1 if whole else len(run) // 2
+                continue
+            found = hits(searcher, union, count) if count else []
+            author = self.author_of([seq for _, seq in found]) if self.author_of is not None else {}
+            found.sort(key=lambda h: (-self.trust.get(author.get(h[1], ""), NEUTRAL), -h[0], -h[1]))
+            collected += [seq for _, seq in found]
+            i, size = i + len(run), size * 2
+        return collected[:need]
 
 
 DEFAULT = Ranking()

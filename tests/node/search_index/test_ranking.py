@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import random
 import sqlite3
 import tempfile
 from collections.abc import Iterator
@@ -86,6 +87,14 @@ def test_trust_levels_put_unscored_authors_in_the_neutral_level() -> None:
     ]
 
 
+def test_union_of_author_sets() -> None:
+    a, b, c = Authors(include=frozenset("ab")), Authors(include=frozenset("bc")), Authors(exclude=frozenset("abx"))
+    assert Authors.union([a, b]) == Authors(include=frozenset("abc"))
+    assert Authors.union([a, c]) == Authors(exclude=frozenset("x"))
+    assert Authors.union([c, Authors(exclude=frozenset("ay"))]) == Authors(exclude=frozenset("a"))
+    assert Authors.union([b]) == b
+
+
 def oracle_table(db_path: Path) -> sqlite3.Connection:
     """A connection to the node's database with this test's own FTS5 table over the entries."""
     conn = sqlite3.connect(db_path)
@@ -131,7 +140,8 @@ async def page(node: Node, q: SearchQuery) -> list[int]:
 
 async def page_as(node: Node, q: SearchQuery, **changes: Any) -> list[int] | None:
     """A page of `q` (words and authors only) from the index, with `changes` made to the ranking it asks for:
-    `author_of=None` walks the trust levels whatever the number of matches, `cap` caps sort=community_confidence."""
+    `author_of=None` walks the trust levels one by one, a small `cap` makes sort=trust walk runs of levels and
+    caps sort=community_confidence."""
     index = node.search_index
     assert index is not None and q.q is not None
     words = q.q.split()
@@ -185,11 +195,12 @@ async def differential(
                 got = await page(node, q)
                 assert sorted(got) == sorted(expected), (spec, got, expected)
                 assert got == in_order, (spec, got, in_order)
-                if q.sort == "trust":  # level by level, as when more than SORT_CAP entries match
-                    assert await page_as(node, q, author_of=None) == got
-                    for offset in range(0, len(got) + 1, 3):
-                        walked = msgspec.structs.replace(q, limit=3, offset=offset)
-                        assert await page_as(node, walked, author_of=None) == got[offset : offset + 3]
+                if q.sort == "trust":  # by runs of trust levels and level by level, as when many entries match
+                    for changes in ({"cap": 0}, {"cap": 2}, {"author_of": None}):
+                        assert await page_as(node, q, **changes) == got, changes
+                        for offset in range(0, len(got) + 1, 3):
+                            walked = msgspec.structs.replace(q, limit=3, offset=offset)
+                            assert await page_as(node, walked, **changes) == got[offset : offset + 3], changes
                 assert await walk(node, q, 3) == got
         assert node.reads.answered["sql"] == 0
     finally:
@@ -240,9 +251,10 @@ async def test_pages_of_tied_hits_survive_segment_merges(node: Node) -> None:
         for size in (1, 7, 40):
             assert await walk(node, q, size) == expected, (sort, size)
     q = msgspec.convert({"q": "tied", "sort": "trust", "limit": 7}, SearchQuery)
-    for offset in range(0, 42, 7):  # level by level
-        walked = msgspec.structs.replace(q, offset=offset)
-        assert await page_as(node, walked, author_of=None) == by_trust[offset : offset + 7]
+    for changes in ({"cap": 5}, {"author_of": None}):  # by runs of levels; level by level
+        for offset in range(0, 42, 7):
+            walked = msgspec.structs.replace(q, offset=offset)
+            assert await page_as(node, walked, **changes) == by_trust[offset : offset + 7], changes
     with reopened(node):
         for sort, expected in (("default", newest_first), ("trust", by_trust), ("community_confidence", by_trust)):
             q = msgspec.convert({"q": "tied", "sort": sort}, SearchQuery)
@@ -324,3 +336,28 @@ async def test_rest_search_by_trust_is_answered_by_the_index(client: TestClient,
         assert resp.status == 200, await resp.text()
         assert [e["id"] for e in (await resp.json())["entries"]] == expected, params
     assert node.reads.answered == {"index": 4, "sql": 0}
+
+
+async def test_every_way_of_walking_the_trust_levels_gives_the_same_pages(node: Node) -> None:
+    """Many trust levels, some empty for a word: the in-memory sort, runs of levels under several caps and the
+    walk level by level agree on every page."""
+    rng = random.Random(24)
+    agents = [(await node.agents.create(f"a{i}", f"A{i}")).agent_id for i in range(24)]
+    for n in range(150):
+        await post(node, rng.choice(agents), " ".join(rng.choices(["alpha", "beta", "gamma"], k=rng.randint(1, 4))), n)
+    scored = [(a, rng.choice([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])) for a in agents if rng.random() < 0.8]
+    await node.db.write(lambda c: c.executemany("INSERT INTO trust_scores VALUES (?, 0, 0, 0.5, ?, 0, 0)", scored))
+    assert node.search_index is not None
+    await indexer.Indexer(node.db, node.search_index).catch_up()
+    for word in ("alpha", "beta gamma"):
+        for min_trust in (None, 0.35, 0.6):
+            q = msgspec.convert({"q": word, "sort": "trust", "min_trust": min_trust, "limit": 200}, SearchQuery)
+            every = await page_as(node, q)
+            assert every and len(every) == len(set(every))
+            for changes in [*({"cap": cap} for cap in (0, 1, 3, 10, 30, 60)), {"author_of": None}]:
+                for limit in (4, 11):
+                    pages = []
+                    for offset in range(0, len(every) + limit, limit):
+                        walked = msgspec.structs.replace(q, limit=limit, offset=offset)
+                        pages += await page_as(node, walked, **changes) or []
+                    assert pages == every, (word, min_trust, changes, limit)
