@@ -7,15 +7,15 @@ id descending (newest first), so a page is exact whatever the index's internal d
 - `default`: BM25, id.
 - `min_trust` (with any sort): only authors whose trust passes, as an include term-set (the scored authors at or
   above it) when neutral authors fail, or an exclude term-set (the scored authors below it) when they pass.
-- `sort=trust`: the trust levels, highest first, are the distinct cached scores (authors without a score are in
-  the neutral level, "not scored otherwise"). A run of levels with at most SORT_CAP matches is fetched whole in
-  one query and sorted in memory by author trust (authors read from `entries` by id); the first run is every
-  level, so a search with at most SORT_CAP matches is one query. A run with more matches is halved, down to one
-  level, which is asked only for the hits the page still needs; runs double again after it. The walk stops once
-  `offset + limit` hits are collected. Work: each level with more than SORT_CAP matches either fills the page
-  or adds more than SORT_CAP hits to it, so there are at most 1 + (offset + limit) / SORT_CAP of them, and each
-  costs at most log2(levels) halving queries; levels are the distinct scores at or above `min_trust` (4
-  decimals: at most 10,001), only the `author` filter's authors' levels when there is one.
+- `sort=trust`: the trust levels, highest first, are the distinct cached scores at or above `min_trust` (authors
+  without a score are in the neutral level, "not scored otherwise"; with an `author` filter, only its authors'
+  levels). A search with at most SORT_CAP matches is one count and one fetch, sorted in memory by author trust
+  (authors read from `entries` by id). Otherwise `Ranking._by_trust` walks the levels from the top, by runs that
+  double while they are small enough to sort in memory and halve when not, until `offset + limit` hits are
+  collected. Work: a level with more matches than a run may hold either fills the page or adds at least
+  RUN_HITS hits to it, so at most 1 + (offset + limit) / RUN_HITS of them are reached, each after at most
+  log2(levels) halvings; stretches of sparse or empty levels cost a logarithmic number of queries. Scores have
+  4 decimals: at most 10,001 levels.
 - `sort=community_confidence`: the best SORT_CAP matches by BM25, re-sorted by the entries' community
   confidence (read from the cache in the search's own read transaction); pages past the cap are empty.
 """
@@ -149,7 +149,7 @@ class Ranking:
     """How a search page is selected from the index's matches (see the module docstring)."""
 
     sort: str = "default"
-    authors: Authors = EVERYONE  # the `min_trust` filter
+    authors: Authors = EVERYONE  # the `min_trust` filter (sort=trust: in `levels`)
     trust: Mapping[str, float] = field(default_factory=dict)  # sort=trust: the scored authors
     levels: list[tuple[float, Authors]] = field(default_factory=list)  # sort=trust: `trust` by level, best first
     author_of: Lookup | None = None  # sort=trust
@@ -242,12 +242,10 @@ def for_query(conn: sqlite3.Connection, q: SearchQuery) -> Ranking:
     if q.sort == "default" and q.min_trust is None:
         return DEFAULT
     scores = author_scores(conn)
-    authors = EVERYONE if q.min_trust is None else passing(scores, q.min_trust)
-    if q.sort == "trust":
+    if q.sort == "trust":  # min_trust drops the levels below it
         levels = trust_levels(scores, q.min_trust, q.author)
-        return Ranking(
-            sort=q.sort, authors=authors, trust=scores, levels=levels, author_of=lambda ids: authors_of(conn, ids)
-        )
+        return Ranking(sort=q.sort, trust=scores, levels=levels, author_of=lambda ids: authors_of(conn, ids))
+    authors = EVERYONE if q.min_trust is None else passing(scores, q.min_trust)
     if q.sort == "community_confidence":
         return Ranking(sort=q.sort, authors=authors, confidence=lambda ids: community_confidence(conn, ids))
     return Ranking(authors=authors)
