@@ -16,11 +16,11 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import tantivy
 
 from node.search_index.analyzer import ANALYZER_VERSION, tokens
+from node.search_index.ranking import DEFAULT, Ranking
 
 SCHEMA_VERSION = 1
 FOLDER = "search-index"
@@ -231,13 +231,16 @@ class SearchIndex:
             self.index.reload()
 
     def search(
-        self, words: Sequence[str], filters: Filters, limit: int, offset: int, position: int
+        self,
+        words: Sequence[str],
+        filters: Filters,
+        limit: int,
+        offset: int,
+        position: int,
+        ranking: Ranking = DEFAULT,
     ) -> list[int] | None:
-        """Entry ids of one page, best BM25 first, ties newest first; None unless the index covers `position`.
-
-        Asks tantivy for the top `offset + limit` and more while hits tie with the page's last score, so a tie
-        is always broken by entry id over every tied hit: pages never skip or repeat one.
-        """
+        """Entry ids of one page in `ranking`'s order (best BM25 first, ties newest first, by default); None unless
+        the index covers `position`. Exact whatever the segments: node/search_index/ranking.py."""
         searcher = self.index.searcher()
         covered, stamp = self.state(searcher)
         if stamp != self.stamp or covered != position:
@@ -248,18 +251,7 @@ class SearchIndex:
         parts: list[tuple[tantivy.Occur, tantivy.Query]] = [(tantivy.Occur.Must, c) for c in clauses]
         parts += [(tantivy.Occur.Must, tantivy.Query.const_score_query(c, 0.0)) for c in _filter_clauses(filters)]
         query = tantivy.Query.boolean_query(parts)
-        need = offset + limit
-        if need == 0:
-            return []
-        fetch = need + 1
-        while True:
-            hits: list[tuple[Any, tantivy.DocAddress]] = searcher.search(query, limit=fetch, count=False).hits
-            if len(hits) < fetch or hits[-1][0] < hits[need - 1][0]:
-                break
-            fetch *= 2
-        seqs = searcher.fast_field_values("seq", [address for _, address in hits])
-        ranked = sorted(zip((score for score, _ in hits), seqs, strict=True), key=lambda h: (-h[0], -int(h[1] or 0)))
-        return [int(seq or 0) for _, seq in ranked[offset:need]]
+        return ranking.page(searcher, SCHEMA, query, offset, limit)
 
 
 def remove(data_root: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from node.db import Database
 from node.queries import search_words
+from node.search_index import ranking
 from node.search_index.index import FOLDER, ROW_COLUMNS, Filters, Row, SearchIndex
 from node.wire.api import SearchQuery
 
@@ -126,10 +127,10 @@ def check(root: Path, conn: sqlite3.Connection) -> tuple[str, str]:
 def page(conn: sqlite3.Connection, index: SearchIndex, q: SearchQuery, since_ms: int | None) -> list[int] | None:
     """Entry ids of a search page from the index, or None when the SQL path must answer it.
 
-    The SQL path answers a search without words, one sorted by trust or community confidence or filtered by
-    `min_trust` (trust is node-local and not in the index), and any search while the index lags behind.
+    The SQL path answers a search without words and any search while the index lags behind. Trust (node-local,
+    not in the index) sorts and filters through the trust cache read on `conn`: node/search_index/ranking.py.
     """
-    if not q.q or q.sort != "default" or q.min_trust is not None:
+    if not q.q:
         return None
     words = search_words(q.q)
     if not words:
@@ -144,7 +145,7 @@ def page(conn: sqlite3.Connection, index: SearchIndex, q: SearchQuery, since_ms:
         since_ms=since_ms,
         include_synthetic=q.include_synthetic,
     )
-    return index.search(words, filters, q.limit, q.offset, highest_entry(conn))
+    return index.search(words, filters, q.limit, q.offset, highest_entry(conn), ranking.for_query(conn, q))
 
 
 class Indexer:

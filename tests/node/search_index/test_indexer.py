@@ -137,8 +137,7 @@ async def test_the_index_answers_only_once_caught_up(node: Node) -> None:
     assert await worker.catch_up() == 1
     assert await worker.lag() == 0
     assert await words(node, "cafe") == [first]
-    assert await words(node, "cafe", sort="trust") is None  # trust is not in the index
-    assert await words(node, "cafe", min_trust=0.1) is None
+    assert await words(node, "cafe", sort="trust", min_trust=0.1) == [first]  # tests/node/search_index/test_ranking.py
 
 
 async def test_an_address_shows_its_winner(node: Node) -> None:

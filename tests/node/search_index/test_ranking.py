@@ -1,0 +1,363 @@
+"""node.search_index.ranking: min_trust, sort=trust and sort=community_confidence answered by the index; exact paging.
+
+The differential test posts a random corpus through a real node, writes random scores into the trust cache,
+and compares the index's pages with an oracle of its own: SQL over `entries`, the trust cache and an FTS5 table
+this test creates in the node's database (the match set), and the index's own default ranking (BM25, then
+newest first) for the order inside a trust or confidence level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from aiohttp.test_utils import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from node.appkeys import SEARCH_INDEXER
+from node.datadir import initialise
+from node.search_index import indexer, ranking
+from node.search_index.index import Filters
+from node.search_index.ranking import NEUTRAL, SORT_CAP, Authors, passing, trust_levels
+from node.service import Node
+from node.wire.api import PostEntry, SearchQuery
+from tests.conftest import FakeClock
+
+WORDS = ["café", "cafe", "tea", "naïve", "foo", "bar", "foo_bar", "x"]
+SCORES = [0.2, 0.5, 0.6, 0.6154, 0.9]
+AGENTS = 4
+
+corpora = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from(WORDS), min_size=1, max_size=5),  # content words
+        st.integers(0, AGENTS - 1),  # author
+        st.one_of(st.none(), st.sampled_from([0.1, 0.55, 0.9])),  # a cached community confidence
+    ),
+    min_size=1,
+    max_size=24,
+)
+scorings = st.lists(st.one_of(st.none(), st.sampled_from(SCORES)), min_size=AGENTS, max_size=AGENTS)
+searches = st.lists(
+    st.fixed_dictionaries(
+        {
+            "words": st.lists(st.sampled_from(WORDS), min_size=1, max_size=2),
+            "sort": st.sampled_from(["default", "trust", "community_confidence"]),
+        },
+        optional={
+            "min_trust": st.sampled_from([0.3, 0.5, 0.55, 0.6154, 0.95]),
+            "authors": st.lists(st.integers(0, AGENTS - 1), min_size=1, max_size=2, unique=True),
+        },
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+def test_passing_is_an_include_set_only_when_neutral_authors_fail() -> None:
+    scores = {"a": 0.2, "b": 0.5, "c": 0.9}
+    assert passing(scores, 0.5) == Authors(exclude=frozenset({"a"}))
+    assert passing(scores, 0.1) == Authors(exclude=frozenset())
+    assert passing(scores, 0.6) == Authors(include=frozenset({"c"}))
+    assert passing(scores, 0.95) == Authors(include=frozenset())
+
+
+def test_trust_levels_put_unscored_authors_in_the_neutral_level() -> None:
+    scores = {"a": 0.2, "b": 0.5, "c": 0.9, "d": 0.9}
+    assert trust_levels(scores) == [
+        (0.9, Authors(include=frozenset({"c", "d"}))),
+        (NEUTRAL, Authors(exclude=frozenset({"a", "c", "d"}))),  # b, and everyone without a score
+        (0.2, Authors(include=frozenset({"a"}))),
+    ]
+    assert [t for t, _ in trust_levels(scores, min_trust=0.5)] == [0.9, NEUTRAL]
+    assert [t for t, _ in trust_levels(scores, min_trust=0.6)] == [0.9]
+    assert trust_levels({}) == [(NEUTRAL, Authors())]
+    # an author filter: only its authors, each in its level
+    assert trust_levels(scores, authors=["a", "zed"]) == [
+        (NEUTRAL, Authors(include=frozenset({"zed"}))),
+        (0.2, Authors(include=frozenset({"a"}))),
+    ]
+
+
+def test_union_of_author_sets() -> None:
+    a, b, c = Authors(include=frozenset("ab")), Authors(include=frozenset("bc")), Authors(exclude=frozenset("abx"))
+    assert Authors.union([a, b]) == Authors(include=frozenset("abc"))
+    assert Authors.union([a, c]) == Authors(exclude=frozenset("x"))
+    assert Authors.union([c, Authors(exclude=frozenset("ay"))]) == Authors(exclude=frozenset("a"))
+    assert Authors.union([b]) == b
+
+
+def oracle_table(db_path: Path) -> sqlite3.Connection:
+    """A connection to the node's database with this test's own FTS5 table over the entries."""
+    conn = sqlite3.connect(db_path)
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS oracle_fts USING fts5(content, tags)")
+    conn.execute("DELETE FROM oracle_fts")
+    conn.execute("INSERT INTO oracle_fts (rowid, content, tags) SELECT id, content, tags FROM entries")
+    conn.commit()
+    return conn
+
+
+def oracle(conn: sqlite3.Connection, words: list[str], authors: list[str], min_trust: float | None) -> dict[int, Any]:
+    """{entry id: (author trust, community confidence)} of the entries the search must match."""
+    rows = conn.execute(
+        "SELECT e.id, e.author_id, coalesce(t.score, 0.5),"
+        " coalesce(c.community_confidence, t.score, 0.5) FROM oracle_fts f JOIN entries e ON e.id = f.rowid"
+        " LEFT JOIN trust_scores t ON t.agent_id = e.author_id"
+        " LEFT JOIN entry_confidence c ON c.entry_hash = e.record_hash WHERE oracle_fts MATCH ?",
+        (" ".join(f'"{w}"' for w in words),),
+    ).fetchall()
+    return {
+        i: (trust, confidence)
+        for i, author, trust, confidence in rows
+        if (not authors or author in authors) and (min_trust is None or trust >= min_trust)
+    }
+
+
+async def walk(node: Node, q: SearchQuery, size: int) -> list[int]:
+    """Every page of a search through the node's read service, following `next_offset`."""
+    ids: list[int] = []
+    offset: int | None = 0
+    while offset is not None:
+        result = await node.reads.search(msgspec.structs.replace(q, limit=size, offset=offset))
+        ids += [e.id for e in result.entries]
+        offset = result.next_offset
+    return ids
+
+
+async def page(node: Node, q: SearchQuery) -> list[int]:
+    got = await node.db.read(lambda c: indexer.page(c, node.search_index, q, None))  # type: ignore[arg-type]
+    assert got is not None
+    return got
+
+
+async def page_as(node: Node, q: SearchQuery, **changes: Any) -> list[int] | None:
+    """A page of `q` (words and authors only) from the index, with `changes` made to the ranking it asks for:
+    `author_of=None` walks the trust levels one by one, a small `cap` makes sort=trust walk runs of levels and
+    caps sort=community_confidence."""
+    index = node.search_index
+    assert index is not None and q.q is not None
+    words = q.q.split()
+
+    def run(c: sqlite3.Connection) -> list[int] | None:
+        order = dataclasses.replace(ranking.for_query(c, q), **changes)
+        return index.search(words, Filters(author=q.author), q.limit, q.offset, indexer.highest_entry(c), order)
+
+    return await node.db.read(run)
+
+
+async def differential(
+    root: Path, corpus: list[tuple[list[str], int, float | None]], scores: list[float | None], asked: list[Any]
+) -> None:
+    node = Node(root, clock=FakeClock())
+    node.open()
+    try:
+        assert node.search_index is not None
+        agents = [(await node.agents.create(f"a{i}", f"A{i}")).agent_id for i in range(AGENTS)]
+        entry_hashes: list[tuple[str, float | None]] = []
+        for n, (words, who, confidence) in enumerate(corpus):
+            body = {"entry_type": "finding", "performative": "inform", "content": " ".join(words), "tags": [str(n)]}
+            entry, _ = await node.entries.post(agents[who], msgspec.convert(body, PostEntry), None)
+            entry_hashes.append((entry.record_hash, confidence))
+
+        def cache(c: sqlite3.Connection) -> None:
+            c.executemany(
+                "INSERT INTO trust_scores VALUES (?, 0, 0, 0.5, ?, 0, 0)",
+                [(a, s) for a, s in zip(agents, scores, strict=True) if s is not None],
+            )
+            c.executemany(
+                "INSERT INTO entry_confidence VALUES (?, ?, 0, 0)", [(h, c) for h, c in entry_hashes if c is not None]
+            )
+
+        await node.db.write(cache)
+        await indexer.Indexer(node.db, node.search_index).catch_up()
+        with contextlib.closing(oracle_table(root / "bbs.db")) as conn:
+            for spec in asked:
+                authors = [agents[i] for i in spec.get("authors", [])]
+                params = {"q": " ".join(spec["words"]), "sort": spec["sort"], "author": authors, "limit": 200}
+                if "min_trust" in spec:
+                    params["min_trust"] = spec["min_trust"]
+                q = msgspec.convert(params, SearchQuery)
+                expected = oracle(conn, spec["words"], authors, spec.get("min_trust"))
+                bm25 = await page(node, msgspec.structs.replace(q, sort="default", min_trust=None))
+                in_order = [i for i in bm25 if i in expected]  # BM25 desc, id desc: the index's default order
+                if q.sort == "trust":
+                    in_order.sort(key=lambda i: -expected[i][0])  # stable: BM25 and id order within a level
+                elif q.sort == "community_confidence":
+                    in_order.sort(key=lambda i: -expected[i][1])
+                got = await page(node, q)
+                assert sorted(got) == sorted(expected), (spec, got, expected)
+                assert got == in_order, (spec, got, in_order)
+                if q.sort == "trust":  # by runs of trust levels and level by level, as when many entries match
+                    for changes in ({"cap": 0}, {"cap": 2}, {"author_of": None}):
+                        assert await page_as(node, q, **changes) == got, changes
+                        for offset in range(0, len(got) + 1, 3):
+                            walked = msgspec.structs.replace(q, limit=3, offset=offset)
+                            assert await page_as(node, walked, **changes) == got[offset : offset + 3], changes
+                assert await walk(node, q, 3) == got
+        assert node.reads.answered["sql"] == 0
+    finally:
+        node.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpus=corpora, scores=scorings, asked=searches)
+def test_trust_orders_and_filters_match_the_oracle(
+    corpus: list[tuple[list[str], int, float | None]], scores: list[float | None], asked: list[Any]
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "node"
+        initialise(root)
+        asyncio.run(differential(root, corpus, scores, asked))
+
+
+async def post(node: Node, agent_id: str, content: str, n: int, links: Any = ()) -> Any:
+    body = {"entry_type": "finding", "performative": "inform", "content": content, "tags": [f"t{n}"]}
+    entry, _ = await node.entries.post(agent_id, msgspec.convert(body | {"links": list(links)}, PostEntry), None)
+    return entry
+
+
+@contextlib.contextmanager
+def reopened(node: Node) -> Iterator[None]:
+    """Close the node (its index writer finishes its merges) and open it again."""
+    node.close()
+    node.open()
+    yield
+
+
+async def test_pages_of_tied_hits_survive_segment_merges(node: Node) -> None:
+    """Identical contents tie on BM25: every sort walks them newest first, each exactly once, before and after
+    the index merges the segments of many one-entry commits."""
+    agents = [(await node.agents.create(f"a{i}", f"A{i}")).agent_id for i in range(3)]
+    assert node.search_index is not None
+    worker = indexer.Indexer(node.db, node.search_index)
+    ids = []
+    for n in range(40):
+        ids.append((await post(node, agents[n % 3], "tied words here", n)).id)
+        await worker.catch_up()  # one commit, one segment, per entry
+    await node.db.write(lambda c: c.execute("INSERT INTO trust_scores VALUES (?, 0, 0, 0.5, 0.9, 0, 0)", (agents[1],)))
+    newest_first = sorted(ids, reverse=True)
+    by_trust = [i for i in newest_first if (i - ids[0]) % 3 == 1] + [i for i in newest_first if (i - ids[0]) % 3 != 1]
+    assert node.search_index.index.searcher().num_segments < 40  # tantivy merged segments of those commits
+    for sort, expected in (("default", newest_first), ("trust", by_trust), ("community_confidence", by_trust)):
+        q = msgspec.convert({"q": "tied", "sort": sort}, SearchQuery)
+        for size in (1, 7, 40):
+            assert await walk(node, q, size) == expected, (sort, size)
+    q = msgspec.convert({"q": "tied", "sort": "trust", "limit": 7}, SearchQuery)
+    for changes in ({"cap": 5}, {"author_of": None}):  # by runs of levels; level by level
+        for offset in range(0, 42, 7):
+            walked = msgspec.structs.replace(q, offset=offset)
+            assert await page_as(node, walked, **changes) == by_trust[offset : offset + 7], changes
+    with reopened(node):
+        for sort, expected in (("default", newest_first), ("trust", by_trust), ("community_confidence", by_trust)):
+            q = msgspec.convert({"q": "tied", "sort": sort}, SearchQuery)
+            assert await walk(node, q, 6) == expected, sort
+    assert node.reads.answered == {"index": node.reads.answered["index"], "sql": 0}
+
+
+async def test_community_confidence_sorts_within_the_cap(node: Node) -> None:
+    alice = (await node.agents.create("alice", "Alice")).agent_id
+    assert node.search_index is not None
+    entries = [await post(node, alice, "capped " * (1 + n % 3), n) for n in range(8)]
+    await indexer.Indexer(node.db, node.search_index).catch_up()
+    best_confidence = entries[0]  # the oldest, with the term once: behind the entries with it 3 times by BM25
+
+    def cache(c: sqlite3.Connection) -> None:
+        c.execute("INSERT INTO entry_confidence VALUES (?, 0.99, 1, 0)", (best_confidence.record_hash,))
+
+    await node.db.write(cache)
+
+    def pages(cap: int, offset: int, limit: int) -> Any:
+        params = {"q": "capped", "sort": "community_confidence", "offset": offset, "limit": limit}
+        return page_as(node, msgspec.convert(params, SearchQuery), cap=cap)
+
+    bm25 = await page(node, msgspec.convert({"q": "capped", "limit": 50}, SearchQuery))
+    assert sorted(bm25) == sorted(e.id for e in entries)
+    whole = await pages(SORT_CAP, 0, 50)
+    assert whole == [best_confidence.id] + [i for i in bm25 if i != best_confidence.id]
+    # a cap of 3: the 3 best BM25 matches, re-sorted; the entry of highest confidence is past them
+    assert best_confidence.id not in bm25[:3]
+    assert await pages(3, 0, 50) == bm25[:3]
+    assert await pages(3, 2, 50) == bm25[2:3]
+    assert await pages(3, 3, 50) == []  # past the cap: empty
+    big = msgspec.convert({"q": "capped", "sort": "community_confidence", "offset": SORT_CAP}, SearchQuery)
+    assert await page(node, big) == []
+
+
+async def test_min_trust_with_no_passing_author_matches_nothing(node: Node) -> None:
+    alice = (await node.agents.create("alice", "Alice")).agent_id
+    assert node.search_index is not None
+    await post(node, alice, "lonely", 0)
+    await indexer.Indexer(node.db, node.search_index).catch_up()
+    for sort in ("default", "trust", "community_confidence"):
+        assert await page(node, msgspec.convert({"q": "lonely", "min_trust": 0.51, "sort": sort}, SearchQuery)) == []
+        assert await page(node, msgspec.convert({"q": "lonely", "min_trust": 0.5, "sort": sort}, SearchQuery)) != []
+
+
+async def test_a_search_with_hops_answered_by_the_index_returns_the_neighbourhood(node: Node) -> None:
+    alice = (await node.agents.create("alice", "Alice")).agent_id
+    assert node.search_index is not None
+    seed = await post(node, alice, "needle", 0)
+    neighbour = await post(node, alice, "unrelated", 1, [{"target": seed.record_hash, "link_type": "supports"}])
+    await indexer.Indexer(node.db, node.search_index).catch_up()
+    for sort in ("default", "trust"):
+        q = msgspec.convert({"q": "needle", "hops": 1, "sort": sort}, SearchQuery)
+        before = node.reads.answered["index"]
+        result = await node.reads.search(q)
+        assert node.reads.answered["index"] == before + 1
+        assert [e.id for e in result.entries] == [seed.id, neighbour.id]
+        assert [(link.source, link.target) for link in result.links] == [(neighbour.record_hash, seed.record_hash)]
+        assert result.next_offset is None
+
+
+async def test_rest_search_by_trust_is_answered_by_the_index(client: TestClient, node: Node) -> None:
+    low, high = (await node.agents.create("low", "Low")), (await node.agents.create("high", "High"))
+    first = await post(node, high.agent_id, "shared word", 0)
+    second = await post(node, low.agent_id, "shared word", 1)
+    await node.db.write(
+        lambda c: c.execute("INSERT INTO trust_scores VALUES (?, 0, 0, 0.5, 0.3, 0, 0)", (low.agent_id,))
+    )
+    await client.app[SEARCH_INDEXER].catch_up()
+    headers = {"Authorization": f"Bearer {low.api_key}"}
+    for params, expected in (
+        ({"q": "shared"}, [second.id, first.id]),
+        ({"q": "shared", "sort": "trust"}, [first.id, second.id]),
+        ({"q": "shared", "min_trust": "0.4"}, [first.id]),
+        ({"q": "shared", "sort": "community_confidence", "min_trust": "0.2"}, [first.id, second.id]),
+    ):
+        resp = await client.get("/v1/search", params=params, headers=headers)
+        assert resp.status == 200, await resp.text()
+        assert [e["id"] for e in (await resp.json())["entries"]] == expected, params
+    assert node.reads.answered == {"index": 4, "sql": 0}
+
+
+async def test_every_way_of_walking_the_trust_levels_gives_the_same_pages(node: Node) -> None:
+    """Many trust levels, some empty for a word: the in-memory sort, runs of levels under several caps and the
+    walk level by level agree on every page."""
+    rng = random.Random(24)
+    agents = [(await node.agents.create(f"a{i}", f"A{i}")).agent_id for i in range(24)]
+    for n in range(150):
+        await post(node, rng.choice(agents), " ".join(rng.choices(["alpha", "beta", "gamma"], k=rng.randint(1, 4))), n)
+    scored = [(a, rng.choice([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])) for a in agents if rng.random() < 0.8]
+    await node.db.write(lambda c: c.executemany("INSERT INTO trust_scores VALUES (?, 0, 0, 0.5, ?, 0, 0)", scored))
+    assert node.search_index is not None
+    await indexer.Indexer(node.db, node.search_index).catch_up()
+    for word in ("alpha", "beta gamma"):
+        for min_trust in (None, 0.35, 0.6):
+            q = msgspec.convert({"q": word, "sort": "trust", "min_trust": min_trust, "limit": 200}, SearchQuery)
+            every = await page_as(node, q)
+            assert every and len(every) == len(set(every))
+            for changes in [*({"cap": cap} for cap in (0, 1, 3, 10, 30, 60)), {"author_of": None}]:
+                for limit in (4, 11):
+                    pages = []
+                    for offset in range(0, len(every) + limit, limit):
+                        walked = msgspec.structs.replace(q, limit=limit, offset=offset)
+                        pages += await page_as(node, walked, **changes) or []
+                    assert pages == every, (word, min_trust, changes, limit)
