@@ -10,9 +10,9 @@ import msgspec
 from node import agent_refs, queries
 from node.db import Database
 from node.errors import InvalidInput
-from node.search_index import indexer
+from node.search_index import indexer, query, snippets
 from node.search_index.index import SearchIndex
-from node.wire.api import EntryOut, LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult
+from node.wire.api import EntryOut, LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult, Snippet
 
 
 class Reads:
@@ -37,6 +37,8 @@ class Reads:
             )
         if q.q is not None and q.q.strip() and queries.fts_query(q.q) is None:
             raise InvalidInput("q has no searchable words", field="$.q", code="invalid_query")
+        if q.q:
+            query.parse(q.q)  # a prefix too short to expand is a 422 whichever path answers
         # On the event loop unless its words made earlier searches hold the loop too long (queries.HeavyWords).
         words = queries.search_words(q.q) if q.q else []
         quick = not self.heavy_words.any_of(words)
@@ -116,7 +118,16 @@ def search(
         offset=q.offset,
         next_offset=q.offset + q.limit if len(page) == q.limit else None,
         truncated=truncated,
+        snippets=_snippets(page, q.q),
     )
+
+
+def _snippets(page: list[EntryOut], q: str | None) -> dict[str, Snippet]:
+    """Each hit's highlighted snippet, by record hash, when the search has words."""
+    clauses = query.parse(q) if q else []
+    if not clauses:
+        return {}
+    return {e.record_hash: snippets.snippet(e.content, clauses) for e in page}
 
 
 def _indexed_page(

@@ -49,6 +49,8 @@ def fold(ch: str) -> str:
 
 
 _ASCII_WORD = re.compile(r"[a-z0-9]+")
+# A run of token characters (any case), for `token_spans`: the same test as `is_token_char`, at C speed.
+_RUN = re.compile("[0-9A-Za-z" + "".join(f"\\U{s:08x}-\\U{e:08x}" for s, e in zip(_STARTS, _ENDS, strict=True)) + "]+")
 
 
 def tokens(text: str) -> list[str]:
@@ -69,4 +71,18 @@ def tokens(text: str) -> list[str]:
         token = "".join(word)
         if token:
             out.append(token)
+    return out
+
+
+def token_spans(text: str) -> list[tuple[str, int, int]]:
+    """`tokens(text)` with where each word stands in `text`: (folded word, start, end) as character offsets.
+
+    A word's span runs from its first to its last token character, so `text[start:end]` is the word as written.
+    """
+    out = []
+    for m in _RUN.finditer(text):
+        run = m.group()
+        token = run.lower() if run.isascii() else "".join(fold(ch) for ch in run)
+        if token:
+            out.append((token, m.start(), m.end()))
     return out

@@ -1,0 +1,115 @@
+"""A hit's highlighted snippet: a short window of its stored content with the search's matches marked.
+
+The content is tokenized with the index's analyzer (character offsets into the original text); a token is a
+match when it is one of the query's words, starts with one of its prefixes, or starts a run of tokens equal to
+one of its phrases (the run is one highlight). The window is at most `SNIPPET_CHARS` characters, cut at token
+boundaries, placed to hold as many different clauses' matches as it can (then as many matches, then the
+earliest), starting up to `LEAD_CHARS` before its first match. Highlights are [start, end) UTF-8 byte offsets
+into the snippet's text, as the API promises (docs/api.md, "Search").
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+from node.search_index.analyzer import token_spans
+from node.search_index.query import Clause
+from node.wire.api import Snippet
+
+SNIPPET_CHARS = 160
+LEAD_CHARS = 30  # context shown before the first match of the window
+MAX_MARKS = 1_000  # matches considered per content: a long content's later ones do not move the window
+ELLIPSIS = "…"
+
+Span = tuple[str, int, int]  # (folded token, start, end): analyzer.token_spans
+Mark = tuple[int, int, frozenset[int]]  # (start, end, indexes of the clauses it matches), character offsets
+
+
+def snippet(content: str, clauses: Sequence[Clause]) -> Snippet:
+    """The snippet of `content` for a search of these clauses (the start of the content when nothing matches)."""
+    spans = token_spans(content)
+    marks = _marks(spans, clauses)
+    start, end = _window(content, spans, marks)
+    prefix = ELLIPSIS if start > 0 else ""
+    suffix = ELLIPSIS if end < len(content) else ""
+    base = len(prefix.encode())
+    highlights = []
+    for s, e, _ in marks:
+        if s >= start and s < end:
+            e = min(e, end)
+            lead = base + len(content[start:s].encode())
+            highlights.append((lead, lead + len(content[s:e].encode())))
+    return Snippet(text=prefix + content[start:end] + suffix, highlights=highlights)
+
+
+def _marks(spans: Sequence[Span], clauses: Sequence[Clause]) -> list[Mark]:
+    """The matches in the content, in order, overlapping ones merged."""
+    words: dict[str, int] = {}
+    prefixes: list[tuple[str, int]] = []
+    phrases: list[tuple[tuple[str, ...], int]] = []
+    for i, clause in enumerate(clauses):
+        if clause.prefix:
+            prefixes.append((clause.tokens[0], i))
+        elif len(clause.tokens) == 1:
+            words.setdefault(clause.tokens[0], i)
+        elif clause.tokens:
+            phrases.append((clause.tokens, i))
+    found: list[tuple[int, int, int]] = []
+    for k, (token, s, e) in enumerate(spans):
+        if len(found) >= MAX_MARKS:
+            break
+        if token in words:
+            found.append((s, e, words[token]))
+        for p, i in prefixes:
+            if token.startswith(p):
+                found.append((s, e, i))
+        for phrase, i in phrases:
+            n = len(phrase)
+            if token == phrase[0] and k + n <= len(spans) and all(spans[k + j][0] == phrase[j] for j in range(n)):
+                found.append((s, spans[k + n - 1][2], i))
+    found.sort(key=lambda m: (m[0], -m[1]))
+    merged: list[Mark] = []
+    for s, e, i in found:
+        if merged and s < merged[-1][1]:
+            ms, me, mi = merged[-1]
+            merged[-1] = (ms, max(me, e), mi | {i})
+        else:
+            merged.append((s, e, frozenset({i})))
+    return merged
+
+
+def _window(content: str, spans: Sequence[Span], marks: Sequence[Mark]) -> tuple[int, int]:
+    """[start, end) character offsets of the snippet in `content`."""
+    starts = [s for _, s, _ in spans]
+    ends = [e for _, _, e in spans]
+    if not content.strip():
+        return 0, len(content)
+    if not marks:
+        start = len(content) - len(content.lstrip())
+        return start, _cut(content, ends, start, start + SNIPPET_CHARS)
+    mark_starts = [m[0] for m in marks]  # merged marks do not overlap: their ends are in order too
+    mark_ends = [m[1] for m in marks]
+    best: tuple[int, int, int] | None = None  # (clauses, matches, -start) of the best window so far
+    best_start = 0
+    for anchor in marks:
+        start = starts[bisect.bisect_left(starts, anchor[0] - LEAD_CHARS)]  # the first token in the lead
+        lo = bisect.bisect_left(mark_starts, start)
+        inside = marks[lo : max(lo, bisect.bisect_right(mark_ends, start + SNIPPET_CHARS))]
+        score = (len(frozenset().union(*(m[2] for m in inside))), len(inside), -start)
+        if best is None or score > best:
+            best, best_start = score, start
+    start = best_start
+    end = _cut(content, ends, start, start + SNIPPET_CHARS)
+    if end == len(content) and start > 0:  # near the end: use the room before the match instead
+        earlier = starts[bisect.bisect_left(starts, max(0, end - SNIPPET_CHARS))]
+        start = min(start, earlier)
+    return start, end
+
+
+def _cut(content: str, ends: Sequence[int], start: int, limit: int) -> int:
+    """Where a window from `start` ends: the content's end if it fits, else the last token end within `limit`."""
+    if limit >= len(content.rstrip()):
+        return len(content.rstrip())
+    i = bisect.bisect_right(ends, limit) - 1
+    return ends[i] if i >= 0 and ends[i] > start else limit
