@@ -65,7 +65,8 @@ def _plain_clauses(text: str) -> list[Clause]:
         star = end < len(text) and text[end] == "*" and not (end + 1 < len(text) and is_token_char(text[end + 1]))
         if star and len(token) < PREFIX_MIN_CHARS:
             raise InvalidInput(
-                f"a prefix needs at least {PREFIX_MIN_CHARS} letters or digits before its '*': {text[start : end + 1]!r}",
+                f"a prefix needs at least {PREFIX_MIN_CHARS} letters or digits before its '*': "
+                f"{text[start : end + 1]!r}",
                 field="$.q",
                 code="invalid_query",
             )

@@ -31,8 +31,8 @@ def snippet(content: str, clauses: Sequence[Clause]) -> Snippet:
     spans = token_spans(content)
     marks = _marks(spans, clauses)
     start, end = _window(content, spans, marks)
-    prefix = ELLIPSIS if start > 0 else ""
-    suffix = ELLIPSIS if end < len(content) else ""
+    prefix = ELLIPSIS if content[:start].strip() else ""
+    suffix = ELLIPSIS if content[end:].strip() else ""
     base = len(prefix.encode())
     highlights = []
     for s, e, _ in marks:
