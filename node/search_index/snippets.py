@@ -39,7 +39,7 @@ def snippet(content: str, clauses: Sequence[Clause]) -> Snippet:
         if s >= start and s < end:
             e = min(e, end)
             lead = base + len(content[start:s].encode())
-            highlights.append((lead, lead + len(content[s:e].encode())))
+            highlights.append([lead, lead + len(content[s:e].encode())])
     return Snippet(text=prefix + content[start:end] + suffix, highlights=highlights)
 
 

@@ -241,7 +241,7 @@ class Snippet(msgspec.Struct):
     """
 
     text: str
-    highlights: list[tuple[int, int]]
+    highlights: list[Annotated[list[int], msgspec.Meta(min_length=2, max_length=2)]]  # [start, end] pairs
 
 
 class SearchResult(msgspec.Struct):
