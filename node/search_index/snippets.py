@@ -3,9 +3,11 @@
 The content is tokenized with the index's analyzer (character offsets into the original text); a token is a
 match when it is one of the query's words, starts with one of its prefixes, or starts a run of tokens equal to
 one of its phrases (the run is one highlight). The window is at most `SNIPPET_CHARS` characters, cut at token
-boundaries, placed to hold as many different clauses' matches as it can (then as many matches, then the
-earliest), starting up to `LEAD_CHARS` before its first match. Highlights are [start, end) UTF-8 byte offsets
-into the snippet's text, as the API promises (docs/api.md, "Search").
+boundaries, starting up to `LEAD_CHARS` before a match within `SCAN_CHARS` of the content's first match, and
+placed to hold as many different clauses' matches as it can (then as many matches, then the earliest).
+Highlights are [start, end) UTF-8 byte offsets into the snippet's text, as the API promises (docs/api.md,
+"Search"). A long content costs little more than its part around the first match: the first match is found
+with a regular expression (analyzer.spelled) before any word is folded in Python.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from node.search_index.analyzer import token_spans
+from node.search_index.analyzer import fold, is_token_char, iter_token_spans, spelled
 from node.search_index.query import Clause
 from node.wire.api import Snippet
 
 SNIPPET_CHARS = 160
 LEAD_CHARS = 30  # context shown before the first match of the window
-MAX_MARKS = 1_000  # matches considered per content: a long content's later ones do not move the window
+SCAN_CHARS = 1_000  # how far after the first match a window may start
+MAX_MARKS = 1_000  # matches considered per content
 ELLIPSIS = "…"
 
 Span = tuple[str, int, int]  # (folded token, start, end): analyzer.token_spans
@@ -28,8 +31,7 @@ Mark = tuple[int, int, frozenset[int]]  # (start, end, indexes of the clauses it
 
 def snippet(content: str, clauses: Sequence[Clause]) -> Snippet:
     """The snippet of `content` for a search of these clauses (the start of the content when nothing matches)."""
-    spans = token_spans(content)
-    marks = _marks(spans, clauses)
+    spans, marks = _scan(content, clauses)
     start, end = _window(content, spans, marks)
     prefix = ELLIPSIS if content[:start].strip() else ""
     suffix = ELLIPSIS if content[end:].strip() else ""
@@ -43,8 +45,12 @@ def snippet(content: str, clauses: Sequence[Clause]) -> Snippet:
     return Snippet(text=prefix + content[start:end] + suffix, highlights=highlights)
 
 
-def _marks(spans: Sequence[Span], clauses: Sequence[Clause]) -> list[Mark]:
-    """The matches in the content, in order, overlapping ones merged."""
+def _scan(content: str, clauses: Sequence[Clause]) -> tuple[list[Span], list[Mark]]:
+    """The content's tokens and matches (in order, overlapping ones merged), read up to where no window can reach.
+
+    Windows start near one of the matches within `SCAN_CHARS` of the first, so the scan stops `SCAN_CHARS +
+    SNIPPET_CHARS` after the first match: a long entry costs no more than its beginning.
+    """
     words: dict[str, int] = {}
     prefixes: list[tuple[str, int]] = []
     phrases: list[tuple[tuple[str, ...], int]] = []
@@ -55,19 +61,27 @@ def _marks(spans: Sequence[Span], clauses: Sequence[Clause]) -> list[Mark]:
             words.setdefault(clause.tokens[0], i)
         elif clause.tokens:
             phrases.append((clause.tokens, i))
+    begin, stop = _scan_start(content, clauses)
+    if begin is None:  # no word of the query is even a substring: read only what the window needs
+        words, prefixes, phrases, begin = {}, [], [], 0
+    spans: list[Span] = []
     found: list[tuple[int, int, int]] = []
-    for k, (token, s, e) in enumerate(spans):
-        if len(found) >= MAX_MARKS:
+    for token, s, e in iter_token_spans(content, begin):
+        if s > stop or len(found) >= MAX_MARKS:
             break
+        spans.append((token, s, e))
+        before = len(found)
         if token in words:
             found.append((s, e, words[token]))
         for p, i in prefixes:
             if token.startswith(p):
                 found.append((s, e, i))
-        for phrase, i in phrases:
+        for phrase, i in phrases:  # a phrase ending at this token
             n = len(phrase)
-            if token == phrase[0] and k + n <= len(spans) and all(spans[k + j][0] == phrase[j] for j in range(n)):
-                found.append((s, spans[k + n - 1][2], i))
+            if token == phrase[-1] and len(spans) >= n and all(spans[-n + j][0] == phrase[j] for j in range(n)):
+                found.append((spans[-n][1], e, i))
+        if found and not before:
+            stop = min(found, key=lambda m: m[0])[0] + SCAN_CHARS + SNIPPET_CHARS
     found.sort(key=lambda m: (m[0], -m[1]))
     merged: list[Mark] = []
     for s, e, i in found:
@@ -76,7 +90,30 @@ def _marks(spans: Sequence[Span], clauses: Sequence[Clause]) -> list[Mark]:
             merged[-1] = (ms, max(me, e), mi | {i})
         else:
             merged.append((s, e, frozenset({i})))
-    return merged
+    return spans, merged
+
+
+def _scan_start(content: str, clauses: Sequence[Clause]) -> tuple[int | None, int]:
+    """Where the scan may begin (None when nothing can match) and where it may end, without any match.
+
+    No match is before the earliest place where one of the clauses' first words is spelled (analyzer.spelled)
+    after no character that folds to something; the scan begins a lead before it, at a word boundary.
+    """
+    at = [i for i in (_first_word_start(content, c.tokens[0]) for c in clauses if c.tokens) if i is not None]
+    if not at:
+        return None, len(content) - len(content.lstrip()) + SNIPPET_CHARS
+    begin = max(0, min(at) - LEAD_CHARS)
+    while begin > 0 and is_token_char(content[begin - 1]):
+        begin -= 1
+    return begin, len(content)
+
+
+def _first_word_start(content: str, token: str) -> int | None:
+    for m in spelled(token).finditer(content):
+        i = m.start()
+        if i == 0 or not is_token_char(content[i - 1]) or not fold(content[i - 1]):
+            return i
+    return None
 
 
 def _window(content: str, spans: Sequence[Span], marks: Sequence[Mark]) -> tuple[int, int]:
@@ -93,6 +130,8 @@ def _window(content: str, spans: Sequence[Span], marks: Sequence[Mark]) -> tuple
     best: tuple[int, int, int] | None = None  # (clauses, matches, -start) of the best window so far
     best_start = 0
     for anchor in marks:
+        if anchor[0] > marks[0][0] + SCAN_CHARS:
+            break
         start = starts[bisect.bisect_left(starts, anchor[0] - LEAD_CHARS)]  # the first token in the lead
         lo = bisect.bisect_left(mark_starts, start)
         inside = marks[lo : max(lo, bisect.bisect_right(mark_ends, start + SNIPPET_CHARS))]
