@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node.search_index.analyzer import fold, is_token_char, token_spans, tokens
+from node.search_index.analyzer import fold, is_token_char, spelled, token_spans, tokens
 
 
 @pytest.mark.parametrize(
@@ -55,3 +55,10 @@ def test_token_spans_are_tokens_with_where_they_stand(text: str) -> None:
     for token, start, end in spans:
         assert tokens(text[start:end]) == [token]
         assert is_token_char(text[start]) and is_token_char(text[end - 1])
+
+
+@given(st.text(alphabet=st.sampled_from(list("aAbé É\u0301\u0327cÇ日本ßΩω._")), max_size=40))
+def test_spelled_finds_every_spelling_of_a_words_beginning(text: str) -> None:
+    for token, start, end in token_spans(text):
+        for k in range(1, len(token) + 1):
+            assert any(start <= m.start() < end for m in spelled(token[:k]).finditer(text)), (text, token[:k])

@@ -64,6 +64,14 @@ def test_clauses_are_capped() -> None:
     assert parse(" ".join(f"w{i}" for i in range(MAX_CLAUSES + 5))) == [W((f"w{i}",)) for i in range(MAX_CLAUSES)]
 
 
+@given(st.text(max_size=600))
+def test_any_text_parses_or_is_the_documented_422(q: str) -> None:
+    clauses = parsed_or_refused(q)
+    if clauses is not None:
+        assert len(clauses) <= MAX_CLAUSES and all(c.tokens for c in clauses)
+        assert all(len(c.tokens) == 1 and len(c.tokens[0]) >= 2 for c in clauses if c.prefix)
+
+
 def test_fts5_rendering_is_quoted() -> None:
     assert " ".join(c.fts5() for c in parse('x "a b" cd*')) == '"x" "a b" "cd"*'
 

@@ -67,3 +67,13 @@ def test_every_highlight_is_a_match(content: str, q: str) -> None:
             (c.prefix and len(found) == 1 and found[0].startswith(c.tokens[0])) or tuple(found) == c.tokens
             for c in clauses
         ) or end == len(raw) - len(ELLIPSIS.encode()), (content, q, raw[start:end])  # cut at the window's end
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    content=st.text(alphabet=st.sampled_from(list("ab éÉ\u0301日本_-")), max_size=150),
+    p=st.sampled_from(["ab", "ba", "ea", "日本"]),
+)
+def test_a_short_content_shows_every_match(content: str, p: str) -> None:
+    s = snippet(content, parse(p + "*"))
+    assert len(s.highlights) == sum(1 for t in tokens(content) if t.startswith(p))
