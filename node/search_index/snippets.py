@@ -13,6 +13,7 @@ with a regular expression (analyzer.spelled) before any word is folded in Python
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 
 from node.search_index.analyzer import fold, is_token_char, iter_token_spans, spelled
@@ -82,6 +83,9 @@ def _scan(content: str, clauses: Sequence[Clause]) -> tuple[list[Span], list[Mar
                 found.append((spans[-n][1], e, i))
         if found and not before:
             stop = min(found, key=lambda m: m[0])[0] + SCAN_CHARS + SNIPPET_CHARS
+    if not found and begin > 0:  # only near-misses: the window shows the start, cut at a word's end
+        lead = len(content) - len(content.lstrip())
+        spans = list(itertools.takewhile(lambda t: t[1] <= lead + SNIPPET_CHARS, iter_token_spans(content)))
     found.sort(key=lambda m: (m[0], -m[1]))
     merged: list[Mark] = []
     for s, e, i in found:

@@ -46,6 +46,8 @@ def test_the_window_prefers_more_different_words() -> None:
 def test_no_match_in_the_content_shows_its_start() -> None:
     s = snippet("  plain start " + "w " * 200, parse("tagonly"))
     assert s.text.startswith("plain start") and s.text.endswith(ELLIPSIS) and s.highlights == []
+    near = snippet("wordy " * 40 + "xtagonly tagonlyx", parse("tagonly"))  # spelled inside words only
+    assert near.text == "wordy " * 25 + "wordy" + ELLIPSIS and near.highlights == []  # cut at a word
 
 
 text = st.text(alphabet=st.sampled_from(list('ab é日本😀\u0301_-"*ÉA\n')), max_size=400)
