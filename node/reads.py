@@ -37,11 +37,11 @@ class Reads:
             )
         if q.q is not None and q.q.strip() and queries.fts_query(q.q) is None:
             raise InvalidInput("q has no searchable words", field="$.q", code="invalid_query")
-        if q.q:
-            query.parse(q.q)  # a prefix too short to expand is a 422 whichever path answers
-        # On the event loop unless its words made earlier searches hold the loop too long (queries.HeavyWords).
+        clauses = query.parse(q.q) if q.q else []  # a bad prefix is a 422 whichever path answers
+        # On the event loop unless its words made earlier searches hold the loop too long (queries.HeavyWords)
+        # or it has a prefix (expanding one walks the index's term dictionary: docs/decisions.md).
         words = queries.search_words(q.q) if q.q else []
-        quick = not self.heavy_words.any_of(words)
+        quick = not self.heavy_words.any_of(words) and not any(c.prefix for c in clauses)
         started = time.perf_counter()
         index = self.index
         paths: list[str] = []  # which path answered, per attempt (a quick read may run again on a reader thread)

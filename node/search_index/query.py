@@ -12,6 +12,7 @@ unicode61 does (node/search_index/analyzer.py), so nothing else can be injected:
   hold, ties alphabetical (the term dictionary's counts, which include replaced versions until tantivy merges
   their segments). A term past the cap does not match.
 - At most `MAX_CLAUSES` clauses (words, phrases and prefixes, in the order of `q`) count; the rest is ignored.
+  Of those, at most `MAX_PREFIXES` may be prefixes (else 422 `invalid_query`).
 
 The index builds term, phrase and term-set queries from the parsed clauses itself: nothing is handed to a
 query parser.
@@ -30,6 +31,7 @@ from node.search_index.analyzer import is_token_char, token_spans, tokens
 MAX_CLAUSES = 32  # as many as the SQL path's words (node/queries.MAX_SEARCH_WORDS)
 PREFIX_MIN_CHARS = 2
 PREFIX_TERMS = 64  # terms a prefix expands to, per field
+MAX_PREFIXES = 4  # each costs a walk of the terms sharing it (docs/decisions.md)
 FIELDS = ("content", "tags")
 
 
@@ -55,8 +57,14 @@ def parse(q: str) -> list[Clause]:
             clauses.append(Clause(tuple(tokens(part))))
         else:
             clauses += _plain_clauses(part)
-    wanted = [c for c in dict.fromkeys(clauses) if c.tokens]
-    return wanted[:MAX_CLAUSES]
+    wanted = [c for c in dict.fromkeys(clauses) if c.tokens][:MAX_CLAUSES]
+    if sum(c.prefix for c in wanted) > MAX_PREFIXES:
+        raise InvalidInput(
+            f"at most {MAX_PREFIXES} prefixes (word*) in one search: each walks the index's term dictionary",
+            field="$.q",
+            code="invalid_query",
+        )
+    return wanted
 
 
 def _plain_clauses(text: str) -> list[Clause]:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from node.errors import InvalidInput
 from node.search_index.analyzer import tokens
 from node.search_index.index import Filters, Row, SearchIndex
-from node.search_index.query import MAX_CLAUSES, PREFIX_TERMS, Clause, parse
+from node.search_index.query import MAX_CLAUSES, MAX_PREFIXES, PREFIX_TERMS, Clause, parse
 
 
 def row(seq: int, content: str, tags: Sequence[str] = ()) -> Row:
@@ -60,6 +60,13 @@ def test_a_prefix_needs_two_characters(q: str) -> None:
     assert "at least 2" in refused.value.detail
 
 
+def test_at_most_four_prefixes() -> None:
+    assert [c.prefix for c in parse("ab* cd* ef* gh* ij")] == [True, True, True, True, False]
+    with pytest.raises(InvalidInput) as refused:
+        parse("ab* cd* ef* gh* ij*")
+    assert refused.value.code == "invalid_query" and refused.value.field == "$.q"
+
+
 def test_clauses_are_capped() -> None:
     assert parse(" ".join(f"w{i}" for i in range(MAX_CLAUSES + 5))) == [W((f"w{i}",)) for i in range(MAX_CLAUSES)]
 
@@ -70,6 +77,7 @@ def test_any_text_parses_or_is_the_documented_422(q: str) -> None:
     if clauses is not None:
         assert len(clauses) <= MAX_CLAUSES and all(c.tokens for c in clauses)
         assert all(len(c.tokens) == 1 and len(c.tokens[0]) >= 2 for c in clauses if c.prefix)
+        assert sum(c.prefix for c in clauses) <= MAX_PREFIXES
 
 
 def test_fts5_rendering_is_quoted() -> None:
@@ -131,7 +139,7 @@ def words_and(q: str, fields: Sequence[list[str]]) -> bool:
 def parsed_or_refused(q: str) -> list[Clause] | None:
     try:
         return parse(q)
-    except InvalidInput as refused:  # the documented 422: a prefix of fewer than 2 characters
+    except InvalidInput as refused:  # the documented 422s: a prefix of fewer than 2 characters, or too many
         assert refused.code == "invalid_query" and refused.field == "$.q"
         return None
 
