@@ -106,16 +106,21 @@ def test_a_prefix_expands_to_its_most_frequent_terms(capped: SearchIndex) -> Non
 
 VOCAB = ["cafe", "Café", "cab", "cabin", "naïve", "naive", "日本語", "日本", "x\u0301y", "xy", "😀", "a_b", "ab",
          "Straße", "ok", "OK", "NEAR", "OR"]  # fmt: skip
-contents = st.lists(st.sampled_from(VOCAB), max_size=6).map(" ".join)
+contents = st.one_of(
+    st.lists(st.sampled_from(VOCAB), max_size=6).map(" ".join),
+    st.text(alphabet=st.sampled_from(list("abcé É\u0301日本😀ßΩω_-.")), max_size=24),
+)
 tag_lists = st.lists(st.sampled_from(VOCAB), max_size=2)
 corpora = st.lists(st.tuples(contents, tag_lists), min_size=1, max_size=12)
-# Search text from the vocabulary and every character that is syntax somewhere (FTS5, Lucene, tantivy).
+# Search text from the vocabulary, short random words and every character that is syntax somewhere (FTS5,
+# Lucene, tantivy).
+SYNTAX = ['"', "*", "(", ")", ":", "^", "-", "+", " ", "~", "\\", "'", "{", "}", "[", "]", "AND", "NOT", "NEAR/2",
+          "content:", "ca"]  # fmt: skip
 queries = st.lists(
-    st.one_of(st.sampled_from(VOCAB), st.sampled_from(['"', "*", "(", ")", ":", "^", "-", "+", " ", "~", "\\", "'",
-                                                       "{", "}", "[", "]", "AND", "NOT", "NEAR/2", "content:", "ca"])),
+    st.one_of(st.sampled_from(VOCAB), st.text(alphabet="abcéΩω日", min_size=1, max_size=3), st.sampled_from(SYNTAX)),
     min_size=1,
     max_size=8,
-).map("".join)  # fmt: skip
+).map("".join)
 
 
 def reference(q: Sequence[Clause], fields: Sequence[list[str]]) -> bool:
