@@ -117,7 +117,7 @@ async def read(
 @tool("Search entries: full text `q` and filters (lists match any value). Paged by limit/offset.", read_only=True)
 async def search(
     ctx: Context,
-    q: str | None = None,
+    q: Annotated[str | None, Field(description='words (all must match), "a phrase", prefix*')] = None,
     tags: list[str] | None = None,
     entry_type: list[EntryType] | None = None,
     performative: list[Performative] | None = None,

@@ -102,7 +102,8 @@ def _call(message: NLIP_Message) -> tuple[str, Any]:
         text = message.extract_text(language=None) or ""  # type: ignore[arg-type]
         if not isinstance(text, str) or not text.strip():
             raise nlip.NlipError("empty_text", "a text message needs some text to search for", "$.content")
-        return "search", {"q": text.strip()[:MAX_QUERY_CHARS]}
+        # Prose, not a search box: a star is text ("5* rating" is no prefix search, nor a 422); quotes stay phrases.
+        return "search", {"q": text.replace("*", " ").strip()[:MAX_QUERY_CHARS]}
     if fmt == AllowedFormats.structured and message.subformat.lower() == "json" and isinstance(message.content, dict):
         try:
             call = msgspec.convert(message.content, _Call)

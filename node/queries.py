@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from node.errors import InvalidInput, NotFound
+from node.search_index.query import parse
 from node.wire.api import EntryOut, LinkOut, SearchQuery
 
 MAX_NEIGHBOURHOOD = 1_000  # entries a traversal may collect before it stops and says so
@@ -295,19 +296,21 @@ def _adjacent(
 
 
 def search_words(q: str) -> list[str]:
-    """The words of a search's free text, as `fts_query` uses them (at most 32)."""
+    """The `\\w+` words of a search's free text (at most 32): what HeavyWords remembers."""
     return _WORD.findall(q)[:MAX_SEARCH_WORDS]
 
 
 def fts_query(q: str) -> str | None:
-    """Turn free text into a safe FTS5 query: every word quoted, ANDed. None if it has no words.
+    """Turn a search's text into a safe FTS5 query: its clauses (node/search_index/query.py) quoted, ANDed.
 
-    Quoting each `\\w+` token means no FTS5 syntax (NEAR, column filters, *, ^, quotes) can be injected.
+    None if it has no words. Every word and phrase is quoted from its folded tokens and a prefix's star is put
+    outside the quotes by us, so no FTS5 syntax (NEAR, column filters, ^, OR) can be injected. The index and
+    this path match the same entries (the index caps a prefix's expansion; FTS5 does not).
     """
-    words = search_words(q)
-    if not words:
+    clauses = parse(q)
+    if not clauses:
         return None
-    return " ".join(f'"{w}"' for w in words)
+    return " ".join(c.fts5() for c in clauses)
 
 
 class HeavyWords:

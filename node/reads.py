@@ -10,9 +10,9 @@ import msgspec
 from node import agent_refs, queries
 from node.db import Database
 from node.errors import InvalidInput
-from node.search_index import indexer
+from node.search_index import indexer, query, snippets
 from node.search_index.index import SearchIndex
-from node.wire.api import EntryOut, LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult
+from node.wire.api import EntryOut, LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult, Snippet
 
 
 class Reads:
@@ -37,9 +37,11 @@ class Reads:
             )
         if q.q is not None and q.q.strip() and queries.fts_query(q.q) is None:
             raise InvalidInput("q has no searchable words", field="$.q", code="invalid_query")
-        # On the event loop unless its words made earlier searches hold the loop too long (queries.HeavyWords).
+        clauses = query.parse(q.q) if q.q else []  # a bad prefix is a 422 whichever path answers
+        # On the event loop unless its words made earlier searches hold the loop too long (queries.HeavyWords)
+        # or it has a prefix (expanding one walks the index's term dictionary: docs/decisions.md).
         words = queries.search_words(q.q) if q.q else []
-        quick = not self.heavy_words.any_of(words)
+        quick = not self.heavy_words.any_of(words) and not any(c.prefix for c in clauses)
         started = time.perf_counter()
         index = self.index
         paths: list[str] = []  # which path answered, per attempt (a quick read may run again on a reader thread)
@@ -116,7 +118,16 @@ def search(
         offset=q.offset,
         next_offset=q.offset + q.limit if len(page) == q.limit else None,
         truncated=truncated,
+        snippets=_snippets(page, q.q),
     )
+
+
+def _snippets(page: list[EntryOut], q: str | None) -> dict[str, Snippet]:
+    """Each hit's highlighted snippet, by record hash, when the search has words."""
+    clauses = query.parse(q) if q else []
+    if not clauses:
+        return {}
+    return {e.record_hash: snippets.snippet(e.content, clauses) for e in page}
 
 
 def _indexed_page(

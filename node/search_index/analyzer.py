@@ -14,8 +14,10 @@ its index when it next opens it.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import re
+from collections.abc import Iterator
 from importlib import resources
 
 ANALYZER_VERSION = 1
@@ -49,6 +51,8 @@ def fold(ch: str) -> str:
 
 
 _ASCII_WORD = re.compile(r"[a-z0-9]+")
+# A run of token characters (any case), for `token_spans`: the same test as `is_token_char`, at C speed.
+_RUN = re.compile("[0-9A-Za-z" + "".join(f"\\U{s:08x}-\\U{e:08x}" for s, e in zip(_STARTS, _ENDS, strict=True)) + "]+")
 
 
 def tokens(text: str) -> list[str]:
@@ -70,3 +74,52 @@ def tokens(text: str) -> list[str]:
         if token:
             out.append(token)
     return out
+
+
+def token_spans(text: str) -> list[tuple[str, int, int]]:
+    """`tokens(text)` with where each word stands in `text`: (folded word, start, end) as character offsets.
+
+    A word's span runs from its first to its last token character, so `text[start:end]` is the word as written.
+    """
+    return list(iter_token_spans(text))
+
+
+_FOLD_TABLE = {ord(ch): out for ch, out in _FOLDS.items()} | {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+
+
+def _spellings() -> tuple[dict[str, str], str]:
+    by_fold: dict[str, list[str]] = {}
+    for ch, out in _FOLDS.items():
+        by_fold.setdefault(out, []).append(ch)
+    for c in range(ord("A"), ord("Z") + 1):
+        by_fold.setdefault(chr(c + 32), []).append(chr(c))
+    classes = {out: "".join(re.escape(ch) for ch in [out, *chars]) for out, chars in by_fold.items() if out}
+    return classes, "".join(re.escape(ch) for ch in by_fold.get("", []))
+
+
+_SPELLINGS, _DROPPED = _spellings()
+
+
+@functools.lru_cache(maxsize=1024)
+def spelled(token: str) -> re.Pattern[str]:
+    """A pattern that matches where a word folding to `token...` may start: every spelling of `token` (any case,
+    any diacritics, dropped marks between its characters), wherever it stands.
+
+    A filter, not a match: it ignores word boundaries, so it finds more places than there are such words, and
+    never misses one.
+    """
+    parts = []
+    for ch in token:
+        parts.append(f"[{_SPELLINGS.get(ch, re.escape(ch))}]")
+        if _DROPPED:
+            parts.append(f"[{_DROPPED}]*")
+    return re.compile("".join(parts))
+
+
+def iter_token_spans(text: str, pos: int = 0) -> Iterator[tuple[str, int, int]]:
+    """`token_spans`, lazily (a caller may stop early), from `pos` (which should not be inside a word)."""
+    for m in _RUN.finditer(text, pos):
+        run = m.group()
+        token = run.lower() if run.isascii() else run.translate(_FOLD_TABLE)  # `fold` of each character
+        if token:
+            yield token, m.start(), m.end()

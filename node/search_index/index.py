@@ -20,6 +20,7 @@ from pathlib import Path
 import tantivy
 
 from node.search_index.analyzer import ANALYZER_VERSION, tokens
+from node.search_index.query import Clause, tantivy_clauses
 from node.search_index.ranking import DEFAULT, Ranking
 
 SCHEMA_VERSION = 1
@@ -111,29 +112,6 @@ def _meta_document(position: int, stamp: str) -> tantivy.Document:
     doc.add_integer("position", position)
     doc.add_text("stamp", stamp)
     return doc
-
-
-def word_clauses(words: Sequence[str]) -> list[tantivy.Query] | None:
-    """One query per search word (a term, or a phrase when the word folds to several tokens), on content or tags.
-
-    As FTS5 treats each quoted word: a word folding to no token is ignored; None when no word has a token
-    (FTS5 then matches nothing). The words are built into queries, never parsed: no syntax can be injected.
-    """
-    clauses = []
-    for word in words:
-        toks = tokens(word)
-        if not toks:
-            continue
-        per_field = []
-        for field in ("content", "tags"):
-            if len(toks) == 1:
-                per_field.append(tantivy.Query.term_query(SCHEMA, field, toks[0]))
-            else:
-                per_field.append(tantivy.Query.phrase_query(SCHEMA, field, list(toks)))
-        clauses.append(
-            tantivy.Query.boolean_query([(tantivy.Occur.Should, per_field[0]), (tantivy.Occur.Should, per_field[1])])
-        )
-    return clauses or None
 
 
 def _filter_clauses(f: Filters) -> list[tantivy.Query]:
@@ -232,7 +210,7 @@ class SearchIndex:
 
     def search(
         self,
-        words: Sequence[str],
+        words: Sequence[str | Clause],
         filters: Filters,
         limit: int,
         offset: int,
@@ -240,12 +218,15 @@ class SearchIndex:
         ranking: Ranking = DEFAULT,
     ) -> list[int] | None:
         """Entry ids of one page in `ranking`'s order (best BM25 first, ties newest first, by default); None unless
-        the index covers `position`. Exact whatever the segments: node/search_index/ranking.py."""
+        the index covers `position`. Exact whatever the segments: node/search_index/ranking.py.
+
+        `words` are the clauses of node/search_index/query.py (a plain string is a word: its tokens, no syntax).
+        """
         searcher = self.index.searcher()
         covered, stamp = self.state(searcher)
         if stamp != self.stamp or covered != position:
             return None
-        clauses = word_clauses(words)
+        clauses = tantivy_clauses(words, SCHEMA, searcher)
         if clauses is None:
             return []
         parts: list[tuple[tantivy.Occur, tantivy.Query]] = [(tantivy.Occur.Must, c) for c in clauses]

@@ -18,9 +18,9 @@ from functools import partial
 from pathlib import Path
 
 from node.db import Database
-from node.queries import search_words
 from node.search_index import ranking
 from node.search_index.index import FOLDER, ROW_COLUMNS, Filters, Row, SearchIndex
+from node.search_index.query import parse
 from node.wire.api import SearchQuery
 
 BATCH = 2_000  # entries per index commit
@@ -132,7 +132,7 @@ def page(conn: sqlite3.Connection, index: SearchIndex, q: SearchQuery, since_ms:
     """
     if not q.q:
         return None
-    words = search_words(q.q)
+    words = parse(q.q)
     if not words:
         return None
     filters = Filters(

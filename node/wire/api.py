@@ -233,8 +233,23 @@ class ReadResult(msgspec.Struct):
     truncated: bool = False
 
 
+class Snippet(msgspec.Struct):
+    """A short passage of a hit's content with the search's matches marked.
+
+    `highlights` are [start, end) UTF-8 byte offsets into `text` (`text.encode()[start:end]` is a match); `text`
+    starts or ends with "…" where the content goes on.
+    """
+
+    text: str
+    highlights: list[Annotated[list[int], msgspec.Meta(min_length=2, max_length=2)]]  # [start, end] pairs
+
+
 class SearchResult(msgspec.Struct):
-    """A page of matching entries, with their neighbourhood when hops > 0."""
+    """A page of matching entries, with their neighbourhood when hops > 0.
+
+    `snippets` maps the record hash of each entry of the page (not of its neighbourhood) to its snippet, when
+    the search has words.
+    """
 
     entries: list[EntryOut]
     links: list[LinkOut]
@@ -242,6 +257,7 @@ class SearchResult(msgspec.Struct):
     offset: int
     next_offset: int | None = None
     truncated: bool = False
+    snippets: dict[str, Snippet] = {}
 
 
 # ---- queries ----------------------------------------------------------------------------------------------

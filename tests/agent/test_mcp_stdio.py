@@ -105,6 +105,11 @@ async def test_every_tool_matches_rest(served_node: ServedNode, tmp_path: Path) 
         found = ok(await session.call_tool("search", {"q": "eviction", "limit": 5}))
         assert found == lean(await rest.search(SearchQuery(q="eviction", limit=5)))
         assert [e["id"] for e in found["entries"]] == [second["id"]]
+        found = ok(await session.call_tool("search", {"q": '"eviction policy" caus*'}))
+        assert found == lean(await rest.search(SearchQuery(q='"eviction policy" caus*', limit=10)))
+        snippet = found["snippets"][second["record_hash"]]
+        marked = [snippet["text"].encode()[s:e].decode() for s, e in snippet["highlights"]]
+        assert marked == ["eviction policy", "cause"]
 
         posted = await bob_rest.post("Cache warmed after deploy", tags=["cache"])
         box = msgspec.convert(ok(await session.call_tool("inbox", {"limit": 10})), InboxResult)

@@ -49,6 +49,8 @@ async def test_the_primitives_through_nlip(
     status, found = await send(client, bob, {"format": "text", "subformat": "english", "content": "cache hit"})
     assert status == 200 and [e["id"] for e in found["content"]["entries"]] == [entry_id]
     assert found["submessages"][0]["format"] == "text"
+    status, starred = await send(client, bob, {"format": "text", "subformat": "english", "content": "a* cache hit*"})
+    assert status == 200 and [e["id"] for e in starred["content"]["entries"]] == []  # stars are prose: no 422
     status, sub = await send(client, bob, call("subscribe", tags=["perf"]))
     assert status == 200 and sub["content"]["tags"] == ["perf"]
     status, inbox = await send(client, bob, call("inbox"))

@@ -134,13 +134,15 @@ async def test_traverse_stops_at_its_limits_and_says_so(
     ("text", "query"),
     [
         ("kettle descaled", '"kettle" "descaled"'),
-        ('roof NEAR(leak) "x" col:val *', '"roof" "NEAR" "leak" "x" "col" "val"'),
-        ("café ünïcode", '"café" "ünïcode"'),
+        ('roof NEAR(leak) "x" col:val *', '"roof" "near" "leak" "x" "col" "val"'),
+        ("café ünïcode", '"cafe" "unicode"'),
+        ('"hot water" pipe* a_b "unclosed', '"hot water" "pipe"* "a" "b" "unclosed"'),
+        ("_ \u0301", None),
         ("  ,;!  ", None),
         ("", None),
     ],
 )
-def test_fts_query_quotes_every_word(text: str, query: str | None) -> None:
+def test_fts_query_quotes_every_clause(text: str, query: str | None) -> None:
     assert queries.fts_query(text) == query
 
 

@@ -87,7 +87,7 @@ async def test_paging(client: TestClient, corpus: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("q", "expected"),
     [
-        ('"a" OR b*', [4]),  # OR and * are literal words, not operators: only the entry holding all three
+        ('"a" OR lit*', [4]),  # OR is a word, not an operator: only the entry holding all three
         ("NEAR(", [4]),
         ("content:x", [4]),  # not a column filter
         ('"a', [4, 5]),  # a lone quote is ignored; 'a' is in both
@@ -135,6 +135,30 @@ async def test_search_rejects_bad_parameters(client: TestClient, corpus: dict[st
         problem(body, 422, "validation_error", field)
     body = await get_json(client, "/v1/search", a, 422, params=[("q", "a"), ("q", "b")])
     problem(body, 422, "validation_error", "$.q")
+
+
+async def test_phrases_prefixes_and_snippets(client: TestClient, corpus: dict[str, Any]) -> None:
+    a, e = corpus["alice"], corpus["e"]
+    assert await ids(client, a, q='"wal mode"') == [e[0]]  # adjacent, in order
+    assert await ids(client, a, q='"mode wal"') == []
+    assert sorted(await ids(client, a, q="read*")) == [e[0], e[2]]
+    assert await ids(client, a, q="postgr* mvcc") == [e[2]]
+    body = await get_json(client, "/v1/search", a, params={"q": '"wal mode" read*', "hops": "1"})
+    assert set(body["snippets"]) == {body["entries"][0]["record_hash"]}  # the page's hits only
+    snippet = body["snippets"][body["entries"][0]["record_hash"]]
+    raw = snippet["text"].encode()
+    assert [raw[s:t].decode() for s, t in snippet["highlights"]] == ["wal mode", "readers"]
+    assert (await get_json(client, "/v1/search", a, params={"tags": "db"}))["snippets"] == {}  # no words
+
+
+@pytest.mark.parametrize(
+    ("q", "detail"),
+    [("a*", "at least 2"), ("ok é*", "at least 2"), ('"fine" 7*', "at least 2"), ("ab* cd* ef* gh* ij*", "at most 4")],
+)
+async def test_bad_prefixes_are_refused(client: TestClient, corpus: dict[str, Any], q: str, detail: str) -> None:
+    body = await get_json(client, "/v1/search", corpus["alice"], 422, params={"q": q})
+    problem(body, 422, "invalid_query", "$.q")
+    assert detail in body["detail"]
 
 
 async def test_non_ascii_tags_are_searchable(client: TestClient, make_agent: MakeAgent) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from node.search_index.analyzer import fold, is_token_char, tokens
+from node.search_index.analyzer import fold, is_token_char, spelled, token_spans, tokens
 
 
 @pytest.mark.parametrize(
@@ -44,3 +46,19 @@ def test_the_table_agrees_with_this_sqlite() -> None:
 def test_fold_of_ascii_is_lower_case() -> None:
     assert fold("A") == "a"
     assert fold("é") == "e"
+
+
+@given(st.text(alphabet=st.sampled_from(list("aZ9_ -é\u0301日本😀\ue000ßΩ\u2070.")), max_size=40) | st.text())
+def test_token_spans_are_tokens_with_where_they_stand(text: str) -> None:
+    spans = token_spans(text)
+    assert [t for t, _, _ in spans] == tokens(text)
+    for token, start, end in spans:
+        assert tokens(text[start:end]) == [token]
+        assert is_token_char(text[start]) and is_token_char(text[end - 1])
+
+
+@given(st.text(alphabet=st.sampled_from(list("aAbé É\u0301\u0327cÇ日本ßΩω._")), max_size=40))
+def test_spelled_finds_every_spelling_of_a_words_beginning(text: str) -> None:
+    for token, start, end in token_spans(text):
+        for k in range(1, len(token) + 1):
+            assert any(start <= m.start() < end for m in spelled(token[:k]).finditer(text)), (text, token[:k])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from node.search_index.index import Filters, Row, SearchIndex, remove, stamp_for, word_clauses
+from node.search_index.index import Filters, Row, SearchIndex, remove, stamp_for
 
 
 def row(seq: int, content: str, address: str | None = None, **kw: object) -> Row:
@@ -68,11 +68,6 @@ def test_tied_scores_page_by_newest_first_without_skips(index: SearchIndex) -> N
     index.apply([row(i, "same words") for i in range(1, 26)], 25)
     pages = [index.search(["same"], Filters(), 4, offset, 25) for offset in range(0, 28, 4)]
     assert [seq for page in pages for seq in page or []] == list(range(25, 0, -1))
-
-
-def test_query_words_are_never_parsed() -> None:
-    assert word_clauses(["_", "..."]) is None  # words folding to nothing: FTS5 matches nothing either
-    assert word_clauses(["content:x", "OR", "*"]) is not None
 
 
 def test_a_changed_stamp_empties_the_index(tmp_path: Path) -> None:

@@ -1,0 +1,158 @@
+"""A hit's highlighted snippet: a short window of its stored content with the search's matches marked.
+
+The content is tokenized with the index's analyzer (character offsets into the original text); a token is a
+match when it is one of the query's words, starts with one of its prefixes, or starts a run of tokens equal to
+one of its phrases (the run is one highlight). The window is at most `SNIPPET_CHARS` characters, cut at token
+boundaries, starting up to `LEAD_CHARS` before a match within `SCAN_CHARS` of the content's first match, and
+placed to hold as many different clauses' matches as it can (then as many matches, then the earliest).
+Highlights are [start, end) UTF-8 byte offsets into the snippet's text, as the API promises (docs/api.md,
+"Search"). A long content costs little more than its part around the first match: the first match is found
+with a regular expression (analyzer.spelled) before any word is folded in Python.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Sequence
+
+from node.search_index.analyzer import fold, is_token_char, iter_token_spans, spelled
+from node.search_index.query import Clause
+from node.wire.api import Snippet
+
+SNIPPET_CHARS = 160
+LEAD_CHARS = 30  # context shown before the first match of the window
+SCAN_CHARS = 1_000  # how far after the first match a window may start
+MAX_MARKS = 1_000  # matches considered per content
+ELLIPSIS = "…"
+
+Span = tuple[str, int, int]  # (folded token, start, end): analyzer.token_spans
+Mark = tuple[int, int, frozenset[int]]  # (start, end, indexes of the clauses it matches), character offsets
+
+
+def snippet(content: str, clauses: Sequence[Clause]) -> Snippet:
+    """The snippet of `content` for a search of these clauses (the start of the content when nothing matches)."""
+    spans, marks = _scan(content, clauses)
+    start, end = _window(content, spans, marks)
+    prefix = ELLIPSIS if content[:start].strip() else ""
+    suffix = ELLIPSIS if content[end:].strip() else ""
+    base = len(prefix.encode())
+    highlights = []
+    for s, e, _ in marks:
+        if s >= start and s < end:
+            e = min(e, end)
+            lead = base + len(content[start:s].encode())
+            highlights.append([lead, lead + len(content[s:e].encode())])
+    return Snippet(text=prefix + content[start:end] + suffix, highlights=highlights)
+
+
+def _scan(content: str, clauses: Sequence[Clause]) -> tuple[list[Span], list[Mark]]:
+    """The content's tokens and matches (in order, overlapping ones merged), read up to where no window can reach.
+
+    Windows start near one of the matches within `SCAN_CHARS` of the first, so the scan stops `SCAN_CHARS +
+    SNIPPET_CHARS` after the first match: a long entry costs no more than its beginning.
+    """
+    words: dict[str, int] = {}
+    prefixes: list[tuple[str, int]] = []
+    phrases: list[tuple[tuple[str, ...], int]] = []
+    for i, clause in enumerate(clauses):
+        if clause.prefix:
+            prefixes.append((clause.tokens[0], i))
+        elif len(clause.tokens) == 1:
+            words.setdefault(clause.tokens[0], i)
+        elif clause.tokens:
+            phrases.append((clause.tokens, i))
+    begin, stop = _scan_start(content, clauses)
+    if begin is None:  # no word of the query is even a substring: read only what the window needs
+        words, prefixes, phrases, begin = {}, [], [], 0
+    spans: list[Span] = []
+    found: list[tuple[int, int, int]] = []
+    for token, s, e in iter_token_spans(content, begin):
+        if s > stop or len(found) >= MAX_MARKS:
+            break
+        spans.append((token, s, e))
+        before = len(found)
+        if token in words:
+            found.append((s, e, words[token]))
+        for p, i in prefixes:
+            if token.startswith(p):
+                found.append((s, e, i))
+        for phrase, i in phrases:  # a phrase ending at this token
+            n = len(phrase)
+            if token == phrase[-1] and len(spans) >= n and all(spans[-n + j][0] == phrase[j] for j in range(n)):
+                found.append((spans[-n][1], e, i))
+        if found and not before:
+            stop = min(found, key=lambda m: m[0])[0] + SCAN_CHARS + SNIPPET_CHARS
+    if not found and begin > 0:  # only near-misses: the window shows the start, cut at a word's end
+        lead = len(content) - len(content.lstrip())
+        spans = list(itertools.takewhile(lambda t: t[1] <= lead + SNIPPET_CHARS, iter_token_spans(content)))
+    found.sort(key=lambda m: (m[0], -m[1]))
+    merged: list[Mark] = []
+    for s, e, i in found:
+        if merged and s < merged[-1][1]:
+            ms, me, mi = merged[-1]
+            merged[-1] = (ms, max(me, e), mi | {i})
+        else:
+            merged.append((s, e, frozenset({i})))
+    return spans, merged
+
+
+def _scan_start(content: str, clauses: Sequence[Clause]) -> tuple[int | None, int]:
+    """Where the scan may begin (None when nothing can match) and where it may end, without any match.
+
+    No match is before the earliest place where one of the clauses' first words is spelled (analyzer.spelled)
+    after no character that folds to something; the scan begins a lead before it, at a word boundary.
+    """
+    at = [i for i in (_first_word_start(content, c.tokens[0]) for c in clauses if c.tokens) if i is not None]
+    if not at:
+        return None, len(content) - len(content.lstrip()) + SNIPPET_CHARS
+    begin = max(0, min(at) - LEAD_CHARS)
+    while begin > 0 and is_token_char(content[begin - 1]):
+        begin -= 1
+    return begin, len(content)
+
+
+def _first_word_start(content: str, token: str) -> int | None:
+    for m in spelled(token).finditer(content):
+        i = m.start()
+        if i == 0 or not is_token_char(content[i - 1]) or not fold(content[i - 1]):
+            return i
+    return None
+
+
+def _window(content: str, spans: Sequence[Span], marks: Sequence[Mark]) -> tuple[int, int]:
+    """[start, end) character offsets of the snippet in `content`."""
+    starts = [s for _, s, _ in spans]
+    ends = [e for _, _, e in spans]
+    if not content.strip():
+        return 0, len(content)
+    if not marks:
+        start = len(content) - len(content.lstrip())
+        return start, _cut(content, ends, start, start + SNIPPET_CHARS)
+    mark_starts = [m[0] for m in marks]  # merged marks do not overlap: their ends are in order too
+    mark_ends = [m[1] for m in marks]
+    best: tuple[int, int, int] | None = None  # (clauses, matches, -start) of the best window so far
+    best_start = 0
+    for anchor in marks:
+        if anchor[0] > marks[0][0] + SCAN_CHARS:
+            break
+        start = starts[bisect.bisect_left(starts, anchor[0] - LEAD_CHARS)]  # the first token in the lead
+        lo = bisect.bisect_left(mark_starts, start)
+        inside = marks[lo : max(lo, bisect.bisect_right(mark_ends, start + SNIPPET_CHARS))]
+        score = (len(frozenset().union(*(m[2] for m in inside))), len(inside), -start)
+        if best is None or score > best:
+            best, best_start = score, start
+    start = best_start
+    end = _cut(content, ends, start, start + SNIPPET_CHARS)
+    if end == len(content) and start > 0:  # near the end: use the room before the match instead
+        earlier = starts[bisect.bisect_left(starts, max(0, end - SNIPPET_CHARS))]
+        start = min(start, earlier)
+    return start, end
+
+
+def _cut(content: str, ends: Sequence[int], start: int, limit: int) -> int:
+    """Where a window from `start` ends: the content's end if it fits, else the last token end within `limit`."""
+    if limit >= len(content.rstrip()):
+        return len(content.rstrip())
+    i = bisect.bisect_right(ends, limit) - 1
+    return ends[i] if i >= 0 and ends[i] > start else limit
