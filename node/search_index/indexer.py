@@ -182,6 +182,7 @@ class Indexer:
         self.batches = 0  # index commits
         self.flushes = 0  # searches that asked for a flush
         self.last_commit = -math.inf  # time.monotonic() of the last index commit
+        self.ready = False  # caught up with the log once since `run` began (a first build can take minutes)
         self.stopping = False
 
     def committed(self, at: float) -> None:
@@ -210,9 +211,13 @@ class Indexer:
         return done
 
     async def reach(self, position: int, timeout_s: float) -> bool:
-        """Wait until searches see `position` (asking for a flush), at most `timeout_s`; whether they do."""
+        """Wait until searches see `position` (asking for a flush), at most `timeout_s`; whether they do.
+
+        No wait before the index is `ready`: a first build does not end within a search's patience."""
         if self.position.position >= position:
             return True
+        if not self.ready:
+            return False
         self.flushes += 1
         self.flush.set()
         self.wake.set()
@@ -237,6 +242,7 @@ class Indexer:
             self.wake.clear()  # before catching up: a commit during it wakes the next round
             try:
                 await self.catch_up()
+                self.ready = True
             except Exception:
                 if not self.db.is_open:
                     return

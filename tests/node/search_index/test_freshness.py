@@ -22,6 +22,7 @@ from node.search_index.freshness import TARGETS_SQL, CommitAges, Pace, Watermark
 from node.search_index.indexer import Indexer
 from node.service import Node
 from node.wire.api import PostEntry
+from tests.agent.mcp_inprocess import mcp_for, ok
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import get_json, post, problem
 
@@ -93,8 +94,16 @@ async def search(client: TestClient, who: Any, **params: Any) -> dict[str, Any]:
 
 
 async def indexed(worker: Indexer, entry_id: int) -> None:
-    """Wait until the index covers `entry_id` (the indexer's first commit is not paced)."""
-    assert await worker.reach(entry_id, 30)
+    """Wait until the index covers `entry_id` (the indexer's first commit is not paced: no flush needed)."""
+    assert await worker.position.reach(entry_id, 30)
+
+
+async def running(worker: Indexer) -> asyncio.Task[None]:
+    """Run `worker` until it has caught up once (ready: searches may wait for it)."""
+    task = asyncio.create_task(worker.run())
+    while not worker.ready:
+        await asyncio.sleep(0.01)
+    return task
 
 
 async def test_an_agent_finds_its_own_post_at_once(client: TestClient, node: Node, make_agent: Any) -> None:
@@ -145,6 +154,17 @@ async def test_a_wait_that_runs_out_answers_stale(
     assert node.reads.fresh_waits["timed_out"] == 3
 
 
+async def test_no_wait_before_the_index_is_ready(node: Node, make_agent: Any) -> None:
+    """A first build can take minutes at a million entries: a search does not wait for it."""
+    alice = await make_agent("alice")
+    assert node.search_index is not None
+    body = msgspec.convert({"entry_type": "finding", "performative": "inform", "content": "early"}, PostEntry)
+    entry, _ = await node.entries.post(alice.agent_id, body, None)
+    worker = Indexer(node.db, node.search_index)  # not running: never ready
+    assert not await asyncio.wait_for(worker.reach(entry.id, 600), 30)
+    assert worker.flushes == 0
+
+
 async def test_bad_fresh_values_are_refused(client: TestClient, make_agent: Any) -> None:
     alice = await make_agent("alice")
     resp = await client.get("/v1/search", params={"q": "x", "fresh": "maybe"}, headers=alice.headers)
@@ -159,15 +179,15 @@ async def test_flushes_keep_to_their_pace(node: Node, make_agent: Any) -> None:
     assert node.search_index is not None
     pace = Pace(commit_s=60.0, flush_s=0.2)
     worker = Indexer(node.db, node.search_index, pace)
-    task = asyncio.create_task(worker.run())
+    task = await running(worker)
     body = msgspec.convert({"entry_type": "finding", "performative": "inform", "content": "a stream"}, PostEntry)
-    started = time.monotonic()
+    begun = time.monotonic()
     reached = []
     for i in range(6):
         entry, _ = await node.entries.post(alice.agent_id, msgspec.structs.replace(body, content=f"a stream {i}"), None)
         waits = [worker.reach(entry.id, 30) for _ in range(8)]
         reached += await asyncio.gather(*waits)
-    elapsed = time.monotonic() - started
+    elapsed = time.monotonic() - begun
     worker.stop()
     await task
     assert all(reached)
@@ -187,15 +207,15 @@ async def test_sustained_writes_keep_to_the_commit_pace(node: Node, make_agent: 
         loop.call_soon_threadsafe(worker.committed, time.monotonic())
 
     node.db.after_commit.append(committed)
-    task = asyncio.create_task(worker.run())
-    started = time.monotonic()
+    task = await running(worker)
+    begun = time.monotonic()
     last = 0
     for i in range(40):
         body = {"entry_type": "finding", "performative": "inform", "content": f"reading {i}"}
         last = (await node.entries.post(alice.agent_id, msgspec.convert(body, PostEntry), None))[0].id
         await asyncio.sleep(0.01)
     assert await worker.reach(last, 30)
-    elapsed = time.monotonic() - started
+    elapsed = time.monotonic() - begun
     node.db.after_commit.remove(committed)
     worker.stop()
     await task
@@ -238,3 +258,14 @@ def test_targets_see_the_callers_newest(tmp_path: Path) -> None:
     assert targets(conn, "a") == (5, 3)
     assert targets(conn, "c") == (5, 0)
     conn.close()
+
+
+async def test_the_mcp_search_tool_takes_fresh(client: TestClient, make_agent: Any) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    worker = slow_indexer(client)
+    await indexed(worker, (await post(client, alice, content="warm-up entry"))["id"])
+    theirs = (await post(client, bob, content="the water meter is behind the stairs"))["id"]
+    async with mcp_for(client, alice.api_key) as session:
+        found = ok(await session.call_tool("search", {"q": "meter", "fresh": True}))
+    assert [e["id"] for e in found["entries"]] == [theirs]
+    assert found["stale"] is False and found["indexed_through"] >= theirs
