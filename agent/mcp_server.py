@@ -126,6 +126,7 @@ async def search(
     limit: Annotated[int, Field(ge=1, le=200)] = 10,
     offset: Annotated[int, Field(ge=0)] = 0,
     hops: Annotated[int, Field(ge=0, le=3)] = 0,
+    fresh: Annotated[bool, Field(description="see the newest entries")] = False,
 ) -> str:
     query = convert(
         {
@@ -138,6 +139,7 @@ async def search(
             "limit": limit,
             "offset": offset,
             "hops": hops,
+            "fresh": fresh,
         },
         SearchQuery,
     )

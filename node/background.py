@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
@@ -77,21 +78,34 @@ async def search_indexing(app: web.Application) -> AsyncIterator[None]:
     if node.search_index is None:
         yield
         return
-    worker = Indexer(node.db, node.search_index)
+    metrics = metrics_of(app)
+    delay = metrics.histogram(
+        "bbs_search_index_delay_seconds",
+        "Seconds from a commit to its entries being searchable (each indexing round's oldest commit)",
+        buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    )
+    worker = Indexer(node.db, node.search_index, on_delay=delay.observe)
     app[SEARCH_INDEXER] = worker
+    node.reads.indexer = worker
     loop = asyncio.get_running_loop()
 
     def after_commit() -> None:
         with contextlib.suppress(RuntimeError):  # the loop has closed
-            loop.call_soon_threadsafe(worker.wake.set)
+            loop.call_soon_threadsafe(worker.committed, time.monotonic())
 
     node.db.after_commit.append(after_commit)
-    metrics = metrics_of(app)
     position = metrics.gauge("bbs_search_index_position", "Highest entry id the search index covers")
     lag = metrics.gauge("bbs_search_index_lag_entries", "Entries committed but not yet in the search index")
+    lag_s = metrics.gauge("bbs_search_index_lag_seconds", "Age of the oldest commit whose entries are not searchable")
     documents = metrics.gauge("bbs_search_index_documents", "Entries in the search index")
+    commits = metrics.gauge("bbs_search_index_commits", "Index commits since start (paced: docs/operations.md)")
     answered = metrics.gauge(
         "bbs_searches_answered", "Searches with words since start, by the path that answered", ["path"]
+    )
+    waits = metrics.gauge(
+        "bbs_search_fresh_waits",
+        "Searches that had to see newer entries than the index held, by outcome (none: it held them already)",
+        ["outcome"],
     )
 
     async def refresh() -> None:
@@ -99,15 +113,21 @@ async def search_indexing(app: web.Application) -> AsyncIterator[None]:
         if index is None:
             return
         position.set(index.state()[0])
-        lag.set(await worker.lag())
+        behind = await worker.lag()
+        lag.set(behind)
+        lag_s.set(worker.ages.age(time.monotonic()) if behind else 0.0)
         documents.set(index.documents())
+        commits.set(worker.batches)
         for path, count in node.reads.answered.items():
             answered.labels(path).set(count)
+        for outcome, count in node.reads.fresh_waits.items():
+            waits.labels(outcome).set(count)
 
     metrics.on_scrape(refresh)
     task = asyncio.create_task(worker.run(), name="search indexing")
     yield
     node.db.after_commit.remove(after_commit)
+    node.reads.indexer = None
     worker.stop()
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):

@@ -70,6 +70,9 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     sync_min_poll_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 250
     """Least time between the starts of two long-polls to one peer when the first came back empty early (a peer
     answering long-polls at once is not polled in a spin)."""
+    search_fresh_timeout_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 2000
+    """Longest a search waits for the search index to cover the newest entries (with `fresh`, or the caller's
+    own newest entry) before it answers from the index as it is, marked `stale` (milliseconds)."""
     push_allowlist: Annotated[str, msgspec.Meta(max_length=4096)] = ""
     """Comma-separated URL prefixes push endpoints must start with (e.g. `http://10.0.0.,http://127.0.0.1:`);
     empty: any http(s) URL but the node's own origins and its peers'."""

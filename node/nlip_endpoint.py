@@ -55,7 +55,7 @@ async def _read(node: Node, agent: str, args: Any) -> tuple[Any, str]:
 
 
 async def _search(node: Node, agent: str, args: Any) -> tuple[Any, str]:
-    result = await node.reads.search(convert(args, SearchQuery, "$.content.args"))
+    result = await node.reads.search(convert(args, SearchQuery, "$.content.args"), agent)
     return result, f"{len(result.entries)} entries found"
 
 

@@ -10,8 +10,9 @@ import msgspec
 from node import agent_refs, queries
 from node.db import Database
 from node.errors import InvalidInput
-from node.search_index import indexer, query, snippets
+from node.search_index import freshness, indexer, query, snippets
 from node.search_index.index import SearchIndex
+from node.search_index.indexer import Indexer
 from node.wire.api import EntryOut, LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult, Snippet
 
 
@@ -23,13 +24,19 @@ class Reads:
         self.heavy_words = queries.HeavyWords()  # search words whose searches run on a reader thread
         self.index: SearchIndex | None = None  # the tantivy index, when the node opened one (node/search_index/)
         self.answered = {"index": 0, "sql": 0}  # searches with words, by the path that answered them
+        self.indexer: Indexer | None = None  # the task keeping the index caught up, while the node serves
+        self.fresh_timeout_s = 2.0  # how long a search waits for the index at most (`search_fresh_timeout_ms`)
+        self.fresh_waits = {"none": 0, "reached": 0, "timed_out": 0}  # searches that had to see newer entries
 
     async def read(self, refs: list[str], q: ReadQuery) -> ReadResult:
         """Entries by id or hash with their neighbourhood."""
         return await self.db.read(lambda c: read(c, refs, q), quick=True)
 
-    async def search(self, q: SearchQuery) -> SearchResult:
-        """A page of entries matching the query, with their neighbourhood when `hops` asks for it."""
+    async def search(self, q: SearchQuery, agent: str | None = None) -> SearchResult:
+        """A page of entries matching the query, with their neighbourhood when `hops` asks for it.
+
+        `agent` is the caller (None for the admin): a search with words waits for the index to cover its newest
+        entry (and every entry when `q.fresh`), up to `fresh_timeout_s`."""
         since_ms = queries.parse_since(q.since, "$.since")
         if not agent_refs.all_dids(q.author):  # authors named by local name
             q = msgspec.structs.replace(
@@ -42,6 +49,7 @@ class Reads:
         # or it has a prefix (expanding one walks the index's term dictionary: docs/decisions.md).
         words = queries.search_words(q.q) if q.q else []
         quick = not self.heavy_words.any_of(words) and not any(c.prefix for c in clauses)
+        covered = await self._freshen(q, agent) if words else None
         started = time.perf_counter()
         index = self.index
         paths: list[str] = []  # which path answered, per attempt (a quick read may run again on a reader thread)
@@ -50,7 +58,29 @@ class Reads:
             self.answered[paths[-1]] += 1
         if quick and words:
             self.heavy_words.observe(words, overran=time.perf_counter() - started > self.db.inline_budget_s)
+        if covered is not None:
+            result = msgspec.structs.replace(result, indexed_through=covered[0], stale=covered[1])
         return result
+
+    async def _freshen(self, q: SearchQuery, agent: str | None) -> tuple[int, bool] | None:
+        """Wait when the search must see newer entries than the index covers (docs/api.md, "Search"): with
+        `q.fresh`, or when `agent`'s newest entry is not yet indexed, for the highest entry id at this moment.
+
+        Returns (the entry id the index covers at least, whether a wait ran out), None without an index task.
+        """
+        worker = self.indexer
+        if worker is None:
+            return None
+        if q.fresh or agent is not None:
+            highest, own = await self.db.read(lambda c: freshness.targets(c, agent), quick=True)
+            if q.fresh or own > worker.position.position:
+                if highest <= worker.position.position:
+                    self.fresh_waits["none"] += 1
+                    return worker.position.position, False
+                reached = await worker.reach(highest, self.fresh_timeout_s)
+                self.fresh_waits["reached" if reached else "timed_out"] += 1
+                return worker.position.position, not reached
+        return worker.position.position, False
 
 
 def read(conn: sqlite3.Connection, refs: list[str], q: ReadQuery) -> ReadResult:

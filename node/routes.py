@@ -6,7 +6,7 @@ from aiohttp import web
 
 from node import idempotency
 from node.appkeys import NODE
-from node.auth import agent_id
+from node.auth import agent_id, principal
 from node.errors import InvalidInput
 from node.http import (
     Route,
@@ -90,7 +90,8 @@ async def get_entries(request: web.Request) -> web.Response:
 
 
 async def search(request: web.Request) -> web.Response:
-    return json_response(await _node(request).reads.search(decode_query(request, SearchQuery)))
+    q = decode_query(request, SearchQuery)
+    return json_response(await _node(request).reads.search(q, principal(request).agent_id))
 
 
 async def post_link(request: web.Request) -> web.Response:

@@ -5,6 +5,9 @@ reads the entries past the index's position in batches on a reader thread and ap
 commit, off the write transaction. A node's search answers from the index only when its position equals the
 highest entry id in the same read (caught up), and from FTS5 otherwise: the answer is the same either way
 (docs/api.md, "Search").
+
+The indexer paces its commits (`Indexer`) and publishes the position its searchers see; a search that must see
+newer entries waits for that position (node/search_index/freshness.py).
 """
 
 from __future__ import annotations
@@ -12,13 +15,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import sqlite3
+import time
 import unicodedata
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 from node.db import Database
 from node.search_index import ranking
+from node.search_index.freshness import CommitAges, Pace, Watermark
 from node.search_index.index import FOLDER, ROW_COLUMNS, Filters, Row, SearchIndex
 from node.search_index.query import parse
 from node.wire.api import SearchQuery
@@ -149,25 +156,73 @@ def page(conn: sqlite3.Connection, index: SearchIndex, q: SearchQuery, since_ms:
 
 
 class Indexer:
-    """The background task keeping a node's index caught up; woken after every commit of the node's writer."""
+    """The background task keeping a node's index caught up; woken after every commit of the node's writer.
 
-    def __init__(self, db: Database, index: SearchIndex) -> None:
+    It commits the index in batches paced by `pace`: at most one commit per `pace.commit_s` while writes keep
+    coming, or per `pace.flush_s` while a search waits for a position (`reach`), so the number of index
+    commits stays bounded whatever the write or search load (a backlog is indexed in full batches back to back).
+    Each commit reloads the index's reader before its position is published in `position`, so a search that
+    sees a position sees every entry up to it.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        index: SearchIndex,
+        pace: Pace | None = None,
+        on_delay: Callable[[float], None] | None = None,
+    ) -> None:
         self.db = db
         self.index = index
+        self.pace = pace or Pace()
+        self.on_delay = on_delay  # told each round's commit-to-searchable delay, in seconds (a metric)
+        self.position = Watermark(index.state()[0])
+        self.ages = CommitAges()
         self.wake = asyncio.Event()
-        self.batches = 0
+        self.flush = asyncio.Event()  # a search waits for a position: commit at the flush pace
+        self.batches = 0  # index commits
+        self.flushes = 0  # searches that asked for a flush
+        self.last_commit = -math.inf  # time.monotonic() at the start of the last index commit
+        self.ready = False  # caught up with the log once since `run` began (a first build can take minutes)
         self.stopping = False
 
+    def committed(self, at: float) -> None:
+        """The node's writer committed at `at` (time.monotonic()): there may be entries to index."""
+        self.ages.committed(at)
+        self.wake.set()
+
     async def catch_up(self) -> int:
-        """Index every entry past the index's position, batch by batch; returns the entries indexed."""
+        """Index the entries past the index's position, batch by batch, until a batch is not full (what was
+        committed before its read is then searchable); returns the entries indexed."""
+        self.ages.start()  # a round that fails keeps them: the next round reports their delay
         done = 0
         while True:
             rows = await self.db.read(partial(rows_after, position=self.index.state()[0]))
-            if not rows:
-                return done
-            await asyncio.to_thread(self.index.apply, rows, rows[-1].seq)
-            self.batches += 1
-            done += len(rows)
+            if rows:
+                self.last_commit = time.monotonic()  # the pace counts from a commit's start: it takes ~0.1 s (fsync)
+                await asyncio.to_thread(self.index.apply, rows, rows[-1].seq)  # reloads the reader
+                self.batches += 1
+                self.position.advance(rows[-1].seq)
+                done += len(rows)
+            if len(rows) < BATCH:
+                break
+        delay = self.ages.finish(done, time.monotonic())
+        if delay is not None and self.on_delay is not None:
+            self.on_delay(delay)
+        return done
+
+    async def reach(self, position: int, timeout_s: float) -> bool:
+        """Wait until searches see `position` (asking for a flush), at most `timeout_s`; whether they do.
+
+        No wait before the index is `ready`: a first build does not end within a search's patience."""
+        if self.position.position >= position:
+            return True
+        if not self.ready:
+            return False
+        self.flushes += 1
+        self.flush.set()
+        self.wake.set()
+        return await self.position.reach(position, timeout_s)
 
     async def lag(self) -> int:
         """Entries committed but not yet in the index."""
@@ -179,16 +234,30 @@ class Indexer:
         drops a cancellation that arrives as the event it waits for is set (a commit during shutdown)."""
         self.stopping = True
         self.wake.set()
+        self.flush.set()
 
     async def run(self) -> None:
-        """Catch up now, then each time a commit (or the idle poll) says there may be more, until `stop`."""
+        """Catch up now, then each time a commit (or the idle poll) says there may be more, at the pace, until
+        `stop`."""
         while not self.stopping:
             self.wake.clear()  # before catching up: a commit during it wakes the next round
             try:
                 await self.catch_up()
+                self.ready = True
             except Exception:
                 if not self.db.is_open:
                     return
                 log.exception("search indexing failed; retrying")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), IDLE_POLL_SECONDS)
+            await self._keep_pace()
+
+    async def _keep_pace(self) -> None:
+        """Return when the next commit may start: sooner when a search starts waiting meanwhile."""
+        while not self.stopping:
+            remaining = self.pace.next_commit(self.last_commit, self.position.waiting > 0) - time.monotonic()
+            if remaining <= 0:
+                return
+            self.flush.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.flush.wait(), remaining)

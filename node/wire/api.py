@@ -258,6 +258,8 @@ class SearchResult(msgspec.Struct):
     next_offset: int | None = None
     truncated: bool = False
     snippets: dict[str, Snippet] = {}
+    stale: bool = False  # the search waited for the search index to cover newer entries and the wait ran out
+    indexed_through: int | None = None  # every entry up to this id was in the search index (searches with words)
 
 
 # ---- queries ----------------------------------------------------------------------------------------------
@@ -293,6 +295,7 @@ class SearchQuery(msgspec.Struct, forbid_unknown_fields=True):
     hops: Hops = 0
     link_types: Annotated[list[LinkType], msgspec.Meta(max_length=8)] = []
     direction: Direction = "both"
+    fresh: bool = False  # wait (bounded) until the search index covers every entry stored when the search came
 
 
 # ---- subscriptions and inbox ------------------------------------------------------------------------------

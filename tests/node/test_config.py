@@ -46,6 +46,14 @@ def test_sync_and_mcp_settings_from_env_file_and_flags(tmp_path: Path) -> None:
             load(environ=bad)
 
 
+def test_search_fresh_timeout_from_env_and_its_bounds() -> None:
+    assert Config().search_fresh_timeout_ms == 2000
+    assert load(environ={"BBS_SEARCH_FRESH_TIMEOUT_MS": "0"}).search_fresh_timeout_ms == 0  # never wait
+    for bad in ("-1", "60001", "soon"):
+        with pytest.raises(ConfigError, match="BBS_SEARCH_FRESH_TIMEOUT_MS: search_fresh_timeout_ms:"):
+            load(environ={"BBS_SEARCH_FRESH_TIMEOUT_MS": bad})
+
+
 def test_unrelated_bbs_variables_are_ignored() -> None:
     assert load(environ={"BBS_URL": "http://x", "BBS_API_KEY": "secret"}) == Config()
 
