@@ -42,12 +42,12 @@ class Probe:
     label: str
     q: str
     offset: int = 0
-    target_vs_floor: bool = False  # the 2x-of-(raw tantivy + bare floor) target applies
+    target_vs_floor: bool = False  # the 2x-of-(raw tantivy + bare floor) target applies (the common term)
 
 
 PROBES = (
     Probe("common term", corpus.COMMON_TERM, target_vs_floor=True),
-    Probe("rare term", corpus.RARE_TERM, target_vs_floor=True),
+    Probe("rare term", corpus.RARE_TERM),  # its target: within RARE_ABOVE_FLOOR_MS of the bare floor
     # every entry's content starts "Observation {i}:": a word in 100% of entries, ANDed with the 20% one
     Probe("two common words AND", f"{corpus.COMMON_TERM} observation"),
     Probe("common word AND a tag word (4%)", f"{corpus.COMMON_TERM} {corpus.TAGS[7]}"),
