@@ -296,8 +296,8 @@ def report_memory_and_disk(ctx: Context, data: Path, memory: dict[str, int]) -> 
             met=rss / 1048576 < RSS_TARGET_MIB,
             method=f"/proc/PID/status of `bbs serve` after every probe above: RssAnon {mib(anon)} (heap: Python,"
             f" SQLite caches, tantivy's readers) + RssFile {mib(file)} (mapped file pages: the index's mmapped"
-            f" segments, shared libraries; clean page cache the kernel can drop) + RssShmem {mib(shmem)}"
-            " (SQLite's WAL index)",
+            f" segments, SQLite's -shm WAL index, shared libraries: page cache the kernel can reclaim) + RssShmem"
+            f" {mib(shmem)} (tmpfs and SysV shared memory)",
         )
     )
     index, db = index_bytes(data)
