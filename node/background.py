@@ -71,6 +71,12 @@ twin_notices = periodic(
 )
 
 
+# A search with words waits (bounded) for the index to cover the highest entry id at request time, so that it sees
+# every write acknowledged before it. Interim: issue 24's freshness work replaces this with a rate-limited flush.
+FRESH_WAIT_SECONDS = 2.0
+FRESH_POLL_SECONDS = 0.005
+
+
 async def search_indexing(app: web.Application) -> AsyncIterator[None]:
     """Keep the node's search index caught up (node/search_index/indexer.py), woken after each commit."""
     node = app[NODE]
@@ -86,12 +92,22 @@ async def search_indexing(app: web.Application) -> AsyncIterator[None]:
             loop.call_soon_threadsafe(worker.wake.set)
 
     node.db.after_commit.append(after_commit)
+    index = node.search_index
+
+    async def wait_for_index(target: int) -> None:
+        """Until the index covers entry id `target`, at most FRESH_WAIT_SECONDS (then the search answers as is)."""
+        deadline = loop.time() + FRESH_WAIT_SECONDS
+        while index.state()[0] < target and loop.time() < deadline and not worker.stopping:
+            worker.wake.set()
+            await asyncio.sleep(FRESH_POLL_SECONDS)
+
+    node.reads.wait_for_index = wait_for_index
     metrics = metrics_of(app)
     position = metrics.gauge("bbs_search_index_position", "Highest entry id the search index covers")
     lag = metrics.gauge("bbs_search_index_lag_entries", "Entries committed but not yet in the search index")
     documents = metrics.gauge("bbs_search_index_documents", "Entries in the search index")
     answered = metrics.gauge(
-        "bbs_searches_answered", "Searches with words since start, by the path that answered", ["path"]
+        "bbs_searches_answered", "Searches since start: with words (index), by filters alone (sql)", ["path"]
     )
 
     async def refresh() -> None:
@@ -107,6 +123,7 @@ async def search_indexing(app: web.Application) -> AsyncIterator[None]:
     metrics.on_scrape(refresh)
     task = asyncio.create_task(worker.run(), name="search indexing")
     yield
+    node.reads.wait_for_index = None
     node.db.after_commit.remove(after_commit)
     worker.stop()
     task.cancel()

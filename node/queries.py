@@ -6,7 +6,6 @@ import json
 import re
 import sqlite3
 import unicodedata
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -295,71 +294,8 @@ def _adjacent(
 
 
 def search_words(q: str) -> list[str]:
-    """The words of a search's free text, as `fts_query` uses them (at most 32)."""
+    """The words of a search's free text (`\\w+` runs, at most 32): each is matched as a word, never as syntax."""
     return _WORD.findall(q)[:MAX_SEARCH_WORDS]
-
-
-def fts_query(q: str) -> str | None:
-    """Turn free text into a safe FTS5 query: every word quoted, ANDed. None if it has no words.
-
-    Quoting each `\\w+` token means no FTS5 syntax (NEAR, column filters, *, ^, quotes) can be injected.
-    """
-    words = search_words(q)
-    if not words:
-        return None
-    return " ".join(f'"{w}"' for w in words)
-
-
-class HeavyWords:
-    """Search words whose searches held the event loop longer than the inline read budget, twice in a row.
-
-    FTS5 reads a word's whole list of documents inside one SQLite step (merging two common words', ranking a
-    common word's matches), where the progress handler that enforces the budget cannot stop it; the query plan
-    does not say how long that takes, and asking FTS5 for a word's document count costs a walk of that same list.
-    So the node learns: a search naming a word remembered here runs on a reader thread from the start. A word
-    costs the loop two long steps at most, until it is forgotten (least recently seen first, `size` kept).
-
-    One slow search is not enough: the first search on a cold connection (the schema and FTS5's structure read
-    for the first time: 4 ms for a rare word whose warm search takes 0.4 ms) or one the OS paused would send its
-    words to the reader threads for good. A word is a suspect after one overrun, cleared by a search naming it
-    that kept within the budget, and remembered after `strikes` overruns in a row.
-    """
-
-    def __init__(self, size: int = 4096, strikes: int = 2) -> None:
-        self.size = size
-        self.strikes = strikes
-        self._words: OrderedDict[str, None] = OrderedDict()
-        self._suspects: OrderedDict[str, int] = OrderedDict()  # word -> overruns in a row, below `strikes`
-
-    def any_of(self, words: Sequence[str]) -> bool:
-        """Whether one of `words` (any case) is remembered; those that are count as seen again."""
-        found = False
-        for word in words:
-            key = word.casefold()
-            if key in self._words:
-                self._words.move_to_end(key)
-                found = True
-        return found
-
-    def observe(self, words: Sequence[str], overran: bool) -> None:
-        """Note how a search naming `words` (any case) went on the loop: past the budget or within it."""
-        for key in {word.casefold() for word in words}:
-            if not overran:
-                self._suspects.pop(key, None)
-                continue
-            count = self._suspects.pop(key, 0) + 1
-            if count >= self.strikes:
-                self._remember(key)
-            else:
-                self._suspects[key] = count
-                if len(self._suspects) > self.size:
-                    self._suspects.popitem(last=False)
-
-    def _remember(self, key: str) -> None:
-        self._words[key] = None
-        self._words.move_to_end(key)
-        while len(self._words) > self.size:
-            self._words.popitem(last=False)
 
 
 # Trust of an entry's author from the trust cache (node/trust.py); neutral 0.5 without signals.
@@ -383,8 +319,22 @@ def tagged_any(tags: Sequence[str], params: dict[str, Any]) -> str:
     return f"e.id IN (SELECT entry_id FROM entry_tags WHERE tag IN ({', '.join(names)}))"
 
 
+def reorder(conn: sqlite3.Connection, ids: Sequence[int], sort: str, min_trust: float | None) -> list[int]:
+    """Entry ids (best match first) ordered by `sort` and then their given order, those under `min_trust` left out."""
+    order = _SEARCH_ORDER.get(sort)
+    where = f" WHERE {AUTHOR_TRUST} >= :mintrust" if min_trust is not None else ""
+    sql = (
+        "SELECT e.id FROM json_each(:ids) j JOIN entries e ON e.id = j.value"
+        f"{where} ORDER BY {order + ', ' if order else ''}j.key"
+    )
+    return [int(r[0]) for r in conn.execute(sql, {"ids": json.dumps(list(ids)), "mintrust": min_trust}).fetchall()]
+
+
 def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> list[EntryOut]:
-    """One page of entries matching the query's text and filters, best match first (newest first without q)."""
+    """One page of entries matching the query's filters, newest first (or by `sort`); its words are not looked at.
+
+    A search with words is answered by the search index (node/search_index/); this is the search without them.
+    """
     where: list[str] = []
     params: dict[str, Any] = {"limit": q.limit, "offset": q.offset}
 
@@ -411,29 +361,9 @@ def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> li
         where.append(f"{AUTHOR_TRUST} >= :mintrust")
         params["mintrust"] = q.min_trust
     order = _SEARCH_ORDER.get(q.sort)
-    match = fts_query(q.q) if q.q else None
-    if match is not None:
-        params["match"] = match
-        filters = "".join(f" AND {w}" for w in where)
-        if order is None:
-            # Page first, then compute ENTRY_COLUMNS' per-row subqueries for that page only: SQLite
-            # otherwise evaluates them for every match before sorting (2x slower for common terms).
-            sql = (
-                f"SELECT {ENTRY_COLUMNS} FROM (SELECT e.id AS page_id, f.rank AS page_rank"
-                f" FROM entries_fts f JOIN entries e ON e.id = f.rowid WHERE entries_fts MATCH :match{filters}"
-                " ORDER BY f.rank, e.id DESC LIMIT :limit OFFSET :offset) p"
-                " JOIN entries e ON e.id = p.page_id ORDER BY p.page_rank, e.id DESC"
-            )
-        else:
-            sql = (
-                f"SELECT {ENTRY_COLUMNS} FROM entries_fts f JOIN entries e ON e.id = f.rowid"
-                f" WHERE entries_fts MATCH :match{filters} ORDER BY {order}, f.rank, e.id DESC"
-                " LIMIT :limit OFFSET :offset"
-            )
-    else:
-        filters = (" WHERE " + " AND ".join(where)) if where else ""
-        sql = (
-            f"SELECT {ENTRY_COLUMNS} FROM entries e{filters} ORDER BY {order + ', ' if order else ''}e.id DESC"
-            " LIMIT :limit OFFSET :offset"
-        )
+    filters = (" WHERE " + " AND ".join(where)) if where else ""
+    sql = (
+        f"SELECT {ENTRY_COLUMNS} FROM entries e{filters} ORDER BY {order + ', ' if order else ''}e.id DESC"
+        " LIMIT :limit OFFSET :offset"
+    )
     return [entry_out(r) for r in conn.execute(sql, params).fetchall()]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-import time
+from collections.abc import Awaitable, Callable
 
 import msgspec
 
@@ -12,17 +12,23 @@ from node.db import Database
 from node.errors import InvalidInput
 from node.search_index import indexer
 from node.search_index.index import SearchIndex
-from node.wire.api import EntryOut, LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult
+from node.wire.api import LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult
+
+# A search with words whose page ends within this many hits runs on the event loop (the index's top-k, block-max
+# WAND, costs about a millisecond even for a word in every fifth entry of a million); a deeper page (tantivy
+# collects and the node sorts `offset + limit` hits) runs on a reader thread, where tantivy releases the GIL.
+INLINE_HITS = 1_000
 
 
 class Reads:
-    """Reading one node's entries: on the event loop when quick (Database.read), searches by their words."""
+    """Reading one node's entries: on the event loop when quick (Database.read); searches with words from the index."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        self.heavy_words = queries.HeavyWords()  # search words whose searches run on a reader thread
         self.index: SearchIndex | None = None  # the tantivy index, when the node opened one (node/search_index/)
-        self.answered = {"index": 0, "sql": 0}  # searches with words, by the path that answered them
+        self.answered = {"index": 0, "sql": 0}  # searches since start: with words (index), by filters alone (sql)
+        # Until the index covers a given entry id (bounded): set by the app's indexing task (node/background.py).
+        self.wait_for_index: Callable[[int], Awaitable[None]] | None = None
 
     async def read(self, refs: list[str], q: ReadQuery) -> ReadResult:
         """Entries by id or hash with their neighbourhood."""
@@ -35,19 +41,15 @@ class Reads:
             q = msgspec.structs.replace(
                 q, author=await self.db.read(lambda c: agent_refs.resolve_all(c, q.author, "$.author"), quick=True)
             )
-        if q.q is not None and q.q.strip() and queries.fts_query(q.q) is None:
-            raise InvalidInput("q has no searchable words", field="$.q", code="invalid_query")
-        # On the event loop unless its words made earlier searches hold the loop too long (queries.HeavyWords).
         words = queries.search_words(q.q) if q.q else []
-        quick = not self.heavy_words.any_of(words)
-        started = time.perf_counter()
+        if q.q is not None and q.q.strip() and not words:
+            raise InvalidInput("q has no searchable words", field="$.q", code="invalid_query")
+        if words and self.wait_for_index is not None:
+            await self.wait_for_index(await self.db.read(indexer.highest_entry, quick=True))
         index = self.index
-        paths: list[str] = []  # which path answered, per attempt (a quick read may run again on a reader thread)
-        result = await self.db.read(lambda c: search(c, q, since_ms, index, paths), quick=quick)
-        if paths:
-            self.answered[paths[-1]] += 1
-        if quick and words:
-            self.heavy_words.observe(words, overran=time.perf_counter() - started > self.db.inline_budget_s)
+        quick = q.offset + q.limit <= INLINE_HITS or not words
+        result = await self.db.read(lambda c: search(c, q, since_ms, index), quick=quick)
+        self.answered["index" if words else "sql"] += 1
         return result
 
 
@@ -77,22 +79,20 @@ def read(conn: sqlite3.Connection, refs: list[str], q: ReadQuery) -> ReadResult:
     return ReadResult(entries=entries, links=links, missing=missing, truncated=truncated)
 
 
-def search(
-    conn: sqlite3.Connection,
-    q: SearchQuery,
-    since_ms: int | None,
-    index: SearchIndex | None = None,
-    paths: list[str] | None = None,
-) -> SearchResult:
-    """`Reads.search` on one connection: the page (from `index` when it can answer), then its neighbourhood.
+def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None, index: SearchIndex | None) -> SearchResult:
+    """`Reads.search` on one connection: the page (from `index` when the query has words), then its neighbourhood.
 
-    `paths` hears which path answered a search with words: "index" or "sql".
+    Raises SearchIndexBuilding when the query has words and the index cannot answer yet (indexer.page).
     """
-    page = _indexed_page(conn, index, q, since_ms)
-    if paths is not None and q.q:
-        paths.append("sql" if page is None else "index")
-    if page is None:
+    if q.q and queries.search_words(q.q):
+        hits = indexer.page(conn, index, q, since_ms)
+        by_id = {e.id: e for e in queries.entries_by_ids(conn, hits.ids)}
+        # An id the index still names may be gone from this (newer) read: an equivocated address's loser.
+        page = [by_id[i] for i in hits.ids if i in by_id]
+        full = len(hits.ids) == q.limit
+    else:
         page = queries.search(conn, q, since_ms)
+        full = len(page) == q.limit
     links: list[LinkOut] = []
     truncated = False
     entries = page
@@ -114,21 +114,6 @@ def search(
         links=links,
         limit=q.limit,
         offset=q.offset,
-        next_offset=q.offset + q.limit if len(page) == q.limit else None,
+        next_offset=q.offset + q.limit if full else None,
         truncated=truncated,
     )
-
-
-def _indexed_page(
-    conn: sqlite3.Connection, index: SearchIndex | None, q: SearchQuery, since_ms: int | None
-) -> list[EntryOut] | None:
-    """The page from the search index, in its order; None when the index cannot answer (the SQL path does)."""
-    if index is None:
-        return None
-    ids = indexer.page(conn, index, q, since_ms)
-    if ids is None:
-        return None
-    by_id = {e.id: e for e in queries.entries_by_ids(conn, ids)}
-    if len(by_id) != len(ids):  # an entry the index names is gone from this read: let SQL answer
-        return None
-    return [by_id[i] for i in ids]

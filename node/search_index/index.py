@@ -87,6 +87,14 @@ class Filters:
     include_synthetic: bool = False
 
 
+@dataclass(frozen=True)
+class Hits:
+    """One page of a search: entry ids in rank order, and the highest entry id the index covered as it answered."""
+
+    ids: list[int]
+    position: int
+
+
 def _document(row: Row) -> tantivy.Document:
     doc = tantivy.Document()
     doc.add_integer("seq", row.seq)
@@ -168,6 +176,9 @@ class SearchIndex:
         self.path = path
         self.stamp = stamp_for(epoch)
         self._lock = threading.Lock()
+        # Whether searches are answered: set once the index was seen near the log's head (indexer.page), cleared
+        # by `reset`; a search while it is unset is answered 503 search_index_building.
+        self.serving = False
         path.mkdir(parents=True, exist_ok=True)
         self.index = tantivy.Index(SCHEMA, path=str(path), reuse=True)
         self.writer: tantivy.IndexWriter | None = None
@@ -212,6 +223,7 @@ class SearchIndex:
         if self.writer is None:
             raise RuntimeError("the index was opened read-only")
         with self._lock:
+            self.serving = False
             self.writer.delete_all_documents()
             self.writer.add_document(_meta_document(0, self.stamp))
             self.writer.commit()
@@ -230,27 +242,23 @@ class SearchIndex:
             self.writer.commit()
             self.index.reload()
 
-    def search(
-        self, words: Sequence[str], filters: Filters, limit: int, offset: int, position: int
-    ) -> list[int] | None:
-        """Entry ids of one page, best BM25 first, ties newest first; None unless the index covers `position`.
+    def search(self, words: Sequence[str], filters: Filters, limit: int, offset: int) -> Hits:
+        """Entry ids of one page, best BM25 first, ties newest first, as the index stands (its position with them).
 
         Asks tantivy for the top `offset + limit` and more while hits tie with the page's last score, so a tie
         is always broken by entry id over every tied hit: pages never skip or repeat one.
         """
         searcher = self.index.searcher()
-        covered, stamp = self.state(searcher)
-        if stamp != self.stamp or covered != position:
-            return None
+        position = self.state(searcher)[0]
         clauses = word_clauses(words)
         if clauses is None:
-            return []
+            return Hits([], position)
         parts: list[tuple[tantivy.Occur, tantivy.Query]] = [(tantivy.Occur.Must, c) for c in clauses]
         parts += [(tantivy.Occur.Must, tantivy.Query.const_score_query(c, 0.0)) for c in _filter_clauses(filters)]
         query = tantivy.Query.boolean_query(parts)
         need = offset + limit
         if need == 0:
-            return []
+            return Hits([], position)
         fetch = need + 1
         while True:
             hits: list[tuple[Any, tantivy.DocAddress]] = searcher.search(query, limit=fetch, count=False).hits
@@ -259,7 +267,7 @@ class SearchIndex:
             fetch *= 2
         seqs = searcher.fast_field_values("seq", [address for _, address in hits])
         ranked = sorted(zip((score for score, _ in hits), seqs, strict=True), key=lambda h: (-h[0], -int(h[1] or 0)))
-        return [int(seq or 0) for _, seq in ranked[offset:need]]
+        return Hits([int(seq or 0) for _, seq in ranked[offset:need]], position)
 
 
 def remove(data_root: Path) -> None:
