@@ -22,6 +22,11 @@ _LOCAL_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also 
 MAX_LOCAL_ID = 2**63 - 1  # SQLite's INTEGER range
 _WORD = re.compile(r"\w+", re.UNICODE)
 MAX_SEARCH_WORDS = 32
+# An entry's community confidence (node/trust.py): its computed value, else its author's trust, else neutral 0.5.
+COMMUNITY_CONFIDENCE = (
+    "coalesce((SELECT c.community_confidence FROM entry_confidence c WHERE c.entry_hash = e.record_hash),"
+    " (SELECT t.score FROM trust_scores t WHERE t.agent_id = e.author_id), 0.5)"
+)
 
 # Whether the `supersedes` link `s` (from entry `s.source_hash` to entry `e`) changes e's state: e's author
 # asserted a `supersedes` from that source to e (their own entry superseding it, or a link record of their own),
@@ -41,8 +46,7 @@ ENTRY_COLUMNS = (
     " EXISTS (SELECT 1 FROM links s JOIN entries n ON n.record_hash = s.source_hash"
     "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
     f"  AND {_ACCEPTED}) AS superseded,"
-    " coalesce((SELECT c.community_confidence FROM entry_confidence c WHERE c.entry_hash = e.record_hash),"
-    "   (SELECT t.score FROM trust_scores t WHERE t.agent_id = e.author_id), 0.5) AS community_confidence,"
+    f" {COMMUNITY_CONFIDENCE} AS community_confidence,"
     " (SELECT json_group_array(DISTINCT s.source_hash) FROM links s JOIN entries n ON n.record_hash = s.source_hash"
     "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
     f"  AND NOT {_ACCEPTED}) AS superseded_claims,"
@@ -324,8 +328,8 @@ def reorder(conn: sqlite3.Connection, ids: Sequence[int], sort: str, min_trust: 
     order = _SEARCH_ORDER.get(sort)
     where = f" WHERE {AUTHOR_TRUST} >= :mintrust" if min_trust is not None else ""
     sql = (
-        "SELECT e.id FROM json_each(:ids) j JOIN entries e ON e.id = j.value"
-        f"{where} ORDER BY {order + ', ' if order else ''}j.key"
+        f"SELECT e.id, {COMMUNITY_CONFIDENCE} AS community_confidence"
+        f" FROM json_each(:ids) j JOIN entries e ON e.id = j.value{where} ORDER BY {order + ', ' if order else ''}j.key"
     )
     return [int(r[0]) for r in conn.execute(sql, {"ids": json.dumps(list(ids)), "mintrust": min_trust}).fetchall()]
 

@@ -10,7 +10,8 @@ import msgspec
 import pytest
 
 from identity import keys
-from node import queries
+from node import queries, reads
+from node.search_index.indexer import Indexer
 from node.service import Node
 from node.wire.api import PostEntry, PostLink, SearchQuery
 from tests.conftest import AgentCreds, FakeClock
@@ -30,9 +31,14 @@ async def link(node: Node, who: AgentCreds, source: int, target: int, link_type:
     await node.links.create(who.agent_id, body, None)
 
 
-def search(node: Node, since_ms: int | None = None, **params: Any) -> Awaitable[list[Any]]:
+async def search(node: Node, since_ms: int | None = None, **params: Any) -> list[Any]:
+    """queries.search for a search by filters; with words, the node's search on its caught-up index."""
     q = msgspec.convert(params, SearchQuery)
-    return node.db.read(lambda c: queries.search(c, q, since_ms))
+    if not q.q:
+        return await node.db.read(lambda c: queries.search(c, q, since_ms))
+    assert node.search_index is not None
+    await Indexer(node.db, node.search_index).catch_up()
+    return (await node.db.read(lambda c: reads.search(c, q, since_ms, node.search_index))).entries
 
 
 async def test_resolve_ref_by_local_id_or_hash(node: Node, make_agent: MakeAgent) -> None:
@@ -130,18 +136,10 @@ async def test_traverse_stops_at_its_limits_and_says_so(
     assert truncated and len(reached) == 3
 
 
-@pytest.mark.parametrize(
-    ("text", "query"),
-    [
-        ("kettle descaled", '"kettle" "descaled"'),
-        ('roof NEAR(leak) "x" col:val *', '"roof" "NEAR" "leak" "x" "col" "val"'),
-        ("café ünïcode", '"café" "ünïcode"'),
-        ("  ,;!  ", None),
-        ("", None),
-    ],
-)
-def test_fts_query_quotes_every_word(text: str, query: str | None) -> None:
-    assert queries.fts_query(text) == query
+def test_search_words_are_words_whatever_syntax_they_spell() -> None:
+    words = ["roof", "NEAR", "leak", "x", "col", "val", "café"]
+    assert queries.search_words('roof NEAR(leak) "x" col:val * café') == words
+    assert queries.search_words("  ,;!  ") == []
 
 
 def test_search_words_are_capped() -> None:
@@ -154,23 +152,6 @@ def test_tagged_any_binds_each_tag_once_in_nfc() -> None:
     condition = queries.tagged_any(["cafe\u0301", "café", "a\u0000b"], params)
     assert params == {"tag0": "café", "tag1": "a\u0000b"}
     assert condition == "e.id IN (SELECT entry_id FROM entry_tags WHERE tag IN (:tag0, :tag1))"
-
-
-def test_heavy_words_are_remembered_after_two_overruns_in_a_row() -> None:
-    heavy = queries.HeavyWords(size=2, strikes=2)
-    heavy.observe(["The"], overran=True)
-    assert not heavy.any_of(["the"])  # one overrun: a suspect only
-    heavy.observe(["the"], overran=False)  # cleared
-    heavy.observe(["THE"], overran=True)
-    assert not heavy.any_of(["the"])
-    heavy.observe(["the"], overran=True)
-    assert heavy.any_of(["rare", "tHe"])
-    heavy.observe(["a"], overran=True)
-    heavy.observe(["a"], overran=True)
-    heavy.any_of(["the"])  # seen again: now the most recent
-    heavy.observe(["b", "b"], overran=True)  # one search naming a word twice is one overrun
-    heavy.observe(["b"], overran=True)
-    assert heavy.any_of(["the"]) and heavy.any_of(["b"]) and not heavy.any_of(["a"])  # `a` was the oldest
 
 
 async def test_search_filters_and_orders(node: Node, make_agent: MakeAgent, clock: FakeClock) -> None:
@@ -204,3 +185,27 @@ async def test_search_filters_and_orders(node: Node, make_agent: MakeAgent, cloc
     assert ids(await search(node, min_trust=0.5)) == [other, q, old]  # neutral 0.5 without trust signals
     assert len(await search(node, sort="trust")) == 3
     assert len(await search(node, q="kettle", sort="community_confidence")) == 2
+
+
+async def test_reorder_sorts_a_ranking_and_keeps_its_order_on_ties(node: Node, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    low, _ = await post(node, alice, "one", confidence=0.2)
+    high, _ = await post(node, alice, "two", confidence=0.9)
+    again, _ = await post(node, alice, "three", confidence=0.9)
+
+    def reorder(ids: list[int], sort: str, min_trust: float | None = None) -> Awaitable[list[int]]:
+        return node.db.read(lambda c: queries.reorder(c, ids, sort, min_trust))
+
+    await node.db.write(
+        lambda c: c.execute(
+            "INSERT INTO entry_confidence (entry_hash, community_confidence, confirms, disconfirms)"
+            " SELECT record_hash, 0.8, 1, 0 FROM entries"
+            " WHERE id = ?",
+            (again,),
+        )
+    )
+    assert await reorder([low, high, again], "community_confidence") == [again, low, high]
+    assert await reorder([low, high, again], "trust") == [low, high, again]  # all neutral: the ranking stands
+    assert await reorder([low, high], "default", min_trust=0.5) == [low, high]
+    assert await reorder([low, high], "default", min_trust=0.6) == []
+    assert await reorder([], "trust") == []

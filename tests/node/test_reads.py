@@ -7,13 +7,21 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from node.errors import InvalidInput
+from node.errors import InvalidInput, SearchIndexBuilding
 from node.queries import parse_since
+from node.reads import INLINE_HITS
+from node.search_index.indexer import Indexer
 from node.service import Node
 from node.wire.api import LinkSpec, PostEntry, ReadQuery, SearchQuery
 from tests.conftest import AgentCreds
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+
+
+async def catch_up(node: Node) -> None:
+    """Index what the node holds (no app runs the indexing task here)."""
+    assert node.search_index is not None
+    await Indexer(node.db, node.search_index).catch_up()
 
 
 async def test_read_by_id_and_hash_with_neighbours_and_missing_refs(node: Node, make_agent: MakeAgent) -> None:
@@ -47,6 +55,7 @@ async def test_search_pages_and_walks_from_its_page(node: Node, make_agent: Make
         ),
         None,
     )
+    await catch_up(node)
     page = await node.reads.search(SearchQuery(q="zeppelin", limit=2))
     assert len(page.entries) == 2 and page.next_offset == 2 and page.links == []
     rest = await node.reads.search(SearchQuery(q="zeppelin", limit=2, offset=2))
@@ -76,13 +85,29 @@ def test_parse_since_takes_iso_times_with_a_timezone() -> None:
         parse_since("last week", "$.since")
 
 
-async def test_words_whose_searches_overran_twice_go_to_a_reader_thread(node: Node, make_agent: MakeAgent) -> None:
+async def test_a_search_with_words_needs_the_index_and_one_by_filters_does_not(
+    node: Node, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    posted, _ = await node.entries.post(alice.agent_id, PostEntry("finding", "inform", "zeppelins float"), None)
+    index, node.reads.index = node.reads.index, None  # as when the index could not be opened
+    with pytest.raises(SearchIndexBuilding) as refused:
+        await node.reads.search(SearchQuery(q="zeppelins"))
+    assert refused.value.status == 503 and "Retry-After" in refused.value.headers
+    assert [e.id for e in (await node.reads.search(SearchQuery(q="  "))).entries] == [posted.id]  # no words
+    node.reads.index = index
+    await catch_up(node)
+    assert [e.id for e in (await node.reads.search(SearchQuery(q="Zeppelins"))).entries] == [posted.id]
+    assert node.reads.answered == {"index": 1, "sql": 1}
+
+
+async def test_a_deep_page_is_searched_on_a_reader_thread(node: Node, make_agent: MakeAgent) -> None:
     alice = await make_agent("alice")
     await node.entries.post(alice.agent_id, PostEntry("finding", "inform", "zeppelins float"), None)
-    node.db.inline_budget_s = 1e-9  # every search on the event loop now runs over its budget
-    for _ in range(2):
-        assert len((await node.reads.search(SearchQuery(q="Zeppelins"))).entries) == 1
-    assert node.reads.heavy_words.any_of(["zeppelins"])
-    moved = node.db.read_stats.moved
+    await catch_up(node)
+    inline, moved = node.db.read_stats.inline, node.db.read_stats.moved
     assert len((await node.reads.search(SearchQuery(q="zeppelins"))).entries) == 1
-    assert node.db.read_stats.moved == moved  # straight to a reader thread: nothing tried inline, nothing moved
+    assert (node.db.read_stats.inline, node.db.read_stats.moved) == (inline + 1, moved)  # on the loop
+    deep = SearchQuery(q="zeppelins", limit=100, offset=INLINE_HITS)
+    assert (await node.reads.search(deep)).entries == []
+    assert (node.db.read_stats.inline, node.db.read_stats.moved) == (inline + 1, moved)  # not tried inline

@@ -178,7 +178,9 @@ async def test_a_search_while_the_index_is_built_is_answered_503(node: Node) -> 
 def copy_entry(conn: sqlite3.Connection, entry_id: int, count: int, start: int = 1000) -> None:
     """`count` copies of an entries row under new ids and addresses (rows the index has not seen)."""
     columns = [r[1] for r in conn.execute("PRAGMA table_info(entries)").fetchall()]
-    picked = ", ".join({"id": f"{start} + n", "record_hash": "record_hash || '-' || n"}.get(c, c) for c in columns)
+    picked = ", ".join(
+        {"id": f"{start} + n", "record_hash": f"record_hash || '-' || ({start} + n)"}.get(c, c) for c in columns
+    )
     conn.execute(
         f"WITH RECURSIVE k(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM k WHERE n < ?)"
         f" INSERT INTO entries ({', '.join(columns)}) SELECT {picked} FROM entries, k WHERE id = ?",
