@@ -28,7 +28,7 @@ BATCH = 2_000  # entries per index commit
 # load); further behind it is being built, and searches with words are answered 503 until it gets this close.
 SERVING_LAG = 4 * BATCH
 # Entries indexed per second while building, for the Retry-After of a 503 (measured: docs/performance.md).
-BUILD_RATE = 5_000
+BUILD_RATE = 2_000
 SORT_CAP = 1_000  # best BM25 matches a search sorted by trust or community confidence is chosen from
 IDLE_POLL_SECONDS = 1.0  # a look for new entries even without a commit signal (a commit by another process)
 log = logging.getLogger("bbs.search_index")

@@ -1,17 +1,19 @@
-"""Search with q on a large corpus through REST (answered by the tantivy index), against the same FTS5 query run
-directly with sqlite3 (the old baseline) and against raw tantivy in process plus the bare aiohttp floor."""
+"""Search with q on a large corpus through REST (answered by the tantivy index), against the FTS5 query the node
+ran before issue 24, run directly with sqlite3 (the old baseline: the node no longer has an FTS5 table, so the bench
+builds one in its workdir from the corpus's entries), and against raw tantivy in process plus the bare aiohttp
+floor."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import sqlite3
 import time
 import urllib.parse
 from pathlib import Path
 
 from identity import keys
-from node import queries
 from node.datadir import DataDir
 from node.search_index import indexer
 from node.search_index.index import FOLDER, Filters, SearchIndex
@@ -50,12 +52,40 @@ def main_corpus(ctx: Context) -> tuple[Path, str]:
     return build_corpus(ctx, ctx.sizes.search_entries, "corpus")
 
 
-def direct_fts(db_path: Path, term: str, rounds: int) -> tuple[list[float], int]:
-    """Latencies of the node's FTS5 query (same MATCH, order and page) run directly on the file with sqlite3."""
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    match = queries.fts_query(term)
+def fts_query(q: str) -> str:
+    """Free text as the node's FTS5 query was: every word quoted, ANDed."""
+    return " ".join(f'"{w}"' for w in re.findall(r"\w+", q)[:32])
+
+
+def fts5_baseline(ctx: Context, db_path: Path) -> Path:
+    """A file in the workdir holding the FTS5 table the node had (content and tags of every entry under its id),
+    built once per corpus; it is attached beside the node's database to run the old query."""
+    path = ctx.workdir / f"{db_path.parent.name}-fts5.db"
+    done = path.with_name(path.name + ".done")
+    if not done.exists():
+        path.unlink(missing_ok=True)
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            conn.execute("ATTACH DATABASE ? AS node", (f"file:{db_path}?mode=ro",))
+            conn.execute("CREATE VIRTUAL TABLE entries_fts USING fts5(content, tags)")
+            conn.execute("INSERT INTO entries_fts(rowid, content, tags) SELECT id, content, tags FROM node.entries")
+            conn.commit()
+        done.write_text("built")
+    return path
+
+
+def attached(fts5_path: Path, db_path: Path) -> sqlite3.Connection:
+    """The baseline's FTS5 file with the node's database attached as `node`, both read-only."""
+    conn = sqlite3.connect(f"file:{fts5_path}?mode=ro", uri=True)
+    conn.execute("ATTACH DATABASE ? AS node", (f"file:{db_path}?mode=ro",))
+    return conn
+
+
+def direct_fts(fts5_path: Path, db_path: Path, term: str, rounds: int) -> tuple[list[float], int]:
+    """Latencies of the node's old FTS5 query (same MATCH, order and page) run directly with sqlite3."""
+    conn = attached(fts5_path, db_path)
+    match = fts_query(term)
     sql = (
-        "SELECT e.* FROM entries_fts f JOIN entries e ON e.id = f.rowid"
+        "SELECT e.* FROM entries_fts f JOIN node.entries e ON e.id = f.rowid"
         " WHERE entries_fts MATCH ? AND e.truth_state != 'simulation' ORDER BY f.rank, e.id DESC LIMIT ?"
     )
     rows = conn.execute(sql, (match, PAGE)).fetchall()  # warm
@@ -84,22 +114,29 @@ def build_index(ctx: Context, data: Path) -> None:
     )
 
 
+def ensure_index(data: Path) -> None:
+    """Build the data folder's search index unless it already covers the corpus: a served node answers searches
+    with words only from its index (503 while it builds it)."""
+    with contextlib.closing(sqlite3.connect(DataDir(data).db_path)) as conn:
+        if indexer.check(data, conn)[0] != "ok":
+            indexer.rebuild(data, conn)
+
+
 def direct_index(data: Path, term: str, rounds: int) -> list[float]:
     """Latencies of the tantivy index's answer (one page of entry ids) in process, no HTTP and no SQL."""
     with contextlib.closing(sqlite3.connect(DataDir(data).db_path)) as conn:
         index = SearchIndex(data / FOLDER, indexer.store_epoch(conn), writable=False)
-        position = indexer.highest_entry(conn)
-    index.search([term], Filters(), PAGE, 0, position)  # warm
+    index.search([term], Filters(), PAGE, 0)  # warm
     lat = []
     for _ in range(rounds):
         started = time.perf_counter()
-        index.search([term], Filters(), PAGE, 0, position)
+        index.search([term], Filters(), PAGE, 0)
         lat.append(time.perf_counter() - started)
     return lat
 
 
-def match_count(db_path: Path, term: str) -> int:
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+def match_count(fts5_path: Path, db_path: Path, term: str) -> int:
+    conn = attached(fts5_path, db_path)
     try:
         return int(conn.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (term,)).fetchone()[0])
     finally:
@@ -126,6 +163,7 @@ def run(ctx: Context) -> None:
         )
     )
     build_index(ctx, data)
+    fts5_path = fts5_baseline(ctx, db_path)
     with Server(data) as server:
         floor = asyncio.run(run_load(server.url, healthz))
         ctx.report.add(
@@ -142,8 +180,8 @@ def run(ctx: Context) -> None:
             call = Call("GET", path, bearer(api_key))
             asyncio.run(run_load(server.url, [[call] * 3]))  # warm caches
             result = asyncio.run(run_load(server.url, [[call] * rounds]))
-            base, page = direct_fts(db_path, term, rounds)
-            matches = match_count(db_path, term)
+            base, page = direct_fts(fts5_path, db_path, term, rounds)
+            matches = match_count(fts5_path, db_path, term)
             for p in (50, 95):
                 ours, theirs = percentile(result.latencies, p), percentile(base, p)
                 ctx.report.add(
