@@ -44,9 +44,11 @@ class Reads:
         words = queries.search_words(q.q) if q.q else []
         if q.q is not None and q.q.strip() and not words:
             raise InvalidInput("q has no searchable words", field="$.q", code="invalid_query")
-        if words and self.wait_for_index is not None:
-            await self.wait_for_index(await self.db.read(indexer.highest_entry, quick=True))
         index = self.index
+        if words:  # refused at once while the index is built, not after waiting for it
+            await self.db.read(lambda c: indexer.ensure_serving(c, index), quick=True)
+            if self.wait_for_index is not None:
+                await self.wait_for_index(await self.db.read(indexer.highest_entry, quick=True))
         quick = q.offset + q.limit <= INLINE_HITS or not words
         result = await self.db.read(lambda c: search(c, q, since_ms, index), quick=quick)
         self.answered["index" if words else "sql"] += 1
