@@ -194,7 +194,8 @@ def run(ctx: Context) -> None:
                         f"<= {TARGET:g}",
                         ratio(ours, theirs) <= TARGET,
                         f"GET /v1/search?q={term}&limit={PAGE}, {rounds} sequential requests, one HTTP client;"
-                        f" baseline: the node's old FTS5 MATCH/ORDER BY rank/LIMIT with sqlite3, on an FTS5 table the bench builds from the entries ({page} rows)",
+                        " baseline: the node's old FTS5 MATCH/ORDER BY rank/LIMIT with sqlite3, on an FTS5 table"
+                        f" the bench builds from the entries ({page} rows)",
                     )
                 )
             raw_index = direct_index(data, term, rounds)
