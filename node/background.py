@@ -100,7 +100,7 @@ async def search_indexing(app: web.Application) -> AsyncIterator[None]:
     documents = metrics.gauge("bbs_search_index_documents", "Entries in the search index")
     commits = metrics.gauge("bbs_search_index_commits", "Index commits since start (paced: docs/operations.md)")
     answered = metrics.gauge(
-        "bbs_searches_answered", "Searches with words since start, by the path that answered", ["path"]
+        "bbs_searches_answered", "Searches since start: with words (index), by filters alone (sql)", ["path"]
     )
     waits = metrics.gauge(
         "bbs_search_fresh_waits",

@@ -43,11 +43,11 @@ MAX_BATCH = 256
 # How long a quick read may hold the event loop before its SQL is stopped and it moves to a reader thread, and
 # how often (in SQLite virtual machine instructions, about 0.1 ms) the budget is looked at. 0.5 ms moved most
 # rare-term searches in a served node (a query right after the loop wakes runs 3-4x slower than in a hot loop);
-# 2 ms keeps them inline and costs a common-term search (50 ms at 100k entries) 4% (docs/performance.md).
+# 2 ms keeps them inline (docs/performance.md; measured when SQLite FTS5 still answered searches).
 INLINE_BUDGET_S = 0.002
 _BUDGET_CHECK_OPS = 1000
 # The page cache of a connection that writes (SQLite's default is 2 MiB). An insert touches a leaf page of
-# every index and FTS5's segments; past a few thousand entries those no longer fit in 2 MiB, and each commit
+# every index; past a few thousand entries those no longer fit in 2 MiB, and each commit
 # read pages back from the file (3 reads per single post). SQLite allocates the cache as pages are used, so a
 # small database costs no more. 64 MiB: +18% raw batched inserts, +13% single posts (docs/performance.md).
 WRITER_CACHE_KIB = 65536
@@ -380,9 +380,9 @@ class Database:
         wake-ups, which cost more than a selective query), unless its SQL takes longer than the inline budget.
         Then SQLite stops it, its outcome is discarded, and it runs again on a reader thread, so `fn` must be safe
         to run twice (a read is) and must return values, not a cursor or generator that reads later. The budget
-        bounds what SQLite does step by step: work done inside one step (an FTS5 merge of two long doclists, a bare
-        `count(*)` of a table) is not interrupted, so a caller that can issue such queries decides `quick` per
-        query (see `Node.search`).
+        bounds what SQLite does step by step: work done inside one step (a bare `count(*)` of a table) or outside
+        SQLite (a search index's query) is not interrupted, so a caller that can issue such work decides `quick`
+        per call (see `Reads.search`).
         """
         if self._closed:
             raise Unavailable("the database is closed")

@@ -1,7 +1,7 @@
 """`bbs doctor`: check a data folder without changing it, safe while the node serves.
 
 The live database is only read: it is copied with the online backup API, and the checks that must write
-(FTS integrity-check, rebuilding projections from the log) run on the copy, which is then deleted.
+(rebuilding projections from the log) run on the copy, which is then deleted.
 """
 
 from __future__ import annotations
@@ -64,7 +64,6 @@ def diagnose(data_root: Path, *, scratch: Path | None = None, peer_timeout: floa
         try:
             if _check_integrity(conn, checks):
                 _check_identity(conn, key_did, checks)
-                _check_fts(conn, checks)
                 checks.append(Check("search_index", *search_indexer.check(data_root, conn)))  # type: ignore[arg-type]
                 _check_projections(conn, checks)
                 peers = _peer_urls(conn)
@@ -127,16 +126,6 @@ def _check_identity(conn: sqlite3.Connection, key_did: str | None, checks: list[
         checks.append(Check("identity", "fail", f"database belongs to {row[0]}, node.key is {key_did}"))
     else:
         checks.append(Check("identity", "ok", f"node {row[0]}, store epoch {epoch[0]}"))
-
-
-def _check_fts(conn: sqlite3.Connection, checks: list[Check]) -> None:
-    try:
-        # rank = 1 also compares the index with the external content table (entries).
-        conn.execute("INSERT INTO entries_fts(entries_fts, rank) VALUES('integrity-check', 1)")
-    except sqlite3.DatabaseError as exc:
-        checks.append(Check("fts", "fail", f"full-text index disagrees with entries: {exc}; run bbs rebuild"))
-        return
-    checks.append(Check("fts", "ok", "full-text index matches entries"))
 
 
 def _check_projections(conn: sqlite3.Connection, checks: list[Check]) -> None:

@@ -90,15 +90,13 @@ def by_author(conn: sqlite3.Connection) -> dict[str, int]:
 
 
 def unproject_entry(conn: sqlite3.Connection, address: str, seq: int) -> None:
-    """Delete what an entry version projected: its entries row, FTS row, tags, addressees, the links it
-    asserts and the `retracted_by` links derived from it (all keyed by its address or its seq)."""
-    row = conn.execute("SELECT content, tags, directed_to FROM entries WHERE id = ?", (seq,)).fetchone()
+    """Delete what an entry version projected: its entries row, tags, addressees, the links it asserts and the
+    `retracted_by` links derived from it (all keyed by its address or its seq). The search index replaces its
+    document by address when it indexes the winner (node/search_index/index.py)."""
+    row = conn.execute("SELECT tags, directed_to FROM entries WHERE id = ?", (seq,)).fetchone()
     if row is None:
         return
-    content, tags, directed_to = row
-    conn.execute(
-        "INSERT INTO entries_fts (entries_fts, rowid, content, tags) VALUES ('delete', ?, ?, ?)", (seq, content, tags)
-    )
+    tags, directed_to = row
     conn.execute("DELETE FROM entries WHERE id = ?", (seq,))
     conn.execute("DELETE FROM entry_tags WHERE entry_id = ? AND tag IN (SELECT value FROM json_each(?))", (seq, tags))
     conn.execute(

@@ -84,6 +84,16 @@ class Unavailable(BBSError):
     status, code, title = 503, "unavailable", "Service unavailable"
 
 
+class SearchIndexBuilding(Unavailable):
+    """A search with words while the node's search index is being built (first start, a rebuild after a store
+    restore or an analyzer change) or could not be opened: only the index answers words (node/search_index/)."""
+
+    status, code, title = 503, "search_index_building", "Search index building"
+
+    def __init__(self, detail: str, *, field: str | None = None, retry_after: int = 1) -> None:
+        super().__init__(detail, field=field, headers={"Retry-After": str(max(1, retry_after))})
+
+
 class StorageFull(BBSError):
     status, code, title = 507, "storage_full", "Insufficient storage"
 

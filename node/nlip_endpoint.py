@@ -103,7 +103,8 @@ def _call(message: NLIP_Message) -> tuple[str, Any]:
         if not isinstance(text, str) or not text.strip():
             raise nlip.NlipError("empty_text", "a text message needs some text to search for", "$.content")
         # Prose, not a search box: a star is text ("5* rating" is no prefix search, nor a 422); quotes stay phrases.
-        return "search", {"q": text.replace("*", " ").strip()[:MAX_QUERY_CHARS]}
+        # A question in a conversation expects what the node holds now: fresh (a bounded wait, docs/api.md).
+        return "search", {"q": text.replace("*", " ").strip()[:MAX_QUERY_CHARS], "fresh": True}
     if fmt == AllowedFormats.structured and message.subformat.lower() == "json" and isinstance(message.content, dict):
         try:
             call = msgspec.convert(message.content, _Call)

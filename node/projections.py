@@ -261,7 +261,7 @@ def _entry_row(seq: int, record_hash: str, rec: EntryRecord) -> tuple[Any, ...]:
         rec.performative,
         rec.content,
         rec.confidence,
-        json.dumps(rec.tags, ensure_ascii=False) if rec.tags else "[]",  # text: FTS indexes non-ASCII tags
+        json.dumps(rec.tags, ensure_ascii=False) if rec.tags else "[]",  # text: the search index reads non-ASCII tags
         json.dumps(rec.directed_to) if rec.directed_to else "[]",
         json.dumps(rec.metadata, sort_keys=True) if rec.metadata else "{}",
         rec.truth_state,
@@ -337,11 +337,12 @@ def project_agent(conn: sqlite3.Connection, rec: AgentRecord, ctx: Projection) -
     )  # fmt: skip
 
 
-# The substrate's record kinds: their projectors, and the tables (and FTS index) holding only their derived data.
+# The substrate's record kinds: their projectors, and the tables holding only their derived data (the search
+# index is a projection too, in its own folder: node/search_index/).
 SUBSTRATE_PROJECTORS: Mapping[str, Projector] = MappingProxyType(
     {"entry": project_entry, "link": project_link, "agent": project_agent}
 )
-SUBSTRATE_TABLES: tuple[str, ...] = ("entries", "entry_tags", "entry_directed", "entries_fts", "links", "agents")
+SUBSTRATE_TABLES: tuple[str, ...] = ("entries", "entry_tags", "entry_directed", "links", "agents")
 # Every record kind's projector, and every projection table (`rebuild` recreates exactly these, in this order).
 PROJECTORS: Mapping[str, Projector] = MappingProxyType({**SUBSTRATE_PROJECTORS, **workflow_records.PROJECTORS})
 PROJECTION_TABLES: tuple[str, ...] = SUBSTRATE_TABLES + workflow_records.TABLES
@@ -403,7 +404,5 @@ def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
     """Every projection table's rows in a stable order (for comparing against a rebuild)."""
     out: dict[str, list[tuple[Any, ...]]] = {}
     for table in PROJECTION_TABLES:
-        if table == "entries_fts":
-            continue
         out[table] = [tuple(r) for r in conn.execute(f'SELECT * FROM "{table}" ORDER BY 1, 2').fetchall()]
     return out

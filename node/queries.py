@@ -6,7 +6,6 @@ import json
 import re
 import sqlite3
 import unicodedata
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -14,7 +13,6 @@ from typing import Any
 import msgspec
 
 from node.errors import InvalidInput, NotFound
-from node.search_index.query import parse
 from node.wire.api import EntryOut, LinkOut, SearchQuery
 
 MAX_NEIGHBOURHOOD = 1_000  # entries a traversal may collect before it stops and says so
@@ -22,8 +20,11 @@ MAX_WALKED_LINKS = 1_000  # links likewise: a popular entry must not make an unb
 _HASH = re.compile(r"[0-9a-f]{64}")
 _LOCAL_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also accepts '²' and '١'
 MAX_LOCAL_ID = 2**63 - 1  # SQLite's INTEGER range
-_WORD = re.compile(r"\w+", re.UNICODE)
-MAX_SEARCH_WORDS = 32
+# An entry's community confidence (node/trust.py): its computed value, else its author's trust, else neutral 0.5.
+COMMUNITY_CONFIDENCE = (
+    "coalesce((SELECT c.community_confidence FROM entry_confidence c WHERE c.entry_hash = e.record_hash),"
+    " (SELECT t.score FROM trust_scores t WHERE t.agent_id = e.author_id), 0.5)"
+)
 
 # Whether the `supersedes` link `s` (from entry `s.source_hash` to entry `e`) changes e's state: e's author
 # asserted a `supersedes` from that source to e (their own entry superseding it, or a link record of their own),
@@ -43,8 +44,7 @@ ENTRY_COLUMNS = (
     " EXISTS (SELECT 1 FROM links s JOIN entries n ON n.record_hash = s.source_hash"
     "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
     f"  AND {_ACCEPTED}) AS superseded,"
-    " coalesce((SELECT c.community_confidence FROM entry_confidence c WHERE c.entry_hash = e.record_hash),"
-    "   (SELECT t.score FROM trust_scores t WHERE t.agent_id = e.author_id), 0.5) AS community_confidence,"
+    f" {COMMUNITY_CONFIDENCE} AS community_confidence,"
     " (SELECT json_group_array(DISTINCT s.source_hash) FROM links s JOIN entries n ON n.record_hash = s.source_hash"
     "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
     f"  AND NOT {_ACCEPTED}) AS superseded_claims,"
@@ -295,76 +295,6 @@ def _adjacent(
     return conn.execute(sql, params).fetchall()
 
 
-def search_words(q: str) -> list[str]:
-    """The `\\w+` words of a search's free text (at most 32): what HeavyWords remembers."""
-    return _WORD.findall(q)[:MAX_SEARCH_WORDS]
-
-
-def fts_query(q: str) -> str | None:
-    """Turn a search's text into a safe FTS5 query: its clauses (node/search_index/query.py) quoted, ANDed.
-
-    None if it has no words. Every word and phrase is quoted from its folded tokens and a prefix's star is put
-    outside the quotes by us, so no FTS5 syntax (NEAR, column filters, ^, OR) can be injected. The index and
-    this path match the same entries (the index caps a prefix's expansion; FTS5 does not).
-    """
-    clauses = parse(q)
-    if not clauses:
-        return None
-    return " ".join(c.fts5() for c in clauses)
-
-
-class HeavyWords:
-    """Search words whose searches held the event loop longer than the inline read budget, twice in a row.
-
-    FTS5 reads a word's whole list of documents inside one SQLite step (merging two common words', ranking a
-    common word's matches), where the progress handler that enforces the budget cannot stop it; the query plan
-    does not say how long that takes, and asking FTS5 for a word's document count costs a walk of that same list.
-    So the node learns: a search naming a word remembered here runs on a reader thread from the start. A word
-    costs the loop two long steps at most, until it is forgotten (least recently seen first, `size` kept).
-
-    One slow search is not enough: the first search on a cold connection (the schema and FTS5's structure read
-    for the first time: 4 ms for a rare word whose warm search takes 0.4 ms) or one the OS paused would send its
-    words to the reader threads for good. A word is a suspect after one overrun, cleared by a search naming it
-    that kept within the budget, and remembered after `strikes` overruns in a row.
-    """
-
-    def __init__(self, size: int = 4096, strikes: int = 2) -> None:
-        self.size = size
-        self.strikes = strikes
-        self._words: OrderedDict[str, None] = OrderedDict()
-        self._suspects: OrderedDict[str, int] = OrderedDict()  # word -> overruns in a row, below `strikes`
-
-    def any_of(self, words: Sequence[str]) -> bool:
-        """Whether one of `words` (any case) is remembered; those that are count as seen again."""
-        found = False
-        for word in words:
-            key = word.casefold()
-            if key in self._words:
-                self._words.move_to_end(key)
-                found = True
-        return found
-
-    def observe(self, words: Sequence[str], overran: bool) -> None:
-        """Note how a search naming `words` (any case) went on the loop: past the budget or within it."""
-        for key in {word.casefold() for word in words}:
-            if not overran:
-                self._suspects.pop(key, None)
-                continue
-            count = self._suspects.pop(key, 0) + 1
-            if count >= self.strikes:
-                self._remember(key)
-            else:
-                self._suspects[key] = count
-                if len(self._suspects) > self.size:
-                    self._suspects.popitem(last=False)
-
-    def _remember(self, key: str) -> None:
-        self._words[key] = None
-        self._words.move_to_end(key)
-        while len(self._words) > self.size:
-            self._words.popitem(last=False)
-
-
 # Trust of an entry's author from the trust cache (node/trust.py); neutral 0.5 without signals.
 AUTHOR_TRUST = "coalesce((SELECT t.score FROM trust_scores t WHERE t.agent_id = e.author_id), 0.5)"
 _SEARCH_ORDER = {
@@ -387,7 +317,10 @@ def tagged_any(tags: Sequence[str], params: dict[str, Any]) -> str:
 
 
 def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> list[EntryOut]:
-    """One page of entries matching the query's text and filters, best match first (newest first without q)."""
+    """One page of entries matching the query's filters, newest first (or by `sort`); its words are not looked at.
+
+    A search with words is answered by the search index (node/search_index/); this is the search without them.
+    """
     where: list[str] = []
     params: dict[str, Any] = {"limit": q.limit, "offset": q.offset}
 
@@ -414,29 +347,9 @@ def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None) -> li
         where.append(f"{AUTHOR_TRUST} >= :mintrust")
         params["mintrust"] = q.min_trust
     order = _SEARCH_ORDER.get(q.sort)
-    match = fts_query(q.q) if q.q else None
-    if match is not None:
-        params["match"] = match
-        filters = "".join(f" AND {w}" for w in where)
-        if order is None:
-            # Page first, then compute ENTRY_COLUMNS' per-row subqueries for that page only: SQLite
-            # otherwise evaluates them for every match before sorting (2x slower for common terms).
-            sql = (
-                f"SELECT {ENTRY_COLUMNS} FROM (SELECT e.id AS page_id, f.rank AS page_rank"
-                f" FROM entries_fts f JOIN entries e ON e.id = f.rowid WHERE entries_fts MATCH :match{filters}"
-                " ORDER BY f.rank, e.id DESC LIMIT :limit OFFSET :offset) p"
-                " JOIN entries e ON e.id = p.page_id ORDER BY p.page_rank, e.id DESC"
-            )
-        else:
-            sql = (
-                f"SELECT {ENTRY_COLUMNS} FROM entries_fts f JOIN entries e ON e.id = f.rowid"
-                f" WHERE entries_fts MATCH :match{filters} ORDER BY {order}, f.rank, e.id DESC"
-                " LIMIT :limit OFFSET :offset"
-            )
-    else:
-        filters = (" WHERE " + " AND ".join(where)) if where else ""
-        sql = (
-            f"SELECT {ENTRY_COLUMNS} FROM entries e{filters} ORDER BY {order + ', ' if order else ''}e.id DESC"
-            " LIMIT :limit OFFSET :offset"
-        )
+    filters = (" WHERE " + " AND ".join(where)) if where else ""
+    sql = (
+        f"SELECT {ENTRY_COLUMNS} FROM entries e{filters} ORDER BY {order + ', ' if order else ''}e.id DESC"
+        " LIMIT :limit OFFSET :offset"
+    )
     return [entry_out(r) for r in conn.execute(sql, params).fetchall()]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 
 import msgspec
 
@@ -15,15 +14,19 @@ from node.search_index.index import SearchIndex
 from node.search_index.indexer import Indexer
 from node.wire.api import EntryOut, LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult, Snippet
 
+# A search with words whose page ends within this many hits runs on the event loop (the index's top-k, block-max
+# WAND, costs about a millisecond even for a word in every fifth entry of a million); a deeper page (tantivy
+# collects and the node sorts `offset + limit` hits) runs on a reader thread, where tantivy releases the GIL.
+INLINE_HITS = 1_000
+
 
 class Reads:
-    """Reading one node's entries: on the event loop when quick (Database.read), searches by their words."""
+    """Reading one node's entries: on the event loop when quick (Database.read); searches with words from the index."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        self.heavy_words = queries.HeavyWords()  # search words whose searches run on a reader thread
         self.index: SearchIndex | None = None  # the tantivy index, when the node opened one (node/search_index/)
-        self.answered = {"index": 0, "sql": 0}  # searches with words, by the path that answered them
+        self.answered = {"index": 0, "sql": 0}  # searches since start: with words (index), by filters alone (sql)
         self.indexer: Indexer | None = None  # the task keeping the index caught up, while the node serves
         self.fresh_timeout_s = 2.0  # how long a search waits for the index at most (`search_fresh_timeout_ms`)
         self.fresh_waits = {"none": 0, "reached": 0, "timed_out": 0}  # searches that had to see newer entries
@@ -42,22 +45,18 @@ class Reads:
             q = msgspec.structs.replace(
                 q, author=await self.db.read(lambda c: agent_refs.resolve_all(c, q.author, "$.author"), quick=True)
             )
-        if q.q is not None and q.q.strip() and queries.fts_query(q.q) is None:
+        clauses = query.parse(q.q) if q.q else []  # a bad prefix is a 422
+        if q.q is not None and q.q.strip() and not clauses:
             raise InvalidInput("q has no searchable words", field="$.q", code="invalid_query")
-        clauses = query.parse(q.q) if q.q else []  # a bad prefix is a 422 whichever path answers
-        # On the event loop unless its words made earlier searches hold the loop too long (queries.HeavyWords)
-        # or it has a prefix (expanding one walks the index's term dictionary: docs/decisions.md).
-        words = queries.search_words(q.q) if q.q else []
-        quick = not self.heavy_words.any_of(words) and not any(c.prefix for c in clauses)
-        covered = await self._freshen(q, agent) if words else None
-        started = time.perf_counter()
         index = self.index
-        paths: list[str] = []  # which path answered, per attempt (a quick read may run again on a reader thread)
-        result = await self.db.read(lambda c: search(c, q, since_ms, index, paths), quick=quick)
-        if paths:
-            self.answered[paths[-1]] += 1
-        if quick and words:
-            self.heavy_words.observe(words, overran=time.perf_counter() - started > self.db.inline_budget_s)
+        covered = None
+        if clauses:  # refused at once while the index is built, not after waiting for it
+            await self.db.read(lambda c: indexer.ensure_serving(c, index), quick=True)
+            covered = await self._freshen(q, agent)
+        # On the event loop unless the page is deep or has a prefix (expanding one walks the term dictionary).
+        quick = not clauses or (q.offset + q.limit <= INLINE_HITS and not any(c.prefix for c in clauses))
+        result = await self.db.read(lambda c: search(c, q, since_ms, index), quick=quick)
+        self.answered["index" if clauses else "sql"] += 1
         if covered is not None:
             result = msgspec.structs.replace(result, indexed_through=covered[0], stale=covered[1])
         return result
@@ -109,22 +108,20 @@ def read(conn: sqlite3.Connection, refs: list[str], q: ReadQuery) -> ReadResult:
     return ReadResult(entries=entries, links=links, missing=missing, truncated=truncated)
 
 
-def search(
-    conn: sqlite3.Connection,
-    q: SearchQuery,
-    since_ms: int | None,
-    index: SearchIndex | None = None,
-    paths: list[str] | None = None,
-) -> SearchResult:
-    """`Reads.search` on one connection: the page (from `index` when it can answer), then its neighbourhood.
+def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None, index: SearchIndex | None) -> SearchResult:
+    """`Reads.search` on one connection: the page (from `index` when the query has words), then its neighbourhood.
 
-    `paths` hears which path answered a search with words: "index" or "sql".
+    Raises SearchIndexBuilding when the query has words and the index cannot answer yet (indexer.page).
     """
-    page = _indexed_page(conn, index, q, since_ms)
-    if paths is not None and q.q:
-        paths.append("sql" if page is None else "index")
-    if page is None:
+    if q.q and query.parse(q.q):
+        hits = indexer.page(conn, index, q, since_ms)
+        by_id = {e.id: e for e in queries.entries_by_ids(conn, hits.ids)}
+        # An id the index still names may be gone from this (newer) read: an equivocated address's loser.
+        page = [by_id[i] for i in hits.ids if i in by_id]
+        full = len(hits.ids) == q.limit
+    else:
         page = queries.search(conn, q, since_ms)
+        full = len(page) == q.limit
     links: list[LinkOut] = []
     truncated = False
     entries = page
@@ -146,7 +143,7 @@ def search(
         links=links,
         limit=q.limit,
         offset=q.offset,
-        next_offset=q.offset + q.limit if len(page) == q.limit else None,
+        next_offset=q.offset + q.limit if full else None,
         truncated=truncated,
         snippets=_snippets(page, q.q),
     )
@@ -158,18 +155,3 @@ def _snippets(page: list[EntryOut], q: str | None) -> dict[str, Snippet]:
     if not clauses:
         return {}
     return {e.record_hash: snippets.snippet(e.content, clauses) for e in page}
-
-
-def _indexed_page(
-    conn: sqlite3.Connection, index: SearchIndex | None, q: SearchQuery, since_ms: int | None
-) -> list[EntryOut] | None:
-    """The page from the search index, in its order; None when the index cannot answer (the SQL path does)."""
-    if index is None:
-        return None
-    ids = indexer.page(conn, index, q, since_ms)
-    if ids is None:
-        return None
-    by_id = {e.id: e for e in queries.entries_by_ids(conn, ids)}
-    if len(by_id) != len(ids):  # an entry the index names is gone from this read: let SQL answer
-        return None
-    return [by_id[i] for i in ids]

@@ -88,6 +88,14 @@ class Filters:
     include_synthetic: bool = False
 
 
+@dataclass(frozen=True)
+class Hits:
+    """One page of a search: entry ids in rank order, and the highest entry id the index covered as it answered."""
+
+    ids: list[int]
+    position: int
+
+
 def _document(row: Row) -> tantivy.Document:
     doc = tantivy.Document()
     doc.add_integer("seq", row.seq)
@@ -146,6 +154,9 @@ class SearchIndex:
         self.path = path
         self.stamp = stamp_for(epoch)
         self._lock = threading.Lock()
+        # Whether searches are answered: set once the index was seen near the log's head (indexer.page), cleared
+        # by `reset`; a search while it is unset is answered 503 search_index_building.
+        self.serving = False
         path.mkdir(parents=True, exist_ok=True)
         self.index = tantivy.Index(SCHEMA, path=str(path), reuse=True)
         self.writer: tantivy.IndexWriter | None = None
@@ -190,6 +201,7 @@ class SearchIndex:
         if self.writer is None:
             raise RuntimeError("the index was opened read-only")
         with self._lock:
+            self.serving = False
             self.writer.delete_all_documents()
             self.writer.add_document(_meta_document(0, self.stamp))
             self.writer.commit()
@@ -214,25 +226,22 @@ class SearchIndex:
         filters: Filters,
         limit: int,
         offset: int,
-        position: int,
         ranking: Ranking = DEFAULT,
-    ) -> list[int] | None:
-        """Entry ids of one page in `ranking`'s order (best BM25 first, ties newest first, by default); None unless
-        the index covers `position`. Exact whatever the segments: node/search_index/ranking.py.
+    ) -> Hits:
+        """Entry ids of one page in `ranking`'s order (best BM25 first, ties newest first, by default), as the index
+        stands (its position with them). Exact whatever the segments: node/search_index/ranking.py.
 
         `words` are the clauses of node/search_index/query.py (a plain string is a word: its tokens, no syntax).
         """
         searcher = self.index.searcher()
-        covered, stamp = self.state(searcher)
-        if stamp != self.stamp or covered != position:
-            return None
+        position = self.state(searcher)[0]
         clauses = tantivy_clauses(words, SCHEMA, searcher)
         if clauses is None:
-            return []
+            return Hits([], position)
         parts: list[tuple[tantivy.Occur, tantivy.Query]] = [(tantivy.Occur.Must, c) for c in clauses]
         parts += [(tantivy.Occur.Must, tantivy.Query.const_score_query(c, 0.0)) for c in _filter_clauses(filters)]
         query = tantivy.Query.boolean_query(parts)
-        return ranking.page(searcher, SCHEMA, query, offset, limit)
+        return Hits(ranking.page(searcher, SCHEMA, query, offset, limit), position)
 
 
 def remove(data_root: Path) -> None:

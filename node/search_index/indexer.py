@@ -1,10 +1,10 @@
 """Keeping the search index caught up with `entries`, beside the writer; answering a search page from it.
 
-The writer commits the log and the relational projections (FTS5 included, for now); `Indexer.catch_up` then
-reads the entries past the index's position in batches on a reader thread and applies each batch in one index
-commit, off the write transaction. A node's search answers from the index only when its position equals the
-highest entry id in the same read (caught up), and from FTS5 otherwise: the answer is the same either way
-(docs/api.md, "Search").
+The writer commits the log and the relational projections; `Indexer.catch_up` then reads the entries past the
+index's position in batches on a reader thread and applies each batch in one index commit, off the write
+transaction. Every search with words is answered by the index as it stands (`page`), once it has been seen near
+the log's head; before that (a first start, a rebuild) it is answered 503 `search_index_building` (docs/api.md,
+"Search").
 
 The indexer paces its commits (`Indexer`) and publishes the position its searchers see; a search that must see
 newer entries waits for that position (node/search_index/freshness.py).
@@ -24,13 +24,19 @@ from functools import partial
 from pathlib import Path
 
 from node.db import Database
+from node.errors import SearchIndexBuilding
 from node.search_index import ranking
 from node.search_index.freshness import CommitAges, Pace, Watermark
-from node.search_index.index import FOLDER, ROW_COLUMNS, Filters, Row, SearchIndex
+from node.search_index.index import FOLDER, ROW_COLUMNS, Filters, Hits, Row, SearchIndex
 from node.search_index.query import parse
 from node.wire.api import SearchQuery
 
 BATCH = 2_000  # entries per index commit
+# An index at most this many entries behind the log serves searches (a few batches: the lag of a node under
+# load); further behind it is being built, and searches with words are answered 503 until it gets this close.
+SERVING_LAG = 4 * BATCH
+# Entries indexed per second while building, for the Retry-After of a 503 (measured: docs/performance.md).
+BUILD_RATE = 2_000
 IDLE_POLL_SECONDS = 1.0  # a look for new entries even without a commit signal (a commit by another process)
 log = logging.getLogger("bbs.search_index")
 
@@ -46,9 +52,12 @@ def highest_entry(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT coalesce(max(id), 0) FROM entries").fetchone()[0])
 
 
-def pending(conn: sqlite3.Connection, position: int) -> int:
-    """Entries with ids above `position` (what an index covering `position` lags behind)."""
-    return int(conn.execute("SELECT count(*) FROM entries WHERE id > ?", (position,)).fetchone()[0])
+def pending(conn: sqlite3.Connection, position: int, cap: int | None = None) -> int:
+    """Entries with ids above `position` (what an index covering `position` lags behind), at most `cap` + 1."""
+    if cap is None:
+        return int(conn.execute("SELECT count(*) FROM entries WHERE id > ?", (position,)).fetchone()[0])
+    sql = "SELECT count(*) FROM (SELECT 1 FROM entries WHERE id > ? LIMIT ?)"
+    return int(conn.execute(sql, (position, cap + 1)).fetchone()[0])
 
 
 def rows_after(conn: sqlite3.Connection, position: int, limit: int = BATCH) -> list[Row]:
@@ -60,11 +69,12 @@ def rows_after(conn: sqlite3.Connection, position: int, limit: int = BATCH) -> l
 
 
 def open_index(root: Path, conn: sqlite3.Connection) -> SearchIndex | None:
-    """The data folder's index opened for writing, or None (logged) when it cannot be: search then uses FTS5."""
+    """The data folder's index opened for writing, or None (logged) when it cannot be: searches with words are
+    then answered 503 `search_index_building` (searches by filters alone still work)."""
     try:
         return SearchIndex(root / FOLDER, store_epoch(conn))
     except Exception as exc:  # a second writer (tantivy's lock), an unreadable folder: degrade, never fail to serve
-        log.warning("search index at %s not opened (%s); searches use SQLite FTS5", root / FOLDER, exc)
+        log.warning("search index at %s not opened (%s); searches with words are refused", root / FOLDER, exc)
         return None
 
 
@@ -131,17 +141,32 @@ def check(root: Path, conn: sqlite3.Connection) -> tuple[str, str]:
     return "ok", f"search index: {documents} documents, matching entries up to id {position}{lag}"
 
 
-def page(conn: sqlite3.Connection, index: SearchIndex, q: SearchQuery, since_ms: int | None) -> list[int] | None:
-    """Entry ids of a search page from the index, or None when the SQL path must answer it.
+def ensure_serving(conn: sqlite3.Connection, index: SearchIndex | None) -> None:
+    """Raise SearchIndexBuilding unless `index` answers searches: opened, and seen near the log's head once."""
+    if index is None:
+        raise SearchIndexBuilding("the search index could not be opened; see the node's log", retry_after=60)
+    if index.serving:
+        return
+    position = index.state()[0]
+    if pending(conn, position, cap=SERVING_LAG) > SERVING_LAG:
+        head = highest_entry(conn)  # ids are log positions: head - position bounds the entries left
+        raise SearchIndexBuilding(
+            f"the search index is being built (at entry id {position} of {head}); searches with words are"
+            " answered once it is",
+            retry_after=-(-(head - position) // BUILD_RATE),
+        )
+    index.serving = True
 
-    The SQL path answers a search without words and any search while the index lags behind. Trust (node-local,
-    not in the index) sorts and filters through the trust cache read on `conn`: node/search_index/ranking.py.
+
+def page(conn: sqlite3.Connection, index: SearchIndex | None, q: SearchQuery, since_ms: int | None) -> Hits:
+    """Entry ids of a search page with words from the index as it stands, with the position it answered at.
+
+    Raises SearchIndexBuilding while the index cannot answer (`ensure_serving`). Trust (node-local, not in the
+    index) sorts and filters through the trust cache read on `conn`: node/search_index/ranking.py.
     """
-    if not q.q:
-        return None
-    words = parse(q.q)
-    if not words:
-        return None
+    ensure_serving(conn, index)
+    assert index is not None
+    words = parse(q.q or "")
     filters = Filters(
         entry_type=q.entry_type,
         performative=q.performative,
@@ -152,7 +177,7 @@ def page(conn: sqlite3.Connection, index: SearchIndex, q: SearchQuery, since_ms:
         since_ms=since_ms,
         include_synthetic=q.include_synthetic,
     )
-    return index.search(words, filters, q.limit, q.offset, highest_entry(conn), ranking.for_query(conn, q))
+    return index.search(words, filters, q.limit, q.offset, ranking.for_query(conn, q))
 
 
 class Indexer:

@@ -28,7 +28,7 @@ import tantivy
 from node.errors import InvalidInput
 from node.search_index.analyzer import is_token_char, token_spans, tokens
 
-MAX_CLAUSES = 32  # as many as the SQL path's words (node/queries.MAX_SEARCH_WORDS)
+MAX_CLAUSES = 32  # as many as the words the FTS5 path took before it left (docs/decisions.md)
 PREFIX_MIN_CHARS = 2
 PREFIX_TERMS = 64  # terms a prefix expands to, per field
 MAX_PREFIXES = 4  # each costs a walk of the terms sharing it (docs/decisions.md)

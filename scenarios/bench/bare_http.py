@@ -5,7 +5,7 @@
 - `POST /v1/entries` (when started with a database file) is the least a one-process aiohttp node with one
   writer thread must do per posted entry: decode the JSON body, build the canonical record, sign it with
   Ed25519 and hash it, hand it to a writer thread that commits what has queued in one transaction (the raw
-  baseline's rows: records, entries with the FTS5 trigger, entry_tags; the node's schema and pragmas), and
+  baseline's rows: records, entries, entry_tags; the node's schema and pragmas), and
   answer 201 with the stored id, hash and record. No authentication, validation, record check, access log,
   idempotency, links or notifications (the ingest benchmark's floor).
 

@@ -1,5 +1,6 @@
 """Raw limits on this machine, measured in the same run: Ed25519 verifies/s, canonical JSON + SHA-256/s,
-and SQLite batched inserts of the same rows the node writes (records, entries with the FTS5 trigger, tags).
+and SQLite batched inserts of the same rows the node writes (records, entries, tags), also with the FTS5 table and
+trigger the node had in its write transaction before issue 24 (the old baseline, built in the bench's own file).
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from scenarios.bench.report import Row, rate, ratio
 BENCH = "raw"
 SQLITE_BATCH = 100
 SQLITE_ROUNDS = 3
+# The full-text table and trigger every write transaction fed before migration 0021 (node/migrations/0001_core.sql).
+OLD_FTS5 = (
+    "CREATE VIRTUAL TABLE entries_fts USING fts5(content, tags, content='entries', content_rowid='id');"
+    "CREATE TRIGGER entries_fts_insert AFTER INSERT ON entries BEGIN"
+    " INSERT INTO entries_fts(rowid, content, tags) VALUES (new.id, new.content, new.tags); END;"
+)
 
 
 def sample_records(ctx: Context) -> list[tuple[dict[str, Any], str]]:
@@ -90,15 +97,22 @@ def sqlite_rows(recs: list[tuple[dict[str, Any], str]]) -> list[tuple[tuple[Any,
     return out
 
 
-def sqlite_batched_rate(ctx: Context) -> float:
+def sqlite_batched_rate(ctx: Context, fts5: bool = False) -> float:
     """Entries/s inserting the node's rows into the node's schema, 100 per transaction: the median of
-    SQLITE_ROUNDS runs, each on a fresh file with the node's pragmas (one run moves by ±15% on a VM's disk)."""
+    SQLITE_ROUNDS runs, each on a fresh file with the node's pragmas (one run moves by ±15% on a VM's disk).
+    With `fts5`, the schema also has the FTS5 table and trigger of before issue 24 (rounds alternate with the
+    rounds without it, so both see the same disk)."""
     if "sqlite_rate" not in ctx.cache:
         rows = sqlite_rows(sample_records(ctx))
-        rounds = sorted(_sqlite_round(ctx, rows) for _ in range(SQLITE_ROUNDS))
-        ctx.cache["sqlite_rounds"] = rounds
-        ctx.cache["sqlite_rate"] = rounds[len(rounds) // 2]
-    return float(ctx.cache["sqlite_rate"])
+        plain: list[float] = []
+        old: list[float] = []
+        for _ in range(SQLITE_ROUNDS):
+            plain.append(_sqlite_round(ctx, rows, fts5=False))
+            old.append(_sqlite_round(ctx, rows, fts5=True))
+        for key, rounds in (("sqlite", sorted(plain)), ("sqlite_fts5", sorted(old))):
+            ctx.cache[f"{key}_rounds"] = rounds
+            ctx.cache[f"{key}_rate"] = rounds[len(rounds) // 2]
+    return float(ctx.cache["sqlite_fts5_rate" if fts5 else "sqlite_rate"])
 
 
 def remove_database(path: Path) -> None:
@@ -107,11 +121,15 @@ def remove_database(path: Path) -> None:
         path.with_name(path.name + suffix).unlink(missing_ok=True)
 
 
-def _sqlite_round(ctx: Context, rows: list[tuple[tuple[Any, ...], tuple[Any, ...], list[Any]]]) -> float:
+def _sqlite_round(
+    ctx: Context, rows: list[tuple[tuple[Any, ...], tuple[Any, ...], list[Any]]], fts5: bool = False
+) -> float:
     path = ctx.workdir / "raw-sqlite.db"
     remove_database(path)
     conn = db.connect(path)
     db.migrate(conn)
+    if fts5:
+        conn.executescript(OLD_FTS5)
     started = time.perf_counter()
     for i in range(0, len(rows), SQLITE_BATCH):
         batch = rows[i : i + SQLITE_BATCH]
@@ -131,10 +149,11 @@ def _sqlite_round(ctx: Context, rows: list[tuple[tuple[Any, ...], tuple[Any, ...
             conn.executemany("INSERT INTO entry_tags (entry_id, tag) VALUES (?, ?)", [(seq, t) for t in tags])
         conn.execute("COMMIT")
     elapsed = time.perf_counter() - started
-    count = conn.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH 'observation'").fetchone()[0]
+    table = "entries_fts WHERE entries_fts MATCH 'observation'" if fts5 else "entries"
+    count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     conn.close()
     if count != len(rows):
-        raise RuntimeError(f"FTS index holds {count} of {len(rows)} rows")
+        raise RuntimeError(f"{table} holds {count} of {len(rows)} rows")
     return len(rows) / elapsed
 
 
@@ -178,6 +197,7 @@ def run(ctx: Context) -> None:
     canon = canonical_rate(ctx)
     checked = check_rate(ctx)
     sqlite_rate = sqlite_batched_rate(ctx)
+    sqlite_fts5_rate = sqlite_batched_rate(ctx, fts5=True)
     add = ctx.report.add
     add(
         Row(
@@ -218,14 +238,16 @@ def run(ctx: Context) -> None:
     add(
         Row(
             BENCH,
-            "sqlite3 batched inserts (entries/s)",
+            "sqlite3 batched inserts (entries/s) vs the same with the old FTS5 trigger",
             rate(sqlite_rate),
-            "—",
-            None,
+            rate(sqlite_fts5_rate),
+            ratio(sqlite_rate, sqlite_fts5_rate),
             "",
             None,
-            f"{n} entries: records + entries (FTS5 trigger) + entry_tags rows, node schema via node.db.migrate,"
+            f"{n} entries: records + entries + entry_tags rows, node schema via node.db.migrate,"
             f" WAL, synchronous=FULL, {SQLITE_BATCH} per transaction; median of {SQLITE_ROUNDS} runs on fresh files"
-            f" ({' / '.join(rate(r) for r in ctx.cache['sqlite_rounds'])})",
+            f" ({' / '.join(rate(r) for r in ctx.cache['sqlite_rounds'])}); baseline: the FTS5 table and trigger of"
+            f" before issue 24 added ({' / '.join(rate(r) for r in ctx.cache['sqlite_fts5_rounds'])}), rounds"
+            " alternating",
         )
     )

@@ -102,6 +102,7 @@ def run_memory(ctx: Context) -> None:
     picked = seeds(db_path, 50)
     calls = [Call("GET", f"/v1/entries/{i}?hops=2&include_links=true", bearer(api_key)) for i, _ in picked]
     calls += [Call("GET", f"/v1/search?q={t}&limit=50", bearer(api_key)) for t in ("kernel", "zeppelin")] * 10
+    search.ensure_index(data)
     with Server(data) as server:
         asyncio.run(run_load(server.url, [calls[i::8] for i in range(8)]))
         rss, hwm = server.rss_bytes()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import sqlite3
 import time
 import urllib.parse
@@ -17,6 +16,7 @@ from identity import keys
 from node.datadir import DataDir
 from node.search_index import indexer
 from node.search_index.index import FOLDER, Filters, SearchIndex
+from node.search_index.query import parse
 from scenarios.bench import corpus, fts_baseline, index_lag
 from scenarios.bench.bare_http import BareServer
 from scenarios.bench.context import Context
@@ -80,11 +80,6 @@ def main_corpus(ctx: Context) -> tuple[Path, str]:
     return build_corpus(ctx, ctx.sizes.search_entries, "corpus")
 
 
-def words_of(q: str) -> list[str]:
-    """The words of a probe's q, as the node splits them."""
-    return re.findall(r"\w+", q)
-
-
 def rebuild_index(data: Path) -> tuple[int, float]:
     """Empty and rebuild the data folder's tantivy index as `bbs rebuild` does; (entries indexed, seconds)."""
     with contextlib.closing(sqlite3.connect(DataDir(data).db_path)) as conn:
@@ -97,13 +92,12 @@ def raw_index_latencies(data: Path, probe: Probe, rounds: int) -> tuple[list[flo
     """Latencies of the tantivy index's answer (one page of entry ids) in process, no HTTP and no SQL."""
     with contextlib.closing(sqlite3.connect(DataDir(data).db_path)) as conn:
         index = SearchIndex(data / FOLDER, indexer.store_epoch(conn), writable=False)
-        position = indexer.highest_entry(conn)
-    words = words_of(probe.q)
-    page = index.search(words, Filters(), PAGE, probe.offset, position) or []  # warm
+    words = parse(probe.q)
+    page = index.search(words, Filters(), PAGE, probe.offset).ids  # warm
     lat = []
     for _ in range(rounds):
         started = time.perf_counter()
-        index.search(words, Filters(), PAGE, probe.offset, position)
+        index.search(words, Filters(), PAGE, probe.offset)
         lat.append(time.perf_counter() - started)
     return lat, len(page)
 

@@ -48,16 +48,8 @@ async def test_healthy_store_passes_while_serving(
     before = (data_dir[0] / "bbs.db").stat().st_mtime_ns
     got = statuses(data_dir[0])
     assert set(got.values()) == {"ok"}, got
-    assert {"node_key", "schema", "integrity", "identity", "fts", "projections"} <= set(got)
+    assert {"node_key", "schema", "integrity", "identity", "search_index", "projections"} <= set(got)
     assert (data_dir[0] / "bbs.db").stat().st_mtime_ns == before
-
-
-async def test_fts_drift_is_found(client: TestClient, make_agent: MakeAgent, data_dir: tuple[Path, str]) -> None:
-    await seeded(client, make_agent)
-    await client.close()
-    tamper(data_dir[0], "INSERT INTO entries_fts(rowid, content, tags) VALUES (9999, 'ghost words', '[]');")
-    got = statuses(data_dir[0])
-    assert got["fts"] == "fail" and got["integrity"] == "ok"
 
 
 async def test_projection_drift_is_found(client: TestClient, make_agent: MakeAgent, data_dir: tuple[Path, str]) -> None:
@@ -65,7 +57,7 @@ async def test_projection_drift_is_found(client: TestClient, make_agent: MakeAge
     await client.close()
     tamper(data_dir[0], "DELETE FROM agents;")
     got = statuses(data_dir[0])
-    assert got["projections"] == "fail" and got["fts"] == "ok"
+    assert got["projections"] == "fail" and got["integrity"] == "ok"
     # the live store was not repaired by the check: the drift is still there
     conn = sqlite3.connect(data_dir[0] / "bbs.db")
     assert conn.execute("SELECT count(*) FROM agents").fetchone()[0] == 0
@@ -138,7 +130,7 @@ def test_peers_reachable_or_not(data_dir: tuple[Path, str], tmp_path: Path) -> N
             timeout=60,
         )
         assert run.returncode == 0, run.stderr
-        assert {c["name"] for c in json.loads(run.stdout)} >= {"integrity", "fts", "projections"}
+        assert {c["name"] for c in json.loads(run.stdout)} >= {"integrity", "search_index", "projections"}
     finally:
         proc.terminate()
         proc.wait(timeout=30)

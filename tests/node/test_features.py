@@ -37,7 +37,6 @@ MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 NODE_DIR = Path(node_package.__file__).parent
 # Routes an app serves besides the features' REST API: kept out of /openapi.json.
 NOT_IN_API = {"/metrics", "/openapi.json", "/nlip", "/nlip/"}  # /nlip: NLIP, not REST (node/nlip_endpoint.py)
-FTS_SHADOWS = ("_data", "_idx", "_content", "_docsize", "_config")
 
 
 def node_modules() -> list[ModuleType]:
@@ -154,8 +153,8 @@ def row_counts(conn: sqlite3.Connection) -> dict[str, int]:
 async def test_each_features_projectors_fill_only_that_features_tables(
     client: TestClient, make_agent: MakeAgent, node: Node, tmp_path: Path
 ) -> None:
-    """Replayed alone into an empty schema, a feature's records fill its own tables (an FTS index's shadow
-    tables with it) and nothing else: each projector's tables are in the list, under its own feature."""
+    """Replayed alone into an empty schema, a feature's records fill its own tables and nothing else: each
+    projector's tables are in the list, under its own feature."""
     await records_of_every_kind(client, make_agent)
     log = await node.db.read(lambda c: c.execute("SELECT seq, hash, kind, body FROM records ORDER BY seq").fetchall())
     assert {row["kind"] for row in log} == set(RECORD_TYPES)
@@ -173,9 +172,9 @@ async def test_each_features_projectors_fill_only_that_features_tables(
         conn.execute("COMMIT")
         filled = {name for name, count in row_counts(conn).items() if count != before[name]}
         conn.close()
-        owned = {t + suffix for t in feature.tables for suffix in ("", *FTS_SHADOWS)}
+        owned = set(feature.tables)
         assert filled <= owned, f"{feature.name} fills {sorted(filled - owned)}"
-        assert set(feature.tables) - {"entries_fts"} <= filled, f"{feature.name} leaves tables empty"
+        assert set(feature.tables) <= filled, f"{feature.name} leaves tables empty"
 
 
 async def test_building_two_apps_registers_nothing_twice(node: Node) -> None:

@@ -136,6 +136,21 @@ def test_error_codes_are_unique_per_class() -> None:
     assert {code: names for code, names in by_code.items() if len(names) > 1} == {}
 
 
+async def test_a_search_the_index_cannot_answer_yet_is_a_503_with_retry_after(
+    client: TestClient, node: Node, make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    """Only the search index answers words: without one (not opened, or being built) the node says so."""
+    agent = await make_agent("searcher")
+    node.reads.index = None
+    resp = await client.get("/v1/search", params={"q": "anything"}, headers=agent.headers)
+    body = await resp.json(content_type=None)
+    assert shape_errors(resp.status, resp.content_type, body) == []
+    assert (resp.status, body["code"]) == (503, "search_index_building")
+    assert int(resp.headers["Retry-After"]) >= 1
+    resp = await client.get("/v1/search", params={"tags": "x"}, headers=agent.headers)
+    assert resp.status == 200  # a search by filters alone is SQL's
+
+
 # ---- every route ----------------------------------------------------------------------------------------------
 
 

@@ -10,7 +10,8 @@ import msgspec
 import pytest
 
 from identity import keys
-from node import queries
+from node import queries, reads
+from node.search_index.indexer import Indexer
 from node.service import Node
 from node.wire.api import PostEntry, PostLink, SearchQuery
 from tests.conftest import AgentCreds, FakeClock
@@ -30,9 +31,14 @@ async def link(node: Node, who: AgentCreds, source: int, target: int, link_type:
     await node.links.create(who.agent_id, body, None)
 
 
-def search(node: Node, since_ms: int | None = None, **params: Any) -> Awaitable[list[Any]]:
+async def search(node: Node, since_ms: int | None = None, **params: Any) -> list[Any]:
+    """queries.search for a search by filters; with words, the node's search on its caught-up index."""
     q = msgspec.convert(params, SearchQuery)
-    return node.db.read(lambda c: queries.search(c, q, since_ms))
+    if not q.q:
+        return await node.db.read(lambda c: queries.search(c, q, since_ms))
+    assert node.search_index is not None
+    await Indexer(node.db, node.search_index).catch_up()
+    return (await node.db.read(lambda c: reads.search(c, q, since_ms, node.search_index))).entries
 
 
 async def test_resolve_ref_by_local_id_or_hash(node: Node, make_agent: MakeAgent) -> None:
@@ -130,49 +136,11 @@ async def test_traverse_stops_at_its_limits_and_says_so(
     assert truncated and len(reached) == 3
 
 
-@pytest.mark.parametrize(
-    ("text", "query"),
-    [
-        ("kettle descaled", '"kettle" "descaled"'),
-        ('roof NEAR(leak) "x" col:val *', '"roof" "near" "leak" "x" "col" "val"'),
-        ("café ünïcode", '"cafe" "unicode"'),
-        ('"hot water" pipe* a_b "unclosed', '"hot water" "pipe"* "a" "b" "unclosed"'),
-        ("_ \u0301", None),
-        ("  ,;!  ", None),
-        ("", None),
-    ],
-)
-def test_fts_query_quotes_every_clause(text: str, query: str | None) -> None:
-    assert queries.fts_query(text) == query
-
-
-def test_search_words_are_capped() -> None:
-    text = " ".join(f"w{i}" for i in range(40))
-    assert queries.search_words(text) == [f"w{i}" for i in range(queries.MAX_SEARCH_WORDS)]
-
-
 def test_tagged_any_binds_each_tag_once_in_nfc() -> None:
     params: dict[str, Any] = {}
     condition = queries.tagged_any(["cafe\u0301", "café", "a\u0000b"], params)
     assert params == {"tag0": "café", "tag1": "a\u0000b"}
     assert condition == "e.id IN (SELECT entry_id FROM entry_tags WHERE tag IN (:tag0, :tag1))"
-
-
-def test_heavy_words_are_remembered_after_two_overruns_in_a_row() -> None:
-    heavy = queries.HeavyWords(size=2, strikes=2)
-    heavy.observe(["The"], overran=True)
-    assert not heavy.any_of(["the"])  # one overrun: a suspect only
-    heavy.observe(["the"], overran=False)  # cleared
-    heavy.observe(["THE"], overran=True)
-    assert not heavy.any_of(["the"])
-    heavy.observe(["the"], overran=True)
-    assert heavy.any_of(["rare", "tHe"])
-    heavy.observe(["a"], overran=True)
-    heavy.observe(["a"], overran=True)
-    heavy.any_of(["the"])  # seen again: now the most recent
-    heavy.observe(["b", "b"], overran=True)  # one search naming a word twice is one overrun
-    heavy.observe(["b"], overran=True)
-    assert heavy.any_of(["the"]) and heavy.any_of(["b"]) and not heavy.any_of(["a"])  # `a` was the oldest
 
 
 async def test_search_filters_and_orders(node: Node, make_agent: MakeAgent, clock: FakeClock) -> None:

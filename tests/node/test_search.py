@@ -1,4 +1,5 @@
-"""GET /v1/search through a real server: full text, every filter, paging, and FTS query-syntax injection."""
+"""GET /v1/search through a real server: full text (against the old FTS5 search as an oracle), every filter,
+paging, and query-syntax injection."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from aiohttp.test_utils import TestClient
 
 from identity import keys
 from node.service import Node
+from node.wire.api import SearchQuery
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import entry_record, get_json, hash_of, ingest, post, problem
+from tests.node.search_index import fts5_oracle
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
@@ -44,6 +47,22 @@ async def corpus(client: TestClient, make_agent: MakeAgent, clock: FakeClock) ->
     # the node's own times (milliseconds): the fake clock's float has sub-millisecond digits the node drops
     stamps = [datetime.fromisoformat(e["created_at"]).isoformat() for e in entries]
     return {"alice": alice, "bob": bob, "e": [e["id"] for e in entries], "stamps": stamps}
+
+
+@pytest.mark.parametrize(
+    "q", ["readers", "wal readers", "WAL power", "sqlite", "db", "literal content", "a", "POSTGRES"]
+)
+async def test_words_find_what_the_old_fts5_search_found(
+    client: TestClient, node: Node, corpus: dict[str, Any], q: str
+) -> None:
+    """The index answers REST searches; the FTS5 table the node had, built from the same rows, is the oracle."""
+    oracle = await node.db.read(fts5_oracle.build)
+    try:
+        expected = fts5_oracle.search_ids(oracle, SearchQuery(q=q, limit=50))
+    finally:
+        oracle.close()
+    assert expected  # every query here matches something
+    assert sorted(await ids(client, corpus["alice"], q=q, limit=50)) == sorted(expected)
 
 
 async def test_full_text(client: TestClient, corpus: dict[str, Any]) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from node.search_index.index import Filters, Row, SearchIndex, remove, stamp_for
+from node.search_index.index import Filters, Hits, Row, SearchIndex, remove, stamp_for
 
 
 def row(seq: int, content: str, address: str | None = None, **kw: object) -> Row:
@@ -34,16 +34,18 @@ def test_apply_records_its_position_and_an_address_shows_one_document(index: Sea
     assert index.state()[0] == 2
     index.apply([row(5, "gamma", address="h1")], 5)  # a new winner for h1's address replaces its document
     assert index.documents() == 2
-    assert index.search(["alpha"], Filters(), 10, 0, 5) == [2]
-    assert index.search(["gamma"], Filters(), 10, 0, 5) == [5]
+    assert index.search(["alpha"], Filters(), 10, 0).ids == [2]
+    assert index.search(["gamma"], Filters(), 10, 0).ids == [5]
     index.apply([row(5, "gamma", address="h1")], 5)  # applying again changes nothing
     assert index.documents() == 2
 
 
-def test_search_answers_only_at_the_position_asked(index: SearchIndex) -> None:
+def test_search_answers_at_the_position_the_index_covers(index: SearchIndex) -> None:
+    assert index.search(["alpha"], Filters(), 10, 0) == Hits([], 0)
     index.apply([row(1, "alpha")], 1)
-    assert index.search(["alpha"], Filters(), 10, 0, 2) is None  # the store is ahead: the SQL path answers
-    assert index.search(["alpha"], Filters(), 10, 0, 1) == [1]
+    assert index.search(["alpha"], Filters(), 10, 0) == Hits([1], 1)
+    index.apply([row(2, "beta")], 7)  # the position is the log's, past the last entry indexed
+    assert index.search(["alpha"], Filters(), 10, 0) == Hits([1], 7)
 
 
 def test_filters(index: SearchIndex) -> None:
@@ -55,19 +57,19 @@ def test_filters(index: SearchIndex) -> None:
         ],
         3,
     )
-    assert index.search(["w"], Filters(), 10, 0, 3) == [3, 1]
-    assert index.search(["w"], Filters(include_synthetic=True), 10, 0, 3) == [3, 2, 1]
-    assert index.search(["w"], Filters(tags=["Café"]), 10, 0, 3) == [1]
-    assert index.search(["cafe"], Filters(), 10, 0, 3) == [1]  # tags' text is searched too
-    assert index.search(["w"], Filters(min_confidence=0.9), 10, 0, 3) == [1]
-    assert index.search(["w"], Filters(author=["did:key:b"], entry_type=["question"]), 10, 0, 3) == [3]
-    assert index.search(["w"], Filters(since_ms=2000, include_synthetic=True), 10, 0, 3) == [3, 2]
+    assert index.search(["w"], Filters(), 10, 0).ids == [3, 1]
+    assert index.search(["w"], Filters(include_synthetic=True), 10, 0).ids == [3, 2, 1]
+    assert index.search(["w"], Filters(tags=["Café"]), 10, 0).ids == [1]
+    assert index.search(["cafe"], Filters(), 10, 0).ids == [1]  # tags' text is searched too
+    assert index.search(["w"], Filters(min_confidence=0.9), 10, 0).ids == [1]
+    assert index.search(["w"], Filters(author=["did:key:b"], entry_type=["question"]), 10, 0).ids == [3]
+    assert index.search(["w"], Filters(since_ms=2000, include_synthetic=True), 10, 0).ids == [3, 2]
 
 
 def test_tied_scores_page_by_newest_first_without_skips(index: SearchIndex) -> None:
     index.apply([row(i, "same words") for i in range(1, 26)], 25)
-    pages = [index.search(["same"], Filters(), 4, offset, 25) for offset in range(0, 28, 4)]
-    assert [seq for page in pages for seq in page or []] == list(range(25, 0, -1))
+    pages = [index.search(["same"], Filters(), 4, offset).ids for offset in range(0, 28, 4)]
+    assert [seq for page in pages for seq in page] == list(range(25, 0, -1))
 
 
 def test_a_changed_stamp_empties_the_index(tmp_path: Path) -> None:

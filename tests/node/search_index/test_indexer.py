@@ -1,8 +1,8 @@
-"""node.search_index.indexer: the index follows the log, and answers searches with the FTS5 path's match sets.
+"""node.search_index.indexer: the index follows the log, and answers searches with the old FTS5 path's match sets.
 
 The differential test draws random corpora (unicode, diacritics, underscores, marks) and queries with filters,
-posts the corpus through a real node, catches the index up, and compares the index's answer with
-node.queries.search (the FTS5 path, the oracle).
+posts the corpus through a real node, catches the index up, and compares the index's answer with the FTS5
+search the node had before (tests/node/search_index/fts5_oracle.py: its table built from the same rows).
 """
 
 from __future__ import annotations
@@ -16,19 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node import queries
 from node.appkeys import SEARCH_INDEXER
 from node.datadir import initialise
-from node.errors import InvalidInput
+from node.errors import InvalidInput, SearchIndexBuilding
 from node.search_index import indexer
 from node.search_index.index import FOLDER, Row, SearchIndex
 from node.service import Node
 from node.wire.api import PostEntry, SearchQuery
 from tests.conftest import FakeClock
+from tests.node.search_index import fts5_oracle
 
 WORDS = ["café", "CAFE", "cafe", "naïve", "naive", "Straße", "strasse", "ǽsir", "foo_bar", "foo", "bar",
          "日本語", "x\u0301y", "Ωmega", "ωmega", "42", "v2", "ﬁle", "İstanbul", "µs", "tea"]  # fmt: skip
@@ -95,25 +96,26 @@ async def differential(root: Path, corpus: list[dict[str, Any]], asked: list[dic
             who = bob if spec["by_bob"] else alice
             await node.entries.post(who.agent_id, msgspec.convert(body, PostEntry), None)
         await indexer.Indexer(node.db, node.search_index).catch_up()
+        oracle = await node.db.read(fts5_oracle.build)
         for params in asked:
             if "author" in params:
                 params = params | {"author": [bob.agent_id]}
             q = msgspec.convert(params | {"limit": 200}, SearchQuery)
             try:
-                if queries.fts_query(q.q or "") is None:
-                    continue
-            except InvalidInput:  # a one-character prefix: refused before either path runs
+                expected = fts5_oracle.search_ids(oracle, q)
+            except InvalidInput:  # a one-character prefix: refused before the index runs
                 continue
-            expected = await node.db.read(lambda c, q=q: [e.id for e in queries.search(c, q, None)])
-            got = await node.db.read(lambda c, q=q: indexer.page(c, node.search_index, q, None))  # type: ignore[arg-type]
-            assert got is not None
+            if expected is None:
+                continue
+            got = (await node.db.read(lambda c, q=q: indexer.page(c, node.search_index, q, None))).ids
             assert sorted(got) == sorted(expected), (params, got, expected)
             # paging through the index: pages of 2 concatenate to the whole ranking, no skip, no repeat
             paged: list[int] = []
             for offset in range(0, len(got) + 2, 2):
                 pq = msgspec.structs.replace(q, limit=2, offset=offset)
-                paged += await node.db.read(lambda c, pq=pq: indexer.page(c, node.search_index, pq, None))  # type: ignore[arg-type]
+                paged += (await node.db.read(lambda c, pq=pq: indexer.page(c, node.search_index, pq, None))).ids
             assert paged == got
+        oracle.close()
     finally:
         node.close()
 
@@ -133,22 +135,67 @@ async def post_text(node: Node, agent_id: str, content: str) -> int:
     return entry.id
 
 
-def words(node: Node, text: str, **params: Any) -> Any:
+async def words(node: Node, text: str, **params: Any) -> list[int]:
     q = msgspec.convert({"q": text, "limit": 50} | params, SearchQuery)
-    return node.db.read(lambda c: indexer.page(c, node.search_index, q, None))  # type: ignore[arg-type]
+    return (await node.db.read(lambda c: indexer.page(c, node.search_index, q, None))).ids
 
 
-async def test_the_index_answers_only_once_caught_up(node: Node) -> None:
+async def test_the_index_answers_as_it_stands_with_its_position(node: Node) -> None:
     alice = await node.agents.create("alice", "Alice")
     assert node.search_index is not None
     first = await post_text(node, alice.agent_id, "Café crème")
-    assert await words(node, "cafe") is None  # behind the log: the SQL path answers
+    q = SearchQuery(q="cafe")
+    hits = await node.db.read(lambda c: indexer.page(c, node.search_index, q, None))
+    assert (hits.ids, hits.position) == ([], 0)  # behind the log: answered as the index stands, saying where
     worker = indexer.Indexer(node.db, node.search_index)
     assert await worker.lag() == 1
     assert await worker.catch_up() == 1
     assert await worker.lag() == 0
-    assert await words(node, "cafe") == [first]
-    assert await words(node, "cafe", sort="trust", min_trust=0.1) == [first]  # tests/node/search_index/test_ranking.py
+    hits = await node.db.read(lambda c: indexer.page(c, node.search_index, q, None))
+    assert (hits.ids, hits.position) == ([first], first)
+    second = await post_text(node, alice.agent_id, "Crème café")
+    await worker.catch_up()
+    assert await words(node, "cafe") == [second, first]  # the same text ties: newest first
+    assert await words(node, "cafe", min_trust=0.6) == []  # trust is node-local: test_ranking.py
+    assert set(await words(node, "cafe", sort="trust")) == {first, second}
+
+
+async def test_a_search_while_the_index_is_built_is_answered_503(node: Node) -> None:
+    """Far behind the log (a first start on an upgraded store): 503 search_index_building with Retry-After, until
+    the index gets near the log's head; from then on it answers, even when it falls behind again."""
+    alice = await node.agents.create("alice", "Alice")
+    assert node.search_index is not None
+    posted = await post_text(node, alice.agent_id, "kettle")
+    # entries the log's projection holds but the index does not: a fresh index beside an upgraded store
+    await node.db.write(lambda c: copy_entry(c, posted, indexer.SERVING_LAG + 1))
+    with pytest.raises(SearchIndexBuilding) as caught:
+        await words(node, "kettle")
+    assert caught.value.status == 503 and caught.value.code == "search_index_building"
+    assert int(caught.value.headers["Retry-After"]) >= 1
+    worker = indexer.Indexer(node.db, node.search_index)
+    await worker.catch_up()
+    assert len(await words(node, "kettle", limit=1)) == 1
+    assert node.search_index.serving
+    await node.db.write(lambda c: copy_entry(c, posted, indexer.SERVING_LAG + 1, start=10**6))
+    assert len(await words(node, "kettle", limit=1)) == 1  # serving: behind again, answered as it stands
+    node.search_index.reset()  # a rebuild starts: refused again until it is near the head
+    with pytest.raises(SearchIndexBuilding):
+        await words(node, "kettle")
+    await worker.catch_up()
+    assert len(await words(node, "kettle", limit=1)) == 1
+
+
+def copy_entry(conn: sqlite3.Connection, entry_id: int, count: int, start: int = 1000) -> None:
+    """`count` copies of an entries row under new ids and addresses (rows the index has not seen)."""
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(entries)").fetchall()]
+    picked = ", ".join(
+        {"id": f"{start} + n", "record_hash": f"record_hash || '-' || ({start} + n)"}.get(c, c) for c in columns
+    )
+    conn.execute(
+        f"WITH RECURSIVE k(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM k WHERE n < ?)"
+        f" INSERT INTO entries ({', '.join(columns)}) SELECT {picked} FROM entries, k WHERE id = ?",
+        (count, entry_id),
+    )
 
 
 async def test_an_address_shows_its_winner(node: Node) -> None:

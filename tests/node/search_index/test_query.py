@@ -24,7 +24,7 @@ def row(seq: int, content: str, tags: Sequence[str] = ()) -> Row:
 
 
 def hits(index: SearchIndex, q: str, position: int) -> set[int]:
-    return set(index.search(parse(q), Filters(), 10_000, 0, position) or [])
+    return set(index.search(parse(q), Filters(), 10_000, 0).ids)
 
 
 W = Clause  # a word: Clause(("cafe",))

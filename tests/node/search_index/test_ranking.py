@@ -27,10 +27,12 @@ from node.appkeys import SEARCH_INDEXER
 from node.datadir import initialise
 from node.search_index import indexer, ranking
 from node.search_index.index import Filters
+from node.search_index.query import parse
 from node.search_index.ranking import NEUTRAL, SORT_CAP, Authors, passing, trust_levels
 from node.service import Node
 from node.wire.api import PostEntry, SearchQuery
 from tests.conftest import FakeClock
+from tests.node.search_index import fts5_oracle
 
 WORDS = ["café", "cafe", "tea", "naïve", "foo", "bar", "foo_bar", "x"]
 SCORES = [0.2, 0.5, 0.6, 0.6154, 0.9]
@@ -112,7 +114,7 @@ def oracle(conn: sqlite3.Connection, words: list[str], authors: list[str], min_t
         " coalesce(c.community_confidence, t.score, 0.5) FROM oracle_fts f JOIN entries e ON e.id = f.rowid"
         " LEFT JOIN trust_scores t ON t.agent_id = e.author_id"
         " LEFT JOIN entry_confidence c ON c.entry_hash = e.record_hash WHERE oracle_fts MATCH ?",
-        (" ".join(f'"{w}"' for w in words),),
+        (fts5_oracle.fts_query(" ".join(words)),),
     ).fetchall()
     return {
         i: (trust, confidence)
@@ -133,9 +135,8 @@ async def walk(node: Node, q: SearchQuery, size: int) -> list[int]:
 
 
 async def page(node: Node, q: SearchQuery) -> list[int]:
-    got = await node.db.read(lambda c: indexer.page(c, node.search_index, q, None))  # type: ignore[arg-type]
-    assert got is not None
-    return got
+    hits = await node.db.read(lambda c: indexer.page(c, node.search_index, q, None))
+    return hits.ids
 
 
 async def page_as(node: Node, q: SearchQuery, **changes: Any) -> list[int] | None:
@@ -144,11 +145,11 @@ async def page_as(node: Node, q: SearchQuery, **changes: Any) -> list[int] | Non
     caps sort=community_confidence."""
     index = node.search_index
     assert index is not None and q.q is not None
-    words = q.q.split()
+    words = parse(q.q)
 
     def run(c: sqlite3.Connection) -> list[int] | None:
         order = dataclasses.replace(ranking.for_query(c, q), **changes)
-        return index.search(words, Filters(author=q.author), q.limit, q.offset, indexer.highest_entry(c), order)
+        return index.search(words, Filters(author=q.author), q.limit, q.offset, order).ids
 
     return await node.db.read(run)
 
