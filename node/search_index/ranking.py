@@ -114,20 +114,72 @@ def hits(searcher: tantivy.Searcher, query: tantivy.Query, limit: int) -> list[H
     return [(float(score), int(seq or 0)) for (score, _), seq in zip(found, seqs, strict=True)]
 
 
-def top(searcher: tantivy.Searcher, query: tantivy.Query, need: int) -> list[Hit]:
+def top(searcher: tantivy.Searcher, query: tantivy.Query, need: int, schema: tantivy.Schema | None = None) -> list[Hit]:
     """The best `need` hits of `query`, BM25 descending then entry id descending (fewer when fewer match).
 
-    Asks tantivy for `need + 1` and more while hits tie with the `need`-th score, so a tie is broken by entry id
-    over every tied hit, whichever of them tantivy's top-k kept: pages never skip or repeat one.
+    Asks tantivy for `need + 1`; when the last of them ties with the `need`-th score, the tie is broken by entry
+    id over every tied hit, whichever of them tantivy's top-k kept (pages never skip or repeat one): by seq
+    windows (`_tied`, needs `schema`), else, or when the windows run out of steps, by asking for more hits,
+    doubling, until one scores below the tie.
     """
     if need <= 0:
         return []
-    fetch = need + 1
+    found = sorted(hits(searcher, query, need + 1), key=_best)
+    if len(found) <= need or found[need][0] < found[need - 1][0]:
+        return found[:need]
+    if schema is not None:
+        score = found[need - 1][0]
+        above = [h for h in found if h[0] > score]
+        tied = _tied(searcher, schema, query, above, score, need - len(above))
+        if tied is not None:
+            return above + tied
+    fetch = 2 * (need + 1)
     while True:
         found = sorted(hits(searcher, query, fetch), key=_best)
         if len(found) < fetch or found[-1][0] < found[need - 1][0]:
             return found[:need]
         fetch *= 2
+
+
+def _tied(
+    searcher: tantivy.Searcher, schema: tantivy.Schema, query: tantivy.Query, above: list[Hit], score: float, m: int
+) -> list[Hit] | None:
+    """The `m` newest hits scoring exactly `score`, found by seq windows; None when the steps run out.
+
+    A window is `query` AND seq >= x (a fast-field range scoring 0, so scores are unchanged), asked for the hits
+    of `above` in it plus `cap`: when fewer come back, or the last scores below `score`, the window holds every
+    tied hit at or above x. `lo` is a start known to hold at least m tied hits, `hi` one known to hold fewer.
+    The first window is sized to hold about `cap` matches at the matches' average density; a window with too few
+    tied hits is widened by what it lacks (x2 to x16) until one is too full, then the two are bisected.
+    """
+    cap = 4 * m + 64
+    newest = searcher.search(query, limit=1, count=True, order_by_field="seq")
+    last = searcher.fast_field_values("seq", [address for _, address in newest.hits])
+    end = hi = int(last[0] or 0) + 1 if last else 0
+    lo, width, bracketed = 0, max(1, cap * end // max(newest.count, 1)), False  # type: ignore[attr-defined]
+    x = max(lo, end - width)
+    for _ in range(2 * end.bit_length() + 8):
+        window = tantivy.Query.range_query(schema, "seq", tantivy.FieldType.Integer, x, None)
+        filtered = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Must, query), (tantivy.Occur.Must, tantivy.Query.const_score_query(window, 0.0))]
+        )
+        inside = sum(1 for _, seq in above if seq >= x)
+        found = hits(searcher, filtered, inside + cap)
+        if sum(1 for s, _ in found if s > score) != inside:
+            return None  # the filter changed scores: let the caller fall back
+        tied = sorted((h for h in found if h[0] == score), key=_best)
+        if len(found) < inside + cap or min(s for s, _ in found) < score:
+            if len(tied) >= m:
+                return tied[:m]
+            hi = x
+            if not bracketed:
+                width *= 16 if not tied else min(16, max(2, -(-2 * m // len(tied))))
+                x = max(lo, end - width)
+                continue
+        else:
+            lo, bracketed = x, True
+        x = (lo + hi) // 2
+    return None
 
 
 def _best(hit: Hit) -> tuple[float, int]:
@@ -167,11 +219,11 @@ class Ranking:
         if self.sort == "community_confidence" and self.confidence is not None:
             if offset >= self.cap:
                 return []
-            best = top(searcher, query, self.cap)
+            best = top(searcher, query, self.cap, schema)
             confidence = self.confidence([seq for _, seq in best])
             best.sort(key=lambda h: (-confidence.get(h[1], NEUTRAL), -h[0], -h[1]))
             return [seq for _, seq in best[offset:need]]
-        return [seq for _, seq in top(searcher, query, need)[offset:need]]
+        return [seq for _, seq in top(searcher, query, need, schema)[offset:need]]
 
     def _by_trust(
         self, searcher: tantivy.Searcher, schema: tantivy.Schema, query: tantivy.Query, need: int
@@ -190,7 +242,7 @@ class Ranking:
             run = self.levels[i : i + size]
             if len(run) == 1:
                 level = _restricted(query, schema, run[0][1])
-                collected += [seq for _, seq in top(searcher, level, need - len(collected))]
+                collected += [seq for _, seq in top(searcher, level, need - len(collected), schema)]
                 i, size = i + 1, 2 if self.author_of is not None else 1
                 continue
             union = _restricted(query, schema, Authors.union(authors for _, authors in run))
