@@ -388,7 +388,7 @@ def every_hit(searcher: Any, query: Any) -> list[ranking.Hit]:
     return sorted(ranking.hits(searcher, query, searcher.num_docs + 1), key=lambda h: (-h[0], -h[1]))
 
 
-def word(w: str) -> Any:
+def matching(w: str) -> Any:
     clauses = word_clauses([w])
     assert clauses is not None
     return tantivy.Query.boolean_query([(tantivy.Occur.Must, c) for c in clauses])
@@ -409,10 +409,10 @@ def test_a_tie_is_broken_by_seq_windows_exactly_whatever_the_segments(tmp_path: 
     def check() -> None:
         searcher = index.index.searcher()
         for w in ("kernel", "panic"):
-            oracle = every_hit(searcher, word(w))
+            oracle = every_hit(searcher, matching(w))
             for need in (1, 2, 3, 5, 17, 40, 99, len(oracle) - 1, len(oracle), len(oracle) + 3):
-                assert ranking.top(searcher, word(w), need, SCHEMA) == oracle[:need], (w, need)
-                assert ranking.top(searcher, word(w), need) == oracle[:need], (w, need)
+                assert ranking.top(searcher, matching(w), need, SCHEMA) == oracle[:need], (w, need)
+                assert ranking.top(searcher, matching(w), need) == oracle[:need], (w, need)
 
     assert index.index.searcher().num_segments > 1
     check()
@@ -427,11 +427,11 @@ def test_a_tied_page_fetches_what_the_page_needs_not_the_tied_group(tmp_path: Pa
     for start in range(0, 3000, 500):
         index.apply([Row(s, f"h{s}", "same words", **ROW) for s in range(start + 1, start + 501)], start + 500)
     searcher = index.index.searcher()
-    assert ranking.top(searcher, word("same"), 20, SCHEMA) == [
-        (h[0], s) for h, s in zip(every_hit(searcher, word("same"))[:20], range(3000, 2980, -1), strict=True)
+    assert ranking.top(searcher, matching("same"), 20, SCHEMA) == [
+        (h[0], s) for h, s in zip(every_hit(searcher, matching("same"))[:20], range(3000, 2980, -1), strict=True)
     ]
     windows, doubling = Counting(searcher), Counting(searcher)
-    assert ranking.top(windows, word("same"), 20, SCHEMA) == ranking.top(doubling, word("same"), 20)  # type: ignore[arg-type]
+    assert ranking.top(windows, matching("same"), 20, SCHEMA) == ranking.top(doubling, matching("same"), 20)  # type: ignore[arg-type]
     assert doubling.fetched >= 3000  # the old way: the whole tied group
     assert windows.fetched <= 8 * (4 * 20 + 64), (windows.fetched, windows.searches)  # O(need)
     index.close()
@@ -442,6 +442,6 @@ def test_duplicate_seqs_run_the_windows_out_of_steps_and_fall_back_to_doubling(t
     index.apply([Row(5, f"h{n}", "same", **ROW) for n in range(300)] + [Row(9, "h9", "other", **ROW)], 9)
     searcher = index.index.searcher()
     counting = Counting(searcher)
-    assert ranking.top(counting, word("same"), 3, SCHEMA) == every_hit(searcher, word("same"))[:3]  # type: ignore[arg-type]
+    assert ranking.top(counting, matching("same"), 3, SCHEMA) == every_hit(searcher, matching("same"))[:3]  # type: ignore[arg-type]
     assert counting.fetched >= 300  # the windows gave up; the doubling fetched the group
     index.close()
