@@ -117,27 +117,25 @@ def hits(searcher: tantivy.Searcher, query: tantivy.Query, limit: int) -> list[H
 def top(searcher: tantivy.Searcher, query: tantivy.Query, need: int, schema: tantivy.Schema | None = None) -> list[Hit]:
     """The best `need` hits of `query`, BM25 descending then entry id descending (fewer when fewer match).
 
-    Asks tantivy for `need + 1`; when the last of them ties with the `need`-th score, the tie is broken by entry
-    id over every tied hit, whichever of them tantivy's top-k kept (pages never skip or repeat one): by seq
-    windows (`_tied`, needs `schema`), else, or when the windows run out of steps, by asking for more hits,
-    doubling, until one scores below the tie.
+    Asks tantivy for `need + 1`, then twice that while the last hit fetched ties with the `need`-th score, so a
+    tie is broken by entry id over every tied hit, whichever of them tantivy's top-k kept (pages never skip or
+    repeat one). A tied group longer than the second fetch is not fetched whole: with `schema`, `_tied` finds the
+    newest of its hits the page needs by seq windows; doubling goes on only if the windows run out of steps.
     """
     if need <= 0:
         return []
-    found = sorted(hits(searcher, query, need + 1), key=_best)
-    if len(found) <= need or found[need][0] < found[need - 1][0]:
-        return found[:need]
-    if schema is not None:
-        score = found[need - 1][0]
-        above = [h for h in found if h[0] > score]
-        tied = _tied(searcher, schema, query, above, score, need - len(above))
-        if tied is not None:
-            return above + tied
-    fetch = 2 * (need + 1)
+    fetch = need + 1
     while True:
         found = sorted(hits(searcher, query, fetch), key=_best)
         if len(found) < fetch or found[-1][0] < found[need - 1][0]:
             return found[:need]
+        if schema is not None and fetch > need + 1:  # a tied group longer than the page: windows
+            score = found[need - 1][0]
+            above = [h for h in found if h[0] > score]
+            tied = _tied(searcher, schema, query, above, score, need - len(above))
+            if tied is not None:
+                return above + tied
+            schema = None
         fetch *= 2
 
 
@@ -152,7 +150,7 @@ def _tied(
     The first window is sized to hold about `cap` matches at the matches' average density; a window with too few
     tied hits is widened by what it lacks (x2 to x16) until one is too full, then the two are bisected.
     """
-    cap = 4 * m + 64
+    cap = 2 * m + 64  # a window may hold this many tied hits: small, yet twice m, so few probes bracket m
     newest = searcher.search(query, limit=1, count=True, order_by_field="seq")
     last = searcher.fast_field_values("seq", [address for _, address in newest.hits])
     end = hi = int(last[0] or 0) + 1 if last else 0
