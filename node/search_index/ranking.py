@@ -4,7 +4,16 @@ Trust is node-local (node/trust.py's cache), so it is never in the index: a sear
 turns the cache into author term-sets around the words' query. Every order ends with BM25 descending, then entry
 id descending (newest first), so a page is exact whatever the index's internal document order (segments merge):
 
-- `default`: BM25, id.
+- `default`: BM25, id. `top` breaks a tie at the page's end exactly without fetching the tied group (BM25 of a
+  common word ties in groups of thousands: tantivy quantizes field lengths to 256 levels). After a fetch of
+  `need + 1` and one of twice that, if the last hit still ties at score s, every hit scoring above s is in
+  hand (`above`), and the page wants the m = need - len(above) highest ids among all hits scoring s. It asks
+  for them in seq windows: the query AND `seq >= x`, a fast-field range wrapped in a zero const score (BM25
+  unchanged, bit for bit; checked on every window), limited to the window's hits of `above` plus 2m + 64. A
+  window that is not truncated at s holds every tied hit with seq >= x: with at least m of them it answers;
+  with fewer it is widened; a truncated one is narrowed, bisecting between the two. Every step halves the
+  range once bracketed, so at most ~2 log2(highest id) windows; past that bound (ids repeated) `top` goes
+  back to doubling. An offset page is the slice of the exact top `offset + limit`.
 - `min_trust` (with any sort): only authors whose trust passes, as an include term-set (the scored authors at or
   above it) when neutral authors fail, or an exclude term-set (the scored authors below it) when they pass.
 - `sort=trust`: the trust levels, highest first, are the distinct cached scores at or above `min_trust` (authors
