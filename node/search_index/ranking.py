@@ -6,7 +6,7 @@ id descending (newest first), so a page is exact whatever the index's internal d
 
 - `default`: BM25, id. `top` breaks a tie at the page's end exactly without fetching the tied group (BM25 of a
   common word ties in groups of thousands: tantivy quantizes field lengths to 256 levels). After a fetch of
-  `need + 1` and one of twice that, if the last hit still ties at score s, every hit scoring above s is in
+  `2 * (need + 1)` hits, if the last one still ties at the page's last score s, every hit scoring above s is in
   hand (`above`), and the page wants the m = need - len(above) highest ids among all hits scoring s. It asks
   for them in seq windows: the query AND `seq >= x`, a fast-field range wrapped in a zero const score (BM25
   unchanged, bit for bit; checked on every window), limited to the window's hits of `above` plus 2m + 64. A
@@ -126,19 +126,20 @@ def hits(searcher: tantivy.Searcher, query: tantivy.Query, limit: int) -> list[H
 def top(searcher: tantivy.Searcher, query: tantivy.Query, need: int, schema: tantivy.Schema | None = None) -> list[Hit]:
     """The best `need` hits of `query`, BM25 descending then entry id descending (fewer when fewer match).
 
-    Asks tantivy for `need + 1`, then twice that while the last hit fetched ties with the `need`-th score, so a
-    tie is broken by entry id over every tied hit, whichever of them tantivy's top-k kept (pages never skip or
-    repeat one). A tied group longer than the second fetch is not fetched whole: with `schema`, `_tied` finds the
-    newest of its hits the page needs by seq windows; doubling goes on only if the windows run out of steps.
+    Asks tantivy for `2 * (need + 1)` hits, then twice as many while the last hit fetched ties with the `need`-th
+    score, so a tie is broken by entry id over every tied hit, whichever of them tantivy's top-k kept (pages
+    never skip or repeat one). A tied group longer than the first fetch is not fetched whole: with `schema`,
+    `_tied` finds the newest of its hits the page needs by seq windows; doubling goes on only if the windows run
+    out of steps.
     """
     if need <= 0:
         return []
-    fetch = need + 1
+    fetch = 2 * (need + 1)
     while True:
         found = sorted(hits(searcher, query, fetch), key=_best)
         if len(found) < fetch or found[-1][0] < found[need - 1][0]:
             return found[:need]
-        if schema is not None and fetch > need + 1:  # a tied group longer than the page: windows
+        if schema is not None:  # a tied group longer than the page: windows
             score = found[need - 1][0]
             above = [h for h in found if h[0] > score]
             tied = _tied(searcher, schema, query, above, score, need - len(above))

@@ -2,8 +2,8 @@
 
 `python -m scenarios.bench.ties DATA_FOLDER... [--rounds N]` opens each data folder's search-index/ read-only
 (plain tantivy.Index.open: no writer, no lock) and times, in process and in the same run, for each query and
-page: the plain tantivy top-`need` (no tie-breaking: the floor), the old `top` (asks for more hits, doubling,
-while the hit after the page ties; `top` without a schema still does that) and the new one (seq windows). It
+page: the plain tantivy top-`need` (no tie-breaking: the floor), the old `top` (asks for need + 1 hits, doubling
+while the hit after the page ties, a copy here) and the new one (seq windows). It
 checks both `top`s give the same hits and counts the hits and searches each one asked tantivy for.
 """
 
@@ -39,6 +39,16 @@ class Counting:
         return self.searcher.fast_field_values(name, addresses)
 
 
+def old_top(searcher: Any, query: tantivy.Query, need: int) -> list[ranking.Hit]:
+    """`ranking.top` before the seq windows: need + 1 hits, doubled while the last one ties with the page's."""
+    fetch = need + 1
+    while True:
+        found = sorted(ranking.hits(searcher, query, fetch), key=lambda h: (-h[0], -h[1]))
+        if len(found) < fetch or found[-1][0] < found[need - 1][0]:
+            return found[:need]
+        fetch *= 2
+
+
 def timed(run: Callable[[], object], rounds: int) -> tuple[float, float]:
     """(p50, p95) in ms of `rounds` runs, after one warm-up."""
     run()
@@ -62,9 +72,9 @@ def probe(data: Path, rounds: int) -> list[str]:
         need = offset + 20
         matches = searcher.search(query, limit=1, count=True).count
         old, new = Counting(searcher), Counting(searcher)
-        assert ranking.top(old, query, need) == ranking.top(new, query, need, SCHEMA)  # type: ignore[arg-type]
+        assert old_top(old, query, need) == ranking.top(new, query, need, SCHEMA)  # type: ignore[arg-type]
         floor = timed(lambda q=query, n=need: searcher.search(q, limit=n, count=False), rounds)
-        before = timed(lambda q=query, n=need: ranking.top(searcher, q, n), rounds)
+        before = timed(lambda q=query, n=need: old_top(searcher, q, n), rounds)
         after = timed(lambda q=query, n=need: ranking.top(searcher, q, n, SCHEMA), rounds)
         rows.append(
             f"| {searcher.num_docs - 1:,} | '{words}' offset {offset} ({matches:,} matches) "
