@@ -445,3 +445,23 @@ def test_duplicate_seqs_run_the_windows_out_of_steps_and_fall_back_to_doubling(t
     assert ranking.top(counting, matching("same"), 3, SCHEMA) == every_hit(searcher, matching("same"))[:3]  # type: ignore[arg-type]
     assert counting.fetched >= 300  # the windows gave up; the doubling fetched the group
     index.close()
+
+
+def test_a_seq_window_leaves_bm25_scores_bit_identical(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    index = SearchIndex(tmp_path / "ix", "epoch")
+    for start in range(0, 400, 40):
+        s = start + 1
+        rows = [Row(s, f"h{s}", " ".join(rng.choices(["kernel", "panic", "x", "y"], k=rng.randint(1, 12))), **ROW)]
+        rows += [Row(s, f"h{s}", "kernel " * rng.randint(1, 4), **ROW) for s in range(start + 2, start + 41)]
+        index.apply(rows, start + 40)
+    searcher = index.index.searcher()
+    whole = dict((seq, score) for score, seq in every_hit(searcher, matching("kernel")))
+    window = tantivy.Query.range_query(SCHEMA, "seq", tantivy.FieldType.Integer, 200, None)
+    filtered = tantivy.Query.boolean_query(
+        [(tantivy.Occur.Must, matching("kernel")), (tantivy.Occur.Must, tantivy.Query.const_score_query(window, 0.0))]
+    )
+    inside = every_hit(searcher, filtered)
+    assert inside and all(seq >= 200 for _, seq in inside)
+    assert {seq: score for score, seq in inside} == {seq: score for seq, score in whole.items() if seq >= 200}
+    index.close()
