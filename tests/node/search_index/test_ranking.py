@@ -451,8 +451,8 @@ def test_a_seq_window_leaves_bm25_scores_bit_identical(tmp_path: Path) -> None:
     rng = random.Random(7)
     index = SearchIndex(tmp_path / "ix", "epoch")
     for start in range(0, 400, 40):
-        s = start + 1
-        rows = [Row(s, f"h{s}", " ".join(rng.choices(["kernel", "panic", "x", "y"], k=rng.randint(1, 12))), **ROW)]
+        mixed = " ".join(rng.choices(["kernel", "panic", "x", "y"], k=rng.randint(1, 12)))
+        rows = [Row(start + 1, f"h{start + 1}", mixed, **ROW)]
         rows += [Row(s, f"h{s}", "kernel " * rng.randint(1, 4), **ROW) for s in range(start + 2, start + 41)]
         index.apply(rows, start + 40)
     searcher = index.index.searcher()
