@@ -4,7 +4,16 @@ Trust is node-local (node/trust.py's cache), so it is never in the index: a sear
 turns the cache into author term-sets around the words' query. Every order ends with BM25 descending, then entry
 id descending (newest first), so a page is exact whatever the index's internal document order (segments merge):
 
-- `default`: BM25, id.
+- `default`: BM25, id. `top` breaks a tie at the page's end exactly without fetching the tied group (BM25 of a
+  common word ties in groups of thousands: tantivy quantizes field lengths to 256 levels). After a fetch of
+  `2 * (need + 1)` hits, if the last one still ties at the page's last score s, every hit scoring above s is in
+  hand (`above`), and the page wants the m = need - len(above) highest ids among all hits scoring s. It asks
+  for them in seq windows: the query AND `seq >= x`, a fast-field range wrapped in a zero const score (BM25
+  unchanged, bit for bit; checked on every window), limited to the window's hits of `above` plus 2m + 64. A
+  window that is not truncated at s holds every tied hit with seq >= x: with at least m of them it answers;
+  with fewer it is widened; a truncated one is narrowed, bisecting between the two. Every step halves the
+  range once bracketed, so at most ~2 log2(highest id) windows; past that bound (ids repeated) `top` goes
+  back to doubling. An offset page is the slice of the exact top `offset + limit`.
 - `min_trust` (with any sort): only authors whose trust passes, as an include term-set (the scored authors at or
   above it) when neutral authors fail, or an exclude term-set (the scored authors below it) when they pass.
 - `sort=trust`: the trust levels, highest first, are the distinct cached scores at or above `min_trust` (authors
@@ -114,20 +123,71 @@ def hits(searcher: tantivy.Searcher, query: tantivy.Query, limit: int) -> list[H
     return [(float(score), int(seq or 0)) for (score, _), seq in zip(found, seqs, strict=True)]
 
 
-def top(searcher: tantivy.Searcher, query: tantivy.Query, need: int) -> list[Hit]:
+def top(searcher: tantivy.Searcher, query: tantivy.Query, need: int, schema: tantivy.Schema | None = None) -> list[Hit]:
     """The best `need` hits of `query`, BM25 descending then entry id descending (fewer when fewer match).
 
-    Asks tantivy for `need + 1` and more while hits tie with the `need`-th score, so a tie is broken by entry id
-    over every tied hit, whichever of them tantivy's top-k kept: pages never skip or repeat one.
+    Asks tantivy for `2 * (need + 1)` hits, then twice as many while the last hit fetched ties with the `need`-th
+    score, so a tie is broken by entry id over every tied hit, whichever of them tantivy's top-k kept (pages
+    never skip or repeat one). A tied group longer than the first fetch is not fetched whole: with `schema`,
+    `_tied` finds the newest of its hits the page needs by seq windows; doubling goes on only if the windows run
+    out of steps.
     """
     if need <= 0:
         return []
-    fetch = need + 1
+    fetch = 2 * (need + 1)
     while True:
         found = sorted(hits(searcher, query, fetch), key=_best)
         if len(found) < fetch or found[-1][0] < found[need - 1][0]:
             return found[:need]
+        if schema is not None:  # a tied group longer than the page: windows
+            score = found[need - 1][0]
+            above = [h for h in found if h[0] > score]
+            tied = _tied(searcher, schema, query, above, score, need - len(above))
+            if tied is not None:
+                return above + tied
+            schema = None
         fetch *= 2
+
+
+def _tied(
+    searcher: tantivy.Searcher, schema: tantivy.Schema, query: tantivy.Query, above: list[Hit], score: float, m: int
+) -> list[Hit] | None:
+    """The `m` newest hits scoring exactly `score`, found by seq windows; None when the steps run out.
+
+    A window is `query` AND seq >= x (a fast-field range scoring 0, so scores are unchanged), asked for the hits
+    of `above` in it plus `cap`: when fewer come back, or the last scores below `score`, the window holds every
+    tied hit at or above x. `lo` is a start known to hold at least m tied hits, `hi` one known to hold fewer.
+    The first window is sized to hold about `cap` matches at the matches' average density; a window with too few
+    tied hits is widened by what it lacks (x2 to x16) until one is too full, then the two are bisected.
+    """
+    cap = 2 * m + 64  # a window may hold this many tied hits: small, yet twice m, so few probes bracket m
+    newest = searcher.search(query, limit=1, count=True, order_by_field="seq")
+    last = searcher.fast_field_values("seq", [address for _, address in newest.hits])
+    end = hi = int(last[0] or 0) + 1 if last else 0
+    lo, width, bracketed = 0, max(1, cap * end // max(newest.count, 1)), False  # type: ignore[attr-defined]
+    x = max(lo, end - width)
+    for _ in range(2 * end.bit_length() + 8):
+        window = tantivy.Query.range_query(schema, "seq", tantivy.FieldType.Integer, x, None)
+        filtered = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Must, query), (tantivy.Occur.Must, tantivy.Query.const_score_query(window, 0.0))]
+        )
+        inside = sum(1 for _, seq in above if seq >= x)
+        found = hits(searcher, filtered, inside + cap)
+        if sum(1 for s, _ in found if s > score) != inside:
+            return None  # the filter changed scores: let the caller fall back
+        tied = sorted((h for h in found if h[0] == score), key=_best)
+        if len(found) < inside + cap or min(s for s, _ in found) < score:
+            if len(tied) >= m:
+                return tied[:m]
+            hi = x
+            if not bracketed:
+                width *= 16 if not tied else min(16, max(2, -(-2 * m // len(tied))))
+                x = max(lo, end - width)
+                continue
+        else:
+            lo, bracketed = x, True
+        x = (lo + hi) // 2
+    return None
 
 
 def _best(hit: Hit) -> tuple[float, int]:
@@ -167,11 +227,11 @@ class Ranking:
         if self.sort == "community_confidence" and self.confidence is not None:
             if offset >= self.cap:
                 return []
-            best = top(searcher, query, self.cap)
+            best = top(searcher, query, self.cap, schema)
             confidence = self.confidence([seq for _, seq in best])
             best.sort(key=lambda h: (-confidence.get(h[1], NEUTRAL), -h[0], -h[1]))
             return [seq for _, seq in best[offset:need]]
-        return [seq for _, seq in top(searcher, query, need)[offset:need]]
+        return [seq for _, seq in top(searcher, query, need, schema)[offset:need]]
 
     def _by_trust(
         self, searcher: tantivy.Searcher, schema: tantivy.Schema, query: tantivy.Query, need: int
@@ -190,7 +250,7 @@ class Ranking:
             run = self.levels[i : i + size]
             if len(run) == 1:
                 level = _restricted(query, schema, run[0][1])
-                collected += [seq for _, seq in top(searcher, level, need - len(collected))]
+                collected += [seq for _, seq in top(searcher, level, need - len(collected), schema)]
                 i, size = i + 1, 2 if self.author_of is not None else 1
                 continue
             union = _restricted(query, schema, Authors.union(authors for _, authors in run))

@@ -88,6 +88,14 @@ def rebuild_index(data: Path) -> tuple[int, float]:
         return indexed, time.perf_counter() - started
 
 
+def ensure_index(data: Path) -> None:
+    """Build the data folder's search index unless it already covers the corpus: a served node answers searches
+    with words only from its index (503 while it builds it)."""
+    with contextlib.closing(sqlite3.connect(DataDir(data).db_path)) as conn:
+        if indexer.check(data, conn)[0] != "ok":
+            indexer.rebuild(data, conn)
+
+
 def raw_index_latencies(data: Path, probe: Probe, rounds: int) -> tuple[list[float], int]:
     """Latencies of the tantivy index's answer (one page of entry ids) in process, no HTTP and no SQL."""
     with contextlib.closing(sqlite3.connect(DataDir(data).db_path)) as conn:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import tantivy
 from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,8 +27,8 @@ from hypothesis import strategies as st
 from node.appkeys import SEARCH_INDEXER
 from node.datadir import initialise
 from node.search_index import indexer, ranking
-from node.search_index.index import Filters
-from node.search_index.query import parse
+from node.search_index.index import SCHEMA, Filters, Row, SearchIndex
+from node.search_index.query import parse, tantivy_clauses
 from node.search_index.ranking import NEUTRAL, SORT_CAP, Authors, passing, trust_levels
 from node.service import Node
 from node.wire.api import PostEntry, SearchQuery
@@ -37,6 +38,10 @@ from tests.node.search_index import fts5_oracle
 WORDS = ["café", "cafe", "tea", "naïve", "foo", "bar", "foo_bar", "x"]
 SCORES = [0.2, 0.5, 0.6, 0.6154, 0.9]
 AGENTS = 4
+ROW: dict[str, Any] = {
+    "tags": "[]", "entry_type": "finding", "performative": "inform", "author_id": "did:key:a",
+    "truth_state": "fact", "confidence": 0.5, "created_ms": 1000,
+}  # fmt: skip
 
 corpora = st.lists(
     st.tuples(
@@ -362,3 +367,103 @@ async def test_every_way_of_walking_the_trust_levels_gives_the_same_pages(node: 
                         walked = msgspec.structs.replace(q, limit=limit, offset=offset)
                         pages += await page_as(node, walked, **changes) or []
                     assert pages == every, (word, min_trust, changes, limit)
+
+
+class Counting:
+    """The real searcher, counting the hits its searches hand back."""
+
+    def __init__(self, searcher: Any) -> None:
+        self.searcher, self.fetched, self.searches = searcher, 0, 0
+
+    def search(self, query: Any, **kwargs: Any) -> Any:
+        result = self.searcher.search(query, **kwargs)
+        self.fetched, self.searches = self.fetched + len(result.hits), self.searches + 1
+        return result
+
+    def fast_field_values(self, name: str, addresses: Any) -> Any:
+        return self.searcher.fast_field_values(name, addresses)
+
+
+def every_hit(searcher: Any, query: Any) -> list[ranking.Hit]:
+    """The oracle: every match, sorted by BM25 descending then id descending."""
+    return sorted(ranking.hits(searcher, query, searcher.num_docs + 1), key=lambda h: (-h[0], -h[1]))
+
+
+def matching(w: str) -> Any:
+    """The query of one word (no prefix: the term dictionary is not looked at)."""
+    clauses = tantivy_clauses([w], SCHEMA, None)  # type: ignore[arg-type]
+    assert clauses is not None
+    return tantivy.Query.boolean_query([(tantivy.Occur.Must, c) for c in clauses])
+
+
+def test_a_tie_is_broken_by_seq_windows_exactly_whatever_the_segments(tmp_path: Path) -> None:
+    """Few distinct contents make big tied groups at several scores; every `need` gives the oracle's prefix,
+    with many one-commit segments, after merges, and with seq windows or the plain doubling."""
+    rng = random.Random(24)
+    index = SearchIndex(tmp_path / "ix", "epoch")
+    contents = ["kernel", "kernel panic", "kernel kernel", "the kernel of it", "panic"]
+    seq = 0
+    for _ in range(60):  # small commits: many segments
+        batch = [Row(seq + i + 1, f"h{seq + i + 1}", rng.choice(contents), **ROW) for i in range(rng.randint(1, 9))]
+        seq += len(batch)
+        index.apply(batch, seq)
+
+    def check() -> None:
+        searcher = index.index.searcher()
+        for w in ("kernel", "panic"):
+            oracle = every_hit(searcher, matching(w))
+            for need in (1, 2, 3, 5, 17, 40, 99, len(oracle) - 1, len(oracle), len(oracle) + 3):
+                assert ranking.top(searcher, matching(w), need, SCHEMA) == oracle[:need], (w, need)
+                assert ranking.top(searcher, matching(w), need) == oracle[:need], (w, need)
+
+    assert index.index.searcher().num_segments > 1
+    check()
+    index.close()  # the writer finishes its merges
+    index = SearchIndex(tmp_path / "ix", "epoch")
+    check()
+    index.close()
+
+
+def test_a_tied_page_fetches_what_the_page_needs_not_the_tied_group(tmp_path: Path) -> None:
+    index = SearchIndex(tmp_path / "ix", "epoch")
+    for start in range(0, 3000, 500):
+        index.apply([Row(s, f"h{s}", "same words", **ROW) for s in range(start + 1, start + 501)], start + 500)
+    searcher = index.index.searcher()
+    assert ranking.top(searcher, matching("same"), 20, SCHEMA) == [
+        (h[0], s) for h, s in zip(every_hit(searcher, matching("same"))[:20], range(3000, 2980, -1), strict=True)
+    ]
+    windows, doubling = Counting(searcher), Counting(searcher)
+    assert ranking.top(windows, matching("same"), 20, SCHEMA) == ranking.top(doubling, matching("same"), 20)  # type: ignore[arg-type]
+    assert doubling.fetched >= 3000  # the old way: the whole tied group
+    assert windows.fetched <= 8 * (4 * 20 + 64), (windows.fetched, windows.searches)  # O(need)
+    index.close()
+
+
+def test_duplicate_seqs_run_the_windows_out_of_steps_and_fall_back_to_doubling(tmp_path: Path) -> None:
+    index = SearchIndex(tmp_path / "ix", "epoch")
+    index.apply([Row(5, f"h{n}", "same", **ROW) for n in range(300)] + [Row(9, "h9", "other", **ROW)], 9)
+    searcher = index.index.searcher()
+    counting = Counting(searcher)
+    assert ranking.top(counting, matching("same"), 3, SCHEMA) == every_hit(searcher, matching("same"))[:3]  # type: ignore[arg-type]
+    assert counting.fetched >= 300  # the windows gave up; the doubling fetched the group
+    index.close()
+
+
+def test_a_seq_window_leaves_bm25_scores_bit_identical(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    index = SearchIndex(tmp_path / "ix", "epoch")
+    for start in range(0, 400, 40):
+        mixed = " ".join(rng.choices(["kernel", "panic", "x", "y"], k=rng.randint(1, 12)))
+        rows = [Row(start + 1, f"h{start + 1}", mixed, **ROW)]
+        rows += [Row(s, f"h{s}", "kernel " * rng.randint(1, 4), **ROW) for s in range(start + 2, start + 41)]
+        index.apply(rows, start + 40)
+    searcher = index.index.searcher()
+    whole = dict((seq, score) for score, seq in every_hit(searcher, matching("kernel")))
+    window = tantivy.Query.range_query(SCHEMA, "seq", tantivy.FieldType.Integer, 200, None)
+    filtered = tantivy.Query.boolean_query(
+        [(tantivy.Occur.Must, matching("kernel")), (tantivy.Occur.Must, tantivy.Query.const_score_query(window, 0.0))]
+    )
+    inside = every_hit(searcher, filtered)
+    assert inside and all(seq >= 200 for _, seq in inside)
+    assert {seq: score for score, seq in inside} == {seq: score for seq, score in whole.items() if seq >= 200}
+    index.close()
