@@ -76,7 +76,7 @@ async def _catch_up(data: Path, source: PeerConfig, n: int) -> tuple[float, Traf
         async with aiohttp.ClientSession() as session:
             puller = Puller(node.sync, node.key, session, limit=1000)
             start = time.perf_counter()
-            while (await puller.pull_once(source)).more:
+            while (await puller.catch_up(source)).more:  # the scheduler's loop: `more` only after a reset
                 pass
             took = time.perf_counter() - start
             count = (await node.sync.digest()).count
