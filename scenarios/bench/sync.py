@@ -152,14 +152,6 @@ def catch_up(fresh: Path, source: PeerConfig, n: int) -> tuple[float, Traffic, T
     return asyncio.run(_catch_up(fresh, source, n))
 
 
-def two_node_catch_up(ctx: Context, records: list[tuple[dict[str, Any], str]], name: str) -> dict[str, float]:
-    """A fresh node catching up with a served node holding `records`: seconds, records, bytes received."""
-    fresh, fresh_id = fresh_node(ctx, f"{name}-fresh")
-    with served_source(ctx, records, f"{name}-source", [fresh_id]) as peer:
-        seconds, traffic, _ = catch_up(fresh, peer, len(records))
-    return {"records": len(records), "seconds": seconds, "wire_bytes": traffic.bytes_received}
-
-
 def run(ctx: Context) -> None:
     """Catch-up ratio, reconciliation cost and idle cost, as rows of the report."""
     n = int(os.environ.get("BBS_BENCH_SYNC_RECORDS", "200" if ctx.quick else "100000"))
@@ -178,7 +170,6 @@ def run(ctx: Context) -> None:
     with served_source(ctx, records, "sync-source", [fresh_id, reconciler.did]) as peer:
         pull_s, traffic, idle = catch_up(fresh, peer, n)
         recon = [(d, *asyncio.run(_reconcile(records, d, peer, reconciler))) for d in diffs]
-    ctx.cache["sync_catch_up"] = {"records": n, "seconds": pull_s, "wire_bytes": traffic.bytes_received}
     file_rate, pull_rate = n / local_s, n / pull_s
     ratio = pull_rate / file_rate
     wire = traffic.bytes_received / n
