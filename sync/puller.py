@@ -6,10 +6,12 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -22,6 +24,9 @@ from sync.verify import verify_record
 
 log = logging.getLogger("bbs.sync")
 WANTED_PER_ROUND = 64
+# Threads verifying one page: Ed25519 (most of a record's check) runs without the GIL, so they use every core.
+VERIFY_THREADS = min(4, os.cpu_count() or 1)
+NOTE_EVERY_S = 5.0  # during a catch-up, the peer's status (head, last success) is written this often
 
 
 @dataclass
@@ -98,15 +103,85 @@ class Puller:
             log.warning("peer %s: cursor %s no longer valid; reconciling", peer.node_id, cursor)
             await self.reconcile(peer, reset=True)
             return PullReport(reset=True, more=True)
+        outcomes = await self._store_page(peer, reply, cursor, await self._verify_page(peer, reply))
+        await self.store.note_peer(
+            peer.node_id, remote_epoch=reply.epoch, remote_head=reply.head, health=self.health_of(peer.node_id)
+        )
+        wanted = await self.fetch_wanted(peer)
+        return PullReport(more=reply.more, outcomes=outcomes, wanted=wanted)
+
+    async def catch_up(self, peer: PeerConfig) -> PullReport:
+        """Pull pages of the changes feed until the peer has no more, as a pipeline: page n+1 is requested
+        while page n is verified, and verified while page n is stored. Pages are stored in order, each in one
+        transaction with the cursor after it, so what a crash or a failure loses is only what no transaction
+        holds yet: the next pull asks for it again. Then due link targets are fetched (once, at the end:
+        during a catch-up most targets arrive in a later page)."""
+        client = self.client(peer)
+        cursor = await self.store.cursor(peer.node_id)
+        report = PullReport()
+
+        def request(since: Cursor | None) -> asyncio.Task[m.ChangesReply]:
+            seq, epoch = (since.seq, since.epoch) if since else (0, None)
+            return asyncio.create_task(client.changes(seq, epoch, self.limit, 0))
+
+        fetching: asyncio.Task[m.ChangesReply] | None = request(cursor)
+        storing: asyncio.Task[list[Outcome]] | None = None
+        noted = time.monotonic()
+        try:
+            while fetching is not None:
+                reply = await fetching
+                fetching = None
+                if isinstance(reply, m.Reset) or (cursor is not None and reply.epoch != cursor.epoch):
+                    if storing is not None:
+                        report.outcomes += await storing
+                        storing = None
+                    log.warning("peer %s: cursor %s no longer valid; reconciling", peer.node_id, cursor)
+                    await self.reconcile(peer, reset=True)
+                    return PullReport(reset=True, more=True, outcomes=report.outcomes)
+                page_cursor = Cursor(reply.epoch, reply.next)
+                if reply.more:
+                    fetching = request(page_cursor)
+                results = await self._verify_page(peer, reply)
+                if storing is not None:
+                    report.outcomes += await storing
+                storing = asyncio.create_task(self._store_page(peer, reply, cursor, results))
+                cursor = page_cursor
+                if not reply.more or time.monotonic() - noted >= NOTE_EVERY_S:
+                    report.outcomes += await storing
+                    storing = None
+                    await self.store.note_peer(
+                        peer.node_id,
+                        remote_epoch=reply.epoch,
+                        remote_head=reply.head,
+                        health=self.health_of(peer.node_id),
+                    )
+                    noted = time.monotonic()
+        finally:
+            if fetching is not None:  # a failure or a reset: the page requested ahead is not wanted
+                fetching.cancel()
+            await _settle(fetching, storing)
+        report.wanted = await self.fetch_wanted(peer)
+        return report
+
+    async def _verify_page(self, peer: PeerConfig, reply: m.Changes) -> list[Verified | Invalid]:
         results = await verify_many([(bytes(item.record), item.hash, item.version) for item in reply.items])
+        for bad in results:
+            if isinstance(bad, Invalid):
+                log.warning(
+                    "peer %s sent an invalid record %s: %s (%s)", peer.node_id, bad.hash, bad.reason, bad.detail
+                )
+        return results
+
+    async def _store_page(
+        self, peer: PeerConfig, reply: m.Changes, cursor: Cursor | None, results: list[Verified | Invalid]
+    ) -> list[Outcome]:
+        """Store one verified page with the cursor after it (nothing is written when it brings nothing new)."""
         verified = [r for r in results if isinstance(r, Verified)]
         invalid = [r for r in results if isinstance(r, Invalid)]
-        for bad in invalid:
-            log.warning("peer %s sent an invalid record %s: %s (%s)", peer.node_id, bad.hash, bad.reason, bad.detail)
         new_cursor = Cursor(reply.epoch, reply.next)
-        outcomes: list[Outcome] = []
-        if verified or invalid or cursor != new_cursor:
-            outcomes = await self.store.ingest(peer.node_id, verified, invalid, new_cursor)
+        if not (verified or invalid or cursor != new_cursor):
+            return []
+        outcomes = await self.store.ingest(peer.node_id, verified, invalid, new_cursor)
         if outcomes:
             counts = collections.Counter(o.outcome for o in outcomes)
             log.info(
@@ -117,11 +192,7 @@ class Puller:
                 new_cursor.epoch,
                 new_cursor.seq,
             )
-        await self.store.note_peer(
-            peer.node_id, remote_epoch=reply.epoch, remote_head=reply.head, health=self.health_of(peer.node_id)
-        )
-        wanted = await self.fetch_wanted(peer)
-        return PullReport(more=reply.more, outcomes=outcomes, wanted=wanted)
+        return outcomes
 
     async def fetch_wanted(self, peer: PeerConfig) -> list[Outcome]:
         """Fetch link targets this peer announced but we lack, within the bound and backoff the store keeps."""
@@ -241,7 +312,7 @@ class Puller:
                         health.throttled_polls += 1
                         await asyncio.sleep(gap)
                 started = time.monotonic()
-                report = await self.pull_once(peer, wait_ms=self.wait_ms if caught_up else 0)
+                report = await (self.pull_once(peer, wait_ms=self.wait_ms) if caught_up else self.catch_up(peer))
                 _check_stored(peer, [*report.outcomes, *report.wanted])
                 empty_poll_at = None if report.outcomes or report.more or report.reset else started
                 if unreachable:
@@ -281,10 +352,30 @@ class Puller:
 
 async def verify_many(items: list[tuple[bytes, str | None, str | None]]) -> list[Verified | Invalid]:
     """Verify records (body, claimed address, claimed version) off the event loop, so a large page does not
-    stall the node's other requests."""
+    stall the node's other requests; a large page is split over `VERIFY_THREADS` threads. Results keep the
+    order of `items`."""
     if len(items) < 8:
         return [verify_record(*item) for item in items]
-    return await asyncio.to_thread(lambda: [verify_record(*item) for item in items])
+    parts = min(VERIFY_THREADS, len(items) // 64 or 1)
+    step = -(-len(items) // parts)
+    chunks = [items[i : i + step] for i in range(0, len(items), step)]
+    done = await asyncio.gather(*(asyncio.to_thread(_verify_all, chunk) for chunk in chunks))
+    return [result for chunk in done for result in chunk]
+
+
+def _verify_all(items: list[tuple[bytes, str | None, str | None]]) -> list[Verified | Invalid]:
+    return [verify_record(*item) for item in items]
+
+
+async def _settle(*tasks: asyncio.Task[Any] | None) -> None:
+    """Let a pipeline's unfinished steps end before it returns or raises (a store already handed to the writer
+    commits or fails), and read their failures so that none is reported as never retrieved."""
+    for task in tasks:
+        if task is None:
+            continue
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()
 
 
 def backoff(failures: int, base: float = 0.5, cap: float = 10.0) -> float:

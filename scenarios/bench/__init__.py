@@ -28,5 +28,6 @@ def registry() -> dict[str, Callable[[Context], None]]:
         "memory": reads.run_memory,
         "sync": sync.run,
         "peers": peers.run,
+        "replication": peers.run_replication,
         "flood": flood.run,
     }

@@ -22,7 +22,8 @@ class Sizes:
     inbox_entries: int = 100  # entries posted to fill the inboxes
     inbox_backlog: int = 5_000  # notifications pending for one agent that polls (a poll's cost must not grow)
     rss_entries: int = 0  # 0: measure RSS on the search corpus; otherwise build a corpus this large
-    peer_docs: int = 20_000  # peers: records/documents replicated (unless `sync` ran: then its size)
+    peer_docs: int = 100_000  # peers: records/documents replicated
+    replication_rounds: int = 3  # peers: alternating runs of each side; the row compares their medians
     peer_messages: int = 1_000  # peers: messages sent through each bus (mcp-agent-mail manages about 5/s here)
     # peers: concurrent senders on each bus. 1, because mcp-agent-mail 0.1.0 fails sends under concurrency
     # (4 senders: "Lock at '.../archive/.git/index.lock' could not be obtained"; 16: "Archive lock busy")
@@ -41,6 +42,7 @@ class Sizes:
             inbox_backlog=60,
             rss_entries=0,
             peer_docs=50,
+            replication_rounds=1,
             peer_messages=20,
             message_clients=1,
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from scenarios.bench import corpus, ingest, peer_messaging, peer_replication
@@ -103,11 +104,22 @@ def nostr_ingest(ctx: Context) -> None:
 
 def run(ctx: Context) -> None:
     """Each peer comparison, or the reason it was not run."""
-    comparisons = (
-        ("signed-event ingest", nostr_ingest),
-        ("agent messaging", peer_messaging.run),
-        ("replication", peer_replication.run),
+    _compare(
+        ctx,
+        (
+            ("signed-event ingest", nostr_ingest),
+            ("agent messaging", peer_messaging.run),
+            ("replication", peer_replication.run),
+        ),
     )
+
+
+def run_replication(ctx: Context) -> None:
+    """The replication comparison alone (`python -m scenarios.bench replication`)."""
+    _compare(ctx, (("replication", peer_replication.run),))
+
+
+def _compare(ctx: Context, comparisons: tuple[tuple[str, Callable[[Context], None]], ...]) -> None:
     for name, fn in comparisons:
         if ctx.quick:
             skipped = "skipped in --quick"

@@ -14,8 +14,9 @@ import stat
 from pathlib import Path
 
 import pytest
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -331,6 +332,39 @@ def test_verify_accepts_only_the_canonical_signature_spelling() -> None:
     for other in _respellings(signature):
         assert other != signature
         assert not verify(key.did, message, other), other
+
+
+def _openssl_verdict(did: str, message: bytes, raw: bytes) -> bool:
+    """What `cryptography` alone says: the definition of an accepted signature."""
+    try:
+        public_key_from_did(did).verify(raw, message)
+    except InvalidSignature:
+        return False
+    return True
+
+
+# The identity point as a public key: small order, so R = identity, S = 0 satisfies OpenSSL's equation for
+# every message. libsodium refuses such keys; the verdict must still be OpenSSL's.
+IDENTITY_POINT = bytes([1]) + bytes(31)
+
+
+def test_a_signature_libsodium_refuses_gets_openssls_verdict() -> None:
+    did = keys.did_from_public_key(Ed25519PublicKey.from_public_bytes(IDENTITY_POINT))
+    raw = IDENTITY_POINT + bytes(32)
+    assert not keys._sodium_verifies(did, raw, b"any message")  # noqa: SLF001 (the fast path under test)
+    assert _openssl_verdict(did, b"any message", raw)
+    assert verify(did, b"any message", b64u(raw))
+
+
+@given(seeds, st.binary(max_size=128), st.data())
+def test_verify_agrees_with_cryptography_on_signatures_and_their_corruptions(
+    seed: bytes, message: bytes, data: st.DataObject
+) -> None:
+    key = SigningKey.from_seed(seed)
+    raw = bytearray(b64u_decode(key.sign(message)))
+    if data.draw(st.booleans()):
+        raw[data.draw(st.integers(0, 63))] ^= data.draw(st.integers(1, 255))
+    assert verify(key.did, message, b64u(bytes(raw))) == _openssl_verdict(key.did, message, bytes(raw))
 
 
 # ---------------------------------------------------------------------------------------------

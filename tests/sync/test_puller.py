@@ -74,6 +74,86 @@ async def test_pull_once_stores_with_the_cursor(make_peer: Any) -> None:
     assert puller.traffic.requests >= 3
 
 
+async def test_verify_many_splits_a_large_page_and_keeps_its_order() -> None:
+    good = [signed_entry(AUTHOR, f"page {i}") for i in range(300)]
+    items: list[tuple[bytes, str | None, str | None]] = [(body_of(r), hash_of(r), None) for r in good]
+    items[150] = (b"[]", None, None)
+    results = await verify_many(items)
+    assert [r.hash for r in results[:150]] == [hash_of(r) for r in good[:150]]
+    assert isinstance(results[150], Invalid) and results[150].reason == "malformed"
+    assert [r.hash for r in results[151:]] == [hash_of(r) for r in good[151:]]
+
+
+async def test_catch_up_stores_every_page_in_order_with_its_cursor(make_peer: Any) -> None:
+    a = await make_peer("a")
+    me = keys.SigningKey.generate()
+    await served_to(a, me)
+    writer = await a.agent()
+    for i in range(7):
+        await a.post(writer, f"entry {i}")
+    store = MemoryStore(node_id=me.did)
+    puller = Puller(store, me, a.session, limit=2)
+    report = await puller.catch_up(a.config)
+    assert not report.more and not report.reset
+    page = await a.sync.store.changes(0, 100)
+    assert [o.hash for o in report.outcomes] == [h for _, h, _, _ in page.items]  # in the feed's order
+    assert {o.outcome for o in report.outcomes} == {"saved"}
+    assert store.cursors[a.node_id] == (page.epoch, page.head)
+    assert store.digest() == await a.digest()
+    assert a.node_id in store.health and store.errors[a.node_id] is None  # the peer was noted as answering
+    assert (await puller.catch_up(a.config)) == PullReport()  # caught up: one empty page, nothing stored
+
+
+class FailingStore(MemoryStore):
+    """A store whose disk fails on the n-th page it is asked to store (a fault of this node, not the peer)."""
+
+    def __init__(self, node_id: str, fail_at: int) -> None:
+        super().__init__(node_id=node_id)
+        self.fail_at, self.pages = fail_at, 0
+
+    async def ingest(self, peer_id: str, records: list[Verified], invalid: list[Invalid], cursor: Any) -> Any:
+        self.pages += 1
+        if self.pages == self.fail_at:
+            raise OSError("disk I/O error")
+        return await super().ingest(peer_id, records, invalid, cursor)
+
+
+async def test_a_catch_up_that_fails_keeps_the_pages_stored_before_and_resumes_after_them(make_peer: Any) -> None:
+    a = await make_peer("a")
+    me = keys.SigningKey.generate()
+    await served_to(a, me)
+    writer = await a.agent()
+    for i in range(9):
+        await a.post(writer, f"entry {i}")
+    store = FailingStore(me.did, fail_at=3)
+    puller = Puller(store, me, a.session, limit=2)
+    with pytest.raises(OSError, match="disk I/O error"):
+        await puller.catch_up(a.config)
+    page = await a.sync.store.changes(0, 100)
+    held = [h for _, h, _, _ in page.items[:4]]
+    assert sorted(store.addresses) == sorted(held)  # the two pages stored before the failure, nothing after
+    assert store.cursors[a.node_id] == (page.epoch, page.items[3][0])  # their cursor: the next pull resumes there
+    report = await puller.catch_up(a.config)
+    assert [o.hash for o in report.outcomes] == [h for _, h, _, _ in page.items[4:]]
+    assert store.digest() == await a.digest()
+
+
+async def test_catch_up_from_another_epoch_resets_through_reconciliation(make_peer: Any) -> None:
+    a = await make_peer("a")
+    me = keys.SigningKey.generate()
+    await served_to(a, me)
+    await a.post(await a.agent(), "one")
+    store = MemoryStore(node_id=me.did)
+    puller = Puller(store, me, a.session)
+    await puller.catch_up(a.config)
+    store.cursors[a.node_id] = store.cursors[a.node_id]._replace(epoch="0" * 32)  # the peer's store was replaced
+    report = await puller.catch_up(a.config)
+    assert report.reset and report.more
+    epoch, head = await a.sync.store.position()
+    assert store.cursors[a.node_id] == (epoch, head)
+    assert store.digest() == await a.digest()
+
+
 async def test_a_feed_from_another_epoch_resets_through_reconciliation(make_peer: Any) -> None:
     a = await make_peer("a")
     me = keys.SigningKey.generate()
