@@ -14,10 +14,12 @@ from node.search_index.index import SearchIndex
 from node.search_index.indexer import Indexer
 from node.wire.api import EntryOut, LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult, Snippet
 
-# A search with words whose page ends within this many hits runs on the event loop (the index's top-k, block-max
-# WAND, costs about a millisecond even for a word in every fifth entry of a million); a deeper page (tantivy
-# collects and the node sorts `offset + limit` hits) runs on a reader thread, where tantivy releases the GIL.
+# A search with words is tried on the event loop only when its page ends within INLINE_HITS hits and one of its
+# words is in at most INLINE_MATCHES entries (a term-dictionary look-up): the index's top-k then takes well under
+# a millisecond. Otherwise it goes to a reader thread at once (tantivy releases the GIL): a quick read that
+# overruns the inline budget is run again on a thread, and the index's work would be done twice.
 INLINE_HITS = 1_000
+INLINE_MATCHES = 5_000
 
 
 class Reads:
@@ -53,8 +55,10 @@ class Reads:
         if clauses:  # refused at once while the index is built, not after waiting for it
             await self.db.read(lambda c: indexer.ensure_serving(c, index), quick=True)
             covered = await self._freshen(q, agent)
-        # On the event loop unless the page is deep or has a prefix (expanding one walks the term dictionary).
-        quick = not clauses or (q.offset + q.limit <= INLINE_HITS and not any(c.prefix for c in clauses))
+        # On the event loop only a shallow page of a rare enough word (INLINE_HITS, INLINE_MATCHES above).
+        quick = not clauses or (
+            q.offset + q.limit <= INLINE_HITS and index is not None and index.few_matches(clauses, INLINE_MATCHES)
+        )
         result = await self.db.read(lambda c: search(c, q, since_ms, index), quick=quick)
         self.answered["index" if clauses else "sql"] += 1
         if covered is not None:

@@ -182,6 +182,23 @@ class SearchIndex:
         position, stamp = doc.get_first("position"), doc.get_first("stamp")
         return (0 if position is None else int(position)), (None if stamp is None else str(stamp))
 
+    def few_matches(self, clauses: Sequence[Clause], limit: int) -> bool:
+        """Whether some clause's rarest token is in at most `limit` documents (content and tags counted apart).
+
+        A term-dictionary look-up per token, no search: it bounds what an AND of the clauses can match, and so
+        how long the index's top-k takes. A prefix clause is never counted as few (its expansion walks terms).
+        """
+        searcher = self.index.searcher()
+        for clause in clauses:
+            if clause.prefix or not clause.tokens:
+                continue
+            rarest = min(
+                searcher.doc_freq("content", token) + searcher.doc_freq("tags", token) for token in clause.tokens
+            )
+            if rarest <= limit:
+                return True
+        return False
+
     def documents(self) -> int:
         """Entries in the index (the meta document not counted)."""
         searcher = self.index.searcher()

@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from node import reads
 from node.errors import InvalidInput, SearchIndexBuilding
 from node.queries import parse_since
 from node.reads import INLINE_HITS
@@ -124,6 +125,28 @@ async def test_a_deep_page_is_searched_on_a_reader_thread(node: Node, make_agent
     shallow = await inline_reads(SearchQuery(q="zeppelins"))
     deep = await inline_reads(SearchQuery(q="zeppelins", limit=100, offset=INLINE_HITS))
     assert deep == shallow - 1  # the page itself was not tried on the loop
+
+
+async def test_a_search_of_common_words_is_searched_on_a_reader_thread(
+    node: Node, make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A word in more than INLINE_MATCHES entries could hold the loop past its budget and be searched twice."""
+    alice = await make_agent("alice")
+    for content in ("zeppelins float", "zeppelins land", "airships float"):
+        await node.entries.post(alice.agent_id, PostEntry("finding", "inform", content), None)
+    await catch_up(node)
+    monkeypatch.setattr(reads, "INLINE_MATCHES", 1)
+
+    async def inline_reads(q: SearchQuery) -> int:
+        inline, moved = node.db.read_stats.inline, node.db.read_stats.moved
+        await node.reads.search(q)
+        assert node.db.read_stats.moved == moved
+        return node.db.read_stats.inline - inline
+
+    rare = await inline_reads(SearchQuery(q="airships"))
+    assert await inline_reads(SearchQuery(q="zeppelins")) == rare - 1  # two matches: straight to a thread
+    assert await inline_reads(SearchQuery(q="zeppelins land")) == rare  # "land" is rare: the AND is cheap
+    assert await inline_reads(SearchQuery(q="zep*")) == rare - 1  # a prefix walks terms: a thread
 
 
 async def search_until_served(server: Server, headers: dict[str, str], q: str) -> list[str]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from node.search_index.index import Filters, Hits, Row, SearchIndex, remove, stamp_for
+from node.search_index.query import Clause
 
 
 def row(seq: int, content: str, address: str | None = None, **kw: object) -> Row:
@@ -93,3 +94,12 @@ def test_remove(tmp_path: Path) -> None:
     (tmp_path / "search-index").mkdir()
     remove(tmp_path)
     assert not (tmp_path / "search-index").exists()
+
+
+def test_few_matches_looks_at_each_clauses_rarest_token(index: SearchIndex) -> None:
+    index.apply([row(1, "alpha beta"), row(2, "alpha gamma"), row(3, "alpha beta")], 3)
+    assert index.few_matches([Clause(("gamma",))], 1)
+    assert not index.few_matches([Clause(("alpha",))], 2)
+    assert index.few_matches([Clause(("alpha",)), Clause(("gamma",))], 1)  # an AND is bounded by its rarest
+    assert index.few_matches([Clause(("alpha", "gamma"))], 1)  # a phrase by its rarest token
+    assert not index.few_matches([Clause(("gam",), prefix=True)], 10)  # a prefix is never counted as few
