@@ -111,19 +111,21 @@ async def test_a_search_with_words_needs_the_index_and_one_by_filters_does_not(
     assert node.reads.answered == {"index": 1, "sql": 1}
 
 
+async def inline_reads(node: Node, q: SearchQuery) -> int:
+    """How many reads of a search ran on the event loop (none may have been moved to a thread mid-way)."""
+    inline, moved = node.db.read_stats.inline, node.db.read_stats.moved
+    await node.reads.search(q)
+    assert node.db.read_stats.moved == moved
+    return node.db.read_stats.inline - inline
+
+
 async def test_a_deep_page_is_searched_on_a_reader_thread(node: Node, make_agent: MakeAgent) -> None:
     alice = await make_agent("alice")
     await node.entries.post(alice.agent_id, PostEntry("finding", "inform", "zeppelins float"), None)
     await catch_up(node)
 
-    async def inline_reads(q: SearchQuery) -> int:
-        inline, moved = node.db.read_stats.inline, node.db.read_stats.moved
-        await node.reads.search(q)
-        assert node.db.read_stats.moved == moved
-        return node.db.read_stats.inline - inline
-
-    shallow = await inline_reads(SearchQuery(q="zeppelins"))
-    deep = await inline_reads(SearchQuery(q="zeppelins", limit=100, offset=INLINE_HITS))
+    shallow = await inline_reads(node, SearchQuery(q="zeppelins"))
+    deep = await inline_reads(node, SearchQuery(q="zeppelins", limit=100, offset=INLINE_HITS))
     assert deep == shallow - 1  # the page itself was not tried on the loop
 
 
@@ -137,16 +139,10 @@ async def test_a_search_of_common_words_is_searched_on_a_reader_thread(
     await catch_up(node)
     monkeypatch.setattr(reads, "INLINE_MATCHES", 1)
 
-    async def inline_reads(q: SearchQuery) -> int:
-        inline, moved = node.db.read_stats.inline, node.db.read_stats.moved
-        await node.reads.search(q)
-        assert node.db.read_stats.moved == moved
-        return node.db.read_stats.inline - inline
-
-    rare = await inline_reads(SearchQuery(q="airships"))
-    assert await inline_reads(SearchQuery(q="zeppelins")) == rare - 1  # two matches: straight to a thread
-    assert await inline_reads(SearchQuery(q="zeppelins land")) == rare  # "land" is rare: the AND is cheap
-    assert await inline_reads(SearchQuery(q="zep*")) == rare - 1  # a prefix walks terms: a thread
+    rare = await inline_reads(node, SearchQuery(q="airships"))
+    assert await inline_reads(node, SearchQuery(q="zeppelins")) == rare - 1  # two matches: straight to a thread
+    assert await inline_reads(node, SearchQuery(q="zeppelins land")) == rare  # "land" is rare: the AND is cheap
+    assert await inline_reads(node, SearchQuery(q="zep*")) == rare - 1  # a prefix walks terms: a thread
 
 
 async def search_until_served(server: Server, headers: dict[str, str], q: str) -> list[str]:
