@@ -73,7 +73,7 @@ async def test_versions_posted_to_different_nodes_converge(tmp_path: Path) -> No
             for node in nodes:
                 e = await entry(session, node, scoped)
                 assert (e["tags"], e["scope"], e["equivocated"]) == (["ours"], "federation", node is b)
-                found = await node.call(session, "GET", "/v1/search?q=bodies")
+                found = await node.call(session, "GET", "/v1/search?q=bodies&fresh=true")
                 assert [(f["record_hash"], f["tags"]) for f in found["entries"]] == [(claim, winner["tags"])]
             before = [await node.call(session, "GET", "/v1/peers") for node in nodes]
             await asyncio.sleep(6)  # longer than the scenario's reconcile interval (5 s)
