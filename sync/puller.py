@@ -73,7 +73,7 @@ class Puller:
         session: aiohttp.ClientSession,
         *,
         clock: Callable[[], float] = time.time,
-        limit: int = m.DEFAULT_CHANGES_LIMIT,
+        limit: int = m.MAX_CHANGES_LIMIT,  # a page per request: fewer round trips and commits in a catch-up
         wait_ms: int = 20_000,
         reconcile_every_s: float = 300.0,
         min_poll_s: float = 0.25,

@@ -218,7 +218,6 @@ def _insert_rate(ctx: Context, records: list[tuple[dict[str, Any], str]]) -> flo
     conn = db.connect(path)
     try:
         db.migrate(conn)
-        sync.without_fts_if_asked(conn)
         started = time.perf_counter()
         seq = 0
         for i in range(0, len(rows), sync.PAGE):

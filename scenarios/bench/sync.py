@@ -32,22 +32,14 @@ from scenarios.bench.harness import Server
 from scenarios.bench.report import Row, rate
 from sync.client import Traffic
 from sync.memory import MemoryStore
+from sync.messages import MAX_CHANGES_LIMIT
 from sync.puller import Puller
 from sync.store import PeerConfig, Verified
 from sync.verify import verify_record
 
 BENCH = "sync"
 FILE_BATCH = 500
-PAGE = 1000  # records per changes page the benchmark's puller asks for (the protocol's most)
-# TEMPORARY, until the FTS5 table and trigger leave the write path (migration 0021, issue 24): with
-# BBS_BENCH_DROP_FTS=1 the benchmark drops the FTS5 trigger in its own data folders, to measure without it.
-DROP_FTS = os.environ.get("BBS_BENCH_DROP_FTS") == "1"
-
-
-def without_fts_if_asked(conn: sqlite3.Connection) -> None:
-    """With BBS_BENCH_DROP_FTS=1 (temporary, see DROP_FTS), drop the FTS5 trigger of this benchmark database."""
-    if DROP_FTS:
-        conn.execute("DROP TRIGGER IF EXISTS entries_fts_insert")
+PAGE = MAX_CHANGES_LIMIT  # records per changes page the node's puller asks for (the protocol's most)
 
 
 def _records(n: int) -> list[tuple[dict[str, Any], str]]:
@@ -84,7 +76,7 @@ async def _catch_up(data: Path, source: PeerConfig, n: int) -> tuple[float, Traf
     node.open()
     try:
         async with aiohttp.ClientSession() as session:
-            puller = Puller(node.sync, node.key, session, limit=PAGE)
+            puller = Puller(node.sync, node.key, session)
             start = time.perf_counter()
             while (await puller.catch_up(source)).more:  # the scheduler's loop: `more` only after a reset
                 pass
@@ -121,7 +113,6 @@ def records_for(n: int) -> list[tuple[dict[str, Any], str]]:
 def fresh_node(ctx: Context, name: str) -> tuple[Path, str]:
     """An empty data folder that will pull, and its node id."""
     fresh, _ = corpus.fresh_data_dir(ctx.workdir, name)
-    db.write_sync(DataDir(fresh).db_path, without_fts_if_asked)
     return fresh, keys.load_key(DataDir(fresh).key_path).did
 
 
@@ -131,7 +122,6 @@ def served_source(
 ) -> Iterator[PeerConfig]:
     """A data folder holding `records`, served by a `bbs serve` subprocess that accepts `pullers`' node ids."""
     source, _ = corpus.fresh_data_dir(ctx.workdir, name)
-    db.write_sync(DataDir(source).db_path, without_fts_if_asked)
     corpus.bulk_load(source, iter(records))
     source_id = keys.load_key(DataDir(source).key_path).did
     now = int(time.time() * 1000)
@@ -162,7 +152,6 @@ def run(ctx: Context) -> None:
         for record, _ in records:
             f.write(canonical.canonical_bytes(record) + b"\n")
     local, _ = corpus.fresh_data_dir(ctx.workdir, "sync-local")
-    db.write_sync(DataDir(local).db_path, without_fts_if_asked)
     local_s = asyncio.run(_ingest_file(local, jsonl))
 
     fresh, fresh_id = fresh_node(ctx, "sync-fresh")
