@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import socket
-import sys
 import time
 from typing import Any
 
@@ -115,4 +114,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -13,6 +13,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +72,12 @@ def probe(data: Path, rounds: int) -> list[str]:
         assert clauses is not None
         query = tantivy.Query.boolean_query([(tantivy.Occur.Must, c) for c in clauses])
         need = offset + 20
-        matches = searcher.search(query, limit=1, count=True).count
+        matches = searcher.search(query, limit=1, count=True).count  # type: ignore[attr-defined]
         old, new = Counting(searcher), Counting(searcher)
         assert old_top(old, query, need) == ranking.top(new, query, need, SCHEMA)  # type: ignore[arg-type]
-        floor = timed(lambda q=query, n=need: searcher.search(q, limit=n, count=False), rounds)
-        before = timed(lambda q=query, n=need: old_top(searcher, q, n), rounds)
-        after = timed(lambda q=query, n=need: ranking.top(searcher, q, n, SCHEMA), rounds)
+        floor = timed(partial(searcher.search, query, limit=need, count=False), rounds)
+        before = timed(partial(old_top, searcher, query, need), rounds)
+        after = timed(partial(ranking.top, searcher, query, need, SCHEMA), rounds)
         rows.append(
             f"| {searcher.num_docs - 1:,} | '{words}' offset {offset} ({matches:,} matches) "
             f"| {after[0]:.2f} / {after[1]:.2f} ms ({new.fetched:,} hits, {new.searches} searches) "
