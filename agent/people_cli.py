@@ -107,6 +107,7 @@ def _search_fields(args: argparse.Namespace) -> dict[str, Any]:
         "limit": args.limit,
         "offset": args.offset,
         "include_synthetic": args.include_synthetic,
+        "fresh": args.fresh,
     }
     if args.query:
         fields["q"] = " ".join(args.query)
@@ -127,9 +128,11 @@ def cmd_search(args: argparse.Namespace) -> int:
         print("no entries match", file=sys.stderr)
         return 0
     out = fmt.console()
-    out.print(fmt.entries_table(result.entries, width=out.width))
+    out.print(fmt.entries_table(result.entries, width=out.width, snippets=result.snippets))
     if result.next_offset is not None:
         print(f"more: --offset {result.next_offset}", file=sys.stderr)
+    if result.stale:
+        print(f"stale: the search index covered entries up to id {result.indexed_through} only", file=sys.stderr)
     return 0
 
 
@@ -304,6 +307,7 @@ def register(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--include-synthetic", action="store_true", help="also show simulation entries")
+    p.add_argument("--fresh", action="store_true", help="wait (bounded) until every entry stored now is searchable")
     common_flags(p)
     p.set_defaults(func=cmd_search)
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from node.wire.api import EntryOut, Envelope, LinkOut
+from node.wire.api import EntryOut, Envelope, LinkOut, Snippet
 from node.wire.workflows import Graph, ReadyTask
 
 CONTENT_PREVIEW = 160  # characters of an entry's content in a table row or a tail line
@@ -59,9 +59,15 @@ def _flags(entry: EntryOut) -> str:
     return ",".join(marks)
 
 
-def entries_table(entries: list[EntryOut], title: str | None = None, width: int = OFF_TERMINAL_WIDTH) -> Table:
+def entries_table(
+    entries: list[EntryOut],
+    title: str | None = None,
+    width: int = OFF_TERMINAL_WIDTH,
+    snippets: dict[str, Snippet] | None = None,
+) -> Table:
     """Entries as rows: id, type and performative, tags, content preview, and on a console `width` wide enough
-    for them beside the content, when (to the minute) and the author."""
+    for them beside the content, when (to the minute) and the author. An entry with a search snippet (keyed by
+    record hash) shows the snippet, its matches in bold, instead of the preview."""
     columns = ["id", "created", "author", "type", "tags", "content"]
     if width < WIDE:
         columns.remove("created")
@@ -79,8 +85,33 @@ def entries_table(entries: list[EntryOut], title: str | None = None, width: int 
             "tags": ", ".join(e.tags),
             "content": preview(e.content),
         }
-        table.add_row(*(_text(cells[name]) for name in columns))
+        snippet = (snippets or {}).get(e.record_hash)
+        table.add_row(
+            *(snippet_text(snippet) if name == "content" and snippet else _text(cells[name]) for name in columns)
+        )
     return table
+
+
+def snippet_text(snippet: Snippet) -> Text:
+    """A search snippet on one line with its highlights in bold (they are UTF-8 byte offsets into its text)."""
+    raw = snippet.text.encode()
+    text = Text()
+    at = 0
+    for start, end in sorted(snippet.highlights):
+        if start < at or end > len(raw):  # overlapping or out of range: left unmarked, never an error
+            continue
+        text.append(_one_line(raw[at:start]))
+        text.append(_one_line(raw[start:end]), style="bold")
+        at = end
+    text.append(_one_line(raw[at:]))
+    return text
+
+
+def _one_line(part: bytes) -> str:
+    return part.decode(errors="replace").translate(_LINE_BREAKS)
+
+
+_LINE_BREAKS = str.maketrans("\n\r\t", "   ")
 
 
 def entry_detail(entry: EntryOut) -> Table:

@@ -53,9 +53,11 @@ def test_post_then_search_and_read_as_tables_and_json(
 
     code, out, _ = bbs(capsys, "search", "cache", "--tag", "perf")
     assert code == 0 and "[bold]cache[/]" in out  # content printed as written, never as markup
-    code, out, _ = bbs(capsys, "search", "cache", "--json")
+    code, out, _ = bbs(capsys, "search", "cache", "--json", "--fresh")
     found = json.loads(out)
     assert entry["id"] in [e["id"] for e in found["entries"]]
+    assert found["stale"] is False and found["indexed_through"] >= entry["id"]  # --fresh waited for the index
+    assert found["snippets"][entry["record_hash"]]["text"] == "The [bold]cache[/] hit rate fell to 41%"
 
     code, out, _ = bbs(capsys, "read", str(entry["id"]), "--hops", "1")
     assert code == 0 and entry["record_hash"] in out and "responds_to" in out

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from agent import people_format as fmt
-from node.wire.api import EntryOut, Envelope, LinkOut
+from node.wire.api import EntryOut, Envelope, LinkOut, Snippet
 from node.wire.workflows import Graph, GraphEdge, GraphNode, ReadyTask
 
 DID = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"
@@ -59,6 +59,26 @@ def test_content_is_printed_as_written_never_as_markup() -> None:
     shown = render(fmt.entries_table([entry()]), fmt.tail_line(entry()), fmt.entry_detail(entry()))
     assert shown.count("[red]not red[/red]") == 3
     assert "second line" in shown
+
+
+def test_a_search_snippet_replaces_the_preview_with_its_matches_in_bold() -> None:
+    text = "…le café [b]cache\nhit"  # byte offsets: "…" and "é" take 3 and 2 bytes
+    raw = text.encode()
+    at = raw.index("café".encode())
+    snippet = Snippet(
+        text=text, highlights=[[at, at + len("café".encode())], [raw.index(b"cache"), raw.index(b"cache") + 5]]
+    )
+    shown = fmt.snippet_text(snippet)
+    assert shown.plain == "…le café [b]cache hit"
+    assert [shown.plain[s.start : s.end] for s in shown.spans if s.style == "bold"] == ["café", "cache"]
+    table = render(fmt.entries_table([entry(), entry(id=8, record_hash="c" * 64)], snippets={"a" * 64: snippet}))
+    assert "…le café [b]cache hit" in table and "[red]not red[/red]" in table  # the other entry keeps its preview
+
+
+def test_a_snippet_with_bad_highlights_is_shown_unmarked() -> None:
+    shown = fmt.snippet_text(Snippet(text="abc", highlights=[[1, 9], [1, 3], [0, 2]]))
+    assert shown.plain == "abc"
+    assert [shown.plain[s.start : s.end] for s in shown.spans] == ["ab"]  # out of range and overlapping: unmarked
 
 
 def test_flags_show_synthetic_retracted_and_superseded() -> None:
