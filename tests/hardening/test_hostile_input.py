@@ -41,6 +41,7 @@ async def raw_exchange(port: int, head: bytes, body: bytes = b"") -> tuple[int, 
 
 async def test_a_bearer_token_that_is_not_utf8_is_401(client: TestClient, make_agent: MakeAgent) -> None:
     await make_agent("alice")
+    assert client.port is not None
     for token in (b"\xff", b"bbss_0123456789abcdef_\xff", b"bbs_abc_\xc3\xa9t\xc3\xa9"):
         head = b"GET /v1/search HTTP/1.1\r\nAuthorization: Bearer " + token + b"\r\n"
         status, body = await raw_exchange(client.port, head)
@@ -52,6 +53,7 @@ async def test_an_idempotency_key_header_must_be_printable_ascii(
     client: TestClient, make_agent: MakeAgent, node: Node
 ) -> None:
     alice = await make_agent("alice")
+    assert client.port is not None
     before = await count(node)
     body = b'{"entry_type":"finding","performative":"inform","content":"x"}'
     for key in (b"\xff", "ключ".encode(), b"tab\there"):

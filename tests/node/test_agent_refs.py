@@ -4,6 +4,7 @@ name is a 404 `agent_not_found` naming the field, and nothing is stored."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -33,7 +34,7 @@ async def test_resolve_names_and_dids(node: Node, make_agent: MakeAgent) -> None
     assert (missing.value.code, missing.value.field) == ("agent_not_found", "$.to[1]")
     for bad in ("Alice", "did:key:zshort", "did:web:example.com"):
         with pytest.raises(InvalidInput) as refused:
-            await node.db.read(lambda c, bad=bad: agent_refs.resolve(c, bad, "$.x"))
+            await node.db.read(partial(agent_refs.resolve, ref=bad, field="$.x"))
         assert refused.value.code == "invalid_agent_ref"
     assert agent_refs.all_dids([REMOTE]) and not agent_refs.all_dids([REMOTE, "alice"])
 

@@ -34,7 +34,7 @@ async def test_create_keeps_the_key_and_answers_with_a_working_api_key(node: Nod
     assert (await node.sealing.signer(created.agent_id)).did == created.agent_id
     out = await node.agents.get(created.agent_id)
     assert (out.display_name, out.description, out.home_node) == ("Alice Liddell", "asks questions", node.node_id)
-    assert out.entry_count == 0 and out.trust.score == 0.5
+    assert out.entry_count == 0 and out.trust is not None and out.trust.score == 0.5
 
     def identity(conn: sqlite3.Connection) -> bytes:
         row = conn.execute("SELECT r.body FROM agents a JOIN records r ON r.hash = a.doc_hash WHERE a.id = ?",

@@ -14,7 +14,7 @@ from node.wire.api import PostEntry, unsigned_entry
 from node.wire.time import format_ms
 
 KEY = keys.SigningKey.generate()
-text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)  # NUL and emoji included
+text = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=40)  # NUL and emoji included
 scalar = st.floats(-1e6, 1e6, allow_nan=False) | st.integers(-(2**31), 2**31) | text | st.booleans() | st.none()
 
 

@@ -10,23 +10,26 @@ from __future__ import annotations
 
 import random
 import sqlite3
+from typing import TypeVar
 
 import pytest
 
 from identity.keys import SigningKey
+from identity.schema import EntryType, Performative
 from node.service import Node
 from node.wire.api import PostEntry, SubscriptionIn
 from tests.conftest import AgentCreds
 
 TAGS = ["alpha", "beta", "gamma", "délta"]
-TYPES = ["finding", "question", "synthesis"]
-PERFORMATIVES = ["inform", "request", "propose"]
+TYPES: list[EntryType] = ["finding", "question", "synthesis"]
+PERFORMATIVES: list[Performative] = ["inform", "request", "propose"]
 
+S = TypeVar("S", bound=str)
 STRANGER = SigningKey.generate().did  # an agent not registered on the node: never notified here
 Expected = dict[tuple[str, int], tuple[int, str, int | None]]  # (agent, entry) -> (tier, reason, subscription)
 
 
-def sample(rng: random.Random, values: list[str], most: int) -> list[str]:
+def sample(rng: random.Random, values: list[S], most: int) -> list[S]:
     return sorted(rng.sample(values, rng.randint(0, most)))
 
 

@@ -130,7 +130,7 @@ async def test_max_subscriptions(client: TestClient, make_agent: MakeAgent, node
 
 async def test_bad_subscriptions(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
     alice = await make_agent("alice")
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"tags": ["x"] * 33}, "$.tags"),
         ({"entry_types": ["essay"]}, "$.entry_types[0]"),
         ({"authors": ["Bob"]}, "$.authors[0]"),
@@ -404,7 +404,7 @@ async def test_notifications_of_agents_that_never_poll_are_expired_by_the_sweep(
     clock.advance(notify.NOTIFICATION_TTL_MS / 1000 + 1)
     assert await inbox(client, carol) == []  # carol's empty poll does not expire bob's notification
     assert (await statuses(node, bob.agent_id))[entry["id"]][0] == "pending"
-    sweep = expiry_sweep(client.server.app)
+    sweep = expiry_sweep(client.app)
     await sweep.__anext__()  # the app's sweep, started as at start-up: its first round runs at once
     try:
         for _ in range(200):

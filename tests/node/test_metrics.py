@@ -118,7 +118,7 @@ async def test_sql_gauge_hook_and_missing_tables(
 
 
 async def test_in_process_metrics_and_scrape_hooks(client: TestClient, admin_headers: dict[str, str]) -> None:
-    m = metrics.metrics_of(client.server.app)
+    m = metrics.metrics_of(client.app)
     outcome = m.counter("bbs_test_outcomes", "sync outcomes", ["peer", "outcome"])
     assert m.counter("bbs_test_outcomes", "sync outcomes", ["peer", "outcome"]) is outcome
     outcome.labels("did:key:zPeer", "saved").inc(5)

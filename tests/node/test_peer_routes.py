@@ -196,7 +196,9 @@ async def test_a_failing_peer_shows_in_peers_metrics_and_the_cli(
     resp = await client.post("/v1/peers", json={"url": f"http://127.0.0.1:{unused_port()}", "node_id": PEER.did},
                              headers=admin_headers)  # fmt: skip
     assert resp.status == 201
-    app[appkeys.SYNC].scheduler.poke()
+    scheduler = app[appkeys.SYNC].scheduler
+    assert scheduler is not None  # pull=True: the app runs one
+    scheduler.poke()
     for _ in range(500):
         [status] = (await (await client.get("/v1/peers", headers=admin_headers)).json())["peers"]
         if status["health"]["failures"] >= 1:

@@ -69,7 +69,7 @@ def test_each_feature_service_is_built_once_on_the_same_database_and_clock(node:
 
 async def test_the_app_serves_the_nodes_own_services(client: TestClient, node: Node) -> None:
     """Federation serves the node's one sync store (its change feed wakes long polls), not one of its own."""
-    assert client.server.app[SYNC].store is node.sync
+    assert client.app[SYNC].store is node.sync
 
 
 def test_no_feature_module_imports_the_node() -> None:

@@ -98,8 +98,8 @@ async def test_a_look_up_racing_a_rest_rotation_is_not_kept(
     read_it, go_on = asyncio.Event(), asyncio.Event()
     real_read = node.db.read
 
-    async def slow_read(fn: Any) -> Any:
-        value = await real_read(fn)
+    async def slow_read(fn: Any, *, quick: bool = False) -> Any:
+        value = await real_read(fn, quick=quick)
         if isinstance(value, Principal):  # the old key's look-up: the answer is on its way
             read_it.set()
             await go_on.wait()

@@ -150,7 +150,7 @@ async def test_each_bad_record_is_refused_and_counted_the_rest_stored(make_peer:
     report = await node.puller().pull_once(evil.config)
     words = [(o.outcome, o.reason) for o in report.outcomes]
     assert words.count(("saved", None)) == 2
-    reasons = sorted(r for w, r in words if w == "invalid")
+    reasons = sorted(str(r) for w, r in words if w == "invalid")
     assert reasons == sorted(
         [
             "hash_mismatch",

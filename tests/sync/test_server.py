@@ -37,7 +37,7 @@ async def test_the_feed_in_pages(store: MemoryStore) -> None:
     assert isinstance(first, m.Changes)
     assert ([i.hash for i in first.items], first.next, first.more, first.head) == (hashes[:2], 2, True, 5)
     assert first.node_id == store.node_id and first.epoch == store.epoch
-    assert bytes(first.items[0].record) == store.log[0][2]  # the stored bytes, as they are
+    assert store.log[0] is not None and bytes(first.items[0].record) == store.log[0][2]  # the stored bytes, as they are
     rest = await server.changes(m.ChangesQuery(since=first.next, epoch=store.epoch, limit=10))
     assert isinstance(rest, m.Changes) and [i.hash for i in rest.items] == hashes[2:] and not rest.more
 
@@ -51,6 +51,7 @@ async def test_records_from_the_asking_peer_are_not_echoed(store: MemoryStore) -
 
 async def test_a_page_is_cut_at_its_byte_budget(store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
     hashes = [add(store, f"entry {i}") for i in range(4)]
+    assert store.log[0] is not None
     monkeypatch.setattr(server_module, "MAX_PAGE_BYTES", len(store.log[0][2]) * 2 + 1)
     page = await SyncServer(store).changes(m.ChangesQuery(since=0))
     assert isinstance(page, m.Changes)

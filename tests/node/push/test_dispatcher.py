@@ -9,13 +9,13 @@ from node.push.dispatcher import Dispatcher
 from node.push.endpoints import PushEndpoints
 from node.push.sender import PushSettings
 from node.service import Node
-from node.wire.api import PostEntry
+from node.wire.api import PostEntry, SignedSubmission
 from node.wire.push import PushEndpointIn
 
 
 async def test_scan_reads_new_pending_notifications_and_counts_the_overflow(node: Node, make_agent) -> None:  # type: ignore[no-untyped-def]
     alice, bob = await make_agent("alice"), await make_agent("bob")
-    entries = [
+    entries: list[PostEntry | SignedSubmission] = [
         PostEntry("question", "request", f"q{i}", directed_to=[bob.agent_id]) for i in range(dispatch.SCAN_LIMIT + 5)
     ]
     await node.entries.post_batch(alice.agent_id, entries[:100])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,9 @@ def row(seq: int, content: str, address: str | None = None, **kw: object) -> Row
 
 
 @pytest.fixture
-def index(tmp_path: Path) -> SearchIndex:
+def index(tmp_path: Path) -> Iterator[SearchIndex]:
     ix = SearchIndex(tmp_path / "search-index", "epoch-1")
-    yield ix  # type: ignore[misc]
+    yield ix
     ix.close()
 
 

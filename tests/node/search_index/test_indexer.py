@@ -12,6 +12,7 @@ import contextlib
 import shutil
 import sqlite3
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -107,13 +108,13 @@ async def differential(root: Path, corpus: list[dict[str, Any]], asked: list[dic
                 continue
             if expected is None:
                 continue
-            got = (await node.db.read(lambda c, q=q: indexer.page(c, node.search_index, q, None))).ids
+            got = (await node.db.read(partial(indexer.page, index=node.search_index, q=q, since_ms=None))).ids
             assert sorted(got) == sorted(expected), (params, got, expected)
             # paging through the index: pages of 2 concatenate to the whole ranking, no skip, no repeat
             paged: list[int] = []
             for offset in range(0, len(got) + 2, 2):
                 pq = msgspec.structs.replace(q, limit=2, offset=offset)
-                paged += (await node.db.read(lambda c, pq=pq: indexer.page(c, node.search_index, pq, None))).ids
+                paged += (await node.db.read(partial(indexer.page, index=node.search_index, q=pq, since_ms=None))).ids
             assert paged == got
         oracle.close()
     finally:

@@ -209,7 +209,8 @@ class _Recorder:
     """Records the statement a function runs on a connection, to read its plan."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn, self.statement = conn, ("", [])
+        self.conn = conn
+        self.statement: tuple[str, Any] = ("", [])
 
     def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
         self.statement = (sql, params)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from identity.schema import TaskStatus
 from node.errors import Conflict
 from node.service import Node
 from node.wire.workflows import DeclareTask, FinishIn, LeaseIn
@@ -14,7 +15,7 @@ from node.workflows.service import Workflows
 from tests.conftest import FakeClock
 
 KEYS = [f"k{i}" for i in range(14)]
-STATUSES = ["pending", "processing", "done", "completed", "failed", "cancelled"]
+STATUSES: list[TaskStatus] = ["pending", "processing", "done", "completed", "failed", "cancelled"]
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -54,7 +55,7 @@ async def test_which_tasks_and_fields_the_home_node_decides(node: Node, make_age
         ({"task_key": "here", "status": "cancelled"}, None),  # homed here: decided here
         ({"task_key": "new", "status": "done"}, None),  # a new task is homed where it is declared
     ):
-        assert await read(lambda c, f=fields: relay.declared_elsewhere(c, f, node.node_id)) == expected
+        assert await read(partial(relay.declared_elsewhere, fields=fields, node_id=node.node_id)) == expected
 
 
 async def test_drafts_are_dated_after_every_event_held_and_stored_once(node: Node, make_agent: Any) -> None:
