@@ -67,13 +67,14 @@ def _scan(content: str, clauses: Sequence[Clause]) -> tuple[list[Span], list[Mar
         words, prefixes, phrases, begin = {}, [], [], 0
     spans: list[Span] = []
     found: list[tuple[int, int, int]] = []
-    for token, s, e in iter_token_spans(content, begin):
-        if s > stop or len(found) >= MAX_MARKS:
+    for span in iter_token_spans(content, begin):  # per token as little as can be: this loop is most of a search's
+        token, s, e = span  # snippets
+        if s > stop:
             break
-        spans.append((token, s, e))
+        spans.append(span)
         before = len(found)
-        if token in words:
-            found.append((s, e, words[token]))
+        if (w := words.get(token)) is not None:
+            found.append((s, e, w))
         for p, i in prefixes:
             if token.startswith(p):
                 found.append((s, e, i))
@@ -81,8 +82,11 @@ def _scan(content: str, clauses: Sequence[Clause]) -> tuple[list[Span], list[Mar
             n = len(phrase)
             if token == phrase[-1] and len(spans) >= n and all(spans[-n + j][0] == phrase[j] for j in range(n)):
                 found.append((spans[-n][1], e, i))
-        if found and not before:
-            stop = min(found, key=lambda m: m[0])[0] + SCAN_CHARS + SNIPPET_CHARS
+        if len(found) != before:
+            if not before:
+                stop = min(found, key=lambda m: m[0])[0] + SCAN_CHARS + SNIPPET_CHARS
+            if len(found) >= MAX_MARKS:
+                break
     if not found and begin > 0:  # only near-misses: the window shows the start, cut at a word's end
         lead = len(content) - len(content.lstrip())
         spans = list(itertools.takewhile(lambda t: t[1] <= lead + SNIPPET_CHARS, iter_token_spans(content)))
