@@ -117,6 +117,15 @@ def spelled(token: str) -> re.Pattern[str]:
     return re.compile("".join(parts))
 
 
+def ascii_token_bounds(text: str, pos: int, stop: int) -> tuple[list[int], list[int]]:
+    """Starts and ends of the words of ASCII `text` that start in [pos, stop] (`pos` not inside a word)."""
+    runs = list(_ASCII_RUN.finditer(text, pos, stop + 1))
+    starts, ends = [m.start() for m in runs], [m.end() for m in runs]
+    if ends and ends[-1] == stop + 1 < len(text) and text[stop + 1].isalnum():  # the last word runs past `stop`
+        ends[-1] = _ASCII_RUN.match(text, starts[-1]).end()  # type: ignore[union-attr]
+    return starts, ends
+
+
 def iter_token_spans(text: str, pos: int = 0) -> Iterator[tuple[str, int, int]]:
     """`token_spans`, lazily (a caller may stop early), from `pos` (which should not be inside a word)."""
     if text.isascii():

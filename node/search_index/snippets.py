@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 
-from node.search_index.analyzer import fold, is_token_char, iter_token_spans, spelled
+from node.search_index.analyzer import ascii_token_bounds, fold, is_token_char, iter_token_spans, spelled
 from node.search_index.query import Clause
 from node.wire.api import Snippet
 
@@ -32,8 +33,8 @@ Mark = tuple[int, int, frozenset[int]]  # (start, end, indexes of the clauses it
 
 def snippet(content: str, clauses: Sequence[Clause]) -> Snippet:
     """The snippet of `content` for a search of these clauses (the start of the content when nothing matches)."""
-    spans, marks = _scan(content, clauses)
-    start, end = _window(content, spans, marks)
+    starts, ends, marks = _scan_ascii(content, clauses) or _scan(content, clauses)
+    start, end = _window(content, starts, ends, marks)
     prefix = ELLIPSIS if content[:start].strip() else ""
     suffix = ELLIPSIS if content[end:].strip() else ""
     base = len(prefix.encode())
@@ -46,7 +47,10 @@ def snippet(content: str, clauses: Sequence[Clause]) -> Snippet:
     return Snippet(text=prefix + content[start:end] + suffix, highlights=highlights)
 
 
-def _scan(content: str, clauses: Sequence[Clause]) -> tuple[list[Span], list[Mark]]:
+Scanned = tuple[list[int], list[int], list[Mark]]  # starts and ends of the content's tokens, and its marks
+
+
+def _scan(content: str, clauses: Sequence[Clause]) -> Scanned:
     """The content's tokens and matches (in order, overlapping ones merged), read up to where no window can reach.
 
     Windows start near one of the matches within `SCAN_CHARS` of the first, so the scan stops `SCAN_CHARS +
@@ -90,6 +94,68 @@ def _scan(content: str, clauses: Sequence[Clause]) -> tuple[list[Span], list[Mar
     if not found and begin > 0:  # only near-misses: the window shows the start, cut at a word's end
         lead = len(content) - len(content.lstrip())
         spans = list(itertools.takewhile(lambda t: t[1] <= lead + SNIPPET_CHARS, iter_token_spans(content)))
+    return [s for _, s, _ in spans], [e for _, _, e in spans], _merged(found)
+
+
+def _scan_ascii(content: str, clauses: Sequence[Clause]) -> Scanned | None:
+    """`_scan` of an ASCII content for words and prefixes (no phrase), by `str.find` of each clause's word instead
+    of a look at each token: the same tokens and marks. None where `_scan` must do it: another content or
+    clause, no match, or MAX_MARKS matches (the loop's order decides which it keeps).
+
+    A token of ASCII text is a run of letters and digits, folded by lower-casing: in the lower-cased content a
+    clause's match is its word found where no letter or digit is just before it, and (for a word, not a prefix)
+    none just after it; `_scan_start`'s first place is the first such start, whatever follows.
+    """
+    if not content.isascii() or any(len(c.tokens) != 1 for c in clauses):
+        return None
+    low = content.lower()
+    firsts = [next(_word_starts(low, c.tokens[0], 0), None) for c in clauses]
+    if all(i is None for i in firsts):
+        return None
+    begin = max(0, min(i for i in firsts if i is not None) - LEAD_CHARS)  # as `_scan_start`
+    while begin > 0 and low[begin - 1].isalnum():
+        begin -= 1
+    found: list[tuple[int, int, int]] = []
+    stop = len(low)  # then SCAN_CHARS + SNIPPET_CHARS after the first match, as in `_scan`
+    for i, clause in enumerate(clauses):
+        word = clause.tokens[0]
+        for s in _word_starts(low, word, begin):
+            if s > stop:
+                break
+            e = s + len(word)
+            if clause.prefix:
+                e += _run_length(low, e)
+            elif e < len(low) and low[e].isalnum():
+                continue
+            found.append((s, e, i))
+            stop = min(stop, s + SCAN_CHARS + SNIPPET_CHARS)
+    found = [m for m in found if m[0] <= stop]  # a later clause's match may have come first
+    if not found or len(found) >= MAX_MARKS:
+        return None
+    starts, ends = ascii_token_bounds(content, begin, stop)
+    return starts, ends, _merged(found)
+
+
+def _word_starts(low: str, word: str, pos: int) -> Iterator[int]:
+    """Where `word` stands in lower-cased ASCII text from `pos` on, with no letter or digit just before it."""
+    i = low.find(word, pos)
+    while i >= 0:
+        if i == 0 or not low[i - 1].isalnum():
+            yield i
+        i = low.find(word, i + 1)
+
+
+def _run_length(low: str, at: int) -> int:
+    """How many letters and digits follow from `at`."""
+    m = _ALNUM.match(low, at)
+    return m.end() - at if m else 0
+
+
+_ALNUM = re.compile("[0-9a-z]+")
+
+
+def _merged(found: list[tuple[int, int, int]]) -> list[Mark]:
+    """Matches (start, end, clause index) in order, overlapping ones merged into one mark."""
     found.sort(key=lambda m: (m[0], -m[1]))
     merged: list[Mark] = []
     for s, e, i in found:
@@ -98,7 +164,7 @@ def _scan(content: str, clauses: Sequence[Clause]) -> tuple[list[Span], list[Mar
             merged[-1] = (ms, max(me, e), mi | {i})
         else:
             merged.append((s, e, frozenset({i})))
-    return spans, merged
+    return merged
 
 
 def _scan_start(content: str, clauses: Sequence[Clause]) -> tuple[int | None, int]:
@@ -124,10 +190,8 @@ def _first_word_start(content: str, token: str) -> int | None:
     return None
 
 
-def _window(content: str, spans: Sequence[Span], marks: Sequence[Mark]) -> tuple[int, int]:
-    """[start, end) character offsets of the snippet in `content`."""
-    starts = [s for _, s, _ in spans]
-    ends = [e for _, _, e in spans]
+def _window(content: str, starts: Sequence[int], ends: Sequence[int], marks: Sequence[Mark]) -> tuple[int, int]:
+    """[start, end) character offsets of the snippet in `content`, given its tokens' starts and ends."""
     if not content.strip():
         return 0, len(content)
     if not marks:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from node.search_index import snippets
 from node.search_index.analyzer import tokens
 from node.search_index.query import parse
 from node.search_index.snippets import ELLIPSIS, SNIPPET_CHARS, snippet
@@ -79,3 +80,30 @@ def test_every_highlight_is_a_match(content: str, q: str) -> None:
 def test_a_short_content_shows_every_match(content: str, p: str) -> None:
     s = snippet(content, parse(p + "*"))
     assert len(s.highlights) == sum(1 for t in tokens(content) if t.startswith(p))
+
+
+words = st.sampled_from(["ab", "AB", "abc", "b", "ba", "xab", "ab1", "1", "zz"])
+ascii_text = st.lists(st.tuples(words, st.sampled_from([" ", "  ", "-", ", ", "_", "\n", "."])), max_size=700).map(
+    lambda parts: "".join(w + sep for w, sep in parts)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(content=ascii_text, q=st.sampled_from(["ab", "AB b", "ab*", "ba* ab", "ba 1", "zz* ab* b 1"]))
+def test_ascii_text_is_scanned_by_regular_expressions_to_the_same_marks(content: str, q: str) -> None:
+    """The regular-expression scan of ASCII text finds the tokens and marks the token-by-token scan finds (long
+    contents too: the scan stops SCAN_CHARS + SNIPPET_CHARS after the first match)."""
+    clauses = parse(q)
+    fast = snippets._scan_ascii(content, clauses)
+    if fast is not None:
+        assert fast == snippets._scan(content, clauses)
+
+
+def test_the_regular_expression_scan_takes_ascii_words_and_prefixes_only() -> None:
+    assert snippets._scan_ascii("the Zeppelin landed", parse("zeppelin land*")) is not None
+    assert snippets._scan_ascii("the Zeppelin landed", parse('"zeppelin landed"')) is None  # a phrase
+    assert snippets._scan_ascii("the Zeppelin landed, café", parse("zeppelin")) is None  # not ASCII
+    assert snippets._scan_ascii("the Zeppelin landed", parse("airship")) is None  # no match
+    long = "x " * 100 + "ab " + "y " * 700 + "abab ab ab1 abc"  # the scan stops past the reach of any window
+    assert snippets._scan_ascii(long, parse("ab*")) == snippets._scan(long, parse("ab*"))
+    assert snippets._scan_ascii(long, parse("ab")) == snippets._scan(long, parse("ab"))
