@@ -117,13 +117,26 @@ def spelled(token: str) -> re.Pattern[str]:
     return re.compile("".join(parts))
 
 
-def ascii_token_bounds(text: str, pos: int, stop: int) -> tuple[list[int], list[int]]:
-    """Starts and ends of the words of ASCII `text` that start in [pos, stop] (`pos` not inside a word)."""
-    runs = list(_ASCII_RUN.finditer(text, pos, stop + 1))
-    starts, ends = [m.start() for m in runs], [m.end() for m in runs]
-    if ends and ends[-1] == stop + 1 < len(text) and text[stop + 1].isalnum():  # the last word runs past `stop`
-        ends[-1] = _ASCII_RUN.match(text, starts[-1]).end()  # type: ignore[union-attr]
-    return starts, ends
+def ascii_token_start(text: str, pos: int) -> int:
+    """The first word start at or after `pos` in ASCII `text` (len(text) when none)."""
+    m = _ASCII_RUN.search(text, pos)
+    if m is not None and m.start() == pos and pos > 0 and text[pos - 1].isalnum():  # `pos` is inside a word
+        m = _ASCII_RUN.search(text, m.end())
+    return len(text) if m is None else m.start()
+
+
+_ASCII_ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_ASCII_OTHER = "".join(chr(c) for c in range(128) if not chr(c).isalnum())
+
+
+def ascii_token_end(text: str, pos: int, limit: int) -> int | None:
+    """The last word end at or before `limit` of the words of ASCII `text` from `pos` on (`pos` not inside a
+    word), None when none ends by then."""
+    kept = text[pos:limit]
+    if 0 < limit < len(text) and text[limit - 1].isalnum() and text[limit].isalnum():  # a word runs past `limit`
+        kept = kept.rstrip(_ASCII_ALNUM)
+    kept = kept.rstrip(_ASCII_OTHER)
+    return pos + len(kept) if kept else None
 
 
 def iter_token_spans(text: str, pos: int = 0) -> Iterator[tuple[str, int, int]]:

@@ -15,9 +15,16 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
-from node.search_index.analyzer import ascii_token_bounds, fold, is_token_char, iter_token_spans, spelled
+from node.search_index.analyzer import (
+    ascii_token_end,
+    ascii_token_start,
+    fold,
+    is_token_char,
+    iter_token_spans,
+    spelled,
+)
 from node.search_index.query import Clause
 from node.wire.api import Snippet
 
@@ -33,8 +40,8 @@ Mark = tuple[int, int, frozenset[int]]  # (start, end, indexes of the clauses it
 
 def snippet(content: str, clauses: Sequence[Clause]) -> Snippet:
     """The snippet of `content` for a search of these clauses (the start of the content when nothing matches)."""
-    starts, ends, marks = _scan_ascii(content, clauses) or _scan(content, clauses)
-    start, end = _window(content, starts, ends, marks)
+    tokens, marks = _scan_ascii(content, clauses) or _scan(content, clauses)
+    start, end = _window(content, tokens, marks)
     prefix = ELLIPSIS if content[:start].strip() else ""
     suffix = ELLIPSIS if content[end:].strip() else ""
     base = len(prefix.encode())
@@ -47,7 +54,38 @@ def snippet(content: str, clauses: Sequence[Clause]) -> Snippet:
     return Snippet(text=prefix + content[start:end] + suffix, highlights=highlights)
 
 
-Scanned = tuple[list[int], list[int], list[Mark]]  # starts and ends of the content's tokens, and its marks
+class Tokens:
+    """Where the scanned tokens of a content start and end, as lists."""
+
+    def __init__(self, starts: list[int], ends: list[int]) -> None:
+        self.starts, self.ends = starts, ends
+
+    def start_from(self, pos: int) -> int:
+        """The first token start at or after `pos` (there is one: `pos` is at most a mark's start)."""
+        return self.starts[bisect.bisect_left(self.starts, pos)]
+
+    def end_within(self, limit: int) -> int | None:
+        """The last token end at or before `limit`, None when none ends by then."""
+        i = bisect.bisect_right(self.ends, limit) - 1
+        return self.ends[i] if i >= 0 else None
+
+
+class AsciiTokens:
+    """`Tokens` of an ASCII content from `begin` (not inside a word) on, looked up where asked instead of listed."""
+
+    def __init__(self, content: str, begin: int) -> None:
+        self.content, self.begin = content, begin
+
+    def start_from(self, pos: int) -> int:
+        """As `Tokens.start_from`."""
+        return ascii_token_start(self.content, max(pos, self.begin))
+
+    def end_within(self, limit: int) -> int | None:
+        """As `Tokens.end_within`."""
+        return ascii_token_end(self.content, self.begin, limit)
+
+
+Scanned = tuple[Tokens | AsciiTokens, list[Mark]]  # the content's tokens, and its marks
 
 
 def _scan(content: str, clauses: Sequence[Clause]) -> Scanned:
@@ -94,13 +132,14 @@ def _scan(content: str, clauses: Sequence[Clause]) -> Scanned:
     if not found and begin > 0:  # only near-misses: the window shows the start, cut at a word's end
         lead = len(content) - len(content.lstrip())
         spans = list(itertools.takewhile(lambda t: t[1] <= lead + SNIPPET_CHARS, iter_token_spans(content)))
-    return [s for _, s, _ in spans], [e for _, _, e in spans], _merged(found)
+    return Tokens([s for _, s, _ in spans], [e for _, _, e in spans]), _merged(found)
 
 
 def _scan_ascii(content: str, clauses: Sequence[Clause]) -> Scanned | None:
     """`_scan` of an ASCII content for words and prefixes (no phrase), by `str.find` of each clause's word instead
-    of a look at each token: the same tokens and marks. None where `_scan` must do it: another content or
-    clause, no match, or MAX_MARKS matches (the loop's order decides which it keeps).
+    of a look at each token, the tokens looked up only where the window asks: the same marks, the same window.
+    None where `_scan` must do it: another content or clause, no match, or MAX_MARKS matches (the loop's order
+    decides which it keeps).
 
     A token of ASCII text is a run of letters and digits, folded by lower-casing: in the lower-cased content a
     clause's match is its word found where no letter or digit is just before it, and (for a word, not a prefix)
@@ -109,40 +148,38 @@ def _scan_ascii(content: str, clauses: Sequence[Clause]) -> Scanned | None:
     if not content.isascii() or any(len(c.tokens) != 1 for c in clauses):
         return None
     low = content.lower()
-    firsts = [next(_word_starts(low, c.tokens[0], 0), None) for c in clauses]
-    if all(i is None for i in firsts):
+    at = [i for i in (_word_start(low, c.tokens[0], 0) for c in clauses) if i >= 0]
+    if not at:
         return None
-    begin = max(0, min(i for i in firsts if i is not None) - LEAD_CHARS)  # as `_scan_start`
+    begin = max(0, min(at) - LEAD_CHARS)  # as `_scan_start`
     while begin > 0 and low[begin - 1].isalnum():
         begin -= 1
     found: list[tuple[int, int, int]] = []
     stop = len(low)  # then SCAN_CHARS + SNIPPET_CHARS after the first match, as in `_scan`
     for i, clause in enumerate(clauses):
         word = clause.tokens[0]
-        for s in _word_starts(low, word, begin):
-            if s > stop:
-                break
+        s = _word_start(low, word, begin)
+        while 0 <= s <= stop:
             e = s + len(word)
             if clause.prefix:
                 e += _run_length(low, e)
-            elif e < len(low) and low[e].isalnum():
-                continue
-            found.append((s, e, i))
-            stop = min(stop, s + SCAN_CHARS + SNIPPET_CHARS)
+            if clause.prefix or e == len(low) or not low[e].isalnum():
+                found.append((s, e, i))
+                stop = min(stop, s + SCAN_CHARS + SNIPPET_CHARS)
+            s = _word_start(low, word, s + 1)
     found = [m for m in found if m[0] <= stop]  # a later clause's match may have come first
     if not found or len(found) >= MAX_MARKS:
         return None
-    starts, ends = ascii_token_bounds(content, begin, stop)
-    return starts, ends, _merged(found)
+    return AsciiTokens(content, begin), _merged(found)
 
 
-def _word_starts(low: str, word: str, pos: int) -> Iterator[int]:
-    """Where `word` stands in lower-cased ASCII text from `pos` on, with no letter or digit just before it."""
+def _word_start(low: str, word: str, pos: int) -> int:
+    """The first place from `pos` where `word` stands in lower-cased ASCII text with no letter or digit just
+    before it; -1 if none."""
     i = low.find(word, pos)
-    while i >= 0:
-        if i == 0 or not low[i - 1].isalnum():
-            yield i
+    while i > 0 and low[i - 1].isalnum():
         i = low.find(word, i + 1)
+    return i
 
 
 def _run_length(low: str, at: int) -> int:
@@ -190,13 +227,13 @@ def _first_word_start(content: str, token: str) -> int | None:
     return None
 
 
-def _window(content: str, starts: Sequence[int], ends: Sequence[int], marks: Sequence[Mark]) -> tuple[int, int]:
-    """[start, end) character offsets of the snippet in `content`, given its tokens' starts and ends."""
+def _window(content: str, tokens: Tokens | AsciiTokens, marks: Sequence[Mark]) -> tuple[int, int]:
+    """[start, end) character offsets of the snippet in `content`, given its scanned tokens."""
     if not content.strip():
         return 0, len(content)
     if not marks:
         start = len(content) - len(content.lstrip())
-        return start, _cut(content, ends, start, start + SNIPPET_CHARS)
+        return start, _cut(content, tokens, start, start + SNIPPET_CHARS)
     mark_starts = [m[0] for m in marks]  # merged marks do not overlap: their ends are in order too
     mark_ends = [m[1] for m in marks]
     best: tuple[int, int, int] | None = None  # (clauses, matches, -start) of the best window so far
@@ -204,23 +241,22 @@ def _window(content: str, starts: Sequence[int], ends: Sequence[int], marks: Seq
     for anchor in marks:
         if anchor[0] > marks[0][0] + SCAN_CHARS:
             break
-        start = starts[bisect.bisect_left(starts, anchor[0] - LEAD_CHARS)]  # the first token in the lead
+        start = tokens.start_from(anchor[0] - LEAD_CHARS)  # the first token in the lead
         lo = bisect.bisect_left(mark_starts, start)
         inside = marks[lo : max(lo, bisect.bisect_right(mark_ends, start + SNIPPET_CHARS))]
         score = (len(frozenset().union(*(m[2] for m in inside))), len(inside), -start)
         if best is None or score > best:
             best, best_start = score, start
     start = best_start
-    end = _cut(content, ends, start, start + SNIPPET_CHARS)
+    end = _cut(content, tokens, start, start + SNIPPET_CHARS)
     if end == len(content) and start > 0:  # near the end: use the room before the match instead
-        earlier = starts[bisect.bisect_left(starts, max(0, end - SNIPPET_CHARS))]
-        start = min(start, earlier)
+        start = min(start, tokens.start_from(max(0, end - SNIPPET_CHARS)))
     return start, end
 
 
-def _cut(content: str, ends: Sequence[int], start: int, limit: int) -> int:
+def _cut(content: str, tokens: Tokens | AsciiTokens, start: int, limit: int) -> int:
     """Where a window from `start` ends: the content's end if it fits, else the last token end within `limit`."""
     if limit >= len(content.rstrip()):
         return len(content.rstrip())
-    i = bisect.bisect_right(ends, limit) - 1
-    return ends[i] if i >= 0 and ends[i] > start else limit
+    end = tokens.end_within(limit)
+    return end if end is not None and end > start else limit
