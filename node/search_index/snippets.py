@@ -7,7 +7,10 @@ boundaries, starting up to `LEAD_CHARS` before a match within `SCAN_CHARS` of th
 placed to hold as many different clauses' matches as it can (then as many matches, then the earliest).
 Highlights are [start, end) UTF-8 byte offsets into the snippet's text, as the API promises (docs/api.md,
 "Search"). A long content costs little more than its part around the first match: the first match is found
-with a regular expression (analyzer.spelled) before any word is folded in Python.
+with a regular expression (analyzer.spelled) before any word is folded in Python. An ASCII content searched for
+words and prefixes (most snippets: a page renders 20 per search) skips the token-by-token scan altogether:
+its matches are found with `str.find` and its token bounds looked up where the window needs them
+(`_scan_ascii`), with the same result.
 """
 
 from __future__ import annotations
