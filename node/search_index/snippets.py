@@ -148,7 +148,7 @@ def _scan_ascii(content: str, clauses: Sequence[Clause]) -> Scanned | None:
     clause's match is its word found where no letter or digit is just before it, and (for a word, not a prefix)
     none just after it; `_scan_start`'s first place is the first such start, whatever follows.
     """
-    if not content.isascii() or any(len(c.tokens) != 1 for c in clauses):
+    if not content.isascii() or not all(len(c.tokens) == 1 and _ascii_token(c.tokens[0]) for c in clauses):
         return None
     low = content.lower()
     at = [i for i in (_word_start(low, c.tokens[0], 0) for c in clauses) if i >= 0]
@@ -174,6 +174,11 @@ def _scan_ascii(content: str, clauses: Sequence[Clause]) -> Scanned | None:
     if not found or len(found) >= MAX_MARKS:
         return None
     return AsciiTokens(content, begin), _merged(found)
+
+
+def _ascii_token(word: str) -> bool:
+    """Whether `word` is what the analyzer makes of an ASCII word (one a token of ASCII text can equal)."""
+    return word.isascii() and word.isalnum() and word == word.lower()
 
 
 def _word_start(low: str, word: str, pos: int) -> int:

@@ -114,6 +114,7 @@ def test_the_find_scan_takes_ascii_words_and_prefixes_only() -> None:
     assert snippets._scan_ascii("the Zeppelin landed", parse('"zeppelin landed"')) is None  # a phrase
     assert snippets._scan_ascii("the Zeppelin landed, café", parse("zeppelin")) is None  # not ASCII
     assert snippets._scan_ascii("the Zeppelin landed", parse("airship")) is None  # no match
+    assert snippets._scan_ascii("the Zeppelin landed", parse("zeppelin 日本")) is None  # a word no ASCII token is
     long = "x " * 100 + "ab " + "y " * 700 + "abab ab ab1 abc"  # the scan stops past the reach of any window
     assert same_scan(long, "ab*") and same_scan(long, "ab")
     near_end = "w " * 300 + "lead-in words before the Zeppelin landed"  # the window takes room before the match
