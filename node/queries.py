@@ -62,10 +62,11 @@ LINK_COLUMNS = (
 # ENTRY_COLUMNS by name, for a JSON array per row: a statement that returns many rows steps once per row, and
 # each step of a writer-thread statement hands the GIL back and waits for it. Exact: text is escaped (NUL
 # included), and the two floats have at most 4 decimals (confidence is rounded when a record is accepted,
-# community confidence when computed), which SQLite's 15 significant digits write exactly.
+# community confidence when computed), which SQLite's 15 significant digits write exactly. The two arrays of
+# strings come as JSON (`json(...)` keeps the JSON subtype): decoded with the row, not by `json.loads` each.
 _ENTRY_JSON = (
     "id, record_hash, content_fingerprint, author_id, created_at, entry_type, performative, content, confidence,"
-    " tags, directed_to, metadata, truth_state, authority, scope, signature, retracted, superseded,"
+    " json(tags), json(directed_to), metadata, truth_state, authority, scope, signature, retracted, superseded,"
     " community_confidence, superseded_claims, equivocated"
 )
 
@@ -95,30 +96,31 @@ def entry_out(row: sqlite3.Row) -> EntryOut:
         superseded_claims,
         equivocated,
     ) = row[:21]
+    # Positional, in EntryOut's field order (tests/node/test_queries.py checks it): a page renders 20 of these
+    # per search, and keywords cost twice the time. Arrays are lists when read through `_ENTRY_JSON`, else text.
     return EntryOut(
-        id=entry_id,
-        record_hash=record_hash,
-        content_fingerprint=fingerprint,
-        author_id=author_id,
-        created_at=created_at,
-        entry_type=entry_type,
-        performative=performative,
-        content=content,
-        confidence=confidence,
-        tags=_json_array(tags),
-        directed_to=_json_array(directed_to),
-        metadata={} if metadata == "{}" else json.loads(metadata),
-        truth_state=truth_state,
-        authority=authority,
-        scope=scope,
-        signature=signature,
-        retracted=bool(retracted),
-        superseded=bool(superseded),
-        community_confidence=community_confidence,
-        # a list when read through `_ENTRY_JSON` (json_array keeps the JSON subtype), text otherwise
-        superseded_claims=superseded_claims if isinstance(superseded_claims, list) else _json_array(superseded_claims),
-        equivocated=bool(equivocated),
-        versions=2 if equivocated else 1,
+        entry_id,
+        record_hash,
+        fingerprint,
+        author_id,
+        created_at,
+        entry_type,
+        performative,
+        content,
+        confidence,
+        tags if isinstance(tags, list) else _json_array(tags),
+        directed_to if isinstance(directed_to, list) else _json_array(directed_to),
+        {} if metadata == "{}" else json.loads(metadata),
+        truth_state,
+        authority,
+        scope,
+        signature,
+        bool(retracted),
+        bool(superseded),
+        community_confidence,
+        superseded_claims if isinstance(superseded_claims, list) else _json_array(superseded_claims),
+        bool(equivocated),
+        2 if equivocated else 1,
     )
 
 

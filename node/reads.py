@@ -12,7 +12,8 @@ from node.errors import InvalidInput
 from node.search_index import freshness, indexer, query, snippets
 from node.search_index.index import SearchIndex
 from node.search_index.indexer import Indexer
-from node.wire.api import EntryOut, LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult, Snippet
+from node.search_index.query import Clause
+from node.wire.api import LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult
 
 # A search with words is tried on the event loop only when its page ends within INLINE_HITS hits and one of its
 # words is in at most INLINE_MATCHES entries (a term-dictionary look-up): the index's top-k then takes well under
@@ -41,7 +42,8 @@ class Reads:
         """A page of entries matching the query, with their neighbourhood when `hops` asks for it.
 
         `agent` is the caller (None for the admin): a search with words waits for the index to cover its newest
-        entry (and every entry when `q.fresh`), up to `fresh_timeout_s`."""
+        entry (and every entry when `q.fresh`), up to `fresh_timeout_s`. A search that needs no wait is one read:
+        what it must see is looked up in the search's own read, and only a wait is followed by a second one."""
         since_ms = queries.parse_since(q.since, "$.since")
         if not agent_refs.all_dids(q.author):  # authors named by local name
             q = msgspec.structs.replace(
@@ -51,39 +53,42 @@ class Reads:
         if q.q is not None and q.q.strip() and not clauses:
             raise InvalidInput("q has no searchable words", field="$.q", code="invalid_query")
         index = self.index
-        covered = None
-        if clauses:  # refused at once while the index is built, not after waiting for it
+        if clauses and (index is None or not index.serving):  # refused at once while the index is built
             await self.db.read(lambda c: indexer.ensure_serving(c, index), quick=True)
-            covered = await self._freshen(q, agent)
         # On the event loop only a shallow page of a rare enough word (INLINE_HITS, INLINE_MATCHES above).
         quick = not clauses or (
             q.offset + q.limit <= INLINE_HITS and index is not None and index.few_matches(clauses, INLINE_MATCHES)
         )
-        result = await self.db.read(lambda c: search(c, q, since_ms, index), quick=quick)
+        worker = self.indexer if clauses else None
+
+        def attempt(c: sqlite3.Connection) -> tuple[int | None, int | None, SearchResult | None]:
+            """(entry id to wait for, position the index covers, the result): the search as the index stands,
+            unless it must first see newer entries (docs/api.md, "Search"): with `q.fresh`, or when `agent`'s
+            newest entry is not yet indexed, the highest entry id of this read; then no result. Changes nothing:
+            a read may run twice (Database.read)."""
+            if worker is None:  # no words, or no index task: no position to report
+                return None, None, search(c, q, since_ms, index, clauses)
+            covered = worker.position.position  # read before the index is searched: it covers at least this
+            if q.fresh or agent is not None:
+                highest, own = freshness.targets(c, agent)
+                if (q.fresh or own > covered) and highest > covered:
+                    return highest, covered, None
+            return None, covered, search(c, q, since_ms, index, clauses)
+
+        target, covered, result = await self.db.read(attempt, quick=quick)
+        stale = False
+        if worker is not None and target is not None:  # the index must first cover `target`: wait, read again
+            reached = await worker.reach(target, self.fresh_timeout_s)
+            self.fresh_waits["reached" if reached else "timed_out"] += 1
+            stale, covered = not reached, worker.position.position
+            result = await self.db.read(lambda c: search(c, q, since_ms, index, clauses), quick=quick)
+        elif worker is not None and q.fresh:
+            self.fresh_waits["none"] += 1
+        assert result is not None
         self.answered["index" if clauses else "sql"] += 1
         if covered is not None:
-            result = msgspec.structs.replace(result, indexed_through=covered[0], stale=covered[1])
+            result = msgspec.structs.replace(result, indexed_through=covered, stale=stale)
         return result
-
-    async def _freshen(self, q: SearchQuery, agent: str | None) -> tuple[int, bool] | None:
-        """Wait when the search must see newer entries than the index covers (docs/api.md, "Search"): with
-        `q.fresh`, or when `agent`'s newest entry is not yet indexed, for the highest entry id at this moment.
-
-        Returns (the entry id the index covers at least, whether a wait ran out), None without an index task.
-        """
-        worker = self.indexer
-        if worker is None:
-            return None
-        if q.fresh or agent is not None:
-            highest, own = await self.db.read(lambda c: freshness.targets(c, agent), quick=True)
-            if q.fresh or own > worker.position.position:
-                if highest <= worker.position.position:
-                    self.fresh_waits["none"] += 1
-                    return worker.position.position, False
-                reached = await worker.reach(highest, self.fresh_timeout_s)
-                self.fresh_waits["reached" if reached else "timed_out"] += 1
-                return worker.position.position, not reached
-        return worker.position.position, False
 
 
 def read(conn: sqlite3.Connection, refs: list[str], q: ReadQuery) -> ReadResult:
@@ -112,13 +117,22 @@ def read(conn: sqlite3.Connection, refs: list[str], q: ReadQuery) -> ReadResult:
     return ReadResult(entries=entries, links=links, missing=missing, truncated=truncated)
 
 
-def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None, index: SearchIndex | None) -> SearchResult:
+def search(
+    conn: sqlite3.Connection,
+    q: SearchQuery,
+    since_ms: int | None,
+    index: SearchIndex | None,
+    clauses: list[Clause] | None = None,
+) -> SearchResult:
     """`Reads.search` on one connection: the page (from `index` when the query has words), then its neighbourhood.
 
-    Raises SearchIndexBuilding when the query has words and the index cannot answer yet (indexer.page).
+    `clauses` are `q.q` parsed (parsed here when not given). Raises SearchIndexBuilding when the query has words
+    and the index cannot answer yet (indexer.page).
     """
-    if q.q and query.parse(q.q):
-        hits = indexer.page(conn, index, q, since_ms)
+    if clauses is None:
+        clauses = query.parse(q.q) if q.q else []
+    if clauses:
+        hits = indexer.page(conn, index, q, since_ms, clauses)
         by_id = {e.id: e for e in queries.entries_by_ids(conn, hits.ids)}
         # An id the index still names may be gone from this (newer) read: an equivocated address's loser.
         page = [by_id[i] for i in hits.ids if i in by_id]
@@ -149,13 +163,5 @@ def search(conn: sqlite3.Connection, q: SearchQuery, since_ms: int | None, index
         offset=q.offset,
         next_offset=q.offset + q.limit if full else None,
         truncated=truncated,
-        snippets=_snippets(page, q.q),
+        snippets={e.record_hash: snippets.snippet(e.content, clauses) for e in page} if clauses else {},
     )
-
-
-def _snippets(page: list[EntryOut], q: str | None) -> dict[str, Snippet]:
-    """Each hit's highlighted snippet, by record hash, when the search has words."""
-    clauses = query.parse(q) if q else []
-    if not clauses:
-        return {}
-    return {e.record_hash: snippets.snippet(e.content, clauses) for e in page}

@@ -51,6 +51,7 @@ def fold(ch: str) -> str:
 
 
 _ASCII_WORD = re.compile(r"[a-z0-9]+")
+_ASCII_RUN = re.compile(r"[0-9A-Za-z]+")  # `_RUN` for ASCII text: a short character class, tested faster
 # A run of token characters (any case), for `token_spans`: the same test as `is_token_char`, at C speed.
 _RUN = re.compile("[0-9A-Za-z" + "".join(f"\\U{s:08x}-\\U{e:08x}" for s, e in zip(_STARTS, _ENDS, strict=True)) + "]+")
 
@@ -116,8 +117,34 @@ def spelled(token: str) -> re.Pattern[str]:
     return re.compile("".join(parts))
 
 
+def ascii_token_start(text: str, pos: int) -> int:
+    """The first word start at or after `pos` in ASCII `text` (len(text) when none)."""
+    m = _ASCII_RUN.search(text, pos)
+    if m is not None and m.start() == pos and pos > 0 and text[pos - 1].isalnum():  # `pos` is inside a word
+        m = _ASCII_RUN.search(text, m.end())
+    return len(text) if m is None else m.start()
+
+
+_ASCII_ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_ASCII_OTHER = "".join(chr(c) for c in range(128) if not chr(c).isalnum())
+
+
+def ascii_token_end(text: str, pos: int, limit: int) -> int | None:
+    """The last word end at or before `limit` of the words of ASCII `text` from `pos` on (`pos` not inside a
+    word), None when none ends by then."""
+    kept = text[pos:limit]
+    if 0 < limit < len(text) and text[limit - 1].isalnum() and text[limit].isalnum():  # a word runs past `limit`
+        kept = kept.rstrip(_ASCII_ALNUM)
+    kept = kept.rstrip(_ASCII_OTHER)
+    return pos + len(kept) if kept else None
+
+
 def iter_token_spans(text: str, pos: int = 0) -> Iterator[tuple[str, int, int]]:
     """`token_spans`, lazily (a caller may stop early), from `pos` (which should not be inside a word)."""
+    if text.isascii():
+        for m in _ASCII_RUN.finditer(text, pos):
+            yield m.group().lower(), m.start(), m.end()
+        return
     for m in _RUN.finditer(text, pos):
         run = m.group()
         token = run.lower() if run.isascii() else run.translate(_FOLD_TABLE)  # `fold` of each character

@@ -157,6 +157,12 @@ class SearchIndex:
         # Whether searches are answered: set once the index was seen near the log's head (indexer.page), cleared
         # by `reset`; a search while it is unset is answered 503 search_index_building.
         self.serving = False
+        # Searches take the searcher of the last reload and the position it covers from `_view` (`_current`):
+        # the meta document is read once per index commit, not once per search. Only this writer commits, and
+        # it reloads after each commit, counted in `_generation`; an index opened read-only (another process
+        # writes it) asks tantivy each time.
+        self._generation = 0
+        self._view: tuple[int, tantivy.Searcher, int] | None = None
         path.mkdir(parents=True, exist_ok=True)
         self.index = tantivy.Index(SCHEMA, path=str(path), reuse=True)
         self.writer: tantivy.IndexWriter | None = None
@@ -182,13 +188,27 @@ class SearchIndex:
         position, stamp = doc.get_first("position"), doc.get_first("stamp")
         return (0 if position is None else int(position)), (None if stamp is None else str(stamp))
 
+    def _current(self) -> tuple[tantivy.Searcher, int]:
+        """A searcher of the index as it stands, and the position it covers (`state`), kept until the next reload
+        by this writer. A pair read before a reload is still a consistent pair: a search never reports more than
+        its searcher sees."""
+        view = self._view
+        if view is not None and view[0] == self._generation:
+            return view[1], view[2]
+        generation = self._generation  # read before the searcher: a reload meanwhile makes this view stale
+        searcher = self.index.searcher()
+        position = self.state(searcher)[0]
+        if self.writer is not None:
+            self._view = (generation, searcher, position)
+        return searcher, position
+
     def few_matches(self, clauses: Sequence[Clause], limit: int) -> bool:
         """Whether some clause's rarest token is in at most `limit` documents (content and tags counted apart).
 
         A term-dictionary look-up per token, no search: it bounds what an AND of the clauses can match, and so
         how long the index's top-k takes. A prefix clause is never counted as few (its expansion walks terms).
         """
-        searcher = self.index.searcher()
+        searcher = self._current()[0]
         for clause in clauses:
             if clause.prefix or not clause.tokens:
                 continue
@@ -223,6 +243,7 @@ class SearchIndex:
             self.writer.add_document(_meta_document(0, self.stamp))
             self.writer.commit()
             self.index.reload()
+            self._generation += 1
 
     def apply(self, rows: Sequence[Row], position: int) -> None:
         """Index these entries (replacing any document of the same address) and record `position`, in one commit."""
@@ -236,6 +257,7 @@ class SearchIndex:
             self.writer.add_document(_meta_document(position, self.stamp))
             self.writer.commit()
             self.index.reload()
+            self._generation += 1
 
     def search(
         self,
@@ -250,8 +272,7 @@ class SearchIndex:
 
         `words` are the clauses of node/search_index/query.py (a plain string is a word: its tokens, no syntax).
         """
-        searcher = self.index.searcher()
-        position = self.state(searcher)[0]
+        searcher, position = self._current()
         clauses = tantivy_clauses(words, SCHEMA, searcher)
         if clauses is None:
             return Hits([], position)

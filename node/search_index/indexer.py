@@ -19,7 +19,7 @@ import math
 import sqlite3
 import time
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -28,7 +28,7 @@ from node.errors import SearchIndexBuilding
 from node.search_index import ranking
 from node.search_index.freshness import CommitAges, Pace, Watermark
 from node.search_index.index import FOLDER, ROW_COLUMNS, Filters, Hits, Row, SearchIndex
-from node.search_index.query import parse
+from node.search_index.query import Clause, parse
 from node.wire.api import SearchQuery
 
 BATCH = 2_000  # entries per index commit
@@ -158,15 +158,23 @@ def ensure_serving(conn: sqlite3.Connection, index: SearchIndex | None) -> None:
     index.serving = True
 
 
-def page(conn: sqlite3.Connection, index: SearchIndex | None, q: SearchQuery, since_ms: int | None) -> Hits:
+def page(
+    conn: sqlite3.Connection,
+    index: SearchIndex | None,
+    q: SearchQuery,
+    since_ms: int | None,
+    clauses: Sequence[Clause] | None = None,
+) -> Hits:
     """Entry ids of a search page with words from the index as it stands, with the position it answered at.
+
+    `clauses` are `q.q` parsed (node/search_index/query.py), parsed here when not given.
 
     Raises SearchIndexBuilding while the index cannot answer (`ensure_serving`). Trust (node-local, not in the
     index) sorts and filters through the trust cache read on `conn`: node/search_index/ranking.py.
     """
     ensure_serving(conn, index)
     assert index is not None
-    words = parse(q.q or "")
+    words = parse(q.q or "") if clauses is None else clauses
     filters = Filters(
         entry_type=q.entry_type,
         performative=q.performative,

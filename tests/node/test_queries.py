@@ -13,7 +13,7 @@ from identity import keys
 from node import queries, reads
 from node.search_index.indexer import Indexer
 from node.service import Node
-from node.wire.api import PostEntry, PostLink, SearchQuery
+from node.wire.api import EntryOut, PostEntry, PostLink, SearchQuery
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import entry_record, hash_of, ingest
 
@@ -63,7 +63,8 @@ async def test_entries_by_ids_and_by_hashes(node: Node, make_agent: MakeAgent) -
         keys.SigningKey.generate(),
         "first",
         created_ms=node.now_ms(),
-        tags=["x"],
+        tags=["x", '\u00e9"\\'],
+        directed_to=[keys.SigningKey.generate().did],
         metadata={"k": [1, "\u0000"]},
         confidence=0.25,
     )
@@ -74,13 +75,30 @@ async def test_entries_by_ids_and_by_hashes(node: Node, make_agent: MakeAgent) -
     by_ids = await node.db.read(lambda c: queries.entries_by_ids(c, [b, a, 12345]))
     assert sorted(e.id for e in by_ids) == [a, b]
     first = next(e for e in by_ids if e.id == a)
-    assert (first.tags, first.metadata, first.confidence, first.retracted) == (["x"], {"k": [1, "\u0000"]}, 0.25, False)
+    assert (first.tags, first.metadata, first.confidence, first.retracted) == (
+        ["x", '\u00e9"\\'],
+        {"k": [1, "\u0000"]},
+        0.25,
+        False,
+    )
+    assert first.directed_to == first_record["directed_to"]
     assert first.community_confidence == 0.5  # neutral without trust signals
     assert await node.db.read(lambda c: queries.entries_by_ids(c, [])) == []
     plain = await node.db.read(lambda c: queries.entries_by_hashes(c, [hb, ha, "0" * 64], False))
     assert [e.id for e in plain] == [a]
     every = await node.db.read(lambda c: queries.entries_by_hashes(c, [hb, ha], True))
     assert [e.id for e in every] == [a, b]  # oldest first
+    assert sorted(by_ids, key=lambda e: e.id) == every  # rows as JSON (by ids) and as columns render alike
+
+
+def test_entry_out_fills_entry_out_in_its_field_order() -> None:
+    """entry_out builds EntryOut positionally (it is rendered for every entry of a page)."""
+    assert EntryOut.__struct_fields__ == (
+        *("id", "record_hash", "content_fingerprint", "author_id", "created_at", "entry_type", "performative"),
+        *("content", "confidence", "tags", "directed_to", "metadata", "truth_state", "authority", "scope"),
+        *("signature", "retracted", "superseded", "community_confidence", "superseded_claims", "equivocated"),
+        "versions",
+    )
 
 
 async def test_traverse_by_hops_direction_and_type(node: Node, make_agent: MakeAgent) -> None:

@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node.search_index.analyzer import fold, is_token_char, spelled, token_spans, tokens
+from node.search_index.analyzer import (
+    ascii_token_end,
+    ascii_token_start,
+    fold,
+    is_token_char,
+    spelled,
+    token_spans,
+    tokens,
+)
 
 
 @pytest.mark.parametrize(
@@ -62,3 +70,10 @@ def test_spelled_finds_every_spelling_of_a_words_beginning(text: str) -> None:
     for token, start, end in token_spans(text):
         for k in range(1, len(token) + 1):
             assert any(start <= m.start() < end for m in spelled(token[:k]).finditer(text)), (text, token[:k])
+
+
+def test_ascii_word_bounds_are_looked_up_around_a_position() -> None:
+    text = "ab, cd-ef  gh"
+    assert [ascii_token_start(text, i) for i in (0, 1, 2, 4, 5, 7, 13)] == [0, 4, 4, 4, 7, 7, 13]  # 13: none
+    assert [ascii_token_end(text, 0, limit) for limit in (1, 2, 5, 6, 8, 13)] == [None, 2, 2, 6, 6, 13]
+    assert ascii_token_end(text, 4, 3) is None and ascii_token_end(text, 4, 9) == 9

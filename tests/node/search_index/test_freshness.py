@@ -21,7 +21,7 @@ from node.appkeys import SEARCH_INDEXER
 from node.search_index.freshness import TARGETS_SQL, CommitAges, Pace, Watermark, targets
 from node.search_index.indexer import Indexer
 from node.service import Node
-from node.wire.api import PostEntry
+from node.wire.api import PostEntry, SearchQuery
 from tests.agent.mcp_inprocess import mcp_for, ok
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import get_json, post, problem
@@ -118,6 +118,10 @@ async def test_an_agent_finds_its_own_post_at_once(client: TestClient, node: Nod
     assert node.reads.fresh_waits["reached"] == 1
     again = await search(client, alice, q="descaler")  # nothing newer of hers: no wait
     assert again["stale"] is False and node.reads.fresh_waits["reached"] == 1
+    inline, moved = node.db.read_stats.inline, node.db.read_stats.moved
+    direct = await node.reads.search(SearchQuery(q="descaler"), alice.agent_id)
+    assert [e.id for e in direct.entries] == [mine] and direct.indexed_through is not None
+    assert (node.db.read_stats.inline - inline, node.db.read_stats.moved - moved) == (1, 0)  # her newest: same read
 
 
 async def test_fresh_waits_for_other_agents_posts(client: TestClient, node: Node, make_agent: Any) -> None:

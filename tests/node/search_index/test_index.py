@@ -48,6 +48,10 @@ def test_search_answers_at_the_position_the_index_covers(index: SearchIndex) -> 
     assert index.search(["alpha"], Filters(), 10, 0) == Hits([1], 1)
     index.apply([row(2, "beta")], 7)  # the position is the log's, past the last entry indexed
     assert index.search(["alpha"], Filters(), 10, 0) == Hits([1], 7)
+    assert not index.few_matches([Clause(("beta",))], 0)  # each commit is seen by the next search and look-up
+    index.reset()
+    assert index.search(["alpha"], Filters(), 10, 0) == Hits([], 0)
+    assert index.few_matches([Clause(("beta",))], 0)
 
 
 def test_filters(index: SearchIndex) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from node.search_index import snippets
 from node.search_index.analyzer import tokens
 from node.search_index.query import parse
 from node.search_index.snippets import ELLIPSIS, SNIPPET_CHARS, snippet
@@ -79,3 +80,43 @@ def test_every_highlight_is_a_match(content: str, q: str) -> None:
 def test_a_short_content_shows_every_match(content: str, p: str) -> None:
     s = snippet(content, parse(p + "*"))
     assert len(s.highlights) == sum(1 for t in tokens(content) if t.startswith(p))
+
+
+words = st.sampled_from(["ab", "AB", "abc", "b", "ba", "xab", "ab1", "1", "zz", "ab" + "z" * 170])
+ascii_text = st.tuples(
+    st.sampled_from(["", "  ", "\n- "]),
+    st.lists(st.tuples(words, st.sampled_from([" ", "  ", "-", ", ", "_", "\n", "."])), max_size=700),
+    st.sampled_from(["", " ", "z"]),
+).map(lambda t: t[0] + "".join(w + sep for w, sep in t[1]) + t[2])
+
+
+@settings(max_examples=300, deadline=None)
+@given(content=ascii_text, q=st.sampled_from(["ab", "AB b", "ab*", "ba* ab", "ba 1", "zz* ab* b 1"]))
+def test_ascii_text_is_scanned_by_find_to_the_same_marks_and_window(content: str, q: str) -> None:
+    """The `str.find` scan of ASCII text finds the marks, and gives the window, of the token-by-token scan (long
+    contents too: the scan stops SCAN_CHARS + SNIPPET_CHARS after the first match)."""
+    clauses = parse(q)
+    fast = snippets._scan_ascii(content, clauses)
+    if fast is not None:
+        slow = snippets._scan(content, clauses)
+        assert fast[1] == slow[1]
+        assert snippets._window(content, *fast) == snippets._window(content, *slow)
+
+
+def same_scan(content: str, q: str) -> bool:
+    fast, slow = snippets._scan_ascii(content, parse(q)), snippets._scan(content, parse(q))
+    assert fast is not None
+    return fast[1] == slow[1] and snippets._window(content, *fast) == snippets._window(content, *slow)
+
+
+def test_the_find_scan_takes_ascii_words_and_prefixes_only() -> None:
+    assert snippets._scan_ascii("the Zeppelin landed", parse("zeppelin land*")) is not None
+    assert snippets._scan_ascii("the Zeppelin landed", parse('"zeppelin landed"')) is None  # a phrase
+    assert snippets._scan_ascii("the Zeppelin landed, café", parse("zeppelin")) is None  # not ASCII
+    assert snippets._scan_ascii("the Zeppelin landed", parse("airship")) is None  # no match
+    assert snippets._scan_ascii("the Zeppelin landed", parse("zeppelin 日本")) is None  # a word no ASCII token is
+    long = "x " * 100 + "ab " + "y " * 700 + "abab ab ab1 abc"  # the scan stops past the reach of any window
+    assert same_scan(long, "ab*") and same_scan(long, "ab")
+    near_end = "w " * 300 + "lead-in words before the Zeppelin landed"  # the window takes room before the match
+    assert same_scan(near_end, "zeppelin") and same_scan("  Zeppelin  ", "zeppelin")
+    assert same_scan("z" * 200 + " zeppelinzzzzzzzzz" + "z" * 300, "zeppelin*")  # a word longer than a window
