@@ -20,8 +20,8 @@ from pathlib import Path
 import tantivy
 
 from node.search_index.analyzer import ANALYZER_VERSION, tokens
-from node.search_index.query import Clause, tantivy_clauses
-from node.search_index.ranking import DEFAULT, Ranking
+from node.search_index.query import Clause, as_clause, tantivy_clauses
+from node.search_index.ranking import DEFAULT, Ranking, Span
 
 SCHEMA_VERSION = 1
 FOLDER = "search-index"
@@ -203,21 +203,22 @@ class SearchIndex:
         return searcher, position
 
     def few_matches(self, clauses: Sequence[Clause], limit: int) -> bool:
-        """Whether some clause's rarest token is in at most `limit` documents (content and tags counted apart).
+        """Whether the clauses' AND matches at most `limit` documents by the term dictionary's counts (`bound`):
+        no search, yet it bounds how long the index's top-k takes."""
+        bound = self.bound(clauses)
+        return bound is not None and bound <= limit
 
-        A term-dictionary look-up per token, no search: it bounds what an AND of the clauses can match, and so
-        how long the index's top-k takes. A prefix clause is never counted as few (its expansion walks terms).
-        """
-        searcher = self._current()[0]
-        for clause in clauses:
-            if clause.prefix or not clause.tokens:
-                continue
-            rarest = min(
-                searcher.doc_freq("content", token) + searcher.doc_freq("tags", token) for token in clause.tokens
-            )
-            if rarest <= limit:
-                return True
-        return False
+    def bound(self, clauses: Sequence[Clause], searcher: tantivy.Searcher | None = None) -> int | None:
+        """At most how many documents the clauses' AND matches: the count of the rarest token of its rarest clause
+        (content and tags counted apart), a term-dictionary look-up per token; None when no clause can be
+        counted (a prefix clause is not: its expansion walks terms). Deleted versions still count until merged."""
+        searcher = searcher or self._current()[0]
+        counts = [
+            min(searcher.doc_freq("content", token) + searcher.doc_freq("tags", token) for token in clause.tokens)
+            for clause in clauses
+            if clause.tokens and not clause.prefix
+        ]
+        return min(counts) if counts else None
 
     def documents(self) -> int:
         """Entries in the index (the meta document not counted)."""
@@ -279,7 +280,9 @@ class SearchIndex:
         parts: list[tuple[tantivy.Occur, tantivy.Query]] = [(tantivy.Occur.Must, c) for c in clauses]
         parts += [(tantivy.Occur.Must, tantivy.Query.const_score_query(c, 0.0)) for c in _filter_clauses(filters)]
         query = tantivy.Query.boolean_query(parts)
-        return Hits(ranking.page(searcher, SCHEMA, query, offset, limit), position)
+        bound = self.bound([as_clause(w) for w in words], searcher)
+        span = Span(position + 1, bound) if position and bound is not None else None
+        return Hits(ranking.page(searcher, SCHEMA, query, offset, limit, span), position)
 
 
 def remove(data_root: Path) -> None:

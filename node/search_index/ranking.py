@@ -35,7 +35,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import tantivy
 
@@ -123,14 +123,28 @@ def hits(searcher: tantivy.Searcher, query: tantivy.Query, limit: int) -> list[H
     return [(float(score), int(seq or 0)) for (score, _), seq in zip(found, seqs, strict=True)]
 
 
-def top(searcher: tantivy.Searcher, query: tantivy.Query, need: int, schema: tantivy.Schema | None = None) -> list[Hit]:
+class Span(NamedTuple):
+    """What the index knows of a query's matches without searching: every match's seq is below `end` (the
+    position the index covers, plus one), and there are at most about `matches` of them (term-dictionary counts)."""
+
+    end: int
+    matches: int
+
+
+def top(
+    searcher: tantivy.Searcher,
+    query: tantivy.Query,
+    need: int,
+    schema: tantivy.Schema | None = None,
+    span: Span | None = None,
+) -> list[Hit]:
     """The best `need` hits of `query`, BM25 descending then entry id descending (fewer when fewer match).
 
     Asks tantivy for `2 * (need + 1)` hits, then twice as many while the last hit fetched ties with the `need`-th
     score, so a tie is broken by entry id over every tied hit, whichever of them tantivy's top-k kept (pages
     never skip or repeat one). A tied group longer than the first fetch is not fetched whole: with `schema`,
     `_tied` finds the newest of its hits the page needs by seq windows; doubling goes on only if the windows run
-    out of steps.
+    out of steps. `span`, when given, sizes the first window without a search over every match.
     """
     if need <= 0:
         return []
@@ -142,7 +156,7 @@ def top(searcher: tantivy.Searcher, query: tantivy.Query, need: int, schema: tan
         if schema is not None:  # a tied group longer than the page: windows
             score = found[need - 1][0]
             above = [h for h in found if h[0] > score]
-            tied = _tied(searcher, schema, query, above, score, need - len(above))
+            tied = _tied(searcher, schema, query, above, score, need - len(above), span)
             if tied is not None:
                 return above + tied
             schema = None
@@ -150,7 +164,13 @@ def top(searcher: tantivy.Searcher, query: tantivy.Query, need: int, schema: tan
 
 
 def _tied(
-    searcher: tantivy.Searcher, schema: tantivy.Schema, query: tantivy.Query, above: list[Hit], score: float, m: int
+    searcher: tantivy.Searcher,
+    schema: tantivy.Schema,
+    query: tantivy.Query,
+    above: list[Hit],
+    score: float,
+    m: int,
+    span: Span | None = None,
 ) -> list[Hit] | None:
     """The `m` newest hits scoring exactly `score`, found by seq windows; None when the steps run out.
 
@@ -161,10 +181,12 @@ def _tied(
     tied hits is widened by what it lacks (x2 to x16) until one is too full, then the two are bisected.
     """
     cap = 2 * m + 64  # a window may hold this many tied hits: small, yet twice m, so few probes bracket m
-    newest = searcher.search(query, limit=1, count=True, order_by_field="seq")
-    last = searcher.fast_field_values("seq", [address for _, address in newest.hits])
-    end = hi = int(last[0] or 0) + 1 if last else 0
-    lo, width, bracketed = 0, max(1, cap * end // max(newest.count, 1)), False  # type: ignore[attr-defined]
+    if span is None:  # the newest match and the count: a pass over every match
+        newest = searcher.search(query, limit=1, count=True, order_by_field="seq")
+        last = searcher.fast_field_values("seq", [address for _, address in newest.hits])
+        span = Span(int(last[0] or 0) + 1 if last else 0, newest.count)  # type: ignore[attr-defined]
+    end = hi = span.end
+    lo, width, bracketed = 0, max(1, cap * end // max(span.matches, 1)), False
     x = max(lo, end - width)
     for _ in range(2 * end.bit_length() + 8):
         window = tantivy.Query.range_query(schema, "seq", tantivy.FieldType.Integer, x, None)
@@ -217,24 +239,31 @@ class Ranking:
     cap: int = SORT_CAP  # the matches sorted in memory: all of them for sort=trust, the best for the other
 
     def page(
-        self, searcher: tantivy.Searcher, schema: tantivy.Schema, query: tantivy.Query, offset: int, limit: int
+        self,
+        searcher: tantivy.Searcher,
+        schema: tantivy.Schema,
+        query: tantivy.Query,
+        offset: int,
+        limit: int,
+        span: Span | None = None,
     ) -> list[int]:
-        """Entry ids of the page [offset, offset + limit) of `query`'s matches in this ranking's order."""
+        """Entry ids of the page [offset, offset + limit) of `query`'s matches in this ranking's order (`span`: what
+        the index knows of them without searching, see `top`)."""
         need = offset + limit
         if self.sort == "trust":
-            return self._by_trust(searcher, schema, query, need)[offset:need]
+            return self._by_trust(searcher, schema, query, need, span)[offset:need]
         query = _restricted(query, schema, self.authors)
         if self.sort == "community_confidence" and self.confidence is not None:
             if offset >= self.cap:
                 return []
-            best = top(searcher, query, self.cap, schema)
+            best = top(searcher, query, self.cap, schema, span)
             confidence = self.confidence([seq for _, seq in best])
             best.sort(key=lambda h: (-confidence.get(h[1], NEUTRAL), -h[0], -h[1]))
             return [seq for _, seq in best[offset:need]]
-        return [seq for _, seq in top(searcher, query, need, schema)[offset:need]]
+        return [seq for _, seq in top(searcher, query, need, schema, span)[offset:need]]
 
     def _by_trust(
-        self, searcher: tantivy.Searcher, schema: tantivy.Schema, query: tantivy.Query, need: int
+        self, searcher: tantivy.Searcher, schema: tantivy.Schema, query: tantivy.Query, need: int, span: Span | None
     ) -> list[int]:
         """The first `need` matches by author trust, BM25, id, gathered over runs of trust levels, highest first.
 
@@ -250,7 +279,7 @@ class Ranking:
             run = self.levels[i : i + size]
             if len(run) == 1:
                 level = _restricted(query, schema, run[0][1])
-                collected += [seq for _, seq in top(searcher, level, need - len(collected), schema)]
+                collected += [seq for _, seq in top(searcher, level, need - len(collected), schema, span)]
                 i, size = i + 1, 2 if self.author_of is not None else 1
                 continue
             union = _restricted(query, schema, Authors.union(authors for _, authors in run))

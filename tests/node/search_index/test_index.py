@@ -108,3 +108,5 @@ def test_few_matches_looks_at_each_clauses_rarest_token(index: SearchIndex) -> N
     assert index.few_matches([Clause(("alpha",)), Clause(("gamma",))], 1)  # an AND is bounded by its rarest
     assert index.few_matches([Clause(("alpha", "gamma"))], 1)  # a phrase by its rarest token
     assert not index.few_matches([Clause(("gam",), prefix=True)], 10)  # a prefix is never counted as few
+    assert index.bound([Clause(("alpha",)), Clause(("beta",))]) == 2
+    assert index.bound([Clause(("gam",), prefix=True)]) is None and index.bound([]) is None

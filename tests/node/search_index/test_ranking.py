@@ -28,7 +28,7 @@ from node.appkeys import SEARCH_INDEXER
 from node.datadir import initialise
 from node.search_index import indexer, ranking
 from node.search_index.index import SCHEMA, Filters, Row, SearchIndex
-from node.search_index.query import parse, tantivy_clauses
+from node.search_index.query import Clause, parse, tantivy_clauses
 from node.search_index.ranking import NEUTRAL, SORT_CAP, Authors, passing, trust_levels
 from node.service import Node
 from node.wire.api import PostEntry, SearchQuery
@@ -412,8 +412,12 @@ def test_a_tie_is_broken_by_seq_windows_exactly_whatever_the_segments(tmp_path: 
         searcher = index.index.searcher()
         for w in ("kernel", "panic"):
             oracle = every_hit(searcher, matching(w))
+            # What the index knows without searching (`Span`): exact, or off in either direction (windows widen
+            # or bisect); `end` far above the newest match (its position when the word is old).
+            spans = [None, *(ranking.Span(e, m) for e in (seq + 1, 10 * seq) for m in (1, len(oracle), 50 * seq))]
             for need in (1, 2, 3, 5, 17, 40, 99, len(oracle) - 1, len(oracle), len(oracle) + 3):
-                assert ranking.top(searcher, matching(w), need, SCHEMA) == oracle[:need], (w, need)
+                for span in spans:
+                    assert ranking.top(searcher, matching(w), need, SCHEMA, span) == oracle[:need], (w, need, span)
                 assert ranking.top(searcher, matching(w), need) == oracle[:need], (w, need)
 
     assert index.index.searcher().num_segments > 1
@@ -436,6 +440,14 @@ def test_a_tied_page_fetches_what_the_page_needs_not_the_tied_group(tmp_path: Pa
     assert ranking.top(windows, matching("same"), 20, SCHEMA) == ranking.top(doubling, matching("same"), 20)  # type: ignore[arg-type]
     assert doubling.fetched >= 3000  # the old way: the whole tied group
     assert windows.fetched <= 8 * (4 * 20 + 64), (windows.fetched, windows.searches)  # O(need)
+    # The index's position and the word's count size the first window without the pass over every match that
+    # finds the newest one: the same page.
+    spanned = Counting(searcher)
+    span = ranking.Span(3001, index.bound([Clause(("same",))]) or 0)
+    assert span.matches == 3000
+    assert ranking.top(spanned, matching("same"), 20, SCHEMA, span) == ranking.top(doubling, matching("same"), 20)  # type: ignore[arg-type]
+    assert spanned.searches < windows.searches
+    assert index.search(["same"], Filters(), 20, 0).ids == list(range(3000, 2980, -1))
     index.close()
 
 
