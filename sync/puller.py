@@ -22,7 +22,7 @@ from sync import messages as m
 from sync.client import PeerClient, SyncError, Traffic
 from sync.negentropy import Negentropy, NegentropyError, VectorStorage
 from sync.store import Cursor, Invalid, Outcome, PeerConfig, SyncStore, Verified
-from sync.verify import accept_all, register_types, verdicts, verify_record
+from sync.verify import accept_all, start_worker, verdicts, verify_record
 
 log = logging.getLogger("bbs.sync")
 WANTED_PER_ROUND = 64
@@ -360,8 +360,8 @@ class VerifyPool:
     """Worker processes (`spawn`ed on first use, kept for the process's life) that verify large pages. When they
     cannot start or fail, verification goes back to this process's threads, for good: a node works without them."""
 
-    def __init__(self, workers: int) -> None:
-        self.workers = workers
+    def __init__(self, workers: int, start_method: str = "spawn") -> None:
+        self.workers, self.start_method = workers, start_method  # not fork: it would copy a threaded process's locks
         self.failed = workers < 1
         self._pool: ProcessPoolExecutor | None = None
 
@@ -374,9 +374,9 @@ class VerifyPool:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(
                     self.workers,
-                    mp_context=multiprocessing.get_context("spawn"),  # fork would copy a threaded process's locks
-                    initializer=register_types,
-                    initargs=(dict(schema.RECORD_TYPES),),
+                    mp_context=multiprocessing.get_context(self.start_method),
+                    initializer=start_worker,
+                    initargs=(dict(schema.RECORD_TYPES), os.getpid()),
                 )
             step = -(-len(items) // self.workers)
             chunks = [items[i : i + step] for i in range(0, len(items), step)]
@@ -398,14 +398,16 @@ class VerifyPool:
 POOL = VerifyPool(VERIFY_PROCESSES)
 
 
-async def verify_many(items: list[tuple[bytes, str | None, str | None]]) -> list[Verified | Invalid]:
+async def verify_many(
+    items: list[tuple[bytes, str | None, str | None]], pool: VerifyPool | None = None
+) -> list[Verified | Invalid]:
     """Verify records (body, claimed address, claimed version) off the event loop, so a large page does not
-    stall the node's other requests; a large page goes to the worker processes of `POOL`, or when they are not
-    usable is split over `VERIFY_THREADS` threads. Results keep the order of `items`."""
+    stall the node's other requests; a large page goes to the worker processes of `pool` (default `POOL`), or
+    when they are not usable is split over `VERIFY_THREADS` threads. Results keep the order of `items`."""
     if len(items) < 8:
         return [verify_record(*item) for item in items]
     if len(items) >= POOL_MIN_ITEMS:
-        pooled = await POOL.verify(items)
+        pooled = await (pool or POOL).verify(items)
         if pooled is not None:
             return pooled
     parts = min(VERIFY_THREADS, len(items) // 64 or 1)

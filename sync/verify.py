@@ -6,6 +6,8 @@ then signature and schema (identity.records.check). A record that fails gets a s
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from typing import Any
 
@@ -15,6 +17,7 @@ from identity import canonical, records, schema
 from sync.store import Invalid, Verified
 
 MAX_WIRE_RECORD_BYTES = schema.MAX_RECORD_BYTES
+PARENT_CHECK_S = 1.0  # how often a worker process checks that its parent is still there
 MAX_FUTURE_S = 24 * 3600  # records dated further ahead than this are refused (a peer's clock may run fast)
 
 
@@ -89,7 +92,20 @@ def accept_all(
     return results
 
 
+def start_worker(types: dict[str, type[msgspec.Struct]], parent_pid: int) -> None:
+    """A worker process's initializer: learn the record kinds its parent knows (features register theirs at
+    import), and end when the parent has gone, however it ended (a killed node leaves no workers behind)."""
+    register_types(types)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent watch", daemon=True).start()
+
+
 def register_types(types: dict[str, type[msgspec.Struct]]) -> None:
-    """A worker process's initializer: the record kinds its parent knows (features register theirs at import)."""
+    """Register record kinds by name (`identity.schema.register_record_type`)."""
     for kind, struct in types.items():
         schema.register_record_type(kind, struct)

@@ -351,3 +351,34 @@ async def test_a_peer_reachable_again_is_reconciled_at_once(hostile: Hostile, mo
             loop.cancel()
             await asyncio.gather(loop, return_exceptions=True)
     assert health.reconnect_reconciliations == 1 and health.consecutive_failures == 0
+
+
+async def test_a_large_page_is_verified_in_worker_processes_as_on_threads() -> None:
+    good = [signed_entry(AUTHOR, f"pooled {i}") for i in range(puller_module.POOL_MIN_ITEMS)]
+    items: list[tuple[bytes, str | None, str | None]] = [(body_of(r), hash_of(r), None) for r in good]
+    items[7] = (b"[]", None, None)
+    items[8] = (body_of(good[8]), "0" * 64, None)
+    items[9] = (body_of(good[9]).replace(b"pooled", b"forged"), None, None)
+    pool = puller_module.VerifyPool(2)
+    try:
+        pooled = await pool.verify(items)
+        assert not pool.failed
+        assert pooled == [verify_record(*item) for item in items]  # the same results, Structs and all, in order
+        assert [r.reason for r in pooled[7:10] if isinstance(r, Invalid)] == [
+            "malformed",
+            "hash_mismatch",
+            "bad_signature",
+        ]
+        assert await verify_many(items, pool) == pooled
+    finally:
+        pool.close()
+
+
+async def test_a_pool_that_cannot_start_leaves_verification_to_threads() -> None:
+    good = [signed_entry(AUTHOR, f"unpooled {i}") for i in range(puller_module.POOL_MIN_ITEMS)]
+    items: list[tuple[bytes, str | None, str | None]] = [(body_of(r), hash_of(r), None) for r in good]
+    pool = puller_module.VerifyPool(1, start_method="no-such-method")  # as on a platform without it
+    assert await pool.verify(items) is None and pool.failed
+    results = await verify_many(items, pool)
+    assert [r.hash for r in results] == [hash_of(r) for r in good]
+    assert await pool.verify(items) is None  # given up for good: not tried again for every page
