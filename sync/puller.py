@@ -29,8 +29,9 @@ WANTED_PER_ROUND = 64
 # Threads verifying one page: Ed25519 (most of a record's check) runs without the GIL, so they use every core.
 VERIFY_THREADS = min(4, os.cpu_count() or 1)
 # Worker processes verifying a large page (at least POOL_MIN_ITEMS records): the Python half of a record's check
-# then runs beside the store's Python instead of waiting for this process's GIL (docs/decisions.md).
-VERIFY_PROCESSES = min(2, os.cpu_count() or 1)
+# then runs beside the store's Python instead of waiting for this process's GIL (docs/decisions.md). One core is
+# left to this process (its writer and event loop): on 2 cores, one worker.
+VERIFY_PROCESSES = max(1, min(4, (os.cpu_count() or 1) - 1))
 POOL_MIN_ITEMS = 256
 NOTE_EVERY_S = 5.0  # during a catch-up, the peer's status (head, last success) is written this often
 
