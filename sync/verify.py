@@ -7,6 +7,7 @@ then signature and schema (identity.records.check). A record that fails gets a s
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from typing import Any
@@ -100,7 +101,7 @@ def start_worker(types: dict[str, type[msgspec.Struct]], parent_pid: int) -> Non
     def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(PARENT_CHECK_S)
-        os._exit(0)
+        os.kill(os.getpid(), signal.SIGKILL)  # a worker holds nothing to save
 
     threading.Thread(target=watch, name="parent watch", daemon=True).start()
 
