@@ -38,6 +38,29 @@ def signing_bytes(record: dict[str, Any]) -> bytes:
     return canonical.canonical_bytes(unsigned(record))
 
 
+def signing_bytes_of(record: dict[str, Any], body: bytes) -> bytes:
+    """`signing_bytes(record)`, cut out of `body`, the record's canonical bytes (signature included), when that is
+    certain: without its `"signature":...` member the rest of `body` is the unsigned record's canonical form (keys
+    sorted, compact), so removing the member and one comma beside it gives the same bytes as encoding again.
+
+    A JSON string cannot hold an unescaped quote, so the member's exact bytes occur in `body` only where some
+    object of the record has that key with that value; when they occur once, it is the top level's. Otherwise
+    (a nested object repeats it, or `signature` is not a string) the unsigned record is encoded again.
+    """
+    signature = record.get("signature")
+    if type(signature) is str:
+        member = b'"signature":' + canonical.canonical_bytes(signature)
+        start = body.find(member)
+        if start > 0 and body.find(member, start + 1) < 0:
+            end = start + len(member)
+            if body[start - 1] == 0x2C:  # ',' before it: drop that comma with the member
+                return body[: start - 1] + body[end:]
+            if body[end] == 0x2C:  # the first member: drop the comma after it
+                return body[:start] + body[end + 1 :]
+            return body[:start] + body[end:]  # the only member
+    return signing_bytes(record)
+
+
 def compute_hash(record: dict[str, Any]) -> str:
     """The record's content address."""
     if record.get("kind") == "entry":
@@ -61,11 +84,19 @@ def _is_did(value: str) -> bool:
     return keys.is_did(value)
 
 
-def verify(record: dict[str, Any], *, check_signature: bool = True) -> str:
+def verify(
+    record: dict[str, Any],
+    *,
+    check_signature: bool = True,
+    body: bytes | None = None,
+    record_hash: str | None = None,
+) -> str:
     """Check form, canonical spelling and signature; return the record hash or raise RecordError.
 
     Kind-specific schema checks belong to the caller; this is what every record shares. `check_signature`
-    false is only for a record this process signed a moment ago (see `check`).
+    false is only for a record this process signed a moment ago (see `check`). `body` and `record_hash`, when
+    given, are the record's canonical bytes and `compute_hash(record)`, already computed by the caller: they are
+    used rather than computed again.
     """
     if not isinstance(record, dict):
         raise RecordError("malformed", "a record must be a JSON object")
@@ -79,10 +110,10 @@ def verify(record: dict[str, Any], *, check_signature: bool = True) -> str:
         raise RecordError("malformed", "author_id must be an Ed25519 did:key", "$.author_id")
     if not isinstance(record.get("created_at"), str):
         raise RecordError("malformed", "created_at is missing", "$.created_at")
-    body = unsigned(record)
+    unsigned_record = unsigned(record)
     try:
         canonical.parse_created_at(record["created_at"], "$.created_at")
-        canonical.check_canonical(body)
+        canonical.check_canonical(unsigned_record)
     except canonical.CanonicalError as exc:
         raise RecordError("not_canonical", str(exc), exc.field) from None
     if kind == "entry":
@@ -97,33 +128,51 @@ def verify(record: dict[str, Any], *, check_signature: bool = True) -> str:
     if not isinstance(signature, str):
         raise RecordError("bad_signature", "signature is missing", "$.signature")
     # An entry's hash is the seed's record_hash over five fields: its signed bytes serve only the signature.
-    signed_bytes = canonical.canonical_bytes(body) if check_signature or kind != "entry" else b""
+    signed_bytes = b""
+    if check_signature or (kind != "entry" and record_hash is None):
+        signed_bytes = canonical.canonical_bytes(unsigned_record) if body is None else signing_bytes_of(record, body)
     if check_signature and not keys.verify(author, signed_bytes, signature):
         raise RecordError("bad_signature", "signature does not verify against author_id", "$.signature")
+    if record_hash is not None:
+        return record_hash
     return compute_hash(record) if kind == "entry" else canonical.sha256_hex(signed_bytes)
 
 
-def check(record: dict[str, Any], *, check_signature: bool = True) -> tuple[str, Any]:
+def check(
+    record: dict[str, Any],
+    *,
+    check_signature: bool = True,
+    body: bytes | None = None,
+    record_hash: str | None = None,
+) -> tuple[str, Any]:
     """Full verification of a received record: size, form, canonical spelling, signature, then schema.
 
     Returns (hash, decoded Struct of its kind). Raises RecordError with a stable reason:
     `too_large`, `malformed`, `not_canonical`, `bad_signature` or `schema`. `check_signature` false skips
     only the Ed25519 verification, for a record just signed here by `sign` (which refuses a key that is not
     the author's): every other rule a receiving node applies still runs.
+
+    `body` is for a caller that already holds the record's canonical bytes: it has found the record nests at
+    most `canonical.MAX_DEPTH` deep and that `canonical.canonical_bytes(record) == body` (sync/verify.py does,
+    on the bytes a peer sent). They are not computed again; `record_hash`, `compute_hash(record)` computed by
+    that caller, is not either.
     """
     from identity import schema  # local: schema is data, records is mechanism
 
     if not isinstance(record, dict):
         raise RecordError("malformed", "a record must be a JSON object")
-    if canonical.nesting_depth(record) > canonical.MAX_DEPTH:
-        raise RecordError("malformed", f"record nests deeper than {canonical.MAX_DEPTH} levels")
-    try:
-        size = len(canonical.canonical_bytes(record))
-    except (ValueError, TypeError) as exc:
-        raise RecordError("malformed", f"record is not plain JSON: {exc}") from None
+    if body is None:
+        if canonical.nesting_depth(record) > canonical.MAX_DEPTH:
+            raise RecordError("malformed", f"record nests deeper than {canonical.MAX_DEPTH} levels")
+        try:
+            size = len(canonical.canonical_bytes(record))
+        except (ValueError, TypeError) as exc:
+            raise RecordError("malformed", f"record is not plain JSON: {exc}") from None
+    else:
+        size = len(body)
     if size > schema.MAX_RECORD_BYTES:
         raise RecordError("too_large", f"record is {size} bytes; the limit is {schema.MAX_RECORD_BYTES}")
-    record_hash = verify(record, check_signature=check_signature)
+    record_hash = verify(record, check_signature=check_signature, body=body, record_hash=record_hash)
     struct_type = schema.RECORD_TYPES.get(record["kind"])
     if struct_type is None:
         raise RecordError("malformed", f"record kind {record['kind']!r} is not supported here", "$.kind")

@@ -65,6 +65,7 @@ class Incoming:
     hash: str
     decoded: Any
     scope: str = "federation"
+    body: bytes | None = None  # the record's canonical bytes when the caller holds them (else encoded here)
 
 
 def version_of(kind: str, record_hash: str, body: bytes) -> str:
@@ -87,7 +88,7 @@ def append_many(conn: sqlite3.Connection, items: list[Incoming], *, origin: str,
     """
     if not items:
         return []
-    bodies = [canonical.canonical_bytes(item.record) for item in items]
+    bodies = [canonical.canonical_bytes(item.record) if item.body is None else item.body for item in items]
     versions = [version_of(item.record["kind"], item.hash, body) for item, body in zip(items, bodies, strict=True)]
     first: dict[str, int] = {}
     for i, version in enumerate(versions):

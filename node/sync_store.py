@@ -368,7 +368,8 @@ def ingest(
 def _append_all(conn: sqlite3.Connection, peer_id: str, records: list[Verified], now_ms: int) -> list[tuple[int, bool]]:
     """Append records inside a savepoint: all of them, or none (the error raised)."""
     incoming = [
-        projections.Incoming(v.record, v.hash, v.decoded, str(v.record.get("scope", "federation"))) for v in records
+        projections.Incoming(v.record, v.hash, v.decoded, str(v.record.get("scope", "federation")), v.body)
+        for v in records
     ]
     with db.savepoint(conn, "sync_records"):
         return projections.append_many(conn, incoming, origin=peer_id, now_ms=now_ms)

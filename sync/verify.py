@@ -6,6 +6,9 @@ then signature and schema (identity.records.check). A record that fails gets a s
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from typing import Any
 
@@ -15,6 +18,7 @@ from identity import canonical, records, schema
 from sync.store import Invalid, Verified
 
 MAX_WIRE_RECORD_BYTES = schema.MAX_RECORD_BYTES
+PARENT_CHECK_S = 1.0  # how often a worker process checks that its parent is still there
 MAX_FUTURE_S = 24 * 3600  # records dated further ahead than this are refused (a peer's clock may run fast)
 
 
@@ -42,7 +46,8 @@ def verify_record(raw: bytes, claimed_hash: str | None, claimed_version: str | N
     if claimed_hash is not None and computed != claimed_hash:
         return Invalid(claimed_hash, "hash_mismatch", f"record hashes to {computed}")
     try:
-        record_hash, decoded = records.check(record)
+        # `raw` is the record's canonical form (checked above) and `computed` its hash: neither is computed again
+        record_hash, decoded = records.check(record, body=raw, record_hash=computed)
     except records.RecordError as exc:
         return Invalid(computed, exc.reason, str(exc))
     if record.get("scope") == "local":
@@ -55,3 +60,53 @@ def verify_record(raw: bytes, claimed_hash: str | None, claimed_version: str | N
     if claimed_version is not None and verified.version != claimed_version:
         return Invalid(record_hash, "version_mismatch", f"record's version is {verified.version}")
     return verified
+
+
+def verdicts(items: list[tuple[bytes, str | None, str | None]]) -> list[str | Invalid]:
+    """`verify_record` of each item, as a worker process answers: a record that passed by its hash alone (the
+    caller decodes it again from the bytes it holds, with `accepted`: cheaper than sending the decoded record
+    back across the process boundary), a refused one as its `Invalid`."""
+    return [r.hash if isinstance(r, Verified) else r for r in (verify_record(*item) for item in items)]
+
+
+def accepted(raw: bytes, record_hash: str) -> Verified:
+    """The `Verified` of a record a worker process passed (`verdicts`): decoded again from its bytes, exactly as
+    `verify_record` decodes it. Raises if the bytes do not decode as they did there (the caller verifies again)."""
+    record = msgspec.json.decode(raw)
+    return Verified(record_hash, raw, record, msgspec.convert(record, schema.RECORD_TYPES[record["kind"]]))
+
+
+def accept_all(
+    items: list[tuple[bytes, str | None, str | None]], answers: list[str | Invalid]
+) -> list[Verified | Invalid]:
+    """The results of `items` from a worker's `verdicts`: each passed record decoded again by `accepted`; one that
+    does not decode here as it did there (a schema this process lacks) is verified here, from the start."""
+    results: list[Verified | Invalid] = []
+    for item, answer in zip(items, answers, strict=True):
+        if isinstance(answer, str):
+            try:
+                results.append(accepted(item[0], answer))
+            except Exception:  # noqa: BLE001 (whatever went wrong, this process's own verification decides)
+                results.append(verify_record(*item))
+        else:
+            results.append(answer)
+    return results
+
+
+def start_worker(types: dict[str, type[msgspec.Struct]], parent_pid: int) -> None:
+    """A worker process's initializer: learn the record kinds its parent knows (features register theirs at
+    import), and end when the parent has gone, however it ended (a killed node leaves no workers behind)."""
+    register_types(types)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_CHECK_S)
+        os.kill(os.getpid(), signal.SIGKILL)  # a worker holds nothing to save
+
+    threading.Thread(target=watch, name="parent watch", daemon=True).start()
+
+
+def register_types(types: dict[str, type[msgspec.Struct]]) -> None:
+    """Register record kinds by name (`identity.schema.register_record_type`)."""
+    for kind, struct in types.items():
+        schema.register_record_type(kind, struct)

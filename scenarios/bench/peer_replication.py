@@ -10,8 +10,8 @@ Ours: a fresh node pulls the same N records from a `bbs serve` subprocess over t
 
 The two alternate, `replication_rounds` times each (ours, theirs, ours, theirs, ...), each round on a fresh
 target, and the row compares the medians: one run of either moves by half on a shared machine. The floor beside
-it: the node's Ed25519 check of the same records (on the puller's verify threads) and a bare SQLite insert of
-the same rows, measured in the same run.
+it: the node's Ed25519 check of the same records (on as many threads as the puller would use without its worker
+processes) and a bare SQLite insert of the same rows, measured in the same run.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from scenarios.bench.context import Context
 from scenarios.bench.harness import free_port
 from scenarios.bench.peer_install import PeerUnavailable, npm_peer, stop, wait_for_port
 from scenarios.bench.report import Row, rate, ratio
-from sync.puller import VERIFY_THREADS
+from sync.puller import VERIFY_PROCESSES, VERIFY_THREADS
 
 BENCH = "peers"
 BULK_BATCH = 1000
@@ -187,7 +187,8 @@ def _floor(ctx: Context, records: list[tuple[dict[str, Any], str]], our_rate: fl
             "",
             None,
             f"verify {verify_rate:,.0f}/s (identity.keys.verify of each record's signed bytes on"
-            f" {VERIFY_THREADS} thread(s), as the puller splits a page), SQLite {insert_rate:,.0f}/s (the node's"
+            f" {VERIFY_THREADS} thread(s); the puller verifies a page in {VERIFY_PROCESSES} worker process(es)),"
+            f" SQLite {insert_rate:,.0f}/s (the node's"
             f" schema and pragmas, its records, entries and entry_tags rows of the same {n:,} records, one"
             f" transaction of multi-row inserts per page of {sync.PAGE}); baseline = both one after the other"
             f" ({serial / their_rate:.2f}x pouchdb-server's median), {min(verify_rate, insert_rate) / their_rate:.2f}x"

@@ -26,7 +26,7 @@ from identity import canonical, keys
 from node import db, sync_store
 from node.datadir import DataDir
 from node.service import Node
-from scenarios.bench import corpus
+from scenarios.bench import corpus, index_lag
 from scenarios.bench.context import Context
 from scenarios.bench.harness import Server
 from scenarios.bench.report import Row, rate
@@ -121,7 +121,7 @@ def served_source(
     ctx: Context, records: list[tuple[dict[str, Any], str]], name: str, pullers: list[str]
 ) -> Iterator[PeerConfig]:
     """A data folder holding `records`, served by a `bbs serve` subprocess that accepts `pullers`' node ids."""
-    source, _ = corpus.fresh_data_dir(ctx.workdir, name)
+    source, token = corpus.fresh_data_dir(ctx.workdir, name)
     corpus.bulk_load(source, iter(records))
     source_id = keys.load_key(DataDir(source).key_path).did
     now = int(time.time() * 1000)
@@ -132,6 +132,9 @@ def served_source(
 
     db.write_sync(DataDir(source).db_path, allow_pullers)
     with Server(source, extra_env={"BBS_SYNC": "off"}) as server:
+        # bulk_load bypasses the search index: the node indexes those records once started. A puller measured
+        # meanwhile would share the cores with that (pouchdb-server's source is loaded before it replicates too).
+        index_lag.Sampler(server.url, token).settle(timeout=300.0)
         yield PeerConfig(source_id, server.url)
 
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from identity import canonical, records
+from identity import canonical, records, schema
 from identity.keys import SigningKey, b64u
 from identity.records import RecordError, check, compute_hash, sign, signing_bytes, unsigned, verify
 
@@ -457,3 +457,62 @@ def test_a_record_just_signed_here_may_skip_only_the_signature_check() -> None:
     with pytest.raises(records.RecordError) as caught:
         records.check(not_canonical, check_signature=False)
     assert caught.value.reason == "not_canonical"
+
+
+# ---------------------------------------------------------------------------------------------
+# signed bytes cut out of the canonical bytes, and check() given what its caller computed
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        sign(entry(), ALICE),
+        sign(link(), ALICE),
+        sign(other_kind("agent"), ALICE),
+        # a nested object repeats the member byte for byte: the bytes are encoded again
+        {**entry(), "metadata": {"signature": "c2ln"}, "signature": "c2ln"},
+        {**entry(), "metadata": {"x": [{"signature": "c2ln"}]}, "signature": "c2ln"},
+        {"signature": "c2ln", "tags": ["a"]},  # the first member
+        {"signature": "c2ln"},  # the only member
+        {"a": 1, "signature": 'caf\u00e9 "q" \\'},  # a signature that is escaped when encoded
+        {"a": 1, "signature": 5},  # not a string
+        {"a": {"signature": "x"}, "b": '"signature":"x"'},  # no top-level signature at all
+    ],
+)
+def test_signing_bytes_of_is_signing_bytes(record: dict[str, Any]) -> None:
+    assert records.signing_bytes_of(record, canonical.canonical_bytes(record)) == signing_bytes(record)
+
+
+@given(
+    st.dictionaries(
+        st.text(max_size=12),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
+            max_leaves=8,
+        ),
+        max_size=6,
+    ),
+    st.text(max_size=20),
+)
+def test_signing_bytes_of_is_signing_bytes_property(fields: dict[str, Any], signature: str) -> None:
+    record = {**fields, "signature": signature}
+    try:
+        body = canonical.canonical_bytes(record)
+    except ValueError:  # a lone surrogate: not a value a record can hold
+        return
+    assert records.signing_bytes_of(record, body) == canonical.canonical_bytes(unsigned(record))
+
+
+def test_check_given_the_canonical_bytes_and_hash_answers_as_without_them() -> None:
+    for record in (sign(entry(), ALICE), sign(link(), ALICE)):
+        body = canonical.canonical_bytes(record)
+        assert check(record, body=body, record_hash=compute_hash(record))[0] == check(record)[0]
+    forged = {**sign(entry(), ALICE), "content": "Something else."}
+    with pytest.raises(RecordError) as info:
+        check(forged, body=canonical.canonical_bytes(forged), record_hash=compute_hash(forged))
+    assert info.value.reason == "bad_signature"
+    with pytest.raises(RecordError) as info:
+        check(sign(entry(), ALICE), body=b"x" * (schema.MAX_RECORD_BYTES + 1))
+    assert info.value.reason == "too_large"

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -352,3 +357,76 @@ async def test_a_peer_reachable_again_is_reconciled_at_once(hostile: Hostile, mo
             loop.cancel()
             await asyncio.gather(loop, return_exceptions=True)
     assert health.reconnect_reconciliations == 1 and health.consecutive_failures == 0
+
+
+async def test_a_large_page_is_verified_in_worker_processes_as_on_threads() -> None:
+    good = [signed_entry(AUTHOR, f"pooled {i}") for i in range(puller_module.POOL_MIN_ITEMS)]
+    items: list[tuple[bytes, str | None, str | None]] = [(body_of(r), hash_of(r), None) for r in good]
+    items[7] = (b"[]", None, None)
+    items[8] = (body_of(good[8]), "0" * 64, None)
+    items[9] = (body_of(good[9]).replace(b"pooled", b"forged"), None, None)
+    pool = puller_module.VerifyPool(2)
+    try:
+        pooled = await pool.verify(items)
+        assert not pool.failed
+        assert pooled == [verify_record(*item) for item in items]  # the same results, Structs and all, in order
+        assert [r.reason for r in pooled[7:10] if isinstance(r, Invalid)] == [
+            "malformed",
+            "hash_mismatch",
+            "bad_signature",
+        ]
+        assert await verify_many(items, pool) == pooled
+    finally:
+        pool.close()
+
+
+async def test_a_pool_that_cannot_start_leaves_verification_to_threads() -> None:
+    good = [signed_entry(AUTHOR, f"unpooled {i}") for i in range(puller_module.POOL_MIN_ITEMS)]
+    items: list[tuple[bytes, str | None, str | None]] = [(body_of(r), hash_of(r), None) for r in good]
+    pool = puller_module.VerifyPool(1, start_method="no-such-method")  # as on a platform without it
+    assert await pool.verify(items) is None and pool.failed
+    results = await verify_many(items, pool)
+    assert [r.hash for r in results] == [hash_of(r) for r in good]
+    assert await pool.verify(items) is None  # given up for good: not tried again for every page
+
+
+def test_the_worker_processes_end_when_their_node_is_killed(tmp_path: Path) -> None:
+    script = tmp_path / "pooled.py"
+    script.write_text(
+        "import asyncio, multiprocessing, sys, time\n"
+        "from sync import puller\n"
+        "from tests.sync.conftest import body_of, hash_of, signed_entry\n"
+        "from identity import keys\n"
+        "if __name__ == '__main__':\n"
+        "    key = keys.SigningKey.generate()\n"
+        "    good = [signed_entry(key, f'r{i}') for i in range(puller.POOL_MIN_ITEMS)]\n"
+        "    items = [(body_of(r), hash_of(r), None) for r in good]\n"
+        "    assert asyncio.run(puller.VerifyPool(2).verify(items)) is not None\n"
+        "    print(' '.join(str(p.pid) for p in multiprocessing.active_children()), flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env, cwd=root)
+    try:
+        assert proc.stdout is not None
+        workers = [int(p) for p in proc.stdout.readline().split()]
+        assert len(workers) >= 2  # the two workers (and perhaps multiprocessing's resource tracker)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 15
+    alive = workers
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [pid for pid in workers if _running(pid)]
+    assert alive == []
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie waiting for init to reap it has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -89,3 +89,30 @@ def test_a_record_dated_far_ahead_is_refused_until_its_time() -> None:
 
     assert reason(body_of(dated(verify.MAX_FUTURE_S + 3600))) == "future_dated"
     assert isinstance(verify.verify_record(body_of(dated(verify.MAX_FUTURE_S - 3600)), None), Verified)
+
+
+def test_a_workers_verdicts_give_back_what_verify_record_gives() -> None:
+    good = [signed_entry(AUTHOR, f"verdict {i}") for i in range(3)]
+    items: list[tuple[bytes, str | None, str | None]] = [(body_of(r), hash_of(r), None) for r in good]
+    items += [(b"{", None, None), (body_of(good[0]), "0" * 64, None), (body_of(good[1]), None, "f" * 64)]
+    answers = verify.verdicts(items)
+    assert answers[:3] == [hash_of(r) for r in good]
+    reasons = [a.reason for a in answers[3:] if isinstance(a, Invalid)]
+    assert reasons == ["malformed", "hash_mismatch", "version_mismatch"]
+    assert verify.accept_all(items, answers) == [verify.verify_record(*item) for item in items]
+
+
+def test_a_passed_record_that_does_not_decode_here_is_verified_here() -> None:
+    record = signed_entry(AUTHOR, "decoded again")
+    raw = body_of(record)
+    # a worker that wrongly passed bytes this process cannot decode: this process's own verification answers
+    assert verify.accept_all([(b"{", None, None)], [hash_of(record)]) == [verify.verify_record(b"{", None)]
+    assert verify.accept_all([(raw, None, None)], [hash_of(record)]) == [verify.verify_record(raw, None)]
+
+
+def test_a_worker_learns_the_record_kinds_its_parent_knows() -> None:
+    from identity import schema
+
+    before = dict(schema.RECORD_TYPES)
+    verify.register_types(before)
+    assert before == schema.RECORD_TYPES
