@@ -68,10 +68,10 @@ def test_an_unwritable_fence_is_a_503_not_an_acceptance(tmp_path: Path) -> None:
     folder.mkdir()
     ReplayFence.create(folder / FENCE_NAME)
     verifier = auth.PeerVerifier(lambda: NOW, ReplayFence.load(folder / FENCE_NAME))
+    if os.geteuid() == 0:  # root (CI) writes through any mode: a folder where the new value is written stops it
+        (folder / (FENCE_NAME + ".tmp")).mkdir()
     os.chmod(folder, 0o500)
     try:
-        if os.access(folder, os.W_OK):
-            pytest.skip("running as a user who can write anywhere")
         with pytest.raises(auth.PeerAuthError) as info:
             verifier.verify("GET", URL, auth.sign_headers(PEER, "GET", URL, now=NOW), None, frozenset({PEER.did}))
         assert info.value.status == 503 and info.value.code == "replay_fence_unwritable"
