@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -14,6 +15,11 @@ from hypothesis import settings
 from node.app import create_app
 from node.datadir import initialise
 from node.service import Node
+
+# pytest-xdist workers start with COLUMNS=80 in their environment where a serial run has none off a terminal: the
+# `bbs` commands' tables (agent/people_format.py) would be cut to 80 columns in a worker only.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.pop("COLUMNS", None)
 
 # Tests never assert wall-clock times: hypothesis's per-example deadline would make a loaded machine fail them.
 settings.register_profile("bbs", deadline=None)

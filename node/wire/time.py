@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import functools
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from identity import canonical
 
 _CANONICAL_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{3})?Z")
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def format_ms(ms: int) -> str:
     """Epoch milliseconds in canonical `created_at` spelling."""
-    return canonical.format_created_at(datetime.fromtimestamp(ms / 1000, UTC))
+    # Integer arithmetic: `ms / 1000` as a float is off by more than half a microsecond past about the year 2242,
+    # and the spelling then lost a millisecond (the same spelling as before for every earlier time).
+    return canonical.format_created_at(_EPOCH + timedelta(milliseconds=ms))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,9 @@ from agent.client import BBSClientError
 from agent.people_cli import problem_line
 from node.cli import main
 from tests.agent.conftest import BBS, ServedNode, start_node, stop_node
+
+# One worker runs this module: its tests share the module's served node (pytest-xdist, --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("people-cli")
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -119,13 +123,29 @@ def test_tail_without_follow_prints_what_is_there(alice: dict[str, str], capsys:
     assert code == 0 and f"#{entry['id']}" in out and "tail me" in out
 
 
+def feed_reads(served: ServedNode) -> int:
+    """GET /v1/feed requests the node has answered 200 (its /metrics)."""
+    request = urllib.request.Request(served.url + "/metrics", headers={"Authorization": f"Bearer {served.admin_token}"})
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        text = resp.read().decode()
+    line = 'bbs_http_requests_total{method="GET",route="/v1/feed",status="200"} '
+    return sum(int(float(row[len(line) :])) for row in text.splitlines() if row.startswith(line))
+
+
 def test_tail_receives_a_post_made_while_it_waits(served: ServedNode, alice: dict[str, str]) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    before = feed_reads(served)
     tail = subprocess.Popen(
         [*BBS, "tail", "--count", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO
     )
     try:
-        time.sleep(1.5)  # the tail has read the head and waits on the node
+        # The tail has read the head (a post before that would be history to it) and waits on the node; a fixed
+        # sleep was too short for a loaded machine's Python start.
+        deadline = time.monotonic() + 60
+        while feed_reads(served) == before and tail.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert feed_reads(served) > before, tail.stderr.read() if tail.poll() is not None else "no feed read"
+        time.sleep(0.2)  # into its long-poll (a post before it is still found: the poll starts after the head)
         assert tail.poll() is None
         posted = subprocess.run(
             [*BBS, "post", "news while you wait", "--json"], capture_output=True, text=True, env=env, cwd=REPO

@@ -72,6 +72,7 @@ async def test_peers_shows_invalid_reasons_and_the_last_error(
         ("http://user:pw@host:1", PEER, "invalid_peer_url: the peer URL cannot carry credentials"),
         ("http://host:1", "not-a-did", "validation_error: Expected `str` matching regex '^(?:did:key:"),
     ],
+    ids=["scheme", "credentials", "key"],  # stable: PEER is a new key in each process (pytest-xdist workers)
 )
 def test_peer_add_refuses_bad_input_and_adds_nothing(
     data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str], url: str, key: str, needle: str

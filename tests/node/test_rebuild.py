@@ -27,12 +27,13 @@ def bbs(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def everything(client: TestClient, who: AgentCreds, ids: list[int]) -> list[Any]:
-    """What clients see: each entry with its full neighbourhood, and a few searches."""
+    """What clients see: each entry with its full neighbourhood, and a few searches (`fresh`: the search index
+    covers every entry, though it follows the log a moment behind)."""
     seen: list[Any] = []
     for entry_id in ids:
         seen.append(await get_json(client, f"/v1/entries/{entry_id}", who, params={"hops": "3"}))
     for params in [{"q": "entry"}, {"tags": "t1"}, {"q": "retracted claim"}, {"author": who.agent_id}]:
-        seen.append(await get_json(client, "/v1/search", who, params={**params, "limit": "200"}))
+        seen.append(await get_json(client, "/v1/search", who, params={**params, "limit": "200", "fresh": "true"}))
     return seen
 
 

@@ -14,6 +14,9 @@ import pytest
 
 from sync.negentropy import Negentropy, VectorStorage
 
+# One worker runs this module: its fixture may `npm install` into tests/interop (pytest-xdist, --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("npm-interop")
+
 INTEROP = Path(__file__).resolve().parents[1] / "interop"
 
 

@@ -68,10 +68,10 @@ def test_an_unwritable_fence_is_a_503_not_an_acceptance(tmp_path: Path) -> None:
     folder.mkdir()
     ReplayFence.create(folder / FENCE_NAME)
     verifier = auth.PeerVerifier(lambda: NOW, ReplayFence.load(folder / FENCE_NAME))
+    if os.geteuid() == 0:  # root (CI) writes through any mode: a folder where the new value is written stops it
+        (folder / (FENCE_NAME + ".tmp")).mkdir()
     os.chmod(folder, 0o500)
     try:
-        if os.access(folder, os.W_OK):
-            pytest.skip("running as a user who can write anywhere")
         with pytest.raises(auth.PeerAuthError) as info:
             verifier.verify("GET", URL, auth.sign_headers(PEER, "GET", URL, now=NOW), None, frozenset({PEER.did}))
         assert info.value.status == 503 and info.value.code == "replay_fence_unwritable"
@@ -124,6 +124,9 @@ async def test_a_request_captured_before_a_restart_is_refused_after_it(
                 assert resp.status == 200
             server.kill() if how == "kill" else server.stop()
             await server.start()  # well within the 60 s a signature stays fresh
+            # the puller's requests cut or refused while the node was down (more on a loaded machine, where the
+            # restart takes longer), and at most one more on its way as the node came back
+            restarted = puller.health_of(node_id).failures + 1
             async with session.get(url, headers=captured) as resp:
                 assert resp.status == 401 and (await resp.json())["code"] == "stale_request"
             client = PeerClient(session, peer, node_id, server.url)  # the project's own client: signs anew
@@ -140,7 +143,7 @@ async def test_a_request_captured_before_a_restart_is_refused_after_it(
             await until(lambda: puller.health_of(node_id).consecutive_failures == 0)
             health = puller.health_of(node_id)
             assert not loop.done()
-            assert health.failures <= 3  # the requests cut by the restart itself, not a loop
+            assert health.failures <= restarted  # the requests cut by the restart itself, not a loop
             loop.cancel()
             await asyncio.gather(loop, return_exceptions=True)
     finally:

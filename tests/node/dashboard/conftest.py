@@ -28,6 +28,9 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "dashboard"
+# How long a page action or an `expect` waits for its condition: generous, since the suite's workers and
+# Chromium share a loaded machine (`expect` alone would wait only 5 s).
+WAIT_MS = 30_000
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 900}
 
@@ -193,7 +196,9 @@ class Browser:
 @pytest.fixture
 async def open_browser(client: TestClient, chromium_path: str) -> AsyncIterator[Callable[..., Awaitable[Browser]]]:
     """Open pages in one headless Chromium against the test node; fails the test on any console error."""
-    from playwright.async_api import async_playwright
+    from playwright.async_api import async_playwright, expect
+
+    expect.set_options(timeout=WAIT_MS)
 
     pages: list[Browser] = []
     async with async_playwright() as pw:
@@ -204,7 +209,7 @@ async def open_browser(client: TestClient, chromium_path: str) -> AsyncIterator[
         ) -> Browser:
             context = await chromium.new_context(viewport=viewport)  # type: ignore[arg-type]
             page = await context.new_page()
-            page.set_default_timeout(15_000)
+            page.set_default_timeout(WAIT_MS)
             b = Browser(page, base or str(client.make_url("")).rstrip("/"))
             if not allow_errors:
                 pages.append(b)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from identity import canonical
@@ -50,13 +50,14 @@ def test_parse_ms_refuses_what_is_not_canonical(value: str) -> None:
 
 
 @given(EPOCH_MS)
+@example(2**47 - 1)  # format_ms lost a millisecond past the year 2242 (a float ms / 1000): found in a CI-like run
 def test_format_then_parse_comes_back_within_a_millisecond(ms: int) -> None:
     assert 0 <= ms - parse_ms(format_ms(ms)) <= 1  # exactly: see the next test
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="bug: parse_ms truncates the float product timestamp() * 1000 (node/wire/time.py:42-43), so about one "
+    reason="bug: parse_ms truncates the float product timestamp() * 1000 (parse_ms in node/wire/time.py), so about one "
     "millisecond value in 170 reads back one less; integer arithmetic would be exact",
 )
 @pytest.mark.parametrize(
