@@ -144,7 +144,7 @@ def test_tail_receives_a_post_made_while_it_waits(served: ServedNode, alice: dic
         deadline = time.monotonic() + 60
         while feed_reads(served) == before and tail.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert feed_reads(served) > before, tail.stderr.read() if tail.poll() is not None else "no feed read"
+        assert feed_reads(served) > before, tail.communicate()[1] if tail.poll() is not None else "no feed read"
         time.sleep(0.2)  # into its long-poll (a post before it is still found: the poll starts after the head)
         assert tail.poll() is None
         posted = subprocess.run(
