@@ -226,6 +226,32 @@ def cmd_agent_create(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_agent_list(args: argparse.Namespace) -> int:
+    """The agents the data folder's node knows, a page at a time: GET /v1/agents's read (node/agents.py
+    `list_agents`) on the database alone, safe beside a running node, as `bbs peers` reads."""
+    import msgspec
+
+    from agent import people_format as fmt
+    from agent.people_cli import checked_flags
+    from node import agents, db
+    from node.datadir import DataDir, require_node
+    from node.wire.api import AgentListQuery
+
+    query = checked_flags({"local": args.local, "limit": args.limit, "after": args.after}, AgentListQuery)
+    require_node(args.data)
+    page = db.read_sync(DataDir(args.data).db_path, lambda c: agents.list_agents(c, query))
+    if args.json:
+        print(msgspec.json.encode(page).decode())
+        return 0
+    if not page.agents:
+        print(f"no agents; create one with: bbs agent create NAME --data {args.data}", file=sys.stderr)
+        return 0
+    fmt.console().print(fmt.agents_table(page.agents))
+    if page.next_after is not None:
+        print(f"more: --after {page.next_after}", file=sys.stderr)
+    return 0
+
+
 def cmd_agent_rotate_key(args: argparse.Namespace) -> int:
     code = _agent_key_command(args, lambda node: node.agents.rotate_api_key(args.agent))
     if not args.json:
@@ -340,6 +366,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--type", dest="agent_type", help="the agent's kind, written into its identity document")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_agent_create)
+
+    p = agent.add_parser("list", help="list the agents this node knows (local names, dids, who keeps each key)")
+    _data_arg(p)
+    p.add_argument("--local", action="store_true", help="only agents registered on this node")
+    p.add_argument("--limit", type=int, default=50, help="agents per page (at most 200)")
+    p.add_argument("--after", metavar="DID", help="the page after this did (the previous page's last)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (GET /v1/agents's answer)")
+    p.set_defaults(func=cmd_agent_list)
 
     p = agent.add_parser("rotate-key", help="give an agent a new API key; its previous keys stop working")
     p.add_argument("agent", help="the agent's local name or did:key")
