@@ -326,9 +326,10 @@ class Puller:
                 started = time.monotonic()
                 report = await (self.pull_once(peer, wait_ms=self.wait_ms) if caught_up else self.catch_up(peer))
                 _check_stored(peer, [*report.outcomes, *report.wanted])
-                if health.waiting_for_peer:
-                    await self._added(peer, health)
-                    waits = 0
+                if health.waiting_for_peer:  # said once, and noted at once
+                    health.waiting_for_peer, waits = False, 0
+                    log.info("peer %s has added this node; pulling from it", peer.node_id)
+                    await self.store.note_peer(peer.node_id, health=health)
                 empty_poll_at = None if report.outcomes or report.more or report.reset else started
                 if unreachable:
                     unreachable, last_reconcile = False, None
@@ -350,7 +351,7 @@ class Puller:
                 if isinstance(exc, SyncError) and exc.code == UNKNOWN_PEER:
                     caught_up = False
                     waits += 1
-                    await self._waiting(peer, health, waits, str(exc))
+                    await wait_for_peer(self.store, self.key.did, peer, health, waits, str(exc))
                     continue
                 failures += 1
                 unreachable = unreachable or not isinstance(exc, StoreFault)
@@ -363,33 +364,28 @@ class Puller:
                 log.exception("sync with %s crashed", peer.node_id)
                 await self._failed(peer, health, failures, f"internal: {type(exc).__name__}: {exc}")
 
-    async def _waiting(self, peer: PeerConfig, health: m.PeerHealth, waits: int, error: str) -> None:
-        """The peer answered 403 unknown_peer: it has not added this node yet. Said once in the log (at info, not
-        as a failure), noted as the peer's state, and asked again soon, without counting failures."""
-        if not health.waiting_for_peer:
-            health.waiting_for_peer = True
-            log.info(
-                "peer %s has not added this node yet (403 unknown_peer); waiting for it to: on that node,"
-                " bbs peer add <this node's URL> --key %s (asked again every few seconds, not logged again)",
-                peer.node_id,
-                self.key.did,
-            )
-        await self.store.note_peer(
-            peer.node_id, error=f"waiting for the peer to add this node: {error}"[:500], health=health
-        )
-        await asyncio.sleep(backoff(min(waits, WAITING_BACKOFF_STEPS)))
-
-    async def _added(self, peer: PeerConfig, health: m.PeerHealth) -> None:
-        """The peer answers after waiting for it to add this node: said once, and noted at once."""
-        health.waiting_for_peer = False
-        log.info("peer %s has added this node; pulling from it", peer.node_id)
-        await self.store.note_peer(peer.node_id, health=health)
-
     async def _failed(self, peer: PeerConfig, health: m.PeerHealth, failures: int, error: str) -> None:
         health.failures += 1
         health.consecutive_failures = failures
         await self.store.note_peer(peer.node_id, error=error[:500], health=health)
         await asyncio.sleep(backoff(failures))
+
+
+async def wait_for_peer(
+    store: SyncStore, node_id: str, peer: PeerConfig, health: m.PeerHealth, waits: int, error: str
+) -> None:
+    """The peer answered 403 unknown_peer: it has not added this node (`node_id`) yet. Said once in the log (at
+    info, not as a failure), noted as the peer's state, and asked again soon, without counting failures."""
+    if not health.waiting_for_peer:
+        health.waiting_for_peer = True
+        log.info(
+            "peer %s has not added this node yet (403 unknown_peer); waiting for it to: on that node,"
+            " bbs peer add <this node's URL> --key %s (asked again every few seconds, not logged again)",
+            peer.node_id,
+            node_id,
+        )
+    await store.note_peer(peer.node_id, error=f"waiting for the peer to add this node: {error}"[:500], health=health)
+    await asyncio.sleep(backoff(min(waits, WAITING_BACKOFF_STEPS)))
 
 
 class VerifyPool:
