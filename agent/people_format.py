@@ -256,7 +256,7 @@ def agents_table(agents: list[AgentListItem]) -> Table:
     """Agents as rows: local name, did, kind, who keeps the key, entries, display name."""
     table = _table("name", "agent", "type", "key", "entries", "display name", title="agents")
     for a in agents:
-        key = "node" if a.keeps_key else ("agent" if a.name is not None else "remote")
+        key = "node" if a.key_kept else ("agent" if a.name is not None else "remote")
         table.add_row(
             _text(a.name or "-"),
             _text(a.agent_id),

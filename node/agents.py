@@ -231,7 +231,7 @@ def list_agents(conn: sqlite3.Connection, query: AgentListQuery) -> AgentPage:
     with `query.local`, only those registered here."""
     rows = conn.execute(
         "SELECT a.id, l.name, a.display_name, a.description, a.agent_type, a.home_node, a.created_at,"
-        " l.key_seed IS NOT NULL AS keeps_key, (SELECT count(*) FROM entries e WHERE e.author_id = a.id) AS n"
+        " l.key_seed IS NOT NULL AS key_kept, (SELECT count(*) FROM entries e WHERE e.author_id = a.id) AS n"
         " FROM agents a LEFT JOIN local_agents l ON l.agent_id = a.id"
         " WHERE (:after IS NULL OR a.id > :after) AND (:local = 0 OR l.name IS NOT NULL)"
         " ORDER BY a.id LIMIT :limit",
@@ -247,7 +247,7 @@ def list_agents(conn: sqlite3.Connection, query: AgentListQuery) -> AgentPage:
             home_node=r["home_node"],
             created_at=r["created_at"],
             entry_count=r["n"],
-            keeps_key=bool(r["keeps_key"]),
+            key_kept=bool(r["key_kept"]),
         )
         for r in rows[: query.limit]
     ]

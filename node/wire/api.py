@@ -427,7 +427,7 @@ class AgentListItem(msgspec.Struct):
     home_node: str
     created_at: str
     entry_count: int
-    keeps_key: bool  # this node keeps its private key (and signs for it); false for identity-file or remote agents
+    key_kept: bool  # this node keeps its private key (and signs for it); false for identity-file or remote agents
 
 
 class AgentPage(msgspec.Struct):

@@ -155,9 +155,9 @@ def test_messages_subscriptions_tasks_and_agents_print_values_as_written() -> No
 
     agents = [
         AgentListItem(agent_id=DID, name="ann", display_name="[b]Ann[/b]", description="", agent_type="assistant",
-                      home_node=DID, created_at="2026-01-02T03:04:05Z", entry_count=2, keeps_key=True),
+                      home_node=DID, created_at="2026-01-02T03:04:05Z", entry_count=2, key_kept=True),
         AgentListItem(agent_id=DID, name=None, display_name="Far", description="", agent_type=None, home_node=DID,
-                      created_at="2026-01-02T03:04:05Z", entry_count=0, keeps_key=False),
+                      created_at="2026-01-02T03:04:05Z", entry_count=0, key_kept=False),
     ]  # fmt: skip
     rows = render(fmt.agents_table(agents)).splitlines()
     assert any("ann" in r and "[b]Ann[/b]" in r and "node" in r and "assistant" in r for r in rows)

@@ -70,11 +70,11 @@ async def test_pages_walk_every_agent_once_in_did_order(
     ids = [a["agent_id"] for a in seen]
     assert ids == sorted(ids) and len(set(ids)) == len(ids) == 7 and pages == 4
     by_id = {a["agent_id"]: a for a in seen}
-    assert by_id[made[0].agent_id]["entry_count"] == 1 and by_id[made[0].agent_id]["keeps_key"] is True
+    assert by_id[made[0].agent_id]["entry_count"] == 1 and by_id[made[0].agent_id]["key_kept"] is True
     assert by_id[made[0].agent_id]["name"] == "agent0" and by_id[made[0].agent_id]["display_name"] == "Agent0"
-    assert (by_id[own.agent_id]["name"], by_id[own.agent_id]["keeps_key"]) == ("holder", False)
+    assert (by_id[own.agent_id]["name"], by_id[own.agent_id]["key_kept"]) == ("holder", False)
     far = by_id[remote.did]
-    assert (far["name"], far["keeps_key"], far["entry_count"], far["description"]) == (None, False, 1, "elsewhere")
+    assert (far["name"], far["key_kept"], far["entry_count"], far["description"]) == (None, False, 1, "elsewhere")
 
     status, body = await listing(client, admin_headers, local="true", limit=MAX_AGENT_PAGE)
     assert status == 200 and body["next_after"] is None
