@@ -285,14 +285,21 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def show(args: argparse.Namespace, value: Any, render: Callable[[Any], Any]) -> None:
+    """One answer: its JSON with `--json`, else what `render` makes of it (a rich table) on the console."""
+    from agent import people_format as fmt
+
+    if args.json:
+        print(fmt.to_json(value))
+    else:
+        fmt.console().print(render(value))
+
+
 def cmd_link(args: argparse.Namespace) -> int:
     from agent import people_format as fmt
 
     link = run(args, lambda c: c.link(args.source, args.target, args.link_type, args.annotation))
-    if args.json:
-        print(fmt.to_json(link))
-    else:
-        fmt.console().print(fmt.links_table([link], title="linked"))
+    show(args, link, lambda x: fmt.links_table([x], title="linked"))
     return 0
 
 
@@ -309,10 +316,7 @@ def cmd_subscribe_create(args: argparse.Namespace) -> int:
     }
     sub = checked_flags(fields, SubscriptionIn)
     created = run(args, lambda c: c.subscribe(sub))
-    if args.json:
-        print(fmt.to_json(created))
-    else:
-        fmt.console().print(fmt.subscriptions_table([created], title="subscribed"))
+    show(args, created, lambda x: fmt.subscriptions_table([x], title="subscribed"))
     return 0
 
 
@@ -370,10 +374,7 @@ def cmd_message_send(args: argparse.Namespace) -> int:
     }
     message = checked_flags(fields, PostMessage)
     sent = run(args, lambda c: c.send_message(message))
-    if args.json:
-        print(fmt.to_json(sent))
-    else:
-        fmt.console().print(fmt.messages_table([sent], title="sent"))
+    show(args, sent, lambda x: fmt.messages_table([x], title="sent"))
     return 0
 
 
@@ -403,31 +404,22 @@ def cmd_message_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_task(args: argparse.Namespace, task: Any, hint: str | None = None) -> None:
-    from agent import people_format as fmt
-
-    if args.json:
-        print(fmt.to_json(task))
-        return
-    fmt.console().print(fmt.task_detail(task))
-    if hint:
-        print(hint, file=sys.stderr)
-
-
 def cmd_task_lease(args: argparse.Namespace) -> int:
+    from agent import people_format as fmt
     from node.wire.workflows import LeaseIn
 
     lease = checked_flags({"seconds": args.seconds}, LeaseIn)
     task = run(args, lambda c: c.lease_task(args.ref, lease))
-    hint = None
-    if task.lease is not None:
+    show(args, task, fmt.task_detail)
+    if task.lease is not None and not args.json:
         finish = f"{task.key} --lease {task.lease.lease_id}"
-        hint = f"leased until {task.lease.expires_at}; bbs task complete {finish} (or bbs task release {finish})"
-    _print_task(args, task, hint)
+        print(f"leased until {task.lease.expires_at}; bbs task complete {finish} (or bbs task release {finish})",
+              file=sys.stderr)  # fmt: skip
     return 0
 
 
 def _finish(args: argparse.Namespace, event: str) -> int:
+    from agent import people_format as fmt
     from node.wire.workflows import FinishIn
 
     fields = {"checkpoint": _json_object(args.checkpoint, "--checkpoint", "$.checkpoint"), "lease": args.lease}
@@ -436,7 +428,7 @@ def _finish(args: argparse.Namespace, event: str) -> int:
         task = run(args, lambda c: c.complete_task(args.ref, finish))
     else:
         task = run(args, lambda c: c.release_task(args.ref, finish))
-    _print_task(args, task)
+    show(args, task, fmt.task_detail)
     return 0
 
 
