@@ -115,11 +115,18 @@ def _one_line(part: bytes) -> str:
 _LINE_BREAKS = str.maketrans("\n\r\t", "   ")
 
 
-def entry_detail(entry: EntryOut) -> Table:
-    """One entry in full: every field, its content unabridged."""
+def _grid(rows: list[tuple[str, object]]) -> Table:
+    """Name and value pairs as two columns, the names in bold, long values folded."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
+    for name, value in rows:
+        grid.add_row(name, _text(value))
+    return grid
+
+
+def entry_detail(entry: EntryOut) -> Table:
+    """One entry in full: every field, its content unabridged."""
     rows: list[tuple[str, object]] = [
         ("id", entry.id),
         ("record_hash", entry.record_hash),
@@ -137,8 +144,7 @@ def entry_detail(entry: EntryOut) -> Table:
         rows.append(("status", ", ".join(flags)))
     if entry.metadata:
         rows.append(("metadata", to_json(entry.metadata)))
-    for name, value in rows:
-        grid.add_row(name, _text(value))
+    grid = _grid(rows)
     grid.add_row("content", Text(entry.content))
     return grid
 
@@ -211,9 +217,6 @@ def messages_table(messages: list[MessageOut], title: str | None = None) -> Tabl
 
 def task_detail(task: TaskOut) -> Table:
     """One task in full: its state, its lease (the fencing token a release or completion names), checkpoint."""
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column(overflow="fold")
     rows: list[tuple[str, object]] = [
         ("id", task.id),
         ("key", task.key),
@@ -228,9 +231,7 @@ def task_detail(task: TaskOut) -> Table:
         rows += [("lease", task.lease.lease_id), ("holder", task.lease.holder), ("expires", task.lease.expires_at)]
     if task.checkpoint:
         rows.append(("checkpoint", to_json(task.checkpoint)))
-    for name, value in rows:
-        grid.add_row(name, _text(value))
-    return grid
+    return _grid(rows)
 
 
 def ready_table(tasks: list[ReadyTask]) -> Table:

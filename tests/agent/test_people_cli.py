@@ -93,17 +93,20 @@ def test_inbox_and_ack(served: ServedNode, alice: dict[str, str], capsys: pytest
     assert len(polled["notifications"]) == 1 and polled["acknowledged"] == 1
 
 
-def test_tasks_ready_and_graph(served: ServedNode, alice: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    import urllib.request
+def declare(served: ServedNode, api_key: str, body: dict[str, Any]) -> None:
+    """Declare a task over REST (POST /v1/agent-workflows/tasks) as the agent of `api_key`."""
+    request = urllib.request.Request(
+        served.url + "/v1/agent-workflows/tasks",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(request, timeout=10).close()
 
+
+def test_tasks_ready_and_graph(served: ServedNode, alice: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     for body in ({"key": "build", "title": "Build it"}, {"key": "ship", "title": "Ship it", "depends_on": ["build"]}):
-        request = urllib.request.Request(
-            served.url + "/v1/agent-workflows/tasks",
-            data=json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {alice['api_key']}", "Content-Type": "application/json"},
-            method="POST",
-        )
-        urllib.request.urlopen(request, timeout=10).close()
+        declare(served, alice["api_key"], body)
     code, out, _ = bbs(capsys, "tasks")
     assert code == 0 and "Build it" in out and "Ship it" not in out
     code, out, _ = bbs(capsys, "tasks", "--json")
@@ -356,16 +359,6 @@ def test_message_send_and_list_with_names_filters_and_pages(
     assert "(at $.order)" in refused(capsys, "message", "list", "--order", "sideways")
     assert "(at $.limit)" in refused(capsys, "message", "list", "--limit", "0")
     assert "(at $.cursor)" in refused(capsys, "message", "list", "--cursor", "yesterday")
-
-
-def declare(served: ServedNode, api_key: str, body: dict[str, Any]) -> None:
-    request = urllib.request.Request(
-        served.url + "/v1/agent-workflows/tasks",
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    urllib.request.urlopen(request, timeout=10).close()
 
 
 def test_task_lease_release_and_complete(
