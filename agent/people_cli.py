@@ -273,15 +273,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             print("the graph was cut at the node's limit", file=sys.stderr)
         return 0
     ready = run(args, lambda c: c.ready_tasks(ReadyQuery(limit=args.limit, after=args.after)))
-    if args.json:
-        print(fmt.to_json(ready))
-        return 0
-    if not ready.tasks:
-        print("no task is ready", file=sys.stderr)
-        return 0
-    fmt.console().print(fmt.ready_table(ready.tasks))
-    if ready.next_after is not None:
-        print(f"more: --after {ready.next_after}", file=sys.stderr)
+    more = f"more: --after {ready.next_after}" if ready.next_after is not None else None
+    show_page(args, ready, ready.tasks, fmt.ready_table, "no task is ready", more)
     return 0
 
 
@@ -293,6 +286,23 @@ def show(args: argparse.Namespace, value: Any, render: Callable[[Any], Any]) -> 
         print(fmt.to_json(value))
     else:
         fmt.console().print(render(value))
+
+
+def show_page(
+    args: argparse.Namespace, page: Any, rows: list[Any], table: Callable[[Any], Any], empty: str, more: str | None
+) -> None:
+    """A page of a list: its JSON with `--json`; else the table of its `rows` and, when there is a next page,
+    `more` (how to ask for it) on stderr, or `empty` on stderr when it has no rows."""
+    from agent import people_format as fmt
+
+    if args.json:
+        print(fmt.to_json(page))
+    elif not rows:
+        print(empty, file=sys.stderr)
+    else:
+        fmt.console().print(table(rows))
+        if more is not None:
+            print(more, file=sys.stderr)
 
 
 def cmd_link(args: argparse.Namespace) -> int:
@@ -324,13 +334,8 @@ def cmd_subscribe_list(args: argparse.Namespace) -> int:
     from agent import people_format as fmt
 
     subs = run(args, lambda c: c.subscriptions())
-    if args.json:
-        print(fmt.to_json({"subscriptions": subs}))
-        return 0
-    if not subs:
-        print("no subscriptions; add one with: bbs subscribe create --tag TAG", file=sys.stderr)
-        return 0
-    fmt.console().print(fmt.subscriptions_table(subs))
+    empty = "no subscriptions; add one with: bbs subscribe create --tag TAG"
+    show_page(args, {"subscriptions": subs}, subs, fmt.subscriptions_table, empty, None)
     return 0
 
 
@@ -392,15 +397,8 @@ def cmd_message_list(args: argparse.Namespace) -> int:
     }
     query = checked_flags(fields, MessageQuery)
     page = run(args, lambda c: c.messages(query))
-    if args.json:
-        print(fmt.to_json(page))
-        return 0
-    if not page.messages:
-        print("no messages", file=sys.stderr)
-        return 0
-    fmt.console().print(fmt.messages_table(page.messages))
-    if page.next_cursor is not None:
-        print(f"more: --cursor {page.next_cursor}", file=sys.stderr)
+    more = f"more: --cursor {page.next_cursor}" if page.next_cursor is not None else None
+    show_page(args, page, page.messages, fmt.messages_table, "no messages", more)
     return 0
 
 

@@ -229,10 +229,8 @@ def cmd_agent_create(args: argparse.Namespace) -> int:
 def cmd_agent_list(args: argparse.Namespace) -> int:
     """The agents the data folder's node knows, a page at a time: GET /v1/agents's read (node/agents.py
     `list_agents`) on the database alone, safe beside a running node, as `bbs peers` reads."""
-    import msgspec
-
     from agent import people_format as fmt
-    from agent.people_cli import checked_flags
+    from agent.people_cli import checked_flags, show_page
     from node import agents, db
     from node.datadir import DataDir, require_node
     from node.wire.api import AgentListQuery
@@ -240,15 +238,9 @@ def cmd_agent_list(args: argparse.Namespace) -> int:
     query = checked_flags({"local": args.local, "limit": args.limit, "after": args.after}, AgentListQuery)
     require_node(args.data)
     page = db.read_sync(DataDir(args.data).db_path, lambda c: agents.list_agents(c, query))
-    if args.json:
-        print(msgspec.json.encode(page).decode())
-        return 0
-    if not page.agents:
-        print(f"no agents; create one with: bbs agent create NAME --data {args.data}", file=sys.stderr)
-        return 0
-    fmt.console().print(fmt.agents_table(page.agents))
-    if page.next_after is not None:
-        print(f"more: --after {page.next_after}", file=sys.stderr)
+    empty = f"no agents; create one with: bbs agent create NAME --data {args.data}"
+    more = f"more: --after {page.next_after}" if page.next_after is not None else None
+    show_page(args, page, page.agents, fmt.agents_table, empty, more)
     return 0
 
 
