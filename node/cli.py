@@ -374,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_agent_rotate_key)
 
     from agent import cli as agent_cli  # bbs mcp
-    from agent import people_cli  # bbs post, search, read, inbox, ack, tail, tasks
+    from agent import people_cli  # bbs post, search, read, link, subscribe, inbox, ack, tail, tasks, message, task
 
     agent_cli.register(sub)
     people_cli.register(sub)
