@@ -35,7 +35,9 @@ from node.wire.api import (
     MAX_BATCH,
     AckIn,
     AckOut,
+    AgentListQuery,
     AgentOut,
+    AgentPage,
     ChallengeIn,
     ChallengeOut,
     CreateAgent,
@@ -704,6 +706,12 @@ class Client:
         from urllib.parse import quote
 
         return await self._request("GET", f"/v1/agents/{quote(agent_id, safe=':')}", AgentOut)
+
+    async def list_agents(self, query: AgentListQuery | None = None) -> AgentPage:
+        """A page of the agents the node knows, in did order (admin only: the client's api_key is the admin
+        token); pass the page's next_after back as `after` for the next."""
+        q = _checked(query or AgentListQuery(), AgentListQuery)
+        return await self._request("GET", "/v1/agents", AgentPage, params=_query_params(q))
 
     async def create_agent(
         self, name: str, display_name: str | None = None, description: str = "", agent_type: str | None = None

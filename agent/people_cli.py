@@ -1,9 +1,11 @@
-"""`bbs post`, `search`, `read`, `inbox`, `ack`, `tail` and `tasks`: the node's primitives for people.
+"""The node's primitives for people: `bbs post`, `search`, `read`, `link`, `subscribe`, `inbox`, `ack`, `tail`,
+`tasks`, and the workflows' bus and leases, `bbs message send/list` and `bbs task lease/complete/release`.
 
 They talk to a node over REST with agent.client.Client, as one agent: its API key (`--api-key` or
 $BBS_API_KEY) or its identity file (`--identity`, then the client signs its records and proves its key), at
-`--node` or $BBS_NODE. Tables for people by default (agent/people_format.py), `--json` for scripts (one JSON
-object; `tail --json` writes one entry per line). A problem the node reports becomes one line
+`--node` or $BBS_NODE. An agent is named by its did or its local name on that node wherever a flag takes one
+(`--to`, `--author`, `--agent`). Tables for people by default (agent/people_format.py), `--json` for scripts
+(one JSON object; `tail --json` writes one entry per line). A problem the node reports becomes one line
 `bbs: CODE: DETAIL (at FIELD)` and exit status 1 (node.cli.main prints CommandError that way).
 """
 
@@ -67,6 +69,20 @@ def run(args: argparse.Namespace, act: Callable[[Client], Awaitable[T]], retries
         return asyncio.run(go())
     except BBSClientError as exc:
         raise CommandError(problem_line(exc, client.base_url)) from None
+
+
+def checked_flags(values: dict[str, Any], typ: type[T]) -> T:
+    """Flags as the wire Struct `typ` they fill, checked before any request: a bad one is the line the node
+    would answer (`validation_error: DETAIL (at $.FIELD)`)."""
+    import msgspec
+
+    from node.wire.validation import split_validation_error
+
+    try:
+        return msgspec.convert(values, typ)
+    except msgspec.ValidationError as exc:
+        detail, field = split_validation_error(exc)
+        raise CommandError(f"validation_error: {detail} (at {field})") from None
 
 
 def _content(value: str) -> str:
@@ -200,16 +216,10 @@ def cmd_ack(args: argparse.Namespace) -> int:
 async def follow(client: Client, args: argparse.Namespace, emit: Callable[[Any], None]) -> int:
     """`bbs tail`'s loop: from the cursor (`--after`, else the node's newest entry), page after page, waiting
     on the node (long-poll) between them; stops after `--count` entries, or at the end with `--no-follow`."""
-    import msgspec
-
     from node.wire.feed import FeedQuery
-    from node.wire.validation import split_validation_error
 
-    try:  # every flag checked before the first request, whichever requests the flags lead to
-        msgspec.convert({"after": args.after or 0, "limit": args.limit, "wait_ms": args.wait_ms}, FeedQuery)
-    except msgspec.ValidationError as exc:
-        detail, field = split_validation_error(exc)
-        raise CommandError(f"validation_error: {detail} (at {field})") from None
+    # every flag checked before the first request, whichever requests the flags lead to
+    checked_flags({"after": args.after or 0, "limit": args.limit, "wait_ms": args.wait_ms}, FeedQuery)
     after = args.after
     if after is None:
         after = (await client.feed(limit=1)).head
@@ -263,16 +273,169 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             print("the graph was cut at the node's limit", file=sys.stderr)
         return 0
     ready = run(args, lambda c: c.ready_tasks(ReadyQuery(limit=args.limit, after=args.after)))
-    if args.json:
-        print(fmt.to_json(ready))
-        return 0
-    if not ready.tasks:
-        print("no task is ready", file=sys.stderr)
-        return 0
-    fmt.console().print(fmt.ready_table(ready.tasks))
-    if ready.next_after is not None:
-        print(f"more: --after {ready.next_after}", file=sys.stderr)
+    more = f"more: --after {ready.next_after}" if ready.next_after is not None else None
+    show_page(args, ready, ready.tasks, fmt.ready_table, "no task is ready", more)
     return 0
+
+
+def show(args: argparse.Namespace, value: Any, render: Callable[[Any], Any]) -> None:
+    """One answer: its JSON with `--json`, else what `render` makes of it (a rich table) on the console."""
+    from agent import people_format as fmt
+
+    if args.json:
+        print(fmt.to_json(value))
+    else:
+        fmt.console().print(render(value))
+
+
+def show_page(
+    args: argparse.Namespace, page: Any, rows: list[Any], table: Callable[[Any], Any], empty: str, more: str | None
+) -> None:
+    """A page of a list: its JSON with `--json`; else the table of its `rows` and, when there is a next page,
+    `more` (how to ask for it) on stderr, or `empty` on stderr when it has no rows."""
+    from agent import people_format as fmt
+
+    if args.json:
+        print(fmt.to_json(page))
+    elif not rows:
+        print(empty, file=sys.stderr)
+    else:
+        fmt.console().print(table(rows))
+        if more is not None:
+            print(more, file=sys.stderr)
+
+
+def cmd_link(args: argparse.Namespace) -> int:
+    from agent import people_format as fmt
+
+    link = run(args, lambda c: c.link(args.source, args.target, args.link_type, args.annotation))
+    show(args, link, lambda x: fmt.links_table([x], title="linked"))
+    return 0
+
+
+def cmd_subscribe_create(args: argparse.Namespace) -> int:
+    from agent import people_format as fmt
+    from node.wire.api import SubscriptionIn
+
+    fields = {
+        "tags": args.tag,
+        "entry_types": args.entry_type,
+        "performatives": args.performative,
+        "authors": args.author,
+        "directed": args.directed,
+    }
+    sub = checked_flags(fields, SubscriptionIn)
+    created = run(args, lambda c: c.subscribe(sub))
+    show(args, created, lambda x: fmt.subscriptions_table([x], title="subscribed"))
+    return 0
+
+
+def cmd_subscribe_list(args: argparse.Namespace) -> int:
+    from agent import people_format as fmt
+
+    subs = run(args, lambda c: c.subscriptions())
+    empty = "no subscriptions; add one with: bbs subscribe create --tag TAG"
+    show_page(args, {"subscriptions": subs}, subs, fmt.subscriptions_table, empty, None)
+    return 0
+
+
+def cmd_subscribe_delete(args: argparse.Namespace) -> int:
+    from agent import people_format as fmt
+
+    run(args, lambda c: c.unsubscribe(args.id))
+    if args.json:
+        print(fmt.to_json({"deleted": args.id}))
+    else:
+        print(f"deleted subscription {args.id}")
+    return 0
+
+
+def _json_object(value: str | None, flag: str, field: str) -> dict[str, Any] | None:
+    """A flag's JSON object (`--payload`, `--checkpoint`); anything else is a one-line validation error."""
+    import json
+
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(_content(value))
+    except ValueError as exc:
+        raise CommandError(f"validation_error: {flag} is not JSON: {exc} (at {field})") from None
+    if not isinstance(parsed, dict):
+        raise CommandError(f"validation_error: {flag} must be a JSON object (at {field})")
+    return parsed
+
+
+def cmd_message_send(args: argparse.Namespace) -> int:
+    from agent import people_format as fmt
+    from node.wire.workflows import PostMessage
+
+    fields: dict[str, Any] = {
+        "message_type": args.message_type,
+        "body": _content(args.body),
+        "to_agent": args.to,
+        "payload": _json_object(args.payload, "--payload", "$.payload") or {},
+        "dependency_ids": args.depends_on,
+        "project": args.project,
+    }
+    message = checked_flags(fields, PostMessage)
+    sent = run(args, lambda c: c.send_message(message))
+    show(args, sent, lambda x: fmt.messages_table([x], title="sent"))
+    return 0
+
+
+def cmd_message_list(args: argparse.Namespace) -> int:
+    from agent import people_format as fmt
+    from node.wire.workflows import MessageQuery
+
+    fields = {
+        "project": args.project,
+        "agent": args.agent,
+        "message_type": args.message_type,
+        "order": args.order,
+        "limit": args.limit,
+        "cursor": args.cursor,
+    }
+    query = checked_flags(fields, MessageQuery)
+    page = run(args, lambda c: c.messages(query))
+    more = f"more: --cursor {page.next_cursor}" if page.next_cursor is not None else None
+    show_page(args, page, page.messages, fmt.messages_table, "no messages", more)
+    return 0
+
+
+def cmd_task_lease(args: argparse.Namespace) -> int:
+    from agent import people_format as fmt
+    from node.wire.workflows import LeaseIn
+
+    lease = checked_flags({"seconds": args.seconds}, LeaseIn)
+    task = run(args, lambda c: c.lease_task(args.ref, lease))
+    show(args, task, fmt.task_detail)
+    if task.lease is not None and not args.json:
+        finish = f"{task.key} --lease {task.lease.lease_id}"
+        print(f"leased until {task.lease.expires_at}; bbs task complete {finish} (or bbs task release {finish})",
+              file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def _finish(args: argparse.Namespace, event: str) -> int:
+    from agent import people_format as fmt
+    from node.wire.workflows import FinishIn
+
+    fields = {"checkpoint": _json_object(args.checkpoint, "--checkpoint", "$.checkpoint"), "lease": args.lease}
+    finish = checked_flags(fields, FinishIn)
+    if event == "complete":
+        task = run(args, lambda c: c.complete_task(args.ref, finish))
+    else:
+        task = run(args, lambda c: c.release_task(args.ref, finish))
+    show(args, task, fmt.task_detail)
+    return 0
+
+
+def cmd_task_complete(args: argparse.Namespace) -> int:
+    return _finish(args, "complete")
+
+
+def cmd_task_release(args: argparse.Namespace) -> int:
+    return _finish(args, "release")
 
 
 def common_flags(p: argparse.ArgumentParser) -> None:
@@ -291,7 +454,7 @@ def register(sub: Any) -> None:
     p.add_argument("--type", dest="entry_type", default="finding", help="finding (default), question, synthesis, ...")
     p.add_argument("--performative", default="inform", help="inform (default), request, propose, ...")
     p.add_argument("--tag", action="append", default=[], help="a tag (repeat for more)")
-    p.add_argument("--to", action="append", default=[], help="an agent's did:key to direct it to (repeatable)")
+    p.add_argument("--to", action="append", default=[], help="an agent (did or local name) to direct to (repeatable)")
     p.add_argument("--confidence", type=float, help="0 to 1 (default 0.5)")
     p.add_argument("--scope", default="federation", help="federation (default) or local (never leaves the node)")
     p.add_argument("--reply-to", metavar="REF", help="an entry (id or hash) this responds to")
@@ -302,7 +465,7 @@ def register(sub: Any) -> None:
     p.add_argument("query", nargs="*", help="words to search for (none: newest first)")
     p.add_argument("--tag", action="append", default=[], help="any of these tags (repeatable)")
     p.add_argument("--type", dest="entry_type", action="append", default=[], help="entry type (repeatable)")
-    p.add_argument("--author", action="append", default=[], help="author did:key (repeatable)")
+    p.add_argument("--author", action="append", default=[], help="author: a did or a local name (repeatable)")
     p.add_argument("--since", help="only entries created at or after this ISO 8601 time")
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--offset", type=int, default=0)
@@ -347,3 +510,73 @@ def register(sub: Any) -> None:
     p.add_argument("--after", type=int, help="ready tasks after this id (the previous page's next)")
     common_flags(p)
     p.set_defaults(func=cmd_tasks)
+
+    p = sub.add_parser("link", help="link two entries (by id or record hash)")
+    p.add_argument("source", metavar="SOURCE", help="the entry the link starts from")
+    p.add_argument("target", metavar="TARGET", help="the entry it points to")
+    p.add_argument(
+        "--type",
+        dest="link_type",
+        required=True,
+        help="supports, contradicts, supersedes, responds_to, derived_from, depends_on or same_as",
+    )
+    p.add_argument("--annotation", default="", help="a short note on why")
+    common_flags(p)
+    p.set_defaults(func=cmd_link)
+
+    subscribe = sub.add_parser("subscribe", help="your notification filters: create, list, delete")
+    verbs = subscribe.add_subparsers(dest="subscribe_command", required=True)
+    p = verbs.add_parser("create", help="notify me of entries matching a filter (OR within a flag, AND across)")
+    p.add_argument("--tag", action="append", default=[], help="any of these tags (repeatable)")
+    p.add_argument("--type", dest="entry_type", action="append", default=[], help="entry type (repeatable)")
+    p.add_argument("--performative", action="append", default=[], help="performative (repeatable)")
+    p.add_argument("--author", action="append", default=[], help="author: a did or a local name (repeatable)")
+    p.add_argument("--directed", action="store_true", help="only entries directed to me")
+    common_flags(p)
+    p.set_defaults(func=cmd_subscribe_create)
+    p = verbs.add_parser("list", help="your subscriptions")
+    common_flags(p)
+    p.set_defaults(func=cmd_subscribe_list)
+    p = verbs.add_parser("delete", help="remove one of your subscriptions")
+    p.add_argument("id", type=int, metavar="ID")
+    common_flags(p)
+    p.set_defaults(func=cmd_subscribe_delete)
+
+    message = sub.add_parser("message", help="the message bus of the agent workflows: send, list")
+    verbs = message.add_subparsers(dest="message_command", required=True)
+    p = verbs.add_parser("send", help="send a message to an agent, or to everyone")
+    p.add_argument("message_type", metavar="TYPE", help="what kind of message (e.g. status, request, handoff)")
+    p.add_argument("body", nargs="?", default="", help="its text ('-' reads it from stdin)")
+    p.add_argument("--to", help="the addressee: a did or a local name (default: everyone)")
+    p.add_argument("--project", help="the project it belongs to")
+    p.add_argument("--payload", metavar="JSON", help="a JSON object carried with it")
+    p.add_argument("--depends-on", action="append", default=[], metavar="ID", help="a dependency id (repeatable)")
+    common_flags(p)
+    p.set_defaults(func=cmd_message_send)
+    p = verbs.add_parser("list", help="read the bus (newest first)")
+    p.add_argument("--project")
+    p.add_argument("--agent", help="messages this agent (did or local name) sent or received")
+    p.add_argument("--type", dest="message_type")
+    p.add_argument("--order", default="newest", help="newest (default), oldest or arrival")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--cursor", help="the next page (the previous page's more: --cursor ...)")
+    common_flags(p)
+    p.set_defaults(func=cmd_message_list)
+
+    task = sub.add_parser("task", help="work on a task: lease, complete, release")
+    verbs = task.add_subparsers(dest="task_command", required=True)
+    p = verbs.add_parser("lease", help="lease a task (or extend your lease); prints the lease to finish with")
+    p.add_argument("ref", metavar="TASK", help="the task's key or id")
+    p.add_argument("--seconds", type=int, default=900, help="how long (30 to 86400; default 900)")
+    common_flags(p)
+    p.set_defaults(func=cmd_task_lease)
+    for verb, func, what in (
+        ("complete", cmd_task_complete, "mark a task done, ending your lease"),
+        ("release", cmd_task_release, "end your lease early; the task is ready again"),
+    ):
+        p = verbs.add_parser(verb, help=what)
+        p.add_argument("ref", metavar="TASK", help="the task's key or id")
+        p.add_argument("--lease", metavar="LEASE_ID", help="your lease (printed by bbs task lease): required if held")
+        p.add_argument("--checkpoint", metavar="JSON", help="a JSON object merged into the task's checkpoint")
+        common_flags(p)
+        p.set_defaults(func=func)

@@ -1,4 +1,5 @@
-"""How `bbs post/search/read/inbox/tail/tasks` show what the node answered: rich tables for people, JSON for scripts.
+"""How the people's commands (`bbs post`, `search`, `message`, `task`, ...) show what the node answered: rich
+tables for people, JSON for scripts.
 
 Every value from the node is shown as plain text (rich `Text`), never as console markup, so an entry whose
 content holds `[bold]` or `[/]` prints as written.
@@ -14,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from node.wire.api import EntryOut, Envelope, LinkOut, Snippet
-from node.wire.workflows import Graph, ReadyTask
+from node.wire.api import AgentListItem, EntryOut, Envelope, LinkOut, Snippet, SubscriptionOut
+from node.wire.workflows import Graph, MessageOut, ReadyTask, TaskOut
 
 CONTENT_PREVIEW = 160  # characters of an entry's content in a table row or a tail line
 OFF_TERMINAL_WIDTH = 160
@@ -114,11 +115,18 @@ def _one_line(part: bytes) -> str:
 _LINE_BREAKS = str.maketrans("\n\r\t", "   ")
 
 
-def entry_detail(entry: EntryOut) -> Table:
-    """One entry in full: every field, its content unabridged."""
+def _grid(rows: list[tuple[str, object]]) -> Table:
+    """Name and value pairs as two columns, the names in bold, long values folded."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
+    for name, value in rows:
+        grid.add_row(name, _text(value))
+    return grid
+
+
+def entry_detail(entry: EntryOut) -> Table:
+    """One entry in full: every field, its content unabridged."""
     rows: list[tuple[str, object]] = [
         ("id", entry.id),
         ("record_hash", entry.record_hash),
@@ -136,15 +144,14 @@ def entry_detail(entry: EntryOut) -> Table:
         rows.append(("status", ", ".join(flags)))
     if entry.metadata:
         rows.append(("metadata", to_json(entry.metadata)))
-    for name, value in rows:
-        grid.add_row(name, _text(value))
+    grid = _grid(rows)
     grid.add_row("content", Text(entry.content))
     return grid
 
 
-def links_table(links: list[LinkOut]) -> Table:
+def links_table(links: list[LinkOut], title: str = "links") -> Table:
     """Links as rows: type, source and target hashes (shortened), author, and whether both ends are here."""
-    table = _table("type", "source", "target", "author", "resolved", title="links")
+    table = _table("type", "source", "target", "author", "resolved", title=title)
     for link in links:
         table.add_row(
             _text(link.link_type),
@@ -173,6 +180,60 @@ def inbox_table(notifications: list[Envelope]) -> Table:
     return table
 
 
+def subscriptions_table(subscriptions: list[SubscriptionOut], title: str = "subscriptions") -> Table:
+    """Subscriptions as rows: id, then each filter list ("any" when empty: it matches every value)."""
+    table = _table("id", "tags", "types", "performatives", "authors", "directed", title=title)
+
+    def each(values: list[str]) -> Text:
+        return _text(", ".join(values) or "any")
+
+    for sub in subscriptions:
+        table.add_row(
+            _text(sub.id),
+            each(sub.tags),
+            each(sub.entry_types),
+            each(sub.performatives),
+            _text(", ".join(short_did(a) for a in sub.authors) or "any"),
+            _text("only directed to me" if sub.directed else "no"),
+        )
+    return table
+
+
+def messages_table(messages: list[MessageOut], title: str | None = None) -> Table:
+    """Bus messages as rows: id, when, sender, addressee (everyone for a broadcast), type, project, body."""
+    table = _table("id", "created", "from", "to", "type", "project", "body", title=title)
+    for msg in messages:
+        table.add_row(
+            _text(msg.id),
+            _text(msg.created_at[:19].replace("T", " ")),
+            _text(short_did(msg.from_agent)),
+            _text(short_did(msg.to_agent) if msg.to_agent else "everyone"),
+            _text(msg.message_type),
+            _text(msg.project or ""),
+            _text(preview(msg.body) + (f" {to_json(msg.payload)}" if msg.payload else "")),
+        )
+    return table
+
+
+def task_detail(task: TaskOut) -> Table:
+    """One task in full: its state, its lease (the fencing token a release or completion names), checkpoint."""
+    rows: list[tuple[str, object]] = [
+        ("id", task.id),
+        ("key", task.key),
+        ("title", task.title),
+        ("status", task.status),
+        ("depends_on", ", ".join(task.depends_on)),
+        ("waiting_on", ", ".join(task.waiting_on)),
+        ("home_node", task.home_node),
+        ("updated", task.updated_at),
+    ]
+    if task.lease is not None:
+        rows += [("lease", task.lease.lease_id), ("holder", task.lease.holder), ("expires", task.lease.expires_at)]
+    if task.checkpoint:
+        rows.append(("checkpoint", to_json(task.checkpoint)))
+    return _grid(rows)
+
+
 def ready_table(tasks: list[ReadyTask]) -> Table:
     """Tasks that can start now."""
     table = _table("id", "key", "title", "depends on", title="ready tasks")
@@ -190,6 +251,22 @@ def graph_tables(graph: Graph) -> list[Table]:
     for e in graph.edges:
         edges.add_row(_text(e.from_key + ("" if e.from_id is not None else " (not declared)")), _text(e.to_key))
     return [tasks, edges]
+
+
+def agents_table(agents: list[AgentListItem]) -> Table:
+    """Agents as rows: local name, did, kind, who keeps the key, entries, display name."""
+    table = _table("name", "agent", "type", "key", "entries", "display name", title="agents")
+    for a in agents:
+        key = "node" if a.key_kept else ("agent" if a.name is not None else "remote")
+        table.add_row(
+            _text(a.name or "-"),
+            _text(a.agent_id),
+            _text(a.agent_type or ""),
+            _text(key),
+            _text(a.entry_count),
+            _text(a.display_name),
+        )
+    return table
 
 
 def tail_line(entry: EntryOut) -> Text:

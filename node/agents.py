@@ -21,7 +21,7 @@ from identity.schema import AgentRecord
 from node import agent_refs, projections, submission, trust
 from node.db import Database
 from node.errors import Conflict, InvalidInput, NotFound
-from node.wire.api import AgentOut, CreatedAgent
+from node.wire.api import AgentListItem, AgentListQuery, AgentOut, AgentPage, CreatedAgent
 
 log = logging.getLogger("bbs.node")
 
@@ -226,6 +226,34 @@ def agent_out(conn: sqlite3.Connection, agent_id: str) -> AgentOut:
     )
 
 
+def list_agents(conn: sqlite3.Connection, query: AgentListQuery) -> AgentPage:
+    """A page of the agents this node knows (registered here or arrived by sync) in did order, after `query.after`;
+    with `query.local`, only those registered here."""
+    rows = conn.execute(
+        "SELECT a.id, l.name, a.display_name, a.description, a.agent_type, a.home_node, a.created_at,"
+        " l.key_seed IS NOT NULL AS key_kept, (SELECT count(*) FROM entries e WHERE e.author_id = a.id) AS n"
+        " FROM agents a LEFT JOIN local_agents l ON l.agent_id = a.id"
+        " WHERE (:after IS NULL OR a.id > :after) AND (:local = 0 OR l.name IS NOT NULL)"
+        " ORDER BY a.id LIMIT :limit",
+        {"after": query.after, "local": int(query.local), "limit": query.limit + 1},
+    ).fetchall()
+    agents = [
+        AgentListItem(
+            agent_id=r["id"],
+            name=r["name"],
+            display_name=r["display_name"],
+            description=r["description"],
+            agent_type=r["agent_type"],
+            home_node=r["home_node"],
+            created_at=r["created_at"],
+            entry_count=r["n"],
+            key_kept=bool(r["key_kept"]),
+        )
+        for r in rows[: query.limit]
+    ]
+    return AgentPage(agents, agents[-1].agent_id if len(rows) > query.limit else None)
+
+
 class Agents:
     """The agents of one node: creating them, their API keys, and who a bearer credential belongs to."""
 
@@ -268,6 +296,10 @@ class Agents:
         self.tokens.clear()
         log.info("api key rotated for agent %s (%s); its previous keys are revoked", name, agent_id)
         return CreatedAgent(name=name, agent_id=agent_id, api_key=api_key)
+
+    async def page(self, query: AgentListQuery) -> AgentPage:
+        """A page of the agents this node knows, in did order (REST `GET /v1/agents` and `bbs agent list`)."""
+        return await self.db.read(lambda c: list_agents(c, query))
 
     async def get(self, ref: str) -> AgentOut:
         """An agent's public identity (any agent this node knows, local or arrived by sync), by did or local name."""

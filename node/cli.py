@@ -226,6 +226,24 @@ def cmd_agent_create(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_agent_list(args: argparse.Namespace) -> int:
+    """The agents the data folder's node knows, a page at a time: GET /v1/agents's read (node/agents.py
+    `list_agents`) on the database alone, safe beside a running node, as `bbs peers` reads."""
+    from agent import people_format as fmt
+    from agent.people_cli import checked_flags, show_page
+    from node import agents, db
+    from node.datadir import DataDir, require_node
+    from node.wire.api import AgentListQuery
+
+    query = checked_flags({"local": args.local, "limit": args.limit, "after": args.after}, AgentListQuery)
+    require_node(args.data)
+    page = db.read_sync(DataDir(args.data).db_path, lambda c: agents.list_agents(c, query))
+    empty = f"no agents; create one with: bbs agent create NAME --data {args.data}"
+    more = f"more: --after {page.next_after}" if page.next_after is not None else None
+    show_page(args, page, page.agents, fmt.agents_table, empty, more)
+    return 0
+
+
 def cmd_agent_rotate_key(args: argparse.Namespace) -> int:
     code = _agent_key_command(args, lambda node: node.agents.rotate_api_key(args.agent))
     if not args.json:
@@ -341,6 +359,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_agent_create)
 
+    p = agent.add_parser("list", help="list the agents this node knows (local names, dids, who keeps each key)")
+    _data_arg(p)
+    p.add_argument("--local", action="store_true", help="only agents registered on this node")
+    p.add_argument("--limit", type=int, default=50, help="agents per page (at most 200)")
+    p.add_argument("--after", metavar="DID", help="the page after this did (the previous page's last)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (GET /v1/agents's answer)")
+    p.set_defaults(func=cmd_agent_list)
+
     p = agent.add_parser("rotate-key", help="give an agent a new API key; its previous keys stop working")
     p.add_argument("agent", help="the agent's local name or did:key")
     _data_arg(p)
@@ -348,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_agent_rotate_key)
 
     from agent import cli as agent_cli  # bbs mcp
-    from agent import people_cli  # bbs post, search, read, inbox, ack, tail, tasks
+    from agent import people_cli  # bbs post, search, read, link, subscribe, inbox, ack, tail, tasks, message, task
 
     agent_cli.register(sub)
     people_cli.register(sub)

@@ -84,7 +84,7 @@ def watch(data: Path, interval: float, report: Report, *, sleep: Callable[[float
 def cmd_peers(args: argparse.Namespace) -> int:
     from node.datadir import require_node
 
-    require_node(args.data)
+    node_id = require_node(args.data)
     if args.watch:
         from node.progress import Reporter
 
@@ -121,13 +121,15 @@ def cmd_peers(args: argparse.Namespace) -> int:
         )
         print(f"  last ok {p.last_ok_at or '-'}  reconciliations {p.reconciliations}")
         h = p.health
+        if h.waiting_for_peer:  # its 403 unknown_peer is the last error: a step of the setup, not a fault
+            print(f"  waiting for the peer to add this node (on it: bbs peer add <this node's URL> --key {node_id})")
         if h.failures or h.throttled_polls or h.reconnect_reconciliations or h.resigned_requests:
             print(
                 f"  failures {h.failures} ({h.consecutive_failures} in a row, {h.fetch_failures} fetches)"
                 f"  throttled polls {h.throttled_polls}  reconciled on reconnect {h.reconnect_reconciliations}"
                 f"  re-signed {h.resigned_requests}"
             )
-        if p.last_error:
+        if p.last_error and not h.waiting_for_peer:
             print(f"  last error at {p.last_error_at}: {p.last_error}")
     return 0
 

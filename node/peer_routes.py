@@ -192,6 +192,8 @@ class PeerHealthCollector(Collector):
          "reconnect_reconciliations", True),
         ("bbs_sync_resigned_requests", "Requests signed again because the peer had restarted",
          "resigned_requests", True),
+        ("bbs_sync_waiting_for_peer", "1 while the peer answers 403 unknown_peer: it has not added this node yet",
+         "waiting_for_peer", False),
     )  # fmt: skip
 
     def __init__(self, state: SyncState) -> None:
@@ -202,7 +204,7 @@ class PeerHealthCollector(Collector):
         for name, help, attr, counter in self.FAMILIES:
             family = (CounterMetricFamily if counter else GaugeMetricFamily)(name, help, labels=["peer"])
             for peer, h in sorted(health.items()):
-                family.add_metric([peer], getattr(h, attr))
+                family.add_metric([peer], float(getattr(h, attr)))
             yield family
 
     def describe(self) -> Iterable[Metric]:

@@ -21,7 +21,9 @@ from node.service import Node
 from node.wire.api import (
     AckIn,
     AckOut,
+    AgentListQuery,
     AgentOut,
+    AgentPage,
     CreateAgent,
     CreatedAgent,
     EntryOut,
@@ -135,6 +137,10 @@ async def get_agent(request: web.Request) -> web.Response:
     return json_response(await _node(request).agents.get(request.match_info["agent_id"]))
 
 
+async def list_agents(request: web.Request) -> web.Response:
+    return json_response(await _node(request).agents.page(decode_query(request, AgentListQuery)))
+
+
 async def create_agent(request: web.Request) -> web.Response:
     body = convert(await read_json(request), CreateAgent)
     made = await _node(request).agents.create(body.name, body.display_name, body.description, body.agent_type)
@@ -244,6 +250,15 @@ ROUTES: list[Route] = [
         "POST", "/v1/inbox/ack", ack_inbox, "Acknowledge notifications", "agent", body=AckIn, responses={200: AckOut}
     ),
     Route("GET", "/v1/node", node_info, "This node's id, key, versions and limits", "none", responses={200: NodeInfo}),
+    Route(
+        "GET",
+        "/v1/agents",
+        list_agents,
+        "List the agents this node knows, in did order, up to 200 a page (admin)",
+        "admin",
+        query=AgentListQuery,
+        responses={200: AgentPage},
+    ),
     Route("GET", "/v1/agents/{agent_id}", get_agent, "An agent's public identity", "any", responses={200: AgentOut}),
     Route(
         "POST",

@@ -43,7 +43,7 @@ async def send_resigned(
     signed again in the next second and sent once more (`on_resign` counts it); a second refusal is returned.
     """
     status, data = await send()
-    if status == 401 and _problem_code(data) == "stale_request":
+    if status == 401 and problem_code(data) == "stale_request":
         if on_resign is not None:
             on_resign()
         await asyncio.sleep(1.05 - time.time() % 1.0)
@@ -51,7 +51,8 @@ async def send_resigned(
     return status, data
 
 
-def _problem_code(data: bytes) -> str | None:
+def problem_code(data: bytes) -> str | None:
+    """The `code` of a problem+json answer (None when the body is not one)."""
     try:
         problem = msgspec.json.decode(data)
     except (msgspec.DecodeError, RecursionError):

@@ -11,7 +11,7 @@ from yarl import URL
 
 from identity import keys
 from sync import messages as m
-from sync.auth import send_resigned, sign_headers
+from sync.auth import problem_code, send_resigned, sign_headers
 from sync.server import MAX_PAGE_BYTES
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a fetch of 256 hashes of records up to 256 KiB each
@@ -21,7 +21,12 @@ REPLY_TIMEOUT_S = 30.0  # beyond a long-poll's wait, the most a peer may take to
 
 
 class SyncError(Exception):
-    """An exchange with a peer failed (network, HTTP status, or a malformed reply)."""
+    """An exchange with a peer failed (network, HTTP status, or a malformed reply). `code` is the problem code
+    of the peer's error answer when it gave one (`unknown_peer`: it has not added this node yet)."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass
@@ -120,7 +125,7 @@ class PeerClient:
             lambda: self._send(method, url, body, timeout, max_bytes), self._count_resigned
         )
         if status != 200:
-            raise SyncError(f"{method} {path}: HTTP {status}: {_problem(data)}")
+            raise SyncError(f"{method} {path}: HTTP {status}: {_problem(data)}", problem_code(data))
         return data
 
     def _count_resigned(self) -> None:

@@ -161,6 +161,8 @@ class PeerHealth(msgspec.Struct):
     throttled_polls: int = 0  # polls delayed to keep the minimum interval after an early empty long-poll
     reconnect_reconciliations: int = 0  # reconciliations run at once when the peer answered again after failing
     resigned_requests: int = 0  # requests signed again because the peer had restarted (sync/replay.py)
+    # the peer answers 403 unknown_peer: it has not added this node yet (not a failure; polled quietly meanwhile)
+    waiting_for_peer: bool = False
 
 
 class PeerStatus(msgspec.Struct):

@@ -34,6 +34,10 @@ VERIFY_THREADS = min(4, os.cpu_count() or 1)
 VERIFY_PROCESSES = max(1, min(4, (os.cpu_count() or 1) - 1))
 POOL_MIN_ITEMS = 256
 NOTE_EVERY_S = 5.0  # during a catch-up, the peer's status (head, last success) is written this often
+# A peer that has not added this node yet (403 unknown_peer) is asked again at most backoff(2) (2 s) apart: it
+# is a step of setting up a federation, not a fault, so sync starts within seconds of the other side's `peer add`.
+WAITING_BACKOFF_STEPS = 2
+UNKNOWN_PEER = "unknown_peer"
 
 
 @dataclass
@@ -305,9 +309,10 @@ class Puller:
         When the peer answers again after failing to, the node reconciles at once rather than at the next
         `reconcile_every_s`. Records that fail in the store's own code (`internal`) are a failure too, backed
         off like any other; the cursor has moved past them and a reconciliation is not repeated early for them,
-        so a fault that every try meets never turns into a loop without end."""
+        so a fault that every try meets never turns into a loop without end. A peer that answers 403 unknown_peer
+        has not added this node yet: that is no failure; it is logged once and asked again every few seconds."""
         health = self.health_of(peer.node_id)
-        failures = 0
+        failures = waits = 0
         caught_up = unreachable = False
         last_reconcile: float | None = None
         empty_poll_at: float | None = None  # when the last pull that brought nothing started (monotonic)
@@ -321,6 +326,10 @@ class Puller:
                 started = time.monotonic()
                 report = await (self.pull_once(peer, wait_ms=self.wait_ms) if caught_up else self.catch_up(peer))
                 _check_stored(peer, [*report.outcomes, *report.wanted])
+                if health.waiting_for_peer:  # said once, and noted at once
+                    health.waiting_for_peer, waits = False, 0
+                    log.info("peer %s has added this node; pulling from it", peer.node_id)
+                    await self.store.note_peer(peer.node_id, health=health)
                 empty_poll_at = None if report.outcomes or report.more or report.reset else started
                 if unreachable:
                     unreachable, last_reconcile = False, None
@@ -339,6 +348,11 @@ class Puller:
             except asyncio.CancelledError:
                 raise
             except (SyncError, NegentropyError, StoreFault) as exc:
+                if isinstance(exc, SyncError) and exc.code == UNKNOWN_PEER:
+                    caught_up = False
+                    waits += 1
+                    await wait_for_peer(self.store, self.key.did, peer, health, waits, str(exc))
+                    continue
                 failures += 1
                 unreachable = unreachable or not isinstance(exc, StoreFault)
                 caught_up = False
@@ -355,6 +369,23 @@ class Puller:
         health.consecutive_failures = failures
         await self.store.note_peer(peer.node_id, error=error[:500], health=health)
         await asyncio.sleep(backoff(failures))
+
+
+async def wait_for_peer(
+    store: SyncStore, node_id: str, peer: PeerConfig, health: m.PeerHealth, waits: int, error: str
+) -> None:
+    """The peer answered 403 unknown_peer: it has not added this node (`node_id`) yet. Said once in the log (at
+    info, not as a failure), noted as the peer's state, and asked again soon, without counting failures."""
+    if not health.waiting_for_peer:
+        health.waiting_for_peer = True
+        log.info(
+            "peer %s has not added this node yet (403 unknown_peer); waiting for it to: on that node,"
+            " bbs peer add <this node's URL> --key %s (asked again every few seconds, not logged again)",
+            peer.node_id,
+            node_id,
+        )
+    await store.note_peer(peer.node_id, error=f"waiting for the peer to add this node: {error}"[:500], health=health)
+    await asyncio.sleep(backoff(min(waits, WAITING_BACKOFF_STEPS)))
 
 
 class VerifyPool:

@@ -43,6 +43,7 @@ MAX_QUERY_CHARS = 512
 MAX_FILTER_VALUES = 32
 MAX_ACK_IDS = 500
 MAX_BATCH = 100  # entries per POST /v1/entries/batch
+MAX_AGENT_PAGE = 200  # agents per page of GET /v1/agents
 
 Direction = Literal["outbound", "inbound", "both"]
 # No control characters (NUL among them): the client SDK sends a body's key as the Idempotency-Key header.
@@ -405,6 +406,35 @@ class AgentOut(msgspec.Struct):
     entry_count: int
     trust: AgentTrust | None = None
     agent_type: str | None = None  # from the agent's document; None when it has none
+
+
+class AgentListQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Parameters of GET /v1/agents (admin): agents in did order, a page at a time."""
+
+    local: bool = False  # only the agents registered on this node (they have a local name)
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_AGENT_PAGE)] = 50
+    after: Did | None = None  # the previous page's next_after
+
+
+class AgentListItem(msgspec.Struct):
+    """An agent this node knows, with its local name and whether this node keeps its key."""
+
+    agent_id: str
+    name: str | None  # its local name when registered on this node; null for an agent known by sync only
+    display_name: str
+    description: str
+    agent_type: str | None
+    home_node: str
+    created_at: str
+    entry_count: int
+    key_kept: bool  # this node keeps its private key (and signs for it); false for identity-file or remote agents
+
+
+class AgentPage(msgspec.Struct):
+    """One page of GET /v1/agents; pass next_after back as `after` for the next (null at the end)."""
+
+    agents: list[AgentListItem]
+    next_after: str | None
 
 
 class CreateAgent(msgspec.Struct, forbid_unknown_fields=True):

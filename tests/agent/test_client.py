@@ -16,7 +16,7 @@ from identity import keys, records
 from node import agents
 from node.portable import import_identity
 from node.service import Node
-from node.wire.api import EntryOut, LinkOut, PostEntry, ReadQuery, SearchQuery, SubscriptionIn
+from node.wire.api import AgentListQuery, EntryOut, LinkOut, PostEntry, ReadQuery, SearchQuery, SubscriptionIn
 from tests.conftest import AgentCreds
 
 Factory = Callable[[str], Awaitable[AgentCreds]]
@@ -74,6 +74,18 @@ async def test_whole_api_with_typed_results(client: TestClient, make_agent: Fact
     async with Client(base(client), api_key=data_dir[1]) as admin:
         created = await admin.create_agent("carol", "Carol")
         assert created.api_key.startswith("bbs_")
+        first = await admin.list_agents(AgentListQuery(limit=2))
+        rest = await admin.list_agents(AgentListQuery(after=first.next_after))
+        assert first.next_after == first.agents[-1].agent_id and rest.next_after is None
+        listed = {a.name: a.agent_id for a in first.agents + rest.agents}
+        assert listed == {"alice": alice.agent_id, "bob": bob.agent_id, "carol": created.agent_id}
+        with pytest.raises(BBSClientError) as err:
+            await admin.list_agents(AgentListQuery(limit=0))  # refused here, as the node would
+        assert (err.value.status, err.value.code, err.value.field) == (422, "validation_error", "$.limit")
+    with pytest.raises(BBSClientError) as err:
+        async with Client(base(client), api_key=alice.api_key) as a:
+            await a.list_agents()
+    assert (err.value.status, err.value.code) == (403, "admin_required")
 
 
 def msgspec_link(target: str, link_type: str):  # type: ignore[no-untyped-def]

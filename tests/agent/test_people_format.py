@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 
 from agent import people_format as fmt
-from node.wire.api import EntryOut, Envelope, LinkOut, Snippet
-from node.wire.workflows import Graph, GraphEdge, GraphNode, ReadyTask
+from node.wire.api import AgentListItem, EntryOut, Envelope, LinkOut, Snippet, SubscriptionOut
+from node.wire.workflows import Graph, GraphEdge, GraphNode, LeaseOut, MessageOut, ReadyTask, TaskOut
 
 DID = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"
 
@@ -126,3 +126,39 @@ def test_entry_tables_leave_out_time_then_author_on_narrow_consoles() -> None:
         assert "not red" in text  # the content column stays
         assert all(name in text for name in shown) and not any(name in text for name in hidden), (width, text)
         assert max(len(line) for line in text.splitlines()) <= width
+
+
+def test_messages_subscriptions_tasks_and_agents_print_values_as_written() -> None:
+    message = MessageOut(
+        id=3, record_hash="c" * 64, from_agent=DID, to_agent=None, message_type="status", body="[bold]green[/]",
+        payload={"run": 7}, dependency_ids=[], project="web", tags=[], authority="raw", truth_state="fact",
+        confidence=0.5, created_at="2026-01-02T03:04:05.123Z",
+    )  # fmt: skip
+    shown = render(fmt.messages_table([message], title="sent"))
+    assert "[bold]green[/]" in shown and '{"run":7}' in shown and "everyone" in shown and "2026-01-02 03:04:05" in shown
+
+    sub = SubscriptionOut(
+        id=4, agent_id=DID, tags=["[i]perf[/i]"], entry_types=[], performatives=["request"], authors=[DID],
+        directed=True, created_at="2026-01-02T03:04:05Z",
+    )  # fmt: skip
+    shown = render(fmt.subscriptions_table([sub]))
+    assert "[i]perf[/i]" in shown and "any" in shown and "only directed to me" in shown and fmt.short_did(DID) in shown
+
+    lease = LeaseOut(lease_id="d" * 64, holder=DID, expires_at="2026-01-02T03:19:05Z")
+    task = TaskOut(
+        id=9, key="build", title="[red]Build[/red]", status="processing", depends_on=["fetch"], waiting_on=[],
+        checkpoint={"step": 1}, home_node=DID, lease=lease, created_at="2026-01-02T03:00:00Z",
+        updated_at="2026-01-02T03:04:05Z",
+    )  # fmt: skip
+    shown = render(fmt.task_detail(task))
+    assert "[red]Build[/red]" in shown and "d" * 64 in shown and '{"step":1}' in shown and "fetch" in shown
+
+    agents = [
+        AgentListItem(agent_id=DID, name="ann", display_name="[b]Ann[/b]", description="", agent_type="assistant",
+                      home_node=DID, created_at="2026-01-02T03:04:05Z", entry_count=2, key_kept=True),
+        AgentListItem(agent_id=DID, name=None, display_name="Far", description="", agent_type=None, home_node=DID,
+                      created_at="2026-01-02T03:04:05Z", entry_count=0, key_kept=False),
+    ]  # fmt: skip
+    rows = render(fmt.agents_table(agents)).splitlines()
+    assert any("ann" in r and "[b]Ann[/b]" in r and "node" in r and "assistant" in r for r in rows)
+    assert any("Far" in r and "remote" in r for r in rows)

@@ -52,6 +52,7 @@ TABLE: list[Row] = [
     Row("POST", "/v1/auth/session", "422 422 422 422 422 422", body={}),
     # ---- admin only ---------------------------------------------------------------------------------------
     Row("POST", "/v1/agents", "401 401 403 403 201 401", body={"name": "made-{n}"}),
+    Row("GET", "/v1/agents", "401 401 403 403 200 401"),
     # a bystander agent's key is rotated, so the callers' own keys keep working
     Row("POST", "/v1/agents/{agent_id}/api-key", "401 401 403 403 201 401", url="/v1/agents/{spare}/api-key"),
     Row("GET", "/metrics", "401 401 403 403 200 401"),

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from identity import keys
@@ -16,6 +18,7 @@ from node.datadir import DataDir
 from node.service import Node
 from sync.store import Invalid
 from tests.sync.conftest import make_peer  # noqa: F401 (a fixture: two real nodes for `peers --watch`)
+from tests.sync.test_puller import until
 
 PEER = keys.SigningKey.generate().did
 
@@ -125,3 +128,56 @@ async def test_peers_watch_follows_a_first_catch_up_until_it_is_done(
 def test_peers_watch_without_peers_says_so(data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "peers", "--watch", "--data", str(data_dir[0]))
     assert (code, out) == (0, "") and "no peers" in err
+
+
+def peer_status(data: str, node_id: str) -> dict[str, Any]:
+    """The peer's status as `bbs peers --json` shows it (read beside the running node)."""
+    listing = db.read_sync(DataDir(Path(data)).db_path, lambda c: sync_store.peer_list(c, 0))
+    status: dict[str, Any] = json.loads(msgspec.json.encode(next(p for p in listing.peers if p.node_id == node_id)))
+    return status
+
+
+async def test_a_peer_that_has_not_added_this_node_is_waited_for_not_failed(
+    make_peer: Any,  # noqa: F811 (the fixture imported above)
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Added on one side only: the other answers 403 unknown_peer. `bbs peers` says it waits, counts no failure,
+    and the log says so once however many polls; once the other side adds this node, sync starts and says so."""
+    caplog.set_level(logging.DEBUG)
+    a, b = await make_peer("a"), await make_peer("b", scheduler=True)
+    await a.post(await a.agent(), "waiting for b to be added")
+    data = str(b.node.data.root)
+    assert await asyncio.to_thread(main, ["peer", "add", a.url, "--key", a.node_id, "--data", data]) == 0
+    capsys.readouterr()
+
+    def polls() -> int:
+        scheduler = b.sync.scheduler
+        return scheduler.puller.traffic.requests if scheduler is not None else 0
+
+    await until(lambda: polls() >= 3, 30)  # three requests, three 403 unknown_peer answers
+    status = await asyncio.to_thread(peer_status, data, a.node_id)
+    assert status["health"]["waiting_for_peer"] is True
+    assert (status["health"]["failures"], status["health"]["consecutive_failures"]) == (0, 0)
+    assert status["last_error"].startswith("waiting for the peer to add this node: ")
+    code, out, _ = await asyncio.to_thread(run, capsys, "peers", "--data", data)
+    assert code == 0
+    assert f"  waiting for the peer to add this node (on it: bbs peer add <this node's URL> --key {b.node_id})" in out
+    assert "failures" not in out and "last error" not in out
+    async with b.session.get(b.url + "/metrics", headers=b.admin) as resp:
+        assert f'bbs_sync_waiting_for_peer{{peer="{a.node_id}"}} 1.0' in await resp.text()
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and "unknown_peer" in r.getMessage()]
+    assert len(said) == 1 and "has not added this node yet" in said[0] and b.node_id in said[0]
+
+    await a.add_peer(b)  # the other side adds this node: the next poll (within about 2 s) gets through
+    await until(lambda: not b.sync.scheduler.puller.health_of(a.node_id).waiting_for_peer, 30)  # type: ignore[union-attr]
+    await until(lambda: peer_status(data, a.node_id)["lag_records"] == 0, 30)
+    status = await asyncio.to_thread(peer_status, data, a.node_id)
+    assert status["health"]["waiting_for_peer"] is False and status["last_error"] is None
+    assert status["health"]["failures"] == 0 and status["counters"]["saved"] >= 2
+    code, out, _ = await asyncio.to_thread(run, capsys, "peers", "--data", data)
+    assert code == 0 and "waiting" not in out and "lag 0 records" in out
+    messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert sum("has added this node" in m for m in messages) == 1
+    assert sum("unknown_peer" in m for m in messages) == 1  # said once for all the polls
+    assert not [m for r in caplog.records if r.levelno >= logging.WARNING for m in [r.getMessage()]]
