@@ -252,16 +252,18 @@ def build_records() -> Book:
     )
     book.seal(
         "link_by_rotated_key",
-        "A link signed by A1: for every kind but entries the address is the signing bytes, signing_key included.",
+        "A link in the space between two of its entries, signed by A1: for every kind but entries the address is "
+        "the signing bytes, signing_key and space included.",
         "A1",
         {
             **base,
             "kind": "link",
             "signing_key": did("A1"),
             "created_at": "2026-03-03T08:06:00Z",
-            "source": book.hash("entry_by_rotated_key"),
+            "space": space,
+            "source": book.hash("space_entry_backdated"),
             "target": book.hash("space_entry"),
-            "link_type": "responds_to",
+            "link_type": "contradicts",
             "annotation": "",
         },
     )
