@@ -126,7 +126,7 @@ class KeyEventRecord(_Envelope, forbid_unknown_fields=True):
     kind: Literal["key_event"]
     event: KeyEventKind
     seq: Seq
-    vouches: Annotated[list[VouchSpec], msgspec.Meta(min_length=1, max_length=MAX_VOUCHES)]
+    vouches: Annotated[list[VouchSpec], msgspec.Meta(max_length=MAX_VOUCHES)]  # [] only when no key loses
     prior: Hash | msgspec.UnsetType = msgspec.UNSET
     key: Did | msgspec.UnsetType = msgspec.UNSET
     next: Hash | msgspec.UnsetType = msgspec.UNSET
