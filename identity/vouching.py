@@ -244,6 +244,36 @@ def verdict(version: str, v: Vouch, pages: Mapping[int, Sequence[str]]) -> Verdi
     return "undecided"
 
 
+def vouch_for(record: dict[str, Any], subject: str) -> Vouch | None:
+    """The vouch an authority-removing record (a key event, a membership change) carries for `subject`, or None.
+
+    Reads the record's `vouches` member, refusing any malformed vouch with its path (`$.vouches[1].root`).
+    """
+    listed = record.get("vouches", [])
+    if not isinstance(listed, list):
+        raise VouchError("vouches is a list", "$.vouches")
+    found = None
+    for i, item in enumerate(listed):
+        v = Vouch.from_json(item, f"$.vouches[{i}]")
+        if v.subject == subject:
+            found = v
+    return found
+
+
+def decide(version: str, removal: dict[str, Any], subject: str, pages: Mapping[int, Sequence[str]]) -> Verdict:
+    """The verdict on `subject`'s record of `version` after `removal` took authority from `subject`.
+
+    A removal that names no vouch for the subject vouches for nothing of it: `void`. Otherwise `verdict` over the
+    verified pages held of that vouch.
+    """
+    v = vouch_for(removal, subject)
+    if v is None:
+        if not _VERSION.fullmatch(version):
+            raise VouchError("a version is 64 lowercase hex digits")
+        return "void"
+    return verdict(version, v, pages)
+
+
 def _last_of(members: Sequence[str] | None) -> str:
     return members[-1] if members else "g"  # "g" sorts after every hex digit: no page before means no gap
 

@@ -269,3 +269,35 @@ def test_held_pages_around_a_place_decide_a_stranger_there() -> None:
 def test_a_malformed_version_is_refused() -> None:
     with pytest.raises(VouchError):
         vouching.verdict("xyz", vouching.vouch(SUBJECT, []), {})
+
+
+# ---- reading the vouch off the removing record -------------------------------------------------------------------
+
+
+def test_decide_reads_the_vouch_of_the_subject_from_the_removing_record() -> None:
+    kept = _versions(3)
+    removal = {
+        "kind": "key_event",
+        "vouches": sorted([vouching.vouch(SUBJECT, kept).as_json(), vouching.vouch(OTHER, []).as_json()],
+                          key=lambda v: v["subject"]),
+    }  # fmt: skip
+    pages = {0: vouching.page(kept, 0)[0]}
+    assert vouching.vouch_for(removal, SUBJECT) == vouching.vouch(SUBJECT, kept)
+    assert vouching.decide(kept[1], removal, SUBJECT, pages) == "vouched"
+    assert vouching.decide("0" * 64, removal, SUBJECT, pages) == "void"
+    assert vouching.decide(kept[1], removal, SUBJECT, {}) == "undecided"
+    assert vouching.decide(kept[1], removal, OTHER, {}) == "void"  # an empty set
+    third = SigningKey.from_seed(bytes([9]) * 32).did
+    assert vouching.vouch_for(removal, third) is None
+    assert vouching.decide(kept[1], removal, third, {}) == "void"  # named nowhere: nothing of it is vouched
+
+
+def test_decide_refuses_a_malformed_vouch_with_its_path() -> None:
+    removal = {"vouches": [vouching.vouch(SUBJECT, []).as_json(), {"count": 1, "root": "x", "subject": OTHER}]}
+    with pytest.raises(VouchError) as caught:
+        vouching.decide("0" * 64, removal, SUBJECT, {})
+    assert caught.value.field == "$.vouches[1].root"
+    with pytest.raises(VouchError):
+        vouching.vouch_for({"vouches": {}}, SUBJECT)
+    with pytest.raises(VouchError):
+        vouching.decide("zz", {"vouches": []}, SUBJECT, {})
