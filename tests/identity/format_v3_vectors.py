@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from identity import canonical, keys, vouching
+from identity import canonical, key_history, keys, vouching
 from identity.keys import SigningKey
 
 VECTORS = Path(__file__).resolve().parent / "vectors" / "format_v3.json"
@@ -285,6 +285,12 @@ def build_records() -> Book:
         },
     )
     book.seal(
+        "entry_by_stolen_key",
+        "A public entry signed by A2 after it was stolen, dated before any key event: void once A2 is revoked.",
+        "A2",
+        _entry(None, a, "2026-01-15T00:00:00Z", "Send the house keys to the address below.", signing_key=did("A2")),
+    )
+    book.seal(
         "revoke_by_recovery",
         "A2 is stolen: the recovery key revokes it (seq 3), vouching for none of its records, and installs no key.",
         "AR",
@@ -318,6 +324,22 @@ def build_records() -> Book:
                 [vouching.vouch(did("A1"), a1_records).as_json(), vouching.vouch(did("A2"), []).as_json()],
                 key=lambda v: v["subject"],
             ),
+        },
+    )
+    book.seal(
+        "vouch_page_of_recover",
+        "Page 0 of recover's vouch for A1, signed by the recovery key that signed recover.",
+        "AR",
+        {
+            **base,
+            "kind": "vouch_page",
+            "signing_key": did("AR"),
+            "created_at": "2026-03-05T08:01:00Z",
+            "event": book.hash("recover"),
+            "subject": did("A1"),
+            "page": 0,
+            "versions": vouching.sorted_versions(a1_records),
+            "proof": [],
         },
     )
     book.seal(
@@ -369,6 +391,45 @@ def tombstone(target: dict[str, Any], versions: list[str], redaction: dict[str, 
     return out
 
 
+KEY_EVENTS = ("rotate_by_current", "rotate_by_next", "revoke_by_recovery", "recover")
+VERDICTS = (  # records of A, each decided by its signing key against A's key history and the vouch pages
+    "space",
+    "member_add",
+    "host",
+    "member_remove",
+    "entry_by_rotated_key",
+    "link_by_rotated_key",
+    "entry_by_stolen_key",
+    "redaction_by_admin",
+)
+
+
+def build_key_history(book: Book) -> dict[str, Any]:
+    """A's key history over its four key events (any order), and the verdict on each of A's records."""
+    names = {book.hash(n): n for n in KEY_EVENTS}
+    history = key_history.resolve(did("A0"), [(book.hash(n), book.records[n]["record"]) for n in KEY_EVENTS])
+    pages: dict[tuple[str, str], dict[int, list[str]]] = {}
+    for entry in book.records.values():
+        record = entry["record"]
+        if record["kind"] == "vouch_page":
+            pages[(record["event"], record["subject"])] = {record["page"]: record["versions"]}
+    verdicts = []
+    for name in VERDICTS:
+        record = book.records[name]["record"]
+        signer = key_history.signer_of(record)
+        verdict = key_history.key_verdict(history, signer, book.version(name), pages)
+        verdicts.append({"record": name, "signing_key": signer, "verdict": verdict})
+    return {
+        "author_id": did("A0"),
+        "events": list(KEY_EVENTS),
+        "chain": [names[address] for address in history.chain],
+        "state": {"key": history.state.key, "next": history.state.next, "recovery": history.state.recovery},
+        "losing_keys": sorted(history.losing_keys),
+        "refused": {names[address]: reason for address, reason in sorted(history.refused.items())},
+        "verdicts": verdicts,
+    }
+
+
 def build_merkle() -> list[dict[str, Any]]:
     """Merkle vectors: roots of `versions(n)` (SHA-256 of the decimal strings "0".."n-1", sorted) and page proofs."""
     out: list[dict[str, Any]] = []
@@ -398,6 +459,7 @@ def build() -> dict[str, Any]:
         "keys": {name: {"seed": key(name).seed.hex(), "did": did(name)} for name in SEEDS},
         "commitments": {"A2": key_commitment(did("A2"))},
         "records": book.vectors,
+        "key_history": build_key_history(book),
         "tombstones": [
             {
                 "name": "tombstone_of_space_entry",

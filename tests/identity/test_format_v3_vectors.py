@@ -150,16 +150,37 @@ def test_the_vouches_are_rfc_9162_roots_of_the_records_they_keep() -> None:
             vouching.Vouch.from_json(item)
 
 
-def test_the_vouch_page_verifies_and_decides() -> None:
-    page = RECORDS["vouch_page"]["record"]
-    event = RECORDS["rotate_by_current"]
-    assert page["event"] == event["hash"]
-    v = vouching.Vouch.from_json(event["record"]["vouches"][0])
-    assert page["subject"] == v.subject
-    assert vouching.verify_page(v, page["page"], page["versions"], page["proof"])
-    pages = {page["page"]: page["versions"]}
-    assert vouching.verdict(RECORDS["member_remove"]["version"], v, pages) == "vouched"
-    assert vouching.verdict(RECORDS["vouch_page"]["version"], v, pages) == "void"  # signed after: not in the set
+def test_every_vouch_page_verifies_against_its_event_and_decides() -> None:
+    pages = [v for v in DOCUMENT["records"] if v["record"]["kind"] == "vouch_page"]
+    assert len(pages) == 2
+    for vector in pages:
+        page = vector["record"]
+        event = next(v for v in DOCUMENT["records"] if v["hash"] == page["event"])
+        v = vouching.vouch_for(event["record"], page["subject"])
+        assert v is not None and page["subject"] == v.subject
+        assert page.get("signing_key") == event["record"].get("signing_key")  # signed by the event's signer
+        assert vouching.verify_page(v, page["page"], page["versions"], page["proof"])
+        for version in page["versions"]:
+            assert vouching.decide(version, event["record"], page["subject"], {page["page"]: page["versions"]}) == (
+                "vouched"
+            )
+        assert vouching.decide(vector["version"], event["record"], page["subject"], {0: page["versions"]}) == "void"
+
+
+def test_the_key_history_vector() -> None:
+    """The story's expected outcome, spelled out: the recovery wins at seq 2, the stolen key's backdated entry is
+    void, every other record of A stands."""
+    published = DOCUMENT["key_history"]
+    assert published["chain"] == ["rotate_by_current", "recover"]
+    assert published["state"]["key"] == DOCUMENT["keys"]["A4"]["did"]
+    assert published["losing_keys"] == [DOCUMENT["keys"]["A2"]["did"]]
+    assert published["refused"] == {}
+    verdicts = {item["record"]: item["verdict"] for item in published["verdicts"]}
+    assert verdicts.pop("entry_by_stolen_key") == "void"
+    assert set(verdicts.values()) == {"valid"}
+    for item in published["verdicts"]:
+        record = RECORDS[item["record"]]["record"]
+        assert item["signing_key"] == record.get("signing_key", record["author_id"])
 
 
 def test_merkle_vectors() -> None:

@@ -202,11 +202,19 @@ def test_the_vectors_story_in_every_order() -> None:
     pages = {(page["event"], page["subject"]): {page["page"]: page["versions"]}}
     for name in ("space", "member_add", "host", "member_remove"):
         assert key_verdict(history, author, VECTORS[name]["version"], pages) == "valid"
-    assert key_verdict(history, author, VECTORS["vouch_page"]["version"], pages) == "void"  # dated later, not vouched
+    assert key_verdict(history, author, "2" * 64, pages) == "void"  # any other record of A0: not in the set
     assert key_verdict(history, DOCUMENT["keys"]["A2"]["did"], "2" * 64, pages) == "void"
-    assert key_verdict(history, DOCUMENT["keys"]["A1"]["did"], VECTORS["entry_by_rotated_key"]["version"], {}) == (
-        "undecided"  # recover vouches for A1's two records: decided once its pages are held
+    assert key_verdict(history, DOCUMENT["keys"]["A1"]["did"], VECTORS["entry_by_rotated_key"]["version"], pages) == (
+        "undecided"  # recover vouches for A1's two records: decided once its page is held
     )
+    for name in ("vouch_page", "vouch_page_of_recover"):
+        page = VECTORS[name]["record"]
+        pages[(page["event"], page["subject"])] = {page["page"]: page["versions"]}
+    for order in permutations(items):  # the published verdicts, whatever order the events came in
+        again = resolve(author, order)
+        for item in DOCUMENT["key_history"]["verdicts"]:
+            version = VECTORS[item["record"]]["version"]
+            assert key_verdict(again, item["signing_key"], version, pages) == item["verdict"], item
 
 
 # ---- random histories --------------------------------------------------------------------------------------------
