@@ -49,6 +49,7 @@ class History:
     losing_keys: frozenset[str]  # keys installed only by allowed events outside the chain
     refused: dict[str, str]  # address -> reason, for events that can never count
     waiting: frozenset[str]  # events whose prior is not held
+    kept: frozenset[str]  # what a node stores: the chain, and at each of its places the best other allowed event
     events: dict[str, dict[str, Any]] = field(repr=False)  # every event given, by address
 
 
@@ -121,6 +122,7 @@ def resolve(author_id: str, events: Iterable[tuple[str, dict[str, Any]]]) -> His
     allowed_keys: set[str] = set()
     states: dict[str | None, KeyState] = {None: initial_state(author_id)}
     winners: dict[str | None, str] = {}
+    runners_up: dict[str | None, str] = {}
     level: list[tuple[str | None, int]] = [(None, 0)]  # (parent address, parent seq), breadth first
     while level:
         following: list[tuple[str | None, int]] = []
@@ -140,8 +142,11 @@ def resolve(author_id: str, events: Iterable[tuple[str, dict[str, Any]]]) -> His
                 if record.get("key") is not None:
                     allowed_keys.add(record["key"])
                 following.append((address, record["seq"]))
+            ranked.sort()
             if ranked:
-                winners[parent] = min(ranked)[1]
+                winners[parent] = ranked[0][1]
+            if len(ranked) > 1:
+                runners_up[parent] = ranked[1][1]
         level = following
 
     reachable = set(states) - {None}
@@ -155,9 +160,12 @@ def resolve(author_id: str, events: Iterable[tuple[str, dict[str, Any]]]) -> His
     chain: list[str] = []
     removed_by: dict[str, str] = {}
     vouched_by: dict[str, str] = {}
+    kept: set[str] = set()
     cursor: str | None = None
     while cursor in winners:
         before = states[cursor]
+        if cursor in runners_up:
+            kept.add(runners_up[cursor])
         cursor = winners[cursor]
         chain.append(cursor)
         if before.key is not None:
@@ -176,6 +184,7 @@ def resolve(author_id: str, events: Iterable[tuple[str, dict[str, Any]]]) -> His
         losing_keys=frozenset(allowed_keys - chain_keys),
         refused=refused,
         waiting=waiting,
+        kept=frozenset(kept | set(chain)),
         events=by_address,
     )
 

@@ -100,6 +100,8 @@ def test_recovery_beats_any_change_at_any_depth() -> None:
     assert history.state.key == K[4]
     assert history.losing_keys == {K[2], K[3]}
     assert history.vouched_by == {K[2]: _address(recover)}
+    # kept: the chain and its runner-up at seq 2; the losing branch's own follower is not stored
+    assert history.kept == {_address(first), _address(recover), _address(second)}
     assert key_verdict(history, K[2], "1" * 64, {}) == "void"  # vouched for by the recovery with an empty set
     assert key_verdict(history, K[3], "1" * 64, {}) == "void"  # a losing branch's key
     assert key_verdict(history, K[4], "1" * 64, {}) == "valid"
@@ -110,6 +112,19 @@ def test_two_changes_by_the_current_key_tie_on_rank_and_the_smaller_address_wins
     thief = _event("rotate", 1, None, A, [A], key=K[2])
     history = _resolve(owner, thief)
     assert history.chain == (min(_address(owner), _address(thief)),)
+
+
+def test_endless_forks_by_the_current_key_keep_two_events() -> None:
+    """A thief holding a key without a commitment can sign any number of allowed forks: a node keeps the best two."""
+    forks = [_event("rotate", 1, None, A, [A], key=k) for k in K[1:]]
+    deeper = [
+        _event("rotate", 2, _address(f), f["key"], [f["key"]], key=K[(i + 2) % 5 + 1]) for i, f in enumerate(forks)
+    ]
+    history = _resolve(*forks, *deeper)
+    ranked = sorted(_address(f) for f in forks)
+    winner_follower = next(d for d in deeper if d["prior"] == ranked[0])
+    assert history.chain == (ranked[0], _address(winner_follower))
+    assert history.kept == {ranked[0], ranked[1], _address(winner_follower)}
 
 
 @pytest.mark.parametrize(
@@ -261,14 +276,20 @@ def test_random_histories_are_decided_the_same_in_every_order(events: list[dict[
     shuffled = list(items)
     rnd.shuffle(shuffled)
     again = resolve(A, shuffled)
-    assert (again.chain, again.state, again.refused, again.waiting, again.losing_keys, again.removed_by) == (
+    assert (again.chain, again.state, again.refused, again.waiting, again.losing_keys, again.kept) == (
         history.chain,
         history.state,
         history.refused,
         history.waiting,
         history.losing_keys,
-        history.removed_by,
+        history.kept,
     )
+    assert again.removed_by == history.removed_by
+    # what a node keeps is bounded by the chain: at most two events per place of it
+    assert set(history.chain) <= history.kept and len(history.kept) <= 2 * len(history.chain)
+    # and keeping only that loses nothing: the same events, resolved alone, give the same chain and state
+    alone = resolve(A, [(a, e) for a, e in items if a in history.kept])
+    assert (alone.chain, alone.state) == (history.chain, history.state)
     # every step of the chain is allowed in its parent's state and the best allowed sibling; the end has no child
     state = key_history.initial_state(A)
     parent: str | None = None
