@@ -425,6 +425,7 @@ def build_key_history(book: Book) -> dict[str, Any]:
         "chain": [names[address] for address in history.chain],
         "state": {"key": history.state.key, "next": history.state.next, "recovery": history.state.recovery},
         "losing_keys": sorted(history.losing_keys),
+        "kept": [n for n in KEY_EVENTS if book.hash(n) in history.kept],
         "refused": {names[address]: reason for address, reason in sorted(history.refused.items())},
         "verdicts": verdicts,
     }

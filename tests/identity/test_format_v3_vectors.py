@@ -175,6 +175,7 @@ def test_the_key_history_vector() -> None:
     assert published["state"]["key"] == DOCUMENT["keys"]["A4"]["did"]
     assert published["losing_keys"] == [DOCUMENT["keys"]["A2"]["did"]]
     assert published["refused"] == {}
+    assert published["kept"] == ["rotate_by_current", "rotate_by_next", "recover"]  # not the loser's follower
     verdicts = {item["record"]: item["verdict"] for item in published["verdicts"]}
     assert verdicts.pop("entry_by_stolen_key") == "void"
     assert set(verdicts.values()) == {"valid"}
