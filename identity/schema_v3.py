@@ -30,7 +30,8 @@ SpaceId = Annotated[str, msgspec.Meta(pattern=whole("[0-9a-f]{64}"), description
 Nonce = Annotated[str, msgspec.Meta(pattern=whole("[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]"))]
 Seq = Annotated[int, msgspec.Meta(ge=1, le=MAX_CHAIN_SEQ)]
 Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_REASON_CHARS)]
-MemberRole = Literal["admin", "writer", "reader", "none"]
+MemberRole = Literal["writer", "reader", "none"]
+AdminRole = Literal["admin", "none"]
 HostRole = Literal["host", "none"]
 KeyEventKind = Literal["rotate", "revoke", "recover"]
 Count = Annotated[int, msgspec.Meta(ge=0, le=vouching.MAX_COUNT)]
@@ -190,6 +191,30 @@ class SpaceMemberRecord(_Envelope, forbid_unknown_fields=True):
             raise _invalid("the vouch of a membership change is for its member", "$.vouches[0].subject")
 
 
+class SpaceAdminRecord(_Envelope, forbid_unknown_fields=True):
+    """A step of one admin's chain in a space (docs/format-v3.md, 4.3): signed by the owner, or by the admin leaving.
+
+    Admin roles live in their own chain, which only the owner and the admin itself sign, so an admin's authority
+    never depends on another admin's records."""
+
+    kind: Literal["space_admin"]
+    space: SpaceId
+    member: Did
+    role: AdminRole
+    seq: Seq
+    prior: Hash | msgspec.UnsetType = msgspec.UNSET
+    vouches: Annotated[list[VouchSpec], msgspec.Meta(min_length=1, max_length=1)] | msgspec.UnsetType = msgspec.UNSET
+
+    def __post_init__(self) -> None:
+        _check_chain(self.seq, self.prior)
+        if self.seq == 1 and self.role == "none":
+            raise _invalid("an admin's first record makes it an admin", "$.role")
+        if (self.role == "none") != (self.vouches is not msgspec.UNSET):
+            raise _invalid("removing an admin names what it still vouches for, and only that does", "$.vouches")
+        if self.vouches is not msgspec.UNSET and self.vouches[0].subject != self.member:
+            raise _invalid("the vouch of an admin's removal is for that admin", "$.vouches[0].subject")
+
+
 class SpaceHostRecord(_Envelope, forbid_unknown_fields=True):
     """A step of one node's hosting chain in a space (docs/format-v3.md, 4.6)."""
 
@@ -228,6 +253,7 @@ V3_RECORD_TYPES: dict[str, type[msgspec.Struct]] = {
     "vouch_page": VouchPageRecord,
     "space": SpaceRecord,
     "space_member": SpaceMemberRecord,
+    "space_admin": SpaceAdminRecord,
     "space_host": SpaceHostRecord,
     "redaction": RedactionRecord,
 }

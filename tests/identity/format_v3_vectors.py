@@ -28,6 +28,7 @@ SEEDS = {
     "B0": 0x05,  # agent B's first key: B's id
     "A4": 0x06,  # the key A's recovery installs
     "A5": 0x07,  # the next key the recovery commits to (kept offline)
+    "C0": 0x08,  # agent C's first key: C's id, an admin of the space
 }
 
 
@@ -170,6 +171,20 @@ def build_records() -> Book:
         },
     )
     book.seal(
+        "admin_add",
+        "The owner makes C an admin: the first record of C's admin chain, which only the owner and C itself sign.",
+        "A0",
+        {
+            **base,
+            "kind": "space_admin",
+            "created_at": "2026-03-01T09:01:10Z",
+            "space": space,
+            "member": did("C0"),
+            "role": "admin",
+            "seq": 1,
+        },
+    )
+    book.seal(
         "host",
         "The owner names node N as a hosting node of the space.",
         "A0",
@@ -211,7 +226,7 @@ def build_records() -> Book:
             "vouches": [vouching.vouch(b, [book.version("space_entry")]).as_json()],
         },
     )
-    a0_records = [book.version(name) for name in ("space", "member_add", "host", "member_remove")]
+    a0_records = [book.version(name) for name in ("space", "member_add", "admin_add", "host", "member_remove")]
     book.seal(
         "rotate_by_current",
         "A's first key event: a rotation signed by the current key A0 (no commitment yet) to A1, committing to A2 "
@@ -343,6 +358,22 @@ def build_records() -> Book:
         },
     )
     book.seal(
+        "member_by_admin",
+        "Admin C makes B a reader again (seq 3 of B's member chain, after the removal).",
+        "C0",
+        {
+            "kind": "space_member",
+            "schema_version": "v1",
+            "author_id": did("C0"),
+            "created_at": "2026-03-06T10:00:00Z",
+            "space": space,
+            "member": b,
+            "role": "reader",
+            "seq": 3,
+            "prior": book.hash("member_remove"),
+        },
+    )
+    book.seal(
         "redaction_by_author",
         "B redacts its own space entry (by address: every version goes), with a reason.",
         "B0",
@@ -357,8 +388,8 @@ def build_records() -> Book:
         },
     )
     book.seal(
-        "redaction_by_admin",
-        "The owner (as the space's owner, signing with A4 after the recovery) redacts B's backdated post.",
+        "redaction_by_owner",
+        "The space's owner, signing with A4 after its recovery, redacts B's backdated post.",
         "A4",
         {
             **base,
@@ -395,12 +426,13 @@ KEY_EVENTS = ("rotate_by_current", "rotate_by_next", "revoke_by_recovery", "reco
 VERDICTS = (  # records of A, each decided by its signing key against A's key history and the vouch pages
     "space",
     "member_add",
+    "admin_add",
     "host",
     "member_remove",
     "entry_by_rotated_key",
     "link_by_rotated_key",
     "entry_by_stolen_key",
-    "redaction_by_admin",
+    "redaction_by_owner",
 )
 
 

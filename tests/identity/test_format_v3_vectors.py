@@ -71,7 +71,9 @@ def test_the_keys() -> None:
 
 def test_every_kind_of_the_design_has_a_vector() -> None:
     kinds = {vector["record"]["kind"] for vector in DOCUMENT["records"]}
-    assert kinds == {"entry", "link", "space", "space_member", "space_host", "key_event", "vouch_page", "redaction"}
+    assert kinds == {
+        "entry", "link", "space", "space_member", "space_admin", "space_host", "key_event", "vouch_page", "redaction"
+    }  # fmt: skip
     events = {v["record"]["event"] for v in DOCUMENT["records"] if v["record"]["kind"] == "key_event"}
     assert events == {"rotate", "revoke", "recover"}
     assert {v["record"]["schema_version"] for v in DOCUMENT["records"] if v["record"]["kind"] == "entry"} == {
@@ -124,7 +126,10 @@ def test_the_space_is_the_creation_records_hash_and_every_space_record_names_it(
     space = RECORDS["space"]["hash"]
     for vector in DOCUMENT["records"]:
         record = vector["record"]
-        if record["kind"] in ("space_member", "space_host", "redaction") or record.get("schema_version") == "v2":
+        if (
+            record["kind"] in ("space_member", "space_admin", "space_host", "redaction")
+            or record.get("schema_version") == "v2"
+        ):
             assert record["space"] == space, vector["name"]
     assert len(RECORDS["space"]["record"]["nonce"]) == 43  # 32 random bytes, unpadded base64url
 
@@ -136,8 +141,8 @@ def test_the_vouches_are_rfc_9162_roots_of_the_records_they_keep() -> None:
     a, b, a1, a2 = (DOCUMENT["keys"][k]["did"] for k in ("A0", "B0", "A1", "A2"))
     kept_of_b = [RECORDS["space_entry"]["version"]]
     assert vouch_of("member_remove", b) == {"count": 1, "root": _oracle_root(kept_of_b), "subject": b}
-    a0_kept = sorted(RECORDS[n]["version"] for n in ("space", "member_add", "host", "member_remove"))
-    assert vouch_of("rotate_by_current", a) == {"count": 4, "root": _oracle_root(a0_kept), "subject": a}
+    a0_kept = sorted(RECORDS[n]["version"] for n in ("space", "member_add", "admin_add", "host", "member_remove"))
+    assert vouch_of("rotate_by_current", a) == {"count": 5, "root": _oracle_root(a0_kept), "subject": a}
     a1_kept = sorted(RECORDS[n]["version"] for n in ("entry_by_rotated_key", "link_by_rotated_key"))
     for name in ("rotate_by_next", "recover"):
         assert vouch_of(name, a1) == {"count": 2, "root": _oracle_root(a1_kept), "subject": a1}

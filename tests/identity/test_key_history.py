@@ -215,7 +215,7 @@ def test_the_vectors_story_in_every_order() -> None:
     assert history.losing_keys == {DOCUMENT["keys"]["A2"]["did"]}
     page = VECTORS["vouch_page"]["record"]
     pages = {(page["event"], page["subject"]): {page["page"]: page["versions"]}}
-    for name in ("space", "member_add", "host", "member_remove"):
+    for name in ("space", "member_add", "admin_add", "host", "member_remove"):
         assert key_verdict(history, author, VECTORS[name]["version"], pages) == "valid"
     assert key_verdict(history, author, "2" * 64, pages) == "void"  # any other record of A0: not in the set
     assert key_verdict(history, DOCUMENT["keys"]["A2"]["did"], "2" * 64, pages) == "void"

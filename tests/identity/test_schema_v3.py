@@ -32,7 +32,7 @@ def test_every_vector_is_a_valid_record_of_its_kind(name: str) -> None:
 
 def test_the_v3_kinds_are_not_registered_yet() -> None:
     """Today's nodes keep refusing every v3 form (docs/format-v3.md, section 8): nothing registered them."""
-    for kind in ("key_event", "vouch_page", "space", "space_member", "space_host", "redaction"):
+    for kind in ("key_event", "vouch_page", "space", "space_member", "space_admin", "space_host", "redaction"):
         assert kind not in schema.RECORD_TYPES
         assert kind not in records.RECORD_KINDS
     assert schema.RECORD_TYPES["entry"] is schema.EntryRecord
@@ -92,6 +92,16 @@ BAD = [
     ("space", {"name": "x" * 129}, "$.name"),
     ("space", {"space": "0" * 64}, "$.space"),
     ("member_add", {"role": "owner"}, "$.role"),
+    ("member_add", {"role": "admin"}, "$.role"),  # admin roles have their own chain
+    ("admin_add", {"role": "writer"}, "$.role"),
+    ("admin_add", {"role": "none"}, "$.role"),
+    ("admin_add", {"seq": 2, "prior": "0" * 64, "role": "none"}, "$.vouches"),
+    ("admin_add", {"vouches": [vouching.vouch(make.did("C0"), []).as_json()]}, "$.vouches"),
+    (
+        "admin_add",
+        {"seq": 2, "prior": "0" * 64, "role": "none", "vouches": [vouching.vouch(make.did("B0"), []).as_json()]},
+        "$.vouches[0].subject",
+    ),
     ("member_add", {"role": "none"}, "$.role"),
     ("member_remove", {"prior": None}, "$.prior"),
     ("member_remove", {"vouches": [vouching.vouch(make.did("A0"), []).as_json()]}, "$.vouches[0].subject"),
