@@ -51,6 +51,36 @@ def record_hash(author_id: str, created_at: str, entry_type: str, performative: 
     return hashlib.sha256(_sorted_compact_json(preimage, allow_nan=True)).hexdigest()
 
 
+SPACE_SCHEMA_VERSION = "v2"  # an entry inside a space: the v1 preimage plus `space` (docs/format-v3.md)
+
+
+def space_entry_preimage(
+    author_id: str, created_at: str, entry_type: str, performative: str, content: str, space: str
+) -> bytes:
+    """The canonical bytes a space entry's address hashes: the seed's v1 preimage with `schema_version` "v2" and
+    the entry's `space` added, so the space is inside the address (docs/format-v3.md). Public entries keep
+    `record_hash`, the seed's v1 preimage, unchanged."""
+    preimage = {
+        "author_id": author_id,
+        "content": normalize_content(content),
+        "created_at": created_at,
+        "entry_type": entry_type,
+        "performative": performative,
+        "schema_version": SPACE_SCHEMA_VERSION,
+        "space": space,
+    }
+    return _sorted_compact_json(preimage, allow_nan=False)
+
+
+def space_record_hash(
+    author_id: str, created_at: str, entry_type: str, performative: str, content: str, space: str
+) -> str:
+    """A space entry's address: SHA-256 of `space_entry_preimage`, hex."""
+    return hashlib.sha256(
+        space_entry_preimage(author_id, created_at, entry_type, performative, content, space)
+    ).hexdigest()
+
+
 def content_fingerprint(content: str) -> str:
     """The seed's dedup fingerprint: SHA-256 of the stripped NFC content, hex."""
     n = unicodedata.normalize("NFC", content).strip().replace("\r\n", "\n").replace("\r", "\n")
