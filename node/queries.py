@@ -125,7 +125,7 @@ def entry_out(row: sqlite3.Row) -> EntryOut:
 
 
 def _json_array(text: str) -> list[Any]:
-    return [] if text == "[]" else json.loads(text)  # type: ignore[no-any-return]
+    return [] if text == "[]" else json.loads(text)
 
 
 def link_out(row: sqlite3.Row) -> LinkOut:

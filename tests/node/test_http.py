@@ -265,7 +265,7 @@ def test_openapi_describes_each_route() -> None:
         http.Route("POST", "/peer", fifth, "Peer", "peer", body=Item, responses={200: Item}),
     ]  # fmt: skip
     document = http.openapi(routes, title="T", version="1")
-    validate(document)  # type: ignore[arg-type]
+    validate(document)
     post = document["paths"]["/items"]["post"]
     assert (post["operationId"], post["tags"], post["security"]) == ("handler", ["items"], [{"bearer": []}])
     assert [p["name"] for p in post["parameters"]] == ["Idempotency-Key"]

@@ -38,7 +38,7 @@ async def notifications(node: Node) -> set[tuple[str, int, int, str, int | None]
     rows = await node.db.read(
         lambda c: c.execute("SELECT agent_id, entry_id, tier, reason, subscription_id FROM notifications").fetchall()
     )
-    return {tuple(r) for r in rows}  # type: ignore[misc]
+    return {tuple(r) for r in rows}
 
 
 async def statuses(node: Node, agent: AgentCreds) -> dict[int, tuple[str, int]]:
