@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from aiohttp import web
 
     from node.service import Node
@@ -298,12 +300,12 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
     with Reporter() as progress:  # bars on a terminal, plain lines on stderr otherwise
 
-        def run(conn: object) -> tuple[bool, int]:
-            before = projections.snapshot(conn)  # type: ignore[arg-type]
-            count = projections.rebuild(conn, progress)  # type: ignore[arg-type]
-            return before == projections.snapshot(conn), count  # type: ignore[arg-type]
+        def run(conn: sqlite3.Connection) -> tuple[bool, int]:
+            before = projections.snapshot(conn)
+            count = projections.rebuild(conn, progress)
+            return before == projections.snapshot(conn), count
 
-        same, count = db.write_sync(DataDir(args.data).db_path, run)  # type: ignore[arg-type]
+        same, count = db.write_sync(DataDir(args.data).db_path, run)
         indexed = db.read_sync(DataDir(args.data).db_path, lambda conn: search_indexer.rebuild(args.data, conn))
     print(json.dumps({"records_replayed": count, "projections_matched_log": same, "search_index_entries": indexed}))
     return 0 if same else EXIT_ERROR
