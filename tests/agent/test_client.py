@@ -26,7 +26,9 @@ def base(client: TestClient) -> str:
     return str(client.make_url("")).rstrip("/")
 
 
-async def test_whole_api_with_typed_results(client: TestClient, make_agent: Factory, data_dir: tuple[Path, str]):
+async def test_whole_api_with_typed_results(
+    client: TestClient, make_agent: Factory, data_dir: tuple[Path, str]
+) -> None:
     alice, bob = await make_agent("alice"), await make_agent("bob")
     async with Client(base(client), api_key=alice.api_key) as a, Client(base(client), api_key=bob.api_key) as b:
         assert (await a.health()).status == "ok"
