@@ -197,7 +197,7 @@ async def test_client_holding_the_key_signs_and_node_only_verifies(client: TestC
         lambda c: [bytes(r[0]) for r in c.execute("SELECT body FROM records WHERE author_id = ?", (key.did,))]
     )
     for body in bodies:  # every stored record verifies with nothing but itself
-        record_hash, decoded = records.check(json.loads(body))
+        _, decoded = records.check(json.loads(body))
         assert decoded.author_id == key.did
     assert len(bodies) == 5  # identity document, three entries, one link
 

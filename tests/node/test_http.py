@@ -301,7 +301,7 @@ def test_route_defaults() -> None:
 
 async def _leave_mid_body(port: int, api_key: str) -> None:
     """Send headers and part of a JSON body over a raw socket, then close it."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
     head = (
         f"POST /v1/entries HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {api_key}\r\n"
         "Content-Type: application/json\r\nContent-Length: 400\r\n\r\n"
