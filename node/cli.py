@@ -190,7 +190,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _on_node(data: Path, act: Callable[[Node], Awaitable[T]]) -> T:
-    """Run `act` on the data folder's node (served elsewhere or not); never creates a node: only init and serve do."""
+    """Run `act` on the data folder's node (served elsewhere or not); never creates a node: only init and serve do.
+
+    The node is opened without its search index: `act` searches nothing, and a serving node holds the index."""
     import asyncio
 
     from node.datadir import require_node
@@ -200,7 +202,7 @@ def _on_node(data: Path, act: Callable[[Node], Awaitable[T]]) -> T:
     node = Node(data)
 
     async def run() -> T:
-        node.open()
+        node.open(search_index=False)
         try:
             return await act(node)
         finally:
