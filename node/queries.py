@@ -1,4 +1,6 @@
-"""Read paths: entries by id or hash, graph traversal, full-text search. All set-based SQL."""
+"""Read paths: entries by id or hash, graph traversal, searches by filters alone. All set-based SQL.
+
+Searches with words are answered by the search index (node/search_index/), not here."""
 
 from __future__ import annotations
 
