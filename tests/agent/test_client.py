@@ -39,29 +39,29 @@ async def test_whole_api_with_typed_results(
 
         sub = await b.subscribe(tags=["db"])
         assert [s.id for s in await b.subscriptions()] == [sub.id]
-        first = await a.post("Index on orders.created_at is missing", tags=["db"], confidence=0.9)
-        assert isinstance(first, EntryOut) and first.author_id == alice.agent_id and first.confidence == 0.9
+        posted = await a.post("Index on orders.created_at is missing", tags=["db"], confidence=0.9)
+        assert isinstance(posted, EntryOut) and posted.author_id == alice.agent_id and posted.confidence == 0.9
         reply = await b.post_entry(
             PostEntry(
                 entry_type="finding",
                 performative="confirm",
                 content="Confirmed: seq scan on orders",
-                links=[msgspec_link(str(first.id), "responds_to")],
+                links=[msgspec_link(str(posted.id), "responds_to")],
             )
         )
-        link = await b.link(str(reply.id), first.record_hash, "supports", "same table")
+        link = await b.link(str(reply.id), posted.record_hash, "supports", "same table")
         assert isinstance(link, LinkOut) and link.source == reply.record_hash
 
-        got = await a.get_entry(first.record_hash, ReadQuery(hops=1))
-        assert {e.id for e in got.entries} == {first.id, reply.id}
-        many = await a.read([str(first.id), "999999"])
+        got = await a.get_entry(posted.record_hash, ReadQuery(hops=1))
+        assert {e.id for e in got.entries} == {posted.id, reply.id}
+        many = await a.read([str(posted.id), "999999"])
         assert many.missing == ["999999"]
         found = await a.search(SearchQuery(q="orders", tags=["db"]))
-        assert {e.id for e in found.entries} == {first.id}
+        assert {e.id for e in found.entries} == {posted.id}
         assert (await a.search(author=[bob.agent_id])).entries[0].id == reply.id
 
         box = await b.inbox(limit=10)
-        assert [n.record_hash for n in box.notifications] == [first.record_hash]
+        assert [n.record_hash for n in box.notifications] == [posted.record_hash]
         assert (await b.ack([box.notifications[0].notification_id])).acknowledged == 1
         assert (await b.ack([])).acknowledged == 0  # an empty inbox's ids: nothing sent, nothing refused
         await b.unsubscribe(sub.id)
