@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from aiohttp import web
 
 from node.agents import Principal
@@ -19,7 +21,7 @@ def bearer_token(request: web.Request) -> str | None:
     return token.strip()
 
 
-def guard(route: Route, authenticate: object) -> Handler:
+def guard(route: Route, authenticate: Callable[[str], Awaitable[Principal | None]]) -> Handler:
     """Wrap a route's handler so it runs only for the principals its `auth` allows."""
     handler = route.handler
     if route.query is None:  # a route without query parameters refuses any, as the others refuse unknown ones
@@ -31,7 +33,7 @@ def guard(route: Route, authenticate: object) -> Handler:
         token = bearer_token(request)
         if token is None:
             raise Unauthorized("send 'Authorization: Bearer <api key>'", headers={"WWW-Authenticate": "Bearer"})
-        principal: Principal | None = await authenticate(token)  # type: ignore[operator]
+        principal: Principal | None = await authenticate(token)
         if principal is None:
             raise Unauthorized("unknown or revoked key", headers={"WWW-Authenticate": "Bearer"})
         if route.auth == "agent" and principal.role != "agent":

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from aiohttp import web
 
     from node.service import Node
@@ -188,7 +190,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _on_node(data: Path, act: Callable[[Node], Awaitable[T]]) -> T:
-    """Run `act` on the data folder's node (served elsewhere or not); never creates a node: only init and serve do."""
+    """Run `act` on the data folder's node (served elsewhere or not); never creates a node: only init and serve do.
+
+    The node is opened without its search index: `act` searches nothing, and a serving node holds the index."""
     import asyncio
 
     from node.datadir import require_node
@@ -198,7 +202,7 @@ def _on_node(data: Path, act: Callable[[Node], Awaitable[T]]) -> T:
     node = Node(data)
 
     async def run() -> T:
-        node.open()
+        node.open(search_index=False)
         try:
             return await act(node)
         finally:
@@ -316,12 +320,12 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
     with Reporter() as progress:  # bars on a terminal, plain lines on stderr otherwise
 
-        def run(conn: object) -> tuple[bool, int]:
-            before = projections.snapshot(conn)  # type: ignore[arg-type]
-            count = projections.rebuild(conn, progress)  # type: ignore[arg-type]
-            return before == projections.snapshot(conn), count  # type: ignore[arg-type]
+        def run(conn: sqlite3.Connection) -> tuple[bool, int]:
+            before = projections.snapshot(conn)
+            count = projections.rebuild(conn, progress)
+            return before == projections.snapshot(conn), count
 
-        same, count = db.write_sync(DataDir(args.data).db_path, run)  # type: ignore[arg-type]
+        same, count = db.write_sync(DataDir(args.data).db_path, run)
         indexed = db.read_sync(DataDir(args.data).db_path, lambda conn: search_indexer.rebuild(args.data, conn))
     print(json.dumps({"records_replayed": count, "projections_matched_log": same, "search_index_entries": indexed}))
     return 0 if same else EXIT_ERROR

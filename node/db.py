@@ -114,7 +114,7 @@ def savepoint(conn: sqlite3.Connection, name: str) -> _Savepoint:
 
 class _Transaction:
     # A class rather than @contextmanager: the writer opens one per batch, and a generator costs more.
-    __slots__ = ("conn", "begin", "commit")
+    __slots__ = ("begin", "commit", "conn")
 
     def __init__(self, conn: sqlite3.Connection, begin: str, commit: bool) -> None:
         self.conn, self.begin, self.commit = conn, begin, commit
@@ -230,7 +230,7 @@ class Mergeable(Generic[ItemT, T]):
 
 
 class _Job:
-    __slots__ = ("fn", "future", "loop", "kind", "item")
+    __slots__ = ("fn", "future", "item", "kind", "loop")
 
     def __init__(
         self,

@@ -250,7 +250,7 @@ def store_all(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]],
     }
     for i, (seq, inserted) in zip(to_append, appended, strict=True):
         agent_id, post = posts[i]
-        record, record_hash, decoded = post.seal
+        _, record_hash, decoded = post.seal
         with Located(post.record_where):
             if any(
                 link.link_type == "supersedes" and stored_by.get(link.target, request_of[i]) != request_of[i]

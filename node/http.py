@@ -274,69 +274,10 @@ def _is_list(hint: Any) -> bool:
 
 def openapi(routes: list[Route], *, title: str, version: str) -> dict[str, Any]:
     """An OpenAPI 3.1 document generated from the route table and its msgspec Structs."""
-    types_used: list[Any] = [Problem]
-    for route in routes:
-        if route.body is not None:
-            types_used.extend(_members(route.body))
-        types_used.extend(t for t in route.responses.values() if t is not None)
-    schemas, components = msgspec.json.schema_components(types_used, ref_template="#/components/schemas/{name}")
-    by_type: dict[Any, Any] = dict(zip(types_used, schemas, strict=True))
-    for route in routes:
-        if route.body is not None and len(_members(route.body)) > 1:
-            by_type[route.body] = {"oneOf": [by_type[m] for m in _members(route.body)]}
+    by_type, components = _schemas(routes)
     paths: dict[str, Any] = {}
-    problem_ref = {"$ref": "#/components/schemas/Problem"}
     for route in routes:
-        op: dict[str, Any] = {
-            "summary": route.summary,
-            "operationId": route.handler.__name__,
-            "tags": [route.tag],
-            "responses": {},
-        }
-        if route.auth in ("agent", "admin", "any"):
-            op["security"] = [{"bearer": []}]
-        elif route.auth == "peer":
-            op["security"] = [{"peerSignature": []}]
-        params = [
-            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-            for name in _path_params(route.path)
-        ]
-        if route.query is not None:
-            qschema = msgspec.json.schema(route.query)
-            qdefs = qschema.get("$defs", {})
-            target = qdefs.get(route.query.__name__, qschema)
-            required = set(target.get("required", []))
-            for name, prop in target.get("properties", {}).items():
-                params.append(
-                    {"name": name, "in": "query", "required": name in required, "schema": _inline(prop, qdefs)}
-                )
-        if route.idempotent:
-            params.append(
-                {
-                    "name": idempotency.HEADER,
-                    "in": "header",
-                    "required": False,
-                    "description": "a retry with the same key returns the first answer and writes nothing",
-                    "schema": {"type": "string", "minLength": 1, "maxLength": 128},
-                }
-            )
-        if params:
-            op["parameters"] = params
-        if route.body is not None:
-            op["requestBody"] = {"required": True, "content": {"application/json": {"schema": by_type[route.body]}}}
-        for status, typ in route.responses.items():
-            if typ is None:
-                op["responses"][str(status)] = {"description": "no content"}
-            else:
-                content = {"application/json": {"schema": by_type[typ]}}
-                content.update({media: {"schema": {"type": "string"}} for media in route.text_types})
-                op["responses"][str(status)] = {"description": "success", "content": content}
-        for status in _error_statuses(route):
-            op["responses"][str(status)] = {
-                "description": "problem",
-                "content": {"application/problem+json": {"schema": problem_ref}},
-            }
-        paths.setdefault(route.path, {})[route.method.lower()] = op
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, by_type)
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "version": version},
@@ -349,6 +290,86 @@ def openapi(routes: list[Route], *, title: str, version: str) -> dict[str, Any]:
             },
         },
     }
+
+
+def _schemas(routes: list[Route]) -> tuple[dict[Any, Any], dict[str, Any]]:
+    """The schema of each body and response type of the routes (a union body as `oneOf`), and the components."""
+    types_used: list[Any] = [Problem]
+    for route in routes:
+        if route.body is not None:
+            types_used.extend(_members(route.body))
+        types_used.extend(t for t in route.responses.values() if t is not None)
+    schemas, components = msgspec.json.schema_components(types_used, ref_template="#/components/schemas/{name}")
+    by_type: dict[Any, Any] = dict(zip(types_used, schemas, strict=True))
+    for route in routes:
+        if route.body is not None and len(_members(route.body)) > 1:
+            by_type[route.body] = {"oneOf": [by_type[m] for m in _members(route.body)]}
+    return by_type, components
+
+
+def _operation(route: Route, by_type: dict[Any, Any]) -> dict[str, Any]:
+    """One route's operation object."""
+    op: dict[str, Any] = {
+        "summary": route.summary,
+        "operationId": route.handler.__name__,
+        "tags": [route.tag],
+        "responses": _responses(route, by_type),
+    }
+    if route.auth in ("agent", "admin", "any"):
+        op["security"] = [{"bearer": []}]
+    elif route.auth == "peer":
+        op["security"] = [{"peerSignature": []}]
+    params = _parameters(route)
+    if params:
+        op["parameters"] = params
+    if route.body is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": by_type[route.body]}}}
+    return op
+
+
+def _parameters(route: Route) -> list[dict[str, Any]]:
+    """A route's path parameters, its query Struct's fields, and the idempotency header when it takes one."""
+    params = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in _path_params(route.path)
+    ]
+    if route.query is not None:
+        qschema = msgspec.json.schema(route.query)
+        qdefs = qschema.get("$defs", {})
+        target = qdefs.get(route.query.__name__, qschema)
+        required = set(target.get("required", []))
+        for name, prop in target.get("properties", {}).items():
+            params.append({"name": name, "in": "query", "required": name in required, "schema": _inline(prop, qdefs)})
+    if route.idempotent:
+        params.append(
+            {
+                "name": idempotency.HEADER,
+                "in": "header",
+                "required": False,
+                "description": "a retry with the same key returns the first answer and writes nothing",
+                "schema": {"type": "string", "minLength": 1, "maxLength": 128},
+            }
+        )
+    return params
+
+
+def _responses(route: Route, by_type: dict[Any, Any]) -> dict[str, Any]:
+    """A route's success responses, then a problem+json response for each error status it can answer."""
+    responses: dict[str, Any] = {}
+    for status, typ in route.responses.items():
+        if typ is None:
+            responses[str(status)] = {"description": "no content"}
+        else:
+            content = {"application/json": {"schema": by_type[typ]}}
+            content.update({media: {"schema": {"type": "string"}} for media in route.text_types})
+            responses[str(status)] = {"description": "success", "content": content}
+    problem_ref = {"$ref": "#/components/schemas/Problem"}
+    for status in _error_statuses(route):
+        responses[str(status)] = {
+            "description": "problem",
+            "content": {"application/problem+json": {"schema": problem_ref}},
+        }
+    return responses
 
 
 def _members(typ: Any) -> list[Any]:

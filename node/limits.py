@@ -118,7 +118,7 @@ def middleware(limit: RateLimit, clock: Callable[[], float] = time.monotonic) ->
         except BBSError as exc:
             # a key that does not verify (401); a peer signature that does not, or by a key not a peer's (403)
             if anon_limit.rate > 0 and (
-                exc.status == 401 and key is not None or peer_route and exc.status in (401, 403)
+                (exc.status == 401 and key is not None) or (peer_route and exc.status in (401, 403))
             ):
                 anon.take(failures)
             raise

@@ -77,7 +77,7 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
         self._second: tuple[int, str] = (-1, "")
 
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (stdlib name)
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # the stdlib's name
         """The stdlib's `asctime` (local time, `,mmm`), with the per-second part computed once per second."""
         if datefmt:
             return super().formatTime(record, datefmt)

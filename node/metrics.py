@@ -204,15 +204,15 @@ class Metrics:
 
     def counter(self, name: str, help: str, labels: Iterable[str] = ()) -> Counter:
         """Get or create a counter in this registry."""
-        return self._get(Counter, name, help, labels)  # type: ignore[no-any-return]
+        return self._get(Counter, name, help, labels)
 
     def gauge(self, name: str, help: str, labels: Iterable[str] = ()) -> Gauge:
         """Get or create a gauge in this registry."""
-        return self._get(Gauge, name, help, labels)  # type: ignore[no-any-return]
+        return self._get(Gauge, name, help, labels)
 
     def histogram(self, name: str, help: str, labels: Iterable[str] = (), **kwargs: Any) -> Histogram:
         """Get or create a histogram in this registry (kwargs: buckets)."""
-        return self._get(Histogram, name, help, labels, **kwargs)  # type: ignore[no-any-return]
+        return self._get(Histogram, name, help, labels, **kwargs)
 
     def on_scrape(self, hook: Callable[[], Awaitable[None]]) -> None:
         """Run `hook` before each scrape (to refresh gauges that are cheap to compute on demand)."""

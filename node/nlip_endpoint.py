@@ -99,7 +99,7 @@ def _call(message: NLIP_Message) -> tuple[str, Any]:
     """(op, args) of a message: a structured JSON call, or a text message as a search for its text."""
     fmt = message.format.lower()
     if fmt == AllowedFormats.text:
-        text = message.extract_text(language=None) or ""  # type: ignore[arg-type]
+        text = message.extract_text(language=None) or ""
         if not isinstance(text, str) or not text.strip():
             raise nlip.NlipError("empty_text", "a text message needs some text to search for", "$.content")
         # Prose, not a search box: a star is text ("5* rating" is no prefix search, nor a 422); quotes stay phrases.

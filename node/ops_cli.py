@@ -115,7 +115,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--out", type=Path, help="write to this file instead of stdout")
     p.set_defaults(func=cmd_litestream_config)
 
-    p = sub.add_parser("doctor", help="check a data folder: integrity, FTS, projections, key file, peers")
+    p = sub.add_parser("doctor", help="check a data folder: integrity, search index, projections, key file, peers")
     _data(p)
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--scratch", type=Path, help="folder for the temporary copy of the database (default: $TMPDIR)")

@@ -46,7 +46,7 @@ def _state(request: web.Request) -> SyncState:
 
 
 def _decode(body: bytes, typ: type[msgspec.Struct]) -> msgspec.Struct:
-    return convert(decode_json(body), typ)  # type: ignore[return-value]
+    return convert(decode_json(body), typ)
 
 
 def _speaks(v: int) -> None:

@@ -1,4 +1,6 @@
-"""Read paths: entries by id or hash, graph traversal, full-text search. All set-based SQL."""
+"""Read paths: entries by id or hash, graph traversal, searches by filters alone. All set-based SQL.
+
+Searches with words are answered by the search index (node/search_index/), not here."""
 
 from __future__ import annotations
 
@@ -125,7 +127,7 @@ def entry_out(row: sqlite3.Row) -> EntryOut:
 
 
 def _json_array(text: str) -> list[Any]:
-    return [] if text == "[]" else json.loads(text)  # type: ignore[no-any-return]
+    return [] if text == "[]" else json.loads(text)
 
 
 def link_out(row: sqlite3.Row) -> LinkOut:

@@ -70,10 +70,13 @@ class Node:
         """This node's clock, in epoch milliseconds."""
         return int(self.clock() * 1000)
 
-    def open(self) -> None:
-        """Open the database (its writer thread starts) and the search index."""
+    def open(self, *, search_index: bool = True) -> None:
+        """Open the database (its writer thread starts) and, unless told not to, the search index.
+
+        An admin command (`bbs agent create` and the like) opens the node without the index: it searches
+        nothing, and the index's writer lock belongs to the node serving the folder, if one does."""
         self.db.open()
-        if self.search_index is None:
+        if search_index and self.search_index is None:
             with contextlib.closing(sqlite3.connect(self.data.db_path)) as conn:
                 self.search_index = indexer.open_index(self.data.root, conn)
             self.reads.index = self.search_index

@@ -287,29 +287,63 @@ def ingest(
     still moves past it (the puller backs off), and a wanted record that met one counts as not obtained, so
     its fetch is retried with backoff and then given up, never in a loop without end.
     """
-    outcomes: list[Outcome] = []
-    failed: list[Invalid] = []
-    faults: list[Outcome] = []
-    appended: list[tuple[int, bool] | None]
+    appended, failed, faults = _append_batch(conn, peer_id, records, now_ms)
+    kept = [(v, result) for v, result in zip(records, appended, strict=True) if result is not None]
+    targets, missing = _want_missing_targets(conn, peer_id, kept, now_ms)
+    outcomes = [
+        _outcome(v.hash, seq, inserted, pending=bool(missing.intersection(targets.get(v.hash, ()))))
+        for v, (seq, inserted) in kept
+    ]
+    for bad in [*invalid, *failed]:
+        outcomes.append(Outcome(bad.hash, "invalid", bad.reason))
+        _count_invalid(conn, peer_id, bad)
+    if faults:
+        outcomes.extend(faults)
+        want_failed(conn, peer_id, [str(o.hash) for o in faults], now_ms)
+    _count_outcomes(conn, peer_id, outcomes, internal=len(faults))
+    if cursor is not None:
+        conn.execute(
+            "UPDATE peers SET cursor_epoch = ?, cursor_seq = ? WHERE node_id = ?", (cursor.epoch, cursor.seq, peer_id)
+        )
+    return outcomes
+
+
+def _append_batch(
+    conn: sqlite3.Connection, peer_id: str, records: list[Verified], now_ms: int
+) -> tuple[list[tuple[int, bool] | None], list[Invalid], list[Outcome]]:
+    """`ingest`, step 1: append the batch in one go, else record by record. Returns each record's
+    `(seq, inserted)` (None when it was not stored), the records the projections refused, and this node's
+    faults."""
     try:
-        appended = list(_append_all(conn, peer_id, records, now_ms))
+        return list(_append_all(conn, peer_id, records, now_ms)), [], []
     except db.TransactionLost:
         raise  # SQLite ended the transaction (e.g. disk full): nothing of this batch can be kept
     except Exception:  # refused, or a fault of ours: record by record finds the records, and which it is
-        appended = []
-        for v in records:
-            try:
-                appended.append(_append_all(conn, peer_id, [v], now_ms)[0])
-            except REFUSED as exc:  # counted, never fatal to the batch
-                failed.append(Invalid(v.hash, "store_refused", str(exc)))
-                appended.append(None)
-            except db.TransactionLost:
-                raise
-            except Exception as exc:
-                log.exception("record %s from %s failed in this node's own code; counted internal", v.hash, peer_id)
-                faults.append(Outcome(v.hash, "internal", type(exc).__name__))
-                appended.append(None)
-    kept = [(v, result) for v, result in zip(records, appended, strict=True) if result is not None]
+        pass
+    appended: list[tuple[int, bool] | None] = []
+    failed: list[Invalid] = []
+    faults: list[Outcome] = []
+    for v in records:
+        try:
+            appended.append(_append_all(conn, peer_id, [v], now_ms)[0])
+        except REFUSED as exc:  # counted, never fatal to the batch
+            failed.append(Invalid(v.hash, "store_refused", str(exc)))
+            appended.append(None)
+        except db.TransactionLost:
+            raise
+        except Exception as exc:
+            log.exception("record %s from %s failed in this node's own code; counted internal", v.hash, peer_id)
+            faults.append(Outcome(v.hash, "internal", type(exc).__name__))
+            appended.append(None)
+    return appended, failed, faults
+
+
+def _want_missing_targets(
+    conn: sqlite3.Connection, peer_id: str, kept: list[tuple[Verified, tuple[int, bool]]], now_ms: int
+) -> tuple[dict[str, list[str]], set[str]]:
+    """`ingest`, step 2: the stored records are wanted no more; the link targets of the newly inserted ones
+    that this node does not hold are wanted from this peer. Returns each inserted record's targets and the
+    missing ones."""
     if kept:  # however they got here, they are here
         here = _json([v.hash for v, _ in kept])
         conn.execute("DELETE FROM sync_wanted WHERE hash IN (SELECT value FROM json_each(?))", (here,))
@@ -327,42 +361,43 @@ def ingest(
             " ON CONFLICT (hash) DO NOTHING",
             [(h, peer_id, now_ms, now_ms) for h in sorted(missing)],
         )
-    for v, (seq, inserted) in kept:
-        if seq == projections.REFUSED_SEQ:
-            outcomes.append(Outcome(v.hash, "overflow"))
-        elif not inserted:
-            outcomes.append(Outcome(v.hash, "duplicate"))
-        elif missing.intersection(targets[v.hash]):
-            outcomes.append(Outcome(v.hash, "pending_link"))
-        else:
-            outcomes.append(Outcome(v.hash, "saved"))
-    for bad in [*invalid, *failed]:
-        outcomes.append(Outcome(bad.hash, "invalid", bad.reason))
-        conn.execute(
-            "INSERT INTO peer_invalid (node_id, reason, count, last_hash, last_detail) VALUES (?, ?, 1, ?, ?)"
-            " ON CONFLICT (node_id, reason) DO UPDATE SET count = count + 1, last_hash = excluded.last_hash,"
-            " last_detail = excluded.last_detail",
-            (peer_id, bad.reason, bad.hash, bad.detail[:500]),
-        )
-    if faults:
-        outcomes.extend(faults)
-        want_failed(conn, peer_id, [str(o.hash) for o in faults], now_ms)
+    return targets, missing
+
+
+def _outcome(record_hash: str, seq: int, inserted: bool, pending: bool) -> Outcome:
+    """`ingest`, step 3: what became of a stored record (`pending`: it links to a record not held here)."""
+    if seq == projections.REFUSED_SEQ:
+        return Outcome(record_hash, "overflow")
+    if not inserted:
+        return Outcome(record_hash, "duplicate")
+    if pending:
+        return Outcome(record_hash, "pending_link")
+    return Outcome(record_hash, "saved")
+
+
+def _count_invalid(conn: sqlite3.Connection, peer_id: str, bad: Invalid) -> None:
+    """`ingest`, step 4: count an invalid record against its peer by reason, keeping the latest one."""
+    conn.execute(
+        "INSERT INTO peer_invalid (node_id, reason, count, last_hash, last_detail) VALUES (?, ?, 1, ?, ?)"
+        " ON CONFLICT (node_id, reason) DO UPDATE SET count = count + 1, last_hash = excluded.last_hash,"
+        " last_detail = excluded.last_detail",
+        (peer_id, bad.reason, bad.hash, bad.detail[:500]),
+    )
+
+
+def _count_outcomes(conn: sqlite3.Connection, peer_id: str, outcomes: list[Outcome], internal: int) -> None:
+    """`ingest`, step 5: add the batch's outcomes to the peer's counters."""
     counts = {
         word: sum(1 for o in outcomes if o.outcome == word)
         for word in ("saved", "duplicate", "invalid", "pending_link", "overflow")
     }
-    counts["internal"] = len(faults)
+    counts["internal"] = internal
     conn.execute(
         "UPDATE peers SET saved = saved + :saved, duplicate = duplicate + :duplicate, invalid = invalid + :invalid,"
         " pending_link = pending_link + :pending_link, internal = internal + :internal,"
         " overflow = overflow + :overflow WHERE node_id = :peer",
         {**counts, "peer": peer_id},
     )
-    if cursor is not None:
-        conn.execute(
-            "UPDATE peers SET cursor_epoch = ?, cursor_seq = ? WHERE node_id = ?", (cursor.epoch, cursor.seq, peer_id)
-        )
-    return outcomes
 
 
 def _append_all(conn: sqlite3.Connection, peer_id: str, records: list[Verified], now_ms: int) -> list[tuple[int, bool]]:

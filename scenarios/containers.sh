@@ -2,7 +2,7 @@
 # Scenario: build the node image and run the three-node compose federation, on a machine without a Docker
 # daemon or registry pulls (podman + runc, a debootstrapped local base image, podman-compose).
 # Exit status: the convergence check's (0 = the three nodes peered themselves and converged).
-# About 2.5 to 5 minutes on a fresh machine (debootstrap, the image's pip install, compose ~30 s). .ci/run runs
+# About 2.5 to 5 minutes on a fresh machine (debootstrap, the image's pip install, compose ~30 s). `make ci` runs
 # it after the test suite when the CI time budget allows.
 #
 #   sudo scenarios/containers.sh            (root: podman rootful, debootstrap; see docs/operations.md)

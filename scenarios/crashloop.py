@@ -66,14 +66,29 @@ async def _post(session: aiohttp.ClientSession, url: str, body: Any, headers: di
         return None
 
 
-async def _workload(
-    session: aiohttp.ClientSession, victim: ServedNode, peer: ServedNode, agents: list[dict[str, str]],
-    peer_agent: dict[str, str], acked: Acked, stop: asyncio.Event, counter: itertools.count[int],
-) -> None:  # fmt: skip
-    async def poster(agent: dict[str, str]) -> None:
-        while not stop.is_set():
-            n = next(counter)
-            got = await _post(session, victim.url + "/v1/entries", {**ENTRY, "content": f"crash {n}"}, agent)
+@dataclass
+class _Workload:
+    """The writers of a round against the victim (posts, links, leases), a peer posting records the victim pulls,
+    and a watcher of the victim's cursor into the peer's feed; each runs until `stop` is set."""
+
+    session: aiohttp.ClientSession
+    victim: ServedNode
+    peer: ServedNode
+    acked: Acked
+    stop: asyncio.Event
+    counter: itertools.count[int]
+
+    async def run(self, agents: list[dict[str, str]], peer_agent: dict[str, str]) -> None:
+        jobs = [self.poster(a) for a in agents]
+        jobs += [self.linker(agents[0]), self.leaser(agents[1]), self.leaser(agents[2])]
+        jobs += [self.peer_poster(peer_agent), self.cursor_watch()]
+        await asyncio.gather(*jobs)
+
+    async def poster(self, agent: dict[str, str]) -> None:
+        session, acked = self.session, self.acked
+        while not self.stop.is_set():
+            n = next(self.counter)
+            got = await _post(session, self.victim.url + "/v1/entries", {**ENTRY, "content": f"crash {n}"}, agent)
             if got is None:
                 acked.refused += 1
                 await asyncio.sleep(0.01)
@@ -81,48 +96,47 @@ async def _workload(
             acked.hashes.add(got["record_hash"])
             acked.entry_ids.append(str(got["id"]))
 
-    async def linker(agent: dict[str, str]) -> None:
-        while not stop.is_set():
+    async def linker(self, agent: dict[str, str]) -> None:
+        acked = self.acked
+        while not self.stop.is_set():
             if len(acked.entry_ids) < 2:
                 await asyncio.sleep(0.02)
                 continue
             a, b = random.sample(acked.entry_ids[-50:], 2)
-            body = {"source": a, "target": b, "link_type": "supports", "annotation": f"l{next(counter)}"}
-            got = await _post(session, victim.url + "/v1/links", body, agent)
+            body = {"source": a, "target": b, "link_type": "supports", "annotation": f"l{next(self.counter)}"}
+            got = await _post(self.session, self.victim.url + "/v1/links", body, agent)
             if got is not None:
                 acked.hashes.add(got["origin_hash"])  # the link record's hash
             else:
                 acked.refused += 1
 
-    async def leaser(agent: dict[str, str]) -> None:
-        while not stop.is_set():
-            key = f"task-{next(counter)}"
-            task = await _post(session, victim.url + f"{WF}/tasks", {"key": key, "title": key}, agent)
+    async def leaser(self, agent: dict[str, str]) -> None:
+        session, url = self.session, self.victim.url
+        while not self.stop.is_set():
+            key = f"task-{next(self.counter)}"
+            task = await _post(session, url + f"{WF}/tasks", {"key": key, "title": key}, agent)
             if task is None:
                 continue
-            leased = await _post(session, victim.url + f"{WF}/tasks/{task['id']}/lease", {"seconds": 86400}, agent)
+            leased = await _post(session, url + f"{WF}/tasks/{task['id']}/lease", {"seconds": 86400}, agent)
             if leased is not None and leased.get("lease"):
-                acked.leases[str(task["id"])] = (leased["lease"]["lease_id"], leased["lease"]["holder"])
+                self.acked.leases[str(task["id"])] = (leased["lease"]["lease_id"], leased["lease"]["holder"])
 
-    async def peer_poster() -> None:  # records the victim pulls while it is being killed
-        while not stop.is_set():
-            await _post(session, peer.url + "/v1/entries", {**ENTRY, "content": f"peer {next(counter)}"}, peer_agent)
+    async def peer_poster(self, peer_agent: dict[str, str]) -> None:  # records the victim pulls while it is killed
+        while not self.stop.is_set():
+            body = {**ENTRY, "content": f"peer {next(self.counter)}"}
+            await _post(self.session, self.peer.url + "/v1/entries", body, peer_agent)
             await asyncio.sleep(0.01)
 
-    async def cursor_watch() -> None:
-        while not stop.is_set():
+    async def cursor_watch(self) -> None:
+        while not self.stop.is_set():
             try:
-                async with session.get(victim.url + "/v1/peers", headers=victim.admin) as resp:
+                async with self.session.get(self.victim.url + "/v1/peers", headers=self.victim.admin) as resp:
                     if resp.status == 200:
                         for p in (await resp.json())["peers"]:
-                            acked.cursor = max(acked.cursor, int(p.get("cursor_seq") or 0))
+                            self.acked.cursor = max(self.acked.cursor, int(p.get("cursor_seq") or 0))
             except (TimeoutError, aiohttp.ClientError):
                 pass
             await asyncio.sleep(0.1)
-
-    jobs = [poster(a) for a in agents] + [linker(agents[0]), leaser(agents[1]), leaser(agents[2])]
-    jobs += [peer_poster(), cursor_watch()]
-    await asyncio.gather(*jobs)
 
 
 def _check_stopped(victim: ServedNode, peer: ServedNode, acked: Acked, round_no: int) -> None:
@@ -196,7 +210,8 @@ async def run(root: Path, rounds: int, seconds: tuple[float, float] = (0.5, 1.5)
             for round_no in range(1, rounds + 1):
                 stop = asyncio.Event()
                 before = set(acked.leases)
-                work = asyncio.create_task(_workload(session, victim, peer, agents, peer_agent, acked, stop, counter))
+                workload = _Workload(session, victim, peer, acked, stop, counter)
+                work = asyncio.create_task(workload.run(agents, peer_agent))
                 await asyncio.sleep(random.uniform(*seconds))
                 victim.kill()  # SIGKILL while requests are in flight
                 stop.set()

@@ -172,30 +172,10 @@ class Negentropy:
                 their_ids = {reader.take(ID_SIZE) for _ in range(count)}
                 if self.is_initiator:
                     skip = True
-                    for item_id in self.storage.ids(lower, upper):
-                        if item_id in their_ids:
-                            their_ids.discard(item_id)
-                        elif have is not None:
-                            have.append(item_id)
-                    if need is not None:
-                        need.extend(sorted(their_ids))
+                    self._compare_ids(lower, upper, their_ids, have, need)
                 else:
                     skip = self._flush_skip(skip, prev_bound, o)
-                    response, end_bound = bytearray(), curr_bound
-                    n = 0
-                    for index in range(lower, upper):
-                        if self._exceeded(len(full) + len(response)):
-                            ts, item_id = self.storage.item(index)
-                            end_bound, upper = Bound(ts, item_id), index
-                            break
-                        response.extend(self.storage.item(index)[1])
-                        n += 1
-                    o.extend(self._encode_bound(end_bound))
-                    o.extend(encode_varint(MODE_IDLIST))
-                    o.extend(encode_varint(n))
-                    o.extend(response)
-                    full.extend(o)
-                    o.clear()
+                    upper = self._send_ids(lower, upper, curr_bound, full, o)
             else:
                 raise NegentropyError("unexpected mode")
             if self._exceeded(len(full) + len(o)):
@@ -210,6 +190,38 @@ class Negentropy:
         if self.is_initiator and len(full) == 1:
             return None
         return bytes(full)
+
+    def _compare_ids(
+        self, lower: int, upper: int, their_ids: set[bytes], have: list[bytes] | None, need: list[bytes] | None
+    ) -> None:
+        """Initiator, an IdList received: our ids of [lower, upper) they lack go to `have`, theirs we lack to `need`."""
+        for item_id in self.storage.ids(lower, upper):
+            if item_id in their_ids:
+                their_ids.discard(item_id)
+            elif have is not None:
+                have.append(item_id)
+        if need is not None:
+            need.extend(sorted(their_ids))
+
+    def _send_ids(self, lower: int, upper: int, curr_bound: Bound, full: bytearray, o: bytearray) -> int:
+        """Responder, an IdList received: append `o` and our ids of [lower, upper) as an IdList to `full`, as many as
+        the frame holds (the list's bound then ends before the first left out). Returns where the list ended."""
+        response, end_bound = bytearray(), curr_bound
+        n = 0
+        for index in range(lower, upper):
+            if self._exceeded(len(full) + len(response)):
+                ts, item_id = self.storage.item(index)
+                end_bound, upper = Bound(ts, item_id), index
+                break
+            response.extend(self.storage.item(index)[1])
+            n += 1
+        o.extend(self._encode_bound(end_bound))
+        o.extend(encode_varint(MODE_IDLIST))
+        o.extend(encode_varint(n))
+        o.extend(response)
+        full.extend(o)
+        o.clear()
+        return upper
 
     def _flush_skip(self, skip: bool, prev_bound: Bound, o: bytearray) -> bool:
         """Emit a pending Skip range ending at `prev_bound`; returns the new (cleared) skip flag."""

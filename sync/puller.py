@@ -413,7 +413,7 @@ class VerifyPool:
             step = -(-len(items) // self.workers)
             chunks = [items[i : i + step] for i in range(0, len(items), step)]
             done = await asyncio.gather(*(loop.run_in_executor(self._pool, verdicts, chunk) for chunk in chunks))
-        except Exception as exc:  # noqa: BLE001 (a broken pool, a failed spawn: threads verify instead)
+        except Exception as exc:  # a broken pool, a failed spawn: threads verify instead
             log.warning("verifying in worker processes failed (%s: %s); verifying on threads", type(exc).__name__, exc)
             self.close()
             return None

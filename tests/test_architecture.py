@@ -5,7 +5,7 @@ that grimp builds from every `import` statement (those inside functions included
 left out), and the AST of every module. A failure lists every offender with its file and line.
 
 The package direction is also written as import-linter contracts (`[tool.importlinter]` in pyproject.toml,
-`lint-imports` in .ci/run); these tests state the whole rule, which import-linter cannot express in full (it has
+`lint-imports` in `make lint`); these tests state the whole rule, which import-linter cannot express in full (it has
 no "every module of node except these" and no module-level circles).
 """
 

@@ -117,7 +117,7 @@ def parse_reply(reply: str) -> Parsed:
             errors.append(f"$.actions[{i}].op: expected one of {', '.join(OPS)}")
             continue
         try:
-            actions.append(msgspec.convert(item, Action))  # type: ignore[arg-type]
+            actions.append(msgspec.convert(item, Action))
         except msgspec.ValidationError as exc:
             message, path = split_validation_error(exc)
             errors.append(f"$.actions[{i}]{path[1:]}: {message}")

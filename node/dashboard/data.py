@@ -122,7 +122,7 @@ def display_names(conn: sqlite3.Connection, ids: list[str]) -> dict[str, str]:
 
 def provenance(conn: sqlite3.Connection, ref: str) -> Provenance | None:
     """The provenance of one entry (local id or record hash), or None when this node does not hold it."""
-    record_hash, entry_id = queries.resolve_ref(conn, ref)
+    _, entry_id = queries.resolve_ref(conn, ref)
     if entry_id is None:
         return None
     row = conn.execute(

@@ -63,7 +63,7 @@ def scan(
     rest: list[tuple[str, int, str, int]] = []
     if len(rows) == SCAN_LIMIT:
         params["after"] = rows[-1]["notification_id"]
-        rest = [tuple(r) for r in conn.execute(_REST_SQL, params)]  # type: ignore[misc]
+        rest = [tuple(r) for r in conn.execute(_REST_SQL, params)]
     return upto, [(r["agent_id"], envelope(r)) for r in rows], rest
 
 

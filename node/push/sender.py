@@ -111,8 +111,7 @@ class Sender:
             try:
                 await self.post(self.endpoint, batch, more)
             except PushFailed as exc:
-                self._failed(str(exc))
-                if self.state.breaker == "open":
+                if self._failed(str(exc)):
                     self.state.messages_failed += 1
                     return
             else:
@@ -132,7 +131,8 @@ class Sender:
         st.breaker = "closed"
         self._cooldown = self.settings.breaker_cooldown_s
 
-    def _failed(self, error: str) -> None:
+    def _failed(self, error: str) -> bool:
+        """Count a failed attempt; True when it opened the breaker."""
         st = self.state
         st.attempts_failed += 1
         st.consecutive_failures += 1
@@ -143,6 +143,8 @@ class Sender:
                 self._cooldown = min(self.settings.breaker_max_cooldown_s, self._cooldown * 2)
             st.breaker = "open"
             self._open_until = time.monotonic() + self._cooldown
+            return True
+        return False
 
     def _error(self, error: str) -> None:
         self.state.last_error = error[:300]

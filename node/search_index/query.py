@@ -42,10 +42,6 @@ class Clause:
     tokens: tuple[str, ...]
     prefix: bool = False
 
-    def fts5(self) -> str:
-        """This clause as an FTS5 MATCH term (the tokens hold token characters only, so quoting is safe)."""
-        return f'"{" ".join(self.tokens)}"' + ("*" if self.prefix else "")
-
 
 def parse(q: str) -> list[Clause]:
     """The clauses of a search's text, in order, duplicates dropped; raises InvalidInput for a short prefix."""

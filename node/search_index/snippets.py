@@ -97,16 +97,7 @@ def _scan(content: str, clauses: Sequence[Clause]) -> Scanned:
     Windows start near one of the matches within `SCAN_CHARS` of the first, so the scan stops `SCAN_CHARS +
     SNIPPET_CHARS` after the first match: a long entry costs no more than its beginning.
     """
-    words: dict[str, int] = {}
-    prefixes: list[tuple[str, int]] = []
-    phrases: list[tuple[tuple[str, ...], int]] = []
-    for i, clause in enumerate(clauses):
-        if clause.prefix:
-            prefixes.append((clause.tokens[0], i))
-        elif len(clause.tokens) == 1:
-            words.setdefault(clause.tokens[0], i)
-        elif clause.tokens:
-            phrases.append((clause.tokens, i))
+    words, prefixes, phrases = _by_kind(clauses)
     begin, stop = _scan_start(content, clauses)
     if begin is None:  # no word of the query is even a substring: read only what the window needs
         words, prefixes, phrases, begin = {}, [], [], 0
@@ -136,6 +127,24 @@ def _scan(content: str, clauses: Sequence[Clause]) -> Scanned:
         lead = len(content) - len(content.lstrip())
         spans = list(itertools.takewhile(lambda t: t[1] <= lead + SNIPPET_CHARS, iter_token_spans(content)))
     return Tokens([s for _, s, _ in spans], [e for _, _, e in spans]), _merged(found)
+
+
+def _by_kind(
+    clauses: Sequence[Clause],
+) -> tuple[dict[str, int], list[tuple[str, int]], list[tuple[tuple[str, ...], int]]]:
+    """The clauses `_scan` looks for at each token, by kind, each with its index: words (the first clause of a
+    word), prefixes and phrases."""
+    words: dict[str, int] = {}
+    prefixes: list[tuple[str, int]] = []
+    phrases: list[tuple[tuple[str, ...], int]] = []
+    for i, clause in enumerate(clauses):
+        if clause.prefix:
+            prefixes.append((clause.tokens[0], i))
+        elif len(clause.tokens) == 1:
+            words.setdefault(clause.tokens[0], i)
+        elif clause.tokens:
+            phrases.append((clause.tokens, i))
+    return words, prefixes, phrases
 
 
 def _scan_ascii(content: str, clauses: Sequence[Clause]) -> Scanned | None:

@@ -131,7 +131,7 @@ def _ingest_lanes(writers: list[str], per_lane: int, tag: str, offset: int) -> l
                         "tags": [tag],
                     }
                 ).encode(),
-            )  # fmt: skip
+            )
             for j in range(per_lane)
         ]
         for w, key in enumerate(writers)
@@ -164,7 +164,7 @@ def run(ctx: Context) -> None:
                     [k for _, k in pollers],
                     [k.did for k, _ in pollers],
                     posts,
-                )  # fmt: skip
+                )
             )
             subs = [[Call("POST", "/v1/subscriptions", bearer(k), json.dumps({"tags": [tag]}).encode())]
                     for _, k in listeners]  # fmt: skip

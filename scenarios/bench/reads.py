@@ -42,7 +42,7 @@ def seeds(db_path: Path, count: int) -> list[tuple[int, str]]:
     finally:
         conn.close()
     rng = random.Random(5)
-    return [tuple(r) for r in rng.sample(rows, min(count, len(rows)))]  # type: ignore[misc]
+    return [tuple(r) for r in rng.sample(rows, min(count, len(rows)))]
 
 
 def direct_walk(db_path: Path, picked: list[tuple[int, str]]) -> list[float]:

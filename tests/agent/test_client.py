@@ -26,7 +26,9 @@ def base(client: TestClient) -> str:
     return str(client.make_url("")).rstrip("/")
 
 
-async def test_whole_api_with_typed_results(client: TestClient, make_agent: Factory, data_dir: tuple[Path, str]):
+async def test_whole_api_with_typed_results(
+    client: TestClient, make_agent: Factory, data_dir: tuple[Path, str]
+) -> None:
     alice, bob = await make_agent("alice"), await make_agent("bob")
     async with Client(base(client), api_key=alice.api_key) as a, Client(base(client), api_key=bob.api_key) as b:
         assert (await a.health()).status == "ok"
@@ -37,29 +39,29 @@ async def test_whole_api_with_typed_results(client: TestClient, make_agent: Fact
 
         sub = await b.subscribe(tags=["db"])
         assert [s.id for s in await b.subscriptions()] == [sub.id]
-        first = await a.post("Index on orders.created_at is missing", tags=["db"], confidence=0.9)
-        assert isinstance(first, EntryOut) and first.author_id == alice.agent_id and first.confidence == 0.9
+        posted = await a.post("Index on orders.created_at is missing", tags=["db"], confidence=0.9)
+        assert isinstance(posted, EntryOut) and posted.author_id == alice.agent_id and posted.confidence == 0.9
         reply = await b.post_entry(
             PostEntry(
                 entry_type="finding",
                 performative="confirm",
                 content="Confirmed: seq scan on orders",
-                links=[msgspec_link(str(first.id), "responds_to")],
+                links=[msgspec_link(str(posted.id), "responds_to")],
             )
         )
-        link = await b.link(str(reply.id), first.record_hash, "supports", "same table")
+        link = await b.link(str(reply.id), posted.record_hash, "supports", "same table")
         assert isinstance(link, LinkOut) and link.source == reply.record_hash
 
-        got = await a.get_entry(first.record_hash, ReadQuery(hops=1))
-        assert {e.id for e in got.entries} == {first.id, reply.id}
-        many = await a.read([str(first.id), "999999"])
+        got = await a.get_entry(posted.record_hash, ReadQuery(hops=1))
+        assert {e.id for e in got.entries} == {posted.id, reply.id}
+        many = await a.read([str(posted.id), "999999"])
         assert many.missing == ["999999"]
         found = await a.search(SearchQuery(q="orders", tags=["db"]))
-        assert {e.id for e in found.entries} == {first.id}
+        assert {e.id for e in found.entries} == {posted.id}
         assert (await a.search(author=[bob.agent_id])).entries[0].id == reply.id
 
         box = await b.inbox(limit=10)
-        assert [n.record_hash for n in box.notifications] == [first.record_hash]
+        assert [n.record_hash for n in box.notifications] == [posted.record_hash]
         assert (await b.ack([box.notifications[0].notification_id])).acknowledged == 1
         assert (await b.ack([])).acknowledged == 0  # an empty inbox's ids: nothing sent, nothing refused
         await b.unsubscribe(sub.id)
@@ -207,7 +209,7 @@ async def test_client_holding_the_key_signs_and_node_only_verifies(client: TestC
         lambda c: [bytes(r[0]) for r in c.execute("SELECT body FROM records WHERE author_id = ?", (key.did,))]
     )
     for body in bodies:  # every stored record verifies with nothing but itself
-        record_hash, decoded = records.check(json.loads(body))
+        _, decoded = records.check(json.loads(body))
         assert decoded.author_id == key.did
     assert len(bodies) == 5  # identity document, three entries, one link
 

@@ -79,7 +79,7 @@ def test_convert_names_the_bad_argument(arguments: dict[str, Any], named: str) -
 
 
 def test_convert_names_a_missing_field_in_its_message() -> None:
-    with pytest.raises(ToolError, match="^validation_error: Object missing required field `content`"):
+    with pytest.raises(ToolError, match=r"^validation_error: Object missing required field `content`"):
         convert({"entry_type": "finding", "performative": "inform"}, PostEntry)
 
 

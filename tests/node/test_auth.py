@@ -145,6 +145,10 @@ async def test_a_session_token_is_an_agent_principal(guarded: TestClient, node: 
 
 def test_the_guard_keeps_the_handler_name_and_auth() -> None:
     """The rate limiter reads `auth` from the guarded handler; the name stays the operation id."""
-    wrapped = guard(Route("GET", "/x", whoami, "", "admin"), object())
+
+    async def nobody(token: str) -> agents.Principal | None:
+        return None
+
+    wrapped = guard(Route("GET", "/x", whoami, "", "admin"), nobody)
     assert wrapped.__name__ == "whoami"
     assert wrapped.auth == "admin"  # type: ignore[attr-defined]

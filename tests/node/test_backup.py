@@ -30,7 +30,7 @@ MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 def log_of(db_path: Path) -> list[tuple[int, str]]:
     conn = sqlite3.connect(db_path)
     try:
-        return [tuple(r) for r in conn.execute("SELECT seq, hash FROM records ORDER BY seq")]  # type: ignore[misc]
+        return [tuple(r) for r in conn.execute("SELECT seq, hash FROM records ORDER BY seq")]
     finally:
         conn.close()
 

@@ -151,7 +151,7 @@ def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
     initialise(root)
     (root / "bbs.db").write_bytes(b"this is not an SQLite database at all, just some text" * 100)
     for call in (require_node, require_database, initialise):
-        with pytest.raises(CommandError, match="is not a readable node database.*bbs doctor --data"):
+        with pytest.raises(CommandError, match=r"is not a readable node database.*bbs doctor --data"):
             call(root)
 
 

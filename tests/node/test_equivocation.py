@@ -57,7 +57,7 @@ def state(conn: sqlite3.Connection) -> tuple[set[str], list[str], int, bool]:
     held = {r[0] for r in conn.execute("SELECT version FROM records").fetchall()}
     shown = conn.execute("SELECT tags FROM entries").fetchall()
     flagged = conn.execute("SELECT count(*) FROM equivocations").fetchone()[0] > 0
-    return held, [json.loads(r[0]) for r in shown][0] if shown else [], len(shown), flagged
+    return held, json.loads(shown[0][0]) if shown else [], len(shown), flagged
 
 
 VERSIONS = [version([f"t{i}"], "local" if i % 3 == 0 else "federation") for i in range(6)]

@@ -85,7 +85,7 @@ async def test_a_run_notifies_exactly_whom_the_rule_names(
                 performative=rng.choice(PERFORMATIVES),
                 content=f"entry {seed}.{n}.{i}",
                 tags=sample(rng, TAGS, 3),
-                directed_to=sample(rng, ids + [STRANGER], 2),
+                directed_to=sample(rng, [*ids, STRANGER], 2),
             )
             for i in range(rng.randint(1, 6))
         ]

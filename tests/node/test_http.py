@@ -265,7 +265,7 @@ def test_openapi_describes_each_route() -> None:
         http.Route("POST", "/peer", fifth, "Peer", "peer", body=Item, responses={200: Item}),
     ]  # fmt: skip
     document = http.openapi(routes, title="T", version="1")
-    validate(document)  # type: ignore[arg-type]
+    validate(document)
     post = document["paths"]["/items"]["post"]
     assert (post["operationId"], post["tags"], post["security"]) == ("handler", ["items"], [{"bearer": []}])
     assert [p["name"] for p in post["parameters"]] == ["Idempotency-Key"]
@@ -301,7 +301,7 @@ def test_route_defaults() -> None:
 
 async def _leave_mid_body(port: int, api_key: str) -> None:
     """Send headers and part of a JSON body over a raw socket, then close it."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
     head = (
         f"POST /v1/entries HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {api_key}\r\n"
         "Content-Type: application/json\r\nContent-Length: 400\r\n\r\n"

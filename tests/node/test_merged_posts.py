@@ -306,7 +306,7 @@ async def test_a_contradiction_between_two_requests_of_one_run_notifies_once(
 async def test_subscribers_are_notified_once_per_entry_across_a_merged_run_and_its_fallback(
     client: TestClient, make_agent: MakeAgent, node: Node
 ) -> None:
-    alice, bob, dave = [await make_agent(n) for n in ("alice", "bob", "dave")]
+    alice, _, dave = [await make_agent(n) for n in ("alice", "bob", "dave")]
     signer = await self_signer(node, "sig")
     resp = await client.post("/v1/subscriptions", json={}, headers=dave.headers)  # everything
     assert resp.status == 201

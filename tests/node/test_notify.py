@@ -38,7 +38,7 @@ async def notifications(node: Node) -> set[tuple[str, int, int, str, int | None]
     rows = await node.db.read(
         lambda c: c.execute("SELECT agent_id, entry_id, tier, reason, subscription_id FROM notifications").fetchall()
     )
-    return {tuple(r) for r in rows}  # type: ignore[misc]
+    return {tuple(r) for r in rows}
 
 
 async def statuses(node: Node, agent: AgentCreds) -> dict[int, tuple[str, int]]:
@@ -152,7 +152,7 @@ async def test_a_poll_leases_and_a_lapsed_lease_delivers_again(
     urgent, _ = await post(node, alice, "urgent", performative="request", directed_to=[bob.agent_id])
     assert await node.db.read(lambda c: notify.has_deliverable(c, bob.agent_id, node.now_ms()))
     rows = await take(node, bob)
-    assert [r["entry_id"] for r in rows][0] == urgent  # tier 1 first
+    assert rows[0]["entry_id"] == urgent  # tier 1 first
     assert {status for status, _ in (await statuses(node, bob)).values()} == {"leased"}
     assert not await node.db.read(lambda c: notify.has_deliverable(c, bob.agent_id, node.now_ms()))
     assert await take(node, bob) == []  # leased: not offered again while the lease runs

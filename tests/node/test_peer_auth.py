@@ -21,7 +21,7 @@ async def signed(
     now: float | None = None,
     send_body: bytes | None = None,
     extra: dict[str, str] | None = None,
-) -> tuple[int, dict]:  # type: ignore[type-arg]
+) -> tuple[int, dict]:
     headers = sign_headers(key, method, url, body, now=now)
     headers.update(extra or {})
     if body is not None:
@@ -37,7 +37,7 @@ async def two(make_peer) -> tuple[PeerNode, PeerNode]:  # type: ignore[no-untype
 
 
 async def test_unsigned_and_bearer_requests_are_refused(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
-    a, _b = await two(make_peer)  # noqa: F811
+    a, _b = await two(make_peer)
     agent_key = (await a.node.agents.create("agent", "Agent")).api_key
     for headers in ({}, {"Authorization": f"Bearer {agent_key}"}, a.admin):
         async with a.session.get(a.url + "/v1/sync/changes?v=2", headers=headers) as resp:
@@ -48,20 +48,20 @@ async def test_unsigned_and_bearer_requests_are_refused(make_peer) -> None:  # t
 
 
 async def test_configured_peer_is_served(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
-    a, b = await two(make_peer)  # noqa: F811
+    a, b = await two(make_peer)
     status, body = await signed(a.session, b.node.key, "GET", a.url + "/v1/sync/changes?v=2&since=0")
     assert status == 200 and body["type"] == "changes" and body["node_id"] == a.node_id and body["v"] == 2
 
 
 async def test_unknown_key_is_refused(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
-    a, _b = await two(make_peer)  # noqa: F811
+    a, _b = await two(make_peer)
     stranger = keys.SigningKey.generate()
     status, body = await signed(a.session, stranger, "GET", a.url + "/v1/sync/changes?v=2")
     assert status == 403 and body["code"] == "unknown_peer"
 
 
 async def test_replayed_request_is_refused(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
-    a, b = await two(make_peer)  # noqa: F811
+    a, b = await two(make_peer)
     url = a.url + "/v1/sync/changes?v=2&since=0"
     headers = sign_headers(b.node.key, "GET", url)
     async with a.session.get(url, headers=headers) as resp:
@@ -71,7 +71,7 @@ async def test_replayed_request_is_refused(make_peer) -> None:  # type: ignore[n
 
 
 async def test_stale_request_is_refused(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
-    a, b = await two(make_peer)  # noqa: F811
+    a, b = await two(make_peer)
     status, body = await signed(a.session, b.node.key, "GET", a.url + "/v1/sync/changes?v=2", now=time.time() - 600)
     assert status == 401 and body["code"] == "stale_request"
     status, body = await signed(a.session, b.node.key, "GET", a.url + "/v1/sync/changes?v=2", now=time.time() + 600)
@@ -79,7 +79,7 @@ async def test_stale_request_is_refused(make_peer) -> None:  # type: ignore[no-u
 
 
 async def test_tampered_body_and_retargeted_signature_are_refused(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
-    a, b = await two(make_peer)  # noqa: F811
+    a, b = await two(make_peer)
     body = b'{"type":"fetch","hashes":["' + b"a" * 64 + b'"]}'
     other = body.replace(b"a" * 64, b"b" * 64)
     status, problem = await signed(a.session, b.node.key, "POST", a.url + "/v1/sync/fetch", body, send_body=other)
@@ -94,7 +94,7 @@ async def test_tampered_body_and_retargeted_signature_are_refused(make_peer) -> 
 
 
 async def test_bad_input_from_an_authenticated_peer(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
-    a, b = await two(make_peer)  # noqa: F811
+    a, b = await two(make_peer)
     key = b.node.key
     cases = [
         ("GET", "/v1/sync/changes?v=2&limit=0", None, 422, "$.limit"),

@@ -52,7 +52,7 @@ async def test_identity_moves_between_nodes_and_keeps_verifiable_authorship(make
             "BBS_PASSPHRASE",
             "--json",
             env=secret,
-        )  # fmt: skip
+        )
     )
     assert imported["agent_id"] == created.agent_id
     ident = identity_file.load(out, "moving day")

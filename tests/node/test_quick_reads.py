@@ -3,13 +3,19 @@ tests/node/test_db.py; deep search pages on a reader thread: tests/node/test_rea
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from aiohttp.test_utils import TestClient
+
+from tests.conftest import AgentCreds
+
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
 
 async def test_search_and_read_over_http_are_answered_inline(
     client: TestClient,
-    make_agent,
-    admin_headers: dict[str, str],  # type: ignore[no-untyped-def]
+    make_agent: MakeAgent,
+    admin_headers: dict[str, str],
 ) -> None:
     agent = await make_agent("quick")
     posted = await client.post(

@@ -127,7 +127,7 @@ async def test_several_seeds_and_search_neighbourhood(client: TestClient, graph:
     )
     assert {names[e["record_hash"]] for e in body["entries"]} == {"D", "C", "F", "A"}
     body = await get_json(client, "/v1/search", alice, params={"q": "claim", "hops": "1", "direction": "inbound"})
-    assert [names[e["record_hash"]] for e in body["entries"]][0] == "A"  # the match first, then its neighbourhood
+    assert names[body["entries"][0]["record_hash"]] == "A"  # the match first, then its neighbourhood
     assert {names[e["record_hash"]] for e in body["entries"]} == {"A", "B", "E", "F"}
     assert {(names[x["source"]], names[x["target"]]) for x in body["links"]} == {("B", "A"), ("E", "A"), ("F", "A")}
     body = await get_json(client, "/v1/search", alice, params={"q": "claim"})

@@ -218,7 +218,7 @@ def test_a_failed_identity_file_write_removes_its_temporary_file(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("node.datadir.os.replace", refuse)
-    with pytest.raises(identity_file.IdentityFileError, match="cannot write .*No space left"):
+    with pytest.raises(identity_file.IdentityFileError, match=r"cannot write .*No space left"):
         identity_file.save(target, ident)
     assert list(tmp_path.iterdir()) == []
 

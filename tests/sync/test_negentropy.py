@@ -16,7 +16,9 @@ def item(i: int, ts_range: int) -> tuple[int, bytes]:
     return (int.from_bytes(h[:4], "big") % ts_range + 1_700_000_000_000, h)
 
 
-def run(client: list[tuple[int, bytes]], server: list[tuple[int, bytes]], frame: int = 60_000):
+def run(
+    client: list[tuple[int, bytes]], server: list[tuple[int, bytes]], frame: int = 60_000
+) -> tuple[set[bytes], set[bytes], int, int]:
     """Reconcile two sets; return (have, need, rounds, bytes both ways)."""
     a = Negentropy(VectorStorage(client), frame_size_limit=frame)
     b = Negentropy(VectorStorage(server), frame_size_limit=frame)

@@ -62,7 +62,7 @@ def _imports(path: Path, package: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             base = node.module
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [node.module])
+                base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], node.module])
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names if _module_file(f"{base}.{alias.name}"))
     return names

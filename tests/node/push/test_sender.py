@@ -73,4 +73,4 @@ async def test_the_breaker_opens_skips_and_closes_after_a_trial() -> None:
     post.fail = False
     sender.offer([env(3)])
     await drain(sender)
-    assert st.breaker == "closed" and post.messages == [([3], 0)] and st.consecutive_failures == 0
+    assert sender.state.breaker == "closed" and post.messages == [([3], 0)] and st.consecutive_failures == 0

@@ -13,8 +13,13 @@ import sqlite3
 import unicodedata
 from typing import Any
 
-from node.search_index.query import parse
+from node.search_index.query import Clause, parse
 from node.wire.api import SearchQuery
+
+
+def fts5_term(clause: Clause) -> str:
+    """A clause as an FTS5 MATCH term (the tokens hold token characters only, so quoting is safe)."""
+    return f'"{" ".join(clause.tokens)}"' + ("*" if clause.prefix else "")
 
 
 def fts_query(q: str) -> str | None:
@@ -23,7 +28,7 @@ def fts_query(q: str) -> str | None:
     Raises InvalidInput as the node does (a one-character prefix). FTS5 does not cap a prefix's expansion.
     """
     clauses = parse(q)
-    return " ".join(c.fts5() for c in clauses) if clauses else None
+    return " ".join(fts5_term(c) for c in clauses) if clauses else None
 
 
 def build(conn: sqlite3.Connection) -> sqlite3.Connection:

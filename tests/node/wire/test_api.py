@@ -29,7 +29,7 @@ def refused(typ: type[Any], value: Any) -> str:
 def test_post_entry_defaults() -> None:
     entry = body()
     assert (entry.confidence, entry.truth_state, entry.authority, entry.scope) == (0.5, "fact", "raw", "federation")
-    assert entry.tags == entry.directed_to == entry.links == [] and entry.metadata == {}
+    assert entry.tags == [] and entry.directed_to == [] and entry.links == [] and entry.metadata == {}
     assert entry.idempotency_key is None
 
 

@@ -30,7 +30,7 @@ async def send(client: TestClient, who: AgentCreds, status: int = 201, **body: o
     resp = await client.post(f"{WF}/messages", json=body, headers=who.headers)
     data = await resp.json()
     assert resp.status == status, data
-    return data  # type: ignore[no-any-return]
+    return data
 
 
 async def test_message_is_a_signed_raw_fact_with_both_agents_as_tags(
@@ -172,7 +172,7 @@ async def test_following_in_arrival_order_never_skips_a_late_message(
         params = {"order": order, "project": "p", **({"cursor": cursor} if cursor else {})}
         resp = await client.get(f"{WF}/messages", params=params, headers=alice.headers)
         assert resp.status == 200
-        return await resp.json()  # type: ignore[no-any-return]
+        return await resp.json()
 
     seen = {order: await page(order, None) for order in ("oldest", "arrival")}
     assert [m["body"] for m in seen["oldest"]["messages"]] == ["tick 0", "tick 1", "tick 2"]

