@@ -114,66 +114,82 @@ def resolve(author_id: str, events: Iterable[tuple[str, dict[str, Any]]]) -> His
     initial state. Events of another author are ignored.
     """
     by_address = {address: record for address, record in events if record.get("author_id") == author_id}
+    places = _judge_places(author_id, by_address)
+    reachable = set(places.states) - {None}
+    for address in by_address:
+        unjudged = address not in reachable and address not in places.refused
+        if unjudged and _refused_ancestor(address, by_address, places.refused):
+            places.refused[address] = "prior_refused"
+    waiting = frozenset(a for a in by_address if a not in reachable and a not in places.refused)
+    return _follow_winners(author_id, by_address, places, waiting)
+
+
+@dataclass
+class _Places:
+    """What judging every place of the event tree found: states after allowed events, winners, runners-up."""
+
+    states: dict[str | None, KeyState]
+    refused: dict[str, str]
+    allowed_keys: set[str]
+    winners: dict[str | None, str]
+    runners_up: dict[str | None, str]
+
+
+def _judge_places(author_id: str, by_address: Mapping[str, dict[str, Any]]) -> _Places:
+    """Judge every event in the state its prior leads to, breadth first from the initial state."""
     children: dict[str | None, list[str]] = {}
     for address, record in by_address.items():
         children.setdefault(record.get("prior"), []).append(address)
-
-    refused: dict[str, str] = {}
-    allowed_keys: set[str] = set()
-    states: dict[str | None, KeyState] = {None: initial_state(author_id)}
-    winners: dict[str | None, str] = {}
-    runners_up: dict[str | None, str] = {}
+    places = _Places({None: initial_state(author_id)}, {}, set(), {}, {})
     level: list[tuple[str | None, int]] = [(None, 0)]  # (parent address, parent seq), breadth first
     while level:
         following: list[tuple[str | None, int]] = []
         for parent, parent_seq in level:
-            state = states[parent]
+            state = places.states[parent]
             ranked: list[tuple[int, str]] = []
             for address in sorted(children.get(parent, [])):
                 record = by_address[address]
                 reason = "bad_seq" if record["seq"] != parent_seq + 1 else refusal(state, record)
                 if reason is not None:
-                    refused[address] = reason
+                    places.refused[address] = reason
                     continue
                 role = role_of(state, record)
                 assert role is not None  # refusal() returned None
                 ranked.append((ROLE_RANK[role], address))
-                states[address] = apply(state, record)
+                places.states[address] = apply(state, record)
                 if record.get("key") is not None:
-                    allowed_keys.add(record["key"])
+                    places.allowed_keys.add(record["key"])
                 following.append((address, record["seq"]))
             ranked.sort()
             if ranked:
-                winners[parent] = ranked[0][1]
+                places.winners[parent] = ranked[0][1]
             if len(ranked) > 1:
-                runners_up[parent] = ranked[1][1]
+                places.runners_up[parent] = ranked[1][1]
         level = following
+    return places
 
-    reachable = set(states) - {None}
-    for address in by_address:
-        if address not in reachable and address not in refused:
-            refused_ancestor = _refused_ancestor(address, by_address, refused)
-            if refused_ancestor:
-                refused[address] = "prior_refused"
-    waiting = frozenset(a for a in by_address if a not in reachable and a not in refused)
 
+def _follow_winners(
+    author_id: str, by_address: dict[str, dict[str, Any]], places: _Places, waiting: frozenset[str]
+) -> History:
+    """The winning chain from the initial state, what it removed and vouched for, and what a node keeps."""
     chain: list[str] = []
     removed_by: dict[str, str] = {}
     vouched_by: dict[str, str] = {}
     kept: set[str] = set()
     cursor: str | None = None
-    while cursor in winners:
-        before = states[cursor]
-        if cursor in runners_up:
-            kept.add(runners_up[cursor])
-        cursor = winners[cursor]
+    while cursor in places.winners:
+        before = places.states[cursor]
+        if cursor in places.runners_up:
+            kept.add(places.runners_up[cursor])
+        cursor = places.winners[cursor]
         chain.append(cursor)
         if before.key is not None:
             removed_by[before.key] = cursor
         for vouch in by_address[cursor]["vouches"]:
             if vouch["subject"] != before.key:
                 vouched_by[vouch["subject"]] = cursor
-    final = states[cursor]
+    final = places.states[cursor]
     chain_keys = final.used
     return History(
         author=author_id,
@@ -181,8 +197,8 @@ def resolve(author_id: str, events: Iterable[tuple[str, dict[str, Any]]]) -> His
         state=final,
         removed_by=removed_by,
         vouched_by={k: v for k, v in vouched_by.items() if k not in chain_keys},
-        losing_keys=frozenset(allowed_keys - chain_keys),
-        refused=refused,
+        losing_keys=frozenset(places.allowed_keys - chain_keys),
+        refused=places.refused,
         waiting=waiting,
         kept=frozenset(kept | set(chain)),
         events=by_address,

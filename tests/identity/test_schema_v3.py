@@ -121,7 +121,7 @@ BAD = [
 def test_a_record_breaking_a_rule_is_refused_with_its_path(name: str, members: dict[str, Any], field: str) -> None:
     with pytest.raises(msgspec.ValidationError) as caught:
         _decode(_changed(name, members))
-    assert records._path_of(str(caught.value)) == field  # noqa: SLF001 (the path reader records.check uses)
+    assert records._path_of(str(caught.value)) == field  # the path reader records.check uses
 
 
 def test_a_signing_key_naming_the_first_key_is_not_canonical() -> None:
