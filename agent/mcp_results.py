@@ -3,7 +3,9 @@
 The seed's rule is metadata first: an agent sees who said what kind of thing, with which tags and confidence,
 and spends its context on content only through `read`. A search hit is therefore the entry's metadata and a
 preview of at most `PREVIEW_CHARS` characters (the search's snippet when it has words, so the preview shows
-the match), about 400 characters a hit; links keep their ends, type and annotation.
+the match): under 400 characters a hit. Entries are named by id (every tool takes an id where it takes a
+record hash), and a link of the page's neighbourhood names its ends by id when they are on the page (by record
+hash otherwise), with its type and annotation.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ def hit(entry: EntryOut, snippet_text: str | None = None) -> dict[str, Any]:
     """One entry of a search page: its metadata first, then its preview; flags only when they are set."""
     item: dict[str, Any] = {
         "id": entry.id,
-        "record_hash": entry.record_hash,
         "author_id": entry.author_id,
         "created_at": entry.created_at,
         "entry_type": entry.entry_type,
@@ -43,9 +44,14 @@ def hit(entry: EntryOut, snippet_text: str | None = None) -> dict[str, Any]:
     return item
 
 
-def link(edge: LinkOut) -> dict[str, Any]:
-    """A link of a search page's neighbourhood: its ends (record hashes), its type and annotation."""
-    item: dict[str, Any] = {"source": edge.source, "target": edge.target, "link_type": edge.link_type}
+def link(edge: LinkOut, ids: dict[str, int]) -> dict[str, Any]:
+    """A link of a search page's neighbourhood: its ends (ids of the page's entries, else record hashes), its
+    type and annotation."""
+    item: dict[str, Any] = {
+        "source": ids.get(edge.source, edge.source),
+        "target": ids.get(edge.target, edge.target),
+        "link_type": edge.link_type,
+    }
     if edge.annotation:
         item["annotation"] = edge.annotation
     if not edge.resolved:
@@ -66,5 +72,6 @@ def search_page(result: SearchResult) -> dict[str, Any]:
         hit(e, snippets[e.record_hash].text if e.record_hash in snippets else None) for e in result.entries
     ]
     if result.links:
-        page["links"] = [link(edge) for edge in result.links]
+        ids = {e.record_hash: e.id for e in result.entries}
+        page["links"] = [link(edge, ids) for edge in result.links]
     return page
