@@ -173,7 +173,7 @@ async def test_every_tool_with_every_parameter_answers_as_rest(
         await d.refused("link", {"source": "1", "target": "2", "link_type": "likes"}, "link_type")
 
         # ---- read, with every parameter ----
-        query = {
+        query: dict[str, Any] = {
             "ids": [str(mine["id"])],
             "include_links": True,
             "hops": 1,
@@ -189,7 +189,7 @@ async def test_every_tool_with_every_parameter_answers_as_rest(
         await d.refused("read", {"ids": ["1"], "hops": 9}, "hops")
 
         # ---- search, with every parameter ----
-        search = {
+        search: dict[str, Any] = {
             "q": "eviction",
             "tags": ["e2e"],
             "entry_type": ["question", "finding"],
