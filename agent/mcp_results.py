@@ -61,10 +61,13 @@ def link(edge: LinkOut, ids: dict[str, int]) -> dict[str, Any]:
 
 def search_page(result: SearchResult) -> dict[str, Any]:
     """A search page: paging and freshness first, then the hits (and their neighbourhood), then links."""
-    page: dict[str, Any] = {"limit": result.limit, "offset": result.offset, "next_offset": result.next_offset}
-    for flag in ("truncated", "stale"):
-        if getattr(result, flag):
-            page[flag] = True
+    page: dict[str, Any] = {
+        "limit": result.limit,
+        "offset": result.offset,
+        "next_offset": result.next_offset,
+        "truncated": result.truncated,
+        "stale": result.stale,
+    }
     if result.indexed_through is not None:
         page["indexed_through"] = result.indexed_through
     snippets = result.snippets

@@ -16,14 +16,11 @@ from mcp import Client as MCPClient
 
 from agent.client import Client
 from agent.mcp_common import ToolDef
-from agent.mcp_results import PREVIEW_CHARS, search_page
 from agent.mcp_server import TOOLS, build_server
-from tests.agent.mcp_inprocess import mcp_for, ok
 from tests.conftest import AgentCreds
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 BUDGET_CHARS = 12_000  # the whole tools/list, for the whole round: the space and redaction parameters must fit in it
-HIT_CHARS = 400  # one search hit with a 100-character preview
 
 # REST names every tool spells the same way.
 EVERYWHERE = {"Idempotency-Key": "idempotency_key"}
@@ -118,44 +115,3 @@ async def test_the_tool_list_fits_its_budget_with_annotations_on_every_tool() ->
 def test_each_tool_def_is_listed_once_under_its_function_s_name() -> None:
     names = [spec.name for spec in TOOLS]
     assert len(names) == len(set(names)) and all(isinstance(spec, ToolDef) for spec in TOOLS)
-
-
-async def test_a_search_page_is_metadata_first_and_a_preview_per_hit(client: TestClient, make_agent: MakeAgent) -> None:
-    alice = await make_agent("alice")
-    words = "the compressor of the second heat pump short-cycles every four minutes when the buffer tank is cold "
-    async with mcp_for(client, alice.api_key) as session:
-        for i in range(5):
-            ok(await session.call_tool("post", {"content": f"{i}: " + words * 30, "tags": ["heating", "heat-pump"],
-                                                 "confidence": 0.85, "entry_type": "finding"}))  # fmt: skip
-        for arguments in ({"limit": 5}, {"q": "buffer tank", "limit": 5}, {"tags": ["heating"], "hops": 1}):
-            result = await session.call_tool("search", arguments)
-            text = "".join(block.text for block in result.content)  # type: ignore[union-attr]
-            page = json.loads(text)
-            assert list(page)[:3] == ["limit", "offset", "next_offset"] and list(page)[-1] in ("entries", "links")
-            assert len(page["entries"]) == 5
-            for hit in page["entries"]:
-                assert len(json.dumps(hit, ensure_ascii=False, separators=(",", ":"))) <= HIT_CHARS, hit  # as sent
-                assert len(hit["preview"]) <= PREVIEW_CHARS and list(hit)[-1] == "preview"
-                assert "content" not in hit and "signature" not in hit
-            assert len(text) <= 5 * HIT_CHARS + 200
-        async with Client(str(client.make_url("")).rstrip("/"), api_key=alice.api_key) as rest:
-            from node.wire.api import SearchQuery
-
-            found = await rest.search(SearchQuery(q="buffer tank", limit=5))
-        assert ok(await session.call_tool("search", {"q": "buffer tank", "limit": 5})) == search_page(found)
-        full = ok(await session.call_tool("read", {"ids": [str(page["entries"][0]["id"])]}))
-        assert len(full["entries"][0]["content"]) > 3000  # read gives the whole text
-
-
-async def test_a_search_page_s_links_name_the_page_s_entries_by_id(client: TestClient, make_agent: MakeAgent) -> None:
-    alice = await make_agent("alice")
-    async with mcp_for(client, alice.api_key) as session:
-        first = ok(await session.call_tool("post", {"content": "the loft insulation is 100 mm", "tags": ["loft"]}))
-        second = ok(await session.call_tool("post", {"content": "top it up to 270 mm", "tags": ["loft"],
-                                                      "links": [{"target": str(first["id"]), "link_type": "responds_to",
-                                                                 "annotation": "the fix"}]}))  # fmt: skip
-        page = ok(await session.call_tool("search", {"tags": ["loft"], "hops": 1}))
-    assert {e["id"] for e in page["entries"]} == {first["id"], second["id"]}
-    assert page["links"] == [
-        {"source": second["id"], "target": first["id"], "link_type": "responds_to", "annotation": "the fix"}
-    ]
