@@ -637,7 +637,8 @@ class Client:
         draft = unsigned.unsigned_task_event(task.key, self._key.did, _next_created_at(task), event, **fields)
         payload = {"record": self._sign(draft)}
         path = f"{WORKFLOWS}/tasks/{_path(task.key)}/{event}"
-        return await self._request("POST", path, TaskOut, json=payload, built=True)
+        signed_headers = {"Idempotency-Key": key} if key else None  # the caller's key: its retry is answered once
+        return await self._request("POST", path, TaskOut, json=payload, headers=signed_headers, built=True)
 
     def _finish_fields(self, task: TaskOut, body: FinishIn) -> dict[str, Any]:
         """A release's or completion's fields as the node would set them: the lease the caller names (its fencing

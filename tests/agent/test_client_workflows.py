@@ -301,6 +301,11 @@ async def test_mcp_workflow_tools_sign_on_the_agent_side(client: TestClient, nod
         released = _ok(await session.call_tool("task", release))
         assert released["lease"] is None
         assert "lease_not_held" in _err(await session.call_tool("task", release))
+        # with an idempotency_key, the retry of a signed release is answered with the task, not lease_not_held
+        token = _ok(await session.call_tool("task", {"action": "lease", "task": "draft"}))["lease"]["lease_id"]
+        keyed = {"action": "release", "task": "draft", "lease": token, "idempotency_key": "rel-1"}
+        assert _ok(await session.call_tool("task", keyed))["lease"] is None
+        assert _ok(await session.call_tool("task", keyed))["lease"] is None
         token = _ok(await session.call_tool("task", {"action": "lease", "task": "draft"}))["lease"]["lease_id"]
         finish = {"action": "complete", "task": "draft", "checkpoint": {"words": 900}, "lease": token}
         done = _ok(await session.call_tool("task", finish))
@@ -317,6 +322,7 @@ async def test_mcp_workflow_tools_sign_on_the_agent_side(client: TestClient, nod
         ("declare", "publish"),
         ("declare", "draft"),
         ("release", "draft"),
+        ("release", "draft"),  # the keyed release, once for its two calls
         ("complete", "draft"),
     ]
     assert len(await stored_records(node, key.did, "message")) == 1
