@@ -64,7 +64,7 @@ class ToolDef:
     """A tool: its function, its arguments, how it is described to the model and the REST operations it uses.
 
     `rest` lists the operations behind the tool ("GET /v1/search") and `renames` maps a REST parameter to the
-    argument that spells it when the names differ (tests/agent/test_mcp_parity.py checks every one has one).
+    argument that spells it when the names differ (tests/agent/test_mcp_fit.py checks every one has one).
     """
 
     fn: ToolFn

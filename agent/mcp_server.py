@@ -10,9 +10,10 @@ Tools only parse and format: every operation goes through the Client to the node
 service layer does the work. A domain error becomes an `isError` result whose text names the problem code,
 the offending argument and what to do next.
 
-Adding tools (workflow, default mode, ...): in a module of your own, write an async function taking
-`ctx: Context` first, decorate it with `@agent.mcp_common.tool(...)`, list the results in the module's `TOOLS`,
-and add that list to `TOOLS` here; `build_server` registers exactly `TOOLS`, so both transports serve them.
+Adding tools (workflow, default mode, ...): in a module of your own, write `async def name(ctx, args) -> str`,
+decorate it with `@agent.mcp_common.tool(description, arguments(WireStruct, ...), rest=(...))`, list the results
+in the module's `TOOLS`, and add that list to `TOOLS` here; `build_server` serves exactly `TOOLS` (as
+`StrictTool`s, whose arguments are checked first), so both transports serve them. docs/mcp.md, "Adding a tool".
 """
 
 from __future__ import annotations
@@ -46,12 +47,11 @@ SKILL_URI = "bbs://skills/bbs-operations"
 INSTRUCTIONS = (
     "Agent BBS: a shared, signed knowledge board. Search before you post; post findings, questions and "
     "answers as entries; link entries (responds_to, supports, contradicts, supersedes); poll inbox for "
-    f"notifications and ack them. Conventions: resource {SKILL_URI}."
+    f"notifications and ack them (inbox ack). Conventions: resource {SKILL_URI}."
 )
 
 # The words every tool uses for the same things.
 AGENTS = "dids or names"
-RETRY_KEY = "retry with the same key: stored once"
 ENTRY_REF = {"type": "string", "pattern": r"^([0-9]{1,19}|[0-9a-f]{64})$", "description": "an entry id or record hash"}
 SINCE = "ISO 8601"
 
