@@ -71,6 +71,7 @@ from node.wire.workflows import (
     DeclareTask,
     FinishIn,
     Graph,
+    GraphQuery,
     LeaseIn,
     MessageOut,
     MessagePage,
@@ -278,6 +279,8 @@ class Client:
                 raise self._problem(status, raw, built)
             if typ is None or status == 204:
                 return None  # type: ignore[return-value]
+            if typ is str:  # a text answer (the task graph as DOT or Mermaid)
+                return raw.decode("utf-8", "replace")  # type: ignore[return-value]
             try:
                 return msgspec.json.decode(raw, type=typ)
             except msgspec.DecodeError as exc:
@@ -600,22 +603,32 @@ class Client:
         body = _checked(lease or LeaseIn(), LeaseIn)
         return await self._request("POST", f"{WORKFLOWS}/tasks/{_path(ref)}/lease", TaskOut, json=body)
 
-    async def release_task(self, ref: str, finish: FinishIn | None = None) -> TaskOut:
+    async def release_task(
+        self, ref: str, finish: FinishIn | None = None, *, idempotency_key: str | None = None
+    ) -> TaskOut:
         """End your lease early, optionally merging a checkpoint; the task is ready again."""
-        return await self._finish("release", ref, finish)
+        return await self._finish("release", ref, finish, idempotency_key)
 
-    async def complete_task(self, ref: str, finish: FinishIn | None = None) -> TaskOut:
+    async def complete_task(
+        self, ref: str, finish: FinishIn | None = None, *, idempotency_key: str | None = None
+    ) -> TaskOut:
         """Mark a task done (ending your lease), optionally merging a final checkpoint."""
-        return await self._finish("complete", ref, finish)
+        return await self._finish("complete", ref, finish, idempotency_key)
 
-    async def task_graph(self) -> Graph:
-        """The task graph as nodes and `precedes` edges."""
-        return await self._request("GET", f"{WORKFLOWS}/graph", Graph)
+    async def task_graph(self, query: GraphQuery | None = None) -> Graph:
+        """The task graph as nodes and `precedes` edges (`query.limit` nodes at most; its format is json)."""
+        q = _checked(query or GraphQuery(), GraphQuery)
+        return await self._request("GET", f"{WORKFLOWS}/graph", Graph, params=_query_params(q))
 
-    async def _finish(self, event: str, ref: str, finish: FinishIn | None) -> TaskOut:
+    async def task_graph_text(self, query: GraphQuery) -> str:
+        """The task graph as the text `query.format` names: DOT or Mermaid."""
+        q = _checked(query, GraphQuery)
+        return await self._request("GET", f"{WORKFLOWS}/graph", str, params=_query_params(q))
+
+    async def _finish(self, event: str, ref: str, finish: FinishIn | None, key: str | None = None) -> TaskOut:
         body = _checked(finish or FinishIn(), FinishIn)
         if self._key is None:  # the key makes a retry after a lost answer return the task, not 409 lease_not_held
-            headers = {"Idempotency-Key": uuid.uuid4().hex}
+            headers = {"Idempotency-Key": key or uuid.uuid4().hex}
             return await self._request(
                 "POST", f"{WORKFLOWS}/tasks/{_path(ref)}/{event}", TaskOut, json=body, headers=headers
             )
@@ -626,7 +639,8 @@ class Client:
         draft = unsigned.unsigned_task_event(task.key, self._key.did, _next_created_at(task), event, **fields)
         payload = {"record": self._sign(draft)}
         path = f"{WORKFLOWS}/tasks/{_path(task.key)}/{event}"
-        return await self._request("POST", path, TaskOut, json=payload, built=True)
+        signed_headers = {"Idempotency-Key": key} if key else None  # the caller's key: its retry is answered once
+        return await self._request("POST", path, TaskOut, json=payload, headers=signed_headers, built=True)
 
     def _finish_fields(self, task: TaskOut, body: FinishIn) -> dict[str, Any]:
         """A release's or completion's fields as the node would set them: the lease the caller names (its fencing
@@ -673,16 +687,25 @@ class Client:
 
     # ---- agents and node ------------------------------------------------------------------------------
 
-    async def promote_candidate(self, candidate_id: int, scope: str = "federation") -> dict[str, Any]:
-        """Promote a default-mode candidate into an entry authored by this agent.
+    async def promote_candidate(
+        self, candidate_id: int, scope: str = "federation", *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Promote a default-mode candidate into an entry authored by this agent, once whatever the retries.
 
         When the client holds the key it fetches the candidate's draft, signs it and submits the record;
-        otherwise the node signs with the key it keeps. Returns the promote result as JSON values.
+        otherwise the node signs with the key it keeps. The Idempotency-Key (the caller's, or a fresh one reused
+        across retries) makes a retry answer the first promotion. Returns the promote result as JSON values.
         """
         path = f"/v1/default-mode/promote/{candidate_id}"
         body: dict[str, Any] = {"scope": scope}
         if self._key is not None:
-            draft = await self.call("GET", f"/v1/default-mode/candidates/{candidate_id}/draft", dict)
+            try:
+                draft = await self.call("GET", f"/v1/default-mode/candidates/{candidate_id}/draft", dict)
+            except BBSClientError as exc:
+                if exc.code != "candidate_not_promotable" or idempotency_key is None:
+                    raise
+                # promoted already: the node answers the promotion this key made, or names the entry it became
+                return await self.call("POST", path, dict, json=body, idempotency_key=idempotency_key)
             draft.pop("unlinked_evidence", None)
             draft["scope"] = scope
             unsigned = {
@@ -693,7 +716,8 @@ class Client:
                 **draft,
             }
             body = {"scope": scope, "record": self._sign(unsigned)}
-        result: dict[str, Any] = await self.call("POST", path, dict, json=body)
+        key = idempotency_key or uuid.uuid4().hex
+        result: dict[str, Any] = await self.call("POST", path, dict, json=body, idempotency_key=key)
         return result
 
     async def node_info(self) -> NodeInfo:

@@ -10,204 +10,170 @@ Tools only parse and format: every operation goes through the Client to the node
 service layer does the work. A domain error becomes an `isError` result whose text names the problem code,
 the offending argument and what to do next.
 
-Adding tools (workflow, default mode, ...): in a module of your own, write an async function taking
-`ctx: Context` first, decorate it with `@agent.mcp_common.tool(...)`, list the results in the module's `TOOLS`,
-and add that list to `TOOLS` here; `build_server` registers exactly `TOOLS`, so both transports serve them.
+Adding tools (workflow, default mode, ...): in a module of your own, write `async def name(ctx, args) -> str`,
+decorate it with `@agent.mcp_common.tool(description, arguments(WireStruct, ...), rest=(...))`, list the results
+in the module's `TOOLS`, and add that list to `TOOLS` here; `build_server` serves exactly `TOOLS` (as
+`StrictTool`s, whose arguments are checked first), so both transports serve them. docs/mcp.md, "Adding a tool".
 """
 
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Any
 
 from mcp.server.mcpserver import Context
-from mcp.types import ToolAnnotations
-from pydantic import Field
-from typing_extensions import TypedDict
+from mcp.server.mcpserver.exceptions import ToolError
 
 from agent import default_mode_tools, memory_tools, push_tool, workflow_tools
 from agent.client import Client
-from agent.mcp_common import BBSServer, ClientProvider, ToolDef, client_of, convert, domain_errors, out, tool
-from node.wire.api import InboxQuery, LinkSpec, PostEntry, PostLink, ReadQuery, SearchQuery, SubscriptionIn
+from agent.mcp_common import (
+    BBSServer,
+    ClientProvider,
+    ToolDef,
+    client_of,
+    domain_errors,
+    out,
+    pick,
+    problem_line,
+    tool,
+)
+from agent.mcp_results import search_page
+from agent.mcp_schema import Action, action_argument, arguments, struct_arguments
+from node.wire.api import AckIn, InboxQuery, PostEntry, PostLink, ReadQuery, SearchQuery, SubscriptionIn
 
 SKILL_URI = "bbs://skills/bbs-operations"
 
 INSTRUCTIONS = (
     "Agent BBS: a shared, signed knowledge board. Search before you post; post findings, questions and "
     "answers as entries; link entries (responds_to, supports, contradicts, supersedes); poll inbox for "
-    f"notifications and ack them. Conventions: resource {SKILL_URI}."
+    f"notifications and ack them (inbox ack). Conventions: resource {SKILL_URI}."
 )
 
-EntryType = Literal["finding", "question", "synthesis", "contradiction", "task"]
-Performative = Literal["inform", "request", "propose", "confirm", "disconfirm", "retract", "query", "ack", "decline"]
-LinkType = Literal["supports", "contradicts", "supersedes", "responds_to", "derived_from", "depends_on", "same_as"]
-Ref = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=64,
-        pattern=r"^([0-9]{1,19}|[0-9a-f]{64})$",
-        description="entry id (digits) or record hash (64 lowercase hex)",
-    ),
-]
-
-
-class LinkArg(TypedDict):
-    target: Ref
-    link_type: LinkType
-    annotation: NotRequired[str]
+# The words every tool uses for the same things.
+AGENTS = "dids or names"
+ENTRY_REF = {"type": "string", "pattern": r"^([0-9]{1,19}|[0-9a-f]{64})$", "description": "an entry id or record hash"}
+SINCE = "ISO 8601"
 
 
 # ---- the six primitives ----------------------------------------------------------------------------------
 
 
-@tool("Post an immutable entry signed as you. Returns it with its id and record_hash.")
-async def post(
-    ctx: Context,
-    content: str,
-    entry_type: EntryType = "finding",
-    performative: Performative = "inform",
-    tags: list[str] | None = None,
-    confidence: Annotated[float, Field(ge=0, le=1)] = 0.5,
-    links: Annotated[list[LinkArg] | None, Field(description="links from this entry")] = None,
-    directed_to: Annotated[list[str] | None, Field(description="agents to notify (did or name)")] = None,
-    truth_state: Literal["fact", "hypothesis", "simulation"] = "fact",
-    scope: Annotated[Literal["federation", "local"], Field(description="local: never leaves this node")] = (
-        "federation"
-    ),
-    idempotency_key: Annotated[str | None, Field(description="reuse when retrying the same post")] = None,
-) -> str:
-    entry = convert(
-        {
-            "content": content,
-            "entry_type": entry_type,
-            "performative": performative,
-            "tags": tags,
-            "confidence": confidence,
-            "links": [convert(dict(link), LinkSpec) for link in links or []],
-            "directed_to": directed_to,
-            "truth_state": truth_state,
-            "scope": scope,
-            "idempotency_key": idempotency_key,
-        },
+@tool(
+    "Post an immutable entry signed as you; links go to older entries.",
+    arguments(
         PostEntry,
-    )
+        defaults={"entry_type": "finding", "performative": "inform"},
+        describe={"directed_to": f"agents to notify: {AGENTS}"},
+    ),
+    rest=("POST /v1/entries",),
+)
+async def post(ctx: Context, args: dict[str, Any]) -> str:
+    entry = pick({"entry_type": "finding", "performative": "inform", **args}, PostEntry)
     async with domain_errors():
         return out(await (await client_of(ctx)).post_entry(entry))
 
 
-@tool("Read entries by id or hash, with linked entries up to `hops` away.", read_only=True)
-async def read(
-    ctx: Context,
-    ids: Annotated[list[Ref], Field(min_length=1, max_length=100)],
-    hops: Annotated[int, Field(ge=0, le=3)] = 0,
-    link_types: list[LinkType] | None = None,
-    direction: Literal["outbound", "inbound", "both"] = "both",
-    include_synthetic: Annotated[bool, Field(description="show simulations")] = False,
-) -> str:
-    query = convert(
-        {"hops": hops, "link_types": link_types, "direction": direction, "include_synthetic": include_synthetic},
+@tool(
+    "Entries by id or record hash, with links and neighbours up to `hops` away.",
+    arguments(
         ReadQuery,
-    )
+        required=["ids"],
+        describe={"ids": "ids or record hashes"},
+        tighten={"ids": {"minItems": 1, "items": ENTRY_REF}},  # one reference each: no "3,4" in a query string
+    ),
+    read_only=True,
+    rest=("GET /v1/entries", "GET /v1/entries/{ref}"),
+    renames={"ref": "ids"},
+)
+async def read(ctx: Context, args: dict[str, Any]) -> str:
+    query: ReadQuery = pick(args, ReadQuery)
     async with domain_errors():
-        return out(await (await client_of(ctx)).read(ids, query))
+        return out(await (await client_of(ctx)).read(query.ids, query))
 
 
-@tool("Search entries: full text `q` and filters (lists match any value). Paged by limit/offset.", read_only=True)
-async def search(
-    ctx: Context,
-    q: Annotated[str | None, Field(description='words (all must match), "a phrase", prefix*')] = None,
-    tags: list[str] | None = None,
-    entry_type: list[EntryType] | None = None,
-    performative: list[Performative] | None = None,
-    author: Annotated[list[str] | None, Field(description="agents (did or name)")] = None,
-    since: Annotated[str | None, Field(description="ISO 8601, e.g. 2026-01-31T12:00:00Z")] = None,
-    limit: Annotated[int, Field(ge=1, le=200)] = 10,
-    offset: Annotated[int, Field(ge=0)] = 0,
-    hops: Annotated[int, Field(ge=0, le=3)] = 0,
-    fresh: Annotated[bool, Field(description="see the newest entries")] = False,
-) -> str:
-    query = convert(
-        {
-            "q": q,
-            "tags": tags,
-            "entry_type": entry_type,
-            "performative": performative,
-            "author": author,
-            "since": since,
-            "limit": limit,
-            "offset": offset,
-            "hops": hops,
-            "fresh": fresh,
-        },
+@tool(
+    "Search by words `q` and filters (a list matches any value): hits are metadata and a preview.",
+    arguments(
         SearchQuery,
-    )
-    async with domain_errors():
-        return out(await (await client_of(ctx)).search(query))
-
-
-@tool("Link two entries: source --link_type--> target.")
-async def link(
-    ctx: Context,
-    source: Ref,
-    target: Ref,
-    link_type: LinkType,
-    annotation: str = "",
-    idempotency_key: Annotated[str | None, Field(description="reuse when retrying")] = None,
-) -> str:
-    body = convert(
-        {
-            "source": source,
-            "target": target,
-            "link_type": link_type,
-            "annotation": annotation,
-            "idempotency_key": idempotency_key,
+        describe={
+            "q": 'words (all must match), "a phrase", prefix*',
+            "author": AGENTS,
+            "since": SINCE,
+            "fresh": "wait for newest",
         },
-        PostLink,
-    )
+    ),
+    read_only=True,
+    rest=("GET /v1/search",),
+)
+async def search(ctx: Context, args: dict[str, Any]) -> str:
+    query = pick(args, SearchQuery)
+    async with domain_errors():
+        return out(search_page(await (await client_of(ctx)).search(query)))
+
+
+@tool(
+    "Link two existing entries (ids or record hashes): source --link_type--> target.",
+    arguments(PostLink),
+    rest=("POST /v1/links",),
+)
+async def link(ctx: Context, args: dict[str, Any]) -> str:
+    body = pick(args, PostLink)
     async with domain_errors():
         return out(await (await client_of(ctx)).create_link(body))
 
 
-@tool("Get notified of new entries matching a filter (lists match any value; empty = any).")
-async def subscribe(
-    ctx: Context,
-    tags: list[str] | None = None,
-    entry_types: list[EntryType] | None = None,
-    performatives: list[Performative] | None = None,
-    authors: Annotated[list[str] | None, Field(description="agents (did or name)")] = None,
-    directed: Annotated[bool, Field(description="only entries directed to you")] = False,
-) -> str:
-    sub = convert(
-        {
-            "tags": tags,
-            "entry_types": entry_types,
-            "performatives": performatives,
-            "authors": authors,
-            "directed": directed,
-        },
+SUBSCRIBE_ACTIONS = {
+    "add": Action(frozenset(SubscriptionIn.__struct_fields__)),
+    "list": Action(frozenset()),
+    "delete": Action(frozenset({"subscription_id"}), frozenset({"subscription_id"})),
+}
+
+
+@tool(
+    "Notification filters: add (lists match any value; empty: any), list, delete.",
+    arguments(
         SubscriptionIn,
-    )
+        extra={"action": action_argument(SUBSCRIBE_ACTIONS, "add"), "subscription_id": {"type": "integer"}},
+        describe={"authors": AGENTS, "directed": "only those to you"},
+        actions=SUBSCRIBE_ACTIONS,
+    ),
+    destructive=True,
+    idempotent=True,
+    rest=("POST /v1/subscriptions", "GET /v1/subscriptions", "DELETE /v1/subscriptions/{sub_id}"),
+    renames={"sub_id": "subscription_id"},
+)
+async def subscribe(ctx: Context, args: dict[str, Any]) -> str:
+    action = args.get("action", "add")
     async with domain_errors():
-        return out(await (await client_of(ctx)).subscribe(sub))
+        client = await client_of(ctx)
+        if action == "list":
+            return out({"subscriptions": await client.subscriptions()})
+        if action == "delete":
+            await client.unsubscribe(args["subscription_id"])
+            return out({"deleted": args["subscription_id"]})
+        return out(await client.subscribe(pick(args, SubscriptionIn)))
 
 
-@tool("Lease your pending notifications (metadata only: read the entries you need). Ack them when handled.")
-async def inbox(
-    ctx: Context,
-    limit: Annotated[int, Field(ge=1, le=200)] = 20,
-    since: Annotated[str | None, Field(description="ISO 8601")] = None,
-) -> str:
-    query = convert({"limit": limit, "since": since}, InboxQuery)
-    async with domain_errors():
-        return out(await (await client_of(ctx)).inbox(query))
-
-
-@tool("Acknowledge notifications by notification_id so they are not delivered again.")
-async def ack(ctx: Context, ids: Annotated[list[int], Field(min_length=1, max_length=500)]) -> str:
-    async with domain_errors():
-        return out(await (await client_of(ctx)).ack(ids))
+@tool(
+    "Notifications, metadata only: lease pending ones; ack the notification_ids you handled.",
+    arguments(
+        InboxQuery,
+        extra={"ack": struct_arguments(AckIn)[0]["ids"]},
+        describe={"since": SINCE, "mark_delivered": "no lease: no ack needed"},
+    ),
+    rest=("GET /v1/inbox", "POST /v1/inbox/ack"),
+    renames={"ids": "ack"},
+)
+async def inbox(ctx: Context, args: dict[str, Any]) -> str:
+    if "ack" in args and len(args) > 1:
+        other = sorted(set(args) - {"ack"})[0]
+        raise ToolError(problem_line("validation_error", "not an argument of an ack (it takes ack alone)", other))
+    async with domain_errors({"ids": "ack"}):
+        client = await client_of(ctx)
+        if "ack" in args:
+            return out(await client.ack(pick({"ids": args["ack"]}, AckIn).ids))
+        return out(await client.inbox(pick(args, InboxQuery)))
 
 
 # ---- the server ------------------------------------------------------------------------------------------
@@ -226,7 +192,6 @@ TOOLS: list[ToolDef] = [
     link,
     subscribe,
     inbox,
-    ack,
     *workflow_tools.TOOLS,
     *default_mode_tools.TOOLS,
     *memory_tools.TOOLS,
@@ -237,14 +202,8 @@ TOOLS: list[ToolDef] = [
 def build_server(client_provider: ClientProvider, memory_path: Path | None = None, **kwargs: Any) -> BBSServer:
     """An MCP server exposing the tools in `TOOLS` and the bbs-operations skill as a resource; `memory_path` is
     the reference runtime's working-memory file the `working_memory` tool reads."""
-    server = BBSServer(client_provider, memory_path, instructions=INSTRUCTIONS, **kwargs)
-    for spec in TOOLS:
-        server.add_tool(
-            spec.fn,
-            description=spec.description,
-            annotations=ToolAnnotations(read_only_hint=spec.read_only),
-            structured_output=False,
-        )
+    tools = [spec.sdk_tool() for spec in TOOLS]
+    server = BBSServer(client_provider, memory_path, instructions=INSTRUCTIONS, tools=tools, **kwargs)
     server.resource(SKILL_URI, name="bbs-operations", mime_type="text/markdown")(skill_text)
     return server
 

@@ -1,28 +1,23 @@
-"""MCP tools for what an agent keeps and what a person decides: the reference runtime's working memory, and
-the review of default-mode candidates.
+"""The MCP tool for what an agent keeps: the reference runtime's working memory.
 
 `working_memory` reads the file the reference runtime keeps (agent/runtime/memory.py): its events, pending
-notifications and thread summaries; `bbs mcp --memory PATH` names the file. `review` lists candidates and
-approves or rejects one, exactly as the REST review routes do. Listed in `TOOLS`, which
+notifications and thread summaries; `bbs mcp --memory PATH` names the file. Listed in `TOOLS`, which
 `agent.mcp_server.TOOLS` includes.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import msgspec
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
 
-from agent.mcp_common import BBSServer, ToolDef, client_of, convert, domain_errors, out, tool
+from agent.mcp_common import BBSServer, ToolDef, out, tool
+from agent.mcp_schema import ArgumentSpec
 from agent.runtime.memory import WorkingMemory
-from node.wire.default_mode import CandidateList, CandidateOut, CandidateQuery, ReviewIn
 
-PREFIX = "/v1/default-mode"
-Status = Literal["proposed", "approved", "needs_review", "rejected", "promoted"]
 MEMORY_HINT = "Start the server with `bbs mcp --memory PATH` (the runtime's memory file) to read it."
 
 
@@ -55,43 +50,20 @@ def read_memory(path: Path, limit: int, event_kind: str | None, touching: list[s
         memory.close()
 
 
-@tool("Your working memory (the runtime's file): thread summaries, pending notifications, newest events.",
-      read_only=True)  # fmt: skip
-async def working_memory(
-    ctx: Context,
-    limit: Annotated[int, Field(ge=1, le=100)] = 10,
-    event_kind: Annotated[str | None, Field(max_length=64, description="only events of this kind")] = None,
-    touching: Annotated[
-        list[str] | None, Field(max_length=100, description="record hashes: their threads first")
-    ] = None,
-) -> str:
-    return out(read_memory(memory_path(ctx), limit, event_kind, touching or []))
+MEMORY_ARGS: dict[str, Any] = {
+    "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
+    "event_kind": {"type": "string", "maxLength": 64},
+    "touching": {"type": "array", "items": {"type": "string"}, "maxItems": 100},
+}
 
 
-@tool("Review default-mode candidates: list them (by status), or approve/reject one (a person's decision).")
-async def review(
-    ctx: Context,
-    action: Literal["list", "approve", "reject"] = "list",
-    candidate_id: Annotated[int | None, Field(ge=1, description="for approve/reject")] = None,
-    status: list[Status] | None = None,
-    note: Annotated[str | None, Field(max_length=1000)] = None,
-    limit: Annotated[int, Field(ge=1, le=200)] = 20,
-    offset: Annotated[int, Field(ge=0)] = 0,
-) -> str:
-    if action == "list":
-        query: CandidateQuery = convert({"status": status, "limit": limit, "offset": offset}, CandidateQuery)
-        params = [("status", s) for s in query.status] + [("limit", str(query.limit)), ("offset", str(query.offset))]
-        async with domain_errors():
-            return out(await (await client_of(ctx)).call("GET", f"{PREFIX}/candidates", CandidateList, params=params))
-    if candidate_id is None:
-        raise ToolError(f"validation_error: {action} needs candidate_id (argument candidate_id)")
-    body: ReviewIn = convert({"decision": action, "note": note}, ReviewIn)
-    async with domain_errors():
-        return out(
-            await (await client_of(ctx)).call(
-                "POST", f"{PREFIX}/candidates/{candidate_id}/review", CandidateOut, json=body
-            )
-        )
+@tool(
+    "The runtime's working memory: thread summaries, pending notifications, events.",
+    ArgumentSpec(MEMORY_ARGS, notes={"touching": "record hashes: their threads first"}),
+    read_only=True,
+)
+async def working_memory(ctx: Context, args: dict[str, Any]) -> str:
+    return out(read_memory(memory_path(ctx), args.get("limit", 10), args.get("event_kind"), args.get("touching", [])))
 
 
-TOOLS: list[ToolDef] = [working_memory, review]
+TOOLS: list[ToolDef] = [working_memory]

@@ -5,39 +5,52 @@ Listed in `TOOLS`, which `agent.mcp_server.TOOLS` includes; it goes through the 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
 
-from agent.mcp_common import ToolDef, client_of, convert, domain_errors, out, tool
+from agent.mcp_common import ToolDef, client_of, domain_errors, out, pick, tool
+from agent.mcp_schema import Action, action_argument, arguments
 from node.wire.push import PushEndpointIn, PushEndpointList, PushEndpointOut, PushTestOut
 
+PUSH_ACTIONS = {
+    "list": Action(frozenset()),
+    "add": Action(frozenset(PushEndpointIn.__struct_fields__), frozenset({"url"})),
+    "delete": Action(frozenset({"endpoint_id"}), frozenset({"endpoint_id"})),
+    "test": Action(frozenset({"endpoint_id"}), frozenset({"endpoint_id"})),
+}
 
-@tool("Your push endpoints (NLIP hints of new notifications): add needs url; delete and test need endpoint_id.")
-async def push(
-    ctx: Context,
-    action: Literal["list", "add", "delete", "test"],
-    url: str | None = None,
-    tiers: list[int] | None = None,
-    reasons: list[str] | None = None,
-    endpoint_id: int | None = None,
-) -> str:
+
+@tool(
+    "Push endpoints (NLIP hints of notifications): list, add (url), delete/test (endpoint_id).",
+    arguments(
+        PushEndpointIn,
+        extra={"action": action_argument(PUSH_ACTIONS, "list"), "endpoint_id": {"type": "integer", "minimum": 1}},
+        required=[],
+        actions=PUSH_ACTIONS,
+    ),
+    destructive=True,
+    rest=(
+        "GET /v1/push/endpoints",
+        "POST /v1/push/endpoints",
+        "DELETE /v1/push/endpoints/{endpoint_id}",
+        "POST /v1/push/endpoints/{endpoint_id}/test",
+    ),
+)
+async def push(ctx: Context, args: dict[str, Any]) -> str:
+    action = args.get("action", "list")
     async with domain_errors():
         client = await client_of(ctx)
         result: Any
         if action == "list":
             result = await client.call("GET", "/v1/push/endpoints", PushEndpointList)
         elif action == "add":
-            body = convert({"url": url, "tiers": tiers, "reasons": reasons}, PushEndpointIn)
-            result = await client.call("POST", "/v1/push/endpoints", PushEndpointOut, json=body)
+            result = await client.call("POST", "/v1/push/endpoints", PushEndpointOut, json=pick(args, PushEndpointIn))
         else:
-            if endpoint_id is None:
-                raise ToolError(f"validation_error: Object missing required field `endpoint_id` (action {action})")
-            path = f"/v1/push/endpoints/{endpoint_id}"
+            path = f"/v1/push/endpoints/{args['endpoint_id']}"
             if action == "delete":
                 await client.call("DELETE", path)
-                result = {"deleted": endpoint_id}
+                result = {"deleted": args["endpoint_id"]}
             else:
                 result = await client.call("POST", path + "/test", PushTestOut)
         return out(result)

@@ -3,12 +3,15 @@
 1. core memory: the soul (identity) and the agent's most relevant thread summaries
 2. notification batch: the envelopes that woke the model (metadata)
 3. relevant history: summaries of the threads those notifications belong to
-4. fetched content: the full text of the chosen notifications' entries (fetched only for those)
+4. fetched content: the full text of the chosen notifications' entries (fetched only for those), as far as the
+   budget holds it
 5. instructions: the bbs-operations skill and the reply format
 
 The budget is the profile's window (small 4,096, medium 16,384, large 32,768 tokens) minus the tokens kept
-for the reply. When over budget, items of stage 4 are dropped (last first), then items of stage 3, then the
-lowest-scored envelopes of stage 2 and the summaries of stage 1, keeping at least one envelope. The identity
+for the reply. When over budget, items of stage 4 go first, last first: an item whose text can keep at least
+`MIN_FETCHED_TOKENS` within the budget is clipped to what fits (an ellipsis marks the cut), one that cannot is
+dropped. Then items of stage 3 are dropped, then the lowest-scored envelopes of stage 2 and the summaries of
+stage 1, keeping at least one envelope. The identity
 and the instructions are never truncated; if they alone do not fit, ContextBudgetError is raised.
 
 Token estimate: ceil(characters / 4) per text plus 4 per message and 8 per item heading. Four characters per
@@ -24,6 +27,8 @@ from dataclasses import dataclass, field
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD = 4
 ITEM_OVERHEAD = 8
+MIN_FETCHED_TOKENS = 64  # a fetched text clipped shorter than this says too little to keep: it is dropped
+ELLIPSIS = "…"
 
 
 def estimate_tokens(text: str) -> int:
@@ -61,6 +66,7 @@ class Context:
     tokens: int
     budget: int
     dropped: dict[str, int]
+    clipped: int = 0  # fetched texts cut to fit the budget (0 or 1: only the last one kept can be)
 
 
 TITLES = {
@@ -88,7 +94,18 @@ def assemble(stages: Stages, budget: int) -> Context:
         stages.instructions,
     )
     dropped = {"fetched": 0, "history": 0, "batch": 0, "core": 0}
-    for name, keep in (("fetched", 0), ("history", 0), ("batch", 1), ("core", 0)):
+    clipped = 0
+    while _total(s) > budget and s.fetched:
+        last = s.fetched[-1]
+        room = estimate_tokens(last.text) - (_total(s) - budget)  # the tokens its text may keep
+        if room >= MIN_FETCHED_TOKENS:
+            s.fetched[-1] = Item(last.text[: room * CHARS_PER_TOKEN - 1] + ELLIPSIS, last.priority)
+            clipped = 1
+        else:
+            s.fetched.pop()
+            dropped["fetched"] += 1
+            clipped = 0
+    for name, keep in (("history", 0), ("batch", 1), ("core", 0)):
         items: list[Item] = getattr(s, name)
         if name in ("batch", "core"):
             items.sort(key=lambda i: -i.priority)  # the lowest priority goes first
@@ -107,4 +124,4 @@ def assemble(stages: Stages, budget: int) -> Context:
     ]
     user = "\n\n".join([*sections, s.instructions])
     messages = [{"role": "system", "content": s.identity}, {"role": "user", "content": user}]
-    return Context(messages, total, budget, {k: v for k, v in dropped.items() if v})
+    return Context(messages, total, budget, {k: v for k, v in dropped.items() if v}, clipped)

@@ -25,7 +25,6 @@ from node.wire.api import EntryOut, Envelope, ReadQuery, SearchQuery
 
 log = logging.getLogger("bbs.agent")
 HYGIENE_DISMISS_AFTER_S = 7 * 86_400
-MAX_FETCHED_CHARS = 4000
 
 REPLY_FORMAT = """## Reply format
 
@@ -56,8 +55,8 @@ def _envelope_line(env: Envelope, score: float) -> str:
 
 
 def _entry_text(entry: EntryOut) -> str:
-    content = entry.content if len(entry.content) <= MAX_FETCHED_CHARS else entry.content[:MAX_FETCHED_CHARS] + "..."
-    return f"[entry {entry.id} | {entry.record_hash[:12]} | by {entry.author_id}]\n{content}"
+    """An entry of stage 4: its whole text (context.assemble clips the last one kept when the budget is short)."""
+    return f"[entry {entry.id} | {entry.record_hash[:12]} | by {entry.author_id}]\n{entry.content}"
 
 
 class AgentRuntime:

@@ -58,10 +58,11 @@ async def run_critic(request: web.Request) -> web.Response:
 async def promote(request: web.Request) -> web.Response:
     cid = _candidate_id(request)
     body = convert(await read_json(request), PromoteIn) if request.can_read_body else PromoteIn()
+    key = idempotency_header(request)
     if principal(request).is_admin:
-        result = await _rt(request).promote_as_admin(cid, body)
+        result = await _rt(request).promote_as_admin(cid, body, key)
     else:
-        result = await _rt(request).promote(agent_id(request), cid, body)
+        result = await _rt(request).promote(agent_id(request), cid, body, idempotency_key=key)
     return json_response(result, 201 if result.created else 200)
 
 
@@ -121,8 +122,9 @@ ROUTES: list[Route] = [
     _route("POST", "/critic", run_critic, "Review candidates: risky or unevidenced ones go to needs_review",
            "agent", body=CriticIn, responses={200: CriticResult}, idempotent=True),
     _route("POST", "/promote/{candidate_id}", promote,
-           "Promote an approved or needs_review candidate into a signed entry (idempotent); the admin names"
-           " the author", "any", body=PromoteIn, responses={201: PromoteResult, 200: PromoteResult}),
+           "Promote an approved or needs_review candidate into a signed entry (a retry with its Idempotency-Key"
+           " answers it again); the admin names the author", "any", body=PromoteIn,
+           responses={201: PromoteResult, 200: PromoteResult}, idempotent=True),
     _route("POST", "/candidates/{candidate_id}/review", review,
            "A person's decision on a candidate: approve or reject (truth_state never changes)", "any",
            body=ReviewIn, responses={200: CandidateOut}),

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import msgspec
 
 from identity import canonical
+from node import idempotency
 from node.default_mode import store
 from node.default_mode.proposals import Proposals, RecordStore
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
@@ -77,19 +78,40 @@ class DefaultMode(Proposals):
     # ---- promote ----------------------------------------------------------------------------------------
 
     async def promote(
-        self, agent_id: str, candidate_id: int, body: PromoteIn, requested_by: str | None = None
+        self,
+        agent_id: str,
+        candidate_id: int,
+        body: PromoteIn,
+        requested_by: str | None = None,
+        idempotency_key: str | None = None,
     ) -> PromoteResult:
-        """Turn an approved or needs_review candidate into a signed entry by `agent_id`. Idempotent.
+        """Turn an approved or needs_review candidate into a signed entry by `agent_id`.
 
         `requested_by` is set (to "admin") when the admin asked for the promotion and named `agent_id`.
+        `idempotency_key` is
+        the request's Idempotency-Key: a retry with the key of the promotion answers it again (`created` false);
+        any other promote of a promoted candidate is refused, naming the entry it became. A promotion interrupted
+        after its entry was committed (by an older node) is finished by promoting again.
         """
         if body.author is not None and requested_by is None:
             raise Forbidden("an agent promotes as itself; only the admin names an author", field="$.author",
                             code="author_admin_only")  # fmt: skip
+        operation = f"promote:{candidate_id}"
         async with self._promote_lock:
             row = await self._candidate_row(candidate_id)
+            answered = None
+            if idempotency_key is not None:
+                given = idempotency_key
+                answered = await self.db.read(
+                    lambda c: idempotency.replayed(c, agent_id, given, operation, field="$.idempotency_key")
+                )
             if row["status"] == "promoted":
-                return PromoteResult(store.out(row), await self._entry(row["promoted_hash"]), created=False)
+                if answered is not None and answered == row["promoted_hash"]:
+                    return PromoteResult(store.out(row), await self._entry(row["promoted_hash"]), created=False)
+                raise NotPromotable(
+                    f"candidate {candidate_id} is already promoted: it became entry {row['promoted_hash']}",
+                    field="candidate_id",
+                )
             if row["status"] not in PROMOTABLE:
                 raise NotPromotable(
                     f"candidate {candidate_id} is {row['status']}; only approved or needs_review candidates"
@@ -112,6 +134,8 @@ class DefaultMode(Proposals):
                         code="duplicate_of_entry",
                     )
                 store.mark_promoted(conn, cand.id, entry.record_hash, agent_id, now, requested_by)
+                if idempotency_key is not None and answered is None:
+                    idempotency.remember(conn, agent_id, idempotency_key, operation, entry.record_hash, now)
 
             # the entry, its links beyond the inline ones and the candidate's mark commit together
             submission: PostEntry | SignedSubmission
@@ -138,7 +162,7 @@ class DefaultMode(Proposals):
             row = await self._candidate_row(candidate_id)
             return PromoteResult(store.out(row), entry, created=created)
 
-    async def promote_as_admin(self, candidate_id: int, body: PromoteIn) -> PromoteResult:
+    async def promote_as_admin(self, candidate_id: int, body: PromoteIn, key: str | None = None) -> PromoteResult:
         """The admin promotes by naming the author: a local agent whose key this node keeps signs the entry."""
         if body.record is not None:
             raise InvalidInput("the admin cannot submit a signed record; name the author and the node signs",
@@ -153,7 +177,7 @@ class DefaultMode(Proposals):
         if not row["key_kept"]:
             raise InvalidInput(f"agent {ref!r} holds its own key: it must promote (and sign) itself",
                                field="$.author", code="author_key_not_kept")  # fmt: skip
-        return await self.promote(row["agent_id"], candidate_id, body, requested_by=ADMIN)
+        return await self.promote(row["agent_id"], candidate_id, body, requested_by=ADMIN, idempotency_key=key)
 
     # ---- human review -----------------------------------------------------------------------------------
 

@@ -278,36 +278,51 @@ async def test_mcp_workflow_tools_sign_on_the_agent_side(client: TestClient, nod
     key, _ = await self_keyed(node, "roamer")
     bob = await make_agent("bob")
     async with keyed_mcp(client, key) as session:
-        sent = _ok(await session.call_tool("send_message", {"message_type": "hello", "to_agent": bob.agent_id}))
+        sent = _ok(
+            await session.call_tool("message", {"action": "send", "message_type": "hello", "to_agent": bob.agent_id})
+        )
         assert sent["from_agent"] == key.did
-        assert _ok(await session.call_tool("read_messages", {"agent": bob.agent_id}))["messages"][0]["id"] == sent["id"]
-        _ok(await session.call_tool("declare_task", {"key": "publish", "title": "Publish", "depends_on": ["draft"]}))
-        _ok(await session.call_tool("declare_task", {"key": "draft", "title": "Draft"}))
-        assert [t["key"] for t in _ok(await session.call_tool("ready_tasks", {}))["tasks"]] == ["draft"]
-        leased = _ok(await session.call_tool("lease_task", {"task": "draft", "seconds": 60}))
+        assert (
+            _ok(await session.call_tool("message", {"action": "read", "agent": bob.agent_id}))["messages"][0]["id"]
+            == sent["id"]
+        )
+        _ok(
+            await session.call_tool(
+                "task", {"action": "declare", "task": "publish", "title": "Publish", "depends_on": ["draft"]}
+            )
+        )
+        _ok(await session.call_tool("task", {"action": "declare", "task": "draft", "title": "Draft"}))
+        assert [t["key"] for t in _ok(await session.call_tool("task", {"action": "ready"}))["tasks"]] == ["draft"]
+        leased = _ok(await session.call_tool("task", {"action": "lease", "task": "draft", "seconds": 60}))
         assert leased["lease"]["holder"] == key.did
         token = leased["lease"]["lease_id"]
-        assert "lease_required" in _err(await session.call_tool("finish_task", {"task": "draft", "outcome": "release"}))
-        release = {"task": "draft", "outcome": "release", "lease": token}
-        released = _ok(await session.call_tool("finish_task", release))
+        assert "lease_required" in _err(await session.call_tool("task", {"action": "release", "task": "draft"}))
+        release = {"action": "release", "task": "draft", "lease": token}
+        released = _ok(await session.call_tool("task", release))
         assert released["lease"] is None
-        assert "lease_not_held" in _err(await session.call_tool("finish_task", release))
-        token = _ok(await session.call_tool("lease_task", {"task": "draft"}))["lease"]["lease_id"]
-        finish = {"task": "draft", "checkpoint": {"words": 900}, "lease": token}
-        done = _ok(await session.call_tool("finish_task", finish))
+        assert "lease_not_held" in _err(await session.call_tool("task", release))
+        # with an idempotency_key, the retry of a signed release is answered with the task, not lease_not_held
+        token = _ok(await session.call_tool("task", {"action": "lease", "task": "draft"}))["lease"]["lease_id"]
+        keyed = {"action": "release", "task": "draft", "lease": token, "idempotency_key": "rel-1"}
+        assert _ok(await session.call_tool("task", keyed))["lease"] is None
+        assert _ok(await session.call_tool("task", keyed))["lease"] is None
+        token = _ok(await session.call_tool("task", {"action": "lease", "task": "draft"}))["lease"]["lease_id"]
+        finish = {"action": "complete", "task": "draft", "checkpoint": {"words": 900}, "lease": token}
+        done = _ok(await session.call_tool("task", finish))
         assert done["status"] == "done" and done["checkpoint"] == {"words": 900}
-        assert [t["key"] for t in _ok(await session.call_tool("ready_tasks", {}))["tasks"]] == ["publish"]
-        graph = _ok(await session.call_tool("task_graph", {}))
+        assert [t["key"] for t in _ok(await session.call_tool("task", {"action": "ready"}))["tasks"]] == ["publish"]
+        graph = _ok(await session.call_tool("task", {"action": "graph"}))
         assert [(e["from_key"], e["to_key"]) for e in graph["edges"]] == [("draft", "publish")]
-        cycle = _err(await session.call_tool("declare_task", {"key": "draft", "depends_on": ["publish"]}))
+        cycle = _err(await session.call_tool("task", {"action": "declare", "task": "draft", "depends_on": ["publish"]}))
         assert "dependency_cycle" in cycle and "depends_on" in cycle
-        assert "validation_error" in _err(await session.call_tool("declare_task", {"key": "has space"}))
+        assert "validation_error" in _err(await session.call_tool("task", {"action": "declare", "task": "has space"}))
 
     events = await stored_records(node, key.did, "task_event")
     assert [(e["event"], e["task_key"]) for e in events] == [
         ("declare", "publish"),
         ("declare", "draft"),
         ("release", "draft"),
+        ("release", "draft"),  # the keyed release, once for its two calls
         ("complete", "draft"),
     ]
     assert len(await stored_records(node, key.did, "message")) == 1

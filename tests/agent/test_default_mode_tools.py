@@ -41,27 +41,37 @@ async def test_reflect_critic_promote_consolidate_over_mcp(served_node: ServedNo
         assert (await rest.search(q="WAL mode node store")).entries == []
 
         ids = [c["id"] for c in reflected["candidates"]]
-        reviewed = ok(await session.call_tool("critic", {"candidate_ids": ids}))
+        reviewed = ok(await session.call_tool("review", {"action": "critic", "candidate_ids": ids}))
         assert {c["status"] for c in reviewed["candidates"]} <= {"approved", "needs_review"}
 
-        promoted = ok(await session.call_tool("promote", {"candidate_id": ids[0]}))
+        promoted = ok(await session.call_tool("review", {"action": "promote", "candidate_id": ids[0]}))
         entry = promoted["entry"]
         assert entry["authority"] == "derived" and entry["author_id"] == alice["agent_id"]
         assert promoted["candidate"]["status"] == "promoted"
-        again = ok(await session.call_tool("promote", {"candidate_id": ids[0]}))
-        assert again["entry"]["record_hash"] == entry["record_hash"] and again["created"] is False
+        # a promote of a promoted candidate names the entry it became; a retry with the call's key is the answer
+        twice = await session.call_tool("review", {"action": "promote", "candidate_id": ids[0]})
+        assert twice.is_error and "candidate_not_promotable" in twice.content[0].text  # type: ignore[union-attr]
+        assert entry["record_hash"] in twice.content[0].text  # type: ignore[union-attr]
+        keyed = {"action": "promote", "candidate_id": ids[1], "idempotency_key": "p-1"}
+        first = ok(await session.call_tool("review", keyed))
+        again = ok(await session.call_tool("review", keyed))
+        assert again["entry"] == first["entry"] and again["created"] is False
 
-        summary = ok(await session.call_tool("consolidate", {"limit": 10, "idempotency_key": "sum-1"}))
+        summary = ok(
+            await session.call_tool("reflect", {"action": "consolidate", "limit": 10, "idempotency_key": "sum-1"})
+        )
         assert summary["status"] == "needs_review" and summary["truth_state"] == "hypothesis"
         # a tool call retried with its key stores nothing more and answers as the first time
-        again = ok(await session.call_tool("consolidate", {"limit": 10, "idempotency_key": "sum-1"}))
+        again = ok(
+            await session.call_tool("reflect", {"action": "consolidate", "limit": 10, "idempotency_key": "sum-1"})
+        )
         assert again == summary
         retried = ok(await session.call_tool("reflect", {"transcript": TRANSCRIPT, "idempotency_key": "r-1"}))
         assert ok(await session.call_tool("reflect", {"transcript": TRANSCRIPT, "idempotency_key": "r-1"})) == retried
         listed = await rest.call("GET", "/v1/default-mode/candidates", dict)
         assert len(listed["candidates"]) == len(ids) + 1 + len(retried["candidates"])
 
-        bad = await session.call_tool("promote", {"candidate_id": 999_999})
+        bad = await session.call_tool("review", {"action": "promote", "candidate_id": 999_999})
         assert bad.is_error
 
 
@@ -99,11 +109,11 @@ async def test_a_simulation_is_approved_and_promoted_as_a_simulation_over_mcp(se
         goal = {"goal": "move the node to a bigger disk", "evidence_refs": [evidence]}
         made = await rest.call("POST", "/v1/default-mode/simulate-future", dict, json=goal)
         cid = made["candidate"]["id"]
-        (reviewed,) = ok(await session.call_tool("critic", {"candidate_ids": [cid]}))["candidates"]
+        (reviewed,) = ok(await session.call_tool("review", {"action": "critic", "candidate_ids": [cid]}))["candidates"]
         assert (reviewed["status"], reviewed["truth_state"], reviewed["synthetic"], reviewed["risk_flag"]) == (
             "approved", "simulation", True, False,
         )  # fmt: skip
-        promoted = ok(await session.call_tool("promote", {"candidate_id": cid}))
+        promoted = ok(await session.call_tool("review", {"action": "promote", "candidate_id": cid}))
         assert promoted["entry"]["truth_state"] == "simulation"
         # an ordinary search leaves it out, over MCP as over REST; asked for, it is there
         assert ok(await session.call_tool("search", {"q": "bigger disk"}))["entries"] == []

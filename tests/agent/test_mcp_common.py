@@ -1,5 +1,6 @@
-"""agent.mcp_common: what every MCP tool module shares. `tool` defines a ToolDef; `BBSServer` hands each call the
-Client its provider gives (`client_of`); `convert` turns tool arguments into wire Structs, naming a bad argument;
+"""agent.mcp_common: what every MCP tool module shares. `tool` defines a ToolDef that the SDK serves as a
+`StrictTool`; `BBSServer` hands each call the Client its provider gives (`client_of`); `convert`/`pick` turn tool
+arguments into wire Structs, naming a bad argument;
 `lean`/`out` shape results without verification material; `domain_errors` turns the node's errors into tool
 errors an agent can act on. The server-side tests run tools against a real node on loopback."""
 
@@ -14,39 +15,79 @@ import pytest
 from aiohttp.test_utils import TestClient
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
 
 from agent.client import BBSClientError, Client
 from agent.mcp_common import (
     HINTS,
     OMITTED_ENTRY_FIELDS,
     BBSServer,
+    StrictTool,
     ToolDef,
     client_of,
     convert,
     domain_errors,
     lean,
     out,
+    pick,
     tool,
-    untitled,
 )
+from agent.mcp_schema import ArgumentSpec, arguments
 from node.wire.api import PostEntry, ReadQuery
 from tests.conftest import AgentCreds
 
 # ---- tool ------------------------------------------------------------------------------------------------
 
 
-async def shout(ctx: Context, word: str) -> str:
-    return word.upper()
+WORD = ArgumentSpec({"word": {"type": "string", "maxLength": 5}}, ["word"])
 
 
-def test_tool_defines_a_tooldef_and_registers_nothing() -> None:
-    spec = tool("Shout a word.")(shout)
-    assert spec == ToolDef(shout, "Shout a word.", False)
-    read_only = tool("Shout, read only.", read_only=True)(shout)
-    assert read_only.read_only is True and read_only.fn is shout
+async def shout(ctx: Context, args: dict[str, Any]) -> str:
+    return str(args["word"]).upper()
+
+
+def test_tool_defines_a_tooldef_with_every_annotation_and_registers_nothing() -> None:
+    spec = tool("Shout a word.", WORD, rest=("GET /x",))(shout)
+    assert isinstance(spec, ToolDef) and spec.fn is shout and spec.name == "shout" and spec.rest == ("GET /x",)
+    hints = spec.annotations
+    assert (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint) == (False, False, False)
+    read_only = tool("Shout, read only.", WORD, read_only=True)(shout).annotations
+    assert (read_only.read_only_hint, read_only.destructive_hint, read_only.idempotent_hint) == (True, False, True)
     with pytest.raises(AttributeError):
         spec.description = "changed"  # type: ignore[misc]
+
+
+async def test_the_sdk_serves_a_tooldef_with_its_own_schema_and_checks_arguments_first() -> None:
+    served = tool("Shout a word.", WORD)(shout).sdk_tool()
+    assert isinstance(served, StrictTool)
+    assert served.parameters == {
+        "type": "object",
+        "properties": {"word": {"type": "string"}},
+        "required": ["word"],
+        "additionalProperties": False,
+    }
+    server = BBSServer(_no_client, tools=[served])
+    assert text_of(await server.call_tool("shout", {"word": "hi"})) == "HI"
+    cases: list[tuple[dict[str, Any], str]] = [({}, "word"), ({"word": 3}, "word"), ({"word": "toolong"}, "word"),
+                                              ({"w": 1}, "w")]  # fmt: skip
+    for given, named in cases:
+        with pytest.raises(ToolError) as caught:
+            await server.call_tool("shout", given)
+        text = str(caught.value)
+        assert text.startswith("validation_error: ") and f"(argument {named})" in text and "\n" not in text, text
+
+
+async def test_a_crash_in_a_tool_is_an_error_without_its_text() -> None:
+    async def crash(ctx: Context, args: dict[str, Any]) -> str:
+        raise RuntimeError("secret detail")
+
+    server = BBSServer(_no_client, tools=[tool("Crash.", WORD)(crash).sdk_tool()])
+    with pytest.raises(ToolError) as caught:
+        await server.call_tool("crash", {"word": "x"})
+    assert "secret" not in str(caught.value) and str(caught.value).startswith("internal_error: ")
+
+
+async def _no_client() -> Client:
+    raise AssertionError("no client is needed")
 
 
 # ---- convert ---------------------------------------------------------------------------------------------
@@ -74,13 +115,23 @@ def test_convert_names_the_bad_argument(arguments: dict[str, Any], named: str) -
     with pytest.raises(ToolError) as caught:
         convert(arguments, PostEntry)
     text = str(caught.value)
-    assert text.startswith("validation_error: ") and text.endswith(f"(argument {named})")
+    assert text.startswith("validation_error: ") and text.endswith(f"(argument {named}). {HINTS['validation_error']}")
     assert "$." not in text
 
 
 def test_convert_names_a_missing_field_in_its_message() -> None:
     with pytest.raises(ToolError, match=r"^validation_error: Object missing required field `content`"):
         convert({"entry_type": "finding", "performative": "inform"}, PostEntry)
+
+
+def test_pick_takes_the_struct_s_fields_under_their_argument_names() -> None:
+    args = {"key_arg": "k", "content": "c", "other": 1}
+    entry = pick({"entry_type": "finding", "performative": "inform", **args}, PostEntry)
+    assert entry.content == "c"
+    query = pick({"hops": 2, "unrelated": True}, ReadQuery)
+    assert query == ReadQuery(hops=2)
+    renamed = pick({"depth": 1}, ReadQuery, {"hops": "depth"})
+    assert renamed.hops == 1
 
 
 # ---- lean and out ----------------------------------------------------------------------------------------
@@ -166,29 +217,25 @@ async def agent_client(client: TestClient, make_agent: Callable[[str], Awaitable
         yield rest
 
 
-@tool("Read one entry by id.", read_only=True)
-async def read_one(ctx: Context, ref: str) -> str:
+async def read_one(ctx: Context, args: dict[str, Any]) -> str:
     async with domain_errors({"ref": "ref"}):
-        return out(await (await client_of(ctx)).get_entry(ref))
+        return out(await (await client_of(ctx)).get_entry(args["ref"]))
 
 
-@tool("Post a finding and return it.")
-async def post_finding(ctx: Context, content: str, tags: list[str] | None = None) -> str:
-    entry = convert({"entry_type": "finding", "performative": "inform", "content": content, "tags": tags}, PostEntry)
+async def post_finding(ctx: Context, args: dict[str, Any]) -> str:
+    entry = pick({"entry_type": "finding", "performative": "inform", **args}, PostEntry)
     async with domain_errors({"content": "content"}):
         return out(await (await client_of(ctx)).post_entry(entry))
 
 
+READ_ONE = tool("Read one entry by id.", ArgumentSpec({"ref": {"type": "string"}}, ["ref"]), read_only=True)(read_one)
+POST_FINDING = tool("Post a finding and return it.", arguments(PostEntry, skip=("entry_type", "performative")))(
+    post_finding
+)
+
+
 def server_with(provider: Callable[[], Awaitable[Client]], *specs: ToolDef) -> BBSServer:
-    server = BBSServer(provider)
-    for spec in specs:
-        server.add_tool(
-            spec.fn,
-            description=spec.description,
-            annotations=ToolAnnotations(read_only_hint=spec.read_only),
-            structured_output=False,
-        )
-    return server
+    return BBSServer(provider, tools=[spec.sdk_tool() for spec in specs])
 
 
 def text_of(result: Any) -> str:
@@ -204,7 +251,7 @@ async def test_a_tool_reaches_the_node_through_the_provider_s_client(agent_clien
         calls += 1
         return agent_client
 
-    server = server_with(provider, post_finding)
+    server = server_with(provider, POST_FINDING)
     assert server.client_provider is provider and server.name == "agent-bbs"
     posted = json.loads(text_of(await server.call_tool("post_finding", {"content": "over mcp", "tags": ["t"]})))
     assert posted["content"] == "over mcp" and posted["tags"] == ["t"]
@@ -219,10 +266,10 @@ async def test_a_node_error_reaches_the_agent_as_a_tool_error(agent_client: Clie
         return agent_client
 
     with pytest.raises(ToolError) as caught:
-        await server_with(provider, read_one).call_tool("read_one", {"ref": "999999"})
+        await server_with(provider, READ_ONE).call_tool("read_one", {"ref": "999999"})
     assert "entry_not_found" in str(caught.value) and HINTS["entry_not_found"] in str(caught.value)
     with pytest.raises(ToolError) as bad:
-        await server_with(provider, post_finding).call_tool("post_finding", {"content": "x", "tags": [""]})
+        await server_with(provider, POST_FINDING).call_tool("post_finding", {"content": "x", "tags": [""]})
     assert "validation_error" in str(bad.value) and "(argument tags[0])" in str(bad.value)
 
 
@@ -235,7 +282,7 @@ async def test_an_unreachable_node_is_a_tool_error_with_its_hint(client: TestCli
             return gone
 
         with pytest.raises(ToolError) as caught:
-            await server_with(provider, post_finding).call_tool("post_finding", {"content": "lost"})
+            await server_with(provider, POST_FINDING).call_tool("post_finding", {"content": "lost"})
     assert "unreachable" in str(caught.value) and HINTS["unreachable"] in str(caught.value)
 
 
@@ -245,17 +292,3 @@ async def test_client_of_refuses_a_server_that_is_not_a_bbs_server() -> None:
     plain = MCPServer("other")
     with pytest.raises(AssertionError):
         await client_of(Context(mcp_server=plain))
-
-
-def test_untitled_drops_title_keywords_but_keeps_a_property_named_title() -> None:
-    schema = {
-        "title": "declareArguments",
-        "properties": {"title": {"title": "Title", "type": "string"}, "key": {"title": "Key", "type": "string"}},
-        "required": ["title"],
-        "$defs": {"X": {"title": "X", "anyOf": [{"title": "A", "type": "string"}, {"type": "null"}]}},
-    }
-    assert untitled(schema) == {
-        "properties": {"title": {"type": "string"}, "key": {"type": "string"}},
-        "required": ["title"],
-        "$defs": {"X": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
-    }

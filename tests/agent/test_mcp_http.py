@@ -16,6 +16,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from agent.client import Client
 from agent.mcp_common import lean
+from agent.mcp_results import search_page
 from node.wire.api import SearchQuery
 from tests.agent.conftest import ServedNode
 from tests.agent.tool_names import ALL_TOOLS
@@ -63,12 +64,12 @@ async def test_every_tool_over_streamable_http(served_node: ServedNode) -> None:
         read = ok(await session.call_tool("read", {"ids": [first["record_hash"]], "hops": 1}))
         assert read == lean(await rest.read([first["record_hash"]], _hops(1)))
         found = ok(await session.call_tool("search", {"q": "uplink"}))
-        assert found == lean(await rest.search(SearchQuery(q="uplink", limit=10)))
+        assert found == search_page(await rest.search(SearchQuery(q="uplink")))
         posted = await bob_rest.post("Uplink replaced", tags=["net"])
         box = ok(await session.call_tool("inbox", {}))
         assert [n["record_hash"] for n in box["notifications"]] == [posted.record_hash]
         ids = [n["notification_id"] for n in box["notifications"]]
-        assert ok(await session.call_tool("ack", {"ids": ids})) == {"acknowledged": 1}
+        assert ok(await session.call_tool("inbox", {"ack": ids})) == {"acknowledged": 1}
         bad = await session.call_tool("read", {"ids": ["1"], "hops": 7})
         assert bad.is_error and "hops" in bad.content[0].text  # type: ignore[union-attr]
 

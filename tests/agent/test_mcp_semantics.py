@@ -29,7 +29,7 @@ async def test_reflect_a_meeting_held_on_the_bus(client: TestClient, make_agent:
         for i, (line, _) in enumerate(MEETING):
             sent = ok(
                 await (a if i % 2 else b).call_tool(
-                    "send_message", {"message_type": "chat", "body": line, "project": "backups"}
+                    "message", {"action": "send", "message_type": "chat", "body": line, "project": "backups"}
                 )
             )
         out = ok(await a.call_tool("reflect", {"project": "backups", "until": sent["created_at"]}))
@@ -106,13 +106,15 @@ async def test_a_hidden_simulation_shows_no_links(client: TestClient, make_agent
 async def test_agents_are_named_by_did_or_name(client: TestClient, make_agent: MakeAgent) -> None:
     alice, bob = await make_agent("alice"), await make_agent("bob")
     async with mcp_for(client, alice.api_key) as s:
-        sent = ok(await s.call_tool("send_message", {"message_type": "chat", "body": "hi", "to_agent": "bob"}))
+        sent = ok(
+            await s.call_tool("message", {"action": "send", "message_type": "chat", "body": "hi", "to_agent": "bob"})
+        )
         assert sent["to_agent"] == bob.agent_id
-        assert ok(await s.call_tool("read_messages", {"agent": "bob"}))["messages"][0]["id"] == sent["id"]
+        assert ok(await s.call_tool("message", {"action": "read", "agent": "bob"}))["messages"][0]["id"] == sent["id"]
         entry = ok(await s.call_tool("post", {"content": "for bob", "directed_to": ["bob"]}))
         assert entry["directed_to"] == [bob.agent_id]
         assert ok(await s.call_tool("search", {"author": ["alice"]}))["entries"][0]["id"] == entry["id"]
         assert ok(await s.call_tool("subscribe", {"authors": ["bob"]}))["authors"] == [bob.agent_id]
-        error = failed(await s.call_tool("send_message", {"message_type": "chat", "to_agent": "nobody"}))
+        error = failed(await s.call_tool("message", {"action": "send", "message_type": "chat", "to_agent": "nobody"}))
         assert "agent_not_found" in error and "to_agent" in error
         assert "agent_not_found" in failed(await s.call_tool("search", {"author": ["nobody"]}))

@@ -14,14 +14,17 @@ from agent.client import Client
 from tests.agent.tool_names import CORE_TOOLS
 
 EXTRA = """
+from typing import Any
+
 from mcp.server.mcpserver import Context
 
 from agent.mcp_common import tool
+from agent.mcp_schema import ArgumentSpec
 
 
-@tool("Echo a word back.", read_only=True)
-async def echo(ctx: Context, word: str) -> str:
-    return word
+@tool("Echo a word back.", ArgumentSpec({"word": {"type": "string"}}, ["word"]), read_only=True)
+async def echo(ctx: Context, args: dict[str, Any]) -> str:
+    return str(args["word"])
 
 
 TOOLS = [echo]
@@ -43,14 +46,14 @@ async def test_a_listed_module_registers_its_tools(tmp_path: Path, monkeypatch: 
     names = [t.name for t in await server.list_tools()]
     assert names[-1] == "echo" and "post" in names
     tool = next(t for t in await server.list_tools() if t.name == "echo")
-    assert tool.input_schema["required"] == ["word"]
-    assert "ctx" not in tool.input_schema["properties"]
+    assert tool.input_schema["required"] == ["word"] and tool.input_schema["additionalProperties"] is False
+    assert list(tool.input_schema["properties"]) == ["word"]
     assert tool.annotations is not None and tool.annotations.read_only_hint is True
 
 
 async def test_the_server_lists_every_module_s_tools_in_order() -> None:
     listed = [t.name for t in await mcp_server.build_server(provider).list_tools()]
     modules = [*workflow_tools.TOOLS, *default_mode_tools.TOOLS, *memory_tools.TOOLS, *push_tool.TOOLS]
-    assert listed == [spec.fn.__name__ for spec in mcp_server.TOOLS]
-    assert listed[: len(CORE_TOOLS)] == ["post", "read", "search", "link", "subscribe", "inbox", "ack"]
-    assert listed[len(CORE_TOOLS) :] == [spec.fn.__name__ for spec in modules]
+    assert listed == [spec.name for spec in mcp_server.TOOLS]
+    assert listed[: len(CORE_TOOLS)] == ["post", "read", "search", "link", "subscribe", "inbox"]
+    assert listed[len(CORE_TOOLS) :] == [spec.name for spec in modules]

@@ -15,13 +15,14 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from agent.client import Client
 from agent.mcp_common import lean
+from agent.mcp_results import search_page
 from node.wire.api import InboxResult, ReadQuery, SearchQuery
 from tests.agent.conftest import BBS, ServedNode
 from tests.agent.tool_names import ALL_TOOLS
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-MAX_TOOLS_LIST_CHARS = 16_000  # about 4k tokens
+MAX_TOOLS_LIST_CHARS = 12_000  # about 3k tokens, for the whole round (space and redaction parameters fit in it)
 
 
 @asynccontextmanager
@@ -53,7 +54,12 @@ async def test_tools_list_is_lean_and_complete(served_node: ServedNode, tmp_path
     for t in listed.tools:
         assert t.description and t.input_schema["type"] == "object"
     size = len(json.dumps([t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed.tools]))
-    assert size < MAX_TOOLS_LIST_CHARS, size
+    assert size <= MAX_TOOLS_LIST_CHARS, size
+    for t in listed.tools:  # every tool says whether it reads only, may destroy, and can be repeated
+        assert t.annotations is not None, t.name
+        hints = (t.annotations.read_only_hint, t.annotations.destructive_hint, t.annotations.idempotent_hint)
+        assert all(isinstance(hint, bool) for hint in hints), t.name
+        assert t.input_schema["additionalProperties"] is False, t.name
 
 
 async def test_every_tool_matches_rest(served_node: ServedNode, tmp_path: Path) -> None:
@@ -103,19 +109,17 @@ async def test_every_tool_matches_rest(served_node: ServedNode, tmp_path: Path) 
         assert {e["id"] for e in read["entries"]} == {first["id"], second["id"]}
 
         found = ok(await session.call_tool("search", {"q": "eviction", "limit": 5}))
-        assert found == lean(await rest.search(SearchQuery(q="eviction", limit=5)))
+        assert found == search_page(await rest.search(SearchQuery(q="eviction", limit=5)))
         assert [e["id"] for e in found["entries"]] == [second["id"]]
         found = ok(await session.call_tool("search", {"q": '"eviction policy" caus*'}))
-        assert found == lean(await rest.search(SearchQuery(q='"eviction policy" caus*', limit=10)))
-        snippet = found["snippets"][second["record_hash"]]
-        marked = [snippet["text"].encode()[s:e].decode() for s, e in snippet["highlights"]]
-        assert marked == ["eviction policy", "cause"]
+        assert found == search_page(await rest.search(SearchQuery(q='"eviction policy" caus*')))
+        assert "eviction policy" in found["entries"][0]["preview"]  # the preview is the match's snippet
 
         posted = await bob_rest.post("Cache warmed after deploy", tags=["cache"])
         box = msgspec.convert(ok(await session.call_tool("inbox", {"limit": 10})), InboxResult)
         assert [n.record_hash for n in box.notifications] == [posted.record_hash]
         assert not hasattr(box.notifications[0], "content")
-        acked = ok(await session.call_tool("ack", {"ids": [n.notification_id for n in box.notifications]}))
+        acked = ok(await session.call_tool("inbox", {"ack": [n.notification_id for n in box.notifications]}))
         assert acked == {"acknowledged": 1}
         assert (await rest.inbox()).notifications == []
     assert alice["api_key"] not in errlog.read_text()
@@ -134,8 +138,10 @@ BAD_ARGUMENTS: list[tuple[str, dict[str, Any], str]] = [
     ("link", {"source": "424242", "target": "1", "link_type": "supports"}, "source_not_found"),
     ("link", {"source": "1", "target": "2", "link_type": "likes"}, "link_type"),
     ("subscribe", {"authors": ["not-a-did"]}, "authors"),
-    ("ack", {"ids": []}, "ids"),
-    ("ack", {"ids": ["one"]}, "ids"),
+    ("inbox", {"ack": []}, "ack"),
+    ("inbox", {"ack": ["one"]}, "ack[0]"),
+    ("search", {"min_confidence": 0.9, "nonsense": 1}, "argument nonsense"),
+    ("search", {"entry_type": "question"}, "argument entry_type"),
 ]
 
 
@@ -220,22 +226,23 @@ async def test_an_agent_with_an_identity_file_uses_every_tool(served_node: Serve
                 await call(s, "subscribe", {"tags": ["home"]})
                 await rest.post("alice's note for roamer", tags=["home"], directed_to=["roamer"])
                 notes = (await call(s, "inbox", {}))["notifications"]
-                assert notes and (await call(s, "ack", {"ids": [n["notification_id"] for n in notes]}))
-                await call(s, "send_message", {"message_type": "chat", "body": "We decided to service yearly.",
-                                               "project": "home", "to_agent": "alice"})  # fmt: skip
-                assert (await call(s, "read_messages", {"agent": "alice"}))["messages"]
-                await call(s, "declare_task", {"key": "job", "title": "Job"})
-                assert (await call(s, "ready_tasks", {}))["tasks"]
-                token = (await call(s, "lease_task", {"task": "job", "seconds": 60}))["lease"]["lease_id"]
-                await call(s, "finish_task", {"task": "job", "lease": token})
-                assert (await call(s, "task_graph", {}))["nodes"]
+                assert notes and (await call(s, "inbox", {"ack": [n["notification_id"] for n in notes]}))
+                await call(s, "message", {"action": "send", "message_type": "chat", "project": "home",
+                                          "body": "We decided to service yearly.", "to_agent": "alice"})  # fmt: skip
+                assert (await call(s, "message", {"action": "read", "agent": "alice"}))["messages"]
+                await call(s, "task", {"action": "declare", "task": "job", "title": "Job"})
+                assert (await call(s, "task", {"action": "ready"}))["tasks"]
+                leased = await call(s, "task", {"action": "lease", "task": "job", "seconds": 60})
+                await call(s, "task", {"action": "complete", "task": "job", "lease": leased["lease"]["lease_id"]})
+                assert (await call(s, "task", {"action": "graph"}))["nodes"]
                 mine = await call(s, "reflect", {"project": "home"})
                 (cand,) = mine["candidates"]
-                await call(s, "critic", {"candidate_ids": [cand["id"]]})
-                assert (await call(s, "promote", {"candidate_id": cand["id"]}))["entry"]["author_id"] == entry[
-                    "author_id"
-                ]
-                await call(s, "consolidate", {"limit": 5})
+                await call(s, "review", {"action": "critic", "candidate_ids": [cand["id"]]})
+                promote = {"action": "promote", "candidate_id": cand["id"], "idempotency_key": "p-1"}
+                promoted = await call(s, "review", promote)
+                assert promoted["entry"]["author_id"] == entry["author_id"]
+                assert (await call(s, "review", promote))["entry"] == promoted["entry"]  # a retry signs nothing new
+                await call(s, "reflect", {"action": "consolidate", "limit": 5})
                 later = {"transcript": "TODO next: bleed the radiators before winter."}
                 theirs = await rest.call("POST", "/v1/default-mode/reflect-session", dict, json=later)
                 their_id = theirs["candidates"][0]["id"]
@@ -263,11 +270,15 @@ async def test_bbs_mcp_with_an_identity_file_signs_on_the_agent_side(served_node
         async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             entry = ok(await session.call_tool("post", {"content": "Signed by the bridge", "tags": ["t"]}))
-            sent = ok(await session.call_tool("send_message", {"message_type": "status", "body": "started"}))
-            ok(await session.call_tool("declare_task", {"key": "job", "title": "Job"}))
-            token = ok(await session.call_tool("lease_task", {"task": "job", "seconds": 60}))["lease"]["lease_id"]
-            finish = {"task": "job", "checkpoint": {"rows": 3}, "lease": token}
-            done = ok(await session.call_tool("finish_task", finish))
+            sent = ok(
+                await session.call_tool("message", {"action": "send", "message_type": "status", "body": "started"})
+            )
+            ok(await session.call_tool("task", {"action": "declare", "task": "job", "title": "Job"}))
+            token = ok(await session.call_tool("task", {"action": "lease", "task": "job", "seconds": 60}))["lease"][
+                "lease_id"
+            ]
+            finish = {"action": "complete", "task": "job", "checkpoint": {"rows": 3}, "lease": token}
+            done = ok(await session.call_tool("task", finish))
     assert done["status"] == "done" and sent["from_agent"] == entry["author_id"]
     conn = connect(DataDir(served_node.data).db_path)
     try:

@@ -18,46 +18,61 @@ async def test_workflow_tools_drive_a_plan(served_node: ServedNode) -> None:
         remote_session(served_node, sup["api_key"]) as boss,
         remote_session(served_node, worker["api_key"]) as hand,
     ):
-        sent = ok(await boss.call_tool("send_message", {"message_type": "plan", "body": "two steps", "project": "p1"}))
+        sent = ok(
+            await boss.call_tool(
+                "message", {"action": "send", "message_type": "plan", "body": "two steps", "project": "p1"}
+            )
+        )
         assert sent["from_agent"] == sup["agent_id"] and sent["to_agent"] is None
-        page = ok(await hand.call_tool("read_messages", {"project": "p1"}))
+        page = ok(await hand.call_tool("message", {"action": "read", "project": "p1"}))
         assert [m["record_hash"] for m in page["messages"]] == [sent["record_hash"]]
-        assert page == ok(await boss.call_tool("read_messages", {"project": "p1"}))
+        assert page == ok(await boss.call_tool("message", {"action": "read", "project": "p1"}))
 
-        ok(await boss.call_tool("declare_task", {"key": "publish", "title": "Publish", "depends_on": ["draft"]}))
-        ok(await boss.call_tool("declare_task", {"key": "draft", "title": "Draft"}))
-        ready = ok(await hand.call_tool("ready_tasks", {}))
+        ok(
+            await boss.call_tool(
+                "task", {"action": "declare", "task": "publish", "title": "Publish", "depends_on": ["draft"]}
+            )
+        )
+        ok(await boss.call_tool("task", {"action": "declare", "task": "draft", "title": "Draft"}))
+        ready = ok(await hand.call_tool("task", {"action": "ready"}))
         assert [t["key"] for t in ready["tasks"]] == ["draft"]
         for key in ("spare-1", "spare-2"):
-            ok(await boss.call_tool("declare_task", {"key": key}))
-        first = ok(await hand.call_tool("ready_tasks", {"limit": 2}))
-        rest_page = ok(await hand.call_tool("ready_tasks", {"limit": 2, "after": first["next_after"]}))
+            ok(await boss.call_tool("task", {"action": "declare", "task": key}))
+        first = ok(await hand.call_tool("task", {"action": "ready", "limit": 2}))
+        rest_page = ok(await hand.call_tool("task", {"action": "ready", "limit": 2, "after": first["next_after"]}))
         assert [t["key"] for t in first["tasks"] + rest_page["tasks"]] == ["draft", "spare-1", "spare-2"]
         for key in ("spare-1", "spare-2"):
-            ok(await boss.call_tool("declare_task", {"key": key, "status": "cancelled"}))
-        follow = ok(await hand.call_tool("read_messages", {"order": "arrival", "message_type": "plan"}))
+            ok(await boss.call_tool("task", {"action": "declare", "task": key, "status": "cancelled"}))
+        follow = ok(await hand.call_tool("message", {"action": "read", "order": "arrival", "message_type": "plan"}))
         assert [m["record_hash"] for m in follow["messages"]] == [sent["record_hash"]]
-        tail = ok(await hand.call_tool("read_messages", {"order": "arrival", "cursor": f"0.{sent['id']}"}))
+        tail = ok(await hand.call_tool("message", {"action": "read", "order": "arrival", "cursor": f"0.{sent['id']}"}))
         assert tail["messages"] == []
 
-        leased = ok(await hand.call_tool("lease_task", {"task": "draft", "seconds": 60}))
+        leased = ok(await hand.call_tool("task", {"action": "lease", "task": "draft", "seconds": 60}))
         assert leased["lease"]["holder"] == worker["agent_id"]
-        taken = await boss.call_tool("lease_task", {"task": "draft"})
+        taken = await boss.call_tool("task", {"action": "lease", "task": "draft"})
         assert taken.is_error and "lease_held" in taken.content[0].text  # type: ignore[union-attr]
-        assert ok(await hand.call_tool("ready_tasks", {}))["tasks"] == []
+        assert ok(await hand.call_tool("task", {"action": "ready"}))["tasks"] == []
 
-        finish = {"task": "draft", "checkpoint": {"words": 900}, "lease": leased["lease"]["lease_id"]}
-        done = ok(await hand.call_tool("finish_task", finish))
+        finish = {
+            "action": "complete",
+            "task": "draft",
+            "checkpoint": {"words": 900},
+            "lease": leased["lease"]["lease_id"],
+        }
+        done = ok(await hand.call_tool("task", finish))
         assert done["status"] in ("done", "completed") and done["checkpoint"] == {"words": 900}
         assert len(done["identity"]) == 64 and done["twins"] == []  # MCP task answers carry identity and twins
-        assert [t["key"] for t in ok(await hand.call_tool("ready_tasks", {}))["tasks"]] == ["publish"]
+        assert [t["key"] for t in ok(await hand.call_tool("task", {"action": "ready"}))["tasks"]] == ["publish"]
 
-        graph = ok(await hand.call_tool("task_graph", {}))
+        graph = ok(await hand.call_tool("task", {"action": "graph"}))
         assert {(e["from_key"], e["to_key"]) for e in graph["edges"]} == {("draft", "publish")}
         rest_graph = await rest.call("GET", "/v1/agent-workflows/graph", dict)
         assert graph == rest_graph
+        dot = await hand.call_tool("task", {"action": "graph", "format": "dot"})
+        assert not dot.is_error and dot.content[0].text.startswith("digraph")  # type: ignore[union-attr]
 
-        bad = await hand.call_tool("lease_task", {"task": "publish", "seconds": 5})
+        bad = await hand.call_tool("task", {"action": "lease", "task": "publish", "seconds": 5})
         assert bad.is_error and "seconds" in bad.content[0].text  # type: ignore[union-attr]
 
 
@@ -70,12 +85,12 @@ async def test_tool_arguments_that_no_node_accepts_are_refused_by_name(served_no
         for tool, arguments, name in (
             ("read", {"ids": ["x" * 70_000]}, "ids"),
             ("read", {"ids": ["3,4"]}, "ids"),
-            ("lease_task", {"task": "x" * 70_000}, "task"),
-            ("lease_task", {"task": ""}, "task"),
-            ("finish_task", {"task": "t 1"}, "task"),
+            ("task", {"action": "lease", "task": "x" * 70_000}, "task"),
+            ("task", {"action": "lease", "task": ""}, "task"),
+            ("task", {"action": "complete", "task": "t 1"}, "task"),
         ):
             result = await mcp.call_tool(tool, arguments)
             text = result.content[0].text  # type: ignore[union-attr]
             assert result.is_error and name in text and "Got more than" not in text, (tool, text)
-        result = await mcp.call_tool("lease_task", {"task": "no-such-task"})
+        result = await mcp.call_tool("task", {"action": "lease", "task": "no-such-task"})
         assert result.is_error and "(argument task)" in result.content[0].text  # type: ignore[union-attr]

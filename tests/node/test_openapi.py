@@ -91,6 +91,7 @@ async def test_the_idempotency_header_is_documented_where_it_is_honoured(client:
         "POST /v1/default-mode/consolidate",
         "POST /v1/default-mode/critic",
         "POST /v1/default-mode/incubate",
+        "POST /v1/default-mode/promote/{candidate_id}",
         "POST /v1/default-mode/reflect-session",
         "POST /v1/default-mode/simulate-future",
         "POST /v1/default-mode/stakeholder-simulation",

@@ -68,3 +68,29 @@ def test_lowest_scored_notifications_go_after_history_and_one_stays() -> None:
 def test_identity_and_instructions_alone_over_budget() -> None:
     with pytest.raises(ContextBudgetError):
         assemble(Stages(identity="x" * 20_000, instructions="y" * 4000), 4096 - 512)
+
+
+@pytest.mark.parametrize("profile", ["small", "medium", "large"])
+def test_fetched_text_is_whole_within_the_budget_and_clipped_to_it_beyond(profile: str) -> None:
+    budget = PROFILE_TOKENS[profile] - 512
+    s = stages(0, 1, 100)
+    room = budget - assemble(s, budget).tokens - 2 * 8  # what stage 4 (its heading and one item) may take
+    fits = "w" * (room * 4)  # exactly what fits: longer than any fixed clip of 4,000 characters in the larger profiles
+    s.fetched = [Item(fits, 1.0)]
+    ctx = assemble(s, budget)
+    assert ctx.clipped == 0 and ctx.dropped == {} and fits in ctx.messages[1]["content"]
+    s.fetched = [Item("first " + fits, 1.0)]  # a little too long: clipped to fit, never dropped whole
+    ctx = assemble(s, budget)
+    assert ctx.clipped == 1 and ctx.dropped == {} and ctx.tokens <= budget
+    shown = ctx.messages[1]["content"].split("## Fetched content\n\n")[1].split("\n\n")[0]
+    assert shown.startswith("first ww") and shown.endswith("…")
+    assert "h" * 100 in ctx.messages[1]["content"]  # stage 3 stays while stage 4 can give way
+
+
+def test_a_fetched_text_that_cannot_keep_enough_is_dropped_not_clipped() -> None:
+    s = stages(2, 0, 0)
+    s.fetched = [Item("kept " + "k" * 400, 2.0), Item("last " + "l" * 40_000, 1.0)]
+    base = assemble(stages(0, 0, 0), 100_000).tokens
+    ctx = assemble(s, base + 8 + (8 + 102) + 8 + 20)  # room for the first item and 20 tokens more
+    assert ctx.dropped == {"fetched": 1} and ctx.clipped == 0
+    assert "kept kkk" in ctx.messages[1]["content"] and "last l" not in ctx.messages[1]["content"]

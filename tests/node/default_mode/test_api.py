@@ -169,11 +169,11 @@ async def test_promote_creates_a_derived_signed_entry_with_provenance(
     }
     back = await (await client.get(f"{DM}/candidates/{prov['candidate_id']}", headers=alice.headers)).json()
     assert back["promoted_entry"] == entry["record_hash"]
-    # promoting twice returns the same entry and writes nothing
-    again = await _post(client, f"{DM}/promote/{cid}", {}, bob, 200)
-    assert again["created"] is False and again["entry"]["record_hash"] == entry["record_hash"]
-    also = await _post(client, f"{DM}/promote/{cid}", {}, alice, 200)
-    assert also["entry"]["record_hash"] == entry["record_hash"]
+    # promoting again is refused, naming the entry; nothing is written
+    again = await _post(client, f"{DM}/promote/{cid}", {}, bob, 400)
+    assert again["code"] == "candidate_not_promotable" and entry["record_hash"] in again["detail"]
+    also = await _post(client, f"{DM}/promote/{cid}", {}, alice, 400)
+    assert also["code"] == "candidate_not_promotable"
 
 
 async def test_promote_refusals(client: TestClient, node: Node, make_agent: MakeAgent) -> None:
@@ -405,8 +405,8 @@ async def test_an_agent_holding_its_own_key_promotes_by_signing_the_draft(
         done["entry"]["author_id"] == sam.agent_id
         and done["candidate"]["promoted_entry"] == done["entry"]["record_hash"]
     )
-    again = await _post(client, f"{DM}/promote/{cid}", {"record": record}, sam.creds, 200)
-    assert again["entry"]["record_hash"] == done["entry"]["record_hash"]
+    again = await _post(client, f"{DM}/promote/{cid}", {"record": record}, sam.creds, 400)
+    assert again["code"] == "candidate_not_promotable" and done["entry"]["record_hash"] in again["detail"]
     gone = await client.get(f"{DM}/candidates/{cid}/draft", headers=sam.headers)
     assert gone.status == 400 and (await gone.json())["code"] == "candidate_not_promotable"
 

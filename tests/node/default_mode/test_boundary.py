@@ -184,8 +184,8 @@ async def test_every_operation_runs_with_network_files_and_processes_forbidden(
                                                evidence_refs=[evidence.record_hash])]),
     )  # fmt: skip
     await rt.critic(alice.agent_id, CriticIn(candidate_ids=[c.id for c in reflected.candidates]))
-    promoted = await rt.promote(alice.agent_id, reviewed.candidates[0].id, PromoteIn())
-    again = await rt.promote(alice.agent_id, reviewed.candidates[0].id, PromoteIn())
+    promoted = await rt.promote(alice.agent_id, reviewed.candidates[0].id, PromoteIn(), idempotency_key="p-1")
+    again = await rt.promote(alice.agent_id, reviewed.candidates[0].id, PromoteIn(), idempotency_key="p-1")
     consolidated, _ = await rt.consolidate(alice.agent_id, ConsolidateIn(), None)
     future, _ = await rt.simulate_future(alice.agent_id, SimulateFutureIn(goal="a second node"))
     stake, _ = await rt.stakeholder_simulation(alice.agent_id, StakeholderIn(stakeholder="Bob", proposal="new disk"))

@@ -173,9 +173,9 @@ async def test_admin_promotes_an_approved_candidate_as_a_named_agent(
     # the entry is in the log, hidden from default reads as a simulation, shown with include_synthetic
     resp = await client.get(f"/v1/entries/{entry['id']}", params={"include_synthetic": "true"}, headers=alice.headers)
     assert [e["record_hash"] for e in (await resp.json())["entries"]] == [entry["record_hash"]]
-    # a repeat returns the same entry; by did works too
-    again = await _call(client, f"{DM}/promote/{cid}", {"author": bob.agent_id}, admin_headers, 200)
-    assert again["entry"]["record_hash"] == entry["record_hash"] and again["created"] is False
+    # a repeat is refused, naming the entry (by did works too)
+    again = await _call(client, f"{DM}/promote/{cid}", {"author": bob.agent_id}, admin_headers, 400)
+    assert again["code"] == "candidate_not_promotable" and entry["record_hash"] in again["detail"]
 
     held = await _critic(client, alice, kind="reflection", text="The freezer door seal is worn")
     done = await _call(client, f"{DM}/promote/{held['id']}", {"author": alice.agent_id}, admin_headers, 201)

@@ -47,16 +47,26 @@ async def test_a_candidate_id_is_a_positive_integer(client: TestClient, make_age
         problem(await call(client, method, path, alice, 422, json=body), 422, "validation_error", "candidate_id")
 
 
-async def test_promote_takes_an_optional_body_and_answers_201_then_200(
+async def test_promote_takes_an_optional_body_and_answers_201_then_200_to_its_retry(
     client: TestClient, make_agent: MakeAgent
 ) -> None:
     alice = await make_agent("alice")
     cid = await approved_candidate(client, alice)
-    resp = await client.post(f"{DM}/promote/{cid}", headers=alice.headers)  # no body at all
+    key = {"Idempotency-Key": "promote-once"}
+    resp = await client.post(f"{DM}/promote/{cid}", headers={**alice.headers, **key})  # no body at all
     first = await resp.json()
     assert resp.status == 201 and first["created"] is True
-    again = await call(client, "POST", f"/promote/{cid}", alice, 200, json={})
-    assert again["entry"]["record_hash"] == first["entry"]["record_hash"] and again["created"] is False
+    again = await call(client, "POST", f"/promote/{cid}", alice, 200, json={}, headers=key)
+    assert again["entry"] == first["entry"] and again["created"] is False
+    # without the key, or with another, the candidate is no longer promotable: the answer names its entry
+    for headers in ({}, {"Idempotency-Key": "another"}):
+        refused = await call(client, "POST", f"/promote/{cid}", alice, 400, json={}, headers=headers)
+        problem(refused, 400, "candidate_not_promotable")
+        assert first["entry"]["record_hash"] in refused["detail"] and refused["field"] == "candidate_id"
+    # the key of this promotion is not a key for another operation
+    other = await approved_candidate(client, alice, "Backups finish before six")
+    reused = await call(client, "POST", f"/promote/{other}", alice, 409, json={}, headers=key)
+    problem(reused, 409, "idempotency_key_reused")
 
 
 async def test_the_admin_promotes_by_naming_an_author(

@@ -49,10 +49,43 @@ async def test_a_promotion_is_a_derived_entry_stored_once(node: Node, make_agent
     assert promoted.created and promoted.entry.author_id == bob.agent_id and promoted.entry.content == draft.content
     assert (promoted.candidate.status, promoted.candidate.promoted_by) == ("promoted", bob.agent_id)
     assert await derived_from_links(node, promoted.entry.record_hash) == 1
-    again = await node.default_mode.promote(alice.agent_id, cid, PromoteIn())
-    assert not again.created and again.entry.record_hash == promoted.entry.record_hash
+    with pytest.raises(NotPromotable) as twice:
+        await node.default_mode.promote(alice.agent_id, cid, PromoteIn())
+    assert promoted.entry.record_hash in twice.value.detail and twice.value.field == "candidate_id"
     with pytest.raises(NotPromotable):
         await node.default_mode.draft(cid)  # promoted: no longer a draft
+
+
+async def test_a_retry_with_the_promotion_s_key_answers_it_and_no_other_does(node: Node, make_agent: MakeAgent) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    cid = await evidenced_candidate(node, alice, "Snapshots run at two")
+    promoted = await node.default_mode.promote(bob.agent_id, cid, PromoteIn(), idempotency_key="k-1")
+    again = await node.default_mode.promote(bob.agent_id, cid, PromoteIn(), idempotency_key="k-1")
+    assert (again.created, again.entry, again.candidate) == (False, promoted.entry, promoted.candidate)
+    for who, key in ((bob, None), (bob, "k-2"), (alice, "k-1")):  # a key belongs to the agent that used it
+        with pytest.raises(NotPromotable) as refused:
+            await node.default_mode.promote(who.agent_id, cid, PromoteIn(), idempotency_key=key)
+        assert promoted.entry.record_hash in refused.value.detail
+
+
+async def test_an_interrupted_promotion_is_finished_by_promoting_again(node: Node, make_agent: MakeAgent) -> None:
+    """An older node committed the entry and stopped before marking the candidate (docs/default-mode.md)."""
+    alice = await make_agent("alice")
+    cid = await evidenced_candidate(node, alice, "The UPS lasts twelve minutes")
+    draft = await node.default_mode.draft(cid)
+    body = PostEntry(
+        draft.entry_type, draft.performative, draft.content, confidence=draft.confidence, tags=draft.tags,  # type: ignore[arg-type]
+        metadata=draft.metadata, truth_state=draft.truth_state, authority="derived",
+    )  # fmt: skip
+    interrupted, _ = await node.entries.post_with(
+        alice.agent_id, body, f"default-mode:promote:{cid}", derived_from=[], then=lambda conn, entry: None
+    )
+    assert (await node.default_mode.candidate(cid)).status == "approved"
+    finished = await node.default_mode.promote(alice.agent_id, cid, PromoteIn(), idempotency_key="finish")
+    assert not finished.created and finished.entry.record_hash == interrupted.record_hash
+    assert (finished.candidate.status, finished.candidate.promoted_entry) == ("promoted", interrupted.record_hash)
+    retried = await node.default_mode.promote(alice.agent_id, cid, PromoteIn(), idempotency_key="finish")
+    assert retried.entry.record_hash == interrupted.record_hash
 
 
 async def test_promotion_refusals(node: Node, make_agent: MakeAgent) -> None:
