@@ -335,7 +335,10 @@ async def test_a_peer_answering_long_polls_at_once_is_not_polled_in_a_spin(hosti
         health = puller.health_of(hostile.key.did)
         await running(puller, hostile.config, lambda: health.throttled_polls >= 4)
     gaps = [b - a for a, b in zip(hostile.changes_at[1:], hostile.changes_at[2:], strict=False)]
-    assert gaps and min(gaps) >= 0.09  # each long-poll after an early empty one waited out the floor
+    # Each long-poll after an early empty one waited out the 0.1 s floor, counted from the client's start of the
+    # empty one: the peer sees the starts shifted by each request's own delay on a loaded machine, so it may see
+    # a gap some tens of milliseconds short of the floor; a spin would show gaps of a millisecond or two.
+    assert gaps and min(gaps) >= 0.05
 
 
 async def test_a_peer_reachable_again_is_reconciled_at_once(hostile: Hostile, monkeypatch: pytest.MonkeyPatch) -> None:
