@@ -25,6 +25,7 @@ from node.search_index.ranking import DEFAULT, Ranking, Span
 
 SCHEMA_VERSION = 1
 FOLDER = "search-index"
+DAMAGED_FOLDER = FOLDER + ".damaged"  # the last damaged index set aside (node/search_index/indexer.set_aside)
 WRITER_HEAP_BYTES = 32_000_000  # tantivy's writer buffer: modest, for a small machine (docs/decisions.md)
 _META = "position"  # the `meta` term of the one meta document
 
@@ -174,9 +175,9 @@ class SearchIndex:
     def close(self) -> None:
         """Release the writer (and its lock file)."""
         with self._lock:
-            if self.writer is not None:
-                self.writer.wait_merging_threads()  # consumes the writer
-                self.writer = None
+            writer, self.writer = self.writer, None  # dropped even when it fails to finish (a folder gone)
+            if writer is not None:
+                writer.wait_merging_threads()  # consumes the writer
 
     def state(self, searcher: tantivy.Searcher | None = None) -> tuple[int, str | None]:
         """(position covered, stamp) as `searcher` (a fresh one by default) sees the index; (0, None) if unset."""
