@@ -34,6 +34,7 @@ class Served:
     port: int = field(default_factory=free_port)
     token: str = ""
     process: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)  # added to the environment of the next `start`
 
     @property
     def url(self) -> str:
@@ -41,7 +42,7 @@ class Served:
 
     def start(self) -> Served:
         self.token = initialise(self.data) or self.token
-        env = {**os.environ, "BBS_LOG_LEVEL": "warning"}
+        env = {**os.environ, "BBS_LOG_LEVEL": "warning", **self.env}
         args = [sys.executable, "-m", "node.cli", "serve", "--data", str(self.data), "--port", str(self.port)]
         log = open(self.data.parent / f"{self.data.name}.log", "ab")  # noqa: SIM115 (the process keeps it)
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
