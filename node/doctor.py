@@ -10,6 +10,7 @@ import json
 import sqlite3
 import stat
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -22,6 +23,7 @@ from node import db, projections
 from node.backup import snapshot_db
 from node.datadir import DataDir
 from node.search_index import indexer as search_indexer
+from sync.auth import clock_advice, clock_offset
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -158,14 +160,19 @@ def _check_peers(peers: list[tuple[str, str | None]], checks: list[Check], timeo
         try:
             with urllib.request.urlopen(url.rstrip("/") + "/v1/node", timeout=timeout) as resp:
                 info = json.loads(resp.read())
+                offset = clock_offset(resp.headers.get("Date"), time.time())
         except (urllib.error.URLError, OSError, ValueError) as exc:
             checks.append(Check(name, "warn", f"unreachable: {exc}"))
             continue
         found = info.get("node_id") if isinstance(info, dict) else None
+        advice = clock_advice(offset)
         if expected and found != expected:
             checks.append(Check(name, "warn", f"answers as {found}, expected {expected}"))
+        elif advice is not None:
+            checks.append(Check(name, "warn", f"reachable ({found}), but {advice}"))
         else:
-            checks.append(Check(name, "ok", f"reachable ({found})"))
+            clock = "" if offset is None else f", clock offset {offset:+.1f} s"
+            checks.append(Check(name, "ok", f"reachable ({found}{clock})"))
 
 
 def exit_status(checks: list[Check]) -> int:

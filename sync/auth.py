@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import email.utils
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -41,6 +42,37 @@ COVERED = ("@method", "@authority", "@path", "@query")
 
 BOOT_HEADER = "Bbs-Boot"
 BOOT_COMPONENT = '"bbs-boot"'  # how the verifier's results name the covered header
+
+
+def clock_offset(date: str | None, now: float) -> float | None:
+    """A peer's clock minus ours (seconds) from the HTTP `Date` of its answer received at `now`, or None.
+
+    Date has whole seconds: the reading is up to a second low (plus the answer's time in flight)."""
+    if not date:
+        return None
+    try:
+        sent = email.utils.parsedate_to_datetime(date)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if sent.tzinfo is None:
+        return None
+    return round(sent.timestamp() + 0.5 - now, 1)  # the middle of the second Date names
+
+
+def clock_advice(offset: float | None) -> str | None:
+    """What to do about a peer's clock offset when it is beyond what signed requests allow, else None.
+
+    A signature is refused when created more than MAX_SKEW_S ahead of the receiver's clock or more than
+    MAX_AGE_S behind it, so an offset beyond MAX_SKEW_S either way stops one direction of the federation."""
+    if offset is None or abs(offset) <= MAX_SKEW_S:
+        return None
+    way = "ahead of" if offset > 0 else "behind"
+    return (
+        f"the peer's clock is {abs(offset):.0f} s {way} this node's, beyond the {MAX_SKEW_S} s signed requests"
+        f" allow (a signature is valid from {MAX_SKEW_S} s ahead to {MAX_AGE_S} s behind the receiver's clock):"
+        " requests between the two are refused 401 stale_request; synchronise both clocks with NTP"
+        " (timedatectl set-ntp true, or chrony/ntpd)"
+    )
 
 
 class PeerBoots:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ from yarl import URL
 
 from identity import keys
 from sync import messages as m
-from sync.auth import PeerBoots, problem_code, send_resigned, sign_headers
+from sync.auth import PeerBoots, clock_advice, clock_offset, problem_code, send_resigned, sign_headers
 from sync.server import MAX_PAGE_BYTES
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a fetch of 256 hashes of records up to 256 KiB each
@@ -127,7 +128,11 @@ class PeerClient:
             lambda boot: self._send(method, url, body, timeout, max_bytes, boot), self._boot, self._count_resigned
         )
         if status != 200:
-            raise SyncError(f"{method} {path}: HTTP {status}: {_problem(data)}", problem_code(data))
+            advice = clock_advice(self.health.clock_offset_s) if self.health is not None else None
+            raise SyncError(
+                f"{method} {path}: HTTP {status}: {_problem(data)}" + (f" ({advice})" if advice else ""),
+                problem_code(data),
+            )
         return data
 
     async def _boot(self, fresh: bool) -> str | None:
@@ -161,6 +166,10 @@ class PeerClient:
                     size += len(chunk)
                     if size > max_bytes:
                         raise SyncError(f"malformed batch: reply exceeds {max_bytes} bytes")
+                if self.health is not None:
+                    offset = clock_offset(resp.headers.get("Date"), time.time())
+                    if offset is not None:
+                        self.health.clock_offset_s = offset
                 data = b"".join(chunks)
                 self.bytes_received += len(data)
                 self.traffic.bytes_received += len(data)

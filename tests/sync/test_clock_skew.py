@@ -4,9 +4,14 @@ ten minutes ahead, federate, and are restarted on the true clock; federation and
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -101,3 +106,50 @@ def test_two_nodes_ahead_restarted_on_the_true_clock_federate_at_once(tmp_path: 
     for node, other in ((a, b), (b, a)):
         peer = next(p for p in node.call("GET", "/v1/peers").json()["peers"] if p["node_id"] == other.node_id)
         assert "stale_request" not in (peer["last_error"] or ""), peer
+
+
+def bbs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "node.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.slow
+def test_a_peer_ten_minutes_ahead_is_shown_with_the_fix(tmp_path: Path, served: list[Served]) -> None:
+    """`a` runs ten minutes ahead, `b` on the true clock: b's requests are refused as stale by a, and b shows
+    a's clock offset in /v1/peers, /metrics, `bbs peers` and `bbs doctor`, with NTP as the fix (a's doctor, on
+    a's clock, sees b behind)."""
+    a, b = Served(tmp_path / "a", env=ahead(AHEAD_S)), Served(tmp_path / "b")
+    served += [a.start(), b.start()]
+    peer_up(a, b)
+    peer_up(b, a)
+
+    def a_seen_by_b() -> dict[str, Any]:
+        return next(p for p in b.call("GET", "/v1/peers").json()["peers"] if p["node_id"] == a.node_id)
+
+    until(lambda: a_seen_by_b()["health"]["clock_offset_s"] is not None and a_seen_by_b()["last_error"], "a poll")
+    peer = a_seen_by_b()
+    assert AHEAD_S - 5 <= peer["health"]["clock_offset_s"] <= AHEAD_S + 5, peer
+    assert "stale_request" in peer["last_error"] and "NTP" in peer["last_error"], peer
+    metrics = b.call("GET", "/metrics").text
+    line = next(
+        x for x in metrics.splitlines() if x.startswith(f'bbs_sync_peer_clock_offset_seconds{{peer="{a.node_id}"}}')
+    )
+    assert AHEAD_S - 5 <= float(line.split()[-1]) <= AHEAD_S + 5
+    listed = bbs("peers", "--data", str(b.data))
+    assert listed.returncode == 0, listed.stderr
+    assert "clock offset +" in listed.stdout and "s ahead of this node's" in listed.stdout and "NTP" in listed.stdout
+    doctor = bbs("doctor", "--data", str(b.data), "--json")
+    check = next(c for c in json.loads(doctor.stdout) if c["name"] == f"peer {a.url}")
+    assert check["status"] == "warn" and "ahead of this node's" in check["detail"] and "NTP" in check["detail"], check
+    from_a = next(
+        c
+        for c in json.loads(bbs("doctor", "--data", str(a.data), "--json", env=a.env).stdout)
+        if c["name"] == f"peer {b.url}"
+    )
+    assert from_a["status"] == "warn" and "behind this node's" in from_a["detail"], from_a
