@@ -20,7 +20,7 @@ import msgspec
 
 from identity import keys
 from node import db, projections
-from node.backup import snapshot_db
+from node.backup import leftovers, snapshot_db
 from node.datadir import DataDir
 from node.search_index import indexer as search_indexer
 from sync.auth import clock_advice, clock_offset
@@ -41,7 +41,8 @@ def diagnose(data_root: Path, *, scratch: Path | None = None, peer_timeout: floa
     data = DataDir(data_root)
     checks: list[Check] = []
     if not data_root.is_dir():
-        return [Check("data_folder", "fail", f"{data_root} does not exist")]
+        return [Check("data_folder", "fail", f"{data_root} does not exist"), *_check_leftovers(data_root)]
+    checks += _check_leftovers(data_root)
     mode = stat.S_IMODE(data_root.stat().st_mode)
     checks.append(
         Check("data_folder", "ok", f"{data_root} (mode {mode:o})")
@@ -73,6 +74,22 @@ def diagnose(data_root: Path, *, scratch: Path | None = None, peer_timeout: floa
             conn.close()
     _check_peers(peers, checks, peer_timeout)
     return checks
+
+
+def _check_leftovers(data_root: Path) -> list[Check]:
+    """The folders restores left beside the data folder (node/backup.py `leftovers`), listed, never removed."""
+    found = leftovers(data_root)
+    if not found:
+        return []
+    listed = "; ".join(f"{left.path} ({left.kind}, {left.bytes} bytes)" for left in found)
+    return [
+        Check(
+            "restore_leftovers",
+            "warn",
+            f"{len(found)} folders left by restores: {listed}. Keep what you need, then remove the rest with"
+            f" bbs restore-leftovers --data {data_root} --remove (keeps the newest replaced folder; --all too)",
+        )
+    ]
 
 
 def _check_key(data: DataDir, checks: list[Check]) -> str | None:
