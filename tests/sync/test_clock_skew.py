@@ -21,7 +21,8 @@ from sync.auth import sign_headers
 from sync.replay import FENCE_NAME
 from tests.node.workflows.test_served import WF, Served
 
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")  # Debian's libfaketime (.ci/run)
+# Debian's libfaketime (installed by .ci/run), under the machine's multiarch folder
+LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), Path("libfaketime.so.1"))
 AHEAD_S = 600
 
 
