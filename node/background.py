@@ -12,6 +12,7 @@ from aiohttp import web
 
 from node import trust
 from node.appkeys import NODE, SEARCH_INDEXER
+from node.errors import SearchIndexBuilding
 from node.metrics import metrics_of
 from node.search_index import indexer
 from node.search_index.index import SearchIndex
@@ -127,11 +128,12 @@ async def search_indexing(app: web.Application) -> AsyncIterator[None]:
         index = node.search_index
         if index is None:
             return
-        position.set(index.state()[0])
+        with contextlib.suppress(SearchIndexBuilding), indexer.reading(index):  # damaged: the indexer repairs it
+            position.set(index.state()[0])
+            documents.set(index.documents())
         behind = await worker.lag()
         lag.set(behind)
         lag_s.set(worker.ages.age(time.monotonic()) if behind else 0.0)
-        documents.set(index.documents())
         commits.set(worker.batches)
         failures.set(worker.failures)
         repairs.set(worker.repairs)

@@ -30,6 +30,12 @@ WRITER_HEAP_BYTES = 32_000_000  # tantivy's writer buffer: modest, for a small m
 _META = "position"  # the `meta` term of the one meta document
 
 
+def is_panic(exc: BaseException) -> bool:
+    """Whether `exc` is a panic inside tantivy (a damaged segment read through): pyo3's PanicException derives
+    from BaseException, so `except Exception` lets it through."""
+    return type(exc).__name__ == "PanicException"
+
+
 def stamp_for(epoch: str) -> str:
     """What an index must be stamped with to serve a store of this epoch."""
     return f"{epoch}/analyzer-{ANALYZER_VERSION}/schema-{SCHEMA_VERSION}"
@@ -158,6 +164,7 @@ class SearchIndex:
         # Whether searches are answered: set once the index was seen near the log's head (indexer.page), cleared
         # by `reset`; a search while it is unset is answered 503 search_index_building.
         self.serving = False
+        self.damaged = False  # a search or a scrape hit a panic reading it: the indexer rebuilds it (indexer.run)
         # Searches take the searcher of the last reload and the position it covers from `_view` (`_current`):
         # the meta document is read once per index commit, not once per search. Only this writer commits, and
         # it reloads after each commit, counted in `_generation`; an index opened read-only (another process

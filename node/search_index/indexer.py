@@ -21,7 +21,7 @@ import shutil
 import sqlite3
 import time
 import unicodedata
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -30,7 +30,16 @@ from node.db import Database
 from node.errors import SearchIndexBuilding
 from node.search_index import ranking
 from node.search_index.freshness import CommitAges, Pace, Watermark
-from node.search_index.index import DAMAGED_FOLDER, FOLDER, ROW_COLUMNS, Filters, Hits, Row, SearchIndex
+from node.search_index.index import (
+    DAMAGED_FOLDER,
+    FOLDER,
+    ROW_COLUMNS,
+    Filters,
+    Hits,
+    Row,
+    SearchIndex,
+    is_panic,
+)
 from node.search_index.query import Clause, parse
 from node.wire.api import SearchQuery
 
@@ -40,6 +49,7 @@ BATCH = 2_000  # entries per index commit
 SERVING_LAG = 4 * BATCH
 # Entries indexed per second while building, for the Retry-After of a 503 (measured: docs/performance.md).
 BUILD_RATE = 2_000
+REPAIR_RETRY_S = 5  # the Retry-After of a search while a damaged index is set aside and rebuilt
 REBUILD_ADVICE = "; run bbs rebuild"  # what `check` tells an operator after a failure
 IDLE_POLL_SECONDS = 1.0  # a look for new entries even without a commit signal (a commit by another process)
 log = logging.getLogger("bbs.search_index")
@@ -103,18 +113,46 @@ def open_repaired(root: Path, conn: sqlite3.Connection) -> Opened:
     built from the log. Raises (ValueError) when another process holds the writer lock (`lock_busy`), or when
     even a new index cannot be created (a read-only or full disk)."""
     path, epoch = root / FOLDER, store_epoch(conn)
+    index: SearchIndex | None = None
+    unreadable: str | None = None
     try:
         index = SearchIndex(path, epoch)
-    except Exception as exc:
-        if lock_busy(exc):
+        unreadable = _unreadable(index)
+    except BaseException as exc:  # a tantivy panic on a damaged segment too
+        if lock_busy(exc) or not (isinstance(exc, Exception) or is_panic(exc)):
             raise
+        unreadable = f"it cannot be opened ({_one_line(exc)})"
+    if unreadable is not None or index is None:
+        if index is not None:
+            _drop(index)
         moved_to = set_aside(root)
-        return Opened(SearchIndex(path, epoch), moved_to, f"it cannot be opened ({_one_line(exc)})")
+        return Opened(SearchIndex(path, epoch), moved_to, unreadable or "it cannot be opened")
     status, detail = verify(index, conn)
     if status == "fail":
         index.reset()  # emptied in place: the indexer (or `build`) fills it again
         return Opened(index, None, detail.removesuffix(REBUILD_ADVICE))
     return Opened(index, None, None)
+
+
+def _unreadable(index: SearchIndex) -> str | None:
+    """Why an opened index cannot be read through (its meta document, its documents), or None."""
+    try:
+        index.state()
+        index.documents()
+    except BaseException as exc:  # a tantivy panic on a damaged segment too
+        if not (isinstance(exc, Exception) or is_panic(exc)):
+            raise
+        return f"it cannot be read ({_one_line(exc)})"
+    return None
+
+
+def _drop(index: SearchIndex) -> None:
+    """Close an index that may be damaged: a writer that fails to finish is dropped all the same."""
+    try:
+        index.close()
+    except BaseException as exc:
+        if not (isinstance(exc, Exception) or is_panic(exc)):
+            raise
 
 
 def _one_line(exc: BaseException) -> str:
@@ -197,7 +235,6 @@ def check(root: Path, conn: sqlite3.Connection) -> tuple[str, str]:
         return "warn", f"no search index at {path}; the node builds it when it starts"
     try:
         index = SearchIndex(path, store_epoch(conn), writable=False)
-        index.state()
     except Exception as exc:  # a damaged folder is a finding, not a crash
         return "fail", f"search index at {path} cannot be read ({_one_line(exc)}){REBUILD_ADVICE}"
     return verify(index, conn)
@@ -206,10 +243,10 @@ def check(root: Path, conn: sqlite3.Connection) -> tuple[str, str]:
 def verify(index: SearchIndex, conn: sqlite3.Connection) -> tuple[str, str]:
     """(status, detail) of an opened index against `conn`'s entries: its stamp, its document count and a sample
     of entries under their ids (`check`, and `open_repaired` before a node serves it)."""
-    try:
-        position, stamp = index.state()
-    except Exception as exc:
-        return "fail", f"search index at {index.path} cannot be read ({_one_line(exc)}){REBUILD_ADVICE}"
+    unreadable = _unreadable(index)
+    if unreadable is not None:
+        return "fail", f"search index at {index.path}: {unreadable}{REBUILD_ADVICE}"
+    position, stamp = index.state()
     if stamp != index.stamp:
         return "warn", f"search index built for {stamp}, not {index.stamp}; the node rebuilds it when it starts"
     if position > highest_entry(conn):  # the node indexed entries committed after this copy was taken
@@ -232,13 +269,33 @@ def verify(index: SearchIndex, conn: sqlite3.Connection) -> tuple[str, str]:
     return "ok", f"search index: {documents} documents, matching entries up to id {position}{lag}"
 
 
+@contextlib.contextmanager
+def reading(index: SearchIndex) -> Iterator[None]:
+    """Reads of `index` in the block: a panic of tantivy reading a damaged segment marks the index `damaged`
+    (the indexer rebuilds it) and is answered 503 search_index_building instead of ending the request."""
+    try:
+        yield
+    except BaseException as exc:
+        if not is_panic(exc):
+            raise
+        index.damaged = True
+        raise SearchIndexBuilding(
+            "the search index is damaged; the node is rebuilding it from the log", retry_after=REPAIR_RETRY_S
+        ) from None
+
+
 def ensure_serving(conn: sqlite3.Connection, index: SearchIndex | None) -> None:
     """Raise SearchIndexBuilding unless `index` answers searches: opened, and seen near the log's head once."""
     if index is None:
         raise SearchIndexBuilding("the search index could not be opened; see the node's log", retry_after=60)
+    if index.damaged:
+        raise SearchIndexBuilding(
+            "the search index is damaged; the node is rebuilding it from the log", retry_after=REPAIR_RETRY_S
+        )
     if index.serving:
         return
-    position = index.state()[0]
+    with reading(index):
+        position = index.state()[0]
     if pending(conn, position, cap=SERVING_LAG) > SERVING_LAG:
         head = highest_entry(conn)  # ids are log positions: head - position bounds the entries left
         raise SearchIndexBuilding(
@@ -276,7 +333,8 @@ def page(
         since_ms=since_ms,
         include_synthetic=q.include_synthetic,
     )
-    return index.search(words, filters, q.limit, q.offset, ranking.for_query(conn, q))
+    with reading(index):
+        return index.search(words, filters, q.limit, q.offset, ranking.for_query(conn, q))
 
 
 class Indexer:
@@ -356,8 +414,8 @@ class Indexer:
         return await self.position.reach(position, timeout_s)
 
     async def lag(self) -> int:
-        """Entries committed but not yet in the index."""
-        position = self.index.state()[0]
+        """Entries committed but not yet in the index (past the position searches see)."""
+        position = self.position.position
         return await self.db.read(lambda c: pending(c, position), quick=True)
 
     def stop(self) -> None:
@@ -375,12 +433,16 @@ class Indexer:
             try:
                 if not (self.index.path / "meta.json").exists():
                     await self.repair("its folder is gone")
+                elif self.index.damaged:
+                    await self.repair("reading it failed (a damaged segment)")
                 await self.catch_up()
                 self.ready = True
                 if self._trouble is not None:
                     log.info("search indexing works again at entry id %d", self.position.position)
                     self._trouble = None
-            except Exception as exc:
+            except BaseException as exc:  # a tantivy panic too (is_panic), not a cancellation
+                if not (isinstance(exc, Exception) or is_panic(exc)):
+                    raise
                 if not self.db.is_open:
                     return
                 self.failures += 1
@@ -389,14 +451,17 @@ class Indexer:
                 await asyncio.wait_for(self.wake.wait(), IDLE_POLL_SECONDS)
             await self._keep_pace()
 
-    async def _failed(self, exc: Exception) -> None:
+    async def _failed(self, exc: BaseException) -> None:
         """A failed round: logged once per distinct problem (not once per retry), then the index opened again."""
         problem = _one_line(exc)
         if problem != self._trouble:
             log.warning("search indexing failed (%s); opening the index at %s again", problem, self.index.path)
             self._trouble = problem
-        with contextlib.suppress(Exception):  # a repair that fails too is the next round's failure
+        try:
             await self.repair(None)
+        except BaseException as again:  # a repair that fails too is the next round's failure
+            if not (isinstance(again, Exception) or is_panic(again)):
+                raise
 
     async def repair(self, reason: str | None) -> None:
         """Close the index and open it again through `reopen` (a damaged or missing folder is rebuilt from the
@@ -405,8 +470,7 @@ class Indexer:
             raise RuntimeError("this indexer cannot open its index again")
         if reason is not None:
             log.warning("search index at %s: %s; rebuilding it from the log", self.index.path, reason)
-        with contextlib.suppress(Exception):  # a writer whose folder is gone may fail to close: drop it anyway
-            await asyncio.to_thread(self.index.close)
+        await asyncio.to_thread(_drop, self.index)  # a writer whose folder is gone may fail to close
         self.index = await self.reopen()
         self.repairs += 1
         self.position.restart(self.index.state()[0])

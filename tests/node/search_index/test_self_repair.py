@@ -142,3 +142,20 @@ def test_a_serving_node_rebuilds_an_index_folder_removed_under_it(tmp_path: Path
     assert _metric(node, "bbs_search_index_repairs") >= 1
     node.stop()
     assert _doctor_index(node.data)["status"] == "ok"
+
+
+def test_a_serving_node_rebuilds_an_index_damaged_under_it(tmp_path: Path, served: list[Served]) -> None:
+    node, key = _filled(tmp_path, served)
+    node.start()
+    _found(node, key, "ledger", 5)
+    for segment in (node.data / FOLDER).glob("*.idx"):  # the segments' term index: every reload now fails
+        segment.write_bytes(b"{garbage")
+    (node.data / FOLDER / "meta.json").write_text("{garbage")
+    _post(node, key, "ledger note after the damage")
+    _found(node, key, "ledger", 6)
+    log = _log(node)
+    assert "Traceback" not in log, log
+    assert log.count("search indexing failed") <= 1 and "rebuilding it from the log" in log, log
+    assert _metric(node, "bbs_search_index_repairs") >= 1
+    node.stop()
+    assert _doctor_index(node.data)["status"] == "ok"
