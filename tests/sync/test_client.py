@@ -235,6 +235,8 @@ async def test_requests_are_signed_with_the_query_and_body(fake: tuple[Fake, str
     assert get_path.startswith("/v1/sync/changes?") and "since=3" in get_path and "epoch=ab" in get_path
     assert "limit=7" in get_path and "wait_ms=0" in get_path
     assert "Signature" in get_headers and "Signature-Input" in get_headers
+    # a peer whose /v1/node has no boot_id is of the previous release: signed as it signs, without Bbs-Boot
+    assert "Bbs-Boot" not in get_headers and "bbs-boot" not in get_headers["Signature-Input"]
     assert post_path == "/v1/sync/fetch" and post_headers["Content-Type"] == "application/json"
     assert "Content-Digest" in post_headers and "Signature" in post_headers
     assert json.loads(post_body) == {"type": "fetch", "v": 2, "hashes": ["0" * 64]}

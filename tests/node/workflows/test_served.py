@@ -214,8 +214,10 @@ def _restart_in_the_second_it_last_accepted(node: Served) -> None:
 def test_a_forwarded_request_refused_as_signed_before_a_restart_is_signed_again(
     served: list[Served], tmp_path: Path
 ) -> None:
-    """The home node restarted in the second it last accepted a peer signature: a forwarded lease and a forwarded
-    completion signed in that second are refused `stale_request`, signed again in the next second, and decided."""
+    """The home node restarted (and, as if in the second it last accepted a peer signature, its fence holds that
+    second): a forwarded lease and a forwarded completion signed for its previous boot are refused `stale_boot`,
+    signed again for the boot read anew, and decided; the fence, there for peers of the previous release, does
+    not hold them."""
     a, b = _pair(tmp_path, served)
     _, boss = a.agent("boss")
     worker_id, worker = b.agent("worker")
