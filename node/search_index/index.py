@@ -36,6 +36,12 @@ def is_panic(exc: BaseException) -> bool:
     return type(exc).__name__ == "PanicException"
 
 
+def is_fault(exc: BaseException) -> bool:
+    """Whether `exc` is an error of the index's work (an Exception, or a tantivy panic), not a cancellation or an
+    exit, which are raised on."""
+    return isinstance(exc, Exception) or is_panic(exc)
+
+
 def stamp_for(epoch: str) -> str:
     """What an index must be stamped with to serve a store of this epoch."""
     return f"{epoch}/analyzer-{ANALYZER_VERSION}/schema-{SCHEMA_VERSION}"

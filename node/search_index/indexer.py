@@ -38,6 +38,7 @@ from node.search_index.index import (
     Hits,
     Row,
     SearchIndex,
+    is_fault,
     is_panic,
 )
 from node.search_index.query import Clause, parse
@@ -119,7 +120,7 @@ def open_repaired(root: Path, conn: sqlite3.Connection) -> Opened:
         index = SearchIndex(path, epoch)
         unreadable = _unreadable(index)
     except BaseException as exc:  # a tantivy panic on a damaged segment too
-        if lock_busy(exc) or not (isinstance(exc, Exception) or is_panic(exc)):
+        if lock_busy(exc) or not is_fault(exc):
             raise
         unreadable = f"it cannot be opened ({_one_line(exc)})"
     if unreadable is not None or index is None:
@@ -140,7 +141,7 @@ def _unreadable(index: SearchIndex) -> str | None:
         index.state()
         index.documents()
     except BaseException as exc:  # a tantivy panic on a damaged segment too
-        if not (isinstance(exc, Exception) or is_panic(exc)):
+        if not is_fault(exc):
             raise
         return f"it cannot be read ({_one_line(exc)})"
     return None
@@ -151,7 +152,7 @@ def _drop(index: SearchIndex) -> None:
     try:
         index.close()
     except BaseException as exc:
-        if not (isinstance(exc, Exception) or is_panic(exc)):
+        if not is_fault(exc):
             raise
 
 
@@ -441,7 +442,7 @@ class Indexer:
                     log.info("search indexing works again at entry id %d", self.position.position)
                     self._trouble = None
             except BaseException as exc:  # a tantivy panic too (is_panic), not a cancellation
-                if not (isinstance(exc, Exception) or is_panic(exc)):
+                if not is_fault(exc):
                     raise
                 if not self.db.is_open:
                     return
@@ -460,7 +461,7 @@ class Indexer:
         try:
             await self.repair(None)
         except BaseException as again:  # a repair that fails too is the next round's failure
-            if not (isinstance(again, Exception) or is_panic(again)):
+            if not is_fault(again):
                 raise
 
     async def repair(self, reason: str | None) -> None:

@@ -93,12 +93,11 @@ async def _post(
             " status, and that node is not a peer of this one; ask there, or add it as a peer",
             field="task_id",
         )
-    url = str(row[0]).rstrip("/") + path
-
     base = str(row[0])
-
+    url = base.rstrip("/") + path
     try:
-        async with aiohttp.ClientSession() as session:
+        # one request per connection, as before the boot id look-up shared the session (scenarios/chaos.py taps it)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
 
             async def send(boot: str | None) -> tuple[int, bytes]:
                 headers = sign_headers(node_key, "POST", url, body, boot=boot)  # signed anew for each attempt
