@@ -215,6 +215,12 @@ class PeerHealthCollector(Collector):
             if h.clock_offset_s is not None:
                 offsets.add_metric([peer], h.clock_offset_s)
         yield offsets
+        legacy = CounterMetricFamily(
+            "bbs_sync_previous_release_requests",
+            "Peer requests accepted without a boot id (peers of the previous release), under the replay fence",
+        )
+        legacy.add_metric([], self.state.verifier.legacy)
+        yield legacy
 
     def describe(self) -> Iterable[Metric]:
         return []

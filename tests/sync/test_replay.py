@@ -11,8 +11,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from prometheus_client import generate_latest
 
 from identity import keys
+from node.metrics import metrics_of
 from sync import auth
 from sync.client import PeerClient
 from sync.memory import MemoryStore
@@ -204,3 +206,13 @@ async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
 def test_fence_file_lives_beside_the_database(tmp_path: Path) -> None:
     bbs("init", "--data", str(tmp_path / "n"))
     assert (tmp_path / "n" / FENCE_NAME).read_text() == "0\n"
+
+
+async def test_requests_of_the_previous_release_are_counted_in_metrics(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    a, b = await make_peer("a"), await make_peer("b")
+    await a.add_peer(b)
+    old = PeerClient(b.session, b.node.key, a.node_id, a.url, boots=auth.PeerBoots({a.url: None}))
+    await old.changes(0, None, 10, 0)
+    await PeerClient(b.session, b.node.key, a.node_id, a.url).changes(0, None, 10, 0)
+    text = generate_latest(metrics_of(a.app).registry).decode()
+    assert "bbs_sync_previous_release_requests_total 1.0" in text
