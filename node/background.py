@@ -12,7 +12,10 @@ from aiohttp import web
 
 from node import trust
 from node.appkeys import NODE, SEARCH_INDEXER
+from node.errors import SearchIndexBuilding
 from node.metrics import metrics_of
+from node.search_index import indexer
+from node.search_index.index import SearchIndex
 from node.search_index.indexer import Indexer
 from node.service import Node
 
@@ -84,7 +87,16 @@ async def search_indexing(app: web.Application) -> AsyncIterator[None]:
         "Seconds from a commit to its entries being searchable (each indexing round's oldest commit)",
         buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     )
-    worker = Indexer(node.db, node.search_index, on_delay=delay.observe)
+
+    async def reopen() -> SearchIndex:
+        """The index opened again (repaired when damaged: indexer.open_repaired), handed to the node's searches."""
+        opened = await node.db.read(lambda c: indexer.open_repaired(node.data.root, c))
+        if opened.problem is not None:
+            indexer.log.warning("search index at %s: %s", opened.index.path, indexer.repair_note(opened))
+        node.search_index = node.reads.index = opened.index
+        return opened.index
+
+    worker = Indexer(node.db, node.search_index, on_delay=delay.observe, reopen=reopen)
     app[SEARCH_INDEXER] = worker
     node.reads.indexer = worker
     loop = asyncio.get_running_loop()
@@ -99,6 +111,10 @@ async def search_indexing(app: web.Application) -> AsyncIterator[None]:
     lag_s = metrics.gauge("bbs_search_index_lag_seconds", "Age of the oldest commit whose entries are not searchable")
     documents = metrics.gauge("bbs_search_index_documents", "Entries in the search index")
     commits = metrics.gauge("bbs_search_index_commits", "Index commits since start (paced: docs/operations.md)")
+    failures = metrics.gauge("bbs_search_indexing_failures", "Indexing rounds that failed since start (each retried)")
+    repairs = metrics.gauge(
+        "bbs_search_index_repairs", "Times the search index was opened again (a failed round, a missing folder)"
+    )
     answered = metrics.gauge(
         "bbs_searches_answered", "Searches since start: with words (index), by filters alone (sql)", ["path"]
     )
@@ -112,12 +128,15 @@ async def search_indexing(app: web.Application) -> AsyncIterator[None]:
         index = node.search_index
         if index is None:
             return
-        position.set(index.state()[0])
+        with contextlib.suppress(SearchIndexBuilding), indexer.reading(index):  # damaged: the indexer repairs it
+            position.set(index.state()[0])
+            documents.set(index.documents())
         behind = await worker.lag()
         lag.set(behind)
         lag_s.set(worker.ages.age(time.monotonic()) if behind else 0.0)
-        documents.set(index.documents())
         commits.set(worker.batches)
+        failures.set(worker.failures)
+        repairs.set(worker.repairs)
         for path, count in node.reads.answered.items():
             answered.labels(path).set(count)
         for outcome, count in node.reads.fresh_waits.items():

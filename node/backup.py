@@ -208,7 +208,12 @@ def _finish(staging: Path, data_root: Path, *, force: bool, progress: Report = s
     if fence.exists():  # not part of the backup: what this folder's node granted, however old the backup is
         shutil.copyfile(fence, staging / FENCE_NAME)
     if data_root.exists() and any(data_root.iterdir()):
-        aside = data_root.with_name(f"{data_root.name}.replaced-{time.strftime('%Y%m%dT%H%M%S')}")
+        name = f"{data_root.name}.replaced-{time.strftime('%Y%m%dT%H%M%S')}"
+        aside = data_root.with_name(name)
+        for n in range(2, 1000):  # a second restore within the same second: a name of its own, never merged
+            if not aside.exists():
+                break
+            aside = data_root.with_name(f"{name}-{n}")
         data_root.rename(aside)
         replaced = str(aside)
     elif data_root.exists():
@@ -233,7 +238,54 @@ def check_target(data_root: Path, *, force: bool) -> None:
 
 def _staging_dir(data_root: Path) -> Path:
     data_root.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=data_root.parent, prefix=f".{data_root.name}.restore-"))
+    return Path(tempfile.mkdtemp(dir=data_root.parent, prefix=_staging_prefix(data_root)))
+
+
+def _staging_prefix(data_root: Path) -> str:
+    return f".{data_root.name}.restore-"
+
+
+class Leftover(msgspec.Struct):
+    """A folder a restore left beside the data folder: `replaced` (a data folder `restore --force` moved aside,
+    kept for the operator) or `staging` (the unpacked copy of a restore that was killed before it finished)."""
+
+    path: str
+    kind: str
+    bytes: int
+    keep: bool  # what `remove_leftovers` keeps unless told `everything`: the newest replaced folder
+
+
+def leftovers(data_root: Path) -> list[Leftover]:
+    """The folders restores left beside `data_root`, oldest first within each kind (names carry the time)."""
+    parent = data_root.parent
+    if not parent.is_dir():
+        return []
+    replaced = sorted(p for p in parent.glob(f"{data_root.name}.replaced-*") if p.is_dir())
+    staging = sorted(p for p in parent.glob(f"{_staging_prefix(data_root)}*") if p.is_dir())
+    found = [Leftover(str(p), "replaced", _size(p), p == replaced[-1]) for p in replaced]
+    return found + [Leftover(str(p), "staging", _size(p), False) for p in staging]
+
+
+def remove_leftovers(data_root: Path, *, everything: bool = False) -> list[Leftover]:
+    """Delete what restores left beside `data_root` (`leftovers`): every staging folder and every replaced folder
+    but the newest (with `everything`, that one too); returns what was deleted. Refused while a node serves the
+    data folder (a restore may be running), or while the data folder is missing (a restore killed between its
+    two renames: the leftovers are the only copies; run the restore again first)."""
+    if data_root.exists() and datalock.in_use(data_root):
+        raise Conflict(f"a node is serving {data_root}; stop it before removing restore leftovers", code="data_in_use")
+    if not DataDir(data_root).db_path.exists():
+        raise Conflict(
+            f"{data_root} holds no database: the leftovers beside it may be the only copies; restore first",
+            code="data_missing",
+        )
+    removed = [left for left in leftovers(data_root) if everything or not left.keep]
+    for left in removed:
+        shutil.rmtree(left.path)
+    return removed
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
 def restore(archive: Path, data_root: Path, *, force: bool = False, progress: Report = silent) -> RestoreResult:

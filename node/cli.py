@@ -326,9 +326,19 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             return before == projections.snapshot(conn), count
 
         same, count = db.write_sync(DataDir(args.data).db_path, run)
-        indexed = db.read_sync(DataDir(args.data).db_path, lambda conn: search_indexer.rebuild(args.data, conn))
-    print(json.dumps({"records_replayed": count, "projections_matched_log": same, "search_index_entries": indexed}))
-    return 0 if same else EXIT_ERROR
+        rebuilt = db.read_sync(DataDir(args.data).db_path, lambda conn: search_indexer.rebuild(args.data, conn))
+    if rebuilt.repaired is not None:
+        print(f"search index: {rebuilt.repaired}", file=sys.stderr)
+    if rebuilt.status != "ok" or rebuilt.entries is None:
+        print(f"search index: {rebuilt.detail}", file=sys.stderr)
+    report = {
+        "records_replayed": count,
+        "projections_matched_log": same,
+        "search_index_entries": rebuilt.entries,
+        "search_index": rebuilt.status,
+    }
+    print(json.dumps(report))
+    return 0 if same and rebuilt.status != "fail" else EXIT_ERROR
 
 
 def build_parser() -> argparse.ArgumentParser:

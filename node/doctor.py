@@ -10,6 +10,7 @@ import json
 import sqlite3
 import stat
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,9 +20,10 @@ import msgspec
 
 from identity import keys
 from node import db, projections
-from node.backup import snapshot_db
+from node.backup import leftovers, snapshot_db
 from node.datadir import DataDir
 from node.search_index import indexer as search_indexer
+from sync.auth import clock_advice, clock_offset
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -39,7 +41,8 @@ def diagnose(data_root: Path, *, scratch: Path | None = None, peer_timeout: floa
     data = DataDir(data_root)
     checks: list[Check] = []
     if not data_root.is_dir():
-        return [Check("data_folder", "fail", f"{data_root} does not exist")]
+        return [Check("data_folder", "fail", f"{data_root} does not exist"), *_check_leftovers(data_root)]
+    checks += _check_leftovers(data_root)
     mode = stat.S_IMODE(data_root.stat().st_mode)
     checks.append(
         Check("data_folder", "ok", f"{data_root} (mode {mode:o})")
@@ -71,6 +74,22 @@ def diagnose(data_root: Path, *, scratch: Path | None = None, peer_timeout: floa
             conn.close()
     _check_peers(peers, checks, peer_timeout)
     return checks
+
+
+def _check_leftovers(data_root: Path) -> list[Check]:
+    """The folders restores left beside the data folder (node/backup.py `leftovers`), listed, never removed."""
+    found = leftovers(data_root)
+    if not found:
+        return []
+    listed = "; ".join(f"{left.path} ({left.kind}, {left.bytes} bytes)" for left in found)
+    return [
+        Check(
+            "restore_leftovers",
+            "warn",
+            f"{len(found)} folders left by restores: {listed}. Keep what you need, then remove the rest with"
+            f" bbs restore-leftovers --data {data_root} --remove (keeps the newest replaced folder; --all too)",
+        )
+    ]
 
 
 def _check_key(data: DataDir, checks: list[Check]) -> str | None:
@@ -158,14 +177,19 @@ def _check_peers(peers: list[tuple[str, str | None]], checks: list[Check], timeo
         try:
             with urllib.request.urlopen(url.rstrip("/") + "/v1/node", timeout=timeout) as resp:
                 info = json.loads(resp.read())
+                offset = clock_offset(resp.headers.get("Date"), time.time())
         except (urllib.error.URLError, OSError, ValueError) as exc:
             checks.append(Check(name, "warn", f"unreachable: {exc}"))
             continue
         found = info.get("node_id") if isinstance(info, dict) else None
+        advice = clock_advice(offset)
         if expected and found != expected:
             checks.append(Check(name, "warn", f"answers as {found}, expected {expected}"))
+        elif advice is not None:
+            checks.append(Check(name, "warn", f"reachable ({found}), but {advice}"))
         else:
-            checks.append(Check(name, "ok", f"reachable ({found})"))
+            clock = "" if offset is None else f", clock offset {offset:+.1f} s"
+            checks.append(Check(name, "ok", f"reachable ({found}{clock})"))
 
 
 def exit_status(checks: list[Check]) -> int:

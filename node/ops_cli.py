@@ -1,4 +1,6 @@
-"""Operator commands of `bbs`: backup, restore, litestream-config, doctor. Registered by node.cli.build_parser."""
+"""Operator commands of `bbs`: backup, restore, restore-leftovers, litestream-config, doctor.
+
+Registered by node.cli.build_parser."""
 
 from __future__ import annotations
 
@@ -80,6 +82,25 @@ def cmd_litestream_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_restore_leftovers(args: argparse.Namespace) -> int:
+    from node.backup import leftovers, remove_leftovers
+
+    if not args.remove:
+        found = leftovers(args.data)
+        if args.json:
+            _print_json(found)
+        for left in [] if args.json else found:
+            keep = "  (kept by --remove; --all removes it too)" if left.keep else ""
+            print(f"{left.kind:8}  {left.path}  {left.bytes} bytes{keep}")
+        return 0
+    removed = remove_leftovers(args.data, everything=args.all)
+    if args.json:
+        _print_json(removed)
+    for left in [] if args.json else removed:
+        print(f"removed {left.kind} {left.path} ({left.bytes} bytes)")
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from node import doctor
 
@@ -107,6 +128,15 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--key", type=Path, help="with --litestream-config: the node.key copy (default: DATA/node.key)")
     p.add_argument("--force", action="store_true", help="replace a non-empty data folder (moved aside, not deleted)")
     p.set_defaults(func=cmd_restore)
+
+    p = sub.add_parser("restore-leftovers", help="list (or --remove) the folders restores left beside the data folder")
+    _data(p)
+    p.add_argument(
+        "--remove", action="store_true", help="delete them: every unpacked copy, every replaced folder but the newest"
+    )
+    p.add_argument("--all", action="store_true", help="with --remove: the newest replaced folder too")
+    p.add_argument("--json", action="store_true", help="print them as JSON")
+    p.set_defaults(func=cmd_restore_leftovers)
 
     p = sub.add_parser("litestream-config", help="print a litestream.yml replicating this node's database")
     _data(p)

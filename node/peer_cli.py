@@ -83,6 +83,7 @@ def watch(data: Path, interval: float, report: Report, *, sleep: Callable[[float
 
 def cmd_peers(args: argparse.Namespace) -> int:
     from node.datadir import require_node
+    from sync.auth import clock_advice
 
     node_id = require_node(args.data)
     if args.watch:
@@ -129,6 +130,9 @@ def cmd_peers(args: argparse.Namespace) -> int:
                 f"  throttled polls {h.throttled_polls}  reconciled on reconnect {h.reconnect_reconciliations}"
                 f"  re-signed {h.resigned_requests}"
             )
+        if h.clock_offset_s is not None:
+            advice = clock_advice(h.clock_offset_s)
+            print(f"  clock offset {h.clock_offset_s:+.1f} s" + (f": {advice}" if advice else ""))
         if p.last_error and not h.waiting_for_peer:
             print(f"  last error at {p.last_error_at}: {p.last_error}")
     return 0

@@ -206,6 +206,21 @@ class PeerHealthCollector(Collector):
             for peer, h in sorted(health.items()):
                 family.add_metric([peer], float(getattr(h, attr)))
             yield family
+        offsets = GaugeMetricFamily(
+            "bbs_sync_peer_clock_offset_seconds",
+            "The peer's clock minus this node's, from the Date of its last answer (beyond 5 s: fix with NTP)",
+            labels=["peer"],
+        )
+        for peer, h in sorted(health.items()):
+            if h.clock_offset_s is not None:
+                offsets.add_metric([peer], h.clock_offset_s)
+        yield offsets
+        legacy = CounterMetricFamily(
+            "bbs_sync_previous_release_requests",
+            "Peer requests accepted without a boot id (peers of the previous release), under the replay fence",
+        )
+        legacy.add_metric([], self.state.verifier.legacy)
+        yield legacy
 
     def describe(self) -> Iterable[Metric]:
         return []

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import msgspec
 from aiohttp import web
 
 from node import idempotency
-from node.appkeys import NODE
+from node.appkeys import NODE, SYNC
 from node.auth import agent_id, principal
 from node.errors import InvalidInput
 from node.http import (
@@ -130,7 +131,8 @@ async def ack_inbox(request: web.Request) -> web.Response:
 
 
 async def node_info(request: web.Request) -> web.Response:
-    return json_response(_node(request).info())
+    info = _node(request).info()
+    return json_response(msgspec.structs.replace(info, boot_id=request.app[SYNC].verifier.boot_id))
 
 
 async def get_agent(request: web.Request) -> web.Response:

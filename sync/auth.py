@@ -1,22 +1,27 @@
 """Peer authentication: every sync request is signed with the node key (RFC 9421, ed25519).
 
-The signature covers the method, authority, path and query and, for requests with a body, its
-Content-Digest; its parameters carry `created`, a random `nonce`, `keyid` (the node's
-did:key) and the tag `bbs-sync`. The receiver accepts only keys of configured peers, refuses
-signatures older than MAX_AGE_S or dated in the future, and remembers nonces until they expire,
-so a captured request cannot be replayed; across restarts a ReplayFence (sync/replay.py) refuses every
-signature created at or before the last second accepted by the previous process.
+The signature covers the method, authority, path and query, the receiving node's boot id (`Bbs-Boot`) and, for
+requests with a body, its Content-Digest; its parameters carry `created`, a random `nonce`, `keyid` (the node's
+did:key) and the tag `bbs-sync`. The receiver accepts only keys of configured peers, refuses signatures older
+than MAX_AGE_S or dated in the future, and remembers nonces until they expire, so a captured request cannot be
+replayed. Across restarts the boot id closes the gap the in-memory nonces leave: each process of a node draws a
+new one (shown at GET /v1/node as `boot_id`), and a request naming another boot is refused 401 `stale_boot`,
+whatever the clocks say; the sender reads the current id and signs again (`send_resigned`). A request without a
+`Bbs-Boot` (a peer of a release before it) is served under the ReplayFence of sync/replay.py instead, which
+refuses every signature created at or before the last second accepted by the previous process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import email.utils
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import aiohttp
 import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from http_message_signatures import HTTPMessageSigner, HTTPMessageVerifier, algorithms, resolvers
@@ -29,25 +34,103 @@ TAG = "bbs-sync"
 LABEL = "bbs"
 MAX_AGE_S = 60
 MAX_SKEW_S = 5
+BOOT_TIMEOUT_S = 10.0  # reading a peer's boot id (GET /v1/node)
+BOOT_REPLY_BYTES = 64 * 1024
 # Path and query rather than @target-uri: a TLS-terminating proxy changes the scheme the node sees.
 COVERED = ("@method", "@authority", "@path", "@query")
 
 
-async def send_resigned(
-    send: Callable[[], Awaitable[tuple[int, bytes]]], on_resign: Callable[[], None] | None = None
-) -> tuple[int, bytes]:
-    """Send a peer-signed request with `send` (which signs it anew each call): (status, reply body).
+BOOT_HEADER = "Bbs-Boot"
+BOOT_COMPONENT = '"bbs-boot"'  # how the verifier's results name the covered header
 
-    A peer that restarted refuses signatures created at or before the last second its previous process accepted
-    (401 `stale_request`, sync/replay.py). Such a request was refused before anything was decided, so it is
-    signed again in the next second and sent once more (`on_resign` counts it); a second refusal is returned.
+
+def clock_offset(date: str | None, now: float) -> float | None:
+    """A peer's clock minus ours (seconds) from the HTTP `Date` of its answer received at `now`, or None.
+
+    Date has whole seconds: the reading is up to a second low (plus the answer's time in flight)."""
+    if not date:
+        return None
+    try:
+        sent = email.utils.parsedate_to_datetime(date)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if sent.tzinfo is None:
+        return None
+    return round(sent.timestamp() + 0.5 - now, 1)  # the middle of the second Date names
+
+
+def clock_advice(offset: float | None) -> str | None:
+    """What to do about a peer's clock offset when it is beyond what signed requests allow, else None.
+
+    A signature is refused when created more than MAX_SKEW_S ahead of the receiver's clock or more than
+    MAX_AGE_S behind it, so an offset beyond MAX_SKEW_S either way stops one direction of the federation."""
+    if offset is None or abs(offset) <= MAX_SKEW_S:
+        return None
+    way = "ahead of" if offset > 0 else "behind"
+    return (
+        f"the peer's clock is {abs(offset):.0f} s {way} this node's, beyond the {MAX_SKEW_S} s signed requests"
+        f" allow (a signature is valid from {MAX_SKEW_S} s ahead to {MAX_AGE_S} s behind the receiver's clock):"
+        " requests between the two are refused 401 stale_request; synchronise both clocks with NTP"
+        " (timedatectl set-ntp true, or chrony/ntpd)"
+    )
+
+
+class PeerBoots:
+    """The boot id each peer (by base URL) last gave at GET /v1/node; None for a peer of a release without one."""
+
+    def __init__(self, known: Mapping[str, str | None] | None = None) -> None:
+        """`known`: boot ids by base URL taken as read (None: sign as the previous release did)."""
+        self._ids: dict[str, str | None] = {base.rstrip("/"): boot for base, boot in (known or {}).items()}
+
+    async def get(
+        self, session: aiohttp.ClientSession, base: str, *, fresh: bool = False, timeout: float = BOOT_TIMEOUT_S
+    ) -> str | None:
+        """The peer's boot id, read from its /v1/node unless known (or `fresh`: it answered `stale_boot`).
+
+        None when the peer has none (the previous release) or cannot be asked now (not remembered: the request
+        itself then fails the same way, or is served as the previous release's would be)."""
+        base = base.rstrip("/")
+        if fresh or base not in self._ids:
+            try:
+                async with session.get(base + "/v1/node", timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                    raw = await resp.content.read(BOOT_REPLY_BYTES) if resp.status == 200 else b""
+            except (aiohttp.ClientError, TimeoutError):
+                return None
+            try:
+                info = msgspec.json.decode(raw) if raw else None
+            except (msgspec.DecodeError, RecursionError):
+                info = None
+            boot = info.get("boot_id") if isinstance(info, dict) else None
+            self._ids[base] = boot if isinstance(boot, str) and 0 < len(boot) <= 64 else None
+        return self._ids[base]
+
+
+async def send_resigned(
+    send: Callable[[str | None], Awaitable[tuple[int, bytes]]],
+    boot: Callable[[bool], Awaitable[str | None]],
+    on_resign: Callable[[], None] | None = None,
+) -> tuple[int, bytes]:
+    """Send a peer-signed request with `send(boot_id)` (which signs it anew each call, naming that boot of the
+    receiver): (status, reply body). `boot(fresh)` gives the receiver's boot id (PeerBoots.get).
+
+    A receiver that restarted since its boot id was read refuses the request 401 `stale_boot`: the id is read
+    again and the request signed and sent once more. A receiver of the previous release (no boot id) refuses a
+    signature created at or before the last second its previous process accepted (401 `stale_request`,
+    sync/replay.py): signed again in the next second and sent once more. Either refusal came before anything
+    was decided; `on_resign` counts the second attempt, and a second refusal is returned.
     """
-    status, data = await send()
-    if status == 401 and problem_code(data) == "stale_request":
+    boot_id = await boot(False)
+    status, data = await send(boot_id)
+    code = problem_code(data) if status == 401 else None
+    if code == "stale_boot":
+        if on_resign is not None:
+            on_resign()
+        status, data = await send(await boot(True))
+    elif code == "stale_request" and boot_id is None:
         if on_resign is not None:
             on_resign()
         await asyncio.sleep(1.05 - time.time() % 1.0)
-        status, data = await send()
+        status, data = await send(boot_id)
     return status, data
 
 
@@ -92,11 +175,18 @@ class _Keys(resolvers.HTTPSignatureKeyResolver):
 
 
 def sign_headers(
-    key: keys.SigningKey, method: str, url: str, body: bytes | None = None, *, now: float | None = None
+    key: keys.SigningKey,
+    method: str,
+    url: str,
+    body: bytes | None = None,
+    *,
+    now: float | None = None,
+    boot: str | None = None,
 ) -> dict[str, str]:
-    """Headers (Signature-Input, Signature and, with a body, Content-Digest) authenticating one request."""
+    """Headers (Signature-Input, Signature, with a body Content-Digest, with `boot` the receiver's boot id as
+    Bbs-Boot) authenticating one request. Without `boot` the request is signed as the previous release did."""
     created = datetime.datetime.fromtimestamp(time.time() if now is None else now, datetime.UTC)
-    message = _Message(method.upper(), url, {})
+    message = _Message(method.upper(), url, {} if boot is None else {BOOT_HEADER: boot})
     signer = HTTPMessageSigner(
         signature_algorithm=algorithms.ED25519,
         key_resolver=_Keys(Ed25519PrivateKey.from_private_bytes(key.seed)),
@@ -108,18 +198,21 @@ def sign_headers(
         nonce=secrets.token_urlsafe(16),
         label=LABEL,
         tag=TAG,
-        covered_component_ids=COVERED,
+        covered_component_ids=COVERED if boot is None else (*COVERED, BOOT_HEADER.lower()),
         body=body,
     )
     return message.headers
 
 
 class PeerVerifier:
-    """Verifies signed sync requests and remembers nonces to refuse replays; with a `fence`, also those of
-    requests accepted before this process started."""
+    """Verifies signed sync requests and remembers nonces to refuse replays; requests naming another `boot_id`
+    (drawn anew for each verifier: each process of a node) are refused, and with a `fence`, requests of the
+    previous release (no boot id) accepted before this process started."""
 
     def __init__(self, clock: Callable[[], float] = time.time, fence: ReplayFence | None = None) -> None:
         self.clock, self.fence = clock, fence
+        self.boot_id = secrets.token_urlsafe(12)  # the nonce memory below starts empty with it
+        self.legacy = 0  # requests accepted without a boot id (a peer of the previous release), under the fence
         self._seen: dict[tuple[str, str], float] = {}
 
     def verify(
@@ -128,7 +221,7 @@ class PeerVerifier:
         """Return the peer's node id, or raise PeerAuthError."""
         if "signature" not in {h.lower() for h in headers} or "signature-input" not in {h.lower() for h in headers}:
             raise PeerAuthError("signature_required", "sync requests must carry an RFC 9421 signature by a peer node")
-        wanted = {"signature", "signature-input", "content-digest"}
+        wanted = {"signature", "signature-input", "content-digest", BOOT_HEADER.lower()}
         message = _Message(method.upper(), url, {k: v for k, v in headers.items() if k.lower() in wanted})
         resolver = _Keys(allowed=allowed)
         verifier = HTTPMessageVerifier(signature_algorithm=algorithms.ED25519, key_resolver=resolver)
@@ -158,23 +251,39 @@ class PeerVerifier:
         nonce = params.get("nonce")
         if not isinstance(nonce, str) or not 16 <= len(nonce) <= 64:
             raise PeerAuthError("nonce_required", "the signature must carry a nonce of 16 to 64 characters")
-        if self.fence is not None and self.fence.refuses(created):
-            raise PeerAuthError(
-                "stale_request", "signed before this node last started: sign the request again (a new created)"
-            )
+        fence = self._since_restart(results[0].covered_components.get(BOOT_COMPONENT), created)
         peer = str(params["keyid"])
         self._forget(now)
         if (peer, nonce) in self._seen:
             raise PeerAuthError("replayed_request", "this signed request was already used")
-        if self.fence is not None:
+        if fence is not None:
+            self.legacy += 1
             try:
-                self.fence.admit(created)
+                fence.admit(created)
             except OSError as exc:
                 raise PeerAuthError(
                     "replay_fence_unwritable", f"this node cannot record accepted requests: {exc}", 503
                 ) from None
         self._seen[(peer, nonce)] = created + MAX_AGE_S + MAX_SKEW_S
         return peer
+
+    def _since_restart(self, boot: str | None, created: int) -> ReplayFence | None:
+        """Refuse a request that may have been accepted before this process started: one for another boot
+        (`stale_boot`), or, without a boot id (a peer of the previous release), one created at or before the
+        fence (`stale_request`). Returns the fence such a request is then admitted to, or None."""
+        if boot is not None:
+            if boot != self.boot_id:
+                raise PeerAuthError(
+                    "stale_boot",
+                    "signed for another boot of this node (it restarted): read boot_id from GET /v1/node and"
+                    " sign again",
+                )
+            return None
+        if self.fence is not None and self.fence.refuses(created):
+            raise PeerAuthError(
+                "stale_request", "signed before this node last started: sign the request again (a new created)"
+            )
+        return self.fence
 
     def _forget(self, now: float) -> None:
         if len(self._seen) > 1024 or secrets.randbelow(64) == 0:

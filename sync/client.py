@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ from yarl import URL
 
 from identity import keys
 from sync import messages as m
-from sync.auth import problem_code, send_resigned, sign_headers
+from sync.auth import PeerBoots, clock_advice, clock_offset, problem_code, send_resigned, sign_headers
 from sync.server import MAX_PAGE_BYTES
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a fetch of 256 hashes of records up to 256 KiB each
@@ -49,6 +50,7 @@ class PeerClient:
         url: str,
         traffic: Traffic | None = None,
         health: m.PeerHealth | None = None,
+        boots: PeerBoots | None = None,
     ) -> None:
         self.session, self.key, self.node_id = session, key, node_id
         self.base = url.rstrip("/")
@@ -58,6 +60,7 @@ class PeerClient:
         self.resigned = 0  # requests signed again after the peer restarted
         self.traffic = traffic or Traffic()
         self.health = health
+        self.boots = boots or PeerBoots()  # shared by the clients of one puller
 
     async def changes(self, since: int, epoch: str | None, limit: int, wait_ms: int) -> m.ChangesReply:
         query: dict[str, str] = {
@@ -122,22 +125,31 @@ class PeerClient:
         if query:
             url = url.with_query(query)
         status, data = await send_resigned(
-            lambda: self._send(method, url, body, timeout, max_bytes), self._count_resigned
+            lambda boot: self._send(method, url, body, timeout, max_bytes, boot), self._boot, self._count_resigned
         )
         if status != 200:
-            raise SyncError(f"{method} {path}: HTTP {status}: {_problem(data)}", problem_code(data))
+            advice = clock_advice(self.health.clock_offset_s) if self.health is not None else None
+            raise SyncError(
+                f"{method} {path}: HTTP {status}: {_problem(data)}" + (f" ({advice})" if advice else ""),
+                problem_code(data),
+            )
         return data
 
+    async def _boot(self, fresh: bool) -> str | None:
+        """The peer's boot id (sync/auth.py PeerBoots), named in each signature."""
+        return await self.boots.get(self.session, self.base, fresh=fresh, timeout=REPLY_TIMEOUT_S)
+
     def _count_resigned(self) -> None:
-        # the peer restarted since our signature's second (sync/replay.py): signed again in the next one
+        # the peer restarted since its boot id was read (or, of the previous release, since our signature's
+        # second: sync/replay.py): signed again
         self.resigned += 1
         if self.health is not None:
             self.health.resigned_requests += 1
 
     async def _send(
-        self, method: str, url: URL, body: bytes | None, timeout: float, max_bytes: int
+        self, method: str, url: URL, body: bytes | None, timeout: float, max_bytes: int, boot: str | None
     ) -> tuple[int, bytes]:
-        headers = sign_headers(self.key, method, str(url), body)
+        headers = sign_headers(self.key, method, str(url), body, boot=boot)
         if body is not None:
             headers["Content-Type"] = "application/json"
         self.requests += 1
@@ -154,6 +166,10 @@ class PeerClient:
                     size += len(chunk)
                     if size > max_bytes:
                         raise SyncError(f"malformed batch: reply exceeds {max_bytes} bytes")
+                if self.health is not None:
+                    offset = clock_offset(resp.headers.get("Date"), time.time())
+                    if offset is not None:
+                        self.health.clock_offset_s = offset
                 data = b"".join(chunks)
                 self.bytes_received += len(data)
                 self.traffic.bytes_received += len(data)

@@ -160,9 +160,12 @@ class PeerHealth(msgspec.Struct):
     fetch_failures: int = 0  # fetches by hash that failed (unreachable, or a reply with unrequested records)
     throttled_polls: int = 0  # polls delayed to keep the minimum interval after an early empty long-poll
     reconnect_reconciliations: int = 0  # reconciliations run at once when the peer answered again after failing
-    resigned_requests: int = 0  # requests signed again because the peer had restarted (sync/replay.py)
+    resigned_requests: int = 0  # requests signed again because the peer had restarted (sync/auth.py)
     # the peer answers 403 unknown_peer: it has not added this node yet (not a failure; polled quietly meanwhile)
     waiting_for_peer: bool = False
+    # the peer's clock minus this node's, in seconds, from the Date of its last answer (None: none yet); beyond
+    # sync/auth.py's window, signed requests between the two are refused as stale (sync/auth.clock_advice)
+    clock_offset_s: float | None = None
 
 
 class PeerStatus(msgspec.Struct):

@@ -19,6 +19,7 @@ import aiohttp
 
 from identity import keys, schema
 from sync import messages as m
+from sync.auth import PeerBoots
 from sync.client import PeerClient, SyncError, Traffic
 from sync.negentropy import Negentropy, NegentropyError, VectorStorage
 from sync.store import Cursor, Invalid, Outcome, PeerConfig, SyncStore, Verified
@@ -93,10 +94,13 @@ class Puller:
         self.limit, self.wait_ms, self.reconcile_every_s = limit, wait_ms, reconcile_every_s
         self.min_poll_s = min_poll_s
         self.traffic = Traffic()
+        self.boots = PeerBoots()  # each peer's boot id, named in every signature (sync/auth.py)
         self.health: dict[str, m.PeerHealth] = {}
 
     def client(self, peer: PeerConfig) -> PeerClient:
-        return PeerClient(self.session, self.key, peer.node_id, peer.url, self.traffic, self.health_of(peer.node_id))
+        return PeerClient(
+            self.session, self.key, peer.node_id, peer.url, self.traffic, self.health_of(peer.node_id), self.boots
+        )
 
     def health_of(self, peer_id: str) -> m.PeerHealth:
         """How pulling from this peer is going (kept in memory, written with every peer note)."""

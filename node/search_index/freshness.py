@@ -52,6 +52,11 @@ class Watermark:
                 still.append((target, future))
         self._waiters = still
 
+    def restart(self, position: int) -> None:
+        """Start again from `position`, lower or not (an index rebuilt from nothing); waits stay and end as the
+        position grows back to their target."""
+        self.position = position
+
     async def reach(self, target: int, timeout_s: float) -> bool:
         """Wait until the position is at least `target`, at most `timeout_s`; whether it got there."""
         if self.position >= target:

@@ -25,8 +25,21 @@ from node.search_index.ranking import DEFAULT, Ranking, Span
 
 SCHEMA_VERSION = 1
 FOLDER = "search-index"
+DAMAGED_FOLDER = FOLDER + ".damaged"  # the last damaged index set aside (node/search_index/indexer.set_aside)
 WRITER_HEAP_BYTES = 32_000_000  # tantivy's writer buffer: modest, for a small machine (docs/decisions.md)
 _META = "position"  # the `meta` term of the one meta document
+
+
+def is_panic(exc: BaseException) -> bool:
+    """Whether `exc` is a panic inside tantivy (a damaged segment read through): pyo3's PanicException derives
+    from BaseException, so `except Exception` lets it through."""
+    return type(exc).__name__ == "PanicException"
+
+
+def is_fault(exc: BaseException) -> bool:
+    """Whether `exc` is an error of the index's work (an Exception, or a tantivy panic), not a cancellation or an
+    exit, which are raised on."""
+    return isinstance(exc, Exception) or is_panic(exc)
 
 
 def stamp_for(epoch: str) -> str:
@@ -157,6 +170,7 @@ class SearchIndex:
         # Whether searches are answered: set once the index was seen near the log's head (indexer.page), cleared
         # by `reset`; a search while it is unset is answered 503 search_index_building.
         self.serving = False
+        self.damaged = False  # a search or a scrape hit a panic reading it: the indexer rebuilds it (indexer.run)
         # Searches take the searcher of the last reload and the position it covers from `_view` (`_current`):
         # the meta document is read once per index commit, not once per search. Only this writer commits, and
         # it reloads after each commit, counted in `_generation`; an index opened read-only (another process
@@ -174,9 +188,9 @@ class SearchIndex:
     def close(self) -> None:
         """Release the writer (and its lock file)."""
         with self._lock:
-            if self.writer is not None:
-                self.writer.wait_merging_threads()  # consumes the writer
-                self.writer = None
+            writer, self.writer = self.writer, None  # dropped even when it fails to finish (a folder gone)
+            if writer is not None:
+                writer.wait_merging_threads()  # consumes the writer
 
     def state(self, searcher: tantivy.Searcher | None = None) -> tuple[int, str | None]:
         """(position covered, stamp) as `searcher` (a fresh one by default) sees the index; (0, None) if unset."""

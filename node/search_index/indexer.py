@@ -16,10 +16,13 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
+import shutil
 import sqlite3
 import time
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -27,7 +30,17 @@ from node.db import Database
 from node.errors import SearchIndexBuilding
 from node.search_index import ranking
 from node.search_index.freshness import CommitAges, Pace, Watermark
-from node.search_index.index import FOLDER, ROW_COLUMNS, Filters, Hits, Row, SearchIndex
+from node.search_index.index import (
+    DAMAGED_FOLDER,
+    FOLDER,
+    ROW_COLUMNS,
+    Filters,
+    Hits,
+    Row,
+    SearchIndex,
+    is_fault,
+    is_panic,
+)
 from node.search_index.query import Clause, parse
 from node.wire.api import SearchQuery
 
@@ -37,6 +50,8 @@ BATCH = 2_000  # entries per index commit
 SERVING_LAG = 4 * BATCH
 # Entries indexed per second while building, for the Retry-After of a 503 (measured: docs/performance.md).
 BUILD_RATE = 2_000
+REPAIR_RETRY_S = 5  # the Retry-After of a search while a damaged index is set aside and rebuilt
+REBUILD_ADVICE = "; run bbs rebuild"  # what `check` tells an operator after a failure
 IDLE_POLL_SECONDS = 1.0  # a look for new entries even without a commit signal (a commit by another process)
 log = logging.getLogger("bbs.search_index")
 
@@ -68,14 +83,101 @@ def rows_after(conn: sqlite3.Connection, position: int, limit: int = BATCH) -> l
     return [Row(*tuple(r)) for r in rows]
 
 
-def open_index(root: Path, conn: sqlite3.Connection) -> SearchIndex | None:
-    """The data folder's index opened for writing, or None (logged) when it cannot be: searches with words are
-    then answered 503 `search_index_building` (searches by filters alone still work)."""
+def lock_busy(exc: BaseException) -> bool:
+    """Whether opening an index failed because another writer (a serving node) holds its lock file."""
+    return "LockBusy" in str(exc)
+
+
+def set_aside(root: Path) -> Path | None:
+    """Move the data folder's index to `search-index.damaged` (replacing an earlier one: at most one such copy is
+    kept, for a bug report); the path it went to, or None when there was no folder."""
+    path, aside = root / FOLDER, root / DAMAGED_FOLDER
+    if not path.exists():
+        return None
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(path, aside)
+    return aside
+
+
+@dataclass(frozen=True)
+class Opened:
+    """An index opened for writing, with what was done to open it."""
+
+    index: SearchIndex
+    moved_to: Path | None  # where a damaged folder went (`set_aside`), or None
+    problem: str | None  # why the folder was damaged (it could not be opened, or failed `verify`), or None
+
+
+def open_repaired(root: Path, conn: sqlite3.Connection) -> Opened:
+    """The data folder's index opened for writing; a folder that cannot be opened is moved aside (`set_aside`) and
+    a new, empty index takes its place, and one that opens but fails `verify` is emptied: either way it is then
+    built from the log. Raises (ValueError) when another process holds the writer lock (`lock_busy`), or when
+    even a new index cannot be created (a read-only or full disk)."""
+    path, epoch = root / FOLDER, store_epoch(conn)
+    index: SearchIndex | None = None
+    unreadable: str | None = None
     try:
-        return SearchIndex(root / FOLDER, store_epoch(conn))
+        index = SearchIndex(path, epoch)
+        unreadable = _unreadable(index)
+    except BaseException as exc:  # a tantivy panic on a damaged segment too
+        if lock_busy(exc) or not is_fault(exc):
+            raise
+        unreadable = f"it cannot be opened ({_one_line(exc)})"
+    if unreadable is not None or index is None:
+        if index is not None:
+            _drop(index)
+        moved_to = set_aside(root)
+        return Opened(SearchIndex(path, epoch), moved_to, unreadable or "it cannot be opened")
+    status, detail = verify(index, conn)
+    if status == "fail":
+        index.reset()  # emptied in place: the indexer (or `build`) fills it again
+        return Opened(index, None, detail.removesuffix(REBUILD_ADVICE))
+    return Opened(index, None, None)
+
+
+def _unreadable(index: SearchIndex) -> str | None:
+    """Why an opened index cannot be read through (its meta document, its documents), or None."""
+    try:
+        index.state()
+        index.documents()
+    except BaseException as exc:  # a tantivy panic on a damaged segment too
+        if not is_fault(exc):
+            raise
+        return f"it cannot be read ({_one_line(exc)})"
+    return None
+
+
+def _drop(index: SearchIndex) -> None:
+    """Close an index that may be damaged: a writer that fails to finish is dropped all the same."""
+    try:
+        index.close()
+    except BaseException as exc:
+        if not is_fault(exc):
+            raise
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+def open_index(root: Path, conn: sqlite3.Connection) -> SearchIndex | None:
+    """The data folder's index opened for writing (a damaged one repaired: `open_repaired`; the node's indexer
+    then builds it in the background), or None (logged) when it cannot be: searches with words are then
+    answered 503 `search_index_building` (searches by filters alone still work)."""
+    try:
+        opened = open_repaired(root, conn)
     except Exception as exc:  # a second writer (tantivy's lock), an unreadable folder: degrade, never fail to serve
         log.warning("search index at %s not opened (%s); searches with words are refused", root / FOLDER, exc)
         return None
+    if opened.problem is not None:
+        log.warning("search index at %s: %s", root / FOLDER, repair_note(opened))
+    return opened.index
+
+
+def repair_note(opened: Opened) -> str:
+    """One line saying what `open_repaired` did to a damaged index."""
+    moved = f"; moved it to {opened.moved_to}" if opened.moved_to is not None else ""
+    return f"{opened.problem}{moved}; rebuilding it from the log"
 
 
 def build(conn: sqlite3.Connection, index: SearchIndex) -> int:
@@ -87,20 +189,38 @@ def build(conn: sqlite3.Connection, index: SearchIndex) -> int:
     return done
 
 
-def rebuild(root: Path, conn: sqlite3.Connection) -> int | None:
-    """Empty the data folder's index and index every entry again (`bbs rebuild`); returns the entries indexed.
+@dataclass(frozen=True)
+class Rebuilt:
+    """What `rebuild` did: entries indexed (None: a serving node holds the index), the repair note of a damaged
+    index (`repair_note`), and the index's `verify` finding afterwards."""
 
-    None when another process (a serving node) holds the index's writer lock: that node keeps it caught up.
+    entries: int | None
+    repaired: str | None = None
+    status: str = "ok"
+    detail: str = ""
+
+
+def rebuild(root: Path, conn: sqlite3.Connection) -> Rebuilt:
+    """Empty the data folder's index and index every entry again (`bbs rebuild`), from nothing when the folder is
+    damaged (`open_repaired`); checks the result (`verify`).
+
+    `entries` is None when another process (a serving node) holds the index's writer lock: that node keeps it
+    caught up, and repairs it itself. A new index that cannot be created is a `fail`.
     """
     try:
-        index = SearchIndex(root / FOLDER, store_epoch(conn))
-    except ValueError:  # tantivy's lock file: one writer per index
-        return None
+        opened = open_repaired(root, conn)
+    except Exception as exc:
+        if lock_busy(exc):
+            return Rebuilt(None, detail="a serving node holds the search index; it keeps it caught up")
+        return Rebuilt(None, status="fail", detail=f"search index at {root / FOLDER} cannot be created ({exc})")
+    index = opened.index
     try:
         index.reset()
-        return build(conn, index)
+        count = build(conn, index)
+        status, detail = verify(index, conn)
     finally:
         index.close()
+    return Rebuilt(count, repair_note(opened) if opened.problem else None, status, detail)
 
 
 SAMPLE = 50  # entries `check` looks up in the index
@@ -116,9 +236,18 @@ def check(root: Path, conn: sqlite3.Connection) -> tuple[str, str]:
         return "warn", f"no search index at {path}; the node builds it when it starts"
     try:
         index = SearchIndex(path, store_epoch(conn), writable=False)
-        position, stamp = index.state()
     except Exception as exc:  # a damaged folder is a finding, not a crash
-        return "fail", f"search index at {path} cannot be read ({exc}); run bbs rebuild"
+        return "fail", f"search index at {path} cannot be read ({_one_line(exc)}){REBUILD_ADVICE}"
+    return verify(index, conn)
+
+
+def verify(index: SearchIndex, conn: sqlite3.Connection) -> tuple[str, str]:
+    """(status, detail) of an opened index against `conn`'s entries: its stamp, its document count and a sample
+    of entries under their ids (`check`, and `open_repaired` before a node serves it)."""
+    unreadable = _unreadable(index)
+    if unreadable is not None:
+        return "fail", f"search index at {index.path}: {unreadable}{REBUILD_ADVICE}"
+    position, stamp = index.state()
     if stamp != index.stamp:
         return "warn", f"search index built for {stamp}, not {index.stamp}; the node rebuilds it when it starts"
     if position > highest_entry(conn):  # the node indexed entries committed after this copy was taken
@@ -126,7 +255,7 @@ def check(root: Path, conn: sqlite3.Connection) -> tuple[str, str]:
     covered = int(conn.execute("SELECT count(*) FROM entries WHERE id <= ?", (position,)).fetchone()[0])
     documents = index.documents()
     if documents != covered:
-        return "fail", f"search index holds {documents} documents for {covered} entries; run bbs rebuild"
+        return "fail", f"search index holds {documents} documents for {covered} entries{REBUILD_ADVICE}"
     sample = conn.execute(
         "SELECT id, record_hash FROM entries WHERE id <= ? ORDER BY random() LIMIT ?", (position, SAMPLE)
     ).fetchall()
@@ -134,20 +263,40 @@ def check(root: Path, conn: sqlite3.Connection) -> tuple[str, str]:
     if wrong:
         return (
             "fail",
-            f"search index misses or misplaces {len(wrong)} of {len(sample)} sampled entries; run bbs rebuild",
+            f"search index misses or misplaces {len(wrong)} of {len(sample)} sampled entries{REBUILD_ADVICE}",
         )
     behind = pending(conn, position)
     lag = f", {behind} entries behind the log (indexed while the node runs)" if behind else ""
     return "ok", f"search index: {documents} documents, matching entries up to id {position}{lag}"
 
 
+@contextlib.contextmanager
+def reading(index: SearchIndex) -> Iterator[None]:
+    """Reads of `index` in the block: a panic of tantivy reading a damaged segment marks the index `damaged`
+    (the indexer rebuilds it) and is answered 503 search_index_building instead of ending the request."""
+    try:
+        yield
+    except BaseException as exc:
+        if not is_panic(exc):
+            raise
+        index.damaged = True
+        raise SearchIndexBuilding(
+            "the search index is damaged; the node is rebuilding it from the log", retry_after=REPAIR_RETRY_S
+        ) from None
+
+
 def ensure_serving(conn: sqlite3.Connection, index: SearchIndex | None) -> None:
     """Raise SearchIndexBuilding unless `index` answers searches: opened, and seen near the log's head once."""
     if index is None:
         raise SearchIndexBuilding("the search index could not be opened; see the node's log", retry_after=60)
+    if index.damaged:
+        raise SearchIndexBuilding(
+            "the search index is damaged; the node is rebuilding it from the log", retry_after=REPAIR_RETRY_S
+        )
     if index.serving:
         return
-    position = index.state()[0]
+    with reading(index):
+        position = index.state()[0]
     if pending(conn, position, cap=SERVING_LAG) > SERVING_LAG:
         head = highest_entry(conn)  # ids are log positions: head - position bounds the entries left
         raise SearchIndexBuilding(
@@ -185,7 +334,8 @@ def page(
         since_ms=since_ms,
         include_synthetic=q.include_synthetic,
     )
-    return index.search(words, filters, q.limit, q.offset, ranking.for_query(conn, q))
+    with reading(index):
+        return index.search(words, filters, q.limit, q.offset, ranking.for_query(conn, q))
 
 
 class Indexer:
@@ -204,20 +354,27 @@ class Indexer:
         index: SearchIndex,
         pace: Pace | None = None,
         on_delay: Callable[[float], None] | None = None,
+        reopen: Callable[[], Awaitable[SearchIndex]] | None = None,
     ) -> None:
         self.db = db
         self.index = index
         self.pace = pace or Pace()
         self.on_delay = on_delay  # told each round's commit-to-searchable delay, in seconds (a metric)
+        # Opens the index again after a failed round or a missing folder (`repair`): the node's own opener, which
+        # repairs a damaged folder and hands the new index to the node's searches.
+        self.reopen = reopen
         self.position = Watermark(index.state()[0])
         self.ages = CommitAges()
         self.wake = asyncio.Event()
         self.flush = asyncio.Event()  # a search waits for a position: commit at the flush pace
         self.batches = 0  # index commits
         self.flushes = 0  # searches that asked for a flush
+        self.failures = 0  # indexing rounds that failed (each logged once per distinct problem: `_trouble`)
+        self.repairs = 0  # times the index was opened again because its folder was gone or broken
         self.last_commit = -math.inf  # time.monotonic() at the start of the last index commit
         self.ready = False  # caught up with the log once since `run` began (a first build can take minutes)
         self.stopping = False
+        self._trouble: str | None = None  # the problem last logged, until a round succeeds again
 
     def committed(self, at: float) -> None:
         """The node's writer committed at `at` (time.monotonic()): there may be entries to index."""
@@ -258,8 +415,8 @@ class Indexer:
         return await self.position.reach(position, timeout_s)
 
     async def lag(self) -> int:
-        """Entries committed but not yet in the index."""
-        position = self.index.state()[0]
+        """Entries committed but not yet in the index (past the position searches see)."""
+        position = self.position.position
         return await self.db.read(lambda c: pending(c, position), quick=True)
 
     def stop(self) -> None:
@@ -271,19 +428,53 @@ class Indexer:
 
     async def run(self) -> None:
         """Catch up now, then each time a commit (or the idle poll) says there may be more, at the pace, until
-        `stop`."""
+        `stop`. A round that fails, or finds the index's folder gone, opens the index again (`repair`)."""
         while not self.stopping:
             self.wake.clear()  # before catching up: a commit during it wakes the next round
             try:
+                if not (self.index.path / "meta.json").exists():
+                    await self.repair("its folder is gone")
+                elif self.index.damaged:
+                    await self.repair("reading it failed (a damaged segment)")
                 await self.catch_up()
                 self.ready = True
-            except Exception:
+                if self._trouble is not None:
+                    log.info("search indexing works again at entry id %d", self.position.position)
+                    self._trouble = None
+            except BaseException as exc:  # a tantivy panic too (is_panic), not a cancellation
+                if not is_fault(exc):
+                    raise
                 if not self.db.is_open:
                     return
-                log.exception("search indexing failed; retrying")
+                self.failures += 1
+                await self._failed(exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), IDLE_POLL_SECONDS)
             await self._keep_pace()
+
+    async def _failed(self, exc: BaseException) -> None:
+        """A failed round: logged once per distinct problem (not once per retry), then the index opened again."""
+        problem = _one_line(exc)
+        if problem != self._trouble:
+            log.warning("search indexing failed (%s); opening the index at %s again", problem, self.index.path)
+            self._trouble = problem
+        try:
+            await self.repair(None)
+        except BaseException as again:  # a repair that fails too is the next round's failure
+            if not is_fault(again):
+                raise
+
+    async def repair(self, reason: str | None) -> None:
+        """Close the index and open it again through `reopen` (a damaged or missing folder is rebuilt from the
+        log: the position starts again from what the new index covers). `reason` is logged when given."""
+        if self.reopen is None:
+            raise RuntimeError("this indexer cannot open its index again")
+        if reason is not None:
+            log.warning("search index at %s: %s; rebuilding it from the log", self.index.path, reason)
+        await asyncio.to_thread(_drop, self.index)  # a writer whose folder is gone may fail to close
+        self.index = await self.reopen()
+        self.repairs += 1
+        self.position.restart(self.index.state()[0])
 
     async def _keep_pace(self) -> None:
         """Return when the next commit may start: sooner when a search starts waiting meanwhile."""

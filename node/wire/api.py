@@ -462,6 +462,8 @@ class NodeInfo(msgspec.Struct):
     schema_version: int
     record_schema: str
     limits: dict[str, int]
+    # this process's boot id: peers name it in their signed requests (docs/security.md, "Replay across restarts")
+    boot_id: str | None = None
 
 
 class Health(msgspec.Struct):

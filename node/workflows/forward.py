@@ -20,12 +20,15 @@ from node.db import Database
 from node.errors import BBSError
 from node.wire.workflows import PeerLeaseIn, PeerLeaseOut, PeerTaskEventIn, PeerTaskEventOut
 from node.workflows.leases import LeaseAuthorityUnreachable
-from sync.auth import send_resigned, sign_headers
+from sync.auth import PeerBoots, send_resigned, sign_headers
 
 PEER_LEASE_PATH = "/v1/agent-workflows/peer/lease"
 PEER_EVENT_PATH = "/v1/agent-workflows/peer/task-event"
 FORWARD_TIMEOUT_S = 10.0
 MAX_REPLY_BYTES = 1024 * 1024
+# The boot id of each home node (by URL) as last read: a fact about that URL, the same for every node of this
+# process, so one table serves them all; refreshed when a home node answers `stale_boot`.
+BOOTS = PeerBoots()
 
 
 async def request_lease(
@@ -90,22 +93,24 @@ async def _post(
             " status, and that node is not a peer of this one; ask there, or add it as a peer",
             field="task_id",
         )
-    url = str(row[0]).rstrip("/") + path
-
-    async def send() -> tuple[int, bytes]:
-        headers = sign_headers(node_key, "POST", url, body)  # signed anew for each attempt
-        headers["Content-Type"] = "application/json"
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(
-                url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
-            ) as resp,
-        ):
-            return resp.status, await resp.content.read(MAX_REPLY_BYTES)
-
+    base = str(row[0])
+    url = base.rstrip("/") + path
     try:
-        # a home node that restarted refuses a signature of the second it last accepted: signed again, once
-        return await send_resigned(send)
+        # one request per connection, as before the boot id look-up shared the session (scenarios/chaos.py taps it)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+
+            async def send(boot: str | None) -> tuple[int, bytes]:
+                headers = sign_headers(node_key, "POST", url, body, boot=boot)  # signed anew for each attempt
+                headers["Content-Type"] = "application/json"
+                timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
+                async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
+                    return resp.status, await resp.content.read(MAX_REPLY_BYTES)
+
+            async def boot(fresh: bool) -> str | None:
+                return await BOOTS.get(session, base, fresh=fresh, timeout=FORWARD_TIMEOUT_S)
+
+            # a home node that restarted refuses a signature for its previous boot: its boot id read, signed again
+            return await send_resigned(send, boot)
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise LeaseAuthorityUnreachable(
             f"task {task_key} is homed on node {home_node}, the only node that may grant its lease or change its"

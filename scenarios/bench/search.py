@@ -84,7 +84,7 @@ def rebuild_index(data: Path) -> tuple[int, float]:
     """Empty and rebuild the data folder's tantivy index as `bbs rebuild` does; (entries indexed, seconds)."""
     with contextlib.closing(sqlite3.connect(DataDir(data).db_path)) as conn:
         started = time.perf_counter()
-        indexed = indexer.rebuild(data, conn) or 0
+        indexed = indexer.rebuild(data, conn).entries or 0
         return indexed, time.perf_counter() - started
 
 

@@ -170,7 +170,8 @@ async def test_a_peer_that_has_not_added_this_node_is_waited_for_not_failed(
     assert len(said) == 1 and "has not added this node yet" in said[0] and b.node_id in said[0]
 
     await a.add_peer(b)  # the other side adds this node: the next poll (within about 2 s) gets through
-    await until(lambda: not b.sync.scheduler.puller.health_of(a.node_id).waiting_for_peer, 30)
+    # as stored, not as in memory: the puller clears its flag a moment before the note that stores it commits
+    await until(lambda: not peer_status(data, a.node_id)["health"]["waiting_for_peer"], 30)
     await until(lambda: peer_status(data, a.node_id)["lag_records"] == 0, 30)
     status = await asyncio.to_thread(peer_status, data, a.node_id)
     assert status["health"]["waiting_for_peer"] is False and status["last_error"] is None

@@ -107,6 +107,7 @@ async def test_rebuild_reproduces_projections(
         "records_replayed": report["records_replayed"],
         "projections_matched_log": True,
         "search_index_entries": report["search_index_entries"],
+        "search_index": "ok",
     }
     assert (
         report["search_index_entries"]

@@ -113,3 +113,15 @@ def test_peer_auth_error() -> None:
     err = auth.PeerAuthError("unknown_peer", "not a peer", 403)
     assert (err.code, err.detail, err.status, str(err)) == ("unknown_peer", "not a peer", 403, "not a peer")
     assert auth.PeerAuthError("x", "y").status == 401
+
+
+def test_a_peers_clock_offset_from_the_date_of_its_answer_and_the_advice_beyond_the_window() -> None:
+    now = 1_767_323_045.3
+    assert auth.clock_offset("Fri, 02 Jan 2026 03:04:05 GMT", now) == 0.2  # the middle of the second it names
+    assert auth.clock_offset("Fri, 02 Jan 2026 03:14:05 GMT", now) == 600.2
+    for bad in (None, "", "yesterday", "Fri, 02 Jan 2026 03:04:05"):  # no zone: not a Date an answer carries
+        assert auth.clock_offset(bad, now) is None
+    assert auth.clock_advice(None) is None and auth.clock_advice(auth.MAX_SKEW_S) is None
+    ahead, behind = auth.clock_advice(600.2), auth.clock_advice(-90)
+    assert ahead is not None and "600 s ahead of this node's" in ahead and "NTP" in ahead
+    assert behind is not None and "90 s behind this node's" in behind and "stale_request" in behind

@@ -228,11 +228,15 @@ async def test_requests_are_signed_with_the_query_and_body(fake: tuple[Fake, str
         await client.changes(3, "ab", 7, 0)
         state.body = b'{"type":"records","v":2,"node_id":"%s","items":[],"missing":[]}' % NODE_ID.encode()
         await client.fetch(["0" * 64])
-    (get_method, get_path, get_headers, _), (post_method, post_path, post_headers, post_body) = state.requests
+    asked_boot, *signed = state.requests  # the peer's boot id first (none here: a peer of the previous release)
+    assert asked_boot[:2] == ("GET", "/v1/node") and "Signature" not in asked_boot[2]
+    (get_method, get_path, get_headers, _), (post_method, post_path, post_headers, post_body) = signed
     assert (get_method, post_method) == ("GET", "POST")
     assert get_path.startswith("/v1/sync/changes?") and "since=3" in get_path and "epoch=ab" in get_path
     assert "limit=7" in get_path and "wait_ms=0" in get_path
     assert "Signature" in get_headers and "Signature-Input" in get_headers
+    # a peer whose /v1/node has no boot_id is of the previous release: signed as it signs, without Bbs-Boot
+    assert "Bbs-Boot" not in get_headers and "bbs-boot" not in get_headers["Signature-Input"]
     assert post_path == "/v1/sync/fetch" and post_headers["Content-Type"] == "application/json"
     assert "Content-Digest" in post_headers and "Signature" in post_headers
     assert json.loads(post_body) == {"type": "fetch", "v": 2, "hashes": ["0" * 64]}

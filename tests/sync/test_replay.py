@@ -11,8 +11,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from prometheus_client import generate_latest
 
 from identity import keys
+from node.metrics import metrics_of
 from sync import auth
 from sync.client import PeerClient
 from sync.memory import MemoryStore
@@ -79,24 +81,62 @@ def test_an_unwritable_fence_is_a_503_not_an_acceptance(tmp_path: Path) -> None:
         os.chmod(folder, 0o700)
 
 
-async def test_the_peer_client_signs_again_once_when_the_peer_restarted_this_second(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+async def test_a_client_of_the_previous_release_signs_again_once_when_the_peer_restarted_this_second(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     a, b = await make_peer("a"), await make_peer("b")
     await a.add_peer(b)
     fence = a.sync.verifier.fence
     assert fence is not None
     fence.floor = int(time.time())  # as if `a` had accepted a request this very second before restarting
-    client = PeerClient(b.session, b.node.key, a.node_id, a.url)
+    # signing without a boot id, as the previous release does: served under the fence
+    client = PeerClient(b.session, b.node.key, a.node_id, a.url, boots=auth.PeerBoots({a.url: None}))
     reply = await client.changes(0, None, 10, 0)
     assert reply.node_id == a.node_id and client.resigned == 1 and client.requests == 2
+    assert a.sync.verifier.legacy == 1
+
+
+async def test_a_client_naming_the_boot_is_not_held_by_the_fence(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """The fence holds a second far ahead of this node's clock (a peer signed while both clocks ran ahead, and
+    NTP stepped them back since): a request naming the node's boot is accepted at once all the same."""
+    a, b = await make_peer("a"), await make_peer("b")
+    await a.add_peer(b)
+    fence = a.sync.verifier.fence
+    assert fence is not None
+    fence.floor = int(time.time()) + 600
+    client = PeerClient(b.session, b.node.key, a.node_id, a.url)
+    reply = await client.changes(0, None, 10, 0)
+    assert reply.node_id == a.node_id and client.resigned == 0 and client.requests == 1
+    assert a.sync.verifier.legacy == 0 and fence.floor == int(time.time()) + 600  # nothing admitted to it
+
+
+async def test_a_request_for_another_boot_is_refused_and_the_client_reads_the_boot_again(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    a, b = await make_peer("a"), await make_peer("b")
+    await a.add_peer(b)
+    client = PeerClient(b.session, b.node.key, a.node_id, a.url)
+    await client.changes(0, None, 10, 0)
+    url = a.url + "/v1/sync/changes?since=0&v=2"
+    old_boot = a.sync.verifier.boot_id
+    captured = auth.sign_headers(b.node.key, "GET", url, boot=old_boot)
+    a.sync.verifier.boot_id = "a-later-boot-of-a"  # what a restart draws (the real one: below, on bbs serve)
+    async with b.session.get(url, headers=captured) as resp:
+        problem = await resp.json()
+        assert resp.status == 401 and problem["code"] == "stale_boot" and "GET /v1/node" in problem["detail"]
+    async with b.session.get(a.url + "/v1/node") as resp:
+        assert (await resp.json())["boot_id"] == "a-later-boot-of-a"
+    reply = await client.changes(0, None, 10, 0)  # refused once for the old boot, read it again, accepted
+    assert reply.node_id == a.node_id and client.resigned == 1 and client.requests == 3
+    tampered = dict(captured, **{"Bbs-Boot": "a-later-boot-of-a"})  # the header is covered by the signature
+    async with b.session.get(url, headers=tampered) as resp:
+        assert resp.status == 401 and (await resp.json())["code"] == "bad_signature"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["stop", "kill"])
+@pytest.mark.parametrize(("how", "release"), [("stop", "current"), ("kill", "current"), ("kill", "previous")])
 async def test_a_request_captured_before_a_restart_is_refused_after_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, release: str
 ) -> None:
     """A real `bbs serve` accepts a signed request, is stopped (SIGTERM) or killed (SIGKILL) and started again:
-    the captured request, still fresh, is refused; the same peer's own puller, running all along, gets
+    the captured request, still fresh, is refused (`stale_boot` when it named the node's boot, `stale_request`
+    by the fence when signed as the previous release does); the same peer's own puller, running all along, gets
     through again without an error loop and brings an entry written after the restart."""
     data = tmp_path / "a"
     token = bbs("init", "--data", str(data)).stdout.split("keep it safe): ")[1].split()[0]
@@ -119,7 +159,9 @@ async def test_a_request_captured_before_a_restart_is_refused_after_it(
             loop = asyncio.create_task(puller.run_peer(PeerConfig(node_id, server.url)))
             await until(lambda: len(store.log) >= 1)  # the writer agent's identity document
             url = server.url + "/v1/sync/changes?since=0&v=2"
-            captured = auth.sign_headers(peer, "GET", url)
+            async with session.get(server.url + "/v1/node") as resp:
+                boot = (await resp.json())["boot_id"] if release == "current" else None
+            captured = auth.sign_headers(peer, "GET", url, boot=boot)
             async with session.get(url, headers=captured) as resp:
                 assert resp.status == 200
             server.kill() if how == "kill" else server.stop()
@@ -128,8 +170,10 @@ async def test_a_request_captured_before_a_restart_is_refused_after_it(
             # restart takes longer), and at most one more on its way as the node came back
             restarted = puller.health_of(node_id).failures + 1
             async with session.get(url, headers=captured) as resp:
-                assert resp.status == 401 and (await resp.json())["code"] == "stale_request"
-            client = PeerClient(session, peer, node_id, server.url)  # the project's own client: signs anew
+                refused = "stale_boot" if release == "current" else "stale_request"
+                assert resp.status == 401 and (await resp.json())["code"] == refused
+            boots = auth.PeerBoots({server.url: boot})  # the boot id read before the restart (None: previous)
+            client = PeerClient(session, peer, node_id, server.url, boots=boots)  # the project's own client
             reply = await client.changes(0, None, 10, 0)
             assert reply.node_id == node_id and client.requests <= 2
             body = {"entry_type": "finding", "performative": "inform", "content": "written after the restart"}
@@ -162,3 +206,13 @@ async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
 def test_fence_file_lives_beside_the_database(tmp_path: Path) -> None:
     bbs("init", "--data", str(tmp_path / "n"))
     assert (tmp_path / "n" / FENCE_NAME).read_text() == "0\n"
+
+
+async def test_requests_of_the_previous_release_are_counted_in_metrics(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    a, b = await make_peer("a"), await make_peer("b")
+    await a.add_peer(b)
+    old = PeerClient(b.session, b.node.key, a.node_id, a.url, boots=auth.PeerBoots({a.url: None}))
+    await old.changes(0, None, 10, 0)
+    await PeerClient(b.session, b.node.key, a.node_id, a.url).changes(0, None, 10, 0)
+    text = generate_latest(metrics_of(a.app).registry).decode()
+    assert "bbs_sync_previous_release_requests_total 1.0" in text

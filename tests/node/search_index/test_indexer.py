@@ -233,16 +233,20 @@ async def test_rebuild_and_check(node: Node, data_dir: tuple[Path, str]) -> None
     status, detail = indexer.check(root, early)  # the index is ahead of that copy: not a failure
     assert status == "warn" and "past this copy" in detail
     early.close()
-    assert await node.db.read(lambda c: indexer.rebuild(root, c)) is None  # the serving node holds the writer
+    held = await node.db.read(lambda c: indexer.rebuild(root, c))
+    assert held.entries is None and held.status == "ok"  # the serving node holds the writer
     node.close()
     with contextlib.closing(sqlite3.connect(root / "bbs.db")) as conn:
-        assert indexer.rebuild(root, conn) == 3
+        assert indexer.rebuild(root, conn) == indexer.Rebuilt(3, detail=indexer.check(root, conn)[1])
         assert indexer.check(root, conn)[0] == "ok"
         damaged = SearchIndex(root / FOLDER, indexer.store_epoch(conn))
         damaged.apply([Row(99, "h99", "stray", "[]", "finding", "inform", "x", "fact", 0.5, 0)], 3)
         damaged.close()
         status, detail = indexer.check(root, conn)
         assert status == "fail" and "bbs rebuild" in detail
+        repaired = indexer.rebuild(root, conn)  # opens, fails its check: emptied in place and built again
+        assert repaired.entries == 3 and repaired.status == "ok" and repaired.repaired is not None
+        assert repaired.repaired == "search index holds 4 documents for 2 entries; rebuilding it from the log"
         shutil.rmtree(root / FOLDER)
         assert indexer.check(root, conn)[0] == "warn"
 

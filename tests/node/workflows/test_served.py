@@ -34,6 +34,7 @@ class Served:
     port: int = field(default_factory=free_port)
     token: str = ""
     process: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)  # added to the environment of the next `start`
 
     @property
     def url(self) -> str:
@@ -41,7 +42,7 @@ class Served:
 
     def start(self) -> Served:
         self.token = initialise(self.data) or self.token
-        env = {**os.environ, "BBS_LOG_LEVEL": "warning"}
+        env = {**os.environ, "BBS_LOG_LEVEL": "warning", **self.env}
         args = [sys.executable, "-m", "node.cli", "serve", "--data", str(self.data), "--port", str(self.port)]
         log = open(self.data.parent / f"{self.data.name}.log", "ab")  # noqa: SIM115 (the process keeps it)
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -213,8 +214,10 @@ def _restart_in_the_second_it_last_accepted(node: Served) -> None:
 def test_a_forwarded_request_refused_as_signed_before_a_restart_is_signed_again(
     served: list[Served], tmp_path: Path
 ) -> None:
-    """The home node restarted in the second it last accepted a peer signature: a forwarded lease and a forwarded
-    completion signed in that second are refused `stale_request`, signed again in the next second, and decided."""
+    """The home node restarted (and, as if in the second it last accepted a peer signature, its fence holds that
+    second): a forwarded lease and a forwarded completion signed for its previous boot are refused `stale_boot`,
+    signed again for the boot read anew, and decided; the fence, there for peers of the previous release, does
+    not hold them."""
     a, b = _pair(tmp_path, served)
     _, boss = a.agent("boss")
     worker_id, worker = b.agent("worker")
