@@ -67,9 +67,11 @@ def migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
-def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:
+def connect(
+    path: Path | str, *, readonly: bool = False, factory: type[sqlite3.Connection] = sqlite3.Connection
+) -> sqlite3.Connection:
     """Open a connection with the node's pragmas (autocommit mode: transactions are explicit)."""
-    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0, factory=factory)
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA busy_timeout = 30000")
     conn.execute("PRAGMA foreign_keys = ON")
@@ -260,6 +262,42 @@ class WriterStats:
     rolled_back: int = 0  # batches that failed as a whole (e.g. disk full): none of their jobs was acknowledged
     jobs: int = 0  # write jobs run, each an awaited `write` or `write_merged`
     busy_seconds: float = 0.0  # time from BEGIN to the outcome of the batch, COMMIT (fsync) included
+    # Where busy_seconds goes (docs/performance.md, "The writer's time"): `cpu_seconds` is the writer thread's
+    # own CPU in those batches; `statement_seconds` the wall time inside `execute` calls (SQLite, and waiting
+    # for the GIL after each statement) and `statement_cpu_seconds` the CPU among it; `commit_seconds` the
+    # COMMIT (fsync, and the GIL after it). busy - statement time is Python in the transaction; wall - CPU is
+    # waiting (for the GIL, and for the disk in COMMIT).
+    cpu_seconds: float = 0.0
+    statements: int = 0
+    statement_seconds: float = 0.0
+    statement_cpu_seconds: float = 0.0
+    commit_seconds: float = 0.0
+    commit_cpu_seconds: float = 0.0
+
+
+class TimedConnection(sqlite3.Connection):
+    """The writer's connection: `execute` and `executemany` add their wall and CPU time to `stats` (two clock
+    reads per statement, against tens of microseconds a statement). Only the writer thread uses it."""
+
+    stats = WriterStats()  # Database.open sets its own; what `connect` runs before that is counted here
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        stats, wall, cpu = self.stats, time.perf_counter(), time.thread_time()
+        try:
+            return super().execute(sql, parameters)
+        finally:
+            stats.statements += 1
+            stats.statement_cpu_seconds += time.thread_time() - cpu
+            stats.statement_seconds += time.perf_counter() - wall
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        stats, wall, cpu = self.stats, time.perf_counter(), time.thread_time()
+        try:
+            return super().executemany(sql, parameters)
+        finally:
+            stats.statements += 1
+            stats.statement_cpu_seconds += time.thread_time() - cpu
+            stats.statement_seconds += time.perf_counter() - wall
 
 
 @dataclass
@@ -330,7 +368,9 @@ class Database:
         if self._closed:  # opened again after close(): a new reader pool
             self._pool = concurrent.futures.ThreadPoolExecutor(self._readers, thread_name_prefix="bbs-read")
             self._closed = False
-        conn = connect(self.path)
+        conn = connect(self.path, factory=TimedConnection)
+        assert isinstance(conn, TimedConnection)
+        conn.stats = self.stats
         self.schema_version = migrate(conn)
         self._writer = threading.Thread(target=self._write_loop, args=(conn,), name="bbs-writer", daemon=True)
         self._writer.start()
@@ -459,8 +499,9 @@ class Database:
         conn.close()
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         outcomes: list[tuple[bool, Any]] = []
+        body_done, body_cpu = started, cpu_started
         try:
             with transaction(conn, immediate=True):
                 for group in _runs(batch):
@@ -470,6 +511,9 @@ class Database:
                             outcomes.extend(merged)
                             continue
                     outcomes.extend(_run_alone(conn, job) for job in group)
+                body_done, body_cpu = time.perf_counter(), time.thread_time()
+            self.stats.commit_seconds += time.perf_counter() - body_done
+            self.stats.commit_cpu_seconds += time.thread_time() - body_cpu
         except BaseException as exc:  # nothing of this batch is committed, so no job may report success
             if not isinstance(exc, Exception):  # e.g. SystemExit raised by a job: the writer must live on
                 log.critical("a write job raised %r; its batch of %d jobs is rolled back", exc, len(batch))
@@ -485,6 +529,7 @@ class Database:
         stats.transactions += 1
         stats.jobs += len(batch)
         stats.busy_seconds += time.perf_counter() - started
+        stats.cpu_seconds += time.thread_time() - cpu_started
         # One wake-up per event loop for the whole batch rather than one per job.
         by_loop: dict[Any, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
         for job, (ok, value) in zip(batch, outcomes, strict=True):

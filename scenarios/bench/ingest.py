@@ -104,6 +104,29 @@ def _bare_floor(ctx: Context, per_lane: int) -> LoadResult:
     return result
 
 
+def writer_breakdown(label: str, writer: dict[str, float], entries: int) -> Row:
+    """Where the writer's time per entry went (node.db.WriterStats): SQL statements, Python in the transaction,
+    COMMIT, and how much of the time outside COMMIT the thread was not running (waiting for the GIL)."""
+    n = max(entries, 1)
+    busy, commit = writer.get("busy_seconds", 0.0), writer.get("commit_seconds", 0.0)
+    statements = writer.get("statement_seconds", 0.0)
+    off_cpu = (busy - commit) - (writer.get("cpu_seconds", 0.0) - writer.get("commit_cpu_seconds", 0.0))
+    per_commit = writer.get("statements", 0.0) / max(writer.get("transactions", 0.0), 1.0)
+    return Row(
+        BENCH,
+        f"{label}: writer time per entry: SQL / Python / COMMIT / waiting",
+        f"{ms((statements - commit) / n)} ({per_commit:.0f} statements per commit) / {ms((busy - statements) / n)}"
+        f" / {ms(commit / n)} / {ms(off_cpu / n)}",
+        "—",
+        None,
+        "",
+        None,
+        "bbs_writer_* on /metrics: SQL = wall time inside statements but COMMIT (BEGIN and savepoints included);"
+        " Python = the rest of the transaction and its answers; COMMIT = its wall time (fsync); waiting = wall"
+        " minus the thread's CPU outside COMMIT (the GIL), already counted in SQL and Python",
+    )
+
+
 def run(ctx: Context) -> None:
     """Measure the four ingest paths and report them against the raw SQLite rate."""
     sizes = ctx.sizes
@@ -198,6 +221,7 @@ def run(ctx: Context) -> None:
                 " the raw sqlite3 run's time per entry",
             )
         )
+        ctx.report.add(writer_breakdown(label, m.writer, entries))
     floor_rate, single_rate = floor.count / floor.elapsed, measured[0].entries / measured[0].result.elapsed
     ctx.report.add(
         Row(
