@@ -66,6 +66,7 @@ class Incoming:
     decoded: Any
     scope: str = "federation"
     body: bytes | None = None  # the record's canonical bytes when the caller holds them (else encoded here)
+    version: str | None = None  # `version_of` the record, with `body`, when the caller holds it (else computed)
 
 
 def version_of(kind: str, record_hash: str, body: bytes) -> str:
@@ -77,24 +78,35 @@ def version_of(kind: str, record_hash: str, body: bytes) -> str:
 REFUSED_SEQ = 0  # append_many's seq for a version refused because two better versions of its address are held
 
 
-def append_many(conn: sqlite3.Connection, items: list[Incoming], *, origin: str, now_ms: int) -> list[tuple[int, bool]]:
+def append_many(
+    conn: sqlite3.Connection,
+    items: list[Incoming],
+    *,
+    origin: str,
+    now_ms: int,
+    held: Mapping[str, list[equivocation.Held]] | None = None,
+) -> list[tuple[int, bool]]:
     """Append verified records to the log and project the new ones, in order. Returns (seq, newly_inserted) per item.
 
     Set-based: a fixed handful of statements for the whole run (`db.insert_rows`), and the derived links and
     notifications that depend on several records decided once. A version already stored, or given twice, is
     inserted once (the later copies report newly_inserted false). A new version of an address already held (or
     two versions of one address in the run) goes through `node.equivocation`'s rule one by one; a refused one
-    reports (REFUSED_SEQ, False).
+    reports (REFUSED_SEQ, False). `held` is `equivocation.held` of the items' addresses when the caller read it
+    in this transaction already (it is not read again).
     """
     if not items:
         return []
     bodies = [canonical.canonical_bytes(item.record) if item.body is None else item.body for item in items]
-    versions = [version_of(item.record["kind"], item.hash, body) for item, body in zip(items, bodies, strict=True)]
+    versions = [
+        version_of(item.record["kind"], item.hash, body) if item.version is None else item.version
+        for item, body in zip(items, bodies, strict=True)
+    ]
     first: dict[str, int] = {}
     for i, version in enumerate(versions):
         first.setdefault(version, i)
     per_address = Counter(items[i].hash for i in first.values())
-    stored = equivocation.held(conn, per_address)
+    stored = equivocation.held(conn, per_address) if held is None else held
     known = {h.version: h.seq for versions_held in stored.values() for h in versions_held}
     clean = [i for i in first.values() if items[i].hash not in stored and per_address[items[i].hash] == 1]
     was_clean = set(clean)
