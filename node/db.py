@@ -486,34 +486,38 @@ class Database:
             if first is None:
                 break
             batch = [first]
-            while len(batch) < MAX_BATCH:
-                try:
-                    job = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if job is None:
-                    stop = True
-                    break
-                batch.append(job)
+            stop = self._take_queued(batch)
             self._run_batch(conn, batch)
         conn.close()
 
+    def _take_queued(self, batch: list[_Job]) -> bool:
+        """Add what is queued to `batch` (up to MAX_BATCH jobs); whether the writer was asked to stop."""
+        while len(batch) < MAX_BATCH:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return False
+            if job is None:
+                return True
+            batch.append(job)
+        return False
+
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
         started, cpu_started = time.perf_counter(), time.thread_time()
-        outcomes: list[tuple[bool, Any]] = []
-        body_done, body_cpu = started, cpu_started
+        runs = _runs(batch)
         try:
-            with transaction(conn, immediate=True):
-                for group in _runs(batch):
-                    if len(group) > 1:
-                        merged = _run_merged(conn, group)
-                        if merged is not None:
-                            outcomes.extend(merged)
-                            continue
-                    outcomes.extend(_run_alone(conn, job) for job in group)
-                body_done, body_cpu = time.perf_counter(), time.thread_time()
-            self.stats.commit_seconds += time.perf_counter() - body_done
-            self.stats.commit_cpu_seconds += time.thread_time() - body_cpu
+            outcomes = None
+            if len(runs) == 1:  # one job, or one run of a mergeable kind: no savepoint needed (see _run_bare)
+                try:
+                    outcomes = self._commit(conn, lambda: _run_bare(conn, batch))
+                except _BareFailed as failed:  # rolled back
+                    if len(batch) == 1:
+                        outcomes = [(False, _storage_error(failed.error))]
+                    elif not isinstance(failed.error, BBSError):  # a refusal needs no line; a bug might
+                        log.info("a merged run of %d writes failed (%r); running each alone", len(batch), failed.error)
+                    runs = [[job] for job in batch]
+            if outcomes is None:
+                outcomes = self._commit(conn, lambda: _run_guarded(conn, runs))
         except BaseException as exc:  # nothing of this batch is committed, so no job may report success
             if not isinstance(exc, Exception):  # e.g. SystemExit raised by a job: the writer must live on
                 log.critical("a write job raised %r; its batch of %d jobs is rolled back", exc, len(batch))
@@ -539,6 +543,52 @@ class Database:
                 loop.call_soon_threadsafe(_settle_all, settled)
             except RuntimeError:  # that loop has closed: nobody awaits these answers (the writes stand)
                 log.debug("%d write answers dropped: their event loop is closed", len(settled))
+
+    def _commit(self, conn: sqlite3.Connection, body: Callable[[], list[tuple[bool, Any]]]) -> list[tuple[bool, Any]]:
+        """`body()` in one write transaction, committed; its COMMIT timed (WriterStats)."""
+        with transaction(conn, immediate=True):
+            outcomes = body()
+            body_done, body_cpu = time.perf_counter(), time.thread_time()
+        self.stats.commit_seconds += time.perf_counter() - body_done
+        self.stats.commit_cpu_seconds += time.thread_time() - body_cpu
+        return outcomes
+
+
+class _BareFailed(Exception):
+    """The job (or merged run) a transaction held alone failed: the transaction is rolled back."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(repr(error))
+        self.error = error
+
+
+def _run_bare(conn: sqlite3.Connection, batch: list[_Job]) -> list[tuple[bool, Any]]:
+    """A batch of one job, or of one run of a mergeable kind, run without a SAVEPOINT (two statements fewer):
+    when it fails, `_BareFailed` rolls the whole transaction back, and a merged run then runs each job alone."""
+    try:
+        if len(batch) == 1:
+            return [(True, batch[0].run_alone(conn))]
+        kind = batch[0].kind
+        assert kind is not None
+        results = kind.run(conn, [job.item for job in batch])
+        if len(results) != len(batch):
+            raise RuntimeError(f"a merged write returned {len(results)} results for {len(batch)} items")
+    except Exception as exc:
+        raise _BareFailed(exc) from exc
+    return [(True, result) for result in results]
+
+
+def _run_guarded(conn: sqlite3.Connection, runs: list[list[_Job]]) -> list[tuple[bool, Any]]:
+    """Runs of jobs in one transaction, each job (or merged run) in its own SAVEPOINT."""
+    outcomes: list[tuple[bool, Any]] = []
+    for group in runs:
+        if len(group) > 1:
+            merged = _run_merged(conn, group)
+            if merged is not None:
+                outcomes.extend(merged)
+                continue
+        outcomes.extend(_run_alone(conn, job) for job in group)
+    return outcomes
 
 
 def _runs(batch: list[_Job]) -> list[list[_Job]]:
