@@ -2,13 +2,17 @@
 
 Every write is a function run on the writer thread inside a transaction. Jobs
 that queue up while a commit is in flight are committed together, each inside
-its own SAVEPOINT so one failing job rolls back alone. A job's future resolves
-only after COMMIT returns: an acknowledged write is a committed write.
+its own SAVEPOINT so one failing job rolls back alone (a transaction of one job
+needs none: it is rolled back whole). Under load the writer waits briefly for
+more jobs before it begins (GATHER_*), never for a lone one. A job's future
+resolves only after COMMIT returns: an acknowledged write is a committed write.
 
 Jobs of one `Mergeable` kind that are queued next to each other run as one call
 (`write_merged`): concurrent single posts become one set-based append. If that
 call fails, it is rolled back and each of its jobs runs alone, so an error
-still reaches only the request that caused it.
+still reaches only the request that caused it. Every statement a writer job runs
+costs a GIL hand-off (docs/architecture.md), so jobs keep their statements few
+and set-based; `WriterStats` times them (bbs_writer_* on /metrics).
 
 Reads run whole functions on reader threads, each with its own connection, so
 many reads proceed in parallel with the writer (WAL). A read marked `quick` (a
