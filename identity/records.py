@@ -138,6 +138,17 @@ def verify(
     return compute_hash(record) if kind == "entry" else canonical.sha256_hex(signed_bytes)
 
 
+def canonical_body(record: dict[str, Any]) -> bytes:
+    """The record's canonical bytes (signature included), as `check` takes them as `body`: a record nesting
+    deeper than `canonical.MAX_DEPTH`, or holding a value JSON has no spelling for, is `malformed`."""
+    if canonical.nesting_depth(record) > canonical.MAX_DEPTH:
+        raise RecordError("malformed", f"record nests deeper than {canonical.MAX_DEPTH} levels")
+    try:
+        return canonical.canonical_bytes(record)
+    except (ValueError, TypeError) as exc:
+        raise RecordError("malformed", f"record is not plain JSON: {exc}") from None
+
+
 def check(
     record: dict[str, Any],
     *,
@@ -161,15 +172,7 @@ def check(
 
     if not isinstance(record, dict):
         raise RecordError("malformed", "a record must be a JSON object")
-    if body is None:
-        if canonical.nesting_depth(record) > canonical.MAX_DEPTH:
-            raise RecordError("malformed", f"record nests deeper than {canonical.MAX_DEPTH} levels")
-        try:
-            size = len(canonical.canonical_bytes(record))
-        except (ValueError, TypeError) as exc:
-            raise RecordError("malformed", f"record is not plain JSON: {exc}") from None
-    else:
-        size = len(body)
+    size = len(canonical_body(record) if body is None else body)
     if size > schema.MAX_RECORD_BYTES:
         raise RecordError("too_large", f"record is {size} bytes; the limit is {schema.MAX_RECORD_BYTES}")
     record_hash = verify(record, check_signature=check_signature, body=body, record_hash=record_hash)

@@ -2,13 +2,17 @@
 
 Every write is a function run on the writer thread inside a transaction. Jobs
 that queue up while a commit is in flight are committed together, each inside
-its own SAVEPOINT so one failing job rolls back alone. A job's future resolves
-only after COMMIT returns: an acknowledged write is a committed write.
+its own SAVEPOINT so one failing job rolls back alone (a transaction of one job
+needs none: it is rolled back whole). Under load the writer waits briefly for
+more jobs before it begins (GATHER_*), never for a lone one. A job's future
+resolves only after COMMIT returns: an acknowledged write is a committed write.
 
 Jobs of one `Mergeable` kind that are queued next to each other run as one call
 (`write_merged`): concurrent single posts become one set-based append. If that
 call fails, it is rolled back and each of its jobs runs alone, so an error
-still reaches only the request that caused it.
+still reaches only the request that caused it. Every statement a writer job runs
+costs a GIL hand-off (docs/architecture.md), so jobs keep their statements few
+and set-based; `WriterStats` times them (bbs_writer_* on /metrics).
 
 Reads run whole functions on reader threads, each with its own connection, so
 many reads proceed in parallel with the writer (WAL). A read marked `quick` (a
@@ -40,6 +44,14 @@ T = TypeVar("T")
 ItemT = TypeVar("ItemT")  # an item of a mergeable write
 log = logging.getLogger("bbs.db")
 MAX_BATCH = 256
+# Group commit under load: when the writer finds a few jobs queued behind the first (so requests are arriving) it
+# waits up to GATHER_GAP_S for each next one, for at most GATHER_SHARE of its last COMMIT's time (an fsync costs
+# the same for 5 jobs as for 50) and GATHER_MAX_S, while the batch holds fewer than GATHER_UNDER jobs. A lone
+# job never waits: an idle node answers as fast as before (docs/performance.md, "Group commit").
+GATHER_UNDER = 32
+GATHER_GAP_S = 0.0005
+GATHER_SHARE = 0.5
+GATHER_MAX_S = 0.002
 # How long a quick read may hold the event loop before its SQL is stopped and it moves to a reader thread, and
 # how often (in SQLite virtual machine instructions, about 0.1 ms) the budget is looked at. 0.5 ms moved most
 # rare-term searches in a served node (a query right after the loop wakes runs 3-4x slower than in a hot loop);
@@ -67,9 +79,11 @@ def migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
-def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:
+def connect(
+    path: Path | str, *, readonly: bool = False, factory: type[sqlite3.Connection] = sqlite3.Connection
+) -> sqlite3.Connection:
     """Open a connection with the node's pragmas (autocommit mode: transactions are explicit)."""
-    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0, factory=factory)
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA busy_timeout = 30000")
     conn.execute("PRAGMA foreign_keys = ON")
@@ -260,6 +274,42 @@ class WriterStats:
     rolled_back: int = 0  # batches that failed as a whole (e.g. disk full): none of their jobs was acknowledged
     jobs: int = 0  # write jobs run, each an awaited `write` or `write_merged`
     busy_seconds: float = 0.0  # time from BEGIN to the outcome of the batch, COMMIT (fsync) included
+    # Where busy_seconds goes (docs/performance.md, "The writer's time"): `cpu_seconds` is the writer thread's
+    # own CPU in those batches; `statement_seconds` the wall time inside `execute` calls (SQLite, and waiting
+    # for the GIL after each statement) and `statement_cpu_seconds` the CPU among it; `commit_seconds` the
+    # COMMIT (fsync, and the GIL after it). busy - statement time is Python in the transaction; wall - CPU is
+    # waiting (for the GIL, and for the disk in COMMIT).
+    cpu_seconds: float = 0.0
+    statements: int = 0
+    statement_seconds: float = 0.0
+    statement_cpu_seconds: float = 0.0
+    commit_seconds: float = 0.0
+    commit_cpu_seconds: float = 0.0
+
+
+class TimedConnection(sqlite3.Connection):
+    """The writer's connection: `execute` and `executemany` add their wall and CPU time to `stats` (two clock
+    reads per statement, against tens of microseconds a statement). Only the writer thread uses it."""
+
+    stats = WriterStats()  # Database.open sets its own; what `connect` runs before that is counted here
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        stats, wall, cpu = self.stats, time.perf_counter(), time.thread_time()
+        try:
+            return super().execute(sql, parameters)
+        finally:
+            stats.statements += 1
+            stats.statement_cpu_seconds += time.thread_time() - cpu
+            stats.statement_seconds += time.perf_counter() - wall
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        stats, wall, cpu = self.stats, time.perf_counter(), time.thread_time()
+        try:
+            return super().executemany(sql, parameters)
+        finally:
+            stats.statements += 1
+            stats.statement_cpu_seconds += time.thread_time() - cpu
+            stats.statement_seconds += time.perf_counter() - wall
 
 
 @dataclass
@@ -320,6 +370,7 @@ class Database:
         self._closed = False
         self.schema_version = 0
         self.stats = WriterStats()
+        self._last_commit_s = 0.0  # the writer's last COMMIT took this long (what `_gather` may wait)
         self.read_stats = ReadStats()
         # Called on the writer thread after each committed transaction (node/push wakes its dispatcher with them,
         # the search indexer its worker); each must be quick and thread-safe. Listeners add and remove themselves.
@@ -330,7 +381,9 @@ class Database:
         if self._closed:  # opened again after close(): a new reader pool
             self._pool = concurrent.futures.ThreadPoolExecutor(self._readers, thread_name_prefix="bbs-read")
             self._closed = False
-        conn = connect(self.path)
+        conn = connect(self.path, factory=TimedConnection)
+        assert isinstance(conn, TimedConnection)
+        conn.stats = self.stats
         self.schema_version = migrate(conn)
         self._writer = threading.Thread(target=self._write_loop, args=(conn,), name="bbs-writer", daemon=True)
         self._writer.start()
@@ -446,30 +499,58 @@ class Database:
             if first is None:
                 break
             batch = [first]
-            while len(batch) < MAX_BATCH:
-                try:
-                    job = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if job is None:
-                    stop = True
-                    break
-                batch.append(job)
+            stop = self._take_queued(batch)
+            if not stop and 1 < len(batch) < GATHER_UNDER:
+                stop = self._gather(batch, min(GATHER_MAX_S, self._last_commit_s * GATHER_SHARE))
             self._run_batch(conn, batch)
         conn.close()
 
+    def _gather(self, batch: list[_Job], budget_s: float) -> bool:
+        """Wait up to `budget_s` for more jobs while they keep arriving (GATHER_*); whether to stop."""
+        deadline = time.perf_counter() + budget_s
+        while len(batch) < GATHER_UNDER:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return False
+            try:
+                job = self._jobs.get(timeout=min(GATHER_GAP_S, left))
+            except queue.Empty:
+                return False
+            if job is None:
+                return True
+            batch.append(job)
+            if self._take_queued(batch):
+                return True
+        return False
+
+    def _take_queued(self, batch: list[_Job]) -> bool:
+        """Add what is queued to `batch` (up to MAX_BATCH jobs); whether the writer was asked to stop."""
+        while len(batch) < MAX_BATCH:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return False
+            if job is None:
+                return True
+            batch.append(job)
+        return False
+
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
-        started = time.perf_counter()
-        outcomes: list[tuple[bool, Any]] = []
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        runs = _runs(batch)
         try:
-            with transaction(conn, immediate=True):
-                for group in _runs(batch):
-                    if len(group) > 1:
-                        merged = _run_merged(conn, group)
-                        if merged is not None:
-                            outcomes.extend(merged)
-                            continue
-                    outcomes.extend(_run_alone(conn, job) for job in group)
+            outcomes = None
+            if len(runs) == 1:  # one job, or one run of a mergeable kind: no savepoint needed (see _run_bare)
+                try:
+                    outcomes = self._commit(conn, lambda: _run_bare(conn, batch))
+                except _BareFailed as failed:  # rolled back
+                    if len(batch) == 1:
+                        outcomes = [(False, _storage_error(failed.error))]
+                    elif not isinstance(failed.error, BBSError):  # a refusal needs no line; a bug might
+                        log.info("a merged run of %d writes failed (%r); running each alone", len(batch), failed.error)
+                    runs = [[job] for job in batch]
+            if outcomes is None:
+                outcomes = self._commit(conn, lambda: _run_guarded(conn, runs))
         except BaseException as exc:  # nothing of this batch is committed, so no job may report success
             if not isinstance(exc, Exception):  # e.g. SystemExit raised by a job: the writer must live on
                 log.critical("a write job raised %r; its batch of %d jobs is rolled back", exc, len(batch))
@@ -485,6 +566,7 @@ class Database:
         stats.transactions += 1
         stats.jobs += len(batch)
         stats.busy_seconds += time.perf_counter() - started
+        stats.cpu_seconds += time.thread_time() - cpu_started
         # One wake-up per event loop for the whole batch rather than one per job.
         by_loop: dict[Any, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
         for job, (ok, value) in zip(batch, outcomes, strict=True):
@@ -494,6 +576,53 @@ class Database:
                 loop.call_soon_threadsafe(_settle_all, settled)
             except RuntimeError:  # that loop has closed: nobody awaits these answers (the writes stand)
                 log.debug("%d write answers dropped: their event loop is closed", len(settled))
+
+    def _commit(self, conn: sqlite3.Connection, body: Callable[[], list[tuple[bool, Any]]]) -> list[tuple[bool, Any]]:
+        """`body()` in one write transaction, committed; its COMMIT timed (WriterStats)."""
+        with transaction(conn, immediate=True):
+            outcomes = body()
+            body_done, body_cpu = time.perf_counter(), time.thread_time()
+        self._last_commit_s = time.perf_counter() - body_done
+        self.stats.commit_seconds += self._last_commit_s
+        self.stats.commit_cpu_seconds += time.thread_time() - body_cpu
+        return outcomes
+
+
+class _BareFailed(Exception):
+    """The job (or merged run) a transaction held alone failed: the transaction is rolled back."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(repr(error))
+        self.error = error
+
+
+def _run_bare(conn: sqlite3.Connection, batch: list[_Job]) -> list[tuple[bool, Any]]:
+    """A batch of one job, or of one run of a mergeable kind, run without a SAVEPOINT (two statements fewer):
+    when it fails, `_BareFailed` rolls the whole transaction back, and a merged run then runs each job alone."""
+    try:
+        if len(batch) == 1:
+            return [(True, batch[0].run_alone(conn))]
+        kind = batch[0].kind
+        assert kind is not None
+        results = kind.run(conn, [job.item for job in batch])
+        if len(results) != len(batch):
+            raise RuntimeError(f"a merged write returned {len(results)} results for {len(batch)} items")
+    except Exception as exc:
+        raise _BareFailed(exc) from exc
+    return [(True, result) for result in results]
+
+
+def _run_guarded(conn: sqlite3.Connection, runs: list[list[_Job]]) -> list[tuple[bool, Any]]:
+    """Runs of jobs in one transaction, each job (or merged run) in its own SAVEPOINT."""
+    outcomes: list[tuple[bool, Any]] = []
+    for group in runs:
+        if len(group) > 1:
+            merged = _run_merged(conn, group)
+            if merged is not None:
+                outcomes.extend(merged)
+                continue
+        outcomes.extend(_run_alone(conn, job) for job in group)
+    return outcomes
 
 
 def _runs(batch: list[_Job]) -> list[list[_Job]]:

@@ -18,12 +18,12 @@ import msgspec
 
 from identity import canonical, keys
 from identity.schema import EntryRecord
-from node import agent_refs, equivocation, idempotency, projections, queries
+from node import agent_refs, db, equivocation, idempotency, projections, queries
 from node.db import Database, Mergeable
 from node.errors import Conflict, Forbidden, InvalidInput, Located, NotFound
 from node.links import unsigned_link
 from node.queries import ENTRY_COLUMNS, EntryOut, entry_out
-from node.sealing import HashTaken, Sealing, sign_and_check, until_hash_free
+from node.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, sign_and_check_body, until_hash_free
 from node.wire.api import PostEntry, SignedSubmission, unsigned_entry
 from node.wire.time import format_ms, parse_ms
 
@@ -38,11 +38,26 @@ Posted = tuple[EntryOut, bool]  # an entry and whether this request created it
 
 
 class Sealed(NamedTuple):
-    """A signed record ready to append: the record, its hash, and its decoded form."""
+    """A signed record ready to append: the record, its hash, its decoded form, and its canonical bytes and
+    version (`projections.version_of`), computed once when it was sealed rather than in the writer."""
 
     record: dict[str, Any]
     record_hash: str
     decoded: EntryRecord
+    body: bytes
+    version: str
+
+    @classmethod
+    def of(cls, sealed: SealedRecord, body: bytes) -> Sealed:
+        """The sealed record (record, hash, decoded) with its canonical bytes, and its version computed."""
+        record, record_hash, decoded = sealed
+        return cls(record, record_hash, decoded, body, projections.version_of("entry", record_hash, body))
+
+    def incoming(self) -> projections.Incoming:
+        """The record on its way into the log, with what sealing computed."""
+        return projections.Incoming(
+            self.record, self.record_hash, self.decoded, self.decoded.scope, self.body, self.version
+        )
 
 
 @dataclass(eq=False)
@@ -148,11 +163,12 @@ class Entries:
         if retracting:  # refused here, a retraction of someone else's entry never sends its run to the slow path
             own = frozenset(post.seal.record_hash for post in fresh)
             await self.db.read(lambda c: check_early(c, retracting, own), quick=len(retracting) <= QUICK_LOOKUPS)
-        return await until_hash_free(
+        stored = await until_hash_free(
             lambda: self.db.write_merged(self.merged, (agent_id, posts)),
             functools.partial(self._seal_later, agent_id),
             "entry",
         )
+        return [rendered(post, one) for post, one in zip(posts, stored, strict=True)]
 
     async def _seal_later(self, agent_id: str, taken: list[_Post]) -> None:
         """Re-sign every post whose hash was taken 1 ms later, together: a concurrent batch with the same words
@@ -190,14 +206,14 @@ class Entries:
             for post in posts:
                 with Located(post.where):
                     if isinstance(post.body, SignedSubmission):
-                        post.sealed = Sealed(*self.sealing.check_signed(post.body.record, "entry", agent_id))
+                        post.sealed = Sealed.of(*self.sealing.check_signed_body(post.body.record, "entry", agent_id))
                     else:
                         assert signer is not None
-                        post.sealed = Sealed(*sign_and_check(unsigned[id(post)], signer))
+                        post.sealed = Sealed.of(*sign_and_check_body(unsigned[id(post)], signer))
 
         await self.sealing.off_loop(len(posts), seal_all)
 
-    def _store_all(self, conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]]) -> list[list[Posted]]:
+    def _store_all(self, conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]]) -> list[list[Stored]]:
         return store_all(conn, requests, self.now_ms())
 
 
@@ -213,44 +229,64 @@ def directed_dids(conn: sqlite3.Connection, named: list[tuple[_Post, PostEntry]]
     return out
 
 
-def store_all(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]], now: int) -> list[list[Posted]]:
-    """Append the sealed posts of one or more requests (agent, posts) in one set-based append, then read
-    them all back inside the write; one list of (entry, created) per request.
+class Fresh(NamedTuple):
+    """An entry `store_all` appended: its local id and its state in the transaction (rendered after it)."""
+
+    id: int
+    state: queries.EntryState
+
+
+Stored = tuple[EntryOut | Fresh, bool]  # what store_all gives per post, rendered into `Posted` by `rendered`
+
+
+def rendered(post: _Post, stored: Stored) -> Posted:
+    """The answer for a post `store_all` stored: a replay's entry as read, a new one built from its record."""
+    ref, created = stored
+    if isinstance(ref, EntryOut):
+        return ref, created
+    return queries.entry_out_of(ref.id, post.seal.record_hash, post.seal.decoded, ref.state), created
+
+
+def store_all(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]], now: int) -> list[list[Stored]]:
+    """Append the sealed posts of one or more requests (agent, posts) in one set-based append; one list of
+    (entry, created) per request: a replay's entry as read, a new one's id and state (`rendered` outside).
 
     Idempotency keys are checked again first (a request with the same key may have committed since the
     read in `Entries._post`); retractions are checked after the append, so a batch may retract its own
     entries. Concurrent requests reach here together through `Database.write_merged`; if one of them fails,
-    the writer rolls this back and runs each request alone.
+    the writer rolls this back and runs each request alone. Every step is a fixed number of statements
+    whatever the number of posts (but retractions, and keys replayed since the read, one each).
     """
     posts = [(agent_id, post) for agent_id, request in requests for post in request]
     request_of = [r for r, (_, request) in enumerate(requests) for _ in request]
     stored: dict[int, tuple[EntryOut | int, bool]] = {}
-    to_append: list[int] = []
+    used = idempotency.used(
+        conn, [(agent_id, post.key) for agent_id, post in posts if post.replay is None and post.key is not None]
+    )
     for i, (agent_id, post) in enumerate(posts):
         replay: EntryOut | int | None = post.replay
         if replay is None and post.key is not None:
             with Located(post.where):
-                done = idempotency.replayed(conn, agent_id, post.key, "post", field="$.idempotency_key")
+                done = idempotency.replay_of(used.get((agent_id, post.key)), "post", field="$.idempotency_key")
             if done is not None:
                 replay = int(conn.execute("SELECT id FROM entries WHERE record_hash = ?", (done,)).fetchone()[0])
         if replay is not None:
             stored[i] = (replay, False)
-        else:
-            to_append.append(i)
+    replayed_ids = [ref for ref, _ in stored.values() if isinstance(ref, int)]
+    to_append = [i for i in range(len(posts)) if i not in stored]
     taken: list[_Post] = []
-    to_append = _one_version_each(conn, posts, to_append, taken)
+    held = equivocation.held(conn, [posts[i][1].seal.record_hash for i in to_append])
+    to_append = _one_version_each(posts, to_append, held_versions(held), taken)
     appended = projections.append_many(
-        conn,
-        [projections.Incoming(*posts[i][1].seal, scope=posts[i][1].seal.decoded.scope) for i in to_append],
-        origin="local",
-        now_ms=now,
+        conn, [posts[i][1].seal.incoming() for i in to_append], origin="local", now_ms=now, held=held
     )
     stored_by = {
         posts[i][1].seal.record_hash: request_of[i] for i, (_, new) in zip(to_append, appended, strict=True) if new
     }
+    remembered = []
     for i, (seq, inserted) in zip(to_append, appended, strict=True):
         agent_id, post = posts[i]
-        _, record_hash, decoded = post.seal
+        decoded = post.seal.decoded
         with Located(post.record_where):
             if any(
                 link.link_type == "supersedes" and stored_by.get(link.target, request_of[i]) != request_of[i]
@@ -258,18 +294,23 @@ def store_all(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]],
             ):
                 raise _CrossRequest()
             check_links(conn, decoded)
-        with Located(post.where):
-            if post.key is not None:
-                idempotency.remember(conn, agent_id, post.key, "post", record_hash, now)
+        if post.key is not None:
+            remembered.append((agent_id, post.key, "post", post.seal.record_hash, now))
         stored[i] = (seq, inserted)
+    db.insert_rows(conn, idempotency.REMEMBER, remembered)
     if taken:
         raise HashTaken(taken)
-    ids = [ref for ref, _ in stored.values() if isinstance(ref, int)]
-    by_id = {out.id: out for out in queries.entries_by_ids(conn, ids)}
-    results = [
-        (by_id[ref] if isinstance(ref, int) else ref, created)
-        for ref, created in map(stored.__getitem__, range(len(posts)))
-    ]
+    states = queries.entry_states(conn, [seq for seq, _ in appended])
+    by_id = {out.id: out for out in queries.entries_by_ids(conn, replayed_ids)} if replayed_ids else {}
+    results: list[Stored] = []
+    for i in range(len(posts)):
+        ref, created = stored[i]
+        if isinstance(ref, EntryOut):
+            results.append((ref, created))
+        elif ref in by_id:
+            results.append((by_id[ref], created))
+        else:
+            results.append((Fresh(ref, states[ref]), created))
     answers, start = [], 0
     for _, request in requests:
         answers.append(results[start : start + len(request)])
@@ -278,21 +319,16 @@ def store_all(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]],
 
 
 def _one_version_each(
-    conn: sqlite3.Connection, posts: list[tuple[str, _Post]], to_append: list[int], taken: list[_Post]
+    posts: list[tuple[str, _Post]], to_append: list[int], held: dict[str, set[str]], taken: list[_Post]
 ) -> list[int]:
     """The posts to append: a post whose address holds (here, or earlier in the batch) another version is never
     a second version. One the node signed had its hash taken by a different entry (same words, same
-    millisecond): it goes to `taken`, re-signed 1 ms later. One its author signed is an equivocation: 409."""
-    sealed = [posts[i][1].seal for i in to_append]
-    versions = {
-        i: projections.version_of("entry", seal.record_hash, canonical.canonical_bytes(seal.record))
-        for i, seal in zip(to_append, sealed, strict=True)
-    }
-    held = held_versions(conn, [s.record_hash for s in sealed])
+    millisecond): it goes to `taken`, re-signed 1 ms later. One its author signed is an equivocation: 409.
+    `held` is `held_versions` of their addresses (read once, passed on to the append)."""
     out = []
     for i in to_append:
         post = posts[i][1]
-        address, version = post.seal.record_hash, versions[i]
+        address, version = post.seal.record_hash, post.seal.version
         if address not in held or version in held[address]:
             held.setdefault(address, {version})
             out.append(i)
@@ -308,9 +344,9 @@ def _one_version_each(
     return out
 
 
-def held_versions(conn: sqlite3.Connection, addresses: list[str]) -> dict[str, set[str]]:
-    """The versions stored here of each of `addresses` that has any."""
-    return {a: {h.version for h in held} for a, held in equivocation.held(conn, addresses).items()}
+def held_versions(held: dict[str, list[equivocation.Held]]) -> dict[str, set[str]]:
+    """The versions stored here of each address `equivocation.held` found."""
+    return {a: {h.version for h in versions} for a, versions in held.items()}
 
 
 def store_with(
@@ -323,7 +359,8 @@ def store_with(
     now_ms: Callable[[], int],
 ) -> Posted:
     """`Entries.post_with` in its transaction: the entry, its derived links, then the caller's `then`."""
-    ((posted,),) = store_all(conn, [(agent_id, [post])], now_ms())
+    ((stored,),) = store_all(conn, [(agent_id, [post])], now_ms())
+    posted = rendered(post, stored)
     derive_links(conn, posted[0], derived_from, agent_id, signer, now_ms())
     then(conn, posted[0])
     return posted

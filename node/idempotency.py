@@ -7,7 +7,9 @@ agent and one operation: reused for another operation it is `409 idempotency_key
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Sequence
 
 from node.errors import Conflict, InvalidInput
 
@@ -33,16 +35,36 @@ def replayed(conn: sqlite3.Connection, agent_id: str, key: str, operation: str, 
     row = conn.execute(
         "SELECT operation, record_hash FROM idempotency WHERE agent_id = ? AND idem_key = ?", (agent_id, key)
     ).fetchone()
-    if row is None:
+    return replay_of(row, operation, field=field)
+
+
+def replay_of(used: Sequence[str] | None, operation: str, *, field: str) -> str | None:
+    """`replayed`'s answer from what the key did (operation, record_hash), or None when it is unused."""
+    if used is None:
         return None
-    if row[0] != operation:
-        raise Conflict(f"idempotency key already used for a {row[0]}", field=field, code="idempotency_key_reused")
-    return str(row[1])
+    if used[0] != operation:
+        raise Conflict(f"idempotency key already used for a {used[0]}", field=field, code="idempotency_key_reused")
+    return str(used[1])
+
+
+def used(conn: sqlite3.Connection, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, str]]:
+    """What each of the (agent, key) pairs already did, (operation, record_hash), for those used, in one
+    statement (`replay_of` each to decide)."""
+    if not keys:
+        return {}
+    rows = conn.execute(
+        "SELECT i.agent_id, i.idem_key, i.operation, i.record_hash FROM json_each(?) k"
+        " JOIN idempotency i ON i.agent_id = k.value ->> 0 AND i.idem_key = k.value ->> 1",
+        (json.dumps(keys),),
+    ).fetchall()
+    return {(agent_id, key): (operation, record_hash) for agent_id, key, operation, record_hash in rows}
+
+
+# The head of `remember`'s statement, for `db.insert_rows` of many (agent, key, operation, record_hash, now_ms)
+# rows at once (entries.store_all): this module imports no I/O (node/default_mode's runtime uses it).
+REMEMBER = "INSERT INTO idempotency (agent_id, idem_key, operation, record_hash, created_ms)"
 
 
 def remember(conn: sqlite3.Connection, agent_id: str, key: str, operation: str, record_hash: str, now_ms: int) -> None:
     """Record that `key` produced `record_hash` by `operation` (in the transaction that appended it)."""
-    conn.execute(
-        "INSERT INTO idempotency (agent_id, idem_key, operation, record_hash, created_ms) VALUES (?, ?, ?, ?, ?)",
-        (agent_id, key, operation, record_hash, now_ms),
-    )
+    conn.execute(REMEMBER + " VALUES (?, ?, ?, ?, ?)", (agent_id, key, operation, record_hash, now_ms))

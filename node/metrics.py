@@ -143,6 +143,16 @@ class _DatabaseCollector(Collector):
             ("bbs_writer_jobs", "Write jobs run; jobs / transactions is the group-commit batch size", s.jobs),
             ("bbs_writer_busy_seconds", "Time the writer spent in transactions, COMMIT included; its rate is the"
              " writer's occupancy (near 1: the writer is the bottleneck)", s.busy_seconds),
+            ("bbs_writer_cpu_seconds", "CPU time of the writer thread in its transactions (busy - cpu: waiting for"
+             " the GIL or the disk)", s.cpu_seconds),
+            ("bbs_writer_statements", "SQL statements the writer ran (BEGIN, SAVEPOINT and COMMIT included)",
+             s.statements),
+            ("bbs_writer_statement_seconds", "Wall time of the writer inside SQL statements, COMMIT included"
+             " (busy - this: Python in the transaction)", s.statement_seconds),
+            ("bbs_writer_statement_cpu_seconds", "CPU time of the writer inside SQL statements",
+             s.statement_cpu_seconds),
+            ("bbs_writer_commit_seconds", "Wall time of the writer's COMMITs (fsync, then the GIL)", s.commit_seconds),
+            ("bbs_writer_commit_cpu_seconds", "CPU time of the writer's COMMITs", s.commit_cpu_seconds),
             ("bbs_reads_inline", "Quick reads answered on the event loop within the inline budget", r.inline),
             ("bbs_reads_moved", "Quick reads stopped at the inline budget (or finding the database busy) and run"
              " again on a reader thread",

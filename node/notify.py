@@ -86,11 +86,15 @@ def fan_out_sql(*, directed: bool, subscribed: bool) -> str:
     )
 
 
-def fan_out(conn: sqlite3.Connection, run: list[tuple[int, Any]], now_ms: int) -> None:
+def fan_out(
+    conn: sqlite3.Connection, run: list[tuple[int, Any]], now_ms: int, *, subscribed: bool | None = None
+) -> None:
     """Notify addressees (tier 1 for requests) then subscribers (tier 2) of newly stored entries (entry id,
-    record) in one statement, whatever the run's length: its tags and addressees must be stored already."""
+    record) in one statement, whatever the run's length: its tags and addressees must be stored already.
+    `subscribed` is `any_subscriptions`, when the caller read it in this transaction already."""
     directed = any(rec.directed_to for _, rec in run)
-    subscribed = any_subscriptions(conn)
+    if subscribed is None:
+        subscribed = any_subscriptions(conn)
     if not (directed or subscribed):
         return
     rows = [

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -66,6 +66,7 @@ class Incoming:
     decoded: Any
     scope: str = "federation"
     body: bytes | None = None  # the record's canonical bytes when the caller holds them (else encoded here)
+    version: str | None = None  # `version_of` the record, with `body`, when the caller holds it (else computed)
 
 
 def version_of(kind: str, record_hash: str, body: bytes) -> str:
@@ -77,24 +78,35 @@ def version_of(kind: str, record_hash: str, body: bytes) -> str:
 REFUSED_SEQ = 0  # append_many's seq for a version refused because two better versions of its address are held
 
 
-def append_many(conn: sqlite3.Connection, items: list[Incoming], *, origin: str, now_ms: int) -> list[tuple[int, bool]]:
+def append_many(
+    conn: sqlite3.Connection,
+    items: list[Incoming],
+    *,
+    origin: str,
+    now_ms: int,
+    held: Mapping[str, list[equivocation.Held]] | None = None,
+) -> list[tuple[int, bool]]:
     """Append verified records to the log and project the new ones, in order. Returns (seq, newly_inserted) per item.
 
     Set-based: a fixed handful of statements for the whole run (`db.insert_rows`), and the derived links and
     notifications that depend on several records decided once. A version already stored, or given twice, is
     inserted once (the later copies report newly_inserted false). A new version of an address already held (or
     two versions of one address in the run) goes through `node.equivocation`'s rule one by one; a refused one
-    reports (REFUSED_SEQ, False).
+    reports (REFUSED_SEQ, False). `held` is `equivocation.held` of the items' addresses when the caller read it
+    in this transaction already (it is not read again).
     """
     if not items:
         return []
     bodies = [canonical.canonical_bytes(item.record) if item.body is None else item.body for item in items]
-    versions = [version_of(item.record["kind"], item.hash, body) for item, body in zip(items, bodies, strict=True)]
+    versions = [
+        version_of(item.record["kind"], item.hash, body) if item.version is None else item.version
+        for item, body in zip(items, bodies, strict=True)
+    ]
     first: dict[str, int] = {}
     for i, version in enumerate(versions):
         first.setdefault(version, i)
     per_address = Counter(items[i].hash for i in first.values())
-    stored = equivocation.held(conn, per_address)
+    stored = equivocation.held(conn, per_address) if held is None else held
     known = {h.version: h.seq for versions_held in stored.values() for h in versions_held}
     clean = [i for i in first.values() if items[i].hash not in stored and per_address[items[i].hash] == 1]
     was_clean = set(clean)
@@ -203,7 +215,9 @@ def project_entries(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], n
     a record can derive a `retracted_by` link is projected one record at a time, so its links are numbered as a
     rebuild (which replays the log one record at a time) numbers them.
     """
-    if len(run) > 1 and _derives_links(conn, run):
+    hashes = json.dumps([item.hash for _, item in run])
+    ahead = _ahead(conn, run, hashes)
+    if len(run) > 1 and ahead.retractions:
         for one in run:
             project_entries(conn, [one], now_ms, notify=notify)
         return
@@ -242,11 +256,12 @@ def project_entries(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], n
             for i, link in enumerate(item.decoded.links)
         ],
     )
-    hashes = json.dumps([item.hash for _, item in run])
-    _derive_retractions(conn, hashes)
+    if ahead.retractions:
+        _derive_retractions(conn, hashes)
     if notify:
-        notifications.fan_out(conn, [(seq, item.decoded) for seq, item in run], now_ms)
-        notifications.contradictions(conn, hashes, now_ms)
+        notifications.fan_out(conn, [(seq, item.decoded) for seq, item in run], now_ms, subscribed=ahead.subscribed)
+        if ahead.contradictions:
+            notifications.contradictions(conn, hashes, now_ms)
 
 
 def _entry_row(seq: int, record_hash: str, rec: EntryRecord) -> tuple[Any, ...]:
@@ -272,15 +287,36 @@ def _entry_row(seq: int, record_hash: str, rec: EntryRecord) -> tuple[Any, ...]:
     )
 
 
-def _derives_links(conn: sqlite3.Connection, run: list[tuple[int, Incoming]]) -> bool:
-    """Whether the run holds a retraction, or an entry that a stored `supersedes` link names (rare, either)."""
-    if any(item.decoded.performative == "retract" for _, item in run):
-        return True
-    named = conn.execute(
-        "SELECT 1 FROM json_each(?) a JOIN links x ON x.target_hash = a.value AND x.link_type = 'supersedes' LIMIT 1",
-        (json.dumps([item.hash for _, item in run]),),
-    ).fetchone()
-    return named is not None
+class _Ahead(NamedTuple):
+    """What a run of entries will need beyond its rows, decided before they are inserted (`_ahead`)."""
+
+    retractions: bool  # it may derive `retracted_by` links (then a run of several goes one record at a time)
+    contradictions: bool  # it may complete a `contradicts` link between two stored entries
+    subscribed: bool  # the node holds a subscription (fan-out looks for subscribers)
+
+
+# Stored links that name the arriving entries (:h, a JSON array of their hashes) and decide what they derive.
+_AHEAD_SQL = (
+    "SELECT EXISTS (SELECT 1 FROM json_each(:h) a JOIN links x ON x.target_hash = a.value"
+    "   AND x.link_type = 'supersedes'),"
+    " EXISTS (SELECT 1 FROM json_each(:h) a JOIN links x ON x.target_hash = a.value AND x.link_type = 'contradicts')"
+    " OR EXISTS (SELECT 1 FROM json_each(:h) a JOIN links x ON x.source_hash = a.value"
+    "   AND x.link_type = 'contradicts'),"
+    " EXISTS (SELECT 1 FROM subscriptions)"
+)
+
+
+def _ahead(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], hashes: str) -> _Ahead:
+    """Which of the statements after a run's rows can change anything, in one statement read before them.
+
+    A `retracted_by` link needs a retraction in the run or a stored `supersedes` link naming one of its entries
+    (RETRACTIONS_SQL); a contradiction, a `contradicts` link the run asserts or a stored one naming one of its
+    entries (notify.CONTRADICTIONS_SQL). Rare, either: most runs skip both statements.
+    """
+    named_superseded, named_contradicted, subscribed = conn.execute(_AHEAD_SQL, {"h": hashes}).fetchone()
+    retracting = any(item.decoded.performative == "retract" for _, item in run)
+    contradicting = any(link.link_type == "contradicts" for _, item in run for link in item.decoded.links)
+    return _Ahead(retracting or bool(named_superseded), contradicting or bool(named_contradicted), bool(subscribed))
 
 
 def project_entry(conn: sqlite3.Connection, rec: EntryRecord, ctx: Projection) -> None:

@@ -10,10 +10,12 @@ import sqlite3
 import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
+from identity import canonical
+from identity.schema import EntryRecord
 from node.errors import InvalidInput, NotFound
 from node.wire.api import EntryOut, LinkOut, SearchQuery
 
@@ -38,9 +40,8 @@ _ACCEPTED = (
     " OR EXISTS (SELECT 1 FROM links k JOIN entries a ON a.record_hash = k.source_hash"
     "   WHERE k.target_hash = s.source_hash AND a.author_id = e.author_id AND a.performative = 'ack'))"
 )
-ENTRY_COLUMNS = (
-    "e.id, e.record_hash, e.content_fingerprint, e.author_id, e.created_at, e.entry_type, e.performative,"
-    " e.content, e.confidence, e.tags, e.directed_to, e.metadata, e.truth_state, e.authority, e.scope, e.signature,"
+# What an entry's row holds beside its record: its state, derived from links and the trust cache.
+ENTRY_STATE = (
     " EXISTS (SELECT 1 FROM links r WHERE r.source_hash = e.record_hash AND r.link_type = 'retracted_by')"
     "   AS retracted,"
     " EXISTS (SELECT 1 FROM links s JOIN entries n ON n.record_hash = s.source_hash"
@@ -52,6 +53,11 @@ ENTRY_COLUMNS = (
     f"  AND NOT {_ACCEPTED}) AS superseded_claims,"
     # node/equivocation.py: an address with two versions (this row shows the winner)
     " EXISTS (SELECT 1 FROM equivocations q WHERE q.hash = e.record_hash) AS equivocated"
+)
+ENTRY_COLUMNS = (
+    "e.id, e.record_hash, e.content_fingerprint, e.author_id, e.created_at, e.entry_type, e.performative,"
+    " e.content, e.confidence, e.tags, e.directed_to, e.metadata, e.truth_state, e.authority, e.scope, e.signature,"
+    + ENTRY_STATE
 )
 LINK_COLUMNS = (
     "l.id, l.origin_hash, l.source_hash, l.target_hash, l.link_type, l.author_id, l.created_at, l.annotation,"
@@ -187,6 +193,74 @@ def parse_since(value: str | None, field: str) -> int | None:
     if moment.tzinfo is None:
         raise InvalidInput("since must carry a timezone (for example a trailing Z)", field=field)
     return int(moment.timestamp() * 1000)
+
+
+class EntryState(NamedTuple):
+    """What an entry's answer holds beyond its record (ENTRY_STATE), for `entry_out_of`."""
+
+    retracted: bool
+    superseded: bool
+    community_confidence: float | None
+    superseded_claims: list[str]
+    equivocated: bool
+
+
+def entry_states(conn: sqlite3.Connection, ids: list[int]) -> dict[int, EntryState]:
+    """ENTRY_STATE of entries by local id (one row for all of them, as `entries_by_ids`)."""
+    text = conn.execute(
+        "SELECT json_group_array(json_array(id, retracted, superseded, community_confidence, superseded_claims,"
+        f" equivocated)) FROM (SELECT e.id, {ENTRY_STATE} FROM entries e"
+        " WHERE e.id IN (SELECT value FROM json_each(?)))",
+        (json.dumps(ids),),
+    ).fetchone()[0]
+    return {
+        entry_id: EntryState(
+            bool(retracted),
+            bool(superseded),
+            confidence,
+            claims if isinstance(claims, list) else _json_array(claims),
+            bool(equivocated),
+        )
+        for entry_id, retracted, superseded, confidence, claims, equivocated in msgspec.json.decode(text)
+    }
+
+
+def entry_out_of(entry_id: int, record_hash: str, rec: EntryRecord, state: EntryState) -> EntryOut:
+    """The answer `entry_out` gives for the entries row of `rec` stored under `entry_id`, built from the record
+    itself (what `node.projections` stored from it, as SQLite gives it back) and its `state`."""
+    return EntryOut(
+        entry_id,
+        record_hash,
+        canonical.content_fingerprint(rec.content),
+        rec.author_id,
+        rec.created_at,
+        rec.entry_type,
+        rec.performative,
+        rec.content,
+        float(rec.confidence),  # a REAL column
+        list(rec.tags),
+        list(rec.directed_to),
+        _sorted_keys(rec.metadata) if rec.metadata else {},  # stored with sort_keys, read back in that order
+        rec.truth_state,
+        rec.authority,
+        rec.scope,
+        rec.signature,
+        state.retracted,
+        state.superseded,
+        state.community_confidence,
+        state.superseded_claims,
+        state.equivocated,
+        2 if state.equivocated else 1,
+    )
+
+
+def _sorted_keys(value: Any) -> Any:
+    """`json.loads(json.dumps(value, sort_keys=True))` for the JSON values a record holds, without the text."""
+    if isinstance(value, dict):
+        return {key: _sorted_keys(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(item) for item in value]
+    return value
 
 
 def entries_by_ids(conn: sqlite3.Connection, ids: list[int]) -> list[EntryOut]:

@@ -43,13 +43,19 @@ def sign_and_check(unsigned: dict[str, Any], signer: keys.SigningKey) -> SealedR
     Every rule runs but the Ed25519 verification of the signature just made: `records.sign` refuses a key that
     is not the record's author, and re-verifying our own signature cost a fifth of a node-signed entry's CPU.
     """
+    return sign_and_check_body(unsigned, signer)[0]
+
+
+def sign_and_check_body(unsigned: dict[str, Any], signer: keys.SigningKey) -> tuple[SealedRecord, bytes]:
+    """`sign_and_check`, and the signed record's canonical bytes, encoded once for the check and the log row."""
     record = records.sign(unsigned, signer)
     try:
-        record_hash, decoded = records.check(record, check_signature=False)
+        body = records.canonical_body(record)
+        record_hash, decoded = records.check(record, check_signature=False, body=body)
     except records.RecordError as exc:
         raise record_error(exc) from None
     submission.check_record(record)
-    return record, record_hash, decoded
+    return (record, record_hash, decoded), body
 
 
 def agent_signs_own_records(detail: str = OWN_KEY) -> NoReturn:
@@ -114,17 +120,22 @@ class Sealing:
     def check_signed(self, record: dict[str, Any], kind: str, agent_id: str) -> SealedRecord:
         """Check a record its author signed and submitted as `{'record': ...}`: its kind, every record rule and
         the signature, that the caller is its author, and its clock. Returns (record, hash, decoded Struct)."""
+        return self.check_signed_body(record, kind, agent_id)[0]
+
+    def check_signed_body(self, record: dict[str, Any], kind: str, agent_id: str) -> tuple[SealedRecord, bytes]:
+        """`check_signed`, and the record's canonical bytes, encoded once for the checks and the log row."""
         if record.get("kind") != kind:
             raise InvalidInput(f"record kind must be {kind!r}", field="$.record.kind", code="record_malformed")
         try:
-            record_hash, decoded = records.check(record)
+            body = records.canonical_body(record)
+            record_hash, decoded = records.check(record, body=body)
         except records.RecordError as exc:
             raise record_error(exc, "$.record") from None
         submission.check_record(record, "$.record")
         if decoded.author_id != agent_id:
             raise Forbidden("an agent can only write records it authored", field="$.record.author_id")
         self.check_clock(decoded.created_at, "$.record.created_at")
-        return record, record_hash, decoded
+        return (record, record_hash, decoded), body
 
     def check_clock(self, created_at: str, field: str) -> None:
         """Refuse a `created_at` more than MAX_FUTURE_SKEW_MS ahead of this node's clock (400 `clock_skew`)."""

@@ -30,6 +30,7 @@ from aiohttp import web
 
 from identity import canonical, keys, records
 from node import db
+from node.cli import event_loop
 from scenarios.bench import corpus
 from scenarios.bench.harness import free_port, stop_process, wait_healthy
 from scenarios.bench.raw import sqlite_rows
@@ -178,4 +179,5 @@ class BareServer:
 
 if __name__ == "__main__":
     database = Path(sys.argv[2]) if len(sys.argv) > 2 else None
-    web.run_app(app(database), host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+    # on the event loop `bbs serve` runs on, so the floor and the node differ by node code alone
+    web.run_app(app(database), loop=event_loop(), host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)

@@ -21,6 +21,7 @@ from scenarios.bench.report import Row, rate, ratio
 BENCH = "raw"
 SQLITE_BATCH = 100
 SQLITE_ROUNDS = 3
+AT_COMMITS = 150  # commits per round of `sqlite_rate_at` (small commits are fsync-bound: a few seconds a round)
 # The full-text table and trigger every write transaction fed before migration 0021 (node/migrations/0001_core.sql).
 OLD_FTS5 = (
     "CREATE VIRTUAL TABLE entries_fts USING fts5(content, tags, content='entries', content_rowid='id');"
@@ -121,8 +122,24 @@ def remove_database(path: Path) -> None:
         path.with_name(path.name + suffix).unlink(missing_ok=True)
 
 
+def sqlite_rate_at(ctx: Context, per_commit: float) -> float:
+    """Entries/s of the raw batched inserts committed `per_commit` entries at a time (rounded, at least 1): the
+    fair baseline for a writer that commits that many (the fsync of a commit is shared by fewer entries). The
+    median of SQLITE_ROUNDS runs of AT_COMMITS commits each, on fresh files; cached per size."""
+    size = max(1, round(per_commit))
+    key = f"sqlite_rate_at_{size}"
+    if key not in ctx.cache:
+        rows = sqlite_rows(sample_records(ctx)[: size * AT_COMMITS])
+        rounds = sorted(_sqlite_round(ctx, rows, batch=size) for _ in range(SQLITE_ROUNDS))
+        ctx.cache[key] = rounds[len(rounds) // 2]
+    return float(ctx.cache[key])
+
+
 def _sqlite_round(
-    ctx: Context, rows: list[tuple[tuple[Any, ...], tuple[Any, ...], list[Any]]], fts5: bool = False
+    ctx: Context,
+    rows: list[tuple[tuple[Any, ...], tuple[Any, ...], list[Any]]],
+    fts5: bool = False,
+    batch: int = SQLITE_BATCH,
 ) -> float:
     path = ctx.workdir / "raw-sqlite.db"
     remove_database(path)
@@ -131,10 +148,9 @@ def _sqlite_round(
     if fts5:
         conn.executescript(OLD_FTS5)
     started = time.perf_counter()
-    for i in range(0, len(rows), SQLITE_BATCH):
-        batch = rows[i : i + SQLITE_BATCH]
+    for i in range(0, len(rows), batch):
         conn.execute("BEGIN IMMEDIATE")
-        for log_row, entry_row, tags in batch:
+        for log_row, entry_row, tags in rows[i : i + batch]:
             seq = conn.execute(
                 "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin,"
                 " received_ms, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from node import db as node_db
 from node.db import WRITER_CACHE_KIB, Database, Mergeable, TransactionLost, connect, savepoint, transaction
 from node.errors import NotFound, Unavailable
 
@@ -268,6 +269,28 @@ async def test_the_writer_counts_its_transactions_jobs_and_busy_time(db: Databas
     # the held job was one transaction; the five queued behind it were the next one, committed together
     assert (after.transactions - before.transactions, after.jobs - before.jobs) == (2, 6)
     assert after.rolled_back == before.rolled_back and after.busy_seconds > before.busy_seconds
+
+
+async def test_under_load_the_writer_waits_for_the_next_jobs_and_commits_them_together(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two jobs queued behind a running one: the writer takes them, then waits for more before it begins (here
+    for as long as it takes: the window is widened so the test does not race it), and the job that arrives
+    meanwhile is committed in the same call."""
+    monkeypatch.setattr(node_db, "GATHER_UNDER", 3)
+    monkeypatch.setattr(node_db, "GATHER_GAP_S", 60.0)
+    monkeypatch.setattr(node_db, "GATHER_MAX_S", 60.0)
+    monkeypatch.setattr(node_db, "GATHER_SHARE", 1e9)
+    calls: list[list[str]] = []
+    kind = scratch_kind(calls)
+    async with Held(db) as held:
+        first = [asyncio.ensure_future(db.write_merged(kind, item)) for item in ("a", "b")]
+        await held.queued(2)
+    while db._jobs.qsize():  # the writer has taken both and is waiting for more
+        await asyncio.sleep(0.001)
+    late = asyncio.ensure_future(db.write_merged(kind, "c"))
+    assert await asyncio.gather(*first, late) == [1, 1, 1]
+    assert calls == [["a", "b", "c"]]
 
 
 async def test_a_failing_item_fails_alone(db: Database) -> None:

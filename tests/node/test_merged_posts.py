@@ -124,9 +124,9 @@ async def test_a_taken_hash_in_a_merged_run_is_resealed_and_stored(
     monkeypatch.setattr(
         entries,
         "held_versions",
-        lambda conn, hs: {
-            **real(conn, hs),
-            **({first["record_hash"]: {"another"}} if first["record_hash"] in hs else {}),
+        lambda held: {
+            **real(held),
+            **({first["record_hash"]: {"another"}} if first["record_hash"] in held else {}),
         },
     )
     calls = count_calls(node)

@@ -98,6 +98,13 @@ async def test_the_single_writer_is_measured(
     assert 1 <= grew("bbs_writer_transactions_total") <= grew("bbs_writer_jobs_total")
     assert grew("bbs_writer_busy_seconds_total") > 0
     assert after[("bbs_writer_rolled_back_total", ())] == 0
+    # where the writer's time went: every transaction runs BEGIN, its statements and COMMIT, inside its busy time
+    assert grew("bbs_writer_statements_total") >= 3 * grew("bbs_writer_transactions_total")
+    assert 0 < grew("bbs_writer_commit_seconds_total") < grew("bbs_writer_statement_seconds_total")
+    assert grew("bbs_writer_statement_seconds_total") <= grew("bbs_writer_busy_seconds_total")
+    assert grew("bbs_writer_cpu_seconds_total") > 0
+    assert grew("bbs_writer_commit_cpu_seconds_total") <= grew("bbs_writer_cpu_seconds_total")
+    assert grew("bbs_writer_statement_cpu_seconds_total") <= grew("bbs_writer_statement_seconds_total")
 
 
 async def test_sql_gauge_hook_and_missing_tables(

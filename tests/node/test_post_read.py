@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 from identity import canonical, keys, records
 from node.service import Node
 from tests.conftest import AgentCreds, FakeClock
-from tests.node.api_helpers import count, entry_record, get_json, hash_of, ingest, post, problem, self_signer
+from tests.node.api_helpers import count, entry_record, get_json, hash_of, ingest, link, post, problem, self_signer
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
@@ -248,3 +248,71 @@ async def test_tags_and_annotations_are_projected_exactly(
         return [r[0] for r in tags], [r[0] for r in notes]
 
     assert await node.db.read(rows) == (["a", "a\x00b", "café 😀"], ["x\x00y"])
+
+
+async def test_a_post_answers_what_a_read_of_it_returns(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
+    """The writer renders a new entry's answer from its sealed record and its state in the transaction, not
+    from a read of its row: for every kind of field and state, the answer is exactly what a read returns."""
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    trusted = bob.agent_id
+    await node.db.write(
+        lambda c: c.execute("INSERT INTO trust_scores VALUES (?, 3, 1, 0.66, 0.7071, 3.0, 1.0)", (trusted,))
+    )
+    target = await post(client, alice, content="to be retracted")
+    supersedes = [{"target": target["record_hash"], "link_type": "supersedes"}]
+    answers = [
+        await post(client, alice, content="integral one", confidence=1),
+        await post(client, alice, content="integral zero", confidence=0),
+        await post(
+            client,
+            alice,
+            content="ünïcödé\nlines  ",
+            confidence=0.33333,
+            tags=["é", "b", "a"],
+            directed_to=[trusted],
+            metadata={"z": {"b": [1, {"y": 2, "x": 1.5}], "a": None}, "a": "first", "m": True},
+            truth_state="simulation",
+            scope="local",
+        ),
+        await post(client, bob, content="the author has a trust score"),
+        await post(
+            client,
+            bob,
+            content="claims to supersede",
+            links=supersedes,
+        ),
+        await post(
+            client,
+            alice,
+            performative="retract",
+            content="withdrawn",
+            links=supersedes,
+        ),
+    ]
+    signer = await self_signer(node, "carol")
+    record = entry_record(signer.key, "signed by carol", created_ms=node.now_ms(), tags=["x"], confidence=1)
+    # links to carol's entry stored before it is: its answer carries their state
+    await link(
+        client, bob, source=answers[4]["record_hash"], target=records.compute_hash(record), link_type="supersedes"
+    )
+    await link(
+        client, bob, source=answers[3]["record_hash"], target=records.compute_hash(record), link_type="contradicts"
+    )
+    resp = await client.post("/v1/entries", json={"record": record}, headers=signer.headers)
+    assert resp.status == 201
+    answers.append(await resp.json())
+    assert answers[-1]["superseded_claims"] == [answers[4]["record_hash"]]
+    resp = await client.post(
+        "/v1/entries/batch",
+        json={"entries": [{"entry_type": "finding", "performative": "inform", "content": f"in a batch {i}",
+                           "metadata": {"i": i, "b": [i]}} for i in range(3)]},
+        headers=alice.headers,
+    )  # fmt: skip
+    assert resp.status == 201
+    answers += [item["entry"] for item in (await resp.json())["results"]]
+    assert answers[3]["community_confidence"] == 0.7071
+    assert answers[4]["superseded"] is False
+    for answer in answers:
+        # compared as JSON text: key order (metadata's too) and number spelling (1 against 1.0) count
+        path = f"/v1/entries/{answer['id']}?include_synthetic=true"
+        assert [json.dumps(answer)] == [json.dumps(e) for e in (await get_json(client, path, alice))["entries"]]
