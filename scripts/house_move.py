@@ -379,8 +379,29 @@ class Rewriter:
         )
         return self.plan.modules[name] + rest if module_like else None
 
+    def code_in_text(self, text: str) -> str:
+        """`from x import y` written in a string or in prose (`python -c "from node import datalock; ..."`), where
+        y is a moved module: as the AST rewrite would write it, statements joined by `; `."""
+
+        def swap(match: re.Match[str]) -> str:
+            names = [name.strip() for name in match.group(2).split(",")]
+            try:
+                tree = ast.parse(f"from {match.group(1)} import {', '.join(names)}")
+            except SyntaxError:
+                return match.group(0)
+            statement = tree.body[0]
+            assert isinstance(statement, ast.ImportFrom)
+            new = import_edit(statement, self.plan, [], "")
+            return "; ".join(new) if new else match.group(0)
+
+        return FROM_IMPORT_RE.sub(swap, text)
+
     def text(self, text: str, where: str) -> str:
-        return self.modules(self.paths(text), where)
+        return self.code_in_text(self.modules(self.paths(text), where))
+
+
+_ALIAS = r"\w+(?:\s+as\s+\w+)?"
+FROM_IMPORT_RE = re.compile(rf"\bfrom\s+([A-Za-z_][\w.]*)\s+import\s+({_ALIAS}(?:\s*,\s*{_ALIAS})*)")
 
 
 def line_of(text: str, match: re.Match[str]) -> str:
@@ -712,6 +733,9 @@ def check(root: Path, p: Plan, rw: Rewriter) -> list[str]:
         # Python code is checked through its imports; its strings and comments, and other files, as text
         pieces = [s for _, _, s in strings_and_comments(text)] if path.suffix == ".py" else [text]
         for piece in pieces:
+            for match in FROM_IMPORT_RE.finditer(piece):
+                for problem in import_problems(root, match.group(0), where, p):
+                    problems.append(f"{problem} (written in text: {line_of(piece, match)})")
             for match in probe.dotted_re.finditer(piece):
                 new = probe.decide(piece, match)
                 if new is not None and new != match.group(0):
