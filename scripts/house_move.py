@@ -195,9 +195,10 @@ PROJECT_ROOTS = ("identity", "wire", "node", "sync", "agent", "tests", "scenario
 
 
 def module_path(root: Path, module: str) -> Path:
-    """The file (`a/b.py`) or folder (`a/b/`) of a dotted module name, whichever exists (the file if neither)."""
+    """The file (`a/b.py`) or package folder (`a/b/`, with its `__init__.py`) of a dotted module name, whichever
+    exists (the file if neither)."""
     base = root.joinpath(*module.split("."))
-    return base if base.is_dir() else base.with_suffix(".py")
+    return base if (base / "__init__.py").is_file() else base.with_suffix(".py")
 
 
 @dataclass
@@ -295,6 +296,11 @@ def move(root: Path, p: Plan) -> list[str]:
     created: list[str] = []
     for src, dst in p.paths.items():
         target = root / dst
+        if target.exists():  # a folder left by an earlier run, holding only what git ignores (__pycache__)
+            leftovers = [f for f in target.rglob("*") if f.is_file() and "__pycache__" not in f.parts]
+            if leftovers or target.is_file():
+                raise SystemExit(f"house_move: refusing: {dst} exists already ({len(leftovers)} files in it)")
+            shutil.rmtree(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         git(root, "mv", src, dst)
     for package, doc in PACKAGES.items():
