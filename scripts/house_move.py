@@ -149,6 +149,12 @@ EDITS: list[tuple[str, str, str]] = [
         '@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(NODE_DIR.parent)))\n',
     ),
     ("tests/node/test_features.py", 'assert defined == {"appkeys.py"}', 'assert defined == {"web/appkeys.py"}'),
+    (
+        "tests/node/test_api_doc.py",
+        'CORE_MODULES = ["service", "http", "routes", "auth", "agents", "queries", "notify", "projections", "db"]',
+        'CORE_MODULES = ["service", "routes", "web/http", "web/auth", "agents/service", "entries/queries",'
+        ' "inbox/notify", "store/projections", "store/db"]',
+    ),
     # a bare `node.db` the rewrite cannot tell from the Node attribute (files named as they are after the move)
     ("node/federation/store.py", "over node.db and projections.append", "over node.store.db and projections.append"),
 ]
