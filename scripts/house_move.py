@@ -144,7 +144,7 @@ EDITS: list[tuple[str, str, str]] = [
         '@pytest.mark.parametrize("path", sorted(NODE_DIR.rglob("*.py")),'
         " ids=lambda p: str(p.relative_to(NODE_DIR)))\n",
         "# node's modules and those of wire, which was node's subpackage until issue 33"
-        " (docs/decisions.md, record 46)\n"
+        " (docs/decisions.md, record 47)\n"
         'SOURCES = sorted([*NODE_DIR.rglob("*.py"), *(NODE_DIR.parent / "wire").rglob("*.py")])\n\n\n'
         '@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(NODE_DIR.parent)))\n',
     ),
