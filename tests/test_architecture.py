@@ -1,6 +1,6 @@
 """The architecture rules of issue 22 as tests, so later work cannot undo them.
 
-Each test reads the source of the project's four packages (identity, node, sync, agent) as it is: the import graph
+Each test reads the source of the project's five packages (identity, wire, node, sync, agent) as it is: the import graph
 that grimp builds from every `import` statement (those inside functions included, those under `if TYPE_CHECKING:`
 left out), and the AST of every module. A failure lists every offender with its file and line.
 
@@ -24,11 +24,15 @@ import grimp
 import networkx as nx
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("identity", "node", "sync", "agent")
+PACKAGES = ("identity", "wire", "node", "sync", "agent")
 MAX_CLASS_LINES = 300
 # agent.client.Client is the public API of the agent side: its methods stay as they are (it may delegate).
 LARGE_CLASSES_ALLOWED = {"agent.client.Client"}
 COMPOSITION_ROOT = "node.cli"  # the `bbs` CLI: the one module of node that may import the agent side
+# node/'s top level holds only the modules that compose the features; everything else lives in a feature package
+# (node/store/, node/web/, node/entries/, ...: docs/architecture.md, docs/decisions.md record 49).
+NODE_TOP_LEVEL = ("__init__", "app", "cli", "errors", "features", "routes", "service")
+MAX_NODE_TOP_LEVEL = 10
 MAX_CYCLES_SHOWN = 50  # per strongly connected group of modules
 
 # Private names of the standard library or a third-party package that the project uses because there is no
@@ -44,12 +48,12 @@ PRIVATE_NAMES_ALLOWED = {
 
 
 def source_files() -> list[Path]:
-    """Every Python file of the four packages, `__init__.py` included."""
+    """Every Python file of the five packages, `__init__.py` included."""
     return sorted(path for package in PACKAGES for path in (ROOT / package).rglob("*.py"))
 
 
 def module_name(path: Path) -> str:
-    """The dotted module name of a source file (`node/wire/api.py` -> `node.wire.api`)."""
+    """The dotted module name of a source file (`node/store/db.py` -> `node.store.db`)."""
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -98,7 +102,7 @@ def test_the_graph_is_built_from_this_tree() -> None:
     import node
 
     assert Path(node.__file__).resolve().parent == ROOT / "node"
-    assert "node.wire.api" in import_graph().modules
+    assert "wire.api" in import_graph().modules
 
 
 def test_no_import_circles() -> None:
@@ -129,15 +133,15 @@ def _rotated(cycle: list[str]) -> list[str]:
 
 
 def direction_error(importer: str, imported: str) -> str | None:
-    """Why an import breaks the package direction (identity <- node.wire <- {sync, node, agent}), or None."""
+    """Why an import breaks the package direction (identity <- wire <- {sync, node, agent}), or None."""
     if within(importer, "identity") and not within(imported, "identity"):
         return "identity imports nothing else of the project"
-    if within(importer, "node.wire") and not (within(imported, "identity") or within(imported, "node.wire")):
-        return "node.wire imports only identity and node.wire"
-    if within(importer, "sync") and not any(within(imported, p) for p in ("identity", "node.wire", "sync")):
-        return "sync imports only identity, node.wire and sync"
-    if within(importer, "agent") and within(imported, "node") and not within(imported, "node.wire"):
-        return "agent imports of node are node.wire only"
+    if within(importer, "wire") and not (within(imported, "identity") or within(imported, "wire")):
+        return "wire imports only identity and wire"
+    if within(importer, "sync") and not any(within(imported, p) for p in ("identity", "wire", "sync")):
+        return "sync imports only identity, wire and sync"
+    if within(importer, "agent") and within(imported, "node"):
+        return "agent imports nothing of node (its REST API is the way in)"
     if within(importer, "node") and importer != COMPOSITION_ROOT:
         if within(imported, "agent"):
             return f"only {COMPOSITION_ROOT} (the bbs CLI) imports the agent side"
@@ -147,8 +151,8 @@ def direction_error(importer: str, imported: str) -> str | None:
 
 
 def test_package_direction() -> None:
-    """identity imports nothing of ours; node.wire only identity; sync only identity and node.wire; agent only
-    node.wire of node; no node module imports agent except the composition root node.cli."""
+    """identity imports nothing of ours; wire only identity; sync only identity and wire; agent nothing of node;
+    no node module imports agent except the composition root node.cli."""
     offenders = [
         f"{importer} -> {imported} ({import_lines(importer, imported)}): {why}"
         for importer, imported in direct_imports()
@@ -173,6 +177,21 @@ def _imported_modules(node: ast.Import | ast.ImportFrom) -> list[str]:
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     return [node.module or ""]
+
+
+# ---- node's top level ----------------------------------------------------------------------------------------
+
+
+def test_node_top_level_holds_only_the_composition_modules() -> None:
+    """node/'s top level holds the modules that compose the node (at most 10, named in NODE_TOP_LEVEL); every
+    other module lives in the feature package it belongs to (scripts/house_move.py moved them there)."""
+    assert len(NODE_TOP_LEVEL) <= MAX_NODE_TOP_LEVEL
+    found = sorted(path.stem for path in (ROOT / "node").glob("*.py"))
+    extra = [f"node/{name}.py" for name in found if name not in NODE_TOP_LEVEL]
+    assert not extra, (
+        "modules at node/'s top level that belong in a feature package (or, if one composes the node, in "
+        "NODE_TOP_LEVEL, at most 10):\n" + "\n".join(extra)
+    )
 
 
 # ---- class size -----------------------------------------------------------------------------------------------
