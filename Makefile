@@ -59,7 +59,7 @@ lint: $(VENV)/.installed $(BIN)/hadolint
 	  -f docker/compose.yaml config -q
 
 typecheck: $(VENV)/.installed
-	$(BIN)/mypy identity node sync agent scenarios tests
+	$(BIN)/mypy identity wire node sync agent scenarios tests
 
 # The README's test command (4 pytest-xdist workers: addopts in pyproject.toml; docs/operations.md).
 test: install

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from node.wire.cli import CommandError
+from wire.cli import CommandError
 
 
 def check_node_url(url: str, what: str = "--node", where: str = "") -> str:

@@ -5,10 +5,10 @@
 
 With an identity (the agent's private key, see agent.identity_file) the client builds and signs every
 entry, link, bus message and task event (declare, release, complete) itself and submits `{"record": ...}`:
-the node only verifies. Records are built by the functions the node uses (node.wire.api.unsigned_entry,
-node/wire/unsigned.py), so they are the same whoever signs them. Lease grants stay the node's: the
+the node only verifies. Records are built by the functions the node uses (wire.api.unsigned_entry,
+wire/unsigned.py), so they are the same whoever signs them. Lease grants stay the node's: the
 task's home node is its lease authority. Without an API key such a
-client authenticates by proving its key (POST /v1/auth/challenge + /v1/auth/session, node/agent_auth.py),
+client authenticates by proving its key (POST /v1/auth/challenge + /v1/auth/session, node/agents/sessions.py),
 so it can use any node that knows its identity.
 
 Every post, link and message carries an idempotency key (generated when the caller gives none) that is
@@ -30,8 +30,8 @@ import aiohttp
 import msgspec
 
 from identity import canonical, keys, records
-from node.wire import unsigned
-from node.wire.api import (
+from wire import unsigned
+from wire.api import (
     MAX_BATCH,
     AckIn,
     AckOut,
@@ -64,10 +64,10 @@ from node.wire.api import (
     SubscriptionOut,
     unsigned_entry,
 )
-from node.wire.feed import FeedPage, FeedQuery
-from node.wire.time import format_ms, parse_ms
-from node.wire.validation import split_validation_error
-from node.wire.workflows import (
+from wire.feed import FeedPage, FeedQuery
+from wire.time import format_ms, parse_ms
+from wire.validation import split_validation_error
+from wire.workflows import (
     DeclareTask,
     FinishIn,
     Graph,

@@ -14,7 +14,7 @@ from mcp.server.mcpserver import Context
 
 from agent.mcp_common import ToolDef, client_of, domain_errors, out, pick, tool
 from agent.mcp_schema import Action, action_argument, arguments, described_object
-from node.wire.default_mode import (
+from wire.default_mode import (
     CandidateList,
     CandidateOut,
     CandidateQuery,

@@ -26,7 +26,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from agent.client import BBSClientError, Client
 from agent.mcp_schema import ArgumentError, ArgumentSpec
-from node.wire.validation import split_validation_error
+from wire.validation import split_validation_error
 
 ClientProvider = Callable[[], Awaitable[Client]]
 ToolFn = Callable[[Context, dict[str, Any]], Awaitable[str]]

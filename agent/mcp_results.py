@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.wire.api import EntryOut, LinkOut, SearchResult
+from wire.api import EntryOut, LinkOut, SearchResult
 
 PREVIEW_CHARS = 100
 ELLIPSIS = "…"

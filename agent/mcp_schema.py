@@ -1,6 +1,6 @@
 """Tool input schemas derived from the REST wire Structs, and the strict check of a tool call's arguments.
 
-A tool's arguments are the fields of the Structs its REST operations read (node/wire/), so an argument means
+A tool's arguments are the fields of the Structs its REST operations read (wire/), so an argument means
 what the REST parameter of the same name means, with the same limits. Each argument keeps two schemas, both
 derived from the Struct's JSON schema:
 

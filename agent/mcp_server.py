@@ -40,7 +40,7 @@ from agent.mcp_common import (
 )
 from agent.mcp_results import search_page
 from agent.mcp_schema import Action, action_argument, arguments, struct_arguments
-from node.wire.api import AckIn, InboxQuery, PostEntry, PostLink, ReadQuery, SearchQuery, SubscriptionIn
+from wire.api import AckIn, InboxQuery, PostEntry, PostLink, ReadQuery, SearchQuery, SubscriptionIn
 
 SKILL_URI = "bbs://skills/bbs-operations"
 

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.cli import check_node_url, passphrase
-from node.wire.cli import CommandError
+from wire.cli import CommandError
 
 if TYPE_CHECKING:  # imported when a command runs: building the `bbs` parser stays cheap
     from agent.client import BBSClientError, Client
 
 T = TypeVar("T")
-MAX_FEED_WAIT_MS = 25_000  # node.wire.feed's limit, for the help text
+MAX_FEED_WAIT_MS = 25_000  # wire.feed's limit, for the help text
 DEFAULT_NODE = "http://127.0.0.1:8420"
 TAIL_WAIT_MS = 20_000
 CLI_RETRIES = 2  # a person waits less than an agent: an unreachable node is reported within about a second
@@ -76,7 +76,7 @@ def checked_flags(values: dict[str, Any], typ: type[T]) -> T:
     would answer (`validation_error: DETAIL (at $.FIELD)`)."""
     import msgspec
 
-    from node.wire.validation import split_validation_error
+    from wire.validation import split_validation_error
 
     try:
         return msgspec.convert(values, typ)
@@ -154,7 +154,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_read(args: argparse.Namespace) -> int:
     from agent import people_format as fmt
-    from node.wire.api import ReadQuery
+    from wire.api import ReadQuery
 
     query = ReadQuery(hops=args.hops, include_synthetic=args.include_synthetic)
     result = run(args, lambda c: c.read(args.refs, query))
@@ -216,7 +216,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
 async def follow(client: Client, args: argparse.Namespace, emit: Callable[[Any], None]) -> int:
     """`bbs tail`'s loop: from the cursor (`--after`, else the node's newest entry), page after page, waiting
     on the node (long-poll) between them; stops after `--count` entries, or at the end with `--no-follow`."""
-    from node.wire.feed import FeedQuery
+    from wire.feed import FeedQuery
 
     # every flag checked before the first request, whichever requests the flags lead to
     checked_flags({"after": args.after or 0, "limit": args.limit, "wait_ms": args.wait_ms}, FeedQuery)
@@ -254,7 +254,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 def cmd_tasks(args: argparse.Namespace) -> int:
     from agent import people_format as fmt
-    from node.wire.workflows import ReadyQuery
+    from wire.workflows import ReadyQuery
 
     if args.graph:
         graph = run(args, lambda c: c.task_graph())
@@ -315,7 +315,7 @@ def cmd_link(args: argparse.Namespace) -> int:
 
 def cmd_subscribe_create(args: argparse.Namespace) -> int:
     from agent import people_format as fmt
-    from node.wire.api import SubscriptionIn
+    from wire.api import SubscriptionIn
 
     fields = {
         "tags": args.tag,
@@ -367,7 +367,7 @@ def _json_object(value: str | None, flag: str, field: str) -> dict[str, Any] | N
 
 def cmd_message_send(args: argparse.Namespace) -> int:
     from agent import people_format as fmt
-    from node.wire.workflows import PostMessage
+    from wire.workflows import PostMessage
 
     fields: dict[str, Any] = {
         "message_type": args.message_type,
@@ -385,7 +385,7 @@ def cmd_message_send(args: argparse.Namespace) -> int:
 
 def cmd_message_list(args: argparse.Namespace) -> int:
     from agent import people_format as fmt
-    from node.wire.workflows import MessageQuery
+    from wire.workflows import MessageQuery
 
     fields = {
         "project": args.project,
@@ -404,7 +404,7 @@ def cmd_message_list(args: argparse.Namespace) -> int:
 
 def cmd_task_lease(args: argparse.Namespace) -> int:
     from agent import people_format as fmt
-    from node.wire.workflows import LeaseIn
+    from wire.workflows import LeaseIn
 
     lease = checked_flags({"seconds": args.seconds}, LeaseIn)
     task = run(args, lambda c: c.lease_task(args.ref, lease))
@@ -418,7 +418,7 @@ def cmd_task_lease(args: argparse.Namespace) -> int:
 
 def _finish(args: argparse.Namespace, event: str) -> int:
     from agent import people_format as fmt
-    from node.wire.workflows import FinishIn
+    from wire.workflows import FinishIn
 
     fields = {"checkpoint": _json_object(args.checkpoint, "--checkpoint", "$.checkpoint"), "lease": args.lease}
     finish = checked_flags(fields, FinishIn)

@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from node.wire.api import AgentListItem, EntryOut, Envelope, LinkOut, Snippet, SubscriptionOut
-from node.wire.workflows import Graph, MessageOut, ReadyTask, TaskOut
+from wire.api import AgentListItem, EntryOut, Envelope, LinkOut, Snippet, SubscriptionOut
+from wire.workflows import Graph, MessageOut, ReadyTask, TaskOut
 
 CONTENT_PREVIEW = 160  # characters of an entry's content in a table row or a tail line
 OFF_TERMINAL_WIDTH = 160

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from agent.people_cli import common_flags, run
-from node.wire.cli import CommandError
-from node.wire.push import PushEndpointIn, PushEndpointList, PushEndpointOut, PushTestOut
+from wire.cli import CommandError
+from wire.push import PushEndpointIn, PushEndpointList, PushEndpointOut, PushTestOut
 
 if TYPE_CHECKING:
     from agent.client import Client

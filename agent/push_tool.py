@@ -11,7 +11,7 @@ from mcp.server.mcpserver import Context
 
 from agent.mcp_common import ToolDef, client_of, domain_errors, out, pick, tool
 from agent.mcp_schema import Action, action_argument, arguments
-from node.wire.push import PushEndpointIn, PushEndpointList, PushEndpointOut, PushTestOut
+from wire.push import PushEndpointIn, PushEndpointList, PushEndpointOut, PushTestOut
 
 PUSH_ACTIONS = {
     "list": Action(frozenset()),

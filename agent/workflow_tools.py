@@ -13,7 +13,7 @@ from mcp.server.mcpserver import Context
 
 from agent.mcp_common import ToolDef, client_of, domain_errors, out, pick, tool
 from agent.mcp_schema import Action, action_argument, arguments
-from node.wire.workflows import (
+from wire.workflows import (
     MAX_GRAPH_NODES,
     DeclareTask,
     FinishIn,

@@ -7,14 +7,17 @@ from pathlib import Path
 
 from aiohttp import web
 
-from node import __version__, agent_auth, limits, metrics
-from node.appkeys import LIMIT, NODE, SYNC_SETTINGS
-from node.auth import guard
+from node import __version__
+from node.agents import sessions as agent_auth
 from node.features import FEATURES, all_routes
-from node.http import error_middleware, json_response, openapi, security_headers
-from node.logging_setup import request_log_middleware
-from node.peer_routes import SyncSettings
+from node.federation.routes import SyncSettings
+from node.ops import metrics
+from node.ops.logging_setup import request_log_middleware
 from node.service import Node
+from node.web import limits
+from node.web.appkeys import LIMIT, NODE, SYNC_SETTINGS
+from node.web.auth import guard
+from node.web.http import error_middleware, json_response, openapi, security_headers
 
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -66,7 +69,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 def build(data_dir: Path) -> web.Application:
     """Application for a data folder (initialised if empty)."""
-    from node.datadir import initialise
+    from node.ops.datadir import initialise
 
     initialise(data_dir)
     return create_app(Node(data_dir))

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from node.service import Node
-    from node.wire.api import CreatedAgent
+    from wire.api import CreatedAgent
 
 EXIT_USAGE = 2
 EXIT_ERROR = 1
@@ -35,7 +35,7 @@ def _data_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from node.datadir import initialise
+    from node.ops.datadir import initialise
 
     token = initialise(args.data)
     if token is None:
@@ -59,7 +59,7 @@ def _check_listen(host: str, port: int, what: str) -> None:
     """
     import socket
 
-    from node.datadir import CommandError
+    from node.ops.datadir import CommandError
 
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -81,7 +81,7 @@ def _check_ports(host: str, port: int, metrics_host: str, metrics_port: int | No
     """Refuse two listeners on one address: MCP shares the REST host; metrics only when the hosts can overlap.
 
     A configuration error (exit 2), whether the ports came from flags, BBS_* variables or the config file."""
-    from node.config import ConfigError
+    from node.ops.config import ConfigError
 
     wildcard = ("", "0.0.0.0", "::")
     listeners = [("--port", host, port), ("--mcp-port", host, mcp_port), ("--metrics-port", metrics_host, metrics_port)]
@@ -101,7 +101,7 @@ def _enable_remote_mcp(app: web.Application, node: Node, mcp_port: int | None, h
     if mcp_port is None:
         return None
     from agent import mcp_http
-    from node import agent_auth
+    from node.agents import sessions as agent_auth
 
     rest_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     mcp_http.enable(
@@ -127,15 +127,15 @@ def event_loop() -> asyncio.AbstractEventLoop:
 def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    from node import config as configuration
-    from node import datalock, logging_setup, metrics
     from node.app import create_app
-    from node.datadir import CommandError, initialise
     from node.errors import Conflict
-    from node.limits import RateLimit
-    from node.peer_routes import SyncSettings
+    from node.federation.routes import SyncSettings
+    from node.ops import config as configuration
+    from node.ops import datalock, logging_setup, metrics
+    from node.ops.datadir import CommandError, initialise
     from node.push import routes as push_routes
     from node.service import Node
+    from node.web.limits import RateLimit
 
     flags = {name: getattr(args, name, None) for name in configuration.FIELDS}
     config = configuration.load(args.config, flags)
@@ -206,7 +206,7 @@ def _on_node(data: Path, act: Callable[[Node], Awaitable[T]]) -> T:
 
     The node is opened without its search index: `act` searches nothing, and a serving node holds the index."""
 
-    from node.datadir import require_node
+    from node.ops.datadir import require_node
     from node.service import Node
 
     require_node(data)
@@ -242,13 +242,14 @@ def cmd_agent_create(args: argparse.Namespace) -> int:
 
 
 def cmd_agent_list(args: argparse.Namespace) -> int:
-    """The agents the data folder's node knows, a page at a time: GET /v1/agents's read (node/agents.py
+    """The agents the data folder's node knows, a page at a time: GET /v1/agents's read (node/agents/service.py
     `list_agents`) on the database alone, safe beside a running node, as `bbs peers` reads."""
     from agent import people_format as fmt
     from agent.people_cli import checked_flags, show_page
-    from node import agents, db
-    from node.datadir import DataDir, require_node
-    from node.wire.api import AgentListQuery
+    from node.agents import service as agents
+    from node.ops.datadir import DataDir, require_node
+    from node.store import db
+    from wire.api import AgentListQuery
 
     query = checked_flags({"local": args.local, "limit": args.limit, "after": args.after}, AgentListQuery)
     require_node(args.data)
@@ -270,8 +271,8 @@ def cmd_agent_export(args: argparse.Namespace) -> int:
     """Write an agent's identity file (private key included, mode 0600)."""
     from agent import identity_file
     from agent.cli import passphrase
-    from node.datadir import CommandError
-    from node.portable import export_identity
+    from node.agents.portable import export_identity
+    from node.ops.datadir import CommandError
 
     if args.out.is_dir():
         raise CommandError(f"--out {args.out} is a folder; give the identity file's name")
@@ -300,9 +301,9 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
 
     from agent import identity_file
     from agent.cli import passphrase
-    from node.agents import AGENT_NAME
-    from node.datadir import CommandError
-    from node.portable import import_identity
+    from node.agents.portable import import_identity
+    from node.agents.service import AGENT_NAME
+    from node.ops.datadir import CommandError
 
     ident = identity_file.load(args.file, passphrase(args.passphrase_env))
     name = args.name or _default_name(ident.display_name)
@@ -322,10 +323,10 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    from node import db, projections
-    from node.datadir import DataDir, require_node
-    from node.progress import Reporter
+    from node.ops.datadir import DataDir, require_node
+    from node.ops.progress import Reporter
     from node.search_index import indexer as search_indexer
+    from node.store import db, projections
 
     require_node(args.data)
 
@@ -431,10 +432,10 @@ def build_parser() -> argparse.ArgumentParser:
     _data_arg(p)
     p.set_defaults(func=cmd_rebuild)
 
-    from node import ops_cli
+    from node.ops import cli as ops_cli
 
     ops_cli.add_commands(sub)  # backup, restore, litestream-config, doctor
-    from node import peer_cli
+    from node.federation import cli as peer_cli
 
     peer_cli.add_parsers(sub, _data_arg)  # peer add, peers, digest
     return parser
@@ -466,10 +467,10 @@ def explain(exc: BaseException, args: argparse.Namespace | None = None) -> tuple
 
     from agent.identity_file import IdentityFileError
     from identity import keys
-    from node.config import ConfigError
-    from node.datadir import CommandError
-    from node.db import SchemaTooNew
     from node.errors import BBSError
+    from node.ops.config import ConfigError
+    from node.ops.datadir import CommandError
+    from node.store.db import SchemaTooNew
 
     data = getattr(args, "data", None)
     if isinstance(exc, BBSError):

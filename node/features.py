@@ -5,7 +5,7 @@ node/app.py builds the application from `FEATURES`, in order: the routes' order 
 the order aiohttp matches them in; background tasks start in this order once the node is open and stop in
 reverse before it closes. Nothing registers itself on import: a feature is on the node because it is listed here.
 
-The log's projectors and tables are the same declarations, joined once in node.projections, which every
+The log's projectors and tables are the same declarations, joined once in node.store.projections, which every
 feature's writes go through and so cannot import this list (tests/node/test_features.py holds the two equal).
 """
 
@@ -17,13 +17,19 @@ from types import MappingProxyType
 
 from aiohttp import web
 
-from node import agent_auth, background, feed_routes, nlip_endpoint, peer_routes, projections, trust
 from node import routes as substrate_routes
-from node.background import CleanupContext
+from node.agents import sessions as agent_auth
 from node.default_mode import routes as default_mode_routes
-from node.http import Route
-from node.projections import Projector
+from node.federation import routes as peer_routes
+from node.feed import routes as feed_routes
+from node.nlip import endpoint as nlip_endpoint
 from node.push import routes as push_routes
+from node.store import projections
+from node.store.projections import Projector
+from node.trust import service as trust
+from node.web import background
+from node.web.background import CleanupContext
+from node.web.http import Route
 from node.workflows import records as workflow_records
 from node.workflows import routes as workflow_routes
 

@@ -5,21 +5,13 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from node import idempotency
-from node.appkeys import NODE, SYNC
-from node.auth import agent_id, principal
 from node.errors import InvalidInput
-from node.http import (
-    Route,
-    convert,
-    decode_query,
-    idempotency_header,
-    json_response,
-    read_json,
-    signed_or,
-)
 from node.service import Node
-from node.wire.api import (
+from node.store import idempotency
+from node.web.appkeys import NODE, SYNC
+from node.web.auth import agent_id, principal
+from node.web.http import Route, convert, decode_query, idempotency_header, json_response, read_json, signed_or
+from wire.api import (
     AckIn,
     AckOut,
     AgentListQuery,

@@ -17,25 +17,25 @@ from pathlib import Path
 
 from identity import canonical, keys, schema
 from node import __version__
-from node.agents import Agents
-from node.challenges import Challenges
-from node.datadir import DataDir
-from node.db import Database
+from node.agents.challenges import Challenges
+from node.agents.service import Agents
 from node.default_mode.service import DefaultMode
-from node.entries import Entries
-from node.feed import Feed
-from node.inbox import MAX_SUBSCRIPTIONS, Inbox
-from node.links import Links
-from node.reads import Reads
-from node.sealing import Sealing
+from node.entries.links import Links
+from node.entries.posting import Entries
+from node.entries.reads import Reads
+from node.federation.store import NodeSyncStore
+from node.feed.service import Feed
+from node.inbox.service import MAX_SUBSCRIPTIONS, Inbox
+from node.ops.datadir import DataDir
 from node.search_index import indexer
 from node.search_index.index import SearchIndex
-from node.sync_store import NodeSyncStore
-from node.trust import Trust
-from node.wire.api import MAX_BATCH, MAX_HOPS, NodeInfo
+from node.store.db import Database
+from node.store.sealing import Sealing
+from node.trust.service import Trust
 from node.workflows.fence import FENCE_NAME
 from node.workflows.messaging import Bus
 from node.workflows.service import Workflows
+from wire.api import MAX_BATCH, MAX_HOPS, NodeInfo
 
 
 class Node:
@@ -56,7 +56,7 @@ class Node:
         self.bus = Bus(self.db, self.sealing, self.now_ms)
         self.workflows = Workflows(self.db, self.sealing, self.key, self.now_ms, self.data.root / FENCE_NAME)
         self.default_mode = DefaultMode(self.db, self.node_id, self.now_ms, self.entries, self.reads)
-        # annotated: node/trust.py's background task reads it back (mypy cannot infer it across that cycle)
+        # annotated: node/trust/service.py's background task reads it back (mypy cannot infer it across that cycle)
         self.trust: Trust = Trust(self.db, self.now_ms)
         self.sync = NodeSyncStore(self.db, self.node_id, self.now_ms)
         self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer

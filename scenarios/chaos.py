@@ -45,10 +45,10 @@ import aiohttp
 
 from agent import identity_file
 from identity import canonical, records
-from node.wire.api import PostEntry, unsigned_entry
 from node.workflows.forward import PEER_LEASE_PATH
 from scenarios.chaos_ledger import FAILED, Grant, Ledger, Result, evaluate, hashes, table
 from scenarios.fednet import Link, ScenarioFailed, ServedNode, bbs
+from wire.api import PostEntry, unsigned_entry
 
 ADVERSARIES = ("kill", "partition", "restore", "equivocate", "replay")
 NAMES = ("a", "b", "c", "d")

@@ -27,8 +27,8 @@ from agent.runtime.config import load_skill, parse_config
 from agent.runtime.engines import Prompt, ScriptedEngine
 from agent.runtime.loop import AgentRuntime
 from agent.runtime.memory import WorkingMemory
-from node.wire.api import ReadQuery
 from scenarios.fednet import ScenarioFailed, ServedNode
+from wire.api import ReadQuery
 
 SOULS = {
     "supervisor": "You coordinate the household's research. You ask precise questions and keep people on task.",

@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from node.backup import litestream_binary
+from node.ops.backup import litestream_binary
 
 ENV = {"BBS_SYNC_WAIT_MS": "15000", "BBS_RECONCILE_EVERY_S": "2"}
 

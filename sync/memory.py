@@ -26,7 +26,7 @@ class _Want:
 @dataclass
 class MemoryStore:
     """Records, cursors, peers and counters held in dictionaries. Follows the node's rule for versions
-    (node/equivocation.py): at most two versions per address, the two with the smallest (scope != federation,
+    (node/store/equivocation.py): at most two versions per address, the two with the smallest (scope != federation,
     version); an evicted version's seq stays empty."""
 
     node_id: str

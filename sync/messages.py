@@ -23,7 +23,7 @@ MAX_RECONCILE_HEX = 2 * 64 * 1024
 
 Epoch = Annotated[str, msgspec.Meta(pattern=whole("[0-9a-f]{1,64}"))]
 # Any version decodes, so that a peer of another version is answered with the version this node speaks
-# (node/peer_routes.py), and a reply of another version is reported as such (sync/client.py).
+# (node/federation/routes.py), and a reply of another version is reported as such (sync/client.py).
 Version = Annotated[int, msgspec.Meta(ge=1, le=2**31)]
 # a position in a store's log (SQLite's INTEGER range): a peer's number outside it is a malformed batch
 Seq = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]

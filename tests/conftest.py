@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient
 from hypothesis import settings
 
 from node.app import create_app
-from node.datadir import initialise
+from node.ops.datadir import initialise
 from node.service import Node
 
 # pytest-xdist workers start with COLUMNS=80 in their environment where a serial run has none off a terminal: the

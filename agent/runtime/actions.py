@@ -32,9 +32,9 @@ from agent.client import BBSClientError, Client
 from agent.runtime.memory import WorkingMemory
 from identity.schema import Annotation, AssertableLinkType, Confidence, Content, Did, EntryType, Performative, Tag
 from identity.schema import TruthState as TruthStateT
-from node.wire.api import EntryRef, LinkSpec, PostEntry, ReadQuery
-from node.wire.validation import split_validation_error
-from node.wire.workflows import FinishIn, LeaseIn
+from wire.api import EntryRef, LinkSpec, PostEntry, ReadQuery
+from wire.validation import split_validation_error
+from wire.workflows import FinishIn, LeaseIn
 
 log = logging.getLogger("bbs.agent")
 

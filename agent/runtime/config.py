@@ -15,7 +15,7 @@ import msgspec
 import yaml
 
 from agent.runtime.cron import Cron, CronError
-from node.wire.validation import split_validation_error
+from wire.validation import split_validation_error
 
 PROFILE_TOKENS = {"small": 4096, "medium": 16384, "large": 32768}
 SKILL_PATH = Path(__file__).resolve().parent.parent / "skills" / "bbs-operations.md"

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from node.wire.api import EntryOut, Envelope
+from wire.api import EntryOut, Envelope
 
 
 class EngineError(Exception):

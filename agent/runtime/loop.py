@@ -21,7 +21,7 @@ from agent.runtime.config import AgentConfig
 from agent.runtime.engines import Engine, EngineError, Prompt
 from agent.runtime.memory import WorkingMemory
 from agent.runtime.polling import PollSchedule
-from node.wire.api import EntryOut, Envelope, ReadQuery, SearchQuery
+from wire.api import EntryOut, Envelope, ReadQuery, SearchQuery
 
 log = logging.getLogger("bbs.agent")
 HYGIENE_DISMISS_AFTER_S = 7 * 86_400

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from node.wire.api import Envelope
+from wire.api import Envelope
 
 AUDIT_KINDS = frozenset({"action", "malformed_output", "compaction", "engaged"})
 DAY_S = 86_400

@@ -1,7 +1,7 @@
 """Push delivery for the reference runtime (`push: delivery: push` in agent-config.yaml).
 
 A small aiohttp listener receives the node's NLIP pushes, checks each one's signature (the node's key, tag
-`bbs-push`) and payload (node.wire.nlip), and wakes the runtime's loop, which polls the inbox at once: the push is
+`bbs-push`) and payload (wire.nlip), and wakes the runtime's loop, which polls the inbox at once: the push is
 only a hint, the inbox lease stays the delivery. On start the receiver registers its URL as a push endpoint of the
 agent (the same URL again updates it); on stop it removes it. Polling on the adaptive schedule goes on beside it,
 so a missed or refused push only delays a notification until the next poll.
@@ -16,9 +16,9 @@ from aiohttp import web
 
 from agent.client import BBSClientError, Client
 from agent.runtime.config import PushSettings
-from node.wire import nlip
-from node.wire.push import PushEndpointIn, PushEndpointOut
-from node.wire.push_auth import PushAuthError, PushVerifier
+from wire import nlip
+from wire.push import PushEndpointIn, PushEndpointOut
+from wire.push_auth import PushAuthError, PushVerifier
 
 log = logging.getLogger("bbs.agent.push")
 PATH = "/push"

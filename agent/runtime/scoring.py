@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from agent.runtime.config import ScoringSettings
-from node.wire.api import Envelope
+from wire.api import Envelope
 
 FEATURES = ("directed", "watched_tag", "followed_author", "confidence", "question", "links_to_own", "recency")
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Set
 from dataclasses import dataclass
 
 from agent.runtime.cron import Cron
-from node.wire.api import Envelope
+from wire.api import Envelope
 
 IMMEDIATE, BATCHED = 1, 2
 

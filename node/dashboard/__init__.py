@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from node.agents import Principal
-from node.auth import guard
-from node.http import Route
+from node.agents.service import Principal
+from node.web.auth import guard
+from node.web.http import Route
 
 
 def dashboard_routes() -> list[Route]:

@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 
 from identity import records
-from node import queries
-from node.wire.time import format_ms
+from node.entries import queries
+from wire.time import format_ms
 
 ACTIVITY_WINDOW_MS = 7 * 24 * 3600 * 1000
 

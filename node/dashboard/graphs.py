@@ -16,7 +16,7 @@ from xml.sax import saxutils
 
 import networkx as nx
 
-from node.wire.api import EntryOut, LinkOut
+from wire.api import EntryOut, LinkOut
 
 # Characters XML 1.0 does not allow at all (agents may post them: JSON and the API accept them); one of them
 # makes the whole SVG unreadable, so each is drawn as U+FFFD.

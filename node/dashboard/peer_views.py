@@ -13,12 +13,12 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from node.appkeys import NODE, SYNC
 from node.errors import NotFound, Unavailable
-from node.http import Route, json_response
-from node.wire.time import format_ms
+from node.web.appkeys import NODE, SYNC
+from node.web.http import Route, json_response
 from sync.client import SyncError
 from sync.puller import Puller
+from wire.time import format_ms
 
 RECONCILE_TIMEOUT_S = 30
 

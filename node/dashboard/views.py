@@ -14,13 +14,13 @@ import msgspec
 from aiohttp import web
 
 from identity.schema import LinkType
-from node.appkeys import NODE
-from node.auth import principal
 from node.dashboard import data, graphs
 from node.errors import InvalidInput, NotFound
-from node.http import Route, decode_query, json_response
 from node.service import Node
-from node.wire.api import MAX_HOPS, Direction, ReadQuery
+from node.web.appkeys import NODE
+from node.web.auth import principal
+from node.web.http import Route, decode_query, json_response
+from wire.api import MAX_HOPS, Direction, ReadQuery
 
 STATIC = {"app.js": "text/javascript", "app.css": "text/css"}
 # The page runs only its own script and style; graphs arrive as SVG markup with presentation attributes.

@@ -13,11 +13,11 @@ import sqlite3
 import msgspec
 from aiohttp import web
 
-from node.appkeys import NODE
 from node.dashboard import data, graphs
-from node.http import Route, json_response
-from node.wire.time import format_ms
-from node.wire.workflows import GraphQuery
+from node.web.appkeys import NODE
+from node.web.http import Route, json_response
+from wire.time import format_ms
+from wire.workflows import GraphQuery
 
 MAX_DRAWN_TASKS = 300
 

@@ -17,12 +17,12 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from identity import canonical
-from node import queries
 from node.default_mode import critic, salience, store, templates
 from node.default_mode.classify import classify
 from node.default_mode.store import NewCandidate
+from node.entries import queries
 from node.errors import InvalidInput, NotFound
-from node.wire.default_mode import (
+from wire.default_mode import (
     MAX_CANDIDATES_PER_CALL,
     MAX_EVIDENCE,
     MAX_TEXT_CHARS,

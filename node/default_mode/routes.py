@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from node.appkeys import NODE
-from node.auth import agent_id, principal
 from node.default_mode.service import ADMIN, DefaultMode
+from node.entries.queries import parse_since
 from node.errors import InvalidInput
-from node.http import Route, convert, decode_query, idempotency_header, json_response, read_json
-from node.queries import parse_since
-from node.wire.default_mode import (
+from node.web.appkeys import NODE
+from node.web.auth import agent_id, principal
+from node.web.http import Route, convert, decode_query, idempotency_header, json_response, read_json
+from wire.default_mode import (
     CandidateList,
     CandidateOut,
     CandidateQuery,

@@ -11,7 +11,7 @@ emphasis    = 1 if the line says "remember" or "important" (any inflection), els
 goal_relevance, evidence_strength = supplied by the caller for the whole transcript
 
 Lines of 20 characters or fewer are not scored; lines scoring under DROP_BELOW are dropped. With the default
-weights (node/wire/default_mode.py, calibrated in docs/default-mode.md) one signal passes alone, one weak sign
+weights (wire/default_mode.py, calibrated in docs/default-mode.md) one signal passes alone, one weak sign
 does not.
 """
 
@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from node.default_mode import words
-from node.wire.default_mode import SalienceWeights
+from wire.default_mode import SalienceWeights
 
 MIN_LINE_CHARS = 20
 DROP_BELOW = 0.35

@@ -14,12 +14,12 @@ from typing import Any, Protocol
 import msgspec
 
 from identity import canonical
-from node import idempotency
 from node.default_mode import store
 from node.default_mode.proposals import Proposals, RecordStore
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
-from node.wire.api import EntryOut, LinkSpec, PostEntry, ReadQuery, ReadResult, SignedSubmission
-from node.wire.default_mode import CandidateOut, EntryDraft, PromoteIn, PromoteResult, ReviewIn
+from node.store import idempotency
+from wire.api import EntryOut, LinkSpec, PostEntry, ReadQuery, ReadResult, SignedSubmission
+from wire.default_mode import CandidateOut, EntryDraft, PromoteIn, PromoteResult, ReviewIn
 
 MAX_INLINE_LINKS = 32  # identity.schema.MAX_LINKS_PER_ENTRY; further evidence links are separate link records
 PROMOTABLE = ("approved", "needs_review")

@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from identity import canonical
-from node import agent_refs, idempotency
+from node.agents import refs as agent_refs
 from node.default_mode.critic import Review
 from node.errors import InvalidInput, NotFound
-from node.wire.default_mode import CandidateOut
-from node.wire.time import format_ms
+from node.store import idempotency
+from wire.default_mode import CandidateOut
+from wire.time import format_ms
 
 
 @dataclass

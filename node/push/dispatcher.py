@@ -21,15 +21,15 @@ from collections import defaultdict
 import aiohttp
 
 from identity import keys
-from node import notify
-from node.db import Database
-from node.inbox import envelope
+from node.inbox import notify
+from node.inbox.service import envelope
 from node.push.endpoints import Endpoint, PushEndpoints
 from node.push.sender import PushFailed, PushSettings, Sender
-from node.wire import nlip
-from node.wire.api import Envelope
-from node.wire.push import TEST_LABEL, PushPayload, PushTestOut
-from node.wire.push_auth import sign_push
+from node.store.db import Database
+from wire import nlip
+from wire.api import Envelope
+from wire.push import TEST_LABEL, PushPayload, PushTestOut
+from wire.push_auth import sign_push
 
 log = logging.getLogger("bbs.push")
 SCAN_LIMIT = 200  # envelopes read per scan; beyond, notifications are only counted (`more`)

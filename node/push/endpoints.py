@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from yarl import URL
 
-from node.db import Database
 from node.errors import Conflict, Forbidden, InvalidInput, NotFound
-from node.wire.push import MAX_PUSH_ENDPOINTS, PushEndpointIn
+from node.store.db import Database
+from wire.push import MAX_PUSH_ENDPOINTS, PushEndpointIn
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 

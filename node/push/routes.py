@@ -11,16 +11,16 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from node.appkeys import NODE, PUSH, PUSH_SETTINGS
-from node.auth import agent_id
 from node.errors import InvalidInput, Unavailable
-from node.http import Route, convert, json_response, read_json
-from node.metrics import metrics_of
+from node.ops.metrics import metrics_of
 from node.push.dispatcher import Dispatcher
 from node.push.endpoints import Endpoint, Origin, PushEndpoints, check_url
 from node.push.sender import PushSettings
-from node.wire.push import PushEndpointIn, PushEndpointList, PushEndpointOut, PushState, PushStatus, PushTestOut
-from node.wire.time import format_ms
+from node.web.appkeys import NODE, PUSH, PUSH_SETTINGS
+from node.web.auth import agent_id
+from node.web.http import Route, convert, json_response, read_json
+from wire.push import PushEndpointIn, PushEndpointList, PushEndpointOut, PushState, PushStatus, PushTestOut
+from wire.time import format_ms
 
 COUNTERS = ("messages_sent", "messages_failed", "attempts_failed", "notifications_pushed")
 

@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from node.push.endpoints import Endpoint, Origin
-from node.wire.api import Envelope
-from node.wire.push import PushState
-from node.wire.time import format_ms
+from wire.api import Envelope
+from wire.push import PushState
+from wire.time import format_ms
 
 
 @dataclass(frozen=True)

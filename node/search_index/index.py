@@ -1,7 +1,7 @@
 """The tantivy full-text index: a projection of the `entries` table in its own folder of the data directory.
 
 Documents are entries, keyed by their address (`record_hash`, deleted by term before a version is added, so an
-address shows the winner the node serves: node/equivocation.py) and carrying their local id (`seq`, a fast
+address shows the winner the node serves: node/store/equivocation.py) and carrying their local id (`seq`, a fast
 field). Text is pre-tokenized by `analyzer.tokens` (FTS5 unicode61's rules) and indexed with tantivy's
 whitespace tokenizer. One meta document records the highest entry id the index covers (`position`) and the
 stamp (store epoch, analyzer and schema versions) it was built for; it is written in the same commit as the

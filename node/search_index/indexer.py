@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from node.db import Database
 from node.errors import SearchIndexBuilding
 from node.search_index import ranking
 from node.search_index.freshness import CommitAges, Pace, Watermark
@@ -42,7 +41,8 @@ from node.search_index.index import (
     is_panic,
 )
 from node.search_index.query import Clause, parse
-from node.wire.api import SearchQuery
+from node.store.db import Database
+from wire.api import SearchQuery
 
 BATCH = 2_000  # entries per index commit
 # An index at most this many entries behind the log serves searches (a few batches: the lag of a node under

@@ -1,6 +1,6 @@
 """Which index hits make a search page, and in which order: BM25, author trust, community confidence.
 
-Trust is node-local (node/trust.py's cache), so it is never in the index: a search sorted or filtered by trust
+Trust is node-local (node/trust/service.py's cache), so it is never in the index: a search sorted or filtered by trust
 turns the cache into author term-sets around the words' query. Every order ends with BM25 descending, then entry
 id descending (newest first), so a page is exact whatever the index's internal document order (segments merge):
 
@@ -39,9 +39,11 @@ from typing import Any, NamedTuple
 
 import tantivy
 
-from node.wire.api import SearchQuery
+from wire.api import SearchQuery
 
-NEUTRAL = 0.5  # the trust of an author without a cached score (node/trust.py, NEUTRAL; node/queries.AUTHOR_TRUST)
+NEUTRAL = (
+    0.5  # the trust of an author without a cached score (node/trust/service.py, NEUTRAL; node/queries.AUTHOR_TRUST)
+)
 SORT_CAP = 1_000  # matches `sort=community_confidence` re-sorts (docs/api.md, "Search")
 RUN_HITS = 256  # sort=trust fetches a run of trust levels whole when it has at most this many matches (or the page's)
 
@@ -300,7 +302,7 @@ DEFAULT = Ranking()
 
 
 def author_scores(conn: sqlite3.Connection) -> dict[str, float]:
-    """Every scored author's trust from the cache (node/trust.py); authors missing from it are NEUTRAL."""
+    """Every scored author's trust from the cache (node/trust/service.py); authors missing from it are NEUTRAL."""
     return {str(a): float(s) for a, s in conn.execute("SELECT agent_id, score FROM trust_scores")}
 
 

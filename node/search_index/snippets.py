@@ -29,7 +29,7 @@ from node.search_index.analyzer import (
     spelled,
 )
 from node.search_index.query import Clause
-from node.wire.api import Snippet
+from wire.api import Snippet
 
 SNIPPET_CHARS = 160
 LEAD_CHARS = 30  # context shown before the first match of the window

@@ -7,14 +7,14 @@ import sqlite3
 from typing import Any
 
 from identity import canonical
-from node import idempotency
 from node.errors import InvalidInput
-from node.wire import unsigned
-from node.wire.workflows import MessageOut, MessagePage, MessageQuery, PostMessage
+from node.store import idempotency
+from wire import unsigned
+from wire.workflows import MessageOut, MessagePage, MessageQuery, PostMessage
 
 
 def unsigned_message(sender: str, body: PostMessage, created_at: str) -> dict[str, Any]:
-    """The unsigned record of a message (node/wire/unsigned.py builds it; a bad value is a 422)."""
+    """The unsigned record of a message (wire/unsigned.py builds it; a bad value is a 422)."""
     try:
         return unsigned.unsigned_message(sender, body, created_at)
     except canonical.CanonicalError as exc:

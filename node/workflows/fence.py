@@ -1,6 +1,6 @@
 """The lease fence: what a home node has granted, kept outside its database so a restore cannot make it forget.
 
-A small file in the data folder (`lease-fence.json`, never in a backup: node/backup.py copies only the
+A small file in the data folder (`lease-fence.json`, never in a backup: node/ops/backup.py copies only the
 database and the key) holds the latest lease expiry this node has granted as a home node, and how many grants
 it has made that expire after a baseline moment (`since_ms`, `grants`). It is written, fsynced and renamed into
 place inside the write job that appends the grant, before that job commits, so the file is never behind an
@@ -36,8 +36,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from node.errors import BBSError
-from node.sealing import MAX_FUTURE_SKEW_MS
-from node.wire.workflows import LEASE_MAX_SECONDS
+from node.store.sealing import MAX_FUTURE_SKEW_MS
+from wire.workflows import LEASE_MAX_SECONDS
 
 FENCE_NAME = "lease-fence.json"
 META_KEY = "lease_fence_id"

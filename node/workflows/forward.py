@@ -16,11 +16,11 @@ import aiohttp
 import msgspec
 
 from identity import keys
-from node.db import Database
 from node.errors import BBSError
-from node.wire.workflows import PeerLeaseIn, PeerLeaseOut, PeerTaskEventIn, PeerTaskEventOut
+from node.store.db import Database
 from node.workflows.leases import LeaseAuthorityUnreachable
 from sync.auth import PeerBoots, send_resigned, sign_headers
+from wire.workflows import PeerLeaseIn, PeerLeaseOut, PeerTaskEventIn, PeerTaskEventOut
 
 PEER_LEASE_PATH = "/v1/agent-workflows/peer/lease"
 PEER_EVENT_PATH = "/v1/agent-workflows/peer/task-event"

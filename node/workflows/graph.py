@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from node.wire.unsigned import DONE_STATUSES
-from node.wire.workflows import Graph, GraphEdge, GraphNode
 from node.workflows.tasks import lease_live
+from wire.unsigned import DONE_STATUSES
+from wire.workflows import Graph, GraphEdge, GraphNode
 
 _DOT_FILL = {
     "done": "#c8e6c9",

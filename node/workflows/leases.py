@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
-from node.wire.unsigned import DONE_STATUSES, OPEN_STATUSES
 from node.workflows.tasks import lease_live
+from wire.unsigned import DONE_STATUSES, OPEN_STATUSES
 
 
 class NotHome(Exception):

@@ -13,14 +13,15 @@ from typing import Any
 import msgspec
 
 from identity import keys
-from node import agent_refs, idempotency, projections
-from node.db import Database
+from node.agents import refs as agent_refs
 from node.errors import Forbidden
-from node.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, until_hash_free
-from node.wire.api import SignedSubmission
-from node.wire.time import format_ms
-from node.wire.workflows import MessageOut, MessagePage, MessageQuery, PostMessage
+from node.store import idempotency, projections
+from node.store.db import Database
+from node.store.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, until_hash_free
 from node.workflows import bus
+from wire.api import SignedSubmission
+from wire.time import format_ms
+from wire.workflows import MessageOut, MessagePage, MessageQuery, PostMessage
 
 
 async def _named(db: Database, body: PostMessage) -> PostMessage:

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from identity.schema import MessageRecord, TaskEventRecord
-from node.wire.time import parse_ms
-from node.wire.unsigned import DONE_STATUSES, OPEN_STATUSES, merge_patch
+from wire.time import parse_ms
+from wire.unsigned import DONE_STATUSES, OPEN_STATUSES, merge_patch
 
-if TYPE_CHECKING:  # node.projections imports this module for its projectors
-    from node.projections import Projection, Projector
+if TYPE_CHECKING:  # node.store.projections imports this module for its projectors
+    from node.store.projections import Projection, Projector
 
 
 def _opt(value: Any) -> Any:
@@ -95,7 +95,7 @@ def project_task_event(conn: sqlite3.Connection, rec: TaskEventRecord, ctx: Proj
         _store(conn, state, before)
 
 
-# The workflow record kinds' projectors, and the tables holding only their derived data (node.projections joins
+# The workflow record kinds' projectors, and the tables holding only their derived data (node.store.projections joins
 # them with the substrate's).
 PROJECTORS: Mapping[str, Projector] = MappingProxyType({"message": project_message, "task_event": project_task_event})
 TABLES: tuple[str, ...] = ("messages", "message_agents", "task_events", "tasks", "task_deps")

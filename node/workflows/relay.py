@@ -14,13 +14,13 @@ import sqlite3
 from typing import Any
 
 from identity import keys
-from node import idempotency, projections
-from node.db import Database
 from node.errors import BBSError
-from node.sealing import SealedRecord, sign_and_check
-from node.wire import unsigned
-from node.wire.time import format_ms
+from node.store import idempotency, projections
+from node.store.db import Database
+from node.store.sealing import SealedRecord, sign_and_check
 from node.workflows import forward, tasks
+from wire import unsigned
+from wire.time import format_ms
 
 # What a declaration may change without the home node (anyone's to change, nothing a lease protects).
 LOCAL_FIELDS = frozenset({"task_key", "title", "depends_on"})

@@ -7,10 +7,11 @@ from typing import Any
 
 from aiohttp import web
 
-from node.appkeys import NODE
-from node.auth import agent_id
 from node.errors import BBSError
-from node.http import (
+from node.federation.peer_auth import authenticate_peer, signed_body
+from node.web.appkeys import NODE
+from node.web.auth import agent_id
+from node.web.http import (
     Route,
     convert,
     decode_json,
@@ -20,9 +21,12 @@ from node.http import (
     read_json,
     signed_or,
 )
-from node.peer_auth import authenticate_peer, signed_body
-from node.wire.api import SignedSubmission
-from node.wire.workflows import (
+from node.workflows import graph as graph_render
+from node.workflows import leases
+from node.workflows.messaging import Bus
+from node.workflows.service import Workflows
+from wire.api import SignedSubmission
+from wire.workflows import (
     DeclareTask,
     FinishIn,
     Graph,
@@ -40,10 +44,6 @@ from node.wire.workflows import (
     ReadyQuery,
     TaskOut,
 )
-from node.workflows import graph as graph_render
-from node.workflows import leases
-from node.workflows.messaging import Bus
-from node.workflows.service import Workflows
 
 log = logging.getLogger("bbs.leases")
 

@@ -16,14 +16,17 @@ from typing import Any, NamedTuple
 import msgspec
 
 from identity import canonical, keys, records
-from node import agent_refs, idempotency, projections
-from node.db import Database
+from node.agents import refs as agent_refs
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
-from node.sealing import SealedRecord, Sealing, sign_and_check
-from node.wire import unsigned
-from node.wire.api import SignedSubmission
-from node.wire.time import format_ms, parse_ms
-from node.wire.workflows import (
+from node.store import idempotency, projections
+from node.store.db import Database
+from node.store.sealing import SealedRecord, Sealing, sign_and_check
+from node.workflows import forward, graph, leases, relay, tasks, twins
+from node.workflows.fence import LeaseFence
+from wire import unsigned
+from wire.api import SignedSubmission
+from wire.time import format_ms, parse_ms
+from wire.workflows import (
     DeclareTask,
     FinishIn,
     Graph,
@@ -35,8 +38,6 @@ from node.wire.workflows import (
     ReadyList,
     TaskOut,
 )
-from node.workflows import forward, graph, leases, relay, tasks, twins
-from node.workflows.fence import LeaseFence
 
 log = logging.getLogger("bbs.leases")
 # Ready lists of up to this many tasks are read on the event loop (Database.read quick): rendering a page of

@@ -8,11 +8,11 @@ import sqlite3
 from typing import Any
 
 from node.errors import Conflict, InvalidInput, NotFound
-from node.wire import unsigned
-from node.wire.time import parse_ms
-from node.wire.unsigned import DONE_STATUSES, OPEN_STATUSES, TaskNow, changed_fields
-from node.wire.workflows import LeaseOut, ReadyList, ReadyTask, TaskOut
 from node.workflows import twins
+from wire import unsigned
+from wire.time import parse_ms
+from wire.unsigned import DONE_STATUSES, OPEN_STATUSES, TaskNow, changed_fields
+from wire.workflows import LeaseOut, ReadyList, ReadyTask, TaskOut
 
 # The ready set: one range of the partial index `tasks_startable` (unmet = 0 AND open = 1), leases checked
 # against the reader's clock. INDEXED BY makes a plan that cannot use the index an error, not a slow scan.

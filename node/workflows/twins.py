@@ -24,11 +24,11 @@ from typing import Any
 
 from identity import keys
 from identity.schema import MAX_DIRECTED
-from node import projections
-from node.sealing import SealedRecord, sign_and_check
-from node.wire.api import PostEntry, unsigned_entry
-from node.wire.time import format_ms
-from node.wire.workflows import LeaseOut, TaskTwin
+from node.store import projections
+from node.store.sealing import SealedRecord, sign_and_check
+from wire.api import PostEntry, unsigned_entry
+from wire.time import format_ms
+from wire.workflows import LeaseOut, TaskTwin
 
 NOTICE_TAG = "task-twin"
 MAX_NOTICES_PER_ROUND = 100

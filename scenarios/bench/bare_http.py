@@ -29,8 +29,8 @@ import msgspec
 from aiohttp import web
 
 from identity import canonical, keys, records
-from node import db
 from node.cli import event_loop
+from node.store import db
 from scenarios.bench import corpus
 from scenarios.bench.harness import free_port, stop_process, wait_healthy
 from scenarios.bench.raw import sqlite_rows

@@ -19,8 +19,9 @@ import msgspec
 
 from identity import canonical, keys, records
 from identity.schema import EntryRecord
-from node import agents, db, projections
-from node.datadir import DataDir, initialise
+from node.agents import service as agents
+from node.ops.datadir import DataDir, initialise
+from node.store import db, projections
 
 COMMON_TERM = "kernel"  # in about 20% of entries
 RARE_TERM = "zeppelin"  # in about 1 entry in 10,000 (at least one)

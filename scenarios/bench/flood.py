@@ -1,7 +1,7 @@
 """An agent's post latency while one address floods `POST /v1/auth/challenge`, against no flood, in one run.
 
 Anyone may ask for a key-proof challenge, so a flood of asks must not delay the agents' writes: pending
-challenges are held in memory (node/challenges.py), never by the single writer, and unauthenticated requests
+challenges are held in memory (node/agents/challenges.py), never by the single writer, and unauthenticated requests
 are rate-limited per client address (`anon_rate_limit_per_s`, `anon_rate_limit_burst`). One agent posts
 entries one after another through a real `bbs serve`: first alone (the baseline), then while flooders on the
 same machine (a process of their own) ask for challenges as fast as they are answered; once with the node's

@@ -7,14 +7,14 @@ import sqlite3
 import time
 from pathlib import Path
 
-from node import notify
-from node.datadir import DataDir
+from node.inbox import notify
+from node.ops.datadir import DataDir
 from node.service import Node
-from node.wire.api import MAX_BATCH, PostEntry, SubscriptionIn
 from scenarios.bench import corpus
 from scenarios.bench.context import Context
 from scenarios.bench.harness import Call, Server, bearer, run_load
 from scenarios.bench.report import Row, ms, percentile, ratio
+from wire.api import MAX_BATCH, PostEntry, SubscriptionIn
 
 BENCH = "inbox"
 GROUPS = 50

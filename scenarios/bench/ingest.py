@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from identity import keys
-from node.wire.api import MAX_BATCH
 from scenarios.bench import corpus, raw
 from scenarios.bench.bare_http import BareServer
 from scenarios.bench.context import Context
 from scenarios.bench.harness import BenchFailure, Call, LoadResult, Server, bearer, run_load
 from scenarios.bench.report import Row, ms, percentile, rate, ratio
+from wire.api import MAX_BATCH
 
 BENCH = "ingest"
 TARGET = 0.5
@@ -111,7 +111,7 @@ def _bare_floor(ctx: Context, per_lane: int) -> LoadResult:
 
 
 def writer_breakdown(label: str, writer: dict[str, float], entries: int) -> Row:
-    """Where the writer's time per entry went (node.db.WriterStats): SQL statements, Python in the transaction,
+    """Where the writer's time per entry went (node.store.db.WriterStats): SQL statements, Python in the transaction,
     COMMIT, and how much of the time outside COMMIT the thread was not running (waiting for the GIL)."""
     n = max(entries, 1)
     busy, commit = writer.get("busy_seconds", 0.0), writer.get("commit_seconds", 0.0)

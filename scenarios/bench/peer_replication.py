@@ -29,7 +29,7 @@ import aiohttp
 
 from identity import keys
 from identity import records as identity_records
-from node import db
+from node.store import db
 from scenarios.bench import raw, sync
 from scenarios.bench.context import Context
 from scenarios.bench.harness import free_port

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 
 from identity import keys
-from node.datadir import DataDir
+from node.ops.datadir import DataDir
 from scenarios.bench import corpus
 from scenarios.bench.context import Context
 from scenarios.bench.harness import BenchFailure, Call, Server, bearer, run_load, stop_process

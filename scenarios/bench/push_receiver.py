@@ -1,5 +1,5 @@
 """A receiving agent in its own process for the push tests (tests/node/push) and the push bench: a plain aiohttp
-app that parses each push with nlip-sdk (node.wire.nlip) and checks its signature, or the nlip-server reference
+app that parses each push with nlip-sdk (wire.nlip) and checks its signature, or the nlip-server reference
 app (FastAPI, served by uvicorn) with `--nlip-server`.
 
     python -m scenarios.bench.push_receiver --node-id DID [--status 500] [--delay 2] [--nlip-server]
@@ -21,8 +21,8 @@ from typing import Any
 
 from aiohttp import web
 
-from node.wire import nlip
-from node.wire.push_auth import PushAuthError, PushVerifier
+from wire import nlip
+from wire.push_auth import PushAuthError, PushVerifier
 
 RECEIVED: list[dict[str, Any]] = []
 BEHAVIOUR: dict[str, Any] = {"status": 200, "delay": 0.0}

@@ -12,17 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from identity import canonical, keys, records
-from node import db
-from node.wire.time import parse_ms
+from node.store import db
 from scenarios.bench import corpus
 from scenarios.bench.context import Context
 from scenarios.bench.report import Row, rate, ratio
+from wire.time import parse_ms
 
 BENCH = "raw"
 SQLITE_BATCH = 100
 SQLITE_ROUNDS = 3
 AT_COMMITS = 150  # commits per round of `sqlite_rate_at` (small commits are fsync-bound: a few seconds a round)
-# The full-text table and trigger every write transaction fed before migration 0021 (node/migrations/0001_core.sql).
+# The full-text table and trigger every write transaction fed before migration 0021
+# (node/store/migrations/0001_core.sql).
 OLD_FTS5 = (
     "CREATE VIRTUAL TABLE entries_fts USING fts5(content, tags, content='entries', content_rowid='id');"
     "CREATE TRIGGER entries_fts_insert AFTER INSERT ON entries BEGIN"
@@ -260,7 +261,7 @@ def run(ctx: Context) -> None:
             ratio(sqlite_rate, sqlite_fts5_rate),
             "",
             None,
-            f"{n} entries: records + entries + entry_tags rows, node schema via node.db.migrate,"
+            f"{n} entries: records + entries + entry_tags rows, node schema via node.store.db.migrate,"
             f" WAL, synchronous=FULL, {SQLITE_BATCH} per transaction; median of {SQLITE_ROUNDS} runs on fresh files"
             f" ({' / '.join(rate(r) for r in ctx.cache['sqlite_rounds'])}); baseline: the FTS5 table and trigger of"
             f" before issue 24 added ({' / '.join(rate(r) for r in ctx.cache['sqlite_fts5_rounds'])}), rounds"

@@ -8,7 +8,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from node.datadir import DataDir
+from node.ops.datadir import DataDir
 from scenarios.bench import search
 from scenarios.bench.context import Context
 from scenarios.bench.harness import Call, Server, bearer, proc_rss, run_load

@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from identity import canonical, keys, records
-from node import db, projections
-from node.datadir import DataDir
-from node.wire.time import format_ms
+from node.ops.datadir import DataDir
+from node.store import db, projections
 from node.workflows.tasks import READY_SQL
 from scenarios.bench import corpus
 from scenarios.bench.context import Context, Sizes
 from scenarios.bench.harness import Call, Server, bearer, run_load
 from scenarios.bench.report import Row, ms, percentile, ratio
+from wire.time import format_ms
 
 BENCH = "ready"
 TARGET_MS = 50.0

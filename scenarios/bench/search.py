@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from identity import keys
-from node.datadir import DataDir
+from node.ops.datadir import DataDir
 from node.search_index import indexer
 from node.search_index.index import FOLDER, Filters, SearchIndex
 from node.search_index.query import parse

@@ -1,4 +1,4 @@
-"""The cost of the submission rules (node/submission.py) on the post path, against what the path did before
+"""The cost of the submission rules (node/store/submission.py) on the post path, against what the path did before
 them, measured in the same run: decoding a post's JSON body (msgspec alone vs `decode_json` with the duplicate-
 key and NUL checks), and checking a record (`identity.records.check` vs that plus `submission.check_record`)."""
 
@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 
 from identity import records
-from node import submission
-from node.http import decode_json
+from node.store import submission
+from node.web.http import decode_json
 from scenarios.bench.context import Context
 from scenarios.bench.raw import sample_records
 from scenarios.bench.report import Row, ratio
@@ -59,7 +59,8 @@ def run(ctx: Context) -> None:
                 ratio(checked, plain),
                 "",
                 None,
-                f"node.http.decode_json (depth, duplicate keys, NUL) vs msgspec.json.decode over {len(raws)} bodies",
+                f"node.web.http.decode_json (depth, duplicate keys, NUL) vs msgspec.json.decode over {len(raws)}"
+                " bodies",
             )
         )
     shared = per_item_us(recs, records.check)
@@ -78,6 +79,7 @@ def run(ctx: Context) -> None:
             ratio(both, shared),
             "",
             None,
-            f"identity.records.check + node.submission.check_record vs records.check over {len(recs)} entry records",
+            f"identity.records.check + node.store.submission.check_record vs records.check over {len(recs)} entry"
+            " records",
         )
     )

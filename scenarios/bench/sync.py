@@ -23,9 +23,10 @@ from typing import Any
 import aiohttp
 
 from identity import canonical, keys
-from node import db, sync_store
-from node.datadir import DataDir
+from node.federation import store as sync_store
+from node.ops.datadir import DataDir
 from node.service import Node
+from node.store import db
 from scenarios.bench import corpus, index_lag
 from scenarios.bench.context import Context
 from scenarios.bench.harness import Server

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from node.datadir import initialise
+from node.ops.datadir import initialise
 
 BBS = [sys.executable, "-m", "node.cli"]
 

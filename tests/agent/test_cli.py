@@ -9,8 +9,8 @@ import pytest
 from agent import identity_file
 from agent.cli import check_node_url, passphrase
 from node.cli import main
-from node.wire.cli import CommandError
 from tests.agent.test_identity_file import make_identity
+from wire.cli import CommandError
 
 
 def test_bbs_mcp_refuses_to_start_without_a_usable_credential(

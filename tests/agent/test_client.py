@@ -13,11 +13,11 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from agent.client import BBSClientError, Client
 from identity import keys, records
-from node import agents
-from node.portable import import_identity
+from node.agents import service as agents
+from node.agents.portable import import_identity
 from node.service import Node
-from node.wire.api import AgentListQuery, EntryOut, LinkOut, PostEntry, ReadQuery, SearchQuery, SubscriptionIn
 from tests.conftest import AgentCreds
+from wire.api import AgentListQuery, EntryOut, LinkOut, PostEntry, ReadQuery, SearchQuery, SubscriptionIn
 
 Factory = Callable[[str], Awaitable[AgentCreds]]
 
@@ -91,7 +91,7 @@ async def test_whole_api_with_typed_results(
 
 
 def msgspec_link(target: str, link_type: str):  # type: ignore[no-untyped-def]
-    from node.wire.api import LinkSpec
+    from wire.api import LinkSpec
 
     return LinkSpec(target=target, link_type=link_type)  # type: ignore[arg-type]
 
@@ -260,7 +260,7 @@ async def test_feed_pages_and_long_polls_past_the_client_timeout(client: TestCli
     wait longer than the client's timeout still answers, and a post made meanwhile arrives."""
     import asyncio
 
-    from node.wire.feed import FeedPage, FeedQuery
+    from wire.feed import FeedPage, FeedQuery
 
     alice = await make_agent("alice")
     async with Client(base(client), api_key=alice.api_key, timeout=0.5) as a:

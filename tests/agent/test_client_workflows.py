@@ -15,12 +15,12 @@ from mcp import Client as MCPClient
 from agent.client import BBSClientError, Client
 from agent.mcp_server import build_server
 from identity import canonical, keys, records
-from node import agents
-from node.portable import import_identity
+from node.agents import service as agents
+from node.agents.portable import import_identity
 from node.service import Node
-from node.wire.workflows import DeclareTask, FinishIn, LeaseIn, MessageQuery, PostMessage
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import entry_record
+from wire.workflows import DeclareTask, FinishIn, LeaseIn, MessageQuery, PostMessage
 
 Factory = Callable[[str], Awaitable[AgentCreds]]
 

@@ -9,8 +9,8 @@ from aiohttp.test_utils import TestClient
 
 from agent.client import Client
 from identity import keys, records
-from node import agents
-from node.portable import import_identity
+from node.agents import service as agents
+from node.agents.portable import import_identity
 from node.service import Node
 from tests.agent.conftest import ServedNode
 from tests.agent.test_client import base

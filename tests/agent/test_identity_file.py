@@ -12,10 +12,10 @@ import pytest
 from agent import identity_file
 from agent.identity_file import Identity, IdentityFileError
 from identity import keys
-from node import agents
+from node.agents import service as agents
 from node.cli import main
-from node.datadir import DataDir, initialise
-from node.db import connect
+from node.ops.datadir import DataDir, initialise
+from node.store.db import connect
 
 
 def make_identity() -> Identity:
@@ -171,8 +171,8 @@ def test_cli_errors_change_nothing(
 
 
 def test_identity_record_required_for_import(tmp_path: Path) -> None:
+    from node.agents.portable import import_identity
     from node.errors import InvalidInput
-    from node.portable import import_identity
     from node.service import Node
 
     initialise(tmp_path / "n")

@@ -32,8 +32,8 @@ from agent.mcp_common import (
     tool,
 )
 from agent.mcp_schema import ArgumentSpec, arguments
-from node.wire.api import PostEntry, ReadQuery
 from tests.conftest import AgentCreds
+from wire.api import PostEntry, ReadQuery
 
 # ---- tool ------------------------------------------------------------------------------------------------
 

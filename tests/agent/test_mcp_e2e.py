@@ -21,11 +21,11 @@ from agent.client import Client
 from agent.mcp_common import lean
 from agent.mcp_results import search_page
 from agent.runtime.memory import WorkingMemory
-from node.wire.api import InboxQuery, ReadQuery, SearchQuery
-from node.wire.workflows import GraphQuery, MessageQuery, ReadyQuery
 from tests.agent.conftest import BBS, ServedNode
 from tests.agent.test_mcp_http import remote_session
 from tests.agent.test_mcp_stdio import ROOT
+from wire.api import InboxQuery, ReadQuery, SearchQuery
+from wire.workflows import GraphQuery, MessageQuery, ReadyQuery
 
 pytestmark = pytest.mark.slow
 DM = "/v1/default-mode"

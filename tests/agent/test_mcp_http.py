@@ -17,9 +17,9 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from agent.client import Client
 from agent.mcp_common import lean
 from agent.mcp_results import search_page
-from node.wire.api import SearchQuery
 from tests.agent.conftest import ServedNode
 from tests.agent.tool_names import ALL_TOOLS
+from wire.api import SearchQuery
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +75,7 @@ async def test_every_tool_over_streamable_http(served_node: ServedNode) -> None:
 
 
 def _hops(n: int) -> Any:
-    from node.wire.api import ReadQuery
+    from wire.api import ReadQuery
 
     return ReadQuery(hops=n)
 
@@ -126,9 +126,9 @@ async def test_a_busy_mcp_port_is_a_clear_startup_error(tmp_path: Path) -> None:
     from aiohttp import web
 
     from agent import mcp_http
-    from node import agent_auth
+    from node.agents import sessions as agent_auth
     from node.app import create_app
-    from node.datadir import initialise
+    from node.ops.datadir import initialise
     from node.service import Node
 
     initialise(tmp_path / "n")

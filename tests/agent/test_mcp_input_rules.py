@@ -1,4 +1,4 @@
-"""The submission rules (node/submission.py) through MCP: the real SDK client over streamable HTTP against
+"""The submission rules (node/store/submission.py) through MCP: the real SDK client over streamable HTTP against
 `bbs serve --mcp-port`. Each class of bad input is an `isError` result, one line starting with its code and naming
 the argument, and the
 node stores nothing. (Duplicate JSON keys cannot reach a tool: the SDK parses the JSON-RPC message first.)"""

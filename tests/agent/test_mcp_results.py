@@ -10,9 +10,9 @@ from aiohttp.test_utils import TestClient
 
 from agent.client import Client
 from agent.mcp_results import ELLIPSIS, PREVIEW_CHARS, hit, preview, search_page
-from node.wire.api import EntryOut, SearchQuery, SearchResult, Snippet
 from tests.agent.mcp_inprocess import mcp_for, ok
 from tests.conftest import AgentCreds
+from wire.api import EntryOut, SearchQuery, SearchResult, Snippet
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 HIT_CHARS = 400  # one search hit with a 100-character preview

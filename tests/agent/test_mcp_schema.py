@@ -17,7 +17,7 @@ from agent.mcp_schema import (
     compact,
     struct_arguments,
 )
-from node.wire.api import PostEntry, ReadQuery, SearchQuery
+from wire.api import PostEntry, ReadQuery, SearchQuery
 
 
 def test_struct_arguments_are_the_struct_s_fields_with_references_inlined() -> None:

@@ -16,9 +16,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from agent.client import Client
 from agent.mcp_common import lean
 from agent.mcp_results import search_page
-from node.wire.api import InboxResult, ReadQuery, SearchQuery
 from tests.agent.conftest import BBS, ServedNode
 from tests.agent.tool_names import ALL_TOOLS
+from wire.api import InboxResult, ReadQuery, SearchQuery
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -261,8 +261,8 @@ async def test_an_agent_with_an_identity_file_uses_every_tool(served_node: Serve
 
 async def test_bbs_mcp_with_an_identity_file_signs_on_the_agent_side(served_node: ServedNode, tmp_path: Path) -> None:
     from identity import records
-    from node.datadir import DataDir
-    from node.db import connect
+    from node.ops.datadir import DataDir
+    from node.store.db import connect
 
     params = roamer(served_node, tmp_path)
     errlog = tmp_path / "err.log"

@@ -9,9 +9,9 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient
 
 from agent.runtime.memory import WorkingMemory
-from node.wire.api import Envelope
 from tests.agent.mcp_inprocess import failed, mcp_for, ok
 from tests.conftest import AgentCreds
+from wire.api import Envelope
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 DM = "/v1/default-mode"

@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 
 from agent import people_format as fmt
-from node.wire.api import AgentListItem, EntryOut, Envelope, LinkOut, Snippet, SubscriptionOut
-from node.wire.workflows import Graph, GraphEdge, GraphNode, LeaseOut, MessageOut, ReadyTask, TaskOut
+from wire.api import AgentListItem, EntryOut, Envelope, LinkOut, Snippet, SubscriptionOut
+from wire.workflows import Graph, GraphEdge, GraphNode, LeaseOut, MessageOut, ReadyTask, TaskOut
 
 DID = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"
 

@@ -12,7 +12,7 @@ import prometheus_client
 import pytest
 
 from identity import keys
-from node.datadir import DataDir
+from node.ops.datadir import DataDir
 from scenarios.bench import corpus, fts_baseline, index_lag, search
 
 ENTRIES = 300

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestClient
 
 from identity import keys
 from node.app import create_app
-from node.peer_routes import SyncSettings
+from node.federation.routes import SyncSettings
 from node.service import Node
 from sync.auth import sign_headers
 from tests.conftest import AgentCreds

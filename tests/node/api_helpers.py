@@ -9,13 +9,13 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from identity import canonical, keys, records
-from node import agents
+from node.agents import service as agents
+from node.federation.store import NodeSyncStore, add_peer
 from node.service import Node
-from node.sync_store import NodeSyncStore, add_peer
-from node.wire.time import format_ms
 from sync.store import Verified
 from sync.verify import verify_record
 from tests.conftest import AgentCreds
+from wire.time import format_ms
 
 
 @dataclass
@@ -87,7 +87,7 @@ def link_record(
 async def ingest(node: Node, record: dict[str, Any]) -> str:
     """Store a signed record as sync does (verified, then ingested from a registered peer); return its outcome.
 
-    For records a client may not submit (node/submission.py) but a peer may still bring."""
+    For records a client may not submit (node/store/submission.py) but a peer may still bring."""
     peer = keys.SigningKey.generate().did
     await node.db.write(lambda c: add_peer(c, "http://127.0.0.1:9", peer, node.now_ms()))
     checked = verify_record(canonical.canonical_bytes(record), records.compute_hash(record))

@@ -11,7 +11,17 @@ from node.routes import ROUTES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "api.md").read_text("utf-8")
-CORE_MODULES = ["service", "http", "routes", "auth", "agents", "queries", "notify", "projections", "db"]
+CORE_MODULES = [
+    "service",
+    "routes",
+    "web/http",
+    "web/auth",
+    "agents/service",
+    "entries/queries",
+    "inbox/notify",
+    "store/projections",
+    "store/db",
+]
 
 
 def documented_codes() -> set[str]:

@@ -14,13 +14,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from node import __version__, limits
+from node import __version__
 from node.app import MAX_BODY_BYTES, build, create_app
-from node.appkeys import LIMIT, NODE, SYNC_SETTINGS
-from node.datadir import DataDir, require_node
 from node.features import FEATURES, all_routes
-from node.peer_routes import SyncSettings
+from node.federation.routes import SyncSettings
+from node.ops.datadir import DataDir, require_node
 from node.service import Node
+from node.web import limits
+from node.web.appkeys import LIMIT, NODE, SYNC_SETTINGS
 from tests.conftest import AgentCreds
 
 MakeClient = Callable[..., Awaitable[TestClient]]

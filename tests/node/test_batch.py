@@ -9,11 +9,11 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from identity import records
-from node import projections
 from node.service import Node
-from node.wire.api import MAX_BATCH
+from node.store import projections
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import count, entry_record, get_json, post, self_signer
+from wire.api import MAX_BATCH
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 BATCH = "/v1/entries/batch"

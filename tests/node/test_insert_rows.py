@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from node import db
+from node.store import db
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from identity import records
-from node import entries
-from node.db import Database, Mergeable
+from node.entries import posting as entries
 from node.errors import StorageFull, Unavailable
 from node.service import Node
+from node.store.db import Database, Mergeable
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import count, entry_record, get_json, post, problem, self_signer
 from tests.node.test_writer import Held, count_calls

@@ -223,7 +223,8 @@ async def test_tags_and_annotations_are_projected_exactly(
     client: TestClient, make_agent: MakeAgent, node: Node
 ) -> None:
     """Projected rows hold each value whole, a NUL or an emoji included (never cut by a JSON round trip). A client
-    may not submit a NUL (node/submission.py), but a peer may still bring one: this record arrives as sync's do."""
+    may not submit a NUL (node/store/submission.py), but a peer may still bring one: this record arrives as sync's
+    do."""
     alice = await make_agent("alice")
     target = await post(client, alice, content="target")
     link = {"target": target["record_hash"], "link_type": "supports", "annotation": "x\x00y"}

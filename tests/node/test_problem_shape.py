@@ -27,11 +27,11 @@ from identity import keys
 from node.app import create_app
 from node.dashboard import dashboard_routes
 from node.errors import BBSError
-from node.http import PROBLEM_TYPE, Route, error_middleware
-from node.metrics import METRICS_ROUTE
-from node.nlip_endpoint import nlip_routes
-from node.peer_routes import SyncSettings
+from node.federation.routes import SyncSettings
+from node.nlip.endpoint import nlip_routes
+from node.ops.metrics import METRICS_ROUTE
 from node.service import Node
+from node.web.http import PROBLEM_TYPE, Route, error_middleware
 from sync.auth import sign_headers
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import post
@@ -319,7 +319,7 @@ async def test_a_body_that_is_not_json_is_400(world: World) -> None:
 
 
 async def test_a_body_with_a_repeated_key_or_a_nul_is_refused_with_its_field(world: World) -> None:
-    """node/submission.py: every JSON body, whatever the route (peer-signed ones answer 401 before reading it)."""
+    """node/store/submission.py: every JSON body, whatever the route (peer-signed ones answer 401 before reading it)."""
     for op in [op for op in world.operations if op.has_body and "peerSignature" not in str(op.spec.get("security"))]:
         answer = await world.request(op, body=b'{"a": {"b": 1, "b": 2}}')
         world.check(op, "a repeated key", answer, (400,), field="$.a.b")

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from identity import keys, records
-from node import db, notify, projections
-from node.sync_store import FETCH_SQL, add_peer, ingest
+from node.federation.store import FETCH_SQL, add_peer, ingest
+from node.inbox import notify
+from node.store import db, projections
 from sync.store import Verified
 from sync.verify import verify_record
 from tests.sync.conftest import body_of, hash_of, signed_entry
@@ -75,7 +76,8 @@ def test_derived_links_and_contradictions_start_from_the_arrived_records(conn: s
     ],
 )
 def test_version_queries_use_their_indexes(conn: sqlite3.Connection, name: str, sql: str, first: str) -> None:
-    """Versions (node/equivocation.py, node/sync_store.py): looked up by index, read in index order, never sorted."""
+    """Versions (node/store/equivocation.py, node/federation/store.py): looked up by index, read in index order, never
+    sorted."""
     steps = plan(conn, sql)
     assert steps[0] == first and not [s for s in steps if "TEMP B-TREE" in s], (name, steps)
 

@@ -1,5 +1,5 @@
-"""Quick reads over HTTP: searches and entry reads answered on the event loop (the budget itself, in node/db.py:
-tests/node/test_db.py; deep search pages on a reader thread: tests/node/test_reads.py)."""
+"""Quick reads over HTTP: searches and entry reads answered on the event loop (the budget itself, in node/store/db.py:
+tests/node/store/test_db.py; deep search pages on a reader thread: tests/node/entries/test_reads.py)."""
 
 from __future__ import annotations
 

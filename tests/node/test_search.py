@@ -12,10 +12,10 @@ from aiohttp.test_utils import TestClient
 
 from identity import keys
 from node.service import Node
-from node.wire.api import SearchQuery
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import entry_record, get_json, hash_of, ingest, post, problem
 from tests.node.search_index import fts5_oracle
+from wire.api import SearchQuery
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
@@ -195,7 +195,8 @@ async def test_a_tag_filter_matches_whole_tags_even_with_a_nul(
     client: TestClient, make_agent: MakeAgent, node: Node
 ) -> None:
     """The filter's values are bound as they are: 'a\x00b' is not 'a' (a JSON round trip in SQLite cut it). A
-    client may not submit a NUL (node/submission.py); a peer may still bring one, so that entry comes by ingest."""
+    client may not submit a NUL (node/store/submission.py); a peer may still bring one, so that entry comes by
+    ingest."""
     alice = await make_agent("alice")
     short = await post(client, alice, content="short tag", tags=["a"])
     record = entry_record(keys.SigningKey.generate(), "odd tag", created_ms=node.now_ms() + 1, tags=["a\x00b"])

@@ -9,32 +9,32 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient
 
 from identity import schema
-from node.agents import Agents
+from node.agents.service import Agents
 from node.default_mode.service import DefaultMode
-from node.entries import Entries
-from node.inbox import MAX_SUBSCRIPTIONS, Inbox
-from node.links import Links
-from node.peer_routes import SYNC
-from node.reads import Reads
-from node.sealing import Sealing
+from node.entries.links import Links
+from node.entries.posting import Entries
+from node.entries.reads import Reads
+from node.federation.routes import SYNC
+from node.federation.store import NodeSyncStore
+from node.inbox.service import MAX_SUBSCRIPTIONS, Inbox
 from node.service import Node
-from node.sync_store import NodeSyncStore
-from node.trust import Trust
-from node.wire.api import MAX_BATCH, MAX_HOPS
+from node.store.sealing import Sealing
+from node.trust.service import Trust
 from node.workflows.service import Workflows
 from tests.conftest import FakeClock
+from wire.api import MAX_BATCH, MAX_HOPS
 
 ROOT = Path(__file__).resolve().parents[2]
 # The modules `Node` builds its services from: they must not import node.service (it imports them).
 FEATURE_MODULES = [
-    "node/sealing.py",
-    "node/agents.py",
-    "node/entries.py",
-    "node/links.py",
-    "node/reads.py",
-    "node/inbox.py",
-    "node/trust.py",
-    "node/sync_store.py",
+    "node/store/sealing.py",
+    "node/agents/service.py",
+    "node/entries/posting.py",
+    "node/entries/links.py",
+    "node/entries/reads.py",
+    "node/inbox/service.py",
+    "node/trust/service.py",
+    "node/federation/store.py",
     "node/workflows/service.py",
     "node/default_mode/service.py",
     "node/default_mode/proposals.py",

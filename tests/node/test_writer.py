@@ -1,5 +1,5 @@
 """Concurrent posts reach the writer together and run as one set-based append (the writer itself, its group
-commit and mergeable jobs: tests/node/test_db.py).
+commit and mergeable jobs: tests/node/store/test_db.py).
 
 The writer is held on a job that waits for an event (`Held`), so the posts under test queue up behind it and
 reach the writer together, as they do under load.
@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient
 from node.service import Node
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import count, entry_record, post, problem, self_signer
-from tests.node.test_db import Held
+from tests.node.store.test_db import Held
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

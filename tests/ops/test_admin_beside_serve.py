@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from node.datadir import initialise
+from node.ops.datadir import initialise
 from tests.ops.test_lifecycle import BBS, REPO, free_port, wait_healthy
 
 pytestmark = pytest.mark.slow

@@ -20,9 +20,9 @@ import pytest
 
 from agent import identity_file
 from identity import keys
-from node import doctor
 from node.cli import explain
-from node.datadir import DataDir, initialise
+from node.ops import doctor
+from node.ops.datadir import DataDir, initialise
 from tests.node.test_cli import bbs
 
 pytestmark = pytest.mark.slow
@@ -217,7 +217,7 @@ def test_a_failed_identity_file_write_removes_its_temporary_file(
     def refuse(src: object, dst: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("node.datadir.os.replace", refuse)
+    monkeypatch.setattr("node.ops.datadir.os.replace", refuse)
     with pytest.raises(identity_file.IdentityFileError, match=r"cannot write .*No space left"):
         identity_file.save(target, ident)
     assert list(tmp_path.iterdir()) == []
@@ -225,7 +225,7 @@ def test_a_failed_identity_file_write_removes_its_temporary_file(
     def interrupt(src: object, dst: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("node.datadir.os.replace", interrupt)
+    monkeypatch.setattr("node.ops.datadir.os.replace", interrupt)
     with pytest.raises(KeyboardInterrupt):
         identity_file.save(target, ident)
     assert list(tmp_path.iterdir()) == []

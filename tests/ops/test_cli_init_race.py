@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from identity import keys
-from node import doctor
+from node.ops import doctor
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).parents[2]

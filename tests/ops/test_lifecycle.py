@@ -16,8 +16,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from node import doctor
-from node.datadir import initialise
+from node.ops import doctor
+from node.ops.datadir import initialise
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).parents[2]

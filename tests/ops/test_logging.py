@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import pytest
 from aiohttp.test_utils import TestClient
 
-from node import logging_setup
+from node.ops import logging_setup
 from tests.conftest import AgentCreds
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]

@@ -14,13 +14,13 @@ from aiohttp.test_utils import TestServer
 
 from identity import canonical, keys, records
 from node.app import create_app
-from node.appkeys import SYNC
-from node.datadir import initialise
-from node.peer_routes import SyncSettings, SyncState
+from node.federation.routes import SyncSettings, SyncState
+from node.ops.datadir import initialise
 from node.service import Node
-from node.wire.api import PostEntry
+from node.web.appkeys import SYNC
 from sync.puller import Puller
 from sync.store import PeerConfig
+from wire.api import PostEntry
 
 
 @dataclass

@@ -17,10 +17,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from identity import keys, records
-from node.wire.api import SignedSubmission
 from sync.client import SyncError
 from sync.store import PeerConfig
 from tests.sync.conftest import PeerNode, body_of, hash_of, signed_entry
+from wire.api import SignedSubmission
 
 EPOCH = "e" * 32
 

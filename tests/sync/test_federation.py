@@ -7,8 +7,8 @@ import shutil
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from node.wire.api import InboxQuery, LinkSpec, ReadQuery, SubscriptionIn
 from tests.sync.conftest import PeerNode, stop
+from wire.api import InboxQuery, LinkSpec, ReadQuery, SubscriptionIn
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:

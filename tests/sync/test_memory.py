@@ -54,10 +54,10 @@ async def test_server_over_memory_store() -> None:
 
 def test_the_memory_store_keeps_versions_by_the_nodes_rule() -> None:
     """At most two versions of an address, the two with the smallest (scope != federation, version), whatever
-    the order; a refused or evicted version is remembered (node/equivocation.py is the node's rule)."""
+    the order; a refused or evicted version is remembered (node/store/equivocation.py is the node's rule)."""
     import itertools
 
-    from node import equivocation
+    from node.store import equivocation
     from tests.node.api_helpers import entry_record
 
     author = keys.SigningKey.generate()

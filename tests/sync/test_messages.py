@@ -94,7 +94,7 @@ def test_a_missing_version_means_the_current_one() -> None:
 
 
 def test_another_version_decodes_so_that_it_can_be_named() -> None:
-    """A v1 message decodes (its `v` is then refused by name: node/peer_routes.py, sync/client.py); a changes
+    """A v1 message decodes (its `v` is then refused by name: node/federation/routes.py, sync/client.py); a changes
     query without `v` is a v1 peer's."""
     assert m.RECORDS_DECODER.decode(b'{"type":"records","v":1,"node_id":"x","items":[],"missing":[]}').v == 1
     assert msgspec.convert({}, m.ChangesQuery).v == 1

@@ -1,4 +1,4 @@
-"""The submission rules (node/submission.py) close bad input where records enter, never in the check sync shares:
+"""The submission rules (node/store/submission.py) close bad input where records enter, never in the check sync shares:
 a record a peer already holds is pulled and stored by a node that would refuse it from a client."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from identity import keys
-from node.metrics import metrics_of
+from node.ops.metrics import metrics_of
 from sync import auth
 from sync.client import PeerClient
 from sync.memory import MemoryStore

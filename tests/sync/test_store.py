@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-from node.sync_store import NodeSyncStore
+from node.federation.store import NodeSyncStore
 from sync import store
 from sync.memory import MemoryStore
 

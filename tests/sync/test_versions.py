@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from identity import canonical, keys, records
-from node import projections
+from node.store import projections
 from sync import messages as m
 from sync.auth import sign_headers
 from tests.node.api_helpers import entry_record

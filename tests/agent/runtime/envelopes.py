@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from node.wire.api import Envelope
+from wire.api import Envelope
 
 NOW = 1_700_000_000.0
 OWN = "a" * 64

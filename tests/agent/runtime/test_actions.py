@@ -14,8 +14,8 @@ from agent.client import Client
 from agent.runtime.actions import Ack, Executor, Link, Post, idempotency_key, parse_reply
 from agent.runtime.memory import WorkingMemory
 from identity import keys
-from node import agents
-from node.portable import import_identity
+from node.agents import service as agents
+from node.agents.portable import import_identity
 from node.service import Node
 from tests.conftest import AgentCreds
 

@@ -11,10 +11,10 @@ from agent.client import Client
 from agent.runtime.config import PushSettings
 from agent.runtime.push import PushReceiver
 from identity import keys
-from node.wire import nlip
-from node.wire.push import PushPayload
-from node.wire.push_auth import sign_push
 from tests.agent.conftest import ServedNode
+from wire import nlip
+from wire.push import PushPayload
+from wire.push_auth import sign_push
 
 
 async def wait_set(event: asyncio.Event, tries: int = 200) -> bool:

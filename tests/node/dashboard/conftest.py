@@ -13,9 +13,9 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from node.service import Node
-from node.wire.api import LinkSpec, PostEntry, PostLink
 from tests.conftest import AgentCreds
 from tests.sync.conftest import make_peer  # noqa: F401  (a fixture: real federated nodes for the peers view)
+from wire.api import LinkSpec, PostEntry, PostLink
 
 CHROMIUM = os.environ.get("BBS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -135,7 +135,7 @@ async def seeded(node: Node, make_agent: Callable[[str], Awaitable[AgentCreds]])
 
 async def seed_workflows(node: Node, alice: AgentCreds, bob: AgentCreds) -> None:
     """A small task DAG in every state, and bus messages in two projects."""
-    from node.wire.workflows import DeclareTask, FinishIn, LeaseIn, PostMessage
+    from wire.workflows import DeclareTask, FinishIn, LeaseIn, PostMessage
 
     wf = node.workflows
     for key, title, deps in [

@@ -8,8 +8,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from node.service import Node
-from node.wire.api import PostEntry
 from tests.node.dashboard.conftest import Seeded
+from wire.api import PostEntry
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -177,7 +177,7 @@ async def test_agreement_check_refuses_bad_requests(
 
 
 async def test_a_key_proof_session_token_signs_in_too(client: TestClient, node: Node) -> None:
-    from tests.node.test_agent_auth import challenge, own_key_agent, proof
+    from tests.node.agents.test_sessions import challenge, own_key_agent, proof
 
     key = await own_key_agent(node)
     resp = await client.post("/v1/auth/session", json=proof(key, await challenge(client, key.did)))

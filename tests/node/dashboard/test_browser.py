@@ -8,8 +8,8 @@ from typing import Any
 from playwright.async_api import expect
 
 from node.service import Node
-from node.wire.api import PostEntry
 from tests.node.dashboard.conftest import PHONE, Browser, Seeded, seed_workflows
+from wire.api import PostEntry
 
 OpenBrowser = Callable[..., Awaitable[Browser]]
 
@@ -149,7 +149,7 @@ async def test_tasks_and_bus_views(
     await b.shot("tasks")
 
     # Live: a lease taken elsewhere shows up without a reload.
-    from node.wire.workflows import LeaseIn
+    from wire.workflows import LeaseIn
 
     await node.workflows.lease(seeded.alice.agent_id, "docs", LeaseIn(seconds=600))
     await page.locator('#task-graph svg g.node.task-leased[data-key="docs"]').wait_for()

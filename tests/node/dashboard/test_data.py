@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable
 
 from node.dashboard import data
 from node.service import Node
-from node.wire.api import PostEntry
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import self_signer
+from wire.api import PostEntry
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

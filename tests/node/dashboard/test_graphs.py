@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import networkx as nx
 
 from node.dashboard import graphs
-from node.wire.api import LinkOut
+from wire.api import LinkOut
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -11,8 +11,8 @@ from aiohttp.test_utils import TestClient
 
 from node.default_mode import store
 from node.service import Node
-from node.wire.api import PostEntry
 from tests.conftest import AgentCreds
+from wire.api import PostEntry
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 DM = "/v1/default-mode"

@@ -22,8 +22,9 @@ import pytest
 
 from node.default_mode.service import ADMIN
 from node.service import Node
-from node.wire.api import PostEntry
-from node.wire.default_mode import (
+from tests.conftest import AgentCreds
+from wire.api import PostEntry
+from wire.default_mode import (
     CandidateQuery,
     ConsolidateIn,
     CriticIn,
@@ -35,7 +36,6 @@ from node.wire.default_mode import (
     SimulateFutureIn,
     StakeholderIn,
 )
-from tests.conftest import AgentCreds
 
 ROOT = Path(__file__).resolve().parents[3]
 FORBIDDEN = {
@@ -87,7 +87,7 @@ def test_runtime_modules_import_nothing_that_does_io() -> None:
                 offenders.append((mod, name))
             elif top in ("node", "identity") and _module_file(name):
                 todo.append(name)
-    assert "node.default_mode.service" in seen and "node.queries" in seen
+    assert "node.default_mode.service" in seen and "node.entries.queries" in seen
     assert offenders == []
 
 

@@ -16,8 +16,8 @@ from aiohttp.test_utils import TestClient
 
 from node.default_mode import salience
 from node.default_mode.classify import REFLECT_KINDS, classify
-from node.wire.default_mode import SalienceWeights
 from tests.conftest import AgentCreds
+from wire.default_mode import SalienceWeights
 
 DATA = Path(__file__).parent / "data" / "salience_lines.tsv"
 DOC = Path(__file__).resolve().parents[3] / "docs" / "default-mode.md"

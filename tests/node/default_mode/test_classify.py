@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from node.default_mode.classify import REFLECT_KINDS, classify
-from node.wire.default_mode import ReflectKind
+from wire.default_mode import ReflectKind
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,9 @@ import pytest
 
 from node.errors import InvalidInput, NotFound
 from node.service import Node
-from node.wire.api import PostEntry
-from node.wire.default_mode import (
+from tests.conftest import AgentCreds
+from wire.api import PostEntry
+from wire.default_mode import (
     CandidateQuery,
     ConsolidateIn,
     CriticIn,
@@ -19,7 +20,6 @@ from node.wire.default_mode import (
     ReflectIn,
     SimulateFutureIn,
 )
-from tests.conftest import AgentCreds
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

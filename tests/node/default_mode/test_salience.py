@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from node.default_mode import salience
-from node.wire.default_mode import SalienceWeights
+from wire.default_mode import SalienceWeights
 
 TRANSCRIPT = [
     "We decided to use Postgres for storage",

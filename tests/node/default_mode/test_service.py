@@ -11,10 +11,10 @@ import pytest
 from node.default_mode.service import ADMIN, NotPromotable
 from node.errors import Conflict, Forbidden, InvalidInput, NotFound
 from node.service import Node
-from node.wire.api import PostEntry
-from node.wire.default_mode import CriticIn, PromoteIn, ProposedCandidate, ReviewIn
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import self_signer
+from wire.api import PostEntry
+from wire.default_mode import CriticIn, PromoteIn, ProposedCandidate, ReviewIn
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

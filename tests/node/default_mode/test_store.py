@@ -13,9 +13,9 @@ from node.default_mode import store
 from node.default_mode.critic import Review
 from node.errors import Conflict
 from node.service import Node
-from node.wire.api import PostEntry
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import self_signer
+from wire.api import PostEntry
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

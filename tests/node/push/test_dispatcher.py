@@ -9,8 +9,8 @@ from node.push.dispatcher import Dispatcher
 from node.push.endpoints import PushEndpoints
 from node.push.sender import PushSettings
 from node.service import Node
-from node.wire.api import PostEntry, SignedSubmission
-from node.wire.push import PushEndpointIn
+from wire.api import PostEntry, SignedSubmission
+from wire.push import PushEndpointIn
 
 
 async def test_scan_reads_new_pending_notifications_and_counts_the_overflow(node: Node, make_agent) -> None:  # type: ignore[no-untyped-def]

@@ -7,7 +7,7 @@ import pytest
 from node.errors import Conflict, Forbidden, InvalidInput
 from node.push.endpoints import Origin, PushEndpoints, check_url
 from node.service import Node
-from node.wire.push import MAX_PUSH_ENDPOINTS, PushEndpointIn
+from wire.push import MAX_PUSH_ENDPOINTS, PushEndpointIn
 
 OWN = [Origin("0.0.0.0", 8420)]
 

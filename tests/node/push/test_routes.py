@@ -17,15 +17,15 @@ from aiohttp.test_utils import TestClient
 
 from identity import keys
 from node.app import create_app
-from node.appkeys import PUSH, PUSH_SETTINGS
-from node.peer_routes import SyncSettings
+from node.federation.routes import SyncSettings
 from node.push.routes import configure
 from node.push.sender import PushSettings
 from node.service import Node
-from node.wire.push_auth import sign_push
+from node.web.appkeys import PUSH, PUSH_SETTINGS
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import post
 from tests.node.push.conftest import receiver
+from wire.push_auth import sign_push
 
 FAST = PushSettings(
     coalesce_s=0.05,
@@ -224,7 +224,7 @@ async def test_a_push_replayed_to_a_sync_endpoint_is_refused(
     aiohttp_client: Callable[..., Awaitable[TestClient]], tmp_path: Path, node: Node, admin_headers: dict[str, str]
 ) -> None:
     """A node B that has A as its peer: a request signed by A's key under the push tag is not a sync request."""
-    from node.datadir import initialise
+    from node.ops.datadir import initialise
 
     token = initialise(tmp_path / "b")
     b = Node(tmp_path / "b")

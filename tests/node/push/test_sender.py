@@ -7,7 +7,7 @@ import asyncio
 
 from node.push.endpoints import Endpoint
 from node.push.sender import PushFailed, PushSettings, Sender
-from node.wire.api import Envelope
+from wire.api import Envelope
 
 SETTINGS = PushSettings(
     coalesce_s=0.01,

@@ -14,7 +14,7 @@ import unicodedata
 from typing import Any
 
 from node.search_index.query import Clause, parse
-from node.wire.api import SearchQuery
+from wire.api import SearchQuery
 
 
 def fts5_term(clause: Clause) -> str:

@@ -16,15 +16,15 @@ import msgspec
 import pytest
 from aiohttp.test_utils import TestClient
 
-from node import db
-from node.appkeys import SEARCH_INDEXER
 from node.search_index.freshness import TARGETS_SQL, CommitAges, Pace, Watermark, targets
 from node.search_index.indexer import Indexer
 from node.service import Node
-from node.wire.api import PostEntry, SearchQuery
+from node.store import db
+from node.web.appkeys import SEARCH_INDEXER
 from tests.agent.mcp_inprocess import mcp_for, ok
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import get_json, post, problem
+from wire.api import PostEntry, SearchQuery
 
 SLOW = Pace(commit_s=60.0, flush_s=0.05)  # no commit within a test unless a search asks for one
 

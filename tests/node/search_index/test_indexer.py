@@ -22,15 +22,15 @@ from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.appkeys import SEARCH_INDEXER
-from node.datadir import initialise
 from node.errors import InvalidInput, SearchIndexBuilding
+from node.ops.datadir import initialise
 from node.search_index import indexer
 from node.search_index.index import FOLDER, Row, SearchIndex
 from node.service import Node
-from node.wire.api import PostEntry, SearchQuery
+from node.web.appkeys import SEARCH_INDEXER
 from tests.conftest import FakeClock
 from tests.node.search_index import fts5_oracle
+from wire.api import PostEntry, SearchQuery
 
 WORDS = ["café", "CAFE", "cafe", "naïve", "naive", "Straße", "strasse", "ǽsir", "foo_bar", "foo", "bar",
          "日本語", "x\u0301y", "Ωmega", "ωmega", "42", "v2", "ﬁle", "İstanbul", "µs", "tea"]  # fmt: skip
@@ -201,7 +201,7 @@ def copy_entry(conn: sqlite3.Connection, entry_id: int, count: int, start: int =
 
 async def test_an_address_shows_its_winner(node: Node) -> None:
     """An equivocated address: the index follows the version the node serves (delete by address, add)."""
-    from tests.node.test_equivocation import append_to, version, version_hex
+    from tests.node.store.test_equivocation import append_to, version, version_hex
 
     a, b = version(["alpha"]), version(["omega"])
     worse, better = sorted([a, b], key=version_hex, reverse=True)

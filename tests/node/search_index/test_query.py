@@ -155,7 +155,7 @@ def parsed_or_refused(q: str) -> list[Clause] | None:
 def test_random_text_matches_the_reference_and_fts5(corpus: list[tuple[str, list[str]]], asked: list[str]) -> None:
     rows = [row(i + 1, content, tags) for i, (content, tags) in enumerate(corpus)]
     fts = sqlite3.connect(":memory:")
-    fts.execute("CREATE VIRTUAL TABLE t USING fts5(content, tags)")  # as node/migrations/0001_core.sql
+    fts.execute("CREATE VIRTUAL TABLE t USING fts5(content, tags)")  # as node/store/migrations/0001_core.sql
     fts.executemany("INSERT INTO t (rowid, content, tags) VALUES (?, ?, ?)", [(r.seq, r.content, r.tags) for r in rows])
     with tempfile.TemporaryDirectory() as tmp:
         index = SearchIndex(Path(tmp) / "ix", "epoch")

@@ -24,16 +24,16 @@ from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.appkeys import SEARCH_INDEXER
-from node.datadir import initialise
+from node.ops.datadir import initialise
 from node.search_index import indexer, ranking
 from node.search_index.index import SCHEMA, Filters, Row, SearchIndex
 from node.search_index.query import Clause, parse, tantivy_clauses
 from node.search_index.ranking import NEUTRAL, SORT_CAP, Authors, passing, trust_levels
 from node.service import Node
-from node.wire.api import PostEntry, SearchQuery
+from node.web.appkeys import SEARCH_INDEXER
 from tests.conftest import FakeClock
 from tests.node.search_index import fts5_oracle
+from wire.api import PostEntry, SearchQuery
 
 WORDS = ["café", "cafe", "tea", "naïve", "foo", "bar", "foo_bar", "x"]
 SCORES = [0.2, 0.5, 0.6, 0.6154, 0.9]

@@ -11,11 +11,11 @@ from aiohttp.test_utils import TestClient
 
 from node.errors import Conflict, InvalidInput
 from node.service import Node
-from node.wire.workflows import MessagePage, MessageQuery, PostMessage
 from node.workflows import bus
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import post as post_entry
 from tests.node.workflows.helpers import WF
+from wire.workflows import MessagePage, MessageQuery, PostMessage
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

@@ -13,8 +13,8 @@ import pytest
 from aiohttp.test_utils import unused_port
 
 from identity import canonical, keys, records
-from node import projections
 from node.service import Node
+from node.store import projections
 from sync.auth import sign_headers
 from tests.node.workflows.helpers import WF, count_records
 from tests.sync.conftest import PeerNode, stop

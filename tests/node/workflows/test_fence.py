@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
-from node import backup
 from node.app import create_app
+from node.ops import backup
 from node.service import Node
 from node.workflows.fence import FENCE_NAME, LONGEST_GRANT_MS, FenceFile, LeaseFence, read_fence, write_fence
 from node.workflows.service import Workflows

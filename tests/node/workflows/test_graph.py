@@ -7,10 +7,10 @@ from collections.abc import Awaitable, Callable
 from aiohttp.test_utils import TestClient
 
 from node.service import Node
-from node.wire.workflows import Graph, GraphEdge, GraphNode
 from node.workflows import graph
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.workflows.helpers import SEED_PLAN, declare, lease
+from wire.workflows import Graph, GraphEdge, GraphNode
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

@@ -14,14 +14,14 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from identity import canonical, records
-from node import db as dbmod
 from node.service import Node
-from node.wire.time import format_ms
-from node.wire.workflows import MessageQuery
+from node.store import db as dbmod
 from node.workflows import bus
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import self_signer
 from tests.node.workflows.helpers import WF, count_records
+from wire.time import format_ms
+from wire.workflows import MessageQuery
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

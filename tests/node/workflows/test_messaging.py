@@ -8,10 +8,10 @@ import pytest
 
 from node.errors import Forbidden, InvalidInput
 from node.service import Node
-from node.wire.workflows import MessageQuery, PostMessage
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import self_signer
 from tests.node.workflows.helpers import count_records
+from wire.workflows import MessageQuery, PostMessage
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

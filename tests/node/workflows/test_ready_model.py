@@ -10,9 +10,9 @@ import pytest
 from identity.schema import TaskStatus
 from node.errors import Conflict
 from node.service import Node
-from node.wire.workflows import DeclareTask, FinishIn, LeaseIn
 from node.workflows.service import Workflows
 from tests.conftest import FakeClock
+from wire.workflows import DeclareTask, FinishIn, LeaseIn
 
 KEYS = [f"k{i}" for i in range(14)]
 STATUSES: list[TaskStatus] = ["pending", "processing", "done", "completed", "failed", "cancelled"]

@@ -13,13 +13,13 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from identity import canonical, keys, records
-from node import db as dbmod
-from node import projections
 from node.service import Node
-from node.wire.time import format_ms
+from node.store import db as dbmod
+from node.store import projections
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.workflows.helpers import SEED_PLAN, WF, declare, lease
 from tests.node.workflows.test_signed import task_event
+from wire.time import format_ms
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 WORKFLOW_TABLES = ["messages", "message_agents", "task_events", "tasks", "task_deps"]

@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 
 from identity import canonical, keys, records
-from node import projections
 from node.errors import NotFound
 from node.service import Node
-from node.wire.time import parse_ms
-from node.wire.workflows import DeclareTask
+from node.store import projections
 from node.workflows import relay
 from tests.conftest import AgentCreds
 from tests.node.workflows.helpers import count_records
+from wire.time import parse_ms
+from wire.workflows import DeclareTask
 
 
 async def _remote_task(node: Node, key: str) -> str:

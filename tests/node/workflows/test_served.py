@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from identity import keys
-from node.datadir import initialise
+from node.ops.datadir import initialise
 from sync.auth import sign_headers
 from sync.replay import FENCE_NAME as REPLAY_FENCE
 from tests.agent.conftest import free_port

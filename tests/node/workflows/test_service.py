@@ -10,12 +10,12 @@ import pytest
 from identity import keys, records
 from node.errors import Forbidden, InvalidInput
 from node.service import Node
-from node.wire.api import SignedSubmission
-from node.wire.time import format_ms
-from node.wire.workflows import DeclareTask, FinishIn, LeaseIn
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import self_signer
 from tests.node.workflows.helpers import count_records
+from wire.api import SignedSubmission
+from wire.time import format_ms
+from wire.workflows import DeclareTask, FinishIn, LeaseIn
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

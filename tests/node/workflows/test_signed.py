@@ -10,10 +10,10 @@ from aiohttp.test_utils import TestClient
 
 from identity import canonical, keys, records
 from node.service import Node
-from node.wire.time import format_ms
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import SelfSigner, self_signer
 from tests.node.workflows.helpers import WF, count_records, lease
+from wire.time import format_ms
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 

@@ -1,0 +1,1 @@
+"""Agents registered on a node: credentials, key-proof sessions, names, portable identities."""

@@ -1,0 +1,312 @@
+"""Agents registered on this node, and the bearer credentials (agent API keys, admin tokens).
+
+Credentials are `bbs_<key id>_<secret>` with a 256-bit random secret. Only
+SHA-256(secret) is stored: for secrets of that entropy a slow hash (bcrypt)
+adds nothing but per-request cost; see docs/decisions.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import re
+import secrets
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from identity import canonical, keys, records
+from identity.schema import AgentRecord
+from node.agents import refs as agent_refs
+from node.errors import Conflict, InvalidInput, NotFound
+from node.store import projections, submission
+from node.store.db import Database
+from node.trust import service as trust
+from wire.api import AgentListItem, AgentListQuery, AgentOut, AgentPage, CreatedAgent
+
+log = logging.getLogger("bbs.node")
+
+AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # a local name; api_types.CreateAgent carries the same pattern
+CREDENTIALS_CHECK_MS = 1_000  # how often a node looks whether another process changed a credential
+
+
+def check_name(name: str) -> None:
+    """Refuse a local agent name that does not match AGENT_NAME."""
+    if not AGENT_NAME.fullmatch(name):
+        raise InvalidInput(f"agent names match {AGENT_NAME.pattern}", field="$.name")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: an agent (with its did) or the node's admin."""
+
+    role: str  # 'agent' | 'admin'
+    agent_id: str | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+def new_credential(conn: sqlite3.Connection, role: str, agent_id: str | None, now_ms: int) -> str:
+    """Create a credential and return the token (shown once; only its hash is kept)."""
+    key_id = secrets.token_hex(8)
+    secret = secrets.token_urlsafe(32)
+    conn.execute(
+        "INSERT INTO credentials (key_id, role, agent_id, secret_sha256, created_ms) VALUES (?, ?, ?, ?, ?)",
+        (key_id, role, agent_id, _digest(secret), now_ms),
+    )
+    return f"bbs_{key_id}_{secret}"
+
+
+def rotate_api_key(conn: sqlite3.Connection, ref: str, now_ms: int) -> tuple[str, str, str]:
+    """Replace every API key of a local agent (by name or did) with one new key: (name, agent_id, api_key).
+
+    The old keys stop working when this commits (a running node notices within CREDENTIALS_CHECK_MS).
+    """
+    did = agent_refs.resolve(conn, ref, "agent_id")
+    row = conn.execute("SELECT name, agent_id FROM local_agents WHERE agent_id = ?", (did,)).fetchone()
+    if row is None:
+        raise NotFound(f"no agent {ref!r} on this node", code="agent_not_found", field="agent_id")
+    conn.execute("DELETE FROM credentials WHERE role = 'agent' AND agent_id = ?", (row["agent_id"],))
+    return row["name"], row["agent_id"], new_credential(conn, "agent", row["agent_id"], now_ms)
+
+
+def authenticate(conn: sqlite3.Connection, token: str) -> Principal | None:
+    """The principal a bearer token belongs to, or None."""
+    parts = token.split("_", 2)
+    if len(parts) != 3 or parts[0] != "bbs" or len(parts[1]) != 16 or not parts[2]:
+        return None
+    row = conn.execute("SELECT role, agent_id, secret_sha256 FROM credentials WHERE key_id = ?", (parts[1],)).fetchone()
+    if row is None or not hmac.compare_digest(row["secret_sha256"], _digest(parts[2])):
+        return None
+    return Principal(row["role"], row["agent_id"])
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def credential_epoch(conn: sqlite3.Connection) -> int:
+    """The counter every deletion or change of a credential moves (a trigger, whichever process made it)."""
+    return int(conn.execute("SELECT n FROM credential_epoch WHERE id = 1").fetchone()[0])
+
+
+class TokenCache:
+    """Bearer tokens already verified against the database: SHA-256 of the token -> (principal, expiry ms).
+
+    Saves a database round trip per authenticated request. Only successful look-ups are kept, so a credential
+    created a moment ago is found at once. Each entry expires at `ttl_ms` after it was verified or at the
+    session's own expiry, whichever comes first. Code that deletes a credential or a session calls `clear`
+    (`Agents.rotate_api_key` does), and `observe` clears the cache when the database's `credential_epoch` has
+    moved (another process revoked a key); see docs/decisions.md.
+    """
+
+    def __init__(self, ttl_ms: int = 60_000, max_entries: int = 4096) -> None:
+        self.ttl_ms = ttl_ms
+        self.max_entries = max_entries
+        self.epoch: int | None = None  # the database's credential_epoch at the last look
+        self.generation = 0  # moves at every clear: a look-up that began before one is not kept
+        self._entries: dict[bytes, tuple[Principal, int]] = {}
+
+    def observe(self, epoch: int) -> None:
+        """Note the database's credential epoch; forget every token if it moved since the last look."""
+        if self.epoch is not None and epoch != self.epoch:
+            self.clear()
+        self.epoch = epoch
+
+    @staticmethod
+    def _key(token: str) -> bytes:
+        return hashlib.sha256(token.encode("utf-8")).digest()
+
+    def get(self, token: str, now_ms: int) -> Principal | None:
+        """The cached principal for `token`, or None if unknown or expired."""
+        key = self._key(token)
+        hit = self._entries.get(key)
+        if hit is None:
+            return None
+        if hit[1] <= now_ms:
+            del self._entries[key]
+            return None
+        return hit[0]
+
+    def put(
+        self, token: str, principal: Principal, now_ms: int, expires_ms: int | None = None, generation: int = 0
+    ) -> None:
+        """Remember a verified token until `now_ms + ttl_ms` (or `expires_ms` when that is sooner).
+
+        `generation` is the cache's `generation` when the look-up began: if the cache was cleared since, the
+        look-up may have read a credential that is revoked now, and it is not kept."""
+        if generation != self.generation:
+            return
+        until = now_ms + self.ttl_ms if expires_ms is None else min(expires_ms, now_ms + self.ttl_ms)
+        if len(self._entries) >= self.max_entries:
+            self._entries = {k: v for k, v in self._entries.items() if v[1] > now_ms}
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+        self._entries[self._key(token)] = (principal, until)
+
+    def clear(self) -> None:
+        """Forget every cached token (after a credential or session is revoked), and the look-ups under way."""
+        self._entries.clear()
+        self.generation += 1
+
+
+def identity_record(
+    key: keys.SigningKey, display_name: str, description: str, home_node: str, agent_type: str | None = None
+) -> dict[str, object]:
+    """A signed agent identity document; `agent_type` is written only when given (docs/decisions.md)."""
+    body = {
+        "kind": "agent",
+        "schema_version": canonical.SCHEMA_VERSION,
+        "author_id": key.did,
+        "created_at": canonical.now_created_at(),
+        "display_name": canonical.normalize_value(display_name),
+        "description": canonical.normalize_value(description),
+        "home_node": home_node,
+    }
+    if agent_type is not None:
+        body["agent_type"] = agent_type
+    return records.sign(body, key)
+
+
+def register(
+    conn: sqlite3.Connection,
+    *,
+    name: str,
+    key: keys.SigningKey,
+    keep_key: bool,
+    record: dict[str, object],
+    now_ms: int,
+) -> str:
+    """Register an agent on this node (its identity record, its local name, an API key); return the API key."""
+    check_name(name)
+    if conn.execute("SELECT 1 FROM local_agents WHERE name = ?", (name,)).fetchone():
+        raise Conflict(f"an agent named {name!r} already exists on this node", code="agent_exists", field="$.name")
+    if conn.execute("SELECT 1 FROM local_agents WHERE agent_id = ?", (key.did,)).fetchone():
+        raise Conflict("this identity is already registered on this node", code="agent_exists")
+    try:
+        record_hash, decoded = records.check(dict(record))
+    except records.RecordError as exc:  # e.g. a display name or description over its limit
+        raise InvalidInput(str(exc), field=exc.field, code=f"record_{exc.reason}") from None
+    submission.check_record(dict(record))  # created here or imported (`bbs agent import`): a submission
+    assert isinstance(decoded, AgentRecord)
+    projections.append(conn, dict(record), record_hash, decoded, origin="local", now_ms=now_ms)
+    conn.execute(
+        "INSERT INTO local_agents (name, agent_id, key_seed, created_ms) VALUES (?, ?, ?, ?)",
+        (name, key.did, key.seed if keep_key else None, now_ms),
+    )
+    return new_credential(conn, "agent", key.did, now_ms)
+
+
+def signing_key(conn: sqlite3.Connection, agent_id: str) -> keys.SigningKey | None:
+    """The agent's private key if this node keeps it."""
+    row = conn.execute("SELECT key_seed FROM local_agents WHERE agent_id = ?", (agent_id,)).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return keys.SigningKey.from_seed(bytes(row[0]))
+
+
+def agent_out(conn: sqlite3.Connection, agent_id: str) -> AgentOut:
+    """An agent's public identity with its entry count and trust; 404 `agent_not_found` if unknown here."""
+    row = conn.execute(
+        "SELECT a.*, (SELECT count(*) FROM entries e WHERE e.author_id = a.id) AS n FROM agents a WHERE a.id = ?",
+        (agent_id,),
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no agent {agent_id}", code="agent_not_found")
+    return AgentOut(
+        agent_id=row["id"],
+        display_name=row["display_name"],
+        description=row["description"],
+        agent_type=row["agent_type"],
+        home_node=row["home_node"],
+        created_at=row["created_at"],
+        entry_count=row["n"],
+        trust=trust.agent_trust(conn, agent_id),
+    )
+
+
+def list_agents(conn: sqlite3.Connection, query: AgentListQuery) -> AgentPage:
+    """A page of the agents this node knows (registered here or arrived by sync) in did order, after `query.after`;
+    with `query.local`, only those registered here."""
+    rows = conn.execute(
+        "SELECT a.id, l.name, a.display_name, a.description, a.agent_type, a.home_node, a.created_at,"
+        " l.key_seed IS NOT NULL AS key_kept, (SELECT count(*) FROM entries e WHERE e.author_id = a.id) AS n"
+        " FROM agents a LEFT JOIN local_agents l ON l.agent_id = a.id"
+        " WHERE (:after IS NULL OR a.id > :after) AND (:local = 0 OR l.name IS NOT NULL)"
+        " ORDER BY a.id LIMIT :limit",
+        {"after": query.after, "local": int(query.local), "limit": query.limit + 1},
+    ).fetchall()
+    agents = [
+        AgentListItem(
+            agent_id=r["id"],
+            name=r["name"],
+            display_name=r["display_name"],
+            description=r["description"],
+            agent_type=r["agent_type"],
+            home_node=r["home_node"],
+            created_at=r["created_at"],
+            entry_count=r["n"],
+            key_kept=bool(r["key_kept"]),
+        )
+        for r in rows[: query.limit]
+    ]
+    return AgentPage(agents, agents[-1].agent_id if len(rows) > query.limit else None)
+
+
+class Agents:
+    """The agents of one node: creating them, their API keys, and who a bearer credential belongs to."""
+
+    def __init__(self, db: Database, node_id: str, now_ms: Callable[[], int]) -> None:
+        self.db = db
+        self.node_id = node_id
+        self.now_ms = now_ms
+        self.tokens = TokenCache()
+        self._credentials_checked_ms = -CREDENTIALS_CHECK_MS  # the first request looks
+
+    async def authenticate(self, token: str) -> Principal | None:
+        """The principal of an API key or admin token (verified ones are cached: `TokenCache`)."""
+        now = self.now_ms()
+        if now >= self._credentials_checked_ms + CREDENTIALS_CHECK_MS:
+            self._credentials_checked_ms = now  # before the await: one look per interval, not one per request
+            self.tokens.observe(await self.db.read(credential_epoch, quick=True))
+        principal = self.tokens.get(token, now)
+        if principal is None:
+            generation = self.tokens.generation
+            principal = await self.db.read(lambda c: authenticate(c, token))
+            if principal is not None:
+                self.tokens.put(token, principal, now, generation=generation)
+        return principal
+
+    async def create(
+        self, name: str, display_name: str | None, description: str = "", agent_type: str | None = None
+    ) -> CreatedAgent:
+        """Create an agent whose key this node keeps; the API key is returned once (REST and CLI share this)."""
+        check_name(name)
+        key = keys.SigningKey.generate()
+        record = identity_record(key, display_name or name, description, self.node_id, agent_type)
+        api_key = await self.db.write(
+            lambda c: register(c, name=name, key=key, keep_key=True, record=record, now_ms=self.now_ms())
+        )
+        return CreatedAgent(name=name, agent_id=key.did, api_key=api_key)
+
+    async def rotate_api_key(self, ref: str) -> CreatedAgent:
+        """Give a local agent (by name or did) a new API key; every key it had stops working at once here."""
+        name, agent_id, api_key = await self.db.write(lambda c: rotate_api_key(c, ref, self.now_ms()))
+        self.tokens.clear()
+        log.info("api key rotated for agent %s (%s); its previous keys are revoked", name, agent_id)
+        return CreatedAgent(name=name, agent_id=agent_id, api_key=api_key)
+
+    async def page(self, query: AgentListQuery) -> AgentPage:
+        """A page of the agents this node knows, in did order (REST `GET /v1/agents` and `bbs agent list`)."""
+        return await self.db.read(lambda c: list_agents(c, query))
+
+    async def get(self, ref: str) -> AgentOut:
+        """An agent's public identity (any agent this node knows, local or arrived by sync), by did or local name."""
+
+        def run(conn: sqlite3.Connection) -> AgentOut:  # any did-shaped ref is looked up: unknown is a 404
+            return agent_out(conn, ref if agent_refs.is_did(ref) else agent_refs.resolve(conn, ref, "agent_id"))
+
+        return await self.db.read(run, quick=True)

@@ -1,0 +1,192 @@
+"""Key-proof authentication: an agent proves it holds its did:key's private key and gets a session token.
+
+Any node that holds an agent's signed identity document (imported with `bbs agent import`, or arrived by
+sync) accepts the agent this way, so an agent is not tied to the API key its home node issued:
+
+1. ``POST /v1/auth/challenge {"agent_id"}`` returns a random one-time ``challenge`` valid 60 seconds (held in
+   memory, node/agents/challenges.py: asking costs no database write, and a restart forgets pending challenges).
+2. The agent signs the canonical JSON of ``{"purpose": "agent-bbs-session", "node_id", "agent_id",
+   "challenge"}`` with its key. Naming this node's id stops a signature made for one node being replayed
+   at another.
+3. ``POST /v1/auth/session {"agent_id", "challenge", "signature"}`` consumes the challenge (whether or not
+   the signature verifies: a challenge is tried once) and returns a bearer token valid one hour.
+
+Tokens are ``bbss_<key id>_<secret>``; only SHA-256 of the secret is stored, as for API keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import sqlite3
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from identity import canonical, keys
+from node.agents import challenges
+from node.agents.service import Principal
+from node.errors import NotFound, Unauthorized
+from node.service import Node
+from node.web.appkeys import NODE
+from node.web.http import Route, convert, json_response, read_json
+from wire.api import ChallengeIn, ChallengeOut, SessionIn, SessionOut
+from wire.time import format_ms
+
+PURPOSE = "agent-bbs-session"
+CHALLENGE_TTL_MS = 60_000
+SESSION_TTL_MS = 3_600_000
+MAX_OPEN_CHALLENGES = challenges.PER_AGENT
+TOKEN_PREFIX = "bbss"
+
+
+def challenge_message(node_id: str, agent_id: str, challenge: str) -> bytes:
+    """The bytes an agent signs to prove its key to node `node_id`."""
+    return canonical.canonical_bytes(
+        {"purpose": PURPOSE, "node_id": node_id, "agent_id": agent_id, "challenge": challenge}
+    )
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+async def issue_challenge(node: Node, agent_id: str) -> ChallengeOut:
+    """A one-time challenge for an agent whose identity document this node holds."""
+    now = node.now_ms()
+    nonce = keys.b64u(secrets.token_bytes(32))
+
+    known = await node.db.read(lambda c: c.execute("SELECT 1 FROM agents WHERE id = ?", (agent_id,)).fetchone())
+    if known is None:
+        raise NotFound(
+            "this node does not know that agent: import its identity here (bbs agent import) or wait for sync",
+            field="$.agent_id",
+            code="agent_not_found",
+        )
+    node.challenges.add(nonce, agent_id, now + CHALLENGE_TTL_MS, now)
+    return ChallengeOut(
+        challenge=nonce,
+        agent_id=agent_id,
+        node_id=node.node_id,
+        purpose=PURPOSE,
+        expires_at=format_ms(now + CHALLENGE_TTL_MS),
+    )
+
+
+async def open_session(node: Node, body: SessionIn) -> SessionOut:
+    """Consume a challenge; if the agent's signature over it verifies, issue a session token."""
+    now = node.now_ms()
+    key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
+    message = challenge_message(node.node_id, body.agent_id, body.challenge)
+
+    # the challenge is consumed whether or not the proof verifies: it is tried once
+    expires_ms = node.challenges.take(body.challenge, body.agent_id)
+    if expires_ms is None:
+        raise Unauthorized("unknown or already used challenge: ask for a new one", field="$.challenge",
+                           code="challenge_invalid")  # fmt: skip
+    if expires_ms <= now:
+        raise Unauthorized("the challenge expired: ask for a new one", field="$.challenge", code="challenge_expired")
+    if not keys.verify(body.agent_id, message, body.signature):
+        raise Unauthorized(
+            "the signature does not verify against agent_id for this challenge and node",
+            field="$.signature",
+            code="bad_signature",
+        )
+
+    def job(conn: sqlite3.Connection) -> None:
+        conn.execute("DELETE FROM auth_sessions WHERE expires_ms <= ?", (now,))
+        conn.execute(
+            "INSERT INTO auth_sessions (key_id, agent_id, secret_sha256, expires_ms) VALUES (?, ?, ?, ?)",
+            (key_id, body.agent_id, _digest(secret), now + SESSION_TTL_MS),
+        )
+
+    await node.db.write(job)
+    return SessionOut(
+        token=f"{TOKEN_PREFIX}_{key_id}_{secret}",
+        agent_id=body.agent_id,
+        expires_at=format_ms(now + SESSION_TTL_MS),
+        expires_in=SESSION_TTL_MS // 1000,
+    )
+
+
+async def session_principal(node: Node, token: str) -> Principal | None:
+    """The agent a live session token belongs to, or None."""
+    parts = token.split("_", 2)
+    if len(parts) != 3 or parts[0] != TOKEN_PREFIX or len(parts[1]) != 16 or not parts[2]:
+        return None
+    now = node.now_ms()
+    cached = node.agents.tokens.get(token, now)
+    if cached is not None:
+        return cached
+    generation = node.agents.tokens.generation
+    row = await node.db.read(
+        lambda c: c.execute(
+            "SELECT agent_id, secret_sha256, expires_ms FROM auth_sessions WHERE key_id = ?", (parts[1],)
+        ).fetchone()
+    )
+    if row is None or row[2] <= now or not hmac.compare_digest(row[1], _digest(parts[2])):
+        return None
+    principal = Principal("agent", row[0])
+    # cached, but never beyond the session's end
+    node.agents.tokens.put(token, principal, now, expires_ms=row[2], generation=generation)
+    return principal
+
+
+def authenticator(node: Node) -> Callable[[str], Awaitable[Principal | None]]:
+    """Bearer authentication accepting API keys and admin tokens (node.agents.service.authenticate) and session
+    tokens."""
+
+    async def authenticate(token: str) -> Principal | None:
+        if not (token.isascii() and token.isprintable()):  # every credential the node issues is printable ASCII
+            return None
+        if token.startswith(TOKEN_PREFIX + "_"):
+            return await session_principal(node, token)
+        return await node.agents.authenticate(token)
+
+    return authenticate
+
+
+def agent_authenticator(node: Node) -> Callable[[str], Awaitable[str | None]]:
+    """Bearer authentication of agents only (remote MCP): the did of the token's agent; None for an admin token."""
+    authenticate = authenticator(node)
+
+    async def agent_of(token: str) -> str | None:
+        principal = await authenticate(token)
+        return principal.agent_id if principal is not None and principal.role == "agent" else None
+
+    return agent_of
+
+
+async def post_challenge(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), ChallengeIn)
+    return json_response(await issue_challenge(request.app[NODE], body.agent_id), 201)
+
+
+async def post_session(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), SessionIn)
+    return json_response(await open_session(request.app[NODE], body), 201)
+
+
+ROUTES: list[Route] = [
+    Route(
+        "POST",
+        "/v1/auth/challenge",
+        post_challenge,
+        "Get a one-time challenge to prove an agent key",
+        "none",
+        body=ChallengeIn,
+        responses={201: ChallengeOut},
+        tag="auth",
+    ),
+    Route(
+        "POST",
+        "/v1/auth/session",
+        post_session,
+        "Exchange a signed challenge for a session token",
+        "none",
+        body=SessionIn,
+        responses={201: SessionOut},
+        tag="auth",
+    ),
+]

@@ -1,0 +1,1 @@
+"""Entries and links: posting them, and the reads and searches over them."""

@@ -1,0 +1,138 @@
+"""Links: a link record between two entries, node-signed or signed by its author."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from identity import canonical
+from identity.schema import LinkRecord
+from node.entries import queries
+from node.entries.queries import LinkOut
+from node.errors import InvalidInput, Located, NotFound
+from node.store import idempotency, projections
+from node.store.db import Database
+from node.store.sealing import Sealing, sign_and_check
+from wire.api import PostLink, SignedSubmission
+from wire.time import format_ms
+
+
+class Links:
+    """Linking entries on one node."""
+
+    def __init__(self, db: Database, sealing: Sealing, now_ms: Callable[[], int]) -> None:
+        self.db = db
+        self.sealing = sealing
+        self.now_ms = now_ms
+
+    async def create(
+        self, agent_id: str, body: PostLink | SignedSubmission, idempotency_key: str | None
+    ) -> tuple[LinkOut, bool]:
+        """Store a link record (node-signed or author-signed). Returns (link, created)."""
+        key = idempotency.request_key(idempotency_key, body.idempotency_key)
+        if key is not None:  # a replay answers with the original link, whatever this body says
+            replayed = await self.db.read(lambda c: replayed_link(c, agent_id, key), quick=True)
+            if replayed is not None:
+                return replayed, False
+        at = Located("$.record" if isinstance(body, SignedSubmission) else "$")  # where source and target sit
+        if isinstance(body, SignedSubmission):
+            if body.record.get("kind") == "link" and body.record.get("source") == body.record.get("target"):
+                with at:  # records.check refuses it too (any node does), but the API names it precisely
+                    refuse_self_link()
+            record, record_hash, decoded = self.sealing.check_signed(body.record, "link", agent_id)
+        else:
+            signer = await self.sealing.signer(agent_id)
+            source, target = await self.db.read(lambda c: ends(c, body), quick=True)
+            if source == target:
+                refuse_self_link()
+            unsigned = unsigned_link(agent_id, self.now_ms(), source, target, body.link_type, body.annotation)
+            record, record_hash, decoded = sign_and_check(unsigned, signer)
+        assert isinstance(decoded, LinkRecord)
+        link_id, created = await self.db.write(
+            lambda c: store(c, agent_id, key, record, record_hash, decoded, at, self.now_ms)
+        )
+        return await self.db.read(lambda c: link_by_id(c, link_id), quick=True), created
+
+
+def unsigned_link(
+    author_id: str, created_ms: int, source: str, target: str, link_type: str, annotation: str = ""
+) -> dict[str, Any]:
+    """The unsigned record of a link the node signs for `author_id`."""
+    return {
+        "kind": "link",
+        "schema_version": canonical.SCHEMA_VERSION,
+        "author_id": author_id,
+        "created_at": format_ms(created_ms),
+        "source": source,
+        "target": target,
+        "link_type": link_type,
+        "annotation": canonical.normalize_value(annotation),
+    }
+
+
+def refuse_self_link() -> NoReturn:
+    """400 `self_link`: a link from an entry to itself."""
+    raise InvalidInput("an entry cannot link to itself", field="$.target", code="self_link")
+
+
+def ends(conn: sqlite3.Connection, body: PostLink) -> tuple[str, str]:
+    """The record hashes of a node-signed link's source (an entry on this node) and target (any entry)."""
+    source = queries.require_ref(
+        conn, body.source, "source entry", field="$.source", code="source_not_found", stored=True
+    )
+    target = queries.require_ref(conn, body.target, "target", field="$.target", code="target_not_found")
+    return source, target
+
+
+def store(
+    conn: sqlite3.Connection,
+    agent_id: str,
+    key: str | None,
+    record: dict[str, Any],
+    record_hash: str,
+    decoded: LinkRecord,
+    at: Located,
+    now_ms: Callable[[], int],
+) -> tuple[int, bool]:
+    """Append the link unless its author already asserted the same link; (link id, created)."""
+    if key is not None:
+        done = idempotency.replayed(conn, agent_id, key, "link", field="$.idempotency_key")
+        if done is not None:
+            row = conn.execute("SELECT id FROM links WHERE origin_hash = ? AND ordinal = 0", (done,)).fetchone()
+            return int(row[0]), False
+    same = conn.execute(
+        "SELECT l.id, l.origin_hash, (SELECT r.kind FROM records r WHERE r.hash = l.origin_hash LIMIT 1) FROM links l"
+        " WHERE l.source_hash = ? AND l.target_hash = ? AND l.link_type = ? AND l.author_id = ?"
+        " AND l.ordinal >= 0 ORDER BY l.id LIMIT 1",
+        (decoded.source, decoded.target, decoded.link_type, agent_id),
+    ).fetchone()
+    if same is not None:  # the same author asserting the same link again: one link
+        if key is not None and same[2] == "link":  # the key now names that link (and no other use)
+            idempotency.remember(conn, agent_id, key, "link", same[1], now_ms())
+        return int(same[0]), False
+    if not conn.execute("SELECT 1 FROM entries WHERE record_hash = ?", (decoded.source,)).fetchone():
+        with at:
+            raise NotFound("source entry is not on this node", field="$.source", code="source_not_found")
+    projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now_ms())
+    if key is not None:
+        idempotency.remember(conn, agent_id, key, "link", record_hash, now_ms())
+    row = conn.execute("SELECT id FROM links WHERE origin_hash = ? AND ordinal = 0", (record_hash,)).fetchone()
+    return int(row[0]), True
+
+
+def replayed_link(conn: sqlite3.Connection, agent_id: str, key: str) -> LinkOut | None:
+    """The link the agent's idempotency `key` stored, or None (409 if the key did something else)."""
+    done = idempotency.replayed(conn, agent_id, key, "link", field="$.idempotency_key")
+    if done is None:
+        return None
+    row = conn.execute(
+        f"SELECT {queries.LINK_COLUMNS} FROM links l WHERE l.origin_hash = ? AND l.ordinal = 0", (done,)
+    ).fetchone()
+    return queries.link_out(row)
+
+
+def link_by_id(conn: sqlite3.Connection, link_id: int) -> LinkOut:
+    """One link by its local id."""
+    row = conn.execute(f"SELECT {queries.LINK_COLUMNS} FROM links l WHERE l.id = ?", (link_id,)).fetchone()
+    return queries.link_out(row)

@@ -1,0 +1,178 @@
+"""`bbs peer add`, `bbs peers` and `bbs digest`: federation from the command line.
+
+They work on the data folder of an existing node, never creating one (safe beside a running node: SQLite WAL,
+one short transaction); a running node's scheduler re-reads the peer table every second, so `peer add` takes
+effect without restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+if TYPE_CHECKING:
+    from node.ops.progress import Report
+    from sync.messages import PeerList, PeerStatus
+
+EXIT_ERROR = 1
+
+
+def cmd_peer_add(args: argparse.Namespace) -> int:
+    from node.federation import store as sync_store
+    from node.ops.datadir import DataDir, require_node
+    from node.store import db
+    from node.web.http import convert
+    from sync.messages import PeerIn
+
+    require_node(args.data)  # never creates a node: only init and serve do
+    peer = convert({"url": args.url, "node_id": args.key}, PeerIn)
+    sync_store.check_peer_url(peer.url)
+    path = DataDir(args.data).db_path
+    db.write_sync(path, lambda c: sync_store.add_peer(c, peer.url, peer.node_id, int(time.time() * 1000)))
+    status = next(
+        p
+        for p in db.read_sync(path, lambda c: sync_store.peer_statuses(c, int(time.time() * 1000)))
+        if p.node_id == peer.node_id
+    )
+    if args.json:
+        print(msgspec.json.encode(status).decode())
+    else:
+        print(f"peer {status.node_id} at {status.url} added; a running node starts pulling within a second")
+    return 0
+
+
+def _listing(data: Path) -> PeerList:
+    from node.federation import store as sync_store
+    from node.ops.datadir import DataDir
+    from node.store import db
+
+    return db.read_sync(DataDir(data).db_path, lambda c: sync_store.peer_list(c, int(time.time() * 1000)))
+
+
+def _statuses(data: Path) -> list[PeerStatus]:
+    return _listing(data).peers
+
+
+def caught_up(statuses: list[PeerStatus]) -> bool:
+    """True when this node has pulled everything every peer held when last asked."""
+    return all(p.lag_records == 0 for p in statuses)
+
+
+def watch(data: Path, interval: float, report: Report, *, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Report each peer's cursor against its head until every peer is caught up; returns the rounds it took.
+
+    Each peer is one step, `report(f"{url}", cursor_seq, remote_head)` (total None until the peer answered)."""
+    rounds = 0
+    errors: dict[str, str | None] = {}
+    while True:
+        statuses = _statuses(data)
+        rounds += 1
+        for p in statuses:
+            report(p.url, p.cursor_seq, p.remote_head)
+            if p.last_error and errors.get(p.node_id) != p.last_error:
+                print(f"{p.url}: {p.last_error}", file=sys.stderr, flush=True)
+            errors[p.node_id] = p.last_error
+        if caught_up(statuses):
+            return rounds
+        sleep(interval)
+
+
+def cmd_peers(args: argparse.Namespace) -> int:
+    from node.ops.datadir import require_node
+    from sync.auth import clock_advice
+
+    node_id = require_node(args.data)
+    if args.watch:
+        from node.ops.progress import Reporter
+
+        if not _statuses(args.data):
+            print("no peers; add one with: bbs peer add URL --key DID", file=sys.stderr)
+            return 0
+        with Reporter() as progress:
+            watch(args.data, args.interval, progress)
+        print("caught up with every peer", file=sys.stderr)
+    listing = _listing(args.data)
+    statuses = listing.peers
+    if args.json:
+        print(msgspec.json.encode(listing).decode())
+        return 0
+    for a in listing.equivocating_authors:
+        print(f"equivocating author {a.author_id}: {a.equivocations} addresses with two versions")
+    if not statuses:
+        print("no peers; add one with: bbs peer add URL --key DID", file=sys.stderr)
+        return 0
+    for p in statuses:
+        c = p.counters
+        lag = "?" if p.lag_records is None else f"{p.lag_records} records / {p.lag_seconds}s"
+        print(f"{p.node_id}  {p.url}")
+        print(f"  cursor {p.cursor_epoch or '-'}:{p.cursor_seq}  remote head {p.remote_head}  lag {lag}")
+        print(
+            f"  saved {c.saved}  duplicate {c.duplicate}  invalid {c.invalid}  pending-link {c.pending_link}"
+            + (
+                f"  ({', '.join(f'{k} {v}' for k, v in sorted(c.invalid_reasons.items()))})"
+                if c.invalid_reasons
+                else ""
+            )
+            + (f"  overflow {c.overflow}" if c.overflow else "")
+            + (f"  internal {c.internal} (see this node's log)" if c.internal else "")
+        )
+        print(f"  last ok {p.last_ok_at or '-'}  reconciliations {p.reconciliations}")
+        h = p.health
+        if h.waiting_for_peer:  # its 403 unknown_peer is the last error: a step of the setup, not a fault
+            print(f"  waiting for the peer to add this node (on it: bbs peer add <this node's URL> --key {node_id})")
+        if h.failures or h.throttled_polls or h.reconnect_reconciliations or h.resigned_requests:
+            print(
+                f"  failures {h.failures} ({h.consecutive_failures} in a row, {h.fetch_failures} fetches)"
+                f"  throttled polls {h.throttled_polls}  reconciled on reconnect {h.reconnect_reconciliations}"
+                f"  re-signed {h.resigned_requests}"
+            )
+        if h.clock_offset_s is not None:
+            advice = clock_advice(h.clock_offset_s)
+            print(f"  clock offset {h.clock_offset_s:+.1f} s" + (f": {advice}" if advice else ""))
+        if p.last_error and not h.waiting_for_peer:
+            print(f"  last error at {p.last_error_at}: {p.last_error}")
+    return 0
+
+
+def cmd_digest(args: argparse.Namespace) -> int:
+    from node.federation import store as sync_store
+    from node.ops.datadir import DataDir, require_database
+    from node.store import db
+
+    node_id = require_database(args.data)  # reads the database only: a restored replica needs no key
+    path = DataDir(args.data).db_path
+    result = db.read_sync(path, lambda c: sync_store.digest(c, node_id))
+    if args.json:
+        print(msgspec.json.encode(result).decode())
+    else:
+        print(f"{result.count} {result.sha256}")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction, data_arg: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Register the federation subcommands on the `bbs` parser."""
+    peer = sub.add_parser("peer", help="manage federation peers").add_subparsers(dest="peer_command", required=True)
+    p = peer.add_parser("add", help="add a peer node (takes effect on a running node within a second)")
+    p.add_argument("url", help="the peer's base URL, e.g. http://10.0.0.2:8420")
+    p.add_argument("--key", required=True, help="the peer's node id (did:key), from its `GET /v1/node`")
+    data_arg(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_peer_add)
+
+    p = sub.add_parser("peers", help="show peers: cursor, lag, last error, per-record outcome counters")
+    data_arg(p)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--watch", action="store_true", help="show each peer's catch-up as it goes; stop when caught up")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between two looks with --watch")
+    p.set_defaults(func=cmd_peers)
+
+    p = sub.add_parser("digest", help="count and SHA-256 of the sorted versions of federated records")
+    data_arg(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_digest)

@@ -1,0 +1,44 @@
+"""Peer-signed requests: the calling peer node's id, and the body exactly as it was signed.
+
+Used by every route a federation peer calls with a signature (node/federation/routes.py's sync endpoints, the
+forwarded lease of node/workflows/routes.py); the node's peers and verifier come from the app's SyncState.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from node.errors import BBSError, MalformedRequest, UnsupportedMediaType
+from node.web.appkeys import SYNC
+from sync.auth import PeerAuthError
+
+
+class PeerAuthFailed(BBSError):
+    status, code, title = 401, "peer_auth_failed", "Peer authentication failed"
+
+
+async def authenticate_peer(request: web.Request, body: bytes | None) -> str:
+    """The calling peer's node id; refuses unsigned, unknown-key, stale and replayed requests."""
+    state = request.app[SYNC]
+    allowed = await state.store.peer_ids()
+    try:
+        url = str(request.url)  # what the peer signed: built from the Host header, which may not parse
+    except (ValueError, UnicodeError):
+        raise MalformedRequest(
+            "the Host header is not a valid host[:port]", code="invalid_host", field="Host"
+        ) from None
+    try:
+        return state.verifier.verify(request.method, url, request.headers, body, allowed)
+    except PeerAuthError as exc:
+        err = PeerAuthFailed(exc.detail, code=exc.code, field="Signature")
+        err.status = exc.status
+        if exc.status == 403:
+            err.title = "Not a peer"
+        raise err from None
+
+
+async def signed_body(request: web.Request) -> bytes:
+    """The raw JSON body of a peer-signed request (the signature covers these bytes, not a re-encoding)."""
+    if request.content_type != "application/json":
+        raise UnsupportedMediaType("send the body as application/json", field="Content-Type")
+    return await request.read()

@@ -1,0 +1,275 @@
+"""REST routes of federation: peer administration, the digest, and the peer-signed sync endpoints.
+
+`sync_context` (an aiohttp cleanup context) starts the scheduler that pulls from every configured peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+
+import aiohttp
+import msgspec
+from aiohttp import web
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from node.errors import InvalidInput
+from node.federation.peer_auth import authenticate_peer, signed_body
+from node.federation.store import NodeSyncStore
+from node.ops.metrics import metrics_of
+from node.web.appkeys import NODE, SYNC, SYNC_SETTINGS
+from node.web.http import Route, convert, decode_json, decode_query, json_response, read_json
+from sync import messages as m
+from sync.auth import PeerVerifier
+from sync.puller import Puller, Scheduler
+from sync.replay import FENCE_NAME, ReplayFence
+from sync.server import BadSyncMessage, SyncServer
+
+log = logging.getLogger("bbs.sync")
+
+
+@dataclass
+class SyncState:
+    """Federation objects of one running app."""
+
+    store: NodeSyncStore
+    server: SyncServer
+    verifier: PeerVerifier
+    scheduler: Scheduler | None = None
+
+
+def _state(request: web.Request) -> SyncState:
+    return request.app[SYNC]
+
+
+def _decode(body: bytes, typ: type[msgspec.Struct]) -> msgspec.Struct:
+    return convert(decode_json(body), typ)
+
+
+def _speaks(v: int) -> None:
+    """A peer of another sync protocol version is answered 422 naming the one this node speaks."""
+    if v != m.PROTOCOL_VERSION:
+        raise InvalidInput(
+            f"this node speaks sync protocol v{m.PROTOCOL_VERSION}, not v{v}: upgrade both nodes",
+            field="$.v",
+            code="unsupported_sync_version",
+        )
+
+
+async def sync_changes(request: web.Request) -> web.Response:
+    peer_id = await authenticate_peer(request, None)
+    q = decode_query(request, m.ChangesQuery)
+    _speaks(q.v)
+    return json_response(await _state(request).server.changes(q, peer_id))
+
+
+async def sync_fetch(request: web.Request) -> web.Response:
+    body = await signed_body(request)
+    await authenticate_peer(request, body)
+    req = _decode(body, m.FetchRequest)
+    assert isinstance(req, m.FetchRequest)
+    _speaks(req.v)
+    return json_response(await _state(request).server.fetch(req))
+
+
+async def sync_reconcile(request: web.Request) -> web.Response:
+    body = await signed_body(request)
+    await authenticate_peer(request, body)
+    req = _decode(body, m.ReconcileRequest)
+    assert isinstance(req, m.ReconcileRequest)
+    _speaks(req.v)
+    try:
+        return json_response(await _state(request).server.reconcile(req))
+    except BadSyncMessage as exc:
+        raise InvalidInput(str(exc), field="$.message", code="bad_negentropy_message") from None
+
+
+async def sync_digest(request: web.Request) -> web.Response:
+    return json_response(await _state(request).store.digest())
+
+
+async def add_peer(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), m.PeerIn)
+    state = _state(request)
+    status = await state.store.add_peer(body)
+    if state.scheduler is not None:
+        state.scheduler.poke()
+    return json_response(status, 201)
+
+
+async def list_peers(request: web.Request) -> web.Response:
+    return json_response(await _state(request).store.listing())
+
+
+PEER_ROUTES: list[Route] = [
+    Route(
+        "POST",
+        "/v1/peers",
+        add_peer,
+        "Add (or re-address) a peer node to pull from and accept sync requests from (admin)",
+        "admin",
+        body=m.PeerIn,
+        responses={201: m.PeerStatus},
+        tag="federation",
+    ),
+    Route(
+        "GET",
+        "/v1/peers",
+        list_peers,
+        "Peers: cursor, lag, last error, per-record outcome counters; equivocating authors (admin)",
+        "admin",
+        responses={200: m.PeerList},
+        tag="federation",
+    ),
+    Route(
+        "GET",
+        "/v1/sync/digest",
+        sync_digest,
+        "Count and SHA-256 of the sorted versions of federated records (admin)",
+        "admin",
+        responses={200: m.Digest},
+        tag="federation",
+    ),
+    Route(
+        "GET",
+        "/v1/sync/changes",
+        sync_changes,
+        "Changes feed: federated records after a cursor, long-polling with wait_ms (peer-signed)",
+        "peer",
+        query=m.ChangesQuery,
+        responses={200: m.ChangesReply},
+        tag="federation",
+    ),
+    Route(
+        "POST",
+        "/v1/sync/fetch",
+        sync_fetch,
+        "Federated versions by address or version (peer-signed)",
+        "peer",
+        body=m.FetchRequest,
+        responses={200: m.Records},
+        tag="federation",
+    ),
+    Route(
+        "POST",
+        "/v1/sync/reconcile",
+        sync_reconcile,
+        "One negentropy reconciliation round, this node responding (peer-signed)",
+        "peer",
+        body=m.ReconcileRequest,
+        responses={200: m.ReconcileReply},
+        tag="federation",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class SyncSettings:
+    """How this node pulls from its peers (`bbs serve` fills it from the config: sync, sync_wait_ms,
+    reconcile_every_s, sync_min_poll_ms). `pull=False` serves the sync endpoints but never pulls."""
+
+    pull: bool = True
+    wait_ms: int = 20_000
+    reconcile_every_s: float = 300.0
+    min_poll_ms: int = 250
+
+
+class PeerHealthCollector(Collector):
+    """/metrics families of the puller's per-peer health (sync/messages.py PeerHealth), read at scrape time."""
+
+    FAMILIES = (
+        ("bbs_sync_failures", "Failed sync attempts with the peer (each backs off)", "failures", True),
+        ("bbs_sync_consecutive_failures", "Failed sync attempts with the peer since its last good round",
+         "consecutive_failures", False),
+        ("bbs_sync_fetch_failures", "Failed fetches by hash from the peer (unreachable or unrequested records)",
+         "fetch_failures", True),
+        ("bbs_sync_throttled_polls", "Polls delayed to keep sync_min_poll_ms after an early empty long-poll",
+         "throttled_polls", True),
+        ("bbs_sync_reconnect_reconciliations", "Reconciliations run at once when the peer answered again",
+         "reconnect_reconciliations", True),
+        ("bbs_sync_resigned_requests", "Requests signed again because the peer had restarted",
+         "resigned_requests", True),
+        ("bbs_sync_waiting_for_peer", "1 while the peer answers 403 unknown_peer: it has not added this node yet",
+         "waiting_for_peer", False),
+    )  # fmt: skip
+
+    def __init__(self, state: SyncState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterable[Metric]:
+        health = self.state.scheduler.puller.health if self.state.scheduler is not None else {}
+        for name, help, attr, counter in self.FAMILIES:
+            family = (CounterMetricFamily if counter else GaugeMetricFamily)(name, help, labels=["peer"])
+            for peer, h in sorted(health.items()):
+                family.add_metric([peer], float(getattr(h, attr)))
+            yield family
+        offsets = GaugeMetricFamily(
+            "bbs_sync_peer_clock_offset_seconds",
+            "The peer's clock minus this node's, from the Date of its last answer (beyond 5 s: fix with NTP)",
+            labels=["peer"],
+        )
+        for peer, h in sorted(health.items()):
+            if h.clock_offset_s is not None:
+                offsets.add_metric([peer], h.clock_offset_s)
+        yield offsets
+        legacy = CounterMetricFamily(
+            "bbs_sync_previous_release_requests",
+            "Peer requests accepted without a boot id (peers of the previous release), under the replay fence",
+        )
+        legacy.add_metric([], self.state.verifier.legacy)
+        yield legacy
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+def install(app: web.Application) -> None:
+    """Mount federation's state on an app being built (after `app[SYNC_SETTINGS]` is set): the sync store,
+    server and verifier, and the long-poll wake-up on shutdown. `sync_context` runs the scheduler."""
+    store = app[NODE].sync
+    state = SyncState(store, SyncServer(store), PeerVerifier())
+    app[SYNC] = state
+    metrics_of(app).registry.register(PeerHealthCollector(state))
+
+    async def wake_long_polls(app: web.Application) -> None:
+        state.server.closing.set()
+
+    app.on_shutdown.append(wake_long_polls)
+
+
+async def sync_context(app: web.Application) -> AsyncIterator[None]:
+    """Cleanup context: the scheduler pulling from every configured peer (unless `app[SYNC_SETTINGS].pull` is
+    false), stopped before the node closes."""
+    state = app[SYNC]
+    # read once the previous process is gone (bbs serve holds the data lock by now): its accepted signatures
+    state.verifier.fence = ReplayFence.load(app[NODE].data.root / FENCE_NAME)
+    state.server.closing.clear()
+    session = aiohttp.ClientSession()
+    task = None
+    settings = app[SYNC_SETTINGS]
+    if settings.pull:
+        state.scheduler = Scheduler(
+            Puller(
+                state.store,
+                app[NODE].key,
+                session,
+                wait_ms=settings.wait_ms,
+                reconcile_every_s=settings.reconcile_every_s,
+                min_poll_s=settings.min_poll_ms / 1000,
+            )
+        )
+        task = asyncio.create_task(state.scheduler.run(), name="sync scheduler")
+    try:
+        yield
+    finally:
+        state.server.closing.set()
+        if task is not None:
+            if state.scheduler is not None:
+                state.scheduler.halt()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        state.scheduler = None
+        await session.close()

@@ -1,0 +1,502 @@
+"""The node's implementation of sync's storage interface, over node.store.db and projections.append.
+
+Also the peer table operations shared by the REST API and the CLI (which writes the same rows
+while a node runs; the node's scheduler re-reads peers every second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from yarl import URL
+
+from identity import canonical, keys
+from node.errors import InvalidInput
+from node.store import db, equivocation, projections
+from node.store.db import Database
+from sync.messages import AuthorEquivocations, Digest, PeerCounters, PeerHealth, PeerIn, PeerList, PeerStatus
+from sync.store import Cursor, Invalid, Outcome, Page, PeerConfig, Verified
+from wire.time import format_ms
+
+MAX_WANT_ATTEMPTS = 8
+MAX_WANT_BACKOFF_MS = 10 * 60 * 1000
+POLL_S = 0.1
+# What the projections raise for a record they refuse, the peer's fault: a constraint of a projection table, or a
+# value the canonical form refuses. Anything else a record meets while stored is a fault of this node's own code.
+REFUSED = (sqlite3.IntegrityError, canonical.CanonicalError)
+log = logging.getLogger("bbs.sync")
+# Federated versions by address or version: a UNION of two index searches (an OR of the two would scan every
+# federated record).
+FETCH_SQL = (
+    "SELECT hash, version, body FROM records WHERE +scope = 'federation' AND seq IN ("
+    "   SELECT seq FROM records WHERE hash IN (SELECT value FROM json_each(:ids))"
+    "   UNION SELECT seq FROM records WHERE version IN (SELECT value FROM json_each(:ids)))"
+    " ORDER BY seq"
+)
+
+
+class NodeSyncStore:
+    """`sync.store.SyncStore` over a node's database. Records from a peer get origin = the peer's node id."""
+
+    def __init__(self, db: Database, node_id: str, now_ms: Callable[[], int]) -> None:
+        self.db = db
+        self.node_id = node_id
+        self.now_ms = now_ms
+        self._changed = asyncio.Event()
+        self._newest_lock = asyncio.Lock()
+        self._newest = 0
+        self._newest_at = float("-inf")
+
+    async def position(self) -> tuple[str, int]:
+        return await self.db.read(_position)
+
+    async def changes(self, since: int, limit: int, exclude_origin: str | None = None) -> Page:
+        def run(conn: sqlite3.Connection) -> Page:
+            epoch, head = _position(conn)
+            rows = conn.execute(
+                "SELECT seq, hash, version, body FROM records"
+                " WHERE scope = 'federation' AND seq > ? AND origin IS NOT ? ORDER BY seq LIMIT ?",
+                (since, exclude_origin, limit),
+            ).fetchall()
+            items = [(int(r[0]), r[1], r[2], bytes(r[3])) for r in rows]
+            more = len(items) == limit and items[-1][0] < head
+            return Page(epoch, head, items[-1][0] if more else head, more, items)
+
+        return await self.db.read(run)
+
+    async def wait_for_change(self, since: int, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            if await self._newest_federated() > since:
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._changed.clear()
+            # Woken at once by records arriving through sync; local posts are seen by the poll.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(POLL_S, remaining))
+
+    async def _newest_federated(self) -> int:
+        """The newest federated seq; one read per poll interval however many peers are long-polling."""
+        loop = asyncio.get_running_loop()
+        async with self._newest_lock:
+            if loop.time() - self._newest_at >= POLL_S / 2:
+                self._newest = await self.db.read(
+                    lambda c: c.execute(
+                        "SELECT coalesce(max(seq), 0) FROM records WHERE scope = 'federation'"
+                    ).fetchone()[0]
+                )
+                self._newest_at = loop.time()
+            return int(self._newest)
+
+    async def fetch(self, ids: list[str]) -> list[tuple[str, str, bytes]]:
+        def run(conn: sqlite3.Connection) -> list[tuple[str, str, bytes]]:
+            rows = conn.execute(
+                FETCH_SQL,
+                {"ids": _json(ids)},
+            ).fetchall()
+            return [(r[0], r[1], bytes(r[2])) for r in rows]
+
+        return await self.db.read(run)
+
+    async def reconcile_items(self) -> tuple[str, int, list[tuple[int, bytes]]]:
+        def run(conn: sqlite3.Connection) -> tuple[str, int, list[tuple[int, bytes]]]:
+            epoch, head = _position(conn)
+            rows = conn.execute(
+                # created_ms >= 0: records dated before 1970 are refused now, but a node may hold some from before
+                # the unary + keeps the planner on records_time_version's order (no sort of the whole log)
+                "SELECT created_ms, version FROM records WHERE +scope = 'federation' AND created_ms >= 0"
+                " ORDER BY created_ms, version"
+            ).fetchall()
+            return epoch, head, [(int(ms), bytes.fromhex(h)) for ms, h in rows]
+
+        return await self.db.read(run)
+
+    async def refused(self, versions: list[str]) -> set[str]:
+        return await self.db.read(lambda c: equivocation.refused(c, versions))
+
+    async def ingest(
+        self, peer_id: str, records: list[Verified], invalid: list[Invalid], cursor: Cursor | None
+    ) -> list[Outcome]:
+        now = self.now_ms()
+        outcomes = await self.db.write(lambda c: ingest(c, peer_id, records, invalid, cursor, now))
+        if any(o.outcome in ("saved", "pending_link") for o in outcomes):
+            self._newest_at = float("-inf")
+            self._changed.set()
+        return outcomes
+
+    async def peers(self) -> list[PeerConfig]:
+        rows = await self.db.read(lambda c: c.execute("SELECT node_id, url FROM peers ORDER BY node_id").fetchall())
+        return [PeerConfig(r[0], r[1]) for r in rows]
+
+    async def peer_ids(self) -> frozenset[str]:
+        rows = await self.db.read(lambda c: c.execute("SELECT node_id FROM peers").fetchall())
+        return frozenset(r[0] for r in rows)
+
+    async def cursor(self, peer_id: str) -> Cursor | None:
+        row = await self.db.read(
+            lambda c: c.execute("SELECT cursor_epoch, cursor_seq FROM peers WHERE node_id = ?", (peer_id,)).fetchone()
+        )
+        if row is None or row[0] is None:
+            return None
+        return Cursor(row[0], int(row[1]))
+
+    async def note_peer(
+        self,
+        peer_id: str,
+        *,
+        remote_epoch: str | None = None,
+        remote_head: int | None = None,
+        error: str | None = None,
+        reconciled: bool = False,
+        health: PeerHealth | None = None,
+    ) -> None:
+        now = self.now_ms()
+
+        def job(conn: sqlite3.Connection) -> None:
+            if health is not None:
+                conn.execute(
+                    "UPDATE peers SET health = ? WHERE node_id = ?", (msgspec.json.encode(health).decode(), peer_id)
+                )
+            if error is not None:
+                conn.execute(
+                    "UPDATE peers SET last_error = ?, last_error_ms = ? WHERE node_id = ?", (error, now, peer_id)
+                )
+                return
+            conn.execute(
+                "UPDATE peers SET last_ok_ms = :now, last_error = NULL,"
+                " remote_epoch = coalesce(:epoch, remote_epoch), remote_head = coalesce(:head, remote_head),"
+                " caught_up_ms = CASE WHEN cursor_epoch = coalesce(:epoch, remote_epoch)"
+                "   AND cursor_seq >= coalesce(:head, remote_head) THEN :now ELSE caught_up_ms END,"
+                " reconciliations = reconciliations + :rec,"
+                " last_reconcile_ms = CASE WHEN :rec THEN :now ELSE last_reconcile_ms END"
+                " WHERE node_id = :peer",
+                {"now": now, "epoch": remote_epoch, "head": remote_head, "rec": int(reconciled), "peer": peer_id},
+            )
+
+        await self.db.write(job)
+
+    async def wanted(self, peer_id: str, now_ms: int, limit: int) -> list[str]:
+        rows = await self.db.read(
+            lambda c: c.execute(
+                "SELECT w.hash FROM sync_wanted w WHERE w.peer_id = ? AND w.next_ms <= ? AND w.attempts < ?"
+                " AND NOT EXISTS (SELECT 1 FROM records r WHERE r.hash = w.hash) ORDER BY w.next_ms LIMIT ?",
+                (peer_id, now_ms, MAX_WANT_ATTEMPTS, limit),
+            ).fetchall()
+        )
+        return [r[0] for r in rows]
+
+    async def want_failed(self, peer_id: str, hashes: list[str], now_ms: int) -> None:
+        await self.db.write(lambda c: want_failed(c, peer_id, hashes, now_ms))
+
+    async def digest(self) -> Digest:
+        return await self.db.read(lambda c: digest(c, self.node_id))
+
+    async def add_peer(self, peer: PeerIn) -> PeerStatus:
+        check_peer_url(peer.url)
+        if peer.node_id == self.node_id:
+            raise InvalidInput("a node cannot peer with itself", field="$.node_id", code="self_peer")
+        now = self.now_ms()
+        await self.db.write(lambda c: add_peer(c, peer.url, peer.node_id, now))
+        return next(p for p in await self.statuses() if p.node_id == peer.node_id)
+
+    async def listing(self) -> PeerList:
+        now = self.now_ms()
+        return await self.db.read(lambda c: peer_list(c, now))
+
+    async def statuses(self) -> list[PeerStatus]:
+        now = self.now_ms()
+        return await self.db.read(lambda c: peer_statuses(c, now))
+
+
+def check_peer_url(url: str) -> None:
+    """Refuse a peer URL the sync client could not call: PeerIn's pattern checks only its overall shape."""
+    try:
+        parsed = URL(url)
+        port = parsed.port
+    except (ValueError, UnicodeError) as exc:
+        raise InvalidInput(f"not a usable peer URL: {exc}", field="$.url", code="invalid_peer_url") from None
+    if not parsed.raw_host or "%" in parsed.raw_host:
+        raise InvalidInput("the peer URL needs a host name or an IP address", field="$.url", code="invalid_peer_url")
+    if parsed.user is not None or parsed.password is not None:
+        raise InvalidInput(
+            "the peer URL cannot carry credentials (peers authenticate by signature)",
+            field="$.url",
+            code="invalid_peer_url",
+        )
+    if not port:
+        raise InvalidInput("the peer URL's port must be 1 to 65535", field="$.url", code="invalid_peer_url")
+
+
+# ---- transaction bodies (shared with the CLI, which runs them with db.write_sync / read_sync) -------------
+
+
+def _position(conn: sqlite3.Connection) -> tuple[str, int]:
+    epoch = conn.execute("SELECT value FROM node_meta WHERE key = 'epoch'").fetchone()[0]
+    head = conn.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
+    return str(epoch), int(head)
+
+
+def _json(values: list[str]) -> str:
+    import json
+
+    return json.dumps(values)
+
+
+def _targets(record: dict[str, Any]) -> list[str]:
+    if record.get("kind") == "entry":
+        return [link["target"] for link in record.get("links", [])]
+    if record.get("kind") == "link":
+        return [record["source"], record["target"]]
+    return []
+
+
+def want_failed(conn: sqlite3.Connection, peer_id: str, hashes: list[str], now_ms: int) -> None:
+    """Wanted records from this peer not obtained: try again later (2, 4, 8 ... s, capped), up to MAX_WANT_ATTEMPTS."""
+    conn.execute(
+        "UPDATE sync_wanted SET attempts = attempts + 1,"
+        " next_ms = ? + min(?, 1000 * (1 << (attempts + 1)))"
+        " WHERE peer_id = ? AND hash IN (SELECT value FROM json_each(?))",
+        (now_ms, MAX_WANT_BACKOFF_MS, peer_id, _json(hashes)),
+    )
+
+
+def ingest(
+    conn: sqlite3.Connection,
+    peer_id: str,
+    records: list[Verified],
+    invalid: list[Invalid],
+    cursor: Cursor | None,
+    now_ms: int,
+) -> list[Outcome]:
+    """Store a batch from a peer: one set-based append, or record by record when that fails (each then in its
+    own savepoint, so one failure never sinks the batch). Counters and the cursor are written in this same
+    transaction.
+
+    A record the projections refuse (`REFUSED`) is the peer's fault: `invalid`, reason `store_refused`. Any
+    other error is a fault of this node's code: logged with its traceback and counted `internal`; the cursor
+    still moves past it (the puller backs off), and a wanted record that met one counts as not obtained, so
+    its fetch is retried with backoff and then given up, never in a loop without end.
+    """
+    appended, failed, faults = _append_batch(conn, peer_id, records, now_ms)
+    kept = [(v, result) for v, result in zip(records, appended, strict=True) if result is not None]
+    targets, missing = _want_missing_targets(conn, peer_id, kept, now_ms)
+    outcomes = [
+        _outcome(v.hash, seq, inserted, pending=bool(missing.intersection(targets.get(v.hash, ()))))
+        for v, (seq, inserted) in kept
+    ]
+    for bad in [*invalid, *failed]:
+        outcomes.append(Outcome(bad.hash, "invalid", bad.reason))
+        _count_invalid(conn, peer_id, bad)
+    if faults:
+        outcomes.extend(faults)
+        want_failed(conn, peer_id, [str(o.hash) for o in faults], now_ms)
+    _count_outcomes(conn, peer_id, outcomes, internal=len(faults))
+    if cursor is not None:
+        conn.execute(
+            "UPDATE peers SET cursor_epoch = ?, cursor_seq = ? WHERE node_id = ?", (cursor.epoch, cursor.seq, peer_id)
+        )
+    return outcomes
+
+
+def _append_batch(
+    conn: sqlite3.Connection, peer_id: str, records: list[Verified], now_ms: int
+) -> tuple[list[tuple[int, bool] | None], list[Invalid], list[Outcome]]:
+    """`ingest`, step 1: append the batch in one go, else record by record. Returns each record's
+    `(seq, inserted)` (None when it was not stored), the records the projections refused, and this node's
+    faults."""
+    try:
+        return list(_append_all(conn, peer_id, records, now_ms)), [], []
+    except db.TransactionLost:
+        raise  # SQLite ended the transaction (e.g. disk full): nothing of this batch can be kept
+    except Exception:  # refused, or a fault of ours: record by record finds the records, and which it is
+        pass
+    appended: list[tuple[int, bool] | None] = []
+    failed: list[Invalid] = []
+    faults: list[Outcome] = []
+    for v in records:
+        try:
+            appended.append(_append_all(conn, peer_id, [v], now_ms)[0])
+        except REFUSED as exc:  # counted, never fatal to the batch
+            failed.append(Invalid(v.hash, "store_refused", str(exc)))
+            appended.append(None)
+        except db.TransactionLost:
+            raise
+        except Exception as exc:
+            log.exception("record %s from %s failed in this node's own code; counted internal", v.hash, peer_id)
+            faults.append(Outcome(v.hash, "internal", type(exc).__name__))
+            appended.append(None)
+    return appended, failed, faults
+
+
+def _want_missing_targets(
+    conn: sqlite3.Connection, peer_id: str, kept: list[tuple[Verified, tuple[int, bool]]], now_ms: int
+) -> tuple[dict[str, list[str]], set[str]]:
+    """`ingest`, step 2: the stored records are wanted no more; the link targets of the newly inserted ones
+    that this node does not hold are wanted from this peer. Returns each inserted record's targets and the
+    missing ones."""
+    if kept:  # however they got here, they are here
+        here = _json([v.hash for v, _ in kept])
+        conn.execute("DELETE FROM sync_wanted WHERE hash IN (SELECT value FROM json_each(?))", (here,))
+    targets = {v.hash: _targets(v.record) for v, (_, inserted) in kept if inserted}
+    wanted = sorted({t for ts in targets.values() for t in ts})
+    missing: set[str] = set()
+    if wanted:
+        rows = conn.execute(
+            "SELECT value FROM json_each(?) WHERE value NOT IN (SELECT hash FROM records)", (_json(wanted),)
+        ).fetchall()
+        missing = {r[0] for r in rows}
+    if missing:
+        conn.executemany(
+            "INSERT INTO sync_wanted (hash, peer_id, next_ms, first_ms) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (hash) DO NOTHING",
+            [(h, peer_id, now_ms, now_ms) for h in sorted(missing)],
+        )
+    return targets, missing
+
+
+def _outcome(record_hash: str, seq: int, inserted: bool, pending: bool) -> Outcome:
+    """`ingest`, step 3: what became of a stored record (`pending`: it links to a record not held here)."""
+    if seq == projections.REFUSED_SEQ:
+        return Outcome(record_hash, "overflow")
+    if not inserted:
+        return Outcome(record_hash, "duplicate")
+    if pending:
+        return Outcome(record_hash, "pending_link")
+    return Outcome(record_hash, "saved")
+
+
+def _count_invalid(conn: sqlite3.Connection, peer_id: str, bad: Invalid) -> None:
+    """`ingest`, step 4: count an invalid record against its peer by reason, keeping the latest one."""
+    conn.execute(
+        "INSERT INTO peer_invalid (node_id, reason, count, last_hash, last_detail) VALUES (?, ?, 1, ?, ?)"
+        " ON CONFLICT (node_id, reason) DO UPDATE SET count = count + 1, last_hash = excluded.last_hash,"
+        " last_detail = excluded.last_detail",
+        (peer_id, bad.reason, bad.hash, bad.detail[:500]),
+    )
+
+
+def _count_outcomes(conn: sqlite3.Connection, peer_id: str, outcomes: list[Outcome], internal: int) -> None:
+    """`ingest`, step 5: add the batch's outcomes to the peer's counters."""
+    counts = {
+        word: sum(1 for o in outcomes if o.outcome == word)
+        for word in ("saved", "duplicate", "invalid", "pending_link", "overflow")
+    }
+    counts["internal"] = internal
+    conn.execute(
+        "UPDATE peers SET saved = saved + :saved, duplicate = duplicate + :duplicate, invalid = invalid + :invalid,"
+        " pending_link = pending_link + :pending_link, internal = internal + :internal,"
+        " overflow = overflow + :overflow WHERE node_id = :peer",
+        {**counts, "peer": peer_id},
+    )
+
+
+def _append_all(conn: sqlite3.Connection, peer_id: str, records: list[Verified], now_ms: int) -> list[tuple[int, bool]]:
+    """Append records inside a savepoint: all of them, or none (the error raised)."""
+    incoming = [
+        projections.Incoming(v.record, v.hash, v.decoded, str(v.record.get("scope", "federation")), v.body)
+        for v in records
+    ]
+    with db.savepoint(conn, "sync_records"):
+        return projections.append_many(conn, incoming, origin=peer_id, now_ms=now_ms)
+
+
+def add_peer(conn: sqlite3.Connection, url: str, node_id: str, now_ms: int) -> None:
+    """Configure a peer (or change its URL; its cursor and counters are kept)."""
+    if not keys.is_did(node_id):
+        raise InvalidInput("node_id must be the peer node's Ed25519 did:key", field="$.node_id")
+    mine = conn.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchone()
+    if mine is not None and mine[0] == node_id:
+        raise InvalidInput("a node cannot peer with itself", field="$.node_id", code="self_peer")
+    conn.execute(
+        "INSERT INTO peers (node_id, url, added_ms) VALUES (?, ?, ?)"
+        " ON CONFLICT (node_id) DO UPDATE SET url = excluded.url",
+        (node_id, url.rstrip("/"), now_ms),
+    )
+
+
+def peer_statuses(conn: sqlite3.Connection, now_ms: int) -> list[PeerStatus]:
+    """Every peer with cursor, lag, last error and counters."""
+    reasons: dict[str, dict[str, int]] = {}
+    for node_id, reason, count in conn.execute("SELECT node_id, reason, count FROM peer_invalid").fetchall():
+        reasons.setdefault(node_id, {})[reason] = int(count)
+    out = []
+    for r in conn.execute("SELECT * FROM peers ORDER BY node_id").fetchall():
+        same_epoch = r["remote_epoch"] is not None and r["remote_epoch"] == r["cursor_epoch"]
+        lag_records = (
+            max(0, r["remote_head"] - r["cursor_seq"]) if same_epoch and r["remote_head"] is not None else None
+        )
+        lag_seconds = None
+        if lag_records == 0:
+            lag_seconds = 0.0
+        elif r["caught_up_ms"] is not None:
+            lag_seconds = round(max(0, now_ms - r["caught_up_ms"]) / 1000, 3)
+        out.append(
+            PeerStatus(
+                node_id=r["node_id"],
+                url=r["url"],
+                added_at=format_ms(r["added_ms"]),
+                cursor_epoch=r["cursor_epoch"],
+                cursor_seq=r["cursor_seq"],
+                remote_head=r["remote_head"],
+                lag_records=lag_records,
+                lag_seconds=lag_seconds,
+                last_ok_at=_fmt(r["last_ok_ms"]),
+                last_error=r["last_error"],
+                last_error_at=_fmt(r["last_error_ms"]),
+                reconciliations=r["reconciliations"],
+                last_reconcile_at=_fmt(r["last_reconcile_ms"]),
+                counters=PeerCounters(
+                    saved=r["saved"],
+                    duplicate=r["duplicate"],
+                    invalid=r["invalid"],
+                    pending_link=r["pending_link"],
+                    overflow=r["overflow"],
+                    internal=r["internal"],
+                    invalid_reasons=reasons.get(r["node_id"], {}),
+                ),
+                health=_health(r["health"]),
+            )
+        )
+    return out
+
+
+def _health(raw: str | None) -> PeerHealth:
+    """The puller's last note of a peer's health (none yet: all zero)."""
+    if raw is None:
+        return PeerHealth()
+    try:
+        return msgspec.json.decode(raw, type=PeerHealth)
+    except msgspec.DecodeError:  # written by an older or newer node: not worth failing the listing over
+        return PeerHealth()
+
+
+def peer_list(conn: sqlite3.Connection, now_ms: int) -> PeerList:
+    """`GET /v1/peers` and `bbs peers`: every peer's status, and the authors with equivocated addresses."""
+    authors = [AuthorEquivocations(a, n) for a, n in sorted(equivocation.by_author(conn).items())]
+    return PeerList(peers=peer_statuses(conn, now_ms), equivocating_authors=authors)
+
+
+def _fmt(ms: int | None) -> str | None:
+    return format_ms(ms) if ms is not None else None
+
+
+def digest(conn: sqlite3.Connection, node_id: str) -> Digest:
+    """Version count and SHA-256 over the sorted versions of federated records, each followed by a newline: equal
+    digests mean equal bodies."""
+    h = hashlib.sha256()
+    count = 0
+    # in the unique version index's order (the unary + keeps the planner from sorting the whole log instead)
+    for (version,) in conn.execute("SELECT version FROM records WHERE +scope = 'federation' ORDER BY version"):
+        h.update(version.encode("ascii") + b"\n")
+        count += 1
+    return Digest(node_id=node_id, count=count, sha256=h.hexdigest())

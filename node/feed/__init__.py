@@ -1,0 +1,1 @@
+"""The feed: entries in arrival order after a cursor, with long-poll."""

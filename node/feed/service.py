@@ -1,0 +1,81 @@
+"""The feed: entries in arrival order after a cursor, with long-poll (GET /v1/feed, `bbs tail`).
+
+An entry's local id is its record's seq on this node, assigned on first insert by the one writer, so ids
+are committed in order and a reader never sees a later id before an earlier one: the last id returned is
+a cursor that misses nothing. Synthetic entries (truth_state simulation) are left out unless asked for, as
+in reads and searches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+
+from node.entries import queries
+from node.store.db import Database
+from wire.feed import FeedPage, FeedQuery
+
+POLL_S = 0.1  # how often a waiting request looks for a new entry (one read however many wait)
+
+
+class Feed:
+    """Pages of the feed, and waiting for the next entry."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.closing = asyncio.Event()  # set on shutdown: long-polls answer at once
+        self._head_lock = asyncio.Lock()
+        self._head = 0
+        self._head_at = float("-inf")
+
+    async def page(self, q: FeedQuery) -> FeedPage:
+        """The entries after `q.after`, waiting up to `q.wait_ms` for the first new one."""
+        if q.wait_ms:
+            await self.wait_for_entry(q.after, q.wait_ms / 1000)
+        return await self.db.read(lambda c: read_page(c, q), quick=True)
+
+    async def wait_for_entry(self, after: int, timeout: float) -> None:
+        """Return once an entry newer than `after` is stored, `timeout` seconds pass, or the node shuts down;
+        at once for a cursor beyond the newest entry (read_page moves it back)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.closing.is_set():
+            if await self._newest() != after:
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.closing.wait(), min(POLL_S, remaining))
+
+    async def _newest(self) -> int:
+        """The newest entry id, read at most once per half poll interval however many requests wait."""
+        loop = asyncio.get_running_loop()
+        async with self._head_lock:
+            if loop.time() - self._head_at >= POLL_S / 2:
+                self._head = await self.db.read(newest_id, quick=True)
+                self._head_at = loop.time()
+            return self._head
+
+
+def newest_id(conn: sqlite3.Connection) -> int:
+    """The newest entry id on this node (0 when there is none)."""
+    return int(conn.execute("SELECT coalesce(max(id), 0) FROM entries").fetchone()[0])
+
+
+def read_page(conn: sqlite3.Connection, q: FeedQuery) -> FeedPage:
+    """`Feed.page` on one connection (one snapshot: the page and the head agree).
+
+    A short page holds every visible entry up to the head, so `next` moves to the head: the synthetic entries
+    it skipped are not scanned again. A cursor beyond the head (given by another node, or kept from before a
+    restore to an older backup) moves back to the head, so the entries that arrive next are not missed."""
+    sql = (
+        f"SELECT {queries.ENTRY_COLUMNS} FROM entries e WHERE e.id > ?"
+        + ("" if q.include_synthetic else " AND e.truth_state != 'simulation'")
+        + " ORDER BY e.id LIMIT ?"
+    )
+    entries = [queries.entry_out(r) for r in conn.execute(sql, (q.after, q.limit)).fetchall()]
+    head = newest_id(conn)
+    cursor = entries[-1].id if len(entries) == q.limit else head
+    return FeedPage(entries=entries, next=cursor, head=head)

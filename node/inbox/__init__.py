@@ -1,0 +1,1 @@
+"""The inbox: subscriptions, notifications and their fan-out."""

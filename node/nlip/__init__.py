@@ -1,0 +1,1 @@
+"""POST /nlip: the six primitives for NLIP clients."""

@@ -1,0 +1,1 @@
+"""Operating a node: data folder, configuration, logs, metrics, backups, doctor and the ops CLI."""

@@ -1,0 +1,153 @@
+"""Operator commands of `bbs`: backup, restore, restore-leftovers, litestream-config, doctor.
+
+Registered by node.cli.build_parser."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+
+def _data(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=Path(os.environ.get("BBS_DATA", "bbs-data")),
+        help="data folder (default: $BBS_DATA or ./bbs-data)",
+    )
+
+
+def _print_json(value: Any) -> None:
+    print(msgspec.json.encode(value).decode())
+
+
+def _file_target(flag: str, path: Path) -> None:
+    """Refuse a folder where a command writes a file (before any work is done)."""
+    from node.ops.datadir import CommandError
+
+    if path.is_dir():
+        raise CommandError(f"{flag} {path} is a folder; give a file name")
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    from node.ops.backup import backup
+    from node.ops.datadir import require_node
+
+    _file_target("--out", args.out)
+    require_node(args.data)
+    manifest = backup(args.data, args.out)
+    _print_json({"out": str(args.out), **msgspec.structs.asdict(manifest)})
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    import tarfile
+
+    from node.errors import InvalidInput
+    from node.ops.backup import check_target, restore, restore_litestream
+    from node.ops.datadir import CommandError
+    from node.ops.progress import Reporter
+
+    if args.data.exists() and not args.data.is_dir():
+        raise CommandError(f"{args.data} is a file, not a data folder")
+    if args.from_file is not None and args.from_file.is_file() and not tarfile.is_tarfile(args.from_file):
+        raise InvalidInput(f"{args.from_file} is not a bbs backup (not a tar file)", code="backup_corrupt")
+    check_target(args.data, force=args.force)  # refused before a long unpack, not after
+    with Reporter() as progress:  # bars on a terminal, plain lines on stderr otherwise
+        if args.from_file is not None:
+            result = restore(args.from_file, args.data, force=args.force, progress=progress)
+        else:
+            key = args.key if args.key is not None else args.data / "node.key"
+            result = restore_litestream(args.litestream_config, args.data, key, force=args.force, progress=progress)
+    _print_json(result)
+    return 0
+
+
+def cmd_litestream_config(args: argparse.Namespace) -> int:
+    from node.ops.backup import litestream_config
+    from node.ops.datadir import require_node
+
+    if args.out is not None:
+        _file_target("--out", args.out)
+    require_node(args.data)
+    text = litestream_config(args.data, args.replica, sync_interval=args.sync_interval)
+    if args.out is None:
+        print(text, end="")
+    else:
+        args.out.write_text(text, "utf-8")
+    return 0
+
+
+def cmd_restore_leftovers(args: argparse.Namespace) -> int:
+    from node.ops.backup import leftovers, remove_leftovers
+
+    if not args.remove:
+        found = leftovers(args.data)
+        if args.json:
+            _print_json(found)
+        for left in [] if args.json else found:
+            keep = "  (kept by --remove; --all removes it too)" if left.keep else ""
+            print(f"{left.kind:8}  {left.path}  {left.bytes} bytes{keep}")
+        return 0
+    removed = remove_leftovers(args.data, everything=args.all)
+    if args.json:
+        _print_json(removed)
+    for left in [] if args.json else removed:
+        print(f"removed {left.kind} {left.path} ({left.bytes} bytes)")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from node.ops import doctor
+
+    checks = doctor.diagnose(args.data, scratch=args.scratch, peer_timeout=args.peer_timeout)
+    if args.json:
+        _print_json(checks)
+    else:
+        for check in checks:
+            print(f"{check.status:4}  {check.name}: {check.detail}")
+    return doctor.exit_status(checks)
+
+
+def add_commands(sub: Any) -> None:
+    """Register the operator subcommands on build_parser's subparsers."""
+    p = sub.add_parser("backup", help="write a consistent backup of a data folder (safe while the node serves)")
+    _data(p)
+    p.add_argument("--out", type=Path, required=True, help="backup file to write (a tar; keep it secret)")
+    p.set_defaults(func=cmd_backup)
+
+    p = sub.add_parser("restore", help="bring a data folder back from a backup; the store gets a new epoch")
+    _data(p)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from", dest="from_file", type=Path, help="a file written by bbs backup")
+    source.add_argument("--litestream-config", type=Path, help="restore bbs.db from this Litestream replica config")
+    p.add_argument("--key", type=Path, help="with --litestream-config: the node.key copy (default: DATA/node.key)")
+    p.add_argument("--force", action="store_true", help="replace a non-empty data folder (moved aside, not deleted)")
+    p.set_defaults(func=cmd_restore)
+
+    p = sub.add_parser("restore-leftovers", help="list (or --remove) the folders restores left beside the data folder")
+    _data(p)
+    p.add_argument(
+        "--remove", action="store_true", help="delete them: every unpacked copy, every replaced folder but the newest"
+    )
+    p.add_argument("--all", action="store_true", help="with --remove: the newest replaced folder too")
+    p.add_argument("--json", action="store_true", help="print them as JSON")
+    p.set_defaults(func=cmd_restore_leftovers)
+
+    p = sub.add_parser("litestream-config", help="print a litestream.yml replicating this node's database")
+    _data(p)
+    p.add_argument("--replica", required=True, help="a folder, or a replica URL such as s3://bucket/path")
+    p.add_argument("--sync-interval", default="1s", help="how often Litestream ships changes (default 1s)")
+    p.add_argument("--out", type=Path, help="write to this file instead of stdout")
+    p.set_defaults(func=cmd_litestream_config)
+
+    p = sub.add_parser("doctor", help="check a data folder: integrity, search index, projections, key file, peers")
+    _data(p)
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument("--scratch", type=Path, help="folder for the temporary copy of the database (default: $TMPDIR)")
+    p.add_argument("--peer-timeout", type=float, default=5.0, help="seconds to wait for each peer")
+    p.set_defaults(func=cmd_doctor)

@@ -1,0 +1,184 @@
+"""The node's data folder: node key, database, first-run initialisation, and the checks commands run on it.
+
+Only `bbs init` and `bbs serve` create a node (`initialise`, under the folder's init lock so that concurrent
+commands never build two). Every other command opens an existing node through `require_node`, which refuses
+a folder that holds none, or whose node.key does not belong to its database, with a one-line error; `bbs
+digest` only reads the database (`require_database`), so a replica restored without its key has a digest.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from identity import keys
+from node.agents import service as agents
+from node.errors import Conflict
+from node.ops import datalock
+from node.store import db
+from sync.replay import FENCE_NAME, ReplayFence
+from wire.cli import CommandError
+
+
+@dataclass(frozen=True)
+class DataDir:
+    """Paths inside a data folder."""
+
+    root: Path
+
+    @property
+    def db_path(self) -> Path:
+        return self.root / "bbs.db"
+
+    @property
+    def key_path(self) -> Path:
+        return self.root / "node.key"
+
+    def exists(self) -> bool:
+        return self.key_path.exists() and self.db_path.exists()
+
+
+def no_node(root: Path) -> CommandError:
+    return CommandError(f"{root} holds no node; run 'bbs init --data {root}' (or 'bbs serve --data {root}') first")
+
+
+def _check_folder(root: Path) -> None:
+    if root.exists() and not root.is_dir():
+        raise CommandError(f"{root} is a file, not a data folder")
+
+
+def _load_key(path: Path) -> keys.SigningKey:
+    try:
+        return keys.load_key(path)
+    except (keys.KeyError_, ValueError):
+        # the reason is not shown: the file is secret and the parser's message could quote it
+        raise CommandError(
+            f"{path} is not a node key file (one line 'ed25519:<base64url seed>'); restore it from a backup"
+        ) from None
+
+
+def _stored_node_id(path: Path) -> str | None:
+    """The node id recorded in the database at `path`, or None if it holds none yet. Reads only."""
+    try:
+        conn = db.connect(path, readonly=True)
+        try:
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'node_meta'").fetchone():
+                row = conn.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchone()
+                return None if row is None else str(row[0])
+            return None
+        finally:
+            conn.close()
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        reason = "text that is not UTF-8" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        raise CommandError(
+            f"{path} is not a readable node database ({reason}); check it with 'bbs doctor --data {path.parent}'"
+        ) from None
+
+
+def _check_pair(data: DataDir, key: keys.SigningKey, node_id: str) -> None:
+    if key.did != node_id:
+        raise Conflict(
+            f"{data.key_path} is {key.did} but {data.db_path} belongs to {node_id};"
+            " put the node's own node.key back (or restore a backup)",
+            code="key_mismatch",
+        )
+
+
+def require_node(root: Path) -> str:
+    """Check that `root` holds a node whose key matches its database; return the node id. Creates nothing.
+
+    Raises CommandError (one line, for the CLI) or Conflict `key_mismatch`. Waits for an initialisation in
+    progress (a `bbs serve` starting on a fresh folder) to finish first.
+    """
+    data = DataDir(root)
+    _check_folder(root)
+    with datalock.initialised(root):
+        has_key, has_db = data.key_path.exists(), data.db_path.exists()
+        node_id = _stored_node_id(data.db_path) if has_db else None
+        if node_id is not None and not has_key:
+            raise CommandError(f"{data.key_path} is missing; the database belongs to {node_id}: restore its key")
+        if node_id is None:
+            raise no_node(root)
+        _check_pair(data, _load_key(data.key_path), node_id)
+    return node_id
+
+
+def require_database(root: Path) -> str:
+    """The node id of the database in `root`, for commands that only read it (a digest of a replica restored
+    next to no key is fine). Creates nothing; CommandError when there is no node database."""
+    data = DataDir(root)
+    _check_folder(root)
+    with datalock.initialised(root):
+        node_id = _stored_node_id(data.db_path) if data.db_path.exists() else None
+    if node_id is None:
+        raise no_node(root)
+    return node_id
+
+
+def initialise(root: Path) -> str | None:
+    """Create the node key, database and admin token if missing. Returns the admin token if one was made.
+
+    Safe against concurrent processes: the work is done under the folder's init lock, so of several commands
+    creating the same fresh folder exactly one creates the node (and gets the token); the others wait and find
+    it. An existing node is checked instead: its key must belong to its database.
+    """
+    data = DataDir(root)
+    _check_folder(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"cannot create the data folder {root}: {exc.strerror or exc}") from None
+    try:
+        os.chmod(root, 0o700)
+    except OSError as exc:
+        raise CommandError(f"cannot make the data folder {root} private (mode 700): {exc.strerror or exc}") from None
+    with datalock.initialising(root):
+        node_id = _stored_node_id(data.db_path) if data.db_path.exists() else None
+        if node_id is not None:
+            if not data.key_path.exists():
+                raise CommandError(f"{data.key_path} is missing; the database belongs to {node_id}: restore its key")
+            _check_pair(data, _load_key(data.key_path), node_id)
+            _migrate(data.db_path)  # as a start would: a newer schema is refused here (SchemaTooNew)
+            return None
+        if data.key_path.exists():  # a key without a node: an initialisation that was interrupted
+            node_key = _load_key(data.key_path)
+        else:
+            node_key = keys.SigningKey.generate()
+            keys.save_key(data.key_path, node_key)
+        token = _create_node(data.db_path, node_key)
+        ReplayFence.create(root / FENCE_NAME)  # a new node has accepted no peer request: no fence to keep
+        return token
+
+
+def _connect_private(path: Path) -> sqlite3.Connection:
+    old_umask = os.umask(0o077)
+    try:
+        return db.connect(path)
+    finally:
+        os.umask(old_umask)
+
+
+def _migrate(path: Path) -> None:
+    conn = _connect_private(path)
+    try:
+        db.migrate(conn)
+    finally:
+        conn.close()
+
+
+def _create_node(path: Path, node_key: keys.SigningKey) -> str:
+    """Create the schema and record the node id, a fresh store epoch and the admin credential; return its token."""
+    conn = _connect_private(path)
+    try:
+        db.migrate(conn)
+        with db.transaction(conn, immediate=True):
+            conn.execute("INSERT INTO node_meta (key, value) VALUES ('node_id', ?)", (node_key.did,))
+            conn.execute("INSERT INTO node_meta (key, value) VALUES ('epoch', ?)", (secrets.token_hex(16),))
+            token = agents.new_credential(conn, "admin", None, int(time.time() * 1000))
+    finally:
+        conn.close()
+    return token

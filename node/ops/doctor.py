@@ -1,0 +1,197 @@
+"""`bbs doctor`: check a data folder without changing it, safe while the node serves.
+
+The live database is only read: it is copied with the online backup API, and the checks that must write
+(rebuilding projections from the log) run on the copy, which is then deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import stat
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from identity import keys
+from node.ops.backup import leftovers, snapshot_db
+from node.ops.datadir import DataDir
+from node.search_index import indexer as search_indexer
+from node.store import db, projections
+from sync.auth import clock_advice, clock_offset
+
+Status = Literal["ok", "warn", "fail"]
+
+
+class Check(msgspec.Struct):
+    """One finding."""
+
+    name: str
+    status: Status
+    detail: str
+
+
+def diagnose(data_root: Path, *, scratch: Path | None = None, peer_timeout: float = 5.0) -> list[Check]:
+    """Run every check on a data folder; the live files are never modified."""
+    data = DataDir(data_root)
+    checks: list[Check] = []
+    if not data_root.is_dir():
+        return [Check("data_folder", "fail", f"{data_root} does not exist"), *_check_leftovers(data_root)]
+    checks += _check_leftovers(data_root)
+    mode = stat.S_IMODE(data_root.stat().st_mode)
+    checks.append(
+        Check("data_folder", "ok", f"{data_root} (mode {mode:o})")
+        if not mode & 0o077
+        else Check("data_folder", "warn", f"{data_root} is readable by others (mode {mode:o}); chmod 700 it")
+    )
+    key_did = _check_key(data, checks)
+    if not data.db_path.exists():
+        checks.append(Check("database", "fail", f"{data.db_path} does not exist"))
+        return checks
+    if not _check_schema(data, checks):
+        return checks
+    peers: list[tuple[str, str | None]] = []
+    with tempfile.TemporaryDirectory(dir=scratch, prefix="bbs-doctor-") as tmp:
+        copy = Path(tmp) / "bbs.db"
+        try:
+            snapshot_db(data.db_path, copy)
+        except sqlite3.DatabaseError as exc:
+            checks.append(Check("database", "fail", f"cannot read {data.db_path}: {exc}"))
+            return checks
+        conn = db.connect(copy)
+        try:
+            if _check_integrity(conn, checks):
+                _check_identity(conn, key_did, checks)
+                checks.append(Check("search_index", *search_indexer.check(data_root, conn)))  # type: ignore[arg-type]
+                _check_projections(conn, checks)
+                peers = _peer_urls(conn)
+        finally:
+            conn.close()
+    _check_peers(peers, checks, peer_timeout)
+    return checks
+
+
+def _check_leftovers(data_root: Path) -> list[Check]:
+    """The folders restores left beside the data folder (node/ops/backup.py `leftovers`), listed, never removed."""
+    found = leftovers(data_root)
+    if not found:
+        return []
+    listed = "; ".join(f"{left.path} ({left.kind}, {left.bytes} bytes)" for left in found)
+    return [
+        Check(
+            "restore_leftovers",
+            "warn",
+            f"{len(found)} folders left by restores: {listed}. Keep what you need, then remove the rest with"
+            f" bbs restore-leftovers --data {data_root} --remove (keeps the newest replaced folder; --all too)",
+        )
+    ]
+
+
+def _check_key(data: DataDir, checks: list[Check]) -> str | None:
+    path = data.key_path
+    if not path.exists():
+        checks.append(Check("node_key", "fail", f"{path} does not exist"))
+        return None
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        checks.append(Check("node_key", "fail", f"{path} has mode {mode:o}; it must be 600 (chmod 600 {path})"))
+        return None
+    try:
+        did = keys.load_key(path).did
+    except Exception as exc:  # any unreadable key is a finding, not a crash
+        checks.append(Check("node_key", "fail", f"{path} cannot be loaded: {exc}"))
+        return None
+    checks.append(Check("node_key", "ok", f"{did} (mode 600)"))
+    return did
+
+
+def _check_schema(data: DataDir, checks: list[Check]) -> bool:
+    latest = db.migrations()[-1][0]
+    try:
+        current = db.read_sync(data.db_path, lambda c: int(c.execute("PRAGMA user_version").fetchone()[0]))
+    except sqlite3.DatabaseError as exc:
+        checks.append(Check("schema", "fail", f"cannot open {data.db_path}: {exc}"))
+        return False
+    if current > latest:
+        checks.append(Check("schema", "fail", f"schema version {current} is newer than this software ({latest})"))
+        return False
+    if current < latest:
+        checks.append(Check("schema", "warn", f"schema version {current}; {latest} will be applied at next start"))
+    else:
+        checks.append(Check("schema", "ok", f"schema version {current}"))
+    return True
+
+
+def _check_integrity(conn: sqlite3.Connection, checks: list[Check]) -> bool:
+    problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
+    if problems == ["ok"]:
+        checks.append(Check("integrity", "ok", "PRAGMA integrity_check: ok"))
+        return True
+    checks.append(Check("integrity", "fail", "; ".join(problems[:10])))
+    return False
+
+
+def _check_identity(conn: sqlite3.Connection, key_did: str | None, checks: list[Check]) -> None:
+    row = conn.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchone()
+    epoch = conn.execute("SELECT value FROM node_meta WHERE key = 'epoch'").fetchone()
+    if row is None or epoch is None:
+        checks.append(Check("identity", "fail", "node_meta lacks node_id or epoch"))
+    elif key_did is not None and row[0] != key_did:
+        checks.append(Check("identity", "fail", f"database belongs to {row[0]}, node.key is {key_did}"))
+    else:
+        checks.append(Check("identity", "ok", f"node {row[0]}, store epoch {epoch[0]}"))
+
+
+def _check_projections(conn: sqlite3.Connection, checks: list[Check]) -> None:
+    db.migrate(conn)  # the copy, brought to this software's schema so its projectors apply
+    with db.transaction(conn, immediate=True, commit=False):  # a trial rebuild: nothing of it is kept
+        before = projections.snapshot(conn)
+        count = projections.rebuild(conn)
+        after = projections.snapshot(conn)
+    differing = sorted(t for t in set(before) | set(after) if before.get(t) != after.get(t))
+    if differing:
+        checks.append(Check("projections", "fail", f"tables differ from a rebuild of the log: {', '.join(differing)}"))
+    else:
+        checks.append(Check("projections", "ok", f"match a rebuild from {count} records"))
+
+
+def _peer_urls(conn: sqlite3.Connection) -> list[tuple[str, str | None]]:
+    """(url, expected node id) of each peer, if this store has a peers table with a url column."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(peers)")}
+    url_col = next((c for c in ("url", "base_url", "endpoint") if c in columns), None)
+    if url_col is None:
+        return []
+    id_col = next((c for c in ("node_id", "peer_id", "did", "key") if c in columns), None)
+    select = f"SELECT {url_col}, {id_col if id_col else 'NULL'} FROM peers"
+    return [(str(r[0]), r[1]) for r in conn.execute(select)]
+
+
+def _check_peers(peers: list[tuple[str, str | None]], checks: list[Check], timeout: float) -> None:
+    for url, expected in peers:
+        name = f"peer {url}"
+        try:
+            with urllib.request.urlopen(url.rstrip("/") + "/v1/node", timeout=timeout) as resp:
+                info = json.loads(resp.read())
+                offset = clock_offset(resp.headers.get("Date"), time.time())
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            checks.append(Check(name, "warn", f"unreachable: {exc}"))
+            continue
+        found = info.get("node_id") if isinstance(info, dict) else None
+        advice = clock_advice(offset)
+        if expected and found != expected:
+            checks.append(Check(name, "warn", f"answers as {found}, expected {expected}"))
+        elif advice is not None:
+            checks.append(Check(name, "warn", f"reachable ({found}), but {advice}"))
+        else:
+            clock = "" if offset is None else f", clock offset {offset:+.1f} s"
+            checks.append(Check(name, "ok", f"reachable ({found}{clock})"))
+
+
+def exit_status(checks: list[Check]) -> int:
+    """0 when nothing failed (warnings allowed), else 1."""
+    return 1 if any(c.status == "fail" for c in checks) else 0

@@ -1,0 +1,445 @@
+"""The log and its projections: append a verified record once, then project it into tables.
+
+Each record kind has one projector (`PROJECTORS`); `rebuild` replays the whole log into freshly created
+projection tables (`PROJECTION_TABLES`) and proves the tables are derived data. Both are the features' own
+declarations, joined here once: this module's for entries, links and agents, node/workflows/records.py's for
+the bus and the task graph (node/features.py lists the same declarations feature by feature).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+import msgspec
+
+from identity import canonical
+from identity.schema import AgentRecord, EntryRecord, LinkRecord
+from node.inbox import notify as notifications
+from node.ops.progress import Report, silent
+from node.store import db, equivocation
+from node.workflows import records as workflow_records
+from wire.time import parse_ms
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Context for projecting one record."""
+
+    seq: int
+    hash: str
+    now_ms: int
+    notify: bool  # False while rebuilding: notifications are node-local history, not derived data
+
+
+Projector = Callable[[sqlite3.Connection, Any, Projection], None]
+REBUILD_STEP = "replaying the log"
+REPORT_EVERY = 1000  # records between two progress reports of a rebuild
+
+
+def append(
+    conn: sqlite3.Connection,
+    record: dict[str, Any],
+    record_hash: str,
+    decoded: Any,
+    *,
+    origin: str,
+    now_ms: int,
+    scope: str = "federation",
+) -> tuple[int, bool]:
+    """Append a verified record to the log and project it, once. Returns (seq, newly_inserted)."""
+    return append_many(conn, [Incoming(record, record_hash, decoded, scope)], origin=origin, now_ms=now_ms)[0]
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A verified record on its way into the log."""
+
+    record: dict[str, Any]
+    hash: str
+    decoded: Any
+    scope: str = "federation"
+    body: bytes | None = None  # the record's canonical bytes when the caller holds them (else encoded here)
+    version: str | None = None  # `version_of` the record, with `body`, when the caller holds it (else computed)
+
+
+def version_of(kind: str, record_hash: str, body: bytes) -> str:
+    """A record's version (`sync.store.Verified.version`): an entry's is the SHA-256 of its signed canonical
+    bytes (its address covers less of it); every other kind's is its hash."""
+    return hashlib.sha256(body).hexdigest() if kind == "entry" else record_hash
+
+
+REFUSED_SEQ = 0  # append_many's seq for a version refused because two better versions of its address are held
+
+
+def append_many(
+    conn: sqlite3.Connection,
+    items: list[Incoming],
+    *,
+    origin: str,
+    now_ms: int,
+    held: Mapping[str, list[equivocation.Held]] | None = None,
+) -> list[tuple[int, bool]]:
+    """Append verified records to the log and project the new ones, in order. Returns (seq, newly_inserted) per item.
+
+    Set-based: a fixed handful of statements for the whole run (`db.insert_rows`), and the derived links and
+    notifications that depend on several records decided once. A version already stored, or given twice, is
+    inserted once (the later copies report newly_inserted false). A new version of an address already held (or
+    two versions of one address in the run) goes through `node.store.equivocation`'s rule one by one; a refused one
+    reports (REFUSED_SEQ, False). `held` is `equivocation.held` of the items' addresses when the caller read it
+    in this transaction already (it is not read again).
+    """
+    if not items:
+        return []
+    bodies = [canonical.canonical_bytes(item.record) if item.body is None else item.body for item in items]
+    versions = [
+        version_of(item.record["kind"], item.hash, body) if item.version is None else item.version
+        for item, body in zip(items, bodies, strict=True)
+    ]
+    first: dict[str, int] = {}
+    for i, version in enumerate(versions):
+        first.setdefault(version, i)
+    per_address = Counter(items[i].hash for i in first.values())
+    stored = equivocation.held(conn, per_address) if held is None else held
+    known = {h.version: h.seq for versions_held in stored.values() for h in versions_held}
+    clean = [i for i in first.values() if items[i].hash not in stored and per_address[items[i].hash] == 1]
+    was_clean = set(clean)
+    contested = [i for i in first.values() if versions[i] not in known and i not in was_clean]
+    rows = [
+        (
+            items[i].hash,
+            versions[i],
+            items[i].record["kind"],
+            items[i].record["author_id"],
+            items[i].record["created_at"],
+            parse_ms(items[i].record["created_at"]),
+            items[i].scope,
+            origin,
+            now_ms,
+            bodies[i],
+        )
+        for i in clean
+    ]
+    added, last_rowid = db.insert_rows(
+        conn,
+        "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms,"
+        " body)",
+        rows,
+        " ON CONFLICT (version) DO NOTHING",
+    )
+    # New rows take the seqs after the log's last one, in order (INTEGER PRIMARY KEY: largest + 1), so they are
+    # the `added` seqs ending at last_insert_rowid(). RETURNING would step, and wait for the GIL, once per record.
+    if added != len(clean):  # only if seqs ran out (2**63 records) and SQLite picked free ones at random
+        raise RuntimeError(f"the log's new seqs do not follow its last seq: {added} of {len(clean)} rows were added")
+    seqs = dict(known)
+    seqs.update({versions[i]: last_rowid - added + 1 + n for n, i in enumerate(clean)})
+    _project([(seqs[versions[i]], items[i]) for i in clean], now_ms, conn)
+    inserted = {versions[i] for i in clean}
+    for i in contested:
+        seq, new = _append_version(conn, items[i], versions[i], bodies[i], origin, now_ms)
+        seqs[versions[i]] = seq
+        if new:
+            inserted.add(versions[i])
+    return [(seqs[v], v in inserted and first[v] == i) for i, v in enumerate(versions)]
+
+
+def _append_version(
+    conn: sqlite3.Connection, item: Incoming, version: str, body: bytes, origin: str, now_ms: int
+) -> tuple[int, bool]:
+    """Append another version of an address already held (node.store.equivocation's rule): (seq, True) when kept,
+    (REFUSED_SEQ, False) when refused; the projection switches to the winner in this transaction."""
+    before = equivocation.held(conn, [item.hash]).get(item.hash, [])
+    for h in before:
+        if h.version == version:
+            return h.seq, False
+    assert item.record["kind"] == "entry", "only entries have versions"
+    keep = equivocation.kept([(h.version, h.scope) for h in before] + [(version, item.scope)])
+    if (version, item.scope) not in keep:
+        equivocation.refuse(conn, version, item.hash, now_ms)
+        return REFUSED_SEQ, False
+    for h in before:
+        if (h.version, h.scope) not in keep:  # evicted: never the winner (only one version is new)
+            conn.execute("DELETE FROM records WHERE seq = ?", (h.seq,))
+            equivocation.refuse(conn, h.version, item.hash, now_ms)
+    seq = conn.execute(
+        "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            item.hash,
+            version,
+            item.record["kind"],
+            item.record["author_id"],
+            item.record["created_at"],
+            parse_ms(item.record["created_at"]),
+            item.scope,
+            origin,
+            now_ms,
+            body,
+        ),
+    ).lastrowid
+    assert seq is not None
+    if len(keep) > 1:
+        equivocation.mark(conn, item.hash, item.record["author_id"], now_ms)
+    if not before or keep[0][0] == version:
+        if before:
+            equivocation.unproject_entry(conn, item.hash, before[0].seq)
+        project_entries(conn, [(seq, item)], now_ms, notify=True)
+    return seq, True
+
+
+def _project(new: list[tuple[int, Incoming]], now_ms: int, conn: sqlite3.Connection) -> None:
+    """Project newly logged records in log order: runs of entries together, every other kind one by one."""
+    run: list[tuple[int, Incoming]] = []
+    for seq, item in new:
+        if item.record["kind"] == "entry":
+            run.append((seq, item))
+            continue
+        if run:
+            project_entries(conn, run, now_ms, notify=True)
+            run = []
+        PROJECTORS[item.record["kind"]](conn, item.decoded, Projection(seq, item.hash, now_ms, notify=True))
+    if run:
+        project_entries(conn, run, now_ms, notify=True)
+
+
+def project_entries(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], now_ms: int, *, notify: bool) -> None:
+    """Project entry records (seq, record) into entries, their tags, addressees and links; then what they complete.
+
+    `notify` is false while rebuilding: notifications are node-local history, not derived data. A run in which
+    a record can derive a `retracted_by` link is projected one record at a time, so its links are numbered as a
+    rebuild (which replays the log one record at a time) numbers them.
+    """
+    hashes = json.dumps([item.hash for _, item in run])
+    ahead = _ahead(conn, run, hashes)
+    if len(run) > 1 and ahead.retractions:
+        for one in run:
+            project_entries(conn, [one], now_ms, notify=notify)
+        return
+    db.insert_rows(
+        conn,
+        "INSERT INTO entries (id, record_hash, content_fingerprint, author_id, created_at, created_ms, entry_type,"
+        " performative, content, confidence, tags, directed_to, metadata, truth_state, authority, scope, signature)",
+        [_entry_row(seq, item.hash, item.decoded) for seq, item in run],
+    )
+    db.insert_rows(
+        conn,
+        "INSERT OR IGNORE INTO entry_tags (entry_id, tag)",
+        [(seq, t) for seq, item in run for t in item.decoded.tags],
+    )
+    db.insert_rows(
+        conn,
+        "INSERT OR IGNORE INTO entry_directed (entry_id, agent_id)",
+        [(seq, d) for seq, item in run for d in item.decoded.directed_to],
+    )
+    db.insert_rows(
+        conn,
+        "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
+        " annotation)",
+        [
+            (
+                item.hash,
+                i,
+                item.hash,
+                link.target,
+                link.link_type,
+                item.decoded.author_id,
+                item.decoded.created_at,
+                link.annotation,
+            )
+            for _, item in run
+            for i, link in enumerate(item.decoded.links)
+        ],
+    )
+    if ahead.retractions:
+        _derive_retractions(conn, hashes)
+    if notify:
+        notifications.fan_out(conn, [(seq, item.decoded) for seq, item in run], now_ms, subscribed=ahead.subscribed)
+        if ahead.contradictions:
+            notifications.contradictions(conn, hashes, now_ms)
+
+
+def _entry_row(seq: int, record_hash: str, rec: EntryRecord) -> tuple[Any, ...]:
+    """The entries row of an entry record, in the column order project_entries inserts."""
+    return (
+        seq,
+        record_hash,
+        canonical.content_fingerprint(rec.content),
+        rec.author_id,
+        rec.created_at,
+        parse_ms(rec.created_at),
+        rec.entry_type,
+        rec.performative,
+        rec.content,
+        rec.confidence,
+        json.dumps(rec.tags, ensure_ascii=False) if rec.tags else "[]",  # text: the search index reads non-ASCII tags
+        json.dumps(rec.directed_to) if rec.directed_to else "[]",
+        json.dumps(rec.metadata, sort_keys=True) if rec.metadata else "{}",
+        rec.truth_state,
+        rec.authority,
+        rec.scope,
+        rec.signature,
+    )
+
+
+class _Ahead(NamedTuple):
+    """What a run of entries will need beyond its rows, decided before they are inserted (`_ahead`)."""
+
+    retractions: bool  # it may derive `retracted_by` links (then a run of several goes one record at a time)
+    contradictions: bool  # it may complete a `contradicts` link between two stored entries
+    subscribed: bool  # the node holds a subscription (fan-out looks for subscribers)
+
+
+# Stored links that name the arriving entries (:h, a JSON array of their hashes) and decide what they derive.
+_AHEAD_SQL = (
+    "SELECT EXISTS (SELECT 1 FROM json_each(:h) a JOIN links x ON x.target_hash = a.value"
+    "   AND x.link_type = 'supersedes'),"
+    " EXISTS (SELECT 1 FROM json_each(:h) a JOIN links x ON x.target_hash = a.value AND x.link_type = 'contradicts')"
+    " OR EXISTS (SELECT 1 FROM json_each(:h) a JOIN links x ON x.source_hash = a.value"
+    "   AND x.link_type = 'contradicts'),"
+    " EXISTS (SELECT 1 FROM subscriptions)"
+)
+
+
+def _ahead(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], hashes: str) -> _Ahead:
+    """Which of the statements after a run's rows can change anything, in one statement read before them.
+
+    A `retracted_by` link needs a retraction in the run or a stored `supersedes` link naming one of its entries
+    (RETRACTIONS_SQL); a contradiction, a `contradicts` link the run asserts or a stored one naming one of its
+    entries (notify.CONTRADICTIONS_SQL). Rare, either: most runs skip both statements.
+    """
+    named_superseded, named_contradicted, subscribed = conn.execute(_AHEAD_SQL, {"h": hashes}).fetchone()
+    retracting = any(item.decoded.performative == "retract" for _, item in run)
+    contradicting = any(link.link_type == "contradicts" for _, item in run for link in item.decoded.links)
+    return _Ahead(retracting or bool(named_superseded), contradicting or bool(named_contradicted), bool(subscribed))
+
+
+def project_entry(conn: sqlite3.Connection, rec: EntryRecord, ctx: Projection) -> None:
+    project_entries(conn, [(ctx.seq, Incoming({}, ctx.hash, rec))], ctx.now_ms, notify=ctx.notify)
+
+
+RETRACTIONS_SQL = (
+    "INSERT OR IGNORE INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id,"
+    " created_at, annotation)"
+    " SELECT l.origin_hash, -1 - l.ordinal, l.target_hash, l.source_hash, 'retracted_by', r.author_id,"
+    "        r.created_at, ''"
+    " FROM links l"
+    # The unary + keeps SQLite from driving this by the performative or link_type indexes (every retract
+    # entry, every supersedes link): it starts from the few links of the arrived records instead.
+    " JOIN entries r ON r.record_hash = l.source_hash AND +r.performative = 'retract'"
+    " JOIN entries t ON t.record_hash = l.target_hash AND t.author_id = r.author_id"
+    " WHERE +l.link_type = 'supersedes' AND l.ordinal >= 0 AND l.origin_hash = l.source_hash"
+    "   AND l.id IN (SELECT x.id FROM json_each(:h) a JOIN links x ON x.source_hash = a.value"
+    "                UNION SELECT x.id FROM json_each(:h) a JOIN links x ON x.target_hash = a.value)"
+)
+
+
+def _derive_retractions(conn: sqlite3.Connection, arrived_hashes: str) -> None:
+    """Create `retracted_by` links for retract entries whose retraction is now decidable.
+
+    A retract entry's `supersedes` link to an entry by the same author means: target retracted_by
+    the retract entry. Decided when both entries are present, whichever arrived last. `arrived_hashes`
+    is a JSON array of the record hashes just stored.
+    """
+    conn.execute(RETRACTIONS_SQL, {"h": arrived_hashes})
+
+
+def project_link(conn: sqlite3.Connection, rec: LinkRecord, ctx: Projection) -> None:
+    conn.execute(
+        "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
+        " annotation) VALUES (?, 0, ?, ?, ?, ?, ?, ?)",
+        (ctx.hash, rec.source, rec.target, rec.link_type, rec.author_id, rec.created_at, rec.annotation),
+    )
+    if ctx.notify:
+        notifications.contradictions(conn, json.dumps([ctx.hash]), ctx.now_ms)
+
+
+def project_agent(conn: sqlite3.Connection, rec: AgentRecord, ctx: Projection) -> None:
+    """The newest identity document of an agent wins, by (created_at, hash): the same on every node."""
+    ms = parse_ms(rec.created_at)
+    conn.execute(
+        "INSERT INTO agents (id, display_name, description, home_node, created_at, created_ms, doc_hash, agent_type)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (id) DO UPDATE SET display_name = excluded.display_name, description = excluded.description,"
+        "   home_node = excluded.home_node, created_at = excluded.created_at, created_ms = excluded.created_ms,"
+        "   doc_hash = excluded.doc_hash, agent_type = excluded.agent_type"
+        " WHERE (excluded.created_ms, excluded.doc_hash) > (agents.created_ms, agents.doc_hash)",
+        (rec.author_id, rec.display_name, rec.description, rec.home_node, rec.created_at, ms, ctx.hash,
+         None if rec.agent_type is msgspec.UNSET else rec.agent_type),
+    )  # fmt: skip
+
+
+# The substrate's record kinds: their projectors, and the tables holding only their derived data (the search
+# index is a projection too, in its own folder: node/search_index/).
+SUBSTRATE_PROJECTORS: Mapping[str, Projector] = MappingProxyType(
+    {"entry": project_entry, "link": project_link, "agent": project_agent}
+)
+SUBSTRATE_TABLES: tuple[str, ...] = ("entries", "entry_tags", "entry_directed", "links", "agents")
+# Every record kind's projector, and every projection table (`rebuild` recreates exactly these, in this order).
+PROJECTORS: Mapping[str, Projector] = MappingProxyType({**SUBSTRATE_PROJECTORS, **workflow_records.PROJECTORS})
+PROJECTION_TABLES: tuple[str, ...] = SUBSTRATE_TABLES + workflow_records.TABLES
+
+
+def rebuild(conn: sqlite3.Connection, progress: Report = silent) -> int:
+    """Drop and recreate every projection table from its stored DDL, then replay the log. Returns records replayed.
+
+    Runs inside the caller's transaction; `progress` hears ("replaying the log", done, total) along the way.
+    """
+    import msgspec
+
+    from identity.schema import RECORD_TYPES
+
+    ddl = _projection_ddl(conn)
+    for table in reversed(PROJECTION_TABLES):
+        conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+    for statement in ddl:
+        conn.execute(statement)
+    count = 0
+    two = {r[0] for r in conn.execute("SELECT hash FROM equivocations").fetchall()}
+    shown: dict[str, tuple[int, tuple[bool, str]]] = {}  # equivocated address -> (seq, precedence) projected
+    rows = conn.execute("SELECT seq, hash, version, scope, body FROM records ORDER BY seq").fetchall()
+    progress(REBUILD_STEP, 0, len(rows))
+    for seq, record_hash, version, scope, body in rows:
+        record = json.loads(body)
+        decoded = msgspec.convert(record, RECORD_TYPES[record["kind"]])
+        count += 1
+        if count % REPORT_EVERY == 0:
+            progress(REBUILD_STEP, count, len(rows))
+        if record_hash in two:  # replayed as it arrived: the projection switches when a better version comes
+            key = equivocation.precedence(version, scope)
+            if record_hash in shown:
+                if shown[record_hash][1] < key:
+                    continue
+                equivocation.unproject_entry(conn, record_hash, shown[record_hash][0])
+            shown[record_hash] = (seq, key)
+        PROJECTORS[record["kind"]](conn, decoded, Projection(seq, record_hash, 0, notify=False))
+    progress(REBUILD_STEP, count, len(rows))
+    return count
+
+
+def _projection_ddl(conn: sqlite3.Connection) -> list[str]:
+    """CREATE statements of the projection tables with their indexes and triggers, as the migrations left them."""
+    tables = set(PROJECTION_TABLES)
+    rows = conn.execute(
+        "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid"
+    ).fetchall()
+    creates = [r["sql"] for r in rows if r["type"] == "table" and r["name"] in tables]
+    extras = [
+        r["sql"]
+        for r in rows
+        if r["type"] in ("index", "trigger") and r["tbl_name"] in tables and not r["name"].startswith("sqlite_")
+    ]
+    return creates + extras
+
+
+def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
+    """Every projection table's rows in a stable order (for comparing against a rebuild)."""
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    for table in PROJECTION_TABLES:
+        out[table] = [tuple(r) for r in conn.execute(f'SELECT * FROM "{table}" ORDER BY 1, 2').fetchall()]
+    return out

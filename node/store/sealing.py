@@ -1,0 +1,166 @@
+"""Sealing: the one owner of signing and checking records on their way in.
+
+A record reaches the log sealed one of two ways: the node signs it with a key it keeps for the agent
+(`Sealing.signer`, then `sign_and_check`), or the author signed it and the node checks it
+(`Sealing.check_signed`); both apply the submission rules of node/store/submission.py, which sync ingest does not.
+Every feature that writes records (entries, links, workflows) uses these, and
+`until_hash_free` when a node-signed record's hash turns out to be taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+from identity import keys, records
+from node.agents import service as agents
+from node.errors import Conflict, Forbidden, InvalidInput
+from node.store import submission
+from node.store.db import Database
+from wire.time import parse_ms
+
+MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
+CRYPTO_THREADS = max(1, (os.cpu_count() or 2) - 1)  # see Sealing.off_loop
+MAX_HASH_RETRIES = 16  # node-signed records whose hash is taken by a different record move 1 ms later
+OWN_KEY = "this agent holds its own key: sign the record and submit it as {'record': ...}"
+
+T = TypeVar("T")
+SealedRecord = tuple[dict[str, Any], str, Any]  # (record, its hash, its decoded Struct), ready to append
+
+
+def record_error(exc: records.RecordError, prefix: str = "$") -> InvalidInput:
+    """Map a record verification failure to the client-facing error; `prefix` is where the record sits."""
+    field = prefix + exc.field[1:] if exc.field.startswith("$") else exc.field
+    return InvalidInput(str(exc), field=field, code=f"record_{exc.reason}")
+
+
+def sign_and_check(unsigned: dict[str, Any], signer: keys.SigningKey) -> SealedRecord:
+    """Sign a normalised record, then check it as any receiving node will: (record, hash, decoded Struct).
+
+    Every rule runs but the Ed25519 verification of the signature just made: `records.sign` refuses a key that
+    is not the record's author, and re-verifying our own signature cost a fifth of a node-signed entry's CPU.
+    """
+    return sign_and_check_body(unsigned, signer)[0]
+
+
+def sign_and_check_body(unsigned: dict[str, Any], signer: keys.SigningKey) -> tuple[SealedRecord, bytes]:
+    """`sign_and_check`, and the signed record's canonical bytes, encoded once for the check and the log row."""
+    record = records.sign(unsigned, signer)
+    try:
+        body = records.canonical_body(record)
+        record_hash, decoded = records.check(record, check_signature=False, body=body)
+    except records.RecordError as exc:
+        raise record_error(exc) from None
+    submission.check_record(record)
+    return (record, record_hash, decoded), body
+
+
+def agent_signs_own_records(detail: str = OWN_KEY) -> NoReturn:
+    """Refuse to sign for an agent whose key this node does not keep (400 `agent_signs_own_records`)."""
+    raise InvalidInput(detail, code="agent_signs_own_records")
+
+
+class HashTaken(Exception):
+    """Node-signed records whose hashes belong to different stored records (same words, same millisecond).
+
+    Raised inside a write, so the transaction rolls back; `until_hash_free` then re-signs them 1 ms later.
+    `taken` is what the writer found taken, in the terms of the feature that raised it.
+    """
+
+    def __init__(self, taken: list[Any]) -> None:
+        super().__init__(f"{len(taken)} record hash(es) taken")
+        self.taken = taken
+
+
+async def until_hash_free(
+    write: Callable[[], Awaitable[T]], reseal: Callable[[list[Any]], Awaitable[None]], what: str
+) -> T:
+    """Run `write` until it raises no HashTaken, calling `reseal` with what was taken between tries.
+
+    A 409 `hash_taken` after MAX_HASH_RETRIES tries: the records would have to move too far from now.
+    """
+    for _ in range(MAX_HASH_RETRIES):
+        try:
+            return await write()
+        except HashTaken as exc:
+            await reseal(exc.taken)
+    raise Conflict(f"could not find a free created_at for this {what}; retry", code="hash_taken")
+
+
+class Sealing:
+    """The keys this node keeps for its agents (cached), the checks of author-signed records, and the threads
+    that do the Ed25519 work of many records at once."""
+
+    def __init__(self, db: Database, now_ms: Callable[[], int]) -> None:
+        self.db = db
+        self.now_ms = now_ms
+        self._keys: dict[str, keys.SigningKey | None] = {}
+        self._crypto: concurrent.futures.ThreadPoolExecutor | None = None
+
+    async def signing_key(self, agent_id: str) -> keys.SigningKey | None:
+        """The agent's private key if this node keeps it (looked up once, then cached)."""
+        if agent_id not in self._keys:
+            self._keys[agent_id] = await self.db.read(lambda c: agents.signing_key(c, agent_id))
+        return self._keys[agent_id]
+
+    async def signer(self, agent_id: str, detail: str = OWN_KEY) -> keys.SigningKey:
+        """The key to sign for `agent_id` with, or `agent_signs_own_records` (`detail` says why) without one."""
+        key = await self.signing_key(agent_id)
+        if key is None:
+            agent_signs_own_records(detail)
+        return key
+
+    def forget(self, agent_id: str) -> None:
+        """Drop the cached key (or its absence) of an agent registered or re-registered since it was looked up."""
+        self._keys.pop(agent_id, None)
+
+    def check_signed(self, record: dict[str, Any], kind: str, agent_id: str) -> SealedRecord:
+        """Check a record its author signed and submitted as `{'record': ...}`: its kind, every record rule and
+        the signature, that the caller is its author, and its clock. Returns (record, hash, decoded Struct)."""
+        return self.check_signed_body(record, kind, agent_id)[0]
+
+    def check_signed_body(self, record: dict[str, Any], kind: str, agent_id: str) -> tuple[SealedRecord, bytes]:
+        """`check_signed`, and the record's canonical bytes, encoded once for the checks and the log row."""
+        if record.get("kind") != kind:
+            raise InvalidInput(f"record kind must be {kind!r}", field="$.record.kind", code="record_malformed")
+        try:
+            body = records.canonical_body(record)
+            record_hash, decoded = records.check(record, body=body)
+        except records.RecordError as exc:
+            raise record_error(exc, "$.record") from None
+        submission.check_record(record, "$.record")
+        if decoded.author_id != agent_id:
+            raise Forbidden("an agent can only write records it authored", field="$.record.author_id")
+        self.check_clock(decoded.created_at, "$.record.created_at")
+        return (record, record_hash, decoded), body
+
+    def check_clock(self, created_at: str, field: str) -> None:
+        """Refuse a `created_at` more than MAX_FUTURE_SKEW_MS ahead of this node's clock (400 `clock_skew`)."""
+        if parse_ms(created_at) > self.now_ms() + MAX_FUTURE_SKEW_MS:
+            raise InvalidInput("created_at is more than 5 minutes in the future", field=field, code="clock_skew")
+
+    async def off_loop(self, items: int, fn: Callable[..., T], *args: Any) -> T:
+        """Run CPU-bound work on `items` records (Ed25519 signing and verification, canonical checks): on the
+        crypto threads when there are several, on the event loop for one.
+
+        `cryptography` releases the GIL inside Ed25519, so another core verifies a batch while the event loop
+        serves other requests. For one record the hand-off costs more than the work: a thread switch each way,
+        futures, and a third thread contending for the GIL with the loop and the writer (single posts were
+        19-32% faster inline, docs/performance.md). There are CRYPTO_THREADS threads, one fewer than the cores:
+        more would compete with the event loop and the writer thread for the same cores.
+        """
+        if items <= 1:
+            return fn(*args)
+        if self._crypto is None:
+            self._crypto = concurrent.futures.ThreadPoolExecutor(CRYPTO_THREADS, thread_name_prefix="bbs-crypto")
+        return await asyncio.get_running_loop().run_in_executor(self._crypto, functools.partial(fn, *args))
+
+    def close(self) -> None:
+        """Stop the crypto threads (started again by the next `off_loop` of several records)."""
+        if self._crypto is not None:
+            self._crypto.shutdown(wait=True)
+            self._crypto = None

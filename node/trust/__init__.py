@@ -1,0 +1,1 @@
+"""Trust and community confidence, computed from the entries and links a node holds."""

@@ -1,0 +1,1 @@
+"""The HTTP edge: the route table, authentication, rate limits, app keys and background work."""

@@ -1,0 +1,153 @@
+"""Work a node's app repeats while it runs (trust refresh, notification expiry), as aiohttp cleanup contexts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+
+from node.errors import SearchIndexBuilding
+from node.ops.metrics import metrics_of
+from node.search_index import indexer
+from node.search_index.index import SearchIndex
+from node.search_index.indexer import Indexer
+from node.service import Node
+from node.trust import service as trust
+from node.web.appkeys import NODE, SEARCH_INDEXER
+
+EXPIRY_SWEEP_SECONDS = 60  # how late a notification past its 7 days may still read as pending, at most
+TWIN_CHECK_SECONDS = 1.0  # how long after an earlier declaration arrives a later twin's holders are told, at most
+
+CleanupContext = Callable[[web.Application], AsyncIterator[None]]
+
+
+def periodic(
+    name: str, seconds: float, run: Callable[[Node], Awaitable[object]], log: logging.Logger
+) -> CleanupContext:
+    """A cleanup_ctx that runs `run(node)` at start-up and then every `seconds` until the app stops.
+
+    A failed round is logged (unless the node is merely closing underneath the app) and the next round tries
+    again.
+    """
+
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        node = app[NODE]
+
+        async def loop() -> None:
+            while True:
+                try:
+                    await run(node)
+                except Exception:
+                    if node.db.is_open:  # not merely the node closing underneath the app
+                        log.exception("%s failed", name)
+                await asyncio.sleep(seconds)
+
+        task = asyncio.create_task(loop(), name=name)
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return context
+
+
+# Refresh the trust cache every trust.REFRESH_SECONDS (a failed refresh leaves the previous cache in place).
+trust_refresh = periodic(
+    "trust refresh", trust.REFRESH_SECONDS, lambda node: node.trust.refresh(), logging.getLogger("bbs.trust")
+)
+# Mark expired notifications every EXPIRY_SWEEP_SECONDS (polls that lease do it too).
+expiry_sweep = periodic(
+    "notification expiry sweep",
+    EXPIRY_SWEEP_SECONDS,
+    lambda node: node.inbox.expire_notifications(),
+    logging.getLogger("bbs.notify"),
+)
+# Tell the holders and declarers of tasks that became later twins (node/workflows/twins.py), every second.
+twin_notices = periodic(
+    "task twin notices",
+    TWIN_CHECK_SECONDS,
+    lambda node: node.workflows.notice_twins(),
+    logging.getLogger("bbs.leases"),
+)
+
+
+async def search_indexing(app: web.Application) -> AsyncIterator[None]:
+    """Keep the node's search index caught up (node/search_index/indexer.py), woken after each commit."""
+    node = app[NODE]
+    if node.search_index is None:
+        yield
+        return
+    metrics = metrics_of(app)
+    delay = metrics.histogram(
+        "bbs_search_index_delay_seconds",
+        "Seconds from a commit to its entries being searchable (each indexing round's oldest commit)",
+        buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    )
+
+    async def reopen() -> SearchIndex:
+        """The index opened again (repaired when damaged: indexer.open_repaired), handed to the node's searches."""
+        opened = await node.db.read(lambda c: indexer.open_repaired(node.data.root, c))
+        if opened.problem is not None:
+            indexer.log.warning("search index at %s: %s", opened.index.path, indexer.repair_note(opened))
+        node.search_index = node.reads.index = opened.index
+        return opened.index
+
+    worker = Indexer(node.db, node.search_index, on_delay=delay.observe, reopen=reopen)
+    app[SEARCH_INDEXER] = worker
+    node.reads.indexer = worker
+    loop = asyncio.get_running_loop()
+
+    def after_commit() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed
+            loop.call_soon_threadsafe(worker.committed, time.monotonic())
+
+    node.db.after_commit.append(after_commit)
+    position = metrics.gauge("bbs_search_index_position", "Highest entry id the search index covers")
+    lag = metrics.gauge("bbs_search_index_lag_entries", "Entries committed but not yet in the search index")
+    lag_s = metrics.gauge("bbs_search_index_lag_seconds", "Age of the oldest commit whose entries are not searchable")
+    documents = metrics.gauge("bbs_search_index_documents", "Entries in the search index")
+    commits = metrics.gauge("bbs_search_index_commits", "Index commits since start (paced: docs/operations.md)")
+    failures = metrics.gauge("bbs_search_indexing_failures", "Indexing rounds that failed since start (each retried)")
+    repairs = metrics.gauge(
+        "bbs_search_index_repairs", "Times the search index was opened again (a failed round, a missing folder)"
+    )
+    answered = metrics.gauge(
+        "bbs_searches_answered", "Searches since start: with words (index), by filters alone (sql)", ["path"]
+    )
+    waits = metrics.gauge(
+        "bbs_search_fresh_waits",
+        "Searches that had to see newer entries than the index held, by outcome (none: it held them already)",
+        ["outcome"],
+    )
+
+    async def refresh() -> None:
+        index = node.search_index
+        if index is None:
+            return
+        with contextlib.suppress(SearchIndexBuilding), indexer.reading(index):  # damaged: the indexer repairs it
+            position.set(index.state()[0])
+            documents.set(index.documents())
+        behind = await worker.lag()
+        lag.set(behind)
+        lag_s.set(worker.ages.age(time.monotonic()) if behind else 0.0)
+        commits.set(worker.batches)
+        failures.set(worker.failures)
+        repairs.set(worker.repairs)
+        for path, count in node.reads.answered.items():
+            answered.labels(path).set(count)
+        for outcome, count in node.reads.fresh_waits.items():
+            waits.labels(outcome).set(count)
+
+    metrics.on_scrape(refresh)
+    task = asyncio.create_task(worker.run(), name="search indexing")
+    yield
+    node.db.after_commit.remove(after_commit)
+    node.reads.indexer = None
+    worker.stop()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -1,0 +1,82 @@
+"""queries.entries_by_ids fetches entries as one JSON row: it must render exactly what the plain rows render."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from identity import keys, records
+from node.entries import queries
+from node.store import db, projections
+from node.trust import service as trust
+from wire.api import PostEntry, unsigned_entry
+from wire.time import format_ms
+
+KEY = keys.SigningKey.generate()
+text = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=40)  # NUL and emoji included
+scalar = st.floats(-1e6, 1e6, allow_nan=False) | st.integers(-(2**31), 2**31) | text | st.booleans() | st.none()
+
+
+@pytest.fixture(scope="module")
+def conn(tmp_path_factory: pytest.TempPathFactory) -> sqlite3.Connection:
+    conn = db.connect(tmp_path_factory.mktemp("json") / "node.db")
+    db.migrate(conn)
+    return conn
+
+
+def plain(conn: sqlite3.Connection, entry_id: int) -> list[queries.EntryOut]:
+    rows = conn.execute(f"SELECT {queries.ENTRY_COLUMNS} FROM entries e WHERE e.id = ?", (entry_id,)).fetchall()
+    return [queries.entry_out(row) for row in rows]
+
+
+@settings(max_examples=120, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    content=text.filter(str.strip),
+    confidence=st.floats(0, 1),
+    tags=st.lists(text, max_size=4),
+    metadata=st.dictionaries(text, scalar, max_size=3),
+    trust_score=st.none() | st.floats(0, 1),
+    community=st.none() | st.floats(0, 1),
+    n=st.integers(0, 2**40),
+)
+def test_one_json_row_renders_what_the_rows_render(
+    conn: sqlite3.Connection,
+    content: str,
+    confidence: float,
+    tags: list[str],
+    metadata: dict[str, object],
+    trust_score: float | None,
+    community: float | None,
+    n: int,
+) -> None:
+    fields = {"content": content, "confidence": confidence, "tags": tags, "metadata": metadata}
+    body = PostEntry(entry_type="finding", performative="inform", **fields)  # type: ignore[arg-type]
+    created_at = format_ms(1_700_000_000_000 + n)
+    record = records.sign(unsigned_entry(body, KEY.did, created_at, []), KEY)
+    record_hash, decoded = records.check(record)
+    conn.execute("BEGIN")
+    try:
+        ((seq, _),) = projections.append_many(
+            conn, [projections.Incoming(record, record_hash, decoded)], origin="local", now_ms=0
+        )
+        if trust_score is not None:  # the trust caches hold values rounded to trust.DIGITS, as trust.py stores them
+            conn.execute(
+                "INSERT INTO trust_scores VALUES (?, 0, 0, 0.5, ?, 0, 0)", (KEY.did, round(trust_score, trust.DIGITS))
+            )
+        if community is not None:
+            conn.execute(
+                "INSERT INTO entry_confidence VALUES (?, ?, 0, 0)", (record_hash, round(community, trust.DIGITS))
+            )
+        got = queries.entries_by_ids(conn, [seq])
+        assert got == plain(conn, seq)
+        assert got[0].content == decoded.content and got[0].tags == decoded.tags
+    finally:
+        conn.execute("ROLLBACK")
+
+
+def test_missing_ids_are_left_out(conn: sqlite3.Connection) -> None:
+    assert queries.entries_by_ids(conn, []) == []
+    assert queries.entries_by_ids(conn, [123456789]) == []

@@ -1,0 +1,207 @@
+"""Storing a peer's batch (node/federation/store.py): one set-based append, record by record only when that fails; a
+record the projections refuse is the peer's fault (invalid), any other error a fault of this node (internal)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from identity import keys
+from node.federation.store import MAX_WANT_ATTEMPTS, add_peer, ingest, peer_statuses
+from node.store import db
+from sync.store import Verified
+from sync.verify import verify_record
+from tests.sync.conftest import (
+    PeerNode,
+    body_of,
+    hash_of,
+    make_peer,  # noqa: F401  (a fixture: real nodes, registered by this import)
+    signed_entry,
+)
+
+NOW = 1_800_000_000_000
+
+
+def verified(record: dict[str, Any]) -> Verified:
+    checked = verify_record(body_of(record), hash_of(record))
+    assert isinstance(checked, Verified), checked
+    return checked
+
+
+def fresh_db(tmp_path: Path) -> tuple[sqlite3.Connection, str]:
+    conn = db.connect(tmp_path / "node.db")
+    db.migrate(conn)
+    peer = keys.SigningKey.generate().did
+    add_peer(conn, "http://127.0.0.1:9", peer, NOW)
+    return conn, peer
+
+
+def store(conn: sqlite3.Connection, peer: str, batch: list[Verified]) -> list[tuple[str | None, str]]:
+    with db.transaction(conn, immediate=True):
+        outcomes = ingest(conn, peer, batch, [], None, NOW)
+    return [(o.hash, o.outcome) for o in outcomes]
+
+
+POISON = "this entry meets a fault of the node"
+
+
+def install_fault(conn: sqlite3.Connection) -> None:
+    """A fault in the node's own code, for real: Python code the node runs while storing an entry raises. SQLite
+    runs it from a trigger on the entries table, for the one entry whose content is POISON (the trigger is TEMP:
+    this connection only)."""
+
+    def fault(content: str) -> None:
+        raise RuntimeError(f"a bug met {content!r}")
+
+    conn.create_function("fault", 1, fault)
+    conn.execute(
+        f"CREATE TEMP TRIGGER fault AFTER INSERT ON main.entries WHEN NEW.content = '{POISON}'"
+        " BEGIN SELECT fault(NEW.content); END"
+    )
+
+
+def test_links_inside_one_batch_resolve_and_absent_targets_are_wanted(tmp_path: Path) -> None:
+    conn, peer = fresh_db(tmp_path)
+    author = keys.SigningKey.generate()
+    absent = hash_of(signed_entry(author, "never sent"))
+    question = signed_entry(author, "the question")
+    answer = signed_entry(author, "an answer", links=(hash_of(question),))
+    dangling = signed_entry(author, "points nowhere here", links=(absent,))
+    batch = [verified(r) for r in (answer, question, dangling)]
+    assert store(conn, peer, batch) == [
+        (hash_of(answer), "saved"),  # its target came later in the same batch
+        (hash_of(question), "saved"),
+        (hash_of(dangling), "pending_link"),
+    ]
+    assert [r[0] for r in conn.execute("SELECT hash FROM sync_wanted")] == [absent]
+    assert store(conn, peer, batch[:1]) == [(hash_of(answer), "duplicate")]
+    counters = conn.execute("SELECT saved, duplicate, pending_link FROM peers WHERE node_id = ?", (peer,)).fetchone()
+    assert tuple(counters) == (2, 1, 1)
+
+
+def test_a_record_the_projections_refuse_is_counted_and_the_rest_stored(tmp_path: Path) -> None:
+    conn, peer = fresh_db(tmp_path)
+    author = keys.SigningKey.generate()
+    good = [verified(signed_entry(author, f"fine {i}")) for i in range(3)]
+    bad = verified(signed_entry(author, "refused"))
+    # a decoded form the entries table's CHECK refuses stands for any projection failure
+    bad = bad._replace(decoded=msgspec.structs.replace(bad.decoded, entry_type="not a type"))
+    outcomes = store(conn, peer, [good[0], bad, good[1], good[2]])
+    assert outcomes == [(v.hash, "saved") for v in good] + [(bad.hash, "invalid")]
+    stored = {r[0] for r in conn.execute("SELECT hash FROM records")}
+    assert stored == {v.hash for v in good}
+    assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 3
+    reason = conn.execute("SELECT reason, last_hash FROM peer_invalid WHERE node_id = ?", (peer,)).fetchone()
+    assert tuple(reason) == ("store_refused", bad.hash)
+
+
+def test_a_fault_of_the_node_is_counted_internal_logged_and_passed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    conn, peer = fresh_db(tmp_path)
+    install_fault(conn)
+    author = keys.SigningKey.generate()
+    good = [verified(signed_entry(author, f"fine {i}")) for i in range(2)]
+    poison = verified(signed_entry(author, POISON))
+    with caplog.at_level(logging.ERROR, logger="bbs.sync"):
+        outcomes = store(conn, peer, [good[0], poison, good[1]])
+    assert outcomes == [(v.hash, "saved") for v in good] + [(poison.hash, "internal")]
+    assert {r[0] for r in conn.execute("SELECT hash FROM records")} == {v.hash for v in good}
+    counters = conn.execute("SELECT saved, invalid, internal FROM peers WHERE node_id = ?", (peer,)).fetchone()
+    assert tuple(counters) == (2, 0, 1)  # never counted against the peer as invalid
+    assert conn.execute("SELECT count(*) FROM peer_invalid").fetchone()[0] == 0
+    (logged,) = [r for r in caplog.records if r.name == "bbs.sync"]
+    assert poison.hash in logged.getMessage() and logged.exc_info is not None  # with its traceback
+    assert peer_statuses(conn, NOW)[0].counters.internal == 1
+
+
+def test_a_wanted_record_that_meets_a_fault_is_tried_again_with_backoff_then_given_up(tmp_path: Path) -> None:
+    conn, peer = fresh_db(tmp_path)
+    install_fault(conn)
+    author = keys.SigningKey.generate()
+    poison = verified(signed_entry(author, POISON))
+    pointing = verified(signed_entry(author, "links to the poison", links=(poison.hash,)))
+    assert store(conn, peer, [pointing]) == [(pointing.hash, "pending_link")]
+
+    def wanted() -> tuple[int, int]:
+        row = conn.execute("SELECT attempts, next_ms FROM sync_wanted WHERE hash = ?", (poison.hash,)).fetchone()
+        return int(row[0]), int(row[1])
+
+    assert wanted() == (0, NOW)
+    for attempt in range(1, MAX_WANT_ATTEMPTS + 1):
+        assert store(conn, peer, [poison]) == [(poison.hash, "internal")]
+        assert wanted() == (attempt, NOW + min(1000 * 2**attempt, 10 * 60 * 1000))  # not obtained: later
+    assert conn.execute("SELECT internal FROM peers").fetchone()[0] == MAX_WANT_ATTEMPTS
+
+
+def test_only_a_refused_record_counts_against_the_peer(tmp_path: Path) -> None:
+    """A constraint of the projection tables refuses the record (here a trigger's RAISE, which SQLite reports as a
+    constraint): the peer's fault, as a CHECK above, even though the node's trigger raised it."""
+    conn, peer = fresh_db(tmp_path)
+    conn.execute(
+        "CREATE TEMP TRIGGER refuse AFTER INSERT ON main.entries WHEN NEW.content = 'refused'"
+        " BEGIN SELECT RAISE(ABORT, 'refused by a constraint'); END"
+    )
+    author = keys.SigningKey.generate()
+    refused = verified(signed_entry(author, "refused"))
+    assert store(conn, peer, [refused]) == [(refused.hash, "invalid")]
+    counters = conn.execute("SELECT invalid, internal FROM peers WHERE node_id = ?", (peer,)).fetchone()
+    assert tuple(counters) == (1, 0)
+
+
+async def test_a_fault_met_while_pulling_is_counted_internal_and_backed_off_without_a_loop(
+    make_peer: Callable[..., Awaitable[PeerNode]],  # noqa: F811  (the fixture imported above)
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two real nodes; b's writer meets a fault on one entry of a's. The pull stores the rest and moves its cursor
+    past that entry, counts it internal (REST, /metrics), and the loop backs off as after any failure. The
+    reconciliation that follows offers the entry once more (internal 2, backed off again); then the loop idles
+    on the long poll: no retry without end."""
+    a, b = await make_peer("a"), await make_peer("b")
+    await a.add_peer(b)
+    await b.add_peer(a)
+    writer = await a.agent()
+    posted = [await a.post(writer, "fine before"), await a.post(writer, POISON), await a.post(writer, "fine after")]
+    await b.node.db.write(install_fault)
+    caplog.set_level(logging.INFO, logger="bbs.sync")
+    task = asyncio.create_task(b.puller(wait_ms=200).run_peer(a.config))
+
+    def failures() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "bbs.sync" and r.getMessage().startswith("sync with")]
+
+    async def counters() -> tuple[int, int, int]:
+        c = (await b.sync.store.statuses())[0].counters
+        return c.saved, c.invalid, c.internal
+
+    try:
+        for _ in range(400):
+            if len(failures()) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(2.0)  # time for many more rounds of the loop, were it retrying
+        assert not task.done()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    messages = [r.getMessage() for r in failures()]
+    # the second counts on from the first: only a round that got through (the reconciliation included) resets it
+    assert messages == [f"sync with {a.node_id} failed ({n}): internal: records from {a.node_id} failed in this"
+                        " node's code: 1 (see its log)" for n in (1, 2)]  # fmt: skip
+    first, second = failures()
+    assert second.created - first.created >= 0.5  # the backoff after the first (0.5 s at the least)
+    assert await counters() == (3, 0, 2)  # the agent document and two entries; the poison, from feed and reconcile
+    assert posted[1] not in await b.hashes() and {posted[0], posted[2]} <= await b.hashes()
+    cursor = await b.sync.store.cursor(a.node_id)
+    assert cursor is not None and cursor.seq == (await a.sync.store.position())[1]  # past the poison
+    faults = [r for r in caplog.records if r.levelno == logging.ERROR and r.exc_info is not None]
+    assert len(faults) == 2 and all(posted[1] in r.getMessage() for r in faults)  # each with its traceback
+    async with b.session.get(b.url + "/metrics", headers=b.admin) as resp:
+        metrics = await resp.text()
+    assert f'bbs_sync_records{{outcome="internal",peer="{a.node_id}"}} 2.0' in metrics

@@ -1,0 +1,245 @@
+"""Backup while serving, restore with a new epoch, refusal of damaged backups, and the Litestream drill."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+from aiohttp.test_utils import TestClient
+
+from node.errors import Conflict, InvalidInput, NotFound
+from node.ops import backup, doctor
+from node.ops.datadir import initialise
+from tests.conftest import AgentCreds
+
+REPO = Path(__file__).parents[3]
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+
+
+def log_of(db_path: Path) -> list[tuple[int, str]]:
+    conn = sqlite3.connect(db_path)
+    try:
+        return [tuple(r) for r in conn.execute("SELECT seq, hash FROM records ORDER BY seq")]
+    finally:
+        conn.close()
+
+
+def meta(db_path: Path, key: str) -> str:
+    conn = sqlite3.connect(db_path)
+    try:
+        return str(conn.execute("SELECT value FROM node_meta WHERE key = ?", (key,)).fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def post(client: TestClient, agent: AgentCreds, n: int, prefix: str = "entry") -> None:
+    for i in range(n):
+        resp = await client.post(
+            "/v1/entries",
+            json={"entry_type": "finding", "performative": "inform", "content": f"{prefix} {i}", "tags": ["t"]},
+            headers=agent.headers,
+        )
+        assert resp.status == 201, await resp.text()
+
+
+async def test_backup_while_serving_is_a_consistent_prefix_and_restores(
+    client: TestClient, make_agent: MakeAgent, data_dir: tuple[Path, str], tmp_path: Path
+) -> None:
+    root = data_dir[0]
+    alice = await make_agent("alice")
+    await post(client, alice, 20)
+    out = tmp_path / "backups" / "node.bbsbackup"
+    writer = asyncio.create_task(post(client, alice, 150, "during"))
+    await asyncio.sleep(0)
+    manifest = await asyncio.to_thread(backup.backup, root, out)
+    await writer
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    live = log_of(root / "bbs.db")
+    assert 21 <= manifest.records <= len(live)
+
+    restored = tmp_path / "restored"
+    result = backup.restore(out, restored)
+    got = log_of(restored / "bbs.db")
+    assert got == live[: len(got)] and len(got) == manifest.records  # one instant of the live log
+    assert result.previous_epoch == manifest.epoch == meta(root / "bbs.db", "epoch")
+    assert result.epoch == meta(restored / "bbs.db", "epoch") != manifest.epoch
+    assert (restored / "node.key").read_bytes() == (root / "node.key").read_bytes()
+    assert stat.S_IMODE((restored / "node.key").stat().st_mode) == 0o600
+    assert stat.S_IMODE(restored.stat().st_mode) == 0o700
+    checks = doctor.diagnose(restored, peer_timeout=1)
+    assert doctor.exit_status(checks) == 0, checks
+
+
+def test_restore_refuses_a_non_empty_folder_unless_forced(data_dir: tuple[Path, str], tmp_path: Path) -> None:
+    root = data_dir[0]
+    out = tmp_path / "b.tar"
+    first = backup.backup(root, out)
+    with pytest.raises(Conflict) as info:
+        backup.restore(out, root)
+    assert info.value.code == "data_exists"
+    assert meta(root / "bbs.db", "epoch") == first.epoch  # untouched
+    result = backup.restore(out, root, force=True)
+    assert result.replaced is not None and Path(result.replaced, "bbs.db").exists()
+    assert meta(root / "bbs.db", "epoch") == result.epoch != first.epoch
+    (tmp_path / "empty").mkdir()
+    assert backup.restore(out, tmp_path / "empty").node_id == first.node_id
+
+
+def _rewrite(archive: Path, dest: Path, change: Callable[[str, bytes], bytes | None], extra: str | None = None) -> None:
+    with tarfile.open(archive) as src, tarfile.open(dest, "w") as out:
+        for member in src.getmembers():
+            data = src.extractfile(member).read()  # type: ignore[union-attr]
+            new = change(member.name, data)
+            if new is None:
+                continue
+            info = tarfile.TarInfo(member.name)
+            info.size = len(new)
+            out.addfile(info, io.BytesIO(new))
+        if extra:
+            info = tarfile.TarInfo(extra)
+            info.size = 1
+            out.addfile(info, io.BytesIO(b"x"))
+
+
+def _flip_db_byte(name: str, data: bytes) -> bytes:
+    if name != "bbs.db":
+        return data
+    return data[:5000] + bytes([data[5000] ^ 0xFF]) + data[5001:]
+
+
+@pytest.mark.parametrize(
+    ("change", "extra"),
+    [
+        (_flip_db_byte, None),  # checksum mismatch
+        (lambda name, data: None if name == "node.key" else data, None),  # member missing
+        (lambda name, data: data, "../escape"),  # a path outside the folder
+        (lambda name, data: b"{" if name == "manifest.json" else data, None),  # manifest unreadable
+    ],
+)
+def test_damaged_backups_are_refused_and_change_nothing(
+    data_dir: tuple[Path, str], tmp_path: Path, change: Callable[[str, bytes], bytes | None], extra: str | None
+) -> None:
+    good = tmp_path / "good.tar"
+    backup.backup(data_dir[0], good)
+    bad = tmp_path / "bad.tar"
+    _rewrite(good, bad, change, extra)
+    target = tmp_path / "target"
+    with pytest.raises(InvalidInput) as info:
+        backup.restore(bad, target)
+    assert info.value.code == "backup_corrupt"
+    assert not target.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging left behind
+
+
+def test_not_a_tar_missing_file_and_wrong_key(data_dir: tuple[Path, str], tmp_path: Path) -> None:
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"not a tar at all" * 100)
+    with pytest.raises(InvalidInput):
+        backup.restore(junk, tmp_path / "t1")
+    with pytest.raises(NotFound):
+        backup.restore(tmp_path / "missing.tar", tmp_path / "t2")
+    with pytest.raises(NotFound):
+        backup.backup(tmp_path / "nowhere", tmp_path / "x.tar")
+    other = tmp_path / "other"
+    initialise(other)
+    good = tmp_path / "good.tar"
+    backup.backup(data_dir[0], good)
+    key = (other / "node.key").read_bytes()
+    # a consistent archive (fresh checksums) whose key belongs to another node
+    staged = tmp_path / "stage"
+    staged.mkdir()
+    with tarfile.open(good) as tar:
+        tar.extractall(staged, filter="data")
+    (staged / "node.key").write_bytes(key)
+    mixed = tmp_path / "mixed.tar"
+    manifest = msgspec.json.decode((staged / "manifest.json").read_bytes(), type=backup.Manifest)
+    manifest.sha256 = {name: backup._sha256(staged / name) for name in ("node.key", "bbs.db")}
+    (staged / "manifest.json").write_bytes(msgspec.json.encode(manifest))
+    with tarfile.open(mixed, "w") as tar:
+        for name in backup.MEMBERS:
+            tar.add(staged / name, arcname=name)
+    with pytest.raises(InvalidInput) as info:
+        backup.restore(mixed, tmp_path / "t3")
+    assert info.value.code == "key_mismatch"
+
+
+def test_cli_backup_and_restore_exit_codes(data_dir: tuple[Path, str], tmp_path: Path) -> None:
+    bbs = [sys.executable, "-m", "node.cli"]
+    out = tmp_path / "cli.tar"
+    run = subprocess.run(
+        [*bbs, "backup", "--data", str(data_dir[0]), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[3],
+    )
+    assert run.returncode == 0 and '"records":' in run.stdout, run.stderr
+    run = subprocess.run(
+        [*bbs, "restore", "--data", str(data_dir[0]), "--from", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[3],
+    )
+    assert run.returncode == 1 and "data_exists" in run.stderr
+    run = subprocess.run(
+        [*bbs, "restore", "--data", str(tmp_path / "n"), "--from", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[3],
+    )
+    assert run.returncode == 0 and '"previous_epoch"' in run.stdout
+
+
+async def test_litestream_drill_replicate_destroy_restore(
+    client: TestClient, make_agent: MakeAgent, data_dir: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Write, replicate to a local file replica, destroy the data folder, restore: the log is back, new epoch."""
+    root = data_dir[0]
+    config = tmp_path / "litestream.yml"
+    config.write_text(backup.litestream_config(root, str(tmp_path / "replica"), sync_interval="100ms"))
+    key_copy = tmp_path / "node.key.copy"
+    key_copy.write_bytes((root / "node.key").read_bytes())
+    proc = subprocess.Popen(
+        [backup.litestream_binary(), "replicate", "-config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        alice = await make_agent("alice")
+        await post(client, alice, 30)
+        live = log_of(root / "bbs.db")
+        epoch = meta(root / "bbs.db", "epoch")
+        deadline = time.monotonic() + 30
+        restored: list[tuple[int, str]] = []
+        probe = tmp_path / "probe.db"
+        while time.monotonic() < deadline:  # wait until the replica holds every record
+            probe.unlink(missing_ok=True)
+            r = subprocess.run(
+                [backup.litestream_binary(), "restore", "-config", str(config), "-o", str(probe), str(root / "bbs.db")],
+                capture_output=True,
+            )
+            if r.returncode == 0:
+                restored = log_of(probe)
+                if restored == live:
+                    break
+            await asyncio.sleep(0.3)
+        assert restored == live
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    await client.close()
+    shutil.rmtree(root)
+    result = backup.restore_litestream(config, root, key_copy)
+    assert log_of(root / "bbs.db") == live
+    assert result.previous_epoch == epoch and meta(root / "bbs.db", "epoch") == result.epoch != epoch
+    assert doctor.exit_status(doctor.diagnose(root, peer_timeout=1)) == 0

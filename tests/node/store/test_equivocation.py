@@ -1,0 +1,225 @@
+"""node.store.equivocation: one body per address whatever the arrival order, on a real SQLite file.
+
+Versions of one entry address differ in what the address does not cover (tags, confidence, links, scope); the
+log keeps the two with the smallest (scope != federation, version) and the projections show the smallest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from identity import canonical, keys, records
+from node.service import Node
+from node.store import db, equivocation, projections
+from tests.node.api_helpers import count, entry_record, get_json, hash_of, problem, self_signer
+
+AUTHOR = keys.SigningKey.generate()
+T0 = 1_767_323_045_000
+
+
+def version(tags: list[str], scope: str = "federation", **fields: Any) -> projections.Incoming:
+    record = entry_record(AUTHOR, "one address", created_ms=T0, tags=tags, scope=scope, **fields)
+    record_hash, decoded = records.check(record)
+    return projections.Incoming(record, record_hash, decoded, scope)
+
+
+def version_hex(item: projections.Incoming) -> str:
+    return hashlib.sha256(canonical.canonical_bytes(item.record)).hexdigest()
+
+
+def open_db(path: Path) -> sqlite3.Connection:
+    conn = db.connect(path)
+    db.migrate(conn)
+    return conn
+
+
+def append(conn: sqlite3.Connection, items: list[projections.Incoming]) -> list[tuple[int, bool]]:
+    with db.transaction(conn, immediate=True):
+        return append_to(conn, items)
+
+
+def append_to(conn: sqlite3.Connection, items: list[projections.Incoming]) -> list[tuple[int, bool]]:
+    """Append versions inside the caller's transaction."""
+    return projections.append_many(conn, items, origin="local", now_ms=T0)
+
+
+def state(conn: sqlite3.Connection) -> tuple[set[str], list[str], int, bool]:
+    """(versions in the log, tags the projection shows, entries rows, equivocated)."""
+    held = {r[0] for r in conn.execute("SELECT version FROM records").fetchall()}
+    shown = conn.execute("SELECT tags FROM entries").fetchall()
+    flagged = conn.execute("SELECT count(*) FROM equivocations").fetchone()[0] > 0
+    return held, json.loads(shown[0][0]) if shown else [], len(shown), flagged
+
+
+VERSIONS = [version([f"t{i}"], "local" if i % 3 == 0 else "federation") for i in range(6)]
+
+
+def test_the_rule() -> None:
+    assert equivocation.precedence("ff", "federation") < equivocation.precedence("00", "local")
+    assert equivocation.kept([("b", "federation"), ("a", "local"), ("c", "federation")]) == [
+        ("b", "federation"),
+        ("c", "federation"),
+    ]
+    assert equivocation.kept([("b", "local"), ("a", "local")]) == [("a", "local"), ("b", "local")]
+    assert equivocation.kept([("a", "federation")] * 2) == [("a", "federation")]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    chosen=st.lists(st.integers(0, len(VERSIONS) - 1), min_size=1, max_size=8),
+    data=st.data(),
+)
+def test_any_arrival_order_ends_in_the_same_kept_pair_and_winner(
+    tmp_path_factory: pytest.TempPathFactory, chosen: list[int], data: st.DataObject
+) -> None:
+    """Whatever the order and batching of arrivals (repeats included), the log keeps the two best versions and
+    the projection shows the best, as a rebuild from the log shows it."""
+    order = data.draw(st.permutations(chosen))
+    cut = data.draw(st.integers(0, len(order)))
+    items = [VERSIONS[i] for i in order]
+    conn = open_db(tmp_path_factory.mktemp("eq") / "node.sqlite")
+    try:
+        append(conn, items[:cut])
+        append(conn, items[cut:])
+        everything = {(version_hex(VERSIONS[i]), VERSIONS[i].scope) for i in chosen}
+        keep = equivocation.kept(everything)
+        winner = next(v for v in VERSIONS if version_hex(v) == keep[0][0])
+        held, tags, rows, flagged = state(conn)
+        assert held == {v for v, _ in keep}
+        assert (tags, rows, flagged) == (winner.decoded.tags, 1, len(keep) == 2)
+        with db.transaction(conn, immediate=True):
+            before = projections.snapshot(conn)
+            projections.rebuild(conn)
+            assert projections.snapshot(conn) == before
+    finally:
+        conn.close()
+
+
+def test_a_refused_version_is_remembered_and_an_evicted_one_too(tmp_path: Path) -> None:
+    conn = open_db(tmp_path / "node.sqlite")
+    fed = sorted((v for v in VERSIONS if v.scope == "federation"), key=version_hex)
+    best, second, worst = fed[0], fed[1], fed[2]
+    assert [new for _, new in append(conn, [second, worst])] == [True, True]
+    seqs = append(conn, [best])
+    assert seqs[0][1]  # kept: it beats both; the worst is evicted
+    assert equivocation.refused(conn, [version_hex(worst)]) == {version_hex(worst)}
+    assert append(conn, [worst]) == [(projections.REFUSED_SEQ, False)]
+    held, tags, _, flagged = state(conn)
+    assert held == {version_hex(best), version_hex(second)} and tags == best.decoded.tags and flagged
+    conn.close()
+
+
+def test_the_projection_switches_with_its_links_and_tags(tmp_path: Path) -> None:
+    """A better version arriving later replaces the shown one: entries row, tags, links it asserts."""
+    conn = open_db(tmp_path / "node.sqlite")
+    target = entry_record(AUTHOR, "a target", created_ms=T0 - 1)
+    target_hash, target_decoded = records.check(target)
+    append(conn, [projections.Incoming(target, target_hash, target_decoded)])
+    linked = version(["linked"], links=[{"link_type": "supports", "target": target_hash, "annotation": ""}])
+    plain = version(["plain"])
+    first, second = sorted([linked, plain], key=version_hex, reverse=True)  # the worse one arrives first
+    append(conn, [first])
+    append(conn, [second])
+    rows = conn.execute("SELECT id, tags FROM entries WHERE record_hash = ?", (plain.hash,)).fetchall()
+    assert [json.loads(r[1]) for r in rows] == [second.decoded.tags]
+    tags = {r[0] for r in conn.execute("SELECT tag FROM entry_tags").fetchall()}
+    assert tags == set(second.decoded.tags)
+    links = conn.execute("SELECT count(*) FROM links WHERE origin_hash = ?", (plain.hash,)).fetchone()[0]
+    assert links == len(second.decoded.links)
+    assert conn.execute("SELECT author_id FROM equivocations").fetchall()[0][0] == AUTHOR.did
+    assert equivocation.by_author(conn) == {AUTHOR.did: 1}
+    with db.transaction(conn, immediate=True):
+        before = projections.snapshot(conn)
+        projections.rebuild(conn)
+        assert projections.snapshot(conn) == before
+    conn.close()
+
+
+def test_a_federation_version_beats_a_local_one_and_is_shared(tmp_path: Path) -> None:
+    """No black hole: a node holding the `local` version keeps and shows the federation one."""
+    conn = open_db(tmp_path / "node.sqlite")
+    local, shared = version(["mine"], "local"), version(["ours"], "federation")
+    append(conn, [local])
+    append(conn, [shared])
+    held, tags, _, flagged = state(conn)
+    assert held == {version_hex(local), version_hex(shared)} and tags == ["ours"] and flagged
+    scope = conn.execute("SELECT scope FROM entries").fetchone()[0]
+    assert scope == "federation"
+    conn.close()
+
+
+def test_the_migration_gives_existing_records_their_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """0014 rebuilds the log: an entry's version is the SHA-256 of its body, another kind's is its hash."""
+    path = tmp_path / "node.sqlite"
+    conn = db.connect(path)
+    every = db.migrations()
+    monkeypatch.setattr(db, "migrations", lambda: [m for m in every if m[0] < 14])
+    assert db.migrate(conn) == 13
+    monkeypatch.setattr(db, "migrations", lambda: every)
+    item = version(["old"])
+    body = canonical.canonical_bytes(item.record)
+    with db.transaction(conn, immediate=True):
+        conn.execute(
+            "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
+            " VALUES (?, 'entry', ?, ?, ?, 'federation', 'local', 0, ?)",
+            (item.hash, AUTHOR.did, item.record["created_at"], T0, body),
+        )
+        conn.execute(
+            "INSERT INTO records (hash, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
+            " VALUES ('ab', 'agent', ?, ?, ?, 'federation', 'local', 0, x'7b7d')",
+            (AUTHOR.did, item.record["created_at"], T0),
+        )
+    assert db.migrate(conn) >= 14
+    rows = conn.execute("SELECT seq, hash, version FROM records ORDER BY seq").fetchall()
+    assert [tuple(r) for r in rows] == [(1, item.hash, version_hex(item)), (2, "ab", "ab")]
+    conn.close()
+
+
+async def test_posting_a_second_version_says_so_and_stores_nothing(client: TestClient, node: Node) -> None:
+    """REST: another body under a stored address is 409 `equivocation` (field `$`); the same bytes again are
+    the idempotent 200; reads show the one stored version, not equivocated."""
+    bob = await self_signer(node, "bob")
+    first = entry_record(bob.key, "said once", created_ms=node.now_ms(), tags=["a"])
+    other = entry_record(bob.key, "said once", created_ms=node.now_ms(), tags=["b"])
+    assert hash_of(first) == hash_of(other)
+    resp = await client.post("/v1/entries", json={"record": first}, headers=bob.headers)
+    assert resp.status == 201
+    stored = await count(node)
+    resp = await client.post("/v1/entries", json={"record": other}, headers=bob.headers)
+    problem(await resp.json(), 409, "equivocation", "$")
+    assert resp.content_type == "application/problem+json" and await count(node) == stored
+    resp = await client.post("/v1/entries", json={"record": first}, headers=bob.headers)
+    entry = await resp.json()
+    assert resp.status == 200 and entry["tags"] == ["a"] and entry["equivocated"] is False and entry["versions"] == 1
+
+
+async def test_reads_and_search_flag_an_equivocated_address(
+    client: TestClient, node: Node, admin_headers: dict[str, str]
+) -> None:
+    """GET entry and search show the winner with `equivocated` and its number of versions; the author's count is
+    in GET /v1/peers."""
+    bob = await self_signer(node, "bob")
+    one = entry_record(bob.key, "two bodies one address", created_ms=node.now_ms(), tags=["x"])
+    two = entry_record(bob.key, "two bodies one address", created_ms=node.now_ms(), tags=["y"])
+    items = []
+    for record in (one, two):
+        record_hash, decoded = records.check(record)
+        items.append(projections.Incoming(record, record_hash, decoded))
+    now = node.now_ms()
+    await node.db.write(lambda c: projections.append_many(c, items, origin="did:key:zpeer", now_ms=now))
+    winner = min(items, key=version_hex)
+    (entry,) = (await get_json(client, f"/v1/entries/{hash_of(one)}", bob))["entries"]
+    assert (entry["equivocated"], entry["versions"], entry["tags"]) == (True, 2, winner.decoded.tags)
+    found = await get_json(client, "/v1/search", bob, params={"q": "bodies"})
+    assert [(e["equivocated"], e["tags"]) for e in found["entries"]] == [(True, winner.decoded.tags)]
+    peers = await (await client.get("/v1/peers", headers=admin_headers)).json()
+    assert peers["equivocating_authors"] == [{"author_id": bob.key.did, "equivocations": 1}]

@@ -1,0 +1,201 @@
+"""node.store.projections: a verified record is appended to the log once, then projected into its tables."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from identity import canonical, keys, records
+from node.service import Node
+from node.store import projections
+from tests.conftest import AgentCreds
+from tests.node.api_helpers import entry_record, link_record, self_signer
+from wire.time import format_ms
+
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+ALICE = keys.SigningKey.generate()
+BOB = keys.SigningKey.generate()
+T0 = 1_767_323_045_000
+
+
+def incoming(record: dict[str, Any], scope: str = "federation") -> projections.Incoming:
+    record_hash, decoded = records.check(record)
+    return projections.Incoming(record, record_hash, decoded, scope)
+
+
+async def append(node: Node, *recs: dict[str, Any]) -> list[tuple[int, bool]]:
+    items = [incoming(r) for r in recs]
+    now = node.now_ms()
+    return await node.db.write(lambda c: projections.append_many(c, items, origin="local", now_ms=now))
+
+
+async def rows(node: Node, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    return await node.db.read(lambda c: [tuple(r) for r in c.execute(sql, params).fetchall()])
+
+
+def agent_record(key: keys.SigningKey, name: str, created_ms: int, home: str) -> dict[str, Any]:
+    body = {
+        "kind": "agent",
+        "schema_version": canonical.SCHEMA_VERSION,
+        "author_id": key.did,
+        "created_at": format_ms(created_ms),
+        "display_name": name,
+        "description": "",
+        "home_node": home,
+    }
+    return records.sign(body, key)
+
+
+async def test_an_entry_is_appended_once_and_projected(node: Node) -> None:
+    target = entry_record(BOB, "the target", created_ms=T0)
+    entry = entry_record(
+        ALICE,
+        "tagged and directed",
+        created_ms=T0 + 1,
+        tags=["a", "b"],
+        directed_to=[BOB.did],
+        links=[{"target": records.compute_hash(target), "link_type": "supports", "annotation": "yes"}],
+    )
+    [(seq, new)] = await append(node, entry)
+    assert new
+    assert await append(node, entry) == [(seq, False)]
+    entry_hash = records.compute_hash(entry)
+    assert await rows(node, "SELECT seq, hash, kind, origin FROM records") == [(seq, entry_hash, "entry", "local")]
+    [(eid, author, created_ms, tags)] = await rows(node, "SELECT id, author_id, created_ms, tags FROM entries")
+    assert (eid, author, created_ms, json.loads(tags)) == (seq, ALICE.did, T0 + 1, ["a", "b"])
+    assert await rows(node, "SELECT tag FROM entry_tags ORDER BY tag") == [("a",), ("b",)]
+    assert await rows(node, "SELECT agent_id FROM entry_directed") == [(BOB.did,)]
+    assert await rows(node, "SELECT ordinal, source_hash, link_type, annotation FROM links") == [
+        (0, entry_hash, "supports", "yes")
+    ]
+
+
+async def test_a_run_takes_consecutive_seqs_and_stores_a_repeat_once(node: Node) -> None:
+    first = entry_record(ALICE, "first", created_ms=T0)
+    [(seq1, _)] = await append(node, first)
+    second, third = entry_record(ALICE, "second", created_ms=T0 + 1), entry_record(ALICE, "third", created_ms=T0 + 2)
+    result = await append(node, second, first, third, second)
+    assert result == [(seq1 + 1, True), (seq1, False), (seq1 + 2, True), (seq1 + 1, False)]
+    assert await rows(node, "SELECT count(*) FROM entries") == [(3,)]
+    assert await node.db.write(lambda c: projections.append_many(c, [], origin="local", now_ms=0)) == []
+
+
+async def test_append_is_append_many_of_one(node: Node) -> None:
+    item = incoming(entry_record(ALICE, "one", created_ms=T0), scope="local")
+    now = node.now_ms()
+
+    def job(conn: sqlite3.Connection) -> tuple[int, bool]:
+        return projections.append(conn, item.record, item.hash, item.decoded, origin="peer", now_ms=now, scope="local")
+
+    seq, new = await node.db.write(job)
+    assert new and await rows(node, "SELECT scope, origin, received_ms FROM records") == [("local", "peer", now)]
+    assert await node.db.write(job) == (seq, False)
+
+
+async def test_a_retraction_is_derived_whichever_entry_arrives_last(node: Node) -> None:
+    claim = entry_record(ALICE, "a claim", created_ms=T0)
+    claim_hash = records.compute_hash(claim)
+    retract = entry_record(
+        ALICE,
+        "I retract it",
+        created_ms=T0 + 1,
+        performative="retract",
+        links=[{"target": claim_hash, "link_type": "supersedes", "annotation": ""}],
+    )
+    await append(node, retract)  # the retraction first: not decidable yet
+    assert await rows(node, "SELECT count(*) FROM links WHERE link_type = 'retracted_by'") == [(0,)]
+    await append(node, claim)
+    retract_hash = records.compute_hash(retract)
+    assert await rows(node, "SELECT ordinal, source_hash, target_hash FROM links WHERE link_type = 'retracted_by'") == [
+        (-1, claim_hash, retract_hash)
+    ]
+
+
+async def test_only_the_author_can_retract(node: Node) -> None:
+    claim = entry_record(ALICE, "alice's claim", created_ms=T0)
+    retract = entry_record(
+        BOB,
+        "bob cannot retract it",
+        created_ms=T0 + 1,
+        performative="retract",
+        links=[{"target": records.compute_hash(claim), "link_type": "supersedes", "annotation": ""}],
+    )
+    await append(node, claim, retract)
+    assert await rows(node, "SELECT count(*) FROM links WHERE link_type = 'retracted_by'") == [(0,)]
+
+
+async def test_a_link_may_arrive_before_its_entries(node: Node) -> None:
+    source, target = entry_record(ALICE, "source", created_ms=T0), entry_record(BOB, "target", created_ms=T0)
+    link = link_record(
+        BOB, records.compute_hash(source), records.compute_hash(target), "contradicts", created_ms=T0 + 5
+    )
+    await append(node, link)
+    assert await rows(node, "SELECT origin_hash, ordinal, link_type FROM links") == [
+        (records.compute_hash(link), 0, "contradicts")
+    ]
+    await append(node, source, target)
+    assert await rows(node, "SELECT count(*) FROM entries") == [(2,)]
+
+
+async def test_the_newest_identity_document_wins(node: Node) -> None:
+    old = agent_record(ALICE, "Old Name", T0, node.node_id)
+    new = agent_record(ALICE, "New Name", T0 + 1000, node.node_id)
+    await append(node, new)
+    await append(node, old)  # arrives late: loses
+    assert await rows(node, "SELECT display_name, created_ms FROM agents WHERE id = ?", ALICE.did) == [
+        ("New Name", T0 + 1000)
+    ]
+
+
+async def test_a_contradiction_notifies_only_outside_a_rebuild(node: Node) -> None:
+    carol = await self_signer(node, "carol")
+    claim = entry_record(carol.key, "carol's claim", created_ms=T0)
+    rebuttal = entry_record(
+        BOB,
+        "no",
+        created_ms=T0 + 1,
+        links=[{"target": records.compute_hash(claim), "link_type": "contradicts", "annotation": ""}],
+    )
+    await append(node, claim, rebuttal)
+    notified = await rows(node, "SELECT agent_id, reason FROM notifications")
+    assert notified == [(carol.agent_id, "contradiction")]
+    before = await node.db.read(projections.snapshot)
+    assert await node.db.write(projections.rebuild) == (await rows(node, "SELECT count(*) FROM records"))[0][0]
+    assert await node.db.read(projections.snapshot) == before
+    assert await rows(node, "SELECT agent_id, reason FROM notifications") == notified  # node-local, untouched
+
+
+async def test_rebuild_replays_the_log_into_the_same_tables(node: Node) -> None:
+    claim = entry_record(ALICE, "claim", created_ms=T0, tags=["x"])
+    retract = entry_record(
+        ALICE,
+        "retracted",
+        created_ms=T0 + 1,
+        performative="retract",
+        links=[{"target": records.compute_hash(claim), "link_type": "supersedes", "annotation": ""}],
+    )
+    link = link_record(BOB, records.compute_hash(claim), records.compute_hash(retract), "supports", created_ms=T0)
+    await append(node, retract, claim, link, agent_record(BOB, "Bob", T0, node.node_id))
+    before = await node.db.read(projections.snapshot)
+    assert set(before) == set(projections.PROJECTION_TABLES)
+    assert len(before["links"]) == 3 and len(before["agents"]) == 1
+    heard: list[tuple[str, int, int | None]] = []
+    replayed = await node.db.write(lambda c: projections.rebuild(c, lambda *step: heard.append(step)))
+    assert replayed == (await rows(node, "SELECT count(*) FROM records"))[0][0]
+    assert heard[0] == (projections.REBUILD_STEP, 0, replayed) and heard[-1] == (
+        projections.REBUILD_STEP,
+        replayed,
+        replayed,
+    )
+    assert await node.db.read(projections.snapshot) == before
+
+
+def test_projectors_cover_every_kind_and_cannot_be_changed() -> None:
+    assert set(projections.PROJECTORS) >= {"entry", "link", "agent", "message", "task_event"}
+    with pytest.raises(TypeError):
+        projections.PROJECTORS["note"] = projections.PROJECTORS["entry"]  # type: ignore[index]
+    assert "note" not in projections.PROJECTORS

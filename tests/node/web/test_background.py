@@ -1,0 +1,186 @@
+"""node.web.background: `periodic` work as aiohttp cleanup contexts (a round at start-up, then one every period; a
+failed round logged and the next one tried; stopped with the app), and the two the node runs: the trust refresh
+and the notification expiry sweep, each doing its job on a real node."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from node.inbox import notify
+from node.service import Node
+from node.trust import service as trust
+from node.web import background
+from node.web.appkeys import NODE
+from node.web.background import periodic
+from tests.conftest import AgentCreds, FakeClock
+from wire.api import LinkSpec, PostEntry
+
+MakeClient = Callable[..., Awaitable[TestClient]]
+LOG = logging.getLogger("tests.background")
+T = TypeVar("T")
+
+
+async def until(condition: Callable[[], bool], rounds: int = 1000) -> None:
+    for _ in range(rounds):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the condition never held")
+
+
+async def eventually(read: Callable[[], Awaitable[T]], holds: Callable[[T], bool], rounds: int = 1000) -> None:
+    for _ in range(rounds):
+        if holds(await read()):
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"never held; last value {await read()!r}")
+
+
+def app_running(node: Node, *contexts: background.CleanupContext) -> web.Application:
+    app = web.Application()
+    app[NODE] = node
+    app.cleanup_ctx.extend(contexts)
+    return app
+
+
+def task_names() -> set[str]:
+    return {t.get_name() for t in asyncio.all_tasks()}
+
+
+async def test_the_first_round_runs_at_start_up(aiohttp_client: MakeClient, node: Node) -> None:
+    seen: list[Node] = []
+
+    async def run(n: Node) -> None:
+        seen.append(n)
+
+    client = await aiohttp_client(app_running(node, periodic("hourly", 3600, run, LOG)))
+    await until(lambda: len(seen) == 1)  # no period waited first
+    assert seen[0] is node
+    assert "hourly" in task_names()
+    await client.close()
+    assert "hourly" not in task_names()
+    assert len(seen) == 1
+
+
+async def test_rounds_repeat_every_period(aiohttp_client: MakeClient, node: Node) -> None:
+    rounds = 0
+
+    async def run(n: Node) -> int:
+        nonlocal rounds
+        rounds += 1
+        return rounds
+
+    client = await aiohttp_client(app_running(node, periodic("often", 0.001, run, LOG)))
+    await until(lambda: rounds >= 3)
+    await client.close()
+
+
+async def test_a_failed_round_is_logged_and_the_next_one_runs(
+    aiohttp_client: MakeClient, node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    rounds = 0
+
+    async def run(n: Node) -> None:
+        nonlocal rounds
+        rounds += 1
+        if rounds == 1:
+            raise RuntimeError("first round breaks")
+
+    with caplog.at_level(logging.ERROR, logger=LOG.name):
+        client = await aiohttp_client(app_running(node, periodic("flaky", 0.001, run, LOG)))
+        await until(lambda: rounds >= 3)
+        await client.close()
+    (record,) = [r for r in caplog.records if r.name == LOG.name]
+    assert record.getMessage() == "flaky failed"
+    assert record.exc_info is not None and str(record.exc_info[1]) == "first round breaks"
+
+
+async def test_a_node_closing_underneath_is_not_logged(
+    aiohttp_client: MakeClient, node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rounds on a closed node fail (the real database refuses), quietly: the app is shutting down."""
+    failures: list[BaseException] = []
+
+    async def run(n: Node) -> None:
+        try:
+            await n.trust.refresh()
+        except Exception as exc:
+            failures.append(exc)
+            raise
+
+    node.close()
+    with caplog.at_level(logging.ERROR, logger=LOG.name):
+        client = await aiohttp_client(app_running(node, periodic("closing", 0.001, run, LOG)))
+        await until(lambda: len(failures) >= 2)
+        await client.close()
+    assert not [r for r in caplog.records if r.name == LOG.name]
+
+
+async def test_a_round_in_progress_is_cancelled_when_the_app_stops(aiohttp_client: MakeClient, node: Node) -> None:
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def run(n: Node) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()  # a round that would never end
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    client = await aiohttp_client(app_running(node, periodic("stuck", 0.001, run, LOG)))
+    await started.wait()
+    await client.close()  # returns: the stop does not wait for the round
+    assert cancelled.is_set()
+    assert "stuck" not in task_names()
+
+
+async def test_trust_refresh_computes_the_cache(
+    aiohttp_client: MakeClient, node: Node, make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    first, _ = await node.entries.post(alice.agent_id, PostEntry("finding", "inform", "the sky is blue"), None)
+    confirm = PostEntry(
+        "finding", "confirm", "it is", links=[LinkSpec(target=first.record_hash, link_type="responds_to")]
+    )
+    await node.entries.post(bob.agent_id, confirm, None)
+    assert await node.db.read(trust.computed_seq) == 0
+    client = await aiohttp_client(app_running(node, background.trust_refresh))
+    await eventually(lambda: node.db.read(trust.computed_seq), lambda seq: seq > 0)
+    stored = await node.db.read(lambda c: trust.agent_trust(c, alice.agent_id))
+    assert stored.computed_seq > 0 and stored.confirms == 1 and stored.score > trust.NEUTRAL
+    await client.close()
+
+
+async def test_expiry_sweep_marks_expired_notifications(
+    aiohttp_client: MakeClient,
+    node: Node,
+    clock: FakeClock,
+    make_agent: Callable[[str], Awaitable[AgentCreds]],
+) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    await node.entries.post(alice.agent_id, PostEntry("finding", "inform", "for bob", directed_to=[bob.agent_id]), None)
+
+    async def status() -> str:
+        def run(conn: sqlite3.Connection) -> str:
+            row = conn.execute("SELECT status FROM notifications WHERE agent_id = ?", (bob.agent_id,)).fetchone()
+            return str(row[0])
+
+        return await node.db.read(run)
+
+    assert await status() == "pending"
+    clock.advance(notify.NOTIFICATION_TTL_MS / 1000 + 1)
+    client = await aiohttp_client(app_running(node, background.expiry_sweep))
+    await eventually(status, lambda value: value == "expired")
+    await client.close()
+
+
+def test_the_sweep_period_is_short_against_the_notification_lifetime() -> None:
+    assert 0 < background.EXPIRY_SWEEP_SECONDS * 1000 < notify.NOTIFICATION_TTL_MS / 1000

@@ -1,0 +1,506 @@
+"""Wire types of the REST API: msgspec Structs used for validation, JSON and the OpenAPI document.
+
+This module imports nothing else of `node`, so the agent client can share it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from identity import canonical
+from identity.schema import (
+    MAX_ANNOTATION_CHARS,
+    MAX_DESCRIPTION_CHARS,
+    MAX_DIRECTED,
+    MAX_LINKS_PER_ENTRY,
+    MAX_NAME_CHARS,
+    MAX_TAG_CHARS,
+    MAX_TAGS,
+    AgentType,
+    Annotation,
+    AssertableLinkType,
+    Authority,
+    Confidence,
+    Content,
+    Did,
+    EntryType,
+    LinkType,
+    Performative,
+    Scope,
+    Tag,
+    TruthState,
+    whole,
+)
+
+MAX_HOPS = 3
+MAX_PAGE = 200
+MAX_IDS = 100
+MAX_IDEMPOTENCY_KEY = 128
+MAX_QUERY_CHARS = 512
+MAX_FILTER_VALUES = 32
+MAX_ACK_IDS = 500
+MAX_BATCH = 100  # entries per POST /v1/entries/batch
+MAX_AGENT_PAGE = 200  # agents per page of GET /v1/agents
+
+Direction = Literal["outbound", "inbound", "both"]
+# No control characters (NUL among them): the client SDK sends a body's key as the Idempotency-Key header.
+IdempotencyKey = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_IDEMPOTENCY_KEY, pattern=whole(r"[^\u0000-\u001f\u007f]+"))
+]
+EntryRef = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=64, description="an entry's local id (digits) or its record hash")
+]
+# An agent named in a request: its did, or its local name on this node (node/agents/refs.py resolves it).
+AGENT_REF = r"[a-z0-9][a-z0-9_-]{0,63}|did:key:z[1-9A-HJ-NP-Za-km-z]{40,60}"
+AGENT_REF_PATTERN = re.compile(AGENT_REF)
+AgentRef = Annotated[
+    str, msgspec.Meta(max_length=128, pattern=whole(AGENT_REF), description="an agent's did or its local name")
+]
+Limit = Annotated[int, msgspec.Meta(ge=1, le=MAX_PAGE)]
+Hops = Annotated[int, msgspec.Meta(ge=0, le=MAX_HOPS)]
+Offset = Annotated[int, msgspec.Meta(ge=0, le=100_000)]
+
+
+class Problem(msgspec.Struct, omit_defaults=True):
+    """RFC 9457 problem details, with a stable machine-readable `code`."""
+
+    type: str
+    title: str
+    status: int
+    code: str
+    detail: str
+    field: str | None = None
+
+
+# ---- post -------------------------------------------------------------------------------------------------
+
+
+class LinkSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """A link to create along with a new entry: from the new entry to `target`."""
+
+    target: EntryRef
+    link_type: AssertableLinkType
+    annotation: Annotation = ""
+
+
+class PostEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """Create an entry signed by the node on the author's behalf."""
+
+    entry_type: EntryType
+    performative: Performative
+    content: Content
+    confidence: Confidence = 0.5
+    tags: Annotated[list[Tag], msgspec.Meta(max_length=MAX_TAGS)] = []
+    directed_to: Annotated[list[AgentRef], msgspec.Meta(max_length=MAX_DIRECTED)] = []  # dids or local names
+    links: Annotated[list[LinkSpec], msgspec.Meta(max_length=MAX_LINKS_PER_ENTRY)] = []
+    metadata: dict[str, Any] = {}
+    truth_state: TruthState = "fact"
+    authority: Authority = "raw"
+    scope: Scope = "federation"
+    idempotency_key: IdempotencyKey | None = None
+
+
+def unsigned_entry(body: PostEntry, author_id: str, created_at: str, targets: list[str]) -> dict[str, Any]:
+    """The canonical, unsigned entry record a PostEntry becomes (link targets already resolved to hashes).
+
+    The node (for keys it keeps) and the client (for keys the agent holds) both build records with this, so
+    a record means the same whoever signs it. Raises identity.canonical.CanonicalError naming the field.
+    """
+    content = canonical.normalize_content(body.content)
+    if not content:
+        raise canonical.CanonicalError("content is empty after trimming whitespace", "$.content")
+    return {
+        "kind": "entry",
+        "schema_version": canonical.SCHEMA_VERSION,
+        "author_id": author_id,
+        "created_at": created_at,
+        "entry_type": body.entry_type,
+        "performative": body.performative,
+        "content": content,
+        "confidence": canonical.normalize_float(body.confidence, "$.confidence"),
+        "tags": sorted(set(canonical.normalize_value(body.tags, "$.tags"))),
+        "directed_to": sorted(set(body.directed_to)),
+        "links": [
+            {"target": target, "link_type": link.link_type, "annotation": canonical.normalize_value(link.annotation)}
+            for target, link in zip(targets, body.links, strict=True)
+        ],
+        "metadata": canonical.normalize_value(body.metadata, "$.metadata"),
+        "truth_state": body.truth_state,
+        "authority": body.authority,
+        "scope": body.scope,
+    }
+
+
+class SignedSubmission(msgspec.Struct, forbid_unknown_fields=True):
+    """Submit a record the author signed itself; the node verifies it and stores it byte for byte."""
+
+    record: dict[str, Any]
+    idempotency_key: IdempotencyKey | None = None
+
+
+_ITEM_SCHEMA = {
+    "items": {"oneOf": [{"$ref": "#/components/schemas/PostEntry"}, {"$ref": "#/components/schemas/SignedSubmission"}]}
+}
+
+
+class PostEntries(msgspec.Struct, forbid_unknown_fields=True):
+    """Post up to MAX_BATCH entries in one request, all or nothing. Each item is a POST /v1/entries body
+    (node-signed fields or `{"record": ...}`) with its own optional idempotency_key."""
+
+    # Items are checked one by one against PostEntry or SignedSubmission (msgspec cannot decode an untagged
+    # union of two Structs), so errors name `$.entries[i]...`; the schema shows the union.
+    entries: Annotated[list[Any], msgspec.Meta(min_length=1, max_length=MAX_BATCH, extra_json_schema=_ITEM_SCHEMA)]
+
+
+class PostLink(msgspec.Struct, forbid_unknown_fields=True):
+    """Create a typed link between two entries."""
+
+    source: EntryRef
+    target: EntryRef
+    link_type: AssertableLinkType
+    annotation: Annotated[str, msgspec.Meta(max_length=MAX_ANNOTATION_CHARS)] = ""
+    idempotency_key: IdempotencyKey | None = None
+
+
+# ---- results ----------------------------------------------------------------------------------------------
+
+
+class EntryOut(msgspec.Struct):
+    """A stored entry."""
+
+    id: int
+    record_hash: str
+    content_fingerprint: str
+    author_id: str
+    created_at: str
+    entry_type: EntryType
+    performative: Performative
+    content: str
+    confidence: float
+    tags: list[str]
+    directed_to: list[str]
+    metadata: dict[str, Any]
+    truth_state: TruthState
+    authority: Authority
+    scope: Scope
+    signature: str
+    retracted: bool
+    superseded: bool
+    community_confidence: float | None = None  # from the trust cache (docs/trust.md); None when not computed
+    # superseding entries whose `supersedes` link the author of this entry has not accepted (docs/api.md)
+    superseded_claims: list[str] = []
+    # its author signed two bodies under this address; this is the winner of the two (docs/sync.md, "Versions")
+    equivocated: bool = False
+    versions: int = 1  # versions of this address the node holds (at most 2)
+
+
+class PostedEntry(msgspec.Struct):
+    """One item of a batch: the stored entry, and whether this request created it (false: a replay)."""
+
+    created: bool
+    entry: EntryOut
+
+
+class PostedEntries(msgspec.Struct):
+    """The batch's entries, in request order."""
+
+    results: list[PostedEntry]
+
+
+class LinkOut(msgspec.Struct):
+    """A stored link. `resolved` is false while its source or target entry has not arrived."""
+
+    id: int
+    origin_hash: str
+    source: str
+    target: str
+    link_type: LinkType
+    author_id: str
+    created_at: str
+    annotation: str
+    resolved: bool
+    derived: bool
+
+
+class ReadResult(msgspec.Struct):
+    """Entries and the links of their neighbourhood."""
+
+    entries: list[EntryOut]
+    links: list[LinkOut]
+    missing: list[str] = []
+    truncated: bool = False
+
+
+class Snippet(msgspec.Struct):
+    """A short passage of a hit's content with the search's matches marked.
+
+    `highlights` are [start, end) UTF-8 byte offsets into `text` (`text.encode()[start:end]` is a match); `text`
+    starts or ends with "…" where the content goes on.
+    """
+
+    text: str
+    highlights: list[Annotated[list[int], msgspec.Meta(min_length=2, max_length=2)]]  # [start, end] pairs
+
+
+class SearchResult(msgspec.Struct):
+    """A page of matching entries, with their neighbourhood when hops > 0.
+
+    `snippets` maps the record hash of each entry of the page (not of its neighbourhood) to its snippet, when
+    the search has words.
+    """
+
+    entries: list[EntryOut]
+    links: list[LinkOut]
+    limit: int
+    offset: int
+    next_offset: int | None = None
+    truncated: bool = False
+    snippets: dict[str, Snippet] = {}
+    stale: bool = False  # the search waited for the search index to cover newer entries and the wait ran out
+    indexed_through: int | None = None  # every entry up to this id was in the search index (searches with words)
+
+
+# ---- queries ----------------------------------------------------------------------------------------------
+
+
+class ReadQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Parameters of GET /v1/entries and GET /v1/entries/{ref}."""
+
+    ids: Annotated[list[EntryRef], msgspec.Meta(max_length=MAX_IDS)] = []
+    include_links: bool = True
+    hops: Hops = 0
+    link_types: Annotated[list[LinkType], msgspec.Meta(max_length=8)] = []
+    direction: Direction = "both"
+    include_synthetic: bool = False
+
+
+class SearchQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Parameters of GET /v1/search. Lists are OR within the dimension; dimensions are ANDed."""
+
+    q: Annotated[str, msgspec.Meta(max_length=MAX_QUERY_CHARS)] | None = None
+    tags: Annotated[list[Tag], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
+    entry_type: Annotated[list[EntryType], msgspec.Meta(max_length=5)] = []
+    performative: Annotated[list[Performative], msgspec.Meta(max_length=9)] = []
+    author: Annotated[list[AgentRef], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
+    truth_state: Annotated[list[TruthState], msgspec.Meta(max_length=3)] = []
+    min_confidence: Confidence | None = None
+    since: str | None = None
+    include_synthetic: bool = False
+    min_trust: Confidence | None = None
+    sort: Literal["default", "trust", "community_confidence"] = "default"
+    limit: Limit = 20
+    offset: Offset = 0
+    hops: Hops = 0
+    link_types: Annotated[list[LinkType], msgspec.Meta(max_length=8)] = []
+    direction: Direction = "both"
+    fresh: bool = False  # wait (bounded) until the search index covers every entry stored when the search came
+
+
+# ---- subscriptions and inbox ------------------------------------------------------------------------------
+
+
+# A subscription's tag may not hold a NUL: fan-out finds candidate subscriptions by the entry's tags through
+# SQLite's json_each, which cuts text at a NUL, so such a subscription could never fire (docs/decisions.md).
+SubscriptionTag = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_TAG_CHARS, pattern=whole("[^\\u0000]*"), description="no NUL")
+]
+
+
+class SubscriptionIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A notification filter: OR within each list, AND across lists; empty list = any.
+
+    `directed: true` restricts the subscription to entries directed to the subscriber. Entries
+    directed to an agent notify it whether or not it subscribes.
+    """
+
+    tags: Annotated[list[SubscriptionTag], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
+    entry_types: Annotated[list[EntryType], msgspec.Meta(max_length=5)] = []
+    performatives: Annotated[list[Performative], msgspec.Meta(max_length=9)] = []
+    authors: Annotated[list[AgentRef], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
+    directed: bool = False
+
+
+class SubscriptionOut(msgspec.Struct):
+    """A stored subscription."""
+
+    id: int
+    agent_id: str
+    tags: list[str]
+    entry_types: list[str]
+    performatives: list[str]
+    authors: list[str]
+    directed: bool
+    created_at: str
+
+
+class SubscriptionList(msgspec.Struct):
+    subscriptions: list[SubscriptionOut]
+
+
+class InboxQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Parameters of GET /v1/inbox."""
+
+    limit: Limit = 50
+    since: str | None = None
+    mark_delivered: bool = False
+
+
+class Envelope(msgspec.Struct):
+    """A notification: metadata only, never content."""
+
+    notification_id: int
+    entry_id: int
+    record_hash: str
+    author: str
+    created_at: str
+    entry_type: str
+    performative: str
+    tags: list[str]
+    confidence: float
+    directed_to_me: bool
+    link_targets: list[str]
+    tier: int
+    reason: str
+    attempt: int
+
+
+class InboxResult(msgspec.Struct):
+    notifications: list[Envelope]
+    lease_seconds: int
+
+
+class AckIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Acknowledge notifications (by notification_id)."""
+
+    ids: Annotated[list[int], msgspec.Meta(min_length=1, max_length=MAX_ACK_IDS)]
+
+
+class AckOut(msgspec.Struct):
+    acknowledged: int
+
+
+# ---- agents and node --------------------------------------------------------------------------------------
+
+
+class AgentTrust(msgspec.Struct):
+    """An agent's trust as computed from the records (docs/trust.md). Neutral 0.5 without signals."""
+
+    score: float
+    laplace: float
+    confirms: int
+    disconfirms: int
+    computed_seq: int
+
+
+class AgentOut(msgspec.Struct):
+    """An agent's public identity as this node knows it."""
+
+    agent_id: str
+    display_name: str
+    description: str
+    home_node: str
+    created_at: str
+    entry_count: int
+    trust: AgentTrust | None = None
+    agent_type: str | None = None  # from the agent's document; None when it has none
+
+
+class AgentListQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Parameters of GET /v1/agents (admin): agents in did order, a page at a time."""
+
+    local: bool = False  # only the agents registered on this node (they have a local name)
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_AGENT_PAGE)] = 50
+    after: Did | None = None  # the previous page's next_after
+
+
+class AgentListItem(msgspec.Struct):
+    """An agent this node knows, with its local name and whether this node keeps its key."""
+
+    agent_id: str
+    name: str | None  # its local name when registered on this node; null for an agent known by sync only
+    display_name: str
+    description: str
+    agent_type: str | None
+    home_node: str
+    created_at: str
+    entry_count: int
+    key_kept: bool  # this node keeps its private key (and signs for it); false for identity-file or remote agents
+
+
+class AgentPage(msgspec.Struct):
+    """One page of GET /v1/agents; pass next_after back as `after` for the next (null at the end)."""
+
+    agents: list[AgentListItem]
+    next_after: str | None
+
+
+class CreateAgent(msgspec.Struct, forbid_unknown_fields=True):
+    """Admin: create an agent whose key this node keeps."""
+
+    name: Annotated[str, msgspec.Meta(pattern=whole("[a-z0-9][a-z0-9_-]{0,63}"))]
+    display_name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)] | None = None
+    description: Annotated[str, msgspec.Meta(max_length=MAX_DESCRIPTION_CHARS)] = ""
+    agent_type: AgentType | None = None  # written into the signed identity document when given
+
+
+class CreatedAgent(msgspec.Struct):
+    """A new agent. The api_key is shown once and never stored in clear."""
+
+    name: str
+    agent_id: str
+    api_key: str
+
+
+class NodeInfo(msgspec.Struct):
+    node_id: str
+    public_key: str
+    software: str
+    version: str
+    schema_version: int
+    record_schema: str
+    limits: dict[str, int]
+    # this process's boot id: peers name it in their signed requests (docs/security.md, "Replay across restarts")
+    boot_id: str | None = None
+
+
+class Health(msgspec.Struct):
+    status: str
+
+
+# ---- key-proof authentication (node/agents/sessions.py) --------------------------------------------------------
+
+
+class ChallengeIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Ask for a one-time challenge to prove you hold `agent_id`'s private key."""
+
+    agent_id: Did
+
+
+class ChallengeOut(msgspec.Struct):
+    """Sign `canonical JSON of {"purpose": "agent-bbs-session", "node_id", "agent_id", "challenge"}`."""
+
+    challenge: str
+    agent_id: str
+    node_id: str
+    purpose: str
+    expires_at: str
+
+
+class SessionIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A signed challenge, exchanged for a bearer token bound to the agent."""
+
+    agent_id: Did
+    challenge: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    signature: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+
+
+class SessionOut(msgspec.Struct):
+    """A bearer token for `agent_id` that expires at `expires_at`."""
+
+    token: str
+    agent_id: str
+    expires_at: str
+    expires_in: int
