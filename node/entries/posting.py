@@ -302,6 +302,7 @@ def store_all(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]],
     db.insert_rows(conn, idempotency.REMEMBER, remembered)
     if taken:
         raise HashTaken(taken)
+    _answer_held_as_shown(conn, posts, [i for i, (_, new) in zip(to_append, appended, strict=True) if not new], stored)
     states = queries.entry_states(conn, [seq for seq, _ in appended])
     by_id = {out.id: out for out in queries.entries_by_ids(conn, replayed_ids)} if replayed_ids else {}
     results: list[Stored] = []
@@ -318,6 +319,24 @@ def store_all(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]],
         answers.append(results[start : start + len(request)])
         start += len(request)
     return answers
+
+
+def _answer_held_as_shown(
+    conn: sqlite3.Connection,
+    posts: list[tuple[str, _Post]],
+    again: list[int],
+    stored: dict[int, tuple[EntryOut | int, bool]],
+) -> None:
+    """Posts whose version the log already held are answered with their address's entry as it is shown: the
+    log's seq of a held version is not the entries row's id when the version is an equivocated address's loser."""
+    if not again:
+        return
+    hashes = [posts[i][1].seal.record_hash for i in again]
+    shown = {out.record_hash: out for out in queries.entries_by_hashes(conn, hashes, include_synthetic=True)}
+    for i in again:
+        out = shown.get(posts[i][1].seal.record_hash)
+        if out is not None:
+            stored[i] = (out, False)
 
 
 def _one_version_each(

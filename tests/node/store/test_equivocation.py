@@ -223,3 +223,24 @@ async def test_reads_and_search_flag_an_equivocated_address(
     assert [(e["equivocated"], e["tags"]) for e in found["entries"]] == [(True, winner.decoded.tags)]
     peers = await (await client.get("/v1/peers", headers=admin_headers)).json()
     assert peers["equivocating_authors"] == [{"author_id": bob.key.did, "equivocations": 1}]
+
+
+async def test_resubmitting_either_held_version_of_an_equivocated_address_answers_it(
+    client: TestClient, node: Node
+) -> None:
+    """Both versions of an equivocated address are in the log (from a peer): the author posting either again is
+    the idempotent 200 with the address's entry as shown (the winner), never a 5xx, and stores nothing."""
+    bob = await self_signer(node, "bob")
+    one = entry_record(bob.key, "again two bodies", created_ms=node.now_ms(), tags=["x"])
+    two = entry_record(bob.key, "again two bodies", created_ms=node.now_ms(), tags=["y"])
+    items = [projections.Incoming(r, *records.check(r)) for r in (one, two)]
+    now = node.now_ms()
+    await node.db.write(lambda c: projections.append_many(c, items, origin="did:key:zpeer", now_ms=now))
+    winner = min(items, key=version_hex)
+    stored = await count(node)
+    for item in items:
+        resp = await client.post("/v1/entries", json={"record": item.record}, headers=bob.headers)
+        body = await resp.json()
+        assert resp.status == 200, body
+        assert (body["equivocated"], body["tags"]) == (True, winner.decoded.tags)
+    assert await count(node) == stored
