@@ -45,23 +45,35 @@ class Server:
     def __exit__(self, *exc: object | TracebackType) -> None:
         self.stop()
 
-    def start(self, timeout: float = 30.0) -> None:
-        log = open(self.data / "serve.log", "ab")  # noqa: SIM115  (closed with the process)
-        # Benchmarks measure throughput: the rate limits (100/s per key, 50/s per address without one, by
-        # default) are lifted, as an operator would for a bulk load; a run can still set them through extra_env.
-        env = {**os.environ, "BBS_RATE_LIMIT_PER_S": "0", "BBS_ANON_RATE_LIMIT_PER_S": "0", **self.extra_env}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "node.cli", "serve", "--data", str(self.data), "--port", str(self.port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        log.close()
-        try:
-            wait_healthy(self.proc, self.url, timeout, f"bbs serve (see {self.data / 'serve.log'})")
-        except BenchFailure:
-            self.stop()
-            raise
+    def start(self, timeout: float = 30.0, attempts: int = 3) -> None:
+        """Start `bbs serve` and wait until it answers; a port another process took first is retried on a new one."""
+        log_path = self.data / "serve.log"
+        for attempt in range(attempts):
+            offset = log_path.stat().st_size if log_path.exists() else 0
+            log = open(log_path, "ab")  # noqa: SIM115  (closed with the process)
+            # Benchmarks measure throughput: the rate limits (100/s per key, 50/s per address without one, by
+            # default) are lifted, as an operator would for a bulk load; a run can still set them through extra_env.
+            env = {**os.environ, "BBS_RATE_LIMIT_PER_S": "0", "BBS_ANON_RATE_LIMIT_PER_S": "0", **self.extra_env}
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "node.cli", "serve", "--data", str(self.data), "--port", str(self.port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+            log.close()
+            try:
+                wait_healthy(self.proc, self.url, timeout, f"bbs serve (see {log_path})")
+                return
+            except BenchFailure:
+                self.stop()
+                with open(log_path, "rb") as fh:
+                    fh.seek(offset)
+                    said = fh.read()
+                taken = b"cannot listen" in said or b"address already in use" in said.lower()
+                if not taken or attempt == attempts - 1:
+                    raise
+                self.port = free_port()
+                self.url = f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -94,18 +106,41 @@ class Server:
         return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` holds the listening TCP socket on `port` (Linux: /proc/net/tcp and the process's fds)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[1].rsplit(":", 1)[1] == f"{port:04X}" and fields[3] == "0A":  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    try:
+        return any(os.readlink(fd) in inodes for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+
+
 def wait_healthy(proc: subprocess.Popen[bytes], url: str, timeout: float, what: str) -> None:
-    """Wait until the server process at `url` answers GET /healthz with 200; BenchFailure if it exits or does not."""
+    """Wait until `proc` listens on `url`'s port and answers GET /healthz with 200; BenchFailure if it exits or
+    does not. With tests running in parallel, the port free_port() saw can be bound by another server before
+    `proc` binds it, and that server would answer /healthz: hence the check that the listener is `proc`'s."""
+    port = urllib.parse.urlsplit(url).port
+    assert port is not None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise BenchFailure(f"{what} exited with {proc.returncode}")
         try:
             with urllib.request.urlopen(url + "/healthz", timeout=1) as resp:
-                if resp.status == 200:
+                if resp.status == 200 and listens(proc.pid, port):
                     return
         except OSError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     raise BenchFailure(f"{what} did not answer /healthz within {timeout}s")
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from node.ops.datadir import initialise
+from scenarios.bench.harness import listens
 
 BBS = [sys.executable, "-m", "node.cli"]
 
@@ -55,7 +56,8 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 3
             raise RuntimeError(f"bbs serve exited with {process.returncode}")
         try:
             with urllib.request.urlopen(url + "/healthz", timeout=1):
-                return
+                if listens(process.pid, int(url.rsplit(":", 1)[1])):  # not another test's node on the port
+                    return
         except OSError:
             time.sleep(0.1)
     raise RuntimeError("bbs serve did not become healthy")

@@ -18,6 +18,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from scenarios.bench.harness import listens
+
 POSTS = 200
 CONCURRENCY = 32
 KILL_AFTER_ACKS = 50
@@ -60,7 +62,7 @@ class Server:
                     raise AssertionError(f"bbs serve exited: {self.log.read_text()}")
                 try:
                     async with session.get(self.url + "/healthz") as resp:
-                        if resp.status == 200:
+                        if resp.status == 200 and listens(self.proc.pid, self.port):
                             return
                 except aiohttp.ClientError:
                     pass

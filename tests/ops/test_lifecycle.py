@@ -18,6 +18,7 @@ import pytest
 
 from node.ops import doctor
 from node.ops.datadir import initialise
+from scenarios.bench.harness import listens
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).parents[2]
@@ -37,7 +38,7 @@ async def wait_healthy(url: str, proc: subprocess.Popen[str]) -> None:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             try:
                 async with session.get(url + "/healthz") as resp:
-                    if resp.status == 200:
+                    if resp.status == 200 and listens(proc.pid, int(url.rsplit(":", 1)[1])):
                         return
             except aiohttp.ClientError:
                 pass

@@ -19,6 +19,7 @@ import pytest
 
 from identity import keys
 from node.ops.datadir import initialise
+from scenarios.bench.harness import listens
 from sync.auth import sign_headers
 from sync.replay import FENCE_NAME as REPLAY_FENCE
 from tests.agent.conftest import free_port
@@ -50,7 +51,9 @@ class Served:
         while time.monotonic() < deadline:
             assert self.process.poll() is None, (self.data.parent / f"{self.data.name}.log").read_text()
             try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200 and listens(
+                    self.process.pid, self.port
+                ):
                     return self
             except httpx.HTTPError:
                 time.sleep(0.1)
