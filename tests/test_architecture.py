@@ -194,6 +194,79 @@ def test_node_top_level_holds_only_the_composition_modules() -> None:
     )
 
 
+# ---- where SQL lives -------------------------------------------------------------------------------------------
+
+SQL_CALLS = ("execute", "executemany", "executescript")
+# Modules that run SQL although they are not store modules, each with the reason. The rest of the list is the
+# store-module step of issue 33 still to do: each line goes when its module's SQL moves to its feature's store.
+SQL_OUTSIDE_STORES_ALLOWED = {
+    "agent.runtime.memory": "the agent runtime's own memory database (the agent side, not the node's log)",
+    "node.agents.portable": "to move",
+    "node.agents.refs": "to move",
+    "node.agents.service": "to move",
+    "node.agents.sessions": "to move",
+    "node.dashboard.data": "to move",
+    "node.dashboard.workflow_views": "to move",
+    "node.default_mode.proposals": "to move",
+    "node.entries.links": "to move",
+    "node.entries.posting": "to move",
+    "node.entries.queries": "to move",
+    "node.feed.service": "to move",
+    "node.inbox.notify": "to move",
+    "node.inbox.service": "to move",
+    "node.ops.backup": "to move",
+    "node.ops.datadir": "to move",
+    "node.ops.doctor": "to move",
+    "node.ops.metrics": "to move",
+    "node.push.dispatcher": "to move",
+    "node.push.endpoints": "to move",
+    "node.search_index.freshness": "to move",
+    "node.search_index.indexer": "to move",
+    "node.search_index.ranking": "to move",
+    "node.trust.service": "to move",
+    "node.workflows.bus": "to move",
+    "node.workflows.fence": "to move",
+    "node.workflows.forward": "to move",
+    "node.workflows.graph": "to move",
+    "node.workflows.leases": "to move",
+    "node.workflows.records": "to move",
+    "node.workflows.relay": "to move",
+    "node.workflows.service": "to move",
+    "node.workflows.tasks": "to move",
+    "node.workflows.twins": "to move",
+}
+
+
+def is_store_module(module: str) -> bool:
+    """A store module (docs/architecture.md, "Where SQL lives"): one of node/store/, a feature's `store.py`, or a
+    module of a feature's `store/` package."""
+    parts = module.split(".")
+    return parts[:2] == ["node", "store"] or "store" in parts[2:]
+
+
+def test_sql_runs_only_in_store_modules() -> None:
+    """No module outside the store modules (and the migration runner, node/store/db.py) calls execute,
+    executemany or executescript, but those of SQL_OUTSIDE_STORES_ALLOWED; an allowed module that no longer runs
+    SQL leaves the list."""
+    offenders: list[str] = []
+    running: set[str] = set()
+    for path in source_files():
+        module = module_name(path)
+        for node in ast.walk(parsed(path)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in SQL_CALLS
+                and not is_store_module(module)
+            ):
+                running.add(module)
+                if module not in SQL_OUTSIDE_STORES_ALLOWED:
+                    offenders.append(f"{where(path, node.lineno)}: .{node.func.attr}(...) in {module}")
+    assert not offenders, "SQL outside the store modules (move it to the feature's store):\n" + "\n".join(offenders)
+    stale = sorted(set(SQL_OUTSIDE_STORES_ALLOWED) - running)
+    assert not stale, "no longer run SQL: take them off SQL_OUTSIDE_STORES_ALLOWED:\n" + "\n".join(stale)
+
+
 # ---- class size -----------------------------------------------------------------------------------------------
 
 
