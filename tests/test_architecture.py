@@ -205,8 +205,6 @@ SQL_OUTSIDE_STORES_ALLOWED = {
     "node.agents.refs": "to move",
     "node.agents.service": "to move",
     "node.agents.sessions": "to move",
-    "node.dashboard.data": "to move",
-    "node.dashboard.workflow_views": "to move",
     "node.default_mode.proposals": "to move",
     "node.entries.links": "to move",
     "node.entries.posting": "to move",
