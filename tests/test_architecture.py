@@ -212,8 +212,6 @@ SQL_OUTSIDE_STORES_ALLOWED = {
     "node.feed.service": "to move",
     "node.inbox.notify": "to move",
     "node.inbox.service": "to move",
-    "node.push.dispatcher": "to move",
-    "node.push.endpoints": "to move",
     "node.search_index.freshness": "to move",
     "node.search_index.indexer": "to move",
     "node.search_index.ranking": "to move",
