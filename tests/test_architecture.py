@@ -223,7 +223,6 @@ SQL_OUTSIDE_STORES_ALLOWED = {
     "node.search_index.freshness": "to move",
     "node.search_index.indexer": "to move",
     "node.search_index.ranking": "to move",
-    "node.trust.service": "to move",
     "node.workflows.bus": "to move",
     "node.workflows.fence": "to move",
     "node.workflows.forward": "to move",
