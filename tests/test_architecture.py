@@ -201,10 +201,6 @@ SQL_CALLS = ("execute", "executemany", "executescript")
 # store-module step of issue 33 still to do: each line goes when its module's SQL moves to its feature's store.
 SQL_OUTSIDE_STORES_ALLOWED = {
     "agent.runtime.memory": "the agent runtime's own memory database (the agent side, not the node's log)",
-    "node.agents.portable": "to move",
-    "node.agents.refs": "to move",
-    "node.agents.service": "to move",
-    "node.agents.sessions": "to move",
     "node.dashboard.data": "to move",
     "node.dashboard.workflow_views": "to move",
     "node.default_mode.proposals": "to move",
