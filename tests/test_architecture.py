@@ -207,8 +207,6 @@ SQL_OUTSIDE_STORES_ALLOWED = {
     "node.entries.links": "to move",
     "node.entries.posting": "to move",
     "node.entries.queries": "to move",
-    "node.inbox.notify": "to move",
-    "node.inbox.service": "to move",
     "node.ops.backup": "to move",
     "node.ops.datadir": "to move",
     "node.ops.doctor": "to move",
