@@ -203,7 +203,6 @@ SQL_OUTSIDE_STORES_ALLOWED = {
     "agent.runtime.memory": "the agent runtime's own memory database (the agent side, not the node's log)",
     "node.dashboard.data": "to move",
     "node.dashboard.workflow_views": "to move",
-    "node.default_mode.proposals": "to move",
     "node.entries.links": "to move",
     "node.entries.posting": "to move",
     "node.entries.queries": "to move",
