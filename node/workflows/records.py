@@ -4,7 +4,8 @@ Records arrive in any order (local writes, sync from several peers). Each event 
 the task is the fold of all of its events in (created_ms, hash) order, so every node holding the same events
 computes the same task. An event that sorts after every event the task has (the usual case: local writes,
 sync in order) is applied to the stored task (`advance`), which gives the fold's result without reading the
-history; any other event re-folds the task from all of its events (`refold`).
+history; any other event re-folds the task from all of its events (`refold_txn`). Their SQL is in
+node/workflows/store/ (bus.py, events.py, tasks.py, twins.py).
 """
 
 from __future__ import annotations
