@@ -215,16 +215,6 @@ SQL_OUTSIDE_STORES_ALLOWED = {
     "node.search_index.freshness": "to move",
     "node.search_index.indexer": "to move",
     "node.search_index.ranking": "to move",
-    "node.workflows.bus": "to move",
-    "node.workflows.fence": "to move",
-    "node.workflows.forward": "to move",
-    "node.workflows.graph": "to move",
-    "node.workflows.leases": "to move",
-    "node.workflows.records": "to move",
-    "node.workflows.relay": "to move",
-    "node.workflows.service": "to move",
-    "node.workflows.tasks": "to move",
-    "node.workflows.twins": "to move",
 }
 
 
