@@ -18,7 +18,7 @@ from types import MappingProxyType
 from aiohttp import web
 
 from node import routes as substrate_routes
-from node.agents import sessions as agent_auth
+from node.agents import routes as agent_routes
 from node.default_mode import routes as default_mode_routes
 from node.federation import routes as peer_routes
 from node.feed import routes as feed_routes
@@ -26,7 +26,7 @@ from node.nlip import endpoint as nlip_endpoint
 from node.push import routes as push_routes
 from node.store import projections
 from node.store.projections import Projector
-from node.trust import service as trust
+from node.trust import routes as trust_routes
 from node.web import background
 from node.web.background import CleanupContext
 from node.web.http import Route
@@ -61,8 +61,8 @@ FEATURES: tuple[Feature, ...] = (
     ),
     Feature("feed", routes=feed_routes.ROUTES, setup=feed_routes.install),  # entries in arrival order, long-poll
     Feature("default mode", routes=default_mode_routes.ROUTES),  # governed memory: /v1/default-mode
-    Feature("trust", routes=trust.ROUTES, background=(background.trust_refresh,)),
-    Feature("key-proof sessions", routes=agent_auth.ROUTES),
+    Feature("trust", routes=trust_routes.ROUTES, background=(background.trust_refresh,)),
+    Feature("key-proof sessions", routes=agent_routes.ROUTES),
     Feature(
         "federation",  # peers, digest, peer-signed sync; the scheduler pulling from every peer
         routes=peer_routes.PEER_ROUTES,

@@ -201,28 +201,9 @@ SQL_CALLS = ("execute", "executemany", "executescript")
 # store-module step of issue 33 still to do: each line goes when its module's SQL moves to its feature's store.
 SQL_OUTSIDE_STORES_ALLOWED = {
     "agent.runtime.memory": "the agent runtime's own memory database (the agent side, not the node's log)",
-    "node.agents.portable": "to move",
-    "node.agents.refs": "to move",
-    "node.agents.service": "to move",
-    "node.agents.sessions": "to move",
-    "node.default_mode.proposals": "to move",
     "node.entries.links": "to move",
     "node.entries.posting": "to move",
     "node.entries.queries": "to move",
-    "node.feed.service": "to move",
-    "node.inbox.notify": "to move",
-    "node.inbox.service": "to move",
-    "node.trust.service": "to move",
-    "node.workflows.bus": "to move",
-    "node.workflows.fence": "to move",
-    "node.workflows.forward": "to move",
-    "node.workflows.graph": "to move",
-    "node.workflows.leases": "to move",
-    "node.workflows.records": "to move",
-    "node.workflows.relay": "to move",
-    "node.workflows.service": "to move",
-    "node.workflows.tasks": "to move",
-    "node.workflows.twins": "to move",
 }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from identity import keys, records
 from node.agents import service as agents
+from node.agents import store
 from node.errors import Conflict, InvalidInput, NotFound
 from node.service import Node
 from wire.api import CreatedAgent
@@ -24,11 +25,7 @@ async def export_identity(node: Node, name: str) -> tuple[keys.SigningKey, dict[
     """The key and signed identity document of the local agent `name`."""
 
     def fetch(conn: sqlite3.Connection) -> tuple[keys.SigningKey, dict[str, Any]]:
-        row = conn.execute(
-            "SELECT l.agent_id, l.key_seed, r.body FROM local_agents l JOIN agents a ON a.id = l.agent_id"
-            " JOIN records r ON r.hash = a.doc_hash WHERE l.name = ?",
-            (name,),
-        ).fetchone()
+        row = store.exported_identity(conn, name)
         if row is None:
             raise NotFound(f"no agent named {name!r} on this node", code="agent_not_found", field="name")
         if row[1] is None:

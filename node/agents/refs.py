@@ -7,10 +7,11 @@ starts. Records always carry dids: a name is resolved before anything is signed 
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable
 
+from node.agents import store
 from node.errors import InvalidInput, NotFound
+from node.store.conn import Conn
 from wire.api import AGENT_REF_PATTERN
 
 DID_PREFIX = "did:key:"
@@ -21,7 +22,7 @@ def is_did(ref: str) -> bool:
     return ref.startswith(DID_PREFIX)
 
 
-def resolve(conn: sqlite3.Connection, ref: str, field: str) -> str:
+def resolve(conn: Conn, ref: str, field: str) -> str:
     """The did `ref` names. A did is returned as given (it may be an agent of another node); a local name is
     looked up: 404 `agent_not_found` naming `field` if no agent here has it, 422 `invalid_agent_ref` if `ref`
     is neither a did nor a name."""
@@ -31,19 +32,19 @@ def resolve(conn: sqlite3.Connection, ref: str, field: str) -> str:
         return ref
     if not AGENT_REF_PATTERN.fullmatch(ref):
         raise InvalidInput(f"{ref!r} is neither a did nor an agent name", field=field, code="invalid_agent_ref")
-    row = conn.execute("SELECT agent_id FROM local_agents WHERE name = ?", (ref,)).fetchone()
-    if row is None:
+    did = store.agent_id_by_name(conn, ref)
+    if did is None:
         raise NotFound(f"no agent named {ref!r} on this node (give its did or a local name)", field=field,
                        code="agent_not_found")  # fmt: skip
-    return str(row[0])
+    return did
 
 
-def resolve_optional(conn: sqlite3.Connection, ref: str | None, field: str) -> str | None:
+def resolve_optional(conn: Conn, ref: str | None, field: str) -> str | None:
     """`resolve`, passing None through (an optional field left out)."""
     return None if ref is None else resolve(conn, ref, field)
 
 
-def resolve_all(conn: sqlite3.Connection, refs: Iterable[str], field: str) -> list[str]:
+def resolve_all(conn: Conn, refs: Iterable[str], field: str) -> list[str]:
     """`resolve` for each of a list, in order; an error names `field[i]`."""
     return [resolve(conn, ref, f"{field}[{i}]") for i, ref in enumerate(refs)]
 

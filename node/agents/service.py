@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from identity import canonical, keys, records
 from identity.schema import AgentRecord
 from node.agents import refs as agent_refs
+from node.agents import store
 from node.errors import Conflict, InvalidInput, NotFound
 from node.store import projections, submission
+from node.store.conn import Conn
 from node.store.db import Database
 from node.trust import service as trust
 from wire.api import AgentListItem, AgentListQuery, AgentOut, AgentPage, CreatedAgent
@@ -49,36 +51,33 @@ class Principal:
         return self.role == "admin"
 
 
-def new_credential(conn: sqlite3.Connection, role: str, agent_id: str | None, now_ms: int) -> str:
+def new_credential(conn: Conn, role: str, agent_id: str | None, now_ms: int) -> str:
     """Create a credential and return the token (shown once; only its hash is kept)."""
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
-    conn.execute(
-        "INSERT INTO credentials (key_id, role, agent_id, secret_sha256, created_ms) VALUES (?, ?, ?, ?, ?)",
-        (key_id, role, agent_id, _digest(secret), now_ms),
-    )
+    store.insert_credential_txn(conn, key_id, role, agent_id, _digest(secret), now_ms)
     return f"bbs_{key_id}_{secret}"
 
 
-def rotate_api_key(conn: sqlite3.Connection, ref: str, now_ms: int) -> tuple[str, str, str]:
+def rotate_api_key(conn: Conn, ref: str, now_ms: int) -> tuple[str, str, str]:
     """Replace every API key of a local agent (by name or did) with one new key: (name, agent_id, api_key).
 
     The old keys stop working when this commits (a running node notices within CREDENTIALS_CHECK_MS).
     """
     did = agent_refs.resolve(conn, ref, "agent_id")
-    row = conn.execute("SELECT name, agent_id FROM local_agents WHERE agent_id = ?", (did,)).fetchone()
+    row = store.local_agent(conn, did)
     if row is None:
         raise NotFound(f"no agent {ref!r} on this node", code="agent_not_found", field="agent_id")
-    conn.execute("DELETE FROM credentials WHERE role = 'agent' AND agent_id = ?", (row["agent_id"],))
+    store.delete_agent_credentials_txn(conn, row["agent_id"])
     return row["name"], row["agent_id"], new_credential(conn, "agent", row["agent_id"], now_ms)
 
 
-def authenticate(conn: sqlite3.Connection, token: str) -> Principal | None:
+def authenticate(conn: Conn, token: str) -> Principal | None:
     """The principal a bearer token belongs to, or None."""
     parts = token.split("_", 2)
     if len(parts) != 3 or parts[0] != "bbs" or len(parts[1]) != 16 or not parts[2]:
         return None
-    row = conn.execute("SELECT role, agent_id, secret_sha256 FROM credentials WHERE key_id = ?", (parts[1],)).fetchone()
+    row = store.credential(conn, parts[1])
     if row is None or not hmac.compare_digest(row["secret_sha256"], _digest(parts[2])):
         return None
     return Principal(row["role"], row["agent_id"])
@@ -86,11 +85,6 @@ def authenticate(conn: sqlite3.Connection, token: str) -> Principal | None:
 
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
-
-
-def credential_epoch(conn: sqlite3.Connection) -> int:
-    """The counter every deletion or change of a credential moves (a trigger, whichever process made it)."""
-    return int(conn.execute("SELECT n FROM credential_epoch WHERE id = 1").fetchone()[0])
 
 
 class TokenCache:
@@ -182,9 +176,9 @@ def register(
 ) -> str:
     """Register an agent on this node (its identity record, its local name, an API key); return the API key."""
     check_name(name)
-    if conn.execute("SELECT 1 FROM local_agents WHERE name = ?", (name,)).fetchone():
+    if store.name_taken(conn, name):
         raise Conflict(f"an agent named {name!r} already exists on this node", code="agent_exists", field="$.name")
-    if conn.execute("SELECT 1 FROM local_agents WHERE agent_id = ?", (key.did,)).fetchone():
+    if store.did_registered(conn, key.did):
         raise Conflict("this identity is already registered on this node", code="agent_exists")
     try:
         record_hash, decoded = records.check(dict(record))
@@ -193,27 +187,19 @@ def register(
     submission.check_record(dict(record))  # created here or imported (`bbs agent import`): a submission
     assert isinstance(decoded, AgentRecord)
     projections.append(conn, dict(record), record_hash, decoded, origin="local", now_ms=now_ms)
-    conn.execute(
-        "INSERT INTO local_agents (name, agent_id, key_seed, created_ms) VALUES (?, ?, ?, ?)",
-        (name, key.did, key.seed if keep_key else None, now_ms),
-    )
+    store.insert_local_agent_txn(conn, name, key.did, key.seed if keep_key else None, now_ms)
     return new_credential(conn, "agent", key.did, now_ms)
 
 
-def signing_key(conn: sqlite3.Connection, agent_id: str) -> keys.SigningKey | None:
+def signing_key(conn: Conn, agent_id: str) -> keys.SigningKey | None:
     """The agent's private key if this node keeps it."""
-    row = conn.execute("SELECT key_seed FROM local_agents WHERE agent_id = ?", (agent_id,)).fetchone()
-    if row is None or row[0] is None:
-        return None
-    return keys.SigningKey.from_seed(bytes(row[0]))
+    seed = store.key_seed(conn, agent_id)
+    return None if seed is None else keys.SigningKey.from_seed(seed)
 
 
-def agent_out(conn: sqlite3.Connection, agent_id: str) -> AgentOut:
+def agent_out(conn: Conn, agent_id: str) -> AgentOut:
     """An agent's public identity with its entry count and trust; 404 `agent_not_found` if unknown here."""
-    row = conn.execute(
-        "SELECT a.*, (SELECT count(*) FROM entries e WHERE e.author_id = a.id) AS n FROM agents a WHERE a.id = ?",
-        (agent_id,),
-    ).fetchone()
+    row = store.agent(conn, agent_id)
     if row is None:
         raise NotFound(f"no agent {agent_id}", code="agent_not_found")
     return AgentOut(
@@ -228,17 +214,10 @@ def agent_out(conn: sqlite3.Connection, agent_id: str) -> AgentOut:
     )
 
 
-def list_agents(conn: sqlite3.Connection, query: AgentListQuery) -> AgentPage:
+def list_agents(conn: Conn, query: AgentListQuery) -> AgentPage:
     """A page of the agents this node knows (registered here or arrived by sync) in did order, after `query.after`;
     with `query.local`, only those registered here."""
-    rows = conn.execute(
-        "SELECT a.id, l.name, a.display_name, a.description, a.agent_type, a.home_node, a.created_at,"
-        " l.key_seed IS NOT NULL AS key_kept, (SELECT count(*) FROM entries e WHERE e.author_id = a.id) AS n"
-        " FROM agents a LEFT JOIN local_agents l ON l.agent_id = a.id"
-        " WHERE (:after IS NULL OR a.id > :after) AND (:local = 0 OR l.name IS NOT NULL)"
-        " ORDER BY a.id LIMIT :limit",
-        {"after": query.after, "local": int(query.local), "limit": query.limit + 1},
-    ).fetchall()
+    rows = store.agent_page(conn, query.after, query.local, query.limit + 1)
     agents = [
         AgentListItem(
             agent_id=r["id"],
@@ -271,7 +250,7 @@ class Agents:
         now = self.now_ms()
         if now >= self._credentials_checked_ms + CREDENTIALS_CHECK_MS:
             self._credentials_checked_ms = now  # before the await: one look per interval, not one per request
-            self.tokens.observe(await self.db.read(credential_epoch, quick=True))
+            self.tokens.observe(await self.db.read(store.credential_epoch, quick=True))
         principal = self.tokens.get(token, now)
         if principal is None:
             generation = self.tokens.generation

@@ -19,19 +19,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import sqlite3
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
-
 from identity import canonical, keys
-from node.agents import challenges
+from node.agents import challenges, store
 from node.agents.service import Principal
 from node.errors import NotFound, Unauthorized
 from node.service import Node
-from node.web.appkeys import NODE
-from node.web.http import Route, convert, json_response, read_json
-from wire.api import ChallengeIn, ChallengeOut, SessionIn, SessionOut
+from wire.api import ChallengeOut, SessionIn, SessionOut
 from wire.time import format_ms
 
 PURPOSE = "agent-bbs-session"
@@ -57,8 +52,7 @@ async def issue_challenge(node: Node, agent_id: str) -> ChallengeOut:
     now = node.now_ms()
     nonce = keys.b64u(secrets.token_bytes(32))
 
-    known = await node.db.read(lambda c: c.execute("SELECT 1 FROM agents WHERE id = ?", (agent_id,)).fetchone())
-    if known is None:
+    if not await node.db.read(lambda c: store.agent_known(c, agent_id)):
         raise NotFound(
             "this node does not know that agent: import its identity here (bbs agent import) or wait for sync",
             field="$.agent_id",
@@ -94,14 +88,9 @@ async def open_session(node: Node, body: SessionIn) -> SessionOut:
             code="bad_signature",
         )
 
-    def job(conn: sqlite3.Connection) -> None:
-        conn.execute("DELETE FROM auth_sessions WHERE expires_ms <= ?", (now,))
-        conn.execute(
-            "INSERT INTO auth_sessions (key_id, agent_id, secret_sha256, expires_ms) VALUES (?, ?, ?, ?)",
-            (key_id, body.agent_id, _digest(secret), now + SESSION_TTL_MS),
-        )
-
-    await node.db.write(job)
+    await node.db.write(
+        lambda c: store.open_session_txn(c, key_id, body.agent_id, _digest(secret), now + SESSION_TTL_MS, now)
+    )
     return SessionOut(
         token=f"{TOKEN_PREFIX}_{key_id}_{secret}",
         agent_id=body.agent_id,
@@ -120,11 +109,7 @@ async def session_principal(node: Node, token: str) -> Principal | None:
     if cached is not None:
         return cached
     generation = node.agents.tokens.generation
-    row = await node.db.read(
-        lambda c: c.execute(
-            "SELECT agent_id, secret_sha256, expires_ms FROM auth_sessions WHERE key_id = ?", (parts[1],)
-        ).fetchone()
-    )
+    row = await node.db.read(lambda c: store.session(c, parts[1]))
     if row is None or row[2] <= now or not hmac.compare_digest(row[1], _digest(parts[2])):
         return None
     principal = Principal("agent", row[0])
@@ -156,37 +141,3 @@ def agent_authenticator(node: Node) -> Callable[[str], Awaitable[str | None]]:
         return principal.agent_id if principal is not None and principal.role == "agent" else None
 
     return agent_of
-
-
-async def post_challenge(request: web.Request) -> web.Response:
-    body = convert(await read_json(request), ChallengeIn)
-    return json_response(await issue_challenge(request.app[NODE], body.agent_id), 201)
-
-
-async def post_session(request: web.Request) -> web.Response:
-    body = convert(await read_json(request), SessionIn)
-    return json_response(await open_session(request.app[NODE], body), 201)
-
-
-ROUTES: list[Route] = [
-    Route(
-        "POST",
-        "/v1/auth/challenge",
-        post_challenge,
-        "Get a one-time challenge to prove an agent key",
-        "none",
-        body=ChallengeIn,
-        responses={201: ChallengeOut},
-        tag="auth",
-    ),
-    Route(
-        "POST",
-        "/v1/auth/session",
-        post_session,
-        "Exchange a signed challenge for a session token",
-        "none",
-        body=SessionIn,
-        responses={201: SessionOut},
-        tag="auth",
-    ),
-]

@@ -174,7 +174,9 @@ class Proposals:
         until_ms = queries.parse_since(body.until, "$.until")
         if since_ms is not None and until_ms is not None and until_ms < since_ms:
             raise InvalidInput("until is before since", field="$.until", code="invalid_range")
-        rows = await self.db.read(lambda c: session_records(c, body.session_id, body.project, since_ms, until_ms))
+        rows = await self.db.read(
+            lambda c: store.session_records(c, body.session_id, body.project, since_ms, until_ms, MAX_SESSION_ENTRIES)
+        )
         if not rows:
             what = " and ".join(
                 ([f"entries tagged session:{body.session_id}"] if body.session_id is not None else [])
@@ -231,7 +233,13 @@ class Proposals:
         """Summarise the distribution of recent entries into one needs_review hypothesis carrying them all.
 
         With an idempotency `key` already used, the first reply and False (nothing stored)."""
-        rows = list(reversed(await self.db.read(lambda c: recent_entries(c, body, since_ms))))
+        rows = list(
+            reversed(
+                await self.db.read(
+                    lambda c: store.recent_entries(c, body.limit, body.include_synthetic, body.tags, since_ms)
+                )
+            )
+        )
         if not rows:
             raise InvalidInput("no recent entries match; nothing to consolidate", code="nothing_to_consolidate")
         text, distribution = _distribution(rows)
@@ -378,52 +386,8 @@ def store_and_review(
     return result, True
 
 
-def session_records(
-    conn: sqlite3.Connection, session_id: str | None, project: str | None, since_ms: int | None, until_ms: int | None
-) -> list[sqlite3.Row]:
-    """What a session produced, oldest first: entries tagged session:<id> (simulations aside) and the bus
-    messages of `project`, within [since, until]; at most MAX_SESSION_ENTRIES of each."""
-    window = " AND {t} >= coalesce(:since, {t}) AND {t} <= coalesce(:until, {t})"
-    params = {"tag": f"session:{session_id}", "project": project, "since": since_ms, "until": until_ms,
-              "cap": MAX_SESSION_ENTRIES}  # fmt: skip
-    parts = []
-    if session_id is not None:
-        parts.append(
-            "SELECT * FROM (SELECT e.record_hash, e.content AS text, e.created_ms AS at, 0 AS part, e.id AS n"
-            " FROM entry_tags t JOIN entries e ON e.id = t.entry_id"
-            " WHERE t.tag = :tag AND e.truth_state != 'simulation'"
-            + window.format(t="e.created_ms")
-            + " ORDER BY e.created_ms, e.id LIMIT :cap)"
-        )
-    if project is not None:
-        parts.append(
-            "SELECT * FROM (SELECT m.record_hash, m.body AS text, m.created_ms AS at, 1 AS part, m.id AS n"
-            " FROM messages m WHERE m.project = :project"
-            + window.format(t="m.created_ms")
-            + " ORDER BY m.created_ms, m.id LIMIT :cap)"
-        )
-    return conn.execute(" UNION ALL ".join(parts) + " ORDER BY at, part, n", params).fetchall()
-
-
 def _present(source: str | None) -> list[str]:
     return [] if source is None else [source]
-
-
-def recent_entries(conn: sqlite3.Connection, body: ConsolidateIn, since_ms: int | None) -> list[sqlite3.Row]:
-    """The newest entries a consolidation summarises, newest first."""
-    where = ["1 = 1"]
-    params: dict[str, Any] = {"limit": body.limit, "since": since_ms}
-    if not body.include_synthetic:
-        where.append("e.truth_state != 'simulation'")
-    if since_ms is not None:
-        where.append("e.created_ms >= :since")
-    if body.tags:
-        where.append(queries.tagged_any(body.tags, params))
-    sql = (
-        "SELECT e.record_hash, e.author_id, e.created_at, e.entry_type, e.performative, e.truth_state, e.tags"
-        f" FROM entries e WHERE {' AND '.join(where)} ORDER BY e.id DESC LIMIT :limit"
-    )
-    return conn.execute(sql, params).fetchall()
 
 
 def _distribution(rows: list[sqlite3.Row]) -> tuple[str, dict[str, Any]]:

@@ -10,8 +10,10 @@ from typing import Any
 from identity import canonical
 from node.agents import refs as agent_refs
 from node.default_mode.critic import Review
+from node.entries import queries
 from node.errors import InvalidInput, NotFound
 from node.store import idempotency
+from node.store.conn import Conn
 from wire.default_mode import CandidateOut
 from wire.time import format_ms
 
@@ -180,6 +182,54 @@ def local_author(conn: sqlite3.Connection, ref: str) -> sqlite3.Row | None:
     return conn.execute(
         "SELECT agent_id, key_seed IS NOT NULL AS key_kept FROM local_agents WHERE agent_id = ?", (did,)
     ).fetchone()
+
+
+# ---- what the proposing side reads (node/default_mode/proposals.py) ---------------------------------------------
+
+
+def session_records(
+    conn: Conn, session_id: str | None, project: str | None, since_ms: int | None, until_ms: int | None, cap: int
+) -> list[Any]:
+    """What a session produced, oldest first: entries tagged session:<id> (simulations aside) and the bus
+    messages of `project`, within [since, until]; at most `cap` of each."""
+    window = " AND {t} >= coalesce(:since, {t}) AND {t} <= coalesce(:until, {t})"
+    params = {"tag": f"session:{session_id}", "project": project, "since": since_ms, "until": until_ms,
+              "cap": cap}  # fmt: skip
+    parts = []
+    if session_id is not None:
+        parts.append(
+            "SELECT * FROM (SELECT e.record_hash, e.content AS text, e.created_ms AS at, 0 AS part, e.id AS n"
+            " FROM entry_tags t JOIN entries e ON e.id = t.entry_id"
+            " WHERE t.tag = :tag AND e.truth_state != 'simulation'"
+            + window.format(t="e.created_ms")
+            + " ORDER BY e.created_ms, e.id LIMIT :cap)"
+        )
+    if project is not None:
+        parts.append(
+            "SELECT * FROM (SELECT m.record_hash, m.body AS text, m.created_ms AS at, 1 AS part, m.id AS n"
+            " FROM messages m WHERE m.project = :project"
+            + window.format(t="m.created_ms")
+            + " ORDER BY m.created_ms, m.id LIMIT :cap)"
+        )
+    return conn.execute(" UNION ALL ".join(parts) + " ORDER BY at, part, n", params).fetchall()
+
+
+def recent_entries(conn: Conn, limit: int, include_synthetic: bool, tags: list[str], since_ms: int | None) -> list[Any]:
+    """The newest `limit` entries a consolidation summarises (since `since_ms`, with one of `tags` when given;
+    simulations only with `include_synthetic`), newest first."""
+    where = ["1 = 1"]
+    params: dict[str, Any] = {"limit": limit, "since": since_ms}
+    if not include_synthetic:
+        where.append("e.truth_state != 'simulation'")
+    if since_ms is not None:
+        where.append("e.created_ms >= :since")
+    if tags:
+        where.append(queries.tagged_any(tags, params))
+    sql = (
+        "SELECT e.record_hash, e.author_id, e.created_at, e.entry_type, e.performative, e.truth_state, e.tags"
+        f" FROM entries e WHERE {' AND '.join(where)} ORDER BY e.id DESC LIMIT :limit"
+    )
+    return conn.execute(sql, params).fetchall()
 
 
 def out(row: sqlite3.Row) -> CandidateOut:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 
 from node.entries import queries
+from node.feed import store
+from node.store.conn import Conn
 from node.store.db import Database
 from wire.feed import FeedPage, FeedQuery
 
@@ -54,28 +55,18 @@ class Feed:
         loop = asyncio.get_running_loop()
         async with self._head_lock:
             if loop.time() - self._head_at >= POLL_S / 2:
-                self._head = await self.db.read(newest_id, quick=True)
+                self._head = await self.db.read(store.newest_id, quick=True)
                 self._head_at = loop.time()
             return self._head
 
 
-def newest_id(conn: sqlite3.Connection) -> int:
-    """The newest entry id on this node (0 when there is none)."""
-    return int(conn.execute("SELECT coalesce(max(id), 0) FROM entries").fetchone()[0])
-
-
-def read_page(conn: sqlite3.Connection, q: FeedQuery) -> FeedPage:
+def read_page(conn: Conn, q: FeedQuery) -> FeedPage:
     """`Feed.page` on one connection (one snapshot: the page and the head agree).
 
     A short page holds every visible entry up to the head, so `next` moves to the head: the synthetic entries
     it skipped are not scanned again. A cursor beyond the head (given by another node, or kept from before a
     restore to an older backup) moves back to the head, so the entries that arrive next are not missed."""
-    sql = (
-        f"SELECT {queries.ENTRY_COLUMNS} FROM entries e WHERE e.id > ?"
-        + ("" if q.include_synthetic else " AND e.truth_state != 'simulation'")
-        + " ORDER BY e.id LIMIT ?"
-    )
-    entries = [queries.entry_out(r) for r in conn.execute(sql, (q.after, q.limit)).fetchall()]
-    head = newest_id(conn)
+    entries = [queries.entry_out(r) for r in store.entry_rows(conn, q.after, q.limit, q.include_synthetic)]
+    head = store.newest_id(conn)
     cursor = entries[-1].id if len(entries) == q.limit else head
     return FeedPage(entries=entries, next=cursor, head=head)

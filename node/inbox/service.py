@@ -15,7 +15,8 @@ from identity import canonical
 from node.agents import refs as agent_refs
 from node.entries.queries import parse_since
 from node.errors import Conflict, NotFound
-from node.inbox import notify
+from node.inbox import notify, store
+from node.store.conn import Conn
 from node.store.db import Database
 from wire.api import AckOut, Envelope, InboxQuery, InboxResult, SubscriptionIn, SubscriptionOut
 from wire.time import format_ms
@@ -54,7 +55,7 @@ class Inbox:
         rows: list[sqlite3.Row] = []
         # An empty inbox (the usual poll) is answered by a read: only a poll with something to lease needs the
         # writer. Expiry of any agent's notifications runs in those (take_inbox), so it waits for one.
-        if await self.db.read(lambda c: notify.has_deliverable(c, agent_id, now), quick=True):
+        if await self.db.read(lambda c: store.has_deliverable(c, agent_id, now), quick=True):
             rows = await self.db.write(
                 lambda c: notify.take_inbox(
                     c, agent_id, limit=q.limit, since_ms=since_ms, mark_delivered=q.mark_delivered, now_ms=now
@@ -65,15 +66,15 @@ class Inbox:
     async def ack(self, agent_id: str, ids: list[int]) -> AckOut:
         """Acknowledge the agent's notifications by id: they are not delivered again."""
         now = self.now_ms()
-        return AckOut(acknowledged=await self.db.write(lambda c: notify.ack(c, agent_id, ids, now)))
+        return AckOut(acknowledged=await self.db.write(lambda c: store.ack_txn(c, agent_id, ids, now)))
 
     async def expire_notifications(self) -> int:
         """Mark notifications past their expiry, any agent's; how many. Polls that lease do this too; this is for
         a node whose polls find nothing to lease (answered without the writer). A writer job only when needed."""
         now = self.now_ms()
-        if not await self.db.read(lambda c: notify.expired_waiting(c, now), quick=True):
+        if not await self.db.read(lambda c: store.expired_waiting(c, now), quick=True):
             return 0
-        return await self.db.write(lambda c: notify.expire(c, now))
+        return await self.db.write(lambda c: store.expire_txn(c, now))
 
 
 def subscription_filter(sub: SubscriptionIn) -> tuple[dict[str, list[str]], str]:
@@ -88,57 +89,27 @@ def subscription_filter(sub: SubscriptionIn) -> tuple[dict[str, list[str]], str]
 
 
 def subscribe(
-    conn: sqlite3.Connection, agent_id: str, dims: dict[str, list[str]], filter_key: str, directed: bool, now: int
+    conn: Conn, agent_id: str, dims: dict[str, list[str]], filter_key: str, directed: bool, now: int
 ) -> tuple[SubscriptionOut, bool]:
     """Store the filter unless the agent has it already; read it back inside the write (a concurrent
     unsubscribe cannot make the answer vanish)."""
-    row = conn.execute(
-        "SELECT * FROM subscriptions WHERE agent_id = ? AND filter_key = ?", (agent_id, filter_key)
-    ).fetchone()
+    row = store.subscription_by_filter(conn, agent_id, filter_key)
     if row is not None:
         return subscription_out(row), False
-    count = conn.execute("SELECT count(*) FROM subscriptions WHERE agent_id = ?", (agent_id,)).fetchone()[0]
-    if count >= MAX_SUBSCRIPTIONS:
+    if store.subscription_count(conn, agent_id) >= MAX_SUBSCRIPTIONS:
         raise Conflict(f"an agent may hold at most {MAX_SUBSCRIPTIONS} subscriptions", code="too_many_subscriptions")
-    sub_id = conn.execute(
-        "INSERT INTO subscriptions (agent_id, filter_key, tags, entry_types, performatives, authors, directed,"
-        " n_tags, n_types, n_perfs, n_authors, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        " RETURNING id",
-        (
-            agent_id,
-            filter_key,
-            json.dumps(dims["tags"]),
-            json.dumps(dims["entry_types"]),
-            json.dumps(dims["performatives"]),
-            json.dumps(dims["authors"]),
-            int(directed),
-            len(dims["tags"]),
-            len(dims["entry_types"]),
-            len(dims["performatives"]),
-            len(dims["authors"]),
-            now,
-        ),
-    ).fetchone()[0]
-    terms = (
-        [(sub_id, "tag", v) for v in dims["tags"]]
-        + [(sub_id, "type", v) for v in dims["entry_types"]]
-        + [(sub_id, "perf", v) for v in dims["performatives"]]
-        + [(sub_id, "author", v) for v in dims["authors"]]
-    )
-    conn.executemany("INSERT INTO subscription_terms (sub_id, dim, value) VALUES (?, ?, ?)", terms)
-    return subscription_out(conn.execute("SELECT * FROM subscriptions WHERE id = ?", (sub_id,)).fetchone()), True
+    sub_id = store.insert_subscription_txn(conn, agent_id, dims, filter_key, directed, now)
+    return subscription_out(store.subscription(conn, sub_id)), True
 
 
-def subscriptions(conn: sqlite3.Connection, agent_id: str) -> list[SubscriptionOut]:
+def subscriptions(conn: Conn, agent_id: str) -> list[SubscriptionOut]:
     """The agent's filters, oldest first."""
-    rows = conn.execute("SELECT * FROM subscriptions WHERE agent_id = ? ORDER BY id", (agent_id,)).fetchall()
-    return [subscription_out(r) for r in rows]
+    return [subscription_out(r) for r in store.agent_subscriptions(conn, agent_id)]
 
 
-def unsubscribe(conn: sqlite3.Connection, agent_id: str, sub_id: int) -> None:
+def unsubscribe(conn: Conn, agent_id: str, sub_id: int) -> None:
     """Delete one of the agent's filters, or 404 `subscription_not_found`."""
-    cur = conn.execute("DELETE FROM subscriptions WHERE id = ? AND agent_id = ?", (sub_id, agent_id))
-    if cur.rowcount == 0:
+    if store.delete_subscription_txn(conn, agent_id, sub_id) == 0:
         raise NotFound(f"no subscription {sub_id} of yours", code="subscription_not_found")
 
 

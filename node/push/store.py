@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from node.inbox import notify
+from node.inbox import store as inbox_store
 from node.store.conn import Conn
 
 # ---- endpoints ----------------------------------------------------------------------------------------------------
@@ -68,7 +68,7 @@ def peer_urls(conn: Conn) -> list[str]:
 # ---- the dispatcher's scan ----------------------------------------------------------------------------------------
 
 NEW_SQL = (
-    "SELECT n.agent_id, " + notify.ENVELOPE_COLUMNS + " FROM notifications n JOIN entries e ON e.id = n.entry_id"
+    "SELECT n.agent_id, " + inbox_store.ENVELOPE_COLUMNS + " FROM notifications n JOIN entries e ON e.id = n.entry_id"
     " WHERE n.id > :after AND n.id <= :upto AND +n.agent_id IN (SELECT value FROM json_each(:agents))"
     " AND +n.status = 'pending' ORDER BY n.id LIMIT :limit"
 )
@@ -87,7 +87,7 @@ def newest_notification_id(conn: Conn) -> int:
 
 def new_notifications(conn: Conn, after: int, upto: int, agents: list[str], limit: int) -> list[Any]:
     """The first `limit` pending notifications of `agents` with ids in (after, upto], oldest first:
-    each row the agent id and the envelope columns (node/inbox/notify.py `ENVELOPE_COLUMNS`)."""
+    each row the agent id and the envelope columns (node/inbox/store.py `ENVELOPE_COLUMNS`)."""
     params = {"after": after, "upto": upto, "agents": json.dumps(agents), "limit": limit}
     return conn.execute(NEW_SQL, params).fetchall()
 

@@ -35,39 +35,16 @@ from dataclasses import dataclass, field
 
 import msgspec
 import networkx as nx
-from aiohttp import web
 
 from node.store import equivocation
+from node.store.conn import Conn
 from node.store.db import Database
-from node.web.appkeys import NODE
-from node.web.http import Route, json_response
+from node.trust import store as trust_store
 from wire.api import AgentTrust
 
 NEUTRAL = 0.5
 REFRESH_SECONDS = 30.0
 DIGITS = 4
-
-# One row per distinct (endorser, target entry, polarity). UNION deduplicates.
-SIGNALS_SQL = """
-SELECT l.author_id AS endorser, t.author_id AS author, t.record_hash AS target,
-       CASE l.link_type WHEN 'supports' THEN 1 ELSE -1 END AS polarity
-FROM links l
-JOIN entries s ON s.record_hash = l.source_hash
-JOIN entries t ON t.record_hash = l.target_hash
-WHERE l.link_type IN ('supports', 'contradicts') AND l.ordinal >= 0
-  AND l.author_id != t.author_id AND s.truth_state != 'simulation'
-  AND NOT EXISTS (SELECT 1 FROM links r WHERE r.source_hash = s.record_hash AND r.link_type = 'retracted_by')
-UNION
-SELECT s.author_id, t.author_id, t.record_hash,
-       CASE s.performative WHEN 'confirm' THEN 1 ELSE -1 END
-FROM entries s
-JOIN links l ON l.source_hash = s.record_hash AND l.ordinal >= 0
-    AND l.link_type NOT IN ('supersedes', 'retracted_by')
-JOIN entries t ON t.record_hash = l.target_hash
-WHERE s.performative IN ('confirm', 'disconfirm')
-  AND s.author_id != t.author_id AND s.truth_state != 'simulation'
-  AND NOT EXISTS (SELECT 1 FROM links r WHERE r.source_hash = s.record_hash AND r.link_type = 'retracted_by')
-"""
 
 
 @dataclass(frozen=True, order=True)
@@ -175,10 +152,9 @@ def compute(signals: Iterable[Signal], equivocations: Mapping[str, int] | None =
     return result
 
 
-def read_signals(conn: sqlite3.Connection) -> list[Signal]:
+def read_signals(conn: Conn) -> list[Signal]:
     """Every counted-kind signal in the store, in a stable order."""
-    rows = conn.execute(SIGNALS_SQL).fetchall()
-    return sorted(Signal(r[0], r[1], r[2], int(r[3])) for r in rows)
+    return sorted(Signal(r[0], r[1], r[2], int(r[3])) for r in trust_store.signal_rows(conn))
 
 
 def snapshot(conn: sqlite3.Connection, *, force: bool = False) -> tuple[int, TrustResult | None]:
@@ -186,26 +162,23 @@ def snapshot(conn: sqlite3.Connection, *, force: bool = False) -> tuple[int, Tru
 
     Meant for a reader connection: the signals are read and folded without holding the writer.
     """
-    head = int(conn.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0])
-    state = conn.execute("SELECT computed_seq FROM trust_state WHERE id = 1").fetchone()
-    if not force and state is not None and state[0] >= head:
+    head = trust_store.log_head(conn)
+    state = trust_store.cache_seq(conn)
+    if not force and state is not None and state >= head:
         return head, None
     return head, compute(read_signals(conn), equivocation.by_author(conn))
 
 
-def store(conn: sqlite3.Connection, head: int, result: TrustResult, now_ms: int) -> bool:
+def store(conn: Conn, head: int, result: TrustResult, now_ms: int) -> bool:
     """Replace the cache with `result`, computed at log position `head`, unless a newer one is already stored.
 
     Runs inside one write transaction, so readers see either the old or the new cache whole.
     """
-    state = conn.execute("SELECT computed_seq FROM trust_state WHERE id = 1").fetchone()
-    if state is not None and state[0] > head:
+    state = trust_store.cache_seq(conn)
+    if state is not None and state > head:
         return False
-    conn.execute("DELETE FROM trust_scores")
-    conn.execute("DELETE FROM entry_confidence")
-    conn.executemany(
-        "INSERT INTO trust_scores (agent_id, confirms, disconfirms, laplace, score, weighted_confirms,"
-        " weighted_disconfirms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    trust_store.replace_cache_txn(
+        conn,
         [
             (
                 a,
@@ -218,15 +191,9 @@ def store(conn: sqlite3.Connection, head: int, result: TrustResult, now_ms: int)
             )
             for a, s in result.agents.items()
         ],
-    )
-    conn.executemany(
-        "INSERT INTO entry_confidence (entry_hash, community_confidence, confirms, disconfirms) VALUES (?, ?, ?, ?)",
         [(h, round(e.community_confidence, DIGITS), e.confirms, e.disconfirms) for h, e in result.entries.items()],
-    )
-    conn.execute(
-        "INSERT INTO trust_state (id, computed_seq, computed_ms) VALUES (1, ?, ?)"
-        " ON CONFLICT (id) DO UPDATE SET computed_seq = excluded.computed_seq, computed_ms = excluded.computed_ms",
-        (head, now_ms),
+        head,
+        now_ms,
     )
     return True
 
@@ -260,37 +227,17 @@ class Trust:
         return TrustRefresh(ran=ran, computed_seq=await self.db.read(computed_seq))
 
 
-def computed_seq(conn: sqlite3.Connection) -> int:
+def computed_seq(conn: Conn) -> int:
     """The log position the cache covers (0 before the first refresh)."""
-    row = conn.execute("SELECT computed_seq FROM trust_state WHERE id = 1").fetchone()
-    return int(row[0]) if row else 0
+    seq = trust_store.cache_seq(conn)
+    return seq if seq is not None else 0
 
 
-def agent_trust(conn: sqlite3.Connection, agent_id: str) -> AgentTrust:
+def agent_trust(conn: Conn, agent_id: str) -> AgentTrust:
     """An agent's cached trust; the neutral defaults when it has no signals."""
-    row = conn.execute(
-        "SELECT confirms, disconfirms, laplace, score FROM trust_scores WHERE agent_id = ?", (agent_id,)
-    ).fetchone()
-    state = conn.execute("SELECT computed_seq FROM trust_state WHERE id = 1").fetchone()
-    computed_seq = state[0] if state else 0
+    row = trust_store.agent_scores(conn, agent_id)
+    state = trust_store.cache_seq(conn)
+    computed_seq = state if state is not None else 0
     if row is None:
         return AgentTrust(score=NEUTRAL, laplace=NEUTRAL, confirms=0, disconfirms=0, computed_seq=computed_seq)
     return AgentTrust(score=row[3], laplace=row[2], confirms=row[0], disconfirms=row[1], computed_seq=computed_seq)
-
-
-async def refresh_now(request: web.Request) -> web.Response:
-    """POST /v1/trust/refresh: recompute the trust cache now if the log grew since the last run."""
-    return json_response(await request.app[NODE].trust.refresh())
-
-
-ROUTES: list[Route] = [
-    Route(
-        "POST",
-        "/v1/trust/refresh",
-        refresh_now,
-        "Recompute trust scores and community confidence now (a no-op when no record arrived since)",
-        "any",
-        responses={200: TrustRefresh},
-        tag="trust",
-    )
-]

@@ -9,6 +9,7 @@ from typing import Any
 from identity import canonical
 from node.errors import InvalidInput
 from node.store import idempotency
+from node.workflows.store import bus as bus_store
 from wire import unsigned
 from wire.workflows import MessageOut, MessagePage, MessageQuery, PostMessage
 
@@ -43,45 +44,17 @@ def message_out(row: sqlite3.Row) -> MessageOut:
 
 
 def message_by_id(conn: sqlite3.Connection, message_id: int) -> MessageOut:
-    row = conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
-    return message_out(row)
+    """One stored message, rendered."""
+    return message_out(bus_store.message_row(conn, message_id))
 
 
 def list_messages(conn: sqlite3.Connection, q: MessageQuery) -> MessagePage:
     """One page of messages: newest or oldest first by (created_ms, id), or in arrival order (by id alone).
 
-    An agent filter walks `message_agents` (both ends of every message) by its primary key. A cursor is
-    `<created_ms>.<id>` of the last message of the previous page; arrival order reads only its id.
+    A cursor is `<created_ms>.<id>` of the last message of the previous page (node/workflows/store/bus.py reads
+    the page and the one row past it).
     """
-    newest = q.order == "newest"
-    arrival = q.order == "arrival"
-    if q.agent is not None:
-        sql = "SELECT m.* FROM message_agents a JOIN messages m ON m.id = a.message_id WHERE a.agent_id = ?"
-        params: list[Any] = [q.agent]
-        time_col, id_col = "a.created_ms", "a.message_id"
-    else:
-        sql = "SELECT m.* FROM messages m WHERE 1 = 1"
-        params = []
-        time_col, id_col = "m.created_ms", "m.id"
-    if q.project is not None:
-        sql += " AND m.project = ?"
-        params.append(q.project)
-    if q.message_type is not None:
-        sql += " AND m.message_type = ?"
-        params.append(q.message_type)
-    if q.cursor is not None:
-        ms, _, last_id = q.cursor.partition(".")
-        if arrival:
-            sql += f" AND {id_col} > ?"
-            params.append(int(last_id))
-        else:
-            sql += f" AND ({time_col}, {id_col}) {'<' if newest else '>'} (?, ?)"
-            params += [int(ms), int(last_id)]
-    direction = "DESC" if newest else "ASC"
-    order_by = id_col if arrival else f"{time_col} {direction}, {id_col}"
-    sql += f" ORDER BY {order_by} {direction} LIMIT ?"
-    params.append(q.limit + 1)
-    rows = conn.execute(sql, params).fetchall()
+    rows = bus_store.message_rows(conn, q)
     more = len(rows) > q.limit
     rows = rows[: q.limit]
     next_cursor = f"{rows[-1]['created_ms']}.{rows[-1]['id']}" if more else None
@@ -93,4 +66,4 @@ def replayed_message(conn: sqlite3.Connection, agent_id: str, idem_key: str) -> 
     done = idempotency.replayed(conn, agent_id, idem_key, "message", field=idempotency.HEADER)
     if done is None:
         return None
-    return int(conn.execute("SELECT id FROM messages WHERE record_hash = ?", (done,)).fetchone()[0])
+    return bus_store.message_id(conn, done)

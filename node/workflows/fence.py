@@ -11,7 +11,7 @@ by this node ends before the fence, or that holds fewer of its grants expiring a
 counted, has lost grants (a `bbs restore`, a hand-run `litestream restore`, an old file copied back): the node
 then grants no lease at all until the fence has passed, because any grant it lost ends by then, or until its
 database holds every grant the fence counted again (sync brought them back from peers: then it knows every
-grant that can still be live, `settle`). A database that says it once had a fence (`node_meta.lease_fence_id`)
+grant that can still be live, `settle_txn`). A database that says it once had a fence (`node_meta.lease_fence_id`)
 next to no fence file (a restore into a new folder, a deleted file) has lost the fence too: the node waits the
 longest lease any grant could have had (86,400 s plus the 5 minutes a task event may be dated ahead), counted
 from now.
@@ -31,12 +31,13 @@ import logging
 import math
 import os
 import secrets
-import sqlite3
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from node.errors import BBSError
+from node.store.conn import Conn
 from node.store.sealing import MAX_FUTURE_SKEW_MS
+from node.workflows.store import fence as fence_store
 from wire.workflows import LEASE_MAX_SECONDS
 
 FENCE_NAME = "lease-fence.json"
@@ -110,30 +111,8 @@ def write_fence(path: Path, fence: FenceFile) -> None:
         os.close(dir_fd)
 
 
-def _meta(conn: sqlite3.Connection, key: str) -> str | None:
-    row = conn.execute("SELECT value FROM node_meta WHERE key = ?", (key,)).fetchone()
-    return None if row is None else str(row[0])
-
-
-def latest_grant_ms(conn: sqlite3.Connection, node_id: str) -> int:
-    """The latest expiry of any lease grant by `node_id` that this database holds (0 when none)."""
-    row = conn.execute(
-        "SELECT max(expires_ms) FROM task_events WHERE author_id = ? AND event = 'lease'", (node_id,)
-    ).fetchone()
-    return int(row[0] or 0)
-
-
-def grants_since(conn: sqlite3.Connection, node_id: str, since_ms: int) -> int:
-    """How many lease grants by `node_id` expiring after `since_ms` this database holds (one index range)."""
-    row = conn.execute(
-        "SELECT count(*) FROM task_events WHERE author_id = ? AND event = 'lease' AND expires_ms > ?",
-        (node_id, since_ms),
-    ).fetchone()
-    return int(row[0])
-
-
 class LeaseFence:
-    """The fence of one node's data folder. `load` once (in a write job), then `check` and `advance` in every grant.
+    """The fence of one node's data folder. `load_txn` once (in a write job), then `check` and `advance` in every grant.
 
     Used only on the writer thread: every grant is a write job, so there is one fence writer per process.
     """
@@ -148,13 +127,13 @@ class LeaseFence:
     def loaded(self) -> bool:
         return self.fence is not None
 
-    def load(self, conn: sqlite3.Connection, now_ms: int) -> None:
+    def load_txn(self, conn: Conn, now_ms: int) -> None:
         """Compare the fence file with the database, decide whether grants must wait, and rewrite the file."""
         if self.fence is not None:
             return
-        db_latest = latest_grant_ms(conn, self.node_id)
-        fence_id = _meta(conn, META_KEY)
-        epoch = _meta(conn, "epoch") or ""
+        db_latest = fence_store.latest_grant_ms(conn, self.node_id)
+        fence_id = fence_store.meta(conn, META_KEY)
+        epoch = fence_store.meta(conn, "epoch") or ""
         found = read_fence(self.path)
         since_ms: int | None = now_ms  # a new baseline, unless the file's still holds
         carried: int | None = None  # the file's count, when its baseline still holds
@@ -188,25 +167,22 @@ class LeaseFence:
                 self.path,
                 math.ceil((fence_ms - now_ms) / 1000),
             )
-        count = None if since_ms is None else max(carried or 0, grants_since(conn, self.node_id, since_ms))
-        conn.execute(
-            "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (META_KEY, fence_id),
-        )
+        count = None if since_ms is None else max(carried or 0, fence_store.grants_since(conn, self.node_id, since_ms))
+        fence_store.set_meta_txn(conn, META_KEY, fence_id)
         fence = FenceFile(self.node_id, fence_id, epoch, fence_ms, since_ms, count)
         write_fence(self.path, fence)
         self.fence = fence
 
-    def _lost(self, conn: sqlite3.Connection, found: FenceFile, db_latest: int) -> bool:
+    def _lost(self, conn: Conn, found: FenceFile, db_latest: int) -> bool:
         """Whether the database lacks a grant the fence file knows of: an earlier latest expiry, or fewer grants
         expiring after the baseline than the fence counted."""
         if db_latest < found.expires_ms:
             return True
         if found.since_ms is None or found.grants is None:
             return False
-        return grants_since(conn, self.node_id, found.since_ms) < found.grants
+        return fence_store.grants_since(conn, self.node_id, found.since_ms) < found.grants
 
-    def settle(self, conn: sqlite3.Connection, now_ms: int) -> None:
+    def settle_txn(self, conn: Conn, now_ms: int) -> None:
         """While a detected restore holds grants back: end the wait once the database holds every grant the fence
         counted (sync brought them back), or, once the wait has run out, take a new baseline for the count."""
         fence = self.fence
@@ -214,12 +190,12 @@ class LeaseFence:
             return
         if now_ms >= self.hold_until_ms:  # every grant the fence knew of has ended: count afresh from now
             self.hold_until_ms = 0
-            self.fence = replace(fence, since_ms=now_ms, grants=grants_since(conn, self.node_id, now_ms))
+            self.fence = replace(fence, since_ms=now_ms, grants=fence_store.grants_since(conn, self.node_id, now_ms))
             write_fence(self.path, self.fence)
             return
         if fence.since_ms is None or fence.grants is None or now_ms < fence.since_ms:
             return  # nothing counted the lost grants, or some not counted may still be live
-        if grants_since(conn, self.node_id, fence.since_ms) >= fence.grants:
+        if fence_store.grants_since(conn, self.node_id, fence.since_ms) >= fence.grants:
             self.hold_until_ms = 0
             log.warning(
                 "lease fence: this database holds every grant this node made that may still be live again"

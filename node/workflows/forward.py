@@ -19,6 +19,7 @@ from identity import keys
 from node.errors import BBSError
 from node.store.db import Database
 from node.workflows.leases import LeaseAuthorityUnreachable
+from node.workflows.store import leases as leases_store
 from sync.auth import PeerBoots, send_resigned, sign_headers
 from wire.workflows import PeerLeaseIn, PeerLeaseOut, PeerTaskEventIn, PeerTaskEventOut
 
@@ -39,18 +40,14 @@ async def request_lease(
     The home node's refusals (409 lease_held, 404, ...) come back as the same problem; no answer at all is
     `lease_authority_unreachable` (503).
     """
-    document = await db.read(
-        lambda c: c.execute(
-            "SELECT r.body FROM agents a JOIN records r ON r.hash = a.doc_hash WHERE a.id = ?", (agent_id,)
-        ).fetchone()
-    )
+    document = await db.read(lambda c: leases_store.agent_document(c, agent_id))
     # a fresh id per request: the home node answers each id once, so a captured request cannot be replayed
     request = PeerLeaseIn(
         task_key=task_key,
         agent_id=agent_id,
         request_id=secrets.token_urlsafe(24),
         seconds=seconds,
-        agent_document=None if document is None else json.loads(document[0]),
+        agent_document=None if document is None else json.loads(document),
     )
     status, data = await _post(db, node_key, home_node, PEER_LEASE_PATH, msgspec.json.encode(request), task_key)
     if status in (200, 201):
@@ -86,14 +83,13 @@ async def _post(
     db: Database, node_key: keys.SigningKey, home_node: str, path: str, body: bytes, task_key: str
 ) -> tuple[int, bytes]:
     """POST a peer-signed request to the home node's `path`: (status, reply body); 503 when it cannot be asked."""
-    row = await db.read(lambda c: c.execute("SELECT url FROM peers WHERE node_id = ?", (home_node,)).fetchone())
-    if row is None:
+    base = await db.read(lambda c: leases_store.peer_url(c, home_node))
+    if base is None:
         raise LeaseAuthorityUnreachable(
             f"task {task_key} is homed on node {home_node}, the only node that may grant its lease or change its"
             " status, and that node is not a peer of this one; ask there, or add it as a peer",
             field="task_id",
         )
-    base = str(row[0])
     url = base.rstrip("/") + path
     try:
         # one request per connection, as before the boot id look-up shared the session (scenarios/chaos.py taps it)

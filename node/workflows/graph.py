@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from node.store.conn import Conn
+from node.workflows.store import tasks as task_store
 from node.workflows.tasks import lease_live
 from wire.unsigned import DONE_STATUSES
 from wire.workflows import Graph, GraphEdge, GraphNode
@@ -30,14 +32,9 @@ def state_of(row: sqlite3.Row, now_ms: int) -> str:
     return "ready" if row["unmet"] == 0 else "blocked"
 
 
-def build(conn: sqlite3.Connection, now_ms: int, limit: int) -> Graph:
+def build(conn: Conn, now_ms: int, limit: int) -> Graph:
     """Up to `limit` tasks in id order with the edges into them; dependency keys resolve to ids where declared."""
-    rows = conn.execute(
-        "SELECT id, key, title, status, unmet, lease_holder, lease_expires_ms, (SELECT e.hash FROM task_events e"
-        "   WHERE e.task_key = tasks.key AND e.event = 'declare' ORDER BY e.created_ms, e.hash LIMIT 1) AS identity"
-        " FROM tasks ORDER BY id LIMIT ?",
-        (limit + 1,),
-    ).fetchall()
+    rows = task_store.graph_tasks(conn, limit)
     truncated = len(rows) > limit
     rows = rows[:limit]
     nodes = []
@@ -56,11 +53,7 @@ def build(conn: sqlite3.Connection, now_ms: int, limit: int) -> Graph:
     last_id = rows[-1]["id"] if rows else 0
     edges = [
         GraphEdge(type="precedes", from_key=e[0], to_key=e[1], from_id=e[2], to_id=e[3])
-        for e in conn.execute(
-            "SELECT d.dep_key, t.key, u.id, t.id FROM tasks t JOIN task_deps d ON d.task_key = t.key"
-            " LEFT JOIN tasks u ON u.key = d.dep_key WHERE t.id <= ? ORDER BY t.id, d.dep_key",
-            (last_id,),
-        )
+        for e in task_store.graph_edges(conn, last_id)
     ]
     missing = sorted({e.from_key for e in edges if e.from_id is None})
     return Graph(nodes=nodes, edges=edges, missing=missing, truncated=truncated)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
+from node.store.conn import Conn
+from node.workflows.store import leases as leases_store
 from node.workflows.tasks import lease_live
 from wire.unsigned import DONE_STATUSES, OPEN_STATUSES
 
@@ -41,7 +43,7 @@ class Grant:
     extends: bool
 
 
-def decide_grant(conn: sqlite3.Connection, row: sqlite3.Row, node_id: str, agent_id: str, now_ms: int) -> Grant:
+def decide_grant(row: sqlite3.Row, node_id: str, agent_id: str, now_ms: int) -> Grant:
     """Decide whether `agent_id` may hold the task's lease now; raise the reason it may not."""
     if row["home_node"] != node_id:
         raise NotHome(row["key"], row["home_node"])
@@ -148,17 +150,14 @@ def check_complete(row: sqlite3.Row, agent_id: str, now_ms: int, node_id: str) -
 REQUEST_MEMORY_MS = 24 * 3600 * 1000
 
 
-def check_agent_home(
-    conn: sqlite3.Connection, agent_id: str, peer_id: str, presented: tuple[str, int] | None = None
-) -> None:
+def check_agent_home(conn: Conn, agent_id: str, peer_id: str, presented: tuple[str, int] | None = None) -> None:
     """403 `not_agent_home` unless the agent's newest identity document names `peer_id` as its home node.
 
     A peer leases only for its own agents: the newest document of the one this node holds and the one the peer
     presented (`presented`: its home node and created time, signature already checked) decides, so a new agent
     can lease before its document has synced here, and an agent that moved cannot be leased for by its old home.
     """
-    row = conn.execute("SELECT home_node, created_ms FROM agents WHERE id = ?", (agent_id,)).fetchone()
-    newest = None if row is None else (str(row[0]), int(row[1]))
+    newest = leases_store.agent_home(conn, agent_id)
     if presented is not None and (newest is None or presented[1] > newest[1]):
         newest = presented
     if newest is None or newest[0] != peer_id:
@@ -170,14 +169,10 @@ def check_agent_home(
         )
 
 
-def remember_request(conn: sqlite3.Connection, request_id: str, peer_id: str, now_ms: int) -> None:
+def remember_request_txn(conn: Conn, request_id: str, peer_id: str, now_ms: int) -> None:
     """Record a forwarded lease request's id (durably, before it is decided); 409 `request_replayed` if seen."""
-    conn.execute("DELETE FROM peer_lease_requests WHERE received_ms < ?", (now_ms - REQUEST_MEMORY_MS,))
-    inserted = conn.execute(
-        "INSERT OR IGNORE INTO peer_lease_requests (request_id, peer_id, received_ms) VALUES (?, ?, ?)",
-        (request_id, peer_id, now_ms),
-    ).rowcount
-    if not inserted:
+    leases_store.forget_requests_txn(conn, now_ms - REQUEST_MEMORY_MS)
+    if not leases_store.insert_request_txn(conn, request_id, peer_id, now_ms):
         raise Conflict(
             "this lease request was answered before: a replay is refused; send a new request id",
             field="$.request_id",

@@ -4,7 +4,8 @@ Records arrive in any order (local writes, sync from several peers). Each event 
 the task is the fold of all of its events in (created_ms, hash) order, so every node holding the same events
 computes the same task. An event that sorts after every event the task has (the usual case: local writes,
 sync in order) is applied to the stored task (`advance`), which gives the fold's result without reading the
-history; any other event re-folds the task from all of its events (`refold`).
+history; any other event re-folds the task from all of its events (`refold_txn`). Their SQL is in
+node/workflows/store/ (bus.py, events.py, tasks.py, twins.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from identity.schema import MessageRecord, TaskEventRecord
+from node.store.conn import Conn
+from node.workflows.store import bus as bus_store
+from node.workflows.store import events as event_store
+from node.workflows.store import tasks as task_store
+from node.workflows.store import twins as twin_store
 from wire.time import parse_ms
 from wire.unsigned import DONE_STATUSES, OPEN_STATUSES, merge_patch
 
@@ -31,39 +37,31 @@ def _opt(value: Any) -> Any:
     return None if value is msgspec.UNSET else value
 
 
-def project_message(conn: sqlite3.Connection, rec: MessageRecord, ctx: Projection) -> None:
-    ms = parse_ms(rec.created_at)
-    conn.execute(
-        "INSERT INTO messages (id, record_hash, from_agent, to_agent, message_type, body, payload, dependency_ids,"
-        " project, created_at, created_ms, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            ctx.seq,
-            ctx.hash,
-            rec.author_id,
-            _opt(rec.to_agent),
-            rec.message_type,
-            rec.body,
-            json.dumps(rec.payload, sort_keys=True),
-            json.dumps(rec.dependency_ids),
-            _opt(rec.project),
-            rec.created_at,
-            ms,
-            rec.signature,
-        ),
+def project_message(conn: Conn, rec: MessageRecord, ctx: Projection) -> None:
+    """Project a message record into the bus tables (node/workflows/store/bus.py)."""
+    row = bus_store.MessageRow(
+        ctx.seq,
+        ctx.hash,
+        rec.author_id,
+        _opt(rec.to_agent),
+        rec.message_type,
+        rec.body,
+        json.dumps(rec.payload, sort_keys=True),
+        json.dumps(rec.dependency_ids),
+        _opt(rec.project),
+        rec.created_at,
+        parse_ms(rec.created_at),
+        rec.signature,
     )
-    conn.executemany(
-        "INSERT OR IGNORE INTO message_agents (agent_id, created_ms, message_id) VALUES (?, ?, ?)",
-        [(agent, ms, ctx.seq) for agent in rec.tags],
-    )
+    bus_store.insert_message_txn(conn, row, rec.tags)
 
 
-def project_task_event(conn: sqlite3.Connection, rec: TaskEventRecord, ctx: Projection) -> None:
+def project_task_event(conn: Conn, rec: TaskEventRecord, ctx: Projection) -> None:
+    """Project a task event: store it, then apply it to its task in place (`advance`) or re-fold the task."""
     expires_at = _opt(rec.expires_at)
-    conn.execute(
-        "INSERT INTO task_events (seq, hash, task_key, event, author_id, created_at, created_ms, node_id, title,"
-        " depends_on, status, checkpoint, holder, expires_at, expires_ms, lease_ref)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
+    event_store.insert_event_txn(
+        conn,
+        event_store.EventRow(
             ctx.seq,
             ctx.hash,
             rec.task_key,
@@ -82,17 +80,16 @@ def project_task_event(conn: sqlite3.Connection, rec: TaskEventRecord, ctx: Proj
             _opt(rec.lease),
         ),
     )
-    event = conn.execute("SELECT * FROM task_events WHERE seq = ?", (ctx.seq,)).fetchone()
-    before = conn.execute("SELECT * FROM tasks WHERE key = ?", (rec.task_key,)).fetchone()
+    event = event_store.event_at(conn, ctx.seq)
+    before = task_store.task_by_key(conn, rec.task_key)
     state = advance(conn, before, event) if before is not None else None
     if state is None:
-        refold(conn, rec.task_key, before)
-        if ctx.notify and before is not None:  # an earlier declaration may have named another home node
-            after = conn.execute("SELECT home_node FROM tasks WHERE key = ?", (rec.task_key,)).fetchone()
-            if after[0] != before["home_node"]:  # node-local: node/workflows/twins.py checks it for a twin
-                conn.execute("INSERT OR IGNORE INTO task_home_moves (task_key) VALUES (?)", (rec.task_key,))
+        refold_txn(conn, rec.task_key, before)
+        # an earlier declaration may have named another home node: queued (node-local) for twins.py to check
+        if ctx.notify and before is not None and task_store.home_node(conn, rec.task_key) != before["home_node"]:
+            twin_store.note_home_move_txn(conn, rec.task_key)
     else:
-        _store(conn, state, before)
+        _store_txn(conn, state, before)
 
 
 # The workflow record kinds' projectors, and the tables holding only their derived data (node.store.projections joins
@@ -162,15 +159,7 @@ def fold(key: str, events: list[sqlite3.Row]) -> TaskState | None:
     return state
 
 
-# A release or complete by the holder, already stored, that ends a grant: by the lease_ref index (the + keeps
-# SQLite off the task_key index, which would walk every event of the task).
-ENDED_SQL = (
-    "SELECT 1 FROM task_events WHERE +task_key = ? AND lease_ref = ? AND author_id = ?"
-    " AND event IN ('release', 'complete') LIMIT 1"
-)
-
-
-def advance(conn: sqlite3.Connection, task: sqlite3.Row, e: sqlite3.Row) -> TaskState | None:
+def advance(conn: Conn, task: sqlite3.Row, e: sqlite3.Row) -> TaskState | None:
     """The stored task `task` after event `e`, when `e` sorts after all of the task's other events; else None.
 
     Equal to `fold` over all the events then: the declaration that named the home node and the task's id is
@@ -197,8 +186,7 @@ def advance(conn: sqlite3.Connection, task: sqlite3.Row, e: sqlite3.Row) -> Task
     )
     _apply(state, e)
     if e["event"] == "lease" and e["author_id"] == state.home_node:
-        ended = conn.execute(ENDED_SQL, (state.key, e["hash"], e["holder"])).fetchone()
-        if ended is not None:
+        if event_store.lease_ended(conn, state.key, e["hash"], e["holder"]):
             return None
         state.lease_hash, state.lease_holder = e["hash"], e["holder"]
         state.lease_expires_at, state.lease_expires_ms = e["expires_at"], e["expires_ms"]
@@ -227,28 +215,19 @@ def _apply(state: TaskState, e: sqlite3.Row) -> None:
         state.checkpoint = merge_patch(state.checkpoint, json.loads(e["checkpoint"]))
 
 
-def refold(conn: sqlite3.Connection, key: str, before: sqlite3.Row | None) -> None:
+def refold_txn(conn: Conn, key: str, before: sqlite3.Row | None) -> None:
     """Recompute one task from all of its events (`before`: its stored row, if any)."""
-    events = conn.execute("SELECT * FROM task_events WHERE task_key = ? ORDER BY created_ms, hash", (key,)).fetchall()
-    state = fold(key, events)
+    state = fold(key, event_store.events_of(conn, key))
     if state is not None:
-        _store(conn, state, before)
+        _store_txn(conn, state, before)
 
 
-def _store(conn: sqlite3.Connection, state: TaskState, before: sqlite3.Row | None) -> None:
+def _store_txn(conn: Conn, state: TaskState, before: sqlite3.Row | None) -> None:
     """Write a task's new state, its dependency rows, and the unmet counts it affects."""
     key = state.key
-    conn.execute(
-        "INSERT INTO tasks (id, key, title, status, depends_on, checkpoint, home_node, created_at, updated_at,"
-        " last_ms, lease_hash, lease_holder, lease_expires_at, lease_expires_ms, unmet, open)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)"
-        " ON CONFLICT (key) DO UPDATE SET title = excluded.title, status = excluded.status,"
-        "   depends_on = excluded.depends_on, checkpoint = excluded.checkpoint, home_node = excluded.home_node,"
-        "   created_at = excluded.created_at, updated_at = excluded.updated_at, last_ms = excluded.last_ms,"
-        "   lease_hash = excluded.lease_hash, lease_holder = excluded.lease_holder,"
-        "   lease_expires_at = excluded.lease_expires_at, lease_expires_ms = excluded.lease_expires_ms,"
-        "   open = excluded.open",
-        (
+    task_store.upsert_task_txn(
+        conn,
+        task_store.TaskRow(
             state.id,
             key,
             state.title,
@@ -268,21 +247,8 @@ def _store(conn: sqlite3.Connection, state: TaskState, before: sqlite3.Row | Non
     )
     deps_json = json.dumps(state.depends_on)
     if before is None or before["depends_on"] != deps_json:
-        conn.execute("DELETE FROM task_deps WHERE task_key = ?", (key,))
-        conn.executemany(
-            "INSERT INTO task_deps (task_key, dep_key) VALUES (?, ?)", [(key, dep) for dep in state.depends_on]
-        )
-        _recount(conn, "key = ?", key)
+        task_store.replace_deps_txn(conn, key, state.depends_on)
+        task_store.recount_task_txn(conn, key)
     was_done = before is not None and before["status"] in DONE_STATUSES
     if before is None or was_done != (state.status in DONE_STATUSES):
-        _recount(conn, "key IN (SELECT task_key FROM task_deps WHERE dep_key = ?)", key)
-
-
-def _recount(conn: sqlite3.Connection, where: str, key: str) -> None:
-    """Recompute `unmet` (dependencies missing or not done) for the tasks selected by `where`."""
-    conn.execute(
-        "UPDATE tasks SET unmet = (SELECT count(*) FROM task_deps d LEFT JOIN tasks u ON u.key = d.dep_key"
-        "   WHERE d.task_key = tasks.key AND (u.status IS NULL OR u.status NOT IN ('done', 'completed')))"
-        f" WHERE {where}",
-        (key,),
-    )
+        task_store.recount_dependents_txn(conn, key)

@@ -16,9 +16,11 @@ from typing import Any
 from identity import keys
 from node.errors import BBSError
 from node.store import idempotency, projections
+from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import SealedRecord, sign_and_check
 from node.workflows import forward, tasks
+from node.workflows.store import tasks as task_store
 from wire import unsigned
 from wire.time import format_ms
 
@@ -26,24 +28,22 @@ from wire.time import format_ms
 LOCAL_FIELDS = frozenset({"task_key", "title", "depends_on"})
 
 
-def homed_elsewhere(conn: sqlite3.Connection, ref: str, node_id: str) -> tuple[str, str] | None:
+def homed_elsewhere(conn: Conn, ref: str, node_id: str) -> tuple[str, str] | None:
     """(task key, home node) when the task `ref` names is homed on another node; None when homed here.
     404 `task_not_found` when this node holds no such task."""
     row = tasks.task_row(conn, ref)
     return None if row["home_node"] == node_id else (str(row["key"]), str(row["home_node"]))
 
 
-def declared_elsewhere(conn: sqlite3.Connection, fields: dict[str, Any], node_id: str) -> str | None:
+def declared_elsewhere(conn: Conn, fields: dict[str, Any], node_id: str) -> str | None:
     """The home node a declaration must be sent to: another node's task whose status or checkpoint it sets."""
     if set(fields) <= LOCAL_FIELDS:
         return None
-    row = conn.execute("SELECT home_node FROM tasks WHERE key = ?", (fields["task_key"],)).fetchone()
-    return None if row is None or row[0] == node_id else str(row[0])
+    home = task_store.home_node(conn, fields["task_key"])
+    return None if home is None or home == node_id else home
 
 
-def draft_event(
-    conn: sqlite3.Connection, key: str, agent_id: str, event: str, fields: dict[str, Any], now_ms: int
-) -> dict[str, Any]:
+def draft_event(conn: Conn, key: str, agent_id: str, event: str, fields: dict[str, Any], now_ms: int) -> dict[str, Any]:
     """An unsigned event of this node's agent, dated after every event this node holds for the task."""
     created_at = format_ms(tasks.next_event_ms(conn, key, now_ms))
     return unsigned.unsigned_task_event(key, agent_id, created_at, event, **fields)
@@ -76,7 +76,7 @@ async def decide_at_home(
         raise
 
 
-def store(
+def store_txn(
     conn: sqlite3.Connection,
     sealed: SealedRecord,
     agent_id: str,

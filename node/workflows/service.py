@@ -23,6 +23,8 @@ from node.store.db import Database
 from node.store.sealing import SealedRecord, Sealing, sign_and_check
 from node.workflows import forward, graph, leases, relay, tasks, twins
 from node.workflows.fence import LeaseFence
+from node.workflows.store import events as event_store
+from node.workflows.store import tasks as task_store
 from wire import unsigned
 from wire.api import SignedSubmission
 from wire.time import format_ms, parse_ms
@@ -45,10 +47,6 @@ log = logging.getLogger("bbs.leases")
 QUICK_READY_PAGE = 100
 
 
-def _stored(conn: sqlite3.Connection, record_hash: str) -> bool:
-    return conn.execute("SELECT 1 FROM records WHERE hash = ?", (record_hash,)).fetchone() is not None
-
-
 def _finished_before(conn: sqlite3.Connection, agent_id: str, idem_key: str, operation: str, task_key: str) -> bool:
     """Whether this idempotency key already did this release or complete of this task (the request is a retry).
 
@@ -57,10 +55,10 @@ def _finished_before(conn: sqlite3.Connection, agent_id: str, idem_key: str, ope
     done = idempotency.replayed(conn, agent_id, idem_key, operation, field=idempotency.HEADER)
     if done is None:
         return False
-    row = conn.execute("SELECT task_key FROM task_events WHERE hash = ?", (done,)).fetchone()
-    if row[0] != task_key:
+    used_on = event_store.event_task_key(conn, done)
+    if used_on != task_key:
         raise Conflict(
-            f"idempotency key already used for a {operation} of task {row[0]}",
+            f"idempotency key already used for a {operation} of task {used_on}",
             field=idempotency.HEADER,
             code="idempotency_key_reused",
         )
@@ -146,7 +144,7 @@ class Workflows:
         if not set(fields) <= relay.LOCAL_FIELDS:
             await self.fenced()
         created = await self.db.write(
-            lambda c: declare_task(c, agent_id, fields, signed, signer, self.node_id, self.now_ms, token)
+            lambda c: declare_task_txn(c, agent_id, fields, signed, signer, self.node_id, self.now_ms, token)
         )
         return await self.task(fields["task_key"]), created
 
@@ -195,7 +193,7 @@ class Workflows:
         """
         await self.fenced(check=False)
         return await self.db.write(
-            lambda c: grant_lease(c, ref, agent_id, seconds, self.key, self.now_ms(), self.fence)
+            lambda c: grant_lease_txn(c, ref, agent_id, seconds, self.key, self.now_ms(), self.fence)
         )
 
     async def grant_for_peer(self, peer_id: str, body: PeerLeaseIn) -> tuple[str, bool, dict[str, Any]]:
@@ -206,21 +204,21 @@ class Workflows:
         now = self.now_ms()
         presented = None if body.agent_document is None else _agent_document(body.agent_document, body.agent_id)
 
-        def admit(conn: sqlite3.Connection) -> None:
+        def admit_txn(conn: sqlite3.Connection) -> None:
             leases.check_agent_home(conn, body.agent_id, peer_id, presented)
-            leases.remember_request(conn, body.request_id, peer_id, now)
+            leases.remember_request_txn(conn, body.request_id, peer_id, now)
 
-        await self.db.write(admit)
+        await self.db.write(admit_txn)
         return await self.grant(body.agent_id, body.task_key, body.seconds)
 
     async def fenced(self, *, check: bool = True) -> None:
         """Load the lease fence (once per process); with `check`, 503 `lease_authority_restored` while a
         detected restore may hide a grant: a completion or status change decided now could contradict it."""
         if not self.fence.loaded:
-            await self.db.write(lambda c: self.fence.load(c, self.now_ms()))
+            await self.db.write(lambda c: self.fence.load_txn(c, self.now_ms()))
         if check:
             if self.fence.hold_until_ms:  # sync may have brought every grant back, or the wait ran out
-                await self.db.write(lambda c: self.fence.settle(c, self.now_ms()))
+                await self.db.write(lambda c: self.fence.settle_txn(c, self.now_ms()))
             self.fence.check(self.now_ms())
 
     async def _lease_elsewhere(self, exc: leases.NotHome, agent_id: str, seconds: int) -> tuple[str, bool]:
@@ -299,7 +297,7 @@ class Workflows:
         if event == "complete":
             await self.fenced()
         key = await self.db.write(
-            lambda c: finish_task(c, event, agent_id, ref, idem, finish, self.node_id, self.now_ms())
+            lambda c: finish_task_txn(c, event, agent_id, ref, idem, finish, self.node_id, self.now_ms())
         )
         return await self.task(key)
 
@@ -333,14 +331,14 @@ class Workflows:
         """Have the home node decide an event; store it here once the home node has stored it."""
         if await relay.decide_at_home(self.db, self.key, home, sealed, token, signed_here):
             now = self.now_ms()
-            await self.db.write(lambda c: relay.store(c, sealed, agent_id, idem, now))
+            await self.db.write(lambda c: relay.store_txn(c, sealed, agent_id, idem, now))
 
     async def notice_twins(self) -> int:
         """Tell the lease holders and the declarer of each task of this node that became a later twin (its home
         moved to an earlier declaration: node/workflows/twins.py), once; how many notices were signed."""
         told = 0
         for key in await self.db.read(twins.pending, quick=True):
-            sealed = await self.db.write(partial(twins.notice, key=key, node_key=self.key, now_ms=self.now_ms()))
+            sealed = await self.db.write(partial(twins.notice_txn, key=key, node_key=self.key, now_ms=self.now_ms()))
             if sealed is not None:
                 told += 1
                 log.warning("task %s became a later twin here: told %s", key, ", ".join(sealed[2].directed_to))
@@ -355,14 +353,14 @@ class Workflows:
         if sealed[2].event != "release":
             await self.fenced()
         now = self.now_ms()
-        stored = await self.db.write(lambda c: accept_event(c, peer_id, sealed, body.lease, self.node_id, now))
+        stored = await self.db.write(lambda c: accept_event_txn(c, peer_id, sealed, body.lease, self.node_id, now))
         return PeerTaskEventOut(task=await self.task(sealed[2].task_key), stored=stored)
 
 
 # ---- transaction bodies -------------------------------------------------------------------------------------
 
 
-def declare_task(
+def declare_task_txn(
     conn: sqlite3.Connection,
     agent_id: str,
     fields: dict[str, Any],
@@ -398,7 +396,7 @@ def declare_task(
     return row is None
 
 
-def grant_lease(
+def grant_lease_txn(
     conn: sqlite3.Connection,
     ref: str,
     agent_id: str,
@@ -411,8 +409,8 @@ def grant_lease(
 
     The grant's expiry goes into the fence file before the transaction commits (node/workflows/fence.py)."""
     row = tasks.task_row(conn, ref)
-    decision = leases.decide_grant(conn, row, node_key.did, agent_id, now)
-    fence.settle(conn, now)
+    decision = leases.decide_grant(row, node_key.did, agent_id, now)
+    fence.settle_txn(conn, now)
     fence.check(now)
     start = tasks.next_event_ms(conn, decision.task_key, now)
     # the lease runs by this node's clock; `start` may sit a little later (see next_event_ms)
@@ -443,7 +441,7 @@ class NodeSignedFinish(NamedTuple):
 Finish = SignedFinish | NodeSignedFinish
 
 
-def finish_task(
+def finish_task_txn(
     conn: sqlite3.Connection,
     event: str,
     agent_id: str,
@@ -459,7 +457,7 @@ def finish_task(
     key: str = row["key"]
     if isinstance(finish, SignedFinish):
         _, record_hash, decoded = finish.sealed
-        if decoded.task_key == key and _stored(conn, record_hash):
+        if decoded.task_key == key and event_store.record_stored(conn, record_hash):
             return key  # the same signed record again (a retry): it was applied once
     if idem is not None and _finished_before(conn, agent_id, idem, f"task_{event}", key):
         return key
@@ -532,19 +530,18 @@ def _node_signed_finish(
     return sign_and_check(draft, finish.signer)
 
 
-def accept_event(
+def accept_event_txn(
     conn: sqlite3.Connection, peer_id: str, sealed: SealedRecord, token: str | None, node_id: str, now: int
 ) -> bool:
     """As the home node, decide a task event forwarded by `peer_id` as if its agent had sent it here; whether it
     was stored (False: a retry of a stored event, or a change that changes nothing)."""
     decoded = sealed[2]
     key = decoded.task_key
-    row = conn.execute("SELECT home_node FROM tasks WHERE key = ?", (key,)).fetchone()
-    if row is None or row[0] != node_id:
+    if task_store.home_node(conn, key) != node_id:
         raise leases.NotLeaseAuthority(
             f"this node is not the home node of task {key}", field="$.record.task_key", code="not_home_node"
         )
-    if _stored(conn, sealed[1]):
+    if event_store.record_stored(conn, sealed[1]):
         return False
     if decoded.event == "declare":
         if decoded.node_id != peer_id:
@@ -552,13 +549,13 @@ def accept_event(
                 "a forwarded declaration names the node that forwards it", field="$.record.node_id", code="wrong_node"
             )
         fields = {"task_key": key} | _present(decoded, ("title", "depends_on", "status", "checkpoint"))
-        declare_task(conn, decoded.author_id, fields, sealed, None, node_id, lambda: now, token, fenced=True)
+        declare_task_txn(conn, decoded.author_id, fields, sealed, None, node_id, lambda: now, token, fenced=True)
     elif decoded.event in ("release", "complete"):
-        finish_task(conn, decoded.event, decoded.author_id, key, None, SignedFinish(sealed), node_id, now)
+        finish_task_txn(conn, decoded.event, decoded.author_id, key, None, SignedFinish(sealed), node_id, now)
     else:
         raise InvalidInput(
             "only declare, release and complete events are sent to a home node",
             field="$.record.event",
             code="wrong_event",
         )
-    return _stored(conn, sealed[1])
+    return event_store.record_stored(conn, sealed[1])

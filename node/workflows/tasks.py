@@ -1,4 +1,5 @@
-"""The task graph on SQL: resolving task refs, the ready set, cycle checks, planning a declaration."""
+"""The task graph's decisions: resolving task refs, the ready set, cycle checks, planning a declaration (their SQL:
+node/workflows/store/tasks.py and events.py)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,15 @@ import sqlite3
 from typing import Any
 
 from node.errors import Conflict, InvalidInput, NotFound
+from node.store.conn import Conn
 from node.workflows import twins
+from node.workflows.store import events as event_store
+from node.workflows.store import tasks as task_store
 from wire import unsigned
 from wire.time import parse_ms
 from wire.unsigned import DONE_STATUSES, OPEN_STATUSES, TaskNow, changed_fields
 from wire.workflows import LeaseOut, ReadyList, ReadyTask, TaskOut
 
-# The ready set: one range of the partial index `tasks_startable` (unmet = 0 AND open = 1), leases checked
-# against the reader's clock. INDEXED BY makes a plan that cannot use the index an error, not a slow scan.
-READY_SQL = (
-    "SELECT id, key, title, depends_on, checkpoint, home_node FROM tasks INDEXED BY tasks_startable"
-    " WHERE unmet = 0 AND open = 1 AND id > ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?)"
-    " ORDER BY id LIMIT ?"
-)
 _LOCAL_ID = re.compile(r"[0-9]{1,18}")
 _KEY = re.compile(r"(?![0-9]+$)[A-Za-z0-9_.:@-]{1,128}")
 
@@ -34,10 +31,10 @@ def parse_ref(ref: str) -> tuple[str, int | str]:
     raise InvalidInput("task_id must be a task's local id or its key", field="task_id", code="invalid_task_ref")
 
 
-def task_row(conn: sqlite3.Connection, ref: str) -> sqlite3.Row:
+def task_row(conn: Conn, ref: str) -> sqlite3.Row:
     """The tasks row a reference names, or NotFound."""
     by, value = parse_ref(ref)
-    row = conn.execute(f"SELECT * FROM tasks WHERE {by} = ?", (value,)).fetchone()
+    row = task_store.task_by(conn, by, value)
     if row is None:
         raise NotFound(f"no task {ref}", field="task_id", code="task_not_found")
     return row
@@ -56,16 +53,9 @@ def effective_status(row: sqlite3.Row, now_ms: int) -> str:
     return status
 
 
-def task_out(conn: sqlite3.Connection, row: sqlite3.Row, now_ms: int) -> TaskOut:
+def task_out(conn: Conn, row: sqlite3.Row, now_ms: int) -> TaskOut:
     """Render a task with its unmet dependencies and its lease, checked against the clock."""
-    waiting = [
-        r[0]
-        for r in conn.execute(
-            "SELECT d.dep_key FROM task_deps d LEFT JOIN tasks u ON u.key = d.dep_key"
-            " WHERE d.task_key = ? AND (u.status IS NULL OR u.status NOT IN ('done', 'completed')) ORDER BY 1",
-            (row["key"],),
-        )
-    ]
+    waiting = task_store.waiting_on(conn, row["key"])
     live = lease_live(row, now_ms)
     identity, twin_list = twins.twins(conn, row["key"], row["home_node"], now_ms)
     return TaskOut(
@@ -87,13 +77,10 @@ def task_out(conn: sqlite3.Connection, row: sqlite3.Row, now_ms: int) -> TaskOut
     )
 
 
-def ready(conn: sqlite3.Connection, now_ms: int, limit: int, after: int | None) -> ReadyList:
-    """Tasks that can start now: open status, no unmet dependency, no live lease; in id order.
-
-    `tasks_startable` is a partial index over exactly the first two conditions, so the scan touches only
-    startable tasks and filters the (few) leased ones.
-    """
-    rows = conn.execute(READY_SQL, (after if after is not None else -1, now_ms, limit + 1)).fetchall()
+def ready(conn: Conn, now_ms: int, limit: int, after: int | None) -> ReadyList:
+    """Tasks that can start now: open status, no unmet dependency, no live lease; in id order, a page of `limit`
+    after the id `after` (node/workflows/store/tasks.py reads them off the partial index `tasks_startable`)."""
+    rows = task_store.ready_rows(conn, now_ms, limit, after)
     more = len(rows) > limit
     rows = rows[:limit]
     return ReadyList(
@@ -112,17 +99,11 @@ def ready(conn: sqlite3.Connection, now_ms: int, limit: int, after: int | None) 
     )
 
 
-def check_no_cycle(conn: sqlite3.Connection, key: str, depends_on: list[str], at: str = "$") -> None:
+def check_no_cycle(conn: Conn, key: str, depends_on: list[str], at: str = "$") -> None:
     """Refuse dependencies that would close a cycle: `key` must not be reachable from any of them."""
     if key in depends_on:
         raise Conflict("a task cannot depend on itself", field=f"{at}.depends_on", code="dependency_cycle")
-    row = conn.execute(
-        "WITH RECURSIVE reach(k) AS (SELECT value FROM json_each(?)"
-        "   UNION SELECT d.dep_key FROM task_deps d JOIN reach r ON d.task_key = r.k)"
-        " SELECT 1 FROM reach WHERE k = ? LIMIT 1",
-        (json.dumps(depends_on), key),
-    ).fetchone()
-    if row is not None:
+    if task_store.reaches(conn, depends_on, key):
         raise Conflict(
             f"depending on {', '.join(depends_on)} would close a cycle back to {key}",
             field=f"{at}.depends_on",
@@ -130,9 +111,7 @@ def check_no_cycle(conn: sqlite3.Connection, key: str, depends_on: list[str], at
         )
 
 
-def plan_declare(
-    conn: sqlite3.Connection, fields: dict[str, Any], at: str = "$"
-) -> tuple[sqlite3.Row | None, dict[str, Any]]:
+def plan_declare(conn: Conn, fields: dict[str, Any], at: str = "$") -> tuple[sqlite3.Row | None, dict[str, Any]]:
     """Which of a declaration's fields change the task; returns (current row, changed fields).
 
     `fields` holds the declaration's normalised task_key and whichever of title, depends_on, status and
@@ -141,7 +120,7 @@ def plan_declare(
     that would grow too large (errors name fields under `at`: `$.record` for a signed record).
     """
     key = fields["task_key"]
-    row = conn.execute("SELECT * FROM tasks WHERE key = ?", (key,)).fetchone()
+    row = task_store.task_by_key(conn, key)
     current = task_now(row) if row is not None else None
     changed = changed_fields(fields, current)
     if "depends_on" in changed:
@@ -173,7 +152,7 @@ def is_done(row: sqlite3.Row) -> bool:
     return row["status"] in DONE_STATUSES
 
 
-def check_after_newest(conn: sqlite3.Connection, key: str, created_at: str) -> None:
+def check_after_newest(conn: Conn, key: str, created_at: str) -> None:
     """Refuse a signed event for an existing task dated at or before the newest event held for it.
 
     The fold orders a task's events by their own `created_at`, which their signer chooses: a declaration dated
@@ -182,8 +161,8 @@ def check_after_newest(conn: sqlite3.Connection, key: str, created_at: str) -> N
     newest one it read (docs/workflows.md), so a node refuses anything older it is asked to accept. Records
     relayed by peers are not checked here (see the known limits in docs/workflows.md).
     """
-    row = conn.execute("SELECT max(created_ms) FROM task_events WHERE task_key = ?", (key,)).fetchone()
-    if row[0] is not None and parse_ms(created_at) <= int(row[0]):
+    newest = event_store.newest_event_ms(conn, key)
+    if newest is not None and parse_ms(created_at) <= newest:
         raise InvalidInput(
             f"created_at must be after the newest event of task {key} held here; read the task and sign again",
             field="$.record.created_at",
@@ -191,7 +170,6 @@ def check_after_newest(conn: sqlite3.Connection, key: str, created_at: str) -> N
         )
 
 
-def next_event_ms(conn: sqlite3.Connection, key: str, now_ms: int) -> int:
+def next_event_ms(conn: Conn, key: str, now_ms: int) -> int:
     """A created time after every event this node holds for the task (see unsigned.next_event_ms)."""
-    row = conn.execute("SELECT max(created_ms) FROM task_events WHERE task_key = ?", (key,)).fetchone()
-    return unsigned.next_event_ms(None if row[0] is None else int(row[0]), now_ms)
+    return unsigned.next_event_ms(event_store.newest_event_ms(conn, key), now_ms)

@@ -23,7 +23,7 @@ from typing import Any
 from identity import canonical, keys, records
 from node.ops.datadir import DataDir
 from node.store import db, projections
-from node.workflows.tasks import READY_SQL
+from node.workflows.store.tasks import READY_SQL
 from scenarios.bench import corpus
 from scenarios.bench.context import Context, Sizes
 from scenarios.bench.harness import Call, Server, bearer, run_load

@@ -16,6 +16,7 @@ from node.service import Node
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import self_signer
 from wire.api import PostEntry
+from wire.workflows import PostMessage
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
@@ -157,3 +158,73 @@ async def test_local_author_by_name_or_did(node: Node, make_agent: MakeAgent) ->
     assert kept is not None and (kept["agent_id"], bool(kept["key_kept"])) == (carol.agent_id, False)
     assert await node.db.read(lambda c: store.local_author(c, "nobody")) is None
     assert await node.db.read(lambda c: store.local_author(c, "did:key:zunknown")) is None
+
+
+# ---- what the proposing side reads ------------------------------------------------------------------------------
+
+
+async def test_session_records_are_a_sessions_entries_and_its_projects_messages(
+    node: Node, make_agent: MakeAgent, clock: FakeClock
+) -> None:
+    alice = await make_agent("alice")
+
+    async def entry(content: str, tags: list[str], truth_state: str = "fact") -> str:
+        body = PostEntry(entry_type="finding", performative="inform", content=content, tags=tags,
+                         truth_state=truth_state)  # type: ignore[arg-type]  # fmt: skip
+        made, _ = await node.entries.post(alice.agent_id, body, None)
+        return made.record_hash
+
+    async def message(text: str, project: str = "backups") -> None:
+        await node.bus.post_message(alice.agent_id, PostMessage(message_type="chat", body=text, project=project))
+
+    await message("before the window")
+    clock.advance(10)
+    since = node.now_ms()
+    tagged = await entry("tagged line", ["session:s1"])
+    clock.advance(1)
+    await message("a bus line")
+    await entry("a simulation of it", ["session:s1"], truth_state="simulation")  # left out
+    await entry("another session", ["session:s2"])
+    await message("another project", project="garden")
+    until = node.now_ms()
+    clock.advance(10)
+    await entry("after the window", ["session:s1"])
+
+    def texts(session_id: str | None, project: str | None, cap: int = 100) -> Awaitable[list[str]]:
+        return node.db.read(
+            lambda c: [r["text"] for r in store.session_records(c, session_id, project, since, until, cap)]
+        )
+
+    assert await texts("s1", "backups") == ["tagged line", "a bus line"]  # oldest first, both kinds
+    assert await texts("s1", None) == ["tagged line"]
+    assert await texts(None, "backups") == ["a bus line"]
+    assert await texts("s3", None) == []
+    rows = await node.db.read(lambda c: store.session_records(c, "s1", None, None, None, 1))
+    assert [r["record_hash"] for r in rows] == [tagged]  # at most `cap` of each kind
+
+
+async def test_recent_entries_newest_first_filtered(node: Node, make_agent: MakeAgent, clock: FakeClock) -> None:
+    alice = await make_agent("alice")
+
+    async def entry(content: str, tags: list[str], truth_state: str = "fact") -> str:
+        body = PostEntry(entry_type="finding", performative="inform", content=content, tags=tags,
+                         truth_state=truth_state)  # type: ignore[arg-type]  # fmt: skip
+        made, _ = await node.entries.post(alice.agent_id, body, None)
+        return made.record_hash
+
+    old = await entry("old", ["roof"])
+    clock.advance(10)
+    since = node.now_ms()
+    roof = await entry("roof", ["roof"])
+    shed = await entry("shed", ["shed"])
+    sim = await entry("imagined", ["roof"], truth_state="simulation")
+
+    async def hashes(limit: int, synthetic: bool, tags: list[str], since_ms: int | None) -> list[str]:
+        rows = await node.db.read(lambda c: store.recent_entries(c, limit, synthetic, tags, since_ms))
+        return [r["record_hash"] for r in rows]
+
+    assert await hashes(10, False, [], None) == [shed, roof, old]
+    assert await hashes(10, True, [], None) == [sim, shed, roof, old]
+    assert await hashes(10, False, [], since) == [shed, roof]
+    assert await hashes(10, True, ["roof"], None) == [sim, roof, old]
+    assert await hashes(1, False, ["roof", "shed"], None) == [shed]

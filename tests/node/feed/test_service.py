@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from node.feed.service import Feed, newest_id
+from node.feed.service import Feed
+from node.feed.store import newest_id
 from node.service import Node
 from tests.conftest import AgentCreds
 from wire.api import PostEntry

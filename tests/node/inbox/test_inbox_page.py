@@ -1,8 +1,8 @@
 """The inbox page query against its plain definition, over arbitrary notification tables, and its plans.
 
-`notify.INBOX_SQL` picks a poll's page from two index-ordered branches (pending; leases that lapsed) so that a
-poll reads `limit` rows whatever the backlog. Its answer must be exactly the plain query's: every deliverable
-notification of the agent, tier first, then oldest first.
+`store.INBOX_SQL` (node/inbox/store.py) picks a poll's page from two index-ordered branches (pending; leases
+that lapsed) so that a poll reads `limit` rows whatever the backlog. Its answer must be exactly the plain
+query's: every deliverable notification of the agent, tier first, then oldest first.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.inbox import notify
+from node.inbox import notify, store
 from node.store import db
 
 NOW = 1_000_000
@@ -74,7 +74,7 @@ def test_the_page_is_the_plain_querys_answer(
         )
         params = {"agent": agent, "now": NOW, "since": since, "limit": limit}
         expected = [r[0] for r in conn.execute(PLAIN, params)]
-        got = [r["notification_id"] for r in conn.execute(notify.INBOX_SQL, params)]
+        got = [r["notification_id"] for r in conn.execute(store.INBOX_SQL, params)]
         assert got == expected
     finally:
         conn.execute("ROLLBACK")
@@ -91,16 +91,16 @@ def test_a_poll_visits_its_page_and_the_expired_only(tmp_path: Path, analyzed: b
     db.migrate(conn)
     if analyzed:
         conn.execute("ANALYZE")
-    expire = plan(conn, notify.EXPIRE_SQL)
+    expire = plan(conn, store.EXPIRE_SQL)
     assert expire == ["SEARCH notifications USING INDEX notifications_expiry (expires_ms<?)"]
-    page = plan(conn, notify.INBOX_SQL)
+    page = plan(conn, store.INBOX_SQL)
     branches = [s for s in page if "notifications USING" in s]
     assert branches == ["SEARCH notifications USING INDEX notifications_agent_status (agent_id=? AND status=?)"] * 2
     assert "SEARCH n USING INTEGER PRIMARY KEY (rowid=?)" in page
     assert not [s for s in page if s.startswith("SCAN") and not s.startswith("SCAN (subquery") and s != "SCAN p"]
     # contradiction link targets are found by the entry's hash, not among every contradicts link
     assert not [s for s in page if "links_type_target" in s], page
-    deliverable = plan(conn, notify.DELIVERABLE_SQL)
+    deliverable = plan(conn, store.DELIVERABLE_SQL)
     seeks = [s for s in deliverable if "notifications" in s]
     assert seeks == [
         "SEARCH notifications USING COVERING INDEX notifications_agent_status (agent_id=? AND status=?)",

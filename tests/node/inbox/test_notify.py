@@ -15,7 +15,7 @@ import msgspec
 
 from identity import keys
 from identity.schema import EntryRecord
-from node.inbox import notify
+from node.inbox import notify, store
 from node.service import Node
 from tests.conftest import AgentCreds, FakeClock
 from wire.api import PostEntry, SubscriptionIn
@@ -63,10 +63,10 @@ async def take(
 
 async def test_addressees_and_subscribers_are_notified_by_tier(node: Node, make_agent: MakeAgent) -> None:
     alice, bob, carol = await make_agent("alice"), await make_agent("bob"), await make_agent("carol")
-    assert not await node.db.read(notify.any_subscriptions)
+    assert not await node.db.read(store.any_subscriptions)
     shed = await subscribe(node, carol, tags=["shed"])
     await subscribe(node, alice, tags=["shed"])  # the author is never notified of its own entries
-    assert await node.db.read(notify.any_subscriptions)
+    assert await node.db.read(store.any_subscriptions)
     request, _ = await post(node, alice, "please help", performative="request", directed_to=[bob.agent_id])
     note, _ = await post(node, alice, "fyi", directed_to=[bob.agent_id])
     tagged, _ = await post(node, alice, "the shed", tags=["shed"])
@@ -116,13 +116,6 @@ async def test_fan_out_rebuilds_what_storing_the_entries_made(node: Node, make_a
     assert await notifications(node) == made
 
 
-def test_the_fan_out_statement_has_only_the_parts_it_needs() -> None:
-    both = notify.fan_out_sql(directed=True, subscribed=True)
-    assert "d.value" in both and "subscription_terms" in both
-    assert "subscription_terms" not in notify.fan_out_sql(directed=True, subscribed=False)
-    assert "json_each(r.directed)" not in notify.fan_out_sql(directed=False, subscribed=True)
-
-
 async def test_a_contradiction_notifies_the_contradicted_author_first(node: Node, make_agent: MakeAgent) -> None:
     alice, bob = await make_agent("alice"), await make_agent("bob")
     sub = await subscribe(node, alice, tags=["roof"])
@@ -150,11 +143,11 @@ async def test_a_poll_leases_and_a_lapsed_lease_delivers_again(
     alice, bob = await make_agent("alice"), await make_agent("bob")
     await post(node, alice, "for bob", directed_to=[bob.agent_id])
     urgent, _ = await post(node, alice, "urgent", performative="request", directed_to=[bob.agent_id])
-    assert await node.db.read(lambda c: notify.has_deliverable(c, bob.agent_id, node.now_ms()))
+    assert await node.db.read(lambda c: store.has_deliverable(c, bob.agent_id, node.now_ms()))
     rows = await take(node, bob)
     assert rows[0]["entry_id"] == urgent  # tier 1 first
     assert {status for status, _ in (await statuses(node, bob)).values()} == {"leased"}
-    assert not await node.db.read(lambda c: notify.has_deliverable(c, bob.agent_id, node.now_ms()))
+    assert not await node.db.read(lambda c: store.has_deliverable(c, bob.agent_id, node.now_ms()))
     assert await take(node, bob) == []  # leased: not offered again while the lease runs
     clock.advance(notify.LEASE_MS / 1000 + 1)
     again = await take(node, bob)
@@ -172,28 +165,6 @@ async def test_after_max_attempts_a_notification_fails(node: Node, make_agent: M
     assert [status for status, _ in (await statuses(node, bob)).values()] == ["failed"]
 
 
-async def test_ack_and_mark_delivered(node: Node, make_agent: MakeAgent) -> None:
-    alice, bob, carol = await make_agent("alice"), await make_agent("bob"), await make_agent("carol")
-    for i in range(3):
-        await post(node, alice, f"n{i}", directed_to=[bob.agent_id, carol.agent_id])
-    bob_ids = sorted(await statuses(node, bob))
-    carol_ids = sorted(await statuses(node, carol))
-    now = node.now_ms()
-    assert await node.db.write(lambda c: notify.ack(c, bob.agent_id, carol_ids, now)) == 0  # not bob's
-    assert await node.db.write(lambda c: notify.ack(c, bob.agent_id, bob_ids[:1], now)) == 1  # pending -> delivered
-    await take(node, bob, limit=1)
-    assert await node.db.write(lambda c: notify.ack(c, bob.agent_id, bob_ids, now)) == 2  # leased and pending
-    assert await node.db.write(lambda c: notify.ack(c, bob.agent_id, bob_ids, now)) == 0  # delivered stays so
-    assert await node.db.write(lambda c: notify.ack(c, bob.agent_id, [], now)) == 0
-    rows = await take(node, carol, limit=2, deliver=True)
-    assert len(rows) == 2
-    assert sorted(status for status, _ in (await statuses(node, carol)).values()) == [
-        "delivered",
-        "delivered",
-        "pending",
-    ]
-
-
 async def test_since_and_limit_choose_the_page(node: Node, make_agent: MakeAgent, clock: FakeClock) -> None:
     alice, bob = await make_agent("alice"), await make_agent("bob")
     await post(node, alice, "old", directed_to=[bob.agent_id])
@@ -202,17 +173,3 @@ async def test_since_and_limit_choose_the_page(node: Node, make_agent: MakeAgent
     new, _ = await post(node, alice, "new", directed_to=[bob.agent_id])
     assert [r["entry_id"] for r in await take(node, bob, since_ms=cut)] == [new]
     assert len(await take(node, bob, limit=1)) == 1
-
-
-async def test_notifications_expire(node: Node, make_agent: MakeAgent, clock: FakeClock) -> None:
-    alice, bob = await make_agent("alice"), await make_agent("bob")
-    await post(node, alice, "for bob", directed_to=[bob.agent_id])
-    assert not await node.db.read(lambda c: notify.expired_waiting(c, node.now_ms()))
-    clock.advance(notify.NOTIFICATION_TTL_MS / 1000 + 1)
-    now = node.now_ms()
-    assert await node.db.read(lambda c: notify.expired_waiting(c, now))
-    assert await node.db.write(lambda c: notify.expire(c, now)) == 1
-    assert await node.db.write(lambda c: notify.expire(c, now)) == 0
-    assert not await node.db.read(lambda c: notify.expired_waiting(c, now))
-    assert [status for status, _ in (await statuses(node, bob)).values()] == ["expired"]
-    assert await take(node, bob) == []

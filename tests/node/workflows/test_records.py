@@ -221,9 +221,9 @@ def _random_history(rng: random.Random, t: int) -> list[dict[str, Any]]:
 
 
 def test_applying_events_in_place_equals_folding_the_whole_history(tmp_path: Path) -> None:
-    """`advance` (an event after all others, applied to the stored task) must give exactly what `refold`
+    """`advance` (an event after all others, applied to the stored task) must give exactly what `refold_txn`
     (the fold over every event) gives, whatever the arrival order and however many events share a millisecond."""
-    from node.workflows.records import refold
+    from node.workflows.records import refold_txn
 
     for seed in range(40):
         rng = random.Random(seed)
@@ -237,7 +237,7 @@ def test_applying_events_in_place_equals_folding_the_whole_history(tmp_path: Pat
             incremental = _state(conn)
             conn.execute("SAVEPOINT probe")
             for row in conn.execute("SELECT * FROM tasks").fetchall():
-                refold(conn, row["key"], row)
+                refold_txn(conn, row["key"], row)
             assert _state(conn) == incremental, (seed, i)
             conn.execute("ROLLBACK TO probe")
             conn.execute("RELEASE probe")

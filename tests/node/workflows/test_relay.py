@@ -70,7 +70,7 @@ async def test_drafts_are_dated_after_every_event_held_and_stored_once(node: Nod
     assert parse_ms(sealed[0]["created_at"]) > newest  # the clock ran behind: still after the newest event
     before = await count_records(node, "task_event")
     now = node.now_ms()
-    await node.db.write(lambda c: relay.store(c, sealed, worker.agent_id, ("key-1", "task_complete"), now))
-    await node.db.write(lambda c: relay.store(c, sealed, worker.agent_id, ("key-1", "task_complete"), now))
+    await node.db.write(lambda c: relay.store_txn(c, sealed, worker.agent_id, ("key-1", "task_complete"), now))
+    await node.db.write(lambda c: relay.store_txn(c, sealed, worker.agent_id, ("key-1", "task_complete"), now))
     assert await count_records(node, "task_event") == before + 1
     assert (await node.workflows.task("remote")).status == "done"

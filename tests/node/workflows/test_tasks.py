@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 from aiohttp.test_utils import TestClient
 
 from node.service import Node
-from node.workflows import tasks
 from tests.conftest import AgentCreds
 from tests.node.workflows.helpers import SEED_PLAN, WF, count_records, declare, lease, ready_keys
 
@@ -161,27 +160,6 @@ async def test_graph_formats(client: TestClient, make_agent: MakeAgent) -> None:
     assert mermaid.startswith("flowchart LR")
     assert f"t{ids['write-adr']} --> t{ids['publish-digest']}" in mermaid
     assert ":::leased" in mermaid
-
-
-async def test_ready_is_one_index_range(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
-    a = await make_agent("a")
-    await declare(client, a, {"key": "x", "title": "X"})
-    plan = await node.db.read(
-        lambda c: [r[-1] for r in c.execute("EXPLAIN QUERY PLAN " + tasks.READY_SQL, (-1, node.now_ms(), 101))]
-    )
-    assert plan == ["SEARCH tasks USING INDEX tasks_startable (id>?)"]
-
-
-async def test_whether_a_grant_is_already_ended_is_one_index_look_up(node: Node) -> None:
-    from node.workflows.records import ENDED_SQL
-
-    for analyzed in (False, True):
-        if analyzed:
-            await node.db.write(lambda c: c.execute("ANALYZE"))
-        plan = await node.db.read(
-            lambda c: [r[-1] for r in c.execute("EXPLAIN QUERY PLAN " + ENDED_SQL, ("k", "h", "did:key:z"))]
-        )
-        assert plan == ["SEARCH task_events USING INDEX task_events_lease_ref (lease_ref=?)"]
 
 
 async def test_drawings_escape_titles_and_show_undeclared_prerequisites(

@@ -1,0 +1,137 @@
+"""The SQL of the agents feature: local agents (`local_agents`), the agents a node knows (`agents`), bearer
+credentials (`credentials`, `credential_epoch`) and key-proof sessions (`auth_sessions`).
+
+Store functions (docs/architecture.md, "Where SQL lives"): those ending in `_txn` write and run on the writer
+thread, inside a `db.write` job; the others only read. The services (node/agents/service.py, refs.py,
+portable.py, sessions.py) decide what to ask and what an answer means.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from node.store.conn import Conn
+
+# ---- local agents -----------------------------------------------------------------------------------------------
+
+
+def agent_id_by_name(conn: Conn, name: str) -> str | None:
+    """The did of the local agent registered under `name`, or None."""
+    row = conn.execute("SELECT agent_id FROM local_agents WHERE name = ?", (name,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def name_taken(conn: Conn, name: str) -> bool:
+    """Whether a local agent is registered under `name`."""
+    return bool(conn.execute("SELECT 1 FROM local_agents WHERE name = ?", (name,)).fetchone())
+
+
+def did_registered(conn: Conn, agent_id: str) -> bool:
+    """Whether the identity `agent_id` is registered here as a local agent."""
+    return bool(conn.execute("SELECT 1 FROM local_agents WHERE agent_id = ?", (agent_id,)).fetchone())
+
+
+def local_agent(conn: Conn, agent_id: str) -> Any:
+    """The local agent's row (`name`, `agent_id`), or None."""
+    return conn.execute("SELECT name, agent_id FROM local_agents WHERE agent_id = ?", (agent_id,)).fetchone()
+
+
+def insert_local_agent_txn(conn: Conn, name: str, agent_id: str, key_seed: bytes | None, now_ms: int) -> None:
+    """Register `agent_id` under the local `name`, with its key's seed when the node keeps it."""
+    conn.execute(
+        "INSERT INTO local_agents (name, agent_id, key_seed, created_ms) VALUES (?, ?, ?, ?)",
+        (name, agent_id, key_seed, now_ms),
+    )
+
+
+def key_seed(conn: Conn, agent_id: str) -> bytes | None:
+    """The seed of a local agent's key, or None when the agent is not local or the node does not keep its key."""
+    row = conn.execute("SELECT key_seed FROM local_agents WHERE agent_id = ?", (agent_id,)).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return bytes(row[0])
+
+
+def exported_identity(conn: Conn, name: str) -> Any:
+    """The local agent `name`'s (`agent_id`, `key_seed`, identity record body), or None if no agent has it."""
+    return conn.execute(
+        "SELECT l.agent_id, l.key_seed, r.body FROM local_agents l JOIN agents a ON a.id = l.agent_id"
+        " JOIN records r ON r.hash = a.doc_hash WHERE l.name = ?",
+        (name,),
+    ).fetchone()
+
+
+# ---- every agent this node knows ----------------------------------------------------------------------------
+
+
+def agent_known(conn: Conn, agent_id: str) -> bool:
+    """Whether this node holds the identity document of `agent_id` (registered here or arrived by sync)."""
+    return conn.execute("SELECT 1 FROM agents WHERE id = ?", (agent_id,)).fetchone() is not None
+
+
+def agent(conn: Conn, agent_id: str) -> Any:
+    """The `agents` row of `agent_id` with its entry count as `n`, or None."""
+    return conn.execute(
+        "SELECT a.*, (SELECT count(*) FROM entries e WHERE e.author_id = a.id) AS n FROM agents a WHERE a.id = ?",
+        (agent_id,),
+    ).fetchone()
+
+
+def agent_page(conn: Conn, after: str | None, local: bool, limit: int) -> list[Any]:
+    """Up to `limit` agents in did order after `after` (with `local`, only those registered here): their
+    identity, local name, whether the key is kept (`key_kept`) and entry count (`n`)."""
+    return conn.execute(
+        "SELECT a.id, l.name, a.display_name, a.description, a.agent_type, a.home_node, a.created_at,"
+        " l.key_seed IS NOT NULL AS key_kept, (SELECT count(*) FROM entries e WHERE e.author_id = a.id) AS n"
+        " FROM agents a LEFT JOIN local_agents l ON l.agent_id = a.id"
+        " WHERE (:after IS NULL OR a.id > :after) AND (:local = 0 OR l.name IS NOT NULL)"
+        " ORDER BY a.id LIMIT :limit",
+        {"after": after, "local": int(local), "limit": limit},
+    ).fetchall()
+
+
+# ---- credentials ----------------------------------------------------------------------------------------------
+
+
+def insert_credential_txn(
+    conn: Conn, key_id: str, role: str, agent_id: str | None, secret_sha256: str, now_ms: int
+) -> None:
+    """Store a credential by its key id and the SHA-256 of its secret."""
+    conn.execute(
+        "INSERT INTO credentials (key_id, role, agent_id, secret_sha256, created_ms) VALUES (?, ?, ?, ?, ?)",
+        (key_id, role, agent_id, secret_sha256, now_ms),
+    )
+
+
+def delete_agent_credentials_txn(conn: Conn, agent_id: str) -> None:
+    """Delete every API key of the agent (its credential epoch moves, by trigger)."""
+    conn.execute("DELETE FROM credentials WHERE role = 'agent' AND agent_id = ?", (agent_id,))
+
+
+def credential(conn: Conn, key_id: str) -> Any:
+    """The credential `key_id` (`role`, `agent_id`, `secret_sha256`), or None."""
+    return conn.execute("SELECT role, agent_id, secret_sha256 FROM credentials WHERE key_id = ?", (key_id,)).fetchone()
+
+
+def credential_epoch(conn: Conn) -> int:
+    """The counter every deletion or change of a credential moves (a trigger, whichever process made it)."""
+    return int(conn.execute("SELECT n FROM credential_epoch WHERE id = 1").fetchone()[0])
+
+
+# ---- key-proof sessions ---------------------------------------------------------------------------------------
+
+
+def open_session_txn(conn: Conn, key_id: str, agent_id: str, secret_sha256: str, expires_ms: int, now_ms: int) -> None:
+    """Drop the sessions expired at `now_ms`, and store a new one of `agent_id` until `expires_ms`."""
+    conn.execute("DELETE FROM auth_sessions WHERE expires_ms <= ?", (now_ms,))
+    conn.execute(
+        "INSERT INTO auth_sessions (key_id, agent_id, secret_sha256, expires_ms) VALUES (?, ?, ?, ?)",
+        (key_id, agent_id, secret_sha256, expires_ms),
+    )
+
+
+def session(conn: Conn, key_id: str) -> Any:
+    """The session `key_id` (`agent_id`, `secret_sha256`, `expires_ms`), or None."""
+    return conn.execute(
+        "SELECT agent_id, secret_sha256, expires_ms FROM auth_sessions WHERE key_id = ?", (key_id,)
+    ).fetchone()

@@ -1,0 +1,300 @@
+"""The SQL of the inbox: subscriptions (`subscriptions`, `subscription_terms`) and notifications, from the fan-out
+of new entries (run inside every append's write transaction) to a poll's lease and an ack.
+
+Store functions (docs/architecture.md, "Where SQL lives"): those ending in `_txn` write and run on the writer
+thread, inside a `db.write` or `db.write_merged` job; the others only read. node/inbox/notify.py decides which
+statements a run of new entries needs and drives the state machine; node/inbox/service.py is the agent's side.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from node.store.conn import Conn
+
+# an upgrade (a lower tier) makes the notification pending again with a fresh attempt count, whatever its
+# state, a lease included: a tier-1 reason must not wait for a lapsing tier-2 lease
+_ON_CONFLICT = (
+    " ON CONFLICT (agent_id, entry_id) DO UPDATE SET tier = excluded.tier, reason = excluded.reason,"
+    "   attempt_count = 0, status = 'pending', expires_ms = excluded.expires_ms"
+    " WHERE excluded.tier < notifications.tier"
+)
+_UPSERT = (
+    "INSERT INTO notifications (agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms)"
+    " VALUES (?, ?, NULL, ?, ?, ?, ?)" + _ON_CONFLICT
+)
+
+
+def any_subscriptions(conn: Conn) -> bool:
+    """Whether the node holds any subscription at all (when none, fan-out has no subscribers to look for)."""
+    return bool(conn.execute("SELECT EXISTS (SELECT 1 FROM subscriptions)").fetchone()[0])
+
+
+# The entries just stored, one row each: :run is a JSON array of [entry_id, author, type, performative, tags,
+# directed_to, simulation (0/1)], in log order.
+_RUN = (
+    "WITH r AS (SELECT value ->> 0 AS eid, value ->> 1 AS author, value ->> 2 AS type, value ->> 3 AS perf,"
+    " value -> 4 AS tags, value -> 5 AS directed, value ->> 6 AS sim FROM json_each(:run))"
+)
+# Addressees registered here (tier 1 for a request), part 0.
+_DIRECTED = (
+    "SELECT d.value AS agent_id, r.eid AS eid, NULL AS sub, CASE WHEN r.perf = 'request' THEN 1 ELSE 2 END AS tier,"
+    " CASE WHEN r.perf = 'request' THEN 'directed_request' ELSE 'directed' END AS reason, 0 AS part"
+    " FROM r CROSS JOIN json_each(r.directed) d JOIN local_agents a ON a.agent_id = d.value"
+    " WHERE d.value != r.author"
+)
+# Subscribers (tier 2), part 1: one notification per agent and entry, naming its first matching subscription.
+_SUBSCRIBED = (
+    "SELECT s.agent_id AS agent_id, r.eid AS eid, MIN(s.id) AS sub, 2 AS tier, 'subscription' AS reason, 1 AS part"
+    " FROM r CROSS JOIN subscriptions s"
+    # Candidates by index: a term equal to one of the entry's values, or no terms at all. Every subscription
+    # that can match is among them (a subscription with terms in a dimension needs one of them to match).
+    " WHERE s.id IN (SELECT sub_id FROM subscription_terms WHERE dim = 'type' AND value = r.type"
+    "   UNION ALL SELECT sub_id FROM subscription_terms WHERE dim = 'perf' AND value = r.perf"
+    "   UNION ALL SELECT sub_id FROM subscription_terms WHERE dim = 'author' AND value = r.author"
+    "   UNION ALL SELECT t.sub_id FROM json_each(r.tags) j CROSS JOIN subscription_terms t"
+    "     ON t.dim = 'tag' AND t.value = j.value"
+    "   UNION ALL SELECT id FROM subscriptions WHERE n_tags + n_types + n_perfs + n_authors = 0)"
+    "   AND s.agent_id != r.author AND r.sim = 0"  # a simulation is hidden unless asked for: no subscription asks
+    "   AND (s.n_types = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
+    "        WHERE t.dim = 'type' AND t.value = r.type AND t.sub_id = s.id))"
+    "   AND (s.n_perfs = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
+    "        WHERE t.dim = 'perf' AND t.value = r.perf AND t.sub_id = s.id))"
+    "   AND (s.n_authors = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
+    "        WHERE t.dim = 'author' AND t.value = r.author AND t.sub_id = s.id))"
+    "   AND (s.n_tags = 0 OR EXISTS (SELECT 1 FROM subscription_terms t JOIN entry_tags et"
+    "        ON et.entry_id = r.eid AND et.tag = t.value WHERE t.dim = 'tag' AND t.sub_id = s.id))"
+    "   AND (s.directed = 0 OR EXISTS (SELECT 1 FROM entry_directed d"
+    "        WHERE d.entry_id = r.eid AND d.agent_id = s.agent_id))"
+    " GROUP BY r.eid, s.agent_id"
+)
+
+
+def fan_out_sql(*, directed: bool, subscribed: bool) -> str:
+    """The one statement that notifies a run of new entries' addressees and subscribers, entry by entry in log
+    order (addressees first: an agent both addressed and subscribed is notified as an addressee)."""
+    parts = [sql for sql, wanted in ((_DIRECTED, directed), (_SUBSCRIBED, subscribed)) if wanted]
+    return (
+        f"{_RUN} INSERT INTO notifications (agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms)"
+        f" SELECT agent_id, eid, sub, tier, reason, :now, :exp FROM ({' UNION ALL '.join(parts)})"
+        " WHERE true ORDER BY eid, part, agent_id" + _ON_CONFLICT
+    )
+
+
+def fan_out_txn(conn: Conn, run: str, now_ms: int, expires_ms: int, *, directed: bool, subscribed: bool) -> None:
+    """Insert (or upgrade) the notifications of a run of new entries, in one statement (`fan_out_sql`).
+
+    `run` is the JSON array `_RUN` reads: [entry_id, author, type, performative, tags, directed_to, simulation]
+    per entry, in log order."""
+    conn.execute(fan_out_sql(directed=directed, subscribed=subscribed), {"run": run, "now": now_ms, "exp": expires_ms})
+
+
+# Authors to notify, and the contradicting entry, for contradicts links that the records :h complete.
+CONTRADICTIONS_SQL = (
+    "SELECT t.author_id, s.id FROM links l"
+    " JOIN entries t ON t.record_hash = l.target_hash"
+    " JOIN entries s ON s.record_hash = l.source_hash"
+    " JOIN local_agents a ON a.agent_id = t.author_id"
+    # json_each joined inside the UNION: `x.hash IN (SELECT value FROM json_each(:h))` there cost 30x as much
+    " WHERE l.id IN (SELECT x.id FROM json_each(:h) a JOIN links x ON x.origin_hash = a.value"
+    "                UNION SELECT x.id FROM json_each(:h) a JOIN links x ON x.source_hash = a.value"
+    "                UNION SELECT x.id FROM json_each(:h) a JOIN links x ON x.target_hash = a.value)"
+    # + on link_type: start from the arrived records' links, not from every contradicts link (index on type)
+    "   AND +l.link_type = 'contradicts' AND t.author_id != l.author_id AND s.truth_state != 'simulation'"
+)
+
+
+def contradicted(conn: Conn, arrived_hashes: str) -> list[Any]:
+    """(author to notify, contradicting entry id) of each contradicts link the records `arrived_hashes` (a JSON
+    array of record hashes) complete."""
+    return conn.execute(CONTRADICTIONS_SQL, {"h": arrived_hashes}).fetchall()
+
+
+def upsert_notifications_txn(conn: Conn, rows: list[tuple[str, int, int, str, int, int]]) -> None:
+    """Insert notifications (agent_id, entry_id, tier, reason, created_ms, expires_ms), or upgrade the agent's
+    notification of that entry to a lower tier."""
+    conn.executemany(_UPSERT, rows)
+
+
+# The state changes a poll makes before it picks its page: notifications past their expiry, any agent's (found
+# by notifications_expiry, so only those are visited), and the agent's leases lapsed MAX_ATTEMPTS times (an
+# agent's leased notifications are few).
+EXPIRE_SQL = "UPDATE notifications SET status = 'expired' WHERE status IN ('pending', 'leased') AND expires_ms <= :now"
+EXPIRED_WAITING_SQL = (
+    "SELECT EXISTS (SELECT 1 FROM notifications WHERE status IN ('pending', 'leased') AND expires_ms <= :now)"
+)
+
+
+def expire_txn(conn: Conn, now_ms: int) -> int:
+    """Mark every agent's notifications past their expiry `expired`; how many."""
+    return conn.execute(EXPIRE_SQL, {"now": now_ms}).rowcount
+
+
+def expired_waiting(conn: Conn, now_ms: int) -> bool:
+    """Whether some pending or leased notification is past its expiry (a seek on the partial expiry index)."""
+    return bool(conn.execute(EXPIRED_WAITING_SQL, {"now": now_ms}).fetchone()[0])
+
+
+FAIL_SQL = (
+    "UPDATE notifications SET status = 'failed'"
+    " WHERE agent_id = :agent AND status = 'leased' AND next_attempt_ms <= :now AND attempt_count >= :attempts"
+)
+# The envelope of a notification `n` of entry `e`, as columns (INBOX_SQL's page, and node/push's scan).
+ENVELOPE_COLUMNS = (
+    "n.id AS notification_id, n.tier, n.reason, n.attempt_count, e.id AS entry_id, e.record_hash,"
+    "   e.author_id, e.created_at, e.entry_type, e.performative, e.tags, e.confidence,"
+    "   EXISTS (SELECT 1 FROM entry_directed d WHERE d.entry_id = e.id AND d.agent_id = n.agent_id)"
+    "     AS directed_to_me,"
+    # the entry's own links in order; for a contradiction then the recipient's entries that someone else's
+    # link record says it contradicts (what notified it), so the envelope alone tells which are meant
+    "   (SELECT json_group_array(h) FROM ("
+    "     SELECT l.target_hash AS h, 0 AS part, l.ordinal AS o FROM links l"
+    "     WHERE l.origin_hash = e.record_hash AND l.ordinal >= 0"
+    "     UNION ALL SELECT l.target_hash, 1, min(l.id) FROM links l JOIN entries t ON t.record_hash = l.target_hash"
+    # + on link_type: found by the entry's hash (links_source), not among every contradicts link of the node
+    "     WHERE n.reason = 'contradiction' AND l.source_hash = e.record_hash AND +l.link_type = 'contradicts'"
+    "       AND l.origin_hash != e.record_hash AND t.author_id = n.agent_id AND l.author_id != n.agent_id"
+    "       AND l.target_hash NOT IN (SELECT x.target_hash FROM links x"
+    "         WHERE x.origin_hash = e.record_hash AND x.ordinal >= 0)"
+    "     GROUP BY l.target_hash"
+    "     ORDER BY part, o LIMIT 100)) AS link_targets"
+)
+# One page of an agent's deliverable notifications with their envelopes. The page is chosen first, from
+# notifications_agent_status in (tier, id) order (a pending and a lapsed-lease branch, merged), so a poll reads
+# `limit` rows whatever the agent's backlog; the envelope columns, with their subqueries, are computed for the
+# page only (selected with the filter, SQLite computed them for every deliverable row before sorting).
+INBOX_SQL = (
+    "SELECT " + ENVELOPE_COLUMNS + " FROM ("
+    "   SELECT id, tier FROM (SELECT id, tier FROM notifications"
+    "     WHERE agent_id = :agent AND status = 'pending' AND (:since IS NULL OR created_ms >= :since)"
+    "     ORDER BY tier, id LIMIT :limit)"
+    "   UNION ALL"
+    "   SELECT id, tier FROM (SELECT id, tier FROM notifications"
+    "     WHERE agent_id = :agent AND status = 'leased' AND next_attempt_ms <= :now"
+    "       AND (:since IS NULL OR created_ms >= :since)"
+    "     ORDER BY tier, id LIMIT :limit)"
+    "   ORDER BY tier, id LIMIT :limit) p"
+    " JOIN notifications n ON n.id = p.id JOIN entries e ON e.id = n.entry_id"
+    " ORDER BY p.tier, p.id"
+)
+
+
+# Whether the agent has anything a poll would lease or fail: a pending notification, or a leased one whose lease
+# has lapsed. Both are seeks on notifications_agent_status; an empty inbox is answered from this read alone.
+DELIVERABLE_SQL = (
+    "SELECT EXISTS (SELECT 1 FROM notifications WHERE agent_id = :agent AND status = 'pending')"
+    " OR EXISTS (SELECT 1 FROM notifications WHERE agent_id = :agent AND status = 'leased' AND next_attempt_ms <= :now)"
+)
+
+
+def has_deliverable(conn: Conn, agent_id: str, now_ms: int) -> bool:
+    """Whether a poll would lease, deliver or fail any of the agent's notifications now."""
+    return bool(conn.execute(DELIVERABLE_SQL, {"agent": agent_id, "now": now_ms}).fetchone()[0])
+
+
+def fail_lapsed_txn(conn: Conn, agent_id: str, now_ms: int, max_attempts: int) -> None:
+    """Mark the agent's leased notifications whose lease lapsed after `max_attempts` attempts `failed`."""
+    conn.execute(FAIL_SQL, {"agent": agent_id, "now": now_ms, "attempts": max_attempts})
+
+
+def inbox_page(conn: Conn, agent_id: str, now_ms: int, since_ms: int | None, limit: int) -> list[Any]:
+    """Up to `limit` of the agent's deliverable notifications with their envelopes (`INBOX_SQL`)."""
+    return conn.execute(INBOX_SQL, {"agent": agent_id, "now": now_ms, "since": since_ms, "limit": limit}).fetchall()
+
+
+def deliver_txn(conn: Conn, ids: list[int], now_ms: int) -> None:
+    """Mark the notifications `ids` delivered at `now_ms`, counting the attempt."""
+    conn.execute(
+        "UPDATE notifications SET status = 'delivered', delivered_ms = ?, attempt_count = attempt_count + 1"
+        " WHERE id IN (SELECT value FROM json_each(?))",
+        (now_ms, _json_list(ids)),
+    )
+
+
+def lease_txn(conn: Conn, ids: list[int], until_ms: int) -> None:
+    """Lease the notifications `ids` until `until_ms`, counting the attempt."""
+    conn.execute(
+        "UPDATE notifications SET status = 'leased', next_attempt_ms = ?, attempt_count = attempt_count + 1"
+        " WHERE id IN (SELECT value FROM json_each(?))",
+        (until_ms, _json_list(ids)),
+    )
+
+
+def ack_txn(conn: Conn, agent_id: str, ids: list[int], now_ms: int) -> int:
+    """Mark the agent's own pending or leased notifications delivered; return how many changed."""
+    cur = conn.execute(
+        "UPDATE notifications SET status = 'delivered', delivered_ms = ?"
+        " WHERE agent_id = ? AND status IN ('pending', 'leased') AND id IN (SELECT value FROM json_each(?))",
+        (now_ms, agent_id, _json_list(ids)),
+    )
+    return cur.rowcount
+
+
+def _json_list(values: list[Any]) -> str:
+    return json.dumps(values) if values else "[]"
+
+
+# ---- subscriptions --------------------------------------------------------------------------------------------
+
+
+def subscription_by_filter(conn: Conn, agent_id: str, filter_key: str) -> Any:
+    """The agent's subscription with this filter key, or None."""
+    return conn.execute(
+        "SELECT * FROM subscriptions WHERE agent_id = ? AND filter_key = ?", (agent_id, filter_key)
+    ).fetchone()
+
+
+def subscription_count(conn: Conn, agent_id: str) -> int:
+    """How many subscriptions the agent holds."""
+    return int(conn.execute("SELECT count(*) FROM subscriptions WHERE agent_id = ?", (agent_id,)).fetchone()[0])
+
+
+def insert_subscription_txn(
+    conn: Conn, agent_id: str, dims: dict[str, list[str]], filter_key: str, directed: bool, now_ms: int
+) -> int:
+    """Store a subscription (its filter's dimensions, and one `subscription_terms` row per value); its id."""
+    sub_id = int(
+        conn.execute(
+            "INSERT INTO subscriptions (agent_id, filter_key, tags, entry_types, performatives, authors, directed,"
+            " n_tags, n_types, n_perfs, n_authors, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " RETURNING id",
+            (
+                agent_id,
+                filter_key,
+                json.dumps(dims["tags"]),
+                json.dumps(dims["entry_types"]),
+                json.dumps(dims["performatives"]),
+                json.dumps(dims["authors"]),
+                int(directed),
+                len(dims["tags"]),
+                len(dims["entry_types"]),
+                len(dims["performatives"]),
+                len(dims["authors"]),
+                now_ms,
+            ),
+        ).fetchone()[0]
+    )
+    terms = (
+        [(sub_id, "tag", v) for v in dims["tags"]]
+        + [(sub_id, "type", v) for v in dims["entry_types"]]
+        + [(sub_id, "perf", v) for v in dims["performatives"]]
+        + [(sub_id, "author", v) for v in dims["authors"]]
+    )
+    conn.executemany("INSERT INTO subscription_terms (sub_id, dim, value) VALUES (?, ?, ?)", terms)
+    return sub_id
+
+
+def subscription(conn: Conn, sub_id: int) -> Any:
+    """The subscription `sub_id`, or None."""
+    return conn.execute("SELECT * FROM subscriptions WHERE id = ?", (sub_id,)).fetchone()
+
+
+def agent_subscriptions(conn: Conn, agent_id: str) -> list[Any]:
+    """The agent's subscriptions, oldest first."""
+    return conn.execute("SELECT * FROM subscriptions WHERE agent_id = ? ORDER BY id", (agent_id,)).fetchall()
+
+
+def delete_subscription_txn(conn: Conn, agent_id: str, sub_id: int) -> int:
+    """Delete the agent's subscription `sub_id`; how many rows went (0 or 1)."""
+    return conn.execute("DELETE FROM subscriptions WHERE id = ? AND agent_id = ?", (sub_id, agent_id)).rowcount

@@ -1,0 +1,205 @@
+"""node.inbox.store: the inbox's SQL (subscriptions, the fan-out statement, a poll's lease, ack and expiry) on a
+real node's SQLite file, through the node's own read and write jobs.
+
+The node posts real entries (its fan-out runs as they are stored); the tests then call the store functions as
+node/inbox/notify.py and node/inbox/service.py do.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sqlite3
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from node.inbox import notify, store
+from node.service import Node
+from tests.conftest import AgentCreds, FakeClock
+from wire.api import PostEntry
+
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+DIMS = {"tags": ["roof", "shed"], "entry_types": ["question"], "performatives": [], "authors": []}
+
+
+async def post(node: Node, author: AgentCreds, content: str, **fields: Any) -> tuple[int, str]:
+    body = msgspec.convert({"entry_type": "finding", "performative": "inform", "content": content, **fields}, PostEntry)
+    entry, _ = await node.entries.post(author.agent_id, body, None)
+    return entry.id, entry.record_hash
+
+
+async def statuses(node: Node, agent: AgentCreds) -> dict[int, tuple[str, int]]:
+    rows = await node.db.read(
+        lambda c: c.execute(
+            "SELECT id, status, attempt_count FROM notifications WHERE agent_id = ?", (agent.agent_id,)
+        ).fetchall()
+    )
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+async def take(
+    node: Node, agent: AgentCreds, *, limit: int = 50, since_ms: int | None = None, deliver: bool = False
+) -> list[sqlite3.Row]:
+    now = node.now_ms()
+    return await node.db.write(
+        lambda c: notify.take_inbox(
+            c, agent.agent_id, limit=limit, since_ms=since_ms, mark_delivered=deliver, now_ms=now
+        )
+    )
+
+
+# ---- subscriptions -------------------------------------------------------------------------------------------
+
+
+async def test_a_subscription_is_stored_with_its_terms_and_found_by_filter(node: Node, make_agent: MakeAgent) -> None:
+    bob = await make_agent("bob")
+    now = node.now_ms()
+    assert not await node.db.read(store.any_subscriptions)
+    sub_id = await node.db.write(lambda c: store.insert_subscription_txn(c, bob.agent_id, DIMS, "k1", True, now))
+    assert await node.db.read(store.any_subscriptions)
+    row = await node.db.read(lambda c: store.subscription(c, sub_id))
+    assert (row["agent_id"], json.loads(row["tags"]), row["directed"], row["n_tags"], row["n_types"]) == (
+        bob.agent_id,
+        ["roof", "shed"],
+        1,
+        2,
+        1,
+    )
+    terms = await node.db.read(
+        lambda c: c.execute("SELECT dim, value FROM subscription_terms WHERE sub_id = ?", (sub_id,)).fetchall()
+    )
+    assert sorted(tuple(t) for t in terms) == [("tag", "roof"), ("tag", "shed"), ("type", "question")]
+    assert (await node.db.read(lambda c: store.subscription_by_filter(c, bob.agent_id, "k1")))["id"] == sub_id
+    assert await node.db.read(lambda c: store.subscription_by_filter(c, bob.agent_id, "k2")) is None
+    assert await node.db.read(lambda c: store.subscription_by_filter(c, "did:key:zother", "k1")) is None
+
+
+async def test_subscriptions_are_counted_listed_and_deleted_per_agent(node: Node, make_agent: MakeAgent) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    now = node.now_ms()
+    ids = [
+        await node.db.write(functools.partial(store.insert_subscription_txn, agent_id=bob.agent_id, dims=DIMS,
+                                              filter_key=k, directed=False, now_ms=now))
+        for k in ("a", "b")
+    ]  # fmt: skip
+    assert await node.db.read(lambda c: store.subscription_count(c, bob.agent_id)) == 2
+    assert await node.db.read(lambda c: store.subscription_count(c, alice.agent_id)) == 0
+    assert [r["id"] for r in await node.db.read(lambda c: store.agent_subscriptions(c, bob.agent_id))] == ids
+    assert await node.db.write(lambda c: store.delete_subscription_txn(c, alice.agent_id, ids[0])) == 0  # not hers
+    assert await node.db.write(lambda c: store.delete_subscription_txn(c, bob.agent_id, ids[0])) == 1
+    assert await node.db.write(lambda c: store.delete_subscription_txn(c, bob.agent_id, ids[0])) == 0
+    assert [r["id"] for r in await node.db.read(lambda c: store.agent_subscriptions(c, bob.agent_id))] == ids[1:]
+    assert await node.db.read(lambda c: store.subscription(c, ids[0])) is None
+
+
+# ---- fan-out and contradictions ------------------------------------------------------------------------------
+
+
+def test_the_fan_out_statement_has_only_the_parts_it_needs() -> None:
+    both = store.fan_out_sql(directed=True, subscribed=True)
+    assert "d.value" in both and "subscription_terms" in both
+    assert "subscription_terms" not in store.fan_out_sql(directed=True, subscribed=False)
+    assert "json_each(r.directed)" not in store.fan_out_sql(directed=False, subscribed=True)
+
+
+async def test_fan_out_txn_notifies_the_run_it_is_given(node: Node, make_agent: MakeAgent) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    entry, _ = await post(node, alice, "for bob", performative="request", directed_to=[bob.agent_id])
+    await node.db.write(lambda c: c.execute("DELETE FROM notifications"))
+    run = json.dumps([[entry, alice.agent_id, "finding", "request", [], [bob.agent_id], 0]])
+    now = node.now_ms()
+    await node.db.write(lambda c: store.fan_out_txn(c, run, now, now + 5, directed=True, subscribed=False))
+    rows = await node.db.read(
+        lambda c: c.execute("SELECT agent_id, entry_id, tier, reason, created_ms, expires_ms FROM notifications")
+        .fetchall()
+    )  # fmt: skip
+    assert [tuple(r) for r in rows] == [(bob.agent_id, entry, 1, "directed_request", now, now + 5)]
+
+
+async def test_contradicted_finds_the_authors_and_upserts_upgrade_them(node: Node, make_agent: MakeAgent) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    _, claim_hash = await post(node, alice, "the roof is sound")
+    rebuttal, _ = await post(node, bob, "the roof leaks", links=[{"target": claim_hash, "link_type": "contradicts"}])
+    found = await node.db.read(lambda c: store.contradicted(c, json.dumps([claim_hash])))
+    assert [tuple(r) for r in found] == [(alice.agent_id, rebuttal)]
+    assert await node.db.read(lambda c: store.contradicted(c, json.dumps(["0" * 64]))) == []
+    await node.db.write(lambda c: c.execute("UPDATE notifications SET tier = 2, status = 'delivered'"))
+    now = node.now_ms()
+    await node.db.write(
+        lambda c: store.upsert_notifications_txn(c, [(alice.agent_id, rebuttal, 1, "contradiction", now, now + 9)])
+    )
+    rows = await node.db.read(
+        lambda c: c.execute("SELECT agent_id, tier, status, expires_ms FROM notifications").fetchall()
+    )
+    assert [tuple(r) for r in rows] == [(alice.agent_id, 1, "pending", now + 9)]  # upgraded: pending again
+
+
+# ---- a poll's page, leases, acks and expiry ------------------------------------------------------------------
+
+
+async def test_the_page_is_leased_or_delivered_by_id(node: Node, make_agent: MakeAgent) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    for i in range(3):
+        await post(node, alice, f"n{i}", directed_to=[bob.agent_id])
+    now = node.now_ms()
+    assert await node.db.read(lambda c: store.has_deliverable(c, bob.agent_id, now))
+    page = await node.db.read(lambda c: store.inbox_page(c, bob.agent_id, now, None, 2))
+    ids = [r["notification_id"] for r in page]
+    assert len(ids) == 2 and page[0]["directed_to_me"] == 1
+    await node.db.write(lambda c: store.lease_txn(c, ids[:1], now + 1000))
+    await node.db.write(lambda c: store.deliver_txn(c, ids[1:], now))
+    await node.db.write(lambda c: store.lease_txn(c, [], now))  # an empty list changes nothing
+    got = await statuses(node, bob)
+    assert (got[ids[0]], got[ids[1]]) == (("leased", 1), ("delivered", 1))
+    assert sorted(s for s, _ in got.values()) == ["delivered", "leased", "pending"]
+
+
+async def test_lapsed_leases_fail_after_max_attempts(node: Node, make_agent: MakeAgent, clock: FakeClock) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    await post(node, alice, "for bob", directed_to=[bob.agent_id])
+    await take(node, bob)
+    clock.advance(notify.LEASE_MS / 1000 + 1)
+    now = node.now_ms()
+    await node.db.write(lambda c: store.fail_lapsed_txn(c, bob.agent_id, now, 2))  # one attempt: not yet
+    assert [s for s, _ in (await statuses(node, bob)).values()] == ["leased"]
+    await node.db.write(lambda c: store.fail_lapsed_txn(c, bob.agent_id, now, 1))
+    assert [s for s, _ in (await statuses(node, bob)).values()] == ["failed"]
+    assert not await node.db.read(lambda c: store.has_deliverable(c, bob.agent_id, now))
+
+
+async def test_ack_and_mark_delivered(node: Node, make_agent: MakeAgent) -> None:
+    alice, bob, carol = await make_agent("alice"), await make_agent("bob"), await make_agent("carol")
+    for i in range(3):
+        await post(node, alice, f"n{i}", directed_to=[bob.agent_id, carol.agent_id])
+    bob_ids = sorted(await statuses(node, bob))
+    carol_ids = sorted(await statuses(node, carol))
+    now = node.now_ms()
+    assert await node.db.write(lambda c: store.ack_txn(c, bob.agent_id, carol_ids, now)) == 0  # not bob's
+    assert await node.db.write(lambda c: store.ack_txn(c, bob.agent_id, bob_ids[:1], now)) == 1  # pending -> delivered
+    await take(node, bob, limit=1)
+    assert await node.db.write(lambda c: store.ack_txn(c, bob.agent_id, bob_ids, now)) == 2  # leased and pending
+    assert await node.db.write(lambda c: store.ack_txn(c, bob.agent_id, bob_ids, now)) == 0  # delivered stays so
+    assert await node.db.write(lambda c: store.ack_txn(c, bob.agent_id, [], now)) == 0
+    rows = await take(node, carol, limit=2, deliver=True)
+    assert len(rows) == 2
+    assert sorted(status for status, _ in (await statuses(node, carol)).values()) == [
+        "delivered",
+        "delivered",
+        "pending",
+    ]
+
+
+async def test_notifications_expire(node: Node, make_agent: MakeAgent, clock: FakeClock) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    await post(node, alice, "for bob", directed_to=[bob.agent_id])
+    assert not await node.db.read(lambda c: store.expired_waiting(c, node.now_ms()))
+    clock.advance(notify.NOTIFICATION_TTL_MS / 1000 + 1)
+    now = node.now_ms()
+    assert await node.db.read(lambda c: store.expired_waiting(c, now))
+    assert await node.db.write(lambda c: store.expire_txn(c, now)) == 1
+    assert await node.db.write(lambda c: store.expire_txn(c, now)) == 0
+    assert not await node.db.read(lambda c: store.expired_waiting(c, now))
+    assert [status for status, _ in (await statuses(node, bob)).values()] == ["expired"]
+    assert await take(node, bob) == []

@@ -1,0 +1,92 @@
+"""node.workflows.store.bus: messages stored with both of their ends, read back one by one and a page at a time."""
+
+from __future__ import annotations
+
+import json
+
+from node.store.conn import Conn
+from node.store.db import Database
+from node.workflows.store import bus
+from tests.node.workflows.store.helpers import T0
+from wire.time import format_ms
+from wire.workflows import MessageQuery
+
+ALICE, BOB, CAROL = "did:key:alice", "did:key:bob", "did:key:carol"
+
+
+def message(
+    seq: int, sender: str, to: str | None, ms: int, *, project: str | None = None, kind: str = "status"
+) -> bus.MessageRow:
+    return bus.MessageRow(
+        id=seq,
+        record_hash=f"m{seq}",
+        from_agent=sender,
+        to_agent=to,
+        message_type=kind,
+        body=f"note {seq}",
+        payload=json.dumps({"n": seq}),
+        dependency_ids="[]",
+        project=project,
+        created_at=format_ms(ms),
+        created_ms=ms,
+        signature=f"sig{seq}",
+    )
+
+
+async def store(db: Database, *rows: bus.MessageRow) -> None:
+    def write(conn: Conn) -> None:
+        for row in rows:
+            bus.insert_message_txn(conn, row, sorted({row.from_agent} | ({row.to_agent} if row.to_agent else set())))
+
+    await db.write(write)
+
+
+async def test_a_message_is_stored_with_both_ends_and_read_back(db: Database) -> None:
+    row = message(7, ALICE, BOB, T0, project="p")
+    await db.write(lambda c: bus.insert_message_txn(c, row, [ALICE, BOB, ALICE]))  # a repeated end counts once
+    stored = await db.read(lambda c: bus.message_row(c, 7))
+    assert tuple(stored) == tuple(row)
+    assert await db.read(lambda c: bus.message_id(c, "m7")) == 7
+    ends = await db.read(lambda c: [tuple(r) for r in c.execute("SELECT * FROM message_agents ORDER BY agent_id")])
+    assert ends == [(ALICE, T0, 7), (BOB, T0, 7)]
+
+
+async def test_a_broadcast_is_indexed_under_its_sender_only(db: Database) -> None:
+    await store(db, message(1, ALICE, None, T0))
+    assert [r["id"] for r in await db.read(lambda c: bus.message_rows(c, MessageQuery(agent=ALICE)))] == [1]
+    assert await db.read(lambda c: bus.message_rows(c, MessageQuery(agent=BOB))) == []
+
+
+async def test_pages_in_each_order_with_one_row_past_the_page(db: Database) -> None:
+    # ids are arrival order; created times are not: message 3 arrived last but was written first
+    await store(db, message(1, ALICE, BOB, T0 + 10), message(2, BOB, ALICE, T0 + 20), message(3, CAROL, None, T0))
+
+    async def ids(q: MessageQuery) -> list[int]:
+        return [r["id"] for r in await db.read(lambda c: bus.message_rows(c, q))]
+
+    assert await ids(MessageQuery()) == [2, 1, 3]  # newest first by created time
+    assert await ids(MessageQuery(order="oldest")) == [3, 1, 2]
+    assert await ids(MessageQuery(order="arrival")) == [1, 2, 3]
+    assert await ids(MessageQuery(limit=1)) == [2, 1]  # the page and one more: the caller sees a next page
+    assert await ids(MessageQuery(cursor=f"{T0 + 20}.2")) == [1, 3]  # after message 2, newest first
+    assert await ids(MessageQuery(order="oldest", cursor=f"{T0 + 10}.1")) == [2]
+    assert await ids(MessageQuery(order="arrival", cursor="0.1")) == [2, 3]  # arrival order reads only the id
+
+
+async def test_filters_by_agent_project_and_type(db: Database) -> None:
+    await store(
+        db,
+        message(1, ALICE, BOB, T0 + 1, project="p"),
+        message(2, BOB, CAROL, T0 + 2, project="q", kind="request"),
+        message(3, CAROL, ALICE, T0 + 3, project="p", kind="request"),
+    )
+
+    async def ids(q: MessageQuery) -> list[int]:
+        return [r["id"] for r in await db.read(lambda c: bus.message_rows(c, q))]
+
+    assert await ids(MessageQuery(agent=ALICE)) == [3, 1]  # sent or received
+    assert await ids(MessageQuery(agent=BOB, order="arrival")) == [1, 2]
+    assert await ids(MessageQuery(project="p")) == [3, 1]
+    assert await ids(MessageQuery(message_type="request")) == [3, 2]
+    assert await ids(MessageQuery(agent=CAROL, project="q", message_type="request")) == [2]
+    assert await ids(MessageQuery(agent=ALICE, order="oldest", cursor=f"{T0 + 1}.1")) == [3]

@@ -1,0 +1,40 @@
+"""node.workflows.store.fence: the fence's keys in node_meta, and the lease grants of one node the database
+holds (the latest expiry, how many expire after a moment)."""
+
+from __future__ import annotations
+
+from node.store.conn import Conn
+from node.store.db import Database
+from node.workflows.store import events, fence
+from tests.node.workflows.store.helpers import T0, event_row
+
+NODE, OTHER = "did:key:node", "did:key:other"
+
+
+async def test_meta_values_are_set_and_replaced(db: Database) -> None:
+    assert await db.read(lambda c: fence.meta(c, "lease_fence_id")) is None
+    await db.write(lambda c: fence.set_meta_txn(c, "lease_fence_id", "f1"))
+    await db.write(lambda c: fence.set_meta_txn(c, "lease_fence_id", "f2"))
+    assert await db.read(lambda c: fence.meta(c, "lease_fence_id")) == "f2"
+    assert await db.read(lambda c: fence.meta(c, "epoch")) is None
+
+
+async def test_grants_of_one_node_latest_and_counted_after_a_moment(db: Database) -> None:
+    assert await db.read(lambda c: fence.latest_grant_ms(c, NODE)) == 0
+    assert await db.read(lambda c: fence.grants_since(c, NODE, 0)) == 0
+
+    def write(conn: Conn) -> None:
+        for row in (
+            event_row(1, "a", "lease", NODE, T0, holder="w", expires_ms=T0 + 100),
+            event_row(2, "b", "lease", NODE, T0, holder="w", expires_ms=T0 + 300),
+            event_row(3, "a", "lease", NODE, T0 + 1, holder="w", expires_ms=T0 + 200),
+            event_row(4, "a", "lease", OTHER, T0, holder="w", expires_ms=T0 + 900),  # another node's grant
+            event_row(5, "a", "release", NODE, T0 + 2, expires_ms=T0 + 999),  # not a grant
+        ):
+            events.insert_event_txn(conn, row)
+
+    await db.write(write)
+    assert await db.read(lambda c: fence.latest_grant_ms(c, NODE)) == T0 + 300
+    assert await db.read(lambda c: fence.grants_since(c, NODE, T0)) == 3
+    assert await db.read(lambda c: fence.grants_since(c, NODE, T0 + 200)) == 1  # expiring strictly after
+    assert await db.read(lambda c: fence.grants_since(c, OTHER, T0)) == 1

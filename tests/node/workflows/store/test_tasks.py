@@ -1,0 +1,126 @@
+"""node.workflows.store.tasks: tasks written and found, dependencies and their unmet counts, the ready set, the
+cycle check and the graph's rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from identity import keys
+from node.store.conn import Conn
+from node.store.db import Database
+from node.workflows.store import tasks
+from tests.node.workflows.store.helpers import T0, append, declare, task_row
+
+
+async def store(db: Database, *rows: tasks.TaskRow) -> None:
+    def write(conn: Conn) -> None:
+        for row in rows:
+            tasks.upsert_task_txn(conn, row)
+
+    await db.write(write)
+
+
+async def depend(db: Database, key: str, deps: list[str]) -> None:
+    """Give `key` the dependencies `deps` and recount it, as the fold does."""
+
+    def write(conn: Conn) -> None:
+        tasks.replace_deps_txn(conn, key, deps)
+        tasks.recount_task_txn(conn, key)
+
+    await db.write(write)
+
+
+async def unmet(db: Database, key: str) -> int:
+    return int((await db.read(lambda c: c.execute("SELECT unmet FROM tasks WHERE key = ?", (key,)).fetchone()))[0])
+
+
+async def test_a_task_is_written_then_updated_in_place_and_found_by_id_or_key(db: Database) -> None:
+    await store(db, task_row(5, "build"))
+    await store(db, task_row(9, "build", status="done"))  # the same key again: updated, its id kept
+    by_id = await db.read(lambda c: tasks.task_by(c, "id", 5))
+    assert by_id is not None and by_id["key"] == "build" and by_id["status"] == "done" and by_id["open"] == 0
+    by_key = await db.read(lambda c: tasks.task_by(c, "key", "build"))
+    assert by_key is not None and tuple(by_key) == tuple(by_id)
+    found = await db.read(lambda c: tasks.task_by_key(c, "build"))
+    assert found is not None and tuple(found) == tuple(by_id)
+    assert await db.read(lambda c: tasks.task_by(c, "id", 9)) is None
+    assert await db.read(lambda c: tasks.task_by_key(c, "missing")) is None
+    assert await db.read(lambda c: tasks.home_node(c, "build")) == "did:key:home"
+    assert await db.read(lambda c: tasks.home_node(c, "missing")) is None
+    with pytest.raises(ValueError, match="by id or key"):
+        await db.read(lambda c: tasks.task_by(c, "title", "Build"))
+
+
+async def test_unmet_counts_missing_and_unfinished_dependencies(db: Database) -> None:
+    await store(db, task_row(1, "a"), task_row(2, "b"))
+    await depend(db, "b", ["a", "later"])
+    assert await unmet(db, "b") == 2  # `later` is not declared yet: it counts
+    assert await db.read(lambda c: tasks.waiting_on(c, "b")) == ["a", "later"]
+    await store(db, task_row(1, "a", status="done"))
+    await db.write(lambda c: tasks.recount_dependents_txn(c, "a"))
+    assert await unmet(db, "b") == 1
+    await store(db, task_row(3, "later", status="completed"))
+    assert await unmet(db, "b") == 1  # counts move only when recounted
+    await db.write(lambda c: tasks.recount_dependents_txn(c, "later"))
+    assert await unmet(db, "b") == 0 and await db.read(lambda c: tasks.waiting_on(c, "b")) == []
+    await depend(db, "b", ["c"])  # replaced, not added to
+    assert await unmet(db, "b") == 1 and await db.read(lambda c: tasks.waiting_on(c, "b")) == ["c"]
+
+
+async def test_the_ready_set_is_open_unblocked_and_unleased_tasks_a_page_at_a_time(db: Database) -> None:
+    now = T0 + 60_000
+    await store(
+        db,
+        task_row(1, "a"),
+        task_row(2, "b", status="done"),
+        task_row(3, "c", lease_hash="l1", lease_holder="did:key:w", lease_expires_ms=now + 1),  # live lease
+        task_row(4, "d", lease_hash="l2", lease_holder="did:key:w", lease_expires_ms=now),  # lapsed at `now`
+        task_row(5, "e"),
+        task_row(6, "f"),
+    )
+    await depend(db, "e", ["missing"])
+
+    async def ready(limit: int, after: int | None = None) -> list[str]:
+        return [r["key"] for r in await db.read(lambda c: tasks.ready_rows(c, now, limit, after))]
+
+    assert await ready(10) == ["a", "d", "f"]
+    assert await ready(1) == ["a", "d"]  # a page and one more
+    assert await ready(10, after=1) == ["d", "f"]
+
+
+async def test_ready_is_one_index_range(db: Database) -> None:
+    await store(db, task_row(1, "x"))
+    plan = await db.read(lambda c: [r[-1] for r in c.execute("EXPLAIN QUERY PLAN " + tasks.READY_SQL, (-1, T0, 101))])
+    assert plan == ["SEARCH tasks USING INDEX tasks_startable (id>?)"]
+
+
+async def test_reaches_follows_stored_dependencies_transitively(db: Database) -> None:
+    def write(conn: Conn) -> None:
+        for key, deps in (("b", ["a"]), ("c", ["b"]), ("d", ["x"])):
+            tasks.replace_deps_txn(conn, key, deps)
+
+    await db.write(write)
+    assert await db.read(lambda c: tasks.reaches(c, ["c"], "a"))  # c -> b -> a
+    assert await db.read(lambda c: tasks.reaches(c, ["d", "c"], "b"))
+    assert await db.read(lambda c: tasks.reaches(c, ["a"], "a"))  # a start is reached
+    assert not await db.read(lambda c: tasks.reaches(c, ["a"], "c"))  # against the arrows: no
+    assert not await db.read(lambda c: tasks.reaches(c, [], "a"))
+
+
+async def test_graph_rows_carry_their_identity_and_edges_resolve_declared_prerequisites(db: Database) -> None:
+    author, node = keys.SigningKey.generate(), keys.SigningKey.generate()
+    build, _ = await append(
+        db,
+        declare(author, node.did, T0, key="build"),
+        declare(author, node.did, T0 + 1, key="deploy", depends_on=["build", "test"]),
+    )
+    rows = await db.read(lambda c: tasks.graph_tasks(c, 5))
+    assert [(r["key"], r["unmet"]) for r in rows] == [("build", 0), ("deploy", 2)]
+    assert rows[0]["identity"] == build
+    assert [r["key"] for r in await db.read(lambda c: tasks.graph_tasks(c, 1))] == ["build", "deploy"]  # one more
+    ids = {r["key"]: r["id"] for r in rows}
+    edges = await db.read(lambda c: tasks.graph_edges(c, ids["deploy"]))
+    assert edges == [("build", "deploy", ids["build"], ids["deploy"]), ("test", "deploy", None, ids["deploy"])]
+    assert await db.read(lambda c: tasks.graph_edges(c, ids["build"])) == []  # edges into later tasks: not read
+    await store(db, task_row(99, "drawn-late"))  # a task with no declaration stored draws no identity
+    assert (await db.read(lambda c: tasks.graph_tasks(c, 5)))[-1]["identity"] is None
