@@ -201,20 +201,9 @@ SQL_CALLS = ("execute", "executemany", "executescript")
 # store-module step of issue 33 still to do: each line goes when its module's SQL moves to its feature's store.
 SQL_OUTSIDE_STORES_ALLOWED = {
     "agent.runtime.memory": "the agent runtime's own memory database (the agent side, not the node's log)",
-    "node.dashboard.data": "to move",
-    "node.dashboard.workflow_views": "to move",
     "node.entries.links": "to move",
     "node.entries.posting": "to move",
     "node.entries.queries": "to move",
-    "node.ops.backup": "to move",
-    "node.ops.datadir": "to move",
-    "node.ops.doctor": "to move",
-    "node.ops.metrics": "to move",
-    "node.push.dispatcher": "to move",
-    "node.push.endpoints": "to move",
-    "node.search_index.freshness": "to move",
-    "node.search_index.indexer": "to move",
-    "node.search_index.ranking": "to move",
 }
 
 

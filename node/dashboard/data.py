@@ -1,6 +1,7 @@
 """Read-only queries behind the dashboard's few views that the REST API has no route for.
 
-Each function runs on a reader connection (`await node.db.read(fn)`); nothing here writes.
+Each function runs on a reader connection (`await node.db.read(fn)`); nothing here writes. The SQL is in
+node/dashboard/store.py.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from typing import Any
 import msgspec
 
 from identity import records
+from node.dashboard import store
 from node.entries import queries
+from node.store.conn import Conn
 from wire.time import format_ms
 
 ACTIVITY_WINDOW_MS = 7 * 24 * 3600 * 1000
@@ -62,33 +65,11 @@ class Provenance(msgspec.Struct):
 NEUTRAL_TRUST = 0.5  # an agent without counted signals (docs/trust.md)
 
 
-def _has_table(conn: sqlite3.Connection, name: str) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
-
-
-def agents(conn: sqlite3.Connection, now_ms: int) -> AgentList:
+def agents(conn: Conn, now_ms: int) -> AgentList:
     """Every agent this node knows, most recently active first (one grouped pass over entries and links)."""
-    trust = _has_table(conn, "trust_scores")
-    trust_cols = (
-        f", coalesce(t.score, {NEUTRAL_TRUST}) AS trust,"
-        " coalesce(t.confirms, 0) AS tc, coalesce(t.disconfirms, 0) AS td"
-        if trust
-        else ", NULL AS trust, 0 AS tc, 0 AS td"
+    rows = store.agent_activity(
+        conn, now_ms - ACTIVITY_WINDOW_MS, NEUTRAL_TRUST, with_trust=store.has_table(conn, "trust_scores")
     )
-    trust_join = " LEFT JOIN trust_scores t ON t.agent_id = a.id" if trust else ""
-    rows = conn.execute(
-        "SELECT a.id, a.display_name, a.description, a.home_node, a.created_at, la.name AS local_name,"
-        " la.key_seed IS NOT NULL AS key_kept,"
-        " coalesce(s.n, 0) AS n, coalesce(s.recent, 0) AS recent, s.last_ms, coalesce(k.n, 0) AS links"
-        + trust_cols
-        + " FROM agents a"
-        " LEFT JOIN local_agents la ON la.agent_id = a.id"
-        " LEFT JOIN (SELECT author_id, count(*) AS n, sum(created_ms >= :since) AS recent, max(created_ms) AS last_ms"
-        "            FROM entries GROUP BY author_id) s ON s.author_id = a.id"
-        " LEFT JOIN (SELECT author_id, count(*) AS n FROM links WHERE ordinal >= 0 GROUP BY author_id) k"
-        "   ON k.author_id = a.id" + trust_join + " ORDER BY s.last_ms IS NULL, s.last_ms DESC, a.display_name",
-        {"since": now_ms - ACTIVITY_WINDOW_MS},
-    ).fetchall()
     return AgentList(
         [
             AgentRow(
@@ -112,26 +93,14 @@ def agents(conn: sqlite3.Connection, now_ms: int) -> AgentList:
     )
 
 
-def display_names(conn: sqlite3.Connection, ids: list[str]) -> dict[str, str]:
-    """Display names of these agents (those this node knows)."""
-    rows = conn.execute(
-        "SELECT id, display_name FROM agents WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(ids),)
-    ).fetchall()
-    return {r["id"]: r["display_name"] for r in rows}
-
-
 def provenance(conn: sqlite3.Connection, ref: str) -> Provenance | None:
-    """The provenance of one entry (local id or record hash), or None when this node does not hold it."""
+    """The provenance of one entry (local id or record hash), or None when this node does not hold it.
+
+    (A sqlite3.Connection while node.entries.queries.resolve_ref takes one.)"""
     _, entry_id = queries.resolve_ref(conn, ref)
     if entry_id is None:
         return None
-    row = conn.execute(
-        "SELECT e.id, e.record_hash, e.content_fingerprint, e.author_id, e.created_at, e.signature,"
-        " r.origin, r.received_ms, r.scope, r.body, a.display_name, a.home_node"
-        " FROM entries e JOIN records r ON r.seq = e.id LEFT JOIN agents a ON a.id = e.author_id"
-        " WHERE e.id = ?",
-        (entry_id,),
-    ).fetchone()
+    row = store.provenance_row(conn, entry_id)
     body = json.loads(row["body"])
     try:
         checked_hash, _ = records.check(body)

@@ -14,7 +14,7 @@ import msgspec
 from aiohttp import web
 
 from identity.schema import LinkType
-from node.dashboard import data, graphs
+from node.dashboard import data, graphs, store
 from node.errors import InvalidInput, NotFound
 from node.service import Node
 from node.web.appkeys import NODE
@@ -89,7 +89,7 @@ async def session(request: web.Request) -> web.Response:
     node = _node(request)
     name = None
     if who.agent_id is not None:
-        names = await node.db.read(lambda c: data.display_names(c, [who.agent_id or ""]))
+        names = await node.db.read(lambda c: store.display_names(c, [who.agent_id or ""]))
         name = names.get(who.agent_id)
     return json_response(
         Session(
@@ -142,7 +142,7 @@ async def entry_graph(request: web.Request) -> web.Response:
         raise NotFound(f"no entry {ref}", code="entry_not_found", field="ref")
     focus = next(e.record_hash for e in result.entries if ref in (str(e.id), e.record_hash))
     authors = sorted({e.author_id for e in result.entries})
-    names = await node.db.read(lambda c: data.display_names(c, authors))
+    names = await node.db.read(lambda c: store.display_names(c, authors))
     svg = await asyncio.to_thread(
         graphs.neighbourhood_svg, focus, result.entries, result.links, names, result.truncated
     )

@@ -8,12 +8,12 @@ leaves out (lease expiry, holder names). Bus messages themselves are read by the
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 
 import msgspec
 from aiohttp import web
 
-from node.dashboard import data, graphs
+from node.dashboard import graphs, store
+from node.store.conn import Conn
 from node.web.appkeys import NODE
 from node.web.http import Route, json_response
 from wire.time import format_ms
@@ -57,13 +57,10 @@ async def _board(request: web.Request) -> tuple[TaskBoard, list[tuple[str, str]]
     g = await node.workflows.graph(GraphQuery(limit=MAX_DRAWN_TASKS))
     keys = [n.key for n in g.nodes]
 
-    def extra(conn: sqlite3.Connection) -> tuple[dict[str, str | None], dict[str, str]]:
-        rows = conn.execute(
-            "SELECT key, lease_expires_at FROM tasks WHERE key IN (SELECT value FROM json_each(?))",
-            (msgspec.json.encode(keys).decode(),),
-        ).fetchall()
-        holders = sorted({n.lease_holder for n in g.nodes if n.lease_holder})
-        return {r["key"]: r["lease_expires_at"] for r in rows}, data.display_names(conn, holders)
+    holders = sorted({n.lease_holder for n in g.nodes if n.lease_holder})
+
+    def extra(conn: Conn) -> tuple[dict[str, str | None], dict[str, str]]:
+        return store.lease_expiry(conn, keys), store.display_names(conn, holders)
 
     expiry, names = await node.db.read(extra)
     deps: dict[str, list[str]] = {}
@@ -106,12 +103,8 @@ async def task_graph(request: web.Request) -> web.Response:
 
 
 async def projects(request: web.Request) -> web.Response:
-    def run(conn: sqlite3.Connection) -> ProjectList:
-        rows = conn.execute(
-            "SELECT project, count(*) AS n, max(created_ms) AS last_ms FROM messages GROUP BY project"
-            " ORDER BY last_ms DESC"
-        ).fetchall()
-        return ProjectList([Project(r["project"], r["n"], format_ms(r["last_ms"])) for r in rows])
+    def run(conn: Conn) -> ProjectList:
+        return ProjectList([Project(p, n, format_ms(last_ms)) for p, n, last_ms in store.bus_projects(conn)])
 
     return json_response(await request.app[NODE].db.read(run))
 

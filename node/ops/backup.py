@@ -26,7 +26,7 @@ import msgspec
 
 from identity import keys
 from node.errors import BBSError, Conflict, InvalidInput, NotFound
-from node.ops import datalock
+from node.ops import datalock, store
 from node.ops.datadir import DataDir
 from node.ops.progress import Report, silent
 from node.store import db
@@ -80,7 +80,7 @@ def snapshot_db(source: Path, dest: Path) -> None:
         out = sqlite3.connect(str(dest))
         try:
             src.backup(out)  # one step: the whole copy comes from a single read transaction
-            out.execute("PRAGMA journal_mode = DELETE")
+            store.use_rollback_journal(out)
         finally:
             out.close()
     finally:
@@ -88,19 +88,19 @@ def snapshot_db(source: Path, dest: Path) -> None:
 
 
 def _meta(conn: sqlite3.Connection, key: str) -> str:
-    row = conn.execute("SELECT value FROM node_meta WHERE key = ?", (key,)).fetchone()
-    return str(row[0]) if row else ""
+    value = store.meta_value(conn, key)
+    return "" if value is None else value
 
 
 def _check_db(path: Path) -> tuple[str, str, int, int]:
     """integrity_check a database file; return (node_id, epoch, schema_version, records)."""
     conn = sqlite3.connect(str(path))
     try:
-        problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
+        problems = store.integrity_problems(conn)
         if problems != ["ok"]:
             raise InvalidInput(f"database fails integrity_check: {'; '.join(problems[:5])}", code="backup_corrupt")
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        records = int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
+        version = store.schema_version(conn)
+        records = store.record_count(conn)
         return _meta(conn, "node_id"), _meta(conn, "epoch"), version, records
     except sqlite3.DatabaseError as exc:
         raise InvalidInput(f"not a node database: {exc}", code="backup_corrupt") from None
@@ -190,16 +190,13 @@ def _finish(staging: Path, data_root: Path, *, force: bool, progress: Report = s
     epoch = secrets.token_hex(16)
 
     def renew(conn: sqlite3.Connection) -> None:
-        conn.executemany(
-            "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            [("epoch", epoch), ("previous_epoch", previous_epoch), ("restored_ms", str(int(time.time() * 1000)))],
-        )
+        store.renew_epoch_txn(conn, epoch, previous_epoch, int(time.time() * 1000))
 
     db.write_sync(staging / DB_NAME, renew)  # also applies pending migrations; refuses a newer schema
     progress(FINISH_STEP, 1, 2)
     conn = sqlite3.connect(str(staging / DB_NAME))
     try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store.checkpoint_truncate(conn)
     finally:
         conn.close()
     os.chmod(staging, 0o700)

@@ -18,7 +18,7 @@ from pathlib import Path
 from identity import keys
 from node.agents import service as agents
 from node.errors import Conflict
-from node.ops import datalock
+from node.ops import datalock, store
 from node.store import db
 from sync.replay import FENCE_NAME, ReplayFence
 from wire.cli import CommandError
@@ -66,10 +66,7 @@ def _stored_node_id(path: Path) -> str | None:
     try:
         conn = db.connect(path, readonly=True)
         try:
-            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'node_meta'").fetchone():
-                row = conn.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchone()
-                return None if row is None else str(row[0])
-            return None
+            return store.stored_node_id(conn)
         finally:
             conn.close()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
@@ -176,8 +173,7 @@ def _create_node(path: Path, node_key: keys.SigningKey) -> str:
     try:
         db.migrate(conn)
         with db.transaction(conn, immediate=True):
-            conn.execute("INSERT INTO node_meta (key, value) VALUES ('node_id', ?)", (node_key.did,))
-            conn.execute("INSERT INTO node_meta (key, value) VALUES ('epoch', ?)", (secrets.token_hex(16),))
+            store.insert_node_identity_txn(conn, node_key.did, secrets.token_hex(16))
             token = agents.new_credential(conn, "admin", None, int(time.time() * 1000))
     finally:
         conn.close()

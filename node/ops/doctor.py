@@ -19,6 +19,7 @@ from typing import Literal
 import msgspec
 
 from identity import keys
+from node.ops import store
 from node.ops.backup import leftovers, snapshot_db
 from node.ops.datadir import DataDir
 from node.search_index import indexer as search_indexer
@@ -113,7 +114,7 @@ def _check_key(data: DataDir, checks: list[Check]) -> str | None:
 def _check_schema(data: DataDir, checks: list[Check]) -> bool:
     latest = db.migrations()[-1][0]
     try:
-        current = db.read_sync(data.db_path, lambda c: int(c.execute("PRAGMA user_version").fetchone()[0]))
+        current = db.read_sync(data.db_path, store.schema_version)
     except sqlite3.DatabaseError as exc:
         checks.append(Check("schema", "fail", f"cannot open {data.db_path}: {exc}"))
         return False
@@ -128,7 +129,7 @@ def _check_schema(data: DataDir, checks: list[Check]) -> bool:
 
 
 def _check_integrity(conn: sqlite3.Connection, checks: list[Check]) -> bool:
-    problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
+    problems = store.integrity_problems(conn)
     if problems == ["ok"]:
         checks.append(Check("integrity", "ok", "PRAGMA integrity_check: ok"))
         return True
@@ -137,14 +138,13 @@ def _check_integrity(conn: sqlite3.Connection, checks: list[Check]) -> bool:
 
 
 def _check_identity(conn: sqlite3.Connection, key_did: str | None, checks: list[Check]) -> None:
-    row = conn.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchone()
-    epoch = conn.execute("SELECT value FROM node_meta WHERE key = 'epoch'").fetchone()
-    if row is None or epoch is None:
+    node_id, epoch = store.meta_value(conn, "node_id"), store.meta_value(conn, "epoch")
+    if node_id is None or epoch is None:
         checks.append(Check("identity", "fail", "node_meta lacks node_id or epoch"))
-    elif key_did is not None and row[0] != key_did:
-        checks.append(Check("identity", "fail", f"database belongs to {row[0]}, node.key is {key_did}"))
+    elif key_did is not None and node_id != key_did:
+        checks.append(Check("identity", "fail", f"database belongs to {node_id}, node.key is {key_did}"))
     else:
-        checks.append(Check("identity", "ok", f"node {row[0]}, store epoch {epoch[0]}"))
+        checks.append(Check("identity", "ok", f"node {node_id}, store epoch {epoch}"))
 
 
 def _check_projections(conn: sqlite3.Connection, checks: list[Check]) -> None:
@@ -162,13 +162,12 @@ def _check_projections(conn: sqlite3.Connection, checks: list[Check]) -> None:
 
 def _peer_urls(conn: sqlite3.Connection) -> list[tuple[str, str | None]]:
     """(url, expected node id) of each peer, if this store has a peers table with a url column."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(peers)")}
+    columns = store.table_columns(conn, "peers")
     url_col = next((c for c in ("url", "base_url", "endpoint") if c in columns), None)
     if url_col is None:
         return []
     id_col = next((c for c in ("node_id", "peer_id", "did", "key") if c in columns), None)
-    select = f"SELECT {url_col}, {id_col if id_col else 'NULL'} FROM peers"
-    return [(str(r[0]), r[1]) for r in conn.execute(select)]
+    return store.peer_urls(conn, url_col, id_col)
 
 
 def _check_peers(peers: list[tuple[str, str | None]], checks: list[Check], timeout: float) -> None:

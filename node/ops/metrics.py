@@ -5,9 +5,9 @@ token; `serve_separately` adds an unauthenticated listener on another address fo
 network.
 
 Hooks for other features:
-- a `SqlGauge(name, help, labels, sql)` in `SQL_GAUGES`: a gauge filled at every scrape from one query whose
-  rows are (*label values, value). `:now_ms` is bound to the node's clock. A gauge whose table does not
-  exist (yet) is left empty. Use it for live leases, candidates by status, etc.
+- a `SqlGauge(name, help, labels, sql)` in `SQL_GAUGES` (node/ops/store.py, with the other SQL of ops): a gauge
+  filled at every scrape from one query whose rows are (*label values, value). `:now_ms` is bound to the node's
+  clock. A gauge whose table does not exist (yet) is left empty. Use it for live leases, candidates by status, etc.
 - `metrics_of(app).counter/gauge/histogram(name, help, labels)` for events counted in process (sync
   outcomes per peer, sync lag), get-or-create, so two modules asking for one name share it.
 - `metrics_of(app).on_scrape(async_fn)` to refresh a gauge just before each scrape.
@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -27,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from node.ops import store
 from node.store.db import Database
 from node.web.appkeys import METRICS, METRICS_SOURCE, NODE, REQUEST_OBSERVER
 from node.web.auth import guard
@@ -36,78 +35,6 @@ log = logging.getLogger("bbs.metrics")
 _METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
 
 
-@dataclass(frozen=True)
-class SqlGauge:
-    """A gauge computed by one SQL query at scrape time: rows of (*label values, value)."""
-
-    name: str
-    help: str
-    labels: tuple[str, ...]
-    sql: str
-
-
-SQL_GAUGES: tuple[SqlGauge, ...] = (
-    SqlGauge(
-        "bbs_records",
-        "Records in the log, by kind and origin ('local' or the peer node it came from)",
-        ("kind", "origin"),
-        "SELECT kind, origin, count(*) FROM records GROUP BY kind, origin",
-    ),
-    SqlGauge(
-        "bbs_notifications",
-        "Notification queue depth by state",
-        ("status",),
-        "SELECT status, count(*) FROM notifications GROUP BY status",
-    ),
-    # Workflows and governed memory (present once their tables exist).
-    SqlGauge("bbs_tasks", "Tasks by status", ("status",), "SELECT status, count(*) FROM tasks GROUP BY status"),
-    SqlGauge(
-        "bbs_leases_live",
-        "Task leases held and not yet expired, by whether this node is the task's home (the lease authority)",
-        ("home",),
-        "SELECT CASE WHEN home_node = (SELECT value FROM node_meta WHERE key = 'node_id') THEN 'here'"
-        " ELSE 'elsewhere' END AS home, count(*) FROM tasks"
-        " WHERE lease_holder IS NOT NULL AND lease_expires_ms > :now_ms GROUP BY home",
-    ),
-    SqlGauge(
-        "bbs_candidates",
-        "Default-mode candidates by status (proposed, approved, needs_review, rejected, promoted)",
-        ("status",),
-        "SELECT status, count(*) FROM dm_candidates GROUP BY status",
-    ),
-    # Federation (present once the peers table exists): lag and outcomes per peer.
-    SqlGauge(
-        "bbs_sync_lag_records",
-        "Records the peer's feed holds beyond our cursor, as of the last pull",
-        ("peer",),
-        "SELECT node_id, max(coalesce(remote_head, 0) - cursor_seq, 0) FROM peers",
-    ),
-    SqlGauge(
-        "bbs_sync_since_ok_seconds",
-        "Seconds since the last successful pull from the peer",
-        ("peer",),
-        "SELECT node_id, (:now_ms - last_ok_ms) / 1000.0 FROM peers WHERE last_ok_ms IS NOT NULL",
-    ),
-    SqlGauge(
-        "bbs_sync_records",
-        "Records received from the peer, by outcome (saved, duplicate, invalid, pending_link, internal, overflow)",
-        ("peer", "outcome"),
-        "SELECT node_id, 'saved', saved FROM peers UNION ALL SELECT node_id, 'duplicate', duplicate FROM peers"
-        " UNION ALL SELECT node_id, 'invalid', invalid FROM peers"
-        " UNION ALL SELECT node_id, 'pending_link', pending_link FROM peers"
-        " UNION ALL SELECT node_id, 'internal', internal FROM peers"
-        " UNION ALL SELECT node_id, 'overflow', overflow FROM peers",
-    ),
-    # Equivocation (node/store/equivocation.py): rows are never deleted, so this only grows.
-    SqlGauge(
-        "bbs_equivocations",
-        "Equivocations detected: addresses holding two versions (an author signed two bodies under one address)",
-        (),
-        "SELECT count(*) FROM equivocations",
-    ),
-)
-
-
 class _SqlCollector(Collector):
     """Serves the rows the last refresh read; refreshed by `Metrics.render` before every scrape."""
 
@@ -115,7 +42,7 @@ class _SqlCollector(Collector):
         self.rows: dict[str, list[tuple[Any, ...]]] = {}
 
     def collect(self) -> Iterable[Metric]:
-        for gauge in SQL_GAUGES:
+        for gauge in store.SQL_GAUGES:
             rows = self.rows.get(gauge.name)
             if rows is None:
                 continue
@@ -233,24 +160,13 @@ class Metrics:
         async with self._lock:
             node = app[NODE]
             now_ms = node.now_ms()
-            self._sql.rows = await node.db.read(lambda conn: _query_gauges(conn, now_ms))
+            self._sql.rows = await node.db.read(lambda conn: store.query_gauges(conn, store.SQL_GAUGES, now_ms))
             for hook in self._hooks:
                 try:
                     await hook()
                 except Exception:  # one broken hook must not take the whole scrape down
                     log.exception("metrics hook %r failed", hook)
             return generate_latest(self.registry)
-
-
-def _query_gauges(conn: sqlite3.Connection, now_ms: int) -> dict[str, list[tuple[Any, ...]]]:
-    out: dict[str, list[tuple[Any, ...]]] = {}
-    for gauge in SQL_GAUGES:
-        try:
-            out[gauge.name] = [tuple(row) for row in conn.execute(gauge.sql, {"now_ms": now_ms})]
-        except sqlite3.OperationalError as exc:
-            if "no such table" not in str(exc):
-                raise
-    return out
 
 
 def metrics_of(app: web.Application) -> Metrics:

@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import sqlite3
 import threading
 from collections import defaultdict
 
 import aiohttp
 
 from identity import keys
-from node.inbox import notify
 from node.inbox.service import envelope
+from node.push import store
 from node.push.endpoints import Endpoint, PushEndpoints
 from node.push.sender import PushFailed, PushSettings, Sender
+from node.store.conn import Conn
 from node.store.db import Database
 from wire import nlip
 from wire.api import Envelope
@@ -37,33 +36,19 @@ SCAN_LIMIT = 200  # envelopes read per scan; beyond, notifications are only coun
 # reading envelopes does not compete with the writes that make them (tier-1 latency stays well under a second).
 FLOOD_SCAN_S = 0.25
 
-_NEW_SQL = (
-    "SELECT n.agent_id, " + notify.ENVELOPE_COLUMNS + " FROM notifications n JOIN entries e ON e.id = n.entry_id"
-    " WHERE n.id > :after AND n.id <= :upto AND +n.agent_id IN (SELECT value FROM json_each(:agents))"
-    " AND +n.status = 'pending' ORDER BY n.id LIMIT :limit"
-)
-_REST_SQL = (
-    "SELECT agent_id, tier, reason, count(*) FROM notifications"
-    " WHERE id > :after AND id <= :upto AND +agent_id IN (SELECT value FROM json_each(:agents))"
-    " AND +status = 'pending'"
-    " GROUP BY agent_id, tier, reason"
-)
-
 
 def scan(
-    conn: sqlite3.Connection, after: int, agents: list[str]
+    conn: Conn, after: int, agents: list[str]
 ) -> tuple[int, list[tuple[str, Envelope]], list[tuple[str, int, str, int]]]:
     """(newest notification id, the first SCAN_LIMIT new pending notifications of `agents` with their envelopes,
     and counts by (agent, tier, reason) of the others), all in one snapshot."""
-    upto = conn.execute("SELECT coalesce(max(id), 0) FROM notifications").fetchone()[0]
+    upto = store.newest_notification_id(conn)
     if upto <= after:
         return upto, [], []
-    params = {"after": after, "upto": upto, "agents": json.dumps(agents), "limit": SCAN_LIMIT}
-    rows = conn.execute(_NEW_SQL, params).fetchall()
+    rows = store.new_notifications(conn, after, upto, agents, SCAN_LIMIT)
     rest: list[tuple[str, int, str, int]] = []
     if len(rows) == SCAN_LIMIT:
-        params["after"] = rows[-1]["notification_id"]
-        rest = [tuple(r) for r in conn.execute(_REST_SQL, params)]
+        rest = store.pending_counts(conn, rows[-1]["notification_id"], upto, agents)
     return upto, [(r["agent_id"], envelope(r)) for r in rows], rest
 
 
@@ -106,9 +91,7 @@ class Dispatcher:
         """Start from the newest notification, with the endpoints registered now."""
         self._loop = asyncio.get_running_loop()
         self._session = aiohttp.ClientSession()
-        self.cursor = await self.db.read(
-            lambda c: c.execute("SELECT coalesce(max(id), 0) FROM notifications").fetchone()[0]
-        )
+        self.cursor = await self.db.read(store.newest_notification_id)
         await self.reload()
 
     async def stop(self) -> None:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from yarl import URL
 
 from node.errors import Conflict, Forbidden, InvalidInput, NotFound
+from node.push import store
+from node.store.conn import Conn
 from node.store.db import Database
 from wire.push import MAX_PUSH_ENDPOINTS, PushEndpointIn
 
@@ -99,7 +101,7 @@ class PushEndpoints:
     async def register(self, agent_id: str, body: PushEndpointIn) -> tuple[Endpoint, bool]:
         """Store the endpoint (the URL again updates its tiers and reasons). Returns (endpoint, created)."""
         now = self.now_ms()
-        return await self.db.write(lambda c: register(c, agent_id, body, now))
+        return await self.db.write(lambda c: register_txn(c, agent_id, body, now))
 
     async def of_agent(self, agent_id: str) -> list[Endpoint]:
         """The agent's endpoints, oldest first."""
@@ -120,54 +122,44 @@ class PushEndpoints:
 
     async def delete(self, agent_id: str, endpoint_id: int) -> None:
         """Remove one of the agent's endpoints, or 404 `push_endpoint_not_found`."""
-        await self.db.write(lambda c: delete(c, agent_id, endpoint_id))
+        await self.db.write(lambda c: delete_txn(c, agent_id, endpoint_id))
 
     async def peer_urls(self) -> list[str]:
         """The configured peers' URLs (refused as endpoints)."""
-        rows = await self.db.read(lambda c: c.execute("SELECT url FROM peers").fetchall(), quick=True)
-        return [r[0] for r in rows]
+        return await self.db.read(store.peer_urls, quick=True)
 
 
-def register(conn: sqlite3.Connection, agent_id: str, body: PushEndpointIn, now_ms: int) -> tuple[Endpoint, bool]:
+def register_txn(conn: Conn, agent_id: str, body: PushEndpointIn, now_ms: int) -> tuple[Endpoint, bool]:
     """Insert or update the agent's endpoint at `body.url`; at most MAX_PUSH_ENDPOINTS per agent."""
     tiers, reasons = json.dumps(sorted(set(body.tiers))), json.dumps(sorted(set(body.reasons)))
-    existing = conn.execute(
-        "SELECT id FROM push_endpoints WHERE agent_id = ? AND url = ?", (agent_id, body.url)
-    ).fetchone()
+    existing = store.endpoint_id_at(conn, agent_id, body.url)
     if existing is not None:
-        conn.execute("UPDATE push_endpoints SET tiers = ?, reasons = ? WHERE id = ?", (tiers, reasons, existing[0]))
-        return _one(conn, existing[0]), False
-    count = conn.execute("SELECT count(*) FROM push_endpoints WHERE agent_id = ?", (agent_id,)).fetchone()[0]
-    if count >= MAX_PUSH_ENDPOINTS:
+        store.update_endpoint_txn(conn, existing, tiers, reasons)
+        return _one(conn, existing), False
+    if store.count_endpoints(conn, agent_id) >= MAX_PUSH_ENDPOINTS:
         raise Conflict(
             f"an agent may register at most {MAX_PUSH_ENDPOINTS} push endpoints", code="too_many_push_endpoints"
         )
-    new_id = conn.execute(
-        "INSERT INTO push_endpoints (agent_id, url, tiers, reasons, created_ms) VALUES (?, ?, ?, ?, ?) RETURNING id",
-        (agent_id, body.url, tiers, reasons, now_ms),
-    ).fetchone()[0]
+    new_id = store.insert_endpoint_txn(conn, agent_id, body.url, tiers, reasons, now_ms)
     return _one(conn, new_id), True
 
 
-def endpoints(conn: sqlite3.Connection, agent_id: str | None) -> list[Endpoint]:
+def endpoints(conn: Conn, agent_id: str | None) -> list[Endpoint]:
     """One agent's endpoints (every agent's when None), oldest first."""
-    rows = conn.execute(
-        "SELECT * FROM push_endpoints WHERE ? IS NULL OR agent_id = ? ORDER BY id", (agent_id, agent_id)
-    ).fetchall()
-    return [_endpoint(r) for r in rows]
+    return [_endpoint(r) for r in store.endpoint_rows(conn, agent_id)]
 
 
-def delete(conn: sqlite3.Connection, agent_id: str, endpoint_id: int) -> None:
+def delete_txn(conn: Conn, agent_id: str, endpoint_id: int) -> None:
     """Delete one of the agent's endpoints."""
-    if conn.execute("DELETE FROM push_endpoints WHERE id = ? AND agent_id = ?", (endpoint_id, agent_id)).rowcount == 0:
+    if not store.delete_endpoint_txn(conn, agent_id, endpoint_id):
         raise NotFound(f"no push endpoint {endpoint_id} of yours", code="push_endpoint_not_found", field="endpoint_id")
 
 
-def _one(conn: sqlite3.Connection, endpoint_id: int) -> Endpoint:
-    return _endpoint(conn.execute("SELECT * FROM push_endpoints WHERE id = ?", (endpoint_id,)).fetchone())
+def _one(conn: Conn, endpoint_id: int) -> Endpoint:
+    return _endpoint(store.endpoint_row(conn, endpoint_id))
 
 
-def _endpoint(row: sqlite3.Row) -> Endpoint:
+def _endpoint(row: Any) -> Endpoint:
     return Endpoint(
         id=row["id"],
         agent_id=row["agent_id"],

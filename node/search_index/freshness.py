@@ -10,20 +10,16 @@ answers from the index as it is and says so (`stale`, `indexed_through`).
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from dataclasses import dataclass
 
-# The highest entry id, and the caller's own newest (0 without entries): two seeks, on the primary key and on
-# entries_author(author_id, id) (tests/node/search_index/test_freshness.py checks the plan).
-TARGETS_SQL = (
-    "SELECT (SELECT coalesce(max(id), 0) FROM entries), (SELECT coalesce(max(id), 0) FROM entries WHERE author_id = ?)"
-)
+from node.search_index import store
+from node.store.conn import Conn
 
 
-def targets(conn: sqlite3.Connection, agent: str | None) -> tuple[int, int]:
-    """(highest entry id, `agent`'s newest entry id): what a fresh search, and a search by `agent`, need covered."""
-    highest, own = conn.execute(TARGETS_SQL, (agent or "",)).fetchone()
-    return int(highest), int(own)
+def targets(conn: Conn, agent: str | None) -> tuple[int, int]:
+    """(highest entry id, `agent`'s newest entry id): what a fresh search, and a search by `agent`, need covered
+    (two seeks: node/search_index/store.py `TARGETS_SQL`)."""
+    return store.targets(conn, agent or "")
 
 
 class Watermark:

@@ -70,7 +70,7 @@ SCHEMA = _schema()
 
 @dataclass(frozen=True)
 class Row:
-    """What the index holds of one entry (a row of `entries`)."""
+    """What the index holds of one entry (a row of `entries`: node/search_index/store.py `ROW_COLUMNS`)."""
 
     seq: int
     record_hash: str
@@ -82,9 +82,6 @@ class Row:
     truth_state: str
     confidence: float
     created_ms: int
-
-
-ROW_COLUMNS = "id, record_hash, content, tags, entry_type, performative, author_id, truth_state, confidence, created_ms"
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,11 @@ from functools import partial
 from pathlib import Path
 
 from node.errors import SearchIndexBuilding
-from node.search_index import ranking
+from node.search_index import ranking, store
 from node.search_index.freshness import CommitAges, Pace, Watermark
 from node.search_index.index import (
     DAMAGED_FOLDER,
     FOLDER,
-    ROW_COLUMNS,
     Filters,
     Hits,
     Row,
@@ -41,6 +40,7 @@ from node.search_index.index import (
     is_panic,
 )
 from node.search_index.query import Clause, parse
+from node.store.conn import Conn
 from node.store.db import Database
 from wire.api import SearchQuery
 
@@ -56,31 +56,9 @@ IDLE_POLL_SECONDS = 1.0  # a look for new entries even without a commit signal (
 log = logging.getLogger("bbs.search_index")
 
 
-def store_epoch(conn: sqlite3.Connection) -> str:
-    """The store epoch (a restore reuses seqs under a new one: the index is rebuilt)."""
-    row = conn.execute("SELECT value FROM node_meta WHERE key = 'epoch'").fetchone()
-    return str(row[0]) if row else ""
-
-
-def highest_entry(conn: sqlite3.Connection) -> int:
-    """The highest entry id (0 with no entries): what a caught-up index covers."""
-    return int(conn.execute("SELECT coalesce(max(id), 0) FROM entries").fetchone()[0])
-
-
-def pending(conn: sqlite3.Connection, position: int, cap: int | None = None) -> int:
-    """Entries with ids above `position` (what an index covering `position` lags behind), at most `cap` + 1."""
-    if cap is None:
-        return int(conn.execute("SELECT count(*) FROM entries WHERE id > ?", (position,)).fetchone()[0])
-    sql = "SELECT count(*) FROM (SELECT 1 FROM entries WHERE id > ? LIMIT ?)"
-    return int(conn.execute(sql, (position, cap + 1)).fetchone()[0])
-
-
-def rows_after(conn: sqlite3.Connection, position: int, limit: int = BATCH) -> list[Row]:
+def rows_after(conn: Conn, position: int, limit: int = BATCH) -> list[Row]:
     """Up to `limit` entries with ids above `position`, in id order."""
-    rows = conn.execute(
-        f"SELECT {ROW_COLUMNS} FROM entries WHERE id > ? ORDER BY id LIMIT ?", (position, limit)
-    ).fetchall()
-    return [Row(*tuple(r)) for r in rows]
+    return [Row(*r) for r in store.entries_after(conn, position, limit)]
 
 
 def lock_busy(exc: BaseException) -> bool:
@@ -113,7 +91,7 @@ def open_repaired(root: Path, conn: sqlite3.Connection) -> Opened:
     a new, empty index takes its place, and one that opens but fails `verify` is emptied: either way it is then
     built from the log. Raises (ValueError) when another process holds the writer lock (`lock_busy`), or when
     even a new index cannot be created (a read-only or full disk)."""
-    path, epoch = root / FOLDER, store_epoch(conn)
+    path, epoch = root / FOLDER, store.store_epoch(conn)
     index: SearchIndex | None = None
     unreadable: str | None = None
     try:
@@ -235,7 +213,7 @@ def check(root: Path, conn: sqlite3.Connection) -> tuple[str, str]:
     if not path.is_dir():
         return "warn", f"no search index at {path}; the node builds it when it starts"
     try:
-        index = SearchIndex(path, store_epoch(conn), writable=False)
+        index = SearchIndex(path, store.store_epoch(conn), writable=False)
     except Exception as exc:  # a damaged folder is a finding, not a crash
         return "fail", f"search index at {path} cannot be read ({_one_line(exc)}){REBUILD_ADVICE}"
     return verify(index, conn)
@@ -250,22 +228,20 @@ def verify(index: SearchIndex, conn: sqlite3.Connection) -> tuple[str, str]:
     position, stamp = index.state()
     if stamp != index.stamp:
         return "warn", f"search index built for {stamp}, not {index.stamp}; the node rebuilds it when it starts"
-    if position > highest_entry(conn):  # the node indexed entries committed after this copy was taken
+    if position > store.highest_entry(conn):  # the node indexed entries committed after this copy was taken
         return "warn", f"search index covers entry id {position}, past this copy of the database; check again"
-    covered = int(conn.execute("SELECT count(*) FROM entries WHERE id <= ?", (position,)).fetchone()[0])
+    covered = store.covered(conn, position)
     documents = index.documents()
     if documents != covered:
         return "fail", f"search index holds {documents} documents for {covered} entries{REBUILD_ADVICE}"
-    sample = conn.execute(
-        "SELECT id, record_hash FROM entries WHERE id <= ? ORDER BY random() LIMIT ?", (position, SAMPLE)
-    ).fetchall()
+    sample = store.sample(conn, position, SAMPLE)
     wrong = [record_hash for seq, record_hash in sample if index.seq_of(record_hash) != seq]
     if wrong:
         return (
             "fail",
             f"search index misses or misplaces {len(wrong)} of {len(sample)} sampled entries{REBUILD_ADVICE}",
         )
-    behind = pending(conn, position)
+    behind = store.pending(conn, position)
     lag = f", {behind} entries behind the log (indexed while the node runs)" if behind else ""
     return "ok", f"search index: {documents} documents, matching entries up to id {position}{lag}"
 
@@ -297,8 +273,8 @@ def ensure_serving(conn: sqlite3.Connection, index: SearchIndex | None) -> None:
         return
     with reading(index):
         position = index.state()[0]
-    if pending(conn, position, cap=SERVING_LAG) > SERVING_LAG:
-        head = highest_entry(conn)  # ids are log positions: head - position bounds the entries left
+    if store.pending(conn, position, cap=SERVING_LAG) > SERVING_LAG:
+        head = store.highest_entry(conn)  # ids are log positions: head - position bounds the entries left
         raise SearchIndexBuilding(
             f"the search index is being built (at entry id {position} of {head}); searches with words are"
             " answered once it is",
@@ -417,7 +393,7 @@ class Indexer:
     async def lag(self) -> int:
         """Entries committed but not yet in the index (past the position searches see)."""
         position = self.position.position
-        return await self.db.read(lambda c: pending(c, position), quick=True)
+        return await self.db.read(lambda c: store.pending(c, position), quick=True)
 
     def stop(self) -> None:
         """Make `run` return at its next round. Cancelling alone is not enough on Python 3.11: `asyncio.wait_for`

@@ -31,14 +31,14 @@ id descending (newest first), so a page is exact whatever the index's internal d
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import tantivy
 
+from node.search_index import store
+from node.store.conn import Conn
 from wire.api import SearchQuery
 
 NEUTRAL = (
@@ -301,42 +301,17 @@ class Ranking:
 DEFAULT = Ranking()
 
 
-def author_scores(conn: sqlite3.Connection) -> dict[str, float]:
-    """Every scored author's trust from the cache (node/trust/service.py); authors missing from it are NEUTRAL."""
-    return {str(a): float(s) for a, s in conn.execute("SELECT agent_id, score FROM trust_scores")}
-
-
-def authors_of(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, str]:
-    """The author of each of these entries."""
-    rows = conn.execute(
-        "SELECT id, author_id FROM entries WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(list(ids)),)
-    )
-    return {int(i): str(a) for i, a in rows}
-
-
-def community_confidence(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, float]:
-    """The community confidence of these entries, as node/queries.ENTRY_COLUMNS computes it."""
-    if not ids:
-        return {}
-    rows = conn.execute(
-        "SELECT e.id, coalesce("
-        " (SELECT c.community_confidence FROM entry_confidence c WHERE c.entry_hash = e.record_hash),"
-        f" (SELECT t.score FROM trust_scores t WHERE t.agent_id = e.author_id), {NEUTRAL})"
-        " FROM entries e WHERE e.id IN (SELECT value FROM json_each(?))",
-        (json.dumps(list(ids)),),
-    )
-    return {int(i): float(c) for i, c in rows}
-
-
-def for_query(conn: sqlite3.Connection, q: SearchQuery) -> Ranking:
+def for_query(conn: Conn, q: SearchQuery) -> Ranking:
     """The ranking a search asks for, with what it needs of the trust cache read on `conn` (the search's read)."""
     if q.sort == "default" and q.min_trust is None:
         return DEFAULT
-    scores = author_scores(conn)
+    scores = store.author_scores(conn)
     if q.sort == "trust":  # min_trust drops the levels below it
         levels = trust_levels(scores, q.min_trust, q.author)
-        return Ranking(sort=q.sort, trust=scores, levels=levels, author_of=lambda ids: authors_of(conn, ids))
+        return Ranking(sort=q.sort, trust=scores, levels=levels, author_of=lambda ids: store.authors_of(conn, ids))
     authors = EVERYONE if q.min_trust is None else passing(scores, q.min_trust)
     if q.sort == "community_confidence":
-        return Ranking(sort=q.sort, authors=authors, confidence=lambda ids: community_confidence(conn, ids))
+        return Ranking(
+            sort=q.sort, authors=authors, confidence=lambda ids: store.community_confidence(conn, ids, NEUTRAL)
+        )
     return Ranking(authors=authors)

@@ -15,6 +15,7 @@ from pathlib import Path
 from identity import keys
 from node.ops.datadir import DataDir
 from node.search_index import indexer
+from node.search_index import store as search_store
 from node.search_index.index import FOLDER, Filters, SearchIndex
 from node.search_index.query import parse
 from scenarios.bench import corpus, fts_baseline, index_lag
@@ -99,7 +100,7 @@ def ensure_index(data: Path) -> None:
 def raw_index_latencies(data: Path, probe: Probe, rounds: int) -> tuple[list[float], int]:
     """Latencies of the tantivy index's answer (one page of entry ids) in process, no HTTP and no SQL."""
     with contextlib.closing(sqlite3.connect(DataDir(data).db_path)) as conn:
-        index = SearchIndex(data / FOLDER, indexer.store_epoch(conn), writable=False)
+        index = SearchIndex(data / FOLDER, search_store.store_epoch(conn), writable=False)
     words = parse(probe.q)
     page = index.search(words, Filters(), PAGE, probe.offset).ids  # warm
     lat = []

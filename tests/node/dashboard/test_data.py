@@ -40,13 +40,6 @@ async def test_agents_most_recently_active_first(node: Node, make_agent: MakeAge
     assert by_name["alice"].home_node == node.node_id and idle.agent_id == by_name["idle"].agent_id
 
 
-async def test_display_names(node: Node, make_agent: MakeAgent) -> None:
-    alice = await make_agent("alice")
-    names = await node.db.read(lambda c: data.display_names(c, [alice.agent_id, "did:key:zunknown"]))
-    assert names == {alice.agent_id: "Alice"}
-    assert await node.db.read(lambda c: data.display_names(c, [])) == {}
-
-
 async def test_provenance_checks_the_stored_record_again(node: Node, make_agent: MakeAgent) -> None:
     alice = await make_agent("alice")
     entry_id, record_hash = await post(node, alice, "a claim")

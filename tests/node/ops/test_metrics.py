@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from node.app import create_app
-from node.ops import metrics
+from node.ops import metrics, store
 from node.service import Node
 from tests.conftest import AgentCreds, FakeClock
 
@@ -112,12 +112,12 @@ async def test_sql_gauge_hook_and_missing_tables(
 ) -> None:
     await make_agent("carol")
     gauges = [
-        *metrics.SQL_GAUGES,
-        metrics.SqlGauge("bbs_test_agents", "agents by name", ("name",), "SELECT name, 1 FROM local_agents"),
-        metrics.SqlGauge("bbs_test_missing", "a feature not installed", (), "SELECT count(*) FROM no_such_table"),
-        metrics.SqlGauge("bbs_test_clock", "now", (), "SELECT :now_ms"),
+        *store.SQL_GAUGES,
+        store.SqlGauge("bbs_test_agents", "agents by name", ("name",), "SELECT name, 1 FROM local_agents"),
+        store.SqlGauge("bbs_test_missing", "a feature not installed", (), "SELECT count(*) FROM no_such_table"),
+        store.SqlGauge("bbs_test_clock", "now", (), "SELECT :now_ms"),
     ]
-    monkeypatch.setattr(metrics, "SQL_GAUGES", gauges)
+    monkeypatch.setattr(store, "SQL_GAUGES", gauges)
     got = await scrape(client, admin_headers)
     assert got[("bbs_test_agents", (("name", "carol"),))] == 1
     assert not any(name == "bbs_test_missing" for name, _ in got)

@@ -16,8 +16,9 @@ import msgspec
 import pytest
 from aiohttp.test_utils import TestClient
 
-from node.search_index.freshness import TARGETS_SQL, CommitAges, Pace, Watermark, targets
+from node.search_index.freshness import CommitAges, Pace, Watermark, targets
 from node.search_index.indexer import Indexer
+from node.search_index.store import TARGETS_SQL
 from node.service import Node
 from node.store import db
 from node.web.appkeys import SEARCH_INDEXER

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from node.errors import InvalidInput, SearchIndexBuilding
 from node.ops.datadir import initialise
-from node.search_index import indexer
+from node.search_index import indexer, store
 from node.search_index.index import FOLDER, Row, SearchIndex
 from node.service import Node
 from node.web.appkeys import SEARCH_INDEXER
@@ -239,7 +239,7 @@ async def test_rebuild_and_check(node: Node, data_dir: tuple[Path, str]) -> None
     with contextlib.closing(sqlite3.connect(root / "bbs.db")) as conn:
         assert indexer.rebuild(root, conn) == indexer.Rebuilt(3, detail=indexer.check(root, conn)[1])
         assert indexer.check(root, conn)[0] == "ok"
-        damaged = SearchIndex(root / FOLDER, indexer.store_epoch(conn))
+        damaged = SearchIndex(root / FOLDER, store.store_epoch(conn))
         damaged.apply([Row(99, "h99", "stray", "[]", "finding", "inform", "x", "fact", 0.5, 0)], 3)
         damaged.close()
         status, detail = indexer.check(root, conn)

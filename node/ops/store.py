@@ -1,0 +1,177 @@
+"""The SQL of the operator's tools (docs/architecture.md, "Where SQL lives"): the data folder's node identity, the
+checks of `bbs doctor` and of a restored backup, the backup file's journal mode and checkpoint, and the gauges
+`/metrics` reads at scrape time.
+
+Several statements are SQLite's own (PRAGMAs, `sqlite_master`): docs/decisions.md, "Non-portable SQL", lists them
+with their PostgreSQL equivalents. Opening and closing the database files stays with the tools (node/ops/backup.py,
+datadir.py, doctor.py), which hand their connection to these functions.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from node.store.conn import Conn
+
+# ---- node identity (node_meta) ----------------------------------------------------------------------------------
+
+
+def meta_value(conn: Conn, key: str) -> str | None:
+    """The node_meta value of `key`, or None when the store has none."""
+    row = conn.execute("SELECT value FROM node_meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def stored_node_id(conn: Conn) -> str | None:
+    """The node id recorded in the database, or None if it holds none yet (no node_meta table, or no node_id)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'node_meta'").fetchone():
+        row = conn.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchone()
+        return None if row is None else str(row[0])
+    return None
+
+
+def insert_node_identity_txn(conn: Conn, node_id: str, epoch: str) -> None:
+    """Record a new node's id and its first store epoch (a fresh database: either row already there is an error)."""
+    conn.execute("INSERT INTO node_meta (key, value) VALUES ('node_id', ?)", (node_id,))
+    conn.execute("INSERT INTO node_meta (key, value) VALUES ('epoch', ?)", (epoch,))
+
+
+def renew_epoch_txn(conn: Conn, epoch: str, previous_epoch: str, restored_ms: int) -> None:
+    """Give a restored store its new epoch, remembering the one it had and when it was restored."""
+    conn.executemany(
+        "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [("epoch", epoch), ("previous_epoch", previous_epoch), ("restored_ms", str(restored_ms))],
+    )
+
+
+# ---- checks of a database file ----------------------------------------------------------------------------------
+
+
+def integrity_problems(conn: Conn) -> list[str]:
+    """What SQLite's integrity_check finds: ["ok"] for a sound database."""
+    return [row[0] for row in conn.execute("PRAGMA integrity_check")]
+
+
+def schema_version(conn: Conn) -> int:
+    """The schema version the migrations left (SQLite's user_version)."""
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def record_count(conn: Conn) -> int:
+    """How many records the log holds."""
+    return int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
+
+
+def table_columns(conn: Conn, table: str) -> set[str]:
+    """The column names of `table` (empty when there is no such table). `table` is a name of ours, not input."""
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def peer_urls(conn: Conn, url_col: str, id_col: str | None) -> list[tuple[str, str | None]]:
+    """(url, expected node id or None) of each row of peers, from these columns (names of ours, not input)."""
+    select = f"SELECT {url_col}, {id_col if id_col else 'NULL'} FROM peers"
+    return [(str(r[0]), r[1]) for r in conn.execute(select)]
+
+
+# ---- the backup file ----------------------------------------------------------------------------------------------
+
+
+def use_rollback_journal(conn: Conn) -> None:
+    """Make the database a self-contained file (journal_mode DELETE: no -wal or -shm beside it)."""
+    conn.execute("PRAGMA journal_mode = DELETE")
+
+
+def checkpoint_truncate(conn: Conn) -> None:
+    """Copy the write-ahead log into the database file and empty it."""
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+# ---- gauges read at scrape time (node/ops/metrics.py) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SqlGauge:
+    """A gauge computed by one SQL query at scrape time: rows of (*label values, value)."""
+
+    name: str
+    help: str
+    labels: tuple[str, ...]
+    sql: str
+
+
+SQL_GAUGES: tuple[SqlGauge, ...] = (
+    SqlGauge(
+        "bbs_records",
+        "Records in the log, by kind and origin ('local' or the peer node it came from)",
+        ("kind", "origin"),
+        "SELECT kind, origin, count(*) FROM records GROUP BY kind, origin",
+    ),
+    SqlGauge(
+        "bbs_notifications",
+        "Notification queue depth by state",
+        ("status",),
+        "SELECT status, count(*) FROM notifications GROUP BY status",
+    ),
+    # Workflows and governed memory (present once their tables exist).
+    SqlGauge("bbs_tasks", "Tasks by status", ("status",), "SELECT status, count(*) FROM tasks GROUP BY status"),
+    SqlGauge(
+        "bbs_leases_live",
+        "Task leases held and not yet expired, by whether this node is the task's home (the lease authority)",
+        ("home",),
+        "SELECT CASE WHEN home_node = (SELECT value FROM node_meta WHERE key = 'node_id') THEN 'here'"
+        " ELSE 'elsewhere' END AS home, count(*) FROM tasks"
+        " WHERE lease_holder IS NOT NULL AND lease_expires_ms > :now_ms GROUP BY home",
+    ),
+    SqlGauge(
+        "bbs_candidates",
+        "Default-mode candidates by status (proposed, approved, needs_review, rejected, promoted)",
+        ("status",),
+        "SELECT status, count(*) FROM dm_candidates GROUP BY status",
+    ),
+    # Federation (present once the peers table exists): lag and outcomes per peer.
+    SqlGauge(
+        "bbs_sync_lag_records",
+        "Records the peer's feed holds beyond our cursor, as of the last pull",
+        ("peer",),
+        "SELECT node_id, max(coalesce(remote_head, 0) - cursor_seq, 0) FROM peers",
+    ),
+    SqlGauge(
+        "bbs_sync_since_ok_seconds",
+        "Seconds since the last successful pull from the peer",
+        ("peer",),
+        "SELECT node_id, (:now_ms - last_ok_ms) / 1000.0 FROM peers WHERE last_ok_ms IS NOT NULL",
+    ),
+    SqlGauge(
+        "bbs_sync_records",
+        "Records received from the peer, by outcome (saved, duplicate, invalid, pending_link, internal, overflow)",
+        ("peer", "outcome"),
+        "SELECT node_id, 'saved', saved FROM peers UNION ALL SELECT node_id, 'duplicate', duplicate FROM peers"
+        " UNION ALL SELECT node_id, 'invalid', invalid FROM peers"
+        " UNION ALL SELECT node_id, 'pending_link', pending_link FROM peers"
+        " UNION ALL SELECT node_id, 'internal', internal FROM peers"
+        " UNION ALL SELECT node_id, 'overflow', overflow FROM peers",
+    ),
+    # Equivocation (node/store/equivocation.py): rows are never deleted, so this only grows.
+    SqlGauge(
+        "bbs_equivocations",
+        "Equivocations detected: addresses holding two versions (an author signed two bodies under one address)",
+        (),
+        "SELECT count(*) FROM equivocations",
+    ),
+)
+
+
+def query_gauges(conn: Conn, gauges: Iterable[SqlGauge], now_ms: int) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows of each gauge's query, by gauge name (`:now_ms` bound); a gauge whose table does not exist is
+    left out."""
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    for gauge in gauges:
+        try:
+            out[gauge.name] = [tuple(row) for row in conn.execute(gauge.sql, {"now_ms": now_ms})]
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+    return out

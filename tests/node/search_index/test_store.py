@@ -1,0 +1,86 @@
+"""node.search_index.store: the index's reads of `entries`, the freshness targets and the ranking's trust and
+confidence reads, on a real migrated SQLite database in tmp_path."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from node.search_index import store
+from node.search_index.index import Row
+from node.store import db
+
+AUTHORS = ["a", "b", "a", "b", "b"]  # entries 1..5
+
+
+@pytest.fixture
+def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    """A migrated database holding five entries (ids 1..5, hashes h1..h5, by AUTHORS)."""
+    c = db.connect(tmp_path / "s.db")
+    db.migrate(c)
+    c.execute("BEGIN")
+    for i, author in enumerate(AUTHORS, start=1):
+        c.execute(
+            "INSERT INTO entries (id, record_hash, content_fingerprint, author_id, created_at, created_ms,"
+            " entry_type, performative, content, confidence, signature)"
+            " VALUES (?, ?, 'f', ?, '2026-01-01T00:00:00Z', ?, 'finding', 'inform', ?, 0.5, 's')",
+            (i, f"h{i}", author, 1000 * i, f"text {i}"),
+        )
+    c.execute("COMMIT")
+    yield c
+    c.close()
+
+
+def test_the_row_columns_are_rows_fields(conn: sqlite3.Connection) -> None:
+    assert store.ROW_COLUMNS.split(", ")[1:] == [f.name for f in dataclasses.fields(Row)][1:]  # id is Row.seq
+    rows = [Row(*r) for r in store.entries_after(conn, 3, 10)]
+    assert [(r.seq, r.record_hash, r.content, r.author_id, r.created_ms) for r in rows] == [
+        (4, "h4", "text 4", "b", 4000),
+        (5, "h5", "text 5", "b", 5000),
+    ]
+    assert [r[0] for r in store.entries_after(conn, 0, 2)] == [1, 2]  # id order, at most the limit
+    assert store.entries_after(conn, 5, 10) == []
+
+
+def test_epoch_head_and_pending(conn: sqlite3.Connection) -> None:
+    assert store.store_epoch(conn) == ""  # a database without its identity yet
+    conn.execute("INSERT INTO node_meta (key, value) VALUES ('epoch', 'e1')")
+    assert store.store_epoch(conn) == "e1"
+    assert store.highest_entry(conn) == 5
+    assert [store.pending(conn, p) for p in (0, 3, 5, 9)] == [5, 2, 0, 0]
+    assert store.pending(conn, 0, cap=2) == 3  # counted up to cap + 1 only
+    assert store.pending(conn, 3, cap=2) == 2
+
+
+def test_covered_and_sample(conn: sqlite3.Connection) -> None:
+    assert [store.covered(conn, p) for p in (0, 2, 5, 9)] == [0, 2, 5, 5]
+    picked = store.sample(conn, 4, 3)
+    assert len(picked) == 3 and set(picked) <= {(i, f"h{i}") for i in range(1, 5)}
+    assert sorted(store.sample(conn, 2, 50)) == [(1, "h1"), (2, "h2")]
+
+
+def test_targets(conn: sqlite3.Connection) -> None:
+    assert store.targets(conn, "a") == (5, 3)
+    assert store.targets(conn, "") == (5, 0)
+
+
+def test_the_ranking_reads(conn: sqlite3.Connection) -> None:
+    assert store.author_scores(conn) == {}
+    conn.execute(
+        "INSERT INTO trust_scores (agent_id, confirms, disconfirms, laplace, score, weighted_confirms,"
+        " weighted_disconfirms) VALUES ('a', 3, 0, 0.8, 0.9, 3, 0)"
+    )
+    conn.execute(
+        "INSERT INTO entry_confidence (entry_hash, community_confidence, confirms, disconfirms)"
+        " VALUES ('h2', 0.2, 0, 1)"
+    )
+    assert store.author_scores(conn) == {"a": 0.9}
+    assert store.authors_of(conn, [1, 2, 99]) == {1: "a", 2: "b"}
+    # the entry's own confidence, else its author's trust, else the neutral value given
+    assert store.community_confidence(conn, [1, 2, 4], 0.5) == {1: 0.9, 2: 0.2, 4: 0.5}
+    assert store.community_confidence(conn, [4], 0.25) == {4: 0.25}
+    assert store.community_confidence(conn, [], 0.5) == {}
