@@ -48,7 +48,8 @@ def gate_txn(
     """Decide the records of a batch from `peer_id` that depend on key histories (see the module's docstring)."""
     if not any(authority.needs(v.record) for v in records):
         return Gated(records)
-    authority.ensure_txn(conn)
+    if recheck:  # a job's first call; records released by a re-check come back here with the cache ahead of the log
+        authority.ensure_txn(conn)
     for peer, dropped in waiting.expire_txn(conn, now_ms).items():
         waiting.count_txn(conn, peer, dropped_waiting=dropped)
     events = sorted(

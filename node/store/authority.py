@@ -73,6 +73,11 @@ class Authority:
     # (dependency keys, last waiting id checked) left for the writer's next jobs: more than one transaction re-checks
     pending: list[tuple[tuple[str, ...], int]] = field(default_factory=list)
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the cache has been loaded from the log (records needing no key history never load it)."""
+        return self._count >= 0
+
     def needs(self, record: dict[str, Any]) -> bool:
         """Whether deciding `record` needs the key history: a key event, a `signing_key`, or an author that has
         key events. False costs two dictionary lookups and no SQL."""
