@@ -136,21 +136,26 @@ def verify(
     signed_bytes = b""
     if check_signature or (kind != "entry" and record_hash is None):
         signed_bytes = canonical.canonical_bytes(unsigned_record) if body is None else signing_bytes_of(record, body)
-    signer = author
-    if v3 and "space" in record:
-        raise RecordError("malformed", "records of a space are not accepted here yet", "$.space")
-    if v3 and "signing_key" in record:
-        signer = record["signing_key"]
-        if not isinstance(signer, str) or not _is_did(signer):
-            raise RecordError("malformed", "signing_key must be an Ed25519 did:key", "$.signing_key")
-        if signer == author:
-            raise RecordError("not_canonical", "signing_key equal to author_id must be absent", "$.signing_key")
+    signer = _signer_v3(record, author) if v3 else author
     if check_signature and not keys.verify(signer, signed_bytes, signature):
         named = "signing_key" if signer != author else "author_id"
         raise RecordError("bad_signature", f"signature does not verify against {named}", "$.signature")
     if record_hash is not None:
         return record_hash
     return compute_hash(record) if kind == "entry" else canonical.sha256_hex(signed_bytes)
+
+
+def _signer_v3(record: dict[str, Any], author: str) -> str:
+    """The key that signed a record of format v3: its `signing_key`, else its author's first key. A record of a
+    space is refused (not accepted here yet), and so is a `signing_key` naming the first key (another spelling)."""
+    if "space" in record:
+        raise RecordError("malformed", "records of a space are not accepted here yet", "$.space")
+    signer = record.get("signing_key", author)
+    if not isinstance(signer, str) or not _is_did(signer):
+        raise RecordError("malformed", "signing_key must be an Ed25519 did:key", "$.signing_key")
+    if "signing_key" in record and signer == author:
+        raise RecordError("not_canonical", "signing_key equal to author_id must be absent", "$.signing_key")
+    return signer
 
 
 def canonical_body(record: dict[str, Any]) -> bytes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import sqlite3
@@ -22,8 +23,6 @@ from node.errors import InvalidInput
 from node.federation import waiting as waiting_gate
 from node.store import db, equivocation, projections, waiting
 from node.store.authority import Authority
-from node.federation.waiting import Dep
-from node.store.conn import Conn
 from node.store.db import Database
 from sync.messages import AuthorEquivocations, Digest, PeerCounters, PeerHealth, PeerIn, PeerList, PeerStatus
 from sync.store import Cursor, Invalid, Outcome, Page, PeerConfig, Verified
@@ -150,8 +149,7 @@ class NodeSyncStore:
         authority = self.authority
         while authority.pending:
             deps, after_id = authority.pending.pop(0)
-            now = self.now_ms()
-            await self.db.write(lambda c: recheck_waiting_txn(c, authority, deps, after_id, now))
+            await self.db.write(functools.partial(recheck_waiting_txn, authority, deps, after_id, self.now_ms()))
             self._newest_at = float("-inf")
             self._changed.set()
 
@@ -342,13 +340,17 @@ def ingest(
     return outcomes
 
 
-def recheck_waiting_txn(conn: Conn, authority: Authority, deps: tuple[Dep, ...], after_id: int, now_ms: int) -> None:
+def recheck_waiting_txn(
+    authority: Authority, deps: tuple[waiting.Dep, ...], after_id: int, now_ms: int, conn: sqlite3.Connection
+) -> None:
     """A writer job of its own: re-check the waiting records an earlier transaction left (more than it could)."""
     authority.ensure_txn(conn)
     _store_released_txn(conn, authority, waiting_gate.recheck_txn(conn, authority, deps, after_id, now_ms), now_ms)
 
 
-def _store_released_txn(conn: Conn, authority: Authority, released: dict[str, list[Verified]], now_ms: int) -> None:
+def _store_released_txn(
+    conn: sqlite3.Connection, authority: Authority, released: dict[str, list[Verified]], now_ms: int
+) -> None:
     """Store waiting records a re-check found valid, each as if it had just arrived from the peer it came from."""
     for peer_id, records in sorted(released.items()):
         ingest(conn, peer_id, records, [], None, now_ms, authority, recheck=False)
@@ -508,6 +510,9 @@ def peer_statuses(conn: sqlite3.Connection, now_ms: int) -> list[PeerStatus]:
                     pending_link=r["pending_link"],
                     overflow=r["overflow"],
                     internal=r["internal"],
+                    waiting=r["waiting"],
+                    dropped_waiting=r["dropped_waiting"],
+                    void=r["void"],
                     invalid_reasons=reasons.get(r["node_id"], {}),
                 ),
                 health=_health(r["health"]),

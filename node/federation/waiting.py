@@ -20,16 +20,15 @@ had just arrived from it.
 
 from __future__ import annotations
 
+import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
 
 from node.store import equivocation, waiting
 from node.store.authority import KEY_EVENT, Authority, Decision, author_deps, event_dep
-from node.store.conn import Conn
+from node.store.waiting import Dep
 from sync.store import Invalid, Outcome, Verified
 from sync.verify import accepted
-
-Dep = str | tuple[str, str]
 
 
 @dataclass
@@ -43,7 +42,13 @@ class Gated:
 
 
 def gate_txn(
-    conn: Conn, authority: Authority, peer_id: str, records: list[Verified], now_ms: int, *, recheck: bool = True
+    conn: sqlite3.Connection,
+    authority: Authority,
+    peer_id: str,
+    records: list[Verified],
+    now_ms: int,
+    *,
+    recheck: bool = True,
 ) -> Gated:
     """Decide the records of a batch from `peer_id` that depend on key histories (see the module's docstring)."""
     if not any(authority.needs(v.record) for v in records):
@@ -88,7 +93,7 @@ def gate_txn(
 
 
 def recheck_txn(
-    conn: Conn, authority: Authority, deps: tuple[Dep, ...], after_id: int, now_ms: int
+    conn: sqlite3.Connection, authority: Authority, deps: tuple[Dep, ...], after_id: int, now_ms: int
 ) -> dict[str, list[Verified]]:
     """Decide again the waiting records that wait for `deps` (those with id above `after_id`), and those that the
     key events so released decide in turn, up to `waiting.RECHECK_PER_TRANSACTION` records; what is left goes to
@@ -128,7 +133,7 @@ def recheck_txn(
     return released
 
 
-def _decide(conn: Conn, authority: Authority, v: Verified, resolved: list[Dep]) -> Decision:
+def _decide(conn: sqlite3.Connection, authority: Authority, v: Verified, resolved: list[Dep]) -> Decision:
     """The verdict on one record; a key event taken into the cache (or refused) adds what it resolves."""
     if v.record.get("kind") != KEY_EVENT:
         return authority.decide(v.record, v.version)
@@ -145,7 +150,7 @@ def _decide(conn: Conn, authority: Authority, v: Verified, resolved: list[Dep]) 
     return Decision("void", reason or "prior_refused")
 
 
-def _offer(conn: Conn, v: Verified, peer_id: str, decision: Decision, now_ms: int) -> bool:
+def _offer(conn: sqlite3.Connection, v: Verified, peer_id: str, decision: Decision, now_ms: int) -> bool:
     """Put an undecided record in the waiting area; False when a cap drops it."""
     return waiting.offer_txn(
         conn,

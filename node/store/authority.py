@@ -17,6 +17,7 @@ from typing import Any, Literal
 from identity import key_history
 from identity.key_history import History
 from node.store.conn import Conn
+from node.store.waiting import Dep
 
 KEY_EVENT = "key_event"
 Verdict = Literal["valid", "void", "undecided"]
@@ -71,7 +72,7 @@ class Authority:
     _histories: dict[str, History] = field(default_factory=dict)
     _count: int = -1  # key events the cache holds; -1: not loaded
     # (dependency keys, last waiting id checked) left for the writer's next jobs: more than one transaction re-checks
-    pending: list[tuple[tuple[str, ...], int]] = field(default_factory=list)
+    pending: list[tuple[tuple[Dep, ...], int]] = field(default_factory=list)
 
     @property
     def loaded(self) -> bool:

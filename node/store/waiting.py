@@ -29,6 +29,8 @@ MAX_TOTAL = 100_000
 MAX_BYTES_TOTAL = 512 * MiB
 MAX_AGE_MS = 24 * 3600 * 1000
 RECHECK_PER_TRANSACTION = 1_000  # waiting records re-checked in one write transaction (the rest in the next jobs)
+# A dependency key, or a range [low, high) of them (`node.store.authority.author_deps`: every key of one author).
+Dep = str | tuple[str, str]
 
 
 class Waiting(NamedTuple):
@@ -89,11 +91,12 @@ def set_deps_txn(conn: Conn, waiting_id: int, deps: Sequence[str]) -> None:
     )
 
 
-def select_txn(conn: Conn, deps: Iterable[str], after_id: int, limit: int) -> list[Waiting]:
+def select_txn(conn: Conn, deps: Iterable[Dep], after_id: int, limit: int) -> list[Waiting]:
     """Waiting records that wait for any of `deps` (a dependency key, or a `(low, high)` range of them, as
     `node.store.authority.author_deps` gives), with id above `after_id`, in id order, at most `limit`."""
-    exact = [d for d in deps if isinstance(d, str)]
-    ranges = [d for d in deps if isinstance(d, tuple)]
+    wanted = list(deps)
+    exact = [d for d in wanted if isinstance(d, str)]
+    ranges = [d for d in wanted if isinstance(d, tuple)]
     clauses = ["d.dep IN (SELECT value FROM json_each(?))"]
     params: list[object] = [json.dumps(exact)]
     for low, high in ranges:

@@ -7,8 +7,10 @@ Every test runs the node's Database (its writer thread) and NodeSyncStore.ingest
 from __future__ import annotations
 
 import asyncio
+import itertools
+import sqlite3
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,11 @@ from node.store.conn import Conn
 from node.store.db import Database
 from sync.store import Outcome
 from tests.node.federation import v3_story
-from tests.node.federation.v3_story import A, A0, A1, A4, B0, address, key_event, post, verified, version
+from tests.node.federation.v3_story import A0, A1, A4, B0, A, address, key_event, post, verified, version
+from tests.sync.conftest import (
+    PeerNode,
+    make_peer,  # noqa: F401  (a fixture: real nodes, registered by this import)
+)
 
 NOW = 1_800_000_000_000
 PEERS = (SigningKey.from_seed(b"\x31" * 32).did, SigningKey.from_seed(b"\x32" * 32).did)
@@ -36,8 +42,12 @@ async def node_store(folder: Path) -> AsyncIterator[NodeSyncStore]:
     """A node's database with two peers configured, and its sync store."""
     database = Database(folder / "node.db")
     database.open()
-    for peer in PEERS:
-        await database.write(lambda c, p=peer: add_peer(c, "http://127.0.0.1:9", p, NOW))
+
+    def peers(conn: sqlite3.Connection) -> None:
+        for peer in PEERS:
+            add_peer(conn, "http://127.0.0.1:9", peer, NOW)
+
+    await database.write(peers)
     await database.write(lambda c: c.execute("INSERT OR IGNORE INTO node_meta (key, value) VALUES ('epoch', 'e')"))
     try:
         yield NodeSyncStore(database, SigningKey.from_seed(b"\x30" * 32).did, lambda: NOW)
@@ -86,7 +96,7 @@ async def run_story(order: list[str], cuts: list[int], peers: list[int]) -> tupl
     bounds = sorted({c % (len(order) + 1) for c in cuts} | {0, len(order)})
     with tempfile.TemporaryDirectory() as folder:
         async with node_store(Path(folder)) as store:
-            for i, (start, end) in enumerate(zip(bounds, bounds[1:], strict=False)):
+            for i, (start, end) in enumerate(itertools.pairwise(bounds)):
                 batch = [story.records[n] for n in order[start:end]]
                 await ingest(store, batch, PEERS[peers[i % len(peers)] if peers else 0])
             found = await store.db.read(lambda c: node_verdicts(c, story))
@@ -166,10 +176,7 @@ def test_waiting_records_are_absent_from_feed_fetch_digest_and_reconciliation(tm
 
 
 def test_a_full_author_cap_drops_the_arriving_record_and_reconciliation_brings_it_back(tmp_path: Path) -> None:
-    early = [
-        post(A, A4, f"waiting {i}")
-        for i in range(waiting.MAX_PER_AUTHOR + 3)
-    ]
+    early = [post(A, A4, f"waiting {i}") for i in range(waiting.MAX_PER_AUTHOR + 3)]
     rotation = key_event(A0, "rotate", 1, installs=A4, vouches=[vouch(A0.did, [])])
     other = post(A0.did, A0, "A0's own record, fine before the rotation")
 
@@ -276,3 +283,18 @@ def test_a_restarted_node_rebuilds_its_cache_from_the_log(tmp_path: Path) -> Non
             assert await ingest(again, [late]) == {address(late): "saved"}
 
     asyncio.run(run())
+
+
+async def test_metrics_show_the_waiting_outcomes_per_peer(
+    make_peer: Callable[..., Awaitable[PeerNode]],  # noqa: F811  (the fixture imported above)
+) -> None:
+    b = await make_peer("b")
+    peer = PEERS[0]
+    await b.node.db.write(lambda c: add_peer(c, "http://127.0.0.1:9", peer, NOW))
+    early = post(A, A4, "its key event is on its way")
+    assert [o.outcome for o in await b.node.sync.ingest(peer, [verified(early)], [], None)] == ["waiting"]
+    async with b.session.get(b.url + "/metrics", headers=b.admin) as resp:
+        metrics = await resp.text()
+    assert f'bbs_sync_records{{outcome="waiting",peer="{peer}"}} 1.0' in metrics
+    assert f'bbs_sync_records{{outcome="dropped_waiting",peer="{peer}"}} 0.0' in metrics
+    assert f'bbs_waiting_records{{peer="{peer}"}} 1.0' in metrics
