@@ -19,7 +19,7 @@ from identity import canonical, keys
 RECORD_KINDS = frozenset({"entry", "link", "agent", "message", "task_event"})
 # The kinds of format v3 this release accepts from peers (docs/format-v3.md): key events, and the v1 kinds signed by
 # a rotated key (`signing_key`). Never from a client (issue 36), and the other new kinds not yet.
-V3_KINDS = frozenset({"entry", "link", "message", "key_event"})
+V3_KINDS = frozenset({"entry", "link", "message", "key_event", "vouch_page"})
 
 
 class RecordError(ValueError):

@@ -25,7 +25,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from node.store import equivocation, waiting
-from node.store.authority import KEY_EVENT, Authority, Decision, author_deps, event_dep
+from node.store.authority import (
+    AUTHORITY_KINDS,
+    KEY_EVENT,
+    VOUCH_PAGE,
+    Authority,
+    Decision,
+    author_deps,
+    event_dep,
+    pages_dep,
+)
 from node.store.waiting import Dep
 from sync.store import Invalid, Outcome, Verified
 from sync.verify import accepted
@@ -61,11 +70,12 @@ def gate_txn(
         (v for v in records if v.record.get("kind") == KEY_EVENT),
         key=lambda v: (v.record["author_id"], v.record["seq"], v.hash),
     )
+    pages = [v for v in records if v.record.get("kind") == VOUCH_PAGE]
     gated = Gated([])
     resolved: list[Dep] = []
     counts: Counter[str] = Counter()
     stored: list[str] = []
-    for v in [*events, *(v for v in records if v.record.get("kind") != KEY_EVENT)]:
+    for v in [*events, *pages, *(v for v in records if v.record.get("kind") not in AUTHORITY_KINDS)]:
         if not authority.needs(v.record):
             gated.now.append(v)
             continue
@@ -73,9 +83,11 @@ def gate_txn(
         if decision.verdict == "valid":
             gated.now.append(v)
             stored.append(v.version)
-        elif decision.verdict == "void" and v.record.get("kind") == KEY_EVENT:
+        elif decision.verdict == "void" and v.record.get("kind") in AUTHORITY_KINDS:
             equivocation.refuse(conn, v.version, v.hash, now_ms)
-            gated.invalid.append(Invalid(v.hash, decision.reason or "unauthorized_key_event", "refused key event"))
+            gated.invalid.append(
+                Invalid(v.hash, decision.reason or "unauthorized_key_event", f"refused {v.record['kind']}")
+            )
         elif decision.verdict == "void":
             gated.outcomes.append(Outcome(v.hash, "void", decision.reason))
             counts["void"] += 1
@@ -124,7 +136,7 @@ def recheck_txn(
             done.append(row.id)
             if decision.verdict == "valid":
                 released.setdefault(row.peer_id, []).append(v)
-            elif v.record.get("kind") == KEY_EVENT:
+            elif v.record.get("kind") in AUTHORITY_KINDS:
                 equivocation.refuse(conn, v.version, v.hash, now_ms)
                 waiting.count_txn(conn, row.peer_id, void=1)
             else:
@@ -134,7 +146,9 @@ def recheck_txn(
 
 
 def _decide(conn: sqlite3.Connection, authority: Authority, v: Verified, resolved: list[Dep]) -> Decision:
-    """The verdict on one record; a key event taken into the cache (or refused) adds what it resolves."""
+    """The verdict on one record; a key event or vouch page taken into the cache (or refused) adds what it resolves."""
+    if v.record.get("kind") == VOUCH_PAGE:
+        return _decide_page(conn, authority, v, resolved)
     if v.record.get("kind") != KEY_EVENT:
         return authority.decide(v.record, v.version)
     verdict, reason = authority.judge_event(v.hash, v.record)
@@ -148,6 +162,20 @@ def _decide(conn: sqlite3.Connection, authority: Authority, v: Verified, resolve
         return Decision("undecided", deps=(event_dep(prior),))
     resolved.append(event_dep(v.hash))  # its children can never count either
     return Decision("void", reason or "prior_refused")
+
+
+def _decide_page(conn: sqlite3.Connection, authority: Authority, v: Verified, resolved: list[Dep]) -> Decision:
+    """The verdict on a vouch page: stored once its event is held and its proof verifies (docs/format-v3.md 6.4)."""
+    verdict, reason = authority.judge_page(v.hash, v.record)
+    if verdict == "valid":
+        if not authority.holds_page(v.hash):
+            authority.add_page(v.hash, v.record)
+            resolved.append(pages_dep(v.record["event"], v.record["subject"]))
+        return Decision("valid")
+    event = str(v.record["event"])
+    if verdict == "waiting" and not equivocation.refused(conn, [event]):
+        return Decision("undecided", deps=(event_dep(event),))
+    return Decision("void", reason or "bad_vouch_page")
 
 
 def _offer(conn: sqlite3.Connection, v: Verified, peer_id: str, decision: Decision, now_ms: int) -> bool:

@@ -14,12 +14,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from identity import key_history
+from identity import key_history, vouching
 from identity.key_history import History
 from node.store.conn import Conn
 from node.store.waiting import Dep
 
 KEY_EVENT = "key_event"
+VOUCH_PAGE = "vouch_page"
+AUTHORITY_KINDS = frozenset({KEY_EVENT, VOUCH_PAGE})  # decided first in a batch: the others are decided by them
 Verdict = Literal["valid", "void", "undecided"]
 EventVerdict = Literal["valid", "refused", "waiting"]
 
@@ -53,14 +55,17 @@ def pages_dep(event: str, subject: str) -> str:
     return f"pages:{event}:{subject}"
 
 
-def key_event_count(conn: Conn) -> int:
-    """How many key events the log holds (the partial index records_key_events answers it)."""
-    return int(conn.execute("SELECT count(*) FROM records WHERE kind = 'key_event'").fetchone()[0])
+def authority_count(conn: Conn) -> int:
+    """How many key events and vouch pages the log holds (the partial index records_authority answers it)."""
+    sql = "SELECT count(*) FROM records WHERE kind IN ('key_event', 'vouch_page')"
+    return int(conn.execute(sql).fetchone()[0])
 
 
-def key_events(conn: Conn) -> list[tuple[str, dict[str, Any]]]:
-    """(address, record) of every key event in the log."""
-    rows = conn.execute("SELECT hash, body FROM records WHERE kind = 'key_event' ORDER BY seq").fetchall()
+def authority_records(conn: Conn) -> list[tuple[str, dict[str, Any]]]:
+    """(address, record) of every key event and vouch page in the log, in log order."""
+    rows = conn.execute(
+        "SELECT hash, body FROM records WHERE kind IN ('key_event', 'vouch_page') ORDER BY seq"
+    ).fetchall()
     return [(str(r[0]), json.loads(bytes(r[1]))) for r in rows]
 
 
@@ -70,7 +75,10 @@ class Authority:
 
     _events: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # author -> address -> event
     _histories: dict[str, History] = field(default_factory=dict)
-    _count: int = -1  # key events the cache holds; -1: not loaded
+    # (event, subject) -> page index -> versions, of the verified vouch pages held
+    _pages: dict[tuple[str, str], dict[int, list[str]]] = field(default_factory=dict)
+    _page_addresses: set[str] = field(default_factory=set)
+    _count: int = -1  # key events and vouch pages the cache holds; -1: not loaded
     # (dependency keys, last waiting id checked) left for the writer's next jobs: more than one transaction re-checks
     pending: list[tuple[tuple[Dep, ...], int]] = field(default_factory=list)
 
@@ -82,20 +90,24 @@ class Authority:
     def needs(self, record: dict[str, Any]) -> bool:
         """Whether deciding `record` needs the key history: a key event, a `signing_key`, or an author that has
         key events. False costs two dictionary lookups and no SQL."""
-        return "signing_key" in record or record.get("kind") == KEY_EVENT or record.get("author_id") in self._events
+        return (
+            "signing_key" in record or record.get("kind") in AUTHORITY_KINDS or record.get("author_id") in self._events
+        )
 
     def ensure_txn(self, conn: Conn) -> None:
         """Load the cache from the log unless it holds exactly the log's key events (by count)."""
-        if self._count < 0 or key_event_count(conn) != self._count:
+        if self._count < 0 or authority_count(conn) != self._count:
             self.load_txn(conn)
 
     def load_txn(self, conn: Conn) -> None:
-        """(Re)build the cache from the log's key events."""
-        self._events = {}
-        self._histories = {}
-        rows = key_events(conn)
+        """(Re)build the cache from the log's key events and vouch pages (each stored only once verified)."""
+        self._events, self._histories, self._pages, self._page_addresses = {}, {}, {}, set()
+        rows = authority_records(conn)
         for address, record in rows:
-            self._events.setdefault(record["author_id"], {})[address] = record
+            if record["kind"] == KEY_EVENT:
+                self._events.setdefault(record["author_id"], {})[address] = record
+            else:
+                self._take_page(address, record)
         self._count = len(rows)
 
     def invalidate(self) -> None:
@@ -138,15 +150,43 @@ class Authority:
             self._count += 1
             self._histories.pop(record["author_id"], None)
 
-    def decide(self, record: dict[str, Any], version: str) -> Decision:
-        """The verdict on a record that is not a key event, by the key that signed it (docs/format-v3.md 3.5).
+    def judge_page(self, address: str, record: dict[str, Any]) -> tuple[EventVerdict, str | None]:
+        """The verdict on a vouch page (docs/format-v3.md 6.4): `waiting` until its event is held; then `valid` when
+        it is signed by the event's signer and its proof verifies against the event's vouch for its subject, else
+        `refused` (`bad_vouch_page`), for good (the event fixes both)."""
+        if address in self._page_addresses:
+            return "valid", None
+        event = self._events.get(record["author_id"], {}).get(record["event"])
+        if event is None:
+            return "waiting", None
+        if key_history.signer_of(record) != key_history.signer_of(event):
+            return "refused", "bad_vouch_page"
+        vouch = vouching.vouch_for(event, record["subject"])
+        if vouch is None or not vouching.verify_page(vouch, record["page"], record["versions"], record["proof"]):
+            return "refused", "bad_vouch_page"
+        return "valid", None
 
-        No vouch pages are held by this release, so a record of a rotated-out key whose removal vouches for a
-        non-empty set stays undecided (it waits for the pages); one vouching for none is void."""
+    def add_page(self, address: str, record: dict[str, Any]) -> None:
+        """Take a valid vouch page into the cache (the caller stores it in the log in this transaction)."""
+        if address not in self._page_addresses:
+            self._take_page(address, record)
+            self._count += 1
+
+    def holds_page(self, address: str) -> bool:
+        """Whether the vouch page at `address` is held."""
+        return address in self._page_addresses
+
+    def _take_page(self, address: str, record: dict[str, Any]) -> None:
+        self._page_addresses.add(address)
+        self._pages.setdefault((record["event"], record["subject"]), {})[record["page"]] = list(record["versions"])
+
+    def decide(self, record: dict[str, Any], version: str) -> Decision:
+        """The verdict on a record that is not a key event or vouch page, by the key that signed it
+        (docs/format-v3.md 3.5): a record of a rotated-out key by the vouch that removed it, over the pages held."""
         author = record["author_id"]
         signer = key_history.signer_of(record)
         history = self.history(author)
-        verdict = key_history.key_verdict(history, signer, version, {})
+        verdict = key_history.key_verdict(history, signer, version, self._pages)
         if verdict == "valid":
             return Decision("valid")
         removal = history.removed_by.get(signer) or history.vouched_by.get(signer)

@@ -375,14 +375,20 @@ def project_agent(conn: sqlite3.Connection, rec: AgentRecord, ctx: Projection) -
 
 
 def project_key_event(conn: sqlite3.Connection, rec: Any, ctx: Projection) -> None:
-    """A key event projects into no table: the writer's authority cache (node/store/authority.py) reads the key
-    events from the log itself (docs/format-v3.md, 7.4)."""
+    """A key event (or a vouch page) projects into no table: the writer's authority cache (node/store/authority.py)
+    reads them from the log itself (docs/format-v3.md, 7.4)."""
 
 
 # The substrate's record kinds: their projectors, and the tables holding only their derived data (the search
 # index is a projection too, in its own folder: node/search_index/).
 SUBSTRATE_PROJECTORS: Mapping[str, Projector] = MappingProxyType(
-    {"entry": project_entry, "link": project_link, "agent": project_agent, "key_event": project_key_event}
+    {
+        "entry": project_entry,
+        "link": project_link,
+        "agent": project_agent,
+        "key_event": project_key_event,
+        "vouch_page": project_key_event,
+    }
 )
 SUBSTRATE_TABLES: tuple[str, ...] = ("entries", "entry_tags", "entry_directed", "links", "agents")
 # Every record kind's projector, and every projection table (`rebuild` recreates exactly these, in this order).

@@ -181,15 +181,28 @@ def test_forms_of_v3_not_accepted_yet_are_refused() -> None:
     assert reason(body_of(_v3(space_link, AUTHOR))) == "schema"  # a v1 kind without signing_key: the v1 schema
     with_key = space_link | {"signing_key": keys.SigningKey.generate().did}
     assert reason(body_of(_v3(with_key, AUTHOR))) == "malformed"  # no records of a space yet
+    space = {
+        "kind": "space",
+        "schema_version": "v1",
+        "author_id": AUTHOR.did,
+        "created_at": "2026-03-02T08:00:00Z",
+        "name": "kitchen",
+        "nonce": "A" * 43,
+    }
+    assert reason(body_of(_v3(space, AUTHOR))) == "malformed"  # no spaces yet
+
+
+def test_a_vouch_page_is_checked_against_its_schema_here_and_against_its_event_by_the_writer() -> None:
     page = {
         "kind": "vouch_page",
         "schema_version": "v1",
         "author_id": AUTHOR.did,
         "created_at": "2026-03-02T08:00:00Z",
-        "event": "ab" * 32,
+        "event": "ab" * 32,  # not held anywhere: nothing here asks
         "subject": AUTHOR.did,
         "page": 0,
-        "versions": [],
+        "versions": ["cd" * 32],
         "proof": [],
     }
-    assert reason(body_of(_v3(page, AUTHOR))) == "malformed"
+    assert isinstance(verify.verify_record(body_of(_v3(page, AUTHOR)), None), Verified)
+    assert reason(body_of(_v3(page | {"versions": ["cd" * 32, "ab" * 32]}, AUTHOR))) == "schema"  # not sorted

@@ -26,9 +26,9 @@ CREATE TABLE waiting_deps (
 ) WITHOUT ROWID;
 CREATE INDEX waiting_deps_record ON waiting_deps(waiting_id);
 
--- The writer's authority cache is rebuilt from the log's key events at start: this partial index finds them (and
--- counts them, to notice a rolled-back transaction) without reading the whole log.
-CREATE INDEX records_key_events ON records(author_id) WHERE kind = 'key_event';
+-- The writer's authority cache is rebuilt from the log's key events and vouch pages at start: this partial index
+-- finds them (and counts them, to notice a rolled-back transaction) without reading the whole log.
+CREATE INDEX records_authority ON records(kind) WHERE kind IN ('key_event', 'vouch_page');
 
 -- Per-peer counters of the outcomes of format v3 (docs/sync.md): records that went to the waiting area, records
 -- dropped because a waiting cap was full (or that waited 24 h), and records refused as void.

@@ -2,9 +2,11 @@
 
 The story follows tests/identity/format_v3_vectors.py (keys of 32-byte seeds of one repeated byte): A rotates from
 its first key A0 to A1 (committing to A2, setting the recovery key AR), rotates to A2 with the committed key, A2 is
-stolen and revoked by AR, and AR's `recover` replaces everything after the first rotation (A4 installed). Besides:
-an event the chain never allows (signed by A1 while a commitment holds) and one building on it, a post by a key no
-event installs, and posts of an identity B with no key events at all.
+stolen and revoked by AR, and AR's `recover` replaces everything after the first rotation (A4 installed). The
+rotations vouch for A0's and A1's honest posts, with their vouch pages; a post of A0 signed after the rotation (a
+thief's) is not vouched for. Besides: a page whose proof fails, an event the chain never allows (signed by A1 while a
+commitment holds) and one building on it, a post by a key no event installs, and posts of an identity B with no
+key events at all.
 """
 
 from __future__ import annotations
@@ -94,6 +96,25 @@ def key_event(
     return signed(body, signer)
 
 
+def vouch_page(
+    signer: SigningKey, event: dict[str, Any], subject: SigningKey, versions: Sequence[str], *, author: str = A
+) -> dict[str, Any]:
+    """Page 0 of `event`'s vouch for `subject` (the whole set: fewer than 1,024 versions), signed by `signer`."""
+    members, proof = vouching.page(vouching.sorted_versions(versions), 0)
+    body = {
+        "kind": "vouch_page",
+        "schema_version": "v1",
+        "author_id": author,
+        "created_at": "2026-03-02T08:00:00Z",
+        "event": address(event),
+        "subject": subject.did,
+        "page": 0,
+        "versions": members,
+        "proof": proof,
+    }
+    return signed(body, signer)
+
+
 def address(record: dict[str, Any]) -> str:
     return records.compute_hash(record)
 
@@ -125,13 +146,17 @@ def story() -> Story:
     """The story's records (see the module's docstring)."""
     out: dict[str, dict[str, Any]] = {}
     out["p0"] = post(A, A0, "by A's first key, before any rotation", "2026-03-01T08:00:00Z")
+    out["p0x"] = post(A, A0, "by A0 after it was rotated out, backdated", "2026-02-01T08:00:00Z")
     out["e1"] = key_event(
-        A0, "rotate", 1, installs=A1, commits=A2, recovery=AR, vouches=[vouching.vouch(A0.did, [])]
-    )  # vouches for none of A0's records: p0 is void once e1 is held
+        A0, "rotate", 1, installs=A1, commits=A2, recovery=AR, vouches=[vouching.vouch(A0.did, [version(out["p0"])])]
+    )
+    out["g1"] = vouch_page(A0, out["e1"], A0, [version(out["p0"])])
+    out["gx"] = vouch_page(A0, out["e1"], A0, [version(out["p0x"])])  # its proof does not verify: refused
     out["p1"] = post(A, A1, "by A1, vouched for by the later rotations", "2026-03-02T09:00:00Z")
     out["e2"] = key_event(
         A2, "rotate", 2, prior=out["e1"], installs=A2, vouches=[vouching.vouch(A1.did, [version(out["p1"])])]
     )
+    out["g2"] = vouch_page(A2, out["e2"], A1, [version(out["p1"])])
     out["p2"] = post(A, A2, "by the stolen A2, backdated", "2026-01-15T00:00:00Z")
     out["e3"] = key_event(AR, "revoke", 3, prior=out["e2"], vouches=[vouching.vouch(A2.did, [])])
     out["e4"] = key_event(
@@ -144,6 +169,7 @@ def story() -> Story:
         vouches=[vouching.vouch(A1.did, [version(out["p1"])]), vouching.vouch(A2.did, [])],
         created_at="2026-03-05T08:01:00Z",
     )
+    out["g4"] = vouch_page(AR, out["e4"], A1, [version(out["p1"])])
     out["p4"] = post(A, A4, "by A4 after the recovery", "2026-03-06T08:00:00Z")
     # signed by A1 while e1's commitment holds: never allowed; and an event building on it
     out["x1"] = key_event(A1, "rotate", 2, prior=out["e1"], installs=U, vouches=[vouching.vouch(A1.did, [])])
@@ -155,15 +181,35 @@ def story() -> Story:
 
 
 def whole_set_verdicts(s: Story) -> dict[str, str]:
-    """Each record's verdict from the whole set at once (identity.key_history, no vouch pages held)."""
+    """Each record's verdict from the whole set at once, by the reference functions: identity.key_history for the
+    key events and each record's key, identity.vouching for the pages."""
     history = key_history.resolve(A, s.events)
     out: dict[str, str] = {}
     for name, record in s.records.items():
         if record["kind"] == "key_event":
             at = address(record)
             out[name] = "void" if at in history.refused else "undecided" if at in history.waiting else "valid"
-        elif record["author_id"] != A:
+    pages: dict[tuple[str, str], dict[int, list[str]]] = {}
+    for name, record in s.records.items():
+        if record["kind"] == "vouch_page":
+            event = history.events.get(record["event"])
+            if event is None or record["event"] in history.refused:
+                out[name] = "undecided" if event is None else "void"
+                continue
+            v = vouching.vouch_for(event, record["subject"])
+            ok = (
+                key_history.signer_of(record) == key_history.signer_of(event)
+                and v is not None
+                and vouching.verify_page(v, record["page"], record["versions"], record["proof"])
+            )
+            out[name] = "valid" if ok else "void"
+            if ok:
+                pages.setdefault((record["event"], record["subject"]), {})[record["page"]] = record["versions"]
+    for name, record in s.records.items():
+        if record["kind"] in ("key_event", "vouch_page"):
+            continue
+        if record["author_id"] != A:
             out[name] = "valid"
         else:
-            out[name] = key_history.key_verdict(history, key_history.signer_of(record), version(record), {})
+            out[name] = key_history.key_verdict(history, key_history.signer_of(record), version(record), pages)
     return out

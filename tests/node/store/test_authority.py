@@ -35,12 +35,10 @@ def test_a_loaded_cache_agrees_with_the_reference_on_every_record(tmp_path: Path
     reference = key_history.resolve(A, events)
     assert cache.history(A).chain == reference.chain
     assert len(cache.history(A).chain) == 2  # e1, then the recovery
-    for record in story.records.values():
-        if record["kind"] != "key_event" and record["author_id"] == A:
-            signer = key_history.signer_of(record)
-            assert cache.decide(record, version(record)).verdict == key_history.key_verdict(
-                reference, signer, version(record), {}
-            )
+    for name, record in story.records.items():
+        if record["kind"] not in ("key_event", "vouch_page") and record["author_id"] == A:
+            expected = v3_story.whole_set_verdicts(story)
+            assert cache.decide(record, version(record)).verdict == expected[name]
 
 
 def test_records_without_key_history_need_no_cache(tmp_path: Path) -> None:
@@ -55,14 +53,15 @@ def test_a_void_record_names_its_reason_and_an_undecided_one_its_dependencies(tm
     conn = fresh(tmp_path)
     story = v3_story.story().records
     with db.transaction(conn, immediate=True):
-        ingest(conn, PEER, [verified(story[n]) for n in ("e1", "e2", "e3", "e4")], [], None, NOW)
+        ingest(conn, PEER, [verified(story[n]) for n in ("e1", "e2", "e3", "e4", "g1")], [], None, NOW)
     cache = Authority()
     cache.ensure_txn(conn)
-    assert cache.decide(story["p0"], version(story["p0"])).reason == "unvouched"  # e1 vouches for none of A0's
+    assert cache.decide(story["p0"], version(story["p0"])).verdict == "valid"  # on e1's page
+    assert cache.decide(story["p0x"], version(story["p0x"])).reason == "unvouched"  # not on it
     assert cache.decide(story["p2"], version(story["p2"])).reason == "unvouched"  # the recovery vouches for none
     unknown = cache.decide(story["pu"], version(story["pu"]))
     assert unknown.verdict == "undecided" and unknown.deps == (key_dep(A, v3_story.U.did),)
-    paged = cache.decide(story["p1"], version(story["p1"]))  # vouched for by a count of 1: its page is not held
+    paged = cache.decide(story["p1"], version(story["p1"]))  # vouched for by the recovery: its page is not held
     assert paged.verdict == "undecided" and paged.deps[0].startswith("pages:")
     low, high = author_deps(A)
     assert all(low <= d < high for d in paged.deps[1:])
