@@ -308,3 +308,25 @@ async def test_metrics_show_the_waiting_outcomes_per_peer(
     assert f'bbs_sync_records{{outcome="waiting",peer="{peer}"}} 1.0' in metrics
     assert f'bbs_sync_records{{outcome="dropped_waiting",peer="{peer}"}} 0.0' in metrics
     assert f'bbs_waiting_records{{peer="{peer}"}} 1.0' in metrics
+
+
+async def test_a_node_pulls_key_events_pages_and_rotated_keys_records_from_a_peer_over_http(
+    make_peer: Callable[..., Awaitable[PeerNode]],  # noqa: F811  (the fixture imported above)
+) -> None:
+    """The whole path: node a holds the story (from a peer of its own); node b pulls a's feed through the puller
+    and the verify workers, and decides every record as a did."""
+    a, b = await make_peer("a"), await make_peer("b")
+    await a.node.db.write(lambda c: add_peer(c, "http://127.0.0.1:9", PEERS[0], NOW))
+    story = v3_story.story()
+    await a.node.sync.ingest(PEERS[0], [verified(r) for r in story.records.values()], [], None)
+    await a.add_peer(b)
+    await b.add_peer(a)
+    report = await b.puller().pull_once(a.config)
+    assert {o.outcome for o in report.outcomes} == {"saved"}  # a serves only what it stored: nothing waits on b
+    verdicts_a = await a.node.db.read(lambda c: node_verdicts(c, story))
+    verdicts_b = await b.node.db.read(lambda c: node_verdicts(c, story))
+    expected = v3_story.whole_set_verdicts(story)
+    assert verdicts_a == expected
+    # b never received what a refused or holds waiting: those are void (stored nowhere) on b
+    assert verdicts_b == {n: "void" if v == "undecided" else v for n, v in expected.items()}
+    assert await a.digest() == await b.digest()
