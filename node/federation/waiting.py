@@ -60,6 +60,8 @@ def gate_txn(
     recheck: bool = True,
 ) -> Gated:
     """Decide the records of a batch from `peer_id` that depend on key histories (see the module's docstring)."""
+    if not authority.loaded:  # once after a start (or a failed write): which identities have key events at all
+        authority.ensure_txn(conn)
     if not any(authority.needs(v.record) for v in records):
         return Gated(records)
     if recheck:  # a job's first call; records released by a re-check come back here with the cache ahead of the log

@@ -1,11 +1,11 @@
 """The writer's authority cache: every identity's key history, from the key events in the log (docs/format-v3.md 7.4).
 
-Kept by the single writer and changed only by it, as it stores key events; loaded from the log's key events the first
-time an ingest needs it (and again when the log's count of key events differs from the cache's: a write transaction
-that added some was rolled back). A record by an identity with no key events and without `signing_key` is decided
-by `needs` alone: two dictionary lookups, no SQL (the writer-floor rule, issue 34). The histories are
-`identity.key_history.resolve` over the held events, and verdicts `identity.key_history.key_verdict`: the reference
-this cache must agree with.
+Kept by the single writer and changed only by it, as it stores key events and vouch pages; loaded from the log by
+the first ingest after a start (and again when the log's count of them differs from the cache's at the start of a
+job that needs it: a write transaction that added some was rolled back). A record by an identity with no key events
+and without `signing_key` is decided by `needs` alone: two dictionary lookups, no SQL (the writer-floor rule, issue
+34). The histories are `identity.key_history.resolve` over the held events, and verdicts
+`identity.key_history.key_verdict` over the held pages: the reference this cache must agree with.
 """
 
 from __future__ import annotations

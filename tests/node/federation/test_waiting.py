@@ -271,13 +271,26 @@ def test_a_refused_key_event_refuses_the_events_that_build_on_it(tmp_path: Path)
     asyncio.run(run())
 
 
-def test_records_of_identities_without_key_events_never_load_the_cache(tmp_path: Path) -> None:
-    plain = [post(B0.did, B0, f"plain {i}") for i in range(3)]
+def test_records_of_identities_without_key_events_cost_no_sql_for_the_cache(tmp_path: Path) -> None:
+    """The writer-floor rule: once loaded (the first ingest after a start), the cache decides a record of an
+    identity without key events and without signing_key with no statement: a batch of them runs exactly as many
+    statements on a node that holds key histories as on one that holds none."""
+    story = v3_story.story().records
+
+    async def statements(folder: Path, history: list[dict[str, Any]]) -> int:
+        async with node_store(folder) as store:
+            await ingest(store, [post(B0.did, B0, "warm-up"), *history])
+            assert store.authority.loaded
+            before = store.db.stats.statements
+            assert set((await ingest(store, [post(B0.did, B0, f"plain {i}") for i in range(3)])).values()) == {"saved"}
+            return store.db.stats.statements - before
 
     async def run() -> None:
-        async with node_store(tmp_path) as store:
-            assert set((await ingest(store, plain)).values()) == {"saved"}
-            assert store.authority.loaded is False  # no key history was needed: no SQL was run for it
+        (tmp_path / "none").mkdir()
+        (tmp_path / "story").mkdir()
+        without = await statements(tmp_path / "none", [])
+        with_history = await statements(tmp_path / "story", [story[n] for n in ("e1", "g1", "e2", "e4", "p4")])
+        assert with_history == without
 
     asyncio.run(run())
 
