@@ -126,7 +126,9 @@ class NodeSyncStore:
         return await self.db.read(run)
 
     async def refused(self, versions: list[str]) -> set[str]:
-        return await self.db.read(lambda c: equivocation.refused(c, versions) | waiting.held(c, versions))
+        return await self.db.read(
+            lambda c: equivocation.refused(c, versions) | waiting.held(c, versions) | set(waiting.void(c, versions))
+        )
 
     async def ingest(
         self, peer_id: str, records: list[Verified], invalid: list[Invalid], cursor: Cursor | None

@@ -92,6 +92,7 @@ def gate_txn(
             )
         elif decision.verdict == "void":
             gated.outcomes.append(Outcome(v.hash, "void", decision.reason))
+            waiting.remember_void_txn(conn, v.version, v.record["author_id"], decision.reason or "void", now_ms)
             counts["void"] += 1
         elif _offer(conn, v, peer_id, decision, now_ms):
             gated.outcomes.append(Outcome(v.hash, "waiting"))
@@ -142,6 +143,7 @@ def recheck_txn(
                 equivocation.refuse(conn, v.version, v.hash, now_ms)
                 waiting.count_txn(conn, row.peer_id, void=1)
             else:
+                waiting.remember_void_txn(conn, v.version, row.author_id, decision.reason or "void", now_ms)
                 waiting.count_txn(conn, row.peer_id, void=1)
     waiting.remove_txn(conn, done)
     return released
@@ -157,6 +159,7 @@ def _decide(conn: sqlite3.Connection, authority: Authority, v: Verified, resolve
     if verdict == "valid":
         if not authority.holds_event(v.hash, v.record["author_id"]):
             authority.add_event(v.hash, v.record)
+            waiting.forget_void_txn(conn, v.record["author_id"])  # its chain changed: they may count now
             resolved += [event_dep(v.hash), author_deps(v.record["author_id"])]
         return Decision("valid")
     prior = str(v.record.get("prior"))

@@ -142,6 +142,29 @@ def count_txn(conn: Conn, peer_id: str, *, waiting: int = 0, dropped_waiting: in
         )
 
 
+def remember_void_txn(conn: Conn, version: str, author_id: str, reason: str, now_ms: int) -> None:
+    """Remember a version refused as void, so reconciliation does not fetch it again (docs/format-v3.md, 7.6)."""
+    conn.execute(
+        "INSERT INTO void_versions (version, author_id, reason, refused_ms) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (version) DO NOTHING",
+        (version, author_id, reason, now_ms),
+    )
+
+
+def forget_void_txn(conn: Conn, author_id: str) -> None:
+    """Forget the void refusals of an author whose key chain changed: they are fetched and decided again."""
+    conn.execute("DELETE FROM void_versions WHERE author_id = ?", (author_id,))
+
+
+def void(conn: Conn, versions: Iterable[str]) -> dict[str, str]:
+    """Those of `versions` remembered as void, with the reason."""
+    rows = conn.execute(
+        "SELECT version, reason FROM void_versions WHERE version IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(versions)),),
+    ).fetchall()
+    return {str(r[0]): str(r[1]) for r in rows}
+
+
 def held(conn: Conn, versions: Iterable[str]) -> set[str]:
     """Those of `versions` that wait here (reconciliation need not fetch them again)."""
     rows = conn.execute(

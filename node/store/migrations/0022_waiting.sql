@@ -26,6 +26,17 @@ CREATE TABLE waiting_deps (
 ) WITHOUT ROWID;
 CREATE INDEX waiting_deps_record ON waiting_deps(waiting_id);
 
+-- Versions refused as void (docs/format-v3.md, 7.6): reconciliation does not fetch them again. Kept apart from
+-- refused_versions because they are forgotten when their author's key chain changes (a later event, a recovery
+-- that vouches for them, may make them valid): then reconciliation brings them again and they are decided anew.
+CREATE TABLE void_versions (
+    version TEXT PRIMARY KEY,
+    author_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    refused_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX void_versions_author ON void_versions(author_id);
+
 -- The writer's authority cache is rebuilt from the log's key events and vouch pages at start: this partial index
 -- finds them (and counts them, to notice a rolled-back transaction) without reading the whole log.
 CREATE INDEX records_authority ON records(kind) WHERE kind IN ('key_event', 'vouch_page');

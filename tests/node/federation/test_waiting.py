@@ -238,16 +238,21 @@ def test_more_waiting_records_than_one_transaction_rechecks_are_stored_by_the_ne
     asyncio.run(run())
 
 
-def test_a_void_record_is_refused_and_not_remembered(tmp_path: Path) -> None:
+def test_a_void_record_is_refused_and_remembered_until_its_authors_chain_changes(tmp_path: Path) -> None:
     rotation = key_event(A0, "rotate", 1, installs=A1, vouches=[vouch(A0.did, [])])
     late = post(A, A0, "by A0 after a rotation that vouches for none of its records")
+    next_rotation = key_event(A1, "rotate", 2, prior=rotation, installs=A4, vouches=[vouch(A1.did, [])])
 
     async def run() -> None:
         async with node_store(tmp_path) as store:
             assert await ingest(store, [rotation, late]) == {address(rotation): "saved", address(late): "void"}
             assert await store.db.read(lambda c: in_log(c, [version(late)])) == set()
             assert (await store.db.read(waiting.counters))[PEERS[0]] == (0, 0, 1)
-            assert await store.refused([version(late)]) == set()
+            assert await store.db.read(lambda c: waiting.void(c, [version(late)])) == {version(late): "unvouched"}
+            assert await store.refused([version(late)]) == {version(late)}  # reconciliation leaves it
+            assert await ingest(store, [next_rotation]) == {address(next_rotation): "saved"}
+            assert await store.refused([version(late)]) == set()  # the chain changed: fetched and decided again
+            assert await ingest(store, [late]) == {address(late): "void"}
 
     asyncio.run(run())
 

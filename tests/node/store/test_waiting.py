@@ -118,3 +118,12 @@ def test_peer_counters(conn: sqlite3.Connection) -> None:
     waiting.count_txn(conn, peer, waiting=2, void=1)
     waiting.count_txn(conn, peer, dropped_waiting=3)
     assert waiting.counters(conn) == {peer: (2, 3, 1)}
+
+
+def test_void_refusals_are_remembered_and_forgotten_by_author(conn: sqlite3.Connection) -> None:
+    waiting.remember_void_txn(conn, "aa" * 32, AUTHOR, "unvouched", NOW)
+    waiting.remember_void_txn(conn, "bb" * 32, "did:key:z6MkOther", "losing_branch", NOW)
+    waiting.remember_void_txn(conn, "aa" * 32, AUTHOR, "revoked_key", NOW)  # the first reason stays
+    assert waiting.void(conn, ["aa" * 32, "bb" * 32, "cc" * 32]) == {"aa" * 32: "unvouched", "bb" * 32: "losing_branch"}
+    waiting.forget_void_txn(conn, AUTHOR)
+    assert waiting.void(conn, ["aa" * 32, "bb" * 32]) == {"bb" * 32: "losing_branch"}
