@@ -4,9 +4,9 @@ The story follows tests/identity/format_v3_vectors.py (keys of 32-byte seeds of 
 its first key A0 to A1 (committing to A2, setting the recovery key AR), rotates to A2 with the committed key, A2 is
 stolen and revoked by AR, and AR's `recover` replaces everything after the first rotation (A4 installed). The
 rotations vouch for A0's and A1's honest posts, with their vouch pages; a post of A0 signed after the rotation (a
-thief's) is not vouched for. Besides: a page whose proof fails, an event the chain never allows (signed by A1 while a
-commitment holds) and one building on it, a post by a key no event installs, and posts of an identity B with no
-key events at all.
+thief's) is not vouched for; A2's honest post is void after the revocation and vouched for again by the recovery.
+Besides: a page whose proof fails, an event the chain never allows (signed by A1 while a commitment holds) and one
+building on it, a post by a key no event installs, and posts of an identity B with no key events at all.
 """
 
 from __future__ import annotations
@@ -158,6 +158,7 @@ def story() -> Story:
     )
     out["g2"] = vouch_page(A2, out["e2"], A1, [version(out["p1"])])
     out["p2"] = post(A, A2, "by the stolen A2, backdated", "2026-01-15T00:00:00Z")
+    out["p2b"] = post(A, A2, "by A2 before it was stolen: void after the revocation, vouched for by the recovery")
     out["e3"] = key_event(AR, "revoke", 3, prior=out["e2"], vouches=[vouching.vouch(A2.did, [])])
     out["e4"] = key_event(
         AR,
@@ -166,10 +167,11 @@ def story() -> Story:
         prior=out["e1"],
         installs=A4,
         commits=A5,
-        vouches=[vouching.vouch(A1.did, [version(out["p1"])]), vouching.vouch(A2.did, [])],
+        vouches=[vouching.vouch(A1.did, [version(out["p1"])]), vouching.vouch(A2.did, [version(out["p2b"])])],
         created_at="2026-03-05T08:01:00Z",
     )
     out["g4"] = vouch_page(AR, out["e4"], A1, [version(out["p1"])])
+    out["g4b"] = vouch_page(AR, out["e4"], A2, [version(out["p2b"])])
     out["p4"] = post(A, A4, "by A4 after the recovery", "2026-03-06T08:00:00Z")
     # signed by A1 while e1's commitment holds: never allowed; and an event building on it
     out["x1"] = key_event(A1, "rotate", 2, prior=out["e1"], installs=U, vouches=[vouching.vouch(A1.did, [])])

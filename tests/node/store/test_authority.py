@@ -53,12 +53,13 @@ def test_a_void_record_names_its_reason_and_an_undecided_one_its_dependencies(tm
     conn = fresh(tmp_path)
     story = v3_story.story().records
     with db.transaction(conn, immediate=True):
-        ingest(conn, PEER, [verified(story[n]) for n in ("e1", "e2", "e3", "e4", "g1")], [], None, NOW)
+        ingest(conn, PEER, [verified(story[n]) for n in ("e1", "e2", "e3", "e4", "g1", "g4b")], [], None, NOW)
     cache = Authority()
     cache.ensure_txn(conn)
     assert cache.decide(story["p0"], version(story["p0"])).verdict == "valid"  # on e1's page
     assert cache.decide(story["p0x"], version(story["p0x"])).reason == "unvouched"  # not on it
-    assert cache.decide(story["p2"], version(story["p2"])).reason == "unvouched"  # the recovery vouches for none
+    assert cache.decide(story["p2"], version(story["p2"])).reason == "unvouched"  # not on the recovery's page
+    assert cache.decide(story["p2b"], version(story["p2b"])).verdict == "valid"  # on it
     unknown = cache.decide(story["pu"], version(story["pu"]))
     assert unknown.verdict == "undecided" and unknown.deps == (key_dep(A, v3_story.U.did),)
     paged = cache.decide(story["p1"], version(story["p1"]))  # vouched for by the recovery: its page is not held

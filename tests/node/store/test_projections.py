@@ -219,7 +219,7 @@ def test_a_rebuild_replays_the_forms_of_format_v3_as_they_were_stored(tmp_path: 
     kinds = {r[0] for r in conn.execute("SELECT kind FROM records").fetchall()}
     assert {"key_event", "vouch_page", "entry"} <= kinds
     signed_by_rotated_keys = conn.execute("SELECT count(*) FROM entries WHERE author_id = ?", (v3_story.A,))
-    assert signed_by_rotated_keys.fetchone()[0] == 3  # p0, p1 and p4: the valid ones
+    assert signed_by_rotated_keys.fetchone()[0] == 4  # p0, p1, p2b and p4: the valid ones
     before = projections.snapshot(conn)
     with db.transaction(conn, immediate=True):
         replayed = projections.rebuild(conn)
