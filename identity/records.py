@@ -17,6 +17,10 @@ import msgspec
 from identity import canonical, keys
 
 RECORD_KINDS = frozenset({"entry", "link", "agent", "message", "task_event"})
+# The kinds of format v3 this release accepts from peers (docs/format-v3.md, 7.7): key events, vouch pages, and the
+# v1 kinds entry, link and message signed by a rotated key (`signing_key`). Never from a client (issue 36); agent
+# documents and task events with a `signing_key` and the kinds of spaces and redaction not yet.
+V3_KINDS = frozenset({"entry", "link", "message", "key_event", "vouch_page"})
 
 
 class RecordError(ValueError):
@@ -90,18 +94,20 @@ def verify(
     check_signature: bool = True,
     body: bytes | None = None,
     record_hash: str | None = None,
+    v3: bool = False,
 ) -> str:
     """Check form, canonical spelling and signature; return the record hash or raise RecordError.
 
     Kind-specific schema checks belong to the caller; this is what every record shares. `check_signature`
     false is only for a record this process signed a moment ago (see `check`). `body` and `record_hash`, when
     given, are the record's canonical bytes and `compute_hash(record)`, already computed by the caller: they are
-    used rather than computed again.
+    used rather than computed again. `v3` admits the forms of format v3 this release accepts from peers
+    (`V3_KINDS`, a `signing_key`): the signature is then checked against the named key (docs/format-v3.md, 2).
     """
     if not isinstance(record, dict):
         raise RecordError("malformed", "a record must be a JSON object")
     kind = record.get("kind")
-    if not isinstance(kind, str) or kind not in RECORD_KINDS:
+    if not isinstance(kind, str) or kind not in (V3_KINDS if v3 else RECORD_KINDS):
         raise RecordError("malformed", f"unknown record kind {kind!r}", "$.kind")
     if record.get("schema_version") != canonical.SCHEMA_VERSION:
         raise RecordError("malformed", "schema_version must be 'v1'", "$.schema_version")
@@ -131,11 +137,26 @@ def verify(
     signed_bytes = b""
     if check_signature or (kind != "entry" and record_hash is None):
         signed_bytes = canonical.canonical_bytes(unsigned_record) if body is None else signing_bytes_of(record, body)
-    if check_signature and not keys.verify(author, signed_bytes, signature):
-        raise RecordError("bad_signature", "signature does not verify against author_id", "$.signature")
+    signer = _signer_v3(record, author) if v3 else author
+    if check_signature and not keys.verify(signer, signed_bytes, signature):
+        named = "signing_key" if signer != author else "author_id"
+        raise RecordError("bad_signature", f"signature does not verify against {named}", "$.signature")
     if record_hash is not None:
         return record_hash
     return compute_hash(record) if kind == "entry" else canonical.sha256_hex(signed_bytes)
+
+
+def _signer_v3(record: dict[str, Any], author: str) -> str:
+    """The key that signed a record of format v3: its `signing_key`, else its author's first key. A record of a
+    space is refused (not accepted here yet), and so is a `signing_key` naming the first key (another spelling)."""
+    if "space" in record:
+        raise RecordError("malformed", "records of a space are not accepted here yet", "$.space")
+    signer = record.get("signing_key", author)
+    if not isinstance(signer, str) or not _is_did(signer):
+        raise RecordError("malformed", "signing_key must be an Ed25519 did:key", "$.signing_key")
+    if "signing_key" in record and signer == author:
+        raise RecordError("not_canonical", "signing_key equal to author_id must be absent", "$.signing_key")
+    return signer
 
 
 def canonical_body(record: dict[str, Any]) -> bytes:
@@ -155,6 +176,7 @@ def check(
     check_signature: bool = True,
     body: bytes | None = None,
     record_hash: str | None = None,
+    v3: bool = False,
 ) -> tuple[str, Any]:
     """Full verification of a received record: size, form, canonical spelling, signature, then schema.
 
@@ -166,17 +188,18 @@ def check(
     `body` is for a caller that already holds the record's canonical bytes: it has found the record nests at
     most `canonical.MAX_DEPTH` deep and that `canonical.canonical_bytes(record) == body` (sync/verify.py does,
     on the bytes a peer sent). They are not computed again; `record_hash`, `compute_hash(record)` computed by
-    that caller, is not either.
+    that caller, is not either. `v3` admits the forms of `V3_KINDS` and `signing_key` (see `verify`), decoded by
+    `identity.schema_v3`'s Structs; a client's records are checked without it, so they stay refused.
     """
-    from identity import schema  # local: schema is data, records is mechanism
+    from identity import schema, schema_v3  # local: schema is data, records is mechanism
 
     if not isinstance(record, dict):
         raise RecordError("malformed", "a record must be a JSON object")
     size = len(canonical_body(record) if body is None else body)
     if size > schema.MAX_RECORD_BYTES:
         raise RecordError("too_large", f"record is {size} bytes; the limit is {schema.MAX_RECORD_BYTES}")
-    record_hash = verify(record, check_signature=check_signature, body=body, record_hash=record_hash)
-    struct_type = schema.RECORD_TYPES.get(record["kind"])
+    record_hash = verify(record, check_signature=check_signature, body=body, record_hash=record_hash, v3=v3)
+    struct_type = schema_v3.struct_for(record) if v3 else schema.RECORD_TYPES.get(record["kind"])
     if struct_type is None:
         raise RecordError("malformed", f"record kind {record['kind']!r} is not supported here", "$.kind")
     try:

@@ -265,3 +265,19 @@ def check_canonical_v3(record: dict[str, Any]) -> str | None:
     if "signing_key" in record and record.get("signing_key") == record.get("author_id"):
         return "$.signing_key"
     return None
+
+
+def is_v3(record: dict[str, Any]) -> bool:
+    """True if the record is in a form only format v3 has: a new kind, or a v1 kind naming its `signing_key`."""
+    return "signing_key" in record or record.get("kind") not in schema.RECORD_TYPES
+
+
+def struct_for(record: dict[str, Any]) -> type[msgspec.Struct] | None:
+    """The Struct that decodes `record`: its kind's v3 Struct when it is in a v3 form (`is_v3`), else the registered
+    v1 one (`identity.schema.RECORD_TYPES`); None for a kind neither knows."""
+    kind = record.get("kind")
+    if not isinstance(kind, str):
+        return None
+    if is_v3(record):
+        return V3_RECORD_TYPES.get(kind)
+    return schema.RECORD_TYPES.get(kind)

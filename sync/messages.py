@@ -149,6 +149,9 @@ class PeerCounters(msgspec.Struct):
     pending_link: int = 0
     overflow: int = 0  # versions refused: their address already holds two that precede them (docs/sync.md)
     internal: int = 0  # records that failed in this node's own code (its log holds each traceback)
+    waiting: int = 0  # records put in the waiting area: their key event was not held (docs/format-v3.md, 7)
+    dropped_waiting: int = 0  # records a full waiting cap dropped (or that waited 24 h): reconciliation brings them
+    void: int = 0  # records refused because their key may not sign for their author (docs/format-v3.md, 3.5)
     invalid_reasons: dict[str, int] = msgspec.field(default_factory=dict)
 
 

@@ -10,7 +10,12 @@ from sync.messages import PeerHealth
 
 # `internal`: the record met an error in the receiving node's own code (not the peer's fault; logged there).
 # `overflow`: a version refused because its address already holds two versions that precede it (docs/sync.md).
-OutcomeWord = Literal["saved", "duplicate", "invalid", "pending_link", "overflow", "internal"]
+# `waiting`: its authority (a key event installing its signing key) is not held: it waits, not stored in the log;
+# `dropped_waiting`: so, but a waiting cap was full: stored nowhere, offered again by reconciliation; `void`: its key
+# may not sign for its author (docs/format-v3.md, 3.5 and 7).
+OutcomeWord = Literal[
+    "saved", "duplicate", "invalid", "pending_link", "overflow", "internal", "waiting", "dropped_waiting", "void"
+]
 
 
 class Verified(NamedTuple):

@@ -2,6 +2,11 @@
 
 Order: size limit, JSON object, canonical bytes, hash recomputed and compared with the claim,
 then signature and schema (identity.records.check). A record that fails gets a stable reason word.
+
+Records in the forms of format v3 that this release accepts from peers (`identity.records.V3_KINDS`: key events,
+and records naming a `signing_key`) get the same checks here, the signature against the named key; none of them
+depends on another record. What does (may that key sign for the author?) is decided in the ingest transaction
+(node/federation/waiting.py, docs/format-v3.md section 7.4).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from identity import canonical, records, schema
+from identity import canonical, records, schema, schema_v3
 from sync.store import Invalid, Verified
 
 MAX_WIRE_RECORD_BYTES = schema.MAX_RECORD_BYTES
@@ -47,7 +52,11 @@ def verify_record(raw: bytes, claimed_hash: str | None, claimed_version: str | N
         return Invalid(claimed_hash, "hash_mismatch", f"record hashes to {computed}")
     try:
         # `raw` is the record's canonical form (checked above) and `computed` its hash: neither is computed again
-        record_hash, decoded = records.check(record, body=raw, record_hash=computed)
+        # A v3 form (a key event, a record naming its signing_key) gets every check that needs only the record
+        # itself here, the signature against the named key included; whether that key may sign for the author is
+        # decided by the writer, from the author's key history (docs/format-v3.md, 7.4).
+        v3 = schema_v3.is_v3(record)
+        record_hash, decoded = records.check(record, body=raw, record_hash=computed, v3=v3)
     except records.RecordError as exc:
         return Invalid(computed, exc.reason, str(exc))
     if record.get("scope") == "local":
@@ -73,7 +82,10 @@ def accepted(raw: bytes, record_hash: str) -> Verified:
     """The `Verified` of a record a worker process passed (`verdicts`): decoded again from its bytes, exactly as
     `verify_record` decodes it. Raises if the bytes do not decode as they did there (the caller verifies again)."""
     record = msgspec.json.decode(raw)
-    return Verified(record_hash, raw, record, msgspec.convert(record, schema.RECORD_TYPES[record["kind"]]))
+    struct = schema_v3.struct_for(record)
+    if struct is None:
+        raise KeyError(record.get("kind"))
+    return Verified(record_hash, raw, record, msgspec.convert(record, struct))
 
 
 def accept_all(

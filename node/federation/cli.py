@@ -121,6 +121,9 @@ def cmd_peers(args: argparse.Namespace) -> int:
             )
             + (f"  overflow {c.overflow}" if c.overflow else "")
             + (f"  internal {c.internal} (see this node's log)" if c.internal else "")
+            + (f"  waiting {c.waiting}" if c.waiting else "")
+            + (f"  dropped-waiting {c.dropped_waiting}" if c.dropped_waiting else "")
+            + (f"  void {c.void}" if c.void else "")
         )
         print(f"  last ok {p.last_ok_at or '-'}  reconciliations {p.reconciliations}")
         h = p.health

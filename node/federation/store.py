@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import sqlite3
@@ -19,7 +20,9 @@ from yarl import URL
 
 from identity import canonical, keys
 from node.errors import InvalidInput
-from node.store import db, equivocation, projections
+from node.federation import waiting as waiting_gate
+from node.store import db, equivocation, projections, waiting
+from node.store.authority import Authority
 from node.store.db import Database
 from sync.messages import AuthorEquivocations, Digest, PeerCounters, PeerHealth, PeerIn, PeerList, PeerStatus
 from sync.store import Cursor, Invalid, Outcome, Page, PeerConfig, Verified
@@ -53,6 +56,7 @@ class NodeSyncStore:
         self._newest_lock = asyncio.Lock()
         self._newest = 0
         self._newest_at = float("-inf")
+        self.authority = Authority()  # the writer's authority cache (node/store/authority.py)
 
     async def position(self) -> tuple[str, int]:
         return await self.db.read(_position)
@@ -122,17 +126,34 @@ class NodeSyncStore:
         return await self.db.read(run)
 
     async def refused(self, versions: list[str]) -> set[str]:
-        return await self.db.read(lambda c: equivocation.refused(c, versions))
+        return await self.db.read(
+            lambda c: equivocation.refused(c, versions) | waiting.held(c, versions) | set(waiting.void(c, versions))
+        )
 
     async def ingest(
         self, peer_id: str, records: list[Verified], invalid: list[Invalid], cursor: Cursor | None
     ) -> list[Outcome]:
         now = self.now_ms()
-        outcomes = await self.db.write(lambda c: ingest(c, peer_id, records, invalid, cursor, now))
+        authority = self.authority
+        try:
+            outcomes = await self.db.write(lambda c: ingest(c, peer_id, records, invalid, cursor, now, authority))
+            await self._recheck_pending()
+        except BaseException:
+            authority.invalidate()  # the cache may hold what a rolled-back transaction stored
+            raise
         if any(o.outcome in ("saved", "pending_link") for o in outcomes):
             self._newest_at = float("-inf")
             self._changed.set()
         return outcomes
+
+    async def _recheck_pending(self) -> None:
+        """Re-check, one write job each, the waiting records the last transactions left (docs/format-v3.md 7.3)."""
+        authority = self.authority
+        while authority.pending:
+            deps, after_id = authority.pending.pop(0)
+            await self.db.write(functools.partial(recheck_waiting_txn, authority, deps, after_id, self.now_ms()))
+            self._newest_at = float("-inf")
+            self._changed.set()
 
     async def peers(self) -> list[PeerConfig]:
         rows = await self.db.read(lambda c: c.execute("SELECT node_id, url FROM peers ORDER BY node_id").fetchall())
@@ -277,16 +298,27 @@ def ingest(
     invalid: list[Invalid],
     cursor: Cursor | None,
     now_ms: int,
+    authority: Authority | None = None,
+    *,
+    recheck: bool = True,
 ) -> list[Outcome]:
     """Store a batch from a peer: one set-based append, or record by record when that fails (each then in its
     own savepoint, so one failure never sinks the batch). Counters and the cursor are written in this same
     transaction.
+
+    First the records whose authority depends on key histories are decided (node/federation/waiting.py, against
+    `authority`, the writer's cache; a fresh one is loaded from the log when none is given): the valid ones are
+    stored with the batch, the others answered `waiting`, `dropped_waiting`, `void` or `invalid`; waiting records
+    the batch's key events decide are stored in this same transaction (`recheck`), under the peer they came from.
 
     A record the projections refuse (`REFUSED`) is the peer's fault: `invalid`, reason `store_refused`. Any
     other error is a fault of this node's code: logged with its traceback and counted `internal`; the cursor
     still moves past it (the puller backs off), and a wanted record that met one counts as not obtained, so
     its fetch is retried with backoff and then given up, never in a loop without end.
     """
+    authority = Authority() if authority is None else authority
+    gated = waiting_gate.gate_txn(conn, authority, peer_id, records, now_ms, recheck=recheck)
+    records, invalid = gated.now, [*invalid, *gated.invalid]
     appended, failed, faults = _append_batch(conn, peer_id, records, now_ms)
     kept = [(v, result) for v, result in zip(records, appended, strict=True) if result is not None]
     targets, missing = _want_missing_targets(conn, peer_id, kept, now_ms)
@@ -301,11 +333,29 @@ def ingest(
         outcomes.extend(faults)
         want_failed(conn, peer_id, [str(o.hash) for o in faults], now_ms)
     _count_outcomes(conn, peer_id, outcomes, internal=len(faults))
+    outcomes.extend(gated.outcomes)
+    _store_released_txn(conn, authority, gated.released, now_ms)
     if cursor is not None:
         conn.execute(
             "UPDATE peers SET cursor_epoch = ?, cursor_seq = ? WHERE node_id = ?", (cursor.epoch, cursor.seq, peer_id)
         )
     return outcomes
+
+
+def recheck_waiting_txn(
+    authority: Authority, deps: tuple[waiting.Dep, ...], after_id: int, now_ms: int, conn: sqlite3.Connection
+) -> None:
+    """A writer job of its own: re-check the waiting records an earlier transaction left (more than it could)."""
+    authority.ensure_txn(conn)
+    _store_released_txn(conn, authority, waiting_gate.recheck_txn(conn, authority, deps, after_id, now_ms), now_ms)
+
+
+def _store_released_txn(
+    conn: sqlite3.Connection, authority: Authority, released: dict[str, list[Verified]], now_ms: int
+) -> None:
+    """Store waiting records a re-check found valid, each as if it had just arrived from the peer it came from."""
+    for peer_id, records in sorted(released.items()):
+        ingest(conn, peer_id, records, [], None, now_ms, authority, recheck=False)
 
 
 def _append_batch(
@@ -462,6 +512,9 @@ def peer_statuses(conn: sqlite3.Connection, now_ms: int) -> list[PeerStatus]:
                     pending_link=r["pending_link"],
                     overflow=r["overflow"],
                     internal=r["internal"],
+                    waiting=r["waiting"],
+                    dropped_waiting=r["dropped_waiting"],
+                    void=r["void"],
                     invalid_reasons=reasons.get(r["node_id"], {}),
                 ),
                 health=_health(r["health"]),

@@ -146,13 +146,24 @@ SQL_GAUGES: tuple[SqlGauge, ...] = (
     ),
     SqlGauge(
         "bbs_sync_records",
-        "Records received from the peer, by outcome (saved, duplicate, invalid, pending_link, internal, overflow)",
+        "Records received from the peer, by outcome (saved, duplicate, invalid, pending_link, internal, overflow,"
+        " waiting, dropped_waiting, void)",
         ("peer", "outcome"),
         "SELECT node_id, 'saved', saved FROM peers UNION ALL SELECT node_id, 'duplicate', duplicate FROM peers"
         " UNION ALL SELECT node_id, 'invalid', invalid FROM peers"
         " UNION ALL SELECT node_id, 'pending_link', pending_link FROM peers"
         " UNION ALL SELECT node_id, 'internal', internal FROM peers"
-        " UNION ALL SELECT node_id, 'overflow', overflow FROM peers",
+        " UNION ALL SELECT node_id, 'overflow', overflow FROM peers"
+        " UNION ALL SELECT node_id, 'waiting', waiting FROM peers"
+        " UNION ALL SELECT node_id, 'dropped_waiting', dropped_waiting FROM peers"
+        " UNION ALL SELECT node_id, 'void', void FROM peers",
+    ),
+    # The waiting area (node/store/waiting.py): records from peers whose key event has not arrived.
+    SqlGauge(
+        "bbs_waiting_records",
+        "Records in the waiting area (their authority not held yet), by the peer they came from",
+        ("peer",),
+        "SELECT peer_id, count(*) FROM waiting GROUP BY peer_id",
     ),
     # Equivocation (node/store/equivocation.py): rows are never deleted, so this only grows.
     SqlGauge(

@@ -374,10 +374,21 @@ def project_agent(conn: sqlite3.Connection, rec: AgentRecord, ctx: Projection) -
     )  # fmt: skip
 
 
+def project_key_event(conn: sqlite3.Connection, rec: Any, ctx: Projection) -> None:
+    """A key event (or a vouch page) projects into no table: the writer's authority cache (node/store/authority.py)
+    reads them from the log itself (docs/format-v3.md, 7.4)."""
+
+
 # The substrate's record kinds: their projectors, and the tables holding only their derived data (the search
 # index is a projection too, in its own folder: node/search_index/).
 SUBSTRATE_PROJECTORS: Mapping[str, Projector] = MappingProxyType(
-    {"entry": project_entry, "link": project_link, "agent": project_agent}
+    {
+        "entry": project_entry,
+        "link": project_link,
+        "agent": project_agent,
+        "key_event": project_key_event,
+        "vouch_page": project_key_event,
+    }
 )
 SUBSTRATE_TABLES: tuple[str, ...] = ("entries", "entry_tags", "entry_directed", "links", "agents")
 # Every record kind's projector, and every projection table (`rebuild` recreates exactly these, in this order).
@@ -392,7 +403,7 @@ def rebuild(conn: sqlite3.Connection, progress: Report = silent) -> int:
     """
     import msgspec
 
-    from identity.schema import RECORD_TYPES
+    from identity.schema_v3 import struct_for
 
     ddl = _projection_ddl(conn)
     for table in reversed(PROJECTION_TABLES):
@@ -406,7 +417,9 @@ def rebuild(conn: sqlite3.Connection, progress: Report = silent) -> int:
     progress(REBUILD_STEP, 0, len(rows))
     for seq, record_hash, version, scope, body in rows:
         record = json.loads(body)
-        decoded = msgspec.convert(record, RECORD_TYPES[record["kind"]])
+        struct = struct_for(record)  # a record of format v3 (a key event, a signing_key) decodes as it was stored
+        assert struct is not None, f"the log holds a record of unknown kind {record['kind']!r}"
+        decoded = msgspec.convert(record, struct)
         count += 1
         if count % REPORT_EVERY == 0:
             progress(REBUILD_STEP, count, len(rows))

@@ -198,6 +198,9 @@ def test_peer_status_counters_start_at_zero() -> None:
         "pending_link": 0,
         "overflow": 0,
         "internal": 0,
+        "waiting": 0,
+        "dropped_waiting": 0,
+        "void": 0,
         "invalid_reasons": {},
     }
     other = m.PeerCounters()

@@ -116,3 +116,93 @@ def test_a_worker_learns_the_record_kinds_its_parent_knows() -> None:
     before = dict(schema.RECORD_TYPES)
     verify.register_types(before)
     assert before == schema.RECORD_TYPES
+
+
+# ---- format v3 forms from peers: every state-free check here, the signature against the named key --------------
+
+
+def _v3(body: dict[str, Any], signer: keys.SigningKey) -> dict[str, Any]:
+    return {**body, "signature": signer.sign(canonical.canonical_bytes(body))}
+
+
+def test_a_record_signed_by_its_signing_key_passes_and_decodes_as_v3() -> None:
+    from identity import schema_v3
+
+    rotated = keys.SigningKey.generate()
+    unsigned = records.unsigned(signed_entry(AUTHOR, "signed by a rotated key")) | {"signing_key": rotated.did}
+    record = _v3(unsigned, rotated)
+    result = verify.verify_record(body_of(record), hash_of(record))
+    assert isinstance(result, Verified) and isinstance(result.decoded, schema_v3.EntryRecordV3)
+    item = (body_of(record), hash_of(record), None)
+    (answer,) = verify.accept_all([item], verify.verdicts([item]))
+    assert isinstance(answer, Verified) and answer.decoded == result.decoded
+    # signed by the author's first key while naming another: the named key decides
+    assert reason(body_of(_v3(unsigned, AUTHOR))) == "bad_signature"
+    # naming the author's own first key is another spelling of no signing_key
+    assert reason(body_of(_v3(unsigned | {"signing_key": AUTHOR.did}, AUTHOR))) == "not_canonical"
+    # a client's record is checked without the v3 forms: still refused there (issue 36)
+    with pytest.raises(records.RecordError) as refused:
+        records.check(record)
+    assert refused.value.reason == "bad_signature"  # against author_id, as for every client record
+
+
+def test_a_key_event_passes_its_schema_here_and_its_chain_is_left_to_the_writer() -> None:
+    from identity import vouching
+
+    event = {
+        "kind": "key_event",
+        "schema_version": "v1",
+        "author_id": AUTHOR.did,
+        "created_at": "2026-03-02T08:00:00Z",
+        "event": "rotate",
+        "seq": 2,  # its prior is not held anywhere: nothing here asks
+        "prior": "ab" * 32,
+        "key": keys.SigningKey.generate().did,
+        "vouches": [vouching.vouch(AUTHOR.did, []).as_json()],
+    }
+    assert isinstance(verify.verify_record(body_of(_v3(event, AUTHOR)), None), Verified)
+    assert reason(body_of(_v3({k: v for k, v in event.items() if k != "prior"}, AUTHOR))) == "schema"
+    with pytest.raises(records.RecordError):
+        records.check(_v3(event, AUTHOR))  # never from a client
+
+
+def test_forms_of_v3_not_accepted_yet_are_refused() -> None:
+    space_link = {
+        "kind": "link",
+        "schema_version": "v1",
+        "author_id": AUTHOR.did,
+        "created_at": "2026-03-02T08:00:00Z",
+        "source": "ab" * 32,
+        "target": "cd" * 32,
+        "link_type": "supports",
+        "annotation": "",
+        "space": "ef" * 32,
+    }
+    assert reason(body_of(_v3(space_link, AUTHOR))) == "schema"  # a v1 kind without signing_key: the v1 schema
+    with_key = space_link | {"signing_key": keys.SigningKey.generate().did}
+    assert reason(body_of(_v3(with_key, AUTHOR))) == "malformed"  # no records of a space yet
+    space = {
+        "kind": "space",
+        "schema_version": "v1",
+        "author_id": AUTHOR.did,
+        "created_at": "2026-03-02T08:00:00Z",
+        "name": "kitchen",
+        "nonce": "A" * 43,
+    }
+    assert reason(body_of(_v3(space, AUTHOR))) == "malformed"  # no spaces yet
+
+
+def test_a_vouch_page_is_checked_against_its_schema_here_and_against_its_event_by_the_writer() -> None:
+    page = {
+        "kind": "vouch_page",
+        "schema_version": "v1",
+        "author_id": AUTHOR.did,
+        "created_at": "2026-03-02T08:00:00Z",
+        "event": "ab" * 32,  # not held anywhere: nothing here asks
+        "subject": AUTHOR.did,
+        "page": 0,
+        "versions": ["cd" * 32],
+        "proof": [],
+    }
+    assert isinstance(verify.verify_record(body_of(_v3(page, AUTHOR)), None), Verified)
+    assert reason(body_of(_v3(page | {"versions": ["cd" * 32, "ab" * 32]}, AUTHOR))) == "schema"  # not sorted

@@ -69,6 +69,20 @@ async def test_peers_shows_invalid_reasons_and_the_last_error(
     assert out.splitlines()[-1].endswith(": connection refused") and "  last error at " in out
 
 
+async def test_peers_shows_the_waiting_areas_outcomes(
+    data_dir: tuple[Path, str], node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.node.federation import v3_story
+
+    data = str(data_dir[0])
+    assert run(capsys, "peer", "add", "http://10.0.0.2:8420", "--key", PEER, "--data", data)[0] == 0
+    early = v3_story.post(v3_story.A, v3_story.A1, "its key event has not arrived")
+    assert [o.outcome for o in await node.sync.ingest(PEER, [v3_story.verified(early)], [], None)] == ["waiting"]
+    code, out, _ = run(capsys, "peers", "--data", data)
+    assert code == 0
+    assert "  saved 0  duplicate 0  invalid 0  pending-link 0  waiting 1" in out
+
+
 @pytest.mark.parametrize(
     ("url", "key", "needle"),
     [

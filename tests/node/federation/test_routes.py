@@ -72,6 +72,9 @@ async def test_adding_listing_and_readdressing_peers(served: TestClient, admin_h
         "pending_link": 0,
         "overflow": 0,
         "internal": 0,
+        "waiting": 0,
+        "dropped_waiting": 0,
+        "void": 0,
         "invalid_reasons": {},
     }
     resp = await served.post(

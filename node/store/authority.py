@@ -1,0 +1,200 @@
+"""The writer's authority cache: every identity's key history, from the key events in the log (docs/format-v3.md 7.4).
+
+Kept by the single writer and changed only by it, as it stores key events and vouch pages; loaded from the log by
+the first ingest after a start (and again when the log's count of them differs from the cache's at the start of a
+job that needs it: a write transaction that added some was rolled back). A record by an identity with no key events
+and without `signing_key` is decided by `needs` alone: two dictionary lookups, no SQL (the writer-floor rule, issue
+34). The histories are `identity.key_history.resolve` over the held events, and verdicts
+`identity.key_history.key_verdict` over the held pages: the reference this cache must agree with.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from identity import key_history, vouching
+from identity.key_history import History
+from node.store.conn import Conn
+from node.store.waiting import Dep
+
+KEY_EVENT = "key_event"
+VOUCH_PAGE = "vouch_page"
+AUTHORITY_KINDS = frozenset({KEY_EVENT, VOUCH_PAGE})  # decided first in a batch: the others are decided by them
+Verdict = Literal["valid", "void", "undecided"]
+EventVerdict = Literal["valid", "refused", "waiting"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict on a record, with the reason of a void one and the dependency keys an undecided one waits for."""
+
+    verdict: Verdict
+    reason: str | None = None
+    deps: tuple[str, ...] = ()
+
+
+def key_dep(author: str, key: str) -> str:
+    """The dependency key of a record of `author` signed by `key`: a key event of `author` installing it."""
+    return f"key:{author}:{key}"
+
+
+def author_deps(author: str) -> tuple[str, str]:
+    """The range [low, high) of every `key_dep` of `author`: what a new key event of `author` may decide."""
+    return f"key:{author}:", f"key:{author};"  # ';' follows ':' in ASCII
+
+
+def event_dep(address: str) -> str:
+    """The dependency key of a record waiting for the record at `address` (a key event's prior)."""
+    return f"event:{address}"
+
+
+def pages_dep(event: str, subject: str) -> str:
+    """The dependency key of a record waiting for the vouch pages of `event`'s vouch for `subject`."""
+    return f"pages:{event}:{subject}"
+
+
+def authority_count(conn: Conn) -> int:
+    """How many key events and vouch pages the log holds (the partial index records_authority answers it)."""
+    sql = "SELECT count(*) FROM records WHERE kind IN ('key_event', 'vouch_page')"
+    return int(conn.execute(sql).fetchone()[0])
+
+
+def authority_records(conn: Conn) -> list[tuple[str, dict[str, Any]]]:
+    """(address, record) of every key event and vouch page in the log, in log order."""
+    rows = conn.execute(
+        "SELECT hash, body FROM records WHERE kind IN ('key_event', 'vouch_page') ORDER BY seq"
+    ).fetchall()
+    return [(str(r[0]), json.loads(bytes(r[1]))) for r in rows]
+
+
+@dataclass
+class Authority:
+    """Key histories of the identities with key events, as the log holds them (see the module's docstring)."""
+
+    _events: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # author -> address -> event
+    _histories: dict[str, History] = field(default_factory=dict)
+    # (event, subject) -> page index -> versions, of the verified vouch pages held
+    _pages: dict[tuple[str, str], dict[int, list[str]]] = field(default_factory=dict)
+    _page_addresses: set[str] = field(default_factory=set)
+    _count: int = -1  # key events and vouch pages the cache holds; -1: not loaded
+    # (dependency keys, last waiting id checked) left for the writer's next jobs: more than one transaction re-checks
+    pending: list[tuple[tuple[Dep, ...], int]] = field(default_factory=list)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the cache has been loaded from the log (records needing no key history never load it)."""
+        return self._count >= 0
+
+    def needs(self, record: dict[str, Any]) -> bool:
+        """Whether deciding `record` needs the key history: a key event, a `signing_key`, or an author that has
+        key events. False costs two dictionary lookups and no SQL."""
+        return (
+            "signing_key" in record or record.get("kind") in AUTHORITY_KINDS or record.get("author_id") in self._events
+        )
+
+    def ensure_txn(self, conn: Conn) -> None:
+        """Load the cache from the log unless it holds exactly the log's key events (by count)."""
+        if self._count < 0 or authority_count(conn) != self._count:
+            self.load_txn(conn)
+
+    def load_txn(self, conn: Conn) -> None:
+        """(Re)build the cache from the log's key events and vouch pages (each stored only once verified)."""
+        self._events, self._histories, self._pages, self._page_addresses = {}, {}, {}, set()
+        rows = authority_records(conn)
+        for address, record in rows:
+            if record["kind"] == KEY_EVENT:
+                self._events.setdefault(record["author_id"], {})[address] = record
+            else:
+                self._take_page(address, record)
+        self._count = len(rows)
+
+    def invalidate(self) -> None:
+        """Forget everything: the next `ensure_txn` loads from the log (after a write that may have rolled back)."""
+        self._count = -1
+
+    def history(self, author: str) -> History:
+        """The key history of `author` over the key events held (an identity with none: the initial state)."""
+        found = self._histories.get(author)
+        if found is None:
+            found = key_history.resolve(author, self._events.get(author, {}).items())
+            if author in self._events:
+                self._histories[author] = found
+        return found
+
+    def holds_event(self, address: str, author: str) -> bool:
+        """Whether the key event at `address` of `author` is held."""
+        return address in self._events.get(author, {})
+
+    def judge_event(self, address: str, record: dict[str, Any]) -> tuple[EventVerdict, str | None]:
+        """The verdict on a key event given the held ones (docs/format-v3.md 3.3): `valid` (allowed in the state
+        its prior leads to; also when already held), `refused` with the reason (never allowed), or `waiting` (its
+        prior is not held)."""
+        author = record["author_id"]
+        held = self._events.get(author, {})
+        if address in held:
+            return "valid", None
+        trial = key_history.resolve(author, [*held.items(), (address, record)])
+        if address in trial.refused:
+            return "refused", trial.refused[address]
+        if address in trial.waiting:
+            return "waiting", None
+        return "valid", None
+
+    def add_event(self, address: str, record: dict[str, Any]) -> None:
+        """Take a valid key event into the cache (the caller stores it in the log in this transaction)."""
+        held = self._events.setdefault(record["author_id"], {})
+        if address not in held:
+            held[address] = record
+            self._count += 1
+            self._histories.pop(record["author_id"], None)
+
+    def judge_page(self, address: str, record: dict[str, Any]) -> tuple[EventVerdict, str | None]:
+        """The verdict on a vouch page (docs/format-v3.md 6.4): `waiting` until its event is held; then `valid` when
+        it is signed by the event's signer and its proof verifies against the event's vouch for its subject, else
+        `refused` (`bad_vouch_page`), for good (the event fixes both)."""
+        if address in self._page_addresses:
+            return "valid", None
+        event = self._events.get(record["author_id"], {}).get(record["event"])
+        if event is None:
+            return "waiting", None
+        if key_history.signer_of(record) != key_history.signer_of(event):
+            return "refused", "bad_vouch_page"
+        vouch = vouching.vouch_for(event, record["subject"])
+        if vouch is None or not vouching.verify_page(vouch, record["page"], record["versions"], record["proof"]):
+            return "refused", "bad_vouch_page"
+        return "valid", None
+
+    def add_page(self, address: str, record: dict[str, Any]) -> None:
+        """Take a valid vouch page into the cache (the caller stores it in the log in this transaction)."""
+        if address not in self._page_addresses:
+            self._take_page(address, record)
+            self._count += 1
+
+    def holds_page(self, address: str) -> bool:
+        """Whether the vouch page at `address` is held."""
+        return address in self._page_addresses
+
+    def _take_page(self, address: str, record: dict[str, Any]) -> None:
+        self._page_addresses.add(address)
+        self._pages.setdefault((record["event"], record["subject"]), {})[record["page"]] = list(record["versions"])
+
+    def decide(self, record: dict[str, Any], version: str) -> Decision:
+        """The verdict on a record that is not a key event or vouch page, by the key that signed it
+        (docs/format-v3.md 3.5): a record of a rotated-out key by the vouch that removed it, over the pages held."""
+        author = record["author_id"]
+        signer = key_history.signer_of(record)
+        history = self.history(author)
+        verdict = key_history.key_verdict(history, signer, version, self._pages)
+        if verdict == "valid":
+            return Decision("valid")
+        removal = history.removed_by.get(signer) or history.vouched_by.get(signer)
+        if verdict == "void":
+            if removal is None:
+                return Decision("void", "losing_branch")
+            revoked = history.events[removal]["event"] == "revoke"
+            return Decision("void", "revoked_key" if revoked else "unvouched")
+        if removal is not None:
+            return Decision("undecided", deps=(pages_dep(removal, signer), key_dep(author, signer)))
+        return Decision("undecided", deps=(key_dep(author, signer),))

@@ -1,0 +1,368 @@
+"""Records whose authority depends on key events, ingested from peers into a real node store (node/federation/waiting.py
+with node/store/waiting.py and node/store/authority.py; docs/format-v3.md, section 7).
+
+Every test runs the node's Database (its writer thread) and NodeSyncStore.ingest, with real Ed25519 keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sqlite3
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from identity.keys import SigningKey
+from identity.vouching import vouch
+from node.federation.store import NodeSyncStore, add_peer, digest
+from node.store import authority as authority_store
+from node.store import waiting
+from node.store.conn import Conn
+from node.store.db import Database
+from sync.store import Outcome
+from tests.node.federation import v3_story
+from tests.node.federation.v3_story import A0, A1, A4, B0, A, address, key_event, post, verified, version
+from tests.sync.conftest import (
+    PeerNode,
+    make_peer,  # noqa: F401  (a fixture: real nodes, registered by this import)
+)
+
+NOW = 1_800_000_000_000
+PEERS = (SigningKey.from_seed(b"\x31" * 32).did, SigningKey.from_seed(b"\x32" * 32).did)
+
+
+@asynccontextmanager
+async def node_store(folder: Path) -> AsyncIterator[NodeSyncStore]:
+    """A node's database with two peers configured, and its sync store."""
+    database = Database(folder / "node.db")
+    database.open()
+
+    def peers(conn: sqlite3.Connection) -> None:
+        for peer in PEERS:
+            add_peer(conn, "http://127.0.0.1:9", peer, NOW)
+
+    await database.write(peers)
+    await database.write(lambda c: c.execute("INSERT OR IGNORE INTO node_meta (key, value) VALUES ('epoch', 'e')"))
+    try:
+        yield NodeSyncStore(database, SigningKey.from_seed(b"\x30" * 32).did, lambda: NOW)
+    finally:
+        database.close()
+
+
+async def ingest(store: NodeSyncStore, records: list[dict[str, Any]], peer: str = PEERS[0]) -> dict[str, str]:
+    """Ingest one batch; each record's outcome by its address."""
+    outcomes: list[Outcome] = await store.ingest(peer, [verified(r) for r in records], [], None)
+    return {str(o.hash): o.outcome for o in outcomes}
+
+
+def in_log(conn: Conn, versions: list[str]) -> set[str]:
+    rows = conn.execute("SELECT version FROM records").fetchall()
+    return {r[0] for r in rows} & set(versions)
+
+
+def node_verdicts(conn: Conn, story: v3_story.Story) -> dict[str, str]:
+    """Each story record's verdict on the node: a stored key event is valid, a refused one void; a stored record is
+    what the authority cache, rebuilt from the log as at a start, says of it; a waiting one is undecided; one
+    stored nowhere was refused (void)."""
+    cache = authority_store.Authority()
+    cache.load_txn(conn)
+    versions = [version(r) for r in story.records.values()]
+    stored = in_log(conn, versions)
+    held = waiting.held(conn, versions)
+    out: dict[str, str] = {}
+    for name, record in story.records.items():
+        v = version(record)
+        if v in held:
+            assert v not in stored, f"{name} is both in the log and waiting"
+            out[name] = "undecided"
+        elif v not in stored:
+            out[name] = "void"
+        elif record["kind"] in ("key_event", "vouch_page") or not cache.needs(record):
+            out[name] = "valid"
+        else:
+            out[name] = cache.decide(record, v).verdict
+    return out
+
+
+async def reconcile(store: NodeSyncStore, story: v3_story.Story) -> None:
+    """What a reconciliation round with a peer holding every story record brings: each version this node neither
+    holds nor waits for nor remembers as refused (docs/format-v3.md 7.5: no refusal of an undecided record, nor a
+    void one whose author's chain changed since, keeps it out)."""
+    versions = {version(r): r for r in story.records.values()}
+    stored = await store.db.read(lambda c: in_log(c, list(versions)))
+    refused = await store.refused(list(versions))
+    missing = [r for v, r in versions.items() if v not in stored and v not in refused]
+    if missing:
+        await ingest(store, missing, PEERS[1])
+
+
+async def run_story(order: list[str], cuts: list[int], peers: list[int]) -> tuple[dict[str, str], dict[str, str]]:
+    """Ingest the story's records in `order`, cut into batches at `cuts`, each batch from the peer `peers` names."""
+    story = v3_story.story()
+    bounds = sorted({c % (len(order) + 1) for c in cuts} | {0, len(order)})
+    with tempfile.TemporaryDirectory() as folder:
+        async with node_store(Path(folder)) as store:
+            for i, (start, end) in enumerate(itertools.pairwise(bounds)):
+                batch = [story.records[n] for n in order[start:end]]
+                await ingest(store, batch, PEERS[peers[i % len(peers)] if peers else 0])
+            await reconcile(store, story)
+            found = await store.db.read(lambda c: node_verdicts(c, story))
+    return found, v3_story.whole_set_verdicts(story)
+
+
+NAMES = sorted(v3_story.story().records)
+# A2's honest post arrives after the revocation and before the recovery, one record a batch: void at first, then
+# fetched again by reconciliation once the recovery (which vouches for it) changed the chain.
+REVOKED_THEN_RECOVERED = ["e1", "e2", "e3", "p2b", *(n for n in NAMES if n not in ("e1", "e2", "e3", "p2b"))]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(order=REVOKED_THEN_RECOVERED, cuts=list(range(len(NAMES) + 1)), peers=[0])
+@given(
+    order=st.permutations(NAMES),
+    cuts=st.lists(st.integers(min_value=0, max_value=len(NAMES)), max_size=len(NAMES)),
+    peers=st.lists(st.integers(min_value=0, max_value=1), max_size=len(NAMES)),
+)
+def test_the_final_verdict_on_every_record_does_not_depend_on_the_arrival_order(
+    order: list[str], cuts: list[int], peers: list[int]
+) -> None:
+    found, expected = asyncio.run(run_story(order, cuts, peers))
+    assert found == expected
+
+
+def test_one_by_one_in_the_worst_order_and_all_at_once_agree() -> None:
+    reverse = list(reversed(v3_story.story().records))  # every record before what it depends on
+    one_by_one, expected = asyncio.run(run_story(reverse, list(range(len(reverse) + 1)), [0, 1]))
+    at_once, _ = asyncio.run(run_story(reverse, [], [0]))
+    assert one_by_one == at_once == expected
+    decided = {name: expected[name] for name in ("p0", "p0x", "p1", "p2", "p2b", "p4", "gx", "x2", "pu")}
+    assert decided == {  # the story decides every kind of verdict
+        "p0": "valid",  # vouched for by the rotation that removed its key, on its page
+        "p0x": "void",  # not on that page
+        "p1": "valid",  # vouched for by the recovery, which replaced the rotation to A2
+        "p2": "void",  # by a key of the losing branch, and not among the records the recovery vouches for
+        "p2b": "valid",  # among them (void after the revocation alone: fetched again once the chain changed)
+        "p4": "valid",
+        "gx": "void",  # a page whose proof does not verify
+        "x2": "void",  # builds on a refused event
+        "pu": "undecided",  # no held event installs its key: it waits
+    }
+
+
+def test_a_waiting_record_is_stored_in_the_transaction_that_stores_its_key_event(tmp_path: Path) -> None:
+    rotation = key_event(A0, "rotate", 1, installs=A1, vouches=[vouch(A0.did, [])])
+    early = post(A, A1, "signed by A1 before the rotation arrived")
+
+    async def run() -> None:
+        async with node_store(tmp_path) as store:
+            assert await ingest(store, [early], PEERS[1]) == {address(early): "waiting"}
+            commits = store.db.stats.transactions
+            outcomes = await ingest(store, [rotation], PEERS[0])
+            assert outcomes == {address(rotation): "saved"}
+            assert store.db.stats.transactions == commits + 1  # one write transaction stored both
+            stored = await store.db.read(lambda c: in_log(c, [version(early), version(rotation)]))
+            assert stored == {version(early), version(rotation)}
+            counters = await store.db.read(waiting.counters)
+            assert counters[PEERS[1]] == (1, 0, 0)
+            statuses = {p.node_id: p.counters.saved for p in await store.statuses()}
+            assert statuses == {PEERS[0]: 1, PEERS[1]: 1}  # the released record counts for the peer it came from
+            assert await store.db.read(lambda c: waiting.held(c, [version(early)])) == set()
+
+    asyncio.run(run())
+
+
+def test_waiting_records_are_absent_from_feed_fetch_digest_and_reconciliation(tmp_path: Path) -> None:
+    plain = post(B0.did, B0, "an ordinary record")
+    early = post(A, A4, "its key arrives later")
+
+    async def run() -> None:
+        async with node_store(tmp_path) as store:
+            assert await ingest(store, [plain, early]) == {address(plain): "saved", address(early): "waiting"}
+            page = await store.changes(0, 100)
+            assert [item[1] for item in page.items] == [address(plain)]
+            assert [r[0] for r in await store.fetch([address(early), version(early), address(plain)])] == [
+                address(plain)
+            ]
+            _, _, items = await store.reconcile_items()
+            assert [bytes.hex(v) for _, v in items] == [version(plain)]
+            count = (await store.db.read(lambda c: digest(c, store.node_id))).count
+            assert count == 1
+            entries = await store.db.read(lambda c: c.execute("SELECT record_hash FROM entries").fetchall())
+            assert [r[0] for r in entries] == [address(plain)]
+            # reconciliation does not fetch it again while it waits (it is not remembered as refused either)
+            assert await store.refused([version(early)]) == {version(early)}
+            refused_rows = await store.db.read(lambda c: c.execute("SELECT count(*) FROM refused_versions").fetchone())
+            assert refused_rows[0] == 0
+
+    asyncio.run(run())
+
+
+def test_a_full_author_cap_drops_the_arriving_record_and_reconciliation_brings_it_back(tmp_path: Path) -> None:
+    early = [post(A, A4, f"waiting {i}") for i in range(waiting.MAX_PER_AUTHOR + 3)]
+    rotation = key_event(A0, "rotate", 1, installs=A4, vouches=[vouch(A0.did, [])])
+    other = post(A0.did, A0, "A0's own record, fine before the rotation")
+
+    async def run() -> None:
+        async with node_store(tmp_path) as store:
+            first = await ingest(store, early[: waiting.MAX_PER_AUTHOR])
+            assert set(first.values()) == {"waiting"}
+            overflow = await ingest(store, early[waiting.MAX_PER_AUTHOR :], PEERS[1])
+            assert set(overflow.values()) == {"dropped_waiting"}
+            assert len(overflow) == 3
+            counters = await store.db.read(waiting.counters)
+            assert counters[PEERS[1]] == (0, 3, 0) and counters[PEERS[0]] == (waiting.MAX_PER_AUTHOR, 0, 0)
+            sizes = await store.db.read(waiting.sizes)
+            assert sizes[A][0] == waiting.MAX_PER_AUTHOR  # the older waiting records were kept, not pushed out
+            # A0 has no key events yet: its own records are not held back
+            assert await ingest(store, [other]) == {address(other): "saved"}
+            assert await ingest(store, [rotation]) == {address(rotation): "saved"}
+            assert await store.db.read(waiting.sizes) == {}
+            # reconciliation offers the dropped ones again: nothing remembered them, and now they are stored
+            again = await ingest(store, early[waiting.MAX_PER_AUTHOR :], PEERS[1])
+            assert set(again.values()) == {"saved"}
+            stored = await store.db.read(lambda c: in_log(c, [version(r) for r in early]))
+            assert len(stored) == len(early)
+
+    asyncio.run(run())
+
+
+def test_more_waiting_records_than_one_transaction_rechecks_are_stored_by_the_next_jobs(tmp_path: Path) -> None:
+    b = SigningKey.from_seed(b"\x40" * 32)
+    b1 = SigningKey.from_seed(b"\x41" * 32)
+    half = waiting.RECHECK_PER_TRANSACTION // 2 + 3
+    many = [post(A, A1, f"early {i}") for i in range(half)] + [post(b.did, b1, f"early {i}") for i in range(half)]
+    rotations = [
+        key_event(A0, "rotate", 1, installs=A1, vouches=[vouch(A0.did, [])]),
+        key_event(b, "rotate", 1, installs=b1, vouches=[vouch(b.did, [])], author=b.did),
+    ]
+
+    async def run() -> None:
+        async with node_store(tmp_path) as store:
+            for peer, part in ((PEERS[0], many[:half]), (PEERS[1], many[half:])):
+                assert set((await ingest(store, part, peer)).values()) == {"waiting"}
+            commits = store.db.stats.transactions
+            await ingest(store, rotations)
+            assert store.db.stats.transactions == commits + 2  # the rotations with 1,000 of them, then the rest
+            stored = await store.db.read(lambda c: in_log(c, [version(r) for r in many]))
+            assert len(stored) == len(many)
+            assert not store.authority.pending
+
+    asyncio.run(run())
+
+
+def test_a_void_record_is_refused_and_remembered_until_its_authors_chain_changes(tmp_path: Path) -> None:
+    rotation = key_event(A0, "rotate", 1, installs=A1, vouches=[vouch(A0.did, [])])
+    late = post(A, A0, "by A0 after a rotation that vouches for none of its records")
+    next_rotation = key_event(A1, "rotate", 2, prior=rotation, installs=A4, vouches=[vouch(A1.did, [])])
+
+    async def run() -> None:
+        async with node_store(tmp_path) as store:
+            assert await ingest(store, [rotation, late]) == {address(rotation): "saved", address(late): "void"}
+            assert await store.db.read(lambda c: in_log(c, [version(late)])) == set()
+            assert (await store.db.read(waiting.counters))[PEERS[0]] == (0, 0, 1)
+            assert await store.db.read(lambda c: waiting.void(c, [version(late)])) == {version(late): "unvouched"}
+            assert await store.refused([version(late)]) == {version(late)}  # reconciliation leaves it
+            assert await ingest(store, [next_rotation]) == {address(next_rotation): "saved"}
+            assert await store.refused([version(late)]) == set()  # the chain changed: fetched and decided again
+            assert await ingest(store, [late]) == {address(late): "void"}
+
+    asyncio.run(run())
+
+
+def test_a_refused_key_event_refuses_the_events_that_build_on_it(tmp_path: Path) -> None:
+    story = v3_story.story().records
+
+    async def run() -> None:
+        async with node_store(tmp_path) as store:
+            assert await ingest(store, [story["x2"]]) == {address(story["x2"]): "waiting"}
+            outcomes = await ingest(store, [story["e1"], story["x1"]])
+            assert outcomes == {address(story["e1"]): "saved", address(story["x1"]): "invalid"}
+            assert await store.db.read(lambda c: waiting.held(c, [version(story["x2"])])) == set()
+            assert await store.refused([address(story["x1"]), address(story["x2"])]) == {
+                address(story["x1"]),
+                address(story["x2"]),
+            }
+            statuses = {p.node_id: p.counters.invalid_reasons for p in await store.statuses()}
+            assert statuses[PEERS[0]] == {"unauthorized_key_event": 1}
+
+    asyncio.run(run())
+
+
+def test_records_of_identities_without_key_events_cost_no_sql_for_the_cache(tmp_path: Path) -> None:
+    """The writer-floor rule: once loaded (the first ingest after a start), the cache decides a record of an
+    identity without key events and without signing_key with no statement: a batch of them runs exactly as many
+    statements on a node that holds key histories as on one that holds none."""
+    story = v3_story.story().records
+
+    async def statements(folder: Path, history: list[dict[str, Any]]) -> int:
+        async with node_store(folder) as store:
+            await ingest(store, [post(B0.did, B0, "warm-up"), *history])
+            assert store.authority.loaded
+            before = store.db.stats.statements
+            assert set((await ingest(store, [post(B0.did, B0, f"plain {i}") for i in range(3)])).values()) == {"saved"}
+            return store.db.stats.statements - before
+
+    async def run() -> None:
+        (tmp_path / "none").mkdir()
+        (tmp_path / "story").mkdir()
+        without = await statements(tmp_path / "none", [])
+        with_history = await statements(tmp_path / "story", [story[n] for n in ("e1", "g1", "e2", "e4", "p4")])
+        assert with_history == without
+
+    asyncio.run(run())
+
+
+def test_a_restarted_node_rebuilds_its_cache_from_the_log(tmp_path: Path) -> None:
+    rotation = key_event(A0, "rotate", 1, installs=A1, vouches=[vouch(A0.did, [])])
+    late = post(A, A1, "after the restart")
+
+    async def run() -> None:
+        async with node_store(tmp_path) as store:
+            await ingest(store, [rotation])
+        async with node_store(tmp_path) as again:
+            assert await ingest(again, [late]) == {address(late): "saved"}
+
+    asyncio.run(run())
+
+
+async def test_metrics_show_the_waiting_outcomes_per_peer(
+    make_peer: Callable[..., Awaitable[PeerNode]],  # noqa: F811  (the fixture imported above)
+) -> None:
+    b = await make_peer("b")
+    peer = PEERS[0]
+    await b.node.db.write(lambda c: add_peer(c, "http://127.0.0.1:9", peer, NOW))
+    early = post(A, A4, "its key event is on its way")
+    assert [o.outcome for o in await b.node.sync.ingest(peer, [verified(early)], [], None)] == ["waiting"]
+    async with b.session.get(b.url + "/metrics", headers=b.admin) as resp:
+        metrics = await resp.text()
+    assert f'bbs_sync_records{{outcome="waiting",peer="{peer}"}} 1.0' in metrics
+    assert f'bbs_sync_records{{outcome="dropped_waiting",peer="{peer}"}} 0.0' in metrics
+    assert f'bbs_waiting_records{{peer="{peer}"}} 1.0' in metrics
+
+
+async def test_a_node_pulls_key_events_pages_and_rotated_keys_records_from_a_peer_over_http(
+    make_peer: Callable[..., Awaitable[PeerNode]],  # noqa: F811  (the fixture imported above)
+) -> None:
+    """The whole path: node a holds the story (from a peer of its own); node b pulls a's feed through the puller
+    and the verify workers, and decides every record as a did."""
+    a, b = await make_peer("a"), await make_peer("b")
+    await a.node.db.write(lambda c: add_peer(c, "http://127.0.0.1:9", PEERS[0], NOW))
+    story = v3_story.story()
+    await a.node.sync.ingest(PEERS[0], [verified(r) for r in story.records.values()], [], None)
+    await a.add_peer(b)
+    await b.add_peer(a)
+    report = await b.puller().pull_once(a.config)
+    assert {o.outcome for o in report.outcomes} == {"saved"}  # a serves only what it stored: nothing waits on b
+    verdicts_a = await a.node.db.read(lambda c: node_verdicts(c, story))
+    verdicts_b = await b.node.db.read(lambda c: node_verdicts(c, story))
+    expected = v3_story.whole_set_verdicts(story)
+    assert verdicts_a == expected
+    # b never received what a refused or holds waiting: those are void (stored nowhere) on b
+    assert verdicts_b == {n: "void" if v == "undecided" else v for n, v in expected.items()}
+    assert await a.digest() == await b.digest()
