@@ -24,6 +24,7 @@ from node.entries.links import unsigned_link
 from node.entries.queries import ENTRY_COLUMNS, EntryOut, entry_out
 from node.errors import Conflict, Forbidden, InvalidInput, Located, NotFound
 from node.store import db, equivocation, idempotency, projections
+from node.store.authority import Authority, authorize_txn
 from node.store.db import Database, Mergeable
 from node.store.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, sign_and_check_body, until_hash_free
 from wire.api import PostEntry, SignedSubmission, unsigned_entry
@@ -145,7 +146,9 @@ class Entries:
         if post.replay is None:
             await self._seal([post], agent_id)
         return await until_hash_free(
-            lambda: self.db.write(lambda c: store_with(c, agent_id, post, derived_from, signer, then, self.now_ms)),
+            lambda: self.db.write(
+                lambda c: store_with(c, agent_id, post, derived_from, signer, then, self.now_ms, self.sealing.authority)
+            ),
             functools.partial(self._seal_later, agent_id),
             "entry",
         )
@@ -216,7 +219,7 @@ class Entries:
         await self.sealing.off_loop(len(posts), seal_all)
 
     def _store_all(self, conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]]) -> list[list[Stored]]:
-        return store_all(conn, requests, self.now_ms())
+        return store_all(conn, requests, self.now_ms(), self.sealing.authority)
 
 
 # ---- transaction bodies and quick reads ---------------------------------------------------------------------
@@ -249,7 +252,9 @@ def rendered(post: _Post, stored: Stored) -> Posted:
     return queries.entry_out_of(ref.id, post.seal.record_hash, post.seal.decoded, ref.state), created
 
 
-def store_all(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]], now: int) -> list[list[Stored]]:
+def store_all(
+    conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]], now: int, authority: Authority
+) -> list[list[Stored]]:
     """Append the sealed posts of one or more requests (agent, posts) in one set-based append; one list of
     (entry, created) per request: a replay's entry as read, a new one's id and state (`rendered` outside).
 
@@ -277,6 +282,11 @@ def store_all(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]],
     replayed_ids = [ref for ref, _ in stored.values() if isinstance(ref, int)]
     to_append = [i for i in range(len(posts)) if i not in stored]
     taken: list[_Post] = []
+    authorize_txn(  # the key that signed each may sign for its author (docs/format-v3.md 3.5; 7.1: never waits)
+        conn,
+        authority,
+        [(posts[i][1].seal.record, posts[i][1].seal.version, posts[i][1].record_where) for i in to_append],
+    )
     held = equivocation.held(conn, [posts[i][1].seal.record_hash for i in to_append])
     to_append = _one_version_each(posts, to_append, held_versions(held), taken)
     appended = projections.append_many(
@@ -378,9 +388,10 @@ def store_with(
     signer: keys.SigningKey | None,
     then: Callable[[sqlite3.Connection, EntryOut], None],
     now_ms: Callable[[], int],
+    authority: Authority,
 ) -> Posted:
     """`Entries.post_with` in its transaction: the entry, its derived links, then the caller's `then`."""
-    ((stored,),) = store_all(conn, [(agent_id, [post])], now_ms())
+    ((stored,),) = store_all(conn, [(agent_id, [post])], now_ms(), authority)
     posted = rendered(post, stored)
     derive_links(conn, posted[0], derived_from, agent_id, signer, now_ms())
     then(conn, posted[0])

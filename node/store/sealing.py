@@ -20,12 +20,14 @@ from identity import keys, records
 from node.agents import service as agents
 from node.errors import Conflict, Forbidden, InvalidInput
 from node.store import submission
+from node.store.authority import AUTHORITY_KINDS, Authority, authority_count
 from node.store.db import Database
 from wire.time import parse_ms
 
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
 CRYPTO_THREADS = max(1, (os.cpu_count() or 2) - 1)  # see Sealing.off_loop
 MAX_HASH_RETRIES = 16  # node-signed records whose hash is taken by a different record move 1 ms later
+AUTHORITY_CHECK_MS = 1_000  # how often a node looks whether another process stored a key event (a rotation)
 OWN_KEY = "this agent holds its own key: sign the record and submit it as {'record': ...}"
 
 T = TypeVar("T")
@@ -48,11 +50,25 @@ def sign_and_check(unsigned: dict[str, Any], signer: keys.SigningKey) -> SealedR
 
 
 def sign_and_check_body(unsigned: dict[str, Any], signer: keys.SigningKey) -> tuple[SealedRecord, bytes]:
-    """`sign_and_check`, and the signed record's canonical bytes, encoded once for the check and the log row."""
+    """`sign_and_check`, and the signed record's canonical bytes, encoded once for the check and the log row.
+
+    A key that is not the author's first one (a node-kept agent whose key was rotated, docs/format-v3.md 3.6) is
+    named in `signing_key`; only the kinds of `records.V3_KINDS` may carry one yet (422 `rotated_key_unsupported`).
+    """
+    rotated = signer.did != unsigned.get("author_id")
+    v3 = rotated or unsigned.get("kind") in AUTHORITY_KINDS
+    if rotated:
+        if unsigned.get("kind") not in records.V3_KINDS:
+            raise InvalidInput(
+                f"records of kind {unsigned.get('kind')!r} cannot be signed by a rotated key yet (issue 36): this"
+                " agent's key was rotated",
+                code="rotated_key_unsupported",
+            )
+        unsigned = {**unsigned, "signing_key": signer.did}
     record = records.sign(unsigned, signer)
     try:
         body = records.canonical_body(record)
-        record_hash, decoded = records.check(record, check_signature=False, body=body)
+        record_hash, decoded = records.check(record, check_signature=False, body=body, v3=v3)
     except records.RecordError as exc:
         raise record_error(exc) from None
     submission.check_record(record)
@@ -99,10 +115,16 @@ class Sealing:
         self.db = db
         self.now_ms = now_ms
         self._keys: dict[str, keys.SigningKey | None] = {}
+        # the writer's authority cache (node/store/authority.py): sync ingest and local writes share this one
+        self.authority = Authority()
+        self._authority_seen = -1  # the log's count of key events and vouch pages at the last look
+        self._authority_checked_ms = -AUTHORITY_CHECK_MS
         self._crypto: concurrent.futures.ThreadPoolExecutor | None = None
 
     async def signing_key(self, agent_id: str) -> keys.SigningKey | None:
-        """The agent's private key if this node keeps it (looked up once, then cached)."""
+        """The agent's private key if this node keeps it (looked up once, then cached; the cache is dropped when
+        the log's key events changed, as after `bbs agent rotate-signing-key` in another process)."""
+        await self._observe_key_events()
         if agent_id not in self._keys:
             self._keys[agent_id] = await self.db.read(lambda c: agents.signing_key(c, agent_id))
         return self._keys[agent_id]
@@ -113,6 +135,20 @@ class Sealing:
         if key is None:
             agent_signs_own_records(detail)
         return key
+
+    async def _observe_key_events(self) -> None:
+        """At most every AUTHORITY_CHECK_MS: when the log's count of key events and vouch pages moved (another
+        process rotated a key), forget the cached keys and have the writer reload its authority cache."""
+        now = self.now_ms()
+        if now < self._authority_checked_ms + AUTHORITY_CHECK_MS:
+            return
+        self._authority_checked_ms = now
+        count = await self.db.read(authority_count, quick=True)
+        if count != self._authority_seen:
+            if self._authority_seen >= 0:
+                self._keys.clear()
+                self.authority.stale = True
+            self._authority_seen = count
 
     def forget(self, agent_id: str) -> None:
         """Drop the cached key (or its absence) of an agent registered or re-registered since it was looked up."""
@@ -129,7 +165,9 @@ class Sealing:
             raise InvalidInput(f"record kind must be {kind!r}", field="$.record.kind", code="record_malformed")
         try:
             body = records.canonical_body(record)
-            record_hash, decoded = records.check(record, body=body)
+            # a record naming a `signing_key` (a rotated key) is checked against it; whether that key may sign for
+            # its author is the writer's question (`node.store.authority.authorize_txn`)
+            record_hash, decoded = records.check(record, body=body, v3="signing_key" in record)
         except records.RecordError as exc:
             raise record_error(exc, "$.record") from None
         submission.check_record(record, "$.record")

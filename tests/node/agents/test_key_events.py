@@ -1,0 +1,333 @@
+"""node.agents.key_events: key events over REST (`POST /v1/agents/{id}/key-events`), records signed by a rotated
+key (`signing_key`) on the REST write paths, and the rotation of a node-kept key (`POST /v1/agents/{id}/signing-key`,
+`bbs agent rotate-signing-key`), on a real aiohttp server over a real SQLite node with real Ed25519 keys."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from identity import canonical, key_history, keys, records, vouching
+from node import cli
+from node.agents import service as agents
+from node.ops.datadir import DataDir
+from node.service import Node
+from node.store import db
+from tests.conftest import AgentCreds, FakeClock
+from tests.node.api_helpers import SelfSigner, count, entry_record, get_json, hash_of, link_record, problem, self_signer
+from wire.time import format_ms
+
+
+def signed(body: dict[str, Any], signer: keys.SigningKey) -> dict[str, Any]:
+    """`body` signed by `signer`, naming it in `signing_key` when it is not the author's first key."""
+    if signer.did != body["author_id"]:
+        body = {**body, "signing_key": signer.did}
+    return records.sign(body, signer)
+
+
+def rotation(
+    author: str,
+    signer: keys.SigningKey,
+    new: keys.SigningKey,
+    vouched: list[str],
+    *,
+    seq: int = 1,
+    prior: str | None = None,
+    created_ms: int,
+) -> dict[str, Any]:
+    """A `rotate` key event of `author` signed by `signer`, installing `new`, vouching for `vouched`."""
+    body: dict[str, Any] = {
+        "kind": "key_event",
+        "schema_version": "v1",
+        "author_id": author,
+        "created_at": format_ms(created_ms),
+        "event": "rotate",
+        "seq": seq,
+        "key": new.did,
+        "vouches": [vouching.vouch(signer.did, vouched).as_json()],
+    }
+    if prior is not None:
+        body["prior"] = prior
+    return signed(body, signer)
+
+
+def page(author: str, signer: keys.SigningKey, event: dict[str, Any], versions: list[str]) -> dict[str, Any]:
+    """Page 0 of `event`'s vouch for `signer` (fewer than 1,024 versions)."""
+    members, proof = vouching.page(vouching.sorted_versions(versions), 0)
+    body = {
+        "kind": "vouch_page",
+        "schema_version": "v1",
+        "author_id": author,
+        "created_at": event["created_at"],
+        "event": hash_of(event),
+        "subject": signer.did,
+        "page": 0,
+        "versions": members,
+        "proof": proof,
+    }
+    return signed(body, signer)
+
+
+def version_of(record: dict[str, Any]) -> str:
+    body = canonical.canonical_bytes(record)
+    return canonical.sha256_hex(body) if record["kind"] == "entry" else hash_of(record)
+
+
+async def submit(client: TestClient, who: SelfSigner, event: dict[str, Any], pages: list[Any], status: int) -> Any:
+    resp = await client.post(
+        f"/v1/agents/{who.agent_id}/key-events", json={"record": event, "pages": pages}, headers=who.headers
+    )
+    data = await resp.json(content_type=None)
+    assert resp.status == status, data
+    return data
+
+
+async def post_signed(client: TestClient, who: Any, record: dict[str, Any], status: int) -> Any:
+    resp = await client.post("/v1/entries", json={"record": record}, headers=who.headers)
+    data = await resp.json(content_type=None)
+    assert resp.status == status, data
+    return data
+
+
+async def rotated(client: TestClient, node: Node, clock: FakeClock) -> tuple[SelfSigner, keys.SigningKey, str]:
+    """A self-signing agent with one post, rotated to a new key whose event vouches for that post; (agent, new key,
+    the old post's hash)."""
+    who = await self_signer(node, "rover")
+    now = int(clock() * 1000)
+    old = entry_record(who.key, "before the rotation", created_ms=now - 1000)
+    await post_signed(client, who, old, 201)
+    new = keys.SigningKey.generate()
+    vouched = [version_of(old), version_of(await identity_document(node, who.agent_id))]
+    event = rotation(who.agent_id, who.key, new, vouched, created_ms=now)
+    out = await submit(client, who, event, [page(who.agent_id, who.key, event, vouched)], 201)
+    assert out["created"] is True and out["pages_stored"] == 1 and out["address"] == hash_of(event)
+    assert out["key_history"]["current_key"] == new.did
+    return who, new, hash_of(old)
+
+
+async def identity_document(node: Node, agent_id: str) -> dict[str, Any]:
+    def run(conn: sqlite3.Connection) -> bytes:
+        return bytes(conn.execute("SELECT r.body FROM agents a JOIN records r ON r.hash = a.doc_hash WHERE a.id = ?",
+                                  (agent_id,)).fetchone()[0])  # fmt: skip
+
+    return dict(json.loads(await node.db.read(run)))
+
+
+# ---- a client's key event ---------------------------------------------------------------------------------------
+
+
+async def test_a_rotation_then_posts_by_the_new_key_are_stored_and_the_old_key_is_refused(
+    client: TestClient, node: Node, clock: FakeClock
+) -> None:
+    who, new, old_post = await rotated(client, node, clock)
+    now = int(clock() * 1000)
+    fresh = signed(
+        {**_unsigned(entry_record(who.key, "after, new key", created_ms=now)), "author_id": who.agent_id}, new
+    )
+    stored = await post_signed(client, who, fresh, 201)
+    assert stored["record_hash"] == hash_of(fresh) and stored["author_id"] == who.agent_id
+    link = signed(_unsigned(link_record(who.key, hash_of(fresh), old_post, "supports", created_ms=now)), new)
+    resp = await client.post("/v1/links", json={"record": link}, headers=who.headers)
+    assert resp.status == 201, await resp.text()
+    before = await count(node)
+    thief = entry_record(who.key, "after, old key", created_ms=now)  # the first key, not vouched for
+    problem(await post_signed(client, who, thief, 422), 422, "not_current_key", "$.record.author_id")
+    assert await count(node) == before
+    shown = await get_json(client, f"/v1/agents/{who.agent_id}", who)
+    history = shown["key_history"]
+    assert history["current_key"] == new.did
+    assert [(e["seq"], e["event"], e["key"], e["signer"], e["in_chain"]) for e in history["events"]] == [
+        (1, "rotate", new.did, who.agent_id, True)
+    ]
+
+
+def _unsigned(record: dict[str, Any]) -> dict[str, Any]:
+    return records.unsigned(record)
+
+
+async def test_a_key_event_submitted_again_is_200_and_stores_nothing(
+    client: TestClient, node: Node, clock: FakeClock
+) -> None:
+    who, _, _ = await rotated(client, node, clock)
+    (event,) = await node.db.read(lambda c: [bytes(r[0]) for r in c.execute(
+        "SELECT body FROM records WHERE kind = 'key_event'")])  # fmt: skip
+    before = await count(node)
+    out = await submit(client, who, json.loads(event), [], 200)
+    assert out["created"] is False and out["pages_stored"] == 0
+    assert await count(node) == before
+
+
+async def test_every_class_of_bad_key_event_is_a_422_problem_and_stores_nothing(
+    client: TestClient, node: Node, clock: FakeClock
+) -> None:
+    who = await self_signer(node, "rover")
+    now = int(clock() * 1000)
+    new, stranger = keys.SigningKey.generate(), keys.SigningKey.generate()
+    good = rotation(who.agent_id, who.key, new, [], created_ms=now)
+    before = await count(node)
+    bad_signature = {**good, "signature": rotation(who.agent_id, who.key, stranger, [], created_ms=now)["signature"]}
+    cases: list[tuple[dict[str, Any], list[Any], int, str, str | None]] = [
+        (bad_signature, [], 422, "record_bad_signature", "$.record.signature"),
+        ({**_unsigned(good), "signing_key": who.agent_id, "signature": good["signature"]}, [], 422,
+         "record_not_canonical", "$.record.signing_key"),
+        (records.sign({k: v for k, v in _unsigned(good).items() if k != "vouches"}, who.key), [], 422,
+         "record_schema", "$.record.vouches"),
+        (entry_record(who.key, "not an event", created_ms=now), [], 422, "record_malformed", "$.record.kind"),
+        (rotation(who.agent_id, stranger, new, [], created_ms=now), [], 422, "unauthorized_key_event", "$.record"),
+        (rotation(who.agent_id, who.key, new, [], seq=2, prior="ab" * 32, created_ms=now), [], 422, "unknown_prior",
+         "$.record.prior"),
+        (rotation(who.agent_id, who.key, new, [], created_ms=now + 3_600_000), [], 422, "clock_skew", "$.record.created_at"),
+        (good, [page(who.agent_id, stranger, good, ["cd" * 32])], 422, "bad_vouch_page", "$.pages[0]"),
+        (good, [page(who.agent_id, who.key, rotation(who.agent_id, who.key, stranger, ["cd" * 32], created_ms=now),
+                     ["cd" * 32])],
+         422, "page_not_of_event", "$.pages[0].event"),
+    ]  # fmt: skip
+    for event, pages, status, code, field in cases:
+        problem(await submit(client, who, event, pages, status), status, code, field)
+        assert await count(node) == before, code
+    other = await self_signer(node, "other")
+    resp = await client.post(f"/v1/agents/{who.agent_id}/key-events", json={"record": good}, headers=other.headers)
+    assert resp.status == 403
+    assert await count(node) == before + 1  # only the other agent's identity document
+    history = await get_json(client, f"/v1/agents/{who.agent_id}", who)
+    assert history["key_history"] == {"current_key": who.agent_id, "events": [], "next": None, "recovery": None}
+
+
+async def test_records_by_a_key_the_node_does_not_know_are_unknown_signing_key(
+    client: TestClient, node: Node, clock: FakeClock
+) -> None:
+    who = await self_signer(node, "rover")
+    now = int(clock() * 1000)
+    unknown = keys.SigningKey.generate()
+    before = await count(node)
+    entry = signed(_unsigned(entry_record(who.key, "by a key no event installs", created_ms=now)), unknown)
+    problem(await post_signed(client, who, entry, 422), 422, "unknown_signing_key", "$.record.signing_key")
+    resp = await client.post("/v1/entries/batch", json={"entries": [{"record": entry}]}, headers=who.headers)
+    problem(await resp.json(), 422, "unknown_signing_key", "$.entries[0].record.signing_key")
+    forged = {**_unsigned(entry), "signature": who.key.sign(records.signing_bytes(entry))}
+    problem(await post_signed(client, who, forged, 422), 422, "record_bad_signature", "$.record.signature")
+    assert await count(node) == before
+
+
+async def test_a_record_of_the_old_key_waits_for_no_pages_it_is_vouched_for_once_they_are_held(
+    client: TestClient, node: Node, clock: FakeClock
+) -> None:
+    who = await self_signer(node, "rover")
+    now = int(clock() * 1000)
+    new = keys.SigningKey.generate()
+    kept = entry_record(who.key, "signed before, vouched for", created_ms=now - 5000)
+    vouched = [version_of(kept)]
+    event = rotation(who.agent_id, who.key, new, vouched, created_ms=now)
+    await submit(client, who, event, [], 201)  # its pages come in a later request
+    problem(await post_signed(client, who, kept, 422), 422, "vouch_pages_missing", "$.record.author_id")
+    out = await submit(client, who, event, [page(who.agent_id, who.key, event, vouched)], 201)
+    assert out["created"] is False and out["pages_stored"] == 1
+    assert (await post_signed(client, who, kept, 201))["record_hash"] == hash_of(kept)
+
+
+# ---- a node-kept agent's rotation ----------------------------------------------------------------------------------
+
+
+async def test_rotating_a_node_kept_key_keeps_the_id_and_signs_with_the_new_key(
+    client: TestClient,
+    node: Node,
+    admin_headers: dict[str, str],
+    make_agent: Callable[[str], Awaitable[AgentCreds]],
+) -> None:
+    creds = await make_agent("keeper")
+    before = await post_entry(client, creds, "before the rotation")
+    old_key = await node.db.read(lambda c: agents.signing_key(c, creds.agent_id))
+    assert old_key is not None and old_key.did == creds.agent_id
+    resp = await client.post(f"/v1/agents/{creds.agent_id}/signing-key", headers=admin_headers)
+    rotated_key = await resp.json()
+    assert resp.status == 201, rotated_key
+    assert rotated_key["agent_id"] == creds.agent_id and rotated_key["vouched"] == 2  # its document and its post
+    new_did = rotated_key["signing_key"]
+    assert new_did != creds.agent_id and rotated_key["key_history"]["current_key"] == new_did
+    kept = await node.db.read(lambda c: agents.signing_key(c, creds.agent_id))
+    assert kept is not None and kept.did == new_did  # the old seed is forgotten
+    after = await post_entry(client, creds, "after the rotation")
+    body = await record_body(node, after["record_hash"])
+    assert body["author_id"] == creds.agent_id and body["signing_key"] == new_did
+    assert "signing_key" not in await record_body(node, before["record_hash"])
+    resp = await client.post(
+        "/v1/links",
+        json={"source": after["record_hash"], "target": before["record_hash"], "link_type": "supports"},
+        headers=creds.headers,
+    )
+    assert resp.status == 201, await resp.text()
+    assert (await record_body(node, (await resp.json())["origin_hash"]))["signing_key"] == new_did
+    resp = await client.post(
+        "/v1/agent-workflows/messages", json={"message_type": "note", "body": "hello"}, headers=creds.headers
+    )
+    message = await resp.json()
+    assert resp.status == 201, message
+    (message_body,) = await node.db.read(lambda c: [bytes(r[0]) for r in c.execute(
+        "SELECT body FROM records WHERE kind = 'message'")])  # fmt: skip
+    assert json.loads(message_body)["signing_key"] == new_did
+    # the old key's record after the rotation is refused, whoever holds it
+    thief = entry_record(old_key, "a thief's", created_ms=node.now_ms())
+    problem(await post_signed(client, creds, thief, 422), 422, "not_current_key", "$.record.author_id")
+    # task events do not carry a signing_key yet (docs/format-v3.md 7.7): a clear refusal, not a 500
+    resp = await client.post("/v1/agent-workflows/tasks", json={"key": "t1", "title": "a task"}, headers=creds.headers)
+    data = await resp.json()
+    assert resp.status == 422 and data["code"] == "rotated_key_unsupported", data
+    # a second rotation builds on the first
+    resp = await client.post(f"/v1/agents/{creds.agent_id}/signing-key", headers=admin_headers)
+    second = await resp.json()
+    assert resp.status == 201, second
+    events = second["key_history"]["events"]
+    assert [(e["seq"], e["signer"], e["key"], e["in_chain"]) for e in events] == [
+        (1, creds.agent_id, new_did, True),
+        (2, new_did, second["signing_key"], True),
+    ]
+    assert second["vouched"] == 3  # the post, the link and the message the first new key signed
+
+
+async def test_rotation_of_an_agent_the_node_does_not_sign_for_is_refused(
+    client: TestClient, node: Node, admin_headers: dict[str, str]
+) -> None:
+    who = await self_signer(node, "rover")
+    resp = await client.post(f"/v1/agents/{who.agent_id}/signing-key", headers=admin_headers)
+    problem(await resp.json(), 409, "key_not_kept")
+    resp = await client.post("/v1/agents/nobody/signing-key", headers=admin_headers)
+    assert resp.status == 404
+    resp = await client.post(f"/v1/agents/{who.agent_id}/signing-key", headers=who.headers)
+    assert resp.status == 403
+
+
+async def post_entry(client: TestClient, who: AgentCreds, content: str) -> dict[str, Any]:
+    resp = await client.post(
+        "/v1/entries", json={"entry_type": "finding", "performative": "inform", "content": content}, headers=who.headers
+    )
+    data: dict[str, Any] = await resp.json()
+    assert resp.status == 201, data
+    return data
+
+
+async def record_body(node: Node, record_hash: str) -> dict[str, Any]:
+    raw = await node.db.read(lambda c: bytes(c.execute("SELECT body FROM records WHERE hash = ?", (record_hash,))
+                                             .fetchone()[0]))  # fmt: skip
+    return dict(json.loads(raw))
+
+
+def test_bbs_agent_rotate_signing_key_on_a_data_folder(tmp_path: Path, capsys: Any) -> None:
+    data = tmp_path / "node"
+    assert cli.main(["init", "--data", str(data)]) == 0
+    assert cli.main(["agent", "create", "keeper", "--data", str(data), "--json"]) == 0
+    capsys.readouterr()
+    assert cli.main(["agent", "rotate-signing-key", "keeper", "--data", str(data), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["name"] == "keeper" and out["signing_key"] != out["agent_id"]
+
+    def events(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        return [json.loads(bytes(r[0])) for r in conn.execute("SELECT body FROM records WHERE kind = 'key_event'")]
+
+    (event,) = db.read_sync(DataDir(data).db_path, events)
+    assert event["author_id"] == out["agent_id"] and event["key"] == out["signing_key"]
+    assert key_history.resolve(out["agent_id"], [(hash_of(event), event)]).state.key == out["signing_key"]
