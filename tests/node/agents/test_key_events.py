@@ -10,11 +10,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from identity import canonical, key_history, keys, records, vouching
 from node import cli
+from node.agents import portable
 from node.agents import service as agents
+from node.errors import Conflict
 from node.ops.datadir import DataDir
 from node.service import Node
 from node.store import db
@@ -278,6 +281,10 @@ async def test_rotating_a_node_kept_key_keeps_the_id_and_signs_with_the_new_key(
     resp = await client.post("/v1/agent-workflows/tasks", json={"key": "t1", "title": "a task"}, headers=creds.headers)
     data = await resp.json()
     assert resp.status == 422 and data["code"] == "rotated_key_unsupported", data
+    # an identity file carries one key, the identity's first: a rotated agent is not exported yet
+    with pytest.raises(Conflict) as refused:
+        await portable.export_identity(node, "keeper")
+    assert refused.value.code == "key_rotated"
     # a second rotation builds on the first
     resp = await client.post(f"/v1/agents/{creds.agent_id}/signing-key", headers=admin_headers)
     second = await resp.json()
