@@ -268,9 +268,18 @@ def cmd_agent_rotate_key(args: argparse.Namespace) -> int:
 
 
 def cmd_agent_rotate_signing_key(args: argparse.Namespace) -> int:
-    """Rotate a node-kept agent's signing key (`POST /v1/agents/{agent_id}/signing-key`'s work, on the data folder)."""
+    """Rotate a node-kept agent's signing key (`POST /v1/agents/{agent_id}/signing-key`'s work) on a data folder no
+    node serves: a serving node keeps the agent's key and its key histories in memory, so it must make the change."""
     import msgspec
 
+    from node.ops import datalock
+    from node.ops.datadir import CommandError
+
+    if args.data.is_dir() and datalock.in_use(args.data):  # its writer's key histories must see every key event
+        raise CommandError(
+            f"a node serves {args.data}: rotate through it (POST /v1/agents/{args.agent}/signing-key with the admin"
+            " token), so it signs with the new key at once"
+        )
     rotated = _on_node(args.data, lambda node: node.key_events.rotate(args.agent))
     if args.json:
         print(msgspec.json.encode(rotated).decode())

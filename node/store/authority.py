@@ -100,9 +100,6 @@ class Authority:
     _pages: dict[tuple[str, str], dict[int, list[str]]] = field(default_factory=dict)
     _page_addresses: set[str] = field(default_factory=set)
     _count: int = -1  # key events and vouch pages the cache holds; -1: not loaded
-    # set from the event loop when another process may have stored key events (node.store.sealing): the writer's
-    # next job that decides a local record compares counts first (`ensure_txn`)
-    stale: bool = False
     # (dependency keys, last waiting id checked) left for the writer's next jobs: more than one transaction re-checks
     pending: list[tuple[tuple[Dep, ...], int]] = field(default_factory=list)
 
@@ -120,7 +117,6 @@ class Authority:
 
     def ensure_txn(self, conn: Conn) -> None:
         """Load the cache from the log unless it holds exactly the log's key events (by count)."""
-        self.stale = False
         if self._count < 0 or authority_count(conn) != self._count:
             self.load_txn(conn)
 
@@ -229,16 +225,17 @@ def authorize_txn(conn: Conn, authority: Authority, items: list[tuple[dict[str, 
     """Refuse, before it is appended, a record a client submitted (or the node signed) whose key may not sign for
     its author: the same verdict as sync ingest's (`Authority.decide`, docs/format-v3.md 3.5), but a client's record
     never waits (7.1). `items` are (record, version, JSON path of the record in the request). A record needing no key
-    history (`Authority.needs` false) costs two dictionary lookups; the cache is loaded once after a start and again
-    when another process may have stored key events (`stale`), and compared with the log (a count) when a record
-    needs it. Raises 422:
+    history (`Authority.needs` false) costs two dictionary lookups; the cache is loaded once after a start, and
+    compared with the log (a count) when a record needs it. Key events are stored only by the serving process (sync,
+    this REST path; `bbs agent rotate-signing-key` refuses a served folder), so the cache knows every author that
+    has some. Raises 422:
 
     - `unknown_signing_key`: no key event held here installs the key (`field`: the key's member);
     - `vouch_pages_missing`: the key was rotated out and the vouch pages that decide this record are not held;
     - `not_current_key`: the key may not sign this record (rotated out and not vouched for, revoked, or a losing
       branch's); the reason is in the message.
     """
-    if not authority.loaded or authority.stale:
+    if not authority.loaded:  # once after a start: which identities have key events at all
         authority.ensure_txn(conn)
     needed = [item for item in items if authority.needs(item[0])]
     if needed:  # as sync ingest does: the log's key events, not only the cache's (one count on a partial index)

@@ -20,14 +20,13 @@ from identity import keys, records
 from node.agents import service as agents
 from node.errors import Conflict, Forbidden, InvalidInput
 from node.store import submission
-from node.store.authority import AUTHORITY_KINDS, Authority, authority_count
+from node.store.authority import AUTHORITY_KINDS, Authority
 from node.store.db import Database
 from wire.time import parse_ms
 
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
 CRYPTO_THREADS = max(1, (os.cpu_count() or 2) - 1)  # see Sealing.off_loop
 MAX_HASH_RETRIES = 16  # node-signed records whose hash is taken by a different record move 1 ms later
-AUTHORITY_CHECK_MS = 1_000  # how often a node looks whether another process stored a key event (a rotation)
 OWN_KEY = "this agent holds its own key: sign the record and submit it as {'record': ...}"
 
 T = TypeVar("T")
@@ -117,14 +116,10 @@ class Sealing:
         self._keys: dict[str, keys.SigningKey | None] = {}
         # the writer's authority cache (node/store/authority.py): sync ingest and local writes share this one
         self.authority = Authority()
-        self._authority_seen = -1  # the log's count of key events and vouch pages at the last look
-        self._authority_checked_ms = -AUTHORITY_CHECK_MS
         self._crypto: concurrent.futures.ThreadPoolExecutor | None = None
 
     async def signing_key(self, agent_id: str) -> keys.SigningKey | None:
-        """The agent's private key if this node keeps it (looked up once, then cached; the cache is dropped when
-        the log's key events changed, as after `bbs agent rotate-signing-key` in another process)."""
-        await self._observe_key_events()
+        """The agent's private key if this node keeps it (looked up once, then cached; a rotation forgets it)."""
         if agent_id not in self._keys:
             self._keys[agent_id] = await self.db.read(lambda c: agents.signing_key(c, agent_id))
         return self._keys[agent_id]
@@ -135,20 +130,6 @@ class Sealing:
         if key is None:
             agent_signs_own_records(detail)
         return key
-
-    async def _observe_key_events(self) -> None:
-        """At most every AUTHORITY_CHECK_MS: when the log's count of key events and vouch pages moved (another
-        process rotated a key), forget the cached keys and have the writer reload its authority cache."""
-        now = self.now_ms()
-        if now < self._authority_checked_ms + AUTHORITY_CHECK_MS:
-            return
-        self._authority_checked_ms = now
-        count = await self.db.read(authority_count, quick=True)
-        if count != self._authority_seen:
-            if self._authority_seen >= 0:
-                self._keys.clear()
-                self.authority.stale = True
-            self._authority_seen = count
 
     def forget(self, agent_id: str) -> None:
         """Drop the cached key (or its absence) of an agent registered or re-registered since it was looked up."""

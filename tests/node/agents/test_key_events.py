@@ -18,9 +18,10 @@ from node import cli
 from node.agents import portable
 from node.agents import service as agents
 from node.errors import Conflict
+from node.ops import datalock
 from node.ops.datadir import DataDir
 from node.service import Node
-from node.store import db
+from node.store import authority, db
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import SelfSigner, count, entry_record, get_json, hash_of, link_record, problem, self_signer
 from wire.time import format_ms
@@ -339,3 +340,17 @@ def test_bbs_agent_rotate_signing_key_on_a_data_folder(tmp_path: Path, capsys: A
     (event,) = db.read_sync(DataDir(data).db_path, events)
     assert event["author_id"] == out["agent_id"] and event["key"] == out["signing_key"]
     assert key_history.resolve(out["agent_id"], [(hash_of(event), event)]).state.key == out["signing_key"]
+
+
+def test_bbs_agent_rotate_signing_key_refuses_a_folder_a_node_serves(tmp_path: Path, capsys: Any) -> None:
+    data = tmp_path / "node"
+    assert cli.main(["init", "--data", str(data)]) == 0
+    assert cli.main(["agent", "create", "keeper", "--data", str(data), "--json"]) == 0
+    lock = datalock.hold(data)  # what `bbs serve` holds for its life
+    try:
+        capsys.readouterr()
+        assert cli.main(["agent", "rotate-signing-key", "keeper", "--data", str(data)]) != 0
+        assert "signing-key" in capsys.readouterr().err
+    finally:
+        lock.close()
+    assert db.read_sync(DataDir(data).db_path, authority.authority_count) == 0  # nothing was stored
