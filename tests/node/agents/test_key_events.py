@@ -24,6 +24,7 @@ from node.service import Node
 from node.store import authority, db
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import SelfSigner, count, entry_record, get_json, hash_of, link_record, problem, self_signer
+from wire import unsigned
 from wire.time import format_ms
 
 
@@ -141,6 +142,13 @@ async def test_a_rotation_then_posts_by_the_new_key_are_stored_and_the_old_key_i
     before = await count(node)
     thief = entry_record(who.key, "after, old key", created_ms=now)  # the first key, not vouched for
     problem(await post_signed(client, who, thief, 422), 422, "not_current_key", "$.record.author_id")
+    assert await count(node) == before
+    declare = records.sign(
+        unsigned.unsigned_declare("t1", who.agent_id, format_ms(now), node.node_id, {"title": "by the old key"}),
+        who.key,
+    )
+    resp = await client.post("/v1/agent-workflows/tasks", json={"record": declare}, headers=who.headers)
+    problem(await resp.json(), 422, "not_current_key", "$.record.author_id")
     assert await count(node) == before
     shown = await get_json(client, f"/v1/agents/{who.agent_id}", who)
     history = shown["key_history"]
