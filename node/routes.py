@@ -149,7 +149,7 @@ async def rotate_api_key(request: web.Request) -> web.Response:
 
 
 async def post_key_event(request: web.Request) -> web.Response:
-    target = request.match_info["agent_id"]
+    target = (await _node(request).agents.get(request.match_info["agent_id"])).agent_id  # a did or a name; else 404
     if agent_id(request) != target:
         raise Forbidden("an agent submits only its own key events", field="agent_id")
     body = convert(await read_json(request), KeyEventIn)
