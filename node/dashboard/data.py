@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from identity import records
-from node.entries import queries
+from node.entries import store
 from wire.time import format_ms
 
 ACTIVITY_WINDOW_MS = 7 * 24 * 3600 * 1000
@@ -122,7 +122,7 @@ def display_names(conn: sqlite3.Connection, ids: list[str]) -> dict[str, str]:
 
 def provenance(conn: sqlite3.Connection, ref: str) -> Provenance | None:
     """The provenance of one entry (local id or record hash), or None when this node does not hold it."""
-    _, entry_id = queries.resolve_ref(conn, ref)
+    _, entry_id = store.resolve_ref(conn, ref)
     if entry_id is None:
         return None
     row = conn.execute(

@@ -14,9 +14,10 @@ order, so every node that holds the same versions shows the same one (docs/sync.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable
 from typing import NamedTuple
+
+from node.store.conn import Conn
 
 MAX_VERSIONS = 2
 
@@ -44,7 +45,7 @@ def kept(versions: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     return ranked(versions)[:MAX_VERSIONS]
 
 
-def held(conn: sqlite3.Connection, addresses: Iterable[str]) -> dict[str, list[Held]]:
+def held(conn: Conn, addresses: Iterable[str]) -> dict[str, list[Held]]:
     """The stored versions of each of `addresses` that has any, best first."""
     out: dict[str, list[Held]] = {}
     rows = conn.execute(
@@ -58,7 +59,7 @@ def held(conn: sqlite3.Connection, addresses: Iterable[str]) -> dict[str, list[H
     return out
 
 
-def refuse(conn: sqlite3.Connection, version: str, address: str, now_ms: int) -> None:
+def refuse_txn(conn: Conn, version: str, address: str, now_ms: int) -> None:
     """Remember a version this node will not keep, so it is never fetched again."""
     conn.execute(
         "INSERT INTO refused_versions (version, hash, refused_ms) VALUES (?, ?, ?) ON CONFLICT (version) DO NOTHING",
@@ -66,7 +67,7 @@ def refuse(conn: sqlite3.Connection, version: str, address: str, now_ms: int) ->
     )
 
 
-def refused(conn: sqlite3.Connection, versions: Iterable[str]) -> set[str]:
+def refused(conn: Conn, versions: Iterable[str]) -> set[str]:
     """Those of `versions` this node refused or evicted."""
     rows = conn.execute(
         "SELECT version FROM refused_versions WHERE version IN (SELECT value FROM json_each(?))",
@@ -75,7 +76,7 @@ def refused(conn: sqlite3.Connection, versions: Iterable[str]) -> set[str]:
     return {r[0] for r in rows}
 
 
-def mark(conn: sqlite3.Connection, address: str, author_id: str, now_ms: int) -> None:
+def mark_txn(conn: Conn, address: str, author_id: str, now_ms: int) -> None:
     """Flag an address that now holds two versions."""
     conn.execute(
         "INSERT INTO equivocations (hash, author_id, detected_ms) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING",
@@ -83,13 +84,13 @@ def mark(conn: sqlite3.Connection, address: str, author_id: str, now_ms: int) ->
     )
 
 
-def by_author(conn: sqlite3.Connection) -> dict[str, int]:
+def by_author(conn: Conn) -> dict[str, int]:
     """Equivocated addresses per author, as this node holds them."""
     rows = conn.execute("SELECT author_id, count(*) FROM equivocations GROUP BY author_id").fetchall()
     return {r[0]: int(r[1]) for r in rows}
 
 
-def unproject_entry(conn: sqlite3.Connection, address: str, seq: int) -> None:
+def unproject_entry_txn(conn: Conn, address: str, seq: int) -> None:
     """Delete what an entry version projected: its entries row, tags, addressees, the links it asserts and the
     `retracted_by` links derived from it (all keyed by its address or its seq). The search index replaces its
     document by address when it indexes the winner (node/search_index/index.py)."""

@@ -161,12 +161,12 @@ def _append_version(
     assert item.record["kind"] == "entry", "only entries have versions"
     keep = equivocation.kept([(h.version, h.scope) for h in before] + [(version, item.scope)])
     if (version, item.scope) not in keep:
-        equivocation.refuse(conn, version, item.hash, now_ms)
+        equivocation.refuse_txn(conn, version, item.hash, now_ms)
         return REFUSED_SEQ, False
     for h in before:
         if (h.version, h.scope) not in keep:  # evicted: never the winner (only one version is new)
             conn.execute("DELETE FROM records WHERE seq = ?", (h.seq,))
-            equivocation.refuse(conn, h.version, item.hash, now_ms)
+            equivocation.refuse_txn(conn, h.version, item.hash, now_ms)
     seq = conn.execute(
         "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -185,10 +185,10 @@ def _append_version(
     ).lastrowid
     assert seq is not None
     if len(keep) > 1:
-        equivocation.mark(conn, item.hash, item.record["author_id"], now_ms)
+        equivocation.mark_txn(conn, item.hash, item.record["author_id"], now_ms)
     if not before or keep[0][0] == version:
         if before:
-            equivocation.unproject_entry(conn, item.hash, before[0].seq)
+            equivocation.unproject_entry_txn(conn, item.hash, before[0].seq)
         project_entries(conn, [(seq, item)], now_ms, notify=True)
     return seq, True
 
@@ -257,7 +257,7 @@ def project_entries(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], n
         ],
     )
     if ahead.retractions:
-        _derive_retractions(conn, hashes)
+        _derive_retractions_txn(conn, hashes)
     if notify:
         notifications.fan_out(conn, [(seq, item.decoded) for seq, item in run], now_ms, subscribed=ahead.subscribed)
         if ahead.contradictions:
@@ -339,7 +339,7 @@ RETRACTIONS_SQL = (
 )
 
 
-def _derive_retractions(conn: sqlite3.Connection, arrived_hashes: str) -> None:
+def _derive_retractions_txn(conn: sqlite3.Connection, arrived_hashes: str) -> None:
     """Create `retracted_by` links for retract entries whose retraction is now decidable.
 
     A retract entry's `supersedes` link to an entry by the same author means: target retracted_by
@@ -415,7 +415,7 @@ def rebuild(conn: sqlite3.Connection, progress: Report = silent) -> int:
             if record_hash in shown:
                 if shown[record_hash][1] < key:
                     continue
-                equivocation.unproject_entry(conn, record_hash, shown[record_hash][0])
+                equivocation.unproject_entry_txn(conn, record_hash, shown[record_hash][0])
             shown[record_hash] = (seq, key)
         PROJECTORS[record["kind"]](conn, decoded, Projection(seq, record_hash, 0, notify=False))
     progress(REBUILD_STEP, count, len(rows))
