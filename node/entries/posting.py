@@ -279,10 +279,19 @@ def store_all_txn(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post
     replayed_ids = [ref for ref, _ in stored.values() if isinstance(ref, int)]
     to_append = [i for i in range(len(posts)) if i not in stored]
     taken: list[_Post] = []
-    held = equivocation.held(conn, [posts[i][1].seal.record_hash for i in to_append])
+    # what the run finds stored (versions held, links naming it, confidences): one statement for all of it
+    ahead = store.look_ahead_txn(
+        conn, [(posts[i][1].seal.record_hash, posts[i][1].seal.decoded.author_id) for i in to_append]
+    )
+    held = ahead.held
     to_append = _one_version_each(posts, to_append, held_versions(held), taken)
     appended = projections.append_many(
-        conn, [posts[i][1].seal.incoming() for i in to_append], origin="local", now_ms=now, held=held
+        conn,
+        [posts[i][1].seal.incoming() for i in to_append],
+        origin="local",
+        now_ms=now,
+        held=held,
+        named=ahead.named,
     )
     stored_by = {
         posts[i][1].seal.record_hash: request_of[i] for i, (_, new) in zip(to_append, appended, strict=True) if new
@@ -307,7 +316,9 @@ def store_all_txn(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post
     _answer_held_as_shown_txn(
         conn, posts, [i for i, (_, new) in zip(to_append, appended, strict=True) if not new], stored
     )
-    states = store.entry_states(conn, [seq for seq, _ in appended])
+    states = states_known([posts[i][1] for i in to_append], appended, ahead)
+    if states is None:  # something stored or in the run gives them a state: read it
+        states = store.entry_states(conn, [seq for seq, _ in appended])
     by_id = {out.id: out for out in store.entries_by_ids(conn, replayed_ids)} if replayed_ids else {}
     results: list[Stored] = []
     for i in range(len(posts)):
@@ -323,6 +334,26 @@ def store_all_txn(conn: sqlite3.Connection, requests: list[tuple[str, list[_Post
         answers.append(results[start : start + len(request)])
         start += len(request)
     return answers
+
+
+def states_known(
+    run: list[_Post], appended: list[tuple[int, bool]], ahead: store.LookAhead
+) -> dict[int, queries.EntryState] | None:
+    """The state of each entry of `run` just appended (by seq), known without reading it back when nothing can
+    have given it one: every one is a new address (no other version held, none twice in the run), no stored
+    `supersedes` link names any of them, and none of them supersedes (or retracts) another of the run. Then none
+    is retracted, superseded or equivocated, it has no claims, and its community confidence is what the look-ahead
+    read (COMMUNITY_CONFIDENCE). Otherwise None: `store.entry_states` reads them."""
+    hashes = {post.seal.record_hash for post in run}
+    if ahead.named.superseded or ahead.held or len(hashes) != len(run) or not all(new for _, new in appended):
+        return None
+    for post in run:
+        if any(link.link_type == "supersedes" and link.target in hashes for link in post.seal.decoded.links):
+            return None
+    return {
+        seq: queries.EntryState(False, False, ahead.confidence[post.seal.record_hash], [], False)
+        for post, (seq, _) in zip(run, appended, strict=True)
+    }
 
 
 def _answer_held_as_shown_txn(

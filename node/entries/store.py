@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from node.entries.queries import (
     AUTHOR_TRUST,
+    COMMUNITY_CONFIDENCE,
     ENTRY_COLUMNS,
     ENTRY_STATE,
     LINK_COLUMNS,
@@ -27,6 +28,8 @@ from node.entries.queries import (
     tagged_any,
 )
 from node.errors import NotFound
+from node.store import equivocation
+from node.store.ahead import NAMED_SQL, Named
 from node.store.conn import Conn
 from wire.api import EntryOut, LinkOut, SearchQuery
 
@@ -331,3 +334,34 @@ def link_by_id(conn: Conn, link_id: int) -> LinkOut:
     """One link by its local id."""
     row = conn.execute(f"SELECT {LINK_COLUMNS} FROM links l WHERE l.id = ?", (link_id,)).fetchone()
     return link_out(row)
+
+
+# `look_ahead_txn`'s statement: the versions held of the addresses :h, what stored links name of them, and the
+# community confidence each entry (hash, author) of :p would show; one row.
+_LOOK_AHEAD_SQL = (
+    f"SELECT {equivocation.HELD_JSON}, {NAMED_SQL},"
+    f" (SELECT json_group_array(json_array(e.record_hash, {COMMUNITY_CONFIDENCE}))"
+    "  FROM (SELECT p.value ->> 0 AS record_hash, p.value ->> 1 AS author_id FROM json_each(:p) p) e)"
+)
+
+
+class LookAhead(NamedTuple):
+    """What a run of entries about to be appended finds stored, read in one statement before it (`look_ahead_txn`)."""
+
+    held: dict[str, list[equivocation.Held]]  # `equivocation.held` of their addresses
+    named: Named  # what stored links (and subscriptions) say of them
+    confidence: dict[str, float]  # the community confidence each would show (COMMUNITY_CONFIDENCE), by hash
+
+
+def look_ahead_txn(conn: Conn, entries: Sequence[tuple[str, str]]) -> LookAhead:
+    """`LookAhead` of entries (record hash, author) about to be appended in this transaction, in one statement.
+    Exact: hashes are hex and the confidences have at most 4 decimals, which JSON text carries exactly."""
+    held_json, superseded, contradicted, subscribed, confidence_json = conn.execute(
+        _LOOK_AHEAD_SQL,
+        {"h": json.dumps(sorted({h for h, _ in entries})), "p": json.dumps([list(pair) for pair in entries])},
+    ).fetchone()
+    return LookAhead(
+        equivocation.held_from(msgspec.json.decode(held_json)),
+        Named(bool(superseded), bool(contradicted), bool(subscribed)),
+        {h: float(c) for h, c in msgspec.json.decode(confidence_json)},
+    )

@@ -14,8 +14,8 @@ order, so every node that holds the same versions shows the same one (docs/sync.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 from node.store.conn import Conn
 
@@ -47,11 +47,25 @@ def kept(versions: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
 
 def held(conn: Conn, addresses: Iterable[str]) -> dict[str, list[Held]]:
     """The stored versions of each of `addresses` that has any, best first."""
-    out: dict[str, list[Held]] = {}
     rows = conn.execute(
         "SELECT hash, seq, version, scope FROM records WHERE hash IN (SELECT value FROM json_each(?))",
         (json.dumps(sorted(set(addresses))),),
     ).fetchall()
+    return held_from(rows)
+
+
+# `held` of the addresses `:h` (a JSON array) as one JSON array of [hash, seq, version, scope] (`held_from` of
+# its decoded rows), for a statement that reads them beside other things (node/entries/store.py `look_ahead_txn`).
+# Exact: hashes and versions are hex, scopes ASCII words, seqs integers.
+HELD_JSON = (
+    "(SELECT json_group_array(json_array(hash, seq, version, scope)) FROM records"
+    " WHERE hash IN (SELECT value FROM json_each(:h)))"
+)
+
+
+def held_from(rows: Iterable[Sequence[Any]]) -> dict[str, list[Held]]:
+    """`held` from its rows (hash, seq, version, scope)."""
+    out: dict[str, list[Held]] = {}
     for address, seq, version, scope in rows:
         out.setdefault(address, []).append(Held(int(seq), version, scope))
     for versions in out.values():

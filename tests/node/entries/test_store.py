@@ -17,7 +17,7 @@ from node.search_index.indexer import Indexer
 from node.service import Node
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import entry_record, hash_of, ingest
-from wire.api import PostEntry, PostLink, SearchQuery
+from wire.api import PostEntry, PostLink, SearchQuery, SubscriptionIn
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
@@ -293,3 +293,34 @@ async def test_require_ref_names_its_field_and_code(node: Node, make_agent: Make
     with pytest.raises(NotFound) as unknown:
         await node.db.read(lambda c: store.require_ref(c, "nonsense", "target", field="$.t", code="nope"))
     assert (unknown.value.field, unknown.value.code) == ("$.t", "nope")
+
+
+async def test_look_ahead_reads_held_versions_named_links_and_confidence(node: Node, make_agent: MakeAgent) -> None:
+    """One statement before a run's append: what is held of its addresses, what stored links say of them, and the
+    community confidence each would show (its computed value, else its author's trust, else 0.5)."""
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    _, held_hash = await post(node, alice, "stored already")
+    fresh, superseded, contradicted, rated = "a" * 64, "b" * 64, "c" * 64, "d" * 64
+    await post(node, bob, "supersedes one to come", links=[{"target": superseded, "link_type": "supersedes"}])
+    await post(node, bob, "contradicts one to come", links=[{"target": contradicted, "link_type": "contradicts"}])
+
+    def setup(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO trust_scores VALUES (?, 3, 1, 0.66, 0.7071, 3.0, 1.0)", (bob.agent_id,))
+        conn.execute("INSERT INTO entry_confidence VALUES (?, 0.25, 1, 3)", (rated,))
+
+    await node.db.write(setup)
+
+    async def look(pairs: list[tuple[str, str]]) -> store.LookAhead:
+        return await node.db.write(lambda c: store.look_ahead_txn(c, pairs))
+
+    plain = await look([(fresh, alice.agent_id), (rated, alice.agent_id), (fresh.replace("a", "e"), bob.agent_id)])
+    assert plain.held == {}
+    assert plain.named == (False, False, False)
+    assert plain.confidence == {fresh: 0.5, rated: 0.25, "e" * 64: 0.7071}
+    assert (await look([(superseded, alice.agent_id)])).named.superseded
+    named = (await look([(contradicted, alice.agent_id)])).named
+    assert named.contradicted and not named.superseded
+    again = await look([(held_hash, alice.agent_id)])
+    assert list(again.held) == [held_hash] and len(again.held[held_hash]) == 1
+    await node.inbox.subscribe(alice.agent_id, msgspec.convert({"tags": ["x"]}, SubscriptionIn))
+    assert (await look([(fresh, alice.agent_id)])).named.subscribed
