@@ -103,7 +103,7 @@ def test_digest_agrees_with_the_node(data_dir: tuple[Path, str], capsys: pytest.
     code, out, _ = run(capsys, "digest", "--data", str(data))
     assert (code, out) == (0, f"{expected.count} {expected.sha256}\n")
     code, out, _ = run(capsys, "digest", "--data", str(data), "--json")
-    assert json.loads(out) == {"type": "digest", "v": 2, "node_id": node_id, "count": expected.count,
+    assert json.loads(out) == {"type": "digest", "v": 3, "node_id": node_id, "count": expected.count,
                                "sha256": expected.sha256}  # fmt: skip
 
 
