@@ -33,7 +33,8 @@ TOO_NEW = "too_new"  # the reason of a record of a form a later release may defi
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _SCHEMA_VERSION = re.compile(r"v[0-9]{1,4}")
 # msgspec's words for a value outside a closed set and for a member its Struct does not have
-_NEWER_SCHEMA_ERRORS = ("Invalid enum value", "Object contains unknown field")
+_UNKNOWN_VALUE = "Invalid enum value"
+_UNKNOWN_MEMBER = re.compile(r"Object contains unknown field `([^`]*)`")
 
 
 def too_new(record: dict[str, Any]) -> str | None:
@@ -51,6 +52,13 @@ def too_new(record: dict[str, Any]) -> str | None:
         return None
     unknown = sorted(name for name in record if name not in struct.__struct_fields__ and _NAME.fullmatch(name))
     return f"members {', '.join(unknown)} of a {kind} are not known to this release" if unknown else None
+
+
+def _newer_schema(message: str) -> bool:
+    """Is a schema error one of a form a later release may define: a value outside a closed set, or a member
+    (nested: the top level's are found before) spelled as a member name?"""
+    member = _UNKNOWN_MEMBER.match(message)
+    return message.startswith(_UNKNOWN_VALUE) or (member is not None and _NAME.fullmatch(member.group(1)) is not None)
 
 
 def _canonical_object(raw: bytes, claimed_hash: str | None) -> dict[str, Any] | Invalid:
@@ -94,7 +102,7 @@ def verify_record(raw: bytes, claimed_hash: str | None, claimed_version: str | N
         # `raw` is the record's canonical form (checked above) and `computed` its hash: neither is computed again
         record_hash, decoded = records.check(record, body=raw, record_hash=computed)
     except records.RecordError as exc:
-        if exc.reason == "schema" and str(exc).startswith(_NEWER_SCHEMA_ERRORS):
+        if exc.reason == "schema" and _newer_schema(str(exc)):
             return Invalid(computed, TOO_NEW, f"{exc} (a form this release does not know)")
         return Invalid(computed, exc.reason, str(exc))
     if record.get("scope") == "local":
