@@ -13,22 +13,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 
 from identity import keys, schema
 from sync import messages as m
 from sync.auth import PeerBoots
-from sync.client import (
-    UNSUPPORTED_SYNC_VERSION,
-    PeerClient,
-    SyncError,
-    Traffic,
-    node_sync_versions,
-    spoken_versions,
-)
+from sync.client import PeerClient, SyncError, Traffic
 from sync.negentropy import Negentropy, NegentropyError, VectorStorage
+from sync.protocol import PeerVersions
 from sync.store import TOO_NEW, Cursor, Invalid, Outcome, PeerConfig, SyncStore, Verified
 from sync.verify import accept_all, start_worker, verdicts, verify_record
 
@@ -46,17 +40,6 @@ NOTE_EVERY_S = 5.0  # during a catch-up, the peer's status (head, last success) 
 # is a step of setting up a federation, not a fault, so sync starts within seconds of the other side's `peer add`.
 WAITING_BACKOFF_STEPS = 2
 UNKNOWN_PEER = "unknown_peer"
-# A peer spoken to in an older protocol version (it answered 422 unsupported_sync_version) is asked for the versions
-# it speaks (its GET /v1/node) at most this often, to speak this node's own again once it has upgraded.
-VERSION_RECHECK_S = 600.0
-
-
-@dataclass
-class Spoken:
-    """The sync protocol version this node speaks with a peer, and when it last looked at the peer's versions."""
-
-    version: int = m.PROTOCOL_VERSION
-    checked: float = float("-inf")  # the puller's clock at the last look at the peer's GET /v1/node
 
 
 @dataclass
@@ -114,78 +97,11 @@ class Puller:
         self.traffic = Traffic()
         self.boots = PeerBoots()  # each peer's boot id, named in every signature (sync/auth.py)
         self.health: dict[str, m.PeerHealth] = {}
-        self.spoken: dict[str, Spoken] = {}  # the protocol version spoken with each peer (default: this node's)
+        self.versions = PeerVersions(store, session, clock)  # the protocol version spoken with each peer
 
     def client(self, peer: PeerConfig) -> PeerClient:
-        return PeerClient(
-            self.session,
-            self.key,
-            peer.node_id,
-            peer.url,
-            self.traffic,
-            self.health_of(peer.node_id),
-            self.boots,
-            self.version_of(peer.node_id),
-        )
-
-    def version_of(self, peer_id: str) -> int:
-        """The sync protocol version this node speaks with a peer."""
-        spoken = self.spoken.get(peer_id)
-        return m.PROTOCOL_VERSION if spoken is None else spoken.version
-
-    def fall_back(self, peer: PeerConfig, exc: SyncError) -> bool:
-        """The peer answered `422 unsupported_sync_version`: speak the newest version both nodes speak, if that is
-        not the one spoken (True); a peer spoken to in an older version than this node's own is asked for its
-        versions again every VERSION_RECHECK_S (`recheck_version`)."""
-        common = spoken_versions(exc.detail) & set(m.SYNC_VERSIONS)
-        if exc.code != UNSUPPORTED_SYNC_VERSION or not common or max(common) == self.version_of(peer.node_id):
-            return False
-        self.spoken[peer.node_id] = Spoken(max(common), self.clock())
-        log.info(
-            "peer %s speaks sync protocol v%d: speaking it to the peer (v2 peers are served v2-compatible records"
-            " only; its versions are looked at again every %d s)",
-            peer.node_id,
-            max(common),
-            VERSION_RECHECK_S,
-        )
-        return True
-
-    async def recheck_version(self, peer: PeerConfig) -> bool:
-        """For a peer spoken to in an older version, at most every VERSION_RECHECK_S: when its GET /v1/node lists a
-        newer version this node speaks, speak that from now on (True). Never raises: a peer that cannot be asked
-        now is asked again next time."""
-        spoken = self.spoken.get(peer.node_id)
-        if spoken is None or spoken.version >= m.PROTOCOL_VERSION or self.clock() - spoken.checked < VERSION_RECHECK_S:
-            return False
-        spoken.checked = self.clock()
-        try:
-            common = await node_sync_versions(self.session, peer.url) & set(m.SYNC_VERSIONS)
-        except SyncError as exc:
-            log.info("could not read the sync protocol versions of %s: %s", peer.node_id, exc)
-            return False
-        if max(common, default=spoken.version) <= spoken.version:
-            return False
-        spoken.version = max(common)
-        log.info("peer %s speaks sync protocol v%d now: speaking it", peer.node_id, spoken.version)
-        return True
-
-    async def upgrade(self, peer: PeerConfig) -> bool:
-        """Before the first pull of a peer by this release (docs/format-v3.md, 8.4): a cursor taken by a release of
-        an older protocol version is not trusted alone. Reconcile with the peer (which finds what it withheld from
-        that release), then move the cursor back to just before its `too_new_from` (so what that release refused
-        for being too new is read again) and mark it as this release's. True when it did so."""
-        held = await self.store.cursor_version(peer.node_id)
-        if held is None or held.version >= m.PROTOCOL_VERSION:
-            return False
-        log.info(
-            "the cursor into %s was taken by a release of sync protocol v%d: reconciling before pulling%s",
-            peer.node_id,
-            held.version,
-            "" if held.too_new_from is None else f", then reading its feed again from {held.too_new_from}",
-        )
-        await self.reconcile(peer)
-        await self.store.upgrade_cursor(peer.node_id)
-        return True
+        health, version = self.health_of(peer.node_id), self.versions.version_of(peer.node_id)
+        return PeerClient(self.session, self.key, peer.node_id, peer.url, self.traffic, health, self.boots, version)
 
     def health_of(self, peer_id: str) -> m.PeerHealth:
         """How pulling from this peer is going (kept in memory, written with every peer note)."""
@@ -204,13 +120,7 @@ class Puller:
             await self.reconcile(peer, reset=True)
             return PullReport(reset=True, more=True)
         outcomes = await self._store_page(peer, reply, cursor, await self._verify_page(peer, reply))
-        await self.store.note_peer(
-            peer.node_id,
-            remote_epoch=reply.epoch,
-            remote_head=reply.head,
-            health=self.health_of(peer.node_id),
-            sync_version=client.version,
-        )
+        await self._noted(peer, reply, client.version)
         wanted = await self.fetch_wanted(peer)
         return PullReport(more=reply.more, outcomes=outcomes, wanted=wanted)
 
@@ -253,13 +163,7 @@ class Puller:
                 if not reply.more or time.monotonic() - noted >= NOTE_EVERY_S:
                     report.outcomes += await storing
                     storing = None
-                    await self.store.note_peer(
-                        peer.node_id,
-                        remote_epoch=reply.epoch,
-                        remote_head=reply.head,
-                        health=self.health_of(peer.node_id),
-                        sync_version=client.version,
-                    )
+                    await self._noted(peer, reply, client.version)
                     noted = time.monotonic()
         finally:
             if fetching is not None:  # a failure or a reset: the page requested ahead is not wanted
@@ -268,15 +172,13 @@ class Puller:
         report.wanted = await self.fetch_wanted(peer)
         return report
 
+    async def _noted(self, peer: PeerConfig, reply: m.Changes, v: int) -> None:
+        await self.store.note_peer(peer.node_id, remote_epoch=reply.epoch, remote_head=reply.head,
+                                   health=self.health_of(peer.node_id), sync_version=v)  # fmt: skip
+
     async def _verify_page(self, peer: PeerConfig, reply: m.Changes) -> list[Verified | Invalid]:
         results = await verify_many([(bytes(item.record), item.hash, item.version) for item in reply.items])
-        for bad in results:
-            if isinstance(bad, Invalid) and bad.reason == TOO_NEW:
-                log.info("peer %s sent a record too new for this release %s: %s", peer.node_id, bad.hash, bad.detail)
-            elif isinstance(bad, Invalid):
-                log.warning(
-                    "peer %s sent an invalid record %s: %s (%s)", peer.node_id, bad.hash, bad.reason, bad.detail
-                )
+        _log_refused(peer, results)
         return results
 
     async def _store_page(
@@ -288,13 +190,7 @@ class Puller:
         new_cursor = Cursor(reply.epoch, reply.next)
         if not (verified or invalid or cursor != new_cursor):
             return []
-        # the cursor moves past records refused for being too new, and keeps where the first of them is
-        too_new = [
-            item.seq
-            for item, r in zip(reply.items, results, strict=True)
-            if isinstance(r, Invalid) and r.reason == TOO_NEW
-        ]
-        outcomes = await self.store.ingest(peer.node_id, verified, invalid, new_cursor, min(too_new, default=None))
+        outcomes = await self.store.ingest(peer.node_id, verified, invalid, new_cursor, too_new_from(reply, results))
         if outcomes:
             counts = collections.Counter(o.outcome for o in outcomes)
             log.info(
@@ -361,7 +257,6 @@ class Puller:
         """Negentropy with the peer as responder, then fetch what we lack. With `reset`, restart the cursor
         at the peer's head as of the first round (every record up to it is then held here)."""
         client = self.client(peer)
-        # speaking v2, the initiator's set is the v2-compatible one too: the rest is no difference the peer can mend
         _epoch, _head, items = await self.store.reconcile_items(client.version)
         neg = Negentropy(VectorStorage(items))
         message: bytes | None = neg.initiate()
@@ -414,21 +309,15 @@ class Puller:
         `reconcile_every_s`. Records that fail in the store's own code (`internal`) are a failure too, backed
         off like any other; the cursor has moved past them and a reconciliation is not repeated early for them,
         so a fault that every try meets never turns into a loop without end. A peer that answers 403 unknown_peer
-        has not added this node yet: that is no failure; it is logged once and asked again every few seconds.
-
-        Versions (docs/format-v3.md, 8): before its first pull a cursor of an older release is upgraded
-        (`upgrade`); a peer that answers 422 unsupported_sync_version is spoken to in the version it names
-        (`fall_back`, no failure), and in this node's own again once it lists it (`recheck_version`), when the
-        node reconciles at once: what the peer withheld from the older version is found."""
+        has not added this node yet: that is no failure; it is logged once and asked again every few seconds."""
         health = self.health_of(peer.node_id)
         failures = waits = 0
-        caught_up = unreachable = upgraded = False
+        caught_up = unreachable = False
         last_reconcile: float | None = None
         empty_poll_at: float | None = None  # when the last pull that brought nothing started (monotonic)
         while True:
             try:
-                step = await self._versions(peer, upgraded)
-                upgraded = True
+                step = await self.versions.step(peer, self.reconcile)  # sync/protocol.py
                 if step == "reconciled":
                     last_reconcile = self.clock()
                 elif step == "newer":
@@ -463,7 +352,7 @@ class Puller:
             except asyncio.CancelledError:
                 raise
             except (SyncError, NegentropyError, StoreFault) as exc:
-                if isinstance(exc, SyncError) and self.fall_back(peer, exc):
+                if isinstance(exc, SyncError) and self.versions.fall_back(peer, exc):
                     caught_up = False
                     continue
                 if isinstance(exc, SyncError) and exc.code == UNKNOWN_PEER:
@@ -481,13 +370,6 @@ class Puller:
                 caught_up = False
                 log.exception("sync with %s crashed", peer.node_id)
                 await self._failed(peer, health, failures, f"internal: {type(exc).__name__}: {exc}")
-
-    async def _versions(self, peer: PeerConfig, upgraded: bool) -> Literal["reconciled", "newer"] | None:
-        """`run_peer`'s step of versions: the cursor's upgrade before the first pull (`reconciled` when it ran),
-        then the look at the versions of a peer spoken to in an older one (`newer`: this node's own from now)."""
-        if not upgraded and await self.upgrade(peer):
-            return "reconciled"
-        return "newer" if await self.recheck_version(peer) else None
 
     async def _failed(self, peer: PeerConfig, health: m.PeerHealth, failures: int, error: str) -> None:
         health.failures += 1
@@ -572,6 +454,22 @@ async def verify_many(
     chunks = [items[i : i + step] for i in range(0, len(items), step)]
     done = await asyncio.gather(*(asyncio.to_thread(_verify_all, chunk) for chunk in chunks))
     return [result for chunk in done for result in chunk]
+
+
+def _log_refused(peer: PeerConfig, results: list[Verified | Invalid]) -> None:
+    for bad in results:
+        if isinstance(bad, Invalid) and bad.reason == TOO_NEW:
+            log.info("peer %s sent a record too new for this release %s: %s", peer.node_id, bad.hash, bad.detail)
+        elif isinstance(bad, Invalid):
+            log.warning("peer %s sent an invalid record %s: %s (%s)", peer.node_id, bad.hash, bad.reason, bad.detail)
+
+
+def too_new_from(reply: m.Changes, results: list[Verified | Invalid]) -> int | None:
+    """The lowest feed position in a page of a record refused for being too new: the cursor moves past it, and
+    keeps where it is (docs/format-v3.md, 8.4)."""
+    seqs = [item.seq for item, r in zip(reply.items, results, strict=True) if isinstance(r, Invalid)
+            and r.reason == TOO_NEW]  # fmt: skip
+    return min(seqs, default=None)
 
 
 def _verify_all(items: list[tuple[bytes, str | None, str | None]]) -> list[Verified | Invalid]:
