@@ -12,6 +12,7 @@ puller keeps the feed position of the first one so that a newer release reads it
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -50,8 +51,14 @@ def too_new(record: dict[str, Any]) -> str | None:
     struct = schema.RECORD_TYPES.get(kind) if isinstance(kind, str) else None
     if struct is None:
         return None
-    unknown = sorted(name for name in record if name not in struct.__struct_fields__ and _NAME.fullmatch(name))
+    known = _members(struct)
+    unknown = sorted(name for name in record if name not in known and _NAME.fullmatch(name))
     return f"members {', '.join(unknown)} of a {kind} are not known to this release" if unknown else None
+
+
+@functools.cache
+def _members(struct: type[msgspec.Struct]) -> frozenset[str]:
+    return frozenset(struct.__struct_fields__)
 
 
 def _newer_schema(message: str) -> bool:
