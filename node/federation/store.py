@@ -537,11 +537,12 @@ def digest(conn: Conn, node_id: str, v: int = PROTOCOL_VERSION) -> Digest:
     h = hashlib.sha256()
     count = 0
     # in the unique version index's order (the unary + keeps the planner from sorting the whole log instead)
-    versions = [r[0] for r in conn.execute("SELECT version FROM records WHERE +scope = 'federation' ORDER BY version")]
-    if v != PROTOCOL_VERSION:
+    rows: Any = conn.execute("SELECT version FROM records WHERE +scope = 'federation' ORDER BY version")
+    if v != PROTOCOL_VERSION:  # the v2-compatible ones (a list: their bodies are read on the same connection)
+        versions = [r[0] for r in rows]
         keep = servable_versions(conn, v, versions)
-        versions = [version for version in versions if version in keep]
-    for version in versions:
+        rows = [(version,) for version in versions if version in keep]
+    for (version,) in rows:
         h.update(version.encode("ascii") + b"\n")
         count += 1
     return Digest(v=v, node_id=node_id, count=count, sha256=h.hexdigest())
