@@ -187,8 +187,8 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 async def test_a_v2_node_and_a_v3_node_sync_and_the_v2_node_fetches_what_it_lacked_once_upgraded(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
-    """Wall time about 20 s on the 2-core development machine (marked slow): two releases, three `bbs serve`
-    processes, waits for reconciliation rounds 3 s apart."""
+    """Wall time 15 to 20 s on the 2-core development machine (marked slow: real processes): two releases, three
+    `bbs serve` processes, waits for reconciliation rounds 3 s apart."""
     tree = v2_tree(tmp_path)
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("BBS_")}
     old_env = {**base_env, **ENV, "PYTHONPATH": str(tree)}
