@@ -21,6 +21,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 import node as node_package
+from identity.records import V3_KINDS
 from identity.schema import RECORD_TYPES
 from node.app import create_app
 from node.features import FEATURES, Feature, all_routes
@@ -108,7 +109,8 @@ def test_the_log_reads_its_projectors_and_tables_from_the_features_declarations(
     assert dict(projections.PROJECTORS) == merged
     assert list(projections.PROJECTION_TABLES) == tables
     assert len(set(tables)) == len(tables)
-    assert set(merged) == set(RECORD_TYPES)  # every record kind the log accepts has exactly one projector
+    # every record kind the log accepts (the v1 kinds, and the v3 kinds taken from peers) has exactly one projector
+    assert set(merged) == set(RECORD_TYPES) | V3_KINDS
 
 
 def test_the_declarations_cannot_be_changed_in_place() -> None:
