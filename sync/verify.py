@@ -55,6 +55,8 @@ def too_new(record: dict[str, Any]) -> str | None:
         return f"schema_version {version!r} is not known to this release"
     if not isinstance(kind, str):
         return None
+    if "space" in record:  # records of a space: issue 37's; until then a form a later release defines
+        return f"a {kind} of a space is not known to this release"
     # The v3 forms this release accepts from peers (key events, vouch pages, entries, links and messages naming a
     # `signing_key`) are known; a `signing_key` on another kind is a form a later release may define.
     struct = schema_v3.struct_for(record) if kind in records.V3_KINDS else schema.RECORD_TYPES.get(kind)
