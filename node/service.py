@@ -23,6 +23,7 @@ from node.default_mode.service import DefaultMode
 from node.entries.links import Links
 from node.entries.posting import Entries
 from node.entries.reads import Reads
+from node.features import LOG
 from node.federation.store import NodeSyncStore
 from node.feed.service import Feed
 from node.inbox.service import MAX_SUBSCRIPTIONS, Inbox
@@ -30,6 +31,7 @@ from node.ops.datadir import DataDir
 from node.search_index import indexer
 from node.search_index.index import SearchIndex
 from node.store.db import Database
+from node.store.projections import Log
 from node.store.sealing import Sealing
 from node.trust.service import Trust
 from node.workflows.fence import FENCE_NAME
@@ -41,11 +43,11 @@ from wire.api import MAX_BATCH, MAX_HOPS, NodeInfo
 class Node:
     """One node: its key, its database and the feature services on them."""
 
-    def __init__(self, data_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, data_dir: Path, *, clock: Callable[[], float] = time.time, log: Log = LOG) -> None:
         self.data = DataDir(data_dir)
         self.clock = clock
         self.key = keys.load_key(self.data.key_path)
-        self.db = Database(self.data.db_path)
+        self.db = Database(self.data.db_path, log=log)  # `log`: the projectors and tables its writes go through
         self.sealing = Sealing(self.db, self.now_ms)
         self.agents = Agents(self.db, self.node_id, self.now_ms)
         self.entries = Entries(self.db, self.sealing, self.now_ms)
