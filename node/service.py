@@ -54,11 +54,12 @@ class Node:
         self.links = Links(self.db, self.sealing, self.now_ms)
         self.reads = Reads(self.db)
         self.feed = Feed(self.db)
-        self.inbox = Inbox(self.db, self.now_ms)
+        # inbox, workflows, trust annotated: node/web/background.py's tasks read them back (mypy cannot infer them
+        # across the TYPE_CHECKING cycle Node -> features -> background -> Node)
+        self.inbox: Inbox = Inbox(self.db, self.now_ms)
         self.bus = Bus(self.db, self.sealing, self.now_ms)
-        self.workflows = Workflows(self.db, self.sealing, self.key, self.now_ms, self.data.root / FENCE_NAME)
+        self.workflows: Workflows = Workflows(self.db, self.sealing, self.key, self.now_ms, self.data.root / FENCE_NAME)
         self.default_mode = DefaultMode(self.db, self.node_id, self.now_ms, self.entries, self.reads)
-        # annotated: node/trust/service.py's background task reads it back (mypy cannot infer it across that cycle)
         self.trust: Trust = Trust(self.db, self.now_ms)
         self.sync = NodeSyncStore(self.db, self.node_id, self.now_ms)
         self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer

@@ -311,7 +311,7 @@ def _ahead(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], hashes: st
 
     A `retracted_by` link needs a retraction in the run or a stored `supersedes` link naming one of its entries
     (RETRACTIONS_SQL); a contradiction, a `contradicts` link the run asserts or a stored one naming one of its
-    entries (notify.CONTRADICTIONS_SQL). Rare, either: most runs skip both statements.
+    entries (node/inbox/store.py CONTRADICTIONS_SQL). Rare, either: most runs skip both statements.
     """
     named_superseded, named_contradicted, subscribed = conn.execute(_AHEAD_SQL, {"h": hashes}).fetchone()
     retracting = any(item.decoded.performative == "retract" for _, item in run)

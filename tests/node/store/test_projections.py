@@ -201,7 +201,7 @@ def test_projectors_cover_every_kind_and_cannot_be_changed() -> None:
     with pytest.raises(TypeError):
         LOG.projectors["note"] = LOG.projectors["entry"]  # type: ignore[index]
     assert "note" not in LOG.projectors
-    given = {"entry": projections.project_entry}
+    given: dict[str, projections.Projector] = {"entry": projections.project_entry}
     log = projections.Log(given, ["entries"])  # type: ignore[arg-type]  # a list, as a caller might pass
     given["link"] = projections.project_link
     assert set(log.projectors) == {"entry"} and log.tables == ("entries",)  # copied, not shared
