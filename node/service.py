@@ -37,6 +37,7 @@ from node.trust.service import Trust
 from node.workflows.fence import FENCE_NAME
 from node.workflows.messaging import Bus
 from node.workflows.service import Workflows
+from sync.messages import SYNC_VERSIONS
 from wire.api import MAX_BATCH, MAX_HOPS, NodeInfo
 
 
@@ -102,6 +103,7 @@ class Node:
             version=__version__,
             schema_version=self.db.schema_version,
             record_schema=canonical.SCHEMA_VERSION,
+            sync_versions=list(SYNC_VERSIONS),
             limits={
                 "max_record_bytes": schema.MAX_RECORD_BYTES,
                 "max_content_chars": schema.MAX_CONTENT_CHARS,

@@ -55,6 +55,11 @@ GATHER_UNDER = 32
 GATHER_GAP_S = 0.0005
 GATHER_SHARE = 0.5
 GATHER_MAX_S = 0.002
+# Compiled statements each connection keeps (sqlite3's LRU; its default is 128). The writer's also holds
+# insert_rows' shapes of up to EXACT_ROWS_UP_TO rows for the few tables a post writes, so a merged run of any size
+# finds its statements compiled.
+READER_CACHED_STATEMENTS = 128
+WRITER_CACHED_STATEMENTS = 512
 # How long a quick read may hold the event loop before its SQL is stopped and it moves to a reader thread, and
 # how often (in SQLite virtual machine instructions, about 0.1 ms) the budget is looked at. 0.5 ms moved most
 # rare-term searches in a served node (a query right after the loop wakes runs 3-4x slower than in a hot loop);
@@ -94,7 +99,14 @@ def connect(
     path: Path | str, *, readonly: bool = False, factory: type[Connection] = Connection, log: Log | None = None
 ) -> sqlite3.Connection:
     """Open a connection with the node's pragmas (autocommit mode: transactions are explicit), carrying `log`."""
-    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0, factory=factory)
+    conn = sqlite3.connect(
+        str(path),
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=30.0,
+        factory=factory,
+        cached_statements=READER_CACHED_STATEMENTS if readonly else WRITER_CACHED_STATEMENTS,
+    )
     assert isinstance(conn, Connection)
     conn.log = log
     conn.row_factory = sqlite3.Row
@@ -705,6 +717,10 @@ def _settle_all(settled: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
 # Rows per statement of insert_rows at most (a power of two): a prepared statement's program grows with its rows,
 # and the statement cache keeps one of each size.
 MAX_ROWS_PER_INSERT = 512
+# Up to this many rows go in one statement of exactly that many (a merged run of single posts: one statement per
+# table, not one per set bit of its length); more go in power-of-two statements first. The writer's statement
+# cache holds every shape (WRITER_CACHED_STATEMENTS).
+EXACT_ROWS_UP_TO = 64
 
 
 class Inserted(NamedTuple):
@@ -721,7 +737,8 @@ def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any
 
     One multi-row statement steps once (an executemany steps, handing the GIL back and waiting for it, once per
     row), and values stay bound parameters (SQLite's JSON functions cut text at a NUL). Statements hold a
-    power-of-two number of rows, so a table has a handful of statement shapes, each compiled once and cached.
+    power-of-two number of rows, or at most EXACT_ROWS_UP_TO rows exactly (what is left, or the whole of a merged run
+    of single posts), so a table has at most about 70 statement shapes, each compiled once and cached.
     """
     if not rows:
         return Inserted(0, 0)
@@ -730,9 +747,11 @@ def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any
         min(MAX_ROWS_PER_INSERT, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width).bit_length() - 1
     )
     placeholder = "(" + ",".join("?" * width) + ")"
+    exact = min(EXACT_ROWS_UP_TO, most)
     changed, start, last_rowid = 0, 0, 0
     while start < len(rows):
-        n = min(most, 1 << ((len(rows) - start).bit_length() - 1))
+        left = len(rows) - start
+        n = left if left <= exact else min(most, 1 << (left.bit_length() - 1))
         params = [value for row in rows[start : start + n] for value in row]
         cursor = conn.execute(f"{head} VALUES {','.join([placeholder] * n)}{tail}", params)
         changed, last_rowid, start = changed + cursor.rowcount, cursor.lastrowid or 0, start + n
