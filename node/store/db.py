@@ -36,9 +36,12 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from node.errors import BBSError, StorageFull, Unavailable
+
+if TYPE_CHECKING:
+    from node.store.projections import Log
 
 T = TypeVar("T")
 ItemT = TypeVar("ItemT")  # an item of a mergeable write
@@ -84,10 +87,18 @@ def migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
+class Connection(sqlite3.Connection):
+    """A connection of the node: it carries the log its writes project through (`projections.Log`, the one
+    node/features.py builds from the features), so a write job appends with `projections.append_many(conn, ...)`
+    and never imports the feature list. `connect` sets it; None: the connection can neither append nor rebuild."""
+
+    log: Log | None = None
+
+
 def connect(
-    path: Path | str, *, readonly: bool = False, factory: type[sqlite3.Connection] = sqlite3.Connection
+    path: Path | str, *, readonly: bool = False, factory: type[Connection] = Connection, log: Log | None = None
 ) -> sqlite3.Connection:
-    """Open a connection with the node's pragmas (autocommit mode: transactions are explicit)."""
+    """Open a connection with the node's pragmas (autocommit mode: transactions are explicit), carrying `log`."""
     conn = sqlite3.connect(
         str(path),
         isolation_level=None,
@@ -96,6 +107,8 @@ def connect(
         factory=factory,
         cached_statements=READER_CACHED_STATEMENTS if readonly else WRITER_CACHED_STATEMENTS,
     )
+    assert isinstance(conn, Connection)
+    conn.log = log
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA busy_timeout = 30000")
     conn.execute("PRAGMA foreign_keys = ON")
@@ -299,7 +312,7 @@ class WriterStats:
     commit_cpu_seconds: float = 0.0
 
 
-class TimedConnection(sqlite3.Connection):
+class TimedConnection(Connection):
     """The writer's connection: `execute` and `executemany` add their wall and CPU time to `stats` (two clock
     reads per statement, against tens of microseconds a statement). Only the writer thread uses it."""
 
@@ -369,8 +382,11 @@ class _InlineBudget:
 class Database:
     """The node's database: `await write(fn)` and `await read(fn)` run `fn(conn)` on the right thread."""
 
-    def __init__(self, path: Path | str, *, readers: int = 4, inline_budget_s: float = INLINE_BUDGET_S) -> None:
+    def __init__(
+        self, path: Path | str, *, readers: int = 4, inline_budget_s: float = INLINE_BUDGET_S, log: Log | None = None
+    ) -> None:
         self.path = Path(path)
+        self.log = log  # what the connections it opens project through (`Connection.log`)
         self.inline_budget_s = inline_budget_s  # 0: every read runs on a reader thread
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()  # C-implemented: no lock dance per job
         self._writer: threading.Thread | None = None
@@ -393,7 +409,7 @@ class Database:
         if self._closed:  # opened again after close(): a new reader pool
             self._pool = concurrent.futures.ThreadPoolExecutor(self._readers, thread_name_prefix="bbs-read")
             self._closed = False
-        conn = connect(self.path, factory=TimedConnection)
+        conn = connect(self.path, factory=TimedConnection, log=self.log)
         assert isinstance(conn, TimedConnection)
         conn.stats = self.stats
         self.schema_version = migrate(conn)
@@ -461,7 +477,7 @@ class Database:
     def _reader(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = connect(self.path, readonly=True)
+            conn = connect(self.path, readonly=True, log=self.log)
             self._local.conn = conn
             with self._reader_lock:
                 self._reader_conns.append(conn)
@@ -475,7 +491,7 @@ class Database:
         """(True, result) of `fn` run on this thread within the budget; (False, None) if it ran over."""
         budget: _InlineBudget | None = getattr(self._local, "budget", None)
         if budget is None:
-            conn = connect(self.path, readonly=True)
+            conn = connect(self.path, readonly=True, log=self.log)
             conn.execute("PRAGMA busy_timeout = 0")  # never sleep on the loop; a busy read moves to a thread
             with self._reader_lock:
                 self._reader_conns.append(conn)
@@ -742,9 +758,10 @@ def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any
     return Inserted(changed, last_rowid)
 
 
-def write_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """Run one write transaction from a separate process (the CLI), safe while a node serves the file."""
-    conn = connect(path)
+def write_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T], *, log: Log | None = None) -> T:
+    """Run one write transaction from a separate process (the CLI), safe while a node serves the file; the
+    connection carries `log` (needed to append or rebuild: node.features.LOG)."""
+    conn = connect(path, log=log)
     try:
         migrate(conn)
         with transaction(conn, immediate=True):
@@ -753,9 +770,9 @@ def write_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn.close()
 
 
-def read_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """Run one read from a separate process (the CLI)."""
-    conn = connect(path, readonly=True)
+def read_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T], *, log: Log | None = None) -> T:
+    """Run one read from a separate process (the CLI), on a connection carrying `log` (as `write_sync`)."""
+    conn = connect(path, readonly=True, log=log)
     try:
         return fn(conn)
     finally:

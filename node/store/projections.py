@@ -1,9 +1,9 @@
 """The log and its projections: append a verified record once, then project it into tables.
 
-Each record kind has one projector (`PROJECTORS`); `rebuild` replays the whole log into freshly created
-projection tables (`PROJECTION_TABLES`) and proves the tables are derived data. Both are the features' own
-declarations, joined here once: this module's for entries, links and agents, node/workflows/records.py's for
-the bus and the task graph (node/features.py lists the same declarations feature by feature).
+Each record kind has one projector; `rebuild` replays the whole log into freshly created projection tables and
+proves the tables are derived data. Which projectors and tables, is the `Log` a connection carries
+(`db.Connection.log`): node/features.py builds the node's from each feature's declarations, once, and the
+node's `Database` gives it to every connection it opens, so this module knows none of the features' records.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from node.inbox import notify as notifications
 from node.ops.progress import Report, silent
 from node.store import db, equivocation
 from node.store.ahead import NAMED_SQL, Named
-from node.workflows import records as workflow_records
 from wire.time import parse_ms
 
 
@@ -203,6 +202,7 @@ def _project(
 
     `named` (read before any of them) stands for the stored links only while nothing but entries is projected:
     another kind's projector (a link record) may add links that name the entries after it."""
+    projectors = log_of(conn).projectors
     if named is not None and any(item.record["kind"] != "entry" for _, item in new):
         named = None
     run: list[tuple[int, Incoming]] = []
@@ -213,7 +213,7 @@ def _project(
         if run:
             project_entries(conn, run, now_ms, notify=True)
             run = []
-        PROJECTORS[item.record["kind"]](conn, item.decoded, Projection(seq, item.hash, now_ms, notify=True))
+        projectors[item.record["kind"]](conn, item.decoded, Projection(seq, item.hash, now_ms, notify=True))
     if run:
         project_entries(conn, run, now_ms, notify=True, named=named)
 
@@ -316,7 +316,7 @@ def _ahead(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], hashes: st
 
     A `retracted_by` link needs a retraction in the run or a stored `supersedes` link naming one of its entries
     (RETRACTIONS_SQL); a contradiction, a `contradicts` link the run asserts or a stored one naming one of its
-    entries (notify.CONTRADICTIONS_SQL). Rare, either: most runs skip both statements.
+    entries (node/inbox/store.py CONTRADICTIONS_SQL). Rare, either: most runs skip both statements.
     """
     if named is None:
         named = Named(*(bool(flag) for flag in conn.execute(_AHEAD_SQL, {"h": hashes}).fetchone()))
@@ -398,9 +398,29 @@ SUBSTRATE_PROJECTORS: Mapping[str, Projector] = MappingProxyType(
     }
 )
 SUBSTRATE_TABLES: tuple[str, ...] = ("entries", "entry_tags", "entry_directed", "links", "agents")
-# Every record kind's projector, and every projection table (`rebuild` recreates exactly these, in this order).
-PROJECTORS: Mapping[str, Projector] = MappingProxyType({**SUBSTRATE_PROJECTORS, **workflow_records.PROJECTORS})
-PROJECTION_TABLES: tuple[str, ...] = SUBSTRATE_TABLES + workflow_records.TABLES
+
+
+@dataclass(frozen=True)
+class Log:
+    """What the log projects through: each record kind's projector, and every projection table they fill
+    (`rebuild` recreates exactly these, in this order). node/features.py builds the node's (`LOG`)."""
+
+    projectors: Mapping[str, Projector]
+    tables: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "projectors", MappingProxyType(dict(self.projectors)))  # read-only, not shared
+        object.__setattr__(self, "tables", tuple(self.tables))
+
+
+def log_of(conn: sqlite3.Connection) -> Log:
+    """The log `conn` projects through: the one its `Database` (or `db.connect`, `db.write_sync`) was given."""
+    log = conn.log if isinstance(conn, db.Connection) else None
+    if log is None:
+        raise RuntimeError(
+            "this connection carries no log to project through: open it with the node's (node.features.LOG)"
+        )
+    return log
 
 
 def rebuild(conn: sqlite3.Connection, progress: Report = silent) -> int:
@@ -412,8 +432,9 @@ def rebuild(conn: sqlite3.Connection, progress: Report = silent) -> int:
 
     from identity.schema_v3 import struct_for
 
-    ddl = _projection_ddl(conn)
-    for table in reversed(PROJECTION_TABLES):
+    log = log_of(conn)
+    ddl = _projection_ddl(conn, log.tables)
+    for table in reversed(log.tables):
         conn.execute(f'DROP TABLE IF EXISTS "{table}"')
     for statement in ddl:
         conn.execute(statement)
@@ -437,14 +458,14 @@ def rebuild(conn: sqlite3.Connection, progress: Report = silent) -> int:
                     continue
                 equivocation.unproject_entry_txn(conn, record_hash, shown[record_hash][0])
             shown[record_hash] = (seq, key)
-        PROJECTORS[record["kind"]](conn, decoded, Projection(seq, record_hash, 0, notify=False))
+        log.projectors[record["kind"]](conn, decoded, Projection(seq, record_hash, 0, notify=False))
     progress(REBUILD_STEP, count, len(rows))
     return count
 
 
-def _projection_ddl(conn: sqlite3.Connection) -> list[str]:
+def _projection_ddl(conn: sqlite3.Connection, projected: tuple[str, ...]) -> list[str]:
     """CREATE statements of the projection tables with their indexes and triggers, as the migrations left them."""
-    tables = set(PROJECTION_TABLES)
+    tables = set(projected)
     rows = conn.execute(
         "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid"
     ).fetchall()
@@ -460,6 +481,6 @@ def _projection_ddl(conn: sqlite3.Connection) -> list[str]:
 def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
     """Every projection table's rows in a stable order (for comparing against a rebuild)."""
     out: dict[str, list[tuple[Any, ...]]] = {}
-    for table in PROJECTION_TABLES:
+    for table in log_of(conn).tables:
         out[table] = [tuple(r) for r in conn.execute(f'SELECT * FROM "{table}" ORDER BY 1, 2').fetchall()]
     return out

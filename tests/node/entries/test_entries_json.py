@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from identity import keys, records
 from node.entries import queries, store
+from node.features import LOG
 from node.store import db, projections
 from node.trust import service as trust
 from wire.api import PostEntry, unsigned_entry
@@ -22,7 +23,7 @@ scalar = st.floats(-1e6, 1e6, allow_nan=False) | st.integers(-(2**31), 2**31) | 
 
 @pytest.fixture(scope="module")
 def conn(tmp_path_factory: pytest.TempPathFactory) -> sqlite3.Connection:
-    conn = db.connect(tmp_path_factory.mktemp("json") / "node.db")
+    conn = db.connect(tmp_path_factory.mktemp("json") / "node.db", log=LOG)
     db.migrate(conn)
     return conn
 

@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from identity import keys
+from node.features import LOG
 from node.federation.store import MAX_WANT_ATTEMPTS, add_peer, ingest, peer_statuses
 from node.store import db
 from sync.store import Verified
@@ -36,7 +37,7 @@ def verified(record: dict[str, Any]) -> Verified:
 
 
 def fresh_db(tmp_path: Path) -> tuple[sqlite3.Connection, str]:
-    conn = db.connect(tmp_path / "node.db")
+    conn = db.connect(tmp_path / "node.db", log=LOG)
     db.migrate(conn)
     peer = keys.SigningKey.generate().did
     add_peer(conn, "http://127.0.0.1:9", peer, NOW)
