@@ -346,6 +346,7 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
+    from node.features import LOG
     from node.ops.datadir import DataDir, require_node
     from node.ops.progress import Reporter
     from node.search_index import indexer as search_indexer
@@ -360,7 +361,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             count = projections.rebuild(conn, progress)
             return before == projections.snapshot(conn), count
 
-        same, count = db.write_sync(DataDir(args.data).db_path, run)
+        same, count = db.write_sync(DataDir(args.data).db_path, run, log=LOG)
         rebuilt = db.read_sync(DataDir(args.data).db_path, lambda conn: search_indexer.rebuild(args.data, conn))
     if rebuilt.repaired is not None:
         print(f"search index: {rebuilt.repaired}", file=sys.stderr)

@@ -5,8 +5,10 @@ node/app.py builds the application from `FEATURES`, in order: the routes' order 
 the order aiohttp matches them in; background tasks start in this order once the node is open and stop in
 reverse before it closes. Nothing registers itself on import: a feature is on the node because it is listed here.
 
-The log's projectors and tables are the same declarations, joined once in node.store.projections, which every
-feature's writes go through and so cannot import this list (tests/node/test_features.py holds the two equal).
+The log's projectors and tables are joined once here too, into `LOG` (a `projections.Log`): `Node` gives it to
+its `Database`, which gives it to every connection it opens, and `projections.append_many`, `rebuild` and
+`snapshot` read it from the connection they run on. The store floor never imports this list; the CLI hands `LOG`
+to what opens a connection of its own (`db.write_sync`, `bbs doctor`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from node.feed import routes as feed_routes
 from node.nlip import endpoint as nlip_endpoint
 from node.push import routes as push_routes
 from node.store import projections
-from node.store.projections import Projector
+from node.store.projections import Log, Projector
 from node.trust import routes as trust_routes
 from node.web import background
 from node.web.background import CleanupContext
@@ -89,3 +91,18 @@ FEATURES: tuple[Feature, ...] = (
 def all_routes() -> list[Route]:
     """Every REST route of the node, feature by feature in the order of `FEATURES`."""
     return [route for feature in FEATURES for route in feature.routes]
+
+
+def joined(features: Sequence[Feature]) -> Log:
+    """The log of these features: every projector (a record kind projected by two features is refused) and
+    every projection table, feature by feature."""
+    projectors: dict[str, Projector] = {}
+    for feature in features:
+        twice = sorted(set(feature.projectors) & set(projectors))
+        if twice:
+            raise ValueError(f"{feature.name} projects {', '.join(twice)}, which another feature projects")
+        projectors.update(feature.projectors)
+    return Log(projectors, tuple(table for feature in features for table in feature.tables))
+
+
+LOG: Log = joined(FEATURES)  # the node's log: its record kinds' projectors and its projection tables

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
 from aiohttp import web
 
 from node.errors import Forbidden, InvalidInput
-from node.service import Node
 from node.store import idempotency
 from node.web.appkeys import NODE, SYNC
 from node.web.auth import agent_id, principal
@@ -42,6 +43,9 @@ from wire.api import (
     SubscriptionList,
     SubscriptionOut,
 )
+
+if TYPE_CHECKING:
+    from node.service import Node
 
 
 def _node(request: web.Request) -> Node:

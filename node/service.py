@@ -24,6 +24,7 @@ from node.default_mode.service import DefaultMode
 from node.entries.links import Links
 from node.entries.posting import Entries
 from node.entries.reads import Reads
+from node.features import LOG
 from node.federation.store import NodeSyncStore
 from node.feed.service import Feed
 from node.inbox.service import MAX_SUBSCRIPTIONS, Inbox
@@ -31,33 +32,36 @@ from node.ops.datadir import DataDir
 from node.search_index import indexer
 from node.search_index.index import SearchIndex
 from node.store.db import Database
+from node.store.projections import Log
 from node.store.sealing import Sealing
 from node.trust.service import Trust
 from node.workflows.fence import FENCE_NAME
 from node.workflows.messaging import Bus
 from node.workflows.service import Workflows
+from sync.messages import SYNC_VERSIONS
 from wire.api import MAX_BATCH, MAX_HOPS, NodeInfo
 
 
 class Node:
     """One node: its key, its database and the feature services on them."""
 
-    def __init__(self, data_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, data_dir: Path, *, clock: Callable[[], float] = time.time, log: Log = LOG) -> None:
         self.data = DataDir(data_dir)
         self.clock = clock
         self.key = keys.load_key(self.data.key_path)
-        self.db = Database(self.data.db_path)
+        self.db = Database(self.data.db_path, log=log)  # `log`: the projectors and tables its writes go through
         self.sealing = Sealing(self.db, self.now_ms)
         self.agents = Agents(self.db, self.node_id, self.now_ms)
         self.entries = Entries(self.db, self.sealing, self.now_ms)
         self.links = Links(self.db, self.sealing, self.now_ms)
         self.reads = Reads(self.db)
         self.feed = Feed(self.db)
-        self.inbox = Inbox(self.db, self.now_ms)
+        # inbox, workflows, trust annotated: node/web/background.py's tasks read them back (mypy cannot infer them
+        # across the TYPE_CHECKING cycle Node -> features -> background -> Node)
+        self.inbox: Inbox = Inbox(self.db, self.now_ms)
         self.bus = Bus(self.db, self.sealing, self.now_ms)
-        self.workflows = Workflows(self.db, self.sealing, self.key, self.now_ms, self.data.root / FENCE_NAME)
+        self.workflows: Workflows = Workflows(self.db, self.sealing, self.key, self.now_ms, self.data.root / FENCE_NAME)
         self.default_mode = DefaultMode(self.db, self.node_id, self.now_ms, self.entries, self.reads)
-        # annotated: node/trust/service.py's background task reads it back (mypy cannot infer it across that cycle)
         self.trust: Trust = Trust(self.db, self.now_ms)
         self.sync = NodeSyncStore(self.db, self.node_id, self.now_ms, authority=self.sealing.authority)
         self.key_events = KeyEvents(self.db, self.sealing, self.now_ms)  # key events over REST, rotations
@@ -101,6 +105,7 @@ class Node:
             version=__version__,
             schema_version=self.db.schema_version,
             record_schema=canonical.SCHEMA_VERSION,
+            sync_versions=list(SYNC_VERSIONS),
             limits={
                 "max_record_bytes": schema.MAX_RECORD_BYTES,
                 "max_content_chars": schema.MAX_CONTENT_CHARS,

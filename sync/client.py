@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,15 +20,18 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a fetch of 256 hashes of records up to 
 # a changes page holds at most MAX_PAGE_BYTES of records (sync/server.py) plus its hashes and framing
 MAX_CHANGES_BYTES = MAX_PAGE_BYTES + 1024 * 1024
 REPLY_TIMEOUT_S = 30.0  # beyond a long-poll's wait, the most a peer may take to answer (a stall is cut off)
+NODE_INFO_BYTES = 64 * 1024  # GET /v1/node is a few hundred bytes
+UNSUPPORTED_SYNC_VERSION = "unsupported_sync_version"
 
 
 class SyncError(Exception):
     """An exchange with a peer failed (network, HTTP status, or a malformed reply). `code` is the problem code
     of the peer's error answer when it gave one (`unknown_peer`: it has not added this node yet)."""
 
-    def __init__(self, message: str, code: str | None = None) -> None:
+    def __init__(self, message: str, code: str | None = None, detail: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.detail = detail  # the problem's detail, when the peer answered with one
 
 
 @dataclass
@@ -39,8 +43,40 @@ class Traffic:
     bytes_received: int = 0
 
 
+def spoken_versions(detail: str | None) -> set[int]:
+    """The sync protocol versions a peer's `422 unsupported_sync_version` names: "this node speaks sync protocol
+    v2, not v3: ..." (a node of protocol v2) or "... speaks sync protocol v4 and v3, not v2: ..."."""
+    found = re.search(r"speaks sync protocol ((?:v[0-9]{1,6}(?:, | and )?)+)", detail or "")
+    return {int(n) for n in re.findall(r"v([0-9]{1,6})", found.group(1))} if found else set()
+
+
+async def node_sync_versions(session: aiohttp.ClientSession, base: str) -> set[int]:
+    """The sync protocol versions a peer's `GET /v1/node` lists (`sync_versions`); a node of protocol v2 lists
+    none: {2}. Raises SyncError when the peer cannot be asked."""
+    url = base.rstrip("/") + "/v1/node"
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=REPLY_TIMEOUT_S)) as resp:
+            raw = await resp.content.read(NODE_INFO_BYTES)
+            status = resp.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise SyncError(f"GET /v1/node: {type(exc).__name__}: {exc}") from None
+    try:
+        info = msgspec.json.decode(raw) if status == 200 else None
+    except (msgspec.DecodeError, RecursionError):
+        info = None
+    if not isinstance(info, dict):
+        raise SyncError(f"GET /v1/node: HTTP {status}: not a node's description")
+    listed = info.get("sync_versions")
+    if listed is None:
+        return {2}
+    if not isinstance(listed, list) or not all(type(n) is int for n in listed):
+        raise SyncError("GET /v1/node: sync_versions is not a list of integers")
+    return set(listed)
+
+
 class PeerClient:
-    """Signed requests to one peer: the changes feed, fetch by hash, reconciliation rounds."""
+    """Signed requests to one peer: the changes feed, fetch by hash, reconciliation rounds, in protocol `version`
+    (one of `m.SYNC_VERSIONS`: the puller speaks v2 to a peer of protocol v2)."""
 
     def __init__(
         self,
@@ -51,8 +87,10 @@ class PeerClient:
         traffic: Traffic | None = None,
         health: m.PeerHealth | None = None,
         boots: PeerBoots | None = None,
+        version: int = m.PROTOCOL_VERSION,
     ) -> None:
         self.session, self.key, self.node_id = session, key, node_id
+        self.version = version
         self.base = url.rstrip("/")
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -67,7 +105,7 @@ class PeerClient:
             "since": str(since),
             "limit": str(limit),
             "wait_ms": str(wait_ms),
-            "v": str(m.PROTOCOL_VERSION),
+            "v": str(self.version),
         }
         if epoch is not None:
             query["epoch"] = epoch
@@ -81,7 +119,7 @@ class PeerClient:
         return reply
 
     async def fetch(self, hashes: list[str]) -> m.Records:
-        body = msgspec.json.encode(m.FetchRequest(hashes=hashes))
+        body = msgspec.json.encode(m.FetchRequest(v=self.version, hashes=hashes))
         reply: m.Records = self._decode(m.RECORDS_DECODER, await self._request("POST", "/v1/sync/fetch", body=body))
         asked = set(hashes)
         # an address brings each version the peer keeps of it: at most two
@@ -92,7 +130,7 @@ class PeerClient:
         return reply
 
     async def reconcile(self, message: bytes) -> m.ReconcileReply:
-        body = msgspec.json.encode(m.ReconcileRequest(message=message.hex()))
+        body = msgspec.json.encode(m.ReconcileRequest(v=self.version, message=message.hex()))
         return self._decode(m.RECONCILE_DECODER, await self._request("POST", "/v1/sync/reconcile", body=body))
 
     def _decode(self, decoder: msgspec.json.Decoder[Any], raw: bytes) -> Any:
@@ -102,11 +140,8 @@ class PeerClient:
             raise SyncError(f"malformed batch: {exc}") from None
         except RecursionError:
             raise SyncError("malformed batch: nested too deeply to decode") from None
-        if getattr(reply, "v", m.PROTOCOL_VERSION) != m.PROTOCOL_VERSION:
-            raise SyncError(
-                f"malformed batch: sync protocol v{reply.v}; this node speaks v{m.PROTOCOL_VERSION}"
-                " (upgrade both nodes)"
-            )
+        if getattr(reply, "v", self.version) != self.version:
+            raise SyncError(f"malformed batch: a reply in sync protocol v{reply.v} to a request in v{self.version}")
         if getattr(reply, "node_id", self.node_id) != self.node_id:
             raise SyncError(f"the peer answered as {reply.node_id}, not {self.node_id}")
         return reply
@@ -132,6 +167,7 @@ class PeerClient:
             raise SyncError(
                 f"{method} {path}: HTTP {status}: {_problem(data)}" + (f" ({advice})" if advice else ""),
                 problem_code(data),
+                _detail(data),
             )
         return data
 
@@ -176,6 +212,16 @@ class PeerClient:
                 return resp.status, data
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise SyncError(f"{method} {url.path}: {type(exc).__name__}: {exc}") from None
+
+
+def _detail(data: bytes) -> str | None:
+    """The `detail` of a problem+json answer (None when the body is not one)."""
+    try:
+        problem = msgspec.json.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    detail = problem.get("detail") if isinstance(problem, dict) else None
+    return detail if isinstance(detail, str) else None
 
 
 def _problem(data: bytes) -> str:

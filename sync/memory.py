@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 import msgspec
 
 from identity import canonical
-from sync.messages import PeerHealth
-from sync.store import Cursor, Invalid, Outcome, Page, PeerConfig, Verified
+from sync import compat
+from sync.messages import PROTOCOL_VERSION, PeerHealth
+from sync.store import TOO_NEW, Cursor, CursorVersion, Invalid, Outcome, Page, PeerConfig, Verified
 
 MAX_WANT_ATTEMPTS = 8
 
@@ -38,6 +39,8 @@ class MemoryStore:
     rejected: set[str] = field(default_factory=set)  # versions refused or evicted
     peer_list: list[PeerConfig] = field(default_factory=list)
     cursors: dict[str, Cursor] = field(default_factory=dict)
+    cursor_versions: dict[str, CursorVersion] = field(default_factory=dict)
+    sync_versions: dict[str, int] = field(default_factory=dict)
     health: dict[str, PeerHealth] = field(default_factory=dict)
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
     wants: dict[str, _Want] = field(default_factory=dict)
@@ -82,14 +85,17 @@ class MemoryStore:
     async def position(self) -> tuple[str, int]:
         return self.epoch, len(self.log)
 
-    async def changes(self, since: int, limit: int, exclude_origin: str | None = None) -> Page:
-        items = [
+    async def changes(
+        self, since: int, limit: int, exclude_origin: str | None = None, v: int = PROTOCOL_VERSION
+    ) -> Page:
+        scanned = [
             (seq, h, version, body)
             for seq, h, version, body, _ms, scope in self._live()
             if seq > since and scope == "federation" and self.origins.get(version) != exclude_origin
         ][:limit]
-        more = len(items) == limit and items[-1][0] < len(self.log)
-        return Page(self.epoch, len(self.log), items[-1][0] if more else len(self.log), more, items)
+        more = len(scanned) == limit and scanned[-1][0] < len(self.log)
+        items = [item for item in scanned if compat.servable(v, item[2], item[3])]
+        return Page(self.epoch, len(self.log), scanned[-1][0] if more else len(self.log), more, items)
 
     async def wait_for_change(self, since: int, timeout: float) -> None:
         while not any(e is not None and e[4] == "federation" for e in self.log[since:]):
@@ -99,23 +105,32 @@ class MemoryStore:
             except TimeoutError:
                 return
 
-    async def fetch(self, ids: list[str]) -> list[tuple[str, str, bytes]]:
+    async def fetch(self, ids: list[str], v: int = PROTOCOL_VERSION) -> list[tuple[str, str, bytes]]:
         wanted = set(ids)
         return [
             (h, version, body)
             for _seq, h, version, body, _ms, scope in self._live()
-            if scope == "federation" and (h in wanted or version in wanted)
+            if scope == "federation" and (h in wanted or version in wanted) and compat.servable(v, version, body)
         ]
 
-    async def reconcile_items(self) -> tuple[str, int, list[tuple[int, bytes]]]:
-        items = sorted((ms, bytes.fromhex(v)) for _seq, _h, v, _b, ms, scope in self._live() if scope == "federation")
+    async def reconcile_items(self, v: int = PROTOCOL_VERSION) -> tuple[str, int, list[tuple[int, bytes]]]:
+        items = sorted(
+            (ms, bytes.fromhex(version))
+            for _seq, _h, version, body, ms, scope in self._live()
+            if scope == "federation" and compat.servable(v, version, body)
+        )
         return self.epoch, len(self.log), items
 
     async def refused(self, versions: list[str]) -> set[str]:
         return self.rejected.intersection(versions)
 
     async def ingest(
-        self, peer_id: str, records: list[Verified], invalid: list[Invalid], cursor: Cursor | None
+        self,
+        peer_id: str,
+        records: list[Verified],
+        invalid: list[Invalid],
+        cursor: Cursor | None,
+        too_new_from: int | None = None,
     ) -> list[Outcome]:
         counts = self.counters.setdefault(peer_id, {})
         outcomes = []
@@ -129,11 +144,20 @@ class MemoryStore:
                 for t in missing:
                     self.wants.setdefault(t, _Want(peer_id))
                 outcomes.append(Outcome(v.hash, "pending_link" if missing else "saved"))
-        outcomes += [Outcome(bad.hash, "invalid", bad.reason) for bad in invalid]
+        outcomes += [
+            Outcome(bad.hash, "too_new") if bad.reason == TOO_NEW else Outcome(bad.hash, "invalid", bad.reason)
+            for bad in invalid
+        ]
         for o in outcomes:
             counts[o.outcome] = counts.get(o.outcome, 0) + 1
         if cursor is not None:
+            held = self.cursors.get(peer_id)
+            kept = self.cursor_versions.get(peer_id, CursorVersion()).too_new_from
+            if held is None or held.epoch != cursor.epoch:
+                kept = None
+            lowest = min((p for p in (kept, too_new_from) if p is not None), default=None)
             self.cursors[peer_id] = cursor
+            self.cursor_versions[peer_id] = CursorVersion(PROTOCOL_VERSION, lowest)
         return outcomes
 
     async def peers(self) -> list[PeerConfig]:
@@ -141,6 +165,20 @@ class MemoryStore:
 
     async def cursor(self, peer_id: str) -> Cursor | None:
         return self.cursors.get(peer_id)
+
+    async def cursor_version(self, peer_id: str) -> CursorVersion | None:
+        if peer_id not in self.cursors:
+            return None
+        return self.cursor_versions.get(peer_id, CursorVersion())
+
+    async def upgrade_cursor(self, peer_id: str) -> None:
+        cursor = self.cursors.get(peer_id)
+        if cursor is None:
+            return
+        too_new_from = self.cursor_versions.get(peer_id, CursorVersion()).too_new_from
+        if too_new_from is not None:
+            self.cursors[peer_id] = Cursor(cursor.epoch, max(0, min(cursor.seq, too_new_from - 1)))
+        self.cursor_versions[peer_id] = CursorVersion(PROTOCOL_VERSION, None)
 
     async def note_peer(
         self,
@@ -151,7 +189,10 @@ class MemoryStore:
         error: str | None = None,
         reconciled: bool = False,
         health: PeerHealth | None = None,
+        sync_version: int | None = None,
     ) -> None:
+        if sync_version is not None:
+            self.sync_versions[peer_id] = sync_version
         self.errors[peer_id] = error
         if health is not None:
             self.health[peer_id] = msgspec.structs.replace(health)
@@ -170,8 +211,12 @@ class MemoryStore:
                 w.attempts += 1
                 w.next_ms = now_ms + min(600_000, 1000 * 2**w.attempts)
 
-    def digest(self) -> tuple[int, str]:
-        hashes = sorted(v for _seq, _h, v, _b, _ms, scope in self._live() if scope == "federation")
+    def digest(self, v: int = PROTOCOL_VERSION) -> tuple[int, str]:
+        hashes = sorted(
+            version
+            for _seq, _h, version, body, _ms, scope in self._live()
+            if scope == "federation" and compat.servable(v, version, body)
+        )
         return len(hashes), hashlib.sha256("".join(h + "\n" for h in hashes).encode()).hexdigest()
 
 

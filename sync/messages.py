@@ -12,7 +12,11 @@ import msgspec
 
 from identity.schema import Did, Hash, whole
 
-PROTOCOL_VERSION = 2  # 2: versions (docs/sync.md, "Versions"); a v1 peer is answered 422 unsupported_sync_version
+# 2: versions (docs/sync.md, "Versions"). 3: the record forms of docs/format-v3.md and the too_new outcome; a v3
+# node also speaks v2, serving a v2 peer only v2-compatible records (sync/compat.py). A node speaks its own version
+# and the one before it; a peer of any other is answered 422 unsupported_sync_version.
+PROTOCOL_VERSION = 3
+SYNC_VERSIONS: tuple[int, ...] = (PROTOCOL_VERSION - 1, PROTOCOL_VERSION)
 MAX_CHANGES_LIMIT = 1000
 DEFAULT_CHANGES_LIMIT = 500
 MAX_WAIT_MS = 30_000
@@ -124,9 +128,16 @@ class ReconcileReply(_Message, tag="reconcile_reply"):
 # ---- operator surface -----------------------------------------------------------------------------------
 
 
+class DigestQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Query of `GET /v1/sync/digest`: `v=2` gives the digest of the v2-compatible versions only, to compare this
+    node with nodes of protocol v2 (docs/format-v3.md, 8.2)."""
+
+    v: Version = PROTOCOL_VERSION
+
+
 class Digest(_Message, tag="digest"):
     """Count and SHA-256 over the sorted versions of this node's federated records (each version + '\\n'): a
-    digest over bodies."""
+    digest over bodies. With `v` 2, over the v2-compatible ones (sync/compat.py)."""
 
     node_id: str
     count: int
@@ -148,6 +159,8 @@ class PeerCounters(msgspec.Struct):
     invalid: int = 0
     pending_link: int = 0
     overflow: int = 0  # versions refused: their address already holds two that precede them (docs/sync.md)
+    # refused only for being of a form a later release may define (docs/format-v3.md, 8.4): never remembered
+    too_new: int = 0
     internal: int = 0  # records that failed in this node's own code (its log holds each traceback)
     waiting: int = 0  # records put in the waiting area: their key event was not held (docs/format-v3.md, 7)
     dropped_waiting: int = 0  # records a full waiting cap dropped (or that waited 24 h): reconciliation brings them
@@ -189,6 +202,11 @@ class PeerStatus(msgspec.Struct):
     last_reconcile_at: str | None
     counters: PeerCounters
     health: PeerHealth = msgspec.field(default_factory=PeerHealth)
+    # the sync protocol version this node last spoke with the peer (None: not yet): 2 while the peer runs a
+    # release of protocol v2 (docs/sync.md, "Versions of the protocol")
+    sync_version: int | None = None
+    # the lowest feed position of a record this node refused only for being too new, not yet read again
+    too_new_from: int | None = None
 
 
 class AuthorEquivocations(msgspec.Struct):

@@ -22,7 +22,8 @@ from sync import messages as m
 from sync.auth import PeerBoots
 from sync.client import PeerClient, SyncError, Traffic
 from sync.negentropy import Negentropy, NegentropyError, VectorStorage
-from sync.store import Cursor, Invalid, Outcome, PeerConfig, SyncStore, Verified
+from sync.protocol import PeerVersions
+from sync.store import TOO_NEW, Cursor, Invalid, Outcome, PeerConfig, SyncStore, Verified
 from sync.verify import accept_all, start_worker, verdicts, verify_record
 
 log = logging.getLogger("bbs.sync")
@@ -96,11 +97,11 @@ class Puller:
         self.traffic = Traffic()
         self.boots = PeerBoots()  # each peer's boot id, named in every signature (sync/auth.py)
         self.health: dict[str, m.PeerHealth] = {}
+        self.versions = PeerVersions(store, session, clock)  # the protocol version spoken with each peer
 
     def client(self, peer: PeerConfig) -> PeerClient:
-        return PeerClient(
-            self.session, self.key, peer.node_id, peer.url, self.traffic, self.health_of(peer.node_id), self.boots
-        )
+        health, version = self.health_of(peer.node_id), self.versions.version_of(peer.node_id)
+        return PeerClient(self.session, self.key, peer.node_id, peer.url, self.traffic, health, self.boots, version)
 
     def health_of(self, peer_id: str) -> m.PeerHealth:
         """How pulling from this peer is going (kept in memory, written with every peer note)."""
@@ -119,9 +120,7 @@ class Puller:
             await self.reconcile(peer, reset=True)
             return PullReport(reset=True, more=True)
         outcomes = await self._store_page(peer, reply, cursor, await self._verify_page(peer, reply))
-        await self.store.note_peer(
-            peer.node_id, remote_epoch=reply.epoch, remote_head=reply.head, health=self.health_of(peer.node_id)
-        )
+        await self._noted(peer, reply, client.version)
         wanted = await self.fetch_wanted(peer)
         return PullReport(more=reply.more, outcomes=outcomes, wanted=wanted)
 
@@ -164,12 +163,7 @@ class Puller:
                 if not reply.more or time.monotonic() - noted >= NOTE_EVERY_S:
                     report.outcomes += await storing
                     storing = None
-                    await self.store.note_peer(
-                        peer.node_id,
-                        remote_epoch=reply.epoch,
-                        remote_head=reply.head,
-                        health=self.health_of(peer.node_id),
-                    )
+                    await self._noted(peer, reply, client.version)
                     noted = time.monotonic()
         finally:
             if fetching is not None:  # a failure or a reset: the page requested ahead is not wanted
@@ -178,13 +172,13 @@ class Puller:
         report.wanted = await self.fetch_wanted(peer)
         return report
 
+    async def _noted(self, peer: PeerConfig, reply: m.Changes, v: int) -> None:
+        await self.store.note_peer(peer.node_id, remote_epoch=reply.epoch, remote_head=reply.head,
+                                   health=self.health_of(peer.node_id), sync_version=v)  # fmt: skip
+
     async def _verify_page(self, peer: PeerConfig, reply: m.Changes) -> list[Verified | Invalid]:
         results = await verify_many([(bytes(item.record), item.hash, item.version) for item in reply.items])
-        for bad in results:
-            if isinstance(bad, Invalid):
-                log.warning(
-                    "peer %s sent an invalid record %s: %s (%s)", peer.node_id, bad.hash, bad.reason, bad.detail
-                )
+        _log_refused(peer, results)
         return results
 
     async def _store_page(
@@ -196,7 +190,7 @@ class Puller:
         new_cursor = Cursor(reply.epoch, reply.next)
         if not (verified or invalid or cursor != new_cursor):
             return []
-        outcomes = await self.store.ingest(peer.node_id, verified, invalid, new_cursor)
+        outcomes = await self.store.ingest(peer.node_id, verified, invalid, new_cursor, too_new_from(reply, results))
         if outcomes:
             counts = collections.Counter(o.outcome for o in outcomes)
             log.info(
@@ -263,7 +257,7 @@ class Puller:
         """Negentropy with the peer as responder, then fetch what we lack. With `reset`, restart the cursor
         at the peer's head as of the first round (every record up to it is then held here)."""
         client = self.client(peer)
-        _epoch, _head, items = await self.store.reconcile_items()
+        _epoch, _head, items = await self.store.reconcile_items(client.version)
         neg = Negentropy(VectorStorage(items))
         message: bytes | None = neg.initiate()
         have: list[bytes] = []
@@ -298,6 +292,7 @@ class Puller:
             remote_head=first.head,
             reconciled=True,
             health=self.health_of(peer.node_id),
+            sync_version=client.version,
         )
         log.info("reconciled with %s: %d rounds, need %d, have %d", peer.node_id, report.rounds, len(need), len(have))
         return report
@@ -322,6 +317,11 @@ class Puller:
         empty_poll_at: float | None = None  # when the last pull that brought nothing started (monotonic)
         while True:
             try:
+                step = await self.versions.step(peer, self.reconcile)  # sync/protocol.py
+                if step == "reconciled":
+                    last_reconcile = self.clock()
+                elif step == "newer":
+                    caught_up, last_reconcile = False, None
                 if caught_up and empty_poll_at is not None:
                     gap = self.min_poll_s - (time.monotonic() - empty_poll_at)
                     if gap > 0:
@@ -352,6 +352,9 @@ class Puller:
             except asyncio.CancelledError:
                 raise
             except (SyncError, NegentropyError, StoreFault) as exc:
+                if isinstance(exc, SyncError) and self.versions.fall_back(peer, exc):
+                    caught_up = False
+                    continue
                 if isinstance(exc, SyncError) and exc.code == UNKNOWN_PEER:
                     caught_up = False
                     waits += 1
@@ -451,6 +454,22 @@ async def verify_many(
     chunks = [items[i : i + step] for i in range(0, len(items), step)]
     done = await asyncio.gather(*(asyncio.to_thread(_verify_all, chunk) for chunk in chunks))
     return [result for chunk in done for result in chunk]
+
+
+def _log_refused(peer: PeerConfig, results: list[Verified | Invalid]) -> None:
+    for bad in results:
+        if isinstance(bad, Invalid) and bad.reason == TOO_NEW:
+            log.info("peer %s sent a record too new for this release %s: %s", peer.node_id, bad.hash, bad.detail)
+        elif isinstance(bad, Invalid):
+            log.warning("peer %s sent an invalid record %s: %s (%s)", peer.node_id, bad.hash, bad.reason, bad.detail)
+
+
+def too_new_from(reply: m.Changes, results: list[Verified | Invalid]) -> int | None:
+    """The lowest feed position in a page of a record refused for being too new: the cursor moves past it, and
+    keeps where it is (docs/format-v3.md, 8.4)."""
+    seqs = [item.seq for item, r in zip(reply.items, results, strict=True) if isinstance(r, Invalid)
+            and r.reason == TOO_NEW]  # fmt: skip
+    return min(seqs, default=None)
 
 
 def _verify_all(items: list[tuple[bytes, str | None, str | None]]) -> list[Verified | Invalid]:

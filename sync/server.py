@@ -16,12 +16,13 @@ class BadSyncMessage(ValueError):
 
 
 class SyncServer:
-    """Answers peers' sync requests from `store`."""
+    """Answers peers' sync requests from `store`, each in the protocol version it asks in (`m.SYNC_VERSIONS`): a
+    peer one version behind is served only what `sync.compat.servable` allows it (the store filters)."""
 
     def __init__(self, store: SyncStore) -> None:
         self.store = store
         self.closing = asyncio.Event()
-        self._storage: tuple[tuple[str, int], VectorStorage] | None = None
+        self._storage: dict[int, tuple[tuple[str, int], VectorStorage]] = {}  # per protocol version
 
     async def changes(self, q: m.ChangesQuery, peer_id: str | None = None) -> m.ChangesReply:
         """A page of the feed after `q.since`, waiting up to `q.wait_ms` for one when there is nothing yet.
@@ -30,16 +31,16 @@ class SyncServer:
         epoch, head = await self.store.position()
         node_id = self.store.node_id
         if q.epoch is not None and q.epoch != epoch:
-            return m.Reset(node_id=node_id, epoch=epoch, head=head, reason="epoch_changed")
+            return m.Reset(v=q.v, node_id=node_id, epoch=epoch, head=head, reason="epoch_changed")
         if q.since > head:
-            return m.Reset(node_id=node_id, epoch=epoch, head=head, reason="cursor_ahead")
+            return m.Reset(v=q.v, node_id=node_id, epoch=epoch, head=head, reason="cursor_ahead")
         if q.wait_ms:
             waiter = asyncio.ensure_future(self.store.wait_for_change(q.since, q.wait_ms / 1000))
             closing = asyncio.ensure_future(self.closing.wait())
             await asyncio.wait({waiter, closing}, return_when=asyncio.FIRST_COMPLETED)
             for task in (waiter, closing):
                 task.cancel()
-        page = await self.store.changes(q.since, q.limit, peer_id)
+        page = await self.store.changes(q.since, q.limit, peer_id, q.v)
         items: list[m.ChangeItem] = []
         size = 0
         next_seq, more = page.next, page.more
@@ -49,13 +50,16 @@ class SyncServer:
                 break
             items.append(m.ChangeItem(seq=seq, hash=record_hash, version=version, record=m.msgspec.Raw(body)))
             size += len(body)
-        return m.Changes(node_id=node_id, epoch=page.epoch, head=page.head, next=next_seq, more=more, items=items)
+        return m.Changes(
+            v=q.v, node_id=node_id, epoch=page.epoch, head=page.head, next=next_seq, more=more, items=items
+        )
 
     async def fetch(self, req: m.FetchRequest) -> m.Records:
         """Federated versions by address or version; the ids matching none are listed as missing."""
-        found = await self.store.fetch(list(dict.fromkeys(req.hashes)))
+        found = await self.store.fetch(list(dict.fromkeys(req.hashes)), req.v)
         have = {h for h, _, _ in found} | {v for _, v, _ in found}
         return m.Records(
+            v=req.v,
             node_id=self.store.node_id,
             items=[m.RecordItem(hash=h, version=v, record=m.msgspec.Raw(body)) for h, v, body in found],
             missing=[h for h in dict.fromkeys(req.hashes) if h not in have],
@@ -63,21 +67,27 @@ class SyncServer:
 
     async def reconcile(self, req: m.ReconcileRequest) -> m.ReconcileReply:
         """Answer one negentropy round as the responder."""
-        storage, epoch, head = await self._snapshot()
+        storage, epoch, head = await self._snapshot(req.v)
         try:
             reply = Negentropy(storage).reconcile(bytes.fromhex(req.message))
         except (NegentropyError, ValueError) as exc:
             raise BadSyncMessage(f"bad negentropy message: {exc}") from None
         return m.ReconcileReply(
-            node_id=self.store.node_id, epoch=epoch, head=head, message=reply.hex() if reply is not None else None
+            v=req.v,
+            node_id=self.store.node_id,
+            epoch=epoch,
+            head=head,
+            message=reply.hex() if reply is not None else None,
         )
 
-    async def _snapshot(self) -> tuple[VectorStorage, str, int]:
-        """The sorted item vector, rebuilt only when the store has moved (rounds of one session share it)."""
+    async def _snapshot(self, v: int) -> tuple[VectorStorage, str, int]:
+        """The sorted item vector of protocol `v`'s set, rebuilt only when the store has moved (rounds of one
+        session share it)."""
         position = await self.store.position()
-        if self._storage is not None and self._storage[0] == position:
-            return self._storage[1], position[0], position[1]
-        epoch, head, items = await self.store.reconcile_items()
+        held = self._storage.get(v)
+        if held is not None and held[0] == position:
+            return held[1], position[0], position[1]
+        epoch, head, items = await self.store.reconcile_items(v)
         storage = VectorStorage(items)
-        self._storage = ((epoch, head), storage)
+        self._storage[v] = ((epoch, head), storage)
         return storage, epoch, head

@@ -6,16 +6,28 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
-from sync.messages import PeerHealth
+from sync.messages import PROTOCOL_VERSION, PeerHealth
 
 # `internal`: the record met an error in the receiving node's own code (not the peer's fault; logged there).
 # `overflow`: a version refused because its address already holds two versions that precede it (docs/sync.md).
 # `waiting`: its authority (a key event installing its signing key) is not held: it waits, not stored in the log;
 # `dropped_waiting`: so, but a waiting cap was full: stored nowhere, offered again by reconciliation; `void`: its key
 # may not sign for its author (docs/format-v3.md, 3.5 and 7).
+# `too_new`: refused only for being of a form a later release may define (docs/format-v3.md, 8.4; never remembered).
 OutcomeWord = Literal[
-    "saved", "duplicate", "invalid", "pending_link", "overflow", "internal", "waiting", "dropped_waiting", "void"
+    "saved",
+    "duplicate",
+    "invalid",
+    "pending_link",
+    "overflow",
+    "internal",
+    "waiting",
+    "dropped_waiting",
+    "void",
+    "too_new",
 ]
+# The `Invalid.reason` of a record of a form a later release may define (sync/verify.py): its outcome is `too_new`.
+TOO_NEW = "too_new"
 
 
 class Verified(NamedTuple):
@@ -56,6 +68,15 @@ class Cursor(NamedTuple):
     seq: int
 
 
+class CursorVersion(NamedTuple):
+    """What a cursor says beside its position (docs/format-v3.md, 8.4): the protocol version of the release that
+    took it (a newer release reconciles with the peer before trusting it) and the lowest feed position of a record
+    refused only for being too new that no newer release has read again (`too_new_from`; None: there is none)."""
+
+    version: int = PROTOCOL_VERSION
+    too_new_from: int | None = None
+
+
 @dataclass
 class Page:
     """A page of the local changes feed: (seq, address, version, canonical body) of federated versions after
@@ -85,22 +106,27 @@ class SyncStore(Protocol):
         """This store's (epoch, head seq)."""
         ...
 
-    async def changes(self, since: int, limit: int, exclude_origin: str | None = None) -> Page:
+    async def changes(
+        self, since: int, limit: int, exclude_origin: str | None = None, v: int = PROTOCOL_VERSION
+    ) -> Page:
         """Federated records with seq > since in arrival order, at most `limit` (scope=local never included).
 
-        Records that came from `exclude_origin` are skipped: the asking peer sent them (echo suppression)."""
+        Records that came from `exclude_origin` are skipped: the asking peer sent them (echo suppression); so are
+        records `sync.compat.servable` refuses to a peer speaking protocol `v`. `next` moves past skipped records."""
         ...
 
     async def wait_for_change(self, since: int, timeout: float) -> None:
         """Return when the head passes `since` or after `timeout` seconds."""
         ...
 
-    async def fetch(self, ids: list[str]) -> list[tuple[str, str, bytes]]:
-        """(address, version, canonical body) of the federated versions whose address or version is in `ids`."""
+    async def fetch(self, ids: list[str], v: int = PROTOCOL_VERSION) -> list[tuple[str, str, bytes]]:
+        """(address, version, canonical body) of the federated versions whose address or version is in `ids` (at
+        protocol `v`, those `sync.compat.servable` allows)."""
         ...
 
-    async def reconcile_items(self) -> tuple[str, int, list[tuple[int, bytes]]]:
-        """(epoch, head, sorted (created_ms, version bytes) of every federated version), from one snapshot."""
+    async def reconcile_items(self, v: int = PROTOCOL_VERSION) -> tuple[str, int, list[tuple[int, bytes]]]:
+        """(epoch, head, sorted (created_ms, version bytes) of every federated version), from one snapshot (at
+        protocol `v`, of those `sync.compat.servable` allows)."""
         ...
 
     async def refused(self, versions: list[str]) -> set[str]:
@@ -109,9 +135,19 @@ class SyncStore(Protocol):
         ...
 
     async def ingest(
-        self, peer_id: str, records: list[Verified], invalid: list[Invalid], cursor: Cursor | None
+        self,
+        peer_id: str,
+        records: list[Verified],
+        invalid: list[Invalid],
+        cursor: Cursor | None,
+        too_new_from: int | None = None,
     ) -> list[Outcome]:
-        """Store verified records idempotently, count outcomes for the peer and save `cursor`, in one transaction."""
+        """Store verified records idempotently, count outcomes for the peer and save `cursor`, in one transaction.
+
+        An `invalid` item whose reason is `TOO_NEW` is counted `too_new`, never `invalid`, and never remembered.
+        `too_new_from` (with a cursor: the lowest feed position of such a record in the page) lowers the peer's
+        kept `too_new_from`; a cursor of another epoch replaces it. A cursor written takes this release's
+        protocol version."""
         ...
 
     async def peers(self) -> list[PeerConfig]:
@@ -120,6 +156,16 @@ class SyncStore(Protocol):
 
     async def cursor(self, peer_id: str) -> Cursor | None:
         """The saved cursor into a peer's feed."""
+        ...
+
+    async def cursor_version(self, peer_id: str) -> CursorVersion | None:
+        """The saved cursor's protocol version and `too_new_from` (None: no cursor yet)."""
+        ...
+
+    async def upgrade_cursor(self, peer_id: str) -> None:
+        """The cursor after an upgrade's reconciliation (docs/format-v3.md, 8.4): moved back to just before its
+        `too_new_from` (so the feed is read again from there; records held come as `duplicate`), which is cleared,
+        and given this release's protocol version."""
         ...
 
     async def note_peer(
@@ -131,9 +177,10 @@ class SyncStore(Protocol):
         error: str | None = None,
         reconciled: bool = False,
         health: PeerHealth | None = None,
+        sync_version: int | None = None,
     ) -> None:
         """Record a peer's position after a successful exchange, or the error of a failed one (and, when
-        given, how the puller is faring with it)."""
+        given, how the puller is faring with it and the protocol version spoken with it)."""
         ...
 
     async def wanted(self, peer_id: str, now_ms: int, limit: int) -> list[str]:

@@ -201,9 +201,6 @@ SQL_CALLS = ("execute", "executemany", "executescript")
 # store-module step of issue 33 still to do: each line goes when its module's SQL moves to its feature's store.
 SQL_OUTSIDE_STORES_ALLOWED = {
     "agent.runtime.memory": "the agent runtime's own memory database (the agent side, not the node's log)",
-    "node.entries.links": "to move",
-    "node.entries.posting": "to move",
-    "node.entries.queries": "to move",
 }
 
 

@@ -514,6 +514,9 @@ class NodeInfo(msgspec.Struct):
     schema_version: int
     record_schema: str
     limits: dict[str, int]
+    # the sync protocol versions this node speaks: its own and the one before it (docs/sync.md); a node of
+    # protocol v2 has no such member
+    sync_versions: list[int]
     # this process's boot id: peers name it in their signed requests (docs/security.md, "Replay across restarts")
     boot_id: str | None = None
 

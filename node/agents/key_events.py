@@ -9,7 +9,7 @@ records waiting for it (`node.federation.store.recheck_waiting_txn`), exactly as
 A node-kept agent's rotation (`bbs agent rotate-signing-key`, `POST /v1/agents/{agent_id}/signing-key`): the node
 makes a new key, signs a `rotate` event with the current key, vouching for every record of the agent the log holds
 signed by that key (with its vouch pages), stores it, and keeps the new key's seed in place of the old one; from
-then on the node signs the agent's records with the new key, named in `signing_key` (docs/decisions.md, record 52).
+then on the node signs the agent's records with the new key, named in `signing_key` (docs/decisions.md, record 55).
 """
 
 from __future__ import annotations

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from identity import keys, records
 from node.agents import service as agents
 from node.agents import store
 from node.errors import Conflict, InvalidInput, NotFound
-from node.service import Node
 from wire.api import CreatedAgent
+
+if TYPE_CHECKING:
+    from node.service import Node
 
 
 async def export_identity(node: Node, name: str) -> tuple[keys.SigningKey, dict[str, Any]]:

@@ -20,14 +20,17 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from identity import canonical, keys
 from node.agents import challenges, store
 from node.agents.service import Principal
 from node.errors import NotFound, Unauthorized
-from node.service import Node
 from wire.api import ChallengeOut, SessionIn, SessionOut
 from wire.time import format_ms
+
+if TYPE_CHECKING:
+    from node.service import Node
 
 PURPOSE = "agent-bbs-session"
 CHALLENGE_TTL_MS = 60_000

@@ -7,14 +7,13 @@ node/dashboard/store.py.
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 import msgspec
 
 from identity import records
 from node.dashboard import store
-from node.entries import queries
+from node.entries import store as entries_store
 from node.store.conn import Conn
 from wire.time import format_ms
 
@@ -93,11 +92,9 @@ def agents(conn: Conn, now_ms: int) -> AgentList:
     )
 
 
-def provenance(conn: sqlite3.Connection, ref: str) -> Provenance | None:
-    """The provenance of one entry (local id or record hash), or None when this node does not hold it.
-
-    (A sqlite3.Connection while node.entries.queries.resolve_ref takes one.)"""
-    _, entry_id = queries.resolve_ref(conn, ref)
+def provenance(conn: Conn, ref: str) -> Provenance | None:
+    """The provenance of one entry (local id or record hash), or None when this node does not hold it."""
+    _, entry_id = entries_store.resolve_ref(conn, ref)
     if entry_id is None:
         return None
     row = store.provenance_row(conn, entry_id)

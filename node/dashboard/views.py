@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from importlib import resources
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 from aiohttp import web
@@ -16,11 +16,13 @@ from aiohttp import web
 from identity.schema import LinkType
 from node.dashboard import data, graphs, store
 from node.errors import InvalidInput, NotFound
-from node.service import Node
 from node.web.appkeys import NODE
 from node.web.auth import principal
 from node.web.http import Route, decode_query, json_response
 from wire.api import MAX_HOPS, Direction, ReadQuery
+
+if TYPE_CHECKING:
+    from node.service import Node
 
 STATIC = {"app.js": "text/javascript", "app.css": "text/css"}
 # The page runs only its own script and style; graphs arrive as SVG markup with presentation attributes.

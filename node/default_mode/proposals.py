@@ -21,6 +21,7 @@ from node.default_mode import critic, salience, store, templates
 from node.default_mode.classify import classify
 from node.default_mode.store import NewCandidate
 from node.entries import queries
+from node.entries import store as entries_store
 from node.errors import InvalidInput, NotFound
 from wire.default_mode import (
     MAX_CANDIDATES_PER_CALL,
@@ -339,7 +340,7 @@ def evidence(conn: sqlite3.Connection, refs: list[str], field: str) -> list[str]
     """The record hashes `refs` name, without repeats; 404 `evidence_not_found` naming `field[i]`."""
     return list(
         dict.fromkeys(
-            queries.require_ref(conn, ref, "evidence", field=f"{field}[{i}]", code="evidence_not_found")
+            entries_store.require_ref(conn, ref, "evidence", field=f"{field}[{i}]", code="evidence_not_found")
             for i, ref in enumerate(refs)
         )
     )

@@ -8,11 +8,12 @@ from typing import Any, NoReturn
 
 from identity import canonical
 from identity.schema import LinkRecord
-from node.entries import queries
+from node.entries import store
 from node.entries.queries import LinkOut
 from node.errors import InvalidInput, Located, NotFound
 from node.store import idempotency, projections
 from node.store.authority import Authority, authorize_txn
+from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import Sealing, sign_and_check
 from wire.api import PostLink, SignedSubmission
@@ -51,9 +52,9 @@ class Links:
             record, record_hash, decoded = sign_and_check(unsigned, signer)
         assert isinstance(decoded, LinkRecord)
         link_id, created = await self.db.write(
-            lambda c: store(c, agent_id, key, record, record_hash, decoded, at, self.now_ms, self.sealing.authority)
+            lambda c: store_txn(c, agent_id, key, record, record_hash, decoded, at, self.now_ms, self.sealing.authority)
         )
-        return await self.db.read(lambda c: link_by_id(c, link_id), quick=True), created
+        return await self.db.read(lambda c: store.link_by_id(c, link_id), quick=True), created
 
 
 def unsigned_link(
@@ -77,16 +78,16 @@ def refuse_self_link() -> NoReturn:
     raise InvalidInput("an entry cannot link to itself", field="$.target", code="self_link")
 
 
-def ends(conn: sqlite3.Connection, body: PostLink) -> tuple[str, str]:
+def ends(conn: Conn, body: PostLink) -> tuple[str, str]:
     """The record hashes of a node-signed link's source (an entry on this node) and target (any entry)."""
-    source = queries.require_ref(
+    source = store.require_ref(
         conn, body.source, "source entry", field="$.source", code="source_not_found", stored=True
     )
-    target = queries.require_ref(conn, body.target, "target", field="$.target", code="target_not_found")
+    target = store.require_ref(conn, body.target, "target", field="$.target", code="target_not_found")
     return source, target
 
 
-def store(
+def store_txn(
     conn: sqlite3.Connection,
     agent_id: str,
     key: str | None,
@@ -101,19 +102,14 @@ def store(
     if key is not None:
         done = idempotency.replayed(conn, agent_id, key, "link", field="$.idempotency_key")
         if done is not None:
-            row = conn.execute("SELECT id FROM links WHERE origin_hash = ? AND ordinal = 0", (done,)).fetchone()
-            return int(row[0]), False
-    same = conn.execute(
-        "SELECT l.id, l.origin_hash, (SELECT r.kind FROM records r WHERE r.hash = l.origin_hash LIMIT 1) FROM links l"
-        " WHERE l.source_hash = ? AND l.target_hash = ? AND l.link_type = ? AND l.author_id = ?"
-        " AND l.ordinal >= 0 ORDER BY l.id LIMIT 1",
-        (decoded.source, decoded.target, decoded.link_type, agent_id),
-    ).fetchone()
+            return store.link_id_of_txn(conn, done), False
+    same = store.same_link_txn(conn, decoded.source, decoded.target, decoded.link_type, agent_id)
     if same is not None:  # the same author asserting the same link again: one link
-        if key is not None and same[2] == "link":  # the key now names that link (and no other use)
-            idempotency.remember(conn, agent_id, key, "link", same[1], now_ms())
-        return int(same[0]), False
-    if not conn.execute("SELECT 1 FROM entries WHERE record_hash = ?", (decoded.source,)).fetchone():
+        same_id, origin_hash, origin_kind = same
+        if key is not None and origin_kind == "link":  # the key now names that link (and no other use)
+            idempotency.remember(conn, agent_id, key, "link", origin_hash, now_ms())
+        return same_id, False
+    if not store.entry_stored_txn(conn, decoded.source):
         with at:
             raise NotFound("source entry is not on this node", field="$.source", code="source_not_found")
     with at:  # the key that signed it may sign for its author (docs/format-v3.md 3.5)
@@ -121,22 +117,12 @@ def store(
     projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now_ms())
     if key is not None:
         idempotency.remember(conn, agent_id, key, "link", record_hash, now_ms())
-    row = conn.execute("SELECT id FROM links WHERE origin_hash = ? AND ordinal = 0", (record_hash,)).fetchone()
-    return int(row[0]), True
+    return store.link_id_of_txn(conn, record_hash), True
 
 
-def replayed_link(conn: sqlite3.Connection, agent_id: str, key: str) -> LinkOut | None:
+def replayed_link(conn: Conn, agent_id: str, key: str) -> LinkOut | None:
     """The link the agent's idempotency `key` stored, or None (409 if the key did something else)."""
     done = idempotency.replayed(conn, agent_id, key, "link", field="$.idempotency_key")
     if done is None:
         return None
-    row = conn.execute(
-        f"SELECT {queries.LINK_COLUMNS} FROM links l WHERE l.origin_hash = ? AND l.ordinal = 0", (done,)
-    ).fetchone()
-    return queries.link_out(row)
-
-
-def link_by_id(conn: sqlite3.Connection, link_id: int) -> LinkOut:
-    """One link by its local id."""
-    row = conn.execute(f"SELECT {queries.LINK_COLUMNS} FROM links l WHERE l.id = ?", (link_id,)).fetchone()
-    return queries.link_out(row)
+    return store.link_by_origin(conn, done)

@@ -3,7 +3,8 @@
 Retractions are entries too (a `retract` entry with a `supersedes` link to what it withdraws). Every entry an
 agent posts takes the one write path here: idempotency replays, then sealing (signed here for node-kept keys,
 verified for records their author signed), then one set-based append. Concurrent posts reach the writer
-together through `Database.write_merged` and are stored by one `store_all` call.
+together through `Database.write_merged` and are stored by one `store_all_txn` call. The statements are in
+node/entries/store.py; this module decides.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import msgspec
 from identity import canonical, keys
 from identity.schema import EntryRecord
 from node.agents import refs as agent_refs
-from node.entries import queries
+from node.entries import queries, store
 from node.entries.links import unsigned_link
-from node.entries.queries import ENTRY_COLUMNS, EntryOut, entry_out
+from node.entries.queries import EntryOut
 from node.errors import Conflict, Forbidden, InvalidInput, Located, NotFound
 from node.store import db, equivocation, idempotency, projections
 from node.store.authority import Authority, authorize_txn
+from node.store.conn import Conn
 from node.store.db import Database, Mergeable
 from node.store.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, sign_and_check_body, until_hash_free
 from wire.api import PostEntry, SignedSubmission, unsigned_entry
@@ -97,7 +99,7 @@ class Entries:
         self.db = db
         self.sealing = sealing
         self.now_ms = now_ms
-        self.merged = Mergeable(self._store_all)  # concurrent posts: one append (see Database.write_merged)
+        self.merged = Mergeable(self._store_all_txn)  # concurrent posts: one append (see Database.write_merged)
 
     async def post(self, agent_id: str, body: PostEntry | SignedSubmission, idempotency_key: str | None) -> Posted:
         """Store a new entry (node-signed or author-signed). Returns (entry, created)."""
@@ -147,7 +149,9 @@ class Entries:
             await self._seal([post], agent_id)
         return await until_hash_free(
             lambda: self.db.write(
-                lambda c: store_with(c, agent_id, post, derived_from, signer, then, self.now_ms, self.sealing.authority)
+                lambda c: store_with_txn(
+                    c, agent_id, post, derived_from, signer, then, self.now_ms, self.sealing.authority
+                )
             ),
             functools.partial(self._seal_later, agent_id),
             "entry",
@@ -218,8 +222,8 @@ class Entries:
 
         await self.sealing.off_loop(len(posts), seal_all)
 
-    def _store_all(self, conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]]) -> list[list[Stored]]:
-        return store_all(conn, requests, self.now_ms(), self.sealing.authority)
+    def _store_all_txn(self, conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]]) -> list[list[Stored]]:
+        return store_all_txn(conn, requests, self.now_ms(), self.sealing.authority)
 
 
 # ---- transaction bodies and quick reads ---------------------------------------------------------------------
@@ -235,24 +239,24 @@ def directed_dids(conn: sqlite3.Connection, named: list[tuple[_Post, PostEntry]]
 
 
 class Fresh(NamedTuple):
-    """An entry `store_all` appended: its local id and its state in the transaction (rendered after it)."""
+    """An entry `store_all_txn` appended: its local id and its state in the transaction (rendered after it)."""
 
     id: int
     state: queries.EntryState
 
 
-Stored = tuple[EntryOut | Fresh, bool]  # what store_all gives per post, rendered into `Posted` by `rendered`
+Stored = tuple[EntryOut | Fresh, bool]  # what store_all_txn gives per post, rendered into `Posted` by `rendered`
 
 
 def rendered(post: _Post, stored: Stored) -> Posted:
-    """The answer for a post `store_all` stored: a replay's entry as read, a new one built from its record."""
+    """The answer for a post `store_all_txn` stored: a replay's entry as read, a new one built from its record."""
     ref, created = stored
     if isinstance(ref, EntryOut):
         return ref, created
     return queries.entry_out_of(ref.id, post.seal.record_hash, post.seal.decoded, ref.state), created
 
 
-def store_all(
+def store_all_txn(
     conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]], now: int, authority: Authority
 ) -> list[list[Stored]]:
     """Append the sealed posts of one or more requests (agent, posts) in one set-based append; one list of
@@ -276,7 +280,7 @@ def store_all(
             with Located(post.where):
                 done = idempotency.replay_of(used.get((agent_id, post.key)), "post", field="$.idempotency_key")
             if done is not None:
-                replay = int(conn.execute("SELECT id FROM entries WHERE record_hash = ?", (done,)).fetchone()[0])
+                replay = store.entry_id_txn(conn, done)
         if replay is not None:
             stored[i] = (replay, False)
     replayed_ids = [ref for ref, _ in stored.values() if isinstance(ref, int)]
@@ -287,10 +291,19 @@ def store_all(
         authority,
         [(posts[i][1].seal.record, posts[i][1].seal.version, posts[i][1].record_where) for i in to_append],
     )
-    held = equivocation.held(conn, [posts[i][1].seal.record_hash for i in to_append])
+    # what the run finds stored (versions held, links naming it, confidences): one statement for all of it
+    ahead = store.look_ahead_txn(
+        conn, [(posts[i][1].seal.record_hash, posts[i][1].seal.decoded.author_id) for i in to_append]
+    )
+    held = ahead.held
     to_append = _one_version_each(posts, to_append, held_versions(held), taken)
     appended = projections.append_many(
-        conn, [posts[i][1].seal.incoming() for i in to_append], origin="local", now_ms=now, held=held
+        conn,
+        [posts[i][1].seal.incoming() for i in to_append],
+        origin="local",
+        now_ms=now,
+        held=held,
+        named=ahead.named,
     )
     stored_by = {
         posts[i][1].seal.record_hash: request_of[i] for i, (_, new) in zip(to_append, appended, strict=True) if new
@@ -312,9 +325,13 @@ def store_all(
     db.insert_rows(conn, idempotency.REMEMBER, remembered)
     if taken:
         raise HashTaken(taken)
-    _answer_held_as_shown(conn, posts, [i for i, (_, new) in zip(to_append, appended, strict=True) if not new], stored)
-    states = queries.entry_states(conn, [seq for seq, _ in appended])
-    by_id = {out.id: out for out in queries.entries_by_ids(conn, replayed_ids)} if replayed_ids else {}
+    _answer_held_as_shown_txn(
+        conn, posts, [i for i, (_, new) in zip(to_append, appended, strict=True) if not new], stored
+    )
+    states = states_known([posts[i][1] for i in to_append], appended, ahead)
+    if states is None:  # something stored or in the run gives them a state: read it
+        states = store.entry_states(conn, [seq for seq, _ in appended])
+    by_id = {out.id: out for out in store.entries_by_ids(conn, replayed_ids)} if replayed_ids else {}
     results: list[Stored] = []
     for i in range(len(posts)):
         ref, created = stored[i]
@@ -331,8 +348,28 @@ def store_all(
     return answers
 
 
-def _answer_held_as_shown(
-    conn: sqlite3.Connection,
+def states_known(
+    run: list[_Post], appended: list[tuple[int, bool]], ahead: store.LookAhead
+) -> dict[int, queries.EntryState] | None:
+    """The state of each entry of `run` just appended (by seq), known without reading it back when nothing can
+    have given it one: every one is a new address (no other version held, none twice in the run), no stored
+    `supersedes` link names any of them, and none of them supersedes (or retracts) another of the run. Then none
+    is retracted, superseded or equivocated, it has no claims, and its community confidence is what the look-ahead
+    read (COMMUNITY_CONFIDENCE). Otherwise None: `store.entry_states` reads them."""
+    hashes = {post.seal.record_hash for post in run}
+    if ahead.named.superseded or ahead.held or len(hashes) != len(run) or not all(new for _, new in appended):
+        return None
+    for post in run:
+        if any(link.link_type == "supersedes" and link.target in hashes for link in post.seal.decoded.links):
+            return None
+    return {
+        seq: queries.EntryState(False, False, ahead.confidence[post.seal.record_hash], [], False)
+        for post, (seq, _) in zip(run, appended, strict=True)
+    }
+
+
+def _answer_held_as_shown_txn(
+    conn: Conn,
     posts: list[tuple[str, _Post]],
     again: list[int],
     stored: dict[int, tuple[EntryOut | int, bool]],
@@ -342,7 +379,7 @@ def _answer_held_as_shown(
     if not again:
         return
     hashes = [posts[i][1].seal.record_hash for i in again]
-    shown = {out.record_hash: out for out in queries.entries_by_hashes(conn, hashes, include_synthetic=True)}
+    shown = {out.record_hash: out for out in store.entries_by_hashes(conn, hashes, include_synthetic=True)}
     for i in again:
         out = shown.get(posts[i][1].seal.record_hash)
         if out is not None:
@@ -380,7 +417,7 @@ def held_versions(held: dict[str, list[equivocation.Held]]) -> dict[str, set[str
     return {a: {h.version for h in versions} for a, versions in held.items()}
 
 
-def store_with(
+def store_with_txn(
     conn: sqlite3.Connection,
     agent_id: str,
     post: _Post,
@@ -391,14 +428,14 @@ def store_with(
     authority: Authority,
 ) -> Posted:
     """`Entries.post_with` in its transaction: the entry, its derived links, then the caller's `then`."""
-    ((stored,),) = store_all(conn, [(agent_id, [post])], now_ms(), authority)
+    ((stored,),) = store_all_txn(conn, [(agent_id, [post])], now_ms(), authority)
     posted = rendered(post, stored)
-    derive_links(conn, posted[0], derived_from, agent_id, signer, now_ms())
+    derive_links_txn(conn, posted[0], derived_from, agent_id, signer, now_ms())
     then(conn, posted[0])
     return posted
 
 
-def derive_links(
+def derive_links_txn(
     conn: sqlite3.Connection,
     entry: EntryOut,
     targets: list[str],
@@ -410,18 +447,14 @@ def derive_links(
     linked it to that way (`Entries.post_with`)."""
     for target in targets:
         assert signer is not None
-        if conn.execute(
-            "SELECT 1 FROM links WHERE source_hash = ? AND target_hash = ? AND link_type = 'derived_from'"
-            " AND author_id = ? AND ordinal >= 0 LIMIT 1",
-            (entry.record_hash, target, agent_id),
-        ).fetchone():
+        if store.derived_link_held_txn(conn, entry.record_hash, target, agent_id):
             continue
         unsigned = unsigned_link(agent_id, now, entry.record_hash, target, "derived_from")
         record, record_hash, decoded = sign_and_check(unsigned, signer)
         projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
 
 
-def replays(conn: sqlite3.Connection, agent_id: str, posts: list[_Post]) -> list[EntryOut | None]:
+def replays(conn: Conn, agent_id: str, posts: list[_Post]) -> list[EntryOut | None]:
     """The entry each keyed post's idempotency key already stored, or None (one quick read for a request)."""
     found = []
     for post in posts:
@@ -431,23 +464,22 @@ def replays(conn: sqlite3.Connection, agent_id: str, posts: list[_Post]) -> list
     return found
 
 
-def replayed_entry(conn: sqlite3.Connection, agent_id: str, key: str) -> EntryOut | None:
+def replayed_entry(conn: Conn, agent_id: str, key: str) -> EntryOut | None:
     """The entry the agent's idempotency `key` stored, or None (409 if the key did something else)."""
     done = idempotency.replayed(conn, agent_id, key, "post", field="$.idempotency_key")
     if done is None:
         return None
-    row = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.record_hash = ?", (done,)).fetchone()
-    return entry_out(row)
+    return store.entry_by_hash(conn, done)
 
 
-def link_targets(conn: sqlite3.Connection, to_sign: list[tuple[_Post, PostEntry]]) -> list[list[str]]:
+def link_targets(conn: Conn, to_sign: list[tuple[_Post, PostEntry]]) -> list[list[str]]:
     """The record hash of every link target of each node-signed post, or 404 naming the link."""
     resolved = []
     for post, body in to_sign:
         with Located(post.where):
             resolved.append(
                 [
-                    queries.require_ref(
+                    store.require_ref(
                         conn, link.target, "link target", field=f"$.links[{i}].target", code="target_not_found"
                     )
                     for i, link in enumerate(body.links)
@@ -456,7 +488,7 @@ def link_targets(conn: sqlite3.Connection, to_sign: list[tuple[_Post, PostEntry]
     return resolved
 
 
-def check_early(conn: sqlite3.Connection, retracting: list[_Post], own: frozenset[str]) -> None:
+def check_early(conn: Conn, retracting: list[_Post], own: frozenset[str]) -> None:
     """`check_links` of a request's retractions before its write (see there)."""
     for post in retracting:
         with Located(post.record_where):
@@ -477,9 +509,7 @@ def retracted(rec: EntryRecord) -> list[tuple[int, str]]:
     return targets
 
 
-def check_links(
-    conn: sqlite3.Connection, rec: EntryRecord, *, early: bool = False, own: frozenset[str] = frozenset()
-) -> None:
+def check_links(conn: Conn, rec: EntryRecord, *, early: bool = False, own: frozenset[str] = frozenset()) -> None:
     """Retractions: a retract entry names, by a supersedes link, an entry of its own author that exists here.
 
     `early` is the read before the write, which decides only what cannot change by then: a target stored
@@ -489,23 +519,14 @@ def check_links(
     for i, target in retracted(rec):
         if target in own:
             continue
-        row = conn.execute("SELECT author_id FROM entries WHERE record_hash = ?", (target,)).fetchone()
-        if row is None:
+        author = store.author_of(conn, target)
+        if author is None:
             if early:
                 continue
             raise NotFound(
                 "the entry to retract is not on this node", field=f"$.links[{i}].target", code="target_not_found"
             )
-        if row[0] != rec.author_id:
+        if author != rec.author_id:
             raise Forbidden(
                 "an agent can only retract its own entries", field=f"$.links[{i}].target", code="retract_not_own"
             )
-
-
-def stored_body(conn: sqlite3.Connection, record_hash: str) -> bytes:
-    """The canonical bytes of the version of `record_hash` this node shows (its winner)."""
-    return bytes(
-        conn.execute(
-            "SELECT r.body FROM entries e JOIN records r ON r.seq = e.id WHERE e.record_hash = ?", (record_hash,)
-        ).fetchone()[0]
-    )

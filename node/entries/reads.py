@@ -1,4 +1,4 @@
-"""Reads: entries by id or hash with their neighbourhood, and search. The SQL lives in node/entries/queries.py."""
+"""Reads: entries by id or hash with their neighbourhood, and search. The SQL lives in node/entries/store.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sqlite3
 import msgspec
 
 from node.agents import refs as agent_refs
-from node.entries import queries
+from node.entries import queries, store
 from node.errors import InvalidInput
 from node.search_index import freshness, indexer, query, snippets
 from node.search_index.index import SearchIndex
@@ -97,15 +97,15 @@ def read(conn: sqlite3.Connection, refs: list[str], q: ReadQuery) -> ReadResult:
     seeds: list[str] = []
     missing: list[str] = []
     for ref in dict.fromkeys(refs):  # a ref given twice is read (or missing) once
-        record_hash, entry_id = queries.resolve_ref(conn, ref)
+        record_hash, entry_id = store.resolve_ref(conn, ref)
         if entry_id is None or record_hash is None:
             missing.append(ref)
         else:
             seeds.append(record_hash)
     if not q.include_synthetic:  # a hidden simulation is no starting point: its links would show it
-        hidden = queries.synthetic_among(conn, seeds)
+        hidden = store.synthetic_among(conn, seeds)
         seeds = [h for h in seeds if h not in hidden]
-    hashes, links, truncated = queries.traverse(
+    hashes, links, truncated = store.traverse(
         conn,
         seeds,
         hops=q.hops,
@@ -114,7 +114,7 @@ def read(conn: sqlite3.Connection, refs: list[str], q: ReadQuery) -> ReadResult:
         include_links=q.include_links,
         include_synthetic=q.include_synthetic,
     )
-    entries = queries.entries_by_hashes(conn, hashes, q.include_synthetic)
+    entries = store.entries_by_hashes(conn, hashes, q.include_synthetic)
     return ReadResult(entries=entries, links=links, missing=missing, truncated=truncated)
 
 
@@ -134,18 +134,18 @@ def search(
         clauses = query.parse(q.q) if q.q else []
     if clauses:
         hits = indexer.page(conn, index, q, since_ms, clauses)
-        by_id = {e.id: e for e in queries.entries_by_ids(conn, hits.ids)}
+        by_id = {e.id: e for e in store.entries_by_ids(conn, hits.ids)}
         # An id the index still names may be gone from this (newer) read: an equivocated address's loser.
         page = [by_id[i] for i in hits.ids if i in by_id]
         full = len(hits.ids) == q.limit
     else:
-        page = queries.search(conn, q, since_ms)
+        page = store.search(conn, q, since_ms)
         full = len(page) == q.limit
     links: list[LinkOut] = []
     truncated = False
     entries = page
     if q.hops > 0:
-        hashes, links, truncated = queries.traverse(
+        hashes, links, truncated = store.traverse(
             conn,
             [e.record_hash for e in page],
             hops=q.hops,
@@ -155,7 +155,7 @@ def search(
             include_synthetic=q.include_synthetic,
         )
         found = {e.record_hash for e in page}
-        extra = [e for e in queries.entries_by_hashes(conn, hashes, q.include_synthetic) if e.record_hash not in found]
+        extra = [e for e in store.entries_by_hashes(conn, hashes, q.include_synthetic) if e.record_hash not in found]
         entries = page + extra
     return SearchResult(
         entries=entries,

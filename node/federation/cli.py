@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from sync.messages import PROTOCOL_VERSION, SYNC_VERSIONS
+
 if TYPE_CHECKING:
     from node.ops.progress import Report
     from sync.messages import PeerList, PeerStatus
@@ -110,7 +112,7 @@ def cmd_peers(args: argparse.Namespace) -> int:
     for p in statuses:
         c = p.counters
         lag = "?" if p.lag_records is None else f"{p.lag_records} records / {p.lag_seconds}s"
-        print(f"{p.node_id}  {p.url}")
+        print(f"{p.node_id}  {p.url}" + (f"  sync protocol v{p.sync_version}" if p.sync_version else ""))
         print(f"  cursor {p.cursor_epoch or '-'}:{p.cursor_seq}  remote head {p.remote_head}  lag {lag}")
         print(
             f"  saved {c.saved}  duplicate {c.duplicate}  invalid {c.invalid}  pending-link {c.pending_link}"
@@ -120,6 +122,8 @@ def cmd_peers(args: argparse.Namespace) -> int:
                 else ""
             )
             + (f"  overflow {c.overflow}" if c.overflow else "")
+            + (f"  too-new {c.too_new}" if c.too_new else "")
+            + (f" (from feed position {p.too_new_from}: read again by a newer release)" if p.too_new_from else "")
             + (f"  internal {c.internal} (see this node's log)" if c.internal else "")
             + (f"  waiting {c.waiting}" if c.waiting else "")
             + (f"  dropped-waiting {c.dropped_waiting}" if c.dropped_waiting else "")
@@ -150,7 +154,7 @@ def cmd_digest(args: argparse.Namespace) -> int:
 
     node_id = require_database(args.data)  # reads the database only: a restored replica needs no key
     path = DataDir(args.data).db_path
-    result = db.read_sync(path, lambda c: sync_store.digest(c, node_id))
+    result = db.read_sync(path, lambda c: sync_store.digest(c, node_id, args.sync_version))
     if args.json:
         print(msgspec.json.encode(result).decode())
     else:
@@ -178,4 +182,11 @@ def add_parsers(sub: argparse._SubParsersAction, data_arg: Callable[[argparse.Ar
     p = sub.add_parser("digest", help="count and SHA-256 of the sorted versions of federated records")
     data_arg(p)
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--sync-version",
+        type=int,
+        choices=SYNC_VERSIONS,
+        default=PROTOCOL_VERSION,
+        help="2: the digest of the v2-compatible records only, to compare with nodes of sync protocol v2",
+    )
     p.set_defaults(func=cmd_digest)

@@ -50,10 +50,12 @@ def _decode(body: bytes, typ: type[msgspec.Struct]) -> msgspec.Struct:
 
 
 def _speaks(v: int) -> None:
-    """A peer of another sync protocol version is answered 422 naming the one this node speaks."""
-    if v != m.PROTOCOL_VERSION:
+    """A peer of a sync protocol version this node does not speak (its own and the one before it) is answered 422
+    naming the ones it speaks (`sync.client.spoken_versions` reads them)."""
+    if v not in m.SYNC_VERSIONS:
+        spoken = " and ".join(f"v{n}" for n in sorted(m.SYNC_VERSIONS, reverse=True))
         raise InvalidInput(
-            f"this node speaks sync protocol v{m.PROTOCOL_VERSION}, not v{v}: upgrade both nodes",
+            f"this node speaks sync protocol {spoken}, not v{v}: upgrade the older node",
             field="$.v",
             code="unsupported_sync_version",
         )
@@ -88,7 +90,9 @@ async def sync_reconcile(request: web.Request) -> web.Response:
 
 
 async def sync_digest(request: web.Request) -> web.Response:
-    return json_response(await _state(request).store.digest())
+    q = decode_query(request, m.DigestQuery)
+    _speaks(q.v)
+    return json_response(await _state(request).store.digest(q.v))
 
 
 async def add_peer(request: web.Request) -> web.Response:
@@ -128,8 +132,9 @@ PEER_ROUTES: list[Route] = [
         "GET",
         "/v1/sync/digest",
         sync_digest,
-        "Count and SHA-256 of the sorted versions of federated records (admin)",
+        "Count and SHA-256 of the sorted versions of federated records; v=2: of the v2-compatible ones (admin)",
         "admin",
+        query=m.DigestQuery,
         responses={200: m.Digest},
         tag="federation",
     ),

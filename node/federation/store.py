@@ -23,9 +23,20 @@ from node.errors import InvalidInput
 from node.federation import waiting as waiting_gate
 from node.store import db, equivocation, projections, waiting
 from node.store.authority import Authority
+from node.store.conn import Conn
 from node.store.db import Database
-from sync.messages import AuthorEquivocations, Digest, PeerCounters, PeerHealth, PeerIn, PeerList, PeerStatus
-from sync.store import Cursor, Invalid, Outcome, Page, PeerConfig, Verified
+from sync import compat
+from sync.messages import (
+    PROTOCOL_VERSION,
+    AuthorEquivocations,
+    Digest,
+    PeerCounters,
+    PeerHealth,
+    PeerIn,
+    PeerList,
+    PeerStatus,
+)
+from sync.store import TOO_NEW, Cursor, CursorVersion, Invalid, Outcome, Page, PeerConfig, Verified
 from wire.time import format_ms
 
 MAX_WANT_ATTEMPTS = 8
@@ -64,7 +75,9 @@ class NodeSyncStore:
     async def position(self) -> tuple[str, int]:
         return await self.db.read(_position)
 
-    async def changes(self, since: int, limit: int, exclude_origin: str | None = None) -> Page:
+    async def changes(
+        self, since: int, limit: int, exclude_origin: str | None = None, v: int = PROTOCOL_VERSION
+    ) -> Page:
         def run(conn: sqlite3.Connection) -> Page:
             epoch, head = _position(conn)
             rows = conn.execute(
@@ -72,9 +85,11 @@ class NodeSyncStore:
                 " WHERE scope = 'federation' AND seq > ? AND origin IS NOT ? ORDER BY seq LIMIT ?",
                 (since, exclude_origin, limit),
             ).fetchall()
-            items = [(int(r[0]), r[1], r[2], bytes(r[3])) for r in rows]
-            more = len(items) == limit and items[-1][0] < head
-            return Page(epoch, head, items[-1][0] if more else head, more, items)
+            scanned = [(int(r[0]), r[1], r[2], bytes(r[3])) for r in rows]
+            more = len(scanned) == limit and scanned[-1][0] < head
+            # records a peer of protocol v cannot store are skipped; `next` moves past them all the same
+            items = [item for item in scanned if compat.servable(v, item[2], item[3])]
+            return Page(epoch, head, scanned[-1][0] if more else head, more, items)
 
         return await self.db.read(run)
 
@@ -105,17 +120,18 @@ class NodeSyncStore:
                 self._newest_at = loop.time()
             return int(self._newest)
 
-    async def fetch(self, ids: list[str]) -> list[tuple[str, str, bytes]]:
+    async def fetch(self, ids: list[str], v: int = PROTOCOL_VERSION) -> list[tuple[str, str, bytes]]:
         def run(conn: sqlite3.Connection) -> list[tuple[str, str, bytes]]:
             rows = conn.execute(
                 FETCH_SQL,
                 {"ids": _json(ids)},
             ).fetchall()
-            return [(r[0], r[1], bytes(r[2])) for r in rows]
+            found = [(r[0], r[1], bytes(r[2])) for r in rows]
+            return [item for item in found if compat.servable(v, item[1], item[2])]
 
         return await self.db.read(run)
 
-    async def reconcile_items(self) -> tuple[str, int, list[tuple[int, bytes]]]:
+    async def reconcile_items(self, v: int = PROTOCOL_VERSION) -> tuple[str, int, list[tuple[int, bytes]]]:
         def run(conn: sqlite3.Connection) -> tuple[str, int, list[tuple[int, bytes]]]:
             epoch, head = _position(conn)
             rows = conn.execute(
@@ -124,6 +140,9 @@ class NodeSyncStore:
                 "SELECT created_ms, version FROM records WHERE +scope = 'federation' AND created_ms >= 0"
                 " ORDER BY created_ms, version"
             ).fetchall()
+            if v != PROTOCOL_VERSION:
+                keep = servable_versions(conn, v, [h for _, h in rows])
+                rows = [(ms, h) for ms, h in rows if h in keep]
             return epoch, head, [(int(ms), bytes.fromhex(h)) for ms, h in rows]
 
         return await self.db.read(run)
@@ -134,12 +153,19 @@ class NodeSyncStore:
         )
 
     async def ingest(
-        self, peer_id: str, records: list[Verified], invalid: list[Invalid], cursor: Cursor | None
+        self,
+        peer_id: str,
+        records: list[Verified],
+        invalid: list[Invalid],
+        cursor: Cursor | None,
+        too_new_from: int | None = None,
     ) -> list[Outcome]:
         now = self.now_ms()
         authority = self.authority
         try:
-            outcomes = await self.db.write(lambda c: ingest(c, peer_id, records, invalid, cursor, now, authority))
+            outcomes = await self.db.write(
+                lambda c: ingest(c, peer_id, records, invalid, cursor, now, authority, too_new_from=too_new_from)
+            )
             await self._recheck_pending()
         except BaseException:
             authority.invalidate()  # the cache may hold what a rolled-back transaction stored
@@ -174,6 +200,12 @@ class NodeSyncStore:
             return None
         return Cursor(row[0], int(row[1]))
 
+    async def cursor_version(self, peer_id: str) -> CursorVersion | None:
+        return await self.db.read(lambda c: cursor_version(c, peer_id))
+
+    async def upgrade_cursor(self, peer_id: str) -> None:
+        await self.db.write(lambda c: upgrade_cursor_txn(c, peer_id))
+
     async def note_peer(
         self,
         peer_id: str,
@@ -183,10 +215,13 @@ class NodeSyncStore:
         error: str | None = None,
         reconciled: bool = False,
         health: PeerHealth | None = None,
+        sync_version: int | None = None,
     ) -> None:
         now = self.now_ms()
 
         def job(conn: sqlite3.Connection) -> None:
+            if sync_version is not None:
+                note_sync_version_txn(conn, peer_id, sync_version)
             if health is not None:
                 conn.execute(
                     "UPDATE peers SET health = ? WHERE node_id = ?", (msgspec.json.encode(health).decode(), peer_id)
@@ -222,8 +257,8 @@ class NodeSyncStore:
     async def want_failed(self, peer_id: str, hashes: list[str], now_ms: int) -> None:
         await self.db.write(lambda c: want_failed(c, peer_id, hashes, now_ms))
 
-    async def digest(self) -> Digest:
-        return await self.db.read(lambda c: digest(c, self.node_id))
+    async def digest(self, v: int = PROTOCOL_VERSION) -> Digest:
+        return await self.db.read(lambda c: digest(c, self.node_id, v))
 
     async def add_peer(self, peer: PeerIn) -> PeerStatus:
         check_peer_url(peer.url)
@@ -304,6 +339,7 @@ def ingest(
     authority: Authority | None = None,
     *,
     recheck: bool = True,
+    too_new_from: int | None = None,
 ) -> list[Outcome]:
     """Store a batch from a peer: one set-based append, or record by record when that fails (each then in its
     own savepoint, so one failure never sinks the batch). Counters and the cursor are written in this same
@@ -318,6 +354,9 @@ def ingest(
     other error is a fault of this node's code: logged with its traceback and counted `internal`; the cursor
     still moves past it (the puller backs off), and a wanted record that met one counts as not obtained, so
     its fetch is retried with backoff and then given up, never in a loop without end.
+
+    A record refused only for being too new (`TOO_NEW`) is counted `too_new` and never remembered; with a cursor,
+    `too_new_from` is kept beside it (`write_cursor_txn`).
     """
     authority = Authority() if authority is None else authority
     gated = waiting_gate.gate_txn(conn, authority, peer_id, records, now_ms, recheck=recheck)
@@ -330,6 +369,9 @@ def ingest(
         for v, (seq, inserted) in kept
     ]
     for bad in [*invalid, *failed]:
+        if bad.reason == TOO_NEW:
+            outcomes.append(Outcome(bad.hash, "too_new"))
+            continue
         outcomes.append(Outcome(bad.hash, "invalid", bad.reason))
         _count_invalid(conn, peer_id, bad)
     if faults:
@@ -339,9 +381,7 @@ def ingest(
     outcomes.extend(gated.outcomes)
     _store_released_txn(conn, authority, gated.released, now_ms)
     if cursor is not None:
-        conn.execute(
-            "UPDATE peers SET cursor_epoch = ?, cursor_seq = ? WHERE node_id = ?", (cursor.epoch, cursor.seq, peer_id)
-        )
+        write_cursor_txn(conn, peer_id, cursor, too_new_from)
     return outcomes
 
 
@@ -442,13 +482,13 @@ def _count_outcomes(conn: sqlite3.Connection, peer_id: str, outcomes: list[Outco
     """`ingest`, step 5: add the batch's outcomes to the peer's counters."""
     counts = {
         word: sum(1 for o in outcomes if o.outcome == word)
-        for word in ("saved", "duplicate", "invalid", "pending_link", "overflow")
+        for word in ("saved", "duplicate", "invalid", "pending_link", "overflow", "too_new")
     }
     counts["internal"] = internal
     conn.execute(
         "UPDATE peers SET saved = saved + :saved, duplicate = duplicate + :duplicate, invalid = invalid + :invalid,"
         " pending_link = pending_link + :pending_link, internal = internal + :internal,"
-        " overflow = overflow + :overflow WHERE node_id = :peer",
+        " overflow = overflow + :overflow, too_new = too_new + :too_new WHERE node_id = :peer",
         {**counts, "peer": peer_id},
     )
 
@@ -518,9 +558,12 @@ def peer_statuses(conn: sqlite3.Connection, now_ms: int) -> list[PeerStatus]:
                     waiting=r["waiting"],
                     dropped_waiting=r["dropped_waiting"],
                     void=r["void"],
+                    too_new=r["too_new"],
                     invalid_reasons=reasons.get(r["node_id"], {}),
                 ),
                 health=_health(r["health"]),
+                sync_version=r["sync_version"],
+                too_new_from=r["too_new_from"],
             )
         )
     return out
@@ -546,13 +589,74 @@ def _fmt(ms: int | None) -> str | None:
     return format_ms(ms) if ms is not None else None
 
 
-def digest(conn: sqlite3.Connection, node_id: str) -> Digest:
+def digest(conn: Conn, node_id: str, v: int = PROTOCOL_VERSION) -> Digest:
     """Version count and SHA-256 over the sorted versions of federated records, each followed by a newline: equal
-    digests mean equal bodies."""
+    digests mean equal bodies. At protocol `v` 2, over the v2-compatible ones (sync/compat.py)."""
     h = hashlib.sha256()
     count = 0
     # in the unique version index's order (the unary + keeps the planner from sorting the whole log instead)
-    for (version,) in conn.execute("SELECT version FROM records WHERE +scope = 'federation' ORDER BY version"):
+    rows: Any = conn.execute("SELECT version FROM records WHERE +scope = 'federation' ORDER BY version")
+    if v != PROTOCOL_VERSION:  # the v2-compatible ones (a list: their bodies are read on the same connection)
+        versions = [r[0] for r in rows]
+        keep = servable_versions(conn, v, versions)
+        rows = [(version,) for version in versions if version in keep]
+    for (version,) in rows:
         h.update(version.encode("ascii") + b"\n")
         count += 1
-    return Digest(node_id=node_id, count=count, sha256=h.hexdigest())
+    return Digest(v=v, node_id=node_id, count=count, sha256=h.hexdigest())
+
+
+# ---- protocol versions (docs/format-v3.md, section 8) -------------------------------------------------------
+
+BODIES_PER_READ = 500
+
+
+def servable_versions(conn: Conn, v: int, versions: list[str]) -> set[str]:
+    """Those of `versions` (federated versions held) `sync.compat.servable` allows at protocol `v`; a version is
+    read from the log only the first time it is asked about (the answer is remembered by version)."""
+    keep = {version for version in versions if compat.decided(version)}
+    unknown = [version for version in versions if compat.decided(version) is None]
+    for start in range(0, len(unknown), BODIES_PER_READ):
+        chunk = unknown[start : start + BODIES_PER_READ]
+        rows = conn.execute(
+            "SELECT version, body FROM records WHERE version IN (SELECT value FROM json_each(?))", (_json(chunk),)
+        ).fetchall()
+        keep.update(r[0] for r in rows if compat.servable(v, r[0], bytes(r[1])))
+    return keep
+
+
+def write_cursor_txn(conn: Conn, peer_id: str, cursor: Cursor, too_new_from: int | None) -> None:
+    """Save a peer's cursor, taken by this release (its protocol version), with the lower of the kept and the given
+    `too_new_from`; a cursor of another epoch than the kept one replaces it (positions of another store)."""
+    conn.execute(
+        "UPDATE peers SET too_new_from = CASE WHEN cursor_epoch IS NOT :epoch THEN :tnf"
+        "   ELSE min(coalesce(too_new_from, :tnf), coalesce(:tnf, too_new_from)) END,"
+        " cursor_epoch = :epoch, cursor_seq = :seq, cursor_version = :version WHERE node_id = :peer",
+        {"epoch": cursor.epoch, "seq": cursor.seq, "tnf": too_new_from, "version": PROTOCOL_VERSION, "peer": peer_id},
+    )
+
+
+def cursor_version(conn: Conn, peer_id: str) -> CursorVersion | None:
+    """A peer cursor's protocol version and `too_new_from` (None: no cursor)."""
+    row = conn.execute(
+        "SELECT cursor_version, too_new_from FROM peers WHERE node_id = ? AND cursor_epoch IS NOT NULL", (peer_id,)
+    ).fetchone()
+    if row is None:
+        return None
+    # a cursor without a version was written by a release before 0023 while it migrated: of protocol v2
+    return CursorVersion(2 if row[0] is None else int(row[0]), None if row[1] is None else int(row[1]))
+
+
+def upgrade_cursor_txn(conn: Conn, peer_id: str) -> None:
+    """`SyncStore.upgrade_cursor`: back to just before `too_new_from` (cleared), and of this release's version."""
+    conn.execute(
+        "UPDATE peers SET cursor_seq = CASE WHEN too_new_from IS NULL THEN cursor_seq"
+        "   ELSE max(0, min(cursor_seq, too_new_from - 1)) END,"
+        " too_new_from = NULL, cursor_version = ? WHERE node_id = ?",
+        (PROTOCOL_VERSION, peer_id),
+    )
+
+
+def note_sync_version_txn(conn: Conn, peer_id: str, sync_version: int) -> None:
+    """The protocol version this node now speaks with a peer (`bbs peers` shows it)."""
+    conn.execute("UPDATE peers SET sync_version = ? WHERE node_id = ?", (sync_version, peer_id))

@@ -86,7 +86,7 @@ def gate_txn(
             gated.now.append(v)
             stored.append(v.version)
         elif decision.verdict == "void" and v.record.get("kind") in AUTHORITY_KINDS:
-            equivocation.refuse(conn, v.version, v.hash, now_ms)
+            equivocation.refuse_txn(conn, v.version, v.hash, now_ms)
             gated.invalid.append(
                 Invalid(v.hash, decision.reason or "unauthorized_key_event", f"refused {v.record['kind']}")
             )
@@ -140,7 +140,7 @@ def recheck_txn(
             if decision.verdict == "valid":
                 released.setdefault(row.peer_id, []).append(v)
             elif v.record.get("kind") in AUTHORITY_KINDS:
-                equivocation.refuse(conn, v.version, v.hash, now_ms)
+                equivocation.refuse_txn(conn, v.version, v.hash, now_ms)
                 waiting.count_txn(conn, row.peer_id, void=1)
             else:
                 waiting.remember_void_txn(conn, v.version, row.author_id, decision.reason or "void", now_ms)

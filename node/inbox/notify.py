@@ -20,11 +20,6 @@ NOTIFICATION_TTL_MS = 7 * 24 * 3600 * 1000
 LEASE_MS = 60_000
 MAX_ATTEMPTS = 5
 
-# The SQL a caller elsewhere reads by these names (node/push/dispatcher.py's scan, tests/node/test_query_plans.py):
-# it lives in node/inbox/store.py.
-ENVELOPE_COLUMNS = store.ENVELOPE_COLUMNS
-CONTRADICTIONS_SQL = store.CONTRADICTIONS_SQL
-
 
 def fan_out(conn: Conn, run: list[tuple[int, Any]], now_ms: int, *, subscribed: bool | None = None) -> None:
     """Notify addressees (tier 1 for requests) then subscribers (tier 2) of newly stored entries (entry id,

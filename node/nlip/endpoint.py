@@ -13,7 +13,7 @@ would give, and stores nothing.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from aiohttp import web
@@ -21,15 +21,17 @@ from nlip_sdk.nlip import AllowedFormats, NLIP_Message
 
 from node.agents import sessions as agent_auth
 from node.errors import BBSError, InvalidInput
-from node.service import Node
 from node.web.appkeys import NODE
 from node.web.auth import agent_id, guard
 from node.web.http import Route, convert, decode_json, signed_or
 from wire import nlip
 from wire.api import MAX_QUERY_CHARS, AckIn, InboxQuery, PostEntry, PostLink, ReadQuery, SearchQuery, SubscriptionIn
 
+if TYPE_CHECKING:
+    from node.service import Node
+
 MAX_NLIP_BYTES = 256 * 1024
-Op = Callable[[Node, str, Any], Awaitable[tuple[Any, str]]]
+Op = Callable[["Node", str, Any], Awaitable[tuple[Any, str]]]  # Node named: imported for its type only
 
 
 async def _post(node: Node, agent: str, args: Any) -> tuple[Any, str]:

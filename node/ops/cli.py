@@ -102,9 +102,10 @@ def cmd_restore_leftovers(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    from node.features import LOG
     from node.ops import doctor
 
-    checks = doctor.diagnose(args.data, scratch=args.scratch, peer_timeout=args.peer_timeout)
+    checks = doctor.diagnose(args.data, LOG, scratch=args.scratch, peer_timeout=args.peer_timeout)
     if args.json:
         _print_json(checks)
     else:

@@ -24,6 +24,7 @@ from node.ops.backup import leftovers, snapshot_db
 from node.ops.datadir import DataDir
 from node.search_index import indexer as search_indexer
 from node.store import db, projections
+from node.store.projections import Log
 from sync.auth import clock_advice, clock_offset
 
 Status = Literal["ok", "warn", "fail"]
@@ -37,8 +38,9 @@ class Check(msgspec.Struct):
     detail: str
 
 
-def diagnose(data_root: Path, *, scratch: Path | None = None, peer_timeout: float = 5.0) -> list[Check]:
-    """Run every check on a data folder; the live files are never modified."""
+def diagnose(data_root: Path, log: Log, *, scratch: Path | None = None, peer_timeout: float = 5.0) -> list[Check]:
+    """Run every check on a data folder; the live files are never modified. `log` is the node's
+    (node.features.LOG): the projectors and tables the projections check rebuilds."""
     data = DataDir(data_root)
     checks: list[Check] = []
     if not data_root.is_dir():
@@ -64,7 +66,7 @@ def diagnose(data_root: Path, *, scratch: Path | None = None, peer_timeout: floa
         except sqlite3.DatabaseError as exc:
             checks.append(Check("database", "fail", f"cannot read {data.db_path}: {exc}"))
             return checks
-        conn = db.connect(copy)
+        conn = db.connect(copy, log=log)
         try:
             if _check_integrity(conn, checks):
                 _check_identity(conn, key_did, checks)

@@ -86,7 +86,7 @@ class Row:
 
 @dataclass(frozen=True)
 class Filters:
-    """A search's filters, as the index can apply them (the same meaning as node/queries.search)."""
+    """A search's filters, as the index can apply them (the same meaning as node/entries/store.py search)."""
 
     entry_type: Sequence[str] = ()
     performative: Sequence[str] = ()

@@ -2,8 +2,10 @@
 
 Store functions (the SQL of each feature, in its store module: docs/architecture.md, "Where SQL lives") take a
 `Conn`, not `sqlite3.Connection`, so a second engine (the PostgreSQL issues) implements the same functions on its
-own connection without touching the services that call them. What is SQLite's alone (pragmas, registered functions,
-the progress handler behind quick reads) stays in node/store/db.py.
+own connection without touching the services that call them. What is SQLite's alone lives in two modules: the
+connection's pragmas, the registered functions and the progress handler behind quick reads in node/store/db.py;
+the operator's statements (`PRAGMA user_version`, `integrity_check`, `table_info`, `wal_checkpoint`, the backup's
+journal mode) in node/ops/store.py. docs/decisions.md record 50 lists every one, with its PostgreSQL equivalent.
 """
 
 from __future__ import annotations

@@ -36,9 +36,12 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from node.errors import BBSError, StorageFull, Unavailable
+
+if TYPE_CHECKING:
+    from node.store.projections import Log
 
 T = TypeVar("T")
 ItemT = TypeVar("ItemT")  # an item of a mergeable write
@@ -52,6 +55,11 @@ GATHER_UNDER = 32
 GATHER_GAP_S = 0.0005
 GATHER_SHARE = 0.5
 GATHER_MAX_S = 0.002
+# Compiled statements each connection keeps (sqlite3's LRU; its default is 128). The writer's also holds
+# insert_rows' shapes of up to EXACT_ROWS_UP_TO rows for the few tables a post writes, so a merged run of any size
+# finds its statements compiled.
+READER_CACHED_STATEMENTS = 128
+WRITER_CACHED_STATEMENTS = 512
 # How long a quick read may hold the event loop before its SQL is stopped and it moves to a reader thread, and
 # how often (in SQLite virtual machine instructions, about 0.1 ms) the budget is looked at. 0.5 ms moved most
 # rare-term searches in a served node (a query right after the loop wakes runs 3-4x slower than in a hot loop);
@@ -79,11 +87,28 @@ def migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
+class Connection(sqlite3.Connection):
+    """A connection of the node: it carries the log its writes project through (`projections.Log`, the one
+    node/features.py builds from the features), so a write job appends with `projections.append_many(conn, ...)`
+    and never imports the feature list. `connect` sets it; None: the connection can neither append nor rebuild."""
+
+    log: Log | None = None
+
+
 def connect(
-    path: Path | str, *, readonly: bool = False, factory: type[sqlite3.Connection] = sqlite3.Connection
+    path: Path | str, *, readonly: bool = False, factory: type[Connection] = Connection, log: Log | None = None
 ) -> sqlite3.Connection:
-    """Open a connection with the node's pragmas (autocommit mode: transactions are explicit)."""
-    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0, factory=factory)
+    """Open a connection with the node's pragmas (autocommit mode: transactions are explicit), carrying `log`."""
+    conn = sqlite3.connect(
+        str(path),
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=30.0,
+        factory=factory,
+        cached_statements=READER_CACHED_STATEMENTS if readonly else WRITER_CACHED_STATEMENTS,
+    )
+    assert isinstance(conn, Connection)
+    conn.log = log
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA busy_timeout = 30000")
     conn.execute("PRAGMA foreign_keys = ON")
@@ -287,7 +312,7 @@ class WriterStats:
     commit_cpu_seconds: float = 0.0
 
 
-class TimedConnection(sqlite3.Connection):
+class TimedConnection(Connection):
     """The writer's connection: `execute` and `executemany` add their wall and CPU time to `stats` (two clock
     reads per statement, against tens of microseconds a statement). Only the writer thread uses it."""
 
@@ -357,8 +382,11 @@ class _InlineBudget:
 class Database:
     """The node's database: `await write(fn)` and `await read(fn)` run `fn(conn)` on the right thread."""
 
-    def __init__(self, path: Path | str, *, readers: int = 4, inline_budget_s: float = INLINE_BUDGET_S) -> None:
+    def __init__(
+        self, path: Path | str, *, readers: int = 4, inline_budget_s: float = INLINE_BUDGET_S, log: Log | None = None
+    ) -> None:
         self.path = Path(path)
+        self.log = log  # what the connections it opens project through (`Connection.log`)
         self.inline_budget_s = inline_budget_s  # 0: every read runs on a reader thread
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()  # C-implemented: no lock dance per job
         self._writer: threading.Thread | None = None
@@ -381,7 +409,7 @@ class Database:
         if self._closed:  # opened again after close(): a new reader pool
             self._pool = concurrent.futures.ThreadPoolExecutor(self._readers, thread_name_prefix="bbs-read")
             self._closed = False
-        conn = connect(self.path, factory=TimedConnection)
+        conn = connect(self.path, factory=TimedConnection, log=self.log)
         assert isinstance(conn, TimedConnection)
         conn.stats = self.stats
         self.schema_version = migrate(conn)
@@ -449,7 +477,7 @@ class Database:
     def _reader(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = connect(self.path, readonly=True)
+            conn = connect(self.path, readonly=True, log=self.log)
             self._local.conn = conn
             with self._reader_lock:
                 self._reader_conns.append(conn)
@@ -463,7 +491,7 @@ class Database:
         """(True, result) of `fn` run on this thread within the budget; (False, None) if it ran over."""
         budget: _InlineBudget | None = getattr(self._local, "budget", None)
         if budget is None:
-            conn = connect(self.path, readonly=True)
+            conn = connect(self.path, readonly=True, log=self.log)
             conn.execute("PRAGMA busy_timeout = 0")  # never sleep on the loop; a busy read moves to a thread
             with self._reader_lock:
                 self._reader_conns.append(conn)
@@ -689,6 +717,10 @@ def _settle_all(settled: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
 # Rows per statement of insert_rows at most (a power of two): a prepared statement's program grows with its rows,
 # and the statement cache keeps one of each size.
 MAX_ROWS_PER_INSERT = 512
+# Up to this many rows go in one statement of exactly that many (a merged run of single posts: one statement per
+# table, not one per set bit of its length); more go in power-of-two statements first. The writer's statement
+# cache holds every shape (WRITER_CACHED_STATEMENTS).
+EXACT_ROWS_UP_TO = 64
 
 
 class Inserted(NamedTuple):
@@ -705,7 +737,8 @@ def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any
 
     One multi-row statement steps once (an executemany steps, handing the GIL back and waiting for it, once per
     row), and values stay bound parameters (SQLite's JSON functions cut text at a NUL). Statements hold a
-    power-of-two number of rows, so a table has a handful of statement shapes, each compiled once and cached.
+    power-of-two number of rows, or at most EXACT_ROWS_UP_TO rows exactly (what is left, or the whole of a merged run
+    of single posts), so a table has at most about 70 statement shapes, each compiled once and cached.
     """
     if not rows:
         return Inserted(0, 0)
@@ -714,18 +747,21 @@ def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any
         min(MAX_ROWS_PER_INSERT, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width).bit_length() - 1
     )
     placeholder = "(" + ",".join("?" * width) + ")"
+    exact = min(EXACT_ROWS_UP_TO, most)
     changed, start, last_rowid = 0, 0, 0
     while start < len(rows):
-        n = min(most, 1 << ((len(rows) - start).bit_length() - 1))
+        left = len(rows) - start
+        n = left if left <= exact else min(most, 1 << (left.bit_length() - 1))
         params = [value for row in rows[start : start + n] for value in row]
         cursor = conn.execute(f"{head} VALUES {','.join([placeholder] * n)}{tail}", params)
         changed, last_rowid, start = changed + cursor.rowcount, cursor.lastrowid or 0, start + n
     return Inserted(changed, last_rowid)
 
 
-def write_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """Run one write transaction from a separate process (the CLI), safe while a node serves the file."""
-    conn = connect(path)
+def write_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T], *, log: Log | None = None) -> T:
+    """Run one write transaction from a separate process (the CLI), safe while a node serves the file; the
+    connection carries `log` (needed to append or rebuild: node.features.LOG)."""
+    conn = connect(path, log=log)
     try:
         migrate(conn)
         with transaction(conn, immediate=True):
@@ -734,9 +770,9 @@ def write_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn.close()
 
 
-def read_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """Run one read from a separate process (the CLI)."""
-    conn = connect(path, readonly=True)
+def read_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T], *, log: Log | None = None) -> T:
+    """Run one read from a separate process (the CLI), on a connection carrying `log` (as `write_sync`)."""
+    conn = connect(path, readonly=True, log=log)
     try:
         return fn(conn)
     finally:

@@ -14,9 +14,10 @@ order, so every node that holds the same versions shows the same one (docs/sync.
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from node.store.conn import Conn
 
 MAX_VERSIONS = 2
 
@@ -44,13 +45,27 @@ def kept(versions: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     return ranked(versions)[:MAX_VERSIONS]
 
 
-def held(conn: sqlite3.Connection, addresses: Iterable[str]) -> dict[str, list[Held]]:
+def held(conn: Conn, addresses: Iterable[str]) -> dict[str, list[Held]]:
     """The stored versions of each of `addresses` that has any, best first."""
-    out: dict[str, list[Held]] = {}
     rows = conn.execute(
         "SELECT hash, seq, version, scope FROM records WHERE hash IN (SELECT value FROM json_each(?))",
         (json.dumps(sorted(set(addresses))),),
     ).fetchall()
+    return held_from(rows)
+
+
+# `held` of the addresses `:h` (a JSON array) as one JSON array of [hash, seq, version, scope] (`held_from` of
+# its decoded rows), for a statement that reads them beside other things (node/entries/store.py `look_ahead_txn`).
+# Exact: hashes and versions are hex, scopes ASCII words, seqs integers.
+HELD_JSON = (
+    "(SELECT json_group_array(json_array(hash, seq, version, scope)) FROM records"
+    " WHERE hash IN (SELECT value FROM json_each(:h)))"
+)
+
+
+def held_from(rows: Iterable[Sequence[Any]]) -> dict[str, list[Held]]:
+    """`held` from its rows (hash, seq, version, scope)."""
+    out: dict[str, list[Held]] = {}
     for address, seq, version, scope in rows:
         out.setdefault(address, []).append(Held(int(seq), version, scope))
     for versions in out.values():
@@ -58,7 +73,7 @@ def held(conn: sqlite3.Connection, addresses: Iterable[str]) -> dict[str, list[H
     return out
 
 
-def refuse(conn: sqlite3.Connection, version: str, address: str, now_ms: int) -> None:
+def refuse_txn(conn: Conn, version: str, address: str, now_ms: int) -> None:
     """Remember a version this node will not keep, so it is never fetched again."""
     conn.execute(
         "INSERT INTO refused_versions (version, hash, refused_ms) VALUES (?, ?, ?) ON CONFLICT (version) DO NOTHING",
@@ -66,7 +81,7 @@ def refuse(conn: sqlite3.Connection, version: str, address: str, now_ms: int) ->
     )
 
 
-def refused(conn: sqlite3.Connection, versions: Iterable[str]) -> set[str]:
+def refused(conn: Conn, versions: Iterable[str]) -> set[str]:
     """Those of `versions` this node refused or evicted."""
     rows = conn.execute(
         "SELECT version FROM refused_versions WHERE version IN (SELECT value FROM json_each(?))",
@@ -75,7 +90,7 @@ def refused(conn: sqlite3.Connection, versions: Iterable[str]) -> set[str]:
     return {r[0] for r in rows}
 
 
-def mark(conn: sqlite3.Connection, address: str, author_id: str, now_ms: int) -> None:
+def mark_txn(conn: Conn, address: str, author_id: str, now_ms: int) -> None:
     """Flag an address that now holds two versions."""
     conn.execute(
         "INSERT INTO equivocations (hash, author_id, detected_ms) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING",
@@ -83,13 +98,13 @@ def mark(conn: sqlite3.Connection, address: str, author_id: str, now_ms: int) ->
     )
 
 
-def by_author(conn: sqlite3.Connection) -> dict[str, int]:
+def by_author(conn: Conn) -> dict[str, int]:
     """Equivocated addresses per author, as this node holds them."""
     rows = conn.execute("SELECT author_id, count(*) FROM equivocations GROUP BY author_id").fetchall()
     return {r[0]: int(r[1]) for r in rows}
 
 
-def unproject_entry(conn: sqlite3.Connection, address: str, seq: int) -> None:
+def unproject_entry_txn(conn: Conn, address: str, seq: int) -> None:
     """Delete what an entry version projected: its entries row, tags, addressees, the links it asserts and the
     `retracted_by` links derived from it (all keyed by its address or its seq). The search index replaces its
     document by address when it indexes the winner (node/search_index/index.py)."""

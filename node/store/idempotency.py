@@ -8,10 +8,10 @@ agent and one operation: reused for another operation it is `409 idempotency_key
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 
 from node.errors import Conflict, InvalidInput
+from node.store.conn import Conn
 
 HEADER = "Idempotency-Key"
 
@@ -27,7 +27,7 @@ def request_key(header: str | None, body_field: str | None) -> str | None:
     return header if header is not None else body_field
 
 
-def replayed(conn: sqlite3.Connection, agent_id: str, key: str, operation: str, *, field: str) -> str | None:
+def replayed(conn: Conn, agent_id: str, key: str, operation: str, *, field: str) -> str | None:
     """The hash of the record `key` already produced for `operation`, or None if the key is unused.
 
     Raises 409 `idempotency_key_reused` (naming `field`) if the agent used the key for another operation.
@@ -47,7 +47,7 @@ def replay_of(used: Sequence[str] | None, operation: str, *, field: str) -> str 
     return str(used[1])
 
 
-def used(conn: sqlite3.Connection, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, str]]:
+def used(conn: Conn, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, str]]:
     """What each of the (agent, key) pairs already did, (operation, record_hash), for those used, in one
     statement (`replay_of` each to decide)."""
     if not keys:
@@ -65,6 +65,6 @@ def used(conn: sqlite3.Connection, keys: Sequence[tuple[str, str]]) -> dict[tupl
 REMEMBER = "INSERT INTO idempotency (agent_id, idem_key, operation, record_hash, created_ms)"
 
 
-def remember(conn: sqlite3.Connection, agent_id: str, key: str, operation: str, record_hash: str, now_ms: int) -> None:
+def remember(conn: Conn, agent_id: str, key: str, operation: str, record_hash: str, now_ms: int) -> None:
     """Record that `key` produced `record_hash` by `operation` (in the transaction that appended it)."""
     conn.execute(REMEMBER + " VALUES (?, ?, ?, ?, ?)", (agent_id, key, operation, record_hash, now_ms))

@@ -1,9 +1,9 @@
 """The log and its projections: append a verified record once, then project it into tables.
 
-Each record kind has one projector (`PROJECTORS`); `rebuild` replays the whole log into freshly created
-projection tables (`PROJECTION_TABLES`) and proves the tables are derived data. Both are the features' own
-declarations, joined here once: this module's for entries, links and agents, node/workflows/records.py's for
-the bus and the task graph (node/features.py lists the same declarations feature by feature).
+Each record kind has one projector; `rebuild` replays the whole log into freshly created projection tables and
+proves the tables are derived data. Which projectors and tables, is the `Log` a connection carries
+(`db.Connection.log`): node/features.py builds the node's from each feature's declarations, once, and the
+node's `Database` gives it to every connection it opens, so this module knows none of the features' records.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from identity.schema import AgentRecord, EntryRecord, LinkRecord
 from node.inbox import notify as notifications
 from node.ops.progress import Report, silent
 from node.store import db, equivocation
-from node.workflows import records as workflow_records
+from node.store.ahead import NAMED_SQL, Named
 from wire.time import parse_ms
 
 
@@ -85,6 +85,7 @@ def append_many(
     origin: str,
     now_ms: int,
     held: Mapping[str, list[equivocation.Held]] | None = None,
+    named: Named | None = None,
 ) -> list[tuple[int, bool]]:
     """Append verified records to the log and project the new ones, in order. Returns (seq, newly_inserted) per item.
 
@@ -93,7 +94,8 @@ def append_many(
     inserted once (the later copies report newly_inserted false). A new version of an address already held (or
     two versions of one address in the run) goes through `node.store.equivocation`'s rule one by one; a refused one
     reports (REFUSED_SEQ, False). `held` is `equivocation.held` of the items' addresses when the caller read it
-    in this transaction already (it is not read again).
+    in this transaction already (it is not read again), and `named` what stored links name them (`Named`), when
+    the caller read it in this transaction before anything of this append.
     """
     if not items:
         return []
@@ -139,7 +141,7 @@ def append_many(
         raise RuntimeError(f"the log's new seqs do not follow its last seq: {added} of {len(clean)} rows were added")
     seqs = dict(known)
     seqs.update({versions[i]: last_rowid - added + 1 + n for n, i in enumerate(clean)})
-    _project([(seqs[versions[i]], items[i]) for i in clean], now_ms, conn)
+    _project([(seqs[versions[i]], items[i]) for i in clean], now_ms, conn, named)
     inserted = {versions[i] for i in clean}
     for i in contested:
         seq, new = _append_version(conn, items[i], versions[i], bodies[i], origin, now_ms)
@@ -161,12 +163,12 @@ def _append_version(
     assert item.record["kind"] == "entry", "only entries have versions"
     keep = equivocation.kept([(h.version, h.scope) for h in before] + [(version, item.scope)])
     if (version, item.scope) not in keep:
-        equivocation.refuse(conn, version, item.hash, now_ms)
+        equivocation.refuse_txn(conn, version, item.hash, now_ms)
         return REFUSED_SEQ, False
     for h in before:
         if (h.version, h.scope) not in keep:  # evicted: never the winner (only one version is new)
             conn.execute("DELETE FROM records WHERE seq = ?", (h.seq,))
-            equivocation.refuse(conn, h.version, item.hash, now_ms)
+            equivocation.refuse_txn(conn, h.version, item.hash, now_ms)
     seq = conn.execute(
         "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -185,16 +187,24 @@ def _append_version(
     ).lastrowid
     assert seq is not None
     if len(keep) > 1:
-        equivocation.mark(conn, item.hash, item.record["author_id"], now_ms)
+        equivocation.mark_txn(conn, item.hash, item.record["author_id"], now_ms)
     if not before or keep[0][0] == version:
         if before:
-            equivocation.unproject_entry(conn, item.hash, before[0].seq)
+            equivocation.unproject_entry_txn(conn, item.hash, before[0].seq)
         project_entries(conn, [(seq, item)], now_ms, notify=True)
     return seq, True
 
 
-def _project(new: list[tuple[int, Incoming]], now_ms: int, conn: sqlite3.Connection) -> None:
-    """Project newly logged records in log order: runs of entries together, every other kind one by one."""
+def _project(
+    new: list[tuple[int, Incoming]], now_ms: int, conn: sqlite3.Connection, named: Named | None = None
+) -> None:
+    """Project newly logged records in log order: runs of entries together, every other kind one by one.
+
+    `named` (read before any of them) stands for the stored links only while nothing but entries is projected:
+    another kind's projector (a link record) may add links that name the entries after it."""
+    projectors = log_of(conn).projectors
+    if named is not None and any(item.record["kind"] != "entry" for _, item in new):
+        named = None
     run: list[tuple[int, Incoming]] = []
     for seq, item in new:
         if item.record["kind"] == "entry":
@@ -203,20 +213,23 @@ def _project(new: list[tuple[int, Incoming]], now_ms: int, conn: sqlite3.Connect
         if run:
             project_entries(conn, run, now_ms, notify=True)
             run = []
-        PROJECTORS[item.record["kind"]](conn, item.decoded, Projection(seq, item.hash, now_ms, notify=True))
+        projectors[item.record["kind"]](conn, item.decoded, Projection(seq, item.hash, now_ms, notify=True))
     if run:
-        project_entries(conn, run, now_ms, notify=True)
+        project_entries(conn, run, now_ms, notify=True, named=named)
 
 
-def project_entries(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], now_ms: int, *, notify: bool) -> None:
+def project_entries(
+    conn: sqlite3.Connection, run: list[tuple[int, Incoming]], now_ms: int, *, notify: bool, named: Named | None = None
+) -> None:
     """Project entry records (seq, record) into entries, their tags, addressees and links; then what they complete.
 
     `notify` is false while rebuilding: notifications are node-local history, not derived data. A run in which
     a record can derive a `retracted_by` link is projected one record at a time, so its links are numbered as a
-    rebuild (which replays the log one record at a time) numbers them.
+    rebuild (which replays the log one record at a time) numbers them. `named` is the caller's reading of the
+    stored links, when the caller read it in this transaction before the run (else read here).
     """
     hashes = json.dumps([item.hash for _, item in run])
-    ahead = _ahead(conn, run, hashes)
+    ahead = _ahead(conn, run, hashes, named)
     if len(run) > 1 and ahead.retractions:
         for one in run:
             project_entries(conn, [one], now_ms, notify=notify)
@@ -257,7 +270,7 @@ def project_entries(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], n
         ],
     )
     if ahead.retractions:
-        _derive_retractions(conn, hashes)
+        _derive_retractions_txn(conn, hashes)
     if notify:
         notifications.fan_out(conn, [(seq, item.decoded) for seq, item in run], now_ms, subscribed=ahead.subscribed)
         if ahead.contradictions:
@@ -295,25 +308,19 @@ class _Ahead(NamedTuple):
     subscribed: bool  # the node holds a subscription (fan-out looks for subscribers)
 
 
-# Stored links that name the arriving entries (:h, a JSON array of their hashes) and decide what they derive.
-_AHEAD_SQL = (
-    "SELECT EXISTS (SELECT 1 FROM json_each(:h) a JOIN links x ON x.target_hash = a.value"
-    "   AND x.link_type = 'supersedes'),"
-    " EXISTS (SELECT 1 FROM json_each(:h) a JOIN links x ON x.target_hash = a.value AND x.link_type = 'contradicts')"
-    " OR EXISTS (SELECT 1 FROM json_each(:h) a JOIN links x ON x.source_hash = a.value"
-    "   AND x.link_type = 'contradicts'),"
-    " EXISTS (SELECT 1 FROM subscriptions)"
-)
+_AHEAD_SQL = "SELECT " + NAMED_SQL
 
 
-def _ahead(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], hashes: str) -> _Ahead:
+def _ahead(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], hashes: str, named: Named | None) -> _Ahead:
     """Which of the statements after a run's rows can change anything, in one statement read before them.
 
     A `retracted_by` link needs a retraction in the run or a stored `supersedes` link naming one of its entries
     (RETRACTIONS_SQL); a contradiction, a `contradicts` link the run asserts or a stored one naming one of its
-    entries (notify.CONTRADICTIONS_SQL). Rare, either: most runs skip both statements.
+    entries (node/inbox/store.py CONTRADICTIONS_SQL). Rare, either: most runs skip both statements.
     """
-    named_superseded, named_contradicted, subscribed = conn.execute(_AHEAD_SQL, {"h": hashes}).fetchone()
+    if named is None:
+        named = Named(*(bool(flag) for flag in conn.execute(_AHEAD_SQL, {"h": hashes}).fetchone()))
+    named_superseded, named_contradicted, subscribed = named
     retracting = any(item.decoded.performative == "retract" for _, item in run)
     contradicting = any(link.link_type == "contradicts" for _, item in run for link in item.decoded.links)
     return _Ahead(retracting or bool(named_superseded), contradicting or bool(named_contradicted), bool(subscribed))
@@ -339,7 +346,7 @@ RETRACTIONS_SQL = (
 )
 
 
-def _derive_retractions(conn: sqlite3.Connection, arrived_hashes: str) -> None:
+def _derive_retractions_txn(conn: sqlite3.Connection, arrived_hashes: str) -> None:
     """Create `retracted_by` links for retract entries whose retraction is now decidable.
 
     A retract entry's `supersedes` link to an entry by the same author means: target retracted_by
@@ -391,9 +398,29 @@ SUBSTRATE_PROJECTORS: Mapping[str, Projector] = MappingProxyType(
     }
 )
 SUBSTRATE_TABLES: tuple[str, ...] = ("entries", "entry_tags", "entry_directed", "links", "agents")
-# Every record kind's projector, and every projection table (`rebuild` recreates exactly these, in this order).
-PROJECTORS: Mapping[str, Projector] = MappingProxyType({**SUBSTRATE_PROJECTORS, **workflow_records.PROJECTORS})
-PROJECTION_TABLES: tuple[str, ...] = SUBSTRATE_TABLES + workflow_records.TABLES
+
+
+@dataclass(frozen=True)
+class Log:
+    """What the log projects through: each record kind's projector, and every projection table they fill
+    (`rebuild` recreates exactly these, in this order). node/features.py builds the node's (`LOG`)."""
+
+    projectors: Mapping[str, Projector]
+    tables: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "projectors", MappingProxyType(dict(self.projectors)))  # read-only, not shared
+        object.__setattr__(self, "tables", tuple(self.tables))
+
+
+def log_of(conn: sqlite3.Connection) -> Log:
+    """The log `conn` projects through: the one its `Database` (or `db.connect`, `db.write_sync`) was given."""
+    log = conn.log if isinstance(conn, db.Connection) else None
+    if log is None:
+        raise RuntimeError(
+            "this connection carries no log to project through: open it with the node's (node.features.LOG)"
+        )
+    return log
 
 
 def rebuild(conn: sqlite3.Connection, progress: Report = silent) -> int:
@@ -405,8 +432,9 @@ def rebuild(conn: sqlite3.Connection, progress: Report = silent) -> int:
 
     from identity.schema_v3 import struct_for
 
-    ddl = _projection_ddl(conn)
-    for table in reversed(PROJECTION_TABLES):
+    log = log_of(conn)
+    ddl = _projection_ddl(conn, log.tables)
+    for table in reversed(log.tables):
         conn.execute(f'DROP TABLE IF EXISTS "{table}"')
     for statement in ddl:
         conn.execute(statement)
@@ -428,16 +456,16 @@ def rebuild(conn: sqlite3.Connection, progress: Report = silent) -> int:
             if record_hash in shown:
                 if shown[record_hash][1] < key:
                     continue
-                equivocation.unproject_entry(conn, record_hash, shown[record_hash][0])
+                equivocation.unproject_entry_txn(conn, record_hash, shown[record_hash][0])
             shown[record_hash] = (seq, key)
-        PROJECTORS[record["kind"]](conn, decoded, Projection(seq, record_hash, 0, notify=False))
+        log.projectors[record["kind"]](conn, decoded, Projection(seq, record_hash, 0, notify=False))
     progress(REBUILD_STEP, count, len(rows))
     return count
 
 
-def _projection_ddl(conn: sqlite3.Connection) -> list[str]:
+def _projection_ddl(conn: sqlite3.Connection, projected: tuple[str, ...]) -> list[str]:
     """CREATE statements of the projection tables with their indexes and triggers, as the migrations left them."""
-    tables = set(PROJECTION_TABLES)
+    tables = set(projected)
     rows = conn.execute(
         "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid"
     ).fetchall()
@@ -453,6 +481,6 @@ def _projection_ddl(conn: sqlite3.Connection) -> list[str]:
 def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
     """Every projection table's rows in a stable order (for comparing against a rebuild)."""
     out: dict[str, list[tuple[Any, ...]]] = {}
-    for table in PROJECTION_TABLES:
+    for table in log_of(conn).tables:
         out[table] = [tuple(r) for r in conn.execute(f'SELECT * FROM "{table}" ORDER BY 1, 2').fetchall()]
     return out

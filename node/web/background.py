@@ -7,6 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -15,9 +16,11 @@ from node.ops.metrics import metrics_of
 from node.search_index import indexer
 from node.search_index.index import SearchIndex
 from node.search_index.indexer import Indexer
-from node.service import Node
 from node.trust import service as trust
 from node.web.appkeys import NODE, SEARCH_INDEXER
+
+if TYPE_CHECKING:
+    from node.service import Node
 
 EXPIRY_SWEEP_SECONDS = 60  # how late a notification past its 7 days may still read as pending, at most
 TWIN_CHECK_SECONDS = 1.0  # how long after an earlier declaration arrives a later twin's holders are told, at most

@@ -20,6 +20,7 @@ import msgspec
 from identity import canonical, keys, records
 from identity.schema import EntryRecord
 from node.agents import service as agents
+from node.features import LOG
 from node.ops.datadir import DataDir, initialise
 from node.store import db, projections
 
@@ -160,7 +161,7 @@ def register_agents(data: Path, count: int, *, keep_key: bool, prefix: str) -> l
             out.append((key, api_key))
         return out
 
-    return db.write_sync(DataDir(data).db_path, run)
+    return db.write_sync(DataDir(data).db_path, run, log=LOG)
 
 
 def bulk_load(data: Path, stream: Iterator[tuple[dict[str, Any], str]], *, batch: int = 5000) -> int:
@@ -176,11 +177,11 @@ def bulk_load(data: Path, stream: Iterator[tuple[dict[str, Any], str]], *, batch
     for item in stream:
         pending.append(item)
         if len(pending) >= batch:
-            db.write_sync(path, flush)
+            db.write_sync(path, flush, log=LOG)
             total += len(pending)
             pending = []
     if pending:
-        db.write_sync(path, flush)
+        db.write_sync(path, flush, log=LOG)
         total += len(pending)
     return total
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from identity import canonical, keys, records
+from node.features import LOG
 from node.ops.datadir import DataDir
 from node.store import db, projections
 from node.workflows.store.tasks import READY_SQL
@@ -83,10 +84,10 @@ def build(data: Path, n: int, *, batch: int = 5_000) -> str:
     for record in task_records(node_key, supervisor, n):
         pending.append(record)
         if len(pending) >= batch:
-            db.write_sync(DataDir(data).db_path, flush)
+            db.write_sync(DataDir(data).db_path, flush, log=LOG)
             pending = []
     if pending:
-        db.write_sync(DataDir(data).db_path, flush)
+        db.write_sync(DataDir(data).db_path, flush, log=LOG)
     return api_key
 
 

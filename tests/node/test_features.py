@@ -21,22 +21,24 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 import node as node_package
+from identity import keys, records
 from identity.schema import RECORD_TYPES
 from node.app import create_app
-from node.features import FEATURES, Feature, all_routes
+from node.features import FEATURES, LOG, Feature, all_routes, joined
 from node.service import Node
 from node.store import db as dbmod
 from node.store import projections
 from node.web.appkeys import NODE, SYNC
 from node.web.http import Route
 from tests.conftest import AgentCreds
-from tests.node.api_helpers import link, post
+from tests.node.api_helpers import entry_record, link, link_record, post
 from tests.node.workflows.helpers import WF, declare
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 NODE_DIR = Path(node_package.__file__).parent
 # Routes an app serves besides the features' REST API: kept out of /openapi.json.
 NOT_IN_API = {"/metrics", "/openapi.json", "/nlip", "/nlip/"}  # /nlip: NLIP, not REST (node/nlip/endpoint.py)
+T0 = 1_767_323_045_000
 
 
 def node_modules() -> list[ModuleType]:
@@ -97,27 +99,26 @@ async def test_the_app_serves_exactly_the_features_routes_in_their_order(
     assert sorted(documented) == sorted((r.method, r.path) for r in all_routes())
 
 
-def test_the_log_reads_its_projectors_and_tables_from_the_features_declarations() -> None:
-    merged: dict[str, Any] = {}
-    tables: list[str] = []
+def test_the_log_joins_every_features_projectors_and_tables() -> None:
     for feature in FEATURES:
-        assert not set(feature.projectors) & set(merged), f"{feature.name} projects a kind another feature does"
-        merged.update(feature.projectors)
-        tables.extend(feature.tables)
         assert bool(feature.projectors) == bool(feature.tables), f"{feature.name}: projectors without tables"
-    assert dict(projections.PROJECTORS) == merged
-    assert list(projections.PROJECTION_TABLES) == tables
-    assert len(set(tables)) == len(tables)
-    assert set(merged) == set(RECORD_TYPES)  # every record kind the log accepts has exactly one projector
+    assert len(set(LOG.tables)) == len(LOG.tables)
+    # every record kind the log accepts (from clients, and of format v3 from peers) has exactly one projector
+    assert set(LOG.projectors) == set(records.RECORD_KINDS) | records.V3_KINDS
+    substrate, workflows = (next(f for f in FEATURES if f.name == name) for name in ("substrate", "agent workflows"))
+    assert joined([workflows, substrate]).tables == workflows.tables + substrate.tables  # feature by feature
+    twice = Feature("twice", projectors={"link": projections.project_link}, tables=("links",))
+    with pytest.raises(ValueError, match="twice projects link"):
+        joined([substrate, twice])
 
 
 def test_the_declarations_cannot_be_changed_in_place() -> None:
     with pytest.raises(TypeError):
-        projections.PROJECTORS["extra"] = projections.PROJECTORS["entry"]  # type: ignore[index]
+        LOG.projectors["extra"] = LOG.projectors["entry"]  # type: ignore[index]
     for feature in FEATURES:
         assert isinstance(feature.routes, tuple) and isinstance(feature.tables, tuple)
         with pytest.raises(TypeError):
-            feature.projectors["extra"] = projections.PROJECTORS["entry"]  # type: ignore[index]
+            feature.projectors["extra"] = LOG.projectors["entry"]  # type: ignore[index]
     assert isinstance(Feature("x", routes=[]).routes, tuple)  # a route list is copied, not shared
 
 
@@ -126,7 +127,51 @@ def test_every_projection_table_exists_in_the_migrated_schema(tmp_path: Path) ->
     dbmod.migrate(conn)
     names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     conn.close()
-    assert set(projections.PROJECTION_TABLES) <= names
+    assert set(LOG.tables) <= names
+
+
+async def test_a_node_appends_and_rebuilds_through_the_log_it_is_given(data_dir: tuple[Path, str]) -> None:
+    """The projections know no feature: a Node given a Log whose link projector also notes what it projects,
+    and which holds only the substrate's tables, appends, rebuilds and snapshots through exactly that Log."""
+    noted: list[tuple[int, bool]] = []
+
+    def noting_link(conn: sqlite3.Connection, rec: Any, ctx: projections.Projection) -> None:
+        noted.append((ctx.seq, ctx.notify))
+        projections.project_link(conn, rec, ctx)
+
+    substrate = next(f for f in FEATURES if f.name == "substrate")
+    node = Node(data_dir[0], log=projections.Log({**substrate.projectors, "link": noting_link}, substrate.tables))
+    node.open()
+    try:
+        alice = keys.SigningKey.generate()
+        target = entry_record(alice, "the target", created_ms=T0)
+        source = entry_record(alice, "the source", created_ms=T0 + 1)
+        link = link_record(
+            alice, records.compute_hash(source), records.compute_hash(target), "supports", created_ms=T0 + 2
+        )
+        items = [projections.Incoming(r, *records.check(r)) for r in (target, source, link)]
+        appended = await node.db.write(lambda c: projections.append_many(c, items, origin="local", now_ms=T0))
+        link_seq = appended[2][0]
+        assert noted == [(link_seq, True)]
+        before = await node.db.read(projections.snapshot)
+        assert list(before) == list(substrate.tables) and len(before["links"]) == 1
+        assert await node.db.write(projections.rebuild) == 3
+        assert noted == [(link_seq, True), (link_seq, False)]  # replayed through it too, without notifications
+        assert await node.db.read(projections.snapshot) == before
+    finally:
+        node.close()
+
+
+def test_a_connection_without_a_log_appends_nothing(tmp_path: Path) -> None:
+    conn = dbmod.connect(tmp_path / "bare.db")
+    dbmod.migrate(conn)
+    record = entry_record(keys.SigningKey.generate(), "no log", created_ms=T0)
+    with pytest.raises(RuntimeError, match="carries no log"), dbmod.transaction(conn, immediate=True):
+        projections.append_many(conn, [projections.Incoming(record, *records.check(record))], origin="local", now_ms=T0)
+    with pytest.raises(RuntimeError, match="carries no log"):
+        projections.snapshot(conn)
+    assert conn.execute("SELECT count(*) FROM records").fetchone()[0] == 0  # the append was rolled back
+    conn.close()
 
 
 async def records_of_every_kind(client: TestClient, make_agent: MakeAgent) -> None:
@@ -179,9 +224,9 @@ async def test_each_features_projectors_fill_only_that_features_tables(
 
 async def test_building_two_apps_registers_nothing_twice(node: Node) -> None:
     routes_before = all_routes()
-    projectors_before = dict(projections.PROJECTORS)
+    projectors_before = dict(LOG.projectors)
     first, second = create_app(node), create_app(node)
-    assert all_routes() == routes_before and dict(projections.PROJECTORS) == projectors_before
+    assert all_routes() == routes_before and dict(LOG.projectors) == projectors_before
     assert served_api(first) == served_api(second) == [(r.method, r.path) for r in routes_before]
     background = [ctx for feature in FEATURES for ctx in feature.background]
     for app in (first, second):
@@ -260,3 +305,12 @@ def test_the_registration_modules_are_in_no_import_cycle() -> None:
     }
     cycles = [sorted(c) for c in nx.strongly_connected_components(edges) if len(c) > 1 and c & watched]
     assert cycles == []
+
+
+def test_the_store_floor_is_given_the_log_and_imports_no_feature_list() -> None:
+    """node.store reaches neither node/features.py nor a feature's projectors by import: the Log is passed in."""
+    graph = grimp.build_graph("node", "identity", "wire", cache_dir=None, exclude_type_checking_imports=True)
+    store = sorted(m for m in graph.modules if m == "node.store" or m.startswith("node.store."))
+    assert "node.store.projections" in store
+    reaching = [m for m in store for far in ("node.features", "node.workflows.records") if graph.chain_exists(m, far)]
+    assert reaching == []

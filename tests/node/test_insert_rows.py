@@ -25,33 +25,44 @@ def statements(conn: sqlite3.Connection) -> list[str]:
     return seen
 
 
-@pytest.mark.parametrize("n", [0, 1, 2, 3, 37, 100, 1000])
-def test_every_row_lands_in_power_of_two_statements(conn: sqlite3.Connection, n: int) -> None:
+@pytest.mark.parametrize(
+    ("n", "sizes"),
+    [
+        (0, []),
+        (1, [1]),
+        (3, [3]),
+        (37, [37]),
+        (64, [64]),
+        (65, [64, 1]),
+        (100, [64, 36]),
+        (200, [128, 64, 8]),
+        (1000, [512, 256, 128, 64, 40]),
+    ],
+)
+def test_rows_land_in_one_statement_up_to_64_then_power_of_two_ones(
+    conn: sqlite3.Connection, n: int, sizes: list[int]
+) -> None:
+    """Up to EXACT_ROWS_UP_TO rows (a merged run of single posts) take one statement; more, power-of-two ones first."""
+    assert db.EXACT_ROWS_UP_TO == 64
     seen = statements(conn)
     rows = [(i, f"v{i}") for i in range(n)]
     assert db.insert_rows(conn, "INSERT INTO t (k, v)", rows).changed == n
     assert conn.execute("SELECT k, v FROM t ORDER BY k").fetchall() == [tuple(r) for r in rows]
-    assert len(seen) == bin(n).count("1")  # 37 rows: 32 + 4 + 1
+    assert [sql.count("),(") + 1 for sql in seen] == sizes
 
 
 def test_statements_hold_at_most_max_rows(conn: sqlite3.Connection) -> None:
     seen = statements(conn)
     n = 2 * db.MAX_ROWS_PER_INSERT + 3
     assert db.insert_rows(conn, "INSERT INTO t (k, v)", [(i, "x") for i in range(n)]).changed == n
-    assert len(seen) == 4  # max + max + 2 + 1
-
-
-def test_values_stay_exact_even_with_a_nul(conn: sqlite3.Connection) -> None:
-    """SQLite's JSON functions would cut 'a\\x00b' to 'a'; bound parameters keep it whole."""
-    db.insert_rows(conn, "INSERT INTO t (k, v)", [(1, "a\x00b"), (2, "café 😀"), (3, None)])
-    assert conn.execute("SELECT v FROM t ORDER BY k").fetchall() == [("a\x00b",), ("café 😀",), (None,)]
+    assert [sql.count("),(") + 1 for sql in seen] == [db.MAX_ROWS_PER_INSERT, db.MAX_ROWS_PER_INSERT, 3]
 
 
 def test_the_parameter_limit_splits_the_statements(conn: sqlite3.Connection) -> None:
     conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 9)  # at most 4 rows of 2 values per statement
     seen = statements(conn)
     assert db.insert_rows(conn, "INSERT INTO t (k, v)", [(i, "x") for i in range(11)]).changed == 11
-    assert len(seen) == 4  # 4 + 4 + 2 + 1
+    assert [sql.count("),(") + 1 for sql in seen] == [4, 4, 3]  # 4 rows of 2 values at most
     assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 11
 
 

@@ -1,6 +1,6 @@
-"""Merged posts (Database.write_merged, entries.store_all over several requests) answer as one by one would.
+"""Merged posts (Database.write_merged, posting.store_all_txn over several requests) answer as one by one would.
 
-Each test holds the writer (`Held`) so the requests under test queue up and reach `store_all` as one call,
+Each test holds the writer (`Held`) so the requests under test queue up and reach `store_all_txn` as one call,
 then checks that the answers are those of the requests run one by one.
 """
 

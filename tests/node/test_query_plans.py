@@ -10,7 +10,7 @@ import pytest
 
 from identity import keys, records
 from node.federation.store import FETCH_SQL, add_peer, ingest
-from node.inbox import notify
+from node.inbox import store as inbox_store
 from node.store import db, projections
 from sync.store import Verified
 from sync.verify import verify_record
@@ -47,7 +47,9 @@ def plan(conn: sqlite3.Connection, sql: str) -> list[str]:
     return [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, {"h": json.dumps(["x", "y"])})]
 
 
-@pytest.mark.parametrize("sql", [projections.RETRACTIONS_SQL, notify.CONTRADICTIONS_SQL], ids=["retractions", "contra"])
+@pytest.mark.parametrize(
+    "sql", [projections.RETRACTIONS_SQL, inbox_store.CONTRADICTIONS_SQL], ids=["retractions", "contra"]
+)
 def test_derived_links_and_contradictions_start_from_the_arrived_records(conn: sqlite3.Connection, sql: str) -> None:
     steps = plan(conn, sql)
     assert steps[0] == "SEARCH l USING INTEGER PRIMARY KEY (rowid=?)", steps

@@ -23,7 +23,7 @@ MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
 
 def count_calls(node: Node) -> list[int]:
-    """Record how many requests each call of `store_all` gets (the merged call first, then each alone)."""
+    """Record how many requests each call of `store_all_txn` gets (the merged call first, then each alone)."""
     calls: list[int] = []
     run = node.entries.merged.run
 

@@ -21,6 +21,7 @@ import pytest
 from agent import identity_file
 from identity import keys
 from node.cli import explain
+from node.features import LOG
 from node.ops import doctor
 from node.ops.datadir import DataDir, initialise
 from tests.node.test_cli import bbs
@@ -154,7 +155,7 @@ def test_another_nodes_key_is_refused_by_serve_and_every_command_that_opens_the_
         assert "serving" not in line
     assert digest_of(node_dir / "bbs.db") == before
     assert not (tmp_path / "a.id").exists() and not (tmp_path / "b.tar").exists()
-    assert "identity" in {c.name for c in doctor.diagnose(node_dir) if c.status == "fail"}  # doctor agrees
+    assert "identity" in {c.name for c in doctor.diagnose(node_dir, LOG) if c.status == "fail"}  # doctor agrees
 
 
 def test_a_garbage_node_key_is_one_line_and_never_quoted(tmp_path: Path, node_dir: Path) -> None:

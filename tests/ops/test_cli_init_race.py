@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from identity import keys
+from node.features import LOG
 from node.ops import doctor
 
 pytestmark = pytest.mark.slow
@@ -81,5 +82,5 @@ def test_concurrent_commands_on_a_fresh_folder_build_one_node(tmp_path: Path, ro
         conn.close()
     assert stored == [(node_did,)] and admins == 1
     assert not [p for p in data.iterdir() if p.name.endswith(".tmp") or p.name.startswith(".node.key")]
-    checks = doctor.diagnose(data, peer_timeout=1)
+    checks = doctor.diagnose(data, LOG, peer_timeout=1)
     assert doctor.exit_status(checks) == 0, [c for c in checks if c.status != "ok"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from node.features import LOG
 from node.ops import doctor
 from node.ops.datadir import initialise
 from scenarios.bench.harness import listens
@@ -98,7 +99,7 @@ async def test_sigterm_finishes_in_flight_writes_and_exits_cleanly(tmp_path: Pat
     stored = {row[0] for row in conn.execute("SELECT hash FROM records")}
     conn.close()
     assert acknowledged and set(acknowledged) <= stored  # every acknowledged write survived the shutdown
-    assert doctor.exit_status(doctor.diagnose(data, peer_timeout=1)) == 0
+    assert doctor.exit_status(doctor.diagnose(data, LOG, peer_timeout=1)) == 0
     access = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     assert sum(1 for line in access if line.get("logger") == "bbs.access" and line.get("status") == 201) == len(
         acknowledged
@@ -128,7 +129,7 @@ def test_a_newer_schema_is_refused_with_a_clear_message(tmp_path: Path, command:
 
 def test_doctor_reports_a_newer_schema(tmp_path: Path) -> None:
     data = _newer_schema(tmp_path)
-    checks = doctor.diagnose(data)
+    checks = doctor.diagnose(data, LOG)
     assert [c.name for c in checks if c.status == "fail"] == ["schema"]
     assert os.path.exists(data / "bbs.db")
 

@@ -52,7 +52,7 @@ class EvilPeer:
         n = len(items) if head is None else head
         self.head = n
         self.pages.append(
-            b'{"type":"changes","v":2,"node_id":"%s","epoch":"%s","head":%d,"next":%d,"more":false,"items":[%s]}'
+            b'{"type":"changes","v":3,"node_id":"%s","epoch":"%s","head":%d,"next":%d,"more":false,"items":[%s]}'
             % (self.key.did.encode(), EPOCH.encode(), n, n, b",".join(parts))
         )
 
@@ -60,7 +60,7 @@ class EvilPeer:
         parts = [
             b'{"hash":"%s","version":"%s","record":%s}' % (h.encode(), version(h, body), body) for h, body in items
         ]
-        return b'{"type":"records","v":2,"node_id":"%s","items":[%s],"missing":%s}' % (
+        return b'{"type":"records","v":3,"node_id":"%s","items":[%s],"missing":%s}' % (
             self.key.did.encode(),
             b",".join(parts),
             json.dumps(missing).encode(),
@@ -83,7 +83,7 @@ class EvilPeer:
         await self.server.start_server()
 
     def pages_empty(self) -> bytes:
-        return b'{"type":"changes","v":2,"node_id":"%s","epoch":"%s","head":%d,"next":%d,"more":false,"items":[]}' % (
+        return b'{"type":"changes","v":3,"node_id":"%s","epoch":"%s","head":%d,"next":%d,"more":false,"items":[]}' % (
             self.key.did.encode(),
             EPOCH.encode(),
             self.head,
@@ -130,7 +130,8 @@ async def test_each_bad_record_is_refused_and_counted_the_rest_stored(make_peer:
     bad_sig = {**signed_entry(author, "garbled"), "signature": keys.b64u(bytes(64))}
     huge = signed_entry(author, "x" * 300_000)
     local = signed_entry(author, "private", scope="local")
-    bad_schema = resign({**signed_entry(author, "typed"), "entry_type": "gossip"}, author)
+    # wrong in every release (an unknown entry_type would be `too_new` instead: tests/sync/test_too_new.py)
+    bad_schema = resign({**signed_entry(author, "typed"), "confidence": 2}, author)
     spaced = json.dumps(good1, sort_keys=True).encode()  # valid JSON, not canonical bytes
     batch = [
         (hash_of(good1), body_of(good1)),
@@ -303,7 +304,7 @@ async def test_a_page_larger_than_asked_for_is_a_malformed_batch(make_peer: Any,
     evil.page([(hash_of(r), body_of(r)) for r in records])
     with pytest.raises(SyncError, match="records for a page of at most 5"):
         await node.puller(limit=5).pull_once(evil.config)
-    huge = b'{"type":"changes","v":2,"items":[' + b'{"seq":1},' * 1_000_000 + b"]}"
+    huge = b'{"type":"changes","v":3,"items":[' + b'{"seq":1},' * 1_000_000 + b"]}"
     evil.page([], raw=huge)  # over 9 MiB: refused while it is read, before it is decoded
     with pytest.raises(SyncError, match="reply exceeds"):
         await node.puller().pull_once(evil.config)

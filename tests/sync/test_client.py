@@ -216,7 +216,7 @@ def fake_client(session: aiohttp.ClientSession, url: str) -> PeerClient:
 
 
 def changes_body(**fields: Any) -> bytes:
-    page = {"type": "changes", "v": 2, "node_id": NODE_ID, "epoch": "ab", "head": 0, "next": 0, "more": False}
+    page = {"type": "changes", "v": 3, "node_id": NODE_ID, "epoch": "ab", "head": 0, "next": 0, "more": False}
     return json.dumps({**page, "items": [], **fields}).encode()
 
 
@@ -226,7 +226,7 @@ async def test_requests_are_signed_with_the_query_and_body(fake: tuple[Fake, str
     async with aiohttp.ClientSession() as session:
         client = fake_client(session, url)
         await client.changes(3, "ab", 7, 0)
-        state.body = b'{"type":"records","v":2,"node_id":"%s","items":[],"missing":[]}' % NODE_ID.encode()
+        state.body = b'{"type":"records","v":3,"node_id":"%s","items":[],"missing":[]}' % NODE_ID.encode()
         await client.fetch(["0" * 64])
     asked_boot, *signed = state.requests  # the peer's boot id first (none here: a peer of the previous release)
     assert asked_boot[:2] == ("GET", "/v1/node") and "Signature" not in asked_boot[2]
@@ -239,7 +239,7 @@ async def test_requests_are_signed_with_the_query_and_body(fake: tuple[Fake, str
     assert "Bbs-Boot" not in get_headers and "bbs-boot" not in get_headers["Signature-Input"]
     assert post_path == "/v1/sync/fetch" and post_headers["Content-Type"] == "application/json"
     assert "Content-Digest" in post_headers and "Signature" in post_headers
-    assert json.loads(post_body) == {"type": "fetch", "v": 2, "hashes": ["0" * 64]}
+    assert json.loads(post_body) == {"type": "fetch", "v": 3, "hashes": ["0" * 64]}
 
 
 async def test_an_http_error_names_its_problem_or_its_text(fake: tuple[Fake, str]) -> None:
@@ -311,7 +311,7 @@ async def test_records_that_were_not_asked_for_are_refused(fake: tuple[Fake, str
         # an address brings at most its two versions
         for items in ([extra], [asked, asked, asked]):
             state.body = json.dumps(
-                {"type": "records", "v": 2, "node_id": NODE_ID, "items": items, "missing": []}
+                {"type": "records", "v": 3, "node_id": NODE_ID, "items": items, "missing": []}
             ).encode()
             with pytest.raises(SyncError, match="records that were not asked for"):
                 await client.fetch(["0" * 64])

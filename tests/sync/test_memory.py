@@ -41,12 +41,12 @@ async def test_server_over_memory_store() -> None:
     store.add(Verified(hash_of(local), body_of(local), local, None), scope="local")
     store.add(Verified(hash_of(shared), body_of(shared), shared, None))
     server = SyncServer(store)
-    page = await server.changes(m.ChangesQuery(since=0))
+    page = await server.changes(m.ChangesQuery(v=m.PROTOCOL_VERSION, since=0))
     assert isinstance(page, m.Changes)
     assert [i.hash for i in page.items] == [hash_of(shared)] and page.next == 2 and page.head == 2
-    reset = await server.changes(m.ChangesQuery(since=5))
+    reset = await server.changes(m.ChangesQuery(v=m.PROTOCOL_VERSION, since=5))
     assert isinstance(reset, m.Reset) and reset.reason == "cursor_ahead"
-    reset = await server.changes(m.ChangesQuery(since=0, epoch="ab"))
+    reset = await server.changes(m.ChangesQuery(v=m.PROTOCOL_VERSION, since=0, epoch="ab"))
     assert isinstance(reset, m.Reset) and reset.reason == "epoch_changed"
     fetched = await server.fetch(m.FetchRequest(hashes=[hash_of(local), hash_of(shared)]))
     assert [i.hash for i in fetched.items] == [hash_of(shared)] and fetched.missing == [hash_of(local)]

@@ -90,7 +90,7 @@ def test_positions_outside_a_log_do_not_decode(field: str, value: int) -> None:
 
 def test_a_missing_version_means_the_current_one() -> None:
     decoded = m.RECORDS_DECODER.decode(b'{"type":"records","node_id":"x","items":[],"missing":["a"]}')
-    assert decoded.v == m.PROTOCOL_VERSION == 2 and decoded.missing == ["a"]
+    assert decoded.v == m.PROTOCOL_VERSION == 3 and decoded.missing == ["a"]
 
 
 def test_another_version_decodes_so_that_it_can_be_named() -> None:
@@ -131,7 +131,7 @@ def test_changes_query_defaults_and_bounds() -> None:
 
 def test_fetch_request_bounds_its_hashes() -> None:
     request = m.FetchRequest(hashes=[HASH])
-    assert msgspec.json.decode(encode(request)) == {"type": "fetch", "v": 2, "hashes": [HASH]}
+    assert msgspec.json.decode(encode(request)) == {"type": "fetch", "v": 3, "hashes": [HASH]}
     assert msgspec.json.decode(encode(request), type=m.FetchRequest) == request
     most = {"type": "fetch", "hashes": [f"{i:064x}" for i in range(m.MAX_FETCH_HASHES)]}
     assert len(msgspec.convert(most, m.FetchRequest).hashes) == m.MAX_FETCH_HASHES
@@ -201,6 +201,7 @@ def test_peer_status_counters_start_at_zero() -> None:
         "waiting": 0,
         "dropped_waiting": 0,
         "void": 0,
+        "too_new": 0,
         "invalid_reasons": {},
     }
     other = m.PeerCounters()

@@ -117,11 +117,13 @@ class FailingStore(MemoryStore):
         super().__init__(node_id=node_id)
         self.fail_at, self.pages = fail_at, 0
 
-    async def ingest(self, peer_id: str, records: list[Verified], invalid: list[Invalid], cursor: Any) -> Any:
+    async def ingest(
+        self, peer_id: str, records: list[Verified], invalid: list[Invalid], cursor: Any, too_new_from: Any = None
+    ) -> Any:
         self.pages += 1
         if self.pages == self.fail_at:
             raise OSError("disk I/O error")
-        return await super().ingest(peer_id, records, invalid, cursor)
+        return await super().ingest(peer_id, records, invalid, cursor, too_new_from)
 
 
 async def test_a_catch_up_that_fails_keeps_the_pages_stored_before_and_resumes_after_them(make_peer: Any) -> None:

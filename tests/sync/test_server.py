@@ -33,19 +33,19 @@ def store() -> MemoryStore:
 async def test_the_feed_in_pages(store: MemoryStore) -> None:
     hashes = [add(store, f"entry {i}") for i in range(5)]
     server = SyncServer(store)
-    first = await server.changes(m.ChangesQuery(since=0, limit=2))
+    first = await server.changes(m.ChangesQuery(v=m.PROTOCOL_VERSION, since=0, limit=2))
     assert isinstance(first, m.Changes)
     assert ([i.hash for i in first.items], first.next, first.more, first.head) == (hashes[:2], 2, True, 5)
     assert first.node_id == store.node_id and first.epoch == store.epoch
     assert store.log[0] is not None and bytes(first.items[0].record) == store.log[0][2]  # the stored bytes, as they are
-    rest = await server.changes(m.ChangesQuery(since=first.next, epoch=store.epoch, limit=10))
+    rest = await server.changes(m.ChangesQuery(v=m.PROTOCOL_VERSION, since=first.next, epoch=store.epoch, limit=10))
     assert isinstance(rest, m.Changes) and [i.hash for i in rest.items] == hashes[2:] and not rest.more
 
 
 async def test_records_from_the_asking_peer_are_not_echoed(store: MemoryStore) -> None:
     mine = add(store, "mine")
     add(store, "from the peer", origin=PEER)
-    page = await SyncServer(store).changes(m.ChangesQuery(since=0), PEER)
+    page = await SyncServer(store).changes(m.ChangesQuery(v=m.PROTOCOL_VERSION, since=0), PEER)
     assert isinstance(page, m.Changes) and [i.hash for i in page.items] == [mine] and page.next == 2
 
 
@@ -53,37 +53,37 @@ async def test_a_page_is_cut_at_its_byte_budget(store: MemoryStore, monkeypatch:
     hashes = [add(store, f"entry {i}") for i in range(4)]
     assert store.log[0] is not None
     monkeypatch.setattr(server_module, "MAX_PAGE_BYTES", len(store.log[0][2]) * 2 + 1)
-    page = await SyncServer(store).changes(m.ChangesQuery(since=0))
+    page = await SyncServer(store).changes(m.ChangesQuery(v=m.PROTOCOL_VERSION, since=0))
     assert isinstance(page, m.Changes)
     assert ([i.hash for i in page.items], page.next, page.more) == (hashes[:2], 2, True)
     monkeypatch.setattr(server_module, "MAX_PAGE_BYTES", 1)
-    page = await SyncServer(store).changes(m.ChangesQuery(since=0))
+    page = await SyncServer(store).changes(m.ChangesQuery(v=m.PROTOCOL_VERSION, since=0))
     assert isinstance(page, m.Changes) and len(page.items) == 1  # one record always goes, whatever its size
 
 
 async def test_resets(store: MemoryStore) -> None:
     add(store, "one")
     server = SyncServer(store)
-    ahead = await server.changes(m.ChangesQuery(since=2))
+    ahead = await server.changes(m.ChangesQuery(v=m.PROTOCOL_VERSION, since=2))
     assert isinstance(ahead, m.Reset) and (ahead.reason, ahead.head) == ("cursor_ahead", 1)
-    other = await server.changes(m.ChangesQuery(since=0, epoch="abc"))
+    other = await server.changes(m.ChangesQuery(v=m.PROTOCOL_VERSION, since=0, epoch="abc"))
     assert isinstance(other, m.Reset) and (other.reason, other.epoch) == ("epoch_changed", store.epoch)
 
 
 async def test_a_long_poll_returns_on_a_change_or_on_closing(store: MemoryStore) -> None:
     server = SyncServer(store)
-    waiting = asyncio.create_task(server.changes(m.ChangesQuery(since=0, wait_ms=10_000)))
+    waiting = asyncio.create_task(server.changes(m.ChangesQuery(v=m.PROTOCOL_VERSION, since=0, wait_ms=10_000)))
     await asyncio.sleep(0.05)
     assert not waiting.done()
     added = add(store, "arrives while the peer waits")
     page = await asyncio.wait_for(waiting, 5)
     assert isinstance(page, m.Changes) and [i.hash for i in page.items] == [added]
-    waiting = asyncio.create_task(server.changes(m.ChangesQuery(since=1, wait_ms=10_000)))
+    waiting = asyncio.create_task(server.changes(m.ChangesQuery(v=m.PROTOCOL_VERSION, since=1, wait_ms=10_000)))
     await asyncio.sleep(0.05)
     server.closing.set()  # the node shuts down: long polls answer at once
     page = await asyncio.wait_for(waiting, 5)
     assert isinstance(page, m.Changes) and page.items == []
-    empty = await SyncServer(store).changes(m.ChangesQuery(since=1, wait_ms=50))
+    empty = await SyncServer(store).changes(m.ChangesQuery(v=m.PROTOCOL_VERSION, since=1, wait_ms=50))
     assert isinstance(empty, m.Changes) and empty.items == []  # the wait simply runs out
 
 

@@ -166,7 +166,9 @@ def test_a_key_event_passes_its_schema_here_and_its_chain_is_left_to_the_writer(
         records.check(_v3(event, AUTHOR))  # never from a client
 
 
-def test_forms_of_v3_not_accepted_yet_are_refused() -> None:
+def test_forms_of_v3_not_accepted_yet_are_too_new() -> None:
+    """Records of a space (issue 37) are of a form this release does not know yet: `too_new`, never remembered as
+    invalid, so the release that knows them fetches them again (docs/format-v3.md, 8.4)."""
     space_link = {
         "kind": "link",
         "schema_version": "v1",
@@ -178,9 +180,9 @@ def test_forms_of_v3_not_accepted_yet_are_refused() -> None:
         "annotation": "",
         "space": "ef" * 32,
     }
-    assert reason(body_of(_v3(space_link, AUTHOR))) == "schema"  # a v1 kind without signing_key: the v1 schema
+    assert reason(body_of(_v3(space_link, AUTHOR))) == "too_new"
     with_key = space_link | {"signing_key": keys.SigningKey.generate().did}
-    assert reason(body_of(_v3(with_key, AUTHOR))) == "malformed"  # no records of a space yet
+    assert reason(body_of(_v3(with_key, AUTHOR))) == "too_new"
     space = {
         "kind": "space",
         "schema_version": "v1",
@@ -189,7 +191,7 @@ def test_forms_of_v3_not_accepted_yet_are_refused() -> None:
         "name": "kitchen",
         "nonce": "A" * 43,
     }
-    assert reason(body_of(_v3(space, AUTHOR))) == "malformed"  # no spaces yet
+    assert reason(body_of(_v3(space, AUTHOR))) == "too_new"
 
 
 def test_a_vouch_page_is_checked_against_its_schema_here_and_against_its_event_by_the_writer() -> None:

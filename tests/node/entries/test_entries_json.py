@@ -1,4 +1,4 @@
-"""queries.entries_by_ids fetches entries as one JSON row: it must render exactly what the plain rows render."""
+"""store.entries_by_ids fetches entries as one JSON row: it must render exactly what the plain rows render."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from identity import keys, records
-from node.entries import queries
+from node.entries import queries, store
+from node.features import LOG
 from node.store import db, projections
 from node.trust import service as trust
 from wire.api import PostEntry, unsigned_entry
@@ -22,7 +23,7 @@ scalar = st.floats(-1e6, 1e6, allow_nan=False) | st.integers(-(2**31), 2**31) | 
 
 @pytest.fixture(scope="module")
 def conn(tmp_path_factory: pytest.TempPathFactory) -> sqlite3.Connection:
-    conn = db.connect(tmp_path_factory.mktemp("json") / "node.db")
+    conn = db.connect(tmp_path_factory.mktemp("json") / "node.db", log=LOG)
     db.migrate(conn)
     return conn
 
@@ -70,7 +71,7 @@ def test_one_json_row_renders_what_the_rows_render(
             conn.execute(
                 "INSERT INTO entry_confidence VALUES (?, ?, 0, 0)", (record_hash, round(community, trust.DIGITS))
             )
-        got = queries.entries_by_ids(conn, [seq])
+        got = store.entries_by_ids(conn, [seq])
         assert got == plain(conn, seq)
         assert got[0].content == decoded.content and got[0].tags == decoded.tags
     finally:
@@ -78,5 +79,5 @@ def test_one_json_row_renders_what_the_rows_render(
 
 
 def test_missing_ids_are_left_out(conn: sqlite3.Connection) -> None:
-    assert queries.entries_by_ids(conn, []) == []
-    assert queries.entries_by_ids(conn, [123456789]) == []
+    assert store.entries_by_ids(conn, []) == []
+    assert store.entries_by_ids(conn, [123456789]) == []

@@ -198,3 +198,25 @@ async def test_post_with_links_only_for_agents_whose_key_is_kept(node: Node, clo
         bob.agent_id, SignedSubmission(record=record), "k", derived_from=[], then=lambda c, e: None
     )
     assert created and entry.record_hash == records.compute_hash(record)
+
+
+@pytest.mark.parametrize("performative", ["inform", "retract"])
+async def test_a_batch_entry_superseded_in_its_own_batch_answers_as_read(node: Node, performative: str) -> None:
+    """A batch whose later entry supersedes (or retracts) an earlier one: the earlier one's answer is not the state
+    of a fresh entry (`states_known` declines) but what a read of it shows."""
+    bob = await self_signer(node, "bob")
+    first = entry_record(bob.key, "first take", created_ms=node.now_ms())
+    second = entry_record(
+        bob.key,
+        "second take",
+        created_ms=node.now_ms(),
+        performative=performative,
+        links=[{"target": records.compute_hash(first), "link_type": "supersedes", "annotation": ""}],
+    )
+    posted = await node.entries.post_batch(
+        bob.agent_id, [SignedSubmission(record=first), SignedSubmission(record=second)]
+    )
+    (old, _), (new, _) = posted
+    assert (old.superseded, old.retracted) == ((True, False) if performative == "inform" else (False, True))
+    read = await node.reads.read([str(old.id), str(new.id)], ReadQuery(include_links=False))
+    assert sorted(read.entries, key=lambda e: e.id) == [old, new]

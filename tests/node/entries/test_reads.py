@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import shutil
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -22,6 +23,7 @@ from node.errors import InvalidInput, SearchIndexBuilding
 from node.search_index.index import FOLDER
 from node.search_index.indexer import Indexer
 from node.service import Node
+from node.store import db
 from tests.conftest import AgentCreds
 from tests.node.test_crash import Server, bbs, free_port
 from wire.api import LinkSpec, PostEntry, ReadQuery, SearchQuery
@@ -165,10 +167,32 @@ async def search_until_served(server: Server, headers: dict[str, str], q: str) -
     raise AssertionError("the search index was never built")
 
 
+_CREATED = re.compile(r"^CREATE (?:UNIQUE )?(TABLE|INDEX) (\w+)", re.M)
+_ADDED = re.compile(r"^ALTER TABLE (\w+) ADD COLUMN (\w+)", re.M)
+_OTHER_SCHEMA_CHANGE = re.compile(r"^(?:CREATE|ALTER|DROP) ", re.M)
+
+
+def undo_migrations_after(conn: sqlite3.Connection, version: int) -> None:
+    """Take back what the migrations numbered above `version` (after 0021) add: their tables, indexes and added
+    columns, newest first. A migration that changes the schema in another way fails here loudly, so that whoever
+    writes it teaches this helper how to take it back."""
+    files = sorted(Path(db.__file__).parent.joinpath("migrations").glob("[0-9][0-9][0-9][0-9]_*.sql"))
+    for path in reversed([f for f in files if int(f.name[:4]) > version]):
+        sql = "\n".join(line.split("--", 1)[0] for line in path.read_text().splitlines())
+        created, added = _CREATED.findall(sql), _ADDED.findall(sql)
+        assert len(_OTHER_SCHEMA_CHANGE.findall(sql)) == len(created) + len(added), f"cannot take back {path.name}"
+        for table, column in reversed(added):
+            conn.execute(f'ALTER TABLE "{table}" DROP COLUMN "{column}"')
+        for what, name in reversed(created):
+            conn.execute(f'DROP {what} IF EXISTS "{name}"')
+
+
 def as_before_fts5_left(data: Path) -> None:
     """Put a stopped node's store back as a node before migration 0021 left it: FTS5 table and trigger, schema 20,
-    and no search index folder (a node upgraded from before the tantivy index)."""
+    without what later migrations added, and no search index folder (a node upgraded from before the tantivy
+    index)."""
     with contextlib.closing(sqlite3.connect(data / "bbs.db")) as conn:
+        undo_migrations_after(conn, 21)
         conn.executescript(
             "CREATE VIRTUAL TABLE entries_fts USING fts5(content, tags, content='entries', content_rowid='id');"
             "CREATE TRIGGER entries_fts_insert AFTER INSERT ON entries BEGIN"

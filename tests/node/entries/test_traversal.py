@@ -135,12 +135,12 @@ async def test_several_seeds_and_search_neighbourhood(client: TestClient, graph:
 
 
 async def test_a_walk_stops_at_the_neighbourhood_limit(client: TestClient, make_agent: MakeAgent, node: Node) -> None:
-    from node.entries import queries
+    from node.entries import store
     from wire.api import LinkSpec, PostEntry
 
     alice = await make_agent("alice")
     hub = await post(client, alice, content="the hub everyone cites")
-    for i in range(queries.MAX_NEIGHBOURHOOD + 5):  # through the service layer: faster than HTTP, same path
+    for i in range(store.MAX_NEIGHBOURHOOD + 5):  # through the service layer: faster than HTTP, same path
         await node.entries.post(
             alice.agent_id,
             PostEntry(
@@ -153,11 +153,11 @@ async def test_a_walk_stops_at_the_neighbourhood_limit(client: TestClient, make_
         )
     body = await get_json(client, f"/v1/entries/{hub['id']}", alice, params={"hops": "1", "include_links": "false"})
     assert body["truncated"] is True
-    assert len(body["entries"]) == queries.MAX_NEIGHBOURHOOD
+    assert len(body["entries"]) == store.MAX_NEIGHBOURHOOD
     # links are bounded too: the hub's 1,005 incident links are cut at the limit
     body = await get_json(client, f"/v1/entries/{hub['id']}", alice, params={"hops": "0"})
     assert body["truncated"] is True and len(body["entries"]) == 1
-    assert len(body["links"]) == queries.MAX_WALKED_LINKS
+    assert len(body["links"]) == store.MAX_WALKED_LINKS
     assert [x["id"] for x in body["links"]] == sorted(x["id"] for x in body["links"])
     body = await get_json(client, f"/v1/entries/{hub['id']}", alice, params={"hops": "0", "include_links": "false"})
     assert body["truncated"] is False and body["links"] == []

@@ -117,7 +117,7 @@ def test_digest_agrees_with_the_node(data_dir: tuple[Path, str], capsys: pytest.
     code, out, _ = run(capsys, "digest", "--data", str(data))
     assert (code, out) == (0, f"{expected.count} {expected.sha256}\n")
     code, out, _ = run(capsys, "digest", "--data", str(data), "--json")
-    assert json.loads(out) == {"type": "digest", "v": 2, "node_id": node_id, "count": expected.count,
+    assert json.loads(out) == {"type": "digest", "v": 3, "node_id": node_id, "count": expected.count,
                                "sha256": expected.sha256}  # fmt: skip
 
 
@@ -198,3 +198,18 @@ async def test_a_peer_that_has_not_added_this_node_is_waited_for_not_failed(
     assert sum("has added this node" in m for m in messages) == 1
     assert sum("unknown_peer" in m for m in messages) == 1  # said once for all the polls
     assert not [m for r in caplog.records if r.levelno >= logging.WARNING for m in [r.getMessage()]]
+
+
+def test_digest_of_the_v2_compatible_records(data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`--sync-version 2`: the digest a node of protocol v2 holding the same records prints (here every record is
+    v2-compatible, so it equals the full one); another version is refused by argparse."""
+    data = data_dir[0]
+    node_id = keys.load_key(data / "node.key").did
+    expected = db.read_sync(DataDir(data).db_path, lambda c: sync_store.digest(c, node_id, 2))
+    code, out, _ = run(capsys, "digest", "--data", str(data), "--sync-version", "2", "--json")
+    assert code == 0 and json.loads(out) == {"type": "digest", "v": 2, "node_id": node_id, "count": expected.count,
+                                             "sha256": expected.sha256}  # fmt: skip
+    full = db.read_sync(DataDir(data).db_path, lambda c: sync_store.digest(c, node_id))
+    assert (expected.count, expected.sha256) == (full.count, full.sha256)
+    with pytest.raises(SystemExit):
+        run(capsys, "digest", "--data", str(data), "--sync-version", "1")

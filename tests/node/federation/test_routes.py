@@ -75,6 +75,7 @@ async def test_adding_listing_and_readdressing_peers(served: TestClient, admin_h
         "waiting": 0,
         "dropped_waiting": 0,
         "void": 0,
+        "too_new": 0,
         "invalid_reasons": {},
     }
     resp = await served.post(
@@ -117,7 +118,7 @@ async def test_the_digest_covers_federated_records_only(
     )
     expected = hashlib.sha256("".join(h + "\n" for (h,) in rows).encode()).hexdigest()
     digest = await (await served.get("/v1/sync/digest", headers=admin_headers)).json()
-    assert digest == {"type": "digest", "v": 2, "node_id": node.node_id, "count": len(rows), "sha256": expected}
+    assert digest == {"type": "digest", "v": 3, "node_id": node.node_id, "count": len(rows), "sha256": expected}
 
 
 async def test_the_changes_feed_for_a_signed_peer(served: TestClient, node: Node, make_agent: MakeAgent) -> None:
@@ -228,4 +229,4 @@ def test_default_settings() -> None:
         "sync_fetch",
         "sync_reconcile",
     ]
-    assert m.PROTOCOL_VERSION == 2
+    assert (m.PROTOCOL_VERSION, m.SYNC_VERSIONS) == (3, (2, 3))

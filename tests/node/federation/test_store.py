@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from identity import keys
+from node.features import LOG
 from node.federation.store import MAX_WANT_ATTEMPTS, add_peer, ingest, peer_statuses
 from node.store import db
 from sync.store import Verified
@@ -36,7 +37,7 @@ def verified(record: dict[str, Any]) -> Verified:
 
 
 def fresh_db(tmp_path: Path) -> tuple[sqlite3.Connection, str]:
-    conn = db.connect(tmp_path / "node.db")
+    conn = db.connect(tmp_path / "node.db", log=LOG)
     db.migrate(conn)
     peer = keys.SigningKey.generate().did
     add_peer(conn, "http://127.0.0.1:9", peer, NOW)
@@ -205,3 +206,39 @@ async def test_a_fault_met_while_pulling_is_counted_internal_and_backed_off_with
     async with b.session.get(b.url + "/metrics", headers=b.admin) as resp:
         metrics = await resp.text()
     assert f'bbs_sync_records{{outcome="internal",peer="{a.node_id}"}} 2.0' in metrics
+
+
+def test_migration_0023_gives_the_v2_release_s_cursors_version_2(tmp_path: Path) -> None:
+    """A database of the v2 release (every migration before 0023) with one peer it pulled from and one it did not:
+    after 0023 the first cursor is of protocol v2 (reconciled before its first pull by this release), the other
+    has none; writing a cursor makes it this release's, keeping the lower too_new_from within an epoch."""
+    from node.federation.store import cursor_version, upgrade_cursor_txn, write_cursor_txn
+    from sync.messages import PROTOCOL_VERSION
+    from sync.store import Cursor, CursorVersion
+
+    conn = db.connect(tmp_path / "old.db")
+    conn.create_function("bbs_sha256_hex", 1, lambda body: body, deterministic=True)
+    for number, _name, sql in db.migrations():
+        if number < 23:
+            for statement in db._split_sql(sql):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+    pulled, fresh = keys.SigningKey.generate().did, keys.SigningKey.generate().did
+    add_peer(conn, "http://127.0.0.1:9", pulled, NOW)
+    add_peer(conn, "http://127.0.0.1:10", fresh, NOW)
+    conn.execute("UPDATE peers SET cursor_epoch = 'ab', cursor_seq = 40 WHERE node_id = ?", (pulled,))
+    assert db.migrate(conn) >= 23
+    assert cursor_version(conn, pulled) == CursorVersion(2, None)
+    assert cursor_version(conn, fresh) is None
+    with db.transaction(conn, immediate=True):
+        write_cursor_txn(conn, pulled, Cursor("ab", 50), 45)
+        write_cursor_txn(conn, pulled, Cursor("ab", 60), 52)
+    assert cursor_version(conn, pulled) == CursorVersion(PROTOCOL_VERSION, 45)
+    with db.transaction(conn, immediate=True):
+        upgrade_cursor_txn(conn, pulled)
+    assert cursor_version(conn, pulled) == CursorVersion(PROTOCOL_VERSION, None)
+    assert conn.execute("SELECT cursor_seq FROM peers WHERE node_id = ?", (pulled,)).fetchone()[0] == 44
+    with db.transaction(conn, immediate=True):
+        write_cursor_txn(conn, pulled, Cursor("ab", 60), 58)
+        write_cursor_txn(conn, pulled, Cursor("cd", 3), None)  # another epoch: positions of another store
+    assert cursor_version(conn, pulled) == CursorVersion(PROTOCOL_VERSION, None)

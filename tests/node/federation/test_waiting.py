@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from identity.keys import SigningKey
 from identity.vouching import vouch
+from node.features import LOG
 from node.federation.store import NodeSyncStore, add_peer, digest
 from node.store import authority as authority_store
 from node.store import waiting
@@ -40,7 +41,7 @@ PEERS = (SigningKey.from_seed(b"\x31" * 32).did, SigningKey.from_seed(b"\x32" * 
 @asynccontextmanager
 async def node_store(folder: Path) -> AsyncIterator[NodeSyncStore]:
     """A node's database with two peers configured, and its sync store."""
-    database = Database(folder / "node.db")
+    database = Database(folder / "node.db", log=LOG)
     database.open()
 
     def peers(conn: sqlite3.Connection) -> None:

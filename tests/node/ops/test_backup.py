@@ -19,6 +19,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from node.errors import Conflict, InvalidInput, NotFound
+from node.features import LOG
 from node.ops import backup, doctor
 from node.ops.datadir import initialise
 from tests.conftest import AgentCreds
@@ -77,7 +78,7 @@ async def test_backup_while_serving_is_a_consistent_prefix_and_restores(
     assert (restored / "node.key").read_bytes() == (root / "node.key").read_bytes()
     assert stat.S_IMODE((restored / "node.key").stat().st_mode) == 0o600
     assert stat.S_IMODE(restored.stat().st_mode) == 0o700
-    checks = doctor.diagnose(restored, peer_timeout=1)
+    checks = doctor.diagnose(restored, LOG, peer_timeout=1)
     assert doctor.exit_status(checks) == 0, checks
 
 
@@ -242,4 +243,4 @@ async def test_litestream_drill_replicate_destroy_restore(
     result = backup.restore_litestream(config, root, key_copy)
     assert log_of(root / "bbs.db") == live
     assert result.previous_epoch == epoch and meta(root / "bbs.db", "epoch") == result.epoch != epoch
-    assert doctor.exit_status(doctor.diagnose(root, peer_timeout=1)) == 0
+    assert doctor.exit_status(doctor.diagnose(root, LOG, peer_timeout=1)) == 0

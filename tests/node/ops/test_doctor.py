@@ -13,6 +13,7 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient
 
+from node.features import LOG
 from node.ops import doctor
 from tests.conftest import AgentCreds
 
@@ -21,7 +22,7 @@ MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
 
 def statuses(root: Path) -> dict[str, str]:
-    return {c.name: c.status for c in doctor.diagnose(root, peer_timeout=2)}
+    return {c.name: c.status for c in doctor.diagnose(root, LOG, peer_timeout=2)}
 
 
 def tamper(root: Path, sql: str) -> None:
@@ -115,7 +116,7 @@ def test_peers_reachable_or_not(data_dir: tuple[Path, str], tmp_path: Path) -> N
         conn.close()
         deadline = time.monotonic() + 30
         while True:
-            got = {c.name: c for c in doctor.diagnose(root, peer_timeout=2)}
+            got = {c.name: c for c in doctor.diagnose(root, LOG, peer_timeout=2)}
             if got[f"peer http://127.0.0.1:{port}"].status == "ok" or time.monotonic() > deadline:
                 break
             time.sleep(0.2)

@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 from identity import key_history
+from node.features import LOG
 from node.federation.store import add_peer, ingest
 from node.store import db
 from node.store.authority import Authority, author_deps, key_dep
@@ -18,7 +19,7 @@ PEER = v3_story.key(0x33).did
 
 
 def fresh(tmp_path: Path) -> sqlite3.Connection:
-    conn = db.connect(tmp_path / "node.db")
+    conn = db.connect(tmp_path / "node.db", log=LOG)
     db.migrate(conn)
     add_peer(conn, "http://127.0.0.1:9", PEER, NOW)
     return conn

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -22,8 +21,8 @@ def _store_round_trip(conn: Conn) -> tuple[int, int | None, list[str], list[tupl
     return many.rowcount, last, columns, rows
 
 
-@pytest.mark.parametrize("factory", [sqlite3.Connection, db.TimedConnection])
-def test_the_node_connections_are_conns(tmp_path: Path, factory: type[sqlite3.Connection]) -> None:
+@pytest.mark.parametrize("factory", [db.Connection, db.TimedConnection])
+def test_the_node_connections_are_conns(tmp_path: Path, factory: type[db.Connection]) -> None:
     conn = db.connect(tmp_path / "t.db", factory=factory)
     try:
         assert _store_round_trip(conn) == (2, 3, ["id", "name"], [(1, "a"), (2, "b"), (3, "c")])

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from identity import canonical, keys, records
+from node.features import LOG
 from node.service import Node
 from node.store import db, equivocation, projections
 from tests.node.api_helpers import count, entry_record, get_json, hash_of, problem, self_signer
@@ -37,7 +38,7 @@ def version_hex(item: projections.Incoming) -> str:
 
 
 def open_db(path: Path) -> sqlite3.Connection:
-    conn = db.connect(path)
+    conn = db.connect(path, log=LOG)
     db.migrate(conn)
     return conn
 
@@ -160,7 +161,7 @@ def test_a_federation_version_beats_a_local_one_and_is_shared(tmp_path: Path) ->
 def test_the_migration_gives_existing_records_their_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """0014 rebuilds the log: an entry's version is the SHA-256 of its body, another kind's is its hash."""
     path = tmp_path / "node.sqlite"
-    conn = db.connect(path)
+    conn = db.connect(path, log=LOG)
     every = db.migrations()
     monkeypatch.setattr(db, "migrations", lambda: [m for m in every if m[0] < 14])
     assert db.migrate(conn) == 13

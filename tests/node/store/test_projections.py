@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from identity import canonical, keys, records
+from node.features import LOG
 from node.service import Node
 from node.store import projections
 from tests.conftest import AgentCreds
@@ -182,7 +183,7 @@ async def test_rebuild_replays_the_log_into_the_same_tables(node: Node) -> None:
     link = link_record(BOB, records.compute_hash(claim), records.compute_hash(retract), "supports", created_ms=T0)
     await append(node, retract, claim, link, agent_record(BOB, "Bob", T0, node.node_id))
     before = await node.db.read(projections.snapshot)
-    assert set(before) == set(projections.PROJECTION_TABLES)
+    assert set(before) == set(LOG.tables)
     assert len(before["links"]) == 3 and len(before["agents"]) == 1
     heard: list[tuple[str, int, int | None]] = []
     replayed = await node.db.write(lambda c: projections.rebuild(c, lambda *step: heard.append(step)))
@@ -196,10 +197,14 @@ async def test_rebuild_replays_the_log_into_the_same_tables(node: Node) -> None:
 
 
 def test_projectors_cover_every_kind_and_cannot_be_changed() -> None:
-    assert set(projections.PROJECTORS) >= {"entry", "link", "agent", "message", "task_event"}
+    assert set(LOG.projectors) >= {"entry", "link", "agent", "message", "task_event"}
     with pytest.raises(TypeError):
-        projections.PROJECTORS["note"] = projections.PROJECTORS["entry"]  # type: ignore[index]
-    assert "note" not in projections.PROJECTORS
+        LOG.projectors["note"] = LOG.projectors["entry"]  # type: ignore[index]
+    assert "note" not in LOG.projectors
+    given: dict[str, projections.Projector] = {"entry": projections.project_entry}
+    log = projections.Log(given, ["entries"])  # type: ignore[arg-type]  # a list, as a caller might pass
+    given["link"] = projections.project_link
+    assert set(log.projectors) == {"entry"} and log.tables == ("entries",)  # copied, not shared
 
 
 def test_a_rebuild_replays_the_forms_of_format_v3_as_they_were_stored(tmp_path: Path) -> None:
@@ -209,7 +214,7 @@ def test_a_rebuild_replays_the_forms_of_format_v3_as_they_were_stored(tmp_path: 
     from node.store import db
     from tests.node.federation import v3_story
 
-    conn = db.connect(tmp_path / "node.db")
+    conn = db.connect(tmp_path / "node.db", log=LOG)
     db.migrate(conn)
     peer = v3_story.key(0x34).did
     add_peer(conn, "http://127.0.0.1:9", peer, 1_800_000_000_000)

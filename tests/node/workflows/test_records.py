@@ -13,6 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from identity import canonical, keys, records
+from node.features import LOG
 from node.service import Node
 from node.store import db as dbmod
 from node.store import projections
@@ -70,7 +71,7 @@ async def test_rebuild_reproduces_workflow_tables(
 
 
 def _fresh(path: Path) -> sqlite3.Connection:
-    conn = dbmod.connect(path)
+    conn = dbmod.connect(path, log=LOG)
     dbmod.migrate(conn)
     return conn
 

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from node.features import LOG
 from node.store.db import Database
 
 
 @pytest.fixture
 async def db(tmp_path: Path) -> AsyncIterator[Database]:
     """A migrated database with its writer thread running (`write`, `read`), closed after the test."""
-    database = Database(tmp_path / "bbs.db")
+    database = Database(tmp_path / "bbs.db", log=LOG)
     database.open()
     yield database
     database.close()

@@ -1,0 +1,367 @@
+"""The SQL of entries and links (docs/architecture.md, "Where SQL lives"): the reads of entries by id or hash, graph
+traversal and searches by filters alone, all set-based; and the statements the posting and linking services
+(node/entries/posting.py, node/entries/links.py) run in their transactions. Functions that only run on the
+writer thread end in `_txn`; reads have plain names, whichever thread runs them (a few, such as `author_of`, are
+also called inside a write job).
+
+Searches with words are answered by the search index (node/search_index/), not here."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+import msgspec
+
+from node.entries.queries import (
+    AUTHOR_TRUST,
+    COMMUNITY_CONFIDENCE,
+    ENTRY_COLUMNS,
+    ENTRY_STATE,
+    LINK_COLUMNS,
+    EntryState,
+    entry_out,
+    json_array,
+    link_out,
+    tagged_any,
+)
+from node.errors import NotFound
+from node.store import equivocation
+from node.store.ahead import NAMED_SQL, Named
+from node.store.conn import Conn
+from wire.api import EntryOut, LinkOut, SearchQuery
+
+MAX_NEIGHBOURHOOD = 1_000  # entries a traversal may collect before it stops and says so
+MAX_WALKED_LINKS = 1_000  # links likewise: a popular entry must not make an unbounded answer
+_HASH = re.compile(r"[0-9a-f]{64}")
+_LOCAL_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also accepts '²' and '١'
+MAX_LOCAL_ID = 2**63 - 1  # SQLite's INTEGER range
+
+
+def resolve_ref(conn: Conn, ref: str) -> tuple[str | None, int | None]:
+    """Resolve an entry reference (local id or record hash) to (record_hash, local id); (None, None) if unknown.
+
+    An unknown but well-formed hash resolves to (hash, None): it may still arrive.
+    """
+    if _LOCAL_ID.fullmatch(ref):
+        if int(ref) > MAX_LOCAL_ID:
+            return None, None
+        row = conn.execute("SELECT record_hash, id FROM entries WHERE id = ?", (int(ref),)).fetchone()
+        return (row[0], row[1]) if row else (None, None)
+    if _HASH.fullmatch(ref):
+        row = conn.execute("SELECT id FROM entries WHERE record_hash = ?", (ref,)).fetchone()
+        return ref, (row[0] if row else None)
+    return None, None
+
+
+def require_ref(conn: Conn, ref: str, what: str, *, field: str, code: str, stored: bool = False) -> str:
+    """The record hash `ref` (an entry id or a record hash) names, or 404 `code` naming `field`.
+
+    A well-formed hash of an entry not here yet resolves (it may still arrive), unless `stored`: then the entry
+    must be on this node. `what` names the reference in the error ("link target", "evidence", ...).
+    """
+    record_hash, entry_id = resolve_ref(conn, ref)
+    if stored and (record_hash is None or entry_id is None):
+        raise NotFound(f"{what} {ref!r} is not on this node", field=field, code=code)
+    if record_hash is None:
+        raise NotFound(f"{what} {ref!r} is not a known entry id or a record hash", field=field, code=code)
+    return record_hash
+
+
+def entry_states(conn: Conn, ids: list[int]) -> dict[int, EntryState]:
+    """ENTRY_STATE of entries by local id (one row for all of them, as `entries_by_ids`)."""
+    text = conn.execute(
+        "SELECT json_group_array(json_array(id, retracted, superseded, community_confidence, superseded_claims,"
+        f" equivocated)) FROM (SELECT e.id, {ENTRY_STATE} FROM entries e"
+        " WHERE e.id IN (SELECT value FROM json_each(?)))",
+        (json.dumps(ids),),
+    ).fetchone()[0]
+    return {
+        entry_id: EntryState(
+            bool(retracted),
+            bool(superseded),
+            confidence,
+            claims if isinstance(claims, list) else json_array(claims),
+            bool(equivocated),
+        )
+        for entry_id, retracted, superseded, confidence, claims, equivocated in msgspec.json.decode(text)
+    }
+
+
+# ENTRY_COLUMNS by name, for a JSON array per row: a statement that returns many rows steps once per row, and
+# each step of a writer-thread statement hands the GIL back and waits for it. Exact: text is escaped (NUL
+# included), and the two floats have at most 4 decimals (confidence is rounded when a record is accepted,
+# community confidence when computed), which SQLite's 15 significant digits write exactly. The two arrays of
+# strings come as JSON (`json(...)` keeps the JSON subtype): decoded with the row, not by `json.loads` each.
+_ENTRY_JSON = (
+    "id, record_hash, content_fingerprint, author_id, created_at, entry_type, performative, content, confidence,"
+    " json(tags), json(directed_to), metadata, truth_state, authority, scope, signature, retracted, superseded,"
+    " community_confidence, superseded_claims, equivocated"
+)
+
+
+def entries_by_ids(conn: Conn, ids: list[int]) -> list[EntryOut]:
+    """Entries by local id, in no particular order, fetched as one row (see `_ENTRY_JSON`)."""
+    text = conn.execute(
+        f"SELECT json_group_array(json_array({_ENTRY_JSON})) FROM (SELECT {ENTRY_COLUMNS} FROM entries e"
+        " WHERE e.id IN (SELECT value FROM json_each(?)))",
+        (json.dumps(ids),),
+    ).fetchone()[0]
+    return [entry_out(row) for row in msgspec.json.decode(text)]
+
+
+def synthetic_among(conn: Conn, hashes: Sequence[str]) -> set[str]:
+    """Which of these record hashes are stored simulations (truth_state simulation)."""
+    rows = conn.execute(
+        "SELECT record_hash FROM entries WHERE record_hash IN (SELECT value FROM json_each(?))"
+        " AND truth_state = 'simulation'",
+        (json.dumps(list(hashes)),),
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def entries_by_hashes(conn: Conn, hashes: Iterable[str], include_synthetic: bool) -> list[EntryOut]:
+    """Entries with these hashes that are present, oldest first."""
+    sql = (
+        f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.record_hash IN (SELECT value FROM json_each(?))"
+        + ("" if include_synthetic else " AND e.truth_state != 'simulation'")
+        + " ORDER BY e.id"
+    )
+    return [entry_out(r) for r in conn.execute(sql, (json.dumps(list(hashes)),)).fetchall()]
+
+
+def traverse(
+    conn: Conn,
+    seeds: Sequence[str],
+    *,
+    hops: int,
+    link_types: Sequence[str],
+    direction: str,
+    include_links: bool,
+    include_synthetic: bool = True,
+) -> tuple[list[str], list[LinkOut], bool]:
+    """Breadth-first walk of the link graph from `seeds`, one set-based query per hop.
+
+    Returns (hashes reached including seeds, links walked, truncated). With hops=0 and
+    include_links, the links incident to the seeds are returned without walking them;
+    without include_links no links are returned at any depth. `same_as` is symmetric: it is followed both ways
+    whatever the direction. Without `include_synthetic`, links with a simulation at either end are neither
+    returned nor walked (a hidden entry shows through none of its links).
+    """
+    reached = dict.fromkeys(seeds)
+    frontier = list(seeds)
+    links: dict[int, LinkOut] = {}
+    truncated = False
+    rounds = max(hops, 1 if include_links else 0)
+    for depth in range(rounds):
+        if not frontier or truncated:
+            break
+        rows = _adjacent(conn, frontier, link_types, direction, include_synthetic)
+        truncated = len(rows) > MAX_WALKED_LINKS
+        nxt: list[str] = []
+        for row in rows:
+            if row["id"] not in links:
+                if len(links) >= MAX_WALKED_LINKS:
+                    truncated = True
+                    break
+                links[row["id"]] = link_out(row)
+            if depth >= hops:
+                continue
+            for h in (row["source_hash"], row["target_hash"]):
+                if h not in reached:
+                    if len(reached) >= MAX_NEIGHBOURHOOD:
+                        truncated = True
+                        continue
+                    reached[h] = None
+                    nxt.append(h)
+        frontier = nxt
+    walked = sorted(links.values(), key=lambda link: link.id) if include_links else []
+    return list(reached), walked, truncated
+
+
+_NOT_SYNTHETIC = (
+    " AND NOT EXISTS (SELECT 1 FROM entries z WHERE z.record_hash IN (l.source_hash, l.target_hash)"
+    " AND z.truth_state = 'simulation')"
+)
+
+
+def _adjacent(
+    conn: Conn, frontier: list[str], link_types: Sequence[str], direction: str, include_synthetic: bool
+) -> list[Any]:
+    type_filter = " AND l.link_type IN (SELECT value FROM json_each(:types))" if link_types else ""
+    if not include_synthetic:
+        type_filter += _NOT_SYNTHETIC
+    out_end, in_end = (
+        "l.source_hash IN (SELECT value FROM json_each(:f))",
+        "l.target_hash IN (SELECT value FROM json_each(:f))",
+    )
+    same_as = " AND l.link_type = 'same_as'"
+    parts = []
+    if direction in ("outbound", "both"):
+        parts.append(f"SELECT {LINK_COLUMNS} FROM links l WHERE {out_end}{type_filter}")
+    else:  # same_as is two-way: its inbound links count as outbound too
+        parts.append(f"SELECT {LINK_COLUMNS} FROM links l WHERE {out_end}{same_as}{type_filter}")
+    if direction in ("inbound", "both"):
+        parts.append(f"SELECT {LINK_COLUMNS} FROM links l WHERE {in_end}{type_filter}")
+    else:
+        parts.append(f"SELECT {LINK_COLUMNS} FROM links l WHERE {in_end}{same_as}{type_filter}")
+    sql = " UNION ".join(parts) + " ORDER BY id LIMIT :cap"
+    params = {"f": json.dumps(frontier), "types": json.dumps(list(link_types)), "cap": MAX_WALKED_LINKS + 1}
+    return conn.execute(sql, params).fetchall()
+
+
+_SEARCH_ORDER = {
+    "default": None,
+    "trust": f"{AUTHOR_TRUST} DESC",
+    "community_confidence": "community_confidence DESC",
+}
+
+
+def search(conn: Conn, q: SearchQuery, since_ms: int | None) -> list[EntryOut]:
+    """One page of entries matching the query's filters, newest first (or by `sort`); its words are not looked at.
+
+    A search with words is answered by the search index (node/search_index/); this is the search without them.
+    """
+    where: list[str] = []
+    params: dict[str, Any] = {"limit": q.limit, "offset": q.offset}
+
+    def in_list(column: str, name: str, values: Sequence[str]) -> None:
+        if values:
+            where.append(f"{column} IN (SELECT value FROM json_each(:{name}))")
+            params[name] = json.dumps(list(values))
+
+    in_list("e.entry_type", "types", q.entry_type)
+    in_list("e.performative", "perfs", q.performative)
+    in_list("e.author_id", "authors", q.author)
+    in_list("e.truth_state", "truth", q.truth_state)
+    if q.tags:
+        where.append(tagged_any(q.tags, params))
+    if q.min_confidence is not None:
+        where.append("e.confidence >= :minconf")
+        params["minconf"] = q.min_confidence
+    if since_ms is not None:
+        where.append("e.created_ms >= :since")
+        params["since"] = since_ms
+    if not q.include_synthetic:
+        where.append("e.truth_state != 'simulation'")
+    if q.min_trust is not None:
+        where.append(f"{AUTHOR_TRUST} >= :mintrust")
+        params["mintrust"] = q.min_trust
+    order = _SEARCH_ORDER.get(q.sort)
+    filters = (" WHERE " + " AND ".join(where)) if where else ""
+    sql = (
+        f"SELECT {ENTRY_COLUMNS} FROM entries e{filters} ORDER BY {order + ', ' if order else ''}e.id DESC"
+        " LIMIT :limit OFFSET :offset"
+    )
+    return [entry_out(r) for r in conn.execute(sql, params).fetchall()]
+
+
+# ---- the statements of posting and linking (node/entries/posting.py, node/entries/links.py) -------------------
+
+
+def entry_by_hash(conn: Conn, record_hash: str) -> EntryOut:
+    """The entry stored under `record_hash` (which must be stored), as shown."""
+    row = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.record_hash = ?", (record_hash,)).fetchone()
+    return entry_out(row)
+
+
+def entry_id_txn(conn: Conn, record_hash: str) -> int:
+    """The local id of the entry stored under `record_hash` (which must be stored)."""
+    return int(conn.execute("SELECT id FROM entries WHERE record_hash = ?", (record_hash,)).fetchone()[0])
+
+
+def author_of(conn: Conn, record_hash: str) -> str | None:
+    """The author of the entry stored under `record_hash`, or None if it is not stored here (a read before a
+    post's write, and again inside it)."""
+    row = conn.execute("SELECT author_id FROM entries WHERE record_hash = ?", (record_hash,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def stored_body(conn: Conn, record_hash: str) -> bytes:
+    """The canonical bytes of the version of `record_hash` this node shows (its winner)."""
+    return bytes(
+        conn.execute(
+            "SELECT r.body FROM entries e JOIN records r ON r.seq = e.id WHERE e.record_hash = ?", (record_hash,)
+        ).fetchone()[0]
+    )
+
+
+def derived_link_held_txn(conn: Conn, source: str, target: str, author_id: str) -> bool:
+    """Whether `author_id` already linked `source` to `target` by a `derived_from` link."""
+    return bool(
+        conn.execute(
+            "SELECT 1 FROM links WHERE source_hash = ? AND target_hash = ? AND link_type = 'derived_from'"
+            " AND author_id = ? AND ordinal >= 0 LIMIT 1",
+            (source, target, author_id),
+        ).fetchone()
+    )
+
+
+def link_id_of_txn(conn: Conn, origin_hash: str) -> int:
+    """The local id of the link a link record (`origin_hash`, stored) asserts."""
+    row = conn.execute("SELECT id FROM links WHERE origin_hash = ? AND ordinal = 0", (origin_hash,)).fetchone()
+    return int(row[0])
+
+
+def same_link_txn(conn: Conn, source: str, target: str, link_type: str, author_id: str) -> tuple[int, str, str] | None:
+    """The first link `author_id` asserted from `source` to `target` of `link_type`, as (id, origin hash, kind of
+    the origin record), or None."""
+    same = conn.execute(
+        "SELECT l.id, l.origin_hash, (SELECT r.kind FROM records r WHERE r.hash = l.origin_hash LIMIT 1) FROM links l"
+        " WHERE l.source_hash = ? AND l.target_hash = ? AND l.link_type = ? AND l.author_id = ?"
+        " AND l.ordinal >= 0 ORDER BY l.id LIMIT 1",
+        (source, target, link_type, author_id),
+    ).fetchone()
+    return None if same is None else (int(same[0]), same[1], same[2])
+
+
+def entry_stored_txn(conn: Conn, record_hash: str) -> bool:
+    """Whether an entry is stored under `record_hash`."""
+    return bool(conn.execute("SELECT 1 FROM entries WHERE record_hash = ?", (record_hash,)).fetchone())
+
+
+def link_by_origin(conn: Conn, origin_hash: str) -> LinkOut:
+    """The link a link record (`origin_hash`, stored) asserts."""
+    row = conn.execute(
+        f"SELECT {LINK_COLUMNS} FROM links l WHERE l.origin_hash = ? AND l.ordinal = 0", (origin_hash,)
+    ).fetchone()
+    return link_out(row)
+
+
+def link_by_id(conn: Conn, link_id: int) -> LinkOut:
+    """One link by its local id."""
+    row = conn.execute(f"SELECT {LINK_COLUMNS} FROM links l WHERE l.id = ?", (link_id,)).fetchone()
+    return link_out(row)
+
+
+# `look_ahead_txn`'s statement: the versions held of the addresses :h, what stored links name of them, and the
+# community confidence each entry (hash, author) of :p would show; one row.
+_LOOK_AHEAD_SQL = (
+    f"SELECT {equivocation.HELD_JSON}, {NAMED_SQL},"
+    f" (SELECT json_group_array(json_array(e.record_hash, {COMMUNITY_CONFIDENCE}))"
+    "  FROM (SELECT p.value ->> 0 AS record_hash, p.value ->> 1 AS author_id FROM json_each(:p) p) e)"
+)
+
+
+class LookAhead(NamedTuple):
+    """What a run of entries about to be appended finds stored, read in one statement before it (`look_ahead_txn`)."""
+
+    held: dict[str, list[equivocation.Held]]  # `equivocation.held` of their addresses
+    named: Named  # what stored links (and subscriptions) say of them
+    confidence: dict[str, float]  # the community confidence each would show (COMMUNITY_CONFIDENCE), by hash
+
+
+def look_ahead_txn(conn: Conn, entries: Sequence[tuple[str, str]]) -> LookAhead:
+    """`LookAhead` of entries (record hash, author) about to be appended in this transaction, in one statement.
+    Exact: hashes are hex and the confidences have at most 4 decimals, which JSON text carries exactly."""
+    held_json, superseded, contradicted, subscribed, confidence_json = conn.execute(
+        _LOOK_AHEAD_SQL,
+        {"h": json.dumps(sorted({h for h, _ in entries})), "p": json.dumps([list(pair) for pair in entries])},
+    ).fetchone()
+    return LookAhead(
+        equivocation.held_from(msgspec.json.decode(held_json)),
+        Named(bool(superseded), bool(contradicted), bool(subscribed)),
+        {h: float(c) for h, c in msgspec.json.decode(confidence_json)},
+    )

@@ -1,0 +1,326 @@
+"""node.entries.store: reading entries by id or hash, walking the link graph, searching by filters, and the
+statements of posting and linking."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import pytest
+
+from identity import keys
+from node.entries import reads, store
+from node.errors import NotFound
+from node.search_index.indexer import Indexer
+from node.service import Node
+from tests.conftest import AgentCreds, FakeClock
+from tests.node.api_helpers import entry_record, hash_of, ingest
+from wire.api import PostEntry, PostLink, SearchQuery, SubscriptionIn
+
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+
+
+async def post(node: Node, who: AgentCreds, content: str, **fields: Any) -> tuple[int, str]:
+    body = msgspec.convert({"entry_type": "finding", "performative": "inform", "content": content, **fields}, PostEntry)
+    entry, _ = await node.entries.post(who.agent_id, body, None)
+    return entry.id, entry.record_hash
+
+
+async def link(node: Node, who: AgentCreds, source: int, target: int, link_type: str) -> None:
+    body = msgspec.convert({"source": str(source), "target": str(target), "link_type": link_type}, PostLink)
+    await node.links.create(who.agent_id, body, None)
+
+
+async def search(node: Node, since_ms: int | None = None, **params: Any) -> list[Any]:
+    """store.search for a search by filters; with words, the node's search on its caught-up index."""
+    q = msgspec.convert(params, SearchQuery)
+    if not q.q:
+        return await node.db.read(lambda c: store.search(c, q, since_ms))
+    assert node.search_index is not None
+    await Indexer(node.db, node.search_index).catch_up()
+    return (await node.db.read(lambda c: reads.search(c, q, since_ms, node.search_index))).entries
+
+
+async def test_resolve_ref_by_local_id_or_hash(node: Node, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    eid, h = await post(node, alice, "findable")
+    refs = [str(eid), h, "e" * 64, "999999", str(2**63), "²", "١", "E" * 64, "abc", ""]
+
+    def resolve_all(conn: sqlite3.Connection) -> dict[str, tuple[str | None, int | None]]:
+        return {ref: store.resolve_ref(conn, ref) for ref in refs}
+
+    result = await node.db.read(resolve_all)
+    assert result[str(eid)] == (h, eid) and result[h] == (h, eid)
+    assert result["e" * 64] == ("e" * 64, None)  # well formed: it may still arrive
+    for unknown in refs[3:]:  # no such id, beyond SQLite's integers, non-ASCII digits, upper-case hex, words
+        assert result[unknown] == (None, None), unknown
+
+
+async def test_entries_by_ids_and_by_hashes(node: Node, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    # a NUL may not be submitted (node/store/submission.py), but a peer may bring one: this entry comes by ingest
+    first_record = entry_record(
+        keys.SigningKey.generate(),
+        "first",
+        created_ms=node.now_ms(),
+        tags=["x", '\u00e9"\\'],
+        directed_to=[keys.SigningKey.generate().did],
+        metadata={"k": [1, "\u0000"]},
+        confidence=0.25,
+    )
+    assert await ingest(node, first_record) == "saved"
+    ha = hash_of(first_record)
+    a = await node.db.read(lambda c: c.execute("SELECT id FROM entries WHERE record_hash = ?", (ha,)).fetchone()[0])
+    b, hb = await post(node, alice, "second, simulated", truth_state="simulation")
+    by_ids = await node.db.read(lambda c: store.entries_by_ids(c, [b, a, 12345]))
+    assert sorted(e.id for e in by_ids) == [a, b]
+    first = next(e for e in by_ids if e.id == a)
+    assert (first.tags, first.metadata, first.confidence, first.retracted) == (
+        ["x", '\u00e9"\\'],
+        {"k": [1, "\u0000"]},
+        0.25,
+        False,
+    )
+    assert first.directed_to == first_record["directed_to"]
+    assert first.community_confidence == 0.5  # neutral without trust signals
+    assert await node.db.read(lambda c: store.entries_by_ids(c, [])) == []
+    plain = await node.db.read(lambda c: store.entries_by_hashes(c, [hb, ha, "0" * 64], False))
+    assert [e.id for e in plain] == [a]
+    every = await node.db.read(lambda c: store.entries_by_hashes(c, [hb, ha], True))
+    assert [e.id for e in every] == [a, b]  # oldest first
+    assert sorted(by_ids, key=lambda e: e.id) == every  # rows as JSON (by ids) and as columns render alike
+
+
+async def test_traverse_by_hops_direction_and_type(node: Node, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    a, ha = await post(node, alice, "a")
+    b, hb = await post(node, alice, "b")
+    c, hc = await post(node, alice, "c")
+    d, hd = await post(node, alice, "d")
+    assert len({a, b, c, d}) == 4
+    await link(node, alice, a, b, "supports")  # a -> b -> c, d -> a
+    await link(node, alice, b, c, "contradicts")
+    await link(node, alice, d, a, "supports")
+
+    def walk(seeds: list[str], **kw: Any) -> Awaitable[tuple[list[str], list[Any], bool]]:
+        args = {"hops": 1, "link_types": [], "direction": "both", "include_links": True, **kw}
+        return node.db.read(lambda conn: store.traverse(conn, seeds, **args))
+
+    reached, links, truncated = await walk([ha], hops=0)
+    assert reached == [ha] and len(links) == 2 and not truncated  # incident links, not walked
+    assert (await walk([ha], hops=0, include_links=False))[1] == []
+    reached, links, _ = await walk([ha], hops=1)
+    assert set(reached) == {ha, hb, hd} and len(links) == 2
+    reached, _, _ = await walk([ha], hops=2)
+    assert set(reached) == {ha, hb, hc, hd}
+    reached, links, _ = await walk([ha], hops=3, direction="outbound")
+    assert reached == [ha, hb, hc] and [link.link_type for link in links] == ["supports", "contradicts"]
+    reached, _, _ = await walk([ha], hops=3, direction="inbound")
+    assert reached == [ha, hd]
+    reached, links, _ = await walk([ha], hops=3, link_types=["supports"])
+    assert set(reached) == {ha, hb, hd} and {link.link_type for link in links} == {"supports"}
+    reached, links, _ = await walk([ha], hops=3, include_links=False)
+    assert len(reached) == 4 and links == []
+
+
+async def test_traverse_stops_at_its_limits_and_says_so(
+    node: Node, make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice = await make_agent("alice")
+    hub, hub_hash = await post(node, alice, "hub")
+    for i in range(5):
+        spoke, _ = await post(node, alice, f"spoke {i}")
+        await link(node, alice, spoke, hub, "supports")
+    monkeypatch.setattr(store, "MAX_WALKED_LINKS", 3)
+    _, links, truncated = await node.db.read(
+        lambda c: store.traverse(c, [hub_hash], hops=1, link_types=[], direction="both", include_links=True)
+    )
+    assert truncated and len(links) == 3
+    monkeypatch.setattr(store, "MAX_WALKED_LINKS", 100)
+    monkeypatch.setattr(store, "MAX_NEIGHBOURHOOD", 3)
+    reached, _, truncated = await node.db.read(
+        lambda c: store.traverse(c, [hub_hash], hops=1, link_types=[], direction="both", include_links=True)
+    )
+    assert truncated and len(reached) == 3
+
+
+async def test_search_filters_and_orders(node: Node, make_agent: MakeAgent, clock: FakeClock) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    old, _ = await post(node, alice, "the kettle is descaled", tags=["home"], confidence=0.9)
+    clock.advance(60)
+    cut = node.now_ms()
+    q, _ = await post(node, bob, "is the kettle broken?", entry_type="question", performative="query", tags=["home"])
+    sim, _ = await post(node, bob, "a simulated kettle", truth_state="simulation")
+    other, _ = await post(node, alice, "the garden needs water", confidence=0.2)
+
+    def ids(entries: list[Any]) -> list[int]:
+        return [e.id for e in entries]
+
+    assert ids(await search(node)) == [other, q, old]  # newest first, simulations hidden
+    assert ids(await search(node, include_synthetic=True)) == [other, sim, q, old]
+    assert set(ids(await search(node, q="kettle"))) == {old, q}
+    assert ids(await search(node, q="kettle", include_synthetic=True, entry_type=["finding"])) in (
+        [old, sim],
+        [sim, old],
+    )
+    assert ids(await search(node, q="kettle broken")) == [q]  # every word must match
+    assert ids(await search(node, tags=["home"], author=[alice.agent_id])) == [old]
+    assert ids(await search(node, performative=["query"])) == [q]
+    assert ids(await search(node, min_confidence=0.5)) == [q, old]  # inclusive
+    assert ids(await search(node, min_confidence=0.6)) == [old]
+    assert ids(await search(node, since_ms=cut)) == [other, q]
+    assert ids(await search(node, truth_state=["simulation"], include_synthetic=True)) == [sim]
+    assert ids(await search(node, limit=1, offset=1)) == [q]
+    assert ids(await search(node, q="nothing matches this")) == []
+    assert ids(await search(node, min_trust=0.5)) == [other, q, old]  # neutral 0.5 without trust signals
+    assert len(await search(node, sort="trust")) == 3
+    assert len(await search(node, q="kettle", sort="community_confidence")) == 2
+
+
+# ---- the statements of posting and linking --------------------------------------------------------------------
+
+
+async def test_entry_reads_by_hash(node: Node, make_agent: MakeAgent) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    eid, h = await post(node, alice, "by hash")
+    bid, bh = await post(node, bob, "another")
+
+    def read(conn: sqlite3.Connection) -> Any:
+        return (
+            store.entry_by_hash(conn, h),
+            store.entry_id_txn(conn, h),
+            store.entry_id_txn(conn, bh),
+            store.author_of(conn, h),
+            store.author_of(conn, bh),
+            store.author_of(conn, "e" * 64),
+            store.entry_stored_txn(conn, h),
+            store.entry_stored_txn(conn, "e" * 64),
+        )
+
+    entry, id_a, id_b, author_a, author_b, nobody, stored, absent = await node.db.read(read)
+    assert (entry.id, entry.record_hash, entry.content, entry.author_id) == (eid, h, "by hash", alice.agent_id)
+    assert entry == (await node.db.read(lambda c: store.entries_by_ids(c, [eid])))[0]
+    assert (id_a, id_b) == (eid, bid)
+    assert (author_a, author_b, nobody) == (alice.agent_id, bob.agent_id, None)
+    assert (stored, absent) == (True, False)
+
+
+async def test_stored_body_is_the_records_canonical_bytes(node: Node, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    _, h = await post(node, alice, "its bytes")
+    body = await node.db.read(lambda c: store.stored_body(c, h))
+    record = await node.db.read(
+        lambda c: bytes(c.execute("SELECT body FROM records WHERE hash = ?", (h,)).fetchone()[0])
+    )
+    assert body == record and b'"content":"its bytes"' in body
+
+
+async def test_link_reads_by_origin_id_and_sameness(node: Node, make_agent: MakeAgent) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    a, ha = await post(node, alice, "source")
+    b, hb = await post(node, alice, "target")
+    await link(node, alice, a, b, "supports")
+    await link(node, bob, a, b, "supports")
+    await link(node, alice, a, b, "derived_from")
+    rows = await node.db.read(
+        lambda c: c.execute("SELECT id, origin_hash, author_id, link_type FROM links ORDER BY id").fetchall()
+    )
+    (id1, origin1, _, _), (id2, origin2, _, _), (id3, _, _, _) = rows
+
+    def read(conn: sqlite3.Connection) -> Any:
+        return (
+            store.link_id_of_txn(conn, origin1),
+            store.link_id_of_txn(conn, origin2),
+            store.link_by_origin(conn, origin2),
+            store.link_by_id(conn, id1),
+            store.same_link_txn(conn, ha, hb, "supports", alice.agent_id),
+            store.same_link_txn(conn, ha, hb, "supports", bob.agent_id),
+            store.same_link_txn(conn, hb, ha, "supports", alice.agent_id),
+            store.same_link_txn(conn, ha, hb, "contradicts", alice.agent_id),
+            store.derived_link_held_txn(conn, ha, hb, alice.agent_id),
+            store.derived_link_held_txn(conn, ha, hb, bob.agent_id),
+            store.derived_link_held_txn(conn, hb, ha, alice.agent_id),
+        )
+
+    got = await node.db.read(read)
+    assert got[0:2] == (id1, id2)
+    by_origin, by_id = got[2], got[3]
+    assert (by_origin.id, by_origin.author_id, by_origin.source, by_origin.target) == (id2, bob.agent_id, ha, hb)
+    assert (by_id.id, by_id.origin_hash, by_id.link_type, by_id.resolved, by_id.derived) == (
+        id1,
+        origin1,
+        "supports",
+        True,
+        False,
+    )
+    assert got[4] == (id1, origin1, "link") and got[5] == (id2, origin2, "link")
+    assert got[6] is None and got[7] is None  # another direction, another type
+    assert got[8:] == (True, False, False)
+    assert id3 > id2
+
+
+async def test_same_link_names_an_entrys_own_link_by_its_entry_record(node: Node, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    _, ht = await post(node, alice, "target")
+    _, hs = await post(node, alice, "responding", links=[{"target": ht, "link_type": "responds_to"}])
+    same = await node.db.read(lambda c: store.same_link_txn(c, hs, ht, "responds_to", alice.agent_id))
+    assert same is not None and same[1:] == (hs, "entry")  # asserted by the entry itself, not by a link record
+
+
+async def test_entry_states_and_synthetic_among(node: Node, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    a, ha = await post(node, alice, "old")
+    b, hb = await post(node, alice, "new", links=[{"target": ha, "link_type": "supersedes"}])
+    c, hc = await post(node, alice, "pretend", truth_state="simulation")
+    states = await node.db.read(lambda conn: store.entry_states(conn, [a, b, c, 424242]))
+    assert set(states) == {a, b, c}
+    assert states[a].superseded and not states[a].retracted and states[a].superseded_claims == []
+    assert not states[b].superseded and not states[b].equivocated
+    assert states[a].community_confidence == 0.5  # neither computed nor trusted: neutral
+    assert await node.db.read(lambda conn: store.synthetic_among(conn, [ha, hb, hc, "e" * 64])) == {hc}
+
+
+async def test_require_ref_names_its_field_and_code(node: Node, make_agent: MakeAgent) -> None:
+    alice = await make_agent("alice")
+    eid, h = await post(node, alice, "here")
+    assert await node.db.read(lambda c: store.require_ref(c, str(eid), "x", field="$.f", code="c")) == h
+    assert await node.db.read(lambda c: store.require_ref(c, "e" * 64, "x", field="$.f", code="c")) == "e" * 64
+    with pytest.raises(NotFound) as not_stored:
+        await node.db.read(lambda c: store.require_ref(c, "e" * 64, "source", field="$.s", code="gone", stored=True))
+    assert (not_stored.value.field, not_stored.value.code) == ("$.s", "gone")
+    with pytest.raises(NotFound) as unknown:
+        await node.db.read(lambda c: store.require_ref(c, "nonsense", "target", field="$.t", code="nope"))
+    assert (unknown.value.field, unknown.value.code) == ("$.t", "nope")
+
+
+async def test_look_ahead_reads_held_versions_named_links_and_confidence(node: Node, make_agent: MakeAgent) -> None:
+    """One statement before a run's append: what is held of its addresses, what stored links say of them, and the
+    community confidence each would show (its computed value, else its author's trust, else 0.5)."""
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    _, held_hash = await post(node, alice, "stored already")
+    fresh, superseded, contradicted, rated = "a" * 64, "b" * 64, "c" * 64, "d" * 64
+    await post(node, bob, "supersedes one to come", links=[{"target": superseded, "link_type": "supersedes"}])
+    await post(node, bob, "contradicts one to come", links=[{"target": contradicted, "link_type": "contradicts"}])
+
+    def setup(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO trust_scores VALUES (?, 3, 1, 0.66, 0.7071, 3.0, 1.0)", (bob.agent_id,))
+        conn.execute("INSERT INTO entry_confidence VALUES (?, 0.25, 1, 3)", (rated,))
+
+    await node.db.write(setup)
+
+    async def look(pairs: list[tuple[str, str]]) -> store.LookAhead:
+        return await node.db.write(lambda c: store.look_ahead_txn(c, pairs))
+
+    plain = await look([(fresh, alice.agent_id), (rated, alice.agent_id), (fresh.replace("a", "e"), bob.agent_id)])
+    assert plain.held == {}
+    assert plain.named == (False, False, False)
+    assert plain.confidence == {fresh: 0.5, rated: 0.25, "e" * 64: 0.7071}
+    assert (await look([(superseded, alice.agent_id)])).named.superseded
+    named = (await look([(contradicted, alice.agent_id)])).named
+    assert named.contradicted and not named.superseded
+    again = await look([(held_hash, alice.agent_id)])
+    assert list(again.held) == [held_hash] and len(again.held[held_hash]) == 1
+    await node.inbox.subscribe(alice.agent_id, msgspec.convert({"tags": ["x"]}, SubscriptionIn))
+    assert (await look([(fresh, alice.agent_id)])).named.subscribed
