@@ -24,6 +24,7 @@ from node.service import Node
 from node.store import authority, db
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import SelfSigner, count, entry_record, get_json, hash_of, link_record, problem, self_signer
+from tests.node.federation import v3_story
 from wire import unsigned
 from wire.time import format_ms
 
@@ -362,3 +363,39 @@ def test_bbs_agent_rotate_signing_key_refuses_a_folder_a_node_serves(tmp_path: P
     finally:
         lock.close()
     assert db.read_sync(DataDir(data).db_path, authority.authority_count) == 0  # nothing was stored
+
+
+async def test_the_rest_path_gives_every_record_of_the_key_history_story_the_reference_verdict(
+    client: TestClient, node: Node
+) -> None:
+    """tests/node/federation/v3_story.py over REST: its key events and pages submitted by the identity (those never
+    allowed refused), then each of its posts; every answer is the verdict of identity.key_history and
+    identity.vouching over the whole set (what sync ingest is tested against), but that nothing waits."""
+    s = v3_story.story()
+    expected = v3_story.whole_set_verdicts(s)
+    record = agents.identity_record(v3_story.A0, "A", "", node.node_id)
+    api_key = await node.db.write(
+        lambda c: agents.register(c, name="a", key=v3_story.A0, keep_key=False, record=record, now_ms=node.now_ms())
+    )
+    who = SelfSigner(AgentCreds("a", v3_story.A, api_key), v3_story.A0)
+    r = s.records
+    for event, pages in (("e1", ["g1"]), ("e2", ["g2"]), ("e3", []), ("e4", ["g4", "g4b"])):
+        assert expected[event] == "valid" and all(expected[p] == "valid" for p in pages)
+        await submit(client, who, r[event], [r[p] for p in pages], 201)
+    assert expected["gx"] == "void"
+    problem(await submit(client, who, r["e1"], [r["gx"]], 422), 422, "bad_vouch_page", "$.pages[0]")
+    assert expected["x1"] == "void" and expected["x2"] == "void"
+    problem(await submit(client, who, r["x1"], [], 422), 422, "unauthorized_key_event", "$.record")
+    problem(await submit(client, who, r["x2"], [], 422), 422, "unknown_prior", "$.record.prior")  # x1 is not held
+    answers = {"valid": 201, "void": 422, "undecided": 422}
+    codes = {"void": "not_current_key", "undecided": "unknown_signing_key"}
+    posts = [name for name, rec in r.items() if rec["kind"] == "entry" and rec["author_id"] == v3_story.A]
+    assert {expected[name] for name in posts} == {"valid", "void", "undecided"}  # the story has each verdict
+    for name in posts:
+        data = await post_signed(client, who, r[name], answers[expected[name]])
+        if expected[name] != "valid":
+            assert data["code"] == codes[expected[name]], (name, data)
+    history = (await get_json(client, f"/v1/agents/{v3_story.A}", who))["key_history"]
+    reference = key_history.resolve(v3_story.A, s.events)
+    assert history["current_key"] == reference.state.key == v3_story.A4.did
+    assert {e["address"] for e in history["events"] if e["in_chain"]} == set(reference.chain)
