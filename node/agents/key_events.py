@@ -42,8 +42,9 @@ def submit_txn(
     conn: sqlite3.Connection, authority: Authority, event: Verified, pages: list[Verified], now_ms: int
 ) -> tuple[bool, int]:
     """Store a submitted key event (unless held) and its vouch pages, decided as sync ingest decides them, then
-    re-check the waiting records they resolve. Returns (event new here, pages stored). Raises 422 on a refusal;
-    the caller invalidates `authority` when this raises (the cache may hold what the rollback removes)."""
+    re-check the waiting records they resolve. Returns (event new here, pages stored). Raises 422 on a refusal: the
+    cache may then hold an event the rollback removed from the log, which the next job that needs the cache notices
+    by the count (`Authority.ensure_txn`), and the caller drops the cache too."""
     authority.ensure_txn(conn)
     author = str(event.record["author_id"])
     new = not authority.holds_event(event.hash, author)

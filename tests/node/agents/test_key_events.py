@@ -15,9 +15,9 @@ from aiohttp.test_utils import TestClient
 
 from identity import canonical, key_history, keys, records, vouching
 from node import cli
-from node.agents import portable
+from node.agents import key_events, portable
 from node.agents import service as agents
-from node.errors import Conflict
+from node.errors import Conflict, InvalidInput
 from node.ops import datalock
 from node.ops.datadir import DataDir
 from node.service import Node
@@ -26,6 +26,7 @@ from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import SelfSigner, count, entry_record, get_json, hash_of, link_record, problem, self_signer
 from tests.node.federation import v3_story
 from wire import unsigned
+from wire.api import KeyEventIn
 from wire.time import format_ms
 
 
@@ -399,3 +400,28 @@ async def test_the_rest_path_gives_every_record_of_the_key_history_story_the_ref
     reference = key_history.resolve(v3_story.A, s.events)
     assert history["current_key"] == reference.state.key == v3_story.A4.did
     assert {e["address"] for e in history["events"] if e["in_chain"]} == set(reference.chain)
+
+
+async def test_a_refused_submission_leaves_no_key_in_the_cache_for_the_rest_of_its_transaction(
+    node: Node, clock: FakeClock
+) -> None:
+    who = await self_signer(node, "rover")
+    now = int(clock() * 1000)
+    new, stranger = keys.SigningKey.generate(), keys.SigningKey.generate()
+    event = rotation(who.agent_id, who.key, new, ["cd" * 32], created_ms=now)
+    bad_page = page(who.agent_id, stranger, event, ["cd" * 32])  # not signed by the event's signer
+    checked_event, checked_pages = node.key_events.check(KeyEventIn(record=event, pages=[bad_page]), who.agent_id)
+    by_new_key = signed(_unsigned(entry_record(who.key, "by the key of the refused event", created_ms=now)), new)
+    cache = node.key_events.authority
+
+    def job(conn: sqlite3.Connection) -> str:
+        # one job's savepoint rolled back (as the writer does for a failing job of a group), then the next job
+        with pytest.raises(InvalidInput), db.savepoint(conn, "refused_submission"):
+            key_events.submit_txn(conn, cache, checked_event, checked_pages, now)
+        with pytest.raises(InvalidInput) as refused:
+            authority.authorize_txn(conn, cache, [(by_new_key, version_of(by_new_key), "$.record")])
+        return refused.value.code
+
+    # the cache took the event before its page was refused; the count of the log tells the next decision
+    assert await node.db.write(job) == "unknown_signing_key"
+    assert await count(node, "records") == 1  # only the agent's identity document
