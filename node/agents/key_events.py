@@ -15,7 +15,6 @@ then on the node signs the agent's records with the new key, named in `signing_k
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +26,7 @@ from node.errors import Conflict, Forbidden, InvalidInput, NotFound
 from node.federation.store import recheck_waiting_txn
 from node.store import equivocation, projections, submission, waiting
 from node.store.authority import Authority, author_deps, event_dep, pages_dep, versions_signed_by
+from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import Sealing, record_error, sign_and_check_body
 from sync.store import Verified
@@ -39,7 +39,7 @@ VOUCH_PAGE = "vouch_page"
 
 
 def submit_txn(
-    conn: sqlite3.Connection, authority: Authority, event: Verified, pages: list[Verified], now_ms: int
+    conn: Conn, authority: Authority, event: Verified, pages: list[Verified], now_ms: int
 ) -> tuple[bool, int]:
     """Store a submitted key event (unless held) and its vouch pages, decided as sync ingest decides them, then
     re-check the waiting records they resolve. Returns (event new here, pages stored). Raises 422 on a refusal: the
@@ -136,7 +136,7 @@ def _sealed(unsigned: dict[str, Any], signer: keys.SigningKey) -> Verified:
 
 
 def rotate_txn(
-    conn: sqlite3.Connection, authority: Authority, ref: str, new: keys.SigningKey, now_ms: int
+    conn: Conn, authority: Authority, ref: str, new: keys.SigningKey, now_ms: int
 ) -> tuple[str, str, Verified, int]:
     """Rotate the node-kept key of the local agent `ref` to `new` (see the module's docstring), in one
     transaction: (name, agent id, the event, records vouched for)."""
@@ -213,7 +213,7 @@ class KeyEvents:
         event, pages = await self.sealing.off_loop(1 + len(body.pages), self.check, body, agent_id)
         authority = self.authority
 
-        def job(conn: sqlite3.Connection) -> tuple[bool, int, KeyHistory]:
+        def job(conn: Conn) -> tuple[bool, int, KeyHistory]:
             new, stored = submit_txn(conn, authority, event, pages, self.now_ms())
             return new, stored, read_key_history(conn, agent_id)
 
@@ -231,7 +231,7 @@ class KeyEvents:
         new = keys.SigningKey.generate()
         authority = self.authority
 
-        def job(conn: sqlite3.Connection) -> tuple[str, str, Verified, int, KeyHistory]:
+        def job(conn: Conn) -> tuple[str, str, Verified, int, KeyHistory]:
             name, did, event, vouched = rotate_txn(conn, authority, ref, new, self.now_ms())
             return name, did, event, vouched, read_key_history(conn, did)
 

@@ -11,13 +11,13 @@ verifies them. `keep_key=True` lets the node sign on the agent's behalf, like an
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from identity import keys, records
 from node.agents import service as agents
 from node.agents import store
 from node.errors import Conflict, InvalidInput, NotFound
+from node.store.conn import Conn
 from wire.api import CreatedAgent
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 async def export_identity(node: Node, name: str) -> tuple[keys.SigningKey, dict[str, Any]]:
     """The key and signed identity document of the local agent `name`."""
 
-    def fetch(conn: sqlite3.Connection) -> tuple[keys.SigningKey, dict[str, Any]]:
+    def fetch(conn: Conn) -> tuple[keys.SigningKey, dict[str, Any]]:
         row = store.exported_identity(conn, name)
         if row is None:
             raise NotFound(f"no agent named {name!r} on this node", code="agent_not_found", field="name")

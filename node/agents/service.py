@@ -12,7 +12,6 @@ import hmac
 import logging
 import re
 import secrets
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -168,7 +167,7 @@ def identity_record(
 
 
 def register(
-    conn: sqlite3.Connection,
+    conn: Conn,
     *,
     name: str,
     key: keys.SigningKey,
@@ -313,7 +312,7 @@ class Agents:
     async def get(self, ref: str) -> AgentOut:
         """An agent's public identity (any agent this node knows, local or arrived by sync), by did or local name."""
 
-        def run(conn: sqlite3.Connection) -> AgentOut:  # any did-shaped ref is looked up: unknown is a 404
+        def run(conn: Conn) -> AgentOut:  # any did-shaped ref is looked up: unknown is a 404
             return agent_out(conn, ref if agent_refs.is_did(ref) else agent_refs.resolve(conn, ref, "agent_id"))
 
         return await self.db.read(run, quick=True)

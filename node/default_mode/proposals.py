@@ -23,6 +23,7 @@ from node.default_mode.store import NewCandidate
 from node.entries import queries
 from node.entries import store as entries_store
 from node.errors import InvalidInput, NotFound
+from node.store.conn import Conn
 from wire.default_mode import (
     MAX_CANDIDATES_PER_CALL,
     MAX_EVIDENCE,
@@ -51,9 +52,9 @@ MAX_SESSION_ENTRIES = 2_000
 class RecordStore(Protocol):
     """What the runtime may use of the node's database: reads, and writes of one transaction each."""
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+    async def read(self, fn: Callable[[Conn], T]) -> T: ...
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+    async def write(self, fn: Callable[[Conn], T]) -> T: ...
 
 
 @dataclass(frozen=True)
@@ -336,7 +337,7 @@ class Proposals:
 # ---- transaction bodies and reads ---------------------------------------------------------------------------
 
 
-def evidence(conn: sqlite3.Connection, refs: list[str], field: str) -> list[str]:
+def evidence(conn: Conn, refs: list[str], field: str) -> list[str]:
     """The record hashes `refs` name, without repeats; 404 `evidence_not_found` naming `field[i]`."""
     return list(
         dict.fromkeys(
@@ -347,7 +348,7 @@ def evidence(conn: sqlite3.Connection, refs: list[str], field: str) -> list[str]
 
 
 def store_and_review(
-    conn: sqlite3.Connection,
+    conn: Conn,
     new: list[NewCandidate],
     ids: list[int],
     reply: Callable[[CriticResult], R],

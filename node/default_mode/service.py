@@ -7,7 +7,6 @@ writes one entry through the node's single write path. Nothing else: no network,
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -18,6 +17,7 @@ from node.default_mode import store
 from node.default_mode.proposals import Proposals, RecordStore
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
 from node.store import idempotency
+from node.store.conn import Conn
 from wire.api import EntryOut, LinkSpec, PostEntry, ReadQuery, ReadResult, SignedSubmission
 from wire.default_mode import CandidateOut, EntryDraft, PromoteIn, PromoteResult, ReviewIn
 
@@ -50,7 +50,7 @@ class EntryWriter(Protocol):
         idempotency_key: str,
         *,
         derived_from: list[str],
-        then: Callable[[sqlite3.Connection, EntryOut], None],
+        then: Callable[[Conn, EntryOut], None],
     ) -> tuple[EntryOut, bool]: ...
 
 
@@ -123,7 +123,7 @@ class DefaultMode(Proposals):
             key = f"default-mode:promote:{cand.id}"
             now = self.now_ms()
 
-            def mark(conn: sqlite3.Connection, entry: EntryOut) -> None:
+            def mark(conn: Conn, entry: EntryOut) -> None:
                 # the critic's duplicate rule again, in the transaction: the same content may have been posted
                 # since the approval, or while this entry was being signed (raising rolls the entry back too)
                 dup = store.duplicate_of(conn, draft.content, (agent_id, key), besides=cand.payload.get("source_ref"))
@@ -257,9 +257,7 @@ def _check_against_draft(record: dict[str, Any], draft: EntryDraft) -> None:
             )
 
 
-def decide(
-    conn: sqlite3.Connection, candidate_id: int, body: ReviewIn, decided_by: str, note: str | None, now: int
-) -> CandidateOut:
+def decide(conn: Conn, candidate_id: int, body: ReviewIn, decided_by: str, note: str | None, now: int) -> CandidateOut:
     """`DefaultMode.review` in its transaction."""
     rows = store.fetch(conn, [candidate_id])
     if not rows:

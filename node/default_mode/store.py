@@ -39,7 +39,7 @@ def _iso(ms: int | None) -> str | None:
     return None if ms is None else format_ms(ms)
 
 
-def insert(conn: sqlite3.Connection, rows: list[NewCandidate], now_ms: int) -> list[int]:
+def insert(conn: Conn, rows: list[NewCandidate], now_ms: int) -> list[int]:
     """Store candidates as `proposed`; returns their ids in order."""
     ids = []
     for c in rows:
@@ -66,14 +66,14 @@ def insert(conn: sqlite3.Connection, rows: list[NewCandidate], now_ms: int) -> l
     return ids
 
 
-def fetch(conn: sqlite3.Connection, ids: list[int]) -> list[sqlite3.Row]:
+def fetch(conn: Conn, ids: list[int]) -> list[sqlite3.Row]:
     """Candidate rows with these ids, in id order."""
     return conn.execute(
         "SELECT * FROM dm_candidates WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id", (json.dumps(ids),)
     ).fetchall()
 
 
-def page(conn: sqlite3.Connection, statuses: list[str], limit: int, offset: int) -> list[sqlite3.Row]:
+def page(conn: Conn, statuses: list[str], limit: int, offset: int) -> list[sqlite3.Row]:
     """Candidates, newest first, optionally filtered by status."""
     if statuses:
         return conn.execute(
@@ -84,7 +84,7 @@ def page(conn: sqlite3.Connection, statuses: list[str], limit: int, offset: int)
     return conn.execute("SELECT * FROM dm_candidates ORDER BY id DESC LIMIT ? OFFSET ?", (limit, offset)).fetchall()
 
 
-def proposed_ids(conn: sqlite3.Connection, limit: int) -> list[int]:
+def proposed_ids(conn: Conn, limit: int) -> list[int]:
     """The oldest `proposed` candidates awaiting the critic."""
     rows = conn.execute(
         "SELECT id FROM dm_candidates WHERE status = 'proposed' ORDER BY id LIMIT ?", (limit,)
@@ -93,7 +93,7 @@ def proposed_ids(conn: sqlite3.Connection, limit: int) -> list[int]:
 
 
 def duplicate_of(
-    conn: sqlite3.Connection, text: str, made_by: tuple[str, str] | None = None, besides: str | None = None
+    conn: Conn, text: str, made_by: tuple[str, str] | None = None, besides: str | None = None
 ) -> str | None:
     """The record hash of a stored entry with the same content fingerprint as `text`, or None.
 
@@ -109,7 +109,7 @@ def duplicate_of(
     return None if row is None else str(row[0])
 
 
-def earlier_reply(conn: sqlite3.Connection, agent_id: str, key: str, operation: str) -> bytes | None:
+def earlier_reply(conn: Conn, agent_id: str, key: str, operation: str) -> bytes | None:
     """The reply a default-mode call with this idempotency key already gave, or None if the key is unused.
 
     Raises 409 `idempotency_key_reused` if the agent used the key for another operation."""
@@ -119,13 +119,13 @@ def earlier_reply(conn: sqlite3.Connection, agent_id: str, key: str, operation: 
     return bytes(row[0])
 
 
-def keep_reply(conn: sqlite3.Connection, agent_id: str, key: str, operation: str, reply: bytes, now_ms: int) -> None:
+def keep_reply(conn: Conn, agent_id: str, key: str, operation: str, reply: bytes, now_ms: int) -> None:
     """Remember the reply of a call with this key (in the transaction that stored its candidates)."""
     idempotency.remember(conn, agent_id, key, operation, "", now_ms)
     conn.execute("INSERT INTO dm_replies (agent_id, idem_key, reply) VALUES (?, ?, ?)", (agent_id, key, reply))
 
 
-def apply_review(conn: sqlite3.Connection, candidate_id: int, review: Review, now_ms: int) -> None:
+def apply_review(conn: Conn, candidate_id: int, review: Review, now_ms: int) -> None:
     """Write the critic's decision, flags and truth_state onto a candidate not yet promoted, rejected or decided
     by a person (a human decision stands)."""
     conn.execute(
@@ -145,9 +145,7 @@ def apply_review(conn: sqlite3.Connection, candidate_id: int, review: Review, no
     )
 
 
-def decide(
-    conn: sqlite3.Connection, candidate_id: int, decision: str, decided_by: str, note: str | None, now_ms: int
-) -> None:
+def decide(conn: Conn, candidate_id: int, decision: str, decided_by: str, note: str | None, now_ms: int) -> None:
     """Record a person's decision: approve -> `approved`, reject -> `rejected`; truth_state is left alone."""
     conn.execute(
         "UPDATE dm_candidates SET status = ?, decision = ?, decided_by = ?, decided_ms = ?, decision_note = ?"
@@ -157,7 +155,7 @@ def decide(
 
 
 def mark_promoted(
-    conn: sqlite3.Connection,
+    conn: Conn,
     candidate_id: int,
     entry_hash: str,
     agent_id: str,
@@ -172,7 +170,7 @@ def mark_promoted(
     )
 
 
-def local_author(conn: sqlite3.Connection, ref: str) -> sqlite3.Row | None:
+def local_author(conn: Conn, ref: str) -> sqlite3.Row | None:
     """The local agent named `ref` (a local name or a did), with whether this node keeps its key; 404
     `author_not_found` for a name no agent here has."""
     try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -88,7 +87,7 @@ def ends(conn: Conn, body: PostLink) -> tuple[str, str]:
 
 
 def store_txn(
-    conn: sqlite3.Connection,
+    conn: Conn,
     agent_id: str,
     key: str | None,
     record: dict[str, Any],

@@ -10,7 +10,6 @@ node/entries/store.py; this module decides.
 from __future__ import annotations
 
 import functools
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -134,7 +133,7 @@ class Entries:
         idempotency_key: str,
         *,
         derived_from: list[str],
-        then: Callable[[sqlite3.Connection, EntryOut], None],
+        then: Callable[[Conn, EntryOut], None],
     ) -> Posted:
         """`post`, plus in the same transaction: a node-signed `derived_from` link record from the entry to
         each of `derived_from` (the agent's own, if it already has one), then `then(conn, entry)`.
@@ -222,14 +221,14 @@ class Entries:
 
         await self.sealing.off_loop(len(posts), seal_all)
 
-    def _store_all_txn(self, conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]]) -> list[list[Stored]]:
+    def _store_all_txn(self, conn: Conn, requests: list[tuple[str, list[_Post]]]) -> list[list[Stored]]:
         return store_all_txn(conn, requests, self.now_ms(), self.sealing.authority)
 
 
 # ---- transaction bodies and quick reads ---------------------------------------------------------------------
 
 
-def directed_dids(conn: sqlite3.Connection, named: list[tuple[_Post, PostEntry]]) -> dict[int, list[str]]:
+def directed_dids(conn: Conn, named: list[tuple[_Post, PostEntry]]) -> dict[int, list[str]]:
     """The dids of the addressees of posts whose `directed_to` names local agents, by id(post)."""
     out = {}
     for post, body in named:
@@ -257,7 +256,7 @@ def rendered(post: _Post, stored: Stored) -> Posted:
 
 
 def store_all_txn(
-    conn: sqlite3.Connection, requests: list[tuple[str, list[_Post]]], now: int, authority: Authority
+    conn: Conn, requests: list[tuple[str, list[_Post]]], now: int, authority: Authority
 ) -> list[list[Stored]]:
     """Append the sealed posts of one or more requests (agent, posts) in one set-based append; one list of
     (entry, created) per request: a replay's entry as read, a new one's id and state (`rendered` outside).
@@ -418,12 +417,12 @@ def held_versions(held: dict[str, list[equivocation.Held]]) -> dict[str, set[str
 
 
 def store_with_txn(
-    conn: sqlite3.Connection,
+    conn: Conn,
     agent_id: str,
     post: _Post,
     derived_from: list[str],
     signer: keys.SigningKey | None,
-    then: Callable[[sqlite3.Connection, EntryOut], None],
+    then: Callable[[Conn, EntryOut], None],
     now_ms: Callable[[], int],
     authority: Authority,
 ) -> Posted:
@@ -436,7 +435,7 @@ def store_with_txn(
 
 
 def derive_links_txn(
-    conn: sqlite3.Connection,
+    conn: Conn,
     entry: EntryOut,
     targets: list[str],
     agent_id: str,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import msgspec
 
 from node.agents import refs as agent_refs
@@ -13,6 +11,7 @@ from node.search_index import freshness, indexer, query, snippets
 from node.search_index.index import SearchIndex
 from node.search_index.indexer import Indexer
 from node.search_index.query import Clause
+from node.store.conn import Conn
 from node.store.db import Database
 from wire.api import LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult
 
@@ -62,7 +61,7 @@ class Reads:
         )
         worker = self.indexer if clauses else None
 
-        def attempt(c: sqlite3.Connection) -> tuple[int | None, int | None, SearchResult | None]:
+        def attempt(c: Conn) -> tuple[int | None, int | None, SearchResult | None]:
             """(entry id to wait for, position the index covers, the result): the search as the index stands,
             unless it must first see newer entries (docs/api.md, "Search"): with `q.fresh`, or when `agent`'s
             newest entry is not yet indexed, the highest entry id of this read; then no result. Changes nothing:
@@ -92,7 +91,7 @@ class Reads:
         return result
 
 
-def read(conn: sqlite3.Connection, refs: list[str], q: ReadQuery) -> ReadResult:
+def read(conn: Conn, refs: list[str], q: ReadQuery) -> ReadResult:
     """`Reads.read` on one connection."""
     seeds: list[str] = []
     missing: list[str] = []
@@ -119,7 +118,7 @@ def read(conn: sqlite3.Connection, refs: list[str], q: ReadQuery) -> ReadResult:
 
 
 def search(
-    conn: sqlite3.Connection,
+    conn: Conn,
     q: SearchQuery,
     since_ms: int | None,
     index: SearchIndex | None,

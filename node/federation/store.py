@@ -78,7 +78,7 @@ class NodeSyncStore:
     async def changes(
         self, since: int, limit: int, exclude_origin: str | None = None, v: int = PROTOCOL_VERSION
     ) -> Page:
-        def run(conn: sqlite3.Connection) -> Page:
+        def run(conn: Conn) -> Page:
             epoch, head = _position(conn)
             rows = conn.execute(
                 "SELECT seq, hash, version, body FROM records"
@@ -121,7 +121,7 @@ class NodeSyncStore:
             return int(self._newest)
 
     async def fetch(self, ids: list[str], v: int = PROTOCOL_VERSION) -> list[tuple[str, str, bytes]]:
-        def run(conn: sqlite3.Connection) -> list[tuple[str, str, bytes]]:
+        def run(conn: Conn) -> list[tuple[str, str, bytes]]:
             rows = conn.execute(
                 FETCH_SQL,
                 {"ids": _json(ids)},
@@ -132,7 +132,7 @@ class NodeSyncStore:
         return await self.db.read(run)
 
     async def reconcile_items(self, v: int = PROTOCOL_VERSION) -> tuple[str, int, list[tuple[int, bytes]]]:
-        def run(conn: sqlite3.Connection) -> tuple[str, int, list[tuple[int, bytes]]]:
+        def run(conn: Conn) -> tuple[str, int, list[tuple[int, bytes]]]:
             epoch, head = _position(conn)
             rows = conn.execute(
                 # created_ms >= 0: records dated before 1970 are refused now, but a node may hold some from before
@@ -219,7 +219,7 @@ class NodeSyncStore:
     ) -> None:
         now = self.now_ms()
 
-        def job(conn: sqlite3.Connection) -> None:
+        def job(conn: Conn) -> None:
             if sync_version is not None:
                 note_sync_version_txn(conn, peer_id, sync_version)
             if health is not None:
@@ -299,7 +299,7 @@ def check_peer_url(url: str) -> None:
 # ---- transaction bodies (shared with the CLI, which runs them with db.write_sync / read_sync) -------------
 
 
-def _position(conn: sqlite3.Connection) -> tuple[str, int]:
+def _position(conn: Conn) -> tuple[str, int]:
     epoch = conn.execute("SELECT value FROM node_meta WHERE key = 'epoch'").fetchone()[0]
     head = conn.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
     return str(epoch), int(head)
@@ -319,7 +319,7 @@ def _targets(record: dict[str, Any]) -> list[str]:
     return []
 
 
-def want_failed(conn: sqlite3.Connection, peer_id: str, hashes: list[str], now_ms: int) -> None:
+def want_failed(conn: Conn, peer_id: str, hashes: list[str], now_ms: int) -> None:
     """Wanted records from this peer not obtained: try again later (2, 4, 8 ... s, capped), up to MAX_WANT_ATTEMPTS."""
     conn.execute(
         "UPDATE sync_wanted SET attempts = attempts + 1,"
@@ -330,7 +330,7 @@ def want_failed(conn: sqlite3.Connection, peer_id: str, hashes: list[str], now_m
 
 
 def ingest(
-    conn: sqlite3.Connection,
+    conn: Conn,
     peer_id: str,
     records: list[Verified],
     invalid: list[Invalid],
@@ -386,23 +386,21 @@ def ingest(
 
 
 def recheck_waiting_txn(
-    authority: Authority, deps: tuple[waiting.Dep, ...], after_id: int, now_ms: int, conn: sqlite3.Connection
+    authority: Authority, deps: tuple[waiting.Dep, ...], after_id: int, now_ms: int, conn: Conn
 ) -> None:
     """A writer job of its own: re-check the waiting records an earlier transaction left (more than it could)."""
     authority.ensure_txn(conn)
     _store_released_txn(conn, authority, waiting_gate.recheck_txn(conn, authority, deps, after_id, now_ms), now_ms)
 
 
-def _store_released_txn(
-    conn: sqlite3.Connection, authority: Authority, released: dict[str, list[Verified]], now_ms: int
-) -> None:
+def _store_released_txn(conn: Conn, authority: Authority, released: dict[str, list[Verified]], now_ms: int) -> None:
     """Store waiting records a re-check found valid, each as if it had just arrived from the peer it came from."""
     for peer_id, records in sorted(released.items()):
         ingest(conn, peer_id, records, [], None, now_ms, authority, recheck=False)
 
 
 def _append_batch(
-    conn: sqlite3.Connection, peer_id: str, records: list[Verified], now_ms: int
+    conn: Conn, peer_id: str, records: list[Verified], now_ms: int
 ) -> tuple[list[tuple[int, bool] | None], list[Invalid], list[Outcome]]:
     """`ingest`, step 1: append the batch in one go, else record by record. Returns each record's
     `(seq, inserted)` (None when it was not stored), the records the projections refused, and this node's
@@ -432,7 +430,7 @@ def _append_batch(
 
 
 def _want_missing_targets(
-    conn: sqlite3.Connection, peer_id: str, kept: list[tuple[Verified, tuple[int, bool]]], now_ms: int
+    conn: Conn, peer_id: str, kept: list[tuple[Verified, tuple[int, bool]]], now_ms: int
 ) -> tuple[dict[str, list[str]], set[str]]:
     """`ingest`, step 2: the stored records are wanted no more; the link targets of the newly inserted ones
     that this node does not hold are wanted from this peer. Returns each inserted record's targets and the
@@ -468,7 +466,7 @@ def _outcome(record_hash: str, seq: int, inserted: bool, pending: bool) -> Outco
     return Outcome(record_hash, "saved")
 
 
-def _count_invalid(conn: sqlite3.Connection, peer_id: str, bad: Invalid) -> None:
+def _count_invalid(conn: Conn, peer_id: str, bad: Invalid) -> None:
     """`ingest`, step 4: count an invalid record against its peer by reason, keeping the latest one."""
     conn.execute(
         "INSERT INTO peer_invalid (node_id, reason, count, last_hash, last_detail) VALUES (?, ?, 1, ?, ?)"
@@ -478,7 +476,7 @@ def _count_invalid(conn: sqlite3.Connection, peer_id: str, bad: Invalid) -> None
     )
 
 
-def _count_outcomes(conn: sqlite3.Connection, peer_id: str, outcomes: list[Outcome], internal: int) -> None:
+def _count_outcomes(conn: Conn, peer_id: str, outcomes: list[Outcome], internal: int) -> None:
     """`ingest`, step 5: add the batch's outcomes to the peer's counters."""
     counts = {
         word: sum(1 for o in outcomes if o.outcome == word)
@@ -493,7 +491,7 @@ def _count_outcomes(conn: sqlite3.Connection, peer_id: str, outcomes: list[Outco
     )
 
 
-def _append_all(conn: sqlite3.Connection, peer_id: str, records: list[Verified], now_ms: int) -> list[tuple[int, bool]]:
+def _append_all(conn: Conn, peer_id: str, records: list[Verified], now_ms: int) -> list[tuple[int, bool]]:
     """Append records inside a savepoint: all of them, or none (the error raised)."""
     incoming = [
         projections.Incoming(v.record, v.hash, v.decoded, str(v.record.get("scope", "federation")), v.body)
@@ -503,7 +501,7 @@ def _append_all(conn: sqlite3.Connection, peer_id: str, records: list[Verified],
         return projections.append_many(conn, incoming, origin=peer_id, now_ms=now_ms)
 
 
-def add_peer(conn: sqlite3.Connection, url: str, node_id: str, now_ms: int) -> None:
+def add_peer(conn: Conn, url: str, node_id: str, now_ms: int) -> None:
     """Configure a peer (or change its URL; its cursor and counters are kept)."""
     if not keys.is_did(node_id):
         raise InvalidInput("node_id must be the peer node's Ed25519 did:key", field="$.node_id")
@@ -517,7 +515,7 @@ def add_peer(conn: sqlite3.Connection, url: str, node_id: str, now_ms: int) -> N
     )
 
 
-def peer_statuses(conn: sqlite3.Connection, now_ms: int) -> list[PeerStatus]:
+def peer_statuses(conn: Conn, now_ms: int) -> list[PeerStatus]:
     """Every peer with cursor, lag, last error and counters."""
     reasons: dict[str, dict[str, int]] = {}
     for node_id, reason, count in conn.execute("SELECT node_id, reason, count FROM peer_invalid").fetchall():
@@ -579,7 +577,7 @@ def _health(raw: str | None) -> PeerHealth:
         return PeerHealth()
 
 
-def peer_list(conn: sqlite3.Connection, now_ms: int) -> PeerList:
+def peer_list(conn: Conn, now_ms: int) -> PeerList:
     """`GET /v1/peers` and `bbs peers`: every peer's status, and the authors with equivocated addresses."""
     authors = [AuthorEquivocations(a, n) for a, n in sorted(equivocation.by_author(conn).items())]
     return PeerList(peers=peer_statuses(conn, now_ms), equivocating_authors=authors)

@@ -20,7 +20,6 @@ had just arrived from it.
 
 from __future__ import annotations
 
-import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -35,6 +34,7 @@ from node.store.authority import (
     event_dep,
     pages_dep,
 )
+from node.store.conn import Conn
 from node.store.waiting import Dep
 from sync.store import Invalid, Outcome, Verified
 from sync.verify import accepted
@@ -51,7 +51,7 @@ class Gated:
 
 
 def gate_txn(
-    conn: sqlite3.Connection,
+    conn: Conn,
     authority: Authority,
     peer_id: str,
     records: list[Verified],
@@ -108,7 +108,7 @@ def gate_txn(
 
 
 def recheck_txn(
-    conn: sqlite3.Connection, authority: Authority, deps: tuple[Dep, ...], after_id: int, now_ms: int
+    conn: Conn, authority: Authority, deps: tuple[Dep, ...], after_id: int, now_ms: int
 ) -> dict[str, list[Verified]]:
     """Decide again the waiting records that wait for `deps` (those with id above `after_id`), and those that the
     key events so released decide in turn, up to `waiting.RECHECK_PER_TRANSACTION` records; what is left goes to
@@ -149,7 +149,7 @@ def recheck_txn(
     return released
 
 
-def _decide(conn: sqlite3.Connection, authority: Authority, v: Verified, resolved: list[Dep]) -> Decision:
+def _decide(conn: Conn, authority: Authority, v: Verified, resolved: list[Dep]) -> Decision:
     """The verdict on one record; a key event or vouch page taken into the cache (or refused) adds what it resolves."""
     if v.record.get("kind") == VOUCH_PAGE:
         return _decide_page(conn, authority, v, resolved)
@@ -169,7 +169,7 @@ def _decide(conn: sqlite3.Connection, authority: Authority, v: Verified, resolve
     return Decision("void", reason or "prior_refused")
 
 
-def _decide_page(conn: sqlite3.Connection, authority: Authority, v: Verified, resolved: list[Dep]) -> Decision:
+def _decide_page(conn: Conn, authority: Authority, v: Verified, resolved: list[Dep]) -> Decision:
     """The verdict on a vouch page: stored once its event is held and its proof verifies (docs/format-v3.md 6.4)."""
     verdict, reason = authority.judge_page(v.hash, v.record)
     if verdict == "valid":
@@ -183,7 +183,7 @@ def _decide_page(conn: sqlite3.Connection, authority: Authority, v: Verified, re
     return Decision("void", reason or "bad_vouch_page")
 
 
-def _offer(conn: sqlite3.Connection, v: Verified, peer_id: str, decision: Decision, now_ms: int) -> bool:
+def _offer(conn: Conn, v: Verified, peer_id: str, decision: Decision, now_ms: int) -> bool:
     """Put an undecided record in the waiting area; False when a cap drops it."""
     return waiting.offer_txn(
         conn,

@@ -18,7 +18,6 @@ import logging
 import math
 import os
 import shutil
-import sqlite3
 import time
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -86,7 +85,7 @@ class Opened:
     problem: str | None  # why the folder was damaged (it could not be opened, or failed `verify`), or None
 
 
-def open_repaired(root: Path, conn: sqlite3.Connection) -> Opened:
+def open_repaired(root: Path, conn: Conn) -> Opened:
     """The data folder's index opened for writing; a folder that cannot be opened is moved aside (`set_aside`) and
     a new, empty index takes its place, and one that opens but fails `verify` is emptied: either way it is then
     built from the log. Raises (ValueError) when another process holds the writer lock (`lock_busy`), or when
@@ -138,7 +137,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
 
-def open_index(root: Path, conn: sqlite3.Connection) -> SearchIndex | None:
+def open_index(root: Path, conn: Conn) -> SearchIndex | None:
     """The data folder's index opened for writing (a damaged one repaired: `open_repaired`; the node's indexer
     then builds it in the background), or None (logged) when it cannot be: searches with words are then
     answered 503 `search_index_building` (searches by filters alone still work)."""
@@ -158,7 +157,7 @@ def repair_note(opened: Opened) -> str:
     return f"{opened.problem}{moved}; rebuilding it from the log"
 
 
-def build(conn: sqlite3.Connection, index: SearchIndex) -> int:
+def build(conn: Conn, index: SearchIndex) -> int:
     """Index every entry not yet covered, synchronously (`bbs rebuild`); returns the entries indexed."""
     done = 0
     while rows := rows_after(conn, index.state()[0]):
@@ -178,7 +177,7 @@ class Rebuilt:
     detail: str = ""
 
 
-def rebuild(root: Path, conn: sqlite3.Connection) -> Rebuilt:
+def rebuild(root: Path, conn: Conn) -> Rebuilt:
     """Empty the data folder's index and index every entry again (`bbs rebuild`), from nothing when the folder is
     damaged (`open_repaired`); checks the result (`verify`).
 
@@ -204,7 +203,7 @@ def rebuild(root: Path, conn: sqlite3.Connection) -> Rebuilt:
 SAMPLE = 50  # entries `check` looks up in the index
 
 
-def check(root: Path, conn: sqlite3.Connection) -> tuple[str, str]:
+def check(root: Path, conn: Conn) -> tuple[str, str]:
     """(status, detail) of the data folder's index against `conn`'s entries, for `bbs doctor`; reads only.
 
     The index must hold one document per entry it covers, and a sample of those entries under their ids.
@@ -219,7 +218,7 @@ def check(root: Path, conn: sqlite3.Connection) -> tuple[str, str]:
     return verify(index, conn)
 
 
-def verify(index: SearchIndex, conn: sqlite3.Connection) -> tuple[str, str]:
+def verify(index: SearchIndex, conn: Conn) -> tuple[str, str]:
     """(status, detail) of an opened index against `conn`'s entries: its stamp, its document count and a sample
     of entries under their ids (`check`, and `open_repaired` before a node serves it)."""
     unreadable = _unreadable(index)
@@ -261,7 +260,7 @@ def reading(index: SearchIndex) -> Iterator[None]:
         ) from None
 
 
-def ensure_serving(conn: sqlite3.Connection, index: SearchIndex | None) -> None:
+def ensure_serving(conn: Conn, index: SearchIndex | None) -> None:
     """Raise SearchIndexBuilding unless `index` answers searches: opened, and seen near the log's head once."""
     if index is None:
         raise SearchIndexBuilding("the search index could not be opened; see the node's log", retry_after=60)
@@ -284,7 +283,7 @@ def ensure_serving(conn: sqlite3.Connection, index: SearchIndex | None) -> None:
 
 
 def page(
-    conn: sqlite3.Connection,
+    conn: Conn,
     index: SearchIndex | None,
     q: SearchQuery,
     since_ms: int | None,

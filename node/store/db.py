@@ -39,6 +39,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from node.errors import BBSError, StorageFull, Unavailable
+from node.store.conn import Conn
 
 if TYPE_CHECKING:
     from node.store.projections import Log
@@ -142,7 +143,7 @@ def transaction(conn: sqlite3.Connection, *, immediate: bool = False, commit: bo
     return _Transaction(conn, "BEGIN IMMEDIATE" if immediate else "BEGIN", commit)
 
 
-def savepoint(conn: sqlite3.Connection, name: str) -> _Savepoint:
+def savepoint(conn: Conn, name: str) -> _Savepoint:
     """`with savepoint(conn, name):` inside a transaction: when the block raises, its changes alone are rolled
     back and the error goes up; the transaction goes on. If the whole transaction ended meanwhile (SQLite ends it
     on a full disk, for one), the savepoint is gone: `TransactionLost` goes up instead, carrying the error (or
@@ -192,10 +193,10 @@ def _rollback(conn: sqlite3.Connection, cause: BaseException) -> None:
 class _Savepoint:
     __slots__ = ("conn", "name")
 
-    def __init__(self, conn: sqlite3.Connection, name: str) -> None:
+    def __init__(self, conn: Conn, name: str) -> None:
         self.conn, self.name = conn, name
 
-    def __enter__(self) -> sqlite3.Connection:
+    def __enter__(self) -> Conn:
         self.conn.execute("SAVEPOINT " + self.name)
         return self.conn
 
@@ -731,7 +732,7 @@ class Inserted(NamedTuple):
     last_rowid: int
 
 
-def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]], tail: str = "") -> Inserted:
+def insert_rows(conn: Conn, head: str, rows: Sequence[Sequence[Any]], tail: str = "") -> Inserted:
     """`{head} VALUES (?, ...), ... {tail}` for every row, in as few statements as SQLite's bound-parameter limit
     allows.
 
@@ -743,9 +744,9 @@ def insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any
     if not rows:
         return Inserted(0, 0)
     width = len(rows[0])
-    most = 1 << (
-        min(MAX_ROWS_PER_INSERT, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width).bit_length() - 1
-    )
+    # SQLite's bound-parameter limit is the connection's; another engine's connection gets the portable floor
+    bound = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) if isinstance(conn, sqlite3.Connection) else 32766
+    most = 1 << (min(MAX_ROWS_PER_INSERT, bound // width).bit_length() - 1)
     placeholder = "(" + ",".join("?" * width) + ")"
     exact = min(EXACT_ROWS_UP_TO, most)
     changed, start, last_rowid = 0, 0, 0

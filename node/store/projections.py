@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from node.inbox import notify as notifications
 from node.ops.progress import Report, silent
 from node.store import db, equivocation
 from node.store.ahead import NAMED_SQL, Named
+from node.store.conn import Conn
 from wire.time import parse_ms
 
 
@@ -38,13 +38,13 @@ class Projection:
     notify: bool  # False while rebuilding: notifications are node-local history, not derived data
 
 
-Projector = Callable[[sqlite3.Connection, Any, Projection], None]
+Projector = Callable[[Conn, Any, Projection], None]
 REBUILD_STEP = "replaying the log"
 REPORT_EVERY = 1000  # records between two progress reports of a rebuild
 
 
 def append(
-    conn: sqlite3.Connection,
+    conn: Conn,
     record: dict[str, Any],
     record_hash: str,
     decoded: Any,
@@ -79,7 +79,7 @@ REFUSED_SEQ = 0  # append_many's seq for a version refused because two better ve
 
 
 def append_many(
-    conn: sqlite3.Connection,
+    conn: Conn,
     items: list[Incoming],
     *,
     origin: str,
@@ -152,7 +152,7 @@ def append_many(
 
 
 def _append_version(
-    conn: sqlite3.Connection, item: Incoming, version: str, body: bytes, origin: str, now_ms: int
+    conn: Conn, item: Incoming, version: str, body: bytes, origin: str, now_ms: int
 ) -> tuple[int, bool]:
     """Append another version of an address already held (node.store.equivocation's rule): (seq, True) when kept,
     (REFUSED_SEQ, False) when refused; the projection switches to the winner in this transaction."""
@@ -195,9 +195,7 @@ def _append_version(
     return seq, True
 
 
-def _project(
-    new: list[tuple[int, Incoming]], now_ms: int, conn: sqlite3.Connection, named: Named | None = None
-) -> None:
+def _project(new: list[tuple[int, Incoming]], now_ms: int, conn: Conn, named: Named | None = None) -> None:
     """Project newly logged records in log order: runs of entries together, every other kind one by one.
 
     `named` (read before any of them) stands for the stored links only while nothing but entries is projected:
@@ -219,7 +217,7 @@ def _project(
 
 
 def project_entries(
-    conn: sqlite3.Connection, run: list[tuple[int, Incoming]], now_ms: int, *, notify: bool, named: Named | None = None
+    conn: Conn, run: list[tuple[int, Incoming]], now_ms: int, *, notify: bool, named: Named | None = None
 ) -> None:
     """Project entry records (seq, record) into entries, their tags, addressees and links; then what they complete.
 
@@ -311,7 +309,7 @@ class _Ahead(NamedTuple):
 _AHEAD_SQL = "SELECT " + NAMED_SQL
 
 
-def _ahead(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], hashes: str, named: Named | None) -> _Ahead:
+def _ahead(conn: Conn, run: list[tuple[int, Incoming]], hashes: str, named: Named | None) -> _Ahead:
     """Which of the statements after a run's rows can change anything, in one statement read before them.
 
     A `retracted_by` link needs a retraction in the run or a stored `supersedes` link naming one of its entries
@@ -326,7 +324,7 @@ def _ahead(conn: sqlite3.Connection, run: list[tuple[int, Incoming]], hashes: st
     return _Ahead(retracting or bool(named_superseded), contradicting or bool(named_contradicted), bool(subscribed))
 
 
-def project_entry(conn: sqlite3.Connection, rec: EntryRecord, ctx: Projection) -> None:
+def project_entry(conn: Conn, rec: EntryRecord, ctx: Projection) -> None:
     project_entries(conn, [(ctx.seq, Incoming({}, ctx.hash, rec))], ctx.now_ms, notify=ctx.notify)
 
 
@@ -346,7 +344,7 @@ RETRACTIONS_SQL = (
 )
 
 
-def _derive_retractions_txn(conn: sqlite3.Connection, arrived_hashes: str) -> None:
+def _derive_retractions_txn(conn: Conn, arrived_hashes: str) -> None:
     """Create `retracted_by` links for retract entries whose retraction is now decidable.
 
     A retract entry's `supersedes` link to an entry by the same author means: target retracted_by
@@ -356,7 +354,7 @@ def _derive_retractions_txn(conn: sqlite3.Connection, arrived_hashes: str) -> No
     conn.execute(RETRACTIONS_SQL, {"h": arrived_hashes})
 
 
-def project_link(conn: sqlite3.Connection, rec: LinkRecord, ctx: Projection) -> None:
+def project_link(conn: Conn, rec: LinkRecord, ctx: Projection) -> None:
     conn.execute(
         "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
         " annotation) VALUES (?, 0, ?, ?, ?, ?, ?, ?)",
@@ -366,7 +364,7 @@ def project_link(conn: sqlite3.Connection, rec: LinkRecord, ctx: Projection) -> 
         notifications.contradictions(conn, json.dumps([ctx.hash]), ctx.now_ms)
 
 
-def project_agent(conn: sqlite3.Connection, rec: AgentRecord, ctx: Projection) -> None:
+def project_agent(conn: Conn, rec: AgentRecord, ctx: Projection) -> None:
     """The newest identity document of an agent wins, by (created_at, hash): the same on every node."""
     ms = parse_ms(rec.created_at)
     conn.execute(
@@ -381,7 +379,7 @@ def project_agent(conn: sqlite3.Connection, rec: AgentRecord, ctx: Projection) -
     )  # fmt: skip
 
 
-def project_key_event(conn: sqlite3.Connection, rec: Any, ctx: Projection) -> None:
+def project_key_event(conn: Conn, rec: Any, ctx: Projection) -> None:
     """A key event (or a vouch page) projects into no table: the writer's authority cache (node/store/authority.py)
     reads them from the log itself (docs/format-v3.md, 7.4)."""
 
@@ -413,7 +411,7 @@ class Log:
         object.__setattr__(self, "tables", tuple(self.tables))
 
 
-def log_of(conn: sqlite3.Connection) -> Log:
+def log_of(conn: Conn) -> Log:
     """The log `conn` projects through: the one its `Database` (or `db.connect`, `db.write_sync`) was given."""
     log = conn.log if isinstance(conn, db.Connection) else None
     if log is None:
@@ -423,7 +421,7 @@ def log_of(conn: sqlite3.Connection) -> Log:
     return log
 
 
-def rebuild(conn: sqlite3.Connection, progress: Report = silent) -> int:
+def rebuild(conn: Conn, progress: Report = silent) -> int:
     """Drop and recreate every projection table from its stored DDL, then replay the log. Returns records replayed.
 
     Runs inside the caller's transaction; `progress` hears ("replaying the log", done, total) along the way.
@@ -463,7 +461,7 @@ def rebuild(conn: sqlite3.Connection, progress: Report = silent) -> int:
     return count
 
 
-def _projection_ddl(conn: sqlite3.Connection, projected: tuple[str, ...]) -> list[str]:
+def _projection_ddl(conn: Conn, projected: tuple[str, ...]) -> list[str]:
     """CREATE statements of the projection tables with their indexes and triggers, as the migrations left them."""
     tables = set(projected)
     rows = conn.execute(
@@ -478,7 +476,7 @@ def _projection_ddl(conn: sqlite3.Connection, projected: tuple[str, ...]) -> lis
     return creates + extras
 
 
-def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
+def snapshot(conn: Conn) -> dict[str, list[tuple[Any, ...]]]:
     """Every projection table's rows in a stable order (for comparing against a rebuild)."""
     out: dict[str, list[tuple[Any, ...]]] = {}
     for table in log_of(conn).tables:

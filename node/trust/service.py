@@ -28,7 +28,6 @@ counted signals on that entry; an entry without counted signals has its author's
 from __future__ import annotations
 
 import functools
-import sqlite3
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -157,7 +156,7 @@ def read_signals(conn: Conn) -> list[Signal]:
     return sorted(Signal(r[0], r[1], r[2], int(r[3])) for r in trust_store.signal_rows(conn))
 
 
-def snapshot(conn: sqlite3.Connection, *, force: bool = False) -> tuple[int, TrustResult | None]:
+def snapshot(conn: Conn, *, force: bool = False) -> tuple[int, TrustResult | None]:
     """(log head, freshly computed result), or (head, None) when the cache already covers the head.
 
     Meant for a reader connection: the signals are read and folded without holding the writer.
@@ -198,7 +197,7 @@ def store(conn: Conn, head: int, result: TrustResult, now_ms: int) -> bool:
     return True
 
 
-def refresh(conn: sqlite3.Connection, now_ms: int, *, force: bool = False) -> bool:
+def refresh(conn: Conn, now_ms: int, *, force: bool = False) -> bool:
     """Recompute and store the cache on one connection if the log grew (or when forced). True if it ran."""
     head, result = snapshot(conn, force=force)
     return result is not None and store(conn, head, result, now_ms)

@@ -9,6 +9,7 @@ from typing import Any
 from identity import canonical
 from node.errors import InvalidInput
 from node.store import idempotency
+from node.store.conn import Conn
 from node.workflows.store import bus as bus_store
 from wire import unsigned
 from wire.workflows import MessageOut, MessagePage, MessageQuery, PostMessage
@@ -43,12 +44,12 @@ def message_out(row: sqlite3.Row) -> MessageOut:
     )
 
 
-def message_by_id(conn: sqlite3.Connection, message_id: int) -> MessageOut:
+def message_by_id(conn: Conn, message_id: int) -> MessageOut:
     """One stored message, rendered."""
     return message_out(bus_store.message_row(conn, message_id))
 
 
-def list_messages(conn: sqlite3.Connection, q: MessageQuery) -> MessagePage:
+def list_messages(conn: Conn, q: MessageQuery) -> MessagePage:
     """One page of messages: newest or oldest first by (created_ms, id), or in arrival order (by id alone).
 
     A cursor is `<created_ms>.<id>` of the last message of the previous page (node/workflows/store/bus.py reads
@@ -61,7 +62,7 @@ def list_messages(conn: sqlite3.Connection, q: MessageQuery) -> MessagePage:
     return MessagePage(messages=[message_out(r) for r in rows], next_cursor=next_cursor)
 
 
-def replayed_message(conn: sqlite3.Connection, agent_id: str, idem_key: str) -> int | None:
+def replayed_message(conn: Conn, agent_id: str, idem_key: str) -> int | None:
     """The message an idempotency key already produced; 409 if the key was used for another operation."""
     done = idempotency.replayed(conn, agent_id, idem_key, "message", field=idempotency.HEADER)
     if done is None:

@@ -6,7 +6,6 @@ holds their SQL. Built once by `Node` (`node.bus`); REST is node/workflows/route
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ from node.agents import refs as agent_refs
 from node.errors import Forbidden
 from node.store import idempotency, projections
 from node.store.authority import Authority, authorize_txn
+from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, until_hash_free
 from node.workflows import bus
@@ -91,7 +91,7 @@ class Bus:
 
 
 def append_message(
-    conn: sqlite3.Connection,
+    conn: Conn,
     agent_id: str,
     idem: str | None,
     sealed: SealedRecord,

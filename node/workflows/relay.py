@@ -10,7 +10,6 @@ the home node has stored them. When the home node cannot be asked the change is 
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from identity import keys
@@ -77,7 +76,7 @@ async def decide_at_home(
 
 
 def store_txn(
-    conn: sqlite3.Connection,
+    conn: Conn,
     sealed: SealedRecord,
     agent_id: str,
     idem: tuple[str, str] | None,

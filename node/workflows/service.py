@@ -20,6 +20,7 @@ from node.agents import refs as agent_refs
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
 from node.store import idempotency, projections
 from node.store.authority import Authority, authorize_txn
+from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import SealedRecord, Sealing, sign_and_check
 from node.workflows import forward, graph, leases, relay, tasks, twins
@@ -48,7 +49,7 @@ log = logging.getLogger("bbs.leases")
 QUICK_READY_PAGE = 100
 
 
-def _finished_before(conn: sqlite3.Connection, agent_id: str, idem_key: str, operation: str, task_key: str) -> bool:
+def _finished_before(conn: Conn, agent_id: str, idem_key: str, operation: str, task_key: str) -> bool:
     """Whether this idempotency key already did this release or complete of this task (the request is a retry).
 
     409 `idempotency_key_reused` when the key did anything else (another operation, or another task).
@@ -207,7 +208,7 @@ class Workflows:
         now = self.now_ms()
         presented = None if body.agent_document is None else _agent_document(body.agent_document, body.agent_id)
 
-        def admit_txn(conn: sqlite3.Connection) -> None:
+        def admit_txn(conn: Conn) -> None:
             leases.check_agent_home(conn, body.agent_id, peer_id, presented)
             leases.remember_request_txn(conn, body.request_id, peer_id, now)
 
@@ -369,7 +370,7 @@ class Workflows:
 
 
 def declare_task_txn(
-    conn: sqlite3.Connection,
+    conn: Conn,
     agent_id: str,
     fields: dict[str, Any],
     signed: SealedRecord | None,
@@ -408,7 +409,7 @@ def declare_task_txn(
 
 
 def grant_lease_txn(
-    conn: sqlite3.Connection,
+    conn: Conn,
     ref: str,
     agent_id: str,
     seconds: int,
@@ -453,7 +454,7 @@ Finish = SignedFinish | NodeSignedFinish
 
 
 def finish_task_txn(
-    conn: sqlite3.Connection,
+    conn: Conn,
     event: str,
     agent_id: str,
     ref: str,
@@ -497,7 +498,7 @@ def finish_task_txn(
 
 
 def _signed_finish(
-    conn: sqlite3.Connection, event: str, row: sqlite3.Row, lease: str | None, sealed: SealedRecord
+    conn: Conn, event: str, row: sqlite3.Row, lease: str | None, sealed: SealedRecord
 ) -> SealedRecord | None:
     """The agent's signed event checked against the task (None: appending it would change nothing)."""
     key, decoded = row["key"], sealed[2]
@@ -524,7 +525,7 @@ def _signed_finish(
 
 
 def _node_signed_finish(
-    conn: sqlite3.Connection,
+    conn: Conn,
     event: str,
     agent_id: str,
     row: sqlite3.Row,
@@ -546,7 +547,7 @@ def _node_signed_finish(
 
 
 def accept_event_txn(
-    conn: sqlite3.Connection,
+    conn: Conn,
     peer_id: str,
     sealed: SealedRecord,
     token: str | None,

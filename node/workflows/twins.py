@@ -19,7 +19,6 @@ rebuild) gives the same record: it is stored, synced and notified once.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from identity import keys
@@ -102,7 +101,7 @@ def pending(conn: Conn) -> list[str]:
     return twin_store.pending_moves(conn, MAX_NOTICES_PER_ROUND)
 
 
-def notice_txn(conn: sqlite3.Connection, key: str, node_key: keys.SigningKey, now_ms: int) -> SealedRecord | None:
+def notice_txn(conn: Conn, key: str, node_key: keys.SigningKey, now_ms: int) -> SealedRecord | None:
     """Check one moved key: if this node's own twin of it (leased here, or first declared here) is now a later
     twin, append (once) the entry that tells its holders and declarer. Clears the key from the queue in the same
     transaction. The notice, or None."""

@@ -28,6 +28,7 @@ from node.features import FEATURES, LOG, Feature, all_routes, joined
 from node.service import Node
 from node.store import db as dbmod
 from node.store import projections
+from node.store.conn import Conn
 from node.web.appkeys import NODE, SYNC
 from node.web.http import Route
 from tests.conftest import AgentCreds
@@ -135,7 +136,7 @@ async def test_a_node_appends_and_rebuilds_through_the_log_it_is_given(data_dir:
     and which holds only the substrate's tables, appends, rebuilds and snapshots through exactly that Log."""
     noted: list[tuple[int, bool]] = []
 
-    def noting_link(conn: sqlite3.Connection, rec: Any, ctx: projections.Projection) -> None:
+    def noting_link(conn: Conn, rec: Any, ctx: projections.Projection) -> None:
         noted.append((ctx.seq, ctx.notify))
         projections.project_link(conn, rec, ctx)
 

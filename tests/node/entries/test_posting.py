@@ -16,6 +16,7 @@ from node.entries.posting import KEPT_KEYS_ONLY
 from node.entries.queries import EntryOut
 from node.errors import Conflict, Forbidden, InvalidInput, Located, NotFound
 from node.service import Node
+from node.store.conn import Conn
 from node.store.sealing import MAX_HASH_RETRIES
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import count, entry_record, self_signer
@@ -153,7 +154,7 @@ async def test_post_with_adds_derived_links_and_the_callers_mark_in_one_transact
     second, _ = await node.entries.post(alice.agent_id, finding("evidence two"), None)
     marked: list[int] = []
 
-    def mark(conn: sqlite3.Connection, entry: EntryOut) -> None:
+    def mark(conn: Conn, entry: EntryOut) -> None:
         marked.append(entry.id)
 
     targets = [first.record_hash, second.record_hash]
@@ -176,7 +177,7 @@ async def test_post_with_rolls_everything_back_when_the_mark_fails(node: Node, m
     evidence, _ = await node.entries.post(alice.agent_id, finding("evidence"), None)
     before = await count(node, "records")
 
-    def refuse(conn: sqlite3.Connection, entry: EntryOut) -> None:
+    def refuse(conn: Conn, entry: EntryOut) -> None:
         raise Conflict("the caller changed its mind", code="changed_mind")
 
     with pytest.raises(Conflict):
