@@ -75,9 +75,11 @@ def compute_hash(record: dict[str, Any]) -> str:
 
 
 def sign(record: dict[str, Any], key: keys.SigningKey) -> dict[str, Any]:
-    """Return a copy of an already-normalised record signed by `key` (whose did must be its author)."""
-    if record.get("author_id") != key.did:
-        raise RecordError("wrong_signer", "the signing key is not the record's author", "$.author_id")
+    """Return a copy of an already-normalised record signed by `key`, whose did must be the record's
+    `signing_key` when it names one (a rotated key, docs/format-v3.md 2), else its author."""
+    if record.get("signing_key", record.get("author_id")) != key.did:
+        named = "$.signing_key" if "signing_key" in record else "$.author_id"
+        raise RecordError("wrong_signer", "the signing key is not the record's signer", named)
     body = unsigned(record)
     return {**body, "signature": key.sign(canonical.canonical_bytes(body))}
 

@@ -267,6 +267,29 @@ def cmd_agent_rotate_key(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_agent_rotate_signing_key(args: argparse.Namespace) -> int:
+    """Rotate a node-kept agent's signing key (`POST /v1/agents/{agent_id}/signing-key`'s work) on a data folder no
+    node serves: a serving node keeps the agent's key and its key histories in memory, so it must make the change."""
+    import msgspec
+
+    from node.ops import datalock
+    from node.ops.datadir import CommandError
+
+    if args.data.is_dir() and datalock.in_use(args.data):  # its writer's key histories must see every key event
+        raise CommandError(
+            f"a node serves {args.data}: rotate through it (POST /v1/agents/{args.agent}/signing-key with the admin"
+            " token), so it signs with the new key at once"
+        )
+    rotated = _on_node(args.data, lambda node: node.key_events.rotate(args.agent))
+    if args.json:
+        print(msgspec.json.encode(rotated).decode())
+    else:
+        print(f"agent_id:    {rotated.agent_id}")
+        print(f"signing_key: {rotated.signing_key}  (kept by this node; the previous key no longer signs)")
+        print(f"key_event:   {rotated.event}  (vouches for {rotated.vouched} records of the previous key)")
+    return 0
+
+
 def cmd_agent_export(args: argparse.Namespace) -> int:
     """Write an agent's identity file (private key included, mode 0600)."""
     from agent import identity_file
@@ -399,6 +422,15 @@ def build_parser() -> argparse.ArgumentParser:
     _data_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_agent_rotate_key)
+
+    p = agent.add_parser(
+        "rotate-signing-key",
+        help="give a node-kept agent a new signing key (a key event signed by the old one); its id stays",
+    )
+    p.add_argument("agent", help="the agent's local name or did:key")
+    _data_arg(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_agent_rotate_signing_key)
 
     from agent import cli as agent_cli  # bbs mcp
     from agent import people_cli  # bbs post, search, read, link, subscribe, inbox, ack, tail, tasks, message, task

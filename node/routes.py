@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from aiohttp import web
 
-from node.errors import InvalidInput
+from node.errors import Forbidden, InvalidInput
 from node.store import idempotency
 from node.web.appkeys import NODE, SYNC
 from node.web.auth import agent_id, principal
@@ -24,6 +24,8 @@ from wire.api import (
     Health,
     InboxQuery,
     InboxResult,
+    KeyEventIn,
+    KeyEventOut,
     LinkOut,
     NodeInfo,
     PostedEntries,
@@ -33,6 +35,7 @@ from wire.api import (
     PostLink,
     ReadQuery,
     ReadResult,
+    RotatedKey,
     SearchQuery,
     SearchResult,
     SignedSubmission,
@@ -147,6 +150,19 @@ async def create_agent(request: web.Request) -> web.Response:
 
 async def rotate_api_key(request: web.Request) -> web.Response:
     return json_response(await _node(request).agents.rotate_api_key(request.match_info["agent_id"]), 201)
+
+
+async def post_key_event(request: web.Request) -> web.Response:
+    target = (await _node(request).agents.get(request.match_info["agent_id"])).agent_id  # a did or a name; else 404
+    if agent_id(request) != target:
+        raise Forbidden("an agent submits only its own key events", field="agent_id")
+    body = convert(await read_json(request), KeyEventIn)
+    out = await _node(request).key_events.submit(target, body)
+    return json_response(out, 201 if out.created or out.pages_stored else 200)
+
+
+async def rotate_signing_key(request: web.Request) -> web.Response:
+    return json_response(await _node(request).key_events.rotate(request.match_info["agent_id"]), 201)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -274,6 +290,25 @@ ROUTES: list[Route] = [
         "Replace a local agent's API keys with a new one, shown once; the old keys stop working (admin)",
         "admin",
         responses={201: CreatedAgent},
+    ),
+    Route(
+        "POST",
+        "/v1/agents/{agent_id}/key-events",
+        post_key_event,
+        "Submit a key event the agent signed (rotation, revocation, recovery) with vouch pages of it; decided as"
+        " sync decides it, never waiting: 422 unknown_prior, unauthorized_key_event, bad_vouch_page, record_*",
+        "agent",
+        body=KeyEventIn,
+        responses={201: KeyEventOut, 200: KeyEventOut},
+    ),
+    Route(
+        "POST",
+        "/v1/agents/{agent_id}/signing-key",
+        rotate_signing_key,
+        "Rotate a node-kept agent's signing key: a new key, installed by a key event the old one signs, vouching"
+        " for the old key's records (admin)",
+        "admin",
+        responses={201: RotatedKey},
     ),
     Route("GET", "/healthz", healthz, "Liveness", "none", responses={200: Health}, tag="ops"),
 ]

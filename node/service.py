@@ -18,6 +18,7 @@ from pathlib import Path
 from identity import canonical, keys, schema
 from node import __version__
 from node.agents.challenges import Challenges
+from node.agents.key_events import KeyEvents
 from node.agents.service import Agents
 from node.default_mode.service import DefaultMode
 from node.entries.links import Links
@@ -62,7 +63,8 @@ class Node:
         self.workflows: Workflows = Workflows(self.db, self.sealing, self.key, self.now_ms, self.data.root / FENCE_NAME)
         self.default_mode = DefaultMode(self.db, self.node_id, self.now_ms, self.entries, self.reads)
         self.trust: Trust = Trust(self.db, self.now_ms)
-        self.sync = NodeSyncStore(self.db, self.node_id, self.now_ms)
+        self.sync = NodeSyncStore(self.db, self.node_id, self.now_ms, authority=self.sealing.authority)
+        self.key_events = KeyEvents(self.db, self.sealing, self.now_ms)  # key events over REST, rotations
         self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer
         self.search_index: SearchIndex | None = None  # opened with the node (node/search_index/)
 

@@ -395,6 +395,57 @@ class AgentTrust(msgspec.Struct):
     computed_seq: int
 
 
+class KeyEventItem(msgspec.Struct):
+    """One key event of an identity held here (docs/format-v3.md 3.2), and whether it is on the winning chain."""
+
+    address: str
+    seq: int
+    event: str  # rotate | revoke | recover
+    signer: str  # the did:key that signed it
+    created_at: str
+    in_chain: bool  # on the winning chain (3.4); false: a losing branch, refused, or waiting for its prior
+    key: str | None = None  # the key it installs
+
+
+class KeyHistory(msgspec.Struct):
+    """An identity's key history as this node holds it: the key that may sign for it now and its key events."""
+
+    current_key: str | None  # None after a revocation that installed no key
+    events: list[KeyEventItem]
+    next: str | None = None  # the pre-rotation commitment (SHA-256 of the next key's did), when set
+    recovery: str | None = None  # the recovery key, when set
+
+
+class KeyEventIn(msgspec.Struct, forbid_unknown_fields=True):
+    """POST /v1/agents/{agent_id}/key-events: a key event its identity signed, with vouch pages of it (its own,
+    or those of an event already held: a large vouched set travels in several requests)."""
+
+    record: dict[str, Any]
+    pages: list[dict[str, Any]] = msgspec.field(default_factory=list)
+
+
+class KeyEventOut(msgspec.Struct):
+    """What a key event submission stored: the event's address, whether it is new here, the pages stored, and
+    the identity's key history after it."""
+
+    address: str
+    created: bool
+    pages_stored: int
+    key_history: KeyHistory
+
+
+class RotatedKey(msgspec.Struct):
+    """A node-kept agent's new signing key (POST /v1/agents/{agent_id}/signing-key): the rotation's key event
+    and how many of the old key's records it vouches for."""
+
+    name: str
+    agent_id: str
+    signing_key: str
+    event: str
+    vouched: int
+    key_history: KeyHistory
+
+
 class AgentOut(msgspec.Struct):
     """An agent's public identity as this node knows it."""
 
@@ -406,6 +457,7 @@ class AgentOut(msgspec.Struct):
     entry_count: int
     trust: AgentTrust | None = None
     agent_type: str | None = None  # from the agent's document; None when it has none
+    key_history: KeyHistory | None = None  # its key events as held here (docs/format-v3.md 3)
 
 
 class AgentListQuery(msgspec.Struct, forbid_unknown_fields=True):

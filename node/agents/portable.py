@@ -1,6 +1,7 @@
 """Portable identities on the node side: read an agent's identity out of a node, register it on another.
 
-`bbs agent export` reads the key and the signed identity document of an agent whose key this node keeps.
+`bbs agent export` reads the key and the signed identity document of an agent whose key this node keeps (not yet of
+one whose key was rotated: 409 `key_rotated`, the file format carries one key).
 `bbs agent import` registers that same identity (same did, same identity document, hence the same record
 hash) on another node and issues it an API key there. By default the importing node does NOT keep the
 private key: the agent holds it (client SDK or MCP bridge) and signs its own records, and the node only
@@ -36,7 +37,14 @@ async def export_identity(node: Node, name: str) -> tuple[keys.SigningKey, dict[
                 code="key_not_kept",
                 field="name",
             )
-        return keys.SigningKey.from_seed(bytes(row[1])), json.loads(row[2])
+        key = keys.SigningKey.from_seed(bytes(row[1]))
+        if key.did != row[0]:  # an identity file carries one key, the identity's own (issue 36: its history, later)
+            raise Conflict(
+                "this agent's signing key was rotated: an identity file cannot carry a key history yet",
+                code="key_rotated",
+                field="name",
+            )
+        return key, json.loads(row[2])
 
     return await node.db.read(fetch)
 

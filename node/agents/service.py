@@ -14,17 +14,19 @@ import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from identity import canonical, keys, records
+from identity import canonical, key_history, keys, records
 from identity.schema import AgentRecord
 from node.agents import refs as agent_refs
 from node.agents import store
 from node.errors import Conflict, InvalidInput, NotFound
 from node.store import projections, submission
+from node.store.authority import key_events_of
 from node.store.conn import Conn
 from node.store.db import Database
 from node.trust import service as trust
-from wire.api import AgentListItem, AgentListQuery, AgentOut, AgentPage, CreatedAgent
+from wire.api import AgentListItem, AgentListQuery, AgentOut, AgentPage, CreatedAgent, KeyEventItem, KeyHistory
 
 log = logging.getLogger("bbs.node")
 
@@ -196,6 +198,31 @@ def signing_key(conn: Conn, agent_id: str) -> keys.SigningKey | None:
     return None if seed is None else keys.SigningKey.from_seed(seed)
 
 
+def key_history_of(author: str, events: list[tuple[str, dict[str, Any]]]) -> KeyHistory:
+    """The key history shown for `author` over the key events held (`identity.key_history.resolve`)."""
+    history = key_history.resolve(author, events)
+    chain = set(history.chain)
+    items = [
+        KeyEventItem(
+            address=address,
+            seq=int(event["seq"]),
+            event=str(event["event"]),
+            signer=key_history.signer_of(event),
+            created_at=str(event["created_at"]),
+            in_chain=address in chain,
+            key=event.get("key"),
+        )
+        for address, event in sorted(events, key=lambda item: (int(item[1]["seq"]), item[0]))
+    ]
+    state = history.state
+    return KeyHistory(current_key=state.key, events=items, next=state.next, recovery=state.recovery)
+
+
+def read_key_history(conn: Conn, author: str) -> KeyHistory:
+    """`key_history_of` the key events of `author` in the log (a read)."""
+    return key_history_of(author, key_events_of(conn, author))
+
+
 def agent_out(conn: Conn, agent_id: str) -> AgentOut:
     """An agent's public identity with its entry count and trust; 404 `agent_not_found` if unknown here."""
     row = store.agent(conn, agent_id)
@@ -210,6 +237,7 @@ def agent_out(conn: Conn, agent_id: str) -> AgentOut:
         created_at=row["created_at"],
         entry_count=row["n"],
         trust=trust.agent_trust(conn, agent_id),
+        key_history=read_key_history(conn, agent_id),
     )
 
 

@@ -44,6 +44,11 @@ def insert_local_agent_txn(conn: Conn, name: str, agent_id: str, key_seed: bytes
     )
 
 
+def set_key_seed_txn(conn: Conn, agent_id: str, key_seed: bytes) -> None:
+    """Keep `key_seed` as the local agent's signing key from now on (a rotation: the old seed is forgotten)."""
+    conn.execute("UPDATE local_agents SET key_seed = ? WHERE agent_id = ?", (key_seed, agent_id))
+
+
 def key_seed(conn: Conn, agent_id: str) -> bytes | None:
     """The seed of a local agent's key, or None when the agent is not local or the node does not keep its key."""
     row = conn.execute("SELECT key_seed FROM local_agents WHERE agent_id = ?", (agent_id,)).fetchone()

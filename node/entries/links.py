@@ -11,6 +11,7 @@ from node.entries import store
 from node.entries.queries import LinkOut
 from node.errors import InvalidInput, Located, NotFound
 from node.store import idempotency, projections
+from node.store.authority import Authority, authorize_txn
 from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import Sealing, sign_and_check
@@ -50,7 +51,7 @@ class Links:
             record, record_hash, decoded = sign_and_check(unsigned, signer)
         assert isinstance(decoded, LinkRecord)
         link_id, created = await self.db.write(
-            lambda c: store_txn(c, agent_id, key, record, record_hash, decoded, at, self.now_ms)
+            lambda c: store_txn(c, agent_id, key, record, record_hash, decoded, at, self.now_ms, self.sealing.authority)
         )
         return await self.db.read(lambda c: store.link_by_id(c, link_id), quick=True), created
 
@@ -94,6 +95,7 @@ def store_txn(
     decoded: LinkRecord,
     at: Located,
     now_ms: Callable[[], int],
+    authority: Authority,
 ) -> tuple[int, bool]:
     """Append the link unless its author already asserted the same link; (link id, created)."""
     if key is not None:
@@ -109,6 +111,8 @@ def store_txn(
     if not store.entry_stored_txn(conn, decoded.source):
         with at:
             raise NotFound("source entry is not on this node", field="$.source", code="source_not_found")
+    with at:  # the key that signed it may sign for its author (docs/format-v3.md 3.5)
+        authorize_txn(conn, authority, [(record, record_hash, "$")])
     projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now_ms())
     if key is not None:
         idempotency.remember(conn, agent_id, key, "link", record_hash, now_ms())

@@ -24,6 +24,7 @@ from node.entries.links import unsigned_link
 from node.entries.queries import EntryOut
 from node.errors import Conflict, Forbidden, InvalidInput, Located, NotFound
 from node.store import db, equivocation, idempotency, projections
+from node.store.authority import Authority, authorize_txn
 from node.store.conn import Conn
 from node.store.db import Database, Mergeable
 from node.store.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, sign_and_check_body, until_hash_free
@@ -146,7 +147,11 @@ class Entries:
         if post.replay is None:
             await self._seal([post], agent_id)
         return await until_hash_free(
-            lambda: self.db.write(lambda c: store_with_txn(c, agent_id, post, derived_from, signer, then, self.now_ms)),
+            lambda: self.db.write(
+                lambda c: store_with_txn(
+                    c, agent_id, post, derived_from, signer, then, self.now_ms, self.sealing.authority
+                )
+            ),
             functools.partial(self._seal_later, agent_id),
             "entry",
         )
@@ -217,7 +222,7 @@ class Entries:
         await self.sealing.off_loop(len(posts), seal_all)
 
     def _store_all_txn(self, conn: Conn, requests: list[tuple[str, list[_Post]]]) -> list[list[Stored]]:
-        return store_all_txn(conn, requests, self.now_ms())
+        return store_all_txn(conn, requests, self.now_ms(), self.sealing.authority)
 
 
 # ---- transaction bodies and quick reads ---------------------------------------------------------------------
@@ -250,7 +255,9 @@ def rendered(post: _Post, stored: Stored) -> Posted:
     return queries.entry_out_of(ref.id, post.seal.record_hash, post.seal.decoded, ref.state), created
 
 
-def store_all_txn(conn: Conn, requests: list[tuple[str, list[_Post]]], now: int) -> list[list[Stored]]:
+def store_all_txn(
+    conn: Conn, requests: list[tuple[str, list[_Post]]], now: int, authority: Authority
+) -> list[list[Stored]]:
     """Append the sealed posts of one or more requests (agent, posts) in one set-based append; one list of
     (entry, created) per request: a replay's entry as read, a new one's id and state (`rendered` outside).
 
@@ -278,6 +285,11 @@ def store_all_txn(conn: Conn, requests: list[tuple[str, list[_Post]]], now: int)
     replayed_ids = [ref for ref, _ in stored.values() if isinstance(ref, int)]
     to_append = [i for i in range(len(posts)) if i not in stored]
     taken: list[_Post] = []
+    authorize_txn(  # the key that signed each may sign for its author (docs/format-v3.md 3.5; 7.1: never waits)
+        conn,
+        authority,
+        [(posts[i][1].seal.record, posts[i][1].seal.version, posts[i][1].record_where) for i in to_append],
+    )
     # what the run finds stored (versions held, links naming it, confidences): one statement for all of it
     ahead = store.look_ahead_txn(
         conn, [(posts[i][1].seal.record_hash, posts[i][1].seal.decoded.author_id) for i in to_append]
@@ -412,9 +424,10 @@ def store_with_txn(
     signer: keys.SigningKey | None,
     then: Callable[[Conn, EntryOut], None],
     now_ms: Callable[[], int],
+    authority: Authority,
 ) -> Posted:
     """`Entries.post_with` in its transaction: the entry, its derived links, then the caller's `then`."""
-    ((stored,),) = store_all_txn(conn, [(agent_id, [post])], now_ms())
+    ((stored,),) = store_all_txn(conn, [(agent_id, [post])], now_ms(), authority)
     posted = rendered(post, stored)
     derive_links_txn(conn, posted[0], derived_from, agent_id, signer, now_ms())
     then(conn, posted[0])

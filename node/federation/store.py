@@ -59,7 +59,9 @@ FETCH_SQL = (
 class NodeSyncStore:
     """`sync.store.SyncStore` over a node's database. Records from a peer get origin = the peer's node id."""
 
-    def __init__(self, db: Database, node_id: str, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, db: Database, node_id: str, now_ms: Callable[[], int], *, authority: Authority | None = None
+    ) -> None:
         self.db = db
         self.node_id = node_id
         self.now_ms = now_ms
@@ -67,7 +69,8 @@ class NodeSyncStore:
         self._newest_lock = asyncio.Lock()
         self._newest = 0
         self._newest_at = float("-inf")
-        self.authority = Authority()  # the writer's authority cache (node/store/authority.py)
+        # the writer's authority cache (node/store/authority.py), shared with local writes (Node passes sealing's)
+        self.authority = Authority() if authority is None else authority
 
     async def position(self) -> tuple[str, int]:
         return await self.db.read(_position)

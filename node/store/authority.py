@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from identity import key_history, vouching
 from identity.key_history import History
+from node.errors import InvalidInput
 from node.store.conn import Conn
 from node.store.waiting import Dep
 
@@ -67,6 +68,26 @@ def authority_records(conn: Conn) -> list[tuple[str, dict[str, Any]]]:
         "SELECT hash, body FROM records WHERE kind IN ('key_event', 'vouch_page') ORDER BY seq"
     ).fetchall()
     return [(str(r[0]), json.loads(bytes(r[1]))) for r in rows]
+
+
+def key_events_of(conn: Conn, author: str) -> list[tuple[str, dict[str, Any]]]:
+    """(address, record) of every key event of `author` in the log (a read: `GET /v1/agents/{id}`)."""
+    rows = conn.execute(
+        "SELECT hash, body FROM records WHERE kind = 'key_event' AND author_id = ? ORDER BY seq", (author,)
+    ).fetchall()
+    return [(str(r[0]), json.loads(bytes(r[1]))) for r in rows]
+
+
+def versions_signed_by(conn: Conn, author: str, key: str) -> list[str]:
+    """The versions of every record of `author` in the log signed by `key` (its first key: no `signing_key`), key
+    events and vouch pages aside (6.1): the set a rotation by the node vouches for. Scans the log (no index on
+    the author: a rotation is rare)."""
+    rows = conn.execute(
+        "SELECT version, json_extract(body, '$.signing_key') FROM records"
+        " WHERE author_id = ? AND kind NOT IN ('key_event', 'vouch_page')",
+        (author,),
+    ).fetchall()
+    return sorted({str(r[0]) for r in rows if (r[1] if r[1] is not None else author) == key})
 
 
 @dataclass
@@ -198,3 +219,48 @@ class Authority:
         if removal is not None:
             return Decision("undecided", deps=(pages_dep(removal, signer), key_dep(author, signer)))
         return Decision("undecided", deps=(key_dep(author, signer),))
+
+
+def authorize_txn(conn: Conn, authority: Authority, items: list[tuple[dict[str, Any], str, str]]) -> None:
+    """Refuse, before it is appended, a record a client submitted (or the node signed) whose key may not sign for
+    its author: the same verdict as sync ingest's (`Authority.decide`, docs/format-v3.md 3.5), but a client's record
+    never waits (7.1). `items` are (record, version, JSON path of the record in the request). A record needing no key
+    history (`Authority.needs` false) costs two dictionary lookups; the cache is loaded once after a start, and
+    compared with the log (a count) when a record needs it. Key events are stored only by the serving process (sync,
+    this REST path; `bbs agent rotate-signing-key` refuses a served folder), so the cache knows every author that
+    has some. Raises 422:
+
+    - `unknown_signing_key`: no key event held here installs the key (`field`: the key's member);
+    - `vouch_pages_missing`: the key was rotated out and the vouch pages that decide this record are not held;
+    - `not_current_key`: the key may not sign this record (rotated out and not vouched for, revoked, or a losing
+      branch's); the reason is in the message.
+    """
+    if not authority.loaded:  # once after a start: which identities have key events at all
+        authority.ensure_txn(conn)
+    needed = [item for item in items if authority.needs(item[0])]
+    if needed:  # as sync ingest does: the log's key events, not only the cache's (one count on a partial index)
+        authority.ensure_txn(conn)
+    for record, version, where in needed:
+        decision = authority.decide(record, version)
+        if decision.verdict == "valid":
+            continue
+        member = "signing_key" if "signing_key" in record else "author_id"
+        signer = key_history.signer_of(record)
+        field_path = f"{where}.{member}"
+        if decision.verdict == "void":
+            raise InvalidInput(
+                f"key {signer} may not sign this record for {record['author_id']}: {decision.reason}",
+                field=field_path,
+                code="not_current_key",
+            )
+        if any(dep.startswith("pages:") for dep in decision.deps):
+            raise InvalidInput(
+                f"key {signer} was rotated out and the vouch pages that decide this record are not held here",
+                field=field_path,
+                code="vouch_pages_missing",
+            )
+        raise InvalidInput(
+            f"no key event held here installs {signer} for {record['author_id']}; submit the key event first",
+            field=field_path,
+            code="unknown_signing_key",
+        )

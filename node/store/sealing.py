@@ -20,6 +20,7 @@ from identity import keys, records
 from node.agents import service as agents
 from node.errors import Conflict, Forbidden, InvalidInput
 from node.store import submission
+from node.store.authority import AUTHORITY_KINDS, Authority
 from node.store.db import Database
 from wire.time import parse_ms
 
@@ -48,11 +49,25 @@ def sign_and_check(unsigned: dict[str, Any], signer: keys.SigningKey) -> SealedR
 
 
 def sign_and_check_body(unsigned: dict[str, Any], signer: keys.SigningKey) -> tuple[SealedRecord, bytes]:
-    """`sign_and_check`, and the signed record's canonical bytes, encoded once for the check and the log row."""
+    """`sign_and_check`, and the signed record's canonical bytes, encoded once for the check and the log row.
+
+    A key that is not the author's first one (a node-kept agent whose key was rotated, docs/format-v3.md 3.6) is
+    named in `signing_key`; only the kinds of `records.V3_KINDS` may carry one yet (422 `rotated_key_unsupported`).
+    """
+    rotated = signer.did != unsigned.get("author_id")
+    v3 = rotated or unsigned.get("kind") in AUTHORITY_KINDS
+    if rotated:
+        if unsigned.get("kind") not in records.V3_KINDS:
+            raise InvalidInput(
+                f"records of kind {unsigned.get('kind')!r} cannot be signed by a rotated key yet (issue 36): this"
+                " agent's key was rotated",
+                code="rotated_key_unsupported",
+            )
+        unsigned = {**unsigned, "signing_key": signer.did}
     record = records.sign(unsigned, signer)
     try:
         body = records.canonical_body(record)
-        record_hash, decoded = records.check(record, check_signature=False, body=body)
+        record_hash, decoded = records.check(record, check_signature=False, body=body, v3=v3)
     except records.RecordError as exc:
         raise record_error(exc) from None
     submission.check_record(record)
@@ -99,10 +114,12 @@ class Sealing:
         self.db = db
         self.now_ms = now_ms
         self._keys: dict[str, keys.SigningKey | None] = {}
+        # the writer's authority cache (node/store/authority.py): sync ingest and local writes share this one
+        self.authority = Authority()
         self._crypto: concurrent.futures.ThreadPoolExecutor | None = None
 
     async def signing_key(self, agent_id: str) -> keys.SigningKey | None:
-        """The agent's private key if this node keeps it (looked up once, then cached)."""
+        """The agent's private key if this node keeps it (looked up once, then cached; a rotation forgets it)."""
         if agent_id not in self._keys:
             self._keys[agent_id] = await self.db.read(lambda c: agents.signing_key(c, agent_id))
         return self._keys[agent_id]
@@ -129,7 +146,9 @@ class Sealing:
             raise InvalidInput(f"record kind must be {kind!r}", field="$.record.kind", code="record_malformed")
         try:
             body = records.canonical_body(record)
-            record_hash, decoded = records.check(record, body=body)
+            # a record naming a `signing_key` (a rotated key) is checked against it; whether that key may sign for
+            # its author is the writer's question (`node.store.authority.authorize_txn`)
+            record_hash, decoded = records.check(record, body=body, v3="signing_key" in record)
         except records.RecordError as exc:
             raise record_error(exc, "$.record") from None
         submission.check_record(record, "$.record")

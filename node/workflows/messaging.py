@@ -15,6 +15,7 @@ from identity import keys
 from node.agents import refs as agent_refs
 from node.errors import Forbidden
 from node.store import idempotency, projections
+from node.store.authority import Authority, authorize_txn
 from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, until_hash_free
@@ -71,7 +72,9 @@ class Bus:
 
         message_id, created = await until_hash_free(
             lambda: self.db.write(
-                lambda c: append_message(c, agent_id, idem, sealed, signer is not None, self.now_ms())
+                lambda c: append_message(
+                    c, agent_id, idem, sealed, signer is not None, self.now_ms(), self.sealing.authority
+                )
             ),
             one_ms_later,
             "message",
@@ -88,7 +91,13 @@ class Bus:
 
 
 def append_message(
-    conn: Conn, agent_id: str, idem: str | None, sealed: SealedRecord, node_signed: bool, now: int
+    conn: Conn,
+    agent_id: str,
+    idem: str | None,
+    sealed: SealedRecord,
+    node_signed: bool,
+    now: int,
+    authority: Authority,
 ) -> tuple[int, bool]:
     """Append a message record (or answer a replayed key with its message): (message id, created).
 
@@ -98,6 +107,8 @@ def append_message(
         replay = bus.replayed_message(conn, agent_id, idem)
         if replay is not None:
             return replay, False
+    where = "$" if node_signed else "$.record"
+    authorize_txn(conn, authority, [(sealed[0], sealed[1], where)])  # its key may sign for its author (format-v3 3.5)
     seq, inserted = projections.append(conn, *sealed, origin="local", now_ms=now)
     if not inserted and node_signed:
         raise HashTaken([sealed[1]])

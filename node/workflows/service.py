@@ -19,6 +19,7 @@ from identity import canonical, keys, records
 from node.agents import refs as agent_refs
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
 from node.store import idempotency, projections
+from node.store.authority import Authority, authorize_txn
 from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import SealedRecord, Sealing, sign_and_check
@@ -145,7 +146,9 @@ class Workflows:
         if not set(fields) <= relay.LOCAL_FIELDS:
             await self.fenced()
         created = await self.db.write(
-            lambda c: declare_task_txn(c, agent_id, fields, signed, signer, self.node_id, self.now_ms, token)
+            lambda c: declare_task_txn(
+                c, agent_id, fields, signed, signer, self.node_id, self.now_ms, token, authority=self.sealing.authority
+            )
         )
         return await self.task(fields["task_key"]), created
 
@@ -298,7 +301,9 @@ class Workflows:
         if event == "complete":
             await self.fenced()
         key = await self.db.write(
-            lambda c: finish_task_txn(c, event, agent_id, ref, idem, finish, self.node_id, self.now_ms())
+            lambda c: finish_task_txn(
+                c, event, agent_id, ref, idem, finish, self.node_id, self.now_ms(), authority=self.sealing.authority
+            )
         )
         return await self.task(key)
 
@@ -354,7 +359,10 @@ class Workflows:
         if sealed[2].event != "release":
             await self.fenced()
         now = self.now_ms()
-        stored = await self.db.write(lambda c: accept_event_txn(c, peer_id, sealed, body.lease, self.node_id, now))
+        authority = self.sealing.authority
+        stored = await self.db.write(
+            lambda c: accept_event_txn(c, peer_id, sealed, body.lease, self.node_id, now, authority=authority)
+        )
         return PeerTaskEventOut(task=await self.task(sealed[2].task_key), stored=stored)
 
 
@@ -371,6 +379,8 @@ def declare_task_txn(
     now_ms: Callable[[], int],
     token: str | None = None,
     fenced: bool = False,
+    *,
+    authority: Authority,
 ) -> bool:
     """Append a declare event if it changes the task (the agent's signed one, or one signed here by `signer`).
     True when it created the task. `token`: the fencing token of a node-signed declaration (its `lease`), or of
@@ -393,6 +403,7 @@ def declare_task_txn(
         assert signer is not None
         created_at = format_ms(tasks.next_event_ms(conn, key, now))
         signed = sign_and_check(unsigned.unsigned_declare(key, agent_id, created_at, node_id, changed), signer)
+    authorize_txn(conn, authority, [(signed[0], signed[1], at)])  # its key may sign for its author (format-v3 3.5)
     projections.append(conn, *signed, origin="local", now_ms=now)
     return row is None
 
@@ -451,6 +462,8 @@ def finish_task_txn(
     finish: Finish,
     node_id: str,
     now: int,
+    *,
+    authority: Authority,
 ) -> str:
     """Append the release or complete event of the caller's task (`event`), unless it is a retry or would change
     nothing; the task key."""
@@ -476,6 +489,8 @@ def finish_task_txn(
         sealed = _node_signed_finish(conn, event, agent_id, row, lease, finish, now)
     if sealed is None:
         return key
+    where = "$.record" if isinstance(finish, SignedFinish) else "$"
+    authorize_txn(conn, authority, [(sealed[0], sealed[1], where)])  # its key may sign for its author (format-v3 3.5)
     projections.append(conn, *sealed, origin="local", now_ms=now)
     if idem is not None:
         idempotency.remember(conn, agent_id, idem, f"task_{event}", sealed[1], now)
@@ -531,7 +546,16 @@ def _node_signed_finish(
     return sign_and_check(draft, finish.signer)
 
 
-def accept_event_txn(conn: Conn, peer_id: str, sealed: SealedRecord, token: str | None, node_id: str, now: int) -> bool:
+def accept_event_txn(
+    conn: Conn,
+    peer_id: str,
+    sealed: SealedRecord,
+    token: str | None,
+    node_id: str,
+    now: int,
+    *,
+    authority: Authority,
+) -> bool:
     """As the home node, decide a task event forwarded by `peer_id` as if its agent had sent it here; whether it
     was stored (False: a retry of a stored event, or a change that changes nothing)."""
     decoded = sealed[2]
@@ -548,9 +572,13 @@ def accept_event_txn(conn: Conn, peer_id: str, sealed: SealedRecord, token: str 
                 "a forwarded declaration names the node that forwards it", field="$.record.node_id", code="wrong_node"
             )
         fields = {"task_key": key} | _present(decoded, ("title", "depends_on", "status", "checkpoint"))
-        declare_task_txn(conn, decoded.author_id, fields, sealed, None, node_id, lambda: now, token, fenced=True)
+        declare_task_txn(
+            conn, decoded.author_id, fields, sealed, None, node_id, lambda: now, token, fenced=True, authority=authority
+        )
     elif decoded.event in ("release", "complete"):
-        finish_task_txn(conn, decoded.event, decoded.author_id, key, None, SignedFinish(sealed), node_id, now)
+        finish_task_txn(
+            conn, decoded.event, decoded.author_id, key, None, SignedFinish(sealed), node_id, now, authority=authority
+        )
     else:
         raise InvalidInput(
             "only declare, release and complete events are sent to a home node",

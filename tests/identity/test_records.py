@@ -406,6 +406,15 @@ def test_sign_refuses_a_key_that_is_not_the_author() -> None:
     assert info.value.field == "$.author_id"
 
 
+def test_sign_takes_the_key_a_record_names_in_signing_key_and_no_other() -> None:
+    # a rotated key signs for its identity: the record names it (docs/format-v3.md 2), and verifies against it
+    record = sign({**entry(ALICE), "signing_key": BOB.did}, BOB)
+    assert records.verify(record, v3=True) == records.compute_hash(record)
+    with pytest.raises(RecordError) as info:
+        sign({**entry(ALICE), "signing_key": BOB.did}, ALICE)
+    assert (info.value.reason, info.value.field) == ("wrong_signer", "$.signing_key")
+
+
 def test_sign_refuses_a_record_without_author() -> None:
     record = entry()
     del record["author_id"]

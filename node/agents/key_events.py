@@ -1,0 +1,251 @@
+"""Key events over REST: a client's signed `key_event` (and its vouch pages), and the rotation of a node-kept key.
+
+Both are decided by the writer's authority cache (`node.store.authority`) with the functions sync ingest uses
+(`Authority.judge_event`, `Authority.judge_page`): one rule decides which key may sign for an author, whoever
+brought the record. Unlike a peer's, a client's record never waits (docs/format-v3.md 7.1): a key event whose
+`prior` is not held is refused (`unknown_prior`). A stored key event re-checks, in its transaction, the peers'
+records waiting for it (`node.federation.store.recheck_waiting_txn`), exactly as one that arrived by sync.
+
+A node-kept agent's rotation (`bbs agent rotate-signing-key`, `POST /v1/agents/{agent_id}/signing-key`): the node
+makes a new key, signs a `rotate` event with the current key, vouching for every record of the agent the log holds
+signed by that key (with its vouch pages), stores it, and keeps the new key's seed in place of the old one; from
+then on the node signs the agent's records with the new key, named in `signing_key` (docs/decisions.md, record 55).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from identity import canonical, keys, records, vouching
+from node.agents import refs as agent_refs
+from node.agents import store
+from node.agents.service import read_key_history
+from node.errors import Conflict, Forbidden, InvalidInput, NotFound
+from node.federation.store import recheck_waiting_txn
+from node.store import equivocation, projections, submission, waiting
+from node.store.authority import Authority, author_deps, event_dep, pages_dep, versions_signed_by
+from node.store.conn import Conn
+from node.store.db import Database
+from node.store.sealing import Sealing, record_error, sign_and_check_body
+from sync.store import Verified
+from wire.api import KeyEventIn, KeyEventOut, KeyHistory, RotatedKey
+
+log = logging.getLogger("bbs.node")
+
+KEY_EVENT = "key_event"
+VOUCH_PAGE = "vouch_page"
+
+
+def submit_txn(
+    conn: Conn, authority: Authority, event: Verified, pages: list[Verified], now_ms: int
+) -> tuple[bool, int]:
+    """Store a submitted key event (unless held) and its vouch pages, decided as sync ingest decides them, then
+    re-check the waiting records they resolve. Returns (event new here, pages stored). Raises 422 on a refusal: the
+    cache may then hold an event the rollback removed from the log, which the next job that needs the cache notices
+    by the count (`Authority.ensure_txn`), and the caller drops the cache too."""
+    authority.ensure_txn(conn)
+    author = str(event.record["author_id"])
+    new = not authority.holds_event(event.hash, author)
+    stored: list[Verified] = []
+    resolved: list[waiting.Dep] = []
+    if new:
+        verdict, reason = authority.judge_event(event.hash, event.record)
+        prior = event.record.get("prior")
+        if verdict == "waiting" and not equivocation.refused(conn, [str(prior)]):
+            raise InvalidInput(
+                f"the key event's prior {prior} is not held here; submit the events before it first",
+                field="$.record.prior",
+                code="unknown_prior",
+            )
+        if verdict != "valid":
+            raise InvalidInput(
+                f"this key event may never count: {reason or 'prior_refused'} (docs/format-v3.md 3.3)",
+                field="$.record",
+                code="unauthorized_key_event",
+            )
+        authority.add_event(event.hash, event.record)
+        waiting.forget_void_txn(conn, author)
+        resolved += [event_dep(event.hash), author_deps(author)]
+        stored.append(event)
+    for i, page in enumerate(pages):
+        if page.record["event"] != event.hash:
+            raise InvalidInput("a page of another key event", field=f"$.pages[{i}].event", code="page_not_of_event")
+        if authority.holds_page(page.hash) or any(page.hash == s.hash for s in stored):
+            continue
+        verdict, _ = authority.judge_page(page.hash, page.record)
+        if verdict != "valid":
+            raise InvalidInput(
+                "the page is not signed by the event's signer or its proof does not verify against the event's vouch",
+                field=f"$.pages[{i}]",
+                code="bad_vouch_page",
+            )
+        authority.add_page(page.hash, page.record)
+        resolved.append(pages_dep(event.hash, str(page.record["subject"])))
+        stored.append(page)
+    incoming = [projections.Incoming(v.record, v.hash, v.decoded, "federation", v.body) for v in stored]
+    projections.append_many(conn, incoming, origin="local", now_ms=now_ms)
+    waiting.remove_versions_txn(conn, [v.version for v in stored])  # a copy a peer sent is decided with it
+    if resolved:
+        recheck_waiting_txn(authority, tuple(resolved), 0, now_ms, conn)
+    return new, len(stored) - int(new)
+
+
+def rotation_records(
+    author: str, current: keys.SigningKey, new: keys.SigningKey, seq: int, prior: str | None, versions: list[str]
+) -> tuple[Verified, list[Verified]]:
+    """A `rotate` event of `author` signed by `current`, installing `new` and vouching for `versions` (the
+    current key's records), and its vouch pages: each signed and checked as any receiving node checks it."""
+    vouch = vouching.vouch(current.did, versions)
+    body: dict[str, Any] = {
+        "kind": KEY_EVENT,
+        "schema_version": canonical.SCHEMA_VERSION,
+        "author_id": author,
+        "created_at": canonical.now_created_at(),
+        "event": "rotate",
+        "seq": seq,
+        "key": new.did,
+        "vouches": [vouch.as_json()],
+    }
+    if prior is not None:
+        body["prior"] = prior
+    event = _sealed(body, current)
+    members = vouching.sorted_versions(versions)
+    pages = []
+    for i in range(vouching.page_count(vouch.count)):
+        page_versions, proof = vouching.page(members, i)
+        page = {
+            "kind": VOUCH_PAGE,
+            "schema_version": canonical.SCHEMA_VERSION,
+            "author_id": author,
+            "created_at": body["created_at"],
+            "event": event.hash,
+            "subject": current.did,
+            "page": i,
+            "versions": page_versions,
+            "proof": proof,
+        }
+        pages.append(_sealed(page, current))
+    return event, pages
+
+
+def _sealed(unsigned: dict[str, Any], signer: keys.SigningKey) -> Verified:
+    (record, record_hash, decoded), body = sign_and_check_body(unsigned, signer)
+    return Verified(record_hash, body, record, decoded)
+
+
+def rotate_txn(
+    conn: Conn, authority: Authority, ref: str, new: keys.SigningKey, now_ms: int
+) -> tuple[str, str, Verified, int]:
+    """Rotate the node-kept key of the local agent `ref` to `new` (see the module's docstring), in one
+    transaction: (name, agent id, the event, records vouched for)."""
+    did = agent_refs.resolve(conn, ref, "agent_id")
+    row = store.local_agent(conn, did)
+    if row is None:
+        raise NotFound(f"no agent {ref!r} on this node", code="agent_not_found", field="agent_id")
+    seed = store.key_seed(conn, did)
+    if seed is None:
+        raise Conflict("this node does not keep that agent's key: the agent rotates it", code="key_not_kept")
+    current = keys.SigningKey.from_seed(seed)
+    authority.ensure_txn(conn)
+    history = authority.history(did)
+    if history.state.key != current.did:
+        raise Conflict(
+            "the key this node keeps is no longer the agent's signing key (another key event replaced it)",
+            code="key_not_current",
+        )
+    if history.state.next is not None:
+        raise Conflict(
+            "the agent's history commits to a next key: only that key may rotate (docs/format-v3.md 3.3)",
+            code="next_key_committed",
+        )
+    versions = versions_signed_by(conn, did, current.did)
+    prior = history.chain[-1] if history.chain else None
+    event, pages = rotation_records(did, current, new, len(history.chain) + 1, prior, versions)
+    submit_txn(conn, authority, event, pages, now_ms)
+    store.set_key_seed_txn(conn, did, new.seed)
+    return str(row["name"]), did, event, len(versions)
+
+
+class KeyEvents:
+    """Key events of one node's identities: submitted by clients, made for node-kept agents, and shown."""
+
+    def __init__(self, db: Database, sealing: Sealing, now_ms: Callable[[], int]) -> None:
+        self.db = db
+        self.sealing = sealing
+        self.now_ms = now_ms
+
+    @property
+    def authority(self) -> Authority:
+        """The writer's authority cache (shared with sync ingest and every local write)."""
+        return self.sealing.authority
+
+    def check(self, body: KeyEventIn, agent_id: str) -> tuple[Verified, list[Verified]]:
+        """Check a submission as any receiving node checks its records: the event's kind, author, spelling,
+        signature against its named key and schema, and its pages'. Raises 422 with the member's path."""
+        event = self._checked(body.record, KEY_EVENT, "$.record")
+        if event.record["author_id"] != agent_id:
+            raise Forbidden("the key event is not this agent's", field="$.record.author_id")
+        self.sealing.check_clock(str(event.record["created_at"]), "$.record.created_at")
+        pages = [self._checked(p, VOUCH_PAGE, f"$.pages[{i}]") for i, p in enumerate(body.pages)]
+        for i, page in enumerate(pages):
+            if page.record["author_id"] != agent_id:
+                raise Forbidden("the vouch page is not this agent's", field=f"$.pages[{i}].author_id")
+        return event, pages
+
+    @staticmethod
+    def _checked(record: dict[str, Any], kind: str, where: str) -> Verified:
+        if record.get("kind") != kind:
+            raise InvalidInput(f"record kind must be {kind!r}", field=f"{where}.kind", code="record_malformed")
+        try:
+            body = records.canonical_body(record)
+            record_hash, decoded = records.check(record, body=body, v3=True)
+        except records.RecordError as exc:
+            raise record_error(exc, where) from None
+        submission.check_record(record, where)
+        return Verified(record_hash, body, record, decoded)
+
+    async def submit(self, agent_id: str, body: KeyEventIn) -> KeyEventOut:
+        """Store a client's key event and pages (`submit_txn`); answer with the identity's history after it."""
+        if not agent_refs.is_did(agent_id):
+            raise InvalidInput("agent_id must be a did:key", field="agent_id")
+        event, pages = await self.sealing.off_loop(1 + len(body.pages), self.check, body, agent_id)
+        authority = self.authority
+
+        def job(conn: Conn) -> tuple[bool, int, KeyHistory]:
+            new, stored = submit_txn(conn, authority, event, pages, self.now_ms())
+            return new, stored, read_key_history(conn, agent_id)
+
+        try:
+            new, stored, history = await self.db.write(job)
+        except BaseException:
+            authority.invalidate()
+            raise
+        if new:
+            self.sealing.forget(agent_id)
+        return KeyEventOut(address=event.hash, created=new, pages_stored=stored, key_history=history)
+
+    async def rotate(self, ref: str) -> RotatedKey:
+        """Rotate a node-kept agent's signing key (`rotate_txn`); the node signs with the new key from now on."""
+        new = keys.SigningKey.generate()
+        authority = self.authority
+
+        def job(conn: Conn) -> tuple[str, str, Verified, int, KeyHistory]:
+            name, did, event, vouched = rotate_txn(conn, authority, ref, new, self.now_ms())
+            return name, did, event, vouched, read_key_history(conn, did)
+
+        try:
+            name, did, event, vouched, history = await self.db.write(job)
+        except BaseException:
+            authority.invalidate()
+            raise
+        self.sealing.forget(did)
+        log.info("signing key of agent %s (%s) rotated to %s by key event %s", name, did, new.did, event.hash)
+        return RotatedKey(
+            name=name, agent_id=did, signing_key=new.did, event=event.hash, vouched=vouched, key_history=history
+        )
+
+    async def history(self, agent_id: str) -> KeyHistory:
+        """The key history of `agent_id` as the log holds it."""
+        return await self.db.read(lambda c: read_key_history(c, agent_id), quick=True)
