@@ -1,5 +1,6 @@
 """Issue 35's done-when, with real processes: a node of the last v2 release and a node of this release (v3) peered
-both ways keep syncing public records; the v3 node also holds a record the v2 node cannot store, which the v2 node
+both ways keep syncing public records; the v3 node also holds records the v2 node cannot store (a member a later
+release adds, as `agent_type` was; a key rotation and an entry signed by the rotated key), which the v2 node
 neither stores nor counts as invalid; once the v2 node's data folder is served by this release, its first
 reconciliation brings that record too, and the digests are equal (docs/format-v3.md, 8.2 to 8.5).
 
@@ -230,6 +231,18 @@ async def test_a_v2_node_and_a_v3_node_sync_and_the_v2_node_fetches_what_it_lack
                 headers={"Authorization": f"Bearer {new_agent['api_key']}"},
             )
         )["record_hash"]
+        # v3-only public records of this release: a rotation of the agent's node-kept key (its key event and vouch
+        # pages) and an entry it signs with the new key (`signing_key`), which no v2 node can verify
+        rotated = await new.call(session, "POST", f"/v1/agents/{new_agent['agent_id']}/signing-key")
+        by_new_key = await new.call(
+            session,
+            "POST",
+            "/v1/entries",
+            {"entry_type": "finding", "performative": "inform", "content": "signed by the rotated key"},
+            headers={"Authorization": f"Bearer {new_agent['api_key']}"},
+        )
+        assert rotated["vouched"] >= 1, rotated  # the agent's document at least
+        by_new_key_hash = by_new_key["record_hash"]  # were it not signed by the new key, the v2 node would take it
         newer = entry_with_language(key, "an entry of a form the v2 release cannot store")
         too_new = (
             await new.call(
@@ -262,11 +275,13 @@ async def test_a_v2_node_and_a_v3_node_sync_and_the_v2_node_fetches_what_it_lack
 
         await until(reconciled_twice_more, "the v2 node reconciled twice more with the v3 node")
         assert not await old.has(session, too_new)
+        assert not await old.has(session, by_new_key_hash)
         counters = (await old.peer_of(session, new))["counters"]
         assert (counters["invalid"], counters["invalid_reasons"]) == (0, {}), counters
         assert "sync_version" not in await old.peer_of(session, new)  # still the old code answering
         full = await new.call(session, "GET", "/v1/sync/digest")
-        assert full["count"] == (await old.call(session, "GET", "/v1/sync/digest"))["count"] + 1
+        # the v3-only records: the language entry, the key event, its vouch pages and the entry by the new key
+        assert full["count"] >= (await old.call(session, "GET", "/v1/sync/digest"))["count"] + 3
 
         # the v2 node's data folder, served by this release on the same address
         old.stop()
@@ -275,7 +290,7 @@ async def test_a_v2_node_and_a_v3_node_sync_and_the_v2_node_fetches_what_it_lack
         assert (info["node_id"], info["sync_versions"]) == (old.node_id, [2, 3])
 
         async def caught_up() -> bool:
-            if not await upgraded.has(session, too_new):
+            if not (await upgraded.has(session, too_new) and await upgraded.has(session, by_new_key_hash)):
                 return False
             mine = await upgraded.call(session, "GET", "/v1/sync/digest")
             theirs = await new.call(session, "GET", "/v1/sync/digest")
