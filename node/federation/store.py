@@ -164,7 +164,7 @@ class NodeSyncStore:
         authority = self.authority
         try:
             outcomes = await self.db.write(
-                lambda c: ingest(c, peer_id, records, invalid, cursor, now, authority, too_new_from=too_new_from)
+                lambda c: ingest_txn(c, peer_id, records, invalid, cursor, now, authority, too_new_from=too_new_from)
             )
             await self._recheck_pending()
         except BaseException:
@@ -329,7 +329,7 @@ def want_failed(conn: Conn, peer_id: str, hashes: list[str], now_ms: int) -> Non
     )
 
 
-def ingest(
+def ingest_txn(
     conn: Conn,
     peer_id: str,
     records: list[Verified],
@@ -396,7 +396,7 @@ def recheck_waiting_txn(
 def _store_released_txn(conn: Conn, authority: Authority, released: dict[str, list[Verified]], now_ms: int) -> None:
     """Store waiting records a re-check found valid, each as if it had just arrived from the peer it came from."""
     for peer_id, records in sorted(released.items()):
-        ingest(conn, peer_id, records, [], None, now_ms, authority, recheck=False)
+        ingest_txn(conn, peer_id, records, [], None, now_ms, authority, recheck=False)
 
 
 def _append_batch(

@@ -1,6 +1,6 @@
 """Deciding the records whose authority depends on other records, in the ingest transaction (docs/format-v3.md 7).
 
-`gate_txn` runs first in `node.federation.store.ingest`, on the writer thread, over a peer's verified batch. Records
+`gate_txn` runs first in `node.federation.store.ingest_txn`, on the writer thread, over a peer's verified batch. Records
 that need no key history (`Authority.needs` false: an identity with no key events, no `signing_key`) pass untouched,
 at the cost of two dictionary lookups each. The others are decided against the writer's authority cache
 (`node.store.authority`): key events first, by author and `seq` (each allowed one is taken into the cache at once,

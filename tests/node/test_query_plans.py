@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from identity import keys, records
-from node.federation.store import FETCH_SQL, add_peer, ingest
+from node.federation.store import FETCH_SQL, add_peer, ingest_txn
 from node.inbox import store as inbox_store
 from node.store import db, projections
 from sync.store import Verified
@@ -36,7 +36,7 @@ def conn(tmp_path: Path, request: pytest.FixtureRequest) -> sqlite3.Connection:
             assert isinstance(checked, Verified), checked
             batch.append(checked)
     conn.execute("BEGIN IMMEDIATE")
-    ingest(conn, peer, batch, [], None, 0)
+    ingest_txn(conn, peer, batch, [], None, 0)
     conn.execute("COMMIT")
     if request.param:
         conn.execute("ANALYZE")

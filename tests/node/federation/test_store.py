@@ -15,7 +15,7 @@ import pytest
 
 from identity import keys
 from node.features import LOG
-from node.federation.store import MAX_WANT_ATTEMPTS, add_peer, ingest, peer_statuses
+from node.federation.store import MAX_WANT_ATTEMPTS, add_peer, ingest_txn, peer_statuses
 from node.store import db
 from sync.store import Verified
 from sync.verify import verify_record
@@ -46,7 +46,7 @@ def fresh_db(tmp_path: Path) -> tuple[sqlite3.Connection, str]:
 
 def store(conn: sqlite3.Connection, peer: str, batch: list[Verified]) -> list[tuple[str | None, str]]:
     with db.transaction(conn, immediate=True):
-        outcomes = ingest(conn, peer, batch, [], None, NOW)
+        outcomes = ingest_txn(conn, peer, batch, [], None, NOW)
     return [(o.hash, o.outcome) for o in outcomes]
 
 

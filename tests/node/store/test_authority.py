@@ -8,7 +8,7 @@ from pathlib import Path
 
 from identity import key_history
 from node.features import LOG
-from node.federation.store import add_peer, ingest
+from node.federation.store import add_peer, ingest_txn
 from node.store import db
 from node.store.authority import Authority, author_deps, key_dep
 from tests.node.federation import v3_story
@@ -29,7 +29,7 @@ def test_a_loaded_cache_agrees_with_the_reference_on_every_record(tmp_path: Path
     conn = fresh(tmp_path)
     story = v3_story.story()
     with db.transaction(conn, immediate=True):
-        ingest(conn, PEER, [verified(r) for r in story.records.values()], [], None, NOW)
+        ingest_txn(conn, PEER, [verified(r) for r in story.records.values()], [], None, NOW)
     cache = Authority()
     cache.ensure_txn(conn)
     events = [(a, r) for a, r in story.events if a in cache.history(A).events]
@@ -54,7 +54,7 @@ def test_a_void_record_names_its_reason_and_an_undecided_one_its_dependencies(tm
     conn = fresh(tmp_path)
     story = v3_story.story().records
     with db.transaction(conn, immediate=True):
-        ingest(conn, PEER, [verified(story[n]) for n in ("e1", "e2", "e3", "e4", "g1", "g4b")], [], None, NOW)
+        ingest_txn(conn, PEER, [verified(story[n]) for n in ("e1", "e2", "e3", "e4", "g1", "g4b")], [], None, NOW)
     cache = Authority()
     cache.ensure_txn(conn)
     assert cache.decide(story["p0"], version(story["p0"])).verdict == "valid"  # on e1's page
