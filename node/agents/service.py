@@ -60,7 +60,7 @@ def new_credential(conn: Conn, role: str, agent_id: str | None, now_ms: int) -> 
     return f"bbs_{key_id}_{secret}"
 
 
-def rotate_api_key(conn: Conn, ref: str, now_ms: int) -> tuple[str, str, str]:
+def rotate_api_key_txn(conn: Conn, ref: str, now_ms: int) -> tuple[str, str, str]:
     """Replace every API key of a local agent (by name or did) with one new key: (name, agent_id, api_key).
 
     The old keys stop working when this commits (a running node notices within CREDENTIALS_CHECK_MS).
@@ -300,7 +300,7 @@ class Agents:
 
     async def rotate_api_key(self, ref: str) -> CreatedAgent:
         """Give a local agent (by name or did) a new API key; every key it had stops working at once here."""
-        name, agent_id, api_key = await self.db.write(lambda c: rotate_api_key(c, ref, self.now_ms()))
+        name, agent_id, api_key = await self.db.write(lambda c: rotate_api_key_txn(c, ref, self.now_ms()))
         self.tokens.clear()
         log.info("api key rotated for agent %s (%s); its previous keys are revoked", name, agent_id)
         return CreatedAgent(name=name, agent_id=agent_id, api_key=api_key)

@@ -36,7 +36,7 @@ def cmd_peer_add(args: argparse.Namespace) -> int:
     peer = convert({"url": args.url, "node_id": args.key}, PeerIn)
     sync_store.check_peer_url(peer.url)
     path = DataDir(args.data).db_path
-    db.write_sync(path, lambda c: sync_store.add_peer(c, peer.url, peer.node_id, int(time.time() * 1000)))
+    db.write_sync(path, lambda c: sync_store.add_peer_txn(c, peer.url, peer.node_id, int(time.time() * 1000)))
     status = next(
         p
         for p in db.read_sync(path, lambda c: sync_store.peer_statuses(c, int(time.time() * 1000)))

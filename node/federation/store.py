@@ -255,7 +255,7 @@ class NodeSyncStore:
         return [r[0] for r in rows]
 
     async def want_failed(self, peer_id: str, hashes: list[str], now_ms: int) -> None:
-        await self.db.write(lambda c: want_failed(c, peer_id, hashes, now_ms))
+        await self.db.write(lambda c: want_failed_txn(c, peer_id, hashes, now_ms))
 
     async def digest(self, v: int = PROTOCOL_VERSION) -> Digest:
         return await self.db.read(lambda c: digest(c, self.node_id, v))
@@ -265,7 +265,7 @@ class NodeSyncStore:
         if peer.node_id == self.node_id:
             raise InvalidInput("a node cannot peer with itself", field="$.node_id", code="self_peer")
         now = self.now_ms()
-        await self.db.write(lambda c: add_peer(c, peer.url, peer.node_id, now))
+        await self.db.write(lambda c: add_peer_txn(c, peer.url, peer.node_id, now))
         return next(p for p in await self.statuses() if p.node_id == peer.node_id)
 
     async def listing(self) -> PeerList:
@@ -319,7 +319,7 @@ def _targets(record: dict[str, Any]) -> list[str]:
     return []
 
 
-def want_failed(conn: Conn, peer_id: str, hashes: list[str], now_ms: int) -> None:
+def want_failed_txn(conn: Conn, peer_id: str, hashes: list[str], now_ms: int) -> None:
     """Wanted records from this peer not obtained: try again later (2, 4, 8 ... s, capped), up to MAX_WANT_ATTEMPTS."""
     conn.execute(
         "UPDATE sync_wanted SET attempts = attempts + 1,"
@@ -376,7 +376,7 @@ def ingest_txn(
         _count_invalid(conn, peer_id, bad)
     if faults:
         outcomes.extend(faults)
-        want_failed(conn, peer_id, [str(o.hash) for o in faults], now_ms)
+        want_failed_txn(conn, peer_id, [str(o.hash) for o in faults], now_ms)
     _count_outcomes(conn, peer_id, outcomes, internal=len(faults))
     outcomes.extend(gated.outcomes)
     _store_released_txn(conn, authority, gated.released, now_ms)
@@ -501,7 +501,7 @@ def _append_all(conn: Conn, peer_id: str, records: list[Verified], now_ms: int) 
         return projections.append_many(conn, incoming, origin=peer_id, now_ms=now_ms)
 
 
-def add_peer(conn: Conn, url: str, node_id: str, now_ms: int) -> None:
+def add_peer_txn(conn: Conn, url: str, node_id: str, now_ms: int) -> None:
     """Configure a peer (or change its URL; its cursor and counters are kept)."""
     if not keys.is_did(node_id):
         raise InvalidInput("node_id must be the peer node's Ed25519 did:key", field="$.node_id")

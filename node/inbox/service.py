@@ -38,7 +38,7 @@ class Inbox:
             sub = msgspec.structs.replace(sub, authors=authors)
         dims, filter_key = subscription_filter(sub)
         now = self.now_ms()
-        return await self.db.write(lambda c: subscribe(c, agent_id, dims, filter_key, sub.directed, now))
+        return await self.db.write(lambda c: subscribe_txn(c, agent_id, dims, filter_key, sub.directed, now))
 
     async def subscriptions(self, agent_id: str) -> list[SubscriptionOut]:
         """The agent's filters, oldest first."""
@@ -46,7 +46,7 @@ class Inbox:
 
     async def unsubscribe(self, agent_id: str, sub_id: int) -> None:
         """Remove one of the agent's filters (404 if it has no such filter)."""
-        await self.db.write(lambda c: unsubscribe(c, agent_id, sub_id))
+        await self.db.write(lambda c: unsubscribe_txn(c, agent_id, sub_id))
 
     async def poll(self, agent_id: str, q: InboxQuery) -> InboxResult:
         """Lease the agent's pending notifications (metadata only), oldest first."""
@@ -88,7 +88,7 @@ def subscription_filter(sub: SubscriptionIn) -> tuple[dict[str, list[str]], str]
     return dims, canonical.canonical_bytes({**dims, "directed": sub.directed}).decode()
 
 
-def subscribe(
+def subscribe_txn(
     conn: Conn, agent_id: str, dims: dict[str, list[str]], filter_key: str, directed: bool, now: int
 ) -> tuple[SubscriptionOut, bool]:
     """Store the filter unless the agent has it already; read it back inside the write (a concurrent
@@ -107,7 +107,7 @@ def subscriptions(conn: Conn, agent_id: str) -> list[SubscriptionOut]:
     return [subscription_out(r) for r in store.agent_subscriptions(conn, agent_id)]
 
 
-def unsubscribe(conn: Conn, agent_id: str, sub_id: int) -> None:
+def unsubscribe_txn(conn: Conn, agent_id: str, sub_id: int) -> None:
     """Delete one of the agent's filters, or 404 `subscription_not_found`."""
     if store.delete_subscription_txn(conn, agent_id, sub_id) == 0:
         raise NotFound(f"no subscription {sub_id} of yours", code="subscription_not_found")

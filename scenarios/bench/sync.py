@@ -129,7 +129,7 @@ def served_source(
 
     def allow_pullers(conn: sqlite3.Connection) -> None:
         for peer_id in pullers:
-            sync_store.add_peer(conn, "http://127.0.0.1:9", peer_id, now)
+            sync_store.add_peer_txn(conn, "http://127.0.0.1:9", peer_id, now)
 
     db.write_sync(DataDir(source).db_path, allow_pullers)
     with Server(source, extra_env={"BBS_SYNC": "off"}) as server:
@@ -142,7 +142,7 @@ def served_source(
 def catch_up(fresh: Path, source: PeerConfig, n: int) -> tuple[float, Traffic, Traffic]:
     """The fresh node adds `source` as a peer and pulls all n records: (seconds, traffic, one idle poll)."""
     now = int(time.time() * 1000)
-    db.write_sync(DataDir(fresh).db_path, lambda c: sync_store.add_peer(c, source.url, source.node_id, now))
+    db.write_sync(DataDir(fresh).db_path, lambda c: sync_store.add_peer_txn(c, source.url, source.node_id, now))
     return asyncio.run(_catch_up(fresh, source, n))
 
 

@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient
 
 from identity import canonical, keys, records
 from node.agents import service as agents
-from node.federation.store import NodeSyncStore, add_peer
+from node.federation.store import NodeSyncStore, add_peer_txn
 from node.service import Node
 from sync.store import Verified
 from sync.verify import verify_record
@@ -89,7 +89,7 @@ async def ingest(node: Node, record: dict[str, Any]) -> str:
 
     For records a client may not submit (node/store/submission.py) but a peer may still bring."""
     peer = keys.SigningKey.generate().did
-    await node.db.write(lambda c: add_peer(c, "http://127.0.0.1:9", peer, node.now_ms()))
+    await node.db.write(lambda c: add_peer_txn(c, "http://127.0.0.1:9", peer, node.now_ms()))
     checked = verify_record(canonical.canonical_bytes(record), records.compute_hash(record))
     assert isinstance(checked, Verified), checked
     (outcome,) = await NodeSyncStore(node.db, node.node_id, node.now_ms).ingest(peer, [checked], [], None)

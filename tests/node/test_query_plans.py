@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from identity import keys, records
-from node.federation.store import FETCH_SQL, add_peer, ingest_txn
+from node.federation.store import FETCH_SQL, add_peer_txn, ingest_txn
 from node.inbox import store as inbox_store
 from node.store import db, projections
 from sync.store import Verified
@@ -24,7 +24,7 @@ def conn(tmp_path: Path, request: pytest.FixtureRequest) -> sqlite3.Connection:
     conn = db.connect(tmp_path / "node.db")
     db.migrate(conn)
     peer = keys.SigningKey.generate().did
-    add_peer(conn, "http://127.0.0.1:9", peer, 0)
+    add_peer_txn(conn, "http://127.0.0.1:9", peer, 0)
     author = keys.SigningKey.generate()
     batch: list[Verified] = []
     for i in range(200):

@@ -14,7 +14,7 @@ from typing import Any
 
 from identity import canonical, keys, records
 from node.agents import service as agents
-from node.federation.store import add_peer
+from node.federation.store import add_peer_txn
 from sync.store import Verified
 from sync.verify import verify_record
 from tests.sync.conftest import PeerNode, signed_entry
@@ -36,7 +36,7 @@ async def kinds(peer: PeerNode) -> dict[str, list[dict[str, Any]]]:
 async def from_a_peer(peer: PeerNode, record: dict[str, Any]) -> str:
     """Ingest `record` on `peer` as from a registered peer of its own (verified by the verify workers' checks)."""
     other = keys.SigningKey.generate().did
-    await peer.node.db.write(lambda c: add_peer(c, "http://127.0.0.1:9", other, peer.node.now_ms()))
+    await peer.node.db.write(lambda c: add_peer_txn(c, "http://127.0.0.1:9", other, peer.node.now_ms()))
     checked = verify_record(canonical.canonical_bytes(record), records.compute_hash(record))
     assert isinstance(checked, Verified), checked
     (outcome,) = await peer.node.sync.ingest(other, [checked], [], None)

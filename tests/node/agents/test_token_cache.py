@@ -64,7 +64,7 @@ async def test_a_key_rotated_by_another_process_stops_working_within_a_second(
     assert (await client.get("/v1/inbox", headers=alice.headers)).status == 200  # cached now
     other = connect(node.db.path)  # what `bbs agent rotate-key` does, from its own process
     with other:
-        _, _, new_key = agents.rotate_api_key(other, "alice", 0)
+        _, _, new_key = agents.rotate_api_key_txn(other, "alice", 0)
     other.close()
     clock.advance(agents.CREDENTIALS_CHECK_MS / 1000)
     assert (await client.get("/v1/inbox", headers=alice.headers)).status == 401

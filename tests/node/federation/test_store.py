@@ -15,7 +15,7 @@ import pytest
 
 from identity import keys
 from node.features import LOG
-from node.federation.store import MAX_WANT_ATTEMPTS, add_peer, ingest_txn, peer_statuses
+from node.federation.store import MAX_WANT_ATTEMPTS, add_peer_txn, ingest_txn, peer_statuses
 from node.store import db
 from sync.store import Verified
 from sync.verify import verify_record
@@ -40,7 +40,7 @@ def fresh_db(tmp_path: Path) -> tuple[sqlite3.Connection, str]:
     conn = db.connect(tmp_path / "node.db", log=LOG)
     db.migrate(conn)
     peer = keys.SigningKey.generate().did
-    add_peer(conn, "http://127.0.0.1:9", peer, NOW)
+    add_peer_txn(conn, "http://127.0.0.1:9", peer, NOW)
     return conn, peer
 
 
@@ -224,8 +224,8 @@ def test_migration_0023_gives_the_v2_release_s_cursors_version_2(tmp_path: Path)
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number}")
     pulled, fresh = keys.SigningKey.generate().did, keys.SigningKey.generate().did
-    add_peer(conn, "http://127.0.0.1:9", pulled, NOW)
-    add_peer(conn, "http://127.0.0.1:10", fresh, NOW)
+    add_peer_txn(conn, "http://127.0.0.1:9", pulled, NOW)
+    add_peer_txn(conn, "http://127.0.0.1:10", fresh, NOW)
     conn.execute("UPDATE peers SET cursor_epoch = 'ab', cursor_seq = 40 WHERE node_id = ?", (pulled,))
     assert db.migrate(conn) >= 23
     assert cursor_version(conn, pulled) == CursorVersion(2, None)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from identity.keys import SigningKey
 from identity.vouching import vouch
 from node.features import LOG
-from node.federation.store import NodeSyncStore, add_peer, digest
+from node.federation.store import NodeSyncStore, add_peer_txn, digest
 from node.store import authority as authority_store
 from node.store import waiting
 from node.store.conn import Conn
@@ -46,7 +46,7 @@ async def node_store(folder: Path) -> AsyncIterator[NodeSyncStore]:
 
     def peers(conn: sqlite3.Connection) -> None:
         for peer in PEERS:
-            add_peer(conn, "http://127.0.0.1:9", peer, NOW)
+            add_peer_txn(conn, "http://127.0.0.1:9", peer, NOW)
 
     await database.write(peers)
     await database.write(lambda c: c.execute("INSERT OR IGNORE INTO node_meta (key, value) VALUES ('epoch', 'e')"))
@@ -337,7 +337,7 @@ async def test_metrics_show_the_waiting_outcomes_per_peer(
 ) -> None:
     b = await make_peer("b")
     peer = PEERS[0]
-    await b.node.db.write(lambda c: add_peer(c, "http://127.0.0.1:9", peer, NOW))
+    await b.node.db.write(lambda c: add_peer_txn(c, "http://127.0.0.1:9", peer, NOW))
     early = post(A, A4, "its key event is on its way")
     assert [o.outcome for o in await b.node.sync.ingest(peer, [verified(early)], [], None)] == ["waiting"]
     async with b.session.get(b.url + "/metrics", headers=b.admin) as resp:
@@ -353,7 +353,7 @@ async def test_a_node_pulls_key_events_pages_and_rotated_keys_records_from_a_pee
     """The whole path: node a holds the story (from a peer of its own); node b pulls a's feed through the puller
     and the verify workers, and decides every record as a did."""
     a, b = await make_peer("a"), await make_peer("b")
-    await a.node.db.write(lambda c: add_peer(c, "http://127.0.0.1:9", PEERS[0], NOW))
+    await a.node.db.write(lambda c: add_peer_txn(c, "http://127.0.0.1:9", PEERS[0], NOW))
     story = v3_story.story()
     await a.node.sync.ingest(PEERS[0], [verified(r) for r in story.records.values()], [], None)
     await a.add_peer(b)

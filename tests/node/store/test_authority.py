@@ -8,7 +8,7 @@ from pathlib import Path
 
 from identity import key_history
 from node.features import LOG
-from node.federation.store import add_peer, ingest_txn
+from node.federation.store import add_peer_txn, ingest_txn
 from node.store import db
 from node.store.authority import Authority, author_deps, key_dep
 from tests.node.federation import v3_story
@@ -21,7 +21,7 @@ PEER = v3_story.key(0x33).did
 def fresh(tmp_path: Path) -> sqlite3.Connection:
     conn = db.connect(tmp_path / "node.db", log=LOG)
     db.migrate(conn)
-    add_peer(conn, "http://127.0.0.1:9", PEER, NOW)
+    add_peer_txn(conn, "http://127.0.0.1:9", PEER, NOW)
     return conn
 
 

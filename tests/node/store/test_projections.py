@@ -210,14 +210,14 @@ def test_projectors_cover_every_kind_and_cannot_be_changed() -> None:
 def test_a_rebuild_replays_the_forms_of_format_v3_as_they_were_stored(tmp_path: Path) -> None:
     """Key events, vouch pages and entries naming a signing_key (accepted from peers) decode by their v3 Structs on
     replay: the rebuilt projections equal the ones the ingest wrote."""
-    from node.federation.store import add_peer, ingest_txn
+    from node.federation.store import add_peer_txn, ingest_txn
     from node.store import db
     from tests.node.federation import v3_story
 
     conn = db.connect(tmp_path / "node.db", log=LOG)
     db.migrate(conn)
     peer = v3_story.key(0x34).did
-    add_peer(conn, "http://127.0.0.1:9", peer, 1_800_000_000_000)
+    add_peer_txn(conn, "http://127.0.0.1:9", peer, 1_800_000_000_000)
     story = v3_story.story().records
     with db.transaction(conn, immediate=True):
         ingest_txn(conn, peer, [v3_story.verified(r) for r in story.values()], [], None, 1_800_000_000_000)

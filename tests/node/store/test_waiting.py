@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from node.federation.store import add_peer
+from node.federation.store import add_peer_txn
 from node.store import db, waiting
 from node.store.authority import author_deps, event_dep, key_dep
 
@@ -113,7 +113,7 @@ def test_removing_a_record_removes_its_dependency_keys(conn: sqlite3.Connection)
 
 
 def test_peer_counters(conn: sqlite3.Connection) -> None:
-    add_peer(conn, "http://127.0.0.1:9", "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp", NOW)
+    add_peer_txn(conn, "http://127.0.0.1:9", "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp", NOW)
     peer = "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp"
     waiting.count_txn(conn, peer, waiting=2, void=1)
     waiting.count_txn(conn, peer, dropped_waiting=3)
