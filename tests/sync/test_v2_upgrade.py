@@ -30,8 +30,8 @@ import aiohttp
 import pytest
 
 from agent import identity_file
-from identity import canonical, records
 from scenarios.fednet import free_port
+from tests.node.api_helpers import entry_record
 
 # The last commit of main before the protocol bump: the commit branch v3-protocol started from (`git merge-base
 # HEAD main` at the branch's start), i.e. the last release of sync protocol v2.
@@ -158,25 +158,7 @@ async def until(check: Any, what: str, timeout: float = TIMEOUT_S) -> None:
 
 def entry_with_language(key: Any, content: str) -> dict[str, Any]:
     """An entry carrying the member `language`, which the last v2 release's schemas refuse."""
-    body = {
-        "kind": "entry",
-        "schema_version": "v1",
-        "author_id": key.did,
-        "created_at": canonical.now_created_at(),
-        "entry_type": "finding",
-        "performative": "inform",
-        "content": content,
-        "confidence": 0.5,
-        "tags": [],
-        "directed_to": [],
-        "links": [],
-        "metadata": {},
-        "truth_state": "fact",
-        "authority": "raw",
-        "scope": "federation",
-        "language": "en",
-    }
-    return records.sign(body, key)
+    return entry_record(key, content, created_ms=int(time.time() * 1000), language="en")
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ import msgspec
 from node.inbox import notify, store
 from node.service import Node
 from tests.conftest import AgentCreds, FakeClock
+from tests.node.inbox.test_notify import statuses, take
 from wire.api import PostEntry
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -28,26 +28,6 @@ async def post(node: Node, author: AgentCreds, content: str, **fields: Any) -> t
     body = msgspec.convert({"entry_type": "finding", "performative": "inform", "content": content, **fields}, PostEntry)
     entry, _ = await node.entries.post(author.agent_id, body, None)
     return entry.id, entry.record_hash
-
-
-async def statuses(node: Node, agent: AgentCreds) -> dict[int, tuple[str, int]]:
-    rows = await node.db.read(
-        lambda c: c.execute(
-            "SELECT id, status, attempt_count FROM notifications WHERE agent_id = ?", (agent.agent_id,)
-        ).fetchall()
-    )
-    return {r[0]: (r[1], r[2]) for r in rows}
-
-
-async def take(
-    node: Node, agent: AgentCreds, *, limit: int = 50, since_ms: int | None = None, deliver: bool = False
-) -> list[sqlite3.Row]:
-    now = node.now_ms()
-    return await node.db.write(
-        lambda c: notify.take_inbox(
-            c, agent.agent_id, limit=limit, since_ms=since_ms, mark_delivered=deliver, now_ms=now
-        )
-    )
 
 
 # ---- subscriptions -------------------------------------------------------------------------------------------
