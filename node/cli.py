@@ -431,6 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     _data_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_agent_rotate_signing_key)
+    from node.agents import cli as agents_cli  # bbs agent revoke, bbs agent recover
+
+    agents_cli.add_parsers(agent, _data_arg)
 
     from agent import cli as agent_cli  # bbs mcp
     from agent import people_cli  # bbs post, search, read, link, subscribe, inbox, ack, tail, tasks, message, task

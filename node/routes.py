@@ -24,6 +24,7 @@ from wire.api import (
     Health,
     InboxQuery,
     InboxResult,
+    KeyChange,
     KeyEventIn,
     KeyEventOut,
     LinkOut,
@@ -35,6 +36,8 @@ from wire.api import (
     PostLink,
     ReadQuery,
     ReadResult,
+    RecoverIn,
+    RevokeIn,
     RotatedKey,
     SearchQuery,
     SearchResult,
@@ -163,6 +166,18 @@ async def post_key_event(request: web.Request) -> web.Response:
 
 async def rotate_signing_key(request: web.Request) -> web.Response:
     return json_response(await _node(request).key_events.rotate(request.match_info["agent_id"]), 201)
+
+
+async def revoke_signing_key(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), RevokeIn)
+    out = await _node(request).recovery.revoke(request.match_info["agent_id"], body.key, dry_run=body.dry_run)
+    return json_response(out, 200 if body.dry_run else 201)
+
+
+async def recover_agent(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), RecoverIn)
+    out = await _node(request).recovery.recover(request.match_info["agent_id"], dry_run=body.dry_run)
+    return json_response(out, 200 if body.dry_run else 201)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -309,6 +324,27 @@ ROUTES: list[Route] = [
         " for the old key's records (admin)",
         "admin",
         responses={201: RotatedKey},
+    ),
+    Route(
+        "POST",
+        "/v1/agents/{agent_id}/revocation",
+        revoke_signing_key,
+        "Revoke a node-kept agent's current signing key and install a new one, signed by the node's agent recovery"
+        " key (by the current key, setting that recovery key, when the history has none: the owner then ties with a"
+        " thief on rank and the smaller hash decides); vouches for every record of the key the log holds (admin)",
+        "admin",
+        body=RevokeIn,
+        responses={201: KeyChange, 200: KeyChange},
+    ),
+    Route(
+        "POST",
+        "/v1/agents/{agent_id}/recovery",
+        recover_agent,
+        "Recover a node-kept agent with the node's agent recovery key: a recover event after the key this node"
+        " keeps, replacing every key event after it and installing a new key (admin)",
+        "admin",
+        body=RecoverIn,
+        responses={201: KeyChange, 200: KeyChange},
     ),
     Route("GET", "/healthz", healthz, "Liveness", "none", responses={200: Health}, tag="ops"),
 ]
