@@ -300,16 +300,20 @@ def cmd_agent_export(args: argparse.Namespace) -> int:
     if args.out.is_dir():
         raise CommandError(f"--out {args.out} is a folder; give the identity file's name")
     secret = passphrase(args.passphrase_env)
-    key, record = _on_node(args.data, lambda node: export_identity(node, args.name))
+    out = _on_node(args.data, lambda node: export_identity(node, args.name))
+    record = out.record
     ident = identity_file.Identity(
-        key=key,
+        key=out.key,
         display_name=record["display_name"],
         description=record.get("description", ""),
         home_node=record.get("home_node"),
         identity_record=record,
+        agent_id=out.agent_id,
+        key_history=out.key_history,
     )
     identity_file.save(args.out, ident, secret)
-    print(f"Wrote {args.out} (mode 0600) for {key.did}{' (encrypted)' if secret else ''}")
+    rotated = f", signing key {out.key.did}" if out.key_history else ""
+    print(f"Wrote {args.out} (mode 0600) for {out.agent_id}{rotated}{' (encrypted)' if secret else ''}")
     return 0
 
 
@@ -333,7 +337,16 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
     if not AGENT_NAME.fullmatch(name):
         raise CommandError(f"--name must match {AGENT_NAME.pattern}")
     created = _on_node(
-        args.data, lambda node: import_identity(node, name, ident.key, ident.identity_record, keep_key=args.keep_key)
+        args.data,
+        lambda node: import_identity(
+            node,
+            name,
+            ident.key,
+            ident.identity_record,
+            keep_key=args.keep_key,
+            agent_id=ident.did,
+            history=ident.key_history,
+        ),
     )
     if args.json:
         print(msgspec.json.encode(created).decode())
