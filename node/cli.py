@@ -330,9 +330,15 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
     from agent.cli import passphrase
     from node.agents.portable import import_identity
     from node.agents.service import AGENT_NAME
+    from node.ops import datalock
     from node.ops.datadir import CommandError
 
     ident = identity_file.load(args.file, passphrase(args.passphrase_env))
+    if ident.key_history and args.data.is_dir() and datalock.in_use(args.data):  # as rotate-signing-key (record 55)
+        raise CommandError(
+            f"a node serves {args.data} and this identity has a key history: stop it to import, or let the node"
+            " learn the history by sync and import the identity there afterwards"
+        )
     name = args.name or _default_name(ident.display_name)
     if not AGENT_NAME.fullmatch(name):
         raise CommandError(f"--name must match {AGENT_NAME.pattern}")
