@@ -336,8 +336,8 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
     ident = identity_file.load(args.file, passphrase(args.passphrase_env))
     if ident.key_history and args.data.is_dir() and datalock.in_use(args.data):  # as rotate-signing-key (record 55)
         raise CommandError(
-            f"a node serves {args.data} and this identity has a key history: stop it to import, or let the node"
-            " learn the history by sync and import the identity there afterwards"
+            f"a node serves {args.data} and this identity has a key history: its writer must see every key event"
+            " it stores, so stop the node to import the identity, then start it again"
         )
     name = args.name or _default_name(ident.display_name)
     if not AGENT_NAME.fullmatch(name):

@@ -42,6 +42,8 @@ from wire.api import (
     SearchQuery,
     SearchResult,
     SignedSubmission,
+    SignedVersions,
+    SignedVersionsQuery,
     SubscriptionIn,
     SubscriptionList,
     SubscriptionOut,
@@ -162,6 +164,14 @@ async def post_key_event(request: web.Request) -> web.Response:
     body = convert(await read_json(request), KeyEventIn)
     out = await _node(request).key_events.submit(target, body)
     return json_response(out, 201 if out.created or out.pages_stored else 200)
+
+
+async def signed_versions(request: web.Request) -> web.Response:
+    target = (await _node(request).agents.get(request.match_info["agent_id"])).agent_id
+    if agent_id(request) != target:
+        raise Forbidden("an agent reads only the versions of its own keys", field="agent_id")
+    query = decode_query(request, SignedVersionsQuery)
+    return json_response(await _node(request).key_events.signed_versions(target, query))
 
 
 async def rotate_signing_key(request: web.Request) -> web.Response:
@@ -315,6 +325,16 @@ ROUTES: list[Route] = [
         "agent",
         body=KeyEventIn,
         responses={201: KeyEventOut, 200: KeyEventOut},
+    ),
+    Route(
+        "GET",
+        "/v1/agents/{agent_id}/signed-versions",
+        signed_versions,
+        "The versions of the agent's records this node holds signed by one of its keys, in version order, a page"
+        " at a time: what a rotation or revocation of that key vouches for (only the agent itself)",
+        "agent",
+        query=SignedVersionsQuery,
+        responses={200: SignedVersions},
     ),
     Route(
         "POST",

@@ -14,6 +14,7 @@ then on the node signs the agent's records with the new key, named in `signing_k
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +32,7 @@ from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import Sealing, record_error, sign_and_check_body
 from sync.store import Verified
-from wire.api import KeyEventIn, KeyEventOut, KeyHistory, RotatedKey
+from wire.api import KeyEventIn, KeyEventOut, KeyHistory, RotatedKey, SignedVersions, SignedVersionsQuery
 
 log = logging.getLogger("bbs.node")
 
@@ -283,6 +284,16 @@ class KeyEvents:
         return RotatedKey(
             name=name, agent_id=did, signing_key=new.did, event=event.hash, vouched=vouched, key_history=history
         )
+
+    async def signed_versions(self, agent_id: str, query: SignedVersionsQuery) -> SignedVersions:
+        """A page of the versions of `agent_id`'s records the log holds signed by `query.key` (6.1: what a vouch of
+        that key names; a client builds its rotation's or revocation's vouch from them). Scans the agent's records:
+        a rotation is rare."""
+        versions = await self.db.read(lambda c: versions_signed_by(c, agent_id, query.key))
+        start = 0 if query.after is None else bisect.bisect_right(versions, query.after)
+        page = versions[start : start + query.limit]
+        more = start + query.limit < len(versions)
+        return SignedVersions(versions=page, next_after=page[-1] if more and page else None)
 
     async def history(self, agent_id: str) -> KeyHistory:
         """The key history of `agent_id` as the log holds it."""
