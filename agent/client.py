@@ -370,12 +370,13 @@ class Client:
 
     # ---- auth -----------------------------------------------------------------------------------------
 
-    async def login(self) -> SessionOut:
-        """Prove this client's key to the node and get a session token (needs a signing key)."""
+    async def login(self, key: keys.SigningKey | None = None) -> SessionOut:
+        """Prove this client's key (or `key`: the identity's recovery key) to the node and get a session token
+        (needs a signing key)."""
         author = self.agent_id
         if self._key is None or author is None:
             raise BBSClientError(0, "no_signing_key", "login needs the agent's private key (an identity file)")
-        key = self._key
+        key = key or self._key
         challenge = await self._request(
             "POST", "/v1/auth/challenge", ChallengeOut, json=ChallengeIn(author), auth=False
         )
@@ -496,7 +497,7 @@ class Client:
             unsigned = {**unsigned, "signing_key": self._key.did}
         record = records.sign(unsigned, self._key)
         try:
-            records.check(record)
+            records.check(record, v3="signing_key" in record)
         except records.RecordError as exc:
             raise BBSClientError(422, f"record_{exc.reason}", str(exc), exc.field) from None
         return record
@@ -845,14 +846,18 @@ class Client:
         void on every node that stores the event). The key must be this client's (its identity file's) key: when
         another key event replaced it, `recover` instead."""
         key = self._current_key()
-        history = (await self.get_agent(self._author())).key_history
-        if history is None or history.current_key != key.did:
-            raise BBSClientError(
-                409, "key_not_current", "this client's key is not the identity's signing key: recover instead"
-            )
-        chain = [e for e in history.events if e.in_chain]
-        prior = chain[-1].address if chain else None
-        return await self._key_change("revoke", recovery_key, key.did, len(chain) + 1, prior, None)
+        try:
+            await self._login_as(recovery_key)
+            history = (await self.get_agent(self._author())).key_history
+            if history is None or history.current_key != key.did:
+                raise BBSClientError(
+                    409, "key_not_current", "this client's key is not the identity's signing key: recover instead"
+                )
+            chain = [e for e in history.events if e.in_chain]
+            prior = chain[-1].address if chain else None
+            return await self._key_change("revoke", recovery_key, key.did, len(chain) + 1, prior, None)
+        finally:
+            self._token = None  # the next request proves the (new) current key
 
     async def recover(self, recovery_key: keys.SigningKey) -> KeyEventOut:
         """Take the identity back with its recovery key: a `recover` after the last key event of the identity
@@ -864,7 +869,19 @@ class Client:
         key = self._current_key()
         events = self._identity.key_history
         prior = records.check(events[-1], v3=True)[0] if events else None
-        return await self._key_change("recover", recovery_key, key.did, len(events) + 1, prior, None)
+        try:
+            await self._login_as(recovery_key)
+            return await self._key_change("recover", recovery_key, key.did, len(events) + 1, prior, None)
+        finally:
+            self._token = None  # the next request proves the (new) current key
+
+    async def _login_as(self, key: keys.SigningKey) -> None:
+        """Authenticate the next requests by `key` (the recovery key: the current key may be a thief's now),
+        unless this client uses an API key. The session ends with the key event (`_key_change`)."""
+        if self._api_key is None:
+            session = await self.login(key)
+            self._token = session.token
+            self._token_expires = time.monotonic() + max(session.expires_in - 60, 1)
 
     def _current_key(self) -> keys.SigningKey:
         self._refresh_identity()
@@ -902,6 +919,7 @@ class Client:
                 pending.unlink(missing_ok=True)  # nothing stored: the old key stays the identity's
             raise
         assert out is not None
+        self._token = None  # the next request proves the new key (a session of the old key would still work)
         if pending is not None and self._identity_path is not None:
             os.replace(pending, self._identity_path)
             self._reload_identity()

@@ -10,8 +10,9 @@ sync) accepts the agent this way, so an agent is not tied to the API key its hom
    at another.
 3. ``POST /v1/auth/session {"agent_id", "challenge", "signature", "signing_key"?}`` consumes the challenge
    (whether or not the signature verifies: a challenge is tried once) and returns a bearer token valid one hour.
-   The signature must be by the agent's current key in the key history this node holds: its first key
-   (`agent_id`) until a rotation, then the key named in `signing_key` (401 `not_current_key` otherwise).
+   The signature must be by the agent's current key in the key history this node holds (its first key,
+   `agent_id`, until a rotation, then the key named in `signing_key`) or by its recovery key (so the owner can
+   revoke or recover after a thief replaced the current key); 401 `not_current_key` otherwise.
 
 Tokens are ``bbss_<key id>_<secret>``; only SHA-256 of the secret is stored, as for API keys.
 """
@@ -93,11 +94,11 @@ async def open_session(node: Node, body: SessionIn) -> SessionOut:
             field="$.signature",
             code="bad_signature",
         )
-    current = (await node.db.read(lambda c: read_key_history(c, body.agent_id))).current_key
-    if signer != current:  # a rotated-out or revoked key proves nothing (docs/format-v3.md 3.7)
+    history = await node.db.read(lambda c: read_key_history(c, body.agent_id))
+    if signer not in (history.current_key, history.recovery):  # a rotated-out or revoked key proves nothing (3.7)
         raise Unauthorized(
-            f"{signer} is not the agent's current signing key ({current}): sign the challenge with it and name it in"
-            " signing_key",
+            f"{signer} is neither the agent's current signing key ({history.current_key}) nor its recovery key:"
+            " sign the challenge with one of them and name it in signing_key",
             field="$.signing_key",
             code="not_current_key",
         )
