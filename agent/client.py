@@ -25,7 +25,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -840,11 +840,14 @@ class Client:
         prior = chain[-1].address if chain else None
         return await self._key_change("rotate", key, key.did, len(chain) + 1, prior, recovery)
 
-    async def revoke_signing_key(self, recovery_key: keys.SigningKey) -> KeyEventOut:
+    async def revoke_signing_key(
+        self, recovery_key: keys.SigningKey, confirm: Callable[[int], bool] | None = None
+    ) -> KeyEventOut:
         """Revoke this agent's current signing key with its recovery key and install a new key: the `revoke`
         vouches for every record of the revoked key the node holds (no date: everything else that key signed is
         void on every node that stores the event). The key must be this client's (its identity file's) key: when
-        another key event replaced it, `recover` instead."""
+        another key event replaced it, `recover` instead. `confirm`, when given, is asked with the number of
+        records the event vouches for before anything is signed; False stops (`BBSClientError` `not_confirmed`)."""
         key = self._current_key()
         try:
             await self._login_as(recovery_key)
@@ -855,14 +858,15 @@ class Client:
                 )
             chain = [e for e in history.events if e.in_chain]
             prior = chain[-1].address if chain else None
-            return await self._key_change("revoke", recovery_key, key.did, len(chain) + 1, prior, None)
+            return await self._key_change("revoke", recovery_key, key.did, len(chain) + 1, prior, None, confirm)
         finally:
             self._token = None  # the next request proves the (new) current key
 
-    async def recover(self, recovery_key: keys.SigningKey) -> KeyEventOut:
+    async def recover(self, recovery_key: keys.SigningKey, confirm: Callable[[int], bool] | None = None) -> KeyEventOut:
         """Take the identity back with its recovery key: a `recover` after the last key event of the identity
         file (the one that installed the file's key) replaces every key event after it (a thief's rotation) and
-        installs a new key, vouching for every record of the file's key the node holds. Needs an identity file."""
+        installs a new key, vouching for every record of the file's key the node holds. Needs an identity file.
+        `confirm` as for `revoke_signing_key`."""
         if self._identity is None:
             raise BBSClientError(0, "no_identity_file", "recover needs the identity file (its key history)")
         self._refresh_identity()
@@ -871,7 +875,7 @@ class Client:
         prior = records.check(events[-1], v3=True)[0] if events else None
         try:
             await self._login_as(recovery_key)
-            return await self._key_change("recover", recovery_key, key.did, len(events) + 1, prior, None)
+            return await self._key_change("recover", recovery_key, key.did, len(events) + 1, prior, None, confirm)
         finally:
             self._token = None  # the next request proves the (new) current key
 
@@ -890,7 +894,14 @@ class Client:
         return self._key
 
     async def _key_change(
-        self, kind: str, signer: keys.SigningKey, subject: str, seq: int, prior: str | None, recovery: str | None
+        self,
+        kind: str,
+        signer: keys.SigningKey,
+        subject: str,
+        seq: int,
+        prior: str | None,
+        recovery: str | None,
+        confirm: Callable[[int], bool] | None = None,
     ) -> KeyEventOut:
         """Sign and submit a key event installing a new key; rewrite the identity file (if any) with it.
 
@@ -900,6 +911,8 @@ class Client:
         author = self._author()
         new = keys.SigningKey.generate()
         versions = await self.signed_versions(subject)
+        if confirm is not None and not confirm(len(versions)):
+            raise BBSClientError(0, "not_confirmed", f"the {kind} was not confirmed: nothing was signed")
         event, pages = key_lifecycle.key_event(
             author, signer, kind, seq=seq, prior=prior, subject=subject, versions=versions, key=new.did,
             recovery=recovery,

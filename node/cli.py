@@ -267,13 +267,36 @@ def cmd_agent_rotate_key(args: argparse.Namespace) -> int:
     return code
 
 
+def _held_flags(parser: argparse.ArgumentParser, recovery: bool) -> None:
+    from agent import key_cli
+
+    key_cli.add_flags(parser, recovery=recovery)
+
+
+def _held_key_command(args: argparse.Namespace, action: str) -> int:
+    """A key command for an identity file (`--identity`), made through a node's REST API (agent/key_cli.py)."""
+    from agent import key_cli
+    from node.ops.datadir import CommandError
+
+    try:
+        return key_cli.run_held(args, action)
+    except key_cli.KeyCommandError as exc:
+        raise CommandError(str(exc)) from None
+
+
 def cmd_agent_rotate_signing_key(args: argparse.Namespace) -> int:
     """Rotate a node-kept agent's signing key (`POST /v1/agents/{agent_id}/signing-key`'s work) on a data folder no
-    node serves: a serving node keeps the agent's key and its key histories in memory, so it must make the change."""
+    node serves: a serving node keeps the agent's key and its key histories in memory, so it must make the change.
+    With `--identity FILE`, rotate the key of an identity the agent holds through a node's REST API instead."""
     import msgspec
 
     from node.ops import datalock
     from node.ops.datadir import CommandError
+
+    if args.identity is not None:
+        return _held_key_command(args, "rotate")
+    if args.agent is None:
+        raise CommandError("give the agent's NAME (a node-kept agent) or --identity FILE (an agent holding its key)")
 
     if args.data.is_dir() and datalock.in_use(args.data):  # its writer's key histories must see every key event
         raise CommandError(
@@ -446,13 +469,14 @@ def build_parser() -> argparse.ArgumentParser:
         "rotate-signing-key",
         help="give a node-kept agent a new signing key (a key event signed by the old one); its id stays",
     )
-    p.add_argument("agent", help="the agent's local name or did:key")
+    p.add_argument("agent", nargs="?", help="the agent's local name or did:key (a node-kept agent)")
     _data_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    _held_flags(p, False)
     p.set_defaults(func=cmd_agent_rotate_signing_key)
     from node.agents import cli as agents_cli  # bbs agent revoke, bbs agent recover
 
-    agents_cli.add_parsers(agent, _data_arg)
+    agents_cli.add_parsers(agent, _data_arg, _held_flags, _held_key_command)
 
     from agent import cli as agent_cli  # bbs mcp
     from agent import people_cli  # bbs post, search, read, link, subscribe, inbox, ack, tail, tasks, message, task

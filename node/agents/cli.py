@@ -2,6 +2,9 @@
 (node/agents/recovery.py does the work, as the admin routes `POST /v1/agents/{agent_id}/revocation` and
 `/recovery` do on a serving node).
 
+With `--identity FILE` (and `--node URL`) they change an identity the agent holds instead, through that node's
+REST API (agent/key_cli.py, passed in by the composition root `node.cli`).
+
 Like `bbs agent rotate-signing-key`, they refuse a folder a node serves (its writer caches the key histories and
 the agent's key: rotate through its REST routes). Each first says what it would sign (the key it takes authority
 from, how many of that key's records it vouches for: every other record of that key becomes void on every node)
@@ -91,9 +94,19 @@ def _confirm(plan: KeyChange, yes: bool, ask: Callable[[str], str]) -> bool:
     return ask(f"{what}? [y/N] ").strip().lower() in ("y", "yes")
 
 
+Held = Callable[[argparse.Namespace, str], int]  # runs a command for an identity file (agent/key_cli.py)
+
+
 def _change_command(
     args: argparse.Namespace, route: str, act: Callable[[Node, bool], Awaitable[KeyChange]], ask: Callable[[str], str]
 ) -> int:
+    from node.ops.datadir import CommandError
+
+    if getattr(args, "identity", None) is not None:
+        held: Held = args.held
+        return held(args, "revoke" if route == "revocation" else "recover")
+    if args.agent is None:
+        raise CommandError("give the agent's NAME (a node-kept agent) or --identity FILE (an agent holding its key)")
     _refuse_served(args.data, route, args.agent)
 
     async def run(node: Node) -> KeyChange | None:
@@ -127,20 +140,28 @@ def cmd_agent_recover(args: argparse.Namespace, ask: Callable[[str], str] = inpu
     return _change_command(args, "recovery", lambda node, dry: node.recovery.recover(args.agent, dry_run=dry), ask)
 
 
-def add_parsers(agent: argparse._SubParsersAction, data_arg: Callable[[argparse.ArgumentParser], None]) -> None:
-    """Add `revoke` and `recover` to `bbs agent`."""
+def add_parsers(
+    agent: argparse._SubParsersAction,
+    data_arg: Callable[[argparse.ArgumentParser], None],
+    held_flags: Callable[[argparse.ArgumentParser, bool], None] | None = None,
+    held: Held | None = None,
+) -> None:
+    """Add `revoke` and `recover` to `bbs agent`; with `held_flags` and `held` (given by the `bbs` composition root,
+    which alone may import the agent side) also their `--identity FILE` form."""
     p = agent.add_parser(
         "revoke",
         help="revoke a node-kept agent's signing key and install a new one (recovery key; no date)",
         description=REVOKE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("agent", help="the agent's local name or did:key")
+    p.add_argument("agent", nargs="?", help="the agent's local name or did:key (a node-kept agent)")
     data_arg(p)
     p.add_argument("--key", help="the key to revoke: must be the agent's current signing key (a check)")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=cmd_agent_revoke)
+    if held_flags is not None:
+        held_flags(p, True)
+    p.set_defaults(func=cmd_agent_revoke, held=held)
 
     p = agent.add_parser(
         "recover",
@@ -148,8 +169,10 @@ def add_parsers(agent: argparse._SubParsersAction, data_arg: Callable[[argparse.
         description=RECOVER_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("agent", help="the agent's local name or did:key")
+    p.add_argument("agent", nargs="?", help="the agent's local name or did:key (a node-kept agent)")
     data_arg(p)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=cmd_agent_recover)
+    if held_flags is not None:
+        held_flags(p, True)
+    p.set_defaults(func=cmd_agent_recover, held=held)
