@@ -222,14 +222,11 @@ class _SpaceJudge:
         grouped: dict[tuple[str, str], list[Held]] = {}
         self.pages: list[Held] = []
         self.posts: list[Held] = []
-        self.named: set[str] = set()  # agents some held membership record (any verdict) names as member
         for held in members:
             kind = held.record["kind"]
             if kind in CHAIN_KINDS:
                 subject = held.record["node" if kind == "space_host" else "member"]
                 grouped.setdefault((kind, subject), []).append(held)
-                if kind != "space_host":
-                    self.named.add(subject)
             elif kind == "vouch_page":
                 self.pages.append(held)
             else:
@@ -275,17 +272,25 @@ class _SpaceJudge:
             return void("unvouched")
         return undecided(f"pages:{removal.address}:{subject}")
 
+    def _pending(self, agent: str, *chains: Mapping[str, _Chain]) -> bool:
+        """True if `agent` has no winning record in any of `chains` and one may still come: none is held, or one
+        held is undecided. (An agent whose chains hold only void records is decided: it has no role.)"""
+        held = [chain for by_agent in chains if (chain := by_agent.get(agent)) is not None]
+        if any(chain.winners for chain in held):
+            return False
+        return not held or any(d.verdict == "undecided" for chain in held for d in chain.decisions.values())
+
     def admin_authority(self, author: str, version: str) -> Decision:
         """Admin authority of `author` for its record of `version`: the owner; an agent whose admin chain ends in
-        `admin`; a removed admin for what its latest removal vouches for. An agent no held membership record names
-        waits for one (its promotion may not have arrived)."""
+        `admin`; a removed admin for what its latest removal vouches for. An agent with no admin chain waits for
+        one while one may come (`_pending`: its promotion may not have arrived)."""
         if author == self.owner:
             return VALID
         chain = self.admin.get(author)
         if chain is not None and chain.winners:
             head = chain.winners[-1]
             return VALID if head.record["role"] == "admin" else self._vouched(head, author, version)
-        if author not in self.named:
+        if self._pending(author, self.admin):
             return undecided(f"member:{self.id}:{author}")
         return void("not_an_admin")
 
@@ -296,14 +301,14 @@ class _SpaceJudge:
         author = held.record["author_id"]
         if author == self.owner or self.role_of(author) in ("admin", "writer"):
             return VALID
-        if author not in self.named:
-            return undecided(f"member:{self.id}:{author}")
         removals = [r for r in (_last_lowering(self.member.get(author)), _last_lowering(self.admin.get(author))) if r]
-        if not removals:
-            return void("not_a_member")
         answers = [self._vouched(removal, author, held.version) for removal in removals]
         if any(answer.verdict == "valid" for answer in answers):
             return VALID
+        if self._pending(author, self.member, self.admin):
+            return undecided(f"member:{self.id}:{author}")
+        if not removals:
+            return void("not_a_writer" if self.role_of(author) == "reader" else "not_a_member")
         return combine(*answers)
 
     def role_of(self, agent: str) -> Role:
