@@ -640,34 +640,61 @@ def test_the_vectors_space_in_every_order() -> None:
 # ---- random spaces -----------------------------------------------------------------------------------------------
 
 CAST = [A, C, D, B, E]
-SIGNING = [None, None, None, None, REVOKED, UNKNOWN]
+SIGNING = [None] * 8 + [REVOKED, UNKNOWN]
 
 
 @st.composite
 def stories(draw: st.DrawFn) -> list[Held]:
-    """Up to 16 records of one space: admin, member and hosting records on random parents by random signers
-    (mostly ones allowed to sign them), posts by every agent, removals vouching for random subsets of their
-    member's records, their pages (sometimes forged), records by a void or an undecided key; the creation is
-    sometimes missing."""
+    """A space (sometimes missing) whose owner first makes some of C and D admins and adds some of B, E, C as
+    members, then up to 16 records: admin, member and hosting records on random parents by random signers (mostly
+    ones allowed to sign them), posts by every agent, removals of a chain's head vouching for random subsets of the
+    member's records, their pages (sometimes forged), records by a void or an undecided key."""
     out: list[Held] = [SPACE] if draw(st.integers(0, 9)) else []
     chains: dict[tuple[str, str], list[Held]] = {}
     by_author: dict[str, list[Held]] = {}
+    for agent in (C, D):
+        if draw(st.integers(0, 2)):
+            chains[("space_admin", agent)] = [_admin(A, agent, "admin")]
+    for agent in (B, E, C):
+        if draw(st.integers(0, 3)):
+            role = draw(st.sampled_from(["writer", "writer", "reader"]))
+            chains[("space_member", agent)] = [_member(draw(st.sampled_from([A, A, C])), agent, role)]
+    out.extend(chain[0] for chain in chains.values())
     for step in range(draw(st.integers(0, 16))):
-        what = draw(st.sampled_from(["admin", "member", "member", "post", "post", "host"]))
+        what = draw(st.sampled_from(["admin", "member", "member", "post", "post", "post", "host", "remove"]))
         signing = draw(st.sampled_from(SIGNING))
         extra: dict[str, Any] = {"created_at": f"2026-03-01T09:{step:02d}:00Z"}
         if signing is not None:
             extra["signing_key"] = signing
-        author = draw(st.sampled_from([A, A, *CAST]))
-        if what == "post":
-            held = _post(author, f"post {step}", **extra)
+        if what == "remove":  # the owner or an admin lowers the head of a chain, vouching for some of its records
+            (kind, subject), parents = draw(
+                st.sampled_from(sorted(chains.items(), key=lambda i: i[0]) or [(("", ""), [])])
+            )
+            if not parents or kind == "space_host":
+                continue
+            known = by_author.get(subject, [])
+            kept = draw(st.lists(st.sampled_from(known), unique_by=lambda h: h.version)) if known else []
+            lower = {"admin": ["none"], "writer": ["none", "reader"], "reader": ["none"], "none": []}
+            choices = lower[parents[-1].record["role"]]
+            if not choices:
+                continue
+            role = draw(st.sampled_from(choices))
+            author = draw(st.sampled_from([A, A, C, D]))
+            held = _lowering(kind, author, subject, role, parents[-1], kept, **extra)
+            chains[(kind, subject)].append(held)
+            if kept and draw(st.integers(0, 3)):
+                pages = _pages(held)
+                if draw(st.integers(0, 5)) == 0:
+                    pages = [_held(p.record | {"proof": ["0" * 64]}) for p in pages]
+                out.extend(pages)
+        elif what == "post":
+            held = _post(draw(st.sampled_from([A, C, D, B, B, E, E])), f"post {step}", **extra)
         else:
             kind = {"admin": "space_admin", "member": "space_member", "host": "space_host"}[what]
             subject = N if kind == "space_host" else draw(st.sampled_from(CAST[1:]))
-            if kind == "space_admin" and draw(st.booleans()):
-                author = subject
+            author = draw(st.sampled_from([A, A, A, C, D, subject]))
             parents = chains.get((kind, subject), [])
-            prior = draw(st.sampled_from([None, *parents]))
+            prior = parents[-1] if parents and draw(st.integers(0, 2)) else draw(st.sampled_from([None, *parents]))
             roles = {"space_admin": ["admin", "none"], "space_member": ["writer", "reader", "none"]}
             role = draw(st.sampled_from(roles.get(kind, ["host", "none"])))
             if prior is None and role == "none":
