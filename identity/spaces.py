@@ -174,11 +174,16 @@ def resolve(records: Iterable[Held], keys: KeyVerdicts = first_keys_only) -> Spa
     """Every space's members and roles, and the decision on every record of a space, from the records held.
 
     Records of other kinds, and records of the kinds in `SPACE_KINDS` that name no space (but a space's creation),
-    are ignored. A record of a space whose creation is not held is undecided (`space:<id>`).
+    are ignored; a version given twice counts once. A record of a space whose creation is not held is undecided
+    (`space:<id>`).
     """
     creations: dict[str, Held] = {}
     by_space: dict[str, list[Held]] = {}
+    seen: set[str] = set()
     for held in records:
+        if held.version in seen:  # one version is one record, however often it is given
+            continue
+        seen.add(held.version)
         kind = held.record.get("kind")
         if kind == "space":
             creations[held.address] = held

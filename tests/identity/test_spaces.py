@@ -202,6 +202,13 @@ def test_a_creation_signed_by_a_void_key_voids_its_space() -> None:
     assert _decision(_resolve(waiting, later), later).waits_for == {f"space:{waiting.address}"}
 
 
+def test_a_record_given_twice_counts_once() -> None:
+    make_c, add = _admin(A, C, "admin"), _member(A, B, "writer")
+    result = _resolve(SPACE, make_c, make_c, add, add, SPACE)
+    assert _verdicts(result, make_c, add) == ["valid", "valid"]
+    assert result.spaces[SPACE.address].admin_chains == {C: (make_c.address,)}
+
+
 def test_two_spaces_of_one_owner_are_two_spaces() -> None:
     other = _space(name="Garten")
     add = _member(A, B, "writer", space=other)
@@ -601,8 +608,8 @@ def test_the_vectors_space_in_every_order() -> None:
         page = VECTORS[name]["record"]
         pages[(page["event"], page["subject"])] = {page["page"]: page["versions"]}
     verdicts = key_verdicts({a: history}, pages)
-    names = ("space", "member_add", "admin_add", "host", "space_entry", "space_entry_backdated", "member_remove")
-    names += ("link_by_rotated_key", "member_by_admin")
+    names = ("space", "member_add", "admin_add", "host", "space_entry", "space_entry_backdated", "member_remove",
+             "link_by_rotated_key", "member_by_admin")  # fmt: skip
     items = [Held(VECTORS[n]["hash"], VECTORS[n]["version"], VECTORS[n]["record"]) for n in names]
     b_removal = _SETS.setdefault(VECTORS["member_remove"]["hash"], [VECTORS["space_entry"]["version"]])
     versions, proof = vouching.page(b_removal, 0)
@@ -639,8 +646,81 @@ def test_the_vectors_space_in_every_order() -> None:
 
 # ---- random spaces -----------------------------------------------------------------------------------------------
 
-CAST = [A, C, D, B, E]
 SIGNING = [None] * 8 + [REVOKED, UNKNOWN]
+STEPS = ["space_admin", "space_member", "space_member", "post", "post", "post", "space_host", "remove"]
+
+
+class _Story:
+    """The records of a random story as they are drawn, with each chain's records and each author's records."""
+
+    def __init__(self, draw: st.DrawFn) -> None:
+        self.draw = draw
+        self.out: list[Held] = [SPACE] if draw(st.integers(0, 9)) else []
+        self.chains: dict[tuple[str, str], list[Held]] = {}
+        self.by_author: dict[str, list[Held]] = {}
+
+    def add(self, held: Held) -> None:
+        self.out.append(held)
+        self.by_author.setdefault(held.record["author_id"], []).append(held)
+        if held.record["kind"] in ("space_admin", "space_member", "space_host"):
+            subject = held.record["node" if held.record["kind"] == "space_host" else "member"]
+            self.chains.setdefault((held.record["kind"], subject), []).append(held)
+
+    def kept(self, subject: str) -> list[Held]:
+        known = self.by_author.get(subject, [])
+        return self.draw(st.lists(st.sampled_from(known), unique_by=lambda h: h.version)) if known else []
+
+    def pages_of(self, held: Held) -> None:
+        """Usually the pages of a non-empty vouch, sometimes with a forged proof."""
+        vouches = held.record.get("vouches")
+        if not vouches or not vouches[0]["count"] or not self.draw(st.integers(0, 3)):
+            return
+        pages = _pages(held)
+        if self.draw(st.integers(0, 5)) == 0:
+            pages = [_held(p.record | {"proof": ["0" * 64]}) for p in pages]
+        self.out.extend(pages)
+
+    def removal(self, extra: dict[str, Any]) -> None:
+        """The owner or an admin lowers the head of a membership chain, vouching for some of the member's records."""
+        heads = sorted(key for key in self.chains if key[0] != "space_host")
+        if not heads:
+            return
+        kind, subject = self.draw(st.sampled_from(heads))
+        chain = self.chains[(kind, subject)]
+        lower = {"admin": ["none"], "writer": ["none", "reader"], "reader": ["none"], "none": []}
+        choices = lower[chain[-1].record["role"]]
+        if choices:
+            role = self.draw(st.sampled_from(choices))
+            author = self.draw(st.sampled_from([A, A, C, D]))
+            held = _lowering(kind, author, subject, role, chain[-1], self.kept(subject), **extra)
+            self.add(held)
+            self.pages_of(held)
+
+    def change(self, kind: str, extra: dict[str, Any]) -> None:
+        """Any record of a chain on a random parent (mostly its head) by a random signer."""
+        draw = self.draw
+        subject = N if kind == "space_host" else draw(st.sampled_from([C, D, B, E]))
+        author = draw(st.sampled_from([A, A, A, C, D, subject]))
+        parents = self.chains.get((kind, subject), [])
+        prior: Held | None = draw(st.sampled_from([None, *parents]))
+        if parents and draw(st.integers(0, 2)) > 0:
+            prior = parents[-1]
+        roles = {"space_admin": ["admin", "none"], "space_member": ["writer", "reader", "none"]}
+        role = draw(st.sampled_from(roles.get(kind, ["host", "none"])))
+        if prior is None and role == "none":
+            role = {"space_admin": "admin", "space_host": "host"}.get(kind, "reader")
+        if prior is not None and draw(st.integers(0, 9)) == 0:
+            extra["seq"] = prior.record["seq"] + 2
+        order = {"admin": 1, "writer": 2, "reader": 1, "none": 0}
+        lowers = prior is not None and order.get(role, 0) < order.get(prior.record["role"], 0)
+        if kind == "space_host":
+            held = _chain(kind, author, subject, role, prior, **extra)
+        elif lowers or (kind == "space_admin" and role == "none") or draw(st.integers(0, 19)) == 0:
+            held = _lowering(kind, author, subject, role, prior, self.kept(subject), **extra)
+        else:
+            held = _chain(kind, author, subject, role, prior, **extra)
+        self.add(held)
+        self.pages_of(held)
 
 
 @st.composite
@@ -649,77 +729,26 @@ def stories(draw: st.DrawFn) -> list[Held]:
     members, then up to 16 records: admin, member and hosting records on random parents by random signers (mostly
     ones allowed to sign them), posts by every agent, removals of a chain's head vouching for random subsets of the
     member's records, their pages (sometimes forged), records by a void or an undecided key."""
-    out: list[Held] = [SPACE] if draw(st.integers(0, 9)) else []
-    chains: dict[tuple[str, str], list[Held]] = {}
-    by_author: dict[str, list[Held]] = {}
+    story = _Story(draw)
     for agent in (C, D):
         if draw(st.integers(0, 2)):
-            chains[("space_admin", agent)] = [_admin(A, agent, "admin")]
+            story.add(_admin(A, agent, "admin"))
     for agent in (B, E, C):
         if draw(st.integers(0, 3)):
-            role = draw(st.sampled_from(["writer", "writer", "reader"]))
-            chains[("space_member", agent)] = [_member(draw(st.sampled_from([A, A, C])), agent, role)]
-    out.extend(chain[0] for chain in chains.values())
+            story.add(_member(draw(st.sampled_from([A, A, C])), agent, draw(st.sampled_from(["writer", "reader"]))))
     for step in range(draw(st.integers(0, 16))):
-        what = draw(st.sampled_from(["admin", "member", "member", "post", "post", "post", "host", "remove"]))
-        signing = draw(st.sampled_from(SIGNING))
+        what = draw(st.sampled_from(STEPS))
         extra: dict[str, Any] = {"created_at": f"2026-03-01T09:{step:02d}:00Z"}
+        signing = draw(st.sampled_from(SIGNING))
         if signing is not None:
             extra["signing_key"] = signing
-        if what == "remove":  # the owner or an admin lowers the head of a chain, vouching for some of its records
-            (kind, subject), parents = draw(
-                st.sampled_from(sorted(chains.items(), key=lambda i: i[0]) or [(("", ""), [])])
-            )
-            if not parents or kind == "space_host":
-                continue
-            known = by_author.get(subject, [])
-            kept = draw(st.lists(st.sampled_from(known), unique_by=lambda h: h.version)) if known else []
-            lower = {"admin": ["none"], "writer": ["none", "reader"], "reader": ["none"], "none": []}
-            choices = lower[parents[-1].record["role"]]
-            if not choices:
-                continue
-            role = draw(st.sampled_from(choices))
-            author = draw(st.sampled_from([A, A, C, D]))
-            held = _lowering(kind, author, subject, role, parents[-1], kept, **extra)
-            chains[(kind, subject)].append(held)
-            if kept and draw(st.integers(0, 3)):
-                pages = _pages(held)
-                if draw(st.integers(0, 5)) == 0:
-                    pages = [_held(p.record | {"proof": ["0" * 64]}) for p in pages]
-                out.extend(pages)
+        if what == "remove":
+            story.removal(extra)
         elif what == "post":
-            held = _post(draw(st.sampled_from([A, C, D, B, B, E, E])), f"post {step}", **extra)
+            story.add(_post(draw(st.sampled_from([A, C, D, B, B, E, E])), f"post {step}", **extra))
         else:
-            kind = {"admin": "space_admin", "member": "space_member", "host": "space_host"}[what]
-            subject = N if kind == "space_host" else draw(st.sampled_from(CAST[1:]))
-            author = draw(st.sampled_from([A, A, A, C, D, subject]))
-            parents = chains.get((kind, subject), [])
-            prior = parents[-1] if parents and draw(st.integers(0, 2)) else draw(st.sampled_from([None, *parents]))
-            roles = {"space_admin": ["admin", "none"], "space_member": ["writer", "reader", "none"]}
-            role = draw(st.sampled_from(roles.get(kind, ["host", "none"])))
-            if prior is None and role == "none":
-                role = "admin" if kind == "space_admin" else "host" if kind == "space_host" else "reader"
-            if prior is not None and draw(st.integers(0, 9)) == 0:
-                extra["seq"] = prior.record["seq"] + 2
-            order = {"admin": 1, "writer": 2, "reader": 1, "none": 0}
-            lowers = prior is not None and order.get(role, 0) < order.get(prior.record["role"], 0)
-            if kind == "space_host":
-                held = _chain(kind, author, subject, role, prior, **extra)
-            elif lowers or (kind == "space_admin" and role == "none") or draw(st.integers(0, 19)) == 0:
-                known = by_author.get(subject, [])
-                kept = draw(st.lists(st.sampled_from(known), unique_by=lambda h: h.version)) if known else []
-                held = _lowering(kind, author, subject, role, prior, kept, **extra)
-            else:
-                held = _chain(kind, author, subject, role, prior, **extra)
-            chains.setdefault((kind, subject), []).append(held)
-            if held.record.get("vouches") and held.record["vouches"][0]["count"] and draw(st.integers(0, 3)):
-                pages = _pages(held)
-                if draw(st.integers(0, 5)) == 0:
-                    pages = [_held(p.record | {"proof": ["0" * 64]}) for p in pages]
-                out.extend(pages)
-        out.append(held)
-        by_author.setdefault(held.record["author_id"], []).append(held)
-    return out
+            story.change(what, extra)
+    return story.out
 
 
 def _outcome(result: Spaces) -> tuple[Any, ...]:
