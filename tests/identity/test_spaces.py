@@ -608,40 +608,26 @@ def test_the_vectors_space_in_every_order() -> None:
         page = VECTORS[name]["record"]
         pages[(page["event"], page["subject"])] = {page["page"]: page["versions"]}
     verdicts = key_verdicts({a: history}, pages)
-    names = ("space", "member_add", "admin_add", "host", "space_entry", "space_entry_backdated", "member_remove",
-             "link_by_rotated_key", "member_by_admin")  # fmt: skip
+    names = make.SPACE_RECORDS
     items = [Held(VECTORS[n]["hash"], VECTORS[n]["version"], VECTORS[n]["record"]) for n in names]
-    b_removal = _SETS.setdefault(VECTORS["member_remove"]["hash"], [VECTORS["space_entry"]["version"]])
-    versions, proof = vouching.page(b_removal, 0)
-    b_page = _held(
-        {
-            "kind": "vouch_page",
-            "schema_version": "v1",
-            "author_id": a,
-            "created_at": WHEN,
-            "event": VECTORS["member_remove"]["hash"],
-            "subject": DOCUMENT["keys"]["B0"]["did"],
-            "page": 0,
-            "versions": versions,
-            "proof": proof,
-            "space": VECTORS["space"]["hash"],
-            "signature": "-",
-        }
-    )
-    items.append(b_page)
     results = set()
-    for order in permutations(items[1:7]):
-        result = resolve([items[0], *order, *items[7:]], verdicts)
+    for order in permutations(items[1:8]):
+        result = resolve([items[0], *order, *items[8:]], verdicts)
         results.add(tuple(sorted(result.decisions.items())))
     assert len(results) == 1
     result = resolve(items, verdicts)
     space = result.spaces[VECTORS["space"]["hash"]]
     b, c, n = (DOCUMENT["keys"][k]["did"] for k in ("B0", "C0", "N"))
     assert space.roles == {a: "owner", b: "reader", c: "admin"} and space.hosts == {n}
-    by_name = dict(zip(names, items, strict=False))
+    by_name = dict(zip(names, items, strict=True))
     assert _decision(result, by_name["space_entry_backdated"]).reason == "unvouched"
-    others = [h for n, h in by_name.items() if n != "space_entry_backdated"]
-    assert {result.verdict(h.version) for h in [*others, b_page]} == {"valid"}
+    assert {result.verdict(h.version) for n, h in by_name.items() if n != "space_entry_backdated"} == {"valid"}
+    published = {item["record"]: item["verdict"] for item in DOCUMENT["spaces"][0]["verdicts"]}
+    assert published == {n: result.verdict(h.version) for n, h in by_name.items()}
+    without_page = resolve([h for n, h in by_name.items() if n != "vouch_page_of_member_remove"], verdicts)
+    assert _decision(without_page, by_name["space_entry"]).waits_for == {
+        f"pages:{by_name['member_remove'].address}:{b}"
+    }
 
 
 # ---- random spaces -----------------------------------------------------------------------------------------------
