@@ -165,7 +165,7 @@ class Spaces:
         """Whether `author` holds admin authority in `space` for its record of `version` (a redaction of another's
         record, docs/format-v3.md 5.2): the owner, an admin, or a removed admin whose removal vouches for it."""
         decide = self._moderators.get(space)
-        if decide is None:
+        if decide is None:  # the creation is not held, or its key verdict is undecided
             return undecided(f"space:{space}")
         return decide(author, version)
 
@@ -204,6 +204,8 @@ def resolve(records: Iterable[Held], keys: KeyVerdicts = first_keys_only) -> Spa
         if judged.decisions[creation.version].verdict == "valid":
             spaces[space_id] = judged.space()
             moderators[space_id] = judged.admin_authority
+        elif judged.decisions[creation.version].verdict == "void":
+            moderators[space_id] = lambda author, version: void("void_space")
     return Spaces(spaces, decisions, moderators)
 
 

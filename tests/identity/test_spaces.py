@@ -197,6 +197,8 @@ def test_a_creation_signed_by_a_void_key_voids_its_space() -> None:
     result = _resolve(space, add)
     assert result.verdict(space.version) == "void" and _decision(result, add).reason == "void_space"
     assert result.spaces == {}
+    assert result.moderator(space.address, A, "0" * 64).reason == "void_space"
+    assert result.moderator(SPACE.address, A, "0" * 64).waits_for == {f"space:{SPACE.address}"}
     waiting = _space(signing_key=UNKNOWN)
     later = _member(A, B, "writer", space=waiting)
     assert _decision(_resolve(waiting, later), later).waits_for == {f"space:{waiting.address}"}
@@ -252,6 +254,12 @@ def test_an_admin_posts_and_hosts() -> None:
     result = _resolve(SPACE, make_c, post, host)
     assert _verdicts(result, post, host) == ["valid", "valid"]
     assert result.spaces[SPACE.address].hosts == {N}
+    assert (
+        result.moderator(SPACE.address, C, "0" * 64)
+        == result.moderator(SPACE.address, A, "0" * 64)
+        == Decision("valid")
+    )
+    assert result.moderator(SPACE.address, B, "0" * 64).waits_for == {f"member:{SPACE.address}:{B}"}
 
 
 def test_a_member_may_only_lower_itself_to_none() -> None:
