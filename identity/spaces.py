@@ -19,8 +19,9 @@ fork by the signer's rank, then the more restrictive role, then the smaller addr
 The hard cases (docs/decisions.md, record 62):
 
 - **A record that arrives before what it depends on** is undecided, never void: the space's creation (`space:`),
-  its chain's prior (`event:`), a membership of its author when the node holds none (`member:`), its signing key
-  (`key:`), the vouch pages that decide it (`pages:`). An undecided record takes no part in deciding any other: it
+  its chain's prior (`event:`), its author's addition or promotion while the author has no winning record in the
+  chain(s) that would give it the role and one may still come (`member:`), its signing key (`key:`), the vouch
+  pages that decide it (`pages:`). An undecided record takes no part in deciding any other: it
   is not stored (it waits), so a record nobody can ever decide (a key no event installs) cannot stall a chain.
 - **Two admins changing one member at once**: a fork; both rank as admin, so the more restrictive role wins
   (a removal over a change of role), then the smaller address. The loser is void; its signer signs again.
