@@ -33,7 +33,7 @@ BOOTS = PeerBoots()
 
 
 async def request_lease(
-    db: Database, node_key: NodeSigner, home_node: str, task_key: str, agent_id: str, seconds: int
+    db: Database, node_key: keys.SigningKey | NodeSigner, home_node: str, task_key: str, agent_id: str, seconds: int
 ) -> tuple[dict[str, Any], bool]:
     """Ask `home_node` to grant `agent_id` the lease. Returns (the grant record it signed, newly granted).
 
@@ -62,7 +62,7 @@ async def request_lease(
 
 
 async def send_event(
-    db: Database, node_key: NodeSigner, home_node: str, record: dict[str, Any], lease: str | None
+    db: Database, node_key: keys.SigningKey | NodeSigner, home_node: str, record: dict[str, Any], lease: str | None
 ) -> bool:
     """Have `home_node` decide and store a task event its agent signed (a declaration changing status or
     checkpoint, a release, a completion); `lease` is a declaration's fencing token. Refusals come back as the
@@ -80,7 +80,7 @@ async def send_event(
 
 
 async def _post(
-    db: Database, node_key: NodeSigner, home_node: str, path: str, body: bytes, task_key: str
+    db: Database, node_key: keys.SigningKey | NodeSigner, home_node: str, path: str, body: bytes, task_key: str
 ) -> tuple[int, bytes]:
     """POST a peer-signed request to the home node's `path`: (status, reply body); 503 when it cannot be asked."""
     base = await db.read(lambda c: leases_store.peer_url(c, home_node))
@@ -91,6 +91,7 @@ async def _post(
             field="task_id",
         )
     url = base.rstrip("/") + path
+    signer = node_key if isinstance(node_key, NodeSigner) else NodeSigner.single(node_key)
     try:
         # one request per connection, as before the boot id look-up shared the session (scenarios/chaos.py taps it)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
@@ -100,7 +101,7 @@ async def _post(
 
             async def signed_by(key: keys.SigningKey) -> tuple[int, bytes]:
                 async def send(boot: str | None) -> tuple[int, bytes]:
-                    headers = sign_headers(key, "POST", url, body, boot=boot, node_id=node_key.node_id)  # anew
+                    headers = sign_headers(key, "POST", url, body, boot=boot, node_id=signer.node_id)  # anew
                     headers["Content-Type"] = "application/json"
                     timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
                     async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
@@ -110,7 +111,7 @@ async def _post(
                 return await send_resigned(send, boot)
 
             # the node key the home node holds: the newest once it has pulled a rotation of it (sync/auth.py)
-            return await send_as_node(node_key, home_node, signed_by)
+            return await send_as_node(signer, home_node, signed_by)
     except NodeKeyRotatedOut as exc:
         raise Conflict(exc.detail, code="node_key_rotated_out", field="task_id") from None
     except (aiohttp.ClientError, TimeoutError) as exc:

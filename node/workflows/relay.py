@@ -59,7 +59,7 @@ async def sign_event(
 
 async def decide_at_home(
     db: Database,
-    node_key: NodeSigner,
+    node_key: keys.SigningKey | NodeSigner,
     home_node: str,
     sealed: SealedRecord,
     lease: str | None,
