@@ -11,15 +11,15 @@ node-kept agent's key rotated out before the restore signs nothing either (409 `
 
 from __future__ import annotations
 
-import shutil
-import sqlite3
 from typing import Any
 
 import pytest
 
 from identity import keys
+from node.features import LOG
 from node.federation.node_key import parse_state
 from node.federation.store import node_keys_meta
+from node.ops import backup, doctor
 from node.store.key_fence import KEY_FENCE_NAME
 from node.workflows import forward
 from sync.auth import sign_headers
@@ -145,30 +145,21 @@ async def test_a_restore_from_before_a_rotation_signs_with_no_rotated_out_key(ma
     await b.add_peer(a)
     kept = await a.agent("kept")
     await a.post(kept, "by the agent's first key")
-    backup = tmp_path / "backup"
-    backup.mkdir()
-    await a.node.db.read(lambda c: c.execute("PRAGMA wal_checkpoint(FULL)").fetchall())
-
-    def snapshot(conn: sqlite3.Connection) -> None:
-        dest = sqlite3.connect(backup / "bbs.db")
-        try:
-            conn.backup(dest)
-        finally:
-            dest.close()
-
-    await a.node.db.read(snapshot)  # a backup taken before both rotations
+    archive = tmp_path / "before.tar"
+    backup.backup(a.node.data.root, archive)  # taken before both rotations
     async with a.session.post(f"{a.url}/v1/agents/{kept}/signing-key", headers=a.admin) as resp:
         assert resp.status == 201, await resp.text()
     await rotate(a)
     await b.puller().pull_once(a.config)  # B holds both rotations
-    fence = a.node.data.root / KEY_FENCE_NAME
-    assert fence.exists()
+    assert (a.node.data.root / KEY_FENCE_NAME).exists()
     await stop(a)  # closes the node too
 
-    restored = tmp_path / "restored"
-    shutil.copytree(a.node.data.root, restored, ignore=shutil.ignore_patterns("bbs.db*", "search-index"))
-    shutil.copyfile(backup / "bbs.db", restored / "bbs.db")
-    again = await make_peer("a-restored", data=restored)
+    restored = backup.restore(archive, a.node.data.root, force=True)  # carries the key fence, as the lease fence
+    assert restored.replaced is not None and (a.node.data.root / KEY_FENCE_NAME).exists()
+    checks = {c.name: c for c in doctor.diagnose(a.node.data.root, LOG, peer_timeout=1)}
+    assert checks["key_fence"].status == "fail" and "restored from a backup" in checks["key_fence"].detail
+    assert a.node.key.did in checks["key_fence"].detail and kept in checks["key_fence"].detail
+    again = await make_peer("a-restored", data=a.node.data.root)
     assert again.node_id == a.node_id
     again.token = a.token  # the backup's admin credential
     state = await node_key_state(again)
