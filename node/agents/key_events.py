@@ -25,7 +25,7 @@ from node.agents import refs as agent_refs
 from node.agents import store
 from node.agents.service import read_key_history
 from node.errors import Conflict, Forbidden, InvalidInput, NotFound
-from node.federation.store import recheck_waiting_txn
+from node.federation.store import recheck_waiting_txn, store_epoch
 from node.store import equivocation, projections, submission, waiting
 from node.store.authority import Authority, author_deps, event_dep, pages_dep, versions_signed_by
 from node.store.conn import Conn
@@ -232,13 +232,14 @@ class KeyEvents:
         """Rotate a node-kept agent's signing key (`rotate_txn`); the node signs with the new key from now on."""
         new = keys.SigningKey.generate()
         authority, fence = self.authority, self.sealing.key_fence
-        fenced: list[dict[str, dict[str, Any]]] = []
+        fenced: list[list[dict[str, str]]] = []
 
         def job(conn: Conn) -> tuple[str, str, Verified, int, KeyHistory]:
             name, did, event, vouched = rotate_txn(conn, authority, ref, new, self.now_ms())
             history = read_key_history(conn, did)
             # the job's last step, before its commit: a restore of a database from before it cannot sign with it
-            fenced.append(fence.record(did, str(event.record["vouches"][0]["subject"]), new.did, event.hash))
+            retired = str(event.record["vouches"][0]["subject"])
+            fenced.append(fence.record(did, retired, new.did, event.hash, store_epoch(conn)))
             return name, did, event, vouched, history
 
         try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from identity import keys
 from node.agents.key_events import rotation_records, submit_txn
@@ -89,7 +88,10 @@ class NodeKeys:
 
     def load(self, conn: Conn) -> None:
         """Read the node's signing keys from `node_meta` and block signing when the key fence names the newest one
-        as rotated out (a database restored from before a rotation)."""
+        as rotated out (a database restored from before a rotation); first forget the fence's rotations that never
+        committed in this database (`KeyFence.settle`)."""
+        fence = self.sealing.key_fence
+        fence.settle(store.store_epoch(conn), lambda author, event: store.holds_key_event(conn, author, event))
         found, self.events, holders = parse_state(store.node_keys_meta(conn))
         if found:
             self.signer.keys, self.signer.holders = found, holders
@@ -118,11 +120,12 @@ class NodeKeys:
             raise Conflict(exc.detail, code="node_key_rotated_out") from None
         new = keys.SigningKey.generate()
         fence = self.sealing.key_fence
-        fenced: list[dict[str, dict[str, Any]]] = []
+        fenced: list[list[dict[str, str]]] = []
 
         def job(conn: Conn) -> tuple[Verified, int, list[str]]:
             event, vouched, events = rotate_node_key_txn(conn, self.sealing, self.node_id, current, new, self.now_ms())
-            fenced.append(fence.record(self.node_id, current.did, new.did, event.hash))  # last, before the commit
+            epoch = store.store_epoch(conn)
+            fenced.append(fence.record(self.node_id, current.did, new.did, event.hash, epoch))  # last, before commit
             return event, vouched, events
 
         try:

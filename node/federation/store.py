@@ -666,6 +666,17 @@ def note_sync_version_txn(conn: Conn, peer_id: str, sync_version: int) -> None:
     conn.execute("UPDATE peers SET sync_version = ? WHERE node_id = ?", (sync_version, peer_id))
 
 
+def store_epoch(conn: Conn) -> str:
+    """The store epoch of this database (a restore gives it a new one)."""
+    return str(conn.execute("SELECT value FROM node_meta WHERE key = 'epoch'").fetchone()[0])
+
+
+def holds_key_event(conn: Conn, author: str, address: str) -> bool:
+    """Whether the log holds the key event at `address` of `author`."""
+    sql = "SELECT 1 FROM records WHERE hash = ? AND kind = 'key_event' AND author_id = ?"
+    return conn.execute(sql, (address, author)).fetchone() is not None
+
+
 def peer_node_ids(conn: Conn) -> frozenset[str]:
     """The node ids of every configured peer."""
     return frozenset(str(r[0]) for r in conn.execute("SELECT node_id FROM peers"))

@@ -164,7 +164,7 @@ def _check_key_fence(data_root: Path, conn: sqlite3.Connection, key_did: str | N
         return
     node_id = store.meta_value(conn, "node_id")
     found: list[str] = []
-    for identity in sorted(fenced):
+    for identity in sorted(fenced):  # what the node would sign with for each identity a rotation here touched
         if identity == node_id:
             held = node_key.parse_state(sync_store.node_keys_meta(conn))[0]
             key = held[-1].did if held else key_did
