@@ -239,7 +239,7 @@ class KeyEvents:
             history = read_key_history(conn, did)
             # the job's last step, before its commit: a restore of a database from before it cannot sign with it
             retired = str(event.record["vouches"][0]["subject"])
-            fenced.append(fence.record(did, retired, new.did, event.hash, store_epoch(conn)))
+            fenced.append(fence.record(did, retired, new.did, event.hash, store_epoch(conn), self.now_ms()))
             return name, did, event, vouched, history
 
         try:

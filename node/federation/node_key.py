@@ -14,6 +14,7 @@ nothing (`node_key_rotated_out`; docs/decisions.md record 60).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -91,7 +92,8 @@ class NodeKeys:
         as rotated out (a database restored from before a rotation); first forget the fence's rotations that never
         committed in this database (`KeyFence.settle`)."""
         fence = self.sealing.key_fence
-        fence.settle(store.store_epoch(conn), lambda author, event: store.holds_key_event(conn, author, event))
+        held = functools.partial(store.holds_key_event, conn)
+        fence.settle(store.store_epoch(conn), held, self.now_ms())
         found, self.events, holders = parse_state(store.node_keys_meta(conn))
         if found:
             self.signer.keys, self.signer.holders = found, holders
@@ -125,7 +127,7 @@ class NodeKeys:
         def job(conn: Conn) -> tuple[Verified, int, list[str]]:
             event, vouched, events = rotate_node_key_txn(conn, self.sealing, self.node_id, current, new, self.now_ms())
             epoch = store.store_epoch(conn)
-            fenced.append(fence.record(self.node_id, current.did, new.did, event.hash, epoch))  # last, before commit
+            fenced.append(fence.record(self.node_id, current.did, new.did, event.hash, epoch, self.now_ms()))  # last
             return event, vouched, events
 
         try:

@@ -8,7 +8,7 @@ the key rotated out, the key the rotation installed, its key event and the store
 renamed into place inside the write job that stores the rotation, after the job's last statement and before it
 commits, so the file is never behind a committed rotation (a commit that then fails puts the file's previous
 content back; a process that died before the commit leaves an entry of this very store epoch whose event the
-database lacks, which the next start forgets: `settle`. A restore gets a new epoch, so its entries stay).
+database lacks, which a start a minute later forgets: `settle`. A restore gets a new epoch, so its entries stay).
 
 A database restored from a backup taken before a rotation holds a key the fence lists as rotated out: the node
 then signs nothing with it (`refusal`): a node-kept agent's writes are refused 409 `signing_key_rotated_out`, and
@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 KEY_FENCE_NAME = "key-fence.json"
+# A rotation whose event is missing is forgotten only this long after its entry was written: another process (a
+# `bbs` command opening the folder a node serves) must not forget a rotation that is committing right now.
+SETTLE_AFTER_MS = 60_000
 
 log = logging.getLogger("bbs.node")
 
@@ -57,7 +60,7 @@ class KeyFence:
             found = data["rotations"]
             if not isinstance(found, list):
                 raise TypeError("rotations is not a list")
-            return [{k: str(r[k]) for k in ("identity", "retired", "key", "event", "epoch")} for r in found]
+            return [{k: str(r[k]) for k in ("identity", "retired", "key", "event", "epoch", "at_ms")} for r in found]
         except FileNotFoundError:
             return []
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -77,14 +80,14 @@ class KeyFence:
                 )
         return None
 
-    def record(self, identity: str, retired: str, key: str, event: str, epoch: str) -> list[dict[str, str]]:
-        """Write that a rotation of `identity` in store `epoch` took `retired` out and installed `key` by `event`;
-        returns the content before (for `put_back` when the rotation's commit fails)."""
+    def record(
+        self, identity: str, retired: str, key: str, event: str, epoch: str, now_ms: int
+    ) -> list[dict[str, str]]:
+        """Write that a rotation of `identity` in store `epoch` took `retired` out and installed `key` by `event`
+        (at `now_ms`); returns the content before (for `put_back` when the rotation's commit fails)."""
         before = list(self.rotations())
-        self._rotations = [
-            *before,
-            {"identity": identity, "retired": retired, "key": key, "event": event, "epoch": epoch},
-        ]
+        entry = {"identity": identity, "retired": retired, "key": key, "event": event, "epoch": epoch}
+        self._rotations = [*before, {**entry, "at_ms": str(now_ms)}]
         self._write()
         return before
 
@@ -93,11 +96,18 @@ class KeyFence:
         self._rotations, self._loaded = before, True
         self._write()
 
-    def settle(self, epoch: str, held: Callable[[str, str], bool]) -> list[dict[str, str]]:
+    def settle(self, epoch: str, held: Callable[[str, str], bool], now_ms: int) -> list[dict[str, str]]:
         """Forget the rotations of store `epoch` (this very database, not a restore: a restore gets a new epoch)
-        whose key event the database does not hold (`held(identity, event)`): the process died between writing
-        the fence and the commit, so the rotation never happened. Returns what was forgotten."""
-        stale = [r for r in self.rotations() if r["epoch"] == epoch and not held(r["identity"], r["event"])]
+        written more than SETTLE_AFTER_MS before `now_ms` whose key event the database does not hold
+        (`held(identity, event)`): the process died between writing the fence and the commit, so the rotation
+        never happened. Returns what was forgotten."""
+        stale = [
+            r
+            for r in self.rotations()
+            if r["epoch"] == epoch
+            and int(r["at_ms"]) < now_ms - SETTLE_AFTER_MS
+            and not held(r["identity"], r["event"])
+        ]
         if stale:
             self._rotations = [r for r in self._rotations if r not in stale]
             self._write()

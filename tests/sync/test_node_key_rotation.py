@@ -202,8 +202,8 @@ async def test_a_rotation_that_never_committed_is_forgotten_by_the_next_start(ma
         conn.close()
     fence = KeyFence(root / KEY_FENCE_NAME)
     # the fence written, then the process died before the rotation committed: this store epoch, no such event
-    fence.record(first.did, first.did, keys.SigningKey.generate().did, "0" * 64, epoch)
-    fence.record("did:key:z6MkOther", "did:key:z6MkOld", "did:key:z6MkNew", "1" * 64, "another-epoch")  # a restore's
+    fence.record(first.did, first.did, keys.SigningKey.generate().did, "0" * 64, epoch, 0)  # long ago
+    fence.record("did:key:z6MkOther", "did:key:z6MkOld", "did:key:z6MkNew", "1" * 64, "another-epoch", 0)  # restored
     b = await make_peer("b")
     a = await make_peer("crashed", data=root)
     a.token = token

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from node.store.key_fence import KEY_FENCE_NAME, KeyFence
+from node.store.key_fence import KEY_FENCE_NAME, SETTLE_AFTER_MS, KeyFence
 
 
 def test_a_recorded_rotation_refuses_its_old_key_only(tmp_path: Path) -> None:
     fence = KeyFence(tmp_path / KEY_FENCE_NAME)
     assert fence.refusal("did:key:zA", "did:key:zA") is None
-    before = fence.record("did:key:zA", "did:key:zA", "did:key:zB", "e" * 64, "epoch-1")
+    before = fence.record("did:key:zA", "did:key:zA", "did:key:zB", "e" * 64, "epoch-1", 0)
     assert before == []
     assert stat.S_IMODE((tmp_path / KEY_FENCE_NAME).stat().st_mode) == 0o600
     again = KeyFence(tmp_path / KEY_FENCE_NAME)  # read back from the file
@@ -28,12 +28,19 @@ def test_a_recorded_rotation_refuses_its_old_key_only(tmp_path: Path) -> None:
 
 def test_settle_forgets_only_this_epochs_rotations_that_never_committed(tmp_path: Path) -> None:
     fence = KeyFence(tmp_path / KEY_FENCE_NAME)
-    fence.record("did:key:zA", "did:key:zA", "did:key:zB", "held", "now")
-    fence.record("did:key:zA", "did:key:zB", "did:key:zC", "lost", "now")
-    fence.record("did:key:zD", "did:key:zD", "did:key:zE", "lost", "before-the-restore")
-    stale = fence.settle("now", lambda identity, event: event == "held")
+    fence.record("did:key:zA", "did:key:zA", "did:key:zB", "held", "now", 1_000)
+    fence.record("did:key:zA", "did:key:zB", "did:key:zC", "lost", "now", 1_000)
+    fence.record("did:key:zD", "did:key:zD", "did:key:zE", "lost", "before-the-restore", 1_000)
+    fence.record("did:key:zF", "did:key:zF", "did:key:zG", "committing", "now", 50_000)
+
+    def held(identity: str, event: str) -> bool:
+        return event == "held"
+
+    # a minute on: the rotation committing in another process right now is kept
+    stale = fence.settle("now", held, 1_000 + SETTLE_AFTER_MS + 1)
     assert [r["key"] for r in stale] == ["did:key:zC"]
-    assert [r["key"] for r in KeyFence(tmp_path / KEY_FENCE_NAME).rotations()] == ["did:key:zB", "did:key:zE"]
+    kept = [r["key"] for r in KeyFence(tmp_path / KEY_FENCE_NAME).rotations()]
+    assert kept == ["did:key:zB", "did:key:zE", "did:key:zG"]
 
 
 @pytest.mark.parametrize("content", ["not json", '{"rotations": {}}', '{"rotations": [{"identity": "x"}]}'])
