@@ -28,6 +28,7 @@ from wire.api import (
     KeyEventOut,
     LinkOut,
     NodeInfo,
+    NodeKeyState,
     PostedEntries,
     PostedEntry,
     PostEntries,
@@ -36,6 +37,7 @@ from wire.api import (
     ReadQuery,
     ReadResult,
     RotatedKey,
+    RotatedNodeKey,
     SearchQuery,
     SearchResult,
     SignedSubmission,
@@ -163,6 +165,14 @@ async def post_key_event(request: web.Request) -> web.Response:
 
 async def rotate_signing_key(request: web.Request) -> web.Response:
     return json_response(await _node(request).key_events.rotate(request.match_info["agent_id"]), 201)
+
+
+async def rotate_node_key(request: web.Request) -> web.Response:
+    return json_response(await _node(request).node_keys.rotate(), 201)
+
+
+async def node_key(request: web.Request) -> web.Response:
+    return json_response(_node(request).node_keys.state())
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -309,6 +319,24 @@ ROUTES: list[Route] = [
         " for the old key's records (admin)",
         "admin",
         responses={201: RotatedKey},
+    ),
+    Route(
+        "POST",
+        "/v1/node/key",
+        rotate_node_key,
+        "Rotate the node key: a new key, installed by a key event the current one signs, vouching for the node's"
+        " records; sync requests are signed by it toward every peer holding the rotation (admin)",
+        "admin",
+        responses={201: RotatedNodeKey},
+    ),
+    Route(
+        "GET",
+        "/v1/node/key",
+        node_key,
+        "The keys this node signs with: the newest, the one before while a peer has not pulled its rotation, and the"
+        " peers holding the newest (admin)",
+        "admin",
+        responses={200: NodeKeyState},
     ),
     Route("GET", "/healthz", healthz, "Liveness", "none", responses={200: Health}, tag="ops"),
 ]
