@@ -29,6 +29,7 @@ from wire.api import (
     KeyEventOut,
     LinkOut,
     NodeInfo,
+    NodeKeyState,
     PostedEntries,
     PostedEntry,
     PostEntries,
@@ -39,6 +40,7 @@ from wire.api import (
     RecoverIn,
     RevokeIn,
     RotatedKey,
+    RotatedNodeKey,
     SearchQuery,
     SearchResult,
     SignedSubmission,
@@ -188,6 +190,14 @@ async def recover_agent(request: web.Request) -> web.Response:
     body = convert(await read_json(request), RecoverIn)
     out = await _node(request).recovery.recover(request.match_info["agent_id"], dry_run=body.dry_run)
     return json_response(out, 200 if body.dry_run else 201)
+
+
+async def rotate_node_key(request: web.Request) -> web.Response:
+    return json_response(await _node(request).node_keys.rotate(), 201)
+
+
+async def node_key(request: web.Request) -> web.Response:
+    return json_response(_node(request).node_keys.state())
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -365,6 +375,24 @@ ROUTES: list[Route] = [
         "admin",
         body=RecoverIn,
         responses={201: KeyChange, 200: KeyChange},
+    ),
+    Route(
+        "POST",
+        "/v1/node/key",
+        rotate_node_key,
+        "Rotate the node key: a new key, installed by a key event the current one signs, vouching for the node's"
+        " records; sync requests are signed by it toward every peer holding the rotation (admin)",
+        "admin",
+        responses={201: RotatedNodeKey},
+    ),
+    Route(
+        "GET",
+        "/v1/node/key",
+        node_key,
+        "The keys this node signs with: the newest, the one before while a peer has not pulled its rotation, and the"
+        " peers holding the newest (admin)",
+        "admin",
+        responses={200: NodeKeyState},
     ),
     Route("GET", "/healthz", healthz, "Liveness", "none", responses={200: Health}, tag="ops"),
 ]

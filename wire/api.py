@@ -434,6 +434,30 @@ class KeyEventOut(msgspec.Struct):
     key_history: KeyHistory
 
 
+class RotatedNodeKey(msgspec.Struct):
+    """The node's new key (POST /v1/node/key, `bbs node rotate-key`): the rotation's key event (signed by the key
+    before, which it vouches for `vouched` records of) and the key that signs from now on."""
+
+    node_id: str
+    signing_key: str
+    previous_key: str
+    event: str
+    vouched: int
+
+
+class NodeKeyState(msgspec.Struct):
+    """The keys this node signs with (GET /v1/node/key): the newest, the one before while some peer has not pulled
+    its rotation (`peers_holding` have), the key events installing them, and why it signs nothing if it does not
+    (`blocked`: a database restored from before a rotation of the node key)."""
+
+    node_id: str
+    signing_key: str
+    previous_key: str | None
+    events: list[str]
+    peers_holding: list[str]
+    blocked: str | None
+
+
 class RotatedKey(msgspec.Struct):
     """A node-kept agent's new signing key (POST /v1/agents/{agent_id}/signing-key): the rotation's key event
     and how many of the old key's records it vouches for."""

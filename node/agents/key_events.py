@@ -10,6 +10,8 @@ A node-kept agent's rotation (`bbs agent rotate-signing-key`, `POST /v1/agents/{
 makes a new key, signs a `rotate` event with the current key, vouching for every record of the agent the log holds
 signed by that key (with its vouch pages), stores it, and keeps the new key's seed in place of the old one; from
 then on the node signs the agent's records with the new key, named in `signing_key` (docs/decisions.md, record 55).
+The old key is written to the key fence (node/store/key_fence.py) before the rotation commits, so a database
+restored from before the rotation signs nothing with it (409 `signing_key_rotated_out`, record 60).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from node.agents import recovery_file, store
 from node.agents import refs as agent_refs
 from node.agents.service import read_key_history
 from node.errors import Conflict, Forbidden, InvalidInput, NotFound
-from node.federation.store import recheck_waiting_txn
+from node.federation.store import recheck_waiting_txn, store_epoch
 from node.store import equivocation, projections, submission, waiting
 from node.store.authority import Authority, author_deps, event_dep, pages_dep, versions_signed_by
 from node.store.conn import Conn
@@ -266,18 +268,25 @@ class KeyEvents:
     async def rotate(self, ref: str) -> RotatedKey:
         """Rotate a node-kept agent's signing key (`rotate_txn`); the node signs with the new key from now on."""
         new = keys.SigningKey.generate()
-        authority = self.authority
+        authority, fence = self.authority, self.sealing.key_fence
         recovery_key = self.recovery_key()
         recovery = None if recovery_key is None else recovery_key.did
+        fenced: list[list[dict[str, str]]] = []
 
         def job(conn: Conn) -> tuple[str, str, Verified, int, KeyHistory]:
             name, did, event, vouched = rotate_txn(conn, authority, ref, new, self.now_ms(), recovery)
-            return name, did, event, vouched, read_key_history(conn, did)
+            history = read_key_history(conn, did)
+            # the job's last step, before its commit: a restore of a database from before it cannot sign with it
+            retired = str(event.record["vouches"][0]["subject"])
+            fenced.append(fence.record(did, retired, new.did, event.hash, store_epoch(conn), self.now_ms()))
+            return name, did, event, vouched, history
 
         try:
             name, did, event, vouched, history = await self.db.write(job)
         except BaseException:
             authority.invalidate()
+            if fenced:  # the commit failed after the fence was written
+                fence.put_back(fenced[0])
             raise
         self.sealing.forget(did)
         log.info("signing key of agent %s (%s) rotated to %s by key event %s", name, did, new.did, event.hash)

@@ -14,7 +14,10 @@ routes `POST /v1/agents/{agent_id}/revocation` and `/recovery`), signed by the n
   void. It vouches for the records of the kept key the log holds. It needs the node's recovery key in the state
   it builds on (`no_recovery_key` otherwise).
 
-Both run in one write transaction through `key_events.submit_txn`, as any key event the node stores.
+Both run in one write transaction through `key_events.submit_txn`, as any key event the node stores, and write
+the key they take out to the key fence (node/store/key_fence.py) before the commit, as a rotation does; both refuse
+(409 `signing_key_rotated_out`) on a database restored from before a rotation of the kept key, where building on
+that key would void the records of the key that replaced it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from node.agents import key_events, store
 from node.agents import refs as agent_refs
 from node.agents.service import read_key_history
 from node.errors import Conflict, NotFound
+from node.federation.store import store_epoch
 from node.store.authority import Authority, versions_signed_by
 from node.store.conn import Conn
 from sync.store import Verified
@@ -175,21 +179,30 @@ class Recovery:
         return await self._run(lambda conn, cache: plan_recover(conn, cache, ref, recovery), dry_run)
 
     async def _run(self, decide: _Decide, dry_run: bool) -> KeyChange:
-        authority = self.events.authority
+        authority, fence = self.events.authority, self.events.sealing.key_fence
         new = keys.SigningKey.generate()
         now_ms = self.events.now_ms()
+        fenced: list[list[dict[str, str]]] = []
 
         def job(conn: Conn) -> KeyChange:
             plan = decide(conn, authority)
+            kept = plan.subject
+            refused = None if kept is None else fence.refusal(plan.agent_id, kept)
+            if refused is not None:  # a restore from before a rotation: building on its key would void later records
+                raise Conflict(refused, code="signing_key_rotated_out")
             if dry_run:
                 return _change(plan, None, None, read_key_history(conn, plan.agent_id))
             event, history = apply_txn(conn, authority, plan, new, now_ms)
+            if kept is not None:  # the job's last step, before its commit (node/store/key_fence.py)
+                fenced.append(fence.record(plan.agent_id, kept, new.did, event.hash, store_epoch(conn), now_ms))
             return _change(plan, event.hash, new.did, history)
 
         try:
             out = await self.events.db.write(job)
         except BaseException:
             authority.invalidate()
+            if fenced:  # the commit failed after the fence was written
+                fence.put_back(fenced[0])
             raise
         if not dry_run:
             self.events.sealing.forget(out.agent_id)

@@ -18,11 +18,11 @@ from typing import Any
 import msgspec
 from yarl import URL
 
-from identity import canonical, keys
+from identity import canonical, key_history, keys
 from node.errors import InvalidInput
 from node.federation import waiting as waiting_gate
 from node.store import db, equivocation, projections, waiting
-from node.store.authority import Authority
+from node.store.authority import Authority, key_events_of
 from node.store.conn import Conn
 from node.store.db import Database
 from sync import compat
@@ -191,6 +191,19 @@ class NodeSyncStore:
     async def peer_ids(self) -> frozenset[str]:
         rows = await self.db.read(lambda c: c.execute("SELECT node_id FROM peers").fetchall())
         return frozenset(r[0] for r in rows)
+
+    async def node_key_verdict(self, node_id: str, signing_key: str) -> key_history.KeyVerdict:
+        """Whether `signing_key` may sign `node_id`'s sync requests by the key events of it this node holds
+        (`identity.key_history.request_key_verdict` over the log's, read here: the writer's cache is the writer's).
+
+        The common case costs no read: a node's first key, once the writer's cache is loaded and knows no key event
+        of the node (a membership test; at worst it misses an event the writer is storing this instant, which is a
+        request arriving a moment earlier)."""
+        authority = self.authority
+        if signing_key == node_id and authority.loaded and not authority.needs({"author_id": node_id}):
+            return "valid"
+        events = await self.db.read(lambda c: key_events_of(c, node_id))
+        return key_history.request_key_verdict(key_history.resolve(node_id, events), signing_key)
 
     async def cursor(self, peer_id: str) -> Cursor | None:
         row = await self.db.read(
@@ -658,3 +671,36 @@ def upgrade_cursor_txn(conn: Conn, peer_id: str) -> None:
 def note_sync_version_txn(conn: Conn, peer_id: str, sync_version: int) -> None:
     """The protocol version this node now speaks with a peer (`bbs peers` shows it)."""
     conn.execute("UPDATE peers SET sync_version = ? WHERE node_id = ?", (sync_version, peer_id))
+
+
+def store_epoch(conn: Conn) -> str:
+    """The store epoch of this database (a restore gives it a new one)."""
+    return str(conn.execute("SELECT value FROM node_meta WHERE key = 'epoch'").fetchone()[0])
+
+
+def holds_key_event(conn: Conn, author: str, address: str) -> bool:
+    """Whether the log holds the key event at `address` of `author`."""
+    sql = "SELECT 1 FROM records WHERE hash = ? AND kind = 'key_event' AND author_id = ?"
+    return conn.execute(sql, (address, author)).fetchone() is not None
+
+
+def peer_node_ids(conn: Conn) -> frozenset[str]:
+    """The node ids of every configured peer."""
+    return frozenset(str(r[0]) for r in conn.execute("SELECT node_id FROM peers"))
+
+
+NODE_KEYS_META = "node_keys"  # node_meta: this node's signing keys after a rotation (node/federation/node_key.py)
+
+
+def node_keys_meta(conn: Conn) -> str | None:
+    """The node's stored signing-key state (JSON), or None before any rotation of the node key."""
+    row = conn.execute("SELECT value FROM node_meta WHERE key = ?", (NODE_KEYS_META,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def set_node_keys_txn(conn: Conn, value: str) -> None:
+    """Store the node's signing-key state (JSON)."""
+    conn.execute(
+        "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (NODE_KEYS_META, value),
+    )

@@ -70,6 +70,7 @@ def diagnose(data_root: Path, log: Log, *, scratch: Path | None = None, peer_tim
         try:
             if _check_integrity(conn, checks):
                 _check_identity(conn, key_did, checks)
+                _check_key_fence(data_root, conn, key_did, checks)
                 checks.append(Check("search_index", *search_indexer.check(data_root, conn)))  # type: ignore[arg-type]
                 _check_projections(conn, checks)
                 peers = _peer_urls(conn)
@@ -147,6 +148,36 @@ def _check_identity(conn: sqlite3.Connection, key_did: str | None, checks: list[
         checks.append(Check("identity", "fail", f"database belongs to {node_id}, node.key is {key_did}"))
     else:
         checks.append(Check("identity", "ok", f"node {node_id}, store epoch {epoch}"))
+
+
+def _check_key_fence(data_root: Path, conn: sqlite3.Connection, key_did: str | None, checks: list[Check]) -> None:
+    """Whether the database holds a key the key fence lists as rotated out (node/store/key_fence.py): a restore
+    from before a rotation of the node key or of a node-kept agent's key. The node signs nothing with such a key."""
+    from node.agents import store as agent_store
+    from node.federation import node_key
+    from node.federation import store as sync_store
+    from node.store.key_fence import KEY_FENCE_NAME, KeyFence
+
+    fence = KeyFence(data_root / KEY_FENCE_NAME)
+    fenced = fence.identities()
+    if not fenced:
+        return
+    node_id = store.meta_value(conn, "node_id")
+    found: list[str] = []
+    for identity in sorted(fenced):  # what the node would sign with for each identity a rotation here touched
+        if identity == node_id:
+            held = node_key.parse_state(sync_store.node_keys_meta(conn))[0]
+            key = held[-1].did if held else key_did
+        else:
+            seed = agent_store.key_seed(conn, identity)
+            key = None if seed is None else keys.SigningKey.from_seed(seed).did
+        refused = None if key is None else fence.refusal(identity, key)
+        if refused is not None:
+            found.append(refused)
+    if found:
+        checks.append(Check("key_fence", "fail", " | ".join(found)))
+    else:
+        checks.append(Check("key_fence", "ok", f"no rotated-out key in use ({len(fenced)} identities rotated here)"))
 
 
 def _check_projections(conn: sqlite3.Connection, checks: list[Check]) -> None:
