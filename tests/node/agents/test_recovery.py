@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestClient
 from identity import keys, records
 from node.agents import recovery_file
 from node.agents import service as agents
+from node.agents import store as agent_store
 from node.service import Node
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.agents.test_key_events import post_entry, post_signed, record_body, rotation, signed, submit
@@ -192,3 +193,27 @@ async def test_key_events_signed_by_the_wrong_key_are_refused_and_store_nothing(
     good = event("revoke", recovery, fresh, hash_of(first), 2)
     out = await submit(client, who, good, [], 201)
     assert out["key_history"]["current_key"] == fresh.did and out["key_history"]["recovery"] == recovery.did
+
+
+async def test_revoke_and_recover_refuse_a_database_restored_from_before_a_rotation(
+    client: TestClient, node: Node, admin_headers: dict[str, str], make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    """The key fence lists the key a rotation took out; a database that keeps it again (restored from before the
+    rotation) does not recover from it: building on it would void the newer key's records."""
+    creds = await make_agent("keeper")
+    await change(client, f"/v1/agents/{creds.agent_id}/signing-key", admin_headers, {}, 201)  # sets the recovery key
+    middle = await node.db.read(lambda c: agents.signing_key(c, creds.agent_id))
+    assert middle is not None
+    await change(client, f"/v1/agents/{creds.agent_id}/revocation", admin_headers, {}, 201)  # fences `middle`
+    fenced = [r["retired"] for r in node.sealing.key_fence.rotations() if r["identity"] == creds.agent_id]
+    assert fenced == [creds.agent_id, middle.did]
+    await node.db.write(lambda c: agent_store.set_key_seed_txn(c, creds.agent_id, middle.seed))  # as a restore would
+    node.sealing.forget(creds.agent_id)
+    before = await count(node)
+    data = await change(client, f"/v1/agents/{creds.agent_id}/recovery", admin_headers, {"dry_run": True}, 409)
+    problem(data, 409, "signing_key_rotated_out")
+    problem(await change(client, f"/v1/agents/{creds.agent_id}/recovery", admin_headers, {}, 409), 409,
+            "signing_key_rotated_out")  # fmt: skip
+    problem(await change(client, f"/v1/agents/{creds.agent_id}/revocation", admin_headers, {}, 409), 409,
+            "key_not_current")  # fmt: skip
+    assert await count(node) == before
