@@ -24,6 +24,7 @@ from wire.api import (
     Health,
     InboxQuery,
     InboxResult,
+    KeyChange,
     KeyEventIn,
     KeyEventOut,
     LinkOut,
@@ -36,11 +37,15 @@ from wire.api import (
     PostLink,
     ReadQuery,
     ReadResult,
+    RecoverIn,
+    RevokeIn,
     RotatedKey,
     RotatedNodeKey,
     SearchQuery,
     SearchResult,
     SignedSubmission,
+    SignedVersions,
+    SignedVersionsQuery,
     SubscriptionIn,
     SubscriptionList,
     SubscriptionOut,
@@ -163,8 +168,28 @@ async def post_key_event(request: web.Request) -> web.Response:
     return json_response(out, 201 if out.created or out.pages_stored else 200)
 
 
+async def signed_versions(request: web.Request) -> web.Response:
+    target = (await _node(request).agents.get(request.match_info["agent_id"])).agent_id
+    if agent_id(request) != target:
+        raise Forbidden("an agent reads only the versions of its own keys", field="agent_id")
+    query = decode_query(request, SignedVersionsQuery)
+    return json_response(await _node(request).key_events.signed_versions(target, query))
+
+
 async def rotate_signing_key(request: web.Request) -> web.Response:
     return json_response(await _node(request).key_events.rotate(request.match_info["agent_id"]), 201)
+
+
+async def revoke_signing_key(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), RevokeIn)
+    out = await _node(request).recovery.revoke(request.match_info["agent_id"], body.key, dry_run=body.dry_run)
+    return json_response(out, 200 if body.dry_run else 201)
+
+
+async def recover_agent(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), RecoverIn)
+    out = await _node(request).recovery.recover(request.match_info["agent_id"], dry_run=body.dry_run)
+    return json_response(out, 200 if body.dry_run else 201)
 
 
 async def rotate_node_key(request: web.Request) -> web.Response:
@@ -312,6 +337,16 @@ ROUTES: list[Route] = [
         responses={201: KeyEventOut, 200: KeyEventOut},
     ),
     Route(
+        "GET",
+        "/v1/agents/{agent_id}/signed-versions",
+        signed_versions,
+        "The versions of the agent's records this node holds signed by one of its keys, in version order, a page"
+        " at a time: what a rotation or revocation of that key vouches for (only the agent itself)",
+        "agent",
+        query=SignedVersionsQuery,
+        responses={200: SignedVersions},
+    ),
+    Route(
         "POST",
         "/v1/agents/{agent_id}/signing-key",
         rotate_signing_key,
@@ -319,6 +354,27 @@ ROUTES: list[Route] = [
         " for the old key's records (admin)",
         "admin",
         responses={201: RotatedKey},
+    ),
+    Route(
+        "POST",
+        "/v1/agents/{agent_id}/revocation",
+        revoke_signing_key,
+        "Revoke a node-kept agent's current signing key and install a new one, signed by the node's agent recovery"
+        " key (by the current key, setting that recovery key, when the history has none: the owner then ties with a"
+        " thief on rank and the smaller hash decides); vouches for every record of the key the log holds (admin)",
+        "admin",
+        body=RevokeIn,
+        responses={201: KeyChange, 200: KeyChange},
+    ),
+    Route(
+        "POST",
+        "/v1/agents/{agent_id}/recovery",
+        recover_agent,
+        "Recover a node-kept agent with the node's agent recovery key: a recover event after the key this node"
+        " keeps, replacing every key event after it and installing a new key (admin)",
+        "admin",
+        body=RecoverIn,
+        responses={201: KeyChange, 200: KeyChange},
     ),
     Route(
         "POST",

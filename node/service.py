@@ -17,8 +17,10 @@ from pathlib import Path
 
 from identity import canonical, keys, schema
 from node import __version__
+from node.agents import recovery_file
 from node.agents.challenges import Challenges
 from node.agents.key_events import KeyEvents
+from node.agents.recovery import Recovery
 from node.agents.service import Agents
 from node.default_mode.service import DefaultMode
 from node.entries.links import Links
@@ -70,7 +72,9 @@ class Node:
         self.default_mode = DefaultMode(self.db, self.node_id, self.now_ms, self.entries, self.reads)
         self.trust: Trust = Trust(self.db, self.now_ms)
         self.sync = NodeSyncStore(self.db, self.node_id, self.now_ms, authority=self.sealing.authority)
-        self.key_events = KeyEvents(self.db, self.sealing, self.now_ms)  # key events over REST, rotations
+        # key events over REST, rotations; revocations and recoveries of node-kept keys (node/agents/recovery.py)
+        self.key_events = KeyEvents(self.db, self.sealing, self.now_ms, self.data.root / recovery_file.FILE_NAME)
+        self.recovery = Recovery(self.key_events)
         self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer
         self.search_index: SearchIndex | None = None  # opened with the node (node/search_index/)
 

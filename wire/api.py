@@ -470,6 +470,60 @@ class RotatedKey(msgspec.Struct):
     key_history: KeyHistory
 
 
+MAX_SIGNED_VERSIONS_PAGE = 10_000
+
+
+class SignedVersionsQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Parameters of GET /v1/agents/{agent_id}/signed-versions: the versions of the agent's records this node holds
+    signed by `key` (the set a rotation or revocation of that key vouches for), in version order, a page at a time."""
+
+    key: Did
+    after: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")] | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_SIGNED_VERSIONS_PAGE)] = MAX_SIGNED_VERSIONS_PAGE
+
+
+class SignedVersions(msgspec.Struct):
+    """A page of versions signed by one key of an agent; `next_after` is the `after` of the next page (None: last)."""
+
+    versions: list[str]
+    next_after: str | None = None
+
+
+class RevokeIn(msgspec.Struct, forbid_unknown_fields=True):
+    """POST /v1/agents/{agent_id}/revocation (admin): revoke a node-kept agent's current key and install a new one.
+    `key`, when given, must be the current key (a check against revoking the wrong one); `dry_run` answers what
+    the revocation would sign (how many records it vouches for) and stores nothing."""
+
+    key: str | None = None
+    dry_run: bool = False
+
+
+class RecoverIn(msgspec.Struct, forbid_unknown_fields=True):
+    """POST /v1/agents/{agent_id}/recovery (admin): recover a node-kept agent with the node's recovery key;
+    `dry_run` answers what it would sign and stores nothing."""
+
+    dry_run: bool = False
+
+
+class KeyChange(msgspec.Struct):
+    """A node-kept agent's revocation or recovery: who signs it (`signer`, with its `role`), the key it takes
+    authority from, how many of that key's records it vouches for (every other record of that key is void), how
+    many key events of the chain it replaces (a recovery), and, unless it was a dry run, the stored event and the
+    new signing key."""
+
+    name: str
+    agent_id: str
+    event_kind: str  # revoke | recover
+    signer: str
+    role: str  # recovery | current
+    removed_key: str | None
+    vouched: int
+    replaced_events: int
+    key_history: KeyHistory
+    event: str | None = None  # None: a dry run
+    signing_key: str | None = None  # the new key this node keeps; None: a dry run
+
+
 class AgentOut(msgspec.Struct):
     """An agent's public identity as this node knows it."""
 
@@ -574,6 +628,7 @@ class SessionIn(msgspec.Struct, forbid_unknown_fields=True):
     agent_id: Did
     challenge: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
     signature: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    signing_key: Did | None = None  # the key that signed, when it is not agent_id's first key (a rotated identity)
 
 
 class SessionOut(msgspec.Struct):
