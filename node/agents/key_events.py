@@ -24,7 +24,7 @@ from node.agents import store
 from node.agents.service import read_key_history
 from node.errors import Conflict, Forbidden, InvalidInput, NotFound
 from node.federation.store import recheck_waiting_txn
-from node.store import equivocation, projections, submission, waiting
+from node.store import equivocation, projections, submission, void, waiting
 from node.store.authority import Authority, author_deps, event_dep, pages_dep, versions_signed_by
 from node.store.conn import Conn
 from node.store.db import Database
@@ -89,6 +89,8 @@ def submit_txn(
     waiting.remove_versions_txn(conn, [v.version for v in stored])  # a copy a peer sent is decided with it
     if resolved:
         recheck_waiting_txn(authority, tuple(resolved), 0, now_ms, conn)
+    if stored:  # the author's records already in the log may change verdict (docs/format-v3.md 7.6)
+        void.reflag_txn(conn, authority, [author], now_ms)
     return new, len(stored) - int(new)
 
 
