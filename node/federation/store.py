@@ -153,10 +153,12 @@ class NodeSyncStore:
 
     async def refused(self, versions: list[str]) -> set[str]:
         return await self.db.read(
-            lambda c: equivocation.refused(c, versions)
-            | waiting.held(c, versions)
-            | set(waiting.void(c, versions))
-            | void.flagged_versions(c, versions)  # held, flagged void: outside our set, never fetched again
+            lambda c: (
+                equivocation.refused(c, versions)
+                | waiting.held(c, versions)
+                | set(waiting.void(c, versions))
+                | void.flagged_versions(c, versions)
+            )  # held, flagged void: outside our set, never fetched again
         )
 
     async def ingest(

@@ -189,6 +189,4 @@ def switch_link(conn: Conn, seq: int, address: str, record: dict[str, Any], vali
         projections.project_link(conn, decoded(record), projections.Projection(seq, address, now_ms, notify=False))
 
 
-SUBSTRATE_SWITCHES: Mapping[str, projections.Switch] = MappingProxyType(
-    {"entry": switch_entry, "link": switch_link}
-)
+SUBSTRATE_SWITCHES: Mapping[str, projections.Switch] = MappingProxyType({"entry": switch_entry, "link": switch_link})

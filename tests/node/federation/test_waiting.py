@@ -23,7 +23,7 @@ from identity.vouching import vouch
 from node.features import LOG
 from node.federation.store import NodeSyncStore, add_peer_txn, digest
 from node.store import authority as authority_store
-from node.store import waiting
+from node.store import void, waiting
 from node.store.conn import Conn
 from node.store.db import Database
 from sync.store import Outcome
@@ -68,14 +68,18 @@ def in_log(conn: Conn, versions: list[str]) -> set[str]:
 
 
 def node_verdicts(conn: Conn, story: v3_story.Story) -> dict[str, str]:
-    """Each story record's verdict on the node: a stored key event is valid, a refused one void; a stored record is
-    what the authority cache, rebuilt from the log as at a start, says of it; a waiting one is undecided; one
-    stored nowhere was refused (void)."""
+    """Each story record's verdict on the node: a stored key event is valid, a refused one void; a stored record
+    flagged void (it was stored before a later key event voided it: node/store/void.py) is void, and must be what
+    the authority cache, rebuilt from the log as at a start, says of it, as must every stored record not flagged;
+    a waiting one is undecided; one stored nowhere was refused (void). Every stored record is shown (an entry in
+    `entries`, a version in the digest) exactly when it is valid."""
     cache = authority_store.Authority()
     cache.load_txn(conn)
     versions = [version(r) for r in story.records.values()]
     stored = in_log(conn, versions)
     held = waiting.held(conn, versions)
+    flagged = void.flagged_versions(conn, versions)
+    shown = {str(r[0]) for r in conn.execute("SELECT record_hash FROM entries").fetchall()}
     out: dict[str, str] = {}
     for name, record in story.records.items():
         v = version(record)
@@ -84,10 +88,17 @@ def node_verdicts(conn: Conn, story: v3_story.Story) -> dict[str, str]:
             out[name] = "undecided"
         elif v not in stored:
             out[name] = "void"
+        elif v in flagged:
+            assert cache.decide(record, v).verdict == "void", f"{name} is flagged void but valid"
+            out[name] = "void"
         elif record["kind"] in ("key_event", "vouch_page") or not cache.needs(record):
             out[name] = "valid"
         else:
             out[name] = cache.decide(record, v).verdict
+            assert out[name] != "void", f"{name} was stored and is void, but not flagged"
+        if record["kind"] == "entry" and v in stored:
+            assert (address(record) in shown) == (out[name] == "valid"), f"{name} is shown: {address(record) in shown}"
+    assert digest(conn, "n").count == len(stored - flagged), "the digest counts valid versions only"
     return out
 
 

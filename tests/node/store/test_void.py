@@ -1,0 +1,209 @@
+"""node.store.void: records stored before a later key event made them void are flagged, hidden from every read and
+projection and from peers, and shown again when a recovery vouches for them; on a real aiohttp server over a real
+SQLite node, with real Ed25519 keys and client-signed key events over REST."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from identity import canonical, keys, records, vouching
+from node.service import Node
+from node.store import projections, void
+from node.store.conn import Conn
+from tests.conftest import AgentCreds, FakeClock
+from tests.node.api_helpers import SelfSigner, entry_record, get_json, hash_of, link_record, self_signer
+from tests.node.federation.v3_story import key_event, vouch_page
+from wire import unsigned
+from wire.time import format_ms
+from wire.workflows import PostMessage
+
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+WORKFLOWS = "/v1/agent-workflows"
+
+
+def signed(body: dict[str, Any], signer: keys.SigningKey) -> dict[str, Any]:
+    """`body` signed by `signer`, naming it in `signing_key` when it is not the author's first key."""
+    if signer.did != body["author_id"]:
+        body = {**body, "signing_key": signer.did}
+    return records.sign(body, signer)
+
+
+def version_of(record: dict[str, Any]) -> str:
+    body = canonical.canonical_bytes(record)
+    return canonical.sha256_hex(body) if record["kind"] == "entry" else hash_of(record)
+
+
+def by(record: dict[str, Any], author: str, signer: keys.SigningKey) -> dict[str, Any]:
+    """A record built for `signer`'s did, re-signed for `author` by `signer` (a rotated-in key)."""
+    body = {k: v for k, v in record.items() if k != "signature"}
+    return signed({**body, "author_id": author}, signer)
+
+
+async def send(client: TestClient, path: str, who: SelfSigner, record: dict[str, Any], status: int = 201) -> Any:
+    resp = await client.post(path, json={"record": record}, headers=who.headers)
+    data = await resp.json(content_type=None)
+    assert resp.status == status, data
+    return data
+
+
+async def key_events(
+    client: TestClient, who: SelfSigner, event: dict[str, Any], pages: list[dict[str, Any]], status: int = 201
+) -> Any:
+    resp = await client.post(
+        f"/v1/agents/{who.agent_id}/key-events", json={"record": event, "pages": pages}, headers=who.headers
+    )
+    data = await resp.json(content_type=None)
+    assert resp.status == status, data
+    return data
+
+
+def flagged(conn: Conn) -> dict[str, str]:
+    return {row.hash: row.reason for row in void.listing(conn, 0, 100)}
+
+
+async def served(node: Node) -> tuple[set[str], set[str], set[str], int]:
+    """What this node serves peers: the changes feed's hashes, the hashes a fetch of every record returns, the
+    versions of the reconciliation set, and the digest's count."""
+    page = await node.sync.changes(0, 1000)
+    feed = {str(item[1]) for item in page.items}
+    every = await node.db.read(lambda c: [str(r[0]) for r in c.execute("SELECT hash FROM records").fetchall()])
+    fetched = {str(h) for h, _, _ in await node.sync.fetch(every)}
+    _, _, items = await node.sync.reconcile_items()
+    return feed, fetched, {v.hex() for _, v in items}, (await node.sync.digest()).count
+
+
+async def rebuilt_equals(node: Node) -> None:
+    """`bbs rebuild`'s replay of the log gives the projections the switches left."""
+
+    def run(conn: Conn) -> tuple[Any, Any]:
+        before = projections.snapshot(conn)
+        projections.rebuild(conn)
+        return before, projections.snapshot(conn)
+
+    before, after = await node.db.write(run)
+    assert before == after
+
+
+async def test_a_revocation_voids_stored_records_everywhere_and_a_recovery_vouching_for_them_brings_them_back(
+    client: TestClient, node: Node, clock: FakeClock, make_agent: MakeAgent
+) -> None:
+    await void_story(client, node, clock, make_agent)
+
+
+async def void_story(
+    client: TestClient, node: Node, clock: FakeClock, make_agent: MakeAgent
+) -> dict[str, dict[str, Any]]:
+    """The story of the test above (every read path checked along the way); its records by name."""
+    who = await self_signer(node, "owner")
+    bob = await make_agent("bob")
+    k0, k1, k2, k3, recovery = who.key, *(keys.SigningKey.generate() for _ in range(4))
+    author = who.agent_id
+    now = int(clock() * 1000)
+    at = format_ms(now)
+    doc = await node.db.read(
+        lambda c: json.loads(bytes(c.execute("SELECT body FROM records WHERE kind = 'agent'").fetchone()[0]))
+    )
+    # a task declared by the first key, which the rotation below does not vouch for
+    declare = records.sign(unsigned.unsigned_declare("chore", author, at, node.node_id, {"title": "a chore"}), k0)
+    await send(client, f"{WORKFLOWS}/tasks", who, declare)
+    assert (await get_json(client, f"{WORKFLOWS}/tasks/chore", who))["title"] == "a chore"
+    e1 = key_event(
+        k0,
+        "rotate",
+        1,
+        installs=k1,
+        recovery=recovery,
+        vouches=[vouching.vouch(k0.did, [version_of(doc)])],
+        created_at=at,
+        author=author,
+    )
+    await key_events(client, who, e1, [vouch_page(k0, e1, k0, [version_of(doc)], author=author)])
+    assert await node.db.read(flagged) == {hash_of(declare): "unvouched"}
+    await get_json(client, f"{WORKFLOWS}/tasks/chore", who, 404)
+    assert "chore" not in json.dumps(await get_json(client, f"{WORKFLOWS}/tasks/ready", who))
+
+    keep = by(entry_record(k1, "kept: the revocation vouches for it", created_ms=now), author, k1)
+    lost = by(
+        entry_record(k1, "zebra quartz, lost to the revocation", created_ms=now + 1, directed_to=[bob.agent_id]),
+        author,
+        k1,
+    )
+    for entry in (keep, lost):
+        await send(client, "/v1/entries", who, entry)
+    link = by(link_record(k1, hash_of(lost), hash_of(keep), "supports", created_ms=now + 2), author, k1)
+    await send(client, "/v1/links", who, link)
+    message = signed(
+        unsigned.unsigned_message(author, PostMessage("note", "zebra hello", to_agent=bob.agent_id), at), k1
+    )
+    await send(client, f"{WORKFLOWS}/messages", who, message)
+    voidable = {hash_of(lost), hash_of(link), hash_of(message)}
+
+    revoke = key_event(
+        recovery,
+        "revoke",
+        2,
+        prior=e1,
+        installs=k2,
+        vouches=[vouching.vouch(k1.did, [version_of(keep)])],
+        created_at=at,
+        author=author,
+    )
+    await key_events(client, who, revoke, [vouch_page(recovery, revoke, k1, [version_of(keep)], author=author)])
+    assert await node.db.read(flagged) == {hash_of(declare): "unvouched", **dict.fromkeys(voidable, "revoked_key")}
+
+    async def shown(visible: bool, inbox: bool = True) -> None:
+        """Every read path shows the lost entry, the link and the message exactly when `visible` (bob's inbox when
+        `inbox`: reading it leases what it shows)."""
+        await get_json(client, f"/v1/entries/{hash_of(lost)}", who, 200 if visible else 404)
+        read = await get_json(client, f"/v1/entries/{hash_of(keep)}", who, params={"hops": "1"})
+        assert ({e["record_hash"] for e in read["entries"]} == {hash_of(keep), hash_of(lost)}) == visible
+        assert bool(read["links"]) == visible
+        hits = await get_json(client, "/v1/search", who, params={"q": "zebra"})
+        assert [e["record_hash"] for e in hits["entries"]] == ([hash_of(lost)] if visible else [])
+        feed = await get_json(client, "/v1/feed", who)
+        assert (hash_of(lost) in {e["record_hash"] for e in feed["entries"]}) == visible
+        if inbox:
+            notes = (await get_json(client, "/v1/inbox", bob))["notifications"]
+            assert [n["record_hash"] for n in notes] == ([hash_of(lost)] if visible else [])
+        messages = await get_json(client, f"{WORKFLOWS}/messages", who, params={"agent": author})
+        assert len(messages["messages"]) == int(visible)
+        feed_hashes, fetched, reconciled, count = await served(node)
+        for hashes in (feed_hashes, fetched):
+            assert voidable <= hashes if visible else not voidable & hashes
+            assert hash_of(declare) not in hashes and hash_of(keep) in hashes
+        versions = {version_of(r) for r in (lost, link, message)}
+        assert versions <= reconciled if visible else not versions & reconciled
+        stored = await node.db.read(lambda c: int(c.execute("SELECT count(*) FROM records").fetchone()[0]))
+        assert count == stored - len(await node.db.read(flagged))  # the digest counts valid versions only
+
+    await shown(False)
+    await rebuilt_equals(node)
+    await shown(False)
+
+    # a recovery on the revocation's place that vouches for every record of k1 (it wins on the smaller address)
+    recover: dict[str, Any] = {}
+    vouched = [version_of(r) for r in (keep, lost, link, message)]
+    for ms in range(now, now + 1000):
+        recover = key_event(
+            recovery,
+            "recover",
+            2,
+            prior=e1,
+            installs=k3,
+            vouches=[vouching.vouch(k1.did, vouched)],
+            created_at=format_ms(ms),
+            author=author,
+        )
+        if hash_of(recover) < hash_of(revoke):
+            break
+    out = await key_events(client, who, recover, [vouch_page(recovery, recover, k1, vouched, author=author)])
+    assert out["key_history"]["current_key"] == k3.did
+    assert await node.db.read(flagged) == {hash_of(declare): "unvouched"}
+    await shown(True)
+    await rebuilt_equals(node)
+    await shown(True, inbox=False)
+    return {"declare": declare, "keep": keep, "lost": lost, "link": link, "message": message}
