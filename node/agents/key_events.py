@@ -30,7 +30,8 @@ from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import Sealing, record_error, sign_and_check_body
 from sync.store import Verified
-from wire.api import KeyEventIn, KeyEventOut, KeyHistory, RotatedKey
+from wire.api import KeyEventIn, KeyEventOut, KeyHistory, RotatedKey, VoidRecord, VoidRecordPage, VoidRecordsQuery
+from wire.time import format_ms
 
 log = logging.getLogger("bbs.node")
 
@@ -247,6 +248,24 @@ class KeyEvents:
         return RotatedKey(
             name=name, agent_id=did, signing_key=new.did, event=event.hash, vouched=vouched, key_history=history
         )
+
+    async def void_records(self, q: VoidRecordsQuery) -> VoidRecordPage:
+        """A page of the records flagged void (node/store/void.py), for the operator."""
+
+        def run(conn: Conn) -> VoidRecordPage:
+            rows = void.listing(conn, q.after, q.limit + 1)
+            more = len(rows) > q.limit
+            rows = rows[: q.limit]
+            return VoidRecordPage(
+                records=[
+                    VoidRecord(r.seq, r.hash, r.version, r.kind, r.author_id, r.reason, format_ms(r.flagged_ms))
+                    for r in rows
+                ],
+                next_after=rows[-1].seq if more else None,
+                total=void.count(conn),
+            )
+
+        return await self.db.read(run)
 
     async def history(self, agent_id: str) -> KeyHistory:
         """The key history of `agent_id` as the log holds it."""

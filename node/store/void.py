@@ -115,7 +115,8 @@ def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms:
     if not voided and not restored:
         return 0, 0
     conn.executemany(
-        "INSERT INTO void_records (seq, version, hash, kind, author_id, reason, flagged_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO void_records (seq, version, hash, kind, author_id, reason, flagged_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
         [(s.seq, s.version, s.hash, s.kind, s.author_id, reason, now_ms) for s, reason in voided],
     )
     conn.executemany("DELETE FROM void_records WHERE seq = ?", [(s.seq,) for s in restored])

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
 
 from identity import canonical, keys, records, vouching
+from node.features import LOG
+from node.ops import doctor
 from node.service import Node
 from node.store import projections, void
 from node.store.conn import Conn
@@ -207,3 +210,34 @@ async def void_story(
     await rebuilt_equals(node)
     await shown(True, inbox=False)
     return {"declare": declare, "keep": keep, "lost": lost, "link": link, "message": message}
+
+
+async def test_the_operator_lists_the_void_records_by_page_and_doctor_counts_them(
+    client: TestClient,
+    node: Node,
+    clock: FakeClock,
+    make_agent: MakeAgent,
+    admin_headers: dict[str, str],
+    data_dir: tuple[Path, str],
+) -> None:
+    story = await void_story(client, node, clock, make_agent)
+    page = await get_json(client, "/v1/admin/void-records", Admin(admin_headers), params={"limit": "1"})
+    (only,) = page["records"]
+    assert only["record_hash"] == hash_of(story["declare"]) and only["kind"] == "task_event"
+    assert only["reason"] == "unvouched" and page["total"] == 1 and page["next_after"] is None
+    assert only["author_id"] == story["declare"]["author_id"] and only["version"] == version_of(story["declare"])
+    after = await get_json(client, "/v1/admin/void-records", Admin(admin_headers), params={"after": str(only["seq"])})
+    assert after["records"] == [] and after["total"] == 1
+    refused = await get_json(client, "/v1/admin/void-records", await make_agent("eve"), 403)
+    assert refused["status"] == 403
+    bad = await get_json(client, "/v1/admin/void-records", Admin(admin_headers), 422, params={"limit": "0"})
+    assert bad["status"] == 422
+    checks = {c.name: c for c in doctor.diagnose(data_dir[0], LOG)}
+    assert checks["void_records"].status == "warn" and checks["void_records"].detail.startswith("1 stored record")
+
+
+class Admin:
+    """The operator, by the admin token's headers (`get_json` reads `.headers`)."""
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.headers = headers
