@@ -195,6 +195,9 @@ def _append_version(
         if before:
             equivocation.unproject_entry_txn(conn, item.hash, before[0].seq)
         project_entries(conn, [(seq, item)], now_ms, notify=True)
+    if conn.execute("SELECT 1 FROM void_records WHERE hash = ? LIMIT 1", (item.hash,)).fetchone() is not None:
+        # a version held is flagged void (node/store/void.py): show the best one not flagged, and no equivocation
+        log_of(conn).switches["entry"](conn, seq, item.hash, item.record, True, now_ms)
     return seq, True
 
 

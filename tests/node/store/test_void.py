@@ -15,10 +15,11 @@ from identity import canonical, keys, records, vouching
 from node.features import LOG
 from node.ops import doctor
 from node.service import Node
-from node.store import projections, void
+from node.store import equivocation, projections, void
 from node.store.conn import Conn
 from tests.conftest import AgentCreds, FakeClock
-from tests.node.api_helpers import SelfSigner, entry_record, get_json, hash_of, link_record, self_signer
+from tests.node.api_helpers import SelfSigner, entry_record, get_json, hash_of, ingest, link_record, self_signer
+from tests.node.federation import v3_story
 from tests.node.federation.v3_story import key_event, vouch_page
 from wire import unsigned
 from wire.time import format_ms
@@ -241,3 +242,23 @@ class Admin:
 
     def __init__(self, headers: dict[str, str]) -> None:
         self.headers = headers
+
+
+async def test_a_void_version_does_not_make_its_address_equivocated(node: Node) -> None:
+    first = v3_story.post(v3_story.A, v3_story.A0, "one statement, two bodies")
+    second = v3_story.signed({**{k: v for k, v in first.items() if k != "signature"}, "tags": ["other"]}, v3_story.A0)
+    assert hash_of(first) == hash_of(second) and version_of(first) != version_of(second)
+    for record in (first, second):
+        assert await ingest(node, record) == "saved"
+    assert await node.db.read(equivocation.by_author) == {v3_story.A: 1}
+    # the rotation vouches for the first body only: the second, stored before it, is void
+    e1 = v3_story.key_event(
+        v3_story.A0, "rotate", 1, installs=v3_story.A1, vouches=[vouching.vouch(v3_story.A0.did, [version_of(first)])]
+    )
+    for record in (e1, v3_story.vouch_page(v3_story.A0, e1, v3_story.A0, [version_of(first)])):
+        assert await ingest(node, record) == "saved"
+    assert await node.db.read(flagged) == {hash_of(second): "unvouched"}
+    assert await node.db.read(equivocation.by_author) == {}
+    shown = await node.db.read(lambda c: [str(r[0]) for r in c.execute("SELECT signature FROM entries").fetchall()])
+    assert shown == [first["signature"]]
+    await rebuilt_equals(node)
