@@ -172,6 +172,8 @@ def switch_entry(conn: Conn, seq: int, address: str, record: dict[str, Any], val
         if want is not None:
             item = projections.Incoming({}, address, decoded(_body_at(conn, want)))
             projections.project_entries(conn, [(want, item)], now_ms, notify=False)
+        # the search index covers this id already: its indexer redoes the address's document (node/search_index/)
+        conn.execute("INSERT INTO search_redo (address) VALUES (?)", (address,))
     if len(live) > 1:
         equivocation.mark_txn(conn, address, str(record["author_id"]), now_ms)
     else:

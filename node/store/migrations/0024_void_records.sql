@@ -13,3 +13,11 @@ CREATE TABLE void_records (
     flagged_ms INTEGER NOT NULL
 );
 CREATE INDEX void_records_author ON void_records(author_id);
+
+-- Addresses whose search index document a void switch changed (node/store/void.py): the entry left `entries`, or came
+-- back, under an id the tantivy index already covers, so its catch-up by id would not see it. The indexer deletes
+-- each address's document and adds the entry again when `entries` holds it, then removes the rows it handled.
+CREATE TABLE search_redo (
+    id INTEGER PRIMARY KEY,
+    address TEXT NOT NULL
+);

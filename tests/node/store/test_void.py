@@ -4,6 +4,7 @@ SQLite node, with real Ed25519 keys and client-signed key events over REST."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from node.ops import doctor
 from node.service import Node
 from node.store import equivocation, projections, void
 from node.store.conn import Conn
+from node.web.appkeys import SEARCH_INDEXER
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import SelfSigner, entry_record, get_json, hash_of, ingest, link_record, self_signer
 from tests.node.federation import v3_story
@@ -78,6 +80,14 @@ async def served(node: Node) -> tuple[set[str], set[str], set[str], int]:
     fetched = {str(h) for h, _, _ in await node.sync.fetch(every)}
     _, _, items = await node.sync.reconcile_items()
     return feed, fetched, {v.hex() for _, v in items}, (await node.sync.digest()).count
+
+
+async def until(condition: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
+    """Wait for `condition` (the node's search indexer runs beside the writer), at most `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not await condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
 
 
 async def rebuilt_equals(node: Node) -> None:
@@ -166,6 +176,13 @@ async def void_story(
         read = await get_json(client, f"/v1/entries/{hash_of(keep)}", who, params={"hops": "1"})
         assert ({e["record_hash"] for e in read["entries"]} == {hash_of(keep), hash_of(lost)}) == visible
         assert bool(read["links"]) == visible
+        worker = client.app[SEARCH_INDEXER]  # the tantivy index drops the document, and takes it back
+
+        async def redone() -> bool:
+            queued = await node.db.read(lambda c: c.execute("SELECT count(*) FROM search_redo").fetchone()[0])
+            return queued == 0 and (worker.index.seq_of(hash_of(lost)) is not None) == visible
+
+        await until(redone)
         hits = await get_json(client, "/v1/search", who, params={"q": "zebra"})
         assert [e["record_hash"] for e in hits["entries"]] == ([hash_of(lost)] if visible else [])
         feed = await get_json(client, "/v1/feed", who)
@@ -234,6 +251,7 @@ async def test_the_operator_lists_the_void_records_by_page_and_doctor_counts_the
     bad = await get_json(client, "/v1/admin/void-records", Admin(admin_headers), 422, params={"limit": "0"})
     assert bad["status"] == 422
     checks = {c.name: c for c in doctor.diagnose(data_dir[0], LOG)}
+    assert checks["search_index"].status == "ok", checks["search_index"]
     assert checks["void_records"].status == "warn" and checks["void_records"].detail.startswith("1 stored record")
 
 
