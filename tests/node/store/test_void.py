@@ -280,3 +280,57 @@ async def test_a_void_version_does_not_make_its_address_equivocated(node: Node) 
     shown = await node.db.read(lambda c: [str(r[0]) for r in c.execute("SELECT signature FROM entries").fetchall()])
     assert shown == [first["signature"]]
     await rebuilt_equals(node)
+
+
+async def test_a_task_leaves_the_graph_when_its_events_are_void_and_comes_back_when_a_winning_fork_vouches_for_them(
+    node: Node,
+) -> None:
+    a0, a1 = v3_story.A0, v3_story.A1
+    at = "2026-03-01T08:00:00Z"
+    declare = v3_story.signed(
+        unsigned.unsigned_declare("chore", v3_story.A, at, node.node_id, {"title": "a chore"}), a0
+    )
+    update = v3_story.signed(
+        unsigned.unsigned_declare("chore", v3_story.A, "2026-03-01T08:00:01Z", node.node_id, {"status": "processing"}),
+        a0,
+    )
+    later = v3_story.signed(
+        unsigned.unsigned_declare("later", v3_story.A, at, node.node_id, {"title": "after the chore"}), a0
+    )
+    for record in (declare, update, later):
+        assert await ingest(node, record) == "saved"
+
+    async def task(key: str) -> tuple[str, str] | None:
+        row = await node.db.read(
+            lambda c: c.execute("SELECT title, status FROM tasks WHERE key = ?", (key,)).fetchone()
+        )
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    assert await task("chore") == ("a chore", "processing")
+    # a rotation by the first key vouching for the later task only: the chore's events are void, the task goes
+    vouched = [version_of(later)]
+    rotate = v3_story.key_event(a0, "rotate", 1, installs=a1, vouches=[vouching.vouch(a0.did, vouched)])
+    for record in (rotate, v3_story.vouch_page(a0, rotate, a0, vouched)):
+        assert await ingest(node, record) == "saved"
+    assert await task("chore") is None and await task("later") == ("after the chore", "pending")
+    assert set(await node.db.read(flagged)) == {hash_of(declare), hash_of(update)}
+    await rebuilt_equals(node)
+    # another rotation on the same place, by the same key, vouching for every task event: the smaller address wins
+    every = [version_of(r) for r in (declare, update, later)]
+    fork: dict[str, Any] = {}
+    for second in range(60):
+        fork = v3_story.key_event(
+            a0,
+            "rotate",
+            1,
+            installs=a1,
+            vouches=[vouching.vouch(a0.did, every)],
+            created_at=f"2026-03-02T08:00:{second:02}Z",
+        )
+        if hash_of(fork) < hash_of(rotate):
+            break
+    for record in (fork, v3_story.vouch_page(a0, fork, a0, every)):
+        assert await ingest(node, record) == "saved"
+    assert await node.db.read(flagged) == {}
+    assert await task("chore") == ("a chore", "processing")
+    await rebuilt_equals(node)
