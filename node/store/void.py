@@ -28,9 +28,6 @@ from node.store import equivocation, projections
 from node.store.authority import AUTHORITY_KINDS, Authority
 from node.store.conn import Conn
 
-# `seq NOT IN (...)` of a statement over `records`: the flagged seqs, read once per statement
-NOT_VOID = "seq NOT IN (SELECT seq FROM void_records)"
-
 
 class Stored(NamedTuple):
     """A record of the log whose verdict changed."""
@@ -89,11 +86,6 @@ def flagged_versions(conn: Conn, versions: Iterable[str]) -> set[str]:
         (json.dumps(list(versions)),),
     ).fetchall()
     return {str(r[0]) for r in rows}
-
-
-def flagged_seqs(conn: Conn) -> set[int]:
-    """Every flagged seq (`bbs rebuild` skips them)."""
-    return {int(r[0]) for r in conn.execute("SELECT seq FROM void_records").fetchall()}
 
 
 def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms: int) -> tuple[int, int]:
