@@ -30,7 +30,7 @@ from node.store.conn import Conn
 
 
 class Stored(NamedTuple):
-    """A record of the log whose verdict changed."""
+    """A stored record of an author whose key history changed: `record` holds what `Authority.decide` reads."""
 
     seq: int
     hash: str
@@ -59,15 +59,30 @@ def authors_of_authority(records: Iterable[dict[str, Any]]) -> set[str]:
 
 def _records_of(conn: Conn, authors: list[str]) -> list[Stored]:
     """Every record of `authors` in the log but their key events, vouch pages and agent documents, in log order (one
-    scan). Agent documents are not judged by their key yet (docs/format-v3.md 7.7: 3.8's order is to do), so none
-    is flagged: an identity whose rotation vouches for no document keeps its row."""
+    scan), each as much as `Authority.decide` reads of it (author and `signing_key`: SQLite reads the bodies, Python
+    decodes none). Agent documents are not judged by their key yet (docs/format-v3.md 7.7: 3.8's order is to do),
+    so none is flagged: an identity whose rotation vouches for no document keeps its row."""
     rows = conn.execute(
-        "SELECT seq, hash, version, kind, author_id, body FROM records"
+        "SELECT seq, hash, version, kind, author_id, json_extract(body, '$.signing_key') FROM records"
         " WHERE author_id IN (SELECT value FROM json_each(?)) AND kind NOT IN ('key_event', 'vouch_page', 'agent')"
         " ORDER BY seq",
         (json.dumps(sorted(authors)),),
     ).fetchall()
-    return [Stored(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]), json.loads(bytes(r[5]))) for r in rows]
+    out = []
+    for seq, address, version, kind, author, signing_key in rows:
+        signer: dict[str, Any] = (
+            {"author_id": author} if signing_key is None else {"author_id": author, "signing_key": signing_key}
+        )
+        out.append(Stored(int(seq), str(address), str(version), str(kind), str(author), signer))
+    return out
+
+
+def _bodies(conn: Conn, seqs: list[int]) -> dict[int, dict[str, Any]]:
+    """The stored records at `seqs`, decoded."""
+    rows = conn.execute(
+        "SELECT seq, body FROM records WHERE seq IN (SELECT value FROM json_each(?))", (json.dumps(seqs),)
+    ).fetchall()
+    return {int(r[0]): json.loads(bytes(r[1])) for r in rows}
 
 
 def flagged_of(conn: Conn, authors: list[str]) -> set[int]:
@@ -114,10 +129,11 @@ def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms:
     conn.executemany("DELETE FROM void_records WHERE seq = ?", [(s.seq,) for s in restored])
     switches = projections.log_of(conn).switches
     changed = sorted([(s, False) for s, _ in voided] + [(s, True) for s in restored], key=lambda sv: sv[0].seq)
+    bodies = _bodies(conn, [s.seq for s, _ in changed])
     for stored, valid in changed:
         switch = switches.get(stored.kind)
         if switch is not None:
-            switch(conn, stored.seq, stored.hash, stored.record, valid, now_ms)
+            switch(conn, stored.seq, stored.hash, bodies[stored.seq], valid, now_ms)
     return len(voided), len(restored)
 
 
