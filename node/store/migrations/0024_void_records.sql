@@ -13,6 +13,7 @@ CREATE TABLE void_records (
     flagged_ms INTEGER NOT NULL
 );
 CREATE INDEX void_records_author ON void_records(author_id);
+CREATE INDEX void_records_hash ON void_records(hash);   -- the versions of one address (an entry's switch)
 
 -- Addresses whose search index document a void switch changed (node/store/void.py): the entry left `entries`, or came
 -- back, under an id the tantivy index already covers, so its catch-up by id would not see it. The indexer deletes
