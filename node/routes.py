@@ -49,6 +49,8 @@ from wire.api import (
     SubscriptionIn,
     SubscriptionList,
     SubscriptionOut,
+    VoidRecordPage,
+    VoidRecordsQuery,
 )
 
 if TYPE_CHECKING:
@@ -157,6 +159,10 @@ async def create_agent(request: web.Request) -> web.Response:
 
 async def rotate_api_key(request: web.Request) -> web.Response:
     return json_response(await _node(request).agents.rotate_api_key(request.match_info["agent_id"]), 201)
+
+
+async def void_records(request: web.Request) -> web.Response:
+    return json_response(await _node(request).key_events.void_records(decode_query(request, VoidRecordsQuery)))
 
 
 async def post_key_event(request: web.Request) -> web.Response:
@@ -393,6 +399,16 @@ ROUTES: list[Route] = [
         " peers holding the newest (admin)",
         "admin",
         responses={200: NodeKeyState},
+    ),
+    Route(
+        "GET",
+        "/v1/admin/void-records",
+        void_records,
+        "Records stored before a later key event made them void (a revoke, a winning recover, a rotation not"
+        " vouching for them), in log order, a page at a time: kept in the log, hidden from every read and peer (admin)",
+        "admin",
+        query=VoidRecordsQuery,
+        responses={200: VoidRecordPage},
     ),
     Route("GET", "/healthz", healthz, "Liveness", "none", responses={200: Health}, tag="ops"),
 ]

@@ -567,6 +567,36 @@ class AgentPage(msgspec.Struct):
     next_after: str | None
 
 
+MAX_VOID_PAGE = 500
+
+
+class VoidRecordsQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Parameters of GET /v1/admin/void-records: records flagged void, in log order, a page at a time."""
+
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_VOID_PAGE)] = 100
+    after: Annotated[int, msgspec.Meta(ge=0)] = 0  # the previous page's next_after
+
+
+class VoidRecord(msgspec.Struct):
+    """A record stored before a later key event made it void: in the log, hidden from every read and from peers."""
+
+    seq: int
+    record_hash: str
+    version: str
+    kind: str
+    author_id: str
+    reason: str  # unvouched, revoked_key, losing_branch
+    flagged_at: str
+
+
+class VoidRecordPage(msgspec.Struct):
+    """One page of GET /v1/admin/void-records; pass next_after back as `after` for the next (null at the end)."""
+
+    records: list[VoidRecord]
+    next_after: int | None
+    total: int
+
+
 class CreateAgent(msgspec.Struct, forbid_unknown_fields=True):
     """Admin: create an agent whose key this node keeps."""
 

@@ -28,13 +28,24 @@ from node.agents import refs as agent_refs
 from node.agents.service import read_key_history
 from node.errors import Conflict, Forbidden, InvalidInput, NotFound
 from node.federation.store import recheck_waiting_txn, store_epoch
-from node.store import equivocation, projections, submission, waiting
+from node.store import equivocation, projections, submission, void, waiting
 from node.store.authority import Authority, author_deps, event_dep, pages_dep, versions_signed_by
 from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import Sealing, record_error, sign_and_check_body
 from sync.store import Verified
-from wire.api import KeyEventIn, KeyEventOut, KeyHistory, RotatedKey, SignedVersions, SignedVersionsQuery
+from wire.api import (
+    KeyEventIn,
+    KeyEventOut,
+    KeyHistory,
+    RotatedKey,
+    SignedVersions,
+    SignedVersionsQuery,
+    VoidRecord,
+    VoidRecordPage,
+    VoidRecordsQuery,
+)
+from wire.time import format_ms
 
 log = logging.getLogger("bbs.node")
 
@@ -93,6 +104,8 @@ def submit_txn(
     waiting.remove_versions_txn(conn, [v.version for v in stored])  # a copy a peer sent is decided with it
     if resolved:
         recheck_waiting_txn(authority, tuple(resolved), 0, now_ms, conn)
+    if stored:  # the author's records already in the log may change verdict (docs/format-v3.md 7.6)
+        void.reflag_txn(conn, authority, [author], now_ms)
     return new, len(stored) - int(new)
 
 
@@ -303,6 +316,24 @@ class KeyEvents:
         page = versions[start : start + query.limit]
         more = start + query.limit < len(versions)
         return SignedVersions(versions=page, next_after=page[-1] if more and page else None)
+
+    async def void_records(self, q: VoidRecordsQuery) -> VoidRecordPage:
+        """A page of the records flagged void (node/store/void.py), for the operator."""
+
+        def run(conn: Conn) -> VoidRecordPage:
+            rows = void.listing(conn, q.after, q.limit + 1)
+            more = len(rows) > q.limit
+            rows = rows[: q.limit]
+            return VoidRecordPage(
+                records=[
+                    VoidRecord(r.seq, r.hash, r.version, r.kind, r.author_id, r.reason, format_ms(r.flagged_ms))
+                    for r in rows
+                ],
+                next_after=rows[-1].seq if more else None,
+                total=void.count(conn),
+            )
+
+        return await self.db.read(run)
 
     async def history(self, agent_id: str) -> KeyHistory:
         """The key history of `agent_id` as the log holds it."""

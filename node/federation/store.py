@@ -21,7 +21,7 @@ from yarl import URL
 from identity import canonical, key_history, keys
 from node.errors import InvalidInput
 from node.federation import waiting as waiting_gate
-from node.store import db, equivocation, projections, waiting
+from node.store import db, equivocation, projections, void, waiting
 from node.store.authority import Authority, key_events_of
 from node.store.conn import Conn
 from node.store.db import Database
@@ -49,7 +49,8 @@ log = logging.getLogger("bbs.sync")
 # Federated versions by address or version: a UNION of two index searches (an OR of the two would scan every
 # federated record).
 FETCH_SQL = (
-    "SELECT hash, version, body FROM records WHERE +scope = 'federation' AND seq IN ("
+    "SELECT hash, version, body FROM records WHERE +scope = 'federation' AND seq NOT IN (SELECT seq FROM void_records)"
+    " AND seq IN ("
     "   SELECT seq FROM records WHERE hash IN (SELECT value FROM json_each(:ids))"
     "   UNION SELECT seq FROM records WHERE version IN (SELECT value FROM json_each(:ids)))"
     " ORDER BY seq"
@@ -81,14 +82,16 @@ class NodeSyncStore:
         def run(conn: Conn) -> Page:
             epoch, head = _position(conn)
             rows = conn.execute(
-                "SELECT seq, hash, version, body FROM records"
+                "SELECT seq, hash, version, body, seq IN (SELECT seq FROM void_records) FROM records"
                 " WHERE scope = 'federation' AND seq > ? AND origin IS NOT ? ORDER BY seq LIMIT ?",
                 (since, exclude_origin, limit),
             ).fetchall()
             scanned = [(int(r[0]), r[1], r[2], bytes(r[3])) for r in rows]
             more = len(scanned) == limit and scanned[-1][0] < head
-            # records a peer of protocol v cannot store are skipped; `next` moves past them all the same
-            items = [item for item in scanned if compat.servable(v, item[2], item[3])]
+            # records a peer of protocol v cannot store, and records flagged void (node/store/void.py), are
+            # skipped; `next` moves past them all the same
+            served = {int(r[0]) for r in rows if not r[4]}
+            items = [item for item in scanned if item[0] in served and compat.servable(v, item[2], item[3])]
             return Page(epoch, head, scanned[-1][0] if more else head, more, items)
 
         return await self.db.read(run)
@@ -137,8 +140,9 @@ class NodeSyncStore:
             rows = conn.execute(
                 # created_ms >= 0: records dated before 1970 are refused now, but a node may hold some from before
                 # the unary + keeps the planner on records_time_version's order (no sort of the whole log)
+                # records flagged void are outside the set (docs/format-v3.md 7.6)
                 "SELECT created_ms, version FROM records WHERE +scope = 'federation' AND created_ms >= 0"
-                " ORDER BY created_ms, version"
+                " AND seq NOT IN (SELECT seq FROM void_records) ORDER BY created_ms, version"
             ).fetchall()
             if v != PROTOCOL_VERSION:
                 keep = servable_versions(conn, v, [h for _, h in rows])
@@ -149,7 +153,12 @@ class NodeSyncStore:
 
     async def refused(self, versions: list[str]) -> set[str]:
         return await self.db.read(
-            lambda c: equivocation.refused(c, versions) | waiting.held(c, versions) | set(waiting.void(c, versions))
+            lambda c: (
+                equivocation.refused(c, versions)
+                | waiting.held(c, versions)
+                | set(waiting.void(c, versions))
+                | void.flagged_versions(c, versions)
+            )  # held, flagged void: outside our set, never fetched again
         )
 
     async def ingest(
@@ -392,6 +401,9 @@ def ingest_txn(
         want_failed_txn(conn, peer_id, [str(o.hash) for o in faults], now_ms)
     _count_outcomes(conn, peer_id, outcomes, internal=len(faults))
     outcomes.extend(gated.outcomes)
+    # key events and pages stored: the authors' records already in the log may change verdict (7.6)
+    stored = [v.record for v, (_, inserted) in kept if inserted]
+    void.reflag_txn(conn, authority, void.authors_of_authority(stored), now_ms)
     _store_released_txn(conn, authority, gated.released, now_ms)
     if cursor is not None:
         write_cursor_txn(conn, peer_id, cursor, too_new_from)
@@ -601,12 +613,16 @@ def _fmt(ms: int | None) -> str | None:
 
 
 def digest(conn: Conn, node_id: str, v: int = PROTOCOL_VERSION) -> Digest:
-    """Version count and SHA-256 over the sorted versions of federated records, each followed by a newline: equal
-    digests mean equal bodies. At protocol `v` 2, over the v2-compatible ones (sync/compat.py)."""
+    """Version count and SHA-256 over the sorted versions of federated records not flagged void, each followed by a
+    newline: equal digests mean equal valid bodies. At protocol `v` 2, over the v2-compatible ones (sync/compat.py)."""
     h = hashlib.sha256()
     count = 0
     # in the unique version index's order (the unary + keeps the planner from sorting the whole log instead)
-    rows: Any = conn.execute("SELECT version FROM records WHERE +scope = 'federation' ORDER BY version")
+    # valid versions only: records flagged void are left out (docs/format-v3.md 7.6)
+    rows: Any = conn.execute(
+        "SELECT version FROM records WHERE +scope = 'federation' AND seq NOT IN (SELECT seq FROM void_records)"
+        " ORDER BY version"
+    )
     if v != PROTOCOL_VERSION:  # the v2-compatible ones (a list: their bodies are read on the same connection)
         versions = [r[0] for r in rows]
         keep = servable_versions(conn, v, versions)

@@ -23,7 +23,7 @@ from node.ops import store
 from node.ops.backup import leftovers, snapshot_db
 from node.ops.datadir import DataDir
 from node.search_index import indexer as search_indexer
-from node.store import db, projections
+from node.store import db, projections, void
 from node.store.projections import Log
 from sync.auth import clock_advice, clock_offset
 
@@ -73,6 +73,7 @@ def diagnose(data_root: Path, log: Log, *, scratch: Path | None = None, peer_tim
                 _check_key_fence(data_root, conn, key_did, checks)
                 checks.append(Check("search_index", *search_indexer.check(data_root, conn)))  # type: ignore[arg-type]
                 _check_projections(conn, checks)
+                _check_void(conn, checks)
                 peers = _peer_urls(conn)
         finally:
             conn.close()
@@ -191,6 +192,23 @@ def _check_projections(conn: sqlite3.Connection, checks: list[Check]) -> None:
         checks.append(Check("projections", "fail", f"tables differ from a rebuild of the log: {', '.join(differing)}"))
     else:
         checks.append(Check("projections", "ok", f"match a rebuild from {count} records"))
+
+
+def _check_void(conn: sqlite3.Connection, checks: list[Check]) -> None:
+    """How many stored records a later key event made void (node/store/void.py): a warning when any, since a
+    revocation or recovery voided records someone signed with the identity's key."""
+    flagged = void.count(conn)
+    if flagged:
+        checks.append(
+            Check(
+                "void_records",
+                "warn",
+                f"{flagged} stored records were made void by a later key event (revoked or not vouched for);"
+                " hidden from reads and peers, kept in the log: GET /v1/admin/void-records lists them",
+            )
+        )
+    else:
+        checks.append(Check("void_records", "ok", "no stored record was made void by a later key event"))
 
 
 def _peer_urls(conn: sqlite3.Connection) -> list[tuple[str, str | None]]:
