@@ -65,6 +65,7 @@ TABLE: list[Row] = [
     # the node's own key: shown, and rotated (again at each call: each rotation builds on the last)
     Row("GET", "/v1/node/key", "401 401 403 403 200 401"),
     Row("POST", "/v1/node/key", "401 401 403 403 201 401", body={}),
+    Row("GET", "/v1/admin/void-records", "401 401 403 403 200 401"),
     Row("GET", "/metrics", "401 401 403 403 200 401"),
     Row("POST", "/v1/peers", "401 401 403 403 201 401", body={"url": "http://127.0.0.1:9/", "node_id": "{peer}"}),
     Row("GET", "/v1/peers", "401 401 403 403 200 401"),
