@@ -217,6 +217,18 @@ def _refused_ancestor(address: str, by_address: Mapping[str, dict[str, Any]], re
     return False
 
 
+def key_order(history: History) -> dict[str, int]:
+    """Each key of the winning chain by its place: the identity's first key 0, the key the chain's n-th event
+    installs n (docs/format-v3.md 3.6 and 3.8: between two valid records, the one by the later key wins). A key
+    the chain never installed (a replaced branch's, vouched for by a `recover`) is absent: it ranks before all."""
+    order = {history.author: 0}
+    for place, address in enumerate(history.chain, start=1):
+        key = history.events[address].get("key")
+        if key is not None:
+            order[key] = place
+    return order
+
+
 def key_verdict(
     history: History, signing_key: str, version: str, pages: Mapping[tuple[str, str], Mapping[int, Sequence[str]]]
 ) -> KeyVerdict:

@@ -154,19 +154,30 @@ def append_many(
 def _append_version(
     conn: Conn, item: Incoming, version: str, body: bytes, origin: str, now_ms: int
 ) -> tuple[int, bool]:
-    """Append another version of an address already held (node.store.equivocation's rule): (seq, True) when kept,
-    (REFUSED_SEQ, False) when refused; the projection switches to the winner in this transaction."""
+    """Append another version of an address already held (node.store.equivocation's rule, re-signed versions
+    included): (seq, True) when kept, (REFUSED_SEQ, False) when refused; the projection switches to the version
+    shown in this transaction."""
     before = equivocation.held(conn, [item.hash]).get(item.hash, [])
     for h in before:
         if h.version == version:
             return h.seq, False
     assert item.record["kind"] == "entry", "only entries have versions"
-    keep = equivocation.kept([(h.version, h.scope) for h in before] + [(version, item.scope)])
-    if (version, item.scope) not in keep:
+    stored = equivocation.members(conn, [h.seq for h in before])
+    new = equivocation.member_of(version, item.scope, item.record)
+    everything = [m for m, _ in stored.values()] + [new]
+    resigned = equivocation.statement_count(everything) < len(everything)
+    order = equivocation.key_order_txn(conn, item.record["author_id"]) if resigned else {}
+    keep = equivocation.kept_members(everything, order)
+    kept_versions = {m.version for m in keep}
+    if version not in kept_versions:
         equivocation.refuse_txn(conn, version, item.hash, now_ms)
         return REFUSED_SEQ, False
+    shown = equivocation.shown_seq(conn, item.hash)
     for h in before:
-        if (h.version, h.scope) not in keep:  # evicted: never the winner (only one version is new)
+        if h.version not in kept_versions:  # evicted: a whole statement, never the one shown after this
+            if h.seq == shown:
+                equivocation.unproject_entry_txn(conn, item.hash, h.seq)
+                shown = None
             conn.execute("DELETE FROM records WHERE seq = ?", (h.seq,))
             equivocation.refuse_txn(conn, h.version, item.hash, now_ms)
     seq = conn.execute(
@@ -186,13 +197,28 @@ def _append_version(
         ),
     ).lastrowid
     assert seq is not None
-    if len(keep) > 1:
+    if equivocation.statement_count(keep) > 1:
         equivocation.mark_txn(conn, item.hash, item.record["author_id"], now_ms)
-    if not before or keep[0][0] == version:
-        if before:
-            equivocation.unproject_entry_txn(conn, item.hash, before[0].seq)
-        project_entries(conn, [(seq, item)], now_ms, notify=True)
+    seq_of = {m.version: s for s, (m, _) in stored.items()} | {version: seq}
+    target = seq_of[keep[0].version]
+    if target != shown:
+        if shown is not None:
+            equivocation.unproject_entry_txn(conn, item.hash, shown)
+        if target == seq:
+            project_entries(conn, [(seq, item)], now_ms, notify=True)
+        else:  # a held version of the statement that now wins (its key is the later one)
+            record = stored[target][1]
+            project_entries(conn, [(target, _incoming(record, item.hash, item.scope))], now_ms, notify=True)
     return seq, True
+
+
+def _incoming(record: dict[str, Any], record_hash: str, scope: str) -> Incoming:
+    """A stored record as an `Incoming`, decoded as it was stored."""
+    from identity.schema_v3 import struct_for
+
+    struct = struct_for(record)
+    assert struct is not None
+    return Incoming(record, record_hash, msgspec.convert(record, struct), scope)
 
 
 def _project(new: list[tuple[int, Incoming]], now_ms: int, conn: Conn, named: Named | None = None) -> None:
@@ -437,8 +463,10 @@ def rebuild(conn: Conn, progress: Report = silent) -> int:
     for statement in ddl:
         conn.execute(statement)
     count = 0
-    two = {r[0] for r in conn.execute("SELECT hash FROM equivocations").fetchall()}
-    shown: dict[str, tuple[int, tuple[bool, str]]] = {}  # equivocated address -> (seq, precedence) projected
+    two = equivocation.several(conn)
+    seen: dict[str, dict[int, tuple[equivocation.Member, Any]]] = {}  # address of several -> seq -> (member, decoded)
+    shown: dict[str, int] = {}  # address of several versions -> the seq projected
+    orders: dict[str, dict[str, int]] = {}
     rows = conn.execute("SELECT seq, hash, version, scope, body FROM records ORDER BY seq").fetchall()
     progress(REBUILD_STEP, 0, len(rows))
     for seq, record_hash, version, scope, body in rows:
@@ -450,12 +478,19 @@ def rebuild(conn: Conn, progress: Report = silent) -> int:
         if count % REPORT_EVERY == 0:
             progress(REBUILD_STEP, count, len(rows))
         if record_hash in two:  # replayed as it arrived: the projection switches when a better version comes
-            key = equivocation.precedence(version, scope)
+            versions = seen.setdefault(record_hash, {})
+            versions[seq] = (equivocation.member_of(version, scope, record), decoded)
+            author = record["author_id"]
+            if author not in orders:
+                orders[author] = equivocation.key_order_txn(conn, author)
+            best = equivocation.kept_members([m for m, _ in versions.values()], orders[author])[0]
+            target = next(s for s, (m, _) in versions.items() if m.version == best.version)
+            if shown.get(record_hash) == target:
+                continue
             if record_hash in shown:
-                if shown[record_hash][1] < key:
-                    continue
-                equivocation.unproject_entry_txn(conn, record_hash, shown[record_hash][0])
-            shown[record_hash] = (seq, key)
+                equivocation.unproject_entry_txn(conn, record_hash, shown[record_hash])
+            shown[record_hash] = target
+            seq, decoded = target, versions[target][1]
         log.projectors[record["kind"]](conn, decoded, Projection(seq, record_hash, 0, notify=False))
     progress(REBUILD_STEP, count, len(rows))
     return count

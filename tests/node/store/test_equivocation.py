@@ -245,3 +245,92 @@ async def test_resubmitting_either_held_version_of_an_equivocated_address_answer
         assert resp.status == 200, body
         assert (body["equivocated"], body["tags"]) == (True, winner.decoded.tags)
     assert await count(node) == stored
+
+
+# ---- re-signed versions (docs/format-v3.md 3.6) -------------------------------------------------------------------
+
+ROTATED = keys.SigningKey.generate()  # AUTHOR's key after a rotation, at place 1 of its chain
+
+
+def resigned(item: projections.Incoming, signer: keys.SigningKey) -> projections.Incoming:
+    """`item` signed again by `signer`, naming it in `signing_key`: the same address, another version."""
+    body = {k: v for k, v in item.record.items() if k != "signature"} | {"signing_key": signer.did}
+    record = records.sign(body, signer)
+    record_hash, decoded = records.check(record, v3=True)
+    return projections.Incoming(record, record_hash, decoded, item.scope)
+
+
+def member(item: projections.Incoming) -> equivocation.Member:
+    return equivocation.member_of(version_hex(item), item.scope, item.record)
+
+
+ORDER = {AUTHOR.did: 0, ROTATED.did: 1}
+
+
+def test_a_re_signed_version_is_one_statement_shown_by_its_later_key() -> None:
+    first = version(["same"])
+    again = resigned(first, ROTATED)
+    assert again.hash == first.hash and version_hex(again) != version_hex(first)
+    assert equivocation.statement_of(first.record) == equivocation.statement_of(again.record)
+    pair = [member(first), member(again)]
+    for arrival in (pair, pair[::-1]):
+        kept = equivocation.kept_members(arrival, ORDER)
+        assert kept == [member(again), member(first)]  # both kept, the later key's shown
+        assert equivocation.statement_count(kept) == 1  # not the author's equivocation
+    # the one whose verdict is valid wins, whatever its key's place
+    assert equivocation.kept_members(pair, ORDER, {version_hex(again): "void"})[0] == member(first)
+    # a key outside the chain (a replaced branch's, vouched for) ranks before every key of it
+    assert equivocation.kept_members(pair, {AUTHOR.did: 0})[0] == member(first)
+
+
+def test_a_re_signed_statement_counts_once_against_the_cap() -> None:
+    """Two statements, one of them re-signed: three versions, all kept, no overflow; a third statement competes
+    with the two by their best versions."""
+    a, b, c = (version([f"s{i}"]) for i in range(3))
+    a2 = resigned(a, ROTATED)
+    every = [member(x) for x in (a, a2, b)]
+    kept = equivocation.kept_members(every, ORDER)
+    assert {m.version for m in kept} == {version_hex(x) for x in (a, a2, b)}
+    assert equivocation.statement_count(kept) == 2
+    with_c = equivocation.kept_members([*every, member(c)], ORDER)
+    best_of = {
+        "a": min(version_hex(a), version_hex(a2)),
+        "b": version_hex(b),
+        "c": version_hex(c),
+    }
+    two = sorted(best_of, key=lambda s: best_of[s])[:2]
+    groups = {"a": {version_hex(a), version_hex(a2)}, "b": {version_hex(b)}, "c": {version_hex(c)}}
+    assert {m.version for m in with_c} == set().union(*(groups[s] for s in two))
+
+
+def test_a_re_signed_version_in_the_log_is_kept_shown_and_not_equivocated(tmp_path: Path) -> None:
+    """On a real SQLite log: the re-signed version is kept beside the first, whatever the order, the projection
+    shows the later key's, nothing is refused or flagged, and a rebuild shows the same."""
+    first = version(["same"])
+    again = resigned(first, ROTATED)
+    for n, order in enumerate(([first, again], [again, first])):
+        conn = open_db(tmp_path / f"node{n}.sqlite")
+        try:
+            outcomes = [append(conn, [item])[0] for item in order]
+            assert all(new for _, new in outcomes)
+            held, tags, rows, flagged = state(conn)
+            assert held == {version_hex(first), version_hex(again)} and rows == 1 and not flagged
+            shown = conn.execute("SELECT signature FROM entries").fetchone()[0]
+            assert shown == first.record["signature"]  # no key event in this log: ROTATED is outside the chain
+            assert equivocation.refused(conn, [version_hex(first), version_hex(again)]) == set()
+            with db.transaction(conn, immediate=True):
+                before = projections.snapshot(conn)
+                projections.rebuild(conn)
+                assert projections.snapshot(conn) == before
+        finally:
+            conn.close()
+
+
+def test_a_different_body_beside_a_re_signed_pair_is_still_an_equivocation(tmp_path: Path) -> None:
+    conn = open_db(tmp_path / "node.sqlite")
+    first = version(["same"])
+    append(conn, [first, resigned(first, ROTATED)])
+    other = version(["other"])
+    append(conn, [other])
+    assert equivocation.by_author(conn) == {AUTHOR.did: 1}
+    conn.close()
