@@ -17,10 +17,10 @@ import msgspec
 from identity import canonical, keys
 
 RECORD_KINDS = frozenset({"entry", "link", "agent", "message", "task_event"})
-# The kinds of format v3 this release accepts from peers (docs/format-v3.md, 7.7): key events, vouch pages, and the
-# v1 kinds entry, link and message signed by a rotated key (`signing_key`). Never from a client (issue 36); agent
-# documents and task events with a `signing_key` and the kinds of spaces and redaction not yet.
-V3_KINDS = frozenset({"entry", "link", "message", "key_event", "vouch_page"})
+# The kinds of format v3 this release accepts (docs/format-v3.md, 7.7): key events, vouch pages, and the v1 kinds
+# entry, link, message, task event and agent document signed by a rotated key (`signing_key`). The kinds of spaces
+# and redaction not yet.
+V3_KINDS = frozenset({"entry", "link", "message", "task_event", "agent", "key_event", "vouch_page"})
 
 
 class RecordError(ValueError):

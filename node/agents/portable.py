@@ -56,14 +56,20 @@ async def import_identity(
     if identity_record is None:
         raise InvalidInput("the identity file carries no signed identity document", code="identity_record_missing")
     try:
-        records.check(identity_record)
+        records.check(identity_record, v3="signing_key" in identity_record)
     except records.RecordError as exc:
         raise InvalidInput(f"identity document does not verify: {exc}", code=f"record_{exc.reason}") from None
     if identity_record.get("kind") != "agent" or identity_record.get("author_id") != key.did:
         raise InvalidInput("the identity document is not this key's", code="identity_mismatch")
     api_key = await node.db.write(
         lambda c: agents.register(
-            c, name=name, key=key, keep_key=keep_key, record=dict(identity_record), now_ms=node.now_ms()
+            c,
+            name=name,
+            key=key,
+            keep_key=keep_key,
+            record=dict(identity_record),
+            now_ms=node.now_ms(),
+            authority=node.sealing.authority,  # a document by a key the identity's history voids is refused
         )
     )
     node.sealing.forget(key.did)

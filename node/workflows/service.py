@@ -74,7 +74,7 @@ def _present(decoded: Any, names: tuple[str, ...]) -> dict[str, Any]:
 def _agent_document(document: dict[str, Any], agent_id: str) -> tuple[str, int]:
     """A presented agent identity document, verified: (its home node, its created time); 422 otherwise."""
     try:
-        _, decoded = records.check(document)
+        _, decoded = records.check(document, v3="signing_key" in document)  # a rotated key names itself
     except records.RecordError as exc:
         raise InvalidInput(f"agent_document: {exc}", field="$.agent_document", code="invalid_record") from None
     if decoded.kind != "agent" or decoded.author_id != agent_id:
@@ -229,7 +229,7 @@ class Workflows:
         """Ask the home node for the lease; store the grant it signed, so this node's ready set excludes the task."""
         record, granted = await forward.request_lease(self.db, self.key, exc.home_node, exc.task_key, agent_id, seconds)
         try:
-            record_hash, decoded = records.check(record)
+            record_hash, decoded = records.check(record, v3="signing_key" in record)  # a rotated node key names itself
         except records.RecordError as error:
             raise leases.LeaseAuthorityUnreachable(
                 f"the home node {exc.home_node} answered with an invalid grant: {error}", field="task_id"
@@ -245,9 +245,13 @@ class Workflows:
                 f"the home node {exc.home_node} answered with a record that is not this lease", field="task_id"
             )
         now = self.now_ms()
-        await self.db.write(
-            lambda c: projections.append(c, record, record_hash, decoded, origin=exc.home_node, now_ms=now)
-        )
+
+        def store_grant_txn(c: Conn) -> None:
+            # the grant's key may sign for the home node (docs/format-v3.md 3.5: vouched for after a rotation)
+            authorize_txn(c, self.sealing.authority, [(record, record_hash, "$")])
+            projections.append(c, record, record_hash, decoded, origin=exc.home_node, now_ms=now)
+
+        await self.db.write(store_grant_txn)
         return exc.task_key, granted
 
     async def release(
