@@ -110,7 +110,7 @@ def statement_count(members: Iterable[Member]) -> int:
 
 def key_order_txn(conn: Conn, author: str) -> dict[str, int]:
     """`identity.key_history.key_order` of `author` over the key events in the log (read only when two versions of
-    one statement meet: a re-signed entry)."""
+    one statement meet: a re-signed entry); only its first key when the author has none."""
     return key_history.key_order(key_history.resolve(author, key_events_of(conn, author)))
 
 
@@ -186,6 +186,12 @@ def refuse_txn(conn: Conn, version: str, address: str, now_ms: int) -> None:
         "INSERT INTO refused_versions (version, hash, refused_ms) VALUES (?, ?, ?) ON CONFLICT (version) DO NOTHING",
         (version, address, now_ms),
     )
+
+
+def forget_refused_txn(conn: Conn, address: str) -> None:
+    """Forget the versions of `address` this node refused or evicted (`kept_members`: a statement's rank is its best
+    version's, so one that gains a better version may now beat what was kept when they were refused)."""
+    conn.execute("DELETE FROM refused_versions WHERE hash = ?", (address,))
 
 
 def refused(conn: Conn, versions: Iterable[str]) -> set[str]:

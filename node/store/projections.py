@@ -173,13 +173,19 @@ def _append_version(
         equivocation.refuse_txn(conn, version, item.hash, now_ms)
         return REFUSED_SEQ, False
     shown = equivocation.shown_seq(conn, item.hash)
-    for h in before:
-        if h.version not in kept_versions:  # evicted: a whole statement, never the one shown after this
-            if h.seq == shown:
-                equivocation.unproject_entry_txn(conn, item.hash, h.seq)
-                shown = None
-            conn.execute("DELETE FROM records WHERE seq = ?", (h.seq,))
-            equivocation.refuse_txn(conn, h.version, item.hash, now_ms)
+    evicted = [h for h in before if h.version not in kept_versions]
+    if evicted and new.statement not in {m.statement for m, _ in stored.values()}:
+        # a statement comes in over a held one: if its author re-signs (has key events), versions of it this node
+        # refused earlier, when it ranked lower, may now be kept; forget them so reconciliation fetches them again
+        author_order = order if resigned else equivocation.key_order_txn(conn, item.record["author_id"])
+        if "signing_key" in item.record or len(author_order) > 1:
+            equivocation.forget_refused_txn(conn, item.hash)
+    for h in evicted:  # a whole statement, never the one shown after this
+        if h.seq == shown:
+            equivocation.unproject_entry_txn(conn, item.hash, h.seq)
+            shown = None
+        conn.execute("DELETE FROM records WHERE seq = ?", (h.seq,))
+        equivocation.refuse_txn(conn, h.version, item.hash, now_ms)
     seq = conn.execute(
         "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -17,11 +17,12 @@ from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from identity import canonical, keys, records
+from identity import canonical, keys, records, vouching
 from node.features import LOG
 from node.service import Node
 from node.store import db, equivocation, projections
 from tests.node.api_helpers import count, entry_record, get_json, hash_of, problem, self_signer
+from wire.time import format_ms
 
 AUTHOR = keys.SigningKey.generate()
 T0 = 1_767_323_045_000
@@ -334,3 +335,67 @@ def test_a_different_body_beside_a_re_signed_pair_is_still_an_equivocation(tmp_p
     append(conn, [other])
     assert equivocation.by_author(conn) == {AUTHOR.did: 1}
     conn.close()
+
+
+def rotation_record() -> projections.Incoming:
+    """AUTHOR's key event installing ROTATED (vouching for nothing of the first key: these tests judge no record by
+    it), so the log's key order is AUTHOR 0, ROTATED 1."""
+    body = {
+        "kind": "key_event",
+        "schema_version": "v1",
+        "author_id": AUTHOR.did,
+        "created_at": format_ms(T0 - 10),
+        "event": "rotate",
+        "seq": 1,
+        "key": ROTATED.did,
+        "vouches": [vouching.vouch(AUTHOR.did, []).as_json()],
+    }
+    record = records.sign(body, AUTHOR)
+    record_hash, decoded = records.check(record, v3=True)
+    return projections.Incoming(record, record_hash, decoded)
+
+
+STATEMENTS = [version([f"st{i}"]) for i in range(4)]
+RESIGNED = [v for s in STATEMENTS for v in (s, resigned(s, ROTATED))]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chosen=st.sets(st.integers(0, len(RESIGNED) - 1), min_size=1), data=st.data())
+def test_re_signed_versions_end_in_the_kept_set_of_the_rule_whatever_the_order(
+    tmp_path_factory: pytest.TempPathFactory, chosen: set[int], data: st.DataObject
+) -> None:
+    """Versions of up to four statements, each signed by the first key and re-signed by the rotated one, arrive in
+    any order; then every version the node neither holds nor remembers as refused is offered again (what
+    reconciliation does) until nothing changes. The log holds exactly `kept_members` of the whole set, shows its
+    first, is flagged equivocated iff two statements are kept, and a rebuild reproduces the projection."""
+    order = data.draw(st.permutations(sorted(chosen)))
+    conn = open_db(tmp_path_factory.mktemp("resign") / "node.sqlite")
+    try:
+        append(conn, [rotation_record()])
+        for i in order:
+            append(conn, [RESIGNED[i]])
+        for _ in range(len(RESIGNED)):
+            held = {r[0] for r in conn.execute("SELECT version FROM records WHERE kind = 'entry'").fetchall()}
+            offered = [
+                RESIGNED[i]
+                for i in sorted(chosen)
+                if version_hex(RESIGNED[i]) not in held and not equivocation.refused(conn, [version_hex(RESIGNED[i])])
+            ]
+            if not offered:
+                break
+            for item in offered:
+                append(conn, [item])
+        expected = equivocation.kept_members([member(RESIGNED[i]) for i in chosen], ORDER)
+        held = {r[0] for r in conn.execute("SELECT version FROM records WHERE kind = 'entry'").fetchall()}
+        assert held == {m.version for m in expected}
+        shown = conn.execute("SELECT signature FROM entries").fetchall()
+        best = next(RESIGNED[i] for i in chosen if version_hex(RESIGNED[i]) == expected[0].version)
+        assert [r[0] for r in shown] == [best.record["signature"]]
+        flagged = conn.execute("SELECT count(*) FROM equivocations").fetchone()[0] > 0
+        assert flagged == (equivocation.statement_count(expected) > 1)
+        with db.transaction(conn, immediate=True):
+            before = projections.snapshot(conn)
+            projections.rebuild(conn)
+            assert projections.snapshot(conn) == before
+    finally:
+        conn.close()
