@@ -229,6 +229,17 @@ def key_order(history: History) -> dict[str, int]:
     return order
 
 
+DocumentRank = tuple[bool, int, int, str]
+
+
+def document_rank(order: Mapping[str, int], signer: str, created_ms: int, address: str, verdict: str) -> DocumentRank:
+    """The rank of an agent document among its author's (docs/format-v3.md 3.8), larger is newer: valid ones before
+    every other, then the key latest in the winning chain (`key_order`; a key outside it before every key of it),
+    then `(created_at, hash)` among documents of one key. A thief's forward-dated document signed by a revoked key
+    is void and never outranks a valid one; one vouched for ranks by its older key."""
+    return (verdict == "valid", order.get(signer, -1), created_ms, address)
+
+
 def key_verdict(
     history: History, signing_key: str, version: str, pages: Mapping[tuple[str, str], Mapping[int, Sequence[str]]]
 ) -> KeyVerdict:

@@ -22,7 +22,7 @@ from identity import canonical
 from identity.schema import AgentRecord, EntryRecord, LinkRecord
 from node.inbox import notify as notifications
 from node.ops.progress import Report, silent
-from node.store import db, equivocation
+from node.store import agent_docs, db, equivocation
 from node.store.ahead import NAMED_SQL, Named
 from node.store.conn import Conn
 from wire.time import parse_ms
@@ -397,23 +397,16 @@ def project_link(conn: Conn, rec: LinkRecord, ctx: Projection) -> None:
 
 
 def project_agent(conn: Conn, rec: AgentRecord, ctx: Projection) -> None:
-    """The newest identity document of an agent wins, by (created_at, hash): the same on every node."""
-    ms = parse_ms(rec.created_at)
-    conn.execute(
-        "INSERT INTO agents (id, display_name, description, home_node, created_at, created_ms, doc_hash, agent_type)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (id) DO UPDATE SET display_name = excluded.display_name, description = excluded.description,"
-        "   home_node = excluded.home_node, created_at = excluded.created_at, created_ms = excluded.created_ms,"
-        "   doc_hash = excluded.doc_hash, agent_type = excluded.agent_type"
-        " WHERE (excluded.created_ms, excluded.doc_hash) > (agents.created_ms, agents.doc_hash)",
-        (rec.author_id, rec.display_name, rec.description, rec.home_node, rec.created_at, ms, ctx.hash,
-         None if rec.agent_type is msgspec.UNSET else rec.agent_type),
-    )  # fmt: skip
+    """The newest identity document of an agent wins, by its author's key history, then (created_at, hash): the
+    same on every node (node/store/agent_docs.py)."""
+    agent_docs.project_txn(conn, rec, ctx.hash)
 
 
 def project_key_event(conn: Conn, rec: Any, ctx: Projection) -> None:
     """A key event (or a vouch page) projects into no table: the writer's authority cache (node/store/authority.py)
-    reads them from the log itself (docs/format-v3.md, 7.4)."""
+    reads them from the log itself (docs/format-v3.md, 7.4). It may change which document of its author is shown
+    (node/store/agent_docs.py)."""
+    agent_docs.on_authority_record_txn(conn, rec)
 
 
 # The substrate's record kinds: their projectors, and the tables holding only their derived data (the search
