@@ -54,7 +54,7 @@ async def test_a_rotated_agents_lease_and_re_signed_entry_reach_b_with_the_same_
     assert new_key is not None and new_key.did == rotated["signing_key"]
 
     # task events after the rotation: signed by the new key; the lease A grants as home node is honoured
-    task, created = await a.node.workflows.declare(writer, DeclareTask(key="t-after", title="declared after"))
+    _, created = await a.node.workflows.declare(writer, DeclareTask(key="t-after", title="declared after"))
     assert created
     leased, granted = await a.node.workflows.lease(writer, "t-after", LeaseIn())
     assert granted and leased.lease is not None and leased.lease.holder == writer

@@ -314,7 +314,7 @@ def test_a_re_signed_version_in_the_log_is_kept_shown_and_not_equivocated(tmp_pa
         try:
             outcomes = [append(conn, [item])[0] for item in order]
             assert all(new for _, new in outcomes)
-            held, tags, rows, flagged = state(conn)
+            held, _, rows, flagged = state(conn)
             assert held == {version_hex(first), version_hex(again)} and rows == 1 and not flagged
             shown = conn.execute("SELECT signature FROM entries").fetchone()[0]
             assert shown == first.record["signature"]  # no key event in this log: ROTATED is outside the chain
