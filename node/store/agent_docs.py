@@ -55,17 +55,16 @@ def signer_of_decoded(rec: AgentRecord) -> str:
     return rec.author_id if named is msgspec.UNSET else str(named)
 
 
-def project_txn(conn: Conn, rec: AgentRecord, address: str) -> None:
-    """Project an arriving document: shown if it ranks above the one shown (`document_rank`; arriving documents
-    are valid: the writer decided them). No key order is read when both are signed by one key."""
+def outranks_txn(conn: Conn, rec: AgentRecord, address: str) -> bool:
+    """Whether the document `rec` at `address` (valid: the writer decided it) ranks above the one shown for its
+    author (`document_rank`), or none is shown. No key order is read when both are signed by one key."""
     row = conn.execute(
         "SELECT a.doc_hash, a.created_ms, r.body FROM agents a LEFT JOIN records r ON r.hash = a.doc_hash"
         " WHERE a.id = ?",
         (rec.author_id,),
     ).fetchone()
     if row is None:
-        _show_txn(conn, rec, address)
-        return
+        return True
     shown_hash, shown_ms, body = row
     signer = signer_of_decoded(rec)
     shown_signer = rec.author_id if body is None else key_history.signer_of(json.loads(bytes(body)))
@@ -76,7 +75,12 @@ def project_txn(conn: Conn, rec: AgentRecord, address: str) -> None:
     )
     new = key_history.document_rank(order, signer, parse_ms(rec.created_at), address, "valid")
     old = key_history.document_rank(order, shown_signer, int(shown_ms), str(shown_hash), "valid")
-    if new > old:
+    return new > old
+
+
+def project_txn(conn: Conn, rec: AgentRecord, address: str) -> None:
+    """Project an arriving document: shown if it ranks above the one shown (`outranks_txn`)."""
+    if outranks_txn(conn, rec, address):
         _show_txn(conn, rec, address)
 
 

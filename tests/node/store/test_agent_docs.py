@@ -10,7 +10,7 @@ import pytest
 
 from identity import canonical, keys, records
 from node.agents import portable
-from node.errors import InvalidInput
+from node.errors import Forbidden, InvalidInput
 from node.federation.store import add_peer_txn
 from node.service import Node
 from node.store import projections
@@ -18,6 +18,7 @@ from sync.store import Verified
 from sync.verify import verify_record
 from tests.node.agents.test_key_events import page, rotation, signed
 from wire.time import format_ms
+from wire.workflows import DeclareTask, PeerLeaseIn
 
 
 def document(author: keys.SigningKey, signer: keys.SigningKey, name: str, home: str, ms: int) -> dict[str, Any]:
@@ -110,3 +111,33 @@ async def test_importing_an_identity_whose_document_its_history_voids_is_refused
     created = await portable.import_identity(node, "owner", owner, first)
     assert created.agent_id == owner.did
     assert await shown(node, owner.did) == ("Owner", OWNER_HOME)
+
+
+async def test_lease_forwarding_never_trusts_the_home_node_of_a_document_the_history_voids(node: Node) -> None:
+    """The home node decides a forwarded lease by the newest document by key history: a thief's forward-dated copy
+    signed by the revoked key, presented by the thief's node, is refused; the owner's new key's is honoured."""
+    owner, new = keys.SigningKey.generate(), keys.SigningKey.generate()
+    now = node.now_ms()
+    first = document(owner, owner, "Owner", OWNER_HOME, now - 10_000)
+    vouched = [records.compute_hash(first)]
+    event = rotation(owner.did, owner, new, vouched, created_ms=now)
+    assert await ingest(node, first, event, page(owner.did, owner, event, vouched)) == ["saved"] * 3
+    creator = await node.agents.create("planner", "Planner")
+    await node.workflows.declare(creator.agent_id, DeclareTask(key="t1", title="a task homed here"))
+    for peer in (OWNER_HOME, THIEF_HOME):
+        await node.db.write(lambda c, p=peer: add_peer_txn(c, "http://127.0.0.1:9", p, node.now_ms()))
+
+    def asking(request_id: str, doc: dict[str, Any] | None) -> PeerLeaseIn:
+        return PeerLeaseIn(task_key="t1", agent_id=owner.did, request_id=request_id, agent_document=doc)
+
+    thiefs = document(owner, owner, "Thief", THIEF_HOME, now + 60_000)
+    with pytest.raises(InvalidInput) as refused:
+        await node.workflows.grant_for_peer(THIEF_HOME, asking("thief-request-1", thiefs))
+    assert refused.value.code == "not_current_key"
+    with pytest.raises(Forbidden) as not_home:  # without a document: the one held names the owner's node
+        await node.workflows.grant_for_peer(THIEF_HOME, asking("thief-request-2", None))
+    assert not_home.value.code == "not_agent_home"
+    # the owner's node presents a document by the new key, dated before the thief's: it is the newest, honoured
+    moved = document(owner, new, "Owner", OWNER_HOME, now - 20_000)
+    key, granted, grant = await node.workflows.grant_for_peer(OWNER_HOME, asking("owner-request-1", moved))
+    assert key == "t1" and granted and grant["holder"] == owner.did
