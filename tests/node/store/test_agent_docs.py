@@ -124,8 +124,11 @@ async def test_lease_forwarding_never_trusts_the_home_node_of_a_document_the_his
     assert await ingest(node, first, event, page(owner.did, owner, event, vouched)) == ["saved"] * 3
     creator = await node.agents.create("planner", "Planner")
     await node.workflows.declare(creator.agent_id, DeclareTask(key="t1", title="a task homed here"))
-    for peer in (OWNER_HOME, THIEF_HOME):
-        await node.db.write(lambda c, p=peer: add_peer_txn(c, "http://127.0.0.1:9", p, node.now_ms()))
+    def add_peers(conn: sqlite3.Connection) -> None:
+        for peer in (OWNER_HOME, THIEF_HOME):
+            add_peer_txn(conn, "http://127.0.0.1:9", peer, node.now_ms())
+
+    await node.db.write(add_peers)
 
     def asking(request_id: str, doc: dict[str, Any] | None) -> PeerLeaseIn:
         return PeerLeaseIn(task_key="t1", agent_id=owner.did, request_id=request_id, agent_document=doc)
