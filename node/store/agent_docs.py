@@ -95,7 +95,11 @@ def documents_of(conn: Conn, author: str) -> list[tuple[str, str, dict[str, Any]
 
 def pages_of(conn: Conn, author: str) -> dict[tuple[str, str], dict[int, list[str]]]:
     """The vouch pages of `author` in the log, as `identity.key_history.key_verdict` takes them."""
-    rows = conn.execute("SELECT body FROM records WHERE kind = 'vouch_page' AND author_id = ?", (author,)).fetchall()
+    rows = conn.execute(
+        "SELECT body FROM records WHERE kind IN ('key_event', 'vouch_page') AND kind = 'vouch_page'"
+        " AND author_id = ?",  # the IN lets SQLite use the partial index records_authority
+        (author,),
+    ).fetchall()
     out: dict[tuple[str, str], dict[int, list[str]]] = {}
     for (body,) in rows:
         page = json.loads(bytes(body))
@@ -126,13 +130,22 @@ def rerank_txn(conn: Conn, author: str) -> None:
 
 
 def on_authority_record_txn(conn: Conn, record: Any) -> None:
-    """A key event or vouch page of an author was appended: rerank its documents (a page only when the document
-    shown is signed by the page's subject key, the only one whose verdict it can change)."""
+    """A key event or vouch page of an author was appended: rerank its documents when it can change which one is
+    shown, that is when the shown document is now void, or signed by a key outside the winning chain, or the
+    record is a `recover` (which can reorder the chain). A page only turns undecided documents valid or void, and
+    an undecided one already ranks as valid, so only the shown one's verdict matters. These checks read the
+    author's key events and pages (an index); the rerank scans the log."""
     author = str(record.author_id)
-    if record.kind == "vouch_page":
-        row = conn.execute(
-            "SELECT r.body FROM agents a JOIN records r ON r.hash = a.doc_hash WHERE a.id = ?", (author,)
-        ).fetchone()
-        if row is None or key_history.signer_of(json.loads(bytes(row[0]))) != record.subject:
-            return
-    rerank_txn(conn, author)
+    row = conn.execute(
+        "SELECT r.version, r.body FROM agents a JOIN records r ON r.hash = a.doc_hash WHERE a.id = ?", (author,)
+    ).fetchone()
+    if row is None:
+        return
+    if record.kind == "key_event" and record.event == "recover":
+        rerank_txn(conn, author)
+        return
+    signer = key_history.signer_of(json.loads(bytes(row[1])))
+    history = key_history.resolve(author, key_events_of(conn, author))
+    verdict = key_history.key_verdict(history, signer, str(row[0]), pages_of(conn, author))
+    if verdict == "void" or signer not in key_history.key_order(history):
+        rerank_txn(conn, author)
