@@ -37,6 +37,14 @@ def unsigned(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k != "signature"}
 
 
+def statement_of(record: dict[str, Any]) -> str:
+    """What an entry version says, whichever of its author's keys signed it: the lowercase hex SHA-256 of its
+    canonical bytes without `signing_key` and `signature`. Two versions of one address with the same statement are
+    one entry re-signed after a rotation, not an equivocation (docs/format-v3.md 3.6, docs/sync.md "Versions")."""
+    rest = {k: v for k, v in record.items() if k not in ("signing_key", "signature")}
+    return canonical.sha256_hex(canonical.canonical_bytes(rest))
+
+
 def signing_bytes(record: dict[str, Any]) -> bytes:
     """Canonical bytes the author signs."""
     return canonical.canonical_bytes(unsigned(record))

@@ -19,12 +19,11 @@ the author's equivocation.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from identity import canonical, key_history
+from identity import key_history, records
 from node.store.authority import key_events_of
 from node.store.conn import Conn
 
@@ -65,10 +64,8 @@ class Member(NamedTuple):
 
 
 def statement_of(record: Mapping[str, Any]) -> str:
-    """What a version says, whoever of its author's keys signed it: the SHA-256 of its canonical bytes without
-    `signing_key` and `signature`. Two versions of one address with the same statement are one re-signed entry."""
-    rest = {k: v for k, v in record.items() if k not in ("signing_key", "signature")}
-    return hashlib.sha256(canonical.canonical_bytes(rest)).hexdigest()
+    """What a version says, whoever of its author's keys signed it (`identity.records.statement_of`)."""
+    return records.statement_of(dict(record))
 
 
 def member_of(version: str, scope: str, record: Mapping[str, Any]) -> Member:

@@ -124,6 +124,7 @@ async def test_lease_forwarding_never_trusts_the_home_node_of_a_document_the_his
     assert await ingest(node, first, event, page(owner.did, owner, event, vouched)) == ["saved"] * 3
     creator = await node.agents.create("planner", "Planner")
     await node.workflows.declare(creator.agent_id, DeclareTask(key="t1", title="a task homed here"))
+
     def add_peers(conn: sqlite3.Connection) -> None:
         for peer in (OWNER_HOME, THIEF_HOME):
             add_peer_txn(conn, "http://127.0.0.1:9", peer, node.now_ms())
