@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from identity import key_history
+from identity import key_history, vouching
 from identity.schema import AgentRecord
 from node.store.authority import key_events_of
 from node.store.conn import Conn
@@ -129,23 +129,45 @@ def rerank_txn(conn: Conn, author: str) -> None:
     _show_txn(conn, record, address)
 
 
-def on_authority_record_txn(conn: Conn, record: Any) -> None:
-    """A key event or vouch page of an author was appended: rerank its documents when it can change which one is
-    shown, that is when the shown document is now void, or signed by a key outside the winning chain, or the
-    record is a `recover` (which can reorder the chain). A page only turns undecided documents valid or void, and
-    an undecided one already ranks as valid, so only the shown one's verdict matters. These checks read the
-    author's key events and pages (an index); the rerank scans the log."""
+def on_authority_record_txn(conn: Conn, record: Any, address: str) -> dict[str, int] | None:
+    """A key event or vouch page of an author was appended (at `address`): rerank its documents when that can
+    change which one is shown. Returns the author's new key order when a key event reordered its keys (a key
+    changed place or left the chain: a recovery, a fork won by a better role), else None.
+
+    Reranked: after a reordering; when the shown document is now void or signed by a key outside the chain. A
+    page only turns undecided documents valid or void, and an undecided one already ranks as valid, so only the
+    shown one's verdict matters, and only a page of its key's vouch can change it (judged alone: see below). These
+    checks read the author's key events (an index; a key event also its pages); a rerank scans the log."""
     author = str(record.author_id)
     row = conn.execute(
         "SELECT r.version, r.body FROM agents a JOIN records r ON r.hash = a.doc_hash WHERE a.id = ?", (author,)
     ).fetchone()
-    if row is None:
-        return
-    if record.kind == "key_event" and record.event == "recover":
+    signer = None if row is None else key_history.signer_of(json.loads(bytes(row[1])))
+    if record.kind == "vouch_page" and signer != record.subject:
+        return None  # it decides records of another key than the shown document's: nothing to rerank
+    events = key_events_of(conn, author)
+    history = key_history.resolve(author, events)
+    order = key_history.key_order(history)
+    reordered = None
+    if record.kind == "key_event":
+        before = key_history.key_order(key_history.resolve(author, [e for e in events if e[0] != address]))
+        if any(order.get(key) != place for key, place in before.items()):
+            reordered = order
+    if row is None or signer is None:
+        return reordered
+    if record.kind == "vouch_page":
+        # this page alone, as `identity.vouching.verdict` takes pages: the shown version in it (vouched), inside
+        # its range or beyond an end page without being in it (void); otherwise its neighbours decide, and the
+        # shown document stays until they do (reading every page of the author per page would cost the square of
+        # their number: 98 pages of a 100,000-record rotation)
+        removal = history.removed_by.get(signer) or history.vouched_by.get(signer)
+        if removal is None or removal != record.event:
+            return None
+        one = {int(record.page): list(record.versions)}
+        if vouching.decide(str(row[0]), history.events[removal], signer, one) == "void":
+            rerank_txn(conn, author)
+        return None
+    stale = reordered is not None or signer not in order
+    if stale or key_history.key_verdict(history, signer, str(row[0]), pages_of(conn, author)) == "void":
         rerank_txn(conn, author)
-        return
-    signer = key_history.signer_of(json.loads(bytes(row[1])))
-    history = key_history.resolve(author, key_events_of(conn, author))
-    verdict = key_history.key_verdict(history, signer, str(row[0]), pages_of(conn, author))
-    if verdict == "void" or signer not in key_history.key_order(history):
-        rerank_txn(conn, author)
+    return reordered

@@ -143,6 +143,15 @@ def several(conn: Conn) -> set[str]:
     return {str(r[0]) for r in rows}
 
 
+def several_of(conn: Conn, author: str) -> list[str]:
+    """The addresses of `author` the log holds more than one version of (a scan: run after a key event reorders
+    the author's keys, which is rare)."""
+    rows = conn.execute(
+        "SELECT hash FROM records WHERE kind = 'entry' AND author_id = ? GROUP BY hash HAVING count(*) > 1", (author,)
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
 def shown_seq(conn: Conn, address: str) -> int | None:
     """The seq of the version of `address` its projection shows (its entries row's id), if projected."""
     row = conn.execute("SELECT id FROM entries WHERE record_hash = ?", (address,)).fetchone()

@@ -405,8 +405,27 @@ def project_agent(conn: Conn, rec: AgentRecord, ctx: Projection) -> None:
 def project_key_event(conn: Conn, rec: Any, ctx: Projection) -> None:
     """A key event (or a vouch page) projects into no table: the writer's authority cache (node/store/authority.py)
     reads them from the log itself (docs/format-v3.md, 7.4). It may change which document of its author is shown
-    (node/store/agent_docs.py)."""
-    agent_docs.on_authority_record_txn(conn, rec)
+    (node/store/agent_docs.py) and, when it reorders the author's keys (a recovery, a fork won by a better role),
+    which version of its re-signed entries (`rerank_entries_txn`)."""
+    order = agent_docs.on_authority_record_txn(conn, rec, ctx.hash)
+    if order is not None:
+        rerank_entries_txn(conn, str(rec.author_id), order, ctx.now_ms, notify=ctx.notify)
+
+
+def rerank_entries_txn(conn: Conn, author: str, order: Mapping[str, int], now_ms: int, *, notify: bool) -> None:
+    """Show again, of every address of `author` holding several versions, the one `equivocation.kept_members`
+    chooses under the key order `order` (after a key event reordered the author's keys)."""
+    for address, versions in equivocation.held(conn, equivocation.several_of(conn, author)).items():
+        stored = equivocation.members(conn, [h.seq for h in versions])
+        best = equivocation.kept_members([m for m, _ in stored.values()], order)[0]
+        target = next(seq for seq, (m, _) in stored.items() if m.version == best.version)
+        shown = equivocation.shown_seq(conn, address)
+        if target == shown:
+            continue
+        if shown is not None:
+            equivocation.unproject_entry_txn(conn, address, shown)
+        record = stored[target][1]
+        project_entries(conn, [(target, _incoming(record, address, best.scope))], now_ms, notify=notify)
 
 
 # The substrate's record kinds: their projectors, and the tables holding only their derived data (the search

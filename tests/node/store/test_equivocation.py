@@ -399,3 +399,53 @@ def test_re_signed_versions_end_in_the_kept_set_of_the_rule_whatever_the_order(
             assert projections.snapshot(conn) == before
     finally:
         conn.close()
+
+
+def key_event(signer: keys.SigningKey, seq: int, prior: str | None, event: str, **members: Any) -> projections.Incoming:
+    """A key event of AUTHOR signed by `signer`, vouching for nothing of the keys it names in `vouched`."""
+    vouched = members.pop("vouched")
+    body: dict[str, Any] = {
+        "kind": "key_event",
+        "schema_version": "v1",
+        "author_id": AUTHOR.did,
+        "created_at": format_ms(T0 - 100 + seq),
+        "event": event,
+        "seq": seq,
+        "vouches": [vouching.vouch(k, []).as_json() for k in sorted(vouched)],
+        **members,
+    }
+    if prior is not None:
+        body["prior"] = prior
+    if signer.did != AUTHOR.did:
+        body["signing_key"] = signer.did
+    record = records.sign(body, signer)
+    record_hash, decoded = records.check(record, v3=True)
+    return projections.Incoming(record, record_hash, decoded)
+
+
+def test_a_recovery_that_replaces_the_later_key_shows_the_version_of_the_key_left_in_the_chain(
+    tmp_path: Path,
+) -> None:
+    """Versions by K1 and by K2 (K2 later: shown); a recovery replaces the event that installed K2, so K2 leaves
+    the chain and the K1 version is shown, as a rebuild shows it."""
+    k1, k2, k3, recovery = (keys.SigningKey.generate() for _ in range(4))
+    first = key_event(AUTHOR, 1, None, "rotate", key=k1.did, recovery=recovery.did, vouched=[AUTHOR.did])
+    second = key_event(k1, 2, first.hash, "rotate", key=k2.did, vouched=[k1.did])
+    entry = version(["same"])
+    by_k1, by_k2 = resigned(entry, k1), resigned(entry, k2)
+    conn = open_db(tmp_path / "node.sqlite")
+    try:
+        append(conn, [first, second])
+        append(conn, [by_k1])
+        append(conn, [by_k2])
+        assert conn.execute("SELECT signature FROM entries").fetchone()[0] == by_k2.record["signature"]
+        recover = key_event(recovery, 2, first.hash, "recover", key=k3.did, vouched=[k1.did, k2.did])
+        append(conn, [recover])
+        assert conn.execute("SELECT signature FROM entries").fetchone()[0] == by_k1.record["signature"]
+        assert conn.execute("SELECT count(*) FROM equivocations").fetchone()[0] == 0
+        with db.transaction(conn, immediate=True):
+            before = projections.snapshot(conn)
+            projections.rebuild(conn)
+            assert projections.snapshot(conn) == before
+    finally:
+        conn.close()
