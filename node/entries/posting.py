@@ -295,7 +295,12 @@ def store_all_txn(
         conn, [(posts[i][1].seal.record_hash, posts[i][1].seal.decoded.author_id) for i in to_append]
     )
     held = ahead.held
-    contested = {posts[i][1].seal.record_hash for i in to_append} & held.keys()
+    contested = {  # addresses held here with another version than the post's: a re-signing, or 409
+        posts[i][1].seal.record_hash
+        for i in to_append
+        if posts[i][1].seal.record_hash in held
+        and all(h.version != posts[i][1].seal.version for h in held[posts[i][1].seal.record_hash])
+    }
     statements = equivocation.statements_held(conn, {a: held[a] for a in contested}) if contested else {}
     resigned: set[int] = set()
     to_append = _one_version_each(posts, to_append, held_versions(held), taken, statements, resigned)
