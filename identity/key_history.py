@@ -217,6 +217,29 @@ def _refused_ancestor(address: str, by_address: Mapping[str, dict[str, Any]], re
     return False
 
 
+def key_order(history: History) -> dict[str, int]:
+    """Each key of the winning chain by its place: the identity's first key 0, the key the chain's n-th event
+    installs n (docs/format-v3.md 3.6 and 3.8: between two valid records, the one by the later key wins). A key
+    the chain never installed (a replaced branch's, vouched for by a `recover`) is absent: it ranks before all."""
+    order = {history.author: 0}
+    for place, address in enumerate(history.chain, start=1):
+        key = history.events[address].get("key")
+        if key is not None:
+            order[key] = place
+    return order
+
+
+DocumentRank = tuple[bool, int, int, str]
+
+
+def document_rank(order: Mapping[str, int], signer: str, created_ms: int, address: str, verdict: str) -> DocumentRank:
+    """The rank of an agent document among its author's (docs/format-v3.md 3.8), larger is newer: valid ones before
+    every other, then the key latest in the winning chain (`key_order`; a key outside it before every key of it),
+    then `(created_at, hash)` among documents of one key. A thief's forward-dated document signed by a revoked key
+    is void and never outranks a valid one; one vouched for ranks by its older key."""
+    return (verdict == "valid", order.get(signer, -1), created_ms, address)
+
+
 def key_verdict(
     history: History, signing_key: str, version: str, pages: Mapping[tuple[str, str], Mapping[int, Sequence[str]]]
 ) -> KeyVerdict:

@@ -17,10 +17,10 @@ import msgspec
 from identity import canonical, keys
 
 RECORD_KINDS = frozenset({"entry", "link", "agent", "message", "task_event"})
-# The kinds of format v3 this release accepts from peers (docs/format-v3.md, 7.7): key events, vouch pages, and the
-# v1 kinds entry, link and message signed by a rotated key (`signing_key`). Never from a client (issue 36); agent
-# documents and task events with a `signing_key` and the kinds of spaces and redaction not yet.
-V3_KINDS = frozenset({"entry", "link", "message", "key_event", "vouch_page"})
+# The kinds of format v3 this release accepts (docs/format-v3.md, 7.7): key events, vouch pages, and the v1 kinds
+# entry, link, message, task event and agent document signed by a rotated key (`signing_key`). The kinds of spaces
+# and redaction not yet.
+V3_KINDS = frozenset({"entry", "link", "message", "task_event", "agent", "key_event", "vouch_page"})
 
 
 class RecordError(ValueError):
@@ -35,6 +35,14 @@ class RecordError(ValueError):
 def unsigned(record: dict[str, Any]) -> dict[str, Any]:
     """The record without its signature: what the signature covers."""
     return {k: v for k, v in record.items() if k != "signature"}
+
+
+def statement_of(record: dict[str, Any]) -> str:
+    """What an entry version says, whichever of its author's keys signed it: the lowercase hex SHA-256 of its
+    canonical bytes without `signing_key` and `signature`. Two versions of one address with the same statement are
+    one entry re-signed after a rotation, not an equivocation (docs/format-v3.md 3.6, docs/sync.md "Versions")."""
+    rest = {k: v for k, v in record.items() if k not in ("signing_key", "signature")}
+    return canonical.sha256_hex(canonical.canonical_bytes(rest))
 
 
 def signing_bytes(record: dict[str, Any]) -> bytes:

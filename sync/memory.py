@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from identity import canonical
+from identity import canonical, records
 from sync import compat
 from sync.messages import PROTOCOL_VERSION, PeerHealth
 from sync.store import TOO_NEW, Cursor, CursorVersion, Invalid, Outcome, Page, PeerConfig, Verified
@@ -27,8 +27,9 @@ class _Want:
 @dataclass
 class MemoryStore:
     """Records, cursors, peers and counters held in dictionaries. Follows the node's rule for versions
-    (node/store/equivocation.py): at most two versions per address, the two with the smallest (scope != federation,
-    version); an evicted version's seq stays empty."""
+    (node/store/equivocation.py): at most two statements per address (versions equal but for `signing_key` and
+    `signature` are one: `identity.records.statement_of`), the two whose best version has the smallest
+    (scope != federation, version), with every version of them; an evicted version's seq stays empty."""
 
     node_id: str
     epoch: str = field(default_factory=lambda: secrets.token_hex(16))
@@ -37,6 +38,9 @@ class MemoryStore:
     index: dict[str, int] = field(default_factory=dict)  # version -> seq
     addresses: dict[str, list[str]] = field(default_factory=dict)  # address -> versions held
     rejected: set[str] = field(default_factory=set)  # versions refused or evicted
+    rejected_at: dict[str, str] = field(default_factory=dict)  # rejected version -> its address
+    statements: dict[str, str] = field(default_factory=dict)  # version held -> its statement
+    rotating: set[str] = field(default_factory=set)  # authors of key events or of records naming a signing_key
     peer_list: list[PeerConfig] = field(default_factory=list)
     cursors: dict[str, Cursor] = field(default_factory=dict)
     cursor_versions: dict[str, CursorVersion] = field(default_factory=dict)
@@ -58,21 +62,41 @@ class MemoryStore:
         if version in self.index:
             return "duplicate"
         held = self.addresses.get(v.hash, [])
-        ranked = sorted([*held, version], key=lambda x: (self._scope(x, scope) != "federation", x))
-        if version not in ranked[:2]:
-            self.rejected.add(version)
+        statement = records.statement_of(v.record) if v.record.get("kind") == "entry" else version
+        groups: dict[str, list[str]] = {}
+        for x in [*held, version]:
+            groups.setdefault(statement if x == version else self.statements[x], []).append(x)
+        ranked = sorted(groups, key=lambda s: min((self._scope(x, scope) != "federation", x) for x in groups[s]))
+        keep = [x for s in ranked[:2] for x in groups[s]]
+        if version not in keep:
+            self._reject(version, v.hash)
             return "overflow"
-        for dropped in ranked[2:]:
-            self.log[self.index.pop(dropped) - 1] = None
-            self.rejected.add(dropped)
+        dropped = [x for x in held if x not in keep]
+        if "signing_key" in v.record or v.record.get("kind") == "key_event":
+            self.rotating.add(str(v.record["author_id"]))
+        rotating = v.record["author_id"] in self.rotating  # the node's test: the author has key events
+        if dropped and rotating and statement not in {self.statements[x] for x in held}:
+            # the statement may have ranked lower when versions of it were refused: forget them (node's rule)
+            for x in [x for x, a in self.rejected_at.items() if a == v.hash]:
+                self.rejected.discard(x)
+                del self.rejected_at[x]
+        for x in dropped:
+            self.log[self.index.pop(x) - 1] = None
+            self.statements.pop(x, None)
+            self._reject(x, v.hash)
         ms = int(canonical.parse_created_at(v.record["created_at"]).timestamp() * 1000)
         self.log.append((v.hash, version, v.body, ms, scope))
         self.origins[version] = origin
         self.index[version] = len(self.log)
-        self.addresses[v.hash] = ranked[:2]
+        self.addresses[v.hash] = keep
+        self.statements[version] = statement
         self.wants.pop(v.hash, None)
         self.changed.set()
         return "saved"
+
+    def _reject(self, version: str, address: str) -> None:
+        self.rejected.add(version)
+        self.rejected_at[version] = address
 
     def _scope(self, version: str, new_scope: str) -> str:
         seq = self.index.get(version)

@@ -86,7 +86,7 @@ async def import_identity(
     if identity_record is None:
         raise InvalidInput("the identity file carries no signed identity document", code="identity_record_missing")
     try:
-        records.check(identity_record)
+        records.check(identity_record, v3="signing_key" in identity_record)
     except records.RecordError as exc:
         raise InvalidInput(f"identity document does not verify: {exc}", code=f"record_{exc.reason}") from None
     if identity_record.get("kind") != "agent" or identity_record.get("author_id") != did:
@@ -116,7 +116,14 @@ async def import_identity(
                 code="identity_key_outdated",
             )
         return agents.register(
-            conn, name=name, key=key, keep_key=keep_key, record=dict(identity_record), now_ms=now_ms, agent_id=did
+            conn,
+            name=name,
+            key=key,
+            keep_key=keep_key,
+            record=dict(identity_record),
+            now_ms=now_ms,
+            agent_id=did,
+            authority=authority,  # a document by a key the identity history voids is refused
         )
 
     try:

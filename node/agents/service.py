@@ -22,7 +22,7 @@ from node.agents import refs as agent_refs
 from node.agents import store
 from node.errors import Conflict, InvalidInput, NotFound
 from node.store import projections, submission
-from node.store.authority import key_events_of
+from node.store.authority import Authority, authorize_txn, key_events_of
 from node.store.conn import Conn
 from node.store.db import Database
 from node.trust import service as trust
@@ -175,9 +175,15 @@ def register(
     record: dict[str, object],
     now_ms: int,
     agent_id: str | None = None,
+    authority: Authority | None = None,
 ) -> str:
     """Register an agent on this node (its identity record, its local name, an API key); return the API key.
-    `key` is the key that signs for it now; `agent_id` its did when that is not `key`'s (a rotated identity)."""
+
+    `key` is the key that signs for it now; `agent_id` its did when that is not the did of `key` (a rotated
+    identity). With the writer's `authority` (every path but a test's), the document's signing key must be one that
+    may sign for the agent (`node.store.authority.authorize_txn`, docs/format-v3.md 3.5): a document by a rotated-out
+    key the rotation does not vouch for is 422 `not_current_key`, by a key no held event installs
+    `unknown_signing_key`."""
     did = agent_id or key.did
     check_name(name)
     if store.name_taken(conn, name):
@@ -185,11 +191,13 @@ def register(
     if store.did_registered(conn, did):
         raise Conflict("this identity is already registered on this node", code="agent_exists")
     try:
-        record_hash, decoded = records.check(dict(record))
+        record_hash, decoded = records.check(dict(record), v3="signing_key" in record)
     except records.RecordError as exc:  # e.g. a display name or description over its limit
         raise InvalidInput(str(exc), field=exc.field, code=f"record_{exc.reason}") from None
     submission.check_record(dict(record))  # created here or imported (`bbs agent import`): a submission
     assert isinstance(decoded, AgentRecord)
+    if authority is not None:
+        authorize_txn(conn, authority, [(dict(record), record_hash, "$.record")])
     projections.append(conn, dict(record), record_hash, decoded, origin="local", now_ms=now_ms)
     store.insert_local_agent_txn(conn, name, did, key.seed if keep_key else None, now_ms)
     return new_credential(conn, "agent", did, now_ms)

@@ -295,7 +295,15 @@ def store_all_txn(
         conn, [(posts[i][1].seal.record_hash, posts[i][1].seal.decoded.author_id) for i in to_append]
     )
     held = ahead.held
-    to_append = _one_version_each(posts, to_append, held_versions(held), taken)
+    contested = {  # addresses held here with another version than the post's: a re-signing, or 409
+        posts[i][1].seal.record_hash
+        for i in to_append
+        if posts[i][1].seal.record_hash in held
+        and all(h.version != posts[i][1].seal.version for h in held[posts[i][1].seal.record_hash])
+    }
+    statements = equivocation.statements_held(conn, {a: held[a] for a in contested}) if contested else {}
+    resigned: set[int] = set()
+    to_append = _one_version_each(posts, to_append, held_versions(held), taken, statements, resigned)
     appended = projections.append_many(
         conn,
         [posts[i][1].seal.incoming() for i in to_append],
@@ -325,7 +333,7 @@ def store_all_txn(
     if taken:
         raise HashTaken(taken)
     _answer_held_as_shown_txn(
-        conn, posts, [i for i, (_, new) in zip(to_append, appended, strict=True) if not new], stored
+        conn, posts, [i for i, (_, new) in zip(to_append, appended, strict=True) if not new or i in resigned], stored
     )
     states = states_known([posts[i][1] for i in to_append], appended, ahead)
     if states is None:  # something stored or in the run gives them a state: read it
@@ -386,18 +394,31 @@ def _answer_held_as_shown_txn(
 
 
 def _one_version_each(
-    posts: list[tuple[str, _Post]], to_append: list[int], held: dict[str, set[str]], taken: list[_Post]
+    posts: list[tuple[str, _Post]],
+    to_append: list[int],
+    held: dict[str, set[str]],
+    taken: list[_Post],
+    statements: dict[str, set[str]],
+    resigned: set[int],
 ) -> list[int]:
     """The posts to append: a post whose address holds (here, or earlier in the batch) another version is never
     a second version. One the node signed had its hash taken by a different entry (same words, same
-    millisecond): it goes to `taken`, re-signed 1 ms later. One its author signed is an equivocation: 409.
-    `held` is `held_versions` of their addresses (read once, passed on to the append)."""
+    millisecond): it goes to `taken`, re-signed 1 ms later. One its author signed is an equivocation: 409, unless
+    it is a held version re-signed by another key of its author (`statements`: `equivocation.statements_held` of
+    the held addresses; docs/format-v3.md 3.6), which is appended and goes to `resigned`. `held` is
+    `held_versions` of their addresses (read once, passed on to the append)."""
     out = []
     for i in to_append:
         post = posts[i][1]
         address, version = post.seal.record_hash, post.seal.version
         if address not in held or version in held[address]:
             held.setdefault(address, {version})
+            out.append(i)
+        elif isinstance(post.body, SignedSubmission) and equivocation.statement_of(post.seal.record) in statements.get(
+            address, set()
+        ):
+            held[address].add(version)
+            resigned.add(i)
             out.append(i)
         elif isinstance(post.body, PostEntry):
             taken.append(post)  # rolled back, re-signed 1 ms later

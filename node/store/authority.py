@@ -73,7 +73,9 @@ def authority_records(conn: Conn) -> list[tuple[str, dict[str, Any]]]:
 def key_events_of(conn: Conn, author: str) -> list[tuple[str, dict[str, Any]]]:
     """(address, record) of every key event of `author` in the log (a read: `GET /v1/agents/{id}`)."""
     rows = conn.execute(
-        "SELECT hash, body FROM records WHERE kind = 'key_event' AND author_id = ? ORDER BY seq", (author,)
+        "SELECT hash, body FROM records WHERE kind IN ('key_event', 'vouch_page') AND kind = 'key_event'"
+        " AND author_id = ? ORDER BY seq",  # the IN lets SQLite use the partial index records_authority
+        (author,),
     ).fetchall()
     return [(str(r[0]), json.loads(bytes(r[1]))) for r in rows]
 

@@ -9,14 +9,22 @@ order, so every node that holds the same versions shows the same one (docs/sync.
   smallest version hex wins;
 - a node keeps the two versions with the smallest keys; the winner is the smallest; holding two means the
   address is `equivocated`. A third that does not beat both is refused; one that does evicts the worst.
+
+Re-signed versions (docs/format-v3.md 3.6): versions equal but for `signing_key` and `signature` are one
+*statement* (`statement_of`). The rule above ranks statements, each by its best version's key; every version of a
+kept statement is kept, and the one shown of a statement is the one whose key is latest in the author's winning
+chain (`kept_members`). So a re-signed entry is never a second version against the cap, never `overflow`, never
+the author's equivocation.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from identity import key_history, records
+from node.store.authority import key_events_of
 from node.store.conn import Conn
 
 MAX_VERSIONS = 2
@@ -43,6 +51,111 @@ def ranked(versions: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
 def kept(versions: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """The versions a node keeps of the given set (at most MAX_VERSIONS), winner first."""
     return ranked(versions)[:MAX_VERSIONS]
+
+
+class Member(NamedTuple):
+    """A version of an address as the re-signing rule sees it: its version and scope, its statement (`statement_of`)
+    and the key that signed it."""
+
+    version: str
+    scope: str
+    statement: str
+    signer: str
+
+
+def statement_of(record: Mapping[str, Any]) -> str:
+    """What a version says, whoever of its author's keys signed it (`identity.records.statement_of`)."""
+    return records.statement_of(dict(record))
+
+
+def member_of(version: str, scope: str, record: Mapping[str, Any]) -> Member:
+    """The `Member` of a version from its record."""
+    return Member(version, scope, statement_of(record), key_history.signer_of(dict(record)))
+
+
+def kept_members(
+    members: Iterable[Member], order: Mapping[str, int], verdicts: Mapping[str, str] | None = None
+) -> list[Member]:
+    """The versions a node keeps of an address, the one its projections show first (a function of the set, in any
+    order, given the author's key order `identity.key_history.key_order` and the key verdicts by version; a version
+    absent from `verdicts` is valid).
+
+    Statements are ranked by `precedence` of their best version; the best MAX_VERSIONS statements are kept with every
+    version of them. The shown version is of the best statement: valid before not valid, then the key latest in
+    the winning chain (a key outside it before every key of it), then the smaller version hex.
+    """
+    verdicts = verdicts or {}
+    by_statement: dict[str, dict[str, Member]] = {}
+    for m in members:
+        by_statement.setdefault(m.statement, {})[m.version] = m
+    statements = sorted(by_statement.values(), key=lambda ms: min(precedence(m.version, m.scope) for m in ms.values()))
+    out: list[Member] = []
+    for group in statements[:MAX_VERSIONS]:
+        out.extend(
+            sorted(
+                group.values(),
+                key=lambda m: (verdicts.get(m.version, "valid") != "valid", -order.get(m.signer, -1), m.version),
+            )
+        )
+    return out
+
+
+def statement_count(members: Iterable[Member]) -> int:
+    """How many statements the given versions make: two or more is the author's equivocation."""
+    return len({m.statement for m in members})
+
+
+def key_order_txn(conn: Conn, author: str) -> dict[str, int]:
+    """`identity.key_history.key_order` of `author` over the key events in the log (read only when two versions of
+    one statement meet: a re-signed entry); only its first key when the author has none."""
+    return key_history.key_order(key_history.resolve(author, key_events_of(conn, author)))
+
+
+def members(conn: Conn, seqs: Iterable[int]) -> dict[int, tuple[Member, dict[str, Any]]]:
+    """The `Member` and record of each stored version by seq."""
+    rows = conn.execute(
+        "SELECT seq, version, scope, body FROM records WHERE seq IN (SELECT value FROM json_each(?))",
+        (json.dumps(sorted(set(seqs))),),
+    ).fetchall()
+    out: dict[int, tuple[Member, dict[str, Any]]] = {}
+    for seq, version, scope, body in rows:
+        record = json.loads(bytes(body))
+        out[int(seq)] = (member_of(version, scope, record), record)
+    return out
+
+
+def statements_held(conn: Conn, held: Mapping[str, list[Held]]) -> dict[str, set[str]]:
+    """The statements of the versions held of each address (`held`), for a post whose address holds another
+    version: one of the same statement is the entry re-signed, not an equivocation."""
+    found = members(conn, [h.seq for versions in held.values() for h in versions])
+    out: dict[str, set[str]] = {address: set() for address in held}
+    for address, versions in held.items():
+        for h in versions:
+            if h.seq in found:
+                out[address].add(found[h.seq][0].statement)
+    return out
+
+
+def several(conn: Conn) -> set[str]:
+    """The addresses the log holds more than one version of (equivocated, or re-signed): `rebuild` replays their
+    switches."""
+    rows = conn.execute("SELECT hash FROM records WHERE kind = 'entry' GROUP BY hash HAVING count(*) > 1").fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def several_of(conn: Conn, author: str) -> list[str]:
+    """The addresses of `author` the log holds more than one version of (a scan: run after a key event reorders
+    the author's keys, which is rare)."""
+    rows = conn.execute(
+        "SELECT hash FROM records WHERE kind = 'entry' AND author_id = ? GROUP BY hash HAVING count(*) > 1", (author,)
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def shown_seq(conn: Conn, address: str) -> int | None:
+    """The seq of the version of `address` its projection shows (its entries row's id), if projected."""
+    row = conn.execute("SELECT id FROM entries WHERE record_hash = ?", (address,)).fetchone()
+    return None if row is None else int(row[0])
 
 
 def held(conn: Conn, addresses: Iterable[str]) -> dict[str, list[Held]]:
@@ -81,6 +194,12 @@ def refuse_txn(conn: Conn, version: str, address: str, now_ms: int) -> None:
     )
 
 
+def forget_refused_txn(conn: Conn, address: str) -> None:
+    """Forget the versions of `address` this node refused or evicted (`kept_members`: a statement's rank is its best
+    version's, so one that gains a better version may now beat what was kept when they were refused)."""
+    conn.execute("DELETE FROM refused_versions WHERE hash = ?", (address,))
+
+
 def refused(conn: Conn, versions: Iterable[str]) -> set[str]:
     """Those of `versions` this node refused or evicted."""
     rows = conn.execute(
@@ -102,6 +221,29 @@ def by_author(conn: Conn) -> dict[str, int]:
     """Equivocated addresses per author, as this node holds them."""
     rows = conn.execute("SELECT author_id, count(*) FROM equivocations GROUP BY author_id").fetchall()
     return {r[0]: int(r[1]) for r in rows}
+
+
+def flagged_seqs(conn: Conn, address: str) -> set[int]:
+    """The seqs of the versions of `address` flagged void (node/store/void.py): held, but never shown."""
+    return {int(r[0]) for r in conn.execute("SELECT seq FROM void_records WHERE hash = ?", (address,)).fetchall()}
+
+
+def shown_member(conn: Conn, address: str) -> tuple[int, dict[str, Any]] | None:
+    """The (seq, record) of the version of `address` its projection must show: `kept_members` over the versions held
+    that are not flagged void, under the author's key order; None when every version held is flagged. Also whether
+    those versions make two statements (the author's equivocation) is `statement_count` of them."""
+    found = live_members(conn, address)
+    if not found:
+        return None
+    author = str(next(iter(found.values()))[1]["author_id"])
+    best = kept_members([m for m, _ in found.values()], key_order_txn(conn, author))[0]
+    return next((seq, record) for seq, (m, record) in found.items() if m.version == best.version)
+
+
+def live_members(conn: Conn, address: str) -> dict[int, tuple[Member, dict[str, Any]]]:
+    """The `Member` and record of each version of `address` held and not flagged void, by seq."""
+    void = flagged_seqs(conn, address)
+    return members(conn, [h.seq for h in held(conn, [address]).get(address, []) if h.seq not in void])
 
 
 def unproject_entry_txn(conn: Conn, address: str, seq: int) -> None:

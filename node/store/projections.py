@@ -22,7 +22,7 @@ from identity import canonical
 from identity.schema import AgentRecord, EntryRecord, LinkRecord
 from node.inbox import notify as notifications
 from node.ops.progress import Report, silent
-from node.store import db, equivocation
+from node.store import agent_docs, db, equivocation
 from node.store.ahead import NAMED_SQL, Named
 from node.store.conn import Conn
 from wire.time import parse_ms
@@ -157,21 +157,38 @@ def append_many(
 def _append_version(
     conn: Conn, item: Incoming, version: str, body: bytes, origin: str, now_ms: int
 ) -> tuple[int, bool]:
-    """Append another version of an address already held (node.store.equivocation's rule): (seq, True) when kept,
-    (REFUSED_SEQ, False) when refused; the projection switches to the winner in this transaction."""
+    """Append another version of an address already held (node.store.equivocation's rule, re-signed versions
+    included): (seq, True) when kept, (REFUSED_SEQ, False) when refused; the projection switches to the version
+    shown in this transaction."""
     before = equivocation.held(conn, [item.hash]).get(item.hash, [])
     for h in before:
         if h.version == version:
             return h.seq, False
     assert item.record["kind"] == "entry", "only entries have versions"
-    keep = equivocation.kept([(h.version, h.scope) for h in before] + [(version, item.scope)])
-    if (version, item.scope) not in keep:
+    stored = equivocation.members(conn, [h.seq for h in before])
+    new = equivocation.member_of(version, item.scope, item.record)
+    everything = [m for m, _ in stored.values()] + [new]
+    resigned = equivocation.statement_count(everything) < len(everything)
+    order = equivocation.key_order_txn(conn, item.record["author_id"]) if resigned else {}
+    keep = equivocation.kept_members(everything, order)
+    kept_versions = {m.version for m in keep}
+    if version not in kept_versions:
         equivocation.refuse_txn(conn, version, item.hash, now_ms)
         return REFUSED_SEQ, False
-    for h in before:
-        if (h.version, h.scope) not in keep:  # evicted: never the winner (only one version is new)
-            conn.execute("DELETE FROM records WHERE seq = ?", (h.seq,))
-            equivocation.refuse_txn(conn, h.version, item.hash, now_ms)
+    shown = equivocation.shown_seq(conn, item.hash)
+    evicted = [h for h in before if h.version not in kept_versions]
+    if evicted and new.statement not in {m.statement for m, _ in stored.values()}:
+        # a statement comes in over a held one: if its author re-signs (has key events), versions of it this node
+        # refused earlier, when it ranked lower, may now be kept; forget them so reconciliation fetches them again
+        author_order = order if resigned else equivocation.key_order_txn(conn, item.record["author_id"])
+        if "signing_key" in item.record or len(author_order) > 1:
+            equivocation.forget_refused_txn(conn, item.hash)
+    for h in evicted:  # a whole statement, never the one shown after this
+        if h.seq == shown:
+            equivocation.unproject_entry_txn(conn, item.hash, h.seq)
+            shown = None
+        conn.execute("DELETE FROM records WHERE seq = ?", (h.seq,))
+        equivocation.refuse_txn(conn, h.version, item.hash, now_ms)
     seq = conn.execute(
         "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -189,16 +206,31 @@ def _append_version(
         ),
     ).lastrowid
     assert seq is not None
-    if len(keep) > 1:
+    if equivocation.statement_count(keep) > 1:
         equivocation.mark_txn(conn, item.hash, item.record["author_id"], now_ms)
-    if not before or keep[0][0] == version:
-        if before:
-            equivocation.unproject_entry_txn(conn, item.hash, before[0].seq)
-        project_entries(conn, [(seq, item)], now_ms, notify=True)
-    if conn.execute("SELECT 1 FROM void_records WHERE hash = ? LIMIT 1", (item.hash,)).fetchone() is not None:
+    seq_of = {m.version: s for s, (m, _) in stored.items()} | {version: seq}
+    target = seq_of[keep[0].version]
+    if target != shown:
+        if shown is not None:
+            equivocation.unproject_entry_txn(conn, item.hash, shown)
+        if target == seq:
+            project_entries(conn, [(seq, item)], now_ms, notify=True)
+        else:  # a held version of the statement that now wins (its key is the later one)
+            record = stored[target][1]
+            project_entries(conn, [(target, _incoming(record, item.hash, item.scope))], now_ms, notify=True)
+    if equivocation.flagged_seqs(conn, item.hash):
         # a version held is flagged void (node/store/void.py): show the best one not flagged, and no equivocation
         log_of(conn).switches["entry"](conn, seq, item.hash, item.record, True, now_ms)
     return seq, True
+
+
+def _incoming(record: dict[str, Any], record_hash: str, scope: str) -> Incoming:
+    """A stored record as an `Incoming`, decoded as it was stored."""
+    from identity.schema_v3 import struct_for
+
+    struct = struct_for(record)
+    assert struct is not None
+    return Incoming(record, record_hash, msgspec.convert(record, struct), scope)
 
 
 def _project(new: list[tuple[int, Incoming]], now_ms: int, conn: Conn, named: Named | None = None) -> None:
@@ -371,23 +403,38 @@ def project_link(conn: Conn, rec: LinkRecord, ctx: Projection) -> None:
 
 
 def project_agent(conn: Conn, rec: AgentRecord, ctx: Projection) -> None:
-    """The newest identity document of an agent wins, by (created_at, hash): the same on every node."""
-    ms = parse_ms(rec.created_at)
-    conn.execute(
-        "INSERT INTO agents (id, display_name, description, home_node, created_at, created_ms, doc_hash, agent_type)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (id) DO UPDATE SET display_name = excluded.display_name, description = excluded.description,"
-        "   home_node = excluded.home_node, created_at = excluded.created_at, created_ms = excluded.created_ms,"
-        "   doc_hash = excluded.doc_hash, agent_type = excluded.agent_type"
-        " WHERE (excluded.created_ms, excluded.doc_hash) > (agents.created_ms, agents.doc_hash)",
-        (rec.author_id, rec.display_name, rec.description, rec.home_node, rec.created_at, ms, ctx.hash,
-         None if rec.agent_type is msgspec.UNSET else rec.agent_type),
-    )  # fmt: skip
+    """The newest identity document of an agent wins, by its author's key history, then (created_at, hash): the
+    same on every node (node/store/agent_docs.py)."""
+    agent_docs.project_txn(conn, rec, ctx.hash)
 
 
 def project_key_event(conn: Conn, rec: Any, ctx: Projection) -> None:
     """A key event (or a vouch page) projects into no table: the writer's authority cache (node/store/authority.py)
-    reads them from the log itself (docs/format-v3.md, 7.4)."""
+    reads them from the log itself (docs/format-v3.md, 7.4). It may change which document of its author is shown
+    (node/store/agent_docs.py) and, when it reorders the author's keys (a recovery, a fork won by a better role),
+    which version of its re-signed entries (`rerank_entries_txn`)."""
+    order = agent_docs.on_authority_record_txn(conn, rec, ctx.hash)
+    if order is not None:
+        rerank_entries_txn(conn, str(rec.author_id), order, ctx.now_ms, notify=ctx.notify)
+
+
+def rerank_entries_txn(conn: Conn, author: str, order: Mapping[str, int], now_ms: int, *, notify: bool) -> None:
+    """Show again, of every address of `author` holding several versions, the one `equivocation.kept_members`
+    chooses under the key order `order` (after a key event reordered the author's keys)."""
+    for address, versions in equivocation.held(conn, equivocation.several_of(conn, author)).items():
+        void = equivocation.flagged_seqs(conn, address)  # flagged versions are never shown (node/store/void.py)
+        stored = equivocation.members(conn, [h.seq for h in versions if h.seq not in void])
+        if not stored:
+            continue
+        best = equivocation.kept_members([m for m, _ in stored.values()], order)[0]
+        target = next(seq for seq, (m, _) in stored.items() if m.version == best.version)
+        shown = equivocation.shown_seq(conn, address)
+        if target == shown:
+            continue
+        if shown is not None:
+            equivocation.unproject_entry_txn(conn, address, shown)
+        record = stored[target][1]
+        project_entries(conn, [(target, _incoming(record, address, best.scope))], now_ms, notify=notify)
 
 
 # The substrate's record kinds: their projectors, and the tables holding only their derived data (the search
@@ -447,8 +494,10 @@ def rebuild(conn: Conn, progress: Report = silent) -> int:
     for statement in ddl:
         conn.execute(statement)
     count = 0
-    two = {r[0] for r in conn.execute("SELECT hash FROM equivocations").fetchall()}
-    shown: dict[str, tuple[int, tuple[bool, str]]] = {}  # equivocated address -> (seq, precedence) projected
+    two = equivocation.several(conn)
+    seen: dict[str, dict[int, tuple[equivocation.Member, Any]]] = {}  # address of several -> seq -> (member, decoded)
+    shown: dict[str, int] = {}  # address of several versions -> the seq projected
+    orders: dict[str, dict[str, int]] = {}
     rows = conn.execute(
         "SELECT seq, hash, version, scope, body FROM records"
         " WHERE seq NOT IN (SELECT seq FROM void_records) ORDER BY seq"
@@ -463,12 +512,19 @@ def rebuild(conn: Conn, progress: Report = silent) -> int:
         if count % REPORT_EVERY == 0:
             progress(REBUILD_STEP, count, len(rows))
         if record_hash in two:  # replayed as it arrived: the projection switches when a better version comes
-            key = equivocation.precedence(version, scope)
+            versions = seen.setdefault(record_hash, {})
+            versions[seq] = (equivocation.member_of(version, scope, record), decoded)
+            author = record["author_id"]
+            if author not in orders:
+                orders[author] = equivocation.key_order_txn(conn, author)
+            best = equivocation.kept_members([m for m, _ in versions.values()], orders[author])[0]
+            target = next(s for s, (m, _) in versions.items() if m.version == best.version)
+            if shown.get(record_hash) == target:
+                continue
             if record_hash in shown:
-                if shown[record_hash][1] < key:
-                    continue
-                equivocation.unproject_entry_txn(conn, record_hash, shown[record_hash][0])
-            shown[record_hash] = (seq, key)
+                equivocation.unproject_entry_txn(conn, record_hash, shown[record_hash])
+            shown[record_hash] = target
+            seq, decoded = target, versions[target][1]
         log.projectors[record["kind"]](conn, decoded, Projection(seq, record_hash, 0, notify=False))
     progress(REBUILD_STEP, count, len(rows))
     return count

@@ -53,15 +53,16 @@ def sign_and_check_body(unsigned: dict[str, Any], signer: keys.SigningKey) -> tu
     """`sign_and_check`, and the signed record's canonical bytes, encoded once for the check and the log row.
 
     A key that is not the author's first one (a node-kept agent whose key was rotated, docs/format-v3.md 3.6) is
-    named in `signing_key`; only the kinds of `records.V3_KINDS` may carry one yet (422 `rotated_key_unsupported`).
+    named in `signing_key`; only the kinds of `records.V3_KINDS` may carry one (422 `rotated_key_unsupported`:
+    every kind a node signs is one of them, so only a kind of a later format would be).
     """
     rotated = signer.did != unsigned.get("author_id")
     v3 = rotated or unsigned.get("kind") in AUTHORITY_KINDS
     if rotated:
         if unsigned.get("kind") not in records.V3_KINDS:
             raise InvalidInput(
-                f"records of kind {unsigned.get('kind')!r} cannot be signed by a rotated key yet (issue 36): this"
-                " agent's key was rotated",
+                f"records of kind {unsigned.get('kind')!r} cannot be signed by a rotated key: this agent's key"
+                " was rotated",
                 code="rotated_key_unsupported",
             )
         unsigned = {**unsigned, "signing_key": signer.did}

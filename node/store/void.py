@@ -162,35 +162,24 @@ def decoded(record: dict[str, Any]) -> Any:
     return msgspec.convert(record, struct)
 
 
-def _body_at(conn: Conn, seq: int) -> dict[str, Any]:
-    return dict(json.loads(bytes(conn.execute("SELECT body FROM records WHERE seq = ?", (seq,)).fetchone()[0])))
-
-
 def switch_entry(conn: Conn, seq: int, address: str, record: dict[str, Any], valid: bool, now_ms: int) -> None:
-    """Show the best version of `address` that is not flagged (none when all are), as the equivocation rule
-    would with the flagged versions left out; an address is `equivocated` only by two versions not flagged."""
-    void = flagged_seqs_of(conn, address)
-    live = [h for h in equivocation.held(conn, [address]).get(address, []) if h.seq not in void]
-    row = conn.execute("SELECT id FROM entries WHERE record_hash = ?", (address,)).fetchone()
-    shown = None if row is None else int(row[0])
-    want = live[0].seq if live else None
-    if shown != want:
+    """Show the version of `address` the equivocation rule chooses among the versions not flagged (none when all
+    are: `equivocation.shown_member`); an address is `equivocated` only by two statements not flagged."""
+    live = equivocation.live_members(conn, address)
+    shown = equivocation.shown_seq(conn, address)
+    want = equivocation.shown_member(conn, address) if live else None
+    if shown != (want[0] if want else None):
         if shown is not None:
             equivocation.unproject_entry_txn(conn, address, shown)
         if want is not None:
-            item = projections.Incoming({}, address, decoded(_body_at(conn, want)))
-            projections.project_entries(conn, [(want, item)], now_ms, notify=False)
+            item = projections.Incoming({}, address, decoded(want[1]))
+            projections.project_entries(conn, [(want[0], item)], now_ms, notify=False)
         # the search index covers this id already: its indexer redoes the address's document (node/search_index/)
         conn.execute("INSERT INTO search_redo (address) VALUES (?)", (address,))
-    if len(live) > 1:
+    if equivocation.statement_count(m for m, _ in live.values()) > 1:
         equivocation.mark_txn(conn, address, str(record["author_id"]), now_ms)
     else:
         conn.execute("DELETE FROM equivocations WHERE hash = ?", (address,))
-
-
-def flagged_seqs_of(conn: Conn, address: str) -> set[int]:
-    """The flagged seqs of the versions of `address`."""
-    return {int(r[0]) for r in conn.execute("SELECT seq FROM void_records WHERE hash = ?", (address,)).fetchall()}
 
 
 def switch_link(conn: Conn, seq: int, address: str, record: dict[str, Any], valid: bool, now_ms: int) -> None:

@@ -150,16 +150,17 @@ def check_complete(row: sqlite3.Row, agent_id: str, now_ms: int, node_id: str) -
 REQUEST_MEMORY_MS = 24 * 3600 * 1000
 
 
-def check_agent_home(conn: Conn, agent_id: str, peer_id: str, presented: tuple[str, int] | None = None) -> None:
+def check_agent_home(conn: Conn, agent_id: str, peer_id: str, presented: str | None = None) -> None:
     """403 `not_agent_home` unless the agent's newest identity document names `peer_id` as its home node.
 
     A peer leases only for its own agents: the newest document of the one this node holds and the one the peer
-    presented (`presented`: its home node and created time, signature already checked) decides, so a new agent
-    can lease before its document has synced here, and an agent that moved cannot be leased for by its old home.
+    presented decides (`presented`: the home node of the presented document when it outranks the one held,
+    docs/format-v3.md 3.8: its signature checked, its key allowed by the agent's key history), so a new agent can
+    lease before its document has synced here, and an agent that moved cannot be leased for by its old home.
     """
     newest = leases_store.agent_home(conn, agent_id)
-    if presented is not None and (newest is None or presented[1] > newest[1]):
-        newest = presented
+    if presented is not None:
+        newest = (presented, 0)
     if newest is None or newest[0] != peer_id:
         known = "no agent document" if newest is None else f"an agent document naming {newest[0]} as home node"
         raise Forbidden(

@@ -18,7 +18,7 @@ import msgspec
 from identity import canonical, keys, records
 from node.agents import refs as agent_refs
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
-from node.store import idempotency, projections
+from node.store import agent_docs, idempotency, projections
 from node.store.authority import Authority, authorize_txn
 from node.store.conn import Conn
 from node.store.db import Database
@@ -72,17 +72,17 @@ def _present(decoded: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return {n: getattr(decoded, n) for n in names if getattr(decoded, n) is not msgspec.UNSET}
 
 
-def _agent_document(document: dict[str, Any], agent_id: str) -> tuple[str, int]:
-    """A presented agent identity document, verified: (its home node, its created time); 422 otherwise."""
+def _agent_document(document: dict[str, Any], agent_id: str) -> tuple[str, Any]:
+    """A presented agent identity document, verified: (its address, its decoded record); 422 otherwise."""
     try:
-        _, decoded = records.check(document)
+        address, decoded = records.check(document, v3="signing_key" in document)  # a rotated key names itself
     except records.RecordError as exc:
         raise InvalidInput(f"agent_document: {exc}", field="$.agent_document", code="invalid_record") from None
     if decoded.kind != "agent" or decoded.author_id != agent_id:
         raise InvalidInput(
             "agent_document must be the identity document of agent_id", field="$.agent_document", code="wrong_record"
         )
-    return decoded.home_node, parse_ms(decoded.created_at)
+    return address, decoded
 
 
 async def resolve_agent(db: Database, agent_id: str, given: str | None) -> None:
@@ -227,7 +227,15 @@ class Workflows:
         presented = None if body.agent_document is None else _agent_document(body.agent_document, body.agent_id)
 
         def admit_txn(conn: Conn) -> None:
-            leases.check_agent_home(conn, body.agent_id, peer_id, presented)
+            home = None
+            if presented is not None and body.agent_document is not None:
+                address, decoded = presented
+                # its key may sign for the agent (a thief's copy by a revoked key is 422 not_current_key), and it
+                # counts only if it outranks the document held here by the agent's key history
+                authorize_txn(conn, self.sealing.authority, [(body.agent_document, address, "$.agent_document")])
+                if agent_docs.outranks_txn(conn, decoded, address):
+                    home = decoded.home_node
+            leases.check_agent_home(conn, body.agent_id, peer_id, home)
             leases.remember_request_txn(conn, body.request_id, peer_id, now)
 
         await self.db.write(admit_txn)
@@ -249,7 +257,7 @@ class Workflows:
             self.db, self.signer, exc.home_node, exc.task_key, agent_id, seconds
         )
         try:
-            record_hash, decoded = records.check(record)
+            record_hash, decoded = records.check(record, v3="signing_key" in record)  # a rotated node key names itself
         except records.RecordError as error:
             raise leases.LeaseAuthorityUnreachable(
                 f"the home node {exc.home_node} answered with an invalid grant: {error}", field="task_id"
@@ -265,9 +273,13 @@ class Workflows:
                 f"the home node {exc.home_node} answered with a record that is not this lease", field="task_id"
             )
         now = self.now_ms()
-        await self.db.write(
-            lambda c: projections.append(c, record, record_hash, decoded, origin=exc.home_node, now_ms=now)
-        )
+
+        def store_grant_txn(c: Conn) -> None:
+            # the grant's key may sign for the home node (docs/format-v3.md 3.5: vouched for after a rotation)
+            authorize_txn(c, self.sealing.authority, [(record, record_hash, "$")])
+            projections.append(c, record, record_hash, decoded, origin=exc.home_node, now_ms=now)
+
+        await self.db.write(store_grant_txn)
         return exc.task_key, granted
 
     async def release(

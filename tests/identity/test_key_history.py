@@ -308,3 +308,29 @@ def test_random_histories_are_decided_the_same_in_every_order(events: list[dict[
     for key in history.losing_keys:
         assert key_verdict(history, key, "3" * 64, {}) in ("void", "undecided")
         assert key not in history.state.used
+
+
+# ---- key order and the newest agent document (docs/format-v3.md 3.6, 3.8) ----------------------------------------
+
+
+def test_key_order_follows_the_winning_chain_and_leaves_out_a_losing_branch() -> None:
+    first = _event("rotate", 1, None, A, [A], key=K[1], recovery=K[5])
+    second = _event("rotate", 2, _address(first), K[1], [K[1]], key=K[2])
+    thief = _event("rotate", 2, _address(first), K[1], [K[1]], key=K[3])  # a fork of rank current
+    recover = _event("recover", 2, _address(first), K[5], [K[1]], key=K[4])  # recovery outranks both
+    history = _resolve(first, second, thief, recover)
+    assert key_history.key_order(history) == {A: 0, K[1]: 1, K[4]: 2}
+    assert key_history.key_order(_resolve()) == {A: 0}
+
+
+def test_the_newest_document_is_by_the_later_key_and_a_void_one_never_wins() -> None:
+    order = {A: 0, K[1]: 1}
+    owners_old = key_history.document_rank(order, A, 1_000, "aa", "valid")
+    owners_new = key_history.document_rank(order, K[1], 500, "bb", "valid")  # older date, later key: it wins
+    thiefs = key_history.document_rank(order, A, 9_999_999, "cc", "void")  # forward-dated, revoked key
+    vouched = key_history.document_rank(order, A, 2_000, "dd", "valid")
+    unknown = key_history.document_rank(order, K[3], 9_999_999, "ee", "valid")  # outside the chain
+    assert max([owners_old, owners_new, thiefs, vouched, unknown]) == owners_new
+    assert max([owners_old, thiefs, vouched]) == vouched  # one key: (created_at, hash)
+    assert max([owners_old, thiefs]) == owners_old
+    assert unknown < owners_old

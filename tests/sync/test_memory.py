@@ -71,3 +71,34 @@ def test_the_memory_store_keeps_versions_by_the_nodes_rule() -> None:
         assert {e[1] for e in store.log if e is not None} == kept
         assert words.count("overflow") + sum(1 for e in store.log if e is None) == 1
         assert store.rejected == {v.version for v in verified} - kept  # type: ignore[union-attr]
+
+
+def test_a_re_signed_version_is_kept_beside_the_first_and_counts_once_against_the_cap() -> None:
+    """The node's rule for re-signed entries (docs/sync.md, "Versions"): versions equal but for `signing_key` and
+    `signature` are one statement; the two best statements are kept with every version of them."""
+    from identity import canonical, records
+
+    first_key, new_key = keys.SigningKey.generate(), keys.SigningKey.generate()
+    store = MemoryStore(node_id=first_key.did)
+
+    def checked(record: dict[str, Any]) -> Verified:
+        v = verify_record(canonical.canonical_bytes(record), records.compute_hash(record))
+        assert isinstance(v, Verified), v
+        return v
+
+    def resign(record: dict[str, Any]) -> dict[str, Any]:
+        body = {**records.unsigned(record), "signing_key": new_key.did}
+        return {**body, "signature": new_key.sign(canonical.canonical_bytes(body))}
+
+    a = signed_entry(first_key, "one address")
+    others = [{**records.unsigned(a), "tags": [t]} for t in ("b", "c")]
+    b, c = (records.sign(o, first_key) for o in others)
+    assert records.compute_hash(b) == records.compute_hash(a)
+    assert [store.put(checked(r)) for r in (a, resign(a), b)] == ["saved"] * 3  # two statements, three versions
+    third = store.put(checked(c))
+    best = sorted([(min(checked(a).version, checked(resign(a)).version), "a"), (checked(b).version, "b"),
+                   (checked(c).version, "c")])[:2]  # fmt: skip
+    assert third == ("saved" if "c" in {s for _, s in best} else "overflow")
+    held = set(store.addresses[checked(a).hash])
+    kept = {"a": {checked(a).version, checked(resign(a)).version}, "b": {checked(b).version}, "c": {checked(c).version}}
+    assert held == set().union(*(kept[s] for _, s in best))

@@ -288,10 +288,13 @@ async def test_rotating_a_node_kept_key_keeps_the_id_and_signs_with_the_new_key(
     # the old key's record after the rotation is refused, whoever holds it
     thief = entry_record(old_key, "a thief's", created_ms=node.now_ms())
     problem(await post_signed(client, creds, thief, 422), 422, "not_current_key", "$.record.author_id")
-    # task events do not carry a signing_key yet (docs/format-v3.md 7.7): a clear refusal, not a 500
+    # a task event is signed by the new key too, naming it (docs/format-v3.md 7.7)
     resp = await client.post("/v1/agent-workflows/tasks", json={"key": "t1", "title": "a task"}, headers=creds.headers)
     data = await resp.json()
-    assert resp.status == 422 and data["code"] == "rotated_key_unsupported", data
+    assert resp.status == 201, data
+    (task_body,) = await node.db.read(lambda c: [bytes(r[0]) for r in c.execute(
+        "SELECT body FROM records WHERE kind = 'task_event'")])  # fmt: skip
+    assert json.loads(task_body)["signing_key"] == new_did
     # the identity file of a rotated agent carries its current key and the key history
     exported = await portable.export_identity(node, "keeper")
     assert (exported.agent_id, exported.key.did) == (creds.agent_id, new_did)
@@ -305,7 +308,7 @@ async def test_rotating_a_node_kept_key_keeps_the_id_and_signs_with_the_new_key(
         (1, creds.agent_id, new_did, True),
         (2, new_did, second["signing_key"], True),
     ]
-    assert second["vouched"] == 3  # the post, the link and the message the first new key signed
+    assert second["vouched"] == 4  # the post, the link, the message and the task event the first new key signed
 
 
 async def test_rotation_of_an_agent_the_node_does_not_sign_for_is_refused(

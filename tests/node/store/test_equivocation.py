@@ -17,11 +17,12 @@ from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from identity import canonical, keys, records
+from identity import canonical, keys, records, vouching
 from node.features import LOG
 from node.service import Node
 from node.store import db, equivocation, projections
 from tests.node.api_helpers import count, entry_record, get_json, hash_of, problem, self_signer
+from wire.time import format_ms
 
 AUTHOR = keys.SigningKey.generate()
 T0 = 1_767_323_045_000
@@ -245,3 +246,206 @@ async def test_resubmitting_either_held_version_of_an_equivocated_address_answer
         assert resp.status == 200, body
         assert (body["equivocated"], body["tags"]) == (True, winner.decoded.tags)
     assert await count(node) == stored
+
+
+# ---- re-signed versions (docs/format-v3.md 3.6) -------------------------------------------------------------------
+
+ROTATED = keys.SigningKey.generate()  # AUTHOR's key after a rotation, at place 1 of its chain
+
+
+def resigned(item: projections.Incoming, signer: keys.SigningKey) -> projections.Incoming:
+    """`item` signed again by `signer`, naming it in `signing_key`: the same address, another version."""
+    body = {k: v for k, v in item.record.items() if k != "signature"} | {"signing_key": signer.did}
+    record = records.sign(body, signer)
+    record_hash, decoded = records.check(record, v3=True)
+    return projections.Incoming(record, record_hash, decoded, item.scope)
+
+
+def member(item: projections.Incoming) -> equivocation.Member:
+    return equivocation.member_of(version_hex(item), item.scope, item.record)
+
+
+ORDER = {AUTHOR.did: 0, ROTATED.did: 1}
+
+
+def test_a_re_signed_version_is_one_statement_shown_by_its_later_key() -> None:
+    first = version(["same"])
+    again = resigned(first, ROTATED)
+    assert again.hash == first.hash and version_hex(again) != version_hex(first)
+    assert equivocation.statement_of(first.record) == equivocation.statement_of(again.record)
+    pair = [member(first), member(again)]
+    for arrival in (pair, pair[::-1]):
+        kept = equivocation.kept_members(arrival, ORDER)
+        assert kept == [member(again), member(first)]  # both kept, the later key's shown
+        assert equivocation.statement_count(kept) == 1  # not the author's equivocation
+    # the one whose verdict is valid wins, whatever its key's place
+    assert equivocation.kept_members(pair, ORDER, {version_hex(again): "void"})[0] == member(first)
+    # a key outside the chain (a replaced branch's, vouched for) ranks before every key of it
+    assert equivocation.kept_members(pair, {AUTHOR.did: 0})[0] == member(first)
+
+
+def test_a_re_signed_statement_counts_once_against_the_cap() -> None:
+    """Two statements, one of them re-signed: three versions, all kept, no overflow; a third statement competes
+    with the two by their best versions."""
+    a, b, c = (version([f"s{i}"]) for i in range(3))
+    a2 = resigned(a, ROTATED)
+    every = [member(x) for x in (a, a2, b)]
+    kept = equivocation.kept_members(every, ORDER)
+    assert {m.version for m in kept} == {version_hex(x) for x in (a, a2, b)}
+    assert equivocation.statement_count(kept) == 2
+    with_c = equivocation.kept_members([*every, member(c)], ORDER)
+    best_of = {
+        "a": min(version_hex(a), version_hex(a2)),
+        "b": version_hex(b),
+        "c": version_hex(c),
+    }
+    two = sorted(best_of, key=lambda s: best_of[s])[:2]
+    groups = {"a": {version_hex(a), version_hex(a2)}, "b": {version_hex(b)}, "c": {version_hex(c)}}
+    assert {m.version for m in with_c} == set().union(*(groups[s] for s in two))
+
+
+def test_a_re_signed_version_in_the_log_is_kept_shown_and_not_equivocated(tmp_path: Path) -> None:
+    """On a real SQLite log: the re-signed version is kept beside the first, whatever the order, the projection
+    shows the later key's, nothing is refused or flagged, and a rebuild shows the same."""
+    first = version(["same"])
+    again = resigned(first, ROTATED)
+    for n, order in enumerate(([first, again], [again, first])):
+        conn = open_db(tmp_path / f"node{n}.sqlite")
+        try:
+            outcomes = [append(conn, [item])[0] for item in order]
+            assert all(new for _, new in outcomes)
+            held, _, rows, flagged = state(conn)
+            assert held == {version_hex(first), version_hex(again)} and rows == 1 and not flagged
+            shown = conn.execute("SELECT signature FROM entries").fetchone()[0]
+            assert shown == first.record["signature"]  # no key event in this log: ROTATED is outside the chain
+            assert equivocation.refused(conn, [version_hex(first), version_hex(again)]) == set()
+            with db.transaction(conn, immediate=True):
+                before = projections.snapshot(conn)
+                projections.rebuild(conn)
+                assert projections.snapshot(conn) == before
+        finally:
+            conn.close()
+
+
+def test_a_different_body_beside_a_re_signed_pair_is_still_an_equivocation(tmp_path: Path) -> None:
+    conn = open_db(tmp_path / "node.sqlite")
+    first = version(["same"])
+    append(conn, [first, resigned(first, ROTATED)])
+    other = version(["other"])
+    append(conn, [other])
+    assert equivocation.by_author(conn) == {AUTHOR.did: 1}
+    conn.close()
+
+
+def rotation_record() -> projections.Incoming:
+    """AUTHOR's key event installing ROTATED (vouching for nothing of the first key: these tests judge no record by
+    it), so the log's key order is AUTHOR 0, ROTATED 1."""
+    body = {
+        "kind": "key_event",
+        "schema_version": "v1",
+        "author_id": AUTHOR.did,
+        "created_at": format_ms(T0 - 10),
+        "event": "rotate",
+        "seq": 1,
+        "key": ROTATED.did,
+        "vouches": [vouching.vouch(AUTHOR.did, []).as_json()],
+    }
+    record = records.sign(body, AUTHOR)
+    record_hash, decoded = records.check(record, v3=True)
+    return projections.Incoming(record, record_hash, decoded)
+
+
+STATEMENTS = [version([f"st{i}"]) for i in range(4)]
+RESIGNED = [v for s in STATEMENTS for v in (s, resigned(s, ROTATED))]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chosen=st.sets(st.integers(0, len(RESIGNED) - 1), min_size=1), data=st.data())
+def test_re_signed_versions_end_in_the_kept_set_of_the_rule_whatever_the_order(
+    tmp_path_factory: pytest.TempPathFactory, chosen: set[int], data: st.DataObject
+) -> None:
+    """Versions of up to four statements, each signed by the first key and re-signed by the rotated one, arrive in
+    any order; then every version the node neither holds nor remembers as refused is offered again (what
+    reconciliation does) until nothing changes. The log holds exactly `kept_members` of the whole set, shows its
+    first, is flagged equivocated iff two statements are kept, and a rebuild reproduces the projection."""
+    order = data.draw(st.permutations(sorted(chosen)))
+    conn = open_db(tmp_path_factory.mktemp("resign") / "node.sqlite")
+    try:
+        append(conn, [rotation_record()])
+        for i in order:
+            append(conn, [RESIGNED[i]])
+        for _ in range(len(RESIGNED)):
+            held = {r[0] for r in conn.execute("SELECT version FROM records WHERE kind = 'entry'").fetchall()}
+            offered = [
+                RESIGNED[i]
+                for i in sorted(chosen)
+                if version_hex(RESIGNED[i]) not in held and not equivocation.refused(conn, [version_hex(RESIGNED[i])])
+            ]
+            if not offered:
+                break
+            for item in offered:
+                append(conn, [item])
+        expected = equivocation.kept_members([member(RESIGNED[i]) for i in chosen], ORDER)
+        held = {r[0] for r in conn.execute("SELECT version FROM records WHERE kind = 'entry'").fetchall()}
+        assert held == {m.version for m in expected}
+        shown = conn.execute("SELECT signature FROM entries").fetchall()
+        best = next(RESIGNED[i] for i in chosen if version_hex(RESIGNED[i]) == expected[0].version)
+        assert [r[0] for r in shown] == [best.record["signature"]]
+        flagged = conn.execute("SELECT count(*) FROM equivocations").fetchone()[0] > 0
+        assert flagged == (equivocation.statement_count(expected) > 1)
+        with db.transaction(conn, immediate=True):
+            before = projections.snapshot(conn)
+            projections.rebuild(conn)
+            assert projections.snapshot(conn) == before
+    finally:
+        conn.close()
+
+
+def key_event(signer: keys.SigningKey, seq: int, prior: str | None, event: str, **members: Any) -> projections.Incoming:
+    """A key event of AUTHOR signed by `signer`, vouching for nothing of the keys it names in `vouched`."""
+    vouched = members.pop("vouched")
+    body: dict[str, Any] = {
+        "kind": "key_event",
+        "schema_version": "v1",
+        "author_id": AUTHOR.did,
+        "created_at": format_ms(T0 - 100 + seq),
+        "event": event,
+        "seq": seq,
+        "vouches": [vouching.vouch(k, []).as_json() for k in sorted(vouched)],
+        **members,
+    }
+    if prior is not None:
+        body["prior"] = prior
+    if signer.did != AUTHOR.did:
+        body["signing_key"] = signer.did
+    record = records.sign(body, signer)
+    record_hash, decoded = records.check(record, v3=True)
+    return projections.Incoming(record, record_hash, decoded)
+
+
+def test_a_recovery_that_replaces_the_later_key_shows_the_version_of_the_key_left_in_the_chain(
+    tmp_path: Path,
+) -> None:
+    """Versions by K1 and by K2 (K2 later: shown); a recovery replaces the event that installed K2, so K2 leaves
+    the chain and the K1 version is shown, as a rebuild shows it."""
+    k1, k2, k3, recovery = (keys.SigningKey.generate() for _ in range(4))
+    first = key_event(AUTHOR, 1, None, "rotate", key=k1.did, recovery=recovery.did, vouched=[AUTHOR.did])
+    second = key_event(k1, 2, first.hash, "rotate", key=k2.did, vouched=[k1.did])
+    entry = version(["same"])
+    by_k1, by_k2 = resigned(entry, k1), resigned(entry, k2)
+    conn = open_db(tmp_path / "node.sqlite")
+    try:
+        append(conn, [first, second])
+        append(conn, [by_k1])
+        append(conn, [by_k2])
+        assert conn.execute("SELECT signature FROM entries").fetchone()[0] == by_k2.record["signature"]
+        recover = key_event(recovery, 2, first.hash, "recover", key=k3.did, vouched=[k1.did, k2.did])
+        append(conn, [recover])
+        assert conn.execute("SELECT signature FROM entries").fetchone()[0] == by_k1.record["signature"]
+        assert conn.execute("SELECT count(*) FROM equivocations").fetchone()[0] == 0
+        with db.transaction(conn, immediate=True):
+            before = projections.snapshot(conn)
+            projections.rebuild(conn)
+            assert projections.snapshot(conn) == before
+    finally:
+        conn.close()
