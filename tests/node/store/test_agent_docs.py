@@ -10,7 +10,7 @@ import pytest
 
 from identity import canonical, keys, records
 from node.agents import portable
-from node.errors import Forbidden, InvalidInput
+from node.errors import Conflict, Forbidden, InvalidInput
 from node.federation.store import add_peer_txn
 from node.service import Node
 from node.store import projections
@@ -103,12 +103,17 @@ async def test_importing_an_identity_whose_document_its_history_voids_is_refused
     pages = page(owner.did, owner, event, [records.compute_hash(first)])
     assert await ingest(node, first, event, pages) == ["saved", "saved", "saved"]
     stale = document(owner, owner, "Copied file", THIEF_HOME, now + 1_000)  # signed by the rotated-out key
-    with pytest.raises(InvalidInput) as refused:
+    # a file holding the rotated-out key is older than the rotation (recovery's check, record 59)
+    with pytest.raises(Conflict) as outdated:
         await portable.import_identity(node, "owner", owner, stale)
+    assert outdated.value.code == "identity_key_outdated"
+    # with the current key, the document must still be one its history lets stand: the stale one is void
+    with pytest.raises(InvalidInput) as refused:
+        await portable.import_identity(node, "owner", new, stale, agent_id=owner.did, history=[event])
     assert refused.value.code == "not_current_key"
     assert await node.db.read(lambda c: c.execute("SELECT count(*) FROM local_agents").fetchone()[0]) == 0
     # the document the rotation vouches for is still the identity's: importing it registers the agent
-    created = await portable.import_identity(node, "owner", owner, first)
+    created = await portable.import_identity(node, "owner", new, first, agent_id=owner.did, history=[event])
     assert created.agent_id == owner.did
     assert await shown(node, owner.did) == ("Owner", OWNER_HOME)
 
