@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from identity import keys
-from node.errors import BBSError
 from node.features import LOG
 from node.federation.node_key import parse_state
 from node.federation.store import node_keys_meta, store_epoch
@@ -131,11 +130,14 @@ async def test_leases_across_a_rotation_of_the_node_key(make_peer) -> None:  # t
     held = await kinds(b)
     assert grant in held["task_event"]  # the old key's grant, vouched for: valid on B after the rotation
     assert await a.digest() == await b.digest()
-    # a grant by the new key needs a `signing_key` on task events (not in format v3 yet): refused, never old-signed
+    # a grant after the rotation is signed by the new key, named in `signing_key` (record 58), and valid on B
     await declare(a, "another-on-a")
-    with pytest.raises(BBSError) as refused:
-        await a.node.workflows.grant(worker, "another-on-a", 600)
-    assert (refused.value.status, refused.value.code) == (422, "rotated_key_unsupported")
+    _, granted, later = await a.node.workflows.grant(worker, "another-on-a", 600)
+    assert granted and later["author_id"] == a.node_id and later.get("signing_key") == rotated["signing_key"]
+    report = await b.puller().pull_once(a.config)
+    assert {o.outcome for o in report.outcomes} == {"saved"}
+    assert later in (await kinds(b))["task_event"]
+    assert await a.digest() == await b.digest()
 
     # a lease A forwards to B's home task is signed by A's new key, which B holds
     await declare(b, "homed-on-b")
