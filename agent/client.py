@@ -920,7 +920,14 @@ class Client:
         pending: Path | None = None
         if self._identity is not None and self._identity_path is not None:
             history = self._identity.key_history if kind == "recover" else self._chain_records(prior)
-            updated = dataclasses.replace(self._identity, key=new, agent_id=author, key_history=[*history, event])
+            deciding = key_lifecycle.pages_deciding(self._identity.identity_record, pages)
+            updated = dataclasses.replace(
+                self._identity,
+                key=new,
+                agent_id=author,
+                key_history=[*history, event],
+                vouch_pages=[*self._identity.vouch_pages, *deciding],
+            )
             pending = self._identity_path.with_name(self._identity_path.name + ".pending")
             identity_files.save(pending, updated, self._passphrase)
         out: KeyEventOut | None = None

@@ -16,8 +16,9 @@ Version 2 is the file of a rotated identity (issue 36, docs/format-v3.md 3): ``k
 identity's *current* signing key, ``signing_key`` its did, and ``key_history`` the key events of the winning
 chain, seq 1 first (each a signed `key_event` record, checked on load: the chain must lead from the did to
 ``signing_key``). A sealed key of version 2 has ``did + " " + signing_key`` as associated data. An identity never
-rotated is written as version 1, which every older tool reads. Vouch pages are not in the file (they can be large;
-a node gets them from the home node by sync).
+rotated is written as version 1, which every older tool reads. Of the vouch pages only ``vouch_pages`` is in the
+file (optional): those that decide ``identity_record`` when the key that signed it was rotated out, so a node
+importing the file can decide the document; the rest a node gets from the home node by sync (they can be large).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
-from identity import key_history, keys, records
+from identity import key_files, key_history, keys, records
 
 FORMAT = "agent-bbs-identity"
 VERSION = 1
@@ -60,6 +61,7 @@ class Identity:
     identity_record: dict[str, Any] | None = field(default=None, repr=False)
     agent_id: str | None = None
     key_history: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    vouch_pages: list[dict[str, Any]] = field(default_factory=list, repr=False)  # deciding identity_record
 
     @property
     def did(self) -> str:
@@ -126,6 +128,8 @@ def to_json(identity: Identity, passphrase: str | None = None) -> bytes:
     if doc["version"] == ROTATED_VERSION:
         doc["signing_key"] = identity.key.did
         doc["key_history"] = identity.key_history
+        if identity.vouch_pages:
+            doc["vouch_pages"] = identity.vouch_pages
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
@@ -145,12 +149,16 @@ def from_json(raw: bytes, passphrase: str | None = None) -> Identity:
         raise IdentityFileError("the file has no valid did or key")
     signer: Any = did
     events: Any = []
+    pages: Any = []
     if version == ROTATED_VERSION:
         signer, events = doc.get("signing_key"), doc.get("key_history")
         if not isinstance(signer, str) or not keys.is_did(signer) or not isinstance(events, list):
             raise IdentityFileError("a version 2 file needs signing_key (a did:key) and key_history (a list)")
         if history_state(did, events).state.key != signer:
             raise IdentityFileError("signing_key is not the key the file's key_history leads to")
+        pages = doc.get("vouch_pages", [])
+        if not isinstance(pages, list) or not all(_is_page_of(p, did) for p in pages):
+            raise IdentityFileError(f"vouch_pages must be a list of vouch pages of {did}")
     seed = _open_key(key_part, _associated(did, signer), passphrase)
     try:
         key = keys.SigningKey.from_seed(seed)
@@ -179,7 +187,19 @@ def from_json(raw: bytes, passphrase: str | None = None) -> Identity:
         identity_record=record,
         agent_id=did if signer != did or events else None,
         key_history=list(events),
+        vouch_pages=list(pages),
     )
+
+
+def _is_page_of(page: Any, did: str) -> bool:
+    """Whether `page` is a vouch page of `did` that verifies (spelling, signature, schema)."""
+    if not isinstance(page, dict) or page.get("kind") != "vouch_page" or page.get("author_id") != did:
+        return False
+    try:
+        records.check(page, v3=True)
+    except records.RecordError:
+        return False
+    return True
 
 
 def _associated(did: str, signer: str) -> bytes:
@@ -219,7 +239,7 @@ def save(path: Path, identity: Identity, passphrase: str | None = None) -> None:
 
     body = to_json(identity, passphrase)
     try:
-        keys.write_private_file(path, body)
+        key_files.write_private_file(path, body)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise IdentityFileError(f"cannot write {path}: {reason}") from None

@@ -21,7 +21,7 @@ import msgspec
 from agent import identity_file, key_lifecycle
 from agent.cli import check_node_url, passphrase
 from agent.client import BBSClientError, Client
-from identity import keys
+from identity import key_files, keys
 from wire.api import KeyEventOut
 
 DEFAULT_NODE = "http://127.0.0.1:8420"
@@ -35,7 +35,7 @@ def _recovery_key(args: argparse.Namespace, identity: Path) -> keys.SigningKey:
     path = args.recovery_key or key_lifecycle.recovery_key_path(identity)
     if not path.exists():
         raise KeyCommandError(f"no recovery key at {path}: give --recovery-key FILE (the key you keep offline)")
-    return keys.load_key(path)
+    return key_files.load_key(path)
 
 
 def _confirm(what: str, count: int, yes: bool, ask: Callable[[str], str]) -> bool:

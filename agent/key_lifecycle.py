@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from identity import canonical, keys, records, vouching
+from identity import canonical, key_files, key_history, keys, records, vouching
 
 PAGES_PER_REQUEST = 12  # a page of 1,024 versions is about 67 KiB; a request body is at most 1 MiB
 RECOVERY_SUFFIX = ".recovery.key"
@@ -32,9 +32,9 @@ def recovery_key_for(identity_path: Path) -> keys.SigningKey:
     """The recovery key beside `identity_path`, made (mode 0600) when there is none yet."""
     path = recovery_key_path(identity_path)
     if path.exists():
-        return keys.load_key(path)
+        return key_files.load_key(path)
     key = keys.SigningKey.generate()
-    keys.save_key(path, key)
+    key_files.save_key(path, key)
     return key
 
 
@@ -91,6 +91,15 @@ def key_event(
         }
         pages.append(_signed(page, signer))
     return event, pages
+
+
+def pages_deciding(document: dict[str, Any] | None, pages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of a key event's vouch `pages`, those naming `document` (the identity file's agent document) signed by the
+    key they vouch for: an identity file carries them, so a node importing it can decide the document."""
+    if document is None:
+        return []
+    version, signer = records.compute_hash(document), key_history.signer_of(document)
+    return [p for p in pages if p["subject"] == signer and version in p["versions"]]
 
 
 def requests(event: dict[str, Any], pages: list[dict[str, Any]]) -> list[dict[str, Any]]:

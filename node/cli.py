@@ -333,6 +333,7 @@ def cmd_agent_export(args: argparse.Namespace) -> int:
         identity_record=record,
         agent_id=out.agent_id,
         key_history=out.key_history,
+        vouch_pages=out.vouch_pages,
     )
     identity_file.save(args.out, ident, secret)
     rotated = f", signing key {out.key.did}" if out.key_history else ""
@@ -375,6 +376,7 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
             keep_key=args.keep_key,
             agent_id=ident.did,
             history=ident.key_history,
+            pages=ident.vouch_pages,
         ),
     )
     if args.json:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from identity import canonical, keys, schema
+from identity import canonical, key_files, keys, schema
 from node import __version__
 from node.agents import recovery_file
 from node.agents.challenges import Challenges
@@ -52,7 +52,7 @@ class Node:
     def __init__(self, data_dir: Path, *, clock: Callable[[], float] = time.time, log: Log = LOG) -> None:
         self.data = DataDir(data_dir)
         self.clock = clock
-        self.key = keys.load_key(self.data.key_path)
+        self.key = key_files.load_key(self.data.key_path)
         self.db = Database(self.data.db_path, log=log)  # `log`: the projectors and tables its writes go through
         self.sealing = Sealing(self.db, self.now_ms)
         self.sealing.key_fence = KeyFence(self.data.root / KEY_FENCE_NAME)  # keys rotated out here (a restore)

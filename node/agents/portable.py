@@ -15,7 +15,7 @@ identity_key_outdated`, and nothing is stored: a copy taken before a rotation mu
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from identity import key_history, keys, records
@@ -23,7 +23,7 @@ from node.agents import service as agents
 from node.agents import store
 from node.agents.key_events import submit_txn
 from node.errors import Conflict, InvalidInput, NotFound
-from node.store.authority import key_events_of
+from node.store.authority import key_events_of, vouch_pages_of
 from node.store.conn import Conn
 from wire.api import CreatedAgent, KeyEventIn
 
@@ -40,6 +40,26 @@ class Exported:
     record: dict[str, Any]
     agent_id: str
     key_history: list[dict[str, Any]]
+    vouch_pages: list[dict[str, Any]] = field(default_factory=list)  # those deciding `record`, when a rotation
+    # took authority from the key that signed it
+
+
+def deciding_pages(
+    history: key_history.History, document: dict[str, Any], pages: list[tuple[str, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """The vouch pages that decide `document` (an agent document of `history`'s identity) when the key that signed
+    it was rotated out: of the event that took authority from that key, the pages naming the document's version.
+    Without them a node importing the identity could not decide the document (`vouch_pages_missing`)."""
+    signer = key_history.signer_of(document)
+    removal = history.removed_by.get(signer) or history.vouched_by.get(signer)
+    if signer == history.state.key or removal is None:
+        return []
+    version = records.compute_hash(document)
+    return [
+        page
+        for _, page in pages
+        if page["event"] == removal and page["subject"] == signer and version in page["versions"]
+    ]
 
 
 async def export_identity(node: Node, name: str) -> Exported:
@@ -65,7 +85,9 @@ async def export_identity(node: Node, name: str) -> Exported:
                 code="key_not_current",
                 field="name",
             )
-        return Exported(key, json.loads(row[2]), did, [history.events[a] for a in history.chain])
+        document = json.loads(row[2])
+        pages = deciding_pages(history, document, vouch_pages_of(conn, did)) if history.chain else []
+        return Exported(key, document, did, [history.events[a] for a in history.chain], pages)
 
     return await node.db.read(fetch)
 
@@ -79,6 +101,7 @@ async def import_identity(
     keep_key: bool = False,
     agent_id: str | None = None,
     history: list[dict[str, Any]] | None = None,
+    pages: list[dict[str, Any]] | None = None,
 ) -> CreatedAgent:
     """Register an existing identity on this node under the local `name` (`key` signs for it now; `agent_id` is
     its did when it was rotated, `history` its key events); return its new API key."""
@@ -91,14 +114,17 @@ async def import_identity(
         raise InvalidInput(f"identity document does not verify: {exc}", code=f"record_{exc.reason}") from None
     if identity_record.get("kind") != "agent" or identity_record.get("author_id") != did:
         raise InvalidInput("the identity document is not this key's", code="identity_mismatch")
-    checked = [node.key_events.check(KeyEventIn(record=event), did)[0] for event in sorted(history or [], key=_seq)]
+    checked = [
+        node.key_events.check(KeyEventIn(record=event, pages=[p for p in pages or [] if _of(p, event)]), did)
+        for event in sorted(history or [], key=_seq)
+    ]
     authority = node.sealing.authority
 
     def job(conn: Conn) -> str:
         now_ms = node.now_ms()
-        for event in checked:
+        for event, event_pages in checked:
             try:
-                submit_txn(conn, authority, event, [], now_ms)
+                submit_txn(conn, authority, event, event_pages, now_ms)
             except InvalidInput as exc:
                 if exc.code != "unauthorized_key_event":
                     raise
@@ -133,6 +159,11 @@ async def import_identity(
         raise
     node.sealing.forget(did)
     return CreatedAgent(name=name, agent_id=did, api_key=api_key)
+
+
+def _of(page: dict[str, Any], event: dict[str, Any]) -> bool:
+    """Whether `page` is a vouch page of `event`."""
+    return page.get("event") == records.compute_hash(event)
 
 
 def _seq(event: dict[str, Any]) -> int:

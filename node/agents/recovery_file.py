@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from identity import keys
+from identity import key_files, keys
 
 FILE_NAME = "agent-recovery.key"
 
@@ -19,12 +19,12 @@ FILE_NAME = "agent-recovery.key"
 def load_or_create(path: Path) -> keys.SigningKey:
     """The recovery key in `path`, made (mode 0600, atomically) when the file does not exist yet."""
     if path.exists():
-        return keys.load_key(path)
+        return key_files.load_key(path)
     key = keys.SigningKey.generate()
-    keys.save_key(path, key)
+    key_files.save_key(path, key)
     return key
 
 
 def load(path: Path) -> keys.SigningKey | None:
     """The recovery key in `path`, or None when the node has made none yet."""
-    return keys.load_key(path) if path.exists() else None
+    return key_files.load_key(path) if path.exists() else None

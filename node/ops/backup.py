@@ -24,7 +24,7 @@ from pathlib import Path
 
 import msgspec
 
-from identity import keys
+from identity import key_files
 from node.agents import recovery_file
 from node.errors import BBSError, Conflict, InvalidInput, NotFound
 from node.ops import datalock, store
@@ -185,7 +185,7 @@ def _unpack(archive: Path, staging: Path, progress: Report = silent) -> Manifest
 def _finish(staging: Path, data_root: Path, *, force: bool, progress: Report = silent) -> RestoreResult:
     """Check the staged store, give it a new epoch, and move it into place (the old folder is kept aside)."""
     progress(FINISH_STEP, 0, 2)
-    key = keys.load_key(staging / KEY_NAME)
+    key = key_files.load_key(staging / KEY_NAME)
     node_id, previous_epoch, _version, records = _check_db(staging / DB_NAME)
     if node_id != key.did:
         raise InvalidInput(f"node.key ({key.did}) does not belong to this database ({node_id})", code="key_mismatch")
@@ -212,7 +212,7 @@ def _finish(staging: Path, data_root: Path, *, force: bool, progress: Report = s
         shutil.copyfile(key_fence, staging / KEY_FENCE_NAME)
     recovery = data_root / recovery_file.FILE_NAME
     if recovery.exists():  # not part of the backup (the operator's offline copy is): the folder's own, kept
-        keys.save_key(staging / recovery_file.FILE_NAME, keys.load_key(recovery))
+        key_files.save_key(staging / recovery_file.FILE_NAME, key_files.load_key(recovery))
     if data_root.exists() and any(data_root.iterdir()):
         name = f"{data_root.name}.replaced-{time.strftime('%Y%m%dT%H%M%S')}"
         aside = data_root.with_name(name)

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from identity import keys
+from identity import key_files, keys
 from node.agents import service as agents
 from node.errors import Conflict
 from node.ops import datalock, store
@@ -53,7 +53,7 @@ def _check_folder(root: Path) -> None:
 
 def _load_key(path: Path) -> keys.SigningKey:
     try:
-        return keys.load_key(path)
+        return key_files.load_key(path)
     except (keys.KeyError_, ValueError):
         # the reason is not shown: the file is secret and the parser's message could quote it
         raise CommandError(
@@ -145,7 +145,7 @@ def initialise(root: Path) -> str | None:
             node_key = _load_key(data.key_path)
         else:
             node_key = keys.SigningKey.generate()
-            keys.save_key(data.key_path, node_key)
+            key_files.save_key(data.key_path, node_key)
         token = _create_node(data.db_path, node_key)
         ReplayFence.create(root / FENCE_NAME)  # a new node has accepted no peer request: no fence to keep
         return token

@@ -18,7 +18,7 @@ from typing import Literal
 
 import msgspec
 
-from identity import keys
+from identity import key_files, keys
 from node.ops import store
 from node.ops.backup import leftovers, snapshot_db
 from node.ops.datadir import DataDir
@@ -107,7 +107,7 @@ def _check_key(data: DataDir, checks: list[Check]) -> str | None:
         checks.append(Check("node_key", "fail", f"{path} has mode {mode:o}; it must be 600 (chmod 600 {path})"))
         return None
     try:
-        did = keys.load_key(path).did
+        did = key_files.load_key(path).did
     except Exception as exc:  # any unreadable key is a finding, not a crash
         checks.append(Check("node_key", "fail", f"{path} cannot be loaded: {exc}"))
         return None

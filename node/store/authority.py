@@ -80,6 +80,14 @@ def key_events_of(conn: Conn, author: str) -> list[tuple[str, dict[str, Any]]]:
     return [(str(r[0]), json.loads(bytes(r[1]))) for r in rows]
 
 
+def vouch_pages_of(conn: Conn, author: str) -> list[tuple[str, dict[str, Any]]]:
+    """(address, record) of every vouch page of `author` in the log (an export: `bbs agent export`)."""
+    rows = conn.execute(
+        "SELECT hash, body FROM records WHERE kind = 'vouch_page' AND author_id = ? ORDER BY seq", (author,)
+    ).fetchall()
+    return [(str(r[0]), json.loads(bytes(r[1]))) for r in rows]
+
+
 def versions_signed_by(conn: Conn, author: str, key: str) -> list[str]:
     """The versions of every record of `author` in the log signed by `key` (its first key: no `signing_key`), key
     events and vouch pages aside (6.1): the set a rotation by the node vouches for. Scans the log (no index on

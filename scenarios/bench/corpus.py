@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from identity import canonical, keys, records
+from identity import canonical, key_files, keys, records
 from identity.schema import EntryRecord
 from node.agents import service as agents
 from node.features import LOG
@@ -148,7 +148,7 @@ def signed_entries_parallel(
 
 def register_agents(data: Path, count: int, *, keep_key: bool, prefix: str) -> list[tuple[keys.SigningKey, str]]:
     """Register `count` agents on the data folder in one transaction; return (key, api key) pairs."""
-    node_id = keys.load_key(DataDir(data).key_path).did
+    node_id = key_files.load_key(DataDir(data).key_path).did
     made = [keys.SigningKey.generate() for _ in range(count)]
 
     def run(conn: sqlite3.Connection) -> list[tuple[keys.SigningKey, str]]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from identity import keys
+from identity import key_files
 from node.ops.datadir import DataDir
 from scenarios.bench import corpus
 from scenarios.bench.context import Context
@@ -142,7 +142,7 @@ def run(ctx: Context) -> None:
     """The two push figures, each against its baseline measured in the same run."""
     quick = ctx.quick
     data, _ = corpus.fresh_data_dir(ctx.workdir, "push")
-    node_id = keys.load_key(DataDir(data).key_path).did
+    node_id = key_files.load_key(DataDir(data).key_path).did
     poster = corpus.register_agents(data, 1, keep_key=True, prefix="poster")[0]
     pushed = corpus.register_agents(data, 1, keep_key=True, prefix="pushed")[0]
     pollers = corpus.register_agents(data, 4 if quick else 20, keep_key=True, prefix="poller")

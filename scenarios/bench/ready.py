@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from identity import canonical, keys, records
+from identity import canonical, key_files, keys, records
 from node.features import LOG
 from node.ops.datadir import DataDir
 from node.store import db, projections
@@ -71,7 +71,7 @@ def task_records(node_key: keys.SigningKey, supervisor: keys.SigningKey, n: int,
 
 def build(data: Path, n: int, *, batch: int = 5_000) -> str:
     """Load an n-task graph into a fresh data folder; return an agent API key for reading it."""
-    node_key = keys.load_key(DataDir(data).key_path)
+    node_key = key_files.load_key(DataDir(data).key_path)
     (supervisor, api_key) = corpus.register_agents(data, 1, keep_key=True, prefix="supervisor")[0]
     pending: list[dict[str, Any]] = []
 

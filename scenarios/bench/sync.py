@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from identity import canonical, keys
+from identity import canonical, key_files, keys
 from node.federation import store as sync_store
 from node.ops.datadir import DataDir
 from node.service import Node
@@ -114,7 +114,7 @@ def records_for(n: int) -> list[tuple[dict[str, Any], str]]:
 def fresh_node(ctx: Context, name: str) -> tuple[Path, str]:
     """An empty data folder that will pull, and its node id."""
     fresh, _ = corpus.fresh_data_dir(ctx.workdir, name)
-    return fresh, keys.load_key(DataDir(fresh).key_path).did
+    return fresh, key_files.load_key(DataDir(fresh).key_path).did
 
 
 @contextmanager
@@ -124,7 +124,7 @@ def served_source(
     """A data folder holding `records`, served by a `bbs serve` subprocess that accepts `pullers`' node ids."""
     source, token = corpus.fresh_data_dir(ctx.workdir, name)
     corpus.bulk_load(source, iter(records))
-    source_id = keys.load_key(DataDir(source).key_path).did
+    source_id = key_files.load_key(DataDir(source).key_path).did
     now = int(time.time() * 1000)
 
     def allow_pullers(conn: sqlite3.Connection) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent import identity_file, key_lifecycle
+from identity import key_files
 from tests.agent.conftest import BBS, ServedNode
 
 pytestmark = pytest.mark.slow
@@ -70,6 +71,4 @@ def test_an_identity_file_is_rotated_revoked_and_recovered_from_the_command_line
 
 
 def identity_file_key(path: Path) -> str:
-    from identity import keys
-
-    return keys.load_key(path).did
+    return key_files.load_key(path).did

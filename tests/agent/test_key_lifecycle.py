@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient
 
 from agent import identity_file, key_lifecycle
 from agent.client import BBSClientError, Client
-from identity import key_history, keys, records, vouching
+from identity import key_files, key_history, keys, records, vouching
 from node.agents import service as agents
 from node.agents.portable import import_identity
 from node.service import Node
@@ -56,7 +56,7 @@ async def test_a_rotation_rewrites_the_file_sets_a_recovery_key_and_every_client
         assert json.loads(path.read_text())["version"] == 2 and stat.S_IMODE(path.stat().st_mode) == 0o600
         recovery = key_lifecycle.recovery_key_path(path)
         assert stat.S_IMODE(recovery.stat().st_mode) == 0o600
-        assert out.key_history.recovery == keys.load_key(recovery).did
+        assert out.key_history.recovery == key_files.load_key(recovery).did
         assert not path.with_name("rover.id.pending").exists()
         assert owner.agent_id == first.did and owner.signing_key == rotated.key.did
         after = await owner.post("signed by the new key")
@@ -86,7 +86,7 @@ async def test_a_stolen_key_is_revoked_with_the_recovery_key_and_the_thief_is_re
         await owner.post("the owner's, before the theft")
     stolen = tmp_path / "thief.id"
     shutil.copy(path, stolen)
-    recovery = keys.load_key(key_lifecycle.recovery_key_path(path))
+    recovery = key_files.load_key(key_lifecycle.recovery_key_path(path))
     async with Client(base(client), identity_file=stolen) as thief, Client(base(client), identity_file=path) as owner:
         await thief.post("the thief's, before the revocation")  # accepted: the window before the revocation
         vouched = await owner.signed_versions(identity_file.load(path).key.did)
@@ -113,7 +113,7 @@ async def test_recovery_replaces_a_thiefs_rotation(client: TestClient, node: Nod
         await owner.rotate_signing_key()
     stolen = tmp_path / "thief.id"
     shutil.copy(path, stolen)
-    recovery = keys.load_key(key_lifecycle.recovery_key_path(path))
+    recovery = key_files.load_key(key_lifecycle.recovery_key_path(path))
     async with Client(base(client), identity_file=stolen) as thief:
         taken = await thief.rotate_signing_key()  # the thief rotates to a key of its own (rank `current`)
         assert taken.key_history.current_key == identity_file.load(stolen).key.did

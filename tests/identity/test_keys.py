@@ -20,7 +20,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from identity import keys
+from identity import key_files, keys
+from identity.key_files import load_key, save_key
 from identity.keys import (
     KeyError_,
     SigningKey,
@@ -30,10 +31,8 @@ from identity.keys import (
     b64u_decode,
     did_from_public_key,
     is_did,
-    load_key,
     public_key_bytes,
     public_key_from_did,
-    save_key,
     verify,
 )
 
@@ -433,7 +432,7 @@ def test_save_key_over_a_world_readable_file_leaves_0600(tmp_path: Path) -> None
 
 def test_write_private_file_mode(tmp_path: Path) -> None:
     path = tmp_path / "secret"
-    keys.write_private_file(path, b"s3cret")
+    key_files.write_private_file(path, b"s3cret")
     assert path.read_bytes() == b"s3cret"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from identity import canonical, keys, records
+from identity import canonical, key_files, keys, records
 from identity.keys import SigningKey
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "canonical.md"
@@ -77,7 +77,7 @@ def test_key_vector(tmp_path: Path) -> None:
     assert keys.public_key_bytes(key.public_key).hex() == fields["public_key"]
     assert key.did == fields["did"]
     assert keys.public_key_bytes(keys.public_key_from_did(fields["did"])).hex() == fields["public_key"]
-    keys.save_key(tmp_path / "k.key", key)
+    key_files.save_key(tmp_path / "k.key", key)
     assert (tmp_path / "k.key").read_text("ascii") == fields["key_file"] + "\n"
     assert SigningKey.from_seed(bytes.fromhex(fields["second_seed"])).did == fields["second_did"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from identity import keys
+from identity import key_files
 from node.features import LOG
 from node.ops import doctor
 
@@ -73,7 +73,7 @@ def test_concurrent_commands_on_a_fresh_folder_build_one_node(tmp_path: Path, ro
     printed = [out for out, _err in outputs] + [serve_out]
     assert sum(out.count("Admin token") for out in printed) == 1
 
-    node_did = keys.load_key(data / "node.key").did
+    node_did = key_files.load_key(data / "node.key").did
     conn = sqlite3.connect(data / "bbs.db")
     try:
         stored = conn.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchall()

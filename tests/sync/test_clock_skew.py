@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from identity import keys
+from identity import key_files
 from sync.auth import sign_headers
 from sync.replay import FENCE_NAME
 from tests.node.workflows.test_served import WF, Served
@@ -67,7 +67,7 @@ def previous_release_changes(node: Served, signer: Served, now: float) -> int:
     """The status of a changes request to `node` signed by `signer`'s key at `now`, without a boot id (as a peer
     of the previous release signs)."""
     url = node.url + "/v1/sync/changes?since=0&v=2"
-    headers = sign_headers(keys.load_key(signer.data / "node.key"), "GET", url, now=now)
+    headers = sign_headers(key_files.load_key(signer.data / "node.key"), "GET", url, now=now)
     return httpx.get(url, headers=headers, timeout=30).status_code
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from identity import keys
+from identity import key_files, keys
 from node.features import LOG
 from node.federation.node_key import parse_state
 from node.federation.store import node_keys_meta, store_epoch
@@ -196,7 +196,7 @@ async def test_a_rotation_that_never_committed_is_forgotten_by_the_next_start(ma
     root = tmp_path / "crashed"
     token = initialise(root)
     assert token is not None
-    first = keys.load_key(root / "node.key")
+    first = key_files.load_key(root / "node.key")
     conn = sqlite3.connect(root / "bbs.db")
     try:
         epoch = store_epoch(conn)

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from identity import keys
+from identity import key_files, keys
 from node.cli import main
 from node.federation import store as sync_store
 from node.ops.datadir import DataDir
@@ -112,7 +112,7 @@ def test_commands_never_create_a_node(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_digest_agrees_with_the_node(data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
     data = data_dir[0]
-    node_id = keys.load_key(data / "node.key").did
+    node_id = key_files.load_key(data / "node.key").did
     expected = db.read_sync(DataDir(data).db_path, lambda c: sync_store.digest(c, node_id))
     code, out, _ = run(capsys, "digest", "--data", str(data))
     assert (code, out) == (0, f"{expected.count} {expected.sha256}\n")
@@ -204,7 +204,7 @@ def test_digest_of_the_v2_compatible_records(data_dir: tuple[Path, str], capsys:
     """`--sync-version 2`: the digest a node of protocol v2 holding the same records prints (here every record is
     v2-compatible, so it equals the full one); another version is refused by argparse."""
     data = data_dir[0]
-    node_id = keys.load_key(data / "node.key").did
+    node_id = key_files.load_key(data / "node.key").did
     expected = db.read_sync(DataDir(data).db_path, lambda c: sync_store.digest(c, node_id, 2))
     code, out, _ = run(capsys, "digest", "--data", str(data), "--sync-version", "2", "--json")
     assert code == 0 and json.loads(out) == {"type": "digest", "v": 2, "node_id": node_id, "count": expected.count,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from identity import key_history, keys
+from identity import key_files, key_history, keys
 from node.cli import main
 from node.errors import Conflict
 from node.federation import node_key
@@ -41,7 +41,7 @@ def test_state_round_trips_through_node_meta() -> None:
 def test_rotate_key_twice_on_a_folder(data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
     root = data_dir[0]
     data = str(root)
-    first = keys.load_key(root / "node.key")
+    first = key_files.load_key(root / "node.key")
     assert run(capsys, "peer", "add", "http://10.0.0.2:8420", "--key", PEER, "--data", data)[0] == 0
     code, out, _ = run(capsys, "node", "rotate-key", "--data", data, "--json")
     assert code == 0

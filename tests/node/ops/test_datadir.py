@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
-from identity import keys
+from identity import key_files, keys
 from node.app import create_app
 from node.errors import Conflict
 from node.ops import datadir
@@ -49,7 +49,7 @@ def test_initialise_creates_a_private_node_and_an_admin_token(tmp_path: Path) ->
     assert data.exists()
     assert stat.S_IMODE(root.stat().st_mode) == 0o700
     assert stat.S_IMODE(data.db_path.stat().st_mode) & 0o077 == 0
-    key = keys.load_key(data.key_path)
+    key = key_files.load_key(data.key_path)
     assert node_id_in(data.db_path) == key.did
     assert require_node(root) == key.did == require_database(root)
 
@@ -80,7 +80,7 @@ def test_concurrent_initialisations_create_one_node(tmp_path: Path) -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
         tokens = list(pool.map(lambda _: initialise(root), range(4)))
     assert sum(t is not None for t in tokens) == 1
-    assert require_node(root) == keys.load_key(root / "node.key").did
+    assert require_node(root) == key_files.load_key(root / "node.key").did
 
 
 def test_an_interrupted_initialisation_keeps_its_key(tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_an_interrupted_initialisation_keeps_its_key(tmp_path: Path) -> None:
     root = tmp_path / "node"
     root.mkdir()
     key = keys.SigningKey.generate()
-    keys.save_key(root / "node.key", key)
+    key_files.save_key(root / "node.key", key)
     assert initialise(root) is not None
     assert require_node(root) == key.did
 
@@ -129,7 +129,7 @@ def test_a_foreign_key_is_a_key_mismatch(tmp_path: Path) -> None:
     initialise(root)
     node_id = require_node(root)
     other = keys.SigningKey.generate()
-    keys.save_key(root / "node.key", other)
+    key_files.save_key(root / "node.key", other)
     for call in (require_node, initialise):
         with pytest.raises(Conflict) as caught:
             call(root)
@@ -175,7 +175,7 @@ def test_an_empty_database_file_holds_no_node(tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="holds no node"):
         require_database(root)
     assert initialise(root) is not None  # and initialise makes one there
-    assert require_node(root) == keys.load_key(root / "node.key").did
+    assert require_node(root) == key_files.load_key(root / "node.key").did
 
 
 def test_no_node_names_both_commands_that_create_one(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from identity import keys
+from identity import key_files
 from node.ops.datadir import initialise
 from scenarios.bench.harness import listens
 from sync.auth import sign_headers
@@ -176,7 +176,7 @@ def test_a_replayed_forwarded_lease_request_is_refused_after_a_restart(served: l
         ).fetchone()[0]
     finally:
         conn.close()
-    b_key = keys.load_key(b.data / "node.key")
+    b_key = key_files.load_key(b.data / "node.key")
     url = a.url + f"{WF}/peer/lease"
     body = json.dumps(
         {
