@@ -223,22 +223,9 @@ class Workflows:
 
         The request id is remembered (committed) before the decision, so a replay is refused even if the first
         request was refused, and even after a restart; the agent must be homed on the asking peer."""
-        now = self.now_ms()
+        now, authority = self.now_ms(), self.sealing.authority
         presented = None if body.agent_document is None else _agent_document(body.agent_document, body.agent_id)
-
-        def admit_txn(conn: Conn) -> None:
-            home = None
-            if presented is not None and body.agent_document is not None:
-                address, decoded = presented
-                # its key may sign for the agent (a thief's copy by a revoked key is 422 not_current_key), and it
-                # counts only if it outranks the document held here by the agent's key history
-                authorize_txn(conn, self.sealing.authority, [(body.agent_document, address, "$.agent_document")])
-                if agent_docs.outranks_txn(conn, decoded, address):
-                    home = decoded.home_node
-            leases.check_agent_home(conn, body.agent_id, peer_id, home)
-            leases.remember_request_txn(conn, body.request_id, peer_id, now)
-
-        await self.db.write(admit_txn)
+        await self.db.write(lambda c: admit_peer_request_txn(c, authority, peer_id, body, presented, now))
         return await self.grant(body.agent_id, body.task_key, body.seconds)
 
     async def fenced(self, *, check: bool = True) -> None:
@@ -400,6 +387,23 @@ class Workflows:
 
 
 # ---- transaction bodies -------------------------------------------------------------------------------------
+
+
+def admit_peer_request_txn(
+    conn: Conn, authority: Authority, peer_id: str, body: PeerLeaseIn, presented: tuple[str, Any] | None, now_ms: int
+) -> None:
+    """Admit a lease request `peer_id` forwarded: the agent must be homed on that peer (by the document held here,
+    or the presented one when it outranks it), and the request id is remembered before the decision."""
+    home = None
+    if presented is not None and body.agent_document is not None:
+        address, decoded = presented
+        # its key may sign for the agent (a thief's copy by a revoked key is 422 not_current_key), and it counts
+        # only if it outranks the document held here by the agent's key history
+        authorize_txn(conn, authority, [(body.agent_document, address, "$.agent_document")])
+        if agent_docs.outranks_txn(conn, decoded, address):
+            home = decoded.home_node
+    leases.check_agent_home(conn, body.agent_id, peer_id, home)
+    leases.remember_request_txn(conn, body.request_id, peer_id, now_ms)
 
 
 def declare_task_txn(
