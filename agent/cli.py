@@ -61,15 +61,18 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     check_node_url(args.node)
     api_key = os.environ.get("BBS_API_KEY") or None
-    signing_key = None
-    if args.identity is not None:
-        signing_key = identity_file.load(args.identity.expanduser(), passphrase(args.passphrase_env)).key
-    if api_key is None and signing_key is None:
+    path = args.identity.expanduser() if args.identity is not None else None
+    secret = passphrase(args.passphrase_env) if path is not None else None
+    if path is not None:
+        identity_file.load(path, secret)  # checked now: a bad file or passphrase is a one-line error, not a crash
+    if api_key is None and path is None:
         raise CommandError("give --identity FILE or set BBS_API_KEY")
     memory = args.memory.expanduser() if args.memory is not None else None
     if memory is not None and not memory.is_file():
         raise CommandError(f"--memory {memory}: no such file (the reference runtime's memory file)")
-    asyncio.run(run_stdio(Client(args.node, api_key=api_key, signing_key=signing_key), memory))
+    # the client signs with the file's current key and re-reads the file when it is rotated (its mtime changes)
+    client = Client(args.node, api_key=api_key, identity_file=path, passphrase=secret)
+    asyncio.run(run_stdio(client, memory))
     return 0
 
 

@@ -20,15 +20,20 @@ record), which the node applies once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
 
+from agent import identity_file as identity_files
+from agent import key_lifecycle
 from identity import canonical, keys, records
 from wire import unsigned
 from wire.api import (
@@ -46,6 +51,7 @@ from wire.api import (
     Health,
     InboxQuery,
     InboxResult,
+    KeyEventOut,
     LinkOut,
     NodeInfo,
     PostedEntries,
@@ -59,6 +65,7 @@ from wire.api import (
     SearchResult,
     SessionIn,
     SessionOut,
+    SignedVersions,
     SubscriptionIn,
     SubscriptionList,
     SubscriptionOut,
@@ -171,10 +178,20 @@ class Client:
         backoff: float = 0.2,
         timeout: float = 30.0,
         session: aiohttp.ClientSession | None = None,
+        agent_id: str | None = None,
+        identity_file: Path | None = None,
+        passphrase: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key
         self._key = signing_key
+        self._agent = agent_id  # the identity's did when `signing_key` is a rotated key of it
+        self._identity_path = identity_file
+        self._passphrase = passphrase
+        self._identity: identity_files.Identity | None = None
+        self._identity_mtime = -1
+        if identity_file is not None:
+            self._reload_identity()
         self._retries = retries
         self._backoff = backoff
         self._timeout = aiohttp.ClientTimeout(total=timeout)
@@ -186,8 +203,42 @@ class Client:
 
     @property
     def agent_id(self) -> str | None:
-        """The did of the agent whose key this client holds, if any."""
-        return self._key.did if self._key else None
+        """The did of the agent whose key this client holds, if any (stable across rotations)."""
+        self._refresh_identity()
+        if self._key is None:
+            return None
+        return self._agent or self._key.did
+
+    @property
+    def signing_key(self) -> str | None:
+        """The did of the key this client signs with now (the identity file's current key), if any."""
+        self._refresh_identity()
+        return None if self._key is None else self._key.did
+
+    def _reload_identity(self) -> None:
+        assert self._identity_path is not None
+        mtime = self._identity_path.stat().st_mtime_ns
+        ident = identity_files.load(self._identity_path, self._passphrase)
+        self._identity, self._identity_mtime = ident, mtime
+        self._key, self._agent = ident.key, ident.did
+
+    def _refresh_identity(self) -> None:
+        """Re-read the identity file when another process rewrote it (its mtime changed): a rotation done there is
+        signed with here from the next record on. Files are replaced atomically, so a read sees one whole file."""
+        if self._identity_path is None:
+            return
+        try:
+            changed = self._identity_path.stat().st_mtime_ns != self._identity_mtime
+        except OSError:
+            return  # gone for a moment (or for good): keep signing with the key read last
+        if changed:
+            self._reload_identity()
+
+    def _author(self) -> str:
+        """The author id of the records this client signs (it holds a key)."""
+        author = self.agent_id
+        assert author is not None
+        return author
 
     @property
     def signs_records(self) -> bool:
@@ -319,26 +370,30 @@ class Client:
 
     # ---- auth -----------------------------------------------------------------------------------------
 
-    async def login(self) -> SessionOut:
-        """Prove this client's key to the node and get a session token (needs a signing key)."""
-        if self._key is None:
+    async def login(self, key: keys.SigningKey | None = None) -> SessionOut:
+        """Prove this client's key (or `key`: the identity's recovery key) to the node and get a session token
+        (needs a signing key)."""
+        author = self.agent_id
+        if self._key is None or author is None:
             raise BBSClientError(0, "no_signing_key", "login needs the agent's private key (an identity file)")
+        key = key or self._key
         challenge = await self._request(
-            "POST", "/v1/auth/challenge", ChallengeOut, json=ChallengeIn(self._key.did), auth=False
+            "POST", "/v1/auth/challenge", ChallengeOut, json=ChallengeIn(author), auth=False
         )
         message = canonical.canonical_bytes(
             {
                 "purpose": SESSION_PURPOSE,
                 "node_id": challenge.node_id,
-                "agent_id": self._key.did,
+                "agent_id": author,
                 "challenge": challenge.challenge,
             }
         )
+        named = key.did if key.did != author else None
         return await self._request(
             "POST",
             "/v1/auth/session",
             SessionOut,
-            json=SessionIn(self._key.did, challenge.challenge, self._key.sign(message)),
+            json=SessionIn(author, challenge.challenge, key.sign(message), named),
             auth=False,
         )
 
@@ -420,7 +475,7 @@ class Client:
                 {
                     "kind": "link",
                     "schema_version": canonical.SCHEMA_VERSION,
-                    "author_id": self._key.did,
+                    "author_id": self._author(),
                     "created_at": canonical.now_created_at(),
                     "source": source,
                     "target": target,
@@ -436,10 +491,13 @@ class Client:
         )
 
     def _sign(self, unsigned: dict[str, Any]) -> dict[str, Any]:
+        self._refresh_identity()
         assert self._key is not None
+        if self._key.did != unsigned.get("author_id"):  # a rotated key names itself (docs/format-v3.md 2)
+            unsigned = {**unsigned, "signing_key": self._key.did}
         record = records.sign(unsigned, self._key)
         try:
-            records.check(record)
+            records.check(record, v3="signing_key" in record)
         except records.RecordError as exc:
             raise BBSClientError(422, f"record_{exc.reason}", str(exc), exc.field) from None
         return record
@@ -455,7 +513,7 @@ class Client:
             dids = [await self.did_of(ref, f"$.directed_to[{i}]") for i, ref in enumerate(entry.directed_to)]
             entry = msgspec.structs.replace(entry, directed_to=dids)
         try:
-            unsigned = unsigned_entry(entry, self._key.did, canonical.now_created_at(), targets)
+            unsigned = unsigned_entry(entry, self._author(), canonical.now_created_at(), targets)
         except canonical.CanonicalError as exc:
             raise BBSClientError(422, "validation_error", str(exc), exc.field) from None
         return self._sign(unsigned)
@@ -561,10 +619,10 @@ class Client:
                     None if checked.from_agent is None else await self.did_of(checked.from_agent, "$.from_agent")
                 )
                 checked = msgspec.structs.replace(checked, to_agent=to_agent, from_agent=from_agent)
-            if checked.from_agent is not None and checked.from_agent != self._key.did:
+            if checked.from_agent is not None and checked.from_agent != self._author():
                 raise BBSClientError(403, "forbidden", "from_agent must be this client's agent", "$.from_agent")
             try:
-                draft = unsigned.unsigned_message(self._key.did, checked, canonical.now_created_at())
+                draft = unsigned.unsigned_message(self._author(), checked, canonical.now_created_at())
             except canonical.CanonicalError as exc:
                 raise BBSClientError(422, "validation_error", str(exc), exc.field) from None
             payload = {"record": self._sign(draft), "idempotency_key": key}
@@ -636,7 +694,7 @@ class Client:
         fields = self._finish_fields(task, body)
         if event == "complete" and task.status in unsigned.DONE_STATUSES and not fields and task.lease is None:
             return task  # already done, nothing held, nothing to merge: the node would append nothing either
-        draft = unsigned.unsigned_task_event(task.key, self._key.did, _next_created_at(task), event, **fields)
+        draft = unsigned.unsigned_task_event(task.key, self._author(), _next_created_at(task), event, **fields)
         payload = {"record": self._sign(draft)}
         path = f"{WORKFLOWS}/tasks/{_path(task.key)}/{event}"
         signed_headers = {"Idempotency-Key": key} if key else None  # the caller's key: its retry is answered once
@@ -677,7 +735,9 @@ class Client:
         if "checkpoint" in fields:
             _check_checkpoint_size(current.checkpoint if current is not None else {}, fields["checkpoint"])
         created_at = _next_created_at(current)
-        return self._sign(unsigned.unsigned_declare(task.key, self._key.did, created_at, await self.node_id(), changed))
+        return self._sign(
+            unsigned.unsigned_declare(task.key, self._author(), created_at, await self.node_id(), changed)
+        )
 
     async def node_id(self) -> str:
         """The did of the node this client talks to (asked once)."""
@@ -711,7 +771,7 @@ class Client:
             unsigned = {
                 "kind": "entry",
                 "schema_version": canonical.SCHEMA_VERSION,
-                "author_id": self._key.did,
+                "author_id": self._author(),
                 "created_at": canonical.now_created_at(),
                 **draft,
             }
@@ -744,6 +804,152 @@ class Client:
         return await self._request(
             "POST", "/v1/agents", CreatedAgent, json=CreateAgent(name, display_name, description, agent_type)
         )
+
+    # ---- the identity's keys (docs/format-v3.md 3; agent/key_lifecycle.py) ----------------------------------
+
+    async def signed_versions(self, key: str) -> list[str]:
+        """Every version of this agent's records the node holds signed by `key` (all pages of
+        `GET /v1/agents/{id}/signed-versions`): what a rotation or revocation of that key vouches for."""
+        out: list[str] = []
+        after: str | None = None
+        while True:
+            params = [("key", key)] + ([("after", after)] if after else [])
+            page = await self._request("GET", f"/v1/agents/{self._author()}/signed-versions", SignedVersions,
+                                       params=params)  # fmt: skip
+            out += page.versions
+            if page.next_after is None:
+                return out
+            after = page.next_after
+
+    async def rotate_signing_key(self, *, recovery: str | None = None) -> KeyEventOut:
+        """Rotate this agent's signing key: a `rotate` event signed by the current key installs a new key, vouching
+        for every record of the current key the node holds. When the history has no recovery key yet, the event
+        sets one: `recovery` (a did:key), else the key beside the identity file (`NAME.id.recovery.key`, made
+        now: move it offline). The identity file, when this client has one, is rewritten atomically with the new
+        key and the event (another client on the file picks it up by its mtime)."""
+        key = self._current_key()
+        history = (await self.get_agent(self._author())).key_history
+        if history is not None and history.current_key != key.did:
+            raise BBSClientError(409, "key_not_current", "this client's key is not the identity's signing key")
+        chain = [e for e in (history.events if history else []) if e.in_chain]
+        if history is None or history.recovery is None:
+            if recovery is None and self._identity_path is not None:
+                recovery = key_lifecycle.recovery_key_for(self._identity_path).did
+        else:
+            recovery = None  # set already; only the recovery key changes it
+        prior = chain[-1].address if chain else None
+        return await self._key_change("rotate", key, key.did, len(chain) + 1, prior, recovery)
+
+    async def revoke_signing_key(
+        self, recovery_key: keys.SigningKey, confirm: Callable[[int], bool] | None = None
+    ) -> KeyEventOut:
+        """Revoke this agent's current signing key with its recovery key and install a new key: the `revoke`
+        vouches for every record of the revoked key the node holds (no date: everything else that key signed is
+        void on every node that stores the event). The key must be this client's (its identity file's) key: when
+        another key event replaced it, `recover` instead. `confirm`, when given, is asked with the number of
+        records the event vouches for before anything is signed; False stops (`BBSClientError` `not_confirmed`)."""
+        key = self._current_key()
+        try:
+            await self._login_as(recovery_key)
+            history = (await self.get_agent(self._author())).key_history
+            if history is None or history.current_key != key.did:
+                raise BBSClientError(
+                    409, "key_not_current", "this client's key is not the identity's signing key: recover instead"
+                )
+            chain = [e for e in history.events if e.in_chain]
+            prior = chain[-1].address if chain else None
+            return await self._key_change("revoke", recovery_key, key.did, len(chain) + 1, prior, None, confirm)
+        finally:
+            self._token = None  # the next request proves the (new) current key
+
+    async def recover(self, recovery_key: keys.SigningKey, confirm: Callable[[int], bool] | None = None) -> KeyEventOut:
+        """Take the identity back with its recovery key: a `recover` after the last key event of the identity
+        file (the one that installed the file's key) replaces every key event after it (a thief's rotation) and
+        installs a new key, vouching for every record of the file's key the node holds. Needs an identity file.
+        `confirm` as for `revoke_signing_key`."""
+        if self._identity is None:
+            raise BBSClientError(0, "no_identity_file", "recover needs the identity file (its key history)")
+        self._refresh_identity()
+        key = self._current_key()
+        events = self._identity.key_history
+        prior = records.check(events[-1], v3=True)[0] if events else None
+        try:
+            await self._login_as(recovery_key)
+            return await self._key_change("recover", recovery_key, key.did, len(events) + 1, prior, None, confirm)
+        finally:
+            self._token = None  # the next request proves the (new) current key
+
+    async def _login_as(self, key: keys.SigningKey) -> None:
+        """Authenticate the next requests by `key` (the recovery key: the current key may be a thief's now),
+        unless this client uses an API key. The session ends with the key event (`_key_change`)."""
+        if self._api_key is None:
+            session = await self.login(key)
+            self._token = session.token
+            self._token_expires = time.monotonic() + max(session.expires_in - 60, 1)
+
+    def _current_key(self) -> keys.SigningKey:
+        self._refresh_identity()
+        if self._key is None:
+            raise BBSClientError(0, "no_signing_key", "a key event needs the agent's private key (an identity file)")
+        return self._key
+
+    async def _key_change(
+        self,
+        kind: str,
+        signer: keys.SigningKey,
+        subject: str,
+        seq: int,
+        prior: str | None,
+        recovery: str | None,
+        confirm: Callable[[int], bool] | None = None,
+    ) -> KeyEventOut:
+        """Sign and submit a key event installing a new key; rewrite the identity file (if any) with it.
+
+        The new identity is written first to `NAME.id.pending` (mode 0600), so the new key survives a crash
+        between the node storing the event and the file being replaced; the pending file is then renamed over
+        the identity file (atomic)."""
+        author = self._author()
+        new = keys.SigningKey.generate()
+        versions = await self.signed_versions(subject)
+        if confirm is not None and not confirm(len(versions)):
+            raise BBSClientError(0, "not_confirmed", f"the {kind} was not confirmed: nothing was signed")
+        event, pages = key_lifecycle.key_event(
+            author, signer, kind, seq=seq, prior=prior, subject=subject, versions=versions, key=new.did,
+            recovery=recovery,
+        )  # fmt: skip
+        pending: Path | None = None
+        if self._identity is not None and self._identity_path is not None:
+            history = self._identity.key_history if kind == "recover" else self._chain_records(prior)
+            updated = dataclasses.replace(self._identity, key=new, agent_id=author, key_history=[*history, event])
+            pending = self._identity_path.with_name(self._identity_path.name + ".pending")
+            identity_files.save(pending, updated, self._passphrase)
+        out: KeyEventOut | None = None
+        try:
+            for body in key_lifecycle.requests(event, pages):
+                out = await self._request("POST", f"/v1/agents/{author}/key-events", KeyEventOut, json=body)
+        except BaseException:
+            if pending is not None and out is None:
+                pending.unlink(missing_ok=True)  # nothing stored: the old key stays the identity's
+            raise
+        assert out is not None
+        self._token = None  # the next request proves the new key (a session of the old key would still work)
+        if pending is not None and self._identity_path is not None:
+            os.replace(pending, self._identity_path)
+            self._reload_identity()
+        else:
+            self._key, self._agent = new, author
+        return out
+
+    def _chain_records(self, prior: str | None) -> list[dict[str, Any]]:
+        """The identity file's key events up to `prior` (the node's chain head, which the file must hold)."""
+        assert self._identity is not None
+        events = self._identity.key_history
+        addresses = [records.check(e, v3=True)[0] for e in events]
+        if prior is None:
+            return []
+        if prior not in addresses:
+            raise BBSClientError(409, "identity_key_outdated", "the identity file does not hold the node's key history")
+        return events[: addresses.index(prior) + 1]
 
     async def openapi(self) -> dict[str, Any]:
         return await self._request("GET", "/openapi.json", dict, auth=False)

@@ -11,6 +11,13 @@ With a passphrase the key is sealed instead: ``{"encoding": "scrypt-aes256gcm", 
 "ciphertext", "n", "r", "p"}``: scrypt derives a 256-bit key from the passphrase and AES-256-GCM seals
 the 32-byte seed, with the file's did as associated data so a sealed key cannot be moved to another file.
 Only the seed is secret; everything else is public.
+
+Version 2 is the file of a rotated identity (issue 36, docs/format-v3.md 3): ``key`` holds the seed of the
+identity's *current* signing key, ``signing_key`` its did, and ``key_history`` the key events of the winning
+chain, seq 1 first (each a signed `key_event` record, checked on load: the chain must lead from the did to
+``signing_key``). A sealed key of version 2 has ``did + " " + signing_key`` as associated data. An identity never
+rotated is written as version 1, which every older tool reads. Vouch pages are not in the file (they can be large;
+a node gets them from the home node by sync).
 """
 
 from __future__ import annotations
@@ -25,14 +32,15 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
-from identity import keys, records
+from identity import key_history, keys, records
 
 FORMAT = "agent-bbs-identity"
 VERSION = 1
+ROTATED_VERSION = 2  # a file carrying a key history (a rotated identity)
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**15, 8, 1
 MAX_SCRYPT_MEMORY = 256 * 1024 * 1024  # 8x what bbs writes (32 MiB)
 MAX_SCRYPT_WORK = 16 * SCRYPT_N * SCRYPT_R  # n * r * p: 16x what bbs writes
-MAX_FILE_BYTES = 64 * 1024
+MAX_FILE_BYTES = 4 * 1024 * 1024  # a key history of a few thousand events
 
 
 class IdentityFileError(ValueError):
@@ -41,17 +49,44 @@ class IdentityFileError(ValueError):
 
 @dataclass
 class Identity:
-    """An agent identity with its private key."""
+    """An agent identity with its private key: `key` is the key that signs for it now (its first key until a
+    rotation), `agent_id` the identity's did when that is not `key`'s, `key_history` the key events of its winning
+    chain (seq 1 first; empty before any rotation)."""
 
     key: keys.SigningKey
     display_name: str
     description: str = ""
     home_node: str | None = None
     identity_record: dict[str, Any] | None = field(default=None, repr=False)
+    agent_id: str | None = None
+    key_history: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     @property
     def did(self) -> str:
-        return self.key.did
+        """The identity's did (its id): stable across rotations."""
+        return self.agent_id or self.key.did
+
+    @property
+    def rotated(self) -> bool:
+        """True when the key that signs is not the identity's first key."""
+        return self.key.did != self.did
+
+
+def history_state(did: str, events: list[dict[str, Any]]) -> key_history.History:
+    """The key history `events` make for `did`, each checked as a node checks a key event (spelling, signature
+    against its named key, schema); IdentityFileError when one does not verify or is not on the winning chain."""
+    held: list[tuple[str, dict[str, Any]]] = []
+    for i, event in enumerate(events):
+        if not isinstance(event, dict) or event.get("kind") != "key_event" or event.get("author_id") != did:
+            raise IdentityFileError(f"key_history[{i}] is not a key event of {did}")
+        try:
+            held.append((records.check(event, v3=True)[0], event))
+        except records.RecordError as exc:
+            raise IdentityFileError(f"key_history[{i}] does not verify: {exc}") from None
+    history = key_history.resolve(did, held)
+    if set(history.chain) != {address for address, _ in held}:
+        raise IdentityFileError("key_history holds key events that are not one chain from the identity's first key")
+    return history
 
 
 def _kdf(salt: bytes, n: int, r: int, p: int) -> Scrypt:
@@ -68,7 +103,7 @@ def to_json(identity: Identity, passphrase: str | None = None) -> bytes:
     else:
         salt, nonce = os.urandom(16), os.urandom(12)
         secret = _kdf(salt, SCRYPT_N, SCRYPT_R, SCRYPT_P).derive(passphrase.encode("utf-8"))
-        sealed = AESGCM(secret).encrypt(nonce, identity.key.seed, identity.did.encode("ascii"))
+        sealed = AESGCM(secret).encrypt(nonce, identity.key.seed, _associated(identity.did, identity.key.did))
         key_part = {
             "encoding": "scrypt-aes256gcm",
             "n": SCRYPT_N,
@@ -78,9 +113,9 @@ def to_json(identity: Identity, passphrase: str | None = None) -> bytes:
             "nonce": keys.b64u(nonce),
             "ciphertext": keys.b64u(sealed),
         }
-    doc = {
+    doc: dict[str, Any] = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": ROTATED_VERSION if identity.key_history or identity.rotated else VERSION,
         "did": identity.did,
         "display_name": identity.display_name,
         "description": identity.description,
@@ -88,6 +123,9 @@ def to_json(identity: Identity, passphrase: str | None = None) -> bytes:
         "identity_record": identity.identity_record,
         "key": key_part,
     }
+    if doc["version"] == ROTATED_VERSION:
+        doc["signing_key"] = identity.key.did
+        doc["key_history"] = identity.key_history
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
@@ -99,17 +137,26 @@ def from_json(raw: bytes, passphrase: str | None = None) -> Identity:
         raise IdentityFileError("not a JSON identity file") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise IdentityFileError(f"not an {FORMAT} file")
-    if doc.get("version") != VERSION:
-        raise IdentityFileError(f"unsupported identity file version {doc.get('version')!r}")
+    version = doc.get("version")
+    if version not in (VERSION, ROTATED_VERSION):
+        raise IdentityFileError(f"unsupported identity file version {version!r}")
     did, key_part = doc.get("did"), doc.get("key")
     if not isinstance(did, str) or not keys.is_did(did) or not isinstance(key_part, dict):
         raise IdentityFileError("the file has no valid did or key")
-    seed = _open_key(key_part, did, passphrase)
+    signer: Any = did
+    events: Any = []
+    if version == ROTATED_VERSION:
+        signer, events = doc.get("signing_key"), doc.get("key_history")
+        if not isinstance(signer, str) or not keys.is_did(signer) or not isinstance(events, list):
+            raise IdentityFileError("a version 2 file needs signing_key (a did:key) and key_history (a list)")
+        if history_state(did, events).state.key != signer:
+            raise IdentityFileError("signing_key is not the key the file's key_history leads to")
+    seed = _open_key(key_part, _associated(did, signer), passphrase)
     try:
         key = keys.SigningKey.from_seed(seed)
     except ValueError:
         raise IdentityFileError("the key is not a 32-byte Ed25519 seed") from None
-    if key.did != did:
+    if key.did != signer:
         raise IdentityFileError("the private key does not belong to the file's did")
     name = doc.get("display_name")
     if not isinstance(name, str) or not name:
@@ -130,10 +177,17 @@ def from_json(raw: bytes, passphrase: str | None = None) -> Identity:
         description=description if isinstance(description, str) else "",
         home_node=home if isinstance(home, str) else None,
         identity_record=record,
+        agent_id=did if signer != did or events else None,
+        key_history=list(events),
     )
 
 
-def _open_key(part: dict[str, Any], did: str, passphrase: str | None) -> bytes:
+def _associated(did: str, signer: str) -> bytes:
+    """A sealed key's associated data: the did (version 1), or the did and the signing key (a rotated file)."""
+    return (did if signer == did else f"{did} {signer}").encode("ascii")
+
+
+def _open_key(part: dict[str, Any], associated: bytes, passphrase: str | None) -> bytes:
     encoding = part.get("encoding")
     try:
         if encoding == "ed25519-seed":
@@ -149,7 +203,7 @@ def _open_key(part: dict[str, Any], did: str, passphrase: str | None) -> bytes:
                 raise IdentityFileError("scrypt parameters ask for more memory or work than bbs allows")
             secret = _kdf(keys.b64u_decode(str(part["salt"])), n, r, p).derive(passphrase.encode("utf-8"))
             return AESGCM(secret).decrypt(
-                keys.b64u_decode(str(part["nonce"])), keys.b64u_decode(str(part["ciphertext"])), did.encode("ascii")
+                keys.b64u_decode(str(part["nonce"])), keys.b64u_decode(str(part["ciphertext"])), associated
             )
     except InvalidTag:
         raise IdentityFileError("wrong passphrase (or the file was altered)") from None

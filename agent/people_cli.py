@@ -47,12 +47,13 @@ def make_client(args: argparse.Namespace, retries: int = CLI_RETRIES) -> Client:
 
     node = check_node_url(args.node or os.environ.get("BBS_NODE") or DEFAULT_NODE)
     api_key = args.api_key or os.environ.get("BBS_API_KEY") or None
-    signing_key = None
-    if args.identity is not None:
-        signing_key = identity_file.load(args.identity.expanduser(), passphrase(args.passphrase_env)).key
-    if api_key is None and signing_key is None:
+    path = args.identity.expanduser() if args.identity is not None else None
+    secret = passphrase(args.passphrase_env) if path is not None else None
+    if path is not None:
+        identity_file.load(path, secret)  # checked now: a bad file or passphrase is a one-line error
+    if api_key is None and path is None:
         raise CommandError("give --api-key KEY (or set BBS_API_KEY) or --identity FILE")
-    return Client(node, api_key=api_key, signing_key=signing_key, retries=retries, backoff=0.2)
+    return Client(node, api_key=api_key, identity_file=path, passphrase=secret, retries=retries, backoff=0.2)
 
 
 def run(args: argparse.Namespace, act: Callable[[Client], Awaitable[T]], retries: int = CLI_RETRIES) -> T:

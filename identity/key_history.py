@@ -233,3 +233,15 @@ def key_verdict(
     if signing_key in history.losing_keys:
         return "void"
     return "undecided"
+
+
+def request_key_verdict(history: History, signing_key: str) -> KeyVerdict:
+    """The verdict on something an identity signed that is not a record (a node's signed sync request, RFC 9421):
+    `valid` only for the key the history's chain ends with; `void` for a key the chain removed, a replaced branch's
+    or a losing branch's (a request is in no vouched set, so `key_verdict`'s vouch decides nothing here); and
+    `undecided` for a key no held event installs (its rotation has not arrived)."""
+    if signing_key == history.state.key:
+        return "valid"
+    if signing_key in history.removed_by or signing_key in history.vouched_by or signing_key in history.losing_keys:
+        return "void"
+    return "undecided"

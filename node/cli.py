@@ -267,13 +267,36 @@ def cmd_agent_rotate_key(args: argparse.Namespace) -> int:
     return code
 
 
+def _held_flags(parser: argparse.ArgumentParser, recovery: bool) -> None:
+    from agent import key_cli
+
+    key_cli.add_flags(parser, recovery=recovery)
+
+
+def _held_key_command(args: argparse.Namespace, action: str) -> int:
+    """A key command for an identity file (`--identity`), made through a node's REST API (agent/key_cli.py)."""
+    from agent import key_cli
+    from node.ops.datadir import CommandError
+
+    try:
+        return key_cli.run_held(args, action)
+    except key_cli.KeyCommandError as exc:
+        raise CommandError(str(exc)) from None
+
+
 def cmd_agent_rotate_signing_key(args: argparse.Namespace) -> int:
     """Rotate a node-kept agent's signing key (`POST /v1/agents/{agent_id}/signing-key`'s work) on a data folder no
-    node serves: a serving node keeps the agent's key and its key histories in memory, so it must make the change."""
+    node serves: a serving node keeps the agent's key and its key histories in memory, so it must make the change.
+    With `--identity FILE`, rotate the key of an identity the agent holds through a node's REST API instead."""
     import msgspec
 
     from node.ops import datalock
     from node.ops.datadir import CommandError
+
+    if args.identity is not None:
+        return _held_key_command(args, "rotate")
+    if args.agent is None:
+        raise CommandError("give the agent's NAME (a node-kept agent) or --identity FILE (an agent holding its key)")
 
     if args.data.is_dir() and datalock.in_use(args.data):  # its writer's key histories must see every key event
         raise CommandError(
@@ -300,16 +323,20 @@ def cmd_agent_export(args: argparse.Namespace) -> int:
     if args.out.is_dir():
         raise CommandError(f"--out {args.out} is a folder; give the identity file's name")
     secret = passphrase(args.passphrase_env)
-    key, record = _on_node(args.data, lambda node: export_identity(node, args.name))
+    out = _on_node(args.data, lambda node: export_identity(node, args.name))
+    record = out.record
     ident = identity_file.Identity(
-        key=key,
+        key=out.key,
         display_name=record["display_name"],
         description=record.get("description", ""),
         home_node=record.get("home_node"),
         identity_record=record,
+        agent_id=out.agent_id,
+        key_history=out.key_history,
     )
     identity_file.save(args.out, ident, secret)
-    print(f"Wrote {args.out} (mode 0600) for {key.did}{' (encrypted)' if secret else ''}")
+    rotated = f", signing key {out.key.did}" if out.key_history else ""
+    print(f"Wrote {args.out} (mode 0600) for {out.agent_id}{rotated}{' (encrypted)' if secret else ''}")
     return 0
 
 
@@ -326,14 +353,29 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
     from agent.cli import passphrase
     from node.agents.portable import import_identity
     from node.agents.service import AGENT_NAME
+    from node.ops import datalock
     from node.ops.datadir import CommandError
 
     ident = identity_file.load(args.file, passphrase(args.passphrase_env))
+    if ident.key_history and args.data.is_dir() and datalock.in_use(args.data):  # as rotate-signing-key (record 55)
+        raise CommandError(
+            f"a node serves {args.data} and this identity has a key history: its writer must see every key event"
+            " it stores, so stop the node to import the identity, then start it again"
+        )
     name = args.name or _default_name(ident.display_name)
     if not AGENT_NAME.fullmatch(name):
         raise CommandError(f"--name must match {AGENT_NAME.pattern}")
     created = _on_node(
-        args.data, lambda node: import_identity(node, name, ident.key, ident.identity_record, keep_key=args.keep_key)
+        args.data,
+        lambda node: import_identity(
+            node,
+            name,
+            ident.key,
+            ident.identity_record,
+            keep_key=args.keep_key,
+            agent_id=ident.did,
+            history=ident.key_history,
+        ),
     )
     if args.json:
         print(msgspec.json.encode(created).decode())
@@ -427,10 +469,14 @@ def build_parser() -> argparse.ArgumentParser:
         "rotate-signing-key",
         help="give a node-kept agent a new signing key (a key event signed by the old one); its id stays",
     )
-    p.add_argument("agent", help="the agent's local name or did:key")
+    p.add_argument("agent", nargs="?", help="the agent's local name or did:key (a node-kept agent)")
     _data_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    _held_flags(p, False)
     p.set_defaults(func=cmd_agent_rotate_signing_key)
+    from node.agents import cli as agents_cli  # bbs agent revoke, bbs agent recover
+
+    agents_cli.add_parsers(agent, _data_arg, _held_flags, _held_key_command)
 
     from agent import cli as agent_cli  # bbs mcp
     from agent import people_cli  # bbs post, search, read, link, subscribe, inbox, ack, tail, tasks, message, task

@@ -26,8 +26,8 @@ from node.federation import routes as peer_routes
 from node.feed import routes as feed_routes
 from node.nlip import endpoint as nlip_endpoint
 from node.push import routes as push_routes
-from node.store import projections
-from node.store.projections import Log, Projector
+from node.store import projections, void
+from node.store.projections import Log, Projector, Switch
 from node.trust import routes as trust_routes
 from node.web import background
 from node.web.background import CleanupContext
@@ -44,6 +44,7 @@ class Feature:
     routes: Sequence[Route] = ()
     projectors: Mapping[str, Projector] = field(default_factory=dict)  # record kind -> its projector
     tables: tuple[str, ...] = ()  # the projection tables its projectors fill (`bbs rebuild` recreates them)
+    switches: Mapping[str, Switch] = field(default_factory=dict)  # kind -> switch for records flagged void or back
     setup: Callable[[web.Application], None] | None = None  # installs the feature's state on the app being built
     background: tuple[CleanupContext, ...] = ()  # aiohttp cleanup contexts, run while the app runs
 
@@ -51,6 +52,7 @@ class Feature:
         # Read-only copies: what a feature declares cannot grow behind the list's back.
         object.__setattr__(self, "routes", tuple(self.routes))
         object.__setattr__(self, "projectors", MappingProxyType(dict(self.projectors)))
+        object.__setattr__(self, "switches", MappingProxyType(dict(self.switches)))
 
 
 FEATURES: tuple[Feature, ...] = (
@@ -59,6 +61,7 @@ FEATURES: tuple[Feature, ...] = (
         routes=substrate_routes.ROUTES,
         projectors=projections.SUBSTRATE_PROJECTORS,
         tables=projections.SUBSTRATE_TABLES,
+        switches=void.SUBSTRATE_SWITCHES,
         background=(background.expiry_sweep, background.search_indexing),
     ),
     Feature("feed", routes=feed_routes.ROUTES, setup=feed_routes.install),  # entries in arrival order, long-poll
@@ -76,6 +79,7 @@ FEATURES: tuple[Feature, ...] = (
         routes=workflow_routes.ROUTES,
         projectors=workflow_records.PROJECTORS,
         tables=workflow_records.TABLES,
+        switches=workflow_records.SWITCHES,
         background=(background.twin_notices,),
     ),
     Feature(
@@ -102,7 +106,8 @@ def joined(features: Sequence[Feature]) -> Log:
         if twice:
             raise ValueError(f"{feature.name} projects {', '.join(twice)}, which another feature projects")
         projectors.update(feature.projectors)
-    return Log(projectors, tuple(table for feature in features for table in feature.tables))
+    switches = {kind: switch for feature in features for kind, switch in feature.switches.items()}
+    return Log(projectors, tuple(table for feature in features for table in feature.tables), switches)
 
 
 LOG: Log = joined(FEATURES)  # the node's log: its record kinds' projectors and its projection tables

@@ -24,10 +24,12 @@ from wire.api import (
     Health,
     InboxQuery,
     InboxResult,
+    KeyChange,
     KeyEventIn,
     KeyEventOut,
     LinkOut,
     NodeInfo,
+    NodeKeyState,
     PostedEntries,
     PostedEntry,
     PostEntries,
@@ -35,13 +37,20 @@ from wire.api import (
     PostLink,
     ReadQuery,
     ReadResult,
+    RecoverIn,
+    RevokeIn,
     RotatedKey,
+    RotatedNodeKey,
     SearchQuery,
     SearchResult,
     SignedSubmission,
+    SignedVersions,
+    SignedVersionsQuery,
     SubscriptionIn,
     SubscriptionList,
     SubscriptionOut,
+    VoidRecordPage,
+    VoidRecordsQuery,
 )
 
 if TYPE_CHECKING:
@@ -152,6 +161,10 @@ async def rotate_api_key(request: web.Request) -> web.Response:
     return json_response(await _node(request).agents.rotate_api_key(request.match_info["agent_id"]), 201)
 
 
+async def void_records(request: web.Request) -> web.Response:
+    return json_response(await _node(request).key_events.void_records(decode_query(request, VoidRecordsQuery)))
+
+
 async def post_key_event(request: web.Request) -> web.Response:
     target = (await _node(request).agents.get(request.match_info["agent_id"])).agent_id  # a did or a name; else 404
     if agent_id(request) != target:
@@ -161,8 +174,36 @@ async def post_key_event(request: web.Request) -> web.Response:
     return json_response(out, 201 if out.created or out.pages_stored else 200)
 
 
+async def signed_versions(request: web.Request) -> web.Response:
+    target = (await _node(request).agents.get(request.match_info["agent_id"])).agent_id
+    if agent_id(request) != target:
+        raise Forbidden("an agent reads only the versions of its own keys", field="agent_id")
+    query = decode_query(request, SignedVersionsQuery)
+    return json_response(await _node(request).key_events.signed_versions(target, query))
+
+
 async def rotate_signing_key(request: web.Request) -> web.Response:
     return json_response(await _node(request).key_events.rotate(request.match_info["agent_id"]), 201)
+
+
+async def revoke_signing_key(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), RevokeIn)
+    out = await _node(request).recovery.revoke(request.match_info["agent_id"], body.key, dry_run=body.dry_run)
+    return json_response(out, 200 if body.dry_run else 201)
+
+
+async def recover_agent(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), RecoverIn)
+    out = await _node(request).recovery.recover(request.match_info["agent_id"], dry_run=body.dry_run)
+    return json_response(out, 200 if body.dry_run else 201)
+
+
+async def rotate_node_key(request: web.Request) -> web.Response:
+    return json_response(await _node(request).node_keys.rotate(), 201)
+
+
+async def node_key(request: web.Request) -> web.Response:
+    return json_response(_node(request).node_keys.state())
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -302,6 +343,16 @@ ROUTES: list[Route] = [
         responses={201: KeyEventOut, 200: KeyEventOut},
     ),
     Route(
+        "GET",
+        "/v1/agents/{agent_id}/signed-versions",
+        signed_versions,
+        "The versions of the agent's records this node holds signed by one of its keys, in version order, a page"
+        " at a time: what a rotation or revocation of that key vouches for (only the agent itself)",
+        "agent",
+        query=SignedVersionsQuery,
+        responses={200: SignedVersions},
+    ),
+    Route(
         "POST",
         "/v1/agents/{agent_id}/signing-key",
         rotate_signing_key,
@@ -309,6 +360,55 @@ ROUTES: list[Route] = [
         " for the old key's records (admin)",
         "admin",
         responses={201: RotatedKey},
+    ),
+    Route(
+        "POST",
+        "/v1/agents/{agent_id}/revocation",
+        revoke_signing_key,
+        "Revoke a node-kept agent's current signing key and install a new one, signed by the node's agent recovery"
+        " key (by the current key, setting that recovery key, when the history has none: the owner then ties with a"
+        " thief on rank and the smaller hash decides); vouches for every record of the key the log holds (admin)",
+        "admin",
+        body=RevokeIn,
+        responses={201: KeyChange, 200: KeyChange},
+    ),
+    Route(
+        "POST",
+        "/v1/agents/{agent_id}/recovery",
+        recover_agent,
+        "Recover a node-kept agent with the node's agent recovery key: a recover event after the key this node"
+        " keeps, replacing every key event after it and installing a new key (admin)",
+        "admin",
+        body=RecoverIn,
+        responses={201: KeyChange, 200: KeyChange},
+    ),
+    Route(
+        "POST",
+        "/v1/node/key",
+        rotate_node_key,
+        "Rotate the node key: a new key, installed by a key event the current one signs, vouching for the node's"
+        " records; sync requests are signed by it toward every peer holding the rotation (admin)",
+        "admin",
+        responses={201: RotatedNodeKey},
+    ),
+    Route(
+        "GET",
+        "/v1/node/key",
+        node_key,
+        "The keys this node signs with: the newest, the one before while a peer has not pulled its rotation, and the"
+        " peers holding the newest (admin)",
+        "admin",
+        responses={200: NodeKeyState},
+    ),
+    Route(
+        "GET",
+        "/v1/admin/void-records",
+        void_records,
+        "Records stored before a later key event made them void (a revoke, a winning recover, a rotation not"
+        " vouching for them), in log order, a page at a time: kept in the log, hidden from every read and peer (admin)",
+        "admin",
+        query=VoidRecordsQuery,
+        responses={200: VoidRecordPage},
     ),
     Route("GET", "/healthz", healthz, "Liveness", "none", responses={200: Health}, tag="ops"),
 ]

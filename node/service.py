@@ -17,14 +17,17 @@ from pathlib import Path
 
 from identity import canonical, keys, schema
 from node import __version__
+from node.agents import recovery_file
 from node.agents.challenges import Challenges
 from node.agents.key_events import KeyEvents
+from node.agents.recovery import Recovery
 from node.agents.service import Agents
 from node.default_mode.service import DefaultMode
 from node.entries.links import Links
 from node.entries.posting import Entries
 from node.entries.reads import Reads
 from node.features import LOG
+from node.federation.node_key import NodeKeys
 from node.federation.store import NodeSyncStore
 from node.feed.service import Feed
 from node.inbox.service import MAX_SUBSCRIPTIONS, Inbox
@@ -32,6 +35,7 @@ from node.ops.datadir import DataDir
 from node.search_index import indexer
 from node.search_index.index import SearchIndex
 from node.store.db import Database
+from node.store.key_fence import KEY_FENCE_NAME, KeyFence
 from node.store.projections import Log
 from node.store.sealing import Sealing
 from node.trust.service import Trust
@@ -51,6 +55,8 @@ class Node:
         self.key = keys.load_key(self.data.key_path)
         self.db = Database(self.data.db_path, log=log)  # `log`: the projectors and tables its writes go through
         self.sealing = Sealing(self.db, self.now_ms)
+        self.sealing.key_fence = KeyFence(self.data.root / KEY_FENCE_NAME)  # keys rotated out here (a restore)
+        self.node_keys = NodeKeys(self.db, self.sealing, self.key, self.now_ms)  # the keys it signs with (open)
         self.agents = Agents(self.db, self.node_id, self.now_ms)
         self.entries = Entries(self.db, self.sealing, self.now_ms)
         self.links = Links(self.db, self.sealing, self.now_ms)
@@ -60,11 +66,15 @@ class Node:
         # across the TYPE_CHECKING cycle Node -> features -> background -> Node)
         self.inbox: Inbox = Inbox(self.db, self.now_ms)
         self.bus = Bus(self.db, self.sealing, self.now_ms)
-        self.workflows: Workflows = Workflows(self.db, self.sealing, self.key, self.now_ms, self.data.root / FENCE_NAME)
+        self.workflows: Workflows = Workflows(
+            self.db, self.sealing, self.node_keys.signer, self.now_ms, self.data.root / FENCE_NAME
+        )
         self.default_mode = DefaultMode(self.db, self.node_id, self.now_ms, self.entries, self.reads)
         self.trust: Trust = Trust(self.db, self.now_ms)
         self.sync = NodeSyncStore(self.db, self.node_id, self.now_ms, authority=self.sealing.authority)
-        self.key_events = KeyEvents(self.db, self.sealing, self.now_ms)  # key events over REST, rotations
+        # key events over REST, rotations; revocations and recoveries of node-kept keys (node/agents/recovery.py)
+        self.key_events = KeyEvents(self.db, self.sealing, self.now_ms, self.data.root / recovery_file.FILE_NAME)
+        self.recovery = Recovery(self.key_events)
         self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer
         self.search_index: SearchIndex | None = None  # opened with the node (node/search_index/)
 
@@ -82,6 +92,8 @@ class Node:
         An admin command (`bbs agent create` and the like) opens the node without the index: it searches
         nothing, and the index's writer lock belongs to the node serving the folder, if one does."""
         self.db.open()
+        with contextlib.closing(sqlite3.connect(self.data.db_path)) as conn:
+            self.node_keys.load(conn)  # the node's signing keys after a rotation, and the key fence's verdict
         if search_index and self.search_index is None:
             with contextlib.closing(sqlite3.connect(self.data.db_path)) as conn:
                 self.search_index = indexer.open_index(self.data.root, conn)

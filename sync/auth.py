@@ -2,7 +2,8 @@
 
 The signature covers the method, authority, path and query, the receiving node's boot id (`Bbs-Boot`) and, for
 requests with a body, its Content-Digest; its parameters carry `created`, a random `nonce`, `keyid` (the node's
-did:key) and the tag `bbs-sync`. The receiver accepts only keys of configured peers, refuses signatures older
+did:key, or after a rotation of the node key `<node did>#<signing key did>`: `key_id`) and the tag `bbs-sync`.
+The receiver accepts only keys of configured peers, refuses signatures older
 than MAX_AGE_S or dated in the future, and remembers nonces until they expire, so a captured request cannot be
 replayed. Across restarts the boot id closes the gap the in-memory nonces leave: each process of a node draws a
 new one (shown at GET /v1/node as `boot_id`), and a request naming another boot is refused 401 `stale_boot`,
@@ -134,6 +135,111 @@ async def send_resigned(
     return status, data
 
 
+# A peer that refused the newest node key (it has not pulled the rotation) is asked with it again after this long.
+RETRY_NEWEST_S = 30.0
+# what a peer without the rotation answers (`unknown_peer`: a release before node key rotation)
+NEWEST_REFUSED = frozenset({"unknown_node_key", "unknown_peer"})
+
+
+class NodeKeyRotatedOut(Exception):
+    """This node holds no key it may sign with: its key fence names a newer node key than any it holds (a database
+    restored from before a rotation of the node key). `detail` says what to do."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class NodeSigner:
+    """Which key this node signs a peer's requests with, across rotations of the node key (docs/sync.md).
+
+    `keys` are the node's signing keys, newest last: its first key alone before any rotation, else the key before
+    the newest one (while some peer has not pulled the rotation) and the newest. A peer that accepted a request
+    signed by the newest key holds the rotation (`holders`); one that refused it (`unknown_node_key`, or
+    `unknown_peer` from a release without rotation) is signed for with the key before, and asked with the newest
+    again after RETRY_NEWEST_S; one that refuses the key before (`rotated_node_key`) is signed for with the newest.
+    `blocked` (a restore from before a rotation): nothing is signed (`NodeKeyRotatedOut`).
+    """
+
+    def __init__(
+        self,
+        node_id: str,
+        signing_keys: list[keys.SigningKey],
+        holders: set[str] | None = None,
+        *,
+        blocked: str | None = None,
+        on_holder: Callable[[str], Awaitable[None]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node_id, self.keys, self.holders = node_id, list(signing_keys), set(holders or ())
+        self.blocked, self.on_holder, self.clock = blocked, on_holder, clock
+        self._lacking: dict[str, float] = {}  # peer -> when it refused the newest key
+
+    @classmethod
+    def single(cls, key: keys.SigningKey) -> NodeSigner:
+        """A node that never rotated its key (or a caller that signs with one key)."""
+        return cls(key.did, [key])
+
+    @property
+    def did(self) -> str:
+        """The node's id (its first key's did:key, whatever key signs now)."""
+        return self.node_id
+
+    @property
+    def current(self) -> keys.SigningKey:
+        """The newest node key (what the node signs its records with); NodeKeyRotatedOut when blocked."""
+        if self.blocked is not None:
+            raise NodeKeyRotatedOut(self.blocked)
+        return self.keys[-1]
+
+    def for_peer(self, peer: str) -> keys.SigningKey:
+        """The key to sign a request to `peer` with (see the class's docstring)."""
+        newest = self.current
+        if len(self.keys) == 1 or peer in self.holders:
+            return newest
+        refused_at = self._lacking.get(peer)
+        if refused_at is not None and self.clock() - refused_at < RETRY_NEWEST_S:
+            return self.keys[-2]
+        return newest
+
+    def refused(self, peer: str, key: keys.SigningKey, code: str | None) -> bool:
+        """Note that `peer` refused a request signed by `key` (problem `code`); True when signing it with the other
+        key may pass."""
+        if len(self.keys) < 2:
+            return False
+        if key.did == self.keys[-1].did and code in NEWEST_REFUSED:
+            self._lacking[peer] = self.clock()
+            self.holders.discard(peer)
+            return True
+        if key.did != self.keys[-1].did and code == "rotated_node_key":
+            self._lacking.pop(peer, None)
+            return True
+        return False
+
+    async def accepted(self, peer: str, key: keys.SigningKey) -> None:
+        """Note that `peer` accepted a request signed by `key`: with the newest key, it holds the rotation."""
+        if len(self.keys) > 1 and key.did == self.keys[-1].did and peer not in self.holders:
+            self.holders.add(peer)
+            self._lacking.pop(peer, None)
+            if self.on_holder is not None:
+                await self.on_holder(peer)
+
+
+async def send_as_node(
+    signer: NodeSigner, peer: str, send: Callable[[keys.SigningKey], Awaitable[tuple[int, bytes]]]
+) -> tuple[int, bytes]:
+    """Send a peer-signed request with `send(key)`, signed by the key `signer` chooses for `peer`; once more with
+    the other key when the peer refused that one (`NodeSigner.refused`). Raises NodeKeyRotatedOut when blocked."""
+    key = signer.for_peer(peer)
+    status, data = await send(key)
+    if status in (401, 403) and signer.refused(peer, key, problem_code(data)):
+        key = signer.for_peer(peer)
+        status, data = await send(key)
+    if status not in (401, 403):
+        await signer.accepted(peer, key)
+    return status, data
+
+
 def problem_code(data: bytes) -> str | None:
     """The `code` of a problem+json answer (None when the body is not one)."""
     try:
@@ -158,6 +264,19 @@ class _Message:
         self.method, self.url, self.headers = method, url, headers
 
 
+def key_id(node_id: str, signing_key: str) -> str:
+    """The RFC 9421 `keyid` of a sync request of `node_id` signed by `signing_key`: the bare node did when the key
+    is the node's first one (what every release before node key rotation sends and accepts), else
+    `<node did>#<signing key did>` (docs/format-v3.md 3.8, docs/decisions.md record 56 answer 13)."""
+    return node_id if signing_key == node_id else f"{node_id}#{signing_key}"
+
+
+def split_key_id(value: str) -> tuple[str, str]:
+    """(node id, signing key) of a `keyid` (`key_id`'s two spellings)."""
+    node_id, _, signing_key = value.partition("#")
+    return node_id, signing_key or node_id
+
+
 class _Keys(resolvers.HTTPSignatureKeyResolver):
     def __init__(self, private: Ed25519PrivateKey | None = None, allowed: frozenset[str] = frozenset()) -> None:
         self.private, self.allowed = private, allowed
@@ -168,10 +287,11 @@ class _Keys(resolvers.HTTPSignatureKeyResolver):
         return self.private
 
     def resolve_public_key(self, key_id: str) -> Ed25519PublicKey:
-        if key_id not in self.allowed:
+        node_id, signing_key = split_key_id(key_id)
+        if node_id not in self.allowed:
             self.refused = key_id  # the library wraps resolver errors; the verifier reports this one itself
             raise PeerAuthError("unknown_peer", "the signing key is not a configured peer of this node", 403)
-        return keys.public_key_from_did(key_id)
+        return keys.public_key_from_did(signing_key)
 
 
 def sign_headers(
@@ -182,9 +302,11 @@ def sign_headers(
     *,
     now: float | None = None,
     boot: str | None = None,
+    node_id: str | None = None,
 ) -> dict[str, str]:
     """Headers (Signature-Input, Signature, with a body Content-Digest, with `boot` the receiver's boot id as
-    Bbs-Boot) authenticating one request. Without `boot` the request is signed as the previous release did."""
+    Bbs-Boot) authenticating one request. Without `boot` the request is signed as the previous release did.
+    `node_id`: the node `key` signs for when it is not the node's first key (after a rotation: `key_id`)."""
     created = datetime.datetime.fromtimestamp(time.time() if now is None else now, datetime.UTC)
     message = _Message(method.upper(), url, {} if boot is None else {BOOT_HEADER: boot})
     signer = HTTPMessageSigner(
@@ -193,7 +315,7 @@ def sign_headers(
     )
     signer.sign(
         message,
-        key_id=key.did,
+        key_id=key_id(node_id or key.did, key.did),
         created=created,
         nonce=secrets.token_urlsafe(16),
         label=LABEL,
@@ -219,6 +341,13 @@ class PeerVerifier:
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, allowed: frozenset[str]
     ) -> str:
         """Return the peer's node id, or raise PeerAuthError."""
+        return self.verify_signed(method, url, headers, body, allowed)[0]
+
+    def verify_signed(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, allowed: frozenset[str]
+    ) -> tuple[str, str]:
+        """Return (the peer's node id, the key that signed: its first key or the one its `keyid` names), or raise
+        PeerAuthError. Whether that key may still sign for the peer is the caller's to decide (its key history)."""
         if "signature" not in {h.lower() for h in headers} or "signature-input" not in {h.lower() for h in headers}:
             raise PeerAuthError("signature_required", "sync requests must carry an RFC 9421 signature by a peer node")
         wanted = {"signature", "signature-input", "content-digest", BOOT_HEADER.lower()}
@@ -252,7 +381,7 @@ class PeerVerifier:
         if not isinstance(nonce, str) or not 16 <= len(nonce) <= 64:
             raise PeerAuthError("nonce_required", "the signature must carry a nonce of 16 to 64 characters")
         fence = self._since_restart(results[0].covered_components.get(BOOT_COMPONENT), created)
-        peer = str(params["keyid"])
+        peer, signing_key = split_key_id(str(params["keyid"]))
         self._forget(now)
         if (peer, nonce) in self._seen:
             raise PeerAuthError("replayed_request", "this signed request was already used")
@@ -265,7 +394,7 @@ class PeerVerifier:
                     "replay_fence_unwritable", f"this node cannot record accepted requests: {exc}", 503
                 ) from None
         self._seen[(peer, nonce)] = created + MAX_AGE_S + MAX_SKEW_S
-        return peer
+        return peer, signing_key
 
     def _since_restart(self, boot: str | None, created: int) -> ReplayFence | None:
         """Refuse a request that may have been accepted before this process started: one for another boot

@@ -13,7 +13,17 @@ from yarl import URL
 
 from identity import keys
 from sync import messages as m
-from sync.auth import PeerBoots, clock_advice, clock_offset, problem_code, send_resigned, sign_headers
+from sync.auth import (
+    NodeKeyRotatedOut,
+    NodeSigner,
+    PeerBoots,
+    clock_advice,
+    clock_offset,
+    problem_code,
+    send_as_node,
+    send_resigned,
+    sign_headers,
+)
 from sync.server import MAX_PAGE_BYTES
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a fetch of 256 hashes of records up to 256 KiB each
@@ -81,7 +91,7 @@ class PeerClient:
     def __init__(
         self,
         session: aiohttp.ClientSession,
-        key: keys.SigningKey,
+        key: keys.SigningKey | NodeSigner,
         node_id: str,
         url: str,
         traffic: Traffic | None = None,
@@ -89,7 +99,8 @@ class PeerClient:
         boots: PeerBoots | None = None,
         version: int = m.PROTOCOL_VERSION,
     ) -> None:
-        self.session, self.key, self.node_id = session, key, node_id
+        self.session, self.node_id = session, node_id
+        self.signer = key if isinstance(key, NodeSigner) else NodeSigner.single(key)  # which node key signs
         self.version = version
         self.base = url.rstrip("/")
         self.bytes_sent = 0
@@ -159,9 +170,18 @@ class PeerClient:
         url = URL(self.base + path)
         if query:
             url = url.with_query(query)
-        status, data = await send_resigned(
-            lambda boot: self._send(method, url, body, timeout, max_bytes, boot), self._boot, self._count_resigned
-        )
+
+        async def signed_by(key: keys.SigningKey) -> tuple[int, bytes]:
+            return await send_resigned(
+                lambda boot: self._send(method, url, body, timeout, max_bytes, boot, key),
+                self._boot,
+                self._count_resigned,
+            )
+
+        try:
+            status, data = await send_as_node(self.signer, self.node_id, signed_by)
+        except NodeKeyRotatedOut as exc:
+            raise SyncError(f"{method} {path}: not signed: {exc.detail}", "node_key_rotated_out", exc.detail) from None
         if status != 200:
             advice = clock_advice(self.health.clock_offset_s) if self.health is not None else None
             raise SyncError(
@@ -183,9 +203,16 @@ class PeerClient:
             self.health.resigned_requests += 1
 
     async def _send(
-        self, method: str, url: URL, body: bytes | None, timeout: float, max_bytes: int, boot: str | None
+        self,
+        method: str,
+        url: URL,
+        body: bytes | None,
+        timeout: float,
+        max_bytes: int,
+        boot: str | None,
+        key: keys.SigningKey,
     ) -> tuple[int, bytes]:
-        headers = sign_headers(self.key, method, str(url), body, boot=boot)
+        headers = sign_headers(key, method, str(url), body, boot=boot, node_id=self.signer.node_id)
         if body is not None:
             headers["Content-Type"] = "application/json"
         self.requests += 1

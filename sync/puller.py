@@ -19,7 +19,7 @@ import aiohttp
 
 from identity import keys, schema
 from sync import messages as m
-from sync.auth import PeerBoots
+from sync.auth import NodeSigner, PeerBoots
 from sync.client import PeerClient, SyncError, Traffic
 from sync.negentropy import Negentropy, NegentropyError, VectorStorage
 from sync.protocol import PeerVersions
@@ -82,7 +82,7 @@ class Puller:
     def __init__(
         self,
         store: SyncStore,
-        key: keys.SigningKey,
+        key: keys.SigningKey | NodeSigner,
         session: aiohttp.ClientSession,
         *,
         clock: Callable[[], float] = time.time,

@@ -434,6 +434,30 @@ class KeyEventOut(msgspec.Struct):
     key_history: KeyHistory
 
 
+class RotatedNodeKey(msgspec.Struct):
+    """The node's new key (POST /v1/node/key, `bbs node rotate-key`): the rotation's key event (signed by the key
+    before, which it vouches for `vouched` records of) and the key that signs from now on."""
+
+    node_id: str
+    signing_key: str
+    previous_key: str
+    event: str
+    vouched: int
+
+
+class NodeKeyState(msgspec.Struct):
+    """The keys this node signs with (GET /v1/node/key): the newest, the one before while some peer has not pulled
+    its rotation (`peers_holding` have), the key events installing them, and why it signs nothing if it does not
+    (`blocked`: a database restored from before a rotation of the node key)."""
+
+    node_id: str
+    signing_key: str
+    previous_key: str | None
+    events: list[str]
+    peers_holding: list[str]
+    blocked: str | None
+
+
 class RotatedKey(msgspec.Struct):
     """A node-kept agent's new signing key (POST /v1/agents/{agent_id}/signing-key): the rotation's key event
     and how many of the old key's records it vouches for."""
@@ -444,6 +468,60 @@ class RotatedKey(msgspec.Struct):
     event: str
     vouched: int
     key_history: KeyHistory
+
+
+MAX_SIGNED_VERSIONS_PAGE = 10_000
+
+
+class SignedVersionsQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Parameters of GET /v1/agents/{agent_id}/signed-versions: the versions of the agent's records this node holds
+    signed by `key` (the set a rotation or revocation of that key vouches for), in version order, a page at a time."""
+
+    key: Did
+    after: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")] | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_SIGNED_VERSIONS_PAGE)] = MAX_SIGNED_VERSIONS_PAGE
+
+
+class SignedVersions(msgspec.Struct):
+    """A page of versions signed by one key of an agent; `next_after` is the `after` of the next page (None: last)."""
+
+    versions: list[str]
+    next_after: str | None = None
+
+
+class RevokeIn(msgspec.Struct, forbid_unknown_fields=True):
+    """POST /v1/agents/{agent_id}/revocation (admin): revoke a node-kept agent's current key and install a new one.
+    `key`, when given, must be the current key (a check against revoking the wrong one); `dry_run` answers what
+    the revocation would sign (how many records it vouches for) and stores nothing."""
+
+    key: str | None = None
+    dry_run: bool = False
+
+
+class RecoverIn(msgspec.Struct, forbid_unknown_fields=True):
+    """POST /v1/agents/{agent_id}/recovery (admin): recover a node-kept agent with the node's recovery key;
+    `dry_run` answers what it would sign and stores nothing."""
+
+    dry_run: bool = False
+
+
+class KeyChange(msgspec.Struct):
+    """A node-kept agent's revocation or recovery: who signs it (`signer`, with its `role`), the key it takes
+    authority from, how many of that key's records it vouches for (every other record of that key is void), how
+    many key events of the chain it replaces (a recovery), and, unless it was a dry run, the stored event and the
+    new signing key."""
+
+    name: str
+    agent_id: str
+    event_kind: str  # revoke | recover
+    signer: str
+    role: str  # recovery | current
+    removed_key: str | None
+    vouched: int
+    replaced_events: int
+    key_history: KeyHistory
+    event: str | None = None  # None: a dry run
+    signing_key: str | None = None  # the new key this node keeps; None: a dry run
 
 
 class AgentOut(msgspec.Struct):
@@ -487,6 +565,36 @@ class AgentPage(msgspec.Struct):
 
     agents: list[AgentListItem]
     next_after: str | None
+
+
+MAX_VOID_PAGE = 500
+
+
+class VoidRecordsQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Parameters of GET /v1/admin/void-records: records flagged void, in log order, a page at a time."""
+
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_VOID_PAGE)] = 100
+    after: Annotated[int, msgspec.Meta(ge=0)] = 0  # the previous page's next_after
+
+
+class VoidRecord(msgspec.Struct):
+    """A record stored before a later key event made it void: in the log, hidden from every read and from peers."""
+
+    seq: int
+    record_hash: str
+    version: str
+    kind: str
+    author_id: str
+    reason: str  # unvouched, revoked_key, losing_branch
+    flagged_at: str
+
+
+class VoidRecordPage(msgspec.Struct):
+    """One page of GET /v1/admin/void-records; pass next_after back as `after` for the next (null at the end)."""
+
+    records: list[VoidRecord]
+    next_after: int | None
+    total: int
 
 
 class CreateAgent(msgspec.Struct, forbid_unknown_fields=True):
@@ -550,6 +658,7 @@ class SessionIn(msgspec.Struct, forbid_unknown_fields=True):
     agent_id: Did
     challenge: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
     signature: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    signing_key: Did | None = None  # the key that signed, when it is not agent_id's first key (a rotated identity)
 
 
 class SessionOut(msgspec.Struct):

@@ -78,14 +78,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     check_node_url(config.node.url, "node.url", str(args.config))
     api_key = secret(config.node.api_key_env)
-    signing_key = None
+    identity_path, passphrase = None, None
     if config.node.identity is not None:
-        path = (args.config.parent / config.node.identity).expanduser()
+        identity_path = (args.config.parent / config.node.identity).expanduser()
+        passphrase = secret(config.node.passphrase_env)
         try:
-            signing_key = identity_file.load(path, secret(config.node.passphrase_env)).key
+            identity_file.load(identity_path, passphrase)  # checked now; the client re-reads it when rotated
         except identity_file.IdentityFileError as exc:
             return _fail(f"identity_file: {exc}")
-    if api_key is None and signing_key is None:
+    if api_key is None and identity_path is None:
         return _fail(f"set {config.node.api_key_env} or give node.identity in {args.config}", EXIT_USAGE)
     engine: Engine
     if config.model.engine == "scripted":
@@ -124,7 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             access_half_life_h=m.access_half_life_h,
             access_weight=m.access_weight,
         )
-        client = Client(config.node.url, api_key=api_key, signing_key=signing_key)
+        client = Client(config.node.url, api_key=api_key, identity_file=identity_path, passphrase=passphrase)
         runtime = AgentRuntime(config, soul, skill, client, engine, memory)
         receiver = PushReceiver(client, config.push, runtime.wake) if config.push.delivery == "push" else None
         try:

@@ -10,27 +10,42 @@ A node-kept agent's rotation (`bbs agent rotate-signing-key`, `POST /v1/agents/{
 makes a new key, signs a `rotate` event with the current key, vouching for every record of the agent the log holds
 signed by that key (with its vouch pages), stores it, and keeps the new key's seed in place of the old one; from
 then on the node signs the agent's records with the new key, named in `signing_key` (docs/decisions.md, record 55).
+The old key is written to the key fence (node/store/key_fence.py) before the rotation commits, so a database
+restored from before the rotation signs nothing with it (409 `signing_key_rotated_out`, record 60).
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from identity import canonical, keys, records, vouching
+from node.agents import recovery_file, store
 from node.agents import refs as agent_refs
-from node.agents import store
 from node.agents.service import read_key_history
 from node.errors import Conflict, Forbidden, InvalidInput, NotFound
-from node.federation.store import recheck_waiting_txn
-from node.store import equivocation, projections, submission, waiting
+from node.federation.store import recheck_waiting_txn, store_epoch
+from node.store import equivocation, projections, submission, void, waiting
 from node.store.authority import Authority, author_deps, event_dep, pages_dep, versions_signed_by
 from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import Sealing, record_error, sign_and_check_body
 from sync.store import Verified
-from wire.api import KeyEventIn, KeyEventOut, KeyHistory, RotatedKey
+from wire.api import (
+    KeyEventIn,
+    KeyEventOut,
+    KeyHistory,
+    RotatedKey,
+    SignedVersions,
+    SignedVersionsQuery,
+    VoidRecord,
+    VoidRecordPage,
+    VoidRecordsQuery,
+)
+from wire.time import format_ms
 
 log = logging.getLogger("bbs.node")
 
@@ -89,6 +104,8 @@ def submit_txn(
     waiting.remove_versions_txn(conn, [v.version for v in stored])  # a copy a peer sent is decided with it
     if resolved:
         recheck_waiting_txn(authority, tuple(resolved), 0, now_ms, conn)
+    if stored:  # the author's records already in the log may change verdict (docs/format-v3.md 7.6)
+        void.reflag_txn(conn, authority, [author], now_ms)
     return new, len(stored) - int(new)
 
 
@@ -97,36 +114,59 @@ def rotation_records(
 ) -> tuple[Verified, list[Verified]]:
     """A `rotate` event of `author` signed by `current`, installing `new` and vouching for `versions` (the
     current key's records), and its vouch pages: each signed and checked as any receiving node checks it."""
-    vouch = vouching.vouch(current.did, versions)
+    return key_event_records(author, current, "rotate", seq, prior, current.did, versions, key=new.did)
+
+
+def key_event_records(
+    author: str,
+    signer: keys.SigningKey,
+    kind: str,
+    seq: int,
+    prior: str | None,
+    subject: str | None,
+    versions: list[str],
+    *,
+    key: str | None,
+    recovery: str | None = None,
+) -> tuple[Verified, list[Verified]]:
+    """A key event `kind` (rotate, revoke, recover) of `author` signed by `signer`, installing `key` (and setting
+    `recovery` when given), whose vouch for `subject` (the key it takes authority from; None: the state has no
+    key, no vouch) names `versions`; and its vouch pages, signed by `signer`. Each is signed and checked as any
+    receiving node checks it."""
+    vouches = [] if subject is None else [vouching.vouch(subject, versions)]
     body: dict[str, Any] = {
         "kind": KEY_EVENT,
         "schema_version": canonical.SCHEMA_VERSION,
         "author_id": author,
         "created_at": canonical.now_created_at(),
-        "event": "rotate",
+        "event": kind,
         "seq": seq,
-        "key": new.did,
-        "vouches": [vouch.as_json()],
+        "vouches": [v.as_json() for v in vouches],
     }
+    if key is not None:
+        body["key"] = key
+    if recovery is not None:
+        body["recovery"] = recovery
     if prior is not None:
         body["prior"] = prior
-    event = _sealed(body, current)
-    members = vouching.sorted_versions(versions)
+    event = _sealed(body, signer)
     pages = []
-    for i in range(vouching.page_count(vouch.count)):
-        page_versions, proof = vouching.page(members, i)
-        page = {
-            "kind": VOUCH_PAGE,
-            "schema_version": canonical.SCHEMA_VERSION,
-            "author_id": author,
-            "created_at": body["created_at"],
-            "event": event.hash,
-            "subject": current.did,
-            "page": i,
-            "versions": page_versions,
-            "proof": proof,
-        }
-        pages.append(_sealed(page, current))
+    if subject is not None:
+        members = vouching.sorted_versions(versions)
+        for i in range(vouching.page_count(vouches[0].count)):
+            page_versions, proof = vouching.page(members, i)
+            page = {
+                "kind": VOUCH_PAGE,
+                "schema_version": canonical.SCHEMA_VERSION,
+                "author_id": author,
+                "created_at": body["created_at"],
+                "event": event.hash,
+                "subject": subject,
+                "page": i,
+                "versions": page_versions,
+                "proof": proof,
+            }
+            pages.append(_sealed(page, signer))
     return event, pages
 
 
@@ -136,10 +176,12 @@ def _sealed(unsigned: dict[str, Any], signer: keys.SigningKey) -> Verified:
 
 
 def rotate_txn(
-    conn: Conn, authority: Authority, ref: str, new: keys.SigningKey, now_ms: int
+    conn: Conn, authority: Authority, ref: str, new: keys.SigningKey, now_ms: int, recovery: str | None = None
 ) -> tuple[str, str, Verified, int]:
     """Rotate the node-kept key of the local agent `ref` to `new` (see the module's docstring), in one
-    transaction: (name, agent id, the event, records vouched for)."""
+    transaction: (name, agent id, the event, records vouched for). `recovery` (the node's agent recovery key,
+    node/agents/recovery.py) is set by the rotation when the history has no recovery key yet (docs/format-v3.md
+    3.7: whoever sets one first holds the identity)."""
     did = agent_refs.resolve(conn, ref, "agent_id")
     row = store.local_agent(conn, did)
     if row is None:
@@ -162,7 +204,10 @@ def rotate_txn(
         )
     versions = versions_signed_by(conn, did, current.did)
     prior = history.chain[-1] if history.chain else None
-    event, pages = rotation_records(did, current, new, len(history.chain) + 1, prior, versions)
+    seq = len(history.chain) + 1
+    setting = recovery if history.state.recovery is None else None
+    event, pages = key_event_records(did, current, "rotate", seq, prior, current.did, versions, key=new.did,
+                                     recovery=setting)  # fmt: skip
     submit_txn(conn, authority, event, pages, now_ms)
     store.set_key_seed_txn(conn, did, new.seed)
     return str(row["name"]), did, event, len(versions)
@@ -171,10 +216,17 @@ def rotate_txn(
 class KeyEvents:
     """Key events of one node's identities: submitted by clients, made for node-kept agents, and shown."""
 
-    def __init__(self, db: Database, sealing: Sealing, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, db: Database, sealing: Sealing, now_ms: Callable[[], int], recovery_path: Path | None = None
+    ) -> None:
         self.db = db
         self.sealing = sealing
         self.now_ms = now_ms
+        self.recovery_path = recovery_path  # the node's agent recovery key file (node/agents/recovery.py)
+
+    def recovery_key(self) -> keys.SigningKey | None:
+        """The node's recovery key for the agents whose keys it keeps, made on first use; None without a file."""
+        return None if self.recovery_path is None else recovery_file.load_or_create(self.recovery_path)
 
     @property
     def authority(self) -> Authority:
@@ -229,22 +281,59 @@ class KeyEvents:
     async def rotate(self, ref: str) -> RotatedKey:
         """Rotate a node-kept agent's signing key (`rotate_txn`); the node signs with the new key from now on."""
         new = keys.SigningKey.generate()
-        authority = self.authority
+        authority, fence = self.authority, self.sealing.key_fence
+        recovery_key = self.recovery_key()
+        recovery = None if recovery_key is None else recovery_key.did
+        fenced: list[list[dict[str, str]]] = []
 
         def job(conn: Conn) -> tuple[str, str, Verified, int, KeyHistory]:
-            name, did, event, vouched = rotate_txn(conn, authority, ref, new, self.now_ms())
-            return name, did, event, vouched, read_key_history(conn, did)
+            name, did, event, vouched = rotate_txn(conn, authority, ref, new, self.now_ms(), recovery)
+            history = read_key_history(conn, did)
+            # the job's last step, before its commit: a restore of a database from before it cannot sign with it
+            retired = str(event.record["vouches"][0]["subject"])
+            fenced.append(fence.record(did, retired, new.did, event.hash, store_epoch(conn), self.now_ms()))
+            return name, did, event, vouched, history
 
         try:
             name, did, event, vouched, history = await self.db.write(job)
         except BaseException:
             authority.invalidate()
+            if fenced:  # the commit failed after the fence was written
+                fence.put_back(fenced[0])
             raise
         self.sealing.forget(did)
         log.info("signing key of agent %s (%s) rotated to %s by key event %s", name, did, new.did, event.hash)
         return RotatedKey(
             name=name, agent_id=did, signing_key=new.did, event=event.hash, vouched=vouched, key_history=history
         )
+
+    async def signed_versions(self, agent_id: str, query: SignedVersionsQuery) -> SignedVersions:
+        """A page of the versions of `agent_id`'s records the log holds signed by `query.key` (6.1: what a vouch of
+        that key names; a client builds its rotation's or revocation's vouch from them). Scans the agent's records:
+        a rotation is rare."""
+        versions = await self.db.read(lambda c: versions_signed_by(c, agent_id, query.key))
+        start = 0 if query.after is None else bisect.bisect_right(versions, query.after)
+        page = versions[start : start + query.limit]
+        more = start + query.limit < len(versions)
+        return SignedVersions(versions=page, next_after=page[-1] if more and page else None)
+
+    async def void_records(self, q: VoidRecordsQuery) -> VoidRecordPage:
+        """A page of the records flagged void (node/store/void.py), for the operator."""
+
+        def run(conn: Conn) -> VoidRecordPage:
+            rows = void.listing(conn, q.after, q.limit + 1)
+            more = len(rows) > q.limit
+            rows = rows[: q.limit]
+            return VoidRecordPage(
+                records=[
+                    VoidRecord(r.seq, r.hash, r.version, r.kind, r.author_id, r.reason, format_ms(r.flagged_ms))
+                    for r in rows
+                ],
+                next_after=rows[-1].seq if more else None,
+                total=void.count(conn),
+            )
+
+        return await self.db.read(run)
 
     async def history(self, agent_id: str) -> KeyHistory:
         """The key history of `agent_id` as the log holds it."""

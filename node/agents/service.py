@@ -174,12 +174,15 @@ def register(
     keep_key: bool,
     record: dict[str, object],
     now_ms: int,
+    agent_id: str | None = None,
 ) -> str:
-    """Register an agent on this node (its identity record, its local name, an API key); return the API key."""
+    """Register an agent on this node (its identity record, its local name, an API key); return the API key.
+    `key` is the key that signs for it now; `agent_id` its did when that is not `key`'s (a rotated identity)."""
+    did = agent_id or key.did
     check_name(name)
     if store.name_taken(conn, name):
         raise Conflict(f"an agent named {name!r} already exists on this node", code="agent_exists", field="$.name")
-    if store.did_registered(conn, key.did):
+    if store.did_registered(conn, did):
         raise Conflict("this identity is already registered on this node", code="agent_exists")
     try:
         record_hash, decoded = records.check(dict(record))
@@ -188,8 +191,8 @@ def register(
     submission.check_record(dict(record))  # created here or imported (`bbs agent import`): a submission
     assert isinstance(decoded, AgentRecord)
     projections.append(conn, dict(record), record_hash, decoded, origin="local", now_ms=now_ms)
-    store.insert_local_agent_txn(conn, name, key.did, key.seed if keep_key else None, now_ms)
-    return new_credential(conn, "agent", key.did, now_ms)
+    store.insert_local_agent_txn(conn, name, did, key.seed if keep_key else None, now_ms)
+    return new_credential(conn, "agent", did, now_ms)
 
 
 def signing_key(conn: Conn, agent_id: str) -> keys.SigningKey | None:

@@ -8,8 +8,11 @@ sync) accepts the agent this way, so an agent is not tied to the API key its hom
 2. The agent signs the canonical JSON of ``{"purpose": "agent-bbs-session", "node_id", "agent_id",
    "challenge"}`` with its key. Naming this node's id stops a signature made for one node being replayed
    at another.
-3. ``POST /v1/auth/session {"agent_id", "challenge", "signature"}`` consumes the challenge (whether or not
-   the signature verifies: a challenge is tried once) and returns a bearer token valid one hour.
+3. ``POST /v1/auth/session {"agent_id", "challenge", "signature", "signing_key"?}`` consumes the challenge
+   (whether or not the signature verifies: a challenge is tried once) and returns a bearer token valid one hour.
+   The signature must be by the agent's current key in the key history this node holds (its first key,
+   `agent_id`, until a rotation, then the key named in `signing_key`) or by its recovery key (so the owner can
+   revoke or recover after a thief replaced the current key); 401 `not_current_key` otherwise.
 
 Tokens are ``bbss_<key id>_<secret>``; only SHA-256 of the secret is stored, as for API keys.
 """
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from identity import canonical, keys
 from node.agents import challenges, store
-from node.agents.service import Principal
+from node.agents.service import Principal, read_key_history
 from node.errors import NotFound, Unauthorized
 from wire.api import ChallengeOut, SessionIn, SessionOut
 from wire.time import format_ms
@@ -84,11 +87,20 @@ async def open_session(node: Node, body: SessionIn) -> SessionOut:
                            code="challenge_invalid")  # fmt: skip
     if expires_ms <= now:
         raise Unauthorized("the challenge expired: ask for a new one", field="$.challenge", code="challenge_expired")
-    if not keys.verify(body.agent_id, message, body.signature):
+    signer = body.signing_key or body.agent_id
+    if not keys.verify(signer, message, body.signature):
         raise Unauthorized(
-            "the signature does not verify against agent_id for this challenge and node",
+            "the signature does not verify against signing_key (else agent_id) for this challenge and node",
             field="$.signature",
             code="bad_signature",
+        )
+    history = await node.db.read(lambda c: read_key_history(c, body.agent_id))
+    if signer not in (history.current_key, history.recovery):  # a rotated-out or revoked key proves nothing (3.7)
+        raise Unauthorized(
+            f"{signer} is neither the agent's current signing key ({history.current_key}) nor its recovery key:"
+            " sign the challenge with one of them and name it in signing_key",
+            field="$.signing_key",
+            code="not_current_key",
         )
 
     await node.db.write(

@@ -45,7 +45,7 @@ async def check_agreement(request: web.Request) -> web.Response:
     timeout = aiohttp.ClientTimeout(total=RECONCILE_TIMEOUT_S)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         try:
-            report = await Puller(store, node.key, session).reconcile(peer)
+            report = await Puller(store, node.node_keys.signer, session).reconcile(peer)
         except SyncError as exc:
             raise Unavailable(f"could not reconcile with {peer_id}: {exc}", code="peer_unreachable") from None
     return json_response(

@@ -21,6 +21,7 @@ from sync.messages import PROTOCOL_VERSION, SYNC_VERSIONS
 if TYPE_CHECKING:
     from node.ops.progress import Report
     from sync.messages import PeerList, PeerStatus
+    from wire.api import RotatedNodeKey
 
 EXIT_ERROR = 1
 
@@ -55,6 +56,17 @@ def _listing(data: Path) -> PeerList:
     from node.store import db
 
     return db.read_sync(DataDir(data).db_path, lambda c: sync_store.peer_list(c, int(time.time() * 1000)))
+
+
+def _node_key_holders(data: Path) -> tuple[str, set[str]] | None:
+    """(the newest node key, the peers holding its rotation) while the key before it still signs, else None."""
+    from node.federation import node_key
+    from node.federation import store as sync_store
+    from node.ops.datadir import DataDir
+    from node.store import db
+
+    found, _, holders = node_key.parse_state(db.read_sync(DataDir(data).db_path, sync_store.node_keys_meta))
+    return (found[-1].did, holders) if len(found) > 1 else None
 
 
 def _statuses(data: Path) -> list[PeerStatus]:
@@ -109,10 +121,17 @@ def cmd_peers(args: argparse.Namespace) -> int:
     if not statuses:
         print("no peers; add one with: bbs peer add URL --key DID", file=sys.stderr)
         return 0
+    rotation = _node_key_holders(args.data)
     for p in statuses:
         c = p.counters
         lag = "?" if p.lag_records is None else f"{p.lag_records} records / {p.lag_seconds}s"
         print(f"{p.node_id}  {p.url}" + (f"  sync protocol v{p.sync_version}" if p.sync_version else ""))
+        if rotation is not None:  # docs/operations.md, "Rotate the node key"
+            holds = p.node_id in rotation[1]
+            print(
+                f"  node key {rotation[0]}: "
+                + ("held (signed with it)" if holds else "not pulled yet (signed with the key before)")
+            )
         print(f"  cursor {p.cursor_epoch or '-'}:{p.cursor_seq}  remote head {p.remote_head}  lag {lag}")
         print(
             f"  saved {c.saved}  duplicate {c.duplicate}  invalid {c.invalid}  pending-link {c.pending_link}"
@@ -162,8 +181,49 @@ def cmd_digest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_node_rotate_key(args: argparse.Namespace) -> int:
+    """Rotate the node key (`POST /v1/node/key`'s work) on a data folder no node serves: a serving node keeps its
+    signing keys and key histories in memory, so it must make the change."""
+    import asyncio
+
+    from node.ops import datalock
+    from node.ops.datadir import CommandError, require_node
+    from node.service import Node
+
+    if args.data.is_dir() and datalock.in_use(args.data):
+        raise CommandError(
+            f"a node serves {args.data}: rotate through it (POST /v1/node/key with the admin token), so it signs"
+            " with the new key at once"
+        )
+    require_node(args.data)
+    node = Node(args.data)
+
+    async def run() -> RotatedNodeKey:
+        node.open(search_index=False)
+        try:
+            return await node.node_keys.rotate()
+        finally:
+            node.close()
+
+    rotated = asyncio.run(run())
+    if args.json:
+        print(msgspec.json.encode(rotated).decode())
+    else:
+        print(f"node_id:     {rotated.node_id}  (stays: node.key keeps the node's first key)")
+        print(f"signing_key: {rotated.signing_key}  (signs sync requests to every peer holding the rotation)")
+        print(f"key_event:   {rotated.event}  (vouches for {rotated.vouched} records of {rotated.previous_key})")
+        print("the previous key signs only toward peers that have not pulled the rotation yet: see bbs peers")
+    return 0
+
+
 def add_parsers(sub: argparse._SubParsersAction, data_arg: Callable[[argparse.ArgumentParser], None]) -> None:
     """Register the federation subcommands on the `bbs` parser."""
+    node = sub.add_parser("node", help="the node's own identity").add_subparsers(dest="node_command", required=True)
+    p = node.add_parser("rotate-key", help="give the node a new key (a key event signed by the current one)")
+    data_arg(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_node_rotate_key)
+
     peer = sub.add_parser("peer", help="manage federation peers").add_subparsers(dest="peer_command", required=True)
     p = peer.add_parser("add", help="add a peer node (takes effect on a running node within a second)")
     p.add_argument("url", help="the peer's base URL, e.g. http://10.0.0.2:8420")

@@ -18,7 +18,9 @@ class PeerAuthFailed(BBSError):
 
 
 async def authenticate_peer(request: web.Request, body: bytes | None) -> str:
-    """The calling peer's node id; refuses unsigned, unknown-key, stale and replayed requests."""
+    """The calling peer's node id; refuses unsigned, unknown-key, stale and replayed requests, and those signed by
+    a key the peer's key history held here does not make its current one (401 `rotated_node_key`: rotated out;
+    401 `unknown_node_key`: no held key event installs it; docs/sync.md, "Node key rotation")."""
     state = request.app[SYNC]
     allowed = await state.store.peer_ids()
     try:
@@ -28,13 +30,28 @@ async def authenticate_peer(request: web.Request, body: bytes | None) -> str:
             "the Host header is not a valid host[:port]", code="invalid_host", field="Host"
         ) from None
     try:
-        return state.verifier.verify(request.method, url, request.headers, body, allowed)
+        peer, signing_key = state.verifier.verify_signed(request.method, url, request.headers, body, allowed)
     except PeerAuthError as exc:
         err = PeerAuthFailed(exc.detail, code=exc.code, field="Signature")
         err.status = exc.status
         if exc.status == 403:
             err.title = "Not a peer"
         raise err from None
+    verdict = await state.store.node_key_verdict(peer, signing_key)
+    if verdict == "void":  # the peer rotated this key out: it signs with its newest key toward a node that has it
+        raise PeerAuthFailed(
+            f"key {signing_key} was rotated out of {peer}'s key history held here: sign with its current key",
+            code="rotated_node_key",
+            field="Signature",
+        )
+    if verdict == "undecided":  # its rotation has not reached this node: the peer signs with the key before
+        raise PeerAuthFailed(
+            f"no key event of {peer} held here installs {signing_key}: sign with the key before (this node has not"
+            " pulled the rotation yet)",
+            code="unknown_node_key",
+            field="Signature",
+        )
+    return peer
 
 
 async def signed_body(request: web.Request) -> bytes:

@@ -259,7 +259,7 @@ async def sync_context(app: web.Application) -> AsyncIterator[None]:
         state.scheduler = Scheduler(
             Puller(
                 state.store,
-                app[NODE].key,
+                app[NODE].node_keys.signer,
                 session,
                 wait_ms=settings.wait_ms,
                 reconcile_every_s=settings.reconcile_every_s,

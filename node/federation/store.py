@@ -18,11 +18,11 @@ from typing import Any
 import msgspec
 from yarl import URL
 
-from identity import canonical, keys
+from identity import canonical, key_history, keys
 from node.errors import InvalidInput
 from node.federation import waiting as waiting_gate
-from node.store import db, equivocation, projections, waiting
-from node.store.authority import Authority
+from node.store import db, equivocation, projections, void, waiting
+from node.store.authority import Authority, key_events_of
 from node.store.conn import Conn
 from node.store.db import Database
 from sync import compat
@@ -49,7 +49,8 @@ log = logging.getLogger("bbs.sync")
 # Federated versions by address or version: a UNION of two index searches (an OR of the two would scan every
 # federated record).
 FETCH_SQL = (
-    "SELECT hash, version, body FROM records WHERE +scope = 'federation' AND seq IN ("
+    "SELECT hash, version, body FROM records WHERE +scope = 'federation' AND seq NOT IN (SELECT seq FROM void_records)"
+    " AND seq IN ("
     "   SELECT seq FROM records WHERE hash IN (SELECT value FROM json_each(:ids))"
     "   UNION SELECT seq FROM records WHERE version IN (SELECT value FROM json_each(:ids)))"
     " ORDER BY seq"
@@ -81,14 +82,16 @@ class NodeSyncStore:
         def run(conn: Conn) -> Page:
             epoch, head = _position(conn)
             rows = conn.execute(
-                "SELECT seq, hash, version, body FROM records"
+                "SELECT seq, hash, version, body, seq IN (SELECT seq FROM void_records) FROM records"
                 " WHERE scope = 'federation' AND seq > ? AND origin IS NOT ? ORDER BY seq LIMIT ?",
                 (since, exclude_origin, limit),
             ).fetchall()
             scanned = [(int(r[0]), r[1], r[2], bytes(r[3])) for r in rows]
             more = len(scanned) == limit and scanned[-1][0] < head
-            # records a peer of protocol v cannot store are skipped; `next` moves past them all the same
-            items = [item for item in scanned if compat.servable(v, item[2], item[3])]
+            # records a peer of protocol v cannot store, and records flagged void (node/store/void.py), are
+            # skipped; `next` moves past them all the same
+            served = {int(r[0]) for r in rows if not r[4]}
+            items = [item for item in scanned if item[0] in served and compat.servable(v, item[2], item[3])]
             return Page(epoch, head, scanned[-1][0] if more else head, more, items)
 
         return await self.db.read(run)
@@ -137,8 +140,9 @@ class NodeSyncStore:
             rows = conn.execute(
                 # created_ms >= 0: records dated before 1970 are refused now, but a node may hold some from before
                 # the unary + keeps the planner on records_time_version's order (no sort of the whole log)
+                # records flagged void are outside the set (docs/format-v3.md 7.6)
                 "SELECT created_ms, version FROM records WHERE +scope = 'federation' AND created_ms >= 0"
-                " ORDER BY created_ms, version"
+                " AND seq NOT IN (SELECT seq FROM void_records) ORDER BY created_ms, version"
             ).fetchall()
             if v != PROTOCOL_VERSION:
                 keep = servable_versions(conn, v, [h for _, h in rows])
@@ -149,7 +153,12 @@ class NodeSyncStore:
 
     async def refused(self, versions: list[str]) -> set[str]:
         return await self.db.read(
-            lambda c: equivocation.refused(c, versions) | waiting.held(c, versions) | set(waiting.void(c, versions))
+            lambda c: (
+                equivocation.refused(c, versions)
+                | waiting.held(c, versions)
+                | set(waiting.void(c, versions))
+                | void.flagged_versions(c, versions)
+            )  # held, flagged void: outside our set, never fetched again
         )
 
     async def ingest(
@@ -191,6 +200,19 @@ class NodeSyncStore:
     async def peer_ids(self) -> frozenset[str]:
         rows = await self.db.read(lambda c: c.execute("SELECT node_id FROM peers").fetchall())
         return frozenset(r[0] for r in rows)
+
+    async def node_key_verdict(self, node_id: str, signing_key: str) -> key_history.KeyVerdict:
+        """Whether `signing_key` may sign `node_id`'s sync requests by the key events of it this node holds
+        (`identity.key_history.request_key_verdict` over the log's, read here: the writer's cache is the writer's).
+
+        The common case costs no read: a node's first key, once the writer's cache is loaded and knows no key event
+        of the node (a membership test; at worst it misses an event the writer is storing this instant, which is a
+        request arriving a moment earlier)."""
+        authority = self.authority
+        if signing_key == node_id and authority.loaded and not authority.needs({"author_id": node_id}):
+            return "valid"
+        events = await self.db.read(lambda c: key_events_of(c, node_id))
+        return key_history.request_key_verdict(key_history.resolve(node_id, events), signing_key)
 
     async def cursor(self, peer_id: str) -> Cursor | None:
         row = await self.db.read(
@@ -379,6 +401,9 @@ def ingest_txn(
         want_failed_txn(conn, peer_id, [str(o.hash) for o in faults], now_ms)
     _count_outcomes(conn, peer_id, outcomes, internal=len(faults))
     outcomes.extend(gated.outcomes)
+    # key events and pages stored: the authors' records already in the log may change verdict (7.6)
+    stored = [v.record for v, (_, inserted) in kept if inserted]
+    void.reflag_txn(conn, authority, void.authors_of_authority(stored), now_ms)
     _store_released_txn(conn, authority, gated.released, now_ms)
     if cursor is not None:
         write_cursor_txn(conn, peer_id, cursor, too_new_from)
@@ -588,12 +613,16 @@ def _fmt(ms: int | None) -> str | None:
 
 
 def digest(conn: Conn, node_id: str, v: int = PROTOCOL_VERSION) -> Digest:
-    """Version count and SHA-256 over the sorted versions of federated records, each followed by a newline: equal
-    digests mean equal bodies. At protocol `v` 2, over the v2-compatible ones (sync/compat.py)."""
+    """Version count and SHA-256 over the sorted versions of federated records not flagged void, each followed by a
+    newline: equal digests mean equal valid bodies. At protocol `v` 2, over the v2-compatible ones (sync/compat.py)."""
     h = hashlib.sha256()
     count = 0
     # in the unique version index's order (the unary + keeps the planner from sorting the whole log instead)
-    rows: Any = conn.execute("SELECT version FROM records WHERE +scope = 'federation' ORDER BY version")
+    # valid versions only: records flagged void are left out (docs/format-v3.md 7.6)
+    rows: Any = conn.execute(
+        "SELECT version FROM records WHERE +scope = 'federation' AND seq NOT IN (SELECT seq FROM void_records)"
+        " ORDER BY version"
+    )
     if v != PROTOCOL_VERSION:  # the v2-compatible ones (a list: their bodies are read on the same connection)
         versions = [r[0] for r in rows]
         keep = servable_versions(conn, v, versions)
@@ -658,3 +687,36 @@ def upgrade_cursor_txn(conn: Conn, peer_id: str) -> None:
 def note_sync_version_txn(conn: Conn, peer_id: str, sync_version: int) -> None:
     """The protocol version this node now speaks with a peer (`bbs peers` shows it)."""
     conn.execute("UPDATE peers SET sync_version = ? WHERE node_id = ?", (sync_version, peer_id))
+
+
+def store_epoch(conn: Conn) -> str:
+    """The store epoch of this database (a restore gives it a new one)."""
+    return str(conn.execute("SELECT value FROM node_meta WHERE key = 'epoch'").fetchone()[0])
+
+
+def holds_key_event(conn: Conn, author: str, address: str) -> bool:
+    """Whether the log holds the key event at `address` of `author`."""
+    sql = "SELECT 1 FROM records WHERE hash = ? AND kind = 'key_event' AND author_id = ?"
+    return conn.execute(sql, (address, author)).fetchone() is not None
+
+
+def peer_node_ids(conn: Conn) -> frozenset[str]:
+    """The node ids of every configured peer."""
+    return frozenset(str(r[0]) for r in conn.execute("SELECT node_id FROM peers"))
+
+
+NODE_KEYS_META = "node_keys"  # node_meta: this node's signing keys after a rotation (node/federation/node_key.py)
+
+
+def node_keys_meta(conn: Conn) -> str | None:
+    """The node's stored signing-key state (JSON), or None before any rotation of the node key."""
+    row = conn.execute("SELECT value FROM node_meta WHERE key = ?", (NODE_KEYS_META,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def set_node_keys_txn(conn: Conn, value: str) -> None:
+    """Store the node's signing-key state (JSON)."""
+    conn.execute(
+        "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (NODE_KEYS_META, value),
+    )

@@ -25,11 +25,13 @@ from pathlib import Path
 import msgspec
 
 from identity import keys
+from node.agents import recovery_file
 from node.errors import BBSError, Conflict, InvalidInput, NotFound
 from node.ops import datalock, store
 from node.ops.datadir import DataDir
 from node.ops.progress import Report, silent
 from node.store import db
+from node.store.key_fence import KEY_FENCE_NAME
 from node.workflows.fence import FENCE_NAME
 
 FORMAT = "agent-bbs-backup/1"
@@ -205,6 +207,12 @@ def _finish(staging: Path, data_root: Path, *, force: bool, progress: Report = s
     fence = data_root / FENCE_NAME
     if fence.exists():  # not part of the backup: what this folder's node granted, however old the backup is
         shutil.copyfile(fence, staging / FENCE_NAME)
+    key_fence = data_root / KEY_FENCE_NAME
+    if key_fence.exists():  # not part of the backup either: the keys this folder's node rotated out (record 60)
+        shutil.copyfile(key_fence, staging / KEY_FENCE_NAME)
+    recovery = data_root / recovery_file.FILE_NAME
+    if recovery.exists():  # not part of the backup (the operator's offline copy is): the folder's own, kept
+        keys.save_key(staging / recovery_file.FILE_NAME, keys.load_key(recovery))
     if data_root.exists() and any(data_root.iterdir()):
         name = f"{data_root.name}.replaced-{time.strftime('%Y%m%dT%H%M%S')}"
         aside = data_root.with_name(name)

@@ -23,7 +23,7 @@ from node.ops import store
 from node.ops.backup import leftovers, snapshot_db
 from node.ops.datadir import DataDir
 from node.search_index import indexer as search_indexer
-from node.store import db, projections
+from node.store import db, projections, void
 from node.store.projections import Log
 from sync.auth import clock_advice, clock_offset
 
@@ -70,8 +70,10 @@ def diagnose(data_root: Path, log: Log, *, scratch: Path | None = None, peer_tim
         try:
             if _check_integrity(conn, checks):
                 _check_identity(conn, key_did, checks)
+                _check_key_fence(data_root, conn, key_did, checks)
                 checks.append(Check("search_index", *search_indexer.check(data_root, conn)))  # type: ignore[arg-type]
                 _check_projections(conn, checks)
+                _check_void(conn, checks)
                 peers = _peer_urls(conn)
         finally:
             conn.close()
@@ -149,6 +151,36 @@ def _check_identity(conn: sqlite3.Connection, key_did: str | None, checks: list[
         checks.append(Check("identity", "ok", f"node {node_id}, store epoch {epoch}"))
 
 
+def _check_key_fence(data_root: Path, conn: sqlite3.Connection, key_did: str | None, checks: list[Check]) -> None:
+    """Whether the database holds a key the key fence lists as rotated out (node/store/key_fence.py): a restore
+    from before a rotation of the node key or of a node-kept agent's key. The node signs nothing with such a key."""
+    from node.agents import store as agent_store
+    from node.federation import node_key
+    from node.federation import store as sync_store
+    from node.store.key_fence import KEY_FENCE_NAME, KeyFence
+
+    fence = KeyFence(data_root / KEY_FENCE_NAME)
+    fenced = fence.identities()
+    if not fenced:
+        return
+    node_id = store.meta_value(conn, "node_id")
+    found: list[str] = []
+    for identity in sorted(fenced):  # what the node would sign with for each identity a rotation here touched
+        if identity == node_id:
+            held = node_key.parse_state(sync_store.node_keys_meta(conn))[0]
+            key = held[-1].did if held else key_did
+        else:
+            seed = agent_store.key_seed(conn, identity)
+            key = None if seed is None else keys.SigningKey.from_seed(seed).did
+        refused = None if key is None else fence.refusal(identity, key)
+        if refused is not None:
+            found.append(refused)
+    if found:
+        checks.append(Check("key_fence", "fail", " | ".join(found)))
+    else:
+        checks.append(Check("key_fence", "ok", f"no rotated-out key in use ({len(fenced)} identities rotated here)"))
+
+
 def _check_projections(conn: sqlite3.Connection, checks: list[Check]) -> None:
     db.migrate(conn)  # the copy, brought to this software's schema so its projectors apply
     with db.transaction(conn, immediate=True, commit=False):  # a trial rebuild: nothing of it is kept
@@ -160,6 +192,23 @@ def _check_projections(conn: sqlite3.Connection, checks: list[Check]) -> None:
         checks.append(Check("projections", "fail", f"tables differ from a rebuild of the log: {', '.join(differing)}"))
     else:
         checks.append(Check("projections", "ok", f"match a rebuild from {count} records"))
+
+
+def _check_void(conn: sqlite3.Connection, checks: list[Check]) -> None:
+    """How many stored records a later key event made void (node/store/void.py): a warning when any, since a
+    revocation or recovery voided records someone signed with the identity's key."""
+    flagged = void.count(conn)
+    if flagged:
+        checks.append(
+            Check(
+                "void_records",
+                "warn",
+                f"{flagged} stored records were made void by a later key event (revoked or not vouched for);"
+                " hidden from reads and peers, kept in the log: GET /v1/admin/void-records lists them",
+            )
+        )
+    else:
+        checks.append(Check("void_records", "ok", "no stored record was made void by a later key event"))
 
 
 def _peer_urls(conn: sqlite3.Connection) -> list[tuple[str, str | None]]:

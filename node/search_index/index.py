@@ -257,11 +257,14 @@ class SearchIndex:
             self.index.reload()
             self._generation += 1
 
-    def apply(self, rows: Sequence[Row], position: int) -> None:
-        """Index these entries (replacing any document of the same address) and record `position`, in one commit."""
+    def apply(self, rows: Sequence[Row], position: int, removed: Sequence[str] = ()) -> None:
+        """Index these entries (replacing any document of the same address), delete the documents of `removed`
+        addresses, and record `position`, in one commit."""
         if self.writer is None:
             raise RuntimeError("the index was opened read-only")
         with self._lock:
+            for address in removed:
+                self.writer.delete_documents_by_term("address", address)
             for row in rows:
                 self.writer.delete_documents_by_term("address", row.record_hash)
                 self.writer.add_document(_document(row))

@@ -231,6 +231,9 @@ def verify(index: SearchIndex, conn: Conn) -> tuple[str, str]:
         return "warn", f"search index covers entry id {position}, past this copy of the database; check again"
     covered = store.covered(conn, position)
     documents = index.documents()
+    redo = store.redo_count(conn)
+    if redo:  # entries a key event switched out or back: the serving node's indexer redoes them
+        return "warn", f"search index: {redo} documents of entries made void or valid again wait to be redone"
     if documents != covered:
         return "fail", f"search index holds {documents} documents for {covered} entries{REBUILD_ADVICE}"
     sample = store.sample(conn, position, SAMPLE)
@@ -361,6 +364,8 @@ class Indexer:
         committed before its read is then searchable); returns the entries indexed."""
         self.ages.start()  # a round that fails keeps them: the next round reports their delay
         done = 0
+        while await self._redo():
+            pass
         while True:
             rows = await self.db.read(partial(rows_after, position=self.index.state()[0]))
             if rows:
@@ -375,6 +380,18 @@ class Indexer:
         if delay is not None and self.on_delay is not None:
             self.on_delay(delay)
         return done
+
+    async def _redo(self) -> bool:
+        """Redo the documents of a batch of addresses a void switch changed below the index's position
+        (node/store/void.py): deleted, and added again when `entries` holds them; whether a full batch was done."""
+        last, addresses, found = await self.db.read(partial(store.redo, limit=BATCH))
+        if not addresses:
+            return False
+        position = self.index.state()[0]
+        rows = [Row(*r) for r in found if int(r[0]) <= position]  # ids above it: the catch-up indexes them
+        await asyncio.to_thread(self.index.apply, rows, position, addresses)
+        await self.db.write(partial(store.redone_txn, last_id=last))
+        return len(addresses) == BATCH
 
     async def reach(self, position: int, timeout_s: float) -> bool:
         """Wait until searches see `position` (asking for a flush), at most `timeout_s`; whether they do.

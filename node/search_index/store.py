@@ -2,7 +2,8 @@
 build and check the index, the freshness targets a search waits for, and the trust and confidence a ranking reads
 in the search's own read transaction.
 
-Every function here only reads. Statements are those the modules had (docs/performance.md's search figures and
+Every function here only reads, but `redone_txn` (the indexer's removal of the redo rows it handled). Statements
+are those the modules had (docs/performance.md's search figures and
 tests/node/search_index/test_freshness.py's plan check hold them).
 """
 
@@ -51,6 +52,30 @@ def entries_after(conn: Conn, position: int, limit: int) -> list[tuple[Any, ...]
         f"SELECT {ROW_COLUMNS} FROM entries WHERE id > ? ORDER BY id LIMIT ?", (position, limit)
     ).fetchall()
     return [tuple(r) for r in rows]
+
+
+def redo(conn: Conn, limit: int) -> tuple[int, list[str], list[tuple[Any, ...]]]:
+    """Up to `limit` rows of `search_redo` (addresses a void switch changed: node/store/void.py): the last row's id
+    (0 when none), the addresses, and the `entries` rows (as tuples of ROW_COLUMNS) that hold them now."""
+    queued = conn.execute("SELECT id, address FROM search_redo ORDER BY id LIMIT ?", (limit,)).fetchall()
+    if not queued:
+        return 0, [], []
+    addresses = sorted({str(r[1]) for r in queued})
+    rows = conn.execute(
+        f"SELECT {ROW_COLUMNS} FROM entries WHERE record_hash IN (SELECT value FROM json_each(?)) ORDER BY id",
+        (json.dumps(addresses),),
+    ).fetchall()
+    return int(queued[-1][0]), addresses, [tuple(r) for r in rows]
+
+
+def redo_count(conn: Conn) -> int:
+    """Rows of `search_redo` the indexer has not handled yet."""
+    return int(conn.execute("SELECT count(*) FROM search_redo").fetchone()[0])
+
+
+def redone_txn(conn: Conn, last_id: int) -> None:
+    """Remove the rows of `search_redo` up to `last_id`: the indexer committed their documents."""
+    conn.execute("DELETE FROM search_redo WHERE id <= ?", (last_id,))
 
 
 def covered(conn: Conn, position: int) -> int:

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -39,6 +39,9 @@ class Projection:
 
 
 Projector = Callable[[Conn, Any, Projection], None]
+# A kind's projection switch for a stored record whose verdict changed (node/store/void.py): (conn, seq, hash,
+# record, valid, now_ms) takes its rows out of the projections (valid false) or puts them back (valid true).
+Switch = Callable[[Conn, int, str, dict[str, Any], bool, int], None]
 REBUILD_STEP = "replaying the log"
 REPORT_EVERY = 1000  # records between two progress reports of a rebuild
 
@@ -192,6 +195,9 @@ def _append_version(
         if before:
             equivocation.unproject_entry_txn(conn, item.hash, before[0].seq)
         project_entries(conn, [(seq, item)], now_ms, notify=True)
+    if conn.execute("SELECT 1 FROM void_records WHERE hash = ? LIMIT 1", (item.hash,)).fetchone() is not None:
+        # a version held is flagged void (node/store/void.py): show the best one not flagged, and no equivocation
+        log_of(conn).switches["entry"](conn, seq, item.hash, item.record, True, now_ms)
     return seq, True
 
 
@@ -405,9 +411,11 @@ class Log:
 
     projectors: Mapping[str, Projector]
     tables: tuple[str, ...]
+    switches: Mapping[str, Switch] = field(default_factory=dict)  # kind -> its switch for records flagged void, or back
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "projectors", MappingProxyType(dict(self.projectors)))  # read-only, not shared
+        object.__setattr__(self, "switches", MappingProxyType(dict(self.switches)))
         object.__setattr__(self, "tables", tuple(self.tables))
 
 
@@ -425,6 +433,8 @@ def rebuild(conn: Conn, progress: Report = silent) -> int:
     """Drop and recreate every projection table from its stored DDL, then replay the log. Returns records replayed.
 
     Runs inside the caller's transaction; `progress` hears ("replaying the log", done, total) along the way.
+    Records flagged void (`void_records`, node/store/void.py) are skipped: they stay in the log, out of every
+    projection.
     """
     import msgspec
 
@@ -439,7 +449,10 @@ def rebuild(conn: Conn, progress: Report = silent) -> int:
     count = 0
     two = {r[0] for r in conn.execute("SELECT hash FROM equivocations").fetchall()}
     shown: dict[str, tuple[int, tuple[bool, str]]] = {}  # equivocated address -> (seq, precedence) projected
-    rows = conn.execute("SELECT seq, hash, version, scope, body FROM records ORDER BY seq").fetchall()
+    rows = conn.execute(
+        "SELECT seq, hash, version, scope, body FROM records"
+        " WHERE seq NOT IN (SELECT seq FROM void_records) ORDER BY seq"
+    ).fetchall()
     progress(REBUILD_STEP, 0, len(rows))
     for seq, record_hash, version, scope, body in rows:
         record = json.loads(body)

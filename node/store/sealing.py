@@ -22,6 +22,7 @@ from node.errors import Conflict, Forbidden, InvalidInput
 from node.store import submission
 from node.store.authority import AUTHORITY_KINDS, Authority
 from node.store.db import Database
+from node.store.key_fence import KeyFence
 from wire.time import parse_ms
 
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
@@ -116,6 +117,7 @@ class Sealing:
         self._keys: dict[str, keys.SigningKey | None] = {}
         # the writer's authority cache (node/store/authority.py): sync ingest and local writes share this one
         self.authority = Authority()
+        self.key_fence = KeyFence(None)  # the data folder's (node/store/key_fence.py): set by the node
         self._crypto: concurrent.futures.ThreadPoolExecutor | None = None
 
     async def signing_key(self, agent_id: str) -> keys.SigningKey | None:
@@ -129,6 +131,9 @@ class Sealing:
         key = await self.signing_key(agent_id)
         if key is None:
             agent_signs_own_records(detail)
+        refused = self.key_fence.refusal(agent_id, key.did)  # a restore from before a rotation of this key
+        if refused is not None:
+            raise Conflict(refused, code="signing_key_rotated_out")
         return key
 
     def forget(self, agent_id: str) -> None:

@@ -16,11 +16,11 @@ import aiohttp
 import msgspec
 
 from identity import keys
-from node.errors import BBSError
+from node.errors import BBSError, Conflict
 from node.store.db import Database
 from node.workflows.leases import LeaseAuthorityUnreachable
 from node.workflows.store import leases as leases_store
-from sync.auth import PeerBoots, send_resigned, sign_headers
+from sync.auth import NodeKeyRotatedOut, NodeSigner, PeerBoots, send_as_node, send_resigned, sign_headers
 from wire.workflows import PeerLeaseIn, PeerLeaseOut, PeerTaskEventIn, PeerTaskEventOut
 
 PEER_LEASE_PATH = "/v1/agent-workflows/peer/lease"
@@ -33,7 +33,7 @@ BOOTS = PeerBoots()
 
 
 async def request_lease(
-    db: Database, node_key: keys.SigningKey, home_node: str, task_key: str, agent_id: str, seconds: int
+    db: Database, node_key: keys.SigningKey | NodeSigner, home_node: str, task_key: str, agent_id: str, seconds: int
 ) -> tuple[dict[str, Any], bool]:
     """Ask `home_node` to grant `agent_id` the lease. Returns (the grant record it signed, newly granted).
 
@@ -62,7 +62,7 @@ async def request_lease(
 
 
 async def send_event(
-    db: Database, node_key: keys.SigningKey, home_node: str, record: dict[str, Any], lease: str | None
+    db: Database, node_key: keys.SigningKey | NodeSigner, home_node: str, record: dict[str, Any], lease: str | None
 ) -> bool:
     """Have `home_node` decide and store a task event its agent signed (a declaration changing status or
     checkpoint, a release, a completion); `lease` is a declaration's fencing token. Refusals come back as the
@@ -80,7 +80,7 @@ async def send_event(
 
 
 async def _post(
-    db: Database, node_key: keys.SigningKey, home_node: str, path: str, body: bytes, task_key: str
+    db: Database, node_key: keys.SigningKey | NodeSigner, home_node: str, path: str, body: bytes, task_key: str
 ) -> tuple[int, bytes]:
     """POST a peer-signed request to the home node's `path`: (status, reply body); 503 when it cannot be asked."""
     base = await db.read(lambda c: leases_store.peer_url(c, home_node))
@@ -91,22 +91,29 @@ async def _post(
             field="task_id",
         )
     url = base.rstrip("/") + path
+    signer = node_key if isinstance(node_key, NodeSigner) else NodeSigner.single(node_key)
     try:
         # one request per connection, as before the boot id look-up shared the session (scenarios/chaos.py taps it)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
 
-            async def send(boot: str | None) -> tuple[int, bytes]:
-                headers = sign_headers(node_key, "POST", url, body, boot=boot)  # signed anew for each attempt
-                headers["Content-Type"] = "application/json"
-                timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
-                async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
-                    return resp.status, await resp.content.read(MAX_REPLY_BYTES)
-
             async def boot(fresh: bool) -> str | None:
                 return await BOOTS.get(session, base, fresh=fresh, timeout=FORWARD_TIMEOUT_S)
 
-            # a home node that restarted refuses a signature for its previous boot: its boot id read, signed again
-            return await send_resigned(send, boot)
+            async def signed_by(key: keys.SigningKey) -> tuple[int, bytes]:
+                async def send(boot: str | None) -> tuple[int, bytes]:
+                    headers = sign_headers(key, "POST", url, body, boot=boot, node_id=signer.node_id)  # anew
+                    headers["Content-Type"] = "application/json"
+                    timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S)
+                    async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
+                        return resp.status, await resp.content.read(MAX_REPLY_BYTES)
+
+                # a home node that restarted refuses a signature for its previous boot: its boot id read, signed again
+                return await send_resigned(send, boot)
+
+            # the node key the home node holds: the newest once it has pulled a rotation of it (sync/auth.py)
+            return await send_as_node(signer, home_node, signed_by)
+    except NodeKeyRotatedOut as exc:
+        raise Conflict(exc.detail, code="node_key_rotated_out", field="task_id") from None
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise LeaseAuthorityUnreachable(
             f"task {task_key} is homed on node {home_node}, the only node that may grant its lease or change its"

@@ -29,7 +29,7 @@ from wire.time import parse_ms
 from wire.unsigned import DONE_STATUSES, OPEN_STATUSES, merge_patch
 
 if TYPE_CHECKING:  # node.store.projections imports this module for its projectors
-    from node.store.projections import Projection, Projector
+    from node.store.projections import Projection, Projector, Switch
 
 
 def _opt(value: Any) -> Any:
@@ -92,8 +92,37 @@ def project_task_event(conn: Conn, rec: TaskEventRecord, ctx: Projection) -> Non
         _store_txn(conn, state, before)
 
 
+def switch_message(conn: Conn, seq: int, address: str, record: dict[str, Any], valid: bool, now_ms: int) -> None:
+    """A message whose record was flagged void leaves the bus tables; flagged valid again, it comes back."""
+    from node.store.projections import Projection
+    from node.store.void import decoded
+
+    bus_store.delete_message_txn(conn, seq)
+    if valid:
+        project_message(conn, decoded(record), Projection(seq, address, now_ms, notify=False))
+
+
+def switch_task_event(conn: Conn, seq: int, address: str, record: dict[str, Any], valid: bool, now_ms: int) -> None:
+    """A task event whose record was flagged void leaves `task_events` and its task is folded again without it (no
+    event left: no task); flagged valid again, it is projected as if it had just arrived."""
+    from node.store.projections import Projection
+    from node.store.void import decoded
+
+    key = str(record["task_key"])
+    event_store.delete_event_txn(conn, seq)
+    if valid:
+        project_task_event(conn, decoded(record), Projection(seq, address, now_ms, notify=False))
+        return
+    before = task_store.task_by_key(conn, key)
+    if fold(key, event_store.events_of(conn, key)) is None:
+        task_store.delete_task_txn(conn, key)
+    else:
+        refold_txn(conn, key, before)
+
+
 # The workflow record kinds' projectors, and the tables holding only their derived data (node.store.projections joins
-# them with the substrate's).
+# them with the substrate's); their switches for records flagged void (node/store/void.py).
+SWITCHES: Mapping[str, Switch] = MappingProxyType({"message": switch_message, "task_event": switch_task_event})
 PROJECTORS: Mapping[str, Projector] = MappingProxyType({"message": project_message, "task_event": project_task_event})
 TABLES: tuple[str, ...] = ("messages", "message_agents", "task_events", "tasks", "task_deps")
 

@@ -20,6 +20,7 @@ from node.store.db import Database
 from node.store.sealing import SealedRecord, sign_and_check
 from node.workflows import forward, tasks
 from node.workflows.store import tasks as task_store
+from sync.auth import NodeSigner
 from wire import unsigned
 from wire.time import format_ms
 
@@ -58,7 +59,7 @@ async def sign_event(
 
 async def decide_at_home(
     db: Database,
-    node_key: keys.SigningKey,
+    node_key: keys.SigningKey | NodeSigner,
     home_node: str,
     sealed: SealedRecord,
     lease: str | None,

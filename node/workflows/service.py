@@ -27,6 +27,7 @@ from node.workflows import forward, graph, leases, relay, tasks, twins
 from node.workflows.fence import LeaseFence
 from node.workflows.store import events as event_store
 from node.workflows.store import tasks as task_store
+from sync.auth import NodeKeyRotatedOut, NodeSigner
 from wire import unsigned
 from wire.api import SignedSubmission
 from wire.time import format_ms, parse_ms
@@ -96,17 +97,33 @@ class Workflows:
     """Task operations on one node: declarations, leases and the graph (built once, by `Node`)."""
 
     def __init__(
-        self, db: Database, sealing: Sealing, key: keys.SigningKey, now_ms: Callable[[], int], fence_path: Path
+        self,
+        db: Database,
+        sealing: Sealing,
+        key: keys.SigningKey | NodeSigner,
+        now_ms: Callable[[], int],
+        fence_path: Path,
     ) -> None:
         self.db = db
         self.sealing = sealing
-        self.key = key  # the node's: it signs the leases it grants as a task's home node
+        # the node's keys: the newest signs the leases it grants as a task's home node; requests to a home node
+        # are signed by the one that node holds (sync/auth.py NodeSigner)
+        self.signer = key if isinstance(key, NodeSigner) else NodeSigner.single(key)
         self.now_ms = now_ms
-        self.fence = LeaseFence(fence_path, key.did)  # what this node granted, kept outside its database
+        self.fence = LeaseFence(fence_path, self.signer.node_id)  # what this node granted, kept outside its database
 
     @property
     def node_id(self) -> str:
-        return self.key.did
+        return self.signer.node_id
+
+    @property
+    def key(self) -> keys.SigningKey:
+        """The node key that signs this node's records now (its newest); 409 `node_key_rotated_out` when the
+        database was restored from before a rotation of it (node/store/key_fence.py)."""
+        try:
+            return self.signer.current
+        except NodeKeyRotatedOut as exc:
+            raise Conflict(exc.detail, code="node_key_rotated_out") from None
 
     # ---- tasks ----------------------------------------------------------------------------------------
 
@@ -196,8 +213,9 @@ class Workflows:
         `lease_authority_restored` while a detected restore may hide a grant (node/workflows/fence.py).
         """
         await self.fenced(check=False)
+        key, node_id = self.key, self.node_id
         return await self.db.write(
-            lambda c: grant_lease_txn(c, ref, agent_id, seconds, self.key, self.now_ms(), self.fence)
+            lambda c: grant_lease_txn(c, ref, agent_id, seconds, key, self.now_ms(), self.fence, node_id)
         )
 
     async def grant_for_peer(self, peer_id: str, body: PeerLeaseIn) -> tuple[str, bool, dict[str, Any]]:
@@ -227,7 +245,9 @@ class Workflows:
 
     async def _lease_elsewhere(self, exc: leases.NotHome, agent_id: str, seconds: int) -> tuple[str, bool]:
         """Ask the home node for the lease; store the grant it signed, so this node's ready set excludes the task."""
-        record, granted = await forward.request_lease(self.db, self.key, exc.home_node, exc.task_key, agent_id, seconds)
+        record, granted = await forward.request_lease(
+            self.db, self.signer, exc.home_node, exc.task_key, agent_id, seconds
+        )
         try:
             record_hash, decoded = records.check(record)
         except records.RecordError as error:
@@ -335,7 +355,7 @@ class Workflows:
         signed_here: bool,
     ) -> None:
         """Have the home node decide an event; store it here once the home node has stored it."""
-        if await relay.decide_at_home(self.db, self.key, home, sealed, token, signed_here):
+        if await relay.decide_at_home(self.db, self.signer, home, sealed, token, signed_here):
             now = self.now_ms()
             await self.db.write(lambda c: relay.store_txn(c, sealed, agent_id, idem, now))
 
@@ -344,7 +364,8 @@ class Workflows:
         moved to an earlier declaration: node/workflows/twins.py), once; how many notices were signed."""
         told = 0
         for key in await self.db.read(twins.pending, quick=True):
-            sealed = await self.db.write(partial(twins.notice_txn, key=key, node_key=self.key, now_ms=self.now_ms()))
+            job = partial(twins.notice_txn, key=key, node_key=self.key, now_ms=self.now_ms(), node_id=self.node_id)
+            sealed = await self.db.write(job)
             if sealed is not None:
                 told += 1
                 log.warning("task %s became a later twin here: told %s", key, ", ".join(sealed[2].directed_to))
@@ -416,19 +437,22 @@ def grant_lease_txn(
     node_key: keys.SigningKey,
     now: int,
     fence: LeaseFence,
+    node_id: str | None = None,
 ) -> tuple[str, bool, dict[str, Any]]:
     """As the home node, decide and append a lease grant signed by `node_key`: (task key, newly granted, record).
+    `node_id`: the node's, when `node_key` is not its first key (after a rotation: named in `signing_key`).
 
     The grant's expiry goes into the fence file before the transaction commits (node/workflows/fence.py)."""
+    node_id = node_id or node_key.did
     row = tasks.task_row(conn, ref)
-    decision = leases.decide_grant(row, node_key.did, agent_id, now)
+    decision = leases.decide_grant(row, node_id, agent_id, now)
     fence.settle_txn(conn, now)
     fence.check(now)
     start = tasks.next_event_ms(conn, decision.task_key, now)
     # the lease runs by this node's clock; `start` may sit a little later (see next_event_ms)
     expires_ms = max(now + seconds * 1000, start + 1)
     draft = unsigned.unsigned_task_event(
-        decision.task_key, node_key.did, format_ms(start), "lease", holder=agent_id, expires_at=format_ms(expires_ms)
+        decision.task_key, node_id, format_ms(start), "lease", holder=agent_id, expires_at=format_ms(expires_ms)
     )
     rec, rec_hash, dec = sign_and_check(draft, node_key)
     fence.advance(parse_ms(dec.expires_at))

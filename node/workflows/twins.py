@@ -101,16 +101,19 @@ def pending(conn: Conn) -> list[str]:
     return twin_store.pending_moves(conn, MAX_NOTICES_PER_ROUND)
 
 
-def notice_txn(conn: Conn, key: str, node_key: keys.SigningKey, now_ms: int) -> SealedRecord | None:
+def notice_txn(
+    conn: Conn, key: str, node_key: keys.SigningKey, now_ms: int, node_id: str | None = None
+) -> SealedRecord | None:
     """Check one moved key: if this node's own twin of it (leased here, or first declared here) is now a later
     twin, append (once) the entry that tells its holders and declarer. Clears the key from the queue in the same
-    transaction. The notice, or None."""
+    transaction. The notice, or None. `node_id`: the node's, when `node_key` is not its first key (a rotation)."""
+    node_id = node_id or node_key.did
     twin_store.clear_move_txn(conn, key)
     home_node = task_store.home_node(conn, key)
-    if home_node is None or home_node == node_key.did:
+    if home_node is None or home_node == node_id:
         return None
     main = identity(conn, key)
-    mine = twin(conn, key, node_key.did, main, now_ms) or declared_here(conn, key, node_key.did, main)
+    mine = twin(conn, key, node_id, main, now_ms) or declared_here(conn, key, node_id, main)
     if mine is None:
         return None
     sealed = sign_and_check(_notice_draft(conn, key, mine, home_node), node_key)

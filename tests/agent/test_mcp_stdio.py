@@ -296,3 +296,37 @@ async def test_bbs_mcp_with_an_identity_file_signs_on_the_agent_side(served_node
     assert [kind for kind, _ in mine] == ["message", "task_event", "task_event"]  # declare and complete
     assert all(records.check(json.loads(b))[1].author_id == entry["author_id"] for _, b in mine)
     assert "pw" not in errlog.read_text().split()
+
+
+async def test_bbs_mcp_with_an_identity_file_follows_a_rotation_done_by_another_process(
+    served_node: ServedNode, tmp_path: Path
+) -> None:
+    """The MCP SDK client drives `bbs mcp --identity FILE`; this test process rotates the file's key through the
+    client library meanwhile; the bridge's next post is signed by the new key, naming it in `signing_key`."""
+    from agent import identity_file
+    from node.ops.datadir import DataDir
+    from node.store.db import connect
+
+    params = roamer(served_node, tmp_path)
+    out = tmp_path / "roamer.id"
+    errlog = tmp_path / "err.log"
+    with errlog.open("w") as err:
+        async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            before = ok(await session.call_tool("post", {"content": "before the rotation"}))
+            async with Client(served_node.url, identity_file=out, passphrase="pw") as other:
+                rotated = await other.rotate_signing_key()
+            new_key = identity_file.load(out, "pw").key.did
+            assert rotated.key_history.current_key == new_key != before["author_id"]
+            after = ok(await session.call_tool("post", {"content": "after the rotation"}))
+    assert after["author_id"] == before["author_id"]
+    conn = connect(DataDir(served_node.data).db_path)
+    try:
+        bodies = {
+            h: json.loads(conn.execute("SELECT body FROM records WHERE hash = ?", (h,)).fetchone()[0])
+            for h in (before["record_hash"], after["record_hash"])
+        }
+    finally:
+        conn.close()
+    assert "signing_key" not in bodies[before["record_hash"]]
+    assert bodies[after["record_hash"]]["signing_key"] == new_key

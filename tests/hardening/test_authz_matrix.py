@@ -57,6 +57,15 @@ TABLE: list[Row] = [
     Row("POST", "/v1/agents/{agent_id}/api-key", "401 401 403 403 201 401", url="/v1/agents/{spare}/api-key"),
     # the bystander's node-kept signing key is rotated (again at each call: each rotation builds on the last)
     Row("POST", "/v1/agents/{agent_id}/signing-key", "401 401 403 403 201 401", url="/v1/agents/{spare}/signing-key"),
+    # ... revoked by the node's recovery key, and recovered by it (each call builds on the last)
+    Row("POST", "/v1/agents/{agent_id}/revocation", "401 401 403 403 201 401", url="/v1/agents/{spare}/revocation",
+        body={}),
+    Row("POST", "/v1/agents/{agent_id}/recovery", "401 401 403 403 201 401", url="/v1/agents/{spare}/recovery",
+        body={}),
+    # the node's own key: shown, and rotated (again at each call: each rotation builds on the last)
+    Row("GET", "/v1/node/key", "401 401 403 403 200 401"),
+    Row("POST", "/v1/node/key", "401 401 403 403 201 401", body={}),
+    Row("GET", "/v1/admin/void-records", "401 401 403 403 200 401"),
     Row("GET", "/metrics", "401 401 403 403 200 401"),
     Row("POST", "/v1/peers", "401 401 403 403 201 401", body={"url": "http://127.0.0.1:9/", "node_id": "{peer}"}),
     Row("GET", "/v1/peers", "401 401 403 403 200 401"),
@@ -101,6 +110,9 @@ TABLE: list[Row] = [
     # only the agent itself submits its key events (the other agent: 403); the record's refusal shows it passed
     Row("POST", "/v1/agents/{agent_id}/key-events", "401 401 403 422 403 401", url="/v1/agents/{own}/key-events",
         body={"record": {"kind": "key_event"}}),
+    # only the agent itself reads the versions its keys signed (the other agent: 403)
+    Row("GET", "/v1/agents/{agent_id}/signed-versions", "401 401 403 200 403 401",
+        url="/v1/agents/{own}/signed-versions?key={own}"),
     Row("GET", "/v1/subscriptions", "401 401 200 200 403 401"),
     # another agent cannot delete (or even see) the owner's subscription
     Row("DELETE", "/v1/subscriptions/{sub_id}", "401 401 404 204 403 401", url="/v1/subscriptions/{sub}"),

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from identity import canonical, key_history, keys, vouching
+from identity import canonical, key_history, keys, spaces, vouching
 from identity.keys import SigningKey
 
 VECTORS = Path(__file__).resolve().parent / "vectors" / "format_v3.json"
@@ -224,6 +224,22 @@ def build_records() -> Book:
             "seq": 2,
             "prior": book.hash("member_add"),
             "vouches": [vouching.vouch(b, [book.version("space_entry")]).as_json()],
+        },
+    )
+    book.seal(
+        "vouch_page_of_member_remove",
+        "Page 0 of member_remove's vouch for B, signed as member_remove is: it decides B's posts in the space.",
+        "A0",
+        {
+            **base,
+            "kind": "vouch_page",
+            "created_at": "2026-03-02T10:00:00Z",
+            "event": book.hash("member_remove"),
+            "subject": b,
+            "page": 0,
+            "versions": [book.version("space_entry")],
+            "proof": [],
+            "space": space,
         },
     )
     a0_records = [book.version(name) for name in ("space", "member_add", "admin_add", "host", "member_remove")]
@@ -463,6 +479,56 @@ def build_key_history(book: Book) -> dict[str, Any]:
     }
 
 
+SPACE_RECORDS = (  # every record of the space but the redactions (issue 39 decides them against their targets)
+    "space",
+    "member_add",
+    "admin_add",
+    "host",
+    "space_entry",
+    "space_entry_backdated",
+    "member_remove",
+    "vouch_page_of_member_remove",
+    "link_by_rotated_key",
+    "member_by_admin",
+)
+
+
+def build_spaces(book: Book) -> list[dict[str, Any]]:
+    """The space's members, roles, hosts and chains, and the verdict on each of its records (`identity.spaces`),
+    with the key verdicts of A's key history and the vouch pages of its key events."""
+    history = key_history.resolve(did("A0"), [(book.hash(n), book.records[n]["record"]) for n in KEY_EVENTS])
+    key_pages: dict[tuple[str, str], dict[int, list[str]]] = {}
+    for name in ("vouch_page", "vouch_page_of_recover"):
+        page = book.records[name]["record"]
+        key_pages[(page["event"], page["subject"])] = {page["page"]: page["versions"]}
+    held = [spaces.Held(book.hash(n), book.version(n), book.records[n]["record"]) for n in SPACE_RECORDS]
+    result = spaces.resolve(held, spaces.key_verdicts({did("A0"): history}, key_pages))
+    names = {book.hash(n): n for n in SPACE_RECORDS}
+    out = []
+    for space in result.spaces.values():
+        chains = {"admin": space.admin_chains, "member": space.member_chains, "host": space.host_chains}
+        verdicts = []
+        for name in SPACE_RECORDS:
+            decision = result.decisions[book.version(name)]
+            verdicts.append(
+                {"record": name, "verdict": decision.verdict} | ({"reason": decision.reason} if decision.reason else {})
+            )
+        out.append(
+            {
+                "space": names[space.id],
+                "owner": space.owner,
+                "roles": dict(sorted(space.roles.items())),
+                "hosts": sorted(space.hosts),
+                "chains": {
+                    kind: {who: [names[a] for a in chain] for who, chain in sorted(by.items())}
+                    for kind, by in chains.items()
+                },
+                "verdicts": verdicts,
+            }
+        )
+    return out
+
+
 def build_merkle() -> list[dict[str, Any]]:
     """Merkle vectors: roots of `versions(n)` (SHA-256 of the decimal strings "0".."n-1", sorted) and page proofs."""
     out: list[dict[str, Any]] = []
@@ -493,6 +559,7 @@ def build() -> dict[str, Any]:
         "commitments": {"A2": key_commitment(did("A2"))},
         "records": book.vectors,
         "key_history": build_key_history(book),
+        "spaces": build_spaces(book),
         "tombstones": [
             {
                 "name": "tombstone_of_space_entry",

@@ -157,7 +157,7 @@ def test_the_vouches_are_rfc_9162_roots_of_the_records_they_keep() -> None:
 
 def test_every_vouch_page_verifies_against_its_event_and_decides() -> None:
     pages = [v for v in DOCUMENT["records"] if v["record"]["kind"] == "vouch_page"]
-    assert len(pages) == 2
+    assert len(pages) == 3
     for vector in pages:
         page = vector["record"]
         event = next(v for v in DOCUMENT["records"] if v["hash"] == page["event"])
@@ -187,6 +187,29 @@ def test_the_key_history_vector() -> None:
     for item in published["verdicts"]:
         record = RECORDS[item["record"]]["record"]
         assert item["signing_key"] == record.get("signing_key", record["author_id"])
+
+
+def test_the_spaces_vector() -> None:
+    """The space's expected outcome, spelled out: B added, removed with only its first post vouched for, made a
+    reader again by admin C; the backdated post void; every other record of the space valid (the owner's rotated
+    keys included, by A's key history)."""
+    (published,) = DOCUMENT["spaces"]
+    a, b, c, n = (DOCUMENT["keys"][k]["did"] for k in ("A0", "B0", "C0", "N"))
+    assert published["space"] == "space" and published["owner"] == a
+    assert published["roles"] == {a: "owner", b: "reader", c: "admin"} and published["hosts"] == [n]
+    assert published["chains"] == {
+        "admin": {c: ["admin_add"]},
+        "member": {b: ["member_add", "member_remove", "member_by_admin"]},
+        "host": {n: ["host"]},
+    }
+    verdicts = {item["record"]: (item["verdict"], item.get("reason")) for item in published["verdicts"]}
+    assert verdicts.pop("space_entry_backdated") == ("void", "unvouched")
+    assert set(verdicts.values()) == {("valid", None)}
+    assert "redaction_by_author" not in verdicts  # redactions are decided against their targets (issue 39)
+    page = RECORDS["vouch_page_of_member_remove"]["record"]
+    v = vouching.vouch_for(RECORDS["member_remove"]["record"], b)
+    assert v is not None and vouching.verify_page(v, page["page"], page["versions"], page["proof"])
+    assert page["versions"] == [RECORDS["space_entry"]["version"]]
 
 
 def test_merkle_vectors() -> None:

@@ -136,6 +136,7 @@ def test_the_route_table() -> None:
     assert names == [
         "post_entry", "post_entries", "get_entries", "get_entry", "search", "post_link", "post_subscription",
         "list_subscriptions", "delete_subscription", "get_inbox", "ack_inbox", "node_info", "list_agents", "get_agent",
-        "create_agent", "rotate_api_key", "post_key_event", "rotate_signing_key", "healthz",
+        "create_agent", "rotate_api_key", "post_key_event", "signed_versions", "rotate_signing_key",
+        "revoke_signing_key", "recover_agent", "rotate_node_key", "node_key", "void_records", "healthz",
     ]  # fmt: skip
     assert {route.path for route in routes.ROUTES if route.idempotent} == {"/v1/entries", "/v1/links"}

@@ -55,7 +55,7 @@ class PeerNode:
         return PeerConfig(self.node_id, self.url)
 
     def puller(self, **kwargs: Any) -> Puller:
-        return Puller(self.sync.store, self.node.key, self.session, **kwargs)
+        return Puller(self.sync.store, self.node.node_keys.signer, self.session, **kwargs)
 
     async def add_peer(self, other: PeerNode) -> None:
         async with self.session.post(

@@ -125,3 +125,52 @@ def test_a_peers_clock_offset_from_the_date_of_its_answer_and_the_advice_beyond_
     ahead, behind = auth.clock_advice(600.2), auth.clock_advice(-90)
     assert ahead is not None and "600 s ahead of this node's" in ahead and "NTP" in ahead
     assert behind is not None and "90 s behind this node's" in behind and "stale_request" in behind
+
+
+def test_keyid_names_the_signing_key_after_a_rotation_and_is_bare_before() -> None:
+    clock = Clock()
+    verifier = auth.PeerVerifier(clock=clock)
+    bare = auth.sign_headers(PEER, "POST", URL, BODY, now=clock.now)
+    assert f'keyid="{PEER.did}"' in bare["Signature-Input"]
+    assert verifier.verify_signed("POST", URL, bare, BODY, frozenset({PEER.did})) == (PEER.did, PEER.did)
+    new = keys.SigningKey.generate()
+    named = auth.sign_headers(new, "POST", URL, BODY, now=clock.now, node_id=PEER.did)
+    assert f'keyid="{PEER.did}#{new.did}"' in named["Signature-Input"]
+    assert verifier.verify_signed("POST", URL, named, BODY, frozenset({PEER.did})) == (PEER.did, new.did)
+    # the node part must be a peer; the key part must have signed
+    assert refused(verifier, named, allowed=frozenset({new.did})).code == "unknown_peer"
+    thief = keys.SigningKey.generate()
+    forged = auth.sign_headers(thief, "POST", URL, BODY, now=clock.now, node_id=PEER.did)
+    forged["Signature-Input"] = forged["Signature-Input"].replace(f"#{thief.did}", f"#{new.did}")
+    assert refused(verifier, forged).code == "bad_signature"  # the key named is not the one that signed
+
+
+async def test_the_node_signer_picks_the_key_each_peer_holds() -> None:
+    first, second = keys.SigningKey.generate(), keys.SigningKey.generate()
+    told: list[str] = []
+
+    async def holder(peer: str) -> None:
+        told.append(peer)
+
+    clock = Clock(100.0)
+    signer = auth.NodeSigner(first.did, [first, second], on_holder=holder, clock=clock)
+    assert signer.did == first.did and signer.for_peer("p") is second  # the newest first
+    assert signer.refused("p", second, "unknown_node_key")  # p has not pulled the rotation
+    assert signer.for_peer("p") is first
+    await signer.accepted("p", first)
+    assert told == [] and signer.holders == set()
+    clock.now += auth.RETRY_NEWEST_S + 1
+    assert signer.for_peer("p") is second  # asked with the newest again
+    assert signer.refused("p", second, "unknown_peer")  # a release before node key rotation answers so
+    assert signer.for_peer("p") is first
+    assert signer.refused("p", first, "rotated_node_key")  # p pulled the rotation meanwhile
+    assert signer.for_peer("p") is second
+    assert not signer.refused("p", second, "stale_boot")  # nothing about keys: no other key helps
+    await signer.accepted("p", second)
+    assert told == ["p"] and signer.holders == {"p"}
+    assert signer.for_peer("p") is second
+    alone = auth.NodeSigner.single(first)
+    assert alone.for_peer("p") is first and not alone.refused("p", first, "unknown_node_key")
+    blocked = auth.NodeSigner(first.did, [first], blocked="restored from before a rotation")
+    with pytest.raises(auth.NodeKeyRotatedOut):
+        blocked.for_peer("p")

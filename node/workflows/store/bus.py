@@ -91,3 +91,9 @@ def message_rows(conn: Conn, q: MessageQuery) -> list[sqlite3.Row]:
     sql += f" ORDER BY {order_by} {direction} LIMIT ?"
     params.append(q.limit + 1)
     return conn.execute(sql, params).fetchall()
+
+
+def delete_message_txn(conn: Conn, message_id: int) -> None:
+    """Take one message out of the bus tables (its record was flagged void: node/store/void.py)."""
+    conn.execute("DELETE FROM message_agents WHERE message_id = ?", (message_id,))
+    conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))

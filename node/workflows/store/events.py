@@ -82,3 +82,8 @@ def event_task_key(conn: Conn, record_hash: str) -> str:
 def record_stored(conn: Conn, record_hash: str) -> bool:
     """Whether the log holds a record at `record_hash`."""
     return conn.execute("SELECT 1 FROM records WHERE hash = ?", (record_hash,)).fetchone() is not None
+
+
+def delete_event_txn(conn: Conn, seq: int) -> None:
+    """Take one task event out of `task_events` (its record was flagged void: node/store/void.py)."""
+    conn.execute("DELETE FROM task_events WHERE seq = ?", (seq,))

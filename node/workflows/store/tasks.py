@@ -166,3 +166,10 @@ def _recount(conn: Conn, where: str, key: str) -> None:
         f" WHERE {where}",
         (key,),
     )
+
+
+def delete_task_txn(conn: Conn, key: str) -> None:
+    """Take task `key` out of the graph (every event of it is void), and recount the tasks depending on it."""
+    conn.execute("DELETE FROM task_deps WHERE task_key = ?", (key,))
+    conn.execute("DELETE FROM tasks WHERE key = ?", (key,))
+    recount_dependents_txn(conn, key)

@@ -17,7 +17,7 @@ from identity import canonical, key_history, keys, records, vouching
 from node import cli
 from node.agents import key_events, portable
 from node.agents import service as agents
-from node.errors import Conflict, InvalidInput
+from node.errors import InvalidInput
 from node.ops import datalock
 from node.ops.datadir import DataDir
 from node.service import Node
@@ -292,10 +292,10 @@ async def test_rotating_a_node_kept_key_keeps_the_id_and_signs_with_the_new_key(
     resp = await client.post("/v1/agent-workflows/tasks", json={"key": "t1", "title": "a task"}, headers=creds.headers)
     data = await resp.json()
     assert resp.status == 422 and data["code"] == "rotated_key_unsupported", data
-    # an identity file carries one key, the identity's first: a rotated agent is not exported yet
-    with pytest.raises(Conflict) as refused:
-        await portable.export_identity(node, "keeper")
-    assert refused.value.code == "key_rotated"
+    # the identity file of a rotated agent carries its current key and the key history
+    exported = await portable.export_identity(node, "keeper")
+    assert (exported.agent_id, exported.key.did) == (creds.agent_id, new_did)
+    assert [e["key"] for e in exported.key_history] == [new_did]
     # a second rotation builds on the first
     resp = await client.post(f"/v1/agents/{creds.agent_id}/signing-key", headers=admin_headers)
     second = await resp.json()

@@ -23,7 +23,7 @@ from identity.vouching import vouch
 from node.features import LOG
 from node.federation.store import NodeSyncStore, add_peer_txn, digest
 from node.store import authority as authority_store
-from node.store import waiting
+from node.store import void, waiting
 from node.store.conn import Conn
 from node.store.db import Database
 from sync.store import Outcome
@@ -68,14 +68,19 @@ def in_log(conn: Conn, versions: list[str]) -> set[str]:
 
 
 def node_verdicts(conn: Conn, story: v3_story.Story) -> dict[str, str]:
-    """Each story record's verdict on the node: a stored key event is valid, a refused one void; a stored record is
-    what the authority cache, rebuilt from the log as at a start, says of it; a waiting one is undecided; one
-    stored nowhere was refused (void)."""
+    """Each story record's verdict on the node: a stored key event is valid, a refused one void; a stored record
+    flagged void (it was stored before a later key event voided it: node/store/void.py) is void, and must be what
+    the authority cache, rebuilt from the log as at a start, says of it, as must every stored record not flagged;
+    a waiting one is undecided; one stored nowhere was refused (void). Every stored record is shown (an entry in
+    `entries`, a version in the digest) exactly when it is valid."""
     cache = authority_store.Authority()
     cache.load_txn(conn)
     versions = [version(r) for r in story.records.values()]
     stored = in_log(conn, versions)
     held = waiting.held(conn, versions)
+    flagged = void.flagged_versions(conn, versions)
+    shown = {str(r[0]) for r in conn.execute("SELECT record_hash FROM entries").fetchall()}
+    shown |= {str(r[0]) for r in conn.execute("SELECT origin_hash FROM links WHERE ordinal = 0").fetchall()}
     out: dict[str, str] = {}
     for name, record in story.records.items():
         v = version(record)
@@ -84,10 +89,17 @@ def node_verdicts(conn: Conn, story: v3_story.Story) -> dict[str, str]:
             out[name] = "undecided"
         elif v not in stored:
             out[name] = "void"
+        elif v in flagged:
+            assert cache.decide(record, v).verdict == "void", f"{name} is flagged void but valid"
+            out[name] = "void"
         elif record["kind"] in ("key_event", "vouch_page") or not cache.needs(record):
             out[name] = "valid"
         else:
             out[name] = cache.decide(record, v).verdict
+            assert out[name] != "void", f"{name} was stored and is void, but not flagged"
+        if record["kind"] in ("entry", "link") and v in stored:
+            assert (address(record) in shown) == (out[name] == "valid"), f"{name} is shown: {address(record) in shown}"
+    assert digest(conn, "n").count == len(stored - flagged), "the digest counts valid versions only"
     return out
 
 
@@ -122,9 +134,16 @@ NAMES = sorted(v3_story.story().records)
 # fetched again by reconciliation once the recovery (which vouches for it) changed the chain.
 REVOKED_THEN_RECOVERED = ["e1", "e2", "e3", "p2b", *(n for n in NAMES if n not in ("e1", "e2", "e3", "p2b"))]
 
+# Records stored while their key was valid, before the key events that void them: A0's backdated post before the
+# first rotation, A1's link before the second, A2's posts before the revocation (A2's honest one vouched for again by
+# the recovery, which comes last); one record a batch.
+STORED_THEN_VOIDED = ["p0x", "e1", "g1", "p1", "l1x", "e2", "g2", "p2", "p2b", "e3"]
+STORED_THEN_VOIDED += [n for n in NAMES if n not in STORED_THEN_VOIDED]
+
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example(order=REVOKED_THEN_RECOVERED, cuts=list(range(len(NAMES) + 1)), peers=[0])
+@example(order=STORED_THEN_VOIDED, cuts=list(range(len(NAMES) + 1)), peers=[0])
 @given(
     order=st.permutations(NAMES),
     cuts=st.lists(st.integers(min_value=0, max_value=len(NAMES)), max_size=len(NAMES)),
@@ -154,6 +173,31 @@ def test_one_by_one_in_the_worst_order_and_all_at_once_agree() -> None:
         "x2": "void",  # builds on a refused event
         "pu": "undecided",  # no held event installs its key: it waits
     }
+
+
+def test_records_stored_before_the_key_events_that_void_them_are_flagged_and_a_recovery_unflags_them(
+    tmp_path: Path,
+) -> None:
+    story = v3_story.story()
+    r = story.records
+
+    async def flagged(store: NodeSyncStore) -> set[str]:
+        rows = await store.db.read(lambda c: void.listing(c, 0, 100))
+        return {name for name, record in r.items() if address(record) in {row.hash for row in rows}}
+
+    async def run() -> None:
+        async with node_store(tmp_path) as store:
+            revoked = STORED_THEN_VOIDED.index("e3") + 1
+            for name in STORED_THEN_VOIDED[:revoked]:
+                await ingest(store, [r[name]])
+            assert await flagged(store) == {"p0x", "l1x", "p2", "p2b"}  # each stored, then voided
+            for name in STORED_THEN_VOIDED[revoked:]:
+                await ingest(store, [r[name]])
+            assert await flagged(store) == {"p0x", "l1x", "p2"}  # the recovery vouches for p2b
+            found = await store.db.read(lambda c: node_verdicts(c, story))
+            assert found == v3_story.whole_set_verdicts(story)
+
+    asyncio.run(run())
 
 
 def test_a_waiting_record_is_stored_in_the_transaction_that_stores_its_key_event(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ The story follows tests/identity/format_v3_vectors.py (keys of 32-byte seeds of 
 its first key A0 to A1 (committing to A2, setting the recovery key AR), rotates to A2 with the committed key, A2 is
 stolen and revoked by AR, and AR's `recover` replaces everything after the first rotation (A4 installed). The
 rotations vouch for A0's and A1's honest posts, with their vouch pages; a post of A0 signed after the rotation (a
-thief's) is not vouched for; A2's honest post is void after the revocation and vouched for again by the recovery.
+thief's) is not vouched for; A2's honest post is void after the revocation and vouched for again by the recovery;
+a link by A1 is vouched for by neither A1's rotation nor the recovery.
 Besides: a page whose proof fails, an event the chain never allows (signed by A1 while a commitment holds) and one
 building on it, a post by a key no event installs, and posts of an identity B with no key events at all.
 """
@@ -57,6 +58,23 @@ def post(author: str, signer: SigningKey, content: str, created_at: str = "2026-
             "truth_state": "fact",
             "authority": "raw",
             "scope": "federation",
+        },
+        signer,
+    )
+
+
+def link(author: str, signer: SigningKey, source: str, target: str, created_at: str) -> dict[str, Any]:
+    """A `supports` link record of `author` signed by `signer`."""
+    return signed(
+        {
+            "kind": "link",
+            "schema_version": "v1",
+            "author_id": author,
+            "created_at": created_at,
+            "source": source,
+            "target": target,
+            "link_type": "supports",
+            "annotation": "",
         },
         signer,
     )
@@ -157,6 +175,8 @@ def story() -> Story:
         A2, "rotate", 2, prior=out["e1"], installs=A2, vouches=[vouching.vouch(A1.did, [version(out["p1"])])]
     )
     out["g2"] = vouch_page(A2, out["e2"], A1, [version(out["p1"])])
+    # a link by A1 that no later event vouches for: stored when it arrives while A1 is current, void once e2 is held
+    out["l1x"] = link(A, A1, address(out["p1"]), address(out["p0"]), "2026-03-02T09:30:00Z")
     out["p2"] = post(A, A2, "by the stolen A2, backdated", "2026-01-15T00:00:00Z")
     out["p2b"] = post(A, A2, "by A2 before it was stolen: void after the revocation, vouched for by the recovery")
     out["e3"] = key_event(AR, "revoke", 3, prior=out["e2"], vouches=[vouching.vouch(A2.did, [])])

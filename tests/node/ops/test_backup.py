@@ -18,6 +18,7 @@ import msgspec
 import pytest
 from aiohttp.test_utils import TestClient
 
+from node.agents import recovery_file
 from node.errors import Conflict, InvalidInput, NotFound
 from node.features import LOG
 from node.ops import backup, doctor
@@ -95,6 +96,22 @@ def test_restore_refuses_a_non_empty_folder_unless_forced(data_dir: tuple[Path, 
     assert meta(root / "bbs.db", "epoch") == result.epoch != first.epoch
     (tmp_path / "empty").mkdir()
     assert backup.restore(out, tmp_path / "empty").node_id == first.node_id
+
+
+def test_a_restore_keeps_the_folders_agent_recovery_key(data_dir: tuple[Path, str], tmp_path: Path) -> None:
+    """The agent recovery key is not in a backup (its copy is the operator's, offline); a restore into the folder
+    keeps the one there, so the agents whose histories name it can still be revoked and recovered."""
+    root = data_dir[0]
+    out = tmp_path / "b.tar"
+    backup.backup(root, out)
+    kept = recovery_file.load_or_create(root / recovery_file.FILE_NAME)
+    backup.restore(out, root, force=True)
+    again = recovery_file.load(root / recovery_file.FILE_NAME)
+    assert again is not None and again.seed == kept.seed
+    assert stat.S_IMODE((root / recovery_file.FILE_NAME).stat().st_mode) == 0o600
+    (tmp_path / "fresh").mkdir()
+    backup.restore(out, tmp_path / "fresh")
+    assert recovery_file.load(tmp_path / "fresh" / recovery_file.FILE_NAME) is None  # from the offline copy
 
 
 def _rewrite(archive: Path, dest: Path, change: Callable[[str, bytes], bytes | None], extra: str | None = None) -> None:

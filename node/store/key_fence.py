@@ -1,0 +1,134 @@
+"""The key fence: which signing keys this node has rotated out, kept outside its database so a restore cannot
+bring one back into use (issue 36, "Restore"; docs/operations.md, "Keys after a restore").
+
+A small file in the data folder (`key-fence.json`, mode 600, never in a backup: node/ops/backup.py copies only the
+database and node.key, and `bbs restore --force` carries the replaced folder's file into the restored one, as it
+carries the lease fence) holds, for every identity whose key this node rotated (the node's own, node-kept agents'),
+the key rotated out, the key the rotation installed, its key event and the store epoch. It is written, fsynced and
+renamed into place inside the write job that stores the rotation, after the job's last statement and before it
+commits, so the file is never behind a committed rotation (a commit that then fails puts the file's previous
+content back; a process that died before the commit leaves an entry of this very store epoch whose event the
+database lacks, which a start a minute later forgets: `settle`. A restore gets a new epoch, so its entries stay).
+
+A database restored from a backup taken before a rotation holds a key the fence lists as rotated out: the node
+then signs nothing with it (`refusal`): a node-kept agent's writes are refused 409 `signing_key_rotated_out`, and
+the node key's signing (sync requests, forwarded leases, node-signed records) stops with `node_key_rotated_out`;
+`bbs doctor` says what to do (restore a backup taken after the rotation). The file holds no secret.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KEY_FENCE_NAME = "key-fence.json"
+# A rotation whose event is missing is forgotten only this long after its entry was written: another process (a
+# `bbs` command opening the folder a node serves) must not forget a rotation that is committing right now.
+SETTLE_AFTER_MS = 60_000
+
+log = logging.getLogger("bbs.node")
+
+
+@dataclass
+class KeyFence:
+    """The key fence of one data folder (see the module's docstring), read once and kept in memory: one entry per
+    rotation made here, {"identity", "retired", "key", "event", "epoch"} (the store epoch it was made in)."""
+
+    path: Path | None  # None: no folder (a node without a key fence refuses nothing)
+    _rotations: list[dict[str, str]] = field(default_factory=list)
+    _loaded: bool = False
+
+    def rotations(self) -> list[dict[str, str]]:
+        """Every rotation recorded here, oldest first."""
+        if not self._loaded:
+            self._rotations, self._loaded = self._read(), True
+        return self._rotations
+
+    def identities(self) -> set[str]:
+        """The identities a rotation here took a key from."""
+        return {r["identity"] for r in self.rotations()}
+
+    def _read(self) -> list[dict[str, str]]:
+        if self.path is None:
+            return []
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            found = data["rotations"]
+            if not isinstance(found, list):
+                raise TypeError("rotations is not a list")
+            return [{k: str(r[k]) for k in ("identity", "retired", "key", "event", "epoch", "at_ms")} for r in found]
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            # unreadable: treated as empty, loudly; it never widens what may sign beyond the database's own keys
+            log.warning("key fence %s is unreadable (%s): no rotated-out key is known", self.path, exc)
+            return []
+
+    def refusal(self, identity: str, key: str) -> str | None:
+        """Why this node may not sign for `identity` with `key` (a key a rotation here took out), or None."""
+        for rotation in self.rotations():
+            if rotation["identity"] == identity and rotation["retired"] == key:
+                return (
+                    f"key {key} of {identity} was rotated out on this node by key event {rotation['event']} (it"
+                    f" installed {rotation['key']}), and this database holds no newer key: it was restored from a"
+                    " backup taken before the rotation. Restore a backup taken after it (or the replaced folder's"
+                    " bbs.db); run bbs doctor"
+                )
+        return None
+
+    def record(
+        self, identity: str, retired: str, key: str, event: str, epoch: str, now_ms: int
+    ) -> list[dict[str, str]]:
+        """Write that a rotation of `identity` in store `epoch` took `retired` out and installed `key` by `event`
+        (at `now_ms`); returns the content before (for `put_back` when the rotation's commit fails)."""
+        before = list(self.rotations())
+        entry = {"identity": identity, "retired": retired, "key": key, "event": event, "epoch": epoch}
+        self._rotations = [*before, {**entry, "at_ms": str(now_ms)}]
+        self._write()
+        return before
+
+    def put_back(self, before: list[dict[str, str]]) -> None:
+        """Restore the content `record` returned (the rotation it recorded did not commit)."""
+        self._rotations, self._loaded = before, True
+        self._write()
+
+    def settle(self, epoch: str, held: Callable[[str, str], bool], now_ms: int) -> list[dict[str, str]]:
+        """Forget the rotations of store `epoch` (this very database, not a restore: a restore gets a new epoch)
+        written more than SETTLE_AFTER_MS before `now_ms` whose key event the database does not hold
+        (`held(identity, event)`): the process died between writing the fence and the commit, so the rotation
+        never happened. Returns what was forgotten."""
+        stale = [
+            r
+            for r in self.rotations()
+            if r["epoch"] == epoch
+            and int(r["at_ms"]) < now_ms - SETTLE_AFTER_MS
+            and not held(r["identity"], r["event"])
+        ]
+        if stale:
+            self._rotations = [r for r in self._rotations if r not in stale]
+            self._write()
+            log.warning("key fence: %d rotation(s) that never committed forgotten: %s", len(stale), stale)
+        return stale
+
+    def _write(self) -> None:
+        """Replace the file atomically and durably: temp file, fsync, rename, fsync of the folder."""
+        if self.path is None:
+            return
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        body = json.dumps({"rotations": self._rotations}, sort_keys=True, indent=1).encode()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, body)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)

@@ -1,0 +1,203 @@
+"""Records stored before they became void: flagged, hidden from every projection, and shown again when a later key
+event vouches for them (docs/format-v3.md 7.6; docs/decisions.md record 57).
+
+A record is judged when it is stored (`node.store.authority.Authority.decide`); a key event or vouch page stored
+later may change that verdict for records of its author already in the log: a `revoke`, a winning `recover` or a
+rotation that does not vouch for them makes them void, a `recover` that vouches for them makes them valid again.
+`reflag_txn` runs in the transaction that stored the key events (sync ingest, the REST key-event route): one scan of
+the authors' records in the log, each decided again by the one function, and the records whose verdict changed are
+flagged in `void_records` (or unflagged) and switched out of (or back into) the projections by their kind's
+`Switch` (`projections.Log.switches`), as an equivocation's losing version is kept out of them. The log is never
+changed. A batch without key events or vouch pages costs nothing here (the writer-floor rule, issue 34).
+
+Sync never serves a flagged record (changes feed, fetch, reconciliation) and the digest leaves it out
+(node/federation/store.py); `bbs rebuild` replays the log without them (`projections.rebuild`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+import msgspec
+
+from identity.schema_v3 import struct_for
+from node.store import equivocation, projections
+from node.store.authority import AUTHORITY_KINDS, Authority
+from node.store.conn import Conn
+
+
+class Stored(NamedTuple):
+    """A stored record of an author whose key history changed: `record` holds what `Authority.decide` reads."""
+
+    seq: int
+    hash: str
+    version: str
+    kind: str
+    author_id: str
+    record: dict[str, Any]
+
+
+class VoidRow(NamedTuple):
+    """A flagged record, as the operator sees it."""
+
+    seq: int
+    hash: str
+    version: str
+    kind: str
+    author_id: str
+    reason: str
+    flagged_ms: int
+
+
+def authors_of_authority(records: Iterable[dict[str, Any]]) -> set[str]:
+    """The authors of the key events and vouch pages among `records`: whose stored records may change verdict."""
+    return {str(r["author_id"]) for r in records if r.get("kind") in AUTHORITY_KINDS}
+
+
+def _records_of(conn: Conn, authors: list[str]) -> list[Stored]:
+    """Every record of `authors` in the log but their key events, vouch pages and agent documents, in log order (one
+    scan), each as much as `Authority.decide` reads of it (author and `signing_key`: SQLite reads the bodies, Python
+    decodes none). Agent documents are not judged by their key yet (docs/format-v3.md 7.7: 3.8's order is to do),
+    so none is flagged: an identity whose rotation vouches for no document keeps its row."""
+    rows = conn.execute(
+        "SELECT seq, hash, version, kind, author_id, json_extract(body, '$.signing_key') FROM records"
+        " WHERE author_id IN (SELECT value FROM json_each(?)) AND kind NOT IN ('key_event', 'vouch_page', 'agent')"
+        " ORDER BY seq",
+        (json.dumps(sorted(authors)),),
+    ).fetchall()
+    out = []
+    for seq, address, version, kind, author, signing_key in rows:
+        signer: dict[str, Any] = (
+            {"author_id": author} if signing_key is None else {"author_id": author, "signing_key": signing_key}
+        )
+        out.append(Stored(int(seq), str(address), str(version), str(kind), str(author), signer))
+    return out
+
+
+def _bodies(conn: Conn, seqs: list[int]) -> dict[int, dict[str, Any]]:
+    """The stored records at `seqs`, decoded."""
+    rows = conn.execute(
+        "SELECT seq, body FROM records WHERE seq IN (SELECT value FROM json_each(?))", (json.dumps(seqs),)
+    ).fetchall()
+    return {int(r[0]): json.loads(bytes(r[1])) for r in rows}
+
+
+def flagged_of(conn: Conn, authors: list[str]) -> set[int]:
+    """The flagged seqs of `authors`."""
+    rows = conn.execute(
+        "SELECT seq FROM void_records WHERE author_id IN (SELECT value FROM json_each(?))",
+        (json.dumps(sorted(authors)),),
+    ).fetchall()
+    return {int(r[0]) for r in rows}
+
+
+def flagged_versions(conn: Conn, versions: Iterable[str]) -> set[str]:
+    """Those of `versions` held in the log and flagged void (reconciliation does not fetch them again)."""
+    rows = conn.execute(
+        "SELECT version FROM void_records WHERE version IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(versions)),),
+    ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms: int) -> tuple[int, int]:
+    """Decide again every stored record of `authors` by the authority cache as it stands (after this transaction's
+    key events): flag and hide the ones now void, unflag and show again the flagged ones now valid; undecided ones
+    (a rotation whose pages are not held yet) keep their state. Returns (flagged, unflagged)."""
+    wanted = sorted(set(authors))
+    if not wanted:
+        return 0, 0
+    flagged = flagged_of(conn, wanted)
+    voided: list[tuple[Stored, str]] = []
+    restored: list[Stored] = []
+    for stored in _records_of(conn, wanted):
+        decision = authority.decide(stored.record, stored.version)
+        if decision.verdict == "void" and stored.seq not in flagged:
+            voided.append((stored, decision.reason or "void"))
+        elif decision.verdict == "valid" and stored.seq in flagged:
+            restored.append(stored)
+    if not voided and not restored:
+        return 0, 0
+    conn.executemany(
+        "INSERT INTO void_records (seq, version, hash, kind, author_id, reason, flagged_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(s.seq, s.version, s.hash, s.kind, s.author_id, reason, now_ms) for s, reason in voided],
+    )
+    conn.executemany("DELETE FROM void_records WHERE seq = ?", [(s.seq,) for s in restored])
+    switches = projections.log_of(conn).switches
+    changed = sorted([(s, False) for s, _ in voided] + [(s, True) for s in restored], key=lambda sv: sv[0].seq)
+    bodies = _bodies(conn, [s.seq for s, _ in changed])
+    for stored, valid in changed:
+        switch = switches.get(stored.kind)
+        if switch is not None:
+            switch(conn, stored.seq, stored.hash, bodies[stored.seq], valid, now_ms)
+    return len(voided), len(restored)
+
+
+def listing(conn: Conn, after: int, limit: int) -> list[VoidRow]:
+    """Flagged records with seq above `after`, in seq order, at most `limit` (the operator's page)."""
+    rows = conn.execute(
+        "SELECT seq, hash, version, kind, author_id, reason, flagged_ms FROM void_records WHERE seq > ?"
+        " ORDER BY seq LIMIT ?",
+        (after, limit),
+    ).fetchall()
+    return [VoidRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], int(r[6])) for r in rows]
+
+
+def count(conn: Conn) -> int:
+    """How many records are flagged void (`bbs doctor`)."""
+    return int(conn.execute("SELECT count(*) FROM void_records").fetchone()[0])
+
+
+# ---- the substrate's switches: entries and links ------------------------------------------------
+
+
+def decoded(record: dict[str, Any]) -> Any:
+    """A stored record decoded as the log decodes it (`projections.rebuild`)."""
+    struct = struct_for(record)
+    assert struct is not None, f"the log holds a record of unknown kind {record['kind']!r}"
+    return msgspec.convert(record, struct)
+
+
+def _body_at(conn: Conn, seq: int) -> dict[str, Any]:
+    return dict(json.loads(bytes(conn.execute("SELECT body FROM records WHERE seq = ?", (seq,)).fetchone()[0])))
+
+
+def switch_entry(conn: Conn, seq: int, address: str, record: dict[str, Any], valid: bool, now_ms: int) -> None:
+    """Show the best version of `address` that is not flagged (none when all are), as the equivocation rule
+    would with the flagged versions left out; an address is `equivocated` only by two versions not flagged."""
+    void = flagged_seqs_of(conn, address)
+    live = [h for h in equivocation.held(conn, [address]).get(address, []) if h.seq not in void]
+    row = conn.execute("SELECT id FROM entries WHERE record_hash = ?", (address,)).fetchone()
+    shown = None if row is None else int(row[0])
+    want = live[0].seq if live else None
+    if shown != want:
+        if shown is not None:
+            equivocation.unproject_entry_txn(conn, address, shown)
+        if want is not None:
+            item = projections.Incoming({}, address, decoded(_body_at(conn, want)))
+            projections.project_entries(conn, [(want, item)], now_ms, notify=False)
+        # the search index covers this id already: its indexer redoes the address's document (node/search_index/)
+        conn.execute("INSERT INTO search_redo (address) VALUES (?)", (address,))
+    if len(live) > 1:
+        equivocation.mark_txn(conn, address, str(record["author_id"]), now_ms)
+    else:
+        conn.execute("DELETE FROM equivocations WHERE hash = ?", (address,))
+
+
+def flagged_seqs_of(conn: Conn, address: str) -> set[int]:
+    """The flagged seqs of the versions of `address`."""
+    return {int(r[0]) for r in conn.execute("SELECT seq FROM void_records WHERE hash = ?", (address,)).fetchall()}
+
+
+def switch_link(conn: Conn, seq: int, address: str, record: dict[str, Any], valid: bool, now_ms: int) -> None:
+    """A link record's row goes (void) or comes back (valid)."""
+    conn.execute("DELETE FROM links WHERE origin_hash = ?", (address,))
+    if valid:
+        projections.project_link(conn, decoded(record), projections.Projection(seq, address, now_ms, notify=False))
+
+
+SUBSTRATE_SWITCHES: Mapping[str, projections.Switch] = MappingProxyType({"entry": switch_entry, "link": switch_link})

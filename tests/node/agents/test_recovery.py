@@ -1,0 +1,219 @@
+"""node.agents.recovery: a node-kept agent's revocation and recovery by the node's agent recovery key
+(`POST /v1/agents/{id}/revocation`, `/recovery`), and the refusals of key events signed by the wrong key
+(`POST /v1/agents/{id}/key-events`), on a real aiohttp server over a real SQLite node with real Ed25519 keys."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from identity import keys, records
+from node.agents import recovery_file
+from node.agents import service as agents
+from node.agents import store as agent_store
+from node.service import Node
+from tests.conftest import AgentCreds, FakeClock
+from tests.node.agents.test_key_events import post_entry, post_signed, record_body, rotation, signed, submit
+from tests.node.api_helpers import SelfSigner, count, entry_record, get_json, hash_of, problem, self_signer
+
+
+async def change(client: TestClient, path: str, headers: dict[str, str], body: dict[str, Any], status: int) -> Any:
+    resp = await client.post(path, json=body, headers=headers)
+    data = await resp.json(content_type=None)
+    assert resp.status == status, data
+    return data
+
+
+def recovery_key(node: Node) -> keys.SigningKey:
+    key = recovery_file.load(node.data.root / recovery_file.FILE_NAME)
+    assert key is not None
+    return key
+
+
+async def test_the_first_rotation_of_a_node_kept_key_sets_the_nodes_recovery_key(
+    client: TestClient, node: Node, admin_headers: dict[str, str], make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    creds = await make_agent("keeper")
+    path = node.data.root / recovery_file.FILE_NAME
+    assert not path.exists()  # made on first use
+    first = await change(client, f"/v1/agents/{creds.agent_id}/signing-key", admin_headers, {}, 201)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert first["key_history"]["recovery"] == recovery_key(node).did != node.node_id  # not the node key
+    second = await change(client, f"/v1/agents/{creds.agent_id}/signing-key", admin_headers, {}, 201)
+    assert second["key_history"]["recovery"] == recovery_key(node).did  # unchanged
+    events = second["key_history"]["events"]
+    assert [e["seq"] for e in events] == [1, 2]
+    bodies = [await record_body(node, e["address"]) for e in events]
+    assert "recovery" in bodies[0] and "recovery" not in bodies[1]
+
+
+async def test_revoking_a_node_kept_key_vouches_for_what_the_log_holds_and_voids_the_rest(
+    client: TestClient, node: Node, admin_headers: dict[str, str], make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    creds = await make_agent("keeper")
+    await change(client, f"/v1/agents/{creds.agent_id}/signing-key", admin_headers, {}, 201)
+    stolen = await node.db.read(lambda c: agents.signing_key(c, creds.agent_id))
+    assert stolen is not None
+    await post_entry(client, creds, "by the owner, before the theft")
+    path = f"/v1/agents/{creds.agent_id}/revocation"
+    before = await count(node)
+    plan = await change(client, path, admin_headers, {"dry_run": True}, 200)
+    assert plan["event"] is None and plan["signing_key"] is None and await count(node) == before
+    assert plan["vouched"] == 1 and plan["removed_key"] == stolen.did and plan["role"] == "recovery"
+    problem(await change(client, path, admin_headers, {"key": creds.agent_id}, 409), 409, "key_not_current", "key")
+    assert await count(node) == before
+    done = await change(client, path, admin_headers, {"key": stolen.did}, 201)
+    assert done["signer"] == recovery_key(node).did and done["vouched"] == 1
+    assert done["key_history"]["current_key"] == done["signing_key"] != stolen.did
+    event = await record_body(node, done["event"])
+    assert event["event"] == "revoke" and event["signing_key"] == recovery_key(node).did
+    # the thief's record by the stolen key, dated before the theft, is refused; the owner posts with the new key
+    backdated = signed(
+        {
+            **_unsigned(entry_record(stolen, "backdated", created_ms=node.now_ms() - 60_000)),
+            "author_id": creds.agent_id,
+        },
+        stolen,
+    )
+    problem(await post_signed(client, creds, backdated, 422), 422, "not_current_key", "$.record.signing_key")
+    after = await post_entry(client, creds, "by the owner, after the revocation")
+    assert (await record_body(node, after["record_hash"]))["signing_key"] == done["signing_key"]
+    resp = await client.post(path, json={}, headers=creds.headers)
+    assert resp.status == 403  # admin only
+
+
+def _unsigned(record: dict[str, Any]) -> dict[str, Any]:
+    return records.unsigned(record)
+
+
+async def test_revoking_an_agent_without_a_recovery_key_is_signed_by_its_current_key_and_sets_one(
+    client: TestClient, node: Node, admin_headers: dict[str, str], make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    creds = await make_agent("keeper")
+    done = await change(client, f"/v1/agents/{creds.agent_id}/revocation", admin_headers, {}, 201)
+    assert done["role"] == "current" and done["signer"] == creds.agent_id
+    assert done["key_history"]["recovery"] == recovery_key(node).did
+    again = await change(client, f"/v1/agents/{creds.agent_id}/revocation", admin_headers, {}, 201)
+    assert again["role"] == "recovery" and again["removed_key"] == done["signing_key"]
+
+
+async def test_recovery_replaces_a_thiefs_rotation_and_voids_the_thiefs_key(
+    client: TestClient, node: Node, admin_headers: dict[str, str], make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    creds = await make_agent("keeper")
+    first = await change(client, f"/v1/agents/{creds.agent_id}/signing-key", admin_headers, {}, 201)
+    kept = await node.db.read(lambda c: agents.signing_key(c, creds.agent_id))
+    assert kept is not None and kept.did == first["signing_key"]
+    # a thief with a copy of the kept key rotates the identity to its own key (rank `current`, allowed)
+    thief = keys.SigningKey.generate()
+    theft = rotation(creds.agent_id, kept, thief, [], seq=2, prior=first["event"], created_ms=node.now_ms())
+    await submit(client, _as_signer(creds, kept), theft, [], 201)
+    by_thief = signed({**_unsigned(entry_record(thief, "the thief's", created_ms=node.now_ms())),
+                       "author_id": creds.agent_id}, thief)  # fmt: skip
+    await post_signed(client, creds, by_thief, 201)
+    path = f"/v1/agents/{creds.agent_id}/revocation"
+    problem(await change(client, path, admin_headers, {}, 409), 409, "key_not_current")
+    recovered = await change(client, f"/v1/agents/{creds.agent_id}/recovery", admin_headers, {}, 201)
+    assert recovered["event_kind"] == "recover" and recovered["replaced_events"] == 1
+    assert recovered["removed_key"] == kept.did and recovered["role"] == "recovery"
+    history = recovered["key_history"]
+    assert history["current_key"] == recovered["signing_key"]
+    in_chain = {e["address"]: e["in_chain"] for e in history["events"]}
+    assert in_chain[hash_of(theft)] is False and in_chain[recovered["event"]] is True
+    again = signed({**_unsigned(entry_record(thief, "the thief again", created_ms=node.now_ms())),
+                    "author_id": creds.agent_id}, thief)  # fmt: skip
+    problem(await post_signed(client, creds, again, 422), 422, "not_current_key", "$.record.signing_key")
+    after = await post_entry(client, creds, "the owner, recovered")
+    assert (await record_body(node, after["record_hash"]))["signing_key"] == recovered["signing_key"]
+
+
+def _as_signer(creds: AgentCreds, key: keys.SigningKey) -> SelfSigner:
+    return SelfSigner(creds, key)
+
+
+async def test_recovery_needs_the_nodes_recovery_key_in_the_history(
+    client: TestClient, node: Node, admin_headers: dict[str, str], make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    creds = await make_agent("keeper")  # never rotated: no recovery key in its history
+    before = await count(node)
+    data = await change(client, f"/v1/agents/{creds.agent_id}/recovery", admin_headers, {}, 409)
+    problem(data, 409, "no_recovery_key")
+    who = await self_signer(node, "rover")
+    problem(await change(client, f"/v1/agents/{who.agent_id}/recovery", admin_headers, {}, 409), 409, "key_not_kept")
+    problem(await change(client, "/v1/agents/nobody/revocation", admin_headers, {}, 404), 404, "agent_not_found")
+    problem(await change(client, f"/v1/agents/{creds.agent_id}/recovery", admin_headers, {"x": 1}, 422), 422,
+            "validation_error")  # fmt: skip
+    assert await count(node) == before + 1  # the self-signer's identity document
+
+
+# ---- refusals of key events signed by the wrong key (POST /v1/agents/{id}/key-events) ---------------------------
+
+
+async def test_key_events_signed_by_the_wrong_key_are_refused_and_store_nothing(
+    client: TestClient, node: Node, clock: FakeClock
+) -> None:
+    who = await self_signer(node, "rover")
+    now = int(clock() * 1000)
+    recovery, new, stranger = keys.SigningKey.generate(), keys.SigningKey.generate(), keys.SigningKey.generate()
+    # a rotation not signed by the current key
+    by_stranger = rotation(who.agent_id, stranger, new, [], created_ms=now)
+    before = await count(node)
+    problem(await submit(client, who, by_stranger, [], 422), 422, "unauthorized_key_event", "$.record")
+    assert await count(node) == before
+    # the first rotation sets a recovery key
+    first = {**_unsigned(rotation(who.agent_id, who.key, new, [], created_ms=now)), "recovery": recovery.did}
+    first = signed(first, who.key)
+    await submit(client, who, first, [], 201)
+    before = await count(node)
+
+    def event(kind: str, signer: keys.SigningKey, installs: keys.SigningKey, prior: str | None, seq: int) -> Any:
+        body = {**_unsigned(rotation(who.agent_id, signer, installs, [], seq=seq, prior=prior, created_ms=now)),
+                "event": kind}  # fmt: skip
+        subject = new.did if prior is not None else who.agent_id
+        body["vouches"] = [{**body["vouches"][0], "subject": subject}]
+        return signed(body, signer)
+
+    fresh = keys.SigningKey.generate()
+    cases = [
+        ("revoke by a key that is not the recovery key", event("revoke", stranger, fresh, hash_of(first), 2)),
+        ("recover by the current key", event("recover", new, fresh, hash_of(first), 2)),
+        ("recover by a stranger", event("recover", stranger, fresh, None, 1)),
+        ("recovery key changed by the current key",
+         signed({**_unsigned(event("rotate", new, fresh, hash_of(first), 2)), "recovery": stranger.did}, new)),
+    ]  # fmt: skip
+    for what, record in cases:
+        problem(await submit(client, who, record, [], 422), 422, "unauthorized_key_event", "$.record")
+        assert await count(node) == before, what
+    history = (await get_json(client, f"/v1/agents/{who.agent_id}", who))["key_history"]
+    assert history["current_key"] == new.did and history["recovery"] == recovery.did
+    # the recovery key's own revoke is accepted: the refusals above were for the signer alone
+    good = event("revoke", recovery, fresh, hash_of(first), 2)
+    out = await submit(client, who, good, [], 201)
+    assert out["key_history"]["current_key"] == fresh.did and out["key_history"]["recovery"] == recovery.did
+
+
+async def test_revoke_and_recover_refuse_a_database_restored_from_before_a_rotation(
+    client: TestClient, node: Node, admin_headers: dict[str, str], make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    """The key fence lists the key a rotation took out; a database that keeps it again (restored from before the
+    rotation) does not recover from it: building on it would void the newer key's records."""
+    creds = await make_agent("keeper")
+    await change(client, f"/v1/agents/{creds.agent_id}/signing-key", admin_headers, {}, 201)  # sets the recovery key
+    middle = await node.db.read(lambda c: agents.signing_key(c, creds.agent_id))
+    assert middle is not None
+    await change(client, f"/v1/agents/{creds.agent_id}/revocation", admin_headers, {}, 201)  # fences `middle`
+    fenced = [r["retired"] for r in node.sealing.key_fence.rotations() if r["identity"] == creds.agent_id]
+    assert fenced == [creds.agent_id, middle.did]
+    await node.db.write(lambda c: agent_store.set_key_seed_txn(c, creds.agent_id, middle.seed))  # as a restore would
+    node.sealing.forget(creds.agent_id)
+    before = await count(node)
+    data = await change(client, f"/v1/agents/{creds.agent_id}/recovery", admin_headers, {"dry_run": True}, 409)
+    problem(data, 409, "signing_key_rotated_out")
+    problem(await change(client, f"/v1/agents/{creds.agent_id}/recovery", admin_headers, {}, 409), 409,
+            "signing_key_rotated_out")  # fmt: skip
+    problem(await change(client, f"/v1/agents/{creds.agent_id}/revocation", admin_headers, {}, 409), 409,
+            "key_not_current")  # fmt: skip
+    assert await count(node) == before

@@ -1,0 +1,97 @@
+"""node.federation.node_key: `bbs node rotate-key` on a real data folder (in-process through main), the signing-key
+state in `node_meta`, `bbs peers` naming which peer holds the rotation, and a second rotation signed by the first's
+key. The federation across a rotation, with real servers: tests/sync/test_node_key_rotation.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from identity import key_history, keys
+from node.cli import main
+from node.errors import Conflict
+from node.federation import node_key
+from node.federation import store as sync_store
+from node.ops.datadir import DataDir
+from node.service import Node
+from node.store import db
+from node.store.authority import key_events_of
+from node.store.key_fence import KEY_FENCE_NAME, KeyFence
+
+PEER = keys.SigningKey.generate().did
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_state_round_trips_through_node_meta() -> None:
+    one, two = keys.SigningKey.generate(), keys.SigningKey.generate()
+    raw = node_key.dump_state([one, two], ["e1"], {"p"})
+    found, events, holders = node_key.parse_state(raw)
+    assert ([k.did for k in found], events, holders) == ([one.did, two.did], ["e1"], {"p"})
+    assert node_key.parse_state(None) == ([], [], set())
+
+
+def test_rotate_key_twice_on_a_folder(data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    root = data_dir[0]
+    data = str(root)
+    first = keys.load_key(root / "node.key")
+    assert run(capsys, "peer", "add", "http://10.0.0.2:8420", "--key", PEER, "--data", data)[0] == 0
+    code, out, _ = run(capsys, "node", "rotate-key", "--data", data, "--json")
+    assert code == 0
+    one = json.loads(out)
+    assert (one["node_id"], one["previous_key"]) == (first.did, first.did) and one["signing_key"] != first.did
+    code, out, _ = run(capsys, "peers", "--data", data)
+    assert code == 0 and f"node key {one['signing_key']}: not pulled yet (signed with the key before)" in out
+    code, out, _ = run(capsys, "node", "rotate-key", "--data", data, "--json")
+    two = json.loads(out)
+    assert code == 0 and two["previous_key"] == one["signing_key"]  # signed by the first rotation's key
+    path = DataDir(root).db_path
+    found, events, holders = node_key.parse_state(db.read_sync(path, sync_store.node_keys_meta))
+    assert [k.did for k in found] == [one["signing_key"], two["signing_key"]]
+    assert (events, holders) == ([one["event"], two["event"]], set())
+    history = key_history.resolve(first.did, db.read_sync(path, lambda c: key_events_of(c, first.did)))
+    assert history.chain == (one["event"], two["event"]) and history.state.key == two["signing_key"]
+    assert key_history.request_key_verdict(history, two["signing_key"]) == "valid"
+    assert key_history.request_key_verdict(history, first.did) == "void"
+    assert key_history.request_key_verdict(history, keys.SigningKey.generate().did) == "undecided"
+    rotations = KeyFence(root / KEY_FENCE_NAME).rotations()
+    assert [(r["retired"], r["key"]) for r in rotations] == [
+        (first.did, one["signing_key"]),
+        (one["signing_key"], two["signing_key"]),
+    ]
+
+    async def started() -> tuple[str, str, str | None]:
+        node = Node(root)  # a start loads the newest key and signs with it
+        node.open(search_index=False)
+        try:
+            return node.node_id, node.node_keys.signer.current.did, node.node_keys.state().blocked
+        finally:
+            node.close()
+
+    assert asyncio.run(started()) == (first.did, two["signing_key"], None)
+
+
+def test_a_refused_rotation_writes_no_fence(data_dir: tuple[Path, str]) -> None:
+    root = data_dir[0]
+
+    async def rotate_with_a_stranger_key() -> str | None:
+        node = Node(root)
+        node.open(search_index=False)
+        try:
+            node.node_keys.signer.keys = [keys.SigningKey.generate()]  # not the key the node's history ends with
+            with pytest.raises(Conflict) as refused:
+                await node.node_keys.rotate()
+            return refused.value.code
+        finally:
+            node.close()
+
+    assert asyncio.run(rotate_with_a_stranger_key()) == "key_not_current"
+    assert KeyFence(root / KEY_FENCE_NAME).rotations() == []
+    assert db.read_sync(DataDir(root).db_path, sync_store.node_keys_meta) is None

@@ -1,0 +1,54 @@
+"""node.store.key_fence: the file of keys rotated out on a node, read back, put back, settled, and unreadable."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from node.store.key_fence import KEY_FENCE_NAME, SETTLE_AFTER_MS, KeyFence
+
+
+def test_a_recorded_rotation_refuses_its_old_key_only(tmp_path: Path) -> None:
+    fence = KeyFence(tmp_path / KEY_FENCE_NAME)
+    assert fence.refusal("did:key:zA", "did:key:zA") is None
+    before = fence.record("did:key:zA", "did:key:zA", "did:key:zB", "e" * 64, "epoch-1", 0)
+    assert before == []
+    assert stat.S_IMODE((tmp_path / KEY_FENCE_NAME).stat().st_mode) == 0o600
+    again = KeyFence(tmp_path / KEY_FENCE_NAME)  # read back from the file
+    refused = again.refusal("did:key:zA", "did:key:zA")
+    assert refused is not None and "e" * 64 in refused and "did:key:zB" in refused and "bbs doctor" in refused
+    assert again.refusal("did:key:zA", "did:key:zB") is None  # the key it installed signs
+    assert again.refusal("did:key:zOther", "did:key:zA") is None
+    assert again.identities() == {"did:key:zA"}
+    again.put_back(before)  # the rotation's commit failed
+    assert KeyFence(tmp_path / KEY_FENCE_NAME).rotations() == []
+
+
+def test_settle_forgets_only_this_epochs_rotations_that_never_committed(tmp_path: Path) -> None:
+    fence = KeyFence(tmp_path / KEY_FENCE_NAME)
+    fence.record("did:key:zA", "did:key:zA", "did:key:zB", "held", "now", 1_000)
+    fence.record("did:key:zA", "did:key:zB", "did:key:zC", "lost", "now", 1_000)
+    fence.record("did:key:zD", "did:key:zD", "did:key:zE", "lost", "before-the-restore", 1_000)
+    fence.record("did:key:zF", "did:key:zF", "did:key:zG", "committing", "now", 50_000)
+
+    def held(identity: str, event: str) -> bool:
+        return event == "held"
+
+    # a minute on: the rotation committing in another process right now is kept
+    stale = fence.settle("now", held, 1_000 + SETTLE_AFTER_MS + 1)
+    assert [r["key"] for r in stale] == ["did:key:zC"]
+    kept = [r["key"] for r in KeyFence(tmp_path / KEY_FENCE_NAME).rotations()]
+    assert kept == ["did:key:zB", "did:key:zE", "did:key:zG"]
+
+
+@pytest.mark.parametrize("content", ["not json", '{"rotations": {}}', '{"rotations": [{"identity": "x"}]}'])
+def test_an_unreadable_fence_refuses_nothing_and_says_so(
+    tmp_path: Path, content: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / KEY_FENCE_NAME).write_text(content)
+    fence = KeyFence(tmp_path / KEY_FENCE_NAME)
+    assert fence.rotations() == [] and fence.refusal("x", "x") is None
+    assert "unreadable" in caplog.text
+    assert KeyFence(None).rotations() == []
