@@ -4,7 +4,7 @@
 #   make typecheck    mypy over every package, the scenarios and the tests
 #   make test         the README's test command (pytest, 4 xdist workers; PYTEST_ARGS="-n 0 tests/node" narrows it)
 #   make ci           lint, typecheck, test, the restore drill, chaos, (root only, inside the budget) containers, theft
-#   make theft-drill  the three-node stolen-key drill (scenarios/theft.py, about 50 s)
+#   make theft-drill  the three-node stolen-key drill (scenarios/theft.py, about 15 s)
 #   make bench-quick  every benchmark at tiny sizes (proves the scripts run; not a measurement)
 #
 # The first target that needs it makes .venv (pip install -e ".[test]") and the npm oracle in tests/interop.
@@ -92,8 +92,8 @@ chaos-and-containers: $(VENV)/.installed
 	fi
 
 # Issue 36's drill: three nodes, an agent's key stolen and revoked with its recovery key; prints a table of named
-# checks and its wall time, and fails when one breaks (about 50 s). Until the pieces it names in `theft.NEEDS` are
-# merged (void records, signing_key on task events, `bbs node rotate-key`, keys bound to sessions) it fails on them.
+# checks and its wall time, and fails when one breaks (about 15 s). Until the pieces it names in `theft.NEEDS` are
+# merged (signing_key on task events, sessions bound to the key that opened them) it fails on them.
 theft-drill: $(VENV)/.installed
 	$(BIN)/python -m scenarios.theft
 

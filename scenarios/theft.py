@@ -9,9 +9,10 @@ cut off. The story, one step function each (so the pieces other branches build c
    `POST /v1/agents/{id}/key-events`), setting its recovery key R (kept offline) and committing to its next key K2,
    vouching for every record K0 signed (with vouch pages); the identity file now holds K1.
 3. `owner_works`: the owner posts with K1; the planner declares a task on a; the owner leases it.
-4. `theft`: a thief copies the identity file (K1) and the agent's API keys (same machine): on b it posts, links
-   to the owner's post, and posts records backdated to before the theft; it tries to rotate the identity to a key
-   of its own (a commitment holds: refused).
+4. `theft`: a thief copies the identity file (K1) and opens a session with it on every node (the path an identity
+   file's client takes; where a node refused, it would use the agent's API key copied from the same machine): on b
+   it posts, links to the owner's post, and posts records backdated to before the theft; it tries to rotate the
+   identity to a key of its own (a commitment holds: refused).
 5. `revoke`: c is cut off and the thief posts there too (the window before c hears of the revocation); the owner
    revokes K1 with R on a, installing K2 and vouching for the owner's own K1 records, with their pages.
 6. `after_revocation` (for each node, timed from the moment it stores the revocation; c after the heal): within
@@ -47,6 +48,7 @@ import aiohttp
 
 from agent import identity_file
 from identity import canonical, key_history, keys, records, vouching
+from node.agents.sessions import challenge_message
 from node.entries.links import unsigned_link
 from scenarios.fednet import Link, ScenarioFailed, ServedNode, bbs
 from wire import unsigned
@@ -83,17 +85,13 @@ CHECKS: dict[str, str] = {
 # The checks that need a piece another branch is building (issue 36), and the piece. They run and fail clearly
 # on main; the lead moves a check out of here when its piece is merged.
 NEEDS: dict[str, str] = {
-    "backdated_records_void": "task 'void': records stored before a revocation are flagged void and hidden",
-    "same_verdicts_everywhere": "task 'void': c keeps the window records it stored, the others refuse them",
-    "thief_lease_refused": "sessions/API keys bound to the signing key (task 'recover'): a lease request carries"
-    " no signature, so the node cannot tell the thief's from the owner's",
+    "thief_lease_refused": "sessions bound to the key that opened them: a session the stolen key opened before the"
+    " revocation outlives it (node/agents/sessions.py keeps no signing key), and a lease request carries no"
+    " signature of its own",
     "thief_completion_refused": "task 'resign': signing_key on task events",
-    "owner_lease_honoured": "as thief_lease_refused: the thief's re-lease with the owner's API key is a new grant"
+    "owner_lease_honoured": "as thief_lease_refused: the thief's re-lease (its live session) is a new grant"
     " (a new lease id), so the owner's lease id no longer fences the task",
     "owner_completes_with_new_key": "task 'resign': signing_key on task events",
-    "node_key_rotated": "task 'nodekey': `bbs node rotate-key`",
-    "sync_after_node_key_rotation": "task 'nodekey': `bbs node rotate-key`",
-    "digests_agree_after_heal": "task 'void': the window records stored on c count in its digest",
 }
 EXPECTED_TO_HOLD = frozenset(CHECKS) - frozenset(NEEDS)
 
@@ -135,6 +133,7 @@ class World:
     owner_k1: list[Signed] = field(default_factory=list)  # the owner's records signed by K1 (it vouches for them)
     owner_k2: list[Signed] = field(default_factory=list)
     thief_key: keys.SigningKey | None = None
+    thief_auth: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> the thief's credential there
     thief_window: list[Signed] = field(default_factory=list)  # taken before the revocation (b, then c alone)
     thief_backdated: list[Signed] = field(default_factory=list)
     task: str = "drill-task"
@@ -368,10 +367,40 @@ async def owner_works(w: World) -> None:
     w.check("owner_holds_lease", bool(w.lease_id), f"a answered {status}" + ("" if w.lease_id else f" {data}"))
 
 
+async def open_session(w: World, name: str, key: keys.SigningKey) -> tuple[int, str | None, Any]:
+    """Prove `key` for the owner's id to a node (POST /v1/auth/challenge, /v1/auth/session, naming the key in
+    `signing_key`): (status, the session's bearer headers or None, the answer)."""
+    status, challenge = await w.call(name, "POST", "/v1/auth/challenge", {"agent_id": w.owner_id}, {})
+    if status not in (200, 201) or not isinstance(challenge, dict):
+        return status, None, challenge
+    message = challenge_message(challenge["node_id"], w.owner_id, challenge["challenge"])
+    body = {"agent_id": w.owner_id, "challenge": challenge["challenge"], "signature": key.sign(message)}
+    if key.did != w.owner_id:
+        body["signing_key"] = key.did
+    status, data = await w.call(name, "POST", "/v1/auth/session", body, {})
+    token = data.get("token") if status in (200, 201) and isinstance(data, dict) else None
+    return status, token, data
+
+
+async def thief_logs_in(w: World) -> None:
+    """The thief holds only the identity file's key: it opens a session with it on every node (the path an identity
+    file's client takes). Where a node refuses, the thief uses the agent's API key copied from the same machine."""
+    assert w.thief_key is not None
+    for name in NAMES:
+        status, token, data = await open_session(w, name, w.thief_key)
+        if token is not None:
+            w.thief_auth[name] = {"Authorization": f"Bearer {token}"}
+            w.log(f"the thief opens a session on {name} with the stolen key")
+        else:
+            w.thief_auth[name] = w.owner_auth[name]
+            w.log(f"the thief's session on {name} refused ({status} {_code(data)}): it uses the copied API key")
+
+
 async def theft(w: World) -> None:
     """The thief, holding a copy of the identity file and the agent's API keys, acts through b."""
     w.thief_key = identity_file.load(w.root / "owner.identity").key  # the copy
-    thief, auth = w.thief_key, w.owner_auth["b"]
+    await thief_logs_in(w)
+    thief, auth = w.thief_key, w.thief_auth["b"]
     taken, answers = [], []
     post = entry(w.owner_id, thief, "the thief, posting as the owner")
     status, data = await post_record(w, "b", post, auth)
@@ -411,7 +440,7 @@ async def revoke(w: World) -> None:
     cut(w, "c")
     assert w.thief_key is not None and w.rotation is not None
     lone = entry(w.owner_id, w.thief_key, "the thief on c, cut off from the revocation")
-    status, data = await post_record(w, "c", lone, w.owner_auth["c"])
+    status, data = await post_record(w, "c", lone, w.thief_auth["c"])
     w.log(f"the thief posts on c while c is cut off: {status}")
     if status == 201:
         w.thief_window.append(lone)
@@ -464,7 +493,7 @@ async def after_revocation(w: World, name: str) -> None:
     w.check("revocation_stored", True, f"{name}")
     deadline = stored + WINDOW_S
     assert w.thief_key is not None
-    thief, auth = w.thief_key, w.owner_auth[name]
+    thief, auth = w.thief_key, w.thief_auth[name]
 
     async def thief_refused() -> tuple[bool, str]:
         post = entry(w.owner_id, thief, f"the thief on {name} after the revocation")
@@ -487,8 +516,13 @@ async def after_revocation(w: World, name: str) -> None:
         return status == 201, f"{name}: {status}" + ("" if status == 201 else f" {_code(data)}")
 
     async def thief_lease() -> tuple[bool, str]:
+        login, _, l_data = await open_session(w, name, thief)  # a new session with the revoked key
         status, data = await w.call(name, "POST", f"{WF}/tasks/{w.task}/lease", {"seconds": 900}, auth)
-        return status in (401, 403, 422), f"{name}: {status} {_code(data)}"
+        ok = login in (401, 403, 422) and status in (401, 403, 422)
+        return (
+            ok,
+            f"{name}: new session {login} {_code(l_data)}, lease with the thief's credential {status} {_code(data)}",
+        )
 
     async def thief_completion() -> tuple[bool, str]:
         draft = unsigned.unsigned_task_event(

@@ -1,6 +1,6 @@
 """The CI form of scenarios/theft.py: the three-node theft drill on real `bbs serve` processes, and its table.
 
-The drill runs whole (about 40 s); every check it names must hold except those waiting for a piece another branch
+The drill runs whole (about 15 s); every check it names must hold except those waiting for a piece another branch
 of issue 36 is building (`theft.NEEDS`), which must still run and report why they fail."""
 
 from __future__ import annotations
