@@ -109,6 +109,8 @@ class Authority:
     # (event, subject) -> page index -> versions, of the verified vouch pages held
     _pages: dict[tuple[str, str], dict[int, list[str]]] = field(default_factory=dict)
     _page_addresses: set[str] = field(default_factory=set)
+    # (event, subject) -> every version on its held pages: a record on one is vouched for, one set lookup
+    _vouched: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     _count: int = -1  # key events and vouch pages the cache holds; -1: not loaded
     # (dependency keys, last waiting id checked) left for the writer's next jobs: more than one transaction re-checks
     pending: list[tuple[tuple[Dep, ...], int]] = field(default_factory=list)
@@ -133,6 +135,7 @@ class Authority:
     def load_txn(self, conn: Conn) -> None:
         """(Re)build the cache from the log's key events and vouch pages (each stored only once verified)."""
         self._events, self._histories, self._pages, self._page_addresses = {}, {}, {}, set()
+        self._vouched = {}
         rows = authority_records(conn)
         for address, record in rows:
             if record["kind"] == KEY_EVENT:
@@ -210,6 +213,7 @@ class Authority:
     def _take_page(self, address: str, record: dict[str, Any]) -> None:
         self._page_addresses.add(address)
         self._pages.setdefault((record["event"], record["subject"]), {})[record["page"]] = list(record["versions"])
+        self._vouched.setdefault((record["event"], record["subject"]), set()).update(record["versions"])
 
     def decide(self, record: dict[str, Any], version: str) -> Decision:
         """The verdict on a record that is not a key event or vouch page, by the key that signed it
@@ -217,6 +221,10 @@ class Authority:
         author = record["author_id"]
         signer = key_history.signer_of(record)
         history = self.history(author)
+        if signer != history.state.key:  # a rotated-out key: a version on a held page of its vouch is vouched for
+            removal = history.removed_by.get(signer) or history.vouched_by.get(signer)
+            if removal is not None and version in self._vouched.get((removal, signer), ()):
+                return Decision("valid")  # what key_verdict answers, without parsing the vouch and scanning pages
         verdict = key_history.key_verdict(history, signer, version, self._pages)
         if verdict == "valid":
             return Decision("valid")

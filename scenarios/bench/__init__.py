@@ -14,7 +14,20 @@ from scenarios.bench.context import Context
 
 def registry() -> dict[str, Callable[[Context], None]]:
     """Benchmark name -> runner, in the order `all` runs them."""
-    from scenarios.bench import flood, inbox, ingest, peers, push, raw, reads, ready, search, submission, sync
+    from scenarios.bench import (
+        flood,
+        inbox,
+        ingest,
+        key_history,
+        peers,
+        push,
+        raw,
+        reads,
+        ready,
+        search,
+        submission,
+        sync,
+    )
 
     return {
         "raw": raw.run,
@@ -30,4 +43,5 @@ def registry() -> dict[str, Callable[[Context], None]]:
         "peers": peers.run,
         "replication": peers.run_replication,
         "flood": flood.run,
+        "key-history": key_history.run,
     }
