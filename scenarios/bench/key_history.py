@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from identity import canonical, key_history, keys, records, vouching
+from identity import canonical, key_files, key_history, keys, records, vouching
 from node.federation import store as sync_store
 from node.ops.datadir import DataDir
 from node.service import Node
@@ -207,7 +207,7 @@ def served(source: Path, token: str, puller: str) -> Iterator[tuple[PeerConfig, 
     db.write_sync(DataDir(source).db_path, lambda c: sync_store.add_peer_txn(c, "http://127.0.0.1:9", puller, now))
     with Server(source, extra_env={"BBS_SYNC": "off"}) as server:
         index_lag.Sampler(server.url, token).settle(timeout=300.0)  # the puller must not share the cores with it
-        yield PeerConfig(keys.load_key(DataDir(source).key_path).did, server.url), server
+        yield PeerConfig(key_files.load_key(DataDir(source).key_path).did, server.url), server
 
 
 def cpu_seconds(pid: int) -> float:
