@@ -92,8 +92,7 @@ chaos-and-containers: $(VENV)/.installed
 	fi
 
 # Issue 36's drill: three nodes, an agent's key stolen and revoked with its recovery key; prints a table of named
-# checks and its wall time, and fails when one breaks (about 15 s). Until the pieces it names in `theft.NEEDS` are
-# merged (signing_key on task events, sessions bound to the key that opened them) it fails on them.
+# checks and its wall time, and fails when one breaks (about 10 s).
 theft-drill: $(VENV)/.installed
 	$(BIN)/python -m scenarios.theft
 

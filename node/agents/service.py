@@ -103,7 +103,15 @@ class TokenCache:
         self.max_entries = max_entries
         self.epoch: int | None = None  # the database's credential_epoch at the last look
         self.generation = 0  # moves at every clear: a look-up that began before one is not kept
+        self.key_changes = 0  # the writer's `Authority.changes` at the last look (this process's key events)
         self._entries: dict[bytes, tuple[Principal, int]] = {}
+
+    def observe_keys(self, changes: int) -> None:
+        """Note the writer's count of key-event changes (`Authority.changes`); forget every token if it moved: a
+        session may have been proved by a key a key event just took authority from."""
+        if changes != self.key_changes:
+            self.clear()
+            self.key_changes = changes
 
     def observe(self, epoch: int) -> None:
         """Note the database's credential epoch; forget every token if it moved since the last look."""
@@ -286,9 +294,7 @@ class Agents:
     async def authenticate(self, token: str) -> Principal | None:
         """The principal of an API key or admin token (verified ones are cached: `TokenCache`)."""
         now = self.now_ms()
-        if now >= self._credentials_checked_ms + CREDENTIALS_CHECK_MS:
-            self._credentials_checked_ms = now  # before the await: one look per interval, not one per request
-            self.tokens.observe(await self.db.read(store.credential_epoch, quick=True))
+        await self.observe_credentials(now)
         principal = self.tokens.get(token, now)
         if principal is None:
             generation = self.tokens.generation
@@ -296,6 +302,13 @@ class Agents:
             if principal is not None:
                 self.tokens.put(token, principal, now, generation=generation)
         return principal
+
+    async def observe_credentials(self, now: int) -> None:
+        """Once a second, look whether a credential changed or a key event was stored (by any process: the
+        database's `credential_epoch`), and forget the cached tokens if so."""
+        if now >= self._credentials_checked_ms + CREDENTIALS_CHECK_MS:
+            self._credentials_checked_ms = now  # before the await: one look per interval, not one per request
+            self.tokens.observe(await self.db.read(store.credential_epoch, quick=True))
 
     async def create(
         self, name: str, display_name: str | None, description: str = "", agent_type: str | None = None

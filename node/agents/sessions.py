@@ -23,13 +23,14 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from identity import canonical, keys
 from node.agents import challenges, store
 from node.agents.service import Principal, read_key_history
 from node.errors import NotFound, Unauthorized
-from wire.api import ChallengeOut, SessionIn, SessionOut
+from node.store.conn import Conn
+from wire.api import ChallengeOut, KeyHistory, SessionIn, SessionOut
 from wire.time import format_ms
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ async def open_session(node: Node, body: SessionIn) -> SessionOut:
         )
 
     await node.db.write(
-        lambda c: store.open_session_txn(c, key_id, body.agent_id, _digest(secret), now + SESSION_TTL_MS, now)
+        lambda c: store.open_session_txn(c, key_id, body.agent_id, signer, _digest(secret), now + SESSION_TTL_MS, now)
     )
     return SessionOut(
         token=f"{TOKEN_PREFIX}_{key_id}_{secret}",
@@ -120,12 +121,24 @@ async def session_principal(node: Node, token: str) -> Principal | None:
     if len(parts) != 3 or parts[0] != TOKEN_PREFIX or len(parts[1]) != 16 or not parts[2]:
         return None
     now = node.now_ms()
+    # a key event stored since (here: the writer's cache moved; by any process: the epoch, migration 0025) may have
+    # taken authority from the key that proved a cached session
+    node.agents.tokens.observe_keys(node.sealing.authority.changes)
+    await node.agents.observe_credentials(now)
     cached = node.agents.tokens.get(token, now)
     if cached is not None:
         return cached
     generation = node.agents.tokens.generation
-    row = await node.db.read(lambda c: store.session(c, parts[1]))
+
+    def look(conn: Conn) -> tuple[Any, KeyHistory | None]:
+        row = store.session(conn, parts[1])
+        return row, None if row is None else read_key_history(conn, str(row[0]))
+
+    row, history = await node.db.read(look)
     if row is None or row[2] <= now or not hmac.compare_digest(row[1], _digest(parts[2])):
+        return None
+    assert history is not None
+    if row[3] not in (history.current_key, history.recovery):  # its key was revoked or rotated out since (3.7)
         return None
     principal = Principal("agent", row[0])
     # cached, but never beyond the session's end

@@ -126,17 +126,22 @@ def credential_epoch(conn: Conn) -> int:
 # ---- key-proof sessions ---------------------------------------------------------------------------------------
 
 
-def open_session_txn(conn: Conn, key_id: str, agent_id: str, secret_sha256: str, expires_ms: int, now_ms: int) -> None:
-    """Drop the sessions expired at `now_ms`, and store a new one of `agent_id` until `expires_ms`."""
+def open_session_txn(
+    conn: Conn, key_id: str, agent_id: str, signing_key: str, secret_sha256: str, expires_ms: int, now_ms: int
+) -> None:
+    """Drop the sessions expired at `now_ms`, and store a new one of `agent_id`, proved by `signing_key`, until
+    `expires_ms`."""
     conn.execute("DELETE FROM auth_sessions WHERE expires_ms <= ?", (now_ms,))
     conn.execute(
-        "INSERT INTO auth_sessions (key_id, agent_id, secret_sha256, expires_ms) VALUES (?, ?, ?, ?)",
-        (key_id, agent_id, secret_sha256, expires_ms),
+        "INSERT INTO auth_sessions (key_id, agent_id, signing_key, secret_sha256, expires_ms) VALUES (?, ?, ?, ?, ?)",
+        (key_id, agent_id, signing_key, secret_sha256, expires_ms),
     )
 
 
 def session(conn: Conn, key_id: str) -> Any:
-    """The session `key_id` (`agent_id`, `secret_sha256`, `expires_ms`), or None."""
+    """The session `key_id` (`agent_id`, `secret_sha256`, `expires_ms`, the key that proved it), or None."""
     return conn.execute(
-        "SELECT agent_id, secret_sha256, expires_ms FROM auth_sessions WHERE key_id = ?", (key_id,)
+        "SELECT agent_id, secret_sha256, expires_ms, coalesce(signing_key, agent_id) FROM auth_sessions"
+        " WHERE key_id = ?",
+        (key_id,),
     ).fetchone()

@@ -112,6 +112,7 @@ class Authority:
     # (event, subject) -> every version on its held pages: a record on one is vouched for, one set lookup
     _vouched: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     _count: int = -1  # key events and vouch pages the cache holds; -1: not loaded
+    changes: int = 0  # moves whenever the key events held may have changed (read by the event loop: sessions)
     # (dependency keys, last waiting id checked) left for the writer's next jobs: more than one transaction re-checks
     pending: list[tuple[tuple[Dep, ...], int]] = field(default_factory=list)
 
@@ -143,6 +144,7 @@ class Authority:
             else:
                 self._take_page(address, record)
         self._count = len(rows)
+        self.changes += 1
 
     def invalidate(self) -> None:
         """Forget everything: the next `ensure_txn` loads from the log (after a write that may have rolled back)."""
@@ -182,6 +184,7 @@ class Authority:
         if address not in held:
             held[address] = record
             self._count += 1
+            self.changes += 1
             self._histories.pop(record["author_id"], None)
 
     def judge_page(self, address: str, record: dict[str, Any]) -> tuple[EventVerdict, str | None]:

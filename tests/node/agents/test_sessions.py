@@ -167,3 +167,38 @@ async def test_a_restart_forgets_pending_challenges(client: TestClient, node: No
     restarted = Node(node.data.root)  # a new process: its memory holds no challenge
     assert restarted.challenges.take(ch["challenge"], key.did) is None
     assert node.challenges.take(ch["challenge"], key.did) is not None
+
+
+async def test_a_session_ends_when_a_key_event_takes_authority_from_the_key_that_proved_it(
+    client: TestClient, node: Node, clock: FakeClock
+) -> None:
+    """A thief's session opened with a stolen key before the rotation (or revocation) stops at once (issue 36):
+    a session remembers its key (migration 0025), and a stored key event makes every cached session be checked
+    again; a session proved by the new key works."""
+    from tests.node.agents.test_key_events import identity_document, rotation, submit, version_of
+    from tests.node.api_helpers import self_signer
+
+    who = await self_signer(node, "rover")
+    ch = await challenge(client, who.agent_id)
+    message = agent_auth.challenge_message(ch["node_id"], who.agent_id, ch["challenge"])
+    resp = await client.post(
+        "/v1/auth/session",
+        json={"agent_id": who.agent_id, "challenge": ch["challenge"], "signature": who.key.sign(message)},
+    )
+    assert resp.status == 201
+    old_session = {"Authorization": f"Bearer {(await resp.json())['token']}"}
+    resp = await client.get("/v1/inbox", headers=old_session)
+    assert resp.status == 200  # cached now
+    new = keys.SigningKey.generate()
+    vouched = [version_of(await identity_document(node, who.agent_id))]
+    event = rotation(who.agent_id, who.key, new, vouched, created_ms=int(clock() * 1000))
+    await submit(client, who, event, [], 201)
+    resp = await client.get("/v1/inbox", headers=old_session)
+    assert resp.status == 401, await resp.text()
+    ch = await challenge(client, who.agent_id)
+    message = agent_auth.challenge_message(ch["node_id"], who.agent_id, ch["challenge"])
+    body = {"agent_id": who.agent_id, "challenge": ch["challenge"], "signature": new.sign(message)}
+    resp = await client.post("/v1/auth/session", json=body | {"signing_key": new.did})
+    assert resp.status == 201, await resp.text()
+    resp = await client.get("/v1/inbox", headers={"Authorization": f"Bearer {(await resp.json())['token']}"})
+    assert resp.status == 200

@@ -111,12 +111,12 @@ async def test_credentials_are_stored_found_and_deleted(node: Node, make_agent: 
 
 async def test_a_session_is_stored_and_the_expired_dropped(node: Node, make_agent: MakeAgent, clock: FakeClock) -> None:
     alice = await make_agent("alice")
-    now = node.now_ms()
-    await node.db.write(lambda c: store.open_session_txn(c, "a" * 16, alice.agent_id, "s" * 64, now + 10, now))
+    me, now = alice.agent_id, node.now_ms()
+    await node.db.write(lambda c: store.open_session_txn(c, "a" * 16, me, me, "s" * 64, now + 10, now))
     row = await node.db.read(lambda c: store.session(c, "a" * 16))
-    assert tuple(row) == (alice.agent_id, "s" * 64, now + 10)
+    assert tuple(row) == (alice.agent_id, "s" * 64, now + 10, alice.agent_id)
     later = now + 10
-    await node.db.write(lambda c: store.open_session_txn(c, "b" * 16, alice.agent_id, "t" * 64, later + 10, later))
+    await node.db.write(lambda c: store.open_session_txn(c, "b" * 16, me, me, "t" * 64, later + 10, later))
     assert await node.db.read(lambda c: store.session(c, "a" * 16)) is None  # expired at `later`: dropped
     assert await node.db.read(lambda c: store.session(c, "b" * 16)) is not None
 
