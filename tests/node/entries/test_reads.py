@@ -167,14 +167,14 @@ async def search_until_served(server: Server, headers: dict[str, str], q: str) -
     raise AssertionError("the search index was never built")
 
 
-_CREATED = re.compile(r"^CREATE (?:UNIQUE )?(TABLE|INDEX) (\w+)", re.M)
+_CREATED = re.compile(r"^CREATE (?:UNIQUE )?(TABLE|INDEX|TRIGGER) (\w+)", re.M)
 _ADDED = re.compile(r"^ALTER TABLE (\w+) ADD COLUMN (\w+)", re.M)
 _OTHER_SCHEMA_CHANGE = re.compile(r"^(?:CREATE|ALTER|DROP) ", re.M)
 
 
 def undo_migrations_after(conn: sqlite3.Connection, version: int) -> None:
-    """Take back what the migrations numbered above `version` (after 0021) add: their tables, indexes and added
-    columns, newest first. A migration that changes the schema in another way fails here loudly, so that whoever
+    """Take back what the migrations numbered above `version` (after 0021) add: their tables, indexes, triggers and
+    added columns, newest first. A migration that changes the schema in another way fails here loudly, so that whoever
     writes it teaches this helper how to take it back."""
     files = sorted(Path(db.__file__).parent.joinpath("migrations").glob("[0-9][0-9][0-9][0-9]_*.sql"))
     for path in reversed([f for f in files if int(f.name[:4]) > version]):
