@@ -405,6 +405,7 @@ class KeyEventItem(msgspec.Struct):
     created_at: str
     in_chain: bool  # on the winning chain (3.4); false: a losing branch, refused, or waiting for its prior
     key: str | None = None  # the key it installs
+    role: str | None = None  # the role its signer held on the chain (current, next, recovery); None off the chain
 
 
 class KeyHistory(msgspec.Struct):

@@ -220,7 +220,11 @@ def signing_key(conn: Conn, agent_id: str) -> keys.SigningKey | None:
 def key_history_of(author: str, events: list[tuple[str, dict[str, Any]]]) -> KeyHistory:
     """The key history shown for `author` over the key events held (`identity.key_history.resolve`)."""
     history = key_history.resolve(author, events)
-    chain = set(history.chain)
+    roles: dict[str, str | None] = {}
+    state = key_history.initial_state(author)
+    for address in history.chain:  # each chain event is judged in the state its prior left
+        roles[address] = key_history.role_of(state, history.events[address])
+        state = key_history.apply(state, history.events[address])
     items = [
         KeyEventItem(
             address=address,
@@ -228,8 +232,9 @@ def key_history_of(author: str, events: list[tuple[str, dict[str, Any]]]) -> Key
             event=str(event["event"]),
             signer=key_history.signer_of(event),
             created_at=str(event["created_at"]),
-            in_chain=address in chain,
+            in_chain=address in roles,
             key=event.get("key"),
+            role=roles.get(address),
         )
         for address, event in sorted(events, key=lambda item: (int(item[1]["seq"]), item[0]))
     ]

@@ -14,7 +14,9 @@ import msgspec
 from identity import records
 from node.dashboard import store
 from node.entries import store as entries_store
+from node.store import void
 from node.store.conn import Conn
+from wire.api import KeyHistory
 from wire.time import format_ms
 
 ACTIVITY_WINDOW_MS = 7 * 24 * 3600 * 1000
@@ -41,6 +43,17 @@ class AgentRow(msgspec.Struct):
 
 class AgentList(msgspec.Struct):
     agents: list[AgentRow]
+
+
+class AgentKeys(msgspec.Struct):
+    """An agent's key history (the same `KeyHistory` as GET /v1/agents/{agent_id}) and, for the admin, how many
+    of its stored records a later key event made void (null for an agent's key: GET /v1/admin/void-records is
+    admin-only)."""
+
+    agent_id: str
+    display_name: str
+    key_history: KeyHistory
+    void_records: int | None
 
 
 class Provenance(msgspec.Struct):
@@ -90,6 +103,11 @@ def agents(conn: Conn, now_ms: int) -> AgentList:
             for r in rows
         ]
     )
+
+
+def void_count(conn: Conn, agent_id: str) -> int:
+    """How many stored records of `agent_id` are flagged void (`node.store.void.flagged_of`)."""
+    return len(void.flagged_of(conn, [agent_id]))
 
 
 def provenance(conn: Conn, ref: str) -> Provenance | None:

@@ -125,6 +125,16 @@ async def agents(request: web.Request) -> web.Response:
     return json_response(await node.db.read(lambda c: data.agents(c, node.now_ms())))
 
 
+async def agent_keys(request: web.Request) -> web.Response:
+    """An agent's key history, by the service call behind GET /v1/agents/{agent_id}, with its void records counted
+    for the admin."""
+    node = _node(request)
+    agent = await node.agents.get(request.match_info["agent_id"])
+    assert agent.key_history is not None  # `agent_out` always reads it (None only in other answers' shapes)
+    voided = await node.db.read(lambda c: data.void_count(c, agent.agent_id)) if principal(request).is_admin else None
+    return json_response(data.AgentKeys(agent.agent_id, agent.display_name, agent.key_history, voided))
+
+
 async def provenance(request: web.Request) -> web.Response:
     ref = entry_ref(request)
     found = await _node(request).db.read(lambda c: data.provenance(c, ref))
@@ -154,6 +164,7 @@ async def entry_graph(request: web.Request) -> web.Response:
 ROUTES: list[Route] = [
     Route("GET", "/dashboard/api/session", session, "Who the dashboard is signed in as", "any"),
     Route("GET", "/dashboard/api/agents", agents, "Agents with their activity", "any"),
+    Route("GET", "/dashboard/api/agents/{agent_id}/keys", agent_keys, "An agent's key history", "any"),
     Route("GET", "/dashboard/api/entries/{ref}/provenance", provenance, "An entry's provenance", "any"),
     Route(
         "GET",

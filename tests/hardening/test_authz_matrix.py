@@ -92,6 +92,8 @@ TABLE: list[Row] = [
     Row("GET", f"{WF}/graph", "401 401 200 200 200 401"),
     Row("GET", "/dashboard/api/session", "401 401 200 200 200 401"),
     Row("GET", "/dashboard/api/agents", "401 401 200 200 200 401"),
+    Row("GET", "/dashboard/api/agents/{agent_id}/keys", "401 401 200 200 200 401",
+        url="/dashboard/api/agents/{own}/keys"),
     Row("GET", "/dashboard/api/entries/{ref}/provenance", "401 401 200 200 200 401",
         url="/dashboard/api/entries/{entry}/provenance"),
     Row("GET", "/dashboard/api/entries/{ref}/graph.svg", "401 401 200 200 200 401",

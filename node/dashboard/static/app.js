@@ -409,7 +409,8 @@ views.agents = async (_args, _params, ctx) => {
   const row = (a) => h("tr", {},
     h("td", {}, h("a", { href: `#/search?author=${encodeURIComponent(a.agent_id)}` }, a.display_name),
       h("div", { class: "sub", title: a.agent_id }, shortId(a.agent_id)),
-      a.local_name && h("div", { class: "sub" }, `local name: ${a.local_name}`)),
+      a.local_name && h("div", { class: "sub" }, `local name: ${a.local_name}`),
+      h("div", { class: "sub" }, h("a", { href: `#/agent/${encodeURIComponent(a.agent_id)}` }, "keys"))),
     h("td", { title: a.home_node }, a.home_node === node ? "this node" : shortId(a.home_node)),
     h("td", {}, a.trust === null || a.trust === undefined ? "—" : [confidence(a.trust),
       h("div", { class: "sub" }, `${a.confirms} confirms, ${a.disconfirms} disconfirms`)]),
@@ -421,6 +422,32 @@ views.agents = async (_args, _params, ctx) => {
   main.append(h("div", { class: "scroll" }, h("table", { id: "agents" },
     h("thead", {}, h("tr", {}, heads.map((c) => h("th", { scope: "col" }, c)))),
     h("tbody", {}, state.agents.map(row)))));
+};
+
+// An agent's key history (GET /dashboard/api/agents/{id}/keys: the key_history of GET /v1/agents/{id}).
+views.agent = async ([ref], _params, ctx) => {
+  const r = await api(`/dashboard/api/agents/${encodeURIComponent(decodeURIComponent(ref || ""))}/keys`);
+  if (!ctx.alive()) return;
+  const k = r.key_history;
+  main.append(h("h1", {}, isolate(r.display_name), " ", h("span", { class: "sub" }, "keys")),
+    h("dl", { id: "agent-keys", class: "prov" },
+      h("dt", {}, "Agent"), h("dd", { class: "mono" }, r.agent_id),
+      h("dt", {}, "Current key"), h("dd", { class: "mono" }, k.current_key || "none (revoked)"),
+      h("dt", {}, "Recovery key"), h("dd", {}, k.recovery ? h("span", { class: "mono" }, k.recovery) : "not set"),
+      h("dt", {}, "Next key committed"), h("dd", {}, k.next ? "yes" : "no"),
+      h("dt", {}, "Void records"), h("dd", {}, r.void_records === null ? "admin only" : String(r.void_records))));
+  if (!k.events.length) return main.append(h("p", { class: "empty" }, "No key event: the agent signs with its first key."));
+  const row = (e) => h("tr", { class: e.in_chain ? "" : "off-chain" },
+    h("td", { class: "num" }, e.seq),
+    h("td", {}, e.event),
+    h("td", { class: "mono", title: e.key || "" }, e.key ? shortId(e.key) : "—"),
+    h("td", {}, e.role || "—", h("div", { class: "sub mono", title: e.signer }, shortId(e.signer))),
+    h("td", {}, e.in_chain ? "yes" : "no"),
+    h("td", {}, e.created_at.replace("T", " ").replace("Z", " UTC")));
+  const heads = ["Seq", "Event", "Key installed", "Signed by", "On chain", "Created"];
+  main.append(h("div", { class: "scroll" }, h("table", { id: "key-events" },
+    h("thead", {}, h("tr", {}, heads.map((c) => h("th", { scope: "col" }, c)))),
+    h("tbody", {}, k.events.map(row)))));
 };
 
 // ---- workflows: tasks and bus -----------------------------------------------------------------------------

@@ -225,3 +225,27 @@ async def test_push_view_shows_each_endpoint_and_its_failures(
     assert endpoint["state"]["breaker"] == "closed"
     await b.shot("push")
     assert b.errors == []
+
+
+async def test_an_agents_key_history_after_a_rotation_and_a_revocation(
+    open_browser: OpenBrowser, client: Any, seeded: Seeded, admin_headers: dict[str, str], data_dir: tuple[object, str]
+) -> None:
+    alice = seeded.alice.agent_id
+    for path in (f"/v1/agents/{alice}/signing-key", f"/v1/agents/{alice}/revocation"):
+        resp = await client.post(path, json={}, headers=admin_headers)
+        assert resp.status == 201, await resp.text()
+    current = (await (await client.get(f"/v1/agents/{alice}", headers=admin_headers)).json())["key_history"]
+    b = await open_browser()
+    await b.sign_in(data_dir[1])
+    await b.view("#/agents", "#agents tbody tr")
+    await b.page.locator("#agents tbody tr", has_text="Alice").get_by_role("link", name="keys").click()
+    await b.page.wait_for_selector("#key-events tbody tr")
+    rows = await b.page.locator("#key-events tbody tr").all_inner_texts()
+    assert len(rows) == 2
+    assert rows[0].split("\t")[:2] == ["1", "rotate"] and "current" in rows[0]
+    assert rows[1].split("\t")[:2] == ["2", "revoke"] and "recovery" in rows[1]
+    facts = await b.page.locator("#agent-keys").inner_text()
+    assert current["current_key"] in facts and current["recovery"] in facts
+    assert "Void records\n0" in facts
+    await b.shot("agent-keys")
+    assert b.errors == []

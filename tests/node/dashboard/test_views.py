@@ -87,5 +87,11 @@ async def test_agents_provenance_and_graph(client: TestClient, make_agent: MakeA
 
 
 def test_the_routes() -> None:
-    assert [r.handler.__name__ for r in views.ROUTES] == ["session", "agents", "provenance", "entry_graph"]
+    assert [r.handler.__name__ for r in views.ROUTES] == [
+        "session",
+        "agents",
+        "agent_keys",
+        "provenance",
+        "entry_graph",
+    ]
     assert views.GraphQuery().hops == 1
