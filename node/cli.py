@@ -489,20 +489,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     push_cli.register(sub)
 
-    p = agent.add_parser("export", help="write an agent's identity file (private key; mode 0600)")
-    p.add_argument("name")
+    p = agent.add_parser(
+        "export",
+        help="write an agent's identity file (its current signing key and key history; mode 0600)",
+        description="Write a node-kept agent's identity file: its current signing key (the rotated one after a key"
+        " event), its identity document, and its key history with the vouch pages a node needs to check it"
+        " (docs/format-v3.md 3). Another node imports it with bbs agent import.",
+    )
+    p.add_argument("name", help="the agent's local name (a node-kept agent)")
     _data_arg(p)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True, help="the identity file to write")
     p.add_argument("--passphrase-env", metavar="VAR", help="encrypt the key with the passphrase in this variable")
     p.set_defaults(func=cmd_agent_export)
 
-    p = agent.add_parser("import", help="register an identity file's agent on this node")
-    p.add_argument("file", type=Path)
+    p = agent.add_parser(
+        "import",
+        help="register an identity file's agent on this node (with its key history)",
+        description="Register an identity file's agent on this node under the same id: its key history and vouch"
+        " pages are stored first, so a rotated identity signs with its current key; a file older than the history"
+        " this node holds is refused (identity_key_outdated). With a key history, stop the node first.",
+    )
+    p.add_argument("file", type=Path, help="the identity file (bbs agent export, or the agent's own)")
     _data_arg(p)
     p.add_argument("--name", help="local name (default: from the display name)")
     p.add_argument("--keep-key", action="store_true", help="let this node keep the key and sign for the agent")
-    p.add_argument("--passphrase-env", metavar="VAR")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--passphrase-env", metavar="VAR", help="the environment variable holding the file's passphrase")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_agent_import)
 
     from agent.runtime import cli as runtime_cli  # bbs agent run, bbs agent init

@@ -219,9 +219,16 @@ def cmd_node_rotate_key(args: argparse.Namespace) -> int:
 def add_parsers(sub: argparse._SubParsersAction, data_arg: Callable[[argparse.ArgumentParser], None]) -> None:
     """Register the federation subcommands on the `bbs` parser."""
     node = sub.add_parser("node", help="the node's own identity").add_subparsers(dest="node_command", required=True)
-    p = node.add_parser("rotate-key", help="give the node a new key (a key event signed by the current one)")
+    p = node.add_parser(
+        "rotate-key",
+        help="give the node a new key (a key event signed by the current one)",
+        description="Give the node a new signing key: a key event signed by the current key installs it and vouches"
+        " for the records the log holds; the node id stays. Peers holding the rotation accept the new key; the old"
+        " one keeps signing only toward peers that have not pulled it (bbs peers shows who has; docs/sync.md,"
+        ' "Node key rotation"). Run it on a stopped node; a running one rotates through POST /v1/node/key (admin).',
+    )
     data_arg(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_node_rotate_key)
 
     peer = sub.add_parser("peer", help="manage federation peers").add_subparsers(dest="peer_command", required=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import sqlite3
@@ -92,3 +93,33 @@ def test_revoke_and_recover_refuse_a_folder_a_node_serves(tmp_path: Path, capsys
     finally:
         lock.close()
     assert key_events(data) == []
+
+
+def _subparser(parser: Any, *path: str) -> Any:
+    for name in path:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[name]
+    return parser
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("agent", "rotate-signing-key"),
+        ("agent", "revoke"),
+        ("agent", "recover"),
+        ("agent", "export"),
+        ("agent", "import"),
+        ("node", "rotate-key"),
+        ("mcp",),
+    ],
+)
+def test_every_argument_of_the_identity_lifecycle_commands_says_what_it_is(path: tuple[str, ...]) -> None:
+    """Issue 36's interfaces: each argument of these commands has its help text (`bbs agent export --help` named
+    neither `name` nor `--out`)."""
+    parser = _subparser(cli.build_parser(), *path)
+    silent = [a.dest for a in parser._actions if not a.help]
+    assert silent == [], f"bbs {' '.join(path)}: arguments without help: {silent}"
+    usage = parser.format_help()
+    if path[-1] in ("export", "import"):
+        assert "key history" in usage  # an identity file carries the current key and the history
