@@ -426,7 +426,9 @@ views.agents = async (_args, _params, ctx) => {
 
 // An agent's key history (GET /dashboard/api/agents/{id}/keys: the key_history of GET /v1/agents/{id}).
 views.agent = async ([ref], _params, ctx) => {
-  const r = await api(`/dashboard/api/agents/${encodeURIComponent(decodeURIComponent(ref || ""))}/keys`);
+  let id = ref || "";
+  try { id = decodeURIComponent(id); } catch (_) { /* a stray "%": sent as typed, the node answers 422 */ }
+  const r = await api(`/dashboard/api/agents/${encodeURIComponent(id)}/keys`);
   if (!ctx.alive()) return;
   const k = r.key_history;
   main.append(h("h1", {}, isolate(r.display_name), " ", h("span", { class: "sub" }, "keys")),
