@@ -266,7 +266,12 @@ def test_a_full_author_cap_drops_the_arriving_record_and_reconciliation_brings_i
             assert sizes[A][0] == waiting.MAX_PER_AUTHOR  # the older waiting records were kept, not pushed out
             # A0 has no key events yet: its own records are not held back
             assert await ingest(store, [other]) == {address(other): "saved"}
+            assert store.reconcile_wanted() == set()  # nothing they waited for is stored yet
             assert await ingest(store, [rotation]) == {address(rotation): "saved"}
+            # the rotation is what the dropped records waited for: the peer that sent them is to be reconciled with
+            # at once (the records that waited came from PEERS[0] and were stored: no wake-up for it)
+            assert store.reconcile_wanted() == {PEERS[1]}
+            assert store.reconcile_wanted() == set()  # taken once
             assert await store.db.read(waiting.sizes) == {}
             # reconciliation offers the dropped ones again: nothing remembered them, and now they are stored
             again = await ingest(store, early[waiting.MAX_PER_AUTHOR :], PEERS[1])
