@@ -26,9 +26,10 @@ from node.store import authority as authority_store
 from node.store import void, waiting
 from node.store.conn import Conn
 from node.store.db import Database
+from sync.puller import Wakeups
 from sync.store import Outcome
 from tests.node.federation import v3_story
-from tests.node.federation.v3_story import A0, A1, A4, B0, A, address, key_event, post, verified, version
+from tests.node.federation.v3_story import A0, A1, A4, A5, B0, A, address, key_event, post, verified, version
 from tests.sync.conftest import (
     PeerNode,
     make_peer,  # noqa: F401  (a fixture: real nodes, registered by this import)
@@ -244,6 +245,37 @@ def test_waiting_records_are_absent_from_feed_fetch_digest_and_reconciliation(tm
             assert await store.refused([version(early)]) == {version(early)}
             refused_rows = await store.db.read(lambda c: c.execute("SELECT count(*) FROM refused_versions").fetchone())
             assert refused_rows[0] == 0
+
+    asyncio.run(run())
+
+
+def test_a_woken_peer_is_reconciled_with_at_most_once_per_10_s(tmp_path: Path, monkeypatch: Any) -> None:
+    """docs/format-v3.md 7.3: the puller's `Wakeups` over the store's wake-ups, with a clock the test moves."""
+    monkeypatch.setattr(waiting, "MAX_PER_AUTHOR", 1)
+    now = [1000.0]
+    b = B0.did
+    rotate_a = key_event(A0, "rotate", 1, installs=A4, vouches=[vouch(A0.did, [])])
+    rotate_b = key_event(B0, "rotate", 1, installs=A5, vouches=[vouch(B0.did, [])], author=b)
+
+    async def run() -> None:
+        async with node_store(tmp_path) as store:
+            wakeups = Wakeups(store, lambda: now[0])
+            assert await ingest(store, [post(A, A4, "a waits")]) == {address(post(A, A4, "a waits")): "waiting"}
+            dropped = post(A, A4, "a dropped")
+            assert await ingest(store, [dropped], PEERS[1]) == {address(dropped): "dropped_waiting"}
+            assert not wakeups.due(PEERS[1])  # its dependency is not stored yet
+            assert await ingest(store, [rotate_a]) == {address(rotate_a): "saved"}
+            assert not wakeups.due(PEERS[0])  # its record waited and is stored: nothing to bring back
+            assert wakeups.due(PEERS[1]) and not wakeups.due(PEERS[1])  # once
+            await ingest(store, [post(b, A5, "b waits")])
+            assert await ingest(store, [post(b, A5, "b dropped")], PEERS[1]) == {
+                address(post(b, A5, "b dropped")): "dropped_waiting"
+            }
+            assert await ingest(store, [rotate_b]) == {address(rotate_b): "saved"}
+            now[0] += 5
+            assert not wakeups.due(PEERS[1])  # 5 s after the last early reconciliation: kept for later
+            now[0] += 5
+            assert wakeups.due(PEERS[1])
 
     asyncio.run(run())
 
