@@ -40,6 +40,8 @@ NOTE_EVERY_S = 5.0  # during a catch-up, the peer's status (head, last success) 
 # is a step of setting up a federation, not a fault, so sync starts within seconds of the other side's `peer add`.
 WAITING_BACKOFF_STEPS = 2
 UNKNOWN_PEER = "unknown_peer"
+# a reconciliation started at once for dropped waiting records, at most this often per peer (docs/format-v3.md 7.3)
+WAKE_EVERY_S = 10.0
 
 
 @dataclass
@@ -76,6 +78,28 @@ def _check_stored(peer: PeerConfig, outcomes: list[Outcome]) -> None:
         raise StoreFault(f"internal: records from {peer.node_id} failed in this node's code: {internal} (see its log)")
 
 
+class Wakeups:
+    """Peers to reconcile with before the next round: a dependency (a key event, a vouch page) of records they sent
+    and a full waiting cap dropped is stored (`SyncStore.reconcile_wanted`), at most once per peer per
+    `WAKE_EVERY_S` (docs/format-v3.md 7.3)."""
+
+    def __init__(self, store: SyncStore, clock: Callable[[], float]) -> None:
+        self.store, self.clock = store, clock
+        self.woken: set[str] = set()
+        self.last: dict[str, float] = {}  # when each peer was last reconciled early
+
+    def due(self, peer_id: str) -> bool:
+        """Whether to reconcile with `peer_id` now; a wake within `WAKE_EVERY_S` of the last is kept for later."""
+        self.woken |= self.store.reconcile_wanted()
+        last = self.last.get(peer_id)
+        if peer_id not in self.woken or (last is not None and self.clock() - last < WAKE_EVERY_S):
+            return False
+        self.woken.discard(peer_id)
+        self.last[peer_id] = self.clock()
+        log.info("peer %s: records of it that a waiting cap dropped can be stored now; reconciling", peer_id)
+        return True
+
+
 class Puller:
     """Pulls from peers into `store`, signing requests with `key`."""
 
@@ -93,11 +117,10 @@ class Puller:
     ) -> None:
         self.store, self.key, self.session, self.clock = store, key, session, clock
         self.limit, self.wait_ms, self.reconcile_every_s = limit, wait_ms, reconcile_every_s
-        self.min_poll_s = min_poll_s
-        self.traffic = Traffic()
+        self.min_poll_s, self.traffic = min_poll_s, Traffic()
         self.boots = PeerBoots()  # each peer's boot id, named in every signature (sync/auth.py)
         self.health: dict[str, m.PeerHealth] = {}
-        self.versions = PeerVersions(store, session, clock)  # the protocol version spoken with each peer
+        self.versions, self.wakeups = PeerVersions(store, session, clock), Wakeups(store, clock)  # see each
 
     def client(self, peer: PeerConfig) -> PeerClient:
         health, version = self.health_of(peer.node_id), self.versions.version_of(peer.node_id)
@@ -343,7 +366,8 @@ class Puller:
                     failures = health.consecutive_failures = 0
                     caught_up = False
                     continue
-                if last_reconcile is None or self.clock() - last_reconcile >= self.reconcile_every_s:
+                early = self.wakeups.due(peer.node_id)  # dropped waiting records can be stored now (7.3)
+                if early or last_reconcile is None or self.clock() - last_reconcile >= self.reconcile_every_s:
                     reconciled = await self.reconcile(peer)
                     last_reconcile = self.clock()
                     _check_stored(peer, reconciled.outcomes)

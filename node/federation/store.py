@@ -161,6 +161,9 @@ class NodeSyncStore:
             )  # held, flagged void: outside our set, never fetched again
         )
 
+    def reconcile_wanted(self) -> set[str]:
+        return self.authority.take_wake()  # filled by the writer thread; a wake lost to a race waits for the round
+
     async def ingest(
         self,
         peer_id: str,

@@ -100,6 +100,7 @@ def gate_txn(
         else:
             gated.outcomes.append(Outcome(v.hash, "dropped_waiting"))
             counts["dropped_waiting"] += 1
+            authority.note_dropped(decision.deps, peer_id)
     waiting.remove_versions_txn(conn, stored)  # a copy that waited is decided with it
     waiting.count_txn(conn, peer_id, **counts)
     if recheck and resolved:
@@ -114,6 +115,7 @@ def recheck_txn(
     key events so released decide in turn, up to `waiting.RECHECK_PER_TRANSACTION` records; what is left goes to
     `authority.pending`. Returns the records now valid by the peer they came from (the caller appends them);
     void ones are dropped and counted `void` to their peer, undecided ones stay with their new keys."""
+    authority.resolve_dropped(deps)  # a dependency of dropped records: reconcile with their peers at once (7.3)
     released: dict[str, list[Verified]] = {}
     work: list[tuple[tuple[Dep, ...], int]] = [(deps, after_id)]
     budget = waiting.RECHECK_PER_TRANSACTION
@@ -133,6 +135,7 @@ def recheck_txn(
             decision = _decide(conn, authority, v, found)
             if found:
                 work.append((tuple(found), 0))
+                authority.resolve_dropped(found)
             if decision.verdict == "undecided":
                 waiting.set_deps_txn(conn, row.id, decision.deps)
                 continue

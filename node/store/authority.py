@@ -11,6 +11,7 @@ and without `signing_key` is decided by `needs` alone: two dictionary lookups, n
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ from node.store.waiting import Dep
 
 KEY_EVENT = "key_event"
 VOUCH_PAGE = "vouch_page"
+MAX_DROPPED_DEPS = 10_000  # dependency keys of dropped waiting records remembered for the wake-up (7.3)
 AUTHORITY_KINDS = frozenset({KEY_EVENT, VOUCH_PAGE})  # decided first in a batch: the others are decided by them
 Verdict = Literal["valid", "void", "undecided"]
 EventVerdict = Literal["valid", "refused", "waiting"]
@@ -115,6 +117,11 @@ class Authority:
     changes: int = 0  # moves whenever the key events held may have changed (read by the event loop: sessions)
     # (dependency keys, last waiting id checked) left for the writer's next jobs: more than one transaction re-checks
     pending: list[tuple[tuple[Dep, ...], int]] = field(default_factory=list)
+    # dependency key -> peers whose records waiting for it a full cap dropped (docs/format-v3.md 7.3), at most
+    # MAX_DROPPED_DEPS keys (the oldest forgotten first: the 300 s reconciliation round still brings their records)
+    _dropped: dict[str, set[str]] = field(default_factory=dict)
+    # peers to reconcile with at once: a dependency of records they sent and a cap dropped is now stored
+    wake: set[str] = field(default_factory=set)
 
     @property
     def loaded(self) -> bool:
@@ -145,6 +152,31 @@ class Authority:
                 self._take_page(address, record)
         self._count = len(rows)
         self.changes += 1
+
+    def note_dropped(self, deps: Iterable[Dep], peer_id: str) -> None:
+        """Remember that a cap dropped a record from `peer_id` waiting for `deps` (in memory, bounded)."""
+        for dep in deps:
+            if isinstance(dep, str):
+                self._dropped.setdefault(dep, set()).add(peer_id)
+        while len(self._dropped) > MAX_DROPPED_DEPS:
+            del self._dropped[next(iter(self._dropped))]
+
+    def resolve_dropped(self, resolved: Iterable[Dep]) -> None:
+        """Dependencies now decided: the peers whose dropped records waited for any of them go into `wake`."""
+        if not self._dropped:
+            return
+        for dep in resolved:
+            if isinstance(dep, str):
+                self.wake |= self._dropped.pop(dep, set())
+            else:
+                low, high = dep
+                for key in [k for k in self._dropped if low <= k < high]:
+                    self.wake |= self._dropped.pop(key)
+
+    def take_wake(self) -> set[str]:
+        """The peers to reconcile with at once (`wake`), emptied."""
+        peers, self.wake = self.wake, set()
+        return peers
 
     def invalidate(self) -> None:
         """Forget everything: the next `ensure_txn` loads from the log (after a write that may have rolled back)."""

@@ -8,15 +8,19 @@ key signs after the rotation, not vouched for, is refused on A (REST: 422 `not_c
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from typing import Any
 
 from identity import canonical, keys, records
+from identity.vouching import vouch
 from node.agents import service as agents
 from node.federation.store import add_peer_txn
+from node.store import waiting
 from sync.store import Verified
 from sync.verify import verify_record
+from tests.node.federation.v3_story import A0, A4, A, address, key_event, post, verified
 from tests.sync.conftest import PeerNode, signed_entry
 
 
@@ -107,3 +111,44 @@ async def test_b_holding_the_rotation_takes_a_new_key_record_that_waited_for_it(
     report = await b.puller().pull_once(a.config)
     assert {o.hash: o.outcome for o in report.outcomes}[rotated["event"]] == "saved"
     assert records.compute_hash(early) in await b.hashes()  # re-checked in the key event's transaction
+
+
+async def test_records_a_cap_dropped_come_back_at_once_when_their_key_event_is_stored(  # type: ignore[no-untyped-def]
+    make_peer, monkeypatch
+) -> None:
+    """docs/format-v3.md 7.3: B drops records from A (a small author cap), then stores the rotation they waited for
+    (from another peer); B reconciles with A at once, not at the 300 s round, and holds them within seconds."""
+    monkeypatch.setattr(waiting, "MAX_PER_AUTHOR", 2)
+    a, b = await make_peer("a"), await make_peer("b")
+    await a.add_peer(b)
+    await b.add_peer(a)
+    rotation = key_event(A0, "rotate", 1, installs=A4, vouches=[vouch(A0.did, [])])
+    posts = [post(A, A4, f"by the new key {i}") for i in range(5)]
+    puller = b.puller(wait_ms=500, reconcile_every_s=300.0)
+    loop = asyncio.create_task(puller.run_peer(a.config))
+    try:
+        # B's first reconciliation with A is behind it: the next round is 300 s away
+        for _ in range(200):
+            (status,) = await b.sync.store.statuses()
+            if status.reconciliations:
+                break
+            await asyncio.sleep(0.05)
+        assert status.reconciliations == 1
+        # A holds the rotation and the posts as sent by B: its feed leaves them out for B (echo suppression)
+        await a.node.sync.ingest(b.node_id, [verified(r) for r in [rotation, *posts]], [], None)
+        assert {address(r) for r in [rotation, *posts]} <= await a.hashes()
+        # B gets the posts from A before the rotation: two wait, a full author cap drops the other three
+        got = await b.node.sync.ingest(a.node_id, [verified(r) for r in posts], [], None)
+        assert sorted(o.outcome for o in got) == ["dropped_waiting"] * 3 + ["waiting"] * 2
+        assert await from_a_peer(b, rotation) == "saved"  # the two waiting ones are stored in its transaction
+        assert len({address(r) for r in posts} & await b.hashes()) == 2
+        for _ in range(200):  # 10 s at most; without the wake-up they would wait for the 300 s round
+            if {address(r) for r in posts} <= await b.hashes():
+                break
+            await asyncio.sleep(0.05)
+        assert {address(r) for r in posts} <= await b.hashes()
+        (status,) = [s for s in await b.sync.store.statuses() if s.node_id == a.node_id]
+        assert status.reconciliations == 2
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)

@@ -26,9 +26,10 @@ from node.store import authority as authority_store
 from node.store import void, waiting
 from node.store.conn import Conn
 from node.store.db import Database
+from sync.puller import Wakeups
 from sync.store import Outcome
 from tests.node.federation import v3_story
-from tests.node.federation.v3_story import A0, A1, A4, B0, A, address, key_event, post, verified, version
+from tests.node.federation.v3_story import A0, A1, A4, A5, B0, A, address, key_event, post, verified, version
 from tests.sync.conftest import (
     PeerNode,
     make_peer,  # noqa: F401  (a fixture: real nodes, registered by this import)
@@ -248,6 +249,37 @@ def test_waiting_records_are_absent_from_feed_fetch_digest_and_reconciliation(tm
     asyncio.run(run())
 
 
+def test_a_woken_peer_is_reconciled_with_at_most_once_per_10_s(tmp_path: Path, monkeypatch: Any) -> None:
+    """docs/format-v3.md 7.3: the puller's `Wakeups` over the store's wake-ups, with a clock the test moves."""
+    monkeypatch.setattr(waiting, "MAX_PER_AUTHOR", 1)
+    now = [1000.0]
+    b = B0.did
+    rotate_a = key_event(A0, "rotate", 1, installs=A4, vouches=[vouch(A0.did, [])])
+    rotate_b = key_event(B0, "rotate", 1, installs=A5, vouches=[vouch(B0.did, [])], author=b)
+
+    async def run() -> None:
+        async with node_store(tmp_path) as store:
+            wakeups = Wakeups(store, lambda: now[0])
+            assert await ingest(store, [post(A, A4, "a waits")]) == {address(post(A, A4, "a waits")): "waiting"}
+            dropped = post(A, A4, "a dropped")
+            assert await ingest(store, [dropped], PEERS[1]) == {address(dropped): "dropped_waiting"}
+            assert not wakeups.due(PEERS[1])  # its dependency is not stored yet
+            assert await ingest(store, [rotate_a]) == {address(rotate_a): "saved"}
+            assert not wakeups.due(PEERS[0])  # its record waited and is stored: nothing to bring back
+            assert wakeups.due(PEERS[1]) and not wakeups.due(PEERS[1])  # once
+            await ingest(store, [post(b, A5, "b waits")])
+            assert await ingest(store, [post(b, A5, "b dropped")], PEERS[1]) == {
+                address(post(b, A5, "b dropped")): "dropped_waiting"
+            }
+            assert await ingest(store, [rotate_b]) == {address(rotate_b): "saved"}
+            now[0] += 5
+            assert not wakeups.due(PEERS[1])  # 5 s after the last early reconciliation: kept for later
+            now[0] += 5
+            assert wakeups.due(PEERS[1])
+
+    asyncio.run(run())
+
+
 def test_a_full_author_cap_drops_the_arriving_record_and_reconciliation_brings_it_back(tmp_path: Path) -> None:
     early = [post(A, A4, f"waiting {i}") for i in range(waiting.MAX_PER_AUTHOR + 3)]
     rotation = key_event(A0, "rotate", 1, installs=A4, vouches=[vouch(A0.did, [])])
@@ -266,7 +298,12 @@ def test_a_full_author_cap_drops_the_arriving_record_and_reconciliation_brings_i
             assert sizes[A][0] == waiting.MAX_PER_AUTHOR  # the older waiting records were kept, not pushed out
             # A0 has no key events yet: its own records are not held back
             assert await ingest(store, [other]) == {address(other): "saved"}
+            assert store.reconcile_wanted() == set()  # nothing they waited for is stored yet
             assert await ingest(store, [rotation]) == {address(rotation): "saved"}
+            # the rotation is what the dropped records waited for: the peer that sent them is to be reconciled with
+            # at once (the records that waited came from PEERS[0] and were stored: no wake-up for it)
+            assert store.reconcile_wanted() == {PEERS[1]}
+            assert store.reconcile_wanted() == set()  # taken once
             assert await store.db.read(waiting.sizes) == {}
             # reconciliation offers the dropped ones again: nothing remembered them, and now they are stored
             again = await ingest(store, early[waiting.MAX_PER_AUTHOR :], PEERS[1])
