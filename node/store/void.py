@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from identity import key_history
 from identity.schema_v3 import struct_for
 from node.store import equivocation, projections
 from node.store.authority import AUTHORITY_KINDS, Authority
@@ -113,7 +114,9 @@ def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms:
     flagged = flagged_of(conn, wanted)
     voided: list[tuple[Stored, str]] = []
     restored: list[Stored] = []
-    for stored in _records_of(conn, wanted):
+    records = _records_of(conn, wanted)
+    _learn_vouched_sets(authority, records)
+    for stored in records:
         decision = authority.decide(stored.record, stored.version)
         if decision.verdict == "void" and stored.seq not in flagged:
             voided.append((stored, decision.reason or "void"))
@@ -135,6 +138,18 @@ def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms:
         if switch is not None:
             switch(conn, stored.seq, stored.hash, bodies[stored.seq], valid, now_ms)
     return len(voided), len(restored)
+
+
+def _learn_vouched_sets(authority: Authority, records: list[Stored]) -> None:
+    """For each rotated-out key among `records`, hand the versions the log holds of it to the authority cache, which
+    takes them as the key's whole vouched set when they are exactly that set (docs/format-v3.md 6.5 `matches`): the
+    common case, no thief signed anything, is then decided without waiting for the vouch pages."""
+    by_signer: dict[tuple[str, str], set[str]] = {}
+    for stored in records:
+        signer = key_history.signer_of(stored.record)
+        by_signer.setdefault((stored.author_id, signer), set()).add(stored.version)
+    for (author, signer), versions in by_signer.items():
+        authority.learn_vouched(author, signer, versions)
 
 
 def listing(conn: Conn, after: int, limit: int) -> list[VoidRow]:
