@@ -114,14 +114,23 @@ def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms:
     flagged = flagged_of(conn, wanted)
     voided: list[tuple[Stored, str]] = []
     restored: list[Stored] = []
+    current = {author: authority.history(author).state.key for author in wanted}
     records = _records_of(conn, wanted)
-    _learn_vouched_sets(authority, records)
+    undecided: dict[tuple[str, str], list[Stored]] = {}
     for stored in records:
+        signer = key_history.signer_of(stored.record)
+        if signer == current[stored.author_id] and stored.seq not in flagged:
+            continue  # a record of the current key is valid (`Authority.decide`): none to flag, none to unflag
         decision = authority.decide(stored.record, stored.version)
-        if decision.verdict == "void" and stored.seq not in flagged:
-            voided.append((stored, decision.reason or "void"))
-        elif decision.verdict == "valid" and stored.seq in flagged:
-            restored.append(stored)
+        if decision.verdict == "undecided":
+            undecided.setdefault((stored.author_id, signer), []).append(stored)
+        _sort(stored, decision.verdict, decision.reason, flagged, voided, restored)
+    for (author, signer), waiting in undecided.items():  # its pages are not all held: does the log hold its set?
+        held = {s.version for s in records if s.author_id == author and key_history.signer_of(s.record) == signer}
+        if authority.learn_vouched(author, signer, held):
+            for stored in waiting:
+                decision = authority.decide(stored.record, stored.version)
+                _sort(stored, decision.verdict, decision.reason, flagged, voided, restored)
     if not voided and not restored:
         return 0, 0
     conn.executemany(
@@ -140,16 +149,20 @@ def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms:
     return len(voided), len(restored)
 
 
-def _learn_vouched_sets(authority: Authority, records: list[Stored]) -> None:
-    """For each rotated-out key among `records`, hand the versions the log holds of it to the authority cache, which
-    takes them as the key's whole vouched set when they are exactly that set (docs/format-v3.md 6.5 `matches`): the
-    common case, no thief signed anything, is then decided without waiting for the vouch pages."""
-    by_signer: dict[tuple[str, str], set[str]] = {}
-    for stored in records:
-        signer = key_history.signer_of(stored.record)
-        by_signer.setdefault((stored.author_id, signer), set()).add(stored.version)
-    for (author, signer), versions in by_signer.items():
-        authority.learn_vouched(author, signer, versions)
+def _sort(
+    stored: Stored,
+    verdict: str,
+    reason: str | None,
+    flagged: set[int],
+    voided: list[tuple[Stored, str]],
+    restored: list[Stored],
+) -> None:
+    """Put `stored` with the records to flag (void, not flagged yet) or to unflag (valid, flagged); an undecided one
+    keeps its state."""
+    if verdict == "void" and stored.seq not in flagged:
+        voided.append((stored, reason or "void"))
+    elif verdict == "valid" and stored.seq in flagged:
+        restored.append(stored)
 
 
 def listing(conn: Conn, after: int, limit: int) -> list[VoidRow]:
