@@ -8,7 +8,9 @@ rotation that does not vouch for them makes them void, a `recover` that vouches 
 the authors' records in the log, each decided again by the one function, and the records whose verdict changed are
 flagged in `void_records` (or unflagged) and switched out of (or back into) the projections by their kind's
 `Switch` (`projections.Log.switches`), as an equivocation's losing version is kept out of them. The log is never
-changed. A batch without key events or vouch pages costs nothing here (the writer-floor rule, issue 34).
+changed. A batch without key events or vouch pages costs nothing here (the writer-floor rule, issue 34). A record of
+the author's current key is valid and not decided again; a rotated-out key whose records stay undecided (pages not
+held) is decided by its held set when that is exactly the vouched set (docs/format-v3.md 6.5, `matches`).
 
 Sync never serves a flagged record (changes feed, fetch, reconciliation) and the digest leaves it out
 (node/federation/store.py); `bbs rebuild` replays the log without them (`projections.rebuild`).
