@@ -81,18 +81,19 @@ def gate_txn(
         if not authority.needs(v.record):
             gated.now.append(v)
             continue
-        decision = _decide(conn, authority, v, resolved)
+        version = v.version  # an entry's is a SHA-256 of its bytes: computed once
+        decision = _decide(conn, authority, v, resolved, version)
         if decision.verdict == "valid":
             gated.now.append(v)
-            stored.append(v.version)
+            stored.append(version)
         elif decision.verdict == "void" and v.record.get("kind") in AUTHORITY_KINDS:
-            equivocation.refuse_txn(conn, v.version, v.hash, now_ms)
+            equivocation.refuse_txn(conn, version, v.hash, now_ms)
             gated.invalid.append(
                 Invalid(v.hash, decision.reason or "unauthorized_key_event", f"refused {v.record['kind']}")
             )
         elif decision.verdict == "void":
             gated.outcomes.append(Outcome(v.hash, "void", decision.reason))
-            waiting.remember_void_txn(conn, v.version, v.record["author_id"], decision.reason or "void", now_ms)
+            waiting.remember_void_txn(conn, version, v.record["author_id"], decision.reason or "void", now_ms)
             counts["void"] += 1
         elif _offer(conn, v, peer_id, decision, now_ms):
             gated.outcomes.append(Outcome(v.hash, "waiting"))
@@ -152,12 +153,13 @@ def recheck_txn(
     return released
 
 
-def _decide(conn: Conn, authority: Authority, v: Verified, resolved: list[Dep]) -> Decision:
-    """The verdict on one record; a key event or vouch page taken into the cache (or refused) adds what it resolves."""
+def _decide(conn: Conn, authority: Authority, v: Verified, resolved: list[Dep], version: str | None = None) -> Decision:
+    """The verdict on one record (`version`: its version when the caller has it already); a key event or vouch page
+    taken into the cache (or refused) adds what it resolves."""
     if v.record.get("kind") == VOUCH_PAGE:
         return _decide_page(conn, authority, v, resolved)
     if v.record.get("kind") != KEY_EVENT:
-        return authority.decide(v.record, v.version)
+        return authority.decide(v.record, v.version if version is None else version)
     verdict, reason = authority.judge_event(v.hash, v.record)
     if verdict == "valid":
         if not authority.holds_event(v.hash, v.record["author_id"]):

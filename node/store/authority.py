@@ -113,6 +113,8 @@ class Authority:
     _page_addresses: set[str] = field(default_factory=set)
     # (event, subject) -> every version on its held pages: a record on one is vouched for, one set lookup
     _vouched: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    # (event, subject) -> the whole vouched set, proven by `vouching.matches` over the versions the log holds (6.5)
+    _known: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     _count: int = -1  # key events and vouch pages the cache holds; -1: not loaded
     changes: int = 0  # moves whenever the key events held may have changed (read by the event loop: sessions)
     # (dependency keys, last waiting id checked) left for the writer's next jobs: more than one transaction re-checks
@@ -143,7 +145,7 @@ class Authority:
     def load_txn(self, conn: Conn) -> None:
         """(Re)build the cache from the log's key events and vouch pages (each stored only once verified)."""
         self._events, self._histories, self._pages, self._page_addresses = {}, {}, {}, set()
-        self._vouched = {}
+        self._vouched, self._known = {}, {}
         rows = authority_records(conn)
         for address, record in rows:
             if record["kind"] == KEY_EVENT:
@@ -250,6 +252,31 @@ class Authority:
         self._pages.setdefault((record["event"], record["subject"]), {})[record["page"]] = list(record["versions"])
         self._vouched.setdefault((record["event"], record["subject"]), set()).update(record["versions"])
 
+    def removal_of(self, author: str, signer: str) -> str | None:
+        """The key event that removed `signer` from `author`'s history and whose vouch decides its records (None for
+        the current key, a key no held event removed, or a losing branch's key)."""
+        history = self.history(author)
+        if signer == history.state.key:
+            return None
+        return history.removed_by.get(signer) or history.vouched_by.get(signer)
+
+    def learn_vouched(self, author: str, signer: str, versions: set[str]) -> bool:
+        """Take `versions` (every record of `author` signed by `signer` that the log holds) as the vouched set of
+        the event that removed `signer` when they are exactly that set (docs/format-v3.md 6.5, `vouching.matches`):
+        then each of them is vouched and every other version signed by `signer` is void, without any page. Returns
+        whether the set is known (now or already); a set that does not match (a thief's extra record, or a vouched
+        record not held yet) teaches nothing, and its records are decided by their pages."""
+        removal = self.removal_of(author, signer)
+        if removal is None:
+            return False
+        if (removal, signer) in self._known:
+            return True
+        vouch = vouching.vouch_for(self.history(author).events[removal], signer)
+        if vouch is None or len(versions) != vouch.count or not vouching.matches(vouch, versions):
+            return False
+        self._known[(removal, signer)] = frozenset(versions)
+        return True
+
     def decide(self, record: dict[str, Any], version: str) -> Decision:
         """The verdict on a record that is not a key event or vouch page, by the key that signed it
         (docs/format-v3.md 3.5): a record of a rotated-out key by the vouch that removed it, over the pages held."""
@@ -260,6 +287,12 @@ class Authority:
             removal = history.removed_by.get(signer) or history.vouched_by.get(signer)
             if removal is not None and version in self._vouched.get((removal, signer), ()):
                 return Decision("valid")  # what key_verdict answers, without parsing the vouch and scanning pages
+            known = self._known.get((removal, signer)) if removal is not None else None
+            if known is not None and removal is not None:  # the whole vouched set is known: no page needed
+                if version in known:
+                    return Decision("valid")
+                revoked = history.events[removal]["event"] == "revoke"
+                return Decision("void", "revoked_key" if revoked else "unvouched")
         verdict = key_history.key_verdict(history, signer, version, self._pages)
         if verdict == "valid":
             return Decision("valid")

@@ -8,7 +8,9 @@ rotation that does not vouch for them makes them void, a `recover` that vouches 
 the authors' records in the log, each decided again by the one function, and the records whose verdict changed are
 flagged in `void_records` (or unflagged) and switched out of (or back into) the projections by their kind's
 `Switch` (`projections.Log.switches`), as an equivocation's losing version is kept out of them. The log is never
-changed. A batch without key events or vouch pages costs nothing here (the writer-floor rule, issue 34).
+changed. A batch without key events or vouch pages costs nothing here (the writer-floor rule, issue 34). A record of
+the author's current key is valid and not decided again; a rotated-out key whose records stay undecided (pages not
+held) is decided by its held set when that is exactly the vouched set (docs/format-v3.md 6.5, `matches`).
 
 Sync never serves a flagged record (changes feed, fetch, reconciliation) and the digest leaves it out
 (node/federation/store.py); `bbs rebuild` replays the log without them (`projections.rebuild`).
@@ -23,6 +25,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from identity import key_history
 from identity.schema_v3 import struct_for
 from node.store import equivocation, projections
 from node.store.authority import AUTHORITY_KINDS, Authority
@@ -113,12 +116,23 @@ def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms:
     flagged = flagged_of(conn, wanted)
     voided: list[tuple[Stored, str]] = []
     restored: list[Stored] = []
-    for stored in _records_of(conn, wanted):
+    current = {author: authority.history(author).state.key for author in wanted}
+    records = _records_of(conn, wanted)
+    undecided: dict[tuple[str, str], list[Stored]] = {}
+    for stored in records:
+        signer = key_history.signer_of(stored.record)
+        if signer == current[stored.author_id] and stored.seq not in flagged:
+            continue  # a record of the current key is valid (`Authority.decide`): none to flag, none to unflag
         decision = authority.decide(stored.record, stored.version)
-        if decision.verdict == "void" and stored.seq not in flagged:
-            voided.append((stored, decision.reason or "void"))
-        elif decision.verdict == "valid" and stored.seq in flagged:
-            restored.append(stored)
+        if decision.verdict == "undecided":
+            undecided.setdefault((stored.author_id, signer), []).append(stored)
+        _sort(stored, decision.verdict, decision.reason, flagged, voided, restored)
+    for (author, signer), waiting in undecided.items():  # its pages are not all held: does the log hold its set?
+        held = {s.version for s in records if s.author_id == author and key_history.signer_of(s.record) == signer}
+        if authority.learn_vouched(author, signer, held):
+            for stored in waiting:
+                decision = authority.decide(stored.record, stored.version)
+                _sort(stored, decision.verdict, decision.reason, flagged, voided, restored)
     if not voided and not restored:
         return 0, 0
     conn.executemany(
@@ -135,6 +149,22 @@ def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms:
         if switch is not None:
             switch(conn, stored.seq, stored.hash, bodies[stored.seq], valid, now_ms)
     return len(voided), len(restored)
+
+
+def _sort(
+    stored: Stored,
+    verdict: str,
+    reason: str | None,
+    flagged: set[int],
+    voided: list[tuple[Stored, str]],
+    restored: list[Stored],
+) -> None:
+    """Put `stored` with the records to flag (void, not flagged yet) or to unflag (valid, flagged); an undecided one
+    keeps its state."""
+    if verdict == "void" and stored.seq not in flagged:
+        voided.append((stored, reason or "void"))
+    elif verdict == "valid" and stored.seq in flagged:
+        restored.append(stored)
 
 
 def listing(conn: Conn, after: int, limit: int) -> list[VoidRow]:
