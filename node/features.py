@@ -26,6 +26,7 @@ from node.federation import routes as peer_routes
 from node.feed import routes as feed_routes
 from node.nlip import endpoint as nlip_endpoint
 from node.push import routes as push_routes
+from node.spaces import routes as space_routes
 from node.spaces import store as space_store
 from node.store import projections, void
 from node.store.projections import Log, Projector, Switch
@@ -91,6 +92,7 @@ FEATURES: tuple[Feature, ...] = (
     ),
     Feature(
         "spaces",  # signed groups of member agents: who reads what (docs/spaces.md)
+        routes=space_routes.ROUTES,
         projectors=dict.fromkeys(("space", "space_member", "space_admin"), space_store.project_space_record),
         tables=space_store.SPACE_TABLES,
     ),

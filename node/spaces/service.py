@@ -121,7 +121,13 @@ class Spaces:
         verified = check_client_record(record, agent_id)
         self.sealing.check_clock(str(record["created_at"]), "$.record.created_at")
         space_id = store.space_of(record["kind"], verified.hash, record)
-        new = await self.db.write(lambda conn: store_txn(conn, [verified], self.now_ms()))
+
+        def job(conn: Conn) -> bool:
+            if record["kind"] != SPACE and store.space(conn, space_id) is not None:
+                self._visible(conn, space_id, agent_id)  # a non-member learns nothing of the space
+            return store_txn(conn, [verified], self.now_ms())
+
+        new = await self.db.write(job)
         return SpaceSubmitted(space_id=space_id, address=verified.hash, created=new)
 
     async def create(self, agent_id: str, name: str, description: str) -> SpaceSubmitted:

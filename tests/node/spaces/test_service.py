@@ -83,9 +83,13 @@ async def test_a_non_admin_changes_nothing(node: Node, make_agent: MakeAgent) ->
     with pytest.raises(Forbidden) as refused:  # a writer signs no membership (docs/format-v3.md 4.2)
         await node.spaces.set_role(bob.agent_id, made.space_id, eve.agent_id, "reader")
     assert refused.value.code == "not_a_space_admin"
-    eve_key = await key_of(node, eve)  # eve signs her own addition: not an admin of the space
-    with pytest.raises(Forbidden) as forged:
+    eve_key = await key_of(node, eve)  # eve signs her own addition: she learns nothing of the space
+    with pytest.raises(NotFound) as hidden:
         await node.spaces.submit(eve.agent_id, member_record(eve_key, made.space_id, eve.agent_id, "writer", 1))
+    assert hidden.value.code == "unknown_space"
+    bob_key = await key_of(node, bob)  # bob, a writer, signs eve's addition: not an admin of the space
+    with pytest.raises(Forbidden) as forged:
+        await node.spaces.submit(bob.agent_id, member_record(bob_key, made.space_id, eve.agent_id, "writer", 1))
     assert forged.value.code == "not_a_space_admin" and forged.value.field == "$.record.author_id"
     assert await record_count(node) == before
 
