@@ -93,8 +93,9 @@ FEATURES: tuple[Feature, ...] = (
     Feature(
         "spaces",  # signed groups of member agents: who reads what (docs/spaces.md)
         routes=space_routes.ROUTES,
-        projectors=dict.fromkeys(("space", "space_member", "space_admin"), space_store.project_space_record),
+        projectors=dict.fromkeys(space_store.SPACE_KINDS, space_store.project_space_record),
         tables=space_store.SPACE_TABLES,
+        switches=dict.fromkeys(space_store.SPACE_KINDS, space_store.switch_space_record),
     ),
     Feature("nlip", setup=nlip_endpoint.install),  # POST /nlip: the six primitives for NLIP clients
 )

@@ -20,6 +20,7 @@ from node.store.conn import Conn
 from node.store.projections import Projection
 
 SPACE_TABLES: tuple[str, ...] = ("space_records", "spaces", "space_roles")
+SPACE_KINDS: tuple[str, ...] = ("space", "space_member", "space_admin")
 
 
 class SpaceRow(NamedTuple):
@@ -47,6 +48,12 @@ def project_space_record(conn: Conn, rec: Any, ctx: Projection) -> None:
         (ctx.seq, space_id, kind, str(rec.author_id)),
     )
     recompute_txn(conn, space_id)
+
+
+def switch_space_record(conn: Conn, seq: int, address: str, record: dict[str, Any], valid: bool, now_ms: int) -> None:
+    """The switch of a space record flagged void or back (node/store/void.py: a key event made its key verdict
+    change): recompute its space, whose records held no longer count the flagged ones."""
+    recompute_txn(conn, space_of(str(record["kind"]), address, record))
 
 
 def held_records(conn: Conn, space_id: str) -> list[spaces.Held]:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from identity import canonical, keys, records
 from node.service import Node
 from node.spaces import store
+from node.spaces.service import nonce
 from node.store import projections
 from tests.conftest import AgentCreds
+from tests.node.agents.test_key_events import rotation
+from tests.node.api_helpers import self_signer
+from wire.api import KeyEventIn
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
@@ -45,3 +50,27 @@ async def test_readable_spaces_are_those_of_a_reader_or_above(node: Node, make_a
     expected = (frozenset({one.space_id, two.space_id}), frozenset({one.space_id}), frozenset[str]())
     assert await node.db.read(ask) == expected
     assert await node.db.read(lambda c: store.posts_of(c, one.space_id, bob.agent_id)) == []
+
+
+async def test_a_key_event_that_voids_the_owners_records_takes_the_space_away(node: Node) -> None:
+    who = await self_signer(node, "rover")
+    key = who.key
+    space = records.sign(
+        {
+            "kind": "space",
+            "schema_version": canonical.SCHEMA_VERSION,
+            "author_id": who.agent_id,
+            "created_at": canonical.now_created_at(),
+            "name": "rover's",
+            "description": "",
+            "nonce": nonce(),
+        },
+        key,
+    )
+    made = await node.spaces.submit(who.agent_id, space)
+    assert await node.spaces.readable(who.agent_id) == {made.space_id}
+    # a rotation vouching for nothing the old key signed: the space's creation becomes void (node/store/void.py)
+    event = rotation(who.agent_id, key, keys.SigningKey.generate(), [], created_ms=node.now_ms())
+    await node.key_events.submit(who.agent_id, KeyEventIn(record=event))
+    assert await node.spaces.readable(who.agent_id) == frozenset()
+    assert await node.db.read(lambda c: store.space(c, made.space_id)) is None
