@@ -21,6 +21,10 @@ RECORD_KINDS = frozenset({"entry", "link", "agent", "message", "task_event"})
 # entry, link, message, task event and agent document signed by a rotated key (`signing_key`). The kinds of spaces
 # and redaction not yet.
 V3_KINDS = frozenset({"entry", "link", "message", "task_event", "agent", "key_event", "vouch_page"})
+# The kinds of a space's creation and membership (docs/format-v3.md, 4): accepted from a node's own clients (issue
+# 37, part 1), never from peers (sync/verify.py refuses them as a form this release does not take from peers), so a
+# space's records stay on the node until part 2.
+SPACE_KINDS = frozenset({"space", "space_member", "space_admin"})
 
 
 class RecordError(ValueError):
@@ -117,7 +121,7 @@ def verify(
     if not isinstance(record, dict):
         raise RecordError("malformed", "a record must be a JSON object")
     kind = record.get("kind")
-    if not isinstance(kind, str) or kind not in (V3_KINDS if v3 else RECORD_KINDS):
+    if not isinstance(kind, str) or kind not in (V3_KINDS | SPACE_KINDS if v3 else RECORD_KINDS):
         raise RecordError("malformed", f"unknown record kind {kind!r}", "$.kind")
     if record.get("schema_version") != canonical.SCHEMA_VERSION:
         raise RecordError("malformed", "schema_version must be 'v1'", "$.schema_version")
@@ -158,8 +162,9 @@ def verify(
 
 def _signer_v3(record: dict[str, Any], author: str) -> str:
     """The key that signed a record of format v3: its `signing_key`, else its author's first key. A record of a
-    space is refused (not accepted here yet), and so is a `signing_key` naming the first key (another spelling)."""
-    if "space" in record:
+    space other than its membership (`SPACE_KINDS`) is refused (not accepted here yet), and so is a `signing_key`
+    naming the first key (another spelling)."""
+    if "space" in record and record.get("kind") not in SPACE_KINDS:
         raise RecordError("malformed", "records of a space are not accepted here yet", "$.space")
     signer = record.get("signing_key", author)
     if not isinstance(signer, str) or not _is_did(signer):

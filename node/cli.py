@@ -488,6 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
     from agent import push_cli  # bbs push
 
     push_cli.register(sub)
+    from agent import space_cli  # bbs space
+
+    space_cli.register(sub)
 
     p = agent.add_parser(
         "export",

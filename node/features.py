@@ -26,6 +26,8 @@ from node.federation import routes as peer_routes
 from node.feed import routes as feed_routes
 from node.nlip import endpoint as nlip_endpoint
 from node.push import routes as push_routes
+from node.spaces import routes as space_routes
+from node.spaces import store as space_store
 from node.store import projections, void
 from node.store.projections import Log, Projector, Switch
 from node.trust import routes as trust_routes
@@ -87,6 +89,13 @@ FEATURES: tuple[Feature, ...] = (
         routes=push_routes.ROUTES,
         setup=push_routes.install,
         background=(push_routes.push_context,),
+    ),
+    Feature(
+        "spaces",  # signed groups of member agents: who reads what (docs/spaces.md)
+        routes=space_routes.ROUTES,
+        projectors=dict.fromkeys(space_store.SPACE_KINDS, space_store.project_space_record),
+        tables=space_store.SPACE_TABLES,
+        switches=dict.fromkeys(space_store.SPACE_KINDS, space_store.switch_space_record),
     ),
     Feature("nlip", setup=nlip_endpoint.install),  # POST /nlip: the six primitives for NLIP clients
 )

@@ -34,6 +34,7 @@ from node.inbox.service import MAX_SUBSCRIPTIONS, Inbox
 from node.ops.datadir import DataDir
 from node.search_index import indexer
 from node.search_index.index import SearchIndex
+from node.spaces.service import Spaces
 from node.store.db import Database
 from node.store.key_fence import KEY_FENCE_NAME, KeyFence
 from node.store.projections import Log
@@ -75,6 +76,7 @@ class Node:
         # key events over REST, rotations; revocations and recoveries of node-kept keys (node/agents/recovery.py)
         self.key_events = KeyEvents(self.db, self.sealing, self.now_ms, self.data.root / recovery_file.FILE_NAME)
         self.recovery = Recovery(self.key_events)
+        self.spaces = Spaces(self.db, self.sealing, self.now_ms)  # spaces and their members (docs/spaces.md)
         self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer
         self.search_index: SearchIndex | None = None  # opened with the node (node/search_index/)
 

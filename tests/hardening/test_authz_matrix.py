@@ -127,6 +127,14 @@ TABLE: list[Row] = [
     Row("POST", "/v1/push/endpoints/{endpoint_id}/test", "401 401 404 200 403 401",
         url="/v1/push/endpoints/{push2}/test"),
     Row("GET", "/v1/push/status", "401 401 403 403 200 401"),
+    # spaces: the owner's space "matrix", with the bystander as a writer; another agent learns nothing of it
+    Row("POST", "/v1/spaces", "401 401 201 201 403 401", body={"name": "s{n}"}),
+    Row("GET", "/v1/spaces", "401 401 200 200 403 401"),
+    Row("GET", "/v1/spaces/{space_id}", "401 401 404 200 403 401", url="/v1/spaces/{space}"),
+    Row("POST", "/v1/spaces/{space_id}/members", "401 401 404 201 403 401", url="/v1/spaces/{space}/members",
+        body={"agent_id": "{spare}", "role": "reader"}),
+    Row("DELETE", "/v1/spaces/{space_id}/members/{agent}", "401 401 404 201 403 401",
+        url="/v1/spaces/{space}/members/{spare}"),
     Row("POST", "/nlip", "401 401 200 200 403 401", body={"format": "text", "subformat": "english", "content": "m"}),
     Row("POST", "/nlip/", "401 401 200 200 403 401", body={"format": "text", "subformat": "english", "content": "m"}),
     Row("POST", "/v1/inbox/ack", "401 401 200 200 403 401", body={"ids": [1]}),
@@ -196,6 +204,8 @@ async def world(
     sub = await ok("POST", "/v1/subscriptions", {"tags": ["matrix"]}, own)
     push = await ok("POST", "/v1/push/endpoints", {"url": "http://127.0.0.1:10/matrix"}, own)
     push2 = await ok("POST", "/v1/push/endpoints", {"url": "http://127.0.0.1:10/matrix2"}, own)
+    space = await ok("POST", "/v1/spaces", {"name": "matrix"}, own)
+    await ok("POST", f"/v1/spaces/{space['space_id']}/members", {"agent_id": spare.agent_id, "role": "writer"}, own)
     task = await ok("POST", f"{WF}/tasks", {"key": "held", "title": "held by the owner"}, own)
     task2 = await ok("POST", f"{WF}/tasks", {"key": "held2", "title": "held by the owner"}, own)
     task3 = await ok("POST", f"{WF}/tasks", {"key": "held3", "title": "held by the owner"}, own)
@@ -208,6 +218,7 @@ async def world(
         "sub": str(sub["id"]),
         "push": str(push["id"]),
         "push2": str(push2["id"]),
+        "space": str(space["space_id"]),
         "task": str(task["id"]),
         "task2": str(task2["id"]),
         "task3": str(task3["id"]),

@@ -23,6 +23,7 @@ from aiohttp.test_utils import TestClient
 import node as node_package
 from identity import keys, records
 from identity.schema import RECORD_TYPES
+from identity.schema_v3 import struct_for
 from node.app import create_app
 from node.features import FEATURES, LOG, Feature, all_routes, joined
 from node.service import Node
@@ -105,7 +106,7 @@ def test_the_log_joins_every_features_projectors_and_tables() -> None:
         assert bool(feature.projectors) == bool(feature.tables), f"{feature.name}: projectors without tables"
     assert len(set(LOG.tables)) == len(LOG.tables)
     # every record kind the log accepts (from clients, and of format v3 from peers) has exactly one projector
-    assert set(LOG.projectors) == set(records.RECORD_KINDS) | records.V3_KINDS
+    assert set(LOG.projectors) == set(records.RECORD_KINDS) | records.V3_KINDS | records.SPACE_KINDS
     substrate, workflows = (next(f for f in FEATURES if f.name == name) for name in ("substrate", "agent workflows"))
     assert joined([workflows, substrate]).tables == workflows.tables + substrate.tables  # feature by feature
     twice = Feature("twice", projectors={"link": projections.project_link}, tables=("links",))
@@ -202,18 +203,28 @@ async def test_each_features_projectors_fill_only_that_features_tables(
     """Replayed alone into an empty schema, a feature's records fill its own tables and nothing else: each
     projector's tables are in the list, under its own feature."""
     await records_of_every_kind(client, make_agent)
+    owner, member = await make_agent("owner"), await make_agent("member")  # a space and a member of it
+    space = await node.spaces.create(owner.agent_id, "family", "")
+    await node.spaces.set_role(owner.agent_id, space.space_id, member.agent_id, "reader")
     log = await node.db.read(lambda c: c.execute("SELECT seq, hash, kind, body FROM records ORDER BY seq").fetchall())
-    assert {row["kind"] for row in log} == set(RECORD_TYPES)
+    assert {row["kind"] for row in log} == set(RECORD_TYPES) | {"space", "space_member"}
     for feature in FEATURES:
         if not feature.projectors:
             continue
         conn = dbmod.connect(tmp_path / f"{feature.name}.db")
         dbmod.migrate(conn)
+        # the log itself, which projectors may read (spaces recompute a space from its records)
+        conn.execute("ATTACH DATABASE ? AS source", (str(node.data.db_path),))
+        conn.execute("INSERT INTO records SELECT * FROM source.records")
+        conn.execute("DETACH DATABASE source")
         before = row_counts(conn)
         conn.execute("BEGIN IMMEDIATE")
         for seq, record_hash, kind, body in log:
             if kind in feature.projectors:
-                decoded = msgspec.convert(json.loads(body), RECORD_TYPES[kind])
+                record = json.loads(body)
+                struct = struct_for(record)
+                assert struct is not None
+                decoded = msgspec.convert(record, struct)
                 feature.projectors[kind](conn, decoded, projections.Projection(seq, record_hash, 0, notify=False))
         conn.execute("COMMIT")
         filled = {name for name, count in row_counts(conn).items() if count != before[name]}

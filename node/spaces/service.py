@@ -1,0 +1,251 @@
+"""Spaces on one node (issue 37, part 1; docs/spaces.md): create a space, add, change and remove members, list them.
+
+A client's record (a self-signing agent's `{"record": ...}`, or one the node signs for a node-kept agent) is decided
+in the storing transaction by `identity.spaces.resolve` over the space's records held and it: stored when valid,
+refused otherwise with a stable code, nothing stored. Unlike a peer's, a client's record never waits
+(docs/format-v3.md 7.1). A space's records are stored with scope `local`: until part 2 they never leave the node.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable
+from typing import Any
+
+from identity import canonical, keys, records, spaces, vouching
+from identity.space_rules import may_read
+from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
+from node.spaces import store
+from node.store import projections, submission
+from node.store.conn import Conn
+from node.store.db import Database
+from node.store.sealing import Sealing, record_error, sign_and_check_body
+from sync.store import Verified
+from wire.spaces import MemberOut, SpaceList, SpaceOut, SpaceSubmitted
+
+SPACE = "space"
+MEMBER_KINDS = ("space_member", "space_admin")
+LOCAL = "local"  # a space's records stay on this node until part 2 (docs/spaces.md)
+
+
+def nonce() -> str:
+    """32 random bytes as unpadded base64url: a space's `nonce` (two spaces of one name and second are two)."""
+    return base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
+
+
+def refusal(decision: spaces.Decision, where: str = "$.record") -> BBSError:
+    """The client-facing error for a record `resolve` does not find valid (docs/spaces.md, "Errors")."""
+    reason = decision.reason or ""
+    waits = sorted(decision.waits_for)
+    if decision.verdict == "undecided":
+        first = waits[0] if waits else ""
+        if first.startswith("space:"):
+            return NotFound("no such space here", field=f"{where}.space", code="unknown_space")
+        if first.startswith("event:"):
+            return Conflict("the record's prior is not held here", field=f"{where}.prior", code="unknown_prior")
+        if first.startswith("member:"):
+            return Forbidden("the signer is not an admin of the space", field=f"{where}.author_id",
+                             code="not_a_space_admin")  # fmt: skip
+        if first.startswith("pages:"):
+            return InvalidInput("the removal's vouched set needs its pages", field=f"{where}.vouches",
+                                code="missing_vouch_pages")  # fmt: skip
+        return InvalidInput("the record's signing key is not installed here", field=f"{where}.signing_key",
+                            code="unknown_signing_key")  # fmt: skip
+    if reason in ("unauthorized_membership", "not_an_admin"):
+        return Forbidden("the signer may not change this membership", field=f"{where}.author_id",
+                         code="not_a_space_admin")  # fmt: skip
+    if reason in ("losing_branch", "prior_void"):
+        return Conflict("another record already follows this prior (a fork): sign after the chain's head",
+                        field=f"{where}.prior", code="prior_conflict")  # fmt: skip
+    if reason == "bad_seq":
+        return Conflict("seq must be one more than its prior's", field=f"{where}.seq", code="bad_seq")
+    if reason in ("missing_vouch", "unexpected_vouch"):
+        return InvalidInput("a lowering of a role names what it still vouches for, and only a lowering does",
+                            field=f"{where}.vouches", code=reason)  # fmt: skip
+    return InvalidInput(f"this record may never count: {reason}", field=where, code=reason or "invalid_record")
+
+
+def check_client_record(record: dict[str, Any], agent_id: str, where: str = "$.record") -> Verified:
+    """Check a record a client signed: a kind of a space, every record rule and the signature, its author."""
+    if record.get("kind") not in (SPACE, *MEMBER_KINDS):
+        raise InvalidInput("record kind must be space, space_member or space_admin", field=f"{where}.kind",
+                           code="record_malformed")  # fmt: skip
+    try:
+        body = records.canonical_body(record)
+        record_hash, decoded = records.check(record, body=body, v3=True)
+    except records.RecordError as exc:
+        raise record_error(exc, where) from None
+    submission.check_record(record, where)
+    if record["author_id"] != agent_id:
+        raise Forbidden("an agent can only write records it authored", field=f"{where}.author_id")
+    return Verified(record_hash, body, record, decoded)
+
+
+def store_txn(conn: Conn, verified: list[Verified], now_ms: int) -> bool:
+    """Decide `verified` (records of one space, in order: each after the ones before it) and store them, scope
+    local; raise the refusal of the first that is not valid (the transaction rolls back: nothing stored). Returns
+    whether the last one was new here."""
+    new = False
+    for item in verified:
+        space_id = store.space_of(item.record["kind"], item.hash, item.record)
+        held = store.held_records(conn, space_id)
+        if any(h.version == item.version for h in held):
+            new = False
+            continue
+        candidate = spaces.Held(item.hash, item.version, item.record)
+        resolved = spaces.resolve([*held, candidate], store.key_verdicts_txn(conn, [item.record["author_id"]]))
+        decision = resolved.decisions[item.version]
+        if decision.verdict != "valid":
+            raise refusal(decision)
+        incoming = projections.Incoming(item.record, item.hash, item.decoded, LOCAL, item.body)
+        projections.append_many(conn, [incoming], origin="local", now_ms=now_ms)
+        new = True
+    return new
+
+
+class Spaces:
+    """The spaces of one node: their records from clients, and what their members read of them."""
+
+    def __init__(self, db: Database, sealing: Sealing, now_ms: Callable[[], int]) -> None:
+        self.db = db
+        self.sealing = sealing
+        self.now_ms = now_ms
+
+    def _sealed(self, unsigned: dict[str, Any], signer: keys.SigningKey) -> Verified:
+        (record, record_hash, decoded), body = sign_and_check_body(unsigned, signer)
+        return Verified(record_hash, body, record, decoded)
+
+    async def submit(self, agent_id: str, record: dict[str, Any]) -> SpaceSubmitted:
+        """Store a record of a space its author signed (`check_client_record`, `store_txn`)."""
+        verified = check_client_record(record, agent_id)
+        self.sealing.check_clock(str(record["created_at"]), "$.record.created_at")
+        space_id = store.space_of(record["kind"], verified.hash, record)
+
+        def job(conn: Conn) -> bool:
+            if record["kind"] != SPACE and store.space(conn, space_id) is not None:
+                self._visible(conn, space_id, agent_id)  # a non-member learns nothing of the space
+            return store_txn(conn, [verified], self.now_ms())
+
+        new = await self.db.write(job)
+        return SpaceSubmitted(space_id=space_id, address=verified.hash, created=new)
+
+    async def create(self, agent_id: str, name: str, description: str) -> SpaceSubmitted:
+        """Create a space owned by a node-kept agent: the node signs its `space` record."""
+        signer = await self.sealing.signer(agent_id)
+        unsigned = {
+            "kind": SPACE,
+            "schema_version": canonical.SCHEMA_VERSION,
+            "author_id": agent_id,
+            "created_at": canonical.now_created_at(),
+            "name": name,
+            "description": description,
+            "nonce": nonce(),
+        }
+        verified = self._sealed(unsigned, signer)
+        new = await self.db.write(lambda conn: store_txn(conn, [verified], self.now_ms()))
+        return SpaceSubmitted(space_id=verified.hash, address=verified.hash, created=new)
+
+    async def set_role(self, agent_id: str, space_id: str, member: str, role: str) -> SpaceSubmitted:
+        """Give `member` the role `role` (admin, writer, reader, or none: a removal vouching for every post of the
+        member in the space the node holds), signed by the node for the node-kept agent `agent_id`: the records of
+        the member's chains that lead from its role now to `role`, each after its chain's head."""
+        signer = await self.sealing.signer(agent_id)
+
+        def job(conn: Conn) -> SpaceSubmitted:
+            self._visible(conn, space_id, agent_id)
+            resolved = store.resolve_txn(conn, space_id).spaces[space_id]
+            made = [self._sealed(u, signer) for u in self._steps(conn, resolved, agent_id, member, role)]
+            if not made:
+                return SpaceSubmitted(space_id=space_id, address=None, created=False)
+            store_txn(conn, made, self.now_ms())
+            return SpaceSubmitted(space_id=space_id, address=made[-1].hash, created=True)
+
+        return await self.db.write(job)
+
+    def _steps(self, conn: Conn, resolved: spaces.Space, author: str, member: str, role: str) -> list[dict[str, Any]]:
+        """The unsigned records that take `member` from its role in `resolved` to `role`."""
+        if member == resolved.owner:
+            raise Conflict("the owner's role does not change", field="agent_id", code="owner_role_fixed")
+        is_admin = resolved.role(member) == "admin"
+        chain = resolved.member_chains.get(member)
+        by_address = {h.address: h.record for h in store.held_records(conn, resolved.id)} if chain else {}
+        member_head = by_address[chain[-1]] if chain else None
+        member_role = "none" if member_head is None else str(member_head["role"])
+        out: list[dict[str, Any]] = []
+        if is_admin and role != "admin":
+            out.append(self._step(conn, resolved, author, member, "space_admin", "none", "admin"))
+        elif role == "admin" and not is_admin:
+            out.append(self._step(conn, resolved, author, member, "space_admin", "admin", "none"))
+        wanted = "none" if role == "admin" else role
+        if wanted != member_role and not (wanted == "none" and member_head is None):
+            out.append(self._step(conn, resolved, author, member, "space_member", wanted, member_role))
+        return out
+
+    def _step(
+        self, conn: Conn, resolved: spaces.Space, author: str, member: str, kind: str, role: str, prior_role: str
+    ) -> dict[str, Any]:
+        """The next record of `member`'s chain `kind` giving it `role`; a lowering vouches for the member's posts."""
+        chains = resolved.admin_chains if kind == "space_admin" else resolved.member_chains
+        chain = chains.get(member, ())
+        unsigned: dict[str, Any] = {
+            "kind": kind,
+            "schema_version": canonical.SCHEMA_VERSION,
+            "author_id": author,
+            "created_at": canonical.now_created_at(),
+            "space": resolved.id,
+            "member": member,
+            "role": role,
+            "seq": len(chain) + 1,
+        }
+        if chain:
+            unsigned["prior"] = chain[-1]
+        order = spaces.CHAIN_ROLE_ORDER[kind]
+        if order[role] < order[prior_role]:
+            versions = store.posts_of(conn, resolved.id, member)
+            if versions:  # the vouch pages of a non-empty set come with the posts into spaces (docs/spaces.md)
+                raise Conflict("removing a member with posts in the space is not supported yet",
+                               code="vouch_pages_unsupported")  # fmt: skip
+            unsigned["vouches"] = [vouching.vouch(member, versions).as_json()]
+        return unsigned
+
+    @staticmethod
+    def _visible(conn: Conn, space_id: str, agent_id: str) -> str:
+        """The agent's role in the space; 404 `unknown_space` to an agent that may not read it (a non-member learns
+        nothing of the space's existence)."""
+        role = store.role(conn, space_id, agent_id)
+        if store.space(conn, space_id) is None or not may_read(role):
+            raise NotFound("no such space here", field="space_id", code="unknown_space")
+        return role
+
+    async def list_of(self, agent_id: str) -> SpaceList:
+        """The spaces the agent has a role in."""
+        rows = await self.db.read(lambda conn: store.spaces_of(conn, agent_id), quick=True)
+        return SpaceList(spaces=[_space_out(row, role, None) for row, role in rows])
+
+    async def show(self, agent_id: str, space_id: str) -> SpaceOut:
+        """A space and its members, to an agent that may read it."""
+
+        def run(conn: Conn) -> SpaceOut:
+            role = self._visible(conn, space_id, agent_id)
+            row = store.space(conn, space_id)
+            assert row is not None
+            return _space_out(row, role, store.roles(conn, space_id))
+
+        return await self.db.read(run, quick=True)
+
+    async def readable(self, agent_id: str) -> frozenset[str]:
+        """The spaces `agent_id` may read: what every read path asks (`store.readable_spaces`)."""
+        return await self.db.read(lambda conn: store.readable_spaces(conn, agent_id), quick=True)
+
+
+def _space_out(row: store.SpaceRow, role: str, members: list[tuple[str, str]] | None) -> SpaceOut:
+    return SpaceOut(
+        space_id=row.space_id,
+        owner=row.owner,
+        name=row.name,
+        description=row.description,
+        created_at=row.created_at,
+        role=role,
+        members=None if members is None else [MemberOut(agent_id=a, role=r) for a, r in members],
+    )

@@ -1,0 +1,167 @@
+"""The SQL of spaces (issue 37; docs/spaces.md): the projection of `space`, `space_member` and `space_admin` records,
+and the reads every space rule needs.
+
+A space's records are listed in `space_records` as they are projected; each projected record recomputes the one space
+it touches with `identity.spaces.resolve` over that space's records and their key verdicts (from the key events the
+log holds), and writes the outcome to `spaces` (the valid space: owner, name, description) and `space_roles` (every
+agent with a role). A function of the set of records held, never of their order: `bbs rebuild` gives the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from identity import key_history, spaces
+from identity.space_rules import READ_ROLES
+from node.store.authority import key_events_of, vouch_pages_of
+from node.store.conn import Conn
+from node.store.projections import Projection
+
+SPACE_TABLES: tuple[str, ...] = ("space_records", "spaces", "space_roles")
+SPACE_KINDS: tuple[str, ...] = ("space", "space_member", "space_admin")
+
+
+class SpaceRow(NamedTuple):
+    """A valid space as the projection holds it."""
+
+    space_id: str
+    owner: str
+    name: str
+    description: str
+    created_at: str
+
+
+def space_of(kind: str, record_hash: str, record: dict[str, Any]) -> str:
+    """The space a record belongs to: a creation's own hash, else its `space` member."""
+    return record_hash if kind == "space" else str(record["space"])
+
+
+def project_space_record(conn: Conn, rec: Any, ctx: Projection) -> None:
+    """Projector of `space`, `space_member` and `space_admin`: list the record in its space, then recompute that
+    space's rows (`recompute_txn`)."""
+    kind = str(rec.kind)
+    space_id = ctx.hash if kind == "space" else str(rec.space)
+    conn.execute(
+        "INSERT OR IGNORE INTO space_records (seq, space_id, kind, author_id) VALUES (?, ?, ?, ?)",
+        (ctx.seq, space_id, kind, str(rec.author_id)),
+    )
+    recompute_txn(conn, space_id)
+
+
+def switch_space_record(conn: Conn, seq: int, address: str, record: dict[str, Any], valid: bool, now_ms: int) -> None:
+    """The switch of a space record flagged void or back (node/store/void.py: a key event made its key verdict
+    change): recompute its space, whose records held no longer count the flagged ones."""
+    recompute_txn(conn, space_of(str(record["kind"]), address, record))
+
+
+def held_records(conn: Conn, space_id: str) -> list[spaces.Held]:
+    """Every record of `space_id` the log holds (not flagged void), as `identity.spaces.Held`, in log order."""
+    rows = conn.execute(
+        "SELECT r.hash, r.version, r.body FROM space_records s JOIN records r ON r.seq = s.seq"
+        " WHERE s.space_id = ? AND s.seq NOT IN (SELECT seq FROM void_records) ORDER BY s.seq",
+        (space_id,),
+    ).fetchall()
+    return [spaces.Held(str(r[0]), str(r[1]), json.loads(bytes(r[2]))) for r in rows]
+
+
+def key_verdicts_txn(conn: Conn, authors: Iterable[str]) -> spaces.KeyVerdicts:
+    """The key verdicts of the records of `authors`, from the key events and vouch pages the log holds."""
+    histories: dict[str, key_history.History] = {}
+    pages: dict[tuple[str, str], dict[int, list[str]]] = {}
+    for author in sorted(set(authors)):
+        events = key_events_of(conn, author)
+        if not events:
+            continue
+        histories[author] = key_history.resolve(author, events)
+        for _, page in vouch_pages_of(conn, author):
+            if "space" not in page:
+                pages.setdefault((page["event"], page["subject"]), {})[page["page"]] = page["versions"]
+    return spaces.key_verdicts(histories, pages)
+
+
+def resolve_txn(conn: Conn, space_id: str, extra: Iterable[spaces.Held] = ()) -> spaces.Spaces:
+    """`identity.spaces.resolve` over the records of `space_id` the log holds, and `extra` (a record on its way in)."""
+    held = [*held_records(conn, space_id), *extra]
+    return spaces.resolve(held, key_verdicts_txn(conn, (h.record["author_id"] for h in held)))
+
+
+def recompute_txn(conn: Conn, space_id: str) -> None:
+    """Write the space's row and its roles as `resolve` decides them over the records held."""
+    resolved = resolve_txn(conn, space_id).spaces.get(space_id)
+    conn.execute("DELETE FROM space_roles WHERE space_id = ?", (space_id,))
+    if resolved is None:
+        conn.execute("DELETE FROM spaces WHERE space_id = ?", (space_id,))
+        return
+    row = conn.execute(
+        "SELECT r.body FROM space_records s JOIN records r ON r.seq = s.seq WHERE s.space_id = ? AND s.kind = 'space'",
+        (space_id,),
+    ).fetchone()
+    creation = json.loads(bytes(row[0]))
+    conn.execute(
+        "INSERT INTO spaces (space_id, owner, name, description, created_at) VALUES (?, ?, ?, ?, ?)"
+        " ON CONFLICT (space_id) DO NOTHING",
+        (space_id, resolved.owner, creation["name"], creation["description"], creation["created_at"]),
+    )
+    conn.executemany(
+        "INSERT INTO space_roles (space_id, agent_id, role) VALUES (?, ?, ?)",
+        [(space_id, agent, role) for agent, role in sorted(resolved.roles.items())],
+    )
+
+
+def space(conn: Conn, space_id: str) -> SpaceRow | None:
+    """The valid space `space_id`, or None (not held, or its creation not valid)."""
+    row = conn.execute(
+        "SELECT space_id, owner, name, description, created_at FROM spaces WHERE space_id = ?", (space_id,)
+    ).fetchone()
+    return None if row is None else SpaceRow(*row)
+
+
+def role(conn: Conn, space_id: str, agent_id: str) -> str:
+    """The agent's role in the space: owner, admin, writer, reader, or none."""
+    row = conn.execute(
+        "SELECT role FROM space_roles WHERE space_id = ? AND agent_id = ?", (space_id, agent_id)
+    ).fetchone()
+    return "none" if row is None else str(row[0])
+
+
+def roles(conn: Conn, space_id: str) -> list[tuple[str, str]]:
+    """(agent, role) of every member of the space, by agent."""
+    rows = conn.execute(
+        "SELECT agent_id, role FROM space_roles WHERE space_id = ? ORDER BY agent_id", (space_id,)
+    ).fetchall()
+    return [(str(r[0]), str(r[1])) for r in rows]
+
+
+def spaces_of(conn: Conn, agent_id: str) -> list[tuple[SpaceRow, str]]:
+    """Every valid space the agent has a role in, with the role, by space id."""
+    rows = conn.execute(
+        "SELECT s.space_id, s.owner, s.name, s.description, s.created_at, m.role FROM space_roles m"
+        " JOIN spaces s ON s.space_id = m.space_id WHERE m.agent_id = ? ORDER BY s.space_id",
+        (agent_id,),
+    ).fetchall()
+    return [(SpaceRow(*r[:5]), str(r[5])) for r in rows]
+
+
+def readable_spaces(conn: Conn, agent_id: str) -> frozenset[str]:
+    """The spaces `agent_id` may read (`identity.space_rules.may_read`: owner, admins, writers, readers): the one
+    function every read path asks (docs/spaces.md)."""
+    marks = ", ".join("?" * len(READ_ROLES))
+    rows = conn.execute(
+        f"SELECT space_id FROM space_roles WHERE agent_id = ? AND role IN ({marks})", (agent_id, *sorted(READ_ROLES))
+    ).fetchall()
+    return frozenset(str(r[0]) for r in rows)
+
+
+def posts_of(conn: Conn, space_id: str, author: str) -> list[str]:
+    """The versions of `author`'s posts (entries, links, messages, task events) in the space that the log holds:
+    what a removal vouches for by default."""
+    kinds = sorted(spaces.POST_KINDS)
+    marks = ", ".join("?" * len(kinds))
+    rows = conn.execute(
+        "SELECT r.version FROM space_records s JOIN records r ON r.seq = s.seq"
+        f" WHERE s.space_id = ? AND s.kind IN ({marks}) AND s.author_id = ?",
+        (space_id, *kinds, author),
+    ).fetchall()
+    return sorted(str(r[0]) for r in rows)

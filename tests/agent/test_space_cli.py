@@ -1,0 +1,39 @@
+"""`bbs space` against a real `bbs serve` process: create, add, list, show, remove, and the refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.agent.conftest import ServedNode
+
+pytestmark = pytest.mark.slow
+
+
+def bbs(node: ServedNode, key: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "BBS_API_KEY": key, "BBS_NODE": node.url}
+    return subprocess.run([sys.executable, "-m", "node.cli", "space", *args], capture_output=True, text=True, env=env)
+
+
+def test_spaces_from_the_command_line(served_node: ServedNode) -> None:
+    owner, bob = served_node.create_agent("owner"), served_node.create_agent("bob")
+    made = bbs(served_node, owner["api_key"], "create", "family", "--description", "our notes")
+    assert made.returncode == 0, made.stderr
+    space = made.stdout.strip()
+    added = bbs(served_node, owner["api_key"], "add", space, bob["agent_id"], "--role", "writer")
+    assert added.returncode == 0 and "is a writer" in added.stdout, added.stderr
+    listed = json.loads(bbs(served_node, bob["api_key"], "list", "--json").stdout)
+    assert [(s["space_id"], s["role"], s["name"]) for s in listed["spaces"]] == [(space, "writer", "family")]
+    shown = bbs(served_node, bob["api_key"], "show", space)
+    assert shown.returncode == 0 and f"{owner['agent_id']}\towner" in shown.stdout
+    refused = bbs(served_node, bob["api_key"], "add", space, owner["agent_id"], "--role", "reader")
+    assert refused.returncode != 0 and "owner_role_fixed" in refused.stderr  # nothing changes the owner
+    leaving = bbs(served_node, bob["api_key"], "remove", space, bob["agent_id"])
+    assert leaving.returncode == 0, leaving.stderr  # a member may leave on its own
+    hidden = bbs(served_node, bob["api_key"], "show", space)
+    assert hidden.returncode != 0 and "unknown_space" in hidden.stderr
+    assert bbs(served_node, bob["api_key"], "list").stdout.strip() == "no spaces"

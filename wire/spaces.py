@@ -1,0 +1,59 @@
+"""Wire types of spaces (issue 37; docs/spaces.md): creating a space, changing a member's role, listing and showing
+spaces. Imports nothing of `node`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from identity.schema_v3 import MAX_SPACE_DESCRIPTION_CHARS, MAX_SPACE_NAME_CHARS
+
+Role = Literal["admin", "writer", "reader", "none"]
+
+
+class SpaceIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """POST /v1/spaces: a node-kept agent names the space (the node signs its record), a self-signing agent sends
+    its signed `space` record."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SPACE_NAME_CHARS)] | None = None
+    description: Annotated[str, msgspec.Meta(max_length=MAX_SPACE_DESCRIPTION_CHARS)] = ""
+    record: dict[str, Any] | None = None
+
+
+class MemberIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """POST /v1/spaces/{space_id}/members: give an agent a role (the node signs the chain records of a node-kept
+    caller), or a self-signing caller's signed `space_member` / `space_admin` record."""
+
+    agent_id: str | None = None
+    role: Role | None = None
+    record: dict[str, Any] | None = None
+
+
+class SpaceSubmitted(msgspec.Struct, kw_only=True):
+    """What a write to a space did: the space, the address of the (last) record stored, whether it was new."""
+
+    space_id: str
+    address: str | None
+    created: bool
+
+
+class MemberOut(msgspec.Struct, kw_only=True):
+    agent_id: str
+    role: str
+
+
+class SpaceOut(msgspec.Struct, kw_only=True):
+    """A space as its members see it: `role` is the caller's; `members` only when one space is shown."""
+
+    space_id: str
+    owner: str
+    name: str
+    description: str
+    created_at: str
+    role: str
+    members: list[MemberOut] | None = None
+
+
+class SpaceList(msgspec.Struct, kw_only=True):
+    spaces: list[SpaceOut]
