@@ -148,7 +148,7 @@ class MemoryStore:
     async def refused(self, versions: list[str]) -> set[str]:
         return self.rejected.intersection(versions)
 
-    def reconcile_wanted(self) -> set[str]:
+    async def reconcile_wanted(self) -> set[str]:
         return set()  # nothing here waits, so nothing is dropped
 
     async def ingest(

@@ -88,9 +88,9 @@ class Wakeups:
         self.woken: set[str] = set()
         self.last: dict[str, float] = {}  # when each peer was last reconciled early
 
-    def due(self, peer_id: str) -> bool:
+    async def due(self, peer_id: str) -> bool:
         """Whether to reconcile with `peer_id` now; a wake within `WAKE_EVERY_S` of the last is kept for later."""
-        self.woken |= self.store.reconcile_wanted()
+        self.woken |= await self.store.reconcile_wanted()
         last = self.last.get(peer_id)
         if peer_id not in self.woken or (last is not None and self.clock() - last < WAKE_EVERY_S):
             return False
@@ -366,7 +366,7 @@ class Puller:
                     failures = health.consecutive_failures = 0
                     caught_up = False
                     continue
-                early = self.wakeups.due(peer.node_id)  # dropped waiting records can be stored now (7.3)
+                early = await self.wakeups.due(peer.node_id)  # dropped waiting records can be stored now (7.3)
                 if early or last_reconcile is None or self.clock() - last_reconcile >= self.reconcile_every_s:
                     reconciled = await self.reconcile(peer)
                     last_reconcile = self.clock()

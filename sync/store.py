@@ -134,7 +134,7 @@ class SyncStore(Protocol):
         reconciliation does not fetch them again."""
         ...
 
-    def reconcile_wanted(self) -> set[str]:
+    async def reconcile_wanted(self) -> set[str]:
         """Peers to reconcile with at once, emptied by the call: a dependency (a key event, a vouch page) of records
         they sent and a full waiting cap dropped is now stored (docs/format-v3.md 7.3)."""
         ...

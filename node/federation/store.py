@@ -161,7 +161,7 @@ class NodeSyncStore:
             )  # held, flagged void: outside our set, never fetched again
         )
 
-    def reconcile_wanted(self) -> set[str]:
+    async def reconcile_wanted(self) -> set[str]:
         return self.authority.take_wake()  # filled by the writer thread; a wake lost to a race waits for the round
 
     async def ingest(

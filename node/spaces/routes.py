@@ -76,9 +76,9 @@ async def post_member(request: web.Request) -> web.Response:
 
 async def delete_member(request: web.Request) -> web.Response:
     space_id = _space_id(request)
-    member = request.match_info["agent"]
+    member = request.match_info["agent_id"]
     if not agent_refs.is_did(member):
-        raise InvalidInput("the member must be an agent's did:key", field="agent")
+        raise InvalidInput("the member must be an agent's did:key", field="agent_id")
     out = await _spaces(request).set_role(agent_id(request), space_id, member, "none")
     return json_response(out, _status(out))
 
@@ -126,7 +126,7 @@ ROUTES: list[Route] = [
     ),
     Route(
         "DELETE",
-        "/v1/spaces/{space_id}/members/{agent}",
+        "/v1/spaces/{space_id}/members/{agent_id}",
         delete_member,
         "Remove a member (role none), vouching for its posts in the space the node holds",
         "agent",

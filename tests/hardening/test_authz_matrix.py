@@ -133,7 +133,7 @@ TABLE: list[Row] = [
     Row("GET", "/v1/spaces/{space_id}", "401 401 404 200 403 401", url="/v1/spaces/{space}"),
     Row("POST", "/v1/spaces/{space_id}/members", "401 401 404 201 403 401", url="/v1/spaces/{space}/members",
         body={"agent_id": "{spare}", "role": "reader"}),
-    Row("DELETE", "/v1/spaces/{space_id}/members/{agent}", "401 401 404 201 403 401",
+    Row("DELETE", "/v1/spaces/{space_id}/members/{agent_id}", "401 401 404 201 403 401",
         url="/v1/spaces/{space}/members/{spare}"),
     Row("POST", "/nlip", "401 401 200 200 403 401", body={"format": "text", "subformat": "english", "content": "m"}),
     Row("POST", "/nlip/", "401 401 200 200 403 401", body={"format": "text", "subformat": "english", "content": "m"}),

@@ -274,6 +274,9 @@ async def world(
     candidate = (await resp.json())["candidate"]
     resp = await client.post("/v1/push/endpoints", json={"url": "http://127.0.0.1:10/push"}, headers=alice.headers)
     push_endpoint = await resp.json()
+    resp = await client.post("/v1/spaces", json={"name": "a space"}, headers=alice.headers)
+    assert resp.status == 201, await resp.text()
+    space = await resp.json()
     document = await (await client.get("/openapi.json")).json()
     operations = [
         Operation(method.upper(), path, spec)
@@ -288,6 +291,7 @@ async def world(
         "task_id": str(task["id"]),
         "candidate_id": str(candidate["id"]),
         "endpoint_id": str(push_endpoint["id"]),
+        "space_id": str(space["space_id"]),
     }
     return World(client, alice, admin_headers, peer, operations, ids)
 

@@ -19,7 +19,7 @@ PROTOCOL_METHODS = [
 def test_the_protocol_lists_what_sync_calls() -> None:
     assert sorted(
         ["position", "changes", "wait_for_change", "fetch", "reconcile_items", "refused", "ingest", "peers",
-         "cursor", "cursor_version", "upgrade_cursor", "note_peer", "wanted", "want_failed"]
+         "cursor", "cursor_version", "upgrade_cursor", "note_peer", "wanted", "want_failed", "reconcile_wanted"]
     ) == PROTOCOL_METHODS  # fmt: skip
 
 

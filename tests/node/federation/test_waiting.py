@@ -263,19 +263,19 @@ def test_a_woken_peer_is_reconciled_with_at_most_once_per_10_s(tmp_path: Path, m
             assert await ingest(store, [post(A, A4, "a waits")]) == {address(post(A, A4, "a waits")): "waiting"}
             dropped = post(A, A4, "a dropped")
             assert await ingest(store, [dropped], PEERS[1]) == {address(dropped): "dropped_waiting"}
-            assert not wakeups.due(PEERS[1])  # its dependency is not stored yet
+            assert not await wakeups.due(PEERS[1])  # its dependency is not stored yet
             assert await ingest(store, [rotate_a]) == {address(rotate_a): "saved"}
-            assert not wakeups.due(PEERS[0])  # its record waited and is stored: nothing to bring back
-            assert wakeups.due(PEERS[1]) and not wakeups.due(PEERS[1])  # once
+            assert not await wakeups.due(PEERS[0])  # its record waited and is stored: nothing to bring back
+            assert await wakeups.due(PEERS[1]) and not await wakeups.due(PEERS[1])  # once
             await ingest(store, [post(b, A5, "b waits")])
             assert await ingest(store, [post(b, A5, "b dropped")], PEERS[1]) == {
                 address(post(b, A5, "b dropped")): "dropped_waiting"
             }
             assert await ingest(store, [rotate_b]) == {address(rotate_b): "saved"}
             now[0] += 5
-            assert not wakeups.due(PEERS[1])  # 5 s after the last early reconciliation: kept for later
+            assert not await wakeups.due(PEERS[1])  # 5 s after the last early reconciliation: kept for later
             now[0] += 5
-            assert wakeups.due(PEERS[1])
+            assert await wakeups.due(PEERS[1])
 
     asyncio.run(run())
 
@@ -298,12 +298,12 @@ def test_a_full_author_cap_drops_the_arriving_record_and_reconciliation_brings_i
             assert sizes[A][0] == waiting.MAX_PER_AUTHOR  # the older waiting records were kept, not pushed out
             # A0 has no key events yet: its own records are not held back
             assert await ingest(store, [other]) == {address(other): "saved"}
-            assert store.reconcile_wanted() == set()  # nothing they waited for is stored yet
+            assert await store.reconcile_wanted() == set()  # nothing they waited for is stored yet
             assert await ingest(store, [rotation]) == {address(rotation): "saved"}
             # the rotation is what the dropped records waited for: the peer that sent them is to be reconciled with
             # at once (the records that waited came from PEERS[0] and were stored: no wake-up for it)
-            assert store.reconcile_wanted() == {PEERS[1]}
-            assert store.reconcile_wanted() == set()  # taken once
+            assert await store.reconcile_wanted() == {PEERS[1]}
+            assert await store.reconcile_wanted() == set()  # taken once
             assert await store.db.read(waiting.sizes) == {}
             # reconciliation offers the dropped ones again: nothing remembered them, and now they are stored
             again = await ingest(store, early[waiting.MAX_PER_AUTHOR :], PEERS[1])

@@ -101,7 +101,7 @@ async def test_every_bad_input_is_a_problem_and_stores_nothing(
         ("GET", "/v1/spaces/not-a-space", owner, None, 404, "unknown_space", "space_id"),
         ("GET", f"/v1/spaces/{space}", eve, None, 404, "unknown_space", "space_id"),
         ("DELETE", f"{members}/{owner.agent_id}", owner, None, 409, "owner_role_fixed", "agent_id"),
-        ("DELETE", f"{members}/nobody", owner, None, 422, "validation_error", "agent"),
+        ("DELETE", f"{members}/nobody", owner, None, 422, "validation_error", "agent_id"),
         ("POST", members, owner, {"record": {"space": "1" * 64}}, 422, "space_mismatch", "$.record.space"),
     ]
     for method, path, who, body, status, code, field in cases:
