@@ -27,6 +27,7 @@ class ScenarioFailed(AssertionError):
 
 
 def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the one helper every scenario and test starting a server uses)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from typing import Any
 import aiohttp
 
 from node.ops.backup import litestream_binary
+from scenarios.fednet import free_port
 
 ENV = {"BBS_SYNC_WAIT_MS": "15000", "BBS_RECONCILE_EVERY_S": "2"}
 
@@ -42,12 +42,6 @@ def bbs(*args: str) -> str:
     if done.returncode != 0:
         raise DrillFailed(f"bbs {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
     return done.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def digest(data: Path) -> tuple[int, str]:

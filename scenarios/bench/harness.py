@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,12 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from scenarios.fednet import free_port
 
 
 class BenchFailure(RuntimeError):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,14 +15,9 @@ import pytest
 
 from node.ops.datadir import initialise
 from scenarios.bench.harness import listens
+from scenarios.fednet import free_port
 
 BBS = [sys.executable, "-m", "node.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

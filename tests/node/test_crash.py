@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,17 +18,12 @@ import aiohttp
 import pytest
 
 from scenarios.bench.harness import listens
+from scenarios.fednet import free_port
 
 POSTS = 200
 CONCURRENCY = 32
 KILL_AFTER_ACKS = 50
 BATCH_EVERY, BATCH_SIZE = 4, 4  # every 4th request is a POST /v1/entries/batch of 4 entries
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def bbs(*args: str) -> subprocess.CompletedProcess[str]:

@@ -24,6 +24,7 @@ from node.cli import explain
 from node.features import LOG
 from node.ops import doctor
 from node.ops.datadir import DataDir, initialise
+from scenarios.fednet import free_port
 from tests.node.test_cli import bbs
 
 pytestmark = pytest.mark.slow
@@ -67,12 +68,6 @@ def listening() -> Iterator[int]:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         yield int(sock.getsockname()[1])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ---- --data is a file, or holds no node -------------------------------------------------------------------

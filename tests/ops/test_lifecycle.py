@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -20,16 +19,11 @@ from node.features import LOG
 from node.ops import doctor
 from node.ops.datadir import initialise
 from scenarios.bench.harness import listens
+from scenarios.fednet import free_port
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).parents[2]
 BBS = [sys.executable, "-m", "node.cli"]  # this checkout's code, however the venv was installed
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def wait_healthy(url: str, proc: subprocess.Popen[str]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -15,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from node.app import create_app
 from node.ops import metrics, store
 from node.service import Node
+from scenarios.fednet import free_port
 from tests.conftest import AgentCreds, FakeClock
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -144,12 +144,6 @@ async def test_in_process_metrics_and_scrape_hooks(client: TestClient, admin_hea
     got = await scrape(client, admin_headers)
     assert got[("bbs_test_outcomes_total", (("outcome", "saved"), ("peer", "did:key:zPeer")))] == 5
     assert got[("bbs_test_lag", ())] == 7
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_separate_listener_serves_metrics_without_token(

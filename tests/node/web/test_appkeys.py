@@ -3,7 +3,6 @@ with the object its type names; the metrics side listener reaches the main app t
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from node.web.appkeys import (
     SYNC,
     SYNC_SETTINGS,
 )
+from scenarios.fednet import free_port
 
 
 def test_every_key_is_a_distinct_app_key() -> None:
@@ -65,12 +65,6 @@ async def test_requests_reach_the_observer_the_app_holds(client: TestClient, adm
     scrape = await client.get("/metrics", headers=admin_headers)
     assert scrape.status == 200
     assert 'route="/healthz"' in await scrape.text()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_the_side_listener_reports_the_main_app_through_metrics_source(
