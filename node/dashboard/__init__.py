@@ -16,7 +16,7 @@ from node.web.http import Route
 
 def dashboard_routes() -> list[Route]:
     """Every dashboard route: the page and static files (no auth), then the bearer-authenticated reads."""
-    from node.dashboard import peer_views, views, workflow_views
+    from node.dashboard import peer_views, space_views, views, workflow_views
 
     return [
         Route("GET", "/", views.page, "The dashboard page", "none"),
@@ -24,6 +24,7 @@ def dashboard_routes() -> list[Route]:
         *views.ROUTES,
         *workflow_views.ROUTES,
         *peer_views.ROUTES,
+        *space_views.ROUTES,
     ]
 
 

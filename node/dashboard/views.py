@@ -109,6 +109,7 @@ FEATURE_ROUTES = {
     "tasks": "/v1/agent-workflows/graph",
     "bus": "/v1/agent-workflows/messages",
     "candidates": "/v1/default-mode/candidates",
+    "spaces": "/v1/spaces",
     "peers": "/v1/peers",
     "push": "/v1/push/endpoints",
 }

@@ -22,7 +22,7 @@ def _spaces(request: web.Request) -> Spaces:
     return request.app[NODE].spaces
 
 
-def _space_id(request: web.Request) -> str:
+def space_id_of(request: web.Request) -> str:
     """The path's space id; one that cannot be a space's is as unknown as a space the caller may not read."""
     raw = request.match_info["space_id"]
     if not _SPACE_ID.fullmatch(raw):
@@ -52,11 +52,11 @@ async def list_spaces(request: web.Request) -> web.Response:
 
 
 async def get_space(request: web.Request) -> web.Response:
-    return json_response(await _spaces(request).show(agent_id(request), _space_id(request)))
+    return json_response(await _spaces(request).show(agent_id(request), space_id_of(request)))
 
 
 async def post_member(request: web.Request) -> web.Response:
-    space_id = _space_id(request)
+    space_id = space_id_of(request)
     body = convert(await read_json(request), MemberIn)
     caller = agent_id(request)
     if body.record is not None:
@@ -75,7 +75,7 @@ async def post_member(request: web.Request) -> web.Response:
 
 
 async def delete_member(request: web.Request) -> web.Response:
-    space_id = _space_id(request)
+    space_id = space_id_of(request)
     member = request.match_info["agent_id"]
     if not agent_refs.is_did(member):
         raise InvalidInput("the member must be an agent's did:key", field="agent_id")

@@ -27,6 +27,7 @@ from wire.spaces import MemberOut, SpaceList, SpaceOut, SpaceSubmitted
 SPACE = "space"
 MEMBER_KINDS = ("space_member", "space_admin")
 LOCAL = "local"  # a space's records stay on this node until part 2 (docs/spaces.md)
+OPERATOR = "operator"  # the role the node's admin is shown with: the operator reads every space it holds
 
 
 def nonce() -> str:
@@ -218,18 +219,24 @@ class Spaces:
             raise NotFound("no such space here", field="space_id", code="unknown_space")
         return role
 
-    async def list_of(self, agent_id: str) -> SpaceList:
-        """The spaces the agent has a role in."""
-        rows = await self.db.read(lambda conn: store.spaces_of(conn, agent_id), quick=True)
+    async def list_of(self, viewer: str | None) -> SpaceList:
+        """The spaces the agent `viewer` has a role in; every space the node holds to its operator (`viewer` None:
+        the dashboard's admin), whose role shows as `operator` (docs/spaces.md, the threat model)."""
+        if viewer is None:
+            rows = await self.db.read(lambda conn: [(row, OPERATOR) for row in store.every_space(conn)], quick=True)
+        else:
+            rows = await self.db.read(lambda conn: store.spaces_of(conn, viewer), quick=True)
         return SpaceList(spaces=[_space_out(row, role, None) for row, role in rows])
 
-    async def show(self, agent_id: str, space_id: str) -> SpaceOut:
-        """A space and its members, to an agent that may read it."""
+    async def show(self, viewer: str | None, space_id: str) -> SpaceOut:
+        """A space and its members, to an agent that may read it, or to the node's operator (`viewer` None)."""
 
         def run(conn: Conn) -> SpaceOut:
-            role = self._visible(conn, space_id, agent_id)
             row = store.space(conn, space_id)
-            assert row is not None
+            if viewer is None and row is None:
+                raise NotFound("no such space here", field="space_id", code="unknown_space")
+            role = OPERATOR if viewer is None else self._visible(conn, space_id, viewer)
+            assert row is not None  # `_visible` answered 404 for a space not held
             return _space_out(row, role, store.roles(conn, space_id))
 
         return await self.db.read(run, quick=True)

@@ -144,6 +144,12 @@ def spaces_of(conn: Conn, agent_id: str) -> list[tuple[SpaceRow, str]]:
     return [(SpaceRow(*r[:5]), str(r[5])) for r in rows]
 
 
+def every_space(conn: Conn) -> list[SpaceRow]:
+    """Every valid space the node holds, by space id (the operator's view: docs/spaces.md)."""
+    rows = conn.execute("SELECT space_id, owner, name, description, created_at FROM spaces ORDER BY space_id")
+    return [SpaceRow(*r) for r in rows.fetchall()]
+
+
 def readable_spaces(conn: Conn, agent_id: str) -> frozenset[str]:
     """The spaces `agent_id` may read (`identity.space_rules.may_read`: owner, admins, writers, readers): the one
     function every read path asks (docs/spaces.md)."""

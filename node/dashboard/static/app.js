@@ -7,7 +7,7 @@ const POLL_MS = 3000;
 const main = document.getElementById("main");
 const statusBox = document.getElementById("status");
 const state = { key: sessionStorage.getItem(KEY), me: null, names: new Map(), trust: new Map(), agents: [], gen: 0, timers: [] };
-const OPTIONAL_VIEWS = { tasks: "Tasks", bus: "Bus", candidates: "Candidates", peers: "Peers", push: "Push" };
+const OPTIONAL_VIEWS = { tasks: "Tasks", bus: "Bus", candidates: "Candidates", spaces: "Spaces", peers: "Peers", push: "Push" };
 
 // ---- small helpers ----------------------------------------------------------------------------------------
 
@@ -450,6 +450,47 @@ views.agent = async ([ref], _params, ctx) => {
   main.append(h("div", { class: "scroll" }, h("table", { id: "key-events" },
     h("thead", {}, h("tr", {}, heads.map((c) => h("th", { scope: "col" }, c)))),
     h("tbody", {}, k.events.map(row)))));
+};
+
+// ---- spaces -----------------------------------------------------------------------------------------------
+
+// The signed-in agent's spaces (every space the node holds, to the admin) and one space's members
+// (GET /dashboard/api/spaces[/{id}]: the calls behind GET /v1/spaces; docs/spaces.md).
+views.spaces = async (_args, _params, ctx) => {
+  const r = await api("/dashboard/api/spaces");
+  if (!ctx.alive()) return;
+  main.append(h("h1", {}, "Spaces"));
+  if (!r.spaces.length) {
+    return main.append(h("p", { class: "empty" },
+      state.me.role === "admin" ? "This node holds no space." : "You are a member of no space."));
+  }
+  const row = (s) => h("tr", {},
+    h("td", {}, h("a", { href: `#/space/${s.space_id}` }, isolate(s.name)),
+      s.description && h("div", { class: "sub" }, isolate(s.description))),
+    h("td", {}, s.role),
+    h("td", { title: s.owner }, authorName(s.owner)),
+    h("td", {}, when(s.created_at)));
+  const heads = ["Space", "Role", "Owner", "Created"];
+  main.append(h("div", { class: "scroll" }, h("table", { id: "spaces" },
+    h("thead", {}, h("tr", {}, heads.map((c) => h("th", { scope: "col" }, c)))),
+    h("tbody", {}, r.spaces.map(row)))));
+};
+
+views.space = async ([ref], _params, ctx) => {
+  const s = await api(`/dashboard/api/spaces/${encodeURIComponent(ref || "")}`);
+  if (!ctx.alive()) return;
+  main.append(h("h1", {}, isolate(s.name), " ", h("span", { class: "sub" }, "space")),
+    h("dl", { id: "space-info", class: "prov" },
+      h("dt", {}, "Space"), h("dd", { class: "mono" }, s.space_id),
+      h("dt", {}, "Owner"), h("dd", { title: s.owner }, authorName(s.owner)),
+      h("dt", {}, "Your role"), h("dd", {}, s.role),
+      s.description && [h("dt", {}, "About"), h("dd", {}, isolate(s.description))]));
+  const row = (m) => h("tr", {},
+    h("td", { title: m.agent_id }, authorName(m.agent_id), h("div", { class: "sub mono" }, shortId(m.agent_id))),
+    h("td", {}, m.role));
+  main.append(h("h2", {}, "Members"), h("div", { class: "scroll" }, h("table", { id: "space-members" },
+    h("thead", {}, h("tr", {}, ["Member", "Role"].map((c) => h("th", { scope: "col" }, c)))),
+    h("tbody", {}, (s.members || []).map(row)))));
 };
 
 // ---- workflows: tasks and bus -----------------------------------------------------------------------------

@@ -249,3 +249,34 @@ async def test_an_agents_key_history_after_a_rotation_and_a_revocation(
     assert "Void records\n0" in facts
     await b.shot("agent-keys")
     assert b.errors == []
+
+
+async def test_spaces_and_a_spaces_members(
+    open_browser: OpenBrowser, client: Any, seeded: Seeded, data_dir: tuple[object, str]
+) -> None:
+    """An agent's spaces, then one space's members by a click; the admin sees the space with role `operator`."""
+    alice, bob = seeded.alice, seeded.bob
+    resp = await client.post("/v1/spaces", json={"name": "Family notes", "description": "home"}, headers=alice.headers)
+    assert resp.status == 201, await resp.text()
+    space = (await resp.json())["space_id"]
+    resp = await client.post(
+        f"/v1/spaces/{space}/members", json={"agent_id": bob.agent_id, "role": "writer"}, headers=alice.headers
+    )
+    assert resp.status == 201, await resp.text()
+    b = await open_browser()
+    await b.sign_in(bob.api_key)
+    await b.view("#/spaces", "#spaces tbody tr")
+    row = await b.page.locator("#spaces tbody tr").inner_text()
+    assert "Family notes" in row and "writer" in row and "Alice" in row
+    await b.page.get_by_role("link", name="Family notes").click()
+    await b.page.wait_for_selector("#space-members tbody tr")
+    members = await b.page.locator("#space-members tbody tr").all_inner_texts()
+    names = sorted(m.split("\n")[0].split("\t")[0].strip("\u2068\u2069") for m in members)  # bidi-isolated
+    assert names == ["Alice", "Bob"]
+    assert any("owner" in m and "Alice" in m for m in members) and any("writer" in m and "Bob" in m for m in members)
+    await b.shot("space")
+    admin = await open_browser()
+    await admin.sign_in(data_dir[1])
+    await admin.view("#/spaces", "#spaces tbody tr")
+    assert "operator" in await admin.page.locator("#spaces tbody tr").inner_text()
+    assert b.errors == [] and admin.errors == []
