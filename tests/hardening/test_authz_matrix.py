@@ -135,6 +135,8 @@ TABLE: list[Row] = [
         body={"agent_id": "{spare}", "role": "reader"}),
     Row("DELETE", "/v1/spaces/{space_id}/members/{agent_id}", "401 401 404 201 403 401",
         url="/v1/spaces/{space}/members/{spare}"),
+    Row("GET", "/dashboard/api/spaces", "401 401 200 200 200 401"),
+    Row("GET", "/dashboard/api/spaces/{space_id}", "401 401 404 200 200 401", url="/dashboard/api/spaces/{space}"),
     Row("POST", "/nlip", "401 401 200 200 403 401", body={"format": "text", "subformat": "english", "content": "m"}),
     Row("POST", "/nlip/", "401 401 200 200 403 401", body={"format": "text", "subformat": "english", "content": "m"}),
     Row("POST", "/v1/inbox/ack", "401 401 200 200 403 401", body={"ids": [1]}),
