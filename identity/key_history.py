@@ -51,6 +51,7 @@ class History:
     waiting: frozenset[str]  # events whose prior is not held
     kept: frozenset[str]  # what a node stores: the chain, and at each of its places the best other allowed event
     events: dict[str, dict[str, Any]] = field(repr=False)  # every event given, by address
+    states: dict[str, KeyState] = field(default_factory=dict, repr=False)  # allowed event -> the state after it
 
 
 def initial_state(author_id: str) -> KeyState:
@@ -202,6 +203,7 @@ def _follow_winners(
         waiting=waiting,
         kept=frozenset(kept | set(chain)),
         events=by_address,
+        states={a: state for a, state in places.states.items() if a is not None},
     )
 
 

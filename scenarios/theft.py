@@ -556,11 +556,15 @@ async def retry_until(attempt: Callable[[], Awaitable[tuple[bool, str]]], deadli
 async def owner_lease_kept(w: World, name: str) -> None:
     """The task is not done and its live lease is the owner's, with the lease id the owner was granted last (a
     re-lease by the holder is a new grant: a new id); then the owner extends it through a."""
-    status, data = await w.call(name, "GET", f"{WF}/tasks/{w.task}")
-    lease = data.get("lease") if status == 200 and isinstance(data, dict) else None
-    held = lease is not None and lease.get("holder") == w.owner_id and lease.get("lease_id") == w.lease_id
-    state = data.get("status") if isinstance(data, dict) else None
-    detail = f"{name}: {status}, status {state}, lease {_lease(lease)} (the owner's: {w.lease_id[:8]})"
+
+    async def shown() -> tuple[bool, str]:  # the owner's last grant (made through a) may still be on its way here
+        status, data = await w.call(name, "GET", f"{WF}/tasks/{w.task}")
+        lease = data.get("lease") if status == 200 and isinstance(data, dict) else None
+        ok = lease is not None and lease.get("holder") == w.owner_id and lease.get("lease_id") == w.lease_id
+        state = data.get("status") if isinstance(data, dict) else None
+        return ok, f"{name}: {status}, status {state}, lease {_lease(lease)} (the owner's: {w.lease_id[:8]})"
+
+    held, detail, _ = await retry_until(shown, time.monotonic() + WINDOW_S)
     e_status, e_data = await w.call("a", "POST", f"{WF}/tasks/{w.task}/lease", {"seconds": 900}, w.owner_auth["a"])
     extended = e_data.get("lease") if isinstance(e_data, dict) else None
     if e_status in (200, 201) and extended and extended.get("holder") == w.owner_id:

@@ -27,9 +27,17 @@ from node.agents import recovery_file, store
 from node.agents import refs as agent_refs
 from node.agents.service import read_key_history
 from node.errors import Conflict, Forbidden, InvalidInput, NotFound
-from node.federation.store import recheck_waiting_txn, store_epoch
+from node.federation.store import recheck_waiting_txn, settle_authority_txn, store_epoch
 from node.store import equivocation, projections, submission, void, waiting
-from node.store.authority import Authority, author_deps, event_dep, pages_dep, versions_signed_by
+from node.store.authority import (
+    LOSING_BRANCH,
+    Authority,
+    author_deps,
+    event_dep,
+    judge_event_txn,
+    pages_dep,
+    versions_signed_by,
+)
 from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import Sealing, record_error, sign_and_check_body
@@ -66,13 +74,20 @@ def submit_txn(
     stored: list[Verified] = []
     resolved: list[waiting.Dep] = []
     if new:
-        verdict, reason = authority.judge_event(event.hash, event.record)
+        verdict, reason = judge_event_txn(conn, authority, event.hash, event.record, now_ms)
         prior = event.record.get("prior")
         if verdict == "waiting" and not equivocation.refused(conn, [str(prior)]):
             raise InvalidInput(
                 f"the key event's prior {prior} is not held here; submit the events before it first",
                 field="$.record.prior",
                 code="unknown_prior",
+            )
+        if reason == LOSING_BRANCH:
+            raise Conflict(
+                "this key event is allowed but would not be kept: the chain and a better event at its place are held"
+                " (docs/format-v3.md 3.4); sign after the chain's head, or with a better role (the recovery key)",
+                field="$.record.prior",
+                code=LOSING_BRANCH,
             )
         if verdict != "valid":
             raise InvalidInput(
@@ -105,7 +120,7 @@ def submit_txn(
     if resolved:
         recheck_waiting_txn(authority, tuple(resolved), 0, now_ms, conn)
     if stored:  # the author's records already in the log may change verdict (docs/format-v3.md 7.6)
-        void.reflag_txn(conn, authority, [author], now_ms)
+        settle_authority_txn(conn, authority, {author}, now_ms)
     return new, len(stored) - int(new)
 
 

@@ -22,7 +22,7 @@ from identity import canonical, key_history, keys
 from node.errors import InvalidInput
 from node.federation import waiting as waiting_gate
 from node.store import db, equivocation, projections, void, waiting
-from node.store.authority import Authority, key_events_of
+from node.store.authority import Authority, author_deps, drop_displaced_txn, event_dep, key_events_of
 from node.store.conn import Conn
 from node.store.db import Database
 from sync import compat
@@ -406,11 +406,25 @@ def ingest_txn(
     outcomes.extend(gated.outcomes)
     # key events and pages stored: the authors' records already in the log may change verdict (7.6)
     stored = [v.record for v, (_, inserted) in kept if inserted]
-    void.reflag_txn(conn, authority, void.authors_of_authority(stored), now_ms)
+    settle_authority_txn(conn, authority, void.authors_of_authority(stored), now_ms)
     _store_released_txn(conn, authority, gated.released, now_ms)
     if cursor is not None:
         write_cursor_txn(conn, peer_id, cursor, too_new_from)
     return outcomes
+
+
+def settle_authority_txn(conn: Conn, authority: Authority, authors: set[str], now_ms: int) -> None:
+    """After key events of `authors` were stored (sync ingest, the REST key-event route): drop the events a better
+    one displaced from the kept set (docs/format-v3.md 3.4) and re-check what waited for them (judged in the state
+    they led to), then decide the authors' stored records again (7.6)."""
+    if not authors:
+        return
+    dropped = drop_displaced_txn(conn, authority, authors, now_ms)
+    if dropped:  # what waited for them, or for the keys they installed (now losing keys)
+        deps: list[waiting.Dep] = [event_dep(address) for address in dropped]
+        deps += [author_deps(author) for author in sorted(authors)]
+        _store_released_txn(conn, authority, waiting_gate.recheck_txn(conn, authority, tuple(deps), 0, now_ms), now_ms)
+    void.reflag_txn(conn, authority, authors, now_ms)
 
 
 def recheck_waiting_txn(

@@ -27,11 +27,13 @@ from node.store import equivocation, waiting
 from node.store.authority import (
     AUTHORITY_KINDS,
     KEY_EVENT,
+    LOSING_BRANCH,
     VOUCH_PAGE,
     Authority,
     Decision,
     author_deps,
     event_dep,
+    judge_event_txn,
     pages_dep,
 )
 from node.store.conn import Conn
@@ -82,7 +84,7 @@ def gate_txn(
             gated.now.append(v)
             continue
         version = v.version  # an entry's is a SHA-256 of its bytes: computed once
-        decision = _decide(conn, authority, v, resolved, version)
+        decision = _decide(conn, authority, v, resolved, now_ms, version)
         if decision.verdict == "valid":
             gated.now.append(v)
             stored.append(version)
@@ -133,7 +135,7 @@ def recheck_txn(
         for row in rows:
             v = accepted(row.body, row.hash)
             found: list[Dep] = []
-            decision = _decide(conn, authority, v, found)
+            decision = _decide(conn, authority, v, found, now_ms)
             if found:
                 work.append((tuple(found), 0))
                 authority.resolve_dropped(found)
@@ -153,14 +155,16 @@ def recheck_txn(
     return released
 
 
-def _decide(conn: Conn, authority: Authority, v: Verified, resolved: list[Dep], version: str | None = None) -> Decision:
+def _decide(
+    conn: Conn, authority: Authority, v: Verified, resolved: list[Dep], now_ms: int, version: str | None = None
+) -> Decision:
     """The verdict on one record (`version`: its version when the caller has it already); a key event or vouch page
     taken into the cache (or refused) adds what it resolves."""
     if v.record.get("kind") == VOUCH_PAGE:
         return _decide_page(conn, authority, v, resolved)
     if v.record.get("kind") != KEY_EVENT:
         return authority.decide(v.record, v.version if version is None else version)
-    verdict, reason = authority.judge_event(v.hash, v.record)
+    verdict, reason = judge_event_txn(conn, authority, v.hash, v.record, now_ms)
     if verdict == "valid":
         if not authority.holds_event(v.hash, v.record["author_id"]):
             authority.add_event(v.hash, v.record)
@@ -171,6 +175,8 @@ def _decide(conn: Conn, authority: Authority, v: Verified, resolved: list[Dep], 
     if verdict == "waiting" and not equivocation.refused(conn, [prior]):
         return Decision("undecided", deps=(event_dep(prior),))
     resolved.append(event_dep(v.hash))  # its children can never count either
+    if reason == LOSING_BRANCH:  # its key now loses (3.4): records waiting for it are void
+        resolved.append(author_deps(v.record["author_id"]))
     return Decision("void", reason or "prior_refused")
 
 

@@ -10,6 +10,7 @@ and without `signing_key` is decided by `needs` alone: two dictionary lookups, n
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from node.store.waiting import Dep
 KEY_EVENT = "key_event"
 VOUCH_PAGE = "vouch_page"
 MAX_DROPPED_DEPS = 10_000  # dependency keys of dropped waiting records remembered for the wake-up (7.3)
+LOSING_BRANCH = "losing_branch"  # an allowed key event outside the kept set (docs/format-v3.md 3.4)
 AUTHORITY_KINDS = frozenset({KEY_EVENT, VOUCH_PAGE})  # decided first in a batch: the others are decided by them
 Verdict = Literal["valid", "void", "undecided"]
 EventVerdict = Literal["valid", "refused", "waiting"]
@@ -90,6 +92,86 @@ def vouch_pages_of(conn: Conn, author: str) -> list[tuple[str, dict[str, Any]]]:
     return [(str(r[0]), json.loads(bytes(r[1]))) for r in rows]
 
 
+def dropped_keys(conn: Conn) -> dict[str, set[str]]:
+    """author -> the keys installed by key events of it this node dropped (`drop_displaced_txn`, or refused as
+    `losing_branch` on arrival): losing keys (docs/format-v3.md 3.4)."""
+    out: dict[str, set[str]] = {}
+    for author, key in conn.execute("SELECT author_id, key FROM dropped_key_events WHERE key IS NOT NULL"):
+        out.setdefault(str(author), set()).add(str(key))
+    return out
+
+
+def remember_dropped_txn(
+    conn: Conn, address: str, record: dict[str, Any], state: key_history.KeyState, now_ms: int
+) -> None:
+    """Remember an allowed key event this node does not keep (3.4): its key (a losing key), the state it led to (an
+    event building on it is judged in it) and its address (never fetched again, like an evicted version)."""
+    encoded = {"key": state.key, "next": state.next, "recovery": state.recovery, "used": sorted(state.used)}
+    conn.execute(
+        "INSERT INTO dropped_key_events (address, author_id, key, seq, state, dropped_ms) VALUES (?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (address) DO NOTHING",
+        (address, record["author_id"], record.get("key"), record["seq"], json.dumps(encoded), now_ms),
+    )
+    conn.execute(
+        "INSERT INTO refused_versions (version, hash, refused_ms) VALUES (?, ?, ?) ON CONFLICT (version) DO NOTHING",
+        (address, address, now_ms),  # a key event's version is its address
+    )
+
+
+def dropped_state(conn: Conn, address: str) -> tuple[int, key_history.KeyState] | None:
+    """(seq, state after it) of a key event this node dropped, or None."""
+    row = conn.execute("SELECT seq, state FROM dropped_key_events WHERE address = ?", (address,)).fetchone()
+    if row is None:
+        return None
+    state = json.loads(row[1])
+    return int(row[0]), key_history.KeyState(state["key"], state["next"], state["recovery"], frozenset(state["used"]))
+
+
+def judge_event_txn(
+    conn: Conn, authority: Authority, address: str, record: dict[str, Any], now_ms: int
+) -> tuple[EventVerdict, str | None]:
+    """`Authority.judge_event`, and what needs the log (3.4): an event whose prior this node dropped is judged in the
+    state that prior led to (allowed: it is dropped too, `losing_branch`), and an allowed event outside the kept set
+    is remembered as dropped (`remember_dropped_txn`): its key loses whatever the arrival order."""
+    verdict, reason = authority.judge_event(address, record)
+    if verdict == "waiting" and record.get("prior") is not None:
+        found = dropped_state(conn, str(record["prior"]))
+        if found is None:
+            return verdict, reason
+        seq, before = found
+        reason = "bad_seq" if record["seq"] != seq + 1 else key_history.refusal(before, record) or LOSING_BRANCH
+        verdict = "refused"
+        after = key_history.apply(before, record)
+    elif reason == LOSING_BRANCH:
+        after = authority.state_after(record)
+    if reason == LOSING_BRANCH:
+        remember_dropped_txn(conn, address, record, after, now_ms)
+        authority.note_losing(record["author_id"], record)
+    return verdict, reason
+
+
+def drop_displaced_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms: int) -> list[str]:
+    """Drop the held key events of `authors` that a better event has displaced from the kept set (docs/format-v3.md
+    3.4: the winning chain and one runner-up per place): each is deleted from the log with its vouch pages and
+    remembered (`remember_dropped_txn`), as an evicted version is. Runs in the transaction that stored key events,
+    before the authors' records are decided again. Returns the addresses dropped."""
+    dropped: list[str] = []
+    for author in sorted(set(authors)):
+        states = authority.history(author).states
+        for address in authority.displaced(author):
+            record, pages = authority.drop_event(author, address)
+            remember_dropped_txn(conn, address, record, states[address], now_ms)
+            gone = [address, *pages]
+            conn.execute("DELETE FROM records WHERE hash IN (SELECT value FROM json_each(?))", (json.dumps(gone),))
+            conn.executemany(
+                "INSERT INTO refused_versions (version, hash, refused_ms) VALUES (?, ?, ?)"
+                " ON CONFLICT (version) DO NOTHING",
+                [(page, page, now_ms) for page in pages],
+            )
+            dropped.append(address)
+    return dropped
+
+
 def versions_signed_by(conn: Conn, author: str, key: str) -> list[str]:
     """The versions of every record of `author` in the log signed by `key` (its first key: no `signing_key`), key
     events and vouch pages aside (6.1): the set a rotation by the node vouches for. Scans the log (no index on
@@ -111,11 +193,14 @@ class Authority:
     # (event, subject) -> page index -> versions, of the verified vouch pages held
     _pages: dict[tuple[str, str], dict[int, list[str]]] = field(default_factory=dict)
     _page_addresses: set[str] = field(default_factory=set)
+    _page_events: dict[str, str] = field(default_factory=dict)  # vouch page address -> its key event's address
     # (event, subject) -> every version on its held pages: a record on one is vouched for, one set lookup
     _vouched: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     # (event, subject) -> the whole vouched set, proven by `vouching.matches` over the versions the log holds (6.5)
     _known: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     _count: int = -1  # key events and vouch pages the cache holds; -1: not loaded
+    # author -> keys installed by key events of it this node dropped (3.4): losing keys, whatever the arrival order
+    _losing: dict[str, set[str]] = field(default_factory=dict)
     changes: int = 0  # moves whenever the key events held may have changed (read by the event loop: sessions)
     # (dependency keys, last waiting id checked) left for the writer's next jobs: more than one transaction re-checks
     pending: list[tuple[tuple[Dep, ...], int]] = field(default_factory=list)
@@ -145,7 +230,9 @@ class Authority:
     def load_txn(self, conn: Conn) -> None:
         """(Re)build the cache from the log's key events and vouch pages (each stored only once verified)."""
         self._events, self._histories, self._pages, self._page_addresses = {}, {}, {}, set()
+        self._page_events = {}
         self._vouched, self._known = {}, {}
+        self._losing = dropped_keys(conn)
         rows = authority_records(conn)
         for address, record in rows:
             if record["kind"] == KEY_EVENT:
@@ -189,6 +276,9 @@ class Authority:
         found = self._histories.get(author)
         if found is None:
             found = key_history.resolve(author, self._events.get(author, {}).items())
+            dropped = self._losing.get(author, set()) - found.state.used
+            if dropped:  # the keys of dropped events lose as if their events were held (3.4, 3.5 rule 4)
+                found = dataclasses.replace(found, losing_keys=found.losing_keys | dropped)
             if author in self._events:
                 self._histories[author] = found
         return found
@@ -210,7 +300,43 @@ class Authority:
             return "refused", trial.refused[address]
         if address in trial.waiting:
             return "waiting", None
+        if address not in trial.kept:  # allowed, but a node keeps only the chain and one runner-up per place (3.4)
+            return "refused", LOSING_BRANCH
         return "valid", None
+
+    def displaced(self, author: str) -> list[str]:
+        """The held key events of `author` outside the kept set (3.4): displaced by better events taken since."""
+        kept = self.history(author).kept
+        return sorted(address for address in self._events.get(author, {}) if address not in kept)
+
+    def drop_event(self, author: str, address: str) -> tuple[dict[str, Any], list[str]]:
+        """Forget a displaced key event and its vouch pages (`drop_displaced_txn` deletes them from the log); its key
+        becomes a losing key. Returns the event and the addresses of its pages."""
+        record = self._events[author].pop(address)
+        pages = sorted(a for a, event in self._page_events.items() if event == address)
+        for page in pages:
+            del self._page_events[page]
+            self._page_addresses.discard(page)
+        for held in [k for k in self._pages if k[0] == address]:
+            self._pages.pop(held)
+            self._vouched.pop(held, None)
+            self._known.pop(held, None)
+        self.note_losing(author, record)
+        self._count -= 1 + len(pages)
+        return record, pages
+
+    def state_after(self, record: dict[str, Any]) -> key_history.KeyState:
+        """The state an allowed key event whose prior is held (or that has none) leads to."""
+        author, prior = str(record["author_id"]), record.get("prior")
+        before = key_history.initial_state(author) if prior is None else self.history(author).states[str(prior)]
+        return key_history.apply(before, record)
+
+    def note_losing(self, author: str, record: dict[str, Any]) -> None:
+        """Take the key a dropped (or refused as `losing_branch`) event installed as a losing key of `author`."""
+        if record.get("key") is not None:
+            self._losing.setdefault(author, set()).add(str(record["key"]))
+        self._histories.pop(author, None)
+        self.changes += 1
 
     def add_event(self, address: str, record: dict[str, Any]) -> None:
         """Take a valid key event into the cache (the caller stores it in the log in this transaction)."""
@@ -249,6 +375,7 @@ class Authority:
 
     def _take_page(self, address: str, record: dict[str, Any]) -> None:
         self._page_addresses.add(address)
+        self._page_events[address] = str(record["event"])
         self._pages.setdefault((record["event"], record["subject"]), {})[record["page"]] = list(record["versions"])
         self._vouched.setdefault((record["event"], record["subject"]), set()).update(record["versions"])
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import sqlite3
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,6 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from identity import key_history
 from identity.keys import SigningKey
 from identity.vouching import vouch
 from node.features import LOG
@@ -116,9 +118,14 @@ async def reconcile(store: NodeSyncStore, story: v3_story.Story) -> None:
         await ingest(store, missing, PEERS[1])
 
 
-async def run_story(order: list[str], cuts: list[int], peers: list[int]) -> tuple[dict[str, str], dict[str, str]]:
-    """Ingest the story's records in `order`, cut into batches at `cuts`, each batch from the peer `peers` names."""
-    story = v3_story.story()
+async def run_story(
+    order: list[str], cuts: list[int], peers: list[int], forks: bool = False
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Ingest the story's records (the fork story's with `forks`) in `order`, cut into batches at `cuts`, each batch
+    from the peer `peers` names. Returns each record's verdict on the node and by the reference over the whole set;
+    checks the node holds no key event outside the reference's kept set (docs/format-v3.md 3.4)."""
+    story = v3_story.fork_story() if forks else v3_story.story()
+    author = v3_story.T if forks else v3_story.A
     bounds = sorted({c % (len(order) + 1) for c in cuts} | {0, len(order)})
     with tempfile.TemporaryDirectory() as folder:
         async with node_store(Path(folder)) as store:
@@ -127,7 +134,9 @@ async def run_story(order: list[str], cuts: list[int], peers: list[int]) -> tupl
                 await ingest(store, batch, PEERS[peers[i % len(peers)] if peers else 0])
             await reconcile(store, story)
             found = await store.db.read(lambda c: node_verdicts(c, story))
-    return found, v3_story.whole_set_verdicts(story)
+            held = await store.db.read(lambda c: {a for a, _ in authority_store.key_events_of(c, author)})
+    assert held == key_history.resolve(author, story.events).kept
+    return found, v3_story.whole_set_verdicts(story, author)
 
 
 NAMES = sorted(v3_story.story().records)
@@ -155,6 +164,37 @@ def test_the_final_verdict_on_every_record_does_not_depend_on_the_arrival_order(
 ) -> None:
     found, expected = asyncio.run(run_story(order, cuts, peers))
     assert found == expected
+
+
+FORK_NAMES = sorted(v3_story.fork_story().records)
+# the losing forks and their child stored while they won (f4, then c4 on it, then the better f3, f2, f1 in turn)
+FORKS_STORED_THEN_DROPPED = ["f4", "c4", "qc4", "q4", "f3", "f2", "z", "f1", "c1", "d1"]
+FORKS_STORED_THEN_DROPPED += [n for n in FORK_NAMES if n not in FORKS_STORED_THEN_DROPPED]
+
+
+@settings(max_examples=60, deadline=None)
+@example(order=FORKS_STORED_THEN_DROPPED, cuts=list(range(len(FORK_NAMES) + 1)), peers=[0])
+@example(order=list(reversed(FORKS_STORED_THEN_DROPPED)), cuts=list(range(len(FORK_NAMES) + 1)), peers=[1])
+@given(
+    order=st.permutations(FORK_NAMES),
+    cuts=st.lists(st.integers(min_value=0, max_value=len(FORK_NAMES)), max_size=len(FORK_NAMES)),
+    peers=st.lists(st.integers(min_value=0, max_value=1), max_size=len(FORK_NAMES)),
+)
+def test_forks_of_four_allowed_events_at_one_place_keep_two_whatever_the_arrival_order(
+    order: list[str], cuts: list[int], peers: list[int]
+) -> None:
+    """docs/format-v3.md 3.4: a key holder forking at will. Every order ends with the reference's kept set in the log
+    (the chain f1, c1, d1 and the runner-up f2) and the reference's verdict on every record: the dropped events'
+    keys (f3, f4, and c4 built on f4) lose, whether their events were stored first and dropped or refused on
+    arrival; z, never allowed, installs nothing."""
+    found, expected = asyncio.run(run_story(order, cuts, peers, forks=True))
+    assert found == expected
+    assert {name: expected[name] for name in ("f3", "f4", "c4", "z", "q1", "qc1", "qd1", "q2", "qc4", "qz")} == {
+        "f3": "void", "f4": "void", "c4": "void", "z": "void",  # not kept / never allowed: in no log
+        "q1": "void", "qc1": "void",  # rotated out by the chain, vouched for by nothing
+        "qd1": "valid", "q2": "void", "qc4": "void",  # the runner-up's and a dropped event's keys lose
+        "qz": "undecided",  # no allowed event installs its key: it waits
+    }  # fmt: skip
 
 
 def test_one_by_one_in_the_worst_order_and_all_at_once_agree() -> None:
@@ -448,3 +488,50 @@ async def test_a_node_pulls_key_events_pages_and_rotated_keys_records_from_a_pee
     # b never received what a refused or holds waiting: those are void (stored nowhere) on b
     assert verdicts_b == {n: "void" if v == "undecided" else v for n, v in expected.items()}
     assert await a.digest() == await b.digest()
+
+
+def test_a_thief_forking_fifty_times_at_one_place_leaves_two_events_on_disk(tmp_path: Path) -> None:
+    """docs/format-v3.md 3.4: the holder of T0 signs 50 allowed rotations at one place, each better than the last
+    (worst address first: each displaces the runner-up), then the same 50 in a random order on a second node. Each
+    node's log holds the winner and the runner-up only; the other 48 cost a row of `dropped_key_events` and one of
+    `refused_versions` each (no body), are absent from the changes feed, fetch, reconciliation and the digest, and a
+    copy sent again is refused without being stored."""
+    installed = [v3_story.key(0x50 + i) for i in range(50)]
+    forks = [
+        key_event(v3_story.T0, "rotate", 1, installs=k, vouches=[vouch(v3_story.T, [])], author=v3_story.T)
+        for k in installed
+    ]
+    best_last = sorted(forks, key=address, reverse=True)
+    shuffled = list(forks)
+    random.Random(7).shuffle(shuffled)
+    winner, runner_up = best_last[-1], best_last[-2]
+
+    def on_disk(conn: Conn) -> tuple[set[str], int, int, int]:
+        events = {str(r[0]) for r in conn.execute("SELECT hash FROM records WHERE kind = 'key_event'")}
+        dropped = int(conn.execute("SELECT count(*) FROM dropped_key_events").fetchone()[0])
+        refused = int(conn.execute("SELECT count(*) FROM refused_versions").fetchone()[0])
+        bodies = int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
+        return events, dropped, refused, bodies
+
+    async def run(folder: Path, order: list[dict[str, Any]], batch: int) -> None:
+        folder.mkdir()
+        async with node_store(folder) as store:
+            for start in range(0, len(order), batch):
+                await ingest(store, order[start : start + batch])
+            events, dropped, refused, bodies = await store.db.read(on_disk)
+            assert events == {address(winner), address(runner_up)}
+            assert (dropped, refused, bodies) == (48, 48, 2)
+            losers = [address(f) for f in forks if f not in (winner, runner_up)]
+            page = await store.changes(0, 100)
+            assert {item[1] for item in page.items} == {address(winner), address(runner_up)}
+            assert {r[0] for r in await store.fetch([address(f) for f in forks])} == events
+            _, _, items = await store.reconcile_items()
+            assert {bytes.hex(v) for _, v in items} == events
+            assert (await store.db.read(lambda c: digest(c, store.node_id))).count == 2
+            assert await store.refused(losers) == set(losers)  # reconciliation never fetches them again
+            again = await ingest(store, [best_last[0]], PEERS[1])
+            assert again == {address(best_last[0]): "invalid"}
+            assert await store.db.read(on_disk) == (events, 48, 48, 2)
+
+    asyncio.run(run(tmp_path / "one_by_one", best_last, 1))
+    asyncio.run(run(tmp_path / "shuffled_in_batches", shuffled, 7))

@@ -202,15 +202,18 @@ def story() -> Story:
     return Story(out)
 
 
-def whole_set_verdicts(s: Story) -> dict[str, str]:
+def whole_set_verdicts(s: Story, author: str = A) -> dict[str, str]:
     """Each record's verdict from the whole set at once, by the reference functions: identity.key_history for the
-    key events and each record's key, identity.vouching for the pages."""
-    history = key_history.resolve(A, s.events)
+    key events of `author` and each record's key, identity.vouching for the pages."""
+    history = key_history.resolve(author, s.events)
     out: dict[str, str] = {}
     for name, record in s.records.items():
         if record["kind"] == "key_event":
             at = address(record)
-            out[name] = "void" if at in history.refused else "undecided" if at in history.waiting else "valid"
+            if at in history.waiting:
+                out[name] = "undecided"
+            else:  # refused, or allowed but outside the kept set (e3, on e2's replaced branch: 3.4): never stored
+                out[name] = "valid" if at in history.kept else "void"
     pages: dict[tuple[str, str], dict[int, list[str]]] = {}
     for name, record in s.records.items():
         if record["kind"] == "vouch_page":
@@ -230,8 +233,39 @@ def whole_set_verdicts(s: Story) -> dict[str, str]:
     for name, record in s.records.items():
         if record["kind"] in ("key_event", "vouch_page"):
             continue
-        if record["author_id"] != A:
+        if record["author_id"] != author:
             out[name] = "valid"
         else:
             out[name] = key_history.key_verdict(history, key_history.signer_of(record), version(record), pages)
     return out
+
+
+T0 = key(0x20)  # a forked identity: no commitment, no recovery key, so whoever holds T0 forks at will (3.4)
+T = T0.did
+
+
+def fork_story() -> Story:
+    """Identity T's first key T0 signs four allowed rotations at one place, named by rank (all rank `current`: the
+    smallest address wins): f1 wins, f2 is the runner-up, f3 and f4 are not kept (3.4). The chain goes on from f1 to c1
+    and d1; f4 has a child c4 (dropped with it), f2 a child z signed by a key that may not sign (never allowed). A
+    post by each installed key, and by the key z would install."""
+    out: dict[str, dict[str, Any]] = {}
+    keys = [key(0x21 + i) for i in range(4)]
+    events = [key_event(T0, "rotate", 1, installs=k, vouches=[vouching.vouch(T, [])], author=T) for k in keys]
+    ranked = sorted(zip(events, keys, strict=True), key=lambda pair: address(pair[0]))
+    for i, (event, installed) in enumerate(ranked, start=1):
+        out[f"f{i}"] = event
+        out[f"q{i}"] = post(T, installed, f"by the key f{i} installs")
+    (_, k1), (_, k2), _, (_, k4) = ranked
+    c1, c4, d1, stranger, strangers_key = key(0x31), key(0x34), key(0x41), key(0x42), key(0x43)
+    out["c1"] = key_event(k1, "rotate", 2, prior=out["f1"], installs=c1, vouches=[vouching.vouch(k1.did, [])], author=T)
+    out["qc1"] = post(T, c1, "by the key c1 installs")
+    out["d1"] = key_event(c1, "rotate", 3, prior=out["c1"], installs=d1, vouches=[vouching.vouch(c1.did, [])], author=T)
+    out["qd1"] = post(T, d1, "by the key d1 installs")
+    out["c4"] = key_event(k4, "rotate", 2, prior=out["f4"], installs=c4, vouches=[vouching.vouch(k4.did, [])], author=T)
+    out["qc4"] = post(T, c4, "by the key c4 installs")
+    out["z"] = key_event(
+        stranger, "rotate", 2, prior=out["f2"], installs=strangers_key, vouches=[vouching.vouch(k2.did, [])], author=T
+    )
+    out["qz"] = post(T, strangers_key, "by the key z would install")
+    return Story(out)
