@@ -22,7 +22,7 @@ from identity import canonical, key_history, keys
 from node.errors import InvalidInput
 from node.federation import waiting as waiting_gate
 from node.store import db, equivocation, projections, void, waiting
-from node.store.authority import Authority, author_deps, drop_displaced_txn, event_dep, key_events_of
+from node.store.authority import AUTHORITY_KINDS, Authority, author_deps, drop_displaced_txn, event_dep, key_events_of
 from node.store.conn import Conn
 from node.store.db import Database
 from sync import compat
@@ -436,9 +436,14 @@ def recheck_waiting_txn(
 
 
 def _store_released_txn(conn: Conn, authority: Authority, released: dict[str, list[Verified]], now_ms: int) -> None:
-    """Store waiting records a re-check found valid, each as if it had just arrived from the peer it came from."""
-    for peer_id, records in sorted(released.items()):
-        ingest_txn(conn, peer_id, records, [], None, now_ms, authority, recheck=False)
+    """Store waiting records a re-check found valid, each as if it had just arrived from the peer it came from: the
+    key events and pages of every peer first, so a record is never stored before the key event that installed its key
+    (`node.store.void.reflag_txn` reads a key's records from that event's seq on)."""
+    for authority_kinds in (True, False):
+        for peer_id, records in sorted(released.items()):
+            part = [v for v in records if (v.record.get("kind") in AUTHORITY_KINDS) == authority_kinds]
+            if part:
+                ingest_txn(conn, peer_id, part, [], None, now_ms, authority, recheck=False)
 
 
 def _append_batch(

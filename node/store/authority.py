@@ -29,6 +29,7 @@ LOSING_BRANCH = "losing_branch"  # an allowed key event outside the kept set (do
 AUTHORITY_KINDS = frozenset({KEY_EVENT, VOUCH_PAGE})  # decided first in a batch: the others are decided by them
 Verdict = Literal["valid", "void", "undecided"]
 EventVerdict = Literal["valid", "refused", "waiting"]
+KeyStatus = tuple[bool, str | None, bool, bool, int]  # current, deciding event, losing, whole set known, pages held
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,8 @@ class Authority:
     _count: int = -1  # key events and vouch pages the cache holds; -1: not loaded
     # author -> keys installed by key events of it this node dropped (3.4): losing keys, whatever the arrival order
     _losing: dict[str, set[str]] = field(default_factory=dict)
+    # author -> key -> its `key_status` when `node.store.void.reflag_txn` last decided the author's stored records
+    _settled: dict[str, dict[str, KeyStatus]] = field(default_factory=dict)
     changes: int = 0  # moves whenever the key events held may have changed (read by the event loop: sessions)
     # (dependency keys, last waiting id checked) left for the writer's next jobs: more than one transaction re-checks
     pending: list[tuple[tuple[Dep, ...], int]] = field(default_factory=list)
@@ -231,7 +234,7 @@ class Authority:
         """(Re)build the cache from the log's key events and vouch pages (each stored only once verified)."""
         self._events, self._histories, self._pages, self._page_addresses = {}, {}, {}, set()
         self._page_events = {}
-        self._vouched, self._known = {}, {}
+        self._vouched, self._known, self._settled = {}, {}, {}
         self._losing = dropped_keys(conn)
         rows = authority_records(conn)
         for address, record in rows:
@@ -324,6 +327,40 @@ class Authority:
         self.note_losing(author, record)
         self._count -= 1 + len(pages)
         return record, pages
+
+    def key_statuses(self, author: str) -> dict[str, KeyStatus]:
+        """What decides the records of each key `author`'s history names (`decide` reads nothing else): whether it is
+        the current key, the event whose vouch decides its records, whether it loses, and how that vouch is known
+        (its whole set, or how many of its pages are held)."""
+        history = self.history(author)
+        named = history.state.used | history.losing_keys | history.removed_by.keys() | history.vouched_by.keys()
+        out: dict[str, KeyStatus] = {}
+        for key in named:
+            removal = history.removed_by.get(key) or history.vouched_by.get(key)
+            known = removal is not None and (removal, key) in self._known
+            pages = 0 if removal is None or known else len(self._pages.get((removal, key), {}))
+            out[key] = (key == history.state.key, removal, key in history.losing_keys, known, pages)
+        return out
+
+    def changed_keys(self, author: str) -> tuple[dict[str, KeyStatus], set[str] | None]:
+        """The keys of `author` whose status changed since `settle` was last told of it (None: every key, for an author
+        not settled since the cache was loaded), with the statuses now."""
+        now = self.key_statuses(author)
+        before = self._settled.get(author)
+        if before is None:
+            return now, None
+        return now, {key for key, status in now.items() if before.get(key) != status} | (before.keys() - now.keys())
+
+    def settle(self, author: str) -> None:
+        """Remember the statuses of `author`'s keys: its stored records were decided by them (`reflag_txn`)."""
+        self._settled[author] = self.key_statuses(author)
+
+    def install_address(self, author: str, key: str) -> str | None:
+        """The held key event that installed `key` for `author` (None: its first key, or a dropped event's key)."""
+        for address, record in self._events.get(author, {}).items():
+            if record.get("key") == key:
+                return address
+        return None
 
     def state_after(self, record: dict[str, Any]) -> key_history.KeyState:
         """The state an allowed key event whose prior is held (or that has none) leads to."""

@@ -60,16 +60,16 @@ def authors_of_authority(records: Iterable[dict[str, Any]]) -> set[str]:
     return {str(r["author_id"]) for r in records if r.get("kind") in AUTHORITY_KINDS}
 
 
-def _records_of(conn: Conn, authors: list[str]) -> list[Stored]:
-    """Every record of `authors` in the log but their key events, vouch pages and agent documents, in log order (one
-    scan), each as much as `Authority.decide` reads of it (author and `signing_key`: SQLite reads the bodies, Python
-    decodes none). Agent documents are not judged by their key yet (docs/format-v3.md 7.7: 3.8's order is to do),
-    so none is flagged: an identity whose rotation vouches for no document keeps its row."""
+def _records_of(conn: Conn, author: str, after: int) -> list[Stored]:
+    """Every record of `author` in the log after seq `after` but its key events, vouch pages and agent documents, in
+    log order (one scan of the seq range), each as much as `Authority.decide` reads of it (author and `signing_key`:
+    SQLite reads the bodies, Python decodes none). Agent documents are not judged by their key yet
+    (docs/format-v3.md 7.7: 3.8's order is to do), so none is flagged: an identity whose rotation vouches for no
+    document keeps its row."""
     rows = conn.execute(
         "SELECT seq, hash, version, kind, author_id, json_extract(body, '$.signing_key') FROM records"
-        " WHERE author_id IN (SELECT value FROM json_each(?)) AND kind NOT IN ('key_event', 'vouch_page', 'agent')"
-        " ORDER BY seq",
-        (json.dumps(sorted(authors)),),
+        " WHERE seq > ? AND author_id = ? AND kind NOT IN ('key_event', 'vouch_page', 'agent') ORDER BY seq",
+        (after, author),
     ).fetchall()
     out = []
     for seq, address, version, kind, author, signing_key in rows:
@@ -117,7 +117,7 @@ def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms:
     voided: list[tuple[Stored, str]] = []
     restored: list[Stored] = []
     current = {author: authority.history(author).state.key for author in wanted}
-    records = _records_of(conn, wanted)
+    records = [stored for author in wanted for stored in _records_of(conn, author, _scan_from(conn, authority, author))]
     undecided: dict[tuple[str, str], list[Stored]] = {}
     for stored in records:
         signer = key_history.signer_of(stored.record)
@@ -133,6 +133,8 @@ def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms:
             for stored in waiting:
                 decision = authority.decide(stored.record, stored.version)
                 _sort(stored, decision.verdict, decision.reason, flagged, voided, restored)
+    for author in wanted:
+        authority.settle(author)
     if not voided and not restored:
         return 0, 0
     conn.executemany(
@@ -149,6 +151,29 @@ def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms:
         if switch is not None:
             switch(conn, stored.seq, stored.hash, bodies[stored.seq], valid, now_ms)
     return len(voided), len(restored)
+
+
+def _scan_from(conn: Conn, authority: Authority, author: str) -> int:
+    """The seq after which `reflag_txn` must read `author`'s records: only a record of a key whose status changed
+    since the last reflag (`Authority.changed_keys`) can change verdict, and a record of a key is stored after the
+    event that installed it (before it, it waits: docs/format-v3.md 7.1), so the scan starts at the earliest such
+    event. Every record (0) for an author not reflagged since the cache was loaded, or when a changed key is its
+    first key or one whose event this node dropped; past the log's end when no key changed."""
+    _, changed = authority.changed_keys(author)
+    if changed is None:
+        return 0
+    if not changed:
+        return 1 << 62
+    seqs = []
+    for key in changed:
+        address = authority.install_address(author, key)
+        if address is None:
+            return 0
+        row = conn.execute("SELECT seq FROM records WHERE hash = ?", (address,)).fetchone()
+        if row is None:
+            return 0
+        seqs.append(int(row[0]))
+    return min(seqs)
 
 
 def _sort(
