@@ -4,13 +4,17 @@ event vouches for them (docs/format-v3.md 7.6; docs/decisions.md record 57).
 A record is judged when it is stored (`node.store.authority.Authority.decide`); a key event or vouch page stored
 later may change that verdict for records of its author already in the log: a `revoke`, a winning `recover` or a
 rotation that does not vouch for them makes them void, a `recover` that vouches for them makes them valid again.
-`reflag_txn` runs in the transaction that stored the key events (sync ingest, the REST key-event route): one scan of
+`reflag_txn` runs in the transaction that stored the key events (sync ingest, the REST key-event route): a scan of
 the authors' records in the log, each decided again by the one function, and the records whose verdict changed are
 flagged in `void_records` (or unflagged) and switched out of (or back into) the projections by their kind's
 `Switch` (`projections.Log.switches`), as an equivocation's losing version is kept out of them. The log is never
-changed. A batch without key events or vouch pages costs nothing here (the writer-floor rule, issue 34). A record of
-the author's current key is valid and not decided again; a rotated-out key whose records stay undecided (pages not
-held) is decided by its held set when that is exactly the vouched set (docs/format-v3.md 6.5, `matches`).
+changed. A batch without key events or vouch pages costs nothing here (the writer-floor rule, issue 34). Only the
+records of keys whose status changed since the author's last reflag are read (`Authority.changed_keys`: current or
+not, the vouch that decides them, losing or not, how much of that vouch is held), from the seq of the event that
+installed the earliest of them: a key's records are stored after that event (they wait for it, and a re-check stores
+the key events it releases before the records). A record of the author's current key is valid and not decided
+again; a rotated-out key whose records stay undecided (pages not held) is decided by its held set when that is
+exactly the vouched set (docs/format-v3.md 6.5, `matches`).
 
 Sync never serves a flagged record (changes feed, fetch, reconciliation) and the digest leaves it out
 (node/federation/store.py); `bbs rebuild` replays the log without them (`projections.rebuild`).
