@@ -41,6 +41,9 @@ class Decision:
     deps: tuple[str, ...] = ()
 
 
+VALID = Decision("valid")
+
+
 def key_dep(author: str, key: str) -> str:
     """The dependency key of a record of `author` signed by `key`: a key event of `author` installing it."""
     return f"key:{author}:{key}"
@@ -444,22 +447,24 @@ class Authority:
     def decide(self, record: dict[str, Any], version: str) -> Decision:
         """The verdict on a record that is not a key event or vouch page, by the key that signed it
         (docs/format-v3.md 3.5): a record of a rotated-out key by the vouch that removed it, over the pages held."""
-        author = record["author_id"]
-        signer = key_history.signer_of(record)
+        return self.decide_key(record["author_id"], key_history.signer_of(record), version)
+
+    def decide_key(self, author: str, signer: str, version: str) -> Decision:
+        """`decide` for the record of `version` by `author` signed by `signer` (what `decide` reads of a record)."""
         history = self.history(author)
         if signer != history.state.key:  # a rotated-out key: a version on a held page of its vouch is vouched for
             removal = history.removed_by.get(signer) or history.vouched_by.get(signer)
             if removal is not None and version in self._vouched.get((removal, signer), ()):
-                return Decision("valid")  # what key_verdict answers, without parsing the vouch and scanning pages
+                return VALID  # what key_verdict answers, without parsing the vouch and scanning pages
             known = self._known.get((removal, signer)) if removal is not None else None
             if known is not None and removal is not None:  # the whole vouched set is known: no page needed
                 if version in known:
-                    return Decision("valid")
+                    return VALID
                 revoked = history.events[removal]["event"] == "revoke"
                 return Decision("void", "revoked_key" if revoked else "unvouched")
         verdict = key_history.key_verdict(history, signer, version, self._pages)
         if verdict == "valid":
-            return Decision("valid")
+            return VALID
         removal = history.removed_by.get(signer) or history.vouched_by.get(signer)
         if verdict == "void":
             if removal is None:

@@ -29,7 +29,6 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from identity import key_history
 from identity.schema_v3 import struct_for
 from node.store import equivocation, projections
 from node.store.authority import AUTHORITY_KINDS, Authority
@@ -37,14 +36,14 @@ from node.store.conn import Conn
 
 
 class Stored(NamedTuple):
-    """A stored record of an author whose key history changed: `record` holds what `Authority.decide` reads."""
+    """A stored record of an author whose key history changed, and the key that signed it."""
 
     seq: int
     hash: str
     version: str
     kind: str
     author_id: str
-    record: dict[str, Any]
+    signer: str
 
 
 class VoidRow(NamedTuple):
@@ -64,24 +63,16 @@ def authors_of_authority(records: Iterable[dict[str, Any]]) -> set[str]:
     return {str(r["author_id"]) for r in records if r.get("kind") in AUTHORITY_KINDS}
 
 
-def _records_of(conn: Conn, author: str, after: int) -> list[Stored]:
-    """Every record of `author` in the log after seq `after` but its key events, vouch pages and agent documents, in
-    log order (one scan of the seq range), each as much as `Authority.decide` reads of it (author and `signing_key`:
-    SQLite reads the bodies, Python decodes none). Agent documents are not judged by their key yet
-    (docs/format-v3.md 7.7: 3.8's order is to do), so none is flagged: an identity whose rotation vouches for no
-    document keeps its row."""
-    rows = conn.execute(
+def _records_of(conn: Conn, author: str, after: int) -> list[tuple[int, str, str, str, str, str | None]]:
+    """(seq, hash, version, kind, author, signing_key) of every record of `author` in the log after seq `after` but
+    its key events, vouch pages and agent documents, in log order (one scan of the seq range: SQLite reads the
+    bodies, Python decodes none). Agent documents are not judged by their key yet (docs/format-v3.md 7.7: 3.8's order
+    is to do), so none is flagged: an identity whose rotation vouches for no document keeps its row."""
+    return conn.execute(
         "SELECT seq, hash, version, kind, author_id, json_extract(body, '$.signing_key') FROM records"
         " WHERE seq > ? AND author_id = ? AND kind NOT IN ('key_event', 'vouch_page', 'agent') ORDER BY seq",
         (after, author),
     ).fetchall()
-    out = []
-    for seq, address, version, kind, author, signing_key in rows:
-        signer: dict[str, Any] = (
-            {"author_id": author} if signing_key is None else {"author_id": author, "signing_key": signing_key}
-        )
-        out.append(Stored(int(seq), str(address), str(version), str(kind), str(author), signer))
-    return out
 
 
 def _bodies(conn: Conn, seqs: list[int]) -> dict[int, dict[str, Any]]:
@@ -121,21 +112,24 @@ def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms:
     voided: list[tuple[Stored, str]] = []
     restored: list[Stored] = []
     current = {author: authority.history(author).state.key for author in wanted}
-    records = [stored for author in wanted for stored in _records_of(conn, author, _scan_from(conn, authority, author))]
+    rows = [row for author in wanted for row in _records_of(conn, author, _scan_from(conn, authority, author))]
     undecided: dict[tuple[str, str], list[Stored]] = {}
-    for stored in records:
-        signer = key_history.signer_of(stored.record)
-        if signer == current[stored.author_id] and stored.seq not in flagged:
+    for seq, address, version, kind, author, signing_key in rows:  # no object per row unless its state changes
+        signer = author if signing_key is None else signing_key
+        if signer == current[author] and seq not in flagged:
             continue  # a record of the current key is valid (`Authority.decide`): none to flag, none to unflag
-        decision = authority.decide(stored.record, stored.version)
+        decision = authority.decide_key(author, signer, version)
+        if decision.verdict == "valid" and seq not in flagged:
+            continue
+        stored = Stored(seq, address, version, kind, author, signer)
         if decision.verdict == "undecided":
-            undecided.setdefault((stored.author_id, signer), []).append(stored)
+            undecided.setdefault((author, signer), []).append(stored)
         _sort(stored, decision.verdict, decision.reason, flagged, voided, restored)
     for (author, signer), waiting in undecided.items():  # its pages are not all held: does the log hold its set?
-        held = {s.version for s in records if s.author_id == author and key_history.signer_of(s.record) == signer}
+        held = {r[2] for r in rows if r[4] == author and (r[4] if r[5] is None else r[5]) == signer}
         if authority.learn_vouched(author, signer, held):
             for stored in waiting:
-                decision = authority.decide(stored.record, stored.version)
+                decision = authority.decide_key(author, signer, stored.version)
                 _sort(stored, decision.verdict, decision.reason, flagged, voided, restored)
     for author in wanted:
         authority.settle(author)
