@@ -139,6 +139,16 @@ async def run_story(
     return found, v3_story.whole_set_verdicts(story, author)
 
 
+def arrivals(names: list[str]) -> dict[str, st.SearchStrategy[list[Any]]]:
+    """Hypothesis strategies of one arrival of the records `names`: their order, the cuts into batches, and which of
+    the two peers sends each batch (`run_story`'s arguments)."""
+    return {
+        "order": st.permutations(names),
+        "cuts": st.lists(st.integers(min_value=0, max_value=len(names)), max_size=len(names)),
+        "peers": st.lists(st.integers(min_value=0, max_value=1), max_size=len(names)),
+    }
+
+
 NAMES = sorted(v3_story.story().records)
 # A2's honest post arrives after the revocation and before the recovery, one record a batch: void at first, then
 # fetched again by reconciliation once the recovery (which vouches for it) changed the chain.
@@ -154,11 +164,7 @@ STORED_THEN_VOIDED += [n for n in NAMES if n not in STORED_THEN_VOIDED]
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example(order=REVOKED_THEN_RECOVERED, cuts=list(range(len(NAMES) + 1)), peers=[0])
 @example(order=STORED_THEN_VOIDED, cuts=list(range(len(NAMES) + 1)), peers=[0])
-@given(
-    order=st.permutations(NAMES),
-    cuts=st.lists(st.integers(min_value=0, max_value=len(NAMES)), max_size=len(NAMES)),
-    peers=st.lists(st.integers(min_value=0, max_value=1), max_size=len(NAMES)),
-)
+@given(**arrivals(NAMES))
 def test_the_final_verdict_on_every_record_does_not_depend_on_the_arrival_order(
     order: list[str], cuts: list[int], peers: list[int]
 ) -> None:
@@ -179,11 +185,7 @@ FORKS_STORED_THEN_DROPPED += [n for n in FORK_NAMES if n not in FORKS_STORED_THE
 # stored before it (node/store/void.py reads a key's records from its event's seq on)
 @example(order=["c4", "c1", "qc1", "f1", "f2", "f3", "f4", "q1", "q2", "q3", "q4", "d1", "qc4", "qd1", "qz", "z"],
          cuts=[1, 2, 7], peers=[0, 1])  # fmt: skip
-@given(
-    order=st.permutations(FORK_NAMES),
-    cuts=st.lists(st.integers(min_value=0, max_value=len(FORK_NAMES)), max_size=len(FORK_NAMES)),
-    peers=st.lists(st.integers(min_value=0, max_value=1), max_size=len(FORK_NAMES)),
-)
+@given(**arrivals(FORK_NAMES))
 def test_forks_of_four_allowed_events_at_one_place_keep_two_whatever_the_arrival_order(
     order: list[str], cuts: list[int], peers: list[int]
 ) -> None:
