@@ -60,18 +60,22 @@ def offer_txn(
     if conn.execute("SELECT 1 FROM waiting WHERE version = ?", (version,)).fetchone() is not None:
         return True
     size = len(body)
-    for column, value, most, most_bytes in (
-        ("author_id", author_id, MAX_PER_AUTHOR, MAX_BYTES_PER_AUTHOR),
-        ("peer_id", peer_id, MAX_PER_PEER, MAX_BYTES_PER_PEER),
+    held = {  # the running counts the triggers of migration 0028 keep: three rows, not a count of the area
+        (str(scope), str(key)): (int(count), int(used))
+        for scope, key, count, used in conn.execute(
+            "SELECT scope, key, count, bytes FROM waiting_counts WHERE (scope = 'author' AND key = ?)"
+            " OR (scope = 'peer' AND key = ?) OR (scope = 'all' AND key = '')",
+            (author_id, peer_id),
+        )
+    }
+    for cap, most, most_bytes in (
+        (("author", author_id), MAX_PER_AUTHOR, MAX_BYTES_PER_AUTHOR),
+        (("peer", peer_id), MAX_PER_PEER, MAX_BYTES_PER_PEER),
+        (("all", ""), MAX_TOTAL, MAX_BYTES_TOTAL),
     ):
-        count, used = conn.execute(
-            f"SELECT count(*), coalesce(sum(size), 0) FROM waiting WHERE {column} = ?", (value,)
-        ).fetchone()
+        count, used = held.get(cap, (0, 0))
         if count + 1 > most or used + size > most_bytes:
             return False
-    count, used = conn.execute("SELECT count(*), coalesce(sum(size), 0) FROM waiting").fetchone()
-    if count + 1 > MAX_TOTAL or used + size > MAX_BYTES_TOTAL:
-        return False
     waiting_id = conn.execute(
         "INSERT INTO waiting (version, hash, kind, author_id, peer_id, arrived_ms, size, body)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -183,3 +187,21 @@ def sizes(conn: Conn) -> dict[str, tuple[int, int]]:
     """(records, bytes) waiting per author."""
     rows = conn.execute("SELECT author_id, count(*), sum(size) FROM waiting GROUP BY author_id").fetchall()
     return {str(r[0]): (int(r[1]), int(r[2])) for r in rows}
+
+
+def running_counts(conn: Conn) -> dict[tuple[str, str], tuple[int, int]]:
+    """The running (records, bytes) the caps read (`waiting_counts`, kept by triggers), by (scope, key); the empty
+    area's `all` row is (0, 0), and no author or peer has a row without a waiting record."""
+    rows = conn.execute("SELECT scope, key, count, bytes FROM waiting_counts").fetchall()
+    return {(str(r[0]), str(r[1])): (int(r[2]), int(r[3])) for r in rows}
+
+
+def recounted(conn: Conn) -> dict[tuple[str, str], tuple[int, int]]:
+    """`running_counts` computed from the waiting area itself (what the triggers must agree with)."""
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for scope, column in (("author", "author_id"), ("peer", "peer_id")):
+        rows = conn.execute(f"SELECT {column}, count(*), sum(size) FROM waiting GROUP BY {column}").fetchall()
+        out |= {(scope, str(r[0])): (int(r[1]), int(r[2])) for r in rows}
+    count, used = conn.execute("SELECT count(*), coalesce(sum(size), 0) FROM waiting").fetchone()
+    out[("all", "")] = (int(count), int(used))
+    return out

@@ -25,7 +25,7 @@ from identity.vouching import vouch
 from node.features import LOG
 from node.federation.store import NodeSyncStore, add_peer_txn, digest
 from node.store import authority as authority_store
-from node.store import void, waiting
+from node.store import db, void, waiting
 from node.store.conn import Conn
 from node.store.db import Database
 from sync.puller import Wakeups
@@ -103,6 +103,7 @@ def node_verdicts(conn: Conn, story: v3_story.Story) -> dict[str, str]:
         if record["kind"] in ("entry", "link") and v in stored:
             assert (address(record) in shown) == (out[name] == "valid"), f"{name} is shown: {address(record) in shown}"
     assert digest(conn, "n").count == len(stored - flagged), "the digest counts valid versions only"
+    assert waiting.running_counts(conn) == waiting.recounted(conn), "the caps' running counts drifted"
     return out
 
 
@@ -541,3 +542,35 @@ def test_a_thief_forking_fifty_times_at_one_place_leaves_two_events_on_disk(tmp_
 
     asyncio.run(run(tmp_path / "one_by_one", best_last, 1))
     asyncio.run(run(tmp_path / "shuffled_in_batches", shuffled, 7))
+
+
+def test_migration_0028_counts_the_records_already_waiting_and_the_triggers_keep_the_counts(tmp_path: Path) -> None:
+    """A database of the release before 0028 with records waiting: the migration counts them per author, per peer
+    and in all; then offers, removals and expiry keep the counts equal to a count of the area."""
+    conn = db.connect(tmp_path / "old.db")
+    conn.create_function("bbs_sha256_hex", 1, lambda body: body, deterministic=True)
+    for number, _name, sql in db.migrations():
+        if number < 28:
+            for statement in db._split_sql(sql):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+    rows = [(f"v{i}", f"h{i}", "entry", A if i % 2 else B0.did, PEERS[i % 3 == 0], NOW, 10 + i, b"x") for i in range(7)]
+    conn.executemany(
+        "INSERT INTO waiting (version, hash, kind, author_id, peer_id, arrived_ms, size, body)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+    assert db.migrate(conn) >= 28
+    counted = waiting.running_counts(conn)
+    assert counted == waiting.recounted(conn) and counted[("all", "")] == (7, sum(r[6] for r in rows))
+    with db.transaction(conn, immediate=True):
+        assert waiting.offer_txn(
+            conn, record_hash="h9", version="v9", kind="entry", author_id=A, peer_id=PEERS[1], body=b"abc",
+            deps=["key:x"], now_ms=NOW + 1,
+        )  # fmt: skip
+        waiting.remove_versions_txn(conn, ["v0", "v1"])
+    assert waiting.running_counts(conn) == waiting.recounted(conn)
+    with db.transaction(conn, immediate=True):
+        waiting.expire_txn(conn, NOW + 10 * 24 * 3600 * 1000)  # every record is past the 24 h bound
+    assert waiting.running_counts(conn) == waiting.recounted(conn) == {("all", ""): (0, 0)}
+    conn.close()
