@@ -19,6 +19,7 @@ from node.federation.store import MAX_WANT_ATTEMPTS, add_peer_txn, ingest_txn, p
 from node.store import db
 from sync.store import Verified
 from sync.verify import verify_record
+from tests.node.migrated import database_before
 from tests.sync.conftest import (
     PeerNode,
     body_of,
@@ -216,13 +217,7 @@ def test_migration_0023_gives_the_v2_release_s_cursors_version_2(tmp_path: Path)
     from sync.messages import PROTOCOL_VERSION
     from sync.store import Cursor, CursorVersion
 
-    conn = db.connect(tmp_path / "old.db")
-    conn.create_function("bbs_sha256_hex", 1, lambda body: body, deterministic=True)
-    for number, _name, sql in db.migrations():
-        if number < 23:
-            for statement in db._split_sql(sql):
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {number}")
+    conn = database_before(tmp_path / "old.db", 23)
     pulled, fresh = keys.SigningKey.generate().did, keys.SigningKey.generate().did
     add_peer_txn(conn, "http://127.0.0.1:9", pulled, NOW)
     add_peer_txn(conn, "http://127.0.0.1:10", fresh, NOW)

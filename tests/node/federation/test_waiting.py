@@ -32,6 +32,7 @@ from sync.puller import Wakeups
 from sync.store import Outcome
 from tests.node.federation import v3_story
 from tests.node.federation.v3_story import A0, A1, A4, A5, B0, A, address, key_event, post, verified, version
+from tests.node.migrated import database_before
 from tests.sync.conftest import (
     PeerNode,
     make_peer,  # noqa: F401  (a fixture: real nodes, registered by this import)
@@ -547,13 +548,7 @@ def test_a_thief_forking_fifty_times_at_one_place_leaves_two_events_on_disk(tmp_
 def test_migration_0028_counts_the_records_already_waiting_and_the_triggers_keep_the_counts(tmp_path: Path) -> None:
     """A database of the release before 0028 with records waiting: the migration counts them per author, per peer
     and in all; then offers, removals and expiry keep the counts equal to a count of the area."""
-    conn = db.connect(tmp_path / "old.db")
-    conn.create_function("bbs_sha256_hex", 1, lambda body: body, deterministic=True)
-    for number, _name, sql in db.migrations():
-        if number < 28:
-            for statement in db._split_sql(sql):
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {number}")
+    conn = database_before(tmp_path / "old.db", 28)
     rows = [(f"v{i}", f"h{i}", "entry", A if i % 2 else B0.did, PEERS[i % 3 == 0], NOW, 10 + i, b"x") for i in range(7)]
     conn.executemany(
         "INSERT INTO waiting (version, hash, kind, author_id, peer_id, arrived_ms, size, body)"
