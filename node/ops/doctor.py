@@ -24,6 +24,7 @@ from node.ops.backup import leftovers, snapshot_db
 from node.ops.datadir import DataDir
 from node.search_index import indexer as search_indexer
 from node.store import db, projections, void
+from node.store.authority import dropped_counts
 from node.store.projections import Log
 from sync.auth import clock_advice, clock_offset
 
@@ -74,6 +75,7 @@ def diagnose(data_root: Path, log: Log, *, scratch: Path | None = None, peer_tim
                 checks.append(Check("search_index", *search_indexer.check(data_root, conn)))  # type: ignore[arg-type]
                 _check_projections(conn, checks)
                 _check_void(conn, checks)
+                _check_dropped_key_events(conn, checks)
                 peers = _peer_urls(conn)
         finally:
             conn.close()
@@ -209,6 +211,25 @@ def _check_void(conn: sqlite3.Connection, checks: list[Check]) -> None:
         )
     else:
         checks.append(Check("void_records", "ok", "no stored record was made void by a later key event"))
+
+
+def _check_dropped_key_events(conn: sqlite3.Connection, checks: list[Check]) -> None:
+    """How many allowed key events this node did not keep (docs/format-v3.md 3.4, decision 64): a warning when any,
+    since competing key events signed by one identity's key mean someone else may hold that key."""
+    events, identities = dropped_counts(conn)
+    if events:
+        checks.append(
+            Check(
+                "dropped_key_events",
+                "warn",
+                f"{events} key event{'s' * (events != 1)} of {identities} identit{'ies' if identities != 1 else 'y'}"
+                " not kept (competing events beyond the chain"
+                " and one runner-up per place: someone else may hold the identity's key); records by their keys"
+                " are void",
+            )
+        )
+    else:
+        checks.append(Check("dropped_key_events", "ok", "no competing key event beyond one runner-up per place"))
 
 
 def _peer_urls(conn: sqlite3.Connection) -> list[tuple[str, str | None]]:

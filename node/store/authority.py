@@ -122,6 +122,12 @@ def remember_dropped_txn(
     )
 
 
+def dropped_counts(conn: Conn) -> tuple[int, int]:
+    """(key events, identities) this node dropped as `losing_branch` (`bbs doctor`)."""
+    events, authors = conn.execute("SELECT count(*), count(DISTINCT author_id) FROM dropped_key_events").fetchone()
+    return int(events), int(authors)
+
+
 def dropped_state(conn: Conn, address: str) -> tuple[int, key_history.KeyState] | None:
     """(seq, state after it) of a key event this node dropped, or None."""
     row = conn.execute("SELECT seq, state FROM dropped_key_events WHERE address = ?", (address,)).fetchone()

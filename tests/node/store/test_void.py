@@ -256,6 +256,23 @@ async def test_the_operator_lists_the_void_records_by_page_and_doctor_counts_the
     assert checks["void_records"].status == "warn" and checks["void_records"].detail.startswith("1 stored record")
 
 
+async def test_doctor_warns_of_key_events_not_kept(node: Node, data_dir: tuple[Path, str]) -> None:
+    """docs/format-v3.md 3.4: three allowed rotations at one place by the holder of T's first key: the node keeps
+    two, and `bbs doctor` names the one it dropped (someone else may hold the key)."""
+    checks = {c.name: c for c in doctor.diagnose(data_dir[0], LOG)}
+    assert checks["dropped_key_events"].status == "ok", checks["dropped_key_events"]
+    forks = [
+        key_event(v3_story.T0, "rotate", 1, installs=v3_story.key(0x60 + i), vouches=[vouching.vouch(v3_story.T, [])],
+                  author=v3_story.T)
+        for i in range(3)
+    ]  # fmt: skip
+    outcomes = [await ingest(node, fork) for fork in sorted(forks, key=hash_of, reverse=True)]  # each better
+    assert outcomes == ["saved", "saved", "saved"]  # the third displaces the first, deleted from the log
+    checks = {c.name: c for c in doctor.diagnose(data_dir[0], LOG)}
+    assert checks["dropped_key_events"].status == "warn"
+    assert checks["dropped_key_events"].detail.startswith("1 key event of 1 identity not kept")
+
+
 class Admin:
     """The operator, by the admin token's headers (`get_json` reads `.headers`)."""
 
