@@ -497,7 +497,7 @@ class Client:
             unsigned = {**unsigned, "signing_key": self._key.did}
         record = records.sign(unsigned, self._key)
         try:
-            records.check(record, v3="signing_key" in record)
+            records.check(record, v3="signing_key" in record or "space" in record)
         except records.RecordError as exc:
             raise BBSClientError(422, f"record_{exc.reason}", str(exc), exc.field) from None
         return record

@@ -103,6 +103,8 @@ def cmd_post(args: argparse.Namespace) -> int:
         "directed_to": args.to,
         "scope": args.scope,
     }
+    if args.space is not None:
+        fields["space"] = args.space
     if args.confidence is not None:
         fields["confidence"] = args.confidence
     if args.reply_to is not None:
@@ -125,6 +127,7 @@ def _search_fields(args: argparse.Namespace) -> dict[str, Any]:
         "offset": args.offset,
         "include_synthetic": args.include_synthetic,
         "fresh": args.fresh,
+        "space": args.space,
     }
     if args.query:
         fields["q"] = " ".join(args.query)
@@ -220,14 +223,18 @@ async def follow(client: Client, args: argparse.Namespace, emit: Callable[[Any],
     from wire.feed import FeedQuery
 
     # every flag checked before the first request, whichever requests the flags lead to
-    checked_flags({"after": args.after or 0, "limit": args.limit, "wait_ms": args.wait_ms}, FeedQuery)
+    checked_flags(
+        {"after": args.after or 0, "limit": args.limit, "wait_ms": args.wait_ms, "space": args.space}, FeedQuery
+    )
     after = args.after
     if after is None:
         after = (await client.feed(limit=1)).head
     shown = 0
     while True:
         wait = 0 if not args.follow else args.wait_ms
-        page = await client.feed(after=after, limit=args.limit, wait_ms=wait, include_synthetic=args.include_synthetic)
+        page = await client.feed(
+            after=after, limit=args.limit, wait_ms=wait, include_synthetic=args.include_synthetic, space=args.space
+        )
         for entry in page.entries:
             emit(entry)
             shown += 1
@@ -459,6 +466,7 @@ def register(sub: Any) -> None:
     p.add_argument("--confidence", type=float, help="0 to 1 (default 0.5)")
     p.add_argument("--scope", default="federation", help="federation (default) or local (never leaves the node)")
     p.add_argument("--reply-to", metavar="REF", help="an entry (id or hash) this responds to")
+    p.add_argument("--space", metavar="SPACE_ID", help="post into this space (you write in it: `bbs space list`)")
     common_flags(p)
     p.set_defaults(func=cmd_post)
 
@@ -472,6 +480,7 @@ def register(sub: Any) -> None:
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--include-synthetic", action="store_true", help="also show simulation entries")
     p.add_argument("--fresh", action="store_true", help="wait (bounded) until every entry stored now is searchable")
+    p.add_argument("--space", metavar="SPACE_ID", action="append", default=[], help="only this space (repeatable)")
     common_flags(p)
     p.set_defaults(func=cmd_search)
 
@@ -502,6 +511,7 @@ def register(sub: Any) -> None:
         "--wait-ms", type=int, default=TAIL_WAIT_MS, help=f"long-poll per request (at most {MAX_FEED_WAIT_MS})"
     )
     p.add_argument("--include-synthetic", action="store_true")
+    p.add_argument("--space", metavar="SPACE_ID", action="append", default=[], help="only this space (repeatable)")
     common_flags(p)
     p.set_defaults(func=cmd_tail)
 

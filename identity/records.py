@@ -25,6 +25,9 @@ V3_KINDS = frozenset({"entry", "link", "message", "task_event", "agent", "key_ev
 # 37, part 1), never from peers (sync/verify.py refuses them as a form this release does not take from peers), so a
 # space's records stay on the node until part 2.
 SPACE_KINDS = frozenset({"space", "space_member", "space_admin"})
+# The kinds of posts this release accepts inside a space from its own clients (docs/spaces.md): entries. Links,
+# messages and task events in a space are refused until their read paths ask the read rule.
+SPACE_POST_KINDS = frozenset({"entry"})
 
 
 class RecordError(ValueError):
@@ -78,7 +81,18 @@ def signing_bytes_of(record: dict[str, Any], body: bytes) -> bytes:
 
 
 def compute_hash(record: dict[str, Any]) -> str:
-    """The record's content address."""
+    """The record's content address: an entry's is the seed's `record_hash` over its preimage (v1), or, inside a
+    space (`schema_version` "v2"), the v2 preimage that adds the space (docs/format-v3.md 2); any other kind's is
+    SHA-256 of its signed bytes."""
+    if record.get("kind") == "entry" and "space" in record:
+        return canonical.space_record_hash(
+            record["author_id"],
+            record["created_at"],
+            record["entry_type"],
+            record["performative"],
+            record["content"],
+            record["space"],
+        )
     if record.get("kind") == "entry":
         return canonical.record_hash(
             record["author_id"], record["created_at"], record["entry_type"], record["performative"], record["content"]
@@ -123,8 +137,7 @@ def verify(
     kind = record.get("kind")
     if not isinstance(kind, str) or kind not in (V3_KINDS | SPACE_KINDS if v3 else RECORD_KINDS):
         raise RecordError("malformed", f"unknown record kind {kind!r}", "$.kind")
-    if record.get("schema_version") != canonical.SCHEMA_VERSION:
-        raise RecordError("malformed", "schema_version must be 'v1'", "$.schema_version")
+    _check_schema_version(record, kind, v3)
     author = record.get("author_id")
     if not isinstance(author, str) or not _is_did(author):
         raise RecordError("malformed", "author_id must be an Ed25519 did:key", "$.author_id")
@@ -160,12 +173,22 @@ def verify(
     return compute_hash(record) if kind == "entry" else canonical.sha256_hex(signed_bytes)
 
 
+def _check_schema_version(record: dict[str, Any], kind: str, v3: bool) -> None:
+    """`schema_version` is "v1", but "v2" for an entry inside a space (format v3: docs/format-v3.md 2)."""
+    version = record.get("schema_version")
+    space_entry = v3 and kind == "entry" and version == canonical.SPACE_SCHEMA_VERSION
+    if version != canonical.SCHEMA_VERSION and not space_entry:
+        raise RecordError("malformed", "schema_version must be 'v1' ('v2' for an entry in a space)", "$.schema_version")
+    if kind == "entry" and (version == canonical.SPACE_SCHEMA_VERSION) != ("space" in record):
+        raise RecordError("malformed", "an entry carries space exactly when its schema_version is 'v2'", "$.space")
+
+
 def _signer_v3(record: dict[str, Any], author: str) -> str:
     """The key that signed a record of format v3: its `signing_key`, else its author's first key. A record of a
-    space other than its membership (`SPACE_KINDS`) is refused (not accepted here yet), and so is a `signing_key`
-    naming the first key (another spelling)."""
-    if "space" in record and record.get("kind") not in SPACE_KINDS:
-        raise RecordError("malformed", "records of a space are not accepted here yet", "$.space")
+    space other than its membership (`SPACE_KINDS`) and entries is refused (not accepted here yet), and so is a
+    `signing_key` naming the first key (another spelling)."""
+    if "space" in record and record.get("kind") not in SPACE_KINDS | SPACE_POST_KINDS:
+        raise RecordError("malformed", "records of this kind are not accepted in a space here yet", "$.space")
     signer = record.get("signing_key", author)
     if not isinstance(signer, str) or not _is_did(signer):
         raise RecordError("malformed", "signing_key must be an Ed25519 did:key", "$.signing_key")

@@ -267,9 +267,16 @@ def check_canonical_v3(record: dict[str, Any]) -> str | None:
     return None
 
 
+def space_of(decoded: Any) -> str | None:
+    """The space a decoded record was posted into (a v3 record's `space`), or None for a public record."""
+    space = getattr(decoded, "space", None)
+    return space if isinstance(space, str) else None
+
+
 def is_v3(record: dict[str, Any]) -> bool:
-    """True if the record is in a form only format v3 has: a new kind, or a v1 kind naming its `signing_key`."""
-    return "signing_key" in record or record.get("kind") not in schema.RECORD_TYPES
+    """True if the record is in a form only format v3 has: a new kind, or a v1 kind naming its `signing_key` or
+    inside a `space`."""
+    return "signing_key" in record or "space" in record or record.get("kind") not in schema.RECORD_TYPES
 
 
 def struct_for(record: dict[str, Any]) -> type[msgspec.Struct] | None:

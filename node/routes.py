@@ -85,7 +85,7 @@ async def get_entry(request: web.Request) -> web.Response:
     q = decode_query(request, ReadQuery)
     if q.ids:
         raise InvalidInput("ids is for GET /v1/entries", field="$.ids")
-    result = await _node(request).reads.read([request.match_info["ref"]], q)
+    result = await _node(request).reads.read([request.match_info["ref"]], q, principal(request).agent_id)
     if result.missing:
         from node.errors import NotFound
 
@@ -97,7 +97,7 @@ async def get_entries(request: web.Request) -> web.Response:
     q = decode_query(request, ReadQuery)
     if not q.ids:
         raise InvalidInput("give one or more ids (local ids or record hashes)", field="$.ids")
-    return json_response(await _node(request).reads.read(q.ids, q))
+    return json_response(await _node(request).reads.read(q.ids, q, principal(request).agent_id))
 
 
 async def search(request: web.Request) -> web.Response:

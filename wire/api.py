@@ -34,6 +34,7 @@ from identity.schema import (
     TruthState,
     whole,
 )
+from identity.schema_v3 import SpaceId
 
 MAX_HOPS = 3
 MAX_PAGE = 200
@@ -101,6 +102,7 @@ class PostEntry(msgspec.Struct, forbid_unknown_fields=True):
     authority: Authority = "raw"
     scope: Scope = "federation"
     idempotency_key: IdempotencyKey | None = None
+    space: SpaceId | None = None  # post into this space (a writer of it); None: the public federation
 
 
 def unsigned_entry(body: PostEntry, author_id: str, created_at: str, targets: list[str]) -> dict[str, Any]:
@@ -112,9 +114,11 @@ def unsigned_entry(body: PostEntry, author_id: str, created_at: str, targets: li
     content = canonical.normalize_content(body.content)
     if not content:
         raise canonical.CanonicalError("content is empty after trimming whitespace", "$.content")
+    in_space = {} if body.space is None else {"space": body.space}
     return {
         "kind": "entry",
-        "schema_version": canonical.SCHEMA_VERSION,
+        "schema_version": canonical.SCHEMA_VERSION if body.space is None else canonical.SPACE_SCHEMA_VERSION,
+        **in_space,
         "author_id": author_id,
         "created_at": created_at,
         "entry_type": body.entry_type,
@@ -195,6 +199,8 @@ class EntryOut(msgspec.Struct):
     # its author signed two bodies under this address; this is the winner of the two (docs/sync.md, "Versions")
     equivocated: bool = False
     versions: int = 1  # versions of this address the node holds (at most 2)
+    # the space it was posted into (docs/spaces.md), None for a public entry; its record is then schema_version v2
+    space: str | None = None
 
 
 class PostedEntry(msgspec.Struct):
@@ -297,6 +303,7 @@ class SearchQuery(msgspec.Struct, forbid_unknown_fields=True):
     link_types: Annotated[list[LinkType], msgspec.Meta(max_length=8)] = []
     direction: Direction = "both"
     fresh: bool = False  # wait (bounded) until the search index covers every entry stored when the search came
+    space: Annotated[list[SpaceId], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []  # only these spaces' entries
 
 
 # ---- subscriptions and inbox ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import msgspec
 
+from identity.schema_v3 import SpaceId
 from wire.api import EntryOut
 
 MAX_FEED_PAGE = 200
@@ -25,6 +26,7 @@ class FeedQuery(msgspec.Struct, forbid_unknown_fields=True):
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_FEED_PAGE)] = 50
     wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_FEED_WAIT_MS)] = 0
     include_synthetic: bool = False
+    space: Annotated[list[SpaceId], msgspec.Meta(max_length=16)] = []  # only these spaces' entries (a reader's)
 
 
 class FeedPage(msgspec.Struct):

@@ -75,9 +75,10 @@ def agent_known(conn: Conn, agent_id: str) -> bool:
 
 
 def agent(conn: Conn, agent_id: str) -> Any:
-    """The `agents` row of `agent_id` with its entry count as `n`, or None."""
+    """The `agents` row of `agent_id` with its entry count as `n` (public entries: docs/spaces.md), or None."""
     return conn.execute(
-        "SELECT a.*, (SELECT count(*) FROM entries e WHERE e.author_id = a.id) AS n FROM agents a WHERE a.id = ?",
+        "SELECT a.*, (SELECT count(*) FROM entries e WHERE e.author_id = a.id AND e.space IS NULL) AS n"
+        " FROM agents a WHERE a.id = ?",
         (agent_id,),
     ).fetchone()
 
@@ -87,7 +88,8 @@ def agent_page(conn: Conn, after: str | None, local: bool, limit: int) -> list[A
     identity, local name, whether the key is kept (`key_kept`) and entry count (`n`)."""
     return conn.execute(
         "SELECT a.id, l.name, a.display_name, a.description, a.agent_type, a.home_node, a.created_at,"
-        " l.key_seed IS NOT NULL AS key_kept, (SELECT count(*) FROM entries e WHERE e.author_id = a.id) AS n"
+        " l.key_seed IS NOT NULL AS key_kept,"
+        " (SELECT count(*) FROM entries e WHERE e.author_id = a.id AND e.space IS NULL) AS n"
         " FROM agents a LEFT JOIN local_agents l ON l.agent_id = a.id"
         " WHERE (:after IS NULL OR a.id > :after) AND (:local = 0 OR l.name IS NOT NULL)"
         " ORDER BY a.id LIMIT :limit",

@@ -14,6 +14,7 @@ import msgspec
 from identity import records
 from node.dashboard import store
 from node.entries import store as entries_store
+from node.spaces.sight import Sight
 from node.store import void
 from node.store.conn import Conn
 from wire.api import KeyHistory
@@ -110,9 +111,10 @@ def void_count(conn: Conn, agent_id: str) -> int:
     return len(void.flagged_of(conn, [agent_id]))
 
 
-def provenance(conn: Conn, ref: str) -> Provenance | None:
-    """The provenance of one entry (local id or record hash), or None when this node does not hold it."""
-    _, entry_id = entries_store.resolve_ref(conn, ref)
+def provenance(conn: Conn, ref: str, sight: Sight) -> Provenance | None:
+    """The provenance of one entry (local id or record hash), or None when this node does not hold it or `sight`
+    does not see it."""
+    _, entry_id = entries_store.resolve_ref(conn, ref, sight)
     if entry_id is None:
         return None
     row = store.provenance_row(conn, entry_id)

@@ -38,7 +38,7 @@ def agent_activity(conn: Conn, since_ms: int, neutral_trust: float, with_trust: 
         + " FROM agents a"
         " LEFT JOIN local_agents la ON la.agent_id = a.id"
         " LEFT JOIN (SELECT author_id, count(*) AS n, sum(created_ms >= :since) AS recent, max(created_ms) AS last_ms"
-        "            FROM entries GROUP BY author_id) s ON s.author_id = a.id"
+        "            FROM entries WHERE space IS NULL GROUP BY author_id) s ON s.author_id = a.id"
         " LEFT JOIN (SELECT author_id, count(*) AS n FROM links WHERE ordinal >= 0 GROUP BY author_id) k"
         "   ON k.author_id = a.id" + trust_join + " ORDER BY s.last_ms IS NULL, s.last_ms DESC, a.display_name",
         {"since": since_ms},

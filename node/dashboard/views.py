@@ -16,6 +16,7 @@ from aiohttp import web
 from identity.schema import LinkType
 from node.dashboard import data, graphs, store
 from node.errors import InvalidInput, NotFound
+from node.spaces.store import sight_of
 from node.web.appkeys import NODE
 from node.web.auth import principal
 from node.web.http import Route, decode_query, json_response
@@ -138,7 +139,8 @@ async def agent_keys(request: web.Request) -> web.Response:
 
 async def provenance(request: web.Request) -> web.Response:
     ref = entry_ref(request)
-    found = await _node(request).db.read(lambda c: data.provenance(c, ref))
+    viewer = principal(request).agent_id
+    found = await _node(request).db.read(lambda c: data.provenance(c, ref, sight_of(c, viewer)))
     if found is None:
         raise NotFound(f"no entry {ref}", code="entry_not_found", field="ref")
     return json_response(found)
@@ -149,7 +151,9 @@ async def entry_graph(request: web.Request) -> web.Response:
     q = decode_query(request, GraphQuery)
     node = _node(request)
     result = await node.reads.read(
-        [ref], ReadQuery(hops=q.hops, link_types=q.link_types, direction=q.direction, include_synthetic=True)
+        [ref],
+        ReadQuery(hops=q.hops, link_types=q.link_types, direction=q.direction, include_synthetic=True),
+        principal(request).agent_id,
     )
     if result.missing:
         raise NotFound(f"no entry {ref}", code="entry_not_found", field="ref")

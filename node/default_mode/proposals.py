@@ -19,7 +19,7 @@ import msgspec
 from identity import canonical
 from node.default_mode import critic, salience, store, templates
 from node.default_mode.classify import classify
-from node.default_mode.store import NewCandidate
+from node.default_mode.store import DEFAULT_MODE_SIGHT, NewCandidate
 from node.entries import queries
 from node.entries import store as entries_store
 from node.errors import InvalidInput, NotFound
@@ -341,7 +341,9 @@ def evidence(conn: Conn, refs: list[str], field: str) -> list[str]:
     """The record hashes `refs` name, without repeats; 404 `evidence_not_found` naming `field[i]`."""
     return list(
         dict.fromkeys(
-            entries_store.require_ref(conn, ref, "evidence", field=f"{field}[{i}]", code="evidence_not_found")
+            entries_store.require_ref(
+                conn, ref, "evidence", DEFAULT_MODE_SIGHT, field=f"{field}[{i}]", code="evidence_not_found"
+            )
             for i, ref in enumerate(refs)
         )
     )

@@ -15,7 +15,9 @@ import msgspec
 from identity import canonical
 from node.default_mode import store
 from node.default_mode.proposals import Proposals, RecordStore
+from node.default_mode.store import DEFAULT_MODE_SIGHT
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
+from node.spaces.sight import Viewer
 from node.store import idempotency
 from node.store.conn import Conn
 from wire.api import EntryOut, LinkSpec, PostEntry, ReadQuery, ReadResult, SignedSubmission
@@ -57,7 +59,7 @@ class EntryWriter(Protocol):
 class EntryReader(Protocol):
     """Reading entries by id or hash (`Reads.read`)."""
 
-    async def read(self, refs: list[str], q: ReadQuery) -> ReadResult: ...
+    async def read(self, refs: list[str], q: ReadQuery, viewer: Viewer) -> ReadResult: ...
 
 
 class NotPromotable(BBSError):
@@ -235,7 +237,8 @@ class DefaultMode(Proposals):
         return self.draft_for(store.out(row), scope)
 
     async def _entry(self, record_hash: str) -> EntryOut:
-        result = await self.reads.read([record_hash], ReadQuery(include_links=False, include_synthetic=True))
+        query = ReadQuery(include_links=False, include_synthetic=True)
+        result = await self.reads.read([record_hash], query, DEFAULT_MODE_SIGHT)
         if not result.entries:
             raise NotFound(f"entry {record_hash} is not on this node", code="entry_not_found")
         return result.entries[0]

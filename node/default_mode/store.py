@@ -12,10 +12,16 @@ from node.agents import refs as agent_refs
 from node.default_mode.critic import Review
 from node.entries import queries
 from node.errors import InvalidInput, NotFound
+from node.spaces.sight import PUBLIC, Sight
 from node.store import idempotency
 from node.store.conn import Conn
 from wire.default_mode import CandidateOut
 from wire.time import format_ms
+
+# What default mode reads (reflection, consolidation, evidence, duplicates): the public federation only, until its
+# candidates and promoted entries can land in a space the caller chooses (docs/spaces.md, "Read paths"): a public
+# candidate derived from a space's entries would carry them, and its `derived_from` links their addresses, out.
+DEFAULT_MODE_SIGHT: Sight = PUBLIC
 
 
 @dataclass
@@ -102,7 +108,8 @@ def duplicate_of(
     the source a reflected line was read from."""
     agent_id, key = made_by or (None, None)
     row = conn.execute(
-        "SELECT record_hash FROM entries WHERE content_fingerprint = ? AND record_hash IS NOT ?"
+        f"SELECT record_hash FROM entries WHERE content_fingerprint = ? AND {DEFAULT_MODE_SIGHT.sql('space')}"
+        " AND record_hash IS NOT ?"
         " AND record_hash IS NOT (SELECT record_hash FROM idempotency WHERE agent_id = ? AND idem_key = ?) LIMIT 1",
         (canonical.content_fingerprint(text), besides, agent_id, key),
     ).fetchone()
@@ -198,7 +205,7 @@ def session_records(
         parts.append(
             "SELECT * FROM (SELECT e.record_hash, e.content AS text, e.created_ms AS at, 0 AS part, e.id AS n"
             " FROM entry_tags t JOIN entries e ON e.id = t.entry_id"
-            " WHERE t.tag = :tag AND e.truth_state != 'simulation'"
+            f" WHERE t.tag = :tag AND e.truth_state != 'simulation' AND {DEFAULT_MODE_SIGHT.sql('e.space')}"
             + window.format(t="e.created_ms")
             + " ORDER BY e.created_ms, e.id LIMIT :cap)"
         )
@@ -215,7 +222,7 @@ def session_records(
 def recent_entries(conn: Conn, limit: int, include_synthetic: bool, tags: list[str], since_ms: int | None) -> list[Any]:
     """The newest `limit` entries a consolidation summarises (since `since_ms`, with one of `tags` when given;
     simulations only with `include_synthetic`), newest first."""
-    where = ["1 = 1"]
+    where = [DEFAULT_MODE_SIGHT.sql("e.space")]
     params: dict[str, Any] = {"limit": limit, "since": since_ms}
     if not include_synthetic:
         where.append("e.truth_state != 'simulation'")

@@ -10,6 +10,9 @@ from identity.schema import LinkRecord
 from node.entries import store
 from node.entries.queries import LinkOut
 from node.errors import InvalidInput, Located, NotFound
+from node.spaces import posts as posts_check
+from node.spaces.sight import Sight
+from node.spaces.store import sight_of
 from node.store import idempotency, projections
 from node.store.authority import Authority, authorize_txn
 from node.store.conn import Conn
@@ -44,7 +47,7 @@ class Links:
             record, record_hash, decoded = self.sealing.check_signed(body.record, "link", agent_id)
         else:
             signer = await self.sealing.signer(agent_id)
-            source, target = await self.db.read(lambda c: ends(c, body), quick=True)
+            source, target = await self.db.read(lambda c: ends(c, body, sight_of(c, agent_id)), quick=True)
             if source == target:
                 refuse_self_link()
             unsigned = unsigned_link(agent_id, self.now_ms(), source, target, body.link_type, body.annotation)
@@ -77,12 +80,13 @@ def refuse_self_link() -> NoReturn:
     raise InvalidInput("an entry cannot link to itself", field="$.target", code="self_link")
 
 
-def ends(conn: Conn, body: PostLink) -> tuple[str, str]:
-    """The record hashes of a node-signed link's source (an entry on this node) and target (any entry)."""
+def ends(conn: Conn, body: PostLink, sight: Sight) -> tuple[str, str]:
+    """The record hashes of a node-signed link's source (an entry on this node) and target (any entry), as the
+    author's `sight` sees them."""
     source = store.require_ref(
-        conn, body.source, "source entry", field="$.source", code="source_not_found", stored=True
+        conn, body.source, "source entry", sight, field="$.source", code="source_not_found", stored=True
     )
-    target = store.require_ref(conn, body.target, "target", field="$.target", code="target_not_found")
+    target = store.require_ref(conn, body.target, "target", sight, field="$.target", code="target_not_found")
     return source, target
 
 
@@ -113,6 +117,11 @@ def store_txn(
             raise NotFound("source entry is not on this node", field="$.source", code="source_not_found")
     with at:  # the key that signed it may sign for its author (docs/format-v3.md 3.5)
         authorize_txn(conn, authority, [(record, record_hash, "$")])
+    names = [
+        posts_check.Name(decoded.source, "$.source", "source_not_found"),
+        posts_check.Name(decoded.target, "$.target"),
+    ]
+    posts_check.check_posts_txn(conn, [posts_check.Post(record_hash, agent_id, None, names, at.where)])
     projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now_ms())
     if key is not None:
         idempotency.remember(conn, agent_id, key, "link", record_hash, now_ms())

@@ -18,11 +18,15 @@ import msgspec
 
 from identity import canonical, keys
 from identity.schema import EntryRecord
+from identity.schema_v3 import space_of
 from node.agents import refs as agent_refs
 from node.entries import queries, store
 from node.entries.links import unsigned_link
 from node.entries.queries import EntryOut
 from node.errors import Conflict, Forbidden, InvalidInput, Located, NotFound
+from node.spaces import posts as posts_check
+from node.spaces.sight import OPERATOR, Sight
+from node.spaces.store import sight_of
 from node.store import db, equivocation, idempotency, projections
 from node.store.authority import Authority, authorize_txn
 from node.store.conn import Conn
@@ -37,6 +41,8 @@ from wire.time import format_ms, parse_ms
 # hand-off is a small share of the request.
 QUICK_LOOKUPS = 32
 KEPT_KEYS_ONLY = "only an agent whose key this node keeps gets links signed for it"
+
+LOCAL = "local"  # a space's records stay on this node until spaces part 2 (docs/spaces.md)
 
 Posted = tuple[EntryOut, bool]  # an entry and whether this request created it
 
@@ -59,9 +65,8 @@ class Sealed(NamedTuple):
 
     def incoming(self) -> projections.Incoming:
         """The record on its way into the log, with what sealing computed."""
-        return projections.Incoming(
-            self.record, self.record_hash, self.decoded, self.decoded.scope, self.body, self.version
-        )
+        scope = self.decoded.scope if space_of(self.decoded) is None else LOCAL
+        return projections.Incoming(self.record, self.record_hash, self.decoded, scope, self.body, self.version)
 
 
 @dataclass(eq=False)
@@ -200,7 +205,7 @@ class Entries:
         targets: list[list[str]] = [[] for _ in to_sign]
         if any(body.links for _, body in to_sign):
             quick = sum(len(body.links) for _, body in to_sign) <= QUICK_LOOKUPS
-            targets = await self.db.read(lambda c: link_targets(c, to_sign), quick=quick)
+            targets = await self.db.read(lambda c: link_targets(c, to_sign, sight_of(c, agent_id)), quick=quick)
         created_at = format_ms(self.now_ms() if created_ms is None else created_ms)
         unsigned: dict[int, dict[str, Any]] = {}
         for (post, body), post_targets in zip(to_sign, targets, strict=True):
@@ -285,10 +290,14 @@ def store_all_txn(
     replayed_ids = [ref for ref, _ in stored.values() if isinstance(ref, int)]
     to_append = [i for i in range(len(posts)) if i not in stored]
     taken: list[_Post] = []
+    appending = [posts[i][1] for i in to_append]
     authorize_txn(  # the key that signed each may sign for its author (docs/format-v3.md 3.5; 7.1: never waits)
         conn,
         authority,
         [(posts[i][1].seal.record, posts[i][1].seal.version, posts[i][1].record_where) for i in to_append],
+    )
+    posts_check.check_posts_txn(  # writers only, links inside their space (docs/spaces.md); no read when public
+        conn, [posts_check.entry_post(p.seal.record_hash, p.seal.decoded, p.record_where) for p in appending]
     )
     # what the run finds stored (versions held, links naming it, confidences): one statement for all of it
     ahead = store.look_ahead_txn(
@@ -338,7 +347,8 @@ def store_all_txn(
     states = states_known([posts[i][1] for i in to_append], appended, ahead)
     if states is None:  # something stored or in the run gives them a state: read it
         states = store.entry_states(conn, [seq for seq, _ in appended])
-    by_id = {out.id: out for out in store.entries_by_ids(conn, replayed_ids)} if replayed_ids else {}
+    # a replay answers the agent with its own entry, whatever its role in the entry's space now (docs/spaces.md)
+    by_id = {out.id: out for out in store.entries_by_ids(conn, replayed_ids, OPERATOR)} if replayed_ids else {}
     results: list[Stored] = []
     for i in range(len(posts)):
         ref, created = stored[i]
@@ -386,7 +396,7 @@ def _answer_held_as_shown_txn(
     if not again:
         return
     hashes = [posts[i][1].seal.record_hash for i in again]
-    shown = {out.record_hash: out for out in store.entries_by_hashes(conn, hashes, include_synthetic=True)}
+    shown = {out.record_hash: out for out in store.entries_by_hashes(conn, hashes, True, OPERATOR)}
     for i in again:
         out = shown.get(posts[i][1].seal.record_hash)
         if out is not None:
@@ -492,15 +502,16 @@ def replayed_entry(conn: Conn, agent_id: str, key: str) -> EntryOut | None:
     return store.entry_by_hash(conn, done)
 
 
-def link_targets(conn: Conn, to_sign: list[tuple[_Post, PostEntry]]) -> list[list[str]]:
-    """The record hash of every link target of each node-signed post, or 404 naming the link."""
+def link_targets(conn: Conn, to_sign: list[tuple[_Post, PostEntry]], sight: Sight) -> list[list[str]]:
+    """The record hash of every link target of each node-signed post as its author's `sight` sees them, or 404
+    naming the link."""
     resolved = []
     for post, body in to_sign:
         with Located(post.where):
             resolved.append(
                 [
                     store.require_ref(
-                        conn, link.target, "link target", field=f"$.links[{i}].target", code="target_not_found"
+                        conn, link.target, "link target", sight, field=f"$.links[{i}].target", code="target_not_found"
                     )
                     for i, link in enumerate(body.links)
                 ]

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from identity import canonical
 from identity.schema import EntryRecord
+from identity.schema_v3 import space_of
 from node.errors import InvalidInput
 from wire.api import EntryOut, LinkOut
 
@@ -36,17 +37,18 @@ _ACCEPTED = (
     " OR EXISTS (SELECT 1 FROM links k JOIN entries a ON a.record_hash = k.source_hash"
     "   WHERE k.target_hash = s.source_hash AND a.author_id = e.author_id AND a.performative = 'ack'))"
 )
-# What an entry's row holds beside its record: its state, derived from links and the trust cache.
+# What an entry's row holds beside its record: its state, derived from links and the trust cache; only entries of its
+# own space (public ones for a public entry: `IS` compares NULLs) supersede it (docs/spaces.md).
 ENTRY_STATE = (
     " EXISTS (SELECT 1 FROM links r WHERE r.source_hash = e.record_hash AND r.link_type = 'retracted_by')"
     "   AS retracted,"
     " EXISTS (SELECT 1 FROM links s JOIN entries n ON n.record_hash = s.source_hash"
     "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
-    f"  AND {_ACCEPTED}) AS superseded,"
+    f"  AND n.space IS e.space AND {_ACCEPTED}) AS superseded,"
     f" {COMMUNITY_CONFIDENCE} AS community_confidence,"
     " (SELECT json_group_array(DISTINCT s.source_hash) FROM links s JOIN entries n ON n.record_hash = s.source_hash"
     "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
-    f"  AND NOT {_ACCEPTED}) AS superseded_claims,"
+    f"  AND n.space IS e.space AND NOT {_ACCEPTED}) AS superseded_claims,"
     # node/store/equivocation.py: an address with two versions (this row shows the winner)
     " EXISTS (SELECT 1 FROM equivocations q WHERE q.hash = e.record_hash) AS equivocated"
 )
@@ -54,6 +56,7 @@ ENTRY_COLUMNS = (
     "e.id, e.record_hash, e.content_fingerprint, e.author_id, e.created_at, e.entry_type, e.performative,"
     " e.content, e.confidence, e.tags, e.directed_to, e.metadata, e.truth_state, e.authority, e.scope, e.signature,"
     + ENTRY_STATE
+    + ", e.space"
 )
 LINK_COLUMNS = (
     "l.id, l.origin_hash, l.source_hash, l.target_hash, l.link_type, l.author_id, l.created_at, l.annotation,"
@@ -87,7 +90,8 @@ def entry_out(row: sqlite3.Row) -> EntryOut:
         community_confidence,
         superseded_claims,
         equivocated,
-    ) = row[:21]
+        space,
+    ) = row[:22]
     # Positional, in EntryOut's field order (tests/node/entries/test_queries.py checks it): a page renders 20 of these
     # per search, and keywords cost twice the time. Arrays are lists when read as JSON (node/entries/store.py
     # `entries_by_ids`), else text.
@@ -114,6 +118,7 @@ def entry_out(row: sqlite3.Row) -> EntryOut:
         superseded_claims if isinstance(superseded_claims, list) else json_array(superseded_claims),
         bool(equivocated),
         2 if equivocated else 1,
+        space,
     )
 
 
@@ -187,6 +192,7 @@ def entry_out_of(entry_id: int, record_hash: str, rec: EntryRecord, state: Entry
         state.superseded_claims,
         state.equivocated,
         2 if state.equivocated else 1,
+        space_of(rec),
     )
 
 

@@ -6,11 +6,13 @@ import msgspec
 
 from node.agents import refs as agent_refs
 from node.entries import queries, store
-from node.errors import InvalidInput
+from node.errors import InvalidInput, NotFound
 from node.search_index import freshness, indexer, query, snippets
 from node.search_index.index import SearchIndex
 from node.search_index.indexer import Indexer
 from node.search_index.query import Clause
+from node.spaces.sight import Sight, Viewer
+from node.spaces.store import sight_of
 from node.store.conn import Conn
 from node.store.db import Database
 from wire.api import LinkOut, ReadQuery, ReadResult, SearchQuery, SearchResult
@@ -34,12 +36,14 @@ class Reads:
         self.fresh_timeout_s = 2.0  # how long a search waits for the index at most (`search_fresh_timeout_ms`)
         self.fresh_waits = {"none": 0, "reached": 0, "timed_out": 0}  # searches that had to see newer entries
 
-    async def read(self, refs: list[str], q: ReadQuery) -> ReadResult:
-        """Entries by id or hash with their neighbourhood."""
-        return await self.db.read(lambda c: read(c, refs, q), quick=True)
+    async def read(self, refs: list[str], q: ReadQuery, viewer: Viewer) -> ReadResult:
+        """Entries by id or hash with their neighbourhood, as `viewer` (an agent's did; None: the node's operator)
+        may read them (`node.spaces.sight.sight_of`): an entry of a space it may not read is missing."""
+        return await self.db.read(lambda c: read(c, refs, q, sight_of(c, viewer)), quick=True)
 
-    async def search(self, q: SearchQuery, agent: str | None = None) -> SearchResult:
-        """A page of entries matching the query, with their neighbourhood when `hops` asks for it.
+    async def search(self, q: SearchQuery, agent: Viewer) -> SearchResult:
+        """A page of entries matching the query that `agent` may read (`node.spaces.sight.sight_of`; None: the
+        node's operator), with their neighbourhood when `hops` asks for it.
 
         `agent` is the caller (None for the admin): a search with words waits for the index to cover its newest
         entry (and every entry when `q.fresh`), up to `fresh_timeout_s`. A search that needs no wait is one read:
@@ -66,14 +70,15 @@ class Reads:
             unless it must first see newer entries (docs/api.md, "Search"): with `q.fresh`, or when `agent`'s
             newest entry is not yet indexed, the highest entry id of this read; then no result. Changes nothing:
             a read may run twice (Database.read)."""
+            sight = sight_of(c, agent)
             if worker is None:  # no words, or no index task: no position to report
-                return None, None, search(c, q, since_ms, index, clauses)
+                return None, None, search(c, q, since_ms, index, sight, clauses)
             covered = worker.position.position  # read before the index is searched: it covers at least this
-            if q.fresh or agent is not None:
-                highest, own = freshness.targets(c, agent)
+            if q.fresh or isinstance(agent, str):
+                highest, own = freshness.targets(c, agent if isinstance(agent, str) else None)
                 if (q.fresh or own > covered) and highest > covered:
                     return highest, covered, None
-            return None, covered, search(c, q, since_ms, index, clauses)
+            return None, covered, search(c, q, since_ms, index, sight, clauses)
 
         target, covered, result = await self.db.read(attempt, quick=quick)
         stale = False
@@ -81,7 +86,9 @@ class Reads:
             reached = await worker.reach(target, self.fresh_timeout_s)
             self.fresh_waits["reached" if reached else "timed_out"] += 1
             stale, covered = not reached, worker.position.position
-            result = await self.db.read(lambda c: search(c, q, since_ms, index, clauses), quick=quick)
+            result = await self.db.read(
+                lambda c: search(c, q, since_ms, index, sight_of(c, agent), clauses), quick=quick
+            )
         elif worker is not None and q.fresh:
             self.fresh_waits["none"] += 1
         assert result is not None
@@ -91,12 +98,12 @@ class Reads:
         return result
 
 
-def read(conn: Conn, refs: list[str], q: ReadQuery) -> ReadResult:
-    """`Reads.read` on one connection."""
+def read(conn: Conn, refs: list[str], q: ReadQuery, sight: Sight) -> ReadResult:
+    """`Reads.read` on one connection, of what `sight` sees."""
     seeds: list[str] = []
     missing: list[str] = []
     for ref in dict.fromkeys(refs):  # a ref given twice is read (or missing) once
-        record_hash, entry_id = store.resolve_ref(conn, ref)
+        record_hash, entry_id = store.resolve_ref(conn, ref, sight)
         if entry_id is None or record_hash is None:
             missing.append(ref)
         else:
@@ -111,9 +118,10 @@ def read(conn: Conn, refs: list[str], q: ReadQuery) -> ReadResult:
         link_types=q.link_types,
         direction=q.direction,
         include_links=q.include_links,
+        sight=sight,
         include_synthetic=q.include_synthetic,
     )
-    entries = store.entries_by_hashes(conn, hashes, q.include_synthetic)
+    entries = store.entries_by_hashes(conn, hashes, q.include_synthetic, sight)
     return ReadResult(entries=entries, links=links, missing=missing, truncated=truncated)
 
 
@@ -122,23 +130,28 @@ def search(
     q: SearchQuery,
     since_ms: int | None,
     index: SearchIndex | None,
+    sight: Sight,
     clauses: list[Clause] | None = None,
 ) -> SearchResult:
-    """`Reads.search` on one connection: the page (from `index` when the query has words), then its neighbourhood.
+    """`Reads.search` on one connection: the page (from `index` when the query has words), then its neighbourhood,
+    of what `sight` sees (404 `unknown_space` for a space of `q.space` it does not).
 
     `clauses` are `q.q` parsed (parsed here when not given). Raises SearchIndexBuilding when the query has words
     and the index cannot answer yet (indexer.page).
     """
     if clauses is None:
         clauses = query.parse(q.q) if q.q else []
+    for i, space in enumerate(q.space):
+        if not sight.sees(space):
+            raise NotFound("no such space here", field=f"$.space[{i}]", code="unknown_space")
     if clauses:
-        hits = indexer.page(conn, index, q, since_ms, clauses)
-        by_id = {e.id: e for e in store.entries_by_ids(conn, hits.ids)}
+        hits = indexer.page(conn, index, q, since_ms, sight, clauses)
+        by_id = {e.id: e for e in store.entries_by_ids(conn, hits.ids, sight)}
         # An id the index still names may be gone from this (newer) read: an equivocated address's loser.
         page = [by_id[i] for i in hits.ids if i in by_id]
         full = len(hits.ids) == q.limit
     else:
-        page = store.search(conn, q, since_ms)
+        page = store.search(conn, q, since_ms, sight)
         full = len(page) == q.limit
     links: list[LinkOut] = []
     truncated = False
@@ -151,10 +164,13 @@ def search(
             link_types=q.link_types,
             direction=q.direction,
             include_links=True,
+            sight=sight,
             include_synthetic=q.include_synthetic,
         )
         found = {e.record_hash for e in page}
-        extra = [e for e in store.entries_by_hashes(conn, hashes, q.include_synthetic) if e.record_hash not in found]
+        extra = [
+            e for e in store.entries_by_hashes(conn, hashes, q.include_synthetic, sight) if e.record_hash not in found
+        ]
         entries = page + extra
     return SearchResult(
         entries=entries,

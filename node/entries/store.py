@@ -28,6 +28,7 @@ from node.entries.queries import (
     tagged_any,
 )
 from node.errors import NotFound
+from node.spaces.sight import Sight
 from node.store import equivocation
 from node.store.ahead import NAMED_SQL, Named
 from node.store.conn import Conn
@@ -40,29 +41,31 @@ _LOCAL_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also 
 MAX_LOCAL_ID = 2**63 - 1  # SQLite's INTEGER range
 
 
-def resolve_ref(conn: Conn, ref: str) -> tuple[str | None, int | None]:
+def resolve_ref(conn: Conn, ref: str, sight: Sight) -> tuple[str | None, int | None]:
     """Resolve an entry reference (local id or record hash) to (record_hash, local id); (None, None) if unknown.
 
-    An unknown but well-formed hash resolves to (hash, None): it may still arrive.
+    An unknown but well-formed hash resolves to (hash, None): it may still arrive. An entry of a space `sight` does
+    not see is unknown, exactly as one not held (docs/spaces.md).
     """
+    seen = sight.sql("space")
     if _LOCAL_ID.fullmatch(ref):
         if int(ref) > MAX_LOCAL_ID:
             return None, None
-        row = conn.execute("SELECT record_hash, id FROM entries WHERE id = ?", (int(ref),)).fetchone()
+        row = conn.execute(f"SELECT record_hash, id FROM entries WHERE id = ? AND {seen}", (int(ref),)).fetchone()
         return (row[0], row[1]) if row else (None, None)
     if _HASH.fullmatch(ref):
-        row = conn.execute("SELECT id FROM entries WHERE record_hash = ?", (ref,)).fetchone()
+        row = conn.execute(f"SELECT id FROM entries WHERE record_hash = ? AND {seen}", (ref,)).fetchone()
         return ref, (row[0] if row else None)
     return None, None
 
 
-def require_ref(conn: Conn, ref: str, what: str, *, field: str, code: str, stored: bool = False) -> str:
+def require_ref(conn: Conn, ref: str, what: str, sight: Sight, *, field: str, code: str, stored: bool = False) -> str:
     """The record hash `ref` (an entry id or a record hash) names, or 404 `code` naming `field`.
 
     A well-formed hash of an entry not here yet resolves (it may still arrive), unless `stored`: then the entry
     must be on this node. `what` names the reference in the error ("link target", "evidence", ...).
     """
-    record_hash, entry_id = resolve_ref(conn, ref)
+    record_hash, entry_id = resolve_ref(conn, ref, sight)
     if stored and (record_hash is None or entry_id is None):
         raise NotFound(f"{what} {ref!r} is not on this node", field=field, code=code)
     if record_hash is None:
@@ -98,15 +101,15 @@ def entry_states(conn: Conn, ids: list[int]) -> dict[int, EntryState]:
 _ENTRY_JSON = (
     "id, record_hash, content_fingerprint, author_id, created_at, entry_type, performative, content, confidence,"
     " json(tags), json(directed_to), metadata, truth_state, authority, scope, signature, retracted, superseded,"
-    " community_confidence, superseded_claims, equivocated"
+    " community_confidence, superseded_claims, equivocated, space"
 )
 
 
-def entries_by_ids(conn: Conn, ids: list[int]) -> list[EntryOut]:
-    """Entries by local id, in no particular order, fetched as one row (see `_ENTRY_JSON`)."""
+def entries_by_ids(conn: Conn, ids: list[int], sight: Sight) -> list[EntryOut]:
+    """Entries by local id that `sight` sees, in no particular order, fetched as one row (see `_ENTRY_JSON`)."""
     text = conn.execute(
         f"SELECT json_group_array(json_array({_ENTRY_JSON})) FROM (SELECT {ENTRY_COLUMNS} FROM entries e"
-        " WHERE e.id IN (SELECT value FROM json_each(?)))",
+        f" WHERE e.id IN (SELECT value FROM json_each(?)) AND {sight.sql('e.space')})",
         (json.dumps(ids),),
     ).fetchone()[0]
     return [entry_out(row) for row in msgspec.json.decode(text)]
@@ -122,10 +125,11 @@ def synthetic_among(conn: Conn, hashes: Sequence[str]) -> set[str]:
     return {r[0] for r in rows}
 
 
-def entries_by_hashes(conn: Conn, hashes: Iterable[str], include_synthetic: bool) -> list[EntryOut]:
-    """Entries with these hashes that are present, oldest first."""
+def entries_by_hashes(conn: Conn, hashes: Iterable[str], include_synthetic: bool, sight: Sight) -> list[EntryOut]:
+    """Entries with these hashes that are present and that `sight` sees, oldest first."""
     sql = (
         f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.record_hash IN (SELECT value FROM json_each(?))"
+        f" AND {sight.sql('e.space')}"
         + ("" if include_synthetic else " AND e.truth_state != 'simulation'")
         + " ORDER BY e.id"
     )
@@ -140,6 +144,7 @@ def traverse(
     link_types: Sequence[str],
     direction: str,
     include_links: bool,
+    sight: Sight,
     include_synthetic: bool = True,
 ) -> tuple[list[str], list[LinkOut], bool]:
     """Breadth-first walk of the link graph from `seeds`, one set-based query per hop.
@@ -148,7 +153,8 @@ def traverse(
     include_links, the links incident to the seeds are returned without walking them;
     without include_links no links are returned at any depth. `same_as` is symmetric: it is followed both ways
     whatever the direction. Without `include_synthetic`, links with a simulation at either end are neither
-    returned nor walked (a hidden entry shows through none of its links).
+    returned nor walked (a hidden entry shows through none of its links); nor are links with an entry of a space
+    `sight` does not see at either end (the walk neither follows them nor reveals that the entry exists).
     """
     reached = dict.fromkeys(seeds)
     frontier = list(seeds)
@@ -158,7 +164,7 @@ def traverse(
     for depth in range(rounds):
         if not frontier or truncated:
             break
-        rows = _adjacent(conn, frontier, link_types, direction, include_synthetic)
+        rows = _adjacent(conn, frontier, link_types, direction, include_synthetic, sight)
         truncated = len(rows) > MAX_WALKED_LINKS
         nxt: list[str] = []
         for row in rows:
@@ -181,18 +187,18 @@ def traverse(
     return list(reached), walked, truncated
 
 
-_NOT_SYNTHETIC = (
-    " AND NOT EXISTS (SELECT 1 FROM entries z WHERE z.record_hash IN (l.source_hash, l.target_hash)"
-    " AND z.truth_state = 'simulation')"
-)
-
-
 def _adjacent(
-    conn: Conn, frontier: list[str], link_types: Sequence[str], direction: str, include_synthetic: bool
+    conn: Conn, frontier: list[str], link_types: Sequence[str], direction: str, include_synthetic: bool, sight: Sight
 ) -> list[Any]:
     type_filter = " AND l.link_type IN (SELECT value FROM json_each(:types))" if link_types else ""
-    if not include_synthetic:
-        type_filter += _NOT_SYNTHETIC
+    hidden = [] if include_synthetic else ["z.truth_state = 'simulation'"]
+    if not sight.everything:
+        hidden.append(f"NOT {sight.sql('z.space')}")
+    if hidden:  # an end the reader may not see: neither returned nor walked
+        type_filter += (
+            " AND NOT EXISTS (SELECT 1 FROM entries z WHERE z.record_hash IN (l.source_hash, l.target_hash)"
+            f" AND ({' OR '.join(hidden)}))"
+        )
     out_end, in_end = (
         "l.source_hash IN (SELECT value FROM json_each(:f))",
         "l.target_hash IN (SELECT value FROM json_each(:f))",
@@ -219,12 +225,13 @@ _SEARCH_ORDER = {
 }
 
 
-def search(conn: Conn, q: SearchQuery, since_ms: int | None) -> list[EntryOut]:
-    """One page of entries matching the query's filters, newest first (or by `sort`); its words are not looked at.
+def search(conn: Conn, q: SearchQuery, since_ms: int | None, sight: Sight) -> list[EntryOut]:
+    """One page of entries matching the query's filters that `sight` sees, newest first (or by `sort`); its words
+    are not looked at.
 
     A search with words is answered by the search index (node/search_index/); this is the search without them.
     """
-    where: list[str] = []
+    where: list[str] = [] if sight.everything else [sight.sql("e.space")]
     params: dict[str, Any] = {"limit": q.limit, "offset": q.offset}
 
     def in_list(column: str, name: str, values: Sequence[str]) -> None:
@@ -236,6 +243,7 @@ def search(conn: Conn, q: SearchQuery, since_ms: int | None) -> list[EntryOut]:
     in_list("e.performative", "perfs", q.performative)
     in_list("e.author_id", "authors", q.author)
     in_list("e.truth_state", "truth", q.truth_state)
+    in_list("e.space", "spaces", q.space)
     if q.tags:
         where.append(tagged_any(q.tags, params))
     if q.min_confidence is not None:

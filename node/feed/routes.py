@@ -6,12 +6,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from node.web.appkeys import NODE
+from node.web.auth import agent_id
 from node.web.http import Route, decode_query, json_response
 from wire.feed import FeedPage, FeedQuery
 
 
 async def get_feed(request: web.Request) -> web.Response:
-    return json_response(await request.app[NODE].feed.page(decode_query(request, FeedQuery)))
+    return json_response(await request.app[NODE].feed.page(decode_query(request, FeedQuery), agent_id(request)))
 
 
 def install(app: web.Application) -> None:

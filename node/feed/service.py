@@ -12,7 +12,10 @@ import asyncio
 import contextlib
 
 from node.entries import queries
+from node.errors import NotFound
 from node.feed import store
+from node.spaces.sight import Sight, Viewer
+from node.spaces.store import sight_of
 from node.store.conn import Conn
 from node.store.db import Database
 from wire.feed import FeedPage, FeedQuery
@@ -30,11 +33,12 @@ class Feed:
         self._head = 0
         self._head_at = float("-inf")
 
-    async def page(self, q: FeedQuery) -> FeedPage:
-        """The entries after `q.after`, waiting up to `q.wait_ms` for the first new one."""
+    async def page(self, q: FeedQuery, viewer: Viewer) -> FeedPage:
+        """The entries after `q.after` that `viewer` may read (`node.spaces.sight.sight_of`), waiting up to
+        `q.wait_ms` for the first new entry (any entry: a page may then be empty, with `next` at the head)."""
         if q.wait_ms:
             await self.wait_for_entry(q.after, q.wait_ms / 1000)
-        return await self.db.read(lambda c: read_page(c, q), quick=True)
+        return await self.db.read(lambda c: read_page(c, q, sight_of(c, viewer)), quick=True)
 
     async def wait_for_entry(self, after: int, timeout: float) -> None:
         """Return once an entry newer than `after` is stored, `timeout` seconds pass, or the node shuts down;
@@ -60,13 +64,18 @@ class Feed:
             return self._head
 
 
-def read_page(conn: Conn, q: FeedQuery) -> FeedPage:
+def read_page(conn: Conn, q: FeedQuery, sight: Sight) -> FeedPage:
     """`Feed.page` on one connection (one snapshot: the page and the head agree).
 
     A short page holds every visible entry up to the head, so `next` moves to the head: the synthetic entries
     it skipped are not scanned again. A cursor beyond the head (given by another node, or kept from before a
-    restore to an older backup) moves back to the head, so the entries that arrive next are not missed."""
-    entries = [queries.entry_out(r) for r in store.entry_rows(conn, q.after, q.limit, q.include_synthetic)]
+    restore to an older backup) moves back to the head, so the entries that arrive next are not missed. Only what
+    `sight` sees is shown (404 `unknown_space` for a space of `q.space` it does not)."""
+    for i, space in enumerate(q.space):
+        if not sight.sees(space):
+            raise NotFound("no such space here", field=f"$.space[{i}]", code="unknown_space")
+    rows = store.entry_rows(conn, q.after, q.limit, q.include_synthetic, sight, q.space)
+    entries = [queries.entry_out(r) for r in rows]
     head = store.newest_id(conn)
     cursor = entries[-1].id if len(entries) == q.limit else head
     return FeedPage(entries=entries, next=cursor, head=head)

@@ -5,9 +5,12 @@ Store functions (docs/architecture.md, "Where SQL lives"); both only read. node/
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from node.entries import queries
+from node.spaces.sight import Sight
 from node.store.conn import Conn
 
 
@@ -16,12 +19,16 @@ def newest_id(conn: Conn) -> int:
     return int(conn.execute("SELECT coalesce(max(id), 0) FROM entries").fetchone()[0])
 
 
-def entry_rows(conn: Conn, after: int, limit: int, include_synthetic: bool) -> list[Any]:
-    """Up to `limit` entries (`queries.ENTRY_COLUMNS`) with an id above `after`, in id order; simulations only
-    with `include_synthetic`."""
+def entry_rows(
+    conn: Conn, after: int, limit: int, include_synthetic: bool, sight: Sight, spaces: Sequence[str] = ()
+) -> list[Any]:
+    """Up to `limit` entries (`queries.ENTRY_COLUMNS`) with an id above `after` that `sight` sees (of `spaces` only,
+    when given), in id order; simulations only with `include_synthetic`."""
     sql = (
-        f"SELECT {queries.ENTRY_COLUMNS} FROM entries e WHERE e.id > ?"
+        f"SELECT {queries.ENTRY_COLUMNS} FROM entries e WHERE e.id > ? AND {sight.sql('e.space')}"
         + ("" if include_synthetic else " AND e.truth_state != 'simulation'")
+        + (" AND e.space IN (SELECT value FROM json_each(?))" if spaces else "")
         + " ORDER BY e.id LIMIT ?"
     )
-    return conn.execute(sql, (after, limit)).fetchall()
+    params = (after, json.dumps(list(spaces)), limit) if spaces else (after, limit)
+    return conn.execute(sql, params).fetchall()

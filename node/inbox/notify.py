@@ -13,6 +13,7 @@ import json
 import sqlite3
 from typing import Any
 
+from identity.schema_v3 import space_of
 from node.inbox import store
 from node.store.conn import Conn
 
@@ -32,7 +33,7 @@ def fan_out(conn: Conn, run: list[tuple[int, Any]], now_ms: int, *, subscribed: 
         return
     rows = [
         [eid, rec.author_id, rec.entry_type, rec.performative, rec.tags, rec.directed_to,
-         int(rec.truth_state == "simulation")]
+         int(rec.truth_state == "simulation"), space_of(rec)]
         for eid, rec in run
     ]  # fmt: skip
     store.fan_out_txn(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from node.spaces.store import may_read_sql
 from node.store.conn import Conn
 
 # an upgrade (a lower tier) makes the notification pending again with a fresh attempt count, whatever its
@@ -32,17 +33,17 @@ def any_subscriptions(conn: Conn) -> bool:
 
 
 # The entries just stored, one row each: :run is a JSON array of [entry_id, author, type, performative, tags,
-# directed_to, simulation (0/1)], in log order.
+# directed_to, simulation (0/1), space (null: public)], in log order.
 _RUN = (
     "WITH r AS (SELECT value ->> 0 AS eid, value ->> 1 AS author, value ->> 2 AS type, value ->> 3 AS perf,"
-    " value -> 4 AS tags, value -> 5 AS directed, value ->> 6 AS sim FROM json_each(:run))"
+    " value -> 4 AS tags, value -> 5 AS directed, value ->> 6 AS sim, value ->> 7 AS space FROM json_each(:run))"
 )
 # Addressees registered here (tier 1 for a request), part 0.
 _DIRECTED = (
     "SELECT d.value AS agent_id, r.eid AS eid, NULL AS sub, CASE WHEN r.perf = 'request' THEN 1 ELSE 2 END AS tier,"
     " CASE WHEN r.perf = 'request' THEN 'directed_request' ELSE 'directed' END AS reason, 0 AS part"
     " FROM r CROSS JOIN json_each(r.directed) d JOIN local_agents a ON a.agent_id = d.value"
-    " WHERE d.value != r.author"
+    f" WHERE d.value != r.author AND {may_read_sql('r.space', 'd.value')}"  # an entry of a space: its readers only
 )
 # Subscribers (tier 2), part 1: one notification per agent and entry, naming its first matching subscription.
 _SUBSCRIBED = (
@@ -57,6 +58,7 @@ _SUBSCRIBED = (
     "     ON t.dim = 'tag' AND t.value = j.value"
     "   UNION ALL SELECT id FROM subscriptions WHERE n_tags + n_types + n_perfs + n_authors = 0)"
     "   AND s.agent_id != r.author AND r.sim = 0"  # a simulation is hidden unless asked for: no subscription asks
+    f"  AND {may_read_sql('r.space', 's.agent_id')}"
     "   AND (s.n_types = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
     "        WHERE t.dim = 'type' AND t.value = r.type AND t.sub_id = s.id))"
     "   AND (s.n_perfs = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
@@ -102,6 +104,7 @@ CONTRADICTIONS_SQL = (
     "                UNION SELECT x.id FROM json_each(:h) a JOIN links x ON x.target_hash = a.value)"
     # + on link_type: start from the arrived records' links, not from every contradicts link (index on type)
     "   AND +l.link_type = 'contradicts' AND t.author_id != l.author_id AND s.truth_state != 'simulation'"
+    f"  AND {may_read_sql('s.space', 't.author_id')}"
 )
 
 

@@ -43,7 +43,7 @@ async def _read(node: Node, agent: str, args: Any) -> tuple[Any, str]:
     q = convert(args, ReadQuery, "$.content.args")
     if not q.ids:
         raise InvalidInput("give one or more ids (local ids or record hashes)", field="$.content.args.ids")
-    result = await node.reads.read(q.ids, q)
+    result = await node.reads.read(q.ids, q, agent)
     return result, f"{len(result.entries)} entries, {len(result.missing)} missing"
 
 

@@ -23,7 +23,8 @@ from node.search_index.analyzer import ANALYZER_VERSION, tokens
 from node.search_index.query import Clause, as_clause, tantivy_clauses
 from node.search_index.ranking import DEFAULT, Ranking, Span
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the `space` field (issue 37)
+PUBLIC_SPACE = "public"  # the `space` term of a public entry (a space id is 64 hex: never this word)
 FOLDER = "search-index"
 DAMAGED_FOLDER = FOLDER + ".damaged"  # the last damaged index set aside (node/search_index/indexer.set_aside)
 WRITER_HEAP_BYTES = 32_000_000  # tantivy's writer buffer: modest, for a small machine (docs/decisions.md)
@@ -57,6 +58,7 @@ def _schema() -> tantivy.Schema:
     for name in ("entry_type", "performative", "author", "truth_state"):
         b.add_text_field(name, tokenizer_name="raw", index_option="basic")
     b.add_integer_field("synthetic", indexed=True)
+    b.add_text_field("space", tokenizer_name="raw", index_option="basic")
     b.add_float_field("confidence", indexed=True, fast=True)
     b.add_integer_field("created_ms", indexed=True, fast=True)
     b.add_text_field("meta", tokenizer_name="raw", index_option="basic")
@@ -82,6 +84,7 @@ class Row:
     truth_state: str
     confidence: float
     created_ms: int
+    space: str | None = None  # the space it was posted into; None: public
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ class Filters:
     min_confidence: float | None = None
     since_ms: int | None = None
     include_synthetic: bool = False
+    # The spaces whose entries may match (docs/spaces.md, the read rule: `node.spaces.sight.Sight`), public entries
+    # as PUBLIC_SPACE; None: every entry (the node's operator). A filter of the index itself, so pages stay full.
+    spaces: Sequence[str] | None = (PUBLIC_SPACE,)
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,7 @@ def _document(row: Row) -> tantivy.Document:
     doc.add_text("author", row.author_id)
     doc.add_text("truth_state", row.truth_state)
     doc.add_integer("synthetic", 1 if row.truth_state == "simulation" else 0)
+    doc.add_text("space", row.space or PUBLIC_SPACE)
     doc.add_float("confidence", float(row.confidence))
     doc.add_integer("created_ms", row.created_ms)
     return doc
@@ -151,6 +158,8 @@ def _filter_clauses(f: Filters) -> list[tantivy.Query]:
         out.append(tantivy.Query.range_query(SCHEMA, "created_ms", tantivy.FieldType.Integer, lower_bound=f.since_ms))
     if not f.include_synthetic:
         out.append(tantivy.Query.term_query(SCHEMA, "synthetic", 0))
+    if f.spaces is not None:
+        out.append(tantivy.Query.term_set_query(SCHEMA, "space", sorted(set(f.spaces))))
     return out
 
 

@@ -31,6 +31,7 @@ from node.search_index.freshness import CommitAges, Pace, Watermark
 from node.search_index.index import (
     DAMAGED_FOLDER,
     FOLDER,
+    PUBLIC_SPACE,
     Filters,
     Hits,
     Row,
@@ -39,6 +40,7 @@ from node.search_index.index import (
     is_panic,
 )
 from node.search_index.query import Clause, parse
+from node.spaces.sight import Sight
 from node.store.conn import Conn
 from node.store.db import Database
 from wire.api import SearchQuery
@@ -290,9 +292,12 @@ def page(
     index: SearchIndex | None,
     q: SearchQuery,
     since_ms: int | None,
+    sight: Sight,
     clauses: Sequence[Clause] | None = None,
 ) -> Hits:
-    """Entry ids of a search page with words from the index as it stands, with the position it answered at.
+    """Entry ids of a search page with words from the index as it stands, with the position it answered at: only
+    entries `sight` sees (of `q.space` when it names spaces, which the caller has checked `sight` sees), filtered by
+    the index's `space` field, so a page is full and `next_offset` exact however many matches lie in other spaces.
 
     `clauses` are `q.q` parsed (node/search_index/query.py), parsed here when not given.
 
@@ -311,9 +316,20 @@ def page(
         min_confidence=q.min_confidence,
         since_ms=since_ms,
         include_synthetic=q.include_synthetic,
+        spaces=space_terms(sight, q.space),
     )
     with reading(index):
         return index.search(words, filters, q.limit, q.offset, ranking.for_query(conn, q))
+
+
+def space_terms(sight: Sight, wanted: Sequence[str]) -> list[str] | None:
+    """The `space` terms a search matches (`Filters.spaces`): the spaces it asks for, else the public federation and
+    every space `sight` sees; None (every entry) for the operator asking for none."""
+    if wanted:
+        return list(wanted)
+    if sight.everything:
+        return None
+    return [PUBLIC_SPACE, *sorted(sight.spaces)]
 
 
 class Indexer:

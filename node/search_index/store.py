@@ -16,7 +16,9 @@ from typing import Any
 from node.store.conn import Conn
 
 # The columns of an entry the index holds, in the order of node/search_index/index.py `Row`'s fields.
-ROW_COLUMNS = "id, record_hash, content, tags, entry_type, performative, author_id, truth_state, confidence, created_ms"
+ROW_COLUMNS = (
+    "id, record_hash, content, tags, entry_type, performative, author_id, truth_state, confidence, created_ms, space"
+)
 
 # The highest entry id, and the caller's own newest (0 without entries): two seeks, on the primary key and on
 # entries_author(author_id, id) (tests/node/search_index/test_freshness.py checks the plan).

@@ -10,14 +10,17 @@ agent with a role). A function of the set of records held, never of their order:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from identity import key_history, spaces
 from identity.space_rules import READ_ROLES
+from node.spaces.sight import OPERATOR, Sight, Viewer
 from node.store.authority import key_events_of, vouch_pages_of
 from node.store.conn import Conn
-from node.store.projections import Projection
+
+if TYPE_CHECKING:
+    from node.store.projections import Projection
 
 SPACE_TABLES: tuple[str, ...] = ("space_records", "spaces", "space_roles")
 SPACE_KINDS: tuple[str, ...] = ("space", "space_member", "space_admin")
@@ -88,11 +91,14 @@ def resolve_txn(conn: Conn, space_id: str, extra: Iterable[spaces.Held] = ()) ->
 
 
 def recompute_txn(conn: Conn, space_id: str) -> None:
-    """Write the space's row and its roles as `resolve` decides them over the records held."""
+    """Write the space's row and its roles as `resolve` decides them over the records held; an agent that may no
+    longer read the space loses its pending notifications of the space's entries (`forget_notifications_txn`)."""
     resolved = resolve_txn(conn, space_id).spaces.get(space_id)
+    readers_before = _readers(conn, space_id)
     conn.execute("DELETE FROM space_roles WHERE space_id = ?", (space_id,))
     if resolved is None:
         conn.execute("DELETE FROM spaces WHERE space_id = ?", (space_id,))
+        forget_notifications_txn(conn, space_id, readers_before)
         return
     row = conn.execute(
         "SELECT r.body FROM space_records s JOIN records r ON r.seq = s.seq WHERE s.space_id = ? AND s.kind = 'space'",
@@ -107,6 +113,36 @@ def recompute_txn(conn: Conn, space_id: str) -> None:
     conn.executemany(
         "INSERT INTO space_roles (space_id, agent_id, role) VALUES (?, ?, ?)",
         [(space_id, agent, role) for agent, role in sorted(resolved.roles.items())],
+    )
+    forget_notifications_txn(conn, space_id, readers_before - _readers(conn, space_id))
+
+
+def _readers(conn: Conn, space_id: str) -> set[str]:
+    marks = ", ".join("?" * len(READ_ROLES))
+    rows = conn.execute(
+        f"SELECT agent_id FROM space_roles WHERE space_id = ? AND role IN ({marks})", (space_id, *sorted(READ_ROLES))
+    ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def forget_notifications_txn(conn: Conn, space_id: str, agents: Iterable[str]) -> None:
+    """Expire the pending and leased notifications of `space_id`'s entries held by `agents` (who may no longer read
+    the space): neither a poll nor a push delivers them (docs/spaces.md, "Read paths")."""
+    conn.executemany(
+        "UPDATE notifications SET status = 'expired' WHERE agent_id = ? AND status IN ('pending', 'leased')"
+        " AND entry_id IN (SELECT id FROM entries WHERE space = ?)",
+        [(agent, space_id) for agent in sorted(agents)],
+    )
+
+
+def may_read_sql(space: str, agent: str) -> str:
+    """A SQL condition that the agent in column `agent` may read a record of the space in column `space` (NULL:
+    public): `readable_spaces` as a condition, for statements that decide many agents at once (the inbox's
+    fan-out)."""
+    roles = ", ".join(f"'{role}'" for role in sorted(READ_ROLES))
+    return (
+        f"({space} IS NULL OR EXISTS (SELECT 1 FROM space_roles sr WHERE sr.space_id = {space}"
+        f" AND sr.agent_id = {agent} AND sr.role IN ({roles})))"
     )
 
 
@@ -158,6 +194,36 @@ def readable_spaces(conn: Conn, agent_id: str) -> frozenset[str]:
         f"SELECT space_id FROM space_roles WHERE agent_id = ? AND role IN ({marks})", (agent_id, *sorted(READ_ROLES))
     ).fetchall()
     return frozenset(str(r[0]) for r in rows)
+
+
+def entry_spaces(conn: Conn, addresses: Sequence[str]) -> dict[str, str | None]:
+    """The space of each of these addresses held as an entry here (None: public); addresses not held are absent."""
+    rows = conn.execute(
+        "SELECT record_hash, space FROM entries WHERE record_hash IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(addresses)),),
+    ).fetchall()
+    return {str(r[0]): (None if r[1] is None else str(r[1])) for r in rows}
+
+
+def naming_spaces(conn: Conn, addresses: Sequence[str]) -> list[tuple[str, str | None]]:
+    """(address, space of the record naming it) for every stored link naming one of `addresses`: the space of the
+    link's source entry, None when that is public or not held here."""
+    rows = conn.execute(
+        "SELECT l.target_hash, s.space FROM links l LEFT JOIN entries s ON s.record_hash = l.source_hash"
+        " WHERE l.target_hash IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(addresses)),),
+    ).fetchall()
+    return [(str(r[0]), None if r[1] is None else str(r[1])) for r in rows]
+
+
+def sight_of(conn: Conn, viewer: Viewer) -> Sight:
+    """The sight of `viewer` on this node (`node.spaces.sight`): for an agent, the spaces `readable_spaces` says it
+    may read; every space for the node's operator (None); a Sight given stays as it is."""
+    if viewer is None:
+        return OPERATOR
+    if isinstance(viewer, Sight):
+        return viewer
+    return Sight(readable_spaces(conn, viewer))
 
 
 def posts_of(conn: Conn, space_id: str, author: str) -> list[str]:

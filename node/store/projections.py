@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from identity import canonical
+from identity import canonical, schema_v3
 from identity.schema import AgentRecord, EntryRecord, LinkRecord
 from node.inbox import notify as notifications
 from node.ops.progress import Report, silent
@@ -273,7 +273,8 @@ def project_entries(
     db.insert_rows(
         conn,
         "INSERT INTO entries (id, record_hash, content_fingerprint, author_id, created_at, created_ms, entry_type,"
-        " performative, content, confidence, tags, directed_to, metadata, truth_state, authority, scope, signature)",
+        " performative, content, confidence, tags, directed_to, metadata, truth_state, authority, scope, signature,"
+        " space)",
         [_entry_row(seq, item.hash, item.decoded) for seq, item in run],
     )
     db.insert_rows(
@@ -333,6 +334,7 @@ def _entry_row(seq: int, record_hash: str, rec: EntryRecord) -> tuple[Any, ...]:
         rec.authority,
         rec.scope,
         rec.signature,
+        schema_v3.space_of(rec),
     )
 
 

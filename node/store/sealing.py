@@ -57,7 +57,7 @@ def sign_and_check_body(unsigned: dict[str, Any], signer: keys.SigningKey) -> tu
     every kind a node signs is one of them, so only a kind of a later format would be).
     """
     rotated = signer.did != unsigned.get("author_id")
-    v3 = rotated or unsigned.get("kind") in AUTHORITY_KINDS | records.SPACE_KINDS
+    v3 = rotated or "space" in unsigned or unsigned.get("kind") in AUTHORITY_KINDS | records.SPACE_KINDS
     if rotated:
         if unsigned.get("kind") not in records.V3_KINDS | records.SPACE_KINDS:
             raise InvalidInput(
@@ -153,8 +153,9 @@ class Sealing:
         try:
             body = records.canonical_body(record)
             # a record naming a `signing_key` (a rotated key) is checked against it; whether that key may sign for
-            # its author is the writer's question (`node.store.authority.authorize_txn`)
-            record_hash, decoded = records.check(record, body=body, v3="signing_key" in record)
+            # its author is the writer's question (`node.store.authority.authorize_txn`). One inside a `space` is
+            # in format v3 too; whether its author may write there is the writer's (`node.spaces.posts`).
+            record_hash, decoded = records.check(record, body=body, v3="signing_key" in record or "space" in record)
         except records.RecordError as exc:
             raise record_error(exc, "$.record") from None
         submission.check_record(record, "$.record")

@@ -11,7 +11,8 @@ from typing import Any
 
 from node.store.conn import Conn
 
-# One row per distinct (endorser, target entry, polarity). UNION deduplicates.
+# One row per distinct (endorser, target entry, polarity). UNION deduplicates. Public entries only: trust and community
+# confidence are the same on every node (docs/trust.md), and nodes hold different spaces (docs/spaces.md).
 SIGNALS_SQL = """
 SELECT l.author_id AS endorser, t.author_id AS author, t.record_hash AS target,
        CASE l.link_type WHEN 'supports' THEN 1 ELSE -1 END AS polarity
@@ -19,7 +20,7 @@ FROM links l
 JOIN entries s ON s.record_hash = l.source_hash
 JOIN entries t ON t.record_hash = l.target_hash
 WHERE l.link_type IN ('supports', 'contradicts') AND l.ordinal >= 0
-  AND l.author_id != t.author_id AND s.truth_state != 'simulation'
+  AND l.author_id != t.author_id AND s.truth_state != 'simulation' AND s.space IS NULL AND t.space IS NULL
   AND NOT EXISTS (SELECT 1 FROM links r WHERE r.source_hash = s.record_hash AND r.link_type = 'retracted_by')
 UNION
 SELECT s.author_id, t.author_id, t.record_hash,
@@ -29,7 +30,7 @@ JOIN links l ON l.source_hash = s.record_hash AND l.ordinal >= 0
     AND l.link_type NOT IN ('supersedes', 'retracted_by')
 JOIN entries t ON t.record_hash = l.target_hash
 WHERE s.performative IN ('confirm', 'disconfirm')
-  AND s.author_id != t.author_id AND s.truth_state != 'simulation'
+  AND s.author_id != t.author_id AND s.truth_state != 'simulation' AND s.space IS NULL AND t.space IS NULL
   AND NOT EXISTS (SELECT 1 FROM links r WHERE r.source_hash = s.record_hash AND r.link_type = 'retracted_by')
 """
 

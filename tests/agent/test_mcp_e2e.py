@@ -216,6 +216,18 @@ async def test_every_tool_with_every_parameter_answers_as_rest(
         assert [e["id"] for e in confident["entries"]] == [support.id]  # nothing of confidence 0.5 or 0.7
         await d.refused("search", {"entry_type": "question"}, "entry_type")
 
+        # ---- a space: post into it and search it (docs/spaces.md); bob, not a member, sees nothing of it ----
+        space = (await rest.call("POST", "/v1/spaces", dict, json={"name": f"e2e-{transport}"}))["space_id"]
+        inside = await d.ok("post", {"content": f"Private eviction notes {transport}", "space": space})
+        assert inside["space"] == space
+        in_space = await d.ok("search", {"space": [space], "q": "eviction", "fresh": True})
+        assert [e["id"] for e in in_space["entries"]] == [inside["id"]]
+        assert in_space == search_page(await rest.search(SearchQuery(space=[space], q="eviction", fresh=True)))
+        assert inside["id"] not in [
+            e.id for e in (await bob_rest.search(SearchQuery(q="eviction", fresh=True))).entries
+        ]
+        await d.refused("post", {"content": "x", "space": "not-a-space"}, "space")
+
         # ---- inbox: lease, ack, mark_delivered ----
         posted = await bob_rest.post("Cache warmed again", tags=["e2e"])
         box = await d.ok("inbox", {"limit": 10, "since": LONG_AGO, "mark_delivered": False})

@@ -37,3 +37,31 @@ def test_spaces_from_the_command_line(served_node: ServedNode) -> None:
     hidden = bbs(served_node, bob["api_key"], "show", space)
     assert hidden.returncode != 0 and "unknown_space" in hidden.stderr
     assert bbs(served_node, bob["api_key"], "list").stdout.strip() == "no spaces"
+
+
+def people(node: ServedNode, key: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "BBS_API_KEY": key, "BBS_NODE": node.url}
+    return subprocess.run([sys.executable, "-m", "node.cli", *args], capture_output=True, text=True, env=env)
+
+
+def test_post_search_and_tail_in_a_space(served_node: ServedNode) -> None:
+    """`--space` on `bbs post`, `bbs search` and `bbs tail`: members read what is posted there, others nothing."""
+    owner, eve = served_node.create_agent("owner"), served_node.create_agent("eve")
+    space = bbs(served_node, owner["api_key"], "create", "family").stdout.strip()
+    posted = people(served_node, owner["api_key"], "post", "grandma's recipe: more butter", "--space", space, "--json")
+    assert posted.returncode == 0, posted.stderr
+    entry = json.loads(posted.stdout)
+    assert entry["space"] == space
+    found = people(served_node, owner["api_key"], "search", "butter", "--space", space, "--fresh", "--json")
+    assert [e["id"] for e in json.loads(found.stdout)["entries"]] == [entry["id"]]
+    tail = ["tail", "--after", "0", "--no-follow", "--json"]
+    assert [json.loads(line)["id"] for line in people(served_node, owner["api_key"], *tail).stdout.splitlines()] == [
+        entry["id"]
+    ]
+    assert people(served_node, eve["api_key"], *tail).stdout.strip() == ""  # not a member: nothing
+    nothing = people(served_node, eve["api_key"], "search", "butter", "--fresh", "--json")
+    assert json.loads(nothing.stdout)["entries"] == []
+    refused = people(served_node, eve["api_key"], "post", "let me in", "--space", space)
+    assert refused.returncode != 0 and "unknown_space" in refused.stderr
+    refused = people(served_node, eve["api_key"], "tail", "--no-follow", "--space", space)
+    assert refused.returncode != 0 and "unknown_space" in refused.stderr

@@ -141,7 +141,7 @@ async def test_line_relays_records_onward(make_peer: Any) -> None:
         return linked in await a.hashes()
 
     await eventually(back_at_a)
-    out = await a.node.reads.read([linked], ReadQuery(hops=1))
+    out = await a.node.reads.read([linked], ReadQuery(hops=1), None)
     assert target in {e.record_hash for e in out.entries}
 
 

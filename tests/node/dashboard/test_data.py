@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from node.dashboard import data
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import self_signer
 from wire.api import PostEntry
@@ -43,13 +44,13 @@ async def test_agents_most_recently_active_first(node: Node, make_agent: MakeAge
 async def test_provenance_checks_the_stored_record_again(node: Node, make_agent: MakeAgent) -> None:
     alice = await make_agent("alice")
     entry_id, record_hash = await post(node, alice, "a claim")
-    found = await node.db.read(lambda c: data.provenance(c, str(entry_id)))
+    found = await node.db.read(lambda c: data.provenance(c, str(entry_id), sight=OPERATOR))
     assert found is not None and found.signature_valid and found.record_hash == record_hash
     assert (found.origin, found.scope, found.author_display_name) == ("local", "federation", "Alice")
     assert found.record["content"] == "a claim" and found.received_at.endswith("Z")
-    assert await node.db.read(lambda c: data.provenance(c, record_hash)) == found
-    assert await node.db.read(lambda c: data.provenance(c, "424242")) is None
-    assert await node.db.read(lambda c: data.provenance(c, "0" * 64)) is None
+    assert await node.db.read(lambda c: data.provenance(c, record_hash, sight=OPERATOR)) == found
+    assert await node.db.read(lambda c: data.provenance(c, "424242", sight=OPERATOR)) is None
+    assert await node.db.read(lambda c: data.provenance(c, "0" * 64, sight=OPERATOR)) is None
 
     def tamper(conn: sqlite3.Connection) -> None:  # a stored body changed behind the node's back
         body = json.loads(conn.execute("SELECT body FROM records WHERE hash = ?", (record_hash,)).fetchone()[0])
@@ -57,5 +58,5 @@ async def test_provenance_checks_the_stored_record_again(node: Node, make_agent:
         conn.execute("UPDATE records SET body = ? WHERE hash = ?", (json.dumps(body), record_hash))
 
     await node.db.write(tamper)
-    tampered = await node.db.read(lambda c: data.provenance(c, record_hash))
+    tampered = await node.db.read(lambda c: data.provenance(c, record_hash, sight=OPERATOR))
     assert tampered is not None and not tampered.signature_valid

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from identity import keys, records
 from node.entries import queries, store
 from node.features import LOG
+from node.spaces.sight import OPERATOR
 from node.store import db, projections
 from node.trust import service as trust
 from wire.api import PostEntry, unsigned_entry
@@ -71,7 +72,7 @@ def test_one_json_row_renders_what_the_rows_render(
             conn.execute(
                 "INSERT INTO entry_confidence VALUES (?, ?, 0, 0)", (record_hash, round(community, trust.DIGITS))
             )
-        got = store.entries_by_ids(conn, [seq])
+        got = store.entries_by_ids(conn, [seq], sight=OPERATOR)
         assert got == plain(conn, seq)
         assert got[0].content == decoded.content and got[0].tags == decoded.tags
     finally:
@@ -79,5 +80,5 @@ def test_one_json_row_renders_what_the_rows_render(
 
 
 def test_missing_ids_are_left_out(conn: sqlite3.Connection) -> None:
-    assert store.entries_by_ids(conn, []) == []
-    assert store.entries_by_ids(conn, [123456789]) == []
+    assert store.entries_by_ids(conn, [], sight=OPERATOR) == []
+    assert store.entries_by_ids(conn, [123456789], sight=OPERATOR) == []

@@ -139,7 +139,7 @@ async def test_retractions_are_entries_of_their_own_author(node: Node, make_agen
     assert (not_own.value.code, not_own.value.field) == ("retract_not_own", "$.links[0].target")
     retraction, created = await node.entries.post(alice.agent_id, withdraw, None)
     assert created and retraction.performative == "retract"
-    read = await node.reads.read([str(hasty.id)], ReadQuery(include_links=False))
+    read = await node.reads.read([str(hasty.id)], ReadQuery(include_links=False), viewer=None)
     assert read.entries[0].retracted
     with pytest.raises(InvalidInput) as no_target:
         await node.entries.post(alice.agent_id, PostEntry("finding", "retract", "withdrawing nothing"), None)
@@ -219,5 +219,5 @@ async def test_a_batch_entry_superseded_in_its_own_batch_answers_as_read(node: N
     )
     (old, _), (new, _) = posted
     assert (old.superseded, old.retracted) == ((True, False) if performative == "inform" else (False, True))
-    read = await node.reads.read([str(old.id), str(new.id)], ReadQuery(include_links=False))
+    read = await node.reads.read([str(old.id), str(new.id)], ReadQuery(include_links=False), viewer=None)
     assert sorted(read.entries, key=lambda e: e.id) == [old, new]

@@ -14,7 +14,7 @@ def test_entry_out_fills_entry_out_in_its_field_order() -> None:
         *("id", "record_hash", "content_fingerprint", "author_id", "created_at", "entry_type", "performative"),
         *("content", "confidence", "tags", "directed_to", "metadata", "truth_state", "authority", "scope"),
         *("signature", "retracted", "superseded", "community_confidence", "superseded_claims", "equivocated"),
-        "versions",
+        *("versions", "space"),
     )
 
 

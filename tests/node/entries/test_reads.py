@@ -46,12 +46,14 @@ async def test_read_by_id_and_hash_with_neighbours_and_missing_refs(node: Node, 
         None,
     )
     unknown = "c" * 64
-    result = await node.reads.read([str(base.id), base.record_hash, "nope", unknown, "nope"], ReadQuery(hops=1))
+    result = await node.reads.read(
+        [str(base.id), base.record_hash, "nope", unknown, "nope"], ReadQuery(hops=1), viewer=None
+    )
     assert [e.id for e in result.entries] == [base.id, reply.id]  # the base once, and its neighbour
     assert result.missing == ["nope", unknown]  # a ref given twice is missing once
     assert [(link.source, link.target) for link in result.links] == [(reply.record_hash, base.record_hash)]
     assert not result.truncated
-    alone = await node.reads.read([str(base.id)], ReadQuery(include_links=False))
+    alone = await node.reads.read([str(base.id)], ReadQuery(include_links=False), viewer=None)
     assert [e.id for e in alone.entries] == [base.id] and alone.links == []
 
 
@@ -69,21 +71,21 @@ async def test_search_pages_and_walks_from_its_page(node: Node, make_agent: Make
         None,
     )
     await catch_up(node)
-    page = await node.reads.search(SearchQuery(q="zeppelin", limit=2))
+    page = await node.reads.search(SearchQuery(q="zeppelin", limit=2), agent=None)
     assert len(page.entries) == 2 and page.next_offset == 2 and page.links == []
-    rest = await node.reads.search(SearchQuery(q="zeppelin", limit=2, offset=2))
+    rest = await node.reads.search(SearchQuery(q="zeppelin", limit=2, offset=2), agent=None)
     assert len(rest.entries) == 1 and rest.next_offset is None
-    walked = await node.reads.search(SearchQuery(q="zeppelin", limit=10, hops=1))
+    walked = await node.reads.search(SearchQuery(q="zeppelin", limit=10, hops=1), agent=None)
     assert {e.id for e in walked.entries} == {e.id for e in posted} | {other.id}
     assert [link.source for link in walked.links] == [other.record_hash]
 
 
 async def test_search_refuses_bad_text_and_times(node: Node) -> None:
     with pytest.raises(InvalidInput) as no_words:
-        await node.reads.search(SearchQuery(q="!!! ???"))
+        await node.reads.search(SearchQuery(q="!!! ???"), agent=None)
     assert (no_words.value.code, no_words.value.field) == ("invalid_query", "$.q")
     with pytest.raises(InvalidInput) as bad_since:
-        await node.reads.search(SearchQuery(since="yesterday"))
+        await node.reads.search(SearchQuery(since="yesterday"), agent=None)
     assert bad_since.value.field == "$.since"
 
 
@@ -105,19 +107,19 @@ async def test_a_search_with_words_needs_the_index_and_one_by_filters_does_not(
     posted, _ = await node.entries.post(alice.agent_id, PostEntry("finding", "inform", "zeppelins float"), None)
     index, node.reads.index = node.reads.index, None  # as when the index could not be opened
     with pytest.raises(SearchIndexBuilding) as refused:
-        await node.reads.search(SearchQuery(q="zeppelins"))
+        await node.reads.search(SearchQuery(q="zeppelins"), agent=None)
     assert refused.value.status == 503 and "Retry-After" in refused.value.headers
-    assert [e.id for e in (await node.reads.search(SearchQuery(q="  "))).entries] == [posted.id]  # no words
+    assert [e.id for e in (await node.reads.search(SearchQuery(q="  "), agent=None)).entries] == [posted.id]  # no words
     node.reads.index = index
     await catch_up(node)
-    assert [e.id for e in (await node.reads.search(SearchQuery(q="Zeppelins"))).entries] == [posted.id]
+    assert [e.id for e in (await node.reads.search(SearchQuery(q="Zeppelins"), agent=None)).entries] == [posted.id]
     assert node.reads.answered == {"index": 1, "sql": 1}
 
 
 async def inline_reads(node: Node, q: SearchQuery) -> int:
     """How many reads of a search ran on the event loop (none may have been moved to a thread mid-way)."""
     inline, moved = node.db.read_stats.inline, node.db.read_stats.moved
-    await node.reads.search(q)
+    await node.reads.search(q, agent=None)
     assert node.db.read_stats.moved == moved
     return node.db.read_stats.inline - inline
 
@@ -142,7 +144,7 @@ async def test_a_search_of_common_words_is_searched_on_a_reader_thread(
     await catch_up(node)
     monkeypatch.setattr(reads, "INLINE_MATCHES", 1)
 
-    await node.reads.search(SearchQuery(q="airships"))  # the index is seen serving once
+    await node.reads.search(SearchQuery(q="airships"), agent=None)  # the index is seen serving once
     assert await inline_reads(node, SearchQuery(q="airships")) == 1
     assert await inline_reads(node, SearchQuery(q="zeppelins")) == 0  # two matches: straight to a thread
     assert await inline_reads(node, SearchQuery(q="zeppelins land")) == 1  # "land" is rare: the AND is cheap
@@ -181,10 +183,10 @@ def undo_migrations_after(conn: sqlite3.Connection, version: int) -> None:
         sql = "\n".join(line.split("--", 1)[0] for line in path.read_text().splitlines())
         created, added = _CREATED.findall(sql), _ADDED.findall(sql)
         assert len(_OTHER_SCHEMA_CHANGE.findall(sql)) == len(created) + len(added), f"cannot take back {path.name}"
+        for what, name in reversed(created):  # first: an index on an added column must go before the column
+            conn.execute(f'DROP {what} IF EXISTS "{name}"')
         for table, column in reversed(added):
             conn.execute(f'ALTER TABLE "{table}" DROP COLUMN "{column}"')
-        for what, name in reversed(created):
-            conn.execute(f'DROP {what} IF EXISTS "{name}"')
 
 
 def as_before_fts5_left(data: Path) -> None:

@@ -15,6 +15,7 @@ from node.entries import reads, store
 from node.errors import NotFound
 from node.search_index.indexer import Indexer
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import entry_record, hash_of, ingest
 from wire.api import PostEntry, PostLink, SearchQuery, SubscriptionIn
@@ -37,10 +38,10 @@ async def search(node: Node, since_ms: int | None = None, **params: Any) -> list
     """store.search for a search by filters; with words, the node's search on its caught-up index."""
     q = msgspec.convert(params, SearchQuery)
     if not q.q:
-        return await node.db.read(lambda c: store.search(c, q, since_ms))
+        return await node.db.read(lambda c: store.search(c, q, since_ms, sight=OPERATOR))
     assert node.search_index is not None
     await Indexer(node.db, node.search_index).catch_up()
-    return (await node.db.read(lambda c: reads.search(c, q, since_ms, node.search_index))).entries
+    return (await node.db.read(lambda c: reads.search(c, q, since_ms, node.search_index, sight=OPERATOR))).entries
 
 
 async def test_resolve_ref_by_local_id_or_hash(node: Node, make_agent: MakeAgent) -> None:
@@ -49,7 +50,7 @@ async def test_resolve_ref_by_local_id_or_hash(node: Node, make_agent: MakeAgent
     refs = [str(eid), h, "e" * 64, "999999", str(2**63), "²", "١", "E" * 64, "abc", ""]
 
     def resolve_all(conn: sqlite3.Connection) -> dict[str, tuple[str | None, int | None]]:
-        return {ref: store.resolve_ref(conn, ref) for ref in refs}
+        return {ref: store.resolve_ref(conn, ref, sight=OPERATOR) for ref in refs}
 
     result = await node.db.read(resolve_all)
     assert result[str(eid)] == (h, eid) and result[h] == (h, eid)
@@ -74,7 +75,7 @@ async def test_entries_by_ids_and_by_hashes(node: Node, make_agent: MakeAgent) -
     ha = hash_of(first_record)
     a = await node.db.read(lambda c: c.execute("SELECT id FROM entries WHERE record_hash = ?", (ha,)).fetchone()[0])
     b, hb = await post(node, alice, "second, simulated", truth_state="simulation")
-    by_ids = await node.db.read(lambda c: store.entries_by_ids(c, [b, a, 12345]))
+    by_ids = await node.db.read(lambda c: store.entries_by_ids(c, [b, a, 12345], sight=OPERATOR))
     assert sorted(e.id for e in by_ids) == [a, b]
     first = next(e for e in by_ids if e.id == a)
     assert (first.tags, first.metadata, first.confidence, first.retracted) == (
@@ -85,10 +86,10 @@ async def test_entries_by_ids_and_by_hashes(node: Node, make_agent: MakeAgent) -
     )
     assert first.directed_to == first_record["directed_to"]
     assert first.community_confidence == 0.5  # neutral without trust signals
-    assert await node.db.read(lambda c: store.entries_by_ids(c, [])) == []
-    plain = await node.db.read(lambda c: store.entries_by_hashes(c, [hb, ha, "0" * 64], False))
+    assert await node.db.read(lambda c: store.entries_by_ids(c, [], sight=OPERATOR)) == []
+    plain = await node.db.read(lambda c: store.entries_by_hashes(c, [hb, ha, "0" * 64], False, sight=OPERATOR))
     assert [e.id for e in plain] == [a]
-    every = await node.db.read(lambda c: store.entries_by_hashes(c, [hb, ha], True))
+    every = await node.db.read(lambda c: store.entries_by_hashes(c, [hb, ha], True, sight=OPERATOR))
     assert [e.id for e in every] == [a, b]  # oldest first
     assert sorted(by_ids, key=lambda e: e.id) == every  # rows as JSON (by ids) and as columns render alike
 
@@ -105,7 +106,7 @@ async def test_traverse_by_hops_direction_and_type(node: Node, make_agent: MakeA
     await link(node, alice, d, a, "supports")
 
     def walk(seeds: list[str], **kw: Any) -> Awaitable[tuple[list[str], list[Any], bool]]:
-        args = {"hops": 1, "link_types": [], "direction": "both", "include_links": True, **kw}
+        args = {"hops": 1, "link_types": [], "direction": "both", "include_links": True, "sight": OPERATOR, **kw}
         return node.db.read(lambda conn: store.traverse(conn, seeds, **args))
 
     reached, links, truncated = await walk([ha], hops=0)
@@ -135,13 +136,17 @@ async def test_traverse_stops_at_its_limits_and_says_so(
         await link(node, alice, spoke, hub, "supports")
     monkeypatch.setattr(store, "MAX_WALKED_LINKS", 3)
     _, links, truncated = await node.db.read(
-        lambda c: store.traverse(c, [hub_hash], hops=1, link_types=[], direction="both", include_links=True)
+        lambda c: store.traverse(
+            c, [hub_hash], hops=1, link_types=[], direction="both", include_links=True, sight=OPERATOR
+        )
     )
     assert truncated and len(links) == 3
     monkeypatch.setattr(store, "MAX_WALKED_LINKS", 100)
     monkeypatch.setattr(store, "MAX_NEIGHBOURHOOD", 3)
     reached, _, truncated = await node.db.read(
-        lambda c: store.traverse(c, [hub_hash], hops=1, link_types=[], direction="both", include_links=True)
+        lambda c: store.traverse(
+            c, [hub_hash], hops=1, link_types=[], direction="both", include_links=True, sight=OPERATOR
+        )
     )
     assert truncated and len(reached) == 3
 
@@ -201,7 +206,7 @@ async def test_entry_reads_by_hash(node: Node, make_agent: MakeAgent) -> None:
 
     entry, id_a, id_b, author_a, author_b, nobody, stored, absent = await node.db.read(read)
     assert (entry.id, entry.record_hash, entry.content, entry.author_id) == (eid, h, "by hash", alice.agent_id)
-    assert entry == (await node.db.read(lambda c: store.entries_by_ids(c, [eid])))[0]
+    assert entry == (await node.db.read(lambda c: store.entries_by_ids(c, [eid], sight=OPERATOR)))[0]
     assert (id_a, id_b) == (eid, bid)
     assert (author_a, author_b, nobody) == (alice.agent_id, bob.agent_id, None)
     assert (stored, absent) == (True, False)
@@ -285,13 +290,20 @@ async def test_entry_states_and_synthetic_among(node: Node, make_agent: MakeAgen
 async def test_require_ref_names_its_field_and_code(node: Node, make_agent: MakeAgent) -> None:
     alice = await make_agent("alice")
     eid, h = await post(node, alice, "here")
-    assert await node.db.read(lambda c: store.require_ref(c, str(eid), "x", field="$.f", code="c")) == h
-    assert await node.db.read(lambda c: store.require_ref(c, "e" * 64, "x", field="$.f", code="c")) == "e" * 64
+    assert await node.db.read(lambda c: store.require_ref(c, str(eid), "x", field="$.f", code="c", sight=OPERATOR)) == h
+    assert (
+        await node.db.read(lambda c: store.require_ref(c, "e" * 64, "x", field="$.f", code="c", sight=OPERATOR))
+        == "e" * 64
+    )
     with pytest.raises(NotFound) as not_stored:
-        await node.db.read(lambda c: store.require_ref(c, "e" * 64, "source", field="$.s", code="gone", stored=True))
+        await node.db.read(
+            lambda c: store.require_ref(c, "e" * 64, "source", field="$.s", code="gone", stored=True, sight=OPERATOR)
+        )
     assert (not_stored.value.field, not_stored.value.code) == ("$.s", "gone")
     with pytest.raises(NotFound) as unknown:
-        await node.db.read(lambda c: store.require_ref(c, "nonsense", "target", field="$.t", code="nope"))
+        await node.db.read(
+            lambda c: store.require_ref(c, "nonsense", "target", field="$.t", code="nope", sight=OPERATOR)
+        )
     assert (unknown.value.field, unknown.value.code) == ("$.t", "nope")
 
 

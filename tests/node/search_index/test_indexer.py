@@ -27,6 +27,7 @@ from node.ops.datadir import initialise
 from node.search_index import indexer, store
 from node.search_index.index import FOLDER, Row, SearchIndex
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from node.web.appkeys import SEARCH_INDEXER
 from tests.conftest import FakeClock
 from tests.node.search_index import fts5_oracle
@@ -108,13 +109,19 @@ async def differential(root: Path, corpus: list[dict[str, Any]], asked: list[dic
                 continue
             if expected is None:
                 continue
-            got = (await node.db.read(partial(indexer.page, index=node.search_index, q=q, since_ms=None))).ids
+            got = (
+                await node.db.read(partial(indexer.page, index=node.search_index, q=q, since_ms=None, sight=OPERATOR))
+            ).ids
             assert sorted(got) == sorted(expected), (params, got, expected)
             # paging through the index: pages of 2 concatenate to the whole ranking, no skip, no repeat
             paged: list[int] = []
             for offset in range(0, len(got) + 2, 2):
                 pq = msgspec.structs.replace(q, limit=2, offset=offset)
-                paged += (await node.db.read(partial(indexer.page, index=node.search_index, q=pq, since_ms=None))).ids
+                paged += (
+                    await node.db.read(
+                        partial(indexer.page, index=node.search_index, q=pq, since_ms=None, sight=OPERATOR)
+                    )
+                ).ids
             assert paged == got
         oracle.close()
     finally:
@@ -138,7 +145,7 @@ async def post_text(node: Node, agent_id: str, content: str) -> int:
 
 async def words(node: Node, text: str, **params: Any) -> list[int]:
     q = msgspec.convert({"q": text, "limit": 50} | params, SearchQuery)
-    return (await node.db.read(lambda c: indexer.page(c, node.search_index, q, None))).ids
+    return (await node.db.read(lambda c: indexer.page(c, node.search_index, q, None, sight=OPERATOR))).ids
 
 
 async def test_the_index_answers_as_it_stands_with_its_position(node: Node) -> None:
@@ -146,13 +153,13 @@ async def test_the_index_answers_as_it_stands_with_its_position(node: Node) -> N
     assert node.search_index is not None
     first = await post_text(node, alice.agent_id, "Café crème")
     q = SearchQuery(q="cafe")
-    hits = await node.db.read(lambda c: indexer.page(c, node.search_index, q, None))
+    hits = await node.db.read(lambda c: indexer.page(c, node.search_index, q, None, sight=OPERATOR))
     assert (hits.ids, hits.position) == ([], 0)  # behind the log: answered as the index stands, saying where
     worker = indexer.Indexer(node.db, node.search_index)
     assert await worker.lag() == 1
     assert await worker.catch_up() == 1
     assert await worker.lag() == 0
-    hits = await node.db.read(lambda c: indexer.page(c, node.search_index, q, None))
+    hits = await node.db.read(lambda c: indexer.page(c, node.search_index, q, None, sight=OPERATOR))
     assert (hits.ids, hits.position) == ([first], first)
     second = await post_text(node, alice.agent_id, "Crème café")
     await worker.catch_up()

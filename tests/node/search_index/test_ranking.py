@@ -30,6 +30,7 @@ from node.search_index.index import SCHEMA, Filters, Row, SearchIndex
 from node.search_index.query import Clause, parse, tantivy_clauses
 from node.search_index.ranking import NEUTRAL, SORT_CAP, Authors, passing, trust_levels
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from node.web.appkeys import SEARCH_INDEXER
 from tests.conftest import FakeClock
 from tests.node.search_index import fts5_oracle
@@ -133,14 +134,14 @@ async def walk(node: Node, q: SearchQuery, size: int) -> list[int]:
     ids: list[int] = []
     offset: int | None = 0
     while offset is not None:
-        result = await node.reads.search(msgspec.structs.replace(q, limit=size, offset=offset))
+        result = await node.reads.search(msgspec.structs.replace(q, limit=size, offset=offset), agent=None)
         ids += [e.id for e in result.entries]
         offset = result.next_offset
     return ids
 
 
 async def page(node: Node, q: SearchQuery) -> list[int]:
-    hits = await node.db.read(lambda c: indexer.page(c, node.search_index, q, None))
+    hits = await node.db.read(lambda c: indexer.page(c, node.search_index, q, None, sight=OPERATOR))
     return hits.ids
 
 
@@ -316,7 +317,7 @@ async def test_a_search_with_hops_answered_by_the_index_returns_the_neighbourhoo
     for sort in ("default", "trust"):
         q = msgspec.convert({"q": "needle", "hops": 1, "sort": sort}, SearchQuery)
         before = node.reads.answered["index"]
-        result = await node.reads.search(q)
+        result = await node.reads.search(q, agent=None)
         assert node.reads.answered["index"] == before + 1
         assert [e.id for e in result.entries] == [seed.id, neighbour.id]
         assert [(link.source, link.target) for link in result.links] == [(neighbour.record_hash, seed.record_hash)]

@@ -1,0 +1,120 @@
+"""Posts into a space (issue 37; docs/spaces.md, "Posting into a space"): who may write there, and the rule that no
+record names what its readers may not read. Run in the storing transaction, so a membership change committed just
+before is seen; a refusal rolls the whole write back (nothing stored).
+
+- **Writers only**: a post into a space the author may not read is 404 `unknown_space` (its existence is not
+  revealed); one by a reader is 403 `not_a_writer` (`identity.space_rules.may_write`).
+- **Links stay inside**: a record (an entry's `links`, a link record) may name an entry of its own space or a public
+  one. Naming an entry of another space is 409 `link_across_spaces` when the author may read that space, and 404
+  (the caller's `code`, as for an entry not held) when it may not. A public record names no space's entry.
+- **Named before it arrived**: a hash not held yet may be named by anyone (links resolve by hash later), so an entry
+  arriving in a space whose address a record outside that space already names is refused, 409 `named_outside_space`
+  (its address would have been carried by records its readers may not read). In part 1 a space's entries arrive
+  only from the node's own clients, who can retry with another `created_at`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from identity.schema_v3 import space_of
+from identity.space_rules import may_read, may_write
+from node.errors import Conflict, Forbidden, Located, NotFound
+from node.spaces import store
+from node.spaces.sight import Sight
+from node.spaces.store import sight_of
+from node.store.conn import Conn
+
+
+class Name(NamedTuple):
+    """An address a record names: the JSON path that names it, the code of its 404 when the author may not read
+    it, and whether it must be in the record's own space (a `supersedes` link or a retraction changes its
+    target's state, so a space's entry changes no public entry's)."""
+
+    address: str
+    field: str
+    missing_code: str = "target_not_found"
+    same_space: bool = False
+
+
+class Post(NamedTuple):
+    """A record on its way in, as these checks see it: its address, author, space (None: public), the addresses
+    it names (with the JSON path of each and the code of its 404 when the author may not read it), and where the
+    record sits in the request."""
+
+    address: str
+    author: str
+    space: str | None
+    names: Sequence[Name]
+    where: str
+
+
+def entry_post(record_hash: str, decoded: Any, where: str) -> Post:
+    """The `Post` of a decoded entry record: the targets of its `links`."""
+    space = space_of(decoded)
+    names = [
+        Name(link.target, f"$.links[{i}].target", same_space=space is not None and link.link_type == "supersedes")
+        for i, link in enumerate(decoded.links)
+    ]
+    return Post(record_hash, str(decoded.author_id), space, names, where)
+
+
+def check_posts_txn(conn: Conn, posts: Sequence[Post]) -> None:
+    """Refuse the first post that may not be stored as it is (the module's rules); nothing when all may. Reads
+    nothing for a run of public posts naming nothing."""
+    if not any(post.space is not None or post.names for post in posts):
+        return
+    sights: dict[str, Sight] = {}
+    for post in posts:
+        if post.space is not None:
+            _check_writer(conn, post)
+    run = {post.address: post.space for post in posts}
+    named = sorted({name.address for post in posts for name in post.names if name.address not in run})
+    held = store.entry_spaces(conn, named) if named else {}
+    held.update(run)
+    for post in posts:
+        for address, field, missing_code, same_space in post.names:
+            if address not in held or held[address] == post.space or (held[address] is None and not same_space):
+                continue
+            sight = sights.get(post.author) or sights.setdefault(post.author, sight_of(conn, post.author))
+            with Located(post.where):
+                if not sight.sees(held[address]):
+                    raise NotFound(f"no entry {address} here", field=field, code=missing_code)
+                raise Conflict(
+                    "a record may name only entries of its own space, or public ones (a supersedes link or a"
+                    " retraction in a space: only its own): no record names what its readers may not read",
+                    field=field,
+                    code="link_across_spaces",
+                )
+    _check_not_named_outside(conn, [post for post in posts if post.space is not None], posts)
+
+
+def _check_writer(conn: Conn, post: Post) -> None:
+    assert post.space is not None
+    role = store.role(conn, post.space, post.author)
+    with Located(post.where):
+        if store.space(conn, post.space) is None or not may_read(role):
+            raise NotFound("no such space here", field="$.space", code="unknown_space")
+        if not may_write(role):
+            raise Forbidden("a reader of this space may not post into it", field="$.space", code="not_a_writer")
+
+
+def _check_not_named_outside(conn: Conn, arriving: Sequence[Post], run: Sequence[Post]) -> None:
+    """Refuse an entry arriving in a space whose address a stored link, or a post of this run, outside that space
+    already names (409 `named_outside_space`)."""
+    if not arriving:
+        return
+    by_address = {post.address: post for post in arriving}
+    naming = store.naming_spaces(conn, sorted(by_address))
+    naming += [(name.address, post.space) for post in run for name in post.names if name.address in by_address]
+    for address, space in naming:
+        post = by_address[address]
+        if space != post.space:
+            with Located(post.where):
+                raise Conflict(
+                    "a record outside this space already names this entry's address: sign it again (another"
+                    " created_at) to give it a new one",
+                    field="$",
+                    code="named_outside_space",
+                )
