@@ -28,6 +28,8 @@ SPACE_KINDS = frozenset({"space", "space_member", "space_admin"})
 # The kinds of posts this release accepts inside a space from its own clients (docs/spaces.md): entries. Links,
 # messages and task events in a space are refused until their read paths ask the read rule.
 SPACE_POST_KINDS = frozenset({"entry"})
+# Every kind a record inside a space may be, here: membership, posts, and the vouch pages of a removal's vouched set.
+IN_SPACE_KINDS = SPACE_KINDS | SPACE_POST_KINDS | {"vouch_page"}
 
 
 class RecordError(ValueError):
@@ -185,9 +187,9 @@ def _check_schema_version(record: dict[str, Any], kind: str, v3: bool) -> None:
 
 def _signer_v3(record: dict[str, Any], author: str) -> str:
     """The key that signed a record of format v3: its `signing_key`, else its author's first key. A record of a
-    space other than its membership (`SPACE_KINDS`) and entries is refused (not accepted here yet), and so is a
-    `signing_key` naming the first key (another spelling)."""
-    if "space" in record and record.get("kind") not in SPACE_KINDS | SPACE_POST_KINDS:
+    space other than `IN_SPACE_KINDS` is refused (not accepted here yet), and so is a `signing_key` naming the first
+    key (another spelling)."""
+    if "space" in record and record.get("kind") not in IN_SPACE_KINDS:
         raise RecordError("malformed", "records of this kind are not accepted in a space here yet", "$.space")
     signer = record.get("signing_key", author)
     if not isinstance(signer, str) or not _is_did(signer):

@@ -28,6 +28,8 @@ SPACE = "space"
 MEMBER_KINDS = ("space_member", "space_admin")
 LOCAL = "local"  # a space's records stay on this node until part 2 (docs/spaces.md)
 OPERATOR = "operator"  # the role the node's admin is shown with: the operator reads every space it holds
+VOUCH_PAGE = "vouch_page"
+Step = tuple[dict[str, Any], list[str]]  # an unsigned chain record, and the versions its vouch names (sorted)
 
 
 def nonce() -> str:
@@ -156,16 +158,21 @@ class Spaces:
         def job(conn: Conn) -> SpaceSubmitted:
             self._visible(conn, space_id, agent_id)
             resolved = store.resolve_txn(conn, space_id).spaces[space_id]
-            made = [self._sealed(u, signer) for u in self._steps(conn, resolved, agent_id, member, role)]
+            made: list[Verified] = []
+            for unsigned, vouched in self._steps(conn, resolved, agent_id, member, role):
+                step = self._sealed(unsigned, signer)
+                made += [step, *(self._sealed(page, signer) for page in _pages(step, member, vouched))]
             if not made:
                 return SpaceSubmitted(space_id=space_id, address=None, created=False)
             store_txn(conn, made, self.now_ms())
-            return SpaceSubmitted(space_id=space_id, address=made[-1].hash, created=True)
+            last = next(m for m in reversed(made) if m.record["kind"] in MEMBER_KINDS)
+            return SpaceSubmitted(space_id=space_id, address=last.hash, created=True)
 
         return await self.db.write(job)
 
-    def _steps(self, conn: Conn, resolved: spaces.Space, author: str, member: str, role: str) -> list[dict[str, Any]]:
-        """The unsigned records that take `member` from its role in `resolved` to `role`."""
+    def _steps(self, conn: Conn, resolved: spaces.Space, author: str, member: str, role: str) -> list[Step]:
+        """The unsigned records that take `member` from its role in `resolved` to `role`, each with the versions
+        its vouch names (a lowering's: `_step`)."""
         if member == resolved.owner:
             raise Conflict("the owner's role does not change", field="agent_id", code="owner_role_fixed")
         is_admin = resolved.role(member) == "admin"
@@ -173,7 +180,7 @@ class Spaces:
         by_address = {h.address: h.record for h in store.held_records(conn, resolved.id)} if chain else {}
         member_head = by_address[chain[-1]] if chain else None
         member_role = "none" if member_head is None else str(member_head["role"])
-        out: list[dict[str, Any]] = []
+        out: list[Step] = []
         if is_admin and role != "admin":
             out.append(self._step(conn, resolved, author, member, "space_admin", "none", "admin"))
         elif role == "admin" and not is_admin:
@@ -185,8 +192,9 @@ class Spaces:
 
     def _step(
         self, conn: Conn, resolved: spaces.Space, author: str, member: str, kind: str, role: str, prior_role: str
-    ) -> dict[str, Any]:
-        """The next record of `member`'s chain `kind` giving it `role`; a lowering vouches for the member's posts."""
+    ) -> Step:
+        """The next record of `member`'s chain `kind` giving it `role`; a lowering vouches for the member's posts
+        held here, and comes with their versions (its pages are made of them)."""
         chains = resolved.admin_chains if kind == "space_admin" else resolved.member_chains
         chain = chains.get(member, ())
         unsigned: dict[str, Any] = {
@@ -202,13 +210,11 @@ class Spaces:
         if chain:
             unsigned["prior"] = chain[-1]
         order = spaces.CHAIN_ROLE_ORDER[kind]
-        if order[role] < order[prior_role]:
+        if order[role] < order[prior_role]:  # vouches for every post of the member held here, paged (`_pages`)
             versions = store.posts_of(conn, resolved.id, member)
-            if versions:  # the vouch pages of a non-empty set come with the posts into spaces (docs/spaces.md)
-                raise Conflict("removing a member with posts in the space is not supported yet",
-                               code="vouch_pages_unsupported")  # fmt: skip
             unsigned["vouches"] = [vouching.vouch(member, versions).as_json()]
-        return unsigned
+            return unsigned, versions
+        return unsigned, []
 
     @staticmethod
     def _visible(conn: Conn, space_id: str, agent_id: str) -> str:
@@ -244,6 +250,29 @@ class Spaces:
     async def readable(self, agent_id: str) -> frozenset[str]:
         """The spaces `agent_id` may read: what every read path asks (`store.readable_spaces`)."""
         return await self.db.read(lambda conn: store.readable_spaces(conn, agent_id), quick=True)
+
+
+def _pages(step: Verified, member: str, vouched: list[str]) -> list[dict[str, Any]]:
+    """The unsigned vouch pages of a lowering the node signed (docs/format-v3.md 6.4): every page of its vouch for
+    `member` (over `vouched`, sorted), in the space, signed like it; none when it vouches for no post."""
+    if not vouched:
+        return []
+    return [
+        {
+            "kind": VOUCH_PAGE,
+            "schema_version": canonical.SCHEMA_VERSION,
+            "author_id": step.record["author_id"],
+            "created_at": step.record["created_at"],
+            "event": step.hash,
+            "subject": member,
+            "page": i,
+            "versions": page_versions,
+            "proof": proof,
+            "space": step.record["space"],
+        }
+        for i in range(vouching.page_count(len(vouched)))
+        for page_versions, proof in [vouching.page(vouched, i)]
+    ]
 
 
 def _space_out(row: store.SpaceRow, role: str, members: list[tuple[str, str]] | None) -> SpaceOut:

@@ -227,13 +227,10 @@ def sight_of(conn: Conn, viewer: Viewer) -> Sight:
 
 
 def posts_of(conn: Conn, space_id: str, author: str) -> list[str]:
-    """The versions of `author`'s posts (entries, links, messages, task events) in the space that the log holds:
-    what a removal vouches for by default."""
-    kinds = sorted(spaces.POST_KINDS)
-    marks = ", ".join("?" * len(kinds))
+    """The versions of `author`'s posts in the space that the log holds (entries: the only posts a space takes so
+    far), sorted: what a removal vouches for by default."""
     rows = conn.execute(
-        "SELECT r.version FROM space_records s JOIN records r ON r.seq = s.seq"
-        f" WHERE s.space_id = ? AND s.kind IN ({marks}) AND s.author_id = ?",
-        (space_id, *kinds, author),
+        "SELECT r.version FROM entries e JOIN records r ON r.seq = e.id WHERE e.space = ? AND e.author_id = ?",
+        (space_id, author),
     ).fetchall()
     return sorted(str(r[0]) for r in rows)

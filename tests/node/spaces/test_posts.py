@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from identity import canonical, records
+from identity import canonical, records, vouching
 from node.service import Node
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import entry_record, self_signer
@@ -200,3 +200,34 @@ async def test_a_removed_member_reads_nothing_and_loses_its_notifications(
     assert (await get(client, "/v1/feed", carol))["entries"] == []
     await call(client, "POST", f"/v1/spaces/{space}/members", owner, 201, {"agent_id": eve.agent_id, "role": "reader"})
     assert len((await get(client, "/v1/feed", eve))["entries"]) == 3  # added later: reads the whole space
+
+
+async def test_a_writer_with_posts_is_removed_with_the_vouch_for_them_and_its_pages(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    owner, bob = await make_agent("owner"), await make_agent("bob")
+    space = await space_with(client, owner, writer=bob)
+    posted = [await post(client, bob, f"note {i}", space=space) for i in range(3)]
+    removed = await call(client, "DELETE", f"/v1/spaces/{space}/members/{bob.agent_id}", owner, 201)
+
+    def stored(conn: Any) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+        removal = json.loads(bytes(conn.execute("SELECT body FROM records WHERE hash = ?", (removed["address"],))
+                                   .fetchone()[0]))  # fmt: skip
+        pages = [json.loads(bytes(r[0])) for r in conn.execute("SELECT body FROM records WHERE kind = 'vouch_page'")]
+        versions = [str(r[0]) for r in conn.execute(
+            "SELECT version FROM records WHERE hash IN (SELECT value FROM json_each(?))",
+            (json.dumps([p["record_hash"] for p in posted]),))]  # fmt: skip
+        return removal, pages, sorted(versions)
+
+    removal, pages, versions = await node.db.read(stored)
+    assert removal["role"] == "none" and removal["vouches"] == [vouching.vouch(bob.agent_id, versions).as_json()]
+    assert [(p["event"], p["subject"], p["page"], p["versions"], p["space"]) for p in pages] == [
+        (removed["address"], bob.agent_id, 0, versions, space)
+    ]
+    assert vouching.verify_page(
+        vouching.Vouch.from_json(removal["vouches"][0]), 0, pages[0]["versions"], pages[0]["proof"]
+    )
+    assert (await post(client, bob, "after the removal", 404, space=space))["code"] == "unknown_space"
+    assert [e["id"] for e in (await get(client, f"/v1/search?space={space}", owner))["entries"]] == sorted(
+        (p["id"] for p in posted), reverse=True
+    )  # what the removal vouches for stays
