@@ -3,8 +3,10 @@
 #   make lint         ruff check, ruff format --check, lint-imports, hadolint and the Compose schema
 #   make typecheck    mypy over every package, the scenarios and the tests
 #   make test         the README's test command (pytest, 4 xdist workers; PYTEST_ARGS="-n 0 tests/node" narrows it)
-#   make ci           lint, typecheck, test, the restore drill, chaos, (root only, inside the budget) containers, theft
+#   make ci           lint, typecheck, test, the restore drill, chaos, (root only, inside the budget) containers, theft,
+#                     spaces
 #   make theft-drill  the three-node stolen-key drill (scenarios/theft.py, about 15 s)
+#   make spaces-drill one node, three spaces, agents over REST, MCP and the CLI (scenarios/spaces.py, about 20 s)
 #   make bench-quick  every benchmark at tiny sizes (proves the scripts run; not a measurement)
 #
 # The first target that needs it makes .venv (pip install -e ".[test]") and the npm oracle in tests/interop.
@@ -26,7 +28,7 @@ CI_STARTED_AT := $(shell date +%s)
 endif
 export CI_STARTED_AT
 
-.PHONY: help install lint typecheck test restore-drill chaos-and-containers theft-drill ci bench-quick
+.PHONY: help install lint typecheck test restore-drill chaos-and-containers theft-drill spaces-drill ci bench-quick
 
 help:
 	@sed -n 's/^#   make /make /p' Makefile
@@ -96,6 +98,11 @@ chaos-and-containers: $(VENV)/.installed
 theft-drill: $(VENV)/.installed
 	$(BIN)/python -m scenarios.theft
 
+# Issue 37's drill: one node, three spaces with overlapping members, agents over REST, MCP and the CLI; no agent sees
+# a space it does not read through any path, a removal takes effect within 1 s, a late member reads all (about 20 s).
+spaces-drill: $(VENV)/.installed
+	$(BIN)/python -m scenarios.spaces
+
 # Everything CI runs after the system packages, in .ci/run's order; stops at the first failing step.
 ci: install
 	$(MAKE) --no-print-directory lint
@@ -104,6 +111,7 @@ ci: install
 	$(MAKE) --no-print-directory restore-drill
 	$(MAKE) --no-print-directory chaos-and-containers
 	$(MAKE) --no-print-directory theft-drill
+	$(MAKE) --no-print-directory spaces-drill
 
 bench-quick: $(VENV)/.installed
 	$(BIN)/python -m scenarios.bench all --quick

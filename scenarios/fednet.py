@@ -55,6 +55,7 @@ class ServedNode:
     proc: subprocess.Popen[bytes] | None = None
     log: Any = None
     env: dict[str, str] = field(default_factory=lambda: dict(SCENARIO_ENV))
+    mcp_port: int | None = None  # also serve MCP over streamable HTTP here (`bbs serve --mcp-port`, path /mcp)
 
     @property
     def url(self) -> str:
@@ -75,7 +76,8 @@ class ServedNode:
         self.log = open(self.data.parent / f"{self.name}.log", "ab")  # noqa: SIM115 (kept open while it runs)
         env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "node.cli", "serve", "--data", str(self.data), "--port", str(self.port)],
+            [sys.executable, "-m", "node.cli", "serve", "--data", str(self.data), "--port", str(self.port)]
+            + ([] if self.mcp_port is None else ["--mcp-port", str(self.mcp_port)]),
             stdout=self.log,
             stderr=subprocess.STDOUT,
             env=env,

@@ -1,0 +1,388 @@
+"""Drill: one `bbs serve` node, three spaces with overlapping members, agents writing over REST, MCP and the CLI, and
+nobody reading what it may not (issue 37; docs/spaces.md). About 25 s.
+
+The household: mom, dad, two kids, a friend of the kids and an outsider, each an agent of the node.
+
+- `family` (mom owns it; dad and kid1 write, kid2 reads), `finance` (dad owns it; mom writes), `kids` (kid1 owns it;
+  kid2 and friend write). Every entry of a space carries its space's marker word; public entries carry `pubword`.
+- Writes go through each interface an agent has: REST (`POST /v1/entries`), the real MCP SDK client over
+  streamable HTTP (`bbs serve --mcp-port`, the `post` tool) and the CLI (`bbs post --space`). Everyone subscribes
+  to the drill's tag, and a family entry is directed to the outsider.
+- `no_leak`: every agent asks through every path it has, and no answer holds a marker of a space it does not read:
+  REST reads by id, by hash and `?ids=`, search with words (each marker) and by filters with `hops`, the feed, the
+  inbox, NLIP, the dashboard's provenance; MCP `read`, `search` and `inbox`; `bbs search` and `bbs tail`.
+  `sees_own`: each agent finds every entry of the spaces it reads (so the probes are not blind).
+- `removal_within_1s`: kid2 (a reader) is removed from family, mom (a writer with posts) from finance; each reads
+  nothing of the space within a second of the removal's answer, through reads, search and the feed.
+- `late_member_reads_all`: the friend is added to family afterwards and reads all of it (feed and search).
+
+    python -m scenarios.spaces
+    tests/hardening/test_spaces_drill.py    # the CI form
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from scenarios.fednet import ScenarioFailed, ServedNode, free_port
+
+AGENTS = ("mom", "dad", "kid1", "kid2", "friend", "outsider")
+SPACES: dict[str, tuple[str, dict[str, str]]] = {  # name -> (owner, {member: role})
+    "family": ("mom", {"dad": "writer", "kid1": "writer", "kid2": "reader"}),
+    "finance": ("dad", {"mom": "writer"}),
+    "kids": ("kid1", {"kid2": "writer", "friend": "writer"}),
+}
+MARKERS = {"family": "famword", "finance": "finword", "kids": "kidword", None: "pubword"}
+TAG = "drill"
+WINDOW_S = 1.0  # the issue's bound: a removed member reads nothing within a second of the removal
+TIMEOUT = aiohttp.ClientTimeout(total=30)
+
+CHECKS: dict[str, str] = {
+    "spaces_made": "three spaces with overlapping members, created and joined over REST and the CLI",
+    "writes_every_interface": "entries posted into spaces over REST, MCP and the CLI",
+    "no_leak": "no agent sees a marker of a space it does not read, through any path it has",
+    "sees_own": "every agent finds every entry of the spaces it reads, and the public ones",
+    "removal_within_1s": "a removed reader and a removed writer read nothing of the space within 1 s",
+    "late_member_reads_all": "a member added later reads the whole space (feed and search)",
+}
+
+
+@dataclass
+class Check:
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Agent:
+    name: str
+    agent_id: str
+    api_key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+
+@dataclass
+class World:
+    root: Path
+    session: aiohttp.ClientSession
+    node: ServedNode = field(init=False)
+    agents: dict[str, Agent] = field(default_factory=dict)
+    spaces: dict[str, str] = field(default_factory=dict)  # name -> id
+    entries: dict[str | None, list[dict[str, Any]]] = field(
+        default_factory=dict
+    )  # space name (None: public) -> entries
+    results: dict[str, Check] = field(default_factory=dict)
+    # name -> (owner, {member: role}) as the drill changes it (a copy of SPACES)
+    layout: dict[str, tuple[str, dict[str, str]]] = field(
+        default_factory=lambda: {name: (owner, dict(members)) for name, (owner, members) in SPACES.items()}
+    )
+
+    def check(self, name: str, ok: bool, detail: str) -> None:
+        assert name in CHECKS, name
+        before = self.results.get(name)
+        if before is None or (before.ok and not ok):
+            self.results[name] = Check(ok, detail)
+        elif before.ok == ok and ok:
+            self.results[name] = Check(True, f"{before.detail}; {detail}")
+
+    def readers(self, space: str) -> set[str]:
+        owner, members = self.layout[space]
+        return {owner, *members}
+
+    def reads(self, agent: str) -> set[str | None]:
+        """The spaces (None: public) `agent` reads now."""
+        return {None, *(name for name in SPACES if agent in self.readers(name))}
+
+    async def rest(self, method: str, path: str, who: Agent | None, body: Any = None) -> tuple[int, str]:
+        headers = who.headers if who is not None else self.node.admin
+        async with self.session.request(method, self.node.url + path, json=body, headers=headers) as resp:
+            return resp.status, await resp.text()
+
+    async def ok(self, method: str, path: str, who: Agent | None, body: Any = None) -> Any:
+        status, text = await self.rest(method, path, who, body)
+        if status >= 300:
+            raise ScenarioFailed(f"{method} {path}: {status} {text}")
+        return json.loads(text)
+
+
+def cli(w: World, who: Agent, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "BBS_API_KEY": who.api_key, "BBS_NODE": w.node.url}
+    return subprocess.run(
+        [sys.executable, "-m", "node.cli", *args], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+
+
+@asynccontextmanager
+async def mcp(w: World, who: Agent) -> AsyncIterator[ClientSession]:
+    assert w.node.mcp_port is not None
+    async with (
+        create_mcp_http_client(headers=who.headers) as http,
+        streamable_http_client(f"http://127.0.0.1:{w.node.mcp_port}/mcp", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def tool(session: ClientSession, name: str, arguments: dict[str, Any]) -> str:
+    result = await session.call_tool(name, arguments)
+    text = "".join(getattr(block, "text", "") for block in result.content)
+    if result.is_error:
+        raise ScenarioFailed(f"MCP {name}: {text}")
+    return text
+
+
+# ---- the story ---------------------------------------------------------------------------------------------------
+
+
+async def build(w: World) -> None:
+    w.node = ServedNode("spaces", w.root / "node", mcp_port=free_port())
+    w.node.init()
+    await w.node.start(w.session)
+    for name in AGENTS:
+        made = await w.ok("POST", "/v1/agents", None, {"name": name})
+        w.agents[name] = Agent(name, made["agent_id"], made["api_key"])
+        await w.ok("POST", "/v1/subscriptions", w.agents[name], {"tags": [TAG]})
+    for space, (owner, members) in SPACES.items():
+        if space == "kids":  # one space over the CLI
+            done = cli(w, w.agents[owner], "space", "create", space)
+            if done.returncode != 0:
+                raise ScenarioFailed(f"bbs space create: {done.stderr}")
+            w.spaces[space] = done.stdout.strip()
+        else:
+            w.spaces[space] = (await w.ok("POST", "/v1/spaces", w.agents[owner], {"name": space}))["space_id"]
+        for member, role in members.items():
+            body = {"agent_id": w.agents[member].agent_id, "role": role}
+            await w.ok("POST", f"/v1/spaces/{w.spaces[space]}/members", w.agents[owner], body)
+    listed = await w.ok("GET", "/v1/spaces", w.agents["kid2"])
+    names = sorted(s["name"] for s in listed["spaces"])
+    w.check("spaces_made", names == ["family", "kids"], f"kid2 is in {names}")
+
+
+async def writes(w: World) -> None:
+    def body(space: str | None, i: int, via: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"entry_type": "finding", "performative": "inform", "tags": [TAG],
+                               "content": f"{MARKERS[space]} note {i} written over {via}"}  # fmt: skip
+        if space is not None:
+            out["space"] = w.spaces[space]
+        return out
+
+    async def rest(who: str, space: str | None, i: int, **extra: Any) -> None:
+        w.entries.setdefault(space, []).append(
+            await w.ok("POST", "/v1/entries", w.agents[who], {**body(space, i, "REST"), **extra})
+        )
+
+    async def by_mcp(who: str, space: str, i: int) -> None:
+        async with mcp(w, w.agents[who]) as session:
+            text = await tool(session, "post", body(space, i, "MCP"))
+        w.entries.setdefault(space, []).append(json.loads(text))
+
+    def by_cli(who: str, space: str, i: int) -> None:
+        args = ["post", body(space, i, "CLI")["content"], "--tag", TAG, "--space", w.spaces[space], "--json"]
+        done = cli(w, w.agents[who], *args)
+        if done.returncode != 0:
+            raise ScenarioFailed(f"bbs post --space: {done.stderr}")
+        w.entries.setdefault(space, []).append(json.loads(done.stdout))
+
+    await rest("mom", None, 0)
+    await rest("outsider", None, 1)
+    await rest("mom", "family", 0, directed_to=[w.agents["outsider"].agent_id])
+    by_cli("dad", "family", 1)
+    await by_mcp("kid1", "family", 2)
+    await rest("dad", "finance", 0)
+    await by_mcp("mom", "finance", 1)
+    await rest("kid1", "kids", 0)
+    by_cli("friend", "kids", 1)
+    await by_mcp("kid2", "kids", 2)
+    spaced = all(e.get("space") == w.spaces[s] for s, es in w.entries.items() if s is not None for e in es)
+    count = sum(len(es) for es in w.entries.values())
+    w.check("writes_every_interface", spaced and count == 10, f"{count} entries, each in its space: {spaced}")
+
+
+Path_ = Callable[[World, Agent], Awaitable[str]]
+
+
+async def rest_paths(w: World, who: Agent) -> str:
+    everything = [e for es in w.entries.values() for e in es]
+    out = []
+    for e in everything:
+        out.append((await w.rest("GET", f"/v1/entries/{e['id']}", who))[1])
+        out.append((await w.rest("GET", f"/v1/entries/{e['record_hash']}?hops=1", who))[1])
+        out.append((await w.rest("GET", f"/dashboard/api/entries/{e['id']}/provenance", who))[1])
+    ids = "&".join(f"ids={e['id']}" for e in everything)
+    out.append((await w.rest("GET", f"/v1/entries?{ids}", who))[1])
+    for marker in MARKERS.values():
+        out.append((await w.rest("GET", f"/v1/search?q={marker}&fresh=true&limit=50&hops=1", who))[1])
+        nlip = {"format": "text", "subformat": "english", "content": marker}
+        out.append((await w.rest("POST", "/nlip", who, nlip))[1])
+    out.append((await w.rest("GET", f"/v1/search?tags={TAG}&limit=50&hops=2", who))[1])
+    out.append((await w.rest("GET", "/v1/feed?after=0&limit=200", who))[1])
+    out.append((await w.rest("GET", "/v1/inbox?limit=200", who))[1])
+    return "\n".join(_without_errors(out))
+
+
+def _without_errors(texts: list[str]) -> list[str]:
+    """The answers, but of a refusal only its code (its detail echoes the id the probe asked for)."""
+    kept = []
+    for text in texts:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            kept.append(text)
+            continue
+        kept.append(str(data.get("code")) if isinstance(data, dict) and "status" in data and "code" in data else text)
+    return kept
+
+
+async def mcp_paths(w: World, who: Agent) -> str:
+    everything = [e for es in w.entries.values() for e in es]
+    out = []
+    async with mcp(w, who) as session:
+        out.append(await tool(session, "read", {"ids": [str(e["id"]) for e in everything], "hops": 1}))
+        for marker in MARKERS.values():
+            out.append(await tool(session, "search", {"q": marker, "fresh": True, "limit": 50}))
+        out.append(await tool(session, "inbox", {"limit": 100}))
+    return "\n".join(out)
+
+
+async def cli_paths(w: World, who: Agent) -> str:
+    out = []
+    for marker in MARKERS.values():
+        out.append(cli(w, who, "search", marker, "--fresh", "--json").stdout)
+    out.append(cli(w, who, "tail", "--after", "0", "--no-follow", "--json").stdout)
+    return "\n".join(out)
+
+
+async def no_leak(w: World) -> None:
+    for name, who in w.agents.items():
+        allowed = w.reads(name)
+        texts = {"REST": await rest_paths(w, who), "MCP": await mcp_paths(w, who), "CLI": await cli_paths(w, who)}
+        leaks = {
+            via: [MARKERS[s] for s in MARKERS if s not in allowed and MARKERS[s] in text] for via, text in texts.items()
+        }
+        leaked = {via: found for via, found in leaks.items() if found}
+        w.check("no_leak", not leaked, f"{name}: {leaked}" if leaked else f"{name} ok")
+        search = json.loads((await w.rest("GET", f"/v1/search?tags={TAG}&limit=50", who))[1])
+        seen = {e["id"] for e in search["entries"]}
+        due = {e["id"] for s in allowed for e in w.entries.get(s, [])}
+        w.check("sees_own", seen == due, f"{name} finds {len(seen)} of {len(due)}")
+
+
+async def visible_of(w: World, who: Agent, space: str) -> int:
+    """How many of the space's entries `who` sees by id, by search and in the feed (0: nothing)."""
+    found = 0
+    for e in w.entries[space]:
+        found += (await w.rest("GET", f"/v1/entries/{e['id']}", who))[0] == 200
+    marker = MARKERS[space]
+    found += len(json.loads((await w.rest("GET", f"/v1/search?q={marker}&fresh=true", who))[1])["entries"])
+    feed = json.loads((await w.rest("GET", "/v1/feed?after=0&limit=200", who))[1])
+    found += sum(e.get("space") == w.spaces[space] for e in feed["entries"])
+    return found
+
+
+async def removals(w: World) -> None:
+    for space, member in (("family", "kid2"), ("finance", "mom")):
+        owner = w.layout[space][0]
+        before = await visible_of(w, w.agents[member], space)
+        path = f"/v1/spaces/{w.spaces[space]}/members/{w.agents[member].agent_id}"
+        await w.ok("DELETE", path, w.agents[owner])
+        removed_at = time.monotonic()
+        while (left := await visible_of(w, w.agents[member], space)) and time.monotonic() - removed_at < 5:
+            await asyncio.sleep(0.05)
+        took = time.monotonic() - removed_at
+        w.layout[space][1].pop(member)
+        w.check("removal_within_1s", before > 0 and left == 0 and took <= WINDOW_S,
+                f"{member} from {space}: saw {before}, then {left} after {took:.2f}s")  # fmt: skip
+
+
+async def late_member(w: World) -> None:
+    owner, members = w.layout["family"]
+    friend = w.agents["friend"]
+    await w.ok("POST", f"/v1/spaces/{w.spaces['family']}/members", w.agents[owner],
+               {"agent_id": friend.agent_id, "role": "reader"})  # fmt: skip
+    members["friend"] = "reader"
+    feed = json.loads((await w.rest("GET", f"/v1/feed?after=0&limit=200&space={w.spaces['family']}", friend))[1])
+    search = json.loads((await w.rest("GET", f"/v1/search?q={MARKERS['family']}&fresh=true", friend))[1])
+    due = {e["id"] for e in w.entries["family"]}
+    got_feed, got_search = {e["id"] for e in feed["entries"]}, {e["id"] for e in search["entries"]}
+    w.check("late_member_reads_all", got_feed == due == got_search,
+            f"feed {len(got_feed)}, search {len(got_search)} of {len(due)}")  # fmt: skip
+
+
+@dataclass
+class Report:
+    results: dict[str, Check]
+    wall_s: float
+    text: str
+
+    @property
+    def failed(self) -> list[str]:
+        return [name for name in CHECKS if not self.results[name].ok]
+
+
+def table(results: dict[str, Check]) -> str:
+    lines = ["| check | result | detail |", "|---|---|---|"]
+    for name in CHECKS:
+        r = results[name]
+        lines.append(f"| {name} | {'held' if r.ok else 'FAILED'} | {r.detail} |")
+    return "\n".join(lines)
+
+
+async def run(root: Path) -> Report:
+    """The whole drill in `root`; every check's result (a step that could not run fails the checks it owns)."""
+    started = time.monotonic()
+    async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
+        w = World(root, session)
+        try:
+            await build(w)
+            await writes(w)
+            await no_leak(w)
+            await removals(w)
+            await no_leak(w)  # again, with the removals
+            await late_member(w)
+        except ScenarioFailed as exc:
+            w.results.setdefault("no_leak", Check(False, f"the drill stopped: {exc}"))
+            print(f"the drill stopped: {exc}", file=sys.stderr)
+        finally:
+            if getattr(w, "node", None) is not None:
+                w.node.kill()
+    wall = time.monotonic() - started
+    results = {n: w.results.get(n, Check(False, "not reached")) for n in CHECKS}
+    return Report(results, wall, table(results) + f"\n\nspaces drill wall time: {wall:.1f}s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bbs-spaces-") as tmp:
+        report = asyncio.run(run(Path(tmp)))
+    print(report.text)
+    if report.failed:
+        print(f"spaces drill: FAILED ({', '.join(report.failed)})", file=sys.stderr)
+        return 1
+    print("spaces drill: OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
