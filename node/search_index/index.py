@@ -29,6 +29,7 @@ FOLDER = "search-index"
 DAMAGED_FOLDER = FOLDER + ".damaged"  # the last damaged index set aside (node/search_index/indexer.set_aside)
 WRITER_HEAP_BYTES = 32_000_000  # tantivy's writer buffer: modest, for a small machine (docs/decisions.md)
 _META = "position"  # the `meta` term of the one meta document
+SHOULD = tantivy.Occur.Should
 
 
 def is_panic(exc: BaseException) -> bool:
@@ -100,8 +101,10 @@ class Filters:
     since_ms: int | None = None
     include_synthetic: bool = False
     # The spaces whose entries may match (docs/spaces.md, the read rule: `node.spaces.sight.Sight`), public entries
-    # as PUBLIC_SPACE; None: every entry (the node's operator). A filter of the index itself, so pages stay full.
+    # as PUBLIC_SPACE; None: no such filter. `hidden_spaces`: spaces whose entries may not match. Filters of the
+    # index itself, so pages stay full (indexer.space_filter picks the cheaper of the two for a reader).
     spaces: Sequence[str] | None = (PUBLIC_SPACE,)
+    hidden_spaces: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -158,9 +161,15 @@ def _filter_clauses(f: Filters) -> list[tantivy.Query]:
         out.append(tantivy.Query.range_query(SCHEMA, "created_ms", tantivy.FieldType.Integer, lower_bound=f.since_ms))
     if not f.include_synthetic:
         out.append(tantivy.Query.term_query(SCHEMA, "synthetic", 0))
-    if f.spaces is not None:
-        out.append(tantivy.Query.term_set_query(SCHEMA, "space", sorted(set(f.spaces))))
+    if f.spaces is not None:  # a union of term queries, evaluated lazily (a term set query visits every posting)
+        terms = [tantivy.Query.term_query(SCHEMA, "space", space) for space in sorted(set(f.spaces))]
+        out.append(terms[0] if len(terms) == 1 else tantivy.Query.boolean_query([(SHOULD, t) for t in terms]))
     return out
+
+
+def _excluded(f: Filters) -> list[tuple[tantivy.Occur, tantivy.Query]]:
+    """The MustNot clauses of `f.hidden_spaces`."""
+    return [(tantivy.Occur.MustNot, tantivy.Query.term_query(SCHEMA, "space", s)) for s in sorted(set(f.hidden_spaces))]
 
 
 class SearchIndex:
@@ -302,6 +311,7 @@ class SearchIndex:
             return Hits([], position)
         parts: list[tuple[tantivy.Occur, tantivy.Query]] = [(tantivy.Occur.Must, c) for c in clauses]
         parts += [(tantivy.Occur.Must, tantivy.Query.const_score_query(c, 0.0)) for c in _filter_clauses(filters)]
+        parts += _excluded(filters)
         query = tantivy.Query.boolean_query(parts)
         bound = self.bound([as_clause(w) for w in words], searcher)
         span = Span(position + 1, bound) if position and bound is not None else None

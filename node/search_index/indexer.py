@@ -40,6 +40,7 @@ from node.search_index.index import (
     is_panic,
 )
 from node.search_index.query import Clause, parse
+from node.spaces import store as space_store
 from node.spaces.sight import Sight
 from node.store.conn import Conn
 from node.store.db import Database
@@ -307,6 +308,7 @@ def page(
     ensure_serving(conn, index)
     assert index is not None
     words = parse(q.q or "") if clauses is None else clauses
+    spaces, hidden = space_filter(conn, sight, q.space)
     filters = Filters(
         entry_type=q.entry_type,
         performative=q.performative,
@@ -316,20 +318,33 @@ def page(
         min_confidence=q.min_confidence,
         since_ms=since_ms,
         include_synthetic=q.include_synthetic,
-        spaces=space_terms(sight, q.space),
+        spaces=spaces,
+        hidden_spaces=hidden,
     )
     with reading(index):
         return index.search(words, filters, q.limit, q.offset, ranking.for_query(conn, q))
 
 
-def space_terms(sight: Sight, wanted: Sequence[str]) -> list[str] | None:
-    """The `space` terms a search matches (`Filters.spaces`): the spaces it asks for, else the public federation and
-    every space `sight` sees; None (every entry) for the operator asking for none."""
+def space_filter(conn: Conn, sight: Sight, wanted: Sequence[str]) -> tuple[list[str] | None, list[str]]:
+    """The `space` filters of a search (`Filters.spaces`, `Filters.hidden_spaces`): the spaces it asks for; else,
+    for a reader who may not see some space holding entries here, whichever is shorter of the spaces it sees (and
+    the public federation) or the spaces it does not; nothing for the operator, or on a node none of whose
+    spaces is hidden from the reader (then no filter costs nothing: docs/performance.md, "Spaces")."""
     if wanted:
-        return list(wanted)
+        return list(wanted), []
     if sight.everything:
-        return None
-    return [PUBLIC_SPACE, *sorted(sight.spaces)]
+        return None, []
+    seen = [PUBLIC_SPACE, *sorted(sight.spaces)]
+    if not sight.spaces:
+        return seen, []  # one term: as cheap as no filter
+    held = space_store.spaces_with_entries(conn, MAX_HIDDEN_TERMS)
+    if held is None:  # more spaces than terms worth excluding one by one
+        return seen, []
+    hidden = sorted(set(held) - sight.spaces)
+    return (None, hidden) if len(hidden) <= len(seen) else (seen, [])
+
+
+MAX_HIDDEN_TERMS = 64  # a reader's search excludes at most this many spaces one by one (`space_filter`)
 
 
 class Indexer:

@@ -66,9 +66,11 @@ def check_posts_txn(conn: Conn, posts: Sequence[Post]) -> None:
     if not any(post.space is not None or post.names for post in posts):
         return
     sights: dict[str, Sight] = {}
-    for post in posts:
-        if post.space is not None:
-            _check_writer(conn, post)
+    writing = [post for post in posts if post.space is not None]
+    if writing:
+        roles = store.roles_of(conn, {(post.space, post.author) for post in writing if post.space is not None})
+        for post in writing:
+            _check_writer(post, roles)
     run = {post.address: post.space for post in posts}
     named = sorted({name.address for post in posts for name in post.names if name.address not in run})
     held = store.entry_spaces(conn, named) if named else {}
@@ -90,11 +92,12 @@ def check_posts_txn(conn: Conn, posts: Sequence[Post]) -> None:
     _check_not_named_outside(conn, [post for post in posts if post.space is not None], posts)
 
 
-def _check_writer(conn: Conn, post: Post) -> None:
+def _check_writer(post: Post, roles: dict[tuple[str, str], str | None]) -> None:
+    """Refuse a post into a space its author may not write in (`roles`: `store.roles_of` its pairs)."""
     assert post.space is not None
-    role = store.role(conn, post.space, post.author)
+    role = roles[(post.space, post.author)]
     with Located(post.where):
-        if store.space(conn, post.space) is None or not may_read(role):
+        if role is None or not may_read(role):
             raise NotFound("no such space here", field="$.space", code="unknown_space")
         if not may_write(role):
             raise Forbidden("a reader of this space may not post into it", field="$.space", code="not_a_writer")

@@ -226,6 +226,26 @@ def sight_of(conn: Conn, viewer: Viewer) -> Sight:
     return Sight(readable_spaces(conn, viewer))
 
 
+def roles_of(conn: Conn, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+    """The role of each (space, agent) pair: owner, admin, writer, reader or none; None when the space is not a
+    valid space here. One statement for all of them (a run of posts into spaces)."""
+    wanted = sorted(set(pairs))
+    rows = conn.execute(
+        "SELECT p.value ->> 0, p.value ->> 1, s.space_id IS NOT NULL,"
+        " (SELECT r.role FROM space_roles r WHERE r.space_id = p.value ->> 0 AND r.agent_id = p.value ->> 1)"
+        " FROM json_each(?) p LEFT JOIN spaces s ON s.space_id = p.value ->> 0",
+        (json.dumps(wanted),),
+    ).fetchall()
+    return {(str(r[0]), str(r[1])): (None if not r[2] else str(r[3] or "none")) for r in rows}
+
+
+def spaces_with_entries(conn: Conn, cap: int) -> list[str] | None:
+    """Every space an entry held here was posted into (`entry_spaces`, kept by a trigger: a superset, never less),
+    or None when there are more than `cap`."""
+    rows = conn.execute("SELECT space FROM entry_spaces LIMIT ?", (cap + 1,)).fetchall()
+    return None if len(rows) > cap else [str(r[0]) for r in rows]
+
+
 def posts_of(conn: Conn, space_id: str, author: str) -> list[str]:
     """The versions of `author`'s posts in the space that the log holds (entries: the only posts a space takes so
     far), sorted: what a removal vouches for by default."""

@@ -25,6 +25,7 @@ def registry() -> dict[str, Callable[[Context], None]]:
         reads,
         ready,
         search,
+        spaces,
         submission,
         sync,
     )
@@ -44,4 +45,5 @@ def registry() -> dict[str, Callable[[Context], None]]:
         "replication": peers.run_replication,
         "flood": flood.run,
         "key-history": key_history.run,
+        "spaces": spaces.run,
     }

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from identity import canonical, key_files, keys, records
+from identity import canonical, key_files, keys, records, schema_v3
 from identity.schema import EntryRecord
 from node.agents import service as agents
 from node.features import LOG
@@ -171,7 +171,12 @@ def bulk_load(data: Path, stream: Iterator[tuple[dict[str, Any], str]], *, batch
     pending: list[tuple[dict[str, Any], str]] = []
 
     def flush(conn: sqlite3.Connection) -> None:
-        incoming = [projections.Incoming(r, h, msgspec.convert(r, EntryRecord)) for r, h in pending]
+        incoming = [  # an entry inside a space (v2: issue 37) stays on the node, as the node stores one
+            projections.Incoming(
+                r, h, msgspec.convert(r, schema_v3.struct_for(r)), "local" if "space" in r else "federation"
+            )
+            for r, h in pending
+        ]
         projections.append_many(conn, incoming, origin="local", now_ms=_now_ms())
 
     for item in stream:
@@ -184,6 +189,13 @@ def bulk_load(data: Path, stream: Iterator[tuple[dict[str, Any], str]], *, batch
         db.write_sync(path, flush, log=LOG)
         total += len(pending)
     return total
+
+
+def _incoming(record: dict[str, Any], record_hash: str) -> projections.Incoming:
+    """A signed entry on its way into the log; one inside a space (v2, issue 37) stays on the node, as the node
+    stores one."""
+    decoded = msgspec.convert(record, schema_v3.struct_for(record) or EntryRecord)
+    return projections.Incoming(record, record_hash, decoded, "local" if "space" in record else "federation")
 
 
 def fresh_data_dir(root: Path, name: str) -> tuple[Path, str]:

@@ -231,3 +231,19 @@ async def test_a_writer_with_posts_is_removed_with_the_vouch_for_them_and_its_pa
     assert [e["id"] for e in (await get(client, f"/v1/search?space={space}", owner))["entries"]] == sorted(
         (p["id"] for p in posted), reverse=True
     )  # what the removal vouches for stays
+
+
+async def test_a_spaces_entries_never_reach_a_peer(client: TestClient, node: Node, make_agent: MakeAgent) -> None:
+    """Until part 2 a space's records stay on the node: the changes feed, fetch by hash or version, the
+    reconciliation set and the digest leave them out, as they leave out scope local."""
+    owner = await make_agent("owner")
+    space = await space_with(client, owner)
+    digest_before = await node.sync.digest()
+    private = await post(client, owner, "stays here", space=space)
+    public = await post(client, owner, "travels")
+    changes = await node.sync.changes(0, 1000)
+    sent = {address for _, address, _, _ in changes.items}
+    assert public["record_hash"] in sent and private["record_hash"] not in sent
+    assert not {h for h, _, _ in await node.sync.fetch([private["record_hash"]])}
+    digest = await node.sync.digest()
+    assert digest.count == digest_before.count + 1  # the public entry only
