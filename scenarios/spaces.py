@@ -5,12 +5,13 @@ The household: mom, dad, two kids, a friend of the kids and an outsider, each an
 
 - `family` (mom owns it; dad and kid1 write, kid2 reads), `finance` (dad owns it; mom writes), `kids` (kid1 owns it;
   kid2 and friend write). Every entry of a space carries its space's marker word; public entries carry `pubword`.
-- Writes go through each interface an agent has: REST (`POST /v1/entries`), the real MCP SDK client over
-  streamable HTTP (`bbs serve --mcp-port`, the `post` tool) and the CLI (`bbs post --space`). Everyone subscribes
-  to the drill's tag, and a family entry is directed to the outsider.
+- Writes go through each interface an agent has: REST (`POST /v1/entries`, bus messages), the real MCP SDK client
+  over streamable HTTP (`bbs serve --mcp-port`, the `post` and `message` tools) and the CLI (`bbs post --space`).
+  Everyone subscribes to the drill's tag, and a family entry is directed to the outsider.
 - `no_leak`: every agent asks through every path it has, and no answer holds a marker of a space it does not read:
   REST reads by id, by hash and `?ids=`, search with words (each marker) and by filters with `hops`, the feed, the
-  inbox, NLIP, the dashboard's provenance; MCP `read`, `search` and `inbox`; `bbs search` and `bbs tail`.
+  inbox, the bus, NLIP, the dashboard's provenance and bus projects; MCP `read`, `search`, `inbox` and `message`;
+  `bbs search` and `bbs tail`.
   `sees_own`: each agent finds every entry of the spaces it reads (so the probes are not blind).
 - `removal_within_1s`: kid2 (a reader) is removed from family, mom (a writer with posts) from finance; each reads
   nothing of the space within a second of the removal's answer, through reads, search and the feed.
@@ -204,6 +205,14 @@ async def writes(w: World) -> None:
             raise ScenarioFailed(f"bbs post --space: {done.stderr}")
         w.entries.setdefault(space, []).append(json.loads(done.stdout))
 
+    for who, space, via in (("mom", "family", "REST"), ("dad", "finance", "MCP"), ("friend", "kids", "REST")):
+        message = {"message_type": "note", "body": f"{MARKERS[space]} message", "project": "drill",
+                   "space": w.spaces[space]}  # fmt: skip
+        if via == "MCP":
+            async with mcp(w, w.agents[who]) as session:
+                await tool(session, "message", {"action": "send", **message})
+        else:
+            await w.ok("POST", "/v1/agent-workflows/messages", w.agents[who], message)
     await rest("mom", None, 0)
     await rest("outsider", None, 1)
     await rest("mom", "family", 0, directed_to=[w.agents["outsider"].agent_id])
@@ -238,6 +247,8 @@ async def rest_paths(w: World, who: Agent) -> str:
     out.append((await w.rest("GET", f"/v1/search?tags={TAG}&limit=50&hops=2", who))[1])
     out.append((await w.rest("GET", "/v1/feed?after=0&limit=200", who))[1])
     out.append((await w.rest("GET", "/v1/inbox?limit=200", who))[1])
+    out.append((await w.rest("GET", "/v1/agent-workflows/messages?limit=200", who))[1])
+    out.append((await w.rest("GET", "/dashboard/api/bus/projects", who))[1])
     return "\n".join(_without_errors(out))
 
 
@@ -262,6 +273,7 @@ async def mcp_paths(w: World, who: Agent) -> str:
         for marker in MARKERS.values():
             out.append(await tool(session, "search", {"q": marker, "fresh": True, "limit": 50}))
         out.append(await tool(session, "inbox", {"limit": 100}))
+        out.append(await tool(session, "message", {"action": "read", "limit": 100}))
     return "\n".join(out)
 
 

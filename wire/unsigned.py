@@ -84,6 +84,8 @@ def unsigned_message(sender: str, body: PostMessage, created_at: str) -> dict[st
         record["to_agent"] = body.to_agent
     if body.project is not None:
         record["project"] = canonical.normalize_value(body.project)
+    if body.space is not None:
+        record["space"] = body.space
     return record
 
 

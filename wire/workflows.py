@@ -22,6 +22,7 @@ from identity.schema import (
     TaskTitle,
     whole,
 )
+from identity.schema_v3 import SpaceId
 from wire.api import AgentRef, IdempotencyKey
 
 LEASE_DEFAULT_SECONDS = 900
@@ -54,6 +55,7 @@ class PostMessage(msgspec.Struct, forbid_unknown_fields=True):
     project: ProjectName | None = None
     from_agent: AgentRef | None = None  # optional; when given it must name the authenticated agent
     idempotency_key: IdempotencyKey | None = None  # or the Idempotency-Key header
+    space: SpaceId | None = None  # send it in this space (a writer of it; `to_agent` a reader): docs/spaces.md
 
 
 class MessageOut(msgspec.Struct):
@@ -73,6 +75,7 @@ class MessageOut(msgspec.Struct):
     truth_state: str
     confidence: float
     created_at: str
+    space: str | None = None  # the space it was sent in; None: the public bus
 
 
 class MessageQuery(msgspec.Struct, forbid_unknown_fields=True):
@@ -86,6 +89,7 @@ class MessageQuery(msgspec.Struct, forbid_unknown_fields=True):
     order: Literal["newest", "oldest", "arrival"] = "newest"
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_MESSAGE_PAGE)] = 50
     cursor: Cursor | None = None
+    space: SpaceId | None = None  # only this space's messages (one the caller may read)
 
 
 class MessagePage(msgspec.Struct):

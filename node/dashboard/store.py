@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from node.spaces.sight import Sight
 from node.store.conn import Conn
 
 
@@ -74,9 +75,11 @@ def lease_expiry(conn: Conn, keys: list[str]) -> dict[str, str | None]:
     return {r["key"]: r["lease_expires_at"] for r in rows}
 
 
-def bus_projects(conn: Conn) -> list[tuple[str | None, int, int]]:
-    """(project, messages, last message's created_ms) of every bus project, most recently active first."""
+def bus_projects(conn: Conn, sight: Sight) -> list[tuple[str | None, int, int]]:
+    """(project, messages, last message's created_ms) of every bus project, counting the messages `sight` sees,
+    most recently active first."""
     rows = conn.execute(
-        "SELECT project, count(*) AS n, max(created_ms) AS last_ms FROM messages GROUP BY project ORDER BY last_ms DESC"
+        f"SELECT project, count(*) AS n, max(created_ms) AS last_ms FROM messages WHERE {sight.sql('space')}"
+        " GROUP BY project ORDER BY last_ms DESC"
     ).fetchall()
     return [(r["project"], r["n"], r["last_ms"]) for r in rows]

@@ -13,8 +13,10 @@ import msgspec
 from aiohttp import web
 
 from node.dashboard import graphs, store
+from node.spaces.store import sight_of
 from node.store.conn import Conn
 from node.web.appkeys import NODE
+from node.web.auth import principal
 from node.web.http import Route, json_response
 from wire.time import format_ms
 from wire.workflows import GraphQuery
@@ -103,8 +105,11 @@ async def task_graph(request: web.Request) -> web.Response:
 
 
 async def projects(request: web.Request) -> web.Response:
+    viewer = principal(request).agent_id
+
     def run(conn: Conn) -> ProjectList:
-        return ProjectList([Project(p, n, format_ms(last_ms)) for p, n, last_ms in store.bus_projects(conn)])
+        rows = store.bus_projects(conn, sight_of(conn, viewer))
+        return ProjectList([Project(p, n, format_ms(last_ms)) for p, n, last_ms in rows])
 
     return json_response(await request.app[NODE].db.read(run))
 

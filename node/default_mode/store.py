@@ -212,7 +212,7 @@ def session_records(
     if project is not None:
         parts.append(
             "SELECT * FROM (SELECT m.record_hash, m.body AS text, m.created_ms AS at, 1 AS part, m.id AS n"
-            " FROM messages m WHERE m.project = :project"
+            f" FROM messages m WHERE m.project = :project AND {DEFAULT_MODE_SIGHT.sql('m.space')}"
             + window.format(t="m.created_ms")
             + " ORDER BY m.created_ms, m.id LIMIT :cap)"
         )

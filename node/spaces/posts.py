@@ -15,6 +15,7 @@ before is seen; a refusal rolls the whole write back (nothing stored).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -48,6 +49,14 @@ class Post(NamedTuple):
     space: str | None
     names: Sequence[Name]
     where: str
+
+
+_ADDRESS = re.compile(r"[0-9a-f]{64}")
+
+
+def is_address(value: str) -> bool:
+    """Whether `value` may be a record's address (64 lowercase hex): a bus message's dependency that names one."""
+    return bool(_ADDRESS.fullmatch(value))
 
 
 def entry_post(record_hash: str, decoded: Any, where: str) -> Post:
@@ -90,6 +99,16 @@ def check_posts_txn(conn: Conn, posts: Sequence[Post]) -> None:
                     code="link_across_spaces",
                 )
     _check_not_named_outside(conn, [post for post in posts if post.space is not None], posts)
+
+
+def check_addressee_txn(conn: Conn, space: str, addressee: Any, where: str) -> None:
+    """Refuse a message of `space` to an agent that may not read the space (409 `addressee_not_a_reader`): it could
+    never read what it is sent. `addressee` UNSET or None is a broadcast to the space's readers."""
+    if not isinstance(addressee, str):
+        return
+    if not may_read(store.role(conn, space, addressee)):
+        with Located(where):
+            raise Conflict("the addressee may not read this space", field="$.to_agent", code="addressee_not_a_reader")
 
 
 def _check_writer(post: Post, roles: dict[tuple[str, str], str | None]) -> None:

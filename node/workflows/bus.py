@@ -7,7 +7,8 @@ import sqlite3
 from typing import Any
 
 from identity import canonical
-from node.errors import InvalidInput
+from node.errors import InvalidInput, NotFound
+from node.spaces.sight import Sight
 from node.store import idempotency
 from node.store.conn import Conn
 from node.workflows.store import bus as bus_store
@@ -41,6 +42,7 @@ def message_out(row: sqlite3.Row) -> MessageOut:
         truth_state="fact",
         confidence=1.0,
         created_at=row["created_at"],
+        space=row["space"],
     )
 
 
@@ -49,13 +51,16 @@ def message_by_id(conn: Conn, message_id: int) -> MessageOut:
     return message_out(bus_store.message_row(conn, message_id))
 
 
-def list_messages(conn: Conn, q: MessageQuery) -> MessagePage:
-    """One page of messages: newest or oldest first by (created_ms, id), or in arrival order (by id alone).
+def list_messages(conn: Conn, q: MessageQuery, sight: Sight) -> MessagePage:
+    """One page of the messages `sight` sees (404 `unknown_space` for a `q.space` it does not): newest or oldest
+    first by (created_ms, id), or in arrival order (by id alone).
 
     A cursor is `<created_ms>.<id>` of the last message of the previous page (node/workflows/store/bus.py reads
     the page and the one row past it).
     """
-    rows = bus_store.message_rows(conn, q)
+    if q.space is not None and not sight.sees(q.space):
+        raise NotFound("no such space here", field="$.space", code="unknown_space")
+    rows = bus_store.message_rows(conn, q, sight)
     more = len(rows) > q.limit
     rows = rows[: q.limit]
     next_cursor = f"{rows[-1]['created_ms']}.{rows[-1]['id']}" if more else None

@@ -12,8 +12,12 @@ from typing import Any
 import msgspec
 
 from identity import keys
+from identity.schema_v3 import space_of
 from node.agents import refs as agent_refs
 from node.errors import Forbidden
+from node.spaces import posts as posts_check
+from node.spaces.sight import Viewer
+from node.spaces.store import sight_of
 from node.store import idempotency, projections
 from node.store.authority import Authority, authorize_txn
 from node.store.conn import Conn
@@ -23,6 +27,8 @@ from node.workflows import bus
 from wire.api import SignedSubmission
 from wire.time import format_ms
 from wire.workflows import MessageOut, MessagePage, MessageQuery, PostMessage
+
+LOCAL = "local"  # a space's records stay on this node until spaces part 2 (docs/spaces.md)
 
 
 async def _named(db: Database, body: PostMessage) -> PostMessage:
@@ -81,13 +87,14 @@ class Bus:
         )
         return await self.db.read(lambda c: bus.message_by_id(c, message_id), quick=True), created
 
-    async def messages(self, q: MessageQuery) -> MessagePage:
-        """Read the bus: filtered by project, agent (either end, a did or a local name) or type."""
+    async def messages(self, q: MessageQuery, viewer: Viewer) -> MessagePage:
+        """Read the bus as `viewer` may (`node.spaces.store.sight_of`: public messages and those of its spaces):
+        filtered by project, agent (either end, a did or a local name), type or space."""
         named = q.agent
         if named is not None and not agent_refs.is_did(named):
             did = await self.db.read(lambda c: agent_refs.resolve(c, named, "$.agent"), quick=True)
             q = msgspec.structs.replace(q, agent=did)
-        return await self.db.read(lambda c: bus.list_messages(c, q), quick=True)
+        return await self.db.read(lambda c: bus.list_messages(c, q, sight_of(c, viewer)), quick=True)
 
 
 def append_message(
@@ -109,7 +116,19 @@ def append_message(
             return replay, False
     where = "$" if node_signed else "$.record"
     authorize_txn(conn, authority, [(sealed[0], sealed[1], where)])  # its key may sign for its author (format-v3 3.5)
-    seq, inserted = projections.append(conn, *sealed, origin="local", now_ms=now)
+    _, record_hash, decoded = sealed
+    space = space_of(decoded)
+    # a writer of the space, to a reader of it, naming no entry its readers may not read (docs/spaces.md)
+    names = [
+        posts_check.Name(dep, f"$.dependency_ids[{i}]", "dependency_not_found")
+        for i, dep in enumerate(decoded.dependency_ids)
+        if posts_check.is_address(dep)
+    ]
+    posts_check.check_posts_txn(conn, [posts_check.Post(record_hash, agent_id, space, names, where)])
+    if space is not None:
+        posts_check.check_addressee_txn(conn, space, decoded.to_agent, where)
+    scope = "federation" if space is None else LOCAL  # a space's records stay on the node until part 2
+    seq, inserted = projections.append(conn, *sealed, origin="local", now_ms=now, scope=scope)
     if not inserted and node_signed:
         raise HashTaken([sealed[1]])
     if idem is not None:

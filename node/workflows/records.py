@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from identity.schema import MessageRecord, TaskEventRecord
+from identity.schema_v3 import space_of
 from node.store.conn import Conn
 from node.workflows.store import bus as bus_store
 from node.workflows.store import events as event_store
@@ -52,6 +53,7 @@ def project_message(conn: Conn, rec: MessageRecord, ctx: Projection) -> None:
         rec.created_at,
         parse_ms(rec.created_at),
         rec.signature,
+        space_of(rec),
     )
     bus_store.insert_message_txn(conn, row, rec.tags)
 

@@ -10,7 +10,7 @@ from aiohttp import web
 from node.errors import BBSError
 from node.federation.peer_auth import authenticate_peer, signed_body
 from node.web.appkeys import NODE
-from node.web.auth import agent_id
+from node.web.auth import agent_id, principal
 from node.web.http import (
     Route,
     convert,
@@ -72,7 +72,7 @@ async def post_message(request: web.Request) -> web.Response:
 
 
 async def get_messages(request: web.Request) -> web.Response:
-    return json_response(await _bus(request).messages(decode_query(request, MessageQuery)))
+    return json_response(await _bus(request).messages(decode_query(request, MessageQuery), principal(request).agent_id))
 
 
 async def post_task(request: web.Request) -> web.Response:

@@ -277,6 +277,10 @@ async def test_every_tool_with_every_parameter_answers_as_rest(
         tail = await d.ok("message", {"action": "read", "order": "arrival", "cursor": f"0.{sent['id']}"})
         assert tail == lean(await rest.messages(MessageQuery(order="arrival", cursor=f"0.{sent['id']}")))
         await d.refused("message", {"action": "read", "body": "x"}, "body")
+        private = await d.ok("message", {"action": "send", "message_type": "plan", "body": "ours", "space": space})
+        in_space = await d.ok("message", {"action": "read", "space": space})
+        assert private["space"] == space and [m["id"] for m in in_space["messages"]] == [private["id"]]
+        assert private["id"] not in [m.id for m in (await bob_rest.messages(MessageQuery(limit=50))).messages]
 
         # ---- task: declare, get, lease, complete, release, ready, graph ----
         await d.ok("task", {"action": "declare", "task": "publish", "title": "Publish", "depends_on": ["draft"]})

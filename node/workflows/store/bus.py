@@ -10,6 +10,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from node.spaces.sight import Sight
 from node.store.conn import Conn
 from wire.workflows import MessageQuery
 
@@ -29,13 +30,14 @@ class MessageRow(NamedTuple):
     created_at: str
     created_ms: int
     signature: str
+    space: str | None = None  # the space it was sent in; None: public
 
 
 def insert_message_txn(conn: Conn, row: MessageRow, agents: Iterable[str]) -> None:
     """Store one message and index it under each agent it names (`agents`: its sender and recipient)."""
     conn.execute(
         "INSERT INTO messages (id, record_hash, from_agent, to_agent, message_type, body, payload, dependency_ids,"
-        " project, created_at, created_ms, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " project, created_at, created_ms, signature, space) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         row,
     )
     conn.executemany(
@@ -55,9 +57,10 @@ def message_id(conn: Conn, record_hash: str) -> int:
     return int(conn.execute("SELECT id FROM messages WHERE record_hash = ?", (record_hash,)).fetchone()[0])
 
 
-def message_rows(conn: Conn, q: MessageQuery) -> list[sqlite3.Row]:
-    """Up to `q.limit + 1` messages rows (one more than a page, so the caller sees whether there is more): newest
-    or oldest first by (created_ms, id), or in arrival order (by id alone).
+def message_rows(conn: Conn, q: MessageQuery, sight: Sight) -> list[sqlite3.Row]:
+    """Up to `q.limit + 1` messages rows that `sight` sees (one more than a page, so the caller sees whether there is
+    more), of `q.space` only when it names one (the caller has checked `sight` sees it): newest or oldest first by
+    (created_ms, id), or in arrival order (by id alone).
 
     An agent filter walks `message_agents` (both ends of every message) by its primary key. A cursor is
     `<created_ms>.<id>` of the last message of the previous page; arrival order reads only its id.
@@ -72,6 +75,11 @@ def message_rows(conn: Conn, q: MessageQuery) -> list[sqlite3.Row]:
         sql = "SELECT m.* FROM messages m WHERE 1 = 1"
         params = []
         time_col, id_col = "m.created_ms", "m.id"
+    if not sight.everything:
+        sql += f" AND {sight.sql('m.space')}"
+    if q.space is not None:
+        sql += " AND m.space = ?"
+        params.append(q.space)
     if q.project is not None:
         sql += " AND m.project = ?"
         params.append(q.project)

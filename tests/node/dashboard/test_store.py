@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from node.dashboard import store
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.dashboard.conftest import seed_workflows
 from wire.api import PostEntry
@@ -63,11 +64,11 @@ async def test_provenance_row(node: Node, make_agent: MakeAgent) -> None:
 
 async def test_lease_expiry_and_bus_projects(node: Node, make_agent: MakeAgent) -> None:
     alice, bob = await make_agent("alice"), await make_agent("bob")
-    assert await node.db.read(store.bus_projects) == []
+    assert await node.db.read(lambda c: store.bus_projects(c, OPERATOR)) == []
     await seed_workflows(node, alice, bob)
     expiry = await node.db.read(lambda c: store.lease_expiry(c, ["build", "docs", "legal"]))
     assert set(expiry) == {"build", "docs"}  # legal is no task
     assert expiry["build"] is not None and expiry["build"].endswith("Z") and expiry["docs"] is None
-    projects = await node.db.read(store.bus_projects)
+    projects = await node.db.read(lambda c: store.bus_projects(c, OPERATOR))
     assert [(p, n) for p, n, _ in projects] == [("garden", 1), ("kettle", 2)]
     assert projects[0][2] >= projects[1][2]

@@ -125,6 +125,16 @@ async def _agent_counts(w: World) -> str:
     return one + listed
 
 
+async def _messages(w: World) -> str:
+    by_agent = await w.text("GET", f"/v1/agent-workflows/messages?agent={w.owner.agent_id}", w.eve, status=200)
+    return by_agent + await w.text("GET", "/v1/agent-workflows/messages?order=arrival", w.eve, status=200)
+
+
+async def _bus_projects(w: World) -> str:
+    """A project's message count counts what the reader sees: the space's message is in project `zeppelin-bus`."""
+    return await w.text("GET", "/dashboard/api/bus/projects", w.eve, status=200)
+
+
 async def _consolidate(w: World) -> str:
     """Default mode reads the public federation only, even for a member of the space (docs/spaces.md)."""
     return await w.text("POST", "/v1/default-mode/consolidate", w.owner, {"tags": ["attic"]})
@@ -151,10 +161,12 @@ PROBES: dict[str, Probe] = {
     "GET /dashboard/api/agents": _agent_counts,
     "POST /v1/default-mode/consolidate": _consolidate,
     "POST /v1/default-mode/reflect-session": _reflect,
+    "GET /v1/agent-workflows/messages": _messages,
+    "GET /dashboard/api/bus/projects": _bus_projects,
 }
 
 NO_ENTRY = "shows no entry, and names none"
-WORKFLOWS = "bus messages and task events are not accepted in a space yet: nothing of a space can be here"
+WORKFLOWS = "task events are not accepted in a space yet: nothing of a space can be here"
 DEFAULT_MODE = "candidates come only from default mode's public reads (node/default_mode/store.py DEFAULT_MODE_SIGHT)"
 SYNC = "a space's records are stored with scope local, which the sync feed, fetch, reconciliation and digest leave out"
 OPERATOR = "the node's admin only: the operator reads every space it holds (docs/spaces.md, threat model)"
@@ -185,14 +197,13 @@ NO_ENTRIES: dict[str, str] = {
     "GET /dashboard/api/spaces": SPACES, "GET /dashboard/api/spaces/{space_id}": SPACES,
     "GET /v1/sync/changes": SYNC, "POST /v1/sync/fetch": SYNC, "POST /v1/sync/reconcile": SYNC,
     "GET /v1/sync/digest": SYNC,
-    "POST /v1/agent-workflows/messages": WORKFLOWS, "GET /v1/agent-workflows/messages": WORKFLOWS,
+    "POST /v1/agent-workflows/messages": "sends; a message names no space's entry (its addressee must read it)",
     "POST /v1/agent-workflows/tasks": WORKFLOWS, "GET /v1/agent-workflows/tasks/ready": WORKFLOWS,
     "GET /v1/agent-workflows/tasks/{task_id}": WORKFLOWS, "POST /v1/agent-workflows/tasks/{task_id}/lease": WORKFLOWS,
     "POST /v1/agent-workflows/tasks/{task_id}/release": WORKFLOWS,
     "POST /v1/agent-workflows/tasks/{task_id}/complete": WORKFLOWS, "GET /v1/agent-workflows/graph": WORKFLOWS,
     "POST /v1/agent-workflows/peer/lease": WORKFLOWS, "POST /v1/agent-workflows/peer/task-event": WORKFLOWS,
     "GET /dashboard/api/tasks": WORKFLOWS, "GET /dashboard/api/tasks/graph.svg": WORKFLOWS,
-    "GET /dashboard/api/bus/projects": WORKFLOWS,
     "POST /v1/default-mode/critic": DEFAULT_MODE, "POST /v1/default-mode/promote/{candidate_id}": DEFAULT_MODE,
     "POST /v1/default-mode/candidates/{candidate_id}/review": DEFAULT_MODE,
     "POST /v1/default-mode/simulate-future": DEFAULT_MODE, "POST /v1/default-mode/stakeholder-simulation": DEFAULT_MODE,
@@ -232,6 +243,8 @@ async def test_no_route_shows_a_space_entry_to_a_non_member(
     links = [{"target": public["record_hash"], "link_type": "supports"}]
     private = await post(client, owner, f"the {SECRET} is in the attic", space=space, tags=["attic", "session:s1"],
                          directed_to=[eve.agent_id], links=links)  # fmt: skip
+    message = {"message_type": "note", "body": f"the {SECRET} plan", "project": f"{SECRET}-bus", "space": space}
+    await call(client, "POST", "/v1/agent-workflows/messages", owner, 201, message)
     world = World(client, owner, eve, space, private, public)
     assert world.leaks(await world.text("GET", f"/v1/entries/{private['id']}", owner, status=200))  # the probe sees
     for route, probe in PROBES.items():

@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient
 
 from node.errors import Conflict, InvalidInput
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from node.workflows import bus
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import post as post_entry
@@ -30,7 +31,7 @@ async def send(client: TestClient, who: AgentCreds, status: int = 201, **body: A
 
 def page(node: Node, **query: Any) -> Awaitable[MessagePage]:
     q = msgspec.convert(query, MessageQuery, strict=False)
-    return node.db.read(lambda c: bus.list_messages(c, q))
+    return node.db.read(lambda c: bus.list_messages(c, q, sight=OPERATOR))
 
 
 def test_a_bad_value_in_a_message_is_a_422_naming_it() -> None:

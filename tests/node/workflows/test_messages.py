@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient
 
 from identity import canonical, records
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from node.store import db as dbmod
 from node.workflows import bus
 from tests.conftest import AgentCreds, FakeClock
@@ -224,7 +225,7 @@ def test_every_bus_page_is_an_index_range(tmp_path: Path, order: str, filters: d
     dbmod.migrate(conn)
     for cursor in (None, "1000.7"):
         rec = _Recorder(conn)
-        bus.list_messages(rec, MessageQuery(order=order, cursor=cursor, **filters))  # type: ignore[arg-type]
+        bus.list_messages(rec, MessageQuery(order=order, cursor=cursor, **filters), sight=OPERATOR)  # type: ignore[arg-type]
         sql, params = rec.statement
         steps = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
         assert not [s for s in steps if "TEMP B-TREE" in s], steps

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from node.spaces.sight import OPERATOR
 from node.store.conn import Conn
 from node.store.db import Database
 from node.workflows.store import bus
@@ -53,8 +54,10 @@ async def test_a_message_is_stored_with_both_ends_and_read_back(db: Database) ->
 
 async def test_a_broadcast_is_indexed_under_its_sender_only(db: Database) -> None:
     await store(db, message(1, ALICE, None, T0))
-    assert [r["id"] for r in await db.read(lambda c: bus.message_rows(c, MessageQuery(agent=ALICE)))] == [1]
-    assert await db.read(lambda c: bus.message_rows(c, MessageQuery(agent=BOB))) == []
+    assert [
+        r["id"] for r in await db.read(lambda c: bus.message_rows(c, MessageQuery(agent=ALICE), sight=OPERATOR))
+    ] == [1]
+    assert await db.read(lambda c: bus.message_rows(c, MessageQuery(agent=BOB), sight=OPERATOR)) == []
 
 
 async def test_pages_in_each_order_with_one_row_past_the_page(db: Database) -> None:
@@ -62,7 +65,7 @@ async def test_pages_in_each_order_with_one_row_past_the_page(db: Database) -> N
     await store(db, message(1, ALICE, BOB, T0 + 10), message(2, BOB, ALICE, T0 + 20), message(3, CAROL, None, T0))
 
     async def ids(q: MessageQuery) -> list[int]:
-        return [r["id"] for r in await db.read(lambda c: bus.message_rows(c, q))]
+        return [r["id"] for r in await db.read(lambda c: bus.message_rows(c, q, sight=OPERATOR))]
 
     assert await ids(MessageQuery()) == [2, 1, 3]  # newest first by created time
     assert await ids(MessageQuery(order="oldest")) == [3, 1, 2]
@@ -82,7 +85,7 @@ async def test_filters_by_agent_project_and_type(db: Database) -> None:
     )
 
     async def ids(q: MessageQuery) -> list[int]:
-        return [r["id"] for r in await db.read(lambda c: bus.message_rows(c, q))]
+        return [r["id"] for r in await db.read(lambda c: bus.message_rows(c, q, sight=OPERATOR))]
 
     assert await ids(MessageQuery(agent=ALICE)) == [3, 1]  # sent or received
     assert await ids(MessageQuery(agent=BOB, order="arrival")) == [1, 2]
