@@ -171,13 +171,7 @@ def bulk_load(data: Path, stream: Iterator[tuple[dict[str, Any], str]], *, batch
     pending: list[tuple[dict[str, Any], str]] = []
 
     def flush(conn: sqlite3.Connection) -> None:
-        incoming = [  # an entry inside a space (v2: issue 37) stays on the node, as the node stores one
-            projections.Incoming(
-                r, h, msgspec.convert(r, schema_v3.struct_for(r)), "local" if "space" in r else "federation"
-            )
-            for r, h in pending
-        ]
-        projections.append_many(conn, incoming, origin="local", now_ms=_now_ms())
+        projections.append_many(conn, [_incoming(r, h) for r, h in pending], origin="local", now_ms=_now_ms())
 
     for item in stream:
         pending.append(item)

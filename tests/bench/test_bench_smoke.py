@@ -41,7 +41,7 @@ def test_every_benchmark_runs_quick_and_prints_a_table(tmp_path: Path) -> None:
     table = out_file.read_text()
     assert table.startswith("| benchmark | metric | ours | baseline (same run) |")
     benches_in_table = {line.split("|")[1].strip() for line in table.splitlines()[2:]}
-    assert {"raw", "ingest", "search", "read", "inbox", "memory", "peers", "flood"} <= benches_in_table
+    assert {"raw", "ingest", "search", "read", "inbox", "memory", "peers", "flood", "spaces"} <= benches_in_table
 
 
 def test_unknown_benchmark_name_is_a_usage_error() -> None:
