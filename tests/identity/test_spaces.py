@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from identity import canonical, key_history, keys, vouching
 from identity.keys import SigningKey
+from identity.space_rules import may_read
 from identity.spaces import Decision, Held, Spaces, key_verdicts, resolve
 from tests.identity import format_v3_vectors as make
 
@@ -749,6 +750,15 @@ def _outcome(result: Spaces) -> tuple[Any, ...]:
     return (result.spaces, result.decisions)
 
 
+def _visibility(result: Spaces) -> dict[str, frozenset[str]]:
+    """Who reads what (`identity.space_rules.may_read` of each agent's role): the spaces each agent of the stories
+    may read, and so the records of them it is shown (docs/spaces.md, the read rule)."""
+    return {
+        agent: frozenset(sid for sid, space in result.spaces.items() if may_read(space.role(agent)))
+        for agent in (A, B, C, D, E)
+    }
+
+
 def _valid(result: Spaces) -> tuple[frozenset[str], dict[str, Any]]:
     roles = {space_id: space.roles for space_id, space in result.spaces.items()}
     return frozenset(v for v, d in result.decisions.items() if d.verdict == "valid"), roles
@@ -761,6 +771,7 @@ def test_random_spaces_are_decided_the_same_in_every_order(items: list[Held], rn
     shuffled = list(items)
     rnd.shuffle(shuffled)
     assert _outcome(_resolve(*shuffled)) == _outcome(result)
+    assert _visibility(_resolve(*shuffled)) == _visibility(result)  # the same readers in every order
     assert set(result.decisions) == {h.version for h in items if h.record["kind"] != "space"} | (
         {SPACE.version} if SPACE in items else set()
     )
