@@ -167,6 +167,7 @@ class PostLink(msgspec.Struct, forbid_unknown_fields=True):
     link_type: AssertableLinkType
     annotation: Annotated[str, msgspec.Meta(max_length=MAX_ANNOTATION_CHARS)] = ""
     idempotency_key: IdempotencyKey | None = None
+    space: SpaceId | None = None  # assert it in this space (a writer of it): both ends in it, or public
 
 
 # ---- results ----------------------------------------------------------------------------------------------
@@ -229,6 +230,7 @@ class LinkOut(msgspec.Struct):
     annotation: str
     resolved: bool
     derived: bool
+    space: str | None = None  # the space of the record asserting it; None: public
 
 
 class ReadResult(msgspec.Struct):

@@ -7,6 +7,7 @@ from typing import Any, NoReturn
 
 from identity import canonical
 from identity.schema import LinkRecord
+from identity.schema_v3 import space_of
 from node.entries import store
 from node.entries.queries import LinkOut
 from node.errors import InvalidInput, Located, NotFound
@@ -50,7 +51,9 @@ class Links:
             source, target = await self.db.read(lambda c: ends(c, body, sight_of(c, agent_id)), quick=True)
             if source == target:
                 refuse_self_link()
-            unsigned = unsigned_link(agent_id, self.now_ms(), source, target, body.link_type, body.annotation)
+            unsigned = unsigned_link(
+                agent_id, self.now_ms(), source, target, body.link_type, body.annotation, body.space
+            )
             record, record_hash, decoded = sign_and_check(unsigned, signer)
         assert isinstance(decoded, LinkRecord)
         link_id, created = await self.db.write(
@@ -60,10 +63,18 @@ class Links:
 
 
 def unsigned_link(
-    author_id: str, created_ms: int, source: str, target: str, link_type: str, annotation: str = ""
+    author_id: str,
+    created_ms: int,
+    source: str,
+    target: str,
+    link_type: str,
+    annotation: str = "",
+    space: str | None = None,
 ) -> dict[str, Any]:
-    """The unsigned record of a link the node signs for `author_id`."""
+    """The unsigned record of a link the node signs for `author_id` (in `space`, when given)."""
+    in_space = {} if space is None else {"space": space}
     return {
+        **in_space,
         "kind": "link",
         "schema_version": canonical.SCHEMA_VERSION,
         "author_id": author_id,
@@ -106,7 +117,8 @@ def store_txn(
         done = idempotency.replayed(conn, agent_id, key, "link", field="$.idempotency_key")
         if done is not None:
             return store.link_id_of_txn(conn, done), False
-    same = store.same_link_txn(conn, decoded.source, decoded.target, decoded.link_type, agent_id)
+    space = space_of(decoded)
+    same = store.same_link_txn(conn, decoded.source, decoded.target, decoded.link_type, agent_id, space)
     if same is not None:  # the same author asserting the same link again: one link
         same_id, origin_hash, origin_kind = same
         if key is not None and origin_kind == "link":  # the key now names that link (and no other use)
@@ -117,12 +129,14 @@ def store_txn(
             raise NotFound("source entry is not on this node", field="$.source", code="source_not_found")
     with at:  # the key that signed it may sign for its author (docs/format-v3.md 3.5)
         authorize_txn(conn, authority, [(record, record_hash, "$")])
+    state = space is not None and decoded.link_type == "supersedes"  # changes its target's state: its own space only
     names = [
-        posts_check.Name(decoded.source, "$.source", "source_not_found"),
-        posts_check.Name(decoded.target, "$.target"),
+        posts_check.Name(decoded.source, "$.source", "source_not_found", state),
+        posts_check.Name(decoded.target, "$.target", "target_not_found", state),
     ]
-    posts_check.check_posts_txn(conn, [posts_check.Post(record_hash, agent_id, None, names, at.where)])
-    projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now_ms())
+    posts_check.check_posts_txn(conn, [posts_check.Post(record_hash, agent_id, space, names, at.where)])
+    scope = "federation" if space is None else "local"  # a space's records stay on the node until part 2
+    projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now_ms(), scope=scope)
     if key is not None:
         idempotency.remember(conn, agent_id, key, "link", record_hash, now_ms())
     return store.link_id_of_txn(conn, record_hash), True

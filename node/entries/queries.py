@@ -44,11 +44,11 @@ ENTRY_STATE = (
     "   AS retracted,"
     " EXISTS (SELECT 1 FROM links s JOIN entries n ON n.record_hash = s.source_hash"
     "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
-    f"  AND n.space IS e.space AND {_ACCEPTED}) AS superseded,"
+    f"  AND n.space IS e.space AND s.space IS e.space AND {_ACCEPTED}) AS superseded,"
     f" {COMMUNITY_CONFIDENCE} AS community_confidence,"
     " (SELECT json_group_array(DISTINCT s.source_hash) FROM links s JOIN entries n ON n.record_hash = s.source_hash"
     "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
-    f"  AND n.space IS e.space AND NOT {_ACCEPTED}) AS superseded_claims,"
+    f"  AND n.space IS e.space AND s.space IS e.space AND NOT {_ACCEPTED}) AS superseded_claims,"
     # node/store/equivocation.py: an address with two versions (this row shows the winner)
     " EXISTS (SELECT 1 FROM equivocations q WHERE q.hash = e.record_hash) AS equivocated"
 )
@@ -62,7 +62,7 @@ LINK_COLUMNS = (
     "l.id, l.origin_hash, l.source_hash, l.target_hash, l.link_type, l.author_id, l.created_at, l.annotation,"
     " (EXISTS (SELECT 1 FROM entries a WHERE a.record_hash = l.source_hash)"
     "  AND EXISTS (SELECT 1 FROM entries b WHERE b.record_hash = l.target_hash)) AS resolved,"
-    " l.ordinal < 0 AS derived"
+    " l.ordinal < 0 AS derived, l.space"
 )
 
 
@@ -140,6 +140,7 @@ def link_out(row: sqlite3.Row) -> LinkOut:
         annotation=row["annotation"],
         resolved=bool(row["resolved"]),
         derived=bool(row["derived"]),
+        space=row["space"],
     )
 
 

@@ -194,6 +194,7 @@ def _adjacent(
     hidden = [] if include_synthetic else ["z.truth_state = 'simulation'"]
     if not sight.everything:
         hidden.append(f"NOT {sight.sql('z.space')}")
+        type_filter += f" AND {sight.sql('l.space')}"  # asserted in a space the reader may not see
     if hidden:  # an end the reader may not see: neither returned nor walked
         type_filter += (
             " AND NOT EXISTS (SELECT 1 FROM entries z WHERE z.record_hash IN (l.source_hash, l.target_hash)"
@@ -313,14 +314,16 @@ def link_id_of_txn(conn: Conn, origin_hash: str) -> int:
     return int(row[0])
 
 
-def same_link_txn(conn: Conn, source: str, target: str, link_type: str, author_id: str) -> tuple[int, str, str] | None:
-    """The first link `author_id` asserted from `source` to `target` of `link_type`, as (id, origin hash, kind of
-    the origin record), or None."""
+def same_link_txn(
+    conn: Conn, source: str, target: str, link_type: str, author_id: str, space: str | None = None
+) -> tuple[int, str, str] | None:
+    """The first link `author_id` asserted from `source` to `target` of `link_type` in `space` (None: public), as
+    (id, origin hash, kind of the origin record), or None."""
     same = conn.execute(
         "SELECT l.id, l.origin_hash, (SELECT r.kind FROM records r WHERE r.hash = l.origin_hash LIMIT 1) FROM links l"
         " WHERE l.source_hash = ? AND l.target_hash = ? AND l.link_type = ? AND l.author_id = ?"
-        " AND l.ordinal >= 0 ORDER BY l.id LIMIT 1",
-        (source, target, link_type, author_id),
+        " AND l.ordinal >= 0 AND l.space IS ? ORDER BY l.id LIMIT 1",
+        (source, target, link_type, author_id, space),
     ).fetchone()
     return None if same is None else (int(same[0]), same[1], same[2])
 

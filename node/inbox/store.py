@@ -104,7 +104,7 @@ CONTRADICTIONS_SQL = (
     "                UNION SELECT x.id FROM json_each(:h) a JOIN links x ON x.target_hash = a.value)"
     # + on link_type: start from the arrived records' links, not from every contradicts link (index on type)
     "   AND +l.link_type = 'contradicts' AND t.author_id != l.author_id AND s.truth_state != 'simulation'"
-    f"  AND {may_read_sql('s.space', 't.author_id')}"
+    f"  AND {may_read_sql('s.space', 't.author_id')} AND {may_read_sql('l.space', 't.author_id')}"
 )
 
 

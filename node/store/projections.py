@@ -290,7 +290,7 @@ def project_entries(
     db.insert_rows(
         conn,
         "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
-        " annotation)",
+        " annotation, space)",
         [
             (
                 item.hash,
@@ -301,6 +301,7 @@ def project_entries(
                 item.decoded.author_id,
                 item.decoded.created_at,
                 link.annotation,
+                schema_v3.space_of(item.decoded),
             )
             for _, item in run
             for i, link in enumerate(item.decoded.links)
@@ -370,9 +371,9 @@ def project_entry(conn: Conn, rec: EntryRecord, ctx: Projection) -> None:
 
 RETRACTIONS_SQL = (
     "INSERT OR IGNORE INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id,"
-    " created_at, annotation)"
+    " created_at, annotation, space)"
     " SELECT l.origin_hash, -1 - l.ordinal, l.target_hash, l.source_hash, 'retracted_by', r.author_id,"
-    "        r.created_at, ''"
+    "        r.created_at, '', l.space"
     " FROM links l"
     # The unary + keeps SQLite from driving this by the performative or link_type indexes (every retract
     # entry, every supersedes link): it starts from the few links of the arrived records instead.
@@ -397,8 +398,17 @@ def _derive_retractions_txn(conn: Conn, arrived_hashes: str) -> None:
 def project_link(conn: Conn, rec: LinkRecord, ctx: Projection) -> None:
     conn.execute(
         "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
-        " annotation) VALUES (?, 0, ?, ?, ?, ?, ?, ?)",
-        (ctx.hash, rec.source, rec.target, rec.link_type, rec.author_id, rec.created_at, rec.annotation),
+        " annotation, space) VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            ctx.hash,
+            rec.source,
+            rec.target,
+            rec.link_type,
+            rec.author_id,
+            rec.created_at,
+            rec.annotation,
+            schema_v3.space_of(rec),
+        ),
     )
     if ctx.notify:
         notifications.contradictions(conn, json.dumps([ctx.hash]), ctx.now_ms)

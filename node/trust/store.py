@@ -21,6 +21,7 @@ JOIN entries s ON s.record_hash = l.source_hash
 JOIN entries t ON t.record_hash = l.target_hash
 WHERE l.link_type IN ('supports', 'contradicts') AND l.ordinal >= 0
   AND l.author_id != t.author_id AND s.truth_state != 'simulation' AND s.space IS NULL AND t.space IS NULL
+  AND l.space IS NULL
   AND NOT EXISTS (SELECT 1 FROM links r WHERE r.source_hash = s.record_hash AND r.link_type = 'retracted_by')
 UNION
 SELECT s.author_id, t.author_id, t.record_hash,

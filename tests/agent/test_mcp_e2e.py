@@ -227,6 +227,9 @@ async def test_every_tool_with_every_parameter_answers_as_rest(
             e.id for e in (await bob_rest.search(SearchQuery(q="eviction", fresh=True))).entries
         ]
         await d.refused("post", {"content": "x", "space": "not-a-space"}, "space")
+        linked = await d.ok("link", {"source": str(inside["id"]), "target": str(mine["id"]), "link_type": "supports",
+                                     "space": space})  # fmt: skip
+        assert linked["space"] == space
 
         # ---- inbox: lease, ack, mark_delivered ----
         posted = await bob_rest.post("Cache warmed again", tags=["e2e"])

@@ -247,3 +247,37 @@ async def test_a_spaces_entries_never_reach_a_peer(client: TestClient, node: Nod
     assert not {h for h, _, _ in await node.sync.fetch([private["record_hash"]])}
     digest = await node.sync.digest()
     assert digest.count == digest_before.count + 1  # the public entry only
+
+
+async def test_a_link_record_in_a_space_is_seen_by_its_readers_only(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    owner, carol, eve = await make_agent("owner"), await make_agent("carol"), await make_agent("eve")
+    space = await space_with(client, owner, reader=carol)
+    other = await space_with(client, owner)
+    first, second = await post(client, owner, "public one"), await post(client, owner, "public two")
+    private = await post(client, owner, "private one", space=space)
+    body = {"source": str(first["id"]), "target": str(second["id"]), "link_type": "supports", "space": space}
+    link = await call(client, "POST", "/v1/links", owner, 201, body)
+    assert link["space"] == space
+    public_link = await call(client, "POST", "/v1/links", owner, 201, {**body, "space": None})
+    assert public_link["id"] != link["id"]  # the same link asserted in public is another link
+    for who, seen in ((owner, {link["id"], public_link["id"]}), (carol, {link["id"], public_link["id"]}),
+                      (eve, {public_link["id"]})):  # fmt: skip
+        around = await get(client, f"/v1/entries/{first['id']}?hops=1", who)
+        assert {k["id"] for k in around["links"]} == seen
+    inside = {"source": str(private["id"]), "target": str(first["id"]), "link_type": "supports", "space": space}
+    assert (await call(client, "POST", "/v1/links", owner, 201, inside))["space"] == space
+    before = await record_count(node)
+    problem = await call(client, "POST", "/v1/links", owner, 409, {**inside, "space": other})
+    assert (problem["code"], problem["field"]) == ("link_across_spaces", "$.source")
+    problem = await call(client, "POST", "/v1/links", carol, 403, body)
+    assert (problem["code"], problem["field"]) == ("not_a_writer", "$.space")
+    supersede = {"source": str(private["id"]), "target": str(first["id"]), "link_type": "supersedes", "space": space}
+    problem = await call(client, "POST", "/v1/links", owner, 409, supersede)
+    assert (problem["code"], problem["field"]) == ("link_across_spaces", "$.target")
+    assert await record_count(node) == before
+    scope = await node.db.read(
+        lambda c: c.execute("SELECT scope FROM records WHERE hash = ?", (link["origin_hash"],)).fetchone()[0]
+    )
+    assert scope == "local"
