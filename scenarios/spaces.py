@@ -7,11 +7,13 @@ The household: mom, dad, two kids, a friend of the kids and an outsider, each an
   kid2 and friend write). Every entry of a space carries its space's marker word; public entries carry `pubword`.
 - Writes go through each interface an agent has: REST (`POST /v1/entries`), the real MCP SDK client over
   streamable HTTP (`bbs serve --mcp-port`, the `post` tool) and the CLI (`bbs post --space`). Everyone subscribes
-  to the drill's tag, and a family entry is directed to the outsider.
-- `no_leak`: every agent asks through every path it has, and no answer holds a marker of a space it does not read:
+  to the drill's tag, and a family entry is directed to the outsider and responds to a public entry.
+- `no_leak`: every agent asks through every path it has, and no answer holds a marker of a space it does not read,
+  nor the hash of one of its entries (a link or an envelope naming it):
   REST reads by id, by hash and `?ids=`, search with words (each marker) and by filters with `hops`, the feed, the
-  inbox, NLIP, the dashboard's provenance; MCP `read`, `search` and `inbox`; `bbs search` and `bbs tail`.
-  `sees_own`: each agent finds every entry of the spaces it reads (so the probes are not blind).
+  inbox, NLIP, the dashboard's provenance and graph; MCP `read`, `search` and `inbox`; `bbs search` and `bbs tail`.
+  `sees_own`: each agent finds every entry of the spaces it reads, and each interface (REST, MCP, the CLI) shows it
+  every space it reads (so no probe is blind).
 - `removal_within_1s`: kid2 (a reader) is removed from family, mom (a writer with posts) from finance; each reads
   nothing of the space within a second of the removal's answer, through reads, search and the feed.
 - `late_member_reads_all`: the friend is added to family afterwards and reads all of it (feed and search).
@@ -206,7 +208,9 @@ async def writes(w: World) -> None:
 
     await rest("mom", None, 0)
     await rest("outsider", None, 1)
-    await rest("mom", "family", 0, directed_to=[w.agents["outsider"].agent_id])
+    # directed to a non-member, and linked to a public entry (so a walk from that entry with hops reaches it)
+    await rest("mom", "family", 0, directed_to=[w.agents["outsider"].agent_id],
+               links=[{"target": w.entries[None][0]["record_hash"], "link_type": "responds_to"}])  # fmt: skip
     by_cli("dad", "family", 1)
     await by_mcp("kid1", "family", 2)
     await rest("dad", "finance", 0)
@@ -229,6 +233,7 @@ async def rest_paths(w: World, who: Agent) -> str:
         out.append((await w.rest("GET", f"/v1/entries/{e['id']}", who))[1])
         out.append((await w.rest("GET", f"/v1/entries/{e['record_hash']}?hops=1", who))[1])
         out.append((await w.rest("GET", f"/dashboard/api/entries/{e['id']}/provenance", who))[1])
+        out.append((await w.rest("GET", f"/dashboard/api/entries/{e['id']}/graph.svg?hops=2", who))[1])
     ids = "&".join(f"ids={e['id']}" for e in everything)
     out.append((await w.rest("GET", f"/v1/entries?{ids}", who))[1])
     for marker in MARKERS.values():
@@ -267,9 +272,13 @@ async def mcp_paths(w: World, who: Agent) -> str:
 
 async def cli_paths(w: World, who: Agent) -> str:
     out = []
-    for marker in MARKERS.values():
-        out.append(cli(w, who, "search", marker, "--fresh", "--json").stdout)
-    out.append(cli(w, who, "tail", "--after", "0", "--no-follow", "--json").stdout)
+    for args in [("search", marker, "--fresh", "--json") for marker in MARKERS.values()] + [
+        ("tail", "--after", "0", "--no-follow", "--json")
+    ]:
+        done = cli(w, who, *args)
+        if done.returncode != 0:  # a probe that failed would hide a leak
+            raise ScenarioFailed(f"bbs {args[0]} as {who.name}: {done.returncode} {done.stderr}")
+        out.append(done.stdout)
     return "\n".join(out)
 
 
@@ -277,11 +286,23 @@ async def no_leak(w: World) -> None:
     for name, who in w.agents.items():
         allowed = w.reads(name)
         texts = {"REST": await rest_paths(w, who), "MCP": await mcp_paths(w, who), "CLI": await cli_paths(w, who)}
-        leaks = {
-            via: [MARKERS[s] for s in MARKERS if s not in allowed and MARKERS[s] in text] for via, text in texts.items()
+        # a leak is a hidden space's marker (its words) or one of its entries' hashes (a link or envelope naming it)
+        hidden = {MARKERS[s]: MARKERS[s] for s in MARKERS if s not in allowed} | {
+            e["record_hash"]: f"{MARKERS[s]}#{e['id']}" for s in SPACES if s not in allowed for e in w.entries[s]
         }
+        leaks = {via: [label for found, label in hidden.items() if found in text] for via, text in texts.items()}
         leaked = {via: found for via, found in leaks.items() if found}
         w.check("no_leak", not leaked, f"{name}: {leaked}" if leaked else f"{name} ok")
+        # the probes are not blind: every interface shows the agent each space it reads
+        blind = {via: [MARKERS[s] for s in allowed if MARKERS[s] not in text] for via, text in texts.items()}
+        blind = {via: missing for via, missing in blind.items() if missing}
+        w.check("sees_own", not blind, f"{name} misses {blind}" if blind else f"{name}: every interface")
+        # the walk from the public entry the family entry responds to reaches it exactly for family's readers
+        start, reply = w.entries[None][0], w.entries["family"][0]
+        walk = json.loads((await w.rest("GET", f"/v1/entries/{start['record_hash']}?hops=1", who))[1])
+        walked = {e["id"] for e in walk["entries"]}
+        want = {start["id"], reply["id"]} if "family" in allowed else {start["id"]}
+        w.check("sees_own", walked == want, f"{name} walks to {len(walked)} of {len(want)}")
         search = json.loads((await w.rest("GET", f"/v1/search?tags={TAG}&limit=50", who))[1])
         seen = {e["id"] for e in search["entries"]}
         due = {e["id"] for s in allowed for e in w.entries.get(s, [])}
