@@ -11,7 +11,8 @@ The household: mom, dad, two kids, a friend of the kids and an outsider, each an
 - `no_leak`: every agent asks through every path it has, and no answer holds a marker of a space it does not read,
   nor the hash of one of its entries (a link or an envelope naming it):
   REST reads by id, by hash and `?ids=`, search with words (each marker) and by filters with `hops`, the feed, the
-  inbox, NLIP, the dashboard's provenance and graph; MCP `read`, `search` and `inbox`; `bbs search` and `bbs tail`.
+  inbox and its push to each agent's endpoint (scenarios/bench/push_receiver.py), NLIP, the dashboard's provenance
+  and graph; MCP `read`, `search` and `inbox`; `bbs search` and `bbs tail`.
   `sees_own`: each agent finds every entry of the spaces it reads, and each interface (REST, MCP, the CLI) shows it
   every space it reads (so no probe is blind).
 - `removal_within_1s`: kid2 (a reader) is removed from family, mom (a writer with posts) from finance; each reads
@@ -43,6 +44,8 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from scenarios.bench.harness import BenchFailure, stop_process
+from scenarios.bench.push import start_receiver
 from scenarios.fednet import ScenarioFailed, ServedNode, free_port
 
 AGENTS = ("mom", "dad", "kid1", "kid2", "friend", "outsider")
@@ -94,6 +97,8 @@ class World:
         default_factory=dict
     )  # space name (None: public) -> entries
     results: dict[str, Check] = field(default_factory=dict)
+    receiver: subprocess.Popen[str] | None = None  # scenarios/bench/push_receiver.py: every agent's push endpoint
+    receiver_url: str = ""
     # name -> (owner, {member: role}) as the drill changes it (a copy of SPACES)
     layout: dict[str, tuple[str, dict[str, str]]] = field(
         default_factory=lambda: {name: (owner, dict(members)) for name, (owner, members) in SPACES.items()}
@@ -161,10 +166,16 @@ async def build(w: World) -> None:
     w.node = ServedNode("spaces", w.root / "node", mcp_port=free_port())
     w.node.init()
     await w.node.start(w.session)
+    try:
+        w.receiver, w.receiver_url = start_receiver(w.node.node_id)
+    except BenchFailure as exc:
+        raise ScenarioFailed(str(exc)) from exc
     for name in AGENTS:
         made = await w.ok("POST", "/v1/agents", None, {"name": name})
         w.agents[name] = Agent(name, made["agent_id"], made["api_key"])
         await w.ok("POST", "/v1/subscriptions", w.agents[name], {"tags": [TAG]})
+        push = {"url": f"{w.receiver_url}/push/{name}", "tiers": [1, 2]}  # every notification, pushed
+        await w.ok("POST", "/v1/push/endpoints", w.agents[name], push)
     for space, (owner, members) in SPACES.items():
         if space == "kids":  # one space over the CLI
             done = cli(w, w.agents[owner], "space", "create", space)
@@ -309,6 +320,34 @@ async def no_leak(w: World) -> None:
         w.check("sees_own", seen == due, f"{name} finds {len(seen)} of {len(due)}")
 
 
+async def pushes(w: World) -> None:
+    """Push (the inbox delivered to each agent's endpoint): every agent is pushed exactly the entries of what it reads
+    that others wrote (its subscription and directed_to), and nothing of a space it does not read."""
+    due = {
+        name: {e["record_hash"] for s in w.reads(name) for e in w.entries.get(s, []) if e["author_id"] != a.agent_id}
+        for name, a in w.agents.items()
+    }
+    every = {e["record_hash"] for es in w.entries.values() for e in es}
+    got: dict[str, set[str]] = {}
+    deadline = time.monotonic() + 10
+    while True:
+        async with w.session.get(w.receiver_url + "/received") as resp:
+            received = await resp.json()
+        got = {name: set() for name in w.agents}
+        for push in received:
+            name = push["path"].removeprefix("/push/")
+            for note in push["payload"].get("notifications", []):
+                got[name] |= {note["record_hash"]} & every
+        if all(due[n] <= got[n] for n in w.agents) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    for name in w.agents:
+        leaked = sorted(MARKERS[s] for s in SPACES if s not in w.reads(name) for e in w.entries[s]
+                        if e["record_hash"] in got[name])  # fmt: skip
+        w.check("no_leak", not leaked, f"{name} pushed {leaked}" if leaked else f"{name} push ok")
+        w.check("sees_own", got[name] == due[name], f"{name} pushed {len(got[name])} of {len(due[name])}")
+
+
 async def visible_of(w: World, who: Agent, space: str) -> int:
     """How many of the space's entries `who` sees by id, by search and in the feed (0: nothing)."""
     found = 0
@@ -378,6 +417,7 @@ async def run(root: Path) -> Report:
             await build(w)
             await writes(w)
             await no_leak(w)
+            await pushes(w)
             await removals(w)
             await no_leak(w)  # again, with the removals
             await late_member(w)
@@ -387,6 +427,8 @@ async def run(root: Path) -> Report:
         finally:
             if getattr(w, "node", None) is not None:
                 w.node.kill()
+            if w.receiver is not None:
+                stop_process(w.receiver)  # type: ignore[arg-type]
     wall = time.monotonic() - started
     results = {n: w.results.get(n, Check(False, "not reached")) for n in CHECKS}
     return Report(results, wall, table(results) + f"\n\nspaces drill wall time: {wall:.1f}s")
