@@ -16,7 +16,8 @@ The household: mom, dad, two kids, a friend of the kids and an outsider, each an
   `sees_own`: each agent finds every entry of the spaces it reads, and each interface (REST, MCP, the CLI) shows it
   every space it reads (so no probe is blind).
 - `removal_within_1s`: kid2 (a reader) is removed from family, mom (a writer with posts) from finance; each reads
-  nothing of the space within a second of the removal's answer, through reads, search and the feed.
+  nothing of the space within a second of the removal's answer, through reads, search and the feed. Dad then posts
+  into both: neither is pushed it, and the second `no_leak` round covers every path again.
 - `late_member_reads_all`: the friend is added to family afterwards and reads all of it (feed and search).
 
     python -m scenarios.spaces
@@ -192,41 +193,47 @@ async def build(w: World) -> None:
     w.check("spaces_made", names == ["family", "kids"], f"kid2 is in {names}")
 
 
+def entry_body(w: World, space: str | None, i: int, via: str) -> dict[str, Any]:
+    """An entry of `space` (None: public) carrying its marker and the drill's tag."""
+    out: dict[str, Any] = {"entry_type": "finding", "performative": "inform", "tags": [TAG],
+                           "content": f"{MARKERS[space]} note {i} written over {via}"}  # fmt: skip
+    if space is not None:
+        out["space"] = w.spaces[space]
+    return out
+
+
+async def post_rest(w: World, who: str, space: str | None, i: int, **extra: Any) -> dict[str, Any]:
+    """`who` posts entry `i` of `space` over REST; the node's answer, also kept in `w.entries`."""
+    made: dict[str, Any] = await w.ok(
+        "POST", "/v1/entries", w.agents[who], {**entry_body(w, space, i, "REST"), **extra}
+    )
+    w.entries.setdefault(space, []).append(made)
+    return made
+
+
 async def writes(w: World) -> None:
-    def body(space: str | None, i: int, via: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"entry_type": "finding", "performative": "inform", "tags": [TAG],
-                               "content": f"{MARKERS[space]} note {i} written over {via}"}  # fmt: skip
-        if space is not None:
-            out["space"] = w.spaces[space]
-        return out
-
-    async def rest(who: str, space: str | None, i: int, **extra: Any) -> None:
-        w.entries.setdefault(space, []).append(
-            await w.ok("POST", "/v1/entries", w.agents[who], {**body(space, i, "REST"), **extra})
-        )
-
     async def by_mcp(who: str, space: str, i: int) -> None:
         async with mcp(w, w.agents[who]) as session:
-            text = await tool(session, "post", body(space, i, "MCP"))
+            text = await tool(session, "post", entry_body(w, space, i, "MCP"))
         w.entries.setdefault(space, []).append(json.loads(text))
 
     def by_cli(who: str, space: str, i: int) -> None:
-        args = ["post", body(space, i, "CLI")["content"], "--tag", TAG, "--space", w.spaces[space], "--json"]
+        args = ["post", entry_body(w, space, i, "CLI")["content"], "--tag", TAG, "--space", w.spaces[space], "--json"]
         done = cli(w, w.agents[who], *args)
         if done.returncode != 0:
             raise ScenarioFailed(f"bbs post --space: {done.stderr}")
         w.entries.setdefault(space, []).append(json.loads(done.stdout))
 
-    await rest("mom", None, 0)
-    await rest("outsider", None, 1)
+    await post_rest(w, "mom", None, 0)
+    await post_rest(w, "outsider", None, 1)
     # directed to a non-member, and linked to a public entry (so a walk from that entry with hops reaches it)
-    await rest("mom", "family", 0, directed_to=[w.agents["outsider"].agent_id],
-               links=[{"target": w.entries[None][0]["record_hash"], "link_type": "responds_to"}])  # fmt: skip
+    await post_rest(w, "mom", "family", 0, directed_to=[w.agents["outsider"].agent_id],
+                     links=[{"target": w.entries[None][0]["record_hash"], "link_type": "responds_to"}])  # fmt: skip
     by_cli("dad", "family", 1)
     await by_mcp("kid1", "family", 2)
-    await rest("dad", "finance", 0)
+    await post_rest(w, "dad", "finance", 0)
     await by_mcp("mom", "finance", 1)
-    await rest("kid1", "kids", 0)
+    await post_rest(w, "kid1", "kids", 0)
     by_cli("friend", "kids", 1)
     await by_mcp("kid2", "kids", 2)
     spaced = all(e.get("space") == w.spaces[s] for s, es in w.entries.items() if s is not None for e in es)
@@ -320,14 +327,14 @@ async def no_leak(w: World) -> None:
         w.check("sees_own", seen == due, f"{name} finds {len(seen)} of {len(due)}")
 
 
-async def pushes(w: World) -> None:
-    """Push (the inbox delivered to each agent's endpoint): every agent is pushed exactly the entries of what it reads
-    that others wrote (its subscription and directed_to), and nothing of a space it does not read."""
+async def pushes(w: World, among: dict[str | None, list[dict[str, Any]]]) -> None:
+    """Push (the inbox delivered to each agent's endpoint): of the entries `among`, every agent is pushed exactly
+    those of what it reads now that others wrote (its subscription and directed_to), nothing of another space."""
     due = {
-        name: {e["record_hash"] for s in w.reads(name) for e in w.entries.get(s, []) if e["author_id"] != a.agent_id}
+        name: {e["record_hash"] for s in w.reads(name) for e in among.get(s, []) if e["author_id"] != a.agent_id}
         for name, a in w.agents.items()
     }
-    every = {e["record_hash"] for es in w.entries.values() for e in es}
+    every = {e["record_hash"] for es in among.values() for e in es}
     got: dict[str, set[str]] = {}
     deadline = time.monotonic() + 10
     while True:
@@ -342,10 +349,20 @@ async def pushes(w: World) -> None:
             break
         await asyncio.sleep(0.1)
     for name in w.agents:
-        leaked = sorted(MARKERS[s] for s in SPACES if s not in w.reads(name) for e in w.entries[s]
+        leaked = sorted(MARKERS[s] for s in SPACES if s not in w.reads(name) for e in among.get(s, [])
                         if e["record_hash"] in got[name])  # fmt: skip
         w.check("no_leak", not leaked, f"{name} pushed {leaked}" if leaked else f"{name} push ok")
         w.check("sees_own", got[name] == due[name], f"{name} pushed {len(got[name])} of {len(due[name])}")
+
+
+async def posts_after_removals(w: World) -> None:
+    """Dad posts into family and finance after the removals: kid2 and mom, who were subscribed and readers, are
+    notified and pushed nothing of them (and the second `no_leak` round finds nothing of them either)."""
+    among: dict[str | None, list[dict[str, Any]]] = {
+        "family": [await post_rest(w, "dad", "family", 3)],
+        "finance": [await post_rest(w, "dad", "finance", 2)],
+    }
+    await pushes(w, among)
 
 
 async def visible_of(w: World, who: Agent, space: str) -> int:
@@ -417,8 +434,9 @@ async def run(root: Path) -> Report:
             await build(w)
             await writes(w)
             await no_leak(w)
-            await pushes(w)
+            await pushes(w, {s: list(es) for s, es in w.entries.items()})
             await removals(w)
+            await posts_after_removals(w)
             await no_leak(w)  # again, with the removals
             await late_member(w)
         except ScenarioFailed as exc:
