@@ -7,14 +7,18 @@ The household: mom, dad, two kids, a friend of the kids and an outsider, each an
   kid2 and friend write). Every entry of a space carries its space's marker word; public entries carry `pubword`.
 - Writes go through each interface an agent has: REST (`POST /v1/entries`, bus messages), the real MCP SDK client
   over streamable HTTP (`bbs serve --mcp-port`, the `post` and `message` tools) and the CLI (`bbs post --space`).
-  Everyone subscribes to the drill's tag, and a family entry is directed to the outsider.
-- `no_leak`: every agent asks through every path it has, and no answer holds a marker of a space it does not read:
+  Everyone subscribes to the drill's tag, and a family entry is directed to the outsider and responds to a public
+  entry.
+- `no_leak`: every agent asks through every path it has, and no answer holds a marker of a space it does not read,
+  nor the hash of one of its entries (a link or an envelope naming it):
   REST reads by id, by hash and `?ids=`, search with words (each marker) and by filters with `hops`, the feed, the
-  inbox, the bus, NLIP, the dashboard's provenance and bus projects; MCP `read`, `search`, `inbox` and `message`;
-  `bbs search` and `bbs tail`.
-  `sees_own`: each agent finds every entry of the spaces it reads (so the probes are not blind).
+  inbox and its push to each agent's endpoint (scenarios/bench/push_receiver.py), the bus, NLIP, the dashboard's
+  provenance, graph and bus projects; MCP `read`, `search`, `inbox` and `message`; `bbs search` and `bbs tail`.
+  `sees_own`: each agent finds every entry of the spaces it reads, and each interface (REST, MCP, the CLI) shows it
+  every space it reads (so no probe is blind).
 - `removal_within_1s`: kid2 (a reader) is removed from family, mom (a writer with posts) from finance; each reads
-  nothing of the space within a second of the removal's answer, through reads, search and the feed.
+  nothing of the space within a second of the removal's answer, through reads, search and the feed. Dad then posts
+  into both: neither is pushed it, and the second `no_leak` round covers every path again.
 - `late_member_reads_all`: the friend is added to family afterwards and reads all of it (feed and search).
 
     python -m scenarios.spaces
@@ -31,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +46,8 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from scenarios.bench.harness import BenchFailure, stop_process
+from scenarios.bench.push import start_receiver
 from scenarios.fednet import ScenarioFailed, ServedNode, free_port
 
 AGENTS = ("mom", "dad", "kid1", "kid2", "friend", "outsider")
@@ -93,6 +99,8 @@ class World:
         default_factory=dict
     )  # space name (None: public) -> entries
     results: dict[str, Check] = field(default_factory=dict)
+    receiver: subprocess.Popen[str] | None = None  # scenarios/bench/push_receiver.py: every agent's push endpoint
+    receiver_url: str = ""
     # name -> (owner, {member: role}) as the drill changes it (a copy of SPACES)
     layout: dict[str, tuple[str, dict[str, str]]] = field(
         default_factory=lambda: {name: (owner, dict(members)) for name, (owner, members) in SPACES.items()}
@@ -160,10 +168,16 @@ async def build(w: World) -> None:
     w.node = ServedNode("spaces", w.root / "node", mcp_port=free_port())
     w.node.init()
     await w.node.start(w.session)
+    try:
+        w.receiver, w.receiver_url = start_receiver(w.node.node_id)
+    except BenchFailure as exc:
+        raise ScenarioFailed(str(exc)) from exc
     for name in AGENTS:
         made = await w.ok("POST", "/v1/agents", None, {"name": name})
         w.agents[name] = Agent(name, made["agent_id"], made["api_key"])
         await w.ok("POST", "/v1/subscriptions", w.agents[name], {"tags": [TAG]})
+        push = {"url": f"{w.receiver_url}/push/{name}", "tiers": [1, 2]}  # every notification, pushed
+        await w.ok("POST", "/v1/push/endpoints", w.agents[name], push)
     for space, (owner, members) in SPACES.items():
         if space == "kids":  # one space over the CLI
             done = cli(w, w.agents[owner], "space", "create", space)
@@ -180,26 +194,32 @@ async def build(w: World) -> None:
     w.check("spaces_made", names == ["family", "kids"], f"kid2 is in {names}")
 
 
+def entry_body(w: World, space: str | None, i: int, via: str) -> dict[str, Any]:
+    """An entry of `space` (None: public) carrying its marker and the drill's tag."""
+    out: dict[str, Any] = {"entry_type": "finding", "performative": "inform", "tags": [TAG],
+                           "content": f"{MARKERS[space]} note {i} written over {via}"}  # fmt: skip
+    if space is not None:
+        out["space"] = w.spaces[space]
+    return out
+
+
+async def post_rest(w: World, who: str, space: str | None, i: int, **extra: Any) -> dict[str, Any]:
+    """`who` posts entry `i` of `space` over REST; the node's answer, also kept in `w.entries`."""
+    made: dict[str, Any] = await w.ok(
+        "POST", "/v1/entries", w.agents[who], {**entry_body(w, space, i, "REST"), **extra}
+    )
+    w.entries.setdefault(space, []).append(made)
+    return made
+
+
 async def writes(w: World) -> None:
-    def body(space: str | None, i: int, via: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"entry_type": "finding", "performative": "inform", "tags": [TAG],
-                               "content": f"{MARKERS[space]} note {i} written over {via}"}  # fmt: skip
-        if space is not None:
-            out["space"] = w.spaces[space]
-        return out
-
-    async def rest(who: str, space: str | None, i: int, **extra: Any) -> None:
-        w.entries.setdefault(space, []).append(
-            await w.ok("POST", "/v1/entries", w.agents[who], {**body(space, i, "REST"), **extra})
-        )
-
     async def by_mcp(who: str, space: str, i: int) -> None:
         async with mcp(w, w.agents[who]) as session:
-            text = await tool(session, "post", body(space, i, "MCP"))
+            text = await tool(session, "post", entry_body(w, space, i, "MCP"))
         w.entries.setdefault(space, []).append(json.loads(text))
 
     def by_cli(who: str, space: str, i: int) -> None:
-        args = ["post", body(space, i, "CLI")["content"], "--tag", TAG, "--space", w.spaces[space], "--json"]
+        args = ["post", entry_body(w, space, i, "CLI")["content"], "--tag", TAG, "--space", w.spaces[space], "--json"]
         done = cli(w, w.agents[who], *args)
         if done.returncode != 0:
             raise ScenarioFailed(f"bbs post --space: {done.stderr}")
@@ -213,22 +233,21 @@ async def writes(w: World) -> None:
                 await tool(session, "message", {"action": "send", **message})
         else:
             await w.ok("POST", "/v1/agent-workflows/messages", w.agents[who], message)
-    await rest("mom", None, 0)
-    await rest("outsider", None, 1)
-    await rest("mom", "family", 0, directed_to=[w.agents["outsider"].agent_id])
+    await post_rest(w, "mom", None, 0)
+    await post_rest(w, "outsider", None, 1)
+    # directed to a non-member, and linked to a public entry (so a walk from that entry with hops reaches it)
+    await post_rest(w, "mom", "family", 0, directed_to=[w.agents["outsider"].agent_id],
+                     links=[{"target": w.entries[None][0]["record_hash"], "link_type": "responds_to"}])  # fmt: skip
     by_cli("dad", "family", 1)
     await by_mcp("kid1", "family", 2)
-    await rest("dad", "finance", 0)
+    await post_rest(w, "dad", "finance", 0)
     await by_mcp("mom", "finance", 1)
-    await rest("kid1", "kids", 0)
+    await post_rest(w, "kid1", "kids", 0)
     by_cli("friend", "kids", 1)
     await by_mcp("kid2", "kids", 2)
     spaced = all(e.get("space") == w.spaces[s] for s, es in w.entries.items() if s is not None for e in es)
     count = sum(len(es) for es in w.entries.values())
     w.check("writes_every_interface", spaced and count == 10, f"{count} entries, each in its space: {spaced}")
-
-
-Path_ = Callable[[World, Agent], Awaitable[str]]
 
 
 async def rest_paths(w: World, who: Agent) -> str:
@@ -238,6 +257,7 @@ async def rest_paths(w: World, who: Agent) -> str:
         out.append((await w.rest("GET", f"/v1/entries/{e['id']}", who))[1])
         out.append((await w.rest("GET", f"/v1/entries/{e['record_hash']}?hops=1", who))[1])
         out.append((await w.rest("GET", f"/dashboard/api/entries/{e['id']}/provenance", who))[1])
+        out.append((await w.rest("GET", f"/dashboard/api/entries/{e['id']}/graph.svg?hops=2", who))[1])
     ids = "&".join(f"ids={e['id']}" for e in everything)
     out.append((await w.rest("GET", f"/v1/entries?{ids}", who))[1])
     for marker in MARKERS.values():
@@ -279,9 +299,13 @@ async def mcp_paths(w: World, who: Agent) -> str:
 
 async def cli_paths(w: World, who: Agent) -> str:
     out = []
-    for marker in MARKERS.values():
-        out.append(cli(w, who, "search", marker, "--fresh", "--json").stdout)
-    out.append(cli(w, who, "tail", "--after", "0", "--no-follow", "--json").stdout)
+    for args in [("search", marker, "--fresh", "--json") for marker in MARKERS.values()] + [
+        ("tail", "--after", "0", "--no-follow", "--json")
+    ]:
+        done = cli(w, who, *args)
+        if done.returncode != 0:  # a probe that failed would hide a leak
+            raise ScenarioFailed(f"bbs {args[0]} as {who.name}: {done.returncode} {done.stderr}")
+        out.append(done.stdout)
     return "\n".join(out)
 
 
@@ -289,15 +313,65 @@ async def no_leak(w: World) -> None:
     for name, who in w.agents.items():
         allowed = w.reads(name)
         texts = {"REST": await rest_paths(w, who), "MCP": await mcp_paths(w, who), "CLI": await cli_paths(w, who)}
-        leaks = {
-            via: [MARKERS[s] for s in MARKERS if s not in allowed and MARKERS[s] in text] for via, text in texts.items()
+        # a leak is a hidden space's marker (its words) or one of its entries' hashes (a link or envelope naming it)
+        hidden = {MARKERS[s]: MARKERS[s] for s in MARKERS if s not in allowed} | {
+            e["record_hash"]: f"{MARKERS[s]}#{e['id']}" for s in SPACES if s not in allowed for e in w.entries[s]
         }
+        leaks = {via: [label for found, label in hidden.items() if found in text] for via, text in texts.items()}
         leaked = {via: found for via, found in leaks.items() if found}
         w.check("no_leak", not leaked, f"{name}: {leaked}" if leaked else f"{name} ok")
+        # the probes are not blind: every interface shows the agent each space it reads
+        blind = {via: [MARKERS[s] for s in allowed if MARKERS[s] not in text] for via, text in texts.items()}
+        blind = {via: missing for via, missing in blind.items() if missing}
+        w.check("sees_own", not blind, f"{name} misses {blind}" if blind else f"{name}: every interface")
+        # the walk from the public entry the family entry responds to reaches it exactly for family's readers
+        start, reply = w.entries[None][0], w.entries["family"][0]
+        walk = json.loads((await w.rest("GET", f"/v1/entries/{start['record_hash']}?hops=1", who))[1])
+        walked = {e["id"] for e in walk["entries"]}
+        want = {start["id"], reply["id"]} if "family" in allowed else {start["id"]}
+        w.check("sees_own", walked == want, f"{name} walks to {len(walked)} of {len(want)}")
         search = json.loads((await w.rest("GET", f"/v1/search?tags={TAG}&limit=50", who))[1])
         seen = {e["id"] for e in search["entries"]}
         due = {e["id"] for s in allowed for e in w.entries.get(s, [])}
         w.check("sees_own", seen == due, f"{name} finds {len(seen)} of {len(due)}")
+
+
+async def pushes(w: World, among: dict[str | None, list[dict[str, Any]]]) -> None:
+    """Push (the inbox delivered to each agent's endpoint): of the entries `among`, every agent is pushed exactly
+    those of what it reads now that others wrote (its subscription and directed_to), nothing of another space."""
+    due = {
+        name: {e["record_hash"] for s in w.reads(name) for e in among.get(s, []) if e["author_id"] != a.agent_id}
+        for name, a in w.agents.items()
+    }
+    every = {e["record_hash"] for es in among.values() for e in es}
+    got: dict[str, set[str]] = {}
+    deadline = time.monotonic() + 10
+    while True:
+        async with w.session.get(w.receiver_url + "/received") as resp:
+            received = await resp.json()
+        got = {name: set() for name in w.agents}
+        for push in received:
+            name = push["path"].removeprefix("/push/")
+            for note in push["payload"].get("notifications", []):
+                got[name] |= {note["record_hash"]} & every
+        if all(due[n] <= got[n] for n in w.agents) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    for name in w.agents:
+        leaked = sorted(MARKERS[s] for s in SPACES if s not in w.reads(name) for e in among.get(s, [])
+                        if e["record_hash"] in got[name])  # fmt: skip
+        w.check("no_leak", not leaked, f"{name} pushed {leaked}" if leaked else f"{name} push ok")
+        w.check("sees_own", got[name] == due[name], f"{name} pushed {len(got[name])} of {len(due[name])}")
+
+
+async def posts_after_removals(w: World) -> None:
+    """Dad posts into family and finance after the removals: kid2 and mom, who were subscribed and readers, are
+    notified and pushed nothing of them (and the second `no_leak` round finds nothing of them either)."""
+    among: dict[str | None, list[dict[str, Any]]] = {
+        "family": [await post_rest(w, "dad", "family", 3)],
+        "finance": [await post_rest(w, "dad", "finance", 2)],
+    }
+    await pushes(w, among)
 
 
 async def visible_of(w: World, who: Agent, space: str) -> int:
@@ -369,7 +443,9 @@ async def run(root: Path) -> Report:
             await build(w)
             await writes(w)
             await no_leak(w)
+            await pushes(w, {s: list(es) for s, es in w.entries.items()})
             await removals(w)
+            await posts_after_removals(w)
             await no_leak(w)  # again, with the removals
             await late_member(w)
         except ScenarioFailed as exc:
@@ -378,6 +454,8 @@ async def run(root: Path) -> Report:
         finally:
             if getattr(w, "node", None) is not None:
                 w.node.kill()
+            if w.receiver is not None:
+                stop_process(w.receiver)  # type: ignore[arg-type]
     wall = time.monotonic() - started
     results = {n: w.results.get(n, Check(False, "not reached")) for n in CHECKS}
     return Report(results, wall, table(results) + f"\n\nspaces drill wall time: {wall:.1f}s")
