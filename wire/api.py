@@ -330,6 +330,9 @@ class SubscriptionIn(msgspec.Struct, forbid_unknown_fields=True):
     performatives: Annotated[list[Performative], msgspec.Meta(max_length=9)] = []
     authors: Annotated[list[AgentRef], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
     directed: bool = False
+    # only entries of these spaces (each one the subscriber may read); empty: public entries and those of every
+    # space the subscriber reads
+    spaces: Annotated[list[SpaceId], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
 
 
 class SubscriptionOut(msgspec.Struct):
@@ -343,6 +346,7 @@ class SubscriptionOut(msgspec.Struct):
     authors: list[str]
     directed: bool
     created_at: str
+    spaces: list[str] = []
 
 
 class SubscriptionList(msgspec.Struct):

@@ -16,6 +16,7 @@ from node.agents import refs as agent_refs
 from node.entries.queries import parse_since
 from node.errors import Conflict, NotFound
 from node.inbox import notify, store
+from node.spaces.store import sight_of
 from node.store.conn import Conn
 from node.store.db import Database
 from wire.api import AckOut, Envelope, InboxQuery, InboxResult, SubscriptionIn, SubscriptionOut
@@ -85,7 +86,11 @@ def subscription_filter(sub: SubscriptionIn) -> tuple[dict[str, list[str]], str]
         "performatives": sorted(set(sub.performatives)),
         "authors": sorted(set(sub.authors)),
     }
-    return dims, canonical.canonical_bytes({**dims, "directed": sub.directed}).decode()
+    keyed = {**dims, "directed": sub.directed}
+    spaces = sorted(set(sub.spaces))
+    if spaces:  # only then part of the key: a filter without spaces keeps the key it had before spaces existed
+        keyed["spaces"] = spaces
+    return {**dims, "spaces": spaces}, canonical.canonical_bytes(keyed).decode()
 
 
 def subscribe_txn(
@@ -96,6 +101,10 @@ def subscribe_txn(
     row = store.subscription_by_filter(conn, agent_id, filter_key)
     if row is not None:
         return subscription_out(row), False
+    sight = sight_of(conn, agent_id)
+    for i, space in enumerate(dims["spaces"]):
+        if not sight.sees(space):  # a subscription to a space one may not read: as to one never created
+            raise NotFound("no such space here", field=f"$.spaces[{i}]", code="unknown_space")
     if store.subscription_count(conn, agent_id) >= MAX_SUBSCRIPTIONS:
         raise Conflict(f"an agent may hold at most {MAX_SUBSCRIPTIONS} subscriptions", code="too_many_subscriptions")
     sub_id = store.insert_subscription_txn(conn, agent_id, dims, filter_key, directed, now)
@@ -124,6 +133,7 @@ def subscription_out(row: sqlite3.Row) -> SubscriptionOut:
         authors=json.loads(row["authors"]),
         directed=bool(row["directed"]),
         created_at=format_ms(row["created_ms"]),
+        spaces=json.loads(row["spaces"]),
     )
 
 

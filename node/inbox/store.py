@@ -63,6 +63,7 @@ _SUBSCRIBED = (
     "        WHERE t.dim = 'type' AND t.value = r.type AND t.sub_id = s.id))"
     "   AND (s.n_perfs = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
     "        WHERE t.dim = 'perf' AND t.value = r.perf AND t.sub_id = s.id))"
+    "   AND (s.n_spaces = 0 OR EXISTS (SELECT 1 FROM json_each(s.spaces) j WHERE j.value = r.space))"
     "   AND (s.n_authors = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
     "        WHERE t.dim = 'author' AND t.value = r.author AND t.sub_id = s.id))"
     "   AND (s.n_tags = 0 OR EXISTS (SELECT 1 FROM subscription_terms t JOIN entry_tags et"
@@ -260,7 +261,8 @@ def insert_subscription_txn(
     sub_id = int(
         conn.execute(
             "INSERT INTO subscriptions (agent_id, filter_key, tags, entry_types, performatives, authors, directed,"
-            " n_tags, n_types, n_perfs, n_authors, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " n_tags, n_types, n_perfs, n_authors, created_ms, spaces, n_spaces)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " RETURNING id",
             (
                 agent_id,
@@ -275,6 +277,8 @@ def insert_subscription_txn(
                 len(dims["performatives"]),
                 len(dims["authors"]),
                 now_ms,
+                json.dumps(dims["spaces"]),
+                len(dims["spaces"]),
             ),
         ).fetchone()[0]
     )

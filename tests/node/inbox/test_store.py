@@ -21,7 +21,7 @@ from tests.node.inbox.test_notify import statuses, take
 from wire.api import PostEntry
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
-DIMS = {"tags": ["roof", "shed"], "entry_types": ["question"], "performatives": [], "authors": []}
+DIMS = {"tags": ["roof", "shed"], "entry_types": ["question"], "performatives": [], "authors": [], "spaces": []}
 
 
 async def post(node: Node, author: AgentCreds, content: str, **fields: Any) -> tuple[int, str]:

@@ -22,7 +22,7 @@ MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 async def space_with(client: TestClient, owner: AgentCreds, **roles: AgentCreds) -> str:
     """A new space of `owner` with each agent of `roles` (role name -> agent) added."""
     space: str = (await call(client, "POST", "/v1/spaces", owner, 201, {"name": "family"}))["space_id"]
-    for role, agent in roles.items():
+    for role, agent in roles.items():  # a role name may end in digits (reader2): one role per agent
         await call(client, "POST", f"/v1/spaces/{space}/members", owner, 201,
                    {"agent_id": agent.agent_id, "role": role.rstrip("0123456789")})  # fmt: skip
     return space
