@@ -378,6 +378,7 @@ class Envelope(msgspec.Struct):
     tier: int
     reason: str
     attempt: int
+    space: str | None = None  # the space of the entry (one the recipient reads); None: public
 
 
 class InboxResult(msgspec.Struct):

@@ -154,4 +154,5 @@ def envelope(row: sqlite3.Row) -> Envelope:
         tier=row["tier"],
         reason=row["reason"],
         attempt=row["attempt_count"] + 1,
+        space=row["space"],
     )

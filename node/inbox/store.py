@@ -146,7 +146,7 @@ FAIL_SQL = (
 )
 # The envelope of a notification `n` of entry `e`, as columns (INBOX_SQL's page, and node/push's scan).
 ENVELOPE_COLUMNS = (
-    "n.id AS notification_id, n.tier, n.reason, n.attempt_count, e.id AS entry_id, e.record_hash,"
+    "n.id AS notification_id, n.tier, n.reason, n.attempt_count, e.id AS entry_id, e.record_hash, e.space,"
     "   e.author_id, e.created_at, e.entry_type, e.performative, e.tags, e.confidence,"
     "   EXISTS (SELECT 1 FROM entry_directed d WHERE d.entry_id = e.id AND d.agent_id = n.agent_id)"
     "     AS directed_to_me,"
