@@ -358,6 +358,11 @@ const LINK_TYPES = ["supports", "contradicts", "supersedes", "responds_to", "der
 
 views.search = async (_args, params, ctx) => {
   const list = (name) => params.getAll(name).flatMap((v) => v.split(",")).filter(Boolean);
+  // the space picker: the spaces the signed-in agent reads (every space, to the admin); none picked: all of them
+  // and the public federation (docs/spaces.md)
+  const held = state.me.features.includes("spaces")
+    ? (await api("/dashboard/api/spaces")).spaces : [];
+  if (!ctx.alive()) return;
   const text = (name, attrs = {}) => h("input", { name, value: params.get(name) || "", ...attrs });
   const form = h("form", { class: "search", role: "search", onsubmit: (ev) => {
     ev.preventDefault();
@@ -378,6 +383,9 @@ views.search = async (_args, params, ctx) => {
       field("Hops", text("hops", { type: "number", min: 0, max: 3 })),
       field("Direction", h("select", { name: "direction" }, ["both", "outbound", "inbound"].map((d) => h("option", { value: d, selected: params.get("direction") === d }, d)))),
       field("Page size", text("limit", { type: "number", min: 1, max: 200 })),
+      held.length > 0 && field("Space", h("select", { name: "space" },
+        h("option", { value: "" }, "public and every space you read"),
+        held.map((s) => h("option", { value: s.space_id, selected: params.get("space") === s.space_id }, s.name)))),
       h("label", { class: "inline" }, h("input", { type: "checkbox", name: "include_synthetic", value: "true", checked: params.get("include_synthetic") === "true" }), "include synthetic"),
       checkboxes("entry_type", ENTRY_TYPES, list("entry_type")),
       checkboxes("performative", PERFORMATIVES, list("performative")),
@@ -491,6 +499,11 @@ views.space = async ([ref], _params, ctx) => {
   main.append(h("h2", {}, "Members"), h("div", { class: "scroll" }, h("table", { id: "space-members" },
     h("thead", {}, h("tr", {}, ["Member", "Role"].map((c) => h("th", { scope: "col" }, c)))),
     h("tbody", {}, (s.members || []).map(row)))));
+  const recent = await api(`/v1/search?space=${encodeURIComponent(s.space_id)}&limit=20`);
+  if (!ctx.alive()) return;
+  await ensureNames(recent.entries.map((e) => e.author_id));
+  main.append(h("h2", {}, "Recent entries"), h("div", { id: "space-entries" }, entryList(recent.entries, "Nothing posted here yet.")),
+    h("p", {}, h("a", { href: `#/search?space=${encodeURIComponent(s.space_id)}` }, "Search this space →")));
 };
 
 // ---- workflows: tasks and bus -----------------------------------------------------------------------------

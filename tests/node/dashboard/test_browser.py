@@ -263,6 +263,9 @@ async def test_spaces_and_a_spaces_members(
         f"/v1/spaces/{space}/members", json={"agent_id": bob.agent_id, "role": "writer"}, headers=alice.headers
     )
     assert resp.status == 201, await resp.text()
+    body = {"entry_type": "finding", "performative": "inform", "content": "the attic key", "space": space}
+    resp = await client.post("/v1/entries", json=body, headers=alice.headers)
+    assert resp.status == 201, await resp.text()
     b = await open_browser()
     await b.sign_in(bob.api_key)
     await b.view("#/spaces", "#spaces tbody tr")
@@ -274,7 +277,11 @@ async def test_spaces_and_a_spaces_members(
     names = sorted(m.split("\n")[0].split("\t")[0].strip("\u2068\u2069") for m in members)  # bidi-isolated
     assert names == ["Alice", "Bob"]
     assert any("owner" in m and "Alice" in m for m in members) and any("writer" in m and "Bob" in m for m in members)
+    assert "the attic key" in await b.page.locator("#space-entries").inner_text()  # its recent entries
     await b.shot("space")
+    await b.view(f"#/search?space={space}", "#results")  # the space picker narrows a search to the space
+    assert await b.page.locator("select[name=space]").input_value() == space
+    assert "the attic key" in await b.page.locator("#results").inner_text()
     admin = await open_browser()
     await admin.sign_in(data_dir[1])
     await admin.view("#/spaces", "#spaces tbody tr")
