@@ -359,6 +359,7 @@ class InboxQuery(msgspec.Struct, forbid_unknown_fields=True):
     limit: Limit = 50
     since: str | None = None
     mark_delivered: bool = False
+    space: SpaceId | None = None  # only notifications of this space's entries (a space the caller reads)
 
 
 class Envelope(msgspec.Struct):

@@ -58,17 +58,25 @@ def contradictions(conn: Conn, arrived_hashes: str, now_ms: int) -> None:
 
 
 def take_inbox(
-    conn: Conn, agent_id: str, *, limit: int, since_ms: int | None, mark_delivered: bool, now_ms: int
+    conn: Conn,
+    agent_id: str,
+    *,
+    limit: int,
+    since_ms: int | None,
+    mark_delivered: bool,
+    now_ms: int,
+    space: str | None = None,
 ) -> list[sqlite3.Row]:
     """Advance the state machine and lease (or deliver) up to `limit` of the agent's notifications.
 
     pending -> leased (attempt counted, lease until now + LEASE_MS) -> delivered by ack;
     a lease that lapses makes the notification deliverable again; after MAX_ATTEMPTS lapses it is
     failed; past its expiry it is expired (any agent's: the expired are found by index, not per agent).
+    With `space`, only notifications of that space's entries are leased.
     """
     store.expire_txn(conn, now_ms)
     store.fail_lapsed_txn(conn, agent_id, now_ms, MAX_ATTEMPTS)
-    rows = store.inbox_page(conn, agent_id, now_ms, since_ms, limit)
+    rows = store.inbox_page(conn, agent_id, now_ms, since_ms, limit, space)
     if rows:
         ids = [r["notification_id"] for r in rows]
         if mark_delivered:

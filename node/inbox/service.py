@@ -56,10 +56,20 @@ class Inbox:
         rows: list[sqlite3.Row] = []
         # An empty inbox (the usual poll) is answered by a read: only a poll with something to lease needs the
         # writer. Expiry of any agent's notifications runs in those (take_inbox), so it waits for one.
+        if q.space is not None:  # one space's notifications: a space the agent reads (as one never created otherwise)
+            wanted = q.space
+            if not await self.db.read(lambda c: sight_of(c, agent_id).sees(wanted), quick=True):
+                raise NotFound("no such space here", field="$.space", code="unknown_space")
         if await self.db.read(lambda c: store.has_deliverable(c, agent_id, now), quick=True):
             rows = await self.db.write(
                 lambda c: notify.take_inbox(
-                    c, agent_id, limit=q.limit, since_ms=since_ms, mark_delivered=q.mark_delivered, now_ms=now
+                    c,
+                    agent_id,
+                    limit=q.limit,
+                    since_ms=since_ms,
+                    mark_delivered=q.mark_delivered,
+                    now_ms=now,
+                    space=q.space,
                 )
             )
         return InboxResult(notifications=[envelope(r) for r in rows], lease_seconds=notify.LEASE_MS // 1000)

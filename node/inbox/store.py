@@ -164,24 +164,33 @@ ENVELOPE_COLUMNS = (
     "     GROUP BY l.target_hash"
     "     ORDER BY part, o LIMIT 100)) AS link_targets"
 )
+
+
 # One page of an agent's deliverable notifications with their envelopes. The page is chosen first, from
 # notifications_agent_status in (tier, id) order (a pending and a lapsed-lease branch, merged), so a poll reads
 # `limit` rows whatever the agent's backlog; the envelope columns, with their subqueries, are computed for the
 # page only (selected with the filter, SQLite computed them for every deliverable row before sorting).
-INBOX_SQL = (
-    "SELECT " + ENVELOPE_COLUMNS + " FROM ("
-    "   SELECT id, tier FROM (SELECT id, tier FROM notifications"
-    "     WHERE agent_id = :agent AND status = 'pending' AND (:since IS NULL OR created_ms >= :since)"
-    "     ORDER BY tier, id LIMIT :limit)"
-    "   UNION ALL"
-    "   SELECT id, tier FROM (SELECT id, tier FROM notifications"
-    "     WHERE agent_id = :agent AND status = 'leased' AND next_attempt_ms <= :now"
-    "       AND (:since IS NULL OR created_ms >= :since)"
-    "     ORDER BY tier, id LIMIT :limit)"
-    "   ORDER BY tier, id LIMIT :limit) p"
-    " JOIN notifications n ON n.id = p.id JOIN entries e ON e.id = n.entry_id"
-    " ORDER BY p.tier, p.id"
-)
+def _inbox_sql(in_space: str = "") -> str:
+    """INBOX_SQL, with `in_space` (a condition on a notification) added to both branches of the page's choice."""
+    return (
+        "SELECT " + ENVELOPE_COLUMNS + " FROM ("
+        "   SELECT id, tier FROM (SELECT id, tier FROM notifications"
+        "     WHERE agent_id = :agent AND status = 'pending' AND (:since IS NULL OR created_ms >= :since)"
+        f"    {in_space} ORDER BY tier, id LIMIT :limit)"
+        "   UNION ALL"
+        "   SELECT id, tier FROM (SELECT id, tier FROM notifications"
+        "     WHERE agent_id = :agent AND status = 'leased' AND next_attempt_ms <= :now"
+        "       AND (:since IS NULL OR created_ms >= :since)"
+        f"    {in_space} ORDER BY tier, id LIMIT :limit)"
+        "   ORDER BY tier, id LIMIT :limit) p"
+        " JOIN notifications n ON n.id = p.id JOIN entries e ON e.id = n.entry_id"
+        " ORDER BY p.tier, p.id"
+    )
+
+
+INBOX_SQL = _inbox_sql()
+# A poll of one space's notifications (`InboxQuery.space`): the same page, of entries of that space only.
+INBOX_SPACE_SQL = _inbox_sql("AND entry_id IN (SELECT id FROM entries WHERE space = :space)")
 
 
 # Whether the agent has anything a poll would lease or fail: a pending notification, or a leased one whose lease
@@ -202,9 +211,13 @@ def fail_lapsed_txn(conn: Conn, agent_id: str, now_ms: int, max_attempts: int) -
     conn.execute(FAIL_SQL, {"agent": agent_id, "now": now_ms, "attempts": max_attempts})
 
 
-def inbox_page(conn: Conn, agent_id: str, now_ms: int, since_ms: int | None, limit: int) -> list[Any]:
-    """Up to `limit` of the agent's deliverable notifications with their envelopes (`INBOX_SQL`)."""
-    return conn.execute(INBOX_SQL, {"agent": agent_id, "now": now_ms, "since": since_ms, "limit": limit}).fetchall()
+def inbox_page(
+    conn: Conn, agent_id: str, now_ms: int, since_ms: int | None, limit: int, space: str | None = None
+) -> list[Any]:
+    """Up to `limit` of the agent's deliverable notifications with their envelopes (`INBOX_SQL`); of entries of
+    `space` only, when given (`INBOX_SPACE_SQL`)."""
+    params = {"agent": agent_id, "now": now_ms, "since": since_ms, "limit": limit, "space": space}
+    return conn.execute(INBOX_SQL if space is None else INBOX_SPACE_SQL, params).fetchall()
 
 
 def deliver_txn(conn: Conn, ids: list[int], now_ms: int) -> None:

@@ -227,6 +227,7 @@ async def test_every_tool_with_every_parameter_answers_as_rest(
             e.id for e in (await bob_rest.search(SearchQuery(q="eviction", fresh=True))).entries
         ]
         await d.refused("post", {"content": "x", "space": "not-a-space"}, "space")
+        assert (await d.ok("inbox", {"space": space, "limit": 5}))["notifications"] == []  # bob posted none there
         only_space = await d.ok("subscribe", {"tags": ["e2e-space"], "spaces": [space]})
         assert only_space["spaces"] == [space]
         assert await d.ok("subscribe", {"action": "delete", "subscription_id": only_space["id"]}) == {

@@ -39,3 +39,18 @@ async def test_a_subscription_to_one_space(client: TestClient, node: Node, make_
     assert (await get(client, "/v1/subscriptions", eve))["subscriptions"] == []
     listed = (await get(client, "/v1/subscriptions", dave))["subscriptions"]
     assert [s["spaces"] for s in listed] == [[]]
+
+
+async def test_a_poll_of_one_spaces_notifications(client: TestClient, node: Node, make_agent: MakeAgent) -> None:
+    owner, carol, eve = await make_agent("owner"), await make_agent("carol"), await make_agent("eve")
+    garden = await space_with(client, owner, reader=carol)
+    await call(client, "POST", "/v1/subscriptions", carol, 201, {"tags": ["plan"]})
+    in_garden = await post(client, owner, "garden plan", space=garden, tags=["plan"])
+    public = await post(client, owner, "public plan", tags=["plan"])
+    only = await get(client, f"/v1/inbox?space={garden}", carol)
+    assert [n["record_hash"] for n in only["notifications"]] == [in_garden["record_hash"]]
+    assert only["notifications"][0]["space"] == garden
+    rest = await get(client, "/v1/inbox", carol)  # the space's one is leased: the public one is left
+    assert [(n["record_hash"], n["space"]) for n in rest["notifications"]] == [(public["record_hash"], None)]
+    problem = await get(client, f"/v1/inbox?space={garden}", eve, 404)
+    assert (problem["code"], problem["field"]) == ("unknown_space", "$.space")
