@@ -768,9 +768,11 @@ class Client:
                 return await self.call("POST", path, dict, json=body, idempotency_key=idempotency_key)
             draft.pop("unlinked_evidence", None)
             draft["scope"] = scope
+            if draft.get("space") is None:  # a public candidate's entry carries no space (a space's: v2)
+                draft.pop("space", None)
             unsigned = {
                 "kind": "entry",
-                "schema_version": canonical.SCHEMA_VERSION,
+                "schema_version": canonical.SCHEMA_VERSION if "space" not in draft else canonical.SPACE_SCHEMA_VERSION,
                 "author_id": self._author(),
                 "created_at": canonical.now_created_at(),
                 **draft,

@@ -34,6 +34,7 @@ from node.inbox.service import MAX_SUBSCRIPTIONS, Inbox
 from node.ops.datadir import DataDir
 from node.search_index import indexer
 from node.search_index.index import SearchIndex
+from node.spaces import store as space_store
 from node.spaces.service import Spaces
 from node.store.db import Database
 from node.store.key_fence import KEY_FENCE_NAME, KeyFence
@@ -70,7 +71,7 @@ class Node:
         self.workflows: Workflows = Workflows(
             self.db, self.sealing, self.node_keys.signer, self.now_ms, self.data.root / FENCE_NAME
         )
-        self.default_mode = DefaultMode(self.db, self.node_id, self.now_ms, self.entries, self.reads)
+        self.default_mode = DefaultMode(self.db, self.node_id, self.now_ms, self.entries, self.reads, space_store)
         self.trust: Trust = Trust(self.db, self.now_ms)
         self.sync = NodeSyncStore(self.db, self.node_id, self.now_ms, authority=self.sealing.authority)
         # key events over REST, rotations; revocations and recoveries of node-kept keys (node/agents/recovery.py)

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from identity.schema import Confidence, ProjectName, Scope, Tag, TruthState, whole
+from identity.schema_v3 import SpaceId
 from wire.api import AgentRef, EntryOut, EntryRef
 
 MAX_TRANSCRIPT_CHARS = 200_000
@@ -72,6 +73,9 @@ class ReflectIn(msgspec.Struct, forbid_unknown_fields=True):
     evidence_strength: Weight = 0.0
     weights: SalienceWeights | None = None
     tags: CandidateTags = []
+    # reflect in this space (one you write in): its session's entries and messages are read with the public ones,
+    # and the candidates land in it (docs/spaces.md)
+    space: SpaceId | None = None
 
 
 class LineScore(msgspec.Struct):
@@ -124,8 +128,10 @@ class ReviewIn(msgspec.Struct, forbid_unknown_fields=True):
     note: Annotated[str, msgspec.Meta(max_length=MAX_NOTE_CHARS)] | None = None
 
 
-class EntryDraft(msgspec.Struct):
-    """The fields the promoted entry must carry; add kind, schema_version, author_id, created_at and sign it."""
+class EntryDraft(msgspec.Struct, omit_defaults=True):
+    """The fields the promoted entry must carry; add kind, schema_version, author_id, created_at and sign it (in a
+    space, `space` is one of them: sign it with `schema_version` "v2", docs/spaces.md). Defaults are omitted, so a
+    public candidate's draft names no space and one without more evidence than its links no `unlinked_evidence`."""
 
     entry_type: str
     performative: str
@@ -139,6 +145,7 @@ class EntryDraft(msgspec.Struct):
     authority: Literal["derived"]
     scope: Scope
     unlinked_evidence: list[str] = []  # evidence beyond the 32 inline links: only in metadata when self-signed
+    space: str | None = None  # the candidate's space: the entry is posted into it
 
 
 class ConsolidateIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -148,6 +155,7 @@ class ConsolidateIn(msgspec.Struct, forbid_unknown_fields=True):
     since: str | None = None
     tags: Annotated[list[Tag], msgspec.Meta(max_length=32)] = []
     include_synthetic: bool = False
+    space: SpaceId | None = None  # consolidate this space's entries with the public ones; the candidate lands in it
 
 
 class SimulateFutureIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -204,6 +212,7 @@ class CandidateOut(msgspec.Struct):
     decided_at: str | None = None
     decision_note: str | None = None
     promote_requested_by: str | None = None  # "admin" when the admin named the author
+    space: str | None = None  # the space it was proposed in (its readers alone see it); None: public
 
 
 class CandidateList(msgspec.Struct):

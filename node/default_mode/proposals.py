@@ -10,19 +10,21 @@ import asyncio
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import msgspec
 
 from identity import canonical
+from identity.space_rules import may_read, may_write
 from node.default_mode import critic, salience, store, templates
 from node.default_mode.classify import classify
 from node.default_mode.store import DEFAULT_MODE_SIGHT, NewCandidate
 from node.entries import queries
 from node.entries import store as entries_store
-from node.errors import InvalidInput, NotFound
+from node.errors import Forbidden, InvalidInput, NotFound
+from node.spaces.sight import OPERATOR, Sight, Viewer
 from node.store.conn import Conn
 from wire.default_mode import (
     MAX_CANDIDATES_PER_CALL,
@@ -57,6 +59,14 @@ class RecordStore(Protocol):
     async def write(self, fn: Callable[[Conn], T]) -> T: ...
 
 
+class SpaceRules(Protocol):
+    """What the runtime asks of spaces (node/spaces/store.py, given by `Node`): who reads what, and roles."""
+
+    def sight_of(self, conn: Conn, viewer: Viewer) -> Sight: ...
+
+    def roles_of(self, conn: Conn, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str | None]: ...
+
+
 @dataclass(frozen=True)
 class Once:
     """A candidate-creating call made with an idempotency key: whose key, which operation, what it replies."""
@@ -75,14 +85,28 @@ class Once:
 class Proposals:
     """Candidates proposed from records, reviewed by the critic as they are stored."""
 
-    def __init__(self, db: RecordStore, now_ms: Callable[[], int]) -> None:
+    def __init__(self, db: RecordStore, now_ms: Callable[[], int], spaces: SpaceRules) -> None:
         self.db = db
         self.now_ms = now_ms
+        self.spaces = spaces
         self._promote_lock = asyncio.Lock()  # held by a promotion, a decision, a critic run: one at a time
 
-    async def _evidence(self, refs: list[str], field: str) -> list[str]:
-        """Resolve entry ids or record hashes to record hashes (a well-formed unknown hash is kept: it may arrive)."""
-        return await self.db.read(lambda c: evidence(c, refs, field)) if refs else []
+    async def _evidence(self, refs: list[str], field: str, sight: Sight = DEFAULT_MODE_SIGHT) -> list[str]:
+        """Resolve entry ids or record hashes to record hashes (a well-formed unknown hash is kept: it may arrive),
+        as `sight` sees them (an entry it does not see is not found)."""
+        return await self.db.read(lambda c: evidence(c, refs, field, sight)) if refs else []
+
+    async def _space_of_call(self, agent_id: str, space: str | None) -> Sight:
+        """What a call asked in `space` reads: that space and the public federation, for an agent that writes in
+        it (its candidates are posted there: 403 `not_a_writer`, 404 `unknown_space`); the public federation for
+        a call in no space."""
+        if space is not None:
+            role = (await self.db.read(lambda c: self.spaces.roles_of(c, [(space, agent_id)])))[(space, agent_id)]
+            if role is None or not may_read(role):
+                raise NotFound("no such space here", field="$.space", code="unknown_space")
+            if not may_write(role):
+                raise Forbidden("a reader of this space may not propose into it", field="$.space", code="not_a_writer")
+        return store.in_space(space)
 
     async def _store_and_review(
         self,
@@ -91,6 +115,7 @@ class Proposals:
         *,
         reply: Callable[[CriticResult], R],
         once: Once | None = None,
+        viewer: Viewer = None,
     ) -> tuple[R, bool]:
         """Insert `new`, run the critic over them and over `existing` ids, and build the call's `reply`, all in
         one transaction. With `once` (an idempotency key), a key already used returns the reply it gave then
@@ -99,7 +124,10 @@ class Proposals:
         # never between a promotion's entry and its `promoted` mark: the critic would call the candidate a
         # duplicate of the entry it has just become
         async with self._promote_lock:
-            return await self.db.write(lambda c: store_and_review(c, new, list(existing or []), reply, once, now))
+            spaces = self.spaces
+            return await self.db.write(
+                lambda c: store_and_review(c, new, list(existing or []), reply, once, now, spaces.sight_of(c, viewer))
+            )
 
     # ---- reflect ----------------------------------------------------------------------------------------
 
@@ -115,13 +143,14 @@ class Proposals:
             raise InvalidInput("since and until select a session's records; a transcript has none",
                                field="$.since" if body.since is not None else "$.until",
                                code="transcript_or_session")  # fmt: skip
-        evidence = await self._evidence(body.evidence_refs, "$.evidence_refs")
+        sight = await self._space_of_call(agent_id, body.space)
+        evidence = await self._evidence(body.evidence_refs, "$.evidence_refs", sight)
         line_source: list[str | None]
         if body.transcript is not None:
             lines = body.transcript.split("\n")
             line_source = [None for _ in lines]
         else:
-            lines, line_source = await self._session_lines(body)
+            lines, line_source = await self._session_lines(body, sight)
         scored = salience.score_lines(
             lines,
             body.weights or SalienceWeights(),
@@ -152,6 +181,7 @@ class Proposals:
                     "project": body.project,
                     "source_ref": line_source[s.index],  # the record the line came from: never its duplicate
                 },
+                space=body.space,
             )
             for s in sorted(best, key=lambda s: s.index)
         ]
@@ -169,7 +199,7 @@ class Proposals:
             new, reply=reply, once=Once.of(agent_id, key, "reflect-session", ReflectResult)
         )
 
-    async def _session_lines(self, body: ReflectIn) -> tuple[list[str], list[str | None]]:
+    async def _session_lines(self, body: ReflectIn, sight: Sight) -> tuple[list[str], list[str | None]]:
         """A session's transcript, oldest first: the lines of its entries (tagged session:<id>) and of its
         project's bus messages, each line with the record hash it came from."""
         since_ms = queries.parse_since(body.since, "$.since")
@@ -177,7 +207,9 @@ class Proposals:
         if since_ms is not None and until_ms is not None and until_ms < since_ms:
             raise InvalidInput("until is before since", field="$.until", code="invalid_range")
         rows = await self.db.read(
-            lambda c: store.session_records(c, body.session_id, body.project, since_ms, until_ms, MAX_SESSION_ENTRIES)
+            lambda c: store.session_records(
+                c, body.session_id, body.project, since_ms, until_ms, MAX_SESSION_ENTRIES, sight
+            )
         )
         if not rows:
             what = " and ".join(
@@ -221,10 +253,12 @@ class Proposals:
                 )
             )
         ids = list(dict.fromkeys(body.candidate_ids))
-        if not ids and not new:
-            ids = await self.db.read(lambda c: store.proposed_ids(c, MAX_CANDIDATES_PER_CALL))
+        if not ids and not new:  # the candidates the agent may see: public ones and those of its spaces
+            ids = await self.db.read(
+                lambda c: store.proposed_ids(c, MAX_CANDIDATES_PER_CALL, self.spaces.sight_of(c, agent_id))
+            )
         return await self._store_and_review(
-            new, ids, reply=lambda result: result, once=Once.of(agent_id, key, "critic", CriticResult)
+            new, ids, reply=lambda result: result, once=Once.of(agent_id, key, "critic", CriticResult), viewer=agent_id
         )
 
     # ---- consolidate ------------------------------------------------------------------------------------
@@ -235,10 +269,11 @@ class Proposals:
         """Summarise the distribution of recent entries into one needs_review hypothesis carrying them all.
 
         With an idempotency `key` already used, the first reply and False (nothing stored)."""
+        sight = await self._space_of_call(agent_id, body.space)
         rows = list(
             reversed(
                 await self.db.read(
-                    lambda c: store.recent_entries(c, body.limit, body.include_synthetic, body.tags, since_ms)
+                    lambda c: store.recent_entries(c, body.limit, body.include_synthetic, body.tags, since_ms, sight)
                 )
             )
         )
@@ -256,6 +291,7 @@ class Proposals:
             source="consolidate",
             proposed_by=agent_id,
             payload={"distribution": distribution},
+            space=body.space,
         )
         return await self._store_and_review(
             [new], reply=lambda result: result.candidates[0], once=Once.of(agent_id, key, "consolidate", CandidateOut)
@@ -316,19 +352,21 @@ class Proposals:
 
     # ---- listing ----------------------------------------------------------------------------------------
 
-    async def candidates(self, q: CandidateQuery) -> CandidateList:
-        """A page of candidates, newest first."""
-        rows = await self.db.read(lambda c: store.page(c, list(q.status), q.limit, q.offset))
+    async def candidates(self, q: CandidateQuery, viewer: Viewer) -> CandidateList:
+        """A page of the candidates `viewer` may see (public ones and those of its spaces), newest first."""
+        rows = await self.db.read(
+            lambda c: store.page(c, list(q.status), q.limit, q.offset, self.spaces.sight_of(c, viewer))
+        )
         return CandidateList(
             candidates=[store.out(r) for r in rows], next_offset=q.offset + q.limit if len(rows) == q.limit else None
         )
 
-    async def candidate(self, candidate_id: int) -> CandidateOut:
-        """One candidate."""
-        return store.out(await self._candidate_row(candidate_id))
+    async def candidate(self, candidate_id: int, viewer: Viewer) -> CandidateOut:
+        """One candidate, to a viewer that may see it (404 otherwise, as for one never proposed)."""
+        return store.out(await self._candidate_row(candidate_id, viewer))
 
-    async def _candidate_row(self, candidate_id: int) -> sqlite3.Row:
-        rows = await self.db.read(lambda c: store.fetch(c, [candidate_id]))
+    async def _candidate_row(self, candidate_id: int, viewer: Viewer) -> sqlite3.Row:
+        rows = await self.db.read(lambda c: store.fetch(c, [candidate_id], self.spaces.sight_of(c, viewer)))
         if not rows:
             raise NotFound(f"no candidate {candidate_id}", field="candidate_id", code="candidate_not_found")
         return rows[0]
@@ -337,13 +375,11 @@ class Proposals:
 # ---- transaction bodies and reads ---------------------------------------------------------------------------
 
 
-def evidence(conn: Conn, refs: list[str], field: str) -> list[str]:
+def evidence(conn: Conn, refs: list[str], field: str, sight: Sight) -> list[str]:
     """The record hashes `refs` name, without repeats; 404 `evidence_not_found` naming `field[i]`."""
     return list(
         dict.fromkeys(
-            entries_store.require_ref(
-                conn, ref, "evidence", DEFAULT_MODE_SIGHT, field=f"{field}[{i}]", code="evidence_not_found"
-            )
+            entries_store.require_ref(conn, ref, "evidence", sight, field=f"{field}[{i}]", code="evidence_not_found")
             for i, ref in enumerate(refs)
         )
     )
@@ -356,20 +392,21 @@ def store_and_review(
     reply: Callable[[CriticResult], R],
     once: Once | None,
     now: int,
+    sight: Sight,
 ) -> tuple[R, bool]:
-    """`Proposals._store_and_review` in its transaction."""
+    """`Proposals._store_and_review` in its transaction; `ids` must be candidates `sight` sees (404 otherwise)."""
     if once is not None:
         earlier = store.earlier_reply(conn, once.agent_id, once.key, once.operation)
         if earlier is not None:
             return msgspec.json.decode(earlier, type=once.reply_type), False
-    rows = store.fetch(conn, ids)
+    rows = store.fetch(conn, ids, sight)
     found = {r["id"] for r in rows}
     for i, cid in enumerate(ids):
         if cid not in found:
             raise NotFound(f"no candidate {cid}", field=f"$.candidate_ids[{i}]", code="candidate_not_found")
     ids += store.insert(conn, new, now)
     skipped = []
-    for row in store.fetch(conn, ids):
+    for row in store.fetch(conn, ids, OPERATOR):
         if row["status"] in ("promoted", "rejected") or row["decision"] is not None:
             skipped.append(int(row["id"]))
             continue
@@ -380,10 +417,11 @@ def store_and_review(
             evidence_refs=json.loads(row["evidence_refs"]),
             truth_state=row["truth_state"],
             synthetic=bool(row["synthetic"]),
-            duplicate=store.duplicate_of(conn, row["text"], besides=source) is not None,
+            duplicate=store.duplicate_of(conn, row["text"], besides=source, sight=store.in_space(row["space"]))
+            is not None,
         )
         store.apply_review(conn, int(row["id"]), verdict, now)
-    reviewed = [store.out(r) for r in store.fetch(conn, ids) if int(r["id"]) not in skipped]
+    reviewed = [store.out(r) for r in store.fetch(conn, ids, OPERATOR) if int(r["id"]) not in skipped]
     result = reply(CriticResult(candidates=reviewed, skipped=skipped))
     if once is not None:
         store.keep_reply(conn, once.agent_id, once.key, once.operation, msgspec.json.encode(result), now)

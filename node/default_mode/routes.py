@@ -99,15 +99,17 @@ async def incubate(request: web.Request) -> web.Response:
 
 
 async def list_candidates(request: web.Request) -> web.Response:
-    return json_response(await _rt(request).candidates(decode_query(request, CandidateQuery)))
+    return json_response(
+        await _rt(request).candidates(decode_query(request, CandidateQuery), principal(request).agent_id)
+    )
 
 
 async def get_candidate(request: web.Request) -> web.Response:
-    return json_response(await _rt(request).candidate(_candidate_id(request)))
+    return json_response(await _rt(request).candidate(_candidate_id(request), principal(request).agent_id))
 
 
 async def get_draft(request: web.Request) -> web.Response:
-    return json_response(await _rt(request).draft(_candidate_id(request)))
+    return json_response(await _rt(request).draft(_candidate_id(request), principal(request).agent_id))
 
 
 def _route(method: str, path: str, handler: object, summary: str, auth: str, **kw: object) -> Route:

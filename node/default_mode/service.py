@@ -14,10 +14,9 @@ import msgspec
 
 from identity import canonical
 from node.default_mode import store
-from node.default_mode.proposals import Proposals, RecordStore
-from node.default_mode.store import DEFAULT_MODE_SIGHT
+from node.default_mode.proposals import Proposals, RecordStore, SpaceRules
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
-from node.spaces.sight import Viewer
+from node.spaces.sight import Sight, Viewer
 from node.store import idempotency
 from node.store.conn import Conn
 from wire.api import EntryOut, LinkSpec, PostEntry, ReadQuery, ReadResult, SignedSubmission
@@ -70,9 +69,15 @@ class DefaultMode(Proposals):
     """The runtime bound to one node (built once, by `Node`: one promote lock per node)."""
 
     def __init__(
-        self, db: RecordStore, node_id: str, now_ms: Callable[[], int], entries: EntryWriter, reads: EntryReader
+        self,
+        db: RecordStore,
+        node_id: str,
+        now_ms: Callable[[], int],
+        entries: EntryWriter,
+        reads: EntryReader,
+        spaces: SpaceRules,
     ) -> None:
-        super().__init__(db, now_ms)
+        super().__init__(db, now_ms, spaces)
         self.node_id = node_id
         self.entries = entries
         self.reads = reads
@@ -99,8 +104,9 @@ class DefaultMode(Proposals):
             raise Forbidden("an agent promotes as itself; only the admin names an author", field="$.author",
                             code="author_admin_only")  # fmt: skip
         operation = f"promote:{candidate_id}"
+        viewer = None if requested_by == ADMIN else agent_id  # the admin sees every candidate (docs/spaces.md)
         async with self._promote_lock:
-            row = await self._candidate_row(candidate_id)
+            row = await self._candidate_row(candidate_id, viewer)
             answered = None
             if idempotency_key is not None:
                 given = idempotency_key
@@ -109,7 +115,8 @@ class DefaultMode(Proposals):
                 )
             if row["status"] == "promoted":
                 if answered is not None and answered == row["promoted_hash"]:
-                    return PromoteResult(store.out(row), await self._entry(row["promoted_hash"]), created=False)
+                    entry = await self._entry(row["promoted_hash"], store.in_space(row["space"]))
+                    return PromoteResult(store.out(row), entry, created=False)
                 raise NotPromotable(
                     f"candidate {candidate_id} is already promoted: it became entry {row['promoted_hash']}",
                     field="candidate_id",
@@ -128,7 +135,8 @@ class DefaultMode(Proposals):
             def mark(conn: Conn, entry: EntryOut) -> None:
                 # the critic's duplicate rule again, in the transaction: the same content may have been posted
                 # since the approval, or while this entry was being signed (raising rolls the entry back too)
-                dup = store.duplicate_of(conn, draft.content, (agent_id, key), besides=cand.payload.get("source_ref"))
+                dup = store.duplicate_of(conn, draft.content, (agent_id, key), besides=cand.payload.get("source_ref"),
+                                         sight=store.in_space(cand.space))  # fmt: skip
                 if dup is not None:
                     raise Conflict(
                         f"candidate {candidate_id}'s content is already entry {dup}; promoting it would store it twice",
@@ -156,12 +164,13 @@ class DefaultMode(Proposals):
                     truth_state=draft.truth_state,
                     authority="derived",
                     scope=draft.scope,
+                    space=draft.space,  # the candidate's space: the entry lands in it (its author must write there)
                 )
                 derived_from = list(draft.unlinked_evidence)
             entry, created = await self.entries.post_with(
                 agent_id, submission, key, derived_from=derived_from, then=mark
             )
-            row = await self._candidate_row(candidate_id)
+            row = await self._candidate_row(candidate_id, viewer)
             return PromoteResult(store.out(row), entry, created=created)
 
     async def promote_as_admin(self, candidate_id: int, body: PromoteIn, key: str | None = None) -> PromoteResult:
@@ -190,8 +199,12 @@ class DefaultMode(Proposals):
         note = (body.note or "").strip() or None
         now = self.now_ms()
 
+        spaces = self.spaces
+        viewer = None if decided_by == ADMIN else decided_by
         async with self._promote_lock:  # a decision never interleaves with a promotion of the same candidate
-            return await self.db.write(lambda c: decide(c, candidate_id, body, decided_by, note, now))
+            return await self.db.write(
+                lambda c: decide(c, candidate_id, body, decided_by, note, now, spaces.sight_of(c, viewer))
+            )
 
     def draft_for(self, cand: CandidateOut, scope: str = "federation") -> EntryDraft:
         """The entry a candidate becomes, in canonical form (what a self-signing agent signs)."""
@@ -227,32 +240,33 @@ class DefaultMode(Proposals):
             authority="derived",
             scope=scope,  # type: ignore[arg-type]
             unlinked_evidence=evidence[MAX_INLINE_LINKS:],
+            space=cand.space,
         )
 
-    async def draft(self, candidate_id: int, scope: str = "federation") -> EntryDraft:
-        """The draft entry of a promotable candidate."""
-        row = await self._candidate_row(candidate_id)
+    async def draft(self, candidate_id: int, viewer: Viewer, scope: str = "federation") -> EntryDraft:
+        """The draft entry of a promotable candidate `viewer` may see."""
+        row = await self._candidate_row(candidate_id, viewer)
         if row["status"] not in PROMOTABLE:
             raise NotPromotable(f"candidate {candidate_id} is {row['status']}", field="candidate_id")
         return self.draft_for(store.out(row), scope)
 
-    async def _entry(self, record_hash: str) -> EntryOut:
+    async def _entry(self, record_hash: str, sight: Sight) -> EntryOut:
         query = ReadQuery(include_links=False, include_synthetic=True)
-        result = await self.reads.read([record_hash], query, DEFAULT_MODE_SIGHT)
+        result = await self.reads.read([record_hash], query, sight)
         if not result.entries:
             raise NotFound(f"entry {record_hash} is not on this node", code="entry_not_found")
         return result.entries[0]
 
 
 DRAFT_FIELDS = ("entry_type", "performative", "content", "confidence", "tags", "directed_to", "links", "metadata",
-                "truth_state", "authority")  # fmt: skip
+                "truth_state", "authority", "space")  # fmt: skip
 
 
 def _check_against_draft(record: dict[str, Any], draft: EntryDraft) -> None:
     """A self-signed promotion must carry exactly the draft's fields (scope is the signer's choice)."""
     expected = msgspec.to_builtins(draft)
     for name in DRAFT_FIELDS:
-        if record.get(name) != expected[name]:
+        if record.get(name) != expected.get(name):
             raise InvalidInput(
                 f"the signed record's {name} differs from the candidate's draft (GET .../candidates/{{id}}/draft)",
                 field=f"$.record.{name}",
@@ -260,9 +274,11 @@ def _check_against_draft(record: dict[str, Any], draft: EntryDraft) -> None:
             )
 
 
-def decide(conn: Conn, candidate_id: int, body: ReviewIn, decided_by: str, note: str | None, now: int) -> CandidateOut:
-    """`DefaultMode.review` in its transaction."""
-    rows = store.fetch(conn, [candidate_id])
+def decide(
+    conn: Conn, candidate_id: int, body: ReviewIn, decided_by: str, note: str | None, now: int, sight: Sight
+) -> CandidateOut:
+    """`DefaultMode.review` in its transaction, of a candidate `sight` sees (404 otherwise)."""
+    rows = store.fetch(conn, [candidate_id], sight)
     if not rows:
         raise NotFound(f"no candidate {candidate_id}", field="candidate_id", code="candidate_not_found")
     row = rows[0]
@@ -278,4 +294,4 @@ def decide(conn: Conn, candidate_id: int, body: ReviewIn, decided_by: str, note:
         raise Conflict(f"candidate {candidate_id} is rejected; a rejection is final",
                        field="candidate_id", code="candidate_rejected")  # fmt: skip
     store.decide(conn, candidate_id, body.decision, decided_by, note, now)
-    return store.out(store.fetch(conn, [candidate_id])[0])
+    return store.out(store.fetch(conn, [candidate_id], sight)[0])

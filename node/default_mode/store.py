@@ -18,10 +18,16 @@ from node.store.conn import Conn
 from wire.default_mode import CandidateOut
 from wire.time import format_ms
 
-# What default mode reads (reflection, consolidation, evidence, duplicates): the public federation only, until its
-# candidates and promoted entries can land in a space the caller chooses (docs/spaces.md, "Read paths"): a public
-# candidate derived from a space's entries would carry them, and its `derived_from` links their addresses, out.
+# What default mode reads (reflection, consolidation, evidence, duplicates) when no space is asked for: the public
+# federation only, for members too (docs/spaces.md, "Read paths"): a public candidate derived from a space's entries
+# would carry them, and its `derived_from` links their addresses, out. Asked in a space, it reads that space and the
+# public federation (`in_space`), and its candidates land in the space.
 DEFAULT_MODE_SIGHT: Sight = PUBLIC
+
+
+def in_space(space: str | None) -> Sight:
+    """What default mode reads for a call in `space` (None: the public federation only)."""
+    return DEFAULT_MODE_SIGHT if space is None else Sight(frozenset({space}))
 
 
 @dataclass
@@ -39,6 +45,7 @@ class NewCandidate:
     proposed_by: str
     tags: list[str] = field(default_factory=list)
     payload: dict[str, Any] = field(default_factory=dict)
+    space: str | None = None  # the space it was proposed in (its entry is posted there); None: public
 
 
 def _iso(ms: int | None) -> str | None:
@@ -51,7 +58,7 @@ def insert(conn: Conn, rows: list[NewCandidate], now_ms: int) -> list[int]:
     for c in rows:
         cur = conn.execute(
             "INSERT INTO dm_candidates (kind, text, salience, confidence, evidence_refs, truth_state, synthetic,"
-            " payload, tags, source, proposed_by, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " payload, tags, source, proposed_by, created_ms, space) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " RETURNING id",
             (
                 c.kind,
@@ -66,40 +73,51 @@ def insert(conn: Conn, rows: list[NewCandidate], now_ms: int) -> list[int]:
                 c.source,
                 c.proposed_by,
                 now_ms,
+                c.space,
             ),
         )
         ids.append(int(cur.fetchone()[0]))
     return ids
 
 
-def fetch(conn: Conn, ids: list[int]) -> list[sqlite3.Row]:
-    """Candidate rows with these ids, in id order."""
+def fetch(conn: Conn, ids: list[int], sight: Sight) -> list[sqlite3.Row]:
+    """Candidate rows with these ids that `sight` sees (a candidate of a space: its readers), in id order."""
     return conn.execute(
-        "SELECT * FROM dm_candidates WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id", (json.dumps(ids),)
+        f"SELECT * FROM dm_candidates WHERE id IN (SELECT value FROM json_each(?)) AND {sight.sql('space')}"
+        " ORDER BY id",
+        (json.dumps(ids),),
     ).fetchall()
 
 
-def page(conn: Conn, statuses: list[str], limit: int, offset: int) -> list[sqlite3.Row]:
-    """Candidates, newest first, optionally filtered by status."""
+def page(conn: Conn, statuses: list[str], limit: int, offset: int, sight: Sight) -> list[sqlite3.Row]:
+    """Candidates that `sight` sees, newest first, optionally filtered by status."""
+    seen = sight.sql("space")
     if statuses:
         return conn.execute(
-            "SELECT * FROM dm_candidates WHERE status IN (SELECT value FROM json_each(?))"
+            f"SELECT * FROM dm_candidates WHERE status IN (SELECT value FROM json_each(?)) AND {seen}"
             " ORDER BY id DESC LIMIT ? OFFSET ?",
             (json.dumps(statuses), limit, offset),
         ).fetchall()
-    return conn.execute("SELECT * FROM dm_candidates ORDER BY id DESC LIMIT ? OFFSET ?", (limit, offset)).fetchall()
+    return conn.execute(
+        f"SELECT * FROM dm_candidates WHERE {seen} ORDER BY id DESC LIMIT ? OFFSET ?", (limit, offset)
+    ).fetchall()
 
 
-def proposed_ids(conn: Conn, limit: int) -> list[int]:
-    """The oldest `proposed` candidates awaiting the critic."""
+def proposed_ids(conn: Conn, limit: int, sight: Sight) -> list[int]:
+    """The oldest `proposed` candidates awaiting the critic that `sight` sees."""
     rows = conn.execute(
-        "SELECT id FROM dm_candidates WHERE status = 'proposed' ORDER BY id LIMIT ?", (limit,)
+        f"SELECT id FROM dm_candidates WHERE status = 'proposed' AND {sight.sql('space')} ORDER BY id LIMIT ?",
+        (limit,),
     ).fetchall()
     return [int(r[0]) for r in rows]
 
 
 def duplicate_of(
-    conn: Conn, text: str, made_by: tuple[str, str] | None = None, besides: str | None = None
+    conn: Conn,
+    text: str,
+    made_by: tuple[str, str] | None = None,
+    besides: str | None = None,
+    sight: Sight = DEFAULT_MODE_SIGHT,
 ) -> str | None:
     """The record hash of a stored entry with the same content fingerprint as `text`, or None.
 
@@ -108,7 +126,7 @@ def duplicate_of(
     the source a reflected line was read from."""
     agent_id, key = made_by or (None, None)
     row = conn.execute(
-        f"SELECT record_hash FROM entries WHERE content_fingerprint = ? AND {DEFAULT_MODE_SIGHT.sql('space')}"
+        f"SELECT record_hash FROM entries WHERE content_fingerprint = ? AND {sight.sql('space')}"
         " AND record_hash IS NOT ?"
         " AND record_hash IS NOT (SELECT record_hash FROM idempotency WHERE agent_id = ? AND idem_key = ?) LIMIT 1",
         (canonical.content_fingerprint(text), besides, agent_id, key),
@@ -193,7 +211,13 @@ def local_author(conn: Conn, ref: str) -> sqlite3.Row | None:
 
 
 def session_records(
-    conn: Conn, session_id: str | None, project: str | None, since_ms: int | None, until_ms: int | None, cap: int
+    conn: Conn,
+    session_id: str | None,
+    project: str | None,
+    since_ms: int | None,
+    until_ms: int | None,
+    cap: int,
+    sight: Sight = DEFAULT_MODE_SIGHT,
 ) -> list[Any]:
     """What a session produced, oldest first: entries tagged session:<id> (simulations aside) and the bus
     messages of `project`, within [since, until]; at most `cap` of each."""
@@ -205,24 +229,31 @@ def session_records(
         parts.append(
             "SELECT * FROM (SELECT e.record_hash, e.content AS text, e.created_ms AS at, 0 AS part, e.id AS n"
             " FROM entry_tags t JOIN entries e ON e.id = t.entry_id"
-            f" WHERE t.tag = :tag AND e.truth_state != 'simulation' AND {DEFAULT_MODE_SIGHT.sql('e.space')}"
+            f" WHERE t.tag = :tag AND e.truth_state != 'simulation' AND {sight.sql('e.space')}"
             + window.format(t="e.created_ms")
             + " ORDER BY e.created_ms, e.id LIMIT :cap)"
         )
     if project is not None:
         parts.append(
             "SELECT * FROM (SELECT m.record_hash, m.body AS text, m.created_ms AS at, 1 AS part, m.id AS n"
-            f" FROM messages m WHERE m.project = :project AND {DEFAULT_MODE_SIGHT.sql('m.space')}"
+            f" FROM messages m WHERE m.project = :project AND {sight.sql('m.space')}"
             + window.format(t="m.created_ms")
             + " ORDER BY m.created_ms, m.id LIMIT :cap)"
         )
     return conn.execute(" UNION ALL ".join(parts) + " ORDER BY at, part, n", params).fetchall()
 
 
-def recent_entries(conn: Conn, limit: int, include_synthetic: bool, tags: list[str], since_ms: int | None) -> list[Any]:
+def recent_entries(
+    conn: Conn,
+    limit: int,
+    include_synthetic: bool,
+    tags: list[str],
+    since_ms: int | None,
+    sight: Sight = DEFAULT_MODE_SIGHT,
+) -> list[Any]:
     """The newest `limit` entries a consolidation summarises (since `since_ms`, with one of `tags` when given;
-    simulations only with `include_synthetic`), newest first."""
-    where = [DEFAULT_MODE_SIGHT.sql("e.space")]
+    simulations only with `include_synthetic`) that `sight` sees, newest first."""
+    where = [sight.sql("e.space")]
     params: dict[str, Any] = {"limit": limit, "since": since_ms}
     if not include_synthetic:
         where.append("e.truth_state != 'simulation'")
@@ -267,4 +298,5 @@ def out(row: sqlite3.Row) -> CandidateOut:
         decided_at=_iso(row["decided_ms"]),
         decision_note=row["decision_note"],
         promote_requested_by=row["promote_requested_by"],
+        space=row["space"],
     )

@@ -479,7 +479,7 @@ def derive_links_txn(
         assert signer is not None
         if store.derived_link_held_txn(conn, entry.record_hash, target, agent_id):
             continue
-        unsigned = unsigned_link(agent_id, now, entry.record_hash, target, "derived_from")
+        unsigned = unsigned_link(agent_id, now, entry.record_hash, target, "derived_from", space=entry.space)
         record, record_hash, decoded = sign_and_check(unsigned, signer)
         projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now)
 

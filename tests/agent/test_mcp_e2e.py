@@ -390,6 +390,11 @@ async def test_every_tool_with_every_parameter_answers_as_rest(
         )
         assert summary == await rest.call("GET", f"{DM}/candidates/{summary['id']}", dict)
         await d.refused("reflect", {"action": "consolidate", "transcript": "x"}, "transcript")
+        in_space = await d.ok("reflect", {"action": "consolidate", "space": space, "limit": 10})
+        assert in_space["space"] == space  # reads the space's entries with the public ones; lands in it
+        assert in_space["id"] not in [
+            c["id"] for c in (await bob_rest.call("GET", f"{DM}/candidates", dict))["candidates"]
+        ]
 
         # ---- review: list, critic, approve, reject, promote ----
         page = await d.ok(

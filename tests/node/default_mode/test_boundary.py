@@ -193,7 +193,7 @@ async def test_every_operation_runs_with_network_files_and_processes_forbidden(
     decided = await rt.review(ADMIN, incubated.candidate.id, ReviewIn(decision="approve"))
     by_admin = await rt.promote_as_admin(incubated.candidate.id, PromoteIn(author=alice.agent_id))
     dropped = await rt.review(ADMIN, future.candidate.id, ReviewIn(decision="reject"))
-    listed = await rt.candidates(CandidateQuery())
+    listed = await rt.candidates(CandidateQuery(), viewer=None)
 
     assert trap.attempts[expected_attempts:] == []
     assert len(reflected.candidates) == 2 and promoted.created and not again.created

@@ -38,7 +38,7 @@ async def test_evidence_refs_resolve_to_hashes_and_an_unknown_one_is_named(node:
         await node.default_mode.critic(alice.agent_id, CriticIn(candidates=[proposed, unknown]))
     assert (caught.value.code, caught.value.field) == ("evidence_not_found", "$.candidates[1].evidence_refs[1]")
     assert str(caught.value) == "evidence '777' is not a known entry id or a record hash"
-    assert len((await node.default_mode.candidates(CandidateQuery())).candidates) == 1
+    assert len((await node.default_mode.candidates(CandidateQuery(), viewer=None)).candidates) == 1
 
 
 async def test_reflect_keeps_salient_lines_and_replays_its_key(node: Node, make_agent: MakeAgent) -> None:
@@ -72,9 +72,9 @@ async def test_consolidate_and_templates_store_one_reviewed_candidate(node: Node
     idea, _ = await node.default_mode.incubate(alice.agent_id, IncubateIn(problem="slow backups"), "i1")
     again, stored = await node.default_mode.incubate(alice.agent_id, IncubateIn(problem="another problem"), "i1")
     assert not stored and again.candidate.id == idea.candidate.id
-    listed = await node.default_mode.candidates(CandidateQuery(limit=2))
+    listed = await node.default_mode.candidates(CandidateQuery(limit=2), viewer=None)
     assert [c.id for c in listed.candidates] == [idea.candidate.id, future.candidate.id] and listed.next_offset == 2
-    assert (await node.default_mode.candidate(summary.id)).text == summary.text
+    assert (await node.default_mode.candidate(summary.id, viewer=None)).text == summary.text
     with pytest.raises(NotFound) as unknown:
-        await node.default_mode.candidate(4242)
+        await node.default_mode.candidate(4242, viewer=None)
     assert unknown.value.code == "candidate_not_found"

@@ -42,7 +42,7 @@ async def derived_from_links(node: Node, source: str) -> int:
 async def test_a_promotion_is_a_derived_entry_stored_once(node: Node, make_agent: MakeAgent) -> None:
     alice, bob = await make_agent("alice"), await make_agent("bob")
     cid = await evidenced_candidate(node, alice, "Group commit stays on")
-    draft = await node.default_mode.draft(cid)
+    draft = await node.default_mode.draft(cid, viewer=None)
     assert (draft.entry_type, draft.authority, draft.content) == ("finding", "derived", "Group commit stays on")
     assert draft.metadata["default_mode"]["evidence_refs"][0] == f"candidate:{node.node_id}/{cid}"
     promoted = await node.default_mode.promote(bob.agent_id, cid, PromoteIn())
@@ -53,7 +53,7 @@ async def test_a_promotion_is_a_derived_entry_stored_once(node: Node, make_agent
         await node.default_mode.promote(alice.agent_id, cid, PromoteIn())
     assert promoted.entry.record_hash in twice.value.detail and twice.value.field == "candidate_id"
     with pytest.raises(NotPromotable):
-        await node.default_mode.draft(cid)  # promoted: no longer a draft
+        await node.default_mode.draft(cid, viewer=None)  # promoted: no longer a draft
 
 
 async def test_a_retry_with_the_promotion_s_key_answers_it_and_no_other_does(node: Node, make_agent: MakeAgent) -> None:
@@ -72,7 +72,7 @@ async def test_an_interrupted_promotion_is_finished_by_promoting_again(node: Nod
     """An older node committed the entry and stopped before marking the candidate (docs/default-mode.md)."""
     alice = await make_agent("alice")
     cid = await evidenced_candidate(node, alice, "The UPS lasts twelve minutes")
-    draft = await node.default_mode.draft(cid)
+    draft = await node.default_mode.draft(cid, viewer=None)
     body = PostEntry(
         draft.entry_type, draft.performative, draft.content, confidence=draft.confidence, tags=draft.tags,  # type: ignore[arg-type]
         metadata=draft.metadata, truth_state=draft.truth_state, authority="derived",
@@ -80,7 +80,7 @@ async def test_an_interrupted_promotion_is_finished_by_promoting_again(node: Nod
     interrupted, _ = await node.entries.post_with(
         alice.agent_id, body, f"default-mode:promote:{cid}", derived_from=[], then=lambda conn, entry: None
     )
-    assert (await node.default_mode.candidate(cid)).status == "approved"
+    assert (await node.default_mode.candidate(cid, viewer=None)).status == "approved"
     finished = await node.default_mode.promote(alice.agent_id, cid, PromoteIn(), idempotency_key="finish")
     assert not finished.created and finished.entry.record_hash == interrupted.record_hash
     assert (finished.candidate.status, finished.candidate.promoted_entry) == ("promoted", interrupted.record_hash)
@@ -108,7 +108,7 @@ async def test_promotion_refusals(node: Node, make_agent: MakeAgent) -> None:
     with pytest.raises(Conflict) as duplicate:
         await node.default_mode.promote(alice.agent_id, cid, PromoteIn())
     assert duplicate.value.code == "duplicate_of_entry"
-    assert (await node.default_mode.candidate(cid)).status == "approved"
+    assert (await node.default_mode.candidate(cid, viewer=None)).status == "approved"
 
 
 async def test_review_decisions_and_the_admins_promotion(node: Node, make_agent: MakeAgent) -> None:

@@ -13,6 +13,7 @@ from node.default_mode import store
 from node.default_mode.critic import Review
 from node.errors import Conflict
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import self_signer
 from wire.api import PostEntry
@@ -42,7 +43,7 @@ async def insert(node: Node, *rows: store.NewCandidate) -> list[int]:
 
 
 async def outs(node: Node, ids: list[int]) -> list[Any]:
-    return await node.db.read(lambda c: [store.out(r) for r in store.fetch(c, ids)])
+    return await node.db.read(lambda c: [store.out(r) for r in store.fetch(c, ids, sight=OPERATOR)])
 
 
 async def test_inserted_candidates_are_proposed_and_read_back(node: Node, clock: FakeClock) -> None:
@@ -74,13 +75,17 @@ async def test_pages_and_the_critics_queue(node: Node) -> None:
     await node.db.write(lambda c: store.apply_review(c, ids[1], rejected, now))
 
     def page(statuses: list[str], limit: int, offset: int) -> Awaitable[list[int]]:
-        return node.db.read(lambda c: [r["id"] for r in store.page(c, statuses, limit, offset)])
+        return node.db.read(lambda c: [r["id"] for r in store.page(c, statuses, limit, offset, sight=OPERATOR)])
 
     assert await page([], 10, 0) == ids[::-1]
     assert await page([], 2, 1) == [ids[3], ids[2]]
     assert await page(["rejected"], 10, 0) == [ids[1]]
     assert await page(["proposed", "rejected"], 10, 3) == [ids[1], ids[0]]
-    assert await node.db.read(lambda c: store.proposed_ids(c, 3)) == [ids[0], ids[2], ids[3]]  # oldest first
+    assert await node.db.read(lambda c: store.proposed_ids(c, 3, sight=OPERATOR)) == [
+        ids[0],
+        ids[2],
+        ids[3],
+    ]  # oldest first
 
 
 async def test_the_critic_a_person_and_a_promotion(node: Node, clock: FakeClock) -> None:

@@ -36,6 +36,7 @@ class World:
     space: str
     private: dict[str, Any]  # the space's entry
     public: dict[str, Any]  # a public entry the private one supports
+    candidate: int | None = None  # a default-mode candidate of the space
 
     def leaks(self, text: str) -> bool:
         """Whether an answer shows anything of the private entry."""
@@ -135,8 +136,17 @@ async def _bus_projects(w: World) -> str:
     return await w.text("GET", "/dashboard/api/bus/projects", w.eve, status=200)
 
 
+async def _candidates(w: World) -> str:
+    """A candidate of the space (its evidence names the space's entry) is shown to its readers only."""
+    listed = await w.text("GET", "/v1/default-mode/candidates", w.eve, status=200)
+    assert w.candidate is not None
+    one = await w.text("GET", f"/v1/default-mode/candidates/{w.candidate}", w.eve, status=404)
+    draft = await w.text("GET", f"/v1/default-mode/candidates/{w.candidate}/draft", w.eve, status=404)
+    return listed + one + draft
+
+
 async def _consolidate(w: World) -> str:
-    """Default mode reads the public federation only, even for a member of the space (docs/spaces.md)."""
+    """Asked in no space, default mode reads the public federation only, even for a member (docs/spaces.md)."""
     return await w.text("POST", "/v1/default-mode/consolidate", w.owner, {"tags": ["attic"]})
 
 
@@ -162,12 +172,15 @@ PROBES: dict[str, Probe] = {
     "POST /v1/default-mode/consolidate": _consolidate,
     "POST /v1/default-mode/reflect-session": _reflect,
     "GET /v1/agent-workflows/messages": _messages,
+    "GET /v1/default-mode/candidates": _candidates,
+    "GET /v1/default-mode/candidates/{candidate_id}": _candidates,
+    "GET /v1/default-mode/candidates/{candidate_id}/draft": _candidates,
     "GET /dashboard/api/bus/projects": _bus_projects,
 }
 
 NO_ENTRY = "shows no entry, and names none"
 WORKFLOWS = "task events are not accepted in a space yet: nothing of a space can be here"
-DEFAULT_MODE = "candidates come only from default mode's public reads (node/default_mode/store.py DEFAULT_MODE_SIGHT)"
+DEFAULT_MODE = "acts on a candidate the caller may see (404 otherwise: tests/node/spaces/test_default_mode.py)"
 SYNC = "a space's records are stored with scope local, which the sync feed, fetch, reconciliation and digest leave out"
 OPERATOR = "the node's admin only: the operator reads every space it holds (docs/spaces.md, threat model)"
 SPACES = "spaces' own routes: members only (tests/node/spaces/test_routes.py)"
@@ -207,9 +220,7 @@ NO_ENTRIES: dict[str, str] = {
     "POST /v1/default-mode/critic": DEFAULT_MODE, "POST /v1/default-mode/promote/{candidate_id}": DEFAULT_MODE,
     "POST /v1/default-mode/candidates/{candidate_id}/review": DEFAULT_MODE,
     "POST /v1/default-mode/simulate-future": DEFAULT_MODE, "POST /v1/default-mode/stakeholder-simulation": DEFAULT_MODE,
-    "POST /v1/default-mode/incubate": DEFAULT_MODE, "GET /v1/default-mode/candidates": DEFAULT_MODE,
-    "GET /v1/default-mode/candidates/{candidate_id}": DEFAULT_MODE,
-    "GET /v1/default-mode/candidates/{candidate_id}/draft": DEFAULT_MODE,
+    "POST /v1/default-mode/incubate": DEFAULT_MODE,
 }  # fmt: skip
 
 
@@ -246,6 +257,9 @@ async def test_no_route_shows_a_space_entry_to_a_non_member(
     message = {"message_type": "note", "body": f"the {SECRET} plan", "project": f"{SECRET}-bus", "space": space}
     await call(client, "POST", "/v1/agent-workflows/messages", owner, 201, message)
     world = World(client, owner, eve, space, private, public)
+    made = await call(client, "POST", "/v1/default-mode/consolidate", owner, 201, {"space": space, "tags": ["attic"]})
+    assert private["record_hash"] in made["evidence_refs"]
+    world.candidate = made["id"]
     assert world.leaks(await world.text("GET", f"/v1/entries/{private['id']}", owner, status=200))  # the probe sees
     for route, probe in PROBES.items():
         answer = await probe(world)
