@@ -451,13 +451,19 @@ class Client:
         return result.results
 
     async def link(
-        self, source: str, target: str, link_type: str, annotation: str = "", *, idempotency_key: str | None = None
+        self,
+        source: str,
+        target: str,
+        link_type: str,
+        annotation: str = "",
+        *,
+        idempotency_key: str | None = None,
+        space: str | None = None,
     ) -> LinkOut:
-        """Link two entries (local ids or record hashes), once whatever the retries."""
+        """Link two entries (local ids or record hashes), once whatever the retries; in `space` when given."""
+        fields = {"source": source, "target": target, "link_type": link_type, "annotation": annotation, "space": space}
         try:
-            body = msgspec.convert(
-                {"source": source, "target": target, "link_type": link_type, "annotation": annotation}, PostLink
-            )
+            body = msgspec.convert(fields, PostLink)
         except msgspec.ValidationError as exc:
             raise _validation(exc) from None
         return await self.create_link(body, idempotency_key=idempotency_key)
@@ -481,6 +487,7 @@ class Client:
                     "target": target,
                     "link_type": body.link_type,
                     "annotation": canonical.normalize_value(body.annotation),
+                    **({} if body.space is None else {"space": body.space}),
                 }
             )
             payload = {"record": record, "idempotency_key": key}

@@ -316,7 +316,7 @@ def show_page(
 def cmd_link(args: argparse.Namespace) -> int:
     from agent import people_format as fmt
 
-    link = run(args, lambda c: c.link(args.source, args.target, args.link_type, args.annotation))
+    link = run(args, lambda c: c.link(args.source, args.target, args.link_type, args.annotation, space=args.space))
     show(args, link, lambda x: fmt.links_table([x], title="linked"))
     return 0
 
@@ -331,6 +331,7 @@ def cmd_subscribe_create(args: argparse.Namespace) -> int:
         "performatives": args.performative,
         "authors": args.author,
         "directed": args.directed,
+        "spaces": args.space,
     }
     sub = checked_flags(fields, SubscriptionIn)
     created = run(args, lambda c: c.subscribe(sub))
@@ -384,6 +385,7 @@ def cmd_message_send(args: argparse.Namespace) -> int:
         "payload": _json_object(args.payload, "--payload", "$.payload") or {},
         "dependency_ids": args.depends_on,
         "project": args.project,
+        "space": args.space,
     }
     message = checked_flags(fields, PostMessage)
     sent = run(args, lambda c: c.send_message(message))
@@ -402,6 +404,7 @@ def cmd_message_list(args: argparse.Namespace) -> int:
         "order": args.order,
         "limit": args.limit,
         "cursor": args.cursor,
+        "space": args.space,
     }
     query = checked_flags(fields, MessageQuery)
     page = run(args, lambda c: c.messages(query))
@@ -532,6 +535,7 @@ def register(sub: Any) -> None:
         help="supports, contradicts, supersedes, responds_to, derived_from, depends_on or same_as",
     )
     p.add_argument("--annotation", default="", help="a short note on why")
+    p.add_argument("--space", metavar="SPACE_ID", help="assert it in this space (both ends in it, or public)")
     common_flags(p)
     p.set_defaults(func=cmd_link)
 
@@ -543,6 +547,7 @@ def register(sub: Any) -> None:
     p.add_argument("--performative", action="append", default=[], help="performative (repeatable)")
     p.add_argument("--author", action="append", default=[], help="author: a did or a local name (repeatable)")
     p.add_argument("--directed", action="store_true", help="only entries directed to me")
+    p.add_argument("--space", metavar="SPACE_ID", action="append", default=[], help="only this space (repeatable)")
     common_flags(p)
     p.set_defaults(func=cmd_subscribe_create)
     p = verbs.add_parser("list", help="your subscriptions")
@@ -562,6 +567,7 @@ def register(sub: Any) -> None:
     p.add_argument("--project", help="the project it belongs to")
     p.add_argument("--payload", metavar="JSON", help="a JSON object carried with it")
     p.add_argument("--depends-on", action="append", default=[], metavar="ID", help="a dependency id (repeatable)")
+    p.add_argument("--space", metavar="SPACE_ID", help="send it in this space (the addressee must read it)")
     common_flags(p)
     p.set_defaults(func=cmd_message_send)
     p = verbs.add_parser("list", help="read the bus (newest first)")
@@ -571,6 +577,7 @@ def register(sub: Any) -> None:
     p.add_argument("--order", default="newest", help="newest (default), oldest or arrival")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--cursor", help="the next page (the previous page's more: --cursor ...)")
+    p.add_argument("--space", metavar="SPACE_ID", help="only this space's messages")
     common_flags(p)
     p.set_defaults(func=cmd_message_list)
 

@@ -12,12 +12,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from agent.client import BBSClientError, Client
-from identity import keys, records
+from identity import canonical, keys, records
 from node.agents import service as agents
 from node.agents.portable import import_identity
 from node.service import Node
 from tests.conftest import AgentCreds
 from wire.api import AgentListQuery, EntryOut, LinkOut, PostEntry, ReadQuery, SearchQuery, SubscriptionIn
+from wire.workflows import PostMessage
 
 Factory = Callable[[str], Awaitable[AgentCreds]]
 
@@ -275,3 +276,18 @@ async def test_feed_pages_and_long_polls_past_the_client_timeout(client: TestCli
         with pytest.raises(BBSClientError) as refused:
             await a.feed(wait_ms=25_001)
         assert (refused.value.code, refused.value.field) == ("validation_error", "$.wait_ms")
+
+
+async def test_a_client_holding_the_key_signs_into_a_space(client: TestClient, node: Node) -> None:
+    """A self-signing client carries `space` into what it signs: an entry (v2), a link record and a message."""
+    key = keys.SigningKey.generate()
+    await import_identity(node, "roamer", key, agents.identity_record(key, "Roamer", "", node.node_id))
+    async with Client(base(client), signing_key=key) as c:
+        space = (await c.call("POST", "/v1/spaces", dict, json={"record": records.sign({
+            "kind": "space", "schema_version": "v1", "author_id": key.did, "created_at": canonical.now_created_at(),
+            "name": "own", "description": "", "nonce": "n" * 42 + "A"}, key)}))["space_id"]  # fmt: skip
+        first = await c.post("inside", space=space)
+        second = await c.post("also inside", space=space)
+        link = await c.link(str(second.id), first.record_hash, "supports", space=space)
+        sent = await c.send_message(PostMessage(message_type="note", body="inside", space=space))
+    assert (first.space, link.space, sent.space) == (space, space, space)

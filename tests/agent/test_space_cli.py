@@ -65,3 +65,23 @@ def test_post_search_and_tail_in_a_space(served_node: ServedNode) -> None:
     assert refused.returncode != 0 and "unknown_space" in refused.stderr
     refused = people(served_node, eve["api_key"], "tail", "--no-follow", "--space", space)
     assert refused.returncode != 0 and "unknown_space" in refused.stderr
+
+
+def test_link_message_and_subscribe_in_a_space(served_node: ServedNode) -> None:
+    """`--space` on `bbs link`, `bbs message send|list` and `bbs subscribe create`."""
+    owner, eve = served_node.create_agent("owner"), served_node.create_agent("eve")
+    key = owner["api_key"]
+    space = bbs(served_node, key, "create", "family").stdout.strip()
+    first = json.loads(people(served_node, key, "post", "first", "--space", space, "--json").stdout)
+    second = json.loads(people(served_node, key, "post", "second", "--space", space, "--json").stdout)
+    linked = people(served_node, key, "link", str(second["id"]), str(first["id"]), "--type", "supports",
+                    "--space", space, "--json")  # fmt: skip
+    assert linked.returncode == 0 and json.loads(linked.stdout)["space"] == space, linked.stderr
+    sent = people(served_node, key, "message", "send", "note", "for the family", "--space", space, "--json")
+    assert sent.returncode == 0 and json.loads(sent.stdout)["space"] == space, sent.stderr
+    listed = json.loads(people(served_node, key, "message", "list", "--space", space, "--json").stdout)
+    assert [m["body"] for m in listed["messages"]] == ["for the family"]
+    refused = people(served_node, eve["api_key"], "message", "list", "--space", space)
+    assert refused.returncode != 0 and "unknown_space" in refused.stderr
+    sub = people(served_node, key, "subscribe", "create", "--tag", "x", "--space", space, "--json")
+    assert sub.returncode == 0 and json.loads(sub.stdout)["spaces"] == [space], sub.stderr
