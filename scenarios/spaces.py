@@ -46,8 +46,10 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from scenarios import checks
 from scenarios.bench.harness import BenchFailure, stop_process
 from scenarios.bench.push import start_receiver
+from scenarios.checks import Check, Report, table
 from scenarios.fednet import ScenarioFailed, ServedNode, free_port
 
 AGENTS = ("mom", "dad", "kid1", "kid2", "friend", "outsider")
@@ -69,12 +71,6 @@ CHECKS: dict[str, str] = {
     "removal_within_1s": "a removed reader and a removed writer read nothing of the space within 1 s",
     "late_member_reads_all": "a member added later reads the whole space (feed and search)",
 }
-
-
-@dataclass
-class Check:
-    ok: bool
-    detail: str
 
 
 @dataclass
@@ -107,12 +103,8 @@ class World:
     )
 
     def check(self, name: str, ok: bool, detail: str) -> None:
-        assert name in CHECKS, name
-        before = self.results.get(name)
-        if before is None or (before.ok and not ok):
-            self.results[name] = Check(ok, detail)
-        elif before.ok == ok and ok:
-            self.results[name] = Check(True, f"{before.detail}; {detail}")
+        """Record a check (the first failure of a check that runs for several agents wins)."""
+        checks.record(self.results, CHECKS, name, ok, detail)
 
     def readers(self, space: str) -> set[str]:
         owner, members = self.layout[space]
@@ -413,25 +405,6 @@ async def late_member(w: World) -> None:
     got_feed, got_search = {e["id"] for e in feed["entries"]}, {e["id"] for e in search["entries"]}
     w.check("late_member_reads_all", got_feed == due == got_search,
             f"feed {len(got_feed)}, search {len(got_search)} of {len(due)}")  # fmt: skip
-
-
-@dataclass
-class Report:
-    results: dict[str, Check]
-    wall_s: float
-    text: str
-
-    @property
-    def failed(self) -> list[str]:
-        return [name for name in CHECKS if not self.results[name].ok]
-
-
-def table(results: dict[str, Check]) -> str:
-    lines = ["| check | result | detail |", "|---|---|---|"]
-    for name in CHECKS:
-        r = results[name]
-        lines.append(f"| {name} | {'held' if r.ok else 'FAILED'} | {r.detail} |")
-    return "\n".join(lines)
 
 
 async def run(root: Path) -> Report:

@@ -50,6 +50,8 @@ from agent import identity_file
 from identity import canonical, key_history, keys, records, vouching
 from node.agents.sessions import challenge_message
 from node.entries.links import unsigned_link
+from scenarios import checks
+from scenarios.checks import Check, Report, table
 from scenarios.fednet import Link, ScenarioFailed, ServedNode, bbs
 from wire import unsigned
 from wire.api import PostEntry, unsigned_entry
@@ -87,14 +89,6 @@ def refused_by_revocation(status: int, code: str | None) -> bool:
     """Whether a node's answer to the thief after the revocation refuses it: its session ended (401), or its record
     is by a key that may no longer sign (422 `not_current_key`)."""
     return status == 401 or (status == 422 and code == "not_current_key")
-
-
-@dataclass
-class Check:
-    """One check's outcome."""
-
-    ok: bool
-    detail: str
 
 
 @dataclass
@@ -140,13 +134,7 @@ class World:
 
     def check(self, name: str, ok: bool, detail: str) -> None:
         """Record a check (the first failure of a check that runs on several nodes wins)."""
-        assert name in CHECKS, name
-        prior = self.results.get(name)
-        if prior is not None and not prior.ok:
-            return
-        if prior is not None and ok:
-            detail = f"{prior.detail}; {detail}"
-        self.results[name] = Check(ok, detail)
+        checks.record(self.results, CHECKS, name, ok, detail)
         self.log(f"check {name}: {'held' if ok else 'FAILED'}: {detail}")
 
     async def call(
@@ -688,27 +676,6 @@ def _lease(lease: Any) -> str:
 
 
 # ---- the drill ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Report:
-    """Each check's outcome, the table as printed, and the wall time."""
-
-    results: dict[str, Check]
-    wall_s: float
-    text: str
-
-    @property
-    def failed(self) -> list[str]:
-        return [name for name in CHECKS if not self.results[name].ok]
-
-
-def table(results: dict[str, Check]) -> str:
-    lines = ["| check | result | detail |", "|---|---|---|"]
-    for name in CHECKS:
-        r = results[name]
-        lines.append(f"| {name} | {'held' if r.ok else 'FAILED'} | {r.detail} |")
-    return "\n".join(lines)
 
 
 async def run(root: Path) -> Report:

@@ -1,0 +1,48 @@
+"""The named checks of a drill (scenarios/theft.py, scenarios/spaces.py): each check's outcome, the rule that a check
+failing once stays failed, the table a drill prints, and its report."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass
+class Check:
+    """One check's outcome."""
+
+    ok: bool
+    detail: str
+
+
+def record(results: dict[str, Check], names: Mapping[str, str], name: str, ok: bool, detail: str) -> None:
+    """Record one run of check `name` (one of `names`) in `results`: the first failure wins; the details of runs
+    that held are joined."""
+    assert name in names, name
+    prior = results.get(name)
+    if prior is not None and not prior.ok:
+        return
+    if prior is not None and ok:
+        detail = f"{prior.detail}; {detail}"
+    results[name] = Check(ok, detail)
+
+
+def table(results: dict[str, Check]) -> str:
+    """The checks as a Markdown table, in `results`' order."""
+    lines = ["| check | result | detail |", "|---|---|---|"]
+    for name, r in results.items():
+        lines.append(f"| {name} | {'held' if r.ok else 'FAILED'} | {r.detail} |")
+    return "\n".join(lines)
+
+
+@dataclass
+class Report:
+    """Each check's outcome (in the drill's order), the table as printed, and the wall time."""
+
+    results: dict[str, Check]
+    wall_s: float
+    text: str
+
+    @property
+    def failed(self) -> list[str]:
+        return [name for name, r in self.results.items() if not r.ok]
