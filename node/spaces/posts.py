@@ -4,13 +4,15 @@ before is seen; a refusal rolls the whole write back (nothing stored).
 
 - **Writers only**: a post into a space the author may not read is 404 `unknown_space` (its existence is not
   revealed); one by a reader is 403 `not_a_writer` (`identity.space_rules.may_write`).
-- **Links stay inside**: a record (an entry's `links`, a link record) may name an entry of its own space or a public
-  one. Naming an entry of another space is 409 `link_across_spaces` when the author may read that space, and 404
-  (the caller's `code`, as for an entry not held) when it may not. A public record names no space's entry.
+- **Links stay inside**: a record (an entry's `links`, a link record, a bus message's `dependency_ids`) may name an
+  entry of its own space or a public one. Naming an entry of another space is 409 `link_across_spaces` when the
+  author may read that space, and 404 (the caller's `code`, as for an entry not held) when it may not. A public
+  record names no space's entry.
 - **Named before it arrived**: a hash not held yet may be named by anyone (links resolve by hash later), so an entry
   arriving in a space whose address a record outside that space already names is refused, 409 `named_outside_space`
   (its address would have been carried by records its readers may not read). In part 1 a space's entries arrive
   only from the node's own clients, who can retry with another `created_at`.
+- **Messages go to readers**: a message of a space to an agent that may not read it is 409 `addressee_not_a_reader`.
 """
 
 from __future__ import annotations
