@@ -3,6 +3,7 @@ failing once stays failed, the table a drill prints, and its report."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -46,3 +47,13 @@ class Report:
     @property
     def failed(self) -> list[str]:
         return [name for name, r in self.results.items() if not r.ok]
+
+
+def verdict(report: Report, drill: str) -> int:
+    """Print the drill's table and its verdict; the exit status: 1 when a check failed, else 0."""
+    print(report.text)
+    if report.failed:
+        print(f"{drill}: FAILED ({', '.join(report.failed)})", file=sys.stderr)
+        return 1
+    print(f"{drill}: OK")
+    return 0

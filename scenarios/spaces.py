@@ -439,12 +439,7 @@ def main() -> int:
     parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bbs-spaces-") as tmp:
         report = asyncio.run(run(Path(tmp)))
-    print(report.text)
-    if report.failed:
-        print(f"spaces drill: FAILED ({', '.join(report.failed)})", file=sys.stderr)
-        return 1
-    print("spaces drill: OK")
-    return 0
+    return checks.verdict(report, "spaces drill")
 
 
 if __name__ == "__main__":

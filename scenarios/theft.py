@@ -719,12 +719,7 @@ def main() -> int:
         finally:
             if args.keep:
                 shutil.copytree(tmp, args.keep)
-    print(report.text)
-    if report.failed:
-        print(f"theft drill: FAILED ({', '.join(report.failed)})", file=sys.stderr)
-        return 1
-    print("theft drill: OK")
-    return 0
+    return checks.verdict(report, "theft drill")
 
 
 if __name__ == "__main__":
