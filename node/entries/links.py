@@ -12,7 +12,7 @@ from node.entries import store
 from node.entries.queries import LinkOut
 from node.errors import InvalidInput, Located, NotFound
 from node.spaces import posts as posts_check
-from node.spaces.sight import Sight
+from node.spaces.sight import Sight, stored_scope
 from node.spaces.store import sight_of
 from node.store import idempotency, projections
 from node.store.authority import Authority, authorize_txn
@@ -135,8 +135,7 @@ def store_txn(
         posts_check.Name(decoded.target, "$.target", "target_not_found", state),
     ]
     posts_check.check_posts_txn(conn, [posts_check.Post(record_hash, agent_id, space, names, at.where)])
-    scope = "federation" if space is None else "local"  # a space's records stay on the node until part 2
-    projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now_ms(), scope=scope)
+    projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now_ms(), scope=stored_scope(space))
     if key is not None:
         idempotency.remember(conn, agent_id, key, "link", record_hash, now_ms())
     return store.link_id_of_txn(conn, record_hash), True

@@ -25,7 +25,7 @@ from node.entries.links import unsigned_link
 from node.entries.queries import EntryOut
 from node.errors import Conflict, Forbidden, InvalidInput, Located, NotFound
 from node.spaces import posts as posts_check
-from node.spaces.sight import OPERATOR, Sight
+from node.spaces.sight import OPERATOR, Sight, stored_scope
 from node.spaces.store import sight_of
 from node.store import db, equivocation, idempotency, projections
 from node.store.authority import Authority, authorize_txn
@@ -41,8 +41,6 @@ from wire.time import format_ms, parse_ms
 # hand-off is a small share of the request.
 QUICK_LOOKUPS = 32
 KEPT_KEYS_ONLY = "only an agent whose key this node keeps gets links signed for it"
-
-LOCAL = "local"  # a space's records stay on this node until spaces part 2 (docs/spaces.md)
 
 Posted = tuple[EntryOut, bool]  # an entry and whether this request created it
 
@@ -65,7 +63,7 @@ class Sealed(NamedTuple):
 
     def incoming(self) -> projections.Incoming:
         """The record on its way into the log, with what sealing computed."""
-        scope = self.decoded.scope if space_of(self.decoded) is None else LOCAL
+        scope = stored_scope(space_of(self.decoded), self.decoded.scope)
         return projections.Incoming(self.record, self.record_hash, self.decoded, scope, self.body, self.version)
 
 

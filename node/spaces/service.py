@@ -17,6 +17,7 @@ from identity import canonical, keys, records, spaces, vouching
 from identity.space_rules import may_read
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
 from node.spaces import store
+from node.spaces.sight import stored_scope
 from node.store import projections, submission
 from node.store.conn import Conn
 from node.store.db import Database
@@ -26,7 +27,6 @@ from wire.spaces import MemberOut, SpaceList, SpaceOut, SpaceSubmitted
 
 SPACE = "space"
 MEMBER_KINDS = ("space_member", "space_admin")
-LOCAL = "local"  # a space's records stay on this node until part 2 (docs/spaces.md)
 OPERATOR = "operator"  # the role the node's admin is shown with: the operator reads every space it holds
 VOUCH_PAGE = "vouch_page"
 Step = tuple[dict[str, Any], list[str]]  # an unsigned chain record, and the versions its vouch names (sorted)
@@ -101,7 +101,7 @@ def store_txn(conn: Conn, verified: list[Verified], now_ms: int) -> bool:
         decision = resolved.decisions[item.version]
         if decision.verdict != "valid":
             raise refusal(decision)
-        incoming = projections.Incoming(item.record, item.hash, item.decoded, LOCAL, item.body)
+        incoming = projections.Incoming(item.record, item.hash, item.decoded, stored_scope(space_id), item.body)
         projections.append_many(conn, [incoming], origin="local", now_ms=now_ms)
         new = True
     return new

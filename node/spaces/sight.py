@@ -50,3 +50,9 @@ OPERATOR = Sight(everything=True)  # the node's operator: every space the node h
 # the node holds), or a sight already decided (PUBLIC for a reader of the public federation only, such as default
 # mode until its candidates can land in a space). `node.spaces.store.sight_of` turns one into a Sight.
 Viewer = str | Sight | None
+
+
+def stored_scope(space: str | None, scope: str = "federation") -> str:
+    """The scope a record is stored with: a record of a space stays on this node (`local`, which the changes feed,
+    fetch, reconciliation and the digest leave out) until spaces part 2; any other keeps its own `scope`."""
+    return scope if space is None else "local"

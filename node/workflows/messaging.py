@@ -16,7 +16,7 @@ from identity.schema_v3 import space_of
 from node.agents import refs as agent_refs
 from node.errors import Forbidden
 from node.spaces import posts as posts_check
-from node.spaces.sight import Viewer
+from node.spaces.sight import Viewer, stored_scope
 from node.spaces.store import sight_of
 from node.store import idempotency, projections
 from node.store.authority import Authority, authorize_txn
@@ -27,8 +27,6 @@ from node.workflows import bus
 from wire.api import SignedSubmission
 from wire.time import format_ms
 from wire.workflows import MessageOut, MessagePage, MessageQuery, PostMessage
-
-LOCAL = "local"  # a space's records stay on this node until spaces part 2 (docs/spaces.md)
 
 
 async def _named(db: Database, body: PostMessage) -> PostMessage:
@@ -127,8 +125,7 @@ def append_message(
     posts_check.check_posts_txn(conn, [posts_check.Post(record_hash, agent_id, space, names, where)])
     if space is not None:
         posts_check.check_addressee_txn(conn, space, decoded.to_agent, where)
-    scope = "federation" if space is None else LOCAL  # a space's records stay on the node until part 2
-    seq, inserted = projections.append(conn, *sealed, origin="local", now_ms=now, scope=scope)
+    seq, inserted = projections.append(conn, *sealed, origin="local", now_ms=now, scope=stored_scope(space))
     if not inserted and node_signed:
         raise HashTaken([sealed[1]])
     if idem is not None:

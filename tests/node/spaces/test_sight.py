@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from node.spaces.sight import OPERATOR, PUBLIC, Sight
+from node.spaces.sight import OPERATOR, PUBLIC, Sight, stored_scope
 
 A, B = "a" * 64, "b" * 64
 
@@ -29,3 +29,8 @@ def test_a_reader_sees_the_public_federation_and_its_spaces() -> None:
 def test_a_space_id_that_is_not_one_is_never_written_into_sql() -> None:
     with pytest.raises(ValueError):
         Sight(frozenset({"x' OR 1 = 1 --"})).sql("space")
+
+
+def test_a_spaces_records_are_stored_local_until_part_2() -> None:
+    assert stored_scope(A) == "local" and stored_scope(A, "federation") == "local"
+    assert stored_scope(None) == "federation" and stored_scope(None, "local") == "local"
