@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from identity.schema_v3 import space_of
-from identity.space_rules import may_read, may_write
-from node.errors import Conflict, Forbidden, Located, NotFound
+from identity.space_rules import may_read
+from node.errors import Conflict, Located, NotFound
 from node.spaces import store
-from node.spaces.sight import Sight
+from node.spaces.sight import Sight, require_writer
 from node.spaces.store import sight_of
 from node.store.conn import Conn
 
@@ -118,10 +118,7 @@ def _check_writer(post: Post, roles: dict[tuple[str, str], str | None]) -> None:
     assert post.space is not None
     role = roles[(post.space, post.author)]
     with Located(post.where):
-        if role is None or not may_read(role):
-            raise NotFound("no such space here", field="$.space", code="unknown_space")
-        if not may_write(role):
-            raise Forbidden("a reader of this space may not post into it", field="$.space", code="not_a_writer")
+        require_writer(role)
 
 
 def _check_not_named_outside(conn: Conn, arriving: Sequence[Post], run: Sequence[Post]) -> None:
