@@ -35,6 +35,7 @@ class TaskRow(msgspec.Struct):
     lease_holder: str | None
     holder_name: str | None
     lease_expires_at: str | None
+    space: str | None = None  # the task's space (one the viewer reads); None: public
 
 
 class TaskBoard(msgspec.Struct):
@@ -56,28 +57,30 @@ class ProjectList(msgspec.Struct):
 
 async def _board(request: web.Request) -> tuple[TaskBoard, list[tuple[str, str]]]:
     node = request.app[NODE]
-    g = await node.workflows.graph(GraphQuery(limit=MAX_DRAWN_TASKS))
-    keys = [n.key for n in g.nodes]
+    # the signed-in agent's tasks: public ones and those of its spaces (the operator: every space)
+    g = await node.workflows.graph(GraphQuery(limit=MAX_DRAWN_TASKS), principal(request).agent_id)
+    ids = [n.id for n in g.nodes]
 
     holders = sorted({n.lease_holder for n in g.nodes if n.lease_holder})
 
-    def extra(conn: Conn) -> tuple[dict[str, str | None], dict[str, str]]:
-        return store.lease_expiry(conn, keys), store.display_names(conn, holders)
+    def extra(conn: Conn) -> tuple[dict[int, str | None], dict[str, str]]:
+        return store.lease_expiry(conn, ids), store.display_names(conn, holders)
 
     expiry, names = await node.db.read(extra)
-    deps: dict[str, list[str]] = {}
+    deps: dict[int, list[str]] = {}
     for e in g.edges:
-        deps.setdefault(e.to_key, []).append(e.from_key)
+        deps.setdefault(e.to_id, []).append(e.from_key)
     rows = [
         TaskRow(
             id=n.id,
             key=n.key,
             title=n.title,
             state=n.state,
-            depends_on=deps.get(n.key, []),
+            depends_on=deps.get(n.id, []),
             lease_holder=n.lease_holder,
             holder_name=names.get(n.lease_holder) if n.lease_holder else None,
-            lease_expires_at=expiry.get(n.key) if n.state == "leased" else None,
+            lease_expires_at=expiry.get(n.id) if n.state == "leased" else None,
+            space=n.space,
         )
         for n in g.nodes
     ]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import sqlite3
 
+from node.spaces.sight import Sight
 from node.store.conn import Conn
+from node.workflows import scope
 from node.workflows.store import tasks as task_store
-from node.workflows.tasks import lease_live
+from node.workflows.tasks import check_space, lease_live
 from wire.unsigned import DONE_STATUSES
 from wire.workflows import Graph, GraphEdge, GraphNode
 
@@ -32,9 +34,11 @@ def state_of(row: sqlite3.Row, now_ms: int) -> str:
     return "ready" if row["unmet"] == 0 else "blocked"
 
 
-def build(conn: Conn, now_ms: int, limit: int) -> Graph:
-    """Up to `limit` tasks in id order with the edges into them; dependency keys resolve to ids where declared."""
-    rows = task_store.graph_tasks(conn, limit)
+def build(conn: Conn, now_ms: int, limit: int, sight: Sight, space: str | None = None) -> Graph:
+    """Up to `limit` tasks that `sight` sees (of `space` only, when given: 404 `unknown_space` for one it does not
+    see) in id order with the edges into them; dependency keys resolve to ids where declared."""
+    check_space(sight, space)
+    rows = task_store.graph_tasks(conn, limit, sight, space)
     truncated = len(rows) > limit
     rows = rows[:limit]
     nodes = []
@@ -43,17 +47,18 @@ def build(conn: Conn, now_ms: int, limit: int) -> Graph:
         nodes.append(
             GraphNode(
                 id=r["id"],
-                key=r["key"],
+                key=scope.key_of(r["key"]),
                 title=r["title"],
                 state=state,
                 lease_holder=r["lease_holder"] if state == "leased" else None,
                 identity=r["identity"] or "",
+                space=r["space"],
             )
         )
     last_id = rows[-1]["id"] if rows else 0
     edges = [
-        GraphEdge(type="precedes", from_key=e[0], to_key=e[1], from_id=e[2], to_id=e[3])
-        for e in task_store.graph_edges(conn, last_id)
+        GraphEdge(type="precedes", from_key=scope.key_of(e[0]), to_key=scope.key_of(e[1]), from_id=e[2], to_id=e[3])
+        for e in task_store.graph_edges(conn, last_id, sight, space)
     ]
     missing = sorted({e.from_key for e in edges if e.from_id is None})
     return Graph(nodes=nodes, edges=edges, missing=missing, truncated=truncated)

@@ -44,10 +44,10 @@ async def test_which_tasks_and_fields_the_home_node_decides(node: Node, make_age
     home = await _remote_task(node, "remote")
     await node.workflows.declare((await make_agent("boss")).agent_id, DeclareTask(key="here"))
     read = node.db.read
-    assert await read(lambda c: relay.homed_elsewhere(c, "remote", node.node_id)) == ("remote", home)
-    assert await read(lambda c: relay.homed_elsewhere(c, "here", node.node_id)) is None
+    assert await read(lambda c: relay.homed_elsewhere(c, "remote", None, None, node.node_id)) == ("remote", home)
+    assert await read(lambda c: relay.homed_elsewhere(c, "here", None, None, node.node_id)) is None
     with pytest.raises(NotFound):
-        await read(lambda c: relay.homed_elsewhere(c, "missing", node.node_id))
+        await read(lambda c: relay.homed_elsewhere(c, "missing", None, None, node.node_id))
     for fields, expected in (
         ({"task_key": "remote", "title": "T", "depends_on": []}, None),  # anyone's to change, here
         ({"task_key": "remote", "status": "cancelled"}, home),
