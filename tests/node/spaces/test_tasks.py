@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient
 from identity import records
 from node.service import Node
 from node.store import projections
+from node.store.conn import Conn
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import self_signer
 from tests.node.spaces.test_posts import get, space_with
@@ -160,13 +161,13 @@ async def test_a_dependency_across_spaces_is_refused(client: TestClient, node: N
     # `bbs rebuild` gives the same tasks, events and dependencies, spaces and all
     tables = ("tasks", "task_events", "task_deps")
 
-    def snapshot(conn: Any) -> list[list[tuple[Any, ...]]]:
+    def snapshot(conn: Conn) -> list[list[tuple[Any, ...]]]:
         return [[tuple(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2")] for t in tables]
 
-    before = await node.db.read(snapshot)
-    assert any(space in str(row) for row in before[2])  # the space's dependency row is there
+    projected = await node.db.read(snapshot)
+    assert any(space in str(row) for row in projected[2])  # the space's dependency row is there
     await node.db.write(projections.rebuild)
-    assert await node.db.read(snapshot) == before
+    assert await node.db.read(snapshot) == projected
 
 
 async def test_a_non_member_sees_nothing_of_a_spaces_task_on_any_path(
