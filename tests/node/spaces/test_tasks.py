@@ -245,3 +245,35 @@ async def test_every_event_of_a_task_is_in_the_tasks_space(
         client, "POST", f"{TASKS}/{task['id']}/complete", rover.creds, 200, {"record": records.sign(inside, rover.key)}
     )
     assert (done["status"], done["space"]) == ("done", space)
+
+
+async def test_a_twin_notice_follows_its_tasks_space(client: TestClient, node: Node, make_agent: MakeAgent) -> None:
+    """An earlier first declaration of a space's task (as one from another node would be) makes this node's task a
+    later twin: the notice that tells its holder is an entry of the task's space, stored local, read by its members
+    only. (Part 1 takes a space's records from no peer: the declaration is projected as the log would hold it.)"""
+    owner, eve = await make_agent("owner"), await make_agent("eve")
+    rover = await self_signer(node, "rover")
+    space = await space_with(client, owner, writer=rover.creds)
+    task = await declare(client, owner, "index", space=space)
+    await lease(client, owner, str(task["id"]))
+    other_node = (await self_signer(node, "elsewhere")).agent_id  # a did standing for another node
+    earlier = unsigned.unsigned_declare("index", rover.agent_id, "2020-01-01T00:00:00Z", other_node, {}, space)
+    signed = records.sign(earlier, rover.key)
+    address, decoded = records.check(signed, v3=True)
+    await node.db.write(
+        lambda c: projections.append(
+            c, signed, address, decoded, origin=other_node, now_ms=node.now_ms(), scope="local"
+        )
+    )
+    assert await node.workflows.notice_twins() == 1
+    notice = await node.db.read(
+        lambda c: c.execute(
+            "SELECT e.id, e.space, r.scope FROM entries e JOIN entry_tags t ON t.entry_id = e.id"
+            " JOIN records r ON r.seq = e.id WHERE t.tag = 'task-twin'"
+        ).fetchone()
+    )
+    assert (notice["space"], notice["scope"]) == (space, "local")
+    assert (await get(client, f"/v1/entries/{notice['id']}", owner))["entries"][0]["space"] == space
+    assert (await get(client, f"/v1/entries/{notice['id']}", eve, 404))["code"] == "entry_not_found"
+    moved = await get(client, f"{TASKS}/{task['id']}", owner)
+    assert moved["home_node"] == other_node and [t["identity"] for t in moved["twins"]] == [task["identity"]]
