@@ -1,4 +1,4 @@
-"""A task's identity: (space, key), kept as one scoped key (docs/spaces.md, "Tasks"; migration 0035).
+"""A task's identity: (space, key), kept as one scoped key (docs/spaces.md, "Posting into a space"; migration 0035).
 
 A public task's scoped key is its key; a task of a space's is `<space>/<key>`. A key never holds `/` (TaskKey) and
 a space id is 64 hex, so two tasks never share a scoped key: the same key in two spaces is two tasks, and a public

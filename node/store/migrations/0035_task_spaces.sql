@@ -1,5 +1,5 @@
--- Task events inside a space (issue 37; docs/spaces.md, "Tasks"): the space of a task and of each of its events,
--- NULL for a public one. Existing tasks stay public.
+-- Task events inside a space (issue 37; docs/spaces.md, "Posting into a space"): the space of a task and of each of
+-- its events, NULL for a public one. Existing tasks stay public.
 --
 -- A task's identity is (space, key). It is kept as one text value, the scoped key, in the columns that already
 -- identify a task: `tasks.key`, `task_events.task_key`, `task_deps` (both columns) and `task_home_moves.task_key`

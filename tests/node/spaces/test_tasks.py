@@ -1,6 +1,6 @@
-"""Tasks inside a space over REST, on a real aiohttp server on loopback (issue 37; docs/spaces.md, "Tasks"): a
-task's identity is (space, key), writers declare and lease, dependencies stay inside their space, and a non-member
-sees nothing of a space's task on any task read path; every refusal stores nothing."""
+"""Tasks inside a space over REST, on a real aiohttp server on loopback (issue 37; docs/spaces.md, "Posting into a
+space"): a task's identity is (space, key), writers declare and lease, dependencies stay inside their space, and a
+non-member sees nothing of a space's task on any task read path; every refusal stores nothing."""
 
 from __future__ import annotations
 
