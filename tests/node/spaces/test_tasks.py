@@ -4,19 +4,24 @@ non-member sees nothing of a space's task on any task read path; every refusal s
 
 from __future__ import annotations
 
+import random
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from identity import records
+from identity import keys, records
+from node.features import LOG
 from node.service import Node
 from node.store import projections
 from node.store.conn import Conn
+from node.store.db import Database
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import self_signer
 from tests.node.spaces.test_posts import get, space_with
 from tests.node.spaces.test_routes import call, record_count
+from tests.node.workflows.test_signed import task_event
 from wire import unsigned
 from wire.time import format_ms
 
@@ -277,3 +282,63 @@ async def test_a_twin_notice_follows_its_tasks_space(client: TestClient, node: N
     assert (await get(client, f"/v1/entries/{notice['id']}", eve, 404))["code"] == "entry_not_found"
     moved = await get(client, f"{TASKS}/{task['id']}", owner)
     assert moved["home_node"] == other_node and [t["identity"] for t in moved["twins"]] == [task["identity"]]
+
+
+ORDERS = 6
+
+
+async def test_the_same_task_events_in_every_order_give_the_same_tasks(tmp_path: Path) -> None:
+    """One plan (`job` depends on `prep`) in two spaces and in public, each at another stage; the same signed events
+    projected into fresh databases in different orders give the same six tasks, none folded across spaces."""
+    author, home = keys.SigningKey.generate(), keys.SigningKey.generate()
+    a, b = "a" * 64, "b" * 64
+    t0 = 1_800_000_000_000
+    events: list[dict[str, Any]] = []
+    stages = {a: "done", b: "leased", None: "declared"}
+    for n, (space, stage) in enumerate(stages.items()):
+        at = {} if space is None else {"space": space}
+        ms = t0 + n * 100
+        events.append(task_event(author, ms, "declare", "prep", node_id=home.did, **at))
+        events.append(task_event(author, ms + 1, "declare", "job", node_id=home.did, depends_on=["prep"], **at))
+        if stage in ("done", "leased"):
+            grant = task_event(home, ms + 2, "lease", "prep", holder=author.did, expires_at=format_ms(ms + 10**9), **at)
+            events.append(grant)
+            if stage == "done":
+                lease_ref = records.compute_hash(grant)
+                events.append(task_event(author, ms + 3, "complete", "prep", lease=lease_ref, **at))
+    checked = [records.check(record, v3=True) for record in events]
+    outcomes = []
+    rnd = random.Random(37)
+    for i in range(ORDERS):
+        order = list(range(len(events)))
+        rnd.shuffle(order)
+        db = Database(tmp_path / f"order{i}.db", log=LOG)
+        db.open()
+        try:
+
+            def write(conn: Conn, order: list[int] = order) -> None:
+                for j in order:
+                    projections.append(conn, events[j], *checked[j], origin="did:key:peer", now_ms=t0, scope="local")
+
+            await db.write(write)
+            outcomes.append(
+                await db.read(
+                    lambda c: sorted(
+                        tuple(r)
+                        for r in c.execute("SELECT key, space, status, unmet, lease_holder, home_node FROM tasks")
+                    )
+                )
+            )
+        finally:
+            db.close()
+    assert all(outcome == outcomes[0] for outcome in outcomes)
+    assert outcomes[0] == sorted(
+        [
+            (f"{a}/job", a, "pending", 0, None, home.did),
+            (f"{a}/prep", a, "done", 0, None, home.did),
+            (f"{b}/job", b, "pending", 1, None, home.did),
+            (f"{b}/prep", b, "pending", 0, author.did, home.did),
+            ("job", None, "pending", 1, None, home.did),
+            ("prep", None, "pending", 0, None, home.did),
+        ]
+    )
