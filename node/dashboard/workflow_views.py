@@ -18,6 +18,7 @@ from node.store.conn import Conn
 from node.web.appkeys import NODE
 from node.web.auth import principal
 from node.web.http import Route, json_response
+from node.workflows.graph import drawn_name
 from wire.time import format_ms
 from wire.workflows import GraphQuery
 
@@ -88,7 +89,11 @@ async def _board(request: web.Request) -> tuple[TaskBoard, list[tuple[str, str]]
     for r in rows:
         counts[r.state] = counts.get(r.state, 0) + 1
     board = TaskBoard(tasks=rows, missing=g.missing, truncated=g.truncated, counts=counts)
-    return board, [(e.from_key, e.to_key) for e in g.edges]
+    drawn = {n.id: drawn_name(n) for n in g.nodes}  # one key in two spaces: two nodes of the drawing
+    return board, [
+        (e.from_key if e.from_id is None else drawn.get(e.from_id, e.from_key), drawn.get(e.to_id, e.to_key))
+        for e in g.edges
+    ]
 
 
 async def task_board(request: web.Request) -> web.Response:
@@ -101,7 +106,8 @@ async def task_graph(request: web.Request) -> web.Response:
     tasks = []
     for t in board.tasks:
         who = f" held by {t.holder_name or t.lease_holder} until {t.lease_expires_at}" if t.state == "leased" else ""
-        tasks.append((t.key, t.key, f"{t.key}: {t.title} [{t.state}]{who}", t.state))
+        name = t.key if t.space is None else f"{t.key}@{t.space[:12]}"  # as drawn_name names it
+        tasks.append((name, name, f"{name}: {t.title} [{t.state}]{who}", t.state))
     note = f"first {MAX_DRAWN_TASKS} tasks only" if board.truncated else ""
     svg = await asyncio.to_thread(graphs.task_dag_svg, tasks, edges, board.missing, note)
     return web.Response(text=svg, content_type="image/svg+xml", headers={"Cache-Control": "no-store"})

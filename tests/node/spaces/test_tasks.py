@@ -342,3 +342,27 @@ async def test_the_same_task_events_in_every_order_give_the_same_tasks(tmp_path:
             ("prep", None, "pending", 0, None, home.did),
         ]
     )
+
+
+async def test_one_key_in_a_space_and_in_public_draws_two_nodes(client: TestClient, make_agent: MakeAgent) -> None:
+    """The DOT, Mermaid and dashboard drawings name a space's task `key@<space's first 12>`, so a reader of the
+    space sees its task and the public one of the same key apart, each with its own edges."""
+    owner = await make_agent("owner")
+    space = await space_with(client, owner)
+    await declare(client, owner, "wash", space=space)
+    await declare(client, owner, "dry", space=space, depends_on=["wash"])
+    await declare(client, owner, "wash")
+    inside = f"wash@{space[:12]}"
+    texts = {}
+    for fmt in ("dot", "mermaid"):
+        resp = await client.get(f"{WF}/graph?format={fmt}", headers=owner.headers)
+        texts[fmt] = await resp.text()
+    assert f'"{inside}" [label=' in texts["dot"] and '"wash" [label=' in texts["dot"]
+    assert f'"{inside}" -> "dry@{space[:12]}";' in texts["dot"] and '"wash" ->' not in texts["dot"]
+    graph = await get(client, f"{WF}/graph", owner)
+    ids = {(n["key"], n["space"]): n["id"] for n in graph["nodes"]}
+    assert f"  t{ids[('wash', space)]} --> t{ids[('dry', space)]}" in texts["mermaid"].splitlines()
+    assert f"t{ids[('wash', None)]} -->" not in texts["mermaid"]
+    resp = await client.get("/dashboard/api/tasks/graph.svg", headers=owner.headers)
+    svg = await resp.text()
+    assert inside in svg and ">wash<" in svg.replace(" ", "")
