@@ -5,18 +5,23 @@ non-member sees nothing of a space's task on any task read path; every refusal s
 from __future__ import annotations
 
 import random
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from identity import keys, records
 from node.features import LOG
 from node.service import Node
+from node.spaces.sight import PUBLIC
+from node.store import db as db_module
 from node.store import projections
 from node.store.conn import Conn
 from node.store.db import Database
+from node.workflows import tasks as task_ops
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import self_signer
 from tests.node.spaces.test_posts import get, space_with
@@ -366,3 +371,30 @@ async def test_one_key_in_a_space_and_in_public_draws_two_nodes(client: TestClie
     resp = await client.get("/dashboard/api/tasks/graph.svg", headers=owner.headers)
     svg = await resp.text()
     assert inside in svg and ">wash<" in svg.replace(" ", "")
+
+
+def test_the_migration_keeps_existing_tasks_public(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """0035 adds `space` to tasks and task events: a task and an event stored before it stay public, found by key
+    as before, and listed to every reader."""
+    conn = db_module.connect(tmp_path / "node.sqlite", log=LOG)
+    every = db_module.migrations()
+    monkeypatch.setattr(db_module, "migrations", lambda: [m for m in every if m[0] < 35])
+    assert db_module.migrate(conn) == 34
+    monkeypatch.setattr(db_module, "migrations", lambda: every)
+    with db_module.transaction(conn, immediate=True):
+        conn.execute(
+            "INSERT INTO tasks (id, key, title, status, depends_on, checkpoint, home_node, created_at, updated_at,"
+            " last_ms, unmet, open) VALUES (7, 'old-job', 'Old job', 'pending', '[]', '{}', 'did:key:home',"
+            " '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z', 0, 0, 1)"
+        )
+        conn.execute(
+            "INSERT INTO task_events (seq, hash, task_key, event, author_id, created_at, created_ms, node_id)"
+            " VALUES (7, 'h7', 'old-job', 'declare', 'did:key:author', '2026-01-01T00:00:00Z', 0, 'did:key:home')"
+        )
+    assert db_module.migrate(conn) >= 35
+    conn.row_factory = sqlite3.Row
+    row = task_ops.task_row(conn, "old-job", PUBLIC)
+    assert (row["id"], row["space"]) == (7, None)
+    assert conn.execute("SELECT space FROM task_events WHERE seq = 7").fetchone()[0] is None
+    assert [t.key for t in task_ops.ready(conn, 1, 10, None, PUBLIC).tasks] == ["old-job"]
+    conn.close()
