@@ -398,3 +398,25 @@ def test_the_migration_keeps_existing_tasks_public(tmp_path: Path, monkeypatch: 
     assert conn.execute("SELECT space FROM task_events WHERE seq = 7").fetchone()[0] is None
     assert [t.key for t in task_ops.ready(conn, 1, 10, None, PUBLIC).tasks] == ["old-job"]
     conn.close()
+
+
+async def test_a_self_signed_declaration_in_a_space(client: TestClient, node: Node, make_agent: MakeAgent) -> None:
+    """A declaration its author signed with `space` (format v3: inside the signing bytes, `schema_version` v1): a
+    stranger's is 404 `unknown_space` at `$.record.space` and stores nothing; a writer's declares the space's task."""
+    owner = await make_agent("owner")
+    rover = await self_signer(node, "rover")
+    space = await space_with(client, owner)
+    draft = unsigned.unsigned_declare("plan", rover.agent_id, format_ms(node.now_ms()), node.node_id, {}, space)
+    assert draft["schema_version"] == "v1" and draft["space"] == space
+    signed = {"record": records.sign(draft, rover.key)}
+    before = await record_count(node)
+    problem = await call(client, "POST", TASKS, rover.creds, 404, signed)
+    assert (problem["code"], problem["field"]) == ("unknown_space", "$.record.space")
+    assert await record_count(node) == before
+    await call(
+        client, "POST", f"/v1/spaces/{space}/members", owner, 201, {"agent_id": rover.agent_id, "role": "writer"}
+    )
+    made = await call(client, "POST", TASKS, rover.creds, 201, signed)
+    assert (made["key"], made["space"], made["identity"]) == ("plan", space, records.compute_hash(signed["record"]))
+    problem = await get(client, f"{TASKS}/plan", rover.creds, 404)  # the key alone names the public task
+    assert problem["code"] == "task_not_found"

@@ -378,6 +378,8 @@ async def test_the_peer_task_event_route_checks_what_it_is_sent(make_peer: MakeP
         ({"record": event(event="declare", node_id=a.node_id, status="done")}, 422, "wrong_node"),
         ({"record": event(event="complete", task_key="elsewhere")}, 503, "not_home_node"),
         ({"record": event(event="complete"), "lease": "nope"}, 422, "validation_error"),
+        # a task event of a space does not leave its node until spaces part 2 (docs/spaces.md)
+        ({"record": event(event="complete", space="a" * 64)}, 422, "too_new"),
         ({"record": event(event="complete")}, 200, None),
     ):
         raw = json.dumps(body).encode()
