@@ -94,7 +94,7 @@ async def get_task(request: web.Request) -> web.Response:
 
 async def get_ready(request: web.Request) -> web.Response:
     q = decode_query(request, ReadyQuery)
-    return json_response(await _workflows(request).ready(q.limit, q.after, principal(request).agent_id, q.space))
+    return json_response(await _workflows(request).ready(principal(request).agent_id, q.limit, q.after, q.space))
 
 
 async def lease_task(request: web.Request) -> web.Response:

@@ -114,10 +114,10 @@ class TaskReads:
     db: Database
     now_ms: Callable[[], int]
 
-    async def task(self, ref: str, viewer: Viewer = None, space: str | None = None) -> TaskOut:
+    async def task(self, ref: str, viewer: Viewer, space: str | None = None) -> TaskOut:
         """One task by local id or key (of `space`; the public one without it) as `viewer` may see it
-        (`node.spaces.store.sight_of`: a task of a space it does not read is 404 `task_not_found`), its lease
-        checked against the clock."""
+        (`node.spaces.store.sight_of`: a task of a space it does not read is 404 `task_not_found`; required, so no
+        caller forgets it), its lease checked against the clock."""
         now = self.now_ms()
         return await self.db.read(
             lambda c: tasks.task_out(c, tasks.task_row(c, ref, sight_of(c, viewer), space), now), quick=True
@@ -129,7 +129,7 @@ class TaskReads:
         return await self.db.read(lambda c: tasks.task_out(c, tasks.task_at(c, scoped_key), now), quick=True)
 
     async def ready(
-        self, limit: int = 100, after: int | None = None, viewer: Viewer = None, space: str | None = None
+        self, viewer: Viewer, limit: int = 100, after: int | None = None, space: str | None = None
     ) -> ReadyList:
         """Exactly the tasks that can start now (every dependency done or completed, no live lease) that `viewer`
         sees, of `space` only when given."""
@@ -138,7 +138,7 @@ class TaskReads:
             lambda c: tasks.ready(c, now, limit, after, sight_of(c, viewer), space), quick=limit <= QUICK_READY_PAGE
         )
 
-    async def graph(self, q: GraphQuery, viewer: Viewer = None) -> Graph:
+    async def graph(self, q: GraphQuery, viewer: Viewer) -> Graph:
         """The task graph as nodes and `precedes` edges: the tasks `viewer` sees (of `q.space` only when given)."""
         now = self.now_ms()
         return await self.db.read(lambda c: graph.build(c, now, q.limit, sight_of(c, viewer), q.space))

@@ -14,6 +14,7 @@ from aiohttp.test_utils import unused_port
 
 from identity import canonical, keys, records
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from node.store import projections
 from sync.auth import sign_headers
 from tests.node.workflows.helpers import WF, count_records
@@ -262,7 +263,7 @@ async def test_a_replayed_lease_request_is_refused_even_after_a_restart(make_pee
     await asyncio.sleep(1.1)
     status, problem = await _peer_lease(b, again, body)
     assert status == 409 and problem["code"] == "request_replayed"
-    task = await again.node.workflows.task("index")
+    task = await again.node.workflows.task("index", OPERATOR)
     assert task.lease is not None and task.lease.holder == worker
     status, _ = await _peer_lease(b, again, body | {"request_id": "n" * 24})
     assert status == 200  # a new request extends as usual

@@ -10,6 +10,7 @@ import pytest
 from identity import canonical, keys, records
 from node.errors import NotFound
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from node.store import projections
 from node.workflows import relay
 from tests.conftest import AgentCreds
@@ -73,4 +74,4 @@ async def test_drafts_are_dated_after_every_event_held_and_stored_once(node: Nod
     await node.db.write(lambda c: relay.store_txn(c, sealed, worker.agent_id, ("key-1", "task_complete"), now))
     await node.db.write(lambda c: relay.store_txn(c, sealed, worker.agent_id, ("key-1", "task_complete"), now))
     assert await count_records(node, "task_event") == before + 1
-    assert (await node.workflows.task("remote")).status == "done"
+    assert (await node.workflows.task("remote", OPERATOR)).status == "done"
