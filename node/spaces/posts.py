@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from identity.schema_v3 import space_of
-from identity.space_rules import may_read
-from node.errors import Conflict, Located, NotFound
+from identity.space_rules import may_read, may_write
+from node.errors import Conflict, Forbidden, Located, NotFound
 from node.spaces import store
 from node.spaces.sight import Sight, require_writer
 from node.spaces.store import sight_of
