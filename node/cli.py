@@ -160,6 +160,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"Admin token (shown once, keep it safe): {token}", flush=True)
     node = Node(data)
     node.reads.fresh_timeout_s = config.search_fresh_timeout_ms / 1000
+    node.redactions.grace_s = config.redaction_grace_s
     sync = SyncSettings(config.sync == "on", config.sync_wait_ms, config.reconcile_every_s, config.sync_min_poll_ms)
     limit = RateLimit(
         config.rate_limit_per_s, config.rate_limit_burst, config.anon_rate_limit_per_s, config.anon_rate_limit_burst

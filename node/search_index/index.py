@@ -292,6 +292,29 @@ class SearchIndex:
             self.index.reload()
             self._generation += 1
 
+    def rewrite(self, rows: Sequence[Row]) -> None:
+        """Add these entries' documents again (each replacing its address's), keeping the position the index covers:
+        a step of a rewrite of every document. Once every live document of a segment was added again the segment
+        holds only deleted documents, and tantivy drops it at the commit, with the terms and stored values of the
+        deleted documents it held (tantivy-py 0.27 has no call to merge chosen segments: node/redaction/scrub.py)."""
+        if self.writer is None:
+            raise RuntimeError("the index was opened read-only")
+        with self._lock:
+            position = self.state()[0]
+            for row in rows:
+                self.writer.delete_documents_by_term("address", row.record_hash)
+                self.writer.add_document(_document(row))
+            self.writer.delete_documents_by_term("meta", _META)
+            self.writer.add_document(_meta_document(position, self.stamp))
+            self.writer.commit()
+            self.writer.garbage_collect_files()
+            self.index.reload()
+            self._generation += 1
+
+    def doc_freq(self, field_name: str, term: str) -> int:
+        """Documents holding `term` in `field_name`, deleted documents still in a segment included."""
+        return int(self.index.searcher().doc_freq(field_name, term))
+
     def search(
         self,
         words: Sequence[str | Clause],

@@ -205,6 +205,8 @@ NO_ENTRIES: dict[str, str] = {
     "POST /v1/push/endpoints": NO_ENTRY, "GET /v1/push/endpoints": NO_ENTRY,
     "DELETE /v1/push/endpoints/{endpoint_id}": NO_ENTRY, "POST /v1/push/endpoints/{endpoint_id}/test": NO_ENTRY,
     "POST /v1/trust/refresh": "trust is computed from public entries only (node/trust/store.py)",
+    "POST /v1/redactions": "a target in a space the caller may not read is answered as one not seen here"
+    " (tests/node/redaction/test_service.py)",
     "GET /v1/spaces": SPACES, "GET /v1/spaces/{space_id}": SPACES, "POST /v1/spaces": SPACES,
     "POST /v1/spaces/{space_id}/members": SPACES, "DELETE /v1/spaces/{space_id}/members/{agent_id}": SPACES,
     "GET /dashboard/api/spaces": SPACES, "GET /dashboard/api/spaces/{space_id}": SPACES,
