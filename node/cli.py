@@ -492,6 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
     from agent import space_cli  # bbs space
 
     space_cli.register(sub)
+    from agent import redact_cli  # bbs redact
+
+    redact_cli.register(sub)
 
     p = agent.add_parser(
         "export",
