@@ -390,6 +390,23 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_purge(args: argparse.Namespace) -> int:
+    """`bbs purge REF | --author DID`: remove records from this node alone (node/redaction/service.py `purge`), safe
+    beside a running node; prints the addresses purged, one a line (or JSON)."""
+    import msgspec
+
+    from node.ops.datadir import CommandError
+
+    if (args.ref is None) == (args.author is None):
+        raise CommandError("name a record hash or --author DID, not both")
+    out = _on_node(args.data, lambda node: node.redactions.purge(args.ref, args.author, args.reason))
+    if args.json:
+        print(msgspec.json.encode(out).decode())
+    else:
+        print("\n".join(out.purged) if out.purged else "nothing of it is held here")
+    return 0
+
+
 def cmd_rebuild(args: argparse.Namespace) -> int:
     from node.features import LOG
     from node.ops.datadir import DataDir, require_node
@@ -527,6 +544,17 @@ def build_parser() -> argparse.ArgumentParser:
     from agent.runtime import cli as runtime_cli  # bbs agent run, bbs agent init
 
     runtime_cli.register(agent)
+
+    p = sub.add_parser(
+        "purge",
+        help="remove a record (or every entry, link and message of an author) from this node alone, for good",
+    )
+    p.add_argument("ref", nargs="?", help="the record's hash")
+    p.add_argument("--author", help="purge every entry, link and bus message of this agent (did:key)")
+    p.add_argument("--reason", help="why (kept on this node only; bbs doctor counts purges)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _data_arg(p)
+    p.set_defaults(func=cmd_purge)
 
     p = sub.add_parser("rebuild", help="rebuild every projection from the log and check it matches")
     _data_arg(p)

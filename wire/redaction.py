@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from identity.schema import Hash
+from identity.schema import Did, Hash
 from identity.schema_v3 import MAX_REASON_CHARS
 
 Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_REASON_CHARS)]
@@ -47,3 +47,18 @@ class RedactionOut(msgspec.Struct, kw_only=True, omit_defaults=True):
     created: bool
     pending: bool = False
     tombstone: Tombstone | None = None
+
+
+class PurgeIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """POST /v1/admin/purges: the operator removes one record (`target`) or every entry, link and bus message of one
+    author (`author`) from this node alone."""
+
+    target: Hash | None = None
+    author: Did | None = None
+    reason: Reason | None = None
+
+
+class PurgeOut(msgspec.Struct, kw_only=True):
+    """The addresses purged (none: nothing of them was held here)."""
+
+    purged: list[str]

@@ -19,7 +19,7 @@ from typing import Any
 from identity.schema_v3 import space_of
 from node.errors import Conflict
 from node.redaction import rules, store
-from node.redaction.store import HeldVersion, RedactionRow, TombstoneRow
+from node.redaction.store import HeldVersion, PurgeRow, RedactionRow, TombstoneRow
 from node.spaces import store as space_store
 from node.store import equivocation, projections
 from node.store.conn import Conn
@@ -63,15 +63,39 @@ def apply_txn(conn: Conn, row: RedactionRow, now_ms: int) -> TombstoneRow | None
 
 
 def drop_txn(conn: Conn, row: RedactionRow, held: Sequence[HeldVersion], now_ms: int) -> TombstoneRow:
-    """Delete the versions `held` of `row.target` from the log and every projection (their kind's switch, as for a
-    record flagged void), forget their notifications, keep the tombstone and schedule the scrub."""
-    store.drop_versions_txn(conn, row.target, [h.seq for h in held], now_ms)
+    """Delete the versions `held` of `row.target` from the log and every projection (`drop_held_txn`) and keep the
+    tombstone."""
+    drop_held_txn(conn, row.target, held, now_ms)
+    return keep_tombstone_txn(conn, row, held[0].record, [h.version for h in held], now_ms)
+
+
+def drop_held_txn(conn: Conn, address: str, held: Sequence[HeldVersion], now_ms: int) -> None:
+    """Delete the versions `held` of `address` from the log (into `refused_versions`) and from every projection
+    (their kind's switch, as for a record flagged void), forget their notifications, schedule the scrub of their
+    bytes."""
+    store.drop_versions_txn(conn, address, [h.seq for h in held], now_ms)
     switches = projections.log_of(conn).switches
     for h in held:
         switch = switches.get(h.kind)
         if switch is not None:
-            switch(conn, h.seq, row.target, h.record, False, now_ms)
-    return keep_tombstone_txn(conn, row, held[0].record, [h.version for h in held], now_ms)
+            switch(conn, h.seq, address, h.record, False, now_ms)
+    store.schedule_scrub_txn(conn, address, now_ms)
+
+
+def purge_txn(conn: Conn, address: str, reason: str | None, now_ms: int) -> PurgeRow | None:
+    """The operator's purge of `address` from this node alone (no tombstone shown, nothing federated): every
+    version held is dropped as by a redaction, and the address is remembered so no version of it is stored again.
+    None when this node holds no version of it."""
+    held = store.held_versions(conn, address)
+    if not held:
+        return None
+    before = store.purges(conn, [address])
+    versions = sorted({*(before[0].versions if before else []), *(h.version for h in held)})
+    first = held[0].record
+    row = PurgeRow(address, str(first["kind"]), str(first["author_id"]), versions, reason, now_ms)
+    drop_held_txn(conn, address, held, now_ms)
+    store.insert_purge_txn(conn, row)
+    return row
 
 
 def keep_tombstone_txn(
@@ -102,15 +126,24 @@ def screen_txn(conn: Conn, arriving: Sequence[tuple[str, str, dict[str, Any]]], 
     """Of the records `arriving` (address, version, record), the versions a stored redaction holds against: for each
     of them only the tombstone is kept (and the version remembered in `refused_versions`); the caller must not store
     them. One indexed look-up when no redaction names any of their addresses (the common case)."""
+    if not store.any_named(conn, (address for address, _, _ in arriving)):
+        return set()
+    purged = {p.hash for p in store.purges(conn, (address for address, _, _ in arriving))}
+    refused: set[str] = set()
+    for address, version, _ in arriving:
+        if address in purged:  # the operator purged it: no version comes back (no tombstone either)
+            equivocation.refuse_txn(conn, version, address, now_ms)
+            refused.add(version)
     found = store.redactions_of(conn, (address for address, _, _ in arriving))
     if not found:
-        return set()
+        return refused
     by_target: dict[str, list[RedactionRow]] = {}
     for row in found:
         by_target.setdefault(row.target, []).append(row)
     moderates = moderates_txn(conn)
-    refused: set[str] = set()
     for address, version, record in arriving:
+        if version in refused:
+            continue
         for row in by_target.get(address, []):
             if rules.refusal(row.author_id, row.space, row.hash, record, moderates) is None:
                 equivocation.refuse_txn(conn, version, address, now_ms)
@@ -124,6 +157,11 @@ def screen_appended(conn: Conn, items: Sequence[Incoming]) -> None:
     """The log's screen (`projections.Log.screens`): refuse, with 409 `redacted`, to append a record a stored
     redaction holds against (a client posting a redacted body again). Sync ingest screens its batch before
     (`screen_txn`), so it never meets this refusal."""
+    if not store.any_named(conn, (item.hash for item in items)):
+        return
+    purged = store.purges(conn, (item.hash for item in items))
+    if purged:
+        raise Conflict(f"{purged[0].hash} was purged from this node by its operator", code="purged")
     rows = store.redactions_of(conn, (item.hash for item in items))
     if not rows:
         return

@@ -9,7 +9,7 @@ from node.errors import InvalidInput
 from node.web.appkeys import NODE
 from node.web.auth import agent_id
 from node.web.http import Route, convert, json_response, read_json
-from wire.redaction import RedactionIn, RedactionOut
+from wire.redaction import PurgeIn, PurgeOut, RedactionIn, RedactionOut
 
 
 async def post_redaction(request: web.Request) -> web.Response:
@@ -27,6 +27,11 @@ async def post_redaction(request: web.Request) -> web.Response:
     return json_response(out, 201 if out.created else 200)
 
 
+async def post_purge(request: web.Request) -> web.Response:
+    body = convert(await read_json(request), PurgeIn)
+    return json_response(await request.app[NODE].redactions.purge(body.target, body.author, body.reason))
+
+
 ROUTES: list[Route] = [
     Route(
         "POST",
@@ -38,6 +43,17 @@ ROUTES: list[Route] = [
         "agent",
         body=RedactionIn,
         responses={201: RedactionOut, 200: RedactionOut},
+        tag="redaction",
+    ),
+    Route(
+        "POST",
+        "/v1/admin/purges",
+        post_purge,
+        "Purge a record (target), or every entry, link and bus message of an author, from this node alone: no"
+        " tombstone, never federated, remembered so no peer brings it back (422 not_purgeable, purge_target)",
+        "admin",
+        body=PurgeIn,
+        responses={200: PurgeOut},
         tag="redaction",
     ),
 ]

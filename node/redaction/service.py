@@ -28,7 +28,7 @@ from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import Sealing, record_error, sign_and_check_body
 from sync.store import Verified
-from wire.redaction import RedactionOut, Tombstone
+from wire.redaction import PurgeOut, RedactionOut, Tombstone
 
 KIND = "redaction"
 DEFAULT_GRACE_S = 24 * 3600  # how long the bytes of a dropped body may stay on disk (`redaction_grace_s`)
@@ -173,6 +173,29 @@ class Redactions:
                 unsigned["reason"] = unicodedata.normalize("NFC", reason)
             (record, record_hash, decoded), body = sign_and_check_body(unsigned, signer)
             return store_txn(conn, self.sealing, Verified(record_hash, body, record, decoded), "$", self.now_ms())
+
+        out = await self.db.write(job)
+        self.wake()
+        return out
+
+    async def purge(self, target: str | None, author: str | None, reason: str | None) -> PurgeOut:
+        """The operator's purge from this node alone (`effects.purge_txn`): one address, or every entry, link and
+        bus message of `author` held here, in one transaction. Never federated; `bbs doctor` counts them."""
+        if (target is None) == (author is None):
+            raise InvalidInput("name a target or an author, not both", field="$.target", code="purge_target")
+
+        def job(conn: Conn) -> PurgeOut:
+            now = self.now_ms()
+            if target is not None:
+                kind = store.kind_held(conn, target)
+                if kind is not None and kind not in records.REDACTABLE_KINDS:
+                    raise InvalidInput("only entries, links and bus messages can be purged", field="$.target",
+                                       code="not_purgeable")  # fmt: skip
+                addresses = [target]
+            else:
+                addresses = store.addresses_of_author(conn, str(author), records.REDACTABLE_KINDS)
+            done = [row.hash for a in addresses if (row := effects.purge_txn(conn, a, reason, now)) is not None]
+            return PurgeOut(purged=done)
 
         out = await self.db.write(job)
         self.wake()

@@ -178,3 +178,65 @@ def checkpoint(path: str, tries: int, pause_s: float) -> bool:
             if int(busy) == 0:
                 return True
     return False
+
+
+# ---- operator purges ----------------------------------------------------------------------------------------------
+
+
+class PurgeRow(NamedTuple):
+    """A record the operator purged from this node alone."""
+
+    hash: str
+    kind: str
+    author_id: str
+    versions: list[str]
+    reason: str | None
+    purged_ms: int
+
+
+def insert_purge_txn(conn: Conn, row: PurgeRow) -> None:
+    """Remember a purged address (a version purged again later joins its versions: the caller gives the union)."""
+    conn.execute(
+        "INSERT INTO purges (hash, kind, author_id, versions, reason, purged_ms) VALUES (?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (hash) DO UPDATE SET versions = excluded.versions",
+        (row.hash, row.kind, row.author_id, json.dumps(sorted(set(row.versions))), row.reason, row.purged_ms),
+    )
+
+
+def purges(conn: Conn, addresses: Iterable[str]) -> list[PurgeRow]:
+    """The purges of those of `addresses` purged here."""
+    rows = conn.execute(
+        "SELECT hash, kind, author_id, versions, reason, purged_ms FROM purges"
+        " WHERE hash IN (SELECT value FROM json_each(?)) ORDER BY hash",
+        (json.dumps(sorted(set(addresses))),),
+    ).fetchall()
+    return [PurgeRow(r[0], r[1], r[2], json.loads(r[3]), r[4], int(r[5])) for r in rows]
+
+
+def purge_counts(conn: Conn) -> tuple[int, int]:
+    """(addresses purged here, their authors): `bbs doctor`."""
+    row = conn.execute("SELECT count(*), count(DISTINCT author_id) FROM purges").fetchone()
+    return int(row[0]), int(row[1])
+
+
+def addresses_of_author(conn: Conn, author: str, kinds: Iterable[str]) -> list[str]:
+    """The addresses of `author`'s records of `kinds` in the log, oldest first."""
+    rows = conn.execute(
+        "SELECT hash FROM records WHERE author_id = ? AND kind IN (SELECT value FROM json_each(?))"
+        " GROUP BY hash ORDER BY min(seq)",
+        (author, json.dumps(sorted(kinds))),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def any_named(conn: Conn, addresses: Iterable[str]) -> bool:
+    """Whether a redaction or a purge names any of `addresses`: the one look-up every append makes (two index
+    probes per address; the tables are empty on most nodes)."""
+    listed = json.dumps(sorted(set(addresses)))
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM json_each(?1) a"
+        " WHERE EXISTS (SELECT 1 FROM redactions r WHERE r.target = a.value)"
+        " OR EXISTS (SELECT 1 FROM purges p WHERE p.hash = a.value))",
+        (listed,),
+    ).fetchone()
+    return bool(row[0])

@@ -36,3 +36,15 @@ CREATE TABLE redaction_scrubs (
     done_ms INTEGER                        -- NULL until the scrub ran
 ) WITHOUT ROWID;
 CREATE INDEX redaction_scrubs_due ON redaction_scrubs(dropped_ms) WHERE done_ms IS NULL;
+
+-- NODE-LOCAL: records the operator purged from this node alone (`bbs purge`, POST /v1/admin/purges): illegal content,
+-- abuse. Never federated, no tombstone shown; every version of the address is refused from then on.
+CREATE TABLE purges (
+    hash TEXT PRIMARY KEY,                 -- the purged address
+    kind TEXT NOT NULL,
+    author_id TEXT NOT NULL,
+    versions TEXT NOT NULL,                -- JSON array of the versions dropped, sorted
+    reason TEXT,
+    purged_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX purges_author ON purges(author_id);
