@@ -16,6 +16,8 @@ from node.redaction import effects, store
 from node.service import Node
 from node.store import projections
 from node.store.conn import Conn
+from sync.store import Invalid
+from sync.verify import verify_record
 from tests.node.api_helpers import SelfSigner, entry_record, hash_of, ingest, link_record, self_signer
 from wire.time import format_ms
 
@@ -166,3 +168,13 @@ def test_effects_tombstone_out_keeps_every_member() -> None:
                              "2026-01-02T00:00:00Z", 5)  # fmt: skip
     out = effects.tombstone_out(row)
     assert (out.hash, out.kind, out.redacted, out.redaction, out.versions) == ("a" * 64, "link", True, "r", ["a" * 64])
+
+
+async def test_a_peers_redaction_record_is_too_new_until_redactions_federate(node: Node) -> None:
+    author = await self_signer(node, "author")
+    record = entry_record(author.key, "stays", created_ms=node.now_ms() - 5000)
+    assert await ingest(node, record) == "saved"
+    peers_redaction = redaction_of(author, hash_of(record), node.now_ms())
+    checked = verify_record(canonical.canonical_bytes(peers_redaction), hash_of(peers_redaction))
+    assert isinstance(checked, Invalid) and checked.reason == "too_new"  # counted, never stored nor remembered
+    assert await held(node, hash_of(record)) != []
