@@ -256,7 +256,11 @@ def vacuum_once(conn: sqlite3.Connection) -> bool:
     now (docs/operations.md, "Redaction")."""
     if conn.execute("SELECT 1 FROM node_meta WHERE key = ?", (SECURE_DELETE_VACUUM,)).fetchone() is not None:
         return False
-    conn.execute("VACUUM")
+    try:
+        conn.execute("VACUUM")
+    except sqlite3.OperationalError as exc:  # another process writes (a CLI command beside a starting node)
+        log.warning("the one VACUUM after enabling secure_delete waits for the next start: %s", exc)
+        return False
     with transaction(conn, immediate=True):
         conn.execute(
             "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
