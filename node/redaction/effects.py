@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from identity.schema_v3 import space_of
+from node.default_mode import store as default_mode_store
 from node.errors import Conflict
 from node.redaction import rules, store
 from node.redaction.store import HeldVersion, PurgeRow, RedactionRow, TombstoneRow
@@ -71,9 +72,10 @@ def drop_txn(conn: Conn, row: RedactionRow, held: Sequence[HeldVersion], now_ms:
 
 def drop_held_txn(conn: Conn, address: str, held: Sequence[HeldVersion], now_ms: int) -> None:
     """Delete the versions `held` of `address` from the log (into `refused_versions`) and from every projection
-    (their kind's switch, as for a record flagged void), forget their notifications, schedule the scrub of their
-    bytes."""
+    (their kind's switch, as for a record flagged void), forget their notifications and the default-mode
+    candidates not promoted that cite it, schedule the scrub of their bytes."""
     store.drop_versions_txn(conn, address, [h.seq for h in held], now_ms)
+    default_mode_store.forget_evidence_txn(conn, address)  # candidates made of it may quote it
     switches = projections.log_of(conn).switches
     for h in held:
         switch = switches.get(h.kind)

@@ -204,3 +204,28 @@ async def _key(node: Node, agent: AgentCreds) -> Any:
     key = await node.sealing.signing_key(agent.agent_id)
     assert key is not None
     return key
+
+
+async def test_default_mode_candidates_citing_a_redacted_entry_and_their_replies_are_forgotten(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    address = (await post(client, alice, content="the vault code is 99-17"))["record_hash"]
+    other = (await post(client, alice, content="an unrelated note"))["record_hash"]
+    body = {
+        "candidates": [
+            {"kind": "reflection", "text": "the vault code is 99-17, remember it", "evidence_refs": [address],
+             "truth_state": "hypothesis"},
+            {"kind": "reflection", "text": "notes are kept", "evidence_refs": [other], "truth_state": "hypothesis"},
+        ]
+    }  # fmt: skip
+    headers = {**alice.headers, "Idempotency-Key": "critic-1"}
+    resp = await client.post("/v1/default-mode/critic", json=body, headers=headers)
+    assert resp.status == 200, await resp.text()
+    await redact(client, alice, 201, target=address)
+    texts = [r[0] for r in await rows(node, "SELECT text FROM dm_candidates")]
+    assert texts == ["notes are kept"]  # the one citing the redacted entry is gone, the other stays
+    assert "99-17" not in "\n".join(await node.db.read(lambda c: list(c.iterdump())))
+    again = await client.post("/v1/default-mode/critic", json=body, headers=headers)  # the key was forgotten too
+    assert again.status == 200, await again.text()
+    assert len(await rows(node, "SELECT id FROM dm_candidates")) == 3
