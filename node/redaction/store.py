@@ -152,6 +152,12 @@ def due_scrubs(conn: Conn, dropped_before_ms: int) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
+def last_drop_ms(conn: Conn) -> int | None:
+    """When this node last dropped a body (a redaction or a purge), or None."""
+    row = conn.execute("SELECT max(dropped_ms) FROM redaction_scrubs").fetchone()
+    return None if row[0] is None else int(row[0])
+
+
 def pending_scrubs(conn: Conn) -> tuple[int, int | None]:
     """(how many scrubs have not run, the earliest dropped_ms among them): `bbs doctor`, the scrubber's sleep."""
     row = conn.execute("SELECT count(*), min(dropped_ms) FROM redaction_scrubs WHERE done_ms IS NULL").fetchone()

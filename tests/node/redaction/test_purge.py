@@ -93,7 +93,12 @@ async def test_purging_an_author_removes_its_entries_links_and_messages_in_one_c
     assert sorted(purged) == sorted([*mine, linked["origin_hash"], message])
     checks = {c.name: c for c in doctor.diagnose(data_dir[0], LOG, peer_timeout=1)}
     assert checks["redactions"].detail.startswith("0 redacted (tombstones), 5 purged by the operator (1 authors)")
-    assert checks["projections"].status == "ok"
+    assert checks["projections"].status == "ok" and checks["redactions"].status == "ok"
+    aside = data_dir[0].parent / f"{data_dir[0].name}.replaced-20261205T000000Z"  # as `bbs restore --force` leaves
+    aside.mkdir()
+    (aside / "bbs.db").write_bytes(b"an older copy")
+    checks = {c.name: c for c in doctor.diagnose(data_dir[0], LOG, peer_timeout=1)}
+    assert checks["redactions"].status == "warn" and "restore-leftovers" in checks["redactions"].detail
     node.open()
     assert (await get_json(client, f"/v1/entries/{kept}", bob))["entries"]
     assert (await get_json(client, f"/v1/entries/{mine[0]}", bob, status=404))["code"] == "entry_not_found"
