@@ -22,7 +22,7 @@ from node.errors import Conflict
 from node.redaction import rules, store
 from node.redaction.store import HeldVersion, PurgeRow, RedactionRow, TombstoneRow
 from node.spaces import store as space_store
-from node.store import equivocation, projections
+from node.store import equivocation, idempotency, projections
 from node.store.conn import Conn
 from node.store.projections import Incoming, Projection
 from wire.redaction import Tombstone
@@ -76,6 +76,7 @@ def drop_held_txn(conn: Conn, address: str, held: Sequence[HeldVersion], now_ms:
     candidates not promoted that cite it, schedule the scrub of their bytes."""
     store.drop_versions_txn(conn, address, [h.seq for h in held], now_ms)
     default_mode_store.forget_evidence_txn(conn, address)  # candidates made of it may quote it
+    idempotency.forget_record_txn(conn, address)  # a retry of the post that stored it: 409, never stored again
     switches = projections.log_of(conn).switches
     for h in held:
         switch = switches.get(h.kind)

@@ -48,3 +48,7 @@ CREATE TABLE purges (
     purged_ms INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX purges_author ON purges(author_id);
+
+-- The idempotency keys of a record redacted or purged answer 409 `redacted` from then on (node/store/idempotency.py
+-- `forget_record_txn` finds them by the record's hash).
+CREATE INDEX idempotency_record ON idempotency(record_hash);

@@ -229,3 +229,35 @@ async def test_default_mode_candidates_citing_a_redacted_entry_and_their_replies
     again = await client.post("/v1/default-mode/critic", json=body, headers=headers)  # the key was forgotten too
     assert again.status == 200, await again.text()
     assert len(await rows(node, "SELECT id FROM dm_candidates")) == 3
+
+
+async def test_a_retry_of_the_request_that_stored_a_redacted_record_is_refused_not_stored_again(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    entry = {"entry_type": "finding", "performative": "inform", "content": "retry secret"}
+    keyed = {**alice.headers, "Idempotency-Key": "post-1"}
+    resp = await client.post("/v1/entries", json=entry, headers=keyed)
+    assert resp.status == 201
+    address = (await resp.json())["record_hash"]
+    other = (await post(client, alice, content="another"))["record_hash"]
+    link_body = {"source": other, "target": address, "link_type": "supports", "idempotency_key": "link-1"}
+    resp = await client.post("/v1/links", json=link_body, headers=alice.headers)
+    assert resp.status == 201
+    link_hash = (await resp.json())["origin_hash"]
+    message = {"message_type": "status", "body": "retry message", "to_agent": bob.agent_id}
+    resp = await client.post(f"{WF}/messages", json=message, headers={**alice.headers, "Idempotency-Key": "msg-1"})
+    assert resp.status == 201
+    message_hash = (await resp.json())["record_hash"]
+    for target in (address, link_hash, message_hash):
+        await redact(client, alice, 201, target=target)
+    before = await count(node)
+    retries = [
+        await client.post("/v1/entries", json=entry, headers=keyed),
+        await client.post("/v1/links", json=link_body, headers=alice.headers),
+        await client.post(f"{WF}/messages", json=message, headers={**alice.headers, "Idempotency-Key": "msg-1"}),
+    ]
+    for resp in retries:
+        assert resp.status == 409, await resp.text()
+        assert (await resp.json())["code"] == "redacted"
+    assert await count(node) == before
