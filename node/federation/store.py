@@ -385,13 +385,14 @@ def ingest_txn(
     `too_new_from` is kept beside it (`write_cursor_txn`).
     """
     authority = Authority() if authority is None else authority
-    gated = waiting_gate.gate_txn(conn, authority, peer_id, records, now_ms, recheck=recheck)
-    records, invalid = gated.now, [*invalid, *gated.invalid]
-    # a body a stored redaction holds against is checked in memory and never stored: only its tombstone (issue 39)
+    # a body a stored redaction (or purge) holds against is checked in memory and never stored, not even to wait:
+    # only its tombstone (issue 39)
     redacted = redaction_effects.screen_txn(conn, [(v.hash, v.version, v.record) for v in records], now_ms)
-    if redacted:
-        gated.outcomes.extend(Outcome(v.hash, "void", "redacted") for v in records if v.version in redacted)
-        records = [v for v in records if v.version not in redacted]
+    screened = [Outcome(v.hash, "void", "redacted") for v in records if v.version in redacted]
+    records = [v for v in records if v.version not in redacted] if redacted else records
+    gated = waiting_gate.gate_txn(conn, authority, peer_id, records, now_ms, recheck=recheck)
+    gated.outcomes.extend(screened)
+    records, invalid = gated.now, [*invalid, *gated.invalid]
     appended, failed, faults = _append_batch(conn, peer_id, records, now_ms)
     kept = [(v, result) for v, result in zip(records, appended, strict=True) if result is not None]
     targets, missing = _want_missing_targets(conn, peer_id, kept, now_ms)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from identity import canonical, records
+from identity import canonical, keys, records
 from node.errors import Forbidden
 from node.redaction import effects, store
 from node.service import Node
@@ -178,3 +178,17 @@ async def test_a_peers_redaction_record_is_too_new_until_redactions_federate(nod
     checked = verify_record(canonical.canonical_bytes(peers_redaction), hash_of(peers_redaction))
     assert isinstance(checked, Invalid) and checked.reason == "too_new"  # counted, never stored nor remembered
     assert await held(node, hash_of(record)) != []
+
+
+async def test_a_redacted_body_that_would_wait_for_a_key_is_refused_before_it_waits(node: Node) -> None:
+    """The screen runs before the waiting area: a version of a redacted address signed by a key this node does not
+    know yet (it would wait for the rotation) never reaches the disk, not even the waiting table."""
+    author = await self_signer(node, "author")
+    rotated = keys.SigningKey.generate()
+    record = entry_record(rotated, "waits-secret", created_ms=node.now_ms() - 5000, author_id=author.agent_id,
+                          signing_key=rotated.did)  # fmt: skip
+    address = hash_of(record)
+    await node.redactions.submit(author.agent_id, redaction_of(author, address, node.now_ms()))
+    assert await ingest(node, record) == "void"
+    assert await node.db.read(lambda c: c.execute("SELECT count(*) FROM waiting").fetchone()[0]) == 0
+    assert "waits-secret" not in "\n".join(await node.db.read(lambda c: list(c.iterdump())))
