@@ -38,15 +38,16 @@ def checkpoint(path: str) -> bool:
 
 
 async def scrub_due(node: Node) -> list[str]:
-    """Scrub the addresses whose grace has passed: the search index merges away their deleted documents (after
-    its indexer has handled their removal), then the WAL is checkpointed and truncated; the addresses scrubbed."""
+    """Scrub the addresses whose grace has passed: the search index deletes their documents (whether or not its
+    indexer has yet) and drops the segments that held them (`rewrite_index`), then the WAL is checkpointed and
+    truncated; the addresses scrubbed."""
     cutoff = node.now_ms() - node.redactions.grace_s * 1000
     due = await node.db.read(lambda conn: store.due_scrubs(conn, cutoff))
     if not due:
         return []
     index = node.search_index
     if index is not None and index.writer is not None:
-        await node.redactions.index_forgets()  # the indexer deleted the dropped entries' documents
+        await asyncio.to_thread(index.rewrite, [], due)  # their documents deleted (the indexer may not have yet)
         await rewrite_index(node, index)  # ... and the segments holding them go
     done = await asyncio.to_thread(checkpoint, str(node.data.db_path))
     if not done:

@@ -19,7 +19,6 @@ from identity import canonical, records
 from identity.space_rules import may_read
 from node.errors import BBSError, Forbidden, InvalidInput
 from node.redaction import effects, rules, store
-from node.search_index import store as search_store
 from node.spaces import store as space_store
 from node.spaces.sight import Sight
 from node.store import projections, submission
@@ -32,7 +31,6 @@ from wire.redaction import PurgeOut, RedactionOut, Tombstone
 
 KIND = "redaction"
 DEFAULT_GRACE_S = 24 * 3600  # how long the bytes of a dropped body may stay on disk (`redaction_grace_s`)
-INDEX_WAIT_S = 30.0  # how long a scrub waits for the search indexer to delete the dropped entries' documents
 
 
 def refusal_error(reason: str, where: str) -> BBSError:
@@ -132,17 +130,6 @@ class Redactions:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._work.wait(), timeout)
         self._work.clear()
-
-    async def index_forgets(self, timeout: float = INDEX_WAIT_S) -> bool:
-        """Wait, at most `timeout` seconds, until the search indexer has deleted the documents of every dropped
-        entry (`search_redo` handled); whether it has."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while await self.db.read(search_store.redo_count):
-            if loop.time() >= deadline:
-                return False
-            await asyncio.sleep(0.05)
-        return True
 
     async def submit(self, agent_id: str, record: dict[str, Any]) -> RedactionOut:
         """Store a `redaction` record its author signed (`check_client_record`, `store_txn`)."""

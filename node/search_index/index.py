@@ -292,15 +292,18 @@ class SearchIndex:
             self.index.reload()
             self._generation += 1
 
-    def rewrite(self, rows: Sequence[Row]) -> None:
+    def rewrite(self, rows: Sequence[Row], removed: Sequence[str] = ()) -> None:
         """Add these entries' documents again (each replacing its address's), keeping the position the index covers:
         a step of a rewrite of every document. Once every live document of a segment was added again the segment
         holds only deleted documents, and tantivy drops it at the commit, with the terms and stored values of the
-        deleted documents it held (tantivy-py 0.27 has no call to merge chosen segments: node/redaction/scrub.py)."""
+        deleted documents it held (tantivy-py 0.27 has no call to merge chosen segments: node/redaction/scrub.py).
+        The documents of `removed` addresses are deleted in the same commit."""
         if self.writer is None:
             raise RuntimeError("the index was opened read-only")
         with self._lock:
             position = self.state()[0]
+            for address in removed:
+                self.writer.delete_documents_by_term("address", address)
             for row in rows:
                 self.writer.delete_documents_by_term("address", row.record_hash)
                 self.writer.add_document(_document(row))
