@@ -1,14 +1,17 @@
-"""What a redaction does on this node (docs/format-v3.md 5.3; docs/api.md "Redaction"), in the transaction that
-stores it or that would store its target's body:
+"""What a redaction (or an operator's purge) does on this node (docs/format-v3.md 5.3; docs/api.md "Redaction"), in
+the transaction that stores it or that would store its target's body:
 
 - `project_redaction`, the projector of `redaction` records: the `redactions` row, then `apply_txn`;
 - `apply_txn`: when the target's versions are held and the redaction holds against them (`rules.refusal`), every
-  version is deleted from the log and remembered in `refused_versions`, its projection rows leave by its kind's
-  switch (as a record flagged void does: node/store/void.py), the notifications of it go, the search index forgets
-  the address (`search_redo`; answers hide at once, since every search reads its page back from `entries`), and a
-  tombstone is kept; a scrub is scheduled for the bytes still on disk (node/redaction/scrub.py);
-- `screen_txn`: a body arriving after its redaction (a peer's, a client's) is checked in memory against the
-  redactions naming its address; where one holds, only the tombstone is kept and the body never touches the log.
+  version is deleted from the log and remembered in `refused_versions` (`drop_held_txn`): its projection rows leave
+  by its kind's switch (as a record flagged void does: node/store/void.py), the notifications of it go, and so do
+  the default-mode candidates not promoted that cite it; the keys that stored it answer 409 `redacted`; the search
+  index forgets the address (`search_redo`; answers hide at once, since every search reads its page back from
+  `entries`); a tombstone is kept, and a scrub scheduled for the bytes still on disk (node/redaction/scrub.py);
+- `purge_txn`: the operator's purge drops the same way, remembered in `purges`, with no tombstone;
+- `screen_txn` (sync ingest, before the waiting area) and `screen_appended` (the log's screen, before every append):
+  a body arriving after its redaction or purge is checked in memory against the redactions naming its address;
+  where one holds, only the tombstone is kept and the body never touches the disk.
 """
 
 from __future__ import annotations
