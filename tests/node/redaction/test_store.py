@@ -8,6 +8,7 @@ from pathlib import Path
 
 from node.redaction import store
 from node.store import db
+from tests.node.migrated import database_before
 
 
 def migrated(tmp_path: Path) -> sqlite3.Connection:
@@ -61,3 +62,18 @@ def test_the_checkpoint_empties_the_wal_and_waits_for_a_reader(tmp_path: Path) -
     reader.execute("COMMIT")
     assert store.checkpoint(str(tmp_path / "bbs.db"), tries=2, pause_s=0.01) is True
     assert wal.stat().st_size == 0
+
+
+def test_migration_0037_keeps_what_an_earlier_database_held(tmp_path: Path) -> None:
+    conn = database_before(tmp_path / "bbs.db", 37)
+    conn.execute(
+        "INSERT INTO idempotency (agent_id, idem_key, operation, record_hash, created_ms) VALUES (?, ?, ?, ?, ?)",
+        ("did:key:a", "k", "post", "a" * 64, 1),
+    )
+    assert db.migrate(conn) >= 37
+    plan = " ".join(
+        str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN SELECT 1 FROM idempotency WHERE record_hash = ?", ("x",))
+    )
+    assert "idempotency_record" in plan  # forget_record_txn finds a record's keys by index
+    assert conn.execute("SELECT count(*) FROM idempotency").fetchone()[0] == 1
+    assert store.tombstones(conn, ["a" * 64]) == [] and store.purge_counts(conn) == (0, 0)
