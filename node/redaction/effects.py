@@ -47,11 +47,13 @@ def row_of(rec: Any, address: str, seq: int) -> RedactionRow:
 
 
 def project_redaction(conn: Conn, rec: Any, ctx: Projection) -> None:
-    """Project a redaction record and drop its target's body when held and the redaction holds against it. While
-    rebuilding, the targets it dropped are no longer in the log: nothing more happens."""
+    """Project a redaction record and drop its target's body when held and the redaction holds against it. Not
+    while rebuilding (`ctx.notify` false): the targets it dropped are no longer in the log, and a target the log
+    still holds is one it was void for when it was decided; a rebuild changes no log."""
     row = row_of(rec, ctx.hash, ctx.seq)
     store.insert_redaction_txn(conn, row)
-    apply_txn(conn, row, ctx.now_ms)
+    if ctx.notify:
+        apply_txn(conn, row, ctx.now_ms)
 
 
 def apply_txn(conn: Conn, row: RedactionRow, now_ms: int) -> TombstoneRow | None:
