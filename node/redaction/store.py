@@ -1,4 +1,4 @@
-"""The SQL of redaction (migration 0037): the `redactions` projection, the node-local `tombstones` and
+"""The SQL of redaction (migration 0039): the `redactions` projection, the node-local `tombstones` and
 `redaction_scrubs`, and dropping a target's versions from the log and the tables that copied them."""
 
 from __future__ import annotations

@@ -64,13 +64,13 @@ def test_the_checkpoint_empties_the_wal_and_waits_for_a_reader(tmp_path: Path) -
     assert wal.stat().st_size == 0
 
 
-def test_migration_0037_keeps_what_an_earlier_database_held(tmp_path: Path) -> None:
-    conn = database_before(tmp_path / "bbs.db", 37)
+def test_migration_0039_keeps_what_an_earlier_database_held(tmp_path: Path) -> None:
+    conn = database_before(tmp_path / "bbs.db", 39)
     conn.execute(
         "INSERT INTO idempotency (agent_id, idem_key, operation, record_hash, created_ms) VALUES (?, ?, ?, ?, ?)",
         ("did:key:a", "k", "post", "a" * 64, 1),
     )
-    assert db.migrate(conn) >= 37
+    assert db.migrate(conn) >= 39
     plan = " ".join(
         str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN SELECT 1 FROM idempotency WHERE record_hash = ?", ("x",))
     )
