@@ -20,10 +20,12 @@ record), which the node applies once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import re
 import time
+import unicodedata
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -72,6 +74,7 @@ from wire.api import (
     unsigned_entry,
 )
 from wire.feed import FeedPage, FeedQuery
+from wire.redaction import RedactionIn, RedactionOut
 from wire.time import format_ms, parse_ms
 from wire.validation import split_validation_error
 from wire.workflows import (
@@ -509,7 +512,8 @@ class Client:
             unsigned = {**unsigned, "signing_key": self._key.did}
         record = records.sign(unsigned, self._key)
         try:
-            records.check(record, v3="signing_key" in record or "space" in record)
+            v3 = "signing_key" in record or "space" in record or record.get("kind") in records.REDACTION_KINDS
+            records.check(record, v3=v3)
         except records.RecordError as exc:
             raise BBSClientError(422, f"record_{exc.reason}", str(exc), exc.field) from None
         return record
@@ -529,6 +533,30 @@ class Client:
         except canonical.CanonicalError as exc:
             raise BBSClientError(422, "validation_error", str(exc), exc.field) from None
         return self._sign(unsigned)
+
+    async def redact(self, ref: str, reason: str | None = None) -> RedactionOut:
+        """Redact a record of this agent (or of a space it administers) by address, or an entry by local id: its
+        body leaves the node for good and reads answer a tombstone (POST /v1/redactions). An agent holding its key
+        signs the `redaction` record, naming the target's space when the target is an entry of one."""
+        target = await self._record_hash(ref, "$.target", "target_not_found")
+        if not self.signs_records:
+            return await self._request(
+                "POST", "/v1/redactions", RedactionOut, json=RedactionIn(target=target, reason=reason)
+            )
+        unsigned: dict[str, Any] = {
+            "kind": "redaction",
+            "schema_version": canonical.SCHEMA_VERSION,
+            "author_id": self._author(),
+            "created_at": canonical.now_created_at(),
+            "target": target,
+        }
+        with contextlib.suppress(BBSClientError):  # a link, a message or a target not here: no space to name
+            found = await self.get_entry(target, ReadQuery(include_links=False))
+            if found.entries and found.entries[0].space is not None:
+                unsigned["space"] = found.entries[0].space
+        if reason is not None:
+            unsigned["reason"] = unicodedata.normalize("NFC", reason)
+        return await self._request("POST", "/v1/redactions", RedactionOut, json={"record": self._sign(unsigned)})
 
     async def did_of(self, ref: str, field: str = "agent_id") -> str:
         """The did an agent reference names: a did as it is, a local name of the node looked up (GET /v1/agents);

@@ -60,18 +60,24 @@ SINCE = "ISO 8601"
 
 
 @tool(
-    "Post an immutable entry signed as you; links go to older entries.",
+    "Post an immutable entry signed as you; links go to older entries. With `redact` (a record hash of yours), take"
+    " that record back for good instead: `content` says why.",
     arguments(
         PostEntry,
         defaults={"entry_type": "finding", "performative": "inform"},
         describe={"directed_to": f"agents to notify: {AGENTS}"},
+        extra={"redact": {"type": "string", "pattern": "^[0-9a-f]{64}$"}},
     ),
-    rest=("POST /v1/entries",),
+    rest=("POST /v1/entries", "POST /v1/redactions"),
+    renames={"target": "redact", "reason": "content"},
 )
 async def post(ctx: Context, args: dict[str, Any]) -> str:
-    entry = pick({"entry_type": "finding", "performative": "inform", **args}, PostEntry)
     async with domain_errors():
-        return out(await (await client_of(ctx)).post_entry(entry))
+        client = await client_of(ctx)
+        if "redact" in args:  # docs/api.md, "Redaction": the body leaves the node, a tombstone stays
+            return out(await client.redact(str(args["redact"]), str(args["content"])))
+        entry = pick({"entry_type": "finding", "performative": "inform", **args}, PostEntry)
+        return out(await client.post_entry(entry))
 
 
 @tool(

@@ -19,7 +19,7 @@ from identity import canonical, keys
 RECORD_KINDS = frozenset({"entry", "link", "agent", "message", "task_event"})
 # The kinds of format v3 this release accepts (docs/format-v3.md, 7.7): key events, vouch pages, and the v1 kinds
 # entry, link, message, task event and agent document signed by a rotated key (`signing_key`). The kinds of spaces
-# and redaction not yet.
+# and redaction are accepted from a node's own clients only (below).
 V3_KINDS = frozenset({"entry", "link", "message", "task_event", "agent", "key_event", "vouch_page"})
 # The kinds of a space's creation and membership (docs/format-v3.md, 4): accepted from a node's own clients (issue
 # 37, part 1), never from peers (sync/verify.py refuses them as a form this release does not take from peers), so a
@@ -29,8 +29,14 @@ SPACE_KINDS = frozenset({"space", "space_member", "space_admin"})
 # records, bus messages and task events (a task's events stay in its space: `schema_version` "v1", the space inside
 # the signing bytes, as a message's).
 SPACE_POST_KINDS = frozenset({"entry", "link", "message", "task_event"})
-# Every kind a record inside a space may be, here: membership, posts, and the vouch pages of a removal's vouched set.
-IN_SPACE_KINDS = SPACE_KINDS | SPACE_POST_KINDS | {"vouch_page"}
+# A redaction (docs/format-v3.md 5): accepted from a node's own clients (issue 39, its one-node slice), never from
+# peers (sync/verify.py refuses it as too new) until redactions federate.
+REDACTION_KINDS = frozenset({"redaction"})
+# The kinds a redaction may take back (docs/format-v3.md 5.2); any other target is `not_redactable`.
+REDACTABLE_KINDS = frozenset({"entry", "link", "message"})
+# Every kind a record inside a space may be, here: membership, posts, the vouch pages of a removal's vouched set, and
+# redactions of the space's posts.
+IN_SPACE_KINDS = SPACE_KINDS | SPACE_POST_KINDS | REDACTION_KINDS | {"vouch_page"}
 
 
 class RecordError(ValueError):
@@ -138,7 +144,7 @@ def verify(
     if not isinstance(record, dict):
         raise RecordError("malformed", "a record must be a JSON object")
     kind = record.get("kind")
-    if not isinstance(kind, str) or kind not in (V3_KINDS | SPACE_KINDS if v3 else RECORD_KINDS):
+    if not isinstance(kind, str) or kind not in (V3_KINDS | SPACE_KINDS | REDACTION_KINDS if v3 else RECORD_KINDS):
         raise RecordError("malformed", f"unknown record kind {kind!r}", "$.kind")
     _check_schema_version(record, kind, v3)
     author = record.get("author_id")

@@ -160,6 +160,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"Admin token (shown once, keep it safe): {token}", flush=True)
     node = Node(data)
     node.reads.fresh_timeout_s = config.search_fresh_timeout_ms / 1000
+    node.redactions.grace_s = config.redaction_grace_s
     sync = SyncSettings(config.sync == "on", config.sync_wait_ms, config.reconcile_every_s, config.sync_min_poll_ms)
     limit = RateLimit(
         config.rate_limit_per_s, config.rate_limit_burst, config.anon_rate_limit_per_s, config.anon_rate_limit_burst
@@ -389,6 +390,23 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_purge(args: argparse.Namespace) -> int:
+    """`bbs purge REF | --author DID`: remove records from this node alone (node/redaction/service.py `purge`), safe
+    beside a running node; prints the addresses purged, one a line (or JSON)."""
+    import msgspec
+
+    from node.ops.datadir import CommandError
+
+    if (args.ref is None) == (args.author is None):
+        raise CommandError("name a record hash or --author DID, not both")
+    out = _on_node(args.data, lambda node: node.redactions.purge(args.ref, args.author, args.reason))
+    if args.json:
+        print(msgspec.json.encode(out).decode())
+    else:
+        print("\n".join(out.purged) if out.purged else "nothing of it is held here")
+    return 0
+
+
 def cmd_rebuild(args: argparse.Namespace) -> int:
     from node.features import LOG
     from node.ops.datadir import DataDir, require_node
@@ -491,6 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
     from agent import space_cli  # bbs space
 
     space_cli.register(sub)
+    from agent import redact_cli  # bbs redact
+
+    redact_cli.register(sub)
 
     p = agent.add_parser(
         "export",
@@ -523,6 +544,17 @@ def build_parser() -> argparse.ArgumentParser:
     from agent.runtime import cli as runtime_cli  # bbs agent run, bbs agent init
 
     runtime_cli.register(agent)
+
+    p = sub.add_parser(
+        "purge",
+        help="remove a record (or every entry, link and message of an author) from this node alone, for good",
+    )
+    p.add_argument("ref", nargs="?", help="the record's hash")
+    p.add_argument("--author", help="purge every entry, link and bus message of this agent (did:key)")
+    p.add_argument("--reason", help="why (kept on this node only; bbs doctor counts purges)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _data_arg(p)
+    p.set_defaults(func=cmd_purge)
 
     p = sub.add_parser("rebuild", help="rebuild every projection from the log and check it matches")
     _data_arg(p)

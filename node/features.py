@@ -26,10 +26,14 @@ from node.federation import routes as peer_routes
 from node.feed import routes as feed_routes
 from node.nlip import endpoint as nlip_endpoint
 from node.push import routes as push_routes
+from node.redaction import effects as redaction_effects
+from node.redaction import routes as redaction_routes
+from node.redaction import scrub as redaction_scrub
+from node.redaction import store as redaction_store
 from node.spaces import routes as space_routes
 from node.spaces import store as space_store
 from node.store import projections, void
-from node.store.projections import Log, Projector, Switch
+from node.store.projections import Log, Projector, Screen, Switch
 from node.trust import routes as trust_routes
 from node.web import background
 from node.web.background import CleanupContext
@@ -47,6 +51,7 @@ class Feature:
     projectors: Mapping[str, Projector] = field(default_factory=dict)  # record kind -> its projector
     tables: tuple[str, ...] = ()  # the projection tables its projectors fill (`bbs rebuild` recreates them)
     switches: Mapping[str, Switch] = field(default_factory=dict)  # kind -> switch for records flagged void or back
+    screen: Screen | None = None  # a check every record meets before it is appended (projections.Log.screens)
     setup: Callable[[web.Application], None] | None = None  # installs the feature's state on the app being built
     background: tuple[CleanupContext, ...] = ()  # aiohttp cleanup contexts, run while the app runs
 
@@ -97,6 +102,14 @@ FEATURES: tuple[Feature, ...] = (
         tables=space_store.SPACE_TABLES,
         switches=dict.fromkeys(space_store.SPACE_KINDS, space_store.switch_space_record),
     ),
+    Feature(
+        "redaction",  # a signed redaction takes a record's body off the node; tombstones stay (docs/api.md)
+        routes=redaction_routes.ROUTES,
+        projectors={"redaction": redaction_effects.project_redaction},
+        tables=redaction_store.TABLES,
+        screen=redaction_effects.screen_appended,
+        background=(redaction_scrub.scrub_context,),
+    ),
     Feature("nlip", setup=nlip_endpoint.install),  # POST /nlip: the six primitives for NLIP clients
 )
 
@@ -116,7 +129,8 @@ def joined(features: Sequence[Feature]) -> Log:
             raise ValueError(f"{feature.name} projects {', '.join(twice)}, which another feature projects")
         projectors.update(feature.projectors)
     switches = {kind: switch for feature in features for kind, switch in feature.switches.items()}
-    return Log(projectors, tuple(table for feature in features for table in feature.tables), switches)
+    screens = tuple(feature.screen for feature in features if feature.screen is not None)
+    return Log(projectors, tuple(table for feature in features for table in feature.tables), switches, screens)
 
 
 LOG: Log = joined(FEATURES)  # the node's log: its record kinds' projectors and its projection tables

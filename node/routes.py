@@ -243,7 +243,7 @@ ROUTES: list[Route] = [
         "GET",
         "/v1/entries/{ref}",
         get_entry,
-        "Read one entry by local id or record hash",
+        "Read one entry by local id or record hash (a redacted address: 200 with its tombstone in `redacted`)",
         "any",
         query=ReadQuery,
         responses={200: ReadResult},

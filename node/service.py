@@ -32,6 +32,7 @@ from node.federation.store import NodeSyncStore
 from node.feed.service import Feed
 from node.inbox.service import MAX_SUBSCRIPTIONS, Inbox
 from node.ops.datadir import DataDir
+from node.redaction.service import Redactions
 from node.search_index import indexer
 from node.search_index.index import SearchIndex
 from node.spaces import store as space_store
@@ -78,6 +79,7 @@ class Node:
         self.key_events = KeyEvents(self.db, self.sealing, self.now_ms, self.data.root / recovery_file.FILE_NAME)
         self.recovery = Recovery(self.key_events)
         self.spaces = Spaces(self.db, self.sealing, self.now_ms)  # spaces and their members (docs/spaces.md)
+        self.redactions = Redactions(self.db, self.sealing, self.now_ms)  # redactions and tombstones (issue 39)
         self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer
         self.search_index: SearchIndex | None = None  # opened with the node (node/search_index/)
 

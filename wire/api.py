@@ -35,6 +35,7 @@ from identity.schema import (
     whole,
 )
 from identity.schema_v3 import SpaceId
+from wire.redaction import Tombstone
 
 MAX_HOPS = 3
 MAX_PAGE = 200
@@ -234,12 +235,14 @@ class LinkOut(msgspec.Struct):
 
 
 class ReadResult(msgspec.Struct):
-    """Entries and the links of their neighbourhood."""
+    """Entries and the links of their neighbourhood; `redacted`: the tombstones of the addresses asked for, or named
+    by those links, whose bodies were redacted here (docs/api.md, "Redaction")."""
 
     entries: list[EntryOut]
     links: list[LinkOut]
     missing: list[str] = []
     truncated: bool = False
+    redacted: list[Tombstone] = []
 
 
 class Snippet(msgspec.Struct):

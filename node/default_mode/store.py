@@ -300,3 +300,21 @@ def out(row: sqlite3.Row) -> CandidateOut:
         promote_requested_by=row["promote_requested_by"],
         space=row["space"],
     )
+
+
+def forget_evidence_txn(conn: Conn, address: str) -> int:
+    """Forget the candidates not promoted whose evidence names `address` (its body was redacted or purged: what a
+    runtime made of it may quote it), and the remembered replies that name it, with their idempotency keys (a retry
+    runs again). Returns the candidates forgotten. A full scan: redactions are rare."""
+    gone = conn.execute(
+        "DELETE FROM dm_candidates WHERE status != 'promoted'"
+        " AND EXISTS (SELECT 1 FROM json_each(dm_candidates.evidence_refs) WHERE value = ?)",
+        (address,),
+    ).rowcount
+    conn.execute(
+        "DELETE FROM idempotency WHERE record_hash = '' AND EXISTS (SELECT 1 FROM dm_replies r"
+        " WHERE r.agent_id = idempotency.agent_id AND r.idem_key = idempotency.idem_key AND instr(r.reply, ?) > 0)",
+        (address,),
+    )
+    conn.execute("DELETE FROM dm_replies WHERE instr(reply, ?) > 0", (address,))
+    return int(gone)

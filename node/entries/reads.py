@@ -7,6 +7,8 @@ import msgspec
 from node.agents import refs as agent_refs
 from node.entries import queries, store
 from node.errors import InvalidInput, NotFound
+from node.redaction import effects
+from node.redaction import store as redaction_store
 from node.search_index import freshness, indexer, query, snippets
 from node.search_index.index import SearchIndex
 from node.search_index.indexer import Indexer
@@ -122,7 +124,21 @@ def read(conn: Conn, refs: list[str], q: ReadQuery, sight: Sight) -> ReadResult:
         include_synthetic=q.include_synthetic,
     )
     entries = store.entries_by_hashes(conn, hashes, q.include_synthetic, sight)
-    return ReadResult(entries=entries, links=links, missing=missing, truncated=truncated)
+    # a redacted address answers its tombstone, asked for or named by a link (docs/api.md, "Redaction")
+    named = {*missing, *(e for link in links for e in (link.source, link.target))}
+    redacted = [
+        effects.tombstone_out(row)
+        for row in redaction_store.tombstones(conn, named - {e.record_hash for e in entries})
+        if sight.sees(row.space)
+    ]
+    gone = {t.hash for t in redacted}
+    return ReadResult(
+        entries=entries,
+        links=links,
+        missing=[ref for ref in missing if ref not in gone],
+        truncated=truncated,
+        redacted=redacted,
+    )
 
 
 def search(

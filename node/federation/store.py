@@ -21,6 +21,7 @@ from yarl import URL
 from identity import canonical, key_history, keys
 from node.errors import InvalidInput
 from node.federation import waiting as waiting_gate
+from node.redaction import effects as redaction_effects
 from node.store import db, equivocation, projections, void, waiting
 from node.store.authority import AUTHORITY_KINDS, Authority, author_deps, drop_displaced_txn, event_dep, key_events_of
 from node.store.conn import Conn
@@ -384,7 +385,13 @@ def ingest_txn(
     `too_new_from` is kept beside it (`write_cursor_txn`).
     """
     authority = Authority() if authority is None else authority
+    # a body a stored redaction (or purge) holds against is checked in memory and never stored, not even to wait:
+    # only its tombstone (issue 39)
+    redacted = redaction_effects.screen_txn(conn, [(v.hash, v.version, v.record) for v in records], now_ms)
+    screened = [Outcome(v.hash, "void", "redacted") for v in records if v.version in redacted]
+    records = [v for v in records if v.version not in redacted] if redacted else records
     gated = waiting_gate.gate_txn(conn, authority, peer_id, records, now_ms, recheck=recheck)
+    gated.outcomes.extend(screened)
     records, invalid = gated.now, [*invalid, *gated.invalid]
     appended, failed, faults = _append_batch(conn, peer_id, records, now_ms)
     kept = [(v, result) for v, result in zip(records, appended, strict=True) if result is not None]

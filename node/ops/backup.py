@@ -1,10 +1,10 @@
 """Backups and restores of a data folder, and the Litestream configuration for continuous replication.
 
 A backup is one tar file holding `manifest.json`, `node.key` and `bbs.db`. The database is copied with
-SQLite's online backup API from a read transaction, so it is a consistent snapshot even while the node
-serves and writes (WAL readers do not block the writer). A restored store always gets a NEW store epoch:
-sequence numbers written after the backup will be assigned again to other records, so peers must not
-trust cursors into the old epoch; they see the new epoch and reconcile.
+`VACUUM INTO` in a read transaction, so it is a consistent snapshot even while the node serves and writes (WAL
+readers do not block the writer), and it carries no free page: the text of a redacted body is not in it. A
+restored store always gets a NEW store epoch: sequence numbers written after the backup will be assigned again to
+other records, so peers must not trust cursors into the old epoch; they see the new epoch and reconcile.
 """
 
 from __future__ import annotations
@@ -76,12 +76,13 @@ def _sha256(path: Path) -> str:
 
 
 def snapshot_db(source: Path, dest: Path) -> None:
-    """Copy a live database to `dest` as one self-contained file (rollback journal), consistent at one instant."""
-    src = db.connect(source, readonly=True)
+    """Copy a live database to `dest` as one self-contained file (rollback journal), consistent at one instant:
+    `VACUUM INTO`, which copies no free page (a redacted body's text is not carried into backups)."""
+    src = db.connect(source)  # not query_only, which refuses VACUUM INTO; it only reads the source
     try:
+        store.vacuum_into(src, dest)  # one read transaction
         out = sqlite3.connect(str(dest))
         try:
-            src.backup(out)  # one step: the whole copy comes from a single read transaction
             store.use_rollback_journal(out)
         finally:
             out.close()

@@ -73,6 +73,9 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     search_fresh_timeout_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 2000
     """Longest a search waits for the search index to cover the newest entries (with `fresh`, or the caller's
     own newest entry) before it answers from the index as it is, marked `stale` (milliseconds)."""
+    redaction_grace_s: Annotated[int, msgspec.Meta(ge=0, le=30 * 86_400)] = 86_400
+    """Seconds the bytes of a redacted body may stay on disk (free pages, WAL, search index segments) before they
+    are scrubbed; answers hide it at once. 0 for an emergency: scrubbed at once (docs/operations.md, "Redaction")."""
     push_allowlist: Annotated[str, msgspec.Meta(max_length=4096)] = ""
     """Comma-separated URL prefixes push endpoints must start with (e.g. `http://10.0.0.,http://127.0.0.1:`);
     empty: any http(s) URL but the node's own origins and its peers'."""

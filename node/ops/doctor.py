@@ -22,6 +22,7 @@ from identity import key_files, keys
 from node.ops import store
 from node.ops.backup import leftovers, snapshot_db
 from node.ops.datadir import DataDir
+from node.redaction import store as redaction_store
 from node.search_index import indexer as search_indexer
 from node.store import db, projections, void
 from node.store.authority import dropped_counts
@@ -75,6 +76,7 @@ def diagnose(data_root: Path, log: Log, *, scratch: Path | None = None, peer_tim
                 checks.append(Check("search_index", *search_indexer.check(data_root, conn)))  # type: ignore[arg-type]
                 _check_projections(conn, checks)
                 _check_void(conn, checks)
+                _check_redactions(conn, data_root, checks)
                 _check_dropped_key_events(conn, checks)
                 peers = _peer_urls(conn)
         finally:
@@ -194,6 +196,28 @@ def _check_projections(conn: sqlite3.Connection, checks: list[Check]) -> None:
         checks.append(Check("projections", "fail", f"tables differ from a rebuild of the log: {', '.join(differing)}"))
     else:
         checks.append(Check("projections", "ok", f"match a rebuild from {count} records"))
+
+
+def _check_redactions(conn: sqlite3.Connection, data_root: Path, checks: list[Check]) -> None:
+    """Redacted and purged records (node/redaction/): how many tombstones, how many purges of how many authors,
+    whether dropped bodies still wait for their scrub (their bytes may be on disk until then), and a warning when
+    folders a restore left beside the data folder may hold them (any, once a body was dropped)."""
+    tombstones = redaction_store.count(conn)
+    purged, authors = redaction_store.purge_counts(conn)
+    waiting, oldest = redaction_store.pending_scrubs(conn)
+    detail = f"{tombstones} redacted (tombstones), {purged} purged by the operator ({authors} authors)"
+    if waiting:
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((oldest or 0) / 1000))
+        detail += f"; {waiting} dropped bodies wait for their scrub (redaction_grace_s; the oldest dropped {since})"
+    left = leftovers(data_root) if redaction_store.last_drop_ms(conn) is not None else []
+    if left:
+        detail += (
+            f"; {len(left)} folders a restore left beside the data folder may hold dropped bodies (copies of the"
+            f" data folder from before): bbs restore-leftovers --data {data_root} --remove --all"
+        )
+        checks.append(Check("redactions", "warn", detail))
+        return
+    checks.append(Check("redactions", "ok", detail))
 
 
 def _check_void(conn: sqlite3.Connection, checks: list[Check]) -> None:

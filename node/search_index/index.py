@@ -292,6 +292,32 @@ class SearchIndex:
             self.index.reload()
             self._generation += 1
 
+    def rewrite(self, rows: Sequence[Row], removed: Sequence[str] = ()) -> None:
+        """Add these entries' documents again (each replacing its address's), keeping the position the index covers:
+        a step of a rewrite of every document. Once every live document of a segment was added again the segment
+        holds only deleted documents, and tantivy drops it at the commit, with the terms and stored values of the
+        deleted documents it held (tantivy-py 0.27 has no call to merge chosen segments: node/redaction/scrub.py).
+        The documents of `removed` addresses are deleted in the same commit."""
+        if self.writer is None:
+            raise RuntimeError("the index was opened read-only")
+        with self._lock:
+            position = self.state()[0]
+            for address in removed:
+                self.writer.delete_documents_by_term("address", address)
+            for row in rows:
+                self.writer.delete_documents_by_term("address", row.record_hash)
+                self.writer.add_document(_document(row))
+            self.writer.delete_documents_by_term("meta", _META)
+            self.writer.add_document(_meta_document(position, self.stamp))
+            self.writer.commit()
+            self.writer.garbage_collect_files()
+            self.index.reload()
+            self._generation += 1
+
+    def doc_freq(self, field_name: str, term: str) -> int:
+        """Documents holding `term` in `field_name`, deleted documents still in a segment included."""
+        return int(self.index.searcher().doc_freq(field_name, term))
+
     def search(
         self,
         words: Sequence[str | Clause],

@@ -118,6 +118,8 @@ def connect(
     else:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
+        # deleted content is overwritten with zeros, not left in free pages (a redacted body: node/redaction/)
+        conn.execute("PRAGMA secure_delete = ON")
         conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
     return conn
 
@@ -242,6 +244,29 @@ def migrate(conn: sqlite3.Connection) -> int:
             conn.execute(f"PRAGMA user_version = {number}")
         current = number
     return current
+
+
+SECURE_DELETE_VACUUM = "secure_delete_vacuum_ms"  # node_meta: when the one VACUUM after secure_delete ran
+
+
+def vacuum_once(conn: sqlite3.Connection) -> bool:
+    """Run one VACUUM the first time a database is opened with `secure_delete` on, and record it in `node_meta`:
+    `secure_delete` zeroes only what is freed after it is switched on, and free pages of older deletes (migrations
+    that rewrote tables, evicted versions) still hold old text; VACUUM rewrites the file without them. Whether it ran
+    now (docs/operations.md, "Redaction")."""
+    if conn.execute("SELECT 1 FROM node_meta WHERE key = ?", (SECURE_DELETE_VACUUM,)).fetchone() is not None:
+        return False
+    try:
+        conn.execute("VACUUM")
+    except sqlite3.OperationalError as exc:  # another process writes (a CLI command beside a starting node)
+        log.warning("the one VACUUM after enabling secure_delete waits for the next start: %s", exc)
+        return False
+    with transaction(conn, immediate=True):
+        conn.execute(
+            "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+            (SECURE_DELETE_VACUUM, str(int(time.time() * 1000))),
+        )
+    return True
 
 
 def _split_sql(script: str) -> list[str]:
@@ -414,6 +439,7 @@ class Database:
         assert isinstance(conn, TimedConnection)
         conn.stats = self.stats
         self.schema_version = migrate(conn)
+        vacuum_once(conn)
         self._writer = threading.Thread(target=self._write_loop, args=(conn,), name="bbs-writer", daemon=True)
         self._writer.start()
 

@@ -39,12 +39,26 @@ def replayed(conn: Conn, agent_id: str, key: str, operation: str, *, field: str)
 
 
 def replay_of(used: Sequence[str] | None, operation: str, *, field: str) -> str | None:
-    """`replayed`'s answer from what the key did (operation, record_hash), or None when it is unused."""
+    """`replayed`'s answer from what the key did (operation, record_hash), or None when it is unused. A key whose
+    record was redacted or purged since (`forget_record_txn`) answers 409 `redacted`: the retry must not store the
+    body again."""
     if used is None:
         return None
     if used[0] != operation:
         raise Conflict(f"idempotency key already used for a {used[0]}", field=field, code="idempotency_key_reused")
+    if used[1] == DROPPED:
+        raise Conflict("the record this idempotency key stored was redacted or purged here", field=field,
+                       code="redacted")  # fmt: skip
     return str(used[1])
+
+
+DROPPED = "dropped"  # the record_hash of a key whose record was redacted or purged (never a hash: not 64 hex)
+
+
+def forget_record_txn(conn: Conn, record_hash: str) -> None:
+    """The record at `record_hash` was redacted or purged: the keys that stored it answer 409 `redacted` from now on
+    (`replay_of`), so a retry neither finds it nor stores its body again."""
+    conn.execute("UPDATE idempotency SET record_hash = ? WHERE record_hash = ?", (DROPPED, record_hash))
 
 
 def used(conn: Conn, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, str]]:

@@ -42,6 +42,9 @@ Projector = Callable[[Conn, Any, Projection], None]
 # A kind's projection switch for a stored record whose verdict changed (node/store/void.py): (conn, seq, hash,
 # record, valid, now_ms) takes its rows out of the projections (valid false) or puts them back (valid true).
 Switch = Callable[[Conn, int, str, dict[str, Any], bool, int], None]
+# A check every record meets before `append_many` stores it (node/redaction/effects.py: a redacted body is refused);
+# it raises to refuse, and rolls the write back.
+Screen = Callable[[Conn, "list[Incoming]"], None]
 REBUILD_STEP = "replaying the log"
 REPORT_EVERY = 1000  # records between two progress reports of a rebuild
 
@@ -102,6 +105,8 @@ def append_many(
     """
     if not items:
         return []
+    for screen in log_of(conn).screens:
+        screen(conn, items)
     bodies = [canonical.canonical_bytes(item.record) if item.body is None else item.body for item in items]
     versions = [
         version_of(item.record["kind"], item.hash, body) if item.version is None else item.version
@@ -471,11 +476,13 @@ class Log:
     projectors: Mapping[str, Projector]
     tables: tuple[str, ...]
     switches: Mapping[str, Switch] = field(default_factory=dict)  # kind -> its switch for records flagged void, or back
+    screens: tuple[Screen, ...] = ()  # checks every record meets before it is appended
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "projectors", MappingProxyType(dict(self.projectors)))  # read-only, not shared
         object.__setattr__(self, "switches", MappingProxyType(dict(self.switches)))
         object.__setattr__(self, "tables", tuple(self.tables))
+        object.__setattr__(self, "screens", tuple(self.screens))
 
 
 def log_of(conn: Conn) -> Log:

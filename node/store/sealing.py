@@ -57,9 +57,10 @@ def sign_and_check_body(unsigned: dict[str, Any], signer: keys.SigningKey) -> tu
     every kind a node signs is one of them, so only a kind of a later format would be).
     """
     rotated = signer.did != unsigned.get("author_id")
-    v3 = rotated or "space" in unsigned or unsigned.get("kind") in AUTHORITY_KINDS | records.SPACE_KINDS
+    client_only = records.SPACE_KINDS | records.REDACTION_KINDS  # v3 kinds a node takes from its clients only
+    v3 = rotated or "space" in unsigned or unsigned.get("kind") in AUTHORITY_KINDS | client_only
     if rotated:
-        if unsigned.get("kind") not in records.V3_KINDS | records.SPACE_KINDS:
+        if unsigned.get("kind") not in records.V3_KINDS | client_only:
             raise InvalidInput(
                 f"records of kind {unsigned.get('kind')!r} cannot be signed by a rotated key: this agent's key"
                 " was rotated",

@@ -24,6 +24,7 @@ def registry() -> dict[str, Callable[[Context], None]]:
         raw,
         reads,
         ready,
+        redaction,
         search,
         spaces,
         submission,
@@ -46,4 +47,5 @@ def registry() -> dict[str, Callable[[Context], None]]:
         "flood": flood.run,
         "key-history": key_history.run,
         "spaces": spaces.run,
+        "redaction": redaction.run,
     }

@@ -143,6 +143,10 @@ async def test_every_tool_with_every_parameter_answers_as_rest(
         assert (mine["directed_to"], mine["scope"], mine["metadata"]) == ([bob["agent_id"]], "local", {"source": "e2e"})
         assert (await d.ok("post", post))["id"] == mine["id"]  # the same key: stored once
         await d.refused("post", {"content": "x", "confidence": 2}, "confidence")
+        leaked = await d.ok("post", {"content": f"the wifi password, sent by mistake ({transport})"})
+        gone = await d.ok("post", {"redact": leaked["record_hash"], "content": "a password"})  # a redaction instead
+        assert gone["tombstone"] == lean((await rest.get_entry(leaked["record_hash"])).redacted[0])
+        await d.refused("post", {"redact": "not-a-hash", "content": "x"}, "redact")
 
         # ---- link ----
         support = await bob_rest.post("Evictions tripled at 14:00", tags=["e2e"], confidence=0.95)

@@ -3,6 +3,7 @@ both ways, `supersedes` claims, hidden simulations with their links, and agents 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 
 from aiohttp.test_utils import TestClient
@@ -118,3 +119,18 @@ async def test_agents_are_named_by_did_or_name(client: TestClient, make_agent: M
         error = failed(await s.call_tool("message", {"action": "send", "message_type": "chat", "to_agent": "nobody"}))
         assert "agent_not_found" in error and "to_agent" in error
         assert "agent_not_found" in failed(await s.call_tool("search", {"author": ["nobody"]}))
+
+
+async def test_post_with_redact_takes_a_record_back_and_refuses_anothers(
+    client: TestClient, make_agent: MakeAgent
+) -> None:
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    async with mcp_for(client, alice.api_key) as a, mcp_for(client, bob.api_key) as b:
+        leaked = ok(await a.call_tool("post", {"content": "the wifi password is hunter2"}))
+        refused = failed(await b.call_tool("post", {"redact": leaked["record_hash"], "content": "not mine"}))
+        assert "not_target_author" in refused
+        done = ok(await a.call_tool("post", {"redact": leaked["record_hash"], "content": "pasted a password"}))
+        assert done["created"] is True and done["tombstone"]["redacted"] is True
+        back = ok(await b.call_tool("read", {"ids": [leaked["record_hash"]]}))
+        assert back["entries"] == [] and [t["hash"] for t in back["redacted"]] == [leaked["record_hash"]]
+        assert "hunter2" not in json.dumps(back)

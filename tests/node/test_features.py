@@ -106,7 +106,10 @@ def test_the_log_joins_every_features_projectors_and_tables() -> None:
         assert bool(feature.projectors) == bool(feature.tables), f"{feature.name}: projectors without tables"
     assert len(set(LOG.tables)) == len(LOG.tables)
     # every record kind the log accepts (from clients, and of format v3 from peers) has exactly one projector
-    assert set(LOG.projectors) == set(records.RECORD_KINDS) | records.V3_KINDS | records.SPACE_KINDS
+    assert (
+        set(LOG.projectors)
+        == set(records.RECORD_KINDS) | records.V3_KINDS | records.SPACE_KINDS | records.REDACTION_KINDS
+    )
     substrate, workflows = (next(f for f in FEATURES if f.name == name) for name in ("substrate", "agent workflows"))
     assert joined([workflows, substrate]).tables == workflows.tables + substrate.tables  # feature by feature
     twice = Feature("twice", projectors={"link": projections.project_link}, tables=("links",))
@@ -206,8 +209,9 @@ async def test_each_features_projectors_fill_only_that_features_tables(
     owner, member = await make_agent("owner"), await make_agent("member")  # a space and a member of it
     space = await node.spaces.create(owner.agent_id, "family", "")
     await node.spaces.set_role(owner.agent_id, space.space_id, member.agent_id, "reader")
+    await node.redactions.redact(owner.agent_id, "ab" * 32, None)  # a redaction of a target not seen here
     log = await node.db.read(lambda c: c.execute("SELECT seq, hash, kind, body FROM records ORDER BY seq").fetchall())
-    assert {row["kind"] for row in log} == set(RECORD_TYPES) | {"space", "space_member"}
+    assert {row["kind"] for row in log} == set(RECORD_TYPES) | {"space", "space_member", "redaction"}
     for feature in FEATURES:
         if not feature.projectors:
             continue

@@ -234,6 +234,19 @@ function entryCard(e, opts = {}) {
       e.tags.map((t) => h("a", { class: "tag", href: `#/search?tags=${encodeURIComponent(t)}` }, `#${isolate(t)}`))));
 }
 
+// What stays of a redacted address (docs/api.md, "Redaction"): who wrote it and when, who redacted it and when.
+function tombstoneCard(t) {
+  const when = (iso) => h("time", { datetime: iso }, iso.replace("T", " ").replace("Z", " UTC"));
+  return h("article", { class: "entry tombstone", "data-hash": t.hash },
+    h("div", { class: "meta" }, badge("redacted", "flag flag-redacted"), badge(t.kind, "type")),
+    h("p", { class: "content hint" }, "The body of this record was redacted: it is gone from this node."),
+    h("dl", { class: "tombstone-facts" },
+      h("dt", {}, "Written by"), h("dd", {}, authorName(t.author_id), " ", when(t.created_at)),
+      h("dt", {}, "Redacted by"), h("dd", {}, authorName(t.redacted_by), " ", when(t.redacted_at)),
+      h("dt", {}, "Address"), h("dd", { class: "hash" }, t.hash),
+      h("dt", {}, "Redaction"), h("dd", { class: "hash" }, t.redaction)));
+}
+
 function entryList(entries, emptyText) {
   if (!entries.length) return h("p", { class: "empty" }, emptyText);
   return h("div", { class: "list" }, entries.map((e) => entryCard(e)));
@@ -273,11 +286,16 @@ views.entry = async ([ref], params, ctx) => {
   const hops = ["1", "2", "3"].includes(params.get("hops")) ? params.get("hops") : "1";
   const direction = ["both", "outbound", "inbound"].includes(params.get("direction")) ? params.get("direction") : "both";
   const linkType = LINK_TYPES.includes(params.get("link_types")) ? params.get("link_types") : "";
-  const [read, prov] = await Promise.all([
-    // synthetic (simulation) entries are hidden from reads by default; the entry view shows whatever it is given
-    api(`/v1/entries/${encodeURIComponent(ref)}?hops=1&include_synthetic=true`),
-    api(`/dashboard/api/entries/${encodeURIComponent(ref)}/provenance`),
-  ]);
+  // synthetic (simulation) entries are hidden from reads by default; the entry view shows whatever it is given
+  const read = await api(`/v1/entries/${encodeURIComponent(ref)}?hops=1&include_synthetic=true`);
+  if (!ctx.alive()) return;
+  const tomb = (read.redacted || []).find((t) => t.hash === ref);
+  if (!read.entries.length && tomb) {  // a redacted entry: its tombstone is all there is (docs/api.md, "Redaction")
+    await ensureNames([tomb.author_id, tomb.redacted_by]);
+    main.append(h("h1", {}, "Redacted entry"), tombstoneCard(tomb));
+    return;
+  }
+  const prov = await api(`/dashboard/api/entries/${encodeURIComponent(ref)}/provenance`);
   if (!ctx.alive()) return;
   await ensureNames(read.entries.map((e) => e.author_id));
   const e = read.entries.find((x) => x.record_hash === prov.record_hash);
@@ -301,7 +319,8 @@ views.entry = async ([ref], params, ctx) => {
       h("h2", { id: "g-title" }, "Neighbourhood"),
       h("div", { class: "controls" }, field("Hops", hopsSelect), field("Direction", dirSelect), field("Link type", typeSelect)),
       graph),
-    h("section", { "aria-labelledby": "l-title" }, h("h2", { id: "l-title" }, "Links"), linkTable(e, read.links, byHash)),
+    h("section", { "aria-labelledby": "l-title" }, h("h2", { id: "l-title" }, "Links"),
+      linkTable(e, read.links, byHash, new Set((read.redacted || []).map((t) => t.hash)))),
     h("section", { "aria-labelledby": "p-title" }, h("h2", { id: "p-title" }, "Provenance"), provenance(prov, e)));
   const typeQuery = linkType ? `&link_types=${linkType}` : "";
   const svg = await api(`/dashboard/api/entries/${e.id}/graph.svg?hops=${hops}&direction=${direction}${typeQuery}`, { text: true });
@@ -310,13 +329,13 @@ views.entry = async ([ref], params, ctx) => {
   graph.replaceChildren(document.importNode(doc.documentElement, true));
 };
 
-function linkTable(e, links, byHash) {
+function linkTable(e, links, byHash, redacted = new Set()) {
   if (!links.length) return h("p", { class: "empty" }, "No links.");
   const end = (hash) => {
     const other = byHash.get(hash);
-    return other
-      ? h("a", { href: `#/entry/${other.id}` }, `#${other.id} ${short(other.content, 60)}`)
-      : h("span", { class: "pending", title: hash }, `pending ${hash.slice(0, 12)}…`);
+    if (other) return h("a", { href: `#/entry/${other.id}` }, `#${other.id} ${short(other.content, 60)}`);
+    if (redacted.has(hash)) return h("a", { href: `#/entry/${hash}`, class: "redacted", title: hash }, `redacted ${hash.slice(0, 12)}…`);
+    return h("span", { class: "pending", title: hash }, `pending ${hash.slice(0, 12)}…`);
   };
   return h("div", { class: "scroll" }, h("table", {},
     h("thead", {}, h("tr", {}, ["", "Type", "Entry", "By", "Note"].map((c) => h("th", { scope: "col" }, c)))),

@@ -292,3 +292,28 @@ async def test_spaces_and_a_spaces_members(
     await admin.view("#/spaces", "#spaces tbody tr")
     assert "operator" in await admin.page.locator("#spaces tbody tr").inner_text()
     assert b.errors == [] and admin.errors == []
+
+
+async def test_a_redacted_entry_shows_as_a_tombstone_and_links_to_it_say_so(
+    open_browser: OpenBrowser, client: Any, seeded: Seeded
+) -> None:
+    alice, bob = seeded.alice, seeded.bob
+    body = {"entry_type": "finding", "performative": "inform", "content": "the alarm code is 4711"}
+    resp = await client.post("/v1/entries", json=body, headers=alice.headers)
+    assert resp.status == 201, await resp.text()
+    leaked = await resp.json()
+    reply = {**body, "content": "noted", "links": [{"target": leaked["record_hash"], "link_type": "responds_to"}]}
+    resp = await client.post("/v1/entries", json=reply, headers=bob.headers)
+    assert resp.status == 201, await resp.text()
+    answer = await resp.json()
+    resp = await client.post("/v1/redactions", json={"target": leaked["record_hash"]}, headers=alice.headers)
+    assert resp.status == 201, await resp.text()
+    b = await open_browser()
+    await b.sign_in(bob.api_key)
+    await b.view(f"#/entry/{leaked['record_hash']}", "article.tombstone")
+    shown = await b.page.locator("main").inner_text()
+    assert "Redacted entry" in shown and "Alice" in shown and "4711" not in shown
+    await b.shot("tombstone")
+    await b.view(f"#/entry/{answer['id']}", "table tr.link")
+    assert await b.page.locator("table tr.link a.redacted").count() == 1
+    assert b.errors == []

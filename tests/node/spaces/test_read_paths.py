@@ -252,7 +252,8 @@ NO_ENTRIES: dict[str, str] = {
     "GET /v1/agents": OPERATOR, "POST /v1/agents": OPERATOR, "POST /v1/agents/{agent_id}/api-key": OPERATOR,
     "POST /v1/agents/{agent_id}/recovery": OPERATOR, "POST /v1/agents/{agent_id}/revocation": OPERATOR,
     "POST /v1/agents/{agent_id}/signing-key": OPERATOR, "GET /v1/node/key": OPERATOR, "POST /v1/node/key": OPERATOR,
-    "GET /v1/admin/void-records": OPERATOR, "GET /v1/peers": OPERATOR, "POST /v1/peers": OPERATOR,
+    "GET /v1/admin/void-records": OPERATOR, "POST /v1/admin/purges": OPERATOR,
+    "GET /v1/peers": OPERATOR, "POST /v1/peers": OPERATOR,
     "GET /v1/push/status": OPERATOR, "POST /dashboard/api/peers/{node_id}/agreement": OPERATOR,
     "POST /v1/agents/{agent_id}/key-events": NO_ENTRY,
     "GET /v1/agents/{agent_id}/signed-versions": "an agent's own records only",
@@ -263,6 +264,8 @@ NO_ENTRIES: dict[str, str] = {
     "POST /v1/push/endpoints": NO_ENTRY, "GET /v1/push/endpoints": NO_ENTRY,
     "DELETE /v1/push/endpoints/{endpoint_id}": NO_ENTRY, "POST /v1/push/endpoints/{endpoint_id}/test": NO_ENTRY,
     "POST /v1/trust/refresh": "trust is computed from public entries only (node/trust/store.py)",
+    "POST /v1/redactions": "a target in a space the caller may not read is answered as one not seen here"
+    " (tests/node/redaction/test_service.py)",
     "GET /v1/spaces": SPACES, "GET /v1/spaces/{space_id}": SPACES, "POST /v1/spaces": SPACES,
     "POST /v1/spaces/{space_id}/members": SPACES, "DELETE /v1/spaces/{space_id}/members/{agent_id}": SPACES,
     "GET /dashboard/api/spaces": SPACES, "GET /dashboard/api/spaces/{space_id}": SPACES,

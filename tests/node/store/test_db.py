@@ -564,3 +564,17 @@ async def test_every_after_commit_listener_is_called_and_a_failing_one_stops_non
     db.after_commit.clear()
     await db.write(lambda c: c.execute("SELECT 1"))
     assert calls == ["broken", "second", "broken", "second"]
+
+
+def test_the_one_vacuum_after_secure_delete_runs_once_and_leaves_no_free_page(tmp_path: Path) -> None:
+    conn = node_db.connect(tmp_path / "bbs.db")
+    node_db.migrate(conn)
+    assert conn.execute("PRAGMA secure_delete").fetchone()[0] == 1  # the writer zeroes what it deletes
+    conn.execute("CREATE TABLE scratch (body TEXT)")
+    conn.executemany("INSERT INTO scratch VALUES (?)", [("old text " * 100,) for _ in range(200)])
+    conn.execute("DELETE FROM scratch")
+    assert conn.execute("PRAGMA freelist_count").fetchone()[0] > 0
+    assert node_db.vacuum_once(conn) is True
+    assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    assert conn.execute("SELECT value FROM node_meta WHERE key = ?", (node_db.SECURE_DELETE_VACUUM,)).fetchone()
+    assert node_db.vacuum_once(conn) is False  # recorded: never again

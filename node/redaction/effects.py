@@ -1,0 +1,197 @@
+"""What a redaction (or an operator's purge) does on this node (docs/format-v3.md 5.3; docs/api.md "Redaction"), in
+the transaction that stores it or that would store its target's body:
+
+- `project_redaction`, the projector of `redaction` records: the `redactions` row, then `apply_txn`;
+- `apply_txn`: when the target's versions are held and the redaction holds against them (`rules.refusal`), every
+  version is deleted from the log and remembered in `refused_versions` (`drop_held_txn`): its projection rows leave
+  by its kind's switch (as a record flagged void does: node/store/void.py), the notifications of it go, and so do
+  the default-mode candidates not promoted that cite it; the keys that stored it answer 409 `redacted`; the search
+  index forgets the address (`search_redo`; answers hide at once, since every search reads its page back from
+  `entries`); a tombstone is kept, and a scrub scheduled for the bytes still on disk (node/redaction/scrub.py);
+- `purge_txn`: the operator's purge drops the same way, remembered in `purges`, with no tombstone;
+- `screen_txn` (sync ingest, before the waiting area) and `screen_appended` (the log's screen, before every append):
+  a body arriving after its redaction or purge is checked in memory against the redactions naming its address;
+  where one holds, only the tombstone is kept and the body never touches the disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from identity.schema_v3 import space_of
+from node.default_mode import store as default_mode_store
+from node.errors import Conflict
+from node.redaction import rules, store
+from node.redaction.store import HeldVersion, PurgeRow, RedactionRow, TombstoneRow
+from node.spaces import store as space_store
+from node.store import equivocation, idempotency, projections
+from node.store.conn import Conn
+from node.store.projections import Incoming, Projection
+from wire.redaction import Tombstone
+
+
+def moderates_txn(conn: Conn) -> rules.Moderates:
+    """`rules.Moderates` over the space records this connection's log holds (`identity.spaces` 5.2)."""
+
+    def moderates(space: str, author: str, redaction: str) -> bool:
+        return space_store.resolve_txn(conn, space).moderator(space, author, redaction).verdict == "valid"
+
+    return moderates
+
+
+def row_of(rec: Any, address: str, seq: int) -> RedactionRow:
+    """The projection row of a decoded `redaction` record stored at `seq`."""
+    reason = rec.reason if isinstance(rec.reason, str) else None
+    return RedactionRow(address, seq, rec.target, rec.author_id, rec.created_at, space_of(rec), reason)
+
+
+def project_redaction(conn: Conn, rec: Any, ctx: Projection) -> None:
+    """Project a redaction record and drop its target's body when held and the redaction holds against it. Not
+    while rebuilding (`ctx.notify` false): the targets it dropped are no longer in the log, and a target the log
+    still holds is one it was void for when it was decided; a rebuild changes no log."""
+    row = row_of(rec, ctx.hash, ctx.seq)
+    store.insert_redaction_txn(conn, row)
+    if ctx.notify:
+        apply_txn(conn, row, ctx.now_ms)
+
+
+def apply_txn(conn: Conn, row: RedactionRow, now_ms: int) -> TombstoneRow | None:
+    """Drop every version of `row.target` held here when `row` holds against it (`rules.refusal` on the first
+    version: every version carries the same author, kind and space); the tombstone kept, or None (nothing held, or
+    the redaction is void for that target)."""
+    held = store.held_versions(conn, row.target)
+    if not held:
+        return None
+    if rules.refusal(row.author_id, row.space, row.hash, held[0].record, moderates_txn(conn)) is not None:
+        return None
+    return drop_txn(conn, row, held, now_ms)
+
+
+def drop_txn(conn: Conn, row: RedactionRow, held: Sequence[HeldVersion], now_ms: int) -> TombstoneRow:
+    """Delete the versions `held` of `row.target` from the log and every projection (`drop_held_txn`) and keep the
+    tombstone."""
+    drop_held_txn(conn, row.target, held, now_ms)
+    return keep_tombstone_txn(conn, row, held[0].record, [h.version for h in held], now_ms)
+
+
+def drop_held_txn(conn: Conn, address: str, held: Sequence[HeldVersion], now_ms: int) -> None:
+    """Delete the versions `held` of `address` from the log (into `refused_versions`) and from every projection
+    (their kind's switch, as for a record flagged void), forget their notifications and the default-mode
+    candidates not promoted that cite it, schedule the scrub of their bytes."""
+    store.drop_versions_txn(conn, address, [h.seq for h in held], now_ms)
+    default_mode_store.forget_evidence_txn(conn, address)  # candidates made of it may quote it
+    idempotency.forget_record_txn(conn, address)  # a retry of the post that stored it: 409, never stored again
+    switches = projections.log_of(conn).switches
+    for h in held:
+        switch = switches.get(h.kind)
+        if switch is not None:
+            switch(conn, h.seq, address, h.record, False, now_ms)
+    store.schedule_scrub_txn(conn, address, now_ms)
+
+
+def purge_txn(conn: Conn, address: str, reason: str | None, now_ms: int) -> PurgeRow | None:
+    """The operator's purge of `address` from this node alone (no tombstone shown, nothing federated): every
+    version held is dropped as by a redaction, and the address is remembered so no version of it is stored again.
+    None when this node holds no version of it."""
+    held = store.held_versions(conn, address)
+    if not held:
+        return None
+    before = store.purges(conn, [address])
+    versions = sorted({*(before[0].versions if before else []), *(h.version for h in held)})
+    first = held[0].record
+    row = PurgeRow(address, str(first["kind"]), str(first["author_id"]), versions, reason, now_ms)
+    drop_held_txn(conn, address, held, now_ms)
+    store.insert_purge_txn(conn, row)
+    return row
+
+
+def keep_tombstone_txn(
+    conn: Conn, row: RedactionRow, target: dict[str, Any], versions: list[str], now_ms: int
+) -> TombstoneRow:
+    """Keep (or extend with `versions`) the tombstone of `row.target`, whose body was `target`, and schedule the
+    scrub of its bytes."""
+    before = store.tombstones(conn, [row.target])
+    known = before[0].versions if before else []
+    tombstone = TombstoneRow(
+        row.target,
+        str(target["kind"]),
+        str(target["author_id"]),
+        str(target["created_at"]),
+        target.get("space") if isinstance(target.get("space"), str) else None,
+        sorted({*known, *versions}),
+        before[0].redaction if before else row.hash,
+        before[0].redacted_by if before else row.author_id,
+        before[0].redacted_at if before else row.created_at,
+        before[0].dropped_ms if before else now_ms,
+    )
+    store.insert_tombstone_txn(conn, tombstone)
+    store.schedule_scrub_txn(conn, row.target, now_ms)
+    return tombstone
+
+
+def screen_txn(conn: Conn, arriving: Sequence[tuple[str, str, dict[str, Any]]], now_ms: int) -> set[str]:
+    """Of the records `arriving` (address, version, record), the versions a stored redaction holds against: for each
+    of them only the tombstone is kept (and the version remembered in `refused_versions`); the caller must not store
+    them. One indexed look-up when no redaction names any of their addresses (the common case)."""
+    if not store.any_named(conn, (address for address, _, _ in arriving)):
+        return set()
+    purged = {p.hash for p in store.purges(conn, (address for address, _, _ in arriving))}
+    refused: set[str] = set()
+    for address, version, _ in arriving:
+        if address in purged:  # the operator purged it: no version comes back (no tombstone either)
+            equivocation.refuse_txn(conn, version, address, now_ms)
+            refused.add(version)
+    found = store.redactions_of(conn, (address for address, _, _ in arriving))
+    if not found:
+        return refused
+    by_target: dict[str, list[RedactionRow]] = {}
+    for row in found:
+        by_target.setdefault(row.target, []).append(row)
+    moderates = moderates_txn(conn)
+    for address, version, record in arriving:
+        if version in refused:
+            continue
+        for row in by_target.get(address, []):
+            if rules.refusal(row.author_id, row.space, row.hash, record, moderates) is None:
+                equivocation.refuse_txn(conn, version, address, now_ms)
+                keep_tombstone_txn(conn, row, record, [version], now_ms)
+                refused.add(version)
+                break
+    return refused
+
+
+def screen_appended(conn: Conn, items: Sequence[Incoming]) -> None:
+    """The log's screen (`projections.Log.screens`): refuse, with 409 `redacted`, to append a record a stored
+    redaction holds against (a client posting a redacted body again). Sync ingest screens its batch before
+    (`screen_txn`), so it never meets this refusal."""
+    if not store.any_named(conn, (item.hash for item in items)):
+        return
+    purged = store.purges(conn, (item.hash for item in items))
+    if purged:
+        raise Conflict(f"{purged[0].hash} was purged from this node by its operator", code="purged")
+    rows = store.redactions_of(conn, (item.hash for item in items))
+    if not rows:
+        return
+    moderates = moderates_txn(conn)
+    for item in items:
+        for row in rows:
+            if row.target != item.hash:
+                continue
+            if rules.refusal(row.author_id, row.space, row.hash, item.record, moderates) is None:
+                raise Conflict(f"{item.hash} was redacted here: its body is not stored again", code="redacted")
+
+
+def tombstone_out(row: TombstoneRow) -> Tombstone:
+    """The wire form of a tombstone."""
+    return Tombstone(
+        hash=row.hash,
+        kind=row.kind,
+        author_id=row.author_id,
+        created_at=row.created_at,
+        redacted_by=row.redacted_by,
+        redacted_at=row.redacted_at,
+        redaction=row.redaction,
+        space=row.space,
+        versions=row.versions,
+    )

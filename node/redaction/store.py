@@ -1,0 +1,248 @@
+"""The SQL of redaction (migration 0039): the `redactions` projection, the node-local `tombstones` and
+`redaction_scrubs`, and dropping a target's versions from the log and the tables that copied them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from node.store.conn import Conn
+
+TABLES: tuple[str, ...] = ("redactions",)  # the projection `bbs rebuild` recreates; tombstones are node-local
+
+
+class RedactionRow(NamedTuple):
+    """A stored redaction record, as the projection holds it."""
+
+    hash: str
+    seq: int
+    target: str
+    author_id: str
+    created_at: str
+    space: str | None
+    reason: str | None
+
+
+class HeldVersion(NamedTuple):
+    """A version of a target held in the log."""
+
+    seq: int
+    version: str
+    kind: str
+    record: dict[str, Any]
+
+
+class TombstoneRow(NamedTuple):
+    """A redacted address's tombstone (docs/format-v3.md 5.3)."""
+
+    hash: str
+    kind: str
+    author_id: str
+    created_at: str
+    space: str | None
+    versions: list[str]
+    redaction: str
+    redacted_by: str
+    redacted_at: str
+    dropped_ms: int
+
+
+def insert_redaction_txn(conn: Conn, row: RedactionRow) -> None:
+    """Project a redaction record (once: a version stored twice is one row)."""
+    conn.execute(
+        "INSERT INTO redactions (hash, seq, target, author_id, created_at, space, reason) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (hash) DO NOTHING",
+        tuple(row),
+    )
+
+
+def redactions_of(conn: Conn, targets: Iterable[str]) -> list[RedactionRow]:
+    """The redactions naming any of `targets`, oldest first (created_at, then address): the order they are tried in."""
+    rows = conn.execute(
+        "SELECT hash, seq, target, author_id, created_at, space, reason FROM redactions"
+        " WHERE target IN (SELECT value FROM json_each(?)) ORDER BY created_at, hash",
+        (json.dumps(sorted(set(targets))),),
+    ).fetchall()
+    return [RedactionRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
+
+
+def redaction(conn: Conn, address: str) -> RedactionRow | None:
+    """The redaction record at `address`, when this node holds one."""
+    row = conn.execute(
+        "SELECT hash, seq, target, author_id, created_at, space, reason FROM redactions WHERE hash = ?", (address,)
+    ).fetchone()
+    return None if row is None else RedactionRow(row[0], int(row[1]), row[2], row[3], row[4], row[5], row[6])
+
+
+def held_versions(conn: Conn, address: str) -> list[HeldVersion]:
+    """Every version of `address` in the log, flagged void or not, in seq order."""
+    rows = conn.execute("SELECT seq, version, kind, body FROM records WHERE hash = ? ORDER BY seq", (address,))
+    return [HeldVersion(int(r[0]), r[1], r[2], json.loads(bytes(r[3]))) for r in rows.fetchall()]
+
+
+def kind_held(conn: Conn, address: str) -> str | None:
+    """The kind of the record at `address` in the log (any version), or None."""
+    row = conn.execute("SELECT kind FROM records WHERE hash = ? LIMIT 1", (address,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def drop_versions_txn(conn: Conn, address: str, seqs: list[int], now_ms: int) -> None:
+    """Delete the versions of `address` at `seqs` from the log, with their void flags, their copies waiting for a
+    dependency, and the notifications of them (an entry's: they name its seq); remember every version of the
+    address, held or waiting, in `refused_versions`, so no peer brings it back."""
+    seq_list = json.dumps(seqs)
+    conn.execute(
+        "INSERT INTO refused_versions (version, hash, refused_ms)"
+        " SELECT version, hash, ? FROM records WHERE seq IN (SELECT value FROM json_each(?))"
+        " UNION SELECT version, hash, ? FROM waiting WHERE hash = ?"
+        " ON CONFLICT (version) DO NOTHING",
+        (now_ms, seq_list, now_ms, address),
+    )
+    conn.execute("DELETE FROM notifications WHERE entry_id IN (SELECT value FROM json_each(?))", (seq_list,))
+    conn.execute("DELETE FROM void_records WHERE seq IN (SELECT value FROM json_each(?))", (seq_list,))
+    conn.execute("DELETE FROM waiting WHERE hash = ?", (address,))
+    conn.execute("DELETE FROM records WHERE seq IN (SELECT value FROM json_each(?))", (seq_list,))
+
+
+def insert_tombstone_txn(conn: Conn, row: TombstoneRow) -> None:
+    """Keep the tombstone of a redacted address; for one already kept, only its versions change (the caller gives
+    the union: a version arriving after the redaction joins them)."""
+    conn.execute(
+        "INSERT INTO tombstones (hash, kind, author_id, created_at, space, versions, redaction, redacted_by,"
+        " redacted_at, dropped_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (hash) DO UPDATE SET versions = excluded.versions",
+        (*row[:5], json.dumps(sorted(set(row.versions))), *row[6:]),
+    )
+
+
+def tombstones(conn: Conn, addresses: Iterable[str]) -> list[TombstoneRow]:
+    """The tombstones of those of `addresses` redacted here, by address."""
+    rows = conn.execute(
+        "SELECT hash, kind, author_id, created_at, space, versions, redaction, redacted_by, redacted_at, dropped_ms"
+        " FROM tombstones WHERE hash IN (SELECT value FROM json_each(?)) ORDER BY hash",
+        (json.dumps(sorted(set(addresses))),),
+    ).fetchall()
+    return [TombstoneRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7], r[8], int(r[9])) for r in rows]
+
+
+def count(conn: Conn) -> int:
+    """How many addresses this node holds as tombstones (`bbs doctor`)."""
+    return int(conn.execute("SELECT count(*) FROM tombstones").fetchone()[0])
+
+
+def schedule_scrub_txn(conn: Conn, address: str, dropped_ms: int) -> None:
+    """Remember that the bytes of `address`'s dropped body may stay on disk (free pages, WAL frames, index segments)
+    until a scrub runs, once the node's grace after `dropped_ms` has passed."""
+    conn.execute(
+        "INSERT INTO redaction_scrubs (hash, dropped_ms) VALUES (?, ?)"
+        " ON CONFLICT (hash) DO UPDATE SET dropped_ms = excluded.dropped_ms, done_ms = NULL",
+        (address, dropped_ms),
+    )
+
+
+def due_scrubs(conn: Conn, dropped_before_ms: int) -> list[str]:
+    """The addresses dropped at or before `dropped_before_ms` whose scrub has not run."""
+    rows = conn.execute(
+        "SELECT hash FROM redaction_scrubs WHERE done_ms IS NULL AND dropped_ms <= ? ORDER BY dropped_ms",
+        (dropped_before_ms,),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def last_drop_ms(conn: Conn) -> int | None:
+    """When this node last dropped a body (a redaction or a purge), or None."""
+    row = conn.execute("SELECT max(dropped_ms) FROM redaction_scrubs").fetchone()
+    return None if row[0] is None else int(row[0])
+
+
+def pending_scrubs(conn: Conn) -> tuple[int, int | None]:
+    """(how many scrubs have not run, the earliest dropped_ms among them): `bbs doctor`, the scrubber's sleep."""
+    row = conn.execute("SELECT count(*), min(dropped_ms) FROM redaction_scrubs WHERE done_ms IS NULL").fetchone()
+    return int(row[0]), None if row[1] is None else int(row[1])
+
+
+def mark_scrubbed_txn(conn: Conn, addresses: list[str], now_ms: int) -> None:
+    """Record that the scrub of `addresses` ran."""
+    conn.execute(
+        "UPDATE redaction_scrubs SET done_ms = ? WHERE hash IN (SELECT value FROM json_each(?))",
+        (now_ms, json.dumps(addresses)),
+    )
+
+
+def checkpoint(path: str, tries: int, pause_s: float) -> bool:
+    """`PRAGMA wal_checkpoint(TRUNCATE)` on the database at `path`, on a connection of its own: every WAL frame is
+    copied into the database and the WAL file emptied. It cannot finish while a reader holds an older snapshot, so
+    each try waits up to `pause_s` for readers (the busy handler) and it is tried `tries` times; whether it
+    succeeded."""
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None, timeout=pause_s)) as conn:
+        conn.execute(f"PRAGMA busy_timeout = {max(1, int(pause_s * 1000))}")
+        for _ in range(tries):
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if int(busy) == 0:
+                return True
+    return False
+
+
+# ---- operator purges ----------------------------------------------------------------------------------------------
+
+
+class PurgeRow(NamedTuple):
+    """A record the operator purged from this node alone."""
+
+    hash: str
+    kind: str
+    author_id: str
+    versions: list[str]
+    reason: str | None
+    purged_ms: int
+
+
+def insert_purge_txn(conn: Conn, row: PurgeRow) -> None:
+    """Remember a purged address (a version purged again later joins its versions: the caller gives the union)."""
+    conn.execute(
+        "INSERT INTO purges (hash, kind, author_id, versions, reason, purged_ms) VALUES (?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (hash) DO UPDATE SET versions = excluded.versions",
+        (row.hash, row.kind, row.author_id, json.dumps(sorted(set(row.versions))), row.reason, row.purged_ms),
+    )
+
+
+def purges(conn: Conn, addresses: Iterable[str]) -> list[PurgeRow]:
+    """The purges of those of `addresses` purged here."""
+    rows = conn.execute(
+        "SELECT hash, kind, author_id, versions, reason, purged_ms FROM purges"
+        " WHERE hash IN (SELECT value FROM json_each(?)) ORDER BY hash",
+        (json.dumps(sorted(set(addresses))),),
+    ).fetchall()
+    return [PurgeRow(r[0], r[1], r[2], json.loads(r[3]), r[4], int(r[5])) for r in rows]
+
+
+def purge_counts(conn: Conn) -> tuple[int, int]:
+    """(addresses purged here, their authors): `bbs doctor`."""
+    row = conn.execute("SELECT count(*), count(DISTINCT author_id) FROM purges").fetchone()
+    return int(row[0]), int(row[1])
+
+
+def addresses_of_author(conn: Conn, author: str, kinds: Iterable[str]) -> list[str]:
+    """The addresses of `author`'s records of `kinds` in the log, oldest first."""
+    rows = conn.execute(
+        "SELECT hash FROM records WHERE author_id = ? AND kind IN (SELECT value FROM json_each(?))"
+        " GROUP BY hash ORDER BY min(seq)",
+        (author, json.dumps(sorted(kinds))),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def any_named(conn: Conn, addresses: Iterable[str]) -> bool:
+    """Whether a redaction or a purge names any of `addresses`: the one look-up every append makes (two index
+    probes per address; the tables are empty on most nodes)."""
+    listed = json.dumps(sorted(set(addresses)))
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM json_each(?1) a"
+        " WHERE EXISTS (SELECT 1 FROM redactions r WHERE r.target = a.value)"
+        " OR EXISTS (SELECT 1 FROM purges p WHERE p.hash = a.value))",
+        (listed,),
+    ).fetchone()
+    return bool(row[0])

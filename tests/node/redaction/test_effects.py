@@ -1,0 +1,196 @@
+"""What a redaction does on one node, and a body arriving after it: through a real Node's database and sync ingest
+(`NodeSyncStore.ingest`, as a pull stores a peer's records), real keys and a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from identity import canonical, keys, records
+from node.errors import Forbidden
+from node.redaction import effects, store
+from node.service import Node
+from node.store import projections
+from node.store.conn import Conn
+from sync.store import Invalid
+from sync.verify import verify_record
+from tests.node.api_helpers import SelfSigner, entry_record, hash_of, ingest, link_record, self_signer
+from wire.time import format_ms
+
+
+def redaction_of(signer: SelfSigner, target: str, created_ms: int, **more: Any) -> dict[str, Any]:
+    body = {
+        "kind": "redaction",
+        "schema_version": canonical.SCHEMA_VERSION,
+        "author_id": signer.agent_id,
+        "created_at": format_ms(created_ms),
+        "target": target,
+        **more,
+    }
+    return records.sign(body, signer.key)
+
+
+async def held(node: Node, address: str) -> list[str]:
+    return await node.db.read(
+        lambda c: [str(r[0]) for r in c.execute("SELECT version FROM records WHERE hash = ?", (address,))]
+    )
+
+
+async def rebuilt_equals(node: Node) -> None:
+    def run(conn: Conn) -> tuple[Any, Any]:
+        before = projections.snapshot(conn)
+        projections.rebuild(conn)
+        return before, projections.snapshot(conn)
+
+    before, after = await node.db.write(run)
+    assert before == after and before["redactions"]
+
+
+async def test_a_peers_body_after_the_redaction_is_refused_and_only_the_tombstone_kept(node: Node) -> None:
+    author = await self_signer(node, "author")
+    record = entry_record(author.key, "secret-from-a-peer", created_ms=node.now_ms() - 5000)
+    address = hash_of(record)
+    out = await node.redactions.submit(author.agent_id, redaction_of(author, address, node.now_ms()))
+    assert out.pending
+    assert await ingest(node, record) == "void"  # the body never touches the log
+    assert await held(node, address) == []
+    tombs = await node.db.read(lambda c: store.tombstones(c, [address]))
+    assert [(t.kind, t.author_id, t.redaction) for t in tombs] == [("entry", author.agent_id, out.redaction)]
+    assert address in await node.db.read(lambda c: {str(r[0]) for r in c.execute("SELECT hash FROM refused_versions")})
+    assert "secret-from-a-peer" not in "\n".join(await node.db.read(lambda c: list(c.iterdump())))
+    assert await ingest(node, record) == "void"  # again: still refused, one tombstone
+    await rebuilt_equals(node)
+
+
+async def test_a_peers_body_of_another_author_is_stored_despite_a_redaction_naming_it(node: Node) -> None:
+    author, mallory = await self_signer(node, "author"), await self_signer(node, "mallory")
+    record = entry_record(author.key, "not mallory's", created_ms=node.now_ms() - 5000)
+    address = hash_of(record)
+    await node.redactions.submit(mallory.agent_id, redaction_of(mallory, address, node.now_ms()))
+    assert await ingest(node, record) == "saved"
+    assert await held(node, address) != []
+    assert await node.db.read(lambda c: store.tombstones(c, [address])) == []
+    await rebuilt_equals(node)  # a rebuild replays the void redaction and changes no log
+    assert await held(node, address) != []
+
+
+async def test_rebuild_gives_the_same_tables_after_redactions(node: Node) -> None:
+    author = await self_signer(node, "author")
+    now = node.now_ms()
+    one = entry_record(author.key, "one", created_ms=now - 9000)
+    two = entry_record(author.key, "two", created_ms=now - 8000)
+    joined = link_record(author.key, hash_of(two), hash_of(one), "supports", created_ms=now - 7000)
+    for record in (one, two, joined):
+        assert await ingest(node, record) == "saved"
+    for target in (hash_of(one), hash_of(joined)):
+        await node.redactions.submit(author.agent_id, redaction_of(author, target, now))
+    assert await held(node, hash_of(one)) == [] and await held(node, hash_of(joined)) == []
+    await rebuilt_equals(node)
+
+
+@pytest.mark.parametrize("redaction_first", [True, False])
+async def test_either_arrival_order_ends_with_the_same_tombstone_and_no_body(node: Node, redaction_first: bool) -> None:
+    author = await self_signer(node, "author")
+    record = entry_record(author.key, "order-secret", created_ms=node.now_ms() - 5000)
+    address = hash_of(record)
+    redaction = redaction_of(author, address, node.now_ms())
+    if redaction_first:
+        await node.redactions.submit(author.agent_id, redaction)
+        assert await ingest(node, record) == "void"
+    else:
+        assert await ingest(node, record) == "saved"
+        await node.redactions.submit(author.agent_id, redaction)
+    tombs = await node.db.read(lambda c: store.tombstones(c, [address]))
+    assert [(t.hash, t.redaction, t.versions) for t in tombs] == [(address, hash_of(redaction), [hash_version(record)])]
+    assert await held(node, address) == []
+
+
+def hash_version(record: dict[str, Any]) -> str:
+    return projections.version_of("entry", hash_of(record), canonical.canonical_bytes(record))
+
+
+@settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(order=st.permutations(range(4)))
+def test_any_arrival_order_of_bodies_and_redactions_gives_the_same_state(
+    tmp_path_factory: Any, order: list[int]
+) -> None:
+    """Two entries, one redacted by its author and one named by a stranger's redaction, arriving in any order on a
+    fresh node: the same bodies held, the same tombstones."""
+    import asyncio
+
+    from node.ops.datadir import initialise
+
+    async def run() -> tuple[list[str], list[str]]:
+        path = tmp_path_factory.mktemp("node") / "node"
+        initialise(path)
+        node = Node(path)
+        node.open(search_index=False)
+        try:
+            author, stranger = await self_signer(node, "author"), await self_signer(node, "stranger")
+            now = node.now_ms()
+            kept = entry_record(author.key, "kept", created_ms=now - 5000)
+            gone = entry_record(author.key, "gone", created_ms=now - 4000)
+            steps = [
+                lambda: ingest(node, kept),
+                lambda: ingest(node, gone),
+                lambda: node.redactions.submit(author.agent_id, redaction_of(author, hash_of(gone), now)),
+                lambda: strangers(node, stranger, hash_of(kept), now),
+            ]
+            for i in order:
+                await steps[i]()
+            bodies = await node.db.read(
+                lambda c: sorted(
+                    json.loads(r[0])["content"] for r in c.execute("SELECT body FROM records WHERE kind = 'entry'")
+                )
+            )
+            tombs = await node.db.read(lambda c: [t.hash for t in store.tombstones(c, [hash_of(kept), hash_of(gone)])])
+            return bodies, tombs
+        finally:
+            node.close()
+
+    bodies, tombs = asyncio.run(run())
+    assert bodies == ["kept"]
+    assert len(tombs) == 1
+
+
+async def strangers(node: Node, stranger: SelfSigner, target: str, now: int) -> None:
+    """A stranger's redaction: refused (403) while the target is held, stored (and void for it) before."""
+    try:
+        await node.redactions.submit(stranger.agent_id, redaction_of(stranger, target, now))
+    except Forbidden as exc:
+        assert exc.code == "not_target_author"
+
+
+def test_effects_tombstone_out_keeps_every_member() -> None:
+    row = store.TombstoneRow("a" * 64, "link", "did:key:x", "2026-01-01T00:00:00Z", None, ["a" * 64], "r", "did:key:x",
+                             "2026-01-02T00:00:00Z", 5)  # fmt: skip
+    out = effects.tombstone_out(row)
+    assert (out.hash, out.kind, out.redacted, out.redaction, out.versions) == ("a" * 64, "link", True, "r", ["a" * 64])
+
+
+async def test_a_peers_redaction_record_is_too_new_until_redactions_federate(node: Node) -> None:
+    author = await self_signer(node, "author")
+    record = entry_record(author.key, "stays", created_ms=node.now_ms() - 5000)
+    assert await ingest(node, record) == "saved"
+    peers_redaction = redaction_of(author, hash_of(record), node.now_ms())
+    checked = verify_record(canonical.canonical_bytes(peers_redaction), hash_of(peers_redaction))
+    assert isinstance(checked, Invalid) and checked.reason == "too_new"  # counted, never stored nor remembered
+    assert await held(node, hash_of(record)) != []
+
+
+async def test_a_redacted_body_that_would_wait_for_a_key_is_refused_before_it_waits(node: Node) -> None:
+    """The screen runs before the waiting area: a version of a redacted address signed by a key this node does not
+    know yet (it would wait for the rotation) never reaches the disk, not even the waiting table."""
+    author = await self_signer(node, "author")
+    rotated = keys.SigningKey.generate()
+    record = entry_record(rotated, "waits-secret", created_ms=node.now_ms() - 5000, author_id=author.agent_id,
+                          signing_key=rotated.did)  # fmt: skip
+    address = hash_of(record)
+    await node.redactions.submit(author.agent_id, redaction_of(author, address, node.now_ms()))
+    assert await ingest(node, record) == "void"
+    assert await node.db.read(lambda c: c.execute("SELECT count(*) FROM waiting").fetchone()[0]) == 0
+    assert "waits-secret" not in "\n".join(await node.db.read(lambda c: list(c.iterdump())))
