@@ -67,6 +67,8 @@ TABLE: list[Row] = [
     Row("POST", "/v1/node/key", "401 401 403 403 201 401", body={}),
     Row("GET", "/v1/admin/void-records", "401 401 403 403 200 401"),
     Row("GET", "/metrics", "401 401 403 403 200 401"),
+    # the operator purges an entry of the owner's from this node alone
+    Row("POST", "/v1/admin/purges", "401 401 403 403 200 401", body={"target": "{purged}"}),
     Row("POST", "/v1/peers", "401 401 403 403 201 401", body={"url": "http://127.0.0.1:9/", "node_id": "{peer}"}),
     Row("GET", "/v1/peers", "401 401 403 403 200 401"),
     Row("GET", "/v1/sync/digest", "401 401 403 403 200 401"),
@@ -109,6 +111,8 @@ TABLE: list[Row] = [
     Row("POST", "/v1/links", "401 401 201 201 403 401",
         body={"source": "{entry}", "target": "{entry2}", "link_type": "supports", "annotation": "{n}"}),
     Row("POST", "/v1/subscriptions", "401 401 201 201 403 401", body={"tags": ["t{n}"]}),
+    # only the author (or an admin of its space) redacts: the other agent is refused with 403 not_target_author
+    Row("POST", "/v1/redactions", "401 401 403 201 403 401", body={"target": "{redacted}"}),
     # only the agent itself submits its key events (the other agent: 403); the record's refusal shows it passed
     Row("POST", "/v1/agents/{agent_id}/key-events", "401 401 403 422 403 401", url="/v1/agents/{own}/key-events",
         body={"record": {"kind": "key_event"}}),
@@ -203,6 +207,8 @@ async def world(
     post = {"entry_type": "finding", "performative": "inform"}
     entry = await ok("POST", "/v1/entries", {**post, "content": "matrix subject"}, own)
     entry2 = await ok("POST", "/v1/entries", {**post, "content": "matrix second"}, own)
+    redacted = await ok("POST", "/v1/entries", {**post, "content": "matrix redacted"}, own)
+    purged = await ok("POST", "/v1/entries", {**post, "content": "matrix purged"}, own)
     sub = await ok("POST", "/v1/subscriptions", {"tags": ["matrix"]}, own)
     push = await ok("POST", "/v1/push/endpoints", {"url": "http://127.0.0.1:10/matrix"}, own)
     push2 = await ok("POST", "/v1/push/endpoints", {"url": "http://127.0.0.1:10/matrix2"}, own)
@@ -217,6 +223,8 @@ async def world(
     ids = {
         "entry": str(entry["id"]),
         "entry2": str(entry2["id"]),
+        "redacted": redacted["record_hash"],
+        "purged": purged["record_hash"],
         "sub": str(sub["id"]),
         "push": str(push["id"]),
         "push2": str(push2["id"]),
