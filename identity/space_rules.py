@@ -34,12 +34,15 @@ def may_administer(role: str | None) -> bool:
     return role is not None and ROLE_RANK.get(role, 0) >= ROLE_RANK["admin"]
 
 
-def hosting(named: Collection[str], creation_node: str | None = None) -> frozenset[str]:
+def hosting(named: Collection[str], creation_node: str | None = None, chained: Collection[str] = ()) -> frozenset[str]:
     """The nodes that host a space: those its owner and admins name (`identity.spaces.Space.hosts`: the hosting
     chains ending in `host`), and `creation_node`, the node its creation record was stored on from a client, which
-    hosts it implicitly (only that node knows it; the others learn it from a `space_host` record naming it, which a
-    node signs for a node-kept owner with the creation: docs/spaces.md, "Which nodes host a space")."""
-    return frozenset(named) | ({creation_node} if creation_node is not None else frozenset())
+    hosts it implicitly while no hosting chain names it (`chained`: the nodes with a winning chain, `Space.host_chains`;
+    a chain ending in `none` is the admins' word against it). Only that node knows it was the creation node; the
+    others learn it from a `space_host` record naming it, which a node signs for a node-kept owner with the creation
+    (docs/spaces.md, "Which nodes host a space")."""
+    implicit = creation_node is not None and creation_node not in chained
+    return frozenset(named) | ({creation_node} if implicit and creation_node is not None else frozenset())
 
 
 def may_receive(peer_node: str, space: str | None, hosts: Collection[str]) -> bool:

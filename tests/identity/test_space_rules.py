@@ -34,6 +34,8 @@ def test_a_space_is_hosted_by_the_nodes_its_admins_name_and_its_creation_node() 
     assert hosting({N1}, creation_node=N3) == {N1, N3}
     assert hosting(frozenset(), creation_node=N3) == {N3}  # the owner's own node serves a space nobody named yet
     assert hosting(frozenset()) == frozenset()  # elsewhere, a space no admin named a host goes nowhere
+    assert hosting({N1}, creation_node=N3, chained={N1, N3}) == {N1}  # named `none`: the admins' word wins
+    assert hosting({N1, N3}, creation_node=N3, chained={N1, N3}) == {N1, N3}
 
 
 @pytest.mark.parametrize(
