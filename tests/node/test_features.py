@@ -207,7 +207,7 @@ async def test_each_features_projectors_fill_only_that_features_tables(
     space = await node.spaces.create(owner.agent_id, "family", "")
     await node.spaces.set_role(owner.agent_id, space.space_id, member.agent_id, "reader")
     log = await node.db.read(lambda c: c.execute("SELECT seq, hash, kind, body FROM records ORDER BY seq").fetchall())
-    assert {row["kind"] for row in log} == set(RECORD_TYPES) | {"space", "space_member"}
+    assert {row["kind"] for row in log} == set(RECORD_TYPES) | {"space", "space_member", "space_host"}
     for feature in FEATURES:
         if not feature.projectors:
             continue
