@@ -70,21 +70,21 @@ async def sync_changes(request: web.Request) -> web.Response:
 
 async def sync_fetch(request: web.Request) -> web.Response:
     body = await signed_body(request)
-    await authenticate_peer(request, body)
+    peer_id = await authenticate_peer(request, body)
     req = _decode(body, m.FetchRequest)
     assert isinstance(req, m.FetchRequest)
     _speaks(req.v)
-    return json_response(await _state(request).server.fetch(req))
+    return json_response(await _state(request).server.fetch(req, peer_id))
 
 
 async def sync_reconcile(request: web.Request) -> web.Response:
     body = await signed_body(request)
-    await authenticate_peer(request, body)
+    peer_id = await authenticate_peer(request, body)
     req = _decode(body, m.ReconcileRequest)
     assert isinstance(req, m.ReconcileRequest)
     _speaks(req.v)
     try:
-        return json_response(await _state(request).server.reconcile(req))
+        return json_response(await _state(request).server.reconcile(req, peer_id))
     except BadSyncMessage as exc:
         raise InvalidInput(str(exc), field="$.message", code="bad_negentropy_message") from None
 

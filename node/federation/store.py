@@ -19,8 +19,10 @@ import msgspec
 from yarl import URL
 
 from identity import canonical, key_history, keys
+from identity.space_rules import may_receive
 from node.errors import InvalidInput
 from node.federation import waiting as waiting_gate
+from node.spaces import store as space_store
 from node.store import db, equivocation, projections, void, waiting
 from node.store.authority import AUTHORITY_KINDS, Authority, author_deps, drop_displaced_txn, event_dep, key_events_of
 from node.store.conn import Conn
@@ -50,11 +52,15 @@ log = logging.getLogger("bbs.sync")
 # federated record).
 FETCH_SQL = (
     "SELECT hash, version, body FROM records WHERE +scope = 'federation' AND seq NOT IN (SELECT seq FROM void_records)"
+    " AND (space IS NULL OR space IN (SELECT value FROM json_each(:served)))"
     " AND seq IN ("
     "   SELECT seq FROM records WHERE hash IN (SELECT value FROM json_each(:ids))"
     "   UNION SELECT seq FROM records WHERE version IN (SELECT value FROM json_each(:ids)))"
     " ORDER BY seq"
 )
+# A record is served to a peer when it is public or of a space both nodes host (`served_spaces`): the condition every
+# answer to a peer carries (docs/sync.md, "Spaces").
+SERVED = "(space IS NULL OR space IN (SELECT value FROM json_each(:served)))"
 
 
 class NodeSyncStore:
@@ -83,8 +89,14 @@ class NodeSyncStore:
             epoch, head = _position(conn)
             rows = conn.execute(
                 "SELECT seq, hash, version, body, seq IN (SELECT seq FROM void_records) FROM records"
-                " WHERE scope = 'federation' AND seq > ? AND origin IS NOT ? ORDER BY seq LIMIT ?",
-                (since, exclude_origin, limit),
+                f" WHERE scope = 'federation' AND seq > :since AND origin IS NOT :peer AND {SERVED}"
+                " ORDER BY seq LIMIT :limit",
+                {
+                    "since": since,
+                    "peer": exclude_origin,
+                    "limit": limit,
+                    "served": _served(conn, self.node_id, exclude_origin),
+                },
             ).fetchall()
             scanned = [(int(r[0]), r[1], r[2], bytes(r[3])) for r in rows]
             more = len(scanned) == limit and scanned[-1][0] < head
@@ -123,26 +135,32 @@ class NodeSyncStore:
                 self._newest_at = loop.time()
             return int(self._newest)
 
-    async def fetch(self, ids: list[str], v: int = PROTOCOL_VERSION) -> list[tuple[str, str, bytes]]:
+    async def fetch(
+        self, ids: list[str], v: int = PROTOCOL_VERSION, peer_id: str | None = None
+    ) -> list[tuple[str, str, bytes]]:
         def run(conn: Conn) -> list[tuple[str, str, bytes]]:
             rows = conn.execute(
                 FETCH_SQL,
-                {"ids": _json(ids)},
+                {"ids": _json(ids), "served": _served(conn, self.node_id, peer_id)},
             ).fetchall()
             found = [(r[0], r[1], bytes(r[2])) for r in rows]
             return [item for item in found if compat.servable(v, item[1], item[2])]
 
         return await self.db.read(run)
 
-    async def reconcile_items(self, v: int = PROTOCOL_VERSION) -> tuple[str, int, list[tuple[int, bytes]]]:
+    async def reconcile_items(
+        self, v: int = PROTOCOL_VERSION, peer_id: str | None = None
+    ) -> tuple[str, int, list[tuple[int, bytes]]]:
         def run(conn: Conn) -> tuple[str, int, list[tuple[int, bytes]]]:
             epoch, head = _position(conn)
             rows = conn.execute(
                 # created_ms >= 0: records dated before 1970 are refused now, but a node may hold some from before
                 # the unary + keeps the planner on records_time_version's order (no sort of the whole log)
-                # records flagged void are outside the set (docs/format-v3.md 7.6)
+                # records flagged void are outside the set (docs/format-v3.md 7.6); so are the records of a space
+                # the peer does not host, or this node does not (`served_spaces`)
                 "SELECT created_ms, version FROM records WHERE +scope = 'federation' AND created_ms >= 0"
-                " AND seq NOT IN (SELECT seq FROM void_records) ORDER BY created_ms, version"
+                f" AND seq NOT IN (SELECT seq FROM void_records) AND {SERVED} ORDER BY created_ms, version",
+                {"served": _served(conn, self.node_id, peer_id)},
             ).fetchall()
             if v != PROTOCOL_VERSION:
                 keep = servable_versions(conn, v, [h for _, h in rows])
@@ -300,6 +318,20 @@ class NodeSyncStore:
     async def statuses(self) -> list[PeerStatus]:
         now = self.now_ms()
         return await self.db.read(lambda c: peer_statuses(c, now))
+
+
+def served_spaces(conn: Conn, node_id: str, peer_id: str | None) -> list[str]:
+    """The spaces whose records this node (`node_id`) serves to the peer `peer_id`, by space id: those it hosts and
+    `identity.space_rules.may_receive` lets the peer receive (docs/spaces.md, "Which nodes host a space"). None for
+    a peer (the digest of the public federation, an unknown asker): no space."""
+    if peer_id is None:
+        return []
+    hosted = space_store.hosts_of_hosted(conn, node_id)
+    return sorted(s for s, hosts in hosted.items() if may_receive(node_id, s, hosts) and may_receive(peer_id, s, hosts))
+
+
+def _served(conn: Conn, node_id: str, peer_id: str | None) -> str:
+    return _json(served_spaces(conn, node_id, peer_id))
 
 
 def check_peer_url(url: str) -> None:
@@ -641,9 +673,10 @@ def digest(conn: Conn, node_id: str, v: int = PROTOCOL_VERSION) -> Digest:
     count = 0
     # in the unique version index's order (the unary + keeps the planner from sorting the whole log instead)
     # valid versions only: records flagged void are left out (docs/format-v3.md 7.6)
+    # the public federation only: the records of spaces are counted by the hosts' digests of each space, never here
     rows: Any = conn.execute(
         "SELECT version FROM records WHERE +scope = 'federation' AND seq NOT IN (SELECT seq FROM void_records)"
-        " ORDER BY version"
+        " AND space IS NULL ORDER BY version"
     )
     if v != PROTOCOL_VERSION:  # the v2-compatible ones (a list: their bodies are read on the same connection)
         versions = [r[0] for r in rows]

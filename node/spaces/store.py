@@ -137,6 +137,19 @@ def hosts(conn: Conn, space_id: str) -> list[str]:
     return [str(r[0]) for r in rows.fetchall()]
 
 
+def hosts_of_hosted(conn: Conn, node_id: str) -> dict[str, frozenset[str]]:
+    """Every space `node_id` hosts, with all its hosting nodes: what the serving filter asks `may_receive` about."""
+    rows = conn.execute(
+        "SELECT h.space_id, h.node_id FROM space_hosts h"
+        " WHERE h.space_id IN (SELECT space_id FROM space_hosts WHERE node_id = ?)",
+        (node_id,),
+    ).fetchall()
+    out: dict[str, set[str]] = {}
+    for space_id, node in rows:
+        out.setdefault(str(space_id), set()).add(str(node))
+    return {space_id: frozenset(nodes) for space_id, nodes in out.items()}
+
+
 def hosted_by(conn: Conn, node_id: str) -> frozenset[str]:
     """The spaces `node_id` hosts, as this node's projection says."""
     rows = conn.execute("SELECT space_id FROM space_hosts WHERE node_id = ?", (node_id,)).fetchall()
