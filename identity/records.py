@@ -22,8 +22,7 @@ RECORD_KINDS = frozenset({"entry", "link", "agent", "message", "task_event"})
 # and redaction not yet.
 V3_KINDS = frozenset({"entry", "link", "message", "task_event", "agent", "key_event", "vouch_page"})
 # The kinds of a space's creation, membership and hosting (docs/format-v3.md, 4): accepted from a node's own clients
-# (issues 37 and 38), not yet from peers (sync/verify.py refuses them as a form this release does not take from
-# peers), so a space's records stay on the node until spaces part 2 serves them to the space's hosts.
+# (issues 37 and 38), and from peers by a node that hosts the space (node/federation/space_gate.py).
 SPACE_KINDS = frozenset({"space", "space_member", "space_admin", "space_host"})
 # The kinds of posts this release accepts inside a space from its own clients (docs/spaces.md): entries, link
 # records and bus messages. Task events in a space are refused until their read paths ask the read rule.

@@ -21,6 +21,7 @@ from yarl import URL
 from identity import canonical, key_history, keys
 from identity.space_rules import may_receive
 from node.errors import InvalidInput
+from node.federation import space_gate
 from node.federation import waiting as waiting_gate
 from node.spaces import store as space_store
 from node.store import db, equivocation, projections, void, waiting
@@ -417,7 +418,11 @@ def ingest_txn(
     """
     authority = Authority() if authority is None else authority
     gated = waiting_gate.gate_txn(conn, authority, peer_id, records, now_ms, recheck=recheck)
-    records, invalid = gated.now, [*invalid, *gated.invalid]
+    # records of a space: only those of a space this node hosts, valid by `identity.spaces.resolve` (docs/sync.md)
+    spaced = space_gate.gate_spaces_txn(conn, gated.now)
+    records, invalid = spaced.now, [*invalid, *gated.invalid, *spaced.refused]
+    if spaced.joining:  # named a host of a space this node cannot decide yet: reconcile with the peer at once
+        authority.wake.add(peer_id)
     appended, failed, faults = _append_batch(conn, peer_id, records, now_ms)
     kept = [(v, result) for v, result in zip(records, appended, strict=True) if result is not None]
     targets, missing = _want_missing_targets(conn, peer_id, kept, now_ms)

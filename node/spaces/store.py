@@ -109,7 +109,7 @@ def recompute_txn(conn: Conn, space_id: str) -> None:
         (space_id,),
     ).fetchone()
     creation = json.loads(bytes(row[0]))
-    created_here = _node_id(conn) if row[1] == "local" else None
+    created_here = this_node(conn) if row[1] == "local" else None
     hosts = hosting(resolved.hosts, created_here, resolved.host_chains)
     conn.executemany(
         "INSERT INTO space_hosts (space_id, node_id) VALUES (?, ?)", [(space_id, node) for node in sorted(hosts)]
@@ -126,7 +126,8 @@ def recompute_txn(conn: Conn, space_id: str) -> None:
     forget_notifications_txn(conn, space_id, readers_before - _readers(conn, space_id))
 
 
-def _node_id(conn: Conn) -> str | None:
+def this_node(conn: Conn) -> str | None:
+    """This node's id as its database records it (None in a database no node was initialised on)."""
     row = conn.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchone()
     return None if row is None else str(row[0])
 
@@ -148,6 +149,17 @@ def hosts_of_hosted(conn: Conn, node_id: str) -> dict[str, frozenset[str]]:
     for space_id, node in rows:
         out.setdefault(str(space_id), set()).add(str(node))
     return {space_id: frozenset(nodes) for space_id, nodes in out.items()}
+
+
+def created_here(conn: Conn, space_id: str) -> bool:
+    """Whether the space's creation record was stored on this node from a client (its origin `local`): this node
+    then hosts the space implicitly (`identity.space_rules.hosting`)."""
+    row = conn.execute(
+        "SELECT 1 FROM space_records s JOIN records r ON r.seq = s.seq"
+        " WHERE s.space_id = ? AND s.kind = 'space' AND r.origin = 'local'",
+        (space_id,),
+    ).fetchone()
+    return row is not None
 
 
 def hosted_by(conn: Conn, node_id: str) -> frozenset[str]:
