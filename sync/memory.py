@@ -167,6 +167,15 @@ class MemoryStore:
         )
         return self.epoch, len(self.log), items
 
+    async def served_spaces(self, peer_id: str | None) -> frozenset[str]:
+        if peer_id is None:
+            return frozenset()
+        return frozenset(
+            s
+            for s, hosts in self.hosts.items()
+            if may_receive(self.node_id, s, hosts) and may_receive(peer_id, s, hosts)
+        )
+
     async def refused(self, versions: list[str]) -> set[str]:
         return self.rejected.intersection(versions)
 

@@ -23,7 +23,7 @@ class SyncServer:
         self.store = store
         self.closing = asyncio.Event()
         # per protocol version and asking peer
-        self._storage: dict[tuple[int, str | None], tuple[tuple[str, int], VectorStorage]] = {}
+        self._storage: dict[tuple[int, str | None], tuple[tuple[str, int], frozenset[str], VectorStorage]] = {}
 
     async def changes(self, q: m.ChangesQuery, peer_id: str | None = None) -> m.ChangesReply:
         """A page of the feed after `q.since`, waiting up to `q.wait_ms` for one when there is nothing yet.
@@ -85,12 +85,13 @@ class SyncServer:
     async def _snapshot(self, v: int, peer_id: str | None) -> tuple[VectorStorage, str, int]:
         """The sorted item vector of protocol `v`'s set as served to `peer_id`, rebuilt only when the store has moved
         (rounds of one session share it). One per peer: each sees the public federation and the spaces it hosts
-        with this node, and a hosting change is a record stored, which moves the head."""
+        with this node (`served_spaces`: a hosting change or the operator's filter changes it)."""
         position = await self.store.position()
+        served = await self.store.served_spaces(peer_id)
         held = self._storage.get((v, peer_id))
-        if held is not None and held[0] == position:
-            return held[1], position[0], position[1]
+        if held is not None and held[0] == position and held[1] == served:
+            return held[2], position[0], position[1]
         epoch, head, items = await self.store.reconcile_items(v, peer_id)
         storage = VectorStorage(items)
-        self._storage[(v, peer_id)] = ((epoch, head), storage)
+        self._storage[(v, peer_id)] = ((epoch, head), served, storage)
         return storage, epoch, head

@@ -138,6 +138,12 @@ class SyncStore(Protocol):
         other does not host (no peer: public only)."""
         ...
 
+    async def served_spaces(self, peer_id: str | None) -> frozenset[str]:
+        """The spaces whose records are served to `peer_id`: those both nodes host, within the operator's filter of
+        the peer (`identity.space_rules.may_receive`; none for no peer). What a reconciliation snapshot is valid for,
+        with the store's position."""
+        ...
+
     async def refused(self, versions: list[str]) -> set[str]:
         """Those of `versions` this store refused or evicted (two better versions of their address are held):
         reconciliation does not fetch them again."""

@@ -8,6 +8,7 @@ decided at once: this node takes them when it is a host of the space by that jud
 Everything else is refused with a stable reason, counted against the peer and never remembered, so reconciliation
 offers it again once it can count (the space's creation, or this node's hosting record, arrived meanwhile):
 
+- `filtered`: the operator's filter of this peer leaves the space out (`bbs peer add --spaces`);
 - `not_hosted`: this node does not host the space (nothing of it is stored: docs/spaces.md);
 - `space_undecided`: the record waits for what it depends on (`Decision.waits_for`: the creation, a prior, the
   author's addition, a key, the pages of a vouch), which a later batch or reconciliation brings;
@@ -31,6 +32,7 @@ from sync.store import Invalid, Verified
 
 NOT_HOSTED = "not_hosted"
 UNDECIDED = "space_undecided"
+FILTERED = "filtered"
 
 
 class Gated(NamedTuple):
@@ -42,9 +44,10 @@ class Gated(NamedTuple):
     joining: bool
 
 
-def gate_spaces_txn(conn: Conn, records: list[Verified]) -> Gated:
+def gate_spaces_txn(conn: Conn, records: list[Verified], allowed: frozenset[str] | None = None) -> Gated:
     """Split a peer's batch into the records to store (public ones, and valid ones of a space this node hosts, in
-    the batch's order) and the refused ones of spaces, each with its reason. (A database no node was initialised on
+    the batch's order) and the refused ones of spaces, each with its reason. `allowed`: the operator's filter of the
+    peer (`bbs peer add --spaces`): a space outside it is refused `filtered`. (A database no node was initialised on
     hosts no space.)"""
     by_space: dict[str, list[Verified]] = {}
     for v in records:
@@ -57,6 +60,9 @@ def gate_spaces_txn(conn: Conn, records: list[Verified]) -> Gated:
     refused: dict[str, Invalid] = {}
     joining = False
     for space, items in sorted(by_space.items()):
+        if allowed is not None and space not in allowed:
+            refused.update({v.version: Invalid(v.hash, FILTERED, "the operator's filter of this peer") for v in items})
+            continue
         for v, reason, detail in _judge_space(conn, node_id, space, items):
             refused[v.version] = Invalid(v.hash, reason, detail)
             joining = joining or _names_host(v.record, node_id)

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import json
 import logging
 import sqlite3
 from collections.abc import Callable
@@ -170,6 +171,9 @@ class NodeSyncStore:
 
         return await self.db.read(run)
 
+    async def served_spaces(self, peer_id: str | None) -> frozenset[str]:
+        return frozenset(await self.db.read(lambda c: served_spaces(c, self.node_id, peer_id)))
+
     async def refused(self, versions: list[str]) -> set[str]:
         return await self.db.read(
             lambda c: (
@@ -309,7 +313,7 @@ class NodeSyncStore:
         if peer.node_id == self.node_id:
             raise InvalidInput("a node cannot peer with itself", field="$.node_id", code="self_peer")
         now = self.now_ms()
-        await self.db.write(lambda c: add_peer_txn(c, peer.url, peer.node_id, now))
+        await self.db.write(lambda c: add_peer_txn(c, peer.url, peer.node_id, now, peer.spaces))
         return next(p for p in await self.statuses() if p.node_id == peer.node_id)
 
     async def listing(self) -> PeerList:
@@ -323,12 +327,25 @@ class NodeSyncStore:
 
 def served_spaces(conn: Conn, node_id: str, peer_id: str | None) -> list[str]:
     """The spaces whose records this node (`node_id`) serves to the peer `peer_id`, by space id: those it hosts and
-    `identity.space_rules.may_receive` lets the peer receive (docs/spaces.md, "Which nodes host a space"). None for
-    a peer (the digest of the public federation, an unknown asker): no space."""
+    `identity.space_rules.may_receive` lets the peer receive (docs/spaces.md, "Which nodes host a space"), within the
+    operator's filter of the peer (`peer_filter`). None for a peer (the digest of the public federation, an unknown
+    asker): no space."""
     if peer_id is None:
         return []
     hosted = space_store.hosts_of_hosted(conn, node_id)
-    return sorted(s for s, hosts in hosted.items() if may_receive(node_id, s, hosts) and may_receive(peer_id, s, hosts))
+    allowed = peer_filter(conn, peer_id)
+    return sorted(
+        s
+        for s, hosts in hosted.items()
+        if may_receive(node_id, s, hosts) and may_receive(peer_id, s, hosts) and (allowed is None or s in allowed)
+    )
+
+
+def peer_filter(conn: Conn, peer_id: str) -> frozenset[str] | None:
+    """The operator's filter of spaces for `peer_id` (`bbs peer add --spaces`): the only spaces served to it and
+    taken from it; None: every space both nodes host (or no such peer)."""
+    row = conn.execute("SELECT spaces FROM peers WHERE node_id = ?", (peer_id,)).fetchone()
+    return None if row is None or row[0] is None else frozenset(json.loads(row[0]))
 
 
 def _served(conn: Conn, node_id: str, peer_id: str | None) -> str:
@@ -364,8 +381,6 @@ def _position(conn: Conn) -> tuple[str, int]:
 
 
 def _json(values: list[str]) -> str:
-    import json
-
     return json.dumps(values)
 
 
@@ -419,7 +434,7 @@ def ingest_txn(
     authority = Authority() if authority is None else authority
     gated = waiting_gate.gate_txn(conn, authority, peer_id, records, now_ms, recheck=recheck)
     # records of a space: only those of a space this node hosts, valid by `identity.spaces.resolve` (docs/sync.md)
-    spaced = space_gate.gate_spaces_txn(conn, gated.now)
+    spaced = space_gate.gate_spaces_txn(conn, gated.now, peer_filter(conn, peer_id))
     records, invalid = spaced.now, [*invalid, *gated.invalid, *spaced.refused]
     if spaced.joining:  # named a host of a space this node cannot decide yet: reconcile with the peer at once
         authority.wake.add(peer_id)
@@ -585,17 +600,18 @@ def _append_all(conn: Conn, peer_id: str, records: list[Verified], now_ms: int) 
         return projections.append_many(conn, incoming, origin=peer_id, now_ms=now_ms)
 
 
-def add_peer_txn(conn: Conn, url: str, node_id: str, now_ms: int) -> None:
-    """Configure a peer (or change its URL; its cursor and counters are kept)."""
+def add_peer_txn(conn: Conn, url: str, node_id: str, now_ms: int, spaces: list[str] | None = None) -> None:
+    """Configure a peer (or change its URL and its filter of spaces; its cursor and counters are kept). `spaces`:
+    the operator's filter, the only spaces served to the peer and taken from it; None: every space both host."""
     if not keys.is_did(node_id):
         raise InvalidInput("node_id must be the peer node's Ed25519 did:key", field="$.node_id")
     mine = conn.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchone()
     if mine is not None and mine[0] == node_id:
         raise InvalidInput("a node cannot peer with itself", field="$.node_id", code="self_peer")
     conn.execute(
-        "INSERT INTO peers (node_id, url, added_ms) VALUES (?, ?, ?)"
-        " ON CONFLICT (node_id) DO UPDATE SET url = excluded.url",
-        (node_id, url.rstrip("/"), now_ms),
+        "INSERT INTO peers (node_id, url, added_ms, spaces) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (node_id) DO UPDATE SET url = excluded.url, spaces = excluded.spaces",
+        (node_id, url.rstrip("/"), now_ms, None if spaces is None else _json(sorted(set(spaces)))),
     )
 
 
@@ -646,6 +662,7 @@ def peer_statuses(conn: Conn, now_ms: int) -> list[PeerStatus]:
                 health=_health(r["health"]),
                 sync_version=r["sync_version"],
                 too_new_from=r["too_new_from"],
+                spaces=None if r["spaces"] is None else list(json.loads(r["spaces"])),
             )
         )
     return out

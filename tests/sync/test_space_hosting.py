@@ -93,3 +93,28 @@ async def test_a_late_host_gets_the_backlog_and_a_former_host_nothing_new(make_p
     assert await space_versions(c, space) == await space_versions(a, space)
     assert late in await c.hashes()
     assert await c.node.db.read(lambda conn: space_store.hosts(conn, space)) == sorted([a.node_id, c.node_id])
+
+
+async def set_filter(peer: PeerNode, other: PeerNode, spaces: list[str] | None, status: int = 201) -> dict[str, Any]:
+    body = {"url": other.url, "node_id": other.node_id, "spaces": spaces}
+    async with peer.session.post(peer.url + "/v1/peers", json=body, headers=peer.admin) as resp:
+        assert resp.status == status, await resp.text()
+        out: dict[str, Any] = await resp.json()
+        return out
+
+
+async def test_an_operators_filter_limits_what_a_peer_is_served_and_what_is_taken_from_it(make_peer: Any) -> None:
+    a, b, _c, space, _owner = await federation(make_peer)
+    problem = await set_filter(a, b, ["family"], status=422)
+    assert (problem["code"], problem["field"]) == ("validation_error", "$.spaces[0]")
+    assert (await set_filter(a, b, []))["spaces"] == []  # A serves B the public federation only
+    await b.puller().pull_once(a.config)
+    assert await space_versions(b, space) == set() and await refusals(b, a) == {}  # never sent
+    assert (await b.puller().reconcile(a.config)).need == 0
+    assert (await set_filter(a, b, [space]))["spaces"] == [space]  # A serves it again
+    await set_filter(b, a, [])  # but B's operator takes nothing of a space from A
+    assert (await b.puller().reconcile(a.config)).need == 7
+    assert await space_versions(b, space) == set() and await refusals(b, a) == {"filtered": 7}
+    await set_filter(b, a, None)  # no filter: every space both host
+    await b.puller().reconcile(a.config)
+    assert await space_versions(b, space) == await space_versions(a, space)

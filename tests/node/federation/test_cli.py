@@ -53,6 +53,26 @@ def test_peer_add_then_list(data_dir: tuple[Path, str], capsys: pytest.CaptureFi
     assert lines[3] == "  last ok -  reconciliations 0" and len(lines) == 4
 
 
+def test_peer_add_with_a_filter_of_spaces(data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`--spaces S1,S2`: stored sorted, shown by `bbs peers`; adding the peer again replaces it; a bad id: nothing."""
+    data = str(data_dir[0])
+    one, two = "b" * 64, "a" * 64
+    code, _, err = run(capsys, "peer", "add", "http://10.0.0.2:8420", "--key", PEER, "--spaces", f"{one},{two}",
+                       "--data", data)  # fmt: skip
+    assert code == 0, err
+    code, out, _ = run(capsys, "peers", "--data", data)
+    assert out.splitlines()[1] == f"  spaces {two}, {one}"
+    assert json.loads(run(capsys, "peers", "--data", data, "--json")[1])["peers"][0]["spaces"] == [two, one]
+    run(capsys, "peer", "add", "http://10.0.0.2:8420", "--key", PEER, "--spaces", "", "--data", data)
+    assert run(capsys, "peers", "--data", data)[1].splitlines()[1] == "  spaces none (the public federation only)"
+    run(capsys, "peer", "add", "http://10.0.0.2:8420", "--key", PEER, "--data", data)
+    assert json.loads(run(capsys, "peers", "--data", data, "--json")[1])["peers"][0]["spaces"] is None
+    code, out, err = run(capsys, "peer", "add", "http://10.0.0.2:8420", "--key", PEER, "--spaces", "family",
+                         "--data", data)  # fmt: skip
+    assert code == 1 and "validation_error" in err
+    assert json.loads(run(capsys, "peers", "--data", data, "--json")[1])["peers"][0]["spaces"] is None
+
+
 async def test_peers_shows_invalid_reasons_and_the_last_error(
     data_dir: tuple[Path, str], node: Node, capsys: pytest.CaptureFixture[str]
 ) -> None:
