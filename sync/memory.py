@@ -269,12 +269,12 @@ class MemoryStore:
                 w.attempts += 1
                 w.next_ms = now_ms + min(600_000, 1000 * 2**w.attempts)
 
-    def digest(self, v: int = PROTOCOL_VERSION) -> tuple[int, str]:
-        """The public federation's digest (spaces' records are not in it, as on the node)."""
+    def digest(self, v: int = PROTOCOL_VERSION, space: str | None = None) -> tuple[int, str]:
+        """The public federation's digest, or one space's (as on the node)."""
         hashes = sorted(
             version
             for _seq, h, version, body, _ms, scope in self._live()
-            if scope == "federation" and compat.servable(v, version, body) and _space_of(h, body) is None
+            if scope == "federation" and compat.servable(v, version, body) and _space_of(h, body) == space
         )
         return len(hashes), hashlib.sha256("".join(h + "\n" for h in hashes).encode()).hexdigest()
 

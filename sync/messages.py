@@ -135,6 +135,9 @@ class DigestQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     node with nodes of protocol v2 (docs/format-v3.md, 8.2)."""
 
     v: Version = PROTOCOL_VERSION
+    # one space's digest (issue 38): its records this node holds; every host of it holds the same set once in sync.
+    # Without it, the public federation's (a space's records are never in it)
+    space: SpaceId | None = None
 
 
 class Digest(_Message, tag="digest"):

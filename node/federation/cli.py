@@ -171,13 +171,18 @@ def cmd_peers(args: argparse.Namespace) -> int:
 
 
 def cmd_digest(args: argparse.Namespace) -> int:
+    import re
+
+    from node.errors import InvalidInput
     from node.federation import store as sync_store
     from node.ops.datadir import DataDir, require_database
     from node.store import db
 
     node_id = require_database(args.data)  # reads the database only: a restored replica needs no key
+    if args.space is not None and not re.fullmatch("[0-9a-f]{64}", args.space):
+        raise InvalidInput("--space takes a space id: 64 lowercase hex characters", field="--space")
     path = DataDir(args.data).db_path
-    result = db.read_sync(path, lambda c: sync_store.digest(c, node_id, args.sync_version))
+    result = db.read_sync(path, lambda c: sync_store.digest(c, node_id, args.sync_version, args.space))
     if args.json:
         print(msgspec.json.encode(result).decode())
     else:
@@ -265,5 +270,11 @@ def add_parsers(sub: argparse._SubParsersAction, data_arg: Callable[[argparse.Ar
         choices=SYNC_VERSIONS,
         default=PROTOCOL_VERSION,
         help="2: the digest of the v2-compatible records only, to compare with nodes of sync protocol v2",
+    )
+    p.add_argument(
+        "--space",
+        metavar="SPACE_ID",
+        help="the digest of one space's records (equal on every node hosting it once in sync); without it, the"
+        " public federation's",
     )
     p.set_defaults(func=cmd_digest)

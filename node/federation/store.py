@@ -305,8 +305,8 @@ class NodeSyncStore:
     async def want_failed(self, peer_id: str, hashes: list[str], now_ms: int) -> None:
         await self.db.write(lambda c: want_failed_txn(c, peer_id, hashes, now_ms))
 
-    async def digest(self, v: int = PROTOCOL_VERSION) -> Digest:
-        return await self.db.read(lambda c: digest(c, self.node_id, v))
+    async def digest(self, v: int = PROTOCOL_VERSION, space: str | None = None) -> Digest:
+        return await self.db.read(lambda c: digest(c, self.node_id, v, space))
 
     async def add_peer(self, peer: PeerIn) -> PeerStatus:
         check_peer_url(peer.url)
@@ -688,17 +688,19 @@ def _fmt(ms: int | None) -> str | None:
     return format_ms(ms) if ms is not None else None
 
 
-def digest(conn: Conn, node_id: str, v: int = PROTOCOL_VERSION) -> Digest:
+def digest(conn: Conn, node_id: str, v: int = PROTOCOL_VERSION, space: str | None = None) -> Digest:
     """Version count and SHA-256 over the sorted versions of federated records not flagged void, each followed by a
-    newline: equal digests mean equal valid bodies. At protocol `v` 2, over the v2-compatible ones (sync/compat.py)."""
+    newline: equal digests mean equal valid bodies. Of the public federation, or of one `space` (its records held
+    here: equal on its hosts once in sync). At protocol `v` 2, over the v2-compatible ones (sync/compat.py)."""
     h = hashlib.sha256()
     count = 0
     # in the unique version index's order (the unary + keeps the planner from sorting the whole log instead)
     # valid versions only: records flagged void are left out (docs/format-v3.md 7.6)
-    # the public federation only: the records of spaces are counted by the hosts' digests of each space, never here
+    # the public federation, or one space: the records of spaces are counted by each space's digest, never here
     rows: Any = conn.execute(
         "SELECT version FROM records WHERE +scope = 'federation' AND seq NOT IN (SELECT seq FROM void_records)"
-        " AND space IS NULL ORDER BY version"
+        " AND space IS ? ORDER BY version",
+        (space,),
     )
     if v != PROTOCOL_VERSION:  # the v2-compatible ones (a list: their bodies are read on the same connection)
         versions = [r[0] for r in rows]

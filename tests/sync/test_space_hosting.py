@@ -66,8 +66,17 @@ async def test_a_space_goes_to_its_hosts_and_nowhere_else(make_peer: Any) -> Non
     assert not {item.hex() for _, item in items} & held
     _epoch, _head, items = await a.sync.store.reconcile_items(peer_id=b.node_id)
     assert held <= {item.hex() for _, item in items}
-    # the digest is the public federation's: the same on every node whatever spaces it hosts
+    # the digest is the public federation's: the same on every node whatever spaces it hosts; a space's digest is
+    # the same on its hosts, and counts nothing elsewhere
     assert await a.digest() == await b.digest() == await c.digest()
+    per_space = [await p.sync.store.digest(space=space) for p in (a, b, c)]
+    assert (per_space[0].count, per_space[0].sha256) == (per_space[1].count, per_space[1].sha256)
+    assert per_space[0].count == len(held) and per_space[2].count == 0
+    async with a.session.get(a.url + "/v1/sync/digest", params={"space": space}, headers=a.admin) as resp:
+        assert resp.status == 200 and (await resp.json())["sha256"] == per_space[0].sha256
+    async with a.session.get(a.url + "/v1/sync/digest", params={"space": "family"}, headers=a.admin) as resp:
+        problem = await resp.json()
+        assert resp.status == 422 and (problem["code"], problem["field"]) == ("validation_error", "$.space")
 
 
 async def test_a_late_host_gets_the_backlog_and_a_former_host_nothing_new(make_peer: Any) -> None:

@@ -139,6 +139,10 @@ def test_digest_agrees_with_the_node(data_dir: tuple[Path, str], capsys: pytest.
     code, out, _ = run(capsys, "digest", "--data", str(data), "--json")
     assert json.loads(out) == {"type": "digest", "v": 3, "node_id": node_id, "count": expected.count,
                                "sha256": expected.sha256}  # fmt: skip
+    empty = db.read_sync(DataDir(data).db_path, lambda c: sync_store.digest(c, node_id, space="a" * 64))
+    assert run(capsys, "digest", "--data", str(data), "--space", "a" * 64)[1] == f"0 {empty.sha256}\n"
+    code, out, err = run(capsys, "digest", "--data", str(data), "--space", "family")
+    assert code == 1 and out == "" and "--space takes a space id" in err
 
 
 async def test_peers_watch_follows_a_first_catch_up_until_it_is_done(
