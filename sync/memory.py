@@ -193,6 +193,10 @@ class MemoryStore:
         counts = self.counters.setdefault(peer_id, {})
         outcomes = []
         for v in records:
+            space = _space_of(v.hash, v.body)
+            if space is not None and not may_receive(self.node_id, space, self.hosts.get(space, frozenset())):
+                invalid = [*invalid, Invalid(v.hash, "not_hosted", "this node does not host the space")]
+                continue  # the node's rule (node/federation/space_gate.py): a space's records only on its hosts
             word = self.put(v, origin=peer_id)
             if word != "saved":
                 outcomes.append(Outcome(v.hash, "duplicate" if word == "duplicate" else "overflow"))
