@@ -6,7 +6,7 @@
 #   make ci           lint, typecheck, test, the restore drill, chaos, (root only, inside the budget) containers, theft,
 #                     spaces
 #   make theft-drill  the three-node stolen-key drill (scenarios/theft.py, about 15 s)
-#   make spaces-drill one node, three spaces, agents over REST, MCP and the CLI (scenarios/spaces.py, about 25 s)
+#   make spaces-drill one node, three spaces, agents over REST, MCP and the CLI (scenarios/spaces.py, about 30 s)
 #   make bench-quick  every benchmark at tiny sizes (proves the scripts run; not a measurement)
 #
 # The first target that needs it makes .venv (pip install -e ".[test]") and the npm oracle in tests/interop.
@@ -99,7 +99,7 @@ theft-drill: $(VENV)/.installed
 	$(BIN)/python -m scenarios.theft
 
 # Issue 37's drill: one node, three spaces with overlapping members, agents over REST, MCP and the CLI; no agent sees
-# a space it does not read through any path, a removal takes effect within 1 s, a late member reads all (about 25 s).
+# a space it does not read through any path, a removal takes effect within 1 s, a late member reads all (about 30 s).
 spaces-drill: $(VENV)/.installed
 	$(BIN)/python -m scenarios.spaces
 

@@ -140,6 +140,11 @@ def _checked(value: T, typ: type[T]) -> T:
         raise _validation(exc) from None
 
 
+def _in_space(space: str | None) -> list[tuple[str, str]] | None:
+    """The query naming the space a task key is of (None: the public task)."""
+    return None if space is None else [("space", space)]
+
+
 def _path(ref: str) -> str:
     """An entry or task reference as one path segment (refused here when no node could accept it)."""
     from urllib.parse import quote
@@ -655,30 +660,31 @@ class Client:
             payload = {"record": await self._signed_declare(checked)}
         return await self._request("POST", f"{WORKFLOWS}/tasks", TaskOut, json=payload, built=True)
 
-    async def get_task(self, ref: str) -> TaskOut:
-        """One task by local id or key."""
-        return await self._request("GET", f"{WORKFLOWS}/tasks/{_path(ref)}", TaskOut)
+    async def get_task(self, ref: str, space: str | None = None) -> TaskOut:
+        """One task by local id or key (a key names the task of `space`; the public one without it)."""
+        return await self._request("GET", f"{WORKFLOWS}/tasks/{_path(ref)}", TaskOut, params=_in_space(space))
 
     async def ready_tasks(self, query: ReadyQuery | None = None) -> ReadyList:
         """The tasks that can start now: every dependency done, no live lease."""
         return await self._request("GET", f"{WORKFLOWS}/tasks/ready", ReadyList, params=_query_params(query))
 
-    async def lease_task(self, ref: str, lease: LeaseIn | None = None) -> TaskOut:
+    async def lease_task(self, ref: str, lease: LeaseIn | None = None, space: str | None = None) -> TaskOut:
         """Lease a task (or extend your lease). The node signs the grant: it is the task's lease authority."""
         body = _checked(lease or LeaseIn(), LeaseIn)
-        return await self._request("POST", f"{WORKFLOWS}/tasks/{_path(ref)}/lease", TaskOut, json=body)
+        path = f"{WORKFLOWS}/tasks/{_path(ref)}/lease"
+        return await self._request("POST", path, TaskOut, json=body, params=_in_space(space))
 
     async def release_task(
-        self, ref: str, finish: FinishIn | None = None, *, idempotency_key: str | None = None
+        self, ref: str, finish: FinishIn | None = None, *, idempotency_key: str | None = None, space: str | None = None
     ) -> TaskOut:
         """End your lease early, optionally merging a checkpoint; the task is ready again."""
-        return await self._finish("release", ref, finish, idempotency_key)
+        return await self._finish("release", ref, finish, idempotency_key, space)
 
     async def complete_task(
-        self, ref: str, finish: FinishIn | None = None, *, idempotency_key: str | None = None
+        self, ref: str, finish: FinishIn | None = None, *, idempotency_key: str | None = None, space: str | None = None
     ) -> TaskOut:
         """Mark a task done (ending your lease), optionally merging a final checkpoint."""
-        return await self._finish("complete", ref, finish, idempotency_key)
+        return await self._finish("complete", ref, finish, idempotency_key, space)
 
     async def task_graph(self, query: GraphQuery | None = None) -> Graph:
         """The task graph as nodes and `precedes` edges (`query.limit` nodes at most; its format is json)."""
@@ -690,20 +696,22 @@ class Client:
         q = _checked(query, GraphQuery)
         return await self._request("GET", f"{WORKFLOWS}/graph", str, params=_query_params(q))
 
-    async def _finish(self, event: str, ref: str, finish: FinishIn | None, key: str | None = None) -> TaskOut:
+    async def _finish(
+        self, event: str, ref: str, finish: FinishIn | None, key: str | None = None, space: str | None = None
+    ) -> TaskOut:
         body = _checked(finish or FinishIn(), FinishIn)
         if self._key is None:  # the key makes a retry after a lost answer return the task, not 409 lease_not_held
             headers = {"Idempotency-Key": key or uuid.uuid4().hex}
-            return await self._request(
-                "POST", f"{WORKFLOWS}/tasks/{_path(ref)}/{event}", TaskOut, json=body, headers=headers
-            )
-        task = await self.get_task(ref)
+            path = f"{WORKFLOWS}/tasks/{_path(ref)}/{event}"
+            return await self._request("POST", path, TaskOut, json=body, headers=headers, params=_in_space(space))
+        task = await self.get_task(ref, space)
         fields = self._finish_fields(task, body)
         if event == "complete" and task.status in unsigned.DONE_STATUSES and not fields and task.lease is None:
             return task  # already done, nothing held, nothing to merge: the node would append nothing either
-        draft = unsigned.unsigned_task_event(task.key, self._author(), _next_created_at(task), event, **fields)
+        created_at = _next_created_at(task)
+        draft = unsigned.unsigned_task_event(task.key, self._author(), created_at, event, task.space, **fields)
         payload = {"record": self._sign(draft)}
-        path = f"{WORKFLOWS}/tasks/{_path(task.key)}/{event}"
+        path = f"{WORKFLOWS}/tasks/{task.id}/{event}"  # its id names it in whatever space it is
         signed_headers = {"Idempotency-Key": key} if key else None  # the caller's key: its retry is answered once
         return await self._request("POST", path, TaskOut, json=payload, headers=signed_headers, built=True)
 
@@ -731,7 +739,7 @@ class Client:
         except canonical.CanonicalError as exc:
             raise BBSClientError(422, "validation_error", str(exc), exc.field) from None
         try:
-            current: TaskOut | None = await self.get_task(task.key)
+            current: TaskOut | None = await self.get_task(task.key, task.space)
         except BBSClientError as exc:
             if exc.code != "task_not_found":
                 raise
@@ -743,7 +751,7 @@ class Client:
             _check_checkpoint_size(current.checkpoint if current is not None else {}, fields["checkpoint"])
         created_at = _next_created_at(current)
         return self._sign(
-            unsigned.unsigned_declare(task.key, self._author(), created_at, await self.node_id(), changed)
+            unsigned.unsigned_declare(task.key, self._author(), created_at, await self.node_id(), changed, task.space)
         )
 
     async def node_id(self) -> str:

@@ -262,10 +262,10 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 def cmd_tasks(args: argparse.Namespace) -> int:
     from agent import people_format as fmt
-    from wire.workflows import ReadyQuery
+    from wire.workflows import GraphQuery, ReadyQuery
 
     if args.graph:
-        graph = run(args, lambda c: c.task_graph())
+        graph = run(args, lambda c: c.task_graph(GraphQuery(space=args.space)))
         if args.json:
             print(fmt.to_json(graph))
             return 0
@@ -280,7 +280,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         if graph.truncated:
             print("the graph was cut at the node's limit", file=sys.stderr)
         return 0
-    ready = run(args, lambda c: c.ready_tasks(ReadyQuery(limit=args.limit, after=args.after)))
+    ready = run(args, lambda c: c.ready_tasks(ReadyQuery(limit=args.limit, after=args.after, space=args.space)))
     more = f"more: --after {ready.next_after}" if ready.next_after is not None else None
     show_page(args, ready, ready.tasks, fmt.ready_table, "no task is ready", more)
     return 0
@@ -418,10 +418,11 @@ def cmd_task_lease(args: argparse.Namespace) -> int:
     from wire.workflows import LeaseIn
 
     lease = checked_flags({"seconds": args.seconds}, LeaseIn)
-    task = run(args, lambda c: c.lease_task(args.ref, lease))
+    task = run(args, lambda c: c.lease_task(args.ref, lease, args.space))
     show(args, task, fmt.task_detail)
     if task.lease is not None and not args.json:
-        finish = f"{task.key} --lease {task.lease.lease_id}"
+        ref = task.key if task.space is None else str(task.id)  # a space's task by its id: no --space needed
+        finish = f"{ref} --lease {task.lease.lease_id}"
         print(f"leased until {task.lease.expires_at}; bbs task complete {finish} (or bbs task release {finish})",
               file=sys.stderr)  # fmt: skip
     return 0
@@ -434,9 +435,9 @@ def _finish(args: argparse.Namespace, event: str) -> int:
     fields = {"checkpoint": _json_object(args.checkpoint, "--checkpoint", "$.checkpoint"), "lease": args.lease}
     finish = checked_flags(fields, FinishIn)
     if event == "complete":
-        task = run(args, lambda c: c.complete_task(args.ref, finish))
+        task = run(args, lambda c: c.complete_task(args.ref, finish, space=args.space))
     else:
-        task = run(args, lambda c: c.release_task(args.ref, finish))
+        task = run(args, lambda c: c.release_task(args.ref, finish, space=args.space))
     show(args, task, fmt.task_detail)
     return 0
 
@@ -522,6 +523,7 @@ def register(sub: Any) -> None:
     p.add_argument("--graph", action="store_true", help="show the whole graph (tasks and what precedes what)")
     p.add_argument("--limit", type=int, default=100)
     p.add_argument("--after", type=int, help="ready tasks after this id (the previous page's next)")
+    p.add_argument("--space", metavar="SPACE_ID", help="only this space's tasks (one you read)")
     common_flags(p)
     p.set_defaults(func=cmd_tasks)
 
@@ -586,6 +588,7 @@ def register(sub: Any) -> None:
     p = verbs.add_parser("lease", help="lease a task (or extend your lease); prints the lease to finish with")
     p.add_argument("ref", metavar="TASK", help="the task's key or id")
     p.add_argument("--seconds", type=int, default=900, help="how long (30 to 86400; default 900)")
+    p.add_argument("--space", metavar="SPACE_ID", help="a key names this space's task (the public one without)")
     common_flags(p)
     p.set_defaults(func=cmd_task_lease)
     for verb, func, what in (
@@ -596,5 +599,6 @@ def register(sub: Any) -> None:
         p.add_argument("ref", metavar="TASK", help="the task's key or id")
         p.add_argument("--lease", metavar="LEASE_ID", help="your lease (printed by bbs task lease): required if held")
         p.add_argument("--checkpoint", metavar="JSON", help="a JSON object merged into the task's checkpoint")
+        p.add_argument("--space", metavar="SPACE_ID", help="a key names this space's task (the public one without)")
         common_flags(p)
         p.set_defaults(func=func)

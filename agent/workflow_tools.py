@@ -56,15 +56,16 @@ async def message(ctx: Context, args: dict[str, Any]) -> str:
         return out(await client.messages(pick(args, MessageQuery)))
 
 
-FINISH = frozenset({"task", "checkpoint", "lease", "idempotency_key"})
+FINISH = frozenset({"task", "checkpoint", "lease", "idempotency_key", "space"})
+DECLARE = frozenset({"task", "title", "depends_on", "status", "checkpoint", "lease", "space"})
 TASK_ACTIONS = {
-    "declare": Action(frozenset({"task", "title", "depends_on", "status", "checkpoint", "lease"}), frozenset({"task"})),
-    "get": Action(frozenset({"task"}), frozenset({"task"})),
-    "lease": Action(frozenset({"task", "agent", "seconds"}), frozenset({"task"})),
+    "declare": Action(DECLARE, frozenset({"task"})),
+    "get": Action(frozenset({"task", "space"}), frozenset({"task"})),
+    "lease": Action(frozenset({"task", "agent", "seconds", "space"}), frozenset({"task"})),
     "complete": Action(FINISH, frozenset({"task"})),
     "release": Action(FINISH, frozenset({"task"})),
-    "ready": Action(frozenset({"limit", "after"})),
-    "graph": Action(frozenset({"limit", "format"})),
+    "ready": Action(frozenset({"limit", "after", "space"})),
+    "graph": Action(frozenset({"limit", "format", "space"})),
 }
 TASK_REF = {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[A-Za-z0-9_.:@-]+$"}
 LIMIT = {"type": "integer", "minimum": 1, "maximum": MAX_GRAPH_NODES}
@@ -115,13 +116,13 @@ async def task(ctx: Context, args: dict[str, Any]) -> str:
             )
         if action == "declare":
             return out(await client.declare_task(pick(args, DeclareTask, {"key": "task"})))
-        ref = args["task"]
+        ref, space = args["task"], args.get("space")  # a key names the task of `space` (the public one without)
         if action == "get":
-            return out(await client.get_task(ref))
+            return out(await client.get_task(ref, space))
         if action == "lease":
-            return out(await client.lease_task(ref, pick(args, LeaseIn)))
+            return out(await client.lease_task(ref, pick(args, LeaseIn), space))
         finish = client.complete_task if action == "complete" else client.release_task
-        return out(await finish(ref, pick(args, FinishIn), idempotency_key=args.get("idempotency_key")))
+        return out(await finish(ref, pick(args, FinishIn), idempotency_key=args.get("idempotency_key"), space=space))
 
 
 TOOLS: list[ToolDef] = [message, task]

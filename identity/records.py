@@ -25,8 +25,9 @@ V3_KINDS = frozenset({"entry", "link", "message", "task_event", "agent", "key_ev
 # (issues 37 and 38), and from peers by a node that hosts the space (node/federation/space_gate.py).
 SPACE_KINDS = frozenset({"space", "space_member", "space_admin", "space_host"})
 # The kinds of posts this release accepts inside a space from its own clients (docs/spaces.md): entries, link
-# records and bus messages. Task events in a space are refused until their read paths ask the read rule.
-SPACE_POST_KINDS = frozenset({"entry", "link", "message"})
+# records, bus messages and task events (a task's events stay in its space: `schema_version` "v1", the space inside
+# the signing bytes, as a message's).
+SPACE_POST_KINDS = frozenset({"entry", "link", "message", "task_event"})
 # Every kind a record inside a space may be, here: membership, posts, and the vouch pages of a removal's vouched set.
 IN_SPACE_KINDS = SPACE_KINDS | SPACE_POST_KINDS | {"vouch_page"}
 

@@ -1,19 +1,23 @@
 """Drill: one `bbs serve` node, three spaces with overlapping members, agents writing over REST, MCP and the CLI, and
-nobody reading what it may not (issue 37; docs/spaces.md). About 25 s.
+nobody reading what it may not (issue 37; docs/spaces.md). About 30 s.
 
 The household: mom, dad, two kids, a friend of the kids and an outsider, each an agent of the node.
 
 - `family` (mom owns it; dad and kid1 write, kid2 reads), `finance` (dad owns it; mom writes), `kids` (kid1 owns it;
   kid2 and friend write). Every entry of a space carries its space's marker word; public entries carry `pubword`.
-- Writes go through each interface an agent has: REST (`POST /v1/entries`, bus messages), the real MCP SDK client
-  over streamable HTTP (`bbs serve --mcp-port`, the `post` and `message` tools) and the CLI (`bbs post --space`).
+- Writes go through each interface an agent has: REST (`POST /v1/entries`, bus messages, tasks), the real MCP SDK
+  client over streamable HTTP (`bbs serve --mcp-port`, the `post`, `message` and `task` tools) and the CLI (`bbs post
+  --space`, `bbs task lease --space`). A task of one key, `chores`, is declared and leased inside each space by an
+  agent of it (its title carries the space's marker), and a public one of that key besides: four tasks.
   Everyone subscribes to the drill's tag, and a family entry is directed to the outsider and responds to a public
   entry.
 - `no_leak`: every agent asks through every path it has, and no answer holds a marker of a space it does not read,
   nor the hash of one of its entries (a link or an envelope naming it):
   REST reads by id, by hash and `?ids=`, search with words (each marker) and by filters with `hops`, the feed, the
   inbox and its push to each agent's endpoint (scenarios/bench/push_receiver.py), the bus, NLIP, the dashboard's
-  provenance, graph and bus projects; MCP `read`, `search`, `inbox` and `message`; `bbs search` and `bbs tail`.
+  provenance, graph and bus projects; the tasks (each by id, the ready list, the graph as JSON, DOT and Mermaid, the
+  dashboard's task board and DAG); MCP `read`, `search`, `inbox`, `message` and `task`; `bbs search`, `bbs tail`
+  and `bbs tasks` (ready and graph).
   `sees_own`: each agent finds every entry of the spaces it reads, and each interface (REST, MCP, the CLI) shows it
   every space it reads (so no probe is blind).
 - `removal_within_1s`: kid2 (a reader) is removed from family, mom (a writer with posts) from finance; each reads
@@ -66,6 +70,7 @@ TIMEOUT = aiohttp.ClientTimeout(total=30)
 CHECKS: dict[str, str] = {
     "spaces_made": "three spaces with overlapping members, created and joined over REST and the CLI",
     "writes_every_interface": "entries posted into spaces over REST, MCP and the CLI",
+    "tasks_in_spaces": "one key declared and leased in each space and in public: four tasks, each in its space",
     "no_leak": "no agent sees a marker of a space it does not read, through any path it has",
     "sees_own": "every agent finds every entry of the spaces it reads, and the public ones",
     "removal_within_1s": "a removed reader and a removed writer read nothing of the space within 1 s",
@@ -94,6 +99,7 @@ class World:
     entries: dict[str | None, list[dict[str, Any]]] = field(
         default_factory=dict
     )  # space name (None: public) -> entries
+    tasks: dict[str | None, dict[str, Any]] = field(default_factory=dict)  # space name (None: public) -> its task
     results: dict[str, Check] = field(default_factory=dict)
     receiver: subprocess.Popen[str] | None = None  # scenarios/bench/push_receiver.py: every agent's push endpoint
     receiver_url: str = ""
@@ -242,6 +248,54 @@ async def writes(w: World) -> None:
     w.check("writes_every_interface", spaced and count == 10, f"{count} entries, each in its space: {spaced}")
 
 
+TASK_KEY = "chores"  # one key in every space and in public: four tasks (a task's identity is (space, key))
+
+
+async def tasks(w: World) -> None:
+    """An agent of each space declares and leases the space's `chores` (REST, MCP, the CLI); the outsider declares
+    the public one."""
+    wf = "/v1/agent-workflows/tasks"
+
+    def body(space: str | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": TASK_KEY, "title": f"{MARKERS[space]} chores"}
+        return out if space is None else {**out, "space": w.spaces[space]}
+
+    w.tasks["family"] = await w.ok("POST", wf, w.agents["mom"], body("family"))
+    done = cli(w, w.agents["dad"], "task", "lease", TASK_KEY, "--space", w.spaces["family"], "--json")
+    if done.returncode != 0:
+        raise ScenarioFailed(f"bbs task lease --space: {done.stderr}")
+    family_lease = json.loads(done.stdout)
+    async with mcp(w, w.agents["dad"]) as session:
+        declared = {name: value for name, value in body("finance").items() if name != "key"}
+        await tool(session, "task", {"action": "declare", "task": TASK_KEY, **declared})
+        lease = {"action": "lease", "task": TASK_KEY, "space": w.spaces["finance"]}
+        w.tasks["finance"] = json.loads(await tool(session, "task", lease))
+    w.tasks["kids"] = await w.ok("POST", wf, w.agents["friend"], body("kids"))
+    kids_lease = await w.ok("POST", f"{wf}/{w.tasks['kids']['id']}/lease", w.agents["friend"], {})
+    w.tasks[None] = await w.ok("POST", wf, w.agents["outsider"], body(None))
+    holders = {
+        "family": (family_lease["lease"] or {}).get("holder") == w.agents["dad"].agent_id,
+        "finance": (w.tasks["finance"]["lease"] or {}).get("holder") == w.agents["dad"].agent_id,
+        "kids": (kids_lease["lease"] or {}).get("holder") == w.agents["friend"].agent_id,
+    }
+    spaced = {s: t["space"] == (None if s is None else w.spaces[s]) for s, t in w.tasks.items()}
+    ids = {t["id"] for t in w.tasks.values()}
+    ok = len(ids) == 4 and all(spaced.values()) and all(holders.values()) and family_lease["id"] in ids
+    w.check("tasks_in_spaces", ok, f"{len(ids)} tasks of key {TASK_KEY}, in their spaces {spaced}, leased {holders}")
+
+
+async def task_paths(w: World, who: Agent) -> list[str]:
+    """Every task read path over REST: each task by id, the ready list, the graph in every format, the dashboard's
+    task board and DAG."""
+    out = [(await w.rest("GET", f"/v1/agent-workflows/tasks/{t['id']}", who))[1] for t in w.tasks.values()]
+    out.append((await w.rest("GET", "/v1/agent-workflows/tasks/ready", who))[1])
+    for fmt in ("json", "dot", "mermaid"):
+        out.append((await w.rest("GET", f"/v1/agent-workflows/graph?format={fmt}", who))[1])
+    out.append((await w.rest("GET", "/dashboard/api/tasks", who))[1])
+    out.append((await w.rest("GET", "/dashboard/api/tasks/graph.svg", who))[1])
+    return out
+
+
 async def rest_paths(w: World, who: Agent) -> str:
     everything = [e for es in w.entries.values() for e in es]
     out = []
@@ -261,6 +315,7 @@ async def rest_paths(w: World, who: Agent) -> str:
     out.append((await w.rest("GET", "/v1/inbox?limit=200", who))[1])
     out.append((await w.rest("GET", "/v1/agent-workflows/messages?limit=200", who))[1])
     out.append((await w.rest("GET", "/dashboard/api/bus/projects", who))[1])
+    out += await task_paths(w, who)
     return "\n".join(_without_errors(out))
 
 
@@ -286,13 +341,17 @@ async def mcp_paths(w: World, who: Agent) -> str:
             out.append(await tool(session, "search", {"q": marker, "fresh": True, "limit": 50}))
         out.append(await tool(session, "inbox", {"limit": 100}))
         out.append(await tool(session, "message", {"action": "read", "limit": 100}))
+        out.append(await tool(session, "task", {"action": "graph"}))
+        out.append(await tool(session, "task", {"action": "ready"}))
     return "\n".join(out)
 
 
 async def cli_paths(w: World, who: Agent) -> str:
     out = []
     for args in [("search", marker, "--fresh", "--json") for marker in MARKERS.values()] + [
-        ("tail", "--after", "0", "--no-follow", "--json")
+        ("tail", "--after", "0", "--no-follow", "--json"),
+        ("tasks", "--graph", "--json"),
+        ("tasks", "--json"),
     ]:
         done = cli(w, who, *args)
         if done.returncode != 0:  # a probe that failed would hide a leak
@@ -316,6 +375,10 @@ async def no_leak(w: World) -> None:
         blind = {via: [MARKERS[s] for s in allowed if MARKERS[s] not in text] for via, text in texts.items()}
         blind = {via: missing for via, missing in blind.items() if missing}
         w.check("sees_own", not blind, f"{name} misses {blind}" if blind else f"{name}: every interface")
+        # the task paths are not blind either: they show the task of every space the agent reads, and the public one
+        task_text = "\n".join(await task_paths(w, who))
+        unseen = [MARKERS[s] for s in allowed if f"{MARKERS[s]} chores" not in task_text]
+        w.check("sees_own", not unseen, f"{name}'s task paths miss {unseen}" if unseen else f"{name}: every task")
         # the walk from the public entry the family entry responds to reaches it exactly for family's readers
         start, reply = w.entries[None][0], w.entries["family"][0]
         walk = json.loads((await w.rest("GET", f"/v1/entries/{start['record_hash']}?hops=1", who))[1])
@@ -415,6 +478,7 @@ async def run(root: Path) -> Report:
         try:
             await build(w)
             await writes(w)
+            await tasks(w)
             await no_leak(w)
             await pushes(w, {s: list(es) for s, es in w.entries.items()})
             await removals(w)

@@ -105,6 +105,8 @@ class TaskNow:
 def declared_fields(body: DeclareTask) -> dict[str, Any]:
     """A declaration's normalised fields: task_key and whichever of title, depends_on, status, checkpoint it gives."""
     fields: dict[str, Any] = {"task_key": body.key}
+    if body.space is not None:
+        fields["space"] = body.space
     if body.title is not None:
         fields["title"] = canonical.normalize_value(body.title)
     if body.depends_on is not None:
@@ -133,8 +135,11 @@ def changed_fields(fields: dict[str, Any], current: TaskNow | None) -> dict[str,
     return changed
 
 
-def unsigned_task_event(key: str, author: str, created_at: str, event: str, **fields: Any) -> dict[str, Any]:
-    """The unsigned record of one task event (declare, lease, release or complete) with its event fields."""
+def unsigned_task_event(
+    key: str, author: str, created_at: str, event: str, space: str | None = None, **fields: Any
+) -> dict[str, Any]:
+    """The unsigned record of one task event (declare, lease, release or complete) with its event fields; `space`:
+    the task's space (inside the signing bytes, `schema_version` "v1" as a message's), None for a public task."""
     return {
         "kind": "task_event",
         "schema_version": canonical.SCHEMA_VERSION,
@@ -142,13 +147,16 @@ def unsigned_task_event(key: str, author: str, created_at: str, event: str, **fi
         "created_at": created_at,
         "event": event,
         "task_key": key,
+        **({} if space is None else {"space": space}),
         **fields,
     }
 
 
-def unsigned_declare(key: str, author: str, created_at: str, node_id: str, changed: dict[str, Any]) -> dict[str, Any]:
-    """A declaration accepted by `node_id` carrying the `changed` fields (see changed_fields)."""
-    return unsigned_task_event(key, author, created_at, "declare", node_id=node_id, **changed)
+def unsigned_declare(
+    key: str, author: str, created_at: str, node_id: str, changed: dict[str, Any], space: str | None = None
+) -> dict[str, Any]:
+    """A declaration accepted by `node_id` carrying the `changed` fields (see changed_fields), in `space`."""
+    return unsigned_task_event(key, author, created_at, "declare", space, node_id=node_id, **changed)
 
 
 def finish_fields(checkpoint_change: dict[str, Any], lease: str | None) -> dict[str, Any]:

@@ -112,6 +112,8 @@ class DeclareTask(msgspec.Struct, forbid_unknown_fields=True):
     checkpoint: dict[str, Any] | None = None
     # the fencing token: the holder of a live lease names it to change the status or the checkpoint
     lease: LeaseToken | None = None
+    # the task's space (a writer of it): the key names a task of that space, its dependencies keys of that space
+    space: SpaceId | None = None
 
 
 class LeaseOut(msgspec.Struct):
@@ -154,6 +156,7 @@ class TaskOut(msgspec.Struct):
     updated_at: str
     identity: str = ""
     twins: list[TaskTwin] = []
+    space: str | None = None  # the task's space (docs/spaces.md); None: a public task
 
 
 class ReadyTask(msgspec.Struct):
@@ -165,11 +168,20 @@ class ReadyTask(msgspec.Struct):
     depends_on: list[str]
     checkpoint: dict[str, Any]
     home_node: str
+    space: str | None = None  # the task's space; None: a public task
 
 
 class ReadyQuery(msgspec.Struct, forbid_unknown_fields=True):
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_READY_PAGE)] = 100
     after: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+    space: SpaceId | None = None  # only this space's tasks (one the caller may read)
+
+
+class TaskRefQuery(msgspec.Struct, forbid_unknown_fields=True):
+    """Where a task named by key lives: `space` for a task of a space (a key names the public task without it);
+    a task named by its local id needs none."""
+
+    space: SpaceId | None = None
 
 
 class ReadyList(msgspec.Struct):
@@ -200,6 +212,7 @@ class FinishIn(msgspec.Struct, forbid_unknown_fields=True):
 class GraphQuery(msgspec.Struct, forbid_unknown_fields=True):
     format: Literal["json", "dot", "mermaid"] = "json"
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_GRAPH_NODES)] = MAX_GRAPH_NODES
+    space: SpaceId | None = None  # only this space's tasks (one the caller may read)
 
 
 class GraphNode(msgspec.Struct):
@@ -211,6 +224,7 @@ class GraphNode(msgspec.Struct):
     state: str
     lease_holder: str | None
     identity: str = ""  # the hash of the task's earliest declaration (docs/workflows.md, Twin tasks)
+    space: str | None = None  # the task's space; None: a public task
 
 
 class GraphEdge(msgspec.Struct):

@@ -66,13 +66,13 @@ def provenance_row(conn: Conn, entry_id: int) -> Any:
     ).fetchone()
 
 
-def lease_expiry(conn: Conn, keys: list[str]) -> dict[str, str | None]:
-    """The lease expiry (or None) of each of these tasks, by key (keys without a task are left out)."""
+def lease_expiry(conn: Conn, ids: list[int]) -> dict[int, str | None]:
+    """The lease expiry (or None) of each of these tasks, by local id (ids without a task are left out)."""
     rows = conn.execute(
-        "SELECT key, lease_expires_at FROM tasks WHERE key IN (SELECT value FROM json_each(?))",
-        (msgspec.json.encode(keys).decode(),),
+        "SELECT id, lease_expires_at FROM tasks WHERE id IN (SELECT value FROM json_each(?))",
+        (msgspec.json.encode(ids).decode(),),
     ).fetchall()
-    return {r["key"]: r["lease_expires_at"] for r in rows}
+    return {r["id"]: r["lease_expires_at"] for r in rows}
 
 
 def bus_projects(conn: Conn, sight: Sight) -> list[tuple[str | None, int, int]]:

@@ -18,6 +18,7 @@ from node.store.conn import Conn
 from node.web.appkeys import NODE
 from node.web.auth import principal
 from node.web.http import Route, json_response
+from node.workflows.graph import drawn_name
 from wire.time import format_ms
 from wire.workflows import GraphQuery
 
@@ -35,6 +36,7 @@ class TaskRow(msgspec.Struct):
     lease_holder: str | None
     holder_name: str | None
     lease_expires_at: str | None
+    space: str | None = None  # the task's space (one the viewer reads); None: public
 
 
 class TaskBoard(msgspec.Struct):
@@ -56,28 +58,30 @@ class ProjectList(msgspec.Struct):
 
 async def _board(request: web.Request) -> tuple[TaskBoard, list[tuple[str, str]]]:
     node = request.app[NODE]
-    g = await node.workflows.graph(GraphQuery(limit=MAX_DRAWN_TASKS))
-    keys = [n.key for n in g.nodes]
+    # the signed-in agent's tasks: public ones and those of its spaces (the operator: every space)
+    g = await node.workflows.graph(GraphQuery(limit=MAX_DRAWN_TASKS), principal(request).agent_id)
+    ids = [n.id for n in g.nodes]
 
     holders = sorted({n.lease_holder for n in g.nodes if n.lease_holder})
 
-    def extra(conn: Conn) -> tuple[dict[str, str | None], dict[str, str]]:
-        return store.lease_expiry(conn, keys), store.display_names(conn, holders)
+    def extra(conn: Conn) -> tuple[dict[int, str | None], dict[str, str]]:
+        return store.lease_expiry(conn, ids), store.display_names(conn, holders)
 
     expiry, names = await node.db.read(extra)
-    deps: dict[str, list[str]] = {}
+    deps: dict[int, list[str]] = {}
     for e in g.edges:
-        deps.setdefault(e.to_key, []).append(e.from_key)
+        deps.setdefault(e.to_id, []).append(e.from_key)
     rows = [
         TaskRow(
             id=n.id,
             key=n.key,
             title=n.title,
             state=n.state,
-            depends_on=deps.get(n.key, []),
+            depends_on=deps.get(n.id, []),
             lease_holder=n.lease_holder,
             holder_name=names.get(n.lease_holder) if n.lease_holder else None,
-            lease_expires_at=expiry.get(n.key) if n.state == "leased" else None,
+            lease_expires_at=expiry.get(n.id) if n.state == "leased" else None,
+            space=n.space,
         )
         for n in g.nodes
     ]
@@ -85,7 +89,11 @@ async def _board(request: web.Request) -> tuple[TaskBoard, list[tuple[str, str]]
     for r in rows:
         counts[r.state] = counts.get(r.state, 0) + 1
     board = TaskBoard(tasks=rows, missing=g.missing, truncated=g.truncated, counts=counts)
-    return board, [(e.from_key, e.to_key) for e in g.edges]
+    drawn = {n.id: drawn_name(n) for n in g.nodes}  # one key in two spaces: two nodes of the drawing
+    return board, [
+        (e.from_key if e.from_id is None else drawn.get(e.from_id, e.from_key), drawn.get(e.to_id, e.to_key))
+        for e in g.edges
+    ]
 
 
 async def task_board(request: web.Request) -> web.Response:
@@ -98,7 +106,8 @@ async def task_graph(request: web.Request) -> web.Response:
     tasks = []
     for t in board.tasks:
         who = f" held by {t.holder_name or t.lease_holder} until {t.lease_expires_at}" if t.state == "leased" else ""
-        tasks.append((t.key, t.key, f"{t.key}: {t.title} [{t.state}]{who}", t.state))
+        name = t.key if t.space is None else f"{t.key}@{t.space[:12]}"  # as drawn_name names it
+        tasks.append((name, name, f"{name}: {t.title} [{t.state}]{who}", t.state))
     note = f"first {MAX_DRAWN_TASKS} tasks only" if board.truncated else ""
     svg = await asyncio.to_thread(graphs.task_dag_svg, tasks, edges, board.missing, note)
     return web.Response(text=svg, content_type="image/svg+xml", headers={"Cache-Control": "no-store"})

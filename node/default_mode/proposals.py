@@ -17,14 +17,13 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from identity import canonical
-from identity.space_rules import may_read, may_write
 from node.default_mode import critic, salience, store, templates
 from node.default_mode.classify import classify
 from node.default_mode.store import DEFAULT_MODE_SIGHT, NewCandidate
 from node.entries import queries
 from node.entries import store as entries_store
-from node.errors import Forbidden, InvalidInput, NotFound
-from node.spaces.sight import OPERATOR, Sight, Viewer
+from node.errors import InvalidInput, NotFound
+from node.spaces.sight import OPERATOR, Sight, Viewer, require_writer
 from node.store.conn import Conn
 from wire.default_mode import (
     MAX_CANDIDATES_PER_CALL,
@@ -102,10 +101,7 @@ class Proposals:
         a call in no space."""
         if space is not None:
             role = (await self.db.read(lambda c: self.spaces.roles_of(c, [(space, agent_id)])))[(space, agent_id)]
-            if role is None or not may_read(role):
-                raise NotFound("no such space here", field="$.space", code="unknown_space")
-            if not may_write(role):
-                raise Forbidden("a reader of this space may not propose into it", field="$.space", code="not_a_writer")
+            require_writer(role, "propose")
         return store.in_space(space)
 
     async def _store_and_review(

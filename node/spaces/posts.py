@@ -13,6 +13,8 @@ before is seen; a refusal rolls the whole write back (nothing stored).
   (its address would have been carried by records its readers may not read). In part 1 a space's entries arrive
   only from the node's own clients, who can retry with another `created_at`.
 - **Messages go to readers**: a message of a space to an agent that may not read it is 409 `addressee_not_a_reader`.
+- **Leases go to writers**: a lease on a task of a space goes to a writer of it (`check_holder_txn`), since the
+  holder's release and completion are posts into the space.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from identity.schema_v3 import space_of
 from identity.space_rules import may_read, may_write
 from node.errors import Conflict, Forbidden, Located, NotFound
 from node.spaces import store
-from node.spaces.sight import Sight
+from node.spaces.sight import Sight, require_writer
 from node.spaces.store import sight_of
 from node.store.conn import Conn
 
@@ -113,15 +115,33 @@ def check_addressee_txn(conn: Conn, space: str, addressee: Any, where: str) -> N
             raise Conflict("the addressee may not read this space", field="$.to_agent", code="addressee_not_a_reader")
 
 
+def check_writer_txn(conn: Conn, space: str, author: str, where: str) -> None:
+    """Refuse a post into `space` by an author that may not write there (404 `unknown_space`, 403 `not_a_writer`),
+    before anything of the space is read for it (a task's declaration)."""
+    _check_writer(Post("", author, space, [], where), store.roles_of(conn, [(space, author)]))
+
+
+def check_holder_txn(conn: Conn, space: str, agent: str) -> None:
+    """Refuse a lease on a task of `space` to an agent that may not write there: 403 `not_a_writer` for a reader
+    (its release and completion would be posts into the space), 404 `task_not_found` for one that may not read it
+    (the task is not revealed)."""
+    role = store.role(conn, space, agent)
+    if not may_read(role):
+        raise NotFound("no such task here", field="task_id", code="task_not_found")
+    if not may_write(role):
+        raise Forbidden(
+            "a reader of this space may not lease its tasks: their release and completion are posts into it",
+            field="task_id",
+            code="not_a_writer",
+        )
+
+
 def _check_writer(post: Post, roles: dict[tuple[str, str], str | None]) -> None:
     """Refuse a post into a space its author may not write in (`roles`: `store.roles_of` its pairs)."""
     assert post.space is not None
     role = roles[(post.space, post.author)]
     with Located(post.where):
-        if role is None or not may_read(role):
-            raise NotFound("no such space here", field="$.space", code="unknown_space")
-        if not may_write(role):
-            raise Forbidden("a reader of this space may not post into it", field="$.space", code="not_a_writer")
+        require_writer(role)
 
 
 def _check_not_named_outside(conn: Conn, arriving: Sequence[Post], run: Sequence[Post]) -> None:

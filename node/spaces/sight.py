@@ -13,6 +13,9 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from identity.space_rules import may_read, may_write
+from node.errors import Forbidden, NotFound
+
 _SPACE_ID = re.compile(r"[0-9a-f]{64}")
 
 
@@ -59,3 +62,19 @@ def stored_scope(space: str | None, scope: str = "federation") -> str:
     `space` changes nothing here; it stays in the signature for the callers that name it."""
     del space  # where a record goes is decided when it is served, by its space's hosts
     return scope
+
+
+def kept_local(space: str | None, scope: str = "federation") -> str:
+    """The scope of a record of a space that stays on this node for now (`local`): a task's events and twin notices
+    in a space, whose authority the node decides alone (docs/decisions.md, record 67) until a later part of issue 38
+    names it; any other keeps its own `scope`."""
+    return scope if space is None else "local"
+
+
+def require_writer(role: str | None, verb: str = "post") -> None:
+    """Refuse an agent with `role` in the space named at `$.space` unless it writes there: 404 `unknown_space` to
+    a non-member (the space's existence is not revealed), 403 `not_a_writer` to a reader (docs/spaces.md)."""
+    if role is None or not may_read(role):
+        raise NotFound("no such space here", field="$.space", code="unknown_space")
+    if not may_write(role):
+        raise Forbidden(f"a reader of this space may not {verb} into it", field="$.space", code="not_a_writer")

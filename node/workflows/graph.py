@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import sqlite3
 
+from node.spaces.sight import Sight
 from node.store.conn import Conn
+from node.workflows import scope
 from node.workflows.store import tasks as task_store
-from node.workflows.tasks import lease_live
+from node.workflows.tasks import check_space, lease_live
 from wire.unsigned import DONE_STATUSES
 from wire.workflows import Graph, GraphEdge, GraphNode
 
@@ -32,9 +34,11 @@ def state_of(row: sqlite3.Row, now_ms: int) -> str:
     return "ready" if row["unmet"] == 0 else "blocked"
 
 
-def build(conn: Conn, now_ms: int, limit: int) -> Graph:
-    """Up to `limit` tasks in id order with the edges into them; dependency keys resolve to ids where declared."""
-    rows = task_store.graph_tasks(conn, limit)
+def build(conn: Conn, now_ms: int, limit: int, sight: Sight, space: str | None = None) -> Graph:
+    """Up to `limit` tasks that `sight` sees (of `space` only, when given: 404 `unknown_space` for one it does not
+    see) in id order with the edges into them; dependency keys resolve to ids where declared."""
+    check_space(sight, space)
+    rows = task_store.graph_tasks(conn, limit, sight, space)
     truncated = len(rows) > limit
     rows = rows[:limit]
     nodes = []
@@ -43,20 +47,27 @@ def build(conn: Conn, now_ms: int, limit: int) -> Graph:
         nodes.append(
             GraphNode(
                 id=r["id"],
-                key=r["key"],
+                key=scope.key_of(r["key"]),
                 title=r["title"],
                 state=state,
                 lease_holder=r["lease_holder"] if state == "leased" else None,
                 identity=r["identity"] or "",
+                space=r["space"],
             )
         )
     last_id = rows[-1]["id"] if rows else 0
     edges = [
-        GraphEdge(type="precedes", from_key=e[0], to_key=e[1], from_id=e[2], to_id=e[3])
-        for e in task_store.graph_edges(conn, last_id)
+        GraphEdge(type="precedes", from_key=scope.key_of(e[0]), to_key=scope.key_of(e[1]), from_id=e[2], to_id=e[3])
+        for e in task_store.graph_edges(conn, last_id, sight, space)
     ]
     missing = sorted({e.from_key for e in edges if e.from_id is None})
     return Graph(nodes=nodes, edges=edges, missing=missing, truncated=truncated)
+
+
+def drawn_name(n: GraphNode) -> str:
+    """A node's name in DOT and its label in both texts: the key of a public task, `key@<space's first 12>` for a task
+    of a space, so a reader of a space that reuses a public key sees two nodes, not one."""
+    return n.key if n.space is None else f"{n.key}@{n.space[:12]}"
 
 
 def _dot_string(text: str) -> str:
@@ -66,15 +77,17 @@ def _dot_string(text: str) -> str:
 def to_dot(g: Graph) -> str:
     """Graphviz DOT: one node per task (filled by state), dashed nodes for prerequisites not yet declared."""
     lines = ["digraph tasks {", "  rankdir=LR;", '  node [shape=box, style="rounded,filled", fontname="Helvetica"];']
+    names = {n.id: drawn_name(n) for n in g.nodes}
     for n in g.nodes:
-        label = f"{n.key}\n{n.title}\n[{n.state}]" if n.title != n.key else f"{n.key}\n[{n.state}]"
-        lines.append(
-            f"  {_dot_string(n.key)} [label={_dot_string(label)}, fillcolor={_dot_string(_DOT_FILL[n.state])}];"
-        )
+        name = names[n.id]
+        label = f"{name}\n{n.title}\n[{n.state}]" if n.title != n.key else f"{name}\n[{n.state}]"
+        fill = _dot_string(_DOT_FILL[n.state])
+        lines.append(f"  {_dot_string(name)} [label={_dot_string(label)}, fillcolor={fill}];")
     for key in g.missing:
         lines.append(f"  {_dot_string(key)} [label={_dot_string(key + chr(10) + '[not declared]')}, style=dashed];")
     for e in g.edges:
-        lines.append(f"  {_dot_string(e.from_key)} -> {_dot_string(e.to_key)};")
+        source = names.get(e.from_id, e.from_key) if e.from_id is not None else e.from_key
+        lines.append(f"  {_dot_string(source)} -> {_dot_string(names.get(e.to_id, e.to_key))};")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -86,18 +99,15 @@ def _mermaid_label(text: str) -> str:
 def to_mermaid(g: Graph) -> str:
     """A Mermaid flowchart: tasks as t<id>, undeclared prerequisites as m<n>, classes by state."""
     lines = ["flowchart LR"]
-    ids = {n.key: f"t{n.id}" for n in g.nodes}
-    for i, key in enumerate(g.missing):
-        ids[key] = f"m{i}"
+    missing = {key: f"m{i}" for i, key in enumerate(g.missing)}
     for n in g.nodes:
-        lines.append(
-            f"  {ids[n.key]}[{_mermaid_label(n.key + ': ' + n.title if n.title != n.key else n.key)}]:::{n.state}"
-        )
+        name = drawn_name(n)
+        lines.append(f"  t{n.id}[{_mermaid_label(name + ': ' + n.title if n.title != n.key else name)}]:::{n.state}")
     for key in g.missing:
-        lines.append(f"  {ids[key]}[{_mermaid_label(key + ' (not declared)')}]:::missing")
+        lines.append(f"  {missing[key]}[{_mermaid_label(key + ' (not declared)')}]:::missing")
     for e in g.edges:
-        # a prerequisite past the node limit is still drawn, by its id
-        lines.append(f"  {ids.get(e.from_key, f't{e.from_id}')} --> {ids[e.to_key]}")
+        # nodes by id, so one key in two spaces is two nodes; a prerequisite past the node limit is still drawn
+        lines.append(f"  {missing[e.from_key] if e.from_id is None else f't{e.from_id}'} --> t{e.to_id}")
     for state, fill in sorted(_DOT_FILL.items()):
         lines.append(f"  classDef {state} fill:{fill}")
     lines.append("  classDef missing stroke-dasharray: 5 5")

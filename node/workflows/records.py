@@ -22,6 +22,7 @@ import msgspec
 from identity.schema import MessageRecord, TaskEventRecord
 from identity.schema_v3 import space_of
 from node.store.conn import Conn
+from node.workflows import scope
 from node.workflows.store import bus as bus_store
 from node.workflows.store import events as event_store
 from node.workflows.store import tasks as task_store
@@ -59,14 +60,17 @@ def project_message(conn: Conn, rec: MessageRecord, ctx: Projection) -> None:
 
 
 def project_task_event(conn: Conn, rec: TaskEventRecord, ctx: Projection) -> None:
-    """Project a task event: store it, then apply it to its task in place (`advance`) or re-fold the task."""
+    """Project a task event: store it, then apply it to its task in place (`advance`) or re-fold the task. The task
+    is the one of the event's space (its scoped key: node/workflows/scope.py)."""
     expires_at = _opt(rec.expires_at)
+    space = space_of(rec)
+    key = scope.scoped(space, rec.task_key)
     event_store.insert_event_txn(
         conn,
         event_store.EventRow(
             ctx.seq,
             ctx.hash,
-            rec.task_key,
+            key,
             rec.event,
             rec.author_id,
             rec.created_at,
@@ -80,16 +84,17 @@ def project_task_event(conn: Conn, rec: TaskEventRecord, ctx: Projection) -> Non
             expires_at,
             None if expires_at is None else parse_ms(expires_at),
             _opt(rec.lease),
+            space,
         ),
     )
     event = event_store.event_at(conn, ctx.seq)
-    before = task_store.task_by_key(conn, rec.task_key)
+    before = task_store.task_by_key(conn, key)
     state = advance(conn, before, event) if before is not None else None
     if state is None:
-        refold_txn(conn, rec.task_key, before)
+        refold_txn(conn, key, before)
         # an earlier declaration may have named another home node: queued (node-local) for twins.py to check
-        if ctx.notify and before is not None and task_store.home_node(conn, rec.task_key) != before["home_node"]:
-            twin_store.note_home_move_txn(conn, rec.task_key)
+        if ctx.notify and before is not None and task_store.home_node(conn, key) != before["home_node"]:
+            twin_store.note_home_move_txn(conn, key)
     else:
         _store_txn(conn, state, before)
 
@@ -110,7 +115,7 @@ def switch_task_event(conn: Conn, seq: int, address: str, record: dict[str, Any]
     from node.store.projections import Projection
     from node.store.void import decoded
 
-    key = str(record["task_key"])
+    key = scope.scoped(record.get("space"), str(record["task_key"]))
     event_store.delete_event_txn(conn, seq)
     if valid:
         project_task_event(conn, decoded(record), Projection(seq, address, now_ms, notify=False))
@@ -131,7 +136,7 @@ TABLES: tuple[str, ...] = ("messages", "message_agents", "task_events", "tasks",
 
 @dataclass
 class TaskState:
-    """A task as the fold of its events."""
+    """A task as the fold of its events; `key` is its scoped key (node/workflows/scope.py)."""
 
     key: str
     id: int
@@ -167,7 +172,7 @@ def fold(key: str, events: list[sqlite3.Row]) -> TaskState | None:
         created_at=first["created_at"],
         updated_at=events[-1]["created_at"],
         last_ms=events[-1]["created_ms"],
-        title=key,
+        title=scope.key_of(key),
     )
     grants = {e["hash"]: e for e in events if e["event"] == "lease" and e["author_id"] == state.home_node}
     ended = {
@@ -274,11 +279,12 @@ def _store_txn(conn: Conn, state: TaskState, before: sqlite3.Row | None) -> None
             state.lease_expires_at,
             state.lease_expires_ms,
             int(state.status in OPEN_STATUSES),
+            scope.split(key)[0],
         ),
     )
     deps_json = json.dumps(state.depends_on)
     if before is None or before["depends_on"] != deps_json:
-        task_store.replace_deps_txn(conn, key, state.depends_on)
+        task_store.replace_deps_txn(conn, key, scope.in_space(scope.split(key)[0], state.depends_on))
         task_store.recount_task_txn(conn, key)
     was_done = before is not None and before["status"] in DONE_STATUSES
     if before is None or was_done != (state.status in DONE_STATUSES):

@@ -14,24 +14,27 @@ from typing import Any
 
 from identity import keys
 from node.errors import BBSError
+from node.spaces.sight import Viewer
+from node.spaces.store import sight_of
 from node.store import idempotency, projections
 from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import SealedRecord, sign_and_check
-from node.workflows import forward, tasks
+from node.workflows import forward, scope, tasks
 from node.workflows.store import tasks as task_store
 from sync.auth import NodeSigner
 from wire import unsigned
 from wire.time import format_ms
 
 # What a declaration may change without the home node (anyone's to change, nothing a lease protects).
-LOCAL_FIELDS = frozenset({"task_key", "title", "depends_on"})
+LOCAL_FIELDS = frozenset({"task_key", "space", "title", "depends_on"})
 
 
-def homed_elsewhere(conn: Conn, ref: str, node_id: str) -> tuple[str, str] | None:
-    """(task key, home node) when the task `ref` names is homed on another node; None when homed here.
-    404 `task_not_found` when this node holds no such task."""
-    row = tasks.task_row(conn, ref)
+def homed_elsewhere(conn: Conn, ref: str, space: str | None, agent_id: Viewer, node_id: str) -> tuple[str, str] | None:
+    """(task key, home node) when the task `ref` names (a key: of `space`) is homed on another node; None when
+    homed here. 404 `task_not_found` when this node holds no such task `agent_id` may see. A task of a space is
+    homed here: its events do not leave the node until spaces part 2."""
+    row = tasks.task_row(conn, ref, sight_of(conn, agent_id), space)
     return None if row["home_node"] == node_id else (str(row["key"]), str(row["home_node"]))
 
 
@@ -39,7 +42,7 @@ def declared_elsewhere(conn: Conn, fields: dict[str, Any], node_id: str) -> str 
     """The home node a declaration must be sent to: another node's task whose status or checkpoint it sets."""
     if set(fields) <= LOCAL_FIELDS:
         return None
-    home = task_store.home_node(conn, fields["task_key"])
+    home = task_store.home_node(conn, scope.scoped(fields.get("space"), fields["task_key"]))
     return None if home is None or home == node_id else home
 
 

@@ -43,6 +43,7 @@ from wire.workflows import (
     ReadyList,
     ReadyQuery,
     TaskOut,
+    TaskRefQuery,
 )
 
 log = logging.getLogger("bbs.leases")
@@ -81,33 +82,42 @@ async def post_task(request: web.Request) -> web.Response:
     return json_response(task, 201 if created else 200)
 
 
+def _space(request: web.Request) -> str | None:
+    """The space a task key in the path names a task of (`?space=`; None: the public task)."""
+    return decode_query(request, TaskRefQuery).space
+
+
 async def get_task(request: web.Request) -> web.Response:
-    return json_response(await _workflows(request).task(request.match_info["task_id"]))
+    viewer = principal(request).agent_id
+    return json_response(await _workflows(request).task(request.match_info["task_id"], viewer, _space(request)))
 
 
 async def get_ready(request: web.Request) -> web.Response:
     q = decode_query(request, ReadyQuery)
-    return json_response(await _workflows(request).ready(q.limit, q.after))
+    return json_response(await _workflows(request).ready(principal(request).agent_id, q.limit, q.after, q.space))
 
 
 async def lease_task(request: web.Request) -> web.Response:
+    space = _space(request)
     body = convert(await _optional_json(request), LeaseIn)
-    task, granted = await _workflows(request).lease(agent_id(request), request.match_info["task_id"], body)
+    task, granted = await _workflows(request).lease(agent_id(request), request.match_info["task_id"], body, space)
     return json_response(task, 201 if granted else 200)
 
 
 async def release_task(request: web.Request) -> web.Response:
+    space = _space(request)
     body = signed_or(await _optional_json(request), FinishIn)
     task = await _workflows(request).release(
-        agent_id(request), request.match_info["task_id"], body, idempotency_header(request)
+        agent_id(request), request.match_info["task_id"], body, idempotency_header(request), space
     )
     return json_response(task)
 
 
 async def complete_task(request: web.Request) -> web.Response:
+    space = _space(request)
     body = signed_or(await _optional_json(request), FinishIn)
     task = await _workflows(request).complete(
-        agent_id(request), request.match_info["task_id"], body, idempotency_header(request)
+        agent_id(request), request.match_info["task_id"], body, idempotency_header(request), space
     )
     return json_response(task)
 
@@ -137,7 +147,7 @@ async def peer_lease(request: web.Request) -> web.Response:
         body.agent_id,
         body.seconds,
     )
-    return json_response(PeerLeaseOut(record=record, task=await workflows.task(key)), 201 if granted else 200)
+    return json_response(PeerLeaseOut(record=record, task=await workflows.task_at(key)), 201 if granted else 200)
 
 
 async def peer_task_event(request: web.Request) -> web.Response:
@@ -156,7 +166,7 @@ async def peer_task_event(request: web.Request) -> web.Response:
 
 async def get_graph(request: web.Request) -> web.Response:
     q = decode_query(request, GraphQuery)
-    g = await _workflows(request).graph(q)
+    g = await _workflows(request).graph(q, principal(request).agent_id)
     if q.format == "dot":
         return web.Response(text=graph_render.to_dot(g), content_type="text/vnd.graphviz", charset="utf-8")
     if q.format == "mermaid":
@@ -212,6 +222,7 @@ ROUTES: list[Route] = [
         get_task,
         "One task by local id or key",
         "any",
+        query=TaskRefQuery,
         responses={200: TaskOut},
         tag="agent-workflows",
     ),
@@ -222,6 +233,7 @@ ROUTES: list[Route] = [
         "Lease a task for 30 to 86,400 seconds (900 by default); the holder re-leases to extend",
         "agent",
         body=LeaseIn,
+        query=TaskRefQuery,
         responses={201: TaskOut, 200: TaskOut},
         tag="agent-workflows",
     ),
@@ -232,6 +244,7 @@ ROUTES: list[Route] = [
         "End your lease early (optionally merging a checkpoint); the task is ready again",
         "agent",
         body=FinishIn | SignedSubmission,
+        query=TaskRefQuery,
         responses={200: TaskOut},
         tag="agent-workflows",
         idempotent=True,
@@ -243,6 +256,7 @@ ROUTES: list[Route] = [
         "Mark a task done, ending your lease (optionally merging a final checkpoint)",
         "agent",
         body=FinishIn | SignedSubmission,
+        query=TaskRefQuery,
         responses={200: TaskOut},
         tag="agent-workflows",
         idempotent=True,

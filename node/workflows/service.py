@@ -16,14 +16,18 @@ from typing import Any, NamedTuple
 import msgspec
 
 from identity import canonical, keys, records
+from identity.schema_v3 import space_of
 from node.agents import refs as agent_refs
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
+from node.spaces import posts as posts_check
+from node.spaces.sight import Viewer, kept_local
+from node.spaces.store import sight_of
 from node.store import agent_docs, idempotency, projections
 from node.store.authority import Authority, authorize_txn
 from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import SealedRecord, Sealing, sign_and_check
-from node.workflows import forward, graph, leases, relay, tasks, twins
+from node.workflows import forward, graph, leases, relay, scope, tasks, twins
 from node.workflows.fence import LeaseFence
 from node.workflows.store import events as event_store
 from node.workflows.store import tasks as task_store
@@ -72,6 +76,16 @@ def _present(decoded: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return {n: getattr(decoded, n) for n in names if getattr(decoded, n) is not msgspec.UNSET}
 
 
+def _check_in_space(conn: Conn, sealed: SealedRecord, where: str) -> str:
+    """An agent's task event of a space: its author a writer there (`node.spaces.posts`: 404 `unknown_space`, 403
+    `not_a_writer`); the scope it is stored with (`kept_local`: a space's task stays on this node for now)."""
+    _, record_hash, decoded = sealed
+    space = space_of(decoded)
+    if space is not None:
+        posts_check.check_posts_txn(conn, [posts_check.Post(record_hash, decoded.author_id, space, [], where)])
+    return kept_local(space)
+
+
 def _agent_document(document: dict[str, Any], agent_id: str) -> tuple[str, Any]:
     """A presented agent identity document, verified: (its address, its decoded record); 422 otherwise."""
     try:
@@ -93,7 +107,44 @@ async def resolve_agent(db: Database, agent_id: str, given: str | None) -> None:
         raise Forbidden("an agent can only lease tasks for itself", field="$.agent", code="lease_for_other")
 
 
-class Workflows:
+class TaskReads:
+    """The task graph's reads, each as its viewer may see it (docs/spaces.md, "Read paths"): a task, the ready
+    set, the graph."""
+
+    db: Database
+    now_ms: Callable[[], int]
+
+    async def task(self, ref: str, viewer: Viewer, space: str | None = None) -> TaskOut:
+        """One task by local id or key (of `space`; the public one without it) as `viewer` may see it
+        (`node.spaces.store.sight_of`: a task of a space it does not read is 404 `task_not_found`; required, so no
+        caller forgets it), its lease checked against the clock."""
+        now = self.now_ms()
+        return await self.db.read(
+            lambda c: tasks.task_out(c, tasks.task_row(c, ref, sight_of(c, viewer), space), now), quick=True
+        )
+
+    async def task_at(self, scoped_key: str) -> TaskOut:
+        """The task of a scoped key (node/workflows/scope.py) this node has just written or decided."""
+        now = self.now_ms()
+        return await self.db.read(lambda c: tasks.task_out(c, tasks.task_at(c, scoped_key), now), quick=True)
+
+    async def ready(
+        self, viewer: Viewer, limit: int = 100, after: int | None = None, space: str | None = None
+    ) -> ReadyList:
+        """Exactly the tasks that can start now (every dependency done or completed, no live lease) that `viewer`
+        sees, of `space` only when given."""
+        now = self.now_ms()
+        return await self.db.read(
+            lambda c: tasks.ready(c, now, limit, after, sight_of(c, viewer), space), quick=limit <= QUICK_READY_PAGE
+        )
+
+    async def graph(self, q: GraphQuery, viewer: Viewer) -> Graph:
+        """The task graph as nodes and `precedes` edges: the tasks `viewer` sees (of `q.space` only when given)."""
+        now = self.now_ms()
+        return await self.db.read(lambda c: graph.build(c, now, q.limit, sight_of(c, viewer), q.space))
+
+
+class Workflows(TaskReads):
     """Task operations on one node: declarations, leases and the graph (built once, by `Node`)."""
 
     def __init__(
@@ -144,6 +195,8 @@ class Workflows:
                     code="wrong_node",
                 )
             fields = {"task_key": decoded.task_key}
+            if space_of(decoded) is not None:
+                fields["space"] = space_of(decoded)
             fields.update(_present(decoded, ("title", "depends_on", "status", "checkpoint")))
         else:
             signer = await self.sealing.signer(agent_id)
@@ -159,7 +212,7 @@ class Workflows:
                 changes = {k: v for k, v in fields.items() if k != "task_key"} | {"node_id": self.node_id}
                 signed = await relay.sign_event(self.db, signer, fields["task_key"], "declare", changes, self.now_ms())
             await self._at_home(home, signed, agent_id, token, None, signer is not None)
-            return await self.task(fields["task_key"]), False
+            return await self.task_at(scope.scoped(fields.get("space"), fields["task_key"])), False
         if not set(fields) <= relay.LOCAL_FIELDS:
             await self.fenced()
         created = await self.db.write(
@@ -167,27 +220,13 @@ class Workflows:
                 c, agent_id, fields, signed, signer, self.node_id, self.now_ms, token, authority=self.sealing.authority
             )
         )
-        return await self.task(fields["task_key"]), created
-
-    async def task(self, ref: str) -> TaskOut:
-        """One task by local id or key, its lease checked against the clock."""
-        now = self.now_ms()
-        return await self.db.read(lambda c: tasks.task_out(c, tasks.task_row(c, ref), now), quick=True)
-
-    async def ready(self, limit: int = 100, after: int | None = None) -> ReadyList:
-        """Exactly the tasks that can start now (every dependency done or completed, no live lease)."""
-        now = self.now_ms()
-        return await self.db.read(lambda c: tasks.ready(c, now, limit, after), quick=limit <= QUICK_READY_PAGE)
-
-    async def graph(self, q: GraphQuery) -> Graph:
-        """The task graph as nodes and `precedes` edges."""
-        now = self.now_ms()
-        return await self.db.read(lambda c: graph.build(c, now, q.limit))
+        return await self.task_at(scope.scoped(fields.get("space"), fields["task_key"])), created
 
     # ---- leases ---------------------------------------------------------------------------------------
 
-    async def lease(self, agent_id: str, ref: str, body: LeaseIn) -> tuple[TaskOut, bool]:
-        """Grant or extend the caller's lease for `body.seconds`. Returns (task, newly granted).
+    async def lease(self, agent_id: str, ref: str, body: LeaseIn, space: str | None = None) -> tuple[TaskOut, bool]:
+        """Grant or extend the caller's lease for `body.seconds` (a key names the task of `space`). Returns (task,
+        newly granted).
 
         Only the task's home node decides; the check and the grant record share one write transaction.
         On another node the request is forwarded to the home node, or refused while it cannot be reached.
@@ -195,7 +234,7 @@ class Workflows:
         await resolve_agent(self.db, agent_id, body.agent)
         try:
             try:
-                key, granted, _ = await self.grant(agent_id, ref, body.seconds)
+                key, granted, _ = await self.grant(agent_id, ref, body.seconds, space)
                 how = "granted" if granted else "extended"
             except leases.NotHome as exc:
                 key, granted = await self._lease_elsewhere(exc, agent_id, body.seconds)
@@ -204,10 +243,13 @@ class Workflows:
             log.info("lease refused: task %s for %s: %s", ref, agent_id, exc.code)
             raise
         log.info("lease %s: task %s to %s for %d s", how, key, agent_id, body.seconds)
-        return await self.task(key), granted
+        return await self.task_at(key), granted
 
-    async def grant(self, agent_id: str, ref: str, seconds: int) -> tuple[str, bool, dict[str, Any]]:
-        """As the home node: grant or extend `agent_id`'s lease. Returns (task key, newly granted, grant record).
+    async def grant(
+        self, agent_id: str, ref: str, seconds: int, space: str | None = None
+    ) -> tuple[str, bool, dict[str, Any]]:
+        """As the home node: grant or extend `agent_id`'s lease on the task `ref` names (a key: of `space`). Returns
+        (task's scoped key, newly granted, grant record).
 
         Raises leases.NotHome when another node is the task's lease authority, and 503
         `lease_authority_restored` while a detected restore may hide a grant (node/workflows/fence.py).
@@ -215,7 +257,7 @@ class Workflows:
         await self.fenced(check=False)
         key, node_id = self.key, self.node_id
         return await self.db.write(
-            lambda c: grant_lease_txn(c, ref, agent_id, seconds, key, self.now_ms(), self.fence, node_id)
+            lambda c: grant_lease_txn(c, ref, agent_id, seconds, key, self.now_ms(), self.fence, node_id, space)
         )
 
     async def grant_for_peer(self, peer_id: str, body: PeerLeaseIn) -> tuple[str, bool, dict[str, Any]]:
@@ -270,23 +312,33 @@ class Workflows:
         return exc.task_key, granted
 
     async def release(
-        self, agent_id: str, ref: str, body: FinishIn | SignedSubmission, idempotency_key: str | None = None
+        self,
+        agent_id: str,
+        ref: str,
+        body: FinishIn | SignedSubmission,
+        idempotency_key: str | None = None,
+        space: str | None = None,
     ) -> TaskOut:
         """End the caller's live lease early, optionally merging a checkpoint; the task is ready again.
 
         A retry with the same idempotency key returns the task without releasing again."""
-        return await self._finish("release", agent_id, ref, body, idempotency_key)
+        return await self._finish("release", agent_id, (ref, space), body, idempotency_key)
 
     async def complete(
-        self, agent_id: str, ref: str, body: FinishIn | SignedSubmission, idempotency_key: str | None = None
+        self,
+        agent_id: str,
+        ref: str,
+        body: FinishIn | SignedSubmission,
+        idempotency_key: str | None = None,
+        space: str | None = None,
     ) -> TaskOut:
         """Mark the task done (ending the caller's lease), optionally merging a final checkpoint.
 
         A retry with the same idempotency key returns the task without completing again."""
-        return await self._finish("complete", agent_id, ref, body, idempotency_key)
+        return await self._finish("complete", agent_id, (ref, space), body, idempotency_key)
 
     async def _finish(
-        self, event: str, agent_id: str, ref: str, body: FinishIn | SignedSubmission, idem: str | None
+        self, event: str, agent_id: str, ref: Ref, body: FinishIn | SignedSubmission, idem: str | None
     ) -> TaskOut:
         try:
             task = await self._finish_event(event, agent_id, ref, body, idem)
@@ -297,7 +349,7 @@ class Workflows:
         return task
 
     async def _finish_event(
-        self, event: str, agent_id: str, ref: str, body: FinishIn | SignedSubmission, idem: str | None
+        self, event: str, agent_id: str, ref: Ref, body: FinishIn | SignedSubmission, idem: str | None
     ) -> TaskOut:
         finish: Finish
         if isinstance(body, SignedSubmission):
@@ -314,7 +366,7 @@ class Workflows:
                 except canonical.CanonicalError as exc:
                     raise InvalidInput(str(exc), field=exc.field) from None
             finish = NodeSignedFinish(signer, checkpoint, body.lease)
-        elsewhere = await self.db.read(lambda c: relay.homed_elsewhere(c, ref, self.node_id))
+        elsewhere = await self.db.read(lambda c: relay.homed_elsewhere(c, *ref, agent_id, self.node_id))
         if elsewhere is not None:  # another node's task: only its home node knows every grant
             return await self._finish_at_home(event, agent_id, *elsewhere, finish, idem)
         if event == "complete":
@@ -324,7 +376,7 @@ class Workflows:
                 c, event, agent_id, ref, idem, finish, self.node_id, self.now_ms(), authority=self.sealing.authority
             )
         )
-        return await self.task(key)
+        return await self.task_at(key)
 
     async def _finish_at_home(
         self, event: str, agent_id: str, key: str, home: str, finish: Finish, idem: str | None
@@ -332,7 +384,7 @@ class Workflows:
         """A release or completion of a task homed on another node: decided there, then stored here."""
         operation = f"task_{event}"
         if idem is not None and await self.db.read(lambda c: _finished_before(c, agent_id, idem, operation, key)):
-            return await self.task(key)
+            return await self.task_at(key)
         if isinstance(finish, SignedFinish):
             sealed = finish.sealed
             if sealed[2].task_key != key:
@@ -342,7 +394,7 @@ class Workflows:
             fields = unsigned.finish_fields(patch, finish.token)
             sealed = await relay.sign_event(self.db, finish.signer, key, event, fields, self.now_ms())
         await self._at_home(home, sealed, agent_id, None, None if idem is None else (idem, operation), True)
-        return await self.task(key)
+        return await self.task_at(key)
 
     async def _at_home(
         self,
@@ -375,6 +427,10 @@ class Workflows:
         author = body.record.get("author_id")
         if not isinstance(author, str):
             raise InvalidInput("the record names no author", field="$.record.author_id", code="record_malformed")
+        if "space" in body.record:  # a space's records do not leave the node until spaces part 2 (docs/spaces.md)
+            raise InvalidInput(
+                "a task event of a space is not taken from peers here yet", field="$.record.space", code="too_new"
+            )
         sealed = self.sealing.check_signed(body.record, "task_event", author)
         if sealed[2].event != "release":
             await self.fenced()
@@ -383,7 +439,7 @@ class Workflows:
         stored = await self.db.write(
             lambda c: accept_event_txn(c, peer_id, sealed, body.lease, self.node_id, now, authority=authority)
         )
-        return PeerTaskEventOut(task=await self.task(sealed[2].task_key), stored=stored)
+        return PeerTaskEventOut(task=await self.task_at(sealed[2].task_key), stored=stored)
 
 
 # ---- transaction bodies -------------------------------------------------------------------------------------
@@ -422,11 +478,16 @@ def declare_task_txn(
     """Append a declare event if it changes the task (the agent's signed one, or one signed here by `signer`).
     True when it created the task. `token`: the fencing token of a node-signed declaration (its `lease`), or of
     a signed one a peer forwarded (`fenced`)."""
-    key = fields["task_key"]
+    key, space = fields["task_key"], fields.get("space")
+    skey = scope.scoped(space, key)  # the task's identity: (space, key)
     at = "$.record" if signed is not None else "$"
+    if space is not None:  # a writer of the space declares its tasks (nothing read of it otherwise)
+        posts_check.check_writer_txn(conn, space, agent_id, at)
     row, changed = tasks.plan_declare(conn, fields, at)
     if row is not None and not changed:
         return False
+    if "depends_on" in changed:
+        tasks.check_deps_in_space(conn, skey, changed["depends_on"], sight_of(conn, agent_id), at)
     now = now_ms()
     if row is None and token is not None:
         raise Conflict(f"task {key} has no lease: lease {token} is stale", field="$.lease", code="stale_lease")
@@ -435,13 +496,13 @@ def declare_task_txn(
         if (signed is None or fenced) and (token is not None or "status" in changed or "checkpoint" in changed):
             leases.check_token(row, agent_id, now, token)
         if signed is not None:
-            tasks.check_after_newest(conn, key, signed[2].created_at)
+            tasks.check_after_newest(conn, skey, signed[2].created_at)
     if signed is None:
         assert signer is not None
-        created_at = format_ms(tasks.next_event_ms(conn, key, now))
-        signed = sign_and_check(unsigned.unsigned_declare(key, agent_id, created_at, node_id, changed), signer)
+        created_at = format_ms(tasks.next_event_ms(conn, skey, now))
+        signed = sign_and_check(unsigned.unsigned_declare(key, agent_id, created_at, node_id, changed, space), signer)
     authorize_txn(conn, authority, [(signed[0], signed[1], at)])  # its key may sign for its author (format-v3 3.5)
-    projections.append(conn, *signed, origin="local", now_ms=now)
+    projections.append(conn, *signed, origin="local", now_ms=now, scope=_check_in_space(conn, signed, at))
     return row is None
 
 
@@ -454,25 +515,30 @@ def grant_lease_txn(
     now: int,
     fence: LeaseFence,
     node_id: str | None = None,
+    space: str | None = None,
 ) -> tuple[str, bool, dict[str, Any]]:
-    """As the home node, decide and append a lease grant signed by `node_key`: (task key, newly granted, record).
-    `node_id`: the node's, when `node_key` is not its first key (after a rotation: named in `signing_key`).
+    """As the home node, decide and append a lease grant signed by `node_key`: (task's scoped key, newly granted,
+    record). `node_id`: the node's, when `node_key` is not its first key (after a rotation: named in
+    `signing_key`). A key `ref` names the task of `space`; a task of a space is leased to its writers only.
 
     The grant's expiry goes into the fence file before the transaction commits (node/workflows/fence.py)."""
     node_id = node_id or node_key.did
-    row = tasks.task_row(conn, ref)
+    row = tasks.task_row(conn, ref, sight_of(conn, agent_id), space)
+    if row["space"] is not None:
+        posts_check.check_holder_txn(conn, row["space"], agent_id)
     decision = leases.decide_grant(row, node_id, agent_id, now)
     fence.settle_txn(conn, now)
     fence.check(now)
     start = tasks.next_event_ms(conn, decision.task_key, now)
     # the lease runs by this node's clock; `start` may sit a little later (see next_event_ms)
     expires_ms = max(now + seconds * 1000, start + 1)
+    task_space, key = scope.split(decision.task_key)  # the grant follows its task's space
     draft = unsigned.unsigned_task_event(
-        decision.task_key, node_id, format_ms(start), "lease", holder=agent_id, expires_at=format_ms(expires_ms)
+        key, node_id, format_ms(start), "lease", task_space, holder=agent_id, expires_at=format_ms(expires_ms)
     )
     rec, rec_hash, dec = sign_and_check(draft, node_key)
     fence.advance(parse_ms(dec.expires_at))
-    projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now)
+    projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now, scope=kept_local(task_space))
     return decision.task_key, not decision.extends, rec
 
 
@@ -491,13 +557,14 @@ class NodeSignedFinish(NamedTuple):
 
 
 Finish = SignedFinish | NodeSignedFinish
+Ref = tuple[str, str | None]  # a path's task reference and the space a key names a task of (None: public)
 
 
 def finish_task_txn(
     conn: Conn,
     event: str,
     agent_id: str,
-    ref: str,
+    ref: str | Ref,
     idem: str | None,
     finish: Finish,
     node_id: str,
@@ -506,17 +573,19 @@ def finish_task_txn(
     authority: Authority,
 ) -> str:
     """Append the release or complete event of the caller's task (`event`), unless it is a retry or would change
-    nothing; the task key."""
-    row = tasks.task_row(conn, ref)
+    nothing; the task's scoped key. `ref`: a path's reference (and the space a key names a task of), or a scoped
+    key already decided (a forwarded event, public)."""
+    path_ref, space = (ref, None) if isinstance(ref, str) else ref
+    row = tasks.task_row(conn, path_ref, sight_of(conn, agent_id), space)
     key: str = row["key"]
     if isinstance(finish, SignedFinish):
         _, record_hash, decoded = finish.sealed
-        if decoded.task_key == key and event_store.record_stored(conn, record_hash):
+        if _scoped_of(decoded) == key and event_store.record_stored(conn, record_hash):
             return key  # the same signed record again (a retry): it was applied once
     if idem is not None and _finished_before(conn, agent_id, idem, f"task_{event}", key):
         return key
-    if isinstance(finish, SignedFinish) and finish.sealed[2].task_key != key:
-        raise InvalidInput("the record's task_key is not the task in the path", field="$.record.task_key")
+    if isinstance(finish, SignedFinish) and _scoped_of(finish.sealed[2]) != key:
+        _check_same_task(finish.sealed[2], row)
     if event == "release":
         lease: str | None = leases.check_release(row, agent_id, now)
     else:
@@ -531,10 +600,27 @@ def finish_task_txn(
         return key
     where = "$.record" if isinstance(finish, SignedFinish) else "$"
     authorize_txn(conn, authority, [(sealed[0], sealed[1], where)])  # its key may sign for its author (format-v3 3.5)
-    projections.append(conn, *sealed, origin="local", now_ms=now)
+    projections.append(conn, *sealed, origin="local", now_ms=now, scope=_check_in_space(conn, sealed, where))
     if idem is not None:
         idempotency.remember(conn, agent_id, idem, f"task_{event}", sealed[1], now)
     return key
+
+
+def _scoped_of(decoded: Any) -> str:
+    """The scoped key of the task a decoded task event is of (node/workflows/scope.py)."""
+    return scope.scoped(space_of(decoded), decoded.task_key)
+
+
+def _check_same_task(decoded: Any, row: sqlite3.Row) -> None:
+    """Refuse a signed event that is not of the task in the path: 409 `wrong_space` when it names the task's key in
+    another space (every event of a task is in the task's space), 422 otherwise."""
+    if decoded.task_key == scope.key_of(row["key"]):
+        raise Conflict(
+            "every event of a task is in the task's space: sign it with the task's space",
+            field="$.record.space",
+            code="wrong_space",
+        )
+    raise InvalidInput("the record's task_key is not the task in the path", field="$.record.task_key")
 
 
 def _signed_finish(
@@ -558,7 +644,8 @@ def _signed_finish(
         )
     merges: dict[str, Any] = {}
     if decoded.checkpoint is not msgspec.UNSET:
-        _, merges = tasks.plan_declare(conn, {"task_key": key, "checkpoint": decoded.checkpoint}, "$.record")
+        fields = {"task_key": decoded.task_key, "space": row["space"], "checkpoint": decoded.checkpoint}
+        _, merges = tasks.plan_declare(conn, fields, "$.record")
     if event == "complete" and tasks.is_done(row) and lease is None and not merges:
         return None  # as on the node-signed path: appending would change nothing
     return sealed
@@ -575,14 +662,15 @@ def _node_signed_finish(
 ) -> SealedRecord | None:
     """The event signed here (None: already done, nothing held, nothing to merge: appending would change nothing)."""
     key = row["key"]
+    space, plain = scope.split(key)
     changed: dict[str, Any] = {}
     if finish.checkpoint is not None:
-        _, changed = tasks.plan_declare(conn, {"task_key": key, "checkpoint": finish.checkpoint})
+        _, changed = tasks.plan_declare(conn, {"task_key": plain, "space": space, "checkpoint": finish.checkpoint})
     fields = unsigned.finish_fields(changed, lease)
     if event == "complete" and tasks.is_done(row) and not fields:
         return None
     created_at = format_ms(tasks.next_event_ms(conn, key, now))
-    draft = unsigned.unsigned_task_event(key, agent_id, created_at, event, **fields)
+    draft = unsigned.unsigned_task_event(plain, agent_id, created_at, event, space, **fields)
     return sign_and_check(draft, finish.signer)
 
 

@@ -9,8 +9,9 @@ import sqlite3
 from typing import Any
 
 from node.errors import Conflict, InvalidInput, NotFound
+from node.spaces.sight import Sight
 from node.store.conn import Conn
-from node.workflows import twins
+from node.workflows import scope, twins
 from node.workflows.store import events as event_store
 from node.workflows.store import tasks as task_store
 from wire import unsigned
@@ -31,12 +32,21 @@ def parse_ref(ref: str) -> tuple[str, int | str]:
     raise InvalidInput("task_id must be a task's local id or its key", field="task_id", code="invalid_task_ref")
 
 
-def task_row(conn: Conn, ref: str) -> sqlite3.Row:
-    """The tasks row a reference names, or NotFound."""
+def task_row(conn: Conn, ref: str, sight: Sight, space: str | None = None) -> sqlite3.Row:
+    """The tasks row a reference names (a key names the task of `space`, the public one without it), or NotFound:
+    a task of a space `sight` does not see is a task not held (docs/spaces.md)."""
     by, value = parse_ref(ref)
-    row = task_store.task_by(conn, by, value)
-    if row is None:
+    row = task_store.task_by(conn, by, scope.scoped(space, value) if isinstance(value, str) else value)
+    if row is None or not sight.sees(row["space"]):
         raise NotFound(f"no task {ref}", field="task_id", code="task_not_found")
+    return row
+
+
+def task_at(conn: Conn, scoped_key: str) -> sqlite3.Row:
+    """The tasks row of a scoped key the caller has just written (node/workflows/scope.py)."""
+    row = task_store.task_by_key(conn, scoped_key)
+    if row is None:
+        raise NotFound(f"no task {scope.key_of(scoped_key)}", field="task_id", code="task_not_found")
     return row
 
 
@@ -55,12 +65,12 @@ def effective_status(row: sqlite3.Row, now_ms: int) -> str:
 
 def task_out(conn: Conn, row: sqlite3.Row, now_ms: int) -> TaskOut:
     """Render a task with its unmet dependencies and its lease, checked against the clock."""
-    waiting = task_store.waiting_on(conn, row["key"])
+    waiting = [scope.key_of(key) for key in task_store.waiting_on(conn, row["key"])]
     live = lease_live(row, now_ms)
     identity, twin_list = twins.twins(conn, row["key"], row["home_node"], now_ms)
     return TaskOut(
         id=row["id"],
-        key=row["key"],
+        key=scope.key_of(row["key"]),
         title=row["title"],
         status=effective_status(row, now_ms),
         depends_on=json.loads(row["depends_on"]),
@@ -74,24 +84,28 @@ def task_out(conn: Conn, row: sqlite3.Row, now_ms: int) -> TaskOut:
         updated_at=row["updated_at"],
         identity=identity,
         twins=twin_list,
+        space=row["space"],
     )
 
 
-def ready(conn: Conn, now_ms: int, limit: int, after: int | None) -> ReadyList:
-    """Tasks that can start now: open status, no unmet dependency, no live lease; in id order, a page of `limit`
-    after the id `after` (node/workflows/store/tasks.py reads them off the partial index `tasks_startable`)."""
-    rows = task_store.ready_rows(conn, now_ms, limit, after)
+def ready(conn: Conn, now_ms: int, limit: int, after: int | None, sight: Sight, space: str | None = None) -> ReadyList:
+    """Tasks that can start now and that `sight` sees (of `space` only, when given: 404 `unknown_space` for one it
+    does not see): open status, no unmet dependency, no live lease; in id order, a page of `limit` after the id
+    `after` (node/workflows/store/tasks.py reads them off the partial index `tasks_startable`)."""
+    check_space(sight, space)
+    rows = task_store.ready_rows(conn, now_ms, limit, after, sight, space)
     more = len(rows) > limit
     rows = rows[:limit]
     return ReadyList(
         tasks=[
             ReadyTask(
                 id=r["id"],
-                key=r["key"],
+                key=scope.key_of(r["key"]),
                 title=r["title"],
                 depends_on=json.loads(r["depends_on"]),
                 checkpoint=json.loads(r["checkpoint"]),
                 home_node=r["home_node"],
+                space=r["space"],
             )
             for r in rows
         ],
@@ -99,27 +113,57 @@ def ready(conn: Conn, now_ms: int, limit: int, after: int | None) -> ReadyList:
     )
 
 
+def check_space(sight: Sight, space: str | None) -> None:
+    """404 `unknown_space` for a `space=` filter naming a space `sight` does not see (as one never created)."""
+    if space is not None and not sight.sees(space):
+        raise NotFound("no such space here", field="$.space", code="unknown_space")
+
+
 def check_no_cycle(conn: Conn, key: str, depends_on: list[str], at: str = "$") -> None:
-    """Refuse dependencies that would close a cycle: `key` must not be reachable from any of them."""
-    if key in depends_on:
+    """Refuse dependencies that would close a cycle: task `key` (scoped) must not be reachable from any of them
+    (keys of its own space)."""
+    space, plain = scope.split(key)
+    if plain in depends_on:
         raise Conflict("a task cannot depend on itself", field=f"{at}.depends_on", code="dependency_cycle")
-    if task_store.reaches(conn, depends_on, key):
+    if task_store.reaches(conn, scope.in_space(space, depends_on), key):
         raise Conflict(
-            f"depending on {', '.join(depends_on)} would close a cycle back to {key}",
+            f"depending on {', '.join(depends_on)} would close a cycle back to {plain}",
             field=f"{at}.depends_on",
             code="dependency_cycle",
+        )
+
+
+def check_deps_in_space(conn: Conn, key: str, depends_on: list[str], sight: Sight, at: str = "$") -> None:
+    """409 `depends_across_spaces` when a dependency of task `key` (scoped) is not declared in the task's space but
+    is, under that key, in another space or the public federation that the author sees (`sight`): a dependency is
+    always a task of the task's own space (a public task never waits on a space's task, so `ready` shows nothing of
+    one), and the author is told rather than left waiting on a task that is not the one it meant. Spaces the author
+    does not see are not asked: the answer reveals nothing of them."""
+    space, _ = scope.split(key)
+    missing = set(depends_on) - {scope.key_of(k) for k in task_store.held_keys(conn, scope.in_space(space, depends_on))}
+    if not missing:
+        return
+    others = [None, *sorted(sight.spaces)] if not sight.everything else [None]
+    elsewhere = [scope.scoped(s, dep) for dep in sorted(missing) for s in others if s != space]
+    found = task_store.held_keys(conn, elsewhere)
+    if found:
+        dep = scope.key_of(min(found))
+        raise Conflict(
+            f"task {dep} is a task of another space (or public): a task depends only on tasks of its own space",
+            field=f"{at}.depends_on",
+            code="depends_across_spaces",
         )
 
 
 def plan_declare(conn: Conn, fields: dict[str, Any], at: str = "$") -> tuple[sqlite3.Row | None, dict[str, Any]]:
     """Which of a declaration's fields change the task; returns (current row, changed fields).
 
-    `fields` holds the declaration's normalised task_key and whichever of title, depends_on, status and
-    checkpoint (a merge patch) were given. An empty result for an existing task means nothing changes,
-    so no event is appended: re-declaring a plan converges. Refuses a dependency cycle and a checkpoint
+    `fields` holds the declaration's normalised task_key, its `space` when it has one, and whichever of title,
+    depends_on, status and checkpoint (a merge patch) were given. An empty result for an existing task means
+    nothing changes, so no event is appended: re-declaring a plan converges. Refuses a dependency cycle and a checkpoint
     that would grow too large (errors name fields under `at`: `$.record` for a signed record).
     """
-    key = fields["task_key"]
+    key = scope.scoped(fields.get("space"), fields["task_key"])
     row = task_store.task_by_key(conn, key)
     current = task_now(row) if row is not None else None
     changed = changed_fields(fields, current)
@@ -164,7 +208,8 @@ def check_after_newest(conn: Conn, key: str, created_at: str) -> None:
     newest = event_store.newest_event_ms(conn, key)
     if newest is not None and parse_ms(created_at) <= newest:
         raise InvalidInput(
-            f"created_at must be after the newest event of task {key} held here; read the task and sign again",
+            f"created_at must be after the newest event of task {scope.key_of(key)} held here; read the task and"
+            " sign again",
             field="$.record.created_at",
             code="event_out_of_order",
         )

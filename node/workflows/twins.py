@@ -23,9 +23,11 @@ from typing import Any
 
 from identity import keys
 from identity.schema import MAX_DIRECTED
+from node.spaces.sight import kept_local
 from node.store import projections
 from node.store.conn import Conn
 from node.store.sealing import SealedRecord, sign_and_check
+from node.workflows import scope
 from node.workflows.store import tasks as task_store
 from node.workflows.store import twins as twin_store
 from wire.api import PostEntry, unsigned_entry
@@ -117,13 +119,15 @@ def notice_txn(
     if mine is None:
         return None
     sealed = sign_and_check(_notice_draft(conn, key, mine, home_node), node_key)
-    projections.append(conn, *sealed, origin="local", now_ms=now_ms)
+    projections.append(conn, *sealed, origin="local", now_ms=now_ms, scope=kept_local(scope.split(key)[0]))
     return sealed
 
 
 def _notice_draft(conn: Conn, key: str, mine: TaskTwin, home_node: str) -> dict[str, Any]:
-    """The notice entry, from the log alone: dated 1 ms after the newest event it speaks of."""
+    """The notice entry, from the log alone: dated 1 ms after the newest event it speaks of; in the task's space
+    (`key` is its scoped key), as every record of a task is."""
     newest = twin_store.newest_of(conn, key, (mine.twin_of, mine.identity), mine.home_node)
+    space, plain = scope.split(key)
     told = sorted({mine.declared_by, *mine.holders})[:MAX_DIRECTED]
     leased = (
         f" task, and the leases node {mine.home_node} granted on its own twin do not count there. Read the"
@@ -136,13 +140,14 @@ def _notice_draft(conn: Conn, key: str, mine: TaskTwin, home_node: str) -> dict[
         entry_type="task",
         performative="request",
         content=(
-            f"Task {key} has a twin. It was first declared on node {home_node} too (identity {mine.twin_of}),"
+            f"Task {plain} has a twin. It was first declared on node {home_node} too (identity {mine.twin_of}),"
             f" earlier than on node {mine.home_node} (identity {mine.identity}), so the key now resolves to that"
             + leased
         ),
         confidence=1.0,
         tags=[NOTICE_TAG],
         directed_to=told,
-        metadata={"task_key": key, "identity": mine.identity, "twin_of": mine.twin_of, "home_node": home_node},
+        metadata={"task_key": plain, "identity": mine.identity, "twin_of": mine.twin_of, "home_node": home_node},
+        space=space,
     )
     return unsigned_entry(body, mine.home_node, format_ms(newest + 1), [])

@@ -23,6 +23,7 @@ from typing import Any
 from identity import canonical, key_files, keys, records
 from node.features import LOG
 from node.ops.datadir import DataDir
+from node.spaces.sight import PUBLIC
 from node.store import db, projections
 from node.workflows.store.tasks import READY_SQL
 from scenarios.bench import corpus
@@ -95,11 +96,13 @@ def direct(db_path: Path, rounds: int, limit: int) -> tuple[list[float], list[st
     """Latencies of the node's ready query run directly with sqlite3, and its query plan."""
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     now = int(time.time() * 1000)
-    plan = [str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + READY_SQL, (-1, now, limit + 1))]
+    sql = READY_SQL.format(sight=PUBLIC.sql("space"))  # as an agent of no space asks it: public tasks only
+    params = (-1, now, None, None, limit + 1)
+    plan = [str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
     lat = []
     for _ in range(rounds):
         started = time.perf_counter()
-        conn.execute(READY_SQL, (-1, now, limit + 1)).fetchall()
+        conn.execute(sql, params).fetchall()
         lat.append(time.perf_counter() - started)
     conn.close()
     return lat, plan

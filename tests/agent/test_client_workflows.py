@@ -387,3 +387,31 @@ async def test_call_keeps_the_field_names_of_the_body_it_was_given(client: TestC
         with pytest.raises(BBSClientError) as err:
             await c.call("POST", "/v1/entries", dict, json={"record": ahead})
     assert (err.value.code, err.value.field) == ("clock_skew", "$.record.created_at")
+
+
+async def test_a_self_keyed_client_works_a_task_of_a_space(client: TestClient, node: Node, make_agent: Factory) -> None:
+    """A client holding its key signs its declaration and completion of a space's task with the space (format v3:
+    inside the signing bytes); the same key in public is another task."""
+    key, _ = await self_keyed(node, "roamer")
+    owner = await make_agent("owner")
+    async with Client(base(client), api_key=owner.api_key) as by_owner:
+        space = (await by_owner.call("POST", "/v1/spaces", dict, json={"name": "studio"}))["space_id"]
+        member = {"agent_id": key.did, "role": "writer"}
+        await by_owner.call("POST", f"/v1/spaces/{space}/members", dict, json=member)
+    async with Client(base(client), signing_key=key) as c:
+        inside = await c.declare_task(DeclareTask("mix", "Mix the track", space=space))
+        public = await c.declare_task(DeclareTask("mix", "A public mix"))
+        assert inside.space == space and public.space is None and inside.id != public.id
+        assert (await c.declare_task(DeclareTask("mix", "Mix the track", space=space))).id == inside.id  # unchanged
+        leased = await c.lease_task("mix", LeaseIn(seconds=60), space=space)
+        assert leased.lease is not None and leased.id == inside.id
+        done = await c.complete_task("mix", FinishIn(lease=leased.lease.lease_id), space=space)
+        assert (done.status, done.space) == ("done", space)
+        assert (await c.get_task("mix")).status == "pending"  # the public one
+    signed = await node.db.read(
+        lambda c: c.execute(
+            "SELECT body FROM records WHERE author_id = ? AND kind = 'task_event' ORDER BY seq", (key.did,)
+        ).fetchall()
+    )
+    spaces = [json.loads(body).get("space") for (body,) in signed]
+    assert spaces == [space, None, space]  # the declaration in the space, the public one, the completion

@@ -336,6 +336,15 @@ async def test_every_tool_with_every_parameter_answers_as_rest(
         dot = await d.ok("task", {"action": "graph", "format": "dot"})
         assert dot == await rest.task_graph_text(GraphQuery(format="dot"))
         await d.refused("task", {"action": "lease", "task": "publish", "seconds": 5}, "seconds")
+        # a task of the space: the key names it only with `space`; bob, not a member, sees none of it
+        own = await d.ok("task", {"action": "declare", "task": "draft", "title": "Our draft", "space": space})
+        assert own["space"] == space and own["id"] != done["id"]
+        got = await d.ok("task", {"action": "get", "task": "draft", "space": space})
+        assert got == own == lean(await rest.get_task("draft", space))
+        assert [t["id"] for t in (await d.ok("task", {"action": "ready", "space": space}))["tasks"]] == [own["id"]]
+        inside_graph = await d.ok("task", {"action": "graph", "space": space})
+        assert inside_graph == lean(await rest.task_graph(GraphQuery(space=space)))
+        assert own["id"] not in [n.id for n in (await bob_rest.task_graph()).nodes]
 
         # ---- reflect: session (a transcript, then a project's messages) and consolidate ----
         transcript = "We decided to keep the LRU policy, remember that.\nTODO next: benchmark the ingest path."

@@ -417,3 +417,31 @@ def test_messages_and_leases_signed_with_an_identity_file(
     code, out, err = bbs(capsys, "task", "complete", key, "--lease", lease, "--checkpoint", '{"ok": true}', *me)
     assert code == 0 and "done" in out, err
     assert refused(capsys, "task", "release", key, *me).startswith("bbs: ")
+
+
+def test_tasks_of_a_space_by_the_cli(
+    served: ServedNode, alice: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--space` on `bbs tasks` and `bbs task lease/complete`: a key names the space's task; a stranger sees none."""
+    code, out, err = bbs(capsys, "space", "create", "household")
+    assert code == 0, err
+    space = out.strip()
+    declare(served, alice["api_key"], {"key": "dishes", "title": "Wash up at home", "space": space})
+    declare(served, alice["api_key"], {"key": "dishes", "title": "A public dishes"})
+    code, out, _ = bbs(capsys, "tasks", "--space", space, "--json")
+    assert [(t["key"], t["space"]) for t in json.loads(out)["tasks"]] == [("dishes", space)]
+    code, out, _ = bbs(capsys, "tasks", "--graph", "--space", space, "--json")
+    assert [n["title"] for n in json.loads(out)["nodes"]] == ["Wash up at home"]
+    code, out, err = bbs(capsys, "task", "lease", "dishes", "--space", space, "--json")
+    leased = json.loads(out)
+    assert code == 0 and leased["space"] == space and leased["title"] == "Wash up at home"
+    lease = leased["lease"]["lease_id"]
+    code, out, _ = bbs(capsys, "task", "complete", "dishes", "--space", space, "--lease", lease, "--json")
+    assert code == 0 and json.loads(out)["status"] == "done"
+    public = json.loads(bbs(capsys, "tasks", "--json")[1])["tasks"]
+    assert ("dishes", None) in {(t["key"], t["space"]) for t in public}  # the public task is another one
+    stranger = served.create_agent(f"eve{time.monotonic_ns()}")
+    monkeypatch.setenv("BBS_API_KEY", stranger["api_key"])
+    assert refused(capsys, "tasks", "--space", space).startswith("bbs: unknown_space")
+    assert refused(capsys, "task", "lease", str(leased["id"])).startswith("bbs: task_not_found")
+    assert space not in bbs(capsys, "tasks", "--graph", "--json")[1]

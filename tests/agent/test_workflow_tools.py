@@ -94,3 +94,29 @@ async def test_tool_arguments_that_no_node_accepts_are_refused_by_name(served_no
             assert result.is_error and name in text and "Got more than" not in text, (tool, text)
         result = await mcp.call_tool("task", {"action": "lease", "task": "no-such-task"})
         assert result.is_error and "(argument task)" in result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_the_task_tool_works_inside_a_space(served_node: ServedNode) -> None:
+    """`space` on the task tool: declare, get, lease, complete and ready inside a space; a stranger sees none."""
+    owner, eve = served_node.create_agent("space-owner"), served_node.create_agent("space-eve")
+    async with (
+        Client(served_node.url, api_key=owner["api_key"]) as rest,
+        remote_session(served_node, owner["api_key"]) as mine,
+        remote_session(served_node, eve["api_key"]) as stranger,
+    ):
+        space = (await rest.call("POST", "/v1/spaces", dict, json={"name": "studio"}))["space_id"]
+        made = ok(await mine.call_tool("task", {"action": "declare", "task": "mix", "space": space}))
+        assert made["space"] == space
+        got = ok(await mine.call_tool("task", {"action": "get", "task": "mix", "space": space}))
+        assert got["id"] == made["id"]
+        ready = ok(await mine.call_tool("task", {"action": "ready", "space": space}))
+        assert [t["key"] for t in ready["tasks"]] == ["mix"]
+        leased = ok(await mine.call_tool("task", {"action": "lease", "task": "mix", "space": space}))
+        finish = {"action": "complete", "task": "mix", "space": space, "lease": leased["lease"]["lease_id"]}
+        assert ok(await mine.call_tool("task", finish))["status"] == "done"
+        for arguments in ({"action": "get", "task": "mix", "space": space}, {"action": "ready", "space": space}):
+            refused = await stranger.call_tool("task", arguments)
+            text = refused.content[0].text  # type: ignore[union-attr]
+            assert refused.is_error and ("task_not_found" in text or "unknown_space" in text), text
+        graph = ok(await stranger.call_tool("task", {"action": "graph"}))
+        assert made["id"] not in {n["id"] for n in graph["nodes"]}

@@ -1,5 +1,5 @@
 """The CI form of scenarios/spaces.py: one real `bbs serve` node, three spaces, agents over REST, MCP and the CLI;
-every check it names must hold (about 25 s)."""
+every check it names must hold (about 30 s)."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ import msgspec
 
 from identity import canonical, records
 from node.agents import service as agents
+from node.spaces.sight import OPERATOR
 from tests.sync.conftest import PeerNode
 from tests.sync.test_rotation import kinds
 from wire.api import SignedSubmission
@@ -80,7 +81,7 @@ async def test_a_rotated_agents_lease_and_re_signed_entry_reach_b_with_the_same_
     assert await kinds(a) == await kinds(b)  # the same records, byte for byte: both versions of the entry
     assert await shown(b, first) == (resigned["signature"], False)
     for key in ("t-before", "t-after"):
-        on_a, on_b = await a.node.workflows.task(key), await b.node.workflows.task(key)
+        on_a, on_b = await a.node.workflows.task(key, OPERATOR), await b.node.workflows.task(key, OPERATOR)
         assert on_b.lease is not None and on_b.lease.holder == writer
         assert (on_a.status, on_a.lease) == (on_b.status, on_b.lease), (key, msgspec.to_builtins(on_b))
     assert await a.digest() == await b.digest()

@@ -9,7 +9,9 @@ WHERE scope = 'local';
 CREATE INDEX records_space ON records(space) WHERE space IS NOT NULL;
 -- Those records are federated now (their author's own scope: an entry signed `local` stays local), and served only
 -- to peers that host their space. A space created before this release is hosted by its creation node alone
--- (migration 0036) until an admin names another, so nothing of it leaves the node until then.
+-- (migration 0036) until an admin names another, so nothing of it leaves the node until then. A space's task events
+-- and the node's own records in it (twin notices) stay local, as they are still stored (docs/decisions.md, 67).
 UPDATE records SET scope = 'federation'
-WHERE space IS NOT NULL AND scope = 'local'
+WHERE space IS NOT NULL AND scope = 'local' AND kind != 'task_event'
+  AND author_id IS NOT (SELECT value FROM node_meta WHERE key = 'node_id')
   AND coalesce(json_extract(CAST(body AS TEXT), '$.scope'), 'federation') = 'federation';

@@ -39,14 +39,15 @@ class EventRow(NamedTuple):
     expires_at: str | None
     expires_ms: int | None
     lease_ref: str | None
+    space: str | None = None  # the task's space; None: public (task_key is the scoped key: node/workflows/scope.py)
 
 
 def insert_event_txn(conn: Conn, row: EventRow) -> None:
     """Store one task event."""
     conn.execute(
         "INSERT INTO task_events (seq, hash, task_key, event, author_id, created_at, created_ms, node_id, title,"
-        " depends_on, status, checkpoint, holder, expires_at, expires_ms, lease_ref)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " depends_on, status, checkpoint, holder, expires_at, expires_ms, lease_ref, space)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         row,
     )
 

@@ -11,14 +11,16 @@ import json
 import sqlite3
 from typing import NamedTuple
 
+from node.spaces.sight import Sight
 from node.store.conn import Conn
 
 # The ready set: one range of the partial index `tasks_startable` (unmet = 0 AND open = 1), leases checked
-# against the reader's clock. INDEXED BY makes a plan that cannot use the index an error, not a slow scan.
+# against the reader's clock, then the read rule's condition on `space` ({sight}: `Sight.sql`). INDEXED BY makes a
+# plan that cannot use the index an error, not a slow scan.
 READY_SQL = (
-    "SELECT id, key, title, depends_on, checkpoint, home_node FROM tasks INDEXED BY tasks_startable"
+    "SELECT id, key, title, depends_on, checkpoint, home_node, space FROM tasks INDEXED BY tasks_startable"
     " WHERE unmet = 0 AND open = 1 AND id > ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?)"
-    " ORDER BY id LIMIT ?"
+    " AND {sight} AND (? IS NULL OR space = ?) ORDER BY id LIMIT ?"
 )
 
 
@@ -41,6 +43,7 @@ class TaskRow(NamedTuple):
     lease_expires_at: str | None
     lease_expires_ms: int | None
     open: int
+    space: str | None = None  # the task's space; None: public (`key` is the scoped key: node/workflows/scope.py)
 
 
 # ---- reads --------------------------------------------------------------------------------------------------
@@ -78,14 +81,26 @@ def waiting_on(conn: Conn, key: str) -> list[str]:
     ]
 
 
-def ready_rows(conn: Conn, now_ms: int, limit: int, after: int | None) -> list[sqlite3.Row]:
+def ready_rows(
+    conn: Conn, now_ms: int, limit: int, after: int | None, sight: Sight, space: str | None = None
+) -> list[sqlite3.Row]:
     """Up to `limit + 1` tasks that can start now (open, no unmet dependency, no live lease at `now_ms`) with an
-    id above `after`, in id order: one more than a page, so the caller sees whether there is more.
+    id above `after` and that `sight` sees (of `space` only, when given), in id order: one more than a page, so
+    the caller sees whether there is more.
 
     `tasks_startable` is a partial index over exactly the first two conditions, so the scan touches only
-    startable tasks and filters the (few) leased ones (READY_SQL).
+    startable tasks and filters the (few) leased ones and those of spaces the reader does not see (READY_SQL).
     """
-    return conn.execute(READY_SQL, (after if after is not None else -1, now_ms, limit + 1)).fetchall()
+    sql = READY_SQL.format(sight=sight.sql("space"))
+    return conn.execute(sql, (after if after is not None else -1, now_ms, space, space, limit + 1)).fetchall()
+
+
+def held_keys(conn: Conn, scoped_keys: list[str]) -> set[str]:
+    """Which of these scoped keys name a task held here."""
+    rows = conn.execute(
+        "SELECT key FROM tasks WHERE key IN (SELECT value FROM json_each(?))", (json.dumps(scoped_keys),)
+    ).fetchall()
+    return {str(r[0]) for r in rows}
 
 
 def reaches(conn: Conn, depends_on: list[str], key: str) -> bool:
@@ -99,26 +114,32 @@ def reaches(conn: Conn, depends_on: list[str], key: str) -> bool:
     return row is not None
 
 
-def graph_tasks(conn: Conn, limit: int) -> list[sqlite3.Row]:
-    """Up to `limit + 1` tasks in id order for drawing (one more than asked, so the caller sees a truncation),
-    each with `identity`: the hash of its key's earliest declaration (NULL when none is stored)."""
+def graph_tasks(conn: Conn, limit: int, sight: Sight, space: str | None = None) -> list[sqlite3.Row]:
+    """Up to `limit + 1` tasks that `sight` sees (of `space` only, when given) in id order for drawing (one more
+    than asked, so the caller sees a truncation), each with `identity`: the hash of its key's earliest declaration
+    (NULL when none is stored)."""
     return conn.execute(
-        "SELECT id, key, title, status, unmet, lease_holder, lease_expires_ms, (SELECT e.hash FROM task_events e"
-        "   WHERE e.task_key = tasks.key AND e.event = 'declare' ORDER BY e.created_ms, e.hash LIMIT 1) AS identity"
-        " FROM tasks ORDER BY id LIMIT ?",
-        (limit + 1,),
+        "SELECT id, key, title, status, unmet, lease_holder, lease_expires_ms, space, (SELECT e.hash FROM"
+        "   task_events e WHERE e.task_key = tasks.key AND e.event = 'declare' ORDER BY e.created_ms, e.hash"
+        f"   LIMIT 1) AS identity FROM tasks WHERE {sight.sql('space')} AND (? IS NULL OR space = ?)"
+        " ORDER BY id LIMIT ?",
+        (space, space, limit + 1),
     ).fetchall()
 
 
-def graph_edges(conn: Conn, last_id: int) -> list[tuple[str, str, int | None, int]]:
-    """The `precedes` edges into the tasks up to id `last_id`: (prerequisite key, task key, prerequisite id or
-    None when it is not declared, task id), by task id then prerequisite key."""
+def graph_edges(
+    conn: Conn, last_id: int, sight: Sight, space: str | None = None
+) -> list[tuple[str, str, int | None, int]]:
+    """The `precedes` edges into the tasks up to id `last_id` that `sight` sees (of `space` only, when given; a
+    prerequisite is of its task's space): (prerequisite scoped key, task scoped key, prerequisite id or None when
+    it is not declared, task id), by task id then prerequisite key."""
     return [
         (e[0], e[1], e[2], e[3])
         for e in conn.execute(
             "SELECT d.dep_key, t.key, u.id, t.id FROM tasks t JOIN task_deps d ON d.task_key = t.key"
-            " LEFT JOIN tasks u ON u.key = d.dep_key WHERE t.id <= ? ORDER BY t.id, d.dep_key",
-            (last_id,),
+            f" LEFT JOIN tasks u ON u.key = d.dep_key WHERE t.id <= ? AND {sight.sql('t.space')}"
+            " AND (? IS NULL OR t.space = ?) ORDER BY t.id, d.dep_key",
+            (last_id, space, space),
         )
     ]
 
@@ -130,8 +151,8 @@ def upsert_task_txn(conn: Conn, row: TaskRow) -> None:
     """Write a task's folded state (a new task starts with `unmet` 0: the recounts set it)."""
     conn.execute(
         "INSERT INTO tasks (id, key, title, status, depends_on, checkpoint, home_node, created_at, updated_at,"
-        " last_ms, lease_hash, lease_holder, lease_expires_at, lease_expires_ms, unmet, open)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)"
+        " last_ms, lease_hash, lease_holder, lease_expires_at, lease_expires_ms, unmet, open, space)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)"
         " ON CONFLICT (key) DO UPDATE SET title = excluded.title, status = excluded.status,"
         "   depends_on = excluded.depends_on, checkpoint = excluded.checkpoint, home_node = excluded.home_node,"
         "   created_at = excluded.created_at, updated_at = excluded.updated_at, last_ms = excluded.last_ms,"

@@ -282,6 +282,11 @@ async def test_spaces_and_a_spaces_members(
     await b.view(f"#/search?space={space}", "#results")  # the space picker narrows a search to the space
     assert await b.page.locator("select[name=space]").input_value() == space
     assert "the attic key" in await b.page.locator("#results").inner_text()
+    # the space's task on the task board: drawn as key@<space>, its row says which space
+    resp = await client.post("/v1/agent-workflows/tasks", json={"key": "chore", "space": space}, headers=alice.headers)
+    assert resp.status == 201, await resp.text()
+    await b.view("#/tasks", f'#task-graph svg g.node[data-key="chore@{space[:12]}"]')
+    assert f"in space {space[:12]}" in await b.page.locator('#tasks tr[data-key="chore"]').inner_text()
     admin = await open_browser()
     await admin.sign_in(data_dir[1])
     await admin.view("#/spaces", "#spaces tbody tr")

@@ -66,9 +66,11 @@ async def test_lease_expiry_and_bus_projects(node: Node, make_agent: MakeAgent) 
     alice, bob = await make_agent("alice"), await make_agent("bob")
     assert await node.db.read(lambda c: store.bus_projects(c, OPERATOR)) == []
     await seed_workflows(node, alice, bob)
-    expiry = await node.db.read(lambda c: store.lease_expiry(c, ["build", "docs", "legal"]))
-    assert set(expiry) == {"build", "docs"}  # legal is no task
-    assert expiry["build"] is not None and expiry["build"].endswith("Z") and expiry["docs"] is None
+    ids = await node.db.read(lambda c: dict(c.execute("SELECT key, id FROM tasks").fetchall()))
+    expiry = await node.db.read(lambda c: store.lease_expiry(c, [ids["build"], ids["docs"], 10**9]))
+    assert set(expiry) == {ids["build"], ids["docs"]}  # 10**9 is no task
+    build, docs = expiry[ids["build"]], expiry[ids["docs"]]
+    assert build is not None and build.endswith("Z") and docs is None
     projects = await node.db.read(lambda c: store.bus_projects(c, OPERATOR))
     assert [(p, n) for p, n, _ in projects] == [("garden", 1), ("kettle", 2)]
     assert projects[0][2] >= projects[1][2]

@@ -94,15 +94,3 @@ async def test_a_message_names_no_entry_its_readers_may_not_read(
     assert await record_count(node) == before
     inside = await send(client, owner, body="in the space", dependency_ids=[entry["record_hash"]], space=space)
     assert inside["dependency_ids"] == [entry["record_hash"]]
-
-
-async def test_a_task_in_a_space_is_refused_until_tasks_take_spaces(
-    client: TestClient, node: Node, make_agent: MakeAgent
-) -> None:
-    """Task events inside a space are not accepted yet (docs/spaces.md): the field is unknown, nothing stored."""
-    owner = await make_agent("owner")
-    space = await space_with(client, owner)
-    before = await record_count(node)
-    problem = await call(client, "POST", "/v1/agent-workflows/tasks", owner, 422, {"key": "roof", "space": space})
-    assert (problem["code"], problem["field"]) == ("validation_error", "$.space")
-    assert await record_count(node) == before

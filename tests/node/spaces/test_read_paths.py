@@ -37,10 +37,14 @@ class World:
     private: dict[str, Any]  # the space's entry
     public: dict[str, Any]  # a public entry the private one supports
     candidate: int | None = None  # a default-mode candidate of the space
+    task: dict[str, Any] | None = None  # a task of the space (its key and title hold SECRET), leased by the owner
 
     def leaks(self, text: str) -> bool:
-        """Whether an answer shows anything of the private entry."""
-        return any(mark in text for mark in (SECRET, self.private["record_hash"], f'"id": {self.private["id"]}'))
+        """Whether an answer shows anything of the private entry, or of the space's task."""
+        marks = [SECRET, self.private["record_hash"], f'"id": {self.private["id"]}']
+        if self.task is not None:
+            marks += [self.task["identity"], f'"id": {self.task["id"]},', str(self.task["lease"]["lease_id"])]
+        return any(mark in text for mark in marks)
 
     async def text(self, method: str, path: str, who: AgentCreds, body: Any = None, status: int | None = None) -> str:
         """The answer's text; of a refusal only its status and code (its detail echoes what the probe sent)."""
@@ -154,6 +158,49 @@ async def _reflect(w: World) -> str:
     return await w.text("POST", "/v1/default-mode/reflect-session", w.owner, {"session_id": "s1"})
 
 
+TASKS = "/v1/agent-workflows/tasks"
+
+
+def _task_refs(w: World) -> list[str]:
+    """Every way to name the space's task in a path: its id, its key, its key in the space."""
+    assert w.task is not None
+    return [str(w.task["id"]), w.task["key"], f"{w.task['key']}?space={w.space}"]
+
+
+async def _task(w: World) -> str:
+    return "".join([await w.text("GET", f"{TASKS}/{ref}", w.eve, status=404) for ref in _task_refs(w)])
+
+
+async def _task_lists(w: World) -> str:
+    """The ready set and the graph in every format: the public task only; a space filter is 404 `unknown_space`."""
+    out = await w.text("GET", f"{TASKS}/ready", w.eve, status=200)
+    out += await w.text("GET", f"{TASKS}/ready?space={w.space}", w.eve, status=404)
+    for fmt in ("json", "dot", "mermaid"):
+        out += await w.text("GET", f"/v1/agent-workflows/graph?format={fmt}", w.eve, status=200)
+    out += await w.text("GET", f"/v1/agent-workflows/graph?space={w.space}", w.eve, status=404)
+    assert "open-task" in out, out  # the probe is not blind: the public task shows
+    return out
+
+
+async def _task_board(w: World) -> str:
+    out = await w.text("GET", "/dashboard/api/tasks", w.eve, status=200)
+    out += await w.text("GET", "/dashboard/api/tasks/graph.svg", w.eve, status=200)
+    assert "open-task" in out, out
+    return out
+
+
+async def _task_writes(w: World) -> str:
+    """Lease, release and complete the space's task, and declare into the space: all 404, nothing of it shown."""
+    assert w.task is not None
+    out = ""
+    for action in ("lease", "release", "complete"):
+        for ref in _task_refs(w):
+            path, _, query = ref.partition("?")
+            out += await w.text("POST", f"{TASKS}/{path}/{action}" + (f"?{query}" if query else ""), w.eve, {}, 404)
+    body = {"key": w.task["key"], "space": w.space, "depends_on": [w.task["key"]]}
+    return out + await w.text("POST", TASKS, w.eve, body, status=404)
+
+
 PROBES: dict[str, Probe] = {
     "GET /v1/entries/{ref}": _entry_by_hash_with_hops,
     "GET /v1/entries": _entries,
@@ -176,10 +223,21 @@ PROBES: dict[str, Probe] = {
     "GET /v1/default-mode/candidates/{candidate_id}": _candidates,
     "GET /v1/default-mode/candidates/{candidate_id}/draft": _candidates,
     "GET /dashboard/api/bus/projects": _bus_projects,
+    "GET /v1/agent-workflows/tasks/{task_id}": _task,
+    "GET /v1/agent-workflows/tasks/ready": _task_lists,
+    "GET /v1/agent-workflows/graph": _task_lists,
+    "GET /dashboard/api/tasks": _task_board,
+    "GET /dashboard/api/tasks/graph.svg": _task_board,
+    "POST /v1/agent-workflows/tasks": _task_writes,
+    "POST /v1/agent-workflows/tasks/{task_id}/lease": _task_writes,
+    "POST /v1/agent-workflows/tasks/{task_id}/release": _task_writes,
+    "POST /v1/agent-workflows/tasks/{task_id}/complete": _task_writes,
 }
 
 NO_ENTRY = "shows no entry, and names none"
-WORKFLOWS = "task events are not accepted in a space yet: nothing of a space can be here"
+PEER_TASKS = (
+    "peers only: a peer names public tasks (a key holds no space) and a task event of a space is refused (too_new)"
+)
 DEFAULT_MODE = "acts on a candidate the caller may see (404 otherwise: tests/node/spaces/test_default_mode.py)"
 SYNC = "a space's records are stored with scope local, which the sync feed, fetch, reconciliation and digest leave out"
 OPERATOR = "the node's admin only: the operator reads every space it holds (docs/spaces.md, threat model)"
@@ -212,12 +270,7 @@ NO_ENTRIES: dict[str, str] = {
     "GET /v1/sync/changes": SYNC, "POST /v1/sync/fetch": SYNC, "POST /v1/sync/reconcile": SYNC,
     "GET /v1/sync/digest": SYNC,
     "POST /v1/agent-workflows/messages": "sends; a message names no space's entry (its addressee must read it)",
-    "POST /v1/agent-workflows/tasks": WORKFLOWS, "GET /v1/agent-workflows/tasks/ready": WORKFLOWS,
-    "GET /v1/agent-workflows/tasks/{task_id}": WORKFLOWS, "POST /v1/agent-workflows/tasks/{task_id}/lease": WORKFLOWS,
-    "POST /v1/agent-workflows/tasks/{task_id}/release": WORKFLOWS,
-    "POST /v1/agent-workflows/tasks/{task_id}/complete": WORKFLOWS, "GET /v1/agent-workflows/graph": WORKFLOWS,
-    "POST /v1/agent-workflows/peer/lease": WORKFLOWS, "POST /v1/agent-workflows/peer/task-event": WORKFLOWS,
-    "GET /dashboard/api/tasks": WORKFLOWS, "GET /dashboard/api/tasks/graph.svg": WORKFLOWS,
+    "POST /v1/agent-workflows/peer/lease": PEER_TASKS, "POST /v1/agent-workflows/peer/task-event": PEER_TASKS,
     "POST /v1/default-mode/critic": DEFAULT_MODE, "POST /v1/default-mode/promote/{candidate_id}": DEFAULT_MODE,
     "POST /v1/default-mode/candidates/{candidate_id}/review": DEFAULT_MODE,
     "POST /v1/default-mode/simulate-future": DEFAULT_MODE, "POST /v1/default-mode/stakeholder-simulation": DEFAULT_MODE,
@@ -258,6 +311,11 @@ async def test_no_route_shows_a_space_entry_to_a_non_member(
     message = {"message_type": "note", "body": f"the {SECRET} plan", "project": f"{SECRET}-bus", "space": space}
     await call(client, "POST", "/v1/agent-workflows/messages", owner, 201, message)
     world = World(client, owner, eve, space, private, public)
+    task = {"key": f"{SECRET}-task", "title": f"the {SECRET} job", "space": space}
+    await call(client, "POST", "/v1/agent-workflows/tasks", owner, 201, task)
+    world.task = await call(client, "POST", f"/v1/agent-workflows/tasks/{SECRET}-task/lease?space={space}", owner, 201)
+    await call(client, "POST", "/v1/agent-workflows/tasks", owner, 201, {"key": f"{SECRET}-ready", "space": space})
+    await call(client, "POST", "/v1/agent-workflows/tasks", eve, 201, {"key": "open-task"})
     made = await call(client, "POST", "/v1/default-mode/consolidate", owner, 201, {"space": space, "tags": ["attic"]})
     assert private["record_hash"] in made["evidence_refs"]
     world.candidate = made["id"]

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp.test_utils import TestClient
 
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from node.workflows import graph
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.workflows.helpers import SEED_PLAN, declare, lease
@@ -17,7 +18,7 @@ MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
 async def built(node: Node, limit: int = 100) -> Graph:
     now = node.now_ms()
-    return await node.db.read(lambda c: graph.build(c, now, limit))
+    return await node.db.read(lambda c: graph.build(c, now, limit, OPERATOR))
 
 
 async def test_the_seed_plan_as_a_graph(

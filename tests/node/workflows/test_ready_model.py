@@ -10,6 +10,7 @@ import pytest
 from identity.schema import TaskStatus
 from node.errors import Conflict
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from node.workflows.service import Workflows
 from tests.conftest import FakeClock
 from wire.workflows import DeclareTask, FinishIn, LeaseIn
@@ -45,7 +46,7 @@ class Model:
 
 async def own_token(wf: Workflows, key: str, who: str) -> str | None:
     """The fencing token of `who`'s live lease on the task, as the lease answer gave it (None without one)."""
-    task = await wf.task(key)
+    task = await wf.task(key, OPERATOR)
     return task.lease.lease_id if task.lease is not None and task.lease.holder == who else None
 
 
@@ -119,5 +120,5 @@ async def test_ready_and_leases_match_the_model(node: Node, clock: FakeClock, se
                     model.status[key] = "done"
         elif op == "wait":
             clock.advance(rng.choice([1, 29, 31, 61, 301]))
-        page = await wf.ready(limit=1000)
+        page = await wf.ready(OPERATOR, limit=1000)
         assert {t.key for t in page.tasks} == model.ready(clock()), (op, key)

@@ -10,6 +10,7 @@ import pytest
 from identity import canonical, keys, records
 from node.errors import NotFound
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from node.store import projections
 from node.workflows import relay
 from tests.conftest import AgentCreds
@@ -44,10 +45,10 @@ async def test_which_tasks_and_fields_the_home_node_decides(node: Node, make_age
     home = await _remote_task(node, "remote")
     await node.workflows.declare((await make_agent("boss")).agent_id, DeclareTask(key="here"))
     read = node.db.read
-    assert await read(lambda c: relay.homed_elsewhere(c, "remote", node.node_id)) == ("remote", home)
-    assert await read(lambda c: relay.homed_elsewhere(c, "here", node.node_id)) is None
+    assert await read(lambda c: relay.homed_elsewhere(c, "remote", None, None, node.node_id)) == ("remote", home)
+    assert await read(lambda c: relay.homed_elsewhere(c, "here", None, None, node.node_id)) is None
     with pytest.raises(NotFound):
-        await read(lambda c: relay.homed_elsewhere(c, "missing", node.node_id))
+        await read(lambda c: relay.homed_elsewhere(c, "missing", None, None, node.node_id))
     for fields, expected in (
         ({"task_key": "remote", "title": "T", "depends_on": []}, None),  # anyone's to change, here
         ({"task_key": "remote", "status": "cancelled"}, home),
@@ -73,4 +74,4 @@ async def test_drafts_are_dated_after_every_event_held_and_stored_once(node: Nod
     await node.db.write(lambda c: relay.store_txn(c, sealed, worker.agent_id, ("key-1", "task_complete"), now))
     await node.db.write(lambda c: relay.store_txn(c, sealed, worker.agent_id, ("key-1", "task_complete"), now))
     assert await count_records(node, "task_event") == before + 1
-    assert (await node.workflows.task("remote")).status == "done"
+    assert (await node.workflows.task("remote", OPERATOR)).status == "done"

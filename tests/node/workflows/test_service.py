@@ -10,6 +10,7 @@ import pytest
 from identity import keys, records
 from node.errors import Forbidden, InvalidInput
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import self_signer
 from tests.node.workflows.helpers import count_records
@@ -26,11 +27,11 @@ async def test_declare_lease_and_complete_a_task(node: Node, make_agent: MakeAge
     assert created and task.status == "pending" and task.home_node == node.node_id
     same, created_again = await node.workflows.declare(alice.agent_id, DeclareTask(key="write-adr"))
     assert (same.id, created_again) == (task.id, False)
-    assert [t.key for t in (await node.workflows.ready()).tasks] == ["write-adr"]
+    assert [t.key for t in (await node.workflows.ready(OPERATOR)).tasks] == ["write-adr"]
 
     leased, granted = await node.workflows.lease(bob.agent_id, "write-adr", LeaseIn(seconds=60))
     assert granted and leased.lease is not None and leased.lease.holder == bob.agent_id
-    assert (await node.workflows.ready()).tasks == []
+    assert (await node.workflows.ready(OPERATOR)).tasks == []
     with pytest.raises(Forbidden) as for_other:
         await node.workflows.lease(alice.agent_id, "write-adr", LeaseIn(agent="bob"))
     assert for_other.value.code == "lease_for_other"
@@ -43,7 +44,7 @@ async def test_declare_lease_and_complete_a_task(node: Node, make_agent: MakeAge
     assert (await node.workflows.complete(bob.agent_id, "write-adr", FinishIn(), "done-1")).status == "done"
     assert await count_records(node, "task_event") == events  # a retry of the same key appends nothing
     clock.advance(120)
-    assert (await node.workflows.task("write-adr")).status == "done"
+    assert (await node.workflows.task("write-adr", OPERATOR)).status == "done"
 
 
 async def test_a_task_event_its_agent_signed(node: Node) -> None:

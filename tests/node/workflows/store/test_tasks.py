@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from identity import keys
+from node.spaces.sight import OPERATOR, PUBLIC, Sight
 from node.store.conn import Conn
 from node.store.db import Database
 from node.workflows.store import tasks
@@ -81,7 +82,7 @@ async def test_the_ready_set_is_open_unblocked_and_unleased_tasks_a_page_at_a_ti
     await depend(db, "e", ["missing"])
 
     async def ready(limit: int, after: int | None = None) -> list[str]:
-        return [r["key"] for r in await db.read(lambda c: tasks.ready_rows(c, now, limit, after))]
+        return [r["key"] for r in await db.read(lambda c: tasks.ready_rows(c, now, limit, after, OPERATOR))]
 
     assert await ready(10) == ["a", "d", "f"]
     assert await ready(1) == ["a", "d"]  # a page and one more
@@ -90,8 +91,14 @@ async def test_the_ready_set_is_open_unblocked_and_unleased_tasks_a_page_at_a_ti
 
 async def test_ready_is_one_index_range(db: Database) -> None:
     await store(db, task_row(1, "x"))
-    plan = await db.read(lambda c: [r[-1] for r in c.execute("EXPLAIN QUERY PLAN " + tasks.READY_SQL, (-1, T0, 101))])
-    assert plan == ["SEARCH tasks USING INDEX tasks_startable (id>?)"]
+    for sight in (OPERATOR, PUBLIC, Sight(frozenset({"a" * 64, "b" * 64}))):  # the read rule filters the range
+        sql = "EXPLAIN QUERY PLAN " + tasks.READY_SQL.format(sight=sight.sql("space"))
+
+        def plan_of(c: Conn, sql: str = sql) -> list[str]:
+            return [r[-1] for r in c.execute(sql, (-1, T0, None, None, 101))]
+
+        plan = await db.read(plan_of)
+        assert plan == ["SEARCH tasks USING INDEX tasks_startable (id>?)"]
 
 
 async def test_reaches_follows_stored_dependencies_transitively(db: Database) -> None:
@@ -114,13 +121,15 @@ async def test_graph_rows_carry_their_identity_and_edges_resolve_declared_prereq
         declare(author, node.did, T0, key="build"),
         declare(author, node.did, T0 + 1, key="deploy", depends_on=["build", "test"]),
     )
-    rows = await db.read(lambda c: tasks.graph_tasks(c, 5))
+    rows = await db.read(lambda c: tasks.graph_tasks(c, 5, OPERATOR))
     assert [(r["key"], r["unmet"]) for r in rows] == [("build", 0), ("deploy", 2)]
     assert rows[0]["identity"] == build
-    assert [r["key"] for r in await db.read(lambda c: tasks.graph_tasks(c, 1))] == ["build", "deploy"]  # one more
+    one_more = await db.read(lambda c: tasks.graph_tasks(c, 1, OPERATOR))
+    assert [r["key"] for r in one_more] == ["build", "deploy"]  # a page and one more
     ids = {r["key"]: r["id"] for r in rows}
-    edges = await db.read(lambda c: tasks.graph_edges(c, ids["deploy"]))
+    edges = await db.read(lambda c: tasks.graph_edges(c, ids["deploy"], OPERATOR))
     assert edges == [("build", "deploy", ids["build"], ids["deploy"]), ("test", "deploy", None, ids["deploy"])]
-    assert await db.read(lambda c: tasks.graph_edges(c, ids["build"])) == []  # edges into later tasks: not read
+    # edges into later tasks: not read
+    assert await db.read(lambda c: tasks.graph_edges(c, ids["build"], OPERATOR)) == []
     await store(db, task_row(99, "drawn-late"))  # a task with no declaration stored draws no identity
-    assert (await db.read(lambda c: tasks.graph_tasks(c, 5)))[-1]["identity"] is None
+    assert (await db.read(lambda c: tasks.graph_tasks(c, 5, OPERATOR)))[-1]["identity"] is None
