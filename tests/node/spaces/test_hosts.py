@@ -231,3 +231,44 @@ def test_the_migration_makes_the_node_of_creation_host_the_spaces_created_here(
     assert db.migrate(conn) >= 36
     assert [tuple(r) for r in conn.execute("SELECT space_id, node_id FROM space_hosts")] == [(here, NODE_C)]
     conn.close()
+
+
+def test_the_migration_federates_a_spaces_records_but_its_tasks_and_what_was_signed_local(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0037 on a database of before it: each record's space is filled in; a space's records stored `local` by part 1
+    become federated, but for its task events, the node's own records in it (twin notices) and an entry its author
+    signed `local`; public records keep theirs."""
+    conn = db.connect(tmp_path / "node.sqlite", log=LOG)
+    every = db.migrations()
+    monkeypatch.setattr(db, "migrations", lambda: [m for m in every if m[0] < 37])
+    db.migrate(conn)
+    monkeypatch.setattr(db, "migrations", lambda: every)
+    space = "c" * 64
+    rows = [  # (hash, kind, author, scope, body)
+        ("01", "space", "did:key:zowner", "local", {"kind": "space"}),
+        ("02", "entry", "did:key:zowner", "local", {"kind": "entry", "space": space, "scope": "federation"}),
+        ("03", "entry", "did:key:zowner", "local", {"kind": "entry", "space": space, "scope": "local"}),
+        ("04", "task_event", "did:key:zowner", "local", {"kind": "task_event", "space": space}),
+        ("05", "entry", NODE_C, "local", {"kind": "entry", "space": space, "scope": "federation"}),
+        ("06", "entry", "did:key:zowner", "federation", {"kind": "entry", "scope": "federation"}),
+    ]
+    with db.transaction(conn, immediate=True):
+        conn.execute("INSERT INTO node_meta (key, value) VALUES ('node_id', ?)", (NODE_C,))
+        for record_hash, kind, author, scope, body in rows:
+            conn.execute(
+                "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin,"
+                " received_ms, body) VALUES (?, ?, ?, ?, '2026-01-01T00:00:00Z', 0, ?, 'local', 0, ?)",
+                (record_hash, record_hash, kind, author, scope, json.dumps(body).encode()),
+            )
+    assert db.migrate(conn) >= 37
+    got = [tuple(r) for r in conn.execute("SELECT hash, space, scope FROM records ORDER BY hash")]
+    assert got == [
+        ("01", "01", "federation"),  # a creation is its own space
+        ("02", space, "federation"),
+        ("03", space, "local"),  # signed local by its author
+        ("04", space, "local"),  # a task event of a space stays on its node
+        ("05", space, "local"),  # the node's own (a twin notice)
+        ("06", None, "federation"),
+    ]
+    conn.close()
