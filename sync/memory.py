@@ -177,7 +177,7 @@ class MemoryStore:
         )
 
     async def refused(self, versions: list[str]) -> set[str]:
-        return self.rejected.intersection(versions)
+        return self.rejected.intersection(versions) | self.index.keys() & set(versions)
 
     async def reconcile_wanted(self) -> set[str]:
         return set()  # nothing here waits, so nothing is dropped

@@ -145,8 +145,9 @@ class SyncStore(Protocol):
         ...
 
     async def refused(self, versions: list[str]) -> set[str]:
-        """Those of `versions` this store refused or evicted (two better versions of their address are held):
-        reconciliation does not fetch them again."""
+        """Those of `versions` this store refused or evicted (two better versions of their address are held), or
+        holds already (outside the set it reconciles with a peer: a space it no longer serves that peer, while the
+        peer still counts it a host): reconciliation does not fetch them."""
         ...
 
     async def reconcile_wanted(self) -> set[str]:

@@ -181,7 +181,9 @@ class NodeSyncStore:
                 | waiting.held(c, versions)
                 | set(waiting.void(c, versions))
                 | void.flagged_versions(c, versions)
-            )  # held, flagged void: outside our set, never fetched again
+                | held_versions(c, versions)
+            )  # held, flagged void: outside our set, never fetched again; in the log already (a space this node
+            # serves the peer no more, while the peer still counts it a host: docs/sync.md, "Spaces")
         )
 
     async def reconcile_wanted(self) -> set[str]:
@@ -766,6 +768,14 @@ def upgrade_cursor_txn(conn: Conn, peer_id: str) -> None:
 def note_sync_version_txn(conn: Conn, peer_id: str, sync_version: int) -> None:
     """The protocol version this node now speaks with a peer (`bbs peers` shows it)."""
     conn.execute("UPDATE peers SET sync_version = ? WHERE node_id = ?", (sync_version, peer_id))
+
+
+def held_versions(conn: Conn, versions: list[str]) -> set[str]:
+    """Those of `versions` the log holds."""
+    rows = conn.execute(
+        "SELECT version FROM records WHERE version IN (SELECT value FROM json_each(?))", (_json(versions),)
+    )
+    return {str(r[0]) for r in rows.fetchall()}
 
 
 def store_epoch(conn: Conn) -> str:

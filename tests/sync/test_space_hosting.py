@@ -90,6 +90,10 @@ async def test_a_late_host_gets_the_backlog_and_a_former_host_nothing_new(make_p
     await b.puller().pull_once(a.config)
     await b.puller().reconcile(a.config)
     assert await space_versions(b, space) == b_before and late not in await b.hashes()  # nothing new
+    # B is not served its own removal, so it still counts A and itself hosts and serves A the space: A finds those
+    # records in its reconciliation with B, and fetches none of them (it holds them)
+    report = await a.puller().reconcile(b.config)
+    assert report.need == len(b_before) and report.outcomes == []
     # C's feed brings what came after its cursor, which C cannot decide alone (the creation is not held): refused,
     # never remembered; reconciliation over the spaces both host then brings the whole backlog at once
     await c.puller().pull_once(a.config)
