@@ -131,3 +131,33 @@ async def test_an_operators_filter_limits_what_a_peer_is_served_and_what_is_take
     await set_filter(b, a, None)  # no filter: every space both host
     await b.puller().reconcile(a.config)
     assert await space_versions(b, space) == await space_versions(a, space)
+
+
+async def test_running_nodes_deliver_a_space_to_a_late_host_without_waiting_for_the_reconciliation_round(
+    make_peer: Any,
+) -> None:
+    """Three nodes with their schedulers running: the hosting record naming C wakes C's reconciliation with A at once,
+    so C holds the space's backlog long before the 300 s reconciliation round; B keeps it; nothing reaches C before."""
+    from tests.sync.test_federation import eventually
+
+    a, b, c = [await make_peer(n, scheduler=True) for n in "abc"]
+    for one, other in ((a, b), (b, a), (a, c), (c, a)):
+        await one.add_peer(other)
+    owner = await a.agent("owner")
+    space = (await a.node.spaces.create(owner, "family", "")).space_id
+    await a.node.spaces.set_host(owner, space, b.node_id, "host")
+    for n in range(3):
+        await post_in(a, owner, f"family note {n}", space)
+    news = await a.post(owner, "public news")
+
+    async def b_and_c_caught_up() -> bool:
+        return news in await c.hashes() and await space_versions(b, space) == await space_versions(a, space)
+
+    await eventually(b_and_c_caught_up)
+    assert await space_versions(c, space) == set()
+    await a.node.spaces.set_host(owner, space, c.node_id, "host")
+
+    async def c_holds_the_space() -> bool:
+        return await space_versions(c, space) == await space_versions(a, space)
+
+    await eventually(c_holds_the_space)  # a bound for a broken build: the round is 300 s, this waits at most 20
