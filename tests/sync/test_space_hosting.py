@@ -161,3 +161,19 @@ async def test_running_nodes_deliver_a_space_to_a_late_host_without_waiting_for_
         return await space_versions(c, space) == await space_versions(a, space)
 
     await eventually(c_holds_the_space)  # a bound for a broken build: the round is 300 s, this waits at most 20
+
+
+async def test_a_peer_speaking_v2_is_served_nothing_of_a_space_even_as_its_host(make_peer: Any) -> None:
+    """Mixed versions (docs/format-v3.md 8.2): a record of a space is no v2-compatible form, so a host speaking
+    protocol v2 gets none of it through the feed, fetch or reconciliation (it could store none); at v3 it gets all."""
+    from tests.sync.test_compat import reconcile_need, signed
+
+    a, b, _c, space, _owner = await federation(make_peer)
+    held = await space_versions(a, space)
+    for v, expected in ((2, set()), (3, held)):
+        status, page = await signed(b, a, "GET", f"/v1/sync/changes?since=0&v={v}&limit=1000")
+        assert status == 200, page
+        assert {item["version"] for item in page["items"]} & held == expected
+        status, reply = await signed(b, a, "POST", "/v1/sync/fetch", {"type": "fetch", "v": v, "hashes": sorted(held)})
+        assert status == 200 and {item["version"] for item in reply["items"]} == expected
+        assert await reconcile_need(b, a, v) & held == expected
