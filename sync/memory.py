@@ -116,6 +116,8 @@ class MemoryStore:
         hosts = self.hosts.get(space, frozenset()) if space is not None else frozenset()
         if space is None:
             return True
+        if peer_id is not None and _names(body, peer_id):  # a hosting record naming the peer: as the node serves
+            return True
         return peer_id is not None and may_receive(self.node_id, space, hosts) and may_receive(peer_id, space, hosts)
 
     async def position(self) -> tuple[str, int]:
@@ -292,6 +294,12 @@ def _space_of(address: str, body: bytes) -> str | None:
         return address
     space = record.get("space")
     return space if isinstance(space, str) else None
+
+
+def _names(body: bytes, node_id: str) -> bool:
+    """Whether a stored record is a hosting record naming `node_id`."""
+    record = msgspec.json.decode(body)
+    return isinstance(record, dict) and record.get("kind") == "space_host" and record.get("node") == node_id
 
 
 def _targets(v: Verified) -> list[str]:

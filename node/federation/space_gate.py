@@ -9,7 +9,8 @@ Everything else is refused with a stable reason, counted against the peer and ne
 offers it again once it can count (the space's creation, or this node's hosting record, arrived meanwhile):
 
 - `filtered`: the operator's filter of this peer leaves the space out (`bbs peer add --spaces`);
-- `not_hosted`: this node does not host the space (nothing of it is stored: docs/spaces.md);
+- `not_hosted`: this node does not host the space (nothing of it is stored: docs/spaces.md), but for a valid
+  hosting record naming this node of a space it holds: the one that removes it, which it takes to stop hosting;
 - `space_undecided`: the record waits for what it depends on (`Decision.waits_for`: the creation, a prior, the
   author's addition, a key, the pages of a vouch), which a later batch or reconciliation brings;
 - the reason `resolve` gives a void record (`not_a_member`, `not_a_writer`, `unauthorized_membership`, ...).
@@ -83,9 +84,13 @@ def _judge_space(conn: Conn, node_id: str, space: str, items: list[Verified]) ->
     judged = resolved.spaces.get(space)
     created_here = node_id if space_store.created_here(conn, space) else None
     hosts = hosting(judged.hosts, created_here, judged.host_chains) if judged is not None else frozenset()
-    if node_id not in hosts:
+    if node_id not in hosts:  # but a valid hosting record naming this node: it learns it was removed
         detail = "this node does not host the space" if judged is not None else "the space is not held here"
-        return [(v, NOT_HOSTED, detail) for v in items]
+        return [
+            (v, NOT_HOSTED, detail)
+            for v in items
+            if judged is None or v.record.get("node") != node_id or resolved.decisions[v.version].verdict != "valid"
+        ]
     out: list[tuple[Verified, str, str]] = []
     for v in items:
         decision = resolved.decisions[v.version]

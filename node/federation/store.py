@@ -54,15 +54,22 @@ log = logging.getLogger("bbs.sync")
 # federated record).
 FETCH_SQL = (
     "SELECT hash, version, body FROM records WHERE +scope = 'federation' AND seq NOT IN (SELECT seq FROM void_records)"
-    " AND (space IS NULL OR space IN (SELECT value FROM json_each(:served)))"
+    " AND (space IS NULL OR space IN (SELECT value FROM json_each(:served))"
+    "   OR (kind = 'space_host' AND json_extract(CAST(body AS TEXT), '$.node') = :peer"
+    "     AND (:allowed IS NULL OR space IN (SELECT value FROM json_each(:allowed)))))"
     " AND seq IN ("
     "   SELECT seq FROM records WHERE hash IN (SELECT value FROM json_each(:ids))"
     "   UNION SELECT seq FROM records WHERE version IN (SELECT value FROM json_each(:ids)))"
     " ORDER BY seq"
 )
-# A record is served to a peer when it is public or of a space both nodes host (`served_spaces`): the condition every
-# answer to a peer carries (docs/sync.md, "Spaces").
-SERVED = "(space IS NULL OR space IN (SELECT value FROM json_each(:served)))"
+# A record is served to a peer when it is public or of a space both nodes host (`served_spaces`), or a hosting record
+# naming the peer (so a node learns that it was named a host, or no longer is): the condition every answer to a peer
+# carries (docs/sync.md, "Spaces").
+SERVED = (
+    "(space IS NULL OR space IN (SELECT value FROM json_each(:served))"
+    " OR (kind = 'space_host' AND json_extract(CAST(body AS TEXT), '$.node') = :peer"
+    "   AND (:allowed IS NULL OR space IN (SELECT value FROM json_each(:allowed)))))"
+)
 
 
 class NodeSyncStore:
@@ -93,12 +100,7 @@ class NodeSyncStore:
                 "SELECT seq, hash, version, body, seq IN (SELECT seq FROM void_records) FROM records"
                 f" WHERE scope = 'federation' AND seq > :since AND origin IS NOT :peer AND {SERVED}"
                 " ORDER BY seq LIMIT :limit",
-                {
-                    "since": since,
-                    "peer": exclude_origin,
-                    "limit": limit,
-                    "served": _served(conn, self.node_id, exclude_origin),
-                },
+                {"since": since, "limit": limit, **_serving(conn, self.node_id, exclude_origin)},
             ).fetchall()
             scanned = [(int(r[0]), r[1], r[2], bytes(r[3])) for r in rows]
             more = len(scanned) == limit and scanned[-1][0] < head
@@ -143,7 +145,7 @@ class NodeSyncStore:
         def run(conn: Conn) -> list[tuple[str, str, bytes]]:
             rows = conn.execute(
                 FETCH_SQL,
-                {"ids": _json(ids), "served": _served(conn, self.node_id, peer_id)},
+                {"ids": _json(ids), **_serving(conn, self.node_id, peer_id)},
             ).fetchall()
             found = [(r[0], r[1], bytes(r[2])) for r in rows]
             return [item for item in found if compat.servable(v, item[1], item[2])]
@@ -162,7 +164,7 @@ class NodeSyncStore:
                 # the peer does not host, or this node does not (`served_spaces`)
                 "SELECT created_ms, version FROM records WHERE +scope = 'federation' AND created_ms >= 0"
                 f" AND seq NOT IN (SELECT seq FROM void_records) AND {SERVED} ORDER BY created_ms, version",
-                {"served": _served(conn, self.node_id, peer_id)},
+                _serving(conn, self.node_id, peer_id),
             ).fetchall()
             if v != PROTOCOL_VERSION:
                 keep = servable_versions(conn, v, [h for _, h in rows])
@@ -350,8 +352,14 @@ def peer_filter(conn: Conn, peer_id: str) -> frozenset[str] | None:
     return None if row is None or row[0] is None else frozenset(json.loads(row[0]))
 
 
-def _served(conn: Conn, node_id: str, peer_id: str | None) -> str:
-    return _json(served_spaces(conn, node_id, peer_id))
+def _serving(conn: Conn, node_id: str, peer_id: str | None) -> dict[str, str | None]:
+    """The parameters of `SERVED` for an answer to `peer_id`: the spaces served, the peer, its operator's filter."""
+    allowed = None if peer_id is None else peer_filter(conn, peer_id)
+    return {
+        "served": _json(served_spaces(conn, node_id, peer_id)),
+        "peer": peer_id,
+        "allowed": None if allowed is None else _json(sorted(allowed)),
+    }
 
 
 def check_peer_url(url: str) -> None:

@@ -2,7 +2,7 @@
 nodes on loopback, a space on A hosted by A and B. B receives all of it through the feed, and its projection holds
 the space; C, peered with A for the public federation, gets no record, address or count of it through the changes
 feed, fetch by hash, reconciliation or the digest. A node named a host late gets the whole backlog by
-reconciliation; a node that stops hosting is served nothing new."""
+reconciliation; a node that stops hosting is served nothing new but the record that removes it."""
 
 from __future__ import annotations
 
@@ -89,11 +89,16 @@ async def test_a_late_host_gets_the_backlog_and_a_former_host_nothing_new(make_p
     b_before = await space_versions(b, space)
     await b.puller().pull_once(a.config)
     await b.puller().reconcile(a.config)
-    assert await space_versions(b, space) == b_before and late not in await b.hashes()  # nothing new
-    # B is not served its own removal, so it still counts A and itself hosts and serves A the space: A finds those
-    # records in its reconciliation with B, and fetches none of them (it holds them)
+    # B is served nothing new of the space but the hosting record that removes it, which it takes: it stops hosting
+    (removal,) = await space_versions(b, space) - b_before
+    assert late not in await b.hashes()
+    assert await b.node.db.read(lambda conn: space_store.hosts(conn, space)) == [a.node_id]
+    before = await b.node.db.read(lambda conn: space_store.hosts(conn, space))
+    assert b.node_id not in before
+    # so B serves the space to no one: A's reconciliation with B fetches nothing (B names only A's hosting record,
+    # which A holds)
     report = await a.puller().reconcile(b.config)
-    assert report.need == len(b_before) and report.outcomes == []
+    assert report.outcomes == [] and removal in await space_versions(a, space)
     # C's feed brings what came after its cursor, which C cannot decide alone (the creation is not held): refused,
     # never remembered; reconciliation over the spaces both host then brings the whole backlog at once
     await c.puller().pull_once(a.config)

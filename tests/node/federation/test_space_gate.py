@@ -108,3 +108,17 @@ async def test_refusals_name_their_reason_and_a_refused_record_is_taken_once_it_
     outcomes = await ingest(node, [added, early])  # offered again (never remembered), now it counts
     assert [o.outcome for o in outcomes] == ["saved", "saved"]
     assert await held(node, space) == 5
+
+
+async def test_a_host_takes_the_record_that_removes_it_and_then_nothing_of_the_space(node: Node) -> None:
+    made = creation()
+    space = records.compute_hash(made)
+    here = chain("space_host", space, node.node_id, "host")
+    assert [o.outcome for o in await ingest(node, [made, here])] == ["saved", "saved"]
+    removal = signed(OWNER, kind="space_host", space=space, node=node.node_id, role="none", seq=2,
+                     prior=records.compute_hash(here))  # fmt: skip
+    other = chain("space_host", space, OTHER_NODE, "host")
+    outcomes = await ingest(node, [removal, other, post(OWNER, space, "after the removal")])
+    assert [(o.outcome, o.reason) for o in outcomes] == [("saved", None), ("invalid", "not_hosted"),
+                                                          ("invalid", "not_hosted")]  # fmt: skip
+    assert await node.db.read(lambda c: space_store.hosts(c, space)) == []
