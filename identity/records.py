@@ -21,10 +21,9 @@ RECORD_KINDS = frozenset({"entry", "link", "agent", "message", "task_event"})
 # entry, link, message, task event and agent document signed by a rotated key (`signing_key`). The kinds of spaces
 # and redaction are accepted from a node's own clients only (below).
 V3_KINDS = frozenset({"entry", "link", "message", "task_event", "agent", "key_event", "vouch_page"})
-# The kinds of a space's creation and membership (docs/format-v3.md, 4): accepted from a node's own clients (issue
-# 37, part 1), never from peers (sync/verify.py refuses them as a form this release does not take from peers), so a
-# space's records stay on the node until part 2.
-SPACE_KINDS = frozenset({"space", "space_member", "space_admin"})
+# The kinds of a space's creation, membership and hosting (docs/format-v3.md, 4): accepted from a node's own clients
+# (issues 37 and 38), and from peers by a node that hosts the space (node/federation/space_gate.py).
+SPACE_KINDS = frozenset({"space", "space_member", "space_admin", "space_host"})
 # The kinds of posts this release accepts inside a space from its own clients (docs/spaces.md): entries, link
 # records, bus messages and task events (a task's events stay in its space: `schema_version` "v1", the space inside
 # the signing bytes, as a message's).

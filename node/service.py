@@ -78,7 +78,7 @@ class Node:
         # key events over REST, rotations; revocations and recoveries of node-kept keys (node/agents/recovery.py)
         self.key_events = KeyEvents(self.db, self.sealing, self.now_ms, self.data.root / recovery_file.FILE_NAME)
         self.recovery = Recovery(self.key_events)
-        self.spaces = Spaces(self.db, self.sealing, self.now_ms)  # spaces and their members (docs/spaces.md)
+        self.spaces = Spaces(self.db, self.sealing, self.now_ms, self.node_id)  # spaces (docs/spaces.md)
         self.redactions = Redactions(self.db, self.sealing, self.now_ms)  # redactions and tombstones (issue 39)
         self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer
         self.search_index: SearchIndex | None = None  # opened with the node (node/search_index/)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from identity import canonical, records
+from identity.space_rules import may_receive
 from sync import compat
 from sync.messages import PROTOCOL_VERSION, PeerHealth
 from sync.store import TOO_NEW, Cursor, CursorVersion, Invalid, Outcome, Page, PeerConfig, Verified
@@ -51,6 +52,8 @@ class MemoryStore:
     errors: dict[str, str | None] = field(default_factory=dict)
     origins: dict[str, str] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # space -> its hosting nodes (`identity.space_rules.hosting`), as the node's `space_hosts` projection holds them
+    hosts: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def add(self, v: Verified, scope: str = "federation", origin: str = "local") -> bool:
         """Append a verified version once, if the rule keeps it; True if new."""
@@ -106,6 +109,17 @@ class MemoryStore:
     def _live(self) -> list[tuple[int, str, str, bytes, int, str]]:
         return [(seq, *e) for seq, e in enumerate(self.log, start=1) if e is not None]
 
+    def served(self, peer_id: str | None, address: str, body: bytes) -> bool:
+        """Whether the record is served to `peer_id` (None: public only): public, or of a space this store's node
+        and the peer both host (`identity.space_rules.may_receive`, the node's rule)."""
+        space = _space_of(address, body)
+        hosts = self.hosts.get(space, frozenset()) if space is not None else frozenset()
+        if space is None:
+            return True
+        if peer_id is not None and _names(body, peer_id):  # a hosting record naming the peer: as the node serves
+            return True
+        return peer_id is not None and may_receive(self.node_id, space, hosts) and may_receive(peer_id, space, hosts)
+
     async def position(self) -> tuple[str, int]:
         return self.epoch, len(self.log)
 
@@ -115,7 +129,10 @@ class MemoryStore:
         scanned = [
             (seq, h, version, body)
             for seq, h, version, body, _ms, scope in self._live()
-            if seq > since and scope == "federation" and self.origins.get(version) != exclude_origin
+            if seq > since
+            and scope == "federation"
+            and self.origins.get(version) != exclude_origin
+            and self.served(exclude_origin, h, body)
         ][:limit]
         more = len(scanned) == limit and scanned[-1][0] < len(self.log)
         items = [item for item in scanned if compat.servable(v, item[2], item[3])]
@@ -129,24 +146,40 @@ class MemoryStore:
             except TimeoutError:
                 return
 
-    async def fetch(self, ids: list[str], v: int = PROTOCOL_VERSION) -> list[tuple[str, str, bytes]]:
+    async def fetch(
+        self, ids: list[str], v: int = PROTOCOL_VERSION, peer_id: str | None = None
+    ) -> list[tuple[str, str, bytes]]:
         wanted = set(ids)
         return [
             (h, version, body)
             for _seq, h, version, body, _ms, scope in self._live()
-            if scope == "federation" and (h in wanted or version in wanted) and compat.servable(v, version, body)
+            if scope == "federation"
+            and (h in wanted or version in wanted)
+            and compat.servable(v, version, body)
+            and self.served(peer_id, h, body)
         ]
 
-    async def reconcile_items(self, v: int = PROTOCOL_VERSION) -> tuple[str, int, list[tuple[int, bytes]]]:
+    async def reconcile_items(
+        self, v: int = PROTOCOL_VERSION, peer_id: str | None = None
+    ) -> tuple[str, int, list[tuple[int, bytes]]]:
         items = sorted(
             (ms, bytes.fromhex(version))
-            for _seq, _h, version, body, ms, scope in self._live()
-            if scope == "federation" and compat.servable(v, version, body)
+            for _seq, h, version, body, ms, scope in self._live()
+            if scope == "federation" and compat.servable(v, version, body) and self.served(peer_id, h, body)
         )
         return self.epoch, len(self.log), items
 
+    async def served_spaces(self, peer_id: str | None) -> frozenset[str]:
+        if peer_id is None:
+            return frozenset()
+        return frozenset(
+            s
+            for s, hosts in self.hosts.items()
+            if may_receive(self.node_id, s, hosts) and may_receive(peer_id, s, hosts)
+        )
+
     async def refused(self, versions: list[str]) -> set[str]:
-        return self.rejected.intersection(versions)
+        return self.rejected.intersection(versions) | self.index.keys() & set(versions)
 
     async def reconcile_wanted(self) -> set[str]:
         return set()  # nothing here waits, so nothing is dropped
@@ -162,6 +195,10 @@ class MemoryStore:
         counts = self.counters.setdefault(peer_id, {})
         outcomes = []
         for v in records:
+            space = _space_of(v.hash, v.body)
+            if space is not None and not may_receive(self.node_id, space, self.hosts.get(space, frozenset())):
+                invalid = [*invalid, Invalid(v.hash, "not_hosted", "this node does not host the space")]
+                continue  # the node's rule (node/federation/space_gate.py): a space's records only on its hosts
             word = self.put(v, origin=peer_id)
             if word != "saved":
                 outcomes.append(Outcome(v.hash, "duplicate" if word == "duplicate" else "overflow"))
@@ -238,13 +275,31 @@ class MemoryStore:
                 w.attempts += 1
                 w.next_ms = now_ms + min(600_000, 1000 * 2**w.attempts)
 
-    def digest(self, v: int = PROTOCOL_VERSION) -> tuple[int, str]:
+    def digest(self, v: int = PROTOCOL_VERSION, space: str | None = None) -> tuple[int, str]:
+        """The public federation's digest, or one space's (as on the node)."""
         hashes = sorted(
             version
-            for _seq, _h, version, body, _ms, scope in self._live()
-            if scope == "federation" and compat.servable(v, version, body)
+            for _seq, h, version, body, _ms, scope in self._live()
+            if scope == "federation" and compat.servable(v, version, body) and _space_of(h, body) == space
         )
         return len(hashes), hashlib.sha256("".join(h + "\n" for h in hashes).encode()).hexdigest()
+
+
+def _space_of(address: str, body: bytes) -> str | None:
+    """The space of a stored record (a space's creation: its own address; None: public), as the node's log column."""
+    record = msgspec.json.decode(body)
+    if not isinstance(record, dict):
+        return None
+    if record.get("kind") == "space":
+        return address
+    space = record.get("space")
+    return space if isinstance(space, str) else None
+
+
+def _names(body: bytes, node_id: str) -> bool:
+    """Whether a stored record is a hosting record naming `node_id`."""
+    record = msgspec.json.decode(body)
+    return isinstance(record, dict) and record.get("kind") == "space_host" and record.get("node") == node_id
 
 
 def _targets(v: Verified) -> list[str]:

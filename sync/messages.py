@@ -26,6 +26,8 @@ MAX_FETCH_HASHES = 256
 MAX_RECONCILE_HEX = 2 * 64 * 1024
 
 Epoch = Annotated[str, msgspec.Meta(pattern=whole("[0-9a-f]{1,64}"))]
+SpaceId = Annotated[str, msgspec.Meta(pattern=whole("[0-9a-f]{64}"))]  # a space's id: its creation's address
+MAX_PEER_SPACES = 1000  # spaces one peer's operator filter may list
 # Any version decodes, so that a peer of another version is answered with the version this node speaks
 # (node/federation/routes.py), and a reply of another version is reported as such (sync/client.py).
 Version = Annotated[int, msgspec.Meta(ge=1, le=2**31)]
@@ -133,6 +135,9 @@ class DigestQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     node with nodes of protocol v2 (docs/format-v3.md, 8.2)."""
 
     v: Version = PROTOCOL_VERSION
+    # one space's digest (issue 38): its records this node holds; every host of it holds the same set once in sync.
+    # Without it, the public federation's (a space's records are never in it)
+    space: SpaceId | None = None
 
 
 class Digest(_Message, tag="digest"):
@@ -149,6 +154,9 @@ class PeerIn(msgspec.Struct, forbid_unknown_fields=True):
 
     url: Annotated[str, msgspec.Meta(pattern=whole("https?://[^\\s/?#]+/?"), max_length=512)]
     node_id: Did
+    # the operator's filter (issue 38): serve the peer, and take from it, only these spaces' records (of those both
+    # nodes host); None: every space both host. The public federation is never filtered.
+    spaces: Annotated[list[SpaceId], msgspec.Meta(max_length=MAX_PEER_SPACES)] | None = None
 
 
 class PeerCounters(msgspec.Struct):
@@ -207,6 +215,8 @@ class PeerStatus(msgspec.Struct):
     sync_version: int | None = None
     # the lowest feed position of a record this node refused only for being too new, not yet read again
     too_new_from: int | None = None
+    # the operator's filter of spaces (`bbs peer add --spaces`); None: every space both nodes host
+    spaces: list[str] | None = None
 
 
 class AuthorEquivocations(msgspec.Struct):

@@ -280,7 +280,7 @@ class Puller:
         """Negentropy with the peer as responder, then fetch what we lack. With `reset`, restart the cursor
         at the peer's head as of the first round (every record up to it is then held here)."""
         client = self.client(peer)
-        _epoch, _head, items = await self.store.reconcile_items(client.version)
+        _epoch, _head, items = await self.store.reconcile_items(client.version, peer.node_id)
         neg = Negentropy(VectorStorage(items))
         message: bytes | None = neg.initiate()
         have: list[bytes] = []

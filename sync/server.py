@@ -22,7 +22,8 @@ class SyncServer:
     def __init__(self, store: SyncStore) -> None:
         self.store = store
         self.closing = asyncio.Event()
-        self._storage: dict[int, tuple[tuple[str, int], VectorStorage]] = {}  # per protocol version
+        # per protocol version and asking peer
+        self._storage: dict[tuple[int, str | None], tuple[tuple[str, int], frozenset[str], VectorStorage]] = {}
 
     async def changes(self, q: m.ChangesQuery, peer_id: str | None = None) -> m.ChangesReply:
         """A page of the feed after `q.since`, waiting up to `q.wait_ms` for one when there is nothing yet.
@@ -54,9 +55,10 @@ class SyncServer:
             v=q.v, node_id=node_id, epoch=page.epoch, head=page.head, next=next_seq, more=more, items=items
         )
 
-    async def fetch(self, req: m.FetchRequest) -> m.Records:
-        """Federated versions by address or version; the ids matching none are listed as missing."""
-        found = await self.store.fetch(list(dict.fromkeys(req.hashes)), req.v)
+    async def fetch(self, req: m.FetchRequest, peer_id: str | None = None) -> m.Records:
+        """Federated versions by address or version, of those served to the asking peer; the ids matching none are
+        listed as missing (a record of a space the peer does not host is missing, as one not held)."""
+        found = await self.store.fetch(list(dict.fromkeys(req.hashes)), req.v, peer_id)
         have = {h for h, _, _ in found} | {v for _, v, _ in found}
         return m.Records(
             v=req.v,
@@ -65,9 +67,9 @@ class SyncServer:
             missing=[h for h in dict.fromkeys(req.hashes) if h not in have],
         )
 
-    async def reconcile(self, req: m.ReconcileRequest) -> m.ReconcileReply:
-        """Answer one negentropy round as the responder."""
-        storage, epoch, head = await self._snapshot(req.v)
+    async def reconcile(self, req: m.ReconcileRequest, peer_id: str | None = None) -> m.ReconcileReply:
+        """Answer one negentropy round as the responder, over the records served to the asking peer."""
+        storage, epoch, head = await self._snapshot(req.v, peer_id)
         try:
             reply = Negentropy(storage).reconcile(bytes.fromhex(req.message))
         except (NegentropyError, ValueError) as exc:
@@ -80,14 +82,16 @@ class SyncServer:
             message=reply.hex() if reply is not None else None,
         )
 
-    async def _snapshot(self, v: int) -> tuple[VectorStorage, str, int]:
-        """The sorted item vector of protocol `v`'s set, rebuilt only when the store has moved (rounds of one
-        session share it)."""
+    async def _snapshot(self, v: int, peer_id: str | None) -> tuple[VectorStorage, str, int]:
+        """The sorted item vector of protocol `v`'s set as served to `peer_id`, rebuilt only when the store has moved
+        (rounds of one session share it). One per peer: each sees the public federation and the spaces it hosts
+        with this node (`served_spaces`: a hosting change or the operator's filter changes it)."""
         position = await self.store.position()
-        held = self._storage.get(v)
-        if held is not None and held[0] == position:
-            return held[1], position[0], position[1]
-        epoch, head, items = await self.store.reconcile_items(v)
+        served = await self.store.served_spaces(peer_id)
+        held = self._storage.get((v, peer_id))
+        if held is not None and held[0] == position and held[1] == served:
+            return held[2], position[0], position[1]
+        epoch, head, items = await self.store.reconcile_items(v, peer_id)
         storage = VectorStorage(items)
-        self._storage[v] = ((epoch, head), storage)
+        self._storage[(v, peer_id)] = ((epoch, head), served, storage)
         return storage, epoch, head

@@ -111,7 +111,9 @@ class SyncStore(Protocol):
     ) -> Page:
         """Federated records with seq > since in arrival order, at most `limit` (scope=local never included).
 
-        Records that came from `exclude_origin` are skipped: the asking peer sent them (echo suppression); so are
+        `exclude_origin` is the asking peer: a record of a space it or this node does not host is left out
+        (`identity.space_rules.may_receive`; none: public only). Records that came from it are skipped: it sent
+        them (echo suppression); so are
         records `sync.compat.servable` refuses to a peer speaking protocol `v`. `next` moves past skipped records."""
         ...
 
@@ -119,19 +121,33 @@ class SyncStore(Protocol):
         """Return when the head passes `since` or after `timeout` seconds."""
         ...
 
-    async def fetch(self, ids: list[str], v: int = PROTOCOL_VERSION) -> list[tuple[str, str, bytes]]:
+    async def fetch(
+        self, ids: list[str], v: int = PROTOCOL_VERSION, peer_id: str | None = None
+    ) -> list[tuple[str, str, bytes]]:
         """(address, version, canonical body) of the federated versions whose address or version is in `ids` (at
-        protocol `v`, those `sync.compat.servable` allows)."""
+        protocol `v`, those `sync.compat.servable` allows), public or of a space both this node and the asking peer
+        `peer_id` host (`identity.space_rules.may_receive`; no peer: public only)."""
         ...
 
-    async def reconcile_items(self, v: int = PROTOCOL_VERSION) -> tuple[str, int, list[tuple[int, bytes]]]:
+    async def reconcile_items(
+        self, v: int = PROTOCOL_VERSION, peer_id: str | None = None
+    ) -> tuple[str, int, list[tuple[int, bytes]]]:
         """(epoch, head, sorted (created_ms, version bytes) of every federated version), from one snapshot (at
-        protocol `v`, of those `sync.compat.servable` allows)."""
+        protocol `v`, of those `sync.compat.servable` allows), public or of a space both this node and the peer
+        `peer_id` on the other side host: the set both sides reconcile, so neither names a record of a space the
+        other does not host (no peer: public only)."""
+        ...
+
+    async def served_spaces(self, peer_id: str | None) -> frozenset[str]:
+        """The spaces whose records are served to `peer_id`: those both nodes host, within the operator's filter of
+        the peer (`identity.space_rules.may_receive`; none for no peer). What a reconciliation snapshot is valid for,
+        with the store's position."""
         ...
 
     async def refused(self, versions: list[str]) -> set[str]:
-        """Those of `versions` this store refused or evicted (two better versions of their address are held):
-        reconciliation does not fetch them again."""
+        """Those of `versions` this store refused or evicted (two better versions of their address are held), or
+        holds already (outside the set it reconciles with a peer: a space it no longer serves that peer, while the
+        peer still counts it a host): reconciliation does not fetch them."""
         ...
 
     async def reconcile_wanted(self) -> set[str]:

@@ -30,6 +30,19 @@ class MemberIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     record: dict[str, Any] | None = None
 
 
+HostRole = Literal["host", "none"]
+
+
+class HostIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """POST /v1/spaces/{space_id}/hosts: name a node a host of the space (`host`) or no longer (`none`); the node
+    signs the hosting chain's record for a node-kept owner or admin, a self-signing one sends its signed
+    `space_host` record (issue 38; docs/spaces.md, "Which nodes host a space")."""
+
+    node: str | None = None
+    role: HostRole | None = None
+    record: dict[str, Any] | None = None
+
+
 class SpaceSubmitted(msgspec.Struct, kw_only=True):
     """What a write to a space did: the space, the address of the (last) record stored, whether it was new."""
 
@@ -44,7 +57,7 @@ class MemberOut(msgspec.Struct, kw_only=True):
 
 
 class SpaceOut(msgspec.Struct, kw_only=True):
-    """A space as its members see it: `role` is the caller's; `members` only when one space is shown."""
+    """A space as its members see it: `role` is the caller's; `members` and `hosts` only when one space is shown."""
 
     space_id: str
     owner: str
@@ -53,6 +66,7 @@ class SpaceOut(msgspec.Struct, kw_only=True):
     created_at: str
     role: str
     members: list[MemberOut] | None = None
+    hosts: list[str] | None = None  # the nodes hosting it (node ids), when one space is shown
 
 
 class SpaceList(msgspec.Struct, kw_only=True):

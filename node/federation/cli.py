@@ -34,10 +34,12 @@ def cmd_peer_add(args: argparse.Namespace) -> int:
     from sync.messages import PeerIn
 
     require_node(args.data)  # never creates a node: only init and serve do
-    peer = convert({"url": args.url, "node_id": args.key}, PeerIn)
+    spaces = None if args.spaces is None else [s.strip() for s in args.spaces.split(",") if s.strip()]
+    peer = convert({"url": args.url, "node_id": args.key, "spaces": spaces}, PeerIn)
     sync_store.check_peer_url(peer.url)
     path = DataDir(args.data).db_path
-    db.write_sync(path, lambda c: sync_store.add_peer_txn(c, peer.url, peer.node_id, int(time.time() * 1000)))
+    now = int(time.time() * 1000)
+    db.write_sync(path, lambda c: sync_store.add_peer_txn(c, peer.url, peer.node_id, now, peer.spaces))
     status = next(
         p
         for p in db.read_sync(path, lambda c: sync_store.peer_statuses(c, int(time.time() * 1000)))
@@ -126,6 +128,8 @@ def cmd_peers(args: argparse.Namespace) -> int:
         c = p.counters
         lag = "?" if p.lag_records is None else f"{p.lag_records} records / {p.lag_seconds}s"
         print(f"{p.node_id}  {p.url}" + (f"  sync protocol v{p.sync_version}" if p.sync_version else ""))
+        if p.spaces is not None:  # the operator's filter (docs/sync.md, "Spaces")
+            print("  spaces " + (", ".join(p.spaces) if p.spaces else "none (the public federation only)"))
         if rotation is not None:  # docs/operations.md, "Rotate the node key"
             holds = p.node_id in rotation[1]
             print(
@@ -167,13 +171,18 @@ def cmd_peers(args: argparse.Namespace) -> int:
 
 
 def cmd_digest(args: argparse.Namespace) -> int:
+    import re
+
+    from node.errors import InvalidInput
     from node.federation import store as sync_store
     from node.ops.datadir import DataDir, require_database
     from node.store import db
 
     node_id = require_database(args.data)  # reads the database only: a restored replica needs no key
+    if args.space is not None and not re.fullmatch("[0-9a-f]{64}", args.space):
+        raise InvalidInput("--space takes a space id: 64 lowercase hex characters", field="--space")
     path = DataDir(args.data).db_path
-    result = db.read_sync(path, lambda c: sync_store.digest(c, node_id, args.sync_version))
+    result = db.read_sync(path, lambda c: sync_store.digest(c, node_id, args.sync_version, args.space))
     if args.json:
         print(msgspec.json.encode(result).decode())
     else:
@@ -235,6 +244,12 @@ def add_parsers(sub: argparse._SubParsersAction, data_arg: Callable[[argparse.Ar
     p = peer.add_parser("add", help="add a peer node (takes effect on a running node within a second)")
     p.add_argument("url", help="the peer's base URL, e.g. http://10.0.0.2:8420")
     p.add_argument("--key", required=True, help="the peer's node id (did:key), from its `GET /v1/node`")
+    p.add_argument(
+        "--spaces",
+        metavar="S1,S2",
+        help="serve the peer, and take from it, only these spaces' records (of those both nodes host); without it,"
+        " every space both host. The public federation is never filtered. Adding the peer again replaces it",
+    )
     data_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_peer_add)
@@ -255,5 +270,11 @@ def add_parsers(sub: argparse._SubParsersAction, data_arg: Callable[[argparse.Ar
         choices=SYNC_VERSIONS,
         default=PROTOCOL_VERSION,
         help="2: the digest of the v2-compatible records only, to compare with nodes of sync protocol v2",
+    )
+    p.add_argument(
+        "--space",
+        metavar="SPACE_ID",
+        help="the digest of one space's records (equal on every node hosting it once in sync); without it, the"
+        " public federation's",
     )
     p.set_defaults(func=cmd_digest)

@@ -70,21 +70,21 @@ async def sync_changes(request: web.Request) -> web.Response:
 
 async def sync_fetch(request: web.Request) -> web.Response:
     body = await signed_body(request)
-    await authenticate_peer(request, body)
+    peer_id = await authenticate_peer(request, body)
     req = _decode(body, m.FetchRequest)
     assert isinstance(req, m.FetchRequest)
     _speaks(req.v)
-    return json_response(await _state(request).server.fetch(req))
+    return json_response(await _state(request).server.fetch(req, peer_id))
 
 
 async def sync_reconcile(request: web.Request) -> web.Response:
     body = await signed_body(request)
-    await authenticate_peer(request, body)
+    peer_id = await authenticate_peer(request, body)
     req = _decode(body, m.ReconcileRequest)
     assert isinstance(req, m.ReconcileRequest)
     _speaks(req.v)
     try:
-        return json_response(await _state(request).server.reconcile(req))
+        return json_response(await _state(request).server.reconcile(req, peer_id))
     except BadSyncMessage as exc:
         raise InvalidInput(str(exc), field="$.message", code="bad_negentropy_message") from None
 
@@ -92,7 +92,7 @@ async def sync_reconcile(request: web.Request) -> web.Response:
 async def sync_digest(request: web.Request) -> web.Response:
     q = decode_query(request, m.DigestQuery)
     _speaks(q.v)
-    return json_response(await _state(request).store.digest(q.v))
+    return json_response(await _state(request).store.digest(q.v, q.space))
 
 
 async def add_peer(request: web.Request) -> web.Response:
@@ -132,7 +132,8 @@ PEER_ROUTES: list[Route] = [
         "GET",
         "/v1/sync/digest",
         sync_digest,
-        "Count and SHA-256 of the sorted versions of federated records; v=2: of the v2-compatible ones (admin)",
+        "Count and SHA-256 of the sorted versions of the public federation's records (space=: of one space's, equal"
+        " on its hosts once in sync); v=2: of the v2-compatible ones (admin)",
         "admin",
         query=m.DigestQuery,
         responses={200: m.Digest},

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import json
 import logging
 import sqlite3
 from collections.abc import Callable
@@ -19,9 +20,12 @@ import msgspec
 from yarl import URL
 
 from identity import canonical, key_history, keys
+from identity.space_rules import may_receive
 from node.errors import InvalidInput
+from node.federation import space_gate
 from node.federation import waiting as waiting_gate
 from node.redaction import effects as redaction_effects
+from node.spaces import store as space_store
 from node.store import db, equivocation, projections, void, waiting
 from node.store.authority import AUTHORITY_KINDS, Authority, author_deps, drop_displaced_txn, event_dep, key_events_of
 from node.store.conn import Conn
@@ -51,10 +55,21 @@ log = logging.getLogger("bbs.sync")
 # federated record).
 FETCH_SQL = (
     "SELECT hash, version, body FROM records WHERE +scope = 'federation' AND seq NOT IN (SELECT seq FROM void_records)"
+    " AND (space IS NULL OR space IN (SELECT value FROM json_each(:served))"
+    "   OR (kind = 'space_host' AND json_extract(CAST(body AS TEXT), '$.node') = :peer"
+    "     AND (:allowed IS NULL OR space IN (SELECT value FROM json_each(:allowed)))))"
     " AND seq IN ("
     "   SELECT seq FROM records WHERE hash IN (SELECT value FROM json_each(:ids))"
     "   UNION SELECT seq FROM records WHERE version IN (SELECT value FROM json_each(:ids)))"
     " ORDER BY seq"
+)
+# A record is served to a peer when it is public or of a space both nodes host (`served_spaces`), or a hosting record
+# naming the peer (so a node learns that it was named a host, or no longer is): the condition every answer to a peer
+# carries (docs/sync.md, "Spaces").
+SERVED = (
+    "(space IS NULL OR space IN (SELECT value FROM json_each(:served))"
+    " OR (kind = 'space_host' AND json_extract(CAST(body AS TEXT), '$.node') = :peer"
+    "   AND (:allowed IS NULL OR space IN (SELECT value FROM json_each(:allowed)))))"
 )
 
 
@@ -84,8 +99,9 @@ class NodeSyncStore:
             epoch, head = _position(conn)
             rows = conn.execute(
                 "SELECT seq, hash, version, body, seq IN (SELECT seq FROM void_records) FROM records"
-                " WHERE scope = 'federation' AND seq > ? AND origin IS NOT ? ORDER BY seq LIMIT ?",
-                (since, exclude_origin, limit),
+                f" WHERE scope = 'federation' AND seq > :since AND origin IS NOT :peer AND {SERVED}"
+                " ORDER BY seq LIMIT :limit",
+                {"since": since, "limit": limit, **_serving(conn, self.node_id, exclude_origin)},
             ).fetchall()
             scanned = [(int(r[0]), r[1], r[2], bytes(r[3])) for r in rows]
             more = len(scanned) == limit and scanned[-1][0] < head
@@ -124,26 +140,32 @@ class NodeSyncStore:
                 self._newest_at = loop.time()
             return int(self._newest)
 
-    async def fetch(self, ids: list[str], v: int = PROTOCOL_VERSION) -> list[tuple[str, str, bytes]]:
+    async def fetch(
+        self, ids: list[str], v: int = PROTOCOL_VERSION, peer_id: str | None = None
+    ) -> list[tuple[str, str, bytes]]:
         def run(conn: Conn) -> list[tuple[str, str, bytes]]:
             rows = conn.execute(
                 FETCH_SQL,
-                {"ids": _json(ids)},
+                {"ids": _json(ids), **_serving(conn, self.node_id, peer_id)},
             ).fetchall()
             found = [(r[0], r[1], bytes(r[2])) for r in rows]
             return [item for item in found if compat.servable(v, item[1], item[2])]
 
         return await self.db.read(run)
 
-    async def reconcile_items(self, v: int = PROTOCOL_VERSION) -> tuple[str, int, list[tuple[int, bytes]]]:
+    async def reconcile_items(
+        self, v: int = PROTOCOL_VERSION, peer_id: str | None = None
+    ) -> tuple[str, int, list[tuple[int, bytes]]]:
         def run(conn: Conn) -> tuple[str, int, list[tuple[int, bytes]]]:
             epoch, head = _position(conn)
             rows = conn.execute(
                 # created_ms >= 0: records dated before 1970 are refused now, but a node may hold some from before
                 # the unary + keeps the planner on records_time_version's order (no sort of the whole log)
-                # records flagged void are outside the set (docs/format-v3.md 7.6)
+                # records flagged void are outside the set (docs/format-v3.md 7.6); so are the records of a space
+                # the peer does not host, or this node does not (`served_spaces`)
                 "SELECT created_ms, version FROM records WHERE +scope = 'federation' AND created_ms >= 0"
-                " AND seq NOT IN (SELECT seq FROM void_records) ORDER BY created_ms, version"
+                f" AND seq NOT IN (SELECT seq FROM void_records) AND {SERVED} ORDER BY created_ms, version",
+                _serving(conn, self.node_id, peer_id),
             ).fetchall()
             if v != PROTOCOL_VERSION:
                 keep = servable_versions(conn, v, [h for _, h in rows])
@@ -152,6 +174,9 @@ class NodeSyncStore:
 
         return await self.db.read(run)
 
+    async def served_spaces(self, peer_id: str | None) -> frozenset[str]:
+        return frozenset(await self.db.read(lambda c: served_spaces(c, self.node_id, peer_id)))
+
     async def refused(self, versions: list[str]) -> set[str]:
         return await self.db.read(
             lambda c: (
@@ -159,7 +184,9 @@ class NodeSyncStore:
                 | waiting.held(c, versions)
                 | set(waiting.void(c, versions))
                 | void.flagged_versions(c, versions)
-            )  # held, flagged void: outside our set, never fetched again
+                | held_versions(c, versions)
+            )  # held, flagged void: outside our set, never fetched again; in the log already (a space this node
+            # serves the peer no more, while the peer still counts it a host: docs/sync.md, "Spaces")
         )
 
     async def reconcile_wanted(self) -> set[str]:
@@ -283,15 +310,15 @@ class NodeSyncStore:
     async def want_failed(self, peer_id: str, hashes: list[str], now_ms: int) -> None:
         await self.db.write(lambda c: want_failed_txn(c, peer_id, hashes, now_ms))
 
-    async def digest(self, v: int = PROTOCOL_VERSION) -> Digest:
-        return await self.db.read(lambda c: digest(c, self.node_id, v))
+    async def digest(self, v: int = PROTOCOL_VERSION, space: str | None = None) -> Digest:
+        return await self.db.read(lambda c: digest(c, self.node_id, v, space))
 
     async def add_peer(self, peer: PeerIn) -> PeerStatus:
         check_peer_url(peer.url)
         if peer.node_id == self.node_id:
             raise InvalidInput("a node cannot peer with itself", field="$.node_id", code="self_peer")
         now = self.now_ms()
-        await self.db.write(lambda c: add_peer_txn(c, peer.url, peer.node_id, now))
+        await self.db.write(lambda c: add_peer_txn(c, peer.url, peer.node_id, now, peer.spaces))
         return next(p for p in await self.statuses() if p.node_id == peer.node_id)
 
     async def listing(self) -> PeerList:
@@ -301,6 +328,39 @@ class NodeSyncStore:
     async def statuses(self) -> list[PeerStatus]:
         now = self.now_ms()
         return await self.db.read(lambda c: peer_statuses(c, now))
+
+
+def served_spaces(conn: Conn, node_id: str, peer_id: str | None) -> list[str]:
+    """The spaces whose records this node (`node_id`) serves to the peer `peer_id`, by space id: those it hosts and
+    `identity.space_rules.may_receive` lets the peer receive (docs/spaces.md, "Which nodes host a space"), within the
+    operator's filter of the peer (`peer_filter`). None for a peer (the digest of the public federation, an unknown
+    asker): no space."""
+    if peer_id is None:
+        return []
+    hosted = space_store.hosts_of_hosted(conn, node_id)
+    allowed = peer_filter(conn, peer_id)
+    return sorted(
+        s
+        for s, hosts in hosted.items()
+        if may_receive(node_id, s, hosts) and may_receive(peer_id, s, hosts) and (allowed is None or s in allowed)
+    )
+
+
+def peer_filter(conn: Conn, peer_id: str) -> frozenset[str] | None:
+    """The operator's filter of spaces for `peer_id` (`bbs peer add --spaces`): the only spaces served to it and
+    taken from it; None: every space both nodes host (or no such peer)."""
+    row = conn.execute("SELECT spaces FROM peers WHERE node_id = ?", (peer_id,)).fetchone()
+    return None if row is None or row[0] is None else frozenset(json.loads(row[0]))
+
+
+def _serving(conn: Conn, node_id: str, peer_id: str | None) -> dict[str, str | None]:
+    """The parameters of `SERVED` for an answer to `peer_id`: the spaces served, the peer, its operator's filter."""
+    allowed = None if peer_id is None else peer_filter(conn, peer_id)
+    return {
+        "served": _json(served_spaces(conn, node_id, peer_id)),
+        "peer": peer_id,
+        "allowed": None if allowed is None else _json(sorted(allowed)),
+    }
 
 
 def check_peer_url(url: str) -> None:
@@ -332,8 +392,6 @@ def _position(conn: Conn) -> tuple[str, int]:
 
 
 def _json(values: list[str]) -> str:
-    import json
-
     return json.dumps(values)
 
 
@@ -392,7 +450,11 @@ def ingest_txn(
     records = [v for v in records if v.version not in redacted] if redacted else records
     gated = waiting_gate.gate_txn(conn, authority, peer_id, records, now_ms, recheck=recheck)
     gated.outcomes.extend(screened)
-    records, invalid = gated.now, [*invalid, *gated.invalid]
+    # records of a space: only those of a space this node hosts, valid by `identity.spaces.resolve` (docs/sync.md)
+    spaced = space_gate.gate_spaces_txn(conn, gated.now, peer_filter(conn, peer_id))
+    records, invalid = spaced.now, [*invalid, *gated.invalid, *spaced.refused]
+    if spaced.joining:  # named a host of a space this node cannot decide yet: reconcile with the peer at once
+        authority.wake.add(peer_id)
     appended, failed, faults = _append_batch(conn, peer_id, records, now_ms)
     kept = [(v, result) for v, result in zip(records, appended, strict=True) if result is not None]
     targets, missing = _want_missing_targets(conn, peer_id, kept, now_ms)
@@ -555,17 +617,18 @@ def _append_all(conn: Conn, peer_id: str, records: list[Verified], now_ms: int) 
         return projections.append_many(conn, incoming, origin=peer_id, now_ms=now_ms)
 
 
-def add_peer_txn(conn: Conn, url: str, node_id: str, now_ms: int) -> None:
-    """Configure a peer (or change its URL; its cursor and counters are kept)."""
+def add_peer_txn(conn: Conn, url: str, node_id: str, now_ms: int, spaces: list[str] | None = None) -> None:
+    """Configure a peer (or change its URL and its filter of spaces; its cursor and counters are kept). `spaces`:
+    the operator's filter, the only spaces served to the peer and taken from it; None: every space both host."""
     if not keys.is_did(node_id):
         raise InvalidInput("node_id must be the peer node's Ed25519 did:key", field="$.node_id")
     mine = conn.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchone()
     if mine is not None and mine[0] == node_id:
         raise InvalidInput("a node cannot peer with itself", field="$.node_id", code="self_peer")
     conn.execute(
-        "INSERT INTO peers (node_id, url, added_ms) VALUES (?, ?, ?)"
-        " ON CONFLICT (node_id) DO UPDATE SET url = excluded.url",
-        (node_id, url.rstrip("/"), now_ms),
+        "INSERT INTO peers (node_id, url, added_ms, spaces) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (node_id) DO UPDATE SET url = excluded.url, spaces = excluded.spaces",
+        (node_id, url.rstrip("/"), now_ms, None if spaces is None else _json(sorted(set(spaces)))),
     )
 
 
@@ -616,6 +679,7 @@ def peer_statuses(conn: Conn, now_ms: int) -> list[PeerStatus]:
                 health=_health(r["health"]),
                 sync_version=r["sync_version"],
                 too_new_from=r["too_new_from"],
+                spaces=None if r["spaces"] is None else list(json.loads(r["spaces"])),
             )
         )
     return out
@@ -641,16 +705,19 @@ def _fmt(ms: int | None) -> str | None:
     return format_ms(ms) if ms is not None else None
 
 
-def digest(conn: Conn, node_id: str, v: int = PROTOCOL_VERSION) -> Digest:
+def digest(conn: Conn, node_id: str, v: int = PROTOCOL_VERSION, space: str | None = None) -> Digest:
     """Version count and SHA-256 over the sorted versions of federated records not flagged void, each followed by a
-    newline: equal digests mean equal valid bodies. At protocol `v` 2, over the v2-compatible ones (sync/compat.py)."""
+    newline: equal digests mean equal valid bodies. Of the public federation, or of one `space` (its records held
+    here: equal on its hosts once in sync). At protocol `v` 2, over the v2-compatible ones (sync/compat.py)."""
     h = hashlib.sha256()
     count = 0
     # in the unique version index's order (the unary + keeps the planner from sorting the whole log instead)
     # valid versions only: records flagged void are left out (docs/format-v3.md 7.6)
+    # the public federation, or one space: the records of spaces are counted by each space's digest, never here
     rows: Any = conn.execute(
         "SELECT version FROM records WHERE +scope = 'federation' AND seq NOT IN (SELECT seq FROM void_records)"
-        " ORDER BY version"
+        " AND space IS ? ORDER BY version",
+        (space,),
     )
     if v != PROTOCOL_VERSION:  # the v2-compatible ones (a list: their bodies are read on the same connection)
         versions = [r[0] for r in rows]
@@ -716,6 +783,14 @@ def upgrade_cursor_txn(conn: Conn, peer_id: str) -> None:
 def note_sync_version_txn(conn: Conn, peer_id: str, sync_version: int) -> None:
     """The protocol version this node now speaks with a peer (`bbs peers` shows it)."""
     conn.execute("UPDATE peers SET sync_version = ? WHERE node_id = ?", (sync_version, peer_id))
+
+
+def held_versions(conn: Conn, versions: list[str]) -> set[str]:
+    """Those of `versions` the log holds."""
+    rows = conn.execute(
+        "SELECT version FROM records WHERE version IN (SELECT value FROM json_each(?))", (_json(versions),)
+    )
+    return {str(r[0]) for r in rows.fetchall()}
 
 
 def store_epoch(conn: Conn) -> str:

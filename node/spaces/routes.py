@@ -1,5 +1,5 @@
-"""REST routes of spaces (issue 37; docs/spaces.md, docs/api.md "Spaces"): create, list, show, change and remove
-members. Handlers parse and render; the work is `node.spaces.service.Spaces`'."""
+"""REST routes of spaces (issues 37 and 38; docs/spaces.md, docs/api.md "Spaces"): create, list, show, change and
+remove members, name and remove hosting nodes. Handlers parse and render; the work is `node.spaces.service.Spaces`'."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import re
 
 from aiohttp import web
 
+from identity import keys
 from node.agents import refs as agent_refs
 from node.errors import InvalidInput, NotFound
 from node.spaces.service import Spaces
 from node.web.appkeys import NODE
 from node.web.auth import agent_id
 from node.web.http import Route, convert, json_response, read_json
-from wire.spaces import MemberIn, SpaceIn, SpaceList, SpaceOut, SpaceSubmitted
+from wire.spaces import HostIn, MemberIn, SpaceIn, SpaceList, SpaceOut, SpaceSubmitted
 
 _SPACE_ID = re.compile(r"[0-9a-f]{64}")
 
@@ -83,6 +84,36 @@ async def delete_member(request: web.Request) -> web.Response:
     return json_response(out, _status(out))
 
 
+async def post_host(request: web.Request) -> web.Response:
+    space_id = space_id_of(request)
+    body = convert(await read_json(request), HostIn)
+    caller = agent_id(request)
+    if body.record is not None:
+        if body.node is not None or body.role is not None:
+            raise InvalidInput("send either a signed record or node and role, not both", field="$.node")
+        if body.record.get("kind") != "space_host":
+            raise InvalidInput("the record must be a space_host record", field="$.record.kind", code="record_malformed")
+        if body.record.get("space") != space_id:
+            raise InvalidInput("the record is of another space", field="$.record.space", code="space_mismatch")
+        out = await _spaces(request).submit(caller, body.record)
+        return json_response(out, _status(out))
+    if body.node is None or not keys.is_did(body.node):
+        raise InvalidInput("node must be a node's did:key", field="$.node")
+    if body.role is None:
+        raise InvalidInput("role is host or none", field="$.role")
+    out = await _spaces(request).set_host(caller, space_id, body.node, body.role)
+    return json_response(out, _status(out))
+
+
+async def delete_host(request: web.Request) -> web.Response:
+    space_id = space_id_of(request)
+    node = request.match_info["node_id"]
+    if not keys.is_did(node):
+        raise InvalidInput("the node must be a node's did:key", field="node_id")
+    out = await _spaces(request).set_host(agent_id(request), space_id, node, "none")
+    return json_response(out, _status(out))
+
+
 ROUTES: list[Route] = [
     Route(
         "POST",
@@ -108,7 +139,7 @@ ROUTES: list[Route] = [
         "GET",
         "/v1/spaces/{space_id}",
         get_space,
-        "A space and its members, to its members (404 unknown_space to anyone else)",
+        "A space, its members and its hosting nodes, to its members (404 unknown_space to anyone else)",
         "agent",
         responses={200: SpaceOut},
         tag="spaces",
@@ -129,6 +160,26 @@ ROUTES: list[Route] = [
         "/v1/spaces/{space_id}/members/{agent_id}",
         delete_member,
         "Remove a member (role none), vouching for its posts in the space the node holds",
+        "agent",
+        responses={201: SpaceSubmitted, 200: SpaceSubmitted},
+        tag="spaces",
+    ),
+    Route(
+        "POST",
+        "/v1/spaces/{space_id}/hosts",
+        post_host,
+        "Name a node a host of the space (role host) or no longer (none), or store a signed space_host record"
+        " (owner and admins): 403 not_a_space_admin, 409 prior_conflict, unknown_prior",
+        "agent",
+        body=HostIn,
+        responses={201: SpaceSubmitted, 200: SpaceSubmitted},
+        tag="spaces",
+    ),
+    Route(
+        "DELETE",
+        "/v1/spaces/{space_id}/hosts/{node_id}",
+        delete_host,
+        "Stop a node hosting the space (role none; owner and admins): it receives nothing new of it",
         "agent",
         responses={201: SpaceSubmitted, 200: SpaceSubmitted},
         tag="spaces",

@@ -1,4 +1,5 @@
-"""Spaces on one node (issue 37, part 1; docs/spaces.md): create a space, add, change and remove members, list them.
+"""Spaces on one node (issue 37, part 1; docs/spaces.md): create a space, add, change and remove members, name its
+hosting nodes (issue 38), list them.
 
 A client's record (a self-signing agent's `{"record": ...}`, or one the node signs for a node-kept agent) is decided
 in the storing transaction by `identity.spaces.resolve` over the space's records held and it: stored when valid,
@@ -27,6 +28,7 @@ from wire.spaces import MemberOut, SpaceList, SpaceOut, SpaceSubmitted
 
 SPACE = "space"
 MEMBER_KINDS = ("space_member", "space_admin")
+HOST = "space_host"
 OPERATOR = "operator"  # the role the node's admin is shown with: the operator reads every space it holds
 VOUCH_PAGE = "vouch_page"
 Step = tuple[dict[str, Any], list[str]]  # an unsigned chain record, and the versions its vouch names (sorted)
@@ -71,9 +73,9 @@ def refusal(decision: spaces.Decision, where: str = "$.record") -> BBSError:
 
 def check_client_record(record: dict[str, Any], agent_id: str, where: str = "$.record") -> Verified:
     """Check a record a client signed: a kind of a space, every record rule and the signature, its author."""
-    if record.get("kind") not in (SPACE, *MEMBER_KINDS):
-        raise InvalidInput("record kind must be space, space_member or space_admin", field=f"{where}.kind",
-                           code="record_malformed")  # fmt: skip
+    if record.get("kind") not in (SPACE, *MEMBER_KINDS, HOST):
+        raise InvalidInput("record kind must be space, space_member, space_admin or space_host",
+                           field=f"{where}.kind", code="record_malformed")  # fmt: skip
     try:
         body = records.canonical_body(record)
         record_hash, decoded = records.check(record, body=body, v3=True)
@@ -110,10 +112,11 @@ def store_txn(conn: Conn, verified: list[Verified], now_ms: int) -> bool:
 class Spaces:
     """The spaces of one node: their records from clients, and what their members read of them."""
 
-    def __init__(self, db: Database, sealing: Sealing, now_ms: Callable[[], int]) -> None:
+    def __init__(self, db: Database, sealing: Sealing, now_ms: Callable[[], int], node_id: str) -> None:
         self.db = db
         self.sealing = sealing
         self.now_ms = now_ms
+        self.node_id = node_id  # this node's id: the host a node-kept owner's new space names
 
     def _sealed(self, unsigned: dict[str, Any], signer: keys.SigningKey) -> Verified:
         (record, record_hash, decoded), body = sign_and_check_body(unsigned, signer)
@@ -134,9 +137,11 @@ class Spaces:
         return SpaceSubmitted(space_id=space_id, address=verified.hash, created=new)
 
     async def create(self, agent_id: str, name: str, description: str) -> SpaceSubmitted:
-        """Create a space owned by a node-kept agent: the node signs its `space` record."""
+        """Create a space owned by a node-kept agent: the node signs its `space` record, and the owner's
+        `space_host` record naming this node (it hosts the space implicitly; the record tells the other hosts:
+        docs/spaces.md, "Which nodes host a space")."""
         signer = await self.sealing.signer(agent_id)
-        unsigned = {
+        unsigned: dict[str, Any] = {
             "kind": SPACE,
             "schema_version": canonical.SCHEMA_VERSION,
             "author_id": agent_id,
@@ -146,8 +151,33 @@ class Spaces:
             "nonce": nonce(),
         }
         verified = self._sealed(unsigned, signer)
-        new = await self.db.write(lambda conn: store_txn(conn, [verified], self.now_ms()))
+        here = self._sealed(_host_step(agent_id, verified.hash, self.node_id, "host", ()), signer)
+        new = await self.db.write(lambda conn: store_txn(conn, [verified, here], self.now_ms()))
         return SpaceSubmitted(space_id=verified.hash, address=verified.hash, created=new)
+
+    async def set_host(self, agent_id: str, space_id: str, node: str, role: str) -> SpaceSubmitted:
+        """Name `node` a host of the space (`role` host) or no longer (`none`), signed by the node for the node-kept
+        owner or admin `agent_id`: the next record of the node's hosting chain. No change (already so): nothing is
+        signed. The creation node's implicit hosting is taken away by a chain of `host` then `none` (a chain's first
+        record makes a host: docs/format-v3.md 4.6); naming it `host` makes its hosting known to the other hosts."""
+        signer = await self.sealing.signer(agent_id)
+
+        def job(conn: Conn) -> SpaceSubmitted:
+            self._visible(conn, space_id, agent_id)
+            resolved = store.resolve_txn(conn, space_id).spaces[space_id]
+            chain = resolved.host_chains.get(node, ())
+            named = node in resolved.hosts  # its chain ends in host (the creation node may host without one)
+            if (role == "host" and named) or (role == "none" and node not in store.hosts(conn, space_id)):
+                return SpaceSubmitted(space_id=space_id, address=None, created=False)
+            made: list[Verified] = []
+            if role == "none" and not chain:  # the creation node, hosting implicitly
+                made.append(self._sealed(_host_step(agent_id, space_id, node, "host", chain), signer))
+                chain = (made[-1].hash,)
+            made.append(self._sealed(_host_step(agent_id, space_id, node, role, chain), signer))
+            store_txn(conn, made, self.now_ms())
+            return SpaceSubmitted(space_id=space_id, address=made[-1].hash, created=True)
+
+        return await self.db.write(job)
 
     async def set_role(self, agent_id: str, space_id: str, member: str, role: str) -> SpaceSubmitted:
         """Give `member` the role `role` (admin, writer, reader, or none: a removal vouching for every post of the
@@ -243,7 +273,7 @@ class Spaces:
                 raise NotFound("no such space here", field="space_id", code="unknown_space")
             role = OPERATOR if viewer is None else self._visible(conn, space_id, viewer)
             assert row is not None  # `_visible` answered 404 for a space not held
-            return _space_out(row, role, store.roles(conn, space_id))
+            return _space_out(row, role, store.roles(conn, space_id), store.hosts(conn, space_id))
 
         return await self.db.read(run, quick=True)
 
@@ -275,7 +305,26 @@ def _pages(step: Verified, member: str, vouched: list[str]) -> list[dict[str, An
     ]
 
 
-def _space_out(row: store.SpaceRow, role: str, members: list[tuple[str, str]] | None) -> SpaceOut:
+def _host_step(author: str, space_id: str, node: str, role: str, chain: tuple[str, ...]) -> dict[str, Any]:
+    """The unsigned next record of `node`'s hosting chain in the space (`chain`: its winning records' addresses)."""
+    unsigned: dict[str, Any] = {
+        "kind": HOST,
+        "schema_version": canonical.SCHEMA_VERSION,
+        "author_id": author,
+        "created_at": canonical.now_created_at(),
+        "space": space_id,
+        "node": node,
+        "role": role,
+        "seq": len(chain) + 1,
+    }
+    if chain:
+        unsigned["prior"] = chain[-1]
+    return unsigned
+
+
+def _space_out(
+    row: store.SpaceRow, role: str, members: list[tuple[str, str]] | None, hosts: list[str] | None = None
+) -> SpaceOut:
     return SpaceOut(
         space_id=row.space_id,
         owner=row.owner,
@@ -284,4 +333,5 @@ def _space_out(row: store.SpaceRow, role: str, members: list[tuple[str, str]] | 
         created_at=row.created_at,
         role=role,
         members=None if members is None else [MemberOut(agent_id=a, role=r) for a, r in members],
+        hosts=hosts,
     )

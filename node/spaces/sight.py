@@ -56,8 +56,18 @@ Viewer = str | Sight | None
 
 
 def stored_scope(space: str | None, scope: str = "federation") -> str:
-    """The scope a record is stored with: a record of a space stays on this node (`local`, which the changes feed,
-    fetch, reconciliation and the digest leave out) until spaces part 2; any other keeps its own `scope`."""
+    """The scope a record is stored with: its own (`federation` unless its author signed `local`), a record of a
+    space as any other (issue 38). A federated record of a space is tagged with its space in the log (`records.space`)
+    and served only to peers that host the space (`identity.space_rules.may_receive`; docs/sync.md, "Spaces"), so
+    `space` changes nothing here; it stays in the signature for the callers that name it."""
+    del space  # where a record goes is decided when it is served, by its space's hosts
+    return scope
+
+
+def kept_local(space: str | None, scope: str = "federation") -> str:
+    """The scope of a record of a space that stays on this node for now (`local`): a task's events and twin notices
+    in a space, whose authority the node decides alone (docs/decisions.md, record 67) until a later part of issue 38
+    names it; any other keeps its own `scope`."""
     return scope if space is None else "local"
 
 

@@ -1,10 +1,12 @@
-"""The SQL of spaces (issue 37; docs/spaces.md): the projection of `space`, `space_member` and `space_admin` records,
-and the reads every space rule needs.
+"""The SQL of spaces (issues 37 and 38; docs/spaces.md): the projection of `space`, `space_member`, `space_admin` and
+`space_host` records, and the reads every space rule needs.
 
 A space's records are listed in `space_records` as they are projected; each projected record recomputes the one space
 it touches with `identity.spaces.resolve` over that space's records and their key verdicts (from the key events the
-log holds), and writes the outcome to `spaces` (the valid space: owner, name, description) and `space_roles` (every
-agent with a role). A function of the set of records held, never of their order: `bbs rebuild` gives the same rows.
+log holds), and writes the outcome to `spaces` (the valid space: owner, name, description), `space_roles` (every
+agent with a role) and `space_hosts` (every hosting node, `identity.space_rules.hosting`: the ones its admins name,
+and this node when the space was created here). A function of the set of records held, never of their order: `bbs
+rebuild` gives the same rows.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from identity import key_history, spaces
-from identity.space_rules import READ_ROLES
+from identity.space_rules import READ_ROLES, hosting
 from node.spaces.sight import OPERATOR, Sight, Viewer
 from node.store.authority import key_events_of, vouch_pages_of
 from node.store.conn import Conn
@@ -22,8 +24,8 @@ from node.store.conn import Conn
 if TYPE_CHECKING:
     from node.store.projections import Projection
 
-SPACE_TABLES: tuple[str, ...] = ("space_records", "spaces", "space_roles")
-SPACE_KINDS: tuple[str, ...] = ("space", "space_member", "space_admin")
+SPACE_TABLES: tuple[str, ...] = ("space_records", "spaces", "space_roles", "space_hosts")
+SPACE_KINDS: tuple[str, ...] = ("space", "space_member", "space_admin", "space_host")
 
 
 class SpaceRow(NamedTuple):
@@ -42,8 +44,8 @@ def space_of(kind: str, record_hash: str, record: dict[str, Any]) -> str:
 
 
 def project_space_record(conn: Conn, rec: Any, ctx: Projection) -> None:
-    """Projector of `space`, `space_member` and `space_admin`: list the record in its space, then recompute that
-    space's rows (`recompute_txn`)."""
+    """Projector of `space`, `space_member`, `space_admin` and `space_host`: list the record in its space, then
+    recompute that space's rows (`recompute_txn`)."""
     kind = str(rec.kind)
     space_id = ctx.hash if kind == "space" else str(rec.space)
     conn.execute(
@@ -91,20 +93,27 @@ def resolve_txn(conn: Conn, space_id: str, extra: Iterable[spaces.Held] = ()) ->
 
 
 def recompute_txn(conn: Conn, space_id: str) -> None:
-    """Write the space's row and its roles as `resolve` decides them over the records held; an agent that may no
-    longer read the space loses its pending notifications of the space's entries (`forget_notifications_txn`)."""
+    """Write the space's row, its roles and its hosts as `resolve` decides them over the records held; an agent that
+    may no longer read the space loses its pending notifications of the space's entries (`forget_notifications_txn`)."""
     resolved = resolve_txn(conn, space_id).spaces.get(space_id)
     readers_before = _readers(conn, space_id)
     conn.execute("DELETE FROM space_roles WHERE space_id = ?", (space_id,))
+    conn.execute("DELETE FROM space_hosts WHERE space_id = ?", (space_id,))
     if resolved is None:
         conn.execute("DELETE FROM spaces WHERE space_id = ?", (space_id,))
         forget_notifications_txn(conn, space_id, readers_before)
         return
     row = conn.execute(
-        "SELECT r.body FROM space_records s JOIN records r ON r.seq = s.seq WHERE s.space_id = ? AND s.kind = 'space'",
+        "SELECT r.body, r.origin FROM space_records s JOIN records r ON r.seq = s.seq"
+        " WHERE s.space_id = ? AND s.kind = 'space'",
         (space_id,),
     ).fetchone()
     creation = json.loads(bytes(row[0]))
+    created_here = this_node(conn) if row[1] == "local" else None
+    hosts = hosting(resolved.hosts, created_here, resolved.host_chains)
+    conn.executemany(
+        "INSERT INTO space_hosts (space_id, node_id) VALUES (?, ?)", [(space_id, node) for node in sorted(hosts)]
+    )
     conn.execute(
         "INSERT INTO spaces (space_id, owner, name, description, created_at) VALUES (?, ?, ?, ?, ?)"
         " ON CONFLICT (space_id) DO NOTHING",
@@ -115,6 +124,48 @@ def recompute_txn(conn: Conn, space_id: str) -> None:
         [(space_id, agent, role) for agent, role in sorted(resolved.roles.items())],
     )
     forget_notifications_txn(conn, space_id, readers_before - _readers(conn, space_id))
+
+
+def this_node(conn: Conn) -> str | None:
+    """This node's id as its database records it (None in a database no node was initialised on)."""
+    row = conn.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchone()
+    return None if row is None else str(row[0])
+
+
+def hosts(conn: Conn, space_id: str) -> list[str]:
+    """The nodes that host the space (`identity.space_rules.hosting`), by node id."""
+    rows = conn.execute("SELECT node_id FROM space_hosts WHERE space_id = ? ORDER BY node_id", (space_id,))
+    return [str(r[0]) for r in rows.fetchall()]
+
+
+def hosts_of_hosted(conn: Conn, node_id: str) -> dict[str, frozenset[str]]:
+    """Every space `node_id` hosts, with all its hosting nodes: what the serving filter asks `may_receive` about."""
+    rows = conn.execute(
+        "SELECT h.space_id, h.node_id FROM space_hosts h"
+        " WHERE h.space_id IN (SELECT space_id FROM space_hosts WHERE node_id = ?)",
+        (node_id,),
+    ).fetchall()
+    out: dict[str, set[str]] = {}
+    for space_id, node in rows:
+        out.setdefault(str(space_id), set()).add(str(node))
+    return {space_id: frozenset(nodes) for space_id, nodes in out.items()}
+
+
+def created_here(conn: Conn, space_id: str) -> bool:
+    """Whether the space's creation record was stored on this node from a client (its origin `local`): this node
+    then hosts the space implicitly (`identity.space_rules.hosting`)."""
+    row = conn.execute(
+        "SELECT 1 FROM space_records s JOIN records r ON r.seq = s.seq"
+        " WHERE s.space_id = ? AND s.kind = 'space' AND r.origin = 'local'",
+        (space_id,),
+    ).fetchone()
+    return row is not None
+
+
+def hosted_by(conn: Conn, node_id: str) -> frozenset[str]:
+    """The spaces `node_id` hosts, as this node's projection says."""
+    rows = conn.execute("SELECT space_id FROM space_hosts WHERE node_id = ?", (node_id,)).fetchall()
+    return frozenset(str(r[0]) for r in rows)
 
 
 def _readers(conn: Conn, space_id: str) -> set[str]:

@@ -75,6 +75,15 @@ class Incoming:
     version: str | None = None  # `version_of` the record, with `body`, when the caller holds it (else computed)
 
 
+def space_of(record: dict[str, Any], record_hash: str) -> str | None:
+    """The space a record belongs to (the log's `space` column, migration 0037): a space's creation record is its
+    own space, any other record of a space names it in `space`; None for a public record."""
+    if record.get("kind") == "space":
+        return record_hash
+    space = record.get("space")
+    return space if isinstance(space, str) else None
+
+
 def version_of(kind: str, record_hash: str, body: bytes) -> str:
     """A record's version (`sync.store.Verified.version`): an entry's is the SHA-256 of its signed canonical
     bytes (its address covers less of it); every other kind's is its hash."""
@@ -133,13 +142,14 @@ def append_many(
             origin,
             now_ms,
             bodies[i],
+            space_of(items[i].record, items[i].hash),
         )
         for i in clean
     ]
     added, last_rowid = db.insert_rows(
         conn,
         "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms,"
-        " body)",
+        " body, space)",
         rows,
         " ON CONFLICT (version) DO NOTHING",
     )
@@ -195,8 +205,8 @@ def _append_version(
         conn.execute("DELETE FROM records WHERE seq = ?", (h.seq,))
         equivocation.refuse_txn(conn, h.version, item.hash, now_ms)
     seq = conn.execute(
-        "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms, body)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms, body,"
+        " space) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             item.hash,
             version,
@@ -208,6 +218,7 @@ def _append_version(
             origin,
             now_ms,
             body,
+            space_of(item.record, item.hash),
         ),
     ).lastrowid
     assert seq is not None

@@ -20,7 +20,7 @@ from identity.schema_v3 import space_of
 from node.agents import refs as agent_refs
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput
 from node.spaces import posts as posts_check
-from node.spaces.sight import Viewer, stored_scope
+from node.spaces.sight import Viewer, kept_local
 from node.spaces.store import sight_of
 from node.store import agent_docs, idempotency, projections
 from node.store.authority import Authority, authorize_txn
@@ -78,12 +78,12 @@ def _present(decoded: Any, names: tuple[str, ...]) -> dict[str, Any]:
 
 def _check_in_space(conn: Conn, sealed: SealedRecord, where: str) -> str:
     """An agent's task event of a space: its author a writer there (`node.spaces.posts`: 404 `unknown_space`, 403
-    `not_a_writer`); the scope it is stored with (`stored_scope`)."""
+    `not_a_writer`); the scope it is stored with (`kept_local`: a space's task stays on this node for now)."""
     _, record_hash, decoded = sealed
     space = space_of(decoded)
     if space is not None:
         posts_check.check_posts_txn(conn, [posts_check.Post(record_hash, decoded.author_id, space, [], where)])
-    return stored_scope(space)
+    return kept_local(space)
 
 
 def _agent_document(document: dict[str, Any], agent_id: str) -> tuple[str, Any]:
@@ -538,7 +538,7 @@ def grant_lease_txn(
     )
     rec, rec_hash, dec = sign_and_check(draft, node_key)
     fence.advance(parse_ms(dec.expires_at))
-    projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now, scope=stored_scope(task_space))
+    projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now, scope=kept_local(task_space))
     return decision.task_key, not decision.extends, rec
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from identity import keys
 from identity.schema import MAX_DIRECTED
-from node.spaces.sight import stored_scope
+from node.spaces.sight import kept_local
 from node.store import projections
 from node.store.conn import Conn
 from node.store.sealing import SealedRecord, sign_and_check
@@ -119,7 +119,7 @@ def notice_txn(
     if mine is None:
         return None
     sealed = sign_and_check(_notice_draft(conn, key, mine, home_node), node_key)
-    projections.append(conn, *sealed, origin="local", now_ms=now_ms, scope=stored_scope(scope.split(key)[0]))
+    projections.append(conn, *sealed, origin="local", now_ms=now_ms, scope=kept_local(scope.split(key)[0]))
     return sealed
 
 

@@ -39,6 +39,26 @@ def test_spaces_from_the_command_line(served_node: ServedNode) -> None:
     assert bbs(served_node, bob["api_key"], "list").stdout.strip() == "no spaces"
 
 
+def test_hosting_nodes_from_the_command_line(served_node: ServedNode) -> None:
+    """`bbs space host SPACE NODE [--remove]`, and `bbs space show` listing the hosts."""
+    owner, bob = served_node.create_agent("owner"), served_node.create_agent("bob")
+    key = owner["api_key"]
+    space = bbs(served_node, key, "create", "family").stdout.strip()
+    here = json.loads(bbs(served_node, key, "show", space, "--json").stdout)["hosts"]
+    assert len(here) == 1  # the node it was created on
+    other = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"
+    named = bbs(served_node, key, "host", space, other)
+    assert named.returncode == 0 and f"{other} hosts {space}" in named.stdout, named.stderr
+    assert f"  {other}\thost" in bbs(served_node, key, "show", space).stdout
+    assert "no change" in bbs(served_node, key, "host", space, other).stdout
+    removed = bbs(served_node, key, "host", space, other, "--remove")
+    assert removed.returncode == 0 and "no longer hosts" in removed.stdout, removed.stderr
+    assert json.loads(bbs(served_node, key, "show", space, "--json").stdout)["hosts"] == here
+    bbs(served_node, key, "add", space, bob["agent_id"], "--role", "writer")
+    refused = bbs(served_node, bob["api_key"], "host", space, other)
+    assert refused.returncode != 0 and "not_a_space_admin" in refused.stderr
+
+
 def people(node: ServedNode, key: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "BBS_API_KEY": key, "BBS_NODE": node.url}
     return subprocess.run([sys.executable, "-m", "node.cli", *args], capture_output=True, text=True, env=env)

@@ -139,6 +139,10 @@ TABLE: list[Row] = [
         body={"agent_id": "{spare}", "role": "reader"}),
     Row("DELETE", "/v1/spaces/{space_id}/members/{agent_id}", "401 401 404 201 403 401",
         url="/v1/spaces/{space}/members/{spare}"),
+    Row("POST", "/v1/spaces/{space_id}/hosts", "401 401 404 201 403 401", url="/v1/spaces/{space}/hosts",
+        body={"node": "{peer}", "role": "host"}),
+    Row("DELETE", "/v1/spaces/{space_id}/hosts/{node_id}", "401 401 404 201 403 401",
+        url="/v1/spaces/{space}/hosts/{here}"),  # the node of creation stops hosting
     Row("GET", "/dashboard/api/spaces", "401 401 200 200 200 401"),
     Row("GET", "/dashboard/api/spaces/{space_id}", "401 401 404 200 200 401", url="/dashboard/api/spaces/{space}"),
     Row("POST", "/nlip", "401 401 200 200 403 401", body={"format": "text", "subformat": "english", "content": "m"}),
@@ -237,6 +241,7 @@ async def world(
         "own": own.agent_id,
         "spare": spare.agent_id,
         "peer": peer.did,
+        "here": node.node_id,
     }
     yield World(client, admin_headers, own, other, peer, ids)
 

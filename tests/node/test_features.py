@@ -211,7 +211,7 @@ async def test_each_features_projectors_fill_only_that_features_tables(
     await node.spaces.set_role(owner.agent_id, space.space_id, member.agent_id, "reader")
     await node.redactions.redact(owner.agent_id, "ab" * 32, None)  # a redaction of a target not seen here
     log = await node.db.read(lambda c: c.execute("SELECT seq, hash, kind, body FROM records ORDER BY seq").fetchall())
-    assert {row["kind"] for row in log} == set(RECORD_TYPES) | {"space", "space_member", "redaction"}
+    assert {row["kind"] for row in log} == set(RECORD_TYPES) | {"space", "space_member", "redaction", "space_host"}
     for feature in FEATURES:
         if not feature.projectors:
             continue

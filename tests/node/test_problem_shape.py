@@ -292,6 +292,7 @@ async def world(
         "candidate_id": str(candidate["id"]),
         "endpoint_id": str(push_endpoint["id"]),
         "space_id": str(space["space_id"]),
+        "node_id": peer.did,
     }
     return World(client, alice, admin_headers, peer, operations, ids)
 

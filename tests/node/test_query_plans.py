@@ -85,6 +85,7 @@ def test_version_queries_use_their_indexes(conn: sqlite3.Connection, name: str, 
 
 
 def test_fetch_by_address_or_version_searches_both_indexes(conn: sqlite3.Connection) -> None:
-    steps = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + FETCH_SQL, {"ids": json.dumps(["x", "y"])})]
+    params = {"ids": json.dumps(["x", "y"]), "served": json.dumps(["s" * 64]), "peer": "did:key:z", "allowed": None}
+    steps = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + FETCH_SQL, params)]
     assert any("records_hash" in s for s in steps) and any("sqlite_autoindex_records_1" in s for s in steps), steps
     assert not [s for s in steps if s.startswith("SCAN records")], steps

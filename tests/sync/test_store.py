@@ -19,7 +19,8 @@ PROTOCOL_METHODS = [
 def test_the_protocol_lists_what_sync_calls() -> None:
     assert sorted(
         ["position", "changes", "wait_for_change", "fetch", "reconcile_items", "refused", "ingest", "peers",
-         "cursor", "cursor_version", "upgrade_cursor", "note_peer", "wanted", "want_failed", "reconcile_wanted"]
+         "cursor", "cursor_version", "upgrade_cursor", "note_peer", "wanted", "want_failed", "reconcile_wanted",
+         "served_spaces"]
     ) == PROTOCOL_METHODS  # fmt: skip
 
 

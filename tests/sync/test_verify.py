@@ -166,9 +166,10 @@ def test_a_key_event_passes_its_schema_here_and_its_chain_is_left_to_the_writer(
         records.check(_v3(event, AUTHOR))  # never from a client
 
 
-def test_forms_of_v3_not_accepted_yet_are_too_new() -> None:
-    """Records of a space (issue 37) are of a form this release does not know yet: `too_new`, never remembered as
-    invalid, so the release that knows them fetches them again (docs/format-v3.md, 8.4)."""
+def test_records_of_a_space_are_known_and_a_task_event_in_one_is_too_new() -> None:
+    """Records of a space are taken from peers since issue 38 (node/federation/space_gate.py decides them); a task
+    event in a space is of a form this release does not take yet: `too_new`, never remembered as invalid, so the
+    release that knows it fetches it again (docs/format-v3.md, 8.4)."""
     space_link = {
         "kind": "link",
         "schema_version": "v1",
@@ -180,18 +181,25 @@ def test_forms_of_v3_not_accepted_yet_are_too_new() -> None:
         "annotation": "",
         "space": "ef" * 32,
     }
-    assert reason(body_of(_v3(space_link, AUTHOR))) == "too_new"
-    with_key = space_link | {"signing_key": keys.SigningKey.generate().did}
-    assert reason(body_of(_v3(with_key, AUTHOR))) == "too_new"
+    assert isinstance(verify.verify_record(body_of(_v3(space_link, AUTHOR)), None), Verified)
     space = {
         "kind": "space",
         "schema_version": "v1",
         "author_id": AUTHOR.did,
         "created_at": "2026-03-02T08:00:00Z",
         "name": "kitchen",
+        "description": "",
         "nonce": "A" * 43,
     }
-    assert reason(body_of(_v3(space, AUTHOR))) == "too_new"
+    assert isinstance(verify.verify_record(body_of(_v3(space, AUTHOR)), None), Verified)
+    task_event = {
+        "kind": "task_event",
+        "schema_version": "v1",
+        "author_id": AUTHOR.did,
+        "created_at": "2026-03-02T08:00:00Z",
+        "space": "ef" * 32,
+    }
+    assert reason(body_of(_v3(task_event, AUTHOR))) == "too_new"
 
 
 def test_a_vouch_page_is_checked_against_its_schema_here_and_against_its_event_by_the_writer() -> None:

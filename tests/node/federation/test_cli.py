@@ -53,6 +53,26 @@ def test_peer_add_then_list(data_dir: tuple[Path, str], capsys: pytest.CaptureFi
     assert lines[3] == "  last ok -  reconciliations 0" and len(lines) == 4
 
 
+def test_peer_add_with_a_filter_of_spaces(data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`--spaces S1,S2`: stored sorted, shown by `bbs peers`; adding the peer again replaces it; a bad id: nothing."""
+    data = str(data_dir[0])
+    one, two = "b" * 64, "a" * 64
+    code, _, err = run(capsys, "peer", "add", "http://10.0.0.2:8420", "--key", PEER, "--spaces", f"{one},{two}",
+                       "--data", data)  # fmt: skip
+    assert code == 0, err
+    code, out, _ = run(capsys, "peers", "--data", data)
+    assert out.splitlines()[1] == f"  spaces {two}, {one}"
+    assert json.loads(run(capsys, "peers", "--data", data, "--json")[1])["peers"][0]["spaces"] == [two, one]
+    run(capsys, "peer", "add", "http://10.0.0.2:8420", "--key", PEER, "--spaces", "", "--data", data)
+    assert run(capsys, "peers", "--data", data)[1].splitlines()[1] == "  spaces none (the public federation only)"
+    run(capsys, "peer", "add", "http://10.0.0.2:8420", "--key", PEER, "--data", data)
+    assert json.loads(run(capsys, "peers", "--data", data, "--json")[1])["peers"][0]["spaces"] is None
+    code, out, err = run(capsys, "peer", "add", "http://10.0.0.2:8420", "--key", PEER, "--spaces", "family",
+                         "--data", data)  # fmt: skip
+    assert code == 1 and "validation_error" in err
+    assert json.loads(run(capsys, "peers", "--data", data, "--json")[1])["peers"][0]["spaces"] is None
+
+
 async def test_peers_shows_invalid_reasons_and_the_last_error(
     data_dir: tuple[Path, str], node: Node, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -119,6 +139,10 @@ def test_digest_agrees_with_the_node(data_dir: tuple[Path, str], capsys: pytest.
     code, out, _ = run(capsys, "digest", "--data", str(data), "--json")
     assert json.loads(out) == {"type": "digest", "v": 3, "node_id": node_id, "count": expected.count,
                                "sha256": expected.sha256}  # fmt: skip
+    empty = db.read_sync(DataDir(data).db_path, lambda c: sync_store.digest(c, node_id, space="a" * 64))
+    assert run(capsys, "digest", "--data", str(data), "--space", "a" * 64)[1] == f"0 {empty.sha256}\n"
+    code, out, err = run(capsys, "digest", "--data", str(data), "--space", "family")
+    assert code == 1 and out == "" and "--space takes a space id" in err
 
 
 async def test_peers_watch_follows_a_first_catch_up_until_it_is_done(

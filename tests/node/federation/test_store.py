@@ -219,8 +219,8 @@ def test_migration_0023_gives_the_v2_release_s_cursors_version_2(tmp_path: Path)
 
     conn = database_before(tmp_path / "old.db", 23)
     pulled, fresh = keys.SigningKey.generate().did, keys.SigningKey.generate().did
-    add_peer_txn(conn, "http://127.0.0.1:9", pulled, NOW)
-    add_peer_txn(conn, "http://127.0.0.1:10", fresh, NOW)
+    for url, peer in (("http://127.0.0.1:9", pulled), ("http://127.0.0.1:10", fresh)):  # as that release wrote them
+        conn.execute("INSERT INTO peers (node_id, url, added_ms) VALUES (?, ?, ?)", (peer, url, NOW))
     conn.execute("UPDATE peers SET cursor_epoch = 'ab', cursor_seq = 40 WHERE node_id = ?", (pulled,))
     assert db.migrate(conn) >= 23
     assert cursor_version(conn, pulled) == CursorVersion(2, None)

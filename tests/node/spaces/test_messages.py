@@ -33,9 +33,9 @@ async def test_a_spaces_messages_reach_its_readers_only(client: TestClient, node
     public = await send(client, bob, body="hello all", project="garden")
     assert sent["space"] == space and public["space"] is None
     scope = await node.db.read(
-        lambda c: c.execute("SELECT scope FROM records WHERE hash = ?", (sent["record_hash"],)).fetchone()[0]
+        lambda c: tuple(c.execute("SELECT scope, space FROM records WHERE hash = ?", (sent["record_hash"],)).fetchone())
     )
-    assert scope == "local"  # never leaves the node until part 2
+    assert scope == ("federation", space)  # served only to the space's hosts
     for who in (owner, bob, carol):
         assert {m["id"] for m in (await get(client, BUS, who))["messages"]} == {sent["id"], public["id"]}
     assert [m["id"] for m in (await get(client, BUS, eve))["messages"]] == [public["id"]]

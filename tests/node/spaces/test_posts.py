@@ -48,10 +48,10 @@ async def test_a_writer_posts_into_a_space_and_only_members_read_it(
     entry = await post(client, bob, "the attic key is under the blue pot", space=space)
     assert entry["space"] == space
     body = await node.db.read(
-        lambda c: c.execute("SELECT body, scope FROM records WHERE hash = ?", (entry["record_hash"],)).fetchone()
+        lambda c: c.execute("SELECT body, scope, space FROM records WHERE hash = ?", (entry["record_hash"],)).fetchone()
     )
     record = json.loads(bytes(body[0]))
-    assert (record["schema_version"], record["space"], body[1]) == ("v2", space, "local")  # never leaves the node
+    assert (record["schema_version"], record["space"], body[1], body[2]) == ("v2", space, "federation", space)
     assert (
         records.compute_hash(record)
         == entry["record_hash"]
@@ -278,6 +278,6 @@ async def test_a_link_record_in_a_space_is_seen_by_its_readers_only(
     assert (problem["code"], problem["field"]) == ("link_across_spaces", "$.target")
     assert await record_count(node) == before
     scope = await node.db.read(
-        lambda c: c.execute("SELECT scope FROM records WHERE hash = ?", (link["origin_hash"],)).fetchone()[0]
+        lambda c: tuple(c.execute("SELECT scope, space FROM records WHERE hash = ?", (link["origin_hash"],)).fetchone())
     )
-    assert scope == "local"
+    assert scope == ("federation", space)  # served only to the space's hosts

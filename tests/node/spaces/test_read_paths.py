@@ -268,6 +268,7 @@ NO_ENTRIES: dict[str, str] = {
     " (tests/node/redaction/test_service.py)",
     "GET /v1/spaces": SPACES, "GET /v1/spaces/{space_id}": SPACES, "POST /v1/spaces": SPACES,
     "POST /v1/spaces/{space_id}/members": SPACES, "DELETE /v1/spaces/{space_id}/members/{agent_id}": SPACES,
+    "POST /v1/spaces/{space_id}/hosts": SPACES, "DELETE /v1/spaces/{space_id}/hosts/{node_id}": SPACES,
     "GET /dashboard/api/spaces": SPACES, "GET /dashboard/api/spaces/{space_id}": SPACES,
     "GET /v1/sync/changes": SYNC, "POST /v1/sync/fetch": SYNC, "POST /v1/sync/reconcile": SYNC,
     "GET /v1/sync/digest": SYNC,

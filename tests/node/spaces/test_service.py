@@ -165,6 +165,6 @@ async def test_a_self_signed_creation_and_removal(node: Node, make_agent: MakeAg
     assert missing.value.code == "missing_vouch"
     await node.spaces.submit(owner.agent_id, removal)
     assert await node.spaces.readable(bob.agent_id) == frozenset()
-    sql = "SELECT scope FROM records WHERE kind LIKE 'space%'"
-    scopes = await node.db.read(lambda conn: {r[0] for r in conn.execute(sql)})
-    assert scopes == {"local"}  # until part 2 a space's records never leave the node
+    sql = "SELECT scope, space FROM records WHERE kind LIKE 'space%'"
+    scopes = await node.db.read(lambda conn: {tuple(r) for r in conn.execute(sql)})
+    assert scopes == {("federation", made.space_id)}  # federated, tagged: served only to the space's hosts

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from node.spaces.sight import OPERATOR, PUBLIC, Sight, stored_scope
+from node.spaces.sight import OPERATOR, PUBLIC, Sight, kept_local, stored_scope
 
 A, B = "a" * 64, "b" * 64
 
@@ -31,6 +31,11 @@ def test_a_space_id_that_is_not_one_is_never_written_into_sql() -> None:
         Sight(frozenset({"x' OR 1 = 1 --"})).sql("space")
 
 
-def test_a_spaces_records_are_stored_local_until_part_2() -> None:
-    assert stored_scope(A) == "local" and stored_scope(A, "federation") == "local"
+def test_a_spaces_records_keep_their_own_scope_and_go_only_to_its_hosts() -> None:
+    assert stored_scope(A) == "federation" and stored_scope(A, "local") == "local"
     assert stored_scope(None) == "federation" and stored_scope(None, "local") == "local"
+
+
+def test_a_spaces_task_records_are_kept_local_for_now() -> None:
+    assert kept_local(A) == "local" and kept_local(A, "federation") == "local"
+    assert kept_local(None) == "federation" and kept_local(None, "local") == "local"

@@ -1,0 +1,232 @@
+"""N nodes in one process, syncing spaces over the real sync code (issue 38; docs/performance.md, "Spaces in a
+federation"): each node is a `sync.memory.MemoryStore` behind a `sync.server.SyncServer`, which serve and take a
+space's records by the node's rule (`identity.space_rules.may_receive`). Pulls call the servers directly (no HTTP),
+so what is measured is the protocol: the changes feed each round, then one negentropy reconciliation between every
+pair of neighbours to prove nothing is left.
+
+    python -m scenarios.space_sim [--nodes 100] [--spaces 10] [--degree 3] [--records 20] [--public 50] [--seed 1]
+
+Topology: each node peers with `degree` random others, and each space's hosts form a ring among themselves (admins
+name the hosts, operators peer them: docs/spaces.md), so every space's hosts are connected through hosts. Prints
+one JSON object: rounds to converge, whether every record reached exactly its hosting nodes, and the bytes of record
+bodies received per delivered record against the optimum (each hosting node receives each record once: 1.0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import secrets
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from identity import canonical, keys, records
+from identity.space_rules import may_receive
+from sync import messages as m
+from sync.memory import MemoryStore
+from sync.negentropy import Negentropy, VectorStorage
+from sync.server import SyncServer
+from sync.store import Cursor, Verified
+from wire.time import format_ms
+
+PAGE = 1000
+
+
+@dataclass
+class Node:
+    """One simulated node: its key, store, server and neighbours (indexes)."""
+
+    key: keys.SigningKey
+    store: MemoryStore
+    server: SyncServer
+    peers: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Result:
+    """What one run measured."""
+
+    nodes: int
+    spaces: int
+    records: int
+    rounds: int
+    exact: bool  # every record on exactly its hosting nodes (public records: on all)
+    deliveries: int  # records stored by a node that did not author them
+    body_bytes: int  # bytes of record bodies in every feed page received
+    optimum_bytes: int  # each delivered record's body once
+    reply_bytes: int  # whole feed replies, envelopes included
+    reconcile_need: int  # records the final reconciliation found missing (0: the feed delivered everything)
+    reconcile_bytes: int
+    refused: int = 0  # records a node refused on receipt (served to a node that does not host their space: a leak)
+    space_body_bytes: int = 0  # as body_bytes and optimum_bytes, for the records of spaces only
+    space_optimum_bytes: int = 0
+
+    @property
+    def ratio(self) -> float:
+        """Bytes of bodies received per byte of the optimum."""
+        return round(self.body_bytes / self.optimum_bytes, 3) if self.optimum_bytes else 1.0
+
+    @property
+    def space_ratio(self) -> float:
+        """The same, for the records of spaces only."""
+        return round(self.space_body_bytes / self.space_optimum_bytes, 3) if self.space_optimum_bytes else 1.0
+
+
+def _entry(key: keys.SigningKey, content: str, ms: int, space: str | None) -> Verified:
+    body: dict[str, Any] = {
+        "kind": "entry",
+        "schema_version": canonical.SCHEMA_VERSION if space is None else canonical.SPACE_SCHEMA_VERSION,
+        "author_id": key.did,
+        "created_at": format_ms(ms),
+        "entry_type": "finding",
+        "performative": "inform",
+        "content": content,
+        "confidence": 0.5,
+        "tags": [],
+        "directed_to": [],
+        "links": [],
+        "metadata": {},
+        "truth_state": "fact",
+        "authority": "raw",
+        "scope": "federation",
+        **({} if space is None else {"space": space}),
+    }
+    record = records.sign(body, key)
+    return Verified(records.compute_hash(record), canonical.canonical_bytes(record), record, None)
+
+
+def build(n: int, spaces: int, degree: int, per_space: int, public: int, seed: int) -> tuple[list[Node], list[Any]]:
+    """The nodes, their topology, hosts and records (each stored on its author's node). Returns the nodes and, per
+    record, (Verified, space or None)."""
+    rng = random.Random(seed)
+    node_keys = [keys.SigningKey.from_seed(rng.randbytes(32)) for _ in range(n)]
+    hosts: dict[str, frozenset[str]] = {}
+    hosted_by: dict[str, list[int]] = {}
+    for _ in range(spaces):
+        space = rng.randbytes(32).hex()
+        members = rng.sample(range(n), rng.randint(3, max(3, n // 5)))
+        hosted_by[space] = members
+        hosts[space] = frozenset(node_keys[i].did for i in members)
+    nodes = []
+    for key in node_keys:
+        store = MemoryStore(node_id=key.did, epoch=secrets.token_hex(16), hosts=dict(hosts))
+        nodes.append(Node(key, store, SyncServer(store)))
+    for i in range(n):  # a random graph
+        for j in rng.sample([x for x in range(n) if x != i], min(degree, n - 1)):
+            nodes[i].peers.add(j)
+            nodes[j].peers.add(i)
+    for members in hosted_by.values():  # each space's hosts peered in a ring
+        for a, b in zip(members, [*members[1:], members[0]], strict=True):
+            nodes[a].peers.add(b)
+            nodes[b].peers.add(a)
+    made: list[Any] = []
+    ms = 1_700_000_000_000
+    for space, members in sorted(hosted_by.items()):
+        for r in range(per_space):
+            author = rng.choice(members)
+            ms += 1
+            made.append((_entry(nodes[author].key, f"{space[:8]} note {r}", ms, space), space, author))
+    for r in range(public):
+        author = rng.randrange(n)
+        ms += 1
+        made.append((_entry(nodes[author].key, f"public note {r}", ms, None), None, author))
+    for v, _space, author in made:
+        nodes[author].store.add(v)
+    return nodes, made
+
+
+async def _pull(me: Node, peer: Node, result: Result) -> int:
+    """One feed request of `peer` by `me`, stored with its cursor; returns the records newly stored."""
+    cursor = me.store.cursors.get(peer.key.did)
+    query = m.ChangesQuery(v=m.PROTOCOL_VERSION, since=cursor.seq if cursor else 0, limit=PAGE)
+    reply = await peer.server.changes(query, me.key.did)
+    assert isinstance(reply, m.Changes)
+    result.reply_bytes += len(msgspec.json.encode(reply))
+    verified = []
+    for item in reply.items:
+        body = bytes(item.record)
+        record = json.loads(body)
+        result.body_bytes += len(body)
+        result.space_body_bytes += len(body) if "space" in record else 0
+        verified.append(Verified(item.hash, body, record, None))
+    outcomes = await me.store.ingest(peer.key.did, verified, [], Cursor(reply.epoch, reply.next))
+    saved = sum(1 for o in outcomes if o.outcome == "saved")
+    result.deliveries += saved
+    result.refused += sum(1 for o in outcomes if o.outcome == "invalid")
+    return saved
+
+
+async def _reconcile(me: Node, peer: Node, result: Result) -> None:
+    """One negentropy reconciliation of `me` (initiator) with `peer`, over what they serve each other."""
+    _e, _h, items = await me.store.reconcile_items(m.PROTOCOL_VERSION, peer.key.did)
+    neg = Negentropy(VectorStorage(items))
+    message: bytes | None = neg.initiate()
+    have: list[bytes] = []
+    need: list[bytes] = []
+    while message is not None:
+        result.reconcile_bytes += len(message)
+        reply = await peer.server.reconcile(m.ReconcileRequest(v=m.PROTOCOL_VERSION, message=message.hex()), me.key.did)
+        if reply.message is None:
+            break
+        result.reconcile_bytes += len(reply.message) // 2
+        message = neg.reconcile(bytes.fromhex(reply.message), have, need)
+    result.reconcile_need += len(need)
+
+
+async def simulate(
+    n: int = 100, spaces: int = 10, degree: int = 3, per_space: int = 20, public: int = 50, seed: int = 1
+) -> Result:
+    """Run the federation until a round delivers nothing, then reconcile every pair of neighbours once."""
+    nodes, made = build(n, spaces, degree, per_space, public, seed)
+    result = Result(n, spaces, len(made), 0, False, 0, 0, 0, 0, 0, 0)
+    while True:
+        result.rounds += 1
+        delivered = 0
+        for me in nodes:
+            for j in sorted(me.peers):
+                delivered += await _pull(me, nodes[j], result)
+        if not delivered:
+            break
+    for i, me in enumerate(nodes):
+        for j in sorted(me.peers):
+            if i < j:
+                await _reconcile(me, nodes[j], result)
+    size = {v.version: len(v.body) for v, _s, _a in made}
+    result.exact = True
+    for node in nodes:
+        held = {e[1] for e in node.store.log if e is not None}
+        for v, space, _author in made:
+            hosts = node.store.hosts.get(space, frozenset()) if space is not None else frozenset()
+            should = may_receive(node.key.did, space, hosts)
+            if (v.version in held) != should:
+                result.exact = False
+    once = {v.version: size[v.version] * (len(nodes) - 1 if s is None else len(nodes[0].store.hosts[s]) - 1)
+            for v, s, _a in made}  # fmt: skip
+    result.optimum_bytes = sum(once.values())
+    result.space_optimum_bytes = sum(once[v.version] for v, s, _a in made if s is not None)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one simulation and print its result as JSON; exit 1 when a record is not exactly on its hosts."""
+    parser = argparse.ArgumentParser(prog="python -m scenarios.space_sim", description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--spaces", type=int, default=10)
+    parser.add_argument("--degree", type=int, default=3)
+    parser.add_argument("--records", type=int, default=20, help="records per space")
+    parser.add_argument("--public", type=int, default=50, help="public records")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    result = asyncio.run(simulate(args.nodes, args.spaces, args.degree, args.records, args.public, args.seed))
+    out = {**vars(result), "ratio": result.ratio, "space_ratio": result.space_ratio}
+    print(json.dumps(out))
+    return 0 if result.exact and result.reconcile_need == 0 and result.refused == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
