@@ -28,14 +28,16 @@ SPACE_KINDS = frozenset({"space", "space_member", "space_admin", "space_host"})
 # records, bus messages and task events (a task's events stay in its space: `schema_version` "v1", the space inside
 # the signing bytes, as a message's).
 SPACE_POST_KINDS = frozenset({"entry", "link", "message", "task_event"})
-# A redaction (docs/format-v3.md 5): accepted from a node's own clients (issue 39, its one-node slice), never from
-# peers (sync/verify.py refuses it as too new) until redactions federate.
+# A redaction (docs/format-v3.md 5): accepted from a node's own clients and from peers (issue 39: redactions
+# federate with their target's scope, node/federation/store.py).
 REDACTION_KINDS = frozenset({"redaction"})
 # The kinds a redaction may take back (docs/format-v3.md 5.2); any other target is `not_redactable`.
 REDACTABLE_KINDS = frozenset({"entry", "link", "message"})
 # Every kind a record inside a space may be, here: membership, posts, the vouch pages of a removal's vouched set, and
 # redactions of the space's posts.
 IN_SPACE_KINDS = SPACE_KINDS | SPACE_POST_KINDS | REDACTION_KINDS | {"vouch_page"}
+# Every kind this release verifies and stores from a peer (sync/verify.py: any other is `too_new`).
+KNOWN_KINDS = RECORD_KINDS | V3_KINDS | SPACE_KINDS | REDACTION_KINDS
 
 
 class RecordError(ValueError):

@@ -48,7 +48,7 @@ def too_new(record: dict[str, Any]) -> str | None:
     a `schema_version` or top-level members this release does not know. Checked before the hash and the signature,
     which such a record may compute another way (a v2 entry's address, a `signing_key`)."""
     kind = record.get("kind")
-    if isinstance(kind, str) and kind not in records.RECORD_KINDS | records.V3_KINDS | records.SPACE_KINDS:
+    if isinstance(kind, str) and kind not in records.KNOWN_KINDS:
         return f"record kind {kind!r} is not known to this release" if _NAME.fullmatch(kind) else None
     version = record.get("schema_version")
     space_entry = kind == "entry" and "space" in record and version == canonical.SPACE_SCHEMA_VERSION
@@ -66,7 +66,7 @@ def too_new(record: dict[str, Any]) -> str | None:
         return f"a {kind} of a space is not known to this release"
     # The v3 forms this release accepts from peers (key events, vouch pages, entries, links and messages naming a
     # `signing_key`) are known; a `signing_key` on another kind is a form a later release may define.
-    v3_kind = kind in records.V3_KINDS | records.SPACE_KINDS
+    v3_kind = kind in records.V3_KINDS | records.SPACE_KINDS | records.REDACTION_KINDS
     struct = schema_v3.struct_for(record) if v3_kind else schema.RECORD_TYPES.get(kind)
     if struct is None:
         return None

@@ -93,7 +93,9 @@ def _judge_space(conn: Conn, node_id: str, space: str, items: list[Verified]) ->
         ]
     out: list[tuple[Verified, str, str]] = []
     for v in items:
-        decision = resolved.decisions[v.version]
+        decision = resolved.decisions.get(v.version)
+        if decision is None:  # a redaction: its authority is decided against its target's body (node/redaction)
+            continue
         if decision.verdict == "undecided":
             out.append((v, UNDECIDED, "waits for " + ", ".join(sorted(decision.waits_for))))
         elif decision.verdict == "void":

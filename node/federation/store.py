@@ -443,6 +443,12 @@ def ingest_txn(
     `too_new_from` is kept beside it (`write_cursor_txn`).
     """
     authority = Authority() if authority is None else authority
+    first = [v for v in records if v.record.get("kind") == "redaction"]
+    if first and len(first) < len(records):  # redactions first, so the bodies they name never reach the disk
+        done = ingest_txn(conn, peer_id, first, [], None, now_ms, authority, recheck=recheck)
+        rest = [v for v in records if v.record.get("kind") != "redaction"]
+        return done + ingest_txn(conn, peer_id, rest, invalid, cursor, now_ms, authority, recheck=recheck,
+                                 too_new_from=too_new_from)  # fmt: skip
     # a body a stored redaction (or purge) holds against is checked in memory and never stored, not even to wait:
     # only its tombstone (issue 39)
     redacted = redaction_effects.screen_txn(conn, [(v.hash, v.version, v.record) for v in records], now_ms)

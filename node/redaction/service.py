@@ -3,8 +3,8 @@ target and the node signs the `redaction` record, a self-signing agent submits i
 storing transaction: the redaction's key (`authorize_txn`), then, when the target is held, its authority against the
 target's body (`rules.refusal`: 403 `not_target_author`, 422 `not_redactable`, `space_mismatch`); a target never
 seen here does not make it wait (docs/format-v3.md 5.1): it is stored at once and the body is refused when it comes
-(`effects.screen_txn`). Redaction records are stored with scope `local`: until redactions federate, they never
-leave the node.
+(`effects.screen_txn`). Redaction records federate with their target's scope (docs/sync.md, "Redaction"): stored
+`federation`, in the target's space when it names one, so they go where the target went and nowhere else.
 """
 
 from __future__ import annotations
@@ -94,7 +94,9 @@ def store_txn(conn: Conn, sealing: Sealing, verified: Verified, where: str, now_
         reason = rules.refusal(author, space, verified.hash, held[0].record, moderates)
         if reason is not None:
             raise refusal_error(reason, where)
-    incoming = projections.Incoming(record, verified.hash, verified.decoded, "local", verified.body)
+    # the target's scope: a redaction of a `local` record stays here too (a target not seen here: federated)
+    scope = "local" if held and held[0].record.get("scope") == "local" else "federation"
+    incoming = projections.Incoming(record, verified.hash, verified.decoded, scope, verified.body)
     projections.append_many(conn, [incoming], origin="local", now_ms=now_ms)
     kept = [t for t in store.tombstones(conn, [target]) if t.author_id == author or _sees(conn, author, t.space)]
     return RedactionOut(

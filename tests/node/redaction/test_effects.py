@@ -12,11 +12,12 @@ from hypothesis import strategies as st
 
 from identity import canonical, keys, records
 from node.errors import Forbidden
+from node.federation.store import NodeSyncStore, add_peer_txn
 from node.redaction import effects, store
 from node.service import Node
 from node.store import projections
 from node.store.conn import Conn
-from sync.store import Invalid
+from sync.store import Verified
 from sync.verify import verify_record
 from tests.node.api_helpers import SelfSigner, entry_record, hash_of, ingest, link_record, self_signer
 from wire.time import format_ms
@@ -172,14 +173,47 @@ def test_effects_tombstone_out_keeps_every_member() -> None:
     assert (out.hash, out.kind, out.redacted, out.redaction, out.versions) == ("a" * 64, "link", True, "r", ["a" * 64])
 
 
-async def test_a_peers_redaction_record_is_too_new_until_redactions_federate(node: Node) -> None:
+async def test_a_peers_redaction_applies_as_a_local_one(node: Node) -> None:
     author = await self_signer(node, "author")
-    record = entry_record(author.key, "stays", created_ms=node.now_ms() - 5000)
+    record = entry_record(author.key, "leaked-by-a-peer", created_ms=node.now_ms() - 5000)
+    address = hash_of(record)
     assert await ingest(node, record) == "saved"
-    peers_redaction = redaction_of(author, hash_of(record), node.now_ms())
-    checked = verify_record(canonical.canonical_bytes(peers_redaction), hash_of(peers_redaction))
-    assert isinstance(checked, Invalid) and checked.reason == "too_new"  # counted, never stored nor remembered
-    assert await held(node, hash_of(record)) != []
+    peers_redaction = redaction_of(author, address, node.now_ms())
+    assert await ingest(node, peers_redaction) == "saved"  # verified as any record (no longer too_new)
+    assert await held(node, address) == []
+    (tombstone,) = await node.db.read(lambda c: store.tombstones(c, [address]))
+    assert tombstone.redaction == hash_of(peers_redaction)
+    scope = "SELECT scope FROM records WHERE hash = ?"
+    assert await node.db.read(lambda c: c.execute(scope, (hash_of(peers_redaction),)).fetchone()[0]) == "federation"
+    assert "leaked-by-a-peer" not in "\n".join(await node.db.read(lambda c: list(c.iterdump())))
+
+
+async def test_a_peers_redaction_of_an_unseen_target_is_stored_and_counts_toward_nothing(node: Node) -> None:
+    """A redaction whose target never arrived is no tombstone: no refused version, no equivocation; a stranger's
+    redaction stored before the body does not keep the author's body out when it comes."""
+    author, stranger = await self_signer(node, "author"), await self_signer(node, "stranger")
+    record = entry_record(author.key, "mine", created_ms=node.now_ms() - 5000)
+    address = hash_of(record)
+    assert await ingest(node, redaction_of(stranger, address, node.now_ms())) == "saved"
+
+    def counts(conn: Conn) -> list[int]:
+        tables = ("tombstones", "refused_versions", "equivocations")
+        return [int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in tables]
+
+    assert await node.db.read(counts) == [0, 0, 0]
+    assert await ingest(node, record) == "saved"  # the stranger's redaction is void for it
+    assert await held(node, address) != [] and await node.db.read(counts) == [0, 0, 0]
+
+
+async def test_a_peers_redaction_of_a_redaction_stays_void(node: Node) -> None:
+    author = await self_signer(node, "author")
+    record = entry_record(author.key, "gone", created_ms=node.now_ms() - 5000)
+    first = redaction_of(author, hash_of(record), node.now_ms() - 1000)
+    assert await ingest(node, record) == "saved" and await ingest(node, first) == "saved"
+    again = redaction_of(author, hash_of(first), node.now_ms())
+    assert await ingest(node, again) == "saved"  # stored as every node stores it (convergent), void for its target
+    assert await held(node, hash_of(first)) != [] and await held(node, hash_of(record)) == []
+    assert await node.db.read(lambda c: store.tombstones(c, [hash_of(first)])) == []
 
 
 async def test_a_redacted_body_that_would_wait_for_a_key_is_refused_before_it_waits(node: Node) -> None:
@@ -194,3 +228,24 @@ async def test_a_redacted_body_that_would_wait_for_a_key_is_refused_before_it_wa
     assert await ingest(node, record) == "void"
     assert await node.db.read(lambda c: c.execute("SELECT count(*) FROM waiting").fetchone()[0]) == 0
     assert "waits-secret" not in "\n".join(await node.db.read(lambda c: list(c.iterdump())))
+
+
+@pytest.mark.parametrize("redaction_first", [True, False])
+async def test_a_peers_batch_with_a_body_and_its_redaction_keeps_only_the_tombstone(
+    node: Node, redaction_first: bool
+) -> None:
+    """Whatever their order in one batch, the redaction is stored first and the body never reaches the log."""
+    author = await self_signer(node, "author")
+    record = entry_record(author.key, "in-one-batch", created_ms=node.now_ms() - 5000)
+    redaction = redaction_of(author, hash_of(record), node.now_ms())
+    batch = [redaction, record] if redaction_first else [record, redaction]
+    peer = keys.SigningKey.generate().did
+    await node.db.write(lambda c: add_peer_txn(c, "http://127.0.0.1:9", peer, node.now_ms()))
+    checked = [verify_record(canonical.canonical_bytes(r), hash_of(r)) for r in batch]
+    verified = [v for v in checked if isinstance(v, Verified)]
+    assert len(verified) == 2
+    outcomes = await NodeSyncStore(node.db, node.node_id, node.now_ms).ingest(peer, verified, [], None)
+    assert {o.hash: o.outcome for o in outcomes} == {hash_of(redaction): "saved", hash_of(record): "void"}
+    assert await held(node, hash_of(record)) == []
+    entries = await node.db.read(lambda c: c.execute("SELECT count(*) FROM entries").fetchone()[0])
+    assert entries == 0
