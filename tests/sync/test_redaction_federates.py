@@ -157,3 +157,14 @@ async def test_a_redaction_of_a_spaces_post_goes_to_its_hosts_only(make_peer: An
     assert (per_space[0].count, per_space[0].sha256) == (per_space[1].count, per_space[1].sha256)
     assert await a.digest() == await b.digest() == await c.digest()
     assert (await b.puller().reconcile(a.config)).need == 0
+
+
+async def test_a_redaction_of_a_local_record_stays_on_its_node(make_peer: Any) -> None:
+    a, b = await peered(make_peer, "a", "b")
+    author = await a.agent("author")
+    local = await a.post(author, "a note for this node alone", scope="local")
+    out = await a.node.redactions.redact(author, local, None)
+    sql = "SELECT scope FROM records WHERE hash = ?"
+    assert await a.node.db.read(lambda c: c.execute(sql, (out.redaction,)).fetchone()[0]) == "local"
+    await b.puller().pull_once(a.config)
+    assert not await holds(b, out.redaction) and await a.digest() == await b.digest()
