@@ -249,3 +249,56 @@ async def test_a_peers_batch_with_a_body_and_its_redaction_keeps_only_the_tombst
     assert await held(node, hash_of(record)) == []
     entries = await node.db.read(lambda c: c.execute("SELECT count(*) FROM entries").fetchone()[0])
     assert entries == 0
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(order=st.permutations(range(4)), split=st.integers(min_value=0, max_value=4))
+def test_any_arrival_order_from_peers_gives_equal_digests(tmp_path_factory: Any, order: list[int], split: int) -> None:
+    """Two bodies, the author's redaction of one and a stranger's of the other, all from peers: one node takes them
+    in `order`, in two batches cut at `split`; another node takes them one by one in the reverse order. Both hold the
+    same bodies, tombstones and federation digest (the redaction records count, the redacted body does not)."""
+    import asyncio
+
+    from node.ops.datadir import initialise
+
+    author, stranger = keys.SigningKey.generate(), keys.SigningKey.generate()
+
+    async def state(name: str, batches: list[list[dict[str, Any]]]) -> tuple[list[str], list[str], tuple[int, str]]:
+        path = tmp_path_factory.mktemp(name) / "node"
+        initialise(path)
+        node = Node(path)
+        node.open(search_index=False)
+        try:
+            peer = keys.SigningKey.generate().did
+            await node.db.write(lambda c: add_peer_txn(c, "http://127.0.0.1:9", peer, node.now_ms()))
+            sync_store = NodeSyncStore(node.db, node.node_id, node.now_ms)
+            for batch in batches:
+                checked = [verify_record(canonical.canonical_bytes(r), hash_of(r)) for r in batch]
+                await sync_store.ingest(peer, [v for v in checked if isinstance(v, Verified)], [], None)
+            bodies = await node.db.read(
+                lambda c: sorted(
+                    json.loads(r[0])["content"] for r in c.execute("SELECT body FROM records WHERE kind = 'entry'")
+                )
+            )
+            tombs = await node.db.read(
+                lambda c: [t.hash for t in store.tombstones(c, [r["target"] for r in redactions])]
+            )
+            digest = await sync_store.digest()
+            return bodies, tombs, (digest.count, digest.sha256)
+        finally:
+            node.close()
+
+    base = format_ms(1_764_900_000_000)
+    kept = entry_record(author, "kept", created_ms=1_764_900_000_000 - 5000)
+    gone = entry_record(author, "gone", created_ms=1_764_900_000_000 - 4000)
+    redactions = [
+        records.sign({"kind": "redaction", "schema_version": canonical.SCHEMA_VERSION, "author_id": key.did,
+                      "created_at": base, "target": hash_of(target)}, key)
+        for key, target in ((author, gone), (stranger, kept))
+    ]  # fmt: skip
+    items = [kept, gone, *redactions]
+    ordered = [items[i] for i in order]
+    first = asyncio.run(state("a", [b for b in (ordered[:split], ordered[split:]) if b]))
+    second = asyncio.run(state("b", [[r] for r in reversed(ordered)]))
+    assert first == second
+    assert first[0] == ["kept"] and first[1] == [hash_of(gone)] and first[2][0] == 3
