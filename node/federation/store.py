@@ -50,6 +50,7 @@ POLL_S = 0.1
 # What the projections raise for a record they refuse, the peer's fault: a constraint of a projection table, or a
 # value the canonical form refuses. Anything else a record meets while stored is a fault of this node's own code.
 REFUSED = (sqlite3.IntegrityError, canonical.CanonicalError)
+MODERATION_KINDS = frozenset({"space_admin", "vouch_page"})  # records of a space that may make an author its admin
 log = logging.getLogger("bbs.sync")
 # Federated versions by address or version: a UNION of two index searches (an OR of the two would scan every
 # federated record).
@@ -443,11 +444,12 @@ def ingest_txn(
     `too_new_from` is kept beside it (`write_cursor_txn`).
     """
     authority = Authority() if authority is None else authority
-    first = [v for v in records if v.record.get("kind") == "redaction"]
-    if first and len(first) < len(records):  # redactions first, so the bodies they name never reach the disk
+    named = {v.record["target"] for v in records if v.record.get("kind") == "redaction"}
+    later = [v for v in records if v.hash in named and v.record.get("kind") != "redaction"]
+    if later and len(later) < len(records):  # a body after the redactions naming it: it never reaches the disk
+        first = [v for v in records if v.hash not in named or v.record.get("kind") == "redaction"]
         done = ingest_txn(conn, peer_id, first, [], None, now_ms, authority, recheck=recheck)
-        rest = [v for v in records if v.record.get("kind") != "redaction"]
-        return done + ingest_txn(conn, peer_id, rest, invalid, cursor, now_ms, authority, recheck=recheck,
+        return done + ingest_txn(conn, peer_id, later, invalid, cursor, now_ms, authority, recheck=recheck,
                                  too_new_from=too_new_from)  # fmt: skip
     # a body a stored redaction (or purge) holds against is checked in memory and never stored, not even to wait:
     # only its tombstone (issue 39)
@@ -482,6 +484,8 @@ def ingest_txn(
     # key events and pages stored: the authors' records already in the log may change verdict (7.6)
     stored = [v.record for v, (_, inserted) in kept if inserted]
     settle_authority_txn(conn, authority, void.authors_of_authority(stored), now_ms)
+    # who moderates a space may have changed: its redactions void for want of it are decided again (issue 39)
+    redaction_effects.reapply_txn(conn, {r["space"] for r in stored if r.get("kind") in MODERATION_KINDS}, now_ms)
     _store_released_txn(conn, authority, gated.released, now_ms)
     if cursor is not None:
         write_cursor_txn(conn, peer_id, cursor, too_new_from)

@@ -2,6 +2,7 @@
 the transaction that stores it or that would store its target's body:
 
 - `project_redaction`, the projector of `redaction` records: the `redactions` row, then `apply_txn`;
+- `reapply_txn`: `apply_txn` again for the redactions of a space whose moderators changed (sync ingest);
 - `apply_txn`: when the target's versions are held and the redaction holds against them (`rules.refusal`), every
   version is deleted from the log and remembered in `refused_versions` (`drop_held_txn`): its projection rows leave
   by its kind's switch (as a record flagged void does: node/store/void.py), the notifications of it go, and so do
@@ -66,6 +67,15 @@ def apply_txn(conn: Conn, row: RedactionRow, now_ms: int) -> TombstoneRow | None
     if rules.refusal(row.author_id, row.space, row.hash, held[0].record, moderates_txn(conn)) is not None:
         return None
     return drop_txn(conn, row, held, now_ms)
+
+
+def reapply_txn(conn: Conn, spaces: set[str], now_ms: int) -> None:
+    """After records deciding who moderates `spaces` were stored (a promotion to admin arriving after the redaction
+    it authorises): `apply_txn` again each redaction of those spaces whose target is still held. A no-op, one
+    indexed look-up, when none is."""
+    if spaces:
+        for row in store.redactions_of_held_in(conn, spaces):
+            apply_txn(conn, row, now_ms)
 
 
 def drop_txn(conn: Conn, row: RedactionRow, held: Sequence[HeldVersion], now_ms: int) -> TombstoneRow:

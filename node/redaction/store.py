@@ -69,6 +69,17 @@ def redactions_of(conn: Conn, targets: Iterable[str]) -> list[RedactionRow]:
     return [RedactionRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
 
 
+def redactions_of_held_in(conn: Conn, spaces: Iterable[str]) -> list[RedactionRow]:
+    """The redactions of any of `spaces` whose target the log holds (void for it when they came), oldest first."""
+    rows = conn.execute(
+        "SELECT hash, seq, target, author_id, created_at, space, reason FROM redactions r"
+        " WHERE space IN (SELECT value FROM json_each(?)) AND EXISTS (SELECT 1 FROM records WHERE hash = r.target)"
+        " ORDER BY created_at, hash",
+        (json.dumps(sorted(set(spaces))),),
+    ).fetchall()
+    return [RedactionRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
+
+
 def redaction(conn: Conn, address: str) -> RedactionRow | None:
     """The redaction record at `address`, when this node holds one."""
     row = conn.execute(

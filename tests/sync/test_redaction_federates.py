@@ -168,3 +168,33 @@ async def test_a_redaction_of_a_local_record_stays_on_its_node(make_peer: Any) -
     assert await a.node.db.read(lambda c: c.execute(sql, (out.redaction,)).fetchone()[0]) == "local"
     await b.puller().pull_once(a.config)
     assert not await holds(b, out.redaction) and await a.digest() == await b.digest()
+
+
+async def space_post(peer: PeerNode, space: str) -> str:
+    sql = "SELECT hash FROM records WHERE kind = 'entry' AND space = ? ORDER BY seq LIMIT 1"
+    address: str = await peer.node.db.read(lambda conn: conn.execute(sql, (space,)).fetchone()[0])
+    return address
+
+
+async def test_an_admins_redaction_holds_on_a_host_whatever_order_its_promotion_arrives_in(make_peer: Any) -> None:
+    """An admin redacts a writer's post: a host that takes the promotion and the redaction in one batch drops the
+    body, and so does one that takes the redaction before the promotion (the promotion decides it again)."""
+    a, b, c, space, owner = await federation(make_peer)
+    await a.node.spaces.set_host(owner, space, c.node_id, "host")
+    await b.puller().pull_once(a.config)
+    await c.puller().pull_once(a.config)
+    target = await space_post(a, space)
+    assert await holds(b, target) and await holds(c, target)
+    moderator = await a.agent("moderator")
+    await a.node.spaces.set_role(owner, space, moderator, "admin")
+    promotion = await space_versions(a, space) - await space_versions(c, space)  # its records (non-entries: address)
+    out = await a.node.redactions.redact(moderator, target, "off topic")
+    await b.puller().pull_once(a.config)  # one batch: the promotion, then the redaction
+    assert not await holds(b, target) and await tombstone_of(b, target) == out.redaction
+    # C: the redaction alone first (fetched by address), then the promotion
+    outcomes, _missing = await c.puller().fetch_into_store(a.config, [out.redaction])
+    assert [o.outcome for o in outcomes] == ["saved"] and await holds(c, target)
+    await c.puller().fetch_into_store(a.config, sorted(promotion))
+    assert not await holds(c, target) and await tombstone_of(c, target) == out.redaction
+    per_space = [await p.sync.store.digest(space=space) for p in (a, b, c)]
+    assert len({(d.count, d.sha256) for d in per_space}) == 1
