@@ -485,7 +485,9 @@ def ingest_txn(
     stored = [v.record for v, (_, inserted) in kept if inserted]
     settle_authority_txn(conn, authority, void.authors_of_authority(stored), now_ms)
     # who moderates a space may have changed: its redactions void for want of it are decided again (issue 39)
-    redaction_effects.reapply_txn(conn, {r["space"] for r in stored if r.get("kind") in MODERATION_KINDS}, now_ms)
+    # (a key event's vouch pages have no space)
+    moderated = {r["space"] for r in stored if r.get("kind") in MODERATION_KINDS and r.get("space") is not None}
+    redaction_effects.reapply_txn(conn, moderated, now_ms)
     _store_released_txn(conn, authority, gated.released, now_ms)
     if cursor is not None:
         write_cursor_txn(conn, peer_id, cursor, too_new_from)
