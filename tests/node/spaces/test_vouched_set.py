@@ -16,11 +16,13 @@ from node.federation.store import add_peer_txn
 from node.ops.datadir import initialise
 from node.service import Node
 from node.spaces.service import nonce
-from node.store import projections, void
+from node.store import db, projections, void
 from node.store.conn import Conn
 from sync.store import Verified
 from sync.verify import verify_record
 from tests.node.api_helpers import entry_record, self_signer
+from tests.node.federation.v3_story import key_event, vouch_page
+from tests.node.migrated import database_before
 from tests.node.spaces.test_orders import register
 from tests.node.spaces.test_posts import MakeAgent, get, post
 from tests.node.spaces.test_routes import call, record_count
@@ -240,3 +242,59 @@ async def test_every_arrival_order_gives_the_same_visibility(tmp_path: Path) -> 
             assert await node.db.write(rebuilt) == (expected, expected), name
         finally:
             node.close()
+
+
+def test_the_migration_lists_the_vouch_pages_of_a_space(tmp_path: Path) -> None:
+    """0040 on a database of before it: a space's vouch pages (their `space` set) are listed in `space_records`; a
+    key event's page, and a space's page flagged void, are not."""
+    conn = database_before(tmp_path / "node.sqlite", 40)
+    space = "c" * 64
+    rows = [  # (hash, kind, space)
+        ("01", "vouch_page", space),
+        ("02", "vouch_page", None),  # a key event's page
+        ("03", "vouch_page", space),  # flagged void below
+        ("04", "entry", space),
+    ]
+    with db.transaction(conn, immediate=True):
+        for record_hash, kind, in_space in rows:
+            conn.execute(
+                "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin,"
+                " received_ms, body, space) VALUES (?, ?, ?, 'did:key:zowner', '2026-01-01T00:00:00Z', 0,"
+                " 'federation', 'local', 0, x'7b7d', ?)",
+                (record_hash, record_hash, kind, in_space),
+            )
+        conn.execute(
+            "INSERT INTO void_records (seq, version, hash, kind, author_id, reason, flagged_ms)"
+            " VALUES (3, '03', '03', 'vouch_page', 'did:key:zowner', 'revoked_key', 0)"
+        )
+    assert db.migrate(conn) >= 40
+    listed = [tuple(r) for r in conn.execute("SELECT seq, space_id, kind FROM space_records ORDER BY seq")]
+    assert listed == [(1, space, "vouch_page")]
+    conn.close()
+
+
+async def test_a_key_event_vouching_for_posts_their_space_voids_does_not_show_them(tmp_path: Path) -> None:
+    """The author's rotation vouches for every post of its old key (node/store/void.py decides them valid by key);
+    the two its space voids stay hidden: only the space's judgement unflags them."""
+    creation = signed(OWNER, kind="space", name="family", description="", nonce=nonce())
+    space = records.compute_hash(creation)
+    r = _records(space)
+    posts = [r["post0"], r["post1"], r["post2"]]
+    initialise(tmp_path / "node")
+    node = Node(tmp_path / "node")
+    node.open()
+    try:
+        await register(node, OWNER)
+        await node.spaces.submit(OWNER.did, creation)
+        await _arrive(node, [[r["added"], *posts], [r["removal"], r["page"]]])
+        kept = [records.compute_hash(r["post0"])]
+        assert await node.db.read(lambda c: _shown(c, space)) == (kept, kept)
+        versions = [_verified(p).version for p in posts]
+        rotation = key_event(BOB, "rotate", 1, installs=keys.SigningKey.from_seed(b"\x53" * 32),
+                             vouches=[vouching.vouch(BOB.did, versions)], author=BOB.did)  # fmt: skip
+        await _arrive(node, [[rotation, vouch_page(BOB, rotation, BOB, versions, author=BOB.did)]])
+        assert await node.db.read(lambda c: _shown(c, space)) == (kept, kept)
+        reasons = {row.reason for row in await node.db.read(lambda c: void.listing(c, 0, 100))}
+        assert reasons == {"space_unvouched"}
+    finally:
+        node.close()
