@@ -1,7 +1,8 @@
 """The SQL of spaces (issues 37 and 38; docs/spaces.md): the projection of `space`, `space_member`, `space_admin` and
 `space_host` records, and the reads every space rule needs.
 
-A space's records are listed in `space_records` as they are projected; each projected record recomputes the one space
+A space's records (and the vouch pages of its removals) are listed in `space_records` as they are projected
+(node/spaces/vouched_set.py); each projected record recomputes the one space
 it touches with `identity.spaces.resolve` over that space's records and their key verdicts (from the key events the
 log holds), and writes the outcome to `spaces` (the valid space: owner, name, description), `space_roles` (every
 agent with a role) and `space_hosts` (every hosting node, `identity.space_rules.hosting`: the ones its admins name,

@@ -18,6 +18,10 @@ exactly the vouched set (docs/format-v3.md 6.5, `matches`).
 
 Sync never serves a flagged record (changes feed, fetch, reconciliation) and the digest leaves it out
 (node/federation/store.py); `bbs rebuild` replays the log without them (`projections.rebuild`).
+
+A space flags posts too, by the vouched-set rule (node/spaces/vouched_set.py, through `flag_txn`): their reason starts
+`SPACE_REASON`, and only the space's judgement unflags them (`reflag_txn` leaves them flagged when their key would
+count them).
 """
 
 from __future__ import annotations
