@@ -16,8 +16,8 @@ A post arriving after its author's removal is judged as it arrives: from a peer 
 author may not write). Either way the node ends with the same posts shown, whatever the order: the set rule.
 
 The cost stays on membership records: a batch of posts recomputes nothing; a membership record reads the posts of
-the agents a membership record names that may not write now (and of authors of posts flagged by their space), and
-none when there is none.
+the agents a membership record once made writers or admins that may not write now (and of authors of posts flagged
+by their space), and none when there is none.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from node.store import projections, void
 from node.store.conn import Conn
 
 MEMBER_KINDS = frozenset({"space_member", "space_admin"})
+WRITES = frozenset({"writer", "admin"})  # a role a membership record gives that posts: who may have posts held
 
 
 def project_space_record(conn: Conn, rec: Any, ctx: projections.Projection) -> None:
@@ -71,11 +72,11 @@ def rejudge_posts_txn(
 ) -> tuple[int, int]:
     """Decide again, with `resolve` over the space's records `held` and them, the stored posts (stored before seq
     `before`: the record being projected, so `bbs rebuild` judges only what it replayed) of every agent a membership
-    record names that may not write now, and of every author of a post its space flagged; flag the void ones
-    (reason `space_<reason>`), unflag the valid ones its space flagged (`void.flag_txn`); an undecided one (the
-    removal's pages not all held) keeps its state. Returns (flagged, unflagged)."""
+    record ever made a writer or an admin that may not write now, and of every author of a post its space flagged;
+    flag the void ones (reason `space_<reason>`), unflag the valid ones its space flagged (`void.flag_txn`); an
+    undecided one (the removal's pages not all held) keeps its state. Returns (flagged, unflagged)."""
     writers = {agent for agent, role in resolved.roles.items() if may_write(role)}
-    named = {str(h.record["member"]) for h in held if h.record["kind"] in MEMBER_KINDS}
+    named = {str(h.record["member"]) for h in held if h.record["kind"] in MEMBER_KINDS and h.record["role"] in WRITES}
     authors = (named - writers) | store.flagged_authors(conn, resolved.id, void.SPACE_REASON)
     posts = store.posts_by(conn, resolved.id, authors, before) if authors else []
     if not posts:
