@@ -32,6 +32,7 @@ from node.redaction import scrub as redaction_scrub
 from node.redaction import store as redaction_store
 from node.spaces import routes as space_routes
 from node.spaces import store as space_store
+from node.spaces import vouched_set as space_vouched
 from node.store import projections, void
 from node.store.projections import Log, Projector, Screen, Switch
 from node.trust import routes as trust_routes
@@ -98,9 +99,12 @@ FEATURES: tuple[Feature, ...] = (
     Feature(
         "spaces",  # signed groups of member agents: who reads what (docs/spaces.md)
         routes=space_routes.ROUTES,
-        projectors=dict.fromkeys(space_store.SPACE_KINDS, space_store.project_space_record),
+        projectors={
+            **dict.fromkeys(space_store.SPACE_KINDS, space_vouched.project_space_record),
+            "vouch_page": space_vouched.project_vouch_page,  # a key event's, or a space removal's (listed in it)
+        },
         tables=space_store.SPACE_TABLES,
-        switches=dict.fromkeys(space_store.SPACE_KINDS, space_store.switch_space_record),
+        switches=dict.fromkeys(space_store.SPACE_KINDS, space_vouched.switch_space_record),
     ),
     Feature(
         "redaction",  # a signed redaction takes a record's body off the node; tombstones stay (docs/api.md)

@@ -9,6 +9,8 @@ import msgspec
 
 from identity.schema_v3 import MAX_SPACE_DESCRIPTION_CHARS, MAX_SPACE_NAME_CHARS
 
+MAX_MEMBER_PAGES = 64  # vouch pages sent with one membership record: 64 * 1,024 posts vouched for
+
 Role = Literal["admin", "writer", "reader", "none"]
 
 
@@ -28,6 +30,11 @@ class MemberIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     agent_id: str | None = None
     role: Role | None = None
     record: dict[str, Any] | None = None
+    # the vouch pages of `record` when it is a lowering vouching for posts (kind `vouch_page`, in the space, signed
+    # like it): without them its vouched set is not known here and the member's posts it may void stay as they are
+    pages: Annotated[list[dict[str, Any]], msgspec.Meta(max_length=MAX_MEMBER_PAGES)] = msgspec.field(
+        default_factory=list
+    )
 
 
 HostRole = Literal["host", "none"]

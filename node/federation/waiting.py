@@ -160,6 +160,8 @@ def _decide(
 ) -> Decision:
     """The verdict on one record (`version`: its version when the caller has it already); a key event or vouch page
     taken into the cache (or refused) adds what it resolves."""
+    if v.record.get("kind") == VOUCH_PAGE and "space" in v.record:  # a page of a space's removal: its key here,
+        return authority.decide(v.record, v.version if version is None else version)  # its event by space_gate
     if v.record.get("kind") == VOUCH_PAGE:
         return _decide_page(conn, authority, v, resolved)
     if v.record.get("kind") != KEY_EVENT:

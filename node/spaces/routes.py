@@ -65,8 +65,10 @@ async def post_member(request: web.Request) -> web.Response:
             raise InvalidInput("send either a signed record or agent_id and role, not both", field="$.agent_id")
         if body.record.get("space") != space_id:
             raise InvalidInput("the record is of another space", field="$.record.space", code="space_mismatch")
-        out = await _spaces(request).submit(caller, body.record)
+        out = await _spaces(request).submit(caller, body.record, body.pages)
         return json_response(out, _status(out))
+    if body.pages:
+        raise InvalidInput("pages come with the signed record they page", field="$.pages")
     if body.agent_id is None or not agent_refs.is_did(body.agent_id):
         raise InvalidInput("agent_id must be an agent's did:key", field="$.agent_id")
     if body.role is None:
@@ -149,7 +151,8 @@ ROUTES: list[Route] = [
         "/v1/spaces/{space_id}/members",
         post_member,
         "Give an agent a role in the space (admin, writer, reader, none), or store a signed space_member or"
-        " space_admin record: 403 not_a_space_admin, 409 prior_conflict, unknown_prior",
+        " space_admin record (a lowering with the vouch pages of its vouch, `pages`): 403 not_a_space_admin, 409"
+        " prior_conflict, unknown_prior, 422 bad_vouch_page, page_not_of_event",
         "agent",
         body=MemberIn,
         responses={201: SpaceSubmitted, 200: SpaceSubmitted},

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from identity import canonical, keys, records, spaces, vouching
@@ -71,9 +71,15 @@ def refusal(decision: spaces.Decision, where: str = "$.record") -> BBSError:
     return InvalidInput(f"this record may never count: {reason}", field=where, code=reason or "invalid_record")
 
 
-def check_client_record(record: dict[str, Any], agent_id: str, where: str = "$.record") -> Verified:
-    """Check a record a client signed: a kind of a space, every record rule and the signature, its author."""
-    if record.get("kind") not in (SPACE, *MEMBER_KINDS, HOST):
+CLIENT_KINDS = (SPACE, *MEMBER_KINDS, HOST)  # what a client sends as `record`
+
+
+def check_client_record(
+    record: dict[str, Any], agent_id: str, where: str = "$.record", kinds: tuple[str, ...] = CLIENT_KINDS
+) -> Verified:
+    """Check a record a client signed: one of `kinds` (of a space), every record rule and the signature, its
+    author."""
+    if record.get("kind") not in kinds:
         raise InvalidInput("record kind must be space, space_member, space_admin or space_host",
                            field=f"{where}.kind", code="record_malformed")  # fmt: skip
     try:
@@ -87,12 +93,24 @@ def check_client_record(record: dict[str, Any], agent_id: str, where: str = "$.r
     return Verified(record_hash, body, record, decoded)
 
 
-def store_txn(conn: Conn, verified: list[Verified], now_ms: int) -> bool:
+def check_client_page(page: dict[str, Any], event: Verified, where: str) -> Verified:
+    """Check a vouch page a client sent with its membership record `event`: a `vouch_page` of that record, in its
+    space, by its author, and every record rule and the signature (its proof is checked by `resolve`, 422
+    `bad_vouch_page`)."""
+    if page.get("kind") != VOUCH_PAGE:
+        raise InvalidInput("a page is a vouch_page record", field=f"{where}.kind", code="record_malformed")
+    if page.get("event") != event.hash or page.get("space") != event.record.get("space"):
+        raise InvalidInput("a page of another record (its event and space are the record's)", field=f"{where}.event",
+                           code="page_not_of_event")  # fmt: skip
+    return check_client_record(page, str(event.record["author_id"]), where, kinds=(VOUCH_PAGE,))
+
+
+def store_txn(conn: Conn, verified: Sequence[Verified], now_ms: int, wheres: Sequence[str] = ()) -> bool:
     """Decide `verified` (records of one space, in order: each after the ones before it) and store them, scope
-    local; raise the refusal of the first that is not valid (the transaction rolls back: nothing stored). Returns
-    whether the last one was new here."""
+    local; raise the refusal of the first that is not valid (the transaction rolls back: nothing stored), located at
+    its member of `wheres` (`$.record` when none). Returns whether the last one was new here."""
     new = False
-    for item in verified:
+    for i, item in enumerate(verified):
         space_id = store.space_of(item.record["kind"], item.hash, item.record)
         held = store.held_records(conn, space_id)
         if any(h.version == item.version for h in held):
@@ -102,7 +120,7 @@ def store_txn(conn: Conn, verified: list[Verified], now_ms: int) -> bool:
         resolved = spaces.resolve([*held, candidate], store.key_verdicts_txn(conn, [item.record["author_id"]]))
         decision = resolved.decisions[item.version]
         if decision.verdict != "valid":
-            raise refusal(decision)
+            raise refusal(decision, wheres[i] if i < len(wheres) else "$.record")
         incoming = projections.Incoming(item.record, item.hash, item.decoded, stored_scope(space_id), item.body)
         projections.append_many(conn, [incoming], origin="local", now_ms=now_ms)
         new = True
@@ -122,16 +140,22 @@ class Spaces:
         (record, record_hash, decoded), body = sign_and_check_body(unsigned, signer)
         return Verified(record_hash, body, record, decoded)
 
-    async def submit(self, agent_id: str, record: dict[str, Any]) -> SpaceSubmitted:
-        """Store a record of a space its author signed (`check_client_record`, `store_txn`)."""
+    async def submit(
+        self, agent_id: str, record: dict[str, Any], pages: Sequence[dict[str, Any]] = ()
+    ) -> SpaceSubmitted:
+        """Store a record of a space its author signed (`check_client_record`, `store_txn`), and the vouch pages of
+        its vouch (`check_client_page`), in one transaction: all stored or none."""
         verified = check_client_record(record, agent_id)
         self.sealing.check_clock(str(record["created_at"]), "$.record.created_at")
         space_id = store.space_of(record["kind"], verified.hash, record)
+        checked = [check_client_page(page, verified, f"$.pages[{i}]") for i, page in enumerate(pages)]
 
         def job(conn: Conn) -> bool:
             if record["kind"] != SPACE and store.space(conn, space_id) is not None:
                 self._visible(conn, space_id, agent_id)  # a non-member learns nothing of the space
-            return store_txn(conn, [verified], self.now_ms())
+            new = store_txn(conn, [verified], self.now_ms())
+            store_txn(conn, checked, self.now_ms(), [f"$.pages[{i}]" for i in range(len(checked))])
+            return new
 
         new = await self.db.write(job)
         return SpaceSubmitted(space_id=space_id, address=verified.hash, created=new)

@@ -1,7 +1,8 @@
 """The SQL of spaces (issues 37 and 38; docs/spaces.md): the projection of `space`, `space_member`, `space_admin` and
 `space_host` records, and the reads every space rule needs.
 
-A space's records are listed in `space_records` as they are projected; each projected record recomputes the one space
+A space's records (and the vouch pages of its removals) are listed in `space_records` as they are projected
+(node/spaces/vouched_set.py); each projected record recomputes the one space
 it touches with `identity.spaces.resolve` over that space's records and their key verdicts (from the key events the
 log holds), and writes the outcome to `spaces` (the valid space: owner, name, description), `space_roles` (every
 agent with a role) and `space_hosts` (every hosting node, `identity.space_rules.hosting`: the ones its admins name,
@@ -13,16 +14,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from identity import key_history, spaces
 from identity.space_rules import READ_ROLES, hosting
 from node.spaces.sight import OPERATOR, Sight, Viewer
 from node.store.authority import key_events_of, vouch_pages_of
 from node.store.conn import Conn
-
-if TYPE_CHECKING:
-    from node.store.projections import Projection
 
 SPACE_TABLES: tuple[str, ...] = ("space_records", "spaces", "space_roles", "space_hosts")
 SPACE_KINDS: tuple[str, ...] = ("space", "space_member", "space_admin", "space_host")
@@ -43,22 +41,12 @@ def space_of(kind: str, record_hash: str, record: dict[str, Any]) -> str:
     return record_hash if kind == "space" else str(record["space"])
 
 
-def project_space_record(conn: Conn, rec: Any, ctx: Projection) -> None:
-    """Projector of `space`, `space_member`, `space_admin` and `space_host`: list the record in its space, then
-    recompute that space's rows (`recompute_txn`)."""
-    kind = str(rec.kind)
-    space_id = ctx.hash if kind == "space" else str(rec.space)
+def list_record_txn(conn: Conn, seq: int, space_id: str, kind: str, author: str) -> None:
+    """List the record at `seq` among the records of `space_id` (`space_records`)."""
     conn.execute(
         "INSERT OR IGNORE INTO space_records (seq, space_id, kind, author_id) VALUES (?, ?, ?, ?)",
-        (ctx.seq, space_id, kind, str(rec.author_id)),
+        (seq, space_id, kind, author),
     )
-    recompute_txn(conn, space_id)
-
-
-def switch_space_record(conn: Conn, seq: int, address: str, record: dict[str, Any], valid: bool, now_ms: int) -> None:
-    """The switch of a space record flagged void or back (node/store/void.py: a key event made its key verdict
-    change): recompute its space, whose records held no longer count the flagged ones."""
-    recompute_txn(conn, space_of(str(record["kind"]), address, record))
 
 
 def held_records(conn: Conn, space_id: str) -> list[spaces.Held]:
@@ -92,17 +80,19 @@ def resolve_txn(conn: Conn, space_id: str, extra: Iterable[spaces.Held] = ()) ->
     return spaces.resolve(held, key_verdicts_txn(conn, (h.record["author_id"] for h in held)))
 
 
-def recompute_txn(conn: Conn, space_id: str) -> None:
+def recompute_txn(conn: Conn, space_id: str) -> tuple[spaces.Space | None, list[spaces.Held]]:
     """Write the space's row, its roles and its hosts as `resolve` decides them over the records held; an agent that
-    may no longer read the space loses its pending notifications of the space's entries (`forget_notifications_txn`)."""
-    resolved = resolve_txn(conn, space_id).spaces.get(space_id)
+    may no longer read the space loses its pending notifications of the space's entries (`forget_notifications_txn`).
+    Returns the space as resolved (None: not valid) and the records held, for `node.spaces.vouched_set`."""
+    held = held_records(conn, space_id)
+    resolved = spaces.resolve(held, key_verdicts_txn(conn, (h.record["author_id"] for h in held))).spaces.get(space_id)
     readers_before = _readers(conn, space_id)
     conn.execute("DELETE FROM space_roles WHERE space_id = ?", (space_id,))
     conn.execute("DELETE FROM space_hosts WHERE space_id = ?", (space_id,))
     if resolved is None:
         conn.execute("DELETE FROM spaces WHERE space_id = ?", (space_id,))
         forget_notifications_txn(conn, space_id, readers_before)
-        return
+        return None, held
     row = conn.execute(
         "SELECT r.body, r.origin FROM space_records s JOIN records r ON r.seq = s.seq"
         " WHERE s.space_id = ? AND s.kind = 'space'",
@@ -124,6 +114,31 @@ def recompute_txn(conn: Conn, space_id: str) -> None:
         [(space_id, agent, role) for agent, role in sorted(resolved.roles.items())],
     )
     forget_notifications_txn(conn, space_id, readers_before - _readers(conn, space_id))
+    return resolved, held
+
+
+def flagged_authors(conn: Conn, space_id: str, reason_prefix: str) -> set[str]:
+    """The authors of the records of `space_id` flagged void with a reason starting `reason_prefix`."""
+    rows = conn.execute(
+        "SELECT DISTINCT v.author_id FROM void_records v JOIN records r ON r.seq = v.seq"
+        " WHERE r.space = ? AND v.reason LIKE ?",
+        (space_id, reason_prefix + "%"),
+    ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def posts_by(
+    conn: Conn, space_id: str, authors: Iterable[str], before: int | None
+) -> list[tuple[int, str, spaces.Held]]:
+    """(seq, kind, held) of every post (`identity.spaces.POST_KINDS`) of `authors` in the space the log holds,
+    flagged or not, stored before seq `before` (None: all), in log order."""
+    marks = ", ".join("?" * len(spaces.POST_KINDS))
+    rows = conn.execute(
+        f"SELECT seq, kind, hash, version, body FROM records WHERE space = ? AND kind IN ({marks})"
+        " AND author_id IN (SELECT value FROM json_each(?)) AND seq < ? ORDER BY seq",
+        (space_id, *sorted(spaces.POST_KINDS), json.dumps(sorted(set(authors))), 1 << 62 if before is None else before),
+    ).fetchall()
+    return [(int(r[0]), str(r[1]), spaces.Held(str(r[2]), str(r[3]), json.loads(bytes(r[4])))) for r in rows]
 
 
 def this_node(conn: Conn) -> str | None:

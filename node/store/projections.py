@@ -472,8 +472,7 @@ SUBSTRATE_PROJECTORS: Mapping[str, Projector] = MappingProxyType(
         "entry": project_entry,
         "link": project_link,
         "agent": project_agent,
-        "key_event": project_key_event,
-        "vouch_page": project_key_event,
+        "key_event": project_key_event,  # a key event's vouch pages: node/spaces/store.py's `project_vouch_page`
     }
 )
 SUBSTRATE_TABLES: tuple[str, ...] = ("entries", "entry_tags", "entry_directed", "links", "agents")

@@ -18,6 +18,10 @@ exactly the vouched set (docs/format-v3.md 6.5, `matches`).
 
 Sync never serves a flagged record (changes feed, fetch, reconciliation) and the digest leaves it out
 (node/federation/store.py); `bbs rebuild` replays the log without them (`projections.rebuild`).
+
+A space flags posts too, by the vouched-set rule (node/spaces/vouched_set.py, through `flag_txn`): their reason starts
+`SPACE_REASON`, and only the space's judgement unflags them (`reflag_txn` leaves them flagged when their key would
+count them).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from identity.schema_v3 import struct_for
 from node.store import equivocation, projections
 from node.store.authority import AUTHORITY_KINDS, Authority
 from node.store.conn import Conn
+
+SPACE_REASON = "space_"  # the prefix of the reason of a post its space voids (`space_unvouched`, docs/spaces.md)
 
 
 class Stored(NamedTuple):
@@ -92,6 +98,14 @@ def flagged_of(conn: Conn, authors: list[str]) -> set[int]:
     return {int(r[0]) for r in rows}
 
 
+def flags_of(conn: Conn, seqs: list[int]) -> dict[int, str]:
+    """Those of `seqs` flagged void, with their reasons."""
+    rows = conn.execute(
+        "SELECT seq, reason FROM void_records WHERE seq IN (SELECT value FROM json_each(?))", (json.dumps(seqs),)
+    ).fetchall()
+    return {int(r[0]): str(r[1]) for r in rows}
+
+
 def flagged_versions(conn: Conn, versions: Iterable[str]) -> set[str]:
     """Those of `versions` held in the log and flagged void (reconciliation does not fetch them again)."""
     rows = conn.execute(
@@ -133,6 +147,15 @@ def reflag_txn(conn: Conn, authority: Authority, authors: Iterable[str], now_ms:
                 _sort(stored, decision.verdict, decision.reason, flagged, voided, restored)
     for author in wanted:
         authority.settle(author)
+    if restored:  # a record its space voided stays flagged until its space shows it again (`SPACE_REASON`)
+        reasons = flags_of(conn, [s.seq for s in restored])
+        restored = [s for s in restored if not reasons.get(s.seq, "").startswith(SPACE_REASON)]
+    return flag_txn(conn, voided, restored, now_ms)
+
+
+def flag_txn(conn: Conn, voided: list[tuple[Stored, str]], restored: list[Stored], now_ms: int) -> tuple[int, int]:
+    """Flag `voided` (with their reasons) and unflag `restored`, switching each out of or back into the projections
+    by its kind's `Switch`, in log order. Returns (flagged, unflagged)."""
     if not voided and not restored:
         return 0, 0
     conn.executemany(
