@@ -13,14 +13,17 @@ e's hosting of beta is removed; bea posts into beta after the removal. c comes b
 beta from c. Once every host agrees, each check, named:
 
 - `no_leak`: a node that never hosted a space holds no record of it, nor its id, in its log (`records`, read with
-  sqlite3 read-only); each host's changes feed and fetch, asked with that node's own key (sync.client.PeerClient),
-  answer nothing of it (fetch: every id `missing`); its digest of the space counts nothing.
+  sqlite3 read-only); each host's changes feed, fetch and reconciliation, asked with that node's own key
+  (sync.client.PeerClient), answer nothing of it (fetch: every id `missing`; a reconciliation from an empty set:
+  no id of it needed, no id of it nor the space's in the responder's messages); its digest of the space counts
+  nothing. Asked by one host of another, the same probes find the whole space (they are not blind).
 - `hosts_agree`: every hosting node's `GET /v1/sync/digest?space=` is identical, and their bodies of the space are
   equal, byte for byte.
 - `late_host_backlog`: d, named a host of alpha after its posts, holds every one of its records.
 - `removed_host_nothing_new`: e holds what beta had before its removal (its removal too) and none of the posts made
   after it.
-- `public_digest_equal`: the public federation's digest is the same on all five nodes.
+- `public_digest_equal`: the public federation's digest is the same on all five nodes, and counts what it would
+  without spaces: each agent's identity document and the public posts, nothing more.
 
     python -m scenarios.space_fed
     tests/hardening/test_space_fed_drill.py    # the CI form
@@ -46,6 +49,7 @@ from scenarios.checks import Check, Report, table
 from scenarios.fednet import ScenarioFailed, ServedNode
 from sync import messages as m
 from sync.client import PeerClient, SyncError
+from sync.negentropy import Negentropy, NegentropyError, VectorStorage
 
 NODES = ("a", "b", "c", "d", "e")
 AGENTS = {"ann": "a", "bob": "b", "bea": "b", "cal": "c", "cy": "c", "dan": "d", "eve": "e"}  # name -> home node
@@ -80,6 +84,7 @@ class World:
     before_late: list[str] = field(default_factory=list)  # alpha's versions on a when d was named
     after_removal: list[str] = field(default_factory=list)  # beta's posts made after e's removal
     removal: str = ""  # the address of the hosting record removing e from beta
+    public: int = 0  # public posts made
     results: dict[str, Check] = field(default_factory=dict)
 
     def check(self, name: str, ok: bool, detail: str) -> None:
@@ -167,6 +172,8 @@ async def post(w: World, agent: str, space: str | None, text: str) -> str:
     made = await w.home(agent).post(w.session, w.agents[agent], f"{space or 'public'} {text}", **fields)
     if space is not None:
         w.posts.setdefault(space, []).append(made)
+    else:
+        w.public += 1
     return made
 
 
@@ -243,9 +250,23 @@ async def heal(w: World) -> None:
 # ---- the checks --------------------------------------------------------------------------------------------------
 
 
-async def served_to(w: World, asker: ServedNode, host: ServedNode, space_id: str, ids: list[str]) -> tuple[int, int]:
-    """What `host` serves `asker` (asked with `asker`'s own node key): (items of its changes feed that are of the
-    space or name its id, ids of `ids` its fetch answers other than `missing`)."""
+@dataclass
+class Served:
+    """What a host serves one asking node of a space: its changes feed's items of the space or naming its id; the
+    ids of the space its fetch answers other than `missing`; the versions of the space a reconciliation from an empty
+    set finds needed (the responder's messages name every record it serves), or whose bytes, or the space id's,
+    are in the responder's messages."""
+
+    feed: int
+    fetch: int
+    reconcile: int
+
+
+async def served_to(
+    w: World, asker: ServedNode, host: ServedNode, space_id: str, held: list[tuple[str, str]]
+) -> Served:
+    """What `host` serves `asker` of the space whose records are `held` ((hash, version) pairs), asked with `asker`'s
+    own node key."""
     key = key_files.load_key(asker.data / "node.key")
     client = PeerClient(w.session, key, host.node_id, host.url)
     leaked, since = 0, 0
@@ -257,33 +278,48 @@ async def served_to(w: World, asker: ServedNode, host: ServedNode, space_id: str
         if not page.more or page.next == since:
             break
         since = page.next
+    ids = [h for h, _v in held][:256]
     fetched = await client.fetch(ids)
-    return leaked, len(set(ids) - set(fetched.missing))
+    versions = {v for _h, v in held}
+    neg = Negentropy(VectorStorage([]))  # an empty set: the responder has to name every record it serves
+    message: bytes | None = neg.initiate()
+    have: list[bytes] = []
+    need: list[bytes] = []
+    replies = b""
+    while message is not None:
+        reply = await client.reconcile(message)
+        if reply.message is None:
+            break
+        replies += bytes.fromhex(reply.message)
+        message = neg.reconcile(bytes.fromhex(reply.message), have, need)
+    named = {n.hex() for n in need} & versions
+    named |= {v for v in versions if bytes.fromhex(v) in replies}
+    named |= {space_id} if bytes.fromhex(space_id) in replies else set()
+    return Served(leaked, len(set(ids) - set(fetched.missing)), len(named))
 
 
 async def no_leak(w: World) -> None:
     for space, space_id in w.spaces.items():
-        ids = [h for h, _v in log_of(w.nodes[AGENTS[SPACES[space][0]]], space, space_id)][:256]
+        held = log_of(w.nodes[AGENTS[SPACES[space][0]]], space, space_id)
         for name in w.never_hosted(space):
             node = w.nodes[name]
             in_log = len(log_of(node, space, space_id))
             digest = await space_digest(w, node, space_id)
-            feed = fetch = 0
             try:
-                for host in sorted(w.hosts[space]):
-                    f1, f2 = await served_to(w, node, w.nodes[host], space_id, ids)
-                    feed, fetch = feed + f1, fetch + f2
-            except SyncError as exc:
+                served = [await served_to(w, node, w.nodes[host], space_id, held) for host in sorted(w.hosts[space])]
+            except (SyncError, NegentropyError) as exc:
                 w.check("no_leak", False, f"{name} could not ask the hosts of {space}: {exc}")
                 continue
-            ok = in_log == 0 and digest[0] == 0 and feed == 0 and fetch == 0 and len(ids) > 0
-            w.check("no_leak", ok, f"{space} on {name}: log {in_log}, feed {feed}, fetch {fetch} of {len(ids)}, "
-                                   f"digest {digest[0]}")  # fmt: skip
+            feed, fetch, recon = (sum(getattr(s, f) for s in served) for f in ("feed", "fetch", "reconcile"))
+            ok = in_log == 0 and digest[0] == 0 and feed == fetch == recon == 0 and len(held) > 0
+            w.check("no_leak", ok, f"{space} on {name}: log {in_log}, feed {feed}, fetch {fetch}, reconcile {recon} "
+                                   f"of {len(held)}, digest {digest[0]}")  # fmt: skip
         # the probes are not blind: asked by one host of another, they find the space
         one, other = sorted(w.hosts[space])[:2]
-        feed, fetch = await served_to(w, w.nodes[one], w.nodes[other], space_id, ids)
-        w.check("no_leak", feed > 0 and fetch == len(ids), f"{space} as host {one} asks {other}: feed {feed}, "
-                                                          f"fetch {fetch}")  # fmt: skip
+        s = await served_to(w, w.nodes[one], w.nodes[other], space_id, held)
+        seen = s.feed > 0 and s.fetch == min(len(held), 256) and s.reconcile >= len(held)
+        w.check("no_leak", seen, f"{space} as host {one} asks {other}: feed {s.feed}, fetch {s.fetch}, "
+                                 f"reconcile {s.reconcile}")  # fmt: skip
 
 
 async def hosts_agree(w: World) -> None:
@@ -316,8 +352,10 @@ async def late_and_removed(w: World) -> None:
 async def public_digest(w: World) -> None:
     digests = {n: await space_digest(w, node, None) for n, node in w.nodes.items()}
     count = next(iter(digests.values()))[0]
-    w.check("public_digest_equal", len(set(digests.values())) == 1 and count > 0,
-            f"{count} public versions; distinct digests {len(set(digests.values()))}")  # fmt: skip
+    due = len(AGENTS) + w.public  # each agent's identity document and the public posts: the federation without spaces
+    w.check("public_digest_equal", len(set(digests.values())) == 1 and count == due,
+            f"{count} public versions (due {due}: {len(AGENTS)} agents, {w.public} posts) on all five; "
+            f"distinct digests {len(set(digests.values()))}")  # fmt: skip
 
 
 async def run(root: Path) -> Report:
