@@ -8,9 +8,10 @@ Five nodes a to e, each peered with every other (so a node that does not host a 
 - `gamma`: created on c by cy (c); ann (a) writes; hosted by c and a.
 
 Agents post into their spaces from their home nodes, and one agent of each node posts in public. Then c (a host of
-beta and gamma) is stopped; while it is down, posts go on in beta, gamma and public, d is named a host of alpha and
-e's hosting of beta is removed; bea posts into beta after the removal. c comes back, catches up, and cal posts into
-beta from c. Once every host agrees, each check, named:
+beta and gamma) is stopped (SIGKILL); while it is down, posts go on in beta, gamma and public, d is named a host of
+alpha and killed half a second later (its backlog may be on the way), and e's hosting of beta is removed; bea posts
+into beta after the removal. c and d come back, catch up, and cal posts into beta from c. Once every host agrees,
+each check, named:
 
 - `no_leak`: a node that never hosted a space holds no record of it, nor its id, in its log (`records`, read with
   sqlite3 read-only); each host's changes feed, fetch and reconciliation, asked with that node's own key
@@ -60,6 +61,7 @@ SPACES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "gamma": ("cy", ("a",), ("ann",)),
 }
 PUBLIC = {"a": "ann", "b": "bea", "c": "cy", "d": "dan", "e": "eve"}  # node -> the agent posting public there
+KILL_LATE_HOST_AFTER_S = 0.5  # d's SIGKILL after it is named a host: mid-backlog or just after, either must hold
 CONVERGE_S = 45.0  # the bound on every wait for sync (a late host's wake is at most 10 s; a reconciliation 5 s)
 TIMEOUT = aiohttp.ClientTimeout(total=30)
 
@@ -218,6 +220,8 @@ async def partition_and_changes(w: World) -> None:
     body = {"node": w.nodes["d"].node_id, "role": "host"}
     await w.nodes["a"].call(w.session, "POST", f"/v1/spaces/{alpha}/hosts", body, headers=w.agents["ann"])
     w.hosts["alpha"].add("d")
+    await asyncio.sleep(KILL_LATE_HOST_AFTER_S)  # d is killed while its backlog may be on the way, and comes back later
+    await asyncio.to_thread(w.nodes["d"].kill)
     # e's hosting of beta removed on b (its owner's node), then a post after it
     beta = w.spaces["beta"]
     removed = await w.nodes["b"].call(
@@ -232,6 +236,7 @@ async def partition_and_changes(w: World) -> None:
 async def heal(w: World) -> None:
     """c comes back and catches up; cal posts into beta from c once c holds e's removal; every host agrees."""
     await w.nodes["c"].start(w.session)
+    await w.nodes["d"].start(w.session)
     await wait_for("c to catch up on beta", lambda: hosts_hold(w, "beta"))
     w.after_removal.append(await post(w, "cal", "beta", "cal after the heal"))
     for space in SPACES:
