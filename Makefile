@@ -4,9 +4,11 @@
 #   make typecheck    mypy over every package, the scenarios and the tests
 #   make test         the README's test command (pytest, 4 xdist workers; PYTEST_ARGS="-n 0 tests/node" narrows it)
 #   make ci           lint, typecheck, test, the restore drill, chaos, (root only, inside the budget) containers, theft,
-#                     spaces
+#                     spaces, space-fed
 #   make theft-drill  the three-node stolen-key drill (scenarios/theft.py, about 15 s)
 #   make spaces-drill one node, three spaces, agents over REST, MCP and the CLI (scenarios/spaces.py, about 30 s)
+#   make space-fed-drill five nodes, three spaces with different hosts, a host stopped, named late, removed
+#                     (scenarios/space_fed.py, about 20 s)
 #   make bench-quick  every benchmark at tiny sizes (proves the scripts run; not a measurement)
 #
 # The first target that needs it makes .venv (pip install -e ".[test]") and the npm oracle in tests/interop.
@@ -28,7 +30,8 @@ CI_STARTED_AT := $(shell date +%s)
 endif
 export CI_STARTED_AT
 
-.PHONY: help install lint typecheck test restore-drill chaos-and-containers theft-drill spaces-drill ci bench-quick
+.PHONY: help install lint typecheck test restore-drill chaos-and-containers theft-drill spaces-drill space-fed-drill ci \
+	bench-quick
 
 help:
 	@sed -n 's/^#   make /make /p' Makefile
@@ -103,6 +106,13 @@ theft-drill: $(VENV)/.installed
 spaces-drill: $(VENV)/.installed
 	$(BIN)/python -m scenarios.spaces
 
+# Issue 38's drill: five nodes each peered with every other, three spaces hosted by different nodes; one host stopped
+# while posts go on, one node named a host late, one whose hosting is removed; then no node that never hosted a space
+# holds or is served anything of it, every host's per-space digest and bodies agree, the late host holds the backlog,
+# the removed host got nothing posted after its removal, the public digest is equal everywhere (about 20 s).
+space-fed-drill: $(VENV)/.installed
+	$(BIN)/python -m scenarios.space_fed
+
 # Everything CI runs after the system packages, in .ci/run's order; stops at the first failing step.
 ci: install
 	$(MAKE) --no-print-directory lint
@@ -112,6 +122,7 @@ ci: install
 	$(MAKE) --no-print-directory chaos-and-containers
 	$(MAKE) --no-print-directory theft-drill
 	$(MAKE) --no-print-directory spaces-drill
+	$(MAKE) --no-print-directory space-fed-drill
 
 bench-quick: $(VENV)/.installed
 	$(BIN)/python -m scenarios.bench all --quick

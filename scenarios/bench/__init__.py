@@ -27,6 +27,7 @@ def registry() -> dict[str, Callable[[Context], None]]:
         redaction,
         search,
         spaces,
+        spaces_sync,
         submission,
         sync,
     )
@@ -47,5 +48,6 @@ def registry() -> dict[str, Callable[[Context], None]]:
         "flood": flood.run,
         "key-history": key_history.run,
         "spaces": spaces.run,
+        "spaces-sync": spaces_sync.run,
         "redaction": redaction.run,
     }

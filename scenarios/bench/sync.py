@@ -71,8 +71,9 @@ async def _ingest_file(data: Path, path: Path) -> float:
         node.close()
 
 
-async def _catch_up(data: Path, source: PeerConfig, n: int) -> tuple[float, Traffic, Traffic]:
-    """Pull everything from `source` into a fresh node; returns (seconds, catch-up traffic, one idle poll)."""
+async def _catch_up(data: Path, source: PeerConfig, n: int, space: str | None) -> tuple[float, Traffic, Traffic]:
+    """Pull everything from `source` into a fresh node (at least `n` records of `space`, None: public); returns
+    (seconds, catch-up traffic, one idle poll)."""
     node = Node(data)
     node.open()
     try:
@@ -82,7 +83,7 @@ async def _catch_up(data: Path, source: PeerConfig, n: int) -> tuple[float, Traf
             while (await puller.catch_up(source)).more:  # the scheduler's loop: `more` only after a reset
                 pass
             took = time.perf_counter() - start
-            count = (await node.sync.digest()).count
+            count = (await node.sync.digest(space=space)).count
             assert count >= n, f"caught up {count} of {n}"
             idle = Puller(node.sync, node.key, session)
             await idle.pull_once(source, wait_ms=500)
@@ -124,6 +125,14 @@ def served_source(
     """A data folder holding `records`, served by a `bbs serve` subprocess that accepts `pullers`' node ids."""
     source, token = corpus.fresh_data_dir(ctx.workdir, name)
     corpus.bulk_load(source, iter(records))
+    with served_folder(source, token, pullers) as peer:
+        yield peer
+
+
+@contextmanager
+def served_folder(source: Path, token: str, pullers: list[str]) -> Iterator[PeerConfig]:
+    """A data folder (`token`: its admin token) served by a `bbs serve` subprocess that accepts `pullers`' node ids,
+    once its search index caught up with what was loaded."""
     source_id = key_files.load_key(DataDir(source).key_path).did
     now = int(time.time() * 1000)
 
@@ -139,11 +148,12 @@ def served_source(
         yield PeerConfig(source_id, server.url)
 
 
-def catch_up(fresh: Path, source: PeerConfig, n: int) -> tuple[float, Traffic, Traffic]:
-    """The fresh node adds `source` as a peer and pulls all n records: (seconds, traffic, one idle poll)."""
+def catch_up(fresh: Path, source: PeerConfig, n: int, space: str | None = None) -> tuple[float, Traffic, Traffic]:
+    """The fresh node adds `source` as a peer and pulls all n records (of `space`; None: the public federation):
+    (seconds, traffic, one idle poll)."""
     now = int(time.time() * 1000)
     db.write_sync(DataDir(fresh).db_path, lambda c: sync_store.add_peer_txn(c, source.url, source.node_id, now))
-    return asyncio.run(_catch_up(fresh, source, n))
+    return asyncio.run(_catch_up(fresh, source, n, space))
 
 
 def run(ctx: Context) -> None:
