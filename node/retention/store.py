@@ -19,6 +19,9 @@ _DELETE = {
     DELIVERED_NOTIFICATIONS: (
         "DELETE FROM notifications WHERE id IN (SELECT id FROM notifications"
         " WHERE status = 'delivered' AND delivered_ms < :cutoff ORDER BY delivered_ms LIMIT :limit)"
+        # never the newest: SQLite gives a new row the highest id + 1, so deleting it would hand its id to the next
+        # notification, which a client keeping ids, or the push dispatcher's cursor, would take for one already seen
+        " AND id < (SELECT max(id) FROM notifications)"
     ),
     # rejected when decided (a reviewer's rejection) or reviewed (the critic's); created when neither is known
     REJECTED_CANDIDATES: (

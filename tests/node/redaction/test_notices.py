@@ -44,6 +44,8 @@ async def test_an_agent_that_saw_the_notification_gets_a_notice_and_others_nothi
 
     (notice,) = await _inbox(client, bob)
     assert (notice["reason"], notice["tier"], notice["redaction"]) == ("redacted", 1, redaction)
+    # a new id, above every earlier one: never the id of the notification it replaces, which bob has seen
+    assert notice["notification_id"] > max(n["notification_id"] for n in seen)
     assert (notice["record_hash"], notice["entry_id"]) == (secret["record_hash"], secret["id"])
     assert (notice["author"], notice["created_at"]) == (alice.agent_id, secret["created_at"])
     # no body: nothing of the content, tags or type travels; the envelope never carried content

@@ -30,6 +30,11 @@ def test_batches_are_bounded_and_only_rows_past_the_cutoff_go(tmp_path: Path) ->
         left = [r[0] for r in conn.execute("SELECT entry_id FROM notifications ORDER BY entry_id")]
         assert left == [5, 99]  # delivered at 50: younger than the cutoff; 99 was never delivered
 
+        # the newest notification stays, however old: its id would be handed to the next notification
+        conn.execute("UPDATE notifications SET status = 'delivered', delivered_ms = 1 WHERE entry_id = 99")
+        assert store.delete_batch_txn(conn, store.DELIVERED_NOTIFICATIONS, 10**6, 10) == 1
+        assert [r[0] for r in conn.execute("SELECT entry_id FROM notifications")] == [99]
+
         store.record_run_txn(conn, store.DELIVERED_NOTIFICATIONS, 30, 4, 1000)
         store.record_run_txn(conn, store.DELIVERED_NOTIFICATIONS, 7, 3, 2000)
         assert store.policies(conn) == [store.PolicyRow(store.DELIVERED_NOTIFICATIONS, 7, 7, 2000)]
