@@ -161,6 +161,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     node = Node(data)
     node.reads.fresh_timeout_s = config.search_fresh_timeout_ms / 1000
     node.redactions.grace_s = config.redaction_grace_s
+    node.retention_days = {
+        "delivered_notifications": config.retain_delivered_notifications_days,
+        "rejected_candidates": config.retain_rejected_candidates_days,
+    }
     sync = SyncSettings(config.sync == "on", config.sync_wait_ms, config.reconcile_every_s, config.sync_min_poll_ms)
     limit = RateLimit(
         config.rate_limit_per_s, config.rate_limit_burst, config.anon_rate_limit_per_s, config.anon_rate_limit_burst

@@ -30,6 +30,7 @@ from node.redaction import effects as redaction_effects
 from node.redaction import routes as redaction_routes
 from node.redaction import scrub as redaction_scrub
 from node.redaction import store as redaction_store
+from node.retention import job as retention_job
 from node.spaces import routes as space_routes
 from node.spaces import store as space_store
 from node.spaces import vouched_set as space_vouched
@@ -114,6 +115,7 @@ FEATURES: tuple[Feature, ...] = (
         screen=redaction_effects.screen_appended,
         background=(redaction_scrub.scrub_context,),
     ),
+    Feature("retention", background=(retention_job.retention_context,)),  # opt-in deletion of node-local rows
     Feature("nlip", setup=nlip_endpoint.install),  # POST /nlip: the six primitives for NLIP clients
 )
 

@@ -80,6 +80,8 @@ class Node:
         self.recovery = Recovery(self.key_events)
         self.spaces = Spaces(self.db, self.sealing, self.now_ms, self.node_id)  # spaces (docs/spaces.md)
         self.redactions = Redactions(self.db, self.sealing, self.now_ms)  # redactions and tombstones (issue 39)
+        # retention policy -> days of node-local rows kept (0 or absent: off; node/retention/job.py)
+        self.retention_days: dict[str, int] = {}
         self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer
         self.search_index: SearchIndex | None = None  # opened with the node (node/search_index/)
 

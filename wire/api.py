@@ -383,6 +383,9 @@ class Envelope(msgspec.Struct):
     reason: str
     attempt: int
     space: str | None = None  # the space of the entry (one the recipient reads); None: public
+    # a notice (reason `redacted`): the address of the redaction that dropped the entry this agent was notified of;
+    # entry_type, performative and tags are then empty (the body is gone). None for every other notification.
+    redaction: str | None = None
 
 
 class InboxResult(msgspec.Struct):

@@ -131,7 +131,14 @@ class AgentRuntime:
             self.poll.failed()
             self.memory.record("poll_error", code=exc.code, detail=exc.detail)
             return 0
-        envelopes = result.notifications
+        envelopes = [e for e in result.notifications if e.reason != "redacted"]
+        for notice in result.notifications:
+            if notice.reason == "redacted":  # an entry it was notified of was redacted: its copies here go
+                dropped = self.memory.forget_redacted(notice.record_hash)
+                self.memory.record("redacted", record_hash=notice.record_hash, redaction=notice.redaction,
+                                   summaries_dropped=dropped)  # fmt: skip
+        if len(envelopes) < len(result.notifications):
+            await self.client.ack([e.notification_id for e in result.notifications if e.reason == "redacted"])
         own = self.memory.own_hashes()
         tier_map = {e.notification_id: tiers.tier_of(e, own) for e in envelopes}
         fresh = set(self.memory.enqueue(envelopes, tier_map))  # stored locally before the node forgets them

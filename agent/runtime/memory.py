@@ -312,6 +312,19 @@ class WorkingMemory:
             self.conn.executemany("DELETE FROM thread_summaries WHERE thread_id = ?", [(t,) for t in gone])
         return len(gone)
 
+    def forget_redacted(self, record_hash: str) -> int:
+        """Drop every copy of a redacted entry (a notice of reason `redacted`): the thread summary it is a member of
+        (its lines are not kept per entry, so the whole summary goes, its members with it) and the queued
+        notifications of it. Returns the summaries dropped."""
+        with self.conn:
+            gone = self.conn.execute(
+                "DELETE FROM thread_summaries WHERE thread_id IN"
+                " (SELECT thread_id FROM thread_members WHERE record_hash = ?)",
+                (record_hash,),
+            ).rowcount
+            self.conn.execute("DELETE FROM pending_notifications WHERE record_hash = ?", (record_hash,))
+        return int(gone)
+
     def thread_count(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM thread_summaries").fetchone()[0])
 

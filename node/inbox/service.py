@@ -165,4 +165,5 @@ def envelope(row: sqlite3.Row) -> Envelope:
         reason=row["reason"],
         attempt=row["attempt_count"] + 1,
         space=row["space"],
+        redaction=row["redaction"],
     )

@@ -144,10 +144,15 @@ FAIL_SQL = (
     "UPDATE notifications SET status = 'failed'"
     " WHERE agent_id = :agent AND status = 'leased' AND next_attempt_ms <= :now AND attempt_count >= :attempts"
 )
-# The envelope of a notification `n` of entry `e`, as columns (INBOX_SQL's page, and node/push's scan).
+# The envelope of a notification `n` of entry `e`, as columns (INBOX_SQL's page, and node/push's scan), with
+# ENVELOPE_JOINS. A notice of a redaction (`n.redaction` set, migration 0042) has no entry: its envelope names the
+# dropped entry's id, and the tombstone `t` gives its hash, author, created_at and space; nothing of the body.
 ENVELOPE_COLUMNS = (
-    "n.id AS notification_id, n.tier, n.reason, n.attempt_count, e.id AS entry_id, e.record_hash, e.space,"
-    "   e.author_id, e.created_at, e.entry_type, e.performative, e.tags, e.confidence,"
+    "n.id AS notification_id, n.tier, n.reason, n.attempt_count, n.entry_id AS entry_id, n.redaction,"
+    "   coalesce(e.record_hash, t.hash) AS record_hash, coalesce(e.space, t.space) AS space,"
+    "   coalesce(e.author_id, t.author_id) AS author_id, coalesce(e.created_at, t.created_at) AS created_at,"
+    "   coalesce(e.entry_type, '') AS entry_type, coalesce(e.performative, '') AS performative,"
+    "   coalesce(e.tags, '[]') AS tags, coalesce(e.confidence, 0.0) AS confidence,"
     "   EXISTS (SELECT 1 FROM entry_directed d WHERE d.entry_id = e.id AND d.agent_id = n.agent_id)"
     "     AS directed_to_me,"
     # the entry's own links in order; for a contradiction then the recipient's entries that someone else's
@@ -163,6 +168,11 @@ ENVELOPE_COLUMNS = (
     "         WHERE x.origin_hash = e.record_hash AND x.ordinal >= 0)"
     "     GROUP BY l.target_hash"
     "     ORDER BY part, o LIMIT 100)) AS link_targets"
+)
+# The tables ENVELOPE_COLUMNS reads, after `notifications n`: a notification's entry, or a notice's tombstone.
+ENVELOPE_JOINS = (
+    " LEFT JOIN entries e ON e.id = n.entry_id AND n.redaction IS NULL"
+    " LEFT JOIN redactions r ON r.hash = n.redaction LEFT JOIN tombstones t ON t.hash = r.target"
 )
 
 
@@ -183,14 +193,17 @@ def _inbox_sql(in_space: str = "") -> str:
         "       AND (:since IS NULL OR created_ms >= :since)"
         f"    {in_space} ORDER BY tier, id LIMIT :limit)"
         "   ORDER BY tier, id LIMIT :limit) p"
-        " JOIN notifications n ON n.id = p.id JOIN entries e ON e.id = n.entry_id"
-        " ORDER BY p.tier, p.id"
+        " JOIN notifications n ON n.id = p.id" + ENVELOPE_JOINS + " ORDER BY p.tier, p.id"
     )
 
 
 INBOX_SQL = _inbox_sql()
-# A poll of one space's notifications (`InboxQuery.space`): the same page, of entries of that space only.
-INBOX_SPACE_SQL = _inbox_sql("AND entry_id IN (SELECT id FROM entries WHERE space = :space)")
+# A poll of one space's notifications (`InboxQuery.space`): the same page, of entries of that space only (and the
+# notices of redactions of that space's entries).
+INBOX_SPACE_SQL = _inbox_sql(
+    "AND (entry_id IN (SELECT id FROM entries WHERE space = :space)"
+    " OR redaction IN (SELECT hash FROM redactions WHERE space = :space))"
+)
 
 
 # Whether the agent has anything a poll would lease or fail: a pending notification, or a leased one whose lease
@@ -246,6 +259,37 @@ def ack_txn(conn: Conn, agent_id: str, ids: list[int], now_ms: int) -> int:
         (now_ms, agent_id, _json_list(ids)),
     )
     return cur.rowcount
+
+
+def seen_by(conn: Conn, entry_ids: list[int]) -> list[tuple[str, int]]:
+    """(agent, entry id) of each agent whose notification of one of the entries `entry_ids` reached it (leased or
+    delivered at least once), the first such entry per agent: those a redaction of them tells."""
+    rows = conn.execute(
+        "SELECT agent_id, min(entry_id) FROM notifications WHERE entry_id IN (SELECT value FROM json_each(?))"
+        " AND redaction IS NULL AND (status IN ('leased', 'delivered') OR attempt_count > 0)"
+        " GROUP BY agent_id ORDER BY agent_id",
+        (_json_list(entry_ids),),
+    ).fetchall()
+    return [(str(r[0]), int(r[1])) for r in rows]
+
+
+def newest_id(conn: Conn) -> int:
+    """The highest notification id (0 when there is none)."""
+    return int(conn.execute("SELECT coalesce(max(id), 0) FROM notifications").fetchone()[0])
+
+
+def insert_notices_txn(
+    conn: Conn, seen: list[tuple[str, int]], redaction: str, above: int, now_ms: int, expires_ms: int
+) -> None:
+    """Tell each (agent, dropped entry id) of `seen` that the entry was redacted by `redaction`: a pending notice of
+    reason `redacted`, tier 1 (their copies should go). Their ids are taken above `above`, the highest id before the
+    notifications of the entry were deleted: a notice never takes the id of the notification it replaces (a client
+    keeping ids, or the push dispatcher's cursor, would take it for one already seen)."""
+    conn.executemany(
+        "INSERT INTO notifications (id, agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms,"
+        " redaction) VALUES (?, ?, ?, NULL, 1, 'redacted', ?, ?, ?)",
+        [(above + i + 1, agent, entry_id, now_ms, expires_ms, redaction) for i, (agent, entry_id) in enumerate(seen)],
+    )
 
 
 def _json_list(values: list[Any]) -> str:

@@ -76,6 +76,11 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     redaction_grace_s: Annotated[int, msgspec.Meta(ge=0, le=30 * 86_400)] = 86_400
     """Seconds the bytes of a redacted body may stay on disk (free pages, WAL, search index segments) before they
     are scrubbed; answers hide it at once. 0 for an emergency: scrubbed at once (docs/operations.md, "Redaction")."""
+    retain_delivered_notifications_days: Annotated[int, msgspec.Meta(ge=0, le=36_500)] = 0
+    """Delete notifications delivered more than this many days ago (node-local; 0: keep them all, the default;
+    docs/operations.md, "Retention")."""
+    retain_rejected_candidates_days: Annotated[int, msgspec.Meta(ge=0, le=36_500)] = 0
+    """Delete default-mode candidates rejected more than this many days ago (node-local; 0: keep them all)."""
     push_allowlist: Annotated[str, msgspec.Meta(max_length=4096)] = ""
     """Comma-separated URL prefixes push endpoints must start with (e.g. `http://10.0.0.,http://127.0.0.1:`);
     empty: any http(s) URL but the node's own origins and its peers'."""

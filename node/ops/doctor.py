@@ -23,6 +23,7 @@ from node.ops import store
 from node.ops.backup import leftovers, snapshot_db
 from node.ops.datadir import DataDir
 from node.redaction import store as redaction_store
+from node.retention import store as retention_store
 from node.search_index import indexer as search_indexer
 from node.store import db, projections, void
 from node.store.authority import dropped_counts
@@ -77,6 +78,7 @@ def diagnose(data_root: Path, log: Log, *, scratch: Path | None = None, peer_tim
                 _check_projections(conn, checks)
                 _check_void(conn, checks)
                 _check_redactions(conn, data_root, checks)
+                _check_retention(conn, checks)
                 _check_dropped_key_events(conn, checks)
                 peers = _peer_urls(conn)
         finally:
@@ -218,6 +220,22 @@ def _check_redactions(conn: sqlite3.Connection, data_root: Path, checks: list[Ch
         checks.append(Check("redactions", "warn", detail))
         return
     checks.append(Check("redactions", "ok", detail))
+
+
+def _check_retention(conn: sqlite3.Connection, checks: list[Check]) -> None:
+    """Each retention policy (node/retention/) as the node last ran it: the days it keeps (or off) and what it
+    removed. A policy the node never ran shows as off."""
+    ran = {row.policy: row for row in retention_store.policies(conn)}
+    parts = []
+    for policy in retention_store.POLICIES:
+        row = ran.get(policy)
+        if row is None or row.last_run_ms is None:
+            parts.append(f"{policy}: off (never run)")
+            continue
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row.last_run_ms / 1000))
+        setting = f"older than {row.days} days removed" if row.days else "off"
+        parts.append(f"{policy}: {setting}, {row.removed} removed in all (last run {at})")
+    checks.append(Check("retention", "ok", "; ".join(parts)))
 
 
 def _check_void(conn: sqlite3.Connection, checks: list[Check]) -> None:

@@ -179,6 +179,18 @@ SQL_GAUGES: tuple[SqlGauge, ...] = (
         (),
         "SELECT count(*) FROM equivocations",
     ),
+    SqlGauge(
+        "bbs_retention_removed",
+        "Node-local rows each retention policy removed, all runs together (node/retention/)",
+        ("policy",),
+        "SELECT policy, removed FROM retention_policies",
+    ),
+    SqlGauge(
+        "bbs_retention_days",
+        "Days of node-local rows each retention policy keeps (0: off, nothing removed)",
+        ("policy",),
+        "SELECT policy, days FROM retention_policies",
+    ),
 )
 
 

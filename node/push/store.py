@@ -68,8 +68,11 @@ def peer_urls(conn: Conn) -> list[str]:
 # ---- the dispatcher's scan ----------------------------------------------------------------------------------------
 
 NEW_SQL = (
-    "SELECT n.agent_id, " + inbox_store.ENVELOPE_COLUMNS + " FROM notifications n JOIN entries e ON e.id = n.entry_id"
-    " WHERE n.id > :after AND n.id <= :upto AND +n.agent_id IN (SELECT value FROM json_each(:agents))"
+    "SELECT n.agent_id, "
+    + inbox_store.ENVELOPE_COLUMNS
+    + " FROM notifications n"
+    + inbox_store.ENVELOPE_JOINS
+    + " WHERE n.id > :after AND n.id <= :upto AND +n.agent_id IN (SELECT value FROM json_each(:agents))"
     " AND +n.status = 'pending' ORDER BY n.id LIMIT :limit"
 )
 REST_SQL = (

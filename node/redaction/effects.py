@@ -5,7 +5,8 @@ the transaction that stores it or that would store its target's body:
 - `reapply_txn`: `apply_txn` again for the redactions of a space whose moderators changed (sync ingest);
 - `apply_txn`: when the target's versions are held and the redaction holds against them (`rules.refusal`), every
   version is deleted from the log and remembered in `refused_versions` (`drop_held_txn`): its projection rows leave
-  by its kind's switch (as a record flagged void does: node/store/void.py), the notifications of it go, and so do
+  by its kind's switch (as a record flagged void does: node/store/void.py), the notifications of it go (an agent
+  they had reached gets a notice of reason `redacted` instead, naming the redaction: `drop_txn`), and so do
   the default-mode candidates not promoted that cite it; the keys that stored it answer 409 `redacted`; the search
   index forgets the address (`search_redo`; answers hide at once, since every search reads its page back from
   `entries`); a tombstone is kept, and a scrub scheduled for the bytes still on disk (node/redaction/scrub.py);
@@ -23,6 +24,8 @@ from typing import Any
 from identity.schema_v3 import space_of
 from node.default_mode import store as default_mode_store
 from node.errors import Conflict
+from node.inbox import store as inbox_store
+from node.inbox.notify import NOTIFICATION_TTL_MS
 from node.redaction import rules, store
 from node.redaction.store import HeldVersion, PurgeRow, RedactionRow, TombstoneRow
 from node.spaces import store as space_store
@@ -79,10 +82,15 @@ def reapply_txn(conn: Conn, spaces: set[str], now_ms: int) -> None:
 
 
 def drop_txn(conn: Conn, row: RedactionRow, held: Sequence[HeldVersion], now_ms: int) -> TombstoneRow:
-    """Delete the versions `held` of `row.target` from the log and every projection (`drop_held_txn`) and keep the
-    tombstone."""
+    """Delete the versions `held` of `row.target` from the log and every projection (`drop_held_txn`), keep the
+    tombstone, and give each agent a notification of it had reached a notice of reason `redacted` instead."""
+    seen = inbox_store.seen_by(conn, [h.seq for h in held])  # read before their notifications go
+    above = inbox_store.newest_id(conn)
     drop_held_txn(conn, row.target, held, now_ms)
-    return keep_tombstone_txn(conn, row, held[0].record, [h.version for h in held], now_ms)
+    tombstone = keep_tombstone_txn(conn, row, held[0].record, [h.version for h in held], now_ms)
+    # the agents it reached are told: their runtimes and candidates may hold copies (a notice names no body)
+    inbox_store.insert_notices_txn(conn, seen, row.hash, above, now_ms, now_ms + NOTIFICATION_TTL_MS)
+    return tombstone
 
 
 def drop_held_txn(conn: Conn, address: str, held: Sequence[HeldVersion], now_ms: int) -> None:

@@ -222,3 +222,27 @@ async def test_a_push_wakes_the_loop_before_its_interval(
     stop.set()
     await asyncio.wait_for(task, timeout=10)
     await rt.client.close()
+
+
+async def test_a_redaction_notice_drops_the_runtimes_copies_and_engages_nobody(
+    client: TestClient, make_agent: Factory, tmp_path: Path, clock: FakeClock
+) -> None:
+    boss, worker = await make_agent("boss"), await make_agent("worker")
+    engine = ScriptedEngine([json.dumps({"actions": []})])  # one engagement only: a second would find no reply
+    rt = runtime(client, worker, engine, tmp_path, clock)
+    async with Client(base(client), api_key=boss.api_key) as b:
+        await rt.start()
+        posted = await b.post("The vault code is 9931, measure it", entry_type="task", performative="request",
+                              directed_to=[worker.agent_id])  # fmt: skip
+        assert await rt.tick() == 1
+        assert "9931" in str(rt.memory.summaries(limit=10))  # the runtime holds a copy of the content
+        resp = await client.post("/v1/redactions", json={"target": posted.record_hash}, headers=boss.headers)
+        assert resp.status == 201, await resp.text()
+        redaction = (await resp.json())["redaction"]
+        assert await rt.tick() == 0  # the notice engages nobody
+        assert "9931" not in str(rt.memory.summaries(limit=10))
+        (told,) = rt.memory.events("redacted")
+        assert (told["record_hash"], told["redaction"], told["summaries_dropped"]) == (posted.record_hash, redaction, 1)
+        assert (await rt.client.inbox()).notifications == []  # the notice was acknowledged
+    await rt.client.close()
+    rt.memory.close()

@@ -56,6 +56,21 @@ def test_threads_cluster_and_reading_counts_as_access(memory: WorkingMemory, clo
     assert tuple(row.fetchone()) == (1, clock.now)
 
 
+def test_a_redaction_notice_drops_the_summary_holding_the_entry_and_its_queued_notifications(
+    memory: WorkingMemory,
+) -> None:
+    root, reply, other = "1" * 64, "2" * 64, "3" * 64
+    memory.note_entry(root, [], "- root claim", [])
+    memory.note_entry(reply, [root], "- the wifi password is hunter2", [])
+    memory.note_entry(other, [], "- unrelated", [])
+    memory.enqueue([env(2, record_hash=reply), env(3, record_hash=other)], {2: 2, 3: 2})
+    assert memory.forget_redacted(reply) == 1
+    assert [s["thread_id"] for s in memory.summaries(limit=5)] == [other]
+    assert "hunter2" not in str(memory.summaries(limit=5))
+    assert [e.record_hash for e, _ in memory.pending()] == [other]
+    assert memory.forget_redacted(reply) == 0  # nothing left of it
+
+
 def test_hygiene_forgets_faded_threads(memory: WorkingMemory, clock: Clock) -> None:
     memory.note_entry("1" * 64, [], "- old", [])
     clock.now += 3 * 3600

@@ -190,7 +190,7 @@ async def test_inbox_is_metadata_only_and_tiered(client: TestClient, make_agent:
     assert got[request["id"]]["directed_to_me"] is True
     assert set(env) == {
         "notification_id", "entry_id", "record_hash", "author", "created_at", "entry_type", "performative",
-        "tags", "confidence", "directed_to_me", "link_targets", "tier", "reason", "attempt", "space",
+        "tags", "confidence", "directed_to_me", "link_targets", "tier", "reason", "attempt", "space", "redaction",
     }  # fmt: skip
 
 

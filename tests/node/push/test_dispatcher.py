@@ -51,3 +51,21 @@ async def test_a_commit_wakes_the_dispatcher_only_while_endpoints_exist(node: No
         assert d._after_commit not in node.db.after_commit and d.senders == {}
     finally:
         await d.stop()
+
+
+async def test_the_scan_pushes_a_redaction_notice_with_no_body(node: Node, make_agent) -> None:  # type: ignore[no-untyped-def]
+    from wire.api import InboxQuery
+
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    ((posted, _),) = await node.entries.post_batch(alice.agent_id, [PostEntry("question", "request", "the PIN is 0451",
+                                                                         directed_to=[bob.agent_id])])  # fmt: skip
+    seen = await node.inbox.poll(bob.agent_id, InboxQuery(mark_delivered=True))
+    assert [n.record_hash for n in seen.notifications] == [posted.record_hash]
+    upto = (await node.db.read(lambda c: dispatch.scan(c, 0, [bob.agent_id])))[0]
+    out = await node.redactions.redact(alice.agent_id, posted.record_hash, None)
+    _, new, _ = await node.db.read(lambda c: dispatch.scan(c, upto, [bob.agent_id]))
+    [(agent, notice)] = new
+    assert (agent, notice.reason, notice.redaction, notice.record_hash) == (
+        bob.agent_id, "redacted", out.redaction, posted.record_hash,
+    )  # fmt: skip
+    assert (notice.entry_type, notice.tags) == ("", [])

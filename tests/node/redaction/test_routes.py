@@ -61,7 +61,10 @@ async def test_the_author_redacts_an_entry_and_reads_answer_its_tombstone(
     assert [t["hash"] for t in around["redacted"]] == [address]
     found = await get_json(client, "/v1/search", bob, params={"q": secret.split("-")[1], "fresh": "true"})
     assert found["entries"] == []
-    assert (await get_json(client, "/v1/inbox", bob))["notifications"] == []
+    # bob's notification of it went; he had polled it, so a notice of the redaction stands in its place
+    notices = (await get_json(client, "/v1/inbox", bob))["notifications"]
+    told = [(n["reason"], n["record_hash"], n["redaction"]) for n in notices]
+    assert told == [("redacted", address, out["redaction"])]
     # nothing of the body is left in the log or the tables; no peer can bring the version back
     assert await rows(node, "SELECT seq FROM records WHERE hash = ?", address) == []
     assert await rows(node, "SELECT id FROM entries WHERE record_hash = ?", address) == []
