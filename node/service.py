@@ -80,6 +80,7 @@ class Node:
         self.recovery = Recovery(self.key_events)
         self.spaces = Spaces(self.db, self.sealing, self.now_ms, self.node_id)  # spaces (docs/spaces.md)
         self.redactions = Redactions(self.db, self.sealing, self.now_ms)  # redactions and tombstones (issue 39)
+        self.sync.on_redactions = self.redactions.wake
         # retention policy -> days of node-local rows kept (0 or absent: off; node/retention/job.py)
         self.retention_days: dict[str, int] = {}
         self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer

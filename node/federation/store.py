@@ -89,6 +89,8 @@ class NodeSyncStore:
         self._newest_at = float("-inf")
         # the writer's authority cache (node/store/authority.py), shared with local writes (Node passes sealing's)
         self.authority = Authority() if authority is None else authority
+        # called after a batch holding redactions is stored: the redaction scrubber looks at once (Node sets it)
+        self.on_redactions: Callable[[], None] | None = None
 
     async def position(self) -> tuple[str, int]:
         return await self.db.read(_position)
@@ -214,6 +216,8 @@ class NodeSyncStore:
         if any(o.outcome in ("saved", "pending_link") for o in outcomes):
             self._newest_at = float("-inf")
             self._changed.set()
+        if self.on_redactions is not None and any(v.record.get("kind") == "redaction" for v in records):
+            self.on_redactions()  # a peer's redaction dropped a body: its bytes leave the disk without the idle wait
         return outcomes
 
     async def _recheck_pending(self) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -171,6 +172,23 @@ def test_effects_tombstone_out_keeps_every_member() -> None:
                              "2026-01-02T00:00:00Z", 5)  # fmt: skip
     out = effects.tombstone_out(row)
     assert (out.hash, out.kind, out.redacted, out.redaction, out.versions) == ("a" * 64, "link", True, "r", ["a" * 64])
+
+
+async def test_a_peers_redaction_wakes_the_scrubber_at_once(node: Node) -> None:
+    """A redaction taken from a peer sets the scrubber to work without its idle wait (scrub.IDLE_S), as a local one
+    does: the redaction drill found the bytes left 5 s later on a node that synced it."""
+    author = await self_signer(node, "author")
+    record = entry_record(author.key, "leaked-then-synced", created_ms=node.now_ms() - 5000)
+    assert await ingest(node, record) == "saved"
+    await node.redactions.wait_for_work(0)  # nothing pending before the redaction arrives
+    peer = keys.SigningKey.generate().did
+    await node.db.write(lambda c: add_peer_txn(c, "http://127.0.0.1:9", peer, node.now_ms()))
+    redaction = redaction_of(author, hash_of(record), node.now_ms())
+    checked = verify_record(canonical.canonical_bytes(redaction), records.compute_hash(redaction))
+    assert isinstance(checked, Verified), checked
+    (outcome,) = await node.sync.ingest(peer, [checked], [], None)  # the node's own sync store, as its puller
+    assert outcome.outcome == "saved"
+    await asyncio.wait_for(node.redactions.wait_for_work(60), 5)  # woken: returns at once, not after 60 s
 
 
 async def test_a_peers_redaction_applies_as_a_local_one(node: Node) -> None:
