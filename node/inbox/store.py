@@ -174,6 +174,9 @@ ENVELOPE_JOINS = (
     " LEFT JOIN entries e ON e.id = n.entry_id AND n.redaction IS NULL"
     " LEFT JOIN redactions r ON r.hash = n.redaction LEFT JOIN tombstones t ON t.hash = r.target"
 )
+# Which of those rows are shown: a notice, or a notification whose entry is in the `entries` projection (an entry
+# flagged void, by a key event or a space's vouched set, is switched out of it, and its notifications with it).
+ENVELOPE_SHOWN = "(e.id IS NOT NULL OR n.redaction IS NOT NULL)"
 
 
 # One page of an agent's deliverable notifications with their envelopes. The page is chosen first, from
@@ -193,7 +196,7 @@ def _inbox_sql(in_space: str = "") -> str:
         "       AND (:since IS NULL OR created_ms >= :since)"
         f"    {in_space} ORDER BY tier, id LIMIT :limit)"
         "   ORDER BY tier, id LIMIT :limit) p"
-        " JOIN notifications n ON n.id = p.id" + ENVELOPE_JOINS + " ORDER BY p.tier, p.id"
+        " JOIN notifications n ON n.id = p.id" + ENVELOPE_JOINS + " WHERE " + ENVELOPE_SHOWN + " ORDER BY p.tier, p.id"
     )
 
 

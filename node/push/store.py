@@ -73,7 +73,7 @@ NEW_SQL = (
     + " FROM notifications n"
     + inbox_store.ENVELOPE_JOINS
     + " WHERE n.id > :after AND n.id <= :upto AND +n.agent_id IN (SELECT value FROM json_each(:agents))"
-    " AND +n.status = 'pending' ORDER BY n.id LIMIT :limit"
+    " AND +n.status = 'pending' AND " + inbox_store.ENVELOPE_SHOWN + " ORDER BY n.id LIMIT :limit"
 )
 REST_SQL = (
     "SELECT agent_id, tier, reason, count(*) FROM notifications"
