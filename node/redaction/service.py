@@ -21,11 +21,11 @@ from node.errors import BBSError, Forbidden, InvalidInput
 from node.redaction import effects, rules, store
 from node.spaces import store as space_store
 from node.spaces.sight import Sight
-from node.store import projections, submission
+from node.store import projections
 from node.store.authority import authorize_txn
 from node.store.conn import Conn
 from node.store.db import Database
-from node.store.sealing import Sealing, record_error, sign_and_check_body
+from node.store.sealing import Sealing, check_authored, sign_and_check_body
 from sync.store import Verified
 from wire.redaction import PurgeOut, RedactionOut, Tombstone
 
@@ -55,16 +55,7 @@ def refusal_error(reason: str, where: str) -> BBSError:
 def check_client_record(record: dict[str, Any], agent_id: str, where: str = "$.record") -> Verified:
     """Check a `redaction` record a client signed: every record rule and the signature, and that the caller wrote
     it."""
-    if record.get("kind") != KIND:
-        raise InvalidInput("record kind must be 'redaction'", field=f"{where}.kind", code="record_malformed")
-    try:
-        body = records.canonical_body(record)
-        record_hash, decoded = records.check(record, body=body, v3=True)
-    except records.RecordError as exc:
-        raise record_error(exc, where) from None
-    submission.check_record(record, where)
-    if record["author_id"] != agent_id:
-        raise Forbidden("an agent can only write records it authored", field=f"{where}.author_id")
+    record_hash, body, decoded = check_authored(record, agent_id, (KIND,), where)
     return Verified(record_hash, body, record, decoded)
 
 

@@ -14,15 +14,15 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from identity import canonical, keys, records, spaces, vouching
+from identity import canonical, keys, spaces, vouching
 from identity.space_rules import may_read
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
 from node.spaces import store
 from node.spaces.sight import stored_scope
-from node.store import projections, submission
+from node.store import projections
 from node.store.conn import Conn
 from node.store.db import Database
-from node.store.sealing import Sealing, record_error, sign_and_check_body
+from node.store.sealing import Sealing, check_authored, sign_and_check_body
 from sync.store import Verified
 from wire.spaces import MemberOut, SpaceList, SpaceOut, SpaceSubmitted
 
@@ -79,17 +79,7 @@ def check_client_record(
 ) -> Verified:
     """Check a record a client signed: one of `kinds` (of a space), every record rule and the signature, its
     author."""
-    if record.get("kind") not in kinds:
-        raise InvalidInput("record kind must be space, space_member, space_admin or space_host",
-                           field=f"{where}.kind", code="record_malformed")  # fmt: skip
-    try:
-        body = records.canonical_body(record)
-        record_hash, decoded = records.check(record, body=body, v3=True)
-    except records.RecordError as exc:
-        raise record_error(exc, where) from None
-    submission.check_record(record, where)
-    if record["author_id"] != agent_id:
-        raise Forbidden("an agent can only write records it authored", field=f"{where}.author_id")
+    record_hash, body, decoded = check_authored(record, agent_id, kinds, where)
     return Verified(record_hash, body, record, decoded)
 
 

@@ -13,7 +13,7 @@ import asyncio
 import concurrent.futures
 import functools
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from identity import keys, records
@@ -38,6 +38,26 @@ def record_error(exc: records.RecordError, prefix: str = "$") -> InvalidInput:
     """Map a record verification failure to the client-facing error; `prefix` is where the record sits."""
     field = prefix + exc.field[1:] if exc.field.startswith("$") else exc.field
     return InvalidInput(str(exc), field=field, code=f"record_{exc.reason}")
+
+
+def check_authored(
+    record: dict[str, Any], agent_id: str, kinds: Sequence[str], where: str = "$.record", *, v3: bool = True
+) -> tuple[str, bytes, Any]:
+    """Check a record a client signed and sent at `where`: one of `kinds`, every record rule (`v3`: the format-v3
+    rules too) and the signature, the submission rules, and that the caller `agent_id` is its author. Returns its
+    hash, canonical bytes and decoded Struct. The clock is the caller's (`Sealing.check_clock`)."""
+    if record.get("kind") not in kinds:
+        raise InvalidInput(f"record kind must be {' or '.join(map(repr, kinds))}", field=f"{where}.kind",
+                           code="record_malformed")  # fmt: skip
+    try:
+        body = records.canonical_body(record)
+        record_hash, decoded = records.check(record, body=body, v3=v3)
+    except records.RecordError as exc:
+        raise record_error(exc, where) from None
+    submission.check_record(record, where)
+    if decoded.author_id != agent_id:
+        raise Forbidden("an agent can only write records it authored", field=f"{where}.author_id")
+    return record_hash, body, decoded
 
 
 def sign_and_check(unsigned: dict[str, Any], signer: keys.SigningKey) -> SealedRecord:
@@ -149,19 +169,12 @@ class Sealing:
 
     def check_signed_body(self, record: dict[str, Any], kind: str, agent_id: str) -> tuple[SealedRecord, bytes]:
         """`check_signed`, and the record's canonical bytes, encoded once for the checks and the log row."""
-        if record.get("kind") != kind:
-            raise InvalidInput(f"record kind must be {kind!r}", field="$.record.kind", code="record_malformed")
-        try:
-            body = records.canonical_body(record)
-            # a record naming a `signing_key` (a rotated key) is checked against it; whether that key may sign for
-            # its author is the writer's question (`node.store.authority.authorize_txn`). One inside a `space` is
-            # in format v3 too; whether its author may write there is the writer's (`node.spaces.posts`).
-            record_hash, decoded = records.check(record, body=body, v3="signing_key" in record or "space" in record)
-        except records.RecordError as exc:
-            raise record_error(exc, "$.record") from None
-        submission.check_record(record, "$.record")
-        if decoded.author_id != agent_id:
-            raise Forbidden("an agent can only write records it authored", field="$.record.author_id")
+        # a record naming a `signing_key` (a rotated key) is checked against it; whether that key may sign for its
+        # author is the writer's question (`node.store.authority.authorize_txn`). One inside a `space` is in format v3
+        # too; whether its author may write there is the writer's (`node.spaces.posts`).
+        record_hash, body, decoded = check_authored(
+            record, agent_id, (kind,), v3="signing_key" in record or "space" in record
+        )
         self.check_clock(decoded.created_at, "$.record.created_at")
         return (record, record_hash, decoded), body
 
