@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import msgspec
 
 from identity import keys, schema
 from sync import messages as m
@@ -48,6 +49,7 @@ WAKE_EVERY_S = 10.0
 class ReconcileReport:
     """What one reconciliation with a peer did."""
 
+    sets: int = 0  # negentropy sessions: the public federation and each space reconciled (or one whole set)
     rounds: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
@@ -277,26 +279,31 @@ class Puller:
         return outcomes, missing
 
     async def reconcile(self, peer: PeerConfig, *, reset: bool = False) -> ReconcileReport:
-        """Negentropy with the peer as responder, then fetch what we lack. With `reset`, restart the cursor
-        at the peer's head as of the first round (every record up to it is then held here)."""
+        """Negentropy with the peer as responder, one session per set (the public federation, then each space to
+        reconcile with it: `SyncStore.reconcile_spaces`, over the spaces both host and those the peer's first reply
+        offers), then fetch what we lack. A peer of the previous release (it refuses the `set` member) is reconciled
+        in one session over the whole set served to it. With `reset`, restart the cursor at the peer's head as of
+        the first round (every record up to it is then held here)."""
         client = self.client(peer)
-        _epoch, _head, items = await self.store.reconcile_items(client.version, peer.node_id)
-        neg = Negentropy(VectorStorage(items))
-        message: bytes | None = neg.initiate()
         have: list[bytes] = []
         need: list[bytes] = []
-        first: m.ReconcileReply | None = None
         report = ReconcileReport()
-        while message is not None:
-            reply = await client.reconcile(message)
-            report.rounds += 1
-            first = first or reply
-            if reply.message is None:
-                break
-            try:
-                message = neg.reconcile(bytes.fromhex(reply.message), have, need)
-            except (NegentropyError, ValueError) as exc:
-                raise SyncError(f"malformed reconciliation message: {exc}") from None
+        try:
+            _e, _h, items = await self.store.set_items(client.version, None)
+            first = await self._session(client, items, m.PUBLIC_SET, report, have, need)
+        except SyncError as exc:
+            # a responder of the previous release refuses the unknown member: `Object contains unknown field `set``
+            if exc.code != "validation_error" or "`set`" not in (exc.detail or "") or report.rounds:
+                raise
+            log.info("peer %s reconciles whole sets only (a release before per-space rounds)", peer.node_id)
+            report.sets = 0
+            _e, _h, items = await self.store.reconcile_items(client.version, peer.node_id)
+            first = await self._session(client, items, msgspec.UNSET, report, have, need)
+        else:
+            offered = frozenset(first.spaces) if first.spaces is not msgspec.UNSET else frozenset()
+            for space in await self.store.reconcile_spaces(peer.node_id, offered):
+                _e, _h, items = await self.store.set_items(client.version, space)
+                await self._session(client, items, space, report, have, need)
         report.need, report.have = len(need), len(have)
         # versions this node refused (their address holds two better ones) are not fetched again
         needed = [h.hex() for h in need]
@@ -306,7 +313,6 @@ class Puller:
         if needed:
             report.outcomes, _missing = await self.fetch_into_store(peer, needed)
         report.bytes_sent, report.bytes_received = client.bytes_sent, client.bytes_received
-        assert first is not None
         if reset:
             await self.store.ingest(peer.node_id, [], [], Cursor(first.epoch, first.head))
         await self.store.note_peer(
@@ -317,8 +323,39 @@ class Puller:
             health=self.health_of(peer.node_id),
             sync_version=client.version,
         )
-        log.info("reconciled with %s: %d rounds, need %d, have %d", peer.node_id, report.rounds, len(need), len(have))
+        log.info(
+            "reconciled with %s: %d sets, %d rounds, need %d, have %d",
+            *(peer.node_id, report.sets, report.rounds, len(need), len(have)),
+        )
         return report
+
+    async def _session(
+        self,
+        client: PeerClient,
+        items: list[tuple[int, bytes]],
+        set_: str | msgspec.UnsetType,
+        report: ReconcileReport,
+        have: list[bytes],
+        need: list[bytes],
+    ) -> m.ReconcileReply:
+        """One negentropy session over one set (`items`, this node's side of it) with the peer: rounds until the
+        peer has nothing more to say; `have` and `need` grow. Returns the peer's first reply."""
+        neg = Negentropy(VectorStorage(items))
+        message: bytes | None = neg.initiate()
+        first: m.ReconcileReply | None = None
+        report.sets += 1
+        while message is not None:
+            reply = await client.reconcile(message, set_)
+            report.rounds += 1
+            first = first or reply
+            if reply.message is None:
+                break
+            try:
+                message = neg.reconcile(bytes.fromhex(reply.message), have, need)
+            except (NegentropyError, ValueError) as exc:
+                raise SyncError(f"malformed reconciliation message: {exc}") from None
+        assert first is not None  # initiate() always gives a message
+        return first
 
     async def run_peer(self, peer: PeerConfig) -> None:
         """Pull from one peer forever: long-poll when caught up, reconcile after catch-up and on a timer,
