@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import msgspec
 
 from identity import keys, schema
 from sync import messages as m
 from sync.auth import NodeSigner, PeerBoots
 from sync.client import PeerClient, SyncError, Traffic
-from sync.negentropy import Negentropy, NegentropyError, VectorStorage
+from sync.negentropy import NegentropyError
 from sync.protocol import PeerVersions
+from sync.reconcile_sets import ReconcileReport, reconcile_sets
 from sync.store import TOO_NEW, Cursor, Invalid, Outcome, PeerConfig, SyncStore, Verified
 from sync.verify import accept_all, start_worker, verdicts, verify_record
 
@@ -43,19 +43,6 @@ WAITING_BACKOFF_STEPS = 2
 UNKNOWN_PEER = "unknown_peer"
 # a reconciliation started at once for dropped waiting records, at most this often per peer (docs/format-v3.md 7.3)
 WAKE_EVERY_S = 10.0
-
-
-@dataclass
-class ReconcileReport:
-    """What one reconciliation with a peer did."""
-
-    sets: int = 0  # negentropy sessions: the public federation and each space reconciled (or one whole set)
-    rounds: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    need: int = 0
-    have: int = 0
-    outcomes: list[Outcome] = field(default_factory=list)
 
 
 @dataclass
@@ -285,25 +272,8 @@ class Puller:
         in one session over the whole set served to it. With `reset`, restart the cursor at the peer's head as of
         the first round (every record up to it is then held here)."""
         client = self.client(peer)
-        have: list[bytes] = []
-        need: list[bytes] = []
         report = ReconcileReport()
-        try:
-            _e, _h, items = await self.store.set_items(client.version, None)
-            first = await self._session(client, items, m.PUBLIC_SET, report, have, need)
-        except SyncError as exc:
-            # a responder of the previous release refuses the unknown member: `Object contains unknown field `set``
-            if exc.code != "validation_error" or "`set`" not in (exc.detail or "") or report.rounds:
-                raise
-            log.info("peer %s reconciles whole sets only (a release before per-space rounds)", peer.node_id)
-            report.sets = 0
-            _e, _h, items = await self.store.reconcile_items(client.version, peer.node_id)
-            first = await self._session(client, items, msgspec.UNSET, report, have, need)
-        else:
-            offered = frozenset(first.spaces) if first.spaces is not msgspec.UNSET else frozenset()
-            for space in await self.store.reconcile_spaces(peer.node_id, offered):
-                _e, _h, items = await self.store.set_items(client.version, space)
-                await self._session(client, items, space, report, have, need)
+        have, need, first = await reconcile_sets(client, self.store, peer.node_id, report)
         report.need, report.have = len(need), len(have)
         # versions this node refused (their address holds two better ones) are not fetched again
         needed = [h.hex() for h in need]
@@ -328,34 +298,6 @@ class Puller:
             *(peer.node_id, report.sets, report.rounds, len(need), len(have)),
         )
         return report
-
-    async def _session(
-        self,
-        client: PeerClient,
-        items: list[tuple[int, bytes]],
-        set_: str | msgspec.UnsetType,
-        report: ReconcileReport,
-        have: list[bytes],
-        need: list[bytes],
-    ) -> m.ReconcileReply:
-        """One negentropy session over one set (`items`, this node's side of it) with the peer: rounds until the
-        peer has nothing more to say; `have` and `need` grow. Returns the peer's first reply."""
-        neg = Negentropy(VectorStorage(items))
-        message: bytes | None = neg.initiate()
-        first: m.ReconcileReply | None = None
-        report.sets += 1
-        while message is not None:
-            reply = await client.reconcile(message, set_)
-            report.rounds += 1
-            first = first or reply
-            if reply.message is None:
-                break
-            try:
-                message = neg.reconcile(bytes.fromhex(reply.message), have, need)
-            except (NegentropyError, ValueError) as exc:
-                raise SyncError(f"malformed reconciliation message: {exc}") from None
-        assert first is not None  # initiate() always gives a message
-        return first
 
     async def run_peer(self, peer: PeerConfig) -> None:
         """Pull from one peer forever: long-poll when caught up, reconcile after catch-up and on a timer,
