@@ -28,6 +28,10 @@ MAX_RECONCILE_HEX = 2 * 64 * 1024
 Epoch = Annotated[str, msgspec.Meta(pattern=whole("[0-9a-f]{1,64}"))]
 SpaceId = Annotated[str, msgspec.Meta(pattern=whole("[0-9a-f]{64}"))]  # a space's id: its creation's address
 MAX_PEER_SPACES = 1000  # spaces one peer's operator filter may list
+# spaces a reply to a round over the public federation offers (about 650 KB of ids): a longer list is a malformed
+# batch, so a peer cannot make a node run a session per made-up space without bound; a responder offers at most
+# this many (the first, sorted), and the initiator still reconciles every space it counts the peer a host of
+MAX_OFFERED_SPACES = 10_000
 # Any version decodes, so that a peer of another version is answered with the version this node speaks
 # (node/federation/routes.py), and a reply of another version is reported as such (sync/client.py).
 Version = Annotated[int, msgspec.Meta(ge=1, le=2**31)]
@@ -135,7 +139,7 @@ class ReconcileReply(_Message, tag="reconcile_reply"):
     epoch: str
     head: Seq
     message: str | None
-    spaces: list[SpaceId] | msgspec.UnsetType = msgspec.UNSET
+    spaces: Annotated[list[SpaceId], msgspec.Meta(max_length=MAX_OFFERED_SPACES)] | msgspec.UnsetType = msgspec.UNSET
 
 
 # ---- operator surface -----------------------------------------------------------------------------------

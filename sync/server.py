@@ -81,7 +81,7 @@ class SyncServer:
             storage, epoch, head = await self._whole_snapshot(req.v, peer_id)
         elif req.set == m.PUBLIC_SET:
             storage, epoch, head = await self._snapshot(req.v, None)
-            spaces = sorted(await self.store.served_spaces(peer_id))
+            spaces = sorted(await self.store.served_spaces(peer_id))[: m.MAX_OFFERED_SPACES]
         elif req.set in await self.store.served_spaces(peer_id):
             storage, epoch, head = await self._snapshot(req.v, req.set)
         else:

@@ -9,14 +9,17 @@ from typing import Any
 
 import msgspec
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from identity import keys
 from node.federation import routes
 from sync import messages as m
+from sync.client import SyncError
 from sync.memory import MemoryStore
 from sync.negentropy import Negentropy, VectorStorage
 from sync.server import SyncServer
-from sync.store import Verified
+from sync.store import PeerConfig, Verified
 from tests.sync.conftest import PeerNode, body_of, hash_of, signed_entry
 from tests.sync.test_compat import signed
 from tests.sync.test_space_hosting import post_in, space_versions
@@ -180,3 +183,36 @@ async def test_a_responder_of_the_previous_release_is_reconciled_in_one_whole_se
     for space in (family, work):
         assert await space_versions(b, space) == await space_versions(a, space)
     assert await space_versions(b, club) == set() and await a.digest() == await b.digest()
+
+
+async def test_a_hostile_responders_list_of_spaces_is_a_malformed_batch(make_peer: Any) -> None:
+    """A responder (a small aiohttp server speaking the wire format) that lists spaces in reply to a space's round,
+    or offers more than `MAX_OFFERED_SPACES`, fails the reconciliation as a malformed batch; the real puller asks."""
+    hostile = keys.SigningKey.generate()
+    offered: list[list[str]] = []
+    asked: list[str] = []
+
+    async def reconcile(request: web.Request) -> web.Response:
+        asked.append((await request.json())["set"])
+        reply = {"type": "reconcile_reply", "v": 3, "node_id": hostile.did, "epoch": "e" * 32, "head": 0}
+        return web.json_response({**reply, "message": None, "spaces": offered[0]})
+
+    app = web.Application()
+    app.router.add_post("/v1/sync/reconcile", reconcile)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        b = await make_peer("b")
+        config = PeerConfig(hostile.did, str(server.make_url("")).rstrip("/"))
+        status = await b.sync.store.add_peer(m.PeerIn(url=config.url, node_id=config.node_id))
+        assert status.node_id == hostile.did
+        offered.append([OTHER_SPACE])
+        with pytest.raises(SyncError, match="a list of spaces in reply to a round not over the public federation"):
+            await b.puller().reconcile(config)
+        assert asked == [m.PUBLIC_SET, OTHER_SPACE]  # the offered space was asked for as its own set
+        offered[0] = [f"{n:064x}" for n in range(m.MAX_OFFERED_SPACES + 1)]
+        with pytest.raises(SyncError, match="malformed batch"):
+            await b.puller().reconcile(config)
+        assert asked[2:] == [m.PUBLIC_SET]  # no session over any of them
+    finally:
+        await server.close()
