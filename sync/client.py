@@ -140,9 +140,16 @@ class PeerClient:
             raise SyncError("malformed batch: records that were not asked for")
         return reply
 
-    async def reconcile(self, message: bytes) -> m.ReconcileReply:
-        body = msgspec.json.encode(m.ReconcileRequest(v=self.version, message=message.hex()))
-        return self._decode(m.RECONCILE_DECODER, await self._request("POST", "/v1/sync/reconcile", body=body))
+    async def reconcile(self, message: bytes, set_: str | msgspec.UnsetType = msgspec.UNSET) -> m.ReconcileReply:
+        """One round over `set_` (`m.PUBLIC_SET` or a space id; unset: the whole set, as a peer of the previous
+        release is asked)."""
+        body = msgspec.json.encode(m.ReconcileRequest(v=self.version, message=message.hex(), set=set_))
+        reply: m.ReconcileReply = self._decode(
+            m.RECONCILE_DECODER, await self._request("POST", "/v1/sync/reconcile", body=body)
+        )
+        if reply.spaces is not msgspec.UNSET and set_ != m.PUBLIC_SET:
+            raise SyncError("malformed batch: a list of spaces in reply to a round not over the public federation")
+        return reply
 
     def _decode(self, decoder: msgspec.json.Decoder[Any], raw: bytes) -> Any:
         try:

@@ -169,6 +169,29 @@ class MemoryStore:
         )
         return self.epoch, len(self.log), items
 
+    async def set_items(
+        self, v: int = PROTOCOL_VERSION, space: str | None = None
+    ) -> tuple[str, int, list[tuple[int, bytes]]]:
+        items = sorted(
+            (ms, bytes.fromhex(version))
+            for _seq, h, version, body, ms, scope in self._live()
+            if scope == "federation" and compat.servable(v, version, body) and _space_of(h, body) == space
+        )
+        return self.epoch, len(self.log), items
+
+    async def hosting_items(self, v: int, space: str, peer_id: str) -> list[tuple[int, bytes]]:
+        return sorted(
+            (ms, bytes.fromhex(version))
+            for _seq, h, version, body, ms, scope in self._live()
+            if scope == "federation"
+            and compat.servable(v, version, body)
+            and _space_of(h, body) == space
+            and _names(body, peer_id)
+        )
+
+    async def reconcile_spaces(self, peer_id: str, offered: frozenset[str]) -> list[str]:
+        return sorted(offered | await self.served_spaces(peer_id))  # no operator's filter here
+
     async def served_spaces(self, peer_id: str | None) -> frozenset[str]:
         if peer_id is None:
             return frozenset()

@@ -28,6 +28,10 @@ MAX_RECONCILE_HEX = 2 * 64 * 1024
 Epoch = Annotated[str, msgspec.Meta(pattern=whole("[0-9a-f]{1,64}"))]
 SpaceId = Annotated[str, msgspec.Meta(pattern=whole("[0-9a-f]{64}"))]  # a space's id: its creation's address
 MAX_PEER_SPACES = 1000  # spaces one peer's operator filter may list
+# spaces a reply to a round over the public federation offers (about 650 KB of ids): a longer list is a malformed
+# batch, so a peer cannot make a node run a session per made-up space without bound; a responder offers at most
+# this many (the first, sorted), and the initiator still reconciles every space it counts the peer a host of
+MAX_OFFERED_SPACES = 10_000
 # Any version decodes, so that a peer of another version is answered with the version this node speaks
 # (node/federation/routes.py), and a reply of another version is reported as such (sync/client.py).
 Version = Annotated[int, msgspec.Meta(ge=1, le=2**31)]
@@ -112,19 +116,30 @@ class Records(_Message, tag="records"):
 # ---- reconciliation -------------------------------------------------------------------------------------
 
 
+# The set a reconciliation round is over (docs/sync.md, "Reconciliation round"): the public federation, or one space by
+# its id. A request without it is of a node of the release before per-space rounds: the whole set served to it.
+PUBLIC_SET = "public"
+ReconcileSet = Annotated[str, msgspec.Meta(pattern=whole(f"{PUBLIC_SET}|[0-9a-f]{{64}}"))]
+
+
 class ReconcileRequest(_Message, tag="reconcile"):
-    """One negentropy message from the initiator, hex encoded (`POST /v1/sync/reconcile`)."""
+    """One negentropy message from the initiator, hex encoded (`POST /v1/sync/reconcile`), over `set` (never
+    encoded when unset, so a responder of the previous release reads the request it knows)."""
 
     message: Annotated[str, msgspec.Meta(pattern=whole("([0-9a-f]{2})+"), max_length=MAX_RECONCILE_HEX)]
+    set: ReconcileSet | msgspec.UnsetType = msgspec.UNSET
 
 
 class ReconcileReply(_Message, tag="reconcile_reply"):
-    """The responder's negentropy message (None when it has nothing more to say) and its store position."""
+    """The responder's negentropy message (None when it has nothing more to say) and its store position. A reply to
+    a round over the public federation also lists the spaces the responder serves the asker (`spaces`: both host
+    them), so a node named a host late learns which spaces to reconcile."""
 
     node_id: str
     epoch: str
     head: Seq
     message: str | None
+    spaces: Annotated[list[SpaceId], msgspec.Meta(max_length=MAX_OFFERED_SPACES)] | msgspec.UnsetType = msgspec.UNSET
 
 
 # ---- operator surface -----------------------------------------------------------------------------------

@@ -21,8 +21,9 @@ from identity import keys, schema
 from sync import messages as m
 from sync.auth import NodeSigner, PeerBoots
 from sync.client import PeerClient, SyncError, Traffic
-from sync.negentropy import Negentropy, NegentropyError, VectorStorage
+from sync.negentropy import NegentropyError
 from sync.protocol import PeerVersions
+from sync.reconcile_sets import ReconcileReport, reconcile_sets
 from sync.store import TOO_NEW, Cursor, Invalid, Outcome, PeerConfig, SyncStore, Verified
 from sync.verify import accept_all, start_worker, verdicts, verify_record
 
@@ -42,18 +43,6 @@ WAITING_BACKOFF_STEPS = 2
 UNKNOWN_PEER = "unknown_peer"
 # a reconciliation started at once for dropped waiting records, at most this often per peer (docs/format-v3.md 7.3)
 WAKE_EVERY_S = 10.0
-
-
-@dataclass
-class ReconcileReport:
-    """What one reconciliation with a peer did."""
-
-    rounds: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    need: int = 0
-    have: int = 0
-    outcomes: list[Outcome] = field(default_factory=list)
 
 
 @dataclass
@@ -277,26 +266,14 @@ class Puller:
         return outcomes, missing
 
     async def reconcile(self, peer: PeerConfig, *, reset: bool = False) -> ReconcileReport:
-        """Negentropy with the peer as responder, then fetch what we lack. With `reset`, restart the cursor
-        at the peer's head as of the first round (every record up to it is then held here)."""
+        """Negentropy with the peer as responder, one session per set (the public federation, then each space to
+        reconcile with it: `SyncStore.reconcile_spaces`, over the spaces both host and those the peer's first reply
+        offers), then fetch what we lack. A peer of the previous release (it refuses the `set` member) is reconciled
+        in one session over the whole set served to it. With `reset`, restart the cursor at the peer's head as of
+        the first round (every record up to it is then held here)."""
         client = self.client(peer)
-        _epoch, _head, items = await self.store.reconcile_items(client.version, peer.node_id)
-        neg = Negentropy(VectorStorage(items))
-        message: bytes | None = neg.initiate()
-        have: list[bytes] = []
-        need: list[bytes] = []
-        first: m.ReconcileReply | None = None
         report = ReconcileReport()
-        while message is not None:
-            reply = await client.reconcile(message)
-            report.rounds += 1
-            first = first or reply
-            if reply.message is None:
-                break
-            try:
-                message = neg.reconcile(bytes.fromhex(reply.message), have, need)
-            except (NegentropyError, ValueError) as exc:
-                raise SyncError(f"malformed reconciliation message: {exc}") from None
+        have, need, first = await reconcile_sets(client, self.store, peer.node_id, report)
         report.need, report.have = len(need), len(have)
         # versions this node refused (their address holds two better ones) are not fetched again
         needed = [h.hex() for h in need]
@@ -306,7 +283,6 @@ class Puller:
         if needed:
             report.outcomes, _missing = await self.fetch_into_store(peer, needed)
         report.bytes_sent, report.bytes_received = client.bytes_sent, client.bytes_received
-        assert first is not None
         if reset:
             await self.store.ingest(peer.node_id, [], [], Cursor(first.epoch, first.head))
         await self.store.note_peer(
@@ -317,7 +293,10 @@ class Puller:
             health=self.health_of(peer.node_id),
             sync_version=client.version,
         )
-        log.info("reconciled with %s: %d rounds, need %d, have %d", peer.node_id, report.rounds, len(need), len(have))
+        log.info(
+            "reconciled with %s: %d sets, %d rounds, need %d, have %d",
+            *(peer.node_id, report.sets, report.rounds, len(need), len(have)),
+        )
         return report
 
     async def run_peer(self, peer: PeerConfig) -> None:

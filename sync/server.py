@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
+
 from sync import messages as m
 from sync.negentropy import Negentropy, NegentropyError, VectorStorage
 from sync.store import SyncStore
@@ -22,7 +24,9 @@ class SyncServer:
     def __init__(self, store: SyncStore) -> None:
         self.store = store
         self.closing = asyncio.Event()
-        # per protocol version and asking peer
+        # per protocol version and set (None: the public federation; else a space id)
+        self._sets: dict[tuple[int, str | None], tuple[tuple[str, int], VectorStorage]] = {}
+        # per protocol version and asking peer: the whole set served to a peer of the previous release
         self._storage: dict[tuple[int, str | None], tuple[tuple[str, int], frozenset[str], VectorStorage]] = {}
 
     async def changes(self, q: m.ChangesQuery, peer_id: str | None = None) -> m.ChangesReply:
@@ -68,8 +72,22 @@ class SyncServer:
         )
 
     async def reconcile(self, req: m.ReconcileRequest, peer_id: str | None = None) -> m.ReconcileReply:
-        """Answer one negentropy round as the responder, over the records served to the asking peer."""
-        storage, epoch, head = await self._snapshot(req.v, peer_id)
+        """Answer one negentropy round as the responder over the set the request names: the public federation (the
+        reply lists the spaces served to the asker), a space both host, or, for a space not served to the asker, only
+        the hosting records of it naming the asker (none: as if the space did not exist). A request naming no set is
+        of the previous release: over the whole set served to the asker."""
+        spaces: list[str] | msgspec.UnsetType = msgspec.UNSET
+        if req.set is msgspec.UNSET:
+            storage, epoch, head = await self._whole_snapshot(req.v, peer_id)
+        elif req.set == m.PUBLIC_SET:
+            storage, epoch, head = await self._snapshot(req.v, None)
+            spaces = sorted(await self.store.served_spaces(peer_id))[: m.MAX_OFFERED_SPACES]
+        elif req.set in await self.store.served_spaces(peer_id):
+            storage, epoch, head = await self._snapshot(req.v, req.set)
+        else:
+            epoch, head = await self.store.position()
+            named = [] if peer_id is None else await self.store.hosting_items(req.v, req.set, peer_id)
+            storage = VectorStorage(named)
         try:
             reply = Negentropy(storage).reconcile(bytes.fromhex(req.message))
         except (NegentropyError, ValueError) as exc:
@@ -80,12 +98,32 @@ class SyncServer:
             epoch=epoch,
             head=head,
             message=reply.hex() if reply is not None else None,
+            spaces=spaces,
         )
 
-    async def _snapshot(self, v: int, peer_id: str | None) -> tuple[VectorStorage, str, int]:
-        """The sorted item vector of protocol `v`'s set as served to `peer_id`, rebuilt only when the store has moved
-        (rounds of one session share it). One per peer: each sees the public federation and the spaces it hosts
-        with this node (`served_spaces`: a hosting change or the operator's filter changes it)."""
+    def snapshots(self) -> list[str]:
+        """The item vectors this responder keeps, by name: `v3 public`, `v3 <space id>` (one per set) and
+        `v3 whole <peer id>` (one per peer of the previous release)."""
+        sets = [f"v{v} {m.PUBLIC_SET if space is None else space}" for v, space in self._sets]
+        return sorted(sets + [f"v{v} whole {peer}" for v, peer in self._storage])
+
+    async def _snapshot(self, v: int, space: str | None) -> tuple[VectorStorage, str, int]:
+        """The sorted item vector of protocol `v`'s set `space` (None: the public federation), rebuilt only when the
+        store has moved. One per set, whichever peers it is served to: a node hosting S spaces keeps at most S + 1
+        per protocol version, however many peers reconcile with it."""
+        position = await self.store.position()
+        held = self._sets.get((v, space))
+        if held is not None and held[0] == position:
+            return held[1], position[0], position[1]
+        epoch, head, items = await self.store.set_items(v, space)
+        storage = VectorStorage(items)
+        self._sets[(v, space)] = ((epoch, head), storage)
+        return storage, epoch, head
+
+    async def _whole_snapshot(self, v: int, peer_id: str | None) -> tuple[VectorStorage, str, int]:
+        """The sorted item vector of protocol `v`'s whole set as served to `peer_id`, for a peer of the previous
+        release (one round over the public federation and every space both host), rebuilt only when the store
+        has moved or the spaces served to that peer change (a hosting record stored, the filter changed)."""
         position = await self.store.position()
         served = await self.store.served_spaces(peer_id)
         held = self._storage.get((v, peer_id))

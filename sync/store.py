@@ -138,6 +138,27 @@ class SyncStore(Protocol):
         other does not host (no peer: public only)."""
         ...
 
+    async def set_items(
+        self, v: int = PROTOCOL_VERSION, space: str | None = None
+    ) -> tuple[str, int, list[tuple[int, bytes]]]:
+        """(epoch, head, sorted (created_ms, version bytes)) of one reconciliation set, from one snapshot: the public
+        federation's valid federated versions (`space` None) or one space's, every one held here (at protocol `v`,
+        those `sync.compat.servable` allows). The same for every peer it is served to, so a responder keeps one
+        snapshot per set; whether a peer may be answered over a space is the caller's (`served_spaces`)."""
+        ...
+
+    async def hosting_items(self, v: int, space: str, peer_id: str) -> list[tuple[int, bytes]]:
+        """The set a responder answers a peer asking for a space not served to it: the hosting records of `space`
+        naming `peer_id` (within the operator's filter), which the feed serves it too (so a removed host learns
+        it); for any other asker none, as for a space that does not exist."""
+        ...
+
+    async def reconcile_spaces(self, peer_id: str, offered: frozenset[str]) -> list[str]:
+        """The spaces to reconcile with `peer_id`, one round each: those served to it (`served_spaces`) and those
+        it offered (it hosts them and counts this node a host: a late host's backlog), within the operator's
+        filter of the peer."""
+        ...
+
     async def served_spaces(self, peer_id: str | None) -> frozenset[str]:
         """The spaces whose records are served to `peer_id`: those both nodes host, within the operator's filter of
         the peer (`identity.space_rules.may_receive`; none for no peer). What a reconciliation snapshot is valid for,

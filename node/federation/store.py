@@ -180,6 +180,44 @@ class NodeSyncStore:
     async def served_spaces(self, peer_id: str | None) -> frozenset[str]:
         return frozenset(await self.db.read(lambda c: served_spaces(c, self.node_id, peer_id)))
 
+    async def set_items(
+        self, v: int = PROTOCOL_VERSION, space: str | None = None
+    ) -> tuple[str, int, list[tuple[int, bytes]]]:
+        def run(conn: Conn) -> tuple[str, int, list[tuple[int, bytes]]]:
+            epoch, head = _position(conn)
+            # as reconcile_items, over one set: the public federation (space IS NULL) or one space
+            rows = conn.execute(
+                "SELECT created_ms, version FROM records WHERE +scope = 'federation' AND created_ms >= 0"
+                " AND seq NOT IN (SELECT seq FROM void_records) AND space IS ? ORDER BY created_ms, version",
+                (space,),
+            ).fetchall()
+            return epoch, head, _items(conn, v, rows)
+
+        return await self.db.read(run)
+
+    async def hosting_items(self, v: int, space: str, peer_id: str) -> list[tuple[int, bytes]]:
+        def run(conn: Conn) -> list[tuple[int, bytes]]:
+            allowed = peer_filter(conn, peer_id)
+            if allowed is not None and space not in allowed:
+                return []
+            rows = conn.execute(
+                "SELECT created_ms, version FROM records WHERE space = ? AND kind = 'space_host'"
+                " AND +scope = 'federation' AND created_ms >= 0 AND seq NOT IN (SELECT seq FROM void_records)"
+                " AND json_extract(CAST(body AS TEXT), '$.node') = ? ORDER BY created_ms, version",
+                (space, peer_id),
+            ).fetchall()
+            return _items(conn, v, rows)
+
+        return await self.db.read(run)
+
+    async def reconcile_spaces(self, peer_id: str, offered: frozenset[str]) -> list[str]:
+        def run(conn: Conn) -> list[str]:
+            allowed = peer_filter(conn, peer_id)
+            taken = {s for s in offered if allowed is None or s in allowed}
+            return sorted(taken.union(served_spaces(conn, self.node_id, peer_id)))
+
+        return await self.db.read(run)
+
     async def refused(self, versions: list[str]) -> set[str]:
         return await self.db.read(
             lambda c: (
@@ -349,6 +387,14 @@ def served_spaces(conn: Conn, node_id: str, peer_id: str | None) -> list[str]:
         for s, hosts in hosted.items()
         if may_receive(node_id, s, hosts) and may_receive(peer_id, s, hosts) and (allowed is None or s in allowed)
     )
+
+
+def _items(conn: Conn, v: int, rows: list[Any]) -> list[tuple[int, bytes]]:
+    """Rows of (created_ms, version) as a reconciliation item vector, at protocol `v` only the servable ones."""
+    if v != PROTOCOL_VERSION:
+        keep = servable_versions(conn, v, [h for _, h in rows])
+        rows = [(ms, h) for ms, h in rows if h in keep]
+    return [(int(ms), bytes.fromhex(h)) for ms, h in rows]
 
 
 def peer_filter(conn: Conn, peer_id: str) -> frozenset[str] | None:

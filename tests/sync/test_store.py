@@ -20,7 +20,7 @@ def test_the_protocol_lists_what_sync_calls() -> None:
     assert sorted(
         ["position", "changes", "wait_for_change", "fetch", "reconcile_items", "refused", "ingest", "peers",
          "cursor", "cursor_version", "upgrade_cursor", "note_peer", "wanted", "want_failed", "reconcile_wanted",
-         "served_spaces"]
+         "served_spaces", "set_items", "hosting_items", "reconcile_spaces"]
     ) == PROTOCOL_METHODS  # fmt: skip
 
 
