@@ -1,7 +1,8 @@
 """Drill: spaces across a federation of five real `bbs serve` nodes (issue 38, "Done when"; docs/spaces.md, "Which
-nodes host a space"). About 20 s on a 2-core machine (each wait bounded by 45 s).
+nodes host a space"). About 30 to 40 s on a 2-core machine (each wait bounded by 45 s).
 
-Five nodes a to e, each peered with every other (so a node that does not host a space still pulls from its hosts).
+Five nodes a to e, each peered with every other (so a node that does not host a space still pulls from its hosts),
+each peer link through its own TCP relay (scenarios/fednet.py `Link`, as in scenarios/chaos.py) so it can be cut.
 
 - `alpha`: created on a by ann (a); bob (b) writes; hosted by a and b, and by d, named late.
 - `beta`: created on b by bea (b); cal (c) and eve (e) write; hosted by b, c and e, until e's hosting is removed.
@@ -11,7 +12,10 @@ Agents post into their spaces from their home nodes, and one agent of each node 
 beta and gamma) is stopped (SIGKILL); while it is down, posts go on in beta, gamma and public, d is named a host of
 alpha and killed half a second later (its backlog may be on the way), and e's hosting of beta is removed; bea posts
 into beta after the removal. c and d come back, catch up, and cal posts into beta from c. Once every host agrees,
-each check, named:
+each check, named. While the posts and changes go on (a window of CHAOS_WINDOW_S seconds from c's stop), a
+schedule drawn from `--seed` (printed with the seed) SIGKILLs and restarts random running nodes (never c nor d once
+the story has stopped it; a post or call to a node waits while it is down) and cuts random links between two of
+a, b, d and e for a few seconds; the story's posts are paced over the window; every link is mended before the heal.
 
 - `no_leak`: a node that never hosted a space holds no record of it, nor its id, in its log (`records`, read with
   sqlite3 read-only); each host's changes feed, fetch and reconciliation, asked with that node's own key
@@ -26,7 +30,7 @@ each check, named:
 - `public_digest_equal`: the public federation's digest is the same on all five nodes, and counts what it would
   without spaces: each agent's identity document and the public posts, nothing more.
 
-    python -m scenarios.space_fed
+    python -m scenarios.space_fed [--seed N]
     tests/hardening/test_space_fed_drill.py    # the CI form
 """
 
@@ -34,10 +38,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import sqlite3
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +53,7 @@ import aiohttp
 from identity import key_files
 from scenarios import checks
 from scenarios.checks import Check, Report, table
-from scenarios.fednet import ScenarioFailed, ServedNode
+from scenarios.fednet import Link, ScenarioFailed, ServedNode
 from sync import messages as m
 from sync.client import PeerClient, SyncError
 from sync.negentropy import Negentropy, NegentropyError, VectorStorage
@@ -64,6 +70,38 @@ PUBLIC = {"a": "ann", "b": "bea", "c": "cy", "d": "dan", "e": "eve"}  # node -> 
 KILL_LATE_HOST_AFTER_S = 0.5  # d's SIGKILL after it is named a host: mid-backlog or just after, either must hold
 CONVERGE_S = 45.0  # the bound on every wait for sync (a late host's wake is at most 10 s; a reconciliation 5 s)
 TIMEOUT = aiohttp.ClientTimeout(total=30)
+DEFAULT_SEED = 38  # fixed, so CI is reproducible; `--seed N` draws another schedule
+CHAOS_WINDOW_S = 10.0  # the random kills and cuts start within this many seconds of c's stop
+KILLS, CUTS = 3, 4  # random SIGKILL-and-restarts, random link cuts per run
+KILLABLE = ("a", "b", "d", "e")  # c is down for the whole window (no kill nor cut draws it); d: no kill after the
+# story has killed it
+
+
+@dataclass(frozen=True)
+class Event:
+    """One step of the random schedule: at `at` seconds into the window, `kill` a node (down for `seconds`, then
+    restarted) or `cut` the link between two nodes (both directions, for `seconds`)."""
+
+    at: float
+    kind: str
+    nodes: tuple[str, ...]
+    seconds: float
+
+    def __str__(self) -> str:
+        what = f"SIGKILL {self.nodes[0]}, restart" if self.kind == "kill" else f"cut {self.nodes[0]} - {self.nodes[1]}"
+        return f"{self.at:5.1f}s  {what} after {self.seconds:.1f}s"
+
+
+def draw_schedule(seed: int) -> list[Event]:
+    """The random kills and cuts of one run, in order of time; the same seed draws the same schedule."""
+    rng = random.Random(seed)
+    events = [Event(rng.uniform(0, CHAOS_WINDOW_S), "kill", (rng.choice(KILLABLE),), rng.uniform(1, 2.5))
+              for _ in range(KILLS)]  # fmt: skip
+    for _ in range(CUTS):
+        pair = tuple(sorted(rng.sample(KILLABLE, 2)))
+        events.append(Event(rng.uniform(0, CHAOS_WINDOW_S), "cut", pair, rng.uniform(1.5, 4)))
+    return sorted(events, key=lambda e: e.at)
+
 
 CHECKS: dict[str, str] = {
     "no_leak": "a node that never hosted a space has nothing of it, nor its id: log, feed, fetch, digest",
@@ -88,10 +126,31 @@ class World:
     removal: str = ""  # the address of the hosting record removing e from beta
     public: int = 0  # public posts made
     results: dict[str, Check] = field(default_factory=dict)
+    seed: int = DEFAULT_SEED
+    links: dict[tuple[str, str], Link] = field(default_factory=dict)  # (from, to) -> relay `from` uses to reach `to`
+    cuts: Counter[frozenset[str]] = field(default_factory=Counter)  # how many cuts hold each link down
+    busy: dict[str, asyncio.Lock] = field(default_factory=dict)  # held while a node is down (a random kill) or used
+    down: set[str] = field(default_factory=set)  # nodes the story has stopped (no random kill touches them)
+    chaos_log: list[str] = field(default_factory=list)  # what the random schedule did, in order
+    phases: list[str] = field(default_factory=list)  # each step of the story and when it ended (from the start)
 
     def check(self, name: str, ok: bool, detail: str) -> None:
         """Record a check (the first failure of a check that runs several times wins)."""
         checks.record(self.results, CHECKS, name, ok, detail)
+
+    def cut(self, a: str, b: str) -> None:
+        """Cut the link between `a` and `b`, both directions (until as many `mend`s)."""
+        self.cuts[frozenset((a, b))] += 1
+        self.links[(a, b)].cut()
+        self.links[(b, a)].cut()
+
+    def mend(self, a: str, b: str) -> None:
+        """Undo one `cut` of the link between `a` and `b`; it is up again when no cut holds it."""
+        pair = frozenset((a, b))
+        self.cuts[pair] = max(0, self.cuts[pair] - 1)
+        if self.cuts[pair] == 0:
+            self.links[(a, b)].restore()
+            self.links[(b, a)].restore()
 
     def home(self, agent: str) -> ServedNode:
         return self.nodes[AGENTS[agent]]
@@ -129,15 +188,18 @@ async def space_digest(w: World, node: ServedNode, space_id: str | None) -> tupl
 
 
 async def build(w: World) -> None:
-    """Five nodes, each peered with every other; the agents; three spaces, their hosts and writers."""
+    """Five nodes, each peered with every other through a relay; the agents; three spaces, their hosts and writers."""
     for name in NODES:
         w.nodes[name] = ServedNode(name, w.root / name)
+        w.busy[name] = asyncio.Lock()
     await asyncio.gather(*(asyncio.to_thread(n.init) for n in w.nodes.values()))
     await asyncio.gather(*(n.start(w.session) for n in w.nodes.values()))
-    for one in w.nodes.values():
-        for other in w.nodes.values():
-            if one is not other:
-                await one.peer(w.session, other)
+    for src in NODES:
+        for dst in NODES:
+            if src != dst:
+                link = w.links[(src, dst)] = Link(w.nodes[dst].port)
+                await link.start()
+                await w.nodes[src].peer(w.session, w.nodes[dst], via=link.url)
     for agent, home in AGENTS.items():
         w.agents[agent] = await w.nodes[home].agent(w.session, agent)
     for space, (owner, named, writers) in SPACES.items():
@@ -171,7 +233,8 @@ async def may_write_at_home(w: World, agent: str, space: str) -> bool:
 async def post(w: World, agent: str, space: str | None, text: str) -> str:
     """`agent` posts `text` from its home node into `space` (None: public); its record hash."""
     fields = {} if space is None else {"space": w.spaces[space]}
-    made = await w.home(agent).post(w.session, w.agents[agent], f"{space or 'public'} {text}", **fields)
+    async with w.busy[AGENTS[agent]]:  # waits while a random kill has the node down
+        made = await w.home(agent).post(w.session, w.agents[agent], f"{space or 'public'} {text}", **fields)
     if space is not None:
         w.posts.setdefault(space, []).append(made)
     else:
@@ -202,15 +265,73 @@ async def hosts_hold(w: World, space: str, nodes: list[str] | None = None) -> bo
     return all(set(w.posts[space]) <= {h for h, _v in log_of(w.nodes[n], space, w.spaces[space])} for n in names)
 
 
+async def kill_restart(w: World, name: str, seconds: float) -> None:
+    """SIGKILL `name` and restart it `seconds` later, unless the story has it down or is using it."""
+    if name in w.down or w.busy[name].locked():
+        w.chaos_log.append(f"SIGKILL {name}: skipped ({'stopped by the story' if name in w.down else 'in use'})")
+        return
+    async with w.busy[name]:
+        await asyncio.to_thread(w.nodes[name].kill)
+        w.chaos_log.append(f"SIGKILL {name}")
+        await asyncio.sleep(seconds)
+        if name not in w.down:
+            await w.nodes[name].start(w.session)
+            w.chaos_log.append(f"restarted {name}")
+
+
+async def cut_for(w: World, a: str, b: str, seconds: float) -> None:
+    """Cut the link between `a` and `b` for `seconds`."""
+    w.cut(a, b)
+    w.chaos_log.append(f"cut {a} - {b}")
+    await asyncio.sleep(seconds)
+    w.mend(a, b)
+    w.chaos_log.append(f"mended {a} - {b}")
+
+
+async def chaos(w: World) -> None:
+    """Run the seeded schedule from now: each kill and cut in the background; return when all have ended."""
+    start = time.monotonic()
+    running: list[asyncio.Task[None]] = []
+    for event in draw_schedule(w.seed):
+        await asyncio.sleep(max(0.0, start + event.at - time.monotonic()))
+        if event.kind == "kill":
+            running.append(asyncio.create_task(kill_restart(w, event.nodes[0], event.seconds)))
+        else:
+            a, b = event.nodes
+            running.append(asyncio.create_task(cut_for(w, a, b, event.seconds)))
+    await asyncio.gather(*running)
+
+
+async def stop_for_story(w: World, name: str) -> None:
+    """The story's own SIGKILL of `name` (it stays down until the heal); waits out a random kill in progress."""
+    async with w.busy[name]:
+        w.down.add(name)
+        await asyncio.to_thread(w.nodes[name].kill)
+
+
 async def partition_and_changes(w: World) -> None:
-    """c stops; posts go on; d is named a host of alpha, e's hosting of beta removed; bea posts after it."""
+    """c stops; posts go on; d is named a host of alpha, e's hosting of beta removed; bea posts after it. The random
+    schedule runs meanwhile, and has ended (every link mended, every node it killed restarted) when this returns."""
     for space in SPACES:
         await wait_for(f"the hosts of {space} to agree", lambda s=space: hosts_hold(w, s))
-    await asyncio.to_thread(w.nodes["c"].kill)
+    await stop_for_story(w, "c")
+    random_chaos = asyncio.create_task(chaos(w))
+    try:
+        await story_changes(w)
+    finally:
+        await random_chaos
+
+
+async def story_changes(w: World) -> None:
+    """The story's posts and changes while c is down, paced over the random schedule's window: the nine posts before
+    d is named over its first half, the two after e's removal over its second."""
+    pause = CHAOS_WINDOW_S / 2 / 9
     for agent, space in (("bea", "beta"), ("eve", "beta"), ("ann", "gamma"), ("ann", "alpha"), ("bob", "alpha")):
+        await asyncio.sleep(pause)
         await post(w, agent, space, f"{agent} while c is away")
     for node, agent in PUBLIC.items():
         if node != "c":
+            await asyncio.sleep(pause)
             await post(w, agent, None, f"more news from {node}")
     await wait_for("e to hold beta's posts so far", lambda: hosts_hold(w, "beta", ["b", "e"]))
     # d, named a host of alpha after its backlog (all of it on a and b first)
@@ -218,25 +339,32 @@ async def partition_and_changes(w: World) -> None:
     w.before_late = [v for _h, v in log_of(w.nodes["a"], "alpha", w.spaces["alpha"])]
     alpha = w.spaces["alpha"]
     body = {"node": w.nodes["d"].node_id, "role": "host"}
-    await w.nodes["a"].call(w.session, "POST", f"/v1/spaces/{alpha}/hosts", body, headers=w.agents["ann"])
+    async with w.busy["a"]:
+        await w.nodes["a"].call(w.session, "POST", f"/v1/spaces/{alpha}/hosts", body, headers=w.agents["ann"])
     w.hosts["alpha"].add("d")
     await asyncio.sleep(KILL_LATE_HOST_AFTER_S)  # d is killed while its backlog may be on the way, and comes back later
-    await asyncio.to_thread(w.nodes["d"].kill)
+    await stop_for_story(w, "d")
     # e's hosting of beta removed on b (its owner's node), then a post after it
     beta = w.spaces["beta"]
-    removed = await w.nodes["b"].call(
-        w.session, "DELETE", f"/v1/spaces/{beta}/hosts/{w.nodes['e'].node_id}", headers=w.agents["bea"]
-    )
+    async with w.busy["b"]:
+        removed = await w.nodes["b"].call(
+            w.session, "DELETE", f"/v1/spaces/{beta}/hosts/{w.nodes['e'].node_id}", headers=w.agents["bea"]
+        )
     w.removal = str(removed["address"])
     w.hosts["beta"].discard("e")
     for i in range(2):
+        await asyncio.sleep(CHAOS_WINDOW_S / 4)
         w.after_removal.append(await post(w, "bea", "beta", f"bea after e's removal {i}"))
 
 
 async def heal(w: World) -> None:
     """c comes back and catches up; cal posts into beta from c once c holds e's removal; every host agrees."""
+    for link in w.links.values():  # the schedule has mended its cuts; this makes sure
+        link.restore()
+    w.cuts.clear()
     await w.nodes["c"].start(w.session)
     await w.nodes["d"].start(w.session)
+    w.down.clear()
     await wait_for("c to catch up on beta", lambda: hosts_hold(w, "beta"))
     w.after_removal.append(await post(w, "cal", "beta", "cal after the heal"))
     for space in SPACES:
@@ -363,16 +491,23 @@ async def public_digest(w: World) -> None:
             f"distinct digests {len(set(digests.values()))}")  # fmt: skip
 
 
-async def run(root: Path) -> Report:
-    """The whole drill in `root`; every check's result (a step that could not run fails the checks it owns)."""
+def schedule_text(seed: int) -> str:
+    """The seed and the schedule it draws, as printed before a run."""
+    lines = [f"seed {seed}: random schedule from c's stop (window {CHAOS_WINDOW_S:.0f}s)"]
+    return "\n".join(lines + [f"  {e}" for e in draw_schedule(seed)])
+
+
+async def run(root: Path, seed: int = DEFAULT_SEED) -> Report:
+    """The whole drill in `root` with the random schedule of `seed`; every check's result (a step that could not run
+    fails the checks it owns)."""
     started = time.monotonic()
+    print(schedule_text(seed), flush=True)
     async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
-        w = World(root, session)
+        w = World(root, session, seed=seed)
         try:
-            await build(w)
-            await first_posts(w)
-            await partition_and_changes(w)
-            await heal(w)
+            for step in (build, first_posts, partition_and_changes, heal):
+                await step(w)
+                w.phases.append(f"{step.__name__} {time.monotonic() - started:.1f}s")
             await no_leak(w)
             await hosts_agree(w)
             await late_and_removed(w)
@@ -384,16 +519,28 @@ async def run(root: Path) -> Report:
         finally:
             for node in w.nodes.values():
                 await asyncio.to_thread(node.kill)
+            for link in w.links.values():
+                await link.close()
     wall = time.monotonic() - started
     results = {n: w.results.get(n, Check(False, "not reached")) for n in CHECKS}
-    return Report(results, wall, table(results) + f"\n\nspace federation drill wall time: {wall:.1f}s")
+    done = "\n".join(
+        [
+            schedule_text(seed),
+            "what it did: " + "; ".join(w.chaos_log),
+            "steps ended: " + ", ".join(w.phases),
+            "",
+            table(results),
+        ]
+    )
+    return Report(results, wall, done + f"\n\nspace federation drill wall time: {wall:.1f}s (seed {seed})")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.parse_args()
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"the random schedule's seed ({DEFAULT_SEED})")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bbs-space-fed-") as tmp:
-        report = asyncio.run(run(Path(tmp)))
+        report = asyncio.run(run(Path(tmp), args.seed))
     return checks.verdict(report, "space federation drill")
 
 

@@ -1,5 +1,6 @@
 """The CI form of scenarios/space_fed.py: five real `bbs serve` nodes, three spaces with different hosts, a host
-stopped for a while, a host named late and one removed; every check it names must hold (about 20 s)."""
+stopped for a while, a host named late and one removed, random kills and link cuts from the default seed; every
+check it names must hold (about 30 to 40 s)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,18 @@ def test_the_nodes_that_never_hosted_follow_the_layout(tmp_path: Path) -> None:
     assert w.never_hosted("alpha") == ["c", "e"]
     assert w.never_hosted("beta") == ["a", "d"]  # e hosted beta until its removal: it holds the earlier records
     assert w.never_hosted("gamma") == ["b", "d", "e"]
+
+
+def test_the_random_schedule_follows_its_seed() -> None:
+    one = space_fed.draw_schedule(space_fed.DEFAULT_SEED)
+    assert one == space_fed.draw_schedule(space_fed.DEFAULT_SEED)  # CI's run is reproducible
+    assert one != space_fed.draw_schedule(space_fed.DEFAULT_SEED + 1)
+    assert [e.at for e in one] == sorted(e.at for e in one)
+    kills = [e for e in one if e.kind == "kill"]
+    cuts = [e for e in one if e.kind == "cut"]
+    assert (len(kills), len(cuts)) == (space_fed.KILLS, space_fed.CUTS)
+    assert all(e.nodes[0] in space_fed.KILLABLE and "c" not in e.nodes for e in kills)  # c is the story's
+    assert all(len(set(e.nodes)) == 2 and set(e.nodes) <= set(space_fed.KILLABLE) for e in cuts)
+    assert all(0 <= e.at <= space_fed.CHAOS_WINDOW_S and e.seconds > 0 for e in one)
+    text = space_fed.schedule_text(7)
+    assert text.startswith("seed 7:") and len(text.splitlines()) == 1 + space_fed.KILLS + space_fed.CUTS
