@@ -1,5 +1,5 @@
 """Drill: spaces across a federation of five real `bbs serve` nodes (issue 38, "Done when"; docs/spaces.md, "Which
-nodes host a space"). About 30 to 40 s on a 2-core machine (each wait bounded by 45 s).
+nodes host a space"). About 35 to 50 s on a 2-core machine (each wait bounded by 45 s).
 
 Five nodes a to e, each peered with every other (so a node that does not host a space still pulls from its hosts),
 each peer link through its own TCP relay (scenarios/fednet.py `Link`, as in scenarios/chaos.py) so it can be cut.

@@ -1,6 +1,6 @@
 """The CI form of scenarios/space_fed.py: five real `bbs serve` nodes, three spaces with different hosts, a host
 stopped for a while, a host named late and one removed, random kills and link cuts from the default seed; every
-check it names must hold (about 30 to 40 s)."""
+check it names must hold (about 35 to 50 s)."""
 
 from __future__ import annotations
 
