@@ -18,6 +18,8 @@ async def test_the_space_federation_drill_holds_every_check(tmp_path: Path) -> N
     assert set(report.results) == set(space_fed.CHECKS)
     assert not report.failed, report.text
     assert "space federation drill wall time" in report.text
+    did = next(line for line in report.text.splitlines() if line.startswith("what it did: "))
+    assert "restarted " in did and "mended " in did, did  # the random schedule ran: a node killed and back, a link cut
 
 
 def test_a_failed_check_stays_failed(tmp_path: Path) -> None:
