@@ -506,6 +506,7 @@ def ingest_txn(
     redacted = redaction_effects.screen_txn(conn, [(v.hash, v.version, v.record) for v in records], now_ms)
     screened = [Outcome(v.hash, "void", "redacted") for v in records if v.version in redacted]
     records = [v for v in records if v.version not in redacted] if redacted else records
+    waiting.count_txn(conn, peer_id, void=len(screened))  # a peer serving a redacted body shows in its counters
     gated = waiting_gate.gate_txn(conn, authority, peer_id, records, now_ms, recheck=recheck)
     gated.outcomes.extend(screened)
     # records of a space: only those of a space this node hosts, valid by `identity.spaces.resolve` (docs/sync.md)
