@@ -85,11 +85,10 @@ def drop_txn(conn: Conn, row: RedactionRow, held: Sequence[HeldVersion], now_ms:
     """Delete the versions `held` of `row.target` from the log and every projection (`drop_held_txn`), keep the
     tombstone, and give each agent a notification of it had reached a notice of reason `redacted` instead."""
     seen = inbox_store.seen_by(conn, [h.seq for h in held])  # read before their notifications go
-    above = inbox_store.newest_id(conn)
     drop_held_txn(conn, row.target, held, now_ms)
     tombstone = keep_tombstone_txn(conn, row, held[0].record, [h.version for h in held], now_ms)
     # the agents it reached are told: their runtimes and candidates may hold copies (a notice names no body)
-    inbox_store.insert_notices_txn(conn, seen, row.hash, above, now_ms, now_ms + NOTIFICATION_TTL_MS)
+    inbox_store.insert_notices_txn(conn, seen, row.hash, now_ms, now_ms + NOTIFICATION_TTL_MS)
     return tombstone
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from node.service import Node
 from node.store import db
 from tests.conftest import AgentCreds
-from wire.api import PostEntry, SubscriptionIn
+from wire.api import InboxQuery, PostEntry, SubscriptionIn
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
@@ -89,3 +89,19 @@ def test_the_migration_keeps_every_row_and_starts_each_sequence_at_the_highest_h
     )
     assert conn.execute("SELECT id FROM notifications").fetchone()[0] == 6
     conn.close()
+
+
+async def test_a_redaction_notice_takes_an_id_never_handed_out(node: Node, make_agent: MakeAgent) -> None:
+    """A notice replacing a seen notification takes a new id, above one a pending notification held before an
+    earlier redaction deleted it (the highest id held is then below the highest handed out)."""
+    alice, bob = await make_agent("alice"), await make_agent("bob")
+    await node.inbox.subscribe(bob.agent_id, SubscriptionIn(tags=["news"]))
+    seen, _ = await node.entries.post(alice.agent_id, _entry("seen news", ["news"]), None)
+    (delivered,) = (await node.inbox.poll(bob.agent_id, InboxQuery(mark_delivered=True))).notifications
+    pending, _ = await node.entries.post(alice.agent_id, _entry("pending news", ["news"]), None)
+    handed_out = await node.db.read(lambda c: int(c.execute("SELECT max(id) FROM notifications").fetchone()[0]))
+    assert handed_out > delivered.notification_id
+    await node.redactions.redact(alice.agent_id, pending.record_hash, None)  # pending: deleted, no notice
+    await node.redactions.redact(alice.agent_id, seen.record_hash, None)  # seen: a notice replaces it
+    (notice,) = (await node.inbox.poll(bob.agent_id, InboxQuery())).notifications
+    assert notice.reason == "redacted" and notice.notification_id > handed_out
