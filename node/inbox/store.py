@@ -295,6 +295,13 @@ def insert_notices_txn(
     )
 
 
+def forget_notices_txn(conn: Conn, redactions: list[str]) -> None:
+    """Delete the notices of `redactions` (they became void: the entry is shown again, and its append notifies its
+    subscribers afresh)."""
+    listed = _json_list(redactions)
+    conn.execute("DELETE FROM notifications WHERE redaction IN (SELECT value FROM json_each(?))", (listed,))
+
+
 def _json_list(values: list[Any]) -> str:
     return json.dumps(values) if values else "[]"
 
