@@ -302,6 +302,12 @@ def forget_notices_txn(conn: Conn, redactions: list[str]) -> None:
     conn.execute("DELETE FROM notifications WHERE redaction IN (SELECT value FROM json_each(?))", (listed,))
 
 
+def repoint_notices_txn(conn: Conn, void: str, holding: str) -> None:
+    """Make the notices of the redaction `void` name `holding`, another redaction of the same entry that still holds
+    (their envelope reads the tombstone through the redaction they name)."""
+    conn.execute("UPDATE notifications SET redaction = ? WHERE redaction = ?", (holding, void))
+
+
 def _json_list(values: list[Any]) -> str:
     return json.dumps(values) if values else "[]"
 

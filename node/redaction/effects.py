@@ -224,10 +224,11 @@ def switch_redaction(conn: Conn, seq: int, address: str, record: dict[str, Any],
 def undo_txn(conn: Conn, row: RedactionRow, now_ms: int) -> None:
     """Undo the void redaction `row` (its projection row deleted already). Nothing when it had dropped nothing (its
     target never seen, or void for it). When another redaction of the target still holds (the author's own), the
-    tombstone stays and names that one. Else the target is no longer redacted here: the tombstone goes, its versions
-    leave `refused_versions` (reconciliation fetches them again from peers that kept them), the notices of the
-    redaction go, and the versions set aside within the grace are released for `restore_txn`; the redaction's scrub
-    stays scheduled (it deletes what is left of the bytes; a restored entry's document is indexed again)."""
+    tombstone stays and names that one, and so do the notices. Else the target is no longer redacted here: the
+    tombstone goes, its versions leave `refused_versions` (reconciliation fetches them again from peers that kept
+    them), the notices of the redaction go, and the versions set aside within the grace are released for
+    `restore_txn`; the redaction's scrub stays scheduled (it deletes what is left of the bytes; a restored entry's
+    document is indexed again)."""
     kept = store.tombstones(conn, [row.target])
     if not kept:
         return
@@ -240,6 +241,7 @@ def undo_txn(conn: Conn, row: RedactionRow, now_ms: int) -> None:
         if rules.refusal(other.author_id, other.space, other.hash, target, moderates) is None:
             if tombstone.redaction == row.hash:
                 store.repoint_tombstone_txn(conn, row.target, other)
+            inbox_store.repoint_notices_txn(conn, row.hash, other.hash)  # their envelope reads it through `other`
             return
     store.delete_tombstone_txn(conn, row.target)
     inbox_store.forget_notices_txn(conn, sorted({row.hash, tombstone.redaction}))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +21,13 @@ from node.service import Node
 from node.store import void
 from node.store.conn import Conn
 from node.web.appkeys import SEARCH_INDEXER
+from tests.conftest import AgentCreds
 from tests.node.api_helpers import SelfSigner, entry_record, get_json, hash_of, ingest, self_signer
 from tests.node.federation.v3_story import key_event, vouch_page
 from tests.node.store.test_void import by, key_events, rebuilt_equals, send, served, until, version_of
 from wire.time import format_ms
 
+MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 WORD = "zebraquartz"  # a term of the entry's content, searched for
 
 
@@ -143,14 +146,30 @@ async def state(node: Node, story: Theft) -> tuple[bool, bool, bool, bool, str |
     return await node.db.read(run)
 
 
+async def inbox(client: TestClient, who: Any) -> list[tuple[str, str, str | None]]:
+    """(reason, record_hash, redaction) of each notification a poll of `who`'s inbox delivers."""
+    notes = (await get_json(client, "/v1/inbox", who, params={"mark_delivered": "true"}))["notifications"]
+    return [(n["reason"], n["record_hash"], n["redaction"]) for n in notes]
+
+
+async def subscribed(client: TestClient, make_agent: MakeAgent, story: Theft) -> AgentCreds:
+    """A node-kept agent subscribed to the owner's entries."""
+    bob = await make_agent("bob")
+    resp = await client.post("/v1/subscriptions", json={"authors": [story.owner.agent_id]}, headers=bob.headers)
+    assert resp.status == 201, await resp.text()
+    return bob
+
+
 async def test_a_thiefs_redaction_is_void_once_the_owner_revokes_and_the_entry_reads_and_searches_again(
-    client: TestClient, node: Node
+    client: TestClient, node: Node, make_agent: MakeAgent
 ) -> None:
     story = await theft(node)
-    owner = story.owner
+    owner, address = story.owner, hash_of(story.entry)
+    bob = await subscribed(client, make_agent, story)
     await key_events(client, owner, story.rotate, [story.rotate_page])
     await send(client, "/v1/entries", owner, story.entry)
     await shows(client, node, story, True)
+    assert [n[:2] for n in await inbox(client, bob)] == [("subscription", address)]
     # the thief redacts with the stolen key: answers hide at once, the body is set aside for the grace
     out = await send(client, "/v1/redactions", owner, story.redaction)
     assert out["tombstone"]["redaction"] == hash_of(story.redaction)
@@ -158,12 +177,15 @@ async def test_a_thiefs_redaction_is_void_once_the_owner_revokes_and_the_entry_r
     assert await state(node, story) == (False, True, True, True, None)
     aside = await node.db.read(lambda c: c.execute("SELECT version FROM redacted_bodies").fetchall())
     assert [r[0] for r in aside] == [version_of(story.entry)]
+    assert await inbox(client, bob) == [("redacted", address, hash_of(story.redaction))]  # bob had seen it
 
     # the owner revokes the stolen key, vouching for its entry and not for the redaction
     await key_events(client, owner, story.revoke, story.revoke_pages)
     assert await state(node, story) == (True, False, False, False, "revoked_key")
     await shows(client, node, story, True)
     assert await node.db.read(redaction_store.set_aside_count) == 0  # restored: nothing left aside
+    # the notice said something no longer true: it goes; the entry, appended again, notifies its subscribers afresh
+    assert await inbox(client, bob) == [("subscription", address, None)]
     read = await get_json(client, f"/v1/entries/{hash_of(story.entry)}", owner)
     assert read["entries"][0]["content"] == f"the plan for {WORD} stays"
     await rebuilt_equals(node)  # `bbs rebuild` gives the same tables: the void redaction is not replayed
@@ -198,12 +220,17 @@ async def test_a_redaction_arriving_after_the_revocation_is_void_on_arrival_and_
     await shows(client, node, story, True)
 
 
-async def test_the_owners_own_redaction_still_holds_when_the_thiefs_is_void(client: TestClient, node: Node) -> None:
+async def test_the_owners_own_redaction_still_holds_when_the_thiefs_is_void(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
     story = await theft(node)
     owner = story.owner
+    bob = await subscribed(client, make_agent, story)
     await key_events(client, owner, story.rotate, [story.rotate_page])
     await send(client, "/v1/entries", owner, story.entry)
+    assert len(await inbox(client, bob)) == 1
     await send(client, "/v1/redactions", owner, story.redaction)
+    assert [n[0] for n in await inbox(client, bob)] == ["redacted"]
     # the owner, with the same key before the theft is noticed, redacts the entry too: it is a second redaction
     own = redaction_by(owner.agent_id, story.stolen, hash_of(story.entry), node.now_ms() + 5)
     assert hash_of(own) != hash_of(story.redaction)
@@ -227,6 +254,9 @@ async def test_the_owners_own_redaction_still_holds_when_the_thiefs_is_void(clie
     assert tomb[0].redaction == hash_of(own)  # the tombstone now names the redaction that holds
     read = await get_json(client, f"/v1/entries/{hash_of(story.entry)}", owner)
     assert read["entries"] == [] and [t["redaction"] for t in read["redacted"]] == [hash_of(own)]
+    # bob's notice (unacknowledged: delivered again once its lease lapses) now names the redaction that holds
+    notices = await node.db.read(lambda c: c.execute("SELECT redaction FROM notifications").fetchall())
+    assert [r[0] for r in notices] == [hash_of(own)]
 
 
 async def test_past_the_grace_the_body_is_gone_here_and_its_versions_are_no_longer_refused(
