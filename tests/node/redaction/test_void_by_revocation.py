@@ -311,3 +311,75 @@ async def test_every_arrival_order_from_peers_ends_with_the_entry_shown(
     assert flag == ("revoked_key" if order.index("redaction") < order.index("revocation") else None)
     await shows(client, node, story, True)
     await rebuilt_equals(node)
+
+
+async def test_a_recovery_vouching_for_the_redaction_applies_it_again(client: TestClient, node: Node) -> None:
+    """The owner's revocation left the redaction out; a recovery at its place that wins (the smaller address) and
+    vouches for it makes it valid again: it drops the entry again, with its tombstone (format-v3 7.6, both ways)."""
+    story = await theft(node)
+    owner, address = story.owner, hash_of(story.entry)
+    await key_events(client, owner, story.rotate, [story.rotate_page])
+    await send(client, "/v1/entries", owner, story.entry)
+    await send(client, "/v1/redactions", owner, story.redaction)
+    await key_events(client, owner, story.revoke, story.revoke_pages)
+    assert await state(node, story) == (True, False, False, False, "revoked_key")
+    vouched = [version_of(story.entry), hash_of(story.redaction)]
+    recover: dict[str, Any] = {}
+    for ms in itertools.count(node.now_ms()):
+        recover = key_event(
+            story.recovery,
+            "recover",
+            2,
+            prior=story.rotate,
+            installs=keys.SigningKey.generate(),
+            vouches=[vouching.vouch(story.stolen.did, vouched)],
+            created_at=format_ms(ms),
+            author=owner.agent_id,
+        )
+        if hash_of(recover) < hash_of(story.revoke):
+            break
+    await key_events(client, owner, recover, [vouch_page(story.recovery, recover, story.stolen, vouched,
+                                                        author=owner.agent_id)])  # fmt: skip
+    assert await state(node, story) == (False, True, True, True, None)
+    await shows(client, node, story, False)
+    assert await node.db.read(redaction_store.set_aside_count) == 1  # set aside again, for a new grace
+    tomb = await node.db.read(lambda c: redaction_store.tombstones(c, [address]))
+    assert tomb[0].redaction == hash_of(story.redaction)
+    await rebuilt_equals(node)
+
+
+async def test_a_version_the_revocation_voids_too_is_not_restored(client: TestClient, node: Node) -> None:
+    """The thief posts with the stolen key and redacts its own post: the revocation voids both, and the post set
+    aside is decided again on its way back into the log: void, so it is refused and remembered, as on any node."""
+    story = await theft(node)
+    owner = story.owner
+    junk = entry_by(owner.agent_id, story.stolen, "the thief's own post", node.now_ms() + 1)
+    await key_events(client, owner, story.rotate, [story.rotate_page])
+    await send(client, "/v1/entries", owner, junk)
+    await send(client, "/v1/redactions", owner, redaction_by(owner.agent_id, story.stolen, hash_of(junk),
+                                                           node.now_ms() + 2))  # fmt: skip
+    assert await node.db.read(redaction_store.set_aside_count) == 1
+    revoke = key_event(
+        story.recovery,
+        "revoke",
+        2,
+        prior=story.rotate,
+        installs=story.after,
+        vouches=[vouching.vouch(story.stolen.did, [])],
+        created_at=story.revoke["created_at"],
+        author=owner.agent_id,
+    )
+    await key_events(client, owner, revoke, [])
+    assert await node.db.read(redaction_store.set_aside_count) == 0
+
+    def where(conn: Conn) -> tuple[int, int, int, str | None]:
+        row = conn.execute("SELECT reason FROM void_versions WHERE version = ?", (version_of(junk),)).fetchone()
+        return (
+            conn.execute("SELECT count(*) FROM records WHERE hash = ?", (hash_of(junk),)).fetchone()[0],
+            conn.execute("SELECT count(*) FROM tombstones").fetchone()[0],
+            conn.execute("SELECT count(*) FROM refused_versions WHERE hash = ?", (hash_of(junk),)).fetchone()[0],
+            None if row is None else row[0],
+        )
+
+    assert await node.db.read(where) == (0, 0, 0, "revoked_key")
+    assert await ingest(node, junk) == "void"  # a peer's copy is refused as well
