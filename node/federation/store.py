@@ -557,6 +557,8 @@ def settle_authority_txn(conn: Conn, authority: Authority, authors: set[str], no
         deps += [author_deps(author) for author in sorted(authors)]
         _store_released_txn(conn, authority, waiting_gate.recheck_txn(conn, authority, tuple(deps), 0, now_ms), now_ms)
     void.reflag_txn(conn, authority, authors, now_ms)
+    # a redaction those flagged void released the versions it set aside: into the log again (docs/decisions.md 69)
+    redaction_effects.restore_txn(conn, authority, now_ms)
 
 
 def recheck_waiting_txn(
