@@ -50,7 +50,6 @@ POLL_S = 0.1
 # What the projections raise for a record they refuse, the peer's fault: a constraint of a projection table, or a
 # value the canonical form refuses. Anything else a record meets while stored is a fault of this node's own code.
 REFUSED = (sqlite3.IntegrityError, canonical.CanonicalError)
-MODERATION_KINDS = frozenset({"space_admin", "vouch_page"})  # records of a space that may make an author its admin
 log = logging.getLogger("bbs.sync")
 # Federated versions by address or version: a UNION of two index searches (an OR of the two would scan every
 # federated record).
@@ -535,10 +534,7 @@ def ingest_txn(
     # key events and pages stored: the authors' records already in the log may change verdict (7.6)
     stored = [v.record for v, (_, inserted) in kept if inserted]
     settle_authority_txn(conn, authority, void.authors_of_authority(stored), now_ms)
-    # who moderates a space may have changed: its redactions void for want of it are decided again (issue 39)
-    # (a key event's vouch pages have no space)
-    moderated = {r["space"] for r in stored if r.get("kind") in MODERATION_KINDS and r.get("space") is not None}
-    redaction_effects.reapply_txn(conn, moderated, now_ms)
+    redaction_effects.redecide_txn(conn, stored, now_ms)  # who moderates a space may have changed (issue 39)
     _store_released_txn(conn, authority, gated.released, now_ms)
     if cursor is not None:
         write_cursor_txn(conn, peer_id, cursor, too_new_from)

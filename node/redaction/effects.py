@@ -2,7 +2,8 @@
 the transaction that stores it or that would store its target's body:
 
 - `project_redaction`, the projector of `redaction` records: the `redactions` row, then `apply_txn`;
-- `reapply_txn`: `apply_txn` again for the redactions of a space whose moderators changed (sync ingest);
+- `redecide_txn`: the redactions of a space whose moderators changed decided again (sync ingest, a client's space
+  records): applied where they hold now, undone where they hold no more;
 - `apply_txn`: when the target's versions are held and the redaction holds against them (`rules.refusal`), every
   version is deleted from the log and remembered in `refused_versions` (`drop_held_txn`): its projection rows leave
   by its kind's switch (as a record flagged void does: node/store/void.py), the notifications of it go (an agent
@@ -25,7 +26,7 @@ the transaction that stores it or that would store its target's body:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from identity.schema_v3 import space_of
@@ -80,13 +81,32 @@ def apply_txn(conn: Conn, row: RedactionRow, now_ms: int) -> TombstoneRow | None
     return drop_txn(conn, row, held, now_ms)
 
 
-def reapply_txn(conn: Conn, spaces: set[str], now_ms: int) -> None:
-    """After records deciding who moderates `spaces` were stored (a promotion to admin arriving after the redaction
-    it authorises): `apply_txn` again each redaction of those spaces whose target is still held. A no-op, one
-    indexed look-up, when none is."""
-    if spaces:
-        for row in store.redactions_of_held_in(conn, spaces):
-            apply_txn(conn, row, now_ms)
+MODERATION_KINDS = frozenset({"space_admin", "space_member", "vouch_page"})  # may change who moderates a space
+
+
+def redecide_txn(conn: Conn, stored: Iterable[dict[str, Any]], now_ms: int) -> None:
+    """After the records `stored` were stored (from a peer or a client), where some may change who moderates their
+    space (`MODERATION_KINDS`: a promotion, a demotion, a removal's vouch pages; a key event's pages name no space),
+    decide again each redaction of those spaces by a moderator: one whose target is
+    still held (void for it when it came: its author was not yet an admin here) drops it when it holds now
+    (`apply_txn`); one that dropped its target and holds no more (its author demoted by a removal that does not vouch
+    for it: docs/format-v3.md 5.2, 6) is undone (`undo_txn`) and its set-aside versions are appended again
+    (`restore_txn`). So every node ends with the same bodies whatever order the promotion, the redaction and the
+    demotion reached it in. Two indexed look-ups when the spaces hold no redaction."""
+    spaces = {str(r["space"]) for r in stored if r.get("kind") in MODERATION_KINDS and isinstance(r.get("space"), str)}
+    if not spaces:
+        return
+    for row in store.redactions_of_held_in(conn, spaces):
+        apply_txn(conn, row, now_ms)
+    moderates = moderates_txn(conn)
+    undone = False
+    for row, tombstone in store.moderated_in(conn, spaces):
+        target = {"kind": tombstone.kind, "author_id": tombstone.author_id, "space": tombstone.space}
+        if rules.refusal(row.author_id, row.space, row.hash, target, moderates) is not None:
+            undo_txn(conn, row, now_ms)
+            undone = True
+    if undone:
+        restore_txn(conn, Authority(), now_ms)
 
 
 def drop_txn(conn: Conn, row: RedactionRow, held: Sequence[HeldVersion], now_ms: int) -> TombstoneRow:

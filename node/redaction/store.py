@@ -81,6 +81,26 @@ def redactions_of_held_in(conn: Conn, spaces: Iterable[str]) -> list[RedactionRo
     return [RedactionRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
 
 
+def moderated_in(conn: Conn, spaces: Iterable[str]) -> list[tuple[RedactionRow, TombstoneRow]]:
+    """The tombstones of any of `spaces` that a moderator's redaction made (its author is not the target's), each
+    with that redaction, oldest redaction first."""
+    rows = conn.execute(
+        "SELECT r.hash, r.seq, r.target, r.author_id, r.created_at, r.space, r.reason, t.hash, t.kind, t.author_id,"
+        " t.created_at, t.space, t.versions, t.redaction, t.redacted_by, t.redacted_at, t.dropped_ms"
+        " FROM tombstones t JOIN redactions r ON r.hash = t.redaction"
+        " WHERE t.space IN (SELECT value FROM json_each(?)) AND r.author_id <> t.author_id"
+        " ORDER BY r.created_at, r.hash",
+        (json.dumps(sorted(set(spaces))),),
+    ).fetchall()
+    return [
+        (
+            RedactionRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6]),
+            TombstoneRow(r[7], r[8], r[9], r[10], r[11], json.loads(r[12]), r[13], r[14], r[15], int(r[16])),
+        )
+        for r in rows
+    ]
+
+
 def redaction(conn: Conn, address: str) -> RedactionRow | None:
     """The redaction record at `address`, when this node holds one."""
     row = conn.execute(
