@@ -46,6 +46,13 @@ def test_the_row_columns_are_rows_fields(conn: sqlite3.Connection) -> None:
     assert store.entries_after(conn, 5, 10) == []
 
 
+def test_present_and_entries_at_read_entries_by_id(conn: sqlite3.Connection) -> None:
+    assert store.present(conn, [5, 2, 9, 0]) == {2, 5}  # 9 and 0 are no entry (dropped, or never one)
+    assert store.present(conn, []) == set()
+    assert [Row(*r).record_hash for r in store.entries_at(conn, [4, 1, 7])] == ["h1", "h4"]  # id order
+    assert store.entries_at(conn, []) == []
+
+
 def test_epoch_head_and_pending(conn: sqlite3.Connection) -> None:
     assert store.store_epoch(conn) == ""  # a database without its identity yet
     conn.execute("INSERT INTO node_meta (key, value) VALUES ('epoch', 'e1')")
