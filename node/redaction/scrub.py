@@ -34,6 +34,9 @@ IDLE_S = 5.0  # how often the scrubber looks for due scrubs when none is near
 CHECKPOINT_TRIES = 200  # a checkpoint blocked by readers is tried this many times ...
 CHECKPOINT_PAUSE_S = 0.05  # ... each waiting this long for them (a reader holds its snapshot for one read)
 SCAN = 50_000  # document ids of a segment read at a time, looking for a dropped entry's document
+# Documents added again per index commit: each commit costs an fsync and a look at merges, and holds the index's
+# lock (the indexer waits) while its batch is indexed, about a second for this many (docs/performance.md)
+REWRITE_BATCH = 10_000
 ROUNDS = 3  # targeted rewrites tried (a merge may move documents meanwhile) before every document is added again
 
 
@@ -105,8 +108,8 @@ async def scrub_index(node: Node, index: SearchIndex) -> int:
         found, ids = held
         if not found:
             return done
-        for start in range(0, len(ids), indexer.BATCH):
-            chunk = ids[start : start + indexer.BATCH]
+        for start in range(0, len(ids), REWRITE_BATCH):
+            chunk = ids[start : start + REWRITE_BATCH]
             rows = [Row(*r) for r in await node.db.read(functools.partial(index_store.entries_at, ids=chunk))]
             await asyncio.to_thread(index.rewrite, rows)
             done += len(rows)

@@ -64,6 +64,7 @@ class ScrubTimes:
     segments: int  # segments in the index when the redaction came
     left: int  # the secret's document frequency after the scrub, deleted documents included
     files: int  # files of the index folder whose bytes still hold the secret
+    look: float  # s of the scrub's look for segments holding a dropped document (`held_with_dropped`), once more
     full: float | None  # s of adding every document again (`scrub.rewrite_index`, the scrub before record 71)
     build: float  # s of `indexer.build` into an empty index, same folder (the floor)
 
@@ -103,6 +104,9 @@ async def _scrub_times(data: Path, target: str, author: str, full: bool) -> Scru
         assert await node.db.read(lambda conn: store.tombstones(conn, [target])), "the entry was not dropped"
         left = sum(index.doc_freq("content", term) for term in tokens(SECRET))
         files = sum(1 for p in index.path.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes())
+        started = time.perf_counter()
+        assert await scrub.held_with_dropped(node, index) == (0, []), "a dropped document is still held"
+        look = time.perf_counter() - started
         full_s = None
         if full:
             started = time.perf_counter()
@@ -112,7 +116,7 @@ async def _scrub_times(data: Path, target: str, author: str, full: bool) -> Scru
         started = time.perf_counter()
         await node.db.read(lambda conn: indexer.build(conn, index))
         build = time.perf_counter() - started
-        return ScrubTimes(scrub_s, added, segment, largest, count, left, files, full_s, build)
+        return ScrubTimes(scrub_s, added, segment, largest, count, left, files, look, full_s, build)
     finally:
         node.close()
 
@@ -207,8 +211,8 @@ def run(ctx: Context, entries: int | None = None, full: bool = True) -> None:
     full_s = "skipped" if t.full is None else f"{t.full:.2f}s"
     print(
         f"  scrub {t.scrub:.2f}s ({t.added:,} documents added again; the secret's segment held {t.segment:,}, the"
-        f" largest {t.largest:,} of {t.segments} segments), whole rewrite {full_s}, build {t.build:.2f}s, terms"
-        f" left {t.left}, files holding it {t.files}",
+        f" largest {t.largest:,} of {t.segments} segments; the look {t.look:.2f}s), whole rewrite {full_s},"
+        f" build {t.build:.2f}s, terms left {t.left}, files holding it {t.files}",
         flush=True,
     )
     ctx.report.add(
@@ -221,7 +225,8 @@ def run(ctx: Context, entries: int | None = None, full: bool = True) -> None:
             target="terms left 0",
             met=t.left == 0 and t.files == 0,
             method=f"scrub.scrub_due, grace 0 (the index scrub: {t.added:,} documents added again, the secret's"
-            f" segment held {t.segment:,}, the largest {t.largest:,} of {t.segments}; then the WAL checkpoints)"
+            f" segment held {t.segment:,}, the largest {t.largest:,} of {t.segments}; its look for them took"
+            f" {t.look:.2f}s; then the WAL checkpoints)"
             f" vs indexer.build into an empty index, same folder; the whole-index rewrite took {full_s}; the"
             f" secret's document frequency after: {t.left}, index files holding it: {t.files}",
         )
