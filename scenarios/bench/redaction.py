@@ -208,7 +208,7 @@ def run(ctx: Context, entries: int | None = None, full: bool = True) -> None:
     shutil.rmtree(data, ignore_errors=True)
     shutil.copytree(pristine, data)
     t = asyncio.run(_scrub_times(data, target, key.did, full))
-    full_s = "skipped" if t.full is None else f"{t.full:.2f}s"
+    full_s = "not timed (--no-full)" if t.full is None else f"{t.full:.2f}s"
     print(
         f"  scrub {t.scrub:.2f}s ({t.added:,} documents added again; the secret's segment held {t.segment:,}, the"
         f" largest {t.largest:,} of {t.segments} segments; the look {t.look:.2f}s), whole rewrite {full_s},"
@@ -227,7 +227,7 @@ def run(ctx: Context, entries: int | None = None, full: bool = True) -> None:
             method=f"scrub.scrub_due, grace 0 (the index scrub: {t.added:,} documents added again, the secret's"
             f" segment held {t.segment:,}, the largest {t.largest:,} of {t.segments}; its look for them took"
             f" {t.look:.2f}s; then the WAL checkpoints)"
-            f" vs indexer.build into an empty index, same folder; the whole-index rewrite took {full_s}; the"
+            f" vs indexer.build into an empty index, same folder; the whole-index rewrite: {full_s}; the"
             f" secret's document frequency after: {t.left}, index files holding it: {t.files}",
         )
     )
