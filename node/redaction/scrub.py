@@ -73,9 +73,11 @@ def _rows_after(position: int, conn: Conn) -> list[Row]:
 
 
 async def held_with_dropped(node: Node, index: SearchIndex) -> tuple[int, list[int]] | None:
-    """(segments holding a deleted document of an entry `entries` no longer holds, the ids of the entries whose
+    """(segments holding a deleted document of a version the log no longer holds, the ids of the entries whose
     documents share those segments), or None when the index's segments cannot be told (`SearchIndex.segments`).
-    Only segments with deleted documents are read; each document id once (its `seq` fast field)."""
+    Only segments with deleted documents are read; each document id once (its `seq` fast field). A document of an
+    entry made void (still in the log) does not count: its terms are no secret, and a revoked key's entries spread
+    over every segment would make each scrub a whole rewrite."""
     snap = await asyncio.to_thread(index.segments)
     if snap is None:
         return None
@@ -87,15 +89,15 @@ async def held_with_dropped(node: Node, index: SearchIndex) -> tuple[int, list[i
         for start in range(0, segment.max_doc, SCAN):
             chunk = await asyncio.to_thread(snap.ids, segment, start, start + SCAN)
             ids.update(i for i in chunk if i is not None)
-        live = await node.db.read(functools.partial(index_store.present, ids=sorted(ids)))
-        if len(live) < len(ids):
+        logged = await node.db.read(functools.partial(index_store.logged, ids=sorted(ids)))
+        if len(logged) < len(ids):  # a version that left the log: its terms must leave the index
             found += 1
-            keep += sorted(live)
+            keep += sorted(await node.db.read(functools.partial(index_store.present, ids=sorted(ids))))
     return found, keep
 
 
 async def scrub_index(node: Node, index: SearchIndex) -> int:
-    """Drop every segment that holds a deleted document of a dropped entry (redacted, purged, made void): its live
+    """Drop every segment that holds a deleted document of a dropped version (redacted, purged, evicted): its live
     documents are added again, in batches (`SearchIndex.rewrite`), so it holds only deleted documents and tantivy
     drops it, with their terms. Costs the indexing of those segments' documents, not of the index (docs/operations.md,
     "Redaction"); a merge that ends meanwhile is caught by the next look (at most ROUNDS), and an index whose

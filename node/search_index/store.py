@@ -76,6 +76,15 @@ def present(conn: Conn, ids: Sequence[int]) -> set[int]:
     return {int(r[0]) for r in rows}
 
 
+def logged(conn: Conn, ids: Sequence[int]) -> set[int]:
+    """Those of these log positions whose record the log still holds (an entry made void is still there; a version
+    redacted, purged or evicted is not: its bytes must leave the disk)."""
+    rows = conn.execute(
+        "SELECT seq FROM records WHERE seq IN (SELECT value FROM json_each(?))", (json.dumps(list(ids)),)
+    )
+    return {int(r[0]) for r in rows}
+
+
 def entries_at(conn: Conn, ids: Sequence[int]) -> list[tuple[Any, ...]]:
     """The entries with these ids (those `entries` holds), in id order, as tuples of ROW_COLUMNS."""
     rows = conn.execute(

@@ -5,6 +5,7 @@ server on loopback runs the scrubber and the search indexer; the files are searc
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import secrets
@@ -159,3 +160,27 @@ async def test_a_targeted_scrub_re_adds_the_segments_live_documents_and_counts_t
     assert await scrub.scrub_index(node, index) == 9  # the other nine of its segment, not the twenty beside it
     assert index.doc_freq("content", "3") == 0
     assert index.documents() == 29
+
+
+async def test_a_deleted_document_of_a_version_still_in_the_log_is_no_reason_to_rewrite(
+    node: Node, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    index = node.search_index
+    assert index is not None
+    posted = await node.entries.post_batch(
+        alice.agent_id, [PostEntry("finding", "inform", f"fog {i}") for i in range(5)]
+    )
+    rows = [
+        Row(*r) for r in await node.db.read(functools.partial(index_store.entries_at, ids=[p[0].id for p in posted]))
+    ]
+
+    def identity_seq(conn: sqlite3.Connection) -> int:  # a record the log holds that is no entry: as a void entry's
+        return int(conn.execute("SELECT seq FROM records WHERE kind != 'entry' ORDER BY seq LIMIT 1").fetchone()[0])
+
+    kept = dataclasses.replace(rows[0], seq=await node.db.read(identity_seq), record_hash="h-void", content="mist")
+    await asyncio.to_thread(index.apply, [*rows, kept], rows[-1].seq)
+    await asyncio.to_thread(index.apply, [], rows[-1].seq, ["h-void"])  # deleted, as the indexer does a void entry
+    assert await scrub.held_with_dropped(node, index) == (0, [])
+    assert await scrub.scrub_index(node, index) == 0  # nothing rewritten for it
+    assert index.doc_freq("content", "mist") == 1  # its terms wait for an ordinary merge: no secret

@@ -53,6 +53,15 @@ def test_present_and_entries_at_read_entries_by_id(conn: sqlite3.Connection) -> 
     assert store.entries_at(conn, []) == []
 
 
+def test_logged_names_the_positions_the_log_still_holds(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "INSERT INTO records (seq, hash, version, kind, author_id, created_at, created_ms, origin, received_ms, body)"
+        " VALUES (2, 'h2', 'v2', 'entry', 'a', '2026-01-01T00:00:00Z', 2000, 'local', 0, x'00')"
+    )
+    assert store.logged(conn, [1, 2, 3]) == {2}  # entries 1 and 3 have no record here: as if redacted
+    assert store.logged(conn, []) == set()
+
+
 def test_epoch_head_and_pending(conn: sqlite3.Connection) -> None:
     assert store.store_epoch(conn) == ""  # a database without its identity yet
     conn.execute("INSERT INTO node_meta (key, value) VALUES ('epoch', 'e1')")
