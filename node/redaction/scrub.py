@@ -22,7 +22,7 @@ from aiohttp import web
 from node.redaction import store
 from node.search_index import indexer
 from node.search_index import store as index_store
-from node.search_index.index import Row, SearchIndex
+from node.search_index.index import Row, SearchIndex, is_fault
 from node.store.conn import Conn
 from node.web.appkeys import NODE
 
@@ -87,7 +87,13 @@ async def held_with_dropped(node: Node, index: SearchIndex) -> tuple[int, list[i
             continue  # deletes are committed before this look: a dropped entry's document is a deleted one
         ids: set[int] = set()
         for start in range(0, segment.max_doc, SCAN):
-            chunk = await asyncio.to_thread(snap.ids, segment, start, start + SCAN)
+            try:
+                chunk = await asyncio.to_thread(snap.ids, segment, start, start + SCAN)
+            except BaseException as exc:  # a tantivy panic (a segment not as meta.json said): no targeted scrub
+                if not is_fault(exc):
+                    raise
+                log.warning("reading the search index's segment %d failed (%s)", segment.ord, exc)
+                return None
             ids.update(i for i in chunk if i is not None)
         logged = await node.db.read(functools.partial(index_store.logged, ids=sorted(ids)))
         if len(logged) < len(ids):  # a version that left the log: its terms must leave the index
