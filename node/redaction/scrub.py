@@ -4,8 +4,10 @@ for the grace (`redacted_bodies`, so a redaction a revocation makes void can sho
 record 69) are deleted. The log and projections deleted them in the redaction's
 transaction with `secure_delete` on, which zeroes the freed cells and pages in the pages written then; what remains is
 the WAL's older frames, emptied by a `wal_checkpoint(TRUNCATE)` retried until no reader holds an older snapshot, and
-the search index's deleted documents, whose terms and stored text stay in their segment until it is merged
-(node/search_index/index.py `purge_deleted`). A redaction's answers hide at once; only the bytes wait for the grace.
+the search index's deleted documents, whose terms stay in their segment until the segment goes: the scrub adds again
+the live documents of the segments that hold a dropped entry's document (`scrub_index`), so those segments hold only
+deleted documents and tantivy drops them, at the cost of those segments' documents, not the index's (docs/decisions.md
+record 71). A redaction's answers hide at once; only the bytes wait for the grace.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from aiohttp import web
 
 from node.redaction import store
 from node.search_index import indexer
-from node.search_index.index import Row, SearchIndex
+from node.search_index import store as index_store
+from node.search_index.index import Row, SearchIndex, is_fault
 from node.store.conn import Conn
 from node.web.appkeys import NODE
 
@@ -32,6 +35,11 @@ log = logging.getLogger("bbs.redaction")
 IDLE_S = 5.0  # how often the scrubber looks for due scrubs when none is near
 CHECKPOINT_TRIES = 200  # a checkpoint blocked by readers is tried this many times ...
 CHECKPOINT_PAUSE_S = 0.05  # ... each waiting this long for them (a reader holds its snapshot for one read)
+SCAN = 50_000  # document ids of a segment read at a time, looking for a dropped entry's document
+# Documents added again per index commit: each commit costs an fsync and a look at merges, and holds the index's
+# lock (the indexer waits) while its batch is indexed, about a second for this many (docs/performance.md)
+REWRITE_BATCH = 10_000
+ROUNDS = 3  # targeted rewrites tried (a merge may move documents meanwhile) before every document is added again
 
 
 def checkpoint(path: str) -> bool:
@@ -41,7 +49,7 @@ def checkpoint(path: str) -> bool:
 
 async def scrub_due(node: Node) -> list[str]:
     """Scrub the addresses whose grace has passed: the search index deletes their documents (whether or not its
-    indexer has yet) and drops the segments that held them (`rewrite_index`), then the WAL is checkpointed and
+    indexer has yet) and drops the segments that held them (`scrub_index`), then the WAL is checkpointed and
     truncated; the addresses scrubbed."""
     cutoff = node.now_ms() - node.redactions.grace_s * 1000
     due = await node.db.read(lambda conn: store.due_scrubs(conn, cutoff))
@@ -53,7 +61,7 @@ async def scrub_due(node: Node) -> list[str]:
     index = node.search_index
     if index is not None and index.writer is not None:
         await asyncio.to_thread(index.rewrite, [], due)  # their documents deleted (the indexer may not have yet)
-        await rewrite_index(node, index)  # ... and the segments holding them go
+        node.redactions.rewritten += await scrub_index(node, index)  # ... and the segments holding them go
     done = await asyncio.to_thread(checkpoint, str(node.data.db_path))
     if not done:
         log.warning("the WAL could not be checkpointed (readers held it); the scrub of %d records waits", len(due))
@@ -67,6 +75,61 @@ async def scrub_due(node: Node) -> list[str]:
 
 def _rows_after(position: int, conn: Conn) -> list[Row]:
     return indexer.rows_after(conn, position)
+
+
+async def held_with_dropped(node: Node, index: SearchIndex) -> tuple[int, list[int]] | None:
+    """(segments holding a deleted document of a version the log no longer holds, the ids of the entries whose
+    documents share those segments), or None when the index's segments cannot be told (`SearchIndex.segments`).
+    Only segments with deleted documents are read; each document id once (its `seq` fast field). A document of an
+    entry made void (still in the log) does not count: its terms are no secret, and a revoked key's entries spread
+    over every segment would make each scrub a whole rewrite."""
+    snap = await asyncio.to_thread(index.segments)
+    if snap is None:
+        return None
+    found, keep = 0, []
+    for segment in snap.segments:
+        if not segment.deleted:
+            continue  # deletes are committed before this look: a dropped entry's document is a deleted one
+        ids: set[int] = set()
+        for start in range(0, segment.max_doc, SCAN):
+            try:
+                chunk = await asyncio.to_thread(snap.ids, segment, start, start + SCAN)
+            except BaseException as exc:  # a tantivy panic (a segment not as meta.json said): no targeted scrub
+                if not is_fault(exc):
+                    raise
+                log.warning("reading the search index's segment %d failed (%s)", segment.ord, exc)
+                return None
+            ids.update(i for i in chunk if i is not None)
+        logged = await node.db.read(functools.partial(index_store.logged, ids=sorted(ids)))
+        if len(logged) < len(ids):  # a version that left the log: its terms must leave the index
+            found += 1
+            keep += sorted(await node.db.read(functools.partial(index_store.present, ids=sorted(ids))))
+    return found, keep
+
+
+async def scrub_index(node: Node, index: SearchIndex) -> int:
+    """Drop every segment that holds a deleted document of a dropped version (redacted, purged, evicted): its live
+    documents are added again, in batches (`SearchIndex.rewrite`), so it holds only deleted documents and tantivy
+    drops it, with their terms. Costs the indexing of those segments' documents, not of the index (docs/operations.md,
+    "Redaction"); a merge that ends meanwhile is caught by the next look (at most ROUNDS), and an index whose
+    segments cannot be told is rewritten whole (`rewrite_index`). Returns the documents added again."""
+    done = 0
+    for _ in range(ROUNDS):
+        held = await held_with_dropped(node, index)
+        if held is None:
+            break
+        found, ids = held
+        if not found:
+            return done
+        for start in range(0, len(ids), REWRITE_BATCH):
+            chunk = ids[start : start + REWRITE_BATCH]
+            rows = [Row(*r) for r in await node.db.read(functools.partial(index_store.entries_at, ids=chunk))]
+            await asyncio.to_thread(index.rewrite, rows)
+            done += len(rows)
+        if not ids:  # a segment of deleted documents only: a commit lets it go
+            await asyncio.to_thread(index.rewrite, [])
+    log.warning("the scrub could not tell which search index segments hold dropped documents; adding every one again")
+    return done + await rewrite_index(node, index)
 
 
 async def rewrite_index(node: Node, index: SearchIndex) -> int:

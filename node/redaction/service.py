@@ -113,6 +113,7 @@ class Redactions:
         self.now_ms = now_ms
         self.grace_s = DEFAULT_GRACE_S  # `redaction_grace_s`: before a dropped body's bytes are scrubbed from disk
         self._work = asyncio.Event()  # set when a redaction dropped a body: the scrubber looks at once
+        self.rewritten = 0  # documents the scrubs added again to the search index (node/redaction/scrub.py)
 
     def wake(self) -> None:
         """Tell the scrubber (node/redaction/scrub.py) that a body was dropped."""

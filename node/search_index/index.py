@@ -19,9 +19,11 @@ from pathlib import Path
 
 import tantivy
 
+from node.search_index import segments
 from node.search_index.analyzer import ANALYZER_VERSION, tokens
 from node.search_index.query import Clause, as_clause, tantivy_clauses
 from node.search_index.ranking import DEFAULT, Ranking, Span
+from node.search_index.segments import Snapshot
 
 SCHEMA_VERSION = 2  # 2: the `space` field (issue 37)
 PUBLIC_SPACE = "public"  # the `space` term of a public entry (a space id is 64 hex: never this word)
@@ -296,7 +298,8 @@ class SearchIndex:
         """Add these entries' documents again (each replacing its address's), keeping the position the index covers:
         a step of a rewrite of every document. Once every live document of a segment was added again the segment
         holds only deleted documents, and tantivy drops it at the commit, with the terms and stored values of the
-        deleted documents it held (tantivy-py 0.27 has no call to merge chosen segments: node/redaction/scrub.py).
+        deleted documents it held (tantivy-py 0.27 has no call to merge chosen segments: node/redaction/scrub.py
+        rewrites the documents of the segments that hold a dropped entry's, found by `segments`).
         The documents of `removed` addresses are deleted in the same commit."""
         if self.writer is None:
             raise RuntimeError("the index was opened read-only")
@@ -310,9 +313,15 @@ class SearchIndex:
             self.writer.delete_documents_by_term("meta", _META)
             self.writer.add_document(_meta_document(position, self.stamp))
             self.writer.commit()
-            self.writer.garbage_collect_files()
             self.index.reload()
             self._generation += 1
+            self._view = None  # a searcher of the dropped segments keeps their files: let it go before collecting
+            self.writer.garbage_collect_files()
+
+    def segments(self) -> Snapshot | None:
+        """The committed segments with a searcher of exactly them (node/search_index/segments.py), or None."""
+        with self._lock:
+            return segments.snapshot(self.index, self.path)
 
     def doc_freq(self, field_name: str, term: str) -> int:
         """Documents holding `term` in `field_name`, deleted documents still in a segment included."""

@@ -70,6 +70,30 @@ def redo(conn: Conn, limit: int) -> tuple[int, list[str], list[tuple[Any, ...]]]
     return int(queued[-1][0]), addresses, [tuple(r) for r in rows]
 
 
+def present(conn: Conn, ids: Sequence[int]) -> set[int]:
+    """Those of these entry ids that `entries` holds (the others were dropped: redacted, purged, made void)."""
+    rows = conn.execute("SELECT id FROM entries WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(list(ids)),))
+    return {int(r[0]) for r in rows}
+
+
+def logged(conn: Conn, ids: Sequence[int]) -> set[int]:
+    """Those of these log positions whose record the log still holds (an entry made void is still there; a version
+    redacted, purged or evicted is not: its bytes must leave the disk)."""
+    rows = conn.execute(
+        "SELECT seq FROM records WHERE seq IN (SELECT value FROM json_each(?))", (json.dumps(list(ids)),)
+    )
+    return {int(r[0]) for r in rows}
+
+
+def entries_at(conn: Conn, ids: Sequence[int]) -> list[tuple[Any, ...]]:
+    """The entries with these ids (those `entries` holds), in id order, as tuples of ROW_COLUMNS."""
+    rows = conn.execute(
+        f"SELECT {ROW_COLUMNS} FROM entries WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
+        (json.dumps(list(ids)),),
+    ).fetchall()
+    return [tuple(r) for r in rows]
+
+
 def redo_count(conn: Conn) -> int:
     """Rows of `search_redo` the indexer has not handled yet."""
     return int(conn.execute("SELECT count(*) FROM search_redo").fetchone()[0])

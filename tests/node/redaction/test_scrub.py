@@ -5,6 +5,8 @@ server on loopback runs the scrubber and the search indexer; the files are searc
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import logging
 import secrets
 import sqlite3
@@ -17,10 +19,13 @@ from aiohttp.test_utils import TestClient
 
 from node.ops import backup
 from node.redaction import scrub, store
+from node.search_index import store as index_store
 from node.search_index.analyzer import tokens
+from node.search_index.index import Row
 from node.service import Node
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import get_json, post
+from wire.api import PostEntry
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
@@ -104,3 +109,85 @@ async def test_a_grace_keeps_the_scrub_waiting_and_answers_hide_at_once(
     assert await scrub.scrub_due(node) == [posted["record_hash"]]
     assert (await node.db.read(store.pending_scrubs))[0] == 0
     assert await node.db.read(store.set_aside_count) == 0
+
+
+async def test_the_scrub_adds_again_only_the_documents_sharing_the_secrets_segment(
+    node: Node, make_agent: MakeAgent
+) -> None:
+    node.redactions.grace_s = 0
+    alice = await make_agent("alice")
+    secret = "zq" + secrets.token_hex(12)
+    index = node.search_index
+    assert index is not None
+    batches = []
+    for b in range(4):  # four index commits: four segments (tantivy merges eight at a time)
+        bodies = [
+            PostEntry("finding", "inform", f"the password is {secret}" if (b, i) == (2, 7) else f"note {b} {i} rain")
+            for i in range(25)
+        ]
+        batches.append(await node.entries.post_batch(alice.agent_id, list(bodies)))
+    ids = [[int(p[0].id) for p in batch] for batch in batches]
+    target = batches[2][7][0].record_hash
+    for batch_ids in ids:
+        rows = await node.db.read(functools.partial(index_store.entries_at, ids=batch_ids))
+        await asyncio.to_thread(index.apply, [Row(*r) for r in rows], batch_ids[-1])
+    await node.redactions.redact(alice.agent_id, target, "leaked")
+    assert await scrub.scrub_due(node) == [target]
+
+    for term in tokens(secret):
+        assert index.doc_freq("content", term) == 0, term  # its segment is gone, deleted documents and all
+    assert files_holding(index.path, secret.encode()) == []
+    assert index.doc_freq("content", "rain") == 99  # every other document is there
+    assert index.documents() == 99
+    # the scrub's look finds nothing left to drop, and the other three segments were never rewritten
+    assert await scrub.held_with_dropped(node, index) == (0, [])
+    snap = index.segments()
+    assert snap is not None
+    held = [frozenset(i for i in snap.ids(s, 0, s.max_doc) if i is not None) for s in snap.segments if s.max_doc > 1]
+    for untouched in (0, 1, 3):
+        assert frozenset(ids[untouched]) in held
+    assert frozenset(i for i in ids[2] if i != batches[2][7][0].id) in held  # added again, in one commit
+
+
+async def test_a_targeted_scrub_re_adds_the_segments_live_documents_and_counts_them(
+    node: Node, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    index = node.search_index
+    assert index is not None
+    posted = await node.entries.post_batch(
+        alice.agent_id, [PostEntry("finding", "inform", f"entry {i} hail") for i in range(30)]
+    )
+    rows = await node.db.read(functools.partial(index_store.entries_at, ids=[int(p[0].id) for p in posted]))
+    await asyncio.to_thread(index.apply, [Row(*r) for r in rows[:10]], int(rows[9][0]))
+    await asyncio.to_thread(index.apply, [Row(*r) for r in rows[10:]], int(rows[-1][0]))
+    assert await scrub.scrub_index(node, index) == 0  # nothing dropped: nothing to do
+    await node.redactions.redact(alice.agent_id, posted[3][0].record_hash, None)
+    await asyncio.to_thread(index.apply, [], index.state()[0], [posted[3][0].record_hash])
+    assert await scrub.scrub_index(node, index) == 9  # the other nine of its segment, not the twenty beside it
+    assert index.doc_freq("content", "3") == 0
+    assert index.documents() == 29
+
+
+async def test_a_deleted_document_of_a_version_still_in_the_log_is_no_reason_to_rewrite(
+    node: Node, make_agent: MakeAgent
+) -> None:
+    alice = await make_agent("alice")
+    index = node.search_index
+    assert index is not None
+    posted = await node.entries.post_batch(
+        alice.agent_id, [PostEntry("finding", "inform", f"fog {i}") for i in range(5)]
+    )
+    rows = [
+        Row(*r) for r in await node.db.read(functools.partial(index_store.entries_at, ids=[p[0].id for p in posted]))
+    ]
+
+    def identity_seq(conn: sqlite3.Connection) -> int:  # a record the log holds that is no entry: as a void entry's
+        return int(conn.execute("SELECT seq FROM records WHERE kind != 'entry' ORDER BY seq LIMIT 1").fetchone()[0])
+
+    kept = dataclasses.replace(rows[0], seq=await node.db.read(identity_seq), record_hash="h-void", content="mist")
+    await asyncio.to_thread(index.apply, [*rows, kept], rows[-1].seq)
+    await asyncio.to_thread(index.apply, [], rows[-1].seq, ["h-void"])  # deleted, as the indexer does a void entry
+    assert await scrub.held_with_dropped(node, index) == (0, [])
+    assert await scrub.scrub_index(node, index) == 0  # nothing rewritten for it
+    assert index.doc_freq("content", "mist") == 1  # its terms wait for an ordinary merge: no secret

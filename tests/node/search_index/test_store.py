@@ -46,6 +46,22 @@ def test_the_row_columns_are_rows_fields(conn: sqlite3.Connection) -> None:
     assert store.entries_after(conn, 5, 10) == []
 
 
+def test_present_and_entries_at_read_entries_by_id(conn: sqlite3.Connection) -> None:
+    assert store.present(conn, [5, 2, 9, 0]) == {2, 5}  # 9 and 0 are no entry (dropped, or never one)
+    assert store.present(conn, []) == set()
+    assert [Row(*r).record_hash for r in store.entries_at(conn, [4, 1, 7])] == ["h1", "h4"]  # id order
+    assert store.entries_at(conn, []) == []
+
+
+def test_logged_names_the_positions_the_log_still_holds(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "INSERT INTO records (seq, hash, version, kind, author_id, created_at, created_ms, origin, received_ms, body)"
+        " VALUES (2, 'h2', 'v2', 'entry', 'a', '2026-01-01T00:00:00Z', 2000, 'local', 0, x'00')"
+    )
+    assert store.logged(conn, [1, 2, 3]) == {2}  # entries 1 and 3 have no record here: as if redacted
+    assert store.logged(conn, []) == set()
+
+
 def test_epoch_head_and_pending(conn: sqlite3.Connection) -> None:
     assert store.store_epoch(conn) == ""  # a database without its identity yet
     conn.execute("INSERT INTO node_meta (key, value) VALUES ('epoch', 'e1')")
