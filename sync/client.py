@@ -135,10 +135,11 @@ class PeerClient:
             raise SyncError(f"malformed batch: next cursor {reply.next} outside [{since}, {reply.head}]")
         if isinstance(reply, m.Changes):
             for item in reply.items:
-                if (item.record is msgspec.UNSET) == (item.size is msgspec.UNSET) or (
-                    not ids and item.record is msgspec.UNSET
-                ):
-                    raise SyncError(f"malformed batch: item {item.seq} must carry its body" + (" or its size" * ids))
+                bodied = item.record is not msgspec.UNSET
+                if bodied == (item.size is not msgspec.UNSET) or (not ids and not bodied) or (bodied and not item.hash):
+                    raise SyncError(
+                        f"malformed batch: item {item.seq} must carry its body and address" + (" or its size" * ids)
+                    )
         return reply
 
     async def fetch(self, hashes: list[str]) -> m.Records:

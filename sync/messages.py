@@ -62,12 +62,12 @@ class ChangesQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class ChangeItem(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """One version of the feed: its seq on the serving node, its claimed address (`hash`), its claimed version
-    (SHA-256 of the body) and its canonical body; in a page asked with `ids=1`, the body's size in bytes instead of
-    the body (never both)."""
+    (SHA-256 of the body) and its canonical body. In a page asked with `ids=1`: its seq, version and the body's size
+    in bytes, no body and no address (`hash` empty, left out on the wire: the fetch by version brings it)."""
 
     seq: Seq
-    hash: str
     version: str
+    hash: str = ""
     record: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
     size: Annotated[int, msgspec.Meta(ge=0, le=2**31)] | msgspec.UnsetType = msgspec.UNSET
 

@@ -32,7 +32,7 @@ class SyncServer:
     async def changes(self, q: m.ChangesQuery, peer_id: str | None = None) -> m.ChangesReply:
         """A page of the feed after `q.since`, waiting up to `q.wait_ms` for one when there is nothing yet.
         Records that came from the asking peer are left out: it has them (reconciliation covers a peer
-        that lost them). With `q.ids`, each item names its version and body size instead of carrying the body."""
+        that lost them). With `q.ids`, each item names its version and body size, without body or address."""
         epoch, head = await self.store.position()
         node_id = self.store.node_id
         if q.epoch is not None and q.epoch != epoch:
@@ -51,7 +51,7 @@ class SyncServer:
         next_seq, more = page.next, page.more
         for seq, record_hash, version, body in page.items:
             if q.ids:  # ids first (decision 70): no body, so no byte bound beyond `limit`
-                items.append(m.ChangeItem(seq=seq, hash=record_hash, version=version, size=len(body)))
+                items.append(m.ChangeItem(seq=seq, version=version, size=len(body)))
                 continue
             if items and size + len(body) > MAX_PAGE_BYTES:
                 next_seq, more = items[-1].seq, True

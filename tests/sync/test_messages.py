@@ -35,7 +35,7 @@ def test_changes_round_trip_with_records_as_raw_bytes() -> None:
         head=3,
         next=3,
         more=False,
-        items=[m.ChangeItem(3, hash_of(record), version_of(body), msgspec.Raw(body))],
+        items=[m.ChangeItem(seq=3, hash=hash_of(record), version=version_of(body), record=msgspec.Raw(body))],
     )
     wire = encode(page)
     fields = msgspec.json.decode(wire)
