@@ -136,7 +136,8 @@ def build(
     nodes = []
     for key in node_keys:
         store = MemoryStore(node_id=key.did, epoch=secrets.token_hex(16), hosts=dict(hosts))
-        nodes.append(Node(key, store, SyncServer(store), FeedModes(policy)))
+        server = SyncServer(store)  # its puller notes what each peer listed; its server lists none of it back
+        nodes.append(Node(key, store, server, FeedModes(policy, listed=server.listed)))
     for i in range(n):  # a random graph
         for j in rng.sample([x for x in range(n) if x != i], min(degree, n - 1)):
             nodes[i].peers.add(j)

@@ -27,6 +27,7 @@ import msgspec
 
 from sync import messages as m
 from sync.client import SyncError
+from sync.listed import Listed
 from sync.server import MAX_PAGE_BYTES
 from sync.store import SyncStore
 
@@ -119,8 +120,11 @@ class FeedModes:
     """Whether to ask each peer's feed ids first (`policy`: always bodies, always ids, or adaptive), for one puller
     (or one simulated node)."""
 
-    def __init__(self, policy: Policy = "ids", clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, policy: Policy = "ids", clock: Callable[[], float] = time.monotonic, listed: Listed | None = None
+    ) -> None:
         self.policy, self.clock = policy, clock
+        self.listed = listed or Listed()  # what each peer listed (its node's server leaves it out of its answers)
         self.peers: dict[str, _Peer] = {}
 
     def _peer(self, peer_id: str) -> _Peer:
@@ -173,6 +177,7 @@ async def read_page(feeds: FeedModes, store: SyncStore, peer_id: str, ask: Ask, 
         reply = await ask(False)
     if not isinstance(reply, m.Changes):
         return reply
+    feeds.listed.note(peer_id, [item.version for item in reply.items])
     if not ids:
         held = await store.refused([i.version for i in reply.items]) if feeds.policy == "adaptive" else set()
         feeds.noted(peer_id, len(reply.items), len(held))

@@ -22,6 +22,7 @@ from sync import messages as m
 from sync.auth import NodeSigner, PeerBoots
 from sync.client import PeerClient, SyncError, Traffic
 from sync.ids_first import Ask, FeedModes, Fetch, Policy, read_page
+from sync.listed import Listed
 from sync.negentropy import NegentropyError
 from sync.protocol import PeerVersions
 from sync.reconcile_sets import ReconcileReport, reconcile_sets
@@ -105,9 +106,10 @@ class Puller:
         reconcile_every_s: float = 300.0,
         min_poll_s: float = 0.25,
         feed_policy: Policy = "ids",
+        listed: Listed | None = None,  # the node's server's (sync/listed.py): what each peer listed, never listed back
     ) -> None:
         self.store, self.key, self.session, self.clock = store, key, session, clock
-        self.feeds = FeedModes(feed_policy)  # whether each peer's feed is read ids first (sync/ids_first.py)
+        self.feeds = FeedModes(feed_policy, listed=listed)  # how each peer's feed is read (sync/ids_first.py)
         self.limit, self.wait_ms, self.reconcile_every_s = limit, wait_ms, reconcile_every_s
         self.min_poll_s, self.traffic = min_poll_s, Traffic()
         self.boots = PeerBoots()  # each peer's boot id, named in every signature (sync/auth.py)

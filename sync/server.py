@@ -7,6 +7,7 @@ import asyncio
 import msgspec
 
 from sync import messages as m
+from sync.listed import Listed
 from sync.negentropy import Negentropy, NegentropyError, VectorStorage
 from sync.store import SyncStore
 
@@ -21,8 +22,10 @@ class SyncServer:
     """Answers peers' sync requests from `store`, each in the protocol version it asks in (`m.SYNC_VERSIONS`): a
     peer one version behind is served only what `sync.compat.servable` allows it (the store filters)."""
 
-    def __init__(self, store: SyncStore) -> None:
+    def __init__(self, store: SyncStore, listed: Listed | None = None) -> None:
         self.store = store
+        # the versions each peer listed to this node's puller: never listed back to it (sync/ids_first.py)
+        self.listed = listed or Listed()
         self.closing = asyncio.Event()
         # per protocol version and set (None: the public federation; else a space id)
         self._sets: dict[tuple[int, str | None], tuple[tuple[str, int], VectorStorage]] = {}
@@ -58,6 +61,7 @@ class SyncServer:
                 break
             items.append(m.ChangeItem(seq=seq, hash=record_hash, version=version, record=m.msgspec.Raw(body)))
             size += len(body)
+        items = self.listed.unlisted(peer_id, items)
         return m.Changes(
             v=q.v, node_id=node_id, epoch=page.epoch, head=page.head, next=next_seq, more=more, items=items
         )

@@ -162,7 +162,7 @@ async def test_a_triangle_stores_each_record_once_and_fetches_each_body_once(mak
     for n in range(3):
         await a.post(owner, f"from a {n}")
         await b.post(writer, f"from b {n}")
-    pullers = {p.name: p.puller(feed_policy=policy) for p in (a, b, c)}
+    pullers = {p.name: p.puller(feed_policy=policy, listed=p.sync.server.listed) for p in (a, b, c)}
     nodes = {p.name: p for p in (a, b, c)}
     for _round in range(3):
         for me, puller in pullers.items():
