@@ -2,10 +2,12 @@
 names each version and its body size; the puller fetches by version (`POST /v1/sync/fetch`) only the bodies it does
 not hold, not refused, not waiting, each once per page, and stores them with the cursor after the page.
 
-When to ask ids first is per peer (`FeedModes`): by bodies while a peer's recent pages were mostly new here (one
-round trip: the lowest latency on a record's first hop), ids first once they were mostly held already (a record
-that reached this node by another path costs its id, not its body). A peer that refuses the parameter (a node of an
-earlier release: 422 on `ids`) is read by bodies, and asked ids again after `IDS_RETRY_S`.
+When to ask ids first is per peer (`FeedModes`, policy `ids`, the default): always, but for a backlog: while a peer's
+pages say `more` and most of their items were new here (a fresh node's catch-up), they are read by bodies (one
+request a page instead of one plus a fetch per 256 records). A peer that refuses the parameter (a node of an
+earlier release: 422 on `ids`) is read by bodies, and asked ids first again after `IDS_RETRY_S`. The policies
+`bodies` (flooding) and `adaptive` (by bodies while a peer's recent pages were mostly new, caught up or not) are
+kept to measure against (docs/performance.md).
 
 The cursor rule (docs/format-v3.md 8.4: no cursor passes a record it neither holds nor fetched): a body the fetch
 does not return stops the page just before that record (the records before it are stored with the cursor there),
@@ -114,6 +116,7 @@ class _Peer:
     recent: collections.deque[tuple[int, int]] = field(default_factory=lambda: collections.deque(maxlen=RECENT_PAGES))
     refused_at: float | None = None  # when the peer refused `ids`
     bodies_next: bool = False  # a fetch missed a body: the next page by bodies
+    backlog: bool = False  # the last page said `more` and most of it was new here: a catch-up, read by bodies
 
 
 class FeedModes:
@@ -138,14 +141,16 @@ class FeedModes:
         if peer.refused_at is not None and self.clock() - peer.refused_at < IDS_RETRY_S:
             return False
         if self.policy == "ids":
-            return True
+            return not peer.backlog
         announced = sum(a for a, _ in peer.recent)
         return announced == 0 or sum(h for _, h in peer.recent) >= IDS_HELD_SHARE * announced
 
-    def noted(self, peer_id: str, announced: int, held: int) -> None:
-        """A page of `announced` items came from the peer, `held` of them held here already."""
+    def noted(self, peer_id: str, announced: int, held: int, more: bool = False) -> None:
+        """A page of `announced` items came from the peer, `held` of them held here already; `more`: another page
+        is ready."""
         peer = self._peer(peer_id)
         peer.bodies_next = False
+        peer.backlog = more and announced > 0 and held < IDS_HELD_SHARE * announced
         if announced:
             peer.recent.append((announced, held))
 
@@ -179,11 +184,11 @@ async def read_page(feeds: FeedModes, store: SyncStore, peer_id: str, ask: Ask, 
         return reply
     feeds.listed.note(peer_id, [item.version for item in reply.items])
     if not ids:
-        held = await store.refused([i.version for i in reply.items]) if feeds.policy == "adaptive" else set()
-        feeds.noted(peer_id, len(reply.items), len(held))
+        held = await store.refused([i.version for i in reply.items]) if feeds.policy != "bodies" else set()
+        feeds.noted(peer_id, len(reply.items), len(held), reply.more)
         return reply
     resolved = await resolve(store, fetch, reply)
-    feeds.noted(peer_id, resolved.announced, resolved.held)
+    feeds.noted(peer_id, resolved.announced, resolved.held, reply.more)
     if resolved.missed:
         feeds.missed(peer_id)
         log.info("peer %s did not return %d bodies it listed; reading on by bodies from seq %d",

@@ -6,6 +6,7 @@ the previous release (a real `bbs serve` of that commit) that refuses the parame
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -284,3 +285,34 @@ def release_tree(tmp_path: Path) -> Path:
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(tree, filter="data")
     return tree
+
+
+@pytest.mark.parametrize("held_before", [0, 25])
+async def test_a_backlog_of_new_records_is_read_by_bodies_after_its_first_page(held_before: int) -> None:
+    """A fresh node's catch-up (pages that say `more`, mostly new here): ids for the first page, then bodies, and ids
+    again once caught up; a node that holds most of the backlog already reads all of it ids first."""
+    source, server, receiver, made = memory_pair(25)
+    for v in made[:held_before]:
+        receiver.add(v)
+    feeds = FeedModes("ids")
+    asked: list[bool] = []
+
+    async def ask(ids: bool) -> m.ChangesReply:
+        asked.append(ids)
+        cursor = receiver.cursors.get(source.node_id)
+        query = m.ChangesQuery(v=m.PROTOCOL_VERSION, since=cursor.seq if cursor else 0, limit=10, ids=int(ids))
+        return await server.changes(query, receiver.node_id)
+
+    async def fetch(versions: list[str]) -> m.Records:
+        return await server.fetch(m.FetchRequest(hashes=versions), receiver.node_id)
+
+    more = True
+    while more:
+        page = await read_page(feeds, receiver, source.node_id, ask, fetch)
+        assert isinstance(page, m.Changes)
+        verified = [Verified(i.hash, i.body(), json.loads(i.body()), None) for i in page.items]
+        await receiver.ingest(source.node_id, verified, [], Cursor(page.epoch, page.next))
+        more = page.more
+    assert {v.version for v in made} <= receiver.index.keys()
+    assert asked == ([True, False, False] if held_before == 0 else [True, True, True])
+    assert feeds.ids_for(source.node_id)  # caught up: ids first again
