@@ -27,6 +27,7 @@ from typing import Literal
 
 import msgspec
 
+from identity.schema import MAX_RECORD_BYTES
 from sync import messages as m
 from sync.client import SyncError
 from sync.listed import Listed
@@ -68,7 +69,8 @@ async def resolve(store: SyncStore, fetch: Fetch, reply: m.Changes) -> Resolved:
     versions = list(dict.fromkeys(item.version for item in sized))
     held = await store.refused(versions)
     want = [v for v in versions if v not in held]
-    size = {item.version: item.size if isinstance(item.size, int) else 0 for item in sized}
+    # a size is the peer's word: no more than a record may be, so a peer cannot split a fetch into one per record
+    size = {item.version: min(item.size, MAX_RECORD_BYTES) if isinstance(item.size, int) else 0 for item in sized}
     bodies: dict[str, m.RecordItem] = {}
     for chunk in _chunks(want, size):
         asked = set(chunk)
