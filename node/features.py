@@ -113,6 +113,7 @@ FEATURES: tuple[Feature, ...] = (
         projectors={"redaction": redaction_effects.project_redaction},
         tables=redaction_store.TABLES,
         screen=redaction_effects.screen_appended,
+        switches={"redaction": redaction_effects.switch_redaction},  # a thief's redaction, void by a revocation
         background=(redaction_scrub.scrub_context,),
     ),
     Feature("retention", background=(retention_job.retention_context,)),  # opt-in deletion of node-local rows

@@ -3,9 +3,15 @@ failing once stays failed, the table a drill prints, and its report."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import shutil
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -57,3 +63,18 @@ def verdict(report: Report, drill: str) -> int:
         return 1
     print(f"{drill}: OK")
     return 0
+
+
+def drill_main(doc: str | None, name: str, run: Callable[[Path], Coroutine[Any, Any, Report]]) -> int:
+    """A drill's command line: `--keep DIR` to keep its data folders and logs; runs `run` in a temporary folder
+    and returns `verdict`'s exit status."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keep", type=Path, help="keep the data folders and logs in this (new) folder")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix=f"bbs-{name.split()[0]}-") as tmp:
+        try:
+            report = asyncio.run(run(Path(tmp)))
+        finally:
+            if args.keep:
+                shutil.copytree(tmp, args.keep)
+    return verdict(report, name)

@@ -30,14 +30,11 @@ failed; the wall time is printed.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import secrets
-import shutil
 import sqlite3
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -429,16 +426,7 @@ async def run(root: Path) -> Report:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--keep", type=Path, help="keep the data folders and logs in this (new) folder")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bbs-redaction-") as tmp:
-        try:
-            report = asyncio.run(run(Path(tmp)))
-        finally:
-            if args.keep:
-                shutil.copytree(tmp, args.keep)
-    return checks.verdict(report, "redaction drill")
+    return checks.drill_main(__doc__, "redaction drill", run)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,13 @@ cut off. The story, one step function each (so the pieces other branches build c
 3. `owner_works`: the owner posts with K1; the planner declares a task on a; the owner leases it.
 4. `theft`: a thief copies the identity file (K1) and opens a session with it on every node (the path an identity
    file's client takes; where a node refused, it would use the agent's API key copied from the same machine): on b
-   it posts, links to the owner's post, and posts records backdated to before the theft; it tries to rotate the
-   identity to a key of its own (a commitment holds: refused).
+   it posts, links to the owner's post, and posts records backdated to before the theft; it redacts the owner's post
+   on b (issue 39); it tries to rotate the identity to a key of its own (a commitment holds: refused).
 5. `revoke`: c is cut off and the thief posts there too (the window before c hears of the revocation); the owner
    revokes K1 with R on a, installing K2 and vouching for the owner's own K1 records, with their pages.
 6. `after_revocation` (for each node, timed from the moment it stores the revocation; c after the heal): within
-   10 s it refuses the thief's new records, voids the backdated ones, shows the same verdict on every earlier
+   10 s it refuses the thief's new records, voids the backdated ones and the redaction (the owner's post reads
+   again: docs/decisions.md record 69), shows the same verdict on every earlier
    record as the other nodes, takes the owner's posts by K2 under the same id, refuses the thief's lease and
    completion, and honours the owner's lease.
 7. `rotate_node_key`: `bbs node rotate-key` on b; sync keeps running both ways.
@@ -31,13 +32,10 @@ failed; the wall time is printed.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import shutil
 import sqlite3
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -70,9 +68,11 @@ CHECKS: dict[str, str] = {
     "owner_holds_lease": "the owner holds the lease of a task homed on a",
     "thief_posts_in_window": "before the revocation the thief's records (posts, a link, backdated posts) are taken",
     "thief_cannot_rotate": "the thief's rotation to a key of its own is refused (the owner committed to its next key)",
+    "thief_redacts_in_window": "before the revocation the thief's redaction of the owner's post hides it",
     "revocation_stored": "the revocation by R (installing K2) is stored on every node",
     "thief_new_records_refused": "within 10 s of the revocation: the thief's new posts and links are refused",
     "backdated_records_void": "within 10 s: the thief's records stored before the revocation are void (hidden)",
+    "thief_redaction_undone": "within 10 s: the owner's post the thief redacted reads again (its redaction is void)",
     "same_verdicts_everywhere": "within 10 s: every earlier record has the same verdict on every node",
     "owner_posts_with_new_key": "within 10 s: the owner posts with K2 under the same id",
     "thief_lease_refused": "within 10 s: the thief's lease request for the owner's task is refused",
@@ -403,6 +403,7 @@ async def theft(w: World) -> None:
             w.thief_backdated.append(old)
     w.thief_window += taken
     w.check("thief_posts_in_window", len(taken) == 2 and len(w.thief_backdated) == 2, ", ".join(answers))
+    await thief_redacts(w)
     # The thief tries to take the identity over: a rotation to its own key, signed by K1 (rank `current`).
     assert w.rotation is not None
     grab, pages = key_event(
@@ -414,6 +415,28 @@ async def theft(w: World) -> None:
     )
     code = data.get("code") if isinstance(data, dict) else None
     w.check("thief_cannot_rotate", status == 422 and code == "unauthorized_key_event", f"b answered {status} {code}")
+
+
+async def thief_redacts(w: World) -> None:
+    """The thief redacts the owner's post made on b, signed by K1 (issue 39: the revocation makes it void)."""
+    assert w.thief_key is not None
+    if len(w.owner_k1) < 2:
+        w.check("thief_redacts_in_window", False, "the owner's post on b is missing")
+        return
+    target = w.owner_k1[1]
+    body = {
+        "kind": "redaction",
+        "schema_version": canonical.SCHEMA_VERSION,
+        "created_at": canonical.now_created_at(),
+        "target": target.address,
+        "reason": "the thief destroys",
+    }
+    redaction = sign_as(w.owner_id, body, w.thief_key)
+    status, data = await post_record(w, "b", redaction, w.thief_auth["b"], "/v1/redactions")
+    hidden = not await visible(w, "b", target)
+    if status == 201:
+        w.thief_window.append(redaction)  # then served as its target's tombstone: void (hidden) after the revocation
+    w.check("thief_redacts_in_window", status == 201 and hidden, f"b answered {status} {_code(data)}, hidden: {hidden}")
 
 
 async def revoke(w: World) -> None:
@@ -451,10 +474,12 @@ async def watch_revocation(w: World, names: list[str], timeout: float) -> None:
 
 
 async def visible(w: World, name: str, signed: Signed) -> bool:
-    """Whether a node serves a record to a reader: an entry by its address, a link among its target's links."""
+    """Whether a node serves a record to a reader: an entry by its address (among the entries read, not as a
+    tombstone), a link among its target's links, a redaction as its target's tombstone."""
     if signed.record["kind"] == "entry":
         status, data = await w.call(name, "GET", f"/v1/entries/{signed.address}")
-        return status == 200 and signed.address in json.dumps(data)
+        entries = data.get("entries", []) if status == 200 and isinstance(data, dict) else []
+        return any(isinstance(e, dict) and e.get("record_hash") == signed.address for e in entries)
     status, data = await w.call(name, "GET", f"/v1/entries/{signed.record['target']}")
     return status == 200 and signed.address in json.dumps(data)
 
@@ -491,6 +516,10 @@ async def after_revocation(w: World, name: str) -> None:
         shown = [s.address[:12] for s in w.thief_window + w.thief_backdated if await visible(w, name, s)]
         return not shown, f"{name}: " + (f"still serves {shown}" if shown else "serves none of them")
 
+    async def redaction_undone() -> tuple[bool, str]:
+        shown = len(w.owner_k1) > 1 and await visible(w, name, w.owner_k1[1])
+        return shown, f"{name}: " + ("the redacted post reads again" if shown else "the post is still hidden")
+
     async def owner_posts() -> tuple[bool, str]:
         post = entry(w.owner_id, w.k2, f"the owner on {name}, signed by K2")
         status, data = await post_record(w, name, post, w.owner_auth[name])
@@ -523,8 +552,9 @@ async def after_revocation(w: World, name: str) -> None:
         ("thief_lease_refused", thief_lease),
         ("thief_completion_refused", thief_completion),
         ("backdated_records_void", backdated_void),
+        ("thief_redaction_undone", redaction_undone),
     ):
-        if check == "backdated_records_void":
+        if check in ("backdated_records_void", "thief_redaction_undone"):
             ok, detail, at = await retry_until(attempt, deadline)
         else:
             (ok, detail), at = await attempt(), time.monotonic()
@@ -710,16 +740,7 @@ async def run(root: Path) -> Report:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--keep", type=Path, help="keep the data folders and logs in this (new) folder")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bbs-theft-") as tmp:
-        try:
-            report = asyncio.run(run(Path(tmp)))
-        finally:
-            if args.keep:
-                shutil.copytree(tmp, args.keep)
-    return checks.verdict(report, "theft drill")
+    return checks.drill_main(__doc__, "theft drill", run)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,6 @@ POLL_S = 0.1
 # What the projections raise for a record they refuse, the peer's fault: a constraint of a projection table, or a
 # value the canonical form refuses. Anything else a record meets while stored is a fault of this node's own code.
 REFUSED = (sqlite3.IntegrityError, canonical.CanonicalError)
-MODERATION_KINDS = frozenset({"space_admin", "vouch_page"})  # records of a space that may make an author its admin
 log = logging.getLogger("bbs.sync")
 # Federated versions by address or version: a UNION of two index searches (an OR of the two would scan every
 # federated record).
@@ -506,6 +505,7 @@ def ingest_txn(
     redacted = redaction_effects.screen_txn(conn, [(v.hash, v.version, v.record) for v in records], now_ms)
     screened = [Outcome(v.hash, "void", "redacted") for v in records if v.version in redacted]
     records = [v for v in records if v.version not in redacted] if redacted else records
+    waiting.count_txn(conn, peer_id, void=len(screened))  # a peer serving a redacted body shows in its counters
     gated = waiting_gate.gate_txn(conn, authority, peer_id, records, now_ms, recheck=recheck)
     gated.outcomes.extend(screened)
     # records of a space: only those of a space this node hosts, valid by `identity.spaces.resolve` (docs/sync.md)
@@ -534,10 +534,7 @@ def ingest_txn(
     # key events and pages stored: the authors' records already in the log may change verdict (7.6)
     stored = [v.record for v, (_, inserted) in kept if inserted]
     settle_authority_txn(conn, authority, void.authors_of_authority(stored), now_ms)
-    # who moderates a space may have changed: its redactions void for want of it are decided again (issue 39)
-    # (a key event's vouch pages have no space)
-    moderated = {r["space"] for r in stored if r.get("kind") in MODERATION_KINDS and r.get("space") is not None}
-    redaction_effects.reapply_txn(conn, moderated, now_ms)
+    redaction_effects.redecide_txn(conn, stored, now_ms)  # who moderates a space may have changed (issue 39)
     _store_released_txn(conn, authority, gated.released, now_ms)
     if cursor is not None:
         write_cursor_txn(conn, peer_id, cursor, too_new_from)
@@ -556,6 +553,8 @@ def settle_authority_txn(conn: Conn, authority: Authority, authors: set[str], no
         deps += [author_deps(author) for author in sorted(authors)]
         _store_released_txn(conn, authority, waiting_gate.recheck_txn(conn, authority, tuple(deps), 0, now_ms), now_ms)
     void.reflag_txn(conn, authority, authors, now_ms)
+    # a redaction those flagged void released the versions it set aside: into the log again (docs/decisions.md 69)
+    redaction_effects.restore_txn(conn, authority, now_ms)
 
 
 def recheck_waiting_txn(

@@ -276,23 +276,29 @@ def seen_by(conn: Conn, entry_ids: list[int]) -> list[tuple[str, int]]:
     return [(str(r[0]), int(r[1])) for r in rows]
 
 
-def newest_id(conn: Conn) -> int:
-    """The highest notification id (0 when there is none)."""
-    return int(conn.execute("SELECT coalesce(max(id), 0) FROM notifications").fetchone()[0])
-
-
-def insert_notices_txn(
-    conn: Conn, seen: list[tuple[str, int]], redaction: str, above: int, now_ms: int, expires_ms: int
-) -> None:
+def insert_notices_txn(conn: Conn, seen: list[tuple[str, int]], redaction: str, now_ms: int, expires_ms: int) -> None:
     """Tell each (agent, dropped entry id) of `seen` that the entry was redacted by `redaction`: a pending notice of
-    reason `redacted`, tier 1 (their copies should go). Their ids are taken above `above`, the highest id before the
-    notifications of the entry were deleted: a notice never takes the id of the notification it replaces (a client
-    keeping ids, or the push dispatcher's cursor, would take it for one already seen)."""
+    reason `redacted`, tier 1 (their copies should go). Its id is a new one (AUTOINCREMENT, migration 0049): a notice
+    never takes the id of the notification it replaces (a client keeping ids, or the push dispatcher's cursor, would
+    take it for one already seen)."""
     conn.executemany(
-        "INSERT INTO notifications (id, agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms,"
-        " redaction) VALUES (?, ?, ?, NULL, 1, 'redacted', ?, ?, ?)",
-        [(above + i + 1, agent, entry_id, now_ms, expires_ms, redaction) for i, (agent, entry_id) in enumerate(seen)],
+        "INSERT INTO notifications (agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms,"
+        " redaction) VALUES (?, ?, NULL, 1, 'redacted', ?, ?, ?)",
+        [(agent, entry_id, now_ms, expires_ms, redaction) for agent, entry_id in seen],
     )
+
+
+def forget_notices_txn(conn: Conn, redactions: list[str]) -> None:
+    """Delete the notices of `redactions` (they became void: the entry is shown again, and its append notifies its
+    subscribers afresh)."""
+    listed = _json_list(redactions)
+    conn.execute("DELETE FROM notifications WHERE redaction IN (SELECT value FROM json_each(?))", (listed,))
+
+
+def repoint_notices_txn(conn: Conn, void: str, holding: str) -> None:
+    """Make the notices of the redaction `void` name `holding`, another redaction of the same entry that still holds
+    (their envelope reads the tombstone through the redaction they name)."""
+    conn.execute("UPDATE notifications SET redaction = ? WHERE redaction = ?", (holding, void))
 
 
 def _json_list(values: list[Any]) -> str:

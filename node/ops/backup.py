@@ -77,12 +77,14 @@ def _sha256(path: Path) -> str:
 
 def snapshot_db(source: Path, dest: Path) -> None:
     """Copy a live database to `dest` as one self-contained file (rollback journal), consistent at one instant:
-    `VACUUM INTO`, which copies no free page (a redacted body's text is not carried into backups)."""
+    `VACUUM INTO`, which copies no free page (a redacted body's text is not carried into backups), and without the
+    versions a redaction set aside for its grace."""
     src = db.connect(source)  # not query_only, which refuses VACUUM INTO; it only reads the source
     try:
         store.vacuum_into(src, dest)  # one read transaction
         out = sqlite3.connect(str(dest))
         try:
+            store.empty_set_aside(out)  # the versions a redaction set aside for its grace stay out of backups
             store.use_rollback_journal(out)
         finally:
             out.close()

@@ -86,6 +86,16 @@ def vacuum_into(conn: sqlite3.Connection, dest: Path) -> None:
     conn.execute("VACUUM INTO ?", (str(dest),))
 
 
+def empty_set_aside(conn: sqlite3.Connection) -> None:
+    """In a backup's copy: delete the redacted versions set aside for the grace (`redacted_bodies`, migration 0043;
+    docs/decisions.md record 69) with `secure_delete` on, so a backup made within a redaction's grace holds no byte
+    of the body either. A database from before that migration has no such table."""
+    conn.execute("PRAGMA secure_delete = ON")
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'redacted_bodies'").fetchone():
+        conn.execute("DELETE FROM redacted_bodies")
+        conn.commit()
+
+
 def use_rollback_journal(conn: Conn) -> None:
     """Make the database a self-contained file (journal_mode DELETE: no -wal or -shm beside it)."""
     conn.execute("PRAGMA journal_mode = DELETE")

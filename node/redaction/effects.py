@@ -2,7 +2,8 @@
 the transaction that stores it or that would store its target's body:
 
 - `project_redaction`, the projector of `redaction` records: the `redactions` row, then `apply_txn`;
-- `reapply_txn`: `apply_txn` again for the redactions of a space whose moderators changed (sync ingest);
+- `redecide_txn`: the redactions of a space whose moderators changed decided again (sync ingest, a client's space
+  records): applied where they hold now, undone where they hold no more;
 - `apply_txn`: when the target's versions are held and the redaction holds against them (`rules.refusal`), every
   version is deleted from the log and remembered in `refused_versions` (`drop_held_txn`): its projection rows leave
   by its kind's switch (as a record flagged void does: node/store/void.py), the notifications of it go (an agent
@@ -13,12 +14,19 @@ the transaction that stores it or that would store its target's body:
 - `purge_txn`: the operator's purge drops the same way, remembered in `purges`, with no tombstone;
 - `screen_txn` (sync ingest, before the waiting area) and `screen_appended` (the log's screen, before every append):
   a body arriving after its redaction or purge is checked in memory against the redactions naming its address;
-  where one holds, only the tombstone is kept and the body never touches the disk.
+  where one holds, only the tombstone is kept and the body never touches the disk;
+- `switch_redaction`, the kind's `Switch` (node/store/void.py): a redaction a later key event makes void (a
+  revocation that does not vouch for it: a thief's) undoes what it did (`undo_txn`): its projection row goes, and
+  unless another redaction still holds against the target, the tombstone, the refused versions and its notices go,
+  and the versions it set aside are released; `restore_txn` (in the key event's transaction, after the switches)
+  appends them again, each decided by its key. A redaction valid again (a recovery vouching for it) applies again.
+  docs/decisions.md record 69.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from identity.schema_v3 import space_of
@@ -29,7 +37,8 @@ from node.inbox.notify import NOTIFICATION_TTL_MS
 from node.redaction import rules, store
 from node.redaction.store import HeldVersion, PurgeRow, RedactionRow, TombstoneRow
 from node.spaces import store as space_store
-from node.store import equivocation, idempotency, projections
+from node.store import equivocation, idempotency, projections, void, waiting
+from node.store.authority import Authority
 from node.store.conn import Conn
 from node.store.projections import Incoming, Projection
 from wire.redaction import Tombstone
@@ -72,24 +81,43 @@ def apply_txn(conn: Conn, row: RedactionRow, now_ms: int) -> TombstoneRow | None
     return drop_txn(conn, row, held, now_ms)
 
 
-def reapply_txn(conn: Conn, spaces: set[str], now_ms: int) -> None:
-    """After records deciding who moderates `spaces` were stored (a promotion to admin arriving after the redaction
-    it authorises): `apply_txn` again each redaction of those spaces whose target is still held. A no-op, one
-    indexed look-up, when none is."""
-    if spaces:
-        for row in store.redactions_of_held_in(conn, spaces):
-            apply_txn(conn, row, now_ms)
+MODERATION_KINDS = frozenset({"space_admin", "space_member", "vouch_page"})  # may change who moderates a space
+
+
+def redecide_txn(conn: Conn, stored: Iterable[dict[str, Any]], now_ms: int) -> None:
+    """After the records `stored` were stored (from a peer or a client), where some may change who moderates their
+    space (`MODERATION_KINDS`: a promotion, a demotion, a removal's vouch pages; a key event's pages name no space),
+    decide again each redaction of those spaces by a moderator: one whose target is
+    still held (void for it when it came: its author was not yet an admin here) drops it when it holds now
+    (`apply_txn`); one that dropped its target and holds no more (its author demoted by a removal that does not vouch
+    for it: docs/format-v3.md 5.2, 6) is undone (`undo_txn`) and its set-aside versions are appended again
+    (`restore_txn`). So every node ends with the same bodies whatever order the promotion, the redaction and the
+    demotion reached it in. Two indexed look-ups when the spaces hold no redaction."""
+    spaces = {str(r["space"]) for r in stored if r.get("kind") in MODERATION_KINDS and isinstance(r.get("space"), str)}
+    if not spaces:
+        return
+    for row in store.redactions_of_held_in(conn, spaces):
+        apply_txn(conn, row, now_ms)
+    moderates = moderates_txn(conn)
+    undone = False
+    for row, tombstone in store.moderated_in(conn, spaces):
+        target = {"kind": tombstone.kind, "author_id": tombstone.author_id, "space": tombstone.space}
+        if rules.refusal(row.author_id, row.space, row.hash, target, moderates) is not None:
+            undo_txn(conn, row, now_ms)
+            undone = True
+    if undone:
+        restore_txn(conn, Authority(), now_ms)
 
 
 def drop_txn(conn: Conn, row: RedactionRow, held: Sequence[HeldVersion], now_ms: int) -> TombstoneRow:
     """Delete the versions `held` of `row.target` from the log and every projection (`drop_held_txn`), keep the
     tombstone, and give each agent a notification of it had reached a notice of reason `redacted` instead."""
     seen = inbox_store.seen_by(conn, [h.seq for h in held])  # read before their notifications go
-    above = inbox_store.newest_id(conn)
+    store.set_aside_txn(conn, [h.seq for h in held])  # for the grace: a revocation may make the redaction void
     drop_held_txn(conn, row.target, held, now_ms)
     tombstone = keep_tombstone_txn(conn, row, held[0].record, [h.version for h in held], now_ms)
     # the agents it reached are told: their runtimes and candidates may hold copies (a notice names no body)
-    inbox_store.insert_notices_txn(conn, seen, row.hash, above, now_ms, now_ms + NOTIFICATION_TTL_MS)
+    inbox_store.insert_notices_txn(conn, seen, row.hash, now_ms, now_ms + NOTIFICATION_TTL_MS)
     return tombstone
 
 
@@ -198,6 +226,74 @@ def screen_appended(conn: Conn, items: Sequence[Incoming]) -> None:
                 continue
             if rules.refusal(row.author_id, row.space, row.hash, item.record, moderates) is None:
                 raise Conflict(f"{item.hash} was redacted here: its body is not stored again", code="redacted")
+
+
+def switch_redaction(conn: Conn, seq: int, address: str, record: dict[str, Any], valid: bool, now_ms: int) -> None:
+    """The redaction kind's `Switch` (node/store/void.py): flagged void by a later key event, the redaction at
+    `address` undoes what it did (`undo_txn`); valid again (a recovery vouching for it), it applies again."""
+    row = row_of(void.decoded(record), address, seq)
+    if valid:
+        store.insert_redaction_txn(conn, row)
+        apply_txn(conn, row, now_ms)
+        return
+    store.delete_redaction_txn(conn, address)
+    undo_txn(conn, row, now_ms)
+
+
+def undo_txn(conn: Conn, row: RedactionRow, now_ms: int) -> None:
+    """Undo the void redaction `row` (its projection row deleted already). Nothing when it had dropped nothing (its
+    target never seen, or void for it). When another redaction of the target still holds (the author's own), the
+    tombstone stays and names that one, and so do the notices. Else the target is no longer redacted here: the
+    tombstone goes, its versions leave `refused_versions` (reconciliation fetches them again from peers that kept
+    them), the notices of the redaction go, and the versions set aside within the grace are released for
+    `restore_txn`; the redaction's scrub stays scheduled (it deletes what is left of the bytes; a restored entry's
+    document is indexed again)."""
+    kept = store.tombstones(conn, [row.target])
+    if not kept:
+        return
+    tombstone = kept[0]
+    target = {"kind": tombstone.kind, "author_id": tombstone.author_id, "space": tombstone.space}  # what 5.2 reads
+    moderates = moderates_txn(conn)
+    for other in store.redactions_of(conn, [row.target]):
+        if other.hash == row.hash:
+            continue
+        if rules.refusal(other.author_id, other.space, other.hash, target, moderates) is None:
+            if tombstone.redaction == row.hash:
+                store.repoint_tombstone_txn(conn, row.target, other)
+            inbox_store.repoint_notices_txn(conn, row.hash, other.hash)  # their envelope reads it through `other`
+            return
+    store.delete_tombstone_txn(conn, row.target)
+    inbox_store.forget_notices_txn(conn, sorted({row.hash, tombstone.redaction}))
+    if not store.purges(conn, [row.target]):  # the operator's purge still refuses every version
+        equivocation.forget_refused_txn(conn, row.target)
+    store.release_txn(conn, row.target)
+
+
+def restore_txn(conn: Conn, authority: Authority, now_ms: int) -> int:
+    """Append again the versions set aside whose redaction became void (`undo_txn`), in their old log order, through
+    the log's normal append path (projections, notifications of subscribers, the search index's catch-up), each
+    decided by its key as if it had just arrived (`Authority.decide`): a void one is not stored and is remembered
+    as a void refusal (docs/format-v3.md 7.6), as on a node it reaches after the key event. Runs in the key event's
+    transaction, after `void.reflag_txn`'s switches. How many were stored."""
+    rows = store.released(conn)
+    if not rows:
+        return 0
+    purged = {p.hash for p in store.purges(conn, {r.hash for r in rows})}
+    restored = 0
+    for aside in rows:
+        if aside.hash in purged:
+            continue
+        record = json.loads(aside.body)
+        if authority.needs(record):
+            decision = authority.decide(record, aside.version)
+            if decision.verdict == "void":
+                waiting.remember_void_txn(conn, aside.version, str(record["author_id"]), decision.reason or "void",
+                                          now_ms)  # fmt: skip
+                continue
+        item = Incoming(record, aside.hash, void.decoded(record), aside.scope, aside.body, aside.version)
+        projections.append_many(conn, [item], origin=aside.origin, now_ms=now_ms)
+        restored += 1
+    return restored
 
 
 def tombstone_out(row: TombstoneRow) -> Tombstone:

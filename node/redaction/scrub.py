@@ -1,5 +1,7 @@
 """The scrub: once a redacted body's grace has passed (`redaction_grace_s`, default 24 h; 0 for an emergency), the
-bytes it left on disk go (docs/operations.md, "Redaction"). The log and projections deleted them in the redaction's
+bytes it left on disk go (docs/operations.md, "Redaction"). First the dropped versions the redaction set aside
+for the grace (`redacted_bodies`, so a redaction a revocation makes void can show them again: docs/decisions.md
+record 69) are deleted. The log and projections deleted them in the redaction's
 transaction with `secure_delete` on, which zeroes the freed cells and pages in the pages written then; what remains is
 the WAL's older frames, emptied by a `wal_checkpoint(TRUNCATE)` retried until no reader holds an older snapshot, and
 the search index's deleted documents, whose terms and stored text stay in their segment until it is merged
@@ -45,6 +47,9 @@ async def scrub_due(node: Node) -> list[str]:
     due = await node.db.read(lambda conn: store.due_scrubs(conn, cutoff))
     if not due:
         return []
+    # the versions set aside for the grace (a void redaction would have restored them) go first, zeroed by
+    # secure_delete, so the checkpoint below carries their deletion into the database file
+    await node.db.write(lambda conn: store.forget_set_aside_txn(conn, due))
     index = node.search_index
     if index is not None and index.writer is not None:
         await asyncio.to_thread(index.rewrite, [], due)  # their documents deleted (the indexer may not have yet)

@@ -1,5 +1,6 @@
-"""The SQL of redaction (migration 0039): the `redactions` projection, the node-local `tombstones` and
-`redaction_scrubs`, and dropping a target's versions from the log and the tables that copied them."""
+"""The SQL of redaction (migrations 0039, 0043): the `redactions` projection, the node-local `tombstones`,
+`redaction_scrubs` and `redacted_bodies` (the dropped versions set aside for the grace), and dropping a target's
+versions from the log and the tables that copied them."""
 
 from __future__ import annotations
 
@@ -80,6 +81,26 @@ def redactions_of_held_in(conn: Conn, spaces: Iterable[str]) -> list[RedactionRo
     return [RedactionRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
 
 
+def moderated_in(conn: Conn, spaces: Iterable[str]) -> list[tuple[RedactionRow, TombstoneRow]]:
+    """The tombstones of any of `spaces` that a moderator's redaction made (its author is not the target's), each
+    with that redaction, oldest redaction first."""
+    rows = conn.execute(
+        "SELECT r.hash, r.seq, r.target, r.author_id, r.created_at, r.space, r.reason, t.hash, t.kind, t.author_id,"
+        " t.created_at, t.space, t.versions, t.redaction, t.redacted_by, t.redacted_at, t.dropped_ms"
+        " FROM tombstones t JOIN redactions r ON r.hash = t.redaction"
+        " WHERE t.space IN (SELECT value FROM json_each(?)) AND r.author_id <> t.author_id"
+        " ORDER BY r.created_at, r.hash",
+        (json.dumps(sorted(set(spaces))),),
+    ).fetchall()
+    return [
+        (
+            RedactionRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6]),
+            TombstoneRow(r[7], r[8], r[9], r[10], r[11], json.loads(r[12]), r[13], r[14], r[15], int(r[16])),
+        )
+        for r in rows
+    ]
+
+
 def redaction(conn: Conn, address: str) -> RedactionRow | None:
     """The redaction record at `address`, when this node holds one."""
     row = conn.execute(
@@ -116,6 +137,78 @@ def drop_versions_txn(conn: Conn, address: str, seqs: list[int], now_ms: int) ->
     conn.execute("DELETE FROM void_records WHERE seq IN (SELECT value FROM json_each(?))", (seq_list,))
     conn.execute("DELETE FROM waiting WHERE hash = ?", (address,))
     conn.execute("DELETE FROM records WHERE seq IN (SELECT value FROM json_each(?))", (seq_list,))
+
+
+def delete_redaction_txn(conn: Conn, address: str) -> None:
+    """Take a redaction record out of the projection (it was flagged void: it screens and drops nothing)."""
+    conn.execute("DELETE FROM redactions WHERE hash = ?", (address,))
+
+
+class SetAside(NamedTuple):
+    """A version a redaction dropped, kept aside for the grace (migration 0043)."""
+
+    version: str
+    hash: str
+    seq: int
+    kind: str
+    origin: str
+    scope: str
+    body: bytes
+
+
+def set_aside_txn(conn: Conn, seqs: list[int]) -> None:
+    """Copy the versions at `seqs` from the log into `redacted_bodies`, before a redaction deletes them: node-local,
+    read by nothing but `released` (a void redaction's restore) and the scrub that deletes them."""
+    conn.execute(
+        "INSERT INTO redacted_bodies (version, hash, seq, kind, origin, scope, body)"
+        " SELECT version, hash, seq, kind, origin, scope, body FROM records"
+        " WHERE seq IN (SELECT value FROM json_each(?))"
+        " ON CONFLICT (version) DO NOTHING",
+        (json.dumps(seqs),),
+    )
+
+
+def release_txn(conn: Conn, address: str) -> int:
+    """Mark the versions of `address` set aside for restoring (their redaction became void); how many."""
+    return conn.execute("UPDATE redacted_bodies SET released = 1 WHERE hash = ?", (address,)).rowcount
+
+
+def released(conn: Conn) -> list[SetAside]:
+    """The versions set aside whose redaction became void, in their old log order; deleted from the table."""
+    rows = conn.execute(
+        "SELECT version, hash, seq, kind, origin, scope, body FROM redacted_bodies WHERE released = 1 ORDER BY seq"
+    ).fetchall()
+    if rows:  # (every key event's transaction asks: one probe of a partial index when none is released)
+        conn.execute("DELETE FROM redacted_bodies WHERE released = 1")
+    return [SetAside(r[0], r[1], int(r[2]), r[3], r[4], r[5], bytes(r[6])) for r in rows]
+
+
+def forget_set_aside_txn(conn: Conn, addresses: list[str] | None = None) -> int:
+    """Delete the versions set aside of `addresses` (every one when None): the scrub, a backup's copy. With
+    `secure_delete` on, their cells are zeroed. How many rows went."""
+    if addresses is None:
+        return conn.execute("DELETE FROM redacted_bodies").rowcount
+    return conn.execute(
+        "DELETE FROM redacted_bodies WHERE hash IN (SELECT value FROM json_each(?))", (json.dumps(addresses),)
+    ).rowcount
+
+
+def set_aside_count(conn: Conn) -> int:
+    """How many dropped versions are set aside, waiting for their scrub (`bbs doctor`)."""
+    return int(conn.execute("SELECT count(*) FROM redacted_bodies").fetchone()[0])
+
+
+def delete_tombstone_txn(conn: Conn, address: str) -> None:
+    """Forget the tombstone of `address` (no redaction holds against it any more)."""
+    conn.execute("DELETE FROM tombstones WHERE hash = ?", (address,))
+
+
+def repoint_tombstone_txn(conn: Conn, address: str, row: RedactionRow) -> None:
+    """Name `row` as the redaction of `address`'s tombstone (the one it named became void, `row` still holds)."""
+    conn.execute(
+        "UPDATE tombstones SET redaction = ?, redacted_by = ?, redacted_at = ? WHERE hash = ?",
+        (row.hash, row.author_id, row.created_at, address),
+    )
 
 
 def insert_tombstone_txn(conn: Conn, row: TombstoneRow) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from identity import canonical, keys, spaces, vouching
 from identity.space_rules import may_read
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
+from node.redaction import effects as redaction_effects
 from node.spaces import store
 from node.spaces.sight import stored_scope
 from node.store import projections
@@ -114,6 +115,7 @@ def store_txn(conn: Conn, verified: Sequence[Verified], now_ms: int, wheres: Seq
         incoming = projections.Incoming(item.record, item.hash, item.decoded, stored_scope(space_id), item.body)
         projections.append_many(conn, [incoming], origin="local", now_ms=now_ms)
         new = True
+    redaction_effects.redecide_txn(conn, [v.record for v in verified], now_ms)  # who moderates may have changed
     return new
 
 

@@ -314,9 +314,12 @@ def spaces_with_entries(conn: Conn, cap: int) -> list[str] | None:
 
 def posts_of(conn: Conn, space_id: str, author: str) -> list[str]:
     """The versions of `author`'s posts in the space that the log holds (entries: the only posts a space takes so
-    far), sorted: what a removal vouches for by default."""
+    far) and of its redactions there (what it did as an admin: docs/format-v3.md 5.2), sorted: what a removal
+    vouches for by default, so a demotion keeps the member's past work and moderation standing."""
     rows = conn.execute(
-        "SELECT r.version FROM entries e JOIN records r ON r.seq = e.id WHERE e.space = ? AND e.author_id = ?",
-        (space_id, author),
+        "SELECT r.version FROM entries e JOIN records r ON r.seq = e.id WHERE e.space = ? AND e.author_id = ?"
+        " UNION SELECT r.version FROM redactions d JOIN records r ON r.seq = d.seq"
+        " WHERE d.space = ? AND d.author_id = ?",
+        (space_id, author, space_id, author),
     ).fetchall()
     return sorted(str(r[0]) for r in rows)

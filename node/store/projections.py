@@ -153,9 +153,10 @@ def append_many(
         rows,
         " ON CONFLICT (version) DO NOTHING",
     )
-    # New rows take the seqs after the log's last one, in order (INTEGER PRIMARY KEY: largest + 1), so they are
-    # the `added` seqs ending at last_insert_rowid(). RETURNING would step, and wait for the GIL, once per record.
-    if added != len(clean):  # only if seqs ran out (2**63 records) and SQLite picked free ones at random
+    # New rows take the seqs after the highest ever handed out, in order (AUTOINCREMENT, migration 0049: a seq is
+    # never reused), so they are the `added` seqs ending at last_insert_rowid(). RETURNING would step, and wait for
+    # the GIL, once per record.
+    if added != len(clean):  # a guard: with AUTOINCREMENT an insert fails rather than take a free seq
         raise RuntimeError(f"the log's new seqs do not follow its last seq: {added} of {len(clean)} rows were added")
     seqs = dict(known)
     seqs.update({versions[i]: last_rowid - added + 1 + n for n, i in enumerate(clean)})

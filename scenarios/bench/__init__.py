@@ -25,6 +25,7 @@ def registry() -> dict[str, Callable[[Context], None]]:
         reads,
         ready,
         redaction,
+        redaction_catchup,
         search,
         spaces,
         spaces_sync,
@@ -50,4 +51,5 @@ def registry() -> dict[str, Callable[[Context], None]]:
         "spaces": spaces.run,
         "spaces-sync": spaces_sync.run,
         "redaction": redaction.run,
+        "redaction-catchup": redaction_catchup.run,
     }

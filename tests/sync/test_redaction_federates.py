@@ -123,6 +123,11 @@ async def test_a_node_whose_redaction_row_is_gone_cannot_bring_the_body_back(mak
         outcomes, _missing = await peer.puller().fetch_into_store(b.config, [secret])
         assert all(o.outcome == "void" for o in outcomes)
         assert not await holds(peer, secret) and await tombstone_of(peer, secret) is not None
+        # each body B served was refused and shows in B's `void` counter on the peer (`bbs peers`)
+        voided = await peer.node.db.read(
+            lambda conn: conn.execute("SELECT void FROM peers WHERE node_id = ?", (b.node_id,)).fetchone()[0]
+        )
+        assert voided >= 2  # at least the feed's copy and the fetch's
     assert await a.digest() == await c.digest()
 
 

@@ -71,6 +71,9 @@ async def test_the_author_redacts_an_entry_and_reads_answer_its_tombstone(
     assert await rows(node, "SELECT version FROM refused_versions WHERE hash = ?", address) == [(version,)]
     dumped = "\n".join(await node.db.read(lambda c: list(c.iterdump())))
     assert secret not in dumped
+    # for the node's grace only, the version is set aside, node-local (a revocation may make the redaction void:
+    # docs/decisions.md record 69); the scrub deletes it (tests/node/redaction/test_scrub.py)
+    assert await rows(node, "SELECT version FROM redacted_bodies WHERE hash = ?", address) == [(version,)]
 
     again = await redact(client, alice, 200, target=address)  # already redacted: nothing new
     assert not again["created"] and again["redaction"] == out["redaction"]

@@ -68,6 +68,7 @@ async def test_with_grace_0_the_secret_is_in_no_file_of_the_data_folder_nor_in_a
     found = await get_json(client, "/v1/search", bob, params={"q": secret})
     assert found["entries"] == []  # answers hide at once
     await scrubbed(node, posted["record_hash"])
+    assert await node.db.read(store.set_aside_count) == 0  # the version set aside for the grace went first
 
     assert files_holding(node.data.root, secret.encode()) == []
     for term in tokens(secret):
@@ -85,15 +86,21 @@ async def test_with_grace_0_the_secret_is_in_no_file_of_the_data_folder_nor_in_a
 
 
 async def test_a_grace_keeps_the_scrub_waiting_and_answers_hide_at_once(
-    client: TestClient, node: Node, make_agent: MakeAgent
+    client: TestClient, node: Node, make_agent: MakeAgent, tmp_path: Path
 ) -> None:
     node.redactions.grace_s = 3600
     alice = await make_agent("alice")
-    posted = await post(client, alice, content="hide me now")
+    secret = "zq" + secrets.token_hex(12)
+    posted = await post(client, alice, content=f"hide me now {secret}")
     resp = await client.post("/v1/redactions", json={"target": posted["record_hash"]}, headers=alice.headers)
     assert resp.status == 201
     assert await scrub.scrub_due(node) == []  # not due within the grace
     assert (await node.db.read(store.pending_scrubs))[0] == 1
+    assert await node.db.read(store.set_aside_count) == 1  # kept aside for the grace: a revocation may void it
+    within = tmp_path / "within.tar"
+    backup.backup(node.data.root, within)  # a backup made within the grace holds nothing of the set-aside body
+    assert secret.encode() not in within.read_bytes()
     node.clock.advance(3601)  # type: ignore[attr-defined]
     assert await scrub.scrub_due(node) == [posted["record_hash"]]
     assert (await node.db.read(store.pending_scrubs))[0] == 0
+    assert await node.db.read(store.set_aside_count) == 0
