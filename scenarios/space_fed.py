@@ -407,7 +407,7 @@ async def served_to(
         page = await client.changes(since, None, 500, 0)
         if not isinstance(page, m.Changes):
             raise ScenarioFailed(f"{host.name} answered {asker.name}'s feed with {type(page).__name__}")
-        leaked += sum(space_id in bytes(item.record).decode() or item.hash == space_id for item in page.items)
+        leaked += sum(space_id in item.body().decode() or item.hash == space_id for item in page.items)
         if not page.more or page.next == since:
             break
         since = page.next

@@ -28,6 +28,7 @@ import msgspec
 from identity import canonical, keys, records
 from identity.space_rules import may_receive
 from sync import messages as m
+from sync.ids_first import POLICIES, FeedModes, Policy, read_page
 from sync.memory import MemoryStore
 from sync.negentropy import Negentropy, VectorStorage
 from sync.server import SyncServer
@@ -44,6 +45,7 @@ class Node:
     key: keys.SigningKey
     store: MemoryStore
     server: SyncServer
+    feeds: FeedModes
     peers: set[int] = field(default_factory=set)
 
 
@@ -65,6 +67,13 @@ class Result:
     refused: int = 0  # records a node refused on receipt (served to a node that does not host their space: a leak)
     space_body_bytes: int = 0  # as body_bytes and optimum_bytes, for the records of spaces only
     space_optimum_bytes: int = 0
+    policy: str = "ids"  # how each node reads its peers' feeds (sync/ids_first.py): bodies, ids or adaptive
+    # every request and reply body of the feed and of the fetches after ids pages, as JSON (HTTP headers aside)
+    wire_bytes: int = 0
+    space_wire_bytes: int = 0  # of them, the items, ids and bodies of the records of spaces
+    fetches: int = 0  # fetch requests after ids pages
+    announced: int = 0  # items of ids pages received (each an id and a size, no body)
+    empty_poll_bytes: int = 0  # of wire_bytes, the replies that brought no item (a round's polls of an idle peer)
 
     @property
     def ratio(self) -> float:
@@ -75,6 +84,16 @@ class Result:
     def space_ratio(self) -> float:
         """The same, for the records of spaces only."""
         return round(self.space_body_bytes / self.space_optimum_bytes, 3) if self.space_optimum_bytes else 1.0
+
+    @property
+    def wire_ratio(self) -> float:
+        """Every byte of the feed and its fetches per byte of the optimum: the honest figure."""
+        return round(self.wire_bytes / self.optimum_bytes, 3) if self.optimum_bytes else 1.0
+
+    @property
+    def space_wire_ratio(self) -> float:
+        """The bytes of the items, ids and bodies of the records of spaces per byte of their optimum."""
+        return round(self.space_wire_bytes / self.space_optimum_bytes, 3) if self.space_optimum_bytes else 1.0
 
 
 def _entry(key: keys.SigningKey, content: str, ms: int, space: str | None) -> Verified:
@@ -100,7 +119,9 @@ def _entry(key: keys.SigningKey, content: str, ms: int, space: str | None) -> Ve
     return Verified(records.compute_hash(record), canonical.canonical_bytes(record), record, None)
 
 
-def build(n: int, spaces: int, degree: int, per_space: int, public: int, seed: int) -> tuple[list[Node], list[Any]]:
+def build(
+    n: int, spaces: int, degree: int, per_space: int, public: int, seed: int, policy: Policy = "ids"
+) -> tuple[list[Node], list[Any]]:
     """The nodes, their topology, hosts and records (each stored on its author's node). Returns the nodes and, per
     record, (Verified, space or None)."""
     rng = random.Random(seed)
@@ -115,7 +136,8 @@ def build(n: int, spaces: int, degree: int, per_space: int, public: int, seed: i
     nodes = []
     for key in node_keys:
         store = MemoryStore(node_id=key.did, epoch=secrets.token_hex(16), hosts=dict(hosts))
-        nodes.append(Node(key, store, SyncServer(store)))
+        server = SyncServer(store)  # its puller notes what each peer listed; its server lists none of it back
+        nodes.append(Node(key, store, server, FeedModes(policy, listed=server.listed)))
     for i in range(n):  # a random graph
         for j in rng.sample([x for x in range(n) if x != i], min(degree, n - 1)):
             nodes[i].peers.add(j)
@@ -140,21 +162,53 @@ def build(n: int, spaces: int, degree: int, per_space: int, public: int, seed: i
     return nodes, made
 
 
-async def _pull(me: Node, peer: Node, result: Result) -> int:
-    """One feed request of `peer` by `me`, stored with its cursor; returns the records newly stored."""
+async def _pull(me: Node, peer: Node, result: Result, space_of: dict[str, str | None]) -> int:
+    """One page of `peer`'s feed read by `me` as the puller reads it (`sync.ids_first.read_page`: ids first or by
+    bodies, as `me.feeds` says), stored with its cursor; returns the records newly stored. Every request and reply
+    body is counted, as JSON on the wire (HTTP headers and signatures aside)."""
     cursor = me.store.cursors.get(peer.key.did)
-    query = m.ChangesQuery(v=m.PROTOCOL_VERSION, since=cursor.seq if cursor else 0, limit=PAGE)
-    reply = await peer.server.changes(query, me.key.did)
-    assert isinstance(reply, m.Changes)
-    result.reply_bytes += len(msgspec.json.encode(reply))
-    verified = []
-    for item in reply.items:
-        body = bytes(item.record)
-        record = json.loads(body)
-        result.body_bytes += len(body)
-        result.space_body_bytes += len(body) if "space" in record else 0
-        verified.append(Verified(item.hash, body, record, None))
-    outcomes = await me.store.ingest(peer.key.did, verified, [], Cursor(reply.epoch, reply.next))
+    since = cursor.seq if cursor else 0
+
+    def count(raw: int, version: str | None = None) -> None:
+        result.wire_bytes += raw
+        if version is not None and space_of.get(version) is not None:
+            result.space_wire_bytes += raw
+
+    async def ask(ids: bool) -> m.ChangesReply:
+        query = m.ChangesQuery(v=m.PROTOCOL_VERSION, since=since, limit=PAGE, ids=int(ids))
+        count(len(f"since={since}&limit={PAGE}&wait_ms=0&v={m.PROTOCOL_VERSION}" + "&ids=1" * ids))
+        reply = await peer.server.changes(query, me.key.did)
+        raw = msgspec.json.encode(reply)
+        result.reply_bytes += len(raw)
+        items = reply.items if isinstance(reply, m.Changes) else []
+        count(envelope := len(raw) - sum(len(msgspec.json.encode(i)) + 1 for i in items))
+        result.empty_poll_bytes += 0 if items else envelope
+        for item in items:
+            count(len(msgspec.json.encode(item)) + 1, item.version)
+            result.announced += item.record is msgspec.UNSET
+            if item.record is not msgspec.UNSET:
+                result.body_bytes += len(item.body())
+                result.space_body_bytes += len(item.body()) if space_of.get(item.version) else 0
+        return reply
+
+    async def fetch(versions: list[str]) -> m.Records:
+        request = m.FetchRequest(v=m.PROTOCOL_VERSION, hashes=versions)
+        count(len(msgspec.json.encode(request)) - sum(len(v) + 3 for v in versions))
+        for v in versions:
+            count(len(v) + 3, v)
+        reply = await peer.server.fetch(request, me.key.did)
+        count(len(msgspec.json.encode(reply)) - sum(len(msgspec.json.encode(i)) + 1 for i in reply.items))
+        for got in reply.items:
+            count(len(msgspec.json.encode(got)) + 1, got.version)
+            result.body_bytes += len(bytes(got.record))
+            result.space_body_bytes += len(bytes(got.record)) if space_of.get(got.version) else 0
+        result.fetches += 1
+        return reply
+
+    page = await read_page(me.feeds, me.store, peer.key.did, ask, fetch)
+    assert isinstance(page, m.Changes)
+    verified = [Verified(item.hash, item.body(), json.loads(item.body()), None) for item in page.items]
+    outcomes = await me.store.ingest(peer.key.did, verified, [], Cursor(page.epoch, page.next))
     saved = sum(1 for o in outcomes if o.outcome == "saved")
     result.deliveries += saved
     result.refused += sum(1 for o in outcomes if o.outcome == "invalid")
@@ -179,17 +233,24 @@ async def _reconcile(me: Node, peer: Node, result: Result) -> None:
 
 
 async def simulate(
-    n: int = 100, spaces: int = 10, degree: int = 3, per_space: int = 20, public: int = 50, seed: int = 1
+    n: int = 100,
+    spaces: int = 10,
+    degree: int = 3,
+    per_space: int = 20,
+    public: int = 50,
+    seed: int = 1,
+    policy: Policy = "ids",
 ) -> Result:
     """Run the federation until a round delivers nothing, then reconcile every pair of neighbours once."""
-    nodes, made = build(n, spaces, degree, per_space, public, seed)
-    result = Result(n, spaces, len(made), 0, False, 0, 0, 0, 0, 0, 0)
+    nodes, made = build(n, spaces, degree, per_space, public, seed, policy)
+    space_of = {v.version: s for v, s, _a in made}
+    result = Result(n, spaces, len(made), 0, False, 0, 0, 0, 0, 0, 0, policy=policy)
     while True:
         result.rounds += 1
         delivered = 0
         for me in nodes:
             for j in sorted(me.peers):
-                delivered += await _pull(me, nodes[j], result)
+                delivered += await _pull(me, nodes[j], result, space_of)
         if not delivered:
             break
     for i, me in enumerate(nodes):
@@ -221,9 +282,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=20, help="records per space")
     parser.add_argument("--public", type=int, default=50, help="public records")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--policy", choices=POLICIES, default="ids", help="how feeds are read (decision 70)")
     args = parser.parse_args(argv)
-    result = asyncio.run(simulate(args.nodes, args.spaces, args.degree, args.records, args.public, args.seed))
-    out = {**vars(result), "ratio": result.ratio, "space_ratio": result.space_ratio}
+    result = asyncio.run(
+        simulate(args.nodes, args.spaces, args.degree, args.records, args.public, args.seed, args.policy)
+    )
+    ratios = {"ratio": result.ratio, "space_ratio": result.space_ratio}
+    out = {**vars(result), **ratios, "wire_ratio": result.wire_ratio, "space_wire_ratio": result.space_wire_ratio}
     print(json.dumps(out))
     return 0 if result.exact and result.reconcile_need == 0 and result.refused == 0 else 1
 

@@ -111,7 +111,11 @@ class PeerClient:
         self.health = health
         self.boots = boots or PeerBoots()  # shared by the clients of one puller
 
-    async def changes(self, since: int, epoch: str | None, limit: int, wait_ms: int) -> m.ChangesReply:
+    async def changes(
+        self, since: int, epoch: str | None, limit: int, wait_ms: int, ids: bool = False
+    ) -> m.ChangesReply:
+        """A page of the peer's feed after `since`; with `ids`, a page of ids and sizes (decision 70): an item may
+        still carry its body (a peer that serves bodies anyway), never both nor neither."""
         query: dict[str, str] = {
             "since": str(since),
             "limit": str(limit),
@@ -120,6 +124,8 @@ class PeerClient:
         }
         if epoch is not None:
             query["epoch"] = epoch
+        if ids:  # never sent otherwise: a peer of an earlier release refuses a parameter it does not know
+            query["ids"] = "1"
         timeout = wait_ms / 1000 + REPLY_TIMEOUT_S
         raw = await self._request("GET", "/v1/sync/changes", query=query, timeout=timeout, max_bytes=MAX_CHANGES_BYTES)
         reply = self._decode(m.CHANGES_DECODER, raw)
@@ -127,6 +133,13 @@ class PeerClient:
             raise SyncError(f"malformed batch: {len(reply.items)} records for a page of at most {limit}")
         if isinstance(reply, m.Changes) and not (since <= reply.next <= reply.head or reply.next == since):
             raise SyncError(f"malformed batch: next cursor {reply.next} outside [{since}, {reply.head}]")
+        if isinstance(reply, m.Changes):
+            for item in reply.items:
+                bodied = item.record is not msgspec.UNSET
+                if bodied == (item.size is not msgspec.UNSET) or (not ids and not bodied) or (bodied and not item.hash):
+                    raise SyncError(
+                        f"malformed batch: item {item.seq} must carry its body and address" + (" or its size" * ids)
+                    )
         return reply
 
     async def fetch(self, hashes: list[str]) -> m.Records:

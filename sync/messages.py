@@ -54,16 +54,28 @@ class ChangesQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_CHANGES_LIMIT)] = DEFAULT_CHANGES_LIMIT
     wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_WAIT_MS)] = 0
     v: Version = 1  # a v1 peer did not send it
+    # 1: ids first (decision 70): each item carries its seq, address, version and body size, not the body, which the
+    # asker fetches by version (`POST /v1/sync/fetch`) only when it does not hold it. A node of an earlier release
+    # refuses the parameter (422 validation_error, field `$.ids`): the asker then reads that peer's feed by bodies
+    ids: Annotated[int, msgspec.Meta(ge=0, le=1)] = 0
 
 
-class ChangeItem(msgspec.Struct, forbid_unknown_fields=True):
+class ChangeItem(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """One version of the feed: its seq on the serving node, its claimed address (`hash`), its claimed version
-    (SHA-256 of the body) and its canonical body."""
+    (SHA-256 of the body) and its canonical body. In a page asked with `ids=1`: its seq, version and the body's size
+    in bytes, no body and no address (`hash` empty, left out on the wire: the fetch by version brings it)."""
 
     seq: Seq
-    hash: str
     version: str
-    record: msgspec.Raw
+    hash: str = ""
+    record: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    size: Annotated[int, msgspec.Meta(ge=0, le=2**31)] | msgspec.UnsetType = msgspec.UNSET
+
+    def body(self) -> bytes:
+        """The canonical body; a ValueError for an item of an ids page (it has none)."""
+        if self.record is msgspec.UNSET:
+            raise ValueError(f"item {self.seq} of an ids page carries no body")
+        return bytes(self.record)
 
 
 class Changes(_Message, tag="changes"):

@@ -21,6 +21,8 @@ from identity import keys, schema
 from sync import messages as m
 from sync.auth import NodeSigner, PeerBoots
 from sync.client import PeerClient, SyncError, Traffic
+from sync.ids_first import Ask, FeedModes, Fetch, Policy, read_page
+from sync.listed import Listed
 from sync.negentropy import NegentropyError
 from sync.protocol import PeerVersions
 from sync.reconcile_sets import ReconcileReport, reconcile_sets
@@ -103,8 +105,11 @@ class Puller:
         wait_ms: int = 20_000,
         reconcile_every_s: float = 300.0,
         min_poll_s: float = 0.25,
+        feed_policy: Policy = "ids",
+        listed: Listed | None = None,  # the node's server's (sync/listed.py): what each peer listed, never listed back
     ) -> None:
         self.store, self.key, self.session, self.clock = store, key, session, clock
+        self.feeds = FeedModes(feed_policy, listed=listed)  # how each peer's feed is read (sync/ids_first.py)
         self.limit, self.wait_ms, self.reconcile_every_s = limit, wait_ms, reconcile_every_s
         self.min_poll_s, self.traffic = min_poll_s, Traffic()
         self.boots = PeerBoots()  # each peer's boot id, named in every signature (sync/auth.py)
@@ -126,7 +131,7 @@ class Puller:
         """One request of the changes feed, stored with its cursor; then due link targets are fetched."""
         client = self.client(peer)
         cursor = await self.store.cursor(peer.node_id)
-        reply = await client.changes(cursor.seq if cursor else 0, cursor.epoch if cursor else None, self.limit, wait_ms)
+        reply = await self.page(peer, client, cursor, wait_ms)
         if isinstance(reply, m.Reset) or (cursor is not None and reply.epoch != cursor.epoch):
             log.warning("peer %s: cursor %s no longer valid; reconciling", peer.node_id, cursor)
             await self.reconcile(peer, reset=True)
@@ -147,8 +152,7 @@ class Puller:
         report = PullReport()
 
         def request(since: Cursor | None) -> asyncio.Task[m.ChangesReply]:
-            seq, epoch = (since.seq, since.epoch) if since else (0, None)
-            return asyncio.create_task(client.changes(seq, epoch, self.limit, 0))
+            return asyncio.create_task(self.page(peer, client, since, 0))
 
         fetching: asyncio.Task[m.ChangesReply] | None = request(cursor)
         storing: asyncio.Task[list[Outcome]] | None = None
@@ -184,12 +188,18 @@ class Puller:
         report.wanted = await self.fetch_wanted(peer)
         return report
 
+    async def page(self, peer: PeerConfig, client: PeerClient, since: Cursor | None, wait_ms: int) -> m.ChangesReply:
+        """One page of the peer's feed after `since` with its bodies: asked ids first when `self.feeds` says so (the
+        bodies this node lacks then fetched), by bodies otherwise or when the peer refuses ids (sync/ids_first.py)."""
+        ask, fetch = _feed_calls(client, since, self.limit, wait_ms, self.health_of(peer.node_id))
+        return await read_page(self.feeds, self.store, peer.node_id, ask, fetch)
+
     async def _noted(self, peer: PeerConfig, reply: m.Changes, v: int) -> None:
         await self.store.note_peer(peer.node_id, remote_epoch=reply.epoch, remote_head=reply.head,
                                    health=self.health_of(peer.node_id), sync_version=v)  # fmt: skip
 
     async def _verify_page(self, peer: PeerConfig, reply: m.Changes) -> list[Verified | Invalid]:
-        results = await verify_many([(bytes(item.record), item.hash, item.version) for item in reply.items])
+        results = await verify_many([(item.body(), item.hash, item.version) for item in reply.items])
         _log_refused(peer, results)
         return results
 
@@ -379,6 +389,26 @@ class Puller:
         health.consecutive_failures = failures
         await self.store.note_peer(peer.node_id, error=error[:500], health=health)
         await asyncio.sleep(backoff(failures))
+
+
+def _feed_calls(
+    client: PeerClient, since: Cursor | None, limit: int, wait_ms: int, health: m.PeerHealth
+) -> tuple[Ask, Fetch]:
+    """The two requests `sync.ids_first.read_page` makes of a peer: a page after `since` (ids first or not), and a
+    fetch by version (a failure counted in `health.fetch_failures`)."""
+    seq, epoch = (since.seq, since.epoch) if since else (0, None)
+
+    async def ask(ids: bool) -> m.ChangesReply:
+        return await client.changes(seq, epoch, limit, wait_ms, ids=ids)
+
+    async def fetch(versions: list[str]) -> m.Records:
+        try:
+            return await client.fetch(versions)
+        except SyncError:
+            health.fetch_failures += 1
+            raise
+
+    return ask, fetch
 
 
 async def wait_for_peer(

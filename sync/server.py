@@ -7,6 +7,7 @@ import asyncio
 import msgspec
 
 from sync import messages as m
+from sync.listed import Listed
 from sync.negentropy import Negentropy, NegentropyError, VectorStorage
 from sync.store import SyncStore
 
@@ -21,8 +22,10 @@ class SyncServer:
     """Answers peers' sync requests from `store`, each in the protocol version it asks in (`m.SYNC_VERSIONS`): a
     peer one version behind is served only what `sync.compat.servable` allows it (the store filters)."""
 
-    def __init__(self, store: SyncStore) -> None:
+    def __init__(self, store: SyncStore, listed: Listed | None = None) -> None:
         self.store = store
+        # the versions each peer listed to this node's puller: never listed back to it (sync/ids_first.py)
+        self.listed = listed or Listed()
         self.closing = asyncio.Event()
         # per protocol version and set (None: the public federation; else a space id)
         self._sets: dict[tuple[int, str | None], tuple[tuple[str, int], VectorStorage]] = {}
@@ -32,7 +35,7 @@ class SyncServer:
     async def changes(self, q: m.ChangesQuery, peer_id: str | None = None) -> m.ChangesReply:
         """A page of the feed after `q.since`, waiting up to `q.wait_ms` for one when there is nothing yet.
         Records that came from the asking peer are left out: it has them (reconciliation covers a peer
-        that lost them)."""
+        that lost them). With `q.ids`, each item names its version and body size, without body or address."""
         epoch, head = await self.store.position()
         node_id = self.store.node_id
         if q.epoch is not None and q.epoch != epoch:
@@ -50,11 +53,15 @@ class SyncServer:
         size = 0
         next_seq, more = page.next, page.more
         for seq, record_hash, version, body in page.items:
+            if q.ids:  # ids first (decision 70): no body, so no byte bound beyond `limit`
+                items.append(m.ChangeItem(seq=seq, version=version, size=len(body)))
+                continue
             if items and size + len(body) > MAX_PAGE_BYTES:
                 next_seq, more = items[-1].seq, True
                 break
             items.append(m.ChangeItem(seq=seq, hash=record_hash, version=version, record=m.msgspec.Raw(body)))
             size += len(body)
+        items = self.listed.unlisted(peer_id, items)
         return m.Changes(
             v=q.v, node_id=node_id, epoch=page.epoch, head=page.head, next=next_seq, more=more, items=items
         )

@@ -265,6 +265,7 @@ async def sync_context(app: web.Application) -> AsyncIterator[None]:
                 wait_ms=settings.wait_ms,
                 reconcile_every_s=settings.reconcile_every_s,
                 min_poll_s=settings.min_poll_ms / 1000,
+                listed=state.server.listed,  # what a peer lists to the puller is never listed back to it
             )
         )
         task = asyncio.create_task(state.scheduler.run(), name="sync scheduler")

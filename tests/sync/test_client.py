@@ -67,7 +67,7 @@ async def test_the_changes_feed_in_pages(pair: tuple[PeerNode, PeerNode]) -> Non
     page = await client.changes(0, first.epoch, 1000, 0)
     assert isinstance(page, m.Changes) and not page.more and page.next == page.head
     item = next(i for i in page.items if i.hash == posted[0])
-    assert bytes(item.record) == bytes(stored[posted[0]])  # the stored bytes, as they are
+    assert item.body() == bytes(stored[posted[0]])  # the stored bytes, as they are
 
 
 async def test_a_foreign_epoch_or_a_cursor_ahead_is_a_reset(pair: tuple[PeerNode, PeerNode]) -> None:

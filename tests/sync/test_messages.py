@@ -35,14 +35,14 @@ def test_changes_round_trip_with_records_as_raw_bytes() -> None:
         head=3,
         next=3,
         more=False,
-        items=[m.ChangeItem(3, hash_of(record), version_of(body), msgspec.Raw(body))],
+        items=[m.ChangeItem(seq=3, hash=hash_of(record), version=version_of(body), record=msgspec.Raw(body))],
     )
     wire = encode(page)
     fields = msgspec.json.decode(wire)
     assert (fields["type"], fields["v"]) == ("changes", m.PROTOCOL_VERSION)
     decoded = m.CHANGES_DECODER.decode(wire)
     assert isinstance(decoded, m.Changes)
-    assert bytes(decoded.items[0].record) == body  # byte for byte what was signed
+    assert decoded.items[0].body() == body  # byte for byte what was signed
     assert (decoded.items[0].hash, decoded.items[0].version) == (hash_of(record), version_of(body))
     assert (decoded.node_id, decoded.epoch, decoded.head, decoded.next, decoded.more) == (NODE_ID, "ab12", 3, 3, False)
 

@@ -37,7 +37,7 @@ async def test_the_feed_in_pages(store: MemoryStore) -> None:
     assert isinstance(first, m.Changes)
     assert ([i.hash for i in first.items], first.next, first.more, first.head) == (hashes[:2], 2, True, 5)
     assert first.node_id == store.node_id and first.epoch == store.epoch
-    assert store.log[0] is not None and bytes(first.items[0].record) == store.log[0][2]  # the stored bytes, as they are
+    assert store.log[0] is not None and first.items[0].body() == store.log[0][2]  # the stored bytes, as they are
     rest = await server.changes(m.ChangesQuery(v=m.PROTOCOL_VERSION, since=first.next, epoch=store.epoch, limit=10))
     assert isinstance(rest, m.Changes) and [i.hash for i in rest.items] == hashes[2:] and not rest.more
 
