@@ -117,13 +117,17 @@ class SyncServer:
     async def _snapshot(self, v: int, space: str | None) -> tuple[VectorStorage, str, int]:
         """The sorted item vector of protocol `v`'s set `space` (None: the public federation), rebuilt only when the
         store has moved. One per set, whichever peers it is served to: a node hosting S spaces keeps at most S + 1
-        per protocol version, however many peers reconcile with it."""
+        per protocol version, however many peers reconcile with it, and only those built since the store last moved
+        (a rebuild drops the stale ones)."""
         position = await self.store.position()
         held = self._sets.get((v, space))
         if held is not None and held[0] == position:
             return held[1], position[0], position[1]
         epoch, head, items = await self.store.set_items(v, space)
         storage = VectorStorage(items)
+        # the store moved: every other set's vector is stale too, and would be rebuilt before its next use, so it
+        # goes now (a set no peer asks for any more, a space no longer hosted, is not kept for good)
+        self._sets = {key: kept for key, kept in self._sets.items() if kept[0] == position}
         self._sets[(v, space)] = ((epoch, head), storage)
         return storage, epoch, head
 
@@ -138,5 +142,6 @@ class SyncServer:
             return held[2], position[0], position[1]
         epoch, head, items = await self.store.reconcile_items(v, peer_id)
         storage = VectorStorage(items)
+        self._storage = {key: kept for key, kept in self._storage.items() if kept[0] == position}  # stale: they go
         self._storage[(v, peer_id)] = ((epoch, head), served, storage)
         return storage, epoch, head

@@ -69,7 +69,7 @@ async def ask(
 
 
 async def test_two_nodes_reconcile_the_public_federation_and_each_shared_space_as_its_own_set(make_peer: Any) -> None:
-    a, b, c, (family, work, club), _owner = await spaces_on_a(make_peer)
+    a, b, c, (family, work, club), owner = await spaces_on_a(make_peer)
     # B holds nothing of the spaces yet: A's reply to the public round offers the two it serves B, so B takes their
     # whole backlog in one reconciliation of three sets; nothing of the third space
     report = await b.puller().reconcile(a.config)
@@ -88,6 +88,10 @@ async def test_two_nodes_reconcile_the_public_federation_and_each_shared_space_a
     # A's responder keeps one vector per set, whichever peers asked: not one per peer's whole filter
     v = m.PROTOCOL_VERSION
     assert a.sync.server.snapshots() == sorted(f"v{v} {s}" for s in (m.PUBLIC_SET, family, work, club))
+    # the store moves: the next round rebuilds what it reads and drops the vectors gone stale (kept for no one)
+    await a.post(owner, "news after the rounds")
+    await c.puller().reconcile(a.config)
+    assert a.sync.server.snapshots() == sorted(f"v{v} {s}" for s in (m.PUBLIC_SET, club))
 
 
 async def test_a_space_not_served_to_the_asker_is_answered_as_one_that_does_not_exist(make_peer: Any) -> None:
