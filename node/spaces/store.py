@@ -59,6 +59,28 @@ def held_records(conn: Conn, space_id: str) -> list[spaces.Held]:
     return [spaces.Held(str(r[0]), str(r[1]), json.loads(bytes(r[2]))) for r in rows]
 
 
+def held_addresses(conn: Conn, space_id: str) -> list[tuple[str, str]]:
+    """(address, author) of every record of `space_id` `held_records` gives, in the same order: what its resolution
+    is a function of, without a body (node/spaces/judged.py)."""
+    rows = conn.execute(
+        "SELECT r.hash, s.author_id FROM space_records s JOIN records r ON r.seq = s.seq"
+        " WHERE s.space_id = ? AND s.seq NOT IN (SELECT seq FROM void_records) ORDER BY s.seq",
+        (space_id,),
+    ).fetchall()
+    return [(str(r[0]), str(r[1])) for r in rows]
+
+
+def key_addresses(conn: Conn, authors: Iterable[str]) -> list[str]:
+    """The addresses of the key events and vouch pages of `authors` in the log, sorted: what `key_verdicts_txn` of
+    those authors is a function of (node/spaces/judged.py)."""
+    rows = conn.execute(
+        "SELECT hash FROM records WHERE kind IN ('key_event', 'vouch_page')"
+        " AND author_id IN (SELECT value FROM json_each(?)) ORDER BY hash",
+        (json.dumps(sorted(set(authors))),),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
 def key_verdicts_txn(conn: Conn, authors: Iterable[str]) -> spaces.KeyVerdicts:
     """The key verdicts of the records of `authors`, from the key events and vouch pages the log holds."""
     histories: dict[str, key_history.History] = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from identity import canonical, keys, records
+from identity.vouching import vouch
 from node.federation.store import add_peer_txn
 from node.service import Node
 from node.spaces import store as space_store
@@ -122,3 +123,31 @@ async def test_a_host_takes_the_record_that_removes_it_and_then_nothing_of_the_s
     assert [(o.outcome, o.reason) for o in outcomes] == [("saved", None), ("invalid", "not_hosted"),
                                                           ("invalid", "not_hosted")]  # fmt: skip
     assert await node.db.read(lambda c: space_store.hosts(c, space)) == []
+
+
+async def test_a_kept_resolution_decides_later_batches_and_never_outlives_a_removal(node: Node) -> None:
+    """Posts are decided against the space's structure resolved once and kept (node/spaces/judged.py); a removal
+    stored after changes what it was made from, so the removed writer's next post is refused, and so is everything
+    once this node's own hosting is removed."""
+    made = creation()
+    space = records.compute_hash(made)
+    here = chain("space_host", space, node.node_id, "host")
+    added = chain("space_member", space, WRITER.did, "writer")
+    assert [o.outcome for o in await ingest(node, [made, here, added])] == ["saved"] * 3
+    judged = node.sync.authority.judged
+    assert len(judged) == 0  # a batch moving the structure is judged whole, and kept nowhere
+    assert [o.outcome for o in await ingest(node, [post(WRITER, space, "one")])] == ["saved"]
+    assert len(judged) == 1  # the structure resolved for the batch of posts, kept for the next
+    assert [o.outcome for o in await ingest(node, [post(WRITER, space, "two")])] == ["saved"]
+    removal = signed(OWNER, kind="space_member", space=space, member=WRITER.did, role="none", seq=2,
+                     prior=records.compute_hash(added), vouches=[vouch(WRITER.did, []).as_json()])  # fmt: skip
+    assert [o.outcome for o in await ingest(node, [removal])] == ["saved"]
+    late = await ingest(node, [post(WRITER, space, "three, after the removal")])
+    assert [(o.outcome, o.reason) for o in late] == [("invalid", "unvouched")]
+    assert [o.outcome for o in await ingest(node, [post(OWNER, space, "the owner still writes")])] == ["saved"]
+    unhosted = signed(OWNER, kind="space_host", space=space, node=node.node_id, role="none", seq=2,
+                      prior=records.compute_hash(here))  # fmt: skip
+    assert [o.outcome for o in await ingest(node, [unhosted])] == ["saved"]
+    after = await ingest(node, [post(OWNER, space, "after this node stopped hosting")])
+    assert [(o.outcome, o.reason) for o in after] == [("invalid", "not_hosted")]
+    assert len(judged) == 1  # one space, resolved again over its new inputs
