@@ -28,6 +28,7 @@ from identity import spaces
 from identity.space_rules import hosting
 from node.spaces import store as space_store
 from node.spaces.judged import Inputs, JudgedSpaces
+from node.spaces.posts import Name, crosses, link_names
 from node.store.conn import Conn
 from node.store.projections import space_of
 from sync.store import Invalid, Verified
@@ -35,6 +36,7 @@ from sync.store import Invalid, Verified
 NOT_HOSTED = "not_hosted"
 UNDECIDED = "space_undecided"
 FILTERED = "filtered"
+ACROSS = "link_across_spaces"
 
 
 class Gated(NamedTuple):
@@ -76,7 +78,51 @@ def gate_spaces_txn(
             if reason is not None:
                 refused[i] = Invalid(records[i].hash, reason, detail)
                 joining = joining or _names_host(records[i].record, node_id)
+    _check_links(conn, records, refused)
     return Gated([v for i, v in enumerate(records) if i not in refused], list(refused.values()), joining)
+
+
+def _check_links(conn: Conn, records: list[Verified], refused: dict[int, Invalid]) -> None:
+    """Refuse each record of a space taken so far whose links (`node.spaces.posts.link_names`) name an entry of
+    another space, or a public one for a supersedes link (`link_across_spaces`), and let one naming an entry neither
+    held nor taken in this batch wait for it (`space_undecided`, `target:<address>`). An entry's space is a function
+    of its record, which every host of the space comes to hold when it is public or of the space (the origin took the
+    link only naming a held entry: node/spaces/posts.py), so the verdict is the same in every arrival order and on
+    every host; an entry of a space this node does not host is never held here, and the link never stored."""
+    naming = {
+        i: names
+        for i, v in enumerate(records)
+        if i not in refused and isinstance(v.record.get("space"), str) and (names := link_names(v.record))
+    }
+    if not naming:
+        return
+    wanted = sorted({name.address for names in naming.values() for name in names})
+    held = {address: space for address, (space, _) in space_store.named_entries(conn, wanted).items()}
+    while True:  # a refused entry is no longer taken: what names it in this batch waits for it
+        known = held | {
+            v.hash: v.record.get("space")
+            for i, v in enumerate(records)
+            if i not in refused and v.record.get("kind") == "entry"
+        }
+        newly = {
+            i: bad
+            for i, names in naming.items()
+            if i not in refused and (bad := _link_refusal(records[i], names, known))
+        }
+        if not newly:
+            return
+        refused.update(newly)
+
+
+def _link_refusal(v: Verified, names: list[Name], known: dict[str, str | None]) -> Invalid | None:
+    """Why a record of a space is refused for its links, given the spaces of the entries known; None: it is not."""
+    space = v.record["space"]
+    for name in names:
+        if name.address in known and crosses(space, known[name.address], name.same_space):
+            detail = f"{name.field} names an entry outside this space"
+            return Invalid(v.hash, ACROSS, detail)
+    waits = sorted({f"target:{name.address}" for name in names if name.address not in known})
+    return Invalid(v.hash, UNDECIDED, "waits for " + ", ".join(waits)) if waits else None
 
 
 def _names_host(record: dict[str, Any], node_id: str) -> bool:

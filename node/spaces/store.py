@@ -284,13 +284,16 @@ def readable_spaces(conn: Conn, agent_id: str) -> frozenset[str]:
     return frozenset(str(r[0]) for r in rows)
 
 
-def entry_spaces(conn: Conn, addresses: Sequence[str]) -> dict[str, str | None]:
-    """The space of each of these addresses held as an entry here (None: public); addresses not held are absent."""
+def named_entries(conn: Conn, addresses: Sequence[str]) -> dict[str, tuple[str | None, bool]]:
+    """(space, federated) of each of these addresses held in the log as an entry, flagged void or not (None: public;
+    federated: its scope is `federation`); addresses not held are absent. The space of an entry is a function of its
+    record (`space` is inside its address: docs/format-v3.md 4.7), so what a record naming it may do is too."""
     rows = conn.execute(
-        "SELECT record_hash, space FROM entries WHERE record_hash IN (SELECT value FROM json_each(?))",
+        "SELECT hash, space, max(scope = 'federation') FROM records"
+        " WHERE kind = 'entry' AND hash IN (SELECT value FROM json_each(?)) GROUP BY hash, space",
         (json.dumps(list(addresses)),),
     ).fetchall()
-    return {str(r[0]): (None if r[1] is None else str(r[1])) for r in rows}
+    return {str(r[0]): (None if r[1] is None else str(r[1]), bool(r[2])) for r in rows}
 
 
 def naming_spaces(conn: Conn, addresses: Sequence[str]) -> list[tuple[str, str | None]]:
