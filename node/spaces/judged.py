@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from identity import spaces
 
-MAX_SPACES = 64  # spaces whose resolution is kept (docs/sync.md: about 1 to 2 KB per structure record)
+MAX_SPACES = 64  # spaces whose resolution is kept (docs/sync.md, "What the gate keeps": about 2 KB per record)
 
 
 class Inputs(NamedTuple):
