@@ -26,6 +26,7 @@ def registry() -> dict[str, Callable[[Context], None]]:
         ready,
         redaction,
         search,
+        space_gate,
         spaces,
         spaces_sync,
         submission,
@@ -49,5 +50,6 @@ def registry() -> dict[str, Callable[[Context], None]]:
         "key-history": key_history.run,
         "spaces": spaces.run,
         "spaces-sync": spaces_sync.run,
+        "space-gate": space_gate.run,
         "redaction": redaction.run,
     }
