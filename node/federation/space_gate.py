@@ -13,7 +13,14 @@ offers it again once it can count (the space's creation, or this node's hosting 
   hosting record naming this node of a space it holds: the one that removes it, which it takes to stop hosting;
 - `space_undecided`: the record waits for what it depends on (`Decision.waits_for`: the creation, a prior, the
   author's addition, a key, the pages of a vouch), which a later batch or reconciliation brings;
-- the reason `resolve` gives a void record (`not_a_member`, `not_a_writer`, `unauthorized_membership`, ...).
+- the reason `resolve` gives a void record (`not_a_member`, `not_a_writer`, `unauthorized_membership`, ...);
+- `link_across_spaces`: an entry's link or a link record names an entry of another space (or a public one, for a
+  space's supersedes); one naming an entry neither held nor in the batch waits for it (`space_undecided`,
+  `target:<address>`): an entry's space is a function of its record, so this is too (docs/decisions.md, record 72).
+
+A batch of a space's posts alone is decided against the space's structure resolved once and kept in `judged` while
+the addresses it was made from are the log's (node/spaces/judged.py), so its cost does not grow with the space; a
+batch with structure records of the space is judged whole with them.
 
 A refused hosting record naming this node a host (a late host's feed brings it before the backlog it cannot decide
 alone) asks the puller to reconcile with that peer at once (`Authority.wake`, at most once per `WAKE_EVERY_S`: 10 s),
