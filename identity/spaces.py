@@ -152,6 +152,7 @@ class Spaces:
     spaces: dict[str, Space]
     decisions: dict[str, Decision]
     _moderators: dict[str, Callable[[str, str], Decision]] = field(repr=False, compare=False)
+    _posts: dict[str, Callable[[Held, KeyVerdicts], Decision]] = field(default_factory=dict, repr=False, compare=False)
 
     def verdict(self, version: str) -> Verdict:
         """The verdict on the record of `version` (one of those given to `resolve`)."""
@@ -169,6 +170,16 @@ class Spaces:
         if decide is None:  # the creation is not held, or its key verdict is undecided
             return undecided(f"space:{space}")
         return decide(author, version)
+
+    def decide_posts(self, space: str, posts: Iterable[Held], keys: KeyVerdicts) -> dict[str, Decision]:
+        """The decision on each of `posts` (records of `space` of the kinds in `POST_KINDS`), by version, exactly as
+        `resolve` gives it over the records this was resolved from and `posts` together, `keys` giving the posts'
+        key verdicts. Sound because no decision depends on a post (posts are the last stratum), so a node may keep a
+        space's resolution without its posts and decide each batch of posts against it."""
+        decide = self._posts.get(space)
+        if decide is None:  # the creation is not held
+            return {held.version: undecided(f"space:{space}") for held in posts}
+        return {held.version: decide(held, keys) for held in posts}
 
 
 def resolve(records: Iterable[Held], keys: KeyVerdicts = first_keys_only) -> Spaces:
@@ -193,6 +204,7 @@ def resolve(records: Iterable[Held], keys: KeyVerdicts = first_keys_only) -> Spa
     decisions: dict[str, Decision] = {}
     spaces: dict[str, Space] = {}
     moderators: dict[str, Callable[[str, str], Decision]] = {}
+    posts: dict[str, Callable[[Held, KeyVerdicts], Decision]] = {}
     for space_id in sorted(set(creations) | set(by_space)):
         creation = creations.get(space_id)
         members = by_space.get(space_id, [])
@@ -202,12 +214,13 @@ def resolve(records: Iterable[Held], keys: KeyVerdicts = first_keys_only) -> Spa
             continue
         judged = _SpaceJudge(creation, members, keys)
         decisions.update(judged.decisions)
+        posts[space_id] = judged.decide_post
         if judged.decisions[creation.version].verdict == "valid":
             spaces[space_id] = judged.space()
             moderators[space_id] = judged.admin_authority
         elif judged.decisions[creation.version].verdict == "void":
             moderators[space_id] = lambda author, version: void("void_space")
-    return Spaces(spaces, decisions, moderators)
+    return Spaces(spaces, decisions, moderators, posts)
 
 
 @dataclass
@@ -244,10 +257,11 @@ class _SpaceJudge:
         self.host: dict[str, _Chain] = {}
         self.page_sets: dict[tuple[str, str], Pages] = {}
         creation_ok = self.decisions[creation.version]
+        self.failed: Decision | None = None  # the decision on every record of a space whose creation is not valid
         if creation_ok.verdict != "valid":
-            outcome = void("void_space") if creation_ok.verdict == "void" else undecided(f"space:{self.id}")
+            self.failed = void("void_space") if creation_ok.verdict == "void" else undecided(f"space:{self.id}")
             for held in members:
-                self.decisions[held.version] = outcome
+                self.decisions[held.version] = self.failed
             return
         self._judge_chains(grouped, "space_admin", self.admin, self._judge_admin)
         self._judge_pages(("space_admin",))
@@ -255,17 +269,18 @@ class _SpaceJudge:
         self._judge_chains(grouped, "space_host", self.host, self._judge_host)
         self._judge_pages(CHAIN_KINDS)
         for held in self.posts:
-            self.decisions[held.version] = combine(self._key(held), self.write_authority(held))
+            self.decisions[held.version] = self.decide_post(held, keys)
+
+    def decide_post(self, held: Held, keys: KeyVerdicts) -> Decision:
+        """A post (stratum 4), its key verdict given by `keys`: decided by the chains and pages alone."""
+        if self.failed is not None:
+            return self.failed
+        return combine(_key_decision(keys, held), self.write_authority(held))
 
     # ---- the pieces every rule uses ------------------------------------------------------------------------------
 
     def _key(self, held: Held) -> Decision:
-        verdict = self.keys(held.version, held.record)
-        if verdict == "valid":
-            return VALID
-        if verdict == "void":
-            return void("void_key")
-        return undecided(f"key:{held.record['author_id']}:{key_history.signer_of(held.record)}")
+        return _key_decision(self.keys, held)
 
     def _head_role(self, chains: Mapping[str, _Chain], agent: str) -> str:
         chain = chains.get(agent)
@@ -433,6 +448,16 @@ class _SpaceJudge:
             roles=roles,
             hosts=frozenset(n for n in self.host if self._head_role(self.host, n) == "host"),
         )
+
+
+def _key_decision(keys: KeyVerdicts, held: Held) -> Decision:
+    """A record's key verdict as a decision: void `void_key`, or waiting for the key (`key:<author>:<key>`)."""
+    verdict = keys(held.version, held.record)
+    if verdict == "valid":
+        return VALID
+    if verdict == "void":
+        return void("void_key")
+    return undecided(f"key:{held.record['author_id']}:{key_history.signer_of(held.record)}")
 
 
 def _as_membership(authority: Decision) -> Decision:

@@ -131,8 +131,8 @@ def store_txn(
         authorize_txn(conn, authority, [(record, record_hash, "$")])
     state = space is not None and decoded.link_type == "supersedes"  # changes its target's state: its own space only
     names = [
-        posts_check.Name(decoded.source, "$.source", "source_not_found", state),
-        posts_check.Name(decoded.target, "$.target", "target_not_found", state),
+        posts_check.Name(decoded.source, "$.source", "source_not_found", state, link=True),
+        posts_check.Name(decoded.target, "$.target", "target_not_found", state, link=True),
     ]
     posts_check.check_posts_txn(conn, [posts_check.Post(record_hash, agent_id, space, names, at.where)])
     projections.append(conn, record, record_hash, decoded, origin="local", now_ms=now_ms(), scope=stored_scope(space))

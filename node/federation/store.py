@@ -509,7 +509,7 @@ def ingest_txn(
     gated = waiting_gate.gate_txn(conn, authority, peer_id, records, now_ms, recheck=recheck)
     gated.outcomes.extend(screened)
     # records of a space: only those of a space this node hosts, valid by `identity.spaces.resolve` (docs/sync.md)
-    spaced = space_gate.gate_spaces_txn(conn, gated.now, peer_filter(conn, peer_id))
+    spaced = space_gate.gate_spaces_txn(conn, gated.now, peer_filter(conn, peer_id), authority.judged)
     records, invalid = spaced.now, [*invalid, *gated.invalid, *spaced.refused]
     if spaced.joining:  # named a host of a space this node cannot decide yet: reconcile with the peer at once
         authority.wake.add(peer_id)

@@ -8,10 +8,14 @@ before is seen; a refusal rolls the whole write back (nothing stored).
   entry of its own space or a public one. Naming an entry of another space is 409 `link_across_spaces` when the
   author may read that space, and 404 (the caller's `code`, as for an entry not held) when it may not. A public
   record names no space's entry.
-- **Named before it arrived**: a hash not held yet may be named by anyone (links resolve by hash later), so an entry
-  arriving in a space whose address a record outside that space already names is refused, 409 `named_outside_space`
-  (its address would have been carried by records its readers may not read). In part 1 a space's entries arrive
-  only from the node's own clients, who can retry with another `created_at`.
+- **A space's links name what is held**: an entry's links and a link record of a space name only entries this node
+  holds (404 `target_not_found` / `source_not_found` otherwise, or another post of the same request), so the
+  verdict on a link is a function of its record and its target's, which every host of the space comes to hold
+  (`crosses`; node/federation/space_gate.py decides the same on receipt, waiting for a target not held yet).
+- **Named before it arrived**: a hash not held yet may be named by a public record (links resolve by hash later), so
+  an entry arriving in a space whose address a record outside that space already names is refused, 409
+  `named_outside_space` (its address would have been carried by records its readers may not read); its author
+  retries with another `created_at`.
 - **Messages go to readers**: a message of a space to an agent that may not read it is 409 `addressee_not_a_reader`.
 - **Leases go to writers**: a lease on a task of a space goes to a writer of it (`check_holder_txn`), since the
   holder's release and completion are posts into the space.
@@ -41,6 +45,7 @@ class Name(NamedTuple):
     field: str
     missing_code: str = "target_not_found"
     same_space: bool = False
+    link: bool = False  # a link's end (an entry's link, a link record's source or target): held, in a space's record
 
 
 class Post(NamedTuple):
@@ -67,10 +72,36 @@ def entry_post(record_hash: str, decoded: Any, where: str) -> Post:
     """The `Post` of a decoded entry record: the targets of its `links`."""
     space = space_of(decoded)
     names = [
-        Name(link.target, f"$.links[{i}].target", same_space=space is not None and link.link_type == "supersedes")
+        Name(link.target, f"$.links[{i}].target", same_space=space is not None and link.link_type == "supersedes",
+             link=True)
         for i, link in enumerate(decoded.links)
-    ]
+    ]  # fmt: skip
     return Post(record_hash, str(decoded.author_id), space, names, where)
+
+
+def link_names(record: dict[str, Any]) -> list[Name]:
+    """The entries a record names by link, from its JSON (a record from a peer): an entry's link targets, a link
+    record's source and target (a `supersedes` of a space: in its own space only)."""
+    in_space = isinstance(record.get("space"), str)
+    if record.get("kind") == "entry":
+        return [
+            Name(str(link["target"]), f"$.links[{i}].target",
+                 same_space=in_space and link.get("link_type") == "supersedes", link=True)
+            for i, link in enumerate(record.get("links") or [])
+        ]  # fmt: skip
+    if record.get("kind") == "link":
+        state = in_space and record.get("link_type") == "supersedes"
+        return [
+            Name(str(record["source"]), "$.source", "source_not_found", state, link=True),
+            Name(str(record["target"]), "$.target", "target_not_found", state, link=True),
+        ]
+    return []
+
+
+def crosses(space: str | None, named_space: str | None, same_space: bool) -> bool:
+    """Whether a record of `space` (None: public) may not name an entry of `named_space`: one of another space, or a
+    public one when the name changes its target's state (`same_space`: a space's supersedes link)."""
+    return named_space != space and (named_space is not None or same_space)
 
 
 def check_posts_txn(conn: Conn, posts: Sequence[Post]) -> None:
@@ -86,11 +117,16 @@ def check_posts_txn(conn: Conn, posts: Sequence[Post]) -> None:
             _check_writer(post, roles)
     run = {post.address: post.space for post in posts}
     named = sorted({name.address for post in posts for name in post.names if name.address not in run})
-    held = store.entry_spaces(conn, named) if named else {}
+    held = {address: space for address, (space, _) in store.named_entries(conn, named).items()} if named else {}
     held.update(run)
     for post in posts:
-        for address, field, missing_code, same_space in post.names:
-            if address not in held or held[address] == post.space or (held[address] is None and not same_space):
+        for address, field, missing_code, same_space, link in post.names:
+            if address not in held:
+                if link and post.space is not None:  # a space's link names what is held (module docstring)
+                    with Located(post.where):
+                        raise NotFound(f"no entry {address} here", field=field, code=missing_code)
+                continue
+            if not crosses(post.space, held[address], same_space):
                 continue
             sight = sights.get(post.author) or sights.setdefault(post.author, sight_of(conn, post.author))
             with Located(post.where):

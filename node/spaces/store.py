@@ -59,6 +59,28 @@ def held_records(conn: Conn, space_id: str) -> list[spaces.Held]:
     return [spaces.Held(str(r[0]), str(r[1]), json.loads(bytes(r[2]))) for r in rows]
 
 
+def held_addresses(conn: Conn, space_id: str) -> list[tuple[str, str]]:
+    """(address, author) of every record of `space_id` `held_records` gives, in the same order: what its resolution
+    is a function of, without a body (node/spaces/judged.py)."""
+    rows = conn.execute(
+        "SELECT r.hash, s.author_id FROM space_records s JOIN records r ON r.seq = s.seq"
+        " WHERE s.space_id = ? AND s.seq NOT IN (SELECT seq FROM void_records) ORDER BY s.seq",
+        (space_id,),
+    ).fetchall()
+    return [(str(r[0]), str(r[1])) for r in rows]
+
+
+def key_addresses(conn: Conn, authors: Iterable[str]) -> list[str]:
+    """The addresses of the key events and vouch pages of `authors` in the log, sorted: what `key_verdicts_txn` of
+    those authors is a function of (node/spaces/judged.py)."""
+    rows = conn.execute(
+        "SELECT hash FROM records WHERE kind IN ('key_event', 'vouch_page')"
+        " AND author_id IN (SELECT value FROM json_each(?)) ORDER BY hash",
+        (json.dumps(sorted(set(authors))),),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
 def key_verdicts_txn(conn: Conn, authors: Iterable[str]) -> spaces.KeyVerdicts:
     """The key verdicts of the records of `authors`, from the key events and vouch pages the log holds."""
     histories: dict[str, key_history.History] = {}
@@ -262,13 +284,16 @@ def readable_spaces(conn: Conn, agent_id: str) -> frozenset[str]:
     return frozenset(str(r[0]) for r in rows)
 
 
-def entry_spaces(conn: Conn, addresses: Sequence[str]) -> dict[str, str | None]:
-    """The space of each of these addresses held as an entry here (None: public); addresses not held are absent."""
+def named_entries(conn: Conn, addresses: Sequence[str]) -> dict[str, tuple[str | None, bool]]:
+    """(space, federated) of each of these addresses held in the log as an entry, flagged void or not (None: public;
+    federated: its scope is `federation`); addresses not held are absent. The space of an entry is a function of its
+    record (`space` is inside its address: docs/format-v3.md 4.7), so what a record naming it may do is too."""
     rows = conn.execute(
-        "SELECT record_hash, space FROM entries WHERE record_hash IN (SELECT value FROM json_each(?))",
+        "SELECT hash, space, max(scope = 'federation') FROM records"
+        " WHERE kind = 'entry' AND hash IN (SELECT value FROM json_each(?)) GROUP BY hash, space",
         (json.dumps(list(addresses)),),
     ).fetchall()
-    return {str(r[0]): (None if r[1] is None else str(r[1])) for r in rows}
+    return {str(r[0]): (None if r[1] is None else str(r[1]), bool(r[2])) for r in rows}
 
 
 def naming_spaces(conn: Conn, addresses: Sequence[str]) -> list[tuple[str, str | None]]:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from identity import key_history, vouching
 from identity.key_history import History
 from node.errors import InvalidInput
+from node.spaces.judged import JudgedSpaces
 from node.store.conn import Conn
 from node.store.waiting import Dep
 
@@ -221,6 +222,9 @@ class Authority:
     _dropped: dict[str, set[str]] = field(default_factory=dict)
     # peers to reconcile with at once: a dependency of records they sent and a cap dropped is now stored
     wake: set[str] = field(default_factory=set)
+    # the space gate's resolutions of spaces' structure records, each checked against its inputs before use
+    # (node/spaces/judged.py; node/federation/space_gate.py)
+    judged: JudgedSpaces = field(default_factory=JudgedSpaces)
 
     @property
     def loaded(self) -> bool:

@@ -27,6 +27,7 @@ def registry() -> dict[str, Callable[[Context], None]]:
         redaction,
         redaction_catchup,
         search,
+        space_gate,
         spaces,
         spaces_sync,
         submission,
@@ -50,6 +51,7 @@ def registry() -> dict[str, Callable[[Context], None]]:
         "key-history": key_history.run,
         "spaces": spaces.run,
         "spaces-sync": spaces_sync.run,
+        "space-gate": space_gate.run,
         "redaction": redaction.run,
         "redaction-catchup": redaction_catchup.run,
     }

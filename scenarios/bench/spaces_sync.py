@@ -198,7 +198,7 @@ def run(ctx: Context) -> None:
             rate(n_space / space_s),
             rate(n_space / public_s),
             public_s / space_s,
-            method="a fresh node's production puller (verify, the space gate over held + batch, store, cursor); "
+            method="a fresh node's production puller (verify, the space gate, its kept resolution, store, cursor); "
             "the space's source holds 9 other spaces it is not served",
         )
     )

@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 
 from identity import keys
-from scenarios.bench import spaces, spaces_sync, sync
+from scenarios.bench import space_gate, spaces, spaces_sync, sync
 from scenarios.bench.context import Context, Sizes
 
 PER_SPACE = 3
@@ -37,3 +37,12 @@ def test_a_host_of_one_space_is_served_that_space_and_a_stranger_only_the_public
         hosts = {space: frozenset({host.did, source.node_id})}
         _took, _rounds, _bytes, need = asyncio.run(spaces_sync.reconcile(held, source, host, hosts))
         assert need == 2
+
+
+def test_the_space_gate_bench_stores_every_batch_of_posts(tmp_path: Path) -> None:
+    """scenarios/bench/space_gate.py at a tiny size: every batch of posts is stored whole (`batch_cpu` asserts it)
+    against a space of 10 and of 40 member records, and a CPU time is taken for each batch."""
+    ctx = Context(Sizes.quick(), tmp_path)
+    for members in (10, 40):
+        took = space_gate.batch_cpu(ctx, members, batches=2, per_batch=5)
+        assert len(took) == 2

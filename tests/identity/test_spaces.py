@@ -830,3 +830,23 @@ def test_a_node_ingesting_any_order_and_batching_ends_with_the_same_spaces(
     assert not arrivals, "the node did not settle"
     final = _resolve(*log.values(), *waiting.values())
     assert _valid(final) == _valid(_resolve(*items))
+
+
+@settings(max_examples=200, deadline=None)
+@given(stories())
+def test_posts_decided_against_a_resolution_without_posts_are_decided_as_with_them(items: list[Held]) -> None:
+    """`Spaces.decide_posts` (what the space gate decides a batch of posts with, node/spaces/judged.py): the
+    resolution of a random space's other records decides its posts exactly as `resolve` over all of them does, the
+    creation missing, void or undecided included. The resolution knows only its own records' key verdicts (as the
+    gate's, made from their authors' key events): the posts' come with them."""
+    posts = [h for h in items if h.record["kind"] == "entry"]
+    rest = [h for h in items if h.record["kind"] != "entry"]
+    authors = {h.record["author_id"] for h in rest}
+
+    def rest_keys(version: str, record: dict[str, Any]) -> key_history.KeyVerdict:
+        return _keys(version, record) if record["author_id"] in authors else "valid"
+
+    whole = _resolve(*items)
+    kept = resolve(rest, rest_keys)
+    assert kept.decide_posts(SPACE.address, posts, _keys) == {h.version: whole.decisions[h.version] for h in posts}
+    assert kept.spaces == whole.spaces  # posts change no space's chains, roles or hosts

@@ -281,3 +281,23 @@ async def test_a_link_record_in_a_space_is_seen_by_its_readers_only(
         lambda c: tuple(c.execute("SELECT scope, space FROM records WHERE hash = ?", (link["origin_hash"],)).fetchone())
     )
     assert scope == ("federation", space)  # served only to the space's hosts
+
+
+async def test_a_spaces_links_name_only_entries_held(client: TestClient, node: Node, make_agent: MakeAgent) -> None:
+    """A record of a space names by link only entries this node holds (or others of the same request), so its peers
+    decide it the same way once they hold the target (node/federation/space_gate.py); a public record still may."""
+    owner = await make_agent("owner")
+    space = await space_with(client, owner)
+    inside = await post(client, owner, "held in the space", space=space)
+    unheld = "ab" * 32
+    before = await record_count(node)
+    problem = await post(client, owner, "names nothing held", 404, space=space,
+                         links=[{"target": unheld, "link_type": "supports"}])  # fmt: skip
+    assert (problem["code"], problem["field"]) == ("target_not_found", "$.links[0].target")
+    body = {"source": str(inside["id"]), "target": unheld, "link_type": "supports", "space": space}
+    problem = await call(client, "POST", "/v1/links", owner, 404, body)
+    assert (problem["code"], problem["field"]) == ("target_not_found", "$.target")
+    assert await record_count(node) == before
+    await post(client, owner, "public, naming what is not held", links=[{"target": unheld, "link_type": "supports"}])
+    await post(client, owner, "names a held one", space=space,
+               links=[{"target": inside["record_hash"], "link_type": "supports"}])  # fmt: skip
