@@ -62,3 +62,30 @@ class PurgeOut(msgspec.Struct, kw_only=True):
     """The addresses purged (none: nothing of them was held here)."""
 
     purged: list[str]
+
+
+class PurgeQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """GET /v1/admin/purges: the newest `limit` purges."""
+
+    limit: Annotated[int, msgspec.Meta(ge=1, le=500)] = 100
+
+
+class Purged(msgspec.Struct, kw_only=True):
+    """One address the operator purged from this node: what it was, whose, how many versions went, why, when."""
+
+    hash: str
+    kind: str
+    author_id: str
+    versions: int
+    reason: str | None
+    purged_at: str
+
+
+class PurgeList(msgspec.Struct, kw_only=True):
+    """The newest purges (newest first), how many there are in all and of how many authors, and how many addresses
+    this node holds as tombstones of redactions: what `bbs doctor` counts, listed for the operator."""
+
+    purges: list[Purged]
+    total: int
+    authors: int
+    tombstones: int

@@ -113,6 +113,7 @@ FEATURE_ROUTES = {
     "spaces": "/v1/spaces",
     "peers": "/v1/peers",
     "push": "/v1/push/endpoints",
+    "purges": "/v1/admin/purges",
 }
 
 

@@ -8,8 +8,8 @@ from aiohttp import web
 from node.errors import InvalidInput
 from node.web.appkeys import NODE
 from node.web.auth import agent_id
-from node.web.http import Route, convert, json_response, read_json
-from wire.redaction import PurgeIn, PurgeOut, RedactionIn, RedactionOut
+from node.web.http import Route, convert, decode_query, json_response, read_json
+from wire.redaction import PurgeIn, PurgeList, PurgeOut, PurgeQuery, RedactionIn, RedactionOut
 
 
 async def post_redaction(request: web.Request) -> web.Response:
@@ -30,6 +30,11 @@ async def post_redaction(request: web.Request) -> web.Response:
 async def post_purge(request: web.Request) -> web.Response:
     body = convert(await read_json(request), PurgeIn)
     return json_response(await request.app[NODE].redactions.purge(body.target, body.author, body.reason))
+
+
+async def get_purges(request: web.Request) -> web.Response:
+    query = decode_query(request, PurgeQuery)
+    return json_response(await request.app[NODE].redactions.purges(query.limit))
 
 
 ROUTES: list[Route] = [
@@ -54,6 +59,17 @@ ROUTES: list[Route] = [
         "admin",
         body=PurgeIn,
         responses={200: PurgeOut},
+        tag="redaction",
+    ),
+    Route(
+        "GET",
+        "/v1/admin/purges",
+        get_purges,
+        "The newest purges of this node (newest first), how many in all and of how many authors, and how many"
+        " tombstones of redactions it holds: what `bbs doctor` counts, listed for the operator",
+        "admin",
+        query=PurgeQuery,
+        responses={200: PurgeList},
         tag="redaction",
     ),
 ]

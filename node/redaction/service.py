@@ -27,7 +27,8 @@ from node.store.conn import Conn
 from node.store.db import Database
 from node.store.sealing import Sealing, check_authored, sign_and_check_body
 from sync.store import Verified
-from wire.redaction import PurgeOut, RedactionOut, Tombstone
+from wire.redaction import Purged, PurgeList, PurgeOut, RedactionOut, Tombstone
+from wire.time import format_ms
 
 KIND = "redaction"
 DEFAULT_GRACE_S = 24 * 3600  # how long the bytes of a dropped body may stay on disk (`redaction_grace_s`)
@@ -181,6 +182,28 @@ class Redactions:
         out = await self.db.write(job)
         self.wake()
         return out
+
+    async def purges(self, limit: int) -> PurgeList:
+        """The operator's view of what was removed here (`bbs doctor`'s counts, listed): the `limit` newest purges,
+        how many in all and of how many authors, and how many tombstones of redactions the node holds."""
+
+        def run(conn: Conn) -> PurgeList:
+            total, authors = store.purge_counts(conn)
+            rows = store.newest_purges(conn, limit)
+            listed = [
+                Purged(
+                    hash=r.hash,
+                    kind=r.kind,
+                    author_id=r.author_id,
+                    versions=len(r.versions),
+                    reason=r.reason,
+                    purged_at=format_ms(r.purged_ms),
+                )
+                for r in rows
+            ]
+            return PurgeList(purges=listed, total=total, authors=authors, tombstones=store.count(conn))
+
+        return await self.db.read(run, quick=True)
 
     async def tombstones(self, addresses: list[str], sight: Sight) -> list[Tombstone]:
         """The tombstones of those of `addresses` redacted here that `sight` may see."""

@@ -323,6 +323,15 @@ def purges(conn: Conn, addresses: Iterable[str]) -> list[PurgeRow]:
     return [PurgeRow(r[0], r[1], r[2], json.loads(r[3]), r[4], int(r[5])) for r in rows]
 
 
+def newest_purges(conn: Conn, limit: int) -> list[PurgeRow]:
+    """The `limit` newest purges, newest first (the operator's list: GET /v1/admin/purges, the dashboard)."""
+    rows = conn.execute(
+        "SELECT hash, kind, author_id, versions, reason, purged_ms FROM purges ORDER BY purged_ms DESC, hash LIMIT ?",
+        (limit,),
+    ).fetchall()
+    return [PurgeRow(r[0], r[1], r[2], json.loads(r[3]), r[4], int(r[5])) for r in rows]
+
+
 def purge_counts(conn: Conn) -> tuple[int, int]:
     """(addresses purged here, their authors): `bbs doctor`."""
     row = conn.execute("SELECT count(*), count(DISTINCT author_id) FROM purges").fetchone()

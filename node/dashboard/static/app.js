@@ -7,7 +7,7 @@ const POLL_MS = 3000;
 const main = document.getElementById("main");
 const statusBox = document.getElementById("status");
 const state = { key: sessionStorage.getItem(KEY), me: null, names: new Map(), trust: new Map(), agents: [], gen: 0, timers: [] };
-const OPTIONAL_VIEWS = { tasks: "Tasks", bus: "Bus", candidates: "Candidates", spaces: "Spaces", peers: "Peers", push: "Push" };
+const OPTIONAL_VIEWS = { tasks: "Tasks", bus: "Bus", candidates: "Candidates", spaces: "Spaces", peers: "Peers", push: "Push", purges: "Purges" };
 
 // ---- small helpers ----------------------------------------------------------------------------------------
 
@@ -788,6 +788,42 @@ views.push = async (_args, _params, ctx) => {
         h("td", {}, `${e.state.messages_failed} messages`, h("div", { class: "sub" }, `${e.state.attempts_failed} attempts`)),
         h("td", {}, e.state.last_ok_at ? `ok ${when(e.state.last_ok_at)}` : "never",
           e.state.last_error && h("div", { class: "bad" }, `error: ${e.state.last_error} (${when(e.state.last_error_at)})`)))))));
+  }
+  await refresh();
+  ctx.every(POLL_MS * 2, refresh);
+};
+
+// ---- the operator's removals (docs/api.md, "Redaction") -------------------------------------------------------
+
+views.purges = async (_args, _params, ctx) => {
+  main.append(h("h1", {}, "Purged records"));
+  if (state.me.role !== "admin") {
+    main.append(h("p", { class: "empty" }, "Purges are shown to the node's admin only: sign in with the admin token."));
+    return;
+  }
+  main.append(h("p", { class: "hint" }, "Records the operator removed from this node alone (bbs purge): never "
+    + "federated, refused from every peer from then on. Redacted records keep a tombstone that reads show."));
+  const summary = h("div", { id: "purge-summary" });
+  const table = h("div", { class: "scroll", id: "purge-table" });
+  main.append(summary, table);
+  async function refresh() {
+    const r = await api("/v1/admin/purges?limit=100");
+    if (!ctx.alive()) return;
+    await ensureNames(r.purges.map((p) => p.author_id));
+    summary.replaceChildren(h("dl", { class: "prov" },
+      h("dt", {}, "Purged"), h("dd", { id: "purged-total" }, `${r.total} records of ${r.authors} authors`),
+      h("dt", {}, "Redacted"), h("dd", { id: "tombstones" }, `${r.tombstones} tombstones`)));
+    if (!r.purges.length) return table.replaceChildren(h("p", { class: "empty" }, "Nothing purged here."));
+    const heads = ["Address", "Kind", "Author", "Versions", "Reason", "Purged"];
+    table.replaceChildren(h("table", { id: "purges" },
+      h("thead", {}, h("tr", {}, heads.map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", {}, r.purges.map((p) => h("tr", {},
+        h("td", { class: "hash", title: p.hash }, shortId(p.hash)),
+        h("td", {}, p.kind),
+        h("td", { title: p.author_id }, state.names.get(p.author_id) || shortId(p.author_id)),
+        h("td", {}, p.versions),
+        h("td", {}, p.reason || h("span", { class: "sub" }, "none given")),
+        h("td", {}, when(p.purged_at)))))));
   }
   await refresh();
   ctx.every(POLL_MS * 2, refresh);

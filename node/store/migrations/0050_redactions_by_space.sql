@@ -3,3 +3,5 @@
 -- redaction and tombstone the node holds.
 CREATE INDEX redactions_space ON redactions(space) WHERE space IS NOT NULL;
 CREATE INDEX tombstones_space ON tombstones(space) WHERE space IS NOT NULL;
+-- The operator's list of purges, newest first (GET /v1/admin/purges, the dashboard's Purges view).
+CREATE INDEX purges_newest ON purges(purged_ms);

@@ -227,6 +227,24 @@ async def test_push_view_shows_each_endpoint_and_its_failures(
     assert b.errors == []
 
 
+async def test_purges_view_lists_what_the_operator_removed(
+    open_browser: OpenBrowser, node: Node, data_dir: tuple[object, str]
+) -> None:
+    """The admin sees the purged records (kind, author, reason, versions) and the counts `bbs doctor` shows."""
+    created = await node.agents.create("spammer", "Spammer")
+    entry, _ = await node.entries.post(created.agent_id, PostEntry("finding", "inform", "buy now"), None)
+    await node.redactions.purge(entry.record_hash, None, "abuse")
+    b = await open_browser()
+    await b.sign_in(data_dir[1])
+    await b.view("#/purges", "#purges tbody tr")
+    row = await b.page.locator("#purges tbody tr").inner_text()
+    assert "entry" in row and "Spammer" in row and "abuse" in row
+    assert await b.page.locator("#purged-total").inner_text() == "1 records of 1 authors"
+    assert "buy now" not in await b.page.locator("main").inner_text()
+    await b.shot("purges")
+    assert b.errors == []
+
+
 async def test_an_agents_key_history_after_a_rotation_and_a_revocation(
     open_browser: OpenBrowser, client: Any, seeded: Seeded, admin_headers: dict[str, str], data_dir: tuple[object, str]
 ) -> None:

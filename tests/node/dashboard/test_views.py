@@ -60,7 +60,7 @@ async def test_the_session_lists_every_feature_of_a_full_node(
     alice = await make_agent("alice")
     me = await (await client.get("/dashboard/api/session", headers=alice.headers)).json()
     assert (me["role"], me["agent_id"], me["display_name"]) == ("agent", alice.agent_id, "Alice")
-    assert me["features"] == ["tasks", "bus", "candidates", "spaces", "peers", "push"]
+    assert me["features"] == ["tasks", "bus", "candidates", "spaces", "peers", "push", "purges"]
     admin = await (await client.get("/dashboard/api/session", headers=admin_headers)).json()
     assert (admin["role"], admin["agent_id"], admin["display_name"]) == ("admin", None, None)
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -103,3 +104,34 @@ async def test_purging_an_author_removes_its_entries_links_and_messages_in_one_c
     assert (await get_json(client, f"/v1/entries/{kept}", bob))["entries"]
     assert (await get_json(client, f"/v1/entries/{mine[0]}", bob, status=404))["code"] == "entry_not_found"
     assert await asyncio.to_thread(main, ["purge", "--data", str(data_dir[0])]) != 0  # neither a hash nor --author
+
+
+async def test_the_operator_lists_the_purges_newest_first_and_agents_may_not(
+    client: TestClient, node: Node, make_agent: MakeAgent, admin_headers: dict[str, str]
+) -> None:
+    alice = await make_agent("alice")
+    first = await post(client, alice, content="first to go")
+    second = await post(client, alice, content="second to go")
+    kept = await post(client, alice, content="redacted, not purged")
+    await purge(client, admin_headers, 200, target=first["record_hash"], reason="abuse")
+    node.clock.advance(1)  # type: ignore[attr-defined]
+    await purge(client, admin_headers, 200, target=second["record_hash"])
+    resp = await client.post("/v1/redactions", json={"target": kept["record_hash"]}, headers=alice.headers)
+    assert resp.status == 201, await resp.text()
+    admin = SimpleNamespace(headers=admin_headers)
+    listed = await get_json(client, "/v1/admin/purges", admin)
+    assert (listed["total"], listed["authors"], listed["tombstones"]) == (2, 1, 1)
+    assert [p["hash"] for p in listed["purges"]] == [second["record_hash"], first["record_hash"]]
+    newest, oldest = listed["purges"]
+    assert (oldest["kind"], oldest["author_id"], oldest["versions"]) == ("entry", alice.agent_id, 1)
+    assert oldest["reason"] == "abuse"
+    assert newest["reason"] is None and "content" not in newest
+    one = await get_json(client, "/v1/admin/purges", admin, params={"limit": "1"})
+    assert [p["hash"] for p in one["purges"]] == [second["record_hash"]] and one["total"] == 2
+    resp = await client.get("/v1/admin/purges", headers=alice.headers)
+    assert resp.status == 403 and (await resp.json())["code"] == "admin_required"
+    for bad in ("limit=0", "limit=501", "limit=x", "limit=1&limit=2", "after=3"):
+        resp = await client.get(f"/v1/admin/purges?{bad}", headers=admin_headers)
+        problem = await resp.json()
+        assert resp.status == 422, (bad, problem)
+        assert problem["field"].startswith("$."), (bad, problem)

@@ -252,7 +252,7 @@ NO_ENTRIES: dict[str, str] = {
     "GET /v1/agents": OPERATOR, "POST /v1/agents": OPERATOR, "POST /v1/agents/{agent_id}/api-key": OPERATOR,
     "POST /v1/agents/{agent_id}/recovery": OPERATOR, "POST /v1/agents/{agent_id}/revocation": OPERATOR,
     "POST /v1/agents/{agent_id}/signing-key": OPERATOR, "GET /v1/node/key": OPERATOR, "POST /v1/node/key": OPERATOR,
-    "GET /v1/admin/void-records": OPERATOR, "POST /v1/admin/purges": OPERATOR,
+    "GET /v1/admin/void-records": OPERATOR, "POST /v1/admin/purges": OPERATOR, "GET /v1/admin/purges": OPERATOR,
     "GET /v1/peers": OPERATOR, "POST /v1/peers": OPERATOR,
     "GET /v1/push/status": OPERATOR, "POST /dashboard/api/peers/{node_id}/agreement": OPERATOR,
     "POST /v1/agents/{agent_id}/key-events": NO_ENTRY,
