@@ -136,15 +136,34 @@ def sqlite_rate_at(ctx: Context, per_commit: float) -> float:
     return float(ctx.cache[key])
 
 
+def secure_delete_rates(ctx: Context) -> tuple[float, float]:
+    """(entries/s with `secure_delete` on, as the node's writer runs, entries/s with it off): the raw batched inserts
+    of `sqlite_batched_rate`, medians of SQLITE_ROUNDS alternating rounds on fresh files (issue 39 asks its write
+    cost on the ingest path: the node's inserts free no page, so it should cost nothing measurable)."""
+    if "secure_delete_rates" not in ctx.cache:
+        rows = sqlite_rows(sample_records(ctx))
+        on: list[float] = []
+        off: list[float] = []
+        for _ in range(SQLITE_ROUNDS):
+            on.append(_sqlite_round(ctx, rows))
+            off.append(_sqlite_round(ctx, rows, secure_delete=False))
+        ctx.cache["secure_delete_rates"] = (sorted(on)[len(on) // 2], sorted(off)[len(off) // 2])
+    on_rate, off_rate = ctx.cache["secure_delete_rates"]
+    return float(on_rate), float(off_rate)
+
+
 def _sqlite_round(
     ctx: Context,
     rows: list[tuple[tuple[Any, ...], tuple[Any, ...], list[Any]]],
     fts5: bool = False,
     batch: int = SQLITE_BATCH,
+    secure_delete: bool = True,
 ) -> float:
     path = ctx.workdir / "raw-sqlite.db"
     remove_database(path)
-    conn = db.connect(path)
+    conn = db.connect(path)  # the node writer's pragmas, secure_delete on among them
+    if not secure_delete:
+        conn.execute("PRAGMA secure_delete = OFF")
     db.migrate(conn)
     if fts5:
         conn.executescript(OLD_FTS5)
@@ -215,6 +234,7 @@ def run(ctx: Context) -> None:
     checked = check_rate(ctx)
     sqlite_rate = sqlite_batched_rate(ctx)
     sqlite_fts5_rate = sqlite_batched_rate(ctx, fts5=True)
+    secure_on, secure_off = secure_delete_rates(ctx)
     add = ctx.report.add
     add(
         Row(
@@ -266,5 +286,18 @@ def run(ctx: Context) -> None:
             f" ({' / '.join(rate(r) for r in ctx.cache['sqlite_rounds'])}); baseline: the FTS5 table and trigger of"
             f" before issue 24 added ({' / '.join(rate(r) for r in ctx.cache['sqlite_fts5_rounds'])}), rounds"
             " alternating",
+        )
+    )
+    add(
+        Row(
+            BENCH,
+            "sqlite3 batched inserts (entries/s), secure_delete on (the node's writer) vs off",
+            rate(secure_on),
+            rate(secure_off),
+            ratio(secure_on, secure_off),
+            "",
+            None,
+            f"the batched inserts above, {SQLITE_BATCH} per transaction, median of {SQLITE_ROUNDS} alternating rounds"
+            " on fresh files; the node's writer runs with secure_delete on for redaction (docs/operations.md)",
         )
     )
