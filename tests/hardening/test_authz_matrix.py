@@ -69,6 +69,7 @@ TABLE: list[Row] = [
     Row("GET", "/metrics", "401 401 403 403 200 401"),
     # the operator purges an entry of the owner's from this node alone
     Row("POST", "/v1/admin/purges", "401 401 403 403 200 401", body={"target": "{purged}"}),
+    Row("GET", "/v1/admin/purges", "401 401 403 403 200 401"),
     Row("POST", "/v1/peers", "401 401 403 403 201 401", body={"url": "http://127.0.0.1:9/", "node_id": "{peer}"}),
     Row("GET", "/v1/peers", "401 401 403 403 200 401"),
     Row("GET", "/v1/sync/digest", "401 401 403 403 200 401"),

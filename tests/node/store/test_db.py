@@ -424,7 +424,11 @@ async def test_a_budget_run_out_after_the_last_select_never_stops_the_end_of_the
 
     for _ in range(700):
         assert await database.read(fn, quick=True) == 1
-    assert (database.read_stats.inline, database.read_stats.moved) == (700, 0)
+    # Each read ends cleanly and answers; one whose own SELECT ran past the tiny budget (a loaded machine preempts
+    # it) is moved to a reader thread and answers there, which is the budget working, not this bug, so only the
+    # total is exact. The bug failed every quick read after the first stopped ROLLBACK.
+    stats = database.read_stats
+    assert stats.inline + stats.moved == 700 and stats.inline > 0
     assert await database.read(lambda c: c.in_transaction, quick=True) is True  # a fresh transaction of its own
 
 
@@ -451,6 +455,7 @@ async def test_an_interruption_turned_into_another_error_still_moves_the_read(da
 
 
 async def test_an_error_of_the_read_itself_reaches_the_caller_once(database: Database) -> None:
+    database.inline_budget_s = 5.0  # no read here may run over it, however loaded the machine: errors alone decide
     calls: list[str] = []
 
     def fn(conn: sqlite3.Connection) -> None:
