@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp.test_utils import TestClient
 
+from node.service import Node
 from tests.conftest import AgentCreds
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -14,9 +15,13 @@ MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
 async def test_search_and_read_over_http_are_answered_inline(
     client: TestClient,
+    node: Node,
     make_agent: MakeAgent,
     admin_headers: dict[str, str],
 ) -> None:
+    # what is checked is that these routes read quick (on the loop), not the 2 ms budget, which a loaded machine
+    # can make a short read overrun (then it is moved, correctly): a budget no read here meets
+    node.db.inline_budget_s = 5.0
     agent = await make_agent("quick")
     posted = await client.post(
         "/v1/entries",

@@ -122,7 +122,8 @@ async def test_an_agent_finds_its_own_post_at_once(client: TestClient, node: Nod
     inline, moved = node.db.read_stats.inline, node.db.read_stats.moved
     direct = await node.reads.search(SearchQuery(q="descaler"), alice.agent_id)
     assert [e.id for e in direct.entries] == [mine] and direct.indexed_through is not None
-    assert (node.db.read_stats.inline - inline, node.db.read_stats.moved - moved) == (1, 0)  # her newest: same read
+    # her newest comes in the same read: one read in all (inline, or moved if a loaded machine ran it past the budget)
+    assert (node.db.read_stats.inline - inline) + (node.db.read_stats.moved - moved) == 1
 
 
 async def test_fresh_waits_for_other_agents_posts(client: TestClient, node: Node, make_agent: Any) -> None:
