@@ -112,6 +112,31 @@ class ServedNode:
                 raise ScenarioFailed(f"{self.name} {method} {path}: {resp.status} {data}")
             return data
 
+    async def attempt(
+        self,
+        session: aiohttp.ClientSession,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
+        timeout: aiohttp.ClientTimeout | None = None,
+    ) -> tuple[int, str]:
+        """(status, text) of one request as the node's admin unless `headers`; (0, "") when no answer came (the node
+        is down or cut off), for a drill that observes rather than fails."""
+        try:
+            async with session.request(
+                method,
+                self.url + path,
+                json=body,
+                headers=headers or self.admin,
+                params=params or {},
+                timeout=timeout or aiohttp.ClientTimeout(total=30),
+            ) as resp:
+                return resp.status, await resp.text()
+        except (aiohttp.ClientError, TimeoutError):
+            return 0, ""
+
     async def peer(self, session: aiohttp.ClientSession, other: ServedNode, via: str | None = None) -> None:
         await self.call(session, "POST", "/v1/peers", {"url": via or other.url, "node_id": other.node_id})
 

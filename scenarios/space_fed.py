@@ -113,7 +113,8 @@ CHECKS: dict[str, str] = {
 
 
 @dataclass
-class World:
+class World(checks.Drill):
+    NAMES = CHECKS
     root: Path
     session: aiohttp.ClientSession
     nodes: dict[str, ServedNode] = field(default_factory=dict)
@@ -125,7 +126,6 @@ class World:
     after_removal: list[str] = field(default_factory=list)  # beta's posts made after e's removal
     removal: str = ""  # the address of the hosting record removing e from beta
     public: int = 0  # public posts made
-    results: dict[str, Check] = field(default_factory=dict)
     seed: int = DEFAULT_SEED
     links: dict[tuple[str, str], Link] = field(default_factory=dict)  # (from, to) -> relay `from` uses to reach `to`
     cuts: Counter[frozenset[str]] = field(default_factory=Counter)  # how many cuts hold each link down
@@ -133,10 +133,6 @@ class World:
     down: set[str] = field(default_factory=set)  # nodes the story has stopped (no random kill touches them)
     chaos_log: list[str] = field(default_factory=list)  # what the random schedule did, in order
     phases: list[str] = field(default_factory=list)  # each step of the story and when it ended (from the start)
-
-    def check(self, name: str, ok: bool, detail: str) -> None:
-        """Record a check (the first failure of a check that runs several times wins)."""
-        checks.record(self.results, CHECKS, name, ok, detail)
 
     def cut(self, a: str, b: str) -> None:
         """Cut the link between `a` and `b`, both directions (until as many `mend`s)."""
@@ -522,7 +518,7 @@ async def run(root: Path, seed: int = DEFAULT_SEED) -> Report:
             for link in w.links.values():
                 await link.close()
     wall = time.monotonic() - started
-    results = {n: w.results.get(n, Check(False, "not reached")) for n in CHECKS}
+    results = w.outcomes()
     done = "\n".join(
         [
             schedule_text(seed),
