@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
+from node.entries.posting import Posted
 from node.ops import backup
 from node.redaction import scrub, store
 from node.search_index import store as index_store
 from node.search_index.analyzer import tokens
-from node.search_index.index import Row
+from node.search_index.index import Row, SearchIndex
 from node.service import Node
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import get_json, post
@@ -149,18 +150,25 @@ async def test_the_scrub_adds_again_only_the_documents_sharing_the_secrets_segme
     assert frozenset(i for i in ids[2] if i != batches[2][7][0].id) in held  # added again, in one commit
 
 
-async def test_a_targeted_scrub_re_adds_the_segments_live_documents_and_counts_them(
-    node: Node, make_agent: MakeAgent
-) -> None:
+async def posted_rows(
+    node: Node, make_agent: MakeAgent, contents: list[str]
+) -> tuple[AgentCreds, SearchIndex, list[Posted], list[Row]]:
+    """Alice posts `contents` in one batch, not yet indexed: her credentials, the node's search index, what the post
+    answered and the entries' index rows, in order."""
     alice = await make_agent("alice")
     index = node.search_index
     assert index is not None
-    posted = await node.entries.post_batch(
-        alice.agent_id, [PostEntry("finding", "inform", f"entry {i} hail") for i in range(30)]
-    )
+    posted = await node.entries.post_batch(alice.agent_id, [PostEntry("finding", "inform", c) for c in contents])
     rows = await node.db.read(functools.partial(index_store.entries_at, ids=[int(p[0].id) for p in posted]))
-    await asyncio.to_thread(index.apply, [Row(*r) for r in rows[:10]], int(rows[9][0]))
-    await asyncio.to_thread(index.apply, [Row(*r) for r in rows[10:]], int(rows[-1][0]))
+    return alice, index, posted, [Row(*r) for r in rows]
+
+
+async def test_a_targeted_scrub_re_adds_the_segments_live_documents_and_counts_them(
+    node: Node, make_agent: MakeAgent
+) -> None:
+    alice, index, posted, rows = await posted_rows(node, make_agent, [f"entry {i} hail" for i in range(30)])
+    await asyncio.to_thread(index.apply, rows[:10], rows[9].seq)
+    await asyncio.to_thread(index.apply, rows[10:], rows[-1].seq)
     assert await scrub.scrub_index(node, index) == 0  # nothing dropped: nothing to do
     await node.redactions.redact(alice.agent_id, posted[3][0].record_hash, None)
     await asyncio.to_thread(index.apply, [], index.state()[0], [posted[3][0].record_hash])
@@ -172,15 +180,7 @@ async def test_a_targeted_scrub_re_adds_the_segments_live_documents_and_counts_t
 async def test_a_deleted_document_of_a_version_still_in_the_log_is_no_reason_to_rewrite(
     node: Node, make_agent: MakeAgent
 ) -> None:
-    alice = await make_agent("alice")
-    index = node.search_index
-    assert index is not None
-    posted = await node.entries.post_batch(
-        alice.agent_id, [PostEntry("finding", "inform", f"fog {i}") for i in range(5)]
-    )
-    rows = [
-        Row(*r) for r in await node.db.read(functools.partial(index_store.entries_at, ids=[p[0].id for p in posted]))
-    ]
+    _alice, index, _posted, rows = await posted_rows(node, make_agent, [f"fog {i}" for i in range(5)])
 
     def identity_seq(conn: sqlite3.Connection) -> int:  # a record the log holds that is no entry: as a void entry's
         return int(conn.execute("SELECT seq FROM records WHERE kind != 'entry' ORDER BY seq LIMIT 1").fetchone()[0])
