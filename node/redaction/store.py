@@ -232,6 +232,16 @@ def tombstones(conn: Conn, addresses: Iterable[str]) -> list[TombstoneRow]:
     return [TombstoneRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7], r[8], int(r[9])) for r in rows]
 
 
+def redacted_spaces(conn: Conn, addresses: Iterable[str]) -> dict[str, str | None]:
+    """The space (None: public) of each of `addresses` redacted here, from its tombstone: a record's space outlives
+    its body, and a record naming it is decided by it (node/spaces/posts.py, node/federation/space_gate.py)."""
+    rows = conn.execute(
+        "SELECT hash, space FROM tombstones WHERE hash IN (SELECT value FROM json_each(?))",
+        (json.dumps(sorted(set(addresses))),),
+    ).fetchall()
+    return {str(r[0]): None if r[1] is None else str(r[1]) for r in rows}
+
+
 def count(conn: Conn) -> int:
     """How many addresses this node holds as tombstones (`bbs doctor`)."""
     return int(conn.execute("SELECT count(*) FROM tombstones").fetchone()[0])

@@ -301,3 +301,22 @@ async def test_a_spaces_links_name_only_entries_held(client: TestClient, node: N
     await post(client, owner, "public, naming what is not held", links=[{"target": unheld, "link_type": "supports"}])
     await post(client, owner, "names a held one", space=space,
                links=[{"target": inside["record_hash"], "link_type": "supports"}])  # fmt: skip
+
+
+async def test_a_public_post_may_not_name_a_redacted_entry_of_a_space(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    """A redacted entry's body leaves the log, its tombstone keeps its space: a public post naming its address is
+    refused as one naming the entry would be (409 for a reader of the space, 404 otherwise), nothing stored."""
+    owner, eve = await make_agent("owner"), await make_agent("eve")
+    space = await space_with(client, owner)
+    secret = await post(client, owner, "the safe's code", space=space)
+    resp = await client.post("/v1/redactions", json={"target": secret["record_hash"]}, headers=owner.headers)
+    assert resp.status == 201, await resp.text()
+    before = await record_count(node)
+    links = [{"target": secret["record_hash"], "link_type": "responds_to"}]
+    problem = await post(client, owner, "public, naming it", 409, links=links)
+    assert (problem["code"], problem["field"]) == ("link_across_spaces", "$.links[0].target")
+    problem = await post(client, eve, "a stranger naming it", 404, links=links)
+    assert (problem["code"], problem["field"]) == ("target_not_found", "$.links[0].target")
+    assert await record_count(node) == before
