@@ -309,16 +309,18 @@ def naming_spaces(conn: Conn, addresses: Sequence[str]) -> list[tuple[str, str |
 MAX_REFUSED_REMEMBERED = 100_000  # rows of `refused_space_records`: past it, a refusal is not remembered (a link waits)
 
 
-def remember_refused_txn(conn: Conn, refused: Sequence[tuple[str, str, str]], now_ms: int) -> None:
-    """Remember the space of each (hash, space, reason) of a hosted space's record refused as void, unless the table
-    holds `MAX_REFUSED_REMEMBERED` rows already (then a link naming one waits for it, as before record 75)."""
+def remember_refused_txn(
+    conn: Conn, refused: Sequence[tuple[str, str, str]], now_ms: int, cap: int = MAX_REFUSED_REMEMBERED
+) -> None:
+    """Remember the space of each (hash, space, reason) of a space's record refused as void, unless the table holds
+    `cap` rows already (then a link naming one waits for it, as before docs/decisions.md record 75)."""
     if not refused:
         return
     conn.execute(
         "INSERT INTO refused_space_records (hash, space, reason, refused_ms)"
         " SELECT value ->> 0, value ->> 1, value ->> 2, ? FROM json_each(?)"
         " WHERE (SELECT count(*) FROM refused_space_records) < ? ON CONFLICT (hash) DO NOTHING",
-        (now_ms, json.dumps([list(r) for r in refused]), MAX_REFUSED_REMEMBERED),
+        (now_ms, json.dumps([list(r) for r in refused]), cap),
     )
 
 
