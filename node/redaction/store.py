@@ -81,6 +81,16 @@ def redactions_of_held_in(conn: Conn, spaces: Iterable[str]) -> list[RedactionRo
     return [RedactionRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
 
 
+def versions_by(conn: Conn, space_id: str, author: str) -> list[str]:
+    """The versions of `author`'s redactions in the space that the log holds (what it did there as an admin:
+    docs/format-v3.md 5.2), sorted: part of what a removal vouches for by default (`node.spaces.store.posts_of`)."""
+    rows = conn.execute(
+        "SELECT r.version FROM redactions d JOIN records r ON r.seq = d.seq WHERE d.space = ? AND d.author_id = ?",
+        (space_id, author),
+    ).fetchall()
+    return sorted(str(r[0]) for r in rows)
+
+
 def moderated_in(conn: Conn, spaces: Iterable[str]) -> list[tuple[RedactionRow, TombstoneRow]]:
     """The tombstones of any of `spaces` that a moderator's redaction made (its author is not the target's), each
     with that redaction, oldest redaction first."""

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from identity import key_history, spaces
 from identity.space_rules import READ_ROLES, hosting
+from node.redaction import store as redaction_store
 from node.spaces.sight import OPERATOR, Sight, Viewer
 from node.store.authority import key_events_of, vouch_pages_of
 from node.store.conn import Conn
@@ -394,12 +395,11 @@ def spaces_with_entries(conn: Conn, cap: int) -> list[str] | None:
 
 def posts_of(conn: Conn, space_id: str, author: str) -> list[str]:
     """The versions of `author`'s posts in the space that the log holds (entries: the only posts a space takes so
-    far) and of its redactions there (what it did as an admin: docs/format-v3.md 5.2), sorted: what a removal
-    vouches for by default, so a demotion keeps the member's past work and moderation standing."""
+    far) and of its redactions there (what it did as an admin: docs/format-v3.md 5.2; the redaction feature's store
+    reads them), sorted: what a removal vouches for by default, so a demotion keeps the member's past work and
+    moderation standing."""
     rows = conn.execute(
-        "SELECT r.version FROM entries e JOIN records r ON r.seq = e.id WHERE e.space = ? AND e.author_id = ?"
-        " UNION SELECT r.version FROM redactions d JOIN records r ON r.seq = d.seq"
-        " WHERE d.space = ? AND d.author_id = ?",
-        (space_id, author, space_id, author),
+        "SELECT r.version FROM entries e JOIN records r ON r.seq = e.id WHERE e.space = ? AND e.author_id = ?",
+        (space_id, author),
     ).fetchall()
-    return sorted(str(r[0]) for r in rows)
+    return sorted({str(r[0]) for r in rows}.union(redaction_store.versions_by(conn, space_id, author)))
