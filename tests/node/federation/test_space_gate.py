@@ -295,14 +295,15 @@ async def test_a_public_record_stored_before_the_spaces_entry_it_names_is_voided
     and leaves every projection and what peers are served: the space's hosts agree whatever the order."""
     family = await hosted_space(node, "family")
     private = post(WRITER, family, "arrives after")
-    naming = linking(None, "names an address not held yet", private)
-    assert [o.outcome for o in await ingest(node, [naming])] == ["pending_link"]
+    public = entry_record(WRITER, "a public note", created_ms=1_000_000_000_000)
+    naming, link = linking(None, "names an address not held yet", private), public_link_record(public, private)
+    assert [o.outcome for o in await ingest(node, [public, naming, link])] == ["saved", "pending_link", "pending_link"]
     assert [o.outcome for o in await ingest(node, [private])] == ["saved"]
-    sql = "SELECT hash, reason FROM void_records"
+    sql = "SELECT hash, reason FROM void_records ORDER BY seq"
     flagged = await node.db.read(lambda c: [tuple(r) for r in c.execute(sql).fetchall()])
-    assert flagged == [(records.compute_hash(naming), "space_link_across_spaces")]
-    shown = "SELECT count(*) FROM entries WHERE space IS NULL"
-    assert await node.db.read(lambda c: int(c.execute(shown).fetchone()[0])) == 0
+    assert flagged == [(records.compute_hash(r), "space_link_across_spaces") for r in (naming, link)]
+    shown = "SELECT (SELECT count(*) FROM entries WHERE space IS NULL), (SELECT count(*) FROM links)"
+    assert await node.db.read(lambda c: tuple(c.execute(shown).fetchone())) == (1, 0)  # the public note alone
 
 
 async def test_a_link_to_an_entry_its_own_space_voids_is_decided_not_left_waiting(node: Node) -> None:
