@@ -374,3 +374,21 @@ async def test_a_link_to_a_redacted_entry_is_decided_by_its_tombstone(node: Node
     assert [o.outcome for o in await ingest(node, [linking(family, "names it", target)])] == ["pending_link"]
     across = await ingest(node, [linking(work, "names it from another space", target)])
     assert [(o.outcome, o.reason) for o in across] == [("invalid", "link_across_spaces")]
+
+
+async def test_a_public_redaction_stored_before_the_spaces_entry_it_names_is_voided_when_that_arrives(
+    node: Node,
+) -> None:
+    """A public redaction naming an address not held is stored (a redaction never waits for its target); when the
+    address arrives as an entry of a space hosted here, the entry is stored (the redaction is not of its space) and
+    the redaction flagged void, as a host that had the entry first refuses it."""
+    family = await hosted_space(node, "family")
+    private = post(WRITER, family, "arrives after")
+    redaction = signed(WRITER, kind="redaction", target=records.compute_hash(private))
+    assert [o.outcome for o in await ingest(node, [redaction])] == ["saved"]
+    assert [o.outcome for o in await ingest(node, [private])] == ["saved"]
+    sql = "SELECT hash, reason FROM void_records"
+    flagged = await node.db.read(lambda c: [tuple(r) for r in c.execute(sql).fetchall()])
+    assert flagged == [(records.compute_hash(redaction), "space_link_across_spaces")]
+    assert await held(node, family) == 4 and await public_count(node) == 1  # kept in the log, flagged
+    assert [o.outcome for o in await ingest(node, [private])] == ["duplicate"]
