@@ -46,6 +46,7 @@ from node.spaces.posts import Name, crosses, record_names
 from node.store import void
 from node.store.conn import Conn
 from node.store.projections import space_of
+from node.workflows.store import bus as bus_store
 from sync.store import Invalid, Verified
 
 NOT_HOSTED = "not_hosted"
@@ -157,13 +158,13 @@ def remember_void_txn(conn: Conn, records: list[Verified], voided: dict[str, str
 
 def void_naming_txn(conn: Conn, stored: list[tuple[str, dict[str, Any]]], now_ms: int) -> int:
     """After a batch from a peer is stored: flag void (`space_link_across_spaces`, node/store/void.py) every public
-    record stored before whose links (or a redaction's target) name one of the batch's newly stored records of a
-    space. Such a record was taken because this node did not hold what it names (a public record may name an
-    address not held); once it does, the record is what the gate refuses on arrival, so a space's hosts end with the
-    same records whatever the order (docs/decisions.md record 75). A space's link naming what is not held waits
-    instead of being stored, so no record of a space is flagged here (the space's vouched-set judgement, which
-    unflags its posts, never meets this reason). `stored`: (hash, record) of the inserted records. Returns how many
-    were flagged; costs nothing for a batch without records of a space."""
+    record stored before whose links (or a message's dependencies, a redaction's target) name one of the batch's
+    newly stored records of a space. Such a record was taken because this node did not hold what it names (a public
+    record may name an address not held); once it does, the record is what the gate refuses on arrival, so a space's
+    hosts end with the same records whatever the order (docs/decisions.md record 75). A space's link naming what is
+    not held waits instead of being stored, so no record of a space is flagged here (the space's vouched-set
+    judgement, which unflags its posts, never meets this reason). `stored`: (hash, record) of the inserted records.
+    Returns how many were flagged; costs nothing for a batch without records of a space."""
     spaced = {address: space for address, record in stored if (space := space_of(record, address)) is not None}
     if not spaced:
         return 0
@@ -171,6 +172,9 @@ def void_naming_txn(conn: Conn, stored: list[tuple[str, dict[str, Any]]], now_ms
     for n in space_store.naming_records(conn, sorted(spaced)):
         if n.seq not in voided and n.space is None:  # a space's link naming what is not held waits: never stored
             voided[n.seq] = (void.Stored(n.seq, n.hash, n.version, n.kind, n.author_id, n.author_id), NAMED_OUTSIDE)
+    for m in bus_store.dependents_of(conn, spaced):  # a message's version is its address
+        if m.seq not in voided and m.space is None:
+            voided[m.seq] = (void.Stored(m.seq, m.hash, m.hash, "message", m.author_id, m.author_id), NAMED_OUTSIDE)
     public = [r for r in redaction_store.redactions_of(conn, sorted(spaced)) if r.space is None]
     flagged = void.flags_of(conn, [r.seq for r in public])
     for r in public:  # a redaction never waits for its target: a public one naming a space's record was stored

@@ -392,3 +392,20 @@ async def test_a_public_redaction_stored_before_the_spaces_entry_it_names_is_voi
     assert flagged == [(records.compute_hash(redaction), "space_link_across_spaces")]
     assert await held(node, family) == 4 and await public_count(node) == 1  # kept in the log, flagged
     assert [o.outcome for o in await ingest(node, [private])] == ["duplicate"]
+
+
+async def test_a_public_message_stored_before_the_spaces_record_it_depends_on_is_voided_when_that_arrives(
+    node: Node,
+) -> None:
+    """A public message whose dependency names an address not held is stored; when the address arrives as a record
+    of a space hosted here, the message is flagged void and leaves the bus, as a host holding the record refuses it."""
+    family = await hosted_space(node, "family")
+    private = message(family, "arrives after", [])
+    public = message(None, "depends on it", [private, entry_record(WRITER, "never sent", created_ms=1_000_000_000_000)])
+    assert [o.outcome for o in await ingest(node, [public])] == ["saved"]
+    assert [o.outcome for o in await ingest(node, [private])] == ["saved"]
+    sql = "SELECT hash, reason FROM void_records"
+    flagged = await node.db.read(lambda c: [tuple(r) for r in c.execute(sql).fetchall()])
+    assert flagged == [(records.compute_hash(public), "space_link_across_spaces")]
+    bus = "SELECT record_hash FROM messages"
+    assert await node.db.read(lambda c: [r[0] for r in c.execute(bus)]) == [records.compute_hash(private)]
