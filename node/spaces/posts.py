@@ -141,8 +141,12 @@ def check_posts_txn(conn: Conn, posts: Sequence[Post]) -> None:
     named = sorted({name.address for post in posts for name in post.names if name.address not in run})
     held = store.named_records(conn, named) if named else {}
     held.update(run)
-    # a redacted record's space outlives its body (its tombstone): naming it follows the rule too
-    known = redaction_store.redacted_spaces(conn, [a for a in named if a not in held]) if named else {}
+    # a record's space outlives its body (a tombstone) and is known of one refused here (docs/decisions.md 75)
+    unheld = [a for a in named if a not in held]
+    known: dict[str, str | None] = {}
+    if unheld:
+        known.update(redaction_store.redacted_spaces(conn, unheld))
+        known.update(store.refused_records(conn, unheld))
     known.update(held)
     for post in posts:
         for name in post.names:

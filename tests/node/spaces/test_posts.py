@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient
 
 from identity import canonical, records, vouching
 from node.service import Node
+from node.spaces import store
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import entry_record, self_signer
 from tests.node.spaces.test_routes import call, record_count
@@ -315,6 +316,24 @@ async def test_a_public_post_may_not_name_a_redacted_entry_of_a_space(
     assert resp.status == 201, await resp.text()
     before = await record_count(node)
     links = [{"target": secret["record_hash"], "link_type": "responds_to"}]
+    problem = await post(client, owner, "public, naming it", 409, links=links)
+    assert (problem["code"], problem["field"]) == ("link_across_spaces", "$.links[0].target")
+    problem = await post(client, eve, "a stranger naming it", 404, links=links)
+    assert (problem["code"], problem["field"]) == ("target_not_found", "$.links[0].target")
+    assert await record_count(node) == before
+
+
+async def test_a_public_post_may_not_name_an_entry_of_a_space_refused_here(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    """A post of a space this node refused as void (remembered with its space: docs/decisions.md record 75) is named by
+    a public post no more than a held one: 409 for a reader of the space, 404 otherwise, nothing stored."""
+    owner, eve = await make_agent("owner"), await make_agent("eve")
+    space = await space_with(client, owner)
+    refused = "f" * 64
+    await node.db.write(lambda c: store.remember_refused_txn(c, [(refused, space, "unvouched")], node.now_ms()))
+    before = await record_count(node)
+    links = [{"target": refused, "link_type": "responds_to"}]
     problem = await post(client, owner, "public, naming it", 409, links=links)
     assert (problem["code"], problem["field"]) == ("link_across_spaces", "$.links[0].target")
     problem = await post(client, eve, "a stranger naming it", 404, links=links)
