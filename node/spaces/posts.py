@@ -35,6 +35,7 @@ from node.spaces import store
 from node.spaces.sight import Sight, require_writer
 from node.spaces.store import sight_of
 from node.store.conn import Conn
+from node.workflows.store import bus as bus_store
 
 
 class Name(NamedTuple):
@@ -214,12 +215,14 @@ def _check_writer(post: Post, roles: dict[tuple[str, str], str | None]) -> None:
 
 
 def _check_not_named_outside(conn: Conn, arriving: Sequence[Post], run: Sequence[Post]) -> None:
-    """Refuse an entry arriving in a space whose address a stored link, or a post of this run, outside that space
-    already names (409 `named_outside_space`)."""
+    """Refuse an entry arriving in a space whose address a stored link, message dependency or redaction, or a post of
+    this run, outside that space already names (409 `named_outside_space`)."""
     if not arriving:
         return
     by_address = {post.address: post for post in arriving}
     naming = store.naming_spaces(conn, sorted(by_address))
+    naming += [(d.named, d.space) for d in bus_store.dependents_of(conn, by_address)]
+    naming += [(r.target, r.space) for r in redaction_store.redactions_of(conn, by_address)]
     naming += [(name.address, post.space) for post in run for name in post.names if name.address in by_address]
     for address, space in naming:
         post = by_address[address]

@@ -339,3 +339,23 @@ async def test_a_public_post_may_not_name_an_entry_of_a_space_refused_here(
     problem = await post(client, eve, "a stranger naming it", 404, links=links)
     assert (problem["code"], problem["field"]) == ("target_not_found", "$.links[0].target")
     assert await record_count(node) == before
+
+
+async def test_an_address_a_public_message_depends_on_is_named_outside_its_space(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    """A public message's dependency names an address as a link does: the entry arriving in a space at that address
+    is refused, 409 `named_outside_space`, nothing stored."""
+    owner = await make_agent("owner")
+    rover = await self_signer(node, "rover")
+    space = await space_with(client, owner)
+    await call(
+        client, "POST", f"/v1/spaces/{space}/members", owner, 201, {"agent_id": rover.agent_id, "role": "writer"}
+    )
+    private = entry_record(rover.key, "predicted", created_ms=node.now_ms(), schema_version="v2", space=space)
+    body = {"message_type": "note", "body": "depends on the future", "dependency_ids": [records.compute_hash(private)]}
+    await call(client, "POST", "/v1/agent-workflows/messages", owner, 201, body)  # a hash not held: anyone may
+    before = await record_count(node)
+    problem = await call(client, "POST", "/v1/entries", rover.creds, 409, {"record": private})
+    assert (problem["code"], problem["field"]) == ("named_outside_space", "$.record")
+    assert await record_count(node) == before
