@@ -507,9 +507,11 @@ def ingest_txn(
     records = [v for v in records if v.version not in redacted] if redacted else records
     waiting.count_txn(conn, peer_id, void=len(screened))  # a peer serving a redacted body shows in its counters
     gated = waiting_gate.gate_txn(conn, authority, peer_id, records, now_ms, recheck=recheck)
+    voided = {str(o.hash): str(o.reason) for o in gated.outcomes if o.outcome == "void"}
+    space_gate.remember_void_txn(conn, records, voided, now_ms)  # a link naming one is decided (decisions.md 75)
     gated.outcomes.extend(screened)
     # records of a space: only those of a space this node hosts, valid by `identity.spaces.resolve` (docs/sync.md)
-    spaced = space_gate.gate_spaces_txn(conn, gated.now, peer_filter(conn, peer_id), authority.judged)
+    spaced = space_gate.gate_spaces_txn(conn, gated.now, peer_filter(conn, peer_id), authority.judged, now_ms)
     records, invalid = spaced.now, [*invalid, *gated.invalid, *spaced.refused]
     if spaced.joining:  # named a host of a space this node cannot decide yet: reconcile with the peer at once
         authority.wake.add(peer_id)
@@ -535,6 +537,8 @@ def ingest_txn(
     stored = [v.record for v, (_, inserted) in kept if inserted]
     settle_authority_txn(conn, authority, void.authors_of_authority(stored), now_ms)
     redaction_effects.redecide_txn(conn, stored, now_ms)  # who moderates a space may have changed (issue 39)
+    # a record stored earlier naming one of the batch's records of a space from outside it (docs/decisions.md 75)
+    space_gate.void_naming_txn(conn, [(v.hash, v.record) for v, (_, inserted) in kept if inserted], now_ms)
     _store_released_txn(conn, authority, gated.released, now_ms)
     if cursor is not None:
         write_cursor_txn(conn, peer_id, cursor, too_new_from)
