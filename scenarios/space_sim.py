@@ -179,7 +179,7 @@ async def _pull(me: Node, peer: Node, result: Result, space_of: dict[str, str | 
     bodies, as `me.feeds` says), stored with its cursor; returns the records newly stored. Every request and reply
     body is counted, as JSON on the wire (HTTP headers and signatures aside)."""
     cursor = me.store.cursors.get(peer.key.did)
-    since = cursor.seq if cursor else 0
+    since, epoch = (cursor.seq, cursor.epoch) if cursor else (0, None)
 
     def count(raw: int, version: str | None = None) -> None:
         result.wire_bytes += raw
@@ -187,13 +187,15 @@ async def _pull(me: Node, peer: Node, result: Result, space_of: dict[str, str | 
             result.space_wire_bytes += raw
 
     async def ask(ids: int) -> m.ChangesReply:
-        query = m.ChangesQuery(v=m.PROTOCOL_VERSION, since=since, limit=PAGE, ids=ids)
-        count(len(f"since={since}&limit={PAGE}&wait_ms=0&v={m.PROTOCOL_VERSION}" + f"&ids={ids}" * bool(ids)))
+        query = m.ChangesQuery(v=m.PROTOCOL_VERSION, since=since, epoch=epoch, limit=PAGE, ids=ids)
+        # the query as the puller sends it: with the cursor's epoch once it has one (counted since decision 74)
+        named = f"&epoch={epoch}" if epoch else ""
+        count(len(f"since={since}{named}&limit={PAGE}&wait_ms=0&v={m.PROTOCOL_VERSION}" + f"&ids={ids}" * bool(ids)))
         reply = await peer.server.changes(query, me.key.did)
         raw = msgspec.json.encode(reply)
         result.reply_bytes += len(raw)
         if isinstance(reply, m.IdsPage):
-            return _compact_page(reply, peer.key.did, since, len(raw), result, space_of)
+            return _compact_page(reply, peer.key.did, (since, epoch), len(raw), result, space_of)
         items = reply.items if isinstance(reply, m.Changes) else []
         count(envelope := len(raw) - sum(len(msgspec.json.encode(i)) + 1 for i in items))
         result.empty_poll_bytes += 0 if items else envelope
@@ -243,11 +245,17 @@ async def _pull(me: Node, peer: Node, result: Result, space_of: dict[str, str | 
 
 
 def _compact_page(
-    reply: m.IdsPage, node_id: str, since: int, size: int, result: Result, space_of: dict[str, str | None]
+    reply: m.IdsPage,
+    node_id: str,
+    cursor: tuple[int, str | None],
+    size: int,
+    result: Result,
+    space_of: dict[str, str | None],
 ) -> m.ChangesReply:
     """A compact ids page counted (all of it; a space's share of the packed base64 by each item's binary length)
     and read as the puller's client reads it (`sync.compact.expand`)."""
-    page = compact.expand(reply, node_id, since, PAGE)
+    since, epoch = cursor
+    page = compact.expand(reply, node_id, since, PAGE, epoch)
     result.wire_bytes += size
     result.empty_poll_bytes += 0 if page.items else size
     binary, previous = [], since

@@ -139,7 +139,7 @@ class PeerClient:
             if not (since <= reply.next <= reply.head or reply.next == since):
                 raise SyncError(f"malformed batch: next cursor {reply.next} outside [{since}, {reply.head}]")
             try:
-                return compact.expand(reply, self.node_id, since, limit)
+                return compact.expand(reply, self.node_id, since, limit, epoch)
             except compact.CompactError as exc:
                 raise SyncError(f"malformed batch: {exc.field}: {exc}") from None
         if isinstance(reply, m.Changes) and len(reply.items) > limit:  # what a page may hold is ours to say

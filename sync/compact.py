@@ -103,14 +103,17 @@ def unpack_items(packed: str, since: int, last: int, most: int) -> list[tuple[in
     return items
 
 
-def expand(page: m.IdsPage, node_id: str, since: int, limit: int) -> m.Changes:
-    """The `Changes` an ids page of `node_id` stands for (items with seq, version and size; no body, no address),
-    read as `unpack_items` reads it. Raises CompactError."""
+def expand(page: m.IdsPage, node_id: str, since: int, limit: int, epoch: str | None = None) -> m.Changes:
+    """The `Changes` an ids page of `node_id` asked after `since` with `epoch` stands for (items with seq, version
+    and size; no body, no address), read as `unpack_items` reads it; a page that leaves out its epoch is of the
+    asked one. Raises CompactError."""
+    if not (page.epoch or epoch):
+        raise CompactError("$.epoch", "no epoch, and none was asked with")
     items = unpack_items(page.items, since, page.next, limit)
     return m.Changes(
         v=page.v,
         node_id=node_id,
-        epoch=page.epoch,
+        epoch=page.epoch or str(epoch),
         head=page.head,
         next=page.next,
         more=page.more,

@@ -109,14 +109,14 @@ class Reset(_Message, tag="reset"):
 ChangesReply = Changes | Reset
 
 
-class IdsPage(_Message, tag="ids", omit_defaults=True):
+class IdsPage(_Message, tag="ids", omit_defaults=True, kw_only=True):
     """A page of the feed asked with `ids=2` (decision 74; docs/sync.md, "Compact ids pages"): as `Changes`, but its
     items are packed in `items`, standard base64 of, per item, the LEB128 of its seq minus the previous one (the
     first: minus the asked `since`; never 0), its 32-byte version, and the LEB128 of its body's size. It does not
     name the serving node (the asker knows whom it asked, and only a node that admitted its key answers), and
-    leaves out `v` when 3, `more` when false and `items` when empty."""
+    leaves out `epoch` when it is the one the asker named, `v` when 3, `more` when false and `items` when empty."""
 
-    epoch: str
+    epoch: str = ""
     head: Seq
     next: Seq
     more: bool = False

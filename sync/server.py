@@ -71,7 +71,8 @@ class SyncServer:
         items = self.listed.unlisted(peer_id, items)
         if q.ids == m.IDS_COMPACT:
             packed = compact.pack_items(q.since, ((i.seq, i.version, int(i.size or 0)) for i in items))
-            return m.IdsPage(v=q.v, epoch=page.epoch, head=page.head, next=next_seq, more=more, items=packed)
+            epoch_named = "" if page.epoch == q.epoch else page.epoch  # the asker named it: not said again
+            return m.IdsPage(v=q.v, epoch=epoch_named, head=page.head, next=next_seq, more=more, items=packed)
         return m.Changes(
             v=q.v, node_id=node_id, epoch=page.epoch, head=page.head, next=next_seq, more=more, items=items
         )

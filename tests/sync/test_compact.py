@@ -37,6 +37,11 @@ def test_expand_gives_the_page_of_ids_and_sizes_the_json_form_gives() -> None:
     assert (changes.node_id, changes.epoch, changes.head, changes.next, changes.more) == ("did:key:z6Mkpeer", "e1",
                                                                                           9, 5, True)  # fmt: skip
     assert [(i.seq, i.version, i.size, i.hash) for i in changes.items] == [(3, V1, 10, ""), (5, V2, 20, "")]
+    unnamed = m.IdsPage(head=9, next=2)  # the epoch left out: the one the asker named
+    assert compact.expand(unnamed, "did:key:z6Mkpeer", 2, 10, "e1").epoch == "e1"
+    with pytest.raises(compact.CompactError, match="no epoch") as raised:
+        compact.expand(unnamed, "did:key:z6Mkpeer", 2, 10)
+    assert raised.value.field == "$.epoch"
 
 
 def item(delta: int, version: bytes, size: int) -> bytes:

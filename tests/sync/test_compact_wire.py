@@ -81,6 +81,10 @@ async def test_a_record_is_delivered_over_the_compact_path(make_peer: Any, monke
     assert set(page) == {"type", "epoch", "head", "next", "items"} and page["type"] == "ids"
     versions = [v for _s, v, _n in compact.unpack_items(page["items"], 0, page["next"], 10)]
     assert len(versions) == len(set(versions)) >= 2
+    url = f"{a.url}/v1/sync/changes?v=3&since={page['next']}&epoch={page['epoch']}&ids=2"
+    async with b.session.get(url, headers=sign_headers(b.node.key, "GET", url, None)) as resp:
+        named = await resp.json()
+    assert named == {"type": "ids", "head": page["head"], "next": page["next"]}  # an empty poll: its epoch was asked
 
 
 @pytest.mark.parametrize(
