@@ -306,6 +306,7 @@ async def simulate(
     """Run the federation until a round delivers nothing, then reconcile every pair of neighbours once."""
     nodes, made = build(n, spaces, degree, per_space, public, seed, policy, compact_ids)
     space_of = {v.version: s for v, s, _a in made}
+    space_of |= {v[: compact.PREFIX_HEX]: s for v, s in list(space_of.items())}  # as a compact page announces them
     result = Result(n, spaces, len(made), 0, False, 0, 0, 0, 0, 0, 0, policy=policy)
     while True:
         result.rounds += 1

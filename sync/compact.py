@@ -1,8 +1,10 @@
 """Compact ids pages and fetches by seq (docs/decisions.md record 74; docs/sync.md, "Compact ids pages"): the
 binary forms inside `m.IdsPage.items` and `m.BodiesRequest.seqs`, standard base64 in the JSON.
 
-An ids page's item is the LEB128 of its seq minus the previous item's (the first: minus the asked `since`), its
-32-byte version and the LEB128 of its body's size: about 35 bytes, 47 as base64, where a JSON item took about 100.
+An ids page's item is the LEB128 of its seq minus the previous item's (the first: minus the asked `since`), the
+first 16 bytes of its version (`PREFIX_HEX` hex digits: the receiver looks up what it holds by prefix,
+`SyncStore.refused_prefixes`, and checks each fetched body's whole version against it) and the LEB128 of its body's
+size: about 19 bytes, 26 as base64, where a JSON item took about 100.
 A bodies request is the LEB128 of each seq minus the previous one (the first: minus 0): one to three bytes a record
 where a version took 67. Every decoder here refuses what an honest peer never sends (bad base64, a truncated item,
 a zero or too large delta, a seq beyond the page, a size over the record limit, more items than allowed) with a
@@ -22,7 +24,8 @@ from identity import canonical, records
 from identity.schema import MAX_RECORD_BYTES
 from sync import messages as m
 
-VERSION_BYTES = 32
+VERSION_BYTES = 16  # of a version, in an ids page's item: a prefix (decision 74 says why it is safe)
+PREFIX_HEX = 2 * VERSION_BYTES
 MAX_SEQ = 2**63 - 1
 _VARINT_BYTES = 10  # the most an unsigned 64-bit LEB128 takes
 
@@ -66,12 +69,13 @@ def _decode64(packed: str, field: str) -> bytes:
 
 
 def pack_items(since: int, items: Iterable[tuple[int, str, int]]) -> str:
-    """The `items` of an ids page: (seq, version as 64 hex digits, body size) in increasing seq after `since`."""
+    """The `items` of an ids page: (seq, version in hex, body size) in increasing seq after `since`; each version
+    is announced by its first `VERSION_BYTES` bytes."""
     out = bytearray()
     previous = since
     for seq, version, size in items:
         _varint(seq - previous, out)
-        out += bytes.fromhex(version)
+        out += bytes.fromhex(version[:PREFIX_HEX])
         _varint(size, out)
         previous = seq
     return base64.b64encode(bytes(out)).decode("ascii")
@@ -154,10 +158,14 @@ def unpack_seqs(packed: str, most: int = m.MAX_FETCH_HASHES) -> list[int]:
 
 
 def asked_version(body: bytes, asked: Set[str]) -> str | None:
-    """The version of `body` when it is one of `asked`, else None. An entry's version is the SHA-256 of its body;
-    every other kind's is its address (`sync.store.Verified.version`), computed only when the digest is not asked."""
+    """The version of `body` when it, or its prefix as long as the items of `asked` (whole versions or prefixes of
+    one length), is one of `asked`, else None. An entry's version is the SHA-256 of its body; every other kind's is
+    its address (`sync.store.Verified.version`), computed only when the digest is not asked."""
+    if not asked:
+        return None
+    width = len(next(iter(asked)))
     digest = hashlib.sha256(body).hexdigest()
-    if digest in asked:
+    if digest[:width] in asked:
         return digest
     try:
         record = msgspec.json.decode(body)
@@ -166,4 +174,4 @@ def asked_version(body: bytes, asked: Set[str]) -> str | None:
         address = records.compute_hash(record)
     except (msgspec.DecodeError, RecursionError, canonical.CanonicalError, KeyError, TypeError, ValueError):
         return None
-    return address if address in asked else None
+    return address if address[:width] in asked else None

@@ -76,8 +76,9 @@ async def resolve(store: SyncStore, fetch: Fetch, reply: m.Changes, bodies: Bodi
     sized = [item for item in reply.items if item.record is msgspec.UNSET]
     if not sized:
         return Resolved(reply, announced=len(reply.items))
+    # announced versions: whole (ids=1), or prefixes (a compact page: looked up by prefix, bodies matched by it)
     versions = list(dict.fromkeys(item.version for item in sized))
-    held = await store.refused(versions)
+    held = await (store.refused(versions) if bodies is None else store.refused_prefixes(versions))
     want = [v for v in versions if v not in held]
     # a size is the peer's word: no more than a record may be, so a peer cannot split a fetch into one per record
     size = {item.version: min(item.size, MAX_RECORD_BYTES) if isinstance(item.size, int) else 0 for item in sized}
@@ -95,8 +96,9 @@ async def resolve(store: SyncStore, fetch: Fetch, reply: m.Changes, bodies: Bodi
             continue
         for body in await bodies(sorted(first_seq[v] for v in chunk)):
             version = compact.asked_version(body, asked)
-            if version is not None and version not in got_bodies:  # the address comes from verifying the body
-                got_bodies[version] = m.RecordItem(hash="", version=version, record=msgspec.Raw(body))
+            announced = None if version is None else version[: len(chunk[0])]
+            if announced is not None and announced not in got_bodies:  # the address comes from verifying the body
+                got_bodies[announced] = m.RecordItem(hash="", version=str(version), record=msgspec.Raw(body))
             else:
                 unasked += 1
     missed = [item.seq for item in sized if item.version not in held and item.version not in got_bodies]

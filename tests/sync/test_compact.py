@@ -1,6 +1,7 @@
-"""sync.compact (decision 74): the binary items of a compact ids page and the seqs of a bodies request round-trip,
-and every malformed form an honest peer never sends is refused, naming its field; a body's version is recomputed
-as the store computes it (an entry's from its bytes, any other kind's from its address)."""
+"""sync.compact (decision 74): the binary items of a compact ids page (a version announced by its first 16 bytes) and
+the seqs of a bodies request round-trip, and every malformed form an honest peer never sends is refused, naming its
+field; a body's version is recomputed as the store computes it (an entry's from its bytes, any other kind's from its
+address) and matched whole or by prefix."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from sync import messages as m
 from tests.sync.conftest import body_of, hash_of, signed_entry
 
 V1, V2, V3 = "ab" * 32, "cd" * 32, "ef" * 32
+P1, P2, P3 = (v[: compact.PREFIX_HEX] for v in (V1, V2, V3))
+PREFIX = b"\xab" * compact.VERSION_BYTES
 
 
 def b64(data: bytes) -> str:
@@ -25,9 +28,9 @@ def b64(data: bytes) -> str:
 def test_items_round_trip_delta_coded_after_since() -> None:
     items = [(101, V1, 470), (102, V2, 0), (100_000, V3, MAX_RECORD_BYTES)]
     packed = compact.pack_items(100, items)
-    assert compact.unpack_items(packed, 100, 100_000, 3) == items
-    # 1 byte of delta, 32 of version, 2 of size for the first item: 35 bytes where a JSON item took about 100
-    assert len(base64.b64decode(compact.pack_items(100, items[:1]))) == 35
+    assert compact.unpack_items(packed, 100, 100_000, 3) == [(101, P1, 470), (102, P2, 0), (100_000, P3, 262_144)]
+    # 1 byte of delta, 16 of version, 2 of size for the first item: 19 bytes where a JSON item took about 100
+    assert len(base64.b64decode(compact.pack_items(100, items[:1]))) == 19 and len(P1) == 32
     assert compact.unpack_items("", 7, 7, 0) == []
 
 
@@ -36,7 +39,7 @@ def test_expand_gives_the_page_of_ids_and_sizes_the_json_form_gives() -> None:
     changes = compact.expand(page, "did:key:z6Mkpeer", 2, 10)
     assert (changes.node_id, changes.epoch, changes.head, changes.next, changes.more) == ("did:key:z6Mkpeer", "e1",
                                                                                           9, 5, True)  # fmt: skip
-    assert [(i.seq, i.version, i.size, i.hash) for i in changes.items] == [(3, V1, 10, ""), (5, V2, 20, "")]
+    assert [(i.seq, i.version, i.size, i.hash) for i in changes.items] == [(3, P1, 10, ""), (5, P2, 20, "")]
     unnamed = m.IdsPage(head=9, next=2)  # the epoch left out: the one the asker named
     assert compact.expand(unnamed, "did:key:z6Mkpeer", 2, 10, "e1").epoch == "e1"
     with pytest.raises(compact.CompactError, match="no epoch") as raised:
@@ -64,14 +67,14 @@ def item(delta: int, version: bytes, size: int) -> bytes:
     [
         ("not base64!", 10, "not standard base64"),
         ("QQ", 10, "not standard base64"),  # missing padding
-        (b64(b"\x01" + b"\xab" * 31), 10, "truncated version"),
+        (b64(b"\x01" + b"\xab" * 15), 10, "truncated version"),
         (b64(b"\x80"), 10, "truncated number"),
-        (b64(item(1, b"\xab" * 32, 5)[:-1] + b"\x85"), 10, "truncated number"),
+        (b64(item(1, PREFIX, 5)[:-1] + b"\x85"), 10, "truncated number"),
         (b64(b"\xff" * 11), 10, "longer than 10 bytes"),
-        (b64(item(0, b"\xab" * 32, 5)), 10, "delta of 0"),
-        (b64(item(11, b"\xab" * 32, 5)), 10, "beyond the page's next cursor"),
-        (b64(item(1, b"\xab" * 32, MAX_RECORD_BYTES + 1)), 10, "over the record limit"),
-        (b64(item(1, b"\xab" * 32, 5) + item(1, b"\xcd" * 32, 5)), 1, "more than 1 items"),
+        (b64(item(0, PREFIX, 5)), 10, "delta of 0"),
+        (b64(item(11, PREFIX, 5)), 10, "beyond the page's next cursor"),
+        (b64(item(1, PREFIX, MAX_RECORD_BYTES + 1)), 10, "over the record limit"),
+        (b64(item(1, PREFIX, 5) + item(1, b"\xcd" * 16, 5)), 1, "more than 1 items"),
         (b64(b"\xff" * 9 + b"\x7f"), 10, r"over 2\^63 - 1"),
     ],
 )
@@ -110,11 +113,14 @@ def test_a_bodys_version_is_recomputed_only_when_asked() -> None:
     entry = body_of(signed_entry(key, "a note"))
     version = hashlib.sha256(entry).hexdigest()
     assert compact.asked_version(entry, {version}) == version
+    assert compact.asked_version(entry, {version[: compact.PREFIX_HEX]}) == version  # by prefix: the whole version
+    assert compact.asked_version(entry, set()) is None
     assert compact.asked_version(entry, {hash_of(signed_entry(key, "a note"))}) is None  # an entry: never its address
     document = {"kind": "agent", "agent_id": key.did, "display_name": "a", "signature": "s"}
     raw = body_of(document)
     assert hash_of(document) == records.compute_hash(document) != hashlib.sha256(raw).hexdigest()
     assert compact.asked_version(raw, {hash_of(document)}) == hash_of(document)  # another kind: its address
+    assert compact.asked_version(raw, {hash_of(document)[:32]}) == hash_of(document)
     assert compact.asked_version(raw, {V1}) is None
     assert compact.asked_version(b"{not json", {V1}) is None
     assert compact.asked_version(b"[1]", {V1}) is None

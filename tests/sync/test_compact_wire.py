@@ -166,8 +166,8 @@ async def hostile(aiohttp_server: Any) -> Hostile:
     ("items", "why"),
     [
         ("@@@@", "not standard base64"),
-        (base64.b64encode(b"\x01" + b"\xab" * 20).decode(), "truncated version"),
-        (base64.b64encode(b"\x01" + b"\xab" * 32 + b"\xff\xff\xff\x7f").decode(), "over the record limit"),
+        (base64.b64encode(b"\x01" + b"\xab" * 10).decode(), "truncated version"),
+        (base64.b64encode(b"\x01" + b"\xab" * 16 + b"\xff\xff\xff\x7f").decode(), "over the record limit"),
         (compact.pack_items(0, [(9, "ab" * 32, 10)]), "beyond the page's next cursor"),
     ],
 )
