@@ -85,6 +85,12 @@ async def test_a_record_is_delivered_over_the_compact_path(make_peer: Any, monke
     async with b.session.get(url, headers=sign_headers(b.node.key, "GET", url, None)) as resp:
         named = await resp.json()
     assert named == {"type": "ids", "head": page["head"], "next": page["next"]}  # an empty poll: its epoch was asked
+    sizes = {}
+    for ids in (1, 2):  # the same items, as JSON and compact
+        url = f"{a.url}/v1/sync/changes?v=3&since=0&ids={ids}"
+        async with b.session.get(url, headers=sign_headers(b.node.key, "GET", url, None)) as resp:
+            sizes[ids] = len(await resp.read())
+    assert sizes[2] < sizes[1] / 2
 
 
 @pytest.mark.parametrize(
