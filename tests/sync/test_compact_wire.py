@@ -6,6 +6,7 @@ commit, which knows `ids=1` only) is read with `ids=1`."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -21,6 +22,7 @@ from aiohttp import web
 from identity import keys
 from sync import compact
 from sync import messages as m
+from sync import puller as puller_module
 from sync.auth import sign_headers
 from sync.client import PeerClient, SyncError
 from sync.memory import MemoryStore
@@ -178,7 +180,7 @@ async def hostile(aiohttp_server: Any) -> Hostile:
     ],
 )
 async def test_a_malformed_compact_page_is_a_failed_pull_that_stores_nothing(
-    hostile: Hostile, make_peer: Any, items: str, why: str
+    hostile: Hostile, make_peer: Any, monkeypatch: pytest.MonkeyPatch, items: str, why: str
 ) -> None:
     b = await make_peer("b")
     hostile.page = {"type": "ids", "epoch": "ab", "head": 5, "next": 5, "items": items}
@@ -187,6 +189,17 @@ async def test_a_malformed_compact_page_is_a_failed_pull_that_stores_nothing(
     with pytest.raises(SyncError, match=f"malformed batch: .*{why}"):
         await puller.pull_once(config)
     assert await b.sync.store.cursor(hostile.key.did) is None and await b.hashes() == set()
+    monkeypatch.setattr(puller_module, "backoff", lambda failures: 0.01)
+    loop = asyncio.create_task(puller.run_peer(config))  # the pulling loop counts it a failure and backs off
+    try:
+        for _ in range(500):
+            if puller.health_of(hostile.key.did).failures >= 2:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+    assert puller.health_of(hostile.key.did).failures >= 2 and await b.hashes() == set()
 
 
 async def test_a_body_that_was_not_asked_for_is_dropped_and_counted(hostile: Hostile) -> None:
