@@ -141,6 +141,16 @@ async def test_bodies_are_served_as_the_feed_serves_them(make_peer: Any) -> None
         got[asker.name] = reply["records"]
     assert len(got["b"]) > len(got["c"]) >= 1
     assert any(r.get("space") == space for r in got["b"]) and not any(r.get("space") == space for r in got["c"])
+    spaced = await a.node.db.read(lambda conn: [str(r[0]) for r in conn.execute(
+        "SELECT version FROM records WHERE space = ?", (space,))])  # fmt: skip
+    announced: dict[str, set[str]] = {}
+    for asker in (b, c):  # a compact page to a node that does not host the space names none of it, not by prefix
+        url = f"{a.url}/v1/sync/changes?v=3&since=0&limit=1000&ids=2"
+        async with asker.session.get(url, headers=sign_headers(asker.node.key, "GET", url, None)) as resp:
+            page = await resp.json()
+        announced[asker.name] = {v for _s, v, _n in compact.unpack_items(page["items"], 0, page["next"], 1000)}
+    prefixes = {v[: compact.PREFIX_HEX] for v in spaced}
+    assert prefixes and prefixes <= announced["b"] and not prefixes & announced["c"]
 
 
 class Hostile:
