@@ -234,7 +234,9 @@ async def read_page(
         held = await store.refused([i.version for i in reply.items]) if feeds.policy != "bodies" else set()
         feeds.noted(peer_id, len(reply.items), len(held), reply.more)
         return reply
-    resolved = await resolve(store, fetch, reply, bodies if ids == m.IDS_COMPACT else None)
+    # a compact page names prefixes and is fetched by seq; a JSON page (a peer that answered ids=2 as ids=1) by version
+    packed = ids == m.IDS_COMPACT and all(len(i.version) == compact.PREFIX_HEX for i in reply.items)
+    resolved = await resolve(store, fetch, reply, bodies if packed else None)
     feeds.noted(peer_id, resolved.announced, resolved.held, reply.more)
     if resolved.unasked:
         log.warning("peer %s sent %d bodies that were not asked for; dropped", peer_id, resolved.unasked)

@@ -25,11 +25,12 @@ from sync import messages as m
 from sync import puller as puller_module
 from sync.auth import sign_headers
 from sync.client import PeerClient, SyncError
+from sync.ids_first import FeedModes, read_page
 from sync.memory import MemoryStore
 from sync.puller import Puller
 from sync.store import PeerConfig
 from tests.sync.conftest import PeerNode, body_of, signed_entry
-from tests.sync.test_ids_first import release_tree
+from tests.sync.test_ids_first import memory_pair, release_tree
 from tests.sync.test_space_hosting import post_in
 from tests.sync.test_v2_upgrade import ENV, Proc
 
@@ -268,3 +269,29 @@ async def test_a_node_of_the_previous_release_refuses_ids_2_and_is_read_with_ids
             assert puller.health_of(old.node_id).failures == 0
         finally:
             old.stop()
+
+
+async def test_a_json_page_in_reply_to_ids_2_is_fetched_by_version() -> None:
+    """A peer that answers `ids=2` with a JSON ids page (whole versions) is read as if asked `ids=1`: its bodies come
+    by version, never by seq, and each once."""
+    source, server, receiver, made = memory_pair(3)
+    asked: list[int] = []
+    fetched: list[str] = []
+
+    async def ask(ids: int) -> m.ChangesReply:
+        asked.append(ids)
+        query = m.ChangesQuery(v=m.PROTOCOL_VERSION, since=0, ids=min(ids, 1))
+        reply = await server.changes(query, receiver.node_id)
+        assert not isinstance(reply, m.IdsPage)
+        return reply
+
+    async def fetch(versions: list[str]) -> m.Records:
+        fetched.extend(versions)
+        return await server.fetch(m.FetchRequest(hashes=versions), receiver.node_id)
+
+    async def bodies(seqs: list[int]) -> list[bytes]:
+        raise AssertionError(f"fetched by seq: {seqs}")
+
+    page = await read_page(FeedModes("ids"), receiver, source.node_id, ask, fetch, bodies)
+    assert isinstance(page, m.Changes) and asked == [m.IDS_COMPACT]
+    assert [i.body() for i in page.items] == [v.body for v in made] and fetched == [v.version for v in made]
