@@ -229,6 +229,9 @@ class NodeSyncStore:
             # serves the peer no more, while the peer still counts it a host: docs/sync.md, "Spaces")
         )
 
+    async def refused_prefixes(self, prefixes: list[str]) -> set[str]:
+        return await self.db.read(lambda c: prefixed_versions(c, prefixes))
+
     async def reconcile_wanted(self) -> set[str]:
         return self.authority.take_wake()  # filled by the writer thread; a wake lost to a race waits for the round
 
@@ -856,6 +859,21 @@ def held_versions(conn: Conn, versions: list[str]) -> set[str]:
         "SELECT version FROM records WHERE version IN (SELECT value FROM json_each(?))", (_json(versions),)
     )
     return {str(r[0]) for r in rows.fetchall()}
+
+
+# the tables whose versions `NodeSyncStore.refused` consults (each has a unique index on `version`)
+REFUSED_TABLES = ("records", "refused_versions", "waiting", "void_versions", "void_records")
+
+
+# one index range a prefix and table: a version beginning with `p` sorts in [p, p || 'g'), hex digits being below 'g'
+PREFIX_SQL = "SELECT p.value FROM json_each(?) AS p WHERE " + " OR ".join(
+    f"EXISTS (SELECT 1 FROM {table} WHERE version >= p.value AND version < p.value || 'g')" for table in REFUSED_TABLES
+)
+
+
+def prefixed_versions(conn: Conn, prefixes: list[str]) -> set[str]:
+    """Those of `prefixes` (lowercase hex) that begin a version of any of `REFUSED_TABLES` (decision 74)."""
+    return {str(r[0]) for r in conn.execute(PREFIX_SQL, (_json(prefixes),)).fetchall()}
 
 
 def store_epoch(conn: Conn) -> str:
