@@ -143,11 +143,12 @@ async def test_records_a_cap_dropped_come_back_at_once_when_their_key_event_is_s
         assert await from_a_peer(b, rotation) == "saved"  # the two waiting ones are stored in its transaction
         assert len({address(r) for r in posts} & await b.hashes()) == 2
         for _ in range(200):  # 10 s at most; without the wake-up they would wait for the 300 s round
-            if {address(r) for r in posts} <= await b.hashes():
+            (status,) = [s for s in await b.sync.store.statuses() if s.node_id == a.node_id]
+            # the round stores its records, then counts itself: wait for both
+            if {address(r) for r in posts} <= await b.hashes() and status.reconciliations >= 2:
                 break
             await asyncio.sleep(0.05)
         assert {address(r) for r in posts} <= await b.hashes()
-        (status,) = [s for s in await b.sync.store.statuses() if s.node_id == a.node_id]
         assert status.reconciliations == 2
     finally:
         loop.cancel()
