@@ -18,6 +18,7 @@ from node.service import Node
 
 # The PostgreSQL half: its fixtures and the hooks that mark it, and deselect it where PostgreSQL is not installed.
 from tests.pg_fixtures import (  # noqa: F401
+    open_store,
     pg_cluster,
     pg_migrated_url,
     pg_template,

@@ -42,6 +42,16 @@ class Conn(Protocol):
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> Cursor: ...
 
 
+SQLITE = "sqlite"
+POSTGRESQL = "postgresql"
+
+
+def engine_of(conn: Conn) -> str:
+    """The engine `conn` runs on, `SQLITE` or `POSTGRESQL`: a store module chooses its engine-specific statements
+    by it (docs/decisions.md records 50 and 76). The PostgreSQL `Conn` says so (`engine`); anything else is SQLite."""
+    return POSTGRESQL if getattr(conn, "engine", None) == POSTGRESQL else SQLITE
+
+
 # ---- errors, told apart the same way on both engines -----------------------------------------------------------
 #
 # Store code written for SQLite catches sqlite3's classes (`except sqlite3.IntegrityError`). The PostgreSQL `Conn`

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from identity import key_history, records
 from node.store.authority import key_events_of
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, engine_of
 
 MAX_VERSIONS = 2
 
@@ -160,10 +160,15 @@ def shown_seq(conn: Conn, address: str) -> int | None:
 
 def held(conn: Conn, addresses: Iterable[str]) -> dict[str, list[Held]]:
     """The stored versions of each of `addresses` that has any, best first."""
-    rows = conn.execute(
-        "SELECT hash, seq, version, scope FROM records WHERE hash IN (SELECT value FROM json_each(?))",
-        (json.dumps(sorted(set(addresses))),),
-    ).fetchall()
+    if engine_of(conn) == POSTGRESQL:
+        rows = conn.execute(
+            "SELECT hash, seq, version, scope FROM records WHERE hash = ANY(?)", (sorted(set(addresses)),)
+        ).fetchall()
+    else:
+        rows = conn.execute(
+            "SELECT hash, seq, version, scope FROM records WHERE hash IN (SELECT value FROM json_each(?))",
+            (json.dumps(sorted(set(addresses))),),
+        ).fetchall()
     return held_from(rows)
 
 
@@ -202,10 +207,13 @@ def forget_refused_txn(conn: Conn, address: str) -> None:
 
 def refused(conn: Conn, versions: Iterable[str]) -> set[str]:
     """Those of `versions` this node refused or evicted."""
-    rows = conn.execute(
-        "SELECT version FROM refused_versions WHERE version IN (SELECT value FROM json_each(?))",
-        (json.dumps(list(versions)),),
-    ).fetchall()
+    if engine_of(conn) == POSTGRESQL:
+        rows = conn.execute("SELECT version FROM refused_versions WHERE version = ANY(?)", (list(versions),)).fetchall()
+    else:
+        rows = conn.execute(
+            "SELECT version FROM refused_versions WHERE version IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(versions)),),
+        ).fetchall()
     return {r[0] for r in rows}
 
 

@@ -3,8 +3,8 @@
 What it translates, so a store function's SQL and its reading of rows stay as they are where the SQL is portable
 (docs/decisions.md records 50 and 76):
 
-- placeholders: `?` becomes `%s` and `:name` becomes `%(name)s`, outside quoted strings, quoted identifiers,
-  comments and dollar quotes, and `::` casts are left alone; a literal `%` is doubled for psycopg;
+- placeholders: `?` becomes `%s`, `?NNN` and `:name` become `%(pNNN)s` and `%(name)s`, outside quoted strings,
+  quoted identifiers, comments and dollar quotes, and `::` casts are left alone; a literal `%` is doubled for psycopg;
 - rows: `Row`, by index or by column name (case-insensitive, as sqlite3.Row), `keys()`, equal to a tuple of the
   same values;
 - `lastrowid`: the first column of the last row an `INSERT ... RETURNING` gave (PostgreSQL has no rowid, and an
@@ -102,10 +102,11 @@ class _BoolAsInt(Dumper):
 
 _DOLLAR_TAG = re.compile(r"\$[A-Za-z_]*\$")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NUMBER = re.compile(r"[0-9]+")
 
 
 class Translated:
-    """A statement in psycopg's form: `sql` and how it binds (`style`: None, "qmark" or "named")."""
+    """A statement in psycopg's form: `sql` and how it binds (`style`: None, "qmark", "numbered" or "named")."""
 
     __slots__ = ("returning", "sql", "style")
 
@@ -116,8 +117,20 @@ class Translated:
 _RETURNING = re.compile(r"^\s*(WITH\b.*\b)?INSERT\b.*\bRETURNING\b", re.IGNORECASE | re.DOTALL)
 
 
-@functools.lru_cache(maxsize=2048)
+CACHED_UP_TO = 4096  # characters: longer statements (a many-row INSERT) are translated each time, not kept
+
+
 def translate(sql: str) -> Translated:
+    """`sql` in psycopg's form (`translate_uncached`), from a cache when it is short enough to keep."""
+    return _translate_cached(sql) if len(sql) <= CACHED_UP_TO else translate_uncached(sql)
+
+
+@functools.lru_cache(maxsize=2048)
+def _translate_cached(sql: str) -> Translated:
+    return translate_uncached(sql)
+
+
+def translate_uncached(sql: str) -> Translated:
     """`sql` with sqlite3's placeholders (`?`, `:name`) as psycopg's (`%s`, `%(name)s`); quoted text, quoted
     identifiers, comments and dollar-quoted bodies keep their `?` and `:`; `%` is doubled everywhere (psycopg reads
     it even inside quotes). A statement with no placeholder is returned unchanged (psycopg then reads no `%`).
@@ -131,6 +144,10 @@ def translate(sql: str) -> Translated:
         if end is not None:
             out.append(sql[i:end].replace("%", "%%"))
             i = end
+        elif c == "?" and (number := _NUMBER.match(sql, i + 1)) is not None:  # ?NNN: the NNNth parameter
+            out.append(f"%(p{int(number.group())})s")
+            styles.add("numbered")
+            i = number.end()
         elif c == "?":
             out.append("%s")
             styles.add("qmark")
@@ -146,7 +163,7 @@ def translate(sql: str) -> Translated:
             out.append("%%" if c == "%" else c)
             i += 1
     if len(styles) > 1:
-        raise ValueError(f"a statement mixes ? and :name placeholders: {sql[:200]!r}")
+        raise ValueError(f"a statement mixes placeholder styles (?, ?NNN, :name): {sql[:200]!r}")
     returning = bool(_RETURNING.match(sql))
     if not styles:
         return Translated(sql, None, returning)
@@ -260,6 +277,8 @@ class PgConn:
     """A node connection to PostgreSQL: node.store.conn's `Conn`, carrying the log its writes project through (as
     node.store.db.Connection does; None: it can neither append nor rebuild)."""
 
+    engine = neutral.POSTGRESQL  # node.store.conn.engine_of
+
     def __init__(self, raw: psycopg.Connection[Row], log: Log | None = None) -> None:
         self.raw, self.log = raw, log
 
@@ -311,6 +330,8 @@ def _bound(statement: Translated, parameters: Any) -> Any:
         return parameters
     if isinstance(parameters, Mapping) or parameters is None:
         raise neutral.ProgrammingError("a statement with ? placeholders needs a sequence of parameters")
+    if statement.style == "numbered":
+        return {f"p{n}": value for n, value in enumerate(parameters, start=1)}
     return list(parameters)
 
 

@@ -24,7 +24,7 @@ from node.inbox import notify as notifications
 from node.ops.progress import Report, silent
 from node.store import agent_docs, db, equivocation
 from node.store.ahead import NAMED_SQL, Named
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, engine_of
 from wire.time import parse_ms
 
 
@@ -146,20 +146,8 @@ def append_many(
         )
         for i in clean
     ]
-    added, last_rowid = db.insert_rows(
-        conn,
-        "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms,"
-        " body, space)",
-        rows,
-        " ON CONFLICT (version) DO NOTHING",
-    )
-    # New rows take the seqs after the highest ever handed out, in order (AUTOINCREMENT, migration 0049: a seq is
-    # never reused), so they are the `added` seqs ending at last_insert_rowid(). RETURNING would step, and wait for
-    # the GIL, once per record.
-    if added != len(clean):  # a guard: with AUTOINCREMENT an insert fails rather than take a free seq
-        raise RuntimeError(f"the log's new seqs do not follow its last seq: {added} of {len(clean)} rows were added")
     seqs = dict(known)
-    seqs.update({versions[i]: last_rowid - added + 1 + n for n, i in enumerate(clean)})
+    seqs.update(zip((versions[i] for i in clean), _insert_records_txn(conn, rows), strict=True))
     _project([(seqs[versions[i]], items[i]) for i in clean], now_ms, conn, named)
     inserted = {versions[i] for i in clean}
     for i in contested:
@@ -168,6 +156,33 @@ def append_many(
         if new:
             inserted.add(versions[i])
     return [(seqs[v], v in inserted and first[v] == i) for i, v in enumerate(versions)]
+
+
+RECORDS_HEAD = (
+    "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms,"
+    " body, space)"
+)
+
+
+def _insert_records_txn(conn: Conn, rows: list[tuple[Any, ...]]) -> list[int]:
+    """Insert new versions into the log (rows of RECORDS_HEAD's columns, none of them stored) and return their seqs,
+    in order, each after every seq handed out before."""
+    if engine_of(conn) == POSTGRESQL:
+        # An identity skips values (a conflict, a rollback), so the seqs are read back, matched by version.
+        returned = db.insert_returning(
+            conn, RECORDS_HEAD, rows, " ON CONFLICT (version) DO NOTHING RETURNING version, seq"
+        )
+        by_version = {version: int(seq) for version, seq in returned}
+        if len(by_version) != len(rows):
+            raise RuntimeError(f"{len(by_version)} of {len(rows)} new versions were added to the log")
+        return [by_version[row[1]] for row in rows]
+    added, last_rowid = db.insert_rows(conn, RECORDS_HEAD, rows, " ON CONFLICT (version) DO NOTHING")
+    # New rows take the seqs after the highest ever handed out, in order (AUTOINCREMENT, migration 0049: a seq is
+    # never reused), so they are the `added` seqs ending at last_insert_rowid(). RETURNING would step, and wait for
+    # the GIL, once per record.
+    if added != len(rows):  # a guard: with AUTOINCREMENT an insert fails rather than take a free seq
+        raise RuntimeError(f"the log's new seqs do not follow its last seq: {added} of {len(rows)} rows were added")
+    return [last_rowid - added + 1 + n for n in range(added)]
 
 
 def _append_version(
@@ -498,8 +513,8 @@ class Log:
 
 def log_of(conn: Conn) -> Log:
     """The log `conn` projects through: the one its `Database` (or `db.connect`, `db.write_sync`) was given."""
-    log = conn.log if isinstance(conn, db.Connection) else None
-    if log is None:
+    log = getattr(conn, "log", None)  # db.Connection's or the PostgreSQL Conn's (a bare sqlite3 connection has none)
+    if not isinstance(log, Log):
         raise RuntimeError(
             "this connection carries no log to project through: open it with the node's (node.features.LOG)"
         )

@@ -33,6 +33,7 @@ def pg(pg_url: str) -> Iterator[PgConn]:
         ("SELECT * FROM t WHERE a = ? AND b = ?", "SELECT * FROM t WHERE a = %s AND b = %s"),
         ("SELECT * FROM t WHERE a = :a AND b = :b_2", "SELECT * FROM t WHERE a = %(a)s AND b = %(b_2)s"),
         ("SELECT ?::text, x::bigint", "SELECT %s::text, x::bigint"),
+        ("SELECT ?1, ?2, ?1", "SELECT %(p1)s, %(p2)s, %(p1)s"),
         ("SELECT '?', ':a', ? -- ? :b\n", "SELECT '?', ':a', %s -- ? :b\n"),
         ('SELECT "odd?col", ? /* :x ? */', 'SELECT "odd?col", %s /* :x ? */'),
         ("SELECT 'it''s ?', ?", "SELECT 'it''s ?', %s"),
@@ -48,6 +49,8 @@ def test_placeholders_become_psycopgs_outside_quotes_and_comments(sqlite: str, p
 def test_a_statement_mixing_both_placeholder_styles_is_refused() -> None:
     with pytest.raises(ValueError, match="mixes"):
         translate("SELECT ? WHERE a = :a")
+    with pytest.raises(ValueError, match="mixes"):
+        translate("SELECT ? WHERE a = ?1")
 
 
 # ---- the Conn on a real server ----
@@ -65,6 +68,10 @@ def test_it_is_a_conn_as_the_store_functions_use_it(pg: PgConn) -> None:
     assert conn.execute("UPDATE t SET n = 1 WHERE id < ?", (3,)).rowcount == 2
 
 
+def test_numbered_parameters_bind_by_their_number(pg: PgConn) -> None:
+    assert tuple(pg.execute("SELECT ?2, ?1, ?2 || ?1", ("a", "b")).fetchone()) == ("b", "a", "ba")
+
+
 def test_rows_read_by_index_name_and_slice_like_sqlite3_rows(pg: PgConn) -> None:
     pg.execute("INSERT INTO t (name, n) VALUES (:name, :n)", {"name": "a", "n": 7})
     row = pg.execute("SELECT name, n AS Count, n + 1 AS next FROM t").fetchone()
@@ -73,6 +80,8 @@ def test_rows_read_by_index_name_and_slice_like_sqlite3_rows(pg: PgConn) -> None
     assert row[1:] == (7, 8)
     assert row.keys() == ["name", "count", "next"]
     assert row == ("a", 7, 8) and tuple(row) == ("a", 7, 8) and len(row) == 3
+    assert row == pg.execute("SELECT name, n AS count, n + 1 AS next FROM t").fetchone()
+    assert row != pg.execute("SELECT name, n, n + 1 AS next FROM t").fetchone()  # same values, other names
     with pytest.raises(IndexError):
         row["nope"]
 

@@ -13,15 +13,18 @@ import pytest
 from identity import canonical, keys, records
 from node.features import LOG
 from node.service import Node
-from node.store import projections
+from node.store import equivocation, projections
+from node.store.conn import Conn
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import entry_record, link_record, self_signer
+from tests.pg_fixtures import OpenStore
 from wire.time import format_ms
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 ALICE = keys.SigningKey.generate()
 BOB = keys.SigningKey.generate()
 T0 = 1_767_323_045_000
+HOME = keys.SigningKey.generate().did  # the identity documents' home node
 
 
 def incoming(record: dict[str, Any], scope: str = "federation") -> projections.Incoming:
@@ -230,3 +233,77 @@ def test_a_rebuild_replays_the_forms_of_format_v3_as_they_were_stored(tmp_path: 
         replayed = projections.rebuild(conn)
     assert replayed == conn.execute("SELECT count(*) FROM records").fetchone()[0]
     assert projections.snapshot(conn) == before
+
+
+# ---- the log's append on both engines (docs/decisions.md record 76: the PostgreSQL store, one module at a time) ----
+
+
+def _append_txn(conn: Conn, recs: list[dict[str, Any]], now_ms: int, *, commit: bool = True) -> list[tuple[int, bool]]:
+    """append_many in a transaction of its own (BEGIN: both engines), committed or rolled back."""
+    items = [incoming(r) for r in recs]
+    conn.execute("BEGIN")
+    try:
+        result = projections.append_many(conn, items, origin="local", now_ms=now_ms)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT" if commit else "ROLLBACK")
+    return result
+
+
+def _log_rows(conn: Conn) -> list[tuple[Any, ...]]:
+    return [
+        tuple(row)
+        for row in conn.execute("SELECT seq, hash, version, kind, author_id, origin, received_ms, body FROM records")
+    ]
+
+
+def test_the_log_appends_once_in_order_and_projects_on_either_engine(open_store: OpenStore) -> None:
+    conn = open_store(LOG)
+    alice, bob = agent_record(ALICE, "Alice", T0, HOME), agent_record(BOB, "Bob", T0, HOME)
+    alice_renamed = agent_record(ALICE, "Alice B.", T0 + 1000, HOME)
+    first = _append_txn(conn, [alice, bob, alice], T0)
+    (seq_a, _), (seq_b, _), _ = first
+    assert first == [(seq_a, True), (seq_b, True), (seq_a, False)] and seq_b > seq_a
+    [(seq_c, new)] = _append_txn(conn, [alice_renamed], T0 + 1)
+    assert new and seq_c > seq_b
+    assert _append_txn(conn, [bob, alice_renamed], T0 + 2) == [(seq_b, False), (seq_c, False)]
+    stored = sorted(_log_rows(conn))
+    assert [(seq, h, kind, author) for seq, h, _, kind, author, *_ in stored] == [
+        (seq_a, records.compute_hash(alice), "agent", ALICE.did),
+        (seq_b, records.compute_hash(bob), "agent", BOB.did),
+        (seq_c, records.compute_hash(alice_renamed), "agent", ALICE.did),
+    ]
+    assert [json.loads(bytes(row[7])) for row in stored] == [alice, bob, alice_renamed]  # the signed bytes, kept
+    shown = conn.execute("SELECT id, display_name FROM agents ORDER BY display_name").fetchall()
+    assert [tuple(row) for row in shown] == [(ALICE.did, "Alice B."), (BOB.did, "Bob")]  # projected: newest wins
+
+
+def test_a_rolled_back_append_leaves_no_record_and_the_next_seqs_are_read_right(open_store: OpenStore) -> None:
+    """PostgreSQL's identity does not hand a rolled-back seq out again (SQLite's AUTOINCREMENT does): the seqs
+    append_many returns are the stored ones either way, after every seq the log holds."""
+    conn = open_store(LOG)
+    [(seq_a, _)] = _append_txn(conn, [agent_record(ALICE, "Alice", T0, HOME)], T0)
+    _append_txn(conn, [agent_record(BOB, "Bob", T0, HOME)], T0, commit=False)
+    carol = keys.SigningKey.generate()
+    result = _append_txn(conn, [agent_record(BOB, "Bob", T0, HOME), agent_record(carol, "Carol", T0, HOME)], T0)
+    assert all(new for _, new in result)
+    assert [seq for seq, _ in result] == sorted(seq for seq, _ in result) and result[0][0] > seq_a
+    stored = {row[1]: row[0] for row in _log_rows(conn)}
+    assert sorted(stored.values()) == sorted([seq_a, *(seq for seq, _ in result)])
+    assert stored[records.compute_hash(agent_record(BOB, "Bob", T0, HOME))] == result[0][0]
+
+
+def test_equivocation_reads_what_the_log_holds_on_either_engine(open_store: OpenStore) -> None:
+    conn = open_store(LOG)
+    alice = agent_record(ALICE, "Alice", T0, HOME)
+    [(seq, _)] = _append_txn(conn, [alice], T0)
+    address = records.compute_hash(alice)
+    assert equivocation.held(conn, [address, "absent", address]) == {
+        address: [equivocation.Held(seq, address, "federation")]
+    }
+    assert equivocation.held(conn, []) == {}
+    conn.execute("BEGIN")
+    equivocation.refuse_txn(conn, "v-refused", address, T0)
+    conn.execute("COMMIT")
+    assert equivocation.refused(conn, ["v-refused", "v-other"]) == {"v-refused"}
