@@ -23,7 +23,7 @@ from identity.schema import AgentRecord, EntryRecord, LinkRecord
 from node.inbox import notify as notifications
 from node.ops.progress import Report, silent
 from node.store import agent_docs, db, equivocation
-from node.store.ahead import NAMED_SQL, Named
+from node.store.ahead import NAMED_SQL, NAMED_SQL_PG, Named
 from node.store.conn import POSTGRESQL, Conn, engine_of
 from wire.time import parse_ms
 
@@ -309,14 +309,12 @@ def project_entries(
         " space)",
         [_entry_row(seq, item.hash, item.decoded) for seq, item in run],
     )
-    db.insert_rows(
-        conn,
-        "INSERT OR IGNORE INTO entry_tags (entry_id, tag)",
-        [(seq, t) for seq, item in run for t in item.decoded.tags],
+    _insert_or_ignore(
+        conn, "INTO entry_tags (entry_id, tag)", [(seq, t) for seq, item in run for t in item.decoded.tags]
     )
-    db.insert_rows(
+    _insert_or_ignore(
         conn,
-        "INSERT OR IGNORE INTO entry_directed (entry_id, agent_id)",
+        "INTO entry_directed (entry_id, agent_id)",
         [(seq, d) for seq, item in run for d in item.decoded.directed_to],
     )
     db.insert_rows(
@@ -345,6 +343,15 @@ def project_entries(
         notifications.fan_out(conn, [(seq, item.decoded) for seq, item in run], now_ms, subscribed=ahead.subscribed)
         if ahead.contradictions:
             notifications.contradictions(conn, hashes, now_ms)
+
+
+def _insert_or_ignore(conn: Conn, into: str, rows: list[tuple[Any, ...]]) -> None:
+    """`INSERT OR IGNORE {into}` the rows on SQLite; `INSERT {into} ... ON CONFLICT DO NOTHING` on PostgreSQL (the
+    rows are never NULL where NOT NULL, so skipping only conflicts is the same: record 50)."""
+    if engine_of(conn) == POSTGRESQL:
+        db.insert_rows(conn, "INSERT " + into, rows, " ON CONFLICT DO NOTHING")
+    else:
+        db.insert_rows(conn, "INSERT OR IGNORE " + into, rows)
 
 
 def _entry_row(seq: int, record_hash: str, rec: EntryRecord) -> tuple[Any, ...]:
@@ -380,6 +387,7 @@ class _Ahead(NamedTuple):
 
 
 _AHEAD_SQL = "SELECT " + NAMED_SQL
+_AHEAD_SQL_PG = "SELECT " + NAMED_SQL_PG
 
 
 def _ahead(conn: Conn, run: list[tuple[int, Incoming]], hashes: str, named: Named | None) -> _Ahead:
@@ -390,7 +398,11 @@ def _ahead(conn: Conn, run: list[tuple[int, Incoming]], hashes: str, named: Name
     entries (node/inbox/store.py CONTRADICTIONS_SQL). Rare, either: most runs skip both statements.
     """
     if named is None:
-        named = Named(*(bool(flag) for flag in conn.execute(_AHEAD_SQL, {"h": hashes}).fetchone()))
+        if engine_of(conn) == POSTGRESQL:
+            flags = conn.execute(_AHEAD_SQL_PG, {"h": [item.hash for _, item in run]}).fetchone()
+        else:
+            flags = conn.execute(_AHEAD_SQL, {"h": hashes}).fetchone()
+        named = Named(*(bool(flag) for flag in flags))
     named_superseded, named_contradicted, subscribed = named
     retracting = any(item.decoded.performative == "retract" for _, item in run)
     contradicting = any(link.link_type == "contradicts" for _, item in run for link in item.decoded.links)
@@ -417,6 +429,21 @@ RETRACTIONS_SQL = (
 )
 
 
+# RETRACTIONS_SQL on PostgreSQL (record 50): no planner hints, `= ANY` for json_each, ON CONFLICT for OR IGNORE.
+RETRACTIONS_SQL_PG = (
+    "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id,"
+    " created_at, annotation, space)"
+    " SELECT l.origin_hash, -1 - l.ordinal, l.target_hash, l.source_hash, 'retracted_by', r.author_id,"
+    "        r.created_at, '', l.space"
+    " FROM links l"
+    " JOIN entries r ON r.record_hash = l.source_hash AND r.performative = 'retract'"
+    " JOIN entries t ON t.record_hash = l.target_hash AND t.author_id = r.author_id"
+    " WHERE l.link_type = 'supersedes' AND l.ordinal >= 0 AND l.origin_hash = l.source_hash"
+    "   AND (l.source_hash = ANY(:h) OR l.target_hash = ANY(:h))"
+    " ON CONFLICT DO NOTHING"
+)
+
+
 def _derive_retractions_txn(conn: Conn, arrived_hashes: str) -> None:
     """Create `retracted_by` links for retract entries whose retraction is now decidable.
 
@@ -424,7 +451,10 @@ def _derive_retractions_txn(conn: Conn, arrived_hashes: str) -> None:
     the retract entry. Decided when both entries are present, whichever arrived last. `arrived_hashes`
     is a JSON array of the record hashes just stored.
     """
-    conn.execute(RETRACTIONS_SQL, {"h": arrived_hashes})
+    if engine_of(conn) == POSTGRESQL:
+        conn.execute(RETRACTIONS_SQL_PG, {"h": json.loads(arrived_hashes)})
+    else:
+        conn.execute(RETRACTIONS_SQL, {"h": arrived_hashes})
 
 
 def project_link(conn: Conn, rec: LinkRecord, ctx: Projection) -> None:

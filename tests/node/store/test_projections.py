@@ -307,3 +307,63 @@ def test_equivocation_reads_what_the_log_holds_on_either_engine(open_store: Open
     equivocation.refuse_txn(conn, "v-refused", address, T0)
     conn.execute("COMMIT")
     assert equivocation.refused(conn, ["v-refused", "v-other"]) == {"v-refused"}
+
+
+def _rows_of(conn: Conn, sql: str) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in conn.execute(sql)]
+
+
+def test_entries_are_projected_with_their_tags_and_links_on_either_engine(open_store: OpenStore) -> None:
+    conn = open_store(LOG)
+    target = entry_record(BOB, "the target", created_ms=T0, tags=["b"])
+    entry = entry_record(
+        ALICE,
+        "tagged and linked",
+        created_ms=T0 + 1,
+        tags=["a", "b"],
+        links=[{"target": records.compute_hash(target), "link_type": "supports", "annotation": "yes"}],
+    )
+    [(seq_t, _), (seq_e, _)] = _append_txn(conn, [target, entry], T0)
+    assert _append_txn(conn, [entry], T0) == [(seq_e, False)]
+    entry_hash = records.compute_hash(entry)
+    assert _rows_of(conn, "SELECT id, record_hash, author_id, created_ms, tags FROM entries ORDER BY id") == [
+        (seq_t, records.compute_hash(target), BOB.did, T0, '["b"]'),
+        (seq_e, entry_hash, ALICE.did, T0 + 1, '["a", "b"]'),
+    ]
+    assert _rows_of(conn, "SELECT entry_id, tag FROM entry_tags ORDER BY tag, entry_id") == [
+        (seq_e, "a"),
+        (seq_t, "b"),
+        (seq_e, "b"),
+    ]
+    assert _rows_of(conn, "SELECT ordinal, source_hash, target_hash, link_type, annotation FROM links") == [
+        (0, entry_hash, records.compute_hash(target), "supports", "yes")
+    ]
+
+
+@pytest.mark.parametrize("retraction_first", [True, False])
+def test_a_retraction_is_derived_whichever_entry_arrives_last_on_either_engine(
+    open_store: OpenStore, retraction_first: bool
+) -> None:
+    conn = open_store(LOG)
+    claim = entry_record(ALICE, "a claim", created_ms=T0)
+    claim_hash = records.compute_hash(claim)
+    retract = entry_record(
+        ALICE,
+        "I retract it",
+        created_ms=T0 + 1,
+        performative="retract",
+        links=[{"target": claim_hash, "link_type": "supersedes", "annotation": ""}],
+    )
+    bob_retract = entry_record(  # only the author retracts: no link derived from this one
+        BOB,
+        "bob cannot retract it",
+        created_ms=T0 + 2,
+        performative="retract",
+        links=[{"target": claim_hash, "link_type": "supersedes", "annotation": ""}],
+    )
+    first, last = ([retract, bob_retract], [claim]) if retraction_first else ([claim], [retract, bob_retract])
+    _append_txn(conn, first, T0)
+    derived = "SELECT ordinal, source_hash, target_hash FROM links WHERE link_type = 'retracted_by'"
+    assert _rows_of(conn, derived) == []
+    _append_txn(conn, last, T0)
+    assert _rows_of(conn, derived) == [(-1, claim_hash, records.compute_hash(retract))]
