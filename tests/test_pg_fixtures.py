@@ -14,7 +14,8 @@ import sys
 import pytest
 import tests.pg_fixtures
 tests.pg_fixtures.BINDIR = None
-sys.exit(pytest.main(["-n", "0", "-q", "-p", "no:cacheprovider", "tests/node/store/test_pg_conn.py"]))
+sys.exit(pytest.main(["-n", "0", "-q", "-p", "no:cacheprovider", "tests/node/store/test_pg_conn.py",
+                     "tests/node/store/test_projections.py", "-k", "pg_conn or either_engine or rolled_back"]))
 """
 
 
