@@ -10,6 +10,7 @@ journal mode) in node/ops/store.py. docs/decisions.md record 50 lists every one,
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
@@ -50,6 +51,16 @@ def engine_of(conn: Conn) -> str:
     """The engine `conn` runs on, `SQLITE` or `POSTGRESQL`: a store module chooses its engine-specific statements
     by it (docs/decisions.md records 50 and 76). The PostgreSQL `Conn` says so (`engine`); anything else is SQLite."""
     return POSTGRESQL if getattr(conn, "engine", None) == POSTGRESQL else SQLITE
+
+
+def any_of(conn: Conn, values: Iterable[Any]) -> tuple[str, Any]:
+    """A list as one parameter, the way each engine takes it: `(test, parameter)` where `f"column {test}"` is true
+    for a column equal to one of `values` and `parameter` binds its one `?`. SQLite reads a JSON array
+    (`IN (SELECT value FROM json_each(?))`, the store's form until now); PostgreSQL an array (`= ANY(?)`: record 50)."""
+    listed = list(values)
+    if engine_of(conn) == POSTGRESQL:
+        return "= ANY(?)", listed
+    return "IN (SELECT value FROM json_each(?))", json.dumps(listed)
 
 
 # ---- errors, told apart the same way on both engines -----------------------------------------------------------

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from identity import key_history, records
 from node.store.authority import key_events_of
-from node.store.conn import POSTGRESQL, Conn, engine_of
+from node.store.conn import Conn, any_of
 
 MAX_VERSIONS = 2
 
@@ -113,10 +113,8 @@ def key_order_txn(conn: Conn, author: str) -> dict[str, int]:
 
 def members(conn: Conn, seqs: Iterable[int]) -> dict[int, tuple[Member, dict[str, Any]]]:
     """The `Member` and record of each stored version by seq."""
-    rows = conn.execute(
-        "SELECT seq, version, scope, body FROM records WHERE seq IN (SELECT value FROM json_each(?))",
-        (json.dumps(sorted(set(seqs))),),
-    ).fetchall()
+    test, listed = any_of(conn, sorted(set(seqs)))
+    rows = conn.execute(f"SELECT seq, version, scope, body FROM records WHERE seq {test}", (listed,)).fetchall()
     out: dict[int, tuple[Member, dict[str, Any]]] = {}
     for seq, version, scope, body in rows:
         record = json.loads(bytes(body))
@@ -160,15 +158,8 @@ def shown_seq(conn: Conn, address: str) -> int | None:
 
 def held(conn: Conn, addresses: Iterable[str]) -> dict[str, list[Held]]:
     """The stored versions of each of `addresses` that has any, best first."""
-    if engine_of(conn) == POSTGRESQL:
-        rows = conn.execute(
-            "SELECT hash, seq, version, scope FROM records WHERE hash = ANY(?)", (sorted(set(addresses)),)
-        ).fetchall()
-    else:
-        rows = conn.execute(
-            "SELECT hash, seq, version, scope FROM records WHERE hash IN (SELECT value FROM json_each(?))",
-            (json.dumps(sorted(set(addresses))),),
-        ).fetchall()
+    test, listed = any_of(conn, sorted(set(addresses)))
+    rows = conn.execute(f"SELECT hash, seq, version, scope FROM records WHERE hash {test}", (listed,)).fetchall()
     return held_from(rows)
 
 
@@ -207,13 +198,8 @@ def forget_refused_txn(conn: Conn, address: str) -> None:
 
 def refused(conn: Conn, versions: Iterable[str]) -> set[str]:
     """Those of `versions` this node refused or evicted."""
-    if engine_of(conn) == POSTGRESQL:
-        rows = conn.execute("SELECT version FROM refused_versions WHERE version = ANY(?)", (list(versions),)).fetchall()
-    else:
-        rows = conn.execute(
-            "SELECT version FROM refused_versions WHERE version IN (SELECT value FROM json_each(?))",
-            (json.dumps(list(versions)),),
-        ).fetchall()
+    test, listed = any_of(conn, versions)
+    rows = conn.execute(f"SELECT version FROM refused_versions WHERE version {test}", (listed,)).fetchall()
     return {r[0] for r in rows}
 
 

@@ -303,6 +303,9 @@ def test_equivocation_reads_what_the_log_holds_on_either_engine(open_store: Open
         address: [equivocation.Held(seq, address, "federation")]
     }
     assert equivocation.held(conn, []) == {}
+    found = equivocation.members(conn, [seq, seq, seq + 1000])
+    assert list(found) == [seq] and found[seq][1] == alice  # the stored record, decoded
+    assert found[seq][0] == equivocation.member_of(address, "federation", alice)
     conn.execute("BEGIN")
     equivocation.refuse_txn(conn, "v-refused", address, T0)
     conn.execute("COMMIT")
