@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from node.spaces.store import may_read_sql
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, SQLITE, Conn, engine_of
 
 # an upgrade (a lower tier) makes the notification pending again with a fresh attempt count, whatever its
 # state, a lease included: a tier-1 reason must not wait for a lapsing tier-2 lease
@@ -74,13 +74,65 @@ _SUBSCRIBED = (
 )
 
 
-def fan_out_sql(*, directed: bool, subscribed: bool) -> str:
+# The same three on PostgreSQL (docs/decisions.md records 50 and 76): jsonb_array_elements for json_each, `->>`
+# yields text there (cast where a number is meant), a NULL subscription typed for the UNION. Kept in step with the
+# SQLite statements above: tests/node/inbox/test_store.py runs one story on both engines and compares the rows.
+_RUN_PG = (
+    "WITH r AS (SELECT (v ->> 0)::bigint AS eid, v ->> 1 AS author, v ->> 2 AS type, v ->> 3 AS perf,"
+    " v -> 4 AS tags, v -> 5 AS directed, (v ->> 6)::bigint AS sim, v ->> 7 AS space"
+    " FROM jsonb_array_elements(CAST(:run AS jsonb)) AS j(v))"
+)
+_DIRECTED_PG = (
+    "SELECT d.value AS agent_id, r.eid AS eid, NULL::bigint AS sub,"
+    " CASE WHEN r.perf = 'request' THEN 1 ELSE 2 END AS tier,"
+    " CASE WHEN r.perf = 'request' THEN 'directed_request' ELSE 'directed' END AS reason, 0 AS part"
+    " FROM r CROSS JOIN jsonb_array_elements_text(r.directed) AS d(value)"
+    " JOIN local_agents a ON a.agent_id = d.value"
+    f" WHERE d.value != r.author AND {may_read_sql('r.space', 'd.value')}"
+)
+_SUBSCRIBED_PG = (
+    "SELECT s.agent_id AS agent_id, r.eid AS eid, MIN(s.id) AS sub, 2 AS tier, 'subscription' AS reason, 1 AS part"
+    " FROM r CROSS JOIN subscriptions s"
+    " WHERE s.id IN (SELECT sub_id FROM subscription_terms WHERE dim = 'type' AND value = r.type"
+    "   UNION ALL SELECT sub_id FROM subscription_terms WHERE dim = 'perf' AND value = r.perf"
+    "   UNION ALL SELECT sub_id FROM subscription_terms WHERE dim = 'author' AND value = r.author"
+    "   UNION ALL SELECT t.sub_id FROM jsonb_array_elements_text(r.tags) AS j(value) JOIN subscription_terms t"
+    "     ON t.dim = 'tag' AND t.value = j.value"
+    "   UNION ALL SELECT id FROM subscriptions WHERE n_tags + n_types + n_perfs + n_authors = 0)"
+    "   AND s.agent_id != r.author AND r.sim = 0"
+    f"  AND {may_read_sql('r.space', 's.agent_id')}"
+    "   AND (s.n_types = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
+    "        WHERE t.dim = 'type' AND t.value = r.type AND t.sub_id = s.id))"
+    "   AND (s.n_perfs = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
+    "        WHERE t.dim = 'perf' AND t.value = r.perf AND t.sub_id = s.id))"
+    "   AND (s.n_spaces = 0 OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(CAST(s.spaces AS jsonb)) AS j(value)"
+    "        WHERE j.value = r.space))"
+    "   AND (s.n_authors = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
+    "        WHERE t.dim = 'author' AND t.value = r.author AND t.sub_id = s.id))"
+    "   AND (s.n_tags = 0 OR EXISTS (SELECT 1 FROM subscription_terms t JOIN entry_tags et"
+    "        ON et.entry_id = r.eid AND et.tag = t.value WHERE t.dim = 'tag' AND t.sub_id = s.id))"
+    "   AND (s.directed = 0 OR EXISTS (SELECT 1 FROM entry_directed d"
+    "        WHERE d.entry_id = r.eid AND d.agent_id = s.agent_id))"
+    " GROUP BY r.eid, s.agent_id"
+)
+
+
+def fan_out_sql(*, directed: bool, subscribed: bool, engine: str = SQLITE) -> str:
     """The one statement that notifies a run of new entries' addressees and subscribers, entry by entry in log
-    order (addressees first: an agent both addressed and subscribed is notified as an addressee)."""
-    parts = [sql for sql, wanted in ((_DIRECTED, directed), (_SUBSCRIBED, subscribed)) if wanted]
+    order (addressees first: an agent both addressed and subscribed is notified as an addressee), in `engine`'s
+    SQL."""
+    pg = engine == POSTGRESQL
+    chosen = (
+        ((_DIRECTED_PG, directed), (_SUBSCRIBED_PG, subscribed))
+        if pg
+        else ((_DIRECTED, directed), (_SUBSCRIBED, subscribed))
+    )
+    parts = [sql for sql, wanted in chosen if wanted]
+    alias = " AS f" if pg else ""  # PostgreSQL before 16 names every subquery in FROM
     return (
-        f"{_RUN} INSERT INTO notifications (agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms)"
-        f" SELECT agent_id, eid, sub, tier, reason, :now, :exp FROM ({' UNION ALL '.join(parts)})"
+        f"{_RUN_PG if pg else _RUN} INSERT INTO notifications"
+        " (agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms)"
+        f" SELECT agent_id, eid, sub, tier, reason, :now, :exp FROM ({' UNION ALL '.join(parts)}){alias}"
         " WHERE true ORDER BY eid, part, agent_id" + _ON_CONFLICT
     )
 
@@ -90,7 +142,8 @@ def fan_out_txn(conn: Conn, run: str, now_ms: int, expires_ms: int, *, directed:
 
     `run` is the JSON array `_RUN` reads: [entry_id, author, type, performative, tags, directed_to, simulation]
     per entry, in log order."""
-    conn.execute(fan_out_sql(directed=directed, subscribed=subscribed), {"run": run, "now": now_ms, "exp": expires_ms})
+    sql = fan_out_sql(directed=directed, subscribed=subscribed, engine=engine_of(conn))
+    conn.execute(sql, {"run": run, "now": now_ms, "exp": expires_ms})
 
 
 # Authors to notify, and the contradicting entry, for contradicts links that the records :h complete.

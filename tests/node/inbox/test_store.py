@@ -10,13 +10,19 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from identity import keys, records
+from node.features import LOG
 from node.inbox import notify, store
 from node.service import Node
+from node.store import db, pg_conn, projections
+from node.store.conn import Conn
 from tests.conftest import AgentCreds, FakeClock
+from tests.node.api_helpers import entry_record
 from tests.node.inbox.test_notify import statuses, take
 from wire.api import PostEntry
 
@@ -183,3 +189,64 @@ async def test_notifications_expire(node: Node, make_agent: MakeAgent, clock: Fa
     assert not await node.db.read(lambda c: store.expired_waiting(c, now))
     assert [status for status, _ in (await statuses(node, bob)).values()] == ["expired"]
     assert await take(node, bob) == []
+
+
+# ---- the fan-out on both engines -----------------------------------------------------------------------------
+
+
+def _fan_out_story(conn: Conn, alice: keys.SigningKey, bob: str, carol: str) -> list[tuple[Any, ...]]:
+    """Bob and Carol are agents of this node; Bob subscribes to questions tagged "roof", Carol to everything.
+    Alice's entries: a request addressed to Bob, a finding and a question tagged "roof", a simulation, one addressed
+    to an agent of another node. The notifications they leave, in insertion order."""
+    t0 = 1_767_323_045_000
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO local_agents (name, agent_id, key_seed, created_ms) VALUES (?, ?, NULL, ?)",
+        [("bob", bob, t0), ("carol", carol, t0)],
+    )
+    store.insert_subscription_txn(conn, bob, DIMS, "k1", False, t0)
+    store.insert_subscription_txn(conn, carol, {**DIMS, "tags": [], "entry_types": []}, "k2", False, t0)
+    elsewhere = keys.SigningKey.generate().did
+    story = [
+        entry_record(alice, "can you look?", created_ms=t0 + 1, performative="request", directed_to=[bob]),
+        entry_record(alice, "the roof leaks", created_ms=t0 + 2, tags=["roof"]),
+        entry_record(alice, "is the shed ok?", created_ms=t0 + 2, tags=["roof", "shed"], entry_type="question"),
+        entry_record(alice, "imagined roof", created_ms=t0 + 3, tags=["roof"], truth_state="simulation"),
+        entry_record(alice, "for someone else", created_ms=t0 + 4, directed_to=[elsewhere]),
+    ]
+    items = [projections.Incoming(r, *records.check(r)) for r in story]
+    projections.append_many(conn, items[:1], origin="local", now_ms=t0)
+    projections.append_many(conn, items[1:], origin="local", now_ms=t0)  # a run of several: one statement
+    conn.execute("COMMIT")
+    return [
+        tuple(row)
+        for row in conn.execute(
+            "SELECT n.agent_id, e.content, n.subscription_id IS NOT NULL, n.tier, n.reason, n.status, n.expires_ms"
+            " FROM notifications n JOIN entries e ON e.id = n.entry_id ORDER BY n.id"
+        )
+    ]
+
+
+def test_the_fan_out_notifies_the_same_agents_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
+    alice, bob, carol = keys.SigningKey.generate(), keys.SigningKey.generate().did, keys.SigningKey.generate().did
+    sqlite = db.connect(tmp_path / "inbox.db", log=LOG)
+    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
+    try:
+        db.migrate(sqlite)
+        expected = _fan_out_story(sqlite, alice, bob, carol)
+        got = _fan_out_story(postgres, alice, bob, carol)
+    finally:
+        sqlite.close()
+        postgres.close()
+    # Bob's subscription wants questions tagged roof; Carol's everything but simulations
+    assert sorted((agent, content, reason) for agent, content, _, _, reason, _, _ in expected) == sorted(
+        [
+            (bob, "can you look?", "directed_request"),
+            (carol, "can you look?", "subscription"),
+            (carol, "the roof leaks", "subscription"),
+            (bob, "is the shed ok?", "subscription"),
+            (carol, "is the shed ok?", "subscription"),
+            (carol, "for someone else", "subscription"),
+        ]
+    )
+    assert got == expected  # the same rows in the same order (PostgreSQL's true is SQLite's 1)
