@@ -162,9 +162,23 @@ CONTRADICTIONS_SQL = (
 )
 
 
+# CONTRADICTIONS_SQL on PostgreSQL: `= ANY` for json_each, no planner hint.
+CONTRADICTIONS_SQL_PG = (
+    "SELECT t.author_id, s.id FROM links l"
+    " JOIN entries t ON t.record_hash = l.target_hash"
+    " JOIN entries s ON s.record_hash = l.source_hash"
+    " JOIN local_agents a ON a.agent_id = t.author_id"
+    " WHERE (l.origin_hash = ANY(:h) OR l.source_hash = ANY(:h) OR l.target_hash = ANY(:h))"
+    "   AND l.link_type = 'contradicts' AND t.author_id != l.author_id AND s.truth_state != 'simulation'"
+    f"  AND {may_read_sql('s.space', 't.author_id')} AND {may_read_sql('l.space', 't.author_id')}"
+)
+
+
 def contradicted(conn: Conn, arrived_hashes: str) -> list[Any]:
     """(author to notify, contradicting entry id) of each contradicts link the records `arrived_hashes` (a JSON
     array of record hashes) complete."""
+    if engine_of(conn) == POSTGRESQL:
+        return conn.execute(CONTRADICTIONS_SQL_PG, {"h": json.loads(arrived_hashes)}).fetchall()
     return conn.execute(CONTRADICTIONS_SQL, {"h": arrived_hashes}).fetchall()
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 
 from identity import keys, records
 from node.features import LOG
@@ -250,3 +251,45 @@ def test_the_fan_out_notifies_the_same_agents_on_either_engine(tmp_path: Path, p
         ]
     )
     assert got == expected  # the same rows in the same order (PostgreSQL's true is SQLite's 1)
+
+
+def _contradiction_story(conn: Conn, alice: keys.SigningKey, bob: keys.SigningKey, link_first: bool) -> list[Any]:
+    """Bob (an agent of this node) posts a claim; Alice contradicts it, with the link in her entry, arriving before
+    or after the claim. Bob's notifications."""
+    t0 = 1_767_323_045_000
+    claim = entry_record(bob, "the shed is dry", created_ms=t0)
+    target = {"target": records.compute_hash(claim), "link_type": "contradicts", "annotation": ""}
+    rebuttal = entry_record(alice, "it is not", created_ms=t0 + 1, links=[target])
+    conn.execute("BEGIN")
+    conn.execute(
+        "INSERT INTO local_agents (name, agent_id, key_seed, created_ms) VALUES ('bob', ?, NULL, ?)", (bob.did, t0)
+    )
+    for record in [rebuttal, claim] if link_first else [claim, rebuttal]:
+        item = projections.Incoming(record, *records.check(record))
+        projections.append_many(conn, [item], origin="local", now_ms=t0)
+    conn.execute("COMMIT")
+    return [
+        tuple(row)
+        for row in conn.execute(
+            "SELECT n.agent_id, e.content, n.tier, n.reason FROM notifications n JOIN entries e ON e.id = n.entry_id"
+            " ORDER BY n.id"
+        )
+    ]
+
+
+@pytest.mark.parametrize("link_first", [True, False])
+def test_a_contradiction_is_noticed_alike_on_either_engine(
+    tmp_path: Path, pg_migrated_url: str, link_first: bool
+) -> None:
+    alice, bob = keys.SigningKey.generate(), keys.SigningKey.generate()
+    sqlite = db.connect(tmp_path / "inbox.db", log=LOG)
+    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
+    try:
+        db.migrate(sqlite)
+        expected = _contradiction_story(sqlite, alice, bob, link_first)
+        got = _contradiction_story(postgres, alice, bob, link_first)
+    finally:
+        sqlite.close()
+        postgres.close()
+    assert expected == [(bob.did, "it is not", 1, "contradiction")]  # the contradicting entry, named to its target
+    assert got == expected
