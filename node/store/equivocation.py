@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from identity import key_history, records
 from node.store.authority import key_events_of
-from node.store.conn import Conn, any_of
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 
 MAX_VERSIONS = 2
 
@@ -249,9 +249,17 @@ def unproject_entry_txn(conn: Conn, address: str, seq: int) -> None:
         return
     tags, directed_to = row
     conn.execute("DELETE FROM entries WHERE id = ?", (seq,))
-    conn.execute("DELETE FROM entry_tags WHERE entry_id = ? AND tag IN (SELECT value FROM json_each(?))", (seq, tags))
-    conn.execute(
-        "DELETE FROM entry_directed WHERE entry_id = ? AND agent_id IN (SELECT value FROM json_each(?))",
-        (seq, directed_to),
-    )
+    if engine_of(conn) == POSTGRESQL:  # the columns hold JSON text: the array parameter is their parse
+        conn.execute("DELETE FROM entry_tags WHERE entry_id = ? AND tag = ANY(?)", (seq, json.loads(tags)))
+        conn.execute(
+            "DELETE FROM entry_directed WHERE entry_id = ? AND agent_id = ANY(?)", (seq, json.loads(directed_to))
+        )
+    else:
+        conn.execute(
+            "DELETE FROM entry_tags WHERE entry_id = ? AND tag IN (SELECT value FROM json_each(?))", (seq, tags)
+        )
+        conn.execute(
+            "DELETE FROM entry_directed WHERE entry_id = ? AND agent_id IN (SELECT value FROM json_each(?))",
+            (seq, directed_to),
+        )
     conn.execute("DELETE FROM links WHERE origin_hash = ?", (address,))

@@ -220,23 +220,25 @@ def _append_version(
             shown = None
         conn.execute("DELETE FROM records WHERE seq = ?", (h.seq,))
         equivocation.refuse_txn(conn, h.version, item.hash, now_ms)
-    seq = conn.execute(
-        "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms, body,"
-        " space) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            item.hash,
-            version,
-            item.record["kind"],
-            item.record["author_id"],
-            item.record["created_at"],
-            parse_ms(item.record["created_at"]),
-            item.scope,
-            origin,
-            now_ms,
-            body,
-            space_of(item.record, item.hash),
-        ),
-    ).lastrowid
+    values = (
+        item.hash,
+        version,
+        item.record["kind"],
+        item.record["author_id"],
+        item.record["created_at"],
+        parse_ms(item.record["created_at"]),
+        item.scope,
+        origin,
+        now_ms,
+        body,
+        space_of(item.record, item.hash),
+    )
+    insert = RECORDS_HEAD + " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    seq: int | None
+    if engine_of(conn) == POSTGRESQL:  # no rowid there: the identity's value is returned
+        seq = int(conn.execute(insert + " RETURNING seq", values).fetchone()[0])
+    else:
+        seq = conn.execute(insert, values).lastrowid
     assert seq is not None
     if equivocation.statement_count(keep) > 1:
         equivocation.mark_txn(conn, item.hash, item.record["author_id"], now_ms)
