@@ -100,7 +100,11 @@ def start(bindir: Path) -> Cluster:
     if run_as:
         shutil.chown(folder, SUPERUSER, SUPERUSER)
     cluster = Cluster(bindir, folder)
-    options = f"-k {folder} -p {PORT} -c listen_addresses='' -c fsync=off -c full_page_writes=off"
+    # small: one cluster per test process, several processes on a CI machine
+    options = (
+        f"-k {folder} -p {PORT} -c listen_addresses='' -c fsync=off -c full_page_writes=off"
+        " -c shared_buffers=32MB -c max_connections=40"
+    )
     commands = [
         [
             str(bindir / "initdb"),
