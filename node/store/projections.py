@@ -554,7 +554,8 @@ def log_of(conn: Conn) -> Log:
 
 
 def rebuild(conn: Conn, progress: Report = silent) -> int:
-    """Drop and recreate every projection table from its stored DDL, then replay the log. Returns records replayed.
+    """Drop and recreate every projection table from its stored DDL (on PostgreSQL: empty it), then replay the log.
+    Returns records replayed.
 
     Runs inside the caller's transaction; `progress` hears ("replaying the log", done, total) along the way.
     Records flagged void (`void_records`, node/store/void.py) are skipped: they stay in the log, out of every
@@ -565,11 +566,16 @@ def rebuild(conn: Conn, progress: Report = silent) -> int:
     from identity.schema_v3 import struct_for
 
     log = log_of(conn)
-    ddl = _projection_ddl(conn, log.tables)
-    for table in reversed(log.tables):
-        conn.execute(f'DROP TABLE IF EXISTS "{table}"')
-    for statement in ddl:
-        conn.execute(statement)
+    if engine_of(conn) == POSTGRESQL:
+        # PostgreSQL keeps no DDL text to recreate them from (record 50): the tables stay, emptied, with their
+        # identities restarted, as a recreated SQLite table starts its rowids again
+        conn.execute("TRUNCATE " + ", ".join(f'"{table}"' for table in log.tables) + " RESTART IDENTITY")
+    else:
+        ddl = _projection_ddl(conn, log.tables)
+        for table in reversed(log.tables):
+            conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+        for statement in ddl:
+            conn.execute(statement)
     count = 0
     two = equivocation.several(conn)
     seen: dict[str, dict[int, tuple[equivocation.Member, Any]]] = {}  # address of several -> seq -> (member, decoded)

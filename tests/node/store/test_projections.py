@@ -13,7 +13,7 @@ import pytest
 from identity import canonical, keys, records
 from node.features import LOG
 from node.service import Node
-from node.store import equivocation, projections
+from node.store import db, equivocation, pg_conn, projections
 from node.store.conn import Conn
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import entry_record, link_record, self_signer
@@ -370,3 +370,53 @@ def test_a_retraction_is_derived_whichever_entry_arrives_last_on_either_engine(
     assert _rows_of(conn, derived) == []
     _append_txn(conn, last, T0)
     assert _rows_of(conn, derived) == [(-1, claim_hash, records.compute_hash(retract))]
+
+
+def test_the_projections_are_the_same_on_both_engines_and_rebuild_alike(tmp_path: Path, pg_migrated_url: str) -> None:
+    """One log appended to SQLite and to PostgreSQL leaves the same projection rows (`snapshot`), and `rebuild`
+    replays it into the same rows again on each (on PostgreSQL by emptying the tables: no DDL text is stored)."""
+    target = entry_record(BOB, "the target", created_ms=T0, tags=["b"])
+    claim = entry_record(ALICE, "a claim", created_ms=T0 + 1)
+    story = [
+        agent_record(ALICE, "Alice", T0, HOME),
+        agent_record(BOB, "Bob", T0, HOME),
+        target,
+        claim,
+        entry_record(
+            ALICE,
+            "linked",
+            created_ms=T0 + 2,
+            tags=["a", "b"],
+            links=[{"target": records.compute_hash(target), "link_type": "supports", "annotation": "yes"}],
+        ),
+        entry_record(
+            ALICE,
+            "I retract it",
+            created_ms=T0 + 3,
+            performative="retract",
+            links=[{"target": records.compute_hash(claim), "link_type": "supersedes", "annotation": ""}],
+        ),
+        link_record(BOB, records.compute_hash(claim), records.compute_hash(target), "contradicts", created_ms=T0 + 4),
+        # two versions of one address (the tags are outside it): the rebuild replays the switch
+        entry_record(ALICE, "one address", created_ms=T0 + 5, tags=["x"]),
+        entry_record(ALICE, "one address", created_ms=T0 + 5, tags=["y"]),
+    ]
+    snapshots = []
+    for conn in (db.connect(tmp_path / "log.db", log=LOG), pg_conn.connect(pg_migrated_url, log=LOG)):
+        try:
+            if isinstance(conn, sqlite3.Connection):
+                db.migrate(conn)
+            for record in story:
+                _append_txn(conn, [record], T0)
+            before = projections.snapshot(conn)
+            conn.execute("BEGIN")
+            assert projections.rebuild(conn) == len(story)
+            conn.execute("COMMIT")
+            assert projections.snapshot(conn) == before
+            snapshots.append(before)
+        finally:
+            conn.close()
+    sqlite_rows, postgres_rows = snapshots
+    assert postgres_rows == sqlite_rows
+    assert len(sqlite_rows["entries"]) == 5 and len(sqlite_rows["agents"]) == 2  # one row for the two versions
+    assert sorted(row[5] for row in sqlite_rows["links"]) == ["contradicts", "retracted_by", "supersedes", "supports"]
