@@ -18,6 +18,8 @@ from identity import canonical
 from identity.schema import EntryRecord
 from identity.schema_v3 import space_of
 from node.errors import InvalidInput
+from node.spaces.sight import Sight
+from node.store.conn import POSTGRESQL, Conn, engine_of
 from wire.api import EntryOut, LinkOut
 
 # An entry's community confidence (node/trust/service.py): its computed value, else its author's trust, else neutral
@@ -56,6 +58,18 @@ def _entry_state(same: str, claims: str) -> str:
         # node/store/equivocation.py: an address with two versions (this row shows the winner)
         " EXISTS (SELECT 1 FROM equivocations q WHERE q.hash = e.record_hash) AS equivocated"
     )
+
+
+def entry_columns(conn: Conn) -> str:
+    """ENTRY_COLUMNS in the SQL of `conn`'s engine (ENTRY_COLUMNS_PG on PostgreSQL)."""
+    return ENTRY_COLUMNS_PG if engine_of(conn) == POSTGRESQL else ENTRY_COLUMNS
+
+
+def seen_by(conn: Conn, sight: Sight, column: str) -> str:
+    """`sight.sql(column)` for `conn`'s engine: the operator's sight is `1` there, a condition SQLite takes and
+    PostgreSQL refuses (it wants a boolean: `TRUE`)."""
+    condition = sight.sql(column)
+    return "TRUE" if condition == "1" and engine_of(conn) == POSTGRESQL else condition
 
 
 def _entry_columns(state: str) -> str:

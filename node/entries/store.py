@@ -22,16 +22,18 @@ from node.entries.queries import (
     ENTRY_STATE,
     LINK_COLUMNS,
     EntryState,
+    entry_columns,
     entry_out,
     json_array,
     link_out,
+    seen_by,
     tagged_any,
 )
 from node.errors import NotFound
 from node.spaces.sight import Sight
 from node.store import equivocation
 from node.store.ahead import NAMED_SQL, Named
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 from wire.api import EntryOut, LinkOut, SearchQuery
 
 MAX_NEIGHBOURHOOD = 1_000  # entries a traversal may collect before it stops and says so
@@ -117,23 +119,23 @@ def entries_by_ids(conn: Conn, ids: list[int], sight: Sight) -> list[EntryOut]:
 
 def synthetic_among(conn: Conn, hashes: Sequence[str]) -> set[str]:
     """Which of these record hashes are stored simulations (truth_state simulation)."""
+    test, listed = any_of(conn, hashes)
     rows = conn.execute(
-        "SELECT record_hash FROM entries WHERE record_hash IN (SELECT value FROM json_each(?))"
-        " AND truth_state = 'simulation'",
-        (json.dumps(list(hashes)),),
+        f"SELECT record_hash FROM entries WHERE record_hash {test} AND truth_state = 'simulation'", (listed,)
     ).fetchall()
     return {r[0] for r in rows}
 
 
 def entries_by_hashes(conn: Conn, hashes: Iterable[str], include_synthetic: bool, sight: Sight) -> list[EntryOut]:
     """Entries with these hashes that are present and that `sight` sees, oldest first."""
+    test, listed = any_of(conn, hashes)
     sql = (
-        f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.record_hash IN (SELECT value FROM json_each(?))"
-        f" AND {sight.sql('e.space')}"
+        f"SELECT {entry_columns(conn)} FROM entries e WHERE e.record_hash {test}"
+        f" AND {seen_by(conn, sight, 'e.space')}"
         + ("" if include_synthetic else " AND e.truth_state != 'simulation'")
         + " ORDER BY e.id"
     )
-    return [entry_out(r) for r in conn.execute(sql, (json.dumps(list(hashes)),)).fetchall()]
+    return [entry_out(r) for r in conn.execute(sql, (listed,)).fetchall()]
 
 
 def traverse(
@@ -272,7 +274,9 @@ def search(conn: Conn, q: SearchQuery, since_ms: int | None, sight: Sight) -> li
 
 def entry_by_hash(conn: Conn, record_hash: str) -> EntryOut:
     """The entry stored under `record_hash` (which must be stored), as shown."""
-    row = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.record_hash = ?", (record_hash,)).fetchone()
+    row = conn.execute(
+        f"SELECT {entry_columns(conn)} FROM entries e WHERE e.record_hash = ?", (record_hash,)
+    ).fetchone()
     return entry_out(row)
 
 
@@ -322,7 +326,8 @@ def same_link_txn(
     same = conn.execute(
         "SELECT l.id, l.origin_hash, (SELECT r.kind FROM records r WHERE r.hash = l.origin_hash LIMIT 1) FROM links l"
         " WHERE l.source_hash = ? AND l.target_hash = ? AND l.link_type = ? AND l.author_id = ?"
-        " AND l.ordinal >= 0 AND l.space IS ? ORDER BY l.id LIMIT 1",
+        f" AND l.ordinal >= 0 AND l.space {'IS NOT DISTINCT FROM' if engine_of(conn) == POSTGRESQL else 'IS'} ?"
+        " ORDER BY l.id LIMIT 1",
         (source, target, link_type, author_id, space),
     ).fetchone()
     return None if same is None else (int(same[0]), same[1], same[2])

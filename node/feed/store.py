@@ -10,7 +10,7 @@ from typing import Any
 
 from node.entries import queries
 from node.spaces.sight import Sight
-from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
+from node.store.conn import Conn, any_of
 
 
 def newest_id(conn: Conn) -> int:
@@ -23,14 +23,10 @@ def entry_rows(
 ) -> list[Any]:
     """Up to `limit` entries (`queries.ENTRY_COLUMNS`) with an id above `after` that `sight` sees (of `spaces` only,
     when given), in id order; simulations only with `include_synthetic`."""
-    postgres = engine_of(conn) == POSTGRESQL
-    seen = sight.sql("e.space")
-    if postgres and seen == "1":  # the operator's sight: SQLite's true; PostgreSQL wants a boolean
-        seen = "TRUE"
     in_spaces, listed = any_of(conn, spaces)
     sql = (
-        f"SELECT {queries.ENTRY_COLUMNS_PG if postgres else queries.ENTRY_COLUMNS} FROM entries e"
-        f" WHERE e.id > ? AND {seen}"
+        f"SELECT {queries.entry_columns(conn)} FROM entries e"
+        f" WHERE e.id > ? AND {queries.seen_by(conn, sight, 'e.space')}"
         + ("" if include_synthetic else " AND e.truth_state != 'simulation'")
         + (f" AND e.space {in_spaces}" if spaces else "")
         + " ORDER BY e.id LIMIT ?"

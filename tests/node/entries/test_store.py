@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
-from identity import keys
+from identity import keys, records
 from node.entries import reads, store
 from node.errors import NotFound
+from node.features import LOG
 from node.search_index.indexer import Indexer
 from node.service import Node
-from node.spaces.sight import OPERATOR
+from node.spaces.sight import OPERATOR, PUBLIC
+from node.store import db, pg_conn, projections
 from tests.conftest import AgentCreds, FakeClock
-from tests.node.api_helpers import entry_record, hash_of, ingest
+from tests.node.api_helpers import entry_record, hash_of, ingest, link_record
 from wire.api import PostEntry, PostLink, SearchQuery, SubscriptionIn
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -336,3 +339,68 @@ async def test_look_ahead_reads_held_versions_named_links_and_confidence(node: N
     assert list(again.held) == [held_hash] and len(again.held[held_hash]) == 1
     await node.inbox.subscribe(alice.agent_id, msgspec.convert({"tags": ["x"]}, SubscriptionIn))
     assert (await look([(fresh, alice.agent_id)])).named.subscribed
+
+
+# ---- the reads by hash and the posting path's look-ups on both engines ----------------------------------------
+
+
+def _reads_story(conn: Any) -> list[Any]:
+    """Append one log (entries, a link record, a simulation, a retraction) and ask every read ported to both
+    engines the same questions; their answers, in order."""
+    alice, bob = _STORY_KEYS
+    target = entry_record(bob, "the target", created_ms=_T0, tags=["b"])
+    claim = entry_record(alice, "a claim", created_ms=_T0 + 1, tags=["a", "b"])
+    imagined = entry_record(alice, "imagined", created_ms=_T0 + 2, truth_state="simulation")
+    retract = entry_record(
+        alice,
+        "I retract it",
+        created_ms=_T0 + 3,
+        performative="retract",
+        links=[{"target": hash_of(claim), "link_type": "supersedes", "annotation": ""}],
+    )
+    link = link_record(bob, hash_of(claim), hash_of(target), "contradicts", created_ms=_T0 + 4)
+    story = [target, claim, imagined, retract, link]
+    conn.execute("BEGIN")
+    projections.append_many(
+        conn, [projections.Incoming(r, *records.check(r)) for r in story], origin="local", now_ms=_T0
+    )
+    conn.execute("COMMIT")
+    hashes = [hash_of(r) for r in (target, claim, imagined, retract)]
+    link_hash = hash_of(link)
+    return [
+        [store.entry_by_hash(conn, h) for h in hashes],
+        store.entries_by_hashes(conn, [*hashes, "0" * 64], False, OPERATOR),
+        store.entries_by_hashes(conn, hashes, True, PUBLIC),
+        store.synthetic_among(conn, hashes),
+        [store.author_of(conn, h) for h in [*hashes, "0" * 64]],
+        [store.stored_body(conn, h) for h in hashes],
+        [store.entry_stored_txn(conn, h) for h in (hashes[0], "0" * 64)],
+        store.link_by_origin(conn, link_hash),
+        store.link_by_id(conn, store.link_id_of_txn(conn, link_hash)),
+        store.same_link_txn(conn, hash_of(claim), hash_of(target), "contradicts", bob.did),
+        store.same_link_txn(conn, hash_of(claim), hash_of(target), "contradicts", bob.did, "f" * 64),
+        store.derived_link_held_txn(conn, hash_of(claim), hash_of(target), bob.did),
+    ]
+
+
+_STORY_KEYS = (keys.SigningKey.generate(), keys.SigningKey.generate())
+_T0 = 1_767_323_045_000
+
+
+def test_the_reads_answer_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
+    answers = []
+    for conn in (db.connect(tmp_path / "reads.db", log=LOG), pg_conn.connect(pg_migrated_url, log=LOG)):
+        try:
+            if isinstance(conn, sqlite3.Connection):
+                db.migrate(conn)
+            answers.append(_reads_story(conn))
+        finally:
+            conn.close()
+    sqlite_answers, postgres_answers = answers
+    assert postgres_answers == sqlite_answers
+    by_hash, plain, public, synthetic, authors, _, stored, by_origin, by_id, same, same_elsewhere, _ = sqlite_answers
+    assert [e.content for e in plain] == ["the target", "a claim", "I retract it"]  # no simulation, none absent
+    assert [e.content for e in public][2] == "imagined" and len(public) == 4
+    assert synthetic == {by_hash[2].record_hash} and by_hash[1].retracted and authors[-1] is None
+    assert stored == [True, False] and by_origin == by_id and by_origin.link_type == "contradicts"
+    assert same is not None and same[2] == "link" and same_elsewhere is None
