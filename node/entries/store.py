@@ -32,7 +32,7 @@ from node.entries.queries import (
 from node.errors import NotFound
 from node.spaces.sight import Sight
 from node.store import equivocation
-from node.store.ahead import NAMED_SQL, Named
+from node.store.ahead import NAMED_SQL, NAMED_SQL_PG, Named
 from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 from wire.api import EntryOut, LinkOut, SearchQuery
 
@@ -359,6 +359,12 @@ _LOOK_AHEAD_SQL = (
     f" (SELECT json_group_array(json_array(e.record_hash, {COMMUNITY_CONFIDENCE}))"
     "  FROM (SELECT p.value ->> 0 AS record_hash, p.value ->> 1 AS author_id FROM json_each(:p) p) e)"
 )
+# The same on PostgreSQL: :h an array of the addresses, the pairs as two arrays (:ph, :pa); JSON text back.
+_LOOK_AHEAD_SQL_PG = (
+    f"SELECT {equivocation.HELD_JSON_PG}, {NAMED_SQL_PG},"
+    f" (SELECT coalesce(json_agg(json_build_array(e.record_hash, {COMMUNITY_CONFIDENCE})), '[]')::text"
+    "  FROM unnest(CAST(:ph AS text[]), CAST(:pa AS text[])) AS e(record_hash, author_id))"
+)
 
 
 class LookAhead(NamedTuple):
@@ -372,10 +378,15 @@ class LookAhead(NamedTuple):
 def look_ahead_txn(conn: Conn, entries: Sequence[tuple[str, str]]) -> LookAhead:
     """`LookAhead` of entries (record hash, author) about to be appended in this transaction, in one statement.
     Exact: hashes are hex and the confidences have at most 4 decimals, which JSON text carries exactly."""
-    held_json, superseded, contradicted, subscribed, confidence_json = conn.execute(
-        _LOOK_AHEAD_SQL,
-        {"h": json.dumps(sorted({h for h, _ in entries})), "p": json.dumps([list(pair) for pair in entries])},
-    ).fetchone()
+    addresses = sorted({h for h, _ in entries})
+    if engine_of(conn) == POSTGRESQL:
+        pairs = {"h": addresses, "ph": [h for h, _ in entries], "pa": [a for _, a in entries]}
+        row = conn.execute(_LOOK_AHEAD_SQL_PG, pairs).fetchone()
+    else:
+        row = conn.execute(
+            _LOOK_AHEAD_SQL, {"h": json.dumps(addresses), "p": json.dumps([list(pair) for pair in entries])}
+        ).fetchone()
+    held_json, superseded, contradicted, subscribed, confidence_json = row
     return LookAhead(
         equivocation.held_from(msgspec.json.decode(held_json)),
         Named(bool(superseded), bool(contradicted), bool(subscribed)),

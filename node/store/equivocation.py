@@ -170,6 +170,11 @@ HELD_JSON = (
     "(SELECT json_group_array(json_array(hash, seq, version, scope)) FROM records"
     " WHERE hash IN (SELECT value FROM json_each(:h)))"
 )
+# HELD_JSON on PostgreSQL, where :h is an array of the addresses: the same JSON text (json_agg is NULL over no rows).
+HELD_JSON_PG = (
+    "(SELECT coalesce(json_agg(json_build_array(hash, seq, version, scope)), '[]')::text FROM records"
+    " WHERE hash = ANY(:h))"
+)
 
 
 def held_from(rows: Iterable[Sequence[Any]]) -> dict[str, list[Held]]:

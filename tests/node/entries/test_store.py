@@ -380,6 +380,8 @@ def _reads_story(conn: Any) -> list[Any]:
         store.same_link_txn(conn, hash_of(claim), hash_of(target), "contradicts", bob.did),
         store.same_link_txn(conn, hash_of(claim), hash_of(target), "contradicts", bob.did, "f" * 64),
         store.derived_link_held_txn(conn, hash_of(claim), hash_of(target), bob.did),
+        store.look_ahead_txn(conn, [(hashes[0], bob.did), (hashes[1], alice.did), ("0" * 64, alice.did)]),
+        store.look_ahead_txn(conn, []),
     ]
 
 
@@ -398,9 +400,13 @@ def test_the_reads_answer_alike_on_either_engine(tmp_path: Path, pg_migrated_url
             conn.close()
     sqlite_answers, postgres_answers = answers
     assert postgres_answers == sqlite_answers
-    by_hash, plain, public, synthetic, authors, _, stored, by_origin, by_id, same, same_elsewhere, _ = sqlite_answers
+    by_hash, plain, public, synthetic, authors, _, stored, by_origin, by_id, same, same_elsewhere, _, ahead, _ = (
+        sqlite_answers
+    )
     assert [e.content for e in plain] == ["the target", "a claim", "I retract it"]  # no simulation, none absent
     assert [e.content for e in public][2] == "imagined" and len(public) == 4
     assert synthetic == {by_hash[2].record_hash} and by_hash[1].retracted and authors[-1] is None
     assert stored == [True, False] and by_origin == by_id and by_origin.link_type == "contradicts"
     assert same is not None and same[2] == "link" and same_elsewhere is None
+    assert sorted(ahead.held) == sorted(by_hash[i].record_hash for i in (0, 1)) and ahead.named.contradicted
+    assert ahead.confidence == {by_hash[0].record_hash: 0.5, by_hash[1].record_hash: 0.5, "0" * 64: 0.5}
