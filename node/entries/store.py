@@ -239,8 +239,8 @@ def search(conn: Conn, q: SearchQuery, since_ms: int | None, sight: Sight) -> li
 
     def in_list(column: str, name: str, values: Sequence[str]) -> None:
         if values:
-            where.append(f"{column} IN (SELECT value FROM json_each(:{name}))")
-            params[name] = json.dumps(list(values))
+            test, params[name] = any_of(conn, values, f":{name}")
+            where.append(f"{column} {test}")
 
     in_list("e.entry_type", "types", q.entry_type)
     in_list("e.performative", "perfs", q.performative)
@@ -263,7 +263,7 @@ def search(conn: Conn, q: SearchQuery, since_ms: int | None, sight: Sight) -> li
     order = _SEARCH_ORDER.get(q.sort)
     filters = (" WHERE " + " AND ".join(where)) if where else ""
     sql = (
-        f"SELECT {ENTRY_COLUMNS} FROM entries e{filters} ORDER BY {order + ', ' if order else ''}e.id DESC"
+        f"SELECT {entry_columns(conn)} FROM entries e{filters} ORDER BY {order + ', ' if order else ''}e.id DESC"
         " LIMIT :limit OFFSET :offset"
     )
     return [entry_out(r) for r in conn.execute(sql, params).fetchall()]

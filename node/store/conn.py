@@ -53,14 +53,15 @@ def engine_of(conn: Conn) -> str:
     return POSTGRESQL if getattr(conn, "engine", None) == POSTGRESQL else SQLITE
 
 
-def any_of(conn: Conn, values: Iterable[Any]) -> tuple[str, Any]:
+def any_of(conn: Conn, values: Iterable[Any], placeholder: str = "?") -> tuple[str, Any]:
     """A list as one parameter, the way each engine takes it: `(test, parameter)` where `f"column {test}"` is true
-    for a column equal to one of `values` and `parameter` binds its one `?`. SQLite reads a JSON array
-    (`IN (SELECT value FROM json_each(?))`, the store's form until now); PostgreSQL an array (`= ANY(?)`: record 50)."""
+    for a column equal to one of `values` and `parameter` binds its one `placeholder` (`?`, or `:name` for a
+    statement of named parameters). SQLite reads a JSON array (`IN (SELECT value FROM json_each(?))`, the store's
+    form until now); PostgreSQL an array (`= ANY(?)`: record 50)."""
     listed = list(values)
     if engine_of(conn) == POSTGRESQL:
-        return "= ANY(?)", listed
-    return "IN (SELECT value FROM json_each(?))", json.dumps(listed)
+        return f"= ANY({placeholder})", listed
+    return f"IN (SELECT value FROM json_each({placeholder}))", json.dumps(listed)
 
 
 # ---- errors, told apart the same way on both engines -----------------------------------------------------------

@@ -17,7 +17,7 @@ from node.errors import NotFound
 from node.features import LOG
 from node.search_index.indexer import Indexer
 from node.service import Node
-from node.spaces.sight import OPERATOR, PUBLIC
+from node.spaces.sight import OPERATOR, PUBLIC, Sight
 from node.store import db, pg_conn, projections
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import entry_record, hash_of, ingest, link_record
@@ -382,6 +382,18 @@ def _reads_story(conn: Any) -> list[Any]:
         store.derived_link_held_txn(conn, hash_of(claim), hash_of(target), bob.did),
         store.look_ahead_txn(conn, [(hashes[0], bob.did), (hashes[1], alice.did), ("0" * 64, alice.did)]),
         store.look_ahead_txn(conn, []),
+        *(store.search(conn, SearchQuery(**q), since, sight) for q, since, sight in _searches(alice.did)),
+    ]
+
+
+def _searches(alice: str) -> list[tuple[dict[str, Any], int | None, Sight]]:
+    """Searches by filters alone (no words), as `store.search` answers them."""
+    return [
+        ({}, None, OPERATOR),
+        ({"include_synthetic": True, "sort": "community_confidence"}, None, PUBLIC),
+        ({"tags": ["b"], "author": [alice]}, None, OPERATOR),
+        ({"entry_type": ["finding"], "performative": ["retract", "inform"], "truth_state": ["fact"]}, _T0 + 1, PUBLIC),
+        ({"min_confidence": 0.5, "min_trust": 0.5, "sort": "trust", "limit": 2, "offset": 1}, None, OPERATOR),
     ]
 
 
@@ -401,8 +413,12 @@ def test_the_reads_answer_alike_on_either_engine(tmp_path: Path, pg_migrated_url
     sqlite_answers, postgres_answers = answers
     assert postgres_answers == sqlite_answers
     by_hash, plain, public, synthetic, authors, _, stored, by_origin, by_id, same, same_elsewhere, _, ahead, _ = (
-        sqlite_answers
+        sqlite_answers[:14]
     )
+    every, with_simulations, tagged, filtered, paged = sqlite_answers[14:]
+    assert [e.content for e in every] == ["I retract it", "a claim", "the target"]  # newest first
+    assert len(with_simulations) == 4 and [e.content for e in tagged] == ["a claim"]
+    assert [e.content for e in filtered] == ["I retract it", "a claim"] and len(paged) == 2
     assert [e.content for e in plain] == ["the target", "a claim", "I retract it"]  # no simulation, none absent
     assert [e.content for e in public][2] == "imagined" and len(public) == 4
     assert synthetic == {by_hash[2].record_hash} and by_hash[1].retracted and authors[-1] is None
