@@ -19,7 +19,9 @@ from node.entries.queries import (
     AUTHOR_TRUST,
     COMMUNITY_CONFIDENCE,
     ENTRY_COLUMNS,
+    ENTRY_COLUMNS_PG,
     ENTRY_STATE,
+    ENTRY_STATE_PG,
     LINK_COLUMNS,
     EntryState,
     entry_columns,
@@ -77,12 +79,20 @@ def require_ref(conn: Conn, ref: str, what: str, sight: Sight, *, field: str, co
 
 def entry_states(conn: Conn, ids: list[int]) -> dict[int, EntryState]:
     """ENTRY_STATE of entries by local id (one row for all of them, as `entries_by_ids`)."""
-    text = conn.execute(
-        "SELECT json_group_array(json_array(id, retracted, superseded, community_confidence, superseded_claims,"
-        f" equivocated)) FROM (SELECT e.id, {ENTRY_STATE} FROM entries e"
-        " WHERE e.id IN (SELECT value FROM json_each(?)))",
-        (json.dumps(ids),),
-    ).fetchone()[0]
+    if engine_of(conn) == POSTGRESQL:
+        text = conn.execute(
+            "SELECT coalesce(json_agg(json_build_array(id, retracted, superseded, community_confidence,"
+            f" superseded_claims, equivocated)), '[]')::text FROM (SELECT e.id, {ENTRY_STATE_PG} FROM entries e"
+            " WHERE e.id = ANY(?)) s",
+            (list(ids),),
+        ).fetchone()[0]
+    else:
+        text = conn.execute(
+            "SELECT json_group_array(json_array(id, retracted, superseded, community_confidence, superseded_claims,"
+            f" equivocated)) FROM (SELECT e.id, {ENTRY_STATE} FROM entries e"
+            " WHERE e.id IN (SELECT value FROM json_each(?)))",
+            (json.dumps(ids),),
+        ).fetchone()[0]
     return {
         entry_id: EntryState(
             bool(retracted),
@@ -107,13 +117,24 @@ _ENTRY_JSON = (
 )
 
 
+# _ENTRY_JSON on PostgreSQL: the two arrays cast to json (their text is JSON), the states' booleans as JSON's.
+_ENTRY_JSON_PG = _ENTRY_JSON.replace("json(tags), json(directed_to)", "CAST(tags AS json), CAST(directed_to AS json)")
+
+
 def entries_by_ids(conn: Conn, ids: list[int], sight: Sight) -> list[EntryOut]:
     """Entries by local id that `sight` sees, in no particular order, fetched as one row (see `_ENTRY_JSON`)."""
-    text = conn.execute(
-        f"SELECT json_group_array(json_array({_ENTRY_JSON})) FROM (SELECT {ENTRY_COLUMNS} FROM entries e"
-        f" WHERE e.id IN (SELECT value FROM json_each(?)) AND {sight.sql('e.space')})",
-        (json.dumps(ids),),
-    ).fetchone()[0]
+    if engine_of(conn) == POSTGRESQL:
+        text = conn.execute(
+            f"SELECT coalesce(json_agg(json_build_array({_ENTRY_JSON_PG})), '[]')::text FROM"
+            f" (SELECT {ENTRY_COLUMNS_PG} FROM entries e WHERE e.id = ANY(?) AND {seen_by(conn, sight, 'e.space')}) s",
+            (list(ids),),
+        ).fetchone()[0]
+    else:
+        text = conn.execute(
+            f"SELECT json_group_array(json_array({_ENTRY_JSON})) FROM (SELECT {ENTRY_COLUMNS} FROM entries e"
+            f" WHERE e.id IN (SELECT value FROM json_each(?)) AND {sight.sql('e.space')})",
+            (json.dumps(ids),),
+        ).fetchone()[0]
     return [entry_out(row) for row in msgspec.json.decode(text)]
 
 
@@ -192,7 +213,9 @@ def traverse(
 def _adjacent(
     conn: Conn, frontier: list[str], link_types: Sequence[str], direction: str, include_synthetic: bool, sight: Sight
 ) -> list[Any]:
-    type_filter = " AND l.link_type IN (SELECT value FROM json_each(:types))" if link_types else ""
+    in_frontier, frontier_param = any_of(conn, frontier, ":f")
+    of_type, types_param = any_of(conn, link_types, ":types")
+    type_filter = f" AND l.link_type {of_type}" if link_types else ""
     hidden = [] if include_synthetic else ["z.truth_state = 'simulation'"]
     if not sight.everything:
         hidden.append(f"NOT {sight.sql('z.space')}")
@@ -202,10 +225,7 @@ def _adjacent(
             " AND NOT EXISTS (SELECT 1 FROM entries z WHERE z.record_hash IN (l.source_hash, l.target_hash)"
             f" AND ({' OR '.join(hidden)}))"
         )
-    out_end, in_end = (
-        "l.source_hash IN (SELECT value FROM json_each(:f))",
-        "l.target_hash IN (SELECT value FROM json_each(:f))",
-    )
+    out_end, in_end = f"l.source_hash {in_frontier}", f"l.target_hash {in_frontier}"
     same_as = " AND l.link_type = 'same_as'"
     parts = []
     if direction in ("outbound", "both"):
@@ -217,7 +237,7 @@ def _adjacent(
     else:
         parts.append(f"SELECT {LINK_COLUMNS} FROM links l WHERE {in_end}{same_as}{type_filter}")
     sql = " UNION ".join(parts) + " ORDER BY id LIMIT :cap"
-    params = {"f": json.dumps(frontier), "types": json.dumps(list(link_types)), "cap": MAX_WALKED_LINKS + 1}
+    params = {"f": frontier_param, "types": types_param, "cap": MAX_WALKED_LINKS + 1}
     return conn.execute(sql, params).fetchall()
 
 

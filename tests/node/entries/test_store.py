@@ -383,6 +383,23 @@ def _reads_story(conn: Any) -> list[Any]:
         store.look_ahead_txn(conn, [(hashes[0], bob.did), (hashes[1], alice.did), ("0" * 64, alice.did)]),
         store.look_ahead_txn(conn, []),
         *(store.search(conn, SearchQuery(**q), since, sight) for q, since, sight in _searches(alice.did)),
+        sorted(store.entries_by_ids(conn, [1, 2, 3, 4, 99], OPERATOR), key=lambda e: e.id),
+        store.entries_by_ids(conn, [], PUBLIC),
+        store.entry_states(conn, [1, 2, 3, 4]),
+        *(
+            store.traverse(
+                conn,
+                [hash_of(claim)],
+                hops=2,
+                link_types=types,
+                direction=way,
+                include_links=True,
+                sight=PUBLIC,
+                include_synthetic=False,
+            )
+            for types in ([], ["contradicts"])
+            for way in ("outbound", "inbound", "both")
+        ),
     ]
 
 
@@ -415,7 +432,14 @@ def test_the_reads_answer_alike_on_either_engine(tmp_path: Path, pg_migrated_url
     by_hash, plain, public, synthetic, authors, _, stored, by_origin, by_id, same, same_elsewhere, _, ahead, _ = (
         sqlite_answers[:14]
     )
-    every, with_simulations, tagged, filtered, paged = sqlite_answers[14:]
+    every, with_simulations, tagged, filtered, paged = sqlite_answers[14:19]
+    by_ids, no_ids, states = sqlite_answers[19:22]
+    assert [e.id for e in by_ids] == [1, 2, 3, 4] and no_ids == [] and states[2].retracted
+    walks = sqlite_answers[22:]
+    # from the claim, two hops: out, its contradiction of the target and its derived retracted_by, then the
+    # retraction's supersedes; in, that supersedes, then the retracted_by into the retraction; both, all three; only
+    # contradicts links: the one out of the claim
+    assert [len(links) for _, links, _ in walks] == [3, 2, 3, 1, 0, 1]
     assert [e.content for e in every] == ["I retract it", "a claim", "the target"]  # newest first
     assert len(with_simulations) == 4 and [e.content for e in tagged] == ["a claim"]
     assert [e.content for e in filtered] == ["I retract it", "a claim"] and len(paged) == 2
