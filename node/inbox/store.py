@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from node.spaces.store import may_read_sql
-from node.store.conn import POSTGRESQL, SQLITE, Conn, engine_of
+from node.store.conn import POSTGRESQL, SQLITE, Conn, any_of, engine_of
 
 # an upgrade (a lower tier) makes the notification pending again with a fresh attempt count, whatever its
 # state, a lease included: a tier-1 reason must not wait for a lapsing tier-2 lease
@@ -127,12 +127,16 @@ def fan_out_sql(*, directed: bool, subscribed: bool, engine: str = SQLITE) -> st
         if pg
         else ((_DIRECTED, directed), (_SUBSCRIBED, subscribed))
     )
-    parts = [sql for sql, wanted in chosen if wanted]
-    alias = " AS f" if pg else ""  # PostgreSQL before 16 names every subquery in FROM
+    parts = " UNION ALL ".join(sql for sql, wanted in chosen if wanted)
+    if pg:
+        # SQLite inserts the rows one by one, so an agent both addressed and subscribed gets the addressee's row and
+        # the subscriber's finds it there (kept: not a lower tier); PostgreSQL refuses two rows of one key in one
+        # INSERT, so it keeps the first of each (entry, agent) in the same order itself (and names each subquery)
+        parts = f"SELECT DISTINCT ON (eid, agent_id) * FROM ({parts}) AS f ORDER BY eid, agent_id, part"
     return (
         f"{_RUN_PG if pg else _RUN} INSERT INTO notifications"
         " (agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms)"
-        f" SELECT agent_id, eid, sub, tier, reason, :now, :exp FROM ({' UNION ALL '.join(parts)}){alias}"
+        f" SELECT agent_id, eid, sub, tier, reason, :now, :exp FROM ({parts}){' AS d' if pg else ''}"
         " WHERE true ORDER BY eid, part, agent_id" + _ON_CONFLICT
     )
 
@@ -236,6 +240,13 @@ ENVELOPE_COLUMNS = (
     "     GROUP BY l.target_hash"
     "     ORDER BY part, o LIMIT 100)) AS link_targets"
 )
+# ENVELOPE_COLUMNS on PostgreSQL (record 50): json_agg in the page's order, as text (NULL over no links, which
+# the envelope reads as []), no planner hint, the subquery named.
+ENVELOPE_COLUMNS_PG = (
+    ENVELOPE_COLUMNS.replace("(SELECT json_group_array(h) FROM (", "(SELECT json_agg(h ORDER BY part, o)::text FROM (")
+    .replace("AND +l.link_type = 'contradicts'", "AND l.link_type = 'contradicts'")
+    .replace("ORDER BY part, o LIMIT 100)) AS link_targets", "ORDER BY part, o LIMIT 100) x) AS link_targets")
+)
 # The tables ENVELOPE_COLUMNS reads, after `notifications n`: a notification's entry, or a notice's tombstone.
 ENVELOPE_JOINS = (
     " LEFT JOIN entries e ON e.id = n.entry_id AND n.redaction IS NULL"
@@ -250,18 +261,23 @@ ENVELOPE_SHOWN = "(e.id IS NOT NULL OR n.redaction IS NOT NULL)"
 # notifications_agent_status in (tier, id) order (a pending and a lapsed-lease branch, merged), so a poll reads
 # `limit` rows whatever the agent's backlog; the envelope columns, with their subqueries, are computed for the
 # page only (selected with the filter, SQLite computed them for every deliverable row before sorting).
-def _inbox_sql(in_space: str = "") -> str:
-    """INBOX_SQL, with `in_space` (a condition on a notification) added to both branches of the page's choice."""
+def _inbox_sql(in_space: str = "", *, pg: bool = False) -> str:
+    """INBOX_SQL, with `in_space` (a condition on a notification) added to both branches of the page's choice; `pg`:
+    in PostgreSQL's SQL (each subquery named, the optional :since typed)."""
+    since = (
+        "(CAST(:since AS bigint) IS NULL OR created_ms >= :since)" if pg else "(:since IS NULL OR created_ms >= :since)"
+    )
+    first, second = (" a", " b") if pg else ("", "")
     return (
-        "SELECT " + ENVELOPE_COLUMNS + " FROM ("
+        "SELECT " + (ENVELOPE_COLUMNS_PG if pg else ENVELOPE_COLUMNS) + " FROM ("
         "   SELECT id, tier FROM (SELECT id, tier FROM notifications"
-        "     WHERE agent_id = :agent AND status = 'pending' AND (:since IS NULL OR created_ms >= :since)"
-        f"    {in_space} ORDER BY tier, id LIMIT :limit)"
+        f"     WHERE agent_id = :agent AND status = 'pending' AND {since}"
+        f"    {in_space} ORDER BY tier, id LIMIT :limit){first}"
         "   UNION ALL"
         "   SELECT id, tier FROM (SELECT id, tier FROM notifications"
         "     WHERE agent_id = :agent AND status = 'leased' AND next_attempt_ms <= :now"
-        "       AND (:since IS NULL OR created_ms >= :since)"
-        f"    {in_space} ORDER BY tier, id LIMIT :limit)"
+        f"       AND {since}"
+        f"    {in_space} ORDER BY tier, id LIMIT :limit){second}"
         "   ORDER BY tier, id LIMIT :limit) p"
         " JOIN notifications n ON n.id = p.id" + ENVELOPE_JOINS + " WHERE " + ENVELOPE_SHOWN + " ORDER BY p.tier, p.id"
     )
@@ -270,10 +286,12 @@ def _inbox_sql(in_space: str = "") -> str:
 INBOX_SQL = _inbox_sql()
 # A poll of one space's notifications (`InboxQuery.space`): the same page, of entries of that space only (and the
 # notices of redactions of that space's entries).
-INBOX_SPACE_SQL = _inbox_sql(
+_IN_SPACE = (
     "AND (entry_id IN (SELECT id FROM entries WHERE space = :space)"
     " OR redaction IN (SELECT hash FROM redactions WHERE space = :space))"
 )
+INBOX_SPACE_SQL = _inbox_sql(_IN_SPACE)
+INBOX_SQL_PG, INBOX_SPACE_SQL_PG = _inbox_sql(pg=True), _inbox_sql(_IN_SPACE, pg=True)
 
 
 # Whether the agent has anything a poll would lease or fail: a pending notification, or a leased one whose lease
@@ -300,33 +318,38 @@ def inbox_page(
     """Up to `limit` of the agent's deliverable notifications with their envelopes (`INBOX_SQL`); of entries of
     `space` only, when given (`INBOX_SPACE_SQL`)."""
     params = {"agent": agent_id, "now": now_ms, "since": since_ms, "limit": limit, "space": space}
+    if engine_of(conn) == POSTGRESQL:
+        return conn.execute(INBOX_SQL_PG if space is None else INBOX_SPACE_SQL_PG, params).fetchall()
     return conn.execute(INBOX_SQL if space is None else INBOX_SPACE_SQL, params).fetchall()
 
 
 def deliver_txn(conn: Conn, ids: list[int], now_ms: int) -> None:
     """Mark the notifications `ids` delivered at `now_ms`, counting the attempt."""
+    test, listed = any_of(conn, ids)
     conn.execute(
         "UPDATE notifications SET status = 'delivered', delivered_ms = ?, attempt_count = attempt_count + 1"
-        " WHERE id IN (SELECT value FROM json_each(?))",
-        (now_ms, _json_list(ids)),
+        f" WHERE id {test}",
+        (now_ms, listed),
     )
 
 
 def lease_txn(conn: Conn, ids: list[int], until_ms: int) -> None:
     """Lease the notifications `ids` until `until_ms`, counting the attempt."""
+    test, listed = any_of(conn, ids)
     conn.execute(
         "UPDATE notifications SET status = 'leased', next_attempt_ms = ?, attempt_count = attempt_count + 1"
-        " WHERE id IN (SELECT value FROM json_each(?))",
-        (until_ms, _json_list(ids)),
+        f" WHERE id {test}",
+        (until_ms, listed),
     )
 
 
 def ack_txn(conn: Conn, agent_id: str, ids: list[int], now_ms: int) -> int:
     """Mark the agent's own pending or leased notifications delivered; return how many changed."""
+    test, listed = any_of(conn, ids)
     cur = conn.execute(
         "UPDATE notifications SET status = 'delivered', delivered_ms = ?"
-        " WHERE agent_id = ? AND status IN ('pending', 'leased') AND id IN (SELECT value FROM json_each(?))",
-        (now_ms, agent_id, _json_list(ids)),
+        f" WHERE agent_id = ? AND status IN ('pending', 'leased') AND id {test}",
+        (now_ms, agent_id, listed),
     )
     return cur.rowcount
 

@@ -19,11 +19,12 @@ import pytest
 from identity import keys, records
 from node.features import LOG
 from node.inbox import notify, store
+from node.inbox.service import envelope
 from node.service import Node
 from node.store import db, pg_conn, projections
 from node.store.conn import Conn
 from tests.conftest import AgentCreds, FakeClock
-from tests.node.api_helpers import entry_record
+from tests.node.api_helpers import entry_record, hash_of
 from tests.node.inbox.test_notify import statuses, take
 from wire.api import PostEntry
 
@@ -293,3 +294,87 @@ def test_a_contradiction_is_noticed_alike_on_either_engine(
         postgres.close()
     assert expected == [(bob.did, "it is not", 1, "contradiction")]  # the contradicting entry, named to its target
     assert got == expected
+
+
+def _poll_story(conn: Conn, alice: keys.SigningKey, bob: keys.SigningKey) -> list[Any]:
+    """Bob, an agent of this node, subscribes to everything; Alice posts a request to him, a finding, and a
+    contradiction of his claim. Bob polls (leasing), acks one, polls again after the lease lapsed, and polls for
+    deliveries. The envelopes and the notifications' states, as service.envelope renders them."""
+    t0 = 1_767_323_045_000
+    claim = entry_record(bob, "the shed is dry", created_ms=t0)
+    story = [
+        claim,
+        entry_record(alice, "can you look?", created_ms=t0 + 1, performative="request", directed_to=[bob.did]),
+        entry_record(alice, "a finding", created_ms=t0 + 2, tags=["roof"]),
+        entry_record(
+            alice,
+            "it is not",
+            created_ms=t0 + 3,
+            links=[{"target": hash_of(claim), "link_type": "contradicts", "annotation": ""}],
+        ),
+    ]
+    conn.execute("BEGIN")
+    conn.execute(
+        "INSERT INTO local_agents (name, agent_id, key_seed, created_ms) VALUES ('bob', ?, NULL, ?)", (bob.did, t0)
+    )
+    store.insert_subscription_txn(conn, bob.did, {**DIMS, "tags": [], "entry_types": []}, "all", False, t0)
+    for record in story:
+        item = projections.Incoming(record, *records.check(record))
+        projections.append_many(conn, [item], origin="local", now_ms=t0)
+    conn.execute("COMMIT")
+
+    def poll(now_ms: int, *, deliver: bool = False, since: int | None = None) -> list[Any]:
+        conn.execute("BEGIN")
+        rows = notify.take_inbox(conn, bob.did, limit=2, since_ms=since, mark_delivered=deliver, now_ms=now_ms)
+        conn.execute("COMMIT")
+        return [envelope(row) for row in rows]
+
+    first = poll(t0 + 10)
+    conn.execute("BEGIN")
+    acked = store.ack_txn(conn, bob.did, [first[0].notification_id, 10_000], t0 + 11)
+    conn.execute("COMMIT")
+    again = poll(t0 + 10 + notify.LEASE_MS + 1)  # the second lease lapsed: deliverable again
+    delivered = poll(t0 + 10 + 2 * notify.LEASE_MS + 2, deliver=True, since=t0)
+    states = [tuple(r) for r in conn.execute("SELECT id, status, attempt_count FROM notifications ORDER BY id")]
+    return [first, acked, again, delivered, states, hash_of(claim)]
+
+
+def test_a_poll_leases_acks_and_delivers_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
+    alice, bob = keys.SigningKey.generate(), keys.SigningKey.generate()
+    sqlite = db.connect(tmp_path / "inbox.db", log=LOG)
+    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
+    try:
+        db.migrate(sqlite)
+        expected = _poll_story(sqlite, alice, bob)
+        got = _poll_story(postgres, alice, bob)
+    finally:
+        sqlite.close()
+        postgres.close()
+    # the ids are node-local and either engine may skip one (SQLite's AUTOINCREMENT spends an id on the upsert that
+    # finds an addressee's row; PostgreSQL's identity on a rolled-back insert): the same notifications in the same
+    # id order is the same answer
+    assert _ranked(got) == _ranked(expected)
+    first, acked, again, delivered, states, claim = expected
+    assert [e.reason for e in first] == ["directed_request", "contradiction"] and acked == 1  # tier 1 first
+    assert first[0].directed_to_me and first[1].link_targets == [claim]
+    assert [e.reason for e in again] == ["contradiction", "subscription"]
+    assert [e.notification_id for e in delivered] == [e.notification_id for e in again]
+    assert sorted(status for _, status, _ in states) == ["delivered"] * 3
+
+
+def _ranked(answers: list[Any]) -> list[Any]:
+    """`_poll_story`'s answers with each notification id replaced by its rank among the story's ids."""
+    first, acked, again, delivered, states, claim = answers
+    rank = {row[0]: n for n, row in enumerate(sorted(states))}
+
+    def envelopes(page: list[Any]) -> list[Any]:
+        return [msgspec.structs.replace(e, notification_id=rank[e.notification_id]) for e in page]
+
+    return [
+        envelopes(first),
+        acked,
+        envelopes(again),
+        envelopes(delivered),
+        [(rank[i], *rest) for i, *rest in states],
+        claim,
+    ]
