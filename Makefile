@@ -7,8 +7,9 @@
 #                     spaces, space-fed, redaction
 #   make theft-drill  the three-node stolen-key drill (scenarios/theft.py, about 15 s)
 #   make spaces-drill one node, three spaces, agents over REST, MCP and the CLI (scenarios/spaces.py, about 30 s)
-#   make space-fed-drill five nodes, three spaces with different hosts, a host stopped, named late, removed, and
-#                     seeded random kills and link cuts (scenarios/space_fed.py [--seed N], about 35 to 50 s)
+#   make space-fed-drill five nodes, three spaces with different hosts, a host stopped and restored from an old
+#                     backup, named late, removed, a replayed signed request, an equivocating member, and seeded
+#                     random kills and link cuts (scenarios/space_fed.py [--seed N], about 35 to 55 s)
 #   make redaction-drill three nodes and a hostile one, a secret redacted while a node is stopped; gone from every
 #                     file within 10 s (scenarios/redaction.py, about 25 s)
 #   make bench-quick  every benchmark at tiny sizes (proves the scripts run; not a measurement)

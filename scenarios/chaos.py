@@ -47,7 +47,7 @@ from agent import identity_file
 from identity import canonical, records
 from node.workflows.forward import PEER_LEASE_PATH
 from scenarios.chaos_ledger import FAILED, Grant, Ledger, Result, evaluate, hashes, table
-from scenarios.fednet import Link, ScenarioFailed, ServedNode, bbs
+from scenarios.fednet import Capture, Link, ScenarioFailed, ServedNode, bbs, send_raw
 from wire.api import PostEntry, unsigned_entry
 
 ADVERSARIES = ("kill", "partition", "restore", "equivocate", "replay")
@@ -87,42 +87,6 @@ def neighbours(name: str) -> list[str]:
     return sorted({y for x, y in EDGES if x == name} | {x for x, y in EDGES if y == name})
 
 
-class Capture:
-    """Taps the relays and keeps the first complete peer-lease request sent over one chosen link."""
-
-    def __init__(self) -> None:
-        self.want: tuple[str, str] | None = None
-        self.raw: bytes | None = None
-        self.at = 0.0
-        self._buffers: dict[int, bytearray | None] = {}
-
-    def arm(self, link: tuple[str, str] | None) -> None:
-        """Capture on `link` from now on (None: stop); connection numbers may be reused, so start afresh."""
-        self.want = link
-        self._buffers.clear()
-
-    def tap(self, link: tuple[str, str]) -> Callable[[int, bytes], None]:
-        def feed(conn: int, data: bytes) -> None:
-            if self.want != link or self.raw is not None or self._buffers.get(conn, b"") is None:
-                return
-            buf = self._buffers.setdefault(conn, bytearray())
-            assert buf is not None
-            buf += data
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = bytes(buf[:end]).decode("latin-1")
-            if PEER_LEASE_PATH not in head.split("\r\n", 1)[0]:
-                self._buffers[conn] = None  # one request per connection (forward.py): not the one wanted
-                return
-            length = re.search(r"(?im)^content-length:\s*(\d+)", head)
-            total = end + 4 + (int(length.group(1)) if length else 0)
-            if len(buf) >= total:
-                self.raw, self.at = bytes(buf[:total]), time.monotonic()
-
-        return feed
-
-
 @dataclass
 class World:
     """The running federation: nodes, relays, agents, and what has been observed."""
@@ -140,7 +104,7 @@ class World:
     writers: dict[str, dict[str, str]] = field(default_factory=dict)
     workers: dict[str, dict[str, str]] = field(default_factory=dict)
     equivocator: dict[str, dict[str, str]] = field(default_factory=dict)
-    capture: Capture = field(default_factory=Capture)
+    capture: Capture = field(default_factory=lambda: Capture(PEER_LEASE_PATH))
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     t0: float = field(default_factory=time.monotonic)
     counter: itertools.count[int] = field(default_factory=itertools.count)
@@ -409,15 +373,7 @@ def _tags(answer: Any) -> str:
 
 async def replay_raw(port: int, raw: bytes) -> int:
     """Send captured request bytes as they are; the status of the answer (0 when none)."""
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(raw)
-        await writer.drain()
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 15)
-        writer.close()
-        return int(head.split(b" ", 2)[1])
-    except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError):
-        return 0
+    return (await send_raw(port, raw))[0]
 
 
 def replay_outcome(before: Any, after: Any, status: int, when: str) -> tuple[bool, str]:

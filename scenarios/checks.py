@@ -1,5 +1,6 @@
-"""The named checks of a drill (scenarios/theft.py, scenarios/spaces.py): each check's outcome, the rule that a check
-failing once stays failed, the table a drill prints, and its report."""
+"""The named checks of a drill (scenarios/theft.py, spaces.py, space_fed.py, redaction.py): each check's outcome, the
+rule that a check failing once stays failed, the part of a drill's world that keeps them, the table a drill prints,
+and its report."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import asyncio
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass
@@ -32,6 +34,30 @@ def record(results: dict[str, Check], names: Mapping[str, str], name: str, ok: b
     if prior is not None and ok:
         detail = f"{prior.detail}; {detail}"
     results[name] = Check(ok, detail)
+
+
+@dataclass
+class Drill:
+    """What every drill's world holds: the outcomes of its named checks (`NAMES`, set by the subclass) and the clock
+    its log lines count from. A drill's `World` subclasses it; these fields are keyword-only, so the subclass's own
+    fields come first in its constructor."""
+
+    NAMES: ClassVar[Mapping[str, str]] = {}
+    results: dict[str, Check] = field(default_factory=dict, kw_only=True)
+    t0: float = field(default_factory=time.monotonic, kw_only=True)
+
+    def log(self, what: str) -> None:
+        """Print `what` with the seconds since the drill started."""
+        print(f"[{time.monotonic() - self.t0:6.1f}s] {what}", flush=True)
+
+    def check(self, name: str, ok: bool, detail: str) -> None:
+        """Record a run of check `name` (the first failure of a check that runs several times wins) and log it."""
+        record(self.results, self.NAMES, name, ok, detail)
+        self.log(f"check {name}: {'held' if ok else 'FAILED'}: {detail}")
+
+    def outcomes(self) -> dict[str, Check]:
+        """Every named check's outcome in `NAMES`' order; a check the drill never reached failed."""
+        return {name: self.results.get(name, Check(False, "not reached")) for name in self.NAMES}
 
 
 def table(results: dict[str, Check]) -> str:

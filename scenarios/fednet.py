@@ -112,6 +112,31 @@ class ServedNode:
                 raise ScenarioFailed(f"{self.name} {method} {path}: {resp.status} {data}")
             return data
 
+    async def attempt(
+        self,
+        session: aiohttp.ClientSession,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
+        timeout: aiohttp.ClientTimeout | None = None,
+    ) -> tuple[int, str]:
+        """(status, text) of one request as the node's admin unless `headers`; (0, "") when no answer came (the node
+        is down or cut off), for a drill that observes rather than fails."""
+        try:
+            async with session.request(
+                method,
+                self.url + path,
+                json=body,
+                headers=headers or self.admin,
+                params=params or {},
+                timeout=timeout or aiohttp.ClientTimeout(total=30),
+            ) as resp:
+                return resp.status, await resp.text()
+        except (aiohttp.ClientError, TimeoutError):
+            return 0, ""
+
     async def peer(self, session: aiohttp.ClientSession, other: ServedNode, via: str | None = None) -> None:
         await self.call(session, "POST", "/v1/peers", {"url": via or other.url, "node_id": other.node_id})
 
@@ -207,6 +232,62 @@ class Link:
 
         await asyncio.gather(pipe(reader, up_writer, self.tap), pipe(up_reader, writer))
         self._conns.difference_update({writer, up_writer})
+
+
+class Capture:
+    """Taps relays (`Link(port, tap=capture.tap((src, dst)))`) and keeps the first complete request sent over one
+    chosen link whose request line holds `wanted` (a path, or a path and the start of its query)."""
+
+    def __init__(self, wanted: str) -> None:
+        self.wanted = wanted
+        self.want: tuple[str, str] | None = None
+        self.raw: bytes | None = None
+        self.at = 0.0
+        self._buffers: dict[int, bytearray] = {}
+
+    def arm(self, link: tuple[str, str] | None) -> None:
+        """Capture on `link` from now on (None: stop); connection numbers may be reused, so start afresh."""
+        self.want = link
+        self._buffers.clear()
+
+    def tap(self, link: tuple[str, str]) -> Callable[[int, bytes], None]:
+        """The tap of the relay for `link`: requests are read one after another on each kept-alive connection."""
+
+        def feed(conn: int, data: bytes) -> None:
+            if self.want != link or self.raw is not None:
+                return
+            buf = self._buffers.setdefault(conn, bytearray())
+            buf += data
+            while (end := buf.find(b"\r\n\r\n")) >= 0:
+                head = bytes(buf[:end]).decode("latin-1")
+                length = re.search(r"(?im)^content-length:\s*(\d+)", head)
+                total = end + 4 + (int(length.group(1)) if length else 0)
+                if len(buf) < total:
+                    return
+                if self.wanted in head.split("\r\n", 1)[0]:
+                    self.raw, self.at = bytes(buf[:total]), time.monotonic()
+                    return
+                del buf[:total]
+
+        return feed
+
+
+async def send_raw(port: int, raw: bytes, timeout: float = 15.0) -> tuple[int, bytes]:
+    """Send captured request bytes to 127.0.0.1:`port` as they are; (status, body) of the answer ((0, b"") when
+    none came)."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(raw)
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+            length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+            body = await asyncio.wait_for(reader.readexactly(int(length.group(1))), timeout) if length else b""
+            return int(head.split(b" ", 2)[1]), body
+        finally:
+            writer.close()
+    except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError):
+        return 0, b""
 
 
 def run_scenario(name: str, run: Callable[[Path], Coroutine[Any, Any, None]]) -> int:

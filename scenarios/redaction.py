@@ -46,7 +46,7 @@ import aiohttp
 from node.search_index.analyzer import tokens
 from node.search_index.index import FOLDER, SearchIndex
 from scenarios import checks
-from scenarios.checks import Check, Report, table
+from scenarios.checks import Report, table
 from scenarios.fednet import ScenarioFailed, ServedNode, bbs, free_port
 
 HONEST = ("a", "b", "c")
@@ -73,9 +73,10 @@ CHECKS: dict[str, str] = {
 
 
 @dataclass
-class World:
+class World(checks.Drill):
     """The running drill: nodes, agents, the secret and its entry."""
 
+    NAMES = CHECKS
     root: Path
     session: aiohttp.ClientSession
     nodes: dict[str, ServedNode] = field(default_factory=dict)
@@ -85,16 +86,6 @@ class World:
     target: str = ""  # the record hash of the secret's entry
     redaction: str = ""
     pre_backup: Path | None = None
-    results: dict[str, Check] = field(default_factory=dict)
-    t0: float = field(default_factory=time.monotonic)
-
-    def log(self, what: str) -> None:
-        print(f"[{time.monotonic() - self.t0:6.1f}s] {what}", flush=True)
-
-    def check(self, name: str, ok: bool, detail: str) -> None:
-        """Record a check (the first failure of a check that runs on several nodes wins)."""
-        checks.record(self.results, CHECKS, name, ok, detail)
-        self.log(f"check {name}: {'held' if ok else 'FAILED'}: {detail}")
 
     async def call(
         self,
@@ -106,14 +97,7 @@ class World:
         params: dict[str, str] | None = None,
     ) -> tuple[int, str]:
         """(status, text) of one request; (0, "") when no answer came."""
-        node = self.nodes[name]
-        try:
-            async with self.session.request(
-                method, node.url + path, json=body, headers=headers or node.admin, params=params or {}, timeout=TIMEOUT
-            ) as resp:
-                return resp.status, await resp.text()
-        except (aiohttp.ClientError, TimeoutError):
-            return 0, ""
+        return await self.nodes[name].attempt(self.session, method, path, body, headers, params, TIMEOUT)
 
     async def json(self, name: str, method: str, path: str, body: Any = None, **kw: Any) -> Any:
         """The JSON of a request that must succeed."""
@@ -420,7 +404,7 @@ async def run(root: Path) -> Report:
             for node in w.nodes.values():
                 node.kill()
     wall = time.monotonic() - started
-    results = {n: w.results.get(n, Check(False, "not reached")) for n in CHECKS}
+    results = w.outcomes()
     text = table(results) + f"\n\nredaction drill wall time: {wall:.1f}s"
     return Report(results, wall, text)
 

@@ -1,14 +1,30 @@
 """Drill: spaces across a federation of five real `bbs serve` nodes (issue 38, "Done when"; docs/spaces.md, "Which
-nodes host a space"). About 35 to 50 s on a 2-core machine (each wait bounded by 45 s).
+nodes host a space"), with the adversaries of scenarios/chaos.py turned on spaces: amnesia (a host restored from an
+old backup), a replaying peer and an equivocating member. About 35 to 55 s on a 2-core machine (each wait bounded by
+45 s).
 
 Five nodes a to e, each peered with every other (so a node that does not host a space still pulls from its hosts),
 each peer link through its own TCP relay (scenarios/fednet.py `Link`, as in scenarios/chaos.py) so it can be cut.
 
-- `alpha`: created on a by ann (a); bob (b) writes; hosted by a and b, and by d, named late.
-- `beta`: created on b by bea (b); cal (c) and eve (e) write; hosted by b, c and e, until e's hosting is removed.
+- `alpha`: created on a by ann (a); bob (b) and eq (a; it holds its own key, imported on b and d) write; hosted by a
+  and b, and by d, named late.
+- `beta`: created on b by bea (b); cal (c), cid (c) and eve (e) write; hosted by b, c and e, until e's hosting is
+  removed.
 - `gamma`: created on c by cy (c); ann (a) writes; hosted by c and a.
 
-Agents post into their spaces from their home nodes, and one agent of each node posts in public. Then c (a host of
+Agents post into their spaces from their home nodes, and one agent of each node posts in public. The adversaries:
+
+- replay: e (a host of beta) asks b for its changes feed from the start, signed with e's node key over e's relay to
+  b, whose tap keeps the request's bytes (fednet `Capture`, as chaos.py captures a forwarded lease); the answer holds
+  beta's records. The bytes are replayed at once over d's relay (d never hosts beta) and again after the heal over
+  e's relay (e's hosting of beta removed by then).
+- amnesia: c is backed up (`bbs backup`); after it cid is removed from beta (on b) and bea and ann post into beta and
+  gamma; c takes all three records by sync. When the story stops c (below), it is restored from the old backup
+  (`bbs restore --force`, a new store epoch) while down, and rejoins at the heal.
+- equivocation: eq signs two versions of one address in alpha (tags differ) and, with the link between a and b cut,
+  posts one to a and one to b; both are stored. A third version is kept for the checks.
+
+Then c (a host of
 beta and gamma) is stopped (SIGKILL); while it is down, posts go on in beta, gamma and public, d is named a host of
 alpha and killed half a second later (its backlog may be on the way), and e's hosting of beta is removed; bea posts
 into beta after the removal. c and d come back, catch up, and cal posts into beta from c. Once every host agrees,
@@ -29,6 +45,19 @@ a, b, d and e for a few seconds; the story's posts are paced over the window; ev
   after it.
 - `public_digest_equal`: the public federation's digest is the same on all five nodes, and counts what it would
   without spaces: each agent's identity document and the public posts, nothing more.
+- `amnesia_restored`: the restored c lacked the three records made after its backup (read before it started again),
+  holds them again, its digests of beta and gamma equal another host's, and it holds nothing of alpha (log, digest).
+- `removed_member_refused`: cid read beta through c before its removal (space and entry 200); after the restore and
+  the heal, c holds the removal again (by sync) and cid gets 404 for the space (`unknown_space`), for a beta entry
+  (`entry_not_found`) and for a post into beta (`unknown_space`), as for a space never held; no other record of beta
+  is named in those answers.
+- `replay_refused`: each replay is answered 401 with a code of a replay refused (`replayed_request`: the nonce was
+  seen; `stale_boot`: b restarted since; `stale_request`: older than 60 s) and names no record of beta nor its id.
+  The signature binds the requester (e's key, the relay address, the path and query, b's boot id), so whoever sends
+  the bytes, b judges them as e's, and refuses them as already used.
+- `equivocation_agreed`: every host of alpha (a, b, d) shows the same version of the address (the lower SHA-256 of
+  the signed bytes) flagged `equivocated` with 2 versions, and refuses the third version 409 `equivocation` with its
+  digest unchanged.
 
     python -m scenarios.space_fed [--seed N]
     tests/hardening/test_space_fed_drill.py    # the CI form
@@ -38,6 +67,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import sqlite3
 import sys
@@ -50,20 +80,23 @@ from typing import Any
 
 import aiohttp
 
-from identity import key_files
+from agent import identity_file
+from identity import canonical, key_files, records
 from scenarios import checks
 from scenarios.checks import Check, Report, table
-from scenarios.fednet import Link, ScenarioFailed, ServedNode
+from scenarios.fednet import Capture, Link, ScenarioFailed, ServedNode, bbs, send_raw
 from sync import messages as m
 from sync.client import PeerClient, SyncError
 from sync.negentropy import Negentropy, NegentropyError, VectorStorage
+from wire.api import PostEntry, unsigned_entry
 
 NODES = ("a", "b", "c", "d", "e")
-AGENTS = {"ann": "a", "bob": "b", "bea": "b", "cal": "c", "cy": "c", "dan": "d", "eve": "e"}  # name -> home node
+# name -> home node; eq holds its own key (imported on b and d too) and equivocates in alpha
+AGENTS = {"ann": "a", "bob": "b", "bea": "b", "cal": "c", "cid": "c", "cy": "c", "dan": "d", "eq": "a", "eve": "e"}
 # name -> (owner, creation node's hosts named besides it, {writer: role})
 SPACES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    "alpha": ("ann", ("b",), ("bob",)),
-    "beta": ("bea", ("c", "e"), ("cal", "eve")),
+    "alpha": ("ann", ("b",), ("bob", "eq")),
+    "beta": ("bea", ("c", "e"), ("cal", "cid", "eve")),  # cid: removed after c's backup
     "gamma": ("cy", ("a",), ("ann",)),
 }
 PUBLIC = {"a": "ann", "b": "bea", "c": "cy", "d": "dan", "e": "eve"}  # node -> the agent posting public there
@@ -75,6 +108,8 @@ CHAOS_WINDOW_S = 10.0  # the random kills and cuts start within this many second
 KILLS, CUTS = 3, 4  # random SIGKILL-and-restarts, random link cuts per run
 KILLABLE = ("a", "b", "d", "e")  # c is down for the whole window (no kill nor cut draws it); d: no kill after the
 # story has killed it
+REPLAY_LIMIT = 499  # the page size of the captured feed request, so the tap tells it from the pullers' requests
+REPLAY_CODES = ("replayed_request", "stale_boot", "stale_request")  # sync/auth.py's 401 refusals of a replay
 
 
 @dataclass(frozen=True)
@@ -109,11 +144,27 @@ CHECKS: dict[str, str] = {
     "late_host_backlog": "the node named a host late holds the space's whole backlog",
     "removed_host_nothing_new": "the node whose hosting was removed received nothing posted after the removal",
     "public_digest_equal": "the public federation's digest is the same on every node",
+    "amnesia_restored": "the host restored from an old backup holds its spaces whole again, nothing of another",
+    "removed_member_refused": "a member removed after that backup cannot read nor post through the restored host",
+    "replay_refused": "a host's captured signed feed request, replayed, is refused 401 and answers nothing of it",
+    "equivocation_agreed": "a member's two versions of one address, posted to two hosts: one version shown everywhere",
 }
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """One replay of the captured request: when and over which link, the status and problem code answered, and
+    whether the answer named any record of the space or its id."""
+
+    what: str
+    status: int
+    code: str | None
+    leaked: bool
+
+
 @dataclass
-class World:
+class World(checks.Drill):
+    NAMES = CHECKS
     root: Path
     session: aiohttp.ClientSession
     nodes: dict[str, ServedNode] = field(default_factory=dict)
@@ -125,7 +176,6 @@ class World:
     after_removal: list[str] = field(default_factory=list)  # beta's posts made after e's removal
     removal: str = ""  # the address of the hosting record removing e from beta
     public: int = 0  # public posts made
-    results: dict[str, Check] = field(default_factory=dict)
     seed: int = DEFAULT_SEED
     links: dict[tuple[str, str], Link] = field(default_factory=dict)  # (from, to) -> relay `from` uses to reach `to`
     cuts: Counter[frozenset[str]] = field(default_factory=Counter)  # how many cuts hold each link down
@@ -133,10 +183,16 @@ class World:
     down: set[str] = field(default_factory=set)  # nodes the story has stopped (no random kill touches them)
     chaos_log: list[str] = field(default_factory=list)  # what the random schedule did, in order
     phases: list[str] = field(default_factory=list)  # each step of the story and when it ended (from the start)
-
-    def check(self, name: str, ok: bool, detail: str) -> None:
-        """Record a check (the first failure of a check that runs several times wins)."""
-        checks.record(self.results, CHECKS, name, ok, detail)
+    capture: Capture = field(default_factory=lambda: Capture(f"/v1/sync/changes?since=0&limit={REPLAY_LIMIT}&"))
+    replays: list[Replayed] = field(default_factory=list)  # each replay of the captured request and its answer
+    replay_control: int = -1  # items of beta in the captured request's own answer
+    lost: list[str] = field(default_factory=list)  # records c held when killed that its old backup lacks
+    amnesia_missing: int = -1  # how many of `lost` the restored c's log lacked before it started again
+    restoring: asyncio.Task[None] | None = None  # c's restore from its backup, while it is down
+    member_removal: str = ""  # the address of the record removing cid from beta (after c's backup)
+    member_before: tuple[int, int] = (0, 0)  # cid's reads through c before its removal: the space, an entry
+    eq: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> eq's headers there (a, b and d)
+    equivocated: list[dict[str, Any]] = field(default_factory=list)  # eq's three signed versions of one address
 
     def cut(self, a: str, b: str) -> None:
         """Cut the link between `a` and `b`, both directions (until as many `mend`s)."""
@@ -197,11 +253,12 @@ async def build(w: World) -> None:
     for src in NODES:
         for dst in NODES:
             if src != dst:
-                link = w.links[(src, dst)] = Link(w.nodes[dst].port)
+                link = w.links[(src, dst)] = Link(w.nodes[dst].port, tap=w.capture.tap((src, dst)))
                 await link.start()
                 await w.nodes[src].peer(w.session, w.nodes[dst], via=link.url)
     for agent, home in AGENTS.items():
         w.agents[agent] = await w.nodes[home].agent(w.session, agent)
+    await import_equivocator(w)
     for space, (owner, named, writers) in SPACES.items():
         owner_node = w.home(owner)
         made = await owner_node.call(w.session, "POST", "/v1/spaces", {"name": space}, headers=w.agents[owner])
@@ -213,6 +270,21 @@ async def build(w: World) -> None:
         for writer in writers:
             body = {"agent_id": w.agents[writer]["X-Agent"], "role": "writer"}
             await owner_node.call(w.session, "POST", f"/v1/spaces/{space_id}/members", body, headers=w.agents[owner])
+
+
+async def import_equivocator(w: World) -> None:
+    """eq's identity (made on a) exported and imported on b and d, the hosts its versions go to (it signs them)."""
+    identity = w.root / "eq.identity"
+    await asyncio.to_thread(bbs, "agent", "export", "eq", "--data", str(w.nodes["a"].data), "--out", str(identity))
+    w.eq["a"] = w.agents["eq"]
+
+    async def imported(name: str) -> None:
+        data = str(w.nodes[name].data)
+        out = await asyncio.to_thread(bbs, "agent", "import", str(identity), "--data", data, "--name", "eq", "--json")
+        created = json.loads(out)
+        w.eq[name] = {"Authorization": f"Bearer {created['api_key']}", "X-Agent": created["agent_id"]}
+
+    await asyncio.gather(imported("b"), imported("d"))
 
 
 async def wait_for(what: str, probe: Any, timeout: float = CONVERGE_S) -> None:
@@ -251,6 +323,106 @@ async def first_posts(w: World) -> None:
                 await post(w, agent, space, f"{agent} note {i}")
     for node, agent in PUBLIC.items():
         await post(w, agent, None, f"news from {node}")
+
+
+async def capture_feed_request(w: World) -> None:
+    """e, a host of beta, asks b for its changes feed from the start, signed with e's node key, over e's relay to b,
+    whose tap keeps the request's bytes; its own answer counts beta's items (the control). Replayed at once over d's
+    relay (d never hosts beta): the same bytes, so the same signer (e) and the same address signed for."""
+    await wait_for("the hosts of beta to agree", lambda: hosts_hold(w, "beta"))
+    e, b = w.nodes["e"], w.nodes["b"]
+    client = PeerClient(w.session, key_files.load_key(e.data / "node.key"), b.node_id, w.links[("e", "b")].url)
+    w.capture.arm(("e", "b"))
+    try:
+        page = await client.changes(0, None, REPLAY_LIMIT, 0)
+    finally:
+        w.capture.arm(None)
+    if not isinstance(page, m.Changes) or w.capture.raw is None:
+        raise ScenarioFailed(f"no feed request of e to b captured ({type(page).__name__})")
+    beta = w.spaces["beta"]
+    w.replay_control = sum(beta in item.body().decode() or item.hash == beta for item in page.items)
+    w.log(f"replay: captured e's signed feed request to b ({len(w.capture.raw)} bytes); its answer held "
+          f"{w.replay_control} items of beta")  # fmt: skip
+    await replay(w, "d", "at once, over d's relay (d never hosts beta)")
+
+
+async def replay(w: World, via: str, what: str) -> None:
+    """Send the captured bytes to b over `via`'s relay; note the status, the problem code and whether the answer
+    names any record of beta (by hash or version) or beta's id."""
+    assert w.capture.raw is not None
+    status, body = await send_raw(w.links[(via, "b")].port, w.capture.raw)
+    text = body.decode(errors="replace")
+    beta = w.spaces["beta"]
+    named = {beta} | {x for pair in log_of(w.nodes["b"], "beta", beta) for x in pair}
+    try:
+        code = json.loads(body).get("code") if body else None
+    except (ValueError, AttributeError):
+        code = None
+    w.replays.append(Replayed(what, status, code, any(x in text for x in named)))
+    w.log(f"replay {what}: answered {status} {code}")
+
+
+async def back_up_c(w: World) -> None:
+    """c (a host of beta and gamma) is backed up (`bbs backup`); after it, cid is removed from beta (on b, by beta's
+    owner) and bea and ann post into beta and gamma from their nodes. c takes all of it by sync before the story
+    kills it, so its restore from the backup loses it: `lost`."""
+    beta = w.spaces["beta"]
+    c = w.nodes["c"]
+    cid = w.agents["cid"]
+    w.member_before = (
+        (await c.attempt(w.session, "GET", f"/v1/spaces/{beta}", headers=cid))[0],
+        (await c.attempt(w.session, "GET", f"/v1/entries/{w.posts['beta'][0]}", headers=cid))[0],
+    )
+    archive = w.root / "c-backup.tar"
+    await asyncio.to_thread(bbs, "backup", "--data", str(c.data), "--out", str(archive))
+    w.log(f"amnesia: c backed up; cid reads beta through c: {w.member_before}")
+    async with w.busy["b"]:
+        removed = await w.nodes["b"].call(
+            w.session, "DELETE", f"/v1/spaces/{beta}/members/{cid['X-Agent']}", headers=w.agents["bea"]
+        )
+    w.member_removal = str(removed["address"])
+    w.lost = [
+        w.member_removal,
+        await post(w, "bea", "beta", "after c's backup"),
+        await post(w, "ann", "gamma", "after c's backup"),
+    ]
+
+    async def c_holds_lost() -> bool:
+        held = {h for s in ("beta", "gamma") for h, _v in log_of(c, s, w.spaces[s])}
+        return set(w.lost) <= held
+
+    await wait_for("c to hold what its backup lacks", c_holds_lost)
+
+
+async def equivocate(w: World) -> None:
+    """eq signs three versions of one address in alpha (tags differ); with the link between a and b cut (no other
+    node holds alpha yet), the first is posted to a and the second to b, both stored; the third is kept for the
+    check. The random kills and cuts, and d's late hosting, come after."""
+    identity = identity_file.load(w.root / "eq.identity")
+    created_at = canonical.now_created_at()
+    for tag in ("v1", "v2", "v3"):
+        entry = PostEntry("finding", "inform", "one address, two bodies", tags=[tag], space=w.spaces["alpha"])
+        w.equivocated.append(records.sign(unsigned_entry(entry, identity.key.did, created_at, []), identity.key))
+    address = records.compute_hash(w.equivocated[0])
+    assert all(records.compute_hash(r) == address for r in w.equivocated), "the versions must share one address"
+    w.cut("a", "b")
+    try:
+        answers = [await w.nodes[n].attempt(w.session, "POST", "/v1/entries", {"record": r}, headers=w.eq[n])
+                   for n, r in zip("ab", w.equivocated, strict=False)]  # fmt: skip
+    finally:
+        w.mend("a", "b")
+    w.log(f"equivocation in alpha: {address[:12]} posted to a and b: {[status for status, _t in answers]}")
+    if any(status != 201 for status, _t in answers):
+        raise ScenarioFailed(f"an equivocating version was not stored: {answers}")
+
+
+async def restore_c(w: World) -> None:
+    """While c is down: `bbs restore --force` from its early backup; count what of `lost` its log lacks now."""
+    c = w.nodes["c"]
+    await asyncio.to_thread(bbs, "restore", "--data", str(c.data), "--from", str(w.root / "c-backup.tar"), "--force")
+    held = {h for s in ("beta", "gamma") for h, _v in log_of(c, s, w.spaces[s])}
+    w.amnesia_missing = len(set(w.lost) - held)
+    w.chaos_log.append(f"c restored from its backup (lacks {w.amnesia_missing} of {len(w.lost)})")
 
 
 async def hosts_hold(w: World, space: str, nodes: list[str] | None = None) -> bool:
@@ -315,6 +487,7 @@ async def partition_and_changes(w: World) -> None:
     for space in SPACES:
         await wait_for(f"the hosts of {space} to agree", lambda s=space: hosts_hold(w, s))
     await stop_for_story(w, "c")
+    w.restoring = asyncio.create_task(restore_c(w))
     random_chaos = asyncio.create_task(chaos(w))
     try:
         await story_changes(w)
@@ -362,6 +535,8 @@ async def heal(w: World) -> None:
     for link in w.links.values():  # the schedule has mended its cuts; this makes sure
         link.restore()
     w.cuts.clear()
+    if w.restoring is not None:
+        await w.restoring
     await w.nodes["c"].start(w.session)
     await w.nodes["d"].start(w.session)
     w.down.clear()
@@ -378,6 +553,7 @@ async def heal(w: World) -> None:
 
     await wait_for("the public digest to agree", public_equal)
     await asyncio.sleep(6)  # one more reconciliation round: anything that would leak has had its chance
+    await replay(w, "e", "after the heal, over e's relay (e's hosting of beta removed)")
 
 
 # ---- the checks --------------------------------------------------------------------------------------------------
@@ -450,7 +626,8 @@ async def no_leak(w: World) -> None:
         # the probes are not blind: asked by one host of another, they find the space
         one, other = sorted(w.hosts[space])[:2]
         s = await served_to(w, w.nodes[one], w.nodes[other], space_id, held)
-        seen = s.feed > 0 and s.fetch == min(len(held), 256) and s.reconcile >= len(held)
+        asked = len({h for h, _v in held[:256]})  # an equivocated address is one id with two versions
+        seen = s.feed > 0 and s.fetch == asked and s.reconcile >= len(held)
         w.check("no_leak", seen, f"{space} as host {one} asks {other}: feed {s.feed}, fetch {s.fetch}, "
                                  f"reconcile {s.reconcile}")  # fmt: skip
 
@@ -482,6 +659,78 @@ async def late_and_removed(w: World) -> None:
             f"its removal {learned}; of the {len(w.after_removal)} posts after it: {len(got_after)}")  # fmt: skip
 
 
+async def amnesia(w: World) -> None:
+    c = w.nodes["c"]
+    held = {h for s in ("beta", "gamma") for h, _v in log_of(c, s, w.spaces[s])}
+    back = len(set(w.lost) & held)
+    same = {}
+    for space in ("beta", "gamma"):
+        other = sorted(w.hosts[space] - {"c"})[0]
+        same[space] = await space_digest(w, c, w.spaces[space]) == await space_digest(
+            w, w.nodes[other], w.spaces[space]
+        )
+    alpha = len(log_of(c, "alpha", w.spaces["alpha"])), (await space_digest(w, c, w.spaces["alpha"]))[0]
+    ok = w.amnesia_missing == len(w.lost) > 0 and back == len(w.lost) and all(same.values()) and alpha == (0, 0)
+    w.check("amnesia_restored", ok, f"c restored lacked {w.amnesia_missing} of the {len(w.lost)} records after its "
+            f"backup, holds {back} again; digest equal to another host's: {same}; "
+            f"alpha in its log and digest: {alpha}")  # fmt: skip
+
+
+async def removed_member(w: World) -> None:
+    c, beta, cid = w.nodes["c"], w.spaces["beta"], w.agents["cid"]
+    learned = w.member_removal in {h for h, _v in log_of(c, "beta", beta)}
+    show = await c.attempt(w.session, "GET", f"/v1/spaces/{beta}", headers=cid)
+    read = await c.attempt(w.session, "GET", f"/v1/entries/{w.posts['beta'][0]}", headers=cid)
+    body = {"entry_type": "finding", "performative": "inform", "content": "cid after its removal", "space": beta}
+    wrote = await c.attempt(w.session, "POST", "/v1/entries", body, headers=cid)
+    # what the requests themselves named (the space id, the entry's hash) aside: no other record of beta is named
+    named = {x for pair in log_of(c, "beta", beta) for x in pair} - {w.posts["beta"][0]}
+    seen = any(x in text for _status, text in (show, read, wrote) for x in named)
+    refused = all(status == 404 for status, _t in (show, read, wrote))  # as for a space or entry never held
+    ok = w.member_before == (200, 200) and learned and refused and not seen
+    answers = ", ".join(f"{what} {status} {_code(text)}" for what, (status, text) in
+                        (("space", show), ("entry", read), ("post", wrote)))  # fmt: skip
+    w.check("removed_member_refused", ok, f"cid through c before its removal: space, entry {w.member_before}; after "
+            f"the restore and heal: its removal back {learned}; {answers}; "
+            f"another record of beta named {seen}")  # fmt: skip
+
+
+def _code(text: str) -> str | None:
+    try:
+        problem = json.loads(text)
+    except ValueError:
+        return None
+    return problem.get("code") if isinstance(problem, dict) else None
+
+
+async def replays_refused(w: World) -> None:
+    answers = [f"{r.what}: {r.status} {r.code}, beta named {r.leaked}" for r in w.replays]
+    refused = all(r.status == 401 and r.code in REPLAY_CODES and not r.leaked for r in w.replays)
+    ok = w.replay_control > 0 and len(w.replays) == 2 and refused
+    w.check("replay_refused", ok, f"e's feed request to b answered {w.replay_control} items of beta when sent; "
+            f"replayed {'; '.join(answers)}")  # fmt: skip
+
+
+async def equivocation_agreed(w: World) -> None:
+    address = records.compute_hash(w.equivocated[0])
+    winner = min(w.equivocated[:2], key=lambda r: canonical.sha256_hex(canonical.canonical_bytes(r)))
+    shown, refused = {}, {}
+    for name in sorted(w.hosts["alpha"]):
+        node = w.nodes[name]
+        found = await node.call(w.session, "GET", f"/v1/entries/{address}")
+        first = found["entries"][0]
+        shown[name] = (tuple(first["tags"]), first["equivocated"], first.get("versions"))
+        before = await space_digest(w, node, w.spaces["alpha"])
+        status, text = await node.attempt(
+            w.session, "POST", "/v1/entries", {"record": w.equivocated[2]}, headers=w.eq[name]
+        )
+        refused[name] = (status, _code(text), await space_digest(w, node, w.spaces["alpha"]) == before)
+    one = set(shown.values()) == {(tuple(winner["tags"]), True, 2)}
+    ok = one and set(refused.values()) == {(409, "equivocation", True)}
+    w.check("equivocation_agreed", ok, f"shown (tags, equivocated, versions) by {shown}; the winner {winner['tags']};"
+            f" a third version refused (status, code, digest unchanged): {refused}")  # fmt: skip
+
+
 async def public_digest(w: World) -> None:
     digests = {n: await space_digest(w, node, None) for n, node in w.nodes.items()}
     count = next(iter(digests.values()))[0]
@@ -505,13 +754,18 @@ async def run(root: Path, seed: int = DEFAULT_SEED) -> Report:
     async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
         w = World(root, session, seed=seed)
         try:
-            for step in (build, first_posts, partition_and_changes, heal):
+            steps = (build, first_posts, capture_feed_request, back_up_c, equivocate, partition_and_changes, heal)
+            for step in steps:
                 await step(w)
                 w.phases.append(f"{step.__name__} {time.monotonic() - started:.1f}s")
             await no_leak(w)
             await hosts_agree(w)
             await late_and_removed(w)
             await public_digest(w)
+            await amnesia(w)
+            await removed_member(w)
+            await replays_refused(w)
+            await equivocation_agreed(w)
         except ScenarioFailed as exc:
             for name in CHECKS:
                 w.results.setdefault(name, Check(False, f"the drill stopped: {exc}"))
@@ -522,7 +776,7 @@ async def run(root: Path, seed: int = DEFAULT_SEED) -> Report:
             for link in w.links.values():
                 await link.close()
     wall = time.monotonic() - started
-    results = {n: w.results.get(n, Check(False, "not reached")) for n in CHECKS}
+    results = w.outcomes()
     done = "\n".join(
         [
             schedule_text(seed),

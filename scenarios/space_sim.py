@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import hashlib
 import json
 import random
 import secrets
@@ -27,6 +29,7 @@ import msgspec
 
 from identity import canonical, keys, records
 from identity.space_rules import may_receive
+from sync import compact
 from sync import messages as m
 from sync.ids_first import POLICIES, FeedModes, Policy, read_page
 from sync.memory import MemoryStore
@@ -47,6 +50,7 @@ class Node:
     server: SyncServer
     feeds: FeedModes
     peers: set[int] = field(default_factory=set)
+    compact: bool = True  # reads ids pages compact, fetching by seq (decision 74); False: as the release before
 
 
 @dataclass
@@ -120,10 +124,18 @@ def _entry(key: keys.SigningKey, content: str, ms: int, space: str | None) -> Ve
 
 
 def build(
-    n: int, spaces: int, degree: int, per_space: int, public: int, seed: int, policy: Policy = "ids"
+    n: int,
+    spaces: int,
+    degree: int,
+    per_space: int,
+    public: int,
+    seed: int,
+    policy: Policy = "ids",
+    compact_ids: bool = True,
 ) -> tuple[list[Node], list[Any]]:
     """The nodes, their topology, hosts and records (each stored on its author's node). Returns the nodes and, per
-    record, (Verified, space or None)."""
+    record, (Verified, space or None). `compact_ids`: nodes read ids pages compact (decision 74); False: as the
+    release before (`ids=1`, fetch by version)."""
     rng = random.Random(seed)
     node_keys = [keys.SigningKey.from_seed(rng.randbytes(32)) for _ in range(n)]
     hosts: dict[str, frozenset[str]] = {}
@@ -137,7 +149,7 @@ def build(
     for key in node_keys:
         store = MemoryStore(node_id=key.did, epoch=secrets.token_hex(16), hosts=dict(hosts))
         server = SyncServer(store)  # its puller notes what each peer listed; its server lists none of it back
-        nodes.append(Node(key, store, server, FeedModes(policy, listed=server.listed)))
+        nodes.append(Node(key, store, server, FeedModes(policy, listed=server.listed), compact=compact_ids))
     for i in range(n):  # a random graph
         for j in rng.sample([x for x in range(n) if x != i], min(degree, n - 1)):
             nodes[i].peers.add(j)
@@ -167,19 +179,23 @@ async def _pull(me: Node, peer: Node, result: Result, space_of: dict[str, str | 
     bodies, as `me.feeds` says), stored with its cursor; returns the records newly stored. Every request and reply
     body is counted, as JSON on the wire (HTTP headers and signatures aside)."""
     cursor = me.store.cursors.get(peer.key.did)
-    since = cursor.seq if cursor else 0
+    since, epoch = (cursor.seq, cursor.epoch) if cursor else (0, None)
 
     def count(raw: int, version: str | None = None) -> None:
         result.wire_bytes += raw
         if version is not None and space_of.get(version) is not None:
             result.space_wire_bytes += raw
 
-    async def ask(ids: bool) -> m.ChangesReply:
-        query = m.ChangesQuery(v=m.PROTOCOL_VERSION, since=since, limit=PAGE, ids=int(ids))
-        count(len(f"since={since}&limit={PAGE}&wait_ms=0&v={m.PROTOCOL_VERSION}" + "&ids=1" * ids))
+    async def ask(ids: int) -> m.ChangesReply:
+        query = m.ChangesQuery(v=m.PROTOCOL_VERSION, since=since, epoch=epoch, limit=PAGE, ids=ids)
+        # the query as the puller sends it: with the cursor's epoch once it has one (counted since decision 74)
+        named = f"&epoch={epoch}" if epoch else ""
+        count(len(f"since={since}{named}&limit={PAGE}&wait_ms=0&v={m.PROTOCOL_VERSION}" + f"&ids={ids}" * bool(ids)))
         reply = await peer.server.changes(query, me.key.did)
         raw = msgspec.json.encode(reply)
         result.reply_bytes += len(raw)
+        if isinstance(reply, m.IdsPage):
+            return _compact_page(reply, peer.key.did, (since, epoch), len(raw), result, space_of)
         items = reply.items if isinstance(reply, m.Changes) else []
         count(envelope := len(raw) - sum(len(msgspec.json.encode(i)) + 1 for i in items))
         result.empty_poll_bytes += 0 if items else envelope
@@ -205,14 +221,59 @@ async def _pull(me: Node, peer: Node, result: Result, space_of: dict[str, str | 
         result.fetches += 1
         return reply
 
-    page = await read_page(me.feeds, me.store, peer.key.did, ask, fetch)
+    async def bodies(seqs: list[int]) -> list[bytes]:
+        request = m.BodiesRequest(v=m.PROTOCOL_VERSION, seqs=compact.pack_seqs(seqs))
+        count(len(msgspec.json.encode(request)))  # a few bytes a record: not split by space
+        reply = await peer.server.bodies(request, me.key.did)
+        count(len(msgspec.json.encode(reply)) - sum(len(r) + 1 for r in reply.records))
+        for record in reply.records:
+            version = hashlib.sha256(bytes(record)).hexdigest()
+            count(len(record) + 1, version)
+            result.body_bytes += len(record)
+            result.space_body_bytes += len(record) if space_of.get(version) else 0
+        result.fetches += 1
+        return [bytes(r) for r in reply.records]
+
+    page = await read_page(me.feeds, me.store, peer.key.did, ask, fetch, bodies if me.compact else None)
     assert isinstance(page, m.Changes)
-    verified = [Verified(item.hash, item.body(), json.loads(item.body()), None) for item in page.items]
+    verified = [_verified(item) for item in page.items]
     outcomes = await me.store.ingest(peer.key.did, verified, [], Cursor(page.epoch, page.next))
     saved = sum(1 for o in outcomes if o.outcome == "saved")
     result.deliveries += saved
     result.refused += sum(1 for o in outcomes if o.outcome == "invalid")
     return saved
+
+
+def _compact_page(
+    reply: m.IdsPage,
+    node_id: str,
+    cursor: tuple[int, str | None],
+    size: int,
+    result: Result,
+    space_of: dict[str, str | None],
+) -> m.ChangesReply:
+    """A compact ids page counted (all of it; a space's share of the packed base64 by each item's binary length)
+    and read as the puller's client reads it (`sync.compact.expand`)."""
+    since, epoch = cursor
+    page = compact.expand(reply, node_id, since, PAGE, epoch)
+    result.wire_bytes += size
+    result.empty_poll_bytes += 0 if page.items else size
+    binary, previous = [], since
+    for item in page.items:
+        one = compact.pack_items(previous, [(item.seq, item.version, int(item.size or 0))])
+        binary.append(len(base64.b64decode(one)))
+        previous = item.seq
+    total = sum(binary) or 1
+    for item, n in zip(page.items, binary, strict=True):
+        result.space_wire_bytes += len(reply.items) * n // total if space_of.get(item.version) is not None else 0
+    result.announced += len(page.items)
+    return page
+
+
+def _verified(item: m.ChangeItem) -> Verified:
+    """A page's item as verified (an item fetched by seq names no address: it is computed, as verifying does)."""
+    record = json.loads(item.body())
+    return Verified(item.hash or records.compute_hash(record), item.body(), record, None)
 
 
 async def _reconcile(me: Node, peer: Node, result: Result) -> None:
@@ -240,10 +301,12 @@ async def simulate(
     public: int = 50,
     seed: int = 1,
     policy: Policy = "ids",
+    compact_ids: bool = True,
 ) -> Result:
     """Run the federation until a round delivers nothing, then reconcile every pair of neighbours once."""
-    nodes, made = build(n, spaces, degree, per_space, public, seed, policy)
+    nodes, made = build(n, spaces, degree, per_space, public, seed, policy, compact_ids)
     space_of = {v.version: s for v, s, _a in made}
+    space_of |= {v[: compact.PREFIX_HEX]: s for v, s in list(space_of.items())}  # as a compact page announces them
     result = Result(n, spaces, len(made), 0, False, 0, 0, 0, 0, 0, 0, policy=policy)
     while True:
         result.rounds += 1
@@ -283,9 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--public", type=int, default=50, help="public records")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--policy", choices=POLICIES, default="ids", help="how feeds are read (decision 70)")
+    parser.add_argument("--json-ids", action="store_true", help="ids pages as JSON, fetch by version (before 74)")
     args = parser.parse_args(argv)
     result = asyncio.run(
-        simulate(args.nodes, args.spaces, args.degree, args.records, args.public, args.seed, args.policy)
+        simulate(
+            args.nodes, args.spaces, args.degree, args.records, args.public, args.seed, args.policy, not args.json_ids
+        )
     )
     ratios = {"ratio": result.ratio, "space_ratio": result.space_ratio}
     out = {**vars(result), **ratios, "wire_ratio": result.wire_ratio, "space_wire_ratio": result.space_wire_ratio}

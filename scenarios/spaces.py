@@ -90,7 +90,8 @@ class Agent:
 
 
 @dataclass
-class World:
+class World(checks.Drill):
+    NAMES = CHECKS
     root: Path
     session: aiohttp.ClientSession
     node: ServedNode = field(init=False)
@@ -100,17 +101,12 @@ class World:
         default_factory=dict
     )  # space name (None: public) -> entries
     tasks: dict[str | None, dict[str, Any]] = field(default_factory=dict)  # space name (None: public) -> its task
-    results: dict[str, Check] = field(default_factory=dict)
     receiver: subprocess.Popen[str] | None = None  # scenarios/bench/push_receiver.py: every agent's push endpoint
     receiver_url: str = ""
     # name -> (owner, {member: role}) as the drill changes it (a copy of SPACES)
     layout: dict[str, tuple[str, dict[str, str]]] = field(
         default_factory=lambda: {name: (owner, dict(members)) for name, (owner, members) in SPACES.items()}
     )
-
-    def check(self, name: str, ok: bool, detail: str) -> None:
-        """Record a check (the first failure of a check that runs for several agents wins)."""
-        checks.record(self.results, CHECKS, name, ok, detail)
 
     def readers(self, space: str) -> set[str]:
         owner, members = self.layout[space]
@@ -494,7 +490,7 @@ async def run(root: Path) -> Report:
             if w.receiver is not None:
                 stop_process(w.receiver)  # type: ignore[arg-type]
     wall = time.monotonic() - started
-    results = {n: w.results.get(n, Check(False, "not reached")) for n in CHECKS}
+    results = w.outcomes()
     return Report(results, wall, table(results) + f"\n\nspaces drill wall time: {wall:.1f}s")
 
 

@@ -49,7 +49,7 @@ from identity import canonical, key_history, keys, records, vouching
 from node.agents.sessions import challenge_message
 from node.entries.links import unsigned_link
 from scenarios import checks
-from scenarios.checks import Check, Report, table
+from scenarios.checks import Report, table
 from scenarios.fednet import Link, ScenarioFailed, ServedNode, bbs
 from wire import unsigned
 from wire.api import PostEntry, unsigned_entry
@@ -101,9 +101,10 @@ class Signed:
 
 
 @dataclass
-class World:
+class World(checks.Drill):
     """The running drill: nodes, relays, keys, credentials and the records each side signed."""
 
+    NAMES = CHECKS
     root: Path
     session: aiohttp.ClientSession
     nodes: dict[str, ServedNode] = field(default_factory=dict)
@@ -126,28 +127,17 @@ class World:
     task: str = "drill-task"
     lease_id: str = ""
     revoked_at: dict[str, float] = field(default_factory=dict)  # node -> monotonic time it showed the revocation
-    results: dict[str, Check] = field(default_factory=dict)
-    t0: float = field(default_factory=time.monotonic)
-
-    def log(self, what: str) -> None:
-        print(f"[{time.monotonic() - self.t0:6.1f}s] {what}", flush=True)
-
-    def check(self, name: str, ok: bool, detail: str) -> None:
-        """Record a check (the first failure of a check that runs on several nodes wins)."""
-        checks.record(self.results, CHECKS, name, ok, detail)
-        self.log(f"check {name}: {'held' if ok else 'FAILED'}: {detail}")
 
     async def call(
         self, name: str, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
     ) -> tuple[int, Any]:
         """(status, JSON) of one request; (0, None) when no answer came."""
-        node = self.nodes[name]
+        status, text = await self.nodes[name].attempt(self.session, method, path, body, headers, timeout=TIMEOUT)
+        if not status or not text.strip():
+            return status, None
         try:
-            async with self.session.request(
-                method, node.url + path, json=body, headers=headers or node.admin, timeout=TIMEOUT
-            ) as resp:
-                return resp.status, await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return status, json.loads(text)
+        except ValueError:
             return 0, None
 
 
@@ -734,7 +724,7 @@ async def run(root: Path) -> Report:
             for relay in w.links.values():
                 await relay.close()
     wall = time.monotonic() - started
-    results = {n: w.results.get(n, Check(False, "not reached")) for n in CHECKS}
+    results = w.outcomes()
     text = table(results) + f"\n\ntheft drill wall time: {wall:.1f}s"
     return Report(results, wall, text)
 

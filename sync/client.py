@@ -12,6 +12,7 @@ import msgspec
 from yarl import URL
 
 from identity import keys
+from sync import compact
 from sync import messages as m
 from sync.auth import (
     NodeKeyRotatedOut,
@@ -38,10 +39,13 @@ class SyncError(Exception):
     """An exchange with a peer failed (network, HTTP status, or a malformed reply). `code` is the problem code
     of the peer's error answer when it gave one (`unknown_peer`: it has not added this node yet)."""
 
-    def __init__(self, message: str, code: str | None = None, detail: str | None = None) -> None:
+    def __init__(
+        self, message: str, code: str | None = None, detail: str | None = None, field: str | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.detail = detail  # the problem's detail, when the peer answered with one
+        self.field = field  # the problem's field, when it named one
 
 
 @dataclass
@@ -111,11 +115,11 @@ class PeerClient:
         self.health = health
         self.boots = boots or PeerBoots()  # shared by the clients of one puller
 
-    async def changes(
-        self, since: int, epoch: str | None, limit: int, wait_ms: int, ids: bool = False
-    ) -> m.ChangesReply:
+    async def changes(self, since: int, epoch: str | None, limit: int, wait_ms: int, ids: int = 0) -> m.ChangesReply:
         """A page of the peer's feed after `since`; with `ids`, a page of ids and sizes (decision 70): an item may
-        still carry its body (a peer that serves bodies anyway), never both nor neither."""
+        still carry its body (a peer that serves bodies anyway), never both nor neither. With `ids=2` the peer
+        answers a compact page (decision 74), returned expanded as `Changes` of seqs, versions and sizes; one that
+        cannot be read is a malformed batch."""
         query: dict[str, str] = {
             "since": str(since),
             "limit": str(limit),
@@ -125,10 +129,19 @@ class PeerClient:
         if epoch is not None:
             query["epoch"] = epoch
         if ids:  # never sent otherwise: a peer of an earlier release refuses a parameter it does not know
-            query["ids"] = "1"
+            query["ids"] = str(int(ids))
         timeout = wait_ms / 1000 + REPLY_TIMEOUT_S
         raw = await self._request("GET", "/v1/sync/changes", query=query, timeout=timeout, max_bytes=MAX_CHANGES_BYTES)
         reply = self._decode(m.CHANGES_DECODER, raw)
+        if isinstance(reply, m.IdsPage) and ids != m.IDS_COMPACT:  # a JSON page to ids=2 is read as to ids=1
+            raise SyncError(f"malformed batch: a compact page in reply to ids={int(ids)}")
+        if isinstance(reply, m.IdsPage):
+            if not (since <= reply.next <= reply.head or reply.next == since):
+                raise SyncError(f"malformed batch: next cursor {reply.next} outside [{since}, {reply.head}]")
+            try:
+                return compact.expand(reply, self.node_id, since, limit, epoch)
+            except compact.CompactError as exc:
+                raise SyncError(f"malformed batch: {exc.field}: {exc}") from None
         if isinstance(reply, m.Changes) and len(reply.items) > limit:  # what a page may hold is ours to say
             raise SyncError(f"malformed batch: {len(reply.items)} records for a page of at most {limit}")
         if isinstance(reply, m.Changes) and not (since <= reply.next <= reply.head or reply.next == since):
@@ -152,6 +165,15 @@ class PeerClient:
         ):
             raise SyncError("malformed batch: records that were not asked for")
         return reply
+
+    async def bodies(self, seqs: list[int]) -> list[bytes]:
+        """The bodies of the peer's records at `seqs` (increasing, from a compact ids page just read), as it sends
+        them: the caller checks each one's version (sync/ids_first.py). More bodies than seqs is a malformed batch."""
+        body = msgspec.json.encode(m.BodiesRequest(v=self.version, seqs=compact.pack_seqs(seqs)))
+        reply: m.Bodies = self._decode(m.BODIES_DECODER, await self._request("POST", "/v1/sync/bodies", body=body))
+        if len(reply.records) > len(seqs):
+            raise SyncError(f"malformed batch: {len(reply.records)} bodies for {len(seqs)} seqs")
+        return [bytes(record) for record in reply.records]
 
     async def reconcile(self, message: bytes, set_: str | msgspec.UnsetType = msgspec.UNSET) -> m.ReconcileReply:
         """One round over `set_` (`m.PUBLIC_SET` or a space id; unset: the whole set, as a peer of the previous
@@ -208,6 +230,7 @@ class PeerClient:
                 f"{method} {path}: HTTP {status}: {_problem(data)}" + (f" ({advice})" if advice else ""),
                 problem_code(data),
                 _detail(data),
+                _member(data, "field"),
             )
         return data
 
@@ -263,12 +286,17 @@ class PeerClient:
 
 def _detail(data: bytes) -> str | None:
     """The `detail` of a problem+json answer (None when the body is not one)."""
+    return _member(data, "detail")
+
+
+def _member(data: bytes, name: str) -> str | None:
+    """The string member `name` of a problem+json answer (None when the body is not one or has none)."""
     try:
         problem = msgspec.json.decode(data)
     except (msgspec.DecodeError, RecursionError):
         return None
-    detail = problem.get("detail") if isinstance(problem, dict) else None
-    return detail if isinstance(detail, str) else None
+    value = problem.get(name) if isinstance(problem, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def _problem(data: bytes) -> str:

@@ -1,10 +1,12 @@
-"""What each peer listed in its changes feed to this node, which it therefore holds (docs/decisions.md record 70)."""
+"""What each peer listed in its changes feed to this node, which it therefore holds (docs/decisions.md record 70).
+Kept by the first 32 hex digits of each version, as a compact ids page announces it (record 74)."""
 
 from __future__ import annotations
 
 import itertools
 
 from sync import messages as m
+from sync.compact import PREFIX_HEX
 
 LISTED_KEPT = 20_000  # versions remembered per peer as listed by it (a few MB per peer at most)
 
@@ -23,12 +25,12 @@ class Listed:
         """`peer_id` listed `versions` in a page of its feed."""
         held = self.peers.setdefault(peer_id, {})
         for version in versions:
-            held.pop(version, None)
-            held[version] = None
+            held.pop(version[:PREFIX_HEX], None)
+            held[version[:PREFIX_HEX]] = None
         for old in list(itertools.islice(held, max(0, len(held) - self.kept))):
             del held[old]
 
     def unlisted(self, peer_id: str | None, items: list[m.ChangeItem]) -> list[m.ChangeItem]:
         """Those of `items` that `peer_id` has not listed to this node."""
         held = self.peers.get(peer_id or "")
-        return items if not held else [item for item in items if item.version not in held]
+        return items if not held else [item for item in items if item.version[:PREFIX_HEX] not in held]

@@ -204,6 +204,13 @@ class MemoryStore:
     async def refused(self, versions: list[str]) -> set[str]:
         return self.rejected.intersection(versions) | self.index.keys() & set(versions)
 
+    async def refused_prefixes(self, prefixes: list[str]) -> set[str]:
+        if not prefixes:
+            return set()
+        width = len(prefixes[0])
+        known = {v[:width] for v in self.rejected | self.index.keys()}
+        return {p for p in prefixes if p in known}
+
     async def reconcile_wanted(self) -> set[str]:
         return set()  # nothing here waits, so nothing is dropped
 

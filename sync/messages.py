@@ -21,6 +21,11 @@ MAX_CHANGES_LIMIT = 1000
 DEFAULT_CHANGES_LIMIT = 500
 MAX_WAIT_MS = 30_000
 MAX_FETCH_HASHES = 256
+# compact ids pages (decision 74): the `ids` levels, and the most characters of base64 a bodies request may carry
+# (MAX_FETCH_HASHES seqs of at most 10 bytes each as LEB128 deltas)
+IDS_JSON = 1
+IDS_COMPACT = 2
+MAX_SEQS_CHARS = 4 * ((MAX_FETCH_HASHES * 10 + 2) // 3)
 # an initiator's message is at most its frame size (60,000 bytes here); a larger one only costs the responder:
 # 512 KiB of skip ranges held its event loop for about 0.5 s
 MAX_RECONCILE_HEX = 2 * 64 * 1024
@@ -56,8 +61,11 @@ class ChangesQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     v: Version = 1  # a v1 peer did not send it
     # 1: ids first (decision 70): each item carries its seq, address, version and body size, not the body, which the
     # asker fetches by version (`POST /v1/sync/fetch`) only when it does not hold it. A node of an earlier release
-    # refuses the parameter (422 validation_error, field `$.ids`): the asker then reads that peer's feed by bodies
-    ids: Annotated[int, msgspec.Meta(ge=0, le=1)] = 0
+    # refuses the parameter (422 validation_error, field `$.ids`): the asker then reads that peer's feed by bodies.
+    # 2: compact (decision 74): the reply is an `IdsPage`, each item's seq delta, version and size packed in binary;
+    # bodies are fetched by seq (`POST /v1/sync/bodies`). A node of the release before refuses 2 the same way: the
+    # asker then asks it with 1
+    ids: Annotated[int, msgspec.Meta(ge=0, le=IDS_COMPACT)] = 0
 
 
 class ChangeItem(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -100,6 +108,23 @@ class Reset(_Message, tag="reset"):
 
 ChangesReply = Changes | Reset
 
+
+class IdsPage(_Message, tag="ids", omit_defaults=True, kw_only=True):
+    """A page of the feed asked with `ids=2` (decision 74; docs/sync.md, "Compact ids pages"): as `Changes`, but its
+    items are packed in `items`, standard base64 of, per item, the LEB128 of its seq minus the previous one (the
+    first: minus the asked `since`; never 0), its 32-byte version, and the LEB128 of its body's size. It does not
+    name the serving node (the asker knows whom it asked, and only a node that admitted its key answers), and
+    leaves out `epoch` when it is the one the asker named, `v` when 3, `more` when false and `items` when empty."""
+
+    epoch: str = ""
+    head: Seq
+    next: Seq
+    more: bool = False
+    items: str = ""
+
+
+FeedReply = Changes | Reset | IdsPage  # what `GET /v1/sync/changes` answers, by `ids`
+
 # ---- fetch by hash --------------------------------------------------------------------------------------
 
 
@@ -123,6 +148,21 @@ class Records(_Message, tag="records"):
     node_id: str
     items: list[RecordItem]
     missing: list[str]
+
+
+class BodiesRequest(_Message, tag="bodies_request", omit_defaults=True):
+    """Ask for the bodies of records by their seqs on the serving node (`POST /v1/sync/bodies`), after a compact ids
+    page (decision 74): `seqs` is standard base64 of the LEB128 of each seq minus the previous one (the first: minus
+    0), increasing, at most `MAX_FETCH_HASHES` of them."""
+
+    seqs: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SEQS_CHARS)]
+
+
+class Bodies(_Message, tag="bodies", omit_defaults=True):
+    """The canonical bodies of the asked seqs this node has and serves the asker, in seq order, nothing else: the
+    asker recomputes each one's version (and, verifying it, its address) and drops a body it did not ask for."""
+
+    records: list[msgspec.Raw]
 
 
 # ---- reconciliation -------------------------------------------------------------------------------------
@@ -258,6 +298,7 @@ class PeerList(msgspec.Struct):
     equivocating_authors: list[AuthorEquivocations] = msgspec.field(default_factory=list)
 
 
-CHANGES_DECODER = msgspec.json.Decoder(ChangesReply)
+CHANGES_DECODER = msgspec.json.Decoder(FeedReply)
+BODIES_DECODER = msgspec.json.Decoder(Bodies)
 RECORDS_DECODER = msgspec.json.Decoder(Records)
 RECONCILE_DECODER = msgspec.json.Decoder(ReconcileReply)

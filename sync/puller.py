@@ -21,7 +21,7 @@ from identity import keys, schema
 from sync import messages as m
 from sync.auth import NodeSigner, PeerBoots
 from sync.client import PeerClient, SyncError, Traffic
-from sync.ids_first import Ask, FeedModes, Fetch, Policy, read_page
+from sync.ids_first import Ask, Bodies, FeedModes, Fetch, Policy, read_page
 from sync.listed import Listed
 from sync.negentropy import NegentropyError
 from sync.protocol import PeerVersions
@@ -191,15 +191,17 @@ class Puller:
     async def page(self, peer: PeerConfig, client: PeerClient, since: Cursor | None, wait_ms: int) -> m.ChangesReply:
         """One page of the peer's feed after `since` with its bodies: asked ids first when `self.feeds` says so (the
         bodies this node lacks then fetched), by bodies otherwise or when the peer refuses ids (sync/ids_first.py)."""
-        ask, fetch = _feed_calls(client, since, self.limit, wait_ms, self.health_of(peer.node_id))
-        return await read_page(self.feeds, self.store, peer.node_id, ask, fetch)
+        health = self.health_of(peer.node_id)
+        ask, fetch, bodies = _feed_calls(client, since, self.limit, wait_ms, health)
+        return await read_page(self.feeds, self.store, peer.node_id, ask, fetch, bodies, health)
 
     async def _noted(self, peer: PeerConfig, reply: m.Changes, v: int) -> None:
         await self.store.note_peer(peer.node_id, remote_epoch=reply.epoch, remote_head=reply.head,
                                    health=self.health_of(peer.node_id), sync_version=v)  # fmt: skip
 
     async def _verify_page(self, peer: PeerConfig, reply: m.Changes) -> list[Verified | Invalid]:
-        results = await verify_many([(item.body(), item.hash, item.version) for item in reply.items])
+        # an item fetched by seq (decision 74) has no claimed address: verifying computes it
+        results = await verify_many([(item.body(), item.hash or None, item.version) for item in reply.items])
         _log_refused(peer, results)
         return results
 
@@ -393,13 +395,20 @@ class Puller:
 
 def _feed_calls(
     client: PeerClient, since: Cursor | None, limit: int, wait_ms: int, health: m.PeerHealth
-) -> tuple[Ask, Fetch]:
-    """The two requests `sync.ids_first.read_page` makes of a peer: a page after `since` (ids first or not), and a
-    fetch by version (a failure counted in `health.fetch_failures`)."""
+) -> tuple[Ask, Fetch, Bodies]:
+    """The requests `sync.ids_first.read_page` makes of a peer: a page after `since` (by bodies, ids first or
+    compact), a fetch by version and one by seq (a failure of either counted in `health.fetch_failures`)."""
     seq, epoch = (since.seq, since.epoch) if since else (0, None)
 
-    async def ask(ids: bool) -> m.ChangesReply:
+    async def ask(ids: int) -> m.ChangesReply:
         return await client.changes(seq, epoch, limit, wait_ms, ids=ids)
+
+    async def bodies(seqs: list[int]) -> list[bytes]:
+        try:
+            return await client.bodies(seqs)
+        except SyncError:
+            health.fetch_failures += 1
+            raise
 
     async def fetch(versions: list[str]) -> m.Records:
         try:
@@ -408,7 +417,7 @@ def _feed_calls(
             health.fetch_failures += 1
             raise
 
-    return ask, fetch
+    return ask, fetch, bodies
 
 
 async def wait_for_peer(

@@ -6,6 +6,7 @@ import asyncio
 
 import msgspec
 
+from sync import compact
 from sync import messages as m
 from sync.listed import Listed
 from sync.negentropy import Negentropy, NegentropyError, VectorStorage
@@ -15,7 +16,12 @@ MAX_PAGE_BYTES = 8 * 1024 * 1024
 
 
 class BadSyncMessage(ValueError):
-    """A peer sent a message that cannot be answered (for example an unparsable negentropy message)."""
+    """A peer sent a message that cannot be answered (for example an unparsable negentropy message): answered 422
+    with `code` naming `field`."""
+
+    def __init__(self, message: str, field: str = "$.message", code: str = "bad_negentropy_message") -> None:
+        super().__init__(message)
+        self.field, self.code = field, code
 
 
 class SyncServer:
@@ -32,10 +38,11 @@ class SyncServer:
         # per protocol version and asking peer: the whole set served to a peer of the previous release
         self._storage: dict[tuple[int, str | None], tuple[tuple[str, int], frozenset[str], VectorStorage]] = {}
 
-    async def changes(self, q: m.ChangesQuery, peer_id: str | None = None) -> m.ChangesReply:
+    async def changes(self, q: m.ChangesQuery, peer_id: str | None = None) -> m.FeedReply:
         """A page of the feed after `q.since`, waiting up to `q.wait_ms` for one when there is nothing yet.
         Records that came from the asking peer are left out: it has them (reconciliation covers a peer
-        that lost them). With `q.ids`, each item names its version and body size, without body or address."""
+        that lost them). With `q.ids`, each item names its version and body size, without body or address; with
+        `q.ids == 2` packed in binary (an `IdsPage`, decision 74)."""
         epoch, head = await self.store.position()
         node_id = self.store.node_id
         if q.epoch is not None and q.epoch != epoch:
@@ -62,6 +69,10 @@ class SyncServer:
             items.append(m.ChangeItem(seq=seq, hash=record_hash, version=version, record=m.msgspec.Raw(body)))
             size += len(body)
         items = self.listed.unlisted(peer_id, items)
+        if q.ids == m.IDS_COMPACT:
+            packed = compact.pack_items(q.since, ((i.seq, i.version, int(i.size or 0)) for i in items))
+            epoch_named = "" if page.epoch == q.epoch else page.epoch  # the asker named it: not said again
+            return m.IdsPage(v=q.v, epoch=epoch_named, head=page.head, next=next_seq, more=more, items=packed)
         return m.Changes(
             v=q.v, node_id=node_id, epoch=page.epoch, head=page.head, next=next_seq, more=more, items=items
         )
@@ -77,6 +88,23 @@ class SyncServer:
             items=[m.RecordItem(hash=h, version=v, record=m.msgspec.Raw(body)) for h, v, body in found],
             missing=[h for h in dict.fromkeys(req.hashes) if h not in have],
         )
+
+    async def bodies(self, req: m.BodiesRequest, peer_id: str | None = None) -> m.Bodies:
+        """The bodies of the asked seqs this node serves the asking peer, in seq order, nothing else (decision 74): a
+        seq not served (not a record, purged, of a space the peer does not host, from the peer itself) is left out,
+        as one never held. Raises BadSyncMessage for unreadable seqs (`bad_seqs`) or one beyond the head
+        (`unknown_seq`). Reads at most one page of the feed (`m.MAX_CHANGES_LIMIT` records) from the first seq."""
+        try:
+            seqs = compact.unpack_seqs(req.seqs)
+        except compact.CompactError as exc:
+            raise BadSyncMessage(str(exc), exc.field, "bad_seqs") from None
+        _epoch, head = await self.store.position()
+        if seqs[-1] > head:
+            raise BadSyncMessage(f"seq {seqs[-1]} is beyond this node's head {head}", "$.seqs", "unknown_seq")
+        span = min(m.MAX_CHANGES_LIMIT, seqs[-1] - seqs[0] + 1)
+        page = await self.store.changes(seqs[0] - 1, span, peer_id, req.v)
+        wanted = set(seqs)
+        return m.Bodies(v=req.v, records=[msgspec.Raw(body) for seq, _h, _v, body in page.items if seq in wanted])
 
     async def reconcile(self, req: m.ReconcileRequest, peer_id: str | None = None) -> m.ReconcileReply:
         """Answer one negentropy round as the responder over the set the request names: the public federation (the

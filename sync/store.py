@@ -171,6 +171,12 @@ class SyncStore(Protocol):
         peer still counts it a host): reconciliation does not fetch them."""
         ...
 
+    async def refused_prefixes(self, prefixes: list[str]) -> set[str]:
+        """Those of `prefixes` (each the first 32 hex digits of a version, as a compact ids page announces it:
+        docs/decisions.md record 74) that begin a version `refused` would name: held, refused or evicted, waiting or
+        void here."""
+        ...
+
     async def reconcile_wanted(self) -> set[str]:
         """Peers to reconcile with at once, emptied by the call: a dependency (a key event, a vouch page) of records
         they sent and a full waiting cap dropped is now stored (docs/format-v3.md 7.3)."""

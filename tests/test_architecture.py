@@ -234,6 +234,39 @@ def test_sql_runs_only_in_store_modules() -> None:
     assert not stale, "no longer run SQL: take them off SQL_OUTSIDE_STORES_ALLOWED:\n" + "\n".join(stale)
 
 
+# Tables a feature owns that no module outside it names in its SQL: another feature asks the owner's store (a
+# function with a docstring) instead, so the owner can change its tables without a reader it does not know of. The
+# allowed pairs are the reads still to move, each with its reason; a pair no longer found leaves the list.
+FEATURE_TABLES = {"node.redaction": ("redactions", "tombstones", "redacted_bodies", "purges")}
+FOREIGN_TABLES_ALLOWED = {
+    ("node.inbox.store", "redactions"): "the inbox page joins a notice to its redaction in one statement",
+    ("node.inbox.store", "tombstones"): "the inbox page joins a notice to its tombstone in one statement",
+    ("node.ops.store", "redacted_bodies"): "a backup's copy is emptied of set-aside bodies before any migration ran",
+}
+_TABLE_USE = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE)\s+(\w+)")  # SQL here spells its keywords in capitals
+
+
+def test_a_features_tables_are_named_only_in_its_own_modules() -> None:
+    """No module outside a feature of FEATURE_TABLES names one of its tables after FROM, JOIN, INTO or UPDATE in a
+    string, but the pairs of FOREIGN_TABLES_ALLOWED; an allowed pair no longer found leaves the list."""
+    offenders: list[str] = []
+    found: set[tuple[str, str]] = set()
+    for path in source_files():
+        module = module_name(path)
+        owned = {t: owner for owner, tables in FEATURE_TABLES.items() if not within(module, owner) for t in tables}
+        for node in ast.walk(parsed(path)):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            for table in _TABLE_USE.findall(node.value):
+                if table in owned:
+                    found.add((module, table))
+                    if (module, table) not in FOREIGN_TABLES_ALLOWED:
+                        offenders.append(f"{where(path, node.lineno)}: {table} (of {owned[table]}) in {module}")
+    assert not offenders, "another feature's table named (ask its store instead):\n" + "\n".join(offenders)
+    stale = sorted(f"{m}: {t}" for m, t in set(FOREIGN_TABLES_ALLOWED) - found)
+    assert not stale, "no longer named: take them off FOREIGN_TABLES_ALLOWED:\n" + "\n".join(stale)
+
+
 # ---- class size -----------------------------------------------------------------------------------------------
 
 

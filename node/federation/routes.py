@@ -77,6 +77,18 @@ async def sync_fetch(request: web.Request) -> web.Response:
     return json_response(await _state(request).server.fetch(req, peer_id))
 
 
+async def sync_bodies(request: web.Request) -> web.Response:
+    body = await signed_body(request)
+    peer_id = await authenticate_peer(request, body)
+    req = _decode(body, m.BodiesRequest)
+    assert isinstance(req, m.BodiesRequest)
+    _speaks(req.v)
+    try:
+        return json_response(await _state(request).server.bodies(req, peer_id))
+    except BadSyncMessage as exc:
+        raise InvalidInput(str(exc), field=exc.field, code=exc.code) from None
+
+
 async def sync_reconcile(request: web.Request) -> web.Response:
     body = await signed_body(request)
     peer_id = await authenticate_peer(request, body)
@@ -86,7 +98,7 @@ async def sync_reconcile(request: web.Request) -> web.Response:
     try:
         return json_response(await _state(request).server.reconcile(req, peer_id))
     except BadSyncMessage as exc:
-        raise InvalidInput(str(exc), field="$.message", code="bad_negentropy_message") from None
+        raise InvalidInput(str(exc), field=exc.field, code=exc.code) from None
 
 
 async def sync_digest(request: web.Request) -> web.Response:
@@ -143,10 +155,11 @@ PEER_ROUTES: list[Route] = [
         "GET",
         "/v1/sync/changes",
         sync_changes,
-        "Changes feed: federated records after a cursor, long-polling with wait_ms (peer-signed)",
+        "Changes feed: federated records after a cursor, long-polling with wait_ms; ids=1: ids and sizes, ids=2: the"
+        " same packed in binary (peer-signed)",
         "peer",
         query=m.ChangesQuery,
-        responses={200: m.ChangesReply},
+        responses={200: m.FeedReply},
         tag="federation",
     ),
     Route(
@@ -157,6 +170,16 @@ PEER_ROUTES: list[Route] = [
         "peer",
         body=m.FetchRequest,
         responses={200: m.Records},
+        tag="federation",
+    ),
+    Route(
+        "POST",
+        "/v1/sync/bodies",
+        sync_bodies,
+        "The bodies of records by their seqs here, after a compact ids page: bodies alone, in seq order (peer-signed)",
+        "peer",
+        body=m.BodiesRequest,
+        responses={200: m.Bodies},
         tag="federation",
     ),
     Route(

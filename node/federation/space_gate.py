@@ -14,9 +14,15 @@ offers it again once it can count (the space's creation, or this node's hosting 
 - `space_undecided`: the record waits for what it depends on (`Decision.waits_for`: the creation, a prior, the
   author's addition, a key, the pages of a vouch), which a later batch or reconciliation brings;
 - the reason `resolve` gives a void record (`not_a_member`, `not_a_writer`, `unauthorized_membership`, ...);
-- `link_across_spaces`: an entry's link or a link record names an entry of another space (or a public one, for a
-  space's supersedes); one naming an entry neither held nor in the batch waits for it (`space_undecided`,
-  `target:<address>`): an entry's space is a function of its record, so this is too (docs/decisions.md, record 72).
+- `link_across_spaces`: a record names (`node.spaces.posts.record_names`: an entry's links, a link record's ends, a
+  message's dependencies, a redaction's target) a record of another space, or of a space when it is public, or a
+  public one for a space's supersedes; a space's link naming an entry not known here waits for it
+  (`space_undecided`, `target:<address>`): a record's space is a function of its record, so this is too
+  (docs/decisions.md, records 72 and 75). Known: held in the log, in the batch (whatever becomes of it), or refused
+  here as void before (its space remembered, `space_store.remember_refused_txn`).
+
+A public record naming an address not held is taken (this node cannot know); when that address arrives as a record of
+a space hosted here, `void_naming_txn` flags the public record void, so the space's hosts agree in every order.
 
 A batch of a space's posts alone is decided against the space's structure resolved once and kept in `judged` while
 the addresses it was made from are the log's (node/spaces/judged.py), so its cost does not grow with the space; a
@@ -33,17 +39,22 @@ from typing import Any, NamedTuple
 
 from identity import spaces
 from identity.space_rules import hosting
+from node.redaction import store as redaction_store
 from node.spaces import store as space_store
 from node.spaces.judged import Inputs, JudgedSpaces
-from node.spaces.posts import Name, crosses, link_names
+from node.spaces.posts import Name, crosses, record_names
+from node.store import void
 from node.store.conn import Conn
 from node.store.projections import space_of
+from node.workflows.store import bus as bus_store
 from sync.store import Invalid, Verified
 
 NOT_HOSTED = "not_hosted"
 UNDECIDED = "space_undecided"
 FILTERED = "filtered"
 ACROSS = "link_across_spaces"
+UNREMEMBERED = frozenset({NOT_HOSTED, FILTERED, UNDECIDED})  # refusals that say nothing final of the record
+NAMED_OUTSIDE = void.SPACE_REASON + ACROSS  # a stored record flagged for naming a space's record that came after it
 
 
 class Gated(NamedTuple):
@@ -56,22 +67,29 @@ class Gated(NamedTuple):
 
 
 def gate_spaces_txn(
-    conn: Conn, records: list[Verified], allowed: frozenset[str] | None = None, judged: JudgedSpaces | None = None
+    conn: Conn,
+    records: list[Verified],
+    allowed: frozenset[str] | None = None,
+    judged: JudgedSpaces | None = None,
+    now_ms: int = 0,
 ) -> Gated:
     """Split a peer's batch into the records to store (public ones, and valid ones of a space this node hosts, in
     the batch's order) and the refused ones of spaces, each with its reason. `allowed`: the operator's filter of the
     peer (`bbs peer add --spaces`): a space outside it is refused `filtered`. `judged`: the resolutions of spaces'
-    structure kept between batches (the writer's, `Authority.judged`; None: resolve each space afresh). (A database
-    no node was initialised on hosts no space.)"""
+    structure kept between batches (the writer's, `Authority.judged`; None: resolve each space afresh). A record of a
+    hosted space refused as void has its space remembered (`space_store.remember_refused_txn`, at `now_ms`), so a
+    link naming it is decided rather than left waiting (docs/decisions.md record 75). (A database no node was
+    initialised on hosts no space.)"""
     by_space: dict[str, list[spaces.Held]] = {}
     for i, v in enumerate(records):
         space = space_of(v.record, v.hash)
         if space is not None:  # `address` carries the record's index in the batch; its version is hashed once
             by_space.setdefault(space, []).append(spaces.Held(str(i), v.version, v.record))
-    if not by_space:
-        return Gated(records, [], False)
-    node_id = space_store.this_node(conn) or ""
     refused: dict[int, Invalid] = {}
+    if not by_space:
+        _check_names(conn, records, refused)
+        return Gated([v for i, v in enumerate(records) if i not in refused], list(refused.values()), False)
+    node_id = space_store.this_node(conn) or ""
     joining = False
     for space, items in sorted(by_space.items()):
         if allowed is not None and space not in allowed:
@@ -85,51 +103,84 @@ def gate_spaces_txn(
             if reason is not None:
                 refused[i] = Invalid(records[i].hash, reason, detail)
                 joining = joining or _names_host(records[i].record, node_id)
-    _check_links(conn, records, refused)
+    _check_names(conn, records, refused)
+    final = [(records[i].hash, space_of(records[i].record, records[i].hash), bad.reason) for i, bad in refused.items()]
+    space_store.remember_refused_txn(
+        conn, sorted((h, s, r) for h, s, r in final if s is not None and r not in UNREMEMBERED), now_ms
+    )
     return Gated([v for i, v in enumerate(records) if i not in refused], list(refused.values()), joining)
 
 
-def _check_links(conn: Conn, records: list[Verified], refused: dict[int, Invalid]) -> None:
-    """Refuse each record of a space taken so far whose links (`node.spaces.posts.link_names`) name an entry of
-    another space, or a public one for a supersedes link (`link_across_spaces`), and let one naming an entry neither
-    held nor taken in this batch wait for it (`space_undecided`, `target:<address>`). An entry's space is a function
-    of its record, which every host of the space comes to hold when it is public or of the space (the origin took the
-    link only naming a held entry: node/spaces/posts.py), so the verdict is the same in every arrival order and on
-    every host; an entry of a space this node does not host is never held here, and the link never stored."""
-    naming = {
-        i: names
-        for i, v in enumerate(records)
-        if i not in refused and isinstance(v.record.get("space"), str) and (names := link_names(v.record))
-    }
+def _check_names(conn: Conn, records: list[Verified], refused: dict[int, Invalid]) -> None:
+    """Refuse each record taken so far that names (`node.spaces.posts.record_names`) a record of another space than
+    its own, or of a space when it is public, or a public one for a space's supersedes link (`link_across_spaces`);
+    let a space's record whose link names an entry not known wait for it (`space_undecided`, `target:<address>`).
+    Known: a record held in the log (flagged or not), one of the batch (whatever becomes of it: its space is a function
+    of its record), or one of a hosted space refused here as void before. The origin takes a space's link only naming
+    a held entry (node/spaces/posts.py), so the verdict is the same in every arrival order and on every host; a public
+    record naming an address not known is taken (docs/decisions.md record 75)."""
+    naming = {i: names for i, v in enumerate(records) if i not in refused and (names := record_names(v.record))}
     if not naming:
         return
     wanted = sorted({name.address for names in naming.values() for name in names})
-    held = {address: space for address, (space, _) in space_store.named_entries(conn, wanted).items()}
-    while True:  # a refused entry is no longer taken: what names it in this batch waits for it
-        known = held | {
-            v.hash: v.record.get("space")
-            for i, v in enumerate(records)
-            if i not in refused and v.record.get("kind") == "entry"
-        }
-        newly = {
-            i: bad
-            for i, names in naming.items()
-            if i not in refused and (bad := _link_refusal(records[i], names, known))
-        }
-        if not newly:
-            return
-        refused.update(newly)
+    # a record's space is a function of its record: every record of the batch tells it, whatever becomes of it,
+    # and so does a record refused here as void before (`refused_records`) or redacted here (its tombstone)
+    known = redaction_store.redacted_spaces(conn, wanted)
+    known |= space_store.refused_records(conn, wanted) | space_store.named_records(conn, wanted)
+    known |= {v.hash: space_of(v.record, v.hash) for v in records}
+    for i, names in naming.items():
+        if i not in refused and (bad := _name_refusal(records[i], names, known)):
+            refused[i] = bad
 
 
-def _link_refusal(v: Verified, names: list[Name], known: dict[str, str | None]) -> Invalid | None:
-    """Why a record of a space is refused for its links, given the spaces of the entries known; None: it is not."""
-    space = v.record["space"]
+def _name_refusal(v: Verified, names: list[Name], known: dict[str, str | None]) -> Invalid | None:
+    """Why a record is refused for what it names, given the spaces of the records known; None: it is not."""
+    space = space_of(v.record, v.hash)
     for name in names:
         if name.address in known and crosses(space, known[name.address], name.same_space):
-            detail = f"{name.field} names an entry outside this space"
-            return Invalid(v.hash, ACROSS, detail)
-    waits = sorted({f"target:{name.address}" for name in names if name.address not in known})
+            where = "this space" if space is not None else "the public federation"
+            return Invalid(v.hash, ACROSS, f"{name.field} names a record outside {where}")
+    if space is None:
+        return None  # a public record may name an address not held: links resolve later
+    waits = sorted({f"target:{name.address}" for name in names if name.link and name.address not in known})
     return Invalid(v.hash, UNDECIDED, "waits for " + ", ".join(waits)) if waits else None
+
+
+def remember_void_txn(conn: Conn, records: list[Verified], voided: dict[str, str], now_ms: int) -> None:
+    """Remember the space of each record of a space among `records` refused as void by its key (`voided`: hash to
+    reason, node/federation/waiting.py), as the gate remembers the ones it refuses as void: a link of the space
+    naming one is then decided rather than left waiting (docs/decisions.md record 75)."""
+    if not voided:
+        return
+    spaced = [(v.hash, space_of(v.record, v.hash), voided[v.hash]) for v in records if v.hash in voided]
+    space_store.remember_refused_txn(conn, sorted((h, s, r) for h, s, r in spaced if s is not None), now_ms)
+
+
+def void_naming_txn(conn: Conn, stored: list[tuple[str, dict[str, Any]]], now_ms: int) -> int:
+    """After a batch from a peer is stored: flag void (`space_link_across_spaces`, node/store/void.py) every public
+    record stored before whose links (or a message's dependencies, a redaction's target) name one of the batch's
+    newly stored records of a space. Such a record was taken because this node did not hold what it names (a public
+    record may name an address not held); once it does, the record is what the gate refuses on arrival, so a space's
+    hosts end with the same records whatever the order (docs/decisions.md record 75). A space's link naming what is
+    not held waits instead of being stored, so no record of a space is flagged here (the space's vouched-set
+    judgement, which unflags its posts, never meets this reason). `stored`: (hash, record) of the inserted records.
+    Returns how many were flagged; costs nothing for a batch without records of a space."""
+    spaced = {address: space for address, record in stored if (space := space_of(record, address)) is not None}
+    if not spaced:
+        return 0
+    voided: dict[int, tuple[void.Stored, str]] = {}
+    for n in space_store.naming_records(conn, sorted(spaced)):
+        if n.seq not in voided and n.space is None:  # a space's link naming what is not held waits: never stored
+            voided[n.seq] = (void.Stored(n.seq, n.hash, n.version, n.kind, n.author_id, n.author_id), NAMED_OUTSIDE)
+    for m in bus_store.dependents_of(conn, spaced):  # a message's version is its address
+        if m.seq not in voided and m.space is None:
+            voided[m.seq] = (void.Stored(m.seq, m.hash, m.hash, "message", m.author_id, m.author_id), NAMED_OUTSIDE)
+    public = [r for r in redaction_store.redactions_of(conn, sorted(spaced)) if r.space is None]
+    flagged = void.flags_of(conn, [r.seq for r in public])
+    for r in public:  # a redaction never waits for its target: a public one naming a space's record was stored
+        if r.seq not in flagged:  # its version is its address (not an entry)
+            voided[r.seq] = (void.Stored(r.seq, r.hash, r.hash, "redaction", r.author_id, r.author_id), NAMED_OUTSIDE)
+    return void.flag_txn(conn, [voided[seq] for seq in sorted(voided)], [], now_ms)[0]
 
 
 def _names_host(record: dict[str, Any], node_id: str) -> bool:

@@ -229,6 +229,9 @@ class NodeSyncStore:
             # serves the peer no more, while the peer still counts it a host: docs/sync.md, "Spaces")
         )
 
+    async def refused_prefixes(self, prefixes: list[str]) -> set[str]:
+        return await self.db.read(lambda c: prefixed_versions(c, prefixes))
+
     async def reconcile_wanted(self) -> set[str]:
         return self.authority.take_wake()  # filled by the writer thread; a wake lost to a race waits for the round
 
@@ -507,9 +510,11 @@ def ingest_txn(
     records = [v for v in records if v.version not in redacted] if redacted else records
     waiting.count_txn(conn, peer_id, void=len(screened))  # a peer serving a redacted body shows in its counters
     gated = waiting_gate.gate_txn(conn, authority, peer_id, records, now_ms, recheck=recheck)
+    voided = {str(o.hash): str(o.reason) for o in gated.outcomes if o.outcome == "void"}
+    space_gate.remember_void_txn(conn, records, voided, now_ms)  # a link naming one is decided (decisions.md 75)
     gated.outcomes.extend(screened)
     # records of a space: only those of a space this node hosts, valid by `identity.spaces.resolve` (docs/sync.md)
-    spaced = space_gate.gate_spaces_txn(conn, gated.now, peer_filter(conn, peer_id), authority.judged)
+    spaced = space_gate.gate_spaces_txn(conn, gated.now, peer_filter(conn, peer_id), authority.judged, now_ms)
     records, invalid = spaced.now, [*invalid, *gated.invalid, *spaced.refused]
     if spaced.joining:  # named a host of a space this node cannot decide yet: reconcile with the peer at once
         authority.wake.add(peer_id)
@@ -535,6 +540,8 @@ def ingest_txn(
     stored = [v.record for v, (_, inserted) in kept if inserted]
     settle_authority_txn(conn, authority, void.authors_of_authority(stored), now_ms)
     redaction_effects.redecide_txn(conn, stored, now_ms)  # who moderates a space may have changed (issue 39)
+    # a record stored earlier naming one of the batch's records of a space from outside it (docs/decisions.md 75)
+    space_gate.void_naming_txn(conn, [(v.hash, v.record) for v, (_, inserted) in kept if inserted], now_ms)
     _store_released_txn(conn, authority, gated.released, now_ms)
     if cursor is not None:
         write_cursor_txn(conn, peer_id, cursor, too_new_from)
@@ -852,6 +859,21 @@ def held_versions(conn: Conn, versions: list[str]) -> set[str]:
         "SELECT version FROM records WHERE version IN (SELECT value FROM json_each(?))", (_json(versions),)
     )
     return {str(r[0]) for r in rows.fetchall()}
+
+
+# the tables whose versions `NodeSyncStore.refused` consults (each has a unique index on `version`)
+REFUSED_TABLES = ("records", "refused_versions", "waiting", "void_versions", "void_records")
+
+
+# one index range a prefix and table: a version beginning with `p` sorts in [p, p || 'g'), hex digits being below 'g'
+PREFIX_SQL = "SELECT p.value FROM json_each(?) AS p WHERE " + " OR ".join(
+    f"EXISTS (SELECT 1 FROM {table} WHERE version >= p.value AND version < p.value || 'g')" for table in REFUSED_TABLES
+)
+
+
+def prefixed_versions(conn: Conn, prefixes: list[str]) -> set[str]:
+    """Those of `prefixes` (lowercase hex) that begin a version of any of `REFUSED_TABLES` (decision 74)."""
+    return {str(r[0]) for r in conn.execute(PREFIX_SQL, (_json(prefixes),)).fetchall()}
 
 
 def store_epoch(conn: Conn) -> str:

@@ -81,6 +81,16 @@ def redactions_of_held_in(conn: Conn, spaces: Iterable[str]) -> list[RedactionRo
     return [RedactionRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
 
 
+def versions_by(conn: Conn, space_id: str, author: str) -> list[str]:
+    """The versions of `author`'s redactions in the space that the log holds (what it did there as an admin:
+    docs/format-v3.md 5.2), sorted: part of what a removal vouches for by default (`node.spaces.store.posts_of`)."""
+    rows = conn.execute(
+        "SELECT r.version FROM redactions d JOIN records r ON r.seq = d.seq WHERE d.space = ? AND d.author_id = ?",
+        (space_id, author),
+    ).fetchall()
+    return sorted(str(r[0]) for r in rows)
+
+
 def moderated_in(conn: Conn, spaces: Iterable[str]) -> list[tuple[RedactionRow, TombstoneRow]]:
     """The tombstones of any of `spaces` that a moderator's redaction made (its author is not the target's), each
     with that redaction, oldest redaction first."""
@@ -230,6 +240,16 @@ def tombstones(conn: Conn, addresses: Iterable[str]) -> list[TombstoneRow]:
         (json.dumps(sorted(set(addresses))),),
     ).fetchall()
     return [TombstoneRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7], r[8], int(r[9])) for r in rows]
+
+
+def redacted_spaces(conn: Conn, addresses: Iterable[str]) -> dict[str, str | None]:
+    """The space (None: public) of each of `addresses` redacted here, from its tombstone: a record's space outlives
+    its body, and a record naming it is decided by it (node/spaces/posts.py, node/federation/space_gate.py)."""
+    rows = conn.execute(
+        "SELECT hash, space FROM tombstones WHERE hash IN (SELECT value FROM json_each(?))",
+        (json.dumps(sorted(set(addresses))),),
+    ).fetchall()
+    return {str(r[0]): None if r[1] is None else str(r[1]) for r in rows}
 
 
 def count(conn: Conn) -> int:

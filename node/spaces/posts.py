@@ -30,10 +30,12 @@ from typing import Any, NamedTuple
 from identity.schema_v3 import space_of
 from identity.space_rules import may_read, may_write
 from node.errors import Conflict, Forbidden, Located, NotFound
+from node.redaction import store as redaction_store
 from node.spaces import store
 from node.spaces.sight import Sight, require_writer
 from node.spaces.store import sight_of
 from node.store.conn import Conn
+from node.workflows.store import bus as bus_store
 
 
 class Name(NamedTuple):
@@ -98,6 +100,27 @@ def link_names(record: dict[str, Any]) -> list[Name]:
     return []
 
 
+def dependency_names(record: dict[str, Any]) -> list[Name]:
+    """The addresses a bus message's `dependency_ids` name, from its JSON (a record from a peer): those that may be
+    an address (64 hex; a dependency id need not name a record)."""
+    if record.get("kind") != "message":
+        return []
+    deps = record.get("dependency_ids") or []
+    return [
+        Name(dep, f"$.dependency_ids[{i}]", "dependency_not_found")
+        for i, dep in enumerate(deps)
+        if isinstance(dep, str) and is_address(dep)
+    ]
+
+
+def record_names(record: dict[str, Any]) -> list[Name]:
+    """Every address a record from a peer names by a field that follows the rule of this module: its links
+    (`link_names`), a message's dependencies (`dependency_names`) and a redaction's target."""
+    if record.get("kind") == "redaction":
+        return [Name(str(record["target"]), "$.target")]
+    return link_names(record) or dependency_names(record)
+
+
 def crosses(space: str | None, named_space: str | None, same_space: bool) -> bool:
     """Whether a record of `space` (None: public) may not name an entry of `named_space`: one of another space, or a
     public one when the name changes its target's state (`same_space`: a space's supersedes link)."""
@@ -117,28 +140,39 @@ def check_posts_txn(conn: Conn, posts: Sequence[Post]) -> None:
             _check_writer(post, roles)
     run = {post.address: post.space for post in posts}
     named = sorted({name.address for post in posts for name in post.names if name.address not in run})
-    held = {address: space for address, (space, _) in store.named_entries(conn, named).items()} if named else {}
+    held = store.named_records(conn, named) if named else {}
     held.update(run)
+    # a record's space outlives its body (a tombstone) and is known of one refused here (docs/decisions.md 75)
+    unheld = [a for a in named if a not in held]
+    known: dict[str, str | None] = {}
+    if unheld:
+        known.update(redaction_store.redacted_spaces(conn, unheld))
+        known.update(store.refused_records(conn, unheld))
+    known.update(held)
     for post in posts:
-        for address, field, missing_code, same_space, link in post.names:
-            if address not in held:
-                if link and post.space is not None:  # a space's link names what is held (module docstring)
-                    with Located(post.where):
-                        raise NotFound(f"no entry {address} here", field=field, code=missing_code)
-                continue
-            if not crosses(post.space, held[address], same_space):
-                continue
-            sight = sights.get(post.author) or sights.setdefault(post.author, sight_of(conn, post.author))
-            with Located(post.where):
-                if not sight.sees(held[address]):
-                    raise NotFound(f"no entry {address} here", field=field, code=missing_code)
-                raise Conflict(
-                    "a record may name only entries of its own space, or public ones (a supersedes link or a"
-                    " retraction in a space: only its own): no record names what its readers may not read",
-                    field=field,
-                    code="link_across_spaces",
-                )
+        for name in post.names:
+            across = name.address in known and crosses(post.space, known[name.address], name.same_space)
+            if not across and name.link and post.space is not None and name.address not in held:
+                with Located(post.where):  # a space's link names what is held (module docstring)
+                    raise NotFound(f"no entry {name.address} here", field=name.field, code=name.missing_code)
+            if across:
+                sight = sights.get(post.author) or sights.setdefault(post.author, sight_of(conn, post.author))
+                _refuse_across(post, name, sight.sees(known[name.address]))
     _check_not_named_outside(conn, [post for post in posts if post.space is not None], posts)
+
+
+def _refuse_across(post: Post, name: Name, sees: bool) -> None:
+    """Refuse `post` for naming a record outside its space: 409 `link_across_spaces` when its author `sees` that
+    record's space, else 404 with the name's code, as for a record not held."""
+    with Located(post.where):
+        if not sees:
+            raise NotFound(f"no entry {name.address} here", field=name.field, code=name.missing_code)
+        raise Conflict(
+            "a record may name only entries of its own space, or public ones (a supersedes link or a"
+            " retraction in a space: only its own): no record names what its readers may not read",
+            field=name.field,
+            code="link_across_spaces",
+        )
 
 
 def check_addressee_txn(conn: Conn, space: str, addressee: Any, where: str) -> None:
@@ -181,12 +215,14 @@ def _check_writer(post: Post, roles: dict[tuple[str, str], str | None]) -> None:
 
 
 def _check_not_named_outside(conn: Conn, arriving: Sequence[Post], run: Sequence[Post]) -> None:
-    """Refuse an entry arriving in a space whose address a stored link, or a post of this run, outside that space
-    already names (409 `named_outside_space`)."""
+    """Refuse an entry arriving in a space whose address a stored link, message dependency or redaction, or a post of
+    this run, outside that space already names (409 `named_outside_space`)."""
     if not arriving:
         return
     by_address = {post.address: post for post in arriving}
     naming = store.naming_spaces(conn, sorted(by_address))
+    naming += [(d.named, d.space) for d in bus_store.dependents_of(conn, by_address)]
+    naming += [(r.target, r.space) for r in redaction_store.redactions_of(conn, by_address)]
     naming += [(name.address, post.space) for post in run for name in post.names if name.address in by_address]
     for address, space in naming:
         post = by_address[address]

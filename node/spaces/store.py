@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from identity import key_history, spaces
 from identity.space_rules import READ_ROLES, hosting
+from node.redaction import store as redaction_store
 from node.spaces.sight import OPERATOR, Sight, Viewer
 from node.store.authority import key_events_of, vouch_pages_of
 from node.store.conn import Conn
@@ -284,16 +285,15 @@ def readable_spaces(conn: Conn, agent_id: str) -> frozenset[str]:
     return frozenset(str(r[0]) for r in rows)
 
 
-def named_entries(conn: Conn, addresses: Sequence[str]) -> dict[str, tuple[str | None, bool]]:
-    """(space, federated) of each of these addresses held in the log as an entry, flagged void or not (None: public;
-    federated: its scope is `federation`); addresses not held are absent. The space of an entry is a function of its
-    record (`space` is inside its address: docs/format-v3.md 4.7), so what a record naming it may do is too."""
+def named_records(conn: Conn, addresses: Sequence[str]) -> dict[str, str | None]:
+    """The space of each of these addresses held in the log, of any kind, flagged void or not (None: public);
+    addresses not held are absent. The space of a record is a function of the record (`space` is inside its
+    address: docs/format-v3.md 4.7), so what a record naming it may do is too."""
     rows = conn.execute(
-        "SELECT hash, space, max(scope = 'federation') FROM records"
-        " WHERE kind = 'entry' AND hash IN (SELECT value FROM json_each(?)) GROUP BY hash, space",
+        "SELECT DISTINCT hash, space FROM records WHERE hash IN (SELECT value FROM json_each(?))",
         (json.dumps(list(addresses)),),
     ).fetchall()
-    return {str(r[0]): (None if r[1] is None else str(r[1]), bool(r[2])) for r in rows}
+    return {str(r[0]): None if r[1] is None else str(r[1]) for r in rows}
 
 
 def naming_spaces(conn: Conn, addresses: Sequence[str]) -> list[tuple[str, str | None]]:
@@ -305,6 +305,62 @@ def naming_spaces(conn: Conn, addresses: Sequence[str]) -> list[tuple[str, str |
         (json.dumps(list(addresses)),),
     ).fetchall()
     return [(str(r[0]), None if r[1] is None else str(r[1])) for r in rows]
+
+
+MAX_REFUSED_REMEMBERED = 100_000  # rows of `refused_space_records`: past it, a refusal is not remembered (a link waits)
+
+
+def remember_refused_txn(
+    conn: Conn, refused: Sequence[tuple[str, str, str]], now_ms: int, cap: int = MAX_REFUSED_REMEMBERED
+) -> None:
+    """Remember the space of each (hash, space, reason) of a space's record refused as void, unless the table holds
+    `cap` rows already (then a link naming one waits for it, as before docs/decisions.md record 75)."""
+    if not refused:
+        return
+    conn.execute(
+        "INSERT INTO refused_space_records (hash, space, reason, refused_ms)"
+        " SELECT value ->> 0, value ->> 1, value ->> 2, ? FROM json_each(?)"
+        " WHERE (SELECT count(*) FROM refused_space_records) < ? ON CONFLICT (hash) DO NOTHING",
+        (now_ms, json.dumps([list(r) for r in refused]), cap),
+    )
+
+
+def refused_records(conn: Conn, addresses: Sequence[str]) -> dict[str, str]:
+    """The space of each of these addresses that the space gate refused as void (`remember_refused_txn`)."""
+    rows = conn.execute(
+        "SELECT hash, space FROM refused_space_records WHERE hash IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(addresses)),),
+    ).fetchall()
+    return {str(r[0]): str(r[1]) for r in rows}
+
+
+class Naming(NamedTuple):
+    """A record in the log, not flagged void, holding a link (an entry's link, a link record) that names `named`."""
+
+    seq: int
+    hash: str
+    version: str
+    kind: str
+    author_id: str
+    space: str | None
+    named: str
+
+
+def naming_records(conn: Conn, addresses: Sequence[str]) -> list[Naming]:
+    """Every record of the log not flagged void whose links name one of `addresses` (as a link's target, or a link
+    record's source), in log order, once per address it names (two indexed lookups per address: `links_target`,
+    `links_source`)."""
+    rows = conn.execute(
+        "WITH named(address) AS (SELECT value FROM json_each(?)),"
+        " hits(origin, address) AS ("
+        " SELECT l.origin_hash, n.address FROM named n JOIN links l ON l.target_hash = n.address"
+        " UNION SELECT l.origin_hash, n.address FROM named n JOIN links l ON l.source_hash = n.address)"
+        " SELECT r.seq, r.hash, r.version, r.kind, r.author_id, r.space, h.address FROM hits h"
+        " JOIN records r ON r.hash = h.origin"
+        " WHERE NOT EXISTS (SELECT 1 FROM void_records v WHERE v.seq = r.seq) ORDER BY r.seq",
+        (json.dumps(list(addresses)),),
+    ).fetchall()
+    return [Naming(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]), r[5], str(r[6])) for r in rows]
 
 
 def sight_of(conn: Conn, viewer: Viewer) -> Sight:
@@ -339,12 +395,11 @@ def spaces_with_entries(conn: Conn, cap: int) -> list[str] | None:
 
 def posts_of(conn: Conn, space_id: str, author: str) -> list[str]:
     """The versions of `author`'s posts in the space that the log holds (entries: the only posts a space takes so
-    far) and of its redactions there (what it did as an admin: docs/format-v3.md 5.2), sorted: what a removal
-    vouches for by default, so a demotion keeps the member's past work and moderation standing."""
+    far) and of its redactions there (what it did as an admin: docs/format-v3.md 5.2; the redaction feature's store
+    reads them), sorted: what a removal vouches for by default, so a demotion keeps the member's past work and
+    moderation standing."""
     rows = conn.execute(
-        "SELECT r.version FROM entries e JOIN records r ON r.seq = e.id WHERE e.space = ? AND e.author_id = ?"
-        " UNION SELECT r.version FROM redactions d JOIN records r ON r.seq = d.seq"
-        " WHERE d.space = ? AND d.author_id = ?",
-        (space_id, author, space_id, author),
+        "SELECT r.version FROM entries e JOIN records r ON r.seq = e.id WHERE e.space = ? AND e.author_id = ?",
+        (space_id, author),
     ).fetchall()
-    return sorted(str(r[0]) for r in rows)
+    return sorted({str(r[0]) for r in rows}.union(redaction_store.versions_by(conn, space_id, author)))

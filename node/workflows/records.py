@@ -11,6 +11,7 @@ node/workflows/store/ (bus.py, events.py, tasks.py, twins.py).
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,9 @@ from wire.unsigned import DONE_STATUSES, OPEN_STATUSES, merge_patch
 
 if TYPE_CHECKING:  # node.store.projections imports this module for its projectors
     from node.store.projections import Projection, Projector, Switch
+
+
+_ADDRESS = re.compile(r"[0-9a-f]{64}")  # a dependency id that may be a record's address (node/spaces/posts.py)
 
 
 def _opt(value: Any) -> Any:
@@ -56,7 +60,8 @@ def project_message(conn: Conn, rec: MessageRecord, ctx: Projection) -> None:
         rec.signature,
         space_of(rec),
     )
-    bus_store.insert_message_txn(conn, row, rec.tags)
+    addresses = [dep for dep in rec.dependency_ids if _ADDRESS.fullmatch(dep)]
+    bus_store.insert_message_txn(conn, row, rec.tags, addresses)
 
 
 def project_task_event(conn: Conn, rec: TaskEventRecord, ctx: Projection) -> None:
@@ -131,7 +136,7 @@ def switch_task_event(conn: Conn, seq: int, address: str, record: dict[str, Any]
 # them with the substrate's); their switches for records flagged void (node/store/void.py).
 SWITCHES: Mapping[str, Switch] = MappingProxyType({"message": switch_message, "task_event": switch_task_event})
 PROJECTORS: Mapping[str, Projector] = MappingProxyType({"message": project_message, "task_event": project_task_event})
-TABLES: tuple[str, ...] = ("messages", "message_agents", "task_events", "tasks", "task_deps")
+TABLES: tuple[str, ...] = ("messages", "message_agents", "message_dependencies", "task_events", "tasks", "task_deps")
 
 
 @dataclass

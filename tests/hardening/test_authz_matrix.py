@@ -169,6 +169,7 @@ TABLE: list[Row] = [
     # ---- peer-signed: bearer credentials of any kind are refused ------------------------------------------
     Row("GET", "/v1/sync/changes", "401 401 401 401 401 200", url="/v1/sync/changes?v=2&wait_ms=0"),
     Row("POST", "/v1/sync/fetch", "401 401 401 401 401 200", body={"type": "fetch", "hashes": ["0" * 64]}),
+    Row("POST", "/v1/sync/bodies", "401 401 401 401 401 200", body={"type": "bodies_request", "seqs": "AQ=="}),
     Row("POST", "/v1/sync/reconcile", "401 401 401 401 401 422", body={"message": ""}),
     # the owner is homed on this node, not on the peer: the peer may not lease for it
     Row("POST", f"{WF}/peer/lease", "401 401 401 401 401 403",

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from scenarios import redaction
+from scenarios.checks import Check
 
 
 @pytest.mark.slow
@@ -38,7 +39,7 @@ def test_a_failed_check_stays_failed(tmp_path: Path) -> None:
     w.check("gone_from_disk", True, "a: in no file")
     w.check("gone_from_disk", False, "b: still in bbs.db-wal")
     w.check("gone_from_disk", True, "c: in no file")
-    assert w.results["gone_from_disk"] == redaction.Check(False, "b: still in bbs.db-wal")
+    assert w.results["gone_from_disk"] == Check(False, "b: still in bbs.db-wal")
     with pytest.raises(AssertionError):
         w.check("no_such_check", True, "")
     assert w.secret.startswith("zq") and w.secret != redaction.World(tmp_path, session=None).secret  # type: ignore[arg-type]

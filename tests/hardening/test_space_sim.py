@@ -37,3 +37,15 @@ def test_the_command_prints_its_result_and_succeeds(capsys: pytest.CaptureFixtur
     assert main(["--nodes", "12", "--spaces", "3", "--records", "3", "--public", "4"]) == 0
     out = capsys.readouterr().out
     assert '"exact": true' in out and '"policy": "ids"' in out and '"wire_ratio"' in out
+
+
+async def test_compact_ids_pages_change_the_bytes_not_the_exchanges() -> None:
+    """Decision 74: the same pages, announcements and fetches as ids pages in JSON, each body still once, and the
+    overhead above the bodies (ids, fetch requests, framing, envelopes) less than half of what JSON spent."""
+    packed = await simulate(n=30, spaces=3, degree=3, per_space=5, public=10, seed=3, compact_ids=True)
+    json_ids = await simulate(n=30, spaces=3, degree=3, per_space=5, public=10, seed=3, compact_ids=False)
+    assert packed.exact and json_ids.exact and packed.deliveries == json_ids.deliveries
+    assert (packed.rounds, packed.announced, packed.fetches) == (json_ids.rounds, json_ids.announced, json_ids.fetches)
+    assert packed.body_bytes == json_ids.body_bytes == packed.optimum_bytes
+    assert packed.wire_bytes - packed.optimum_bytes < (json_ids.wire_bytes - json_ids.optimum_bytes) / 2
+    assert packed.space_wire_bytes < json_ids.space_wire_bytes

@@ -10,6 +10,7 @@ import pytest
 
 from identity import key_history, keys
 from scenarios import theft
+from scenarios.checks import Check
 
 
 @pytest.mark.slow
@@ -26,13 +27,13 @@ def test_a_check_failing_once_stays_failed_and_unknown_checks_are_refused(tmp_pa
     w.check("revocation_stored", True, "a")
     w.check("revocation_stored", False, "b never showed K2")
     w.check("revocation_stored", True, "c")
-    assert w.results["revocation_stored"] == theft.Check(False, "b never showed K2")
+    assert w.results["revocation_stored"] == Check(False, "b never showed K2")
     w.check("owner_lease_honoured", True, "a")
     w.check("owner_lease_honoured", True, "b")
-    assert w.results["owner_lease_honoured"] == theft.Check(True, "a; b")
+    assert w.results["owner_lease_honoured"] == Check(True, "a; b")
     with pytest.raises(AssertionError):
         w.check("no_such_check", True, "")
-    table = theft.table({name: theft.Check(name != "revocation_stored", "x") for name in theft.CHECKS})
+    table = theft.table({name: Check(name != "revocation_stored", "x") for name in theft.CHECKS})
     assert table.count("| FAILED |") == 1 and table.count("| held |") == len(theft.CHECKS) - 1
 
 

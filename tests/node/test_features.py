@@ -180,7 +180,8 @@ def test_a_connection_without_a_log_appends_nothing(tmp_path: Path) -> None:
 
 
 async def records_of_every_kind(client: TestClient, make_agent: MakeAgent) -> None:
-    """Entries (tagged, addressed, linking), a link, agents, a task with a dependency, and messages."""
+    """Entries (tagged, addressed, linking), a link, agents, a task with a dependency, and messages (one depending on
+    an entry)."""
     alice, bob = await make_agent("alice"), await make_agent("bob")
     first = await post(client, alice, content="a finding", tags=["t"], directed_to=[bob.agent_id])
     second = await post(
@@ -189,7 +190,8 @@ async def records_of_every_kind(client: TestClient, make_agent: MakeAgent) -> No
     await link(client, alice, source=second["record_hash"], target=first["record_hash"], link_type="responds_to")
     await declare(client, alice, {"key": "later", "title": "Later", "depends_on": ["first"]})
     await declare(client, alice, {"key": "first", "title": "First"})
-    message = {"message_type": "status", "body": "hello", "to_agent": bob.agent_id}
+    message = {"message_type": "status", "body": "hello", "to_agent": bob.agent_id,
+               "dependency_ids": [first["record_hash"]]}  # fmt: skip
     resp = await client.post(f"{WF}/messages", json=message, headers=alice.headers)
     assert resp.status == 201, await resp.text()
 

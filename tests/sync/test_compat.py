@@ -13,7 +13,7 @@ import pytest
 from identity import canonical, keys, records, schema
 from node.federation import routes as peer_routes
 from node.store import projections
-from sync import compat
+from sync import compact, compat
 from sync import messages as m
 from sync.auth import sign_headers
 from sync.negentropy import Negentropy, VectorStorage
@@ -23,7 +23,7 @@ from tests.sync.next_release import EntryRecordNext
 
 AUTHOR = keys.SigningKey.generate()
 # Every path that serves records or their set to a peer, each asking sync.compat through the store at v2.
-SERVING_PATHS = ["/v1/sync/changes", "/v1/sync/fetch", "/v1/sync/reconcile", "/v1/sync/digest"]
+SERVING_PATHS = ["/v1/sync/changes", "/v1/sync/fetch", "/v1/sync/bodies", "/v1/sync/reconcile", "/v1/sync/digest"]
 
 
 @pytest.fixture
@@ -143,6 +143,11 @@ async def test_every_serving_path_withholds_what_a_v2_peer_cannot_store(make_pee
             assert status == 200 and reply["v"] == v, reply
             served[v] = {item["version"] for item in reply["items"]}
             assert reply["missing"] == ([] if v == 3 else [newer_hash])
+        elif path == "/v1/sync/bodies":  # by seq (decision 74): the two records are seqs 1 and 2
+            body = {"type": "bodies_request", "v": v, "seqs": compact.pack_seqs([1, 2])}
+            status, reply = await signed(b, a, "POST", path, body)
+            assert status == 200 and reply.get("v", 3) == v, reply
+            served[v] = {hashlib.sha256(canonical.canonical_bytes(r)).hexdigest() for r in reply["records"]}
         elif path == "/v1/sync/reconcile":
             served[v] = await reconcile_need(b, a, v)
         else:

@@ -101,10 +101,12 @@ async def test_a_body_the_fetch_does_not_return_stops_the_cursor_before_it_and_t
     feeds = FeedModes("ids")
     served = dict(source.hosts)
 
-    async def ask(ids: bool) -> m.ChangesReply:
+    async def ask(ids: int) -> m.ChangesReply:
         cursor = receiver.cursors.get(source.node_id)
         query = m.ChangesQuery(v=m.PROTOCOL_VERSION, since=cursor.seq if cursor else 0, ids=int(ids))
-        return await server.changes(query, receiver.node_id)
+        reply = await server.changes(query, receiver.node_id)
+        assert not isinstance(reply, m.IdsPage)  # read_page asks ids=2 only of a caller that gives `bodies`
+        return reply
 
     async def fetch(versions: list[str]) -> m.Records:
         source.hosts = {}  # between the ids page and the fetch, the source stops serving the space to the receiver
@@ -131,13 +133,17 @@ async def test_a_fetch_that_fails_stores_nothing_and_keeps_the_cursor(make_peer:
     await a.post(writer, "one")
     puller = b.puller()
     client = puller.client(a.config)
-    real_fetch = client.fetch
+    real_fetch, real_bodies = client.fetch, client.bodies
 
     async def fetch_after_a_stops(versions: list[str]) -> m.Records:
         await a.server.close()  # A goes away between its ids page and the fetch
         return await real_fetch(versions)
 
-    client.fetch = fetch_after_a_stops
+    async def bodies_after_a_stops(seqs: list[int]) -> list[bytes]:
+        await a.server.close()  # the same, after a compact page (decision 74)
+        return await real_bodies(seqs)
+
+    client.fetch, client.bodies = fetch_after_a_stops, bodies_after_a_stops
     with pytest.raises(SyncError):
         await puller.page(a.config, client, None, 0)
     assert puller.health_of(a.node_id).fetch_failures == 1
@@ -220,7 +226,7 @@ async def test_a_purged_or_redacted_record_in_an_ids_page_is_not_fetched(make_pe
     assert secret not in await c.hashes() and purged not in await c.hashes()
 
 
-@pytest.mark.parametrize("query", ["ids=2", "ids=-1", "ids=yes", "ids=", "ids=1.5", "ids=true", "ids=1&ids=1"])
+@pytest.mark.parametrize("query", ["ids=3", "ids=-1", "ids=yes", "ids=", "ids=1.5", "ids=true", "ids=1&ids=1"])
 async def test_every_bad_value_of_ids_is_a_422_problem_naming_the_field(make_peer: Any, query: str) -> None:
     a, b = await make_peer("a"), await make_peer("b")
     await a.add_peer(b)
@@ -271,15 +277,15 @@ async def test_a_node_of_the_previous_release_refuses_ids_and_is_read_by_bodies(
             old.stop()
 
 
-def release_tree(tmp_path: Path) -> Path:
-    """The tree of PREVIOUS_RELEASE from git (fails, never skips, without the history)."""
+def release_tree(tmp_path: Path, commit: str = PREVIOUS_RELEASE) -> Path:
+    """The tree of `commit` (a previous release) from git (fails, never skips, without the history)."""
     import io
     import subprocess
     import tarfile
 
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", PREVIOUS_RELEASE],
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", commit],
                              capture_output=True, timeout=120)  # fmt: skip
-    assert archive.returncode == 0, f"commit {PREVIOUS_RELEASE} is not in the git history: {archive.stderr!r}"
+    assert archive.returncode == 0, f"commit {commit} is not in the git history: {archive.stderr!r}"
     tree = tmp_path / "previous-release"
     tree.mkdir()
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
@@ -295,13 +301,15 @@ async def test_a_backlog_of_new_records_is_read_by_bodies_after_its_first_page(h
     for v in made[:held_before]:
         receiver.add(v)
     feeds = FeedModes("ids")
-    asked: list[bool] = []
+    asked: list[int] = []
 
-    async def ask(ids: bool) -> m.ChangesReply:
+    async def ask(ids: int) -> m.ChangesReply:
         asked.append(ids)
         cursor = receiver.cursors.get(source.node_id)
         query = m.ChangesQuery(v=m.PROTOCOL_VERSION, since=cursor.seq if cursor else 0, limit=10, ids=int(ids))
-        return await server.changes(query, receiver.node_id)
+        reply = await server.changes(query, receiver.node_id)
+        assert not isinstance(reply, m.IdsPage)  # read_page asks ids=2 only of a caller that gives `bodies`
+        return reply
 
     async def fetch(versions: list[str]) -> m.Records:
         return await server.fetch(m.FetchRequest(hashes=versions), receiver.node_id)

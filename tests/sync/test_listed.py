@@ -44,3 +44,15 @@ async def test_a_record_a_peer_listed_is_not_listed_back_to_it(make_peer: Any) -
     await b.puller(listed=b.sync.server.listed).pull_once(a.config)  # A lists it to B: A holds it
     assert version not in await listed_to(a, b)  # so B never lists it back to A
     assert b.sync.server.listed.peers[a.node_id]
+
+
+def test_a_version_is_kept_by_the_prefix_a_compact_page_announces() -> None:
+    """Decision 74: a compact page names a version by its first 32 hex digits; what it listed is left out whole."""
+    listed = Listed()
+    whole = "5d1e" * 16
+    listed.note("p", [whole[:32]])  # from a compact page
+    listed.note("q", [whole])  # from a JSON page
+    item = m.ChangeItem(seq=1, version=whole, size=10)
+    other = m.ChangeItem(seq=2, version="6" * 64, size=10)
+    assert listed.unlisted("p", [item, other]) == listed.unlisted("q", [item, other]) == [other]
+    assert listed.peers["q"] == {whole[:32]: None}

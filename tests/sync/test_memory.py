@@ -102,3 +102,19 @@ def test_a_re_signed_version_is_kept_beside_the_first_and_counts_once_against_th
     held = set(store.addresses[checked(a).hash])
     kept = {"a": {checked(a).version, checked(resign(a)).version}, "b": {checked(b).version}, "c": {checked(c).version}}
     assert held == set().union(*(kept[s] for _, s in best))
+
+
+async def test_the_memory_store_finds_versions_by_prefix_as_refused_finds_them_whole() -> None:
+    """Decision 74: what `refused` names by whole version, `refused_prefixes` names by the first 32 hex digits."""
+    author = keys.SigningKey.generate()
+    held, other = (
+        verify_record(body_of(r), hash_of(r)) for r in (signed_entry(author, "a"), signed_entry(author, "b"))
+    )
+    assert isinstance(held, Verified) and isinstance(other, Verified)
+    store = MemoryStore(node_id=author.did)
+    store.put(held)
+    store.rejected.add("1" * 64)
+    versions = [held.version, "1" * 64, other.version]
+    assert await store.refused(versions) == set(versions[:2])
+    assert await store.refused_prefixes([v[:32] for v in versions]) == {v[:32] for v in versions[:2]}
+    assert await store.refused_prefixes([]) == set()

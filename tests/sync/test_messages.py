@@ -55,6 +55,22 @@ def test_the_changes_decoder_tells_a_page_from_a_reset() -> None:
         m.CHANGES_DECODER.decode(encode({**msgspec.to_builtins(reset), "reason": "bored"}))
 
 
+def test_a_compact_page_and_the_bodies_messages_leave_out_their_defaults() -> None:
+    """Decision 74: an empty compact page is its type, epoch, head and next; `v` (when 3), `more` (when false) and
+    `items` (when empty) are left out and read back as their defaults; v2 and `more` are written when they hold."""
+    empty = m.IdsPage(epoch="ab12", head=7, next=7)
+    assert encode(empty) == b'{"type":"ids","epoch":"ab12","head":7,"next":7}'
+    assert m.CHANGES_DECODER.decode(encode(empty)) == empty
+    full = m.IdsPage(v=2, epoch="ab12", head=9, next=8, more=True, items="AQ==")
+    assert msgspec.json.decode(encode(full))["v"] == 2 and m.CHANGES_DECODER.decode(encode(full)) == full
+    assert encode(m.BodiesRequest(seqs="AQ==")) == b'{"type":"bodies_request","seqs":"AQ=="}'
+    body = body_of(signed_entry(AUTHOR, "alone"))
+    bodies = m.BODIES_DECODER.decode(encode(m.Bodies(records=[msgspec.Raw(body)])))
+    assert [bytes(r) for r in bodies.records] == [body] and bodies.v == m.PROTOCOL_VERSION
+    with pytest.raises(msgspec.ValidationError, match="node_id"):  # a compact page names no node: nor may it
+        m.CHANGES_DECODER.decode(b'{"type":"ids","node_id":"x","epoch":"ab","head":1,"next":1}')
+
+
 @pytest.mark.parametrize(
     "raw",
     [

@@ -10,7 +10,7 @@ from typing import Any
 
 from node.spaces import store as space_store
 from tests.sync.conftest import PeerNode
-from wire.api import PostEntry
+from wire.api import LinkSpec, PostEntry
 
 
 async def space_versions(peer: PeerNode, space: str) -> set[str]:
@@ -183,3 +183,34 @@ async def test_a_peer_speaking_v2_is_served_nothing_of_a_space_even_as_its_host(
         status, reply = await signed(b, a, "POST", "/v1/sync/fetch", {"type": "fetch", "v": v, "hashes": sorted(held)})
         assert status == 200 and {item["version"] for item in reply["items"]} == expected
         assert await reconcile_need(b, a, v) & held == expected
+
+
+async def test_a_public_record_naming_a_spaces_entry_is_held_by_no_host_in_either_order(make_peer: Any) -> None:
+    """A member who saw a space entry's address posts a public link to it on C, a node that does not host the space
+    (C cannot know). A, which holds the entry, refuses the link when it comes (`link_across_spaces`); B takes it
+    first, then flags it void when the entry comes. The hosts end with the same public and space digests, neither
+    serves the link; C keeps it (docs/decisions.md record 75)."""
+    a, b, c, space, _owner = await federation(make_peer)
+    for one, other in ((b, c), (c, b)):
+        await one.add_peer(other)
+    named = sorted(await space_versions(a, space))
+    entry = await a.node.db.read(
+        lambda conn: str(conn.execute("SELECT hash FROM records WHERE kind = 'entry' AND space = ?", (space,))
+                         .fetchone()[0])
+    )  # fmt: skip
+    mallory = await c.agent("mallory")
+    link = await c.post(mallory, "look at this", links=[LinkSpec(target=entry, link_type="responds_to")])
+    assert named and link not in named
+    await b.puller().pull_once(c.config)  # B: the link first (its target not held: taken, as C took it)
+    assert link in await b.hashes()
+    await b.puller().pull_once(a.config)  # then the space: the link is flagged void
+    await a.puller().pull_once(c.config)  # A: the entry first, then the link: refused
+    assert link not in await a.hashes() and (await refusals(a, c)).get("link_across_spaces") == 1
+    flagged = await b.node.db.read(lambda conn: conn.execute("SELECT hash, reason FROM void_records").fetchall())
+    assert [tuple(r) for r in flagged] == [(link, "space_link_across_spaces")]
+    assert await a.digest() == await b.digest() != await c.digest()
+    hosts = [await p.sync.store.digest(space=space) for p in (a, b)]
+    assert (hosts[0].count, hosts[0].sha256) == (hosts[1].count, hosts[1].sha256)
+    for host in (a, b):  # neither serves the link to C's peers: fetch by address finds nothing
+        outcomes, missing = await c.puller().fetch_into_store(host.config, [link])
+        assert outcomes == [] and missing == [link]

@@ -18,9 +18,9 @@ PROTOCOL_METHODS = [
 
 def test_the_protocol_lists_what_sync_calls() -> None:
     assert sorted(
-        ["position", "changes", "wait_for_change", "fetch", "reconcile_items", "refused", "ingest", "peers",
-         "cursor", "cursor_version", "upgrade_cursor", "note_peer", "wanted", "want_failed", "reconcile_wanted",
-         "served_spaces", "set_items", "hosting_items", "reconcile_spaces"]
+        ["position", "changes", "wait_for_change", "fetch", "reconcile_items", "refused", "refused_prefixes",
+         "ingest", "peers", "cursor", "cursor_version", "upgrade_cursor", "note_peer", "wanted", "want_failed",
+         "reconcile_wanted", "served_spaces", "set_items", "hosting_items", "reconcile_spaces"]
     ) == PROTOCOL_METHODS  # fmt: skip
 
 

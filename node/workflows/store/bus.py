@@ -6,6 +6,7 @@ them back and renders them.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable
 from typing import Any, NamedTuple
@@ -33,8 +34,9 @@ class MessageRow(NamedTuple):
     space: str | None = None  # the space it was sent in; None: public
 
 
-def insert_message_txn(conn: Conn, row: MessageRow, agents: Iterable[str]) -> None:
-    """Store one message and index it under each agent it names (`agents`: its sender and recipient)."""
+def insert_message_txn(conn: Conn, row: MessageRow, agents: Iterable[str], addresses: Iterable[str] = ()) -> None:
+    """Store one message and index it under each agent it names (`agents`: its sender and recipient) and each of its
+    dependencies that may be a record's address (`addresses`: `message_dependencies`)."""
     conn.execute(
         "INSERT INTO messages (id, record_hash, from_agent, to_agent, message_type, body, payload, dependency_ids,"
         " project, created_at, created_ms, signature, space) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -43,6 +45,10 @@ def insert_message_txn(conn: Conn, row: MessageRow, agents: Iterable[str]) -> No
     conn.executemany(
         "INSERT OR IGNORE INTO message_agents (agent_id, created_ms, message_id) VALUES (?, ?, ?)",
         [(agent, row.created_ms, row.id) for agent in agents],
+    )
+    conn.executemany(
+        "INSERT OR IGNORE INTO message_dependencies (address, message_id) VALUES (?, ?)",
+        [(address, row.id) for address in addresses],
     )
 
 
@@ -104,4 +110,26 @@ def message_rows(conn: Conn, q: MessageQuery, sight: Sight) -> list[sqlite3.Row]
 def delete_message_txn(conn: Conn, message_id: int) -> None:
     """Take one message out of the bus tables (its record was flagged void: node/store/void.py)."""
     conn.execute("DELETE FROM message_agents WHERE message_id = ?", (message_id,))
+    conn.execute("DELETE FROM message_dependencies WHERE message_id = ?", (message_id,))
     conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+
+
+class Dependent(NamedTuple):
+    """A message in the bus whose dependencies name `named`."""
+
+    seq: int
+    hash: str
+    author_id: str
+    space: str | None
+    named: str
+
+
+def dependents_of(conn: Conn, addresses: Iterable[str]) -> list[Dependent]:
+    """The messages in the bus (not flagged void: a flagged one has left it) whose dependencies name one of
+    `addresses`, in log order, once per address named."""
+    rows = conn.execute(
+        "SELECT m.id, m.record_hash, m.from_agent, m.space, d.address FROM message_dependencies d"
+        " JOIN messages m ON m.id = d.message_id WHERE d.address IN (SELECT value FROM json_each(?)) ORDER BY m.id",
+        (json.dumps(sorted(set(addresses))),),
+    ).fetchall()
+    return [Dependent(int(r[0]), str(r[1]), str(r[2]), r[3], str(r[4])) for r in rows]

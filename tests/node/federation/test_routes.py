@@ -227,6 +227,7 @@ def test_default_settings() -> None:
         "sync_digest",
         "sync_changes",
         "sync_fetch",
+        "sync_bodies",
         "sync_reconcile",
     ]
     assert (m.PROTOCOL_VERSION, m.SYNC_VERSIONS) == (3, (2, 3))

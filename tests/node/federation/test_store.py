@@ -15,8 +15,16 @@ import pytest
 
 from identity import keys
 from node.features import LOG
-from node.federation.store import MAX_WANT_ATTEMPTS, add_peer_txn, ingest_txn, peer_statuses
-from node.store import db
+from node.federation.store import (
+    MAX_WANT_ATTEMPTS,
+    PREFIX_SQL,
+    REFUSED_TABLES,
+    add_peer_txn,
+    ingest_txn,
+    peer_statuses,
+    prefixed_versions,
+)
+from node.store import db, equivocation, waiting
 from sync.store import Verified
 from sync.verify import verify_record
 from tests.node.migrated import database_before
@@ -237,3 +245,25 @@ def test_migration_0023_gives_the_v2_release_s_cursors_version_2(tmp_path: Path)
         write_cursor_txn(conn, pulled, Cursor("ab", 60), 58)
         write_cursor_txn(conn, pulled, Cursor("cd", 3), None)  # another epoch: positions of another store
     assert cursor_version(conn, pulled) == CursorVersion(PROTOCOL_VERSION, None)
+
+
+def test_versions_are_found_by_prefix_where_refused_finds_them_whole(tmp_path: Path) -> None:
+    """Decision 74: a compact ids page announces a version by its first 32 hex digits; `prefixed_versions` names the
+    prefixes that begin a version `NodeSyncStore.refused` would name (held, refused, void; waiting and flagged void
+    are the same query on their tables), each by an index range, never a scan of the table."""
+    conn, peer = fresh_db(tmp_path)
+    author = keys.SigningKey.generate()
+    held = verified(signed_entry(author, "held here"))
+    assert store(conn, peer, [held]) == [(held.hash, "saved")]
+    refused, void_one, unknown = "1" * 64, "2" * 64, "3" * 64
+    with db.transaction(conn, immediate=True):
+        equivocation.refuse_txn(conn, refused, "4" * 64, NOW)
+        waiting.remember_void_txn(conn, void_one, author.did, "not_authorized", NOW)
+    every = [held.version, refused, void_one, unknown]
+    prefixes = [v[:32] for v in every]
+    assert prefixed_versions(conn, prefixes) == set(prefixes[:3])
+    assert prefixed_versions(conn, [held.version[:31] + "g"]) == set()  # not hex: never a version's prefix
+    assert prefixed_versions(conn, []) == set()
+    plan = " ".join(str(row[-1]) for row in conn.execute(f"EXPLAIN QUERY PLAN {PREFIX_SQL}", ("[]",)))
+    for table in REFUSED_TABLES:
+        assert f"SEARCH {table} USING" in plan and f"SCAN {table}" not in plan, plan  # its unique index on version

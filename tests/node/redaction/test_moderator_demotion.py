@@ -14,13 +14,12 @@ from typing import Any
 import pytest
 
 from identity import keys, records, vouching
-from node.ops.datadir import initialise
 from node.redaction import store as redaction_store
 from node.service import Node
 from node.spaces.service import nonce
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import entry_record
-from tests.node.spaces.test_orders import register
+from tests.node.spaces.test_orders import owners_node
 from tests.node.spaces.test_vouched_set import _arrive, _verified, signed
 from wire.api import PostEntry
 
@@ -81,12 +80,7 @@ async def test_every_order_of_a_redaction_and_its_admins_demotion_ends_the_same(
     target = records.compute_hash(story["post"])
     ends: dict[str, tuple[bool, bool, int, str]] = {}
     for n, (name, batches) in enumerate(_orders(story).items()):
-        data = tmp_path / f"node-{n}"
-        initialise(data)
-        node = Node(data)
-        node.open()
-        try:
-            await register(node, OWNER)
+        async with owners_node(tmp_path / f"node-{n}", OWNER) as node:
             await node.spaces.submit(OWNER.did, creation)  # created here: this node hosts the space
             await _arrive(node, batches)
 
@@ -97,8 +91,6 @@ async def test_every_order_of_a_redaction_and_its_admins_demotion_ends_the_same(
             held, tombstone = await node.db.read(state)
             digest = await node.sync.digest(space=space)
             ends[name] = (held, tombstone, digest.count, digest.sha256)
-        finally:
-            node.close()
     expected_held = not vouch_for_redaction  # left out of the vouched set: the redaction is void, the body stays
     for name, (held, tombstone, _count, _sha) in ends.items():
         assert (held, tombstone) == (expected_held, not expected_held), name

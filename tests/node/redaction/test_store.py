@@ -37,6 +37,16 @@ def test_a_tombstone_keeps_its_first_redaction_and_gains_versions(tmp_path: Path
     assert store.count(conn) == 1
 
 
+def test_a_redacted_address_keeps_its_space_in_its_tombstone(tmp_path: Path) -> None:
+    conn = migrated(tmp_path)
+    space = "s" * 64
+    for address, in_space in (("a" * 64, space), ("b" * 64, None)):
+        store.insert_tombstone_txn(conn, store.TombstoneRow(address, "entry", "did:key:a", "2026-01-01T00:00:00Z",
+                                                            in_space, ["v"], "r", "did:key:a", "2026-01-02T00:00:00Z",
+                                                            10))  # fmt: skip
+    assert store.redacted_spaces(conn, ["a" * 64, "b" * 64, "c" * 64]) == {"a" * 64: space, "b" * 64: None}
+
+
 def test_a_scrub_is_due_once_its_grace_has_passed_and_runs_once(tmp_path: Path) -> None:
     conn = migrated(tmp_path)
     store.schedule_scrub_txn(conn, "a" * 64, 1_000)

@@ -15,7 +15,6 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from identity import canonical, keys, records, vouching
-from node.redaction import scrub
 from node.redaction import store as redaction_store
 from node.service import Node
 from node.store import void
@@ -24,6 +23,7 @@ from node.web.appkeys import SEARCH_INDEXER
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import SelfSigner, entry_record, get_json, hash_of, ingest, self_signer
 from tests.node.federation.v3_story import key_event, vouch_page
+from tests.node.redaction.test_scrub import scrub_now
 from tests.node.store.test_void import by, key_events, rebuilt_equals, send, served, until, version_of
 from wire.time import format_ms
 
@@ -271,7 +271,7 @@ async def test_past_the_grace_the_body_is_gone_here_and_its_versions_are_no_long
     await key_events(client, owner, story.rotate, [story.rotate_page])
     await send(client, "/v1/entries", owner, story.entry)
     await send(client, "/v1/redactions", owner, story.redaction)
-    assert await scrub.scrub_due(node) == [hash_of(story.entry)]
+    await scrub_now(node, [hash_of(story.entry)])
     assert await node.db.read(redaction_store.set_aside_count) == 0
     await key_events(client, owner, story.revoke, story.revoke_pages)
     assert await state(node, story) == (False, False, False, False, "revoked_key")

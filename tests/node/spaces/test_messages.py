@@ -94,3 +94,21 @@ async def test_a_message_names_no_entry_its_readers_may_not_read(
     assert await record_count(node) == before
     inside = await send(client, owner, body="in the space", dependency_ids=[entry["record_hash"]], space=space)
     assert inside["dependency_ids"] == [entry["record_hash"]]
+
+
+async def test_a_public_message_may_not_depend_on_a_spaces_message(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    """A dependency names a message as well as an entry: a public message naming a space's message would carry its
+    address to every node (409 for a reader of the space, 404 as for one not held otherwise; nothing stored)."""
+    owner, eve = await make_agent("owner"), await make_agent("eve")
+    space = await space_with(client, owner)
+    private = await send(client, owner, body="private", space=space)
+    before = await record_count(node)
+    problem = await send(client, owner, 409, body="public, on it", dependency_ids=[private["record_hash"]])
+    assert (problem["code"], problem["field"]) == ("link_across_spaces", "$.dependency_ids[0]")
+    problem = await send(client, eve, 404, body="a stranger on it", dependency_ids=[private["record_hash"]])
+    assert (problem["code"], problem["field"]) == ("dependency_not_found", "$.dependency_ids[0]")
+    assert await record_count(node) == before
+    inside = await send(client, owner, body="in the space", dependency_ids=[private["record_hash"]], space=space)
+    assert inside["dependency_ids"] == [private["record_hash"]]

@@ -6,6 +6,8 @@ chains interleaved differently), give every node the same roles and the same rea
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -72,24 +74,30 @@ async def test_the_same_records_in_every_order_give_the_same_members_and_readers
     outcomes = []
     rnd = random.Random(37)
     for n in range(ORDERS):
-        data = tmp_path / f"node-{n}"
-        initialise(data)
-        node = Node(data)
-        node.open()
-        try:
-            await register(node, owner)
+        async with owners_node(tmp_path / f"node-{n}", owner) as node:
             for record in [creation, *_interleaved(chains, rnd)]:
                 await node.spaces.submit(owner.did, record)
             roles = dict(await node.db.read(lambda conn: store.roles(conn, space)))
             readers = {a: space in await node.spaces.readable(a) for a in everyone}
-        finally:
-            node.close()
         outcomes.append((roles, readers))
     assert all(outcome == outcomes[0] for outcome in outcomes)
     roles, readers = outcomes[0]
     assert roles == expected
     assert readers == {a: may_read(expected.get(a)) for a in everyone}
     assert (roles.get(b), roles.get(c), roles.get(d)) == (None, "writer", "writer")  # removed; admin then not; writer
+
+
+@asynccontextmanager
+async def owners_node(data: Path, owner: keys.SigningKey) -> AsyncIterator[Node]:
+    """A fresh node in `data` with the self-signing agent of `owner` registered on it, closed on leaving."""
+    initialise(data)
+    node = Node(data)
+    node.open()
+    try:
+        await register(node, owner)
+        yield node
+    finally:
+        node.close()
 
 
 async def register(node: Node, key: keys.SigningKey) -> None:

@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient
 
 from identity import canonical, records, vouching
 from node.service import Node
+from node.spaces import store
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import entry_record, self_signer
 from tests.node.spaces.test_routes import call, record_count
@@ -301,3 +302,60 @@ async def test_a_spaces_links_name_only_entries_held(client: TestClient, node: N
     await post(client, owner, "public, naming what is not held", links=[{"target": unheld, "link_type": "supports"}])
     await post(client, owner, "names a held one", space=space,
                links=[{"target": inside["record_hash"], "link_type": "supports"}])  # fmt: skip
+
+
+async def test_a_public_post_may_not_name_a_redacted_entry_of_a_space(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    """A redacted entry's body leaves the log, its tombstone keeps its space: a public post naming its address is
+    refused as one naming the entry would be (409 for a reader of the space, 404 otherwise), nothing stored."""
+    owner, eve = await make_agent("owner"), await make_agent("eve")
+    space = await space_with(client, owner)
+    secret = await post(client, owner, "the safe's code", space=space)
+    resp = await client.post("/v1/redactions", json={"target": secret["record_hash"]}, headers=owner.headers)
+    assert resp.status == 201, await resp.text()
+    before = await record_count(node)
+    links = [{"target": secret["record_hash"], "link_type": "responds_to"}]
+    problem = await post(client, owner, "public, naming it", 409, links=links)
+    assert (problem["code"], problem["field"]) == ("link_across_spaces", "$.links[0].target")
+    problem = await post(client, eve, "a stranger naming it", 404, links=links)
+    assert (problem["code"], problem["field"]) == ("target_not_found", "$.links[0].target")
+    assert await record_count(node) == before
+
+
+async def test_a_public_post_may_not_name_an_entry_of_a_space_refused_here(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    """A post of a space this node refused as void (remembered with its space: docs/decisions.md record 75) is named by
+    a public post no more than a held one: 409 for a reader of the space, 404 otherwise, nothing stored."""
+    owner, eve = await make_agent("owner"), await make_agent("eve")
+    space = await space_with(client, owner)
+    refused = "f" * 64
+    await node.db.write(lambda c: store.remember_refused_txn(c, [(refused, space, "unvouched")], node.now_ms()))
+    before = await record_count(node)
+    links = [{"target": refused, "link_type": "responds_to"}]
+    problem = await post(client, owner, "public, naming it", 409, links=links)
+    assert (problem["code"], problem["field"]) == ("link_across_spaces", "$.links[0].target")
+    problem = await post(client, eve, "a stranger naming it", 404, links=links)
+    assert (problem["code"], problem["field"]) == ("target_not_found", "$.links[0].target")
+    assert await record_count(node) == before
+
+
+async def test_an_address_a_public_message_depends_on_is_named_outside_its_space(
+    client: TestClient, node: Node, make_agent: MakeAgent
+) -> None:
+    """A public message's dependency names an address as a link does: the entry arriving in a space at that address
+    is refused, 409 `named_outside_space`, nothing stored."""
+    owner = await make_agent("owner")
+    rover = await self_signer(node, "rover")
+    space = await space_with(client, owner)
+    await call(
+        client, "POST", f"/v1/spaces/{space}/members", owner, 201, {"agent_id": rover.agent_id, "role": "writer"}
+    )
+    private = entry_record(rover.key, "predicted", created_ms=node.now_ms(), schema_version="v2", space=space)
+    body = {"message_type": "note", "body": "depends on the future", "dependency_ids": [records.compute_hash(private)]}
+    await call(client, "POST", "/v1/agent-workflows/messages", owner, 201, body)  # a hash not held: anyone may
+    before = await record_count(node)
+    problem = await call(client, "POST", "/v1/entries", rover.creds, 409, {"record": private})
+    assert (problem["code"], problem["field"]) == ("named_outside_space", "$.record")
+    assert await record_count(node) == before

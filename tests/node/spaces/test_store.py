@@ -9,6 +9,7 @@ from node.service import Node
 from node.spaces import store
 from node.spaces.service import nonce
 from node.store import projections
+from node.store.conn import Conn
 from tests.conftest import AgentCreds
 from tests.node.agents.test_key_events import rotation
 from tests.node.api_helpers import self_signer
@@ -74,3 +75,19 @@ async def test_a_key_event_that_voids_the_owners_records_takes_the_space_away(no
     await node.key_events.submit(who.agent_id, KeyEventIn(record=event))
     assert await node.spaces.readable(who.agent_id) == frozenset()
     assert await node.db.read(lambda c: store.space(c, made.space_id)) is None
+
+
+async def test_refused_records_are_remembered_once_and_up_to_the_cap(node: Node) -> None:
+    """A record's space refused as void is remembered once (the first reason stays), and nothing past the cap."""
+    space = "5" * 64
+
+    def remember(conn: Conn) -> None:
+        store.remember_refused_txn(conn, [("a" * 64, space, "unvouched"), ("b" * 64, space, "not_a_writer")], 1, cap=2)
+        store.remember_refused_txn(conn, [("a" * 64, space, "revoked_key")], 2, cap=2)
+        store.remember_refused_txn(conn, [("c" * 64, space, "unvouched")], 3, cap=2)
+
+    await node.db.write(remember)
+    known = await node.db.read(lambda c: store.refused_records(c, ["a" * 64, "b" * 64, "c" * 64, "d" * 64]))
+    assert known == {"a" * 64: space, "b" * 64: space}
+    reason = "SELECT reason FROM refused_space_records WHERE hash = ?"
+    assert await node.db.read(lambda c: c.execute(reason, ("a" * 64,)).fetchone()[0]) == "unvouched"

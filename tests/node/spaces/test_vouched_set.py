@@ -23,7 +23,7 @@ from sync.verify import verify_record
 from tests.node.api_helpers import entry_record, self_signer
 from tests.node.federation.v3_story import key_event, vouch_page
 from tests.node.migrated import database_before
-from tests.node.spaces.test_orders import register
+from tests.node.spaces.test_orders import owners_node, register
 from tests.node.spaces.test_posts import MakeAgent, get, post
 from tests.node.spaces.test_routes import call, record_count
 
@@ -225,12 +225,7 @@ async def test_every_arrival_order_gives_the_same_visibility(tmp_path: Path) -> 
         orders[f"shuffled {n}"] = [[record] for record in every]
     expected = [records.compute_hash(r["post0"])]
     for n, (name, batches) in enumerate(orders.items()):
-        data = tmp_path / f"node-{n}"
-        initialise(data)
-        node = Node(data)
-        node.open()
-        try:
-            await register(node, OWNER)
+        async with owners_node(tmp_path / f"node-{n}", OWNER) as node:
             await node.spaces.submit(OWNER.did, creation)  # created here: this node hosts the space
             await _arrive(node, batches)
             assert await node.db.read(lambda c: _shown(c, space)) == (expected, expected), name
@@ -240,8 +235,6 @@ async def test_every_arrival_order_gives_the_same_visibility(tmp_path: Path) -> 
                 return _shown(conn, space)
 
             assert await node.db.write(rebuilt) == (expected, expected), name
-        finally:
-            node.close()
 
 
 def test_the_migration_lists_the_vouch_pages_of_a_space(tmp_path: Path) -> None:

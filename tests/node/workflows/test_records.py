@@ -23,7 +23,7 @@ from tests.node.workflows.test_signed import task_event
 from wire.time import format_ms
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
-WORKFLOW_TABLES = ["messages", "message_agents", "task_events", "tasks", "task_deps"]
+WORKFLOW_TABLES = ["messages", "message_agents", "message_dependencies", "task_events", "tasks", "task_deps"]
 # Everything a task is, minus its local id (a node's own numbering, like an entry's id).
 TASK_STATE = (
     "key, title, status, depends_on, checkpoint, home_node, created_at, updated_at, last_ms, lease_hash,"
@@ -51,7 +51,13 @@ async def busy_workflow(client: TestClient, make_agent: MakeAgent, clock: FakeCl
     for i, who in enumerate((boss, w1, w2)):
         await client.post(
             f"{WF}/messages",
-            json={"message_type": "status", "body": f"note {i}", "to_agent": boss.agent_id, "project": "p"},
+            json={
+                "message_type": "status",
+                "body": f"note {i}",
+                "to_agent": boss.agent_id,
+                "project": "p",
+                "dependency_ids": [f"{i:x}" * 64, f"step-{i}"],
+            },  # an address (not held) and a plain id
             headers=who.headers,
         )
         clock.advance(0.5)

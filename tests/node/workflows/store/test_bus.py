@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from node.spaces.sight import OPERATOR
+from node.store import db as store_db
 from node.store.conn import Conn
 from node.store.db import Database
 from node.workflows.store import bus
+from tests.node.migrated import database_before
 from tests.node.workflows.store.helpers import T0
 from wire.time import format_ms
 from wire.workflows import MessageQuery
@@ -93,3 +96,29 @@ async def test_filters_by_agent_project_and_type(db: Database) -> None:
     assert await ids(MessageQuery(message_type="request")) == [3, 2]
     assert await ids(MessageQuery(agent=CAROL, project="q", message_type="request")) == [2]
     assert await ids(MessageQuery(agent=ALICE, order="oldest", cursor=f"{T0 + 1}.1")) == [3]
+
+
+async def test_the_messages_naming_an_address_are_found_by_it_until_they_leave_the_bus(db: Database) -> None:
+    named, other = "a" * 64, "b" * 64
+    await db.write(lambda c: bus.insert_message_txn(c, message(3, ALICE, None, T0), [ALICE], [named, other]))
+    await db.write(lambda c: bus.insert_message_txn(c, message(4, BOB, None, T0), [BOB], [named]))
+    found = await db.read(lambda c: bus.dependents_of(c, [named, "c" * 64]))
+    assert [(d.seq, d.hash, d.author_id, d.space, d.named) for d in found] == [
+        (3, "m3", ALICE, None, named),
+        (4, "m4", BOB, None, named),
+    ]
+    await db.write(lambda c: bus.delete_message_txn(c, 3))
+    assert [d.seq for d in await db.read(lambda c: bus.dependents_of(c, [named, other]))] == [4]
+
+
+def test_migration_0051_indexes_the_dependencies_of_messages_held_before(tmp_path: Path) -> None:
+    """Messages stored before migration 0051 are found by the dependencies that may be addresses, and only those."""
+    conn = database_before(tmp_path / "bbs.db", 51)
+    deps = json.dumps(["a" * 64, "not an address", "A" * 64, "b" * 63])
+    conn.execute(
+        "INSERT INTO messages (id, record_hash, from_agent, to_agent, message_type, body, payload, dependency_ids,"
+        " project, created_at, created_ms, signature) VALUES (5, 'm5', ?, NULL, 'note', '', '{}', ?, NULL, ?, ?, 's')",
+        (ALICE, deps, format_ms(T0), T0),
+    )
+    store_db.migrate(conn)
+    assert [tuple(r) for r in conn.execute("SELECT address, message_id FROM message_dependencies")] == [("a" * 64, 5)]
