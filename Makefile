@@ -15,7 +15,7 @@
 #   make bench-quick  every benchmark at tiny sizes (proves the scripts run; not a measurement)
 #
 # The first target that needs it makes .venv (pip install -e ".[test]") and the npm oracle in tests/interop.
-# System packages (sqlite3, chromium, nodejs, npm, make) are .ci/run's job: it installs them, then runs `make ci`.
+# System packages (sqlite3, chromium, nodejs, npm, make, postgresql) are .ci/run's job: it installs them, then runs `make ci`.
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c

@@ -16,6 +16,18 @@ from node.app import create_app
 from node.ops.datadir import initialise
 from node.service import Node
 
+# The PostgreSQL half: its fixtures and the hooks that mark it, and deselect it where PostgreSQL is not installed.
+from tests.pg_fixtures import (  # noqa: F401
+    open_store,
+    pg_cluster,
+    pg_migrated_url,
+    pg_template,
+    pg_url,
+    pytest_collection_modifyitems,
+    pytest_report_header,
+    pytest_terminal_summary,
+)
+
 # pytest-xdist workers start with COLUMNS=80 in their environment where a serial run has none off a terminal: the
 # `bbs` commands' tables (agent/people_format.py) would be cut to 80 columns in a worker only.
 if "PYTEST_XDIST_WORKER" in os.environ:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, engine_of
 
 # ---- local agents -----------------------------------------------------------------------------------------------
 
@@ -86,12 +86,14 @@ def agent(conn: Conn, agent_id: str) -> Any:
 def agent_page(conn: Conn, after: str | None, local: bool, limit: int) -> list[Any]:
     """Up to `limit` agents in did order after `after` (with `local`, only those registered here): their
     identity, local name, whether the key is kept (`key_kept`) and entry count (`n`)."""
+    # PostgreSQL cannot type a parameter that is only tested for NULL: the cast says it (record 50)
+    after_sql = "CAST(:after AS text)" if engine_of(conn) == POSTGRESQL else ":after"
     return conn.execute(
         "SELECT a.id, l.name, a.display_name, a.description, a.agent_type, a.home_node, a.created_at,"
         " l.key_seed IS NOT NULL AS key_kept,"
         " (SELECT count(*) FROM entries e WHERE e.author_id = a.id AND e.space IS NULL) AS n"
         " FROM agents a LEFT JOIN local_agents l ON l.agent_id = a.id"
-        " WHERE (:after IS NULL OR a.id > :after) AND (:local = 0 OR l.name IS NOT NULL)"
+        f" WHERE ({after_sql} IS NULL OR a.id > :after) AND (:local = 0 OR l.name IS NOT NULL)"
         " ORDER BY a.id LIMIT :limit",
         {"after": after, "local": int(local), "limit": limit},
     ).fetchall()

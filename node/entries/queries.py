@@ -18,6 +18,8 @@ from identity import canonical
 from identity.schema import EntryRecord
 from identity.schema_v3 import space_of
 from node.errors import InvalidInput
+from node.spaces.sight import Sight
+from node.store.conn import POSTGRESQL, Conn, engine_of
 from wire.api import EntryOut, LinkOut
 
 # An entry's community confidence (node/trust/service.py): its computed value, else its author's trust, else neutral
@@ -37,27 +39,52 @@ _ACCEPTED = (
     " OR EXISTS (SELECT 1 FROM links k JOIN entries a ON a.record_hash = k.source_hash"
     "   WHERE k.target_hash = s.source_hash AND a.author_id = e.author_id AND a.performative = 'ack'))"
 )
+
+
 # What an entry's row holds beside its record: its state, derived from links and the trust cache; only entries of its
-# own space (public ones for a public entry: `IS` compares NULLs) supersede it (docs/spaces.md).
-ENTRY_STATE = (
-    " EXISTS (SELECT 1 FROM links r WHERE r.source_hash = e.record_hash AND r.link_type = 'retracted_by')"
-    "   AS retracted,"
-    " EXISTS (SELECT 1 FROM links s JOIN entries n ON n.record_hash = s.source_hash"
-    "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
-    f"  AND n.space IS e.space AND s.space IS e.space AND {_ACCEPTED}) AS superseded,"
-    f" {COMMUNITY_CONFIDENCE} AS community_confidence,"
-    " (SELECT json_group_array(DISTINCT s.source_hash) FROM links s JOIN entries n ON n.record_hash = s.source_hash"
-    "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
-    f"  AND n.space IS e.space AND s.space IS e.space AND NOT {_ACCEPTED}) AS superseded_claims,"
-    # node/store/equivocation.py: an address with two versions (this row shows the winner)
-    " EXISTS (SELECT 1 FROM equivocations q WHERE q.hash = e.record_hash) AS equivocated"
-)
-ENTRY_COLUMNS = (
-    "e.id, e.record_hash, e.content_fingerprint, e.author_id, e.created_at, e.entry_type, e.performative,"
-    " e.content, e.confidence, e.tags, e.directed_to, e.metadata, e.truth_state, e.authority, e.scope, e.signature,"
-    + ENTRY_STATE
-    + ", e.space"
-)
+# own space (public ones for a public entry: `IS` compares NULLs) supersede it (docs/spaces.md). `same` is the
+# engine's null-safe equality and `claims` its aggregate of the claims' sources into a JSON array (record 50).
+def _entry_state(same: str, claims: str) -> str:
+    return (
+        " EXISTS (SELECT 1 FROM links r WHERE r.source_hash = e.record_hash AND r.link_type = 'retracted_by')"
+        "   AS retracted,"
+        " EXISTS (SELECT 1 FROM links s JOIN entries n ON n.record_hash = s.source_hash"
+        "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
+        f"  AND n.space {same} e.space AND s.space {same} e.space AND {_ACCEPTED}) AS superseded,"
+        f" {COMMUNITY_CONFIDENCE} AS community_confidence,"
+        f" (SELECT {claims} FROM links s JOIN entries n ON n.record_hash = s.source_hash"
+        "   WHERE s.target_hash = e.record_hash AND s.link_type = 'supersedes' AND n.performative != 'retract'"
+        f"  AND n.space {same} e.space AND s.space {same} e.space AND NOT {_ACCEPTED}) AS superseded_claims,"
+        # node/store/equivocation.py: an address with two versions (this row shows the winner)
+        " EXISTS (SELECT 1 FROM equivocations q WHERE q.hash = e.record_hash) AS equivocated"
+    )
+
+
+def entry_columns(conn: Conn) -> str:
+    """ENTRY_COLUMNS in the SQL of `conn`'s engine (ENTRY_COLUMNS_PG on PostgreSQL)."""
+    return ENTRY_COLUMNS_PG if engine_of(conn) == POSTGRESQL else ENTRY_COLUMNS
+
+
+def seen_by(conn: Conn, sight: Sight, column: str) -> str:
+    """`sight.sql(column)` for `conn`'s engine: the operator's sight is `1` there, a condition SQLite takes and
+    PostgreSQL refuses (it wants a boolean: `TRUE`)."""
+    condition = sight.sql(column)
+    return "TRUE" if condition == "1" and engine_of(conn) == POSTGRESQL else condition
+
+
+def _entry_columns(state: str) -> str:
+    return (
+        "e.id, e.record_hash, e.content_fingerprint, e.author_id, e.created_at, e.entry_type, e.performative,"
+        " e.content, e.confidence, e.tags, e.directed_to, e.metadata, e.truth_state, e.authority, e.scope,"
+        " e.signature," + state + ", e.space"
+    )
+
+
+ENTRY_STATE = _entry_state("IS", "json_group_array(DISTINCT s.source_hash)")
+ENTRY_COLUMNS = _entry_columns(ENTRY_STATE)
+# The same on PostgreSQL: json_agg is NULL over no rows, and its DISTINCT sorts the sources.
+ENTRY_STATE_PG = _entry_state("IS NOT DISTINCT FROM", "coalesce(json_agg(DISTINCT s.source_hash), '[]')")
+ENTRY_COLUMNS_PG = _entry_columns(ENTRY_STATE_PG)
 LINK_COLUMNS = (
     "l.id, l.origin_hash, l.source_hash, l.target_hash, l.link_type, l.author_id, l.created_at, l.annotation,"
     " (EXISTS (SELECT 1 FROM entries a WHERE a.record_hash = l.source_hash)"

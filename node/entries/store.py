@@ -19,19 +19,23 @@ from node.entries.queries import (
     AUTHOR_TRUST,
     COMMUNITY_CONFIDENCE,
     ENTRY_COLUMNS,
+    ENTRY_COLUMNS_PG,
     ENTRY_STATE,
+    ENTRY_STATE_PG,
     LINK_COLUMNS,
     EntryState,
+    entry_columns,
     entry_out,
     json_array,
     link_out,
+    seen_by,
     tagged_any,
 )
 from node.errors import NotFound
 from node.spaces.sight import Sight
 from node.store import equivocation
-from node.store.ahead import NAMED_SQL, Named
-from node.store.conn import Conn
+from node.store.ahead import NAMED_SQL, NAMED_SQL_PG, Named
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 from wire.api import EntryOut, LinkOut, SearchQuery
 
 MAX_NEIGHBOURHOOD = 1_000  # entries a traversal may collect before it stops and says so
@@ -75,12 +79,20 @@ def require_ref(conn: Conn, ref: str, what: str, sight: Sight, *, field: str, co
 
 def entry_states(conn: Conn, ids: list[int]) -> dict[int, EntryState]:
     """ENTRY_STATE of entries by local id (one row for all of them, as `entries_by_ids`)."""
-    text = conn.execute(
-        "SELECT json_group_array(json_array(id, retracted, superseded, community_confidence, superseded_claims,"
-        f" equivocated)) FROM (SELECT e.id, {ENTRY_STATE} FROM entries e"
-        " WHERE e.id IN (SELECT value FROM json_each(?)))",
-        (json.dumps(ids),),
-    ).fetchone()[0]
+    if engine_of(conn) == POSTGRESQL:
+        text = conn.execute(
+            "SELECT coalesce(json_agg(json_build_array(id, retracted, superseded, community_confidence,"
+            f" superseded_claims, equivocated)), '[]')::text FROM (SELECT e.id, {ENTRY_STATE_PG} FROM entries e"
+            " WHERE e.id = ANY(?)) s",
+            (list(ids),),
+        ).fetchone()[0]
+    else:
+        text = conn.execute(
+            "SELECT json_group_array(json_array(id, retracted, superseded, community_confidence, superseded_claims,"
+            f" equivocated)) FROM (SELECT e.id, {ENTRY_STATE} FROM entries e"
+            " WHERE e.id IN (SELECT value FROM json_each(?)))",
+            (json.dumps(ids),),
+        ).fetchone()[0]
     return {
         entry_id: EntryState(
             bool(retracted),
@@ -105,35 +117,46 @@ _ENTRY_JSON = (
 )
 
 
+# _ENTRY_JSON on PostgreSQL: the two arrays cast to json (their text is JSON), the states' booleans as JSON's.
+_ENTRY_JSON_PG = _ENTRY_JSON.replace("json(tags), json(directed_to)", "CAST(tags AS json), CAST(directed_to AS json)")
+
+
 def entries_by_ids(conn: Conn, ids: list[int], sight: Sight) -> list[EntryOut]:
     """Entries by local id that `sight` sees, in no particular order, fetched as one row (see `_ENTRY_JSON`)."""
-    text = conn.execute(
-        f"SELECT json_group_array(json_array({_ENTRY_JSON})) FROM (SELECT {ENTRY_COLUMNS} FROM entries e"
-        f" WHERE e.id IN (SELECT value FROM json_each(?)) AND {sight.sql('e.space')})",
-        (json.dumps(ids),),
-    ).fetchone()[0]
+    if engine_of(conn) == POSTGRESQL:
+        text = conn.execute(
+            f"SELECT coalesce(json_agg(json_build_array({_ENTRY_JSON_PG})), '[]')::text FROM"
+            f" (SELECT {ENTRY_COLUMNS_PG} FROM entries e WHERE e.id = ANY(?) AND {seen_by(conn, sight, 'e.space')}) s",
+            (list(ids),),
+        ).fetchone()[0]
+    else:
+        text = conn.execute(
+            f"SELECT json_group_array(json_array({_ENTRY_JSON})) FROM (SELECT {ENTRY_COLUMNS} FROM entries e"
+            f" WHERE e.id IN (SELECT value FROM json_each(?)) AND {sight.sql('e.space')})",
+            (json.dumps(ids),),
+        ).fetchone()[0]
     return [entry_out(row) for row in msgspec.json.decode(text)]
 
 
 def synthetic_among(conn: Conn, hashes: Sequence[str]) -> set[str]:
     """Which of these record hashes are stored simulations (truth_state simulation)."""
+    test, listed = any_of(conn, hashes)
     rows = conn.execute(
-        "SELECT record_hash FROM entries WHERE record_hash IN (SELECT value FROM json_each(?))"
-        " AND truth_state = 'simulation'",
-        (json.dumps(list(hashes)),),
+        f"SELECT record_hash FROM entries WHERE record_hash {test} AND truth_state = 'simulation'", (listed,)
     ).fetchall()
     return {r[0] for r in rows}
 
 
 def entries_by_hashes(conn: Conn, hashes: Iterable[str], include_synthetic: bool, sight: Sight) -> list[EntryOut]:
     """Entries with these hashes that are present and that `sight` sees, oldest first."""
+    test, listed = any_of(conn, hashes)
     sql = (
-        f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.record_hash IN (SELECT value FROM json_each(?))"
-        f" AND {sight.sql('e.space')}"
+        f"SELECT {entry_columns(conn)} FROM entries e WHERE e.record_hash {test}"
+        f" AND {seen_by(conn, sight, 'e.space')}"
         + ("" if include_synthetic else " AND e.truth_state != 'simulation'")
         + " ORDER BY e.id"
     )
-    return [entry_out(r) for r in conn.execute(sql, (json.dumps(list(hashes)),)).fetchall()]
+    return [entry_out(r) for r in conn.execute(sql, (listed,)).fetchall()]
 
 
 def traverse(
@@ -190,7 +213,9 @@ def traverse(
 def _adjacent(
     conn: Conn, frontier: list[str], link_types: Sequence[str], direction: str, include_synthetic: bool, sight: Sight
 ) -> list[Any]:
-    type_filter = " AND l.link_type IN (SELECT value FROM json_each(:types))" if link_types else ""
+    in_frontier, frontier_param = any_of(conn, frontier, ":f")
+    of_type, types_param = any_of(conn, link_types, ":types")
+    type_filter = f" AND l.link_type {of_type}" if link_types else ""
     hidden = [] if include_synthetic else ["z.truth_state = 'simulation'"]
     if not sight.everything:
         hidden.append(f"NOT {sight.sql('z.space')}")
@@ -200,10 +225,7 @@ def _adjacent(
             " AND NOT EXISTS (SELECT 1 FROM entries z WHERE z.record_hash IN (l.source_hash, l.target_hash)"
             f" AND ({' OR '.join(hidden)}))"
         )
-    out_end, in_end = (
-        "l.source_hash IN (SELECT value FROM json_each(:f))",
-        "l.target_hash IN (SELECT value FROM json_each(:f))",
-    )
+    out_end, in_end = f"l.source_hash {in_frontier}", f"l.target_hash {in_frontier}"
     same_as = " AND l.link_type = 'same_as'"
     parts = []
     if direction in ("outbound", "both"):
@@ -215,7 +237,7 @@ def _adjacent(
     else:
         parts.append(f"SELECT {LINK_COLUMNS} FROM links l WHERE {in_end}{same_as}{type_filter}")
     sql = " UNION ".join(parts) + " ORDER BY id LIMIT :cap"
-    params = {"f": json.dumps(frontier), "types": json.dumps(list(link_types)), "cap": MAX_WALKED_LINKS + 1}
+    params = {"f": frontier_param, "types": types_param, "cap": MAX_WALKED_LINKS + 1}
     return conn.execute(sql, params).fetchall()
 
 
@@ -237,8 +259,8 @@ def search(conn: Conn, q: SearchQuery, since_ms: int | None, sight: Sight) -> li
 
     def in_list(column: str, name: str, values: Sequence[str]) -> None:
         if values:
-            where.append(f"{column} IN (SELECT value FROM json_each(:{name}))")
-            params[name] = json.dumps(list(values))
+            test, params[name] = any_of(conn, values, f":{name}")
+            where.append(f"{column} {test}")
 
     in_list("e.entry_type", "types", q.entry_type)
     in_list("e.performative", "perfs", q.performative)
@@ -261,7 +283,7 @@ def search(conn: Conn, q: SearchQuery, since_ms: int | None, sight: Sight) -> li
     order = _SEARCH_ORDER.get(q.sort)
     filters = (" WHERE " + " AND ".join(where)) if where else ""
     sql = (
-        f"SELECT {ENTRY_COLUMNS} FROM entries e{filters} ORDER BY {order + ', ' if order else ''}e.id DESC"
+        f"SELECT {entry_columns(conn)} FROM entries e{filters} ORDER BY {order + ', ' if order else ''}e.id DESC"
         " LIMIT :limit OFFSET :offset"
     )
     return [entry_out(r) for r in conn.execute(sql, params).fetchall()]
@@ -272,7 +294,9 @@ def search(conn: Conn, q: SearchQuery, since_ms: int | None, sight: Sight) -> li
 
 def entry_by_hash(conn: Conn, record_hash: str) -> EntryOut:
     """The entry stored under `record_hash` (which must be stored), as shown."""
-    row = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.record_hash = ?", (record_hash,)).fetchone()
+    row = conn.execute(
+        f"SELECT {entry_columns(conn)} FROM entries e WHERE e.record_hash = ?", (record_hash,)
+    ).fetchone()
     return entry_out(row)
 
 
@@ -322,7 +346,8 @@ def same_link_txn(
     same = conn.execute(
         "SELECT l.id, l.origin_hash, (SELECT r.kind FROM records r WHERE r.hash = l.origin_hash LIMIT 1) FROM links l"
         " WHERE l.source_hash = ? AND l.target_hash = ? AND l.link_type = ? AND l.author_id = ?"
-        " AND l.ordinal >= 0 AND l.space IS ? ORDER BY l.id LIMIT 1",
+        f" AND l.ordinal >= 0 AND l.space {'IS NOT DISTINCT FROM' if engine_of(conn) == POSTGRESQL else 'IS'} ?"
+        " ORDER BY l.id LIMIT 1",
         (source, target, link_type, author_id, space),
     ).fetchone()
     return None if same is None else (int(same[0]), same[1], same[2])
@@ -354,6 +379,12 @@ _LOOK_AHEAD_SQL = (
     f" (SELECT json_group_array(json_array(e.record_hash, {COMMUNITY_CONFIDENCE}))"
     "  FROM (SELECT p.value ->> 0 AS record_hash, p.value ->> 1 AS author_id FROM json_each(:p) p) e)"
 )
+# The same on PostgreSQL: :h an array of the addresses, the pairs as two arrays (:ph, :pa); JSON text back.
+_LOOK_AHEAD_SQL_PG = (
+    f"SELECT {equivocation.HELD_JSON_PG}, {NAMED_SQL_PG},"
+    f" (SELECT coalesce(json_agg(json_build_array(e.record_hash, {COMMUNITY_CONFIDENCE})), '[]')::text"
+    "  FROM unnest(CAST(:ph AS text[]), CAST(:pa AS text[])) AS e(record_hash, author_id))"
+)
 
 
 class LookAhead(NamedTuple):
@@ -367,10 +398,15 @@ class LookAhead(NamedTuple):
 def look_ahead_txn(conn: Conn, entries: Sequence[tuple[str, str]]) -> LookAhead:
     """`LookAhead` of entries (record hash, author) about to be appended in this transaction, in one statement.
     Exact: hashes are hex and the confidences have at most 4 decimals, which JSON text carries exactly."""
-    held_json, superseded, contradicted, subscribed, confidence_json = conn.execute(
-        _LOOK_AHEAD_SQL,
-        {"h": json.dumps(sorted({h for h, _ in entries})), "p": json.dumps([list(pair) for pair in entries])},
-    ).fetchone()
+    addresses = sorted({h for h, _ in entries})
+    if engine_of(conn) == POSTGRESQL:
+        pairs = {"h": addresses, "ph": [h for h, _ in entries], "pa": [a for _, a in entries]}
+        row = conn.execute(_LOOK_AHEAD_SQL_PG, pairs).fetchone()
+    else:
+        row = conn.execute(
+            _LOOK_AHEAD_SQL, {"h": json.dumps(addresses), "p": json.dumps([list(pair) for pair in entries])}
+        ).fetchone()
+    held_json, superseded, contradicted, subscribed, confidence_json = row
     return LookAhead(
         equivocation.held_from(msgspec.json.decode(held_json)),
         Named(bool(superseded), bool(contradicted), bool(subscribed)),

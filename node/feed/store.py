@@ -5,13 +5,12 @@ Store functions (docs/architecture.md, "Where SQL lives"); both only read. node/
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from node.entries import queries
 from node.spaces.sight import Sight
-from node.store.conn import Conn
+from node.store.conn import Conn, any_of
 
 
 def newest_id(conn: Conn) -> int:
@@ -24,11 +23,13 @@ def entry_rows(
 ) -> list[Any]:
     """Up to `limit` entries (`queries.ENTRY_COLUMNS`) with an id above `after` that `sight` sees (of `spaces` only,
     when given), in id order; simulations only with `include_synthetic`."""
+    in_spaces, listed = any_of(conn, spaces)
     sql = (
-        f"SELECT {queries.ENTRY_COLUMNS} FROM entries e WHERE e.id > ? AND {sight.sql('e.space')}"
+        f"SELECT {queries.entry_columns(conn)} FROM entries e"
+        f" WHERE e.id > ? AND {queries.seen_by(conn, sight, 'e.space')}"
         + ("" if include_synthetic else " AND e.truth_state != 'simulation'")
-        + (" AND e.space IN (SELECT value FROM json_each(?))" if spaces else "")
+        + (f" AND e.space {in_spaces}" if spaces else "")
         + " ORDER BY e.id LIMIT ?"
     )
-    params = (after, json.dumps(list(spaces)), limit) if spaces else (after, limit)
+    params = (after, listed, limit) if spaces else (after, limit)
     return conn.execute(sql, params).fetchall()

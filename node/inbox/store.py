@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from node.spaces.store import may_read_sql
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, SQLITE, Conn, any_of, engine_of
 
 # an upgrade (a lower tier) makes the notification pending again with a fresh attempt count, whatever its
 # state, a lease included: a tier-1 reason must not wait for a lapsing tier-2 lease
@@ -74,13 +74,69 @@ _SUBSCRIBED = (
 )
 
 
-def fan_out_sql(*, directed: bool, subscribed: bool) -> str:
+# The same three on PostgreSQL (docs/decisions.md records 50 and 76): jsonb_array_elements for json_each, `->>`
+# yields text there (cast where a number is meant), a NULL subscription typed for the UNION. Kept in step with the
+# SQLite statements above: tests/node/inbox/test_store.py runs one story on both engines and compares the rows.
+_RUN_PG = (
+    "WITH r AS (SELECT (v ->> 0)::bigint AS eid, v ->> 1 AS author, v ->> 2 AS type, v ->> 3 AS perf,"
+    " v -> 4 AS tags, v -> 5 AS directed, (v ->> 6)::bigint AS sim, v ->> 7 AS space"
+    " FROM jsonb_array_elements(CAST(:run AS jsonb)) AS j(v))"
+)
+_DIRECTED_PG = (
+    "SELECT d.value AS agent_id, r.eid AS eid, NULL::bigint AS sub,"
+    " CASE WHEN r.perf = 'request' THEN 1 ELSE 2 END AS tier,"
+    " CASE WHEN r.perf = 'request' THEN 'directed_request' ELSE 'directed' END AS reason, 0 AS part"
+    " FROM r CROSS JOIN jsonb_array_elements_text(r.directed) AS d(value)"
+    " JOIN local_agents a ON a.agent_id = d.value"
+    f" WHERE d.value != r.author AND {may_read_sql('r.space', 'd.value')}"
+)
+_SUBSCRIBED_PG = (
+    "SELECT s.agent_id AS agent_id, r.eid AS eid, MIN(s.id) AS sub, 2 AS tier, 'subscription' AS reason, 1 AS part"
+    " FROM r CROSS JOIN subscriptions s"
+    " WHERE s.id IN (SELECT sub_id FROM subscription_terms WHERE dim = 'type' AND value = r.type"
+    "   UNION ALL SELECT sub_id FROM subscription_terms WHERE dim = 'perf' AND value = r.perf"
+    "   UNION ALL SELECT sub_id FROM subscription_terms WHERE dim = 'author' AND value = r.author"
+    "   UNION ALL SELECT t.sub_id FROM jsonb_array_elements_text(r.tags) AS j(value) JOIN subscription_terms t"
+    "     ON t.dim = 'tag' AND t.value = j.value"
+    "   UNION ALL SELECT id FROM subscriptions WHERE n_tags + n_types + n_perfs + n_authors = 0)"
+    "   AND s.agent_id != r.author AND r.sim = 0"
+    f"  AND {may_read_sql('r.space', 's.agent_id')}"
+    "   AND (s.n_types = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
+    "        WHERE t.dim = 'type' AND t.value = r.type AND t.sub_id = s.id))"
+    "   AND (s.n_perfs = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
+    "        WHERE t.dim = 'perf' AND t.value = r.perf AND t.sub_id = s.id))"
+    "   AND (s.n_spaces = 0 OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(CAST(s.spaces AS jsonb)) AS j(value)"
+    "        WHERE j.value = r.space))"
+    "   AND (s.n_authors = 0 OR EXISTS (SELECT 1 FROM subscription_terms t"
+    "        WHERE t.dim = 'author' AND t.value = r.author AND t.sub_id = s.id))"
+    "   AND (s.n_tags = 0 OR EXISTS (SELECT 1 FROM subscription_terms t JOIN entry_tags et"
+    "        ON et.entry_id = r.eid AND et.tag = t.value WHERE t.dim = 'tag' AND t.sub_id = s.id))"
+    "   AND (s.directed = 0 OR EXISTS (SELECT 1 FROM entry_directed d"
+    "        WHERE d.entry_id = r.eid AND d.agent_id = s.agent_id))"
+    " GROUP BY r.eid, s.agent_id"
+)
+
+
+def fan_out_sql(*, directed: bool, subscribed: bool, engine: str = SQLITE) -> str:
     """The one statement that notifies a run of new entries' addressees and subscribers, entry by entry in log
-    order (addressees first: an agent both addressed and subscribed is notified as an addressee)."""
-    parts = [sql for sql, wanted in ((_DIRECTED, directed), (_SUBSCRIBED, subscribed)) if wanted]
+    order (addressees first: an agent both addressed and subscribed is notified as an addressee), in `engine`'s
+    SQL."""
+    pg = engine == POSTGRESQL
+    chosen = (
+        ((_DIRECTED_PG, directed), (_SUBSCRIBED_PG, subscribed))
+        if pg
+        else ((_DIRECTED, directed), (_SUBSCRIBED, subscribed))
+    )
+    parts = " UNION ALL ".join(sql for sql, wanted in chosen if wanted)
+    if pg:
+        # SQLite inserts the rows one by one, so an agent both addressed and subscribed gets the addressee's row and
+        # the subscriber's finds it there (kept: not a lower tier); PostgreSQL refuses two rows of one key in one
+        # INSERT, so it keeps the first of each (entry, agent) in the same order itself (and names each subquery)
+        parts = f"SELECT DISTINCT ON (eid, agent_id) * FROM ({parts}) AS f ORDER BY eid, agent_id, part"
     return (
-        f"{_RUN} INSERT INTO notifications (agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms)"
-        f" SELECT agent_id, eid, sub, tier, reason, :now, :exp FROM ({' UNION ALL '.join(parts)})"
+        f"{_RUN_PG if pg else _RUN} INSERT INTO notifications"
+        " (agent_id, entry_id, subscription_id, tier, reason, created_ms, expires_ms)"
+        f" SELECT agent_id, eid, sub, tier, reason, :now, :exp FROM ({parts}){' AS d' if pg else ''}"
         " WHERE true ORDER BY eid, part, agent_id" + _ON_CONFLICT
     )
 
@@ -90,7 +146,8 @@ def fan_out_txn(conn: Conn, run: str, now_ms: int, expires_ms: int, *, directed:
 
     `run` is the JSON array `_RUN` reads: [entry_id, author, type, performative, tags, directed_to, simulation]
     per entry, in log order."""
-    conn.execute(fan_out_sql(directed=directed, subscribed=subscribed), {"run": run, "now": now_ms, "exp": expires_ms})
+    sql = fan_out_sql(directed=directed, subscribed=subscribed, engine=engine_of(conn))
+    conn.execute(sql, {"run": run, "now": now_ms, "exp": expires_ms})
 
 
 # Authors to notify, and the contradicting entry, for contradicts links that the records :h complete.
@@ -109,9 +166,23 @@ CONTRADICTIONS_SQL = (
 )
 
 
+# CONTRADICTIONS_SQL on PostgreSQL: `= ANY` for json_each, no planner hint.
+CONTRADICTIONS_SQL_PG = (
+    "SELECT t.author_id, s.id FROM links l"
+    " JOIN entries t ON t.record_hash = l.target_hash"
+    " JOIN entries s ON s.record_hash = l.source_hash"
+    " JOIN local_agents a ON a.agent_id = t.author_id"
+    " WHERE (l.origin_hash = ANY(:h) OR l.source_hash = ANY(:h) OR l.target_hash = ANY(:h))"
+    "   AND l.link_type = 'contradicts' AND t.author_id != l.author_id AND s.truth_state != 'simulation'"
+    f"  AND {may_read_sql('s.space', 't.author_id')} AND {may_read_sql('l.space', 't.author_id')}"
+)
+
+
 def contradicted(conn: Conn, arrived_hashes: str) -> list[Any]:
     """(author to notify, contradicting entry id) of each contradicts link the records `arrived_hashes` (a JSON
     array of record hashes) complete."""
+    if engine_of(conn) == POSTGRESQL:
+        return conn.execute(CONTRADICTIONS_SQL_PG, {"h": json.loads(arrived_hashes)}).fetchall()
     return conn.execute(CONTRADICTIONS_SQL, {"h": arrived_hashes}).fetchall()
 
 
@@ -169,6 +240,13 @@ ENVELOPE_COLUMNS = (
     "     GROUP BY l.target_hash"
     "     ORDER BY part, o LIMIT 100)) AS link_targets"
 )
+# ENVELOPE_COLUMNS on PostgreSQL (record 50): json_agg in the page's order, as text (NULL over no links, which
+# the envelope reads as []), no planner hint, the subquery named.
+ENVELOPE_COLUMNS_PG = (
+    ENVELOPE_COLUMNS.replace("(SELECT json_group_array(h) FROM (", "(SELECT json_agg(h ORDER BY part, o)::text FROM (")
+    .replace("AND +l.link_type = 'contradicts'", "AND l.link_type = 'contradicts'")
+    .replace("ORDER BY part, o LIMIT 100)) AS link_targets", "ORDER BY part, o LIMIT 100) x) AS link_targets")
+)
 # The tables ENVELOPE_COLUMNS reads, after `notifications n`: a notification's entry, or a notice's tombstone.
 ENVELOPE_JOINS = (
     " LEFT JOIN entries e ON e.id = n.entry_id AND n.redaction IS NULL"
@@ -183,18 +261,23 @@ ENVELOPE_SHOWN = "(e.id IS NOT NULL OR n.redaction IS NOT NULL)"
 # notifications_agent_status in (tier, id) order (a pending and a lapsed-lease branch, merged), so a poll reads
 # `limit` rows whatever the agent's backlog; the envelope columns, with their subqueries, are computed for the
 # page only (selected with the filter, SQLite computed them for every deliverable row before sorting).
-def _inbox_sql(in_space: str = "") -> str:
-    """INBOX_SQL, with `in_space` (a condition on a notification) added to both branches of the page's choice."""
+def _inbox_sql(in_space: str = "", *, pg: bool = False) -> str:
+    """INBOX_SQL, with `in_space` (a condition on a notification) added to both branches of the page's choice; `pg`:
+    in PostgreSQL's SQL (each subquery named, the optional :since typed)."""
+    since = (
+        "(CAST(:since AS bigint) IS NULL OR created_ms >= :since)" if pg else "(:since IS NULL OR created_ms >= :since)"
+    )
+    first, second = (" a", " b") if pg else ("", "")
     return (
-        "SELECT " + ENVELOPE_COLUMNS + " FROM ("
+        "SELECT " + (ENVELOPE_COLUMNS_PG if pg else ENVELOPE_COLUMNS) + " FROM ("
         "   SELECT id, tier FROM (SELECT id, tier FROM notifications"
-        "     WHERE agent_id = :agent AND status = 'pending' AND (:since IS NULL OR created_ms >= :since)"
-        f"    {in_space} ORDER BY tier, id LIMIT :limit)"
+        f"     WHERE agent_id = :agent AND status = 'pending' AND {since}"
+        f"    {in_space} ORDER BY tier, id LIMIT :limit){first}"
         "   UNION ALL"
         "   SELECT id, tier FROM (SELECT id, tier FROM notifications"
         "     WHERE agent_id = :agent AND status = 'leased' AND next_attempt_ms <= :now"
-        "       AND (:since IS NULL OR created_ms >= :since)"
-        f"    {in_space} ORDER BY tier, id LIMIT :limit)"
+        f"       AND {since}"
+        f"    {in_space} ORDER BY tier, id LIMIT :limit){second}"
         "   ORDER BY tier, id LIMIT :limit) p"
         " JOIN notifications n ON n.id = p.id" + ENVELOPE_JOINS + " WHERE " + ENVELOPE_SHOWN + " ORDER BY p.tier, p.id"
     )
@@ -203,10 +286,12 @@ def _inbox_sql(in_space: str = "") -> str:
 INBOX_SQL = _inbox_sql()
 # A poll of one space's notifications (`InboxQuery.space`): the same page, of entries of that space only (and the
 # notices of redactions of that space's entries).
-INBOX_SPACE_SQL = _inbox_sql(
+_IN_SPACE = (
     "AND (entry_id IN (SELECT id FROM entries WHERE space = :space)"
     " OR redaction IN (SELECT hash FROM redactions WHERE space = :space))"
 )
+INBOX_SPACE_SQL = _inbox_sql(_IN_SPACE)
+INBOX_SQL_PG, INBOX_SPACE_SQL_PG = _inbox_sql(pg=True), _inbox_sql(_IN_SPACE, pg=True)
 
 
 # Whether the agent has anything a poll would lease or fail: a pending notification, or a leased one whose lease
@@ -233,33 +318,38 @@ def inbox_page(
     """Up to `limit` of the agent's deliverable notifications with their envelopes (`INBOX_SQL`); of entries of
     `space` only, when given (`INBOX_SPACE_SQL`)."""
     params = {"agent": agent_id, "now": now_ms, "since": since_ms, "limit": limit, "space": space}
+    if engine_of(conn) == POSTGRESQL:
+        return conn.execute(INBOX_SQL_PG if space is None else INBOX_SPACE_SQL_PG, params).fetchall()
     return conn.execute(INBOX_SQL if space is None else INBOX_SPACE_SQL, params).fetchall()
 
 
 def deliver_txn(conn: Conn, ids: list[int], now_ms: int) -> None:
     """Mark the notifications `ids` delivered at `now_ms`, counting the attempt."""
+    test, listed = any_of(conn, ids)
     conn.execute(
         "UPDATE notifications SET status = 'delivered', delivered_ms = ?, attempt_count = attempt_count + 1"
-        " WHERE id IN (SELECT value FROM json_each(?))",
-        (now_ms, _json_list(ids)),
+        f" WHERE id {test}",
+        (now_ms, listed),
     )
 
 
 def lease_txn(conn: Conn, ids: list[int], until_ms: int) -> None:
     """Lease the notifications `ids` until `until_ms`, counting the attempt."""
+    test, listed = any_of(conn, ids)
     conn.execute(
         "UPDATE notifications SET status = 'leased', next_attempt_ms = ?, attempt_count = attempt_count + 1"
-        " WHERE id IN (SELECT value FROM json_each(?))",
-        (until_ms, _json_list(ids)),
+        f" WHERE id {test}",
+        (until_ms, listed),
     )
 
 
 def ack_txn(conn: Conn, agent_id: str, ids: list[int], now_ms: int) -> int:
     """Mark the agent's own pending or leased notifications delivered; return how many changed."""
+    test, listed = any_of(conn, ids)
     cur = conn.execute(
         "UPDATE notifications SET status = 'delivered', delivered_ms = ?"
-        " WHERE agent_id = ? AND status IN ('pending', 'leased') AND id IN (SELECT value FROM json_each(?))",
-        (now_ms, agent_id, _json_list(ids)),
+        f" WHERE agent_id = ? AND status IN ('pending', 'leased') AND id {test}",
+        (now_ms, agent_id, listed),
     )
     return cur.rowcount
 

@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, engine_of
 
 TABLES: tuple[str, ...] = ("redactions",)  # the projection `bbs rebuild` recreates; tombstones are node-local
 
@@ -371,6 +371,13 @@ def addresses_of_author(conn: Conn, author: str, kinds: Iterable[str]) -> list[s
 def any_named(conn: Conn, addresses: Iterable[str]) -> bool:
     """Whether a redaction or a purge names any of `addresses`: the one look-up every append makes (two index
     probes per address; the tables are empty on most nodes)."""
+    if engine_of(conn) == POSTGRESQL:
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM redactions WHERE target = ANY(?1))"
+            " OR EXISTS (SELECT 1 FROM purges WHERE hash = ANY(?1))",
+            (sorted(set(addresses)),),
+        ).fetchone()
+        return bool(row[0])
     listed = json.dumps(sorted(set(addresses)))
     row = conn.execute(
         "SELECT EXISTS (SELECT 1 FROM json_each(?1) a"

@@ -30,3 +30,11 @@ NAMED_SQL = (
     "   AND x.link_type = 'contradicts'),"
     " EXISTS (SELECT 1 FROM subscriptions)"
 )
+
+# NAMED_SQL on PostgreSQL, where :h is an array of the hashes (record 50: `= ANY` for json_each).
+NAMED_SQL_PG = (
+    "EXISTS (SELECT 1 FROM links x WHERE x.target_hash = ANY(:h) AND x.link_type = 'supersedes'),"
+    " EXISTS (SELECT 1 FROM links x WHERE (x.target_hash = ANY(:h) OR x.source_hash = ANY(:h))"
+    "   AND x.link_type = 'contradicts'),"
+    " EXISTS (SELECT 1 FROM subscriptions)"
+)

@@ -10,6 +10,8 @@ journal mode) in node/ops/store.py. docs/decisions.md record 50 lists every one,
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
@@ -39,3 +41,85 @@ class Conn(Protocol):
     def execute(self, sql: str, parameters: Any = ..., /) -> Cursor: ...
 
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> Cursor: ...
+
+
+SQLITE = "sqlite"
+POSTGRESQL = "postgresql"
+
+
+def engine_of(conn: Conn) -> str:
+    """The engine `conn` runs on, `SQLITE` or `POSTGRESQL`: a store module chooses its engine-specific statements
+    by it (docs/decisions.md records 50 and 76). The PostgreSQL `Conn` says so (`engine`); anything else is SQLite."""
+    return POSTGRESQL if getattr(conn, "engine", None) == POSTGRESQL else SQLITE
+
+
+def any_of(conn: Conn, values: Iterable[Any], placeholder: str = "?") -> tuple[str, Any]:
+    """A list as one parameter, the way each engine takes it: `(test, parameter)` where `f"column {test}"` is true
+    for a column equal to one of `values` and `parameter` binds its one `placeholder` (`?`, or `:name` for a
+    statement of named parameters). SQLite reads a JSON array (`IN (SELECT value FROM json_each(?))`, the store's
+    form until now); PostgreSQL an array (`= ANY(?)`: record 50)."""
+    listed = list(values)
+    if engine_of(conn) == POSTGRESQL:
+        return f"= ANY({placeholder})", listed
+    return f"IN (SELECT value FROM json_each({placeholder}))", json.dumps(listed)
+
+
+# ---- errors, told apart the same way on both engines -----------------------------------------------------------
+#
+# Store code written for SQLite catches sqlite3's classes (`except sqlite3.IntegrityError`). The PostgreSQL `Conn`
+# (node/store/pg_conn.py) raises these instead, each a subclass of the sqlite3 class the same failure raises on
+# SQLite, so such a handler catches it on either engine; the finer classes (a unique violation, a missing table) are
+# PostgreSQL's SQLSTATE classes, and `is_unique_violation` asks the question of either engine's error.
+# docs/decisions.md record 76.
+
+
+class DatabaseError(sqlite3.DatabaseError):
+    """A statement failed on the PostgreSQL store; `sqlstate` is PostgreSQL's five-character code (None: unknown)."""
+
+    sqlstate: str | None = None
+
+
+class IntegrityError(DatabaseError, sqlite3.IntegrityError):
+    """A constraint refused the statement (SQLSTATE class 23)."""
+
+
+class UniqueViolation(IntegrityError):
+    """A unique or primary key constraint refused a row (23505)."""
+
+
+class NotNullViolation(IntegrityError):
+    """A NULL in a NOT NULL column (23502)."""
+
+
+class CheckViolation(IntegrityError):
+    """A CHECK constraint refused a row (23514)."""
+
+
+class ForeignKeyViolation(IntegrityError):
+    """A foreign key refused a row (23503)."""
+
+
+class OperationalError(DatabaseError, sqlite3.OperationalError):
+    """The statement could not run: a syntax error, a lock or serialization failure, the server gone."""
+
+
+class UndefinedTable(OperationalError):
+    """No such table (42P01): SQLite's "no such table" is an OperationalError too."""
+
+
+class ProgrammingError(DatabaseError, sqlite3.ProgrammingError):
+    """The statement was called wrongly: parameters that do not match its placeholders."""
+
+
+class DataError(DatabaseError, sqlite3.DataError):
+    """A value the column's type cannot hold (SQLSTATE class 22)."""
+
+
+_SQLITE_UNIQUE = {sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY}
+
+
+def is_unique_violation(exc: BaseException) -> bool:
+    """Whether `exc` is a unique or primary key violation, on either engine."""
+    if isinstance(exc, UniqueViolation):
+        return True
+    return isinstance(exc, sqlite3.IntegrityError) and getattr(exc, "sqlite_errorcode", None) in _SQLITE_UNIQUE

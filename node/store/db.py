@@ -785,6 +785,27 @@ def insert_rows(conn: Conn, head: str, rows: Sequence[Sequence[Any]], tail: str 
     return Inserted(changed, last_rowid)
 
 
+# Bound parameters one PostgreSQL statement may carry (its protocol counts them in 16 bits).
+PG_MAX_PARAMETERS = 65535
+
+
+def insert_returning(conn: Conn, head: str, rows: Sequence[Sequence[Any]], tail: str) -> list[Any]:
+    """`{head} VALUES (?, ...), ... {tail}`, `tail` ending in a RETURNING clause, for every row; the rows returned,
+    statement after statement. As few statements as PostgreSQL's bound-parameter limit allows (the PostgreSQL
+    store's `insert_rows`: a round trip per statement, so one for any run a writer batch holds)."""
+    if not rows:
+        return []
+    width = len(rows[0])
+    most = max(1, PG_MAX_PARAMETERS // width)
+    placeholder = "(" + ",".join("?" * width) + ")"
+    returned: list[Any] = []
+    for start in range(0, len(rows), most):
+        chunk = rows[start : start + most]
+        params = [value for row in chunk for value in row]
+        returned += conn.execute(f"{head} VALUES {','.join([placeholder] * len(chunk))}{tail}", params).fetchall()
+    return returned
+
+
 def write_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T], *, log: Log | None = None) -> T:
     """Run one write transaction from a separate process (the CLI), safe while a node serves the file; the
     connection carries `log` (needed to append or rebuild: node.features.LOG)."""

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from identity import key_history, records
 from node.store.authority import key_events_of
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 
 MAX_VERSIONS = 2
 
@@ -113,10 +113,8 @@ def key_order_txn(conn: Conn, author: str) -> dict[str, int]:
 
 def members(conn: Conn, seqs: Iterable[int]) -> dict[int, tuple[Member, dict[str, Any]]]:
     """The `Member` and record of each stored version by seq."""
-    rows = conn.execute(
-        "SELECT seq, version, scope, body FROM records WHERE seq IN (SELECT value FROM json_each(?))",
-        (json.dumps(sorted(set(seqs))),),
-    ).fetchall()
+    test, listed = any_of(conn, sorted(set(seqs)))
+    rows = conn.execute(f"SELECT seq, version, scope, body FROM records WHERE seq {test}", (listed,)).fetchall()
     out: dict[int, tuple[Member, dict[str, Any]]] = {}
     for seq, version, scope, body in rows:
         record = json.loads(bytes(body))
@@ -160,10 +158,8 @@ def shown_seq(conn: Conn, address: str) -> int | None:
 
 def held(conn: Conn, addresses: Iterable[str]) -> dict[str, list[Held]]:
     """The stored versions of each of `addresses` that has any, best first."""
-    rows = conn.execute(
-        "SELECT hash, seq, version, scope FROM records WHERE hash IN (SELECT value FROM json_each(?))",
-        (json.dumps(sorted(set(addresses))),),
-    ).fetchall()
+    test, listed = any_of(conn, sorted(set(addresses)))
+    rows = conn.execute(f"SELECT hash, seq, version, scope FROM records WHERE hash {test}", (listed,)).fetchall()
     return held_from(rows)
 
 
@@ -173,6 +169,11 @@ def held(conn: Conn, addresses: Iterable[str]) -> dict[str, list[Held]]:
 HELD_JSON = (
     "(SELECT json_group_array(json_array(hash, seq, version, scope)) FROM records"
     " WHERE hash IN (SELECT value FROM json_each(:h)))"
+)
+# HELD_JSON on PostgreSQL, where :h is an array of the addresses: the same JSON text (json_agg is NULL over no rows).
+HELD_JSON_PG = (
+    "(SELECT coalesce(json_agg(json_build_array(hash, seq, version, scope)), '[]')::text FROM records"
+    " WHERE hash = ANY(:h))"
 )
 
 
@@ -202,10 +203,8 @@ def forget_refused_txn(conn: Conn, address: str) -> None:
 
 def refused(conn: Conn, versions: Iterable[str]) -> set[str]:
     """Those of `versions` this node refused or evicted."""
-    rows = conn.execute(
-        "SELECT version FROM refused_versions WHERE version IN (SELECT value FROM json_each(?))",
-        (json.dumps(list(versions)),),
-    ).fetchall()
+    test, listed = any_of(conn, versions)
+    rows = conn.execute(f"SELECT version FROM refused_versions WHERE version {test}", (listed,)).fetchall()
     return {r[0] for r in rows}
 
 
@@ -255,9 +254,17 @@ def unproject_entry_txn(conn: Conn, address: str, seq: int) -> None:
         return
     tags, directed_to = row
     conn.execute("DELETE FROM entries WHERE id = ?", (seq,))
-    conn.execute("DELETE FROM entry_tags WHERE entry_id = ? AND tag IN (SELECT value FROM json_each(?))", (seq, tags))
-    conn.execute(
-        "DELETE FROM entry_directed WHERE entry_id = ? AND agent_id IN (SELECT value FROM json_each(?))",
-        (seq, directed_to),
-    )
+    if engine_of(conn) == POSTGRESQL:  # the columns hold JSON text: the array parameter is their parse
+        conn.execute("DELETE FROM entry_tags WHERE entry_id = ? AND tag = ANY(?)", (seq, json.loads(tags)))
+        conn.execute(
+            "DELETE FROM entry_directed WHERE entry_id = ? AND agent_id = ANY(?)", (seq, json.loads(directed_to))
+        )
+    else:
+        conn.execute(
+            "DELETE FROM entry_tags WHERE entry_id = ? AND tag IN (SELECT value FROM json_each(?))", (seq, tags)
+        )
+        conn.execute(
+            "DELETE FROM entry_directed WHERE entry_id = ? AND agent_id IN (SELECT value FROM json_each(?))",
+            (seq, directed_to),
+        )
     conn.execute("DELETE FROM links WHERE origin_hash = ?", (address,))

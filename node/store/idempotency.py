@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 
 from node.errors import Conflict, InvalidInput
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, engine_of
 
 HEADER = "Idempotency-Key"
 
@@ -66,11 +66,18 @@ def used(conn: Conn, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], t
     statement (`replay_of` each to decide)."""
     if not keys:
         return {}
-    rows = conn.execute(
-        "SELECT i.agent_id, i.idem_key, i.operation, i.record_hash FROM json_each(?) k"
-        " JOIN idempotency i ON i.agent_id = k.value ->> 0 AND i.idem_key = k.value ->> 1",
-        (json.dumps(keys),),
-    ).fetchall()
+    if engine_of(conn) == POSTGRESQL:  # the pairs as two arrays, side by side (record 50)
+        rows = conn.execute(
+            "SELECT i.agent_id, i.idem_key, i.operation, i.record_hash FROM unnest(?::text[], ?::text[]) k(a, key)"
+            " JOIN idempotency i ON i.agent_id = k.a AND i.idem_key = k.key",
+            ([agent for agent, _ in keys], [key for _, key in keys]),
+        ).fetchall()
+    else:
+        rows = conn.execute(
+            "SELECT i.agent_id, i.idem_key, i.operation, i.record_hash FROM json_each(?) k"
+            " JOIN idempotency i ON i.agent_id = k.value ->> 0 AND i.idem_key = k.value ->> 1",
+            (json.dumps(keys),),
+        ).fetchall()
     return {(agent_id, key): (operation, record_hash) for agent_id, key, operation, record_hash in rows}
 
 

@@ -23,8 +23,8 @@ from identity.schema import AgentRecord, EntryRecord, LinkRecord
 from node.inbox import notify as notifications
 from node.ops.progress import Report, silent
 from node.store import agent_docs, db, equivocation
-from node.store.ahead import NAMED_SQL, Named
-from node.store.conn import Conn
+from node.store.ahead import NAMED_SQL, NAMED_SQL_PG, Named
+from node.store.conn import POSTGRESQL, Conn, engine_of
 from wire.time import parse_ms
 
 
@@ -146,20 +146,8 @@ def append_many(
         )
         for i in clean
     ]
-    added, last_rowid = db.insert_rows(
-        conn,
-        "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms,"
-        " body, space)",
-        rows,
-        " ON CONFLICT (version) DO NOTHING",
-    )
-    # New rows take the seqs after the highest ever handed out, in order (AUTOINCREMENT, migration 0049: a seq is
-    # never reused), so they are the `added` seqs ending at last_insert_rowid(). RETURNING would step, and wait for
-    # the GIL, once per record.
-    if added != len(clean):  # a guard: with AUTOINCREMENT an insert fails rather than take a free seq
-        raise RuntimeError(f"the log's new seqs do not follow its last seq: {added} of {len(clean)} rows were added")
     seqs = dict(known)
-    seqs.update({versions[i]: last_rowid - added + 1 + n for n, i in enumerate(clean)})
+    seqs.update(zip((versions[i] for i in clean), _insert_records_txn(conn, rows), strict=True))
     _project([(seqs[versions[i]], items[i]) for i in clean], now_ms, conn, named)
     inserted = {versions[i] for i in clean}
     for i in contested:
@@ -168,6 +156,33 @@ def append_many(
         if new:
             inserted.add(versions[i])
     return [(seqs[v], v in inserted and first[v] == i) for i, v in enumerate(versions)]
+
+
+RECORDS_HEAD = (
+    "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms,"
+    " body, space)"
+)
+
+
+def _insert_records_txn(conn: Conn, rows: list[tuple[Any, ...]]) -> list[int]:
+    """Insert new versions into the log (rows of RECORDS_HEAD's columns, none of them stored) and return their seqs,
+    in order, each after every seq handed out before."""
+    if engine_of(conn) == POSTGRESQL:
+        # An identity skips values (a conflict, a rollback), so the seqs are read back, matched by version.
+        returned = db.insert_returning(
+            conn, RECORDS_HEAD, rows, " ON CONFLICT (version) DO NOTHING RETURNING version, seq"
+        )
+        by_version = {version: int(seq) for version, seq in returned}
+        if len(by_version) != len(rows):
+            raise RuntimeError(f"{len(by_version)} of {len(rows)} new versions were added to the log")
+        return [by_version[row[1]] for row in rows]
+    added, last_rowid = db.insert_rows(conn, RECORDS_HEAD, rows, " ON CONFLICT (version) DO NOTHING")
+    # New rows take the seqs after the highest ever handed out, in order (AUTOINCREMENT, migration 0049: a seq is
+    # never reused), so they are the `added` seqs ending at last_insert_rowid(). RETURNING would step, and wait for
+    # the GIL, once per record.
+    if added != len(rows):  # a guard: with AUTOINCREMENT an insert fails rather than take a free seq
+        raise RuntimeError(f"the log's new seqs do not follow its last seq: {added} of {len(rows)} rows were added")
+    return [last_rowid - added + 1 + n for n in range(added)]
 
 
 def _append_version(
@@ -205,23 +220,25 @@ def _append_version(
             shown = None
         conn.execute("DELETE FROM records WHERE seq = ?", (h.seq,))
         equivocation.refuse_txn(conn, h.version, item.hash, now_ms)
-    seq = conn.execute(
-        "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, scope, origin, received_ms, body,"
-        " space) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            item.hash,
-            version,
-            item.record["kind"],
-            item.record["author_id"],
-            item.record["created_at"],
-            parse_ms(item.record["created_at"]),
-            item.scope,
-            origin,
-            now_ms,
-            body,
-            space_of(item.record, item.hash),
-        ),
-    ).lastrowid
+    values = (
+        item.hash,
+        version,
+        item.record["kind"],
+        item.record["author_id"],
+        item.record["created_at"],
+        parse_ms(item.record["created_at"]),
+        item.scope,
+        origin,
+        now_ms,
+        body,
+        space_of(item.record, item.hash),
+    )
+    insert = RECORDS_HEAD + " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    seq: int | None
+    if engine_of(conn) == POSTGRESQL:  # no rowid there: the identity's value is returned
+        seq = int(conn.execute(insert + " RETURNING seq", values).fetchone()[0])
+    else:
+        seq = conn.execute(insert, values).lastrowid
     assert seq is not None
     if equivocation.statement_count(keep) > 1:
         equivocation.mark_txn(conn, item.hash, item.record["author_id"], now_ms)
@@ -294,14 +311,12 @@ def project_entries(
         " space)",
         [_entry_row(seq, item.hash, item.decoded) for seq, item in run],
     )
-    db.insert_rows(
-        conn,
-        "INSERT OR IGNORE INTO entry_tags (entry_id, tag)",
-        [(seq, t) for seq, item in run for t in item.decoded.tags],
+    _insert_or_ignore(
+        conn, "INTO entry_tags (entry_id, tag)", [(seq, t) for seq, item in run for t in item.decoded.tags]
     )
-    db.insert_rows(
+    _insert_or_ignore(
         conn,
-        "INSERT OR IGNORE INTO entry_directed (entry_id, agent_id)",
+        "INTO entry_directed (entry_id, agent_id)",
         [(seq, d) for seq, item in run for d in item.decoded.directed_to],
     )
     db.insert_rows(
@@ -330,6 +345,15 @@ def project_entries(
         notifications.fan_out(conn, [(seq, item.decoded) for seq, item in run], now_ms, subscribed=ahead.subscribed)
         if ahead.contradictions:
             notifications.contradictions(conn, hashes, now_ms)
+
+
+def _insert_or_ignore(conn: Conn, into: str, rows: list[tuple[Any, ...]]) -> None:
+    """`INSERT OR IGNORE {into}` the rows on SQLite; `INSERT {into} ... ON CONFLICT DO NOTHING` on PostgreSQL (the
+    rows are never NULL where NOT NULL, so skipping only conflicts is the same: record 50)."""
+    if engine_of(conn) == POSTGRESQL:
+        db.insert_rows(conn, "INSERT " + into, rows, " ON CONFLICT DO NOTHING")
+    else:
+        db.insert_rows(conn, "INSERT OR IGNORE " + into, rows)
 
 
 def _entry_row(seq: int, record_hash: str, rec: EntryRecord) -> tuple[Any, ...]:
@@ -365,6 +389,7 @@ class _Ahead(NamedTuple):
 
 
 _AHEAD_SQL = "SELECT " + NAMED_SQL
+_AHEAD_SQL_PG = "SELECT " + NAMED_SQL_PG
 
 
 def _ahead(conn: Conn, run: list[tuple[int, Incoming]], hashes: str, named: Named | None) -> _Ahead:
@@ -375,7 +400,11 @@ def _ahead(conn: Conn, run: list[tuple[int, Incoming]], hashes: str, named: Name
     entries (node/inbox/store.py CONTRADICTIONS_SQL). Rare, either: most runs skip both statements.
     """
     if named is None:
-        named = Named(*(bool(flag) for flag in conn.execute(_AHEAD_SQL, {"h": hashes}).fetchone()))
+        if engine_of(conn) == POSTGRESQL:
+            flags = conn.execute(_AHEAD_SQL_PG, {"h": [item.hash for _, item in run]}).fetchone()
+        else:
+            flags = conn.execute(_AHEAD_SQL, {"h": hashes}).fetchone()
+        named = Named(*(bool(flag) for flag in flags))
     named_superseded, named_contradicted, subscribed = named
     retracting = any(item.decoded.performative == "retract" for _, item in run)
     contradicting = any(link.link_type == "contradicts" for _, item in run for link in item.decoded.links)
@@ -402,6 +431,21 @@ RETRACTIONS_SQL = (
 )
 
 
+# RETRACTIONS_SQL on PostgreSQL (record 50): no planner hints, `= ANY` for json_each, ON CONFLICT for OR IGNORE.
+RETRACTIONS_SQL_PG = (
+    "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id,"
+    " created_at, annotation, space)"
+    " SELECT l.origin_hash, -1 - l.ordinal, l.target_hash, l.source_hash, 'retracted_by', r.author_id,"
+    "        r.created_at, '', l.space"
+    " FROM links l"
+    " JOIN entries r ON r.record_hash = l.source_hash AND r.performative = 'retract'"
+    " JOIN entries t ON t.record_hash = l.target_hash AND t.author_id = r.author_id"
+    " WHERE l.link_type = 'supersedes' AND l.ordinal >= 0 AND l.origin_hash = l.source_hash"
+    "   AND (l.source_hash = ANY(:h) OR l.target_hash = ANY(:h))"
+    " ON CONFLICT DO NOTHING"
+)
+
+
 def _derive_retractions_txn(conn: Conn, arrived_hashes: str) -> None:
     """Create `retracted_by` links for retract entries whose retraction is now decidable.
 
@@ -409,7 +453,10 @@ def _derive_retractions_txn(conn: Conn, arrived_hashes: str) -> None:
     the retract entry. Decided when both entries are present, whichever arrived last. `arrived_hashes`
     is a JSON array of the record hashes just stored.
     """
-    conn.execute(RETRACTIONS_SQL, {"h": arrived_hashes})
+    if engine_of(conn) == POSTGRESQL:
+        conn.execute(RETRACTIONS_SQL_PG, {"h": json.loads(arrived_hashes)})
+    else:
+        conn.execute(RETRACTIONS_SQL, {"h": arrived_hashes})
 
 
 def project_link(conn: Conn, rec: LinkRecord, ctx: Projection) -> None:
@@ -498,8 +545,8 @@ class Log:
 
 def log_of(conn: Conn) -> Log:
     """The log `conn` projects through: the one its `Database` (or `db.connect`, `db.write_sync`) was given."""
-    log = conn.log if isinstance(conn, db.Connection) else None
-    if log is None:
+    log = getattr(conn, "log", None)  # db.Connection's or the PostgreSQL Conn's (a bare sqlite3 connection has none)
+    if not isinstance(log, Log):
         raise RuntimeError(
             "this connection carries no log to project through: open it with the node's (node.features.LOG)"
         )
@@ -507,7 +554,8 @@ def log_of(conn: Conn) -> Log:
 
 
 def rebuild(conn: Conn, progress: Report = silent) -> int:
-    """Drop and recreate every projection table from its stored DDL, then replay the log. Returns records replayed.
+    """Drop and recreate every projection table from its stored DDL (on PostgreSQL: empty it), then replay the log.
+    Returns records replayed.
 
     Runs inside the caller's transaction; `progress` hears ("replaying the log", done, total) along the way.
     Records flagged void (`void_records`, node/store/void.py) are skipped: they stay in the log, out of every
@@ -518,11 +566,16 @@ def rebuild(conn: Conn, progress: Report = silent) -> int:
     from identity.schema_v3 import struct_for
 
     log = log_of(conn)
-    ddl = _projection_ddl(conn, log.tables)
-    for table in reversed(log.tables):
-        conn.execute(f'DROP TABLE IF EXISTS "{table}"')
-    for statement in ddl:
-        conn.execute(statement)
+    if engine_of(conn) == POSTGRESQL:
+        # PostgreSQL keeps no DDL text to recreate them from (record 50): the tables stay, emptied, with their
+        # identities restarted, as a recreated SQLite table starts its rowids again
+        conn.execute("TRUNCATE " + ", ".join(f'"{table}"' for table in log.tables) + " RESTART IDENTITY")
+    else:
+        ddl = _projection_ddl(conn, log.tables)
+        for table in reversed(log.tables):
+            conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+        for statement in ddl:
+            conn.execute(statement)
     count = 0
     two = equivocation.several(conn)
     seen: dict[str, dict[int, tuple[equivocation.Member, Any]]] = {}  # address of several -> seq -> (member, decoded)

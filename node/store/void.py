@@ -36,7 +36,7 @@ import msgspec
 from identity.schema_v3 import struct_for
 from node.store import equivocation, projections
 from node.store.authority import AUTHORITY_KINDS, Authority
-from node.store.conn import Conn
+from node.store.conn import Conn, any_of
 
 SPACE_REASON = "space_"  # the prefix of the reason of a post its space voids (`space_unvouched`, docs/spaces.md)
 
@@ -91,27 +91,22 @@ def _bodies(conn: Conn, seqs: list[int]) -> dict[int, dict[str, Any]]:
 
 def flagged_of(conn: Conn, authors: list[str]) -> set[int]:
     """The flagged seqs of `authors`."""
-    rows = conn.execute(
-        "SELECT seq FROM void_records WHERE author_id IN (SELECT value FROM json_each(?))",
-        (json.dumps(sorted(authors)),),
-    ).fetchall()
+    test, listed = any_of(conn, sorted(authors))
+    rows = conn.execute(f"SELECT seq FROM void_records WHERE author_id {test}", (listed,)).fetchall()
     return {int(r[0]) for r in rows}
 
 
 def flags_of(conn: Conn, seqs: list[int]) -> dict[int, str]:
     """Those of `seqs` flagged void, with their reasons."""
-    rows = conn.execute(
-        "SELECT seq, reason FROM void_records WHERE seq IN (SELECT value FROM json_each(?))", (json.dumps(seqs),)
-    ).fetchall()
+    test, listed = any_of(conn, seqs)
+    rows = conn.execute(f"SELECT seq, reason FROM void_records WHERE seq {test}", (listed,)).fetchall()
     return {int(r[0]): str(r[1]) for r in rows}
 
 
 def flagged_versions(conn: Conn, versions: Iterable[str]) -> set[str]:
     """Those of `versions` held in the log and flagged void (reconciliation does not fetch them again)."""
-    rows = conn.execute(
-        "SELECT version FROM void_records WHERE version IN (SELECT value FROM json_each(?))",
-        (json.dumps(list(versions)),),
-    ).fetchall()
+    test, listed = any_of(conn, versions)
+    rows = conn.execute(f"SELECT version FROM void_records WHERE version {test}", (listed,)).fetchall()
     return {str(r[0]) for r in rows}
 
 

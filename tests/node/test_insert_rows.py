@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from node.store import db
+from node.store import db, pg_conn
 
 
 @pytest.fixture
@@ -75,3 +75,25 @@ def test_it_counts_the_rows_changed_and_names_the_last_rowid(conn: sqlite3.Conne
     assert db.insert_rows(conn, "INSERT INTO t (v)", [("a",), ("c",), ("b",), ("d",), ("e",)], tail) == (3, 5)
     assert db.insert_rows(conn, "INSERT INTO t (v)", [("a",), ("e",)], tail) == (0, 5)  # none: unchanged
     assert conn.execute("SELECT k, v FROM t ORDER BY k").fetchall() == list(enumerate("abcde", 1))
+
+
+def test_insert_returning_splits_at_postgresqls_parameter_limit(pg_url: str) -> None:
+    """db.insert_returning, the PostgreSQL store's many-row INSERT: every row's RETURNING values, in order, over as
+    many statements as 65,535 bound parameters a statement need (20 columns: 3,276 rows a statement)."""
+    conn = pg_conn.connect(pg_url)
+    try:
+        columns = [f"c{i}" for i in range(20)]
+        conn.execute(
+            "CREATE TABLE w (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+            + ", ".join(f"{c} bigint NOT NULL" for c in columns)
+            + ")"
+        )
+        per_statement = db.PG_MAX_PARAMETERS // len(columns)
+        rows = [[n * 100 + i for i in range(len(columns))] for n in range(per_statement + 24)]
+        head = f"INSERT INTO w ({', '.join(columns)})"
+        returned = db.insert_returning(conn, head, rows, " RETURNING id, c0")
+        assert [tuple(r) for r in returned] == [(n + 1, n * 100) for n in range(len(rows))]
+        assert conn.execute("SELECT count(*) FROM w").fetchone()[0] == len(rows)
+        assert db.insert_returning(conn, head, [], " RETURNING id") == []
+    finally:
+        conn.close()

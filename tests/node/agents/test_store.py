@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from identity import keys, records
+from identity import canonical, keys, records
 from node.agents import service as agents
 from node.agents import store
 from node.agents.portable import import_identity
+from node.features import LOG
 from node.service import Node
-from node.store import projections
+from node.store import db, pg_conn, projections
+from node.store.conn import Conn
 from tests.conftest import AgentCreds, FakeClock
+from tests.node.api_helpers import entry_record
 from wire.api import PostEntry
+from wire.time import format_ms
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
@@ -129,3 +135,82 @@ async def test_a_credential_is_found_by_its_key_id_only(node: Node, make_agent: 
     await node.db.write(lambda c: store.insert_credential_txn(c, "0" * 16, role, who, "e" * 64, now))
     assert (await node.db.read(lambda c: store.credential(c, "0" * 16)))["agent_id"] == who
     assert await node.db.read(lambda c: store.credential(c, "0" * 15)) is None
+
+
+def _agents_story(conn: Conn, alice: keys.SigningKey, bob: keys.SigningKey, home: str) -> list[Any]:
+    """Alice registered here (her key kept), Bob known by his document only; a credential, a session, one public
+    entry of Alice's. Every store function's answer, in order, as tuples."""
+    t0 = 1_767_323_045_000
+    docs = [
+        records.sign(
+            {
+                "kind": "agent",
+                "schema_version": canonical.SCHEMA_VERSION,
+                "author_id": key.did,
+                "created_at": format_ms(t0),
+                "display_name": name,
+                "description": "",
+                "home_node": home,
+            },
+            key,
+        )
+        for key, name in ((alice, "Alice"), (bob, "Bob"))
+    ]
+    entry = entry_record(alice, "hello", created_ms=t0 + 1)
+    conn.execute("BEGIN")
+    for record in [*docs, entry]:
+        projections.append_many(conn, [projections.Incoming(record, *records.check(record))], origin="local", now_ms=t0)
+    store.insert_local_agent_txn(conn, "alice", alice.did, b"\x00seed\xff", t0)
+    store.insert_credential_txn(conn, "k1", "agent", alice.did, "s" * 64, t0)
+    store.insert_credential_txn(conn, "k2", "admin", None, "t" * 64, t0)
+    store.open_session_txn(conn, "s1", alice.did, alice.did, "u" * 64, t0 + 100, t0)
+    conn.execute("COMMIT")
+    before = store.credential_epoch(conn)
+    conn.execute("BEGIN")
+    store.set_key_seed_txn(conn, alice.did, b"\x01seed")
+    store.delete_agent_credentials_txn(conn, alice.did)  # the trigger moves the epoch
+    conn.execute("COMMIT")
+
+    def rows(value: Any) -> Any:
+        if isinstance(value, list):
+            return [tuple(v) for v in value]
+        return None if value is None else tuple(value)
+
+    return [
+        store.agent_id_by_name(conn, "alice"),
+        store.agent_id_by_name(conn, "nobody"),
+        store.name_taken(conn, "alice"),
+        store.did_registered(conn, bob.did),
+        rows(store.local_agent(conn, alice.did)),
+        store.key_seed(conn, alice.did),
+        store.key_seed(conn, bob.did),
+        rows(store.exported_identity(conn, "alice")),
+        store.agent_known(conn, bob.did),
+        rows(store.agent(conn, alice.did)),
+        rows(store.agent_page(conn, None, False, 10)),
+        rows(store.agent_page(conn, min(alice.did, bob.did), False, 10)),
+        rows(store.agent_page(conn, None, True, 10)),
+        rows(store.credential(conn, "k1")),
+        rows(store.credential(conn, "k2")),
+        (before, store.credential_epoch(conn)),
+        rows(store.session(conn, "s1")),
+    ]
+
+
+def test_the_agents_store_answers_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
+    alice, bob = keys.SigningKey.generate(), keys.SigningKey.generate()
+    home = keys.SigningKey.generate().did
+    sqlite = db.connect(tmp_path / "agents.db", log=LOG)
+    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
+    try:
+        db.migrate(sqlite)
+        expected = _agents_story(sqlite, alice, bob, home)
+        got = _agents_story(postgres, alice, bob, home)
+    finally:
+        sqlite.close()
+        postgres.close()
+    assert got == expected  # PostgreSQL's true is SQLite's 1
+    assert expected[0] == alice.did and expected[1] is None and expected[5] == b"\x01seed" and expected[6] is None
+    assert expected[9][-1] == 1 and len(expected[10]) == 2 and len(expected[11]) == 1 and len(expected[12]) == 1
+    assert expected[13] is None and expected[14] == ("admin", None, "t" * 64)
+    assert expected[15][1] == expected[15][0] + 1  # one credential deleted: the epoch moved once

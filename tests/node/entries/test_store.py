@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
-from identity import keys
+from identity import keys, records
 from node.entries import reads, store
 from node.errors import NotFound
+from node.features import LOG
 from node.search_index.indexer import Indexer
 from node.service import Node
-from node.spaces.sight import OPERATOR
+from node.spaces.sight import OPERATOR, PUBLIC, Sight
+from node.store import db, pg_conn, projections
 from tests.conftest import AgentCreds, FakeClock
-from tests.node.api_helpers import entry_record, hash_of, ingest
+from tests.node.api_helpers import entry_record, hash_of, ingest, link_record
 from wire.api import PostEntry, PostLink, SearchQuery, SubscriptionIn
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -336,3 +339,114 @@ async def test_look_ahead_reads_held_versions_named_links_and_confidence(node: N
     assert list(again.held) == [held_hash] and len(again.held[held_hash]) == 1
     await node.inbox.subscribe(alice.agent_id, msgspec.convert({"tags": ["x"]}, SubscriptionIn))
     assert (await look([(fresh, alice.agent_id)])).named.subscribed
+
+
+# ---- the reads by hash and the posting path's look-ups on both engines ----------------------------------------
+
+
+def _reads_story(conn: Any) -> list[Any]:
+    """Append one log (entries, a link record, a simulation, a retraction) and ask every read ported to both
+    engines the same questions; their answers, in order."""
+    alice, bob = _STORY_KEYS
+    target = entry_record(bob, "the target", created_ms=_T0, tags=["b"])
+    claim = entry_record(alice, "a claim", created_ms=_T0 + 1, tags=["a", "b"])
+    imagined = entry_record(alice, "imagined", created_ms=_T0 + 2, truth_state="simulation")
+    retract = entry_record(
+        alice,
+        "I retract it",
+        created_ms=_T0 + 3,
+        performative="retract",
+        links=[{"target": hash_of(claim), "link_type": "supersedes", "annotation": ""}],
+    )
+    link = link_record(bob, hash_of(claim), hash_of(target), "contradicts", created_ms=_T0 + 4)
+    story = [target, claim, imagined, retract, link]
+    conn.execute("BEGIN")
+    projections.append_many(
+        conn, [projections.Incoming(r, *records.check(r)) for r in story], origin="local", now_ms=_T0
+    )
+    conn.execute("COMMIT")
+    hashes = [hash_of(r) for r in (target, claim, imagined, retract)]
+    link_hash = hash_of(link)
+    return [
+        [store.entry_by_hash(conn, h) for h in hashes],
+        store.entries_by_hashes(conn, [*hashes, "0" * 64], False, OPERATOR),
+        store.entries_by_hashes(conn, hashes, True, PUBLIC),
+        store.synthetic_among(conn, hashes),
+        [store.author_of(conn, h) for h in [*hashes, "0" * 64]],
+        [store.stored_body(conn, h) for h in hashes],
+        [store.entry_stored_txn(conn, h) for h in (hashes[0], "0" * 64)],
+        store.link_by_origin(conn, link_hash),
+        store.link_by_id(conn, store.link_id_of_txn(conn, link_hash)),
+        store.same_link_txn(conn, hash_of(claim), hash_of(target), "contradicts", bob.did),
+        store.same_link_txn(conn, hash_of(claim), hash_of(target), "contradicts", bob.did, "f" * 64),
+        store.derived_link_held_txn(conn, hash_of(claim), hash_of(target), bob.did),
+        store.look_ahead_txn(conn, [(hashes[0], bob.did), (hashes[1], alice.did), ("0" * 64, alice.did)]),
+        store.look_ahead_txn(conn, []),
+        *(store.search(conn, SearchQuery(**q), since, sight) for q, since, sight in _searches(alice.did)),
+        sorted(store.entries_by_ids(conn, [1, 2, 3, 4, 99], OPERATOR), key=lambda e: e.id),
+        store.entries_by_ids(conn, [], PUBLIC),
+        store.entry_states(conn, [1, 2, 3, 4]),
+        *(
+            store.traverse(
+                conn,
+                [hash_of(claim)],
+                hops=2,
+                link_types=types,
+                direction=way,
+                include_links=True,
+                sight=PUBLIC,
+                include_synthetic=False,
+            )
+            for types in ([], ["contradicts"])
+            for way in ("outbound", "inbound", "both")
+        ),
+    ]
+
+
+def _searches(alice: str) -> list[tuple[dict[str, Any], int | None, Sight]]:
+    """Searches by filters alone (no words), as `store.search` answers them."""
+    return [
+        ({}, None, OPERATOR),
+        ({"include_synthetic": True, "sort": "community_confidence"}, None, PUBLIC),
+        ({"tags": ["b"], "author": [alice]}, None, OPERATOR),
+        ({"entry_type": ["finding"], "performative": ["retract", "inform"], "truth_state": ["fact"]}, _T0 + 1, PUBLIC),
+        ({"min_confidence": 0.5, "min_trust": 0.5, "sort": "trust", "limit": 2, "offset": 1}, None, OPERATOR),
+    ]
+
+
+_STORY_KEYS = (keys.SigningKey.generate(), keys.SigningKey.generate())
+_T0 = 1_767_323_045_000
+
+
+def test_the_reads_answer_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
+    answers = []
+    for conn in (db.connect(tmp_path / "reads.db", log=LOG), pg_conn.connect(pg_migrated_url, log=LOG)):
+        try:
+            if isinstance(conn, sqlite3.Connection):
+                db.migrate(conn)
+            answers.append(_reads_story(conn))
+        finally:
+            conn.close()
+    sqlite_answers, postgres_answers = answers
+    assert postgres_answers == sqlite_answers
+    by_hash, plain, public, synthetic, authors, _, stored, by_origin, by_id, same, same_elsewhere, _, ahead, _ = (
+        sqlite_answers[:14]
+    )
+    every, with_simulations, tagged, filtered, paged = sqlite_answers[14:19]
+    by_ids, no_ids, states = sqlite_answers[19:22]
+    assert [e.id for e in by_ids] == [1, 2, 3, 4] and no_ids == [] and states[2].retracted
+    walks = sqlite_answers[22:]
+    # from the claim, two hops: out, its contradiction of the target and its derived retracted_by, then the
+    # retraction's supersedes; in, that supersedes, then the retracted_by into the retraction; both, all three; only
+    # contradicts links: the one out of the claim
+    assert [len(links) for _, links, _ in walks] == [3, 2, 3, 1, 0, 1]
+    assert [e.content for e in every] == ["I retract it", "a claim", "the target"]  # newest first
+    assert len(with_simulations) == 4 and [e.content for e in tagged] == ["a claim"]
+    assert [e.content for e in filtered] == ["I retract it", "a claim"] and len(paged) == 2
+    assert [e.content for e in plain] == ["the target", "a claim", "I retract it"]  # no simulation, none absent
+    assert [e.content for e in public][2] == "imagined" and len(public) == 4
+    assert synthetic == {by_hash[2].record_hash} and by_hash[1].retracted and authors[-1] is None
+    assert stored == [True, False] and by_origin == by_id and by_origin.link_type == "contradicts"
+    assert same is not None and same[2] == "link" and same_elsewhere is None
+    assert sorted(ahead.held) == sorted(by_hash[i].record_hash for i in (0, 1)) and ahead.named.contradicted
+    assert ahead.confidence == {by_hash[0].record_hash: 0.5, by_hash[1].record_hash: 0.5, "0" * 64: 0.5}

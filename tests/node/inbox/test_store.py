@@ -10,13 +10,21 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 
+from identity import keys, records
+from node.features import LOG
 from node.inbox import notify, store
+from node.inbox.service import envelope
 from node.service import Node
+from node.store import db, pg_conn, projections
+from node.store.conn import Conn
 from tests.conftest import AgentCreds, FakeClock
+from tests.node.api_helpers import entry_record, hash_of
 from tests.node.inbox.test_notify import statuses, take
 from wire.api import PostEntry
 
@@ -183,3 +191,190 @@ async def test_notifications_expire(node: Node, make_agent: MakeAgent, clock: Fa
     assert not await node.db.read(lambda c: store.expired_waiting(c, now))
     assert [status for status, _ in (await statuses(node, bob)).values()] == ["expired"]
     assert await take(node, bob) == []
+
+
+# ---- the fan-out on both engines -----------------------------------------------------------------------------
+
+
+def _fan_out_story(conn: Conn, alice: keys.SigningKey, bob: str, carol: str) -> list[tuple[Any, ...]]:
+    """Bob and Carol are agents of this node; Bob subscribes to questions tagged "roof", Carol to everything.
+    Alice's entries: a request addressed to Bob, a finding and a question tagged "roof", a simulation, one addressed
+    to an agent of another node. The notifications they leave, in insertion order."""
+    t0 = 1_767_323_045_000
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO local_agents (name, agent_id, key_seed, created_ms) VALUES (?, ?, NULL, ?)",
+        [("bob", bob, t0), ("carol", carol, t0)],
+    )
+    store.insert_subscription_txn(conn, bob, DIMS, "k1", False, t0)
+    store.insert_subscription_txn(conn, carol, {**DIMS, "tags": [], "entry_types": []}, "k2", False, t0)
+    elsewhere = keys.SigningKey.generate().did
+    story = [
+        entry_record(alice, "can you look?", created_ms=t0 + 1, performative="request", directed_to=[bob]),
+        entry_record(alice, "the roof leaks", created_ms=t0 + 2, tags=["roof"]),
+        entry_record(alice, "is the shed ok?", created_ms=t0 + 2, tags=["roof", "shed"], entry_type="question"),
+        entry_record(alice, "imagined roof", created_ms=t0 + 3, tags=["roof"], truth_state="simulation"),
+        entry_record(alice, "for someone else", created_ms=t0 + 4, directed_to=[elsewhere]),
+    ]
+    items = [projections.Incoming(r, *records.check(r)) for r in story]
+    projections.append_many(conn, items[:1], origin="local", now_ms=t0)
+    projections.append_many(conn, items[1:], origin="local", now_ms=t0)  # a run of several: one statement
+    conn.execute("COMMIT")
+    return [
+        tuple(row)
+        for row in conn.execute(
+            "SELECT n.agent_id, e.content, n.subscription_id IS NOT NULL, n.tier, n.reason, n.status, n.expires_ms"
+            " FROM notifications n JOIN entries e ON e.id = n.entry_id ORDER BY n.id"
+        )
+    ]
+
+
+def test_the_fan_out_notifies_the_same_agents_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
+    alice, bob, carol = keys.SigningKey.generate(), keys.SigningKey.generate().did, keys.SigningKey.generate().did
+    sqlite = db.connect(tmp_path / "inbox.db", log=LOG)
+    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
+    try:
+        db.migrate(sqlite)
+        expected = _fan_out_story(sqlite, alice, bob, carol)
+        got = _fan_out_story(postgres, alice, bob, carol)
+    finally:
+        sqlite.close()
+        postgres.close()
+    # Bob's subscription wants questions tagged roof; Carol's everything but simulations
+    assert sorted((agent, content, reason) for agent, content, _, _, reason, _, _ in expected) == sorted(
+        [
+            (bob, "can you look?", "directed_request"),
+            (carol, "can you look?", "subscription"),
+            (carol, "the roof leaks", "subscription"),
+            (bob, "is the shed ok?", "subscription"),
+            (carol, "is the shed ok?", "subscription"),
+            (carol, "for someone else", "subscription"),
+        ]
+    )
+    assert got == expected  # the same rows in the same order (PostgreSQL's true is SQLite's 1)
+
+
+def _contradiction_story(conn: Conn, alice: keys.SigningKey, bob: keys.SigningKey, link_first: bool) -> list[Any]:
+    """Bob (an agent of this node) posts a claim; Alice contradicts it, with the link in her entry, arriving before
+    or after the claim. Bob's notifications."""
+    t0 = 1_767_323_045_000
+    claim = entry_record(bob, "the shed is dry", created_ms=t0)
+    target = {"target": records.compute_hash(claim), "link_type": "contradicts", "annotation": ""}
+    rebuttal = entry_record(alice, "it is not", created_ms=t0 + 1, links=[target])
+    conn.execute("BEGIN")
+    conn.execute(
+        "INSERT INTO local_agents (name, agent_id, key_seed, created_ms) VALUES ('bob', ?, NULL, ?)", (bob.did, t0)
+    )
+    for record in [rebuttal, claim] if link_first else [claim, rebuttal]:
+        item = projections.Incoming(record, *records.check(record))
+        projections.append_many(conn, [item], origin="local", now_ms=t0)
+    conn.execute("COMMIT")
+    return [
+        tuple(row)
+        for row in conn.execute(
+            "SELECT n.agent_id, e.content, n.tier, n.reason FROM notifications n JOIN entries e ON e.id = n.entry_id"
+            " ORDER BY n.id"
+        )
+    ]
+
+
+@pytest.mark.parametrize("link_first", [True, False])
+def test_a_contradiction_is_noticed_alike_on_either_engine(
+    tmp_path: Path, pg_migrated_url: str, link_first: bool
+) -> None:
+    alice, bob = keys.SigningKey.generate(), keys.SigningKey.generate()
+    sqlite = db.connect(tmp_path / "inbox.db", log=LOG)
+    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
+    try:
+        db.migrate(sqlite)
+        expected = _contradiction_story(sqlite, alice, bob, link_first)
+        got = _contradiction_story(postgres, alice, bob, link_first)
+    finally:
+        sqlite.close()
+        postgres.close()
+    assert expected == [(bob.did, "it is not", 1, "contradiction")]  # the contradicting entry, named to its target
+    assert got == expected
+
+
+def _poll_story(conn: Conn, alice: keys.SigningKey, bob: keys.SigningKey) -> list[Any]:
+    """Bob, an agent of this node, subscribes to everything; Alice posts a request to him, a finding, and a
+    contradiction of his claim. Bob polls (leasing), acks one, polls again after the lease lapsed, and polls for
+    deliveries. The envelopes and the notifications' states, as service.envelope renders them."""
+    t0 = 1_767_323_045_000
+    claim = entry_record(bob, "the shed is dry", created_ms=t0)
+    story = [
+        claim,
+        entry_record(alice, "can you look?", created_ms=t0 + 1, performative="request", directed_to=[bob.did]),
+        entry_record(alice, "a finding", created_ms=t0 + 2, tags=["roof"]),
+        entry_record(
+            alice,
+            "it is not",
+            created_ms=t0 + 3,
+            links=[{"target": hash_of(claim), "link_type": "contradicts", "annotation": ""}],
+        ),
+    ]
+    conn.execute("BEGIN")
+    conn.execute(
+        "INSERT INTO local_agents (name, agent_id, key_seed, created_ms) VALUES ('bob', ?, NULL, ?)", (bob.did, t0)
+    )
+    store.insert_subscription_txn(conn, bob.did, {**DIMS, "tags": [], "entry_types": []}, "all", False, t0)
+    for record in story:
+        item = projections.Incoming(record, *records.check(record))
+        projections.append_many(conn, [item], origin="local", now_ms=t0)
+    conn.execute("COMMIT")
+
+    def poll(now_ms: int, *, deliver: bool = False, since: int | None = None) -> list[Any]:
+        conn.execute("BEGIN")
+        rows = notify.take_inbox(conn, bob.did, limit=2, since_ms=since, mark_delivered=deliver, now_ms=now_ms)
+        conn.execute("COMMIT")
+        return [envelope(row) for row in rows]
+
+    first = poll(t0 + 10)
+    conn.execute("BEGIN")
+    acked = store.ack_txn(conn, bob.did, [first[0].notification_id, 10_000], t0 + 11)
+    conn.execute("COMMIT")
+    again = poll(t0 + 10 + notify.LEASE_MS + 1)  # the second lease lapsed: deliverable again
+    delivered = poll(t0 + 10 + 2 * notify.LEASE_MS + 2, deliver=True, since=t0)
+    states = [tuple(r) for r in conn.execute("SELECT id, status, attempt_count FROM notifications ORDER BY id")]
+    return [first, acked, again, delivered, states, hash_of(claim)]
+
+
+def test_a_poll_leases_acks_and_delivers_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
+    alice, bob = keys.SigningKey.generate(), keys.SigningKey.generate()
+    sqlite = db.connect(tmp_path / "inbox.db", log=LOG)
+    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
+    try:
+        db.migrate(sqlite)
+        expected = _poll_story(sqlite, alice, bob)
+        got = _poll_story(postgres, alice, bob)
+    finally:
+        sqlite.close()
+        postgres.close()
+    # the ids are node-local and either engine may skip one (SQLite's AUTOINCREMENT spends an id on the upsert that
+    # finds an addressee's row; PostgreSQL's identity on a rolled-back insert): the same notifications in the same
+    # id order is the same answer
+    assert _ranked(got) == _ranked(expected)
+    first, acked, again, delivered, states, claim = expected
+    assert [e.reason for e in first] == ["directed_request", "contradiction"] and acked == 1  # tier 1 first
+    assert first[0].directed_to_me and first[1].link_targets == [claim]
+    assert [e.reason for e in again] == ["contradiction", "subscription"]
+    assert [e.notification_id for e in delivered] == [e.notification_id for e in again]
+    assert sorted(status for _, status, _ in states) == ["delivered"] * 3
+
+
+def _ranked(answers: list[Any]) -> list[Any]:
+    """`_poll_story`'s answers with each notification id replaced by its rank among the story's ids."""
+    first, acked, again, delivered, states, claim = answers
+    rank = {row[0]: n for n, row in enumerate(sorted(states))}
+
+    def envelopes(page: list[Any]) -> list[Any]:
+        return [msgspec.structs.replace(e, notification_id=rank[e.notification_id]) for e in page]
+
+    return [
+        envelopes(first),
+        acked,
+        envelopes(again),
+        envelopes(delivered),
+        [(rank[i], *rest) for i, *rest in states],
+        claim,
+    ]

@@ -21,7 +21,9 @@ from identity import canonical, keys, records, vouching
 from node.features import LOG
 from node.service import Node
 from node.store import db, equivocation, projections
+from node.store.conn import Conn
 from tests.node.api_helpers import count, entry_record, get_json, hash_of, problem, self_signer
+from tests.pg_fixtures import OpenStore
 from wire.time import format_ms
 
 AUTHOR = keys.SigningKey.generate()
@@ -44,17 +46,26 @@ def open_db(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def append(conn: sqlite3.Connection, items: list[projections.Incoming]) -> list[tuple[int, bool]]:
-    with db.transaction(conn, immediate=True):
-        return append_to(conn, items)
+def append(conn: Conn, items: list[projections.Incoming]) -> list[tuple[int, bool]]:
+    if isinstance(conn, sqlite3.Connection):
+        with db.transaction(conn, immediate=True):
+            return append_to(conn, items)
+    conn.execute("BEGIN")  # PostgreSQL (tests on both engines: `open_store`)
+    try:
+        result = append_to(conn, items)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
 
 
-def append_to(conn: sqlite3.Connection, items: list[projections.Incoming]) -> list[tuple[int, bool]]:
+def append_to(conn: Conn, items: list[projections.Incoming]) -> list[tuple[int, bool]]:
     """Append versions inside the caller's transaction."""
     return projections.append_many(conn, items, origin="local", now_ms=T0)
 
 
-def state(conn: sqlite3.Connection) -> tuple[set[str], list[str], int, bool]:
+def state(conn: Conn) -> tuple[set[str], list[str], int, bool]:
     """(versions in the log, tags the projection shows, entries rows, equivocated)."""
     held = {r[0] for r in conn.execute("SELECT version FROM records").fetchall()}
     shown = conn.execute("SELECT tags FROM entries").fetchall()
@@ -106,8 +117,8 @@ def test_any_arrival_order_ends_in_the_same_kept_pair_and_winner(
         conn.close()
 
 
-def test_a_refused_version_is_remembered_and_an_evicted_one_too(tmp_path: Path) -> None:
-    conn = open_db(tmp_path / "node.sqlite")
+def test_a_refused_version_is_remembered_and_an_evicted_one_too(open_store: OpenStore) -> None:
+    conn = open_store(LOG)
     fed = sorted((v for v in VERSIONS if v.scope == "federation"), key=version_hex)
     best, second, worst = fed[0], fed[1], fed[2]
     assert [new for _, new in append(conn, [second, worst])] == [True, True]
@@ -117,7 +128,6 @@ def test_a_refused_version_is_remembered_and_an_evicted_one_too(tmp_path: Path) 
     assert append(conn, [worst]) == [(projections.REFUSED_SEQ, False)]
     held, tags, _, flagged = state(conn)
     assert held == {version_hex(best), version_hex(second)} and tags == best.decoded.tags and flagged
-    conn.close()
 
 
 def test_the_projection_switches_with_its_links_and_tags(tmp_path: Path) -> None:
@@ -146,9 +156,9 @@ def test_the_projection_switches_with_its_links_and_tags(tmp_path: Path) -> None
     conn.close()
 
 
-def test_a_federation_version_beats_a_local_one_and_is_shared(tmp_path: Path) -> None:
+def test_a_federation_version_beats_a_local_one_and_is_shared(open_store: OpenStore) -> None:
     """No black hole: a node holding the `local` version keeps and shows the federation one."""
-    conn = open_db(tmp_path / "node.sqlite")
+    conn = open_store(LOG)
     local, shared = version(["mine"], "local"), version(["ours"], "federation")
     append(conn, [local])
     append(conn, [shared])
@@ -156,7 +166,6 @@ def test_a_federation_version_beats_a_local_one_and_is_shared(tmp_path: Path) ->
     assert held == {version_hex(local), version_hex(shared)} and tags == ["ours"] and flagged
     scope = conn.execute("SELECT scope FROM entries").fetchone()[0]
     assert scope == "federation"
-    conn.close()
 
 
 def test_the_migration_gives_existing_records_their_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

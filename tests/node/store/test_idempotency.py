@@ -6,11 +6,15 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
+from node.errors import Conflict
 from node.service import Node
+from node.store import idempotency
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import count, entry_record, problem, self_signer
+from tests.pg_fixtures import OpenStore
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
@@ -165,3 +169,31 @@ async def test_signed_submission_with_a_key(client: TestClient, node: Node) -> N
     status2, second = await send(client, bob, {"record": rec2}, key="sig")
     assert (status1, status2) == (201, 200) and second == first
     assert await count(node, "entries") == 1
+
+
+def test_the_keys_store_functions_answer_alike_on_either_engine(open_store: OpenStore) -> None:
+    """remember, replayed, used and forget_record_txn, as the posting path runs them, on each engine."""
+    conn = open_store(None)
+    conn.execute("BEGIN")
+    idempotency.remember(conn, "did:key:a", "k1", "entry", "h1", 1)
+    idempotency.remember(conn, "did:key:a", "k2", "link", "h2", 1)
+    idempotency.remember(conn, "did:key:b", "k1", "entry", "h3", 1)
+    conn.execute("COMMIT")
+    assert idempotency.replayed(conn, "did:key:a", "k1", "entry", field="$.k") == "h1"
+    assert idempotency.replayed(conn, "did:key:a", "k9", "entry", field="$.k") is None
+    with pytest.raises(Conflict) as reused:
+        idempotency.replayed(conn, "did:key:a", "k2", "entry", field="$.k")
+    assert reused.value.code == "idempotency_key_reused"
+    asked = [("did:key:a", "k1"), ("did:key:b", "k1"), ("did:key:b", "k2"), ("did:key:a", "k2")]
+    assert idempotency.used(conn, asked) == {
+        ("did:key:a", "k1"): ("entry", "h1"),
+        ("did:key:b", "k1"): ("entry", "h3"),
+        ("did:key:a", "k2"): ("link", "h2"),
+    }
+    assert idempotency.used(conn, []) == {}
+    conn.execute("BEGIN")
+    idempotency.forget_record_txn(conn, "h3")
+    conn.execute("COMMIT")
+    with pytest.raises(Conflict) as dropped:
+        idempotency.replayed(conn, "did:key:b", "k1", "entry", field="$.k")
+    assert dropped.value.code == "redacted"

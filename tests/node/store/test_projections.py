@@ -13,15 +13,18 @@ import pytest
 from identity import canonical, keys, records
 from node.features import LOG
 from node.service import Node
-from node.store import projections
+from node.store import db, equivocation, pg_conn, projections
+from node.store.conn import Conn
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import entry_record, link_record, self_signer
+from tests.pg_fixtures import OpenStore
 from wire.time import format_ms
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 ALICE = keys.SigningKey.generate()
 BOB = keys.SigningKey.generate()
 T0 = 1_767_323_045_000
+HOME = keys.SigningKey.generate().did  # the identity documents' home node
 
 
 def incoming(record: dict[str, Any], scope: str = "federation") -> projections.Incoming:
@@ -230,3 +233,190 @@ def test_a_rebuild_replays_the_forms_of_format_v3_as_they_were_stored(tmp_path: 
         replayed = projections.rebuild(conn)
     assert replayed == conn.execute("SELECT count(*) FROM records").fetchone()[0]
     assert projections.snapshot(conn) == before
+
+
+# ---- the log's append on both engines (docs/decisions.md record 76: the PostgreSQL store, one module at a time) ----
+
+
+def _append_txn(conn: Conn, recs: list[dict[str, Any]], now_ms: int, *, commit: bool = True) -> list[tuple[int, bool]]:
+    """append_many in a transaction of its own (BEGIN: both engines), committed or rolled back."""
+    items = [incoming(r) for r in recs]
+    conn.execute("BEGIN")
+    try:
+        result = projections.append_many(conn, items, origin="local", now_ms=now_ms)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT" if commit else "ROLLBACK")
+    return result
+
+
+def _log_rows(conn: Conn) -> list[tuple[Any, ...]]:
+    return [
+        tuple(row)
+        for row in conn.execute("SELECT seq, hash, version, kind, author_id, origin, received_ms, body FROM records")
+    ]
+
+
+def test_the_log_appends_once_in_order_and_projects_on_either_engine(open_store: OpenStore) -> None:
+    conn = open_store(LOG)
+    alice, bob = agent_record(ALICE, "Alice", T0, HOME), agent_record(BOB, "Bob", T0, HOME)
+    alice_renamed = agent_record(ALICE, "Alice B.", T0 + 1000, HOME)
+    first = _append_txn(conn, [alice, bob, alice], T0)
+    (seq_a, _), (seq_b, _), _ = first
+    assert first == [(seq_a, True), (seq_b, True), (seq_a, False)] and seq_b > seq_a
+    [(seq_c, new)] = _append_txn(conn, [alice_renamed], T0 + 1)
+    assert new and seq_c > seq_b
+    assert _append_txn(conn, [bob, alice_renamed], T0 + 2) == [(seq_b, False), (seq_c, False)]
+    stored = sorted(_log_rows(conn))
+    assert [(seq, h, kind, author) for seq, h, _, kind, author, *_ in stored] == [
+        (seq_a, records.compute_hash(alice), "agent", ALICE.did),
+        (seq_b, records.compute_hash(bob), "agent", BOB.did),
+        (seq_c, records.compute_hash(alice_renamed), "agent", ALICE.did),
+    ]
+    assert [json.loads(bytes(row[7])) for row in stored] == [alice, bob, alice_renamed]  # the signed bytes, kept
+    shown = conn.execute("SELECT id, display_name FROM agents ORDER BY display_name").fetchall()
+    assert [tuple(row) for row in shown] == [(ALICE.did, "Alice B."), (BOB.did, "Bob")]  # projected: newest wins
+
+
+def test_a_rolled_back_append_leaves_no_record_and_the_next_seqs_are_read_right(open_store: OpenStore) -> None:
+    """PostgreSQL's identity does not hand a rolled-back seq out again (SQLite's AUTOINCREMENT does): the seqs
+    append_many returns are the stored ones either way, after every seq the log holds."""
+    conn = open_store(LOG)
+    [(seq_a, _)] = _append_txn(conn, [agent_record(ALICE, "Alice", T0, HOME)], T0)
+    _append_txn(conn, [agent_record(BOB, "Bob", T0, HOME)], T0, commit=False)
+    carol = keys.SigningKey.generate()
+    result = _append_txn(conn, [agent_record(BOB, "Bob", T0, HOME), agent_record(carol, "Carol", T0, HOME)], T0)
+    assert all(new for _, new in result)
+    assert [seq for seq, _ in result] == sorted(seq for seq, _ in result) and result[0][0] > seq_a
+    stored = {row[1]: row[0] for row in _log_rows(conn)}
+    assert sorted(stored.values()) == sorted([seq_a, *(seq for seq, _ in result)])
+    assert stored[records.compute_hash(agent_record(BOB, "Bob", T0, HOME))] == result[0][0]
+
+
+def test_equivocation_reads_what_the_log_holds_on_either_engine(open_store: OpenStore) -> None:
+    conn = open_store(LOG)
+    alice = agent_record(ALICE, "Alice", T0, HOME)
+    [(seq, _)] = _append_txn(conn, [alice], T0)
+    address = records.compute_hash(alice)
+    assert equivocation.held(conn, [address, "absent", address]) == {
+        address: [equivocation.Held(seq, address, "federation")]
+    }
+    assert equivocation.held(conn, []) == {}
+    found = equivocation.members(conn, [seq, seq, seq + 1000])
+    assert list(found) == [seq] and found[seq][1] == alice  # the stored record, decoded
+    assert found[seq][0] == equivocation.member_of(address, "federation", alice)
+    conn.execute("BEGIN")
+    equivocation.refuse_txn(conn, "v-refused", address, T0)
+    conn.execute("COMMIT")
+    assert equivocation.refused(conn, ["v-refused", "v-other"]) == {"v-refused"}
+
+
+def _rows_of(conn: Conn, sql: str) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in conn.execute(sql)]
+
+
+def test_entries_are_projected_with_their_tags_and_links_on_either_engine(open_store: OpenStore) -> None:
+    conn = open_store(LOG)
+    target = entry_record(BOB, "the target", created_ms=T0, tags=["b"])
+    entry = entry_record(
+        ALICE,
+        "tagged and linked",
+        created_ms=T0 + 1,
+        tags=["a", "b"],
+        links=[{"target": records.compute_hash(target), "link_type": "supports", "annotation": "yes"}],
+    )
+    [(seq_t, _), (seq_e, _)] = _append_txn(conn, [target, entry], T0)
+    assert _append_txn(conn, [entry], T0) == [(seq_e, False)]
+    entry_hash = records.compute_hash(entry)
+    assert _rows_of(conn, "SELECT id, record_hash, author_id, created_ms, tags FROM entries ORDER BY id") == [
+        (seq_t, records.compute_hash(target), BOB.did, T0, '["b"]'),
+        (seq_e, entry_hash, ALICE.did, T0 + 1, '["a", "b"]'),
+    ]
+    assert _rows_of(conn, "SELECT entry_id, tag FROM entry_tags ORDER BY tag, entry_id") == [
+        (seq_e, "a"),
+        (seq_t, "b"),
+        (seq_e, "b"),
+    ]
+    assert _rows_of(conn, "SELECT ordinal, source_hash, target_hash, link_type, annotation FROM links") == [
+        (0, entry_hash, records.compute_hash(target), "supports", "yes")
+    ]
+
+
+@pytest.mark.parametrize("retraction_first", [True, False])
+def test_a_retraction_is_derived_whichever_entry_arrives_last_on_either_engine(
+    open_store: OpenStore, retraction_first: bool
+) -> None:
+    conn = open_store(LOG)
+    claim = entry_record(ALICE, "a claim", created_ms=T0)
+    claim_hash = records.compute_hash(claim)
+    retract = entry_record(
+        ALICE,
+        "I retract it",
+        created_ms=T0 + 1,
+        performative="retract",
+        links=[{"target": claim_hash, "link_type": "supersedes", "annotation": ""}],
+    )
+    bob_retract = entry_record(  # only the author retracts: no link derived from this one
+        BOB,
+        "bob cannot retract it",
+        created_ms=T0 + 2,
+        performative="retract",
+        links=[{"target": claim_hash, "link_type": "supersedes", "annotation": ""}],
+    )
+    first, last = ([retract, bob_retract], [claim]) if retraction_first else ([claim], [retract, bob_retract])
+    _append_txn(conn, first, T0)
+    derived = "SELECT ordinal, source_hash, target_hash FROM links WHERE link_type = 'retracted_by'"
+    assert _rows_of(conn, derived) == []
+    _append_txn(conn, last, T0)
+    assert _rows_of(conn, derived) == [(-1, claim_hash, records.compute_hash(retract))]
+
+
+def test_the_projections_are_the_same_on_both_engines_and_rebuild_alike(tmp_path: Path, pg_migrated_url: str) -> None:
+    """One log appended to SQLite and to PostgreSQL leaves the same projection rows (`snapshot`), and `rebuild`
+    replays it into the same rows again on each (on PostgreSQL by emptying the tables: no DDL text is stored)."""
+    target = entry_record(BOB, "the target", created_ms=T0, tags=["b"])
+    claim = entry_record(ALICE, "a claim", created_ms=T0 + 1)
+    story = [
+        agent_record(ALICE, "Alice", T0, HOME),
+        agent_record(BOB, "Bob", T0, HOME),
+        target,
+        claim,
+        entry_record(
+            ALICE,
+            "linked",
+            created_ms=T0 + 2,
+            tags=["a", "b"],
+            links=[{"target": records.compute_hash(target), "link_type": "supports", "annotation": "yes"}],
+        ),
+        entry_record(
+            ALICE,
+            "I retract it",
+            created_ms=T0 + 3,
+            performative="retract",
+            links=[{"target": records.compute_hash(claim), "link_type": "supersedes", "annotation": ""}],
+        ),
+        link_record(BOB, records.compute_hash(claim), records.compute_hash(target), "contradicts", created_ms=T0 + 4),
+        # two versions of one address (the tags are outside it): the rebuild replays the switch
+        entry_record(ALICE, "one address", created_ms=T0 + 5, tags=["x"]),
+        entry_record(ALICE, "one address", created_ms=T0 + 5, tags=["y"]),
+    ]
+    snapshots = []
+    for conn in (db.connect(tmp_path / "log.db", log=LOG), pg_conn.connect(pg_migrated_url, log=LOG)):
+        try:
+            if isinstance(conn, sqlite3.Connection):
+                db.migrate(conn)
+            for record in story:
+                _append_txn(conn, [record], T0)
+            before = projections.snapshot(conn)
+            conn.execute("BEGIN")
+            assert projections.rebuild(conn) == len(story)
+            conn.execute("COMMIT")
+            assert projections.snapshot(conn) == before
+            snapshots.append(before)
+        finally:
+            conn.close()
+    sqlite_rows, postgres_rows = snapshots
+    assert postgres_rows == sqlite_rows
+    assert len(sqlite_rows["entries"]) == 5 and len(sqlite_rows["agents"]) == 2  # one row for the two versions
+    assert sorted(row[5] for row in sqlite_rows["links"]) == ["contradicts", "retracted_by", "supersedes", "supports"]

@@ -23,6 +23,7 @@ from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import SelfSigner, entry_record, get_json, hash_of, ingest, link_record, self_signer
 from tests.node.federation import v3_story
 from tests.node.federation.v3_story import key_event, vouch_page
+from tests.pg_fixtures import OpenStore
 from wire import unsigned
 from wire.time import format_ms
 from wire.workflows import PostMessage
@@ -352,3 +353,20 @@ async def test_a_task_leaves_the_graph_when_its_events_are_void_and_comes_back_w
     assert await node.db.read(flagged) == {}
     assert await task("chore") == ("a chore", "processing")
     await rebuilt_equals(node)
+
+
+def test_the_flags_are_read_alike_on_either_engine(open_store: OpenStore) -> None:
+    conn = open_store(LOG)
+    alice, bob = keys.SigningKey.generate().did, keys.SigningKey.generate().did
+    flags = [(3, "v3", "h3", "entry", alice, "unvouched"), (5, "v5", "h5", "link", bob, "revoked_key")]
+    conn.executemany(
+        "INSERT INTO void_records (seq, version, hash, kind, author_id, reason, flagged_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?, 1)",
+        flags,
+    )
+    assert void.flagged_of(conn, [alice]) == {3}
+    assert void.flagged_of(conn, [alice, bob, "did:key:nobody"]) == {3, 5}
+    assert void.flagged_of(conn, []) == set()
+    assert void.flags_of(conn, [5, 4, 3]) == {3: "unvouched", 5: "revoked_key"}
+    assert void.flags_of(conn, []) == {}
+    assert void.flagged_versions(conn, iter(["v5", "v4"])) == {"v5"}

@@ -4,10 +4,17 @@ through the node's read and write jobs."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
+from identity import keys, records
+from node.features import LOG
 from node.service import Node
+from node.store import db, pg_conn, projections
+from node.store.conn import Conn
 from node.trust import store
 from tests.conftest import AgentCreds
+from tests.node.api_helpers import entry_record, hash_of
 from wire.api import LinkSpec, PostEntry
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -57,3 +64,59 @@ async def test_replace_cache_txn_replaces_the_whole_cache(node: Node) -> None:
     left = await node.db.read(lambda c: c.execute("SELECT count(*) FROM entry_confidence").fetchone()[0])
     state = await node.db.read(lambda c: tuple(c.execute("SELECT computed_seq, computed_ms FROM trust_state")))
     assert left == 0 and [tuple(s) for s in state] == [(9, 2000)]
+
+
+def _trust_story(conn: Conn, alice: keys.SigningKey, bob: keys.SigningKey, carol: keys.SigningKey) -> list[Any]:
+    """Alice claims; Bob supports it with a link, Carol disconfirms it with an entry, Alice supports herself (not a
+    signal), Bob's retracted support of another claim (not one). The signals, then the cache written and read."""
+    t0 = 1_767_323_045_000
+    claim = entry_record(alice, "the bridge holds", created_ms=t0)
+    other = entry_record(alice, "the road is open", created_ms=t0 + 1)
+
+    def on(target: dict[str, Any], link_type: str) -> list[dict[str, str]]:
+        return [{"target": hash_of(target), "link_type": link_type, "annotation": ""}]
+
+    support = entry_record(bob, "it does", created_ms=t0 + 2, links=on(other, "supports"))
+    story = [
+        claim,
+        other,
+        entry_record(bob, "agreed", created_ms=t0 + 3, links=on(claim, "supports")),
+        entry_record(
+            carol, "it does not", created_ms=t0 + 4, performative="disconfirm", links=on(claim, "responds_to")
+        ),
+        entry_record(alice, "me too", created_ms=t0 + 5, links=on(claim, "supports")),
+        support,
+        entry_record(bob, "I take it back", created_ms=t0 + 6, performative="retract", links=on(support, "supersedes")),
+    ]
+    conn.execute("BEGIN")
+    for record in story:
+        projections.append_many(conn, [projections.Incoming(record, *records.check(record))], origin="local", now_ms=t0)
+    signals = sorted(tuple(row) for row in store.signal_rows(conn))
+    head = store.log_head(conn)
+    before = store.cache_seq(conn)
+    store.replace_cache_txn(
+        conn, [(alice.did, 1, 1, 0.5, 0.5, 1.0, 1.0)], [(hash_of(claim), 0.625, 1, 1)], head, t0 + 10
+    )
+    conn.execute("COMMIT")
+    return [signals, head, before, store.cache_seq(conn), tuple(store.agent_scores(conn, alice.did)),
+            store.agent_scores(conn, bob.did)]  # fmt: skip
+
+
+def test_the_trust_store_answers_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
+    alice, bob, carol = (keys.SigningKey.generate() for _ in range(3))
+    sqlite = db.connect(tmp_path / "trust.db", log=LOG)
+    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
+    try:
+        db.migrate(sqlite)
+        expected = _trust_story(sqlite, alice, bob, carol)
+        got = _trust_story(postgres, alice, bob, carol)
+    finally:
+        sqlite.close()
+        postgres.close()
+    assert got == expected
+    signals, head, before, after, scores, none = expected
+    # Bob's link supports the claim, Carol's disconfirm entry opposes it; Alice's own link and Bob's retracted
+    # support are no signals (on the claim: two rows, one each way)
+    assert sorted(polarity for endorser, _, target, polarity in signals) == [-1, 1]
+    assert {endorser for endorser, *_ in signals} == {bob.did, carol.did}
+    assert (before, after, head) == (None, head, 7) and scores == (1, 1, 0.5, 0.5) and none is None

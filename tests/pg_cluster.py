@@ -1,0 +1,140 @@
+"""A throwaway PostgreSQL cluster for the tests: initdb and pg_ctl into a temporary folder, a unix socket only.
+
+One cluster per test process (each pytest-xdist worker starts its own, the first time a test asks for one) and
+one database per test, cloned from a template that holds the schema (CREATE DATABASE ... TEMPLATE copies files:
+a few milliseconds). PostgreSQL refuses to run as root, so as root (CI and the development machines) initdb and
+the server run as the `postgres` user that Debian's package creates (`runuser -u postgres --`). The server runs
+with fsync off: a test cluster is thrown away, never recovered. docs/operations.md, "PostgreSQL (in progress)".
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+PORT = 5432  # the socket's name (.s.PGSQL.5432) inside the cluster's own folder: no TCP port is opened
+SUPERUSER = "postgres"
+
+
+def find_bindir() -> Path | None:
+    """The folder of PostgreSQL's server programs (initdb, pg_ctl, postgres), or None when it is not installed:
+    `pg_config --bindir` when that holds initdb, else the newest /usr/lib/postgresql/*/bin (Debian's layout)."""
+    candidates: list[Path] = []
+    if shutil.which("pg_config"):
+        found = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=False)
+        if found.returncode == 0 and found.stdout.strip():
+            candidates.append(Path(found.stdout.strip()))
+    versions = glob.glob("/usr/lib/postgresql/*/bin")
+    candidates += sorted(
+        (Path(p) for p in versions), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0
+    )[::-1]
+    for bindir in candidates:
+        if (bindir / "initdb").is_file() and (bindir / "pg_ctl").is_file() and (bindir / "postgres").is_file():
+            return bindir
+    return None
+
+
+def _as_server_user() -> list[str]:
+    """The prefix that runs a server program as a user PostgreSQL accepts: `postgres` when we are root."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("runuser") is None:
+        raise RuntimeError("running as root needs runuser (util-linux) to start PostgreSQL as the postgres user")
+    return ["runuser", "-u", SUPERUSER, "--"]
+
+
+@dataclass
+class Cluster:
+    """A running throwaway cluster: its folder (data and socket), and a counter for database names."""
+
+    bindir: Path
+    folder: Path
+    _names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    @property
+    def data(self) -> Path:
+        """The cluster's data directory."""
+        return self.folder / "data"
+
+    def url(self, dbname: str = "postgres") -> str:
+        """A libpq connection string for database `dbname` over the cluster's unix socket."""
+        return f"host={self.folder} port={PORT} user={SUPERUSER} dbname={dbname}"
+
+    def admin(self, sql: str) -> None:
+        """Run one statement outside a transaction (CREATE / DROP DATABASE) on the maintenance database."""
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(sql)
+
+    def create_database(self, template: str | None = None) -> str:
+        """A new empty database (or a copy of `template`); its name."""
+        name = f"t{os.getpid()}_{next(self._names)}"
+        self.admin(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+        return name
+
+    def drop_database(self, name: str) -> None:
+        """Drop a database, ending any connection a test left open to it."""
+        self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def stop(self) -> None:
+        """Stop the server at once (nothing of a test cluster needs to survive) and remove its folder."""
+        subprocess.run(
+            [*_as_server_user(), str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"],
+            capture_output=True,
+            check=False,
+        )
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def start(bindir: Path) -> Cluster:
+    """initdb a new cluster in a fresh temporary folder and start it, listening on a unix socket there only."""
+    folder = Path(tempfile.mkdtemp(prefix="bbs-pg-"))  # short: a socket path may not pass 107 bytes
+    run_as = _as_server_user()
+    if run_as:
+        shutil.chown(folder, SUPERUSER, SUPERUSER)
+    cluster = Cluster(bindir, folder)
+    # small: one cluster per test process, several processes on a CI machine
+    options = (
+        f"-k {folder} -p {PORT} -c listen_addresses='' -c fsync=off -c full_page_writes=off"
+        " -c shared_buffers=32MB -c max_connections=40"
+    )
+    commands = [
+        [
+            str(bindir / "initdb"),
+            "-D",
+            str(cluster.data),
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "--no-sync",
+            "--no-locale",
+            "-E",
+            "UTF8",
+        ],
+        [
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(cluster.data),
+            "-l",
+            str(folder / "server.log"),
+            "-o",
+            options,
+            "-w",
+            "start",
+        ],
+    ]
+    for command in commands:
+        done = subprocess.run([*run_as, *command], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            log = folder / "server.log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            cluster.stop()
+            raise RuntimeError(f"{done.args[len(run_as)]} failed ({done.returncode}): {done.stderr}{done.stdout}{tail}")
+    return cluster

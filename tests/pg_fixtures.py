@@ -1,0 +1,124 @@
+"""The PostgreSQL half of the tests: its fixtures, and what happens where PostgreSQL is not installed.
+
+A test that uses `pg_cluster` (directly or through `pg_url` / `pg_migrated_url`) is a PostgreSQL test: it is marked
+`postgresql` at collection; so is the PostgreSQL case of a test run on both engines (`open_store`, whose
+"postgresql" parameter carries the mark). Where no PostgreSQL server programs are found (tests/pg_cluster.py
+`find_bindir`) those tests are deselected, named in the report's header and summary, and the SQLite half runs as
+before; where `CI` is set (.ci/run sets CI=true, and installs the postgresql package) a missing PostgreSQL is an
+error instead, so CI never passes without running them. tests/conftest.py imports these.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from node.store import db, pg_conn, pg_schema
+from node.store.conn import Conn
+from node.store.projections import Log
+from tests import pg_cluster as cluster_mod
+
+BINDIR = cluster_mod.find_bindir()
+PG_FIXTURES = {"pg_cluster", "pg_url", "pg_migrated_url", "pg_template"}
+_DESELECTED = pytest.StashKey[int]()
+_HOW = "install PostgreSQL (Debian: apt-get install postgresql) to run them"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """One line saying which PostgreSQL the PostgreSQL tests use, or that they will not run."""
+    if BINDIR is None:
+        return f"postgresql: not installed; the PostgreSQL tests are deselected ({_HOW})"
+    return f"postgresql: {BINDIR}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the PostgreSQL tests; deselect them where PostgreSQL is absent, or fail the run under CI."""
+    marked = []
+    for item in items:
+        if item.get_closest_marker("postgresql") is not None:
+            marked.append(item)
+        elif PG_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.postgresql)
+            marked.append(item)
+    if BINDIR is not None or not marked:
+        return
+    if os.environ.get("CI"):
+        raise pytest.UsageError(
+            f"CI is set but PostgreSQL is not installed: {len(marked)} PostgreSQL tests cannot run ({_HOW})"
+        )
+    config.stash[_DESELECTED] = len(marked)
+    config.hook.pytest_deselected(items=marked)
+    items[:] = [item for item in items if item not in marked]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say, at the end too, how many PostgreSQL tests did not run and why."""
+    count = terminalreporter.config.stash.get(_DESELECTED, 0)
+    if count:
+        terminalreporter.write_line(f"{count} PostgreSQL tests deselected: PostgreSQL is not installed ({_HOW})")
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[cluster_mod.Cluster]:
+    """A throwaway PostgreSQL cluster for this test process, stopped and removed at its end."""
+    assert BINDIR is not None  # tests using it are deselected otherwise
+    cluster = cluster_mod.start(BINDIR)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_cluster: cluster_mod.Cluster) -> str:
+    """A database migrated to the head (node/store/migrations_pg), the template of `pg_migrated_url`'s copies."""
+    name = pg_cluster.create_database()
+    conn = pg_conn.connect(pg_cluster.url(name))
+    try:
+        pg_schema.migrate(conn)
+    finally:
+        conn.close()  # a template must have no connections when it is copied
+    return name
+
+
+@pytest.fixture
+def pg_url(pg_cluster: cluster_mod.Cluster) -> Iterator[str]:
+    """The connection string of a new empty database, dropped after the test."""
+    name = pg_cluster.create_database()
+    yield pg_cluster.url(name)
+    pg_cluster.drop_database(name)
+
+
+@pytest.fixture
+def pg_migrated_url(pg_cluster: cluster_mod.Cluster, pg_template: str) -> Iterator[str]:
+    """The connection string of a new database holding the head schema (a copy of `pg_template`), dropped after."""
+    name = pg_cluster.create_database(template=pg_template)
+    yield pg_cluster.url(name)
+    pg_cluster.drop_database(name)
+
+
+OpenStore = Callable[[Log | None], Conn]  # a new database of one engine, migrated to the head, carrying the log
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenStore]:
+    """Run the test once per engine: `open_store(log)` opens a connection to a new database of this run's engine
+    (a SQLite file under tmp_path, or a PostgreSQL database copied from the migrated template), migrated to the
+    head and carrying `log`; closed after the test. `request.param` names the engine."""
+    opened: list[Conn] = []
+    url = request.getfixturevalue("pg_migrated_url") if request.param == "postgresql" else None
+
+    def open_one(log: Log | None) -> Conn:
+        conn: Conn
+        if url is None:
+            conn = db.connect(tmp_path / "store.db", log=log)
+            db.migrate(conn)
+        else:
+            conn = pg_conn.connect(url, log=log)
+        opened.append(conn)
+        return conn
+
+    yield open_one
+    for conn in opened:
+        conn.close()  # type: ignore[attr-defined]  # both engines' connections close; the Conn protocol does not say
