@@ -117,11 +117,12 @@ async def test_a_search_with_words_needs_the_index_and_one_by_filters_does_not(
 
 
 async def inline_reads(node: Node, q: SearchQuery) -> int:
-    """How many reads of a search ran on the event loop (none may have been moved to a thread mid-way)."""
-    inline, moved = node.db.read_stats.inline, node.db.read_stats.moved
+    """How many reads of a search started on the event loop: those answered there, and those a busy database or a
+    loaded machine moved to a thread mid-way (a quick read over its budget: not what these tests are about)."""
+    stats = node.db.read_stats
+    before = stats.inline + stats.moved
     await node.reads.search(q, agent=None)
-    assert node.db.read_stats.moved == moved
-    return node.db.read_stats.inline - inline
+    return stats.inline + stats.moved - before
 
 
 async def test_a_deep_page_is_searched_on_a_reader_thread(node: Node, make_agent: MakeAgent) -> None:
