@@ -13,12 +13,11 @@ counted per peer (`dropped_waiting`), and reconciliation offers it again. A reco
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 
 MiB = 1024 * 1024
 MAX_PER_AUTHOR = 1_000
@@ -76,23 +75,29 @@ def offer_txn(
         count, used = held.get(cap, (0, 0))
         if count + 1 > most or used + size > most_bytes:
             return False
-    waiting_id = conn.execute(
+    sql = (
         "INSERT INTO waiting (version, hash, kind, author_id, peer_id, arrived_ms, size, body)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (version, record_hash, kind, author_id, peer_id, now_ms, size, body),
-    ).lastrowid
-    conn.executemany(
-        "INSERT OR IGNORE INTO waiting_deps (dep, waiting_id) VALUES (?, ?)", [(d, waiting_id) for d in deps]
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
     )
+    if engine_of(conn) == POSTGRESQL:  # no rowid there: the identity's value returned (record 76)
+        sql += " RETURNING id"
+    waiting_id = conn.execute(sql, (version, record_hash, kind, author_id, peer_id, now_ms, size, body)).lastrowid
+    _insert_deps(conn, waiting_id, deps)
     return True
+
+
+def _insert_deps(conn: Conn, waiting_id: int | None, deps: Sequence[str]) -> None:
+    """The dependency rows of a waiting record, each key once."""
+    sql = "INSERT OR IGNORE INTO waiting_deps (dep, waiting_id) VALUES (?, ?)"
+    if engine_of(conn) == POSTGRESQL:
+        sql = "INSERT INTO waiting_deps (dep, waiting_id) VALUES (?, ?) ON CONFLICT DO NOTHING"
+    conn.executemany(sql, [(d, waiting_id) for d in deps])
 
 
 def set_deps_txn(conn: Conn, waiting_id: int, deps: Sequence[str]) -> None:
     """Replace what a waiting record waits for (re-checked and still undecided, with new keys)."""
     conn.execute("DELETE FROM waiting_deps WHERE waiting_id = ?", (waiting_id,))
-    conn.executemany(
-        "INSERT OR IGNORE INTO waiting_deps (dep, waiting_id) VALUES (?, ?)", [(d, waiting_id) for d in deps]
-    )
+    _insert_deps(conn, waiting_id, deps)
 
 
 def select_txn(conn: Conn, deps: Iterable[Dep], after_id: int, limit: int) -> list[Waiting]:
@@ -101,8 +106,9 @@ def select_txn(conn: Conn, deps: Iterable[Dep], after_id: int, limit: int) -> li
     wanted = list(deps)
     exact = [d for d in wanted if isinstance(d, str)]
     ranges = [d for d in wanted if isinstance(d, tuple)]
-    clauses = ["d.dep IN (SELECT value FROM json_each(?))"]
-    params: list[object] = [json.dumps(exact)]
+    test, listed = any_of(conn, exact)
+    clauses = [f"d.dep {test}"]
+    params: list[object] = [listed]
     for low, high in ranges:
         clauses.append("(d.dep >= ? AND d.dep < ?)")
         params += [low, high]
@@ -118,15 +124,15 @@ def select_txn(conn: Conn, deps: Iterable[Dep], after_id: int, limit: int) -> li
 def remove_txn(conn: Conn, ids: Sequence[int]) -> None:
     """Take records out of the waiting area (decided, or dropped); their dependency rows go with them."""
     if ids:
-        conn.execute("DELETE FROM waiting WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(list(ids)),))
+        test, listed = any_of(conn, ids)
+        conn.execute(f"DELETE FROM waiting WHERE id {test}", (listed,))
 
 
 def remove_versions_txn(conn: Conn, versions: Sequence[str]) -> None:
     """Take these versions out of the waiting area, if they wait (a copy of one was just stored or refused)."""
     if versions:
-        conn.execute(
-            "DELETE FROM waiting WHERE version IN (SELECT value FROM json_each(?))", (json.dumps(list(versions)),)
-        )
+        test, listed = any_of(conn, versions)
+        conn.execute(f"DELETE FROM waiting WHERE version {test}", (listed,))
 
 
 def expire_txn(conn: Conn, now_ms: int) -> Counter[str]:
@@ -162,18 +168,15 @@ def forget_void_txn(conn: Conn, author_id: str) -> None:
 
 def void(conn: Conn, versions: Iterable[str]) -> dict[str, str]:
     """Those of `versions` remembered as void, with the reason."""
-    rows = conn.execute(
-        "SELECT version, reason FROM void_versions WHERE version IN (SELECT value FROM json_each(?))",
-        (json.dumps(list(versions)),),
-    ).fetchall()
+    test, listed = any_of(conn, versions)
+    rows = conn.execute(f"SELECT version, reason FROM void_versions WHERE version {test}", (listed,)).fetchall()
     return {str(r[0]): str(r[1]) for r in rows}
 
 
 def held(conn: Conn, versions: Iterable[str]) -> set[str]:
     """Those of `versions` that wait here (reconciliation need not fetch them again)."""
-    rows = conn.execute(
-        "SELECT version FROM waiting WHERE version IN (SELECT value FROM json_each(?))", (json.dumps(list(versions)),)
-    ).fetchall()
+    test, listed = any_of(conn, versions)
+    rows = conn.execute(f"SELECT version FROM waiting WHERE version {test}", (listed,)).fetchall()
     return {str(r[0]) for r in rows}
 
 
