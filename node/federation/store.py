@@ -28,7 +28,7 @@ from node.redaction import effects as redaction_effects
 from node.spaces import store as space_store
 from node.store import db, equivocation, projections, void, waiting
 from node.store.authority import AUTHORITY_KINDS, Authority, author_deps, drop_displaced_txn, event_dep, key_events_of
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 from node.store.db import Database
 from sync import compat
 from sync.messages import (
@@ -71,6 +71,20 @@ SERVED = (
     " OR (kind = 'space_host' AND json_extract(CAST(body AS TEXT), '$.node') = :peer"
     "   AND (:allowed IS NULL OR space IN (SELECT value FROM json_each(:allowed)))))"
 )
+# PostgreSQL's (docs/decisions.md record 50): lists as arrays, the body's JSON read by `->>` (as `json`, not `jsonb`,
+# which refuses a `\u0000` escape), the NULL test of a parameter typed.
+SERVED_PG = (
+    "(space IS NULL OR space = ANY(:served)"
+    " OR (kind = 'space_host' AND convert_from(body, 'UTF8')::json ->> 'node' = :peer"
+    "   AND (CAST(:allowed AS text[]) IS NULL OR space = ANY(:allowed))))"
+)
+FETCH_SQL_PG = (
+    "SELECT hash, version, body FROM records WHERE scope = 'federation' AND seq NOT IN (SELECT seq FROM void_records)"
+    f" AND {SERVED_PG}"
+    " AND seq IN (SELECT seq FROM records WHERE hash = ANY(:ids)"
+    "   UNION SELECT seq FROM records WHERE version = ANY(:ids))"
+    " ORDER BY seq"
+)
 
 
 class NodeSyncStore:
@@ -97,23 +111,7 @@ class NodeSyncStore:
     async def changes(
         self, since: int, limit: int, exclude_origin: str | None = None, v: int = PROTOCOL_VERSION
     ) -> Page:
-        def run(conn: Conn) -> Page:
-            epoch, head = _position(conn)
-            rows = conn.execute(
-                "SELECT seq, hash, version, body, seq IN (SELECT seq FROM void_records) FROM records"
-                f" WHERE scope = 'federation' AND seq > :since AND origin IS NOT :peer AND {SERVED}"
-                " ORDER BY seq LIMIT :limit",
-                {"since": since, "limit": limit, **_serving(conn, self.node_id, exclude_origin)},
-            ).fetchall()
-            scanned = [(int(r[0]), r[1], r[2], bytes(r[3])) for r in rows]
-            more = len(scanned) == limit and scanned[-1][0] < head
-            # records a peer of protocol v cannot store, and records flagged void (node/store/void.py), are
-            # skipped; `next` moves past them all the same
-            served = {int(r[0]) for r in rows if not r[4]}
-            items = [item for item in scanned if item[0] in served and compat.servable(v, item[2], item[3])]
-            return Page(epoch, head, scanned[-1][0] if more else head, more, items)
-
-        return await self.db.read(run)
+        return await self.db.read(lambda c: changes_page(c, self.node_id, since, limit, exclude_origin, v))
 
     async def wait_for_change(self, since: int, timeout: float) -> None:
         loop = asyncio.get_running_loop()
@@ -145,36 +143,12 @@ class NodeSyncStore:
     async def fetch(
         self, ids: list[str], v: int = PROTOCOL_VERSION, peer_id: str | None = None
     ) -> list[tuple[str, str, bytes]]:
-        def run(conn: Conn) -> list[tuple[str, str, bytes]]:
-            rows = conn.execute(
-                FETCH_SQL,
-                {"ids": _json(ids), **_serving(conn, self.node_id, peer_id)},
-            ).fetchall()
-            found = [(r[0], r[1], bytes(r[2])) for r in rows]
-            return [item for item in found if compat.servable(v, item[1], item[2])]
-
-        return await self.db.read(run)
+        return await self.db.read(lambda c: fetch_items(c, self.node_id, ids, v, peer_id))
 
     async def reconcile_items(
         self, v: int = PROTOCOL_VERSION, peer_id: str | None = None
     ) -> tuple[str, int, list[tuple[int, bytes]]]:
-        def run(conn: Conn) -> tuple[str, int, list[tuple[int, bytes]]]:
-            epoch, head = _position(conn)
-            rows = conn.execute(
-                # created_ms >= 0: records dated before 1970 are refused now, but a node may hold some from before
-                # the unary + keeps the planner on records_time_version's order (no sort of the whole log)
-                # records flagged void are outside the set (docs/format-v3.md 7.6); so are the records of a space
-                # the peer does not host, or this node does not (`served_spaces`)
-                "SELECT created_ms, version FROM records WHERE +scope = 'federation' AND created_ms >= 0"
-                f" AND seq NOT IN (SELECT seq FROM void_records) AND {SERVED} ORDER BY created_ms, version",
-                _serving(conn, self.node_id, peer_id),
-            ).fetchall()
-            if v != PROTOCOL_VERSION:
-                keep = servable_versions(conn, v, [h for _, h in rows])
-                rows = [(ms, h) for ms, h in rows if h in keep]
-            return epoch, head, [(int(ms), bytes.fromhex(h)) for ms, h in rows]
-
-        return await self.db.read(run)
+        return await self.db.read(lambda c: reconcile_snapshot(c, self.node_id, v, peer_id))
 
     async def served_spaces(self, peer_id: str | None) -> frozenset[str]:
         return frozenset(await self.db.read(lambda c: served_spaces(c, self.node_id, peer_id)))
@@ -182,32 +156,10 @@ class NodeSyncStore:
     async def set_items(
         self, v: int = PROTOCOL_VERSION, space: str | None = None
     ) -> tuple[str, int, list[tuple[int, bytes]]]:
-        def run(conn: Conn) -> tuple[str, int, list[tuple[int, bytes]]]:
-            epoch, head = _position(conn)
-            # as reconcile_items, over one set: the public federation (space IS NULL) or one space
-            rows = conn.execute(
-                "SELECT created_ms, version FROM records WHERE +scope = 'federation' AND created_ms >= 0"
-                " AND seq NOT IN (SELECT seq FROM void_records) AND space IS ? ORDER BY created_ms, version",
-                (space,),
-            ).fetchall()
-            return epoch, head, _items(conn, v, rows)
-
-        return await self.db.read(run)
+        return await self.db.read(lambda c: set_snapshot(c, v, space))
 
     async def hosting_items(self, v: int, space: str, peer_id: str) -> list[tuple[int, bytes]]:
-        def run(conn: Conn) -> list[tuple[int, bytes]]:
-            allowed = peer_filter(conn, peer_id)
-            if allowed is not None and space not in allowed:
-                return []
-            rows = conn.execute(
-                "SELECT created_ms, version FROM records WHERE space = ? AND kind = 'space_host'"
-                " AND +scope = 'federation' AND created_ms >= 0 AND seq NOT IN (SELECT seq FROM void_records)"
-                " AND json_extract(CAST(body AS TEXT), '$.node') = ? ORDER BY created_ms, version",
-                (space, peer_id),
-            ).fetchall()
-            return _items(conn, v, rows)
-
-        return await self.db.read(run)
+        return await self.db.read(lambda c: hosting_snapshot(c, v, space, peer_id))
 
     async def reconcile_spaces(self, peer_id: str, offered: frozenset[str]) -> list[str]:
         def run(conn: Conn) -> list[str]:
@@ -316,41 +268,12 @@ class NodeSyncStore:
         sync_version: int | None = None,
     ) -> None:
         now = self.now_ms()
-
-        def job(conn: Conn) -> None:
-            if sync_version is not None:
-                note_sync_version_txn(conn, peer_id, sync_version)
-            if health is not None:
-                conn.execute(
-                    "UPDATE peers SET health = ? WHERE node_id = ?", (msgspec.json.encode(health).decode(), peer_id)
-                )
-            if error is not None:
-                conn.execute(
-                    "UPDATE peers SET last_error = ?, last_error_ms = ? WHERE node_id = ?", (error, now, peer_id)
-                )
-                return
-            conn.execute(
-                "UPDATE peers SET last_ok_ms = :now, last_error = NULL,"
-                " remote_epoch = coalesce(:epoch, remote_epoch), remote_head = coalesce(:head, remote_head),"
-                " caught_up_ms = CASE WHEN cursor_epoch = coalesce(:epoch, remote_epoch)"
-                "   AND cursor_seq >= coalesce(:head, remote_head) THEN :now ELSE caught_up_ms END,"
-                " reconciliations = reconciliations + :rec,"
-                " last_reconcile_ms = CASE WHEN :rec THEN :now ELSE last_reconcile_ms END"
-                " WHERE node_id = :peer",
-                {"now": now, "epoch": remote_epoch, "head": remote_head, "rec": int(reconciled), "peer": peer_id},
-            )
-
-        await self.db.write(job)
+        await self.db.write(
+            lambda c: note_peer_txn(c, peer_id, now, remote_epoch, remote_head, error, reconciled, health, sync_version)
+        )
 
     async def wanted(self, peer_id: str, now_ms: int, limit: int) -> list[str]:
-        rows = await self.db.read(
-            lambda c: c.execute(
-                "SELECT w.hash FROM sync_wanted w WHERE w.peer_id = ? AND w.next_ms <= ? AND w.attempts < ?"
-                " AND NOT EXISTS (SELECT 1 FROM records r WHERE r.hash = w.hash) ORDER BY w.next_ms LIMIT ?",
-                (peer_id, now_ms, MAX_WANT_ATTEMPTS, limit),
-            ).fetchall()
-        )
-        return [r[0] for r in rows]
+        return await self.db.read(lambda c: wanted_hashes(c, peer_id, now_ms, limit))
 
     async def want_failed(self, peer_id: str, hashes: list[str], now_ms: int) -> None:
         await self.db.write(lambda c: want_failed_txn(c, peer_id, hashes, now_ms))
@@ -373,6 +296,150 @@ class NodeSyncStore:
     async def statuses(self) -> list[PeerStatus]:
         now = self.now_ms()
         return await self.db.read(lambda c: peer_statuses(c, now))
+
+
+def changes_page(conn: Conn, node_id: str, since: int, limit: int, exclude_origin: str | None, v: int) -> Page:
+    """`SyncStore.changes`: the federated records after `since` in seq order (at most `limit` scanned) served to
+    `exclude_origin`, whose own records are left out."""
+    epoch, head = _position(conn)
+    sql = (
+        "SELECT seq, hash, version, body, seq IN (SELECT seq FROM void_records) FROM records"
+        f" WHERE scope = 'federation' AND seq > :since AND origin IS NOT :peer AND {SERVED}"
+        " ORDER BY seq LIMIT :limit"
+    )
+    if engine_of(conn) == POSTGRESQL:
+        sql = (
+            "SELECT seq, hash, version, body, seq IN (SELECT seq FROM void_records) FROM records"
+            " WHERE scope = 'federation' AND seq > :since AND origin IS DISTINCT FROM CAST(:peer AS text)"
+            f" AND {SERVED_PG} ORDER BY seq LIMIT :limit"
+        )
+    rows = conn.execute(sql, {"since": since, "limit": limit, **_serving(conn, node_id, exclude_origin)}).fetchall()
+    scanned = [(int(r[0]), r[1], r[2], bytes(r[3])) for r in rows]
+    more = len(scanned) == limit and scanned[-1][0] < head
+    # records a peer of protocol v cannot store, and records flagged void (node/store/void.py), are
+    # skipped; `next` moves past them all the same
+    served = {int(r[0]) for r in rows if not r[4]}
+    items = [item for item in scanned if item[0] in served and compat.servable(v, item[2], item[3])]
+    return Page(epoch, head, scanned[-1][0] if more else head, more, items)
+
+
+def fetch_items(conn: Conn, node_id: str, ids: list[str], v: int, peer_id: str | None) -> list[tuple[str, str, bytes]]:
+    """`SyncStore.fetch`: the federated records served to `peer_id` whose address or version is one of `ids`."""
+    sql = FETCH_SQL_PG if engine_of(conn) == POSTGRESQL else FETCH_SQL
+    rows = conn.execute(sql, {"ids": any_of(conn, ids)[1], **_serving(conn, node_id, peer_id)}).fetchall()
+    found = [(r[0], r[1], bytes(r[2])) for r in rows]
+    return [item for item in found if compat.servable(v, item[1], item[2])]
+
+
+def reconcile_snapshot(
+    conn: Conn, node_id: str, v: int, peer_id: str | None
+) -> tuple[str, int, list[tuple[int, bytes]]]:
+    """`SyncStore.reconcile_items`: (epoch, head, the sorted (created_ms, version) items served to `peer_id`)."""
+    epoch, head = _position(conn)
+    sql = (
+        # created_ms >= 0: records dated before 1970 are refused now, but a node may hold some from before
+        # the unary + keeps the planner on records_time_version's order (no sort of the whole log)
+        # records flagged void are outside the set (docs/format-v3.md 7.6); so are the records of a space
+        # the peer does not host, or this node does not (`served_spaces`)
+        "SELECT created_ms, version FROM records WHERE +scope = 'federation' AND created_ms >= 0"
+        f" AND seq NOT IN (SELECT seq FROM void_records) AND {SERVED} ORDER BY created_ms, version"
+    )
+    if engine_of(conn) == POSTGRESQL:  # no unary + there (record 50)
+        sql = (
+            "SELECT created_ms, version FROM records WHERE scope = 'federation' AND created_ms >= 0"
+            f" AND seq NOT IN (SELECT seq FROM void_records) AND {SERVED_PG} ORDER BY created_ms, version"
+        )
+    rows = conn.execute(sql, _serving(conn, node_id, peer_id)).fetchall()
+    return epoch, head, _items(conn, v, rows)
+
+
+def set_snapshot(conn: Conn, v: int, space: str | None) -> tuple[str, int, list[tuple[int, bytes]]]:
+    """`SyncStore.set_items`: as `reconcile_snapshot`, over one set: the public federation (`space` None) or one
+    space."""
+    epoch, head = _position(conn)
+    sql = (
+        "SELECT created_ms, version FROM records WHERE +scope = 'federation' AND created_ms >= 0"
+        " AND seq NOT IN (SELECT seq FROM void_records) AND space IS ? ORDER BY created_ms, version"
+    )
+    if engine_of(conn) == POSTGRESQL:
+        sql = (
+            "SELECT created_ms, version FROM records WHERE scope = 'federation' AND created_ms >= 0"
+            " AND seq NOT IN (SELECT seq FROM void_records) AND space IS NOT DISTINCT FROM CAST(? AS text)"
+            " ORDER BY created_ms, version"
+        )
+    return epoch, head, _items(conn, v, conn.execute(sql, (space,)).fetchall())
+
+
+def hosting_snapshot(conn: Conn, v: int, space: str, peer_id: str) -> list[tuple[int, bytes]]:
+    """`SyncStore.hosting_items`: the items of the hosting records of `space` naming `peer_id`."""
+    allowed = peer_filter(conn, peer_id)
+    if allowed is not None and space not in allowed:
+        return []
+    sql = (
+        "SELECT created_ms, version FROM records WHERE space = ? AND kind = 'space_host'"
+        " AND +scope = 'federation' AND created_ms >= 0 AND seq NOT IN (SELECT seq FROM void_records)"
+        " AND json_extract(CAST(body AS TEXT), '$.node') = ? ORDER BY created_ms, version"
+    )
+    if engine_of(conn) == POSTGRESQL:
+        sql = (
+            "SELECT created_ms, version FROM records WHERE space = ? AND kind = 'space_host'"
+            " AND scope = 'federation' AND created_ms >= 0 AND seq NOT IN (SELECT seq FROM void_records)"
+            " AND convert_from(body, 'UTF8')::json ->> 'node' = ? ORDER BY created_ms, version"
+        )
+    return _items(conn, v, conn.execute(sql, (space, peer_id)).fetchall())
+
+
+def wanted_hashes(conn: Conn, peer_id: str, now_ms: int, limit: int) -> list[str]:
+    """`SyncStore.wanted`: the addresses to fetch from `peer_id` now, the longest due first."""
+    rows = conn.execute(
+        "SELECT w.hash FROM sync_wanted w WHERE w.peer_id = ? AND w.next_ms <= ? AND w.attempts < ?"
+        " AND NOT EXISTS (SELECT 1 FROM records r WHERE r.hash = w.hash) ORDER BY w.next_ms LIMIT ?",
+        (peer_id, now_ms, MAX_WANT_ATTEMPTS, limit),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def note_peer_txn(
+    conn: Conn,
+    peer_id: str,
+    now: int,
+    remote_epoch: str | None,
+    remote_head: int | None,
+    error: str | None,
+    reconciled: bool,
+    health: PeerHealth | None,
+    sync_version: int | None,
+) -> None:
+    """`SyncStore.note_peer`: what the puller learnt of a peer (its position, an error, a reconciliation, its health,
+    the protocol version spoken)."""
+    if sync_version is not None:
+        note_sync_version_txn(conn, peer_id, sync_version)
+    if health is not None:
+        conn.execute("UPDATE peers SET health = ? WHERE node_id = ?", (msgspec.json.encode(health).decode(), peer_id))
+    if error is not None:
+        conn.execute("UPDATE peers SET last_error = ?, last_error_ms = ? WHERE node_id = ?", (error, now, peer_id))
+        return
+    sql = (
+        "UPDATE peers SET last_ok_ms = :now, last_error = NULL,"
+        " remote_epoch = coalesce(:epoch, remote_epoch), remote_head = coalesce(:head, remote_head),"
+        " caught_up_ms = CASE WHEN cursor_epoch = coalesce(:epoch, remote_epoch)"
+        "   AND cursor_seq >= coalesce(:head, remote_head) THEN :now ELSE caught_up_ms END,"
+        " reconciliations = reconciliations + :rec,"
+        " last_reconcile_ms = CASE WHEN :rec THEN :now ELSE last_reconcile_ms END"
+        " WHERE node_id = :peer"
+    )
+    if engine_of(conn) == POSTGRESQL:  # an integer is no condition there; the NULL parameters typed
+        sql = (
+            "UPDATE peers SET last_ok_ms = :now, last_error = NULL,"
+            " remote_epoch = coalesce(CAST(:epoch AS text), remote_epoch),"
+            " remote_head = coalesce(CAST(:head AS bigint), remote_head),"
+            " caught_up_ms = CASE WHEN cursor_epoch = coalesce(CAST(:epoch AS text), remote_epoch)"
+            "   AND cursor_seq >= coalesce(CAST(:head AS bigint), remote_head) THEN :now ELSE caught_up_ms END,"
+            " reconciliations = reconciliations + :rec,"
+            " last_reconcile_ms = CASE WHEN :rec <> 0 THEN :now ELSE last_reconcile_ms END"
+            " WHERE node_id = :peer"
+        )
+    conn.execute(sql, {"now": now, "epoch": remote_epoch, "head": remote_head, "rec": int(reconciled), "peer": peer_id})
 
 
 def served_spaces(conn: Conn, node_id: str, peer_id: str | None) -> list[str]:
@@ -406,13 +473,14 @@ def peer_filter(conn: Conn, peer_id: str) -> frozenset[str] | None:
     return None if row is None or row[0] is None else frozenset(json.loads(row[0]))
 
 
-def _serving(conn: Conn, node_id: str, peer_id: str | None) -> dict[str, str | None]:
-    """The parameters of `SERVED` for an answer to `peer_id`: the spaces served, the peer, its operator's filter."""
+def _serving(conn: Conn, node_id: str, peer_id: str | None) -> dict[str, Any]:
+    """The parameters of `SERVED` (`SERVED_PG`) for an answer to `peer_id`: the spaces served, the peer, its
+    operator's filter; the lists as the engine takes them (`any_of`)."""
     allowed = None if peer_id is None else peer_filter(conn, peer_id)
     return {
-        "served": _json(served_spaces(conn, node_id, peer_id)),
+        "served": any_of(conn, served_spaces(conn, node_id, peer_id))[1],
         "peer": peer_id,
-        "allowed": None if allowed is None else _json(sorted(allowed)),
+        "allowed": None if allowed is None else any_of(conn, sorted(allowed))[1],
     }
 
 
@@ -458,12 +526,19 @@ def _targets(record: dict[str, Any]) -> list[str]:
 
 def want_failed_txn(conn: Conn, peer_id: str, hashes: list[str], now_ms: int) -> None:
     """Wanted records from this peer not obtained: try again later (2, 4, 8 ... s, capped), up to MAX_WANT_ATTEMPTS."""
-    conn.execute(
+    sql = (
         "UPDATE sync_wanted SET attempts = attempts + 1,"
         " next_ms = ? + min(?, 1000 * (1 << (attempts + 1)))"
-        " WHERE peer_id = ? AND hash IN (SELECT value FROM json_each(?))",
-        (now_ms, MAX_WANT_BACKOFF_MS, peer_id, _json(hashes)),
+        " WHERE peer_id = ? AND hash IN (SELECT value FROM json_each(?))"
     )
+    if engine_of(conn) == POSTGRESQL:  # two-argument min is LEAST there (record 50)
+        sql = (
+            "UPDATE sync_wanted SET attempts = attempts + 1,"
+            " next_ms = CAST(? AS bigint)"
+            "   + LEAST(CAST(? AS bigint), 1000 * (CAST(1 AS bigint) << CAST(attempts + 1 AS integer)))"
+            " WHERE peer_id = ? AND hash = ANY(?)"
+        )
+    conn.execute(sql, (now_ms, MAX_WANT_BACKOFF_MS, peer_id, any_of(conn, hashes)[1]))
 
 
 def ingest_txn(
@@ -620,15 +695,18 @@ def _want_missing_targets(
     that this node does not hold are wanted from this peer. Returns each inserted record's targets and the
     missing ones."""
     if kept:  # however they got here, they are here
-        here = _json([v.hash for v, _ in kept])
-        conn.execute("DELETE FROM sync_wanted WHERE hash IN (SELECT value FROM json_each(?))", (here,))
+        test, here = any_of(conn, [v.hash for v, _ in kept])
+        conn.execute(f"DELETE FROM sync_wanted WHERE hash {test}", (here,))
     targets = {v.hash: _targets(v.record) for v, (_, inserted) in kept if inserted}
     wanted = sorted({t for ts in targets.values() for t in ts})
     missing: set[str] = set()
     if wanted:
-        rows = conn.execute(
-            "SELECT value FROM json_each(?) WHERE value NOT IN (SELECT hash FROM records)", (_json(wanted),)
-        ).fetchall()
+        sql = "SELECT value FROM json_each(?) WHERE value NOT IN (SELECT hash FROM records)"
+        if engine_of(conn) == POSTGRESQL:
+            sql = (
+                "SELECT value FROM unnest(CAST(? AS text[])) AS w(value) WHERE value NOT IN (SELECT hash FROM records)"
+            )
+        rows = conn.execute(sql, (any_of(conn, wanted)[1],)).fetchall()
         missing = {r[0] for r in rows}
     if missing:
         conn.executemany(
@@ -782,11 +860,16 @@ def digest(conn: Conn, node_id: str, v: int = PROTOCOL_VERSION, space: str | Non
     # in the unique version index's order (the unary + keeps the planner from sorting the whole log instead)
     # valid versions only: records flagged void are left out (docs/format-v3.md 7.6)
     # the public federation, or one space: the records of spaces are counted by each space's digest, never here
-    rows: Any = conn.execute(
+    sql = (
         "SELECT version FROM records WHERE +scope = 'federation' AND seq NOT IN (SELECT seq FROM void_records)"
-        " AND space IS ? ORDER BY version",
-        (space,),
+        " AND space IS ? ORDER BY version"
     )
+    if engine_of(conn) == POSTGRESQL:  # bytewise order there too: `version` collates "C" (record 76)
+        sql = (
+            "SELECT version FROM records WHERE scope = 'federation' AND seq NOT IN (SELECT seq FROM void_records)"
+            " AND space IS NOT DISTINCT FROM CAST(? AS text) ORDER BY version"
+        )
+    rows: Any = conn.execute(sql, (space,))
     if v != PROTOCOL_VERSION:  # the v2-compatible ones (a list: their bodies are read on the same connection)
         versions = [r[0] for r in rows]
         keep = servable_versions(conn, v, versions)
@@ -809,9 +892,8 @@ def servable_versions(conn: Conn, v: int, versions: list[str]) -> set[str]:
     unknown = [version for version in versions if compat.decided(version) is None]
     for start in range(0, len(unknown), BODIES_PER_READ):
         chunk = unknown[start : start + BODIES_PER_READ]
-        rows = conn.execute(
-            "SELECT version, body FROM records WHERE version IN (SELECT value FROM json_each(?))", (_json(chunk),)
-        ).fetchall()
+        test, listed = any_of(conn, chunk)
+        rows = conn.execute(f"SELECT version, body FROM records WHERE version {test}", (listed,)).fetchall()
         keep.update(r[0] for r in rows if compat.servable(v, r[0], bytes(r[1])))
     return keep
 
@@ -819,10 +901,20 @@ def servable_versions(conn: Conn, v: int, versions: list[str]) -> set[str]:
 def write_cursor_txn(conn: Conn, peer_id: str, cursor: Cursor, too_new_from: int | None) -> None:
     """Save a peer's cursor, taken by this release (its protocol version), with the lower of the kept and the given
     `too_new_from`; a cursor of another epoch than the kept one replaces it (positions of another store)."""
-    conn.execute(
+    sql = (
         "UPDATE peers SET too_new_from = CASE WHEN cursor_epoch IS NOT :epoch THEN :tnf"
         "   ELSE min(coalesce(too_new_from, :tnf), coalesce(:tnf, too_new_from)) END,"
-        " cursor_epoch = :epoch, cursor_seq = :seq, cursor_version = :version WHERE node_id = :peer",
+        " cursor_epoch = :epoch, cursor_seq = :seq, cursor_version = :version WHERE node_id = :peer"
+    )
+    if engine_of(conn) == POSTGRESQL:  # LEAST of two non-NULL values, or NULL as min (both coalesce to the same)
+        sql = (
+            "UPDATE peers SET too_new_from = CASE WHEN cursor_epoch IS DISTINCT FROM CAST(:epoch AS text)"
+            "   THEN CAST(:tnf AS bigint)"
+            "   ELSE LEAST(coalesce(too_new_from, CAST(:tnf AS bigint)), coalesce(CAST(:tnf AS bigint), too_new_from))"
+            " END, cursor_epoch = :epoch, cursor_seq = :seq, cursor_version = :version WHERE node_id = :peer"
+        )
+    conn.execute(
+        sql,
         {"epoch": cursor.epoch, "seq": cursor.seq, "tnf": too_new_from, "version": PROTOCOL_VERSION, "peer": peer_id},
     )
 
@@ -840,12 +932,18 @@ def cursor_version(conn: Conn, peer_id: str) -> CursorVersion | None:
 
 def upgrade_cursor_txn(conn: Conn, peer_id: str) -> None:
     """`SyncStore.upgrade_cursor`: back to just before `too_new_from` (cleared), and of this release's version."""
-    conn.execute(
+    sql = (
         "UPDATE peers SET cursor_seq = CASE WHEN too_new_from IS NULL THEN cursor_seq"
         "   ELSE max(0, min(cursor_seq, too_new_from - 1)) END,"
-        " too_new_from = NULL, cursor_version = ? WHERE node_id = ?",
-        (PROTOCOL_VERSION, peer_id),
+        " too_new_from = NULL, cursor_version = ? WHERE node_id = ?"
     )
+    if engine_of(conn) == POSTGRESQL:  # GREATEST and LEAST (cursor_seq and too_new_from are not NULL here)
+        sql = (
+            "UPDATE peers SET cursor_seq = CASE WHEN too_new_from IS NULL THEN cursor_seq"
+            "   ELSE GREATEST(0, LEAST(cursor_seq, too_new_from - 1)) END,"
+            " too_new_from = NULL, cursor_version = ? WHERE node_id = ?"
+        )
+    conn.execute(sql, (PROTOCOL_VERSION, peer_id))
 
 
 def note_sync_version_txn(conn: Conn, peer_id: str, sync_version: int) -> None:
@@ -855,9 +953,8 @@ def note_sync_version_txn(conn: Conn, peer_id: str, sync_version: int) -> None:
 
 def held_versions(conn: Conn, versions: list[str]) -> set[str]:
     """Those of `versions` the log holds."""
-    rows = conn.execute(
-        "SELECT version FROM records WHERE version IN (SELECT value FROM json_each(?))", (_json(versions),)
-    )
+    test, listed = any_of(conn, versions)
+    rows = conn.execute(f"SELECT version FROM records WHERE version {test}", (listed,))
     return {str(r[0]) for r in rows.fetchall()}
 
 
@@ -869,11 +966,16 @@ REFUSED_TABLES = ("records", "refused_versions", "waiting", "void_versions", "vo
 PREFIX_SQL = "SELECT p.value FROM json_each(?) AS p WHERE " + " OR ".join(
     f"EXISTS (SELECT 1 FROM {table} WHERE version >= p.value AND version < p.value || 'g')" for table in REFUSED_TABLES
 )
+# PostgreSQL's: the prefixes as an array; the range compares bytewise, `version` collating "C" (record 76)
+PREFIX_SQL_PG = "SELECT p.value FROM unnest(CAST(? AS text[])) AS p(value) WHERE " + " OR ".join(
+    f"EXISTS (SELECT 1 FROM {table} WHERE version >= p.value AND version < p.value || 'g')" for table in REFUSED_TABLES
+)
 
 
 def prefixed_versions(conn: Conn, prefixes: list[str]) -> set[str]:
     """Those of `prefixes` (lowercase hex) that begin a version of any of `REFUSED_TABLES` (decision 74)."""
-    return {str(r[0]) for r in conn.execute(PREFIX_SQL, (_json(prefixes),)).fetchall()}
+    sql = PREFIX_SQL_PG if engine_of(conn) == POSTGRESQL else PREFIX_SQL
+    return {str(r[0]) for r in conn.execute(sql, (any_of(conn, prefixes)[1],)).fetchall()}
 
 
 def store_epoch(conn: Conn) -> str:
