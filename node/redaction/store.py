@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from node.store.conn import POSTGRESQL, Conn, engine_of
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 
 TABLES: tuple[str, ...] = ("redactions",)  # the projection `bbs rebuild` recreates; tombstones are node-local
 
@@ -62,21 +62,23 @@ def insert_redaction_txn(conn: Conn, row: RedactionRow) -> None:
 
 def redactions_of(conn: Conn, targets: Iterable[str]) -> list[RedactionRow]:
     """The redactions naming any of `targets`, oldest first (created_at, then address): the order they are tried in."""
+    test, listed = any_of(conn, sorted(set(targets)))
     rows = conn.execute(
         "SELECT hash, seq, target, author_id, created_at, space, reason FROM redactions"
-        " WHERE target IN (SELECT value FROM json_each(?)) ORDER BY created_at, hash",
-        (json.dumps(sorted(set(targets))),),
+        f" WHERE target {test} ORDER BY created_at, hash",
+        (listed,),
     ).fetchall()
     return [RedactionRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
 
 
 def redactions_of_held_in(conn: Conn, spaces: Iterable[str]) -> list[RedactionRow]:
     """The redactions of any of `spaces` whose target the log holds (void for it when they came), oldest first."""
+    test, listed = any_of(conn, sorted(set(spaces)))
     rows = conn.execute(
         "SELECT hash, seq, target, author_id, created_at, space, reason FROM redactions r"
-        " WHERE space IN (SELECT value FROM json_each(?)) AND EXISTS (SELECT 1 FROM records WHERE hash = r.target)"
+        f" WHERE space {test} AND EXISTS (SELECT 1 FROM records WHERE hash = r.target)"
         " ORDER BY created_at, hash",
-        (json.dumps(sorted(set(spaces))),),
+        (listed,),
     ).fetchall()
     return [RedactionRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
 
@@ -94,13 +96,14 @@ def versions_by(conn: Conn, space_id: str, author: str) -> list[str]:
 def moderated_in(conn: Conn, spaces: Iterable[str]) -> list[tuple[RedactionRow, TombstoneRow]]:
     """The tombstones of any of `spaces` that a moderator's redaction made (its author is not the target's), each
     with that redaction, oldest redaction first."""
+    test, listed = any_of(conn, sorted(set(spaces)))
     rows = conn.execute(
         "SELECT r.hash, r.seq, r.target, r.author_id, r.created_at, r.space, r.reason, t.hash, t.kind, t.author_id,"
         " t.created_at, t.space, t.versions, t.redaction, t.redacted_by, t.redacted_at, t.dropped_ms"
         " FROM tombstones t JOIN redactions r ON r.hash = t.redaction"
-        " WHERE t.space IN (SELECT value FROM json_each(?)) AND r.author_id <> t.author_id"
+        f" WHERE t.space {test} AND r.author_id <> t.author_id"
         " ORDER BY r.created_at, r.hash",
-        (json.dumps(sorted(set(spaces))),),
+        (listed,),
     ).fetchall()
     return [
         (
@@ -135,18 +138,25 @@ def drop_versions_txn(conn: Conn, address: str, seqs: list[int], now_ms: int) ->
     """Delete the versions of `address` at `seqs` from the log, with their void flags, their copies waiting for a
     dependency, and the notifications of them (an entry's: they name its seq); remember every version of the
     address, held or waiting, in `refused_versions`, so no peer brings it back."""
-    seq_list = json.dumps(seqs)
-    conn.execute(
+    test, seq_list = any_of(conn, seqs)
+    sql = (
         "INSERT INTO refused_versions (version, hash, refused_ms)"
         " SELECT version, hash, ? FROM records WHERE seq IN (SELECT value FROM json_each(?))"
         " UNION SELECT version, hash, ? FROM waiting WHERE hash = ?"
-        " ON CONFLICT (version) DO NOTHING",
-        (now_ms, seq_list, now_ms, address),
+        " ON CONFLICT (version) DO NOTHING"
     )
-    conn.execute("DELETE FROM notifications WHERE entry_id IN (SELECT value FROM json_each(?))", (seq_list,))
-    conn.execute("DELETE FROM void_records WHERE seq IN (SELECT value FROM json_each(?))", (seq_list,))
+    if engine_of(conn) == POSTGRESQL:  # the time typed: a bare parameter in a UNION's select list is text there
+        sql = (
+            "INSERT INTO refused_versions (version, hash, refused_ms)"
+            " SELECT version, hash, CAST(? AS bigint) FROM records WHERE seq = ANY(?)"
+            " UNION SELECT version, hash, CAST(? AS bigint) FROM waiting WHERE hash = ?"
+            " ON CONFLICT (version) DO NOTHING"
+        )
+    conn.execute(sql, (now_ms, seq_list, now_ms, address))
+    conn.execute(f"DELETE FROM notifications WHERE entry_id {test}", (seq_list,))
+    conn.execute(f"DELETE FROM void_records WHERE seq {test}", (seq_list,))
     conn.execute("DELETE FROM waiting WHERE hash = ?", (address,))
-    conn.execute("DELETE FROM records WHERE seq IN (SELECT value FROM json_each(?))", (seq_list,))
+    conn.execute(f"DELETE FROM records WHERE seq {test}", (seq_list,))
 
 
 def delete_redaction_txn(conn: Conn, address: str) -> None:
@@ -169,12 +179,13 @@ class SetAside(NamedTuple):
 def set_aside_txn(conn: Conn, seqs: list[int]) -> None:
     """Copy the versions at `seqs` from the log into `redacted_bodies`, before a redaction deletes them: node-local,
     read by nothing but `released` (a void redaction's restore) and the scrub that deletes them."""
+    test, listed = any_of(conn, seqs)
     conn.execute(
         "INSERT INTO redacted_bodies (version, hash, seq, kind, origin, scope, body)"
         " SELECT version, hash, seq, kind, origin, scope, body FROM records"
-        " WHERE seq IN (SELECT value FROM json_each(?))"
+        f" WHERE seq {test}"
         " ON CONFLICT (version) DO NOTHING",
-        (json.dumps(seqs),),
+        (listed,),
     )
 
 
@@ -198,9 +209,8 @@ def forget_set_aside_txn(conn: Conn, addresses: list[str] | None = None) -> int:
     `secure_delete` on, their cells are zeroed. How many rows went."""
     if addresses is None:
         return conn.execute("DELETE FROM redacted_bodies").rowcount
-    return conn.execute(
-        "DELETE FROM redacted_bodies WHERE hash IN (SELECT value FROM json_each(?))", (json.dumps(addresses),)
-    ).rowcount
+    test, listed = any_of(conn, addresses)
+    return conn.execute(f"DELETE FROM redacted_bodies WHERE hash {test}", (listed,)).rowcount
 
 
 def set_aside_count(conn: Conn) -> int:
@@ -234,10 +244,11 @@ def insert_tombstone_txn(conn: Conn, row: TombstoneRow) -> None:
 
 def tombstones(conn: Conn, addresses: Iterable[str]) -> list[TombstoneRow]:
     """The tombstones of those of `addresses` redacted here, by address."""
+    test, listed = any_of(conn, sorted(set(addresses)))
     rows = conn.execute(
         "SELECT hash, kind, author_id, created_at, space, versions, redaction, redacted_by, redacted_at, dropped_ms"
-        " FROM tombstones WHERE hash IN (SELECT value FROM json_each(?)) ORDER BY hash",
-        (json.dumps(sorted(set(addresses))),),
+        f" FROM tombstones WHERE hash {test} ORDER BY hash",
+        (listed,),
     ).fetchall()
     return [TombstoneRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7], r[8], int(r[9])) for r in rows]
 
@@ -245,10 +256,8 @@ def tombstones(conn: Conn, addresses: Iterable[str]) -> list[TombstoneRow]:
 def redacted_spaces(conn: Conn, addresses: Iterable[str]) -> dict[str, str | None]:
     """The space (None: public) of each of `addresses` redacted here, from its tombstone: a record's space outlives
     its body, and a record naming it is decided by it (node/spaces/posts.py, node/federation/space_gate.py)."""
-    rows = conn.execute(
-        "SELECT hash, space FROM tombstones WHERE hash IN (SELECT value FROM json_each(?))",
-        (json.dumps(sorted(set(addresses))),),
-    ).fetchall()
+    test, listed = any_of(conn, sorted(set(addresses)))
+    rows = conn.execute(f"SELECT hash, space FROM tombstones WHERE hash {test}", (listed,)).fetchall()
     return {str(r[0]): None if r[1] is None else str(r[1]) for r in rows}
 
 
@@ -290,10 +299,8 @@ def pending_scrubs(conn: Conn) -> tuple[int, int | None]:
 
 def mark_scrubbed_txn(conn: Conn, addresses: list[str], now_ms: int) -> None:
     """Record that the scrub of `addresses` ran."""
-    conn.execute(
-        "UPDATE redaction_scrubs SET done_ms = ? WHERE hash IN (SELECT value FROM json_each(?))",
-        (now_ms, json.dumps(addresses)),
-    )
+    test, listed = any_of(conn, addresses)
+    conn.execute(f"UPDATE redaction_scrubs SET done_ms = ? WHERE hash {test}", (now_ms, listed))
 
 
 def checkpoint(path: str, tries: int, pause_s: float) -> bool:
@@ -335,10 +342,10 @@ def insert_purge_txn(conn: Conn, row: PurgeRow) -> None:
 
 def purges(conn: Conn, addresses: Iterable[str]) -> list[PurgeRow]:
     """The purges of those of `addresses` purged here."""
+    test, listed = any_of(conn, sorted(set(addresses)))
     rows = conn.execute(
-        "SELECT hash, kind, author_id, versions, reason, purged_ms FROM purges"
-        " WHERE hash IN (SELECT value FROM json_each(?)) ORDER BY hash",
-        (json.dumps(sorted(set(addresses))),),
+        f"SELECT hash, kind, author_id, versions, reason, purged_ms FROM purges WHERE hash {test} ORDER BY hash",
+        (listed,),
     ).fetchall()
     return [PurgeRow(r[0], r[1], r[2], json.loads(r[3]), r[4], int(r[5])) for r in rows]
 
@@ -360,10 +367,10 @@ def purge_counts(conn: Conn) -> tuple[int, int]:
 
 def addresses_of_author(conn: Conn, author: str, kinds: Iterable[str]) -> list[str]:
     """The addresses of `author`'s records of `kinds` in the log, oldest first."""
+    test, listed = any_of(conn, sorted(kinds))
     rows = conn.execute(
-        "SELECT hash FROM records WHERE author_id = ? AND kind IN (SELECT value FROM json_each(?))"
-        " GROUP BY hash ORDER BY min(seq)",
-        (author, json.dumps(sorted(kinds))),
+        f"SELECT hash FROM records WHERE author_id = ? AND kind {test} GROUP BY hash ORDER BY min(seq)",
+        (author, listed),
     ).fetchall()
     return [str(r[0]) for r in rows]
 
