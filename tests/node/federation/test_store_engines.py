@@ -4,6 +4,8 @@ the same changes feed pages, digests, reconciliation snapshots, fetches, prefix 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from sync.messages import PROTOCOL_VERSION, PeerHealth
 from sync.store import Cursor, Page, Verified
 from sync.verify import verify_record
 from tests.node.api_helpers import entry_record
+from tests.pg_fixtures import OpenStore
 from tests.sync.conftest import body_of, hash_of
 
 T0 = 1_767_323_045_000
@@ -163,3 +166,41 @@ def test_the_sync_store_answers_alike_on_both_engines(tmp_path: Path, pg_migrate
     assert upgraded.too_new_from is None and statuses[0].cursor_seq == 3 and statuses[0].lag_records == 0
     assert statuses[0].reconciliations == 1 and statuses[0].sync_version == 3
     assert behind[0].lag_records == 17 and behind[0].last_error == "connection refused"
+
+
+def test_hosting_records_are_served_by_the_node_they_name_on_both_engines(open_store: OpenStore) -> None:
+    """A hosting record of a space is served to the node it names (its body's `node`, read as JSON on each engine),
+    within that peer's filter of spaces; the space's records count in its own digest and set, not the public one."""
+    conn = open_store(LOG)
+    space, other = "5" * 64, keys.SigningKey.generate().did
+    conn.execute("BEGIN")
+    ops_store.insert_node_identity_txn(conn, NODE, "store-epoch")
+    store.add_peer_txn(conn, "http://127.0.0.1:9", PEER, NOW)
+    store.add_peer_txn(conn, "http://127.0.0.1:10", other, NOW, spaces=["6" * 64])  # not `space`
+    stored = []
+    for n, (in_space, node) in enumerate([(space, PEER), (space, other), (None, None)]):
+        body = json.dumps({"kind": "space_host", "node": node, "space": in_space, "n": n}).encode()
+        version = hashlib.sha256(body).hexdigest()
+        conn.execute(
+            "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, origin, received_ms, body,"
+            " space) VALUES (?, ?, ?, 'did:key:a', '2026-01-01T00:00:00Z', ?, 'local', 0, ?, ?)",
+            (f"{n:064x}", version, "space_host" if in_space else "entry", T0 + n, body, in_space),
+        )
+        stored.append((f"{n:064x}", version, T0 + n))
+    conn.execute("COMMIT")
+    (named, _, public) = stored
+
+    def hashes(items: list[Any]) -> list[str]:
+        return [item[1] if len(item) == 4 else item[0] for item in items]
+
+    assert hashes(store.changes_page(conn, NODE, 0, 10, PEER, PROTOCOL_VERSION).items) == [named[0], public[0]]
+    assert hashes(store.changes_page(conn, NODE, 0, 10, other, PROTOCOL_VERSION).items) == [public[0]]
+    assert store.hosting_snapshot(conn, PROTOCOL_VERSION, space, PEER) == [(named[2], bytes.fromhex(named[1]))]
+    assert store.hosting_snapshot(conn, PROTOCOL_VERSION, space, other) == []
+    served = store.reconcile_snapshot(conn, NODE, PROTOCOL_VERSION, PEER)[2]
+    assert served == [(named[2], bytes.fromhex(named[1])), (public[2], bytes.fromhex(public[1]))]
+    asked = [named[0], stored[1][0], public[1]]
+    assert hashes(store.fetch_items(conn, NODE, asked, PROTOCOL_VERSION, PEER)) == [named[0], public[0]]
+    assert hashes(store.fetch_items(conn, NODE, asked, PROTOCOL_VERSION, other)) == [public[0]]
+    assert (store.digest(conn, NODE, space=space).count, store.digest(conn, NODE).count) == (2, 1)
+    assert len(store.set_snapshot(conn, PROTOCOL_VERSION, space)[2]) == 2
