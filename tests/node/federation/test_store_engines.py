@@ -170,7 +170,8 @@ def test_the_sync_store_answers_alike_on_both_engines(tmp_path: Path, pg_migrate
 
 def test_hosting_records_are_served_by_the_node_they_name_on_both_engines(open_store: OpenStore) -> None:
     """A hosting record of a space is served to the node it names (its body's `node`, read as JSON on each engine),
-    within that peer's filter of spaces; the space's records count in its own digest and set, not the public one."""
+    within that peer's filter of spaces, and every record of a space both nodes host; the space's records count in
+    its own digest and set, not the public one."""
     conn = open_store(LOG)
     space, other = "5" * 64, keys.SigningKey.generate().did
     conn.execute("BEGIN")
@@ -204,3 +205,11 @@ def test_hosting_records_are_served_by_the_node_they_name_on_both_engines(open_s
     assert hashes(store.fetch_items(conn, NODE, asked, PROTOCOL_VERSION, other)) == [public[0]]
     assert (store.digest(conn, NODE, space=space).count, store.digest(conn, NODE).count) == (2, 1)
     assert len(store.set_snapshot(conn, PROTOCOL_VERSION, space)[2]) == 2
+    conn.execute("BEGIN")  # now this node and PEER host the space: every record of it is served to PEER
+    conn.executemany("INSERT INTO space_hosts (space_id, node_id) VALUES (?, ?)", [(space, NODE), (space, PEER)])
+    conn.execute("COMMIT")
+    every = [named[0], stored[1][0], public[0]]
+    assert hashes(store.changes_page(conn, NODE, 0, 10, PEER, PROTOCOL_VERSION).items) == every
+    assert hashes(store.fetch_items(conn, NODE, asked, PROTOCOL_VERSION, PEER)) == every
+    assert len(store.reconcile_snapshot(conn, NODE, PROTOCOL_VERSION, PEER)[2]) == 3
+    assert hashes(store.changes_page(conn, NODE, 0, 10, other, PROTOCOL_VERSION).items) == [public[0]]
