@@ -85,3 +85,11 @@ async def test_which_task_a_stored_event_belongs_to_and_whether_a_record_is_stor
     assert await db.read(lambda c: events.record_stored(c, first))
     assert not await db.read(lambda c: events.record_stored(c, "0" * 64))
     assert await db.read(lambda c: events.event_task_key(c, first)) == "build"
+
+
+async def test_a_deleted_event_leaves_the_tasks_history(db: Store) -> None:
+    await store(db, event_row(1, "job", "declare", AGENT, T0), event_row(2, "job", "lease", NODE, T0 + 1))
+    await db.write(lambda c: events.delete_event_txn(c, 1))
+    assert [r["seq"] for r in await db.read(lambda c: events.events_of(c, "job"))] == [2]
+    await db.write(lambda c: events.delete_event_txn(c, 1))  # already gone: nothing happens
+    assert await db.read(lambda c: events.newest_event_ms(c, "job")) == T0 + 1

@@ -177,3 +177,15 @@ async def test_the_ready_set_and_the_graph_keep_to_the_readers_sight_and_the_spa
     assert await db.read(lambda c: tasks.graph_edges(c, 4, OPERATOR, other)) == []
     assert await db.read(lambda c: tasks.held_keys(c, [f"{mine}/next", "pub", "absent"])) == {f"{mine}/next", "pub"}
     assert await db.read(lambda c: tasks.held_keys(c, [])) == set()
+
+
+async def test_a_deleted_task_leaves_the_graph_and_its_dependents_are_recounted(db: Store) -> None:
+    await store(db, task_row(1, "a", status="done"), task_row(2, "b"), task_row(3, "c"))
+    await depend(db, "a", ["c"])
+    await depend(db, "b", ["a"])
+    assert await unmet(db, "b") == 0
+    await db.write(lambda c: tasks.delete_task_txn(c, "a"))
+    assert await db.read(lambda c: tasks.task_by_key(c, "a")) is None
+    assert await unmet(db, "b") == 1 and await db.read(lambda c: tasks.waiting_on(c, "b")) == ["a"]  # missing now
+    deps = await db.read(lambda c: [tuple(r) for r in c.execute("SELECT * FROM task_deps ORDER BY task_key")])
+    assert deps == [("b", "a")]  # a's own rows went with it
