@@ -6,13 +6,12 @@ them back and renders them.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from node.spaces.sight import Sight
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 from wire.workflows import MessageQuery
 
 
@@ -42,12 +41,19 @@ def insert_message_txn(conn: Conn, row: MessageRow, agents: Iterable[str], addre
         " project, created_at, created_ms, signature, space) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         row,
     )
+    # INSERT OR IGNORE is ON CONFLICT DO NOTHING on PostgreSQL (record 50): the rows are never NULL, so only a
+    # repeated end or address is skipped on either engine
+    pg = engine_of(conn) == POSTGRESQL
     conn.executemany(
-        "INSERT OR IGNORE INTO message_agents (agent_id, created_ms, message_id) VALUES (?, ?, ?)",
+        "INSERT INTO message_agents (agent_id, created_ms, message_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
+        if pg
+        else "INSERT OR IGNORE INTO message_agents (agent_id, created_ms, message_id) VALUES (?, ?, ?)",
         [(agent, row.created_ms, row.id) for agent in agents],
     )
     conn.executemany(
-        "INSERT OR IGNORE INTO message_dependencies (address, message_id) VALUES (?, ?)",
+        "INSERT INTO message_dependencies (address, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING"
+        if pg
+        else "INSERT OR IGNORE INTO message_dependencies (address, message_id) VALUES (?, ?)",
         [(address, row.id) for address in addresses],
     )
 
@@ -127,9 +133,10 @@ class Dependent(NamedTuple):
 def dependents_of(conn: Conn, addresses: Iterable[str]) -> list[Dependent]:
     """The messages in the bus (not flagged void: a flagged one has left it) whose dependencies name one of
     `addresses`, in log order, once per address named."""
+    test, listed = any_of(conn, sorted(set(addresses)))
     rows = conn.execute(
         "SELECT m.id, m.record_hash, m.from_agent, m.space, d.address FROM message_dependencies d"
-        " JOIN messages m ON m.id = d.message_id WHERE d.address IN (SELECT value FROM json_each(?)) ORDER BY m.id",
-        (json.dumps(sorted(set(addresses))),),
+        f" JOIN messages m ON m.id = d.message_id WHERE d.address {test} ORDER BY m.id",
+        (listed,),
     ).fetchall()
     return [Dependent(int(r[0]), str(r[1]), str(r[2]), r[3], str(r[4])) for r in rows]

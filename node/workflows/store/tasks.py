@@ -11,8 +11,9 @@ import json
 import sqlite3
 from typing import NamedTuple
 
+from node.entries.queries import seen_by
 from node.spaces.sight import Sight
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 
 # The ready set: one range of the partial index `tasks_startable` (unmet = 0 AND open = 1), leases checked
 # against the reader's clock, then the read rule's condition on `space` ({sight}: `Sight.sql`). INDEXED BY makes a
@@ -22,6 +23,20 @@ READY_SQL = (
     " WHERE unmet = 0 AND open = 1 AND id > ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?)"
     " AND {sight} AND (? IS NULL OR space = ?) ORDER BY id LIMIT ?"
 )
+# READY_SQL on PostgreSQL (record 50): no index hints there (the partial index is chosen from statistics), and the
+# optional space typed, since PostgreSQL cannot type a parameter from a NULL test alone.
+READY_SQL_PG = (
+    "SELECT id, key, title, depends_on, checkpoint, home_node, space FROM tasks"
+    " WHERE unmet = 0 AND open = 1 AND id > ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?)"
+    " AND {sight} AND (CAST(? AS text) IS NULL OR space = ?) ORDER BY id LIMIT ?"
+)
+
+
+def _of_space(conn: Conn, column: str) -> str:
+    """`(? IS NULL OR {column} = ?)`: the rows of one space when one is given; its first parameter typed on
+    PostgreSQL, which cannot type it from the NULL test alone."""
+    test = "CAST(? AS text)" if engine_of(conn) == POSTGRESQL else "?"
+    return f"({test} IS NULL OR {column} = ?)"
 
 
 class TaskRow(NamedTuple):
@@ -91,25 +106,30 @@ def ready_rows(
     `tasks_startable` is a partial index over exactly the first two conditions, so the scan touches only
     startable tasks and filters the (few) leased ones and those of spaces the reader does not see (READY_SQL).
     """
-    sql = READY_SQL.format(sight=sight.sql("space"))
+    ready = READY_SQL_PG if engine_of(conn) == POSTGRESQL else READY_SQL
+    sql = ready.format(sight=seen_by(conn, sight, "space"))
     return conn.execute(sql, (after if after is not None else -1, now_ms, space, space, limit + 1)).fetchall()
 
 
 def held_keys(conn: Conn, scoped_keys: list[str]) -> set[str]:
     """Which of these scoped keys name a task held here."""
-    rows = conn.execute(
-        "SELECT key FROM tasks WHERE key IN (SELECT value FROM json_each(?))", (json.dumps(scoped_keys),)
-    ).fetchall()
+    test, listed = any_of(conn, scoped_keys)
+    rows = conn.execute(f"SELECT key FROM tasks WHERE key {test}", (listed,)).fetchall()
     return {str(r[0]) for r in rows}
 
 
 def reaches(conn: Conn, depends_on: list[str], key: str) -> bool:
     """Whether task `key` is reachable from any of `depends_on` along the stored dependencies."""
+    listed: list[str] | str
+    if engine_of(conn) == POSTGRESQL:  # the seed list as an array (record 50), collated as the keys are
+        seed, listed = 'SELECT unnest(CAST(? AS text[])) COLLATE "C"', depends_on
+    else:
+        seed, listed = "SELECT value FROM json_each(?)", json.dumps(depends_on)
     row = conn.execute(
-        "WITH RECURSIVE reach(k) AS (SELECT value FROM json_each(?)"
+        f"WITH RECURSIVE reach(k) AS ({seed}"
         "   UNION SELECT d.dep_key FROM task_deps d JOIN reach r ON d.task_key = r.k)"
         " SELECT 1 FROM reach WHERE k = ? LIMIT 1",
-        (json.dumps(depends_on), key),
+        (listed, key),
     ).fetchone()
     return row is not None
 
@@ -121,7 +141,7 @@ def graph_tasks(conn: Conn, limit: int, sight: Sight, space: str | None = None) 
     return conn.execute(
         "SELECT id, key, title, status, unmet, lease_holder, lease_expires_ms, space, (SELECT e.hash FROM"
         "   task_events e WHERE e.task_key = tasks.key AND e.event = 'declare' ORDER BY e.created_ms, e.hash"
-        f"   LIMIT 1) AS identity FROM tasks WHERE {sight.sql('space')} AND (? IS NULL OR space = ?)"
+        f"   LIMIT 1) AS identity FROM tasks WHERE {seen_by(conn, sight, 'space')} AND {_of_space(conn, 'space')}"
         " ORDER BY id LIMIT ?",
         (space, space, limit + 1),
     ).fetchall()
@@ -137,8 +157,8 @@ def graph_edges(
         (e[0], e[1], e[2], e[3])
         for e in conn.execute(
             "SELECT d.dep_key, t.key, u.id, t.id FROM tasks t JOIN task_deps d ON d.task_key = t.key"
-            f" LEFT JOIN tasks u ON u.key = d.dep_key WHERE t.id <= ? AND {sight.sql('t.space')}"
-            " AND (? IS NULL OR t.space = ?) ORDER BY t.id, d.dep_key",
+            f" LEFT JOIN tasks u ON u.key = d.dep_key WHERE t.id <= ? AND {seen_by(conn, sight, 't.space')}"
+            f" AND {_of_space(conn, 't.space')} ORDER BY t.id, d.dep_key",
             (last_id, space, space),
         )
     ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, engine_of
 
 
 def first_declaration(conn: Conn, key: str) -> str | None:
@@ -80,14 +80,21 @@ def newest_of(conn: Conn, key: str, hashes: tuple[str, str], granter: str) -> in
 
 
 def pending_moves(conn: Conn, limit: int) -> list[str]:
-    """Up to `limit` keys of the home-move queue."""
-    rows = conn.execute("SELECT task_key FROM task_home_moves LIMIT ?", (limit,)).fetchall()
+    """Up to `limit` keys of the home-move queue, in key order (SQLite reads its WITHOUT ROWID table in key order;
+    PostgreSQL's heap has no order, so it is asked for)."""
+    if engine_of(conn) == POSTGRESQL:
+        rows = conn.execute("SELECT task_key FROM task_home_moves ORDER BY task_key LIMIT ?", (limit,)).fetchall()
+    else:
+        rows = conn.execute("SELECT task_key FROM task_home_moves LIMIT ?", (limit,)).fetchall()
     return [str(r[0]) for r in rows]
 
 
 def note_home_move_txn(conn: Conn, key: str) -> None:
     """Queue a key whose home node moved (a key already queued is queued once)."""
-    conn.execute("INSERT OR IGNORE INTO task_home_moves (task_key) VALUES (?)", (key,))
+    if engine_of(conn) == POSTGRESQL:  # record 50: ON CONFLICT DO NOTHING for OR IGNORE (the key is never NULL)
+        conn.execute("INSERT INTO task_home_moves (task_key) VALUES (?) ON CONFLICT DO NOTHING", (key,))
+    else:
+        conn.execute("INSERT OR IGNORE INTO task_home_moves (task_key) VALUES (?)", (key,))
 
 
 def clear_move_txn(conn: Conn, key: str) -> None:

@@ -1,20 +1,17 @@
-"""The workflow store tests run on a real, migrated SQLite database in tmp_path, through the node's Database."""
+"""The workflow store tests run on each engine: a migrated SQLite file in tmp_path or a migrated PostgreSQL database
+(`open_store`), read and written through `helpers.Store`, one connection with the Database's `read` and
+`write`."""
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from node.features import LOG
-from node.store.db import Database
+from tests.node.workflows.store.helpers import Store
+from tests.pg_fixtures import OpenStore
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    """A migrated database with its writer thread running (`write`, `read`), closed after the test."""
-    database = Database(tmp_path / "bbs.db", log=LOG)
-    database.open()
-    yield database
-    database.close()
+def db(open_store: OpenStore) -> Store:
+    """A migrated database of this run's engine carrying the node's log, closed after the test."""
+    return Store(open_store(LOG))

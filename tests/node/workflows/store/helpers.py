@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import sqlite3
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from identity import keys, records
 from node.store import projections
-from node.store.db import Database
+from node.store.conn import Conn, engine_of
 from node.workflows.store.events import EventRow
 from node.workflows.store.tasks import TaskRow
 from tests.node.workflows.test_signed import task_event
@@ -16,6 +16,53 @@ from wire.time import format_ms
 from wire.unsigned import OPEN_STATUSES
 
 T0 = 1_800_000_000_000  # a fixed moment (ms) the rows are dated from
+
+
+T = TypeVar("T")
+
+
+class Store:
+    """One connection of either engine, read and written as the node's Database is: `write` runs its job in a
+    transaction (rolled back when it raises), `read` runs it as it is."""
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+        self.engine = engine_of(conn)
+
+    async def read(self, fn: Callable[[Conn], T]) -> T:
+        """Run `fn` on the connection."""
+        return fn(self.conn)
+
+    async def write(self, fn: Callable[[Conn], T]) -> T:
+        """Run `fn` in one transaction; return its result once committed."""
+        self.conn.execute("BEGIN")
+        try:
+            result = fn(self.conn)
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        return result
+
+
+def pg_scans(conn: Conn, sql: str, params: tuple[Any, ...]) -> list[tuple[str, str | None]]:
+    """The tables PostgreSQL's plan of `sql` reads, each with the index it reads it by (None: none), planned with
+    sequential scans off: a test's table of a few rows is read whole otherwise, whatever its indexes."""
+    conn.execute("SET enable_seqscan = off")
+    try:
+        (plan,) = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()
+    finally:
+        conn.execute("RESET enable_seqscan")
+    scans: list[tuple[str, str | None]] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        if "Relation Name" in node:
+            scans.append((node["Relation Name"], node.get("Index Name")))
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    return scans
 
 
 def event_row(seq: int, key: str, event: str, author: str, created_ms: int, **fields: Any) -> EventRow:
@@ -60,11 +107,11 @@ def task_row(
     )
 
 
-async def append(db: Database, *signed: dict[str, Any], origin: str = "local") -> list[str]:
+async def append(db: Store, *signed: dict[str, Any], origin: str = "local") -> list[str]:
     """Append signed records to the log in one write job (projected as a post or a sync would); their hashes."""
     checked = [records.check(record) for record in signed]
 
-    def write(conn: sqlite3.Connection) -> None:
+    def write(conn: Conn) -> None:
         for record, (record_hash, decoded) in zip(signed, checked, strict=True):
             projections.append(conn, record, record_hash, decoded, origin=origin, now_ms=T0)
 

@@ -8,10 +8,9 @@ from pathlib import Path
 from node.spaces.sight import OPERATOR
 from node.store import db as store_db
 from node.store.conn import Conn
-from node.store.db import Database
 from node.workflows.store import bus
 from tests.node.migrated import database_before
-from tests.node.workflows.store.helpers import T0
+from tests.node.workflows.store.helpers import T0, Store
 from wire.time import format_ms
 from wire.workflows import MessageQuery
 
@@ -37,7 +36,7 @@ def message(
     )
 
 
-async def store(db: Database, *rows: bus.MessageRow) -> None:
+async def store(db: Store, *rows: bus.MessageRow) -> None:
     def write(conn: Conn) -> None:
         for row in rows:
             bus.insert_message_txn(conn, row, sorted({row.from_agent} | ({row.to_agent} if row.to_agent else set())))
@@ -45,7 +44,7 @@ async def store(db: Database, *rows: bus.MessageRow) -> None:
     await db.write(write)
 
 
-async def test_a_message_is_stored_with_both_ends_and_read_back(db: Database) -> None:
+async def test_a_message_is_stored_with_both_ends_and_read_back(db: Store) -> None:
     row = message(7, ALICE, BOB, T0, project="p")
     await db.write(lambda c: bus.insert_message_txn(c, row, [ALICE, BOB, ALICE]))  # a repeated end counts once
     stored = await db.read(lambda c: bus.message_row(c, 7))
@@ -55,7 +54,7 @@ async def test_a_message_is_stored_with_both_ends_and_read_back(db: Database) ->
     assert ends == [(ALICE, T0, 7), (BOB, T0, 7)]
 
 
-async def test_a_broadcast_is_indexed_under_its_sender_only(db: Database) -> None:
+async def test_a_broadcast_is_indexed_under_its_sender_only(db: Store) -> None:
     await store(db, message(1, ALICE, None, T0))
     assert [
         r["id"] for r in await db.read(lambda c: bus.message_rows(c, MessageQuery(agent=ALICE), sight=OPERATOR))
@@ -63,7 +62,7 @@ async def test_a_broadcast_is_indexed_under_its_sender_only(db: Database) -> Non
     assert await db.read(lambda c: bus.message_rows(c, MessageQuery(agent=BOB), sight=OPERATOR)) == []
 
 
-async def test_pages_in_each_order_with_one_row_past_the_page(db: Database) -> None:
+async def test_pages_in_each_order_with_one_row_past_the_page(db: Store) -> None:
     # ids are arrival order; created times are not: message 3 arrived last but was written first
     await store(db, message(1, ALICE, BOB, T0 + 10), message(2, BOB, ALICE, T0 + 20), message(3, CAROL, None, T0))
 
@@ -79,7 +78,7 @@ async def test_pages_in_each_order_with_one_row_past_the_page(db: Database) -> N
     assert await ids(MessageQuery(order="arrival", cursor="0.1")) == [2, 3]  # arrival order reads only the id
 
 
-async def test_filters_by_agent_project_and_type(db: Database) -> None:
+async def test_filters_by_agent_project_and_type(db: Store) -> None:
     await store(
         db,
         message(1, ALICE, BOB, T0 + 1, project="p"),
@@ -98,7 +97,7 @@ async def test_filters_by_agent_project_and_type(db: Database) -> None:
     assert await ids(MessageQuery(agent=ALICE, order="oldest", cursor=f"{T0 + 1}.1")) == [3]
 
 
-async def test_the_messages_naming_an_address_are_found_by_it_until_they_leave_the_bus(db: Database) -> None:
+async def test_the_messages_naming_an_address_are_found_by_it_until_they_leave_the_bus(db: Store) -> None:
     named, other = "a" * 64, "b" * 64
     await db.write(lambda c: bus.insert_message_txn(c, message(3, ALICE, None, T0), [ALICE], [named, other]))
     await db.write(lambda c: bus.insert_message_txn(c, message(4, BOB, None, T0), [BOB], [named]))

@@ -4,14 +4,13 @@ holds (the latest expiry, how many expire after a moment)."""
 from __future__ import annotations
 
 from node.store.conn import Conn
-from node.store.db import Database
 from node.workflows.store import events, fence
-from tests.node.workflows.store.helpers import T0, event_row
+from tests.node.workflows.store.helpers import T0, Store, event_row
 
 NODE, OTHER = "did:key:node", "did:key:other"
 
 
-async def test_meta_values_are_set_and_replaced(db: Database) -> None:
+async def test_meta_values_are_set_and_replaced(db: Store) -> None:
     assert await db.read(lambda c: fence.meta(c, "lease_fence_id")) is None
     await db.write(lambda c: fence.set_meta_txn(c, "lease_fence_id", "f1"))
     await db.write(lambda c: fence.set_meta_txn(c, "lease_fence_id", "f2"))
@@ -19,7 +18,7 @@ async def test_meta_values_are_set_and_replaced(db: Database) -> None:
     assert await db.read(lambda c: fence.meta(c, "epoch")) is None
 
 
-async def test_grants_of_one_node_latest_and_counted_after_a_moment(db: Database) -> None:
+async def test_grants_of_one_node_latest_and_counted_after_a_moment(db: Store) -> None:
     assert await db.read(lambda c: fence.latest_grant_ms(c, NODE)) == 0
     assert await db.read(lambda c: fence.grants_since(c, NODE, 0)) == 0
 

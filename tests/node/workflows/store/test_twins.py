@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from identity import keys
 from node.store.conn import Conn
-from node.store.db import Database
 from node.workflows.store import twins
-from tests.node.workflows.store.helpers import T0, append, declare, grant
+from tests.node.workflows.store.helpers import T0, Store, append, declare, grant
 from tests.node.workflows.test_signed import task_event
 from wire.time import format_ms
 
 
-async def test_declarations_and_grants_of_a_key_by_node(db: Database) -> None:
+async def test_declarations_and_grants_of_a_key_by_node(db: Store) -> None:
     """This node (here) declared `job` and leased it out; an earlier declaration of `job` on node `there`, and
     that node's own grant, arrived later by sync: `there` is the home node, `here` holds a twin."""
     author, holder = keys.SigningKey.generate(), keys.SigningKey.generate()
@@ -45,14 +44,14 @@ async def test_declarations_and_grants_of_a_key_by_node(db: Database) -> None:
     assert await read(lambda c: twins.pending_moves(c, 10)) == ["job"]
 
 
-async def test_the_home_move_queue_holds_each_key_once_until_cleared(db: Database) -> None:
+async def test_the_home_move_queue_holds_each_key_once_until_cleared(db: Store) -> None:
     def note(conn: Conn) -> None:
         for key in ("b", "a", "b"):
             twins.note_home_move_txn(conn, key)
 
     await db.write(note)
-    assert sorted(await db.read(lambda c: twins.pending_moves(c, 10))) == ["a", "b"]
-    assert len(await db.read(lambda c: twins.pending_moves(c, 1))) == 1
+    assert await db.read(lambda c: twins.pending_moves(c, 10)) == ["a", "b"]  # in key order on either engine
+    assert await db.read(lambda c: twins.pending_moves(c, 1)) == ["a"]
     await db.write(lambda c: twins.clear_move_txn(c, "b"))
     await db.write(lambda c: twins.clear_move_txn(c, "never-queued"))
     assert await db.read(lambda c: twins.pending_moves(c, 10)) == ["a"]
