@@ -391,7 +391,13 @@ def _key_event_story(conn: Conn, old: keys.SigningKey, new: keys.SigningKey) -> 
     alice, t0 = old.did, 1_767_323_045_000
     kept, dropped = entry_record(old, "kept", created_ms=t0), entry_record(old, "dropped", created_ms=t0 + 1)
     link = link_record(old, hash_of(kept), hash_of(dropped), "supports", created_ms=t0 + 2)
-    _appended(conn, [kept, dropped, link], t0)
+    space = signed(
+        {"kind": "space", "schema_version": canonical.SCHEMA_VERSION, "author_id": alice,
+         "created_at": format_ms(t0 + 2), "name": "gone", "description": "", "nonce": "A" * 43},
+        old,
+    )  # fmt: skip
+    _appended(conn, [kept, dropped, link, space], t0)
+    made = projections.snapshot(conn)["spaces"]
     event = rotation(alice, old, new, [version_of(kept)], created_ms=t0 + 3)
     _appended(conn, [event, page(alice, old, event, [version_of(kept)])], t0 + 3)
     _appended(conn, [by(entry_record(new, "after", created_ms=t0 + 4), alice, new)], t0 + 4)
@@ -409,6 +415,7 @@ def _key_event_story(conn: Conn, old: keys.SigningKey, new: keys.SigningKey) -> 
     authority_mod.remember_dropped_txn(conn, "f" * 64, event, authority.history(alice).state, t0 + 6)
     conn.execute("COMMIT")
     return [
+        made,
         displaced,
         counts,
         [tuple(r) for r in listed],
@@ -440,10 +447,11 @@ def test_key_events_project_and_switch_alike_on_either_engine(tmp_path: Path, pg
         sqlite.close()
         postgres.close()
     assert got == expected
-    assert expected[0] == [] and expected[1] == (2, 0)  # the unvouched entry and the link flagged
-    assert sorted(r[3] for r in expected[2]) == ["entry", "link"]
-    assert len(expected[3]["entries"]) == 2 and expected[3]["links"] == []  # switched out
+    made, expected = expected[0], expected[1:]
+    assert len(made) == 1 and expected[0] == [] and expected[1] == (3, 0)  # the unvouched records flagged
+    assert sorted(r[3] for r in expected[2]) == ["entry", "link", "space"]
+    assert len(expected[3]["entries"]) == 2 and expected[3]["links"] == [] and expected[3]["spaces"] == []
     assert expected[4] == (0, 1) and len(expected[5]["entries"]) == 3  # the entry back in
-    assert expected[6] == 1 and expected[7] == 2 and len(expected[8]) == 2 and len(expected[9]) == 1
-    assert len(expected[11]) == 3 and len(expected[12]) == 1  # first key: two entries and the link
+    assert expected[6] == 2 and expected[7] == 2 and len(expected[8]) == 2 and len(expected[9]) == 1
+    assert len(expected[11]) == 4 and len(expected[12]) == 1  # first key: two entries, the link and the space
     assert expected[13] == {old.did: {new.did}} and expected[14] == (1, 1) and expected[15] is not None
