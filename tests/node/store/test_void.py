@@ -455,3 +455,21 @@ def test_key_events_project_and_switch_alike_on_either_engine(tmp_path: Path, pg
     assert expected[6] == 2 and expected[7] == 2 and len(expected[8]) == 2 and len(expected[9]) == 1
     assert len(expected[11]) == 4 and len(expected[12]) == 1  # first key: two entries, the link and the space
     assert expected[13] == {old.did: {new.did}} and expected[14] == (1, 1) and expected[15] is not None
+
+
+def test_a_displaced_key_event_is_dropped_from_the_log_on_either_engine(open_store: OpenStore) -> None:
+    """tests/node/federation/v3_story.py's e3 (built on e2, which the recovery e4 replaced) stored with the rest: the
+    authority cache loaded from the log finds it displaced, and it leaves the log, remembered as dropped."""
+    conn = open_store(LOG)
+    s = v3_story.story()
+    r = s.records
+    _appended(conn, [r[name] for name in ("e1", "g1", "e2", "g2", "e3", "e4", "g4", "g4b")], 1_767_323_045_000)
+    authority = authority_mod.Authority()
+    conn.execute("BEGIN")
+    authority.load_txn(conn)
+    dropped = authority_mod.drop_displaced_txn(conn, authority, [v3_story.A], 1_767_323_046_000)
+    conn.execute("COMMIT")
+    assert dropped == [v3_story.address(r["e3"])]
+    held = [h for h, _ in authority_mod.key_events_of(conn, v3_story.A)]
+    assert held == [v3_story.address(r[name]) for name in ("e1", "e2", "e4")]
+    assert authority_mod.dropped_counts(conn) == (1, 1) and authority_mod.dropped_state(conn, dropped[0]) is not None
