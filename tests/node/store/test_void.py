@@ -25,6 +25,7 @@ from tests.node.agents.test_key_events import page, rotation
 from tests.node.api_helpers import SelfSigner, entry_record, get_json, hash_of, ingest, link_record, self_signer
 from tests.node.federation import v3_story
 from tests.node.federation.v3_story import key_event, vouch_page
+from tests.node.store.test_projections import agent_record
 from tests.pg_fixtures import OpenStore
 from wire import unsigned
 from wire.time import format_ms
@@ -396,7 +397,8 @@ def _key_event_story(conn: Conn, old: keys.SigningKey, new: keys.SigningKey) -> 
          "created_at": format_ms(t0 + 2), "name": "gone", "description": "", "nonce": "A" * 43},
         old,
     )  # fmt: skip
-    _appended(conn, [kept, dropped, link, space], t0)
+    document = agent_record(old, "Alice", t0, alice)  # shown, then judged again by the key events (agent_docs)
+    _appended(conn, [document, kept, dropped, link, space], t0)
     made = projections.snapshot(conn)["spaces"]
     event = rotation(alice, old, new, [version_of(kept)], created_ms=t0 + 3)
     _appended(conn, [event, page(alice, old, event, [version_of(kept)])], t0 + 3)
@@ -449,11 +451,12 @@ def test_key_events_project_and_switch_alike_on_either_engine(tmp_path: Path, pg
     assert got == expected
     made, expected = expected[0], expected[1:]
     assert len(made) == 1 and expected[0] == [] and expected[1] == (3, 0)  # the unvouched records flagged
+    assert [row[1] for row in expected[3]["agents"]] == ["Alice"]  # documents are not flagged (7.7)
     assert sorted(r[3] for r in expected[2]) == ["entry", "link", "space"]
     assert len(expected[3]["entries"]) == 2 and expected[3]["links"] == [] and expected[3]["spaces"] == []
     assert expected[4] == (0, 1) and len(expected[5]["entries"]) == 3  # the entry back in
     assert expected[6] == 2 and expected[7] == 2 and len(expected[8]) == 2 and len(expected[9]) == 1
-    assert len(expected[11]) == 4 and len(expected[12]) == 1  # first key: two entries, the link and the space
+    assert len(expected[11]) == 5 and len(expected[12]) == 1  # first key: the document, two entries, link, space
     assert expected[13] == {old.did: {new.did}} and expected[14] == (1, 1) and expected[15] is not None
 
 
