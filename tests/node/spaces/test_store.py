@@ -176,5 +176,6 @@ def test_the_spaces_store_answers_alike_on_either_engine(tmp_path: Path, pg_migr
     assert expected[9] == "owner" and expected[10] == "none" and len(expected[15]) == 0
     assert len(expected[16]) == 3 and set(expected[18]) == {"a" * 64}  # the cap kept c out
     assert [(n.kind, n.named) for n in expected[19]] == sorted(("link", h) for h in posts)  # once per post named
-    assert list(expected[20].values()) == ["owner", "none", None]
+    space = tables["spaces"][0][0]
+    assert expected[20] == {(space, owner.did): "owner", (space, bob.did): "none", ("9" * 64, bob.did): None}
     assert len(expected[24]) == 2  # the operator sees the public entry and the post not voided
