@@ -6,17 +6,16 @@ Every function here only reads; each runs on a reader connection (`await node.db
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import msgspec
-
 from node.spaces.sight import Sight
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 
 
 def has_table(conn: Conn, name: str) -> bool:
     """Whether this database has the table `name` (an optional feature's, e.g. trust_scores)."""
+    if engine_of(conn) == POSTGRESQL:  # no sqlite_master there: the catalogue by to_regclass (record 50)
+        return bool(conn.execute("SELECT to_regclass(CAST(? AS text)) IS NOT NULL", (name,)).fetchone()[0])
     return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
 
 
@@ -31,6 +30,10 @@ def agent_activity(conn: Conn, since_ms: int, neutral_trust: float, with_trust: 
         else ", NULL AS trust, 0 AS tc, 0 AS td"
     )
     trust_join = " LEFT JOIN trust_scores t ON t.agent_id = a.id" if with_trust else ""
+    # a comparison counted as 0/1 is SQLite's; PostgreSQL counts the rows it filters (record 50)
+    recent = (
+        "count(*) FILTER (WHERE created_ms >= :since)" if engine_of(conn) == POSTGRESQL else "sum(created_ms >= :since)"
+    )
     return conn.execute(
         "SELECT a.id, a.display_name, a.description, a.home_node, a.created_at, la.name AS local_name,"
         " la.key_seed IS NOT NULL AS key_kept,"
@@ -38,7 +41,7 @@ def agent_activity(conn: Conn, since_ms: int, neutral_trust: float, with_trust: 
         + trust_cols
         + " FROM agents a"
         " LEFT JOIN local_agents la ON la.agent_id = a.id"
-        " LEFT JOIN (SELECT author_id, count(*) AS n, sum(created_ms >= :since) AS recent, max(created_ms) AS last_ms"
+        f" LEFT JOIN (SELECT author_id, count(*) AS n, {recent} AS recent, max(created_ms) AS last_ms"
         "            FROM entries WHERE space IS NULL GROUP BY author_id) s ON s.author_id = a.id"
         " LEFT JOIN (SELECT author_id, count(*) AS n FROM links WHERE ordinal >= 0 GROUP BY author_id) k"
         "   ON k.author_id = a.id" + trust_join + " ORDER BY s.last_ms IS NULL, s.last_ms DESC, a.display_name",
@@ -48,9 +51,8 @@ def agent_activity(conn: Conn, since_ms: int, neutral_trust: float, with_trust: 
 
 def display_names(conn: Conn, ids: list[str]) -> dict[str, str]:
     """Display names of these agents (those this node knows)."""
-    rows = conn.execute(
-        "SELECT id, display_name FROM agents WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(ids),)
-    ).fetchall()
+    test, listed = any_of(conn, ids)
+    rows = conn.execute(f"SELECT id, display_name FROM agents WHERE id {test}", (listed,)).fetchall()
     return {r["id"]: r["display_name"] for r in rows}
 
 
@@ -68,10 +70,8 @@ def provenance_row(conn: Conn, entry_id: int) -> Any:
 
 def lease_expiry(conn: Conn, ids: list[int]) -> dict[int, str | None]:
     """The lease expiry (or None) of each of these tasks, by local id (ids without a task are left out)."""
-    rows = conn.execute(
-        "SELECT id, lease_expires_at FROM tasks WHERE id IN (SELECT value FROM json_each(?))",
-        (msgspec.json.encode(ids).decode(),),
-    ).fetchall()
+    test, listed = any_of(conn, ids)
+    rows = conn.execute(f"SELECT id, lease_expires_at FROM tasks WHERE id {test}", (listed,)).fetchall()
     return {r["id"]: r["lease_expires_at"] for r in rows}
 
 
@@ -79,7 +79,8 @@ def bus_projects(conn: Conn, sight: Sight) -> list[tuple[str | None, int, int]]:
     """(project, messages, last message's created_ms) of every bus project, counting the messages `sight` sees,
     most recently active first."""
     rows = conn.execute(
-        f"SELECT project, count(*) AS n, max(created_ms) AS last_ms FROM messages WHERE {sight.sql('space')}"
+        "SELECT project, count(*) AS n, max(created_ms) AS last_ms FROM messages"
+        f" WHERE {sight.sql('space', engine_of(conn))}"
         " GROUP BY project ORDER BY last_ms DESC"
     ).fetchall()
     return [(r["project"], r["n"], r["last_ms"]) for r in rows]

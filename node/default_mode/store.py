@@ -14,7 +14,7 @@ from node.entries import queries
 from node.errors import InvalidInput, NotFound
 from node.spaces.sight import PUBLIC, Sight
 from node.store import idempotency
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 from wire.default_mode import CandidateOut
 from wire.time import format_ms
 
@@ -82,21 +82,21 @@ def insert(conn: Conn, rows: list[NewCandidate], now_ms: int) -> list[int]:
 
 def fetch(conn: Conn, ids: list[int], sight: Sight) -> list[sqlite3.Row]:
     """Candidate rows with these ids that `sight` sees (a candidate of a space: its readers), in id order."""
+    test, listed = any_of(conn, ids)
     return conn.execute(
-        f"SELECT * FROM dm_candidates WHERE id IN (SELECT value FROM json_each(?)) AND {sight.sql('space')}"
-        " ORDER BY id",
-        (json.dumps(ids),),
+        f"SELECT * FROM dm_candidates WHERE id {test} AND {sight.sql('space', engine_of(conn))} ORDER BY id",
+        (listed,),
     ).fetchall()
 
 
 def page(conn: Conn, statuses: list[str], limit: int, offset: int, sight: Sight) -> list[sqlite3.Row]:
     """Candidates that `sight` sees, newest first, optionally filtered by status."""
-    seen = sight.sql("space")
+    seen = sight.sql("space", engine_of(conn))
     if statuses:
+        test, listed = any_of(conn, statuses)
         return conn.execute(
-            f"SELECT * FROM dm_candidates WHERE status IN (SELECT value FROM json_each(?)) AND {seen}"
-            " ORDER BY id DESC LIMIT ? OFFSET ?",
-            (json.dumps(statuses), limit, offset),
+            f"SELECT * FROM dm_candidates WHERE status {test} AND {seen} ORDER BY id DESC LIMIT ? OFFSET ?",
+            (listed, limit, offset),
         ).fetchall()
     return conn.execute(
         f"SELECT * FROM dm_candidates WHERE {seen} ORDER BY id DESC LIMIT ? OFFSET ?", (limit, offset)
@@ -106,7 +106,8 @@ def page(conn: Conn, statuses: list[str], limit: int, offset: int, sight: Sight)
 def proposed_ids(conn: Conn, limit: int, sight: Sight) -> list[int]:
     """The oldest `proposed` candidates awaiting the critic that `sight` sees."""
     rows = conn.execute(
-        f"SELECT id FROM dm_candidates WHERE status = 'proposed' AND {sight.sql('space')} ORDER BY id LIMIT ?",
+        f"SELECT id FROM dm_candidates WHERE status = 'proposed' AND {sight.sql('space', engine_of(conn))}"
+        " ORDER BY id LIMIT ?",
         (limit,),
     ).fetchall()
     return [int(r[0]) for r in rows]
@@ -125,10 +126,12 @@ def duplicate_of(
     after a crash finds its own entry, which is not a duplicate of itself. `besides` leaves out one more entry:
     the source a reflected line was read from."""
     agent_id, key = made_by or (None, None)
+    engine = engine_of(conn)
+    is_not = "IS DISTINCT FROM" if engine == POSTGRESQL else "IS NOT"  # SQLite's `IS NOT` (record 50)
     row = conn.execute(
-        f"SELECT record_hash FROM entries WHERE content_fingerprint = ? AND {sight.sql('space')}"
-        " AND record_hash IS NOT ?"
-        " AND record_hash IS NOT (SELECT record_hash FROM idempotency WHERE agent_id = ? AND idem_key = ?) LIMIT 1",
+        f"SELECT record_hash FROM entries WHERE content_fingerprint = ? AND {sight.sql('space', engine)}"
+        f" AND record_hash {is_not} ?"
+        f" AND record_hash {is_not} (SELECT record_hash FROM idempotency WHERE agent_id = ? AND idem_key = ?) LIMIT 1",
         (canonical.content_fingerprint(text), besides, agent_id, key),
     ).fetchone()
     return None if row is None else str(row[0])
@@ -222,6 +225,8 @@ def session_records(
     """What a session produced, oldest first: entries tagged session:<id> (simulations aside) and the bus
     messages of `project`, within [since, until]; at most `cap` of each."""
     window = " AND {t} >= coalesce(:since, {t}) AND {t} <= coalesce(:until, {t})"
+    engine = engine_of(conn)
+    named = " AS s" if engine == POSTGRESQL else ""  # PostgreSQL 15 names every subquery in FROM
     params = {"tag": f"session:{session_id}", "project": project, "since": since_ms, "until": until_ms,
               "cap": cap}  # fmt: skip
     parts = []
@@ -229,16 +234,16 @@ def session_records(
         parts.append(
             "SELECT * FROM (SELECT e.record_hash, e.content AS text, e.created_ms AS at, 0 AS part, e.id AS n"
             " FROM entry_tags t JOIN entries e ON e.id = t.entry_id"
-            f" WHERE t.tag = :tag AND e.truth_state != 'simulation' AND {sight.sql('e.space')}"
+            f" WHERE t.tag = :tag AND e.truth_state != 'simulation' AND {sight.sql('e.space', engine)}"
             + window.format(t="e.created_ms")
-            + " ORDER BY e.created_ms, e.id LIMIT :cap)"
+            + f" ORDER BY e.created_ms, e.id LIMIT :cap){named}"
         )
     if project is not None:
         parts.append(
             "SELECT * FROM (SELECT m.record_hash, m.body AS text, m.created_ms AS at, 1 AS part, m.id AS n"
-            f" FROM messages m WHERE m.project = :project AND {sight.sql('m.space')}"
+            f" FROM messages m WHERE m.project = :project AND {sight.sql('m.space', engine)}"
             + window.format(t="m.created_ms")
-            + " ORDER BY m.created_ms, m.id LIMIT :cap)"
+            + f" ORDER BY m.created_ms, m.id LIMIT :cap){named}"
         )
     return conn.execute(" UNION ALL ".join(parts) + " ORDER BY at, part, n", params).fetchall()
 
@@ -253,7 +258,7 @@ def recent_entries(
 ) -> list[Any]:
     """The newest `limit` entries a consolidation summarises (since `since_ms`, with one of `tags` when given;
     simulations only with `include_synthetic`) that `sight` sees, newest first."""
-    where = [sight.sql("e.space")]
+    where = [sight.sql("e.space", engine_of(conn))]
     params: dict[str, Any] = {"limit": limit, "since": since_ms}
     if not include_synthetic:
         where.append("e.truth_state != 'simulation'")
@@ -306,6 +311,8 @@ def forget_evidence_txn(conn: Conn, address: str) -> int:
     """Forget the candidates not promoted whose evidence names `address` (its body was redacted or purged: what a
     runtime made of it may quote it), and the remembered replies that name it, with their idempotency keys (a retry
     runs again). Returns the candidates forgotten. A full scan: redactions are rare."""
+    if engine_of(conn) == POSTGRESQL:
+        return _forget_evidence_pg(conn, address)
     gone = conn.execute(
         "DELETE FROM dm_candidates WHERE status != 'promoted'"
         " AND EXISTS (SELECT 1 FROM json_each(dm_candidates.evidence_refs) WHERE value = ?)",
@@ -317,4 +324,22 @@ def forget_evidence_txn(conn: Conn, address: str) -> int:
         (address,),
     )
     conn.execute("DELETE FROM dm_replies WHERE instr(reply, ?) > 0", (address,))
+    return int(gone)
+
+
+def _forget_evidence_pg(conn: Conn, address: str) -> int:
+    """`forget_evidence_txn` on PostgreSQL (record 50): the evidence by jsonb_array_elements_text, the reply (bytea)
+    searched for the address's UTF-8 bytes with `position` (no `instr` there)."""
+    gone = conn.execute(
+        "DELETE FROM dm_candidates WHERE status != 'promoted' AND EXISTS (SELECT 1 FROM"
+        " jsonb_array_elements_text(CAST(dm_candidates.evidence_refs AS jsonb)) AS j(value) WHERE j.value = ?)",
+        (address,),
+    ).rowcount
+    conn.execute(
+        "DELETE FROM idempotency WHERE record_hash = '' AND EXISTS (SELECT 1 FROM dm_replies r"
+        " WHERE r.agent_id = idempotency.agent_id AND r.idem_key = idempotency.idem_key"
+        " AND position(convert_to(?, 'UTF8') IN r.reply) > 0)",
+        (address,),
+    )
+    conn.execute("DELETE FROM dm_replies WHERE position(convert_to(?, 'UTF8') IN reply) > 0", (address,))
     return int(gone)

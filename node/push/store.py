@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from node.inbox import store as inbox_store
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, engine_of
 
 # ---- endpoints ----------------------------------------------------------------------------------------------------
 
@@ -49,6 +49,9 @@ def endpoint_row(conn: Conn, endpoint_id: int) -> Any:
 
 def endpoint_rows(conn: Conn, agent_id: str | None) -> list[Any]:
     """One agent's push_endpoints rows (every agent's when None), oldest first."""
+    if engine_of(conn) == POSTGRESQL:  # a parameter only tested for NULL is typed there (record 50)
+        sql = "SELECT * FROM push_endpoints WHERE CAST(? AS text) IS NULL OR agent_id = ? ORDER BY id"
+        return conn.execute(sql, (agent_id, agent_id)).fetchall()
     return conn.execute(
         "SELECT * FROM push_endpoints WHERE ? IS NULL OR agent_id = ? ORDER BY id", (agent_id, agent_id)
     ).fetchall()
@@ -82,6 +85,22 @@ REST_SQL = (
     " GROUP BY agent_id, tier, reason"
 )
 
+# The two on PostgreSQL (docs/decisions.md record 50): the envelope's PostgreSQL columns, the agents as an array
+# (`= ANY`), no planner hints (`+` on text is an error there).
+NEW_SQL_PG = (
+    "SELECT n.agent_id, "
+    + inbox_store.ENVELOPE_COLUMNS_PG
+    + " FROM notifications n"
+    + inbox_store.ENVELOPE_JOINS
+    + " WHERE n.id > :after AND n.id <= :upto AND n.agent_id = ANY(:agents)"
+    " AND n.status = 'pending' AND " + inbox_store.ENVELOPE_SHOWN + " ORDER BY n.id LIMIT :limit"
+)
+REST_SQL_PG = (
+    "SELECT agent_id, tier, reason, count(*) FROM notifications"
+    " WHERE id > :after AND id <= :upto AND agent_id = ANY(:agents) AND status = 'pending'"
+    " GROUP BY agent_id, tier, reason"
+)
+
 
 def newest_notification_id(conn: Conn) -> int:
     """The id of the newest notification (0 when there is none)."""
@@ -91,11 +110,15 @@ def newest_notification_id(conn: Conn) -> int:
 def new_notifications(conn: Conn, after: int, upto: int, agents: list[str], limit: int) -> list[Any]:
     """The first `limit` pending notifications of `agents` with ids in (after, upto], oldest first:
     each row the agent id and the envelope columns (node/inbox/store.py `ENVELOPE_COLUMNS`)."""
+    if engine_of(conn) == POSTGRESQL:
+        return conn.execute(NEW_SQL_PG, {"after": after, "upto": upto, "agents": agents, "limit": limit}).fetchall()
     params = {"after": after, "upto": upto, "agents": json.dumps(agents), "limit": limit}
     return conn.execute(NEW_SQL, params).fetchall()
 
 
 def pending_counts(conn: Conn, after: int, upto: int, agents: list[str]) -> list[tuple[str, int, str, int]]:
     """(agent, tier, reason, count) of the pending notifications of `agents` with ids in (after, upto]."""
+    if engine_of(conn) == POSTGRESQL:
+        return [tuple(r) for r in conn.execute(REST_SQL_PG, {"after": after, "upto": upto, "agents": agents})]
     params = {"after": after, "upto": upto, "agents": json.dumps(agents)}
     return [tuple(r) for r in conn.execute(REST_SQL, params)]

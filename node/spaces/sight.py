@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from identity.space_rules import may_read, may_write
 from node.errors import Forbidden, NotFound
+from node.store.conn import POSTGRESQL, SQLITE
 
 _SPACE_ID = re.compile(r"[0-9a-f]{64}")
 
@@ -29,13 +30,15 @@ class Sight(NamedTuple):
         """Whether the reader may read a record of `space` (None: a public record)."""
         return space is None or self.everything or space in self.spaces
 
-    def sql(self, column: str) -> str:
-        """A SQL condition true exactly for the rows whose `column` (a space, NULL when public) the reader may read.
+    def sql(self, column: str, engine: str = SQLITE) -> str:
+        """A SQL condition true exactly for the rows whose `column` (a space, NULL when public) the reader may read,
+        in `engine`'s SQL (`node.store.conn.engine_of`): the operator's is `1` on SQLite and `TRUE` on PostgreSQL,
+        which refuses an integer as a condition (docs/decisions.md record 76).
 
         The space ids are written into the statement: each is 64 lowercase hex (checked), so no quoting can break,
         and a statement per reader's set keeps SQLite's plan for the common public-only case."""
         if self.everything:
-            return "1"
+            return "TRUE" if engine == POSTGRESQL else "1"
         if not self.spaces:
             return f"{column} IS NULL"
         for space in self.spaces:

@@ -21,7 +21,7 @@ from identity.space_rules import READ_ROLES, hosting
 from node.redaction import store as redaction_store
 from node.spaces.sight import OPERATOR, Sight, Viewer
 from node.store.authority import key_events_of, vouch_pages_of
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 
 SPACE_TABLES: tuple[str, ...] = ("space_records", "spaces", "space_roles", "space_hosts")
 SPACE_KINDS: tuple[str, ...] = ("space", "space_member", "space_admin", "space_host")
@@ -44,6 +44,12 @@ def space_of(kind: str, record_hash: str, record: dict[str, Any]) -> str:
 
 def list_record_txn(conn: Conn, seq: int, space_id: str, kind: str, author: str) -> None:
     """List the record at `seq` among the records of `space_id` (`space_records`)."""
+    if engine_of(conn) == POSTGRESQL:  # no INSERT OR IGNORE there (docs/decisions.md record 50)
+        conn.execute(
+            "INSERT INTO space_records (seq, space_id, kind, author_id) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (seq, space_id, kind, author),
+        )
+        return
     conn.execute(
         "INSERT OR IGNORE INTO space_records (seq, space_id, kind, author_id) VALUES (?, ?, ?, ?)",
         (seq, space_id, kind, author),
@@ -74,10 +80,10 @@ def held_addresses(conn: Conn, space_id: str) -> list[tuple[str, str]]:
 def key_addresses(conn: Conn, authors: Iterable[str]) -> list[str]:
     """The addresses of the key events and vouch pages of `authors` in the log, sorted: what `key_verdicts_txn` of
     those authors is a function of (node/spaces/judged.py)."""
+    test, listed = any_of(conn, sorted(set(authors)))
     rows = conn.execute(
-        "SELECT hash FROM records WHERE kind IN ('key_event', 'vouch_page')"
-        " AND author_id IN (SELECT value FROM json_each(?)) ORDER BY hash",
-        (json.dumps(sorted(set(authors))),),
+        f"SELECT hash FROM records WHERE kind IN ('key_event', 'vouch_page') AND author_id {test} ORDER BY hash",
+        (listed,),
     ).fetchall()
     return [str(r[0]) for r in rows]
 
@@ -156,10 +162,11 @@ def posts_by(
     """(seq, kind, held) of every post (`identity.spaces.POST_KINDS`) of `authors` in the space the log holds,
     flagged or not, stored before seq `before` (None: all), in log order."""
     marks = ", ".join("?" * len(spaces.POST_KINDS))
+    test, listed = any_of(conn, sorted(set(authors)))
     rows = conn.execute(
         f"SELECT seq, kind, hash, version, body FROM records WHERE space = ? AND kind IN ({marks})"
-        " AND author_id IN (SELECT value FROM json_each(?)) AND seq < ? ORDER BY seq",
-        (space_id, *sorted(spaces.POST_KINDS), json.dumps(sorted(set(authors))), 1 << 62 if before is None else before),
+        f" AND author_id {test} AND seq < ? ORDER BY seq",
+        (space_id, *sorted(spaces.POST_KINDS), listed, 1 << 62 if before is None else before),
     ).fetchall()
     return [(int(r[0]), str(r[1]), spaces.Held(str(r[2]), str(r[3]), json.loads(bytes(r[4])))) for r in rows]
 
@@ -289,25 +296,37 @@ def named_records(conn: Conn, addresses: Sequence[str]) -> dict[str, str | None]
     """The space of each of these addresses held in the log, of any kind, flagged void or not (None: public);
     addresses not held are absent. The space of a record is a function of the record (`space` is inside its
     address: docs/format-v3.md 4.7), so what a record naming it may do is too."""
-    rows = conn.execute(
-        "SELECT DISTINCT hash, space FROM records WHERE hash IN (SELECT value FROM json_each(?))",
-        (json.dumps(list(addresses)),),
-    ).fetchall()
+    test, listed = any_of(conn, addresses)
+    rows = conn.execute(f"SELECT DISTINCT hash, space FROM records WHERE hash {test}", (listed,)).fetchall()
     return {str(r[0]): None if r[1] is None else str(r[1]) for r in rows}
 
 
 def naming_spaces(conn: Conn, addresses: Sequence[str]) -> list[tuple[str, str | None]]:
     """(address, space of the record naming it) for every stored link naming one of `addresses`: the space of the
     link's source entry, None when that is public or not held here."""
+    test, listed = any_of(conn, addresses)
     rows = conn.execute(
         "SELECT l.target_hash, s.space FROM links l LEFT JOIN entries s ON s.record_hash = l.source_hash"
-        " WHERE l.target_hash IN (SELECT value FROM json_each(?))",
-        (json.dumps(list(addresses)),),
+        f" WHERE l.target_hash {test}",
+        (listed,),
     ).fetchall()
     return [(str(r[0]), None if r[1] is None else str(r[1])) for r in rows]
 
 
 MAX_REFUSED_REMEMBERED = 100_000  # rows of `refused_space_records`: past it, a refusal is not remembered (a link waits)
+
+
+_REMEMBER_REFUSED = (
+    "INSERT INTO refused_space_records (hash, space, reason, refused_ms)"
+    " SELECT value ->> 0, value ->> 1, value ->> 2, ? FROM json_each(?)"
+    " WHERE (SELECT count(*) FROM refused_space_records) < ? ON CONFLICT (hash) DO NOTHING"
+)
+# _REMEMBER_REFUSED on PostgreSQL: the JSON array's rows by jsonb_array_elements (record 50)
+_REMEMBER_REFUSED_PG = (
+    "INSERT INTO refused_space_records (hash, space, reason, refused_ms)"
+    " SELECT value ->> 0, value ->> 1, value ->> 2, ? FROM jsonb_array_elements(CAST(? AS jsonb)) AS j(value)"
+    " WHERE (SELECT count(*) FROM refused_space_records) < ? ON CONFLICT (hash) DO NOTHING"
+)
 
 
 def remember_refused_txn(
@@ -318,19 +337,15 @@ def remember_refused_txn(
     if not refused:
         return
     conn.execute(
-        "INSERT INTO refused_space_records (hash, space, reason, refused_ms)"
-        " SELECT value ->> 0, value ->> 1, value ->> 2, ? FROM json_each(?)"
-        " WHERE (SELECT count(*) FROM refused_space_records) < ? ON CONFLICT (hash) DO NOTHING",
+        _REMEMBER_REFUSED_PG if engine_of(conn) == POSTGRESQL else _REMEMBER_REFUSED,
         (now_ms, json.dumps([list(r) for r in refused]), cap),
     )
 
 
 def refused_records(conn: Conn, addresses: Sequence[str]) -> dict[str, str]:
     """The space of each of these addresses that the space gate refused as void (`remember_refused_txn`)."""
-    rows = conn.execute(
-        "SELECT hash, space FROM refused_space_records WHERE hash IN (SELECT value FROM json_each(?))",
-        (json.dumps(list(addresses)),),
-    ).fetchall()
+    test, listed = any_of(conn, addresses)
+    rows = conn.execute(f"SELECT hash, space FROM refused_space_records WHERE hash {test}", (listed,)).fetchall()
     return {str(r[0]): str(r[1]) for r in rows}
 
 
@@ -350,15 +365,17 @@ def naming_records(conn: Conn, addresses: Sequence[str]) -> list[Naming]:
     """Every record of the log not flagged void whose links name one of `addresses` (as a link's target, or a link
     record's source), in log order, once per address it names (two indexed lookups per address: `links_target`,
     `links_source`)."""
+    pg = engine_of(conn) == POSTGRESQL  # the addresses as an array there (record 50)
+    named = "SELECT unnest(CAST(? AS text[]))" if pg else "SELECT value FROM json_each(?)"
     rows = conn.execute(
-        "WITH named(address) AS (SELECT value FROM json_each(?)),"
+        f"WITH named(address) AS ({named}),"
         " hits(origin, address) AS ("
         " SELECT l.origin_hash, n.address FROM named n JOIN links l ON l.target_hash = n.address"
         " UNION SELECT l.origin_hash, n.address FROM named n JOIN links l ON l.source_hash = n.address)"
         " SELECT r.seq, r.hash, r.version, r.kind, r.author_id, r.space, h.address FROM hits h"
         " JOIN records r ON r.hash = h.origin"
         " WHERE NOT EXISTS (SELECT 1 FROM void_records v WHERE v.seq = r.seq) ORDER BY r.seq",
-        (json.dumps(list(addresses)),),
+        (list(addresses) if pg else json.dumps(list(addresses)),),
     ).fetchall()
     return [Naming(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]), r[5], str(r[6])) for r in rows]
 
@@ -377,10 +394,12 @@ def roles_of(conn: Conn, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, st
     """The role of each (space, agent) pair: owner, admin, writer, reader or none; None when the space is not a
     valid space here. One statement for all of them (a run of posts into spaces)."""
     wanted = sorted(set(pairs))
+    pg = engine_of(conn) == POSTGRESQL  # the pairs' rows by jsonb_array_elements there (record 50)
+    pairs_sql = "jsonb_array_elements(CAST(? AS jsonb)) AS p(value)" if pg else "json_each(?) p"
     rows = conn.execute(
         "SELECT p.value ->> 0, p.value ->> 1, s.space_id IS NOT NULL,"
         " (SELECT r.role FROM space_roles r WHERE r.space_id = p.value ->> 0 AND r.agent_id = p.value ->> 1)"
-        " FROM json_each(?) p LEFT JOIN spaces s ON s.space_id = p.value ->> 0",
+        f" FROM {pairs_sql} LEFT JOIN spaces s ON s.space_id = p.value ->> 0",
         (json.dumps(wanted),),
     ).fetchall()
     return {(str(r[0]), str(r[1])): (None if not r[2] else str(r[3] or "none")) for r in rows}

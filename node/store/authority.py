@@ -20,7 +20,7 @@ from identity import key_history, vouching
 from identity.key_history import History
 from node.errors import InvalidInput
 from node.spaces.judged import JudgedSpaces
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 from node.store.waiting import Dep
 
 KEY_EVENT = "key_event"
@@ -28,6 +28,9 @@ VOUCH_PAGE = "vouch_page"
 MAX_DROPPED_DEPS = 10_000  # dependency keys of dropped waiting records remembered for the wake-up (7.3)
 LOSING_BRANCH = "losing_branch"  # an allowed key event outside the kept set (docs/format-v3.md 3.4)
 AUTHORITY_KINDS = frozenset({KEY_EVENT, VOUCH_PAGE})  # decided first in a batch: the others are decided by them
+# A stored record's `signing_key` (NULL when absent) on PostgreSQL, where the body is bytea and SQLite's
+# `json_extract(body, '$.signing_key')` does not exist (docs/decisions.md record 50).
+SIGNING_KEY_PG = "convert_from(body, 'UTF8')::jsonb ->> 'signing_key'"
 Verdict = Literal["valid", "void", "undecided"]
 EventVerdict = Literal["valid", "refused", "waiting"]
 KeyStatus = tuple[bool, str | None, bool, bool, int]  # current, deciding event, losing, whole set known, pages held
@@ -173,7 +176,8 @@ def drop_displaced_txn(conn: Conn, authority: Authority, authors: Iterable[str],
             record, pages = authority.drop_event(author, address)
             remember_dropped_txn(conn, address, record, states[address], now_ms)
             gone = [address, *pages]
-            conn.execute("DELETE FROM records WHERE hash IN (SELECT value FROM json_each(?))", (json.dumps(gone),))
+            test, listed = any_of(conn, gone)
+            conn.execute(f"DELETE FROM records WHERE hash {test}", (listed,))
             conn.executemany(
                 "INSERT INTO refused_versions (version, hash, refused_ms) VALUES (?, ?, ?)"
                 " ON CONFLICT (version) DO NOTHING",
@@ -187,9 +191,9 @@ def versions_signed_by(conn: Conn, author: str, key: str) -> list[str]:
     """The versions of every record of `author` in the log signed by `key` (its first key: no `signing_key`), key
     events and vouch pages aside (6.1): the set a rotation by the node vouches for. Scans the log (no index on
     the author: a rotation is rare)."""
+    signing_key = SIGNING_KEY_PG if engine_of(conn) == POSTGRESQL else "json_extract(body, '$.signing_key')"
     rows = conn.execute(
-        "SELECT version, json_extract(body, '$.signing_key') FROM records"
-        " WHERE author_id = ? AND kind NOT IN ('key_event', 'vouch_page')",
+        f"SELECT version, {signing_key} FROM records WHERE author_id = ? AND kind NOT IN ('key_event', 'vouch_page')",
         (author,),
     ).fetchall()
     return sorted({str(r[0]) for r in rows if (r[1] if r[1] is not None else author) == key})

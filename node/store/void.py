@@ -35,8 +35,8 @@ import msgspec
 
 from identity.schema_v3 import struct_for
 from node.store import equivocation, projections
-from node.store.authority import AUTHORITY_KINDS, Authority
-from node.store.conn import Conn, any_of
+from node.store.authority import AUTHORITY_KINDS, SIGNING_KEY_PG, Authority
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 
 SPACE_REASON = "space_"  # the prefix of the reason of a post its space voids (`space_unvouched`, docs/spaces.md)
 
@@ -74,8 +74,9 @@ def _records_of(conn: Conn, author: str, after: int) -> list[tuple[int, str, str
     its key events, vouch pages and agent documents, in log order (one scan of the seq range: SQLite reads the
     bodies, Python decodes none). Agent documents are not judged by their key yet (docs/format-v3.md 7.7: 3.8's order
     is to do), so none is flagged: an identity whose rotation vouches for no document keeps its row."""
+    signing_key = SIGNING_KEY_PG if engine_of(conn) == POSTGRESQL else "json_extract(body, '$.signing_key')"
     return conn.execute(
-        "SELECT seq, hash, version, kind, author_id, json_extract(body, '$.signing_key') FROM records"
+        f"SELECT seq, hash, version, kind, author_id, {signing_key} FROM records"
         " WHERE seq > ? AND author_id = ? AND kind NOT IN ('key_event', 'vouch_page', 'agent') ORDER BY seq",
         (after, author),
     ).fetchall()
@@ -83,9 +84,8 @@ def _records_of(conn: Conn, author: str, after: int) -> list[tuple[int, str, str
 
 def _bodies(conn: Conn, seqs: list[int]) -> dict[int, dict[str, Any]]:
     """The stored records at `seqs`, decoded."""
-    rows = conn.execute(
-        "SELECT seq, body FROM records WHERE seq IN (SELECT value FROM json_each(?))", (json.dumps(seqs),)
-    ).fetchall()
+    test, listed = any_of(conn, seqs)
+    rows = conn.execute(f"SELECT seq, body FROM records WHERE seq {test}", (listed,)).fetchall()
     return {int(r[0]): json.loads(bytes(r[1])) for r in rows}
 
 

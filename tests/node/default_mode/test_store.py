@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
+from identity import keys, records
+from node.agents import store as agents_store
 from node.default_mode import store
 from node.default_mode.critic import Review
 from node.errors import Conflict
+from node.features import LOG
 from node.service import Node
-from node.spaces.sight import OPERATOR
+from node.spaces.sight import OPERATOR, PUBLIC, Sight
+from node.store import db, pg_conn, projections
+from node.store.conn import Conn
 from tests.conftest import AgentCreds, FakeClock
-from tests.node.api_helpers import self_signer
+from tests.node.api_helpers import entry_record, self_signer
 from wire.api import PostEntry
 from wire.workflows import PostMessage
 
@@ -233,3 +239,81 @@ async def test_recent_entries_newest_first_filtered(node: Node, make_agent: Make
     assert await hashes(10, False, [], since) == [shed, roof]
     assert await hashes(10, True, ["roof"], None) == [sim, roof, old]
     assert await hashes(1, False, ["roof", "shed"], None) == [shed]
+
+
+def _candidates_story(conn: Conn, alice: keys.SigningKey) -> list[Any]:
+    """Alice registered here, two public entries (one a session's), three candidates (one in a space, one citing an
+    entry as evidence) reviewed, decided and promoted, a reply kept, then the cited entry's evidence forgotten. Every
+    store function's answer, in order."""
+    t0, space = 1_767_323_045_000, "5" * 64
+    first = entry_record(alice, "the kettle needs descaling", created_ms=t0, tags=["session:s1"])
+    second = entry_record(alice, "the door squeaks", created_ms=t0 + 1, tags=["home"])
+    conn.execute("BEGIN")
+    agents_store.insert_local_agent_txn(conn, "alice", alice.did, b"seed", t0)
+    for record in (first, second):
+        projections.append_many(conn, [projections.Incoming(record, *records.check(record))], origin="local", now_ms=t0)
+    cited = records.compute_hash(first)
+    ids = store.insert(
+        conn,
+        [
+            candidate("one", evidence_refs=[cited], tags=["b", "a", "b"], payload={"z": 1, "a": [2]}),
+            candidate("two", synthetic=True, truth_state="simulation", salience=0.25),
+            candidate("three", space=space),
+        ],
+        t0,
+    )
+    store.apply_review(conn, ids[0], Review("needs_review", "hypothesis", True, False, ("risk_mentioned",)), t0 + 1)
+    store.decide(conn, ids[1], "reject", "admin", "no", t0 + 2)
+    store.mark_promoted(conn, ids[2], "h" * 64, alice.did, t0 + 3, "admin")
+    store.keep_reply(conn, alice.did, "k1", "reflect", f'{{"cites": "{cited}"}}'.encode(), t0)
+    conn.execute("COMMIT")
+    outs = [store.out(r) for r in store.fetch(conn, ids, OPERATOR)]
+    answers: list[Any] = [
+        ids,
+        outs,
+        [r["id"] for r in store.fetch(conn, ids, PUBLIC)],
+        [r["id"] for r in store.page(conn, [], 10, 0, OPERATOR)],
+        [r["id"] for r in store.page(conn, ["proposed", "needs_review"], 10, 0, OPERATOR)],
+        [r["id"] for r in store.page(conn, [], 1, 1, Sight(frozenset({space})))],
+        store.proposed_ids(conn, 10, OPERATOR),
+        store.duplicate_of(conn, "the kettle needs descaling"),
+        store.duplicate_of(conn, "the kettle needs descaling", besides=cited),
+        store.duplicate_of(conn, "the kettle needs descaling", made_by=(alice.did, "k1")),
+        store.duplicate_of(conn, "no such entry"),
+        store.earlier_reply(conn, alice.did, "k1", "reflect"),
+        store.earlier_reply(conn, alice.did, "k2", "reflect"),
+        tuple(store.local_author(conn, "alice") or ()),
+        store.local_author(conn, "nobody"),
+        [tuple(r) for r in store.session_records(conn, "s1", "chores", None, None, 10)],
+        [tuple(r) for r in store.session_records(conn, "s1", None, t0 + 1, None, 10)],
+        [tuple(r) for r in store.recent_entries(conn, 10, False, [], None)],
+        [tuple(r) for r in store.recent_entries(conn, 10, True, ["home"], t0 + 1)],
+    ]
+    conn.execute("BEGIN")
+    answers.append(store.forget_evidence_txn(conn, cited))
+    conn.execute("COMMIT")
+    answers.append([r["id"] for r in store.fetch(conn, ids, OPERATOR)])
+    answers.append(store.earlier_reply(conn, alice.did, "k1", "reflect"))
+    return answers
+
+
+def test_the_candidates_store_answers_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
+    alice = keys.SigningKey.generate()
+    sqlite = db.connect(tmp_path / "dm.db", log=LOG)
+    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
+    try:
+        db.migrate(sqlite)
+        expected = _candidates_story(sqlite, alice)
+        got = _candidates_story(postgres, alice)
+    finally:
+        sqlite.close()
+        postgres.close()
+    assert got == expected  # PostgreSQL's true is SQLite's 1
+    ids = expected[0]
+    assert [o.status for o in expected[1]] == ["needs_review", "rejected", "promoted"]
+    assert expected[1][0].tags == ["a", "b"] and expected[1][0].payload == {"a": [2], "z": 1}
+    assert expected[2] == ids[:2] and expected[3] == ids[::-1] and expected[4] == [ids[0]] and expected[5] == [ids[1]]
+    assert expected[6] == [] and expected[7] is not None and expected[8] is None and expected[10] is None
+    assert expected[11] is not None and expected[12] is None and expected[14] is None
+    assert len(expected[15]) == 1 and expected[16] == [] and len(expected[17]) == 2 and len(expected[18]) == 1
+    assert expected[19] == 1 and expected[20] == ids[1:] and expected[21] is None  # the reply and its key forgotten

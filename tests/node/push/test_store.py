@@ -6,12 +6,21 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from identity import keys, records
+from node.agents import store as agents_store
+from node.features import LOG
+from node.inbox.service import envelope
 from node.push import store
 from node.service import Node
+from node.store import db, pg_conn, projections
+from node.store.conn import Conn
 from tests.conftest import AgentCreds
+from tests.node.api_helpers import entry_record
 from wire.api import PostEntry, SignedSubmission
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -77,3 +86,65 @@ async def test_the_notification_scan(node: Node, make_agent: MakeAgent) -> None:
     counts = await node.db.read(lambda c: store.pending_counts(c, 3, upto, [bob.agent_id]))
     assert counts == [(bob.agent_id, 1, "directed_request", 2)]
     assert await node.db.read(lambda c: store.pending_counts(c, 0, upto, [carol.agent_id])) == []
+
+
+def _push_story(conn: Conn, alice: keys.SigningKey, bob: keys.SigningKey, carol: keys.SigningKey) -> list[Any]:
+    """Bob registered here, five requests of Alice's directed to him, endpoints of Bob's and Carol's, a peer. Every
+    store function's answer, in order."""
+    t0 = 1_767_323_045_000
+    conn.execute("BEGIN")
+    agents_store.insert_local_agent_txn(conn, "bob", bob.did, b"seed", t0)
+    agents_store.insert_local_agent_txn(conn, "carol", carol.did, b"seed", t0)
+    for i in range(5):
+        record = entry_record(
+            alice, f"q{i}", created_ms=t0 + i, entry_type="question", performative="request", directed_to=[bob.did]
+        )
+        projections.append_many(conn, [projections.Incoming(record, *records.check(record))], origin="local", now_ms=t0)
+    first = store.insert_endpoint_txn(conn, bob.did, "http://bob:1/hook", '["1"]', '["r"]', t0)
+    store.insert_endpoint_txn(conn, carol.did, "http://carol:1/hook", '["1", "2"]', "[]", t0)
+    store.update_endpoint_txn(conn, first, '["2"]', '["s"]')
+    conn.execute("INSERT INTO peers (node_id, url, added_ms) VALUES ('did:key:zPeer', 'http://peer:1', 1)")
+    conn.execute("COMMIT")
+    upto = store.newest_notification_id(conn)
+    rows = [
+        store.endpoint_id_at(conn, bob.did, "http://bob:1/hook"),
+        store.endpoint_id_at(conn, bob.did, "http://nowhere"),
+        store.count_endpoints(conn, bob.did),
+        tuple(store.endpoint_row(conn, first)),
+        [tuple(r) for r in store.endpoint_rows(conn, None)],
+        [tuple(r) for r in store.endpoint_rows(conn, carol.did)],
+        store.peer_urls(conn),
+        upto,
+        # as the dispatcher reads them (PostgreSQL's link_targets is NULL where SQLite's is [], read alike)
+        [(r["agent_id"], envelope(r)) for r in store.new_notifications(conn, 0, upto, [bob.did, carol.did], 3)],
+        [(r["agent_id"], envelope(r)) for r in store.new_notifications(conn, 2, 4, [bob.did], 10)],
+        store.new_notifications(conn, 0, upto, [carol.did], 3),
+        store.pending_counts(conn, 3, upto, [bob.did]),
+        store.pending_counts(conn, 0, upto, [carol.did]),
+    ]
+    conn.execute("BEGIN")
+    rows.append(store.delete_endpoint_txn(conn, carol.did, first))  # not Carol's
+    rows.append(store.delete_endpoint_txn(conn, bob.did, first))
+    conn.execute("COMMIT")
+    rows.append(store.count_endpoints(conn, bob.did))
+    return rows
+
+
+def test_the_push_store_answers_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
+    alice, bob, carol = (keys.SigningKey.generate() for _ in range(3))
+    sqlite = db.connect(tmp_path / "push.db", log=LOG)
+    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
+    try:
+        db.migrate(sqlite)
+        expected = _push_story(sqlite, alice, bob, carol)
+        got = _push_story(postgres, alice, bob, carol)
+    finally:
+        sqlite.close()
+        postgres.close()
+    assert got == expected  # PostgreSQL's true is SQLite's 1
+    assert expected[1] is None and expected[2] == 1 and expected[3][3:5] == ('["2"]', '["s"]')
+    assert len(expected[4]) == 2 and len(expected[5]) == 1 and expected[6] == ["http://peer:1"] and expected[7] == 5
+    assert [r[0] for r in expected[8]] == [bob.did] * 3
+    assert [e.notification_id for _, e in expected[9]] == [3, 4] and expected[8][0][1].directed_to_me
+    assert expected[10] == [] and expected[11] == [(bob.did, 1, "directed_request", 2)] and expected[12] == []
+    assert expected[13:] == [False, True, 0]

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 from identity import canonical, keys, records
+from node.features import LOG
 from node.service import Node
 from node.spaces import store
 from node.spaces.service import nonce
-from node.store import projections
-from node.store.conn import Conn
+from node.spaces.sight import OPERATOR
+from node.store import db, pg_conn, projections
+from node.store.conn import Conn, engine_of
 from tests.conftest import AgentCreds
 from tests.node.agents.test_key_events import rotation
-from tests.node.api_helpers import self_signer
+from tests.node.api_helpers import entry_record, link_record, self_signer
+from tests.node.spaces.test_vouched_set import membership, page_of, signed
+from tests.node.store.test_void import version_of
 from wire.api import KeyEventIn
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
+T0 = 1_764_583_200_000  # 2025-12-01T10:00:00Z
 
 
 async def test_rebuild_gives_the_same_spaces_and_roles(node: Node, make_agent: MakeAgent) -> None:
@@ -91,3 +98,84 @@ async def test_refused_records_are_remembered_once_and_up_to_the_cap(node: Node)
     assert known == {"a" * 64: space, "b" * 64: space}
     reason = "SELECT reason FROM refused_space_records WHERE hash = ?"
     assert await node.db.read(lambda c: c.execute(reason, ("a" * 64,)).fetchone()[0]) == "unvouched"
+
+
+def _appended(conn: Conn, recs: list[dict[str, Any]], now_ms: int) -> None:
+    conn.execute("BEGIN")
+    for record in recs:
+        projections.append_many(
+            conn, [projections.Incoming(record, *records.check(record, v3=True))], origin="local", now_ms=now_ms
+        )
+    conn.execute("COMMIT")
+
+
+def _spaces_story(conn: Conn, owner: keys.SigningKey, bob: keys.SigningKey) -> list[Any]:
+    """A space made by `owner`, Bob a writer who posts twice and links, then removed vouching for one post (the other
+    voided by the space, switched out); a refusal remembered. Every store function's answer, in order."""
+    creation = signed(owner, kind="space", name="family", description="notes", nonce="A" * 43)
+    space = records.compute_hash(creation)
+    added = membership(owner, space, bob.did, "writer")
+    first = entry_record(bob, "first", created_ms=T0, schema_version="v2", space=space)
+    second = entry_record(bob, "second", created_ms=T0 + 1, schema_version="v2", space=space)
+    link = link_record(bob, records.compute_hash(first), records.compute_hash(second), "supports", created_ms=T0 + 2)
+    _appended(conn, [creation, added, first, second, {**link}], T0)
+    public = entry_record(owner, "public", created_ms=T0 + 3)
+    _appended(conn, [public], T0 + 3)
+    removal = membership(owner, space, bob.did, "none", added, vouched=[version_of(first)])
+    _appended(conn, [removal, page_of(owner, removal, [version_of(first)])], T0 + 4)
+    conn.execute("BEGIN")
+    store.remember_refused_txn(conn, [("a" * 64, space, "unvouched"), ("b" * 64, space, "not_a_writer")], T0, cap=2)
+    store.remember_refused_txn(conn, [("c" * 64, space, "unvouched")], T0, cap=2)
+    conn.execute("COMMIT")
+    named = [records.compute_hash(r) for r in (first, second, public)] + ["a" * 64, "d" * 64]
+    return [
+        sorted((t, rows) for t, rows in projections.snapshot(conn).items() if t in store.SPACE_TABLES),
+        [h.address for h in store.held_records(conn, space)],
+        store.held_addresses(conn, space),
+        store.key_addresses(conn, [owner.did, bob.did]),
+        [(seq, kind, h.address) for seq, kind, h in store.posts_by(conn, space, [bob.did], None)],
+        store.flagged_authors(conn, space, "space_"),
+        store.hosts(conn, space),
+        store.created_here(conn, space),
+        store.space(conn, space),
+        store.role(conn, space, owner.did),
+        store.role(conn, space, bob.did),
+        store.roles(conn, space),
+        store.spaces_of(conn, owner.did),
+        store.every_space(conn),
+        store.readable_spaces(conn, owner.did),
+        store.readable_spaces(conn, bob.did),
+        store.named_records(conn, named),
+        sorted(store.naming_spaces(conn, named)),
+        store.refused_records(conn, named),
+        sorted(store.naming_records(conn, named)),  # log order; one record's rows in no order on either
+        store.roles_of(conn, [(space, owner.did), (space, bob.did), ("9" * 64, bob.did)]),
+        store.spaces_with_entries(conn, 5),
+        store.posts_of(conn, space, bob.did),
+        store.sight_of(conn, owner.did),
+        [tuple(r) for r in conn.execute(f"SELECT content FROM entries WHERE {OPERATOR.sql('space', engine_of(conn))}")],
+    ]
+
+
+def test_the_spaces_store_answers_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
+    owner, bob = keys.SigningKey.generate(), keys.SigningKey.generate()
+    sqlite = db.connect(tmp_path / "spaces.db", log=LOG)
+    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
+    try:
+        db.migrate(sqlite)
+        expected = _spaces_story(sqlite, owner, bob)
+        got = _spaces_story(postgres, owner, bob)
+    finally:
+        sqlite.close()
+        postgres.close()
+    assert got == expected
+    tables = dict(expected[0])
+    posts = [address for address, space in expected[16].items() if space is not None]
+    assert len(tables["spaces"]) == 1 and len(tables["space_roles"]) == 1  # Bob removed
+    assert len(expected[4]) == 2 and expected[5] == {bob.did}  # one of his posts voided by the space
+    assert expected[9] == "owner" and expected[10] == "none" and len(expected[15]) == 0
+    assert len(expected[16]) == 3 and set(expected[18]) == {"a" * 64}  # the cap kept c out
+    assert [(n.kind, n.named) for n in expected[19]] == sorted(("link", h) for h in posts)  # once per post named
+    space = tables["spaces"][0][0]
+    assert expected[20] == {(space, owner.did): "owner", (space, bob.did): "none", ("9" * 64, bob.did): None}
+    assert len(expected[24]) == 2  # the operator sees the public entry and the post not voided

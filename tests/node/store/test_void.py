@@ -16,13 +16,16 @@ from identity import canonical, keys, records, vouching
 from node.features import LOG
 from node.ops import doctor
 from node.service import Node
-from node.store import equivocation, projections, void
+from node.store import authority as authority_mod
+from node.store import db, equivocation, pg_conn, projections, void
 from node.store.conn import Conn
 from node.web.appkeys import SEARCH_INDEXER
 from tests.conftest import AgentCreds, FakeClock
+from tests.node.agents.test_key_events import page, rotation
 from tests.node.api_helpers import SelfSigner, entry_record, get_json, hash_of, ingest, link_record, self_signer
 from tests.node.federation import v3_story
 from tests.node.federation.v3_story import key_event, vouch_page
+from tests.node.store.test_projections import agent_record
 from tests.pg_fixtures import OpenStore
 from wire import unsigned
 from wire.time import format_ms
@@ -371,3 +374,105 @@ def test_the_flags_are_read_alike_on_either_engine(open_store: OpenStore) -> Non
     assert void.flags_of(conn, [5, 4, 3]) == {3: "unvouched", 5: "revoked_key"}
     assert void.flags_of(conn, []) == {}
     assert void.flagged_versions(conn, iter(["v5", "v4"])) == {"v5"}
+
+
+def _appended(conn: Conn, recs: list[dict[str, Any]], now_ms: int) -> None:
+    conn.execute("BEGIN")
+    for record in recs:
+        projections.append_many(
+            conn, [projections.Incoming(record, *records.check(record, v3=True))], origin="local", now_ms=now_ms
+        )
+    conn.execute("COMMIT")
+
+
+def _key_event_story(conn: Conn, old: keys.SigningKey, new: keys.SigningKey) -> list[Any]:
+    """Alice posts two entries and a link with her first key, rotates to `new` vouching for the first entry alone
+    (its page held), and posts with the new key; the log's key events projected, her records decided again (the
+    unvouched entry and the link flagged and switched out), then the entry switched back in. Every answer, in order."""
+    alice, t0 = old.did, 1_767_323_045_000
+    kept, dropped = entry_record(old, "kept", created_ms=t0), entry_record(old, "dropped", created_ms=t0 + 1)
+    link = link_record(old, hash_of(kept), hash_of(dropped), "supports", created_ms=t0 + 2)
+    space = signed(
+        {"kind": "space", "schema_version": canonical.SCHEMA_VERSION, "author_id": alice,
+         "created_at": format_ms(t0 + 2), "name": "gone", "description": "", "nonce": "A" * 43},
+        old,
+    )  # fmt: skip
+    document = agent_record(old, "Alice", t0, alice)  # shown, then judged again by the key events (agent_docs)
+    _appended(conn, [document, kept, dropped, link, space], t0)
+    made = projections.snapshot(conn)["spaces"]
+    event = rotation(alice, old, new, [version_of(kept)], created_ms=t0 + 3)
+    _appended(conn, [event, page(alice, old, event, [version_of(kept)])], t0 + 3)
+    _appended(conn, [by(entry_record(new, "after", created_ms=t0 + 4), alice, new)], t0 + 4)
+    authority = authority_mod.Authority()
+    conn.execute("BEGIN")
+    authority.load_txn(conn)
+    displaced = authority_mod.drop_displaced_txn(conn, authority, [alice], t0 + 5)
+    counts = void.reflag_txn(conn, authority, [alice], t0 + 5)
+    conn.execute("COMMIT")
+    voided = projections.snapshot(conn)
+    listed = void.listing(conn, 0, 10)
+    back = [void.Stored(r.seq, r.hash, r.version, r.kind, r.author_id, alice) for r in listed if r.kind == "entry"]
+    conn.execute("BEGIN")
+    restored = void.flag_txn(conn, [], back, t0 + 6)
+    authority_mod.remember_dropped_txn(conn, "f" * 64, event, authority.history(alice).state, t0 + 6)
+    conn.execute("COMMIT")
+    return [
+        made,
+        displaced,
+        counts,
+        [tuple(r) for r in listed],
+        voided,
+        restored,
+        projections.snapshot(conn),
+        void.count(conn),
+        authority_mod.authority_count(conn),
+        [h for h, _ in authority_mod.authority_records(conn)],
+        [h for h, _ in authority_mod.key_events_of(conn, alice)],
+        [h for h, _ in authority_mod.vouch_pages_of(conn, alice)],
+        authority_mod.versions_signed_by(conn, alice, alice),
+        authority_mod.versions_signed_by(conn, alice, new.did),
+        authority_mod.dropped_keys(conn),
+        authority_mod.dropped_counts(conn),
+        authority_mod.dropped_state(conn, "f" * 64),
+    ]
+
+
+def test_key_events_project_and_switch_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
+    old, new = keys.SigningKey.generate(), keys.SigningKey.generate()
+    sqlite = db.connect(tmp_path / "void.db", log=LOG)
+    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
+    try:
+        db.migrate(sqlite)
+        expected = _key_event_story(sqlite, old, new)
+        got = _key_event_story(postgres, old, new)
+    finally:
+        sqlite.close()
+        postgres.close()
+    assert got == expected
+    made, expected = expected[0], expected[1:]
+    assert len(made) == 1 and expected[0] == [] and expected[1] == (3, 0)  # the unvouched records flagged
+    assert [row[1] for row in expected[3]["agents"]] == ["Alice"]  # documents are not flagged (7.7)
+    assert sorted(r[3] for r in expected[2]) == ["entry", "link", "space"]
+    assert len(expected[3]["entries"]) == 2 and expected[3]["links"] == [] and expected[3]["spaces"] == []
+    assert expected[4] == (0, 1) and len(expected[5]["entries"]) == 3  # the entry back in
+    assert expected[6] == 2 and expected[7] == 2 and len(expected[8]) == 2 and len(expected[9]) == 1
+    assert len(expected[11]) == 5 and len(expected[12]) == 1  # first key: the document, two entries, link, space
+    assert expected[13] == {old.did: {new.did}} and expected[14] == (1, 1) and expected[15] is not None
+
+
+def test_a_displaced_key_event_is_dropped_from_the_log_on_either_engine(open_store: OpenStore) -> None:
+    """tests/node/federation/v3_story.py's e3 (built on e2, which the recovery e4 replaced) stored with the rest: the
+    authority cache loaded from the log finds it displaced, and it leaves the log, remembered as dropped."""
+    conn = open_store(LOG)
+    s = v3_story.story()
+    r = s.records
+    _appended(conn, [r[name] for name in ("e1", "g1", "e2", "g2", "e3", "e4", "g4", "g4b")], 1_767_323_045_000)
+    authority = authority_mod.Authority()
+    conn.execute("BEGIN")
+    authority.load_txn(conn)
+    dropped = authority_mod.drop_displaced_txn(conn, authority, [v3_story.A], 1_767_323_046_000)
+    conn.execute("COMMIT")
+    assert dropped == [v3_story.address(r["e3"])]
+    held = [h for h, _ in authority_mod.key_events_of(conn, v3_story.A)]
+    assert held == [v3_story.address(r[name]) for name in ("e1", "e2", "e4")]
+    assert authority_mod.dropped_counts(conn) == (1, 1) and authority_mod.dropped_state(conn, dropped[0]) is not None
