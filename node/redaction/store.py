@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from node.store.conn import POSTGRESQL, Conn, engine_of
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 
 TABLES: tuple[str, ...] = ("redactions",)  # the projection `bbs rebuild` recreates; tombstones are node-local
 
@@ -234,10 +234,11 @@ def insert_tombstone_txn(conn: Conn, row: TombstoneRow) -> None:
 
 def tombstones(conn: Conn, addresses: Iterable[str]) -> list[TombstoneRow]:
     """The tombstones of those of `addresses` redacted here, by address."""
+    listed, param = any_of(conn, sorted(set(addresses)))
     rows = conn.execute(
         "SELECT hash, kind, author_id, created_at, space, versions, redaction, redacted_by, redacted_at, dropped_ms"
-        " FROM tombstones WHERE hash IN (SELECT value FROM json_each(?)) ORDER BY hash",
-        (json.dumps(sorted(set(addresses))),),
+        f" FROM tombstones WHERE hash {listed} ORDER BY hash",
+        (param,),
     ).fetchall()
     return [TombstoneRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7], r[8], int(r[9])) for r in rows]
 
@@ -245,10 +246,8 @@ def tombstones(conn: Conn, addresses: Iterable[str]) -> list[TombstoneRow]:
 def redacted_spaces(conn: Conn, addresses: Iterable[str]) -> dict[str, str | None]:
     """The space (None: public) of each of `addresses` redacted here, from its tombstone: a record's space outlives
     its body, and a record naming it is decided by it (node/spaces/posts.py, node/federation/space_gate.py)."""
-    rows = conn.execute(
-        "SELECT hash, space FROM tombstones WHERE hash IN (SELECT value FROM json_each(?))",
-        (json.dumps(sorted(set(addresses))),),
-    ).fetchall()
+    listed, param = any_of(conn, sorted(set(addresses)))
+    rows = conn.execute(f"SELECT hash, space FROM tombstones WHERE hash {listed}", (param,)).fetchall()
     return {str(r[0]): None if r[1] is None else str(r[1]) for r in rows}
 
 

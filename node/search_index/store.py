@@ -9,11 +9,10 @@ tests/node/search_index/test_freshness.py's plan check hold them).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 
 # The columns of an entry the index holds, in the order of node/search_index/index.py `Row`'s fields.
 ROW_COLUMNS = (
@@ -45,6 +44,8 @@ def pending(conn: Conn, position: int, cap: int | None = None) -> int:
     if cap is None:
         return int(conn.execute("SELECT count(*) FROM entries WHERE id > ?", (position,)).fetchone()[0])
     sql = "SELECT count(*) FROM (SELECT 1 FROM entries WHERE id > ? LIMIT ?)"
+    if engine_of(conn) == POSTGRESQL:  # a subquery in FROM needs a name there
+        sql = "SELECT count(*) FROM (SELECT 1 FROM entries WHERE id > ? LIMIT ?) AS ahead"
     return int(conn.execute(sql, (position, cap + 1)).fetchone()[0])
 
 
@@ -63,34 +64,31 @@ def redo(conn: Conn, limit: int) -> tuple[int, list[str], list[tuple[Any, ...]]]
     if not queued:
         return 0, [], []
     addresses = sorted({str(r[1]) for r in queued})
-    rows = conn.execute(
-        f"SELECT {ROW_COLUMNS} FROM entries WHERE record_hash IN (SELECT value FROM json_each(?)) ORDER BY id",
-        (json.dumps(addresses),),
-    ).fetchall()
+    listed, param = any_of(conn, addresses)
+    sql = f"SELECT {ROW_COLUMNS} FROM entries WHERE record_hash {listed} ORDER BY id"
+    rows = conn.execute(sql, (param,)).fetchall()
     return int(queued[-1][0]), addresses, [tuple(r) for r in rows]
 
 
 def present(conn: Conn, ids: Sequence[int]) -> set[int]:
     """Those of these entry ids that `entries` holds (the others were dropped: redacted, purged, made void)."""
-    rows = conn.execute("SELECT id FROM entries WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(list(ids)),))
+    listed, param = any_of(conn, ids)
+    rows = conn.execute(f"SELECT id FROM entries WHERE id {listed}", (param,))
     return {int(r[0]) for r in rows}
 
 
 def logged(conn: Conn, ids: Sequence[int]) -> set[int]:
     """Those of these log positions whose record the log still holds (an entry made void is still there; a version
     redacted, purged or evicted is not: its bytes must leave the disk)."""
-    rows = conn.execute(
-        "SELECT seq FROM records WHERE seq IN (SELECT value FROM json_each(?))", (json.dumps(list(ids)),)
-    )
+    listed, param = any_of(conn, ids)
+    rows = conn.execute(f"SELECT seq FROM records WHERE seq {listed}", (param,))
     return {int(r[0]) for r in rows}
 
 
 def entries_at(conn: Conn, ids: Sequence[int]) -> list[tuple[Any, ...]]:
     """The entries with these ids (those `entries` holds), in id order, as tuples of ROW_COLUMNS."""
-    rows = conn.execute(
-        f"SELECT {ROW_COLUMNS} FROM entries WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
-        (json.dumps(list(ids)),),
-    ).fetchall()
+    listed, param = any_of(conn, ids)
+    rows = conn.execute(f"SELECT {ROW_COLUMNS} FROM entries WHERE id {listed} ORDER BY id", (param,)).fetchall()
     return [tuple(r) for r in rows]
 
 
@@ -136,9 +134,8 @@ def author_scores(conn: Conn) -> dict[str, float]:
 
 def authors_of(conn: Conn, ids: Sequence[int]) -> dict[int, str]:
     """The author of each of these entries."""
-    rows = conn.execute(
-        "SELECT id, author_id FROM entries WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(list(ids)),)
-    )
+    listed, param = any_of(conn, ids)
+    rows = conn.execute(f"SELECT id, author_id FROM entries WHERE id {listed}", (param,))
     return {int(i): str(a) for i, a in rows}
 
 
@@ -147,11 +144,12 @@ def community_confidence(conn: Conn, ids: Sequence[int], neutral: float) -> dict
     author's trust when the cache has no confidence for the entry, `neutral` when it has no score either)."""
     if not ids:
         return {}
+    listed, param = any_of(conn, ids)
     rows = conn.execute(
         "SELECT e.id, coalesce("
         " (SELECT c.community_confidence FROM entry_confidence c WHERE c.entry_hash = e.record_hash),"
         f" (SELECT t.score FROM trust_scores t WHERE t.agent_id = e.author_id), {neutral})"
-        " FROM entries e WHERE e.id IN (SELECT value FROM json_each(?))",
-        (json.dumps(list(ids)),),
+        f" FROM entries e WHERE e.id {listed}",
+        (param,),
     )
     return {int(i): float(c) for i, c in rows}
