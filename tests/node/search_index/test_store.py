@@ -1,27 +1,26 @@
 """node.search_index.store: the index's reads of `entries`, the freshness targets and the ranking's trust and
-confidence reads, on a real migrated SQLite database in tmp_path."""
+confidence reads, on a real migrated database of each engine (`open_store`: a SQLite file in tmp_path, a PostgreSQL
+database of the throwaway cluster), each answering the same."""
 
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from node.search_index import store
 from node.search_index.index import Row
-from node.store import db
+from node.store.conn import POSTGRESQL, Conn, engine_of
+from tests.pg_fixtures import OpenStore
 
 AUTHORS = ["a", "b", "a", "b", "b"]  # entries 1..5
 
 
 @pytest.fixture
-def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
-    """A migrated database holding five entries (ids 1..5, hashes h1..h5, by AUTHORS)."""
-    c = db.connect(tmp_path / "s.db")
-    db.migrate(c)
+def conn(open_store: OpenStore) -> Iterator[Conn]:
+    """A migrated database of each engine holding five entries (ids 1..5, hashes h1..h5, by AUTHORS)."""
+    c = open_store(None)
     c.execute("BEGIN")
     for i, author in enumerate(AUTHORS, start=1):
         c.execute(
@@ -32,10 +31,9 @@ def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
         )
     c.execute("COMMIT")
     yield c
-    c.close()
 
 
-def test_the_row_columns_are_rows_fields(conn: sqlite3.Connection) -> None:
+def test_the_row_columns_are_rows_fields(conn: Conn) -> None:
     assert store.ROW_COLUMNS.split(", ")[1:] == [f.name for f in dataclasses.fields(Row)][1:]  # id is Row.seq
     rows = [Row(*r) for r in store.entries_after(conn, 3, 10)]
     assert [(r.seq, r.record_hash, r.content, r.author_id, r.created_ms) for r in rows] == [
@@ -46,23 +44,24 @@ def test_the_row_columns_are_rows_fields(conn: sqlite3.Connection) -> None:
     assert store.entries_after(conn, 5, 10) == []
 
 
-def test_present_and_entries_at_read_entries_by_id(conn: sqlite3.Connection) -> None:
+def test_present_and_entries_at_read_entries_by_id(conn: Conn) -> None:
     assert store.present(conn, [5, 2, 9, 0]) == {2, 5}  # 9 and 0 are no entry (dropped, or never one)
     assert store.present(conn, []) == set()
     assert [Row(*r).record_hash for r in store.entries_at(conn, [4, 1, 7])] == ["h1", "h4"]  # id order
     assert store.entries_at(conn, []) == []
 
 
-def test_logged_names_the_positions_the_log_still_holds(conn: sqlite3.Connection) -> None:
-    conn.execute(
-        "INSERT INTO records (seq, hash, version, kind, author_id, created_at, created_ms, origin, received_ms, body)"
-        " VALUES (2, 'h2', 'v2', 'entry', 'a', '2026-01-01T00:00:00Z', 2000, 'local', 0, x'00')"
-    )
+def test_logged_names_the_positions_the_log_still_holds(conn: Conn) -> None:
+    columns = "(seq, hash, version, kind, author_id, created_at, created_ms, origin, received_ms, body)"
+    values = "VALUES (2, 'h2', 'v2', 'entry', 'a', '2026-01-01T00:00:00Z', 2000, 'local', 0, ?)"
+    # PostgreSQL hands out records.seq itself (an identity): a test sets it with OVERRIDING SYSTEM VALUE
+    overriding = " OVERRIDING SYSTEM VALUE " if engine_of(conn) == POSTGRESQL else " "
+    conn.execute(f"INSERT INTO records {columns}{overriding}{values}", (b"\x00",))
     assert store.logged(conn, [1, 2, 3]) == {2}  # entries 1 and 3 have no record here: as if redacted
     assert store.logged(conn, []) == set()
 
 
-def test_epoch_head_and_pending(conn: sqlite3.Connection) -> None:
+def test_epoch_head_and_pending(conn: Conn) -> None:
     assert store.store_epoch(conn) == ""  # a database without its identity yet
     conn.execute("INSERT INTO node_meta (key, value) VALUES ('epoch', 'e1')")
     assert store.store_epoch(conn) == "e1"
@@ -72,19 +71,19 @@ def test_epoch_head_and_pending(conn: sqlite3.Connection) -> None:
     assert store.pending(conn, 3, cap=2) == 2
 
 
-def test_covered_and_sample(conn: sqlite3.Connection) -> None:
+def test_covered_and_sample(conn: Conn) -> None:
     assert [store.covered(conn, p) for p in (0, 2, 5, 9)] == [0, 2, 5, 5]
     picked = store.sample(conn, 4, 3)
     assert len(picked) == 3 and set(picked) <= {(i, f"h{i}") for i in range(1, 5)}
     assert sorted(store.sample(conn, 2, 50)) == [(1, "h1"), (2, "h2")]
 
 
-def test_targets(conn: sqlite3.Connection) -> None:
+def test_targets(conn: Conn) -> None:
     assert store.targets(conn, "a") == (5, 3)
     assert store.targets(conn, "") == (5, 0)
 
 
-def test_the_ranking_reads(conn: sqlite3.Connection) -> None:
+def test_the_ranking_reads(conn: Conn) -> None:
     assert store.author_scores(conn) == {}
     conn.execute(
         "INSERT INTO trust_scores (agent_id, confirms, disconfirms, laplace, score, weighted_confirms,"
@@ -100,3 +99,14 @@ def test_the_ranking_reads(conn: sqlite3.Connection) -> None:
     assert store.community_confidence(conn, [1, 2, 4], 0.5) == {1: 0.9, 2: 0.2, 4: 0.5}
     assert store.community_confidence(conn, [4], 0.25) == {4: 0.25}
     assert store.community_confidence(conn, [], 0.5) == {}
+
+
+def test_redo_reads_the_queued_addresses_and_their_entries(conn: Conn) -> None:
+    assert store.redo(conn, 10) == (0, [], [])
+    for address in ("h4", "h2", "h4", "gone"):
+        conn.execute("INSERT INTO search_redo (address) VALUES (?)", (address,))
+    last, addresses, rows = store.redo(conn, 3)  # the first three queued
+    assert addresses == ["h2", "h4"] and [Row(*r).seq for r in rows] == [2, 4]
+    assert store.redo_count(conn) == 4
+    store.redone_txn(conn, last)
+    assert store.redo_count(conn) == 1 and store.redo(conn, 10)[1] == ["gone"]
