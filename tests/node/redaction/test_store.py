@@ -1,5 +1,5 @@
 """The SQL of redaction on a real migrated SQLite file: the projection row, tombstones and their versions, the scrub
-schedule, and the checkpoint."""
+schedule, and the checkpoint; the tombstones' reads on each engine (`open_store`), answering alike."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from node.redaction import store
 from node.store import db
 from tests.node.migrated import database_before
+from tests.pg_fixtures import OpenStore
 
 
 def migrated(tmp_path: Path) -> sqlite3.Connection:
@@ -26,8 +27,8 @@ def test_a_redaction_is_projected_once_and_found_by_its_target(tmp_path: Path) -
     assert store.redaction(conn, "r" * 64) == row and store.redaction(conn, "t" * 64) is None
 
 
-def test_a_tombstone_keeps_its_first_redaction_and_gains_versions(tmp_path: Path) -> None:
-    conn = migrated(tmp_path)
+def test_a_tombstone_keeps_its_first_redaction_and_gains_versions(open_store: OpenStore) -> None:
+    conn = open_store(None)
     first = store.TombstoneRow("t" * 64, "entry", "did:key:a", "2026-01-01T00:00:00Z", None, ["v2"], "r1",
                                "did:key:a", "2026-01-02T00:00:00Z", 10)  # fmt: skip
     store.insert_tombstone_txn(conn, first)
@@ -37,8 +38,8 @@ def test_a_tombstone_keeps_its_first_redaction_and_gains_versions(tmp_path: Path
     assert store.count(conn) == 1
 
 
-def test_a_redacted_address_keeps_its_space_in_its_tombstone(tmp_path: Path) -> None:
-    conn = migrated(tmp_path)
+def test_a_redacted_address_keeps_its_space_in_its_tombstone(open_store: OpenStore) -> None:
+    conn = open_store(None)
     space = "s" * 64
     for address, in_space in (("a" * 64, space), ("b" * 64, None)):
         store.insert_tombstone_txn(conn, store.TombstoneRow(address, "entry", "did:key:a", "2026-01-01T00:00:00Z",
