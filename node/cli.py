@@ -267,7 +267,7 @@ def cmd_agent_list(args: argparse.Namespace) -> int:
 
     query = checked_flags({"local": args.local, "limit": args.limit, "after": args.after}, AgentListQuery)
     require_node(args.data)
-    page = db.read_sync(DataDir(args.data).db_path, lambda c: agents.list_agents(c, query))
+    page = db.read_sync(DataDir(args.data).store, lambda c: agents.list_agents(c, query))
     empty = f"no agents; create one with: bbs agent create NAME --data {args.data}"
     more = f"more: --after {page.next_after}" if page.next_after is not None else None
     show_page(args, page, page.agents, fmt.agents_table, empty, more)
@@ -436,8 +436,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             count = projections.rebuild(conn, progress)
             return before == projections.snapshot(conn), count
 
-        same, count = db.write_sync(DataDir(args.data).db_path, run, log=LOG)
-        rebuilt = db.read_sync(DataDir(args.data).db_path, lambda conn: search_indexer.rebuild(args.data, conn))
+        same, count = db.write_sync(DataDir(args.data).store, run, log=LOG)
+        rebuilt = db.read_sync(DataDir(args.data).store, lambda conn: search_indexer.rebuild(args.data, conn))
     if rebuilt.repaired is not None:
         print(f"search index: {rebuilt.repaired}", file=sys.stderr)
     if rebuilt.status != "ok" or rebuilt.entries is None:

@@ -92,6 +92,15 @@ def test_init_takes_the_store_from_bbs_store_and_a_folder_keeps_its_store(tmp_pa
     assert "Admin token" in first.stdout and not (data / "bbs.db").exists()
     again = bbs("init", "--data", str(data))  # the folder remembers its store: no --store needed
     assert again.returncode == 0 and "already initialised" in again.stderr
+    created = bbs("agent", "create", "carol", "--data", str(data))
+    listed = bbs("agent", "list", "--data", str(data), "--json")  # a read of its own, on the folder's store
+    assert created.returncode == 0 and listed.returncode == 0, created.stderr + listed.stderr
+    assert [agent["name"] for agent in json.loads(listed.stdout)["agents"] if agent.get("name")] == ["carol"]
+    backup = bbs("backup", "--data", str(data), "--out", str(tmp_path / "b.tar"))
+    assert backup.returncode == 1 and "backup_unsupported" in backup.stderr and not (tmp_path / "b.tar").exists()
+    doctor = bbs("doctor", "--data", str(data))
+    assert doctor.returncode != 0 and "PostgreSQL" in doctor.stdout + doctor.stderr
+    assert not (data / "bbs.db").exists()  # no command made a SQLite file beside it
     other = url.replace("/t", "/other_t", 1)
     moved = bbs("init", "--data", str(data), "--store", other)
     assert moved.returncode == 1 and "another PostgreSQL database" in moved.stderr
