@@ -225,6 +225,12 @@ class _Transaction:
                 raise
 
 
+def _lost(conn: Any) -> bool:
+    """Whether `conn` is a PostgreSQL connection found closed (its server restarted, its backend ended): a reader
+    then opens a new one; the read that found it so failed with the error."""
+    return isinstance(conn, pg_conn.PgConn) and bool(conn.raw.closed)
+
+
 def _check_not_aborted(conn: Any) -> None:
     """Raise if PostgreSQL has aborted the transaction (an error the block caught and went on from): its COMMIT
     would roll back without an error, so a write would be acknowledged that was never kept. SQLite: nothing."""
@@ -592,7 +598,7 @@ class Database:
 
     def _reader(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
-        if conn is None:
+        if conn is None or _lost(conn):
             conn = connect_store(self.pg_url or self.path, readonly=True, log=self.log)
             self._local.conn = conn
             with self._reader_lock:
@@ -641,7 +647,7 @@ class Database:
         statement the server stops past the budget (`SET LOCAL statement_timeout`, whole milliseconds; a lock it
         would wait for counts). (False, None) when one was stopped: the read then runs on a reader thread."""
         conn = getattr(self._local, "pg_inline", None)
-        if conn is None:
+        if conn is None or _lost(conn):
             conn = connect_store(self.pg_url or "", readonly=True, log=self.log)
             with self._reader_lock:
                 self._reader_conns.append(conn)
@@ -676,8 +682,23 @@ class Database:
             stop = self._take_queued(batch)
             if not stop and 1 < len(batch) < GATHER_UNDER:
                 stop = self._gather(batch, min(GATHER_MAX_S, self._last_commit_s * GATHER_SHARE))
+            if isinstance(conn, TimedPgConn) and conn.raw.closed:
+                conn = self._reopen_writer(conn)
             self._run_batch(conn, batch)
         conn.close()
+
+    def _reopen_writer(self, lost: TimedPgConn) -> Any:
+        """A new writer connection for one PostgreSQL lost (the server restarted, the backend was ended): the batch
+        that found it lost failed whole, nothing of it committed. If the server cannot be reached, `lost` again:
+        this batch fails on it as well, and the next one tries anew."""
+        try:
+            conn = TimedPgConn(pg_conn.connect(self.pg_url or "").raw, self.log)
+        except Exception as exc:
+            log.error("the PostgreSQL writer connection cannot be reopened: %s", exc)
+            return lost
+        conn.stats = self.stats
+        log.warning("the PostgreSQL writer connection was lost; reopened")
+        return conn
 
     def _gather(self, batch: list[_Job], budget_s: float) -> bool:
         """Wait up to `budget_s` for more jobs while they keep arriving (GATHER_*); whether to stop."""

@@ -165,3 +165,24 @@ async def test_write_sync_and_read_sync_take_a_url(database: Database, empty_url
     assert node_db.read_sync(empty_url, values) == ["t5"]
     with pytest.raises(neutral.DatabaseError, match="read-only"):
         node_db.read_sync(empty_url, insert("t6"))
+
+
+async def test_connections_lost_with_the_server_are_reopened(database: Database, empty_url: str) -> None:
+    """A writer or reader whose backend ended (a server restart) fails the one job that found it so, nothing
+    written, and the next one runs on a new connection; a reader the same."""
+    await database.write(insert("t1"))
+    assert await database.read(values) == ["t1"]
+    assert await database.read(values, quick=True) == ["t1"]
+    with psycopg.connect(empty_url, autocommit=True) as other:
+        ended = other.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert ended is not None and ended[0] >= 3  # the writer, a reader, the event loop's quick reader
+    with pytest.raises(neutral.OperationalError):
+        await database.write(insert("t2"))
+    assert await database.write(insert("t3")) == 1
+    for quick in (False, True):
+        with pytest.raises(neutral.OperationalError):
+            await database.read(values, quick=quick)
+        assert await database.read(values, quick=quick) == ["t1", "t3"]
