@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,12 +16,15 @@ from node.federation.routes import SyncSettings
 from node.ops import metrics
 from node.ops.logging_setup import request_log_middleware
 from node.service import Node
+from node.store import conn as neutral
 from node.web import limits
 from node.web.appkeys import LIMIT, NODE, SYNC_SETTINGS
 from node.web.auth import guard
+from node.web.background import CleanupContext
 from node.web.http import error_middleware, json_response, openapi, security_headers
 
 MAX_BODY_BYTES = 1024 * 1024
+log = logging.getLogger("bbs.app")
 
 
 def create_app(
@@ -55,8 +60,33 @@ def create_app(
     for feature in FEATURES:
         if feature.setup is not None:
             feature.setup(app)
-        app.cleanup_ctx.extend(feature.background)
+        if node.db.pg_url is None:
+            app.cleanup_ctx.extend(feature.background)
+        else:  # a feature whose store module is not on PostgreSQL yet must not stop the node from starting
+            app.cleanup_ctx.extend(_off_if_unported(feature.name, context) for context in feature.background)
     return app
+
+
+def _off_if_unported(name: str, context: CleanupContext) -> CleanupContext:
+    """`context`, except that a PostgreSQL error while it starts (a statement of a store module not yet ported:
+    docs/decisions.md record 80) is logged as an error naming the feature and leaves its background work off, where
+    it would stop the node. Its requests still answer with the error."""
+
+    async def guarded(app: web.Application) -> AsyncIterator[None]:
+        started = context(app)
+        try:
+            await anext(started)
+        except neutral.DatabaseError as exc:
+            log.error("%s: not available on PostgreSQL yet, its background work is off (%s)", name, exc)
+            yield
+            return
+        try:
+            yield
+        finally:
+            with contextlib.suppress(StopAsyncIteration):
+                await anext(started)
+
+    return guarded
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:

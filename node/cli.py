@@ -34,10 +34,18 @@ def _data_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _store_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        default=os.environ.get("BBS_STORE") or None,
+        help="the node's PostgreSQL database, a postgresql:// URL (default: $BBS_STORE, else bbs.db in the folder)",
+    )
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     from node.ops.datadir import initialise
 
-    token = initialise(args.data)
+    token = initialise(args.data, args.store)
     if token is None:
         print(f"{args.data} is already initialised; the admin token was shown when it was created.", file=sys.stderr)
         return 0
@@ -153,7 +161,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _check_listen(config.host, config.mcp_port, "--mcp-port")
     if config.metrics_port is not None:
         _check_listen(config.metrics_host, config.metrics_port, "--metrics-port")
-    token = initialise(data)  # creates the node on first start, else checks that node.key belongs to bbs.db
+    # creates the node on first start (on PostgreSQL with `store`), else checks that node.key belongs to its database
+    token = initialise(data, config.store or None)
     lock = datalock.hold(data)  # noqa: F841 (held until the process exits)
     if token is not None:
         print(f"Initialised node data in {data}")
@@ -258,7 +267,7 @@ def cmd_agent_list(args: argparse.Namespace) -> int:
 
     query = checked_flags({"local": args.local, "limit": args.limit, "after": args.after}, AgentListQuery)
     require_node(args.data)
-    page = db.read_sync(DataDir(args.data).db_path, lambda c: agents.list_agents(c, query))
+    page = db.read_sync(DataDir(args.data).store, lambda c: agents.list_agents(c, query))
     empty = f"no agents; create one with: bbs agent create NAME --data {args.data}"
     more = f"more: --after {page.next_after}" if page.next_after is not None else None
     show_page(args, page, page.agents, fmt.agents_table, empty, more)
@@ -427,8 +436,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             count = projections.rebuild(conn, progress)
             return before == projections.snapshot(conn), count
 
-        same, count = db.write_sync(DataDir(args.data).db_path, run, log=LOG)
-        rebuilt = db.read_sync(DataDir(args.data).db_path, lambda conn: search_indexer.rebuild(args.data, conn))
+        same, count = db.write_sync(DataDir(args.data).store, run, log=LOG)
+        rebuilt = db.read_sync(DataDir(args.data).store, lambda conn: search_indexer.rebuild(args.data, conn))
     if rebuilt.repaired is not None:
         print(f"search index: {rebuilt.repaired}", file=sys.stderr)
     if rebuilt.status != "ok" or rebuilt.entries is None:
@@ -449,11 +458,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("init", help="create a node's key, database and admin token")
     _data_arg(p)
+    _store_arg(p)
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("serve", help="run a node (settings: defaults < --config file < BBS_* environment < flags)")
     p.add_argument("--config", type=Path, help="a TOML config file (see docker/bbs.sample.toml)")
     p.add_argument("--data", help="data folder (default: $BBS_DATA or ./bbs-data)")
+    p.add_argument("--store", help="the node's PostgreSQL database, a postgresql:// URL (default: bbs.db in --data)")
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", help="listen port (default 8420)")
     p.add_argument("--log-format", dest="log_format", help="text or json")

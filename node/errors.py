@@ -117,3 +117,8 @@ class Located:
         if isinstance(exc, BBSError) and where != "$":
             exc.field = where + exc.field[1:] if exc.field and exc.field.startswith("$") else exc.field or where
         return False
+
+
+class SchemaTooNew(RuntimeError):
+    """The database was written by a newer version of the software (either engine's migrations raise it; the
+    store modules import it from node.store.db)."""

@@ -10,7 +10,6 @@ only parse and format; the features do the work. The features never import this 
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +36,7 @@ from node.search_index import indexer
 from node.search_index.index import SearchIndex
 from node.spaces import store as space_store
 from node.spaces.service import Spaces
-from node.store.db import Database
+from node.store.db import Database, connect_store
 from node.store.key_fence import KEY_FENCE_NAME, KeyFence
 from node.store.projections import Log
 from node.store.sealing import Sealing
@@ -56,7 +55,7 @@ class Node:
         self.data = DataDir(data_dir)
         self.clock = clock
         self.key = key_files.load_key(self.data.key_path)
-        self.db = Database(self.data.db_path, log=log)  # `log`: the projectors and tables its writes go through
+        self.db = Database(self.data.store, log=log)  # `log`: the projectors and tables its writes go through
         self.sealing = Sealing(self.db, self.now_ms)
         self.sealing.key_fence = KeyFence(self.data.root / KEY_FENCE_NAME)  # keys rotated out here (a restore)
         self.node_keys = NodeKeys(self.db, self.sealing, self.key, self.now_ms)  # the keys it signs with (open)
@@ -100,10 +99,10 @@ class Node:
         An admin command (`bbs agent create` and the like) opens the node without the index: it searches
         nothing, and the index's writer lock belongs to the node serving the folder, if one does."""
         self.db.open()
-        with contextlib.closing(sqlite3.connect(self.data.db_path)) as conn:
+        with contextlib.closing(connect_store(self.data.store)) as conn:
             self.node_keys.load(conn)  # the node's signing keys after a rotation, and the key fence's verdict
         if search_index and self.search_index is None:
-            with contextlib.closing(sqlite3.connect(self.data.db_path)) as conn:
+            with contextlib.closing(connect_store(self.data.store)) as conn:
                 self.search_index = indexer.open_index(self.data.root, conn)
             self.reads.index = self.search_index
 

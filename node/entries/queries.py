@@ -66,10 +66,8 @@ def entry_columns(conn: Conn) -> str:
 
 
 def seen_by(conn: Conn, sight: Sight, column: str) -> str:
-    """`sight.sql(column)` for `conn`'s engine: the operator's sight is `1` there, a condition SQLite takes and
-    PostgreSQL refuses (it wants a boolean: `TRUE`)."""
-    condition = sight.sql(column)
-    return "TRUE" if condition == "1" and engine_of(conn) == POSTGRESQL else condition
+    """`sight.sql(column)` in `conn`'s engine's SQL (the operator's sight: `1` on SQLite, `TRUE` on PostgreSQL)."""
+    return sight.sql(column, engine_of(conn))
 
 
 def _entry_columns(state: str) -> str:

@@ -37,7 +37,7 @@ def cmd_peer_add(args: argparse.Namespace) -> int:
     spaces = None if args.spaces is None else [s.strip() for s in args.spaces.split(",") if s.strip()]
     peer = convert({"url": args.url, "node_id": args.key, "spaces": spaces}, PeerIn)
     sync_store.check_peer_url(peer.url)
-    path = DataDir(args.data).db_path
+    path = DataDir(args.data).store
     now = int(time.time() * 1000)
     db.write_sync(path, lambda c: sync_store.add_peer_txn(c, peer.url, peer.node_id, now, peer.spaces))
     status = next(
@@ -57,7 +57,7 @@ def _listing(data: Path) -> PeerList:
     from node.ops.datadir import DataDir
     from node.store import db
 
-    return db.read_sync(DataDir(data).db_path, lambda c: sync_store.peer_list(c, int(time.time() * 1000)))
+    return db.read_sync(DataDir(data).store, lambda c: sync_store.peer_list(c, int(time.time() * 1000)))
 
 
 def _node_key_holders(data: Path) -> tuple[str, set[str]] | None:
@@ -67,7 +67,7 @@ def _node_key_holders(data: Path) -> tuple[str, set[str]] | None:
     from node.ops.datadir import DataDir
     from node.store import db
 
-    found, _, holders = node_key.parse_state(db.read_sync(DataDir(data).db_path, sync_store.node_keys_meta))
+    found, _, holders = node_key.parse_state(db.read_sync(DataDir(data).store, sync_store.node_keys_meta))
     return (found[-1].did, holders) if len(found) > 1 else None
 
 
@@ -181,7 +181,7 @@ def cmd_digest(args: argparse.Namespace) -> int:
     node_id = require_database(args.data)  # reads the database only: a restored replica needs no key
     if args.space is not None and not re.fullmatch("[0-9a-f]{64}", args.space):
         raise InvalidInput("--space takes a space id: 64 lowercase hex characters", field="--space")
-    path = DataDir(args.data).db_path
+    path = DataDir(args.data).store
     result = db.read_sync(path, lambda c: sync_store.digest(c, node_id, args.sync_version, args.space))
     if args.json:
         print(msgspec.json.encode(result).decode())

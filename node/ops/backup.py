@@ -118,6 +118,11 @@ def backup(data_root: Path, out: Path, *, now_ms: int | None = None) -> Manifest
     data = DataDir(data_root)
     if not data.exists():
         raise NotFound(f"{data_root} is not an initialised data folder", code="data_not_found")
+    if data.store_url is not None:  # docs/decisions.md records 50 and 80: pg_dump's work, not built yet
+        raise Conflict(
+            f"{data_root} keeps its node in PostgreSQL: bbs backup copies SQLite nodes only (use pg_dump)",
+            code="backup_unsupported",
+        )
     if out.is_dir():
         raise InvalidInput(f"{out} is a folder; give the backup a file name", field="out", code="invalid_output")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -33,6 +33,9 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     data: str = "bbs-data"
     """The data folder (node.key, bbs.db)."""
+    store: Annotated[str, msgspec.Meta(pattern=r"^(postgres(ql)?://.*)?$", max_length=4096)] = ""
+    """The node's database: empty for bbs.db in the data folder (SQLite), or a `postgresql://` URL (the folder
+    then keeps the key, the search index and the fences, and remembers the URL in store.url)."""
     host: str = "127.0.0.1"
     """Address the REST/MCP listener binds to."""
     port: Port = 8420

@@ -14,6 +14,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from identity import key_files, keys
 from node.agents import service as agents
@@ -22,6 +23,8 @@ from node.ops import datalock, store
 from node.store import db
 from sync.replay import FENCE_NAME, ReplayFence
 from wire.cli import CommandError
+
+STORE_FILE = "store.url"  # a node on PostgreSQL: its database's URL (docs/decisions.md record 80)
 
 
 @dataclass(frozen=True)
@@ -38,8 +41,30 @@ class DataDir:
     def key_path(self) -> Path:
         return self.root / "node.key"
 
+    @property
+    def store_url_path(self) -> Path:
+        """The file naming the node's PostgreSQL database, written by `bbs init --store` (absent: SQLite)."""
+        return self.root / STORE_FILE
+
+    @property
+    def store_url(self) -> str | None:
+        """The PostgreSQL URL of the node's database, or None: the node's database is bbs.db in the folder."""
+        try:
+            return self.store_url_path.read_text("utf-8").strip() or None
+        except FileNotFoundError:
+            return None
+
+    @property
+    def store(self) -> Path | str:
+        """What node.store.db opens: the PostgreSQL URL the folder names, else its bbs.db."""
+        return self.store_url or self.db_path
+
+    def has_store(self) -> bool:
+        """Whether the folder names a database: a PostgreSQL URL, or a bbs.db file."""
+        return self.store_url is not None or self.db_path.exists()
+
     def exists(self) -> bool:
-        return self.key_path.exists() and self.db_path.exists()
+        return self.key_path.exists() and self.has_store()
 
 
 def no_node(root: Path) -> CommandError:
@@ -61,25 +86,34 @@ def _load_key(path: Path) -> keys.SigningKey:
         ) from None
 
 
-def _stored_node_id(path: Path) -> str | None:
-    """The node id recorded in the database at `path`, or None if it holds none yet. Reads only."""
+def _stored_node_id(data: DataDir) -> str | None:
+    """The node id recorded in the folder's database, or None if it holds none yet. Reads only."""
+    where = data.store
     try:
-        conn = db.connect(path, readonly=True)
+        conn = db.connect_store(where, readonly=True)
         try:
             return store.stored_node_id(conn)
         finally:
             conn.close()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-        reason = "text that is not UTF-8" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        reason = "text that is not UTF-8" if isinstance(exc, UnicodeDecodeError) else _one_line(str(exc))
+        if isinstance(where, str):  # the URL is not printed: it may hold a password
+            where_named = data.store_url_path
+            raise CommandError(f"the PostgreSQL database named in {where_named} cannot be read: {reason}") from None
         raise CommandError(
-            f"{path} is not a readable node database ({reason}); check it with 'bbs doctor --data {path.parent}'"
+            f"{where} is not a readable node database ({reason}); check it with 'bbs doctor --data {data.root}'"
         ) from None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _check_pair(data: DataDir, key: keys.SigningKey, node_id: str) -> None:
     if key.did != node_id:
         raise Conflict(
-            f"{data.key_path} is {key.did} but {data.db_path} belongs to {node_id};"
+            f"{data.key_path} is {key.did} but {data.store_url_path if data.store_url else data.db_path} belongs to"
+            f" {node_id};"
             " put the node's own node.key back (or restore a backup)",
             code="key_mismatch",
         )
@@ -94,8 +128,8 @@ def require_node(root: Path) -> str:
     data = DataDir(root)
     _check_folder(root)
     with datalock.initialised(root):
-        has_key, has_db = data.key_path.exists(), data.db_path.exists()
-        node_id = _stored_node_id(data.db_path) if has_db else None
+        has_key, has_db = data.key_path.exists(), data.has_store()
+        node_id = _stored_node_id(data) if has_db else None
         if node_id is not None and not has_key:
             raise CommandError(f"{data.key_path} is missing; the database belongs to {node_id}: restore its key")
         if node_id is None:
@@ -110,14 +144,18 @@ def require_database(root: Path) -> str:
     data = DataDir(root)
     _check_folder(root)
     with datalock.initialised(root):
-        node_id = _stored_node_id(data.db_path) if data.db_path.exists() else None
+        node_id = _stored_node_id(data) if data.has_store() else None
     if node_id is None:
         raise no_node(root)
     return node_id
 
 
-def initialise(root: Path) -> str | None:
+def initialise(root: Path, store_url: str | None = None) -> str | None:
     """Create the node key, database and admin token if missing. Returns the admin token if one was made.
+
+    `store_url` (a `postgresql://` URL: `--store`) puts the node's database there, remembered in the folder's
+    store.url; the folder keeps the key, the search index and the fences. A folder that already holds a node on
+    another store (bbs.db, or another URL) is refused: a node's database is chosen once.
 
     Safe against concurrent processes: the work is done under the folder's init lock, so of several commands
     creating the same fresh folder exactly one creates the node (and gets the token); the others wait and find
@@ -134,44 +172,67 @@ def initialise(root: Path) -> str | None:
     except OSError as exc:
         raise CommandError(f"cannot make the data folder {root} private (mode 700): {exc.strerror or exc}") from None
     with datalock.initialising(root):
-        node_id = _stored_node_id(data.db_path) if data.db_path.exists() else None
+        if store_url:
+            _name_store(data, store_url)
+        node_id = _stored_node_id(data) if data.has_store() else None
         if node_id is not None:
             if not data.key_path.exists():
                 raise CommandError(f"{data.key_path} is missing; the database belongs to {node_id}: restore its key")
             _check_pair(data, _load_key(data.key_path), node_id)
-            _migrate(data.db_path)  # as a start would: a newer schema is refused here (SchemaTooNew)
+            _migrate(data.store)  # as a start would: a newer schema is refused here (SchemaTooNew)
             return None
         if data.key_path.exists():  # a key without a node: an initialisation that was interrupted
             node_key = _load_key(data.key_path)
         else:
             node_key = keys.SigningKey.generate()
             key_files.save_key(data.key_path, node_key)
-        token = _create_node(data.db_path, node_key)
+        token = _create_node(data.store, node_key)
         ReplayFence.create(root / FENCE_NAME)  # a new node has accepted no peer request: no fence to keep
         return token
 
 
-def _connect_private(path: Path) -> sqlite3.Connection:
+def _name_store(data: DataDir, url: str) -> None:
+    """Remember `url` as the folder's database (store.url, private), unless the folder has one already: the same
+    URL is fine, another store is refused."""
+    if not db.is_postgresql_url(url):
+        raise CommandError("--store takes a PostgreSQL URL (postgresql://user@host/database); omit it for SQLite")
+    named = data.store_url
+    if named == url:
+        return
+    if named is not None:
+        raise CommandError(
+            f"{data.root} keeps its node in another PostgreSQL database (named in {data.store_url_path})"
+        )
+    if data.db_path.exists():
+        raise CommandError(f"{data.root} keeps its node in {data.db_path} (SQLite); it cannot move to --store")
     old_umask = os.umask(0o077)
     try:
-        return db.connect(path)
+        data.store_url_path.write_text(url + "\n", "utf-8")
     finally:
         os.umask(old_umask)
 
 
-def _migrate(path: Path) -> None:
-    conn = _connect_private(path)
+def _connect_private(where: Path | str) -> Any:
+    old_umask = os.umask(0o077)
     try:
-        db.migrate(conn)
+        return db.connect_store(where)
+    finally:
+        os.umask(old_umask)
+
+
+def _migrate(where: Path | str) -> None:
+    conn = _connect_private(where)
+    try:
+        db.migrate_store(conn)
     finally:
         conn.close()
 
 
-def _create_node(path: Path, node_key: keys.SigningKey) -> str:
+def _create_node(where: Path | str, node_key: keys.SigningKey) -> str:
     """Create the schema and record the node id, a fresh store epoch and the admin credential; return its token."""
-    conn = _connect_private(path)
+    conn = _connect_private(where)
     try:
-        db.migrate(conn)
+        db.migrate_store(conn)
         with db.transaction(conn, immediate=True):
             store.insert_node_identity_txn(conn, node_key.did, secrets.token_hex(16))
             token = agents.new_credential(conn, "admin", None, int(time.time() * 1000))

@@ -56,6 +56,9 @@ def diagnose(data_root: Path, log: Log, *, scratch: Path | None = None, peer_tim
         else Check("data_folder", "warn", f"{data_root} is readable by others (mode {mode:o}); chmod 700 it")
     )
     key_did = _check_key(data, checks)
+    if data.store_url is not None:  # docs/decisions.md record 80: the checks below read a SQLite file
+        checks.append(Check("database", "fail", "the node's database is PostgreSQL: bbs doctor checks SQLite only"))
+        return checks
     if not data.db_path.exists():
         checks.append(Check("database", "fail", f"{data.db_path} does not exist"))
         return checks

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, engine_of
 
 # ---- node identity (node_meta) ----------------------------------------------------------------------------------
 
@@ -28,7 +28,11 @@ def meta_value(conn: Conn, key: str) -> str | None:
 
 def stored_node_id(conn: Conn) -> str | None:
     """The node id recorded in the database, or None if it holds none yet (no node_meta table, or no node_id)."""
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'node_meta'").fetchone():
+    if engine_of(conn) == POSTGRESQL:
+        exists = "SELECT 1 WHERE to_regclass('node_meta') IS NOT NULL"  # no sqlite_master (record 50)
+    else:
+        exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'node_meta'"
+    if conn.execute(exists).fetchone():
         row = conn.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchone()
         return None if row is None else str(row[0])
     return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, engine_of
 
 DELIVERED_NOTIFICATIONS = "delivered_notifications"
 REJECTED_CANDIDATES = "rejected_candidates"
@@ -48,12 +48,18 @@ def delete_batch_txn(conn: Conn, policy: str, cutoff_ms: int, limit: int) -> int
 
 def record_run_txn(conn: Conn, policy: str, days: int, removed: int, now_ms: int) -> None:
     """Record that `policy` (keeping `days`; 0: off) ran at `now_ms` and removed `removed` more rows."""
-    conn.execute(
+    sql = (
         "INSERT INTO retention_policies (policy, days, removed, last_run_ms) VALUES (?, ?, ?, ?)"
         " ON CONFLICT (policy) DO UPDATE SET days = excluded.days, removed = removed + excluded.removed,"
-        " last_run_ms = excluded.last_run_ms",
-        (policy, days, removed, now_ms),
+        " last_run_ms = excluded.last_run_ms"
     )
+    if engine_of(conn) == POSTGRESQL:  # a bare `removed` is ambiguous there (the row's, or excluded's)
+        sql = (
+            "INSERT INTO retention_policies (policy, days, removed, last_run_ms) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (policy) DO UPDATE SET days = excluded.days,"
+            " removed = retention_policies.removed + excluded.removed, last_run_ms = excluded.last_run_ms"
+        )
+    conn.execute(sql, (policy, days, removed, now_ms))
 
 
 def policies(conn: Conn) -> list[PolicyRow]:

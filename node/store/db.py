@@ -1,4 +1,4 @@
-"""SQLite access: one writer thread with group commit, a pool of reader threads.
+"""The node's database (SQLite, or PostgreSQL at a URL): one writer thread with group commit, reader threads.
 
 Every write is a function run on the writer thread inside a transaction. Jobs
 that queue up while a commit is in flight are committed together, each inside
@@ -19,6 +19,12 @@ many reads proceed in parallel with the writer (WAL). A read marked `quick` (a
 bounded page of rows) is first tried on the event loop's own connection with a
 budget of SQLite time; one that runs longer is stopped and run on a reader
 thread instead (see `Database.read`).
+
+Over PostgreSQL (a `postgresql://` URL: docs/decisions.md records 76 and 80) the same machinery runs on
+node/store/pg_conn.py's `Conn`: a write transaction takes `pg_advisory_xact_lock(WRITER_LOCK)` after BEGIN (one
+writer per node, even across processes, as BEGIN IMMEDIATE is on SQLite), readers are read-only connections whose
+transactions are REPEATABLE READ (one snapshot per read, as SQLite's), and a quick read's budget is the server's
+`SET LOCAL statement_timeout`.
 """
 
 from __future__ import annotations
@@ -38,8 +44,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
+from psycopg.pq import TransactionStatus
+
 from node.errors import BBSError, StorageFull, Unavailable
-from node.store.conn import Conn
+from node.errors import SchemaTooNew as SchemaTooNew  # where the CLI and the tests import it from
+from node.store import conn as neutral
+from node.store import pg_conn, pg_schema
+from node.store.conn import POSTGRESQL, Conn, engine_of
 
 if TYPE_CHECKING:
     from node.store.projections import Log
@@ -72,10 +83,39 @@ _BUDGET_CHECK_OPS = 1000
 # read pages back from the file (3 reads per single post). SQLite allocates the cache as pages are used, so a
 # small database costs no more. 64 MiB: +18% raw batched inserts, +13% single posts (docs/performance.md).
 WRITER_CACHE_KIB = 65536
+# PostgreSQL (record 80): the key of the transaction-level advisory lock every write transaction takes after BEGIN
+# (pg_schema.MIGRATION_LOCK is ...0001), and what a write transaction and a reader connection begin with.
+WRITER_LOCK = 0x6262_7300_0000_0002
+PG_BEGIN_WRITE = f"BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK})"
+PG_READER_SETTINGS = "SET default_transaction_read_only = on; SET default_transaction_isolation = 'repeatable read'"
+# SQLSTATEs of a quick read stopped by its budget: statement_timeout (57014) or a lock it would wait for (55P03).
+_PG_STOPPED = {"57014", "55P03"}
+PG_URL_SCHEMES = ("postgresql://", "postgres://")
 
 
-class SchemaTooNew(RuntimeError):
-    """The database was written by a newer version of the software."""
+def is_postgresql_url(store: Path | str) -> bool:
+    """Whether `store` names a PostgreSQL database (a `postgresql://` or `postgres://` URL), not a SQLite file."""
+    return isinstance(store, str) and store.startswith(PG_URL_SCHEMES)
+
+
+def connect_store(store: Path | str, *, readonly: bool = False, log: Log | None = None) -> Any:
+    """A node connection to `store`: a SQLite file's (`connect`) or a PostgreSQL URL's (pg_conn.connect; readonly:
+    its transactions are read-only). Typed Any: callers hand it to store functions, which take a `Conn`, and to
+    `transaction`/`migrate_store`, which take either engine's."""
+    if not is_postgresql_url(store):
+        return connect(store, readonly=readonly, log=log)
+    conn = pg_conn.connect(str(store), log=log)
+    if readonly:
+        conn.execute(PG_READER_SETTINGS)
+    return conn
+
+
+def migrate_store(conn: Any) -> int:
+    """Apply pending migrations on either engine's connection (`migrate`, or pg_schema.migrate's
+    node/store/migrations_pg); return the schema version."""
+    if engine_of(conn) == POSTGRESQL:
+        return pg_schema.migrate(conn)
+    return migrate(conn)
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -142,6 +182,8 @@ def transaction(conn: sqlite3.Connection, *, immediate: bool = False, commit: bo
     block succeeds: a read snapshot, or a trial whose writes must not be kept. The connection must be in
     autocommit mode (`connect` opens it so).
     """
+    if engine_of(conn) == POSTGRESQL:  # one writer per node: the advisory lock (PostgreSQL has no BEGIN IMMEDIATE)
+        return _Transaction(conn, PG_BEGIN_WRITE if immediate else "BEGIN", commit)
     return _Transaction(conn, "BEGIN IMMEDIATE" if immediate else "BEGIN", commit)
 
 
@@ -176,10 +218,27 @@ class _Transaction:
                 conn.execute("ROLLBACK")
         else:
             try:
+                _check_not_aborted(conn)
                 conn.execute("COMMIT")
             except BaseException as failed:  # e.g. SQLITE_BUSY leaves the transaction open: end it
                 _rollback(conn, failed)
                 raise
+
+
+def _lost(conn: Any) -> bool:
+    """Whether `conn` is a PostgreSQL connection found closed (its server restarted, its backend ended): a reader
+    then opens a new one; the read that found it so failed with the error."""
+    return isinstance(conn, pg_conn.PgConn) and bool(conn.raw.closed)
+
+
+def _check_not_aborted(conn: Any) -> None:
+    """Raise if PostgreSQL has aborted the transaction (an error the block caught and went on from): its COMMIT
+    would roll back without an error, so a write would be acknowledged that was never kept. SQLite: nothing."""
+    if isinstance(conn, pg_conn.PgConn) and conn.raw.info.transaction_status == TransactionStatus.INERROR:
+        raise neutral.OperationalError(
+            "a statement failed inside the transaction and PostgreSQL aborted it (its error was caught): nothing of"
+            " it is kept"
+        )
 
 
 def _rollback(conn: sqlite3.Connection, cause: BaseException) -> None:
@@ -206,6 +265,11 @@ class _Savepoint:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if exc is None:
+            try:
+                _check_not_aborted(self.conn)  # a caught error on PostgreSQL: fail this block alone, as raised
+            except Exception as aborted:
+                self.__exit__(type(aborted), aborted, None)
+                raise
             try:
                 self.conn.execute("RELEASE " + self.name)
             except sqlite3.Error as gone:  # the block itself ended the transaction (or released this savepoint)
@@ -363,6 +427,30 @@ class TimedConnection(Connection):
             stats.statement_seconds += time.perf_counter() - wall
 
 
+class TimedPgConn(pg_conn.PgConn):
+    """The writer's connection to PostgreSQL, timed as `TimedConnection` (each statement is a round trip)."""
+
+    stats = WriterStats()
+
+    def execute(self, sql: str, parameters: Any = None, /) -> pg_conn.PgCursor:
+        stats, wall, cpu = self.stats, time.perf_counter(), time.thread_time()
+        try:
+            return super().execute(sql, parameters)
+        finally:
+            stats.statements += 1
+            stats.statement_cpu_seconds += time.thread_time() - cpu
+            stats.statement_seconds += time.perf_counter() - wall
+
+    def executemany(self, sql: str, parameters: Any, /) -> pg_conn.PgCursor:
+        stats, wall, cpu = self.stats, time.perf_counter(), time.thread_time()
+        try:
+            return super().executemany(sql, parameters)
+        finally:
+            stats.statements += 1
+            stats.statement_cpu_seconds += time.thread_time() - cpu
+            stats.statement_seconds += time.perf_counter() - wall
+
+
 @dataclass
 class ReadStats:
     """Quick reads (`Database.read(..., quick=True)`) answered on the event loop, and those moved to a reader
@@ -411,13 +499,14 @@ class Database:
     def __init__(
         self, path: Path | str, *, readers: int = 4, inline_budget_s: float = INLINE_BUDGET_S, log: Log | None = None
     ) -> None:
-        self.path = Path(path)
+        self.path = Path(path)  # a SQLite file; see pg_url
+        self.pg_url = str(path) if is_postgresql_url(path) else None  # or a PostgreSQL database (record 80)
         self.log = log  # what the connections it opens project through (`Connection.log`)
         self.inline_budget_s = inline_budget_s  # 0: every read runs on a reader thread
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()  # C-implemented: no lock dance per job
         self._writer: threading.Thread | None = None
         self._local = threading.local()
-        self._reader_conns: list[sqlite3.Connection] = []
+        self._reader_conns: list[Any] = []  # sqlite3 connections, or PostgreSQL ones
         self._reader_lock = threading.Lock()
         self._readers = readers
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=readers, thread_name_prefix="bbs-read")
@@ -435,11 +524,17 @@ class Database:
         if self._closed:  # opened again after close(): a new reader pool
             self._pool = concurrent.futures.ThreadPoolExecutor(self._readers, thread_name_prefix="bbs-read")
             self._closed = False
-        conn = connect(self.path, factory=TimedConnection, log=self.log)
-        assert isinstance(conn, TimedConnection)
-        conn.stats = self.stats
-        self.schema_version = migrate(conn)
-        vacuum_once(conn)
+        conn: Any
+        if self.pg_url is not None:
+            conn = TimedPgConn(pg_conn.connect(self.pg_url).raw, self.log)
+            conn.stats = self.stats
+            self.schema_version = migrate_store(conn)
+        else:
+            conn = connect(self.path, factory=TimedConnection, log=self.log)
+            assert isinstance(conn, TimedConnection)
+            conn.stats = self.stats
+            self.schema_version = migrate(conn)
+            vacuum_once(conn)
         self._writer = threading.Thread(target=self._write_loop, args=(conn,), name="bbs-writer", daemon=True)
         self._writer.start()
 
@@ -495,7 +590,7 @@ class Database:
         if self._closed:
             raise Unavailable("the database is closed")
         if quick and self.inline_budget_s > 0:
-            finished, value = self._read_inline(fn)
+            finished, value = self._read_inline(fn) if self.pg_url is None else self._read_inline_pg(fn)
             if finished:
                 return value
         loop = asyncio.get_running_loop()
@@ -503,8 +598,8 @@ class Database:
 
     def _reader(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = connect(self.path, readonly=True, log=self.log)
+        if conn is None or _lost(conn):
+            conn = connect_store(self.pg_url or self.path, readonly=True, log=self.log)
             self._local.conn = conn
             with self._reader_lock:
                 self._reader_conns.append(conn)
@@ -547,6 +642,36 @@ class Database:
         self.read_stats.inline += 1
         return True, value
 
+    def _read_inline_pg(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, Any]:
+        """`_read_inline` on PostgreSQL: `fn` on this thread's read-only connection, in a transaction whose every
+        statement the server stops past the budget (`SET LOCAL statement_timeout`, whole milliseconds; a lock it
+        would wait for counts). (False, None) when one was stopped: the read then runs on a reader thread."""
+        conn = getattr(self._local, "pg_inline", None)
+        if conn is None or _lost(conn):
+            conn = connect_store(self.pg_url or "", readonly=True, log=self.log)
+            with self._reader_lock:
+                self._reader_conns.append(conn)
+            self._local.pg_inline = conn
+        timeout_ms = max(1, round(self.inline_budget_s * 1000))
+        try:
+            conn.execute(f"BEGIN; SET LOCAL statement_timeout = {timeout_ms}")
+            try:
+                value = fn(conn)
+                caught = conn.raw.info.transaction_status == TransactionStatus.INERROR  # fn caught its stop
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+        except neutral.DatabaseError as exc:
+            if exc.sqlstate not in _PG_STOPPED and exc.sqlstate != "25P02":  # 25P02: a statement after a stop
+                raise
+            self.read_stats.moved += 1
+            return False, None
+        if caught:  # its answer may be partial
+            self.read_stats.moved += 1
+            return False, None
+        self.read_stats.inline += 1
+        return True, value
+
     def _write_loop(self, conn: sqlite3.Connection) -> None:
         stop = False
         while not stop:
@@ -557,8 +682,23 @@ class Database:
             stop = self._take_queued(batch)
             if not stop and 1 < len(batch) < GATHER_UNDER:
                 stop = self._gather(batch, min(GATHER_MAX_S, self._last_commit_s * GATHER_SHARE))
+            if isinstance(conn, TimedPgConn) and conn.raw.closed:
+                conn = self._reopen_writer(conn)
             self._run_batch(conn, batch)
         conn.close()
+
+    def _reopen_writer(self, lost: TimedPgConn) -> Any:
+        """A new writer connection for one PostgreSQL lost (the server restarted, the backend was ended): the batch
+        that found it lost failed whole, nothing of it committed. If the server cannot be reached, `lost` again:
+        this batch fails on it as well, and the next one tries anew."""
+        try:
+            conn = TimedPgConn(pg_conn.connect(self.pg_url or "").raw, self.log)
+        except Exception as exc:
+            log.error("the PostgreSQL writer connection cannot be reopened: %s", exc)
+            return lost
+        conn.stats = self.stats
+        log.warning("the PostgreSQL writer connection was lost; reopened")
+        return conn
 
     def _gather(self, batch: list[_Job], budget_s: float) -> bool:
         """Wait up to `budget_s` for more jobs while they keep arriving (GATHER_*); whether to stop."""
@@ -726,6 +866,7 @@ def _storage_error(exc: BaseException) -> Exception:
     if not isinstance(exc, Exception):  # never hand a SystemExit or KeyboardInterrupt to the event loop
         return Unavailable(f"the write was aborted ({type(exc).__name__})")
     full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "database or disk is full" in str(exc)
+    full = full or getattr(exc, "sqlstate", None) == "53100"  # PostgreSQL's disk_full
     if isinstance(exc, sqlite3.Error) and full:
         return StorageFull("the database is full; nothing was written")
     return exc
@@ -809,9 +950,9 @@ def insert_returning(conn: Conn, head: str, rows: Sequence[Sequence[Any]], tail:
 def write_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T], *, log: Log | None = None) -> T:
     """Run one write transaction from a separate process (the CLI), safe while a node serves the file; the
     connection carries `log` (needed to append or rebuild: node.features.LOG)."""
-    conn = connect(path, log=log)
+    conn = connect_store(path, log=log)
     try:
-        migrate(conn)
+        migrate_store(conn)
         with transaction(conn, immediate=True):
             return fn(conn)
     finally:
@@ -820,7 +961,7 @@ def write_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T], *, log: 
 
 def read_sync(path: Path | str, fn: Callable[[sqlite3.Connection], T], *, log: Log | None = None) -> T:
     """Run one read from a separate process (the CLI), on a connection carrying `log` (as `write_sync`)."""
-    conn = connect(path, readonly=True, log=log)
+    conn = connect_store(path, readonly=True, log=log)
     try:
         return fn(conn)
     finally:

@@ -285,8 +285,8 @@ class PgConn:
     def execute(self, sql: str, parameters: Any = None, /) -> PgCursor:
         """Run one statement with sqlite3-style placeholders and parameters."""
         statement = translate(sql)
-        cursor = self.raw.cursor()
         try:
+            cursor = self.raw.cursor()  # raises when the connection is closed: a neutral error too
             cursor.execute(statement.sql, _bound(statement, parameters))
             return PgCursor(cursor, statement.returning)
         except psycopg.Error as exc:
@@ -295,8 +295,8 @@ class PgConn:
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> PgCursor:
         """Run one statement once per parameter set; `rowcount` is the total."""
         statement = translate(sql)
-        cursor = self.raw.cursor()
         try:
+            cursor = self.raw.cursor()
             cursor.executemany(statement.sql, [_bound(statement, p) for p in parameters])
             return PgCursor(cursor, False)
         except psycopg.Error as exc:

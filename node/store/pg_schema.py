@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from node.store.db import SchemaTooNew
+from node.errors import SchemaTooNew
 from node.store.pg_conn import PgConn
 
 BASELINE = 50  # the SQLite migration the PostgreSQL schema starts at

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -15,11 +15,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from node import __version__
-from node.app import MAX_BODY_BYTES, build, create_app
+from node.app import MAX_BODY_BYTES, _off_if_unported, build, create_app
 from node.features import FEATURES, all_routes
 from node.federation.routes import SyncSettings
 from node.ops.datadir import DataDir, require_node
 from node.service import Node
+from node.store import conn as neutral
 from node.web import limits
 from node.web.appkeys import LIMIT, NODE, SYNC_SETTINGS
 from tests.conftest import AgentCreds
@@ -144,3 +145,33 @@ async def test_build_initialises_an_empty_folder(aiohttp_client: MakeClient, tmp
     assert (await (await client.get("/v1/node")).json())["node_id"] == node.node_id
     await client.close()
     assert build(root)[NODE].node_id == node.node_id  # an existing node is kept
+
+
+async def test_a_background_feature_failing_to_start_on_postgresql_is_logged_and_left_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`_off_if_unported` (record 80): a PostgreSQL error while a feature's background work starts is logged with the
+    feature's name and the app goes on; its stop runs after a start that succeeded; any other error stops the app."""
+    stopped: list[str] = []
+
+    def context(error: Exception | None) -> Callable[[web.Application], AsyncIterator[None]]:
+        async def run(app: web.Application) -> AsyncIterator[None]:
+            if error is not None:
+                raise error
+            yield
+            stopped.append("stopped")
+
+        return run
+
+    app = web.Application()
+    unported = _off_if_unported("push", context(neutral.OperationalError("could not determine data type")))
+    with caplog.at_level(logging.ERROR, logger="bbs.app"):
+        async for _ in unported(app):
+            pass
+    assert "push: not available on PostgreSQL yet" in caplog.text
+    async for _ in _off_if_unported("trust", context(None))(app):
+        pass
+    assert stopped == ["stopped"]
+    with pytest.raises(ValueError):
+        async for _ in _off_if_unported("bug", context(ValueError("a bug")))(app):
+            pass

@@ -99,3 +99,14 @@ def test_the_ranking_reads(conn: Conn) -> None:
     assert store.community_confidence(conn, [1, 2, 4], 0.5) == {1: 0.9, 2: 0.2, 4: 0.5}
     assert store.community_confidence(conn, [4], 0.25) == {4: 0.25}
     assert store.community_confidence(conn, [], 0.5) == {}
+
+
+def test_redo_reads_the_queued_addresses_and_their_entries(conn: Conn) -> None:
+    assert store.redo(conn, 10) == (0, [], [])
+    for address in ("h4", "h2", "h4", "gone"):
+        conn.execute("INSERT INTO search_redo (address) VALUES (?)", (address,))
+    last, addresses, rows = store.redo(conn, 3)  # the first three queued
+    assert addresses == ["h2", "h4"] and [Row(*r).seq for r in rows] == [2, 4]
+    assert store.redo_count(conn) == 4
+    store.redone_txn(conn, last)
+    assert store.redo_count(conn) == 1 and store.redo(conn, 10)[1] == ["gone"]

@@ -1,0 +1,188 @@
+"""node/store/db.py's `Database` over a PostgreSQL URL (docs/decisions.md record 80): the migrations of
+node/store/migrations_pg on open, the writer's advisory lock, savepoints, `after_commit`, read-only REPEATABLE READ
+readers and quick reads stopped by `statement_timeout`. Each runs on the throwaway cluster (tests/pg_cluster.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from node.store import conn as neutral
+from node.store import db as node_db
+from node.store import pg_schema
+from node.store.db import Database
+from tests import pg_cluster as cluster_mod
+
+pytestmark = pytest.mark.postgresql
+
+
+def store_url(cluster: cluster_mod.Cluster, name: str) -> str:
+    """The `postgresql://` URL `--store` takes for database `name` of the throwaway cluster (its unix socket)."""
+    return f"postgresql://{cluster_mod.SUPERUSER}@/{name}?host={cluster.folder}&port={cluster_mod.PORT}"
+
+
+@pytest.fixture
+def empty_url(pg_cluster: cluster_mod.Cluster) -> Iterator[str]:
+    name = pg_cluster.create_database()
+    yield store_url(pg_cluster, name)
+    pg_cluster.drop_database(name)
+
+
+@pytest.fixture
+async def database(empty_url: str) -> AsyncIterator[Database]:
+    opened = Database(empty_url)
+    opened.open()
+    yield opened
+    opened.close()
+
+
+def values(conn: Any) -> list[str]:
+    return [row[0] for row in conn.execute("SELECT key FROM node_meta WHERE key LIKE 't%' ORDER BY key")]
+
+
+def insert(key: str) -> Any:
+    return lambda conn: conn.execute("INSERT INTO node_meta (key, value) VALUES (?, 'v')", (key,)).rowcount
+
+
+async def test_open_migrates_an_empty_database_to_the_head(database: Database, empty_url: str) -> None:
+    assert database.pg_url == empty_url
+    assert database.schema_version == pg_schema.migrations()[-1][0]
+    assert node_db.is_postgresql_url(empty_url) and not node_db.is_postgresql_url("host=/tmp dbname=x")
+
+
+async def test_a_write_commits_calls_after_commit_and_a_read_sees_it(database: Database) -> None:
+    called: list[int] = []
+    database.after_commit.append(lambda: called.append(1))
+    assert await database.write(insert("t1")) == 1
+    assert called == [1]
+    assert await database.read(values) == ["t1"]
+    assert database.stats.transactions == 1 and database.stats.statements >= 2  # the lock, the INSERT
+
+
+async def test_jobs_of_one_batch_fail_alone_in_their_savepoints(database: Database) -> None:
+    def failing(conn: Any) -> None:
+        conn.execute("INSERT INTO node_meta (key, value) VALUES ('t2', 'v')")
+        conn.execute("INSERT INTO node_meta (key, value) VALUES ('t2', 'again')")  # a unique violation
+
+    outcomes = await asyncio.gather(
+        database.write(insert("t1")), database.write(failing), database.write(insert("t3")), return_exceptions=True
+    )
+    assert outcomes[0] == 1 and outcomes[2] == 1
+    assert isinstance(outcomes[1], neutral.UniqueViolation)
+    assert await database.read(values) == ["t1", "t3"]
+
+
+async def test_a_job_that_catches_a_database_error_is_refused_not_acknowledged(database: Database) -> None:
+    """PostgreSQL aborts the transaction at the error; its COMMIT would roll back silently: the job fails instead."""
+    await database.write(insert("t1"))
+
+    def caught(conn: Any) -> str:
+        conn.execute("INSERT INTO node_meta (key, value) VALUES ('t2', 'v')")
+        try:
+            conn.execute("INSERT INTO node_meta (key, value) VALUES ('t1', 'v')")
+        except neutral.IntegrityError:
+            return "carried on"
+        return "no conflict"
+
+    with pytest.raises(neutral.OperationalError, match="aborted"):
+        await database.write(caught)
+    outcomes = await asyncio.gather(database.write(caught), database.write(insert("t3")), return_exceptions=True)
+    assert isinstance(outcomes[0], neutral.OperationalError) and outcomes[1] == 1
+    assert await database.read(values) == ["t1", "t3"]
+
+
+async def test_the_writer_takes_the_node_lock_so_one_writes_at_a_time_across_processes(
+    database: Database, empty_url: str
+) -> None:
+    """Another process holding the writer's advisory lock holds the node's writes: the write waits on it (seen in
+    pg_locks) and commits once it is released."""
+    with psycopg.connect(empty_url, autocommit=True) as other:
+        other.execute("BEGIN")
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (node_db.WRITER_LOCK,))
+        write = asyncio.ensure_future(database.write(insert("t1")))
+        waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        for _ in range(500):
+            if other.execute(waiting).fetchone() == (1,):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the write never waited for the node's writer lock")
+        assert not write.done()
+        other.execute("COMMIT")
+        assert await write == 1
+    assert await database.read(values) == ["t1"]
+
+
+async def test_readers_are_read_only(database: Database) -> None:
+    for quick in (False, True):
+        with pytest.raises(neutral.DatabaseError, match="read-only"):
+            await database.read(insert("t1"), quick=quick)
+    assert await database.read(values) == []
+
+
+async def test_a_read_is_one_snapshot(database: Database, empty_url: str) -> None:
+    """REPEATABLE READ: a write committed while a read runs is not seen by that read (READ COMMITTED would)."""
+
+    def read_twice(conn: Any) -> tuple[list[str], list[str]]:
+        first = values(conn)
+        with psycopg.connect(empty_url, autocommit=True) as other:
+            other.execute("INSERT INTO node_meta (key, value) VALUES ('t9', 'v')")
+        return first, values(conn)
+
+    assert await database.read(read_twice) == ([], [])
+    assert await database.read(values) == ["t9"]
+
+
+async def test_a_quick_read_runs_inline_and_moves_to_a_reader_past_its_budget(database: Database) -> None:
+    await database.write(insert("t1"))
+    assert await database.read(values, quick=True) == ["t1"]
+    assert (database.read_stats.inline, database.read_stats.moved) == (1, 0)
+
+    def slow(conn: Any) -> list[str]:
+        conn.execute("SELECT pg_sleep(0.2)")  # past the 2 ms statement_timeout: stopped by the server
+        return values(conn)
+
+    assert await database.read(slow, quick=True) == ["t1"]  # answered by a reader thread
+    assert (database.read_stats.inline, database.read_stats.moved) == (1, 1)
+
+    def caught(conn: Any) -> list[str]:
+        try:
+            conn.execute("SELECT pg_sleep(0.2)")
+        except neutral.OperationalError:
+            return ["partial"]
+        return values(conn)
+
+    assert await database.read(caught, quick=True) == ["t1"]  # the caught stop is not taken as the answer
+    assert (database.read_stats.inline, database.read_stats.moved) == (1, 2)
+
+
+async def test_write_sync_and_read_sync_take_a_url(database: Database, empty_url: str) -> None:
+    assert node_db.write_sync(empty_url, insert("t5")) == 1
+    assert node_db.read_sync(empty_url, values) == ["t5"]
+    with pytest.raises(neutral.DatabaseError, match="read-only"):
+        node_db.read_sync(empty_url, insert("t6"))
+
+
+async def test_connections_lost_with_the_server_are_reopened(database: Database, empty_url: str) -> None:
+    """A writer or reader whose backend ended (a server restart) fails the one job that found it so, nothing
+    written, and the next one runs on a new connection; a reader the same."""
+    await database.write(insert("t1"))
+    assert await database.read(values) == ["t1"]
+    assert await database.read(values, quick=True) == ["t1"]
+    with psycopg.connect(empty_url, autocommit=True) as other:
+        ended = other.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert ended is not None and ended[0] >= 3  # the writer, a reader, the event loop's quick reader
+    with pytest.raises(neutral.OperationalError):
+        await database.write(insert("t2"))
+    assert await database.write(insert("t3")) == 1
+    for quick in (False, True):
+        with pytest.raises(neutral.OperationalError):
+            await database.read(values, quick=quick)
+        assert await database.read(values, quick=quick) == ["t1", "t3"]
