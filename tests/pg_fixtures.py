@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -122,3 +123,19 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
     yield open_one
     for conn in opened:
         conn.close()  # type: ignore[attr-defined]  # both engines' connections close; the Conn protocol does not say
+
+
+T = TypeVar("T")
+
+
+def on_both_engines(tmp_path: Path, pg_url: str, log: Log, story: Callable[[Conn], T]) -> tuple[T, T]:
+    """`story` run on a new SQLite file migrated to the head and on the migrated PostgreSQL database at `pg_url`,
+    each carrying `log`: (SQLite's answer, PostgreSQL's), for a test that compares them; both closed after."""
+    sqlite = db.connect(tmp_path / "both-engines.db", log=log)
+    postgres = pg_conn.connect(pg_url, log=log)
+    try:
+        db.migrate(sqlite)
+        return story(sqlite), story(postgres)
+    finally:
+        sqlite.close()
+        postgres.close()

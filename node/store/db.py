@@ -401,6 +401,12 @@ class WriterStats:
     commit_seconds: float = 0.0
     commit_cpu_seconds: float = 0.0
 
+    def count(self, wall: float, cpu: float) -> None:
+        """Count one statement that started at `wall` (`time.perf_counter`) and `cpu` (`time.thread_time`)."""
+        self.statements += 1
+        self.statement_cpu_seconds += time.thread_time() - cpu
+        self.statement_seconds += time.perf_counter() - wall
+
 
 class TimedConnection(Connection):
     """The writer's connection: `execute` and `executemany` add their wall and CPU time to `stats` (two clock
@@ -413,18 +419,14 @@ class TimedConnection(Connection):
         try:
             return super().execute(sql, parameters)
         finally:
-            stats.statements += 1
-            stats.statement_cpu_seconds += time.thread_time() - cpu
-            stats.statement_seconds += time.perf_counter() - wall
+            stats.count(wall, cpu)
 
     def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
         stats, wall, cpu = self.stats, time.perf_counter(), time.thread_time()
         try:
             return super().executemany(sql, parameters)
         finally:
-            stats.statements += 1
-            stats.statement_cpu_seconds += time.thread_time() - cpu
-            stats.statement_seconds += time.perf_counter() - wall
+            stats.count(wall, cpu)
 
 
 class TimedPgConn(pg_conn.PgConn):
@@ -437,18 +439,14 @@ class TimedPgConn(pg_conn.PgConn):
         try:
             return super().execute(sql, parameters)
         finally:
-            stats.statements += 1
-            stats.statement_cpu_seconds += time.thread_time() - cpu
-            stats.statement_seconds += time.perf_counter() - wall
+            stats.count(wall, cpu)
 
     def executemany(self, sql: str, parameters: Any, /) -> pg_conn.PgCursor:
         stats, wall, cpu = self.stats, time.perf_counter(), time.thread_time()
         try:
             return super().executemany(sql, parameters)
         finally:
-            stats.statements += 1
-            stats.statement_cpu_seconds += time.thread_time() - cpu
-            stats.statement_seconds += time.perf_counter() - wall
+            stats.count(wall, cpu)
 
 
 @dataclass

@@ -16,10 +16,11 @@ from node.agents import store
 from node.agents.portable import import_identity
 from node.features import LOG
 from node.service import Node
-from node.store import db, pg_conn, projections
+from node.store import projections
 from node.store.conn import Conn
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import entry_record
+from tests.pg_fixtures import on_both_engines
 from wire.api import PostEntry
 from wire.time import format_ms
 
@@ -200,15 +201,7 @@ def _agents_story(conn: Conn, alice: keys.SigningKey, bob: keys.SigningKey, home
 def test_the_agents_store_answers_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
     alice, bob = keys.SigningKey.generate(), keys.SigningKey.generate()
     home = keys.SigningKey.generate().did
-    sqlite = db.connect(tmp_path / "agents.db", log=LOG)
-    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
-    try:
-        db.migrate(sqlite)
-        expected = _agents_story(sqlite, alice, bob, home)
-        got = _agents_story(postgres, alice, bob, home)
-    finally:
-        sqlite.close()
-        postgres.close()
+    expected, got = on_both_engines(tmp_path, pg_migrated_url, LOG, lambda conn: _agents_story(conn, alice, bob, home))
     assert got == expected  # PostgreSQL's true is SQLite's 1
     assert expected[0] == alice.did and expected[1] is None and expected[5] == b"\x01seed" and expected[6] is None
     assert expected[9][-1] == 1 and len(expected[10]) == 2 and len(expected[11]) == 1 and len(expected[12]) == 1

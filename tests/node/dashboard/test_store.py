@@ -13,12 +13,13 @@ from node.dashboard import store
 from node.features import LOG
 from node.service import Node
 from node.spaces.sight import OPERATOR, PUBLIC
-from node.store import db, pg_conn, projections
+from node.store import projections
 from node.store.conn import Conn
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import entry_record, hash_of
 from tests.node.dashboard.conftest import seed_workflows
 from tests.node.store.test_projections import agent_record
+from tests.pg_fixtures import on_both_engines
 from wire.api import PostEntry
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -133,15 +134,9 @@ def _dashboard_story(conn: Conn, alice: keys.SigningKey, bob: keys.SigningKey, c
 
 def test_the_dashboard_store_answers_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
     alice, bob, carol = (keys.SigningKey.generate() for _ in range(3))
-    sqlite = db.connect(tmp_path / "dashboard.db", log=LOG)
-    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
-    try:
-        db.migrate(sqlite)
-        expected = _dashboard_story(sqlite, alice, bob, carol)
-        got = _dashboard_story(postgres, alice, bob, carol)
-    finally:
-        sqlite.close()
-        postgres.close()
+    expected, got = on_both_engines(
+        tmp_path, pg_migrated_url, LOG, lambda conn: _dashboard_story(conn, alice, bob, carol)
+    )
     assert got == expected  # PostgreSQL's true is SQLite's 1
     assert expected[0] == [True, True, False, False]
     activity = expected[1]

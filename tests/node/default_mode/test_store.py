@@ -18,10 +18,11 @@ from node.errors import Conflict
 from node.features import LOG
 from node.service import Node
 from node.spaces.sight import OPERATOR, PUBLIC, Sight
-from node.store import db, pg_conn, projections
+from node.store import projections
 from node.store.conn import Conn
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import entry_record, self_signer
+from tests.pg_fixtures import on_both_engines
 from wire.api import PostEntry
 from wire.workflows import PostMessage
 
@@ -299,15 +300,7 @@ def _candidates_story(conn: Conn, alice: keys.SigningKey) -> list[Any]:
 
 def test_the_candidates_store_answers_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
     alice = keys.SigningKey.generate()
-    sqlite = db.connect(tmp_path / "dm.db", log=LOG)
-    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
-    try:
-        db.migrate(sqlite)
-        expected = _candidates_story(sqlite, alice)
-        got = _candidates_story(postgres, alice)
-    finally:
-        sqlite.close()
-        postgres.close()
+    expected, got = on_both_engines(tmp_path, pg_migrated_url, LOG, lambda conn: _candidates_story(conn, alice))
     assert got == expected  # PostgreSQL's true is SQLite's 1
     ids = expected[0]
     assert [o.status for o in expected[1]] == ["needs_review", "rejected", "promoted"]

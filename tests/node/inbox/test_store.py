@@ -21,11 +21,12 @@ from node.features import LOG
 from node.inbox import notify, store
 from node.inbox.service import envelope
 from node.service import Node
-from node.store import db, pg_conn, projections
+from node.store import projections
 from node.store.conn import Conn
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import entry_record, hash_of
 from tests.node.inbox.test_notify import statuses, take
+from tests.pg_fixtures import on_both_engines
 from wire.api import PostEntry
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -231,15 +232,9 @@ def _fan_out_story(conn: Conn, alice: keys.SigningKey, bob: str, carol: str) -> 
 
 def test_the_fan_out_notifies_the_same_agents_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
     alice, bob, carol = keys.SigningKey.generate(), keys.SigningKey.generate().did, keys.SigningKey.generate().did
-    sqlite = db.connect(tmp_path / "inbox.db", log=LOG)
-    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
-    try:
-        db.migrate(sqlite)
-        expected = _fan_out_story(sqlite, alice, bob, carol)
-        got = _fan_out_story(postgres, alice, bob, carol)
-    finally:
-        sqlite.close()
-        postgres.close()
+    expected, got = on_both_engines(
+        tmp_path, pg_migrated_url, LOG, lambda conn: _fan_out_story(conn, alice, bob, carol)
+    )
     # Bob's subscription wants questions tagged roof; Carol's everything but simulations
     assert sorted((agent, content, reason) for agent, content, _, _, reason, _, _ in expected) == sorted(
         [
@@ -283,15 +278,9 @@ def test_a_contradiction_is_noticed_alike_on_either_engine(
     tmp_path: Path, pg_migrated_url: str, link_first: bool
 ) -> None:
     alice, bob = keys.SigningKey.generate(), keys.SigningKey.generate()
-    sqlite = db.connect(tmp_path / "inbox.db", log=LOG)
-    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
-    try:
-        db.migrate(sqlite)
-        expected = _contradiction_story(sqlite, alice, bob, link_first)
-        got = _contradiction_story(postgres, alice, bob, link_first)
-    finally:
-        sqlite.close()
-        postgres.close()
+    expected, got = on_both_engines(
+        tmp_path, pg_migrated_url, LOG, lambda conn: _contradiction_story(conn, alice, bob, link_first)
+    )
     assert expected == [(bob.did, "it is not", 1, "contradiction")]  # the contradicting entry, named to its target
     assert got == expected
 
@@ -341,15 +330,7 @@ def _poll_story(conn: Conn, alice: keys.SigningKey, bob: keys.SigningKey) -> lis
 
 def test_a_poll_leases_acks_and_delivers_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
     alice, bob = keys.SigningKey.generate(), keys.SigningKey.generate()
-    sqlite = db.connect(tmp_path / "inbox.db", log=LOG)
-    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
-    try:
-        db.migrate(sqlite)
-        expected = _poll_story(sqlite, alice, bob)
-        got = _poll_story(postgres, alice, bob)
-    finally:
-        sqlite.close()
-        postgres.close()
+    expected, got = on_both_engines(tmp_path, pg_migrated_url, LOG, lambda conn: _poll_story(conn, alice, bob))
     # the ids are node-local and either engine may skip one (SQLite's AUTOINCREMENT spends an id on the upsert that
     # finds an addressee's row; PostgreSQL's identity on a rolled-back insert): the same notifications in the same
     # id order is the same answer

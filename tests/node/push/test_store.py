@@ -17,10 +17,11 @@ from node.features import LOG
 from node.inbox.service import envelope
 from node.push import store
 from node.service import Node
-from node.store import db, pg_conn, projections
+from node.store import projections
 from node.store.conn import Conn
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import entry_record
+from tests.pg_fixtures import on_both_engines
 from wire.api import PostEntry, SignedSubmission
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -132,15 +133,7 @@ def _push_story(conn: Conn, alice: keys.SigningKey, bob: keys.SigningKey, carol:
 
 def test_the_push_store_answers_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
     alice, bob, carol = (keys.SigningKey.generate() for _ in range(3))
-    sqlite = db.connect(tmp_path / "push.db", log=LOG)
-    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
-    try:
-        db.migrate(sqlite)
-        expected = _push_story(sqlite, alice, bob, carol)
-        got = _push_story(postgres, alice, bob, carol)
-    finally:
-        sqlite.close()
-        postgres.close()
+    expected, got = on_both_engines(tmp_path, pg_migrated_url, LOG, lambda conn: _push_story(conn, alice, bob, carol))
     assert got == expected  # PostgreSQL's true is SQLite's 1
     assert expected[1] is None and expected[2] == 1 and expected[3][3:5] == ('["2"]', '["s"]')
     assert len(expected[4]) == 2 and len(expected[5]) == 1 and expected[6] == ["http://peer:1"] and expected[7] == 5

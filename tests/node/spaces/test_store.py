@@ -12,13 +12,14 @@ from node.service import Node
 from node.spaces import store
 from node.spaces.service import nonce
 from node.spaces.sight import OPERATOR
-from node.store import db, pg_conn, projections
+from node.store import projections
 from node.store.conn import Conn, engine_of
 from tests.conftest import AgentCreds
 from tests.node.agents.test_key_events import rotation
 from tests.node.api_helpers import entry_record, link_record, self_signer
 from tests.node.spaces.test_vouched_set import membership, page_of, signed
 from tests.node.store.test_void import version_of
+from tests.pg_fixtures import on_both_engines
 from wire.api import KeyEventIn
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -159,15 +160,7 @@ def _spaces_story(conn: Conn, owner: keys.SigningKey, bob: keys.SigningKey) -> l
 
 def test_the_spaces_store_answers_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
     owner, bob = keys.SigningKey.generate(), keys.SigningKey.generate()
-    sqlite = db.connect(tmp_path / "spaces.db", log=LOG)
-    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
-    try:
-        db.migrate(sqlite)
-        expected = _spaces_story(sqlite, owner, bob)
-        got = _spaces_story(postgres, owner, bob)
-    finally:
-        sqlite.close()
-        postgres.close()
+    expected, got = on_both_engines(tmp_path, pg_migrated_url, LOG, lambda conn: _spaces_story(conn, owner, bob))
     assert got == expected
     tables = dict(expected[0])
     posts = [address for address, space in expected[16].items() if space is not None]

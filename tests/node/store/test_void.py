@@ -17,7 +17,7 @@ from node.features import LOG
 from node.ops import doctor
 from node.service import Node
 from node.store import authority as authority_mod
-from node.store import db, equivocation, pg_conn, projections, void
+from node.store import equivocation, projections, void
 from node.store.conn import Conn
 from node.web.appkeys import SEARCH_INDEXER
 from tests.conftest import AgentCreds, FakeClock
@@ -26,7 +26,7 @@ from tests.node.api_helpers import SelfSigner, entry_record, get_json, hash_of, 
 from tests.node.federation import v3_story
 from tests.node.federation.v3_story import key_event, vouch_page
 from tests.node.store.test_projections import agent_record
-from tests.pg_fixtures import OpenStore
+from tests.pg_fixtures import OpenStore, on_both_engines
 from wire import unsigned
 from wire.time import format_ms
 from wire.workflows import PostMessage
@@ -439,15 +439,7 @@ def _key_event_story(conn: Conn, old: keys.SigningKey, new: keys.SigningKey) -> 
 
 def test_key_events_project_and_switch_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
     old, new = keys.SigningKey.generate(), keys.SigningKey.generate()
-    sqlite = db.connect(tmp_path / "void.db", log=LOG)
-    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
-    try:
-        db.migrate(sqlite)
-        expected = _key_event_story(sqlite, old, new)
-        got = _key_event_story(postgres, old, new)
-    finally:
-        sqlite.close()
-        postgres.close()
+    expected, got = on_both_engines(tmp_path, pg_migrated_url, LOG, lambda conn: _key_event_story(conn, old, new))
     assert got == expected
     made, expected = expected[0], expected[1:]
     assert len(made) == 1 and expected[0] == [] and expected[1] == (3, 0)  # the unvouched records flagged

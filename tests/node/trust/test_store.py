@@ -10,11 +10,12 @@ from typing import Any
 from identity import keys, records
 from node.features import LOG
 from node.service import Node
-from node.store import db, pg_conn, projections
+from node.store import projections
 from node.store.conn import Conn
 from node.trust import store
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import entry_record, hash_of
+from tests.pg_fixtures import on_both_engines
 from wire.api import LinkSpec, PostEntry
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -104,15 +105,7 @@ def _trust_story(conn: Conn, alice: keys.SigningKey, bob: keys.SigningKey, carol
 
 def test_the_trust_store_answers_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
     alice, bob, carol = (keys.SigningKey.generate() for _ in range(3))
-    sqlite = db.connect(tmp_path / "trust.db", log=LOG)
-    postgres = pg_conn.connect(pg_migrated_url, log=LOG)
-    try:
-        db.migrate(sqlite)
-        expected = _trust_story(sqlite, alice, bob, carol)
-        got = _trust_story(postgres, alice, bob, carol)
-    finally:
-        sqlite.close()
-        postgres.close()
+    expected, got = on_both_engines(tmp_path, pg_migrated_url, LOG, lambda conn: _trust_story(conn, alice, bob, carol))
     assert got == expected
     signals, head, before, after, scores, none = expected
     # Bob's link supports the claim, Carol's disconfirm entry opposes it; Alice's own link and Bob's retracted
