@@ -728,14 +728,19 @@ def _outcome(record_hash: str, seq: int, inserted: bool, pending: bool) -> Outco
     return Outcome(record_hash, "saved")
 
 
+COUNT_INVALID_SQL = (
+    "INSERT INTO peer_invalid (node_id, reason, count, last_hash, last_detail) VALUES (?, ?, 1, ?, ?)"
+    " ON CONFLICT (node_id, reason) DO UPDATE SET count = count + 1, last_hash = excluded.last_hash,"
+    " last_detail = excluded.last_detail"
+)
+# a bare `count` is ambiguous there (the row's, or excluded's): the row's, by its table's name
+COUNT_INVALID_SQL_PG = COUNT_INVALID_SQL.replace("count = count + 1", "count = peer_invalid.count + 1")
+
+
 def _count_invalid(conn: Conn, peer_id: str, bad: Invalid) -> None:
     """`ingest`, step 4: count an invalid record against its peer by reason, keeping the latest one."""
-    conn.execute(
-        "INSERT INTO peer_invalid (node_id, reason, count, last_hash, last_detail) VALUES (?, ?, 1, ?, ?)"
-        " ON CONFLICT (node_id, reason) DO UPDATE SET count = count + 1, last_hash = excluded.last_hash,"
-        " last_detail = excluded.last_detail",
-        (peer_id, bad.reason, bad.hash, bad.detail[:500]),
-    )
+    sql = COUNT_INVALID_SQL_PG if engine_of(conn) == POSTGRESQL else COUNT_INVALID_SQL
+    conn.execute(sql, (peer_id, bad.reason, bad.hash, bad.detail[:500]))
 
 
 def _count_outcomes(conn: Conn, peer_id: str, outcomes: list[Outcome], internal: int) -> None:

@@ -357,11 +357,12 @@ def ack_txn(conn: Conn, agent_id: str, ids: list[int], now_ms: int) -> int:
 def seen_by(conn: Conn, entry_ids: list[int]) -> list[tuple[str, int]]:
     """(agent, entry id) of each agent whose notification of one of the entries `entry_ids` reached it (leased or
     delivered at least once), the first such entry per agent: those a redaction of them tells."""
+    test, listed = any_of(conn, entry_ids)
     rows = conn.execute(
-        "SELECT agent_id, min(entry_id) FROM notifications WHERE entry_id IN (SELECT value FROM json_each(?))"
+        f"SELECT agent_id, min(entry_id) FROM notifications WHERE entry_id {test}"
         " AND redaction IS NULL AND (status IN ('leased', 'delivered') OR attempt_count > 0)"
         " GROUP BY agent_id ORDER BY agent_id",
-        (_json_list(entry_ids),),
+        (listed,),
     ).fetchall()
     return [(str(r[0]), int(r[1])) for r in rows]
 

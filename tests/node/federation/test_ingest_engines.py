@@ -74,17 +74,41 @@ STORY = batch()  # once: a space's creation carries a random nonce
 ABSENT = entry_record(AUTHOR, "never sent", created_ms=T0 + 20)  # the entry the link record names, never sent
 
 
+def later_batches() -> list[list[dict[str, Any]]]:
+    """Batches after the first: records stored or waiting before the key events that decide them (void switches and
+    releases), the question's redaction by its author, then the question's body served again."""
+    story = v3_story.story().records
+    redaction = signed(AUTHOR, kind="redaction", target=records.compute_hash(STORY[0]))
+    return [
+        [story["l1x"], story["p2b"], story["p4"]],  # stored; waiting for e2; waiting for e4
+        [story["e2"], story["g2"]],  # l1x void now, p2b released
+        [story["e3"], story["e4"], story["g4"], story["g4b"]],  # the recovery: p4 released, p2b vouched for again
+        [redaction],
+        [STORY[0]],  # a redacted body: never stored again
+    ]
+
+
 def ingest(conn: Conn) -> dict[str, Any]:
-    """The story stored as one peer's batch with its cursor, then everything the batch decided read back."""
-    items = [verified(r) for r in STORY]
+    """The story stored as one peer's batches with their cursors, then everything they decided read back."""
     conn.execute("BEGIN")
     ops_store.insert_node_identity_txn(conn, NODE, "store-epoch")
     store.add_peer_txn(conn, "http://127.0.0.1:9", PEER, NOW)
     conn.execute("COMMIT")
-    conn.execute("BEGIN")
-    outcomes = store.ingest_txn(conn, PEER, items, [], store.Cursor("peer-epoch", len(items)), NOW)
-    conn.execute("COMMIT")
-    out: dict[str, Any] = {"outcomes": sorted((o.hash, o.outcome, o.reason) for o in outcomes)}
+    out: dict[str, Any] = {"outcomes": []}
+    for n, items in enumerate([STORY, *later_batches()]):
+        conn.execute("BEGIN")
+        outcomes = store.ingest_txn(conn, PEER, [verified(r) for r in items], [], store.Cursor("peer-epoch", n), NOW)
+        conn.execute("COMMIT")
+        out["outcomes"].append(sorted((o.hash, o.outcome, o.reason) for o in outcomes))
+        if n == 0:
+            out["first"] = read(conn)
+    out["last"] = read(conn)
+    return out
+
+
+def read(conn: Conn) -> dict[str, Any]:
+    """Every table the batches write that this test compares, the digests, the cursor and the projections."""
+    out: dict[str, Any] = {}
     for name, sql in READS.items():
         out[name] = [tuple(r) for r in conn.execute(sql, (PEER,) if "?" in sql else ()).fetchall()]
     out["digest"] = store.digest(conn, NODE)
@@ -98,10 +122,13 @@ def ingest(conn: Conn) -> dict[str, Any]:
 def test_a_peers_batch_is_stored_alike_on_both_engines(tmp_path: Path, pg_migrated_url: str) -> None:
     """Every outcome, counter, void verdict, equivocation, space row, digest and projection row is the same on
     SQLite and on PostgreSQL; and what they agree on is the story's."""
-    sqlite, postgres = on_both_engines(tmp_path, pg_migrated_url, LOG, ingest)
-    for name in sqlite:
-        assert postgres[name] == sqlite[name], name
-    got = {h: (outcome, reason) for h, outcome, reason in sqlite["outcomes"]}
+    sqlite_run, postgres_run = on_both_engines(tmp_path, pg_migrated_url, LOG, ingest)
+    assert postgres_run["outcomes"] == sqlite_run["outcomes"]
+    for when in ("first", "last"):
+        for name in sqlite_run[when]:
+            assert postgres_run[when][name] == sqlite_run[when][name], (when, name)
+    sqlite = sqlite_run["first"]
+    got = {h: (outcome, reason) for h, outcome, reason in sqlite_run["outcomes"][0]}
     story = STORY
     names = ["question", "answer", "link", "first", "p0", "e1", "g1", "p1", "p0x", "made", "hosting", "member", "note"]
     by_name = dict(zip(names, story, strict=False))
@@ -113,3 +140,16 @@ def test_a_peers_batch_is_stored_alike_on_both_engines(tmp_path: Path, pg_migrat
     assert len(sqlite["equivocations"]) == 1 and sqlite["spaces"] == [(records.compute_hash(by_name["made"]), NODE)]
     assert sqlite["digest_space"].count == 4 and sqlite["wanted"] == [(records.compute_hash(ABSENT),)]
     assert sqlite["cursor"] is not None
+    # the later batches: a void switch, releases, a refused event counted against the peer, a redaction's screen
+    v3 = v3_story.story().records
+    later = [{h: (o, r) for h, o, r in batch} for batch in sqlite_run["outcomes"][1:]]
+    address = v3_story.address
+    assert later[0] == {address(v3["l1x"]): ("saved", None), address(v3["p2b"]): ("waiting", None),
+                        address(v3["p4"]): ("waiting", None)}  # fmt: skip
+    last = sqlite_run["last"]
+    assert [(h, reason) for h, _, reason in last["void"]] == [(address(v3["l1x"]), "unvouched")]  # switched void
+    assert last["waiting"] == [] and {v3_story.version(v3[n]) for n in ("p2b", "p4")} <= {r[2] for r in last["records"]}
+    assert later[2][address(v3["e3"])] == ("invalid", "losing_branch")  # on the branch the recovery replaced
+    assert later[4] == {records.compute_hash(STORY[0]): ("void", "redacted")}
+    # saved: 12 of the first batch, then l1x, e2 g2 and p2b released, e4 g4 g4b and p4 released, the redaction
+    assert last["counters"] == [(12 + 1 + 3 + 4 + 1, 0, 1, 1, 2)] and last["digest"].count == 16
