@@ -382,18 +382,14 @@ def insert_notices_txn(conn: Conn, seen: list[tuple[str, int]], redaction: str, 
 def forget_notices_txn(conn: Conn, redactions: list[str]) -> None:
     """Delete the notices of `redactions` (they became void: the entry is shown again, and its append notifies its
     subscribers afresh)."""
-    listed = _json_list(redactions)
-    conn.execute("DELETE FROM notifications WHERE redaction IN (SELECT value FROM json_each(?))", (listed,))
+    test, listed = any_of(conn, redactions)
+    conn.execute(f"DELETE FROM notifications WHERE redaction {test}", (listed,))
 
 
 def repoint_notices_txn(conn: Conn, void: str, holding: str) -> None:
     """Make the notices of the redaction `void` name `holding`, another redaction of the same entry that still holds
     (their envelope reads the tombstone through the redaction they name)."""
     conn.execute("UPDATE notifications SET redaction = ? WHERE redaction = ?", (holding, void))
-
-
-def _json_list(values: list[Any]) -> str:
-    return json.dumps(values) if values else "[]"
 
 
 # ---- subscriptions --------------------------------------------------------------------------------------------

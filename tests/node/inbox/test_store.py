@@ -359,3 +359,42 @@ def _ranked(answers: list[Any]) -> list[Any]:
         [(rank[i], *rest) for i, *rest in states],
         claim,
     ]
+
+
+def _redaction_notices_story(conn: Conn) -> list[Any]:
+    """What a redaction does to the inbox (node/redaction/effects.py): who saw the dropped entries, their notices
+    stored, then one redaction's notices forgotten (it became void)."""
+    rows = [
+        ("alice", 1, "delivered", 0),
+        ("alice", 2, "leased", 0),
+        ("bob", 2, "pending", 0),
+        ("carol", 3, "pending", 1),
+    ]
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO notifications (agent_id, entry_id, tier, reason, created_ms, expires_ms, status, attempt_count)"
+        " VALUES (?, ?, 2, 'subscription', 5, 50, ?, ?)",
+        rows,
+    )
+    seen = store.seen_by(conn, [1, 2, 3])
+    conn.execute("DELETE FROM notifications")  # the dropped entries' notifications, as drop_txn deletes them
+    store.insert_notices_txn(conn, seen, "r1", 10, 100)
+    store.insert_notices_txn(conn, [("dave", 4)], "r2", 10, 100)
+    noticed = conn.execute("SELECT agent_id, entry_id, redaction FROM notifications ORDER BY 1, 2").fetchall()
+    store.forget_notices_txn(conn, ["r1", "never stored"])
+    left = conn.execute("SELECT agent_id, entry_id, redaction FROM notifications ORDER BY 1, 2").fetchall()
+    conn.execute("COMMIT")
+    return [seen, [tuple(r) for r in noticed], [tuple(r) for r in left]]
+
+
+def test_a_redactions_notices_are_told_and_forgotten_alike_on_either_engine(
+    tmp_path: Path, pg_migrated_url: str
+) -> None:
+    """`seen_by` (the first entry per agent whose notification reached it: leased, delivered, or tried) and
+    `forget_notices_txn` (a redaction's notices deleted by a list) answer the same on SQLite and PostgreSQL."""
+    expected, got = on_both_engines(tmp_path, pg_migrated_url, LOG, _redaction_notices_story)
+    assert got == expected
+    seen, noticed, left = expected
+    assert seen == [("alice", 1), ("carol", 3)]  # bob's pending, never-tried notification reached no one
+    assert noticed == [("alice", 1, "r1"), ("carol", 3, "r1"), ("dave", 4, "r2")]
+    assert left == [("dave", 4, "r2")]
