@@ -357,11 +357,12 @@ def ack_txn(conn: Conn, agent_id: str, ids: list[int], now_ms: int) -> int:
 def seen_by(conn: Conn, entry_ids: list[int]) -> list[tuple[str, int]]:
     """(agent, entry id) of each agent whose notification of one of the entries `entry_ids` reached it (leased or
     delivered at least once), the first such entry per agent: those a redaction of them tells."""
+    test, listed = any_of(conn, entry_ids)
     rows = conn.execute(
-        "SELECT agent_id, min(entry_id) FROM notifications WHERE entry_id IN (SELECT value FROM json_each(?))"
+        f"SELECT agent_id, min(entry_id) FROM notifications WHERE entry_id {test}"
         " AND redaction IS NULL AND (status IN ('leased', 'delivered') OR attempt_count > 0)"
         " GROUP BY agent_id ORDER BY agent_id",
-        (_json_list(entry_ids),),
+        (listed,),
     ).fetchall()
     return [(str(r[0]), int(r[1])) for r in rows]
 
@@ -381,18 +382,14 @@ def insert_notices_txn(conn: Conn, seen: list[tuple[str, int]], redaction: str, 
 def forget_notices_txn(conn: Conn, redactions: list[str]) -> None:
     """Delete the notices of `redactions` (they became void: the entry is shown again, and its append notifies its
     subscribers afresh)."""
-    listed = _json_list(redactions)
-    conn.execute("DELETE FROM notifications WHERE redaction IN (SELECT value FROM json_each(?))", (listed,))
+    test, listed = any_of(conn, redactions)
+    conn.execute(f"DELETE FROM notifications WHERE redaction {test}", (listed,))
 
 
 def repoint_notices_txn(conn: Conn, void: str, holding: str) -> None:
     """Make the notices of the redaction `void` name `holding`, another redaction of the same entry that still holds
     (their envelope reads the tombstone through the redaction they name)."""
     conn.execute("UPDATE notifications SET redaction = ? WHERE redaction = ?", (holding, void))
-
-
-def _json_list(values: list[Any]) -> str:
-    return json.dumps(values) if values else "[]"
 
 
 # ---- subscriptions --------------------------------------------------------------------------------------------
