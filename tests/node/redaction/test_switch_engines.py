@@ -17,6 +17,8 @@ from node.store import projections
 from node.store.authority import Authority
 from node.store.conn import Conn
 from tests.node.api_helpers import entry_record, hash_of
+from tests.node.redaction.test_moderator_demotion import OWNER, _story
+from tests.node.spaces.test_vouched_set import signed
 from tests.pg_fixtures import on_both_engines
 from wire.time import format_ms
 
@@ -103,3 +105,41 @@ def test_a_redaction_applied_undone_and_applied_again_alike_on_both_engines(
     assert len(undone["snapshot"]["entries"]) == 1 and undone["snapshot"]["redactions"] == []
     assert again["held"] == [] and len(again["tombstones"]) == 1 and again["redaction"] is not None
     assert redecided == again
+
+
+def _demotion_story(conn: Conn) -> list[Any]:
+    """tests/node/redaction/test_moderator_demotion.py's story appended in order: an admin's redaction drops Bob's
+    post in the space, the owner's demotion vouching for nothing makes it void, and `redecide_txn` undoes it and
+    appends the post again. The states before and after."""
+    creation = signed(OWNER, kind="space", name="street", description="", nonce="B" * 42 + "A")
+    story = _story(records.compute_hash(creation), False)
+    target, address = records.compute_hash(story["post"]), records.compute_hash(story["redaction"])
+    states = []
+    for batch in ([creation, story["promotion"], story["writer"], story["post"]], [story["redaction"]]):
+        conn.execute("BEGIN")
+        for record in batch:
+            item = projections.Incoming(record, *records.check(record, v3=True))
+            projections.append_many(conn, [item], origin="local", now_ms=T0)
+        conn.execute("COMMIT")
+        states.append(_state(conn, target, address))
+    conn.execute("BEGIN")
+    demotion = story["demotion"]
+    projections.append_many(conn, [projections.Incoming(demotion, *records.check(demotion, v3=True))], origin="local",
+                            now_ms=T0 + 1)  # fmt: skip
+    effects.redecide_txn(conn, [demotion], T0 + 1)
+    conn.execute("COMMIT")
+    states.append(_state(conn, target, address))
+    return states
+
+
+def test_a_moderators_redaction_redecided_after_the_demotion_alike_on_both_engines(
+    tmp_path: Path, pg_migrated_url: str
+) -> None:
+    expected, got = on_both_engines(tmp_path, pg_migrated_url, LOG, _demotion_story)
+    for before, after in zip(expected, got, strict=True):
+        for name in before:
+            assert after[name] == before[name], name
+    posted, redacted, redecided = expected
+    assert len(posted["held"]) == 1 and posted["tombstones"] == []
+    assert redacted["held"] == [] and len(redacted["tombstones"]) == 1 and redacted["redaction"] is not None
+    assert redecided["held"] == posted["held"] and redecided["tombstones"] == [] and redecided["aside"] == 0
