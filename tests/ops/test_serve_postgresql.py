@@ -17,6 +17,7 @@ import pytest
 
 from scenarios.fednet import free_port
 from tests import pg_cluster as cluster_mod
+from tests.node.push.conftest import receiver
 from tests.node.store.test_db_pg import store_url
 from tests.ops.test_lifecycle import wait_healthy
 
@@ -112,3 +113,51 @@ def test_init_takes_the_store_from_bbs_store_and_a_folder_keeps_its_store(tmp_pa
     assert not_a_url.returncode == 1 and "PostgreSQL URL" in not_a_url.stderr
     bad_config = bbs("serve", "--data", str(tmp_path / "y"), "--store", "sqlite:///x", "--print-config")
     assert bad_config.returncode == 2 and "store" in bad_config.stderr
+
+
+async def test_serve_on_postgresql_runs_the_push_dispatcher(tmp_path: Path, url: str) -> None:
+    """The push dispatcher starts on a PostgreSQL node (its endpoints and its scan read PostgreSQL): a test message
+    goes out, and a request directed to Bob reaches his endpoint, a real receiver process."""
+    data = tmp_path / "node"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [*BBS, "serve", "--data", str(data), "--store", url, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        await wait_healthy(base, proc)
+        made = [bbs("agent", "create", name, "--data", str(data), "--json") for name in ("alice", "bob")]
+        assert all(m.returncode == 0 for m in made), [m.stderr for m in made]
+        alice, bob = (json.loads(m.stdout) for m in made)
+        async with aiohttp.ClientSession() as session:
+            async with session.get(base + "/v1/node") as resp:
+                node_id = (await resp.json())["node_id"]
+            async with receiver(node_id) as rx:
+                as_bob = {"Authorization": f"Bearer {bob['api_key']}"}
+                async with session.post(
+                    base + "/v1/push/endpoints", json={"url": rx.url + "/bob"}, headers=as_bob
+                ) as resp:
+                    assert resp.status == 201, await resp.text()
+                    endpoint = await resp.json()
+                async with session.post(base + f"/v1/push/endpoints/{endpoint['id']}/test", headers=as_bob) as resp:
+                    assert resp.status == 200, await resp.text()  # 503 while the dispatcher is off
+                    tested = await resp.json()
+                body = {"entry_type": "question", "performative": "request", "content": "zebra?",
+                        "directed_to": [bob["agent_id"]]}  # fmt: skip
+                as_alice = {"Authorization": f"Bearer {alice['api_key']}"}
+                async with session.post(base + "/v1/entries", json=body, headers=as_alice) as resp:
+                    assert resp.status == 201, await resp.text()
+                    posted = await resp.json()
+                got = await rx.wait_for(2, lambda g: any(p["payload"] != {"test": True} for p in g))
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=30)
+    assert (tested["ok"], tested["status"]) == (True, 200), tested
+    pushed = [p["payload"] for p in got if p["payload"] != {"test": True}]
+    assert [(p["agent_id"], p["node_id"]) for p in pushed] == [(bob["agent_id"], node_id)]
+    assert [(n["entry_id"], n["reason"]) for n in pushed[0]["notifications"]] == [(posted["id"], "directed_request")]
+    assert "push: not available on PostgreSQL" not in stderr
