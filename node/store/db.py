@@ -39,7 +39,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
@@ -120,12 +119,7 @@ def migrate_store(conn: Any) -> int:
 
 def migrations() -> list[tuple[int, str, str]]:
     """Numbered migration scripts shipped in node/store/migrations, as (number, name, sql), in order."""
-    found = []
-    for item in resources.files("node.store.migrations").iterdir():
-        name = item.name
-        if name.endswith(".sql") and name[:4].isdigit():
-            found.append((int(name[:4]), name, item.read_text("utf-8")))
-    return sorted(found)
+    return pg_schema.scripts_in("node.store.migrations")
 
 
 class Connection(sqlite3.Connection):

@@ -19,14 +19,20 @@ BASELINE = 50  # the SQLite migration the PostgreSQL schema starts at
 MIGRATION_LOCK = 0x6262_7300_0000_0001
 
 
-def migrations() -> list[tuple[int, str, str]]:
-    """Numbered PostgreSQL migration scripts shipped in node/store/migrations_pg, as (number, name, sql), in order."""
+def scripts_in(package: str) -> list[tuple[int, str, str]]:
+    """The numbered migration scripts (`NNNN_name.sql`) shipped in `package`, as (number, name, sql), in order: one
+    reader for both engines' folders."""
     found = []
-    for item in resources.files("node.store.migrations_pg").iterdir():
+    for item in resources.files(package).iterdir():
         name = item.name
         if name.endswith(".sql") and name[:4].isdigit():
             found.append((int(name[:4]), name, item.read_text("utf-8")))
     return sorted(found)
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """Numbered PostgreSQL migration scripts shipped in node/store/migrations_pg, as (number, name, sql), in order."""
+    return scripts_in("node.store.migrations_pg")
 
 
 def schema_version(conn: PgConn) -> int:
