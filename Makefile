@@ -3,7 +3,9 @@
 #   make lint         ruff check, ruff format --check, lint-imports, hadolint and the Compose schema
 #   make typecheck    mypy over every package, the scenarios and the tests
 #   make test         the README's test command (pytest, 4 xdist workers; PYTEST_ARGS="-n 0 tests/node" narrows it)
-#   make ci           lint, typecheck, test, the restore drill, chaos, (root only, inside the budget) containers, theft,
+#   make test-postgresql  the in-process tests that create a node, again with each node's database on PostgreSQL
+#                     (pytest --store postgresql: tests/pg_fixtures.py `node_store`; about 7 minutes)
+#   make ci           lint, typecheck, test, test-postgresql, the restore drill, chaos, (root only, inside the budget) containers, theft,
 #                     spaces, space-fed, redaction
 #   make theft-drill  the three-node stolen-key drill (scenarios/theft.py, about 15 s)
 #   make spaces-drill one node, three spaces, agents over REST, MCP and the CLI (scenarios/spaces.py, about 30 s)
@@ -33,7 +35,7 @@ CI_STARTED_AT := $(shell date +%s)
 endif
 export CI_STARTED_AT
 
-.PHONY: help install lint typecheck test restore-drill chaos-and-containers theft-drill spaces-drill space-fed-drill \
+.PHONY: help install lint typecheck test test-postgresql restore-drill chaos-and-containers theft-drill spaces-drill space-fed-drill \
 	redaction-drill ci bench-quick
 
 help:
@@ -73,6 +75,11 @@ typecheck: $(VENV)/.installed
 # The README's test command (4 pytest-xdist workers: addopts in pyproject.toml; docs/operations.md).
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The second pass of issue 40: every test whose nodes take their store from `node_store` (tests/pg_fixtures.py), less
+# those marked sqlite_only (tests about SQLite itself, each saying why), on a throwaway PostgreSQL cluster.
+test-postgresql: install
+	$(BIN)/pytest --store postgresql $(PYTEST_ARGS)
 
 # Operations: the Litestream restore drill on real processes (write, replicate, destroy, restore, rejoin).
 restore-drill: $(VENV)/.installed
@@ -129,6 +136,7 @@ ci: install
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory typecheck
 	$(MAKE) --no-print-directory test
+	$(MAKE) --no-print-directory test-postgresql
 	$(MAKE) --no-print-directory restore-drill
 	$(MAKE) --no-print-directory chaos-and-containers
 	$(MAKE) --no-print-directory theft-drill

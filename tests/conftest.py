@@ -18,11 +18,13 @@ from node.service import Node
 
 # The PostgreSQL half: its fixtures and the hooks that mark it, and deselect it where PostgreSQL is not installed.
 from tests.pg_fixtures import (  # noqa: F401
+    node_store,
     open_store,
     pg_cluster,
     pg_migrated_url,
     pg_template,
     pg_url,
+    pytest_addoption,
     pytest_collection_modifyitems,
     pytest_report_header,
     pytest_terminal_summary,
@@ -70,10 +72,10 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> tuple[Path, str]:
-    """An initialised data folder and its admin token."""
+def data_dir(tmp_path: Path, node_store: Callable[[], str | None]) -> tuple[Path, str]:  # noqa: F811
+    """An initialised data folder and its admin token (its database on this run's store: `node_store`)."""
     path = tmp_path / "node"
-    token = initialise(path)
+    token = initialise(path, node_store())
     assert token is not None
     return path, token
 

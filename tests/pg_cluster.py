@@ -68,6 +68,10 @@ class Cluster:
         """A libpq connection string for database `dbname` over the cluster's unix socket."""
         return f"host={self.folder} port={PORT} user={SUPERUSER} dbname={dbname}"
 
+    def store_url(self, dbname: str) -> str:
+        """The `postgresql://` URL `--store` takes for database `dbname` (over the cluster's unix socket)."""
+        return f"postgresql://{SUPERUSER}@/{dbname}?host={self.folder}&port={PORT}"
+
     def admin(self, sql: str) -> None:
         """Run one statement outside a transaction (CREATE / DROP DATABASE) on the maintenance database."""
         with psycopg.connect(self.url(), autocommit=True) as conn:

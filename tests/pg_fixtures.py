@@ -28,15 +28,44 @@ _DESELECTED = pytest.StashKey[int]()
 _HOW = "install PostgreSQL (Debian: apt-get install postgresql) to run them"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """`--store postgresql`: the second pass of the in-process tests, each node's database on PostgreSQL."""
+    parser.addoption(
+        "--store",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="the engine of the nodes the tests create (`node_store`); postgresql runs only the tests that create "
+        "one, except those marked sqlite_only",
+    )
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     """One line saying which PostgreSQL the PostgreSQL tests use, or that they will not run."""
+    store = f"; the tests' nodes run on {config.getoption('store')}"
     if BINDIR is None:
-        return f"postgresql: not installed; the PostgreSQL tests are deselected ({_HOW})"
-    return f"postgresql: {BINDIR}"
+        return f"postgresql: not installed; the PostgreSQL tests are deselected ({_HOW}){store}"
+    return f"postgresql: {BINDIR}{store}"
+
+
+def _on_postgresql_pass(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The `--store postgresql` pass keeps the tests whose nodes take their store from `node_store`, less those
+    marked sqlite_only (a test about SQLite itself, its reason given in the mark); the rest ran in the first pass."""
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        uses_store = "node_store" in getattr(item, "fixturenames", ())
+        (kept if uses_store and item.get_closest_marker("sqlite_only") is None else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    for item in kept:
+        item.add_marker(pytest.mark.postgresql)
+    items[:] = kept
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the PostgreSQL tests; deselect them where PostgreSQL is absent, or fail the run under CI."""
+    if config.getoption("store") == "postgresql":
+        _on_postgresql_pass(config, items)
     marked = []
     for item in items:
         if item.get_closest_marker("postgresql") is not None:
@@ -97,6 +126,27 @@ def pg_migrated_url(pg_cluster: cluster_mod.Cluster, pg_template: str) -> Iterat
     name = pg_cluster.create_database(template=pg_template)
     yield pg_cluster.url(name)
     pg_cluster.drop_database(name)
+
+
+@pytest.fixture
+def node_store(request: pytest.FixtureRequest) -> Iterator[Callable[[], str | None]]:
+    """Where a node the test creates keeps its database: call it once per node, and pass the answer to
+    `initialise(path, store_url)`. None (SQLite, bbs.db in the folder) in the first pass; with `--store
+    postgresql`, a new database copied from the migrated template each call, dropped after the test."""
+    if request.config.getoption("store") != "postgresql":
+        yield lambda: None
+        return
+    cluster: cluster_mod.Cluster = request.getfixturevalue("pg_cluster")
+    template: str = request.getfixturevalue("pg_template")
+    made: list[str] = []
+
+    def new_database() -> str:
+        made.append(cluster.create_database(template=template))
+        return cluster.store_url(made[-1])
+
+    yield new_database
+    for name in made:
+        cluster.drop_database(name)
 
 
 OpenStore = Callable[[Log | None], Conn]  # a new database of one engine, migrated to the head, carrying the log

@@ -18,7 +18,6 @@ import pytest
 from scenarios.fednet import free_port
 from tests import pg_cluster as cluster_mod
 from tests.node.push.conftest import receiver
-from tests.node.store.test_db_pg import store_url
 from tests.ops.test_lifecycle import wait_healthy
 
 pytestmark = pytest.mark.postgresql
@@ -29,7 +28,7 @@ BBS = [sys.executable, "-m", "node.cli"]
 @pytest.fixture
 def url(pg_cluster: cluster_mod.Cluster) -> Iterator[str]:
     name = pg_cluster.create_database()
-    yield store_url(pg_cluster, name)
+    yield pg_cluster.store_url(name)
     pg_cluster.drop_database(name)
 
 

@@ -82,13 +82,15 @@ class PeerNode:
 
 
 @pytest.fixture
-async def make_peer(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[PeerNode]]]:
+async def make_peer(
+    tmp_path: Path, node_store: Callable[[], str | None]
+) -> AsyncIterator[Callable[..., Awaitable[PeerNode]]]:
     """Start a node; `scheduler=False` (default) leaves pulling to the test, for deterministic steps."""
     started: list[PeerNode] = []
 
     async def make(name: str, *, scheduler: bool = False, data: Path | None = None) -> PeerNode:
         path = data or tmp_path / name
-        token = initialise(path) or ""
+        token = initialise(path, None if data else node_store()) or ""
         node = Node(path)
         app = create_app(node, sync=SyncSettings(pull=scheduler, wait_ms=2000))
         server = TestServer(app, host="127.0.0.1")

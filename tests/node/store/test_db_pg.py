@@ -20,15 +20,10 @@ from tests import pg_cluster as cluster_mod
 pytestmark = pytest.mark.postgresql
 
 
-def store_url(cluster: cluster_mod.Cluster, name: str) -> str:
-    """The `postgresql://` URL `--store` takes for database `name` of the throwaway cluster (its unix socket)."""
-    return f"postgresql://{cluster_mod.SUPERUSER}@/{name}?host={cluster.folder}&port={cluster_mod.PORT}"
-
-
 @pytest.fixture
 def empty_url(pg_cluster: cluster_mod.Cluster) -> Iterator[str]:
     name = pg_cluster.create_database()
-    yield store_url(pg_cluster, name)
+    yield pg_cluster.store_url(name)
     pg_cluster.drop_database(name)
 
 
