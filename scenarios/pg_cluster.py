@@ -23,6 +23,9 @@ import psycopg
 
 PORT = 5432  # the socket's name (.s.PGSQL.5432) inside the cluster's own folder: no TCP port is opened
 SUPERUSER = "postgres"
+# small: one cluster per test process, several processes on a CI machine; wal_recycle off as a node's operator sets
+# it (a recycled WAL segment keeps a redacted body's bytes: docs/operations.md, docs/decisions.md record 78)
+TEST_SETTINGS = "-c fsync=off -c full_page_writes=off -c shared_buffers=32MB -c max_connections=40 -c wal_recycle=off"
 
 
 def find_bindir() -> Path | None:
@@ -98,18 +101,15 @@ class Cluster:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start(bindir: Path) -> Cluster:
-    """initdb a new cluster in a fresh temporary folder and start it, listening on a unix socket there only."""
+def start(bindir: Path, settings: str = TEST_SETTINGS) -> Cluster:
+    """initdb a new cluster in a fresh temporary folder and start it, listening on a unix socket there only, with
+    `settings` (`-c name=value` options of `postgres`; TEST_SETTINGS: a small cluster nothing of which must survive)."""
     folder = Path(tempfile.mkdtemp(prefix="bbs-pg-"))  # short: a socket path may not pass 107 bytes
     run_as = _as_server_user()
     if run_as:
         shutil.chown(folder, SUPERUSER, SUPERUSER)
     cluster = Cluster(bindir, folder)
-    # small: one cluster per test process, several processes on a CI machine
-    options = (
-        f"-k {folder} -p {PORT} -c listen_addresses='' -c fsync=off -c full_page_writes=off"
-        " -c shared_buffers=32MB -c max_connections=40"
-    )
+    options = f"-k {folder} -p {PORT} -c listen_addresses='' {settings}"
     commands = [
         [
             str(bindir / "initdb"),

@@ -35,6 +35,7 @@ log = logging.getLogger("bbs.redaction")
 IDLE_S = 5.0  # how often the scrubber looks for due scrubs when none is near
 CHECKPOINT_TRIES = 200  # a checkpoint blocked by readers is tried this many times ...
 CHECKPOINT_PAUSE_S = 0.05  # ... each waiting this long for them (a reader holds its snapshot for one read)
+PG_LOCK_TIMEOUT_MS = 2000  # how long a PostgreSQL table rewrite waits for readers before the scrub waits for later
 SCAN = 50_000  # document ids of a segment read at a time, looking for a dropped entry's document
 # Documents added again per index commit: each commit costs an fsync and a look at merges, and holds the index's
 # lock (the indexer waits) while its batch is indexed, about a second for this many (docs/performance.md)
@@ -62,6 +63,8 @@ async def scrub_due(node: Node) -> list[str]:
     if index is not None and index.writer is not None:
         await asyncio.to_thread(index.rewrite, [], due)  # their documents deleted (the indexer may not have yet)
         node.redactions.rewritten += await scrub_index(node, index)  # ... and the segments holding them go
+    if node.db.pg_url is not None:
+        return await scrub_postgresql(node, node.db.pg_url, due)
     done = await asyncio.to_thread(checkpoint, str(node.data.db_path))
     if not done:
         log.warning("the WAL could not be checkpointed (readers held it); the scrub of %d records waits", len(due))
@@ -70,6 +73,20 @@ async def scrub_due(node: Node) -> list[str]:
     await node.db.write(lambda conn: store.mark_scrubbed_txn(conn, due, now))
     # the row just written is in the WAL again: checkpoint once more so the WAL file holds nothing of the scrub
     await asyncio.to_thread(checkpoint, str(node.data.db_path))
+    return due
+
+
+async def scrub_postgresql(node: Node, url: str, due: list[str]) -> list[str]:
+    """The scrub's disk part on PostgreSQL (docs/decisions.md record 78): the tables that held the bodies rewritten,
+    their statistics renewed, the WAL segment that logged them switched away from and removed (`store.scrub_pg`).
+    The node's role must be allowed to (`store.pg_scrub_refusal`: else a warning names what is missing and the scrub
+    waits, `bbs doctor` counting it). The addresses scrubbed."""
+    refusal = await asyncio.to_thread(store.scrub_pg, url, store.SCRUB_TABLES_PG, PG_LOCK_TIMEOUT_MS)
+    if refusal is not None:
+        log.warning("the scrub of %d records waits: %s", len(due), refusal)
+        return []
+    now = node.now_ms()
+    await node.db.write(lambda conn: store.mark_scrubbed_txn(conn, due, now))  # an address: no secret in the WAL
     return due
 
 

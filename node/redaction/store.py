@@ -10,7 +10,8 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
+from node.store import pg_conn
+from node.store.conn import POSTGRESQL, Conn, DatabaseError, any_of, engine_of
 
 TABLES: tuple[str, ...] = ("redactions",)  # the projection `bbs rebuild` recreates; tombstones are node-local
 
@@ -315,6 +316,80 @@ def checkpoint(path: str, tries: int, pause_s: float) -> bool:
             if int(busy) == 0:
                 return True
     return False
+
+
+# Every table that holds a redactable record's bytes or text copied from it (the log, the versions set aside, the
+# waiting area, the projections of entries, links and messages, default mode's candidates and replies, notices):
+# PostgreSQL keeps a deleted row's bytes in its page until the table is rewritten (docs/decisions.md record 78).
+SCRUB_TABLES_PG: tuple[str, ...] = (
+    "records",
+    "redacted_bodies",
+    "waiting",
+    "entries",
+    "entry_tags",
+    "links",
+    "messages",
+    "dm_candidates",
+    "dm_replies",
+    "notifications",
+)
+
+
+LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout passed
+
+
+def pg_scrub_refusal(conn: Conn) -> str | None:
+    """Why the node's PostgreSQL role cannot scrub the disk of its database's server, or None: `wal_recycle` must be
+    off (a recycled WAL segment keeps its old bytes), the role must own the database (VACUUM FULL of pg_statistic)
+    and may run CHECKPOINT (superuser, or pg_checkpoint from PostgreSQL 15) and pg_switch_wal()."""
+    row = conn.execute(
+        "SELECT current_setting('wal_recycle') = 'off',"
+        " pg_has_role(current_user, (SELECT datdba FROM pg_database WHERE datname = current_database()), 'MEMBER'),"
+        " (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) OR CASE WHEN EXISTS"
+        " (SELECT 1 FROM pg_roles WHERE rolname = 'pg_checkpoint')"
+        " THEN pg_has_role(current_user, 'pg_checkpoint', 'MEMBER') ELSE FALSE END,"
+        " has_function_privilege('pg_switch_wal()', 'EXECUTE')"
+    ).fetchone()
+    missing = [
+        what
+        for what, ok in zip(
+            (
+                "the server's wal_recycle is on (set wal_recycle = off)",
+                "the node's role does not own its database",
+                "the node's role may not CHECKPOINT (GRANT pg_checkpoint TO it)",
+                "the node's role may not switch WAL segments (GRANT EXECUTE ON FUNCTION pg_switch_wal() TO it)",
+            ),
+            row,
+            strict=True,
+        )
+        if not ok
+    ]
+    return "; ".join(missing) or None
+
+
+def scrub_pg(url: str, tables: tuple[str, ...], lock_timeout_ms: int) -> str | None:
+    """Take a dropped body's bytes off the disk of the PostgreSQL server at `url`, on a connection of its own
+    outside a transaction: VACUUM FULL rewrites each of `tables` (heap, TOAST and indexes) without its dead rows and
+    ANALYZE replaces their statistics, whose samples may have held the body; pg_statistic is rewritten without the
+    old ones; then the WAL segment that logged the body is switched away from and a CHECKPOINT removes it (with
+    `wal_recycle` off: a recycled one would keep its bytes until overwritten). A table rewrite waits up to
+    `lock_timeout_ms` for readers. None when done, else why not (nothing is marked done then: the scrub waits)."""
+    with contextlib.closing(pg_conn.connect(url)) as conn:
+        refusal = pg_scrub_refusal(conn)
+        if refusal is not None:
+            return refusal
+        conn.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+        try:
+            for table in tables:
+                conn.execute(f"VACUUM (FULL, ANALYZE) {table}")
+            conn.execute("VACUUM FULL pg_statistic")
+        except DatabaseError as exc:
+            if exc.sqlstate != LOCK_NOT_AVAILABLE:
+                raise
+            return f"a reader held a table past the lock timeout: {exc}"
+        conn.execute("SELECT pg_switch_wal()")
+        conn.execute("CHECKPOINT")
+    return None
 
 
 # ---- operator purges ----------------------------------------------------------------------------------------------
