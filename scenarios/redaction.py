@@ -21,16 +21,25 @@ only its peers) at a closed port, so they pull nothing from it yet.
    only in the pre-redaction backup and h's data folder (both by design: operators rotate backups made before a
    redaction, docs/operations.md; a peer that ignores redactions keeps the content, docs/security.md).
 
+With `--postgresql` (`make redaction-drill-postgresql`) node b keeps its database on PostgreSQL: a throwaway cluster
+(scenarios/pg_cluster.py) set up as docs/operations.md asks of an operator (wal_recycle off; fsync and
+full_page_writes on, as in production), and b's checks search every file of the cluster's folder too (its data
+directory: base/ with TOAST and pg_statistic, pg_wal/; its server log), so "gone from disk" there means after the
+node's VACUUM FULL, WAL switch and CHECKPOINT (docs/decisions.md record 78). `bbs backup` copies SQLite nodes only,
+so b's later backup is replaced by that search.
+
 Every check is named in CHECKS and printed in a table with what the nodes answered. Exit status 1 when any check
 failed; the wall time is printed.
 
-    python -m scenarios.redaction [--keep DIR]
+    python -m scenarios.redaction [--keep DIR] [--postgresql]
     tests/hardening/test_redaction_drill.py    # the CI form
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import functools
 import json
 import secrets
 import sqlite3
@@ -45,7 +54,7 @@ import aiohttp
 
 from node.search_index.analyzer import tokens
 from node.search_index.index import FOLDER, SearchIndex
-from scenarios import checks
+from scenarios import checks, pg_cluster
 from scenarios.checks import Report, table
 from scenarios.fednet import ScenarioFailed, ServedNode, bbs, free_port
 
@@ -55,11 +64,15 @@ DRILL_ENV = {"BBS_SYNC_WAIT_MS": "2000", "BBS_RECONCILE_EVERY_S": "2", "BBS_REDA
 WINDOW_S = 10.0  # the issue's bound: every check holds within 10 s of the redaction being stored on a node
 SETTLE_S = 30.0  # the bound on every wait for sync before the redaction
 TIMEOUT = aiohttp.ClientTimeout(total=15)
+ON_POSTGRESQL = "b"  # the node whose database is on PostgreSQL in the `--postgresql` form
+# The cluster of the `--postgresql` form: as an operator runs one for a node (docs/operations.md, "PostgreSQL"),
+# small, and without a TCP port (scenarios/pg_cluster.py)
+OPERATOR_SETTINGS = "-c shared_buffers=32MB -c max_connections=40 -c wal_recycle=off"
 
 CHECKS: dict[str, str] = {
     "spread_everywhere": "the secret's entry reaches all four nodes",
     "searched_linked_notified": "before the redaction: found by search, linked by another agent, a subscriber notified",
-    "pre_backup_holds_secret": "the backup taken before the redaction holds the secret (the byte search is not blind)",
+    "pre_backup_holds_secret": "the backup made before the redaction (and on PostgreSQL b's cluster) holds the secret",
     "gone_from_disk": "within 10 s of the redaction stored on a node: no file of its folder nor its log holds it",
     "index_terms_gone": "within 10 s: the secret's terms have a document frequency of 0 in the node's search index",
     "read_answers_tombstone": "within 10 s: a read of the entry answers its tombstone, never its content",
@@ -86,6 +99,7 @@ class World(checks.Drill):
     target: str = ""  # the record hash of the secret's entry
     redaction: str = ""
     pre_backup: Path | None = None
+    cluster: pg_cluster.Cluster | None = None  # the `--postgresql` form's server, holding ON_POSTGRESQL's database
 
     async def call(
         self,
@@ -126,7 +140,7 @@ def files_holding(paths: list[Path], needle: bytes) -> list[str]:
 def beside(w: World, name: str) -> list[Path]:
     """A node's data folder and what lies beside it that is its own (its log)."""
     node = w.nodes[name]
-    return [node.data, w.root / f"{name}.log"]
+    return [node.data, w.root / f"{name}.log"] + ([w.cluster.folder] if w.cluster and node.store else [])
 
 
 def index_frequency(data: Path, secret: str) -> int:
@@ -185,7 +199,8 @@ async def _state_is(w: World, name: str, state: str) -> tuple[bool, str]:
 async def build(w: World) -> None:
     """Four nodes; a, b, c pull from each other, h pulls from all three; the agents."""
     for name in (*HONEST, HOSTILE):
-        w.nodes[name] = ServedNode(name, w.root / name, env=dict(DRILL_ENV))
+        store = w.cluster.store_url(w.cluster.create_database()) if w.cluster and name == ON_POSTGRESQL else ""
+        w.nodes[name] = ServedNode(name, w.root / name, env=dict(DRILL_ENV), store=store)
     await asyncio.gather(*(asyncio.to_thread(n.init) for n in w.nodes.values()))
     await asyncio.gather(*(n.start(w.session) for n in w.nodes.values()))
     for x in HONEST:
@@ -241,7 +256,12 @@ async def spread(w: World) -> None:
     w.pre_backup.parent.mkdir()
     await asyncio.to_thread(bbs, "backup", "--data", str(w.nodes["a"].data), "--out", str(w.pre_backup))
     held = w.secret.encode() in w.pre_backup.read_bytes()
-    w.check("pre_backup_holds_secret", held, f"{w.pre_backup.name}: {'holds' if held else 'does NOT hold'} it")
+    detail = f"{w.pre_backup.name}: {'holds' if held else 'does NOT hold'} it"
+    if w.cluster is not None:  # nor is the search of b's cluster: its WAL at least holds the body b stored
+        in_cluster = await asyncio.to_thread(files_holding, [w.cluster.folder], w.secret.encode())
+        held = held and bool(in_cluster)
+        detail += f"; b's cluster folder: in {[str(Path(p).relative_to(w.cluster.folder)) for p in in_cluster]}"
+    w.check("pre_backup_holds_secret", held, detail)
 
 
 async def partition(w: World) -> None:
@@ -356,6 +376,12 @@ async def h_row(w: World, name: str) -> dict[str, Any]:
 async def later_backups(w: World) -> None:
     """`bbs backup` of every honest node, after the redaction: no trace."""
     for name in HONEST:
+        if w.nodes[name].store:
+            held = await asyncio.to_thread(files_holding, beside(w, name), w.secret.encode())
+            found = f"HOLD it: {held}" if held else "are clean"
+            w.check("later_backup_clean", not held, f"{name}: on PostgreSQL (`bbs backup` copies SQLite nodes only);"
+                    f" its folder, log and cluster's folder {found}")  # fmt: skip
+            continue
         out = w.root / "backups" / f"{name}-after-redaction.tar"
         await asyncio.to_thread(bbs, "backup", "--data", str(w.nodes[name].data), "--out", str(out))
         clean = w.secret.encode() not in out.read_bytes()
@@ -365,10 +391,10 @@ async def later_backups(w: World) -> None:
 def only_expected(w: World) -> None:
     """A byte search of the whole drill folder: the pre-redaction backup and h's folder, nothing else."""
     assert w.pre_backup is not None
-    held = files_holding([w.root], w.secret.encode())
+    held = files_holding([w.root] + ([w.cluster.folder] if w.cluster else []), w.secret.encode())
     expected = [p for p in held if p == str(w.pre_backup) or Path(p).is_relative_to(w.nodes[HOSTILE].data)]
     others = sorted(set(held) - set(expected))
-    names = [str(Path(p).relative_to(w.root)) for p in held]
+    names = [str(Path(p).relative_to(w.root)) if Path(p).is_relative_to(w.root) else p for p in held]
     w.check(
         "only_expected_copies",
         not others and str(w.pre_backup) in held,
@@ -379,12 +405,15 @@ def only_expected(w: World) -> None:
 # ---- the drill ----------------------------------------------------------------------------------------------
 
 
-async def run(root: Path) -> Report:
-    """The whole drill in `root`; every check's result (a step that could not run fails the checks it owns)."""
+async def run(root: Path, postgresql: bool = False) -> Report:
+    """The whole drill in `root` (with `postgresql`, node b on a throwaway PostgreSQL cluster); every check's result
+    (a step that could not run fails the checks it owns)."""
     started = time.monotonic()
     async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
         w = World(root, session)
         try:
+            if postgresql:
+                w.cluster = await asyncio.to_thread(start_cluster)
             await build(w)
             w.log("four nodes up")
             await spread(w)
@@ -403,14 +432,31 @@ async def run(root: Path) -> Report:
         finally:
             for node in w.nodes.values():
                 node.kill()
+            if w.cluster is not None:
+                w.cluster.stop()
     wall = time.monotonic() - started
     results = w.outcomes()
-    text = table(results) + f"\n\nredaction drill wall time: {wall:.1f}s"
+    form = " (b on PostgreSQL)" if postgresql else ""
+    text = table(results) + f"\n\nredaction drill{form} wall time: {wall:.1f}s"
     return Report(results, wall, text)
 
 
+def start_cluster() -> pg_cluster.Cluster:
+    """The `--postgresql` form's throwaway cluster (OPERATOR_SETTINGS); fails the drill where PostgreSQL is absent."""
+    bindir = pg_cluster.find_bindir()
+    if bindir is None:
+        raise ScenarioFailed(
+            "--postgresql: PostgreSQL's server programs are not installed (apt-get install postgresql)"
+        )
+    return pg_cluster.start(bindir, OPERATOR_SETTINGS)
+
+
 def main() -> int:
-    return checks.drill_main(__doc__, "redaction drill", run)
+    form = argparse.ArgumentParser(add_help=False)  # the drill's own flag; drill_main parses the rest (--keep)
+    form.add_argument("--postgresql", action="store_true")
+    known, rest = form.parse_known_args()
+    sys.argv[1:] = rest
+    return checks.drill_main(__doc__, "redaction drill", functools.partial(run, postgresql=known.postgresql))
 
 
 if __name__ == "__main__":

@@ -43,3 +43,16 @@ def test_a_failed_check_stays_failed(tmp_path: Path) -> None:
     with pytest.raises(AssertionError):
         w.check("no_such_check", True, "")
     assert w.secret.startswith("zq") and w.secret != redaction.World(tmp_path, session=None).secret  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+@pytest.mark.postgresql
+async def test_the_redaction_drill_with_a_node_on_postgresql_holds_every_check(tmp_path: Path) -> None:
+    report = await redaction.run(tmp_path, postgresql=True)
+    print(report.text)
+    assert set(report.results) == set(redaction.CHECKS)
+    assert not report.failed, report.text
+    assert "(b on PostgreSQL)" in report.text
+    # b's cluster held the secret before the redaction (its WAL at least): the search of its folder is not blind
+    assert "'data/pg_wal/" in report.results["pre_backup_holds_secret"].detail
+    assert "b: on PostgreSQL" in report.results["later_backup_clean"].detail
