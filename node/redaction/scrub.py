@@ -7,7 +7,10 @@ the WAL's older frames, emptied by a `wal_checkpoint(TRUNCATE)` retried until no
 the search index's deleted documents, whose terms stay in their segment until the segment goes: the scrub adds again
 the live documents of the segments that hold a dropped entry's document (`scrub_index`), so those segments hold only
 deleted documents and tantivy drops them, at the cost of those segments' documents, not the index's (docs/decisions.md
-record 71). A redaction's answers hide at once; only the bytes wait for the grace.
+record 71). A redaction's answers hide at once; only the bytes wait for the grace. On PostgreSQL, which has no
+`secure_delete` and keeps a deleted row's bytes until its table is rewritten, the disk step is `scrub_postgresql`
+instead of the checkpoint: VACUUM FULL of the tables that held the bodies, pg_statistic rewritten, the WAL segment
+switched away from and removed (docs/decisions.md record 78).
 """
 
 from __future__ import annotations
