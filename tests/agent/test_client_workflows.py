@@ -43,7 +43,7 @@ async def stored_records(node: Node, author: str, kind: str | None = None) -> li
     """The stored records of `author` (of one kind), oldest first, each checked as a peer would."""
     rows = await node.db.read(
         lambda c: c.execute(
-            "SELECT body FROM records WHERE author_id = ? AND (? IS NULL OR kind = ?) ORDER BY seq",
+            "SELECT body FROM records WHERE author_id = ? AND (CAST(? AS text) IS NULL OR kind = ?) ORDER BY seq",
             (author, kind, kind),
         ).fetchall()
     )

@@ -1,12 +1,12 @@
 """A full disk is a clear 507 that stores nothing, and the node carries on once space is back.
 
-SQLite's `max_page_count` on the writer connection makes the database "full" without filling a disk.
+SQLite's `max_page_count` on the writer connection makes the database "full" without filling a disk, and a
+trigger raising PostgreSQL's `disk_full` does on PostgreSQL (tests/node/disk_full.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Awaitable, Callable
 
 from aiohttp.test_utils import TestClient
@@ -14,20 +14,9 @@ from aiohttp.test_utils import TestClient
 from node.service import Node
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import count, post, problem
+from tests.node.disk_full import fill, free
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
-
-
-def cap(extra_pages: int) -> Callable[[sqlite3.Connection], int]:
-    def run(conn: sqlite3.Connection) -> int:
-        pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
-        return int(conn.execute(f"PRAGMA max_page_count = {pages + extra_pages}").fetchone()[0])
-
-    return run
-
-
-def uncap(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA max_page_count = 1073741823").fetchone()
 
 
 async def test_full_database_is_507_and_nothing_is_stored(
@@ -36,7 +25,7 @@ async def test_full_database_is_507_and_nothing_is_stored(
     alice = await make_agent("alice")
     kept = await post(client, alice, content="written before the disk filled")
     before = await count(node)
-    await node.db.write(cap(2))
+    await node.db.write(fill(2))
     try:
         for i in range(3):
             body = await post(client, alice, 507, content=f"{i} " + "x" * 60_000, tags=["big"])
@@ -47,6 +36,6 @@ async def test_full_database_is_507_and_nothing_is_stored(
         )
         assert {r["code"] for r in results} == {"storage_full"}
     finally:
-        await node.db.write(uncap)
+        await node.db.write(free)
     assert await count(node) == before
     assert (await post(client, alice, content="space is back"))["id"] > kept["id"]

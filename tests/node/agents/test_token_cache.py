@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 from node.agents import service as agents
 from node.agents.service import Principal, TokenCache
 from node.service import Node
-from node.store.db import connect
+from node.store.db import write_sync
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.agents.test_sessions import challenge, own_key_agent, proof
 
@@ -62,10 +62,8 @@ async def test_a_key_rotated_by_another_process_stops_working_within_a_second(
 ) -> None:
     alice = await make_agent("alice")
     assert (await client.get("/v1/inbox", headers=alice.headers)).status == 200  # cached now
-    other = connect(node.db.path)  # what `bbs agent rotate-key` does, from its own process
-    with other:
-        _, _, new_key = agents.rotate_api_key_txn(other, "alice", 0)
-    other.close()
+    # what `bbs agent rotate-key` does, from its own process: its own connection to the node's store
+    _, _, new_key = write_sync(node.db.pg_url or node.db.path, lambda c: agents.rotate_api_key_txn(c, "alice", 0))
     clock.advance(agents.CREDENTIALS_CHECK_MS / 1000)
     assert (await client.get("/v1/inbox", headers=alice.headers)).status == 401
     assert (await client.get("/v1/inbox", headers={"Authorization": f"Bearer {new_key}"})).status == 200

@@ -14,6 +14,7 @@ from identity import canonical, records
 from node.service import Node
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import count, entry_record, get_json, hash_of, link, post, self_signer
+from tests.store_dump import dump
 from wire.time import format_ms
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -69,7 +70,7 @@ async def test_the_author_redacts_an_entry_and_reads_answer_its_tombstone(
     assert await rows(node, "SELECT seq FROM records WHERE hash = ?", address) == []
     assert await rows(node, "SELECT id FROM entries WHERE record_hash = ?", address) == []
     assert await rows(node, "SELECT version FROM refused_versions WHERE hash = ?", address) == [(version,)]
-    dumped = "\n".join(await node.db.read(lambda c: list(c.iterdump())))
+    dumped = await node.db.read(dump)
     assert secret not in dumped
     # for the node's grace only, the version is set aside, node-local (a revocation may make the redaction void:
     # docs/decisions.md record 69); the scrub deletes it (tests/node/redaction/test_scrub.py)
@@ -126,7 +127,7 @@ async def test_links_and_messages_are_redactable(client: TestClient, node: Node,
     assert await rows(node, "SELECT id FROM messages WHERE record_hash = ?", message_hash) == []
     listed = await get_json(client, f"{WF}/messages", bob)
     assert all(m["record_hash"] != message_hash for m in listed["messages"])
-    dumped = "\n".join(await node.db.read(lambda c: list(c.iterdump())))
+    dumped = await node.db.read(dump)
     assert "secret-link" not in dumped and "secret-message" not in dumped
 
 
@@ -231,7 +232,7 @@ async def test_default_mode_candidates_citing_a_redacted_entry_and_their_replies
     await redact(client, alice, 201, target=address)
     texts = [r[0] for r in await rows(node, "SELECT text FROM dm_candidates")]
     assert texts == ["notes are kept"]  # the one citing the redacted entry is gone, the other stays
-    assert "99-17" not in "\n".join(await node.db.read(lambda c: list(c.iterdump())))
+    assert "99-17" not in await node.db.read(dump)
     again = await client.post("/v1/default-mode/critic", json=body, headers=headers)  # the key was forgotten too
     assert again.status == 200, await again.text()
     assert len(await rows(node, "SELECT id FROM dm_candidates")) == 3

@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestClient
 from identity import canonical, records, vouching
 from node.service import Node
 from node.spaces import store
+from node.store.conn import any_of
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import entry_record, self_signer
 from tests.node.spaces.test_routes import call, record_count
@@ -215,9 +216,8 @@ async def test_a_writer_with_posts_is_removed_with_the_vouch_for_them_and_its_pa
         removal = json.loads(bytes(conn.execute("SELECT body FROM records WHERE hash = ?", (removed["address"],))
                                    .fetchone()[0]))  # fmt: skip
         pages = [json.loads(bytes(r[0])) for r in conn.execute("SELECT body FROM records WHERE kind = 'vouch_page'")]
-        versions = [str(r[0]) for r in conn.execute(
-            "SELECT version FROM records WHERE hash IN (SELECT value FROM json_each(?))",
-            (json.dumps([p["record_hash"] for p in posted]),))]  # fmt: skip
+        test, hashes = any_of(conn, [p["record_hash"] for p in posted])
+        versions = [str(r[0]) for r in conn.execute(f"SELECT version FROM records WHERE hash {test}", (hashes,))]
         return removal, pages, sorted(versions)
 
     removal, pages, versions = await node.db.read(stored)

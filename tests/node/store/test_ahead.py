@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 
 from node.service import Node
-from node.store.ahead import NAMED_SQL, Named
+from node.store.ahead import NAMED_SQL, NAMED_SQL_PG, Named
+from node.store.conn import POSTGRESQL, Conn, engine_of
 from tests.conftest import AgentCreds
 from wire.api import PostEntry, SubscriptionIn
 
@@ -17,7 +18,14 @@ MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
 
 async def named(node: Node, hashes: list[str]) -> Named:
-    row = await node.db.read(lambda c: c.execute(f"SELECT {NAMED_SQL}", {"h": json.dumps(hashes)}).fetchone())
+    """NAMED_SQL's answer for `hashes` (NAMED_SQL_PG's on PostgreSQL, whose :h is an array)."""
+
+    def read(conn: Conn) -> Any:
+        if engine_of(conn) == POSTGRESQL:
+            return conn.execute(f"SELECT {NAMED_SQL_PG}", {"h": hashes}).fetchone()
+        return conn.execute(f"SELECT {NAMED_SQL}", {"h": json.dumps(hashes)}).fetchone()
+
+    row = await node.db.read(read)
     return Named(*(bool(flag) for flag in row))
 
 
@@ -48,7 +56,7 @@ async def test_a_contradicts_link_from_the_arriving_entry_counts_too(node: Node,
     target = await post(node, alice, "a target", [])
     source = "f" * 64
 
-    def link_first(conn: sqlite3.Connection) -> None:
+    def link_first(conn: Conn) -> None:
         conn.execute(
             "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
             " annotation) VALUES (?, 0, ?, ?, 'contradicts', ?, '2026-01-01T00:00:00.000Z', '')",
