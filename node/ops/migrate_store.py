@@ -7,11 +7,12 @@ The steps (docs/operations.md, "Moving a node to PostgreSQL"; docs/decisions.md 
    PostgreSQL URL, or whose database is not empty.
 2. Hold the folder's serve lock (no node starts meanwhile) and SQLite's write lock (no CLI command writes
    meanwhile); in ONE PostgreSQL transaction: migrate the empty database to the head (node/store/migrations_pg),
-   copy every table (node/store/to_postgresql.py), set each identity past the largest key copied.
+   copy every table (node/store/to_postgresql.py).
 3. Verify in that transaction, refusing to switch on any difference (the transaction then rolls back and the target
    is left empty): the row count of every table, the sync digest of the public federation and of each space held,
    the projections as copied against SQLite's, and a rebuild of the projections from the copied log (undone after
-   the comparison) against the copied ones, as `bbs rebuild` compares.
+   the comparison) against the copied ones, as `bbs rebuild` compares. Then set each identity past the largest key
+   copied (or handed out by SQLite's AUTOINCREMENT), so the next record's seq follows on.
 4. Commit, write the URL to store.url (as `bbs init --store`), and set bbs.db aside under a new name in the folder:
    kept, never deleted.
 """
@@ -129,6 +130,7 @@ def _copy_and_verify(sqlite_conn: sqlite3.Connection, url: str, node_id: str, lo
             pg_schema.migrate(pg)
             rows = _copy(sqlite_conn, pg)
             checked = _verify(sqlite_conn, pg, node_id)
+            _continue_identities(sqlite_conn, pg)  # after the rebuild's trial, which restarts the projections' own
             records = copy.row_count(pg, "records")
             return Moved(node_id, len(_tables(sqlite_conn, pg)), rows, records, checked, "")
     finally:
@@ -146,8 +148,7 @@ def _tables(sqlite_conn: sqlite3.Connection, pg: PgConn) -> list[str]:
 
 
 def _copy(sqlite_conn: sqlite3.Connection, pg: PgConn) -> int:
-    """Copy every table's rows (their keys included) with the triggers off; set the identities past the keys
-    copied. Returns the rows copied."""
+    """Copy every table's rows (their keys included) with the triggers off. Returns the rows copied."""
     tables = _tables(sqlite_conn, pg)
     triggered = copy.pg_triggered_tables(pg)
     copy.set_triggers(pg, triggered, enabled=False)
@@ -159,11 +160,16 @@ def _copy(sqlite_conn: sqlite3.Connection, pg: PgConn) -> int:
         copy.empty_table(pg, table)  # the rows the migrations wrote are in SQLite's copy of the table too
         rows += copy.copy_rows(pg, table, columns, copy.sqlite_rows(sqlite_conn, table, columns))
     copy.set_triggers(pg, triggered, enabled=True)
+    return rows
+
+
+def _continue_identities(sqlite_conn: sqlite3.Connection, pg: PgConn) -> None:
+    """Set each identity past the largest key copied, or past the largest SQLite's AUTOINCREMENT handed out (a purged
+    record's seq), so the next record's seq follows the last one SQLite gave."""
     handed_out = copy.sqlite_handed_out(sqlite_conn)
     for table, column in copy.pg_identities(pg):
         after = max(copy.largest(sqlite_conn, table, column), handed_out.get(table, 0))
         copy.continue_identity(pg, table, column, after)
-    return rows
 
 
 def _verify(sqlite_conn: sqlite3.Connection, pg: PgConn, node_id: str) -> int:

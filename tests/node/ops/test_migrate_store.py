@@ -26,7 +26,8 @@ from node.ops import datalock
 from node.ops import store as ops_store
 from node.ops.datadir import initialise
 from node.service import Node
-from node.store import db
+from node.store import db, pg_conn
+from node.store import to_postgresql as copy
 from scenarios.fednet import free_port
 from tests import pg_cluster as cluster_mod
 from tests.conftest import AgentCreds, FakeClock
@@ -163,11 +164,23 @@ async def test_a_node_moves_to_postgresql_and_serves_the_same_records_with_the_n
         with psycopg.connect(target) as pg:
             differ = [t for t in before if table_rows(conn, t) != table_rows(pg, t)]
         assert differ == []  # and value for value (the credential epoch a key event moved included)
-        handed_out = int(conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'records'").fetchone()[0])
+        autoincrement = {str(r[0]): int(r[1]) for r in conn.execute("SELECT name, seq FROM sqlite_sequence")}
+        handed_out = autoincrement["records"]
         old_digest = ops_store.record_count(conn)
     finally:
         conn.close()
     assert old_digest == before["records"]
+    store = pg_conn.connect(target)
+    try:  # every identity goes on past its table's largest key (the rebuild's trial restarted none of them)
+        identities = copy.pg_identities(store)
+        following = {t: (copy.next_key(store, t, c), copy.largest(store, t, c)) for t, c in identities}
+    finally:
+        store.close()
+    assert following["records"] == (handed_out + 1, handed_out)
+    assert all(after == max(largest, autoincrement.get(t, 0)) + 1 for t, (after, largest) in following.items())
+    assert following["links"][1] > 0
+    # a notification of the redacted entry was handed out and forgotten: its id is not handed out again
+    assert following["notifications"] == (autoincrement["notifications"] + 1, 1) and autoincrement["notifications"] > 1
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -192,6 +205,7 @@ async def test_a_node_moves_to_postgresql_and_serves_the_same_records_with_the_n
             redacted = await get(f"/v1/entries/{story['secret']['record_hash']}", bob)
             inside = await get(f"/v1/entries/{story['inside']['record_hash']}", alice)
             tasks = await get(f"{WF}/tasks/ready", alice)
+            found_by_word = await get("/v1/search?q=zebra&fresh=true", bob)  # the folder's index, on the moved log
             body = {"entry_type": "finding", "performative": "inform", "content": "posted on PostgreSQL"}
             async with session.post(base + "/v1/entries", json=body, headers=alice.headers) as resp:
                 assert resp.status == 201, await resp.text()
@@ -204,6 +218,7 @@ async def test_a_node_moves_to_postgresql_and_serves_the_same_records_with_the_n
     assert redacted["entries"] == [] and [t["redacted"] for t in redacted["redacted"]] == [True]
     assert [e["space"] for e in inside["entries"]] == [story["space"]]
     assert tasks["tasks"] == []  # "first" is leased, "then" waits on it
+    assert [hit["record_hash"] for hit in found_by_word["entries"]] == [story["kept"]["record_hash"]]
     assert found["entries"][0]["id"] == handed_out + 1  # the log's seq goes on where SQLite's left off
     with psycopg.connect(target) as pg:
         row = pg.execute("SELECT count(*) FROM records").fetchone()
