@@ -71,6 +71,8 @@ def migrate(root: Path, url: str, log: Log, *, now: Callable[[], float] = time.t
     data = DataDir(root)
     if not db.is_postgresql_url(url):
         raise CommandError("--to takes a PostgreSQL URL (postgresql://user@host/database)")
+    if not root.is_dir():
+        raise CommandError(f"{root} is a file, not a data folder") if root.exists() else no_node(root)
     if data.store_url is not None:
         raise CommandError(f"{root} keeps its node in PostgreSQL already (named in {data.store_url_path})")
     if not data.db_path.exists():

@@ -317,12 +317,22 @@ def test_a_copy_that_does_not_verify_is_rolled_back_and_nothing_is_switched(stor
     unchanged(root, target, before)
 
 
-def test_a_folder_without_a_node_and_a_target_that_is_not_postgresql_are_refused(tmp_path: Path) -> None:
+def test_a_folder_without_a_node_and_a_target_that_is_not_postgresql_or_unreachable_are_refused(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     out = bbs("migrate-store", "--from", str(empty), "--to", "postgresql://nobody@/nothing")
     assert out.returncode == 1 and "holds no node" in out.stderr
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    out = bbs("migrate-store", "--from", str(afile), "--to", "postgresql://nobody@/nothing")
+    assert out.returncode == 1 and out.stderr == f"bbs: {afile} is a file, not a data folder\n"
+    out = bbs("migrate-store", "--from", str(afile / "sub"), "--to", "postgresql://nobody@/nothing")
+    assert out.returncode == 1 and "holds no node" in out.stderr and len(out.stderr.splitlines()) == 1
     assert bbs("init", "--data", str(tmp_path / "node")).returncode == 0
     out = bbs("migrate-store", "--from", str(tmp_path / "node"), "--to", "mysql://h/db")
     assert out.returncode == 1 and "PostgreSQL URL" in out.stderr
+    unreachable = f"postgresql://nobody:s3cret@/nothing?host={tmp_path / 'no-server'}"
+    out = bbs("migrate-store", "--from", str(tmp_path / "node"), "--to", unreachable)
+    assert out.returncode == 1 and "cannot connect to the target database" in out.stderr
+    assert len(out.stderr.splitlines()) == 1 and "s3cret" not in out.stderr
     assert (tmp_path / "node" / "bbs.db").exists() and not (tmp_path / "node" / "store.url").exists()
