@@ -201,6 +201,8 @@ async def test_a_node_moves_to_postgresql_and_serves_the_same_records_with_the_n
                     assert resp.status == 200, await resp.text()
                     return await resp.json()
 
+            async with session.get(base + "/v1/node") as resp:
+                served_node = await resp.json()
             kept = await get(f"/v1/entries/{story['kept']['record_hash']}", bob)
             redacted = await get(f"/v1/entries/{story['secret']['record_hash']}", bob)
             inside = await get(f"/v1/entries/{story['inside']['record_hash']}", alice)
@@ -214,6 +216,7 @@ async def test_a_node_moves_to_postgresql_and_serves_the_same_records_with_the_n
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    assert served_node["node_id"] == report["node_id"]  # the same node, now on PostgreSQL
     assert [e["content"] for e in kept["entries"]] == ["the zebra grazes"]
     assert redacted["entries"] == [] and [t["redacted"] for t in redacted["redacted"]] == [True]
     assert [e["space"] for e in inside["entries"]] == [story["space"]]
