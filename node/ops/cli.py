@@ -1,4 +1,4 @@
-"""Operator commands of `bbs`: backup, restore, restore-leftovers, litestream-config, doctor.
+"""Operator commands of `bbs`: backup, restore, restore-leftovers, litestream-config, doctor, migrate-store.
 
 Registered by node.cli.build_parser."""
 
@@ -114,6 +114,23 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor.exit_status(checks)
 
 
+def cmd_migrate_store(args: argparse.Namespace) -> int:
+    from node.features import LOG
+    from node.ops.migrate_store import migrate
+
+    moved = migrate(args.from_data, args.to, LOG)
+    if args.json:
+        _print_json(moved)
+        return 0
+    print(
+        f"moved node {moved.node_id} to PostgreSQL: {moved.tables} tables, {moved.rows} rows, {moved.records} records;"
+        f" row counts, {moved.digests_checked} sync digests and the projections (copied and rebuilt) checked"
+    )
+    print(f"{args.from_data} now names its database in store.url; 'bbs serve --data {args.from_data}' serves it")
+    print(f"the SQLite database is kept, unused, at {moved.kept_aside}")
+    return 0
+
+
 def add_commands(sub: Any) -> None:
     """Register the operator subcommands on build_parser's subparsers."""
     p = sub.add_parser("backup", help="write a consistent backup of a data folder (safe while the node serves)")
@@ -152,3 +169,24 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--scratch", type=Path, help="folder for the temporary copy of the database (default: $TMPDIR)")
     p.add_argument("--peer-timeout", type=float, default=5.0, help="seconds to wait for each peer")
     p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser(
+        "migrate-store",
+        help="move a stopped node's database from its bbs.db into an empty PostgreSQL database, checked, then switch",
+        description="Copy the node's SQLite database (DATA/bbs.db) into an empty PostgreSQL database (migrated to"
+        " this software's schema first), in one transaction; check the row count of every table, the sync digests"
+        " and a rebuild of the projections against the copy; then point the folder at it (DATA/store.url) and keep"
+        " bbs.db aside as DATA/bbs.db.before-postgresql-<time>. On any difference nothing is switched. Refused while"
+        " the node serves, for a folder already on PostgreSQL, a database that is not empty, or a bbs.db at another"
+        " schema version (start the node once first).",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_data",
+        type=Path,
+        default=Path(os.environ.get("BBS_DATA", "bbs-data")),
+        help="the data folder of the node to move (default: $BBS_DATA or ./bbs-data)",
+    )
+    p.add_argument("--to", required=True, help="the empty PostgreSQL database, a postgresql:// URL")
+    p.add_argument("--json", action="store_true", help="print what was moved as JSON")
+    p.set_defaults(func=cmd_migrate_store)
