@@ -28,8 +28,8 @@ from node.ops.datadir import initialise
 from node.service import Node
 from node.store import db, pg_conn
 from node.store import to_postgresql as copy
+from scenarios import pg_cluster as cluster_mod
 from scenarios.fednet import free_port
-from tests import pg_cluster as cluster_mod
 from tests.conftest import AgentCreds, FakeClock
 from tests.ops.test_lifecycle import wait_healthy
 
