@@ -2,7 +2,7 @@
 
 A test that uses `pg_cluster` (directly or through `pg_url` / `pg_migrated_url`) is a PostgreSQL test: it is marked
 `postgresql` at collection; so is the PostgreSQL case of a test run on both engines (`open_store`, whose
-"postgresql" parameter carries the mark). Where no PostgreSQL server programs are found (tests/pg_cluster.py
+"postgresql" parameter carries the mark). Where no PostgreSQL server programs are found (scenarios/pg_cluster.py
 `find_bindir`) those tests are deselected, named in the report's header and summary, and the SQLite half runs as
 before; where `CI` is set (.ci/run sets CI=true, and installs the postgresql package) a missing PostgreSQL is an
 error instead, so CI never passes without running them. tests/conftest.py imports these.
@@ -20,7 +20,7 @@ import pytest
 from node.store import db, pg_conn, pg_schema
 from node.store.conn import Conn
 from node.store.projections import Log
-from tests import pg_cluster as cluster_mod
+from scenarios import pg_cluster as cluster_mod
 
 BINDIR = cluster_mod.find_bindir()
 PG_FIXTURES = {"pg_cluster", "pg_url", "pg_migrated_url", "pg_template"}

@@ -15,8 +15,8 @@ import aiohttp
 import psycopg
 import pytest
 
+from scenarios import pg_cluster as cluster_mod
 from scenarios.fednet import free_port
-from tests import pg_cluster as cluster_mod
 from tests.node.push.conftest import receiver
 from tests.ops.test_lifecycle import wait_healthy
 

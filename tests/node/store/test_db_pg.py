@@ -1,6 +1,6 @@
 """node/store/db.py's `Database` over a PostgreSQL URL (docs/decisions.md record 80): the migrations of
 node/store/migrations_pg on open, the writer's advisory lock, savepoints, `after_commit`, read-only REPEATABLE READ
-readers and quick reads stopped by `statement_timeout`. Each runs on the throwaway cluster (tests/pg_cluster.py)."""
+readers and quick reads stopped by `statement_timeout`. Each runs on the throwaway cluster (scenarios/pg_cluster.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from node.store import conn as neutral
 from node.store import db as node_db
 from node.store import pg_schema
 from node.store.db import Database
-from tests import pg_cluster as cluster_mod
+from scenarios import pg_cluster as cluster_mod
 
 pytestmark = pytest.mark.postgresql
 

@@ -1,4 +1,5 @@
-"""A throwaway PostgreSQL cluster for the tests: initdb and pg_ctl into a temporary folder, a unix socket only.
+"""A throwaway PostgreSQL cluster for the tests and the scenarios: initdb and pg_ctl into a temporary folder, a
+unix socket only (scenarios/ holds it so that both can use it: scenarios never import tests).
 
 One cluster per test process (each pytest-xdist worker starts its own, the first time a test asks for one) and
 one database per test, cloned from a template that holds the schema (CREATE DATABASE ... TEMPLATE copies files:
