@@ -51,7 +51,7 @@ def resolve_ref(conn: Conn, ref: str, sight: Sight) -> tuple[str | None, int | N
     An unknown but well-formed hash resolves to (hash, None): it may still arrive. An entry of a space `sight` does
     not see is unknown, exactly as one not held (docs/spaces.md).
     """
-    seen = sight.sql("space")
+    seen = seen_by(conn, sight, "space")
     if _LOCAL_ID.fullmatch(ref):
         if int(ref) > MAX_LOCAL_ID:
             return None, None
