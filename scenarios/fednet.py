@@ -12,12 +12,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from node.ops.datadir import DataDir
+from node.store import db
+from scenarios import pg_cluster
 
 SCENARIO_ENV = {"BBS_SYNC_WAIT_MS": "15000", "BBS_RECONCILE_EVERY_S": "5"}
 
@@ -56,6 +60,7 @@ class ServedNode:
     log: Any = None
     env: dict[str, str] = field(default_factory=lambda: dict(SCENARIO_ENV))
     mcp_port: int | None = None  # also serve MCP over streamable HTTP here (`bbs serve --mcp-port`, path /mcp)
+    store: str = ""  # a PostgreSQL URL: the node's database is there (`bbs init/serve --store`); "": data/bbs.db
 
     @property
     def url(self) -> str:
@@ -65,8 +70,13 @@ class ServedNode:
     def admin(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
+    @property
+    def store_args(self) -> list[str]:
+        """`--store URL` when the node's database is PostgreSQL's, else nothing."""
+        return ["--store", self.store] if self.store else []
+
     def init(self) -> None:
-        out = bbs("init", "--data", str(self.data))
+        out = bbs("init", "--data", str(self.data), *self.store_args)
         match = re.search(r"Admin token \(shown once, keep it safe\): (\S+)", out)
         if not match:
             raise ScenarioFailed(f"no admin token from bbs init: {out!r}")
@@ -77,6 +87,7 @@ class ServedNode:
         env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "node.cli", "serve", "--data", str(self.data), "--port", str(self.port)]
+            + self.store_args
             + ([] if self.mcp_port is None else ["--mcp-port", str(self.mcp_port)]),
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -96,6 +107,15 @@ class ServedNode:
             if time.monotonic() > deadline:
                 raise ScenarioFailed(f"{self.name} did not start")
             await asyncio.sleep(0.1)
+
+    def read(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one read-only statement (sqlite3's placeholders) on the node's database, whichever its engine:
+        its bbs.db, or the PostgreSQL database its folder names (`DataDir.store`); running or stopped."""
+        conn = db.connect_store(DataDir(self.data).store, readonly=True)
+        try:
+            return [tuple(row) for row in conn.execute(sql, tuple(parameters)).fetchall()]
+        finally:
+            conn.close()
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -174,6 +194,22 @@ async def converged(session: aiohttp.ClientSession, nodes: list[ServedNode]) -> 
     except (aiohttp.ClientError, ScenarioFailed):
         return False
     return len(digests) == 1
+
+
+@contextlib.contextmanager
+def postgresql_databases() -> Iterator[Callable[[], str]]:
+    """A throwaway PostgreSQL cluster (scenarios/pg_cluster.py) for a scenario's `--postgresql` form: yields a maker
+    of new empty databases, each a URL for `ServedNode(store=...)`; the cluster is stopped and removed after."""
+    bindir = pg_cluster.find_bindir()
+    if bindir is None:
+        raise ScenarioFailed(
+            "--postgresql: PostgreSQL's server programs are not installed (apt-get install postgresql)"
+        )
+    cluster = pg_cluster.start(bindir)
+    try:
+        yield lambda: cluster.store_url(cluster.create_database())
+    finally:
+        cluster.stop()
 
 
 class Link:
