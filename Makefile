@@ -2,7 +2,11 @@
 #
 #   make lint         ruff check, ruff format --check, lint-imports, hadolint and the Compose schema
 #   make typecheck    mypy over every package, the scenarios and the tests
-#   make test         the README's test command (pytest, 4 xdist workers; PYTEST_ARGS="-n 0 tests/node" narrows it)
+#   make test         the README's test command (pytest, 4 xdist workers; PYTEST_ARGS="-n 0 tests/node" narrows it);
+#                     it runs the PostgreSQL forms of the federation, crash-loop (5 kills) and space federation
+#                     scenarios on its test cluster (about 30, 60 and 60 to 100 s of it, beside the rest on the
+#                     workers); the long forms: python -m scenarios.{federation,crashloop --rounds N,space_fed}
+#                     --postgresql [NODE]
 #   make test-postgresql  the in-process tests that create a node, again with each node's database on PostgreSQL
 #                     (pytest --store postgresql: tests/pg_fixtures.py `node_store`; about 7 minutes)
 #   make ci           lint, typecheck, test, test-postgresql, the restore drill, chaos, (root only, inside the budget) containers, theft,

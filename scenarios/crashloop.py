@@ -1,7 +1,7 @@
 """Crash loop: SIGKILL a `bbs serve` under concurrent posts, links, task leases and an active sync; restart;
 repeat. After every kill, with the process dead:
 
-* `PRAGMA integrity_check` is ok;
+* `PRAGMA integrity_check` is ok (a SQLite victim's; PostgreSQL's own recovery is the server's, record 50);
 * every acknowledged entry and link (2xx received before the kill) is in the log;
 * `bbs rebuild` reports projections_matched_log (projections equal a rebuild from the log);
 * the sync cursor for the peer never moved backwards across a crash, and is not ahead of what was stored
@@ -9,18 +9,24 @@ repeat. After every kill, with the process dead:
 
 and after the restart every acknowledged lease is still held by the agent it was granted to.
 
-    python -m scenarios.crashloop [--rounds 100]    # the long form
-    tests/hardening/test_crashloop.py               # the CI form (20 rounds)
+With `--postgresql` the victim's database is on a throwaway PostgreSQL cluster (`bbs serve --store
+postgresql://...`; the peer stays on SQLite): a kill ends the victim's sessions, the server rolls back what they had
+not committed, and the same checks read the victim's database there. Rebuild after every kill there (the default):
+a rolled-back transaction spends identity values PostgreSQL never gives back, so a rebuild some kills later numbers
+the projections densely and finds `projections_matched_log` false (docs/decisions.md record 76).
+
+    python -m scenarios.crashloop [--rounds 100] [--postgresql]   # the long form
+    tests/hardening/test_crashloop.py                             # the CI forms (20 rounds; 4 on PostgreSQL)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import random
-import sqlite3
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -29,7 +35,7 @@ from typing import Any
 
 import aiohttp
 
-from scenarios.fednet import ScenarioFailed, ServedNode, bbs
+from scenarios.fednet import ScenarioFailed, ServedNode, bbs, postgresql_databases
 
 ENTRY = {"entry_type": "finding", "performative": "inform"}
 WF = "/v1/agent-workflows"
@@ -140,30 +146,21 @@ class _Workload:
 
 
 def _check_stopped(victim: ServedNode, peer: ServedNode, acked: Acked, round_no: int) -> None:
-    """Checks on the dead victim's database file."""
-    conn = sqlite3.connect(victim.data / "bbs.db")
-    try:
-        ok = conn.execute("PRAGMA integrity_check").fetchone()[0]
+    """Checks on the dead victim's database (its bbs.db, or its PostgreSQL database)."""
+    if not victim.store:
+        ok = victim.read("PRAGMA integrity_check")[0][0]
         if ok != "ok":
             raise ScenarioFailed(f"round {round_no}: integrity_check: {ok}")
-        stored = {row[0] for row in conn.execute("SELECT hash FROM records")}
-        lost = acked.hashes - stored
-        if lost:
-            raise ScenarioFailed(f"round {round_no}: {len(lost)} acknowledged records lost, e.g. {sorted(lost)[:3]}")
-        acked.pulled = conn.execute("SELECT count(*) FROM records WHERE origin = ?", (peer.node_id,)).fetchone()[0]
-        row = conn.execute("SELECT cursor_seq FROM peers WHERE node_id = ?", (peer.node_id,)).fetchone()
-        cursor = int(row[0]) if row else 0
-    finally:
-        conn.close()
+    stored = {row[0] for row in victim.read("SELECT hash FROM records")}
+    lost = acked.hashes - stored
+    if lost:
+        raise ScenarioFailed(f"round {round_no}: {len(lost)} acknowledged records lost, e.g. {sorted(lost)[:3]}")
+    acked.pulled = victim.read("SELECT count(*) FROM records WHERE origin = ?", (peer.node_id,))[0][0]
+    row = victim.read("SELECT cursor_seq FROM peers WHERE node_id = ?", (peer.node_id,))
+    cursor = int(row[0][0]) if row else 0
     if cursor < acked.cursor:
         raise ScenarioFailed(f"round {round_no}: peer cursor went back from {acked.cursor} to {cursor}")
-    peer_db = sqlite3.connect(f"file:{peer.data / 'bbs.db'}?mode=ro", uri=True)
-    try:
-        below = {
-            r[0] for r in peer_db.execute("SELECT hash FROM records WHERE scope = 'federation' AND seq <= ?", (cursor,))
-        }
-    finally:
-        peer_db.close()
+    below = {r[0] for r in peer.read("SELECT hash FROM records WHERE scope = 'federation' AND seq <= ?", (cursor,))}
     missing = below - stored
     if missing:
         raise ScenarioFailed(f"round {round_no}: cursor {cursor} is ahead of what was stored ({len(missing)} missing)")
@@ -190,9 +187,17 @@ async def _check_leases(
             raise ScenarioFailed(f"round {round_no}: acknowledged lease {lease_id} of task {task_id} lost: {task}")
 
 
-async def run(root: Path, rounds: int, seconds: tuple[float, float] = (0.5, 1.5), rebuild_every: int = 1) -> Report:
-    """Run the crash loop in `root`; raise ScenarioFailed at the first broken promise."""
-    victim, peer = ServedNode("victim", root / "victim"), ServedNode("peer", root / "peer")
+async def run(
+    root: Path,
+    rounds: int,
+    seconds: tuple[float, float] = (0.5, 1.5),
+    rebuild_every: int = 1,
+    victim_store: str = "",
+) -> Report:
+    """Run the crash loop in `root`; raise ScenarioFailed at the first broken promise. `victim_store`: the victim's
+    database at this PostgreSQL URL (an empty database) rather than its bbs.db."""
+    victim = ServedNode("victim", root / "victim", store=victim_store)
+    peer = ServedNode("peer", root / "peer")
     victim.init()
     peer.init()
     acked = Acked()
@@ -231,10 +236,12 @@ async def run(root: Path, rounds: int, seconds: tuple[float, float] = (0.5, 1.5)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--postgresql", action="store_true", help="the victim on a throwaway PostgreSQL cluster")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bbs-crashloop-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bbs-crashloop-") as tmp, contextlib.ExitStack() as stack:
+        store = stack.enter_context(postgresql_databases())() if args.postgresql else ""
         try:
-            report = asyncio.run(run(Path(tmp), args.rounds))
+            report = asyncio.run(run(Path(tmp), args.rounds, victim_store=store))
         except ScenarioFailed as exc:
             print(f"FAILED: {exc}", file=sys.stderr)
             return 1

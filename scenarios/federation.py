@@ -1,21 +1,57 @@
 """Scenario: three `bbs serve` nodes in a line (A - B - C). Writes on each end and in the middle converge on
-every node, a record crosses the line in about a second, links across nodes resolve, scope:local stays home.
+every node, a record crosses the line in about a second, links across nodes resolve, scope:local stays home, and
+every node holds the same federated records, bodies byte for byte (read from each node's database).
 
-Run: python -m scenarios.federation   (exit status 0 on success, 1 on failure)
+With `--postgresql` the middle node B keeps its database on a throwaway PostgreSQL cluster (`bbs serve --store
+postgresql://...`), peered both ways with the SQLite nodes A and C: every record that crosses the line goes
+through it, in and out (docs/decisions.md record 80).
+
+Run: python -m scenarios.federation [--postgresql]   (exit status 0 on success, 1 on failure)
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 import aiohttp
 
-from scenarios.fednet import ScenarioFailed, ServedNode, bbs, converged, run_scenario, wait_until
+from scenarios.fednet import (
+    ScenarioFailed,
+    ServedNode,
+    bbs,
+    converged,
+    postgresql_databases,
+    run_scenario,
+    wait_until,
+)
 
 
-async def run(root: Path) -> None:
-    nodes = [ServedNode(name, root / name) for name in ("a", "b", "c")]
+def federated_bodies(node: ServedNode) -> dict[str, bytes]:
+    """version -> signed body of every federated record in `node`'s log, read from its database (either engine)."""
+    rows = node.read("SELECT version, body FROM records WHERE scope = 'federation'")
+    return {str(version): bytes(body) for version, body in rows}
+
+
+def same_records(nodes: list[ServedNode]) -> None:
+    """Every federated record held by one node is held by every other, its body byte for byte."""
+    held = {n.name: federated_bodies(n) for n in nodes}
+    first, *others = nodes
+    for other in others:
+        mine, theirs = held[first.name], held[other.name]
+        if mine.keys() != theirs.keys():
+            only = sorted(mine.keys() ^ theirs.keys())
+            raise ScenarioFailed(f"{first.name} and {other.name} hold different records: {len(only)}, e.g. {only[:3]}")
+        differ = sorted(v for v in mine if mine[v] != theirs[v])
+        if differ:
+            raise ScenarioFailed(f"{first.name} and {other.name} hold different bodies of {differ[:3]}")
+    print(f"every node holds the same {len(held[first.name])} federated records, bodies byte for byte")
+
+
+async def run(root: Path, store_b: str = "") -> None:
+    """The line A - B - C in `root`; B's database at the PostgreSQL URL `store_b` when given."""
+    nodes = [ServedNode(name, root / name, store=store_b if name == "b" else "") for name in ("a", "b", "c")]
     a, b, c = nodes
     async with aiohttp.ClientSession() as session:
         try:
@@ -75,6 +111,7 @@ async def run(root: Path) -> None:
                     raise ScenarioFailed(f"unexpected peer state on B: {p}")
             count, sha = await a.digest(session)
             print(f"all three nodes hold {count} federated records, digest {sha}")
+            same_records(nodes)
             print(bbs("peers", "--data", str(b.data)), end="")
         finally:
             for n in nodes:
@@ -82,7 +119,12 @@ async def run(root: Path) -> None:
 
 
 def main() -> int:
-    return run_scenario("federation", run)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--postgresql", action="store_true", help="B's database on a throwaway PostgreSQL cluster")
+    if not parser.parse_args().postgresql:
+        return run_scenario("federation", run)
+    with postgresql_databases() as new_database:
+        return run_scenario("federation", lambda root: run(root, store_b=new_database()))
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ def bbs(*args: str) -> str:
         [sys.executable, "-m", "node.cli", *args], capture_output=True, text=True, timeout=120, check=False
     )
     if done.returncode != 0:
-        raise ScenarioFailed(f"bbs {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
+        said = f"{done.stderr.strip()} {done.stdout.strip()[-1000:]}".strip()
+        raise ScenarioFailed(f"bbs {' '.join(args)} failed ({done.returncode}): {said}")
     return done.stdout
 
 

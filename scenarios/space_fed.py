@@ -33,8 +33,8 @@ schedule drawn from `--seed` (printed with the seed) SIGKILLs and restarts rando
 the story has stopped it; a post or call to a node waits while it is down) and cuts random links between two of
 a, b, d and e for a few seconds; the story's posts are paced over the window; every link is mended before the heal.
 
-- `no_leak`: a node that never hosted a space holds no record of it, nor its id, in its log (`records`, read with
-  sqlite3 read-only); each host's changes feed, fetch and reconciliation, asked with that node's own key
+- `no_leak`: a node that never hosted a space holds no record of it, nor its id, in its log (`records`, read-only
+  from its database, either engine); each host's changes feed, fetch and reconciliation, asked with that node's own key
   (sync.client.PeerClient), answer nothing of it (fetch: every id `missing`; a reconciliation from an empty set:
   no id of it needed, no id of it nor the space's in the responder's messages); its digest of the space counts
   nothing. Asked by one host of another, the same probes find the whole space (they are not blind).
@@ -59,17 +59,21 @@ a, b, d and e for a few seconds; the story's posts are paced over the window; ev
   the signed bytes) flagged `equivocated` with 2 versions, and refuses the third version 409 `equivocation` with its
   digest unchanged.
 
-    python -m scenarios.space_fed [--seed N]
-    tests/hardening/test_space_fed_drill.py    # the CI form
+With `--postgresql NODE` (a, b, d or e; not c, whose story is a SQLite backup's restore) that node keeps its
+database on a throwaway PostgreSQL cluster (`bbs serve --store postgresql://...`), a host among SQLite hosts: the same
+story, the same checks (b: a host of alpha and beta, beta's creator, the node whose feed request is replayed).
+
+    python -m scenarios.space_fed [--seed N] [--postgresql NODE]
+    tests/hardening/test_space_fed_drill.py    # the CI forms (all on SQLite; b on PostgreSQL)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
-import sqlite3
 import sys
 import tempfile
 import time
@@ -84,7 +88,7 @@ from agent import identity_file
 from identity import canonical, key_files, records
 from scenarios import checks
 from scenarios.checks import Check, Report, table
-from scenarios.fednet import Capture, Link, ScenarioFailed, ServedNode, bbs, send_raw
+from scenarios.fednet import Capture, Link, ScenarioFailed, ServedNode, bbs, postgresql_databases, send_raw
 from sync import messages as m
 from sync.client import PeerClient, SyncError
 from sync.negentropy import Negentropy, NegentropyError, VectorStorage
@@ -106,6 +110,7 @@ TIMEOUT = aiohttp.ClientTimeout(total=30)
 DEFAULT_SEED = 38  # fixed, so CI is reproducible; `--seed N` draws another schedule
 CHAOS_WINDOW_S = 10.0  # the random kills and cuts start within this many seconds of c's stop
 KILLS, CUTS = 3, 4  # random SIGKILL-and-restarts, random link cuts per run
+POSTGRESQL_ABLE = ("a", "b", "d", "e")  # the nodes `--postgresql` may put there: c's story is a SQLite restore
 KILLABLE = ("a", "b", "d", "e")  # c is down for the whole window (no kill nor cut draws it); d: no kill after the
 # story has killed it
 REPLAY_LIMIT = 499  # the page size of the captured feed request, so the tap tells it from the pullers' requests
@@ -193,6 +198,7 @@ class World(checks.Drill):
     member_before: tuple[int, int] = (0, 0)  # cid's reads through c before its removal: the space, an entry
     eq: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> eq's headers there (a, b and d)
     equivocated: list[dict[str, Any]] = field(default_factory=list)  # eq's three signed versions of one address
+    stores: dict[str, str] = field(default_factory=dict)  # node -> its PostgreSQL database's URL (others: bbs.db)
 
     def cut(self, a: str, b: str) -> None:
         """Cut the link between `a` and `b`, both directions (until as many `mend`s)."""
@@ -219,19 +225,14 @@ class World(checks.Drill):
 
 def log_of(node: ServedNode, space: str, space_id: str) -> list[tuple[str, str]]:
     """(hash, version) of every record in `node`'s log that is of the space or names its id (read-only)."""
-    with sqlite3.connect(f"file:{node.data / 'bbs.db'}?mode=ro", uri=True) as conn:
-        rows = conn.execute(
-            "SELECT hash, version FROM records WHERE space = ? OR hash = ? OR instr(CAST(body AS TEXT), ?) > 0",
-            (space_id, space_id, space_id),
-        ).fetchall()
-    return [(str(h), str(v)) for h, v in rows]
+    named = space_id.encode()  # the id in the signed body (ASCII hex), read alike from either engine's bytes
+    rows = node.read("SELECT hash, version, space, body FROM records")
+    return [(str(h), str(v)) for h, v, space, body in rows if space_id in (space, h) or named in bytes(body)]
 
 
 def bodies_of(node: ServedNode, space_id: str) -> dict[str, bytes]:
     """version -> canonical body of every record of the space in `node`'s log (read-only)."""
-    with sqlite3.connect(f"file:{node.data / 'bbs.db'}?mode=ro", uri=True) as conn:
-        rows = conn.execute("SELECT version, body FROM records WHERE space = ?", (space_id,)).fetchall()
-    return {str(v): bytes(b) for v, b in rows}
+    return {str(v): bytes(b) for v, b in node.read("SELECT version, body FROM records WHERE space = ?", (space_id,))}
 
 
 async def space_digest(w: World, node: ServedNode, space_id: str | None) -> tuple[int, str]:
@@ -246,7 +247,7 @@ async def space_digest(w: World, node: ServedNode, space_id: str | None) -> tupl
 async def build(w: World) -> None:
     """Five nodes, each peered with every other through a relay; the agents; three spaces, their hosts and writers."""
     for name in NODES:
-        w.nodes[name] = ServedNode(name, w.root / name)
+        w.nodes[name] = ServedNode(name, w.root / name, store=w.stores.get(name, ""))
         w.busy[name] = asyncio.Lock()
     await asyncio.gather(*(asyncio.to_thread(n.init) for n in w.nodes.values()))
     await asyncio.gather(*(n.start(w.session) for n in w.nodes.values()))
@@ -746,13 +747,17 @@ def schedule_text(seed: int) -> str:
     return "\n".join(lines + [f"  {e}" for e in draw_schedule(seed)])
 
 
-async def run(root: Path, seed: int = DEFAULT_SEED) -> Report:
+async def run(root: Path, seed: int = DEFAULT_SEED, stores: dict[str, str] | None = None) -> Report:
     """The whole drill in `root` with the random schedule of `seed`; every check's result (a step that could not run
-    fails the checks it owns)."""
+    fails the checks it owns). `stores`: node name -> the PostgreSQL URL (an empty database) it keeps its database
+    at, for nodes of POSTGRESQL_ABLE; the others' are SQLite files."""
+    stores = dict(stores or {})
+    if not set(stores) <= set(POSTGRESQL_ABLE):
+        raise ValueError(f"only {', '.join(POSTGRESQL_ABLE)} may be on PostgreSQL, not {sorted(stores)}")
     started = time.monotonic()
     print(schedule_text(seed), flush=True)
     async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
-        w = World(root, session, seed=seed)
+        w = World(root, session, seed=seed, stores=stores)
         try:
             steps = (build, first_posts, capture_feed_request, back_up_c, equivocate, partition_and_changes, heal)
             for step in steps:
@@ -777,9 +782,10 @@ async def run(root: Path, seed: int = DEFAULT_SEED) -> Report:
                 await link.close()
     wall = time.monotonic() - started
     results = w.outcomes()
+    on_pg = "".join(f"{name} on PostgreSQL; " for name in sorted(stores))
     done = "\n".join(
         [
-            schedule_text(seed),
+            on_pg + schedule_text(seed),
             "what it did: " + "; ".join(w.chaos_log),
             "steps ended: " + ", ".join(w.phases),
             "",
@@ -792,9 +798,13 @@ async def run(root: Path, seed: int = DEFAULT_SEED) -> Report:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"the random schedule's seed ({DEFAULT_SEED})")
+    parser.add_argument(
+        "--postgresql", choices=POSTGRESQL_ABLE, help="this node's database on a throwaway PostgreSQL cluster"
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bbs-space-fed-") as tmp:
-        report = asyncio.run(run(Path(tmp), args.seed))
+    with tempfile.TemporaryDirectory(prefix="bbs-space-fed-") as tmp, contextlib.ExitStack() as stack:
+        stores = {args.postgresql: stack.enter_context(postgresql_databases())()} if args.postgresql else {}
+        report = asyncio.run(run(Path(tmp), args.seed, stores))
     return checks.verdict(report, "space federation drill")
 
 

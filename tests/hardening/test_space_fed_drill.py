@@ -1,8 +1,9 @@
-"""The CI form of scenarios/space_fed.py: five real `bbs serve` nodes, three spaces with different hosts, a host
+"""The CI forms of scenarios/space_fed.py: five real `bbs serve` nodes, three spaces with different hosts, a host
 stopped and restored from an old backup, a host named late and one removed, a member removed after the backup, a
 captured signed feed request replayed, an equivocating member, random kills and link cuts from the default seed;
-every check it names must hold (about 35 to 55 s). Beside it, the parts the drill's adversaries rest on: the relay
-tap that captures a request and the raw replay of it, and the replay check failing on what it must refuse."""
+every check it names must hold (about 35 to 55 s), all on SQLite, and again with b on PostgreSQL. Beside them, the
+parts the drill's adversaries rest on: the relay tap that captures a request and the raw replay of it, and the
+replay check failing on what it must refuse."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from scenarios import pg_cluster as pg_cluster_mod
 from scenarios import space_fed
 from scenarios.fednet import Capture, Link, send_raw
 
@@ -28,6 +30,22 @@ async def test_the_space_federation_drill_holds_every_check(tmp_path: Path) -> N
     did = next(line for line in report.text.splitlines() if line.startswith("what it did: "))
     assert "restarted " in did and "mended " in did, did  # the random schedule ran: a node killed and back, a link cut
     assert "c restored from its backup (lacks 3 of 3)" in did, did  # the amnesia really lost what came after it
+
+
+@pytest.mark.slow
+async def test_the_space_federation_drill_holds_with_a_host_on_postgresql(
+    tmp_path: Path, pg_cluster: pg_cluster_mod.Cluster
+) -> None:
+    """The same drill with b (a host of alpha and beta, beta's creator, the node whose feed request is replayed) a
+    real `bbs serve --store postgresql://...` among SQLite nodes: every check holds, b's log read from PostgreSQL."""
+    stores = {"b": pg_cluster.store_url(pg_cluster.create_database())}
+    report = await space_fed.run(tmp_path, stores=stores)
+    print(report.text)
+    assert set(report.results) == set(space_fed.CHECKS)
+    assert not report.failed, report.text
+    assert report.text.startswith("b on PostgreSQL; seed 38") and not (tmp_path / "b" / "bbs.db").exists()
+    with pytest.raises(ValueError):
+        await space_fed.run(tmp_path / "no", stores={"c": stores["b"]})  # c's story is a SQLite backup's restore
 
 
 def test_a_failed_check_stays_failed(tmp_path: Path) -> None:
