@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -72,6 +73,7 @@ def _off_if_unported(name: str, context: CleanupContext) -> CleanupContext:
     docs/decisions.md record 80) is logged as an error naming the feature and leaves its background work off, where
     it would stop the node. Its requests still answer with the error."""
 
+    @functools.wraps(context)  # `__wrapped__` names the feature's own context (tests/node/test_features.py)
     async def guarded(app: web.Application) -> AsyncIterator[None]:
         started = context(app)
         try:

@@ -288,11 +288,18 @@ class ReadQuery(msgspec.Struct, forbid_unknown_fields=True):
     include_synthetic: bool = False
 
 
+# A search's tag filter may not hold a NUL (docs/decisions.md record 83): no client can post such a tag, and
+# PostgreSQL text cannot hold one, so both stores answer alike, 422 naming the tag.
+FilterTag = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_TAG_CHARS, pattern=whole("[^\\u0000]*"), description="no NUL")
+]
+
+
 class SearchQuery(msgspec.Struct, forbid_unknown_fields=True):
     """Parameters of GET /v1/search. Lists are OR within the dimension; dimensions are ANDed."""
 
     q: Annotated[str, msgspec.Meta(max_length=MAX_QUERY_CHARS)] | None = None
-    tags: Annotated[list[Tag], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
+    tags: Annotated[list[FilterTag], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []
     entry_type: Annotated[list[EntryType], msgspec.Meta(max_length=5)] = []
     performative: Annotated[list[Performative], msgspec.Meta(max_length=9)] = []
     author: Annotated[list[AgentRef], msgspec.Meta(max_length=MAX_FILTER_VALUES)] = []

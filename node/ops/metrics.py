@@ -8,6 +8,7 @@ Hooks for other features:
 - a `SqlGauge(name, help, labels, sql)` in `SQL_GAUGES` (node/ops/store.py, with the other SQL of ops): a gauge
   filled at every scrape from one query whose rows are (*label values, value). `:now_ms` is bound to the node's
   clock. A gauge whose table does not exist (yet) is left empty. Use it for live leases, candidates by status, etc.
+  A statement that is not portable SQL gives PostgreSQL's form as `sql_pg` (docs/decisions.md record 50).
 - `metrics_of(app).counter/gauge/histogram(name, help, labels)` for events counted in process (sync
   outcomes per peer, sync lag), get-or-create, so two modules asking for one name share it.
 - `metrics_of(app).on_scrape(async_fn)` to refresh a gauge just before each scrape.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from node.store.conn import POSTGRESQL, Conn, engine_of
+from node.store.conn import POSTGRESQL, Conn, UndefinedTable, engine_of
 
 # ---- node identity (node_meta) ----------------------------------------------------------------------------------
 
@@ -115,12 +115,18 @@ def checkpoint_truncate(conn: Conn) -> None:
 
 @dataclass(frozen=True)
 class SqlGauge:
-    """A gauge computed by one SQL query at scrape time: rows of (*label values, value)."""
+    """A gauge computed by one SQL query at scrape time: rows of (*label values, value). `sql_pg` is the
+    PostgreSQL statement where SQLite's is not portable (record 50); None: `sql` serves both."""
 
     name: str
     help: str
     labels: tuple[str, ...]
     sql: str
+    sql_pg: str | None = None
+
+    def statement(self, engine: str) -> str:
+        """The query for `engine` (node.store.conn's SQLITE or POSTGRESQL)."""
+        return self.sql_pg if engine == POSTGRESQL and self.sql_pg is not None else self.sql
 
 
 SQL_GAUGES: tuple[SqlGauge, ...] = (
@@ -158,6 +164,7 @@ SQL_GAUGES: tuple[SqlGauge, ...] = (
         "Records the peer's feed holds beyond our cursor, as of the last pull",
         ("peer",),
         "SELECT node_id, max(coalesce(remote_head, 0) - cursor_seq, 0) FROM peers",
+        "SELECT node_id, GREATEST(coalesce(remote_head, 0) - cursor_seq, 0) FROM peers",  # no two-argument max
     ),
     SqlGauge(
         "bbs_sync_since_ok_seconds",
@@ -211,6 +218,8 @@ SQL_GAUGES: tuple[SqlGauge, ...] = (
 def query_gauges(conn: Conn, gauges: Iterable[SqlGauge], now_ms: int) -> dict[str, list[tuple[Any, ...]]]:
     """The rows of each gauge's query, by gauge name (`:now_ms` bound); a gauge whose table does not exist is
     left out."""
+    if engine_of(conn) == POSTGRESQL:
+        return _query_gauges_pg(conn, gauges, now_ms)
     out: dict[str, list[tuple[Any, ...]]] = {}
     for gauge in gauges:
         try:
@@ -218,4 +227,21 @@ def query_gauges(conn: Conn, gauges: Iterable[SqlGauge], now_ms: int) -> dict[st
         except sqlite3.OperationalError as exc:
             if "no such table" not in str(exc):
                 raise
+    return out
+
+
+def _query_gauges_pg(conn: Conn, gauges: Iterable[SqlGauge], now_ms: int) -> dict[str, list[tuple[Any, ...]]]:
+    # An error aborts PostgreSQL's transaction: each gauge runs in its own savepoint, so a missing table (42P01)
+    # leaves the others readable (record 50). A statement without placeholders takes no parameters there.
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    for gauge in gauges:
+        sql = gauge.statement(POSTGRESQL)
+        conn.execute("SAVEPOINT gauge")
+        try:
+            out[gauge.name] = [
+                tuple(row) for row in conn.execute(sql, {"now_ms": now_ms} if ":now_ms" in sql else None)
+            ]
+        except UndefinedTable:
+            conn.execute("ROLLBACK TO SAVEPOINT gauge")
+        conn.execute("RELEASE SAVEPOINT gauge")
     return out

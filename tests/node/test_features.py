@@ -7,7 +7,6 @@ import ast
 import importlib
 import json
 import pkgutil
-import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import ModuleType
@@ -29,7 +28,7 @@ from node.features import FEATURES, LOG, Feature, all_routes, joined
 from node.service import Node
 from node.store import db as dbmod
 from node.store import projections
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, engine_of
 from node.web.appkeys import NODE, SYNC
 from node.web.http import Route
 from tests.conftest import AgentCreds
@@ -196,14 +195,25 @@ async def records_of_every_kind(client: TestClient, make_agent: MakeAgent) -> No
     assert resp.status == 201, await resp.text()
 
 
-def row_counts(conn: sqlite3.Connection) -> dict[str, int]:
-    """Rows of every table of the schema (SQLite's own aside)."""
-    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+def row_counts(conn: Conn) -> dict[str, int]:
+    """Rows of every table of the schema (the engine's own aside), on either engine."""
+    if engine_of(conn) == POSTGRESQL:
+        tables = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+    else:
+        tables = "SELECT name FROM sqlite_master WHERE type = 'table'"
+    names = [r[0] for r in conn.execute(tables)]
     return {n: conn.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0] for n in names if not n.startswith("sqlite_")}
 
 
+def copy_log(conn: Conn, rows: list[Any]) -> None:
+    """Insert the log's rows (every column, seq included) into an empty database of either engine."""
+    values = ", ".join("?" * len(rows[0]))
+    overriding = " OVERRIDING SYSTEM VALUE" if engine_of(conn) == POSTGRESQL else ""  # seq is an identity there
+    conn.executemany(f"INSERT INTO records{overriding} VALUES ({values})", [tuple(row) for row in rows])
+
+
 async def test_each_features_projectors_fill_only_that_features_tables(
-    client: TestClient, make_agent: MakeAgent, node: Node, tmp_path: Path
+    client: TestClient, make_agent: MakeAgent, node: Node, tmp_path: Path, node_store: Callable[[], str | None]
 ) -> None:
     """Replayed alone into an empty schema, a feature's records fill its own tables and nothing else: each
     projector's tables are in the list, under its own feature."""
@@ -214,25 +224,23 @@ async def test_each_features_projectors_fill_only_that_features_tables(
     await node.redactions.redact(owner.agent_id, "ab" * 32, None)  # a redaction of a target not seen here
     log = await node.db.read(lambda c: c.execute("SELECT seq, hash, kind, body FROM records ORDER BY seq").fetchall())
     assert {row["kind"] for row in log} == set(RECORD_TYPES) | {"space", "space_member", "redaction", "space_host"}
+    every_column = await node.db.read(lambda c: c.execute("SELECT * FROM records ORDER BY seq").fetchall())
     for feature in FEATURES:
         if not feature.projectors:
             continue
-        conn = dbmod.connect(tmp_path / f"{feature.name}.db")
-        dbmod.migrate(conn)
-        # the log itself, which projectors may read (spaces recompute a space from its records)
-        conn.execute("ATTACH DATABASE ? AS source", (str(node.data.db_path),))
-        conn.execute("INSERT INTO records SELECT * FROM source.records")
-        conn.execute("DETACH DATABASE source")
+        conn = dbmod.connect_store(node_store() or tmp_path / f"{feature.name}.db")  # the node's engine
+        dbmod.migrate_store(conn)
+        copy_log(conn, every_column)  # the log itself, which projectors may read (spaces recompute a space)
         before = row_counts(conn)
-        conn.execute("BEGIN IMMEDIATE")
-        for seq, record_hash, kind, body in log:
-            if kind in feature.projectors:
-                record = json.loads(body)
-                struct = struct_for(record)
-                assert struct is not None
-                decoded = msgspec.convert(record, struct)
-                feature.projectors[kind](conn, decoded, projections.Projection(seq, record_hash, 0, notify=False))
-        conn.execute("COMMIT")
+        with dbmod.transaction(conn, immediate=True):
+            for seq, record_hash, kind, body in log:
+                if kind in feature.projectors:
+                    record = json.loads(body)
+                    struct = struct_for(record)
+                    assert struct is not None
+                    decoded = msgspec.convert(record, struct)
+                    projection = projections.Projection(seq, record_hash, 0, notify=False)
+                    feature.projectors[kind](conn, decoded, projection)
         filled = {name for name, count in row_counts(conn).items() if count != before[name]}
         conn.close()
         owned = set(feature.tables)
@@ -249,7 +257,8 @@ async def test_building_two_apps_registers_nothing_twice(node: Node) -> None:
     background = [ctx for feature in FEATURES for ctx in feature.background]
     for app in (first, second):
         assert app[NODE] is node
-        assert list(app.cleanup_ctx)[1:] == background  # after the node's own open/close
+        # after the node's own open/close; on PostgreSQL each wrapped by node/app.py's `_off_if_unported`
+        assert [getattr(ctx, "__wrapped__", ctx) for ctx in list(app.cleanup_ctx)[1:]] == background
         assert len(app.on_shutdown) == 2  # the long-poll wake-ups of the feed and federation, once each
     assert first[SYNC] is not second[SYNC]  # each app its own federation state
 

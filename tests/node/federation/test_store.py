@@ -25,6 +25,7 @@ from node.federation.store import (
     prefixed_versions,
 )
 from node.store import db, equivocation, waiting
+from node.store.conn import POSTGRESQL, Conn, engine_of
 from sync.store import Verified
 from sync.verify import verify_record
 from tests.node.migrated import database_before
@@ -62,14 +63,26 @@ def store(conn: sqlite3.Connection, peer: str, batch: list[Verified]) -> list[tu
 POISON = "this entry meets a fault of the node"
 
 
-def install_fault(conn: sqlite3.Connection) -> None:
+def install_fault(conn: Conn) -> None:
     """A fault in the node's own code, for real: Python code the node runs while storing an entry raises. SQLite
     runs it from a trigger on the entries table, for the one entry whose content is POISON (the trigger is TEMP:
-    this connection only)."""
+    this connection only). PostgreSQL cannot run the node's Python: there the trigger (of this test's database)
+    raises an internal error (SQLSTATE XX000), neither a constraint nor anything a peer's record is refused for."""
+    if engine_of(conn) == POSTGRESQL:
+        conn.execute(
+            "CREATE FUNCTION fault() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'a bug met %', NEW.content USING ERRCODE = 'XX000'; END $$"
+        )
+        conn.execute(
+            f"CREATE TRIGGER fault AFTER INSERT ON entries FOR EACH ROW WHEN (NEW.content = '{POISON}')"
+            " EXECUTE FUNCTION fault()"
+        )
+        return
 
     def fault(content: str) -> None:
         raise RuntimeError(f"a bug met {content!r}")
 
+    assert isinstance(conn, sqlite3.Connection)
     conn.create_function("fault", 1, fault)
     conn.execute(
         f"CREATE TEMP TRIGGER fault AFTER INSERT ON main.entries WHEN NEW.content = '{POISON}'"

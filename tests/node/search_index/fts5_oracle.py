@@ -1,9 +1,9 @@
 """The SQLite FTS5 search the node had before issue 24, kept as the oracle the search index is compared with.
 
-The node no longer has an FTS5 table (migration 0021 dropped it). `build` copies a node's database into memory
-and creates there the table migration 0001 had, filled from `entries`; `search_ids` runs the query the node's
-search ran on it, with the node's parsed clauses rendered as FTS5 (each word and phrase quoted from its folded
-tokens, a prefix's star outside the quotes), ANDed.
+The node no longer has an FTS5 table (migration 0021 dropped it). `build` copies a node's entries and their tags
+(from either store) into an in-memory SQLite database and creates there the table migration 0001 had, filled from
+`entries`; `search_ids` runs the query the node's search ran on it, with the node's parsed clauses rendered as FTS5
+(each word and phrase quoted from its folded tokens, a prefix's star outside the quotes), ANDed.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import unicodedata
 from typing import Any
 
 from node.search_index.query import Clause, parse
+from node.store.conn import Conn
 from wire.api import SearchQuery
 
 
@@ -31,10 +32,18 @@ def fts_query(q: str) -> str | None:
     return " ".join(fts5_term(c) for c in clauses) if clauses else None
 
 
-def build(conn: sqlite3.Connection) -> sqlite3.Connection:
-    """An in-memory copy of `conn`'s database with the old `entries_fts` table built from its entries."""
+def build(conn: Conn) -> sqlite3.Connection:
+    """An in-memory SQLite copy of the rows of `conn`'s `entries` and `entry_tags` (either engine's connection: the
+    node's store may be PostgreSQL) with the old `entries_fts` table built from its entries."""
     copy = sqlite3.connect(":memory:", check_same_thread=False)  # built on a reader thread, read on the test's
-    conn.backup(copy)
+    for table, key in (("entries", "id INTEGER PRIMARY KEY"), ("entry_tags", "entry_id")):
+        cursor = conn.execute(f"SELECT * FROM {table}")
+        columns = [c[0] for c in cursor.description]
+        rows = [tuple(row) for row in cursor.fetchall()]
+        # untyped columns keep each value as read; entries.id is the rowid the FTS5 table's content_rowid names
+        declared = [key if c == key.split()[0] else c for c in columns]
+        copy.execute(f"CREATE TABLE {table} ({', '.join(declared)})")
+        copy.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(columns))})", rows)
     copy.execute("CREATE VIRTUAL TABLE entries_fts USING fts5(content, tags, content='entries', content_rowid='id')")
     copy.execute("INSERT INTO entries_fts(entries_fts) VALUES('rebuild')")
     return copy

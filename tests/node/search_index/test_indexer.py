@@ -28,6 +28,7 @@ from node.search_index import indexer, store
 from node.search_index.index import FOLDER, Row, SearchIndex
 from node.service import Node
 from node.spaces.sight import OPERATOR
+from node.store.conn import Conn
 from node.web.appkeys import SEARCH_INDEXER
 from tests.conftest import FakeClock
 from tests.node.search_index import fts5_oracle
@@ -193,9 +194,10 @@ async def test_a_search_while_the_index_is_built_is_answered_503(node: Node) -> 
     assert len(await words(node, "kettle", limit=1)) == 1
 
 
-def copy_entry(conn: sqlite3.Connection, entry_id: int, count: int, start: int = 1000) -> None:
-    """`count` copies of an entries row under new ids and addresses (rows the index has not seen)."""
-    columns = [r[1] for r in conn.execute("PRAGMA table_info(entries)").fetchall()]
+def copy_entry(conn: Conn, entry_id: int, count: int, start: int = 1000) -> None:
+    """`count` copies of an entries row under new ids and addresses (rows the index has not seen), on either
+    engine."""
+    columns = [c[0] for c in conn.execute("SELECT * FROM entries LIMIT 0").description]
     picked = ", ".join(
         {"id": f"{start} + n", "record_hash": f"record_hash || '-' || ({start} + n)"}.get(c, c) for c in columns
     )
