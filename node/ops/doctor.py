@@ -64,6 +64,8 @@ def diagnose(data_root: Path, log: Log, *, scratch: Path | None = None, peer_tim
     if url is None and not data.db_path.exists():
         checks.append(Check("database", "fail", f"{data.db_path} does not exist"))
         return checks
+    if url is not None and not _check_reachable(data, url, checks):
+        return checks
     current = _check_schema(data, checks)
     if current is None:
         return checks
@@ -107,11 +109,7 @@ def _diagnose_postgresql(
     data: DataDir, url: str, log: Log, key_did: str | None, current: int, checks: list[Check]
 ) -> list[tuple[str, str | None]]:
     """The checks of a node whose database is PostgreSQL, on the database itself (nothing of it is kept)."""
-    try:
-        conn = db.connect_store(url, log=log)
-    except sqlite3.DatabaseError as exc:  # the engine-neutral errors subclass sqlite3's (record 76)
-        checks.append(Check("database", "fail", f"cannot open the database named in {data.store_url_path}: {exc}"))
-        return []
+    conn = db.connect_store(url, log=log)
     try:
         checks.append(
             Check(
@@ -169,6 +167,17 @@ def _check_key(data: DataDir, checks: list[Check]) -> str | None:
         return None
     checks.append(Check("node_key", "ok", f"{did} (mode 600)"))
     return did
+
+
+def _check_reachable(data: DataDir, url: str, checks: list[Check]) -> bool:
+    """Whether the PostgreSQL database the folder names answers (its URL is never shown: it may hold a password)."""
+    try:
+        db.read_sync(url, store.record_count)
+    except sqlite3.DatabaseError as exc:  # the engine-neutral errors subclass sqlite3's (record 76)
+        detail = str(exc).replace(url, "<store.url>")
+        checks.append(Check("database", "fail", f"cannot open the database named in {data.store_url_path}: {detail}"))
+        return False
+    return True
 
 
 def _check_schema(data: DataDir, checks: list[Check]) -> int | None:
