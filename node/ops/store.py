@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from node.store.conn import POSTGRESQL, Conn, engine_of
+from node.store import db
+from node.store.conn import POSTGRESQL, Conn, UndefinedTable, engine_of
 
 # ---- node identity (node_meta) ----------------------------------------------------------------------------------
 
@@ -166,6 +167,11 @@ class SqlGauge:
     help: str
     labels: tuple[str, ...]
     sql: str
+    sql_pg: str | None = None  # PostgreSQL's statement where SQLite's is not portable (record 50)
+
+    def statement(self, conn: Conn) -> str:
+        """The statement of `conn`'s engine."""
+        return self.sql_pg if self.sql_pg is not None and engine_of(conn) == POSTGRESQL else self.sql
 
 
 SQL_GAUGES: tuple[SqlGauge, ...] = (
@@ -203,6 +209,7 @@ SQL_GAUGES: tuple[SqlGauge, ...] = (
         "Records the peer's feed holds beyond our cursor, as of the last pull",
         ("peer",),
         "SELECT node_id, max(coalesce(remote_head, 0) - cursor_seq, 0) FROM peers",
+        "SELECT node_id, GREATEST(coalesce(remote_head, 0) - cursor_seq, 0) FROM peers",  # no two-argument max
     ),
     SqlGauge(
         "bbs_sync_since_ok_seconds",
@@ -258,8 +265,17 @@ def query_gauges(conn: Conn, gauges: Iterable[SqlGauge], now_ms: int) -> dict[st
     left out."""
     out: dict[str, list[tuple[Any, ...]]] = {}
     for gauge in gauges:
+        sql = gauge.statement(conn)
+        bound = {"now_ms": now_ms} if ":now_ms" in sql else {}  # PostgreSQL refuses a parameter a statement lacks
+        if engine_of(conn) == POSTGRESQL:  # an error aborts the read's transaction: each gauge in its savepoint
+            try:
+                with db.savepoint(conn, "gauge"):
+                    out[gauge.name] = [tuple(row) for row in conn.execute(sql, bound)]
+            except UndefinedTable:
+                pass
+            continue
         try:
-            out[gauge.name] = [tuple(row) for row in conn.execute(gauge.sql, {"now_ms": now_ms})]
+            out[gauge.name] = [tuple(row) for row in conn.execute(sql, bound)]
         except sqlite3.OperationalError as exc:
             if "no such table" not in str(exc):
                 raise
