@@ -24,6 +24,7 @@ from node.ops import backup, doctor, store
 from node.ops.datadir import DataDir, initialise
 from node.store import db
 from tests.conftest import AgentCreds
+from tests.pg_cluster import Cluster
 
 REPO = Path(__file__).parents[3]
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -336,3 +337,39 @@ async def test_litestream_drill_replicate_destroy_restore(
     assert log_of(root) == live
     assert result.previous_epoch == epoch and meta(root, "epoch") == result.epoch != epoch
     assert doctor.exit_status(doctor.diagnose(root, LOG, peer_timeout=1)) == 0
+
+
+def test_a_postgresql_restore_names_its_database_and_replaces_a_node_only_when_forced(
+    pg_cluster: Cluster, tmp_path: Path
+) -> None:
+    """A backup of a node on PostgreSQL goes into the database --store names (or the folder's own); a database
+    holding a node is refused unless forced, and a SQLite backup takes no --store."""
+    one, two = pg_cluster.create_database(), pg_cluster.create_database()
+    try:
+        first, second = pg_cluster.store_url(one), pg_cluster.store_url(two)
+        initialise(tmp_path / "a", first)
+        initialise(tmp_path / "b", second)
+        archive = tmp_path / "a.tar"
+        manifest = backup.backup(tmp_path / "a", archive)
+        assert manifest.engine == "postgresql" and manifest.sha256.keys() == {"node.key", "bbs.pgdump"}
+        with pytest.raises(InvalidInput) as info:
+            backup.restore(archive, tmp_path / "fresh")
+        assert (info.value.code, info.value.field) == ("store_required", "store")
+        with pytest.raises(Conflict) as conflict:
+            backup.restore(archive, tmp_path / "fresh", store_url=second)
+        assert conflict.value.code == "store_exists" and "back it up first" in conflict.value.detail
+        assert meta(tmp_path / "b", "node_id") != manifest.node_id and not (tmp_path / "fresh").exists()
+        result = backup.restore(archive, tmp_path / "fresh", store_url=second, force=True)
+        assert DataDir(tmp_path / "fresh").store_url == second
+        assert meta(tmp_path / "fresh", "node_id") == manifest.node_id == result.node_id
+        assert meta(tmp_path / "fresh", "epoch") == result.epoch != manifest.epoch
+        assert log_of(tmp_path / "fresh") == log_of(tmp_path / "a")
+        sqlite_node = tmp_path / "s"
+        initialise(sqlite_node)
+        backup.backup(sqlite_node, tmp_path / "s.tar")
+        with pytest.raises(InvalidInput) as info:
+            backup.restore(tmp_path / "s.tar", tmp_path / "s2", store_url=first)
+        assert info.value.code == "store_mismatch" and not (tmp_path / "s2").exists()
+    finally:
+        pg_cluster.drop_database(one)
+        pg_cluster.drop_database(two)
