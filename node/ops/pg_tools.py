@@ -60,9 +60,11 @@ def _failed(name: str, stderr: str) -> BBSError:
 
 def dump(url: str, dest: Path, *, snapshot: str | None = None, exclude_data: tuple[str, ...] = ()) -> None:
     """`pg_dump --format=custom` of the database at `url` into `dest` (mode 600), as of `snapshot` (an exported
-    snapshot: the dump and the caller's reads see one instant) and without the rows of the `exclude_data` tables."""
+    snapshot: the dump and the caller's reads see one instant) and without the rows of the `exclude_data` tables.
+    Uncompressed, as a SQLite backup's copy is: what a backup holds can be searched for (a redacted body must not
+    be found in a later one), and compressing the whole tar is the operator's choice."""
     dsn, env = _target(url)
-    command = [program("pg_dump"), "--format=custom", "--no-owner", "--no-privileges", f"--file={dest}"]
+    command = [program("pg_dump"), "--format=custom", "--compress=0", "--no-owner", "--no-privileges", f"--file={dest}"]
     if snapshot is not None:
         command.append(f"--snapshot={snapshot}")
     command += [f"--exclude-table-data={table}" for table in exclude_data]
