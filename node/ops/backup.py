@@ -404,7 +404,7 @@ def remove_leftovers(data_root: Path, *, everything: bool = False) -> list[Lefto
     two renames: the leftovers are the only copies; run the restore again first)."""
     if data_root.exists() and datalock.in_use(data_root):
         raise Conflict(f"a node is serving {data_root}; stop it before removing restore leftovers", code="data_in_use")
-    if not DataDir(data_root).db_path.exists():
+    if not DataDir(data_root).has_store():  # bbs.db, or store.url naming a PostgreSQL database
         raise Conflict(
             f"{data_root} holds no database: the leftovers beside it may be the only copies; restore first",
             code="data_missing",

@@ -128,6 +128,21 @@ def test_a_restore_keeps_the_folders_agent_recovery_key(
     assert recovery_file.load(tmp_path / "fresh" / recovery_file.FILE_NAME) is None  # from the offline copy
 
 
+def test_restore_leftovers_beside_a_folder_of_either_engine_are_removed(
+    data_dir: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A folder whose node is on PostgreSQL holds no bbs.db: its store.url is its database, so what restores left
+    beside it is removed as beside a SQLite folder."""
+    root = data_dir[0]
+    out = tmp_path / "b.tar"
+    backup.backup(root, out)
+    for _ in range(2):
+        backup.restore(out, root, force=True)
+    assert [left.kind for left in backup.leftovers(root)] == ["replaced", "replaced"]
+    removed = backup.remove_leftovers(root)
+    assert len(removed) == 1 and [left.keep for left in backup.leftovers(root)] == [True]
+
+
 def _rewrite(archive: Path, dest: Path, change: Callable[[str, bytes], bytes | None], extra: str | None = None) -> None:
     with tarfile.open(archive) as src, tarfile.open(dest, "w") as out:
         for member in src.getmembers():
