@@ -1,10 +1,13 @@
 """Backups and restores of a data folder, and the Litestream configuration for continuous replication.
 
-A backup is one tar file holding `manifest.json`, `node.key` and `bbs.db`. The database is copied with
-`VACUUM INTO` in a read transaction, so it is a consistent snapshot even while the node serves and writes (WAL
-readers do not block the writer), and it carries no free page: the text of a redacted body is not in it. A
-restored store always gets a NEW store epoch: sequence numbers written after the backup will be assigned again to
-other records, so peers must not trust cursors into the old epoch; they see the new epoch and reconcile.
+A backup is one tar file holding `manifest.json`, `node.key` and the database: `bbs.db` for a node on SQLite, a
+`pg_dump --format=custom` file `bbs.pgdump` for a node on PostgreSQL (docs/decisions.md record 77). A SQLite
+database is copied with `VACUUM INTO` in a read transaction, so it is a consistent snapshot even while the node
+serves and writes (WAL readers do not block the writer), and it carries no free page: the text of a redacted body
+is not in it. A PostgreSQL database is dumped as of the snapshot the manifest was read in (pg_dump reads rows, never
+pages). A restored store always gets a NEW store epoch: sequence numbers written after the backup will be assigned
+again to other records, so peers must not trust cursors into the old epoch; they see the new epoch and reconcile.
+The fences (lease and key) stay in the data folder, outside what a restore brings back, on both engines.
 """
 
 from __future__ import annotations
@@ -27,18 +30,23 @@ import msgspec
 from identity import key_files
 from node.agents import recovery_file
 from node.errors import BBSError, Conflict, InvalidInput, NotFound
-from node.ops import datalock, store
-from node.ops.datadir import DataDir
+from node.ops import datalock, pg_tools, store
+from node.ops.datadir import STORE_FILE, DataDir
 from node.ops.progress import Report, silent
-from node.store import db
+from node.store import db, pg_schema
+from node.store.conn import Conn
 from node.store.key_fence import KEY_FENCE_NAME
 from node.workflows.fence import FENCE_NAME
 
 FORMAT = "agent-bbs-backup/1"
 DB_NAME = "bbs.db"
+DUMP_NAME = "bbs.pgdump"  # a node on PostgreSQL: its database as pg_dump --format=custom wrote it
 KEY_NAME = "node.key"
 MANIFEST_NAME = "manifest.json"
 MEMBERS = (MANIFEST_NAME, KEY_NAME, DB_NAME)
+PG_MEMBERS = (MANIFEST_NAME, KEY_NAME, DUMP_NAME)
+SQLITE, POSTGRESQL = "sqlite", "postgresql"
+SET_ASIDE_TABLE = "redacted_bodies"  # versions a redaction set aside for its grace: never in a backup
 COPY_CHUNK = 1024 * 1024
 UNPACK_STEP = "unpacking the backup (bytes)"
 FINISH_STEP = "checking the database and moving it into place"
@@ -55,6 +63,12 @@ class Manifest(msgspec.Struct, forbid_unknown_fields=True):
     records: int
     created_ms: int
     sha256: dict[str, str]
+    engine: str = SQLITE  # the database's engine: which file holds it (bbs.db or bbs.pgdump)
+
+    @property
+    def db_member(self) -> str:
+        """The member that holds the database."""
+        return DUMP_NAME if self.engine == POSTGRESQL else DB_NAME
 
 
 class RestoreResult(msgspec.Struct):
@@ -92,7 +106,7 @@ def snapshot_db(source: Path, dest: Path) -> None:
         src.close()
 
 
-def _meta(conn: sqlite3.Connection, key: str) -> str:
+def _meta(conn: Conn, key: str) -> str:
     value = store.meta_value(conn, key)
     return "" if value is None else value
 
@@ -118,19 +132,20 @@ def backup(data_root: Path, out: Path, *, now_ms: int | None = None) -> Manifest
     data = DataDir(data_root)
     if not data.exists():
         raise NotFound(f"{data_root} is not an initialised data folder", code="data_not_found")
-    if data.store_url is not None:  # docs/decisions.md records 50 and 80: pg_dump's work, not built yet
-        raise Conflict(
-            f"{data_root} keeps its node in PostgreSQL: bbs backup copies SQLite nodes only (use pg_dump)",
-            code="backup_unsupported",
-        )
     if out.is_dir():
         raise InvalidInput(f"{out} is a folder; give the backup a file name", field="out", code="invalid_output")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".bbs-backup-") as scratch:
         staged = Path(scratch)
-        snapshot_db(data.db_path, staged / DB_NAME)
+        url = data.store_url
+        if url is None:
+            engine, member = SQLITE, DB_NAME
+            snapshot_db(data.db_path, staged / DB_NAME)
+            node_id, epoch, version, records = _check_db(staged / DB_NAME)
+        else:
+            engine, member = POSTGRESQL, DUMP_NAME
+            node_id, epoch, version, records = _dump_pg(url, staged / DUMP_NAME)
         shutil.copyfile(data.key_path, staged / KEY_NAME)
-        node_id, epoch, version, records = _check_db(staged / DB_NAME)
         manifest = Manifest(
             format=FORMAT,
             node_id=node_id,
@@ -138,7 +153,8 @@ def backup(data_root: Path, out: Path, *, now_ms: int | None = None) -> Manifest
             schema_version=version,
             records=records,
             created_ms=int(time.time() * 1000) if now_ms is None else now_ms,
-            sha256={name: _sha256(staged / name) for name in (KEY_NAME, DB_NAME)},
+            sha256={name: _sha256(staged / name) for name in (KEY_NAME, member)},
+            engine=engine,
         )
         tmp = staged / "archive.tar"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -147,12 +163,26 @@ def backup(data_root: Path, out: Path, *, now_ms: int | None = None) -> Manifest
             info = tarfile.TarInfo(MANIFEST_NAME)
             info.size, info.mode, info.mtime = len(body), 0o600, manifest.created_ms // 1000
             tar.addfile(info, io.BytesIO(body))
-            for name in (KEY_NAME, DB_NAME):
+            for name in (KEY_NAME, member):
                 tar.add(staged / name, arcname=name, recursive=False)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, out)  # an interrupted backup never leaves a half-written archive at `out`
     return manifest
+
+
+def _dump_pg(url: str, dest: Path) -> tuple[str, str, int, int]:
+    """pg_dump the node's database at `url` into `dest`, as of the snapshot its (node_id, epoch, schema_version,
+    records) are read in, without the versions set aside for a redaction's grace (SQLite's copy empties them too)."""
+    conn = db.connect_store(url, readonly=True)  # REPEATABLE READ: one snapshot for the reads and the dump
+    try:
+        with db.transaction(conn, commit=False):
+            snapshot = store.export_snapshot(conn)
+            found = _meta(conn, "node_id"), _meta(conn, "epoch"), store.schema_version(conn), store.record_count(conn)
+            pg_tools.dump(url, dest, snapshot=snapshot, exclude_data=(SET_ASIDE_TABLE,))
+    finally:
+        conn.close()
+    return found
 
 
 def _unpack(archive: Path, staging: Path, progress: Report = silent) -> Manifest:
@@ -162,11 +192,12 @@ def _unpack(archive: Path, staging: Path, progress: Report = silent) -> Manifest
     try:
         with tarfile.open(archive, mode="r:*") as tar:
             members = {m.name: m for m in tar.getmembers()}
-            if set(members) != set(MEMBERS) or not all(m.isfile() for m in members.values()):
+            expected = next((names for names in (MEMBERS, PG_MEMBERS) if set(members) == set(names)), None)
+            if expected is None or not all(m.isfile() for m in members.values()):
                 raise InvalidInput(f"{archive} is not a bbs backup (members {sorted(members)})", code="backup_corrupt")
-            total, done = sum(members[name].size for name in MEMBERS), 0
+            total, done = sum(members[name].size for name in expected), 0
             progress(UNPACK_STEP, 0, total)
-            for name in MEMBERS:
+            for name in expected:
                 source = tar.extractfile(members[name])
                 assert source is not None
                 fd = os.open(staging / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -183,32 +214,43 @@ def _unpack(archive: Path, staging: Path, progress: Report = silent) -> Manifest
         raise InvalidInput(f"backup manifest is invalid: {exc}", code="backup_corrupt") from None
     if manifest.format != FORMAT:
         raise InvalidInput(f"unknown backup format {manifest.format!r}", code="backup_corrupt")
-    for name in (KEY_NAME, DB_NAME):
+    if manifest.engine not in (SQLITE, POSTGRESQL) or not (staging / manifest.db_member).exists():
+        raise InvalidInput(f"the manifest's engine {manifest.engine!r} does not match its files", code="backup_corrupt")
+    for name in (KEY_NAME, manifest.db_member):
         if _sha256(staging / name) != manifest.sha256.get(name):
             raise InvalidInput(f"{name} in the backup does not match its checksum", code="backup_corrupt")
     (staging / MANIFEST_NAME).unlink()
     return manifest
 
 
-def _finish(staging: Path, data_root: Path, *, force: bool, progress: Report = silent) -> RestoreResult:
-    """Check the staged store, give it a new epoch, and move it into place (the old folder is kept aside)."""
+def _finish(
+    staging: Path, data_root: Path, *, force: bool, progress: Report = silent, url: str | None = None
+) -> RestoreResult:
+    """Check the staged store, give it a new epoch, and move it into place (the old folder is kept aside). With
+    `url`, the staged database is a PostgreSQL dump, loaded into the database there first (`_load_pg`)."""
     progress(FINISH_STEP, 0, 2)
     key = key_files.load_key(staging / KEY_NAME)
-    node_id, previous_epoch, _version, records = _check_db(staging / DB_NAME)
-    if node_id != key.did:
-        raise InvalidInput(f"node.key ({key.did}) does not belong to this database ({node_id})", code="key_mismatch")
     epoch = secrets.token_hex(16)
+    if url is not None:
+        node_id, previous_epoch, records = _load_pg(staging, data_root, url, key.did, epoch, force=force)
+        progress(FINISH_STEP, 1, 2)
+    else:
+        node_id, previous_epoch, _version, records = _check_db(staging / DB_NAME)
+        if node_id != key.did:
+            raise InvalidInput(
+                f"node.key ({key.did}) does not belong to this database ({node_id})", code="key_mismatch"
+            )
 
-    def renew(conn: sqlite3.Connection) -> None:
-        store.renew_epoch_txn(conn, epoch, previous_epoch, int(time.time() * 1000))
+        def renew(conn: sqlite3.Connection) -> None:
+            store.renew_epoch_txn(conn, epoch, previous_epoch, int(time.time() * 1000))
 
-    db.write_sync(staging / DB_NAME, renew)  # also applies pending migrations; refuses a newer schema
-    progress(FINISH_STEP, 1, 2)
-    conn = sqlite3.connect(str(staging / DB_NAME))
-    try:
-        store.checkpoint_truncate(conn)
-    finally:
-        conn.close()
+        db.write_sync(staging / DB_NAME, renew)  # also applies pending migrations; refuses a newer schema
+        progress(FINISH_STEP, 1, 2)
+        conn = sqlite3.connect(str(staging / DB_NAME))
+        try:
+            store.checkpoint_truncate(conn)
+        finally:
+            conn.close()
     os.chmod(staging, 0o700)
     replaced = None
     check_target(data_root, force=force)  # again: a node may have started on it meanwhile
@@ -237,6 +279,81 @@ def _finish(staging: Path, data_root: Path, *, force: bool, progress: Report = s
     return RestoreResult(
         node_id=node_id, epoch=epoch, previous_epoch=previous_epoch, records=records, replaced=replaced
     )
+
+
+def _restore_target(manifest: Manifest, data_root: Path, store_url: str | None) -> str | None:
+    """The PostgreSQL database a backup is restored into (None: a SQLite backup, into the folder's bbs.db)."""
+    if manifest.engine == SQLITE:
+        if store_url is not None:
+            raise InvalidInput(
+                "this backup is of a node on SQLite: it restores into the data folder's bbs.db, not into --store",
+                field="store",
+                code="store_mismatch",
+            )
+        return None
+    url = store_url or DataDir(data_root).store_url
+    if url is None:
+        raise InvalidInput(
+            "this backup is of a node on PostgreSQL: name the database to restore it into with --store",
+            field="store",
+            code="store_required",
+        )
+    if not db.is_postgresql_url(url):
+        raise InvalidInput("--store takes a PostgreSQL URL (postgresql://...)", field="store", code="invalid_store")
+    return url
+
+
+def _load_pg(
+    staging: Path, data_root: Path, url: str, key_did: str, epoch: str, *, force: bool
+) -> tuple[str, str, int]:
+    """Load the staged dump into the database at `url` and give it `epoch`; return (node_id, previous epoch,
+    records). Everything that can refuse is checked before the database is touched: the dump readable, its node
+    the key's, its schema not newer than this software's, the folder free, the database holding no node (unless
+    `force`). The load itself is one transaction (pg_tools.restore): it succeeds whole or changes nothing."""
+    dump = staging / DUMP_NAME
+    pg_tools.check_dump(dump)
+    meta = {row[0]: row[1] for row in pg_tools.table_rows(dump, "node_meta") if len(row) == 2}
+    node_id, previous_epoch = meta.get("node_id"), meta.get("epoch")
+    if node_id is None or previous_epoch is None:
+        raise InvalidInput("the database dump holds no node identity (node_meta)", code="backup_corrupt")
+    if node_id != key_did:
+        raise InvalidInput(f"node.key ({key_did}) does not belong to this database ({node_id})", code="key_mismatch")
+    version = next((int(row[1]) for row in pg_tools.table_rows(dump, "schema_version") if len(row) == 2), 0)
+    latest = pg_schema.migrations()[-1][0]
+    if version > latest:
+        raise InvalidInput(
+            f"the backup's schema version {version} is newer than this software supports ({latest})",
+            code="schema_too_new",
+        )
+    check_target(data_root, force=force)  # before the database is replaced, not only before the folder is
+    conn = db.connect_store(url)
+    try:
+        holder, tables = store.stored_node_id(conn), store.user_tables(conn)
+        empty = tables == 0 or (holder is None and store.record_count(conn) == 0)
+    finally:
+        conn.close()
+    if not empty and not force:
+        raise Conflict(
+            "the database named by --store is not empty"
+            + (f" (it holds node {holder})" if holder else "")
+            + "; pass --force to replace it (its contents are dropped: back it up first)",
+            field="store",
+            code="store_exists",
+        )
+    pg_tools.restore(dump, url, store.CLEAR_SCHEMA_PG)
+    dump.unlink()
+
+    def renew(conn: Conn) -> int:
+        store.renew_epoch_txn(conn, epoch, previous_epoch, int(time.time() * 1000))
+        return store.record_count(conn)
+
+    records = db.write_sync(url, renew)  # also applies pending migrations
+    old_umask = os.umask(0o077)
+    try:
+        (staging / STORE_FILE).write_text(url + "\n", "utf-8")
+    finally:
+        os.umask(old_umask)
+    return node_id, previous_epoch, records
 
 
 def check_target(data_root: Path, *, force: bool) -> None:
@@ -287,7 +404,7 @@ def remove_leftovers(data_root: Path, *, everything: bool = False) -> list[Lefto
     two renames: the leftovers are the only copies; run the restore again first)."""
     if data_root.exists() and datalock.in_use(data_root):
         raise Conflict(f"a node is serving {data_root}; stop it before removing restore leftovers", code="data_in_use")
-    if not DataDir(data_root).db_path.exists():
+    if not DataDir(data_root).has_store():  # bbs.db, or store.url naming a PostgreSQL database
         raise Conflict(
             f"{data_root} holds no database: the leftovers beside it may be the only copies; restore first",
             code="data_missing",
@@ -302,12 +419,22 @@ def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
-def restore(archive: Path, data_root: Path, *, force: bool = False, progress: Report = silent) -> RestoreResult:
-    """Bring a data folder back from a backup file, with a new store epoch (`progress` hears each step)."""
+def restore(
+    archive: Path,
+    data_root: Path,
+    *,
+    store_url: str | None = None,
+    force: bool = False,
+    progress: Report = silent,
+) -> RestoreResult:
+    """Bring a data folder back from a backup file, with a new store epoch (`progress` hears each step). A backup
+    of a node on PostgreSQL is loaded into the database `store_url` names (default: the one the data folder names
+    already), which must hold no node unless `force`; a SQLite backup takes no `store_url`."""
     staging = _staging_dir(data_root)
     try:
-        _unpack(archive, staging, progress)
-        return _finish(staging, data_root, force=force, progress=progress)
+        manifest = _unpack(archive, staging, progress)
+        url = _restore_target(manifest, data_root, store_url)
+        return _finish(staging, data_root, force=force, progress=progress, url=url)
     finally:
         if staging.exists():
             shutil.rmtree(staging)
@@ -328,7 +455,15 @@ def litestream_binary() -> str:
 
 
 def litestream_config(data_root: Path, replica: str, *, sync_interval: str = "1s") -> str:
-    """A litestream.yml replicating the node's database to `replica` (a folder, or a URL such as s3://...)."""
+    """A litestream.yml replicating the node's database to `replica` (a folder, or a URL such as s3://...).
+    Litestream replicates SQLite files only: a node on PostgreSQL is refused (its server's WAL archiving is the
+    counterpart: docs/operations.md, "PostgreSQL")."""
+    if DataDir(data_root).store_url is not None:
+        raise Conflict(
+            f"{data_root} keeps its node in PostgreSQL, which Litestream does not replicate: archive the server's"
+            " WAL instead (docs/operations.md, PostgreSQL)",
+            code="litestream_sqlite_only",
+        )
     db_path = DataDir(data_root).db_path.resolve()
     lines = ["# Generated by `bbs litestream-config`. Run: litestream replicate -config THIS_FILE", "dbs:"]
     lines.append(f"  - path: {_yaml(str(db_path))}")

@@ -59,7 +59,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     check_target(args.data, force=args.force)  # refused before a long unpack, not after
     with Reporter() as progress:  # bars on a terminal, plain lines on stderr otherwise
         if args.from_file is not None:
-            result = restore(args.from_file, args.data, force=args.force, progress=progress)
+            result = restore(args.from_file, args.data, store_url=args.store, force=args.force, progress=progress)
         else:
             key = args.key if args.key is not None else args.data / "node.key"
             result = restore_litestream(args.litestream_config, args.data, key, force=args.force, progress=progress)
@@ -133,7 +133,9 @@ def cmd_migrate_store(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """Register the operator subcommands on build_parser's subparsers."""
-    p = sub.add_parser("backup", help="write a consistent backup of a data folder (safe while the node serves)")
+    p = sub.add_parser(
+        "backup", help="write a consistent backup of a data folder (safe while the node serves; pg_dump on PostgreSQL)"
+    )
     _data(p)
     p.add_argument("--out", type=Path, required=True, help="backup file to write (a tar; keep it secret)")
     p.set_defaults(func=cmd_backup)
@@ -144,7 +146,17 @@ def add_commands(sub: Any) -> None:
     source.add_argument("--from", dest="from_file", type=Path, help="a file written by bbs backup")
     source.add_argument("--litestream-config", type=Path, help="restore bbs.db from this Litestream replica config")
     p.add_argument("--key", type=Path, help="with --litestream-config: the node.key copy (default: DATA/node.key)")
-    p.add_argument("--force", action="store_true", help="replace a non-empty data folder (moved aside, not deleted)")
+    p.add_argument(
+        "--store",
+        help="a backup of a node on PostgreSQL: the database to load it into, a postgresql:// URL holding no node"
+        " (default: the one the data folder names)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a non-empty data folder (moved aside, not deleted) and a --store database holding a node"
+        " (its contents dropped)",
+    )
     p.set_defaults(func=cmd_restore)
 
     p = sub.add_parser("restore-leftovers", help="list (or --remove) the folders restores left beside the data folder")
@@ -163,7 +175,10 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--out", type=Path, help="write to this file instead of stdout")
     p.set_defaults(func=cmd_litestream_config)
 
-    p = sub.add_parser("doctor", help="check a data folder: integrity, search index, projections, key file, peers")
+    p = sub.add_parser(
+        "doctor",
+        help="check a data folder: integrity, search index, projections, key file, peers (SQLite or PostgreSQL)",
+    )
     _data(p)
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--scratch", type=Path, help="folder for the temporary copy of the database (default: $TMPDIR)")

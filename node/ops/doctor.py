@@ -1,7 +1,10 @@
 """`bbs doctor`: check a data folder without changing it, safe while the node serves.
 
-The live database is only read: it is copied with the online backup API, and the checks that must write
-(rebuilding projections from the log) run on the copy, which is then deleted.
+A SQLite database is only read: it is copied (`VACUUM INTO`), and the checks that must write (rebuilding
+projections from the log) run on the copy, which is then deleted. A PostgreSQL database (docs/decisions.md record
+77) is checked where it is: the trial rebuild runs in a transaction that is rolled back, holding the writer's lock
+and the projection tables for its length (writes and reads of those tables wait, nothing is changed); the checks
+that are SQLite's own (integrity_check, the WAL file) are said not to apply there, one line each.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -25,8 +28,9 @@ from node.ops.datadir import DataDir
 from node.redaction import store as redaction_store
 from node.retention import store as retention_store
 from node.search_index import indexer as search_indexer
-from node.store import db, projections, void
+from node.store import db, pg_schema, projections, void
 from node.store.authority import dropped_counts
+from node.store.conn import Conn
 from node.store.projections import Log
 from sync.auth import clock_advice, clock_offset
 
@@ -56,13 +60,17 @@ def diagnose(data_root: Path, log: Log, *, scratch: Path | None = None, peer_tim
         else Check("data_folder", "warn", f"{data_root} is readable by others (mode {mode:o}); chmod 700 it")
     )
     key_did = _check_key(data, checks)
-    if data.store_url is not None:  # docs/decisions.md record 80: the checks below read a SQLite file
-        checks.append(Check("database", "fail", "the node's database is PostgreSQL: bbs doctor checks SQLite only"))
-        return checks
-    if not data.db_path.exists():
+    url = data.store_url
+    if url is None and not data.db_path.exists():
         checks.append(Check("database", "fail", f"{data.db_path} does not exist"))
         return checks
-    if not _check_schema(data, checks):
+    if url is not None and not _check_reachable(data, url, checks):
+        return checks
+    current = _check_schema(data, checks)
+    if current is None:
+        return checks
+    if url is not None:
+        _check_peers(_diagnose_postgresql(data, url, log, key_did, current, checks), checks, peer_timeout)
         return checks
     peers: list[tuple[str, str | None]] = []
     with tempfile.TemporaryDirectory(dir=scratch, prefix="bbs-doctor-") as tmp:
@@ -75,19 +83,56 @@ def diagnose(data_root: Path, log: Log, *, scratch: Path | None = None, peer_tim
         conn = db.connect(copy, log=log)
         try:
             if _check_integrity(conn, checks):
-                _check_identity(conn, key_did, checks)
-                _check_key_fence(data_root, conn, key_did, checks)
-                checks.append(Check("search_index", *search_indexer.check(data_root, conn)))  # type: ignore[arg-type]
-                _check_projections(conn, checks)
-                _check_void(conn, checks)
-                _check_redactions(conn, data_root, checks)
-                _check_retention(conn, checks)
-                _check_dropped_key_events(conn, checks)
-                peers = _peer_urls(conn)
+                db.migrate(conn)  # the copy, brought to this software's schema so its projectors apply
+                peers = _check_store(data_root, conn, key_did, checks)
         finally:
             conn.close()
     _check_peers(peers, checks, peer_timeout)
     return checks
+
+
+def _check_store(data_root: Path, conn: Conn, key_did: str | None, checks: list[Check]) -> list[tuple[str, str | None]]:
+    """The checks both engines run on the node's database (a SQLite copy, or the PostgreSQL database itself); the
+    peers to ask."""
+    _check_identity(conn, key_did, checks)
+    _check_key_fence(data_root, conn, key_did, checks)
+    checks.append(Check("search_index", *search_indexer.check(data_root, conn)))  # type: ignore[arg-type]
+    _check_projections(conn, checks)
+    _check_void(conn, checks)
+    _check_redactions(conn, data_root, checks)
+    _check_retention(conn, checks)
+    _check_dropped_key_events(conn, checks)
+    return _peer_urls(conn)
+
+
+def _diagnose_postgresql(
+    data: DataDir, url: str, log: Log, key_did: str | None, current: int, checks: list[Check]
+) -> list[tuple[str, str | None]]:
+    """The checks of a node whose database is PostgreSQL, on the database itself (nothing of it is kept)."""
+    conn = db.connect_store(url, log=log)
+    try:
+        checks.append(
+            Check(
+                "integrity",
+                "ok",
+                f"PostgreSQL checksums its own pages (data_checksums {store.data_checksums(conn)}); SQLite's"
+                " integrity_check does not apply: pg_amcheck (the amcheck extension) checks tables and indexes",
+            )
+        )
+        checks.append(
+            Check(
+                "wal",
+                "ok",
+                "the write-ahead log is the PostgreSQL server's, not a file of the data folder: archive it there"
+                " (archive_command, pg_basebackup) for point-in-time recovery",
+            )
+        )
+        if current != pg_schema.migrations()[-1][0]:  # the trial rebuild needs this software's schema
+            checks.append(Check("projections", "warn", "not checked: the schema is migrated at the next start"))
+            return []
+        return _check_store(data.root, conn, key_did, checks)
+    finally:
+        conn.close()
 
 
 def _check_leftovers(data_root: Path) -> list[Check]:
@@ -124,21 +169,35 @@ def _check_key(data: DataDir, checks: list[Check]) -> str | None:
     return did
 
 
-def _check_schema(data: DataDir, checks: list[Check]) -> bool:
-    latest = db.migrations()[-1][0]
+def _check_reachable(data: DataDir, url: str, checks: list[Check]) -> bool:
+    """Whether the PostgreSQL database the folder names answers (its URL is never shown: it may hold a password)."""
     try:
-        current = db.read_sync(data.db_path, store.schema_version)
-    except sqlite3.DatabaseError as exc:
-        checks.append(Check("schema", "fail", f"cannot open {data.db_path}: {exc}"))
+        db.read_sync(url, store.record_count)
+    except sqlite3.DatabaseError as exc:  # the engine-neutral errors subclass sqlite3's (record 76)
+        detail = str(exc).replace(url, "<store.url>")
+        checks.append(Check("database", "fail", f"cannot open the database named in {data.store_url_path}: {detail}"))
         return False
+    return True
+
+
+def _check_schema(data: DataDir, checks: list[Check]) -> int | None:
+    """The database's schema version, or None when it cannot be read or is newer than this software's."""
+    on_postgresql = data.store_url is not None
+    latest = (pg_schema.migrations() if on_postgresql else db.migrations())[-1][0]
+    try:
+        current = db.read_sync(data.store, store.schema_version)
+    except sqlite3.DatabaseError as exc:  # either engine's (record 76); never the URL, which may hold a password
+        where = f"the database named in {data.store_url_path}" if on_postgresql else str(data.db_path)
+        checks.append(Check("schema", "fail", f"cannot open {where}: {exc}"))
+        return None
     if current > latest:
         checks.append(Check("schema", "fail", f"schema version {current} is newer than this software ({latest})"))
-        return False
+        return None
     if current < latest:
         checks.append(Check("schema", "warn", f"schema version {current}; {latest} will be applied at next start"))
     else:
         checks.append(Check("schema", "ok", f"schema version {current}"))
-    return True
+    return current
 
 
 def _check_integrity(conn: sqlite3.Connection, checks: list[Check]) -> bool:
@@ -150,7 +209,7 @@ def _check_integrity(conn: sqlite3.Connection, checks: list[Check]) -> bool:
     return False
 
 
-def _check_identity(conn: sqlite3.Connection, key_did: str | None, checks: list[Check]) -> None:
+def _check_identity(conn: Conn, key_did: str | None, checks: list[Check]) -> None:
     node_id, epoch = store.meta_value(conn, "node_id"), store.meta_value(conn, "epoch")
     if node_id is None or epoch is None:
         checks.append(Check("identity", "fail", "node_meta lacks node_id or epoch"))
@@ -160,7 +219,7 @@ def _check_identity(conn: sqlite3.Connection, key_did: str | None, checks: list[
         checks.append(Check("identity", "ok", f"node {node_id}, store epoch {epoch}"))
 
 
-def _check_key_fence(data_root: Path, conn: sqlite3.Connection, key_did: str | None, checks: list[Check]) -> None:
+def _check_key_fence(data_root: Path, conn: Conn, key_did: str | None, checks: list[Check]) -> None:
     """Whether the database holds a key the key fence lists as rotated out (node/store/key_fence.py): a restore
     from before a rotation of the node key or of a node-kept agent's key. The node signs nothing with such a key."""
     from node.agents import store as agent_store
@@ -190,8 +249,7 @@ def _check_key_fence(data_root: Path, conn: sqlite3.Connection, key_did: str | N
         checks.append(Check("key_fence", "ok", f"no rotated-out key in use ({len(fenced)} identities rotated here)"))
 
 
-def _check_projections(conn: sqlite3.Connection, checks: list[Check]) -> None:
-    db.migrate(conn)  # the copy, brought to this software's schema so its projectors apply
+def _check_projections(conn: Any, checks: list[Check]) -> None:  # either engine's connection (db.transaction)
     with db.transaction(conn, immediate=True, commit=False):  # a trial rebuild: nothing of it is kept
         before = projections.snapshot(conn)
         count = projections.rebuild(conn)
@@ -203,7 +261,7 @@ def _check_projections(conn: sqlite3.Connection, checks: list[Check]) -> None:
         checks.append(Check("projections", "ok", f"match a rebuild from {count} records"))
 
 
-def _check_redactions(conn: sqlite3.Connection, data_root: Path, checks: list[Check]) -> None:
+def _check_redactions(conn: Conn, data_root: Path, checks: list[Check]) -> None:
     """Redacted and purged records (node/redaction/): how many tombstones, how many purges of how many authors,
     whether dropped bodies still wait for their scrub (their bytes may be on disk until then), and a warning when
     folders a restore left beside the data folder may hold them (any, once a body was dropped)."""
@@ -225,7 +283,7 @@ def _check_redactions(conn: sqlite3.Connection, data_root: Path, checks: list[Ch
     checks.append(Check("redactions", "ok", detail))
 
 
-def _check_retention(conn: sqlite3.Connection, checks: list[Check]) -> None:
+def _check_retention(conn: Conn, checks: list[Check]) -> None:
     """Each retention policy (node/retention/) as the node last ran it: the days it keeps (or off) and what it
     removed. A policy the node never ran shows as off."""
     ran = {row.policy: row for row in retention_store.policies(conn)}
@@ -241,7 +299,7 @@ def _check_retention(conn: sqlite3.Connection, checks: list[Check]) -> None:
     checks.append(Check("retention", "ok", "; ".join(parts)))
 
 
-def _check_void(conn: sqlite3.Connection, checks: list[Check]) -> None:
+def _check_void(conn: Conn, checks: list[Check]) -> None:
     """How many stored records a later key event made void (node/store/void.py): a warning when any, since a
     revocation or recovery voided records someone signed with the identity's key."""
     flagged = void.count(conn)
@@ -258,7 +316,7 @@ def _check_void(conn: sqlite3.Connection, checks: list[Check]) -> None:
         checks.append(Check("void_records", "ok", "no stored record was made void by a later key event"))
 
 
-def _check_dropped_key_events(conn: sqlite3.Connection, checks: list[Check]) -> None:
+def _check_dropped_key_events(conn: Conn, checks: list[Check]) -> None:
     """How many allowed key events this node did not keep (docs/format-v3.md 3.4, decision 64): a warning when any,
     since competing key events signed by one identity's key mean someone else may hold that key."""
     events, identities = dropped_counts(conn)
@@ -277,7 +335,7 @@ def _check_dropped_key_events(conn: sqlite3.Connection, checks: list[Check]) -> 
         checks.append(Check("dropped_key_events", "ok", "no competing key event beyond one runner-up per place"))
 
 
-def _peer_urls(conn: sqlite3.Connection) -> list[tuple[str, str | None]]:
+def _peer_urls(conn: Conn) -> list[tuple[str, str | None]]:
     """(url, expected node id) of each peer, if this store has a peers table with a url column."""
     columns = store.table_columns(conn, "peers")
     url_col = next((c for c in ("url", "base_url", "endpoint") if c in columns), None)

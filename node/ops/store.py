@@ -61,7 +61,12 @@ def integrity_problems(conn: Conn) -> list[str]:
 
 
 def schema_version(conn: Conn) -> int:
-    """The schema version the migrations left (SQLite's user_version)."""
+    """The schema version the migrations left (SQLite's user_version; PostgreSQL's one-row schema_version table,
+    0 before the baseline: node/store/pg_schema.py)."""
+    if engine_of(conn) == POSTGRESQL:
+        exists = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()[0]
+        row = conn.execute("SELECT version FROM schema_version WHERE id = 1").fetchone() if exists else None
+        return 0 if row is None else int(row[0])
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
@@ -72,6 +77,12 @@ def record_count(conn: Conn) -> int:
 
 def table_columns(conn: Conn, table: str) -> set[str]:
     """The column names of `table` (empty when there is no such table). `table` is a name of ours, not input."""
+    if engine_of(conn) == POSTGRESQL:
+        sql = (
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = ?"
+        )
+        return {str(row[0]) for row in conn.execute(sql, (table,))}
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
@@ -79,6 +90,40 @@ def peer_urls(conn: Conn, url_col: str, id_col: str | None) -> list[tuple[str, s
     """(url, expected node id or None) of each row of peers, from these columns (names of ours, not input)."""
     select = f"SELECT {url_col}, {id_col if id_col else 'NULL'} FROM peers"
     return [(str(r[0]), r[1]) for r in conn.execute(select)]
+
+
+# ---- a PostgreSQL database (docs/decisions.md record 77) ---------------------------------------------------------
+
+# Empties the connection's schema of what a node's schema holds (tables with their indexes, triggers and identity
+# sequences; functions), before a restore loads a dump into it, in the restore's own transaction (node/ops/pg_tools.py
+# `restore`). Run only on a database that holds no node or that the operator told to replace (--force).
+CLEAR_SCHEMA_PG = """DO $$
+DECLARE name text;
+BEGIN
+  FOR name IN SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname = current_schema() LOOP
+    EXECUTE 'DROP TABLE IF EXISTS ' || name || ' CASCADE';
+  END LOOP;
+  FOR name IN SELECT p.oid::regprocedure::text FROM pg_proc p
+              WHERE p.pronamespace = current_schema()::regnamespace LOOP
+    EXECUTE 'DROP ROUTINE IF EXISTS ' || name || ' CASCADE';
+  END LOOP;
+END $$"""
+
+
+def export_snapshot(conn: Conn) -> str:
+    """Inside a REPEATABLE READ transaction: its snapshot's id, which `pg_dump --snapshot` dumps as of while the
+    transaction stays open (the backup's manifest and its dump then see one instant)."""
+    return str(conn.execute("SELECT pg_export_snapshot()").fetchone()[0])
+
+
+def user_tables(conn: Conn) -> int:
+    """How many tables the connection's schema holds (PostgreSQL)."""
+    return int(conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()").fetchone()[0])
+
+
+def data_checksums(conn: Conn) -> str:
+    """Whether the PostgreSQL cluster checksums its data pages (`on` or `off`)."""
+    return str(conn.execute("SHOW data_checksums").fetchone()[0])
 
 
 # ---- the backup file ----------------------------------------------------------------------------------------------

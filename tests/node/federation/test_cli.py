@@ -133,13 +133,13 @@ def test_commands_never_create_a_node(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_digest_agrees_with_the_node(data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
     data = data_dir[0]
     node_id = key_files.load_key(data / "node.key").did
-    expected = db.read_sync(DataDir(data).db_path, lambda c: sync_store.digest(c, node_id))
+    expected = db.read_sync(DataDir(data).store, lambda c: sync_store.digest(c, node_id))
     code, out, _ = run(capsys, "digest", "--data", str(data))
     assert (code, out) == (0, f"{expected.count} {expected.sha256}\n")
     code, out, _ = run(capsys, "digest", "--data", str(data), "--json")
     assert json.loads(out) == {"type": "digest", "v": 3, "node_id": node_id, "count": expected.count,
                                "sha256": expected.sha256}  # fmt: skip
-    empty = db.read_sync(DataDir(data).db_path, lambda c: sync_store.digest(c, node_id, space="a" * 64))
+    empty = db.read_sync(DataDir(data).store, lambda c: sync_store.digest(c, node_id, space="a" * 64))
     assert run(capsys, "digest", "--data", str(data), "--space", "a" * 64)[1] == f"0 {empty.sha256}\n"
     code, out, err = run(capsys, "digest", "--data", str(data), "--space", "family")
     assert code == 1 and out == "" and "--space takes a space id" in err
@@ -172,7 +172,7 @@ def test_peers_watch_without_peers_says_so(data_dir: tuple[Path, str], capsys: p
 
 def peer_status(data: str, node_id: str) -> dict[str, Any]:
     """The peer's status as `bbs peers --json` shows it (read beside the running node)."""
-    listing = db.read_sync(DataDir(Path(data)).db_path, lambda c: sync_store.peer_list(c, 0))
+    listing = db.read_sync(DataDir(Path(data)).store, lambda c: sync_store.peer_list(c, 0))
     status: dict[str, Any] = json.loads(msgspec.json.encode(next(p for p in listing.peers if p.node_id == node_id)))
     return status
 
@@ -229,11 +229,11 @@ def test_digest_of_the_v2_compatible_records(data_dir: tuple[Path, str], capsys:
     v2-compatible, so it equals the full one); another version is refused by argparse."""
     data = data_dir[0]
     node_id = key_files.load_key(data / "node.key").did
-    expected = db.read_sync(DataDir(data).db_path, lambda c: sync_store.digest(c, node_id, 2))
+    expected = db.read_sync(DataDir(data).store, lambda c: sync_store.digest(c, node_id, 2))
     code, out, _ = run(capsys, "digest", "--data", str(data), "--sync-version", "2", "--json")
     assert code == 0 and json.loads(out) == {"type": "digest", "v": 2, "node_id": node_id, "count": expected.count,
                                              "sha256": expected.sha256}  # fmt: skip
-    full = db.read_sync(DataDir(data).db_path, lambda c: sync_store.digest(c, node_id))
+    full = db.read_sync(DataDir(data).store, lambda c: sync_store.digest(c, node_id))
     assert (expected.count, expected.sha256) == (full.count, full.sha256)
     with pytest.raises(SystemExit):
         run(capsys, "digest", "--data", str(data), "--sync-version", "1")

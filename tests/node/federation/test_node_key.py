@@ -52,7 +52,7 @@ def test_rotate_key_twice_on_a_folder(data_dir: tuple[Path, str], capsys: pytest
     code, out, _ = run(capsys, "node", "rotate-key", "--data", data, "--json")
     two = json.loads(out)
     assert code == 0 and two["previous_key"] == one["signing_key"]  # signed by the first rotation's key
-    path = DataDir(root).db_path
+    path = DataDir(root).store
     found, events, holders = node_key.parse_state(db.read_sync(path, sync_store.node_keys_meta))
     assert [k.did for k in found] == [one["signing_key"], two["signing_key"]]
     assert (events, holders) == ([one["event"], two["event"]], set())
@@ -94,4 +94,4 @@ def test_a_refused_rotation_writes_no_fence(data_dir: tuple[Path, str]) -> None:
 
     assert asyncio.run(rotate_with_a_stranger_key()) == "key_not_current"
     assert KeyFence(root / KEY_FENCE_NAME).rotations() == []
-    assert db.read_sync(DataDir(root).db_path, sync_store.node_keys_meta) is None
+    assert db.read_sync(DataDir(root).store, sync_store.node_keys_meta) is None

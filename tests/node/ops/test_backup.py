@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import io
 import shutil
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -21,24 +20,31 @@ from aiohttp.test_utils import TestClient
 from node.agents import recovery_file
 from node.errors import Conflict, InvalidInput, NotFound
 from node.features import LOG
-from node.ops import backup, doctor
-from node.ops.datadir import initialise
+from node.ops import backup, doctor, store
+from node.ops.datadir import DataDir, initialise
+from node.store import db
 from tests.conftest import AgentCreds
+from tests.pg_cluster import Cluster
 
 REPO = Path(__file__).parents[3]
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 
 
-def log_of(db_path: Path) -> list[tuple[int, str]]:
-    conn = sqlite3.connect(db_path)
+def _store(where: Path) -> Path | str:
+    """What to open: a data folder's database (either engine), or a database file itself."""
+    return where if where.suffix == ".db" else DataDir(where).store
+
+
+def log_of(where: Path) -> list[tuple[int, str]]:
+    conn = db.connect_store(_store(where))
     try:
-        return [tuple(r) for r in conn.execute("SELECT seq, hash FROM records ORDER BY seq")]
+        return [(int(r[0]), str(r[1])) for r in conn.execute("SELECT seq, hash FROM records ORDER BY seq")]
     finally:
         conn.close()
 
 
-def meta(db_path: Path, key: str) -> str:
-    conn = sqlite3.connect(db_path)
+def meta(where: Path, key: str) -> str:
+    conn = db.connect_store(_store(where))
     try:
         return str(conn.execute("SELECT value FROM node_meta WHERE key = ?", (key,)).fetchone()[0])
     finally:
@@ -56,7 +62,11 @@ async def post(client: TestClient, agent: AgentCreds, n: int, prefix: str = "ent
 
 
 async def test_backup_while_serving_is_a_consistent_prefix_and_restores(
-    client: TestClient, make_agent: MakeAgent, data_dir: tuple[Path, str], tmp_path: Path
+    client: TestClient,
+    make_agent: MakeAgent,
+    data_dir: tuple[Path, str],
+    tmp_path: Path,
+    node_store: Callable[[], str | None],
 ) -> None:
     root = data_dir[0]
     alice = await make_agent("alice")
@@ -67,15 +77,15 @@ async def test_backup_while_serving_is_a_consistent_prefix_and_restores(
     manifest = await asyncio.to_thread(backup.backup, root, out)
     await writer
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
-    live = log_of(root / "bbs.db")
+    live = log_of(root)
     assert 21 <= manifest.records <= len(live)
 
     restored = tmp_path / "restored"
-    result = backup.restore(out, restored)
-    got = log_of(restored / "bbs.db")
+    result = backup.restore(out, restored, store_url=node_store())
+    got = log_of(restored)
     assert got == live[: len(got)] and len(got) == manifest.records  # one instant of the live log
-    assert result.previous_epoch == manifest.epoch == meta(root / "bbs.db", "epoch")
-    assert result.epoch == meta(restored / "bbs.db", "epoch") != manifest.epoch
+    assert result.previous_epoch == manifest.epoch == meta(root, "epoch")
+    assert result.epoch == meta(restored, "epoch") != manifest.epoch
     assert (restored / "node.key").read_bytes() == (root / "node.key").read_bytes()
     assert stat.S_IMODE((restored / "node.key").stat().st_mode) == 0o600
     assert stat.S_IMODE(restored.stat().st_mode) == 0o700
@@ -83,22 +93,26 @@ async def test_backup_while_serving_is_a_consistent_prefix_and_restores(
     assert doctor.exit_status(checks) == 0, checks
 
 
-def test_restore_refuses_a_non_empty_folder_unless_forced(data_dir: tuple[Path, str], tmp_path: Path) -> None:
+def test_restore_refuses_a_non_empty_folder_unless_forced(
+    data_dir: tuple[Path, str], tmp_path: Path, node_store: Callable[[], str | None]
+) -> None:
     root = data_dir[0]
     out = tmp_path / "b.tar"
     first = backup.backup(root, out)
     with pytest.raises(Conflict) as info:
         backup.restore(out, root)
     assert info.value.code == "data_exists"
-    assert meta(root / "bbs.db", "epoch") == first.epoch  # untouched
+    assert meta(root, "epoch") == first.epoch  # untouched
     result = backup.restore(out, root, force=True)
-    assert result.replaced is not None and Path(result.replaced, "bbs.db").exists()
-    assert meta(root / "bbs.db", "epoch") == result.epoch != first.epoch
+    assert result.replaced is not None and DataDir(Path(result.replaced)).has_store()
+    assert meta(root, "epoch") == result.epoch != first.epoch
     (tmp_path / "empty").mkdir()
-    assert backup.restore(out, tmp_path / "empty").node_id == first.node_id
+    assert backup.restore(out, tmp_path / "empty", store_url=node_store()).node_id == first.node_id
 
 
-def test_a_restore_keeps_the_folders_agent_recovery_key(data_dir: tuple[Path, str], tmp_path: Path) -> None:
+def test_a_restore_keeps_the_folders_agent_recovery_key(
+    data_dir: tuple[Path, str], tmp_path: Path, node_store: Callable[[], str | None]
+) -> None:
     """The agent recovery key is not in a backup (its copy is the operator's, offline); a restore into the folder
     keeps the one there, so the agents whose histories name it can still be revoked and recovered."""
     root = data_dir[0]
@@ -110,8 +124,23 @@ def test_a_restore_keeps_the_folders_agent_recovery_key(data_dir: tuple[Path, st
     assert again is not None and again.seed == kept.seed
     assert stat.S_IMODE((root / recovery_file.FILE_NAME).stat().st_mode) == 0o600
     (tmp_path / "fresh").mkdir()
-    backup.restore(out, tmp_path / "fresh")
+    backup.restore(out, tmp_path / "fresh", store_url=node_store())
     assert recovery_file.load(tmp_path / "fresh" / recovery_file.FILE_NAME) is None  # from the offline copy
+
+
+def test_restore_leftovers_beside_a_folder_of_either_engine_are_removed(
+    data_dir: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A folder whose node is on PostgreSQL holds no bbs.db: its store.url is its database, so what restores left
+    beside it is removed as beside a SQLite folder."""
+    root = data_dir[0]
+    out = tmp_path / "b.tar"
+    backup.backup(root, out)
+    for _ in range(2):
+        backup.restore(out, root, force=True)
+    assert [left.kind for left in backup.leftovers(root)] == ["replaced", "replaced"]
+    removed = backup.remove_leftovers(root)
+    assert len(removed) == 1 and [left.keep for left in backup.leftovers(root)] == [True]
 
 
 def _rewrite(archive: Path, dest: Path, change: Callable[[str, bytes], bytes | None], extra: str | None = None) -> None:
@@ -131,9 +160,10 @@ def _rewrite(archive: Path, dest: Path, change: Callable[[str, bytes], bytes | N
 
 
 def _flip_db_byte(name: str, data: bytes) -> bytes:
-    if name != "bbs.db":
+    if name not in ("bbs.db", "bbs.pgdump"):
         return data
-    return data[:5000] + bytes([data[5000] ^ 0xFF]) + data[5001:]
+    at = len(data) // 2
+    return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :]
 
 
 @pytest.mark.parametrize(
@@ -146,21 +176,68 @@ def _flip_db_byte(name: str, data: bytes) -> bytes:
     ],
 )
 def test_damaged_backups_are_refused_and_change_nothing(
-    data_dir: tuple[Path, str], tmp_path: Path, change: Callable[[str, bytes], bytes | None], extra: str | None
+    data_dir: tuple[Path, str],
+    tmp_path: Path,
+    node_store: Callable[[], str | None],
+    change: Callable[[str, bytes], bytes | None],
+    extra: str | None,
 ) -> None:
     good = tmp_path / "good.tar"
     backup.backup(data_dir[0], good)
     bad = tmp_path / "bad.tar"
     _rewrite(good, bad, change, extra)
-    target = tmp_path / "target"
+    target, database = tmp_path / "target", node_store()
     with pytest.raises(InvalidInput) as info:
-        backup.restore(bad, target)
+        backup.restore(bad, target, store_url=database)
     assert info.value.code == "backup_corrupt"
     assert not target.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging left behind
+    assert _holds_no_node(database)
 
 
-def test_not_a_tar_missing_file_and_wrong_key(data_dir: tuple[Path, str], tmp_path: Path) -> None:
+def _holds_no_node(database: str | None) -> bool:
+    """Whether the PostgreSQL database a refused restore named still holds no node (True for SQLite's None)."""
+    if database is None:
+        return True
+    conn = db.connect_store(database)
+    try:
+        return store.stored_node_id(conn) is None
+    finally:
+        conn.close()
+
+
+def test_a_truncated_database_with_matching_checksums_is_refused_and_changes_nothing(
+    data_dir: tuple[Path, str], tmp_path: Path, node_store: Callable[[], str | None]
+) -> None:
+    """The checksums only tie the files to the manifest: a database cut short before the backup was written is
+    refused by the engine's own check (SQLite's integrity_check; on PostgreSQL pg_restore, before the database
+    named is touched), and the database named holds no node after."""
+    good = tmp_path / "good.tar"
+    backup.backup(data_dir[0], good)
+    staged = tmp_path / "stage"
+    staged.mkdir()
+    with tarfile.open(good) as tar:
+        tar.extractall(staged, filter="data")
+    manifest = msgspec.json.decode((staged / "manifest.json").read_bytes(), type=backup.Manifest)
+    whole = (staged / manifest.db_member).read_bytes()
+    (staged / manifest.db_member).write_bytes(whole[: len(whole) // 2])
+    manifest.sha256[manifest.db_member] = backup._sha256(staged / manifest.db_member)
+    (staged / "manifest.json").write_bytes(msgspec.json.encode(manifest))
+    cut = tmp_path / "cut.tar"
+    with tarfile.open(cut, "w") as tar:
+        for name in ("manifest.json", "node.key", manifest.db_member):
+            tar.add(staged / name, arcname=name)
+    database = node_store()
+    with pytest.raises(InvalidInput) as info:
+        backup.restore(cut, tmp_path / "target", store_url=database)
+    assert info.value.code == "backup_corrupt"
+    assert not (tmp_path / "target").exists()
+    assert _holds_no_node(database)
+
+
+def test_not_a_tar_missing_file_and_wrong_key(
+    data_dir: tuple[Path, str], tmp_path: Path, node_store: Callable[[], str | None]
+) -> None:
     junk = tmp_path / "junk"
     junk.write_bytes(b"not a tar at all" * 100)
     with pytest.raises(InvalidInput):
@@ -170,7 +247,7 @@ def test_not_a_tar_missing_file_and_wrong_key(data_dir: tuple[Path, str], tmp_pa
     with pytest.raises(NotFound):
         backup.backup(tmp_path / "nowhere", tmp_path / "x.tar")
     other = tmp_path / "other"
-    initialise(other)
+    initialise(other, node_store())
     good = tmp_path / "good.tar"
     backup.backup(data_dir[0], good)
     key = (other / "node.key").read_bytes()
@@ -182,17 +259,28 @@ def test_not_a_tar_missing_file_and_wrong_key(data_dir: tuple[Path, str], tmp_pa
     (staged / "node.key").write_bytes(key)
     mixed = tmp_path / "mixed.tar"
     manifest = msgspec.json.decode((staged / "manifest.json").read_bytes(), type=backup.Manifest)
-    manifest.sha256 = {name: backup._sha256(staged / name) for name in ("node.key", "bbs.db")}
+    manifest.sha256 = {name: backup._sha256(staged / name) for name in ("node.key", manifest.db_member)}
     (staged / "manifest.json").write_bytes(msgspec.json.encode(manifest))
     with tarfile.open(mixed, "w") as tar:
-        for name in backup.MEMBERS:
+        for name in ("manifest.json", "node.key", manifest.db_member):
             tar.add(staged / name, arcname=name)
+    target = node_store()
     with pytest.raises(InvalidInput) as info:
-        backup.restore(mixed, tmp_path / "t3")
+        backup.restore(mixed, tmp_path / "t3", store_url=target)
     assert info.value.code == "key_mismatch"
+    assert not (tmp_path / "t3").exists()
+    if target is not None:  # the database named was not touched: it holds no node still
+        assert DataDir(tmp_path / "other").store_url != target
+        conn = db.connect_store(target)
+        try:
+            assert store.stored_node_id(conn) is None
+        finally:
+            conn.close()
 
 
-def test_cli_backup_and_restore_exit_codes(data_dir: tuple[Path, str], tmp_path: Path) -> None:
+def test_cli_backup_and_restore_exit_codes(
+    data_dir: tuple[Path, str], tmp_path: Path, node_store: Callable[[], str | None]
+) -> None:
     bbs = [sys.executable, "-m", "node.cli"]
     out = tmp_path / "cli.tar"
     run = subprocess.run(
@@ -209,8 +297,10 @@ def test_cli_backup_and_restore_exit_codes(data_dir: tuple[Path, str], tmp_path:
         cwd=Path(__file__).parents[3],
     )
     assert run.returncode == 1 and "data_exists" in run.stderr
+    database = node_store()
     run = subprocess.run(
-        [*bbs, "restore", "--data", str(tmp_path / "n"), "--from", str(out)],
+        [*bbs, "restore", "--data", str(tmp_path / "n"), "--from", str(out)]
+        + ([] if database is None else ["--store", database]),
         capture_output=True,
         text=True,
         cwd=Path(__file__).parents[3],
@@ -218,6 +308,7 @@ def test_cli_backup_and_restore_exit_codes(data_dir: tuple[Path, str], tmp_path:
     assert run.returncode == 0 and '"previous_epoch"' in run.stdout
 
 
+@pytest.mark.sqlite_only(reason="Litestream replicates SQLite files only; a node on PostgreSQL is refused")
 async def test_litestream_drill_replicate_destroy_restore(
     client: TestClient, make_agent: MakeAgent, data_dir: tuple[Path, str], tmp_path: Path
 ) -> None:
@@ -235,8 +326,8 @@ async def test_litestream_drill_replicate_destroy_restore(
     try:
         alice = await make_agent("alice")
         await post(client, alice, 30)
-        live = log_of(root / "bbs.db")
-        epoch = meta(root / "bbs.db", "epoch")
+        live = log_of(root)
+        epoch = meta(root, "epoch")
         deadline = time.monotonic() + 30
         restored: list[tuple[int, str]] = []
         probe = tmp_path / "probe.db"
@@ -258,6 +349,42 @@ async def test_litestream_drill_replicate_destroy_restore(
     await client.close()
     shutil.rmtree(root)
     result = backup.restore_litestream(config, root, key_copy)
-    assert log_of(root / "bbs.db") == live
-    assert result.previous_epoch == epoch and meta(root / "bbs.db", "epoch") == result.epoch != epoch
+    assert log_of(root) == live
+    assert result.previous_epoch == epoch and meta(root, "epoch") == result.epoch != epoch
     assert doctor.exit_status(doctor.diagnose(root, LOG, peer_timeout=1)) == 0
+
+
+def test_a_postgresql_restore_names_its_database_and_replaces_a_node_only_when_forced(
+    pg_cluster: Cluster, tmp_path: Path
+) -> None:
+    """A backup of a node on PostgreSQL goes into the database --store names (or the folder's own); a database
+    holding a node is refused unless forced, and a SQLite backup takes no --store."""
+    one, two = pg_cluster.create_database(), pg_cluster.create_database()
+    try:
+        first, second = pg_cluster.store_url(one), pg_cluster.store_url(two)
+        initialise(tmp_path / "a", first)
+        initialise(tmp_path / "b", second)
+        archive = tmp_path / "a.tar"
+        manifest = backup.backup(tmp_path / "a", archive)
+        assert manifest.engine == "postgresql" and manifest.sha256.keys() == {"node.key", "bbs.pgdump"}
+        with pytest.raises(InvalidInput) as info:
+            backup.restore(archive, tmp_path / "fresh")
+        assert (info.value.code, info.value.field) == ("store_required", "store")
+        with pytest.raises(Conflict) as conflict:
+            backup.restore(archive, tmp_path / "fresh", store_url=second)
+        assert conflict.value.code == "store_exists" and "back it up first" in conflict.value.detail
+        assert meta(tmp_path / "b", "node_id") != manifest.node_id and not (tmp_path / "fresh").exists()
+        result = backup.restore(archive, tmp_path / "fresh", store_url=second, force=True)
+        assert DataDir(tmp_path / "fresh").store_url == second
+        assert meta(tmp_path / "fresh", "node_id") == manifest.node_id == result.node_id
+        assert meta(tmp_path / "fresh", "epoch") == result.epoch != manifest.epoch
+        assert log_of(tmp_path / "fresh") == log_of(tmp_path / "a")
+        sqlite_node = tmp_path / "s"
+        initialise(sqlite_node)
+        backup.backup(sqlite_node, tmp_path / "s.tar")
+        with pytest.raises(InvalidInput) as info:
+            backup.restore(tmp_path / "s.tar", tmp_path / "s2", store_url=first)
+        assert info.value.code == "store_mismatch" and not (tmp_path / "s2").exists()
+    finally:
+        pg_cluster.drop_database(one)
+        pg_cluster.drop_database(two)

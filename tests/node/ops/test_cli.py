@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
 from node.cli import build_parser, main
-from node.ops.datadir import DataDir
+from node.ops.datadir import DataDir, initialise
+from tests.pg_cluster import Cluster
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -19,19 +21,26 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_backup_then_restore(data_dir: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_backup_then_restore(
+    data_dir: tuple[Path, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    node_store: Callable[[], str | None],
+) -> None:
     data, archive = data_dir[0], tmp_path / "node.bak"
     code, out, _ = run(capsys, "backup", "--data", str(data), "--out", str(archive))
     manifest = json.loads(out)
     assert code == 0 and archive.is_file() and manifest["out"] == str(archive)
     assert {"format", "node_id", "epoch", "schema_version", "records", "created_ms"} <= set(manifest)
-    target = tmp_path / "restored"
-    code, out, err = run(capsys, "restore", "--data", str(target), "--from", str(archive))
+    target, database = tmp_path / "restored", node_store()
+    into = [] if database is None else ["--store", database]
+    code, out, err = run(capsys, "restore", "--data", str(target), "--from", str(archive), *into)
     result = json.loads(out)  # stdout holds the result alone; progress goes to stderr (plain lines: no terminal)
     assert "unpacking the backup (bytes): 0/" in err and "moving it into place: 2/2 (100%)" in err
     assert code == 0 and (result["node_id"], result["previous_epoch"]) == (manifest["node_id"], manifest["epoch"])
     assert result["epoch"] != manifest["epoch"]  # a restored store starts a new epoch
-    assert DataDir(target).db_path.is_file() and (target / "node.key").is_file()
+    assert DataDir(target).store == (database or DataDir(target).db_path) and DataDir(target).has_store()
+    assert (target / "node.key").is_file()
     code, _, err = run(capsys, "restore", "--data", str(target), "--from", str(archive))
     assert code == 1 and err.startswith("bbs: data_exists: ")  # not over a non-empty folder without --force,
     assert len(err.splitlines()) == 1  # refused before the backup is unpacked
@@ -59,6 +68,7 @@ def test_backup_and_restore_refuse_bad_paths(
     assert code == 1 and "config_not_found" in err
 
 
+@pytest.mark.sqlite_only(reason="Litestream replicates SQLite files only; a node on PostgreSQL is refused (below)")
 def test_litestream_config(data_dir: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = data_dir[0]
     code, out, _ = run(capsys, "litestream-config", "--data", str(data), "--replica", str(tmp_path / "replica"))
@@ -74,6 +84,18 @@ def test_litestream_config(data_dir: tuple[Path, str], tmp_path: Path, capsys: p
                                                                          "sync-interval": "10s"}  # fmt: skip
     code, _, err = run(capsys, *argv, "--out", str(tmp_path))
     assert code == 1 and "is a folder" in err
+
+
+def test_litestream_config_refuses_a_node_on_postgresql(
+    pg_cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = pg_cluster.create_database()
+    try:
+        initialise(tmp_path / "node", pg_cluster.store_url(name))
+        code, out, err = run(capsys, "litestream-config", "--data", str(tmp_path / "node"), "--replica", "s3://b/n")
+        assert (code, out) == (1, "") and "litestream_sqlite_only" in err and "archive the server's WAL" in err
+    finally:
+        pg_cluster.drop_database(name)
 
 
 def test_doctor(data_dir: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from aiohttp.test_utils import TestClient
 
 from node.features import LOG
 from node.ops import doctor
+from node.ops.datadir import DataDir
+from node.store import db, projections
 from tests.conftest import AgentCreds
 
 REPO = Path(__file__).parents[3]
@@ -26,9 +28,25 @@ def statuses(root: Path) -> dict[str, str]:
 
 
 def tamper(root: Path, sql: str) -> None:
-    conn = sqlite3.connect(root / "bbs.db")
-    conn.executescript(sql)
-    conn.close()
+    """One statement run on the folder's database (either engine), committed."""
+    conn = db.connect_store(DataDir(root).store)
+    try:
+        conn.execute(sql)
+    finally:
+        conn.close()
+
+
+def contents(root: Path) -> dict[str, Any]:
+    """What the folder's database holds: the log, the node's identity, every projection table, the identities the
+    database hands out next (a trial rebuild on PostgreSQL truncates and refills those tables, then rolls back)."""
+    conn = db.connect_store(DataDir(root).store, log=LOG)
+    try:
+        found: dict[str, Any] = projections.snapshot(conn)
+        found["records"] = [tuple(r) for r in conn.execute("SELECT seq, hash FROM records ORDER BY seq")]
+        found["node_meta"] = [tuple(r) for r in conn.execute("SELECT key, value FROM node_meta ORDER BY key")]
+        return found
+    finally:
+        conn.close()
 
 
 async def seeded(client: TestClient, make_agent: MakeAgent) -> None:
@@ -46,23 +64,24 @@ async def test_healthy_store_passes_while_serving(
     client: TestClient, make_agent: MakeAgent, data_dir: tuple[Path, str]
 ) -> None:
     await seeded(client, make_agent)
-    before = (data_dir[0] / "bbs.db").stat().st_mtime_ns
+    sqlite_file = data_dir[0] / "bbs.db"
+    before = sqlite_file.stat().st_mtime_ns if sqlite_file.exists() else None
+    held = contents(data_dir[0])
     got = statuses(data_dir[0])
     assert set(got.values()) == {"ok"}, got
     assert {"node_key", "schema", "integrity", "identity", "search_index", "projections"} <= set(got)
-    assert (data_dir[0] / "bbs.db").stat().st_mtime_ns == before
+    assert contents(data_dir[0]) == held
+    assert (sqlite_file.stat().st_mtime_ns if sqlite_file.exists() else None) == before
 
 
 async def test_projection_drift_is_found(client: TestClient, make_agent: MakeAgent, data_dir: tuple[Path, str]) -> None:
     await seeded(client, make_agent)
     await client.close()
-    tamper(data_dir[0], "DELETE FROM agents;")
+    tamper(data_dir[0], "DELETE FROM agents")
     got = statuses(data_dir[0])
     assert got["projections"] == "fail" and got["integrity"] == "ok"
     # the live store was not repaired by the check: the drift is still there
-    conn = sqlite3.connect(data_dir[0] / "bbs.db")
-    assert conn.execute("SELECT count(*) FROM agents").fetchone()[0] == 0
-    conn.close()
+    assert contents(data_dir[0])["agents"] == []
 
 
 def test_key_permissions_and_missing_key(data_dir: tuple[Path, str]) -> None:
@@ -76,17 +95,21 @@ def test_key_permissions_and_missing_key(data_dir: tuple[Path, str]) -> None:
 
 def test_missing_folder_and_database(tmp_path: Path, data_dir: tuple[Path, str]) -> None:
     assert statuses(tmp_path / "nowhere") == {"data_folder": "fail"}
-    (data_dir[0] / "bbs.db").unlink()
-    assert statuses(data_dir[0])["database"] == "fail"
+    data = DataDir(data_dir[0])
+    url = data.store_url
+    if url is None:
+        data.db_path.unlink()
+    else:  # the database the folder names is not there (dropped, or a server without it)
+        named = url.split("@/", 1)[1].split("?", 1)[0]
+        data.store_url_path.write_text(url.replace(f"@/{named}?", "@/bbs_no_such_database?") + "\n")
+    found = {c.name: c for c in doctor.diagnose(data_dir[0], LOG, peer_timeout=2)}
+    assert found["database"].status == "fail"
+    assert "does not exist" in found["database"].detail
+    assert url is None or "postgresql://" not in found["database"].detail  # the URL (a password, maybe) is not shown
 
 
 def test_peers_reachable_or_not(data_dir: tuple[Path, str], tmp_path: Path) -> None:
     root = data_dir[0]
-    conn = sqlite3.connect(root / "bbs.db")
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if "peers" not in tables:  # the federation migration is not in this tree: stand in with the same columns
-        conn.execute("CREATE TABLE peers (node_id TEXT PRIMARY KEY, url TEXT NOT NULL, added_ms INTEGER NOT NULL)")
-    conn.close()
     other = tmp_path / "other"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     port = _free_port()
@@ -105,15 +128,17 @@ def test_peers_reachable_or_not(data_dir: tuple[Path, str], tmp_path: Path) -> N
             assert line, "node exited"
         other_id = line.split()[1]
         dead = _free_port()
-        conn = sqlite3.connect(root / "bbs.db")
-        conn.execute(
-            "INSERT INTO peers (node_id, url, added_ms) VALUES (?, ?, 0)", (other_id, f"http://127.0.0.1:{port}")
-        )
-        conn.execute(
-            "INSERT INTO peers (node_id, url, added_ms) VALUES ('did:key:zGone', ?, 0)", (f"http://127.0.0.1:{dead}",)
-        )
-        conn.commit()
-        conn.close()
+        conn = db.connect_store(DataDir(root).store)
+        try:
+            conn.execute(
+                "INSERT INTO peers (node_id, url, added_ms) VALUES (?, ?, 0)", (other_id, f"http://127.0.0.1:{port}")
+            )
+            conn.execute(
+                "INSERT INTO peers (node_id, url, added_ms) VALUES ('did:key:zGone', ?, 0)",
+                (f"http://127.0.0.1:{dead}",),
+            )
+        finally:
+            conn.close()
         deadline = time.monotonic() + 30
         while True:
             got = {c.name: c for c in doctor.diagnose(root, LOG, peer_timeout=2)}

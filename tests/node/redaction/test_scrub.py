@@ -130,12 +130,11 @@ async def test_with_grace_0_the_secret_is_in_no_file_of_the_data_folder_nor_in_a
         assert index.doc_freq("content", term) == 0, term  # deleted documents included: their segment is gone
     assert index.doc_freq("content", "weather") == 30  # every other document is still there
     assert (await get_json(client, "/v1/search", bob, params={"q": "weather", "limit": "50"}))["entries"]
-    if node.db.pg_url is None:
-        after_backup = tmp_path / "after.tar"
-        backup.backup(node.data.root, after_backup)
-        assert secret.encode() not in after_backup.read_bytes()
-        with tarfile.open(after_backup) as tar:
-            assert "bbs.db" in tar.getnames()
+    after_backup = tmp_path / "after.tar"
+    backup.backup(node.data.root, after_backup)
+    assert secret.encode() not in after_backup.read_bytes()
+    with tarfile.open(after_backup) as tar:  # the database is in it (SQLite's file, or an uncompressed pg_dump)
+        assert {"bbs.db", "bbs.pgdump"} & set(tar.getnames())
     # the node's own log lines (`bbs serve` replaces aiohttp's access log, which the test server keeps and which
     # writes query strings, by `bbs.access`: paths only) never held the body
     assert not [r for r in caplog.records if r.name != "aiohttp.access" and secret in r.getMessage()]

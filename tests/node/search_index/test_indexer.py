@@ -12,6 +12,7 @@ import contextlib
 import shutil
 import sqlite3
 import tempfile
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from node.errors import InvalidInput, SearchIndexBuilding
-from node.ops.datadir import initialise
+from node.ops import pg_tools
+from node.ops import store as ops_store
+from node.ops.datadir import DataDir, initialise
 from node.search_index import indexer, store
 from node.search_index.index import FOLDER, Row, SearchIndex
 from node.service import Node
 from node.spaces.sight import OPERATOR
+from node.store import db
 from node.store.conn import Conn
 from node.web.appkeys import SEARCH_INDEXER
 from tests.conftest import FakeClock
@@ -227,13 +231,27 @@ async def test_an_address_shows_its_winner(node: Node) -> None:
     assert node.search_index.documents() == 1
 
 
-async def test_rebuild_and_check(node: Node, data_dir: tuple[Path, str]) -> None:
+async def _copy_of(node: Node, root: Path, database: str | None) -> Any:
+    """A connection to a copy of the node's database as it is now: SQLite's online backup of the file, or on
+    PostgreSQL a dump loaded into `database` (what a restore from an old backup holds)."""
+    url = DataDir(root).store_url
+    if url is None:
+        early = sqlite3.connect(root.parent / "early.db")
+        await node.db.read(lambda c: c.backup(early))
+        return early
+    assert database is not None
+    dump = root.parent / "early.pgdump"
+    await asyncio.to_thread(pg_tools.dump, url, dump)
+    await asyncio.to_thread(pg_tools.restore, dump, database, ops_store.CLEAR_SCHEMA_PG)
+    return db.connect_store(database)
+
+
+async def test_rebuild_and_check(node: Node, data_dir: tuple[Path, str], node_store: Callable[[], str | None]) -> None:
     root = data_dir[0]
     alice = await node.agents.create("alice", "Alice")
     for text in ("one", "two"):
         await post_text(node, alice.agent_id, text)
-    early = sqlite3.connect(root.parent / "early.db")
-    await node.db.read(lambda c: c.backup(early))  # a doctor's copy, taken before the last entry
+    early = await _copy_of(node, root, node_store())  # a copy taken before the last entry
     await post_text(node, alice.agent_id, "three")
     assert node.search_index is not None
     await indexer.Indexer(node.db, node.search_index).catch_up()
@@ -245,7 +263,7 @@ async def test_rebuild_and_check(node: Node, data_dir: tuple[Path, str]) -> None
     held = await node.db.read(lambda c: indexer.rebuild(root, c))
     assert held.entries is None and held.status == "ok"  # the serving node holds the writer
     node.close()
-    with contextlib.closing(sqlite3.connect(root / "bbs.db")) as conn:
+    with contextlib.closing(db.connect_store(DataDir(root).store)) as conn:
         assert indexer.rebuild(root, conn) == indexer.Rebuilt(3, detail=indexer.check(root, conn)[1])
         assert indexer.check(root, conn)[0] == "ok"
         damaged = SearchIndex(root / FOLDER, store.store_epoch(conn))

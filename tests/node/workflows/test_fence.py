@@ -15,7 +15,9 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from node.app import create_app
-from node.ops import backup
+from node.ops import backup, pg_tools
+from node.ops import store as ops_store
+from node.ops.datadir import DataDir
 from node.service import Node
 from node.workflows.fence import FENCE_NAME, LONGEST_GRANT_MS, FenceFile, LeaseFence, read_fence, write_fence
 from node.workflows.service import Workflows
@@ -61,11 +63,21 @@ async def _lease(c: TestClient, headers: dict[str, str], key: str, seconds: int 
 
 
 def _copy_db(src: Path, dest: Path) -> None:
-    backup.snapshot_db(src / "bbs.db", dest)
+    """A copy of the node's database as it is now: SQLite's file, or a pg_dump of its PostgreSQL database."""
+    url = DataDir(src).store_url
+    if url is None:
+        backup.snapshot_db(src / "bbs.db", dest)
+    else:
+        pg_tools.dump(url, dest)
 
 
 def _put_back(old: Path, root: Path) -> None:
-    """An old database file copied back by hand while the node is stopped."""
+    """An old database put back by hand while the node is stopped: the file copied over bbs.db, or on PostgreSQL
+    the old dump restored over the node's database (the lease fence stays in the data folder either way)."""
+    url = DataDir(root).store_url
+    if url is not None:
+        pg_tools.restore(old, url, ops_store.CLEAR_SCHEMA_PG)
+        return
     for suffix in ("-wal", "-shm"):
         (root / f"bbs.db{suffix}").unlink(missing_ok=True)
     shutil.copyfile(old, root / "bbs.db")
