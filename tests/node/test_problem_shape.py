@@ -368,8 +368,11 @@ def bad_value(schema: dict[str, Any]) -> str | None:
         return "not-a-number"
     if "boolean" in types:
         return "perhaps"
-    if schema.get("format") == "date-time" or any(option.get("pattern") for option in options):
+    if schema.get("format") == "date-time":
         return "\x01 not this"
+    patterns = [option["pattern"] for option in options if option.get("pattern")]
+    if patterns:  # the first candidate every pattern refuses (a pattern refusing only NUL takes a control character)
+        return next(v for v in ("\x01 not this", "\x00") if not any(re.search(p, v) for p in patterns))
     if "array" in types:
         items = schema.get("items") or next(o.get("items") for o in options if o.get("type") == "array")
         return bad_value(items)

@@ -23,8 +23,8 @@ from node.features import LOG
 from node.ops import backup, doctor, store
 from node.ops.datadir import DataDir, initialise
 from node.store import db
+from scenarios.pg_cluster import Cluster
 from tests.conftest import AgentCreds
-from tests.pg_cluster import Cluster
 
 REPO = Path(__file__).parents[3]
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]

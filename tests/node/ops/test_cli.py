@@ -12,7 +12,7 @@ import yaml
 
 from node.cli import build_parser, main
 from node.ops.datadir import DataDir, initialise
-from tests.pg_cluster import Cluster
+from scenarios.pg_cluster import Cluster
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

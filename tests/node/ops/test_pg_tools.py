@@ -10,7 +10,7 @@ import pytest
 
 from node.errors import BBSError, NotFound
 from node.ops import pg_tools
-from tests.pg_cluster import Cluster
+from scenarios.pg_cluster import Cluster
 
 
 def test_the_password_goes_in_the_environment_not_on_the_command_line() -> None:
