@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -13,7 +12,9 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from node.app import create_app
+from node.ops.datadir import DataDir
 from node.service import Node
+from node.store import db
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import entry_record, get_json, hash_of, link, post, self_signer
 
@@ -109,18 +110,22 @@ async def test_rebuild_reproduces_projections(
         "search_index_entries": report["search_index_entries"],
         "search_index": "ok",
     }
-    assert (
-        report["search_index_entries"]
-        == sqlite3.connect(path / "bbs.db").execute("SELECT count(*) FROM entries").fetchone()[0]
-    )
+    conn = db.connect_store(DataDir(path).store)  # the node's database on its engine (SQLite or PostgreSQL)
+    try:
+        assert report["search_index_entries"] == conn.execute("SELECT count(*) FROM entries").fetchone()[0]
+    finally:
+        conn.close()
     assert report["records_replayed"] >= len(ids) + 3 + 2  # entries, agents, link records
 
     # Damage the projections by hand: rebuild notices, repairs, and a second rebuild finds them equal.
-    conn = sqlite3.connect(path / "bbs.db")
-    with conn:
+    conn = db.connect_store(DataDir(path).store)
+    try:
+        conn.execute("BEGIN")
         conn.execute("DELETE FROM entry_tags WHERE tag = 't1'")
         conn.execute("DELETE FROM links WHERE link_type = 'retracted_by'")
-    conn.close()
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
     damaged = bbs("rebuild", "--data", str(path))
     assert damaged.returncode == 1 and json.loads(damaged.stdout)["projections_matched_log"] is False
     again = bbs("rebuild", "--data", str(path))
