@@ -11,9 +11,9 @@ and after the restart every acknowledged lease is still held by the agent it was
 
 With `--postgresql` the victim's database is on a throwaway PostgreSQL cluster (`bbs serve --store
 postgresql://...`; the peer stays on SQLite): a kill ends the victim's sessions, the server rolls back what they had
-not committed, and the same checks read the victim's database there. Rebuild after every kill there (the default):
-a rolled-back transaction spends identity values PostgreSQL never gives back, so a rebuild some kills later numbers
-the projections densely and finds `projections_matched_log` false (docs/decisions.md record 76).
+not committed, and the same checks read the victim's database there. A rebuild some kills later matches there too:
+a link's id is max + 1 at its insert on either engine, so what a kill rolled back spends none (docs/decisions.md
+record 81).
 
     python -m scenarios.crashloop [--rounds 100] [--postgresql]   # the long form
     tests/hardening/test_crashloop.py                             # the CI forms (20 rounds; 4 on PostgreSQL)

@@ -431,7 +431,9 @@ RETRACTIONS_SQL = (
 )
 
 
-# RETRACTIONS_SQL on PostgreSQL (record 50): no planner hints, `= ANY` for json_each, ON CONFLICT for OR IGNORE.
+# RETRACTIONS_SQL on PostgreSQL (record 50): no planner hints, `= ANY` for json_each, ON CONFLICT for OR IGNORE;
+# ORDER BY l.id inserts the derived links in the order SQLite's plan makes them (its rowid list, ascending), so each
+# is numbered as there (max + 1 at its insert: migration 0052, record 81).
 RETRACTIONS_SQL_PG = (
     "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id,"
     " created_at, annotation, space)"
@@ -442,6 +444,7 @@ RETRACTIONS_SQL_PG = (
     " JOIN entries t ON t.record_hash = l.target_hash AND t.author_id = r.author_id"
     " WHERE l.link_type = 'supersedes' AND l.ordinal >= 0 AND l.origin_hash = l.source_hash"
     "   AND (l.source_hash = ANY(:h) OR l.target_hash = ANY(:h))"
+    " ORDER BY l.id"
     " ON CONFLICT DO NOTHING"
 )
 

@@ -14,14 +14,18 @@ from typing import Any
 
 import pytest
 
+from node.features import LOG
 from node.store import db, pg_conn, pg_schema
 from node.store.conn import Conn
 from node.store.pg_conn import PgConn
+from tests.pg_fixtures import on_both_engines
 
 # SQLite's declared types and the PostgreSQL types the baseline gives them (docs/decisions.md record 50).
 PG_TYPE = {"INTEGER": "bigint", "TEXT": "text", "REAL": "double precision", "BLOB": "bytea"}
 # Tables of one engine's own machinery: SQLite's AUTOINCREMENT counters; the PostgreSQL schema version.
 OWN_TABLES = {"sqlite": {"sqlite_sequence"}, "postgresql": {"schema_version"}}
+# Triggers doing what SQLite's rowid does itself: a link's id, max + 1 at its insert (migration 0052, record 81).
+OWN_TRIGGERS = {"postgresql": {("links", "links_numbered")}}
 
 Columns = list[tuple[str, str, bool]]  # (name, PostgreSQL type, nullable) in table order
 
@@ -120,7 +124,7 @@ def pg_schema_of(conn: PgConn) -> Schema:
             "SELECT c.relname::text, t.tgname::text FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
             " WHERE NOT t.tgisinternal"
         )
-    }
+    } - OWN_TRIGGERS["postgresql"]
     return schema
 
 
@@ -288,3 +292,33 @@ def test_the_triggers_do_on_postgresql_what_they_do_on_sqlite(tmp_path: Path, pg
     finally:
         sqlite.close()
         postgres.close()
+
+
+def test_a_link_is_numbered_max_plus_one_on_postgresql_as_sqlites_rowid_numbers_it(
+    tmp_path: Path, pg_migrated_url: str
+) -> None:
+    """No identity spends a link id on PostgreSQL (record 81): an insert rolled back, the largest link deleted, a
+    conflict skipped, the next link takes max + 1 as on SQLite; an id given is kept (the copy from SQLite)."""
+    insert = (
+        "INSERT INTO links (origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
+        " annotation) VALUES (?, 0, 's', 't', 'supports', 'a', 'c', '')"
+    )
+
+    def story(conn: Conn) -> list[tuple[Any, ...]]:
+        for origin in ("h1", "h2", "h3"):
+            conn.execute(insert, (origin,))
+        conn.execute("BEGIN")
+        conn.execute(insert, ("rolled back",))
+        conn.execute("ROLLBACK")
+        conn.execute("DELETE FROM links WHERE origin_hash = 'h3'")
+        conn.execute(insert, ("h4",))
+        conn.execute(
+            "INSERT INTO links (id, origin_hash, ordinal, source_hash, target_hash, link_type, author_id, created_at,"
+            " annotation) VALUES (10, 'given', 0, 's', 't', 'supports', 'a', 'c', '')"
+        )
+        conn.execute(insert, ("h5",))
+        return [tuple(row) for row in conn.execute("SELECT id, origin_hash FROM links ORDER BY id")]
+
+    sqlite, postgres = on_both_engines(tmp_path, pg_migrated_url, LOG, story)
+    assert sqlite == [(1, "h1"), (2, "h2"), (3, "h4"), (10, "given"), (11, "h5")]
+    assert postgres == sqlite

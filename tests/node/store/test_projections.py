@@ -17,7 +17,7 @@ from node.store import db, equivocation, pg_conn, projections
 from node.store.conn import Conn
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import entry_record, link_record, self_signer
-from tests.pg_fixtures import OpenStore
+from tests.pg_fixtures import OpenStore, on_both_engines
 from wire.time import format_ms
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -420,3 +420,53 @@ def test_the_projections_are_the_same_on_both_engines_and_rebuild_alike(tmp_path
     assert postgres_rows == sqlite_rows
     assert len(sqlite_rows["entries"]) == 5 and len(sqlite_rows["agents"]) == 2  # one row for the two versions
     assert sorted(row[5] for row in sqlite_rows["links"]) == ["contradicts", "retracted_by", "supersedes", "supports"]
+
+
+def _links_numbered_story(conn: Conn) -> tuple[list[tuple[Any, ...]], dict[str, list[tuple[Any, ...]]]]:
+    """Links inserted around a rolled-back write job and a rolled-back savepoint, then a rebuild: (the links before
+    two versions of one address, by id; the snapshot, checked equal after the rebuild)."""
+    target = entry_record(BOB, "the target", created_ms=T0)
+    claims = [entry_record(ALICE, f"claim {i}", created_ms=T0 + i) for i in (1, 2)]
+    hashes = [records.compute_hash(r) for r in (target, *claims)]
+
+    def linked(content: str, at: int, *targets: str, performative: str = "inform", kind: str = "supports") -> Any:
+        links = [{"target": t, "link_type": kind, "annotation": ""} for t in targets]
+        return entry_record(ALICE, content, created_ms=at, performative=performative, links=links)
+
+    _append_txn(conn, [target, *claims, linked("two links", T0 + 3, *hashes[:2])], T0)
+    _append_txn(conn, [linked("rolled back", T0 + 4, *hashes)], T0, commit=False)  # a write job killed or failed
+    conn.execute("BEGIN")  # a merged group whose first post fails: its savepoint is rolled back, the next commits
+    conn.execute("SAVEPOINT post")
+    projections.append_many(conn, [incoming(linked("failed post", T0 + 5, hashes[0]))], origin="local", now_ms=T0)
+    conn.execute("ROLLBACK TO SAVEPOINT post")
+    projections.append_many(conn, [incoming(linked("next post", T0 + 6, hashes[1]))], origin="local", now_ms=T0)
+    conn.execute("COMMIT")
+    retract = linked("I retract both", T0 + 7, *hashes[1:], performative="retract", kind="supersedes")
+    contradiction = link_record(BOB, hashes[1], hashes[0], "contradicts", created_ms=T0 + 8)
+    _append_txn(conn, [retract, contradiction], T0)  # two retracted_by links derived by one statement
+    numbered = _rows_of(conn, "SELECT id, origin_hash, ordinal, link_type FROM links ORDER BY id")
+    # two versions of one address, each with a link: the switch deletes the shown version's links
+    _append_txn(conn, [linked("one address", T0 + 9, hashes[0]), linked("one address", T0 + 9, hashes[1])], T0)
+    before = projections.snapshot(conn)
+    conn.execute("BEGIN")
+    projections.rebuild(conn)
+    conn.execute("COMMIT")
+    assert projections.snapshot(conn) == before
+    return numbered, before
+
+
+def test_link_ids_are_max_plus_one_on_both_engines_whatever_was_rolled_back(
+    tmp_path: Path, pg_migrated_url: str
+) -> None:
+    """A link's id is the largest one stored plus one at its insert (SQLite's rowid): a rolled-back write job or
+    savepoint spends none on either engine (a PostgreSQL identity would), so a rebuild numbers the links as they
+    were, and both engines number one log alike (docs/decisions.md record 81)."""
+    (sqlite_links, sqlite_rows), (pg_links, pg_rows) = on_both_engines(
+        tmp_path, pg_migrated_url, LOG, _links_numbered_story
+    )
+    assert [row[0] for row in sqlite_links] == list(range(1, len(sqlite_links) + 1))  # dense: nothing spent
+    assert [row[3] for row in sqlite_links].count("retracted_by") == 2
+    assert pg_links == sqlite_links
+    # the whole links table after the switch, rebuilt alike (seqs, and so entry ids, may differ: a rolled-back
+    # write spends seqs on PostgreSQL, never reused on either engine: migration 0049)
+    assert pg_rows["links"] == sqlite_rows["links"]

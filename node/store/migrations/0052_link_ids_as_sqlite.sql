@@ -1,0 +1,4 @@
+-- Nothing to change on SQLite (docs/decisions.md record 81): `links.id INTEGER PRIMARY KEY` is a rowid alias, so
+-- SQLite numbers each new link max(id) + 1 at its insert, in the writer's transaction; a rolled-back write spends
+-- no id and `bbs rebuild` numbers the links as they were first numbered. PostgreSQL's twin,
+-- node/store/migrations_pg/0052_link_ids_as_sqlite.sql, makes PostgreSQL number them the same way.
