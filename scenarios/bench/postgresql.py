@@ -149,6 +149,39 @@ def raw_rows(ctx: Context, count: int) -> list[Any]:
     return raw.sqlite_rows(raw.sample_records(ctx)[:count])
 
 
+def round_trips(cluster: pg_cluster.Cluster, path: Path, count: int) -> tuple[list[float], list[float]]:
+    """(PostgreSQL, SQLite) latencies of `count` `SELECT 1` statements through the node's own connections: a round
+    trip to the server over its unix socket against a call into the library in process."""
+    out = []
+    for store in (cluster.store_url(cluster.create_database()), path):
+        with contextlib.closing(db.connect_store(store)) as conn:
+            samples = []
+            for _ in range(count):
+                started = time.perf_counter()
+                conn.execute("SELECT 1").fetchone()
+                samples.append(time.perf_counter() - started)
+            out.append(samples)
+    return out[0], out[1]
+
+
+def report_round_trip(ctx: Context, cluster: pg_cluster.Cluster) -> None:
+    """What one statement costs on each engine: the unit every figure below is made of."""
+    pg, lite = round_trips(cluster, ctx.workdir / "pg-bench-round-trip.db", 200 if ctx.quick else 2000)
+    ctx.report.add(
+        Row(
+            BENCH,
+            "one statement (SELECT 1) through the node's connection: p50 / p99, PostgreSQL vs SQLite",
+            f"{ms(percentile(pg, 50))} / {ms(percentile(pg, 99))}",
+            f"{ms(percentile(lite, 50))} / {ms(percentile(lite, 99))}",
+            ratio(percentile(pg, 50), percentile(lite, 50)),
+            "",
+            None,
+            f"{len(pg)} statements one after another: node.store.pg_conn over the cluster's unix socket (a round trip"
+            " to another process, which must be scheduled) vs sqlite3 in process; ratio of the p50s",
+        )
+    )
+
+
 # --- ingest -------------------------------------------------------------------------------------------------------
 
 
@@ -390,6 +423,7 @@ def run(ctx: Context) -> None:
         if cluster is None:
             ctx.report.notes.append("postgresql: PostgreSQL is not installed (initdb, pg_ctl); nothing measured")
             return
+        report_round_trip(ctx, cluster)
         report_ingest(ctx, cluster, sizes)
         report_catch_up(ctx, cluster, sizes)
         report_reads(ctx, cluster, sizes)
