@@ -43,7 +43,8 @@ from wire.api import MAX_BATCH
 
 BENCH = "postgresql"
 ROUNDS = 3  # raw inserts: the median of this many rounds, each into a fresh database
-AT_COMMITS = 100  # commits per raw round at the node's entries per commit
+RAW_COMMITS = 20  # commits per raw round, within RAW_ENTRIES entries
+RAW_ENTRIES = (3_000, 6_000)
 RAW_BATCH = raw.SQLITE_BATCH
 ENGINES = ("sqlite", "postgresql")
 # The tests' small cluster (scenarios/pg_cluster.py TEST_SETTINGS) without `fsync=off` and `full_page_writes=off`:
@@ -144,9 +145,19 @@ def insert_rows(url: str, rows: list[Any], per_commit: int) -> float:
     return len(rows) / elapsed
 
 
-def raw_rows(ctx: Context, count: int) -> list[Any]:
-    """The node's rows for the first `count` sample records (the raw benchmark's records)."""
-    return raw.sqlite_rows(raw.sample_records(ctx)[:count])
+def raw_rows(ctx: Context, per_commit: int) -> list[Any]:
+    """The node's rows for the first sample records (the raw benchmark's): RAW_COMMITS commits of `per_commit`, within
+    RAW_ENTRIES (quick: the sample's size)."""
+    records = raw.sample_records(ctx)
+    least, most = (0, len(records)) if ctx.quick else RAW_ENTRIES
+    return raw.sqlite_rows(records[: min(len(records), max(least, min(most, per_commit * RAW_COMMITS)))])
+
+
+def sqlite_raw_rate(ctx: Context, rows: list[Any], per_commit: int) -> float:
+    """Entries/s of sqlite3 inserting the same rows into the node's schema (raw.sqlite_round: a fresh file, the
+    writer's pragmas), `per_commit` per transaction: the median of ROUNDS rounds."""
+    rates = sorted(raw.sqlite_round(ctx, rows, batch=per_commit) for _ in range(ROUNDS))
+    return rates[len(rates) // 2]
 
 
 def round_trips(cluster: pg_cluster.Cluster, path: Path, count: int) -> tuple[list[float], list[float]]:
@@ -224,9 +235,9 @@ def ingest_on(ctx: Context, cluster: pg_cluster.Cluster, engine: str, batched: b
 def report_ingest(ctx: Context, cluster: pg_cluster.Cluster, sizes: Sizes) -> None:
     """Single posts and batches on each engine, and the PostgreSQL writer against raw psycopg."""
     add = ctx.report.add
-    rows = raw_rows(ctx, ctx.sizes.raw_records)
-    pg_batched = pg_raw_rate(cluster, rows[: max(RAW_BATCH * 20, min(len(rows), sizes.posts))], RAW_BATCH)
-    sqlite_batched = raw.sqlite_batched_rate(ctx)
+    rows = raw_rows(ctx, RAW_BATCH)
+    pg_batched = pg_raw_rate(cluster, rows, RAW_BATCH)
+    sqlite_batched = sqlite_raw_rate(ctx, rows, RAW_BATCH)
     add(
         Row(
             BENCH,
@@ -236,8 +247,9 @@ def report_ingest(ctx: Context, cluster: pg_cluster.Cluster, sizes: Sizes) -> No
             ratio(pg_batched, sqlite_batched),
             "",
             None,
-            "the node's rows (records RETURNING seq, entries, entry_tags by executemany) into the migrated schema of"
-            f" each engine, median of {ROUNDS} rounds on fresh databases; PostgreSQL over its unix socket, fsync on",
+            f"{len(rows)} entries: the node's rows (records RETURNING seq, entries, entry_tags) into the migrated"
+            f" schema of each engine, median of {ROUNDS} rounds on fresh databases; PostgreSQL over its unix"
+            " socket, fsync on; sqlite3 with the node writer's pragmas (WAL, synchronous=FULL)",
         )
     )
     clients = min(ctx.sizes.clients, sizes.posts)
@@ -272,7 +284,7 @@ def report_ingest(ctx: Context, cluster: pg_cluster.Cluster, sizes: Sizes) -> No
             )
         )
         at = max(1, round(pg.per_commit))
-        at_rows = rows[: min(len(rows), at * AT_COMMITS)]
+        at_rows = raw_rows(ctx, at)
         pg_at = pg_raw_rate(cluster, at_rows, at)
         add(
             Row(
