@@ -24,6 +24,7 @@ import os
 import random
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from identity import key_files, keys
 from node.ops.datadir import DataDir
 from node.store import db
 from scenarios import pg_cluster
-from scenarios.bench import corpus, ingest, raw, search, sync
+from scenarios.bench import corpus, index_lag, ingest, raw, search, sync
 from scenarios.bench.context import Context
 from scenarios.bench.harness import BenchFailure, Call, LoadResult, Server, bearer, run_load
 from scenarios.bench.report import Row, ms, percentile, rate, ratio
@@ -386,15 +387,37 @@ def probes(picked: list[str]) -> list[tuple[str, list[str]]]:
     ]
 
 
-def read_latencies(data: Path, api_key: str, rounds: int, paths: list[tuple[str, list[str]]]) -> dict[str, list[float]]:
+@dataclasses.dataclass
+class Reads:
+    """One engine's read figures: each probe's latencies, and the node's quick reads answered on the event loop and
+    moved to a reader thread (over the inline budget) during them."""
+
+    latencies: dict[str, list[float]]
+    inline: float
+    moved: float
+
+
+def read_latencies(
+    data: Path, admin_token: str, api_key: str, rounds: int, paths: list[tuple[str, list[str]]]
+) -> Reads:
     """Each probe's latencies on the node serving `data`: `rounds` requests sent one at a time (3 warm-ups first)."""
     out: dict[str, list[float]] = {}
     with Server(data) as server:
+        before = quick_reads(server, admin_token)
         for label, targets in paths:
             calls = [Call("GET", targets[i % len(targets)], bearer(api_key)) for i in range(rounds)]
             asyncio.run(run_load(server.url, [calls[:3]]))
             out[label] = asyncio.run(run_load(server.url, [calls])).latencies
-    return out
+        after = quick_reads(server, admin_token)
+    return Reads(out, after[0] - before[0], after[1] - before[1])
+
+
+def quick_reads(server: Server, admin_token: str) -> tuple[float, float]:
+    """The node's (bbs_reads_inline_total, bbs_reads_moved_total) from /metrics."""
+    request = urllib.request.Request(server.url + "/metrics", headers={"Authorization": f"Bearer {admin_token}"})
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        values = index_lag.gauges(resp.read().decode())
+    return values.get("bbs_reads_inline_total", 0.0), values.get("bbs_reads_moved_total", 0.0)
 
 
 def report_reads(ctx: Context, cluster: pg_cluster.Cluster, sizes: Sizes) -> None:
@@ -404,15 +427,15 @@ def report_reads(ctx: Context, cluster: pg_cluster.Cluster, sizes: Sizes) -> Non
     linked = [h for record, h in stream if record["links"]]
     picked = random.Random(5).sample(linked, min(len(linked), ctx.sizes.queries))
     rounds = ctx.sizes.queries
-    measured: dict[str, dict[str, list[float]]] = {}
+    measured: dict[str, Reads] = {}
     for engine in ENGINES:
-        data, _ = node_folder(ctx, cluster, "reads", engine)
+        data, admin_token = node_folder(ctx, cluster, "reads", engine)
         api_key = corpus.register_agents(data, 1, keep_key=True, prefix="reader")[0][1]
         corpus.bulk_load(data, iter(stream))
         search.ensure_index(data)
-        measured[engine] = read_latencies(data, api_key, rounds, probes(picked))
+        measured[engine] = read_latencies(data, admin_token, api_key, rounds, probes(picked))
     for label, _ in probes(picked):
-        pg, lite = measured["postgresql"][label], measured["sqlite"][label]
+        pg, lite = measured["postgresql"].latencies[label], measured["sqlite"].latencies[label]
         ctx.report.add(
             Row(
                 BENCH,
@@ -426,6 +449,21 @@ def report_reads(ctx: Context, cluster: pg_cluster.Cluster, sizes: Sizes) -> Non
                 " link) in each node, search index built; ratio of the p50s",
             )
         )
+    shares = {engine: reads.moved / max(reads.inline + reads.moved, 1.0) for engine, reads in measured.items()}
+    ctx.report.add(
+        Row(
+            BENCH,
+            "quick reads moved off the event loop (over the inline budget) during the reads above",
+            f"{shares['postgresql']:.0%} of {measured['postgresql'].inline + measured['postgresql'].moved:.0f}",
+            f"{shares['sqlite']:.0%} of {measured['sqlite'].inline + measured['sqlite'].moved:.0f}",
+            None,
+            "",
+            None,
+            "bbs_reads_moved_total / (bbs_reads_inline_total + bbs_reads_moved_total) on /metrics: a moved read ran"
+            " over the budget (PostgreSQL: a statement over `statement_timeout`, record 80) and is run again on a"
+            " reader thread",
+        )
+    )
 
 
 def run(ctx: Context) -> None:
