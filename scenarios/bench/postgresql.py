@@ -65,7 +65,7 @@ INSERT_TAG = "INSERT INTO entry_tags (entry_id, tag) VALUES (%s, %s)"
 
 
 @dataclasses.dataclass(frozen=True)
-class Sizes:
+class PgSizes:
     """This benchmark's sizes (its own: the shared --posts and --entries defaults are for SQLite's larger runs)."""
 
     posts: int
@@ -73,7 +73,7 @@ class Sizes:
     entries: int
 
     @classmethod
-    def of(cls, ctx: Context) -> Sizes:
+    def of(cls, ctx: Context) -> PgSizes:
         """Quick sizes, or the defaults, each overridden by its BBS_BENCH_PG_* variable."""
         quick = ctx.quick
         return cls(
@@ -233,7 +233,7 @@ def ingest_on(ctx: Context, cluster: pg_cluster.Cluster, engine: str, batched: b
     return Ingested(result, per_lane * clients, writer)
 
 
-def report_ingest(ctx: Context, cluster: pg_cluster.Cluster, sizes: Sizes) -> None:
+def report_ingest(ctx: Context, cluster: pg_cluster.Cluster, sizes: PgSizes) -> None:
     """Single posts and batches on each engine, and the PostgreSQL writer against raw psycopg."""
     add = ctx.report.add
     rows = raw_rows(ctx, RAW_BATCH)
@@ -333,7 +333,7 @@ def fresh_puller(ctx: Context, cluster: pg_cluster.Cluster, name: str, engine: s
     return data, key_files.load_key(DataDir(data).key_path).did
 
 
-def report_catch_up(ctx: Context, cluster: pg_cluster.Cluster, sizes: Sizes) -> None:
+def report_catch_up(ctx: Context, cluster: pg_cluster.Cluster, sizes: PgSizes) -> None:
     """Pulling into each engine from one SQLite node; and a SQLite node pulling from each engine's node."""
     n = sizes.records
     records = sync.records_for(n)
@@ -420,7 +420,7 @@ def quick_reads(server: Server, admin_token: str) -> tuple[float, float]:
     return values.get("bbs_reads_inline_total", 0.0), values.get("bbs_reads_moved_total", 0.0)
 
 
-def report_reads(ctx: Context, cluster: pg_cluster.Cluster, sizes: Sizes) -> None:
+def report_reads(ctx: Context, cluster: pg_cluster.Cluster, sizes: PgSizes) -> None:
     """The same corpus on each engine, the same reads sent to each."""
     signers = [keys.SigningKey.generate() for _ in range(20)]
     stream = list(corpus.signed_entries(signers, sizes.entries, seed=3, link_ratio=search.LINK_RATIO))
@@ -468,7 +468,7 @@ def report_reads(ctx: Context, cluster: pg_cluster.Cluster, sizes: Sizes) -> Non
 
 def run(ctx: Context) -> None:
     """Ingest, catch-up and reads on a PostgreSQL node against a SQLite node and raw psycopg, in one cluster."""
-    sizes = Sizes.of(ctx)
+    sizes = PgSizes.of(ctx)
     with durable_cluster() as cluster:
         if cluster is None:
             ctx.report.notes.append("postgresql: PostgreSQL is not installed (initdb, pg_ctl); nothing measured")
