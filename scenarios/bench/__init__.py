@@ -20,6 +20,7 @@ def registry() -> dict[str, Callable[[Context], None]]:
         ingest,
         key_history,
         peers,
+        postgresql,
         push,
         raw,
         reads,
@@ -54,4 +55,5 @@ def registry() -> dict[str, Callable[[Context], None]]:
         "space-gate": space_gate.run,
         "redaction": redaction.run,
         "redaction-catchup": redaction_catchup.run,
+        "postgresql": postgresql.run,
     }

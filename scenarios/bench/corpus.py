@@ -161,12 +161,12 @@ def register_agents(data: Path, count: int, *, keep_key: bool, prefix: str) -> l
             out.append((key, api_key))
         return out
 
-    return db.write_sync(DataDir(data).db_path, run, log=LOG)
+    return db.write_sync(DataDir(data).store, run, log=LOG)
 
 
 def bulk_load(data: Path, stream: Iterator[tuple[dict[str, Any], str]], *, batch: int = 5000) -> int:
     """Append signed records to a data folder's log through the node's projections; return how many."""
-    path = DataDir(data).db_path
+    path = DataDir(data).store
     total = 0
     pending: list[tuple[dict[str, Any], str]] = []
 
@@ -192,13 +192,14 @@ def _incoming(record: dict[str, Any], record_hash: str) -> projections.Incoming:
     return projections.Incoming(record, record_hash, decoded, "local" if "space" in record else "federation")
 
 
-def fresh_data_dir(root: Path, name: str) -> tuple[Path, str]:
+def fresh_data_dir(root: Path, name: str, store_url: str | None = None) -> tuple[Path, str]:
     """An initialised, empty data folder and its admin token; a folder of that name a previous run left in a
-    kept --workdir is replaced (only a finished corpus is reused, by its own `.done` marker)."""
+    kept --workdir is replaced (only a finished corpus is reused, by its own `.done` marker). `store_url` (an empty
+    PostgreSQL database's URL) puts the node's database there, as `bbs init --store` does."""
     path = root / name
     if path.exists():
         shutil.rmtree(path)
-    token = initialise(path)
+    token = initialise(path, store_url)
     assert token is not None, f"{path} was not empty"
     return path, token
 

@@ -90,7 +90,9 @@ class Measured:
     writer: dict[str, float]  # growth of the bbs_writer_* counters during the run
 
 
-def _drive(server: Server, admin_token: str, lanes: list[list[Call]]) -> tuple[LoadResult, float, dict[str, float]]:
+def drive(server: Server, admin_token: str, lanes: list[list[Call]]) -> tuple[LoadResult, float, dict[str, float]]:
+    """Send `lanes` to the server (every answer a 201); (the load's result, the server's CPU seconds, the growth of
+    its bbs_writer_* counters)."""
     writer_before, cpu_before = server.writer_stats(admin_token), server.cpu_seconds()
     result = asyncio.run(run_load(server.url, lanes, expect=lambda s: s == 201))
     cpu, writer_after = server.cpu_seconds() - cpu_before, server.writer_stats(admin_token)
@@ -164,7 +166,7 @@ def run(ctx: Context) -> None:
         with Server(data) as server:
             # warm up: each agent's first request pays the API-key hash check once (then the token cache holds it)
             asyncio.run(run_load(server.url, [[Call("GET", "/v1/subscriptions", bearer(k))] for _, k in agents]))
-            result, cpu, writer = _drive(server, admin_token, lanes)
+            result, cpu, writer = drive(server, admin_token, lanes)
         measured.append(Measured(label, result, cpu, per_lane * clients, writer))
     method_common = (
         f"{clients} concurrent keep-alive HTTP/1.1 clients, real `bbs serve` subprocess on loopback;"

@@ -109,8 +109,8 @@ def sqlite_batched_rate(ctx: Context, fts5: bool = False) -> float:
         plain: list[float] = []
         old: list[float] = []
         for _ in range(SQLITE_ROUNDS):
-            plain.append(_sqlite_round(ctx, rows, fts5=False))
-            old.append(_sqlite_round(ctx, rows, fts5=True))
+            plain.append(sqlite_round(ctx, rows, fts5=False))
+            old.append(sqlite_round(ctx, rows, fts5=True))
         for key, rounds in (("sqlite", sorted(plain)), ("sqlite_fts5", sorted(old))):
             ctx.cache[f"{key}_rounds"] = rounds
             ctx.cache[f"{key}_rate"] = rounds[len(rounds) // 2]
@@ -131,7 +131,7 @@ def sqlite_rate_at(ctx: Context, per_commit: float) -> float:
     key = f"sqlite_rate_at_{size}"
     if key not in ctx.cache:
         rows = sqlite_rows(sample_records(ctx)[: size * AT_COMMITS])
-        rounds = sorted(_sqlite_round(ctx, rows, batch=size) for _ in range(SQLITE_ROUNDS))
+        rounds = sorted(sqlite_round(ctx, rows, batch=size) for _ in range(SQLITE_ROUNDS))
         ctx.cache[key] = rounds[len(rounds) // 2]
     return float(ctx.cache[key])
 
@@ -145,20 +145,22 @@ def secure_delete_rates(ctx: Context) -> tuple[float, float]:
         on: list[float] = []
         off: list[float] = []
         for _ in range(SQLITE_ROUNDS):
-            on.append(_sqlite_round(ctx, rows))
-            off.append(_sqlite_round(ctx, rows, secure_delete=False))
+            on.append(sqlite_round(ctx, rows))
+            off.append(sqlite_round(ctx, rows, secure_delete=False))
         ctx.cache["secure_delete_rates"] = (sorted(on)[len(on) // 2], sorted(off)[len(off) // 2])
     on_rate, off_rate = ctx.cache["secure_delete_rates"]
     return float(on_rate), float(off_rate)
 
 
-def _sqlite_round(
+def sqlite_round(
     ctx: Context,
     rows: list[tuple[tuple[Any, ...], tuple[Any, ...], list[Any]]],
     fts5: bool = False,
     batch: int = SQLITE_BATCH,
     secure_delete: bool = True,
 ) -> float:
+    """Entries/s of one round: `rows` inserted `batch` per transaction into a fresh file with the node's schema and
+    writer pragmas (`fts5`: with the FTS5 table and trigger of before issue 24; `secure_delete` off if asked)."""
     path = ctx.workdir / "raw-sqlite.db"
     remove_database(path)
     conn = db.connect(path)  # the node writer's pragmas, secure_delete on among them

@@ -18,6 +18,7 @@ from node.search_index import indexer
 from node.search_index import store as search_store
 from node.search_index.index import FOLDER, Filters, SearchIndex
 from node.search_index.query import parse
+from node.store import db
 from scenarios.bench import corpus, fts_baseline, index_lag
 from scenarios.bench.bare_http import BareServer
 from scenarios.bench.context import Context
@@ -92,7 +93,7 @@ def rebuild_index(data: Path) -> tuple[int, float]:
 def ensure_index(data: Path) -> None:
     """Build the data folder's search index unless it already covers the corpus: a served node answers searches
     with words only from its index (503 while it builds it)."""
-    with contextlib.closing(sqlite3.connect(DataDir(data).db_path)) as conn:
+    with contextlib.closing(db.connect_store(DataDir(data).store)) as conn:
         if indexer.check(data, conn)[0] != "ok":
             indexer.rebuild(data, conn)
 

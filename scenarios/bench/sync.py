@@ -120,10 +120,15 @@ def fresh_node(ctx: Context, name: str) -> tuple[Path, str]:
 
 @contextmanager
 def served_source(
-    ctx: Context, records: list[tuple[dict[str, Any], str]], name: str, pullers: list[str]
+    ctx: Context,
+    records: list[tuple[dict[str, Any], str]],
+    name: str,
+    pullers: list[str],
+    store_url: str | None = None,
 ) -> Iterator[PeerConfig]:
-    """A data folder holding `records`, served by a `bbs serve` subprocess that accepts `pullers`' node ids."""
-    source, token = corpus.fresh_data_dir(ctx.workdir, name)
+    """A data folder holding `records`, served by a `bbs serve` subprocess that accepts `pullers`' node ids; its
+    database in `store_url` (an empty PostgreSQL database) when given."""
+    source, token = corpus.fresh_data_dir(ctx.workdir, name, store_url)
     corpus.bulk_load(source, iter(records))
     with served_folder(source, token, pullers) as peer:
         yield peer
@@ -140,7 +145,7 @@ def served_folder(source: Path, token: str, pullers: list[str]) -> Iterator[Peer
         for peer_id in pullers:
             sync_store.add_peer_txn(conn, "http://127.0.0.1:9", peer_id, now)
 
-    db.write_sync(DataDir(source).db_path, allow_pullers)
+    db.write_sync(DataDir(source).store, allow_pullers)
     with Server(source, extra_env={"BBS_SYNC": "off"}) as server:
         # bulk_load bypasses the search index: the node indexes those records once started. A puller measured
         # meanwhile would share the cores with that (pouchdb-server's source is loaded before it replicates too).
@@ -152,7 +157,7 @@ def catch_up(fresh: Path, source: PeerConfig, n: int, space: str | None = None) 
     """The fresh node adds `source` as a peer and pulls all n records (of `space`; None: the public federation):
     (seconds, traffic, one idle poll)."""
     now = int(time.time() * 1000)
-    db.write_sync(DataDir(fresh).db_path, lambda c: sync_store.add_peer_txn(c, source.url, source.node_id, now))
+    db.write_sync(DataDir(fresh).store, lambda c: sync_store.add_peer_txn(c, source.url, source.node_id, now))
     return asyncio.run(_catch_up(fresh, source, n, space))
 
 
