@@ -271,11 +271,7 @@ def test_not_a_tar_missing_file_and_wrong_key(
     assert not (tmp_path / "t3").exists()
     if target is not None:  # the database named was not touched: it holds no node still
         assert DataDir(tmp_path / "other").store_url != target
-        conn = db.connect_store(target)
-        try:
-            assert store.stored_node_id(conn) is None
-        finally:
-            conn.close()
+    assert _holds_no_node(target)
 
 
 def test_cli_backup_and_restore_exit_codes(
