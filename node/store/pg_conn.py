@@ -11,7 +11,10 @@ What it translates, so a store function's SQL and its reading of rows stay as th
   identity may leave gaps, so seqs are never computed from it); None for any other statement;
 - errors: psycopg's SQLSTATE classes become node.store.conn's engine-neutral ones (`UniqueViolation`, ...), which
   the sqlite3 handlers of today's store code also catch;
-- Python booleans are bound as 0/1 integers: the schema keeps SQLite's 0/1 integer columns.
+- Python booleans are bound as 0/1 integers: the schema keeps SQLite's 0/1 integer columns;
+- text may hold U+0000, which a PostgreSQL text value cannot: every str bound is escaped (U+0000 as U+0001 U+0001,
+  U+0001 as U+0001 U+0002) and every text read is unescaped, so a peer's record with a NUL is stored and answered
+  as on SQLite, equality, prefix LIKE and COLLATE "C" order kept (docs/decisions.md record 84).
 
 The connection is in autocommit mode, as the node's sqlite3 connections are: transactions are explicit
 (`BEGIN`/`COMMIT`/`SAVEPOINT` statements, or `PgConn.raw.transaction()`).
@@ -25,8 +28,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.adapt import Dumper
-from psycopg.pq import TransactionStatus
+from psycopg.adapt import Buffer, Dumper, Loader
+from psycopg.pq import Format, TransactionStatus
 from psycopg.rows import RowMaker
 
 from node.store import conn as neutral
@@ -96,6 +99,85 @@ class _BoolAsInt(Dumper):
     def dump(self, obj: Any) -> bytes:
         """The integer's text form."""
         return b"1" if obj else b"0"
+
+
+# ---- text with U+0000 (docs/decisions.md record 84) ------------------------------------------------------------
+
+ESCAPE = "\x01"  # the escape character: the lowest a text value can hold, so COLLATE "C" order is kept
+_ESCAPED_NUL, _ESCAPED_ESCAPE = ESCAPE + "\x01", ESCAPE + "\x02"
+
+
+def escape_text(text: str) -> str:
+    """`text` as a PostgreSQL text value can hold it: U+0000 as U+0001 U+0001, U+0001 as U+0001 U+0002, the rest
+    as it is. Injective, a prefix code and order-preserving under COLLATE "C": equality, `<`, ORDER BY and a prefix
+    LIKE answer as on the text itself; a JSON text (never a raw control character) is unchanged."""
+    if "\x00" in text or ESCAPE in text:
+        return text.replace(ESCAPE, _ESCAPED_ESCAPE).replace("\x00", _ESCAPED_NUL)
+    return text
+
+
+def unescape_text(text: str) -> str:
+    """The text `escape_text` was given (left to right, each pair is one character: aligned by construction)."""
+    if ESCAPE in text:
+        return text.replace(_ESCAPED_NUL, "\x00").replace(_ESCAPED_ESCAPE, ESCAPE)
+    return text
+
+
+class _EscapingStr(Dumper):
+    """A str bound as psycopg's default does (text format, the unknown oid: the server infers the type), escaped."""
+
+    oid = 0  # psycopg's StrDumperUnknown's
+
+    def dump(self, obj: str) -> Buffer:
+        """The escaped text, UTF-8 encoded (the node's databases are UTF8: `_utf8_only`)."""
+        if "\x00" in obj or ESCAPE in obj:
+            obj = obj.replace(ESCAPE, _ESCAPED_ESCAPE).replace("\x00", _ESCAPED_NUL)
+        return obj.encode()
+
+
+class _EscapingStrBinary(_EscapingStr):
+    """A str bound in binary format (`%b`), escaped; typed text."""
+
+    format = Format.BINARY
+    oid = psycopg.adapters.types["text"].oid
+
+
+class _UnescapingText(Loader):
+    """A text (varchar, bpchar) result, unescaped."""
+
+    def load(self, data: Buffer) -> str:
+        """The text `escape_text` was given."""
+        text = str(data, "utf-8")
+        if ESCAPE in text:
+            return text.replace(_ESCAPED_NUL, "\x00").replace(_ESCAPED_ESCAPE, ESCAPE)
+        return text
+
+
+class _UnescapingTextBinary(_UnescapingText):
+    format = Format.BINARY
+
+
+_TEXT_TYPES = ("text", "varchar", "bpchar")
+
+
+def _escape_text_on(raw: psycopg.Connection[Row]) -> None:
+    """Register the escaping dumpers and unescaping loaders on the node connection `raw` (its AUTO format for str:
+    the text dumper, registered last)."""
+    _utf8_only(raw)
+    raw.adapters.register_dumper(str, _EscapingStrBinary)
+    raw.adapters.register_dumper(str, _EscapingStr)
+    for name in _TEXT_TYPES:
+        raw.adapters.register_loader(name, _UnescapingText)
+        raw.adapters.register_loader(name, _UnescapingTextBinary)
+    raw.adapters.register_loader(0, _UnescapingText)  # a result of no known type, as psycopg's TextLoader
+
+
+def _utf8_only(raw: psycopg.Connection[Row]) -> None:
+    """Refuse a connection whose client encoding is not UTF-8 (the escaping dumps and loads UTF-8)."""
+    encoding = raw.info.encoding
+    if encoding.replace("-", "").lower() != "utf8":
+        raw.close()
+        raise neutral.OperationalError(f"the node's PostgreSQL connection must use UTF-8, not {encoding}")
 
 
 # ---- placeholders --------------------------------------------------------------------------------------------
@@ -343,4 +425,5 @@ def connect(url: str, *, log: Log | None = None) -> PgConn:
     except psycopg.Error as exc:
         raise neutral_error(exc) from exc
     raw.adapters.register_dumper(bool, _BoolAsInt)
+    _escape_text_on(raw)
     return PgConn(raw, log)
