@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from node.features import LOG
+from node.store import conn as neutral
 from node.store import pg_conn
 from node.store.conn import Conn
 from tests.pg_fixtures import OpenStore, on_both_engines
@@ -54,7 +55,12 @@ def _story(conn: Conn) -> dict[str, Any]:
                 "SELECT key FROM node_meta WHERE key IN (?, ?, ?)", ("t:\x00", "t:\x01\x00", "t:\ue000a")
             )
         ),
-        "returned": [tuple(r) for r in conn.execute("SELECT ?, ? || 'x', upper(?)", ("\x00\x01", "a\x00", "a\x00b"))],
+        "returned": [
+            tuple(r)
+            for r in conn.execute(
+                "SELECT ?, ? || 'x', upper(?), CAST(NULL AS text), 7", ("\x00\x01", "a\x00", "a\x00b")
+            )
+        ],
     }
 
 
@@ -74,7 +80,7 @@ def test_text_with_nul_and_the_escape_itself_answers_alike_on_both_engines(
     assert sqlite["equal"] == [t + "\x00" for t in TEXTS]
     assert sqlite["below"] == [sum(k < "t:" + t for k in keys) for t in TEXTS]
     assert sqlite["listed"] == ["t:\x00", "t:\x01\x00", "t:\ue000a"]
-    assert sqlite["returned"] == [("\x00\x01", "a\x00x", "A\x00B")]
+    assert sqlite["returned"] == [("\x00\x01", "a\x00x", "A\x00B", None, 7)]
 
 
 def test_a_text_read_back_is_the_text_bound(open_store: OpenStore) -> None:
@@ -84,3 +90,10 @@ def test_a_text_read_back_is_the_text_bound(open_store: OpenStore) -> None:
     assert {r[0]: r[1] for r in conn.execute("SELECT key, value FROM node_meta WHERE key LIKE 'k%'")} == {
         "k" + t: t for t in TEXTS
     }
+
+
+@pytest.mark.postgresql
+def test_a_connection_not_in_utf8_is_refused(pg_url: str) -> None:
+    # the escape binds and reads UTF-8 text; another client encoding would bind or read other bytes
+    with pytest.raises(neutral.OperationalError, match="UTF-8"):
+        pg_conn.connect(pg_url + " client_encoding=LATIN1")
