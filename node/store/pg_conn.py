@@ -136,6 +136,19 @@ def unescape_text(text: str) -> str:
     return text
 
 
+_JSON_ESCAPE = re.compile(r"\\(\\|u000[01])")  # an escaped backslash (skipped whole: alignment), or U+0000, U+0001
+_JSON_ESCAPED = {"\\": "\\\\", "u0000": "\\u0001\\u0001", "u0001": "\\u0001\\u0002"}
+
+
+def escape_json_strings(text: str) -> str:
+    """The JSON text `text` with each string's characters escaped as `escape_text` escapes them (on the JSON's own
+    `\\u0000` and `\\u0001` escapes): for a JSON parameter whose strings the server compares with text columns
+    (PostgreSQL's json refuses `\\u0000` too)."""
+    if "\\u000" not in text:
+        return text
+    return _JSON_ESCAPE.sub(lambda m: _JSON_ESCAPED[m.group(1)], text)
+
+
 def _unescaped(row: tuple[Any, ...], texts: list[int]) -> Iterator[Any]:
     """`row`'s values, those at `texts` (text columns) unescaped."""
     for i, value in enumerate(row):
