@@ -27,7 +27,15 @@ from node.federation import waiting as waiting_gate
 from node.redaction import effects as redaction_effects
 from node.spaces import store as space_store
 from node.store import db, equivocation, projections, void, waiting
-from node.store.authority import AUTHORITY_KINDS, Authority, author_deps, drop_displaced_txn, event_dep, key_events_of
+from node.store.authority import (
+    AUTHORITY_KINDS,
+    BODY_JSON_TEXT_PG,
+    Authority,
+    author_deps,
+    drop_displaced_txn,
+    event_dep,
+    key_events_of,
+)
 from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 from node.store.db import Database
 from sync import compat
@@ -71,11 +79,11 @@ SERVED = (
     " OR (kind = 'space_host' AND json_extract(CAST(body AS TEXT), '$.node') = :peer"
     "   AND (:allowed IS NULL OR space IN (SELECT value FROM json_each(:allowed)))))"
 )
-# PostgreSQL's (docs/decisions.md record 50): lists as arrays, the body's JSON read by `->>` (as `json`, not `jsonb`,
-# which refuses a `\u0000` escape), the NULL test of a parameter typed.
+# PostgreSQL's (docs/decisions.md record 50): lists as arrays, the body's JSON read by `->>` (its `\u0000` escapes
+# rewritten first: json refuses them as jsonb does, record 84), the NULL test of a parameter typed.
 SERVED_PG = (
     "(space IS NULL OR space = ANY(:served)"
-    " OR (kind = 'space_host' AND convert_from(body, 'UTF8')::json ->> 'node' = :peer"
+    f" OR (kind = 'space_host' AND {BODY_JSON_TEXT_PG}::json ->> 'node' = :peer"
     "   AND (CAST(:allowed AS text[]) IS NULL OR space = ANY(:allowed))))"
 )
 FETCH_SQL_PG = (
@@ -384,7 +392,7 @@ def hosting_snapshot(conn: Conn, v: int, space: str, peer_id: str) -> list[tuple
         sql = (
             "SELECT created_ms, version FROM records WHERE space = ? AND kind = 'space_host'"
             " AND scope = 'federation' AND created_ms >= 0 AND seq NOT IN (SELECT seq FROM void_records)"
-            " AND convert_from(body, 'UTF8')::json ->> 'node' = ? ORDER BY created_ms, version"
+            f" AND {BODY_JSON_TEXT_PG}::json ->> 'node' = ? ORDER BY created_ms, version"
         )
     return _items(conn, v, conn.execute(sql, (space, peer_id)).fetchall())
 

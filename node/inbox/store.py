@@ -13,6 +13,7 @@ from typing import Any
 
 from node.spaces.store import may_read_sql
 from node.store.conn import POSTGRESQL, SQLITE, Conn, any_of, engine_of
+from node.store.pg_conn import escape_json_strings
 
 # an upgrade (a lower tier) makes the notification pending again with a fresh attempt count, whatever its
 # state, a lease included: a tier-1 reason must not wait for a lapsing tier-2 lease
@@ -147,6 +148,8 @@ def fan_out_txn(conn: Conn, run: str, now_ms: int, expires_ms: int, *, directed:
     `run` is the JSON array `_RUN` reads: [entry_id, author, type, performative, tags, directed_to, simulation]
     per entry, in log order."""
     sql = fan_out_sql(directed=directed, subscribed=subscribed, engine=engine_of(conn))
+    if engine_of(conn) == POSTGRESQL:  # its strings meet text columns, escaped there (docs/decisions.md record 84)
+        run = escape_json_strings(run)
     conn.execute(sql, {"run": run, "now": now_ms, "exp": expires_ms})
 
 

@@ -28,9 +28,16 @@ VOUCH_PAGE = "vouch_page"
 MAX_DROPPED_DEPS = 10_000  # dependency keys of dropped waiting records remembered for the wake-up (7.3)
 LOSING_BRANCH = "losing_branch"  # an allowed key event outside the kept set (docs/format-v3.md 3.4)
 AUTHORITY_KINDS = frozenset({KEY_EVENT, VOUCH_PAGE})  # decided first in a batch: the others are decided by them
+# A stored record's body as JSON text PostgreSQL's json and jsonb parse: a `\u0000` escape (which both refuse to
+# read out, whichever field holds it) written as `\u0001\u0001` and `\u0001` as `\u0001\u0002`, the node
+# connection's text escape (node/store/pg_conn.py), so a text read out by `->>` is unescaped as the one stored
+# (docs/decisions.md record 84).
+BODY_JSON_TEXT_PG = (
+    "replace(replace(convert_from(body, 'UTF8'), '\\u0001', '\\u0001\\u0002'), '\\u0000', '\\u0001\\u0001')"
+)
 # A stored record's `signing_key` (NULL when absent) on PostgreSQL, where the body is bytea and SQLite's
 # `json_extract(body, '$.signing_key')` does not exist (docs/decisions.md record 50).
-SIGNING_KEY_PG = "convert_from(body, 'UTF8')::jsonb ->> 'signing_key'"
+SIGNING_KEY_PG = f"{BODY_JSON_TEXT_PG}::jsonb ->> 'signing_key'"
 Verdict = Literal["valid", "void", "undecided"]
 EventVerdict = Literal["valid", "refused", "waiting"]
 KeyStatus = tuple[bool, str | None, bool, bool, int]  # current, deciding event, losing, whole set known, pages held

@@ -171,7 +171,8 @@ def test_the_sync_store_answers_alike_on_both_engines(tmp_path: Path, pg_migrate
 def test_hosting_records_are_served_by_the_node_they_name_on_both_engines(open_store: OpenStore) -> None:
     """A hosting record of a space is served to the node it names (its body's `node`, read as JSON on each engine),
     within that peer's filter of spaces, and every record of a space both nodes host; the space's records count in
-    its own digest and set, not the public one."""
+    its own digest and set, not the public one. Each body also holds a `\u0000`, which PostgreSQL's JSON refuses
+    to read out unless rewritten first (docs/decisions.md record 84)."""
     conn = open_store(LOG)
     space, other = "5" * 64, keys.SigningKey.generate().did
     conn.execute("BEGIN")
@@ -180,7 +181,7 @@ def test_hosting_records_are_served_by_the_node_they_name_on_both_engines(open_s
     store.add_peer_txn(conn, "http://127.0.0.1:10", other, NOW, spaces=["6" * 64])  # not `space`
     stored = []
     for n, (in_space, node) in enumerate([(space, PEER), (space, other), (None, None)]):
-        body = json.dumps({"kind": "space_host", "node": node, "space": in_space, "n": n}).encode()
+        body = json.dumps({"kind": "space_host", "node": node, "space": in_space, "n": n, "note": "\x00\x01"}).encode()
         version = hashlib.sha256(body).hexdigest()
         conn.execute(
             "INSERT INTO records (hash, version, kind, author_id, created_at, created_ms, origin, received_ms, body,"

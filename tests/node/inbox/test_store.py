@@ -197,18 +197,24 @@ async def test_notifications_expire(node: Node, make_agent: MakeAgent, clock: Fa
 # ---- the fan-out on both engines -----------------------------------------------------------------------------
 
 
+DAVE = keys.SigningKey.generate().did
+ODD_TAGS = ["\x00", "r\x01of"]  # PostgreSQL's text holds them escaped, the fan-out's JSON run too (record 84)
+
+
 def _fan_out_story(conn: Conn, alice: keys.SigningKey, bob: str, carol: str) -> list[tuple[Any, ...]]:
-    """Bob and Carol are agents of this node; Bob subscribes to questions tagged "roof", Carol to everything.
-    Alice's entries: a request addressed to Bob, a finding and a question tagged "roof", a simulation, one addressed
-    to an agent of another node. The notifications they leave, in insertion order."""
+    """Bob, Carol and Dave are agents of this node; Bob subscribes to questions tagged "roof", Carol to everything,
+    Dave to the tag "r\\x01of". Alice's entries: a request addressed to Bob, a finding and a question tagged "roof",
+    a simulation, one addressed to an agent of another node, one tagged ODD_TAGS. The notifications they leave, in
+    insertion order."""
     t0 = 1_767_323_045_000
     conn.execute("BEGIN")
     conn.executemany(
         "INSERT INTO local_agents (name, agent_id, key_seed, created_ms) VALUES (?, ?, NULL, ?)",
-        [("bob", bob, t0), ("carol", carol, t0)],
+        [("bob", bob, t0), ("carol", carol, t0), ("dave", DAVE, t0)],
     )
     store.insert_subscription_txn(conn, bob, DIMS, "k1", False, t0)
     store.insert_subscription_txn(conn, carol, {**DIMS, "tags": [], "entry_types": []}, "k2", False, t0)
+    store.insert_subscription_txn(conn, DAVE, {**DIMS, "tags": ODD_TAGS[1:], "entry_types": []}, "k3", False, t0)
     elsewhere = keys.SigningKey.generate().did
     story = [
         entry_record(alice, "can you look?", created_ms=t0 + 1, performative="request", directed_to=[bob]),
@@ -216,6 +222,7 @@ def _fan_out_story(conn: Conn, alice: keys.SigningKey, bob: str, carol: str) -> 
         entry_record(alice, "is the shed ok?", created_ms=t0 + 2, tags=["roof", "shed"], entry_type="question"),
         entry_record(alice, "imagined roof", created_ms=t0 + 3, tags=["roof"], truth_state="simulation"),
         entry_record(alice, "for someone else", created_ms=t0 + 4, directed_to=[elsewhere]),
+        entry_record(alice, "odd tags", created_ms=t0 + 5, tags=ODD_TAGS),
     ]
     items = [projections.Incoming(r, *records.check(r)) for r in story]
     projections.append_many(conn, items[:1], origin="local", now_ms=t0)
@@ -244,6 +251,8 @@ def test_the_fan_out_notifies_the_same_agents_on_either_engine(tmp_path: Path, p
             (bob, "is the shed ok?", "subscription"),
             (carol, "is the shed ok?", "subscription"),
             (carol, "for someone else", "subscription"),
+            (carol, "odd tags", "subscription"),
+            (DAVE, "odd tags", "subscription"),
         ]
     )
     assert got == expected  # the same rows in the same order (PostgreSQL's true is SQLite's 1)

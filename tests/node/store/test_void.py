@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from identity import canonical, keys, records, vouching
@@ -385,12 +386,13 @@ def _appended(conn: Conn, recs: list[dict[str, Any]], now_ms: int) -> None:
     conn.execute("COMMIT")
 
 
-def _key_event_story(conn: Conn, old: keys.SigningKey, new: keys.SigningKey) -> list[Any]:
-    """Alice posts two entries and a link with her first key, rotates to `new` vouching for the first entry alone
-    (its page held), and posts with the new key; the log's key events projected, her records decided again (the
-    unvouched entry and the link flagged and switched out), then the entry switched back in. Every answer, in order."""
+def _key_event_story(conn: Conn, old: keys.SigningKey, new: keys.SigningKey, text: str = "") -> list[Any]:
+    """Alice posts two entries (the second's content ending with `text`) and a link with her first key, rotates to
+    `new` vouching for the first entry alone (its page held), and posts with the new key; the log's key events
+    projected, her records decided again (the unvouched entry and the link flagged and switched out), then the entry
+    switched back in. Every answer, in order."""
     alice, t0 = old.did, 1_767_323_045_000
-    kept, dropped = entry_record(old, "kept", created_ms=t0), entry_record(old, "dropped", created_ms=t0 + 1)
+    kept, dropped = entry_record(old, "kept", created_ms=t0), entry_record(old, "dropped" + text, created_ms=t0 + 1)
     link = link_record(old, hash_of(kept), hash_of(dropped), "supports", created_ms=t0 + 2)
     space = signed(
         {"kind": "space", "schema_version": canonical.SCHEMA_VERSION, "author_id": alice,
@@ -437,9 +439,10 @@ def _key_event_story(conn: Conn, old: keys.SigningKey, new: keys.SigningKey) -> 
     ]
 
 
-def test_key_events_project_and_switch_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str) -> None:
+@pytest.mark.parametrize("text", ["", "\x00\x01"])  # a body's `\u0000` parsed by PostgreSQL's JSON (record 84)
+def test_key_events_project_and_switch_alike_on_either_engine(tmp_path: Path, pg_migrated_url: str, text: str) -> None:
     old, new = keys.SigningKey.generate(), keys.SigningKey.generate()
-    expected, got = on_both_engines(tmp_path, pg_migrated_url, LOG, lambda conn: _key_event_story(conn, old, new))
+    expected, got = on_both_engines(tmp_path, pg_migrated_url, LOG, lambda conn: _key_event_story(conn, old, new, text))
     assert got == expected
     made, expected = expected[0], expected[1:]
     assert len(made) == 1 and expected[0] == [] and expected[1] == (3, 0)  # the unvouched records flagged

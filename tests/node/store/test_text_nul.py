@@ -1,0 +1,118 @@
+"""Text holding U+0000 on both engines: PostgreSQL's text cannot hold a NUL, so the node's psycopg connection escapes
+every str it binds and unescapes every text it reads (node/store/pg_conn.py, docs/decisions.md record 84); a store
+answers as SQLite's does, the escape character itself included."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from node.features import LOG
+from node.store import conn as neutral
+from node.store import pg_conn
+from node.store.conn import Conn
+from tests.pg_fixtures import OpenStore, on_both_engines
+
+ALPHABET = ("\x00", "\x01", "\x02", "a", "\ue000")  # NUL, the escape, the second half of a pair, plain, private use
+# every text of up to three characters over ALPHABET: each place a pair can start, end or sit next to another
+TEXTS = ["".join(t) for n in range(4) for t in itertools.product(ALPHABET, repeat=n)]
+
+
+def test_the_escape_is_reversed_and_keeps_equality_order_and_prefixes() -> None:
+    escaped = {t: pg_conn.escape_text(t) for t in TEXTS}
+    assert all("\x00" not in e for e in escaped.values())
+    assert all(pg_conn.unescape_text(e) == t for t, e in escaped.items())
+    assert len(set(escaped.values())) == len(TEXTS)  # injective
+    # COLLATE "C" compares UTF-8 bytes: the code points' order, which Python's str order is
+    assert sorted(TEXTS, key=escaped.__getitem__) == sorted(TEXTS)
+    for a, b in itertools.product(TEXTS, repeat=2):
+        assert escaped[a].startswith(escaped[b]) == a.startswith(b), (a, b)
+    assert pg_conn.escape_text('{"tags":["a\\u0000"]}') == '{"tags":["a\\u0000"]}'  # JSON text holds no raw NUL
+
+
+def test_a_json_texts_strings_are_escaped_as_text_is() -> None:
+    # a JSON parameter's strings meet escaped text columns on the server (the fan-out's run): escaped alike, its
+    # escaped backslashes kept apart from the escapes that follow them
+    texts = [t.replace("a", "\\") for t in TEXTS] + ["\\u0000", "\\\x00", "\\\\u0001"]
+    for written in (json.dumps(texts), json.dumps(texts, ensure_ascii=False), json.dumps({t: t for t in texts})):
+        escaped = pg_conn.escape_json_strings(written)
+        assert json.loads(escaped) == _escaped_strings(json.loads(written))
+    assert pg_conn.escape_json_strings('["roof", 1]') == '["roof", 1]'
+
+
+def _escaped_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return pg_conn.escape_text(value)
+    if isinstance(value, dict):
+        return {pg_conn.escape_text(k): _escaped_strings(v) for k, v in value.items()}
+    return [_escaped_strings(v) for v in value]
+
+
+def _story(conn: Conn) -> dict[str, Any]:
+    """Every text of TEXTS stored as a key and a value, then read back: whole, by equality, in order, by prefix
+    (LIKE: every needle, though SQLite's LIKE reads a pattern only up to a NUL), by `<`, by a list, and parameters
+    returned as they are, concatenated and through a function."""
+    keys = ["t:" + t for t in TEXTS]
+    conn.executemany("INSERT INTO node_meta (key, value) VALUES (?, ?)", [(k, k[2:] + "\x00") for k in keys])
+    mine = "key LIKE 't:%'"
+    return {
+        "rows": [tuple(r) for r in conn.execute(f"SELECT key, value FROM node_meta WHERE {mine} ORDER BY key")],
+        "equal": [conn.execute("SELECT value FROM node_meta WHERE key = ?", (k,)).fetchone()[0] for k in keys],
+        "prefix": [
+            sorted(r[0] for r in conn.execute("SELECT key FROM node_meta WHERE key LIKE ? || '%'", (k,))) for k in keys
+        ],
+        "below": [
+            conn.execute(f"SELECT count(*) FROM node_meta WHERE {mine} AND key < ?", (k,)).fetchone()[0] for k in keys
+        ],
+        "listed": sorted(
+            r[0]
+            for r in conn.execute(
+                "SELECT key FROM node_meta WHERE key IN (?, ?, ?)", ("t:\x00", "t:\x01\x00", "t:\ue000a")
+            )
+        ),
+        "returned": [
+            tuple(r)
+            for r in conn.execute(
+                "SELECT ?, ? || 'x', upper(?), CAST(NULL AS text), 7", ("\x00\x01", "a\x00", "a\x00b")
+            )
+        ],
+    }
+
+
+@pytest.mark.postgresql
+def test_text_with_nul_and_the_escape_itself_answers_alike_on_both_engines(
+    tmp_path: Path, pg_migrated_url: str
+) -> None:
+    sqlite, postgres = on_both_engines(tmp_path, pg_migrated_url, LOG, _story)
+    keys = sorted("t:" + t for t in TEXTS)
+    # a LIKE pattern holding a NUL: SQLite's ends there (it matches more); PostgreSQL's is the exact prefix
+    assert postgres["prefix"] == [sorted(k for k in keys if k.startswith("t:" + t)) for t in TEXTS]
+    nul_free = [i for i, t in enumerate(TEXTS) if "\x00" not in t]
+    assert [postgres["prefix"][i] for i in nul_free] == [sqlite["prefix"][i] for i in nul_free]
+    sqlite.pop("prefix"), postgres.pop("prefix")
+    assert postgres == sqlite
+    assert sqlite["rows"] == [(k, k[2:] + "\x00") for k in keys]
+    assert sqlite["equal"] == [t + "\x00" for t in TEXTS]
+    assert sqlite["below"] == [sum(k < "t:" + t for k in keys) for t in TEXTS]
+    assert sqlite["listed"] == ["t:\x00", "t:\x01\x00", "t:\ue000a"]
+    assert sqlite["returned"] == [("\x00\x01", "a\x00x", "A\x00B", None, 7)]
+
+
+def test_a_text_read_back_is_the_text_bound(open_store: OpenStore) -> None:
+    conn = open_store(LOG)
+    for text in TEXTS:
+        conn.execute("INSERT INTO node_meta (key, value) VALUES (?, ?)", ("k" + text, text))
+    assert {r[0]: r[1] for r in conn.execute("SELECT key, value FROM node_meta WHERE key LIKE 'k%'")} == {
+        "k" + t: t for t in TEXTS
+    }
+
+
+@pytest.mark.postgresql
+def test_a_connection_not_in_utf8_is_refused(pg_url: str) -> None:
+    # the escape binds and reads UTF-8 text; another client encoding would bind or read other bytes
+    with pytest.raises(neutral.OperationalError, match="UTF-8"):
+        pg_conn.connect(pg_url + " client_encoding=LATIN1")
