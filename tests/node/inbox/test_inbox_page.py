@@ -85,6 +85,7 @@ def plan(conn: sqlite3.Connection, sql: str) -> list[str]:
     return [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
 
 
+@pytest.mark.sqlite_only(reason="reads SQLite's query plans (EXPLAIN QUERY PLAN, ANALYZE)")
 @pytest.mark.parametrize("analyzed", [False, True], ids=["no-stats", "analyzed"])
 def test_a_poll_visits_its_page_and_the_expired_only(tmp_path: Path, analyzed: bool) -> None:
     conn = db.connect(tmp_path / "node.db")

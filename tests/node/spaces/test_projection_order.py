@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -92,6 +93,7 @@ def test_the_same_records_in_any_order_give_the_same_roles(order: list[int]) -> 
     assert {OWNER.did: "owner", DAVE.did: "writer"} == EXPECTED
 
 
+@pytest.mark.sqlite_only(reason="reads the SQLite file itself with sqlite3")
 def test_the_story_is_read_from_a_real_sqlite_file(tmp_path: Path) -> None:
     roles, _ = append_in(tmp_path / "node.db", list(range(len(STORY))))
     with sqlite3.connect(tmp_path / "node.db") as conn:

@@ -373,6 +373,7 @@ async def test_one_key_in_a_space_and_in_public_draws_two_nodes(client: TestClie
     assert inside in svg and ">wash<" in svg.replace(" ", "")
 
 
+@pytest.mark.sqlite_only(reason="migration 0035 is a SQLite migration; PostgreSQL starts from the baseline")
 def test_the_migration_keeps_existing_tasks_public(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """0035 adds `space` to tasks and task events: a task and an event stored before it stay public, found by key
     as before, and listed to every reader."""
