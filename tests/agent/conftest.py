@@ -57,8 +57,9 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 3
     raise RuntimeError("bbs serve did not become healthy")
 
 
-def start_node(data: Path, *, mcp: bool = False) -> ServedNode:
-    token = initialise(data)
+def start_node(data: Path, *, mcp: bool = False, store_url: str | None = None) -> ServedNode:
+    """`bbs serve` on a new folder `data` (its database at `store_url`: `node_store`; None: bbs.db), healthy."""
+    token = initialise(data, store_url)
     assert token is not None
     port = free_port()
     args = [*BBS, "serve", "--data", str(data), "--port", str(port)]

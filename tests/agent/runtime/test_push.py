@@ -4,14 +4,17 @@ is refused, and the endpoint is removed on stop."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import aiohttp
+import pytest
 
 from agent.client import Client
 from agent.runtime.config import PushSettings
 from agent.runtime.push import PushReceiver
 from identity import keys
-from tests.agent.conftest import ServedNode
+from tests.agent.conftest import ServedNode, start_node, stop_node
 from wire import nlip
 from wire.push import PushPayload
 from wire.push_auth import sign_push
@@ -23,6 +26,14 @@ async def wait_set(event: asyncio.Event, tries: int = 200) -> bool:
             return True
         await asyncio.sleep(0.05)
     return False
+
+
+@pytest.fixture
+def served_node(tmp_path: Path, node_store: Callable[[], str | None]) -> Iterator[ServedNode]:
+    """A real `bbs serve` subprocess whose database is this pass's engine (`node_store`)."""
+    node = start_node(tmp_path / "served", mcp=True, store_url=node_store())
+    yield node
+    stop_node(node)
 
 
 async def test_a_request_wakes_the_runtime_and_stays_in_the_inbox(served_node: ServedNode) -> None:

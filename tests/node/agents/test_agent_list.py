@@ -124,9 +124,11 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     return code, out, err
 
 
-def test_bbs_agent_list_on_the_data_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bbs_agent_list_on_the_data_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], node_store: Callable[[], str | None]
+) -> None:
     data = tmp_path / "node"
-    assert initialise(data) is not None
+    assert initialise(data, node_store()) is not None
     code, _, err = run_cli(capsys, "agent", "list", "--data", str(data))
     assert code == 0 and "no agents; create one with: bbs agent create NAME" in err
     made = []

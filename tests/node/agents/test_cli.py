@@ -6,6 +6,7 @@ import argparse
 import io
 import json
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ def key_events(data: Path) -> list[dict[str, Any]]:
     def run(conn: sqlite3.Connection) -> list[dict[str, Any]]:
         return [json.loads(bytes(r[0])) for r in conn.execute("SELECT body FROM records WHERE kind = 'key_event'")]
 
-    return db.read_sync(DataDir(data).db_path, run)
+    return db.read_sync(DataDir(data).store, run)
 
 
 class Tty(io.StringIO):
@@ -32,9 +33,10 @@ class Tty(io.StringIO):
         return True
 
 
-def made(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, str]:
+def made(tmp_path: Path, capsys: pytest.CaptureFixture[str], store_url: str | None = None) -> tuple[Path, str]:
+    """A node folder (its database at `store_url`: `node_store`) holding the agent `keeper`; its id."""
     data = tmp_path / "node"
-    assert cli.main(["init", "--data", str(data)]) == 0
+    assert cli.main(["init", "--data", str(data), *(["--store", store_url] if store_url else [])]) == 0
     capsys.readouterr()
     assert cli.main(["agent", "create", "keeper", "--data", str(data), "--json"]) == 0
     agent_id = json.loads(capsys.readouterr().out)["agent_id"]
@@ -42,9 +44,12 @@ def made(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, str]
 
 
 def test_bbs_agent_revoke_shows_the_count_asks_and_installs_a_new_key(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    node_store: Callable[[], str | None],
 ) -> None:
-    data, agent_id = made(tmp_path, capsys)
+    data, agent_id = made(tmp_path, capsys, node_store())
     # not a terminal and no --yes: nothing is signed
     assert cli.main(["agent", "revoke", "keeper", "--data", str(data)]) == 1
     err = capsys.readouterr().err
@@ -68,9 +73,9 @@ def test_bbs_agent_revoke_shows_the_count_asks_and_installs_a_new_key(
 
 
 def test_bbs_agent_recover_needs_a_recovery_key_then_takes_the_agent_back(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], node_store: Callable[[], str | None]
 ) -> None:
-    data, _ = made(tmp_path, capsys)
+    data, _ = made(tmp_path, capsys, node_store())
     assert cli.main(["agent", "recover", "keeper", "--data", str(data), "--yes"]) == 1
     assert "no_recovery_key" in capsys.readouterr().err
     assert cli.main(["agent", "rotate-signing-key", "keeper", "--data", str(data), "--json"]) == 0
@@ -82,8 +87,10 @@ def test_bbs_agent_recover_needs_a_recovery_key_then_takes_the_agent_back(
     assert [e["event"] for e in key_events(data)] == ["rotate", "recover"]
 
 
-def test_revoke_and_recover_refuse_a_folder_a_node_serves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data, _ = made(tmp_path, capsys)
+def test_revoke_and_recover_refuse_a_folder_a_node_serves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], node_store: Callable[[], str | None]
+) -> None:
+    data, _ = made(tmp_path, capsys, node_store())
     lock = datalock.hold(data)
     try:
         assert cli.main(["agent", "revoke", "keeper", "--data", str(data), "--yes"]) != 0

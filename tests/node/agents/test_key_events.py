@@ -338,9 +338,12 @@ async def record_body(node: Node, record_hash: str) -> dict[str, Any]:
     return dict(json.loads(raw))
 
 
-def test_bbs_agent_rotate_signing_key_on_a_data_folder(tmp_path: Path, capsys: Any) -> None:
+def test_bbs_agent_rotate_signing_key_on_a_data_folder(
+    tmp_path: Path, capsys: Any, node_store: Callable[[], str | None]
+) -> None:
     data = tmp_path / "node"
-    assert cli.main(["init", "--data", str(data)]) == 0
+    store = node_store()
+    assert cli.main(["init", "--data", str(data), *(["--store", store] if store else [])]) == 0
     assert cli.main(["agent", "create", "keeper", "--data", str(data), "--json"]) == 0
     capsys.readouterr()
     assert cli.main(["agent", "rotate-signing-key", "keeper", "--data", str(data), "--json"]) == 0
@@ -350,14 +353,17 @@ def test_bbs_agent_rotate_signing_key_on_a_data_folder(tmp_path: Path, capsys: A
     def events(conn: sqlite3.Connection) -> list[dict[str, Any]]:
         return [json.loads(bytes(r[0])) for r in conn.execute("SELECT body FROM records WHERE kind = 'key_event'")]
 
-    (event,) = db.read_sync(DataDir(data).db_path, events)
+    (event,) = db.read_sync(DataDir(data).store, events)
     assert event["author_id"] == out["agent_id"] and event["key"] == out["signing_key"]
     assert key_history.resolve(out["agent_id"], [(hash_of(event), event)]).state.key == out["signing_key"]
 
 
-def test_bbs_agent_rotate_signing_key_refuses_a_folder_a_node_serves(tmp_path: Path, capsys: Any) -> None:
+def test_bbs_agent_rotate_signing_key_refuses_a_folder_a_node_serves(
+    tmp_path: Path, capsys: Any, node_store: Callable[[], str | None]
+) -> None:
     data = tmp_path / "node"
-    assert cli.main(["init", "--data", str(data)]) == 0
+    store = node_store()
+    assert cli.main(["init", "--data", str(data), *(["--store", store] if store else [])]) == 0
     assert cli.main(["agent", "create", "keeper", "--data", str(data), "--json"]) == 0
     lock = datalock.hold(data)  # what `bbs serve` holds for its life
     try:
@@ -366,7 +372,7 @@ def test_bbs_agent_rotate_signing_key_refuses_a_folder_a_node_serves(tmp_path: P
         assert "signing-key" in capsys.readouterr().err
     finally:
         lock.close()
-    assert db.read_sync(DataDir(data).db_path, authority.authority_count) == 0  # nothing was stored
+    assert db.read_sync(DataDir(data).store, authority.authority_count) == 0  # nothing was stored
 
 
 async def test_the_rest_path_gives_every_record_of_the_key_history_story_the_reference_verdict(

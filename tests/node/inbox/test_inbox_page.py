@@ -2,20 +2,26 @@
 
 `store.INBOX_SQL` (node/inbox/store.py) picks a poll's page from two index-ordered branches (pending; leases
 that lapsed) so that a poll reads `limit` rows whatever the backlog. Its answer must be exactly the plain
-query's: every deliverable notification of the agent, tier first, then oldest first.
+query's: every deliverable notification of the agent, tier first, then oldest first. So must `INBOX_SQL_PG`,
+PostgreSQL's spelling (through `inbox_page`, on each engine); the plans are SQLite's.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from node.inbox import notify, store
-from node.store import db
+from node.store import db, pg_conn
+from node.store.conn import POSTGRESQL, engine_of
+from scenarios.pg_cluster import Cluster
+from tests.node.fresh_stores import ENGINES
 
 NOW = 1_000_000
 AGENTS = ["did:key:a", "did:key:b"]
@@ -25,6 +31,7 @@ PLAIN = (
     " AND (:since IS NULL OR created_ms >= :since)"
     " ORDER BY tier, id LIMIT :limit"
 )
+PLAIN_PG = PLAIN.replace(":since IS NULL", "CAST(:since AS bigint) IS NULL")  # a NULL PostgreSQL can type
 
 notification = st.fixed_dictionaries(
     {
@@ -38,21 +45,31 @@ notification = st.fixed_dictionaries(
 )
 
 
-@pytest.fixture(scope="module")
-def conn(tmp_path_factory: pytest.TempPathFactory) -> sqlite3.Connection:
-    """A node database with one entry per notification to point at (the page joins entries)."""
-    conn = db.connect(tmp_path_factory.mktemp("inbox") / "node.db")
-    db.migrate(conn)
+@pytest.fixture(scope="module", params=ENGINES)
+def conn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A node database of each engine with one entry per notification to point at (the page joins entries)."""
+    name = ""
+    if request.param == "sqlite":
+        conn: Any = db.connect(tmp_path_factory.mktemp("inbox") / "node.db")
+        db.migrate(conn)
+        hash_sql = "printf('%064d', ?)"
+    else:
+        cluster: Cluster = request.getfixturevalue("pg_cluster")
+        name = cluster.create_database(template=request.getfixturevalue("pg_template"))
+        conn = pg_conn.connect(cluster.url(name))
+        hash_sql = "lpad(CAST(? AS text), 64, '0')"
     conn.execute("BEGIN")
     conn.executemany(
         "INSERT INTO entries (id, record_hash, content_fingerprint, author_id, created_at, created_ms, entry_type,"
-        " performative, content, confidence, signature)"
-        " VALUES (?, printf('%064d', ?), 'f', 'did:key:z', '2026-01-01T00:00:00Z', 0, 'finding', 'inform', 'x', 1,"
-        " 's')",
+        f" performative, content, confidence, signature) VALUES (?, {hash_sql}, 'f', 'did:key:z',"
+        " '2026-01-01T00:00:00Z', 0, 'finding', 'inform', 'x', 1, 's')",
         [(i, i) for i in range(1, 61)],
     )
     conn.execute("COMMIT")
-    return conn
+    yield conn
+    conn.close()
+    if name:
+        cluster.drop_database(name)
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -63,7 +80,7 @@ def conn(tmp_path_factory: pytest.TempPathFactory) -> sqlite3.Connection:
     limit=st.integers(1, 4) | st.integers(1, 25),  # small pages often: a backlog beyond the page
 )
 def test_the_page_is_the_plain_querys_answer(
-    conn: sqlite3.Connection, rows: list[dict[str, object]], agent: str, since: int | None, limit: int
+    conn: Any, rows: list[dict[str, object]], agent: str, since: int | None, limit: int
 ) -> None:
     conn.execute("BEGIN")
     try:
@@ -73,8 +90,8 @@ def test_the_page_is_the_plain_querys_answer(
             [{**row, "entry": i + 1, "exp": NOW + 100} for i, row in enumerate(rows)],
         )
         params = {"agent": agent, "now": NOW, "since": since, "limit": limit}
-        expected = [r[0] for r in conn.execute(PLAIN, params)]
-        got = [r["notification_id"] for r in conn.execute(store.INBOX_SQL, params)]
+        expected = [r[0] for r in conn.execute(PLAIN_PG if engine_of(conn) == POSTGRESQL else PLAIN, params)]
+        got = [r["notification_id"] for r in store.inbox_page(conn, agent, NOW, since, limit)]
         assert got == expected
     finally:
         conn.execute("ROLLBACK")
@@ -85,6 +102,7 @@ def plan(conn: sqlite3.Connection, sql: str) -> list[str]:
     return [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
 
 
+@pytest.mark.sqlite_only(reason="reads SQLite's query plans (EXPLAIN QUERY PLAN, ANALYZE)")
 @pytest.mark.parametrize("analyzed", [False, True], ids=["no-stats", "analyzed"])
 def test_a_poll_visits_its_page_and_the_expired_only(tmp_path: Path, analyzed: bool) -> None:
     conn = db.connect(tmp_path / "node.db")

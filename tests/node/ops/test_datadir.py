@@ -23,8 +23,8 @@ from node.store import db
 from wire.cli import CommandError
 
 
-def node_id_in(path: Path) -> str:
-    conn = sqlite3.connect(path)
+def node_id_in(store: Path | str) -> str:
+    conn = db.connect_store(store, readonly=True)
     try:
         return str(conn.execute("SELECT value FROM node_meta WHERE key = 'node_id'").fetchone()[0])
     finally:
@@ -41,23 +41,27 @@ def test_datadir_paths(tmp_path: Path) -> None:
     assert data.exists()
 
 
-def test_initialise_creates_a_private_node_and_an_admin_token(tmp_path: Path) -> None:
+def test_initialise_creates_a_private_node_and_an_admin_token(
+    tmp_path: Path, node_store: Callable[[], str | None]
+) -> None:
     root = tmp_path / "a" / "b" / "node"
-    token = initialise(root)
+    store_url = node_store()
+    token = initialise(root, store_url)
     assert isinstance(token, str) and token
     data = DataDir(root)
     assert data.exists()
     assert stat.S_IMODE(root.stat().st_mode) == 0o700
-    assert stat.S_IMODE(data.db_path.stat().st_mode) & 0o077 == 0
+    private = data.db_path if store_url is None else data.store_url_path  # what the folder holds of the database
+    assert stat.S_IMODE(private.stat().st_mode) & 0o077 == 0
     key = key_files.load_key(data.key_path)
-    assert node_id_in(data.db_path) == key.did
+    assert node_id_in(data.store) == key.did
     assert require_node(root) == key.did == require_database(root)
 
 
 async def test_the_admin_token_is_an_admin_credential_of_the_node(
-    tmp_path: Path, aiohttp_client: Callable[..., Awaitable[TestClient]]
+    tmp_path: Path, aiohttp_client: Callable[..., Awaitable[TestClient]], node_store: Callable[[], str | None]
 ) -> None:
-    token = initialise(tmp_path / "node")
+    token = initialise(tmp_path / "node", node_store())
     assert token is not None
     client = await aiohttp_client(create_app(Node(tmp_path / "node")))
     admin = await client.get("/v1/peers", headers={"Authorization": f"Bearer {token}"})
@@ -65,31 +69,34 @@ async def test_the_admin_token_is_an_admin_credential_of_the_node(
     assert (await client.get("/v1/peers", headers={"Authorization": "Bearer nope"})).status == 401
 
 
-def test_initialise_again_keeps_the_node_and_makes_no_token(tmp_path: Path) -> None:
+def test_initialise_again_keeps_the_node_and_makes_no_token(
+    tmp_path: Path, node_store: Callable[[], str | None]
+) -> None:
     root = tmp_path / "node"
-    assert initialise(root) is not None
+    assert initialise(root, node_store()) is not None
     first = require_node(root)
     key_bytes = (root / "node.key").read_bytes()
-    assert initialise(root) is None
+    assert initialise(root) is None  # the folder names its store
     assert require_node(root) == first
     assert (root / "node.key").read_bytes() == key_bytes
 
 
-def test_concurrent_initialisations_create_one_node(tmp_path: Path) -> None:
+def test_concurrent_initialisations_create_one_node(tmp_path: Path, node_store: Callable[[], str | None]) -> None:
     root = tmp_path / "node"
+    store_url = node_store()
     with ThreadPoolExecutor(max_workers=4) as pool:
-        tokens = list(pool.map(lambda _: initialise(root), range(4)))
+        tokens = list(pool.map(lambda _: initialise(root, store_url), range(4)))
     assert sum(t is not None for t in tokens) == 1
     assert require_node(root) == key_files.load_key(root / "node.key").did
 
 
-def test_an_interrupted_initialisation_keeps_its_key(tmp_path: Path) -> None:
+def test_an_interrupted_initialisation_keeps_its_key(tmp_path: Path, node_store: Callable[[], str | None]) -> None:
     """A key written without a database: the next initialise builds the node around that key."""
     root = tmp_path / "node"
     root.mkdir()
     key = keys.SigningKey.generate()
     key_files.save_key(root / "node.key", key)
-    assert initialise(root) is not None
+    assert initialise(root, node_store()) is not None
     assert require_node(root) == key.did
 
 
@@ -112,9 +119,9 @@ def test_a_file_in_place_of_the_folder_is_refused(tmp_path: Path, call: object) 
     assert path.read_text() == "hello"
 
 
-def test_a_database_without_its_key(tmp_path: Path) -> None:
+def test_a_database_without_its_key(tmp_path: Path, node_store: Callable[[], str | None]) -> None:
     root = tmp_path / "node"
-    initialise(root)
+    initialise(root, node_store())
     node_id = require_node(root)
     (root / "node.key").unlink()
     for call in (require_node, initialise):
@@ -124,9 +131,9 @@ def test_a_database_without_its_key(tmp_path: Path) -> None:
     assert require_database(root) == node_id  # a replica without its key still has a digest
 
 
-def test_a_foreign_key_is_a_key_mismatch(tmp_path: Path) -> None:
+def test_a_foreign_key_is_a_key_mismatch(tmp_path: Path, node_store: Callable[[], str | None]) -> None:
     root = tmp_path / "node"
-    initialise(root)
+    initialise(root, node_store())
     node_id = require_node(root)
     other = keys.SigningKey.generate()
     key_files.save_key(root / "node.key", other)
@@ -137,9 +144,9 @@ def test_a_foreign_key_is_a_key_mismatch(tmp_path: Path) -> None:
         assert other.did in caught.value.detail and node_id in caught.value.detail
 
 
-def test_a_damaged_key_file_is_refused_without_quoting_it(tmp_path: Path) -> None:
+def test_a_damaged_key_file_is_refused_without_quoting_it(tmp_path: Path, node_store: Callable[[], str | None]) -> None:
     root = tmp_path / "node"
-    initialise(root)
+    initialise(root, node_store())
     (root / "node.key").write_text("ed25519:SECRETSECRET-not-a-seed\n")
     for call in (require_node, initialise):
         with pytest.raises(CommandError, match="is not a node key file") as caught:
@@ -147,6 +154,7 @@ def test_a_damaged_key_file_is_refused_without_quoting_it(tmp_path: Path) -> Non
         assert "SECRET" not in str(caught.value)
 
 
+@pytest.mark.sqlite_only(reason="a damaged SQLite file in the folder")
 def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "node"
     initialise(root)
@@ -156,17 +164,26 @@ def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
             call(root)
 
 
-def test_a_database_from_a_newer_version_is_refused_by_initialise(tmp_path: Path) -> None:
+def test_a_database_from_a_newer_version_is_refused_by_initialise(
+    tmp_path: Path, node_store: Callable[[], str | None]
+) -> None:
     root = tmp_path / "node"
-    initialise(root)
-    conn = sqlite3.connect(root / "bbs.db")
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    conn.execute(f"PRAGMA user_version = {version + 1}")
-    conn.close()
+    store_url = node_store()
+    initialise(root, store_url)
+    if store_url is None:
+        conn = sqlite3.connect(root / "bbs.db")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        conn.execute(f"PRAGMA user_version = {version + 1}")
+        conn.close()
+    else:  # PostgreSQL's schema version is a row
+        pg = db.connect_store(store_url)
+        pg.execute("UPDATE schema_version SET version = version + 1")
+        pg.close()
     with pytest.raises(db.SchemaTooNew):
         initialise(root)
 
 
+@pytest.mark.sqlite_only(reason="an empty SQLite file in the folder")
 def test_an_empty_database_file_holds_no_node(tmp_path: Path) -> None:
     """A database with no node_meta table (a start that never got going) is not a node."""
     root = tmp_path / "node"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -119,7 +120,7 @@ def hash_version(record: dict[str, Any]) -> str:
 @settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(order=st.permutations(range(4)))
 def test_any_arrival_order_of_bodies_and_redactions_gives_the_same_state(
-    tmp_path_factory: Any, order: list[int]
+    tmp_path_factory: Any, order: list[int], node_store: Callable[[], str | None]
 ) -> None:
     """Two entries, one redacted by its author and one named by a stranger's redaction, arriving in any order on a
     fresh node: the same bodies held, the same tombstones."""
@@ -129,7 +130,7 @@ def test_any_arrival_order_of_bodies_and_redactions_gives_the_same_state(
 
     async def run() -> tuple[list[str], list[str]]:
         path = tmp_path_factory.mktemp("node") / "node"
-        initialise(path)
+        initialise(path, node_store())
         node = Node(path)
         node.open(search_index=False)
         try:
@@ -272,7 +273,9 @@ async def test_a_peers_batch_with_a_body_and_its_redaction_keeps_only_the_tombst
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(order=st.permutations(range(4)), split=st.integers(min_value=0, max_value=4))
-def test_any_arrival_order_from_peers_gives_equal_digests(tmp_path_factory: Any, order: list[int], split: int) -> None:
+def test_any_arrival_order_from_peers_gives_equal_digests(
+    tmp_path_factory: Any, order: list[int], split: int, node_store: Callable[[], str | None]
+) -> None:
     """Two bodies, the author's redaction of one and a stranger's of the other, all from peers: one node takes them
     in `order`, in two batches cut at `split`; another node takes them one by one in the reverse order. Both hold the
     same bodies, tombstones and federation digest (the redaction records count, the redacted body does not)."""
@@ -284,7 +287,7 @@ def test_any_arrival_order_from_peers_gives_equal_digests(tmp_path_factory: Any,
 
     async def state(name: str, batches: list[list[dict[str, Any]]]) -> tuple[list[str], list[str], tuple[int, str]]:
         path = tmp_path_factory.mktemp(name) / "node"
-        initialise(path)
+        initialise(path, node_store())
         node = Node(path)
         node.open(search_index=False)
         try:

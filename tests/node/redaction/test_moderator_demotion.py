@@ -72,7 +72,7 @@ def _orders(story: dict[str, dict[str, Any]]) -> dict[str, list[list[dict[str, A
 
 @pytest.mark.parametrize("vouch_for_redaction", [False, True])
 async def test_every_order_of_a_redaction_and_its_admins_demotion_ends_the_same(
-    tmp_path: Path, vouch_for_redaction: bool
+    tmp_path: Path, vouch_for_redaction: bool, node_store: Callable[[], str | None]
 ) -> None:
     creation = signed(OWNER, kind="space", name="street", description="", nonce=nonce())
     space = records.compute_hash(creation)
@@ -80,7 +80,7 @@ async def test_every_order_of_a_redaction_and_its_admins_demotion_ends_the_same(
     target = records.compute_hash(story["post"])
     ends: dict[str, tuple[bool, bool, int, str]] = {}
     for n, (name, batches) in enumerate(_orders(story).items()):
-        async with owners_node(tmp_path / f"node-{n}", OWNER) as node:
+        async with owners_node(tmp_path / f"node-{n}", OWNER, node_store()) as node:
             await node.spaces.submit(OWNER.did, creation)  # created here: this node hosts the space
             await _arrive(node, batches)
 

@@ -8,6 +8,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from identity import keys, records
 from node.features import LOG
 from node.redaction import store
@@ -65,6 +67,7 @@ def test_a_scrub_is_due_once_its_grace_has_passed_and_runs_once(open_store: Open
     assert store.due_scrubs(conn, 10_000) == ["b" * 64] and store.pending_scrubs(conn) == (1, 5_000)
 
 
+@pytest.mark.sqlite_only(reason="SQLite's WAL file and its checkpoint")
 def test_the_checkpoint_empties_the_wal_and_waits_for_a_reader(tmp_path: Path) -> None:
     conn = migrated(tmp_path)
     conn.execute("CREATE TABLE t (x)")
@@ -81,6 +84,7 @@ def test_the_checkpoint_empties_the_wal_and_waits_for_a_reader(tmp_path: Path) -
     assert wal.stat().st_size == 0
 
 
+@pytest.mark.sqlite_only(reason="SQLite migration 0039 and a SQLite query plan; PostgreSQL starts from its baseline")
 def test_migration_0039_keeps_what_an_earlier_database_held(tmp_path: Path) -> None:
     conn = database_before(tmp_path / "bbs.db", 39)
     conn.execute(

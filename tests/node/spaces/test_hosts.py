@@ -199,6 +199,7 @@ async def test_rebuild_gives_the_same_hosts(node: Node, make_agent: MakeAgent) -
     assert await node.db.read(lambda c: store.hosted_by(c, node.node_id)) == {one.space_id}
 
 
+@pytest.mark.sqlite_only(reason="migration 0036 is a SQLite migration; PostgreSQL starts from the baseline")
 def test_the_migration_makes_the_node_of_creation_host_the_spaces_created_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -233,6 +234,7 @@ def test_the_migration_makes_the_node_of_creation_host_the_spaces_created_here(
     conn.close()
 
 
+@pytest.mark.sqlite_only(reason="migration 0037 is a SQLite migration; PostgreSQL starts from the baseline")
 def test_the_migration_federates_a_spaces_records_but_its_tasks_and_what_was_signed_local(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

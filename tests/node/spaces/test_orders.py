@@ -6,7 +6,7 @@ chains interleaved differently), give every node the same roles and the same rea
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -56,7 +56,9 @@ def _interleaved(chains: list[list[dict[str, Any]]], rnd: random.Random) -> list
     return out
 
 
-async def test_the_same_records_in_every_order_give_the_same_members_and_readers(tmp_path: Path) -> None:
+async def test_the_same_records_in_every_order_give_the_same_members_and_readers(
+    tmp_path: Path, node_store: Callable[[], str | None]
+) -> None:
     owner = keys.SigningKey.generate()  # a self-signing agent, registered on each node below
     b, c, d = (keys.SigningKey.generate().did for _ in range(3))
     creation = _signed(owner, 0, kind="space", name="family", description="", nonce=nonce())
@@ -74,7 +76,7 @@ async def test_the_same_records_in_every_order_give_the_same_members_and_readers
     outcomes = []
     rnd = random.Random(37)
     for n in range(ORDERS):
-        async with owners_node(tmp_path / f"node-{n}", owner) as node:
+        async with owners_node(tmp_path / f"node-{n}", owner, node_store()) as node:
             for record in [creation, *_interleaved(chains, rnd)]:
                 await node.spaces.submit(owner.did, record)
             roles = dict(await node.db.read(lambda conn: store.roles(conn, space)))
@@ -88,9 +90,10 @@ async def test_the_same_records_in_every_order_give_the_same_members_and_readers
 
 
 @asynccontextmanager
-async def owners_node(data: Path, owner: keys.SigningKey) -> AsyncIterator[Node]:
-    """A fresh node in `data` with the self-signing agent of `owner` registered on it, closed on leaving."""
-    initialise(data)
+async def owners_node(data: Path, owner: keys.SigningKey, store_url: str | None = None) -> AsyncIterator[Node]:
+    """A fresh node in `data` (its database at `store_url`: `node_store`) with the self-signing agent of `owner`
+    registered on it, closed on leaving."""
+    initialise(data, store_url)
     node = Node(data)
     node.open()
     try:

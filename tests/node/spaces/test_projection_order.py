@@ -1,15 +1,17 @@
 """The spaces projection is a function of the set of records held, never of their order (issue 37): the same
-signed records appended to a real SQLite log in every order (each in its own transaction, as sync would bring
-them) leave the same roles, equal to `identity.spaces.resolve` over the whole set and to a rebuild."""
+signed records appended to a real log (SQLite, PostgreSQL) in every order (each in its own transaction, as sync
+would bring them) leave the same roles, equal to `identity.spaces.resolve` over the whole set and to a rebuild."""
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from identity import canonical, records, spaces, vouching
@@ -17,9 +19,11 @@ from identity.keys import SigningKey
 from node.features import LOG
 from node.spaces import store
 from node.store import db, projections
+from tests.node.fresh_stores import ENGINES, FreshStore, fresh_stores
 
 OWNER, CAROL, BOB, DAVE, EVE = (SigningKey.from_seed(bytes([0x70 + i]) * 32) for i in range(5))
 WHEN = "2026-03-01T09:00:00Z"
+NAMES = itertools.count()  # a new database per hypothesis example
 
 
 def signed(body: dict[str, Any], key: SigningKey) -> dict[str, Any]:
@@ -63,9 +67,15 @@ EXPECTED = (
 )
 
 
-def append_in(path: Path, order: list[int]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    conn = db.connect(path, log=LOG)
-    db.migrate(conn)
+@pytest.fixture(params=ENGINES)
+def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FreshStore]:
+    """New migrated databases of this run's engine, carrying the node's log."""
+    yield from fresh_stores(request, tmp_path, LOG)
+
+
+def append_in(conn: Any, order: list[int]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Append the story in `order` to the migrated database `conn` (either engine; closed here): the roles, then
+    the roles after a rebuild."""
     try:
         for i in order:
             record = STORY[i]
@@ -81,19 +91,21 @@ def append_in(path: Path, order: list[int]) -> tuple[list[tuple[str, str]], list
         conn.close()
 
 
-@settings(max_examples=20)
+@settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.permutations(range(len(STORY))))
-def test_the_same_records_in_any_order_give_the_same_roles(order: list[int]) -> None:
-    with tempfile.TemporaryDirectory() as folder:
-        roles, rebuilt = append_in(Path(folder) / "node.db", order)
+def test_the_same_records_in_any_order_give_the_same_roles(fresh: FreshStore, order: list[int]) -> None:
+    roles, rebuilt = append_in(fresh(f"node-{next(NAMES)}"), order)
     assert dict(roles) == EXPECTED == dict(rebuilt)
     # the owner's removal of bob wins the fork; carol's additions are void (her removal vouches for none of them), so
     # dave is the owner's writer and eve nothing
     assert {OWNER.did: "owner", DAVE.did: "writer"} == EXPECTED
 
 
+@pytest.mark.sqlite_only(reason="reads the SQLite file itself with sqlite3")
 def test_the_story_is_read_from_a_real_sqlite_file(tmp_path: Path) -> None:
-    roles, _ = append_in(tmp_path / "node.db", list(range(len(STORY))))
+    conn = db.connect(tmp_path / "node.db", log=LOG)
+    db.migrate(conn)
+    roles, _ = append_in(conn, list(range(len(STORY))))
     with sqlite3.connect(tmp_path / "node.db") as conn:
         held = conn.execute("SELECT count(*) FROM space_records").fetchone()[0]
     assert held == len(STORY) and dict(roles) == EXPECTED

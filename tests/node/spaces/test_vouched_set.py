@@ -6,9 +6,11 @@ records, REST on a real aiohttp server on loopback and sync ingest as a peer's b
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from identity import canonical, keys, records, vouching
@@ -207,7 +209,9 @@ def _shown(conn: Conn, space: str) -> tuple[list[str], list[str]]:
     return [str(r[0]) for r in shown], [str(r[0]) for r in served]
 
 
-async def test_every_arrival_order_gives_the_same_visibility(tmp_path: Path) -> None:
+async def test_every_arrival_order_gives_the_same_visibility(
+    tmp_path: Path, node_store: Callable[[], str | None]
+) -> None:
     creation = signed(OWNER, kind="space", name="family", description="", nonce=nonce())
     space = records.compute_hash(creation)
     r = _records(space)
@@ -225,7 +229,7 @@ async def test_every_arrival_order_gives_the_same_visibility(tmp_path: Path) -> 
         orders[f"shuffled {n}"] = [[record] for record in every]
     expected = [records.compute_hash(r["post0"])]
     for n, (name, batches) in enumerate(orders.items()):
-        async with owners_node(tmp_path / f"node-{n}", OWNER) as node:
+        async with owners_node(tmp_path / f"node-{n}", OWNER, node_store()) as node:
             await node.spaces.submit(OWNER.did, creation)  # created here: this node hosts the space
             await _arrive(node, batches)
             assert await node.db.read(lambda c: _shown(c, space)) == (expected, expected), name
@@ -237,6 +241,7 @@ async def test_every_arrival_order_gives_the_same_visibility(tmp_path: Path) -> 
             assert await node.db.write(rebuilt) == (expected, expected), name
 
 
+@pytest.mark.sqlite_only(reason="migration 0040 is a SQLite migration; PostgreSQL starts from the baseline")
 def test_the_migration_lists_the_vouch_pages_of_a_space(tmp_path: Path) -> None:
     """0040 on a database of before it: a space's vouch pages (their `space` set) are listed in `space_records`; a
     key event's page, and a space's page flagged void, are not."""
@@ -266,14 +271,16 @@ def test_the_migration_lists_the_vouch_pages_of_a_space(tmp_path: Path) -> None:
     conn.close()
 
 
-async def test_a_key_event_vouching_for_posts_their_space_voids_does_not_show_them(tmp_path: Path) -> None:
+async def test_a_key_event_vouching_for_posts_their_space_voids_does_not_show_them(
+    tmp_path: Path, node_store: Callable[[], str | None]
+) -> None:
     """The author's rotation vouches for every post of its old key (node/store/void.py decides them valid by key);
     the two its space voids stay hidden: only the space's judgement unflags them."""
     creation = signed(OWNER, kind="space", name="family", description="", nonce=nonce())
     space = records.compute_hash(creation)
     r = _records(space)
     posts = [r["post0"], r["post1"], r["post2"]]
-    initialise(tmp_path / "node")
+    initialise(tmp_path / "node", node_store())
     node = Node(tmp_path / "node")
     node.open()
     try:

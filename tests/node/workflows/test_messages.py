@@ -218,6 +218,7 @@ class _Recorder:
         return self.conn.execute(sql, params)
 
 
+@pytest.mark.sqlite_only(reason="reads SQLite's query plans (EXPLAIN QUERY PLAN)")
 @pytest.mark.parametrize("order", ["newest", "oldest", "arrival"])
 @pytest.mark.parametrize("filters", [{}, {"agent": "did:key:z6Mk" + "a" * 44}, {"project": "p"}, {"message_type": "t"}])
 def test_every_bus_page_is_an_index_range(tmp_path: Path, order: str, filters: dict[str, str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,9 @@ from node.features import LOG
 from node.service import Node
 from node.store import db as dbmod
 from node.store import projections
+from node.store.conn import Conn
 from tests.conftest import AgentCreds, FakeClock
+from tests.node.fresh_stores import ENGINES, FreshStore, fresh_stores
 from tests.node.workflows.helpers import SEED_PLAN, WF, declare, lease
 from tests.node.workflows.test_signed import task_event
 from wire.time import format_ms
@@ -82,16 +84,21 @@ def _fresh(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _ingest(conn: sqlite3.Connection, bodies: list[bytes]) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    for body in bodies:
-        record = json.loads(body)
-        record_hash, decoded = records.check(record)
-        projections.append(conn, record, record_hash, decoded, origin="peer", now_ms=0)
-    conn.execute("COMMIT")
+@pytest.fixture(params=ENGINES)
+def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FreshStore]:
+    """New migrated databases of this run's engine, carrying the node's log."""
+    yield from fresh_stores(request, tmp_path, LOG)
 
 
-def _state(conn: sqlite3.Connection) -> dict[str, Any]:
+def _ingest(conn: Conn, bodies: list[bytes]) -> None:
+    with dbmod.transaction(conn, immediate=True):  # type: ignore[arg-type]  # either engine's connection
+        for body in bodies:
+            record = json.loads(body)
+            record_hash, decoded = records.check(record)
+            projections.append(conn, record, record_hash, decoded, origin="peer", now_ms=0)
+
+
+def _state(conn: Conn) -> dict[str, Any]:
     return {
         "tasks": [tuple(r) for r in conn.execute(f"SELECT {TASK_STATE} FROM tasks ORDER BY key")],
         "deps": [tuple(r) for r in conn.execute("SELECT * FROM task_deps ORDER BY 1, 2")],
@@ -153,7 +160,7 @@ def _grant(node_key: keys.SigningKey, holder: str, created_ms: int) -> dict[str,
     )
 
 
-def test_home_node_is_the_earliest_declaration_and_only_its_grants_count(tmp_path: Path) -> None:
+def test_home_node_is_the_earliest_declaration_and_only_its_grants_count(fresh: FreshStore) -> None:
     agent = keys.SigningKey.generate()
     n1, n2 = keys.SigningKey.generate(), keys.SigningKey.generate()
     t = 1_800_000_000_000
@@ -164,21 +171,21 @@ def test_home_node_is_the_earliest_declaration_and_only_its_grants_count(tmp_pat
     bodies = [canonical.canonical_bytes(r) for r in (early, late, grant_n1, grant_n2)]
     homes = set()
     for i, order in enumerate(([0, 1, 2, 3], [3, 2, 1, 0], [2, 1, 3, 0])):
-        conn = _fresh(tmp_path / f"o{i}.db")
+        conn = fresh(f"o{i}")
         _ingest(conn, [bodies[j] for j in order])
         row = conn.execute("SELECT home_node, lease_hash, title FROM tasks WHERE key = 'shared'").fetchone()
         homes.add(tuple(row))
     assert homes == {(n2.did, records.compute_hash(grant_n2), "declared again, on n1")}
 
 
-def test_simultaneous_declarations_break_the_tie_by_hash(tmp_path: Path) -> None:
+def test_simultaneous_declarations_break_the_tie_by_hash(fresh: FreshStore) -> None:
     agent = keys.SigningKey.generate()
     n1, n2 = keys.SigningKey.generate(), keys.SigningKey.generate()
     t = 1_800_000_000_000
     d1, d2 = _declare(agent, n1.did, t, "one"), _declare(agent, n2.did, t, "two")
     winner = min((records.compute_hash(d1), n1.did), (records.compute_hash(d2), n2.did))[1]
     for i, pair in enumerate(((d1, d2), (d2, d1))):
-        conn = _fresh(tmp_path / f"tie{i}.db")
+        conn = fresh(f"tie{i}")
         _ingest(conn, [canonical.canonical_bytes(r) for r in pair])
         assert conn.execute("SELECT home_node FROM tasks").fetchone()[0] == winner
 
@@ -227,7 +234,7 @@ def _random_history(rng: random.Random, t: int) -> list[dict[str, Any]]:
     return out
 
 
-def test_applying_events_in_place_equals_folding_the_whole_history(tmp_path: Path) -> None:
+def test_applying_events_in_place_equals_folding_the_whole_history(fresh: FreshStore) -> None:
     """`advance` (an event after all others, applied to the stored task) must give exactly what `refold_txn`
     (the fold over every event) gives, whatever the arrival order and however many events share a millisecond."""
     from node.workflows.records import refold_txn
@@ -238,20 +245,17 @@ def test_applying_events_in_place_equals_folding_the_whole_history(tmp_path: Pat
         bodies = [canonical.canonical_bytes(r) for r in history]
         if seed % 2:
             rng.shuffle(bodies)  # out of order: mostly re-folds; in order: mostly applied in place
-        conn = _fresh(tmp_path / f"h{seed}.db")
+        conn = fresh(f"h{seed}")
         for i, body in enumerate(bodies):  # after every arrival: a later re-fold would hide a wrong state
             _ingest(conn, [body])
             incremental = _state(conn)
-            conn.execute("SAVEPOINT probe")
-            for row in conn.execute("SELECT * FROM tasks").fetchall():
-                refold_txn(conn, row["key"], row)
-            assert _state(conn) == incremental, (seed, i)
-            conn.execute("ROLLBACK TO probe")
-            conn.execute("RELEASE probe")
-        conn.close()
+            with dbmod.transaction(conn, commit=False):  # a probe: rolled back
+                for row in conn.execute("SELECT * FROM tasks").fetchall():
+                    refold_txn(conn, row["key"], row)
+                assert _state(conn) == incremental, (seed, i)
 
 
-def test_a_checkpoint_merged_over_the_cap_across_a_partition_may_shrink_but_not_grow(tmp_path: Path) -> None:
+def test_a_checkpoint_merged_over_the_cap_across_a_partition_may_shrink_but_not_grow(fresh: FreshStore) -> None:
     """Two nodes each accepted a 40 KB patch; merged, the checkpoint is over 64 KiB on every node. A patch that
     adds to it is refused with its size named; one that removes a key is taken."""
     from node.errors import InvalidInput
@@ -264,7 +268,7 @@ def test_a_checkpoint_merged_over_the_cap_across_a_partition_may_shrink_but_not_
         task_event(agent, t + i, "declare", task_key="big", node_id=node_key.did, checkpoint={side: "x" * 40_000})
         for i, side in ((1, "a"), (2, "c"))
     ]
-    conn = _fresh(tmp_path / "big.db")
+    conn = fresh("big")
     _ingest(conn, [canonical.canonical_bytes(r) for r in history])
     held = json.loads(conn.execute("SELECT checkpoint FROM tasks WHERE key = 'big'").fetchone()[0])
     assert set(held) == {"a", "c"}

@@ -9,17 +9,20 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from identity import key_files
-from node.ops.datadir import initialise
+from node.ops.datadir import DataDir, initialise
+from node.store.db import connect_store
 from scenarios.bench.harness import listens
+from scenarios.pg_cluster import Cluster
 from sync.auth import sign_headers
 from sync.replay import FENCE_NAME as REPLAY_FENCE
 from tests.agent.conftest import free_port
@@ -36,13 +39,14 @@ class Served:
     token: str = ""
     process: subprocess.Popen[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)  # added to the environment of the next `start`
+    store_url: str | None = None  # the node's PostgreSQL database (`node_store`), or None: bbs.db in the folder
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Served:
-        self.token = initialise(self.data) or self.token
+        self.token = initialise(self.data, self.store_url) or self.token
         env = {**os.environ, "BBS_LOG_LEVEL": "warning", **self.env}
         args = [sys.executable, "-m", "node.cli", "serve", "--data", str(self.data), "--port", str(self.port)]
         log = open(self.data.parent / f"{self.data.name}.log", "ab")  # noqa: SIM115 (the process keeps it)
@@ -77,42 +81,71 @@ class Served:
         return str(self.call("GET", "/v1/node").json()["node_id"])
 
 
+class Running(list[Served]):
+    """The nodes a test started (stopped after it); `new` makes one whose database is this pass's engine."""
+
+    def __init__(self, node_store: Callable[[], str | None], request: pytest.FixtureRequest, tmp_path: Path) -> None:
+        super().__init__()
+        self.node_store, self.request, self.tmp_path = node_store, request, tmp_path
+
+    def new(self, data: Path) -> Served:
+        """A `Served` on a new folder, its database from `node_store`, not started."""
+        return Served(data, store_url=self.node_store())
+
+    def _names(self, node: Served) -> tuple[Cluster, str, str]:
+        assert node.store_url is not None
+        cluster: Cluster = self.request.getfixturevalue("pg_cluster")
+        name = urlsplit(node.store_url).path.lstrip("/")
+        return cluster, name, name + "_old"
+
+    def back_up(self, node: Served) -> None:
+        """Copy the (stopped) node's database aside, consistently, as an old backup would be: its SQLite file, or
+        on PostgreSQL a copy of its database (CREATE DATABASE ... TEMPLATE)."""
+        if node.store_url is None:
+            src, out = sqlite3.connect(node.data / "bbs.db"), sqlite3.connect(self.tmp_path / "old.db")
+            try:
+                src.backup(out)
+            finally:
+                src.close()
+                out.close()
+            return
+        cluster, name, old = self._names(node)
+        cluster.admin(f'CREATE DATABASE "{old}" TEMPLATE "{name}"')
+
+    def put_back(self, node: Served) -> None:
+        """Replace the (stopped) node's database with the copy `back_up` took, by hand."""
+        if node.store_url is None:
+            for name in ("bbs.db-wal", "bbs.db-shm"):
+                (node.data / name).unlink(missing_ok=True)
+            (self.tmp_path / "old.db").replace(node.data / "bbs.db")
+            return
+        cluster, name, old = self._names(node)
+        cluster.drop_database(name)
+        cluster.admin(f'ALTER DATABASE "{old}" RENAME TO "{name}"')
+
+
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[list[Served]]:
-    running: list[Served] = []
+def served(node_store: Callable[[], str | None], request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Running]:
+    running = Running(node_store, request, tmp_path)
     yield running
     for node in running:
         node.stop()
 
 
-def _copy(db: Path, dest: Path) -> None:
-    """A consistent copy of a (stopped) node's database, as an old backup file would be."""
-    src, out = sqlite3.connect(db), sqlite3.connect(dest)
-    try:
-        src.backup(out)
-    finally:
-        src.close()
-        out.close()
-
-
-def test_an_old_database_copied_back_grants_no_lease_until_the_fence_passes(
-    served: list[Served], tmp_path: Path
-) -> None:
-    a = Served(tmp_path / "a").start()
+def test_an_old_database_copied_back_grants_no_lease_until_the_fence_passes(served: Running, tmp_path: Path) -> None:
+    a = served.new(tmp_path / "a").start()
     served.append(a)
     _, boss = a.agent("boss")
     _, worker = a.agent("worker")
     for key in ("job", "other"):
         assert a.call("POST", f"{WF}/tasks", boss, {"key": key}).status_code == 201
     a.stop()
-    _copy(a.data / "bbs.db", tmp_path / "old.db")  # the backup, taken before the grant
+    served.back_up(a)  # the backup, taken before the grant
     a.start()
     leased = a.call("POST", f"{WF}/tasks/job/lease", worker, {"seconds": 30})
     assert leased.status_code == 201, leased.text
     a.stop()
-    for name in ("bbs.db-wal", "bbs.db-shm"):
-        (a.data / name).unlink(missing_ok=True)
-    (tmp_path / "old.db").replace(a.data / "bbs.db")  # copied back by hand while the node is stopped
+    served.put_back(a)  # copied back by hand while the node is stopped
     a.start()
     for key in ("job", "other"):
         refused = a.call("POST", f"{WF}/tasks/{key}/lease", boss, {"seconds": 30})
@@ -123,8 +156,8 @@ def test_an_old_database_copied_back_grants_no_lease_until_the_fence_passes(
     assert a.call("GET", f"{WF}/tasks/job", boss).json()["lease"] is None
 
 
-def _pair(tmp_path: Path, served: list[Served]) -> tuple[Served, Served]:
-    a, b = Served(tmp_path / "a").start(), Served(tmp_path / "b").start()
+def _pair(tmp_path: Path, served: Running) -> tuple[Served, Served]:
+    a, b = served.new(tmp_path / "a").start(), served.new(tmp_path / "b").start()
     served += [a, b]
     for one, other in ((a, b), (b, a)):
         resp = one.call("POST", "/v1/peers", body={"url": other.url, "node_id": other.node_id})
@@ -141,9 +174,7 @@ def _until(check: Any, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_a_non_holders_completion_on_another_node_is_refused_by_the_home_node(
-    served: list[Served], tmp_path: Path
-) -> None:
+def test_a_non_holders_completion_on_another_node_is_refused_by_the_home_node(served: Running, tmp_path: Path) -> None:
     a, b = _pair(tmp_path, served)
     _, boss = a.agent("boss")
     holder_id, holder = a.agent("holder")
@@ -164,12 +195,12 @@ def test_a_non_holders_completion_on_another_node_is_refused_by_the_home_node(
     assert done.status_code == 200 and done.json()["status"] == "done"
 
 
-def test_a_replayed_forwarded_lease_request_is_refused_after_a_restart(served: list[Served], tmp_path: Path) -> None:
+def test_a_replayed_forwarded_lease_request_is_refused_after_a_restart(served: Running, tmp_path: Path) -> None:
     a, b = _pair(tmp_path, served)
     _, boss = a.agent("boss")
     worker, _ = b.agent("worker")
     assert a.call("POST", f"{WF}/tasks", boss, {"key": "index"}).status_code == 201
-    conn = sqlite3.connect(f"file:{b.data / 'bbs.db'}?mode=ro", uri=True)
+    conn = connect_store(DataDir(b.data).store, readonly=True)
     try:
         document = conn.execute(
             "SELECT r.body FROM agents g JOIN records r ON r.hash = g.doc_hash WHERE g.id = ?", (worker,)
@@ -220,7 +251,7 @@ def _restart_in_the_second_it_last_accepted(node: Served) -> None:
 
 
 def test_a_forwarded_request_refused_as_signed_before_a_restart_is_signed_again(
-    served: list[Served], tmp_path: Path
+    served: Running, tmp_path: Path
 ) -> None:
     """The home node restarted (and, as if in the second it last accepted a peer signature, its fence holds that
     second): a forwarded lease and a forwarded completion signed for its previous boot are refused `stale_boot`,
@@ -240,10 +271,10 @@ def test_a_forwarded_request_refused_as_signed_before_a_restart_is_signed_again(
     assert a.call("GET", f"{WF}/tasks/index", boss).json()["status"] == "done"
 
 
-def test_twin_tasks_across_two_served_nodes(served: list[Served], tmp_path: Path) -> None:
+def test_twin_tasks_across_two_served_nodes(served: Running, tmp_path: Path) -> None:
     """Two `bbs serve` nodes first-declare and lease one key before they are peers; once they sync, both resolve
     the key to the same twin, and the later twin's declarer and holder find one tier-1 notice in their inboxes."""
-    a, b = Served(tmp_path / "a").start(), Served(tmp_path / "b").start()
+    a, b = served.new(tmp_path / "a").start(), served.new(tmp_path / "b").start()
     served += [a, b]
     people: dict[str, dict[str, tuple[str, str]]] = {}
     for node in (a, b):
@@ -279,7 +310,7 @@ def test_twin_tasks_across_two_served_nodes(served: list[Served], tmp_path: Path
 
 
 def test_a_restored_node_grants_again_once_sync_brings_back_every_grant_it_made(
-    served: list[Served], tmp_path: Path
+    served: Running, tmp_path: Path
 ) -> None:
     """The restore lost a grant that a peer had pulled: the wait ends as soon as sync brings it back (the fence
     counted every grant, so the database then holds every grant that can still be live), not after 600 s."""
@@ -289,16 +320,14 @@ def test_a_restored_node_grants_again_once_sync_brings_back_every_grant_it_made(
     for key in ("job", "other"):
         assert a.call("POST", f"{WF}/tasks", boss, {"key": key}).status_code == 201
     a.stop()
-    _copy(a.data / "bbs.db", tmp_path / "old.db")  # the backup, taken before the grant
+    served.back_up(a)  # the backup, taken before the grant
     a.start()
     leased = a.call("POST", f"{WF}/tasks/job/lease", worker, {"seconds": 600})
     assert leased.status_code == 201, leased.text
     _until(lambda: b.call("GET", f"{WF}/tasks/job").json().get("lease") is not None, "b to pull the grant")
     a.stop()
     b.stop()  # a cannot reach the peer that holds the grant yet
-    for name in ("bbs.db-wal", "bbs.db-shm"):
-        (a.data / name).unlink(missing_ok=True)
-    (tmp_path / "old.db").replace(a.data / "bbs.db")
+    served.put_back(a)
     a.start()
     refused = a.call("POST", f"{WF}/tasks/other/lease", boss, {"seconds": 30})
     assert refused.status_code == 503 and refused.json()["code"] == "lease_authority_restored", refused.text
@@ -312,7 +341,7 @@ def test_a_restored_node_grants_again_once_sync_brings_back_every_grant_it_made(
     assert a.call("GET", f"{WF}/tasks/job", boss).json()["lease"]["holder"] == worker_id
 
 
-def test_a_restored_node_whose_lost_grant_no_peer_holds_keeps_waiting(served: list[Served], tmp_path: Path) -> None:
+def test_a_restored_node_whose_lost_grant_no_peer_holds_keeps_waiting(served: Running, tmp_path: Path) -> None:
     """Reconciling with every peer proves nothing about a grant no peer pulled: the count stays short, so the
     node waits for the fence."""
     a, b = _pair(tmp_path, served)
@@ -324,13 +353,11 @@ def test_a_restored_node_whose_lost_grant_no_peer_holds_keeps_waiting(served: li
     _until(lambda: b.call("GET", f"{WF}/tasks/job").json().get("lease") is not None, "b to pull the first grant")
     a.stop()
     b.stop()
-    _copy(a.data / "bbs.db", tmp_path / "old.db")  # the backup holds the first grant, which b holds too
+    served.back_up(a)  # the backup holds the first grant, which b holds too
     a.start()
     assert a.call("POST", f"{WF}/tasks/other/lease", worker, {"seconds": 60}).status_code == 201  # b never sees it
     a.stop()
-    for name in ("bbs.db-wal", "bbs.db-shm"):
-        (a.data / name).unlink(missing_ok=True)
-    (tmp_path / "old.db").replace(a.data / "bbs.db")
+    served.put_back(a)
     b.start()
     _, planner = b.agent("planner")
     assert b.call("POST", f"{WF}/tasks", planner, {"key": "marker"}).status_code == 201

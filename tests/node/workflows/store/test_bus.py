@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from node.spaces.sight import OPERATOR
 from node.store import db as store_db
+from node.store import pg_conn, pg_schema
 from node.store.conn import Conn
 from node.workflows.store import bus
 from tests.node.migrated import database_before
@@ -110,6 +113,7 @@ async def test_the_messages_naming_an_address_are_found_by_it_until_they_leave_t
     assert [d.seq for d in await db.read(lambda c: bus.dependents_of(c, [named, other]))] == [4]
 
 
+@pytest.mark.sqlite_only(reason="SQLite's migration 0051; PostgreSQL's is the test below")
 def test_migration_0051_indexes_the_dependencies_of_messages_held_before(tmp_path: Path) -> None:
     """Messages stored before migration 0051 are found by the dependencies that may be addresses, and only those."""
     conn = database_before(tmp_path / "bbs.db", 51)
@@ -121,3 +125,28 @@ def test_migration_0051_indexes_the_dependencies_of_messages_held_before(tmp_pat
     )
     store_db.migrate(conn)
     assert [tuple(r) for r in conn.execute("SELECT address, message_id FROM message_dependencies")] == [("a" * 64, 5)]
+
+
+def test_postgresqls_migration_0051_indexes_the_dependencies_of_messages_held_before(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same story on PostgreSQL: a database at its baseline (0050) holding a message, then migrated by
+    migrations_pg/0051, finds it by the dependencies that may be addresses, and only those."""
+    every = pg_schema.migrations()
+    conn = pg_conn.connect(pg_url)
+    try:
+        monkeypatch.setattr(pg_schema, "migrations", lambda: [m for m in every if m[0] < 51])
+        assert pg_schema.migrate(conn) == 50
+        monkeypatch.setattr(pg_schema, "migrations", lambda: every)
+        deps = json.dumps(["a" * 64, "not an address", "A" * 64, "b" * 63])
+        conn.execute(
+            "INSERT INTO messages (id, record_hash, from_agent, to_agent, message_type, body, payload,"
+            " dependency_ids, project, created_at, created_ms, signature)"
+            " VALUES (5, 'm5', ?, NULL, 'note', '', '{}', ?, NULL, ?, ?, 's')",
+            (ALICE, deps, format_ms(T0), T0),
+        )
+        assert pg_schema.migrate(conn) >= 51
+        rows = [tuple(r) for r in conn.execute("SELECT address, message_id FROM message_dependencies")]
+        assert rows == [("a" * 64, 5)]
+    finally:
+        conn.close()
