@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from identity import canonical, keys, records
+from identity import keys, records
 from node.entries import queries, store
 from node.features import LOG
 from node.spaces.sight import OPERATOR
 from node.store import db, pg_conn, projections
-from node.store.conn import POSTGRESQL, Conn, DatabaseError, engine_of
+from node.store.conn import Conn
 from node.trust import service as trust
 from scenarios.pg_cluster import Cluster
 from tests.node.fresh_stores import ENGINES
@@ -77,16 +77,7 @@ def test_one_json_row_renders_what_the_rows_render(
     conn.execute("BEGIN")
     try:
         incoming = [projections.Incoming(record, record_hash, decoded)]
-        if engine_of(conn) == POSTGRESQL and b"\\u0000" in canonical.canonical_bytes(record):
-            # PostgreSQL text cannot hold a NUL: such a record (a peer's; submission refuses it) fails loudly there,
-            # never stored cut (docs/decisions.md record 76, "Still failing there")
-            try:
-                appended = projections.append_many(conn, incoming, origin="local", now_ms=0)
-            except DatabaseError as exc:
-                assert "NUL" in str(exc)
-                return
-        else:
-            appended = projections.append_many(conn, incoming, origin="local", now_ms=0)
+        appended = projections.append_many(conn, incoming, origin="local", now_ms=0)  # NUL too: record 84
         ((seq, _),) = appended
         if trust_score is not None:  # the trust caches hold values rounded to trust.DIGITS, as trust.py stores them
             conn.execute(
