@@ -135,6 +135,7 @@ def test_defaults_when_no_limit_or_sync_settings_are_given(data_dir: tuple[Path,
     assert app[SYNC_SETTINGS] == SyncSettings()
 
 
+@pytest.mark.sqlite_only(reason="build() initialises an empty folder with the default store, a SQLite file in it")
 async def test_build_initialises_an_empty_folder(aiohttp_client: MakeClient, tmp_path: Path) -> None:
     root = tmp_path / "fresh"
     app = build(root)

@@ -34,6 +34,7 @@ from node.web.http import Route
 from tests.conftest import AgentCreds
 from tests.node.api_helpers import entry_record, link, link_record, post
 from tests.node.workflows.helpers import WF, declare
+from tests.pg_fixtures import OpenStore
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
 NODE_DIR = Path(node_package.__file__).parent
@@ -126,11 +127,12 @@ def test_the_declarations_cannot_be_changed_in_place() -> None:
     assert isinstance(Feature("x", routes=[]).routes, tuple)  # a route list is copied, not shared
 
 
-def test_every_projection_table_exists_in_the_migrated_schema(tmp_path: Path) -> None:
-    conn = dbmod.connect(tmp_path / "schema.db")
-    dbmod.migrate(conn)
-    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    conn.close()
+def test_every_projection_table_exists_in_the_migrated_schema(open_store: OpenStore) -> None:
+    conn = open_store(None)
+    tables = "SELECT name FROM sqlite_master WHERE type = 'table'"
+    if engine_of(conn) == POSTGRESQL:
+        tables = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+    names = {row[0] for row in conn.execute(tables)}
     assert set(LOG.tables) <= names
 
 
@@ -166,16 +168,14 @@ async def test_a_node_appends_and_rebuilds_through_the_log_it_is_given(data_dir:
         node.close()
 
 
-def test_a_connection_without_a_log_appends_nothing(tmp_path: Path) -> None:
-    conn = dbmod.connect(tmp_path / "bare.db")
-    dbmod.migrate(conn)
+def test_a_connection_without_a_log_appends_nothing(open_store: OpenStore) -> None:
+    conn = open_store(None)
     record = entry_record(keys.SigningKey.generate(), "no log", created_ms=T0)
-    with pytest.raises(RuntimeError, match="carries no log"), dbmod.transaction(conn, immediate=True):
+    with pytest.raises(RuntimeError, match="carries no log"), dbmod.transaction(conn, immediate=True):  # type: ignore[arg-type]  # either engine
         projections.append_many(conn, [projections.Incoming(record, *records.check(record))], origin="local", now_ms=T0)
     with pytest.raises(RuntimeError, match="carries no log"):
         projections.snapshot(conn)
     assert conn.execute("SELECT count(*) FROM records").fetchone()[0] == 0  # the append was rolled back
-    conn.close()
 
 
 async def records_of_every_kind(client: TestClient, make_agent: MakeAgent) -> None:

@@ -25,6 +25,7 @@ def statements(conn: sqlite3.Connection) -> list[str]:
     return seen
 
 
+@pytest.mark.sqlite_only(reason="db.insert_rows, SQLite's many-row INSERT: its trace, parameter limit and rowids")
 @pytest.mark.parametrize(
     ("n", "sizes"),
     [
@@ -51,6 +52,7 @@ def test_rows_land_in_one_statement_up_to_64_then_power_of_two_ones(
     assert [sql.count("),(") + 1 for sql in seen] == sizes
 
 
+@pytest.mark.sqlite_only(reason="db.insert_rows, SQLite's many-row INSERT: its trace, parameter limit and rowids")
 def test_statements_hold_at_most_max_rows(conn: sqlite3.Connection) -> None:
     seen = statements(conn)
     n = 2 * db.MAX_ROWS_PER_INSERT + 3
@@ -58,6 +60,7 @@ def test_statements_hold_at_most_max_rows(conn: sqlite3.Connection) -> None:
     assert [sql.count("),(") + 1 for sql in seen] == [db.MAX_ROWS_PER_INSERT, db.MAX_ROWS_PER_INSERT, 3]
 
 
+@pytest.mark.sqlite_only(reason="db.insert_rows, SQLite's many-row INSERT: its trace, parameter limit and rowids")
 def test_the_parameter_limit_splits_the_statements(conn: sqlite3.Connection) -> None:
     conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 9)  # at most 4 rows of 2 values per statement
     seen = statements(conn)
@@ -66,6 +69,7 @@ def test_the_parameter_limit_splits_the_statements(conn: sqlite3.Connection) -> 
     assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 11
 
 
+@pytest.mark.sqlite_only(reason="db.insert_rows, SQLite's many-row INSERT: its trace, parameter limit and rowids")
 def test_it_counts_the_rows_changed_and_names_the_last_rowid(conn: sqlite3.Connection) -> None:
     """New rows of a table with an INTEGER PRIMARY KEY take the rowids after the largest, in order: the
     `changed` rowids ending at `last_rowid` (what projections.append_many relies on for the log's seqs)."""

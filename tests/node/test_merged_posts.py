@@ -379,8 +379,9 @@ async def test_each_request_gets_its_own_entries_in_order(
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    database = Database(tmp_path / "review.db")
+async def db(tmp_path: Path, node_store: Callable[[], str | None]) -> AsyncIterator[Database]:
+    """A node database of this pass's engine (`node_store`: PostgreSQL in the `--store postgresql` pass)."""
+    database = Database(node_store() or tmp_path / "review.db")
     database.open()
     await database.write(lambda c: c.execute("CREATE TABLE scratch (item TEXT PRIMARY KEY)"))
     yield database
@@ -403,6 +404,7 @@ async def scratch(db: Database) -> list[str]:
     return await db.read(lambda c: [r[0] for r in c.execute("SELECT item FROM scratch ORDER BY item")])
 
 
+@pytest.mark.sqlite_only(reason="a full SQLite file (PRAGMA max_page_count); SQLite ends the transaction itself")
 async def test_a_full_database_in_a_merged_run_fails_the_whole_batch(db: Database) -> None:
     """A real SQLITE_FULL (max_page_count) in the merged call: SQLite rolls the whole transaction back, so
     `ROLLBACK TO merged` fails and, as for a job alone, every job of the batch (the plain one before the

@@ -16,6 +16,8 @@ from sync.store import Verified
 from sync.verify import verify_record
 from tests.sync.conftest import body_of, hash_of, signed_entry
 
+pytestmark = pytest.mark.sqlite_only(reason="SQLite's query planner: the plans read with EXPLAIN QUERY PLAN")
+
 
 @pytest.fixture(params=[False, True], ids=["no-stats", "analyzed"])
 def conn(tmp_path: Path, request: pytest.FixtureRequest) -> sqlite3.Connection:

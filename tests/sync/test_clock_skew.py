@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from identity import key_files
+from node.ops.datadir import initialise
 from sync.auth import sign_headers
 from sync.replay import FENCE_NAME
 from tests.node.workflows.test_served import WF, Served
@@ -24,6 +25,15 @@ from tests.node.workflows.test_served import WF, Served
 # Debian's libfaketime (installed by .ci/run), under the machine's multiarch folder
 LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), Path("libfaketime.so.1"))
 AHEAD_S = 600
+
+
+NodeStore = Callable[[], str | None]  # the `node_store` fixture (tests/pg_fixtures.py)
+
+
+def on_store(data: Path, node_store: NodeStore, env: dict[str, str]) -> Served:
+    """A node folder made with its store from `node_store` (PostgreSQL in the `--store postgresql` pass), to serve
+    with `env`."""
+    return Served(data, env=env, token=initialise(data, node_store()) or "")
 
 
 def ahead(seconds: int) -> dict[str, str]:
@@ -72,8 +82,10 @@ def previous_release_changes(node: Served, signer: Served, now: float) -> int:
 
 
 @pytest.mark.slow
-def test_two_nodes_ahead_restarted_on_the_true_clock_federate_at_once(tmp_path: Path, served: list[Served]) -> None:
-    a, b = Served(tmp_path / "a", env=ahead(AHEAD_S)), Served(tmp_path / "b", env=ahead(AHEAD_S))
+def test_two_nodes_ahead_restarted_on_the_true_clock_federate_at_once(
+    tmp_path: Path, served: list[Served], node_store: NodeStore
+) -> None:
+    a, b = on_store(tmp_path / "a", node_store, ahead(AHEAD_S)), on_store(tmp_path / "b", node_store, ahead(AHEAD_S))
     served += [a.start(), b.start()]
     peer_up(a, b)
     peer_up(b, a)
@@ -121,11 +133,13 @@ def bbs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 
 @pytest.mark.slow
-def test_a_peer_ten_minutes_ahead_is_shown_with_the_fix(tmp_path: Path, served: list[Served]) -> None:
+def test_a_peer_ten_minutes_ahead_is_shown_with_the_fix(
+    tmp_path: Path, served: list[Served], node_store: NodeStore
+) -> None:
     """`a` runs ten minutes ahead, `b` on the true clock: b's requests are refused as stale by a, and b shows
     a's clock offset in /v1/peers, /metrics, `bbs peers` and `bbs doctor`, with NTP as the fix (a's doctor, on
     a's clock, sees b behind)."""
-    a, b = Served(tmp_path / "a", env=ahead(AHEAD_S)), Served(tmp_path / "b")
+    a, b = on_store(tmp_path / "a", node_store, ahead(AHEAD_S)), on_store(tmp_path / "b", node_store, {})
     served += [a.start(), b.start()]
     peer_up(a, b)
     peer_up(b, a)

@@ -29,6 +29,7 @@ from node.store.conn import POSTGRESQL, Conn, engine_of
 from sync.store import Verified
 from sync.verify import verify_record
 from tests.node.migrated import database_before
+from tests.pg_fixtures import OpenStore
 from tests.sync.conftest import (
     PeerNode,
     body_of,
@@ -46,16 +47,16 @@ def verified(record: dict[str, Any]) -> Verified:
     return checked
 
 
-def fresh_db(tmp_path: Path) -> tuple[sqlite3.Connection, str]:
-    conn = db.connect(tmp_path / "node.db", log=LOG)
-    db.migrate(conn)
+def fresh_db(open_store: OpenStore) -> tuple[Conn, str]:
+    """A migrated store of this run's engine (`open_store`) knowing one peer."""
+    conn = open_store(LOG)
     peer = keys.SigningKey.generate().did
     add_peer_txn(conn, "http://127.0.0.1:9", peer, NOW)
     return conn, peer
 
 
-def store(conn: sqlite3.Connection, peer: str, batch: list[Verified]) -> list[tuple[str | None, str]]:
-    with db.transaction(conn, immediate=True):
+def store(conn: Conn, peer: str, batch: list[Verified]) -> list[tuple[str | None, str]]:
+    with db.transaction(conn, immediate=True):  # type: ignore[arg-type]  # either engine (its engine_of)
         outcomes = ingest_txn(conn, peer, batch, [], None, NOW)
     return [(o.hash, o.outcome) for o in outcomes]
 
@@ -90,8 +91,8 @@ def install_fault(conn: Conn) -> None:
     )
 
 
-def test_links_inside_one_batch_resolve_and_absent_targets_are_wanted(tmp_path: Path) -> None:
-    conn, peer = fresh_db(tmp_path)
+def test_links_inside_one_batch_resolve_and_absent_targets_are_wanted(open_store: OpenStore) -> None:
+    conn, peer = fresh_db(open_store)
     author = keys.SigningKey.generate()
     absent = hash_of(signed_entry(author, "never sent"))
     question = signed_entry(author, "the question")
@@ -109,8 +110,8 @@ def test_links_inside_one_batch_resolve_and_absent_targets_are_wanted(tmp_path: 
     assert tuple(counters) == (2, 1, 1)
 
 
-def test_a_record_the_projections_refuse_is_counted_and_the_rest_stored(tmp_path: Path) -> None:
-    conn, peer = fresh_db(tmp_path)
+def test_a_record_the_projections_refuse_is_counted_and_the_rest_stored(open_store: OpenStore) -> None:
+    conn, peer = fresh_db(open_store)
     author = keys.SigningKey.generate()
     good = [verified(signed_entry(author, f"fine {i}")) for i in range(3)]
     bad = verified(signed_entry(author, "refused"))
@@ -126,9 +127,9 @@ def test_a_record_the_projections_refuse_is_counted_and_the_rest_stored(tmp_path
 
 
 def test_a_fault_of_the_node_is_counted_internal_logged_and_passed(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    open_store: OpenStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    conn, peer = fresh_db(tmp_path)
+    conn, peer = fresh_db(open_store)
     install_fault(conn)
     author = keys.SigningKey.generate()
     good = [verified(signed_entry(author, f"fine {i}")) for i in range(2)]
@@ -145,8 +146,8 @@ def test_a_fault_of_the_node_is_counted_internal_logged_and_passed(
     assert peer_statuses(conn, NOW)[0].counters.internal == 1
 
 
-def test_a_wanted_record_that_meets_a_fault_is_tried_again_with_backoff_then_given_up(tmp_path: Path) -> None:
-    conn, peer = fresh_db(tmp_path)
+def test_a_wanted_record_that_meets_a_fault_is_tried_again_with_backoff_then_given_up(open_store: OpenStore) -> None:
+    conn, peer = fresh_db(open_store)
     install_fault(conn)
     author = keys.SigningKey.generate()
     poison = verified(signed_entry(author, POISON))
@@ -164,14 +165,25 @@ def test_a_wanted_record_that_meets_a_fault_is_tried_again_with_backoff_then_giv
     assert conn.execute("SELECT internal FROM peers").fetchone()[0] == MAX_WANT_ATTEMPTS
 
 
-def test_only_a_refused_record_counts_against_the_peer(tmp_path: Path) -> None:
+def test_only_a_refused_record_counts_against_the_peer(open_store: OpenStore) -> None:
     """A constraint of the projection tables refuses the record (here a trigger's RAISE, which SQLite reports as a
-    constraint): the peer's fault, as a CHECK above, even though the node's trigger raised it."""
-    conn, peer = fresh_db(tmp_path)
-    conn.execute(
-        "CREATE TEMP TRIGGER refuse AFTER INSERT ON main.entries WHEN NEW.content = 'refused'"
-        " BEGIN SELECT RAISE(ABORT, 'refused by a constraint'); END"
-    )
+    constraint; on PostgreSQL the trigger raises a check_violation): the peer's fault, as a CHECK above, even
+    though the node's trigger raised it."""
+    conn, peer = fresh_db(open_store)
+    if engine_of(conn) == POSTGRESQL:
+        conn.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'refused by a constraint' USING ERRCODE = 'check_violation'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER refuse AFTER INSERT ON entries FOR EACH ROW WHEN (NEW.content = 'refused')"
+            " EXECUTE FUNCTION refuse()"
+        )
+    else:
+        conn.execute(
+            "CREATE TEMP TRIGGER refuse AFTER INSERT ON main.entries WHEN NEW.content = 'refused'"
+            " BEGIN SELECT RAISE(ABORT, 'refused by a constraint'); END"
+        )
     author = keys.SigningKey.generate()
     refused = verified(signed_entry(author, "refused"))
     assert store(conn, peer, [refused]) == [(refused.hash, "invalid")]
@@ -230,6 +242,7 @@ async def test_a_fault_met_while_pulling_is_counted_internal_and_backed_off_with
     assert f'bbs_sync_records{{outcome="internal",peer="{a.node_id}"}} 2.0' in metrics
 
 
+@pytest.mark.sqlite_only(reason="SQLite's migration 0023, which PostgreSQL's baseline never runs")
 def test_migration_0023_gives_the_v2_release_s_cursors_version_2(tmp_path: Path) -> None:
     """A database of the v2 release (every migration before 0023) with one peer it pulled from and one it did not:
     after 0023 the first cursor is of protocol v2 (reconciled before its first pull by this release), the other
@@ -260,16 +273,16 @@ def test_migration_0023_gives_the_v2_release_s_cursors_version_2(tmp_path: Path)
     assert cursor_version(conn, pulled) == CursorVersion(PROTOCOL_VERSION, None)
 
 
-def test_versions_are_found_by_prefix_where_refused_finds_them_whole(tmp_path: Path) -> None:
+def test_versions_are_found_by_prefix_where_refused_finds_them_whole(open_store: OpenStore) -> None:
     """Decision 74: a compact ids page announces a version by its first 32 hex digits; `prefixed_versions` names the
     prefixes that begin a version `NodeSyncStore.refused` would name (held, refused, void; waiting and flagged void
     are the same query on their tables), each by an index range, never a scan of the table."""
-    conn, peer = fresh_db(tmp_path)
+    conn, peer = fresh_db(open_store)
     author = keys.SigningKey.generate()
     held = verified(signed_entry(author, "held here"))
     assert store(conn, peer, [held]) == [(held.hash, "saved")]
     refused, void_one, unknown = "1" * 64, "2" * 64, "3" * 64
-    with db.transaction(conn, immediate=True):
+    with db.transaction(conn, immediate=True):  # type: ignore[arg-type]  # either engine (its engine_of)
         equivocation.refuse_txn(conn, refused, "4" * 64, NOW)
         waiting.remember_void_txn(conn, void_one, author.did, "not_authorized", NOW)
     every = [held.version, refused, void_one, unknown]
@@ -277,6 +290,8 @@ def test_versions_are_found_by_prefix_where_refused_finds_them_whole(tmp_path: P
     assert prefixed_versions(conn, prefixes) == set(prefixes[:3])
     assert prefixed_versions(conn, [held.version[:31] + "g"]) == set()  # not hex: never a version's prefix
     assert prefixed_versions(conn, []) == set()
+    if engine_of(conn) == POSTGRESQL:
+        return  # the plan below is SQLite's (EXPLAIN QUERY PLAN)
     plan = " ".join(str(row[-1]) for row in conn.execute(f"EXPLAIN QUERY PLAN {PREFIX_SQL}", ("[]",)))
     for table in REFUSED_TABLES:
         assert f"SEARCH {table} USING" in plan and f"SCAN {table}" not in plan, plan  # its unique index on version

@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-import sqlite3
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -42,18 +42,29 @@ NOW = 1_800_000_000_000
 PEERS = (SigningKey.from_seed(b"\x31" * 32).did, SigningKey.from_seed(b"\x32" * 32).did)
 
 
+NodeStore = Callable[[], str | None]  # the `node_store` fixture (tests/pg_fixtures.py)
+
+
+def new_database(node_store: NodeStore, folder: Path) -> Path | str:
+    """Where a new node database goes: this pass's PostgreSQL database (`--store postgresql`), or a SQLite file in
+    `folder`."""
+    return node_store() or folder / "node.db"
+
+
 @asynccontextmanager
-async def node_store(folder: Path) -> AsyncIterator[NodeSyncStore]:
-    """A node's database with two peers configured, and its sync store."""
-    database = Database(folder / "node.db", log=LOG)
+async def sync_store(where: Path | str) -> AsyncIterator[NodeSyncStore]:
+    """A node's database (`new_database`) with two peers configured, and its sync store."""
+    database = Database(where, log=LOG)
     database.open()
 
-    def peers(conn: sqlite3.Connection) -> None:
+    def peers(conn: Conn) -> None:
         for peer in PEERS:
             add_peer_txn(conn, "http://127.0.0.1:9", peer, NOW)
 
     await database.write(peers)
-    await database.write(lambda c: c.execute("INSERT OR IGNORE INTO node_meta (key, value) VALUES ('epoch', 'e')"))
+    await database.write(
+        lambda c: c.execute("INSERT INTO node_meta (key, value) VALUES ('epoch', 'e') ON CONFLICT DO NOTHING")
+    )
     try:
         yield NodeSyncStore(database, SigningKey.from_seed(b"\x30" * 32).did, lambda: NOW)
     finally:
@@ -121,7 +132,7 @@ async def reconcile(store: NodeSyncStore, story: v3_story.Story) -> None:
 
 
 async def run_story(
-    order: list[str], cuts: list[int], peers: list[int], forks: bool = False
+    node_store: NodeStore, order: list[str], cuts: list[int], peers: list[int], forks: bool = False
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Ingest the story's records (the fork story's with `forks`) in `order`, cut into batches at `cuts`, each batch
     from the peer `peers` names. Returns each record's verdict on the node and by the reference over the whole set;
@@ -130,7 +141,7 @@ async def run_story(
     author = v3_story.T if forks else v3_story.A
     bounds = sorted({c % (len(order) + 1) for c in cuts} | {0, len(order)})
     with tempfile.TemporaryDirectory() as folder:
-        async with node_store(Path(folder)) as store:
+        async with sync_store(new_database(node_store, Path(folder))) as store:
             for i, (start, end) in enumerate(itertools.pairwise(bounds)):
                 batch = [story.records[n] for n in order[start:end]]
                 await ingest(store, batch, PEERS[peers[i % len(peers)] if peers else 0])
@@ -168,9 +179,9 @@ STORED_THEN_VOIDED += [n for n in NAMES if n not in STORED_THEN_VOIDED]
 @example(order=STORED_THEN_VOIDED, cuts=list(range(len(NAMES) + 1)), peers=[0])
 @given(**arrivals(NAMES))
 def test_the_final_verdict_on_every_record_does_not_depend_on_the_arrival_order(
-    order: list[str], cuts: list[int], peers: list[int]
+    node_store: NodeStore, order: list[str], cuts: list[int], peers: list[int]
 ) -> None:
-    found, expected = asyncio.run(run_story(order, cuts, peers))
+    found, expected = asyncio.run(run_story(node_store, order, cuts, peers))
     assert found == expected
 
 
@@ -180,7 +191,7 @@ FORKS_STORED_THEN_DROPPED = ["f4", "c4", "qc4", "q4", "f3", "f2", "z", "f1", "c1
 FORKS_STORED_THEN_DROPPED += [n for n in FORK_NAMES if n not in FORKS_STORED_THEN_DROPPED]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example(order=FORKS_STORED_THEN_DROPPED, cuts=list(range(len(FORK_NAMES) + 1)), peers=[0])
 @example(order=list(reversed(FORKS_STORED_THEN_DROPPED)), cuts=list(range(len(FORK_NAMES) + 1)), peers=[1])
 # c1 and qc1 released together from two peers: the record's peer sorts first, and the key event must still be
@@ -189,13 +200,13 @@ FORKS_STORED_THEN_DROPPED += [n for n in FORK_NAMES if n not in FORKS_STORED_THE
          cuts=[1, 2, 7], peers=[0, 1])  # fmt: skip
 @given(**arrivals(FORK_NAMES))
 def test_forks_of_four_allowed_events_at_one_place_keep_two_whatever_the_arrival_order(
-    order: list[str], cuts: list[int], peers: list[int]
+    node_store: NodeStore, order: list[str], cuts: list[int], peers: list[int]
 ) -> None:
     """docs/format-v3.md 3.4: a key holder forking at will. Every order ends with the reference's kept set in the log
     (the chain f1, c1, d1 and the runner-up f2) and the reference's verdict on every record: the dropped events'
     keys (f3, f4, and c4 built on f4) lose, whether their events were stored first and dropped or refused on
     arrival; z, never allowed, installs nothing."""
-    found, expected = asyncio.run(run_story(order, cuts, peers, forks=True))
+    found, expected = asyncio.run(run_story(node_store, order, cuts, peers, forks=True))
     assert found == expected
     assert {name: expected[name] for name in ("f3", "f4", "c4", "z", "q1", "qc1", "qd1", "q2", "qc4", "qz")} == {
         "f3": "void", "f4": "void", "c4": "void", "z": "void",  # not kept / never allowed: in no log
@@ -205,10 +216,10 @@ def test_forks_of_four_allowed_events_at_one_place_keep_two_whatever_the_arrival
     }  # fmt: skip
 
 
-def test_one_by_one_in_the_worst_order_and_all_at_once_agree() -> None:
+def test_one_by_one_in_the_worst_order_and_all_at_once_agree(node_store: NodeStore) -> None:
     reverse = list(reversed(v3_story.story().records))  # every record before what it depends on
-    one_by_one, expected = asyncio.run(run_story(reverse, list(range(len(reverse) + 1)), [0, 1]))
-    at_once, _ = asyncio.run(run_story(reverse, [], [0]))
+    one_by_one, expected = asyncio.run(run_story(node_store, reverse, list(range(len(reverse) + 1)), [0, 1]))
+    at_once, _ = asyncio.run(run_story(node_store, reverse, [], [0]))
     assert one_by_one == at_once == expected
     decided = {name: expected[name] for name in ("p0", "p0x", "p1", "p2", "p2b", "p4", "gx", "x2", "pu")}
     assert decided == {  # the story decides every kind of verdict
@@ -225,7 +236,7 @@ def test_one_by_one_in_the_worst_order_and_all_at_once_agree() -> None:
 
 
 def test_records_stored_before_the_key_events_that_void_them_are_flagged_and_a_recovery_unflags_them(
-    tmp_path: Path,
+    node_store: NodeStore, tmp_path: Path
 ) -> None:
     story = v3_story.story()
     r = story.records
@@ -235,7 +246,7 @@ def test_records_stored_before_the_key_events_that_void_them_are_flagged_and_a_r
         return {name for name, record in r.items() if address(record) in {row.hash for row in rows}}
 
     async def run() -> None:
-        async with node_store(tmp_path) as store:
+        async with sync_store(new_database(node_store, tmp_path)) as store:
             revoked = STORED_THEN_VOIDED.index("e3") + 1
             for name in STORED_THEN_VOIDED[:revoked]:
                 await ingest(store, [r[name]])
@@ -249,12 +260,14 @@ def test_records_stored_before_the_key_events_that_void_them_are_flagged_and_a_r
     asyncio.run(run())
 
 
-def test_a_waiting_record_is_stored_in_the_transaction_that_stores_its_key_event(tmp_path: Path) -> None:
+def test_a_waiting_record_is_stored_in_the_transaction_that_stores_its_key_event(
+    node_store: NodeStore, tmp_path: Path
+) -> None:
     rotation = key_event(A0, "rotate", 1, installs=A1, vouches=[vouch(A0.did, [])])
     early = post(A, A1, "signed by A1 before the rotation arrived")
 
     async def run() -> None:
-        async with node_store(tmp_path) as store:
+        async with sync_store(new_database(node_store, tmp_path)) as store:
             assert await ingest(store, [early], PEERS[1]) == {address(early): "waiting"}
             commits = store.db.stats.transactions
             outcomes = await ingest(store, [rotation], PEERS[0])
@@ -271,12 +284,14 @@ def test_a_waiting_record_is_stored_in_the_transaction_that_stores_its_key_event
     asyncio.run(run())
 
 
-def test_waiting_records_are_absent_from_feed_fetch_digest_and_reconciliation(tmp_path: Path) -> None:
+def test_waiting_records_are_absent_from_feed_fetch_digest_and_reconciliation(
+    node_store: NodeStore, tmp_path: Path
+) -> None:
     plain = post(B0.did, B0, "an ordinary record")
     early = post(A, A4, "its key arrives later")
 
     async def run() -> None:
-        async with node_store(tmp_path) as store:
+        async with sync_store(new_database(node_store, tmp_path)) as store:
             assert await ingest(store, [plain, early]) == {address(plain): "saved", address(early): "waiting"}
             page = await store.changes(0, 100)
             assert [item[1] for item in page.items] == [address(plain)]
@@ -297,7 +312,9 @@ def test_waiting_records_are_absent_from_feed_fetch_digest_and_reconciliation(tm
     asyncio.run(run())
 
 
-def test_a_woken_peer_is_reconciled_with_at_most_once_per_10_s(tmp_path: Path, monkeypatch: Any) -> None:
+def test_a_woken_peer_is_reconciled_with_at_most_once_per_10_s(
+    node_store: NodeStore, tmp_path: Path, monkeypatch: Any
+) -> None:
     """docs/format-v3.md 7.3: the puller's `Wakeups` over the store's wake-ups, with a clock the test moves."""
     monkeypatch.setattr(waiting, "MAX_PER_AUTHOR", 1)
     now = [1000.0]
@@ -306,7 +323,7 @@ def test_a_woken_peer_is_reconciled_with_at_most_once_per_10_s(tmp_path: Path, m
     rotate_b = key_event(B0, "rotate", 1, installs=A5, vouches=[vouch(B0.did, [])], author=b)
 
     async def run() -> None:
-        async with node_store(tmp_path) as store:
+        async with sync_store(new_database(node_store, tmp_path)) as store:
             wakeups = Wakeups(store, lambda: now[0])
             assert await ingest(store, [post(A, A4, "a waits")]) == {address(post(A, A4, "a waits")): "waiting"}
             dropped = post(A, A4, "a dropped")
@@ -328,13 +345,15 @@ def test_a_woken_peer_is_reconciled_with_at_most_once_per_10_s(tmp_path: Path, m
     asyncio.run(run())
 
 
-def test_a_full_author_cap_drops_the_arriving_record_and_reconciliation_brings_it_back(tmp_path: Path) -> None:
+def test_a_full_author_cap_drops_the_arriving_record_and_reconciliation_brings_it_back(
+    node_store: NodeStore, tmp_path: Path
+) -> None:
     early = [post(A, A4, f"waiting {i}") for i in range(waiting.MAX_PER_AUTHOR + 3)]
     rotation = key_event(A0, "rotate", 1, installs=A4, vouches=[vouch(A0.did, [])])
     other = post(A0.did, A0, "A0's own record, fine before the rotation")
 
     async def run() -> None:
-        async with node_store(tmp_path) as store:
+        async with sync_store(new_database(node_store, tmp_path)) as store:
             first = await ingest(store, early[: waiting.MAX_PER_AUTHOR])
             assert set(first.values()) == {"waiting"}
             overflow = await ingest(store, early[waiting.MAX_PER_AUTHOR :], PEERS[1])
@@ -362,7 +381,9 @@ def test_a_full_author_cap_drops_the_arriving_record_and_reconciliation_brings_i
     asyncio.run(run())
 
 
-def test_more_waiting_records_than_one_transaction_rechecks_are_stored_by_the_next_jobs(tmp_path: Path) -> None:
+def test_more_waiting_records_than_one_transaction_rechecks_are_stored_by_the_next_jobs(
+    node_store: NodeStore, tmp_path: Path
+) -> None:
     b = SigningKey.from_seed(b"\x40" * 32)
     b1 = SigningKey.from_seed(b"\x41" * 32)
     half = waiting.RECHECK_PER_TRANSACTION // 2 + 3
@@ -373,7 +394,7 @@ def test_more_waiting_records_than_one_transaction_rechecks_are_stored_by_the_ne
     ]
 
     async def run() -> None:
-        async with node_store(tmp_path) as store:
+        async with sync_store(new_database(node_store, tmp_path)) as store:
             for peer, part in ((PEERS[0], many[:half]), (PEERS[1], many[half:])):
                 assert set((await ingest(store, part, peer)).values()) == {"waiting"}
             commits = store.db.stats.transactions
@@ -386,13 +407,15 @@ def test_more_waiting_records_than_one_transaction_rechecks_are_stored_by_the_ne
     asyncio.run(run())
 
 
-def test_a_void_record_is_refused_and_remembered_until_its_authors_chain_changes(tmp_path: Path) -> None:
+def test_a_void_record_is_refused_and_remembered_until_its_authors_chain_changes(
+    node_store: NodeStore, tmp_path: Path
+) -> None:
     rotation = key_event(A0, "rotate", 1, installs=A1, vouches=[vouch(A0.did, [])])
     late = post(A, A0, "by A0 after a rotation that vouches for none of its records")
     next_rotation = key_event(A1, "rotate", 2, prior=rotation, installs=A4, vouches=[vouch(A1.did, [])])
 
     async def run() -> None:
-        async with node_store(tmp_path) as store:
+        async with sync_store(new_database(node_store, tmp_path)) as store:
             assert await ingest(store, [rotation, late]) == {address(rotation): "saved", address(late): "void"}
             assert await store.db.read(lambda c: in_log(c, [version(late)])) == set()
             assert (await store.db.read(waiting.counters))[PEERS[0]] == (0, 0, 1)
@@ -405,11 +428,11 @@ def test_a_void_record_is_refused_and_remembered_until_its_authors_chain_changes
     asyncio.run(run())
 
 
-def test_a_refused_key_event_refuses_the_events_that_build_on_it(tmp_path: Path) -> None:
+def test_a_refused_key_event_refuses_the_events_that_build_on_it(node_store: NodeStore, tmp_path: Path) -> None:
     story = v3_story.story().records
 
     async def run() -> None:
-        async with node_store(tmp_path) as store:
+        async with sync_store(new_database(node_store, tmp_path)) as store:
             assert await ingest(store, [story["x2"]]) == {address(story["x2"]): "waiting"}
             outcomes = await ingest(store, [story["e1"], story["x1"]])
             assert outcomes == {address(story["e1"]): "saved", address(story["x1"]): "invalid"}
@@ -424,14 +447,16 @@ def test_a_refused_key_event_refuses_the_events_that_build_on_it(tmp_path: Path)
     asyncio.run(run())
 
 
-def test_records_of_identities_without_key_events_cost_no_sql_for_the_cache(tmp_path: Path) -> None:
+def test_records_of_identities_without_key_events_cost_no_sql_for_the_cache(
+    node_store: NodeStore, tmp_path: Path
+) -> None:
     """The writer-floor rule: once loaded (the first ingest after a start), the cache decides a record of an
     identity without key events and without signing_key with no statement: a batch of them runs exactly as many
     statements on a node that holds key histories as on one that holds none."""
     story = v3_story.story().records
 
     async def statements(folder: Path, history: list[dict[str, Any]]) -> int:
-        async with node_store(folder) as store:
+        async with sync_store(new_database(node_store, folder)) as store:
             await ingest(store, [post(B0.did, B0, "warm-up"), *history])
             assert store.authority.loaded
             before = store.db.stats.statements
@@ -448,14 +473,15 @@ def test_records_of_identities_without_key_events_cost_no_sql_for_the_cache(tmp_
     asyncio.run(run())
 
 
-def test_a_restarted_node_rebuilds_its_cache_from_the_log(tmp_path: Path) -> None:
+def test_a_restarted_node_rebuilds_its_cache_from_the_log(node_store: NodeStore, tmp_path: Path) -> None:
     rotation = key_event(A0, "rotate", 1, installs=A1, vouches=[vouch(A0.did, [])])
     late = post(A, A1, "after the restart")
 
     async def run() -> None:
-        async with node_store(tmp_path) as store:
+        where = new_database(node_store, tmp_path)
+        async with sync_store(where) as store:
             await ingest(store, [rotation])
-        async with node_store(tmp_path) as again:
+        async with sync_store(where) as again:
             assert await ingest(again, [late]) == {address(late): "saved"}
 
     asyncio.run(run())
@@ -498,7 +524,9 @@ async def test_a_node_pulls_key_events_pages_and_rotated_keys_records_from_a_pee
     assert await a.digest() == await b.digest()
 
 
-def test_a_thief_forking_fifty_times_at_one_place_leaves_two_events_on_disk(tmp_path: Path) -> None:
+def test_a_thief_forking_fifty_times_at_one_place_leaves_two_events_on_disk(
+    node_store: NodeStore, tmp_path: Path
+) -> None:
     """docs/format-v3.md 3.4: the holder of T0 signs 50 allowed rotations at one place, each better than the last
     (worst address first: each displaces the runner-up), then the same 50 in a random order on a second node. Each
     node's log holds the winner and the runner-up only; the other 48 cost a row of `dropped_key_events` and one of
@@ -523,7 +551,7 @@ def test_a_thief_forking_fifty_times_at_one_place_leaves_two_events_on_disk(tmp_
 
     async def run(folder: Path, order: list[dict[str, Any]], batch: int) -> None:
         folder.mkdir()
-        async with node_store(folder) as store:
+        async with sync_store(new_database(node_store, folder)) as store:
             for start in range(0, len(order), batch):
                 await ingest(store, order[start : start + batch])
             events, dropped, refused, bodies = await store.db.read(on_disk)
@@ -545,6 +573,7 @@ def test_a_thief_forking_fifty_times_at_one_place_leaves_two_events_on_disk(tmp_
     asyncio.run(run(tmp_path / "shuffled_in_batches", shuffled, 7))
 
 
+@pytest.mark.sqlite_only(reason="SQLite's migration 0028, which PostgreSQL's baseline never runs")
 def test_migration_0028_counts_the_records_already_waiting_and_the_triggers_keep_the_counts(tmp_path: Path) -> None:
     """A database of the release before 0028 with records waiting: the migration counts them per author, per peer
     and in all; then offers, removals and expiry keep the counts equal to a count of the area."""

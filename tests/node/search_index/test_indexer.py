@@ -133,12 +133,16 @@ async def differential(root: Path, corpus: list[dict[str, Any]], asked: list[dic
         node.close()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(corpus=entries, asked=searches)
-def test_the_index_matches_what_fts5_matches(corpus: list[dict[str, Any]], asked: list[dict[str, Any]]) -> None:
+def test_the_index_matches_what_fts5_matches(
+    node_store: Callable[[], str | None], corpus: list[dict[str, Any]], asked: list[dict[str, Any]]
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "node"
-        initialise(root)
+        initialise(root, node_store())  # the node's store: PostgreSQL in the --store postgresql pass
         asyncio.run(differential(root, corpus, asked))
 
 

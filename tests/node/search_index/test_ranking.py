@@ -14,7 +14,7 @@ import dataclasses
 import random
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from node.search_index.query import Clause, parse, tantivy_clauses
 from node.search_index.ranking import NEUTRAL, SORT_CAP, Authors, passing, trust_levels
 from node.service import Node
 from node.spaces.sight import OPERATOR
+from node.store.conn import Conn
 from node.web.appkeys import SEARCH_INDEXER
 from tests.conftest import FakeClock
 from tests.node.search_index import fts5_oracle
@@ -103,13 +104,17 @@ def test_union_of_author_sets() -> None:
     assert Authors.union([b]) == b
 
 
-def oracle_table(db_path: Path) -> sqlite3.Connection:
-    """A connection to the node's database with this test's own FTS5 table over the entries."""
-    conn = sqlite3.connect(db_path)
-    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS oracle_fts USING fts5(content, tags)")
-    conn.execute("DELETE FROM oracle_fts")
+def oracle_table(store: Conn) -> sqlite3.Connection:
+    """An in-memory SQLite copy of the node's entries, trust scores and entry confidences (read from either engine's
+    store, as fts5_oracle.build does) with this test's own FTS5 table over the entries."""
+    conn = sqlite3.connect(":memory:", check_same_thread=False)  # built on a reader thread, read on the test's
+    for table in ("entries", "trust_scores", "entry_confidence"):
+        cursor = store.execute(f"SELECT * FROM {table}")
+        columns = [c[0] for c in cursor.description]
+        conn.execute(f"CREATE TABLE {table} ({', '.join(columns)})")  # untyped: each value kept as read
+        conn.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(columns))})", map(tuple, cursor))
+    conn.execute("CREATE VIRTUAL TABLE oracle_fts USING fts5(content, tags)")
     conn.execute("INSERT INTO oracle_fts (rowid, content, tags) SELECT id, content, tags FROM entries")
-    conn.commit()
     return conn
 
 
@@ -185,7 +190,7 @@ async def differential(
 
         await node.db.write(cache)
         await indexer.Indexer(node.db, node.search_index).catch_up()
-        with contextlib.closing(oracle_table(root / "bbs.db")) as conn:
+        with contextlib.closing(await node.db.read(oracle_table)) as conn:
             for spec in asked:
                 authors = [agents[i] for i in spec.get("authors", [])]
                 params = {"q": " ".join(spec["words"]), "sort": spec["sort"], "author": authors, "limit": 200}
@@ -214,14 +219,19 @@ async def differential(
         node.close()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(corpus=corpora, scores=scorings, asked=searches)
 def test_trust_orders_and_filters_match_the_oracle(
-    corpus: list[tuple[list[str], int, float | None]], scores: list[float | None], asked: list[Any]
+    node_store: Callable[[], str | None],
+    corpus: list[tuple[list[str], int, float | None]],
+    scores: list[float | None],
+    asked: list[Any],
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "node"
-        initialise(root)
+        initialise(root, node_store())  # the node's store: PostgreSQL in the --store postgresql pass
         asyncio.run(differential(root, corpus, scores, asked))
 
 

@@ -8,12 +8,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from node.ops.datadir import initialise
 from node.search_index.index import DAMAGED_FOLDER, FOLDER
 from tests.node.workflows.test_served import Served
 
@@ -22,6 +23,9 @@ def bbs(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "node.cli", *args], capture_output=True, text=True, timeout=120, check=False
     )
+
+
+NodeStore = Callable[[], str | None]  # the `node_store` fixture (tests/pg_fixtures.py)
 
 
 @pytest.fixture
@@ -75,8 +79,10 @@ def _doctor_index(data: Path) -> dict[str, str]:
     return next(c for c in json.loads(run.stdout) if c["name"] == "search_index")
 
 
-def _filled(tmp_path: Path, served: list[Served]) -> tuple[Served, str]:
-    node = Served(tmp_path / "n").start()
+def _filled(tmp_path: Path, served: list[Served], node_store: NodeStore) -> tuple[Served, str]:
+    """A served node (its store PostgreSQL in the `--store postgresql` pass) holding five indexed entries, stopped."""
+    data = tmp_path / "n"
+    node = Served(data, token=initialise(data, node_store()) or "").start()
     served.append(node)
     _, key = node.agent("writer")
     for i in range(5):
@@ -87,8 +93,10 @@ def _filled(tmp_path: Path, served: list[Served]) -> tuple[Served, str]:
 
 
 @pytest.mark.parametrize("damaged", ["meta.json", ".managed.json"])
-def test_bbs_rebuild_rebuilds_a_damaged_index_from_nothing(tmp_path: Path, served: list[Served], damaged: str) -> None:
-    node, _ = _filled(tmp_path, served)
+def test_bbs_rebuild_rebuilds_a_damaged_index_from_nothing(
+    tmp_path: Path, served: list[Served], node_store: NodeStore, damaged: str
+) -> None:
+    node, _ = _filled(tmp_path, served, node_store)
     (node.data / FOLDER / damaged).write_text("{garbage")
     assert _doctor_index(node.data)["status"] == "fail"
     for _round in range(2):  # a second damaged copy replaces the first: at most one is kept
@@ -104,8 +112,10 @@ def test_bbs_rebuild_rebuilds_a_damaged_index_from_nothing(tmp_path: Path, serve
     assert bbs("doctor", "--data", str(node.data)).returncode == 0
 
 
-def test_bbs_rebuild_fails_when_the_index_still_cannot_be_used(tmp_path: Path, served: list[Served]) -> None:
-    node, _ = _filled(tmp_path, served)
+def test_bbs_rebuild_fails_when_the_index_still_cannot_be_used(
+    tmp_path: Path, served: list[Served], node_store: NodeStore
+) -> None:
+    node, _ = _filled(tmp_path, served, node_store)
     shutil.rmtree(node.data / FOLDER)
     (node.data / FOLDER).mkdir()
     (node.data / FOLDER / "meta.json").mkdir()  # neither openable nor creatable in place...
@@ -117,9 +127,9 @@ def test_bbs_rebuild_fails_when_the_index_still_cannot_be_used(tmp_path: Path, s
 
 
 def test_a_node_started_with_a_damaged_index_rebuilds_it_in_the_background(
-    tmp_path: Path, served: list[Served]
+    tmp_path: Path, served: list[Served], node_store: NodeStore
 ) -> None:
-    node, key = _filled(tmp_path, served)
+    node, key = _filled(tmp_path, served, node_store)
     (node.data / FOLDER / "meta.json").write_text("{garbage")
     node.start()
     _found(node, key, "ledger", 5)
@@ -129,8 +139,10 @@ def test_a_node_started_with_a_damaged_index_rebuilds_it_in_the_background(
     assert _doctor_index(node.data)["status"] == "ok"
 
 
-def test_a_serving_node_rebuilds_an_index_folder_removed_under_it(tmp_path: Path, served: list[Served]) -> None:
-    node, key = _filled(tmp_path, served)
+def test_a_serving_node_rebuilds_an_index_folder_removed_under_it(
+    tmp_path: Path, served: list[Served], node_store: NodeStore
+) -> None:
+    node, key = _filled(tmp_path, served, node_store)
     node.start()
     _found(node, key, "ledger", 5)
     shutil.rmtree(node.data / FOLDER)
@@ -144,8 +156,10 @@ def test_a_serving_node_rebuilds_an_index_folder_removed_under_it(tmp_path: Path
     assert _doctor_index(node.data)["status"] == "ok"
 
 
-def test_a_serving_node_rebuilds_an_index_damaged_under_it(tmp_path: Path, served: list[Served]) -> None:
-    node, key = _filled(tmp_path, served)
+def test_a_serving_node_rebuilds_an_index_damaged_under_it(
+    tmp_path: Path, served: list[Served], node_store: NodeStore
+) -> None:
+    node, key = _filled(tmp_path, served, node_store)
     node.start()
     _found(node, key, "ledger", 5)
     for segment in (node.data / FOLDER).glob("*.idx"):  # the segments' term index: every reload now fails

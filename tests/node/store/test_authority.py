@@ -3,7 +3,6 @@ reference (identity.key_history) on every record, and a record of an identity wi
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from identity import key_history
@@ -11,24 +10,26 @@ from node.features import LOG
 from node.federation.store import add_peer_txn, ingest_txn
 from node.store import db
 from node.store.authority import Authority, author_deps, key_dep
+from node.store.conn import Conn
 from tests.node.federation import v3_story
 from tests.node.federation.v3_story import A0, A1, B0, A, post, verified, version
+from tests.pg_fixtures import OpenStore
 
 NOW = 1_800_000_000_000
 PEER = v3_story.key(0x33).did
 
 
-def fresh(tmp_path: Path) -> sqlite3.Connection:
-    conn = db.connect(tmp_path / "node.db", log=LOG)
-    db.migrate(conn)
+def fresh(open_store: OpenStore) -> Conn:
+    """A migrated store of this run's engine (`open_store`) knowing the peer."""
+    conn = open_store(LOG)
     add_peer_txn(conn, "http://127.0.0.1:9", PEER, NOW)
     return conn
 
 
-def test_a_loaded_cache_agrees_with_the_reference_on_every_record(tmp_path: Path) -> None:
-    conn = fresh(tmp_path)
+def test_a_loaded_cache_agrees_with_the_reference_on_every_record(open_store: OpenStore) -> None:
+    conn = fresh(open_store)
     story = v3_story.story()
-    with db.transaction(conn, immediate=True):
+    with db.transaction(conn, immediate=True):  # type: ignore[arg-type]  # either engine (its engine_of)
         ingest_txn(conn, PEER, [verified(r) for r in story.records.values()], [], None, NOW)
     cache = Authority()
     cache.ensure_txn(conn)
@@ -50,10 +51,10 @@ def test_records_without_key_history_need_no_cache(tmp_path: Path) -> None:
     assert not cache.loaded
 
 
-def test_a_void_record_names_its_reason_and_an_undecided_one_its_dependencies(tmp_path: Path) -> None:
-    conn = fresh(tmp_path)
+def test_a_void_record_names_its_reason_and_an_undecided_one_its_dependencies(open_store: OpenStore) -> None:
+    conn = fresh(open_store)
     story = v3_story.story().records
-    with db.transaction(conn, immediate=True):
+    with db.transaction(conn, immediate=True):  # type: ignore[arg-type]  # either engine (its engine_of)
         ingest_txn(conn, PEER, [verified(story[n]) for n in ("e1", "e2", "e3", "e4", "g1", "g4b")], [], None, NOW)
     cache = Authority()
     cache.ensure_txn(conn)
@@ -69,8 +70,8 @@ def test_a_void_record_names_its_reason_and_an_undecided_one_its_dependencies(tm
     assert all(low <= d < high for d in paged.deps[1:])
 
 
-def test_a_cache_ahead_of_the_log_is_loaded_again(tmp_path: Path) -> None:
-    conn = fresh(tmp_path)
+def test_a_cache_ahead_of_the_log_is_loaded_again(open_store: OpenStore) -> None:
+    conn = fresh(open_store)
     cache = Authority()
     cache.ensure_txn(conn)
     rotation = v3_story.key_event(A0, "rotate", 1, installs=A1, vouches=[v3_story.vouching.vouch(A0.did, [])])

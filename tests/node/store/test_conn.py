@@ -21,6 +21,10 @@ def _store_round_trip(conn: Conn) -> tuple[int, int | None, list[str], list[tupl
     return many.rowcount, last, columns, rows
 
 
+@pytest.mark.sqlite_only(
+    reason="SQLite's two connection classes (rowid keys, lastrowid without RETURNING); PostgreSQL's PgConn is "
+    "tested by test_pg_conn.py"
+)
 @pytest.mark.parametrize("factory", [db.Connection, db.TimedConnection])
 def test_the_node_connections_are_conns(tmp_path: Path, factory: type[db.Connection]) -> None:
     conn = db.connect(tmp_path / "t.db", factory=factory)

@@ -22,6 +22,12 @@ from node.errors import NotFound, Unavailable
 from node.store import db as node_db
 from node.store.db import WRITER_CACHE_KIB, Database, Mergeable, TransactionLost, connect, savepoint, transaction
 
+pytestmark = pytest.mark.sqlite_only(
+    reason="node/store/db.py over a SQLite file: sqlite3 transactions (BEGIN IMMEDIATE's write lock), its page cache "
+    "and secure_delete VACUUM, quick reads stopped by SQLite's progress handler; test_db_pg.py runs the writer, "
+    "savepoints, after_commit and quick reads of the same Database over PostgreSQL"
+)
+
 # ---- transaction() and savepoint() ----------------------------------------------------------------------
 
 

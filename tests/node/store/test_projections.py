@@ -210,26 +210,25 @@ def test_projectors_cover_every_kind_and_cannot_be_changed() -> None:
     assert set(log.projectors) == {"entry"} and log.tables == ("entries",)  # copied, not shared
 
 
-def test_a_rebuild_replays_the_forms_of_format_v3_as_they_were_stored(tmp_path: Path) -> None:
+def test_a_rebuild_replays_the_forms_of_format_v3_as_they_were_stored(open_store: OpenStore) -> None:
     """Key events, vouch pages and entries naming a signing_key (accepted from peers) decode by their v3 Structs on
     replay: the rebuilt projections equal the ones the ingest wrote."""
     from node.federation.store import add_peer_txn, ingest_txn
     from node.store import db
     from tests.node.federation import v3_story
 
-    conn = db.connect(tmp_path / "node.db", log=LOG)
-    db.migrate(conn)
+    conn = open_store(LOG)
     peer = v3_story.key(0x34).did
     add_peer_txn(conn, "http://127.0.0.1:9", peer, 1_800_000_000_000)
     story = v3_story.story().records
-    with db.transaction(conn, immediate=True):
+    with db.transaction(conn, immediate=True):  # type: ignore[arg-type]  # either engine (its engine_of)
         ingest_txn(conn, peer, [v3_story.verified(r) for r in story.values()], [], None, 1_800_000_000_000)
     kinds = {r[0] for r in conn.execute("SELECT kind FROM records").fetchall()}
     assert {"key_event", "vouch_page", "entry"} <= kinds
     signed_by_rotated_keys = conn.execute("SELECT count(*) FROM entries WHERE author_id = ?", (v3_story.A,))
     assert signed_by_rotated_keys.fetchone()[0] == 4  # p0, p1, p2b and p4: the valid ones
     before = projections.snapshot(conn)
-    with db.transaction(conn, immediate=True):
+    with db.transaction(conn, immediate=True):  # type: ignore[arg-type]  # either engine (its engine_of)
         replayed = projections.rebuild(conn)
     assert replayed == conn.execute("SELECT count(*) FROM records").fetchone()[0]
     assert projections.snapshot(conn) == before
