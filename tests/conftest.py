@@ -26,6 +26,7 @@ from tests.pg_fixtures import (  # noqa: F401
     pg_url,
     pytest_addoption,
     pytest_collection_modifyitems,
+    pytest_configure,
     pytest_report_header,
     pytest_terminal_summary,
 )

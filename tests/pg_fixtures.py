@@ -39,6 +39,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+_PASS = {"store": "sqlite"}  # this run's `--store`, for `examples` (read at import, when no fixture is at hand)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Remember this run's `--store` (each xdist worker configures with the run's options)."""
+    _PASS["store"] = config.getoption("store")
+
+
+def examples(count: int) -> int:
+    """A hypothesis story's example count: `count` in the first pass; a quarter (at least 10) in the `--store
+    postgresql` pass, where each example creates its databases anew and the first pass explored the orders already."""
+    return count if _PASS["store"] != "postgresql" else max(10, count // 4)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     """One line saying which PostgreSQL the PostgreSQL tests use, or that they will not run."""
     store = f"; the tests' nodes run on {config.getoption('store')}"

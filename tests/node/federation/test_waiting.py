@@ -33,6 +33,7 @@ from sync.store import Outcome
 from tests.node.federation import v3_story
 from tests.node.federation.v3_story import A0, A1, A4, A5, B0, A, address, key_event, post, verified, version
 from tests.node.migrated import database_before
+from tests.pg_fixtures import examples
 from tests.sync.conftest import (
     PeerNode,
     make_peer,  # noqa: F401  (a fixture: real nodes, registered by this import)
@@ -174,7 +175,7 @@ STORED_THEN_VOIDED = ["p0x", "e1", "g1", "p1", "l1x", "e2", "g2", "p2", "p2b", "
 STORED_THEN_VOIDED += [n for n in NAMES if n not in STORED_THEN_VOIDED]
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example(order=REVOKED_THEN_RECOVERED, cuts=list(range(len(NAMES) + 1)), peers=[0])
 @example(order=STORED_THEN_VOIDED, cuts=list(range(len(NAMES) + 1)), peers=[0])
 @given(**arrivals(NAMES))
@@ -191,7 +192,7 @@ FORKS_STORED_THEN_DROPPED = ["f4", "c4", "qc4", "q4", "f3", "f2", "z", "f1", "c1
 FORKS_STORED_THEN_DROPPED += [n for n in FORK_NAMES if n not in FORKS_STORED_THEN_DROPPED]
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example(order=FORKS_STORED_THEN_DROPPED, cuts=list(range(len(FORK_NAMES) + 1)), peers=[0])
 @example(order=list(reversed(FORKS_STORED_THEN_DROPPED)), cuts=list(range(len(FORK_NAMES) + 1)), peers=[1])
 # c1 and qc1 released together from two peers: the record's peer sorts first, and the key event must still be
