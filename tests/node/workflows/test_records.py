@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import sqlite3
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -78,9 +77,10 @@ async def test_rebuild_reproduces_workflow_tables(
         assert after[table] == before[table], table
 
 
-def _fresh(path: Path) -> sqlite3.Connection:
-    conn = dbmod.connect(path, log=LOG)
-    dbmod.migrate(conn)
+def _fresh(where: Path | str) -> Any:
+    """A new database migrated to the head at `where` (a SQLite file, or the pass's PostgreSQL database)."""
+    conn = dbmod.connect_store(where, log=LOG)
+    dbmod.migrate_store(conn)
     return conn
 
 
@@ -107,8 +107,14 @@ def _state(conn: Conn) -> dict[str, Any]:
 
 
 async def test_any_arrival_order_gives_the_same_graph(
-    client: TestClient, make_agent: MakeAgent, node: Node, clock: FakeClock, tmp_path: Path
+    client: TestClient,
+    make_agent: MakeAgent,
+    node: Node,
+    clock: FakeClock,
+    tmp_path: Path,
+    node_store: Callable[[], str | None],
 ) -> None:
+    """The node's graph, replayed in order and in six shuffles into new databases of the pass's engine, is the same."""
     await busy_workflow(client, make_agent, clock)
     bodies = await node.db.read(
         lambda c: [
@@ -116,16 +122,18 @@ async def test_any_arrival_order_gives_the_same_graph(
             for r in c.execute("SELECT body FROM records WHERE kind IN ('task_event', 'message') ORDER BY seq")
         ]
     )
-    in_order = _fresh(tmp_path / "in-order.db")
+    in_order = _fresh(node_store() or tmp_path / "in-order.db")
     _ingest(in_order, bodies)
     reference = _state(in_order)
+    in_order.close()
     assert reference == await node.db.read(_state) and reference["tasks"]
     for seed in range(6):
         shuffled = bodies[:]
         random.Random(seed).shuffle(shuffled)
-        conn = _fresh(tmp_path / f"shuffled-{seed}.db")
+        conn = _fresh(node_store() or tmp_path / f"shuffled-{seed}.db")
         _ingest(conn, shuffled)
         assert _state(conn) == reference, seed
+        conn.close()
 
 
 def _declare(author: keys.SigningKey, node_id: str, created_ms: int, title: str) -> dict[str, Any]:
