@@ -25,7 +25,7 @@ PORT = 5432  # the socket's name (.s.PGSQL.5432) inside the cluster's own folder
 SUPERUSER = "postgres"
 # small: one cluster per test process, several processes on a CI machine; wal_recycle off as a node's operator sets
 # it (a recycled WAL segment keeps a redacted body's bytes: docs/operations.md, docs/decisions.md record 78)
-TEST_SETTINGS = "-c fsync=off -c full_page_writes=off -c shared_buffers=32MB -c max_connections=40 -c wal_recycle=off"
+TEST_SETTINGS = "-c fsync=off -c full_page_writes=off -c shared_buffers=32MB -c max_connections=100 -c wal_recycle=off"
 
 
 def find_bindir() -> Path | None:

@@ -261,6 +261,7 @@ def test_applying_events_in_place_equals_folding_the_whole_history(fresh: FreshS
                 for row in conn.execute("SELECT * FROM tasks").fetchall():
                     refold_txn(conn, row["key"], row)
                 assert _state(conn) == incremental, (seed, i)
+        conn.close()  # forty databases: a PostgreSQL cluster of the tests takes 100 connections
 
 
 def test_a_checkpoint_merged_over_the_cap_across_a_partition_may_shrink_but_not_grow(fresh: FreshStore) -> None:
