@@ -23,11 +23,12 @@ from scenarios.pg_cluster import Cluster
 
 ENGINES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)]
 
-FreshStore = Callable[[str], Any]  # a name (unique in the test) -> a new database migrated to the head
+FreshStore = Callable[..., Any]  # fresh(name, log=the default): a new database migrated to the head
 
 
 def fresh_stores(request: pytest.FixtureRequest, tmp_path: Path, log: Log | None) -> Iterator[FreshStore]:
-    """`fresh(name)` opens a new database of `request.param`'s engine, migrated to the head and carrying `log`: a
+    """`fresh(name)` opens a new database of `request.param`'s engine, migrated to the head and carrying `log` (or
+    the log a call names: `fresh(name, other_log)`): a
     SQLite file `name`.db under tmp_path, or a copy of the migrated PostgreSQL template. Closed (and the
     PostgreSQL ones dropped) after the test. Typed Any: the tests hand it to store functions, which take a
     `Conn`, and to `db.transaction`."""
@@ -39,14 +40,14 @@ def fresh_stores(request: pytest.FixtureRequest, tmp_path: Path, log: Log | None
         cluster = request.getfixturevalue("pg_cluster")
         template = request.getfixturevalue("pg_template")
 
-    def fresh(name: str) -> Any:
+    def fresh(name: str, carried: Log | None = log) -> Any:
         conn: Any
         if cluster is None:
-            conn = db.connect(tmp_path / f"{name}.db", log=log)
+            conn = db.connect(tmp_path / f"{name}.db", log=carried)
             db.migrate(conn)
         else:
             made.append(cluster.create_database(template=template))
-            conn = pg_conn.connect(cluster.url(made[-1]), log=log)
+            conn = pg_conn.connect(cluster.url(made[-1]), log=carried)
         opened.append(conn)
         return conn
 
