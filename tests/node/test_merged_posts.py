@@ -48,7 +48,7 @@ async def queued_together(node: Node, requests: list[Coroutine[Any, Any, Any]]) 
         tasks = []
         for request in requests:  # one at a time, so they queue in the order given
             tasks.append(asyncio.ensure_future(request))
-            await held.queued(len(tasks))
+            await held.queued(len(tasks), node.entries.merged)
     return await asyncio.gather(*tasks)
 
 

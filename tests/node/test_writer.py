@@ -67,7 +67,7 @@ async def test_concurrent_posts_merge_and_errors_stay_with_their_request(
             asyncio.ensure_future(send_signed(client, dora, nothing)),
             asyncio.ensure_future(post(client, carol, content="carol, new key", headers={"Idempotency-Key": "k-2"})),
         ]
-        await held.queued(len(tasks))
+        await held.queued(len(tasks), node.entries.merged)
         # refused by the read before the write, while the writer is busy: bob may not retract alice's entry
         refused = await post(
             client,

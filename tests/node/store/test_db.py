@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,32 +162,43 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
 
 
 class Held:
-    """Holds the writer on one job until released; `queued(n)` waits until n more jobs wait behind it."""
+    """Holds the writer on one job until released; `queued(n)` waits until n more jobs wait behind it, or, given
+    `kind`, until n jobs of that mergeable kind were queued while held (a served node's other jobs not counted)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
         self.release = threading.Event()
         self.running = threading.Event()
         self.task: asyncio.Task[None] | None = None
+        self.merged: dict[int, int] = {}  # id of a Mergeable: its jobs queued while held
 
     async def __aenter__(self) -> Held:
         def hold(conn: sqlite3.Connection) -> None:
             self.running.set()
-            self.release.wait(10)
+            self.release.wait(60)
+
+        write_merged = self.db.write_merged
+
+        async def counted(kind: Mergeable[Any, Any], item: Any) -> Any:
+            self.merged[id(kind)] = self.merged.get(id(kind), 0) + 1
+            return await write_merged(kind, item)  # queues the job before it first yields
 
         self.task = asyncio.create_task(self.db.write(hold))
+        self.db.write_merged = counted  # type: ignore[method-assign]
         while not self.running.is_set():
             await asyncio.sleep(0.001)
         return self
 
-    async def queued(self, n: int) -> None:
-        for _ in range(5000):
-            if self.db._jobs.qsize() >= n:
+    async def queued(self, n: int, kind: Mergeable[Any, Any] | None = None) -> None:
+        deadline = time.monotonic() + 50
+        while time.monotonic() < deadline:
+            if (self.db._jobs.qsize() if kind is None else self.merged.get(id(kind), 0)) >= n:
                 return
             await asyncio.sleep(0.002)
         raise AssertionError(f"{n} jobs never queued up")
 
     async def __aexit__(self, *exc: object) -> None:
+        del self.db.write_merged  # the class's method again
         self.release.set()
         assert self.task is not None
         await self.task
