@@ -98,14 +98,14 @@ restore-drill: $(VENV)/.installed
 # and a replaying peer; prints a table of named invariants and fails when one breaks (about 2 to 3 minutes).
 # Its time counts against the container step's budget; a failure is reported after that step.
 # Containers: build the image and run the three-node compose federation with its convergence check
-# (podman + runc, a debootstrapped local base; about 2.5 minutes on this kind of machine). Guarded by the
-# 20-minute CI budget: a run that got here after 16 minutes (960 s since CI_STARTED_AT) says so instead of
-# overrunning.
+# (podman + runc, a debootstrapped local base; 2.5 to 5 minutes on this kind of machine). Guarded by the
+# 45-minute CI budget: a run that got here after 31 minutes (1860 s since CI_STARTED_AT; the two test passes take
+# about 25) says so instead of overrunning; the steps after it take about 5 minutes.
 chaos-and-containers: $(VENV)/.installed
 	chaos_status=0; \
 	$(BIN)/python -m scenarios.chaos --seed 23 || chaos_status=$$?; \
 	elapsed=$$(( $$(date +%s) - CI_STARTED_AT )); \
-	if [ "$$(id -u)" = "0" ] && [ "$$elapsed" -lt 960 ]; then \
+	if [ "$$(id -u)" = "0" ] && [ "$$elapsed" -lt 1860 ]; then \
 	  INSTALL=1 TOOLS=$(VENV) bash scenarios/containers.sh; \
 	else \
 	  echo "containers: not run (elapsed $${elapsed}s, or not root); run scenarios/containers.sh by hand" >&2; \
