@@ -145,7 +145,7 @@ def tracebacks(log: Path) -> list[str]:
     return found
 
 
-def _overlaps(grants: list[Grant]) -> list[str]:
+def overlaps(grants: list[Grant]) -> list[str]:
     """Grants to different holders of one task where the second was acknowledged before the first ended."""
     out = []
     by_task: dict[str, list[Grant]] = defaultdict(list)
@@ -218,7 +218,7 @@ def evaluate(
     else:
         r["one_body_per_address"] = r["equivocation_flagged"] = Result(SKIPPED, "no equivocating author")
 
-    conflicts = ledger.lease_conflicts + _overlaps(ledger.grants)
+    conflicts = ledger.lease_conflicts + overlaps(ledger.grants)
     tasks = sorted({c.split(" ", 1)[0].rstrip(":") for c in conflicts})
     lease_detail = f"{len(ledger.grants)} grants, {ledger.completed} completions, {ledger.lease_samples} samples"
     r["one_live_lease_per_task"] = (

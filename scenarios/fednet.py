@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -247,12 +248,16 @@ class Link:
         if self._server is not None:
             self._server.close()
 
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The connection to the node for one accepted connection (OSError when it refuses)."""
+        return await asyncio.open_connection("127.0.0.1", self.target_port)
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if not self.up:
             writer.close()
             return
         try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+            up_reader, up_writer = await self.connect()
         except OSError:
             writer.close()
             return
@@ -269,6 +274,32 @@ class Link:
 
         await asyncio.gather(pipe(reader, up_writer, self.tap), pipe(up_reader, writer))
         self._conns.difference_update({writer, up_writer})
+
+
+class Balancer(Link):
+    """A TCP load balancer in front of several processes of one node: each accepted connection goes to the next
+    port in turn, or to the one after when that refuses (a killed process); every request on a kept-alive
+    connection reaches the same process, as behind a layer-4 proxy."""
+
+    def __init__(self, target_ports: Sequence[int]) -> None:
+        super().__init__(target_ports[0])
+        self.targets = list(target_ports)
+        self._turn = 0
+        self.connections: Counter[int] = Counter()  # target port -> connections handed to it
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        failure: OSError = ConnectionRefusedError("no process of the node answers")
+        for _ in self.targets:
+            port = self.targets[self._turn % len(self.targets)]
+            self._turn += 1
+            try:
+                opened = await asyncio.open_connection("127.0.0.1", port)
+            except OSError as exc:
+                failure = exc
+                continue
+            self.connections[port] += 1
+            return opened
+        raise failure
 
 
 class Capture:

@@ -61,6 +61,7 @@ class Cluster:
 
     bindir: Path
     folder: Path
+    options: str = ""  # the `postgres` options it was started with (`pg_ctl -o`): a restart uses them again
     _names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     @property
@@ -91,6 +92,20 @@ class Cluster:
         """Drop a database, ending any connection a test left open to it."""
         self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
+    def restart(self) -> None:
+        """Stop the server at once (`-m immediate`: every session ends as in a crash, the server recovers from its
+        WAL at the start) and start it again on the same data folder with the same options; back when it accepts
+        connections. Raises RuntimeError when either step fails."""
+        run_as = _as_server_user()
+        pg_ctl = str(self.bindir / "pg_ctl")
+        for command in (
+            [pg_ctl, "-D", str(self.data), "-m", "immediate", "stop"],
+            [pg_ctl, "-D", str(self.data), "-l", str(self.folder / "server.log"), "-o", self.options, "-w", "start"],
+        ):
+            done = subprocess.run([*run_as, *command], capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"pg_ctl {command[-1]} failed ({done.returncode}): {done.stderr}{done.stdout}")
+
     def stop(self) -> None:
         """Stop the server at once (nothing of a test cluster needs to survive) and remove its folder."""
         subprocess.run(
@@ -108,8 +123,8 @@ def start(bindir: Path, settings: str = TEST_SETTINGS) -> Cluster:
     run_as = _as_server_user()
     if run_as:
         shutil.chown(folder, SUPERUSER, SUPERUSER)
-    cluster = Cluster(bindir, folder)
     options = f"-k {folder} -p {PORT} -c listen_addresses='' {settings}"
+    cluster = Cluster(bindir, folder, options)
     commands = [
         [
             str(bindir / "initdb"),
