@@ -103,6 +103,12 @@ class OperationalError(DatabaseError, sqlite3.OperationalError):
     """The statement could not run: a syntax error, a lock or serialization failure, the server gone."""
 
 
+class ConnectionLost(OperationalError):
+    """The connection to the PostgreSQL server is gone or could not be made (SQLSTATE class 08, a server shutting
+    down or starting, 57P01-57P03, or a client-side failure without a SQLSTATE): the statement did not run here, and
+    a later one on a new connection may. HTTP answers it 503 (node/web/http.py), as a client may try again."""
+
+
 class UndefinedTable(OperationalError):
     """No such table (42P01): SQLite's "no such table" is an OperationalError too."""
 

@@ -292,6 +292,9 @@ _BY_SQLSTATE: dict[str, type[neutral.DatabaseError]] = {
     "23514": neutral.CheckViolation,
     "23503": neutral.ForeignKeyViolation,
     "42P01": neutral.UndefinedTable,
+    "57P01": neutral.ConnectionLost,  # admin_shutdown: the server is stopping (`pg_ctl stop -m fast`, a failover)
+    "57P02": neutral.ConnectionLost,  # crash_shutdown
+    "57P03": neutral.ConnectionLost,  # cannot_connect_now: the server is starting
 }
 _BY_CLASS: dict[str, type[neutral.DatabaseError]] = {
     "23": neutral.IntegrityError,
@@ -300,7 +303,7 @@ _BY_CLASS: dict[str, type[neutral.DatabaseError]] = {
     "40": neutral.OperationalError,  # serialization failure, deadlock
     "53": neutral.OperationalError,  # insufficient resources (a full disk: 53100)
     "57": neutral.OperationalError,  # the server shut down or cancelled the statement
-    "08": neutral.OperationalError,  # the connection is gone
+    "08": neutral.ConnectionLost,  # the connection is gone
 }
 
 
@@ -310,8 +313,8 @@ def neutral_error(exc: psycopg.Error) -> neutral.DatabaseError:
     kind: type[neutral.DatabaseError] = neutral.DatabaseError
     if state is not None:
         kind = _BY_SQLSTATE.get(state) or _BY_CLASS.get(state[:2], neutral.DatabaseError)
-    elif isinstance(exc, psycopg.OperationalError):
-        kind = neutral.OperationalError
+    elif isinstance(exc, psycopg.OperationalError):  # no SQLSTATE: libpq's own failure, the connection's
+        kind = neutral.ConnectionLost
     error = kind(str(exc).strip())
     error.sqlstate = state
     return error

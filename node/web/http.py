@@ -27,9 +27,11 @@ from node.errors import (
     MalformedRequest,
     PayloadTooLarge,
     RequestTimeout,
+    Unavailable,
     UnsupportedMediaType,
 )
 from node.store import idempotency, submission
+from node.store.conn import ConnectionLost
 from wire.api import Problem, SignedSubmission
 from wire.validation import split_validation_error
 
@@ -104,6 +106,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         err = BBSError(detail, code=code, headers=allow)
         err.status, err.title = exc.status, exc.reason
         return problem_response(err, request_id)
+    except ConnectionLost as exc:  # the database server restarted or is unreachable: nothing of it is a bug here
+        log.warning("database connection lost on %s %s (request %s): %s", request.method, request.path, request_id, exc)
+        lost = Unavailable("the node's database connection was lost; try again", code="database_unavailable")
+        return problem_response(lost, request_id)
     except Exception as exc:
         if isinstance(exc, ConnectionResetError) and client_gone(request):  # e.g. writing to a client that left
             log.info("client closed: %s %s (request %s)", request.method, request.path, request_id)
