@@ -642,6 +642,8 @@ def evaluate(
         times = [f"{k.victim}->{k.new_leader or '?'} {fmt(k.takeover_s)}" for k in led]
         slow = [k for k in led if k.takeover_s is None or k.takeover_s > TAKEOVER_BOUND_S]
         detail = f"{kills}, {len(led)} of a leader; take-overs: {', '.join(times) or 'none'}"
+        if not led:
+            detail += "; no process reported `bbs_leader` 1 when a kill came"
         r["leader_taken_over_5s"] = (
             Result(BROKEN, detail) if slow or not led else Result(HELD, f"{detail}, worst {max_takeover(led)}")
         )
