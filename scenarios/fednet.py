@@ -63,6 +63,7 @@ class ServedNode:
     env: dict[str, str] = field(default_factory=lambda: dict(SCENARIO_ENV))
     mcp_port: int | None = None  # also serve MCP over streamable HTTP here (`bbs serve --mcp-port`, path /mcp)
     store: str = ""  # a PostgreSQL URL: the node's database is there (`bbs init/serve --store`); "": data/bbs.db
+    start_timeout: float = 30.0  # seconds `start` waits for GET /v1/node to answer
 
     @property
     def url(self) -> str:
@@ -95,7 +96,7 @@ class ServedNode:
             stderr=subprocess.STDOUT,
             env=env,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + self.start_timeout
         while True:
             if self.proc.poll() is not None:
                 raise ScenarioFailed(f"{self.name} exited with {self.proc.returncode}; see {self.log.name}")

@@ -61,6 +61,7 @@ from scenarios.fednet import Balancer, ScenarioFailed, ServedNode, bbs
 PROCESSES = ("a", "b")
 WF = "/v1/agent-workflows"
 ENV = {"BBS_SYNC_WAIT_MS": "5000", "BBS_RECONCILE_EVERY_S": "2"}
+START_TIMEOUT_S = 90.0  # a `bbs serve` start on 2 cores loaded by other test runs took over 30 s
 DEFAULT_DURATION = 75.0  # seconds of chaos; with setup, the settling and the checks about 2 minutes on 2 cores
 KILLS = 4
 TAKEOVER_BOUND_S = 5.0  # issue 41: the background leader taken over within 5 s of its process's death
@@ -248,12 +249,12 @@ async def build(w: World) -> None:
     """The node (process a's folder made by `bbs init --store`, b's a copy of its key and URL), the peer, the
     balancer, peering both ways, and the agents (subscribers subscribed to the scenario's tag)."""
     url = w.cluster.store_url(w.cluster.create_database())
-    a = ServedNode("a", w.root / "a", env=dict(ENV), store=url)
-    p = ServedNode("p", w.root / "p", env=dict(ENV))
+    a = ServedNode("a", w.root / "a", env=dict(ENV), store=url, start_timeout=START_TIMEOUT_S)
+    p = ServedNode("p", w.root / "p", env=dict(ENV), start_timeout=START_TIMEOUT_S)
     await asyncio.gather(asyncio.to_thread(a.init), asyncio.to_thread(p.init))
     made = await asyncio.to_thread(process_folder, a.data, w.root / "b")
     w.log(f"process b's folder: {made}")
-    b = ServedNode("b", w.root / "b", env=dict(ENV), store=url, token=a.token)
+    b = ServedNode("b", w.root / "b", env=dict(ENV), store=url, token=a.token, start_timeout=START_TIMEOUT_S)
     w.nodes.update(a=a, b=b, p=p)
     await asyncio.gather(*(w.start(n) for n in ("a", "b", "p")))
     if a.node_id != b.node_id:
