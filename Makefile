@@ -102,7 +102,8 @@ restore-drill: $(VENV)/.installed
 # Containers: build the image and run the three-node compose federation with its convergence check
 # (podman + runc, a debootstrapped local base; 2.5 to 5 minutes on this kind of machine). Guarded by the
 # 45-minute CI budget: a run that got here after 31 minutes (1860 s since CI_STARTED_AT; the two test passes take
-# about 25) says so instead of overrunning; the steps after it take about 5 minutes.
+# about 25) says so instead of overrunning; the steps after it take about 7 minutes
+# (multiproc-chaos, the last, about 2).
 chaos-and-containers: $(VENV)/.installed
 	chaos_status=0; \
 	$(BIN)/python -m scenarios.chaos --seed 23 || chaos_status=$$?; \
