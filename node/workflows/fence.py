@@ -280,7 +280,8 @@ class LeaseFence:
                     f"count:{fence.process}", self.hold_until_ms, fence.since_ms, fence.grants, None
                 )
                 fence_store.hold_txn(conn, hold, now_ms)
-            fence_store.register_txn(conn, fence.process, True, identity, now_ms)
+            if row != (True, identity):  # the periodic check writes nothing when nothing changed
+                fence_store.register_txn(conn, fence.process, True, identity, now_ms)
             fence_store.vouch_txn(conn)
             if fence.identity != identity:
                 self.fence = replace(fence, identity=identity)
