@@ -89,7 +89,7 @@ FEATURES: tuple[Feature, ...] = (
         projectors=workflow_records.PROJECTORS,
         tables=workflow_records.TABLES,
         switches=workflow_records.SWITCHES,
-        background=(background.twin_notices,),
+        background=(background.twin_notices, background.lease_fence_check),
     ),
     Feature(
         "push",  # agents' NLIP push endpoints; the dispatcher pushing new notifications to them

@@ -69,6 +69,16 @@ expiry_sweep = periodic(
     lambda node: node.inbox.expire_notifications(),
     logging.getLogger("bbs.notify"),
 )
+# The lease fence's node-wide check on PostgreSQL (node/workflows/fence.py, docs/decisions.md record 88): a process
+# joining the node is vouched for, and one that grants nothing checks in after a change of the database's history,
+# within this many seconds.
+LEASE_FENCE_CHECK_SECONDS = 5.0
+lease_fence_check = periodic(
+    "lease fence check",
+    LEASE_FENCE_CHECK_SECONDS,
+    lambda node: node.workflows.check_fence(),
+    logging.getLogger("bbs.leases"),
+)
 # Tell the holders and declarers of tasks that became later twins (node/workflows/twins.py), every second.
 twin_notices = periodic(
     "task twin notices",

@@ -22,6 +22,26 @@ before it commits, and at the baseline every earlier grant that expires after `s
 ended). So the grants expiring after `since_ms` are at most `grants` in number, and a database holding that
 many holds all of them; any other grant has ended by `since_ms` (a file from before the count takes its own
 expiry as the baseline, which may lie ahead: an early end waits for it).
+
+Several processes on one PostgreSQL database (docs/decisions.md record 88). Each `bbs serve` has its own folder and
+file, so the file's numbers are the NODE's: every grant, under the writer's advisory lock, counts the grants the
+database holds (every process's) plus its own, and takes the database's latest expiry. A file then knows every grant
+the node made up to this process's last one. What one process finds, every process obeys: the fence's node-wide part
+lives in the database (migration 0055), written after whatever restore it answers, so that restore cannot undo it:
+
+- a count hold: a process whose file shows a grant the database lacks (checked at every grant, not only at a
+  start) records a hold every process's grant checks; it ends by the same rule as the file's (time, or the count);
+- a history hold: every check reads the database's history identity (the cluster's system identifier, its WAL
+  timeline, the store epoch: a promotion of a replica, a point-in-time recovery, another cluster, `bbs restore`
+  change it); when it differs from the identity the database recorded at its last check, grants may have been made
+  in the history the database left and lost with it, by any process. The node grants nothing until every process
+  that holds a fence has checked its file against the database under the new identity (each finding a loss records
+  a count hold), or the longest lease has passed;
+- joining: a process without a file (a new one, or one whose folder was lost) knows nothing; it registers and
+  grants once a process holding a fence has checked the database after it registered (a vouch, within the
+  periodic check's seconds), or the longest lease has passed. Alone, it waits the day, as a single node does.
+
+SQLite (one process) never writes the node-wide part: its behaviour is the single node's, above.
 """
 
 from __future__ import annotations
@@ -35,13 +55,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from node.errors import BBSError
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, engine_of
 from node.store.sealing import MAX_FUTURE_SKEW_MS
 from node.workflows.store import fence as fence_store
 from wire.workflows import LEASE_MAX_SECONDS
 
 FENCE_NAME = "lease-fence.json"
 META_KEY = "lease_fence_id"
+IDENTITY_KEY = "lease_fence_identity"  # the database history the node's fence last checked it under (record 88)
 # The longest any lease this node may have granted runs past the moment it was granted.
 LONGEST_GRANT_MS = LEASE_MAX_SECONDS * 1000 + MAX_FUTURE_SKEW_MS
 
@@ -55,7 +76,9 @@ class LeaseAuthorityRestored(BBSError):
 @dataclass(frozen=True)
 class FenceFile:
     """The fence file's content: whose store, which fence lineage and store epoch, the latest granted expiry, and
-    how many grants expiring after `since_ms` this node made (None in a file from before the count)."""
+    how many grants expiring after `since_ms` this node made (None in a file from before the count). On PostgreSQL
+    also this folder's process id in the node's fence, the database history it last checked under, and whether it
+    knows what it counts (False: it joined without a fence and waits for a vouch)."""
 
     node_id: str
     fence_id: str
@@ -63,6 +86,9 @@ class FenceFile:
     expires_ms: int
     since_ms: int | None = None
     grants: int | None = None
+    process: str | None = None
+    identity: str | None = None
+    vouched: bool = True
 
 
 def read_fence(path: Path) -> FenceFile | None:
@@ -76,6 +102,9 @@ def read_fence(path: Path) -> FenceFile | None:
             expires_ms=int(data["expires_ms"]),
             since_ms=_optional_int(data.get("since_ms")),
             grants=_optional_int(data.get("grants")),
+            process=_optional_str(data.get("process")),
+            identity=_optional_str(data.get("identity")),
+            vouched=bool(data.get("vouched", True)),
         )
     except FileNotFoundError:
         return None
@@ -93,10 +122,24 @@ def _optional_int(value: object) -> int | None:
     return value
 
 
+def _optional_str(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"not a string: {value!r}")
+    return value
+
+
 def write_fence(path: Path, fence: FenceFile) -> None:
     """Replace the fence file atomically and durably: temp file, fsync, rename, fsync of the folder."""
     tmp = path.with_name(path.name + ".tmp")
-    body = json.dumps(fence.__dict__, sort_keys=True).encode()
+    data = dict(fence.__dict__)
+    for key in ("process", "identity"):  # a SQLite node's file stays as it was
+        if data[key] is None:
+            del data[key]
+    if data["vouched"]:
+        del data["vouched"]
+    body = json.dumps(data, sort_keys=True).encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, body)
@@ -114,7 +157,8 @@ def write_fence(path: Path, fence: FenceFile) -> None:
 class LeaseFence:
     """The fence of one node's data folder. `load_txn` once (in a write job), then `check` and `advance` in every grant.
 
-    Used only on the writer thread: every grant is a write job, so there is one fence writer per process.
+    Used only on the writer thread: every grant is a write job, so there is one fence writer per process. On
+    PostgreSQL `node_txn` (run by `load_txn` and `settle_txn`) also checks and settles the node-wide part.
     """
 
     def __init__(self, path: Path, node_id: str) -> None:
@@ -122,6 +166,9 @@ class LeaseFence:
         self.node_id = node_id
         self.fence: FenceFile | None = None  # None until loaded
         self.hold_until_ms = 0  # no grant before this (after a detected restore)
+        self.multi = False  # on PostgreSQL: one of the processes that may serve the node (record 88)
+        self.node_hold_until_ms = 0  # no grant before this: the node-wide holds, as last read
+        self.awaiting_vouch = False  # joined without a fence: waits for another process's check (or the day)
 
     @property
     def loaded(self) -> bool:
@@ -131,12 +178,14 @@ class LeaseFence:
         """Compare the fence file with the database, decide whether grants must wait, and rewrite the file."""
         if self.fence is not None:
             return
+        self.multi = engine_of(conn) == POSTGRESQL
         db_latest = fence_store.latest_grant_ms(conn, self.node_id)
         fence_id = fence_store.meta(conn, META_KEY)
         epoch = fence_store.meta(conn, "epoch") or ""
         found = read_fence(self.path)
         since_ms: int | None = now_ms  # a new baseline, unless the file's still holds
         carried: int | None = None  # the file's count, when its baseline still holds
+        process, identity, vouched = None, None, True
         if found is not None and found.node_id == self.node_id and fence_id in (None, found.fence_id):
             fence_ms = max(found.expires_ms, db_latest)
             if found.expires_ms > now_ms:  # some grant the fence knows of may be live: keep its count
@@ -144,6 +193,7 @@ class LeaseFence:
                     since_ms, carried = found.since_ms, found.grants
                 else:  # a file from before the count: every grant it knew of ends by its expiry
                     since_ms = found.expires_ms
+                vouched = found.vouched
                 if self._lost(conn, found, db_latest):
                     self.hold_until_ms = found.expires_ms
                     log.warning(
@@ -155,6 +205,7 @@ class LeaseFence:
                         math.ceil((found.expires_ms - now_ms) / 1000),
                     )
             fence_id = found.fence_id
+            process, identity = found.process, found.identity
         elif fence_id is None:  # a new node, or one from before the fence existed: the database is all there is
             fence_id = secrets.token_hex(16)
             fence_ms = db_latest
@@ -162,16 +213,25 @@ class LeaseFence:
             fence_ms = max(db_latest, now_ms + LONGEST_GRANT_MS)
             self.hold_until_ms = fence_ms
             since_ms = None  # nothing counted what was lost: only time ends this wait
+            vouched = False  # on PostgreSQL another process's check ends it sooner (a vouch)
             log.warning(
-                "lease fence: %s is missing or belongs to another store; no lease is granted for %d s",
+                "lease fence: %s is missing or belongs to another store; no lease is granted for %d s%s",
                 self.path,
                 math.ceil((fence_ms - now_ms) / 1000),
+                ", or until another process of the node vouches for its database" if self.multi else "",
             )
         count = None if since_ms is None else max(carried or 0, fence_store.grants_since(conn, self.node_id, since_ms))
         fence_store.set_meta_txn(conn, META_KEY, fence_id)
-        fence = FenceFile(self.node_id, fence_id, epoch, fence_ms, since_ms, count)
+        if self.multi:
+            process = process or secrets.token_hex(8)
+            self.awaiting_vouch = not vouched
+        else:
+            vouched = True
+        fence = FenceFile(self.node_id, fence_id, epoch, fence_ms, since_ms, count, process, identity, vouched)
         write_fence(self.path, fence)
         self.fence = fence
+        if self.multi:
+            self.node_txn(conn, now_ms)
 
     def _lost(self, conn: Conn, found: FenceFile, db_latest: int) -> bool:
         """Whether the database lacks a grant the fence file knows of: an earlier latest expiry, or fewer grants
@@ -182,15 +242,105 @@ class LeaseFence:
             return False
         return fence_store.grants_since(conn, self.node_id, found.since_ms) < found.grants
 
+    def node_txn(self, conn: Conn, now_ms: int) -> None:
+        """PostgreSQL: check this process's file against the database (a count hold when a grant is missing), notice
+        a change of the database's history (a history hold), register, vouch for processes waiting to join or be
+        vouched for, and settle the node's holds (`node_hold_until_ms`)."""
+        fence = self.fence
+        assert fence is not None and fence.process is not None, "load the fence first"
+        identity = fence_store.history_identity(conn)
+        recorded = fence_store.meta(conn, IDENTITY_KEY)
+        if recorded is not None and recorded != identity:
+            hold = fence_store.Hold(f"history:{identity}", now_ms + LONGEST_GRANT_MS, None, None, identity)
+            fence_store.hold_txn(conn, hold, now_ms)
+            fence_store.uncheck_all_txn(conn)
+            log.warning(
+                "lease fence: this database's history changed since the node's last check (%s, now %s: a promotion,"
+                " a point-in-time recovery, another cluster or a restore); no lease is granted until every process"
+                " of the node has checked its fence against it, or for %d s",
+                recorded,
+                identity,
+                LONGEST_GRANT_MS // 1000,
+            )
+        if recorded != identity:
+            fence_store.set_meta_txn(conn, IDENTITY_KEY, identity)
+        row = fence_store.process_row(conn, fence.process)
+        if self.awaiting_vouch:
+            if row is not None and row[0]:  # a process holding a fence checked this database after we registered
+                self._join(conn, now_ms, identity)
+            elif row is None:
+                fence_store.register_txn(conn, fence.process, False, None, now_ms)
+        else:
+            latest = fence_store.latest_grant_ms(conn, self.node_id)
+            if self.hold_until_ms == 0 and fence.expires_ms > now_ms and self._lost(conn, fence, latest):
+                self.hold_until_ms = fence.expires_ms  # a restore while this process runs
+                log.warning("lease fence: this database lacks a grant the node made: it was restored")
+            if self.hold_until_ms > now_ms:  # every process waits for what this one knows was lost
+                hold = fence_store.Hold(
+                    f"count:{fence.process}", self.hold_until_ms, fence.since_ms, fence.grants, None
+                )
+                fence_store.hold_txn(conn, hold, now_ms)
+            if row != (True, identity):  # the periodic check writes nothing when nothing changed
+                fence_store.register_txn(conn, fence.process, True, identity, now_ms)
+            fence_store.vouch_txn(conn)
+            if fence.identity != identity:
+                self.fence = replace(fence, identity=identity)
+                write_fence(self.path, self.fence)
+        until = 0
+        for held in fence_store.holds(conn):
+            if self._settled(conn, held, now_ms):
+                fence_store.end_hold_txn(conn, held.hold_id)
+            else:
+                until = max(until, held.until_ms)
+        self.node_hold_until_ms = until
+
+    def _join(self, conn: Conn, now_ms: int, identity: str) -> None:
+        """Vouched for: the database holds every grant that may be live, as far as the node's fences know. Count
+        from here, as a new fence does."""
+        fence = self.fence
+        assert fence is not None and fence.process is not None
+        self.awaiting_vouch = False
+        self.hold_until_ms = 0
+        self.fence = replace(
+            fence,
+            expires_ms=fence_store.latest_grant_ms(conn, self.node_id),
+            since_ms=now_ms,
+            grants=fence_store.grants_since(conn, self.node_id, now_ms),
+            identity=identity,
+            vouched=True,
+        )
+        write_fence(self.path, self.fence)
+        fence_store.register_txn(conn, fence.process, True, identity, now_ms)
+        log.warning("lease fence: another process of the node vouched for this database: granting leases")
+
+    def _settled(self, conn: Conn, held: fence_store.Hold, now_ms: int) -> bool:
+        """Whether a node-wide hold has ended: its time passed, the database holds every grant it counted, or every
+        vouched process has checked in under its identity."""
+        if now_ms >= held.until_ms:
+            return True
+        if held.since_ms is not None and held.grants is not None and now_ms >= held.since_ms:
+            return fence_store.grants_since(conn, self.node_id, held.since_ms) >= held.grants
+        if held.identity is not None:
+            return not fence_store.unchecked(conn, held.identity)
+        return False
+
     def settle_txn(self, conn: Conn, now_ms: int) -> None:
         """While a detected restore holds grants back: end the wait once the database holds every grant the fence
-        counted (sync brought them back), or, once the wait has run out, take a new baseline for the count."""
+        counted (sync brought them back), or, once the wait has run out, take a new baseline for the count. On
+        PostgreSQL, then the node-wide part (`node_txn`)."""
+        self._settle_own(conn, now_ms)
+        if self.multi and self.fence is not None:
+            self.node_txn(conn, now_ms)
+
+    def _settle_own(self, conn: Conn, now_ms: int) -> None:
         fence = self.fence
         if fence is None or self.hold_until_ms == 0:
             return
         if now_ms >= self.hold_until_ms:  # every grant the fence knew of has ended: count afresh from now
             self.hold_until_ms = 0
-            self.fence = replace(fence, since_ms=now_ms, grants=fence_store.grants_since(conn, self.node_id, now_ms))
+            self.awaiting_vouch = False
+            grants = fence_store.grants_since(conn, self.node_id, now_ms)
+            self.fence = replace(fence, since_ms=now_ms, grants=grants, vouched=True)
             write_fence(self.path, self.fence)
             return
         if fence.since_ms is None or fence.grants is None or now_ms < fence.since_ms:
@@ -204,8 +354,9 @@ class LeaseFence:
 
     def check(self, now_ms: int) -> None:
         """503 `lease_authority_restored` (with Retry-After) while a detected restore may hide a live grant."""
-        if now_ms < self.hold_until_ms:
-            wait = math.ceil((self.hold_until_ms - now_ms) / 1000)
+        until = max(self.hold_until_ms, self.node_hold_until_ms)
+        if now_ms < until:
+            wait = math.ceil((until - now_ms) / 1000)
             raise LeaseAuthorityRestored(
                 f"this node's database was restored and may have lost a lease it granted; it grants no lease"
                 f" for {wait} s more, until every lease it could have granted before has ended",
@@ -213,13 +364,22 @@ class LeaseFence:
                 headers={"Retry-After": str(wait)},
             )
 
-    def advance(self, expires_ms: int) -> None:
-        """Record a grant (its expiry, and one more in the count) durably, before it is committed and acknowledged."""
+    def advance(self, expires_ms: int, conn: Conn | None = None) -> None:
+        """Record a grant (its expiry, and one more in the count) durably, before it is committed and acknowledged.
+        With `conn` (PostgreSQL, in the grant's transaction under the writer's lock): the node's count and latest
+        expiry, every process's grants included."""
         fence = self.fence
         assert fence is not None, "load the fence first"
         counted = fence.since_ms is not None and fence.grants is not None and expires_ms > fence.since_ms
-        if expires_ms <= fence.expires_ms and not counted:
+        grants = fence.grants
+        latest = max(fence.expires_ms, expires_ms)
+        if conn is not None and self.multi:
+            latest = max(latest, fence_store.latest_grant_ms(conn, self.node_id))
+            if counted and fence.since_ms is not None:
+                grants = max(grants or 0, fence_store.grants_since(conn, self.node_id, fence.since_ms)) + 1
+        elif counted and grants is not None:
+            grants += 1
+        if latest == fence.expires_ms and grants == fence.grants:
             return
-        grants = fence.grants + 1 if counted and fence.grants is not None else fence.grants
-        self.fence = replace(fence, expires_ms=max(fence.expires_ms, expires_ms), grants=grants)
+        self.fence = replace(fence, expires_ms=latest, grants=grants)
         write_fence(self.path, self.fence)

@@ -276,9 +276,20 @@ class Workflows(TaskReads):
         if not self.fence.loaded:
             await self.db.write(lambda c: self.fence.load_txn(c, self.now_ms()))
         if check:
-            if self.fence.hold_until_ms:  # sync may have brought every grant back, or the wait ran out
+            # sync may have brought every grant back, or the wait ran out; with several processes (PostgreSQL),
+            # another may have found a loss, or the database's history may have changed: the node-wide check
+            if self.fence.hold_until_ms or self.fence.multi:
                 await self.db.write(lambda c: self.fence.settle_txn(c, self.now_ms()))
             self.fence.check(self.now_ms())
+
+    async def check_fence(self) -> None:
+        """The periodic node-wide check of the lease fence on PostgreSQL (node/web/background.py): notice a restore
+        or a change of the database's history, check in after one, and vouch for processes joining the node, even
+        while this process grants nothing. Nothing on SQLite."""
+        if self.db.pg_url is None:
+            return
+        await self.fenced(check=False)
+        await self.db.write(lambda c: self.fence.settle_txn(c, self.now_ms()))
 
     async def _lease_elsewhere(self, exc: leases.NotHome, agent_id: str, seconds: int) -> tuple[str, bool]:
         """Ask the home node for the lease; store the grant it signed, so this node's ready set excludes the task."""
@@ -537,7 +548,7 @@ def grant_lease_txn(
         key, node_id, format_ms(start), "lease", task_space, holder=agent_id, expires_at=format_ms(expires_ms)
     )
     rec, rec_hash, dec = sign_and_check(draft, node_key)
-    fence.advance(parse_ms(dec.expires_at))
+    fence.advance(parse_ms(dec.expires_at), conn)
     projections.append(conn, rec, rec_hash, dec, origin="local", now_ms=now, scope=kept_local(task_space))
     return decision.task_key, not decision.extends, rec
 

@@ -1,8 +1,11 @@
 """What the lease fence (node/workflows/fence.py) compares its file with: the lease grants a node made, as this
-database holds them (in `task_events`), and the fence's own keys in `node_meta`.
+database holds them (in `task_events`), and the fence's own keys in `node_meta`; on PostgreSQL also the node-wide
+part of the fence (migration 0055: the processes that check it, and the holds every process obeys).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from node.store.conn import Conn
 
@@ -36,3 +39,106 @@ def grants_since(conn: Conn, node_id: str, since_ms: int) -> int:
         (node_id, since_ms),
     ).fetchone()
     return int(row[0])
+
+
+# ---- the node-wide fence of several processes on PostgreSQL (docs/decisions.md record 88) -------------------------
+
+
+def history_identity(conn: Conn) -> str:
+    """The history this PostgreSQL database is in: its cluster's system identifier, the timeline it writes WAL on now,
+    and the node's store epoch. A promotion or a point-in-time recovery starts a new timeline, a dump restored into
+    another cluster has another system identifier, `bbs restore` renews the epoch. The timeline is read from the WAL
+    insert position's file name (`pg_control_checkpoint()` shows the new one only after the first checkpoint that
+    follows a promotion); both functions are open to any role."""
+    row = conn.execute(
+        "SELECT (SELECT system_identifier FROM pg_control_system())::text,"
+        " substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"
+    ).fetchone()
+    epoch = meta(conn, "epoch") or ""
+    return f"{row[0]}:{int(str(row[1]), 16)}:{epoch}"
+
+
+def process_row(conn: Conn, process: str) -> tuple[bool, str | None] | None:
+    """(vouched, identity) of the registered process `process`, or None when this database does not know it."""
+    row = conn.execute("SELECT vouched, identity FROM lease_fence_processes WHERE process = ?", (process,)).fetchone()
+    return None if row is None else (bool(row[0]), None if row[1] is None else str(row[1]))
+
+
+def register_txn(conn: Conn, process: str, vouched: bool, identity: str | None, now_ms: int) -> None:
+    """Record that `process` checked the database under `identity` (`vouched`: it holds a fence it checked)."""
+    conn.execute(
+        "INSERT INTO lease_fence_processes (process, vouched, identity, registered_ms) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (process) DO UPDATE SET vouched = excluded.vouched, identity = excluded.identity",
+        (process, int(vouched), identity, now_ms),
+    )
+
+
+def vouch_txn(conn: Conn) -> int:
+    """Vouch for every process waiting to join (a process that checked its fence saw nothing missing since they
+    registered). Returns how many."""
+    return conn.execute("UPDATE lease_fence_processes SET vouched = 1 WHERE vouched = 0").rowcount
+
+
+def uncheck_all_txn(conn: Conn) -> None:
+    """Every process must check the database again (its history changed): what each last checked was another."""
+    conn.execute("UPDATE lease_fence_processes SET identity = NULL")
+
+
+def unchecked(conn: Conn, identity: str) -> list[str]:
+    """The vouched processes that have not checked the database under `identity` yet."""
+    rows = conn.execute(
+        "SELECT process FROM lease_fence_processes WHERE vouched = 1 AND (identity IS NULL OR identity <> ?)"
+        " ORDER BY process",
+        (identity,),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def forget_process_txn(conn: Conn, process: str) -> bool:
+    """Remove a process from the node's fence (its folder is gone for good): no history hold waits for it again."""
+    return conn.execute("DELETE FROM lease_fence_processes WHERE process = ?", (process,)).rowcount > 0
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A node-wide hold on grants (see migration 0055)."""
+
+    hold_id: str
+    until_ms: int
+    since_ms: int | None
+    grants: int | None
+    identity: str | None
+
+
+def holds(conn: Conn) -> list[Hold]:
+    """Every hold this database records."""
+    rows = conn.execute(
+        "SELECT hold_id, until_ms, since_ms, grants, identity FROM lease_fence_holds ORDER BY hold_id"
+    ).fetchall()
+    return [
+        Hold(
+            str(r[0]),
+            int(r[1]),
+            None if r[2] is None else int(r[2]),
+            None if r[3] is None else int(r[3]),
+            None if r[4] is None else str(r[4]),
+        )
+        for r in rows
+    ]
+
+
+def hold_txn(conn: Conn, hold: Hold, now_ms: int) -> None:
+    """Record `hold` (a hold of the same id keeps the later end)."""
+    conn.execute(
+        "INSERT INTO lease_fence_holds (hold_id, until_ms, since_ms, grants, identity, set_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (hold_id) DO UPDATE SET"
+        " until_ms = CASE WHEN excluded.until_ms > lease_fence_holds.until_ms THEN excluded.until_ms"
+        " ELSE lease_fence_holds.until_ms END,"
+        " since_ms = excluded.since_ms, grants = excluded.grants, identity = excluded.identity",
+        (hold.hold_id, hold.until_ms, hold.since_ms, hold.grants, hold.identity, now_ms),
+    )
+
+
+def end_hold_txn(conn: Conn, hold_id: str) -> None:
+    """Remove the hold `hold_id`."""
+    conn.execute("DELETE FROM lease_fence_holds WHERE hold_id = ?", (hold_id,))

@@ -83,3 +83,44 @@ async def two_processes(
         if n.db.is_open:
             n.close()
     pg_cluster.drop_database(name)
+
+
+# ---- processes restarted and joined (the lease fence's tests, tests/node/multiproc/test_lease_fence.py) ----------
+
+Start = Callable[[Path], Awaitable[Process]]
+
+
+@pytest.fixture
+async def start_process(clock: FakeClock, aiohttp_client: Callable[..., Awaitable[TestClient]]) -> AsyncIterator[Start]:
+    """Start a process of the node on `folder` (again, after its first `Node` was closed, or a new one made by
+    `second_folder`): a new `Node` and served client; closed after the test."""
+    started: list[Process] = []
+
+    async def start(folder: Path) -> Process:
+        n = Node(folder, clock=clock)
+        n.open()
+        n.reads.fresh_timeout_s = 30.0
+        process = Process(folder, n, await aiohttp_client(create_app(n)))
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        await process.client.close()
+        if process.node.db.is_open:
+            process.node.close()
+
+
+async def stop_process(process: Process) -> None:
+    """Stop a process: its server and its `Node` (a `bbs serve` ended)."""
+    await process.client.close()
+    if process.node.db.is_open:
+        process.node.close()
+
+
+async def check_fences(*processes: Process) -> None:
+    """Run the periodic lease fence check of each process in turn, twice (node/web/background.py does every 5 s):
+    the first round registers and checks in, the second lets a process vouched for in the first join."""
+    for _ in range(2):
+        for process in processes:
+            await process.node.workflows.check_fence()

@@ -1,0 +1,302 @@
+"""The lease fence of a node served by several processes on one PostgreSQL database (issue 41, docs/decisions.md
+record 88): grants through either process, the database restored from a dump taken before some of them, or a
+replica promoted that never received them; neither process grants until every lost grant has ended or the grants
+are back. A new process with an empty folder grants at once when nothing was lost.
+
+Time moves on the fake clock; the periodic fence check (every 5 s in a served node) is run by hand
+(`check_fences`), so the order of the processes' checks is the test's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import conninfo
+
+from node.ops import pg_tools
+from node.ops import store as ops_store
+from node.ops.datadir import DataDir
+from node.workflows.fence import FENCE_NAME, IDENTITY_KEY, LONGEST_GRANT_MS, read_fence
+from node.workflows.store import fence as fence_store
+from scenarios import pg_cluster as cluster_mod
+from tests.conftest import FakeClock
+from tests.node.multiproc.conftest import (
+    Process,
+    Start,
+    TwoProcesses,
+    check_fences,
+    second_folder,
+    stop_process,
+)
+from tests.node.workflows.helpers import WF
+
+pytestmark = pytest.mark.postgresql
+
+
+async def _agent(p: Process, name: str) -> dict[str, str]:
+    created = await p.node.agents.create(name, name.title())
+    return {"Authorization": f"Bearer {created.api_key}"}
+
+
+async def _declare(p: Process, headers: dict[str, str], *keys: str) -> None:
+    for key in keys:
+        resp = await p.client.post(f"{WF}/tasks", json={"key": key}, headers=headers)
+        assert resp.status in (200, 201), await resp.text()
+
+
+async def _lease(p: Process, headers: dict[str, str], key: str, seconds: int = 60) -> tuple[int, dict, str | None]:
+    resp = await p.client.post(f"{WF}/tasks/{key}/lease", json={"seconds": seconds}, headers=headers)
+    return resp.status, await resp.json(), resp.headers.get("Retry-After")
+
+
+async def _refused(p: Process, headers: dict[str, str], key: str) -> int:
+    """The lease request is refused 503 `lease_authority_restored`; the Retry-After it names."""
+    status, problem, retry = await _lease(p, headers, key)
+    assert status == 503 and problem["code"] == "lease_authority_restored", problem
+    assert retry is not None
+    return int(retry)
+
+
+async def _started(two: TwoProcesses) -> tuple[dict[str, str], dict[str, str]]:
+    """Two agents, four tasks, both processes' fences checked (the first to load made the node's fence; the
+    other joined, vouched for by it)."""
+    ada, bob = await _agent(two.a, "ada"), await _agent(two.a, "bob")
+    await _declare(two.a, ada, "t1", "t2", "t3", "t4", "t5")
+    await check_fences(two.a, two.b)
+    return ada, bob
+
+
+async def _restored(two: TwoProcesses, start: Start, dump: Path) -> tuple[Process, Process]:
+    """Both processes stopped, the dump restored over the node's database by hand (pg_restore: the same history
+    identity), both started again."""
+    for p in (two.a, two.b):
+        await stop_process(p)
+    _restore(dump, two.url)
+    return await start(two.a.folder), await start(two.b.folder)
+
+
+def _restore(dump: Path, url: str) -> None:
+    pg_tools.restore(dump, url, ops_store.CLEAR_SCHEMA_PG)
+
+
+async def test_a_restore_from_before_grants_through_both_processes_fences_both(
+    two_processes: TwoProcesses, start_process: Start, tmp_path: Path, clock: FakeClock
+) -> None:
+    two = two_processes
+    ada, bob = await _started(two)
+    assert (await _lease(two.a, ada, "t1", seconds=30))[0] == 201
+    assert (await _lease(two.b, ada, "t2", seconds=30))[0] == 201
+    pg_tools.dump(two.url, tmp_path / "before.dump")
+    assert (await _lease(two.a, ada, "t3", seconds=300))[0] == 201  # lost with the restore
+    assert (await _lease(two.b, ada, "t4", seconds=200))[0] == 201  # lost too
+    pg_tools.dump(two.url, tmp_path / "after.dump")
+    for folder in (two.a.folder, two.b.folder):  # each file counts the node's grants, not only its own
+        fence = read_fence(folder / FENCE_NAME)
+        assert fence is not None and fence.grants is not None and fence.grants >= 3
+    a, b = await _restored(two, start_process, tmp_path / "before.dump")
+    clock.advance(10)
+    for p in (a, b):
+        assert 280 <= await _refused(p, bob, "t3") <= 291
+        assert 280 <= await _refused(p, bob, "t5") <= 291  # every task: the node cannot know which it lost
+    holds = await a.node.db.read(fence_store.holds)
+    assert {h.hold_id.split(":")[0] for h in holds} == {"count"}
+
+    # the grants come back (here: the database restored again, from a dump that holds them): granting resumes
+    a, b = await _restored(TwoProcesses(a, b, two.url, two.admin_token), start_process, tmp_path / "after.dump")
+    await check_fences(a, b)
+    status, problem, _ = await _lease(b, bob, "t5")
+    assert status == 201, problem
+    status, task, _ = await _lease(a, ada, "t3", seconds=60)
+    assert status == 200, task  # ada's lease, back with its grant: extended
+
+
+async def test_neither_process_grants_until_the_fence_passes(
+    two_processes: TwoProcesses, start_process: Start, tmp_path: Path, clock: FakeClock
+) -> None:
+    two = two_processes
+    ada, bob = await _started(two)
+    assert (await _lease(two.b, ada, "t1", seconds=30))[0] == 201
+    pg_tools.dump(two.url, tmp_path / "before.dump")
+    assert (await _lease(two.a, ada, "t3", seconds=300))[0] == 201  # only a knows of it
+    a, b = await _restored(two, start_process, tmp_path / "before.dump")
+    await check_fences(a, b)  # a finds the loss and records a hold every process obeys
+    assert 290 <= await _refused(b, bob, "t3") <= 300
+    assert 290 <= await _refused(b, bob, "t5") <= 300
+    clock.advance(150)
+    await b.node.workflows.check_fence()
+    assert 140 <= await _refused(b, bob, "t3") <= 150
+    clock.advance(151)
+    status, task, _ = await _lease(b, bob, "t3")
+    assert status == 201 and task["lease"]["holder"] != ada
+    assert (await _lease(a, ada, "t5"))[0] == 201
+    assert await a.node.db.read(fence_store.holds) == []
+
+
+async def test_a_hand_restore_marked_as_one_waits_for_every_process_to_check_in(
+    two_processes: TwoProcesses, start_process: Start, tmp_path: Path, clock: FakeClock
+) -> None:
+    """docs/operations.md: after a pg_restore by hand, the operator marks the database's history as changed; then a
+    process that knows nothing lost waits until the one that knows has checked its fence."""
+    two = two_processes
+    ada, bob = await _started(two)
+    pg_tools.dump(two.url, tmp_path / "before.dump")
+    assert (await _lease(two.a, ada, "t3", seconds=300))[0] == 201
+    await stop_process(two.a)
+    await stop_process(two.b)
+    _restore(tmp_path / "before.dump", two.url)
+    with psycopg.connect(DataDir(two.a.folder).store_url or "", autocommit=True) as conn:
+        conn.execute("UPDATE node_meta SET value = 'restored' WHERE key = %s", (IDENTITY_KEY,))
+    b = await start_process(two.b.folder)  # b alone: its file shows nothing lost, yet it waits for a
+    await check_fences(b)
+    assert await _refused(b, bob, "t5") == LONGEST_GRANT_MS // 1000
+    a = await start_process(two.a.folder)
+    await check_fences(a, b)  # a checks in: the history hold ends, its count hold stays
+    holds = await b.node.db.read(fence_store.holds)
+    assert [h.hold_id.split(":")[0] for h in holds] == ["count"]
+    assert 290 <= await _refused(b, bob, "t5") <= 300
+    clock.advance(301)
+    assert (await _lease(b, bob, "t3"))[0] == 201
+
+
+async def test_a_new_process_with_an_empty_folder_grants_at_once_when_nothing_was_lost(
+    two_processes: TwoProcesses, start_process: Start, tmp_path: Path
+) -> None:
+    two = two_processes
+    ada, bob = await _started(two)
+    assert (await _lease(two.a, ada, "t1", seconds=300))[0] == 201
+    assert (await _lease(two.b, ada, "t2", seconds=300))[0] == 201
+    second_folder(two.a.folder, tmp_path / "c")
+    c = await start_process(tmp_path / "c")
+    await check_fences(c, two.a, c)  # c registers; a's next check (within 5 s when served) vouches for it
+    status, task, _ = await _lease(c, bob, "t5")
+    assert status == 201, task
+    status, problem, _ = await _lease(c, bob, "t1")  # and it knows what a granted: no second lease
+    assert status == 409, problem
+    fence = read_fence(tmp_path / "c" / FENCE_NAME)
+    assert fence is not None and fence.vouched and fence.grants == 3
+
+
+async def test_a_process_whose_folder_was_lost_does_not_make_the_node_forget(
+    two_processes: TwoProcesses, start_process: Start, tmp_path: Path
+) -> None:
+    """With no other process to vouch for the database, a process without its fence waits the longest lease."""
+    two = two_processes
+    ada, bob = await _started(two)
+    assert (await _lease(two.a, ada, "t1", seconds=300))[0] == 201
+    await stop_process(two.a)
+    await stop_process(two.b)
+    (two.a.folder / FENCE_NAME).unlink()
+    a = await start_process(two.a.folder)
+    await check_fences(a)
+    assert await _refused(a, bob, "t5") == LONGEST_GRANT_MS // 1000
+    b = await start_process(two.b.folder)  # b comes back with its fence: it vouches for the database
+    await check_fences(b, a)
+    assert (await _lease(a, bob, "t5"))[0] == 201
+
+
+# ---- a real replica, promoted after it missed grants (an asynchronous replica's failover) -------------------------
+
+
+def _run(cluster: cluster_mod.Cluster, *command: str) -> None:
+    done = subprocess.run([*cluster_mod._as_server_user(), *command], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"{command[0]}: {done.stderr}{done.stdout}"
+
+
+@pytest.fixture
+def standby(pg_cluster: cluster_mod.Cluster, tmp_path: Path) -> Iterator[list[cluster_mod.Cluster]]:
+    """Made by `_base_backup`: a copy of the test cluster that replays only the WAL it was copied with, stopped and
+    removed after the test."""
+    made: list[cluster_mod.Cluster] = []
+    yield made
+    for cluster in made:
+        cluster.stop()
+
+
+def _base_backup(primary: cluster_mod.Cluster) -> cluster_mod.Cluster:
+    """pg_basebackup of `primary` into a new folder, started as a standby without a primary to stream from: a
+    replica whose replication stopped at the backup's end (what an asynchronous replica holds when the primary dies)."""
+    folder = Path(tempfile.mkdtemp(prefix="bbs-pg-"))  # short: a socket path may not pass 107 bytes
+    if cluster_mod._as_server_user():
+        shutil.chown(folder, cluster_mod.SUPERUSER, cluster_mod.SUPERUSER)
+    replica = cluster_mod.Cluster(primary.bindir, folder)
+    bindir = str(primary.bindir)
+    _run(
+        primary,
+        f"{bindir}/pg_basebackup",
+        "-D",
+        str(replica.data),
+        "-h",
+        str(primary.folder),
+        "-p",
+        str(cluster_mod.PORT),
+        "-U",
+        cluster_mod.SUPERUSER,
+        "-X",
+        "stream",
+        "--checkpoint=fast",
+        "--no-sync",
+    )
+    (replica.data / "standby.signal").touch()
+    if cluster_mod._as_server_user():
+        shutil.chown(replica.data / "standby.signal", cluster_mod.SUPERUSER, cluster_mod.SUPERUSER)
+    options = f"-k {folder} -p {cluster_mod.PORT} -c listen_addresses='' {cluster_mod.TEST_SETTINGS}"
+    _run(
+        primary,
+        f"{bindir}/pg_ctl",
+        "-D",
+        str(replica.data),
+        "-l",
+        str(folder / "server.log"),
+        "-o",
+        options,
+        "-w",
+        "start",
+    )
+    return replica
+
+
+def _point_at(folder: Path, url: str) -> None:
+    """The folder's store.url names another server (what a failover's address change does)."""
+    (folder / "store.url").write_text(url + "\n", encoding="utf-8")
+
+
+async def test_a_promoted_replica_that_missed_grants_fences_both_processes(
+    two_processes: TwoProcesses,
+    pg_cluster: cluster_mod.Cluster,
+    standby: list[cluster_mod.Cluster],
+    start_process: Start,
+    clock: FakeClock,
+) -> None:
+    two = two_processes
+    ada, bob = await _started(two)
+    assert (await _lease(two.a, ada, "t1", seconds=30))[0] == 201
+    replica = _base_backup(pg_cluster)
+    standby.append(replica)
+    assert (await _lease(two.a, ada, "t3", seconds=300))[0] == 201  # the replica never receives these
+    assert (await _lease(two.b, ada, "t4", seconds=200))[0] == 201
+    await stop_process(two.a)
+    await stop_process(two.b)
+    _run(replica, f"{replica.bindir}/pg_ctl", "-D", str(replica.data), "-w", "promote")  # the failover
+    dbname = str(conninfo.conninfo_to_dict(two.url)["dbname"])
+    for folder in (two.a.folder, two.b.folder):
+        _point_at(folder, replica.store_url(dbname))
+    b = await start_process(two.b.folder)
+    await check_fences(b)
+    assert await _refused(b, bob, "t5") > 200  # the history changed: b waits for every process to check in
+    holds = await b.node.db.read(fence_store.holds)
+    assert any(h.hold_id.startswith("history:") for h in holds)
+    assert any(h.hold_id.startswith("count:") for h in holds)  # b knows of a's grant t3 too (the node's count)
+    a = await start_process(two.a.folder)
+    await check_fences(a, b)
+    for p in (a, b):
+        assert 290 <= await _refused(p, bob, "t3") <= 300
+    clock.advance(301)
+    for p, key in ((a, "t3"), (b, "t4")):
+        status, task, _ = await _lease(p, bob, key)
+        assert status == 201 and task["lease"]["holder"] != ada
