@@ -76,6 +76,11 @@ class Run:
     def per_second(self) -> float:
         return self.entries / self.result.elapsed
 
+    @property
+    def held_per_entry(self) -> float:
+        """Seconds the writer lock was held per entry stored."""
+        return self.held * self.result.elapsed / max(self.entries, 1)
+
     def busy_share(self, i: int) -> float:
         return self.processes[i].writer.get("busy_seconds", 0.0) / self.result.elapsed
 
@@ -241,14 +246,14 @@ def report(ctx: Context, cluster: pg_cluster.Cluster, batched: bool, posts: int)
         Row(
             BENCH,
             f"{label}: writer lock held / waited for, share of wall time, two processes (one)",
-            f"{two.held:.0%} / {two.waited:.0%} (writers busy {busy2})",
-            f"{one.held:.0%} / {one.waited:.0%} (writer busy {one.busy_share(0):.0%})",
-            ratio(two.held, one.held),
+            f"{two.held:.0%} / {two.waited:.0%} (writers busy {busy2}); held {ms(two.held_per_entry)} per entry",
+            f"{one.held:.0%} / {one.waited:.0%} (writer busy {one.busy_share(0):.0%}); {ms(one.held_per_entry)}",
+            ratio(two.held_per_entry, one.held_per_entry),
             "",
             None,
             f"pg_locks sampled every {SAMPLE_S * 1000:.0f} ms for the writer's advisory lock: held (granted) and"
             " waited for (a transaction queued on it); busy: each process's bbs_writer_busy_seconds_total over the"
-            " run's wall time, its wait for the lock included",
+            " run's wall time, its wait for the lock included; ratio: the lock's held time per entry",
         )
     )
 
