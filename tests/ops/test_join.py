@@ -167,7 +167,7 @@ def test_join_refusals_are_one_line_and_write_nothing(tmp_path: Path, url: str) 
 
 def test_an_interrupted_join_is_refused_by_serve_and_finished_by_joining_again(tmp_path: Path, url: str) -> None:
     """A join writes node.key last: a folder left with store.url alone is refused by every command (never given a
-    SQLite node of its own), and the same join finishes it."""
+    SQLite node of its own), and the same join finishes it; `bbs doctor` finds the joined folder sound."""
     a, b = tmp_path / "a", tmp_path / "b"
     init_node(a, url)
     b.mkdir(mode=0o700)
@@ -178,3 +178,5 @@ def test_an_interrupted_join_is_refused_by_serve_and_finished_by_joining_again(t
     finished = join(b, a)
     assert finished.returncode == 0, finished.stderr
     assert bbs("agent", "list", "--data", str(b)).returncode == 0
+    doctor = bbs("doctor", "--data", str(b), "--json")  # a joined folder, before its first start, is a sound node's
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
