@@ -43,8 +43,13 @@ def _store_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from node.ops.datadir import initialise
+    from node.ops.datadir import initialise, join
 
+    if args.join is not None:
+        node_id = join(args.data, args.join, args.store)
+        print(f"Joined {args.data} to node {node_id}, whose database {args.join}/store.url names")
+        print(f"Serve it with 'bbs serve --data {args.data}'; the node's admin token is the one it was made with")
+        return 0
     token = initialise(args.data, args.store)
     if token is None:
         print(f"{args.data} is already initialised; the admin token was shown when it was created.", file=sys.stderr)
@@ -459,6 +464,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("init", help="create a node's key, database and admin token")
     _data_arg(p)
     _store_arg(p)
+    p.add_argument(
+        "--join",
+        type=Path,
+        metavar="FOLDER",
+        help="instead, make --data the folder of another serving process of the node in FOLDER (PostgreSQL only):"
+        " copies its store.url, node.key, agent-recovery.key and key-fence.json",
+    )
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("serve", help="run a node (settings: defaults < --config file < BBS_* environment < flags)")

@@ -9,6 +9,9 @@ key that takes a node-kept agent back after its current key was stolen, also fro
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 from pathlib import Path
 
 from identity import key_files, keys
@@ -17,11 +20,22 @@ FILE_NAME = "agent-recovery.key"
 
 
 def load_or_create(path: Path) -> keys.SigningKey:
-    """The recovery key in `path`, made (mode 0600, atomically) when the file does not exist yet."""
+    """The recovery key in `path`, made (mode 0600, atomically) when the file does not exist yet.
+
+    Never replaces a file another process made meanwhile (a `bbs init --join` making it beside a serving node, or
+    two requests at once): the new key is linked into place, and when a file is there already that one is used."""
     if path.exists():
         return key_files.load_key(path)
     key = keys.SigningKey.generate()
-    key_files.save_key(path, key)
+    staged = path.with_name(f".{path.name}.{secrets.token_hex(4)}.new")
+    key_files.save_key(staged, key)
+    try:
+        os.link(staged, path)
+    except FileExistsError:
+        return key_files.load_key(path)
+    finally:
+        with contextlib.suppress(OSError):
+            staged.unlink()
     return key
 
 

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from identity import key_files, keys
+from node.agents import recovery_file
 from node.agents import service as agents
 from node.errors import Conflict
 from node.ops import datalock, store
 from node.store import db
+from node.store.key_fence import KEY_FENCE_NAME
 from sync.replay import FENCE_NAME, ReplayFence
 from wire.cli import CommandError
 
@@ -239,3 +241,68 @@ def _create_node(where: Path | str, node_key: keys.SigningKey) -> str:
     finally:
         conn.close()
     return token
+
+
+def join(root: Path, existing: Path, store_url: str | None = None) -> str:
+    """Make `root` the folder of another serving process of the node in `existing` (`bbs init --join`); return the
+    node id. Several `bbs serve` processes act as one node only on PostgreSQL (docs/decisions.md record 89).
+
+    The new folder gets what a process of the node needs of its own and cannot rebuild: the database's URL
+    (store.url), the node key, the node's agent recovery key (made in `existing` first when the node has none yet,
+    so that every process sets the same one) and the key fence (the rotations made through `existing`). Its search
+    index is built from the log at its first start; its locks, replay and lease fences are its own. `existing` may
+    be a copy of those files brought from another machine. Refused: a node on SQLite (one process per SQLite
+    file), `existing` holding no node or a key that is not its database's, a `store_url` naming another database,
+    and a `root` that holds a node already.
+    """
+    old = DataDir(existing)
+    _check_folder(existing)
+    if old.store_url is None:
+        if old.db_path.exists():
+            raise CommandError(
+                f"{existing} keeps its node in {old.db_path} (SQLite): one process per SQLite file; move the node to"
+                f" PostgreSQL first ('bbs migrate-store --from {existing} --to postgresql://...')"
+            )
+        raise no_node(existing)
+    if store_url is not None and store_url != old.store_url:
+        raise CommandError(
+            f"--store names another database than the node of {existing} (named in {old.store_url_path})"
+        )
+    node_id = require_node(existing)
+    new = DataDir(root)
+    _check_folder(root)
+    if _holds_node(new, old.store_url):
+        raise CommandError(f"{root} holds a node already; --join makes the folder of a new process: give a new folder")
+    recovery = recovery_file.load_or_create(old.root / recovery_file.FILE_NAME)
+    key_fence = _read_optional(old.root / KEY_FENCE_NAME)
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(root, 0o700)
+    except OSError as exc:
+        raise CommandError(f"cannot create the data folder {root}: {exc.strerror or exc}") from None
+    with datalock.initialising(root):
+        if _holds_node(new, old.store_url):
+            raise CommandError(f"{root} holds a node already; --join makes the folder of a new process")
+        # store.url first and node.key last: an interrupted join leaves a folder naming the node's database without
+        # its key, which every command refuses ("restore its key"), never a key that `bbs serve` would take for an
+        # interrupted `bbs init` and give a SQLite database of its own
+        key_files.write_private_file(new.store_url_path, (old.store_url + "\n").encode("utf-8"))
+        key_files.save_key(root / recovery_file.FILE_NAME, recovery)
+        if key_fence is not None:
+            key_files.write_private_file(root / KEY_FENCE_NAME, key_fence)
+        key_files.save_key(new.key_path, _load_key(old.key_path))
+    return node_id
+
+
+def _holds_node(data: DataDir, url: str) -> bool:
+    """Whether `data` holds a node (or the start of one) other than a join to `url` that was interrupted."""
+    if data.key_path.exists() or data.db_path.exists():
+        return True
+    return data.store_url not in (None, url)
+
+
+def _read_optional(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None

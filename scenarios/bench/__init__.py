@@ -21,6 +21,7 @@ def registry() -> dict[str, Callable[[Context], None]]:
         key_history,
         peers,
         postgresql,
+        processes,
         push,
         raw,
         reads,
@@ -56,4 +57,5 @@ def registry() -> dict[str, Callable[[Context], None]]:
         "redaction": redaction.run,
         "redaction-catchup": redaction_catchup.run,
         "postgresql": postgresql.run,
+        "processes": processes.run,
     }
