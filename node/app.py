@@ -115,9 +115,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     # The long-polls of /v1/feed and of the sync changes feed wake on a commit; the search indexer and the push
     # dispatcher add their own listeners. On PostgreSQL, other processes' commits call them too (record 85).
     node.db.after_commit.append(after_commit)
-    node.db.start_listening()
+    node.db.wakeups.start(node.db.pg_url)
     yield
-    node.db.stop_listening()
+    node.db.wakeups.stop()
     node.db.after_commit.remove(after_commit)
     node.close()
 

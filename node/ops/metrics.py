@@ -63,7 +63,7 @@ class _DatabaseCollector(Collector):
         self.db = db
 
     def collect(self) -> Iterable[Metric]:
-        s, r, w = self.db().stats, self.db().read_stats, self.db().wakeup_stats
+        s, r, w = self.db().stats, self.db().read_stats, self.db().wakeups.stats
         for name, help, value in (
             ("bbs_writer_transactions", "Write transactions the single writer ran (group commits)", s.transactions),
             ("bbs_writer_rolled_back", "Write transactions rolled back as a whole (none of their jobs acknowledged)",

@@ -129,3 +129,28 @@ class CommitListener:
             if foreign:
                 self.stats.received += foreign
                 self.wake()
+
+
+class Wakeups:
+    """A Database's wakeups from other processes: the LISTEN thread a serving process starts (`start`) and stops,
+    its counters (kept over restarts) and the backend pid of the Database's writer connection (kept by the writer)."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.wake = wake
+        self.stats = WakeupStats()
+        self.own_pid: int | None = None
+        self.listener: CommitListener | None = None  # while one runs
+
+    def start(self, url: str | None) -> None:
+        """On PostgreSQL (`url`), start listening for other processes' commits; nothing on SQLite (None)."""
+        if url is None or self.listener is not None:
+            return
+        self.listener = CommitListener(url, self.wake, lambda: self.own_pid)
+        self.listener.stats = self.stats
+        self.listener.start()
+
+    def stop(self) -> None:
+        """Stop what `start` started (nothing if nothing runs)."""
+        listener, self.listener = self.listener, None
+        if listener is not None:
+            listener.stop()

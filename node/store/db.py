@@ -510,11 +510,9 @@ class Database:
         self.read_stats = ReadStats()
         # Called on the writer thread after each committed transaction (node/push wakes its dispatcher with them,
         # the search indexer its worker); each must be quick and thread-safe. Listeners add and remove themselves.
-        # On PostgreSQL, the listeners are also called for other processes' commits (start_listening).
+        # On PostgreSQL, `wakeups` (a LISTEN thread a serving process starts) calls them for other processes' too.
         self.after_commit: list[Callable[[], None]] = []
-        self._listener: commit_listener.CommitListener | None = None
-        self._writer_pid: int | None = None  # the writer connection's backend pid (its NOTIFYs are our own)
-        self.wakeup_stats = commit_listener.WakeupStats()  # the listener's, kept over its restarts
+        self.wakeups = commit_listener.Wakeups(self.wake_waiters)
 
     def open(self) -> None:
         """Migrate and start the writer thread (synchronous; call before serving)."""
@@ -525,7 +523,7 @@ class Database:
         if self.pg_url is not None:
             conn = TimedPgConn(pg_conn.connect(self.pg_url).raw, self.log)
             conn.stats = self.stats
-            self._writer_pid = conn.raw.info.backend_pid
+            self.wakeups.own_pid = conn.raw.info.backend_pid
             self.schema_version = migrate_store(conn)
         else:
             conn = connect(self.path, factory=TimedConnection, log=self.log)
@@ -541,30 +539,9 @@ class Database:
         """Whether the database is open: its writer thread runs (between `open` and `close`)."""
         return self._writer is not None
 
-    def start_listening(self) -> None:
-        """On PostgreSQL, wake the `after_commit` listeners for other processes' commits too (a LISTEN connection
-        on a thread, node/store/commit_listener.py), and once on every (re)connect. Nothing on SQLite."""
-        if self.pg_url is None or self._listener is not None:
-            return
-        listener = commit_listener.CommitListener(self.pg_url, self.wake_waiters, lambda: self._writer_pid)
-        listener.stats = self.wakeup_stats
-        self._listener = listener
-        listener.start()
-
-    def stop_listening(self) -> None:
-        """Stop what `start_listening` started."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.stop()
-
-    @property
-    def listener(self) -> commit_listener.CommitListener | None:
-        """The LISTEN thread, while one runs."""
-        return self._listener
-
     def wake_waiters(self) -> None:
         """Call every `after_commit` listener: after this process's writer commits, and on PostgreSQL when another
-        process commits (the one fan-out for both). Thread-safe; a listener's failure is logged, not raised."""
+        process commits (`wakeups`: the one fan-out for both). A listener's failure is logged, not raised."""
         for after in tuple(self.after_commit):
             try:
                 after()
@@ -573,7 +550,7 @@ class Database:
 
     def close(self) -> None:
         """Finish queued writes, stop the writer and close every connection."""
-        self.stop_listening()
+        self.wakeups.stop()
         if self._writer is not None:
             self._jobs.put(None)
             self._writer.join()
@@ -726,7 +703,7 @@ class Database:
             log.error("the PostgreSQL writer connection cannot be reopened: %s", exc)
             return lost
         conn.stats = self.stats
-        self._writer_pid = conn.raw.info.backend_pid
+        self.wakeups.own_pid = conn.raw.info.backend_pid
         log.warning("the PostgreSQL writer connection was lost; reopened")
         return conn
 

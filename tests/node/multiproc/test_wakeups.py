@@ -46,7 +46,7 @@ async def agent(p: Process, name: str) -> AgentCreds:
 
 async def listening(p: Process) -> commit_listener.CommitListener:
     """b's LISTEN thread, once its LISTEN is in place."""
-    listener = p.node.db.listener
+    listener = p.node.db.wakeups.listener
     assert listener is not None
     assert await asyncio.to_thread(listener.listening.wait, BOUND_S)
     return listener
@@ -79,7 +79,7 @@ async def test_a_post_through_a_wakes_bs_feed_long_poll(
     posted = await post(a.client, ada, content="through a")
     resp = await asyncio.wait_for(waiting, BOUND_S)
     assert [e["id"] for e in (await resp.json())["entries"]] == [posted["id"]]
-    assert b.node.db.wakeup_stats.received >= 1
+    assert b.node.db.wakeups.stats.received >= 1
 
 
 async def test_a_post_through_a_wakes_bs_sync_changes_long_poll(
@@ -178,7 +178,7 @@ async def test_a_lost_listen_connection_is_reopened_and_nothing_is_missed(
     assert [e["id"] for e in (await resp.json())["entries"]] == [posted["id"]]
     assert await asyncio.to_thread(listener.listening.wait, BOUND_S)
     assert listener.backend_pid() not in (None, pid)
-    assert b.node.db.wakeup_stats.reconnects == 1
+    assert b.node.db.wakeups.stats.reconnects == 1
     lost = [r for r in caplog.records if r.name == commit_listener.log.name and "was lost" in r.getMessage()]
     assert len(lost) == 1  # once per outage
     metrics = await b.client.get("/metrics", headers=two_processes.admin_headers)
@@ -192,11 +192,11 @@ async def test_own_commits_are_not_taken_for_another_process(two_processes: TwoP
     ada = await agent(a, "ada")
     await listening(a)
     await asyncio.sleep(0.5)  # what b committed before it stopped has come
-    before = a.node.db.wakeup_stats.received
+    before = a.node.db.wakeups.stats.received
     for i in range(3):
         await post(a.client, ada, content=f"mine {i}")
     await asyncio.sleep(0.5)  # a's own NOTIFYs have come back by now, and were skipped
-    assert a.node.db.wakeup_stats.received == before
+    assert a.node.db.wakeups.stats.received == before
 
 
 async def test_two_bbs_serve_processes_one_database_a_post_through_one_is_found_through_the_other(
