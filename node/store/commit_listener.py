@@ -80,7 +80,7 @@ class CommitListener:
         while not self._stopping.is_set():
             try:
                 conn = psycopg.connect(self.url, autocommit=True, **KEEPALIVES)  # type: ignore[arg-type]
-            except psycopg.Error as exc:
+            except (psycopg.Error, OSError) as exc:
                 if down_since is None:
                     down_since = time.monotonic()
                     log.warning("cannot LISTEN for other processes' commits (%s); retrying with backoff", exc)
@@ -100,7 +100,7 @@ class CommitListener:
                 self.listening.set()
                 self.wake()  # what was committed while no one listened: every waiter reads again
                 self._listen(conn)
-            except psycopg.Error as exc:
+            except (psycopg.Error, OSError) as exc:  # OSError: the socket, as select sees it
                 if not self._stopping.is_set() and down_since is None:
                     down_since = time.monotonic()
                     log.warning("the LISTEN connection was lost (%s); reconnecting with backoff", exc)

@@ -120,19 +120,24 @@ async def test_bs_index_finds_an_entry_posted_through_a(
 ) -> None:
     a, b = two_processes.a, two_processes.b
     assert b.node.search_index is not None and b.node.search_index.path.is_relative_to(b.folder)  # its own index
-    ada = await agent(a, "ada")
+    ada, bob = await agent(a, "ada"), await agent(a, "bob")
     await listening(b)
     no_polls(b, monkeypatch)
     posted = await post(a.client, ada, content="the okapi stays in b's index")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + BOUND_S
     found: list[int] = []
-    while loop.time() < deadline and not found:  # b's indexer, woken by a's commit, catches up on its own
-        found = [e["id"] for e in (await get_json(b.client, "/v1/search", ada, params={"q": "okapi"}))["entries"]]
+    while loop.time() < deadline and not found:  # bob's search waits for nothing: b's indexer, woken, caught up
+        found = [e["id"] for e in (await get_json(b.client, "/v1/search", bob, params={"q": "okapi"}))["entries"]]
         await asyncio.sleep(0.05)
     assert found == [posted["id"]]
+    second = await post(a.client, ada, content="a second okapi")
+    own = await get_json(b.client, "/v1/search", ada, params={"q": "okapi"})  # ada's own write, read through b
+    assert {e["id"] for e in own["entries"]} == {posted["id"], second["id"]} and own.get("stale") is not True
+    third = await post(a.client, bob, content="a third okapi")
     fresh = await get_json(b.client, "/v1/search", ada, params={"q": "okapi", "fresh": "true"})
-    assert [e["id"] for e in fresh["entries"]] == [posted["id"]] and fresh.get("stale") is not True
+    assert len(fresh["entries"]) == 3 and third["id"] in {e["id"] for e in fresh["entries"]}
+    assert fresh.get("stale") is not True
 
 
 async def test_bs_push_dispatcher_pushes_a_notification_of_a_write_through_a(two_processes: TwoProcesses) -> None:
