@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -95,7 +96,29 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     node = app[NODE]
     if not node.db.is_open:
         node.open()
+    loop = asyncio.get_running_loop()
+    pending = False  # a wake is scheduled on the loop: commits meanwhile need no other (one loop wake-up)
+
+    def woken() -> None:
+        nonlocal pending
+        pending = False  # first: a commit from now on schedules a wake of its own
+        node.feed.wake()
+        node.sync.wake()
+
+    def after_commit() -> None:  # on the writer thread, or the LISTEN thread for another process's commit
+        nonlocal pending
+        if not pending:
+            pending = True
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                loop.call_soon_threadsafe(woken)
+
+    # The long-polls of /v1/feed and of the sync changes feed wake on a commit; the search indexer and the push
+    # dispatcher add their own listeners. On PostgreSQL, other processes' commits call them too (record 85).
+    node.db.after_commit.append(after_commit)
+    node.db.wakeups.start(node.db.pg_url)
     yield
+    node.db.wakeups.stop()
+    node.db.after_commit.remove(after_commit)
     node.close()
 
 

@@ -104,10 +104,13 @@ class NodeSyncStore:
         self.db = db
         self.node_id = node_id
         self.now_ms = now_ms
-        self._changed = asyncio.Event()
+        self._changed = asyncio.Event()  # replaced at each wake: a waiter holds the one of its last look
         self._newest_lock = asyncio.Lock()
         self._newest = 0
         self._newest_at = float("-inf")
+        self._newest_wakes = 0  # `_wakes` when `_newest` was read
+        self._wakes = 0
+        self.poll_s = POLL_S
         # the writer's authority cache (node/store/authority.py), shared with local writes (Node passes sealing's)
         self.authority = Authority() if authority is None else authority
         # called after a batch holding redactions is stored: the redaction scrubber looks at once (Node sets it)
@@ -121,31 +124,41 @@ class NodeSyncStore:
     ) -> Page:
         return await self.db.read(lambda c: changes_page(c, self.node_id, since, limit, exclude_origin, v))
 
+    def wake(self) -> None:
+        """Something was committed (records through sync, a local post, or on PostgreSQL another process's commit:
+        record 85): long-polling peers look again. On the event loop (node/app.py wires it to after_commit)."""
+        self._wakes += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
     async def wait_for_change(self, since: int, timeout: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
+            changed = self._changed  # taken before the look: a wake during it is not missed
             if await self._newest_federated() > since:
                 return
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
-            self._changed.clear()
-            # Woken at once by records arriving through sync; local posts are seen by the poll.
+            # Woken at once by a commit (`wake`); the poll is the fallback for a wake that never comes (a write by
+            # a tool that is not serving).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(POLL_S, remaining))
+                await asyncio.wait_for(changed.wait(), min(self.poll_s, remaining))
 
     async def _newest_federated(self) -> int:
-        """The newest federated seq; one read per poll interval however many peers are long-polling."""
+        """The newest federated seq; one read per poll interval (and per wake) however many peers are
+        long-polling."""
         loop = asyncio.get_running_loop()
         async with self._newest_lock:
-            if loop.time() - self._newest_at >= POLL_S / 2:
+            if self._newest_wakes != self._wakes or loop.time() - self._newest_at >= self.poll_s / 2:
+                wakes = self._wakes  # a wake during the read makes the next look read again
                 self._newest = await self.db.read(
                     lambda c: c.execute(
                         "SELECT coalesce(max(seq), 0) FROM records WHERE scope = 'federation'"
                     ).fetchone()[0]
                 )
-                self._newest_at = loop.time()
+                self._newest_at, self._newest_wakes = loop.time(), wakes
             return int(self._newest)
 
     async def fetch(
@@ -214,8 +227,7 @@ class NodeSyncStore:
             authority.invalidate()  # the cache may hold what a rolled-back transaction stored
             raise
         if any(o.outcome in ("saved", "pending_link") for o in outcomes):
-            self._newest_at = float("-inf")
-            self._changed.set()
+            self.wake()
         if self.on_redactions is not None and any(v.record.get("kind") == "redaction" for v in records):
             self.on_redactions()  # a peer's redaction dropped a body: its bytes leave the disk without the idle wait
         return outcomes
@@ -226,8 +238,7 @@ class NodeSyncStore:
         while authority.pending:
             deps, after_id = authority.pending.pop(0)
             await self.db.write(functools.partial(recheck_waiting_txn, authority, deps, after_id, self.now_ms()))
-            self._newest_at = float("-inf")
-            self._changed.set()
+            self.wake()
 
     async def peers(self) -> list[PeerConfig]:
         rows = await self.db.read(lambda c: c.execute("SELECT node_id, url FROM peers ORDER BY node_id").fetchall())

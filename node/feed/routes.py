@@ -20,6 +20,7 @@ def install(app: web.Application) -> None:
 
     async def wake(app: web.Application) -> None:
         app[NODE].feed.closing.set()
+        app[NODE].feed.wake()
 
     async def reset(app: web.Application) -> None:
         app[NODE].feed.closing.clear()

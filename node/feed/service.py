@@ -21,6 +21,7 @@ from node.store.db import Database
 from wire.feed import FeedPage, FeedQuery
 
 POLL_S = 0.1  # how often a waiting request looks for a new entry (one read however many wait)
+# Besides, a commit (this process's, or on PostgreSQL another's: record 85) wakes the waiting requests (`wake`).
 
 
 class Feed:
@@ -32,6 +33,16 @@ class Feed:
         self._head_lock = asyncio.Lock()
         self._head = 0
         self._head_at = float("-inf")
+        self._head_wakes = 0  # `_wakes` when `_head` was read
+        self._wakes = 0
+        self._woken = asyncio.Event()  # replaced at each wake: a waiter holds the one of its last look
+        self.poll_s = POLL_S
+
+    def wake(self) -> None:
+        """Something was committed: waiting requests look again (on the event loop; see node/app.py)."""
+        self._wakes += 1
+        self._woken.set()
+        self._woken = asyncio.Event()
 
     async def page(self, q: FeedQuery, viewer: Viewer) -> FeedPage:
         """The entries after `q.after` that `viewer` may read (`node.spaces.sight.sight_of`), waiting up to
@@ -46,21 +57,24 @@ class Feed:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while not self.closing.is_set():
+            woken = self._woken  # taken before the look: a wake during it is not missed
             if await self._newest() != after:
                 return
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.closing.wait(), min(POLL_S, remaining))
+                await asyncio.wait_for(woken.wait(), min(self.poll_s, remaining))
 
     async def _newest(self) -> int:
-        """The newest entry id, read at most once per half poll interval however many requests wait."""
+        """The newest entry id, read at most once per half poll interval (and once per wake) however many
+        requests wait."""
         loop = asyncio.get_running_loop()
         async with self._head_lock:
-            if loop.time() - self._head_at >= POLL_S / 2:
+            if self._head_wakes != self._wakes or loop.time() - self._head_at >= self.poll_s / 2:
+                wakes = self._wakes  # a wake during the read makes the next look read again
                 self._head = await self.db.read(store.newest_id, quick=True)
-                self._head_at = loop.time()
+                self._head_at, self._head_wakes = loop.time(), wakes
             return self._head
 
 

@@ -63,7 +63,7 @@ class _DatabaseCollector(Collector):
         self.db = db
 
     def collect(self) -> Iterable[Metric]:
-        s, r = self.db().stats, self.db().read_stats
+        s, r, w = self.db().stats, self.db().read_stats, self.db().wakeups.stats
         for name, help, value in (
             ("bbs_writer_transactions", "Write transactions the single writer ran (group commits)", s.transactions),
             ("bbs_writer_rolled_back", "Write transactions rolled back as a whole (none of their jobs acknowledged)",
@@ -81,6 +81,10 @@ class _DatabaseCollector(Collector):
              s.statement_cpu_seconds),
             ("bbs_writer_commit_seconds", "Wall time of the writer's COMMITs (fsync, then the GIL)", s.commit_seconds),
             ("bbs_writer_commit_cpu_seconds", "CPU time of the writer's COMMITs", s.commit_cpu_seconds),
+            ("bbs_commit_wakeups_received", "Other processes' commits this process was told of (PostgreSQL LISTEN),"
+             " each waking its waiters", w.received),
+            ("bbs_commit_listen_reconnects", "Times the LISTEN connection was lost and opened again (every waiter then"
+             " reads again)", w.reconnects),
             ("bbs_reads_inline", "Quick reads answered on the event loop within the inline budget", r.inline),
             ("bbs_reads_moved", "Quick reads stopped at the inline budget (or finding the database busy) and run"
              " again on a reader thread",

@@ -54,7 +54,7 @@ SERVING_LAG = 4 * BATCH
 BUILD_RATE = 2_000
 REPAIR_RETRY_S = 5  # the Retry-After of a search while a damaged index is set aside and rebuilt
 REBUILD_ADVICE = "; run bbs rebuild"  # what `check` tells an operator after a failure
-IDLE_POLL_SECONDS = 1.0  # a look for new entries even without a commit signal (a commit by another process)
+IDLE_POLL_SECONDS = 1.0  # a look for new entries even without a commit signal (a write no wakeup announced)
 log = logging.getLogger("bbs.search_index")
 
 

@@ -47,8 +47,8 @@ from psycopg.pq import TransactionStatus
 
 from node.errors import BBSError, StorageFull, Unavailable
 from node.errors import SchemaTooNew as SchemaTooNew  # where the CLI and the tests import it from
+from node.store import commit_listener, pg_conn, pg_schema
 from node.store import conn as neutral
-from node.store import pg_conn, pg_schema
 from node.store.conn import POSTGRESQL, Conn, engine_of
 
 if TYPE_CHECKING:
@@ -85,7 +85,8 @@ WRITER_CACHE_KIB = 65536
 # PostgreSQL (record 80): the key of the transaction-level advisory lock every write transaction takes after BEGIN
 # (pg_schema.MIGRATION_LOCK is ...0001), and what a write transaction and a reader connection begin with.
 WRITER_LOCK = 0x6262_7300_0000_0002
-PG_BEGIN_WRITE = f"BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK})"
+# Its NOTIFY wakes the other processes of the node when it commits (node/store/commit_listener.py, record 85).
+PG_BEGIN_WRITE = f"BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK}); {commit_listener.NOTIFY_SQL}"
 PG_READER_SETTINGS = "SET default_transaction_read_only = on; SET default_transaction_isolation = 'repeatable read'"
 # SQLSTATEs of a quick read stopped by its budget: statement_timeout (57014) or a lock it would wait for (55P03).
 _PG_STOPPED = {"57014", "55P03"}
@@ -509,7 +510,9 @@ class Database:
         self.read_stats = ReadStats()
         # Called on the writer thread after each committed transaction (node/push wakes its dispatcher with them,
         # the search indexer its worker); each must be quick and thread-safe. Listeners add and remove themselves.
+        # On PostgreSQL, `wakeups` (a LISTEN thread a serving process starts) calls them for other processes' too.
         self.after_commit: list[Callable[[], None]] = []
+        self.wakeups = commit_listener.Wakeups(self.wake_waiters)
 
     def open(self) -> None:
         """Migrate and start the writer thread (synchronous; call before serving)."""
@@ -520,6 +523,7 @@ class Database:
         if self.pg_url is not None:
             conn = TimedPgConn(pg_conn.connect(self.pg_url).raw, self.log)
             conn.stats = self.stats
+            self.wakeups.own_pid = conn.raw.info.backend_pid
             self.schema_version = migrate_store(conn)
         else:
             conn = connect(self.path, factory=TimedConnection, log=self.log)
@@ -535,8 +539,18 @@ class Database:
         """Whether the database is open: its writer thread runs (between `open` and `close`)."""
         return self._writer is not None
 
+    def wake_waiters(self) -> None:
+        """Call every `after_commit` listener: after this process's writer commits, and on PostgreSQL when another
+        process commits (`wakeups`: the one fan-out for both). A listener's failure is logged, not raised."""
+        for after in tuple(self.after_commit):
+            try:
+                after()
+            except Exception:  # a listener's bug must not stop the writer (or the LISTEN thread)
+                log.exception("the after-commit listener failed")
+
     def close(self) -> None:
         """Finish queued writes, stop the writer and close every connection."""
+        self.wakeups.stop()
         if self._writer is not None:
             self._jobs.put(None)
             self._writer.join()
@@ -689,6 +703,7 @@ class Database:
             log.error("the PostgreSQL writer connection cannot be reopened: %s", exc)
             return lost
         conn.stats = self.stats
+        self.wakeups.own_pid = conn.raw.info.backend_pid
         log.warning("the PostgreSQL writer connection was lost; reopened")
         return conn
 
@@ -744,11 +759,7 @@ class Database:
             outcomes = [(False, _storage_error(exc))] * len(batch)
             self.stats.rolled_back += 1
         if self.after_commit and any(ok for ok, _ in outcomes):  # something was committed
-            for after in tuple(self.after_commit):
-                try:
-                    after()
-                except Exception:  # a listener's bug must not stop the writer
-                    log.exception("the after-commit listener failed")
+            self.wake_waiters()
         stats = self.stats  # counted before the answers go out, so an awaiting caller sees its batch counted
         stats.transactions += 1
         stats.jobs += len(batch)
