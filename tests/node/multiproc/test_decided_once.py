@@ -198,7 +198,7 @@ async def test_one_idempotency_key_through_a_and_b_at_once_stores_one_record(
         # node-signed, through both at once
         creds = await agent(tp, f"poster{i}")
         keyed = {**creds.headers, "Idempotency-Key": f"node-signed-{i}"}
-        answers = await asyncio.gather(
+        both = await asyncio.gather(
             *(
                 process.client.post(
                     "/v1/entries",
@@ -208,8 +208,8 @@ async def test_one_idempotency_key_through_a_and_b_at_once_stores_one_record(
                 for process in (tp.a, tp.b)
             )
         )
-        bodies = [await resp.json() for resp in answers]
-        assert {resp.status for resp in answers} <= {200, 201} and bodies[0]["record_hash"] == bodies[1]["record_hash"]
+        bodies = [await resp.json() for resp in both]
+        assert {resp.status for resp in both} <= {200, 201} and bodies[0]["record_hash"] == bodies[1]["record_hash"]
         assert await scalar(tp, "SELECT count(*) FROM entries WHERE content = ?", f"kept once {i}") == 1
         clock.advance(0.01)
 
@@ -333,7 +333,7 @@ async def test_a_promotion_through_a_and_b_at_once_promotes_once(two_processes: 
         assert await _promotions(tp, cid) == 1
         for process in (tp.a, tp.b):
             status, cand = await call(process.client, "GET", f"{DM}/candidates/{cid}", alice)
-            assert cand["promoted_entry"] == promoted["entry"]["record_hash"]
+            assert status == 200 and cand["promoted_entry"] == promoted["entry"]["record_hash"]
         # one agent, one Idempotency-Key, through both at once: one entry, both answer it
         cid = await _approved_candidate(tp, alice, f"Retries carry their idempotency key, round {i}")
         keyed = {**bob.headers, "Idempotency-Key": f"promote-{i}"}
