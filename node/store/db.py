@@ -203,7 +203,9 @@ class _Transaction:
         self.begun: Any = None  # the cursor of the BEGIN (PostgreSQL's write transaction: the write clock's value)
 
     def __enter__(self) -> sqlite3.Connection:
-        self.begun = self.conn.execute(self.begin)
+        begun = self.conn.execute(self.begin)
+        if self.begin is PG_BEGIN_WRITE:  # kept for the writer (record 90); SQLite's cursor is never held
+            self.begun = begun
         return self.conn
 
     def __exit__(
