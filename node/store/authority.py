@@ -83,18 +83,18 @@ def authority_count(conn: Conn) -> int:
 
 # What the authority cache is a function of, in one statement (record 90): the key events and vouch pages held (their
 # count, and the highest seq: a seq is never reused, so one stored moves it even when another was dropped in the same
-# transaction) and the key events this node dropped (a `losing_branch` refusal stores no record).
+# transaction) and the key events this node dropped (a `losing_branch` refusal stores no record). With parameters:
+# PostgreSQL plans a statement without any anew each time (psycopg sends it unprepared), 0.3 ms of this one's 0.4.
 SIGNATURE_SQL = (
-    "SELECT (SELECT count(*) FROM records WHERE kind IN ('key_event', 'vouch_page')),"
-    " (SELECT coalesce(max(seq), 0) FROM records WHERE kind IN ('key_event', 'vouch_page')),"
-    " (SELECT count(*) FROM dropped_key_events)"
+    "SELECT count(*), coalesce(max(seq), 0), (SELECT count(*) FROM dropped_key_events WHERE ? = ?)"
+    " FROM records WHERE kind IN ('key_event', 'vouch_page')"
 )
 
 
 def authority_signature(conn: Conn) -> tuple[int, int, int]:
     """(key events and vouch pages held, their highest seq, key events dropped): equal before and after a write
     only if that write changed nothing the authority cache holds (`Authority.revalidate_txn`)."""
-    count, newest, dropped = conn.execute(SIGNATURE_SQL).fetchone()
+    count, newest, dropped = conn.execute(SIGNATURE_SQL, (1, 1)).fetchone()
     return int(count), int(newest), int(dropped)
 
 
