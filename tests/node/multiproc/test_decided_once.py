@@ -13,6 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from identity import keys, records
+from node.agents import sessions as agent_auth
 from node.store.conn import Conn
 from node.workflows.fence import FENCE_NAME
 from tests.conftest import AgentCreds, FakeClock
@@ -65,6 +66,20 @@ async def scalar(tp: TwoProcesses, sql: str, *args: Any) -> Any:
     return await tp.a.node.db.read(run)
 
 
+async def key_proof_session(client: TestClient, key: keys.SigningKey) -> dict[str, str]:
+    """Headers carrying a key-proof session of `key`'s agent, opened through `client`'s process (a challenge is
+    answered where it was asked: pending challenges are per process)."""
+    resp = await client.post("/v1/auth/challenge", json={"agent_id": key.did})
+    challenge = await resp.json()
+    assert resp.status == 201, challenge
+    message = agent_auth.challenge_message(challenge["node_id"], key.did, challenge["challenge"])
+    body = {"agent_id": key.did, "challenge": challenge["challenge"], "signature": key.sign(message)}
+    resp = await client.post("/v1/auth/session", json=body)
+    opened = await resp.json()
+    assert resp.status == 201, opened
+    return {"Authorization": f"Bearer {opened['token']}"}
+
+
 # ---- an agent's key rotated through one process ------------------------------------------------------------------
 
 
@@ -75,6 +90,8 @@ async def test_a_key_rotated_through_a_signs_nothing_through_b(two_processes: Tw
         now = now_ms(clock)
         first = entry_record(who.key, f"before the rotation {i}", created_ms=now - 1000)
         await post_signed(tp.b.client, who, first, 201)  # b's authority cache is loaded: no key event of rover yet
+        session = await key_proof_session(tp.b.client, who.key)  # proved through b by the first key, cached there
+        assert (await tp.b.client.get("/v1/subscriptions", headers=session)).status == 200
         new = keys.SigningKey.generate()
         vouched = [version_of(first), version_of(await identity_document(tp.a.node, who.agent_id))]
         event = rotation(who.agent_id, who.key, new, vouched, created_ms=now)
@@ -94,6 +111,11 @@ async def test_a_key_rotated_through_a_signs_nothing_through_b(two_processes: Tw
         await post_signed(tp.b.client, who, again, 201)
         shown = await get_json(tp.b.client, f"/v1/agents/{who.agent_id}", who)
         assert shown["key_history"]["current_key"] == new.did
+        # the session proved by the rotated-out key: gone on b within CREDENTIALS_CHECK_MS (b's writer has also
+        # reloaded its authority cache by now, which forgets b's cached tokens at once)
+        clock.advance(1.0)
+        assert (await tp.b.client.get("/v1/subscriptions", headers=session)).status == 401
+        assert (await tp.a.client.get("/v1/subscriptions", headers=session)).status == 401
 
 
 async def test_a_node_kept_key_rotated_through_a_is_not_used_through_b(
