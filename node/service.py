@@ -36,6 +36,7 @@ from node.search_index import indexer
 from node.search_index.index import SearchIndex
 from node.spaces import store as space_store
 from node.spaces.service import Spaces
+from node.store.conn import Conn
 from node.store.db import Database, connect_store
 from node.store.key_fence import KEY_FENCE_NAME, KeyFence
 from node.store.projections import Log
@@ -83,7 +84,18 @@ class Node:
         # retention policy -> days of node-local rows kept (0 or absent: off; node/retention/job.py)
         self.retention_days: dict[str, int] = {}
         self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer
+        # several processes on one PostgreSQL database (record 90): what write decisions read from memory is checked
+        # against the database in the first write transaction after another process committed
+        self.db.on_foreign_write.append(self._foreign_write_txn)
+        self.sealing.keys_valid_for = lambda: (self.sealing.authority.changes, self.agents.tokens.epoch)
         self.search_index: SearchIndex | None = None  # opened with the node (node/search_index/)
+
+    def _foreign_write_txn(self, conn: Conn) -> None:
+        """Another process of the node committed since this one last wrote: load the authority cache again if the
+        key events it holds changed, and then the node's signing keys (a node-key rotation is a key event). Runs on
+        the writer thread, in the write transaction, under the writer lock (node/store/db.py)."""
+        if self.sealing.authority.revalidate_txn(conn):
+            self.node_keys.reload_txn(conn)
 
     @property
     def node_id(self) -> str:

@@ -16,7 +16,7 @@ from identity import canonical
 from node.default_mode import store
 from node.default_mode.proposals import Proposals, RecordStore, SpaceRules
 from node.errors import BBSError, Conflict, Forbidden, InvalidInput, NotFound
-from node.spaces.sight import Sight, Viewer
+from node.spaces.sight import OPERATOR, Sight, Viewer
 from node.store import idempotency
 from node.store.conn import Conn
 from wire.api import EntryOut, LinkSpec, PostEntry, ReadQuery, ReadResult, SignedSubmission
@@ -133,6 +133,17 @@ class DefaultMode(Proposals):
             now = self.now_ms()
 
             def mark(conn: Conn, entry: EntryOut) -> None:
+                # the candidate as the transaction finds it, under the writer lock: another process of the node
+                # (whose promote lock is its own) may have promoted or rejected it since the read above (record 90)
+                (now_row,) = store.fetch(conn, [cand.id], OPERATOR)
+                if now_row["status"] == "promoted" and now_row["promoted_hash"] != entry.record_hash:
+                    raise NotPromotable(
+                        f"candidate {candidate_id} is already promoted: it became entry {now_row['promoted_hash']}",
+                        field="candidate_id",
+                    )
+                if now_row["status"] not in (*PROMOTABLE, "promoted"):
+                    raise NotPromotable(f"candidate {candidate_id} is {now_row['status']}; only approved or"
+                                        " needs_review candidates can be promoted", field="candidate_id")  # fmt: skip
                 # the critic's duplicate rule again, in the transaction: the same content may have been posted
                 # since the approval, or while this entry was being signed (raising rolls the entry back too)
                 dup = store.duplicate_of(conn, draft.content, (agent_id, key), besides=cand.payload.get("source_ref"),
@@ -145,6 +156,10 @@ class DefaultMode(Proposals):
                     )
                 store.mark_promoted(conn, cand.id, entry.record_hash, agent_id, now, requested_by)
                 if idempotency_key is not None and answered is None:
+                    # the key as the transaction finds it: the same request through another process may have
+                    # promoted with it since (a replay of this entry is answered by it; another is refused)
+                    if idempotency.replayed(conn, agent_id, idempotency_key, operation, field="$.idempotency_key"):
+                        return
                     idempotency.remember(conn, agent_id, idempotency_key, operation, entry.record_hash, now)
 
             # the entry, its links beyond the inline ones and the candidate's mark commit together

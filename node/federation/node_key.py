@@ -101,6 +101,16 @@ class NodeKeys:
         if self.signer.blocked is not None:
             log.error("node key: %s", self.signer.blocked)
 
+    def reload_txn(self, conn: Conn) -> None:
+        """Take the node's signing keys from `node_meta` again, in a write transaction: another process of the node
+        stored a key event (it may have rotated the node key; record 90). The key fence's verdict is this folder's,
+        as at `load`."""
+        found, events, holders = parse_state(store.node_keys_meta(conn))
+        if found and [k.did for k in found] != [k.did for k in self.signer.keys]:
+            log.info("node key: another process of this node rotated it; signing with %s", found[-1].did)
+            self.signer.keys, self.signer.holders, self.events = found, holders, events
+            self.signer.blocked = self.sealing.key_fence.refusal(self.node_id, self.signer.keys[-1].did)
+
     def state(self) -> NodeKeyState:
         """What `bbs peers` and `GET /v1/node/key` show: the key signing now, the one before, who holds the newest."""
         signer = self.signer

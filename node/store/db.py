@@ -83,10 +83,16 @@ _BUDGET_CHECK_OPS = 1000
 # small database costs no more. 64 MiB: +18% raw batched inserts, +13% single posts (docs/performance.md).
 WRITER_CACHE_KIB = 65536
 # PostgreSQL (record 80): the key of the transaction-level advisory lock every write transaction takes after BEGIN
-# (pg_schema.MIGRATION_LOCK is ...0001), and what a write transaction and a reader connection begin with.
+# (pg_schema.MIGRATION_LOCK is ...0001), and what a write transaction and a reader connection begin with. Under the
+# lock a write transaction moves the node-wide write clock (migration 0056, record 90), in the same round trip: its
+# RETURNING tells the writer whether another process committed since its own last transaction (`Database`).
 WRITER_LOCK = 0x6262_7300_0000_0002
-# Its NOTIFY wakes the other processes of the node when it commits (node/store/commit_listener.py, record 85).
-PG_BEGIN_WRITE = f"BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK}); {commit_listener.NOTIFY_SQL}"
+# Its NOTIFY wakes the other processes of the node when it commits (node/store/commit_listener.py, record 85); the
+# write clock's UPDATE comes last, its row the script's last result (pg_conn.PgCursor.last_result).
+PG_BEGIN_WRITE = (
+    f"BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK}); {commit_listener.NOTIFY_SQL}; "
+    "UPDATE write_clock SET n = n + 1 WHERE id = 1 RETURNING n"
+)
 PG_READER_SETTINGS = "SET default_transaction_read_only = on; SET default_transaction_isolation = 'repeatable read'"
 # SQLSTATEs of a quick read stopped by its budget: statement_timeout (57014) or a lock it would wait for (55P03).
 _PG_STOPPED = {"57014", "55P03"}
@@ -193,13 +199,16 @@ def savepoint(conn: Conn, name: str) -> _Savepoint:
 
 class _Transaction:
     # A class rather than @contextmanager: the writer opens one per batch, and a generator costs more.
-    __slots__ = ("begin", "commit", "conn")
+    __slots__ = ("begin", "begun", "commit", "conn")
 
     def __init__(self, conn: sqlite3.Connection, begin: str, commit: bool) -> None:
         self.conn, self.begin, self.commit = conn, begin, commit
+        self.begun: Any = None  # the cursor of the BEGIN (PostgreSQL's write transaction: the write clock's value)
 
     def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute(self.begin)
+        begun = self.conn.execute(self.begin)
+        if self.begin is PG_BEGIN_WRITE:  # kept for the writer (record 90); SQLite's cursor is never held
+            self.begun = begun
         return self.conn
 
     def __exit__(
@@ -513,6 +522,13 @@ class Database:
         # On PostgreSQL, `wakeups` (a LISTEN thread a serving process starts) calls them for other processes' too.
         self.after_commit: list[Callable[[], None]] = []
         self.wakeups = commit_listener.Wakeups(self.wake_waiters)
+        # PostgreSQL (record 90): the node-wide write clock as this process's last write transaction left it (None:
+        # none yet), and what runs, in a write transaction and before its jobs, when the clock says another process
+        # committed since: each revalidates a cache that write decisions read (`Node` registers them). A listener
+        # that raises fails the batch, as a failing statement does.
+        self.write_clock: int | None = None
+        self.on_foreign_write: list[Callable[[Conn], None]] = []
+        self.foreign_writes = 0  # write transactions that found another process's commit before them
 
     def open(self) -> None:
         """Migrate and start the writer thread (synchronous; call before serving)."""
@@ -776,14 +792,35 @@ class Database:
                 log.debug("%d write answers dropped: their event loop is closed", len(settled))
 
     def _commit(self, conn: sqlite3.Connection, body: Callable[[], list[tuple[bool, Any]]]) -> list[tuple[bool, Any]]:
-        """`body()` in one write transaction, committed; its COMMIT timed (WriterStats)."""
-        with transaction(conn, immediate=True):
+        """`body()` in one write transaction, committed; its COMMIT timed (WriterStats). On PostgreSQL the
+        transaction first looks at the write clock (`_observe_clock`)."""
+        clock = None
+        tx = transaction(conn, immediate=True)
+        with tx:
+            if self.pg_url is not None:
+                clock = self._observe_clock(conn, tx.begun)
             outcomes = body()
             body_done, body_cpu = time.perf_counter(), time.thread_time()
+        if clock is not None:
+            self.write_clock = clock  # committed: the clock stands where this transaction moved it
         self._last_commit_s = time.perf_counter() - body_done
         self.stats.commit_seconds += self._last_commit_s
         self.stats.commit_cpu_seconds += time.thread_time() - body_cpu
         return outcomes
+
+    def _observe_clock(self, conn: Conn, begun: pg_conn.PgCursor) -> int:
+        """The write clock this transaction moved it to (PG_BEGIN_WRITE's last result). If it is not one past the
+        value this process's last commit left, another process committed in between (or this process has not
+        written since it opened): the `on_foreign_write` listeners revalidate their caches now, under the writer
+        lock, so nothing this transaction decides reads a cache older than the database."""
+        clock = int(begun.last_result()[0])
+        if self.write_clock is None or clock != self.write_clock + 1:
+            self.foreign_writes += 1
+            for listener in tuple(self.on_foreign_write):
+                listener(conn)
+        # a rollback of this transaction leaves the clock at clock - 1, which the caches now reflect
+        self.write_clock = clock - 1
+        return clock
 
 
 class _BareFailed(Exception):

@@ -370,6 +370,14 @@ class PgCursor:
     def __iter__(self) -> Iterator[Row]:
         return iter(self.fetchall())
 
+    def last_result(self) -> Any:
+        """The first row of the last statement of a script run by one `execute` without parameters (PostgreSQL's
+        simple protocol hands back one result per statement; this cursor stands on the first): PG_BEGIN_WRITE's
+        write clock (node/store/db.py). None when that statement returns no row."""
+        while self._cursor.nextset():
+            pass
+        return self._cursor.fetchone() if self._cursor.description is not None else None
+
 
 class PgConn:
     """A node connection to PostgreSQL: node.store.conn's `Conn`, carrying the log its writes project through (as

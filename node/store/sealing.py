@@ -139,14 +139,27 @@ class Sealing:
         self._keys: dict[str, keys.SigningKey | None] = {}
         # the writer's authority cache (node/store/authority.py): sync ingest and local writes share this one
         self.authority = Authority()
+        # what `_keys` is valid for: it is forgotten when this moves (record 90). The authority's changes (a key
+        # event this process stored or loaded); `Node` adds the credential epoch, which every key event stored by
+        # any process of the node moves (migration 0025) and which requests look at once a second.
+        self.keys_valid_for: Callable[[], object] = lambda: self.authority.changes
+        self._keys_for: object = None
         self.key_fence = KeyFence(None)  # the data folder's (node/store/key_fence.py): set by the node
         self._crypto: concurrent.futures.ThreadPoolExecutor | None = None
 
     async def signing_key(self, agent_id: str) -> keys.SigningKey | None:
-        """The agent's private key if this node keeps it (looked up once, then cached; a rotation forgets it)."""
-        if agent_id not in self._keys:
-            self._keys[agent_id] = await self.db.read(lambda c: agents.signing_key(c, agent_id))
-        return self._keys[agent_id]
+        """The agent's private key if this node keeps it (looked up once, then cached; a rotation here forgets it,
+        a key event stored by another process of the node within a second: `keys_valid_for`)."""
+        valid_for = self.keys_valid_for()
+        if valid_for != self._keys_for:
+            self._keys.clear()
+            self._keys_for = valid_for
+        if agent_id in self._keys:
+            return self._keys[agent_id]
+        key = await self.db.read(lambda c: agents.signing_key(c, agent_id))
+        if self.keys_valid_for() == valid_for:  # nothing moved during the read: keep it
+            self._keys[agent_id] = key
+        return key
 
     async def signer(self, agent_id: str, detail: str = OWN_KEY) -> keys.SigningKey:
         """The key to sign for `agent_id` with, or `agent_signs_own_records` (`detail` says why) without one."""
