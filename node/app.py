@@ -92,10 +92,14 @@ def _off_if_unported(name: str, context: CleanupContext) -> CleanupContext:
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    """Open the node and join the choice of its leader (node/store/leader.py) before any feature's background work
+    starts; give the lead up and close the node after all of it stopped."""
     node = app[NODE]
     if not node.db.is_open:
         node.open()
+    await node.leadership.start()
     yield
+    await node.leadership.stop()
     node.close()
 
 
