@@ -49,7 +49,8 @@ TAKE_SQL = (
 RENEW_SQL = (
     f"UPDATE node_leader SET expires_ms = {NOW_MS} + ? WHERE id = 1 AND process_id = ? AND epoch = ? RETURNING 1"
 )
-RELEASE_SQL = "UPDATE node_leader SET process_id = NULL, expires_ms = 0 WHERE id = 1 AND process_id = ? AND epoch = ?"
+# by the process alone: a take-over of its own still under way when it stopped is given up too
+RELEASE_SQL = "UPDATE node_leader SET process_id = NULL, expires_ms = 0 WHERE id = 1 AND process_id = ?"
 FREE_SQL = f"SELECT process_id IS NULL OR expires_ms < {NOW_MS} FROM node_leader WHERE id = 1"
 
 
@@ -108,6 +109,8 @@ class Leadership:
         self._conn: Any = None  # PostgreSQL: the lease's own connection (never the writer's: no queue to wait in)
         self._io = threading.Lock()  # one lease statement at a time on it
         self._renewed_at = 0.0  # time.monotonic() when the current term's last good renewal began
+        self._step_task: asyncio.Future[int | None] | None = None  # the lease statement under way, on a thread
+        self._step_of: tuple[Term | None, float] = (None, 0.0)  # the term it renews (None: a take-over) and its start
 
     @property
     def leading(self) -> bool:
@@ -131,15 +134,14 @@ class Leadership:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        term = self.term
         await self._end("it stops", quiet=True)
-        if term is not None and term.fence is not None:
-            fence = term.fence
-            try:
-                await asyncio.to_thread(self._execute, RELEASE_SQL, (fence.process_id, fence.epoch))
-            except Exception as exc:  # the lease expires on its own
-                log.warning("could not give the lead up (it expires within %d ms): %s", TTL_MS, exc)
-        await asyncio.to_thread(self._close)
+        self._step_task = None
+        if self.url is None:
+            return
+        try:  # bounded: a server gone silent must not hold the stop (the lease then expires on its own)
+            await asyncio.wait_for(asyncio.to_thread(self._release_and_close), timeout=2 * RENEW_S)
+        except Exception as exc:
+            log.warning("could not give the lead up (it expires within %d ms): %r", TTL_MS, exc)
 
     async def next_term(self, after: Term | None = None) -> Term:
         """The term this process leads in now, once it leads, other than `after` (wait for the next one)."""
@@ -166,19 +168,24 @@ class Leadership:
     async def _round(self) -> None:
         """Renew the term, or try to take the lead; end the term when it was lost or could not be renewed in time.
 
-        A statement that hangs (a server gone silent) is not waited for past RENEW_S: the next round then only
-        checks how old the last good renewal is."""
-        term = self.term
-        started = time.monotonic()
-        step = asyncio.ensure_future(asyncio.to_thread(self._step, term.fence if term is not None else None))
+        A statement that hangs (a server gone silent) is not waited for past RENEW_S, nor started again while it
+        hangs: the rounds meanwhile only check how old the last good renewal is."""
+        if self._step_task is None:
+            term = self.term
+            self._step_of = (term, time.monotonic())
+            fence = term.fence if term is not None else None
+            self._step_task = asyncio.ensure_future(asyncio.to_thread(self._step, fence))
+        step = self._step_task
+        term, started = self._step_of
         done, _ = await asyncio.wait({step}, timeout=RENEW_S)
         outcome: int | None = None
         if step in done:
+            self._step_task = None
             try:
                 outcome = step.result()
             except Exception as exc:
                 log.warning("the leader lease could not be %s: %s", "renewed" if term else "read", exc)
-        if self.term is not term:  # stopped meanwhile
+        if self.term is not term:  # stopped, or the term ended, meanwhile
             return
         if term is not None:
             if outcome == term.epoch:
@@ -225,9 +232,14 @@ class Leadership:
                 taken = conn.execute(TAKE_SQL, (self.process_id, TTL_MS)).fetchone()
             return 0 if taken is None else int(taken[0])
 
-    def _execute(self, sql: str, params: tuple[Any, ...]) -> None:
+    def _release_and_close(self) -> None:
         with self._io:
-            self._connection().execute(sql, params)
+            try:
+                self._connection().execute(RELEASE_SQL, (self.process_id,))
+            finally:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
 
     def _connection(self) -> Any:
         conn = self._conn
@@ -236,9 +248,3 @@ class Leadership:
             conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
             self._conn = conn
         return conn
-
-    def _close(self) -> None:
-        with self._io:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
