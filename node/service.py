@@ -130,6 +130,7 @@ class Node:
             schema_version=self.db.schema_version,
             record_schema=canonical.SCHEMA_VERSION,
             sync_versions=list(SYNC_VERSIONS),
+            process_id=self.process_id,
             limits={
                 "max_record_bytes": schema.MAX_RECORD_BYTES,
                 "max_content_chars": schema.MAX_CONTENT_CHARS,

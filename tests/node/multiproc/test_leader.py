@@ -83,6 +83,8 @@ async def test_one_process_of_two_leads_and_runs_the_leader_work(two_processes: 
     assert await metric(a, admin, "bbs_leader_epoch") == 1.0
     text = await (await b.client.get("/metrics", headers=admin)).text()
     assert f'bbs_process_info{{process_id="{b.node.process_id}"}} 1.0' in text
+    answered = [(await (await p.client.get("/v1/node")).json())["process_id"] for p in (a, b)]
+    assert answered == [a.node.process_id, b.node.process_id]  # GET /v1/node names the answering process
     await asyncio.sleep(leader_mod.TTL_MS / 1000 + leader_mod.RENEW_S)  # past a lease's life: renewals keep it
     assert a.node.leadership.leading and not b.node.leadership.leading and pulling(a) and not pulling(b)
     assert stored_lease(two_processes.url) == (a.node.process_id, 1)
