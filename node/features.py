@@ -116,7 +116,7 @@ FEATURES: tuple[Feature, ...] = (
         tables=redaction_store.TABLES,
         screen=redaction_effects.screen_appended,
         switches={"redaction": redaction_effects.switch_redaction},  # a thief's redaction, void by a revocation
-        background=(leader_only(redaction_scrub.scrub_context),),
+        background=(leader_only(redaction_scrub.scrub_context), redaction_scrub.index_scrub_context),
     ),
     Feature(
         "retention", background=(leader_only(retention_job.retention_context),)

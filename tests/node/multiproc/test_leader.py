@@ -6,6 +6,7 @@ over within 5 s and its writes are refused by the stored epoch; one that lost th
 from __future__ import annotations
 
 import asyncio
+import secrets
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from node.errors import NotLeader
 from node.ops.datadir import initialise
 from node.retention import job as retention_job
 from node.retention import store as retention_store
+from node.search_index.analyzer import tokens
 from node.store import leader as leader_mod
 from node.store.db import leader_fence
 from node.web.appkeys import SYNC
@@ -191,3 +193,32 @@ async def test_two_bbs_serve_processes_the_leader_killed_the_other_leads_within_
             if proc.stderr is not None:
                 proc.stderr.close()
         pg_cluster.drop_database(name)
+
+
+async def test_a_redaction_leaves_the_search_index_of_the_process_that_does_not_lead(
+    two_processes: TwoProcesses,
+) -> None:
+    """The scrub's database half is the leader's (a); b scrubs its own index (`scrub_own_index`): with a grace of 0
+    the secret's terms leave b's index, deleted documents included, and no file of b's folder holds it."""
+    a, b = two_processes.a, two_processes.b
+    for process in (a, b):
+        process.node.redactions.grace_s = 0
+    created = await a.node.agents.create("ada", "Ada")
+    headers = {"Authorization": f"Bearer {created.api_key}"}
+    secret = "zq" + secrets.token_hex(12)
+    body = {"entry_type": "finding", "performative": "inform", "content": f"the password is {secret} keep it"}
+    posted = await a.client.post("/v1/entries", json=body, headers=headers)
+    assert posted.status == 201, await posted.text()
+    address = (await posted.json())["record_hash"]
+    found = await b.client.get("/v1/search", params={"q": secret, "fresh": "true"}, headers=headers)
+    assert [e["record_hash"] for e in (await found.json())["entries"]] == [address]  # in b's own index
+    index = b.node.search_index
+    assert index is not None and index.doc_freq("content", tokens(secret)[0]) == 1
+    redacted = await a.client.post("/v1/redactions", json={"target": address}, headers=headers)
+    assert redacted.status == 201, await redacted.text()
+
+    def gone() -> bool:
+        return all(index.doc_freq("content", term) == 0 for term in tokens(secret))
+
+    await until(gone, "b's index holds none of the secret's terms", within_s=60)
+    assert not [p for p in b.folder.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
