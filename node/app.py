@@ -93,6 +93,9 @@ def _off_if_unported(name: str, context: CleanupContext) -> CleanupContext:
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    """Open the node, wake the long-polls on every commit (other processes' too, on PostgreSQL: record 85) and join
+    the choice of its leader (node/store/leader.py) before any feature's background work starts; give the lead up,
+    stop listening and close the node after all of it stopped."""
     node = app[NODE]
     if not node.db.is_open:
         node.open()
@@ -116,7 +119,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     # dispatcher add their own listeners. On PostgreSQL, other processes' commits call them too (record 85).
     node.db.after_commit.append(after_commit)
     node.db.wakeups.start(node.db.pg_url)
+    await node.leadership.start()
     yield
+    await node.leadership.stop()
     node.db.wakeups.stop()
     node.db.after_commit.remove(after_commit)
     node.close()

@@ -84,6 +84,13 @@ class Unavailable(BBSError):
     status, code, title = 503, "unavailable", "Service unavailable"
 
 
+class NotLeader(Unavailable):
+    """A write of leader work (node/store/leader.py) from a process whose term has ended: another process took the
+    lead (a new epoch) since, so the write is rolled back (docs/decisions.md record 87)."""
+
+    status, code, title = 503, "not_leader", "Not the node's leader"
+
+
 class SearchIndexBuilding(Unavailable):
     """A search with words while the node's search index is being built (first start, a rebuild after a store
     restore or an analyzer change) or could not be opened: only the index answers words (node/search_index/)."""

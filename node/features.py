@@ -3,7 +3,9 @@ holding their derived data, the state it installs on the app, and the work the a
 
 node/app.py builds the application from `FEATURES`, in order: the routes' order is the OpenAPI document's and
 the order aiohttp matches them in; background tasks start in this order once the node is open and stop in
-reverse before it closes. Nothing registers itself on import: a feature is on the node because it is listed here.
+reverse before it closes. Work done once per node is wrapped in `leader_only`: it runs in the process leading
+the node (node/store/leader.py; on SQLite the one process), under its term's fence; the rest runs in every
+process. Nothing registers itself on import: a feature is on the node because it is listed here.
 
 The log's projectors and tables are joined once here too, into `LOG` (a `projections.Log`): `Node` gives it to
 its `Database`, which gives it to every connection it opens, and `projections.append_many`, `rebuild` and
@@ -38,7 +40,7 @@ from node.store import projections, void
 from node.store.projections import Log, Projector, Screen, Switch
 from node.trust import routes as trust_routes
 from node.web import background
-from node.web.background import CleanupContext
+from node.web.background import CleanupContext, leader_only
 from node.web.http import Route
 from node.workflows import records as workflow_records
 from node.workflows import routes as workflow_routes
@@ -71,17 +73,17 @@ FEATURES: tuple[Feature, ...] = (
         projectors=projections.SUBSTRATE_PROJECTORS,
         tables=projections.SUBSTRATE_TABLES,
         switches=void.SUBSTRATE_SWITCHES,
-        background=(background.expiry_sweep, background.search_indexing),
+        background=(leader_only(background.expiry_sweep), background.search_indexing),  # the index: every process's
     ),
     Feature("feed", routes=feed_routes.ROUTES, setup=feed_routes.install),  # entries in arrival order, long-poll
     Feature("default mode", routes=default_mode_routes.ROUTES),  # governed memory: /v1/default-mode
-    Feature("trust", routes=trust_routes.ROUTES, background=(background.trust_refresh,)),
+    Feature("trust", routes=trust_routes.ROUTES, background=(leader_only(background.trust_refresh),)),
     Feature("key-proof sessions", routes=agent_routes.ROUTES),
     Feature(
         "federation",  # peers, digest, peer-signed sync; the scheduler pulling from every peer
         routes=peer_routes.PEER_ROUTES,
         setup=peer_routes.install,
-        background=(peer_routes.sync_context,),
+        background=(peer_routes.sync_context, leader_only(peer_routes.pull_context)),
     ),
     Feature(
         "agent workflows",  # bus, tasks, leases, graph
@@ -89,13 +91,13 @@ FEATURES: tuple[Feature, ...] = (
         projectors=workflow_records.PROJECTORS,
         tables=workflow_records.TABLES,
         switches=workflow_records.SWITCHES,
-        background=(background.twin_notices, background.lease_fence_check),
+        background=(leader_only(background.twin_notices), background.lease_fence_check),
     ),
     Feature(
         "push",  # agents' NLIP push endpoints; the dispatcher pushing new notifications to them
         routes=push_routes.ROUTES,
         setup=push_routes.install,
-        background=(push_routes.push_context,),
+        background=(push_routes.push_context, leader_only(push_routes.push_dispatching)),
     ),
     Feature(
         "spaces",  # signed groups of member agents: who reads what (docs/spaces.md)
@@ -114,9 +116,11 @@ FEATURES: tuple[Feature, ...] = (
         tables=redaction_store.TABLES,
         screen=redaction_effects.screen_appended,
         switches={"redaction": redaction_effects.switch_redaction},  # a thief's redaction, void by a revocation
-        background=(redaction_scrub.scrub_context,),
+        background=(leader_only(redaction_scrub.scrub_context), redaction_scrub.index_scrub_context),
     ),
-    Feature("retention", background=(retention_job.retention_context,)),  # opt-in deletion of node-local rows
+    Feature(
+        "retention", background=(leader_only(retention_job.retention_context),)
+    ),  # opt-in deletion of node-local rows
     Feature("nlip", setup=nlip_endpoint.install),  # POST /nlip: the six primitives for NLIP clients
 )
 

@@ -10,6 +10,7 @@ only parse and format; the features do the work. The features never import this 
 from __future__ import annotations
 
 import contextlib
+import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +40,7 @@ from node.spaces.service import Spaces
 from node.store.conn import Conn
 from node.store.db import Database, connect_store
 from node.store.key_fence import KEY_FENCE_NAME, KeyFence
+from node.store.leader import Leadership
 from node.store.projections import Log
 from node.store.sealing import Sealing
 from node.trust.service import Trust
@@ -55,6 +57,7 @@ class Node:
     def __init__(self, data_dir: Path, *, clock: Callable[[], float] = time.time, log: Log = LOG) -> None:
         self.data = DataDir(data_dir)
         self.clock = clock
+        self.process_id = secrets.token_hex(8)  # this serving process, one of the node's (issue 41)
         self.key = key_files.load_key(self.data.key_path)
         self.db = Database(self.data.store, log=log)  # `log`: the projectors and tables its writes go through
         self.sealing = Sealing(self.db, self.now_ms)
@@ -89,6 +92,8 @@ class Node:
         self.db.on_foreign_write.append(self._foreign_write_txn)
         self.sealing.keys_valid_for = lambda: (self.sealing.authority.changes, self.agents.tokens.epoch)
         self.search_index: SearchIndex | None = None  # opened with the node (node/search_index/)
+        # whether this process runs the node's once-per-node work (node/store/leader.py; always, on SQLite)
+        self.leadership = Leadership(self.db.pg_url, self.process_id)
 
     def _foreign_write_txn(self, conn: Conn) -> None:
         """Another process of the node committed since this one last wrote: load the authority cache again if the
@@ -137,6 +142,7 @@ class Node:
             schema_version=self.db.schema_version,
             record_schema=canonical.SCHEMA_VERSION,
             sync_versions=list(SYNC_VERSIONS),
+            process_id=self.process_id,
             limits={
                 "max_record_bytes": schema.MAX_RECORD_BYTES,
                 "max_content_chars": schema.MAX_CONTENT_CHARS,

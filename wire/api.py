@@ -656,6 +656,9 @@ class NodeInfo(msgspec.Struct):
     sync_versions: list[int]
     # this process's boot id: peers name it in their signed requests (docs/security.md, "Replay across restarts")
     boot_id: str | None = None
+    # the answering process's id: each `bbs serve` of a node on PostgreSQL draws its own (docs/operations.md,
+    # "Several processes"); a node of an earlier release has no such member
+    process_id: str | None = None
 
 
 class Health(msgspec.Struct):

@@ -1,6 +1,7 @@
 """REST routes of federation: peer administration, the digest, and the peer-signed sync endpoints.
 
-`sync_context` (an aiohttp cleanup context) starts the scheduler that pulls from every configured peer.
+`sync_context` (an aiohttp cleanup context) holds what every process serving the node needs; `pull_context` runs
+the scheduler that pulls from every configured peer, in the process leading the node.
 """
 
 from __future__ import annotations
@@ -270,36 +271,44 @@ def install(app: web.Application) -> None:
 
 
 async def sync_context(app: web.Application) -> AsyncIterator[None]:
-    """Cleanup context: the scheduler pulling from every configured peer (unless `app[SYNC_SETTINGS].pull` is
-    false), stopped before the node closes."""
+    """Cleanup context of every process: the replay fence of the peers' signed requests, and the long-polls' wake-up
+    on stopping. The pulling is `pull_context`'s, leader work."""
     state = app[SYNC]
     # read once the previous process is gone (bbs serve holds the data lock by now): its accepted signatures
     state.verifier.fence = ReplayFence.load(app[NODE].data.root / FENCE_NAME)
     state.server.closing.clear()
-    session = aiohttp.ClientSession()
-    task = None
-    settings = app[SYNC_SETTINGS]
-    if settings.pull:
-        state.scheduler = Scheduler(
-            Puller(
-                state.store,
-                app[NODE].node_keys.signer,
-                session,
-                wait_ms=settings.wait_ms,
-                reconcile_every_s=settings.reconcile_every_s,
-                min_poll_s=settings.min_poll_ms / 1000,
-                listed=state.server.listed,  # what a peer lists to the puller is never listed back to it
-            )
-        )
-        task = asyncio.create_task(state.scheduler.run(), name="sync scheduler")
     try:
         yield
     finally:
         state.server.closing.set()
-        if task is not None:
-            if state.scheduler is not None:
-                state.scheduler.halt()
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+
+
+async def pull_context(app: web.Application) -> AsyncIterator[None]:
+    """Cleanup context: the scheduler pulling from every configured peer (unless `app[SYNC_SETTINGS].pull` is
+    false), once per node (node/features.py wraps it in `leader_only`), stopped before the node closes."""
+    state = app[SYNC]
+    settings = app[SYNC_SETTINGS]
+    if not settings.pull:
+        yield
+        return
+    session = aiohttp.ClientSession()
+    state.scheduler = scheduler = Scheduler(
+        Puller(
+            state.store,
+            app[NODE].node_keys.signer,
+            session,
+            wait_ms=settings.wait_ms,
+            reconcile_every_s=settings.reconcile_every_s,
+            min_poll_s=settings.min_poll_ms / 1000,
+            listed=state.server.listed,  # what a peer lists to the puller is never listed back to it
+        )
+    )
+    task = asyncio.create_task(scheduler.run(), name="sync scheduler")
+    try:
+        yield
+    finally:
+        scheduler.halt()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
         state.scheduler = None
         await session.close()

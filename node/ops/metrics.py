@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -31,6 +31,9 @@ from node.store.db import Database
 from node.web.appkeys import METRICS, METRICS_SOURCE, NODE, REQUEST_OBSERVER
 from node.web.auth import guard
 from node.web.http import Route
+
+if TYPE_CHECKING:
+    from node.service import Node
 
 log = logging.getLogger("bbs.metrics")
 _METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
@@ -91,6 +94,38 @@ class _DatabaseCollector(Collector):
              r.moved),
         ):  # fmt: skip
             yield CounterMetricFamily(name, help, value=value)
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+class _ProcessCollector(Collector):
+    """This serving process among the node's (docs/decisions.md record 87): its id, whether it leads, the epoch of
+    its latest term, and the terms it began. Each process answers its own /metrics."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def collect(self) -> Iterable[Metric]:
+        leadership = self.node.leadership
+        info = GaugeMetricFamily(
+            "bbs_process_info", "This serving process of the node (one of several on PostgreSQL)", labels=["process_id"]
+        )
+        info.add_metric([self.node.process_id], 1.0)
+        yield info
+        yield GaugeMetricFamily(
+            "bbs_leader", "1 while this process leads the node (runs its once-per-node work)", value=leadership.leading
+        )
+        yield GaugeMetricFamily(
+            "bbs_leader_epoch",
+            "The epoch of this process's latest term as leader (0: it never led; on SQLite always 0)",
+            value=leadership.last_epoch,
+        )
+        yield CounterMetricFamily(
+            "bbs_leader_takeovers",
+            "Terms this process began as the node's leader since it started",
+            value=leadership.takeovers,
+        )
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -193,6 +228,7 @@ def install(app: web.Application) -> Metrics:
     metrics = Metrics()
     node = app[NODE]
     metrics.registry.register(_DatabaseCollector(lambda: node.db))
+    metrics.registry.register(_ProcessCollector(node))
     app[METRICS] = metrics
     app[REQUEST_OBSERVER] = metrics.observe_request  # called by the access-log middleware for every request
     app.router.add_get("/metrics", guard(METRICS_ROUTE, app[NODE].agents.authenticate))

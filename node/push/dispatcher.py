@@ -118,6 +118,10 @@ class Dispatcher:
             # at most one scan per window, however busy the writer; fewer in a flood
             await asyncio.sleep(max(FLOOD_SCAN_S, self.settings.coalesce_s) if flooded else self.settings.coalesce_s)
 
+    def poke(self) -> None:
+        """Scan soon (on the event loop): what another process committed wakes no `after_commit` here."""
+        self._wake.set()
+
     def _after_commit(self) -> None:
         # On the writer thread: one wake-up until the loop has scanned, however many commits meanwhile.
         if not self._poked.is_set() and self._loop is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
@@ -13,6 +14,7 @@ from prometheus_client.registry import Collector
 
 from node.errors import InvalidInput, Unavailable
 from node.ops.metrics import metrics_of
+from node.push import store as push_store
 from node.push.dispatcher import Dispatcher
 from node.push.endpoints import Endpoint, Origin, PushEndpoints, check_url
 from node.push.sender import PushSettings
@@ -23,6 +25,8 @@ from wire.push import PushEndpointIn, PushEndpointList, PushEndpointOut, PushSta
 from wire.time import format_ms
 
 COUNTERS = ("messages_sent", "messages_failed", "attempts_failed", "notifications_pushed")
+ENDPOINTS_RELOAD_S = 1.0  # PostgreSQL: how often the leading process takes the endpoints again and scans
+log = logging.getLogger("bbs.push")
 
 
 @dataclass
@@ -182,20 +186,54 @@ def install(app: web.Application) -> None:
 
 
 async def push_context(app: web.Application) -> AsyncIterator[None]:
-    """Cleanup context: the dispatcher, from start-up (after the node opened) until the app stops."""
+    """Cleanup context of every process: the dispatcher's endpoints and HTTP session, from start-up (after the node
+    opened) until the app stops, so a test push and the status answer in any process. Its scanning and sending is
+    `push_dispatching`'s, leader work."""
     holder = app[PUSH]
     node = app[NODE]
     dispatcher = Dispatcher(node.db, node.key, holder.endpoints, settings_of(app))
     await dispatcher.start()
     holder.dispatcher = dispatcher
-    task = asyncio.create_task(dispatcher.run(), name="push dispatcher")
     try:
         yield
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
         holder.dispatcher = None
         await dispatcher.stop()
+
+
+async def push_dispatching(app: web.Application) -> AsyncIterator[None]:
+    """Cleanup context: the dispatcher scanning new notifications and pushing them, once per node (node/features.py
+    wraps it in `leader_only`). A term starts from the newest notification (a push is a hint: the inbox holds what
+    was made before). On PostgreSQL, where another process may register an endpoint or commit a notification, it
+    takes the endpoints again and scans every `ENDPOINTS_RELOAD_S` as well."""
+    holder = app[PUSH]
+    node = app[NODE]
+    dispatcher = holder.dispatcher
+    if dispatcher is None:
+        yield
+        return
+    dispatcher.cursor = await node.db.read(push_store.newest_notification_id)
+    await holder.reload()
+    tasks = [asyncio.create_task(dispatcher.run(), name="push dispatcher")]
+    if node.db.pg_url is not None:
+
+        async def reload() -> None:
+            while True:
+                await asyncio.sleep(ENDPOINTS_RELOAD_S)
+                try:
+                    await holder.reload()
+                    dispatcher.poke()
+                except Exception:
+                    if node.db.is_open:
+                        log.exception("reloading the push endpoints failed")
+
+        tasks.append(asyncio.create_task(reload(), name="push endpoints reload"))
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 ROUTES: list[Route] = [

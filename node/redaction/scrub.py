@@ -20,6 +20,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -164,6 +165,65 @@ async def rewrite_index(node: Node, index: SearchIndex) -> int:
             return done
         await asyncio.to_thread(index.rewrite, rows)
         position, done = rows[-1].seq, done + len(rows)
+
+
+@dataclass
+class IndexScrubs:
+    """How far a process's own search index has been scrubbed (`scrub_own_index`): the newest drop it covered and the
+    addresses dropped at that very millisecond. In memory: a process started anew looks at every drop once."""
+
+    since_ms: int = -1
+    at_mark: set[str] = field(default_factory=set)
+
+
+async def scrub_own_index(node: Node, mark: IndexScrubs) -> list[str]:
+    """The index half of the scrub in a process that does not lead the node (docs/decisions.md record 87): its own
+    search index deletes the documents of every address dropped since `mark` whose grace has passed, and drops the
+    segments that held them (`scrub_index`), whether or not the leader's scrub (the database half, which marks the
+    drop done) has run. The addresses scrubbed here."""
+    index = node.search_index
+    if index is None or index.writer is None:
+        return []
+    cutoff = node.now_ms() - node.redactions.grace_s * 1000
+    since = max(mark.since_ms, 0)
+    rows = await node.db.read(lambda conn: store.drops_between(conn, since, cutoff))
+    due = [address for address, _ms in rows if address not in mark.at_mark]
+    if not due:
+        return []
+    await asyncio.to_thread(index.rewrite, [], due)  # their documents deleted (the indexer may not have yet)
+    node.redactions.rewritten += await scrub_index(node, index)
+    newest = rows[-1][1]
+    kept = mark.at_mark if newest == mark.since_ms else set()
+    mark.at_mark = kept | {address for address, ms in rows if ms == newest}
+    mark.since_ms = newest
+    return due
+
+
+async def index_scrub_context(app: web.Application) -> AsyncIterator[None]:
+    """On PostgreSQL, in every process: while it does not lead the node, its own search index is scrubbed
+    (`scrub_own_index`) every IDLE_S seconds; the leading process's is `scrub_due`'s. On SQLite the one process
+    leads: nothing."""
+    node = app[NODE]
+    if node.db.pg_url is None:
+        yield
+        return
+    mark = IndexScrubs()
+
+    async def loop() -> None:
+        while True:
+            try:
+                if not node.leadership.leading:
+                    await scrub_own_index(node, mark)
+            except Exception:
+                if node.db.is_open:
+                    log.exception("the redaction scrub of this process's search index failed")
+            await asyncio.sleep(IDLE_S)
+
+    task = asyncio.create_task(loop(), name="redaction scrub of the own index")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def scrub_context(app: web.Application) -> AsyncIterator[None]:

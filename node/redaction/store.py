@@ -286,6 +286,16 @@ def due_scrubs(conn: Conn, dropped_before_ms: int) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
+def drops_between(conn: Conn, from_ms: int, to_ms: int) -> list[tuple[str, int]]:
+    """(address, dropped_ms) of every drop from `from_ms` to `to_ms` (both included), scrubbed or not, oldest first:
+    what a process's own search index is scrubbed of (node/redaction/scrub.py `scrub_own_index`)."""
+    rows = conn.execute(
+        "SELECT hash, dropped_ms FROM redaction_scrubs WHERE dropped_ms >= ? AND dropped_ms <= ? ORDER BY dropped_ms",
+        (from_ms, to_ms),
+    ).fetchall()
+    return [(str(r[0]), int(r[1])) for r in rows]
+
+
 def last_drop_ms(conn: Conn) -> int | None:
     """When this node last dropped a body (a redaction or a purge), or None."""
     row = conn.execute("SELECT max(dropped_ms) FROM redaction_scrubs").fetchone()

@@ -31,13 +31,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import contextvars
 import hashlib
 import logging
 import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -97,6 +99,21 @@ PG_READER_SETTINGS = "SET default_transaction_read_only = on; SET default_transa
 # SQLSTATEs of a quick read stopped by its budget: statement_timeout (57014) or a lock it would wait for (55P03).
 _PG_STOPPED = {"57014", "55P03"}
 PG_URL_SCHEMES = ("postgresql://", "postgres://")
+# The fence of the leader work this task runs (docs/decisions.md record 87): a check every write job submitted from
+# the task (and from the tasks it starts, which copy its context) runs first inside its write transaction, after the
+# writer's lock; raising refuses that job alone. None (request-driven work, SQLite): no check.
+WRITE_FENCE: contextvars.ContextVar[Callable[[Conn], None] | None] = contextvars.ContextVar("write_fence", default=None)
+
+
+@contextlib.contextmanager
+def leader_fence(check: Callable[[Conn], None] | None) -> Iterator[None]:
+    """`with leader_fence(fence.check):` fences every write submitted in the block, and from every task created in
+    it (node/store/leader.py `Fence.check`: the stored epoch must still be the term's)."""
+    token = WRITE_FENCE.set(check)
+    try:
+        yield
+    finally:
+        WRITE_FENCE.reset(token)
 
 
 def is_postgresql_url(store: Path | str) -> bool:
@@ -363,7 +380,7 @@ class Mergeable(Generic[ItemT, T]):
 
 
 class _Job:
-    __slots__ = ("fn", "future", "item", "kind", "loop")
+    __slots__ = ("fence", "fn", "future", "item", "kind", "loop")
 
     def __init__(
         self,
@@ -374,8 +391,11 @@ class _Job:
         item: Any = None,
     ) -> None:
         self.fn, self.future, self.loop, self.kind, self.item = fn, future, loop, kind, item
+        self.fence = WRITE_FENCE.get()  # the submitting task's: checked first, inside the transaction
 
     def run_alone(self, conn: sqlite3.Connection) -> Any:
+        if self.fence is not None:
+            self.fence(conn)
         if self.kind is None:
             assert self.fn is not None
             return self.fn(conn)
@@ -861,10 +881,17 @@ def _run_guarded(conn: sqlite3.Connection, runs: list[list[_Job]]) -> list[tuple
 
 
 def _runs(batch: list[_Job]) -> list[list[_Job]]:
-    """The batch in order, split into runs: neighbouring jobs of one mergeable kind together, others alone."""
+    """The batch in order, split into runs: neighbouring jobs of one mergeable kind together, others alone (a fenced
+    job too: its fence is checked in `run_alone`)."""
     runs: list[list[_Job]] = []
     for job in batch:
-        if job.kind is not None and runs and runs[-1][0].kind is job.kind:
+        if (
+            job.kind is not None
+            and job.fence is None
+            and runs
+            and runs[-1][0].kind is job.kind
+            and not runs[-1][0].fence
+        ):
             runs[-1].append(job)
         else:
             runs.append([job])

@@ -1,4 +1,8 @@
-"""Work a node's app repeats while it runs (trust refresh, notification expiry), as aiohttp cleanup contexts."""
+"""Work a node's app repeats while it runs (trust refresh, notification expiry), as aiohttp cleanup contexts.
+
+Work done once per node runs only in the process leading it (`leader_only`, node/store/leader.py): several `bbs
+serve` processes may serve one PostgreSQL database; on SQLite the one process always leads.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from node.ops.metrics import metrics_of
 from node.search_index import indexer
 from node.search_index.index import SearchIndex
 from node.search_index.indexer import Indexer
+from node.store.db import leader_fence
+from node.store.leader import Term
 from node.trust import service as trust
 from node.web.appkeys import NODE, SEARCH_INDEXER
 
@@ -26,6 +32,59 @@ EXPIRY_SWEEP_SECONDS = 60  # how late a notification past its 7 days may still r
 TWIN_CHECK_SECONDS = 1.0  # how long after an earlier declaration arrives a later twin's holders are told, at most
 
 CleanupContext = Callable[[web.Application], AsyncIterator[None]]
+log = logging.getLogger("bbs.leader")
+
+
+def leader_only(context: CleanupContext) -> CleanupContext:
+    """`context` run only while this process leads the node (docs/decisions.md record 87): started when a term
+    begins (at start-up, as before, when the process leads then), stopped when it ends (the lead lost, or given up on
+    stopping), started again at the next. Its tasks run under the term's fence: every write they submit is refused
+    unless the stored epoch is still the term's (`leader_fence`). A start that fails is logged and the work stays off
+    until the next term."""
+
+    async def gated(app: web.Application) -> AsyncIterator[None]:
+        leadership = app[NODE].leadership
+        name = getattr(context, "__name__", "leader work")
+
+        async def begin(term: Term) -> AsyncIterator[None] | None:
+            started = context(app)
+            with leader_fence(term.fence.check if term.fence is not None else None):  # its tasks copy the fence
+                try:
+                    await anext(started)
+                except Exception:
+                    log.exception("%s could not start (epoch %d); it stays off until the next term", name, term.epoch)
+                    return None
+            return started
+
+        async def end(started: AsyncIterator[None] | None) -> None:
+            if started is not None:
+                with contextlib.suppress(StopAsyncIteration):
+                    await anext(started)
+
+        async def terms(term: Term | None, started: AsyncIterator[None] | None) -> None:
+            try:
+                while True:
+                    if term is None:
+                        term = await leadership.next_term()
+                        started = await begin(term)
+                    await term.ended.wait()
+                    stopping, term, started = started, None, None
+                    await end(stopping)
+            finally:
+                await end(started)
+
+        first = leadership.term
+        started = await begin(first) if first is not None else None
+        task = asyncio.create_task(terms(first, started), name=f"{name} while leading")
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    # named as `context`, without `__wrapped__`: the feature lists this context, and node/app.py's wrapper points here
+    gated.__name__ = gated.__qualname__ = f"leader_only({getattr(context, '__name__', 'context')})"
+    gated.__doc__ = context.__doc__
+    return gated
 
 
 def periodic(

@@ -40,12 +40,12 @@ def write(conn: psycopg.Connection[tuple[object, ...]], *, commit: bool = True) 
     conn.execute("COMMIT" if commit else "ROLLBACK")
 
 
-def test_a_commit_wakes_a_rollback_does_not_and_own_commits_are_skipped(pg_url: str) -> None:
+def test_a_commit_wakes_a_rollback_does_not_and_own_commits_are_skipped(pg_migrated_url: str) -> None:
     woken = Woken()
-    with psycopg.connect(pg_url, autocommit=True) as other, psycopg.connect(pg_url, autocommit=True) as own:
+    with psycopg.connect(pg_migrated_url, autocommit=True) as other, psycopg.connect(pg_migrated_url, autocommit=True) as own:
         wakeups = commit_listener.Wakeups(woken)
         wakeups.own_pid = own.info.backend_pid
-        wakeups.start(pg_url)
+        wakeups.start(pg_migrated_url)
         try:
             assert wakeups.listener is not None and wakeups.listener.listening.wait(BOUND_S)
             assert woken.wait_past(0)  # the connect wakes once
@@ -59,15 +59,15 @@ def test_a_commit_wakes_a_rollback_does_not_and_own_commits_are_skipped(pg_url: 
     assert wakeups.listener is None and not wakeups.stats.connected
 
 
-def test_a_terminated_listen_connection_is_reopened_and_wakes(pg_url: str) -> None:
+def test_a_terminated_listen_connection_is_reopened_and_wakes(pg_migrated_url: str) -> None:
     woken = Woken()
     wakeups = commit_listener.Wakeups(woken)
-    wakeups.start(pg_url)
+    wakeups.start(pg_migrated_url)
     try:
         listener = wakeups.listener
         assert listener is not None and listener.listening.wait(BOUND_S) and woken.wait_past(0)
         pid = listener.backend_pid()
-        with psycopg.connect(pg_url, autocommit=True) as admin:
+        with psycopg.connect(pg_migrated_url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
             assert woken.wait_past(1)  # reconnected: every waiter reads again
             assert wakeups.stats.reconnects == 1 and listener.backend_pid() not in (None, pid)
