@@ -37,6 +37,7 @@ from node.search_index import indexer
 from node.search_index.index import SearchIndex
 from node.spaces import store as space_store
 from node.spaces.service import Spaces
+from node.store import authority
 from node.store.conn import Conn
 from node.store.db import Database, connect_store
 from node.store.key_fence import KEY_FENCE_NAME, KeyFence
@@ -89,7 +90,7 @@ class Node:
         self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer
         # several processes on one PostgreSQL database (record 90): what write decisions read from memory is checked
         # against the database in the first write transaction after another process committed
-        self.db.on_foreign_write.append(self._foreign_write_txn)
+        self.db.clock.on_foreign_write.append(self._foreign_write_txn)
         self.sealing.keys_valid_for = lambda: (self.sealing.authority.changes, self.agents.tokens.epoch)
         self.search_index: SearchIndex | None = None  # opened with the node (node/search_index/)
         # whether this process runs the node's once-per-node work (node/store/leader.py; always, on SQLite)
@@ -99,7 +100,7 @@ class Node:
         """Another process of the node committed since this one last wrote: load the authority cache again if the
         key events it holds changed, and then the node's signing keys (a node-key rotation is a key event). Runs on
         the writer thread, in the write transaction, under the writer lock (node/store/db.py)."""
-        if self.sealing.authority.revalidate_txn(conn):
+        if authority.revalidate_txn(self.sealing.authority, conn):
             self.node_keys.reload_txn(conn)
 
     @property

@@ -93,7 +93,7 @@ SIGNATURE_SQL = (
 
 def authority_signature(conn: Conn) -> tuple[int, int, int]:
     """(key events and vouch pages held, their highest seq, key events dropped): equal before and after a write
-    only if that write changed nothing the authority cache holds (`Authority.revalidate_txn`)."""
+    only if that write changed nothing the authority cache holds (`revalidate_txn`)."""
     count, newest, dropped = conn.execute(SIGNATURE_SQL, (1, 1)).fetchone()
     return int(count), int(newest), int(dropped)
 
@@ -254,7 +254,7 @@ class Authority:
     # (node/spaces/judged.py; node/federation/space_gate.py)
     judged: JudgedSpaces = field(default_factory=JudgedSpaces)
     # `authority_signature` when the cache was last loaded or revalidated (None: not since it was loaded)
-    _signature: tuple[int, int, int] | None = None
+    signature: tuple[int, int, int] | None = None
 
     @property
     def loaded(self) -> bool:
@@ -273,20 +273,9 @@ class Authority:
         if self._count < 0 or authority_count(conn) != self._count:
             self.load_txn(conn)
 
-    def revalidate_txn(self, conn: Conn) -> bool:
-        """Another process of the node committed since this one last wrote (node/store/db.py's write clock, record
-        90): load the cache again if the log's key events, vouch pages or dropped events are not the ones it was
-        loaded from (`authority_signature`, one statement). Whether it was loaded (again): a cache not loaded yet
-        is loaded now, so whoever follows the key events (the node's signing keys) looks once."""
-        signature = authority_signature(conn)
-        if signature == self._signature:
-            return False
-        self.load_txn(conn)
-        return True
-
     def load_txn(self, conn: Conn) -> None:
         """(Re)build the cache from the log's key events and vouch pages (each stored only once verified)."""
-        self._signature = authority_signature(conn)
+        self.signature = authority_signature(conn)
         self._events, self._histories, self._pages, self._page_addresses = {}, {}, {}, set()
         self._page_events = {}
         self._vouched, self._known, self._settled = {}, {}, {}
@@ -328,7 +317,7 @@ class Authority:
     def invalidate(self) -> None:
         """Forget everything: the next `ensure_txn` loads from the log (after a write that may have rolled back)."""
         self._count = -1
-        self._signature = None
+        self.signature = None
 
     def history(self, author: str) -> History:
         """The key history of `author` over the key events held (an identity with none: the initial state)."""
@@ -382,7 +371,7 @@ class Authority:
             self._known.pop(held, None)
         self.note_losing(author, record)
         self._count -= 1 + len(pages)
-        self._signature = None  # stale: the next `revalidate_txn` loads again
+        self.signature = None  # stale: the next `revalidate_txn` loads again
         return record, pages
 
     def key_statuses(self, author: str) -> dict[str, KeyStatus]:
@@ -430,7 +419,7 @@ class Authority:
         if record.get("key") is not None:
             self._losing.setdefault(author, set()).add(str(record["key"]))
         self._histories.pop(author, None)
-        self._signature = None
+        self.signature = None
         self.changes += 1
 
     def add_event(self, address: str, record: dict[str, Any]) -> None:
@@ -441,7 +430,7 @@ class Authority:
             self._count += 1
             self.changes += 1
             self._histories.pop(record["author_id"], None)
-            self._signature = None
+            self.signature = None
 
     def judge_page(self, address: str, record: dict[str, Any]) -> tuple[EventVerdict, str | None]:
         """The verdict on a vouch page (docs/format-v3.md 6.4): `waiting` until its event is held; then `valid` when
@@ -464,7 +453,7 @@ class Authority:
         if address not in self._page_addresses:
             self._take_page(address, record)
             self._count += 1
-            self._signature = None
+            self.signature = None
 
     def holds_page(self, address: str) -> bool:
         """Whether the vouch page at `address` is held."""
@@ -576,3 +565,15 @@ def authorize_txn(conn: Conn, authority: Authority, items: list[tuple[dict[str, 
             field=field_path,
             code="unknown_signing_key",
         )
+
+
+def revalidate_txn(authority: Authority, conn: Conn) -> bool:
+    """Another process of the node committed since this one last wrote (node/store/write_clock.py, record 90): load
+    `authority` again if the log's key events, vouch pages or dropped events are not the ones it was loaded from
+    (`authority_signature`, one statement). Whether it was loaded (again): a cache not loaded yet is loaded now, so
+    whoever follows the key events (the node's signing keys) looks once."""
+    signature = authority_signature(conn)
+    if signature == authority.signature:
+        return False
+    authority.load_txn(conn)
+    return True

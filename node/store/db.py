@@ -52,6 +52,7 @@ from node.errors import SchemaTooNew as SchemaTooNew  # where the CLI and the te
 from node.store import commit_listener, pg_conn, pg_schema
 from node.store import conn as neutral
 from node.store.conn import POSTGRESQL, Conn, engine_of
+from node.store.write_clock import WriteClock
 
 if TYPE_CHECKING:
     from node.store.projections import Log
@@ -537,18 +538,11 @@ class Database:
         self.stats = WriterStats()
         self._last_commit_s = 0.0  # the writer's last COMMIT took this long (what `_gather` may wait)
         self.read_stats = ReadStats()
-        # Called on the writer thread after each committed transaction (node/push wakes its dispatcher with them,
-        # the search indexer its worker); each must be quick and thread-safe. Listeners add and remove themselves.
-        # On PostgreSQL, `wakeups` (a LISTEN thread a serving process starts) calls them for other processes' too.
+        # Called on the writer thread after each commit (push, the indexer...; on PostgreSQL by `wakeups`, a LISTEN
+        # thread, for other processes' too): each quick and thread-safe. Listeners add and remove themselves.
         self.after_commit: list[Callable[[], None]] = []
         self.wakeups = commit_listener.Wakeups(self.wake_waiters)
-        # PostgreSQL (record 90): the node-wide write clock as this process's last write transaction left it (None:
-        # none yet), and what runs, in a write transaction and before its jobs, when the clock says another process
-        # committed since: each revalidates a cache that write decisions read (`Node` registers them). A listener
-        # that raises fails the batch, as a failing statement does.
-        self.write_clock: int | None = None
-        self.on_foreign_write: list[Callable[[Conn], None]] = []
-        self.foreign_writes = 0  # write transactions that found another process's commit before them
+        self.clock = WriteClock()  # PostgreSQL: another process's commits revalidate caches (record 90)
 
     def open(self) -> None:
         """Migrate and start the writer thread (synchronous; call before serving)."""
@@ -557,8 +551,7 @@ class Database:
             self._closed = False
         conn: Any
         if self.pg_url is not None:
-            conn = TimedPgConn(pg_conn.connect(self.pg_url).raw, self.log)
-            conn.stats = self.stats
+            conn = _pg_writer(self.pg_url, self.log, self.stats)
             self.wakeups.own_pid = conn.raw.info.backend_pid
             self.schema_version = migrate_store(conn)
         else:
@@ -638,11 +631,13 @@ class Database:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._run_read, fn)
 
-    def _reader(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
+    def _reader(self, slot: str = "conn") -> Any:
+        """This thread's read-only connection kept in `slot` (a reader thread's, or the loop's inline PostgreSQL
+        one), opened anew when missing or lost."""
+        conn = getattr(self._local, slot, None)
         if conn is None or _lost(conn):
             conn = connect_store(self.pg_url or self.path, readonly=True, log=self.log)
-            self._local.conn = conn
+            setattr(self._local, slot, conn)
             with self._reader_lock:
                 self._reader_conns.append(conn)
         return conn
@@ -688,12 +683,7 @@ class Database:
         """`_read_inline` on PostgreSQL: `fn` on this thread's read-only connection, in a transaction whose every
         statement the server stops past the budget (`SET LOCAL statement_timeout`, whole milliseconds; a lock it
         would wait for counts). (False, None) when one was stopped: the read then runs on a reader thread."""
-        conn = getattr(self._local, "pg_inline", None)
-        if conn is None or _lost(conn):
-            conn = connect_store(self.pg_url or "", readonly=True, log=self.log)
-            with self._reader_lock:
-                self._reader_conns.append(conn)
-            self._local.pg_inline = conn
+        conn = self._reader("pg_inline")
         timeout_ms = max(1, round(self.inline_budget_s * 1000))
         try:
             conn.execute(f"BEGIN; SET LOCAL statement_timeout = {timeout_ms}")
@@ -734,11 +724,10 @@ class Database:
         that found it lost failed whole, nothing of it committed. If the server cannot be reached, `lost` again:
         this batch fails on it as well, and the next one tries anew."""
         try:
-            conn = TimedPgConn(pg_conn.connect(self.pg_url or "").raw, self.log)
+            conn = _pg_writer(self.pg_url or "", self.log, self.stats)
         except Exception as exc:
             log.error("the PostgreSQL writer connection cannot be reopened: %s", exc)
             return lost
-        conn.stats = self.stats
         self.wakeups.own_pid = conn.raw.info.backend_pid
         log.warning("the PostgreSQL writer connection was lost; reopened")
         return conn
@@ -813,34 +802,27 @@ class Database:
 
     def _commit(self, conn: sqlite3.Connection, body: Callable[[], list[tuple[bool, Any]]]) -> list[tuple[bool, Any]]:
         """`body()` in one write transaction, committed; its COMMIT timed (WriterStats). On PostgreSQL the
-        transaction first looks at the write clock (`_observe_clock`)."""
+        transaction first looks at the write clock (node/store/write_clock.py)."""
         clock = None
         tx = transaction(conn, immediate=True)
         with tx:
             if self.pg_url is not None:
-                clock = self._observe_clock(conn, tx.begun)
+                clock = self.clock.observe(conn, tx.begun)
             outcomes = body()
             body_done, body_cpu = time.perf_counter(), time.thread_time()
         if clock is not None:
-            self.write_clock = clock  # committed: the clock stands where this transaction moved it
+            self.clock.committed(clock)
         self._last_commit_s = time.perf_counter() - body_done
         self.stats.commit_seconds += self._last_commit_s
         self.stats.commit_cpu_seconds += time.thread_time() - body_cpu
         return outcomes
 
-    def _observe_clock(self, conn: Conn, begun: pg_conn.PgCursor) -> int:
-        """The write clock this transaction moved it to (PG_BEGIN_WRITE's last result). If it is not one past the
-        value this process's last commit left, another process committed in between (or this process has not
-        written since it opened): the `on_foreign_write` listeners revalidate their caches now, under the writer
-        lock, so nothing this transaction decides reads a cache older than the database."""
-        clock = int(begun.last_result()[0])
-        if self.write_clock is None or clock != self.write_clock + 1:
-            self.foreign_writes += 1
-            for listener in tuple(self.on_foreign_write):
-                listener(conn)
-        # a rollback of this transaction leaves the clock at clock - 1, which the caches now reflect
-        self.write_clock = clock - 1
-        return clock
+
+def _pg_writer(url: str, log: Log | None, stats: WriterStats) -> TimedPgConn:
+    """A new PostgreSQL writer connection, its statements timed into `stats`."""
+    conn = TimedPgConn(pg_conn.connect(url).raw, log)
+    conn.stats = stats
+    return conn
 
 
 class _BareFailed(Exception):

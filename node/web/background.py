@@ -24,6 +24,7 @@ from node.store.db import leader_fence
 from node.store.leader import Term
 from node.trust import service as trust
 from node.web.appkeys import NODE, SEARCH_INDEXER
+from node.workflows import service as workflows
 
 if TYPE_CHECKING:
     from node.service import Node
@@ -135,7 +136,7 @@ LEASE_FENCE_CHECK_SECONDS = 5.0
 lease_fence_check = periodic(
     "lease fence check",
     LEASE_FENCE_CHECK_SECONDS,
-    lambda node: node.workflows.check_fence(),
+    lambda node: workflows.check_fence(node.workflows),
     logging.getLogger("bbs.leases"),
 )
 # Tell the holders and declarers of tasks that became later twins (node/workflows/twins.py), every second.

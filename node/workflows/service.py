@@ -282,15 +282,6 @@ class Workflows(TaskReads):
                 await self.db.write(lambda c: self.fence.settle_txn(c, self.now_ms()))
             self.fence.check(self.now_ms())
 
-    async def check_fence(self) -> None:
-        """The periodic node-wide check of the lease fence on PostgreSQL (node/web/background.py): notice a restore
-        or a change of the database's history, check in after one, and vouch for processes joining the node, even
-        while this process grants nothing. Nothing on SQLite."""
-        if self.db.pg_url is None:
-            return
-        await self.fenced(check=False)
-        await self.db.write(lambda c: self.fence.settle_txn(c, self.now_ms()))
-
     async def _lease_elsewhere(self, exc: leases.NotHome, agent_id: str, seconds: int) -> tuple[str, bool]:
         """Ask the home node for the lease; store the grant it signed, so this node's ready set excludes the task."""
         record, granted = await forward.request_lease(
@@ -451,6 +442,16 @@ class Workflows(TaskReads):
             lambda c: accept_event_txn(c, peer_id, sealed, body.lease, self.node_id, now, authority=authority)
         )
         return PeerTaskEventOut(task=await self.task_at(sealed[2].task_key), stored=stored)
+
+
+async def check_fence(workflows: Workflows) -> None:
+    """The periodic node-wide check of the lease fence on PostgreSQL (node/web/background.py): notice a restore or a
+    change of the database's history, check in after one, and vouch for processes joining the node, even while this
+    process grants nothing. Nothing on SQLite."""
+    if workflows.db.pg_url is None:
+        return
+    await workflows.fenced(check=False)
+    await workflows.db.write(lambda c: workflows.fence.settle_txn(c, workflows.now_ms()))
 
 
 # ---- transaction bodies -------------------------------------------------------------------------------------

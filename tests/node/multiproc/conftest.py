@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestClient
 from node.app import create_app
 from node.ops.datadir import initialise
 from node.service import Node
+from node.workflows.service import check_fence
 from scenarios import pg_cluster as cluster_mod
 from tests.conftest import FakeClock
 
@@ -123,4 +124,4 @@ async def check_fences(*processes: Process) -> None:
     the first round registers and checks in, the second lets a process vouched for in the first join."""
     for _ in range(2):
         for process in processes:
-            await process.node.workflows.check_fence()
+            await check_fence(process.node.workflows)

@@ -23,6 +23,7 @@ from node.ops import pg_tools
 from node.ops import store as ops_store
 from node.ops.datadir import DataDir
 from node.workflows.fence import FENCE_NAME, IDENTITY_KEY, LONGEST_GRANT_MS, read_fence
+from node.workflows.service import check_fence
 from node.workflows.store import fence as fence_store
 from scenarios import pg_cluster as cluster_mod
 from tests.conftest import FakeClock
@@ -129,7 +130,7 @@ async def test_neither_process_grants_until_the_fence_passes(
     assert 290 <= await _refused(b, bob, "t3") <= 300
     assert 290 <= await _refused(b, bob, "t5") <= 300
     clock.advance(150)
-    await b.node.workflows.check_fence()
+    await check_fence(b.node.workflows)
     assert 140 <= await _refused(b, bob, "t3") <= 150
     clock.advance(151)
     status, task, _ = await _lease(b, bob, "t3")

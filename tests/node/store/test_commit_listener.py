@@ -42,7 +42,10 @@ def write(conn: psycopg.Connection[tuple[object, ...]], *, commit: bool = True) 
 
 def test_a_commit_wakes_a_rollback_does_not_and_own_commits_are_skipped(pg_migrated_url: str) -> None:
     woken = Woken()
-    with psycopg.connect(pg_migrated_url, autocommit=True) as other, psycopg.connect(pg_migrated_url, autocommit=True) as own:
+    with (
+        psycopg.connect(pg_migrated_url, autocommit=True) as other,
+        psycopg.connect(pg_migrated_url, autocommit=True) as own,
+    ):
         wakeups = commit_listener.Wakeups(woken)
         wakeups.own_pid = own.info.backend_pid
         wakeups.start(pg_migrated_url)
