@@ -96,6 +96,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     if not node.db.is_open:
         node.open()
     yield
+    if node.side is not None:
+        await node.side.close()
     node.close()
 
 
