@@ -11,7 +11,7 @@ for it) that also reads the boot row, so the nonce and the generation are decide
     another boot                                             -> 401 stale_boot (the peer reads GET /v1/node again)
     no boot id (a peer of the previous release), created at
     or before the generation's `since` (the second it was
-    drawn, plus MAX_SKEW_S)                                  -> 401 stale_request (it signs again)
+    drawn plus MAX_SKEW_S; 0 for a database's first one)     -> 401 stale_request (it signs again)
 
 Both tables are UNLOGGED (migration 0053): the server empties them after a crash, a replica holds them empty, a
 backup leaves their rows out. That is the one way the nonce memory is lost, and it takes the boot row with it: the
@@ -50,10 +50,17 @@ SELECT (SELECT count(*) FROM fresh), b.boot_id, b.since_s FROM (SELECT 1) AS one
 """
 # The current generation, drawn when there is none: `drawn` tells which. When another process drew one after this
 # statement's snapshot, neither part gives a row, and the statement runs again.
+# The first generation of a database (peer_boot_draws, a logged table, holds no row: nothing was ever accepted on it)
+# refuses no signature by its date; a later one refuses those dated up to its `since`.
 DRAW = """
 WITH drawn AS (
-    INSERT INTO peer_boot (id, boot_id, since_s) VALUES (1, %s, %s) ON CONFLICT (id) DO NOTHING
+    INSERT INTO peer_boot (id, boot_id, since_s)
+    SELECT 1, %s, CASE WHEN EXISTS (SELECT 1 FROM peer_boot_draws) THEN %s ELSE 0 END
+    ON CONFLICT (id) DO NOTHING
     RETURNING boot_id, since_s
+), counted AS (
+    INSERT INTO peer_boot_draws (id, draws) SELECT 1, 1 FROM drawn
+    ON CONFLICT (id) DO UPDATE SET draws = peer_boot_draws.draws + 1
 )
 SELECT boot_id, since_s, true FROM drawn UNION ALL SELECT boot_id, since_s, false FROM peer_boot WHERE id = 1
 """
@@ -76,11 +83,15 @@ class NodeReplay:
             rows = await self._fetch(DRAW, (secrets.token_urlsafe(12), int(self.clock()) + MAX_SKEW_S))
             if rows:
                 boot_id, since, drawn = rows[0]
-                if drawn:
+                if drawn and since == 0:
+                    self.drawn += 1
+                    log.info("drew the first boot generation of this database, %s", boot_id)
+                elif drawn:
                     self.drawn += 1
                     log.warning(
-                        "drew boot generation %s: the database held none (a new database, or the nonce memory was"
-                        " lost: a server crash, a failover or a restore); peers read it at GET /v1/node",
+                        "drew boot generation %s: the peer nonces were lost (a crash of the PostgreSQL server, a"
+                        " failover or a restore); requests signed for the previous one are refused stale_boot, and"
+                        " peers read the new one at GET /v1/node",
                         boot_id,
                     )
                 self.boot_id = str(boot_id)

@@ -10,7 +10,15 @@
 CREATE UNLOGGED TABLE peer_boot (
     id bigint PRIMARY KEY CHECK (id = 1),
     boot_id text COLLATE "C" NOT NULL,   -- what GET /v1/node shows and peers sign for (Bbs-Boot)
-    since_s bigint NOT NULL              -- drawn at this second: a signature without a boot id created at or before it is refused
+    since_s bigint NOT NULL              -- a signature without a boot id created at or before it is refused (0: none)
+);
+
+-- Logged: how many generations this database has had. None yet (a new database) means no signature was ever
+-- accepted on it, so its first generation refuses none by date; any later one (after a loss) refuses every signature
+-- dated up to MAX_SKEW_S past its drawing.
+CREATE TABLE peer_boot_draws (
+    id bigint PRIMARY KEY CHECK (id = 1),
+    draws bigint NOT NULL
 );
 
 CREATE UNLOGGED TABLE peer_nonces (
