@@ -169,7 +169,7 @@ async def test_after_the_nonce_memory_is_lost_a_request_for_the_old_generation_i
     new = await boot_of(b)
     assert new != old and await boot_of(a) == new
     # the first generation was drawn at a's start (b read it), the second by whichever process met the loss first
-    assert [p.client.app[SYNC].replay.drawn for p in (a, b)] in ([2, 0], [1, 1])  # type: ignore[union-attr]
+    assert [p.client.app[SYNC].replay.drawn for p in (a, b)] in ([2, 0], [1, 1])
     for _ in range(8):  # signed anew each time: a 500 of a lost reader connection came after the nonce was taken
         status, _ = await send(a, auth.sign_headers(peer, "GET", URL, boot=new), once=True)
         if status != 500:
