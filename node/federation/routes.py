@@ -21,6 +21,7 @@ from node.federation.node_replay import NodeReplay
 from node.federation.peer_auth import authenticate_peer, signed_body
 from node.federation.store import NodeSyncStore
 from node.ops.metrics import metrics_of
+from node.store.side import SideConnection
 from node.web.appkeys import NODE, SYNC, SYNC_SETTINGS
 from node.web.http import Route, convert, decode_json, decode_query, json_response, read_json
 from sync import messages as m
@@ -253,6 +254,14 @@ class PeerHealthCollector(Collector):
         )
         legacy.add_metric([], self.state.verifier.legacy)
         yield legacy
+        if self.state.replay is not None:  # a node on PostgreSQL (record 86)
+            drawn = CounterMetricFamily(
+                "bbs_sync_boot_generations_drawn",
+                "Boot generations this process drew: the database held none (its first, or the peer nonces were lost"
+                " in a crash of the server, a failover or a restore)",
+            )
+            drawn.add_metric([], self.state.replay.drawn)
+            yield drawn
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -263,8 +272,11 @@ def install(app: web.Application) -> None:
     server and verifier, and the long-poll wake-up on shutdown. `sync_context` runs the scheduler."""
     node = app[NODE]
     store = node.sync
-    side = node.side  # PostgreSQL: the boot id and the nonces are the node's, not this process's
-    state = SyncState(store, SyncServer(store), PeerVerifier(), replay=None if side is None else NodeReplay(side))
+    # PostgreSQL: the boot id and the nonces are the node's, not this process's; on a connection of their own, so
+    # that a flood of challenge asks (node.side) never queues a peer request behind it
+    url = node.db.pg_url
+    replay = None if url is None else NodeReplay(SideConnection(url))
+    state = SyncState(store, SyncServer(store), PeerVerifier(), replay=replay)
     app[SYNC] = state
     metrics_of(app).registry.register(PeerHealthCollector(state))
 
@@ -314,3 +326,5 @@ async def sync_context(app: web.Application) -> AsyncIterator[None]:
             await asyncio.gather(task, return_exceptions=True)
         state.scheduler = None
         await session.close()
+        if state.replay is not None:
+            await state.replay.side.close()

@@ -17,9 +17,11 @@ from typing import Any
 import psycopg
 import pytest
 from aiohttp.test_utils import TestClient
+from prometheus_client import generate_latest
 
 from identity import keys
 from node.app import create_app
+from node.ops.metrics import metrics_of
 from node.service import Node
 from node.web.appkeys import SYNC
 from scenarios import pg_cluster as cluster_mod
@@ -108,6 +110,10 @@ async def test_every_process_serves_one_boot_id_and_a_request_signed_after_readi
     assert a.client.app[SYNC].verifier.boot_id == boot == b.client.app[SYNC].verifier.boot_id
     status, body = await send(b, auth.sign_headers(peer, "GET", URL, boot=boot))
     assert status == 200 and body["node_id"] == a.node.node_id
+    # a's start drew the database's first generation, b's read it
+    drawn = [generate_latest(metrics_of(p.client.app).registry).decode() for p in (a, b)]
+    assert "bbs_sync_boot_generations_drawn_total 1.0" in drawn[0]
+    assert "bbs_sync_boot_generations_drawn_total 0.0" in drawn[1]
 
 
 @pytest.mark.parametrize("release", ["current", "previous"])
