@@ -38,4 +38,4 @@ CREATE UNLOGGED TABLE key_challenges (
 );
 CREATE INDEX key_challenges_agent ON key_challenges (agent_id, seq);
 CREATE INDEX key_challenges_expiry ON key_challenges (expires_ms);
-CREATE SEQUENCE key_challenge_seq;
+CREATE SEQUENCE key_challenge_seq OWNED BY key_challenges.seq;  -- dropped with its table (a restore clears tables)
