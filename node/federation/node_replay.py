@@ -17,7 +17,9 @@ Both tables are UNLOGGED (migration 0053): the server empties them after a crash
 backup leaves their rows out. That is the one way the nonce memory is lost, and it takes the boot row with it: the
 first process to find no row draws a new generation (`INSERT ... ON CONFLICT DO NOTHING`: one winner, the others read
 it), so nothing signed for the old one is accepted again, whatever the clocks say. A process start changes nothing:
-the nonces it would have forgotten are in the database (docs/decisions.md record 86, amending 46).
+the nonces it would have forgotten are in the database (docs/decisions.md record 86, amending 46). The logged
+`peer_boot_draws` tells a database's first generation (nothing was ever accepted on it: its `since` is 0) from one
+drawn after a loss.
 
 Expired nonces are swept now and then by whichever process admits a request, with a margin for clocks that differ
 between the processes' machines (SWEEP_MARGIN_S).
