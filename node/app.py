@@ -124,6 +124,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     await node.leadership.stop()
     node.db.wakeups.stop()
     node.db.after_commit.remove(after_commit)
+    if node.side is not None:
+        await node.side.close()
     node.close()
 
 

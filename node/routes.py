@@ -12,6 +12,7 @@ from node.store import idempotency
 from node.web.appkeys import NODE, SYNC
 from node.web.auth import agent_id, principal
 from node.web.http import Route, convert, decode_query, idempotency_header, json_response, read_json, signed_or
+from sync.auth import PeerAuthError
 from wire.api import (
     AckIn,
     AckOut,
@@ -140,7 +141,14 @@ async def ack_inbox(request: web.Request) -> web.Response:
 
 async def node_info(request: web.Request) -> web.Response:
     info = _node(request).info()
-    return json_response(msgspec.structs.replace(info, boot_id=request.app[SYNC].verifier.boot_id))
+    state = request.app[SYNC]
+    if state.replay is None:
+        return json_response(msgspec.structs.replace(info, boot_id=state.verifier.boot_id))
+    try:  # read anew: another process may have drawn a new generation (record 86)
+        boot_id: str | None = (await state.replay.current())[0]
+    except PeerAuthError:  # the database is down (no signed request passes now either): the generation last read
+        boot_id = state.replay.boot_id
+    return json_response(msgspec.structs.replace(info, boot_id=boot_id))
 
 
 async def get_agent(request: web.Request) -> web.Response:

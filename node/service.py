@@ -18,7 +18,7 @@ from pathlib import Path
 from identity import canonical, key_files, keys, schema
 from node import __version__
 from node.agents import recovery_file
-from node.agents.challenges import Challenges
+from node.agents.challenges import Challenges, SharedChallenges
 from node.agents.key_events import KeyEvents
 from node.agents.recovery import Recovery
 from node.agents.service import Agents
@@ -44,6 +44,7 @@ from node.store.key_fence import KEY_FENCE_NAME, KeyFence
 from node.store.leader import Leadership
 from node.store.projections import Log
 from node.store.sealing import Sealing
+from node.store.side import SideConnection
 from node.trust.service import Trust
 from node.workflows.fence import FENCE_NAME
 from node.workflows.messaging import Bus
@@ -87,7 +88,12 @@ class Node:
         self.sync.on_redactions = self.redactions.wake
         # retention policy -> days of node-local rows kept (0 or absent: off; node/retention/job.py)
         self.retention_days: dict[str, int] = {}
-        self.challenges = Challenges()  # pending key-proof challenges: memory, never the writer
+        # this process's own connection outside the writer (PostgreSQL: what its processes share, record 86)
+        self.side = None if self.db.pg_url is None else SideConnection(self.db.pg_url)
+        # pending key-proof challenges, never the writer's: this process's memory, or the node's (PostgreSQL)
+        self.challenges: Challenges | SharedChallenges = (
+            Challenges() if self.side is None else SharedChallenges(self.side)
+        )
         # several processes on one PostgreSQL database (record 90): what write decisions read from memory is checked
         # against the database in the first write transaction after another process committed
         self.db.clock.on_foreign_write.append(self._foreign_write_txn)

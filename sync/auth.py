@@ -20,6 +20,7 @@ import email.utils
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -326,10 +327,35 @@ def sign_headers(
     return message.headers
 
 
+STALE_BOOT = "signed for another boot of this node (it restarted): read boot_id from GET /v1/node and sign again"
+REPLAYED = "this signed request was already used"
+BEFORE_START = "signed before this node last started: sign the request again (a new created)"
+
+
+@dataclass(frozen=True)
+class Signed:
+    """A peer request whose signature verified and is fresh, not yet checked against replays: who signed it, with
+    which key, its nonce, its `created` second and the boot id it names (None: a peer of the previous release)."""
+
+    peer: str
+    signing_key: str
+    nonce: str
+    created: int
+    boot: str | None
+
+    @property
+    def expires(self) -> int:
+        """The second after which the signature is no longer fresh anywhere: its nonce need not be kept past it."""
+        return self.created + MAX_AGE_S + MAX_SKEW_S
+
+
 class PeerVerifier:
     """Verifies signed sync requests and remembers nonces to refuse replays; requests naming another `boot_id`
     (drawn anew for each verifier: each process of a node) are refused, and with a `fence`, requests of the
-    previous release (no boot id) accepted before this process started."""
+    previous release (no boot id) accepted before this process started.
+
+    A node served by several processes (PostgreSQL) keeps the nonces and the boot id in its database instead
+    (node/federation/node_replay.py): it calls `check` here and decides the replay there."""
 
     def __init__(self, clock: Callable[[], float] = time.time, fence: ReplayFence | None = None) -> None:
         self.clock, self.fence = clock, fence
@@ -348,6 +374,27 @@ class PeerVerifier:
     ) -> tuple[str, str]:
         """Return (the peer's node id, the key that signed: its first key or the one its `keyid` names), or raise
         PeerAuthError. Whether that key may still sign for the peer is the caller's to decide (its key history)."""
+        signed = self.check(method, url, headers, body, allowed)
+        fence = self._since_restart(signed.boot, signed.created)
+        self._forget(self.clock())
+        if (signed.peer, signed.nonce) in self._seen:
+            raise PeerAuthError("replayed_request", REPLAYED)
+        if fence is not None:
+            self.legacy += 1
+            try:
+                fence.admit(signed.created)
+            except OSError as exc:
+                raise PeerAuthError(
+                    "replay_fence_unwritable", f"this node cannot record accepted requests: {exc}", 503
+                ) from None
+        self._seen[(signed.peer, signed.nonce)] = signed.expires
+        return signed.peer, signed.signing_key
+
+    def check(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, allowed: frozenset[str]
+    ) -> Signed:
+        """The request's signature checked (a configured peer's key, the tag, the covered components and body, fresh
+        within MAX_AGE_S and MAX_SKEW_S, a nonce), or PeerAuthError; whether it was seen before is not decided."""
         if "signature" not in {h.lower() for h in headers} or "signature-input" not in {h.lower() for h in headers}:
             raise PeerAuthError("signature_required", "sync requests must carry an RFC 9421 signature by a peer node")
         wanted = {"signature", "signature-input", "content-digest", BOOT_HEADER.lower()}
@@ -380,21 +427,8 @@ class PeerVerifier:
         nonce = params.get("nonce")
         if not isinstance(nonce, str) or not 16 <= len(nonce) <= 64:
             raise PeerAuthError("nonce_required", "the signature must carry a nonce of 16 to 64 characters")
-        fence = self._since_restart(results[0].covered_components.get(BOOT_COMPONENT), created)
         peer, signing_key = split_key_id(str(params["keyid"]))
-        self._forget(now)
-        if (peer, nonce) in self._seen:
-            raise PeerAuthError("replayed_request", "this signed request was already used")
-        if fence is not None:
-            self.legacy += 1
-            try:
-                fence.admit(created)
-            except OSError as exc:
-                raise PeerAuthError(
-                    "replay_fence_unwritable", f"this node cannot record accepted requests: {exc}", 503
-                ) from None
-        self._seen[(peer, nonce)] = created + MAX_AGE_S + MAX_SKEW_S
-        return peer, signing_key
+        return Signed(peer, signing_key, nonce, created, results[0].covered_components.get(BOOT_COMPONENT))
 
     def _since_restart(self, boot: str | None, created: int) -> ReplayFence | None:
         """Refuse a request that may have been accepted before this process started: one for another boot
@@ -402,16 +436,10 @@ class PeerVerifier:
         fence (`stale_request`). Returns the fence such a request is then admitted to, or None."""
         if boot is not None:
             if boot != self.boot_id:
-                raise PeerAuthError(
-                    "stale_boot",
-                    "signed for another boot of this node (it restarted): read boot_id from GET /v1/node and"
-                    " sign again",
-                )
+                raise PeerAuthError("stale_boot", STALE_BOOT)
             return None
         if self.fence is not None and self.fence.refuses(created):
-            raise PeerAuthError(
-                "stale_request", "signed before this node last started: sign the request again (a new created)"
-            )
+            raise PeerAuthError("stale_request", BEFORE_START)
         return self.fence
 
     def _forget(self, now: float) -> None:

@@ -1,14 +1,25 @@
-"""Pending key-proof challenges, held in memory: asking for one costs no database write.
+"""Pending key-proof challenges: asking for one never goes through the single writer.
 
 Anyone may ask for a challenge, so they are kept out of the single writer's path (a flood of asks must not
 delay agents' writes) and bounded: at most `per_agent` open per agent and `total` overall, the oldest evicted
-first, each expiring after its TTL. A restart forgets every pending challenge; an agent simply asks again
-(docs/security.md).
+first, each expiring after its TTL.
+
+One process (SQLite) holds them in its memory (`Challenges`): a restart forgets every pending challenge, and an
+agent simply asks again (docs/security.md). A node served by several processes (PostgreSQL) holds them in its
+database (`SharedChallenges`, docs/decisions.md record 86), so that a challenge asked at one process is answered at
+another: written on the process's own connection (node/store/side.py), never the writer's, in an UNLOGGED table
+(no WAL per ask; a server crash forgets them, as a restart did).
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict, deque
+from typing import Any
+
+from node.errors import Unavailable
+from node.store.conn import DatabaseError
+from node.store.side import SideConnection, SideUnavailable
 
 MAX_PENDING = 10_000
 PER_AGENT = 16
@@ -40,6 +51,18 @@ class Challenges:
         self._pending[nonce] = (agent_id, expires_ms)
         self._by_agent.setdefault(agent_id, deque()).append(nonce)
 
+    async def issue(self, nonce: str, agent_id: str, expires_ms: int, now_ms: int) -> None:
+        """`add`, as SharedChallenges is called."""
+        self.add(nonce, agent_id, expires_ms, now_ms)
+
+    async def consume(self, nonce: str, agent_id: str) -> int | None:
+        """`take`, as SharedChallenges is called."""
+        return self.take(nonce, agent_id)
+
+    async def pending(self) -> int:
+        """How many challenges are held."""
+        return len(self)
+
     def take(self, nonce: str, agent_id: str) -> int | None:
         """Consume the challenge `nonce` of `agent_id`: its expiry (ms), or None if no such challenge is held."""
         held = self._pending.get(nonce)
@@ -54,3 +77,59 @@ class Challenges:
         mine.remove(nonce)
         if not mine:
             del self._by_agent[agent_id]
+
+
+# The ring: a challenge takes slot `seq % total`, so the table never holds more than `total` rows and a new one
+# evicts the oldest overall, with no count. Then the agent's own beyond `per_agent` (the oldest) are deleted; asks of
+# one agent at the same instant at two processes may leave one more until the next ask of that agent.
+ISSUE = """
+INSERT INTO key_challenges (slot, seq, nonce, agent_id, expires_ms)
+SELECT n.v %% %s, n.v, %s, %s, %s FROM (SELECT nextval('key_challenge_seq') AS v) AS n
+ON CONFLICT (slot) DO UPDATE SET seq = excluded.seq, nonce = excluded.nonce, agent_id = excluded.agent_id,
+    expires_ms = excluded.expires_ms
+"""
+TRIM = """
+DELETE FROM key_challenges WHERE agent_id = %s AND seq <= (
+    SELECT seq FROM key_challenges WHERE agent_id = %s ORDER BY seq DESC OFFSET %s LIMIT 1
+)
+"""
+TAKE = "DELETE FROM key_challenges WHERE nonce = %s AND agent_id = %s RETURNING expires_ms"
+SWEEP = "DELETE FROM key_challenges WHERE expires_ms < %s"
+SWEEP_EVERY_S = 10.0  # at most one sweep of expired challenges per process this often
+
+
+class SharedChallenges:
+    """Pending challenges of a node served by several processes, in its database (see the module docstring): the
+    same bounds as `Challenges`, one-time use decided once (`DELETE ... RETURNING`) whichever process is answered."""
+
+    def __init__(self, side: SideConnection, per_agent: int = PER_AGENT, total: int = MAX_PENDING) -> None:
+        self.side, self.per_agent, self.total = side, per_agent, total
+        self._swept_at = 0.0
+
+    async def issue(self, nonce: str, agent_id: str, expires_ms: int, now_ms: int) -> None:
+        """Hold a new challenge, evicting beyond the bounds the oldest (overall, then of the agent); expired ones are
+        swept now and then."""
+        await self._run(ISSUE, (self.total, nonce, agent_id, expires_ms), again=False)  # twice: the nonce's again
+        await self._run(TRIM, (agent_id, agent_id, self.per_agent))
+        if time.monotonic() - self._swept_at >= SWEEP_EVERY_S:
+            self._swept_at = time.monotonic()
+            await self._run(SWEEP, (now_ms,))
+
+    async def consume(self, nonce: str, agent_id: str) -> int | None:
+        """Consume the challenge `nonce` of `agent_id`, at whichever process it was asked: its expiry (ms), or None if
+        no such challenge is held (never asked, already answered, evicted, swept)."""
+        rows = await self._run(TAKE, (nonce, agent_id))
+        return int(rows[0][0]) if rows else None
+
+    async def pending(self) -> int:
+        """How many challenges the node holds."""
+        rows = await self._run("SELECT count(*) FROM key_challenges", ())
+        return int(rows[0][0])
+
+    async def _run(self, sql: str, params: tuple[object, ...], *, again: bool = True) -> list[tuple[Any, ...]]:
+        try:
+            return await self.side.fetch(sql, params, again=again)
+        except (SideUnavailable, DatabaseError) as exc:
+            raise Unavailable(
+                f"pending challenges cannot be reached now: {exc}", code="challenges_unavailable"
+            ) from None

@@ -4,7 +4,8 @@ Any node that holds an agent's signed identity document (imported with `bbs agen
 sync) accepts the agent this way, so an agent is not tied to the API key its home node issued:
 
 1. ``POST /v1/auth/challenge {"agent_id"}`` returns a random one-time ``challenge`` valid 60 seconds (held in
-   memory, node/agents/challenges.py: asking costs no database write, and a restart forgets pending challenges).
+   memory, node/agents/challenges.py: asking costs no writer commit, and a restart forgets pending challenges; on
+   PostgreSQL held node-wide, outside the writer, so another process of the node answers it: record 86).
 2. The agent signs the canonical JSON of ``{"purpose": "agent-bbs-session", "node_id", "agent_id",
    "challenge"}`` with its key. Naming this node's id stops a signature made for one node being replayed
    at another.
@@ -65,7 +66,7 @@ async def issue_challenge(node: Node, agent_id: str) -> ChallengeOut:
             field="$.agent_id",
             code="agent_not_found",
         )
-    node.challenges.add(nonce, agent_id, now + CHALLENGE_TTL_MS, now)
+    await node.challenges.issue(nonce, agent_id, now + CHALLENGE_TTL_MS, now)
     return ChallengeOut(
         challenge=nonce,
         agent_id=agent_id,
@@ -82,7 +83,7 @@ async def open_session(node: Node, body: SessionIn) -> SessionOut:
     message = challenge_message(node.node_id, body.agent_id, body.challenge)
 
     # the challenge is consumed whether or not the proof verifies: it is tried once
-    expires_ms = node.challenges.take(body.challenge, body.agent_id)
+    expires_ms = await node.challenges.consume(body.challenge, body.agent_id)
     if expires_ms is None:
         raise Unauthorized("unknown or already used challenge: ask for a new one", field="$.challenge",
                            code="challenge_invalid")  # fmt: skip

@@ -30,7 +30,14 @@ async def authenticate_peer(request: web.Request, body: bytes | None) -> str:
             "the Host header is not a valid host[:port]", code="invalid_host", field="Host"
         ) from None
     try:
-        peer, signing_key = state.verifier.verify_signed(request.method, url, request.headers, body, allowed)
+        if state.replay is None:  # one process (SQLite): the nonces in its memory, its own boot id
+            peer, signing_key = state.verifier.verify_signed(request.method, url, request.headers, body, allowed)
+        else:  # any number of processes (PostgreSQL): decided once for the node (node_replay.py, record 86)
+            signed = state.verifier.check(request.method, url, request.headers, body, allowed)
+            await state.replay.admit(signed)
+            peer, signing_key = signed.peer, signed.signing_key
+            if signed.boot is None:
+                state.verifier.legacy += 1
     except PeerAuthError as exc:
         err = PeerAuthFailed(exc.detail, code=exc.code, field="Signature")
         err.status = exc.status

@@ -18,13 +18,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from node.errors import InvalidInput
+from node.federation.node_replay import NodeReplay
 from node.federation.peer_auth import authenticate_peer, signed_body
 from node.federation.store import NodeSyncStore
 from node.ops.metrics import metrics_of
+from node.store.side import SideConnection
 from node.web.appkeys import NODE, SYNC, SYNC_SETTINGS
 from node.web.http import Route, convert, decode_json, decode_query, json_response, read_json
 from sync import messages as m
-from sync.auth import PeerVerifier
+from sync.auth import PeerAuthError, PeerVerifier
 from sync.puller import Puller, Scheduler
 from sync.replay import FENCE_NAME, ReplayFence
 from sync.server import BadSyncMessage, SyncServer
@@ -40,6 +42,8 @@ class SyncState:
     server: SyncServer
     verifier: PeerVerifier
     scheduler: Scheduler | None = None
+    # a node on PostgreSQL (any number of processes): the boot generation and nonces in its database (record 86)
+    replay: NodeReplay | None = None
 
 
 def _state(request: web.Request) -> SyncState:
@@ -251,6 +255,14 @@ class PeerHealthCollector(Collector):
         )
         legacy.add_metric([], self.state.verifier.legacy)
         yield legacy
+        if self.state.replay is not None:  # a node on PostgreSQL (record 86)
+            drawn = CounterMetricFamily(
+                "bbs_sync_boot_generations_drawn",
+                "Boot generations this process drew: the database held none (its first, or the peer nonces were lost"
+                " in a crash of the server, a failover or a restore)",
+            )
+            drawn.add_metric([], self.state.replay.drawn)
+            yield drawn
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -259,8 +271,13 @@ class PeerHealthCollector(Collector):
 def install(app: web.Application) -> None:
     """Mount federation's state on an app being built (after `app[SYNC_SETTINGS]` is set): the sync store,
     server and verifier, and the long-poll wake-up on shutdown. `sync_context` runs the scheduler."""
-    store = app[NODE].sync
-    state = SyncState(store, SyncServer(store), PeerVerifier())
+    node = app[NODE]
+    store = node.sync
+    # PostgreSQL: the boot id and the nonces are the node's, not this process's; on a connection of their own, so
+    # that a flood of challenge asks (node.side) never queues a peer request behind it
+    url = node.db.pg_url
+    replay = None if url is None else NodeReplay(SideConnection(url))
+    state = SyncState(store, SyncServer(store), PeerVerifier(), replay=replay)
     app[SYNC] = state
     metrics_of(app).registry.register(PeerHealthCollector(state))
 
@@ -274,8 +291,14 @@ async def sync_context(app: web.Application) -> AsyncIterator[None]:
     """Cleanup context of every process: the replay fence of the peers' signed requests, and the long-polls' wake-up
     on stopping. The pulling is `pull_context`'s, leader work."""
     state = app[SYNC]
-    # read once the previous process is gone (bbs serve holds the data lock by now): its accepted signatures
-    state.verifier.fence = ReplayFence.load(app[NODE].data.root / FENCE_NAME)
+    if state.replay is None:
+        # read once the previous process is gone (bbs serve holds the data lock by now): its accepted signatures
+        state.verifier.fence = ReplayFence.load(app[NODE].data.root / FENCE_NAME)
+    else:  # the node's generation (drawn if the database holds none), and no file: nonces outlive this process
+        try:
+            state.verifier.boot_id = (await state.replay.current())[0]
+        except PeerAuthError as exc:  # the database is down: the first peer request or GET /v1/node draws it
+            log.warning("the boot generation could not be read at start: %s", exc.detail)
     state.server.closing.clear()
     try:
         yield
@@ -312,3 +335,5 @@ async def pull_context(app: web.Application) -> AsyncIterator[None]:
         await asyncio.gather(task, return_exceptions=True)
         state.scheduler = None
         await session.close()
+        if state.replay is not None:
+            await state.replay.side.close()

@@ -47,6 +47,9 @@ MEMBERS = (MANIFEST_NAME, KEY_NAME, DB_NAME)
 PG_MEMBERS = (MANIFEST_NAME, KEY_NAME, DUMP_NAME)
 SQLITE, POSTGRESQL = "sqlite", "postgresql"
 SET_ASIDE_TABLE = "redacted_bodies"  # versions a redaction set aside for its grace: never in a backup
+# A PostgreSQL node's boot generation, peer nonces and pending challenges (UNLOGGED, record 86): a restore is a loss
+# of the nonce memory, so it brings no generation back and the first process to start draws a new one.
+PROCESS_SHARED_TABLES = ("peer_boot", "peer_nonces", "key_challenges")
 COPY_CHUNK = 1024 * 1024
 UNPACK_STEP = "unpacking the backup (bytes)"
 FINISH_STEP = "checking the database and moving it into place"
@@ -179,7 +182,7 @@ def _dump_pg(url: str, dest: Path) -> tuple[str, str, int, int]:
         with db.transaction(conn, commit=False):
             snapshot = store.export_snapshot(conn)
             found = _meta(conn, "node_id"), _meta(conn, "epoch"), store.schema_version(conn), store.record_count(conn)
-            pg_tools.dump(url, dest, snapshot=snapshot, exclude_data=(SET_ASIDE_TABLE,))
+            pg_tools.dump(url, dest, snapshot=snapshot, exclude_data=(SET_ASIDE_TABLE, *PROCESS_SHARED_TABLES))
     finally:
         conn.close()
     return found

@@ -27,6 +27,11 @@ from tests.sync.conftest import make_peer  # noqa: F401  (fixture)
 PEER = keys.SigningKey.generate()
 URL = "http://node.example:8080/v1/sync/changes?since=0&v=2"
 NOW = 1_767_323_045.0
+# These poke one process's boot id and fence file; on PostgreSQL the node's processes share both in the database.
+NODE_WIDE = (
+    "on PostgreSQL the boot id and the nonces are the node's, in its database, and no fence file is read"
+    " (tests/node/multiproc/test_replay.py)"
+)
 
 
 def test_a_new_fence_refuses_nothing_and_remembers_what_it_admits(tmp_path: Path) -> None:
@@ -81,6 +86,7 @@ def test_an_unwritable_fence_is_a_503_not_an_acceptance(tmp_path: Path) -> None:
         os.chmod(folder, 0o700)
 
 
+@pytest.mark.sqlite_only(reason=NODE_WIDE)
 async def test_a_client_of_the_previous_release_signs_again_once_when_the_peer_restarted_this_second(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     a, b = await make_peer("a"), await make_peer("b")
     await a.add_peer(b)
@@ -94,6 +100,7 @@ async def test_a_client_of_the_previous_release_signs_again_once_when_the_peer_r
     assert a.sync.verifier.legacy == 1
 
 
+@pytest.mark.sqlite_only(reason=NODE_WIDE)
 async def test_a_client_naming_the_boot_is_not_held_by_the_fence(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     """The fence holds a second far ahead of this node's clock (a peer signed while both clocks ran ahead, and
     NTP stepped them back since): a request naming the node's boot is accepted at once all the same."""
@@ -108,6 +115,7 @@ async def test_a_client_naming_the_boot_is_not_held_by_the_fence(make_peer) -> N
     assert a.sync.verifier.legacy == 0 and fence.floor == int(time.time()) + 600  # nothing admitted to it
 
 
+@pytest.mark.sqlite_only(reason=NODE_WIDE)
 async def test_a_request_for_another_boot_is_refused_and_the_client_reads_the_boot_again(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     a, b = await make_peer("a"), await make_peer("b")
     await a.add_peer(b)
@@ -208,6 +216,7 @@ def test_fence_file_lives_beside_the_database(tmp_path: Path) -> None:
     assert (tmp_path / "n" / FENCE_NAME).read_text() == "0\n"
 
 
+@pytest.mark.sqlite_only(reason=NODE_WIDE)
 async def test_requests_of_the_previous_release_are_counted_in_metrics(make_peer) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     a, b = await make_peer("a"), await make_peer("b")
     await a.add_peer(b)

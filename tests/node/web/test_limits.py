@@ -71,7 +71,7 @@ async def test_requests_without_a_key_share_one_bucket_per_address(
     refused = await client.post("/v1/auth/challenge", json={"agent_id": alice.agent_id})
     body = await problem(refused, 429, "rate_limited")
     assert "without a key" in body["detail"] and int(refused.headers["Retry-After"]) >= 1
-    assert len(node.challenges) == 1  # the refused request held nothing
+    assert await node.challenges.pending() == 1  # the refused request held nothing
     assert (await client.get("/v1/inbox", headers=alice.headers)).status == 200  # a key has its own bucket
     # peer-signed sync routes are bounded by their own caps, not by this bucket: refused for the signature
     resp = await client.get("/v1/sync/changes?wait_ms=0")
@@ -133,7 +133,7 @@ async def test_unauthenticated_requests_have_their_own_limit(
     client = await aiohttp_client(create_app(node, RateLimit(rate=1000, burst=1000, anon_rate=0.001, anon_burst=3)))
     alice = await make_agent("alice")
     answers = [(await client.post("/v1/auth/challenge", json={"agent_id": alice.agent_id})).status for _ in range(6)]
-    assert answers == [201, 201, 201, 429, 429, 429] and len(node.challenges) == 3
+    assert answers == [201, 201, 201, 429, 429, 429] and await node.challenges.pending() == 3
     refused = await client.get("/healthz")
     body = await problem(refused, 429, "rate_limited")
     assert "without a key" in body["detail"] and int(refused.headers["Retry-After"]) >= 1
