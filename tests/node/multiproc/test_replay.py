@@ -55,13 +55,13 @@ async def boot_of(process: Process) -> str:
 async def send(process: Process, headers: dict[str, str], *, once: bool = False) -> tuple[int, dict[str, Any]]:
     """The signed GET to `process`, as the balancer forwards it: (status, body).
 
-    After a crash of the server each reader connection of a process that finds itself lost answers its request 500
-    once (node/store/db.py reopens it for the next read): that request is sent again, up to one per reader thread
+    After a crash of the server each reader connection of a process that finds itself lost answers its request 503
+    `database_unavailable` once (node/store/db.py reopens it for the next read): that request is sent again, up to one per reader thread
     and a few more, unless `once`. Meant for requests refused by their signature: one refused that way was refused
-    before anything read, and one answered 500 failed while reading the node's peers, before its nonce was taken."""
+    before anything read, and one answered 503 failed while reading the node's peers, before its nonce was taken."""
     for _ in range(1 if once else 8):
         resp = await process.client.get(PATH, headers={**headers, "Host": HOST})
-        if resp.status != 500:
+        if resp.status != 503:
             break
     return resp.status, await resp.json()
 
@@ -176,9 +176,9 @@ async def test_after_the_nonce_memory_is_lost_a_request_for_the_old_generation_i
     assert new != old and await boot_of(a) == new
     # the first generation was drawn at a's start (b read it), the second by whichever process met the loss first
     assert [p.client.app[SYNC].replay.drawn for p in (a, b)] in ([2, 0], [1, 1])
-    for _ in range(8):  # signed anew each time: a 500 of a lost reader connection came after the nonce was taken
+    for _ in range(8):  # signed anew each time: a 503 of a lost reader connection came after the nonce was taken
         status, _ = await send(a, auth.sign_headers(peer, "GET", URL, boot=new), once=True)
-        if status != 500:
+        if status != 503:
             break
     assert status == 200
 
