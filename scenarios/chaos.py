@@ -30,7 +30,6 @@ import functools
 import itertools
 import json
 import random
-import re
 import shutil
 import sys
 import tempfile
@@ -46,7 +45,7 @@ import aiohttp
 from agent import identity_file
 from identity import canonical, records
 from node.workflows.forward import PEER_LEASE_PATH
-from scenarios.chaos_ledger import FAILED, Grant, Ledger, Result, evaluate, hashes, table
+from scenarios.chaos_ledger import FAILED, Grant, Ledger, Result, evaluate, hashes, ledger_call, table
 from scenarios.fednet import Capture, Link, ScenarioFailed, ServedNode, bbs, send_raw
 from wire.api import PostEntry, unsigned_entry
 
@@ -120,22 +119,9 @@ class World:
         self, name: str, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
     ) -> tuple[int, Any]:
         """(status, JSON) of one request; (0, None) when no answer came (the node is down or cut off)."""
-        node = self.nodes[name]
-        try:
-            async with self.session.request(
-                method, node.url + path, json=body, headers=headers or node.admin, timeout=TIMEOUT
-            ) as resp:
-                data = await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return 0, None
-        if resp.status >= 300:
-            code = data.get("code", "") if isinstance(data, dict) else ""
-            if method != "GET":  # GETs poll for what sync has not brought yet
-                self.ledger.refused[f"{resp.status} {code}"] += 1
-            if resp.status >= 500:
-                route = re.sub(r"/tasks/[^/?]+", "/tasks/{task_id}", path.split("?")[0])
-                self.ledger.client_5xx[f"{resp.status} {code} {method} {route}"] += 1
-        return resp.status, data
+        return await ledger_call(
+            self.session, self.ledger, self.nodes[name], method, path, body, headers, timeout=TIMEOUT, where=""
+        )
 
     async def lease_of(self, name: str, task: str) -> tuple[Any, ...] | None:
         status, data = await self.call(name, "GET", f"{WF}/tasks/{task}")

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 HELD, FAILED, SKIPPED = "HELD", "FAILED", "SKIPPED"
 
 INVARIANTS: dict[str, str] = {
@@ -116,6 +118,38 @@ class Ledger:
         for task, by_node in seen.items():
             if len(set(by_node.values())) > 1:
                 self.lease_conflicts.append(f"{task} at {at}: held by {_short(by_node)}")
+
+
+async def ledger_call(
+    session: aiohttp.ClientSession,
+    ledger: Ledger,
+    node: Any,
+    method: str,
+    path: str,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+    *,
+    timeout: aiohttp.ClientTimeout,
+    where: str = "",
+) -> tuple[int, Any]:
+    """(status, JSON) of one request to `node` (a served node: its `url`, its `admin` headers unless `headers`); (0,
+    None) when no answer came (the node is down or cut off). A refused write counts in `ledger.refused` (GETs poll for
+    what sync has not brought yet), a 5xx in `ledger.client_5xx` by route, `where` naming who answered."""
+    try:
+        async with session.request(
+            method, node.url + path, json=body, headers=headers or node.admin, timeout=timeout
+        ) as resp:
+            data = await resp.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return 0, None
+    if resp.status >= 300:
+        code = data.get("code", "") if isinstance(data, dict) else ""
+        if method != "GET":
+            ledger.refused[f"{resp.status} {code}"] += 1
+        if resp.status >= 500:
+            route = re.sub(r"/tasks/[^/?]+", "/tasks/{task_id}", path.split("?")[0])
+            ledger.client_5xx[f"{resp.status} {code} {method} {route}{where}"] += 1
+    return resp.status, data
 
 
 def _short(by_node: dict[str, str]) -> str:

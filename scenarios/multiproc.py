@@ -54,7 +54,7 @@ from typing import Any
 import aiohttp
 
 from scenarios import pg_cluster
-from scenarios.chaos_ledger import Ledger, overlaps, tracebacks
+from scenarios.chaos_ledger import Ledger, ledger_call, overlaps, tracebacks
 from scenarios.federation import federated_bodies
 from scenarios.fednet import Balancer, ScenarioFailed, ServedNode, bbs
 
@@ -182,22 +182,8 @@ class World:
         self, name: str, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
     ) -> tuple[int, Any]:
         """(status, JSON) of one request to a process or the peer; (0, None) when no answer came."""
-        node = self.nodes[name]
-        try:
-            async with self.session.request(
-                method, node.url + path, json=body, headers=headers or node.admin, timeout=TIMEOUT
-            ) as resp:
-                data = await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return 0, None
-        if resp.status >= 300:
-            code = data.get("code", "") if isinstance(data, dict) else ""
-            if method != "GET":
-                self.ledger.refused[f"{resp.status} {code}"] += 1
-            if resp.status >= 500:
-                route = re.sub(r"/tasks/[^/?]+", "/tasks/{task_id}", path.split("?")[0])
-                self.ledger.client_5xx[f"{resp.status} {code} {method} {route} ({name})"] += 1
-        return resp.status, data
+        node, session, where = self.nodes[name], self.session, f" ({name})"
+        return await ledger_call(session, self.ledger, node, method, path, body, headers, timeout=TIMEOUT, where=where)
 
     async def either(
         self, rng: random.Random, method: str, path: str, body: Any, headers: dict[str, str], what: str

@@ -56,9 +56,10 @@ async def send(process: Process, headers: dict[str, str], *, once: bool = False)
     """The signed GET to `process`, as the balancer forwards it: (status, body).
 
     After a crash of the server each reader connection of a process that finds itself lost answers its request 503
-    `database_unavailable` once (node/store/db.py reopens it for the next read): that request is sent again, up to one per reader thread
-    and a few more, unless `once`. Meant for requests refused by their signature: one refused that way was refused
-    before anything read, and one answered 503 failed while reading the node's peers, before its nonce was taken."""
+    `database_unavailable` once (node/store/db.py reopens it for the next read): that request is sent again, up to
+    one per reader thread and a few more, unless `once`. Meant for requests refused by their signature: one refused
+    that way was refused before anything read, and one answered 503 failed while reading the node's peers, before its
+    nonce was taken."""
     for _ in range(1 if once else 8):
         resp = await process.client.get(PATH, headers={**headers, "Host": HOST})
         if resp.status != 503:
