@@ -26,7 +26,7 @@ from sync.listed import Listed
 from sync.negentropy import NegentropyError
 from sync.protocol import PeerVersions
 from sync.reconcile_sets import ReconcileReport, reconcile_sets
-from sync.store import TOO_NEW, Cursor, Invalid, Outcome, PeerConfig, SyncStore, Verified
+from sync.store import TOO_NEW, Cursor, Invalid, Outcome, PeerConfig, StoreUnavailable, SyncStore, Verified
 from sync.verify import accept_all, start_worker, verdicts, verify_record
 
 log = logging.getLogger("bbs.sync")
@@ -366,7 +366,7 @@ class Puller:
                 caught_up = True
             except asyncio.CancelledError:
                 raise
-            except (SyncError, NegentropyError, StoreFault) as exc:
+            except (SyncError, NegentropyError, StoreFault, StoreUnavailable) as exc:
                 if isinstance(exc, SyncError) and self.versions.fall_back(peer, exc):
                     caught_up = False
                     continue
@@ -376,7 +376,7 @@ class Puller:
                     await wait_for_peer(self.store, self.key.did, peer, health, waits, str(exc))
                     continue
                 failures += 1
-                unreachable = unreachable or not isinstance(exc, StoreFault)
+                unreachable = unreachable or not isinstance(exc, StoreFault | StoreUnavailable)
                 caught_up = False
                 log.warning("sync with %s failed (%d): %s", peer.node_id, failures, exc)
                 await self._failed(peer, health, failures, str(exc))

@@ -97,6 +97,12 @@ class PeerConfig:
     url: str
 
 
+class StoreUnavailable(Exception):
+    """The store's database cannot be reached for now (a server restarting, a lost connection): nothing of the call
+    was done, and a later call may succeed. A store raises it (or a subclass: node/store/conn.py's ConnectionLost);
+    the puller counts it a failure and backs off, as after an unreachable peer, without a traceback."""
+
+
 class SyncStore(Protocol):
     """Everything sync reads from and writes to a node's store."""
 

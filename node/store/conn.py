@@ -15,6 +15,8 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
+from sync.store import StoreUnavailable
+
 
 class Cursor(Protocol):
     """The result of `Conn.execute`: rows by index or by column name (sqlite3.Row), and the statement's counts."""
@@ -103,7 +105,7 @@ class OperationalError(DatabaseError, sqlite3.OperationalError):
     """The statement could not run: a syntax error, a lock or serialization failure, the server gone."""
 
 
-class ConnectionLost(OperationalError):
+class ConnectionLost(OperationalError, StoreUnavailable):
     """The connection to the PostgreSQL server is gone or could not be made (SQLSTATE class 08, a server shutting
     down or starting, 57P01-57P03, or a client-side failure without a SQLSTATE): the statement did not run here, and
     a later one on a new connection may. HTTP answers it 503 (node/web/http.py), as a client may try again."""

@@ -21,7 +21,7 @@ from sync import puller as puller_module
 from sync.memory import MemoryStore
 from sync.messages import PROTOCOL_VERSION
 from sync.puller import Puller, PullReport, Scheduler, backoff, verify_many
-from sync.store import Invalid, PeerConfig, Verified
+from sync.store import Invalid, PeerConfig, StoreUnavailable, Verified
 from sync.verify import verify_record
 from tests.sync.conftest import PeerNode, body_of, hash_of, signed_entry
 
@@ -435,3 +435,38 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+class UnreachableStore(MemoryStore):
+    """A store whose database is out of reach while `down`: every ingest raises StoreUnavailable."""
+
+    down = True
+
+    async def ingest(self, *args: Any, **kwargs: Any) -> Any:
+        if self.down:
+            raise StoreUnavailable("the database restarts")
+        return await super().ingest(*args, **kwargs)
+
+
+async def test_a_store_out_of_reach_is_a_failure_backed_off_not_a_crash(
+    make_peer: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A PostgreSQL restart under a node (node/store/conn.py ConnectionLost is a StoreUnavailable): the pull is noted
+    failed and tried again after its back-off, logged as a warning without a traceback, and succeeds once the
+    database is back."""
+    peer = await make_peer("p")
+    me = keys.SigningKey.generate()
+    await served_to(peer, me)
+    await peer.post(await peer.agent(), "written while our database restarts")
+    store = UnreachableStore(node_id=me.did)
+    monkeypatch.setattr(puller_module, "backoff", lambda failures: 0.01)
+    async with aiohttp.ClientSession() as session:
+        loop = asyncio.create_task(Puller(store, me, session, wait_ms=200).run_peer(peer.config))
+        await until(lambda: bool(store.errors.get(peer.node_id)))
+        store.down = False
+        await until(lambda: len(store.log) > 0)
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+    failed = [r for r in caplog.records if r.name == "bbs.sync" and "failed" in r.getMessage()]
+    assert failed and all(r.exc_info is None for r in failed)
+    assert not [r for r in caplog.records if "crashed" in r.getMessage()]
