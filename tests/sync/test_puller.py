@@ -358,6 +358,8 @@ async def test_a_peer_reachable_again_is_reconciled_at_once(hostile: Hostile, mo
             assert hostile.reconciles == 1
             hostile.down = False
             await until(lambda: hostile.reconciles == 2)  # not an hour later
+            # The peer counts the reconciliation when it answers; the puller clears its failures after the round.
+            await until(lambda: health.consecutive_failures == 0)
         finally:
             loop.cancel()
             await asyncio.gather(loop, return_exceptions=True)
