@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from identity import canonical, records
+from identity import records
 from identity.space_rules import may_receive
 from sync import compat
 from sync.messages import PROTOCOL_VERSION, PeerHealth
 from sync.store import TOO_NEW, Cursor, CursorVersion, Invalid, Outcome, Page, PeerConfig, Verified
+from wire.time import parse_ms
 
 MAX_WANT_ATTEMPTS = 8
 
@@ -87,7 +88,7 @@ class MemoryStore:
             self.log[self.index.pop(x) - 1] = None
             self.statements.pop(x, None)
             self._reject(x, v.hash)
-        ms = int(canonical.parse_created_at(v.record["created_at"]).timestamp() * 1000)
+        ms = parse_ms(v.record["created_at"])
         self.log.append((v.hash, version, v.body, ms, scope))
         self.origins[version] = origin
         self.index[version] = len(self.log)

@@ -21,6 +21,7 @@ from node.errors import InvalidInput
 from node.spaces.sight import Sight
 from node.store.conn import POSTGRESQL, Conn, engine_of
 from wire.api import EntryOut, LinkOut
+from wire.time import ms_of
 
 # An entry's community confidence (node/trust/service.py): its computed value, else its author's trust, else neutral
 # 0.5.
@@ -179,7 +180,7 @@ def parse_since(value: str | None, field: str) -> int | None:
         raise InvalidInput("since must be an ISO 8601 timestamp such as 2026-01-31T12:00:00Z", field=field) from None
     if moment.tzinfo is None:
         raise InvalidInput("since must carry a timezone (for example a trailing Z)", field=field)
-    return int(moment.timestamp() * 1000)
+    return ms_of(moment)
 
 
 class EntryState(NamedTuple):

@@ -9,7 +9,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from identity import canonical
-from wire.time import format_ms, parse_ms
+from wire.time import format_ms, ms_of, parse_ms
 
 # 1970 to 9999: the years a canonical created_at can spell
 EPOCH_MS = st.integers(min_value=0, max_value=253_402_300_799_999)
@@ -51,15 +51,10 @@ def test_parse_ms_refuses_what_is_not_canonical(value: str) -> None:
 
 @given(EPOCH_MS)
 @example(2**47 - 1)  # format_ms lost a millisecond past the year 2242 (a float ms / 1000): found in a CI-like run
-def test_format_then_parse_comes_back_within_a_millisecond(ms: int) -> None:
-    assert 0 <= ms - parse_ms(format_ms(ms)) <= 1  # exactly: see the next test
+def test_format_then_parse_comes_back_exactly(ms: int) -> None:
+    assert parse_ms(format_ms(ms)) == ms
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: parse_ms truncates the float product timestamp() * 1000 (parse_ms in wire/time.py), so about one "
-    "millisecond value in 170 reads back one less; integer arithmetic would be exact",
-)
 @pytest.mark.parametrize(
     "created_at", ["2004-05-09T02:09:03.070Z", "2038-12-01T07:47:33.436Z", "1972-02-19T00:36:11.417Z"]
 )
@@ -70,7 +65,7 @@ def test_parse_ms_is_exact(created_at: str) -> None:
 @given(EPOCH_MS)
 def test_the_fast_path_agrees_with_the_strict_parser(ms: int) -> None:
     text = format_ms(ms)
-    assert parse_ms(text) == int(canonical.parse_created_at(text).timestamp() * 1000)
+    assert parse_ms(text) == ms_of(canonical.parse_created_at(text))
 
 
 def test_canonical_spellings_do_not_sort_as_text_but_their_milliseconds_do() -> None:

@@ -6,7 +6,6 @@ import asyncio
 import json
 import sqlite3
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from node.workflows import bus
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.api_helpers import self_signer
 from tests.node.workflows.helpers import WF, count_records
-from wire.time import format_ms
+from wire.time import format_ms, parse_ms
 from wire.workflows import MessageQuery
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -203,7 +202,7 @@ async def test_following_in_arrival_order_never_skips_a_late_message(
 
 
 def _ms(message: dict[str, Any]) -> int:
-    return int(datetime.fromisoformat(message["created_at"].replace("Z", "+00:00")).timestamp() * 1000)
+    return parse_ms(message["created_at"])
 
 
 class _Recorder:
