@@ -94,10 +94,21 @@ class Server:
     def cpu_seconds(self) -> float:
         """User + system CPU time the server process has used so far."""
         assert self.proc is not None
-        with open(f"/proc/{self.proc.pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks
+        return cpu_seconds(self.proc.pid)
+
+    def loop_cpu_seconds(self) -> float:
+        """User + system CPU time the server's main thread (its event loop) has used so far."""
+        assert self.proc is not None
+        return cpu_seconds(self.proc.pid, main_thread=True)
+
+
+def cpu_seconds(pid: int, *, main_thread: bool = False) -> float:
+    """User + system CPU time of process `pid` so far (Linux /proc), or of its main thread alone (the thread whose
+    id is the process's: where an asyncio server runs its event loop)."""
+    path = f"/proc/{pid}/task/{pid}/stat" if main_thread else f"/proc/{pid}/stat"
+    with open(path) as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def listens(pid: int, port: int) -> bool:

@@ -17,7 +17,7 @@ from identity import keys
 from scenarios.bench import corpus, raw
 from scenarios.bench.bare_http import BareServer
 from scenarios.bench.context import Context
-from scenarios.bench.harness import BenchFailure, Call, LoadResult, Server, bearer, run_load
+from scenarios.bench.harness import BenchFailure, Call, LoadResult, Server, bearer, cpu_seconds, run_load
 from scenarios.bench.report import Row, ms, percentile, rate, ratio
 from wire.api import MAX_BATCH
 
@@ -86,30 +86,66 @@ class Measured:
     label: str
     result: LoadResult
     cpu: float
+    loop_cpu: float  # of the server's main thread, its event loop
     entries: int
     writer: dict[str, float]  # growth of the bbs_writer_* counters during the run
 
 
-def drive(server: Server, admin_token: str, lanes: list[list[Call]]) -> tuple[LoadResult, float, dict[str, float]]:
-    """Send `lanes` to the server (every answer a 201); (the load's result, the server's CPU seconds, the growth of
-    its bbs_writer_* counters)."""
-    writer_before, cpu_before = server.writer_stats(admin_token), server.cpu_seconds()
+@dataclass
+class Floor:
+    """The bare floor's run: the client's view and its event loop's CPU seconds."""
+
+    result: LoadResult
+    loop_cpu: float
+
+
+def drive(
+    server: Server, admin_token: str, lanes: list[list[Call]]
+) -> tuple[LoadResult, float, float, dict[str, float]]:
+    """Send `lanes` to the server (every answer a 201); (the load's result, the server's CPU seconds, its event
+    loop's, the growth of its bbs_writer_* counters)."""
+    writer_before = server.writer_stats(admin_token)
+    cpu_before, loop_before = server.cpu_seconds(), server.loop_cpu_seconds()
     result = asyncio.run(run_load(server.url, lanes, expect=lambda s: s == 201))
-    cpu, writer_after = server.cpu_seconds() - cpu_before, server.writer_stats(admin_token)
-    return result, cpu, {name: writer_after[name] - writer_before.get(name, 0.0) for name in writer_after}
+    cpu, loop_cpu = server.cpu_seconds() - cpu_before, server.loop_cpu_seconds() - loop_before
+    writer_after = server.writer_stats(admin_token)
+    return result, cpu, loop_cpu, {name: writer_after[name] - writer_before.get(name, 0.0) for name in writer_after}
 
 
-def _bare_floor(ctx: Context, per_lane: int) -> LoadResult:
+def _bare_floor(ctx: Context, per_lane: int) -> Floor:
     """The same single posts, with the same client, sent to `bare_http`'s ingest route: aiohttp, Ed25519 signing
     and one writer thread committing the raw baseline's rows, and nothing else a node does."""
     database = ctx.workdir / "ingest-floor.db"
     raw.remove_database(database)
     lanes = node_signed_lanes([f"floor-{i}" for i in range(ctx.sizes.clients)], per_lane, offset=1_000_000)
     with BareServer(database) as bare:
+        assert bare.proc is not None
+        loop_before = cpu_seconds(bare.proc.pid, main_thread=True)
         result = asyncio.run(run_load(bare.url, lanes, expect=lambda s: s == 201))
+        loop_cpu = cpu_seconds(bare.proc.pid, main_thread=True) - loop_before
         if bare.stored() != result.count:
             raise BenchFailure(f"the bare ingest server stored {bare.stored()} of {result.count} acknowledged posts")
-    return result
+    return Floor(result, loop_cpu)
+
+
+def cpu_by_thread(m: Measured, floor: Floor) -> Row:
+    """Where the server's CPU per entry went: its event loop (the main thread), its writer thread, and the rest
+    (crypto threads, readers, the search indexer); against the bare floor's event loop per post."""
+    n = max(m.entries, 1)
+    writer_cpu = m.writer.get("cpu_seconds", 0.0)
+    floor_loop = floor.loop_cpu / max(floor.result.count, 1)
+    return Row(
+        BENCH,
+        f"{m.label}: server CPU per entry: event loop / writer / other threads",
+        f"{ms(m.loop_cpu / n)} / {ms(writer_cpu / n)} / {ms(max(m.cpu - m.loop_cpu - writer_cpu, 0.0) / n)}",
+        f"{ms(floor_loop)} (the floor's event loop per post)",
+        ratio(m.loop_cpu / n, floor_loop),
+        "",
+        None,
+        "user+system CPU of the server's main thread (/proc/<pid>/task/<pid>/stat), of its writer thread"
+        " (bbs_writer_cpu_seconds on /metrics) and the rest of the process, per entry; with one event loop the"
+        " loop's share is what bounds single posts once the writer waits for requests (docs/performance.md)",
+    )
 
 
 def writer_breakdown(label: str, writer: dict[str, float], entries: int) -> Row:
@@ -166,8 +202,8 @@ def run(ctx: Context) -> None:
         with Server(data) as server:
             # warm up: each agent's first request pays the API-key hash check once (then the token cache holds it)
             asyncio.run(run_load(server.url, [[Call("GET", "/v1/subscriptions", bearer(k))] for _, k in agents]))
-            result, cpu, writer = drive(server, admin_token, lanes)
-        measured.append(Measured(label, result, cpu, per_lane * clients, writer))
+            result, cpu, loop_cpu, writer = drive(server, admin_token, lanes)
+        measured.append(Measured(label, result, cpu, loop_cpu, per_lane * clients, writer))
     method_common = (
         f"{clients} concurrent keep-alive HTTP/1.1 clients, real `bbs serve` subprocess on loopback;"
         " client and server share the machine's 2 cores"
@@ -248,7 +284,9 @@ def run(ctx: Context) -> None:
             )
         )
         ctx.report.add(writer_breakdown(label, m.writer, entries))
-    floor_rate, single_rate = floor.count / floor.elapsed, measured[0].entries / measured[0].result.elapsed
+        ctx.report.add(cpu_by_thread(m, floor))
+    floor_rate = floor.result.count / floor.result.elapsed
+    single_rate = measured[0].entries / measured[0].result.elapsed
     ctx.report.add(
         Row(
             BENCH,
@@ -258,9 +296,9 @@ def run(ctx: Context) -> None:
             ratio(floor_rate, sqlite_rate),
             "",
             None,
-            f"{floor.count} posts, the node-signed bodies; scenarios/bench/bare_http.py in its own process: decode,"
-            " canonical record, Ed25519 sign, one writer thread committing what queued (raw baseline's rows), 201;"
-            " no auth, validation, record check, access log, links or notifications. What any one-process aiohttp"
+            f"{floor.result.count} posts, the node-signed bodies; scenarios/bench/bare_http.py in its own process:"
+            " decode, canonical record, Ed25519 sign, one writer thread committing what queued (raw baseline's rows),"
+            " 201; no auth, validation, record check, access log, links or notifications. What any one-process aiohttp"
             " node with one writer could reach here",
         )
     )

@@ -229,7 +229,7 @@ def ingest_on(ctx: Context, cluster: pg_cluster.Cluster, engine: str, batched: b
         lanes = ingest.as_batches(lanes)
     with Server(data) as server:
         asyncio.run(run_load(server.url, [[Call("GET", "/v1/subscriptions", bearer(k))] for _, k in agents]))
-        result, _, writer = ingest.drive(server, admin_token, lanes)
+        result, _, _, writer = ingest.drive(server, admin_token, lanes)
     return Ingested(result, per_lane * clients, writer)
 
 

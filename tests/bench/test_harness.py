@@ -1,8 +1,11 @@
-"""The benchmark harness's server start: the listener that answers must be the process it started."""
+"""The benchmark harness: the listener that answers must be the process it started; CPU time per process and per
+its main thread."""
 
 from __future__ import annotations
 
 import http.server
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -37,3 +40,27 @@ def test_a_port_taken_by_another_server_is_not_mistaken_for_ours(tmp_path: Path)
     finally:
         impostor.shutdown()
         impostor.server_close()
+
+
+def test_the_main_threads_cpu_is_told_apart_from_the_processes() -> None:
+    # a process whose second thread burns CPU while its main thread sleeps: the process's CPU grows, the main
+    # thread's hardly (what the ingest bench's event-loop row rests on)
+    script = (
+        "import threading, time\n"
+        "def burn():\n"
+        "    end = time.process_time() + 0.6\n"
+        "    while time.process_time() < end:\n"
+        "        pass\n"
+        "t = threading.Thread(target=burn); t.start(); t.join()\n"
+        "print('done', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "done"
+        whole, main = harness.cpu_seconds(proc.pid), harness.cpu_seconds(proc.pid, main_thread=True)
+        assert whole >= 0.5
+        assert main < whole - 0.4
+    finally:
+        proc.kill()
+        proc.wait()
