@@ -55,16 +55,19 @@ async def boot_of(process: Process) -> str:
 async def send(process: Process, headers: dict[str, str], *, once: bool = False) -> tuple[int, dict[str, Any]]:
     """The signed GET to `process`, as the balancer forwards it: (status, body).
 
-    After a crash of the server each reader connection of a process that finds itself lost answers its request 503
-    `database_unavailable` once (node/store/db.py reopens it for the next read): that request is sent again, up to
-    one per reader thread and a few more, unless `once`. Meant for requests refused by their signature: one refused
-    that way was refused before anything read, and one answered 503 failed while reading the node's peers, before its
-    nonce was taken."""
-    for _ in range(1 if once else 8):
+    After a crash of the server each connection of a process that finds itself lost (a reader, the quick reader, the
+    side connection) answers its request 503 `database_unavailable` once (node/store/db.py reopens it for the next
+    one): that request is sent again, for up to 30 s, unless `once`. Meant for requests refused by their signature:
+    one refused that way was refused before anything read, and one answered 503 failed while reading the node's peers,
+    before its nonce was taken. (A count of tries was not enough: which connection a request lands on is the pool's
+    choice, and a loaded machine reopens them slower; the last CI's one failure.)"""
+    deadline = time.monotonic() + 30
+    while True:
         resp = await process.client.get(PATH, headers={**headers, "Host": HOST})
-        if resp.status != 503:
-            break
-    return resp.status, await resp.json()
+        body: dict[str, Any] = await resp.json()
+        if once or resp.status != 503 or body.get("code") != "database_unavailable" or time.monotonic() > deadline:
+            return resp.status, body
+        await asyncio.sleep(0.05)
 
 
 async def refused(process: Process, headers: dict[str, str], code: str, status: int = 401) -> None:
