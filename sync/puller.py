@@ -6,18 +6,16 @@ import asyncio
 import collections
 import contextlib
 import logging
-import multiprocessing
 import os
 import random
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
-from identity import keys, schema
+from identity import keys
 from sync import messages as m
 from sync.auth import NodeSigner, PeerBoots
 from sync.client import PeerClient, SyncError, Traffic
@@ -27,16 +25,14 @@ from sync.negentropy import NegentropyError
 from sync.protocol import PeerVersions
 from sync.reconcile_sets import ReconcileReport, reconcile_sets
 from sync.store import TOO_NEW, Cursor, Invalid, Outcome, PeerConfig, StoreUnavailable, SyncStore, Verified
-from sync.verify import accept_all, start_worker, verdicts, verify_record
+from sync.verify import verify_record
+from sync.workers import POOL, VerifyPool
 
 log = logging.getLogger("bbs.sync")
 WANTED_PER_ROUND = 64
 # Threads verifying one page: Ed25519 (most of a record's check) runs without the GIL, so they use every core.
 VERIFY_THREADS = min(4, os.cpu_count() or 1)
-# Worker processes verifying a large page (at least POOL_MIN_ITEMS records): the Python half of a record's check
-# then runs beside the store's Python instead of waiting for this process's GIL (docs/decisions.md). One core is
-# left to this process (its writer and event loop): on 2 cores, one worker.
-VERIFY_PROCESSES = max(1, min(4, (os.cpu_count() or 1) - 1))
+# A page of at least POOL_MIN_ITEMS records is verified in the worker processes (sync/workers.py)
 POOL_MIN_ITEMS = 256
 NOTE_EVERY_S = 5.0  # during a catch-up, the peer's status (head, last success) is written this often
 # A peer that has not added this node yet (403 unknown_peer) is asked again at most backoff(2) (2 s) apart: it
@@ -435,48 +431,6 @@ async def wait_for_peer(
         )
     await store.note_peer(peer.node_id, error=f"waiting for the peer to add this node: {error}"[:500], health=health)
     await asyncio.sleep(backoff(min(waits, WAITING_BACKOFF_STEPS)))
-
-
-class VerifyPool:
-    """Worker processes (`spawn`ed on first use, kept for the process's life) that verify large pages. When they
-    cannot start or fail, verification goes back to this process's threads, for good: a node works without them."""
-
-    def __init__(self, workers: int, start_method: str = "spawn") -> None:
-        self.workers, self.start_method = workers, start_method  # not fork: it would copy a threaded process's locks
-        self.failed = workers < 1
-        self._pool: ProcessPoolExecutor | None = None
-
-    async def verify(self, items: list[tuple[bytes, str | None, str | None]]) -> list[Verified | Invalid] | None:
-        """Results of `verify_record` for `items` in their order, or None if the pool is unusable."""
-        if self.failed:
-            return None
-        loop = asyncio.get_running_loop()
-        try:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    self.workers,
-                    mp_context=multiprocessing.get_context(self.start_method),
-                    initializer=start_worker,
-                    initargs=(dict(schema.RECORD_TYPES), os.getpid()),
-                )
-            step = -(-len(items) // self.workers)
-            chunks = [items[i : i + step] for i in range(0, len(items), step)]
-            done = await asyncio.gather(*(loop.run_in_executor(self._pool, verdicts, chunk) for chunk in chunks))
-        except Exception as exc:  # a broken pool, a failed spawn: threads verify instead
-            log.warning("verifying in worker processes failed (%s: %s); verifying on threads", type(exc).__name__, exc)
-            self.close()
-            return None
-        return await asyncio.to_thread(accept_all, items, [answer for chunk in done for answer in chunk])
-
-    def close(self) -> None:
-        """Stop the workers; verification goes on threads from now on."""
-        self.failed = True
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
-
-
-POOL = VerifyPool(VERIFY_PROCESSES)
 
 
 async def verify_many(

@@ -31,7 +31,15 @@ from node.store import db, equivocation, idempotency, projections
 from node.store.authority import Authority, authorize_txn
 from node.store.conn import Conn
 from node.store.db import Database, Mergeable
-from node.store.sealing import HashTaken, SealedRecord, Sealing, sign_and_check, sign_and_check_body, until_hash_free
+from node.store.sealing import (
+    POOL_MIN_RECORDS,
+    HashTaken,
+    SealedRecord,
+    Sealing,
+    sign_and_check,
+    sign_and_check_body,
+    until_hash_free,
+)
 from wire.api import PostEntry, SignedSubmission, unsigned_entry
 from wire.time import format_ms, parse_ms
 
@@ -213,16 +221,24 @@ class Entries:
                 except canonical.CanonicalError as exc:
                     raise InvalidInput(str(exc), field=exc.field) from None
 
+        signed: dict[int, tuple[SealedRecord, bytes] | InvalidInput] = {}
+        if signer is not None and len(unsigned) >= POOL_MIN_RECORDS:  # many: in worker processes when they are up
+            answers = await self.sealing.sign_many(list(unsigned.values()), signer)
+            signed = dict(zip(unsigned, answers, strict=True))
+
         def seal_all() -> None:
             for post in posts:
                 with Located(post.where):
                     if isinstance(post.body, SignedSubmission):
                         post.sealed = Sealed.of(*self.sealing.check_signed_body(post.body.record, "entry", agent_id))
-                    else:
-                        assert signer is not None
-                        post.sealed = Sealed.of(*sign_and_check_body(unsigned[id(post)], signer))
+                        continue
+                    assert signer is not None
+                    answer = signed.get(id(post)) or sign_and_check_body(unsigned[id(post)], signer)
+                    if isinstance(answer, InvalidInput):
+                        raise answer
+                    post.sealed = Sealed.of(*answer)
 
-        await self.sealing.off_loop(len(posts), seal_all)
+        await self.sealing.off_loop(len(posts) - len(signed), seal_all)
 
     def _store_all_txn(self, conn: Conn, requests: list[tuple[str, list[_Post]]]) -> list[list[Stored]]:
         return store_all_txn(conn, requests, self.now_ms(), self.sealing.authority)

@@ -126,6 +126,14 @@ class _ProcessCollector(Collector):
             "Terms this process began as the node's leader since it started",
             value=leadership.takeovers,
         )
+        pool = self.node.sealing.pool
+        yield GaugeMetricFamily(
+            "bbs_worker_processes_up",
+            "1 once this process's worker processes (signing large batches, verifying large sync pages) have started;"
+            " 0 before the first such work, or if they failed (the work then runs on threads)",
+            value=1.0 if pool.up and not pool.failed else 0.0,
+        )
+        yield CounterMetricFamily("bbs_worker_runs", "Calls the worker processes answered", value=pool.runs)
 
     def describe(self) -> Iterable[Metric]:
         return []

@@ -16,18 +16,23 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
-from identity import keys, records
+import msgspec
+
+from identity import keys, records, schema, schema_v3
 from node.agents import service as agents
 from node.errors import Conflict, Forbidden, InvalidInput
 from node.store import submission
 from node.store.authority import AUTHORITY_KINDS, Authority
 from node.store.db import Database
 from node.store.key_fence import KeyFence
+from sync import workers
 from wire.time import parse_ms
 
 MAX_FUTURE_SKEW_MS = 5 * 60 * 1000
 CRYPTO_THREADS = max(1, (os.cpu_count() or 2) - 1)  # see Sealing.off_loop
 MAX_HASH_RETRIES = 16  # node-signed records whose hash is taken by a different record move 1 ms later
+# node-signed records in one call from which they are signed in worker processes (`Sealing.sign_many`)
+POOL_MIN_RECORDS = 32
 OWN_KEY = "this agent holds its own key: sign the record and submit it as {'record': ...}"
 
 T = TypeVar("T")
@@ -77,10 +82,9 @@ def sign_and_check_body(unsigned: dict[str, Any], signer: keys.SigningKey) -> tu
     every kind a node signs is one of them, so only a kind of a later format would be).
     """
     rotated = signer.did != unsigned.get("author_id")
-    client_only = records.SPACE_KINDS | records.REDACTION_KINDS  # v3 kinds a node takes from its clients only
-    v3 = rotated or "space" in unsigned or unsigned.get("kind") in AUTHORITY_KINDS | client_only
+    v3 = _in_v3(unsigned, rotated)
     if rotated:
-        if unsigned.get("kind") not in records.V3_KINDS | client_only:
+        if unsigned.get("kind") not in records.V3_KINDS | CLIENT_ONLY_KINDS:
             raise InvalidInput(
                 f"records of kind {unsigned.get('kind')!r} cannot be signed by a rotated key: this agent's key"
                 " was rotated",
@@ -95,6 +99,47 @@ def sign_and_check_body(unsigned: dict[str, Any], signer: keys.SigningKey) -> tu
         raise record_error(exc) from None
     submission.check_record(record)
     return (record, record_hash, decoded), body
+
+
+CLIENT_ONLY_KINDS = records.SPACE_KINDS | records.REDACTION_KINDS  # v3 kinds a node takes from its clients only
+
+
+def _in_v3(unsigned: dict[str, Any], rotated: bool) -> bool:
+    """Whether a record the node signs is checked as format v3: signed by a rotated key, in a space, or of a v3 kind."""
+    return rotated or "space" in unsigned or unsigned.get("kind") in AUTHORITY_KINDS | CLIENT_ONLY_KINDS
+
+
+Refusal = tuple[str, str | None, str]  # an InvalidInput across a process boundary: (detail, field, code)
+
+
+def signed_in_worker(seed: bytes, unsigned: list[dict[str, Any]]) -> list[tuple[bytes, str] | Refusal]:
+    """`sign_and_check_body` of each record in a worker process (`Sealing.sign_many`): its canonical bytes and hash,
+    or its refusal. Only bytes cross back: the parent decodes the record again (`_resealed`), cheaper than a pickle."""
+    signer = keys.SigningKey.from_seed(seed)
+    out: list[tuple[bytes, str] | Refusal] = []
+    for record in unsigned:
+        try:
+            (_, record_hash, _), body = sign_and_check_body(record, signer)
+        except InvalidInput as exc:
+            out.append((exc.detail, exc.field, exc.code))
+        else:
+            out.append((body, record_hash))
+    return out
+
+
+def _resealed(
+    unsigned: dict[str, Any], signer_did: str, answer: tuple[bytes, str] | Refusal
+) -> tuple[SealedRecord, bytes] | InvalidInput:
+    """A worker's answer for `unsigned` as `sign_and_check_body` gives it: (record, hash, decoded) and the bytes."""
+    if isinstance(answer[0], str):
+        detail, field, code = answer
+        return InvalidInput(detail, field=field, code=code)
+    body, record_hash = answer
+    record = msgspec.json.decode(body)
+    v3 = _in_v3(unsigned, signer_did != unsigned.get("author_id"))
+    struct = schema_v3.struct_for(record) if v3 else schema.RECORD_TYPES[record["kind"]]
+    assert struct is not None
+    return (record, record_hash, msgspec.convert(record, struct)), body
 
 
 def agent_signs_own_records(detail: str = OWN_KEY) -> NoReturn:
@@ -146,6 +191,7 @@ class Sealing:
         self._keys_for: object = None
         self.key_fence = KeyFence(None)  # the data folder's (node/store/key_fence.py): set by the node
         self._crypto: concurrent.futures.ThreadPoolExecutor | None = None
+        self.pool: workers.WorkerPool = workers.POOL  # the process's worker processes (`sign_many`)
 
     async def signing_key(self, agent_id: str) -> keys.SigningKey | None:
         """The agent's private key if this node keeps it (looked up once, then cached; a rotation here forgets it,
@@ -211,6 +257,34 @@ class Sealing:
         if self._crypto is None:
             self._crypto = concurrent.futures.ThreadPoolExecutor(CRYPTO_THREADS, thread_name_prefix="bbs-crypto")
         return await asyncio.get_running_loop().run_in_executor(self._crypto, functools.partial(fn, *args))
+
+    async def sign_many(
+        self, unsigned: list[dict[str, Any]], signer: keys.SigningKey
+    ) -> list[tuple[SealedRecord, bytes] | InvalidInput]:
+        """`sign_and_check_body` of many records signed with one key, each answered or refused, in order.
+
+        From POOL_MIN_RECORDS records on, once the node's worker processes are up (sync/workers.py; the first such
+        call starts them), they sign there: the Ed25519 work and the Python of building and checking each record
+        then hold the workers' GILs, not the one the event loop, the writer and the indexer share (docs/decisions.md
+        record 91). Fewer records, or before the workers are up, or without them: on the crypto threads.
+        """
+        if len(unsigned) >= POOL_MIN_RECORDS:
+            calls = [(signer.seed, chunk) for chunk in workers.chunks(unsigned, self.pool.workers)]
+            done = await self.pool.run(signed_in_worker, calls, wait=False)
+            if done is not None:
+                answers = [answer for chunk in done for answer in chunk]
+                return [_resealed(u, signer.did, a) for u, a in zip(unsigned, answers, strict=True)]
+
+        def on_threads() -> list[tuple[SealedRecord, bytes] | InvalidInput]:
+            out: list[tuple[SealedRecord, bytes] | InvalidInput] = []
+            for record in unsigned:
+                try:
+                    out.append(sign_and_check_body(record, signer))
+                except InvalidInput as exc:
+                    out.append(exc)
+            return out
+
+        return await self.off_loop(len(unsigned), on_threads)
 
     def close(self) -> None:
         """Stop the crypto threads (started again by the next `off_loop` of several records)."""

@@ -91,10 +91,20 @@ class Server:
             if line.startswith(prefix) and suffix in line
         }
 
+    def gauge(self, admin_token: str, name: str) -> float | None:
+        """One gauge of the node's /metrics (None when it has none by that name)."""
+        request = urllib.request.Request(self.url + "/metrics", headers={"Authorization": f"Bearer {admin_token}"})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            text = resp.read().decode()
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
     def cpu_seconds(self) -> float:
-        """User + system CPU time the server process has used so far."""
+        """User + system CPU time the server process and its live children (its worker processes) have used."""
         assert self.proc is not None
-        return cpu_seconds(self.proc.pid)
+        return cpu_seconds(self.proc.pid) + sum(cpu_seconds(child) for child in children(self.proc.pid))
 
     def loop_cpu_seconds(self) -> float:
         """User + system CPU time the server's main thread (its event loop) has used so far."""
@@ -106,9 +116,26 @@ def cpu_seconds(pid: int, *, main_thread: bool = False) -> float:
     """User + system CPU time of process `pid` so far (Linux /proc), or of its main thread alone (the thread whose
     id is the process's: where an asyncio server runs its event loop)."""
     path = f"/proc/{pid}/task/{pid}/stat" if main_thread else f"/proc/{pid}/stat"
-    with open(path) as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
+    try:
+        with open(path) as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:  # a child that ended since it was listed
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of `pid` (Linux /proc): a node's worker processes."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:  # ended meanwhile
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
 
 
 def listens(pid: int, port: int) -> bool:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from identity import keys
+from node.store.sealing import POOL_MIN_RECORDS
 from scenarios.bench import corpus, raw
 from scenarios.bench.bare_http import BareServer
 from scenarios.bench.context import Context
@@ -112,6 +114,18 @@ def drive(
     return result, cpu, loop_cpu, {name: writer_after[name] - writer_before.get(name, 0.0) for name in writer_after}
 
 
+def start_workers(server: Server, admin_token: str, api_key: str) -> None:
+    """Have the node start its worker processes, as a node that has taken a large batch before has them (the first
+    one starts them and is signed on threads): one batch of POOL_MIN_RECORDS posts, then wait for the gauge."""
+    calls = node_signed_lanes([api_key], POOL_MIN_RECORDS, offset=9_000_000)
+    asyncio.run(run_load(server.url, as_batches(calls), expect=lambda s: s == 201))
+    deadline = time.monotonic() + 60
+    while server.gauge(admin_token, "bbs_worker_processes_up") != 1.0:
+        if time.monotonic() > deadline:
+            raise BenchFailure("the node's worker processes did not start within 60 s")
+        time.sleep(0.1)
+
+
 def _bare_floor(ctx: Context, per_lane: int) -> Floor:
     """The same single posts, with the same client, sent to `bare_http`'s ingest route: aiohttp, Ed25519 signing
     and one writer thread committing the raw baseline's rows, and nothing else a node does."""
@@ -130,20 +144,22 @@ def _bare_floor(ctx: Context, per_lane: int) -> Floor:
 
 def cpu_by_thread(m: Measured, floor: Floor) -> Row:
     """Where the server's CPU per entry went: its event loop (the main thread), its writer thread, and the rest
-    (crypto threads, readers, the search indexer); against the bare floor's event loop per post."""
+    (crypto threads, readers, the search indexer, the worker processes); against the bare floor's event loop per
+    post."""
     n = max(m.entries, 1)
     writer_cpu = m.writer.get("cpu_seconds", 0.0)
     floor_loop = floor.loop_cpu / max(floor.result.count, 1)
     return Row(
         BENCH,
-        f"{m.label}: server CPU per entry: event loop / writer / other threads",
+        f"{m.label}: server CPU per entry: event loop / writer / other threads and processes",
         f"{ms(m.loop_cpu / n)} / {ms(writer_cpu / n)} / {ms(max(m.cpu - m.loop_cpu - writer_cpu, 0.0) / n)}",
         f"{ms(floor_loop)} (the floor's event loop per post)",
         ratio(m.loop_cpu / n, floor_loop),
         "",
         None,
         "user+system CPU of the server's main thread (/proc/<pid>/task/<pid>/stat), of its writer thread"
-        " (bbs_writer_cpu_seconds on /metrics) and the rest of the process, per entry; with one event loop the"
+        " (bbs_writer_cpu_seconds on /metrics) and the rest of the process and its worker processes, per entry;"
+        " with one event loop the"
         " loop's share is what bounds single posts once the writer waits for requests (docs/performance.md)",
     )
 
@@ -202,6 +218,8 @@ def run(ctx: Context) -> None:
         with Server(data) as server:
             # warm up: each agent's first request pays the API-key hash check once (then the token cache holds it)
             asyncio.run(run_load(server.url, [[Call("GET", "/v1/subscriptions", bearer(k))] for _, k in agents]))
+            if keep_key and label.startswith("batch"):
+                start_workers(server, admin_token, agents[0][1])
             result, cpu, loop_cpu, writer = drive(server, admin_token, lanes)
         measured.append(Measured(label, result, cpu, loop_cpu, per_lane * clients, writer))
     method_common = (

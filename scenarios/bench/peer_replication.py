@@ -35,7 +35,8 @@ from scenarios.bench.context import Context
 from scenarios.bench.harness import free_port
 from scenarios.bench.peer_install import PeerUnavailable, npm_peer, stop, wait_for_port
 from scenarios.bench.report import Row, rate, ratio
-from sync.puller import VERIFY_PROCESSES, VERIFY_THREADS
+from sync.puller import VERIFY_THREADS
+from sync.workers import PROCESSES
 
 BENCH = "peers"
 BULK_BATCH = 1000
@@ -187,7 +188,7 @@ def _floor(ctx: Context, records: list[tuple[dict[str, Any], str]], our_rate: fl
             "",
             None,
             f"verify {verify_rate:,.0f}/s (identity.keys.verify of each record's signed bytes on"
-            f" {VERIFY_THREADS} thread(s); the puller verifies a page in {VERIFY_PROCESSES} worker process(es)),"
+            f" {VERIFY_THREADS} thread(s); the puller verifies a page in {PROCESSES} worker process(es)),"
             f" SQLite {insert_rate:,.0f}/s (the node's"
             f" schema and pragmas, its records, entries and entry_tags rows of the same {n:,} records, one"
             f" transaction of multi-row inserts per page of {sync.PAGE}); baseline = both one after the other"

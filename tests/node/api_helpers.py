@@ -146,3 +146,10 @@ def problem(data: dict[str, Any], status: int, code: str, field: str | None = No
     assert data["type"].endswith("/" + code)
     if field is not None:
         assert data.get("field") == field, data
+
+
+async def stored_body(node: Node, record_hash: str) -> bytes:
+    """The bytes of a stored record, as the log holds them."""
+    return await node.db.read(
+        lambda c: bytes(c.execute("SELECT body FROM records WHERE hash = ?", (record_hash,)).fetchone()[0])
+    )

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from identity import records
+from identity import canonical, records
 from node.service import Node
 from node.store import projections
+from node.store.sealing import POOL_MIN_RECORDS
+from sync import workers
 from tests.conftest import AgentCreds, FakeClock
-from tests.node.api_helpers import count, entry_record, get_json, post, self_signer
+from tests.node.api_helpers import count, entry_record, get_json, post, self_signer, stored_body
 from wire.api import MAX_BATCH
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
@@ -284,3 +287,40 @@ async def test_openapi_describes_the_batch(client: TestClient) -> None:
     assert {ref["$ref"].rsplit("/", 1)[1] for ref in items["oneOf"]} == {"PostEntry", "SignedSubmission"}
     assert target["properties"]["entries"]["maxItems"] == MAX_BATCH
     assert {"200", "201", "401", "403", "422"} <= set(op["responses"])
+
+
+async def test_a_large_batch_is_signed_in_worker_processes_as_on_threads(
+    client: TestClient, make_agent: MakeAgent, node: Node
+) -> None:
+    """From POOL_MIN_RECORDS node-signed entries on, a batch is signed in worker processes once they are up
+    (the first such batch starts them and signs on threads): the same records, refusals and errors as on threads."""
+    alice = await make_agent("alice")
+    pool = workers.WorkerPool(1)
+    node.sealing.pool = pool
+    try:
+        size = max(POOL_MIN_RECORDS, 40)
+        first = await batch(client, alice, [item(f"threads {i}", tags=[f"t{i}"]) for i in range(size)], 201)
+        assert pool.runs == 0  # signed on threads while the workers start
+        for _ in range(600):
+            if pool.up:
+                break
+            await asyncio.sleep(0.1)
+        assert pool.up
+        bad = [item(f"pooled {i}", tags=[f"t{i}"]) for i in range(size)]
+        bad[size - 3] = item("hidden tag", tags=["\u200b"])
+        problem = await batch(client, alice, bad, 422)
+        assert pool.runs == 1
+        assert (problem["code"], problem["field"]) == ("invisible_only", f"$.entries[{size - 3}].tags[0]")
+        second = await batch(client, alice, [item(f"pooled {i}", tags=[f"t{i}"]) for i in range(size)], 201)
+        assert pool.runs == 2
+    finally:
+        pool.close()
+    key = await node.sealing.signing_key(alice.agent_id)
+    assert key is not None
+    for r in first["results"] + second["results"]:
+        body = await stored_body(node, r["entry"]["record_hash"])
+        record = json.loads(body)
+        assert records.verify(record) == r["entry"]["record_hash"]  # the signature verifies
+        resigned = records.sign({k: v for k, v in record.items() if k != "signature"}, key)
+        assert canonical.canonical_bytes(resigned) == body  # Ed25519 is deterministic: the bytes threads would make
+    assert await count(node, "entries") == 2 * size

@@ -11,15 +11,20 @@ from aiohttp.test_utils import TestClient
 from identity import canonical, keys, records
 from node.service import Node
 from tests.conftest import AgentCreds, FakeClock
-from tests.node.api_helpers import count, entry_record, get_json, hash_of, ingest, link, post, problem, self_signer
+from tests.node.api_helpers import (
+    count,
+    entry_record,
+    get_json,
+    hash_of,
+    ingest,
+    link,
+    post,
+    problem,
+    self_signer,
+    stored_body,
+)
 
 MakeAgent = Callable[[str], Awaitable[AgentCreds]]
-
-
-async def stored_body(node: Node, record_hash: str) -> bytes:
-    return await node.db.read(
-        lambda c: bytes(c.execute("SELECT body FROM records WHERE hash = ?", (record_hash,)).fetchone()[0])
-    )
 
 
 async def test_node_signed_post_returns_a_verifiable_entry(

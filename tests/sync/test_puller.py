@@ -18,6 +18,7 @@ from aiohttp.test_utils import unused_port
 
 from identity import keys
 from sync import puller as puller_module
+from sync import workers
 from sync.memory import MemoryStore
 from sync.messages import PROTOCOL_VERSION
 from sync.puller import Puller, PullReport, Scheduler, backoff, verify_many
@@ -372,7 +373,7 @@ async def test_a_large_page_is_verified_in_worker_processes_as_on_threads() -> N
     items[7] = (b"[]", None, None)
     items[8] = (body_of(good[8]), "0" * 64, None)
     items[9] = (body_of(good[9]).replace(b"pooled", b"forged"), None, None)
-    pool = puller_module.VerifyPool(2)
+    pool = workers.VerifyPool(2)
     try:
         pooled = await pool.verify(items)
         assert not pool.failed
@@ -390,7 +391,7 @@ async def test_a_large_page_is_verified_in_worker_processes_as_on_threads() -> N
 async def test_a_pool_that_cannot_start_leaves_verification_to_threads() -> None:
     good = [signed_entry(AUTHOR, f"unpooled {i}") for i in range(puller_module.POOL_MIN_ITEMS)]
     items: list[tuple[bytes, str | None, str | None]] = [(body_of(r), hash_of(r), None) for r in good]
-    pool = puller_module.VerifyPool(1, start_method="no-such-method")  # as on a platform without it
+    pool = workers.VerifyPool(1, start_method="no-such-method")  # as on a platform without it
     assert await pool.verify(items) is None and pool.failed
     results = await verify_many(items, pool)
     assert [r.hash for r in results] == [hash_of(r) for r in good]
@@ -401,14 +402,14 @@ def test_the_worker_processes_end_when_their_node_is_killed(tmp_path: Path) -> N
     script = tmp_path / "pooled.py"
     script.write_text(
         "import asyncio, multiprocessing, sys, time\n"
-        "from sync import puller\n"
+        "from sync import puller, workers\n"
         "from tests.sync.conftest import body_of, hash_of, signed_entry\n"
         "from identity import keys\n"
         "if __name__ == '__main__':\n"
         "    key = keys.SigningKey.generate()\n"
         "    good = [signed_entry(key, f'r{i}') for i in range(puller.POOL_MIN_ITEMS)]\n"
         "    items = [(body_of(r), hash_of(r), None) for r in good]\n"
-        "    assert asyncio.run(puller.VerifyPool(2).verify(items)) is not None\n"
+        "    assert asyncio.run(workers.VerifyPool(2).verify(items)) is not None\n"
         "    print(' '.join(str(p.pid) for p in multiprocessing.active_children()), flush=True)\n"
         "    time.sleep(60)\n"
     )
@@ -417,16 +418,16 @@ def test_the_worker_processes_end_when_their_node_is_killed(tmp_path: Path) -> N
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env, cwd=root)
     try:
         assert proc.stdout is not None
-        workers = [int(p) for p in proc.stdout.readline().split()]
-        assert len(workers) >= 2  # the two workers (and perhaps multiprocessing's resource tracker)
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) >= 2  # the two worker processes (and perhaps multiprocessing's resource tracker)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     deadline = time.monotonic() + 15
-    alive = workers
+    alive = pids
     while alive and time.monotonic() < deadline:
         time.sleep(0.2)
-        alive = [pid for pid in workers if _running(pid)]
+        alive = [pid for pid in pids if _running(pid)]
     assert alive == []
 
 
