@@ -282,16 +282,37 @@ def canonical_bytes(value: Any) -> bytes:
     return _sorted_compact_json(value, allow_nan=False)
 
 
+def canonical_bytes_within_depth(value: Any) -> bytes | None:
+    """`canonical_bytes(value)`, or None when `value` nests deeper than MAX_DEPTH (`nesting_depth`): a record is
+    walked once, since the walk that lets msgspec write its bytes stops at that depth; only a value it does not
+    let through is measured apart (level by level, safe on hostile input) before the definition writes it."""
+    out = _msgspec_bytes(value)  # not None only for values nesting at most MAX_DEPTH deep
+    if out is not None:
+        return out
+    if nesting_depth(value) > MAX_DEPTH:
+        return None
+    return _definition(value, allow_nan=False)
+
+
 def _sorted_compact_json(value: Any, *, allow_nan: bool) -> bytes:
     """`json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":"), allow_nan=...)` as UTF-8."""
-    if _msgspec_safe(value, 0):
-        try:
-            out = _SORTED_JSON(value)
-        except (msgspec.EncodeError, UnicodeEncodeError, OverflowError, TypeError):  # e.g. a lone surrogate
-            pass
-        else:
-            if out.isascii() and b"\x7f" not in out:
-                return out
+    out = _msgspec_bytes(value)
+    return _definition(value, allow_nan=allow_nan) if out is None else out
+
+
+def _msgspec_bytes(value: Any) -> bytes | None:
+    """msgspec's sorted JSON of `value` when it is byte for byte the definition's (`_msgspec_safe`, then ASCII
+    output without DEL), else None."""
+    if not _msgspec_safe(value, 0):
+        return None
+    try:
+        out = _SORTED_JSON(value)
+    except (msgspec.EncodeError, UnicodeEncodeError, OverflowError, TypeError):  # e.g. a lone surrogate
+        return None
+    return out if out.isascii() and b"\x7f" not in out else None
+
+
+def _definition(value: Any, *, allow_nan: bool) -> bytes:
     text = json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":"), allow_nan=allow_nan)
     return text.encode("utf-8")
 

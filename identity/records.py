@@ -210,12 +210,13 @@ def _signer_v3(record: dict[str, Any], author: str) -> str:
 def canonical_body(record: dict[str, Any]) -> bytes:
     """The record's canonical bytes (signature included), as `check` takes them as `body`: a record nesting
     deeper than `canonical.MAX_DEPTH`, or holding a value JSON has no spelling for, is `malformed`."""
-    if canonical.nesting_depth(record) > canonical.MAX_DEPTH:
-        raise RecordError("malformed", f"record nests deeper than {canonical.MAX_DEPTH} levels")
     try:
-        return canonical.canonical_bytes(record)
+        body = canonical.canonical_bytes_within_depth(record)
     except (ValueError, TypeError) as exc:
         raise RecordError("malformed", f"record is not plain JSON: {exc}") from None
+    if body is None:
+        raise RecordError("malformed", f"record nests deeper than {canonical.MAX_DEPTH} levels")
+    return body
 
 
 def check(

@@ -99,13 +99,14 @@ def _canonical_object(raw: bytes, claimed_hash: str | None) -> dict[str, Any] | 
         return Invalid(claimed_hash, "malformed", f"record nests deeper than {canonical.MAX_DEPTH} levels")
     if not isinstance(record, dict):
         return Invalid(claimed_hash, "malformed", "record is not a JSON object")
-    if canonical.nesting_depth(record) > canonical.MAX_DEPTH:
-        return Invalid(claimed_hash, "malformed", f"record nests deeper than {canonical.MAX_DEPTH} levels")
     try:
-        if canonical.canonical_bytes(record) != raw:
-            return Invalid(claimed_hash, "not_canonical", "record bytes are not its canonical form")
+        body = canonical.canonical_bytes_within_depth(record)
     except (canonical.CanonicalError, TypeError, ValueError) as exc:
         return Invalid(claimed_hash, "malformed", f"record cannot be hashed: {exc}")
+    if body is None:
+        return Invalid(claimed_hash, "malformed", f"record nests deeper than {canonical.MAX_DEPTH} levels")
+    if body != raw:
+        return Invalid(claimed_hash, "not_canonical", "record bytes are not its canonical form")
     return record
 
 

@@ -706,3 +706,25 @@ def test_nesting_depth_of_hostile_depth() -> None:
     for _ in range(100_000):
         value = [value]
     assert canonical.nesting_depth(value) == 100_001
+
+
+def _nested(depth: int, leaf: Any) -> Any:
+    value = leaf
+    for i in range(depth):
+        value = {"k": value} if i % 2 else [value]
+    return value
+
+
+@given(any_json)
+@example(_nested(canonical.MAX_DEPTH, "e\u0301"))
+@example(_nested(canonical.MAX_DEPTH + 1, 1))
+@example(_nested(canonical.MAX_DEPTH + 1, "caf\u00e9"))
+def test_canonical_bytes_within_depth_is_the_depth_check_then_the_bytes(value: Any) -> None:
+    # one walk for both: the same answer as measuring the depth, then writing the bytes
+    expected = None if canonical.nesting_depth(value) > canonical.MAX_DEPTH else canonical.canonical_bytes(value)
+    assert canonical.canonical_bytes_within_depth(value) == expected
+
+
+def test_canonical_bytes_within_depth_of_hostile_depth() -> None:
+    assert canonical.canonical_bytes_within_depth(_nested(100_000, 1)) is None
+    assert canonical.canonical_bytes_within_depth(_nested(canonical.MAX_DEPTH, 1)) is not None
