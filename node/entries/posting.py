@@ -23,7 +23,7 @@ from node.agents import refs as agent_refs
 from node.entries import queries, store
 from node.entries.links import unsigned_link
 from node.entries.queries import EntryOut
-from node.errors import Conflict, Forbidden, InvalidInput, Located, NotFound
+from node.errors import BBSError, Conflict, Forbidden, InvalidInput, Located, NotFound
 from node.spaces import posts as posts_check
 from node.spaces.sight import OPERATOR, Sight, stored_scope
 from node.spaces.store import sight_of
@@ -34,6 +34,7 @@ from node.store.db import Database, Mergeable
 from node.store.sealing import (
     POOL_MIN_RECORDS,
     HashTaken,
+    SealedBody,
     SealedRecord,
     Sealing,
     sign_and_check,
@@ -221,24 +222,31 @@ class Entries:
                 except canonical.CanonicalError as exc:
                     raise InvalidInput(str(exc), field=exc.field) from None
 
-        signed: dict[int, tuple[SealedRecord, bytes] | InvalidInput] = {}
-        if signer is not None and len(unsigned) >= POOL_MIN_RECORDS:  # many: in worker processes when they are up
-            answers = await self.sealing.sign_many(list(unsigned.values()), signer)
-            signed = dict(zip(unsigned, answers, strict=True))
+        # many: in worker processes when they are up (Sealing.sign_many, check_many); the rest below, in order
+        done: dict[int, SealedBody | BBSError] = {}
+        if signer is not None and len(unsigned) >= POOL_MIN_RECORDS:
+            done.update(zip(unsigned, await self.sealing.sign_many(list(unsigned.values()), signer), strict=True))
+        submitted = [post for post in posts if isinstance(post.body, SignedSubmission)]
+        if len(submitted) >= POOL_MIN_RECORDS:
+            records = [post.body.record for post in submitted if isinstance(post.body, SignedSubmission)]
+            checked = await self.sealing.check_many(records, "entry", agent_id)
+            done.update(zip(map(id, submitted), checked, strict=True))
 
         def seal_all() -> None:
             for post in posts:
                 with Located(post.where):
-                    if isinstance(post.body, SignedSubmission):
-                        post.sealed = Sealed.of(*self.sealing.check_signed_body(post.body.record, "entry", agent_id))
-                        continue
-                    assert signer is not None
-                    answer = signed.get(id(post)) or sign_and_check_body(unsigned[id(post)], signer)
-                    if isinstance(answer, InvalidInput):
+                    answer = done.get(id(post))
+                    if answer is None:
+                        if isinstance(post.body, SignedSubmission):
+                            answer = self.sealing.check_signed_body(post.body.record, "entry", agent_id)
+                        else:
+                            assert signer is not None
+                            answer = sign_and_check_body(unsigned[id(post)], signer)
+                    if isinstance(answer, BBSError):
                         raise answer
                     post.sealed = Sealed.of(*answer)
 
-        await self.sealing.off_loop(len(posts) - len(signed), seal_all)
+        await self.sealing.off_loop(len(posts) - len(done), seal_all)
 
     def _store_all_txn(self, conn: Conn, requests: list[tuple[str, list[_Post]]]) -> list[list[Stored]]:
         return store_all_txn(conn, requests, self.now_ms(), self.sealing.authority)

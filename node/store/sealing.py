@@ -20,7 +20,7 @@ import msgspec
 
 from identity import keys, records, schema, schema_v3
 from node.agents import service as agents
-from node.errors import Conflict, Forbidden, InvalidInput
+from node.errors import BBSError, Conflict, Forbidden, InvalidInput
 from node.store import submission
 from node.store.authority import AUTHORITY_KINDS, Authority
 from node.store.db import Database
@@ -109,34 +109,52 @@ def _in_v3(unsigned: dict[str, Any], rotated: bool) -> bool:
     return rotated or "space" in unsigned or unsigned.get("kind") in AUTHORITY_KINDS | CLIENT_ONLY_KINDS
 
 
-Refusal = tuple[str, str | None, str]  # an InvalidInput across a process boundary: (detail, field, code)
+def authored_body(record: dict[str, Any], agent_id: str, kind: str) -> tuple[SealedRecord, bytes]:
+    """`check_authored` of a record `agent_id` signed and submitted: (record, hash, decoded) and its canonical bytes.
+
+    A record naming a `signing_key` (a rotated key) is checked against it; whether that key may sign for its author
+    is the writer's question (`node.store.authority.authorize_txn`). One inside a `space` is in format v3 too;
+    whether its author may write there is the writer's (`node.spaces.posts`). The clock is the caller's."""
+    record_hash, body, decoded = check_authored(record, agent_id, (kind,), v3=_authored_v3(record))
+    return (record, record_hash, decoded), body
 
 
-def signed_in_worker(seed: bytes, unsigned: list[dict[str, Any]]) -> list[tuple[bytes, str] | Refusal]:
-    """`sign_and_check_body` of each record in a worker process (`Sealing.sign_many`): its canonical bytes and hash,
-    or its refusal. Only bytes cross back: the parent decodes the record again (`_resealed`), cheaper than a pickle."""
+def _authored_v3(record: dict[str, Any]) -> bool:
+    return "signing_key" in record or "space" in record
+
+
+# A record's answer across a process boundary: its canonical bytes and hash, or its refusal as (the error's class
+# name, detail, field, code); only bytes and strings cross, the parent decodes the record again (`_decoded`).
+Answer = tuple[bytes, str] | tuple[str, str, str | None, str]
+SealedBody = tuple[SealedRecord, bytes]  # a sealed record and its canonical bytes
+_REFUSALS: dict[str, type[InvalidInput] | type[Forbidden]] = {"InvalidInput": InvalidInput, "Forbidden": Forbidden}
+
+
+def signed_in_worker(seed: bytes, unsigned: list[dict[str, Any]]) -> list[Answer]:
+    """In a worker process: `sign_and_check_body` of each record with the key of this seed (`Sealing.sign_many`)."""
     signer = keys.SigningKey.from_seed(seed)
-    out: list[tuple[bytes, str] | Refusal] = []
-    for record in unsigned:
+    return _answers(unsigned, lambda record: sign_and_check_body(record, signer))
+
+
+def checked_in_worker(kind: str, agent_id: str, submitted: list[dict[str, Any]]) -> list[Answer]:
+    """In a worker process: `authored_body` of each record `agent_id` submitted (`Sealing.check_many`)."""
+    return _answers(submitted, lambda record: authored_body(record, agent_id, kind))
+
+
+def _answers(items: list[dict[str, Any]], seal: Callable[[dict[str, Any]], SealedBody]) -> list[Answer]:
+    out: list[Answer] = []
+    for item in items:
         try:
-            (_, record_hash, _), body = sign_and_check_body(record, signer)
-        except InvalidInput as exc:
-            out.append((exc.detail, exc.field, exc.code))
+            (_, record_hash, _), body = seal(item)
+        except (InvalidInput, Forbidden) as exc:
+            out.append((type(exc).__name__, exc.detail, exc.field, exc.code))
         else:
             out.append((body, record_hash))
     return out
 
 
-def _resealed(
-    unsigned: dict[str, Any], signer_did: str, answer: tuple[bytes, str] | Refusal
-) -> tuple[SealedRecord, bytes] | InvalidInput:
-    """A worker's answer for `unsigned` as `sign_and_check_body` gives it: (record, hash, decoded) and the bytes."""
-    if isinstance(answer[0], str):
-        detail, field, code = answer
-        return InvalidInput(detail, field=field, code=code)
-    body, record_hash = answer
-    record = msgspec.json.decode(body)
-    v3 = _in_v3(unsigned, signer_did != unsigned.get("author_id"))
+def _decoded(record: dict[str, Any], v3: bool, record_hash: str, body: bytes) -> SealedBody:
+    """A record a worker passed, as `records.check` decodes it there: (record, hash, decoded Struct) and its bytes."""
     struct = schema_v3.struct_for(record) if v3 else schema.RECORD_TYPES[record["kind"]]
     assert struct is not None
     return (record, record_hash, msgspec.convert(record, struct)), body
@@ -226,16 +244,11 @@ class Sealing:
         the signature, that the caller is its author, and its clock. Returns (record, hash, decoded Struct)."""
         return self.check_signed_body(record, kind, agent_id)[0]
 
-    def check_signed_body(self, record: dict[str, Any], kind: str, agent_id: str) -> tuple[SealedRecord, bytes]:
+    def check_signed_body(self, record: dict[str, Any], kind: str, agent_id: str) -> SealedBody:
         """`check_signed`, and the record's canonical bytes, encoded once for the checks and the log row."""
-        # a record naming a `signing_key` (a rotated key) is checked against it; whether that key may sign for its
-        # author is the writer's question (`node.store.authority.authorize_txn`). One inside a `space` is in format v3
-        # too; whether its author may write there is the writer's (`node.spaces.posts`).
-        record_hash, body, decoded = check_authored(
-            record, agent_id, (kind,), v3="signing_key" in record or "space" in record
-        )
-        self.check_clock(decoded.created_at, "$.record.created_at")
-        return (record, record_hash, decoded), body
+        sealed = authored_body(record, agent_id, kind)
+        self.check_clock(sealed[0][2].created_at, "$.record.created_at")
+        return sealed
 
     def check_clock(self, created_at: str, field: str) -> None:
         """Refuse a `created_at` more than MAX_FUTURE_SKEW_MS ahead of this node's clock (400 `clock_skew`)."""
@@ -258,36 +271,87 @@ class Sealing:
             self._crypto = concurrent.futures.ThreadPoolExecutor(CRYPTO_THREADS, thread_name_prefix="bbs-crypto")
         return await asyncio.get_running_loop().run_in_executor(self._crypto, functools.partial(fn, *args))
 
-    async def sign_many(
-        self, unsigned: list[dict[str, Any]], signer: keys.SigningKey
-    ) -> list[tuple[SealedRecord, bytes] | InvalidInput]:
-        """`sign_and_check_body` of many records signed with one key, each answered or refused, in order.
+    async def sign_many(self, unsigned: list[dict[str, Any]], signer: keys.SigningKey) -> list[SealedBody | BBSError]:
+        """`sign_and_check_body` of many records signed with one key, each answered or refused, in order (`_many`)."""
+
+        def again(item: dict[str, Any], record_hash: str, body: bytes) -> SealedBody:
+            return _decoded(
+                msgspec.json.decode(body), _in_v3(item, signer.did != item.get("author_id")), record_hash, body
+            )
+
+        return await self._many(
+            unsigned, signed_in_worker, (signer.seed,), lambda item: sign_and_check_body(item, signer), again
+        )
+
+    async def check_many(
+        self, submitted: list[dict[str, Any]], kind: str, agent_id: str
+    ) -> list[SealedBody | BBSError]:
+        """`check_signed_body` of many records `agent_id` signed and submitted, each answered or refused, in order
+        (`_many`); the clock is checked here, against this process's."""
+
+        def again(item: dict[str, Any], record_hash: str, body: bytes) -> SealedBody:
+            sealed = _decoded(item, _authored_v3(item), record_hash, body)
+            self.check_clock(sealed[0][2].created_at, "$.record.created_at")
+            return sealed
+
+        return await self._many(
+            submitted,
+            checked_in_worker,
+            (kind, agent_id),
+            lambda item: self.check_signed_body(item, kind, agent_id),
+            again,
+        )
+
+    async def _many(
+        self,
+        items: list[dict[str, Any]],
+        job: Callable[..., list[Answer]],
+        args: tuple[Any, ...],
+        here: Callable[[dict[str, Any]], SealedBody],
+        again: Callable[[dict[str, Any], str, bytes], SealedBody],
+    ) -> list[SealedBody | BBSError]:
+        """Seal `items`, each answered or refused (InvalidInput, Forbidden), in order.
 
         From POOL_MIN_RECORDS records on, once the node's worker processes are up (sync/workers.py; the first such
-        call starts them), they sign there: the Ed25519 work and the Python of building and checking each record
-        then hold the workers' GILs, not the one the event loop, the writer and the indexer share (docs/decisions.md
-        record 91). Fewer records, or before the workers are up, or without them: on the crypto threads.
+        call starts them), `job(*args, chunk)` runs there, one chunk per worker: the Ed25519 work and the Python of
+        building and checking each record then hold the workers' GILs, not the one the event loop, the writer and
+        the indexer share (docs/decisions.md record 91), and `again` makes each passed record's answer from its
+        bytes here. Fewer records, or before the workers are up, or without them: `here` on the crypto threads.
         """
-        if len(unsigned) >= POOL_MIN_RECORDS:
-            calls = [(signer.seed, chunk) for chunk in workers.chunks(unsigned, self.pool.workers)]
-            done = await self.pool.run(signed_in_worker, calls, wait=False)
+        if len(items) >= POOL_MIN_RECORDS:
+            calls = [(*args, chunk) for chunk in workers.chunks(items, self.pool.workers)]
+            done = await self.pool.run(job, calls, wait=False)
             if done is not None:
                 answers = [answer for chunk in done for answer in chunk]
-                return [_resealed(u, signer.did, a) for u, a in zip(unsigned, answers, strict=True)]
+                return [_answered(item, answer, again) for item, answer in zip(items, answers, strict=True)]
 
-        def on_threads() -> list[tuple[SealedRecord, bytes] | InvalidInput]:
-            out: list[tuple[SealedRecord, bytes] | InvalidInput] = []
-            for record in unsigned:
+        def on_threads() -> list[SealedBody | BBSError]:
+            out: list[SealedBody | BBSError] = []
+            for item in items:
                 try:
-                    out.append(sign_and_check_body(record, signer))
-                except InvalidInput as exc:
+                    out.append(here(item))
+                except (InvalidInput, Forbidden) as exc:
                     out.append(exc)
             return out
 
-        return await self.off_loop(len(unsigned), on_threads)
+        return await self.off_loop(len(items), on_threads)
 
     def close(self) -> None:
         """Stop the crypto threads (started again by the next `off_loop` of several records)."""
         if self._crypto is not None:
             self._crypto.shutdown(wait=True)
             self._crypto = None
+
+
+def _answered(
+    item: dict[str, Any], answer: Answer, again: Callable[[dict[str, Any], str, bytes], SealedBody]
+) -> SealedBody | BBSError:
+    """A worker's answer for `item`: its refusal raised there, or `again` of its bytes (which may refuse it here)."""
+    if len(answer) == 4:
+        name, detail, field, code = answer
+        return _REFUSALS[name](detail, field=field, code=code)
+    body, record_hash = answer
+    try:
+        return again(item, record_hash, body)
+    except (InvalidInput, Forbidden) as exc:
+        return exc

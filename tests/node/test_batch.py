@@ -324,3 +324,46 @@ async def test_a_large_batch_is_signed_in_worker_processes_as_on_threads(
         resigned = records.sign({k: v for k, v in record.items() if k != "signature"}, key)
         assert canonical.canonical_bytes(resigned) == body  # Ed25519 is deterministic: the bytes threads would make
     assert await count(node, "entries") == 2 * size
+
+
+async def test_a_large_author_signed_batch_is_checked_in_worker_processes_as_on_threads(
+    client: TestClient, node: Node, clock: FakeClock
+) -> None:
+    """From POOL_MIN_RECORDS records an agent signed, a batch is checked in the worker processes once they are up:
+    the same entries, and each refusal (the signature, the author, the clock) as on threads, naming its item."""
+    bob = await self_signer(node, "bob")
+    carol = await self_signer(node, "carol")
+    pool = workers.WorkerPool(1)
+    node.sealing.pool = pool
+    size = max(POOL_MIN_RECORDS, 40)
+    now = node.now_ms()
+
+    def signed(tag: str, offset: int) -> list[dict[str, Any]]:
+        return [{"record": entry_record(bob.key, f"{tag} {i}", created_ms=now + offset + i)} for i in range(size)]
+
+    refused = [
+        ({**entry_record(bob.key, "tampered", created_ms=now), "content": "changed"}, 422, "record_bad_signature"),
+        (entry_record(carol.key, "not bob's", created_ms=now), 403, "forbidden"),
+        (entry_record(bob.key, "from the future", created_ms=now + 3_600_000), 422, "clock_skew"),
+    ]
+    try:
+        on_threads = [await batch(client, bob, [*signed("threads", 0)[:-1], {"record": r}], s) for r, s, _ in refused]
+        await batch(client, bob, signed("threads", 0), 201)
+        assert pool.runs == 0
+        for _ in range(600):
+            if pool.up:
+                break
+            await asyncio.sleep(0.1)
+        assert pool.up
+        pooled = [await batch(client, bob, [*signed("pooled", 1_000)[:-1], {"record": r}], s) for r, s, _ in refused]
+        assert pool.runs == len(refused)
+        out = await batch(client, bob, signed("pooled", 1_000), 201)
+        assert pool.runs == len(refused) + 1
+    finally:
+        pool.close()
+    for threads, pooled_problem, (_, status, code) in zip(on_threads, pooled, refused, strict=True):
+        assert pooled_problem == threads and threads["status"] == status, (pooled_problem, threads)
+        assert (threads["code"], threads["field"].split(".record")[0]) == (code, f"$.entries[{size - 1}]")
+    expected = [records.compute_hash(item["record"]) for item in signed("pooled", 1_000)]
+    assert [r["entry"]["record_hash"] for r in out["results"]] == expected
+    assert await count(node, "entries") == 2 * size
