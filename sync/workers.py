@@ -61,7 +61,8 @@ class WorkerPool:
     @property
     def up(self) -> bool:
         """Whether the workers have started (`run(..., wait=False)` uses them only then)."""
-        return self._started is not None and self._started.done() and self._started.exception() is None
+        started = self._started  # cancelled when the pool was closed before its workers were up
+        return started is not None and started.done() and not started.cancelled() and started.exception() is None
 
     async def run(self, fn: Callable[..., T], calls: Sequence[tuple[Any, ...]], *, wait: bool = True) -> list[T] | None:
         """`fn(*args)` for each of `calls` on the workers, their answers in order; None if the pool is unusable,

@@ -53,3 +53,11 @@ def test_chunks_keep_the_order_and_cover_every_item() -> None:
     assert workers.chunks(items, 1) == [items]
     assert workers.chunks([], 2) == []
     assert workers.chunks(items, 0) == [items]
+
+
+async def test_a_pool_closed_before_its_workers_are_up_says_so() -> None:
+    pool = workers.WorkerPool(1)
+    pool.start()
+    pool.close()  # while its worker starts (its first task cancelled or not): `up` answers, it does not raise
+    assert not pool.up and pool.failed
+    assert await pool.run(math.sqrt, [(4.0,)]) is None
