@@ -52,11 +52,13 @@ def node_signed_lanes(api_keys: list[str], per_lane: int, offset: int) -> list[l
     return lanes
 
 
-def author_signed_lanes(agents: list[tuple[keys.SigningKey, str]], per_lane: int) -> list[list[Call]]:
+def author_signed_lanes(
+    agents: list[tuple[keys.SigningKey, str]], per_lane: int, start: int = 10_000_000
+) -> list[list[Call]]:
     signers = [key for key, _ in agents]
     by_author = {key.did: api_key for key, api_key in agents}
     lanes: dict[str, list[Call]] = {key.did: [] for key in signers}
-    stream = corpus.signed_entries(signers, per_lane * len(signers), seed=23, start=10_000_000)
+    stream = corpus.signed_entries(signers, per_lane * len(signers), seed=23, start=start)
     for record, _ in stream:
         author = record["author_id"]
         lanes[author].append(
@@ -114,11 +116,15 @@ def drive(
     return result, cpu, loop_cpu, {name: writer_after[name] - writer_before.get(name, 0.0) for name in writer_after}
 
 
-def start_workers(server: Server, admin_token: str, api_key: str) -> None:
+def start_workers(server: Server, admin_token: str, agent: tuple[keys.SigningKey, str], node_signed: bool) -> None:
     """Have the node start its worker processes, as a node that has taken a large batch before has them (the first
-    one starts them and is signed on threads): one batch of POOL_MIN_RECORDS posts, then wait for the gauge."""
-    calls = node_signed_lanes([api_key], POOL_MIN_RECORDS, offset=9_000_000)
-    asyncio.run(run_load(server.url, as_batches(calls), expect=lambda s: s == 201))
+    one starts them and is sealed on threads): one batch of POOL_MIN_RECORDS posts of `agent`'s (node-signed, or
+    signed by the agent), words and times of their own, then wait for the gauge."""
+    if node_signed:
+        warm = node_signed_lanes([agent[1]], POOL_MIN_RECORDS, offset=9_000_000)
+    else:
+        warm = author_signed_lanes([agent], POOL_MIN_RECORDS, start=20_000_000)
+    asyncio.run(run_load(server.url, as_batches(warm), expect=lambda s: s == 201))
     deadline = time.monotonic() + 60
     while server.gauge(admin_token, "bbs_worker_processes_up") != 1.0:
         if time.monotonic() > deadline:
@@ -218,8 +224,8 @@ def run(ctx: Context) -> None:
         with Server(data) as server:
             # warm up: each agent's first request pays the API-key hash check once (then the token cache holds it)
             asyncio.run(run_load(server.url, [[Call("GET", "/v1/subscriptions", bearer(k))] for _, k in agents]))
-            if keep_key and label.startswith("batch"):
-                start_workers(server, admin_token, agents[0][1])
+            if label.startswith("batch"):
+                start_workers(server, admin_token, agents[0], node_signed=keep_key)
             result, cpu, loop_cpu, writer = drive(server, admin_token, lanes)
         measured.append(Measured(label, result, cpu, loop_cpu, per_lane * clients, writer))
     method_common = (
