@@ -226,11 +226,10 @@ class Entries:
         done: dict[int, SealedBody | BBSError] = {}
         if signer is not None and len(unsigned) >= POOL_MIN_RECORDS:
             done.update(zip(unsigned, await self.sealing.sign_many(list(unsigned.values()), signer), strict=True))
-        submitted = [post for post in posts if isinstance(post.body, SignedSubmission)]
+        submitted = [(id(post), post.body.record) for post in posts if isinstance(post.body, SignedSubmission)]
         if len(submitted) >= POOL_MIN_RECORDS:
-            records = [post.body.record for post in submitted if isinstance(post.body, SignedSubmission)]
-            checked = await self.sealing.check_many(records, "entry", agent_id)
-            done.update(zip(map(id, submitted), checked, strict=True))
+            checked = await self.sealing.check_many([record for _, record in submitted], "entry", agent_id)
+            done.update(zip((key for key, _ in submitted), checked, strict=True))
 
         def seal_all() -> None:
             for post in posts:

@@ -79,11 +79,15 @@ class Server:
         assert self.proc is not None
         return proc_rss(self.proc.pid)
 
-    def writer_stats(self, admin_token: str) -> dict[str, float]:
-        """The node's `bbs_writer_*_total` counters from /metrics (transactions, jobs, busy_seconds, ...)."""
+    def metrics(self, admin_token: str) -> str:
+        """The node's /metrics, as text."""
         request = urllib.request.Request(self.url + "/metrics", headers={"Authorization": f"Bearer {admin_token}"})
         with urllib.request.urlopen(request, timeout=10) as resp:
-            text = resp.read().decode()
+            return str(resp.read().decode())
+
+    def writer_stats(self, admin_token: str) -> dict[str, float]:
+        """The node's `bbs_writer_*_total` counters from /metrics (transactions, jobs, busy_seconds, ...)."""
+        text = self.metrics(admin_token)
         prefix, suffix = "bbs_writer_", "_total "
         return {
             line[len(prefix) : line.index(suffix)]: float(line.rsplit(" ", 1)[1])
@@ -93,10 +97,7 @@ class Server:
 
     def gauge(self, admin_token: str, name: str) -> float | None:
         """One gauge of the node's /metrics (None when it has none by that name)."""
-        request = urllib.request.Request(self.url + "/metrics", headers={"Authorization": f"Bearer {admin_token}"})
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            text = resp.read().decode()
-        for line in text.splitlines():
+        for line in self.metrics(admin_token).splitlines():
             if line.startswith(name + " "):
                 return float(line.rsplit(" ", 1)[1])
         return None
