@@ -9,13 +9,19 @@
   answer 201 with the stored id, hash and record. No authentication, validation, record check, access log,
   idempotency, links or notifications (the ingest benchmark's floor).
 
-Each runs in its own process as the node does (`python -m scenarios.bench.bare_http PORT [DATABASE]`), and is
-timed with the same client and requests as the node.
+Each runs in its own process as the node does (`python -m scenarios.bench.bare_http PORT [DATABASE [flock]]`), and
+is timed with the same client and requests as the node. `BareServer(database, processes=N)` serves one port from N
+such processes (SO_REUSEPORT), each with its own writer on the one database file: the floor of several processes of
+one node on SQLite, their transactions ordered by SQLite's own write lock (BEGIN IMMEDIATE waiting in its busy
+handler), or with `flock=True` by an exclusive `flock` on a file beside the database taken around each transaction,
+which wakes the next writer as soon as the lock is let go instead of at the busy handler's next sleep.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import queue
 import subprocess
 import sys
@@ -55,10 +61,12 @@ class _Post(msgspec.Struct):
 class BareWriter:
     """One thread and one connection: each transaction commits every post queued when it began."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, flock: bool = False) -> None:
         self._posts: queue.SimpleQueue[_Post] = queue.SimpleQueue()
         self._conn = db.connect(path)
-        db.migrate(self._conn)
+        with _exclusive(_lock_file(path)):  # several processes may start on one new file: one migrates it
+            db.migrate(self._conn)
+        self._lock = _lock_file(path) if flock else None
         threading.Thread(target=self._run, name="bare-writer", daemon=True).start()
 
     def submit(self, post: _Post) -> None:
@@ -71,7 +79,11 @@ class BareWriter:
                 batch.append(self._posts.get_nowait())
             answers: list[tuple[asyncio.Future[int], int | Exception]]
             try:
-                first = self._commit(batch)
+                if self._lock is None:
+                    first = self._commit(batch)
+                else:
+                    with _exclusive(self._lock):
+                        first = self._commit(batch)
                 answers = [(post.future, first + i) for i, post in enumerate(batch)]
             except Exception as exc:  # answered as a failure (500): the benchmark stops rather than hangs
                 if self._conn.in_transaction:
@@ -106,6 +118,24 @@ class BareWriter:
         return first
 
 
+def _lock_file(database: Path) -> int:
+    """An open descriptor of the lock file beside `database` (kept open for the process's life)."""
+    return os.open(f"{database}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+
+
+class _exclusive:
+    """An exclusive `flock` on `fd` for the `with` block."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def __enter__(self) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
 def _settle(answers: list[tuple[asyncio.Future[int], int | Exception]]) -> None:
     for future, outcome in answers:
         if future.cancelled():
@@ -133,39 +163,52 @@ async def post_entry(request: web.Request) -> web.Response:
     return web.Response(body=msgspec.json.encode(answer), status=201, content_type="application/json")
 
 
-def app(database: Path | None = None) -> web.Application:
-    """The whole application: `GET /healthz`, and `POST /v1/entries` writing to `database` when one is given."""
+def app(database: Path | None = None, *, flock: bool = False) -> web.Application:
+    """The whole application: `GET /healthz`, and `POST /v1/entries` writing to `database` when one is given (each
+    transaction inside an exclusive `flock` of the file beside it when `flock`)."""
     application = web.Application()
     application.router.add_get("/healthz", healthz)
     if database is not None:
-        application[WRITER] = BareWriter(database)
+        application[WRITER] = BareWriter(database, flock=flock)
         application[SIGNER] = keys.SigningKey.generate()
         application.router.add_post("/v1/entries", post_entry)
     return application
 
 
 class BareServer:
-    """This module's server as a subprocess on a free loopback port (with the ingest route if `database`)."""
+    """This module's server on a free loopback port (with the ingest route if `database`): `processes` subprocesses
+    sharing the port, each with its own writer on `database` (their transactions inside an exclusive `flock` of the
+    file beside it when `flock`)."""
 
-    def __init__(self, database: Path | None = None) -> None:
+    def __init__(self, database: Path | None = None, *, processes: int = 1, flock: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.database = database
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.processes = processes
+        self.flock = flock
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        """The first (or only) process."""
+        return self.procs[0] if self.procs else None
 
     def __enter__(self) -> BareServer:
         args = [sys.executable, "-m", "scenarios.bench.bare_http", str(self.port)]
-        self.proc = subprocess.Popen(args + ([str(self.database)] if self.database else []), stdout=subprocess.DEVNULL)
+        if self.database is not None:
+            args += [str(self.database)] + (["flock"] if self.flock else [])
         try:
-            wait_healthy(self.proc, self.url, 30.0, "the bare aiohttp server")
+            for _ in range(self.processes):
+                self.procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL))
+                wait_healthy(self.procs[-1], self.url, 30.0, "the bare aiohttp server")
         except BaseException:
-            stop_process(self.proc)
+            self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc: object | TracebackType) -> None:
-        if self.proc is not None:
-            stop_process(self.proc)
+        for proc in self.procs:
+            stop_process(proc)
 
     def stored(self) -> int:
         """Entries the ingest route committed (read from the file; call after the load, while it runs)."""
@@ -179,5 +222,14 @@ class BareServer:
 
 if __name__ == "__main__":
     database = Path(sys.argv[2]) if len(sys.argv) > 2 else None
-    # on the event loop `bbs serve` runs on, so the floor and the node differ by node code alone
-    web.run_app(app(database), loop=event_loop(), host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+    # on the event loop `bbs serve` runs on, so the floor and the node differ by node code alone; reuse_port lets
+    # several of these processes serve one port (one process is unchanged by it)
+    web.run_app(
+        app(database, flock=sys.argv[3:] == ["flock"]),
+        loop=event_loop(),
+        host="127.0.0.1",
+        port=int(sys.argv[1]),
+        access_log=None,
+        print=None,
+        reuse_port=True,
+    )

@@ -25,6 +25,7 @@ from wire.api import MAX_BATCH
 
 BENCH = "ingest"
 TARGET = 0.5
+FLOOR_PROCESSES = 2  # the several-process floor: one per core of the reference machine
 # issue 34: node-signed batches against raw batched inserts; single posts against the bare floor; the writer's
 # time per entry against raw inserts at the same entries per commit
 BATCH_TARGET = 0.8
@@ -132,13 +133,15 @@ def start_workers(server: Server, admin_token: str, agent: tuple[keys.SigningKey
         time.sleep(0.1)
 
 
-def _bare_floor(ctx: Context, per_lane: int) -> Floor:
+def _bare_floor(ctx: Context, per_lane: int, *, processes: int = 1, flock: bool = False) -> Floor:
     """The same single posts, with the same client, sent to `bare_http`'s ingest route: aiohttp, Ed25519 signing
-    and one writer thread committing the raw baseline's rows, and nothing else a node does."""
-    database = ctx.workdir / "ingest-floor.db"
+    and one writer thread committing the raw baseline's rows, and nothing else a node does; served by `processes`
+    processes on one database file (their transactions ordered by an `flock` when `flock`, else by SQLite's lock).
+    The event loop CPU is the first process's."""
+    database = ctx.workdir / f"ingest-floor-{processes}{'-flock' if flock else ''}.db"
     raw.remove_database(database)
     lanes = node_signed_lanes([f"floor-{i}" for i in range(ctx.sizes.clients)], per_lane, offset=1_000_000)
-    with BareServer(database) as bare:
+    with BareServer(database, processes=processes, flock=flock) as bare:
         assert bare.proc is not None
         loop_before = cpu_seconds(bare.proc.pid, main_thread=True)
         result = asyncio.run(run_load(bare.url, lanes, expect=lambda s: s == 201))
@@ -215,6 +218,8 @@ def run(ctx: Context) -> None:
         ),
     ]
     floor = _bare_floor(ctx, per_lane)
+    # the lever beyond one process (issue 34): the floor itself served by several processes on one SQLite file
+    several = {flock: _bare_floor(ctx, per_lane, processes=FLOOR_PROCESSES, flock=flock) for flock in (False, True)}
     measured: list[Measured] = []
     for n, (label, keep_key, make_lanes) in enumerate(paths):
         # each path starts from an empty node, as the raw baseline starts from an empty database
@@ -339,6 +344,29 @@ def run(ctx: Context) -> None:
             " beyond the floor",
         )
     )
+    for flock, run in several.items():
+        several_rate = run.result.count / run.result.elapsed
+        ordered_by = "an flock" if flock else "SQLite's lock"
+        ctx.report.add(
+            Row(
+                BENCH,
+                f"floor served by {FLOOR_PROCESSES} processes on one SQLite file, their transactions ordered by"
+                f" {ordered_by}: entries/s vs the floor in one process",
+                rate(several_rate),
+                rate(floor_rate),
+                ratio(several_rate, floor_rate),
+                "",
+                None,
+                "the same posts and client; each process (SO_REUSEPORT on one port) with its own writer thread on the"
+                + (
+                    " one file, each transaction inside an exclusive flock of a file beside it (the next writer is"
+                    " woken when it is let go)"
+                    if flock
+                    else " one file, BEGIN IMMEDIATE waiting in SQLite's busy handler (which sleeps between tries)"
+                )
+                + ". What several processes of one node on SQLite could reach on this machine at best",
+            )
+        )
     signed_result = measured[1].result
     ctx.cache["ingest_author_signed"] = {
         "rate": signed_result.per_second,
