@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
-from typing import Any
+from collections.abc import Awaitable
+from typing import TypeVar
 
+from node.agents import store
 from node.errors import Unavailable
 from node.store.conn import DatabaseError
 from node.store.side import SideConnection, SideUnavailable
 
 MAX_PENDING = 10_000
 PER_AGENT = 16
+T = TypeVar("T")
 
 
 class Challenges:
@@ -79,22 +82,6 @@ class Challenges:
             del self._by_agent[agent_id]
 
 
-# The ring: a challenge takes slot `seq % total`, so the table never holds more than `total` rows and a new one
-# evicts the oldest overall, with no count. Then the agent's own beyond `per_agent` (the oldest) are deleted; asks of
-# one agent at the same instant at two processes may leave one more until the next ask of that agent.
-ISSUE = """
-INSERT INTO key_challenges (slot, seq, nonce, agent_id, expires_ms)
-SELECT n.v %% %s, n.v, %s, %s, %s FROM (SELECT nextval('key_challenge_seq') AS v) AS n
-ON CONFLICT (slot) DO UPDATE SET seq = excluded.seq, nonce = excluded.nonce, agent_id = excluded.agent_id,
-    expires_ms = excluded.expires_ms
-"""
-TRIM = """
-DELETE FROM key_challenges WHERE agent_id = %s AND seq <= (
-    SELECT seq FROM key_challenges WHERE agent_id = %s ORDER BY seq DESC OFFSET %s LIMIT 1
-)
-"""
-TAKE = "DELETE FROM key_challenges WHERE nonce = %s AND agent_id = %s RETURNING expires_ms"
-SWEEP = "DELETE FROM key_challenges WHERE expires_ms < %s"
 SWEEP_EVERY_S = 10.0  # at most one sweep of expired challenges per process this often
 
 
@@ -109,26 +96,25 @@ class SharedChallenges:
     async def issue(self, nonce: str, agent_id: str, expires_ms: int, now_ms: int) -> None:
         """Hold a new challenge, evicting beyond the bounds the oldest (overall, then of the agent); expired ones are
         swept now and then."""
-        await self._run(ISSUE, (self.total, nonce, agent_id, expires_ms), again=False)  # twice: the nonce's again
-        await self._run(TRIM, (agent_id, agent_id, self.per_agent))
+        await self._guarded(store.issue_challenge(self.side, self.total, nonce, agent_id, expires_ms))
+        await self._guarded(store.trim_challenges(self.side, agent_id, self.per_agent))
         if time.monotonic() - self._swept_at >= SWEEP_EVERY_S:
             self._swept_at = time.monotonic()
-            await self._run(SWEEP, (now_ms,))
+            await self._guarded(store.sweep_challenges(self.side, now_ms))
 
     async def consume(self, nonce: str, agent_id: str) -> int | None:
         """Consume the challenge `nonce` of `agent_id`, at whichever process it was asked: its expiry (ms), or None if
         no such challenge is held (never asked, already answered, evicted, swept)."""
-        rows = await self._run(TAKE, (nonce, agent_id))
-        return int(rows[0][0]) if rows else None
+        return await self._guarded(store.take_challenge(self.side, nonce, agent_id))
 
     async def pending(self) -> int:
         """How many challenges the node holds."""
-        rows = await self._run("SELECT count(*) FROM key_challenges", ())
-        return int(rows[0][0])
+        return await self._guarded(store.count_challenges(self.side))
 
-    async def _run(self, sql: str, params: tuple[object, ...], *, again: bool = True) -> list[tuple[Any, ...]]:
+    async def _guarded(self, statement: Awaitable[T]) -> T:
+        """`statement`'s answer, or 503 challenges_unavailable when the database cannot be reached."""
         try:
-            return await self.side.fetch(sql, params, again=again)
+            return await statement
         except (SideUnavailable, DatabaseError) as exc:
             raise Unavailable(
                 f"pending challenges cannot be reached now: {exc}", code="challenges_unavailable"

@@ -1,9 +1,11 @@
 """The SQL of the agents feature: local agents (`local_agents`), the agents a node knows (`agents`), bearer
-credentials (`credentials`, `credential_epoch`) and key-proof sessions (`auth_sessions`).
+credentials (`credentials`, `credential_epoch`), key-proof sessions (`auth_sessions`) and, on a node of several
+processes, pending key-proof challenges (`key_challenges`).
 
 Store functions (docs/architecture.md, "Where SQL lives"): those ending in `_txn` write and run on the writer
-thread, inside a `db.write` job; the others only read. The services (node/agents/service.py, refs.py,
-portable.py, sessions.py) decide what to ask and what an answer means.
+thread, inside a `db.write` job; the others only read, but the challenges' (async, on the process's own connection,
+node/store/side.py). The services (node/agents/service.py, refs.py, portable.py, sessions.py, challenges.py) decide
+what to ask and what an answer means.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from node.store.conn import POSTGRESQL, Conn, engine_of
+from node.store.side import SideConnection
 
 # ---- local agents -----------------------------------------------------------------------------------------------
 
@@ -149,3 +152,52 @@ def session(conn: Conn, key_id: str) -> Any:
         " WHERE key_id = ?",
         (key_id,),
     ).fetchone()
+
+
+# ---- pending key-proof challenges of a node of several processes (node/agents/challenges.py) ----------------------
+# Run on the process's own connection (node/store/side.py), each statement its own transaction, never the writer's.
+
+# The ring: a challenge takes slot `seq % total`, so the table never holds more than `total` rows and a new one
+# evicts the oldest overall, with no count. Then the agent's own beyond `per_agent` (the oldest) are deleted; asks of
+# one agent at the same instant at two processes may leave one more until the next ask of that agent.
+_ISSUE_CHALLENGE = """
+INSERT INTO key_challenges (slot, seq, nonce, agent_id, expires_ms)
+SELECT n.v %% %s, n.v, %s, %s, %s FROM (SELECT nextval('key_challenge_seq') AS v) AS n
+ON CONFLICT (slot) DO UPDATE SET seq = excluded.seq, nonce = excluded.nonce, agent_id = excluded.agent_id,
+    expires_ms = excluded.expires_ms
+"""
+_TRIM_CHALLENGES = """
+DELETE FROM key_challenges WHERE agent_id = %s AND seq <= (
+    SELECT seq FROM key_challenges WHERE agent_id = %s ORDER BY seq DESC OFFSET %s LIMIT 1
+)
+"""
+_TAKE_CHALLENGE = "DELETE FROM key_challenges WHERE nonce = %s AND agent_id = %s RETURNING expires_ms"
+_SWEEP_CHALLENGES = "DELETE FROM key_challenges WHERE expires_ms < %s"
+
+
+async def issue_challenge(side: SideConnection, total: int, nonce: str, agent_id: str, expires_ms: int) -> None:
+    """Hold the challenge `nonce` of `agent_id` in the ring of `total` slots (evicting the oldest overall). Not run a
+    second time after a lost connection: the first run may have held the nonce."""
+    await side.fetch(_ISSUE_CHALLENGE, (total, nonce, agent_id, expires_ms), again=False)
+
+
+async def trim_challenges(side: SideConnection, agent_id: str, per_agent: int) -> None:
+    """Delete the challenges of `agent_id` beyond its newest `per_agent`."""
+    await side.fetch(_TRIM_CHALLENGES, (agent_id, agent_id, per_agent))
+
+
+async def take_challenge(side: SideConnection, nonce: str, agent_id: str) -> int | None:
+    """Delete the challenge `nonce` of `agent_id`: its expiry (ms), or None when none is held (decided once)."""
+    rows = await side.fetch(_TAKE_CHALLENGE, (nonce, agent_id))
+    return int(rows[0][0]) if rows else None
+
+
+async def sweep_challenges(side: SideConnection, now_ms: int) -> None:
+    """Delete the challenges expired before `now_ms`."""
+    await side.fetch(_SWEEP_CHALLENGES, (now_ms,))
+
+
+async def count_challenges(side: SideConnection) -> int:
+    """How many challenges the node holds."""
+    rows = await side.fetch("SELECT count(*) FROM key_challenges", ())
+    return int(rows[0][0])

@@ -30,9 +30,10 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
+from node.federation import store
 from node.store.conn import DatabaseError
 from node.store.side import SideConnection, SideUnavailable
 from sync.auth import BEFORE_START, MAX_SKEW_S, REPLAYED, STALE_BOOT, PeerAuthError, Signed
@@ -43,30 +44,7 @@ log = logging.getLogger("bbs.sync")
 # less than this never sweeps a nonce the other would still take for fresh.
 SWEEP_MARGIN_S = 300
 SWEEP_EVERY_S = 30.0  # at most one sweep per process this often
-
-ADMIT = """
-WITH fresh AS (
-    INSERT INTO peer_nonces (peer, nonce, expires_s) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1
-)
-SELECT (SELECT count(*) FROM fresh), b.boot_id, b.since_s FROM (SELECT 1) AS one LEFT JOIN peer_boot AS b ON b.id = 1
-"""
-# The current generation, drawn when there is none: `drawn` tells which. When another process drew one after this
-# statement's snapshot, neither part gives a row, and the statement runs again.
-# The first generation of a database (peer_boot_draws, a logged table, holds no row: nothing was ever accepted on it)
-# refuses no signature by its date; a later one refuses those dated up to its `since`.
-DRAW = """
-WITH drawn AS (
-    INSERT INTO peer_boot (id, boot_id, since_s)
-    SELECT 1, %s, CASE WHEN EXISTS (SELECT 1 FROM peer_boot_draws) THEN %s ELSE 0 END
-    ON CONFLICT (id) DO NOTHING
-    RETURNING boot_id, since_s
-), counted AS (
-    INSERT INTO peer_boot_draws (id, draws) SELECT 1, 1 FROM drawn
-    ON CONFLICT (id) DO UPDATE SET draws = peer_boot_draws.draws + 1
-)
-SELECT boot_id, since_s, true FROM drawn UNION ALL SELECT boot_id, since_s, false FROM peer_boot WHERE id = 1
-"""
-SWEEP = "DELETE FROM peer_nonces WHERE expires_s < %s"
+T = TypeVar("T")
 
 
 class NodeReplay:
@@ -82,9 +60,11 @@ class NodeReplay:
         """The node's boot generation (boot id, its first second), drawn now when the database holds none."""
         for _ in range(3):
             # a signature accepted before it may be dated up to MAX_SKEW_S ahead of the clock that accepted it
-            rows = await self._fetch(DRAW, (secrets.token_urlsafe(12), int(self.clock()) + MAX_SKEW_S))
-            if rows:
-                boot_id, since, drawn = rows[0]
+            found = await self._guarded(
+                store.draw_boot(self.side, secrets.token_urlsafe(12), int(self.clock()) + MAX_SKEW_S)
+            )
+            if found is not None:
+                boot_id, since, drawn = found
                 if drawn and since == 0:
                     self.drawn += 1
                     log.info("drew the first boot generation of this database, %s", boot_id)
@@ -103,8 +83,9 @@ class NodeReplay:
     async def admit(self, signed: Signed) -> None:
         """Accept `signed` once on the whole node, or raise PeerAuthError (stale_boot, stale_request,
         replayed_request; 503 replay_memory_unavailable when the database cannot be reached)."""
-        rows = await self._fetch(ADMIT, (signed.peer, signed.nonce, signed.expires))
-        fresh, boot_id, since = rows[0]
+        fresh, boot_id, since = await self._guarded(
+            store.admit_nonce(self.side, signed.peer, signed.nonce, signed.expires)
+        )
         if boot_id is None:  # the nonce memory was lost with the generation: a new one, before anything is accepted
             boot_id, since = await self.current()
         self.boot_id = str(boot_id)
@@ -123,13 +104,14 @@ class NodeReplay:
             return
         self._swept_at = now
         try:
-            await self.side.fetch(SWEEP, (int(now) - SWEEP_MARGIN_S,))
+            await store.sweep_nonces(self.side, int(now) - SWEEP_MARGIN_S)
         except (SideUnavailable, DatabaseError) as exc:  # the next admit sweeps; this request was accepted
             log.warning("could not sweep expired peer nonces: %s", exc)
 
-    async def _fetch(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
+    async def _guarded(self, statement: Awaitable[T]) -> T:
+        """`statement`'s answer, or 503 replay_memory_unavailable when the database cannot be reached."""
         try:
-            return await self.side.fetch(sql, params)
+            return await statement
         except (SideUnavailable, DatabaseError) as exc:
             raise PeerAuthError(
                 "replay_memory_unavailable", f"this node cannot record accepted requests now: {exc}", 503

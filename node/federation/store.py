@@ -1,7 +1,8 @@
 """The node's implementation of sync's storage interface, over node.store.db and projections.append.
 
 Also the peer table operations shared by the REST API and the CLI (which writes the same rows
-while a node runs; the node's scheduler re-reads peers every second).
+while a node runs; the node's scheduler re-reads peers every second), and the statements of the replay protection
+of a node of several processes (node/federation/node_replay.py: the boot generation, accepted nonces).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from node.store.authority import (
 )
 from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
 from node.store.db import Database
+from node.store.side import SideConnection
 from sync import compat
 from sync.messages import (
     PROTOCOL_VERSION,
@@ -1033,3 +1035,54 @@ def set_node_keys_txn(conn: Conn, value: str) -> None:
         "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         (NODE_KEYS_META, value),
     )
+
+
+# ---- replay protection of a node of several processes (node/federation/node_replay.py) ----------------------------
+# Run on the process's own connection (node/store/side.py), each statement its own transaction, never the writer's.
+
+_ADMIT_NONCE = """
+WITH fresh AS (
+    INSERT INTO peer_nonces (peer, nonce, expires_s) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1
+)
+SELECT (SELECT count(*) FROM fresh), b.boot_id, b.since_s FROM (SELECT 1) AS one LEFT JOIN peer_boot AS b ON b.id = 1
+"""
+# The current generation, drawn when there is none: `drawn` tells which. When another process drew one after this
+# statement's snapshot, neither part gives a row, and the statement runs again.
+# The first generation of a database (peer_boot_draws, a logged table, holds no row: nothing was ever accepted on it)
+# refuses no signature by its date; a later one refuses those dated up to its `since`.
+_DRAW_BOOT = """
+WITH drawn AS (
+    INSERT INTO peer_boot (id, boot_id, since_s)
+    SELECT 1, %s, CASE WHEN EXISTS (SELECT 1 FROM peer_boot_draws) THEN %s ELSE 0 END
+    ON CONFLICT (id) DO NOTHING
+    RETURNING boot_id, since_s
+), counted AS (
+    INSERT INTO peer_boot_draws (id, draws) SELECT 1, 1 FROM drawn
+    ON CONFLICT (id) DO UPDATE SET draws = peer_boot_draws.draws + 1
+)
+SELECT boot_id, since_s, true FROM drawn UNION ALL SELECT boot_id, since_s, false FROM peer_boot WHERE id = 1
+"""
+_SWEEP_NONCES = "DELETE FROM peer_nonces WHERE expires_s < %s"
+
+
+async def admit_nonce(side: SideConnection, peer: str, nonce: str, expires_s: int) -> tuple[bool, str | None, int]:
+    """Hold `peer`'s `nonce` until `expires_s`, and read the boot generation with it, in one statement: (whether the
+    nonce was new, the generation's boot id or None when the database holds none, its first second)."""
+    ((fresh, boot_id, since),) = await side.fetch(_ADMIT_NONCE, (peer, nonce, expires_s))
+    return bool(fresh), None if boot_id is None else str(boot_id), int(since or 0)
+
+
+async def draw_boot(side: SideConnection, boot_id: str, since_s: int) -> tuple[str, int, bool] | None:
+    """The node's boot generation, drawn now as (`boot_id`, `since_s`, or 0 for a database's first) when the database
+    holds none: (boot id, its first second, whether this call drew it); None when another process drew one after this
+    statement's snapshot (ask again)."""
+    rows = await side.fetch(_DRAW_BOOT, (boot_id, since_s))
+    if not rows:
+        return None
+    found, since, drawn = rows[0]
+    return str(found), int(since), bool(drawn)
+
+
+async def sweep_nonces(side: SideConnection, before_s: int) -> None:
+    """Delete the nonces that expired before `before_s`."""
+    await side.fetch(_SWEEP_NONCES, (before_s,))
