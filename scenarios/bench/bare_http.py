@@ -20,12 +20,14 @@ which wakes the next writer as soon as the lock is let go instead of at the busy
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import queue
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -64,9 +66,10 @@ class BareWriter:
     def __init__(self, path: Path, *, flock: bool = False) -> None:
         self._posts: queue.SimpleQueue[_Post] = queue.SimpleQueue()
         self._conn = db.connect(path)
-        with _exclusive(_lock_file(path)):  # several processes may start on one new file: one migrates it
+        lock = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)  # kept open for the process's life
+        with _exclusive(lock):  # several processes may start on one new file: one migrates it
             db.migrate(self._conn)
-        self._lock = _lock_file(path) if flock else None
+        self._lock = lock if flock else None
         threading.Thread(target=self._run, name="bare-writer", daemon=True).start()
 
     def submit(self, post: _Post) -> None:
@@ -118,22 +121,14 @@ class BareWriter:
         return first
 
 
-def _lock_file(database: Path) -> int:
-    """An open descriptor of the lock file beside `database` (kept open for the process's life)."""
-    return os.open(f"{database}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-
-
-class _exclusive:
+@contextlib.contextmanager
+def _exclusive(fd: int) -> Iterator[None]:
     """An exclusive `flock` on `fd` for the `with` block."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def __enter__(self) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-
-    def __exit__(self, *exc: object) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _settle(answers: list[tuple[asyncio.Future[int], int | Exception]]) -> None:

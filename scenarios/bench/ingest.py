@@ -344,8 +344,8 @@ def run(ctx: Context) -> None:
             " beyond the floor",
         )
     )
-    for flock, run in several.items():
-        several_rate = run.result.count / run.result.elapsed
+    for flock, several_floor in several.items():
+        several_rate = several_floor.result.count / several_floor.result.elapsed
         ordered_by = "an flock" if flock else "SQLite's lock"
         ctx.report.add(
             Row(
