@@ -8,7 +8,7 @@
 #                     workers); the long forms: python -m scenarios.{federation,crashloop --rounds N,space_fed}
 #                     --postgresql [NODE]
 #   make test-postgresql  the in-process tests that create a node, again with each node's database on PostgreSQL
-#                     (pytest --store postgresql: tests/pg_fixtures.py `node_store`; about 7 minutes)
+#                     (pytest --store postgresql: tests/pg_fixtures.py `node_store`; about 16 to 19 minutes on 2 cores)
 #   make ci           lint, typecheck, test, test-postgresql, the restore drill, chaos, (root only, inside the budget) containers, theft,
 #                     spaces, space-fed, redaction, redaction on PostgreSQL, the several-process chaos
 #   make theft-drill  the three-node stolen-key drill (scenarios/theft.py, about 15 s)
@@ -163,11 +163,19 @@ multiproc-chaos: $(VENV)/.installed
 # federation and redaction drills (both forms) are not steps of their own: the first test pass runs each of them
 # whole, with the same defaults (tests/hardening/test_theft.py, test_spaces_drill.py, test_space_fed_drill.py,
 # test_redaction_drill.py), so a step would run them twice; their targets stay for a run by hand.
+# A pass that fails runs the tests that failed once more (pytest's --last-failed, from .pytest_cache), after its own
+# report with their tracebacks: a load-dependent flake does not sink the run and is still reported, to be fixed; a
+# test that fails twice fails the run. A hung test fails after pytest-timeout's 10 minutes (pyproject.toml), so even a
+# hang and its rerun end inside CI's limit.
+RERUN_FAILED := echo "ci: running the tests that failed above once more (a failure to fix, even if they pass now)" >&2 &&
+RERUN_ARGS := --last-failed --last-failed-no-failures none
 ci: install
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory typecheck
-	$(MAKE) --no-print-directory test PYTEST_ARGS="--durations=25"
-	$(MAKE) --no-print-directory test-postgresql PYTEST_ARGS="--durations=25"
+	$(MAKE) --no-print-directory test PYTEST_ARGS="--durations=25" || { $(RERUN_FAILED) \
+	  $(MAKE) --no-print-directory test PYTEST_ARGS="$(RERUN_ARGS)"; }
+	$(MAKE) --no-print-directory test-postgresql PYTEST_ARGS="--durations=25" || { $(RERUN_FAILED) \
+	  $(MAKE) --no-print-directory test-postgresql PYTEST_ARGS="$(RERUN_ARGS)"; }
 	$(MAKE) --no-print-directory restore-drill
 	$(MAKE) --no-print-directory chaos-and-containers
 	$(MAKE) --no-print-directory multiproc-chaos

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # above the subprocess's own guard below, so that one speaks first
 def test_every_benchmark_runs_quick_and_prints_a_table(tmp_path: Path) -> None:
     out_file = tmp_path / "table.md"
     proc = subprocess.run(

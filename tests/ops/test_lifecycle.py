@@ -77,7 +77,10 @@ async def test_sigterm_finishes_in_flight_writes_and_exits_cleanly(tmp_path: Pat
 
         async with aiohttp.ClientSession() as session:
             first = [asyncio.create_task(write(session, i)) for i in range(40)]
+            deadline = time.monotonic() + 60
             while not acknowledged:
+                assert not all(task.done() for task in first), "none of the first 40 writes was acknowledged"
+                assert time.monotonic() < deadline, "no write acknowledged within 60 s"
                 await asyncio.sleep(0.005)
             proc.send_signal(signal.SIGTERM)
             rest = [asyncio.create_task(write(session, i)) for i in range(40, 80)]

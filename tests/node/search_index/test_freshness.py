@@ -104,7 +104,10 @@ async def indexed(worker: Indexer, entry_id: int) -> None:
 async def running(worker: Indexer) -> asyncio.Task[None]:
     """Run `worker` until it has caught up once (ready: searches may wait for it)."""
     task = asyncio.create_task(worker.run())
+    deadline = time.monotonic() + 30
     while not worker.ready:
+        assert not task.done(), task
+        assert time.monotonic() < deadline, "the indexer did not catch up within 30 s"
         await asyncio.sleep(0.01)
     return task
 

@@ -185,7 +185,10 @@ class Held:
 
         self.task = asyncio.create_task(self.db.write(hold))
         self.db.write_merged = counted  # type: ignore[method-assign]
+        deadline = time.monotonic() + 50
         while not self.running.is_set():
+            assert not self.task.done(), self.task
+            assert time.monotonic() < deadline, "the writer never ran the holding job"
             await asyncio.sleep(0.001)
         return self
 
