@@ -19,7 +19,7 @@ from identity import canonical, key_files, keys, schema
 from node import __version__
 from node.agents import recovery_file
 from node.agents.challenges import Challenges, SharedChallenges
-from node.agents.key_events import KeyEvents
+from node.agents.key_events import KeyEvents, kept_rotations
 from node.agents.recovery import Recovery
 from node.agents.service import Agents
 from node.default_mode.service import DefaultMode
@@ -28,7 +28,7 @@ from node.entries.posting import Entries
 from node.entries.reads import Reads
 from node.features import LOG
 from node.federation.node_key import NodeKeys
-from node.federation.store import NodeSyncStore
+from node.federation.store import NodeSyncStore, store_epoch
 from node.feed.service import Feed
 from node.inbox.service import MAX_SUBSCRIPTIONS, Inbox
 from node.ops.datadir import DataDir
@@ -108,6 +108,9 @@ class Node:
         the writer thread, in the write transaction, under the writer lock (node/store/db.py)."""
         if authority.revalidate_txn(self.sealing.authority, conn):
             self.node_keys.reload_txn(conn)
+            # rotations of keys this node keeps made through another process: fenced here too (record 92)
+            rotations = kept_rotations(conn, self.sealing.authority, self.node_id)
+            self.sealing.key_fence.learn(rotations, store_epoch(conn), self.now_ms())
 
     @property
     def node_id(self) -> str:

@@ -61,6 +61,21 @@ KEY_EVENT = "key_event"
 VOUCH_PAGE = "vouch_page"
 
 
+def kept_rotations(conn: Conn, authority: Authority, node_id: str) -> list[tuple[str, str, str, str]]:
+    """Every rotation or recovery the log's key histories hold of a key this node keeps (its own, node-kept agents'),
+    as (identity, key taken out, key installed, key event): what the key fence of each process should list, wherever
+    it was made (`KeyFence.learn`, record 92). Read inside a write transaction (the authority cache is the writer's)."""
+    authority.ensure_txn(conn)
+    found = []
+    for identity in [node_id, *store.kept_with_key_events(conn)]:
+        history = authority.history(identity)
+        for retired, event in history.removed_by.items():
+            installed = history.states[event].key
+            if installed is not None:  # a revocation installs none; the fence lists keys replaced by another
+                found.append((identity, retired, installed, event))
+    return found
+
+
 def submit_txn(
     conn: Conn, authority: Authority, event: Verified, pages: list[Verified], now_ms: int
 ) -> tuple[bool, int]:

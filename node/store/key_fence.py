@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,6 +92,23 @@ class KeyFence:
         self._write()
         return before
 
+    def learn(self, found: Iterable[tuple[str, str, str, str]], epoch: str, now_ms: int) -> list[dict[str, str]]:
+        """Record each rotation in `found`, (identity, retired key, installed key, key event), that took out a key
+        this fence does not list yet for that identity: rotations of keys this node keeps that the database holds
+        but another process of the node made (record 92). Written once, with store `epoch` and `now_ms`; returns
+        what was added."""
+        listed = {(r["identity"], r["retired"]) for r in self.rotations()}
+        added: dict[tuple[str, str], dict[str, str]] = {}
+        for identity, retired, key, event in found:
+            if (identity, retired) not in listed:
+                entry = {"identity": identity, "retired": retired, "key": key, "event": event, "epoch": epoch}
+                added.setdefault((identity, retired), {**entry, "at_ms": str(now_ms)})
+        if added:
+            self._rotations = [*self._rotations, *added.values()]
+            self._write()
+            log.info("key fence: %d rotation(s) made through another process of the node recorded", len(added))
+        return list(added.values())
+
     def put_back(self, before: list[dict[str, str]]) -> None:
         """Restore the content `record` returned (the rotation it recorded did not commit)."""
         self._rotations, self._loaded = before, True
@@ -118,7 +136,8 @@ class KeyFence:
         """Replace the file atomically and durably: temp file, fsync, rename, fsync of the folder."""
         if self.path is None:
             return
-        tmp = self.path.with_name(self.path.name + ".tmp")
+        # a name of this writer's own: a `bbs` command opening the folder a node serves may write it at the same time
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         body = json.dumps({"rotations": self._rotations}, sort_keys=True, indent=1).encode()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

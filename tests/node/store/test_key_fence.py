@@ -52,3 +52,31 @@ def test_an_unreadable_fence_refuses_nothing_and_says_so(
     assert fence.rotations() == [] and fence.refusal("x", "x") is None
     assert "unreadable" in caplog.text
     assert KeyFence(None).rotations() == []
+
+
+def test_learn_adds_only_the_rotations_not_listed_and_writes_once(tmp_path: Path) -> None:
+    fence = KeyFence(tmp_path / KEY_FENCE_NAME)
+    fence.record("did:key:zA", "did:key:zA", "did:key:zB", "made-here", "epoch-1", 1_000)
+    found = [
+        ("did:key:zA", "did:key:zA", "did:key:zB", "made-here"),  # listed already (by the process that made it)
+        ("did:key:zC", "did:key:zC", "did:key:zD", "made-there"),
+        ("did:key:zC", "did:key:zC", "did:key:zD", "made-there"),  # twice in one call: once in the file
+    ]
+    added = fence.learn(found, "epoch-1", 2_000)
+    assert added == [
+        {
+            "identity": "did:key:zC",
+            "retired": "did:key:zC",
+            "key": "did:key:zD",
+            "event": "made-there",
+            "epoch": "epoch-1",
+            "at_ms": "2000",
+        }
+    ]
+    again = KeyFence(tmp_path / KEY_FENCE_NAME)  # read back from the file
+    assert [r["event"] for r in again.rotations()] == ["made-here", "made-there"]
+    assert again.refusal("did:key:zC", "did:key:zC") is not None
+    written = (tmp_path / KEY_FENCE_NAME).stat().st_mtime_ns
+    assert again.learn(found, "epoch-1", 3_000) == []  # nothing new: the file is not written
+    assert (tmp_path / KEY_FENCE_NAME).stat().st_mtime_ns == written
+    assert sorted(p.name for p in tmp_path.iterdir()) == [KEY_FENCE_NAME]  # no temporary file left
