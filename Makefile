@@ -165,8 +165,8 @@ multiproc-chaos: $(VENV)/.installed
 # test_redaction_drill.py), so a step would run them twice; their targets stay for a run by hand.
 # A pass that fails runs the tests that failed once more (pytest's --last-failed, from .pytest_cache), after its own
 # report with their tracebacks: a load-dependent flake does not sink the run and is still reported, to be fixed; a
-# test that fails twice fails the run. A hung test fails after pytest-timeout's 10 minutes (pyproject.toml), so even a
-# hang and its rerun end inside CI's limit.
+# test that fails twice fails the run. A hung test fails after pytest-timeout's 10 minutes (pyproject.toml): a hang and
+# its rerun add at most 20 minutes to the run's usual 40 to 45, inside CI's 90-minute limit.
 RERUN_FAILED := echo "ci: running the tests that failed above once more (a failure to fix, even if they pass now)" >&2 &&
 RERUN_ARGS := --last-failed --last-failed-no-failures none
 ci: install

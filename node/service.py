@@ -106,11 +106,17 @@ class Node:
         """Another process of the node committed since this one last wrote: load the authority cache again if the
         key events it holds changed, and then the node's signing keys (a node-key rotation is a key event). Runs on
         the writer thread, in the write transaction, under the writer lock (node/store/db.py)."""
-        if authority.revalidate_txn(self.sealing.authority, conn):
+        if not authority.revalidate_txn(self.sealing.authority, conn):
+            return
+        try:
             self.node_keys.reload_txn(conn)
             # rotations of keys this node keeps made through another process: fenced here too (record 92)
-            rotations = kept_rotations(conn, self.sealing.authority, self.node_id)
+            node_key = self.node_keys.signer.keys[-1].did
+            rotations = kept_rotations(conn, self.sealing.authority, self.node_id, node_key)
             self.sealing.key_fence.learn(rotations, store_epoch(conn), self.now_ms())
+        except BaseException:
+            self.sealing.authority.invalidate()  # not revalidated: the next write loads it, and learns, again
+            raise
 
     @property
     def node_id(self) -> str:

@@ -61,17 +61,25 @@ KEY_EVENT = "key_event"
 VOUCH_PAGE = "vouch_page"
 
 
-def kept_rotations(conn: Conn, authority: Authority, node_id: str) -> list[tuple[str, str, str, str]]:
-    """Every rotation or recovery the log's key histories hold of a key this node keeps (its own, node-kept agents'),
-    as (identity, key taken out, key installed, key event): what the key fence of each process should list, wherever
-    it was made (`KeyFence.learn`, record 92). Read inside a write transaction (the authority cache is the writer's)."""
+def kept_rotations(conn: Conn, authority: Authority, node_id: str, node_key: str) -> list[tuple[str, str, str, str]]:
+    """The rotations and recoveries in the key histories of the identities whose key this node keeps (the node,
+    signing with `node_key` now, and node-kept agents) that lead to the key it keeps, as (identity, key taken out,
+    key installed, key event): what the key fence of each process should list, wherever they were made
+    (`KeyFence.learn`, record 92). An event after the kept key's (a thief's rotation by a stolen key) is not one:
+    fencing the key it took out would refuse the recovery built on it. Read in a write transaction (the authority
+    cache is the writer's)."""
     authority.ensure_txn(conn)
+    kept = {node_id: node_key} | {
+        agent_id: keys.SigningKey.from_seed(seed).did for agent_id, seed in store.kept_with_key_events(conn)
+    }
     found = []
-    for identity in [node_id, *store.kept_with_key_events(conn)]:
+    for identity, key in kept.items():
         history = authority.history(identity)
+        at = {event: place for place, event in enumerate(history.chain)}
+        installed_at = max((at[e] for e in history.chain if history.states[e].key == key), default=-1)
         for retired, event in history.removed_by.items():
             installed = history.states[event].key
-            if installed is not None:  # a revocation installs none; the fence lists keys replaced by another
+            if installed is not None and at[event] <= installed_at:
                 found.append((identity, retired, installed, event))
     return found
 
@@ -314,7 +322,7 @@ class KeyEvents:
         authority, fence = self.authority, self.sealing.key_fence
         recovery_key = self.recovery_key()
         recovery = None if recovery_key is None else recovery_key.did
-        fenced: list[list[dict[str, str]]] = []
+        fenced: list[dict[str, str]] = []
 
         def job(conn: Conn) -> tuple[str, str, Verified, int, KeyHistory]:
             name, did, event, vouched = rotate_txn(conn, authority, ref, new, self.now_ms(), recovery)

@@ -182,7 +182,7 @@ class Recovery:
         authority, fence = self.events.authority, self.events.sealing.key_fence
         new = keys.SigningKey.generate()
         now_ms = self.events.now_ms()
-        fenced: list[list[dict[str, str]]] = []
+        fenced: list[dict[str, str]] = []
 
         def job(conn: Conn) -> KeyChange:
             plan = decide(conn, authority)

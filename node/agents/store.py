@@ -60,13 +60,14 @@ def key_seed(conn: Conn, agent_id: str) -> bytes | None:
     return bytes(row[0])
 
 
-def kept_with_key_events(conn: Conn) -> list[str]:
-    """The local agents whose key the node keeps and of which the log holds a key event (rotated or recovered)."""
+def kept_with_key_events(conn: Conn) -> list[tuple[str, bytes]]:
+    """(agent id, seed of the key kept) of the local agents whose key the node keeps and of which the log holds a key
+    event (rotated or recovered)."""
     return [
-        str(row[0])
+        (str(row[0]), bytes(row[1]))
         for row in conn.execute(
             # the key events through their partial index (records_authority), then the agents among their authors
-            "SELECT agent_id FROM local_agents WHERE key_seed IS NOT NULL AND agent_id IN"
+            "SELECT agent_id, key_seed FROM local_agents WHERE key_seed IS NOT NULL AND agent_id IN"
             " (SELECT author_id FROM records WHERE kind IN ('key_event', 'vouch_page') AND kind = 'key_event')"
         )
     ]

@@ -132,7 +132,7 @@ class NodeKeys:
             raise Conflict(exc.detail, code="node_key_rotated_out") from None
         new = keys.SigningKey.generate()
         fence = self.sealing.key_fence
-        fenced: list[list[dict[str, str]]] = []
+        fenced: list[dict[str, str]] = []
 
         def job(conn: Conn) -> tuple[Verified, int, list[str]]:
             event, vouched, events = rotate_node_key_txn(conn, self.sealing, self.node_id, current, new, self.now_ms())

@@ -42,6 +42,8 @@ class KeyFence:
     path: Path | None  # None: no folder (a node without a key fence refuses nothing)
     _rotations: list[dict[str, str]] = field(default_factory=list)
     _loaded: bool = False
+    # changes come from the writer thread (a rotation, `learn`) and the event loop (`put_back` after a failed commit)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def rotations(self) -> list[dict[str, str]]:
         """Every rotation recorded here, oldest first."""
@@ -81,54 +83,58 @@ class KeyFence:
                 )
         return None
 
-    def record(
-        self, identity: str, retired: str, key: str, event: str, epoch: str, now_ms: int
-    ) -> list[dict[str, str]]:
+    def record(self, identity: str, retired: str, key: str, event: str, epoch: str, now_ms: int) -> dict[str, str]:
         """Write that a rotation of `identity` in store `epoch` took `retired` out and installed `key` by `event`
-        (at `now_ms`); returns the content before (for `put_back` when the rotation's commit fails)."""
-        before = list(self.rotations())
+        (at `now_ms`); returns the entry written (for `put_back` when the rotation's commit fails)."""
         entry = {"identity": identity, "retired": retired, "key": key, "event": event, "epoch": epoch}
-        self._rotations = [*before, {**entry, "at_ms": str(now_ms)}]
-        self._write()
-        return before
+        entry["at_ms"] = str(now_ms)
+        with self._lock:
+            self._rotations = [*self.rotations(), entry]
+            self._write()
+        return entry
 
     def learn(self, found: Iterable[tuple[str, str, str, str]], epoch: str, now_ms: int) -> list[dict[str, str]]:
         """Record each rotation in `found`, (identity, retired key, installed key, key event), that took out a key
         this fence does not list yet for that identity: rotations of keys this node keeps that the database holds
         but another process of the node made (record 92). Written once, with store `epoch` and `now_ms`; returns
         what was added."""
-        listed = {(r["identity"], r["retired"]) for r in self.rotations()}
-        added: dict[tuple[str, str], dict[str, str]] = {}
-        for identity, retired, key, event in found:
-            if (identity, retired) not in listed:
-                entry = {"identity": identity, "retired": retired, "key": key, "event": event, "epoch": epoch}
-                added.setdefault((identity, retired), {**entry, "at_ms": str(now_ms)})
+        with self._lock:
+            listed = {(r["identity"], r["retired"]) for r in self.rotations()}
+            added: dict[tuple[str, str], dict[str, str]] = {}
+            for identity, retired, key, event in found:
+                if (identity, retired) not in listed:
+                    entry = {"identity": identity, "retired": retired, "key": key, "event": event, "epoch": epoch}
+                    added.setdefault((identity, retired), {**entry, "at_ms": str(now_ms)})
+            if added:
+                self._rotations = [*self._rotations, *added.values()]
+                self._write()
         if added:
-            self._rotations = [*self._rotations, *added.values()]
-            self._write()
             log.info("key fence: %d rotation(s) made through another process of the node recorded", len(added))
         return list(added.values())
 
-    def put_back(self, before: list[dict[str, str]]) -> None:
-        """Restore the content `record` returned (the rotation it recorded did not commit)."""
-        self._rotations, self._loaded = before, True
-        self._write()
+    def put_back(self, entry: dict[str, str]) -> None:
+        """Take out the entry `record` wrote (the rotation it recorded did not commit); what was written since stays."""
+        with self._lock:
+            self._rotations = [r for r in self.rotations() if r != entry]
+            self._write()
 
     def settle(self, epoch: str, held: Callable[[str, str], bool], now_ms: int) -> list[dict[str, str]]:
         """Forget the rotations of store `epoch` (this very database, not a restore: a restore gets a new epoch)
         written more than SETTLE_AFTER_MS before `now_ms` whose key event the database does not hold
         (`held(identity, event)`): the process died between writing the fence and the commit, so the rotation
         never happened. Returns what was forgotten."""
-        stale = [
-            r
-            for r in self.rotations()
-            if r["epoch"] == epoch
-            and int(r["at_ms"]) < now_ms - SETTLE_AFTER_MS
-            and not held(r["identity"], r["event"])
-        ]
+        with self._lock:
+            stale = [
+                r
+                for r in self.rotations()
+                if r["epoch"] == epoch
+                and int(r["at_ms"]) < now_ms - SETTLE_AFTER_MS
+                and not held(r["identity"], r["event"])
+            ]
+            if stale:
+                self._rotations = [r for r in self._rotations if r not in stale]
+                self._write()
         if stale:
-            self._rotations = [r for r in self._rotations if r not in stale]
-            self._write()
             log.warning("key fence: %d rotation(s) that never committed forgotten: %s", len(stale), stale)
         return stale
 

@@ -13,8 +13,8 @@ from node.store.key_fence import KEY_FENCE_NAME, SETTLE_AFTER_MS, KeyFence
 def test_a_recorded_rotation_refuses_its_old_key_only(tmp_path: Path) -> None:
     fence = KeyFence(tmp_path / KEY_FENCE_NAME)
     assert fence.refusal("did:key:zA", "did:key:zA") is None
-    before = fence.record("did:key:zA", "did:key:zA", "did:key:zB", "e" * 64, "epoch-1", 0)
-    assert before == []
+    written = fence.record("did:key:zA", "did:key:zA", "did:key:zB", "e" * 64, "epoch-1", 0)
+    assert written["event"] == "e" * 64
     assert stat.S_IMODE((tmp_path / KEY_FENCE_NAME).stat().st_mode) == 0o600
     again = KeyFence(tmp_path / KEY_FENCE_NAME)  # read back from the file
     refused = again.refusal("did:key:zA", "did:key:zA")
@@ -22,8 +22,17 @@ def test_a_recorded_rotation_refuses_its_old_key_only(tmp_path: Path) -> None:
     assert again.refusal("did:key:zA", "did:key:zB") is None  # the key it installed signs
     assert again.refusal("did:key:zOther", "did:key:zA") is None
     assert again.identities() == {"did:key:zA"}
-    again.put_back(before)  # the rotation's commit failed
+    again.put_back(written)  # the rotation's commit failed
     assert KeyFence(tmp_path / KEY_FENCE_NAME).rotations() == []
+
+
+def test_put_back_takes_out_only_the_entry_it_is_given(tmp_path: Path) -> None:
+    """A rotation whose commit failed is taken out; what the writer learned meanwhile stays."""
+    fence = KeyFence(tmp_path / KEY_FENCE_NAME)
+    failing = fence.record("did:key:zA", "did:key:zA", "did:key:zB", "failed", "epoch-1", 0)
+    fence.learn([("did:key:zC", "did:key:zC", "did:key:zD", "made-there")], "epoch-1", 1)
+    fence.put_back(failing)
+    assert [r["event"] for r in KeyFence(tmp_path / KEY_FENCE_NAME).rotations()] == ["made-there"]
 
 
 def test_settle_forgets_only_this_epochs_rotations_that_never_committed(tmp_path: Path) -> None:
