@@ -14,6 +14,7 @@ from identity import keys, records
 from node.agents import recovery_file
 from node.agents import service as agents
 from node.agents import store as agent_store
+from node.agents.key_events import kept_rotations
 from node.service import Node
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.agents.test_key_events import post_entry, post_signed, record_body, rotation, signed, submit
@@ -217,3 +218,27 @@ async def test_revoke_and_recover_refuse_a_database_restored_from_before_a_rotat
     problem(await change(client, f"/v1/agents/{creds.agent_id}/revocation", admin_headers, {}, 409), 409,
             "key_not_current")  # fmt: skip
     assert await count(node) == before
+
+
+async def test_the_rotations_another_process_would_learn_are_those_leading_to_the_kept_key(
+    client: TestClient, node: Node, admin_headers: dict[str, str], make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    """What `Node._foreign_write_txn` hands the key fence (record 92), on this run's store: the node's own rotation
+    of a kept key, not a thief's rotation after it, nor anything of an agent never rotated."""
+    creds = await make_agent("keeper")
+    await make_agent("never-rotated")
+    first = await change(client, f"/v1/agents/{creds.agent_id}/signing-key", admin_headers, {}, 201)
+    kept = await node.db.read(lambda c: agents.signing_key(c, creds.agent_id))
+    assert kept is not None
+    assert await node.db.read(agent_store.kept_with_key_events) == [(creds.agent_id, kept.seed)]
+
+    async def learned() -> list[tuple[str, str, str, str]]:
+        node_key = node.node_keys.signer.keys[-1].did
+        return await node.db.write(lambda c: kept_rotations(c, node.sealing.authority, node.node_id, node_key))
+
+    ours = (creds.agent_id, creds.agent_id, first["signing_key"], first["event"])
+    assert await learned() == [ours]
+    thief = keys.SigningKey.generate()
+    theft = rotation(creds.agent_id, kept, thief, [], seq=2, prior=first["event"], created_ms=node.now_ms())
+    await submit(client, _as_signer(creds, kept), theft, [], 201)
+    assert await learned() == [ours]  # the thief's rotation took out the kept key: fencing it would refuse recovery
