@@ -16,6 +16,7 @@ restored from before the rotation signs nothing with it (409 `signing_key_rotate
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from node.agents import recovery_file, store
 from node.agents import refs as agent_refs
 from node.agents.service import read_key_history
 from node.errors import Conflict, Forbidden, InvalidInput, NotFound
-from node.federation.store import recheck_waiting_txn, settle_authority_txn, store_epoch
+from node.federation.store import holds_key_event, recheck_waiting_txn, settle_authority_txn, store_epoch
 from node.store import equivocation, projections, submission, void, waiting
 from node.store.authority import (
     LOSING_BRANCH,
@@ -40,6 +41,7 @@ from node.store.authority import (
 )
 from node.store.conn import Conn
 from node.store.db import Database
+from node.store.key_fence import KeyFence
 from node.store.sealing import Sealing, record_error, sign_and_check_body
 from sync.store import Verified
 from wire.api import (
@@ -59,6 +61,32 @@ log = logging.getLogger("bbs.node")
 
 KEY_EVENT = "key_event"
 VOUCH_PAGE = "vouch_page"
+
+
+async def put_back_unless_committed(
+    db: Database, fence: KeyFence, fenced: list[dict[str, str]], exc: BaseException
+) -> None:
+    """After a rotation's write job failed (`exc`) with its fence entry written (`fenced`, empty when the job did not
+    get that far): take the entry out when the rotation did not commit, and only then.
+
+    A failed write may still have committed (a PostgreSQL connection lost while its COMMIT was under way), and a
+    cancelled wait says nothing of the job, which runs on: the database is asked whether it holds the key event,
+    and when it cannot be asked (or the wait was cancelled) the entry stays. An entry whose rotation never committed
+    only holds the old key back until a start a minute on forgets it (`KeyFence.settle`); one taken out after its
+    rotation committed would let a restore from before it sign with the retired key."""
+    if not fenced:
+        return
+    entry = fenced[0]
+    if isinstance(exc, asyncio.CancelledError):
+        log.warning("key fence: a rotation's wait was cancelled; its entry stays (%s)", entry["event"])
+        return
+    try:
+        held = await db.read(lambda conn: holds_key_event(conn, entry["identity"], entry["event"]))
+    except Exception as failed:
+        log.warning("key fence: whether rotation %s committed is unknown (%r); its entry stays", entry["event"], failed)
+        return
+    if not held:
+        fence.put_back(entry)
 
 
 def kept_rotations(conn: Conn, authority: Authority, node_id: str, node_key: str) -> list[tuple[str, str, str, str]]:
@@ -334,10 +362,9 @@ class KeyEvents:
 
         try:
             name, did, event, vouched, history = await self.db.write(job)
-        except BaseException:
+        except BaseException as exc:
             authority.invalidate()
-            if fenced:  # the commit failed after the fence was written
-                fence.put_back(fenced[0])
+            await put_back_unless_committed(self.db, fence, fenced, exc)
             raise
         self.sealing.forget(did)
         log.info("signing key of agent %s (%s) rotated to %s by key event %s", name, did, new.did, event.hash)

@@ -199,10 +199,9 @@ class Recovery:
 
         try:
             out = await self.events.db.write(job)
-        except BaseException:
+        except BaseException as exc:
             authority.invalidate()
-            if fenced:  # the commit failed after the fence was written
-                fence.put_back(fenced[0])
+            await key_events.put_back_unless_committed(self.events.db, fence, fenced, exc)
             raise
         if not dry_run:
             self.events.sealing.forget(out.agent_id)

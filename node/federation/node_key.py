@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 
 from identity import keys
-from node.agents.key_events import rotation_records, submit_txn
+from node.agents.key_events import put_back_unless_committed, rotation_records, submit_txn
 from node.errors import Conflict
 from node.federation import store
 from node.store.authority import versions_signed_by
@@ -142,10 +142,9 @@ class NodeKeys:
 
         try:
             event, vouched, events = await self.db.write(job)
-        except BaseException:
+        except BaseException as exc:
             self.sealing.authority.invalidate()
-            if fenced:
-                fence.put_back(fenced[0])
+            await put_back_unless_committed(self.db, fence, fenced, exc)
             raise
         self.signer.keys, self.signer.holders, self.events = [current, new], set(), events
         log.info("node key of %s rotated to %s by key event %s", self.node_id, new.did, event.hash)

@@ -6,9 +6,10 @@ database and node.key, and `bbs restore --force` carries the replaced folder's f
 carries the lease fence) holds, for every identity whose key this node rotated (the node's own, node-kept agents'),
 the key rotated out, the key the rotation installed, its key event and the store epoch. It is written, fsynced and
 renamed into place inside the write job that stores the rotation, after the job's last statement and before it
-commits, so the file is never behind a committed rotation (a commit that then fails puts the file's previous
-content back; a process that died before the commit leaves an entry of this very store epoch whose event the
-database lacks, which a start a minute later forgets: `settle`. A restore gets a new epoch, so its entries stay).
+commits, so the file is never behind a committed rotation (a commit that then fails takes its entry out, once the
+database is found to lack its event: `node.agents.key_events.put_back_unless_committed`; a process that died
+before the commit leaves an entry of this very store epoch whose event the database lacks, which a start a minute
+later forgets: `settle`. A restore gets a new epoch, so its entries stay).
 
 A database restored from a backup taken before a rotation holds a key the fence lists as rotated out: the node
 then signs nothing with it (`refusal`): a node-kept agent's writes are refused 409 `signing_key_rotated_out`, and
@@ -18,6 +19,7 @@ the node key's signing (sync requests, forwarded leases, node-signed records) st
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -25,6 +27,8 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from node.errors import StorageFull, Unavailable
 
 KEY_FENCE_NAME = "key-fence.json"
 # A rotation whose event is missing is forgotten only this long after its entry was written: another process (a
@@ -89,8 +93,7 @@ class KeyFence:
         entry = {"identity": identity, "retired": retired, "key": key, "event": event, "epoch": epoch}
         entry["at_ms"] = str(now_ms)
         with self._lock:
-            self._rotations = [*self.rotations(), entry]
-            self._write()
+            self._replace([*self.rotations(), entry])
         return entry
 
     def learn(self, found: Iterable[tuple[str, str, str, str]], epoch: str, now_ms: int) -> list[dict[str, str]]:
@@ -106,8 +109,7 @@ class KeyFence:
                     entry = {"identity": identity, "retired": retired, "key": key, "event": event, "epoch": epoch}
                     added.setdefault((identity, retired), {**entry, "at_ms": str(now_ms)})
             if added:
-                self._rotations = [*self._rotations, *added.values()]
-                self._write()
+                self._replace([*self._rotations, *added.values()])
         if added:
             log.info("key fence: %d rotation(s) made through another process of the node recorded", len(added))
         return list(added.values())
@@ -115,8 +117,7 @@ class KeyFence:
     def put_back(self, entry: dict[str, str]) -> None:
         """Take out the entry `record` wrote (the rotation it recorded did not commit); what was written since stays."""
         with self._lock:
-            self._rotations = [r for r in self.rotations() if r != entry]
-            self._write()
+            self._replace([r for r in self.rotations() if r != entry])
 
     def settle(self, epoch: str, held: Callable[[str, str], bool], now_ms: int) -> list[dict[str, str]]:
         """Forget the rotations of store `epoch` (this very database, not a restore: a restore gets a new epoch)
@@ -132,28 +133,42 @@ class KeyFence:
                 and not held(r["identity"], r["event"])
             ]
             if stale:
-                self._rotations = [r for r in self._rotations if r not in stale]
-                self._write()
+                self._replace([r for r in self._rotations if r not in stale])
         if stale:
             log.warning("key fence: %d rotation(s) that never committed forgotten: %s", len(stale), stale)
         return stale
 
-    def _write(self) -> None:
-        """Replace the file atomically and durably: temp file, fsync, rename, fsync of the folder."""
-        if self.path is None:
-            return
-        # a name of this writer's own: a `bbs` command opening the folder a node serves may write it at the same time
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        body = json.dumps({"rotations": self._rotations}, sort_keys=True, indent=1).encode()
+    def _replace(self, rotations: list[dict[str, str]]) -> None:
+        """Make `rotations` the fence: the file first, atomically and durably (temp file, fsync, rename, fsync of the
+        folder), then what this process holds in memory, so a write that fails changes neither."""
+        if self.path is not None:
+            try:
+                _write_file(self.path, rotations)
+            except OSError as exc:  # the write job that asked fails whole: 507 or 503, nothing of it kept
+                detail = f"the key fence {self.path} cannot be written ({exc.strerror or exc}); nothing was written"
+                if exc.errno == errno.ENOSPC:
+                    raise StorageFull(detail) from exc
+                raise Unavailable(detail, code="key_fence_unwritable") from exc
+        self._rotations = rotations
+
+
+def _write_file(path: Path, rotations: list[dict[str, str]]) -> None:
+    # a name of this writer's own: a `bbs` command opening the folder a node serves may write it at the same time
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    body = json.dumps({"rotations": rotations}, sort_keys=True, indent=1).encode()
+    try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.write(fd, body)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import stat
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -14,8 +15,10 @@ from identity import keys, records
 from node.agents import recovery_file
 from node.agents import service as agents
 from node.agents import store as agent_store
-from node.agents.key_events import kept_rotations
+from node.agents.key_events import kept_rotations, put_back_unless_committed
 from node.service import Node
+from node.store.db import Database
+from node.store.key_fence import KeyFence
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.agents.test_key_events import post_entry, post_signed, record_body, rotation, signed, submit
 from tests.node.api_helpers import SelfSigner, count, entry_record, get_json, hash_of, problem, self_signer
@@ -242,3 +245,30 @@ async def test_the_rotations_another_process_would_learn_are_those_leading_to_th
     theft = rotation(creds.agent_id, kept, thief, [], seq=2, prior=first["event"], created_ms=node.now_ms())
     await submit(client, _as_signer(creds, kept), theft, [], 201)
     assert await learned() == [ours]  # the thief's rotation took out the kept key: fencing it would refuse recovery
+
+
+async def test_a_failed_rotation_takes_its_fence_entry_out_only_when_the_database_lacks_its_event(
+    client: TestClient, node: Node, admin_headers: dict[str, str], make_agent: Callable[[str], Awaitable[AgentCreds]]
+) -> None:
+    """`put_back_unless_committed`, on this run's store: a write reported failed may have committed (a PostgreSQL
+    connection lost during COMMIT), so the fence entry goes only when the log lacks its key event; when that cannot
+    be read, or the wait was cancelled, it stays (a start a minute on forgets one that never committed)."""
+    creds = await make_agent("keeper")
+    done = await change(client, f"/v1/agents/{creds.agent_id}/signing-key", admin_headers, {}, 201)
+    fence = node.sealing.key_fence
+    [committed] = [r for r in fence.rotations() if r["event"] == done["event"]]
+    failed = RuntimeError("the COMMIT's answer was lost")
+    await put_back_unless_committed(node.db, fence, [committed], failed)
+    assert committed in fence.rotations()  # its event is in the log: the rotation stands, and so does its entry
+    never = fence.record(creds.agent_id, done["signing_key"], keys.SigningKey.generate().did, "e" * 64, "x", 0)
+    await put_back_unless_committed(node.db, fence, [never], asyncio.CancelledError())
+    assert never in fence.rotations()  # a cancelled wait says nothing of the job
+    await put_back_unless_committed(node.db, fence, [], failed)  # the job failed before writing the fence
+    await put_back_unless_committed(node.db, fence, [never], failed)
+    assert never not in fence.rotations() and committed in fence.rotations()
+    again = fence.record(creds.agent_id, done["signing_key"], keys.SigningKey.generate().did, "f" * 64, "x", 0)
+    closed = Database(node.db.pg_url or node.db.path)
+    closed.close()  # a database that cannot be asked
+    await put_back_unless_committed(closed, fence, [again], failed)
+    assert again in fence.rotations()
+    assert KeyFence(fence.path).rotations() == fence.rotations()  # the file says the same

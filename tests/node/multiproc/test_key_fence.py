@@ -95,3 +95,27 @@ async def test_a_thiefs_rotation_is_not_fenced_and_the_recovery_goes_through_the
     assert fenced(tp.b.folder) == {rotated_here, recovery}
     await post(tp.a.client, creds, content="through a, after the recovery")  # a learns the recovery b made
     assert fenced(tp.a.folder) == {rotated_here, recovery}
+
+
+async def test_a_learn_that_fails_is_made_again_by_the_next_write(
+    two_processes: TwoProcesses, clock: FakeClock
+) -> None:
+    """b's first write after a's rotation cannot write its fence file: that write fails whole (nothing of it is
+    acknowledged), b's authority cache is dropped, and b's next write learns the rotation (record 92)."""
+    tp = two_processes
+    creds = await agent(tp, "keeper")
+    await post(tp.b.client, creds, content="through b, before the rotation")
+    status, rotated = await call(tp.a.client, "POST", f"/v1/agents/{creds.agent_id}/signing-key", admin(tp))
+    assert status == 201, rotated
+    clock.advance(1.0)
+    in_the_way = tp.b.folder / KEY_FENCE_NAME
+    in_the_way.mkdir()  # the fence file's rename into place fails
+    failed = await post(tp.b.client, creds, None, content="through b, its fence not writable")
+    problem(failed, 503, "key_fence_unwritable")
+    in_the_way.rmdir()
+    await post(tp.b.client, creds, content="through b, its fence writable again")
+    assert fenced(tp.b.folder) == {(creds.agent_id, creds.agent_id, rotated["signing_key"], rotated["event"])}
+    count = await tp.a.node.db.read(
+        lambda c: c.execute("SELECT count(*) FROM entries WHERE content LIKE '%not writable%'").fetchone()[0]
+    )
+    assert count == 0

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from node.errors import Unavailable
 from node.store.key_fence import KEY_FENCE_NAME, SETTLE_AFTER_MS, KeyFence
 
 
@@ -89,3 +90,25 @@ def test_learn_adds_only_the_rotations_not_listed_and_writes_once(tmp_path: Path
     assert again.learn(found, "epoch-1", 3_000) == []  # nothing new: the file is not written
     assert (tmp_path / KEY_FENCE_NAME).stat().st_mtime_ns == written
     assert sorted(p.name for p in tmp_path.iterdir()) == [KEY_FENCE_NAME]  # no temporary file left
+
+
+def test_a_fence_that_cannot_be_written_changes_neither_the_file_nor_memory(tmp_path: Path) -> None:
+    """A write that fails (here the rename into place) leaves the fence as it was, so the next `learn` or `record`
+    writes the entry again rather than taking it for listed; no temporary file is left."""
+    path = tmp_path / KEY_FENCE_NAME
+    fence = KeyFence(path)
+    fence.record("did:key:zA", "did:key:zA", "did:key:zB", "first", "epoch-1", 0)
+    before = fence.rotations()
+    path.unlink()
+    path.mkdir()  # in the way of the rename
+    found = [("did:key:zC", "did:key:zC", "did:key:zD", "made-there")]
+    with pytest.raises(Unavailable) as refused:
+        fence.learn(found, "epoch-1", 1)
+    assert refused.value.code == "key_fence_unwritable" and KEY_FENCE_NAME in str(refused.value)
+    with pytest.raises(Unavailable):
+        fence.record("did:key:zE", "did:key:zE", "did:key:zF", "second", "epoch-1", 2)
+    assert fence.rotations() == before and fence.refusal("did:key:zE", "did:key:zE") is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [KEY_FENCE_NAME]
+    path.rmdir()
+    assert [r["event"] for r in fence.learn(found, "epoch-1", 3)] == ["made-there"]
+    assert [r["event"] for r in KeyFence(path).rotations()] == ["first", "made-there"]
