@@ -67,7 +67,8 @@ async def put_back_unless_committed(
     db: Database, fence: KeyFence, fenced: list[dict[str, str]], exc: BaseException
 ) -> None:
     """After a rotation's write job failed (`exc`) with its fence entry written (`fenced`, empty when the job did not
-    get that far): take the entry out when the rotation did not commit, and only then.
+    get that far): take the entry out when the rotation did not commit, and only then (mark it committed when it
+    did).
 
     A failed write may still have committed (a PostgreSQL connection lost while its COMMIT was under way), and a
     cancelled wait says nothing of the job, which runs on: the database is asked whether it holds the key event,
@@ -85,7 +86,9 @@ async def put_back_unless_committed(
     except Exception as failed:
         log.warning("key fence: whether rotation %s committed is unknown (%r); its entry stays", entry["event"], failed)
         return
-    if not held:
+    if held:
+        fence.committed(entry)
+    else:
         fence.put_back(entry)
 
 
@@ -366,6 +369,7 @@ class KeyEvents:
             authority.invalidate()
             await put_back_unless_committed(self.db, fence, fenced, exc)
             raise
+        fence.committed(fenced[0])
         self.sealing.forget(did)
         log.info("signing key of agent %s (%s) rotated to %s by key event %s", name, did, new.did, event.hash)
         return RotatedKey(

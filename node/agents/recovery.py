@@ -203,6 +203,8 @@ class Recovery:
             authority.invalidate()
             await key_events.put_back_unless_committed(self.events.db, fence, fenced, exc)
             raise
+        if fenced:
+            fence.committed(fenced[0])
         if not dry_run:
             self.events.sealing.forget(out.agent_id)
             log.info("agent %s (%s): %s by key event %s, new key %s", out.name, out.agent_id, out.event_kind,

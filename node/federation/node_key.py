@@ -146,6 +146,7 @@ class NodeKeys:
             self.sealing.authority.invalidate()
             await put_back_unless_committed(self.db, fence, fenced, exc)
             raise
+        fence.committed(fenced[0])
         self.signer.keys, self.signer.holders, self.events = [current, new], set(), events
         log.info("node key of %s rotated to %s by key event %s", self.node_id, new.did, event.hash)
         return RotatedNodeKey(

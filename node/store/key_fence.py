@@ -6,10 +6,12 @@ database and node.key, and `bbs restore --force` carries the replaced folder's f
 carries the lease fence) holds, for every identity whose key this node rotated (the node's own, node-kept agents'),
 the key rotated out, the key the rotation installed, its key event and the store epoch. It is written, fsynced and
 renamed into place inside the write job that stores the rotation, after the job's last statement and before it
-commits, so the file is never behind a committed rotation (a commit that then fails takes its entry out, once the
-database is found to lack its event: `node.agents.key_events.put_back_unless_committed`; a process that died
-before the commit leaves an entry of this very store epoch whose event the database lacks, which a start a minute
-later forgets: `settle`. A restore gets a new epoch, so its entries stay).
+commits, so the file is never behind a committed rotation. Once the commit is known the entry is marked so
+(`committed`). A commit that fails takes its entry out, once the database is found to lack its event
+(`node.agents.key_events.put_back_unless_committed`). A process that died before the commit leaves an unmarked
+entry of this very store epoch whose event the database lacks, which a start a minute later forgets (`settle`);
+a marked one whose event the database lacks is a database put back from before the rotation, and stays, whether
+the put-back kept the store epoch (a file copied back, a dump restored by hand) or renewed it (`bbs restore`).
 
 A database restored from a backup taken before a rotation holds a key the fence lists as rotated out: the node
 then signs nothing with it (`refusal`): a node-kept agent's writes are refused 409 `signing_key_rotated_out`, and
@@ -67,7 +69,11 @@ class KeyFence:
             found = data["rotations"]
             if not isinstance(found, list):
                 raise TypeError("rotations is not a list")
-            return [{k: str(r[k]) for k in ("identity", "retired", "key", "event", "epoch", "at_ms")} for r in found]
+            return [
+                {k: str(r[k]) for k in ("identity", "retired", "key", "event", "epoch", "at_ms")}
+                | {"committed": str(r.get("committed", "0"))}  # a file from before the mark: not known committed
+                for r in found
+            ]
         except FileNotFoundError:
             return []
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -91,7 +97,7 @@ class KeyFence:
         """Write that a rotation of `identity` in store `epoch` took `retired` out and installed `key` by `event`
         (at `now_ms`); returns the entry written (for `put_back` when the rotation's commit fails)."""
         entry = {"identity": identity, "retired": retired, "key": key, "event": event, "epoch": epoch}
-        entry["at_ms"] = str(now_ms)
+        entry |= {"at_ms": str(now_ms), "committed": "0"}  # `committed` marks it once the commit is known
         with self._lock:
             self._replace([*self.rotations(), entry])
         return entry
@@ -107,7 +113,7 @@ class KeyFence:
             for identity, retired, key, event in found:
                 if (identity, retired) not in listed:
                     entry = {"identity": identity, "retired": retired, "key": key, "event": event, "epoch": epoch}
-                    added.setdefault((identity, retired), {**entry, "at_ms": str(now_ms)})
+                    added.setdefault((identity, retired), {**entry, "at_ms": str(now_ms), "committed": "1"})
             if added:
                 self._replace([*self._rotations, *added.values()])
         if added:
@@ -119,21 +125,35 @@ class KeyFence:
         with self._lock:
             self._replace([r for r in self.rotations() if r != entry])
 
+    def committed(self, entry: dict[str, str]) -> None:
+        """Mark the entry `record` wrote as committed: its rotation's write job committed. `settle` never forgets
+        such an entry, so a database put back from before the rotation that kept the store epoch (a copy of the file
+        or a dump restored by hand, a point-in-time recovery) still signs nothing with the retired key. A mark that
+        cannot be written is left to the next start (`settle` marks an entry whose event the database holds)."""
+        try:
+            with self._lock:
+                self._replace([{**r, "committed": "1"} if r == entry else r for r in self.rotations()])
+        except (Unavailable, StorageFull) as exc:
+            log.warning("key fence: rotation %s committed but not marked so (%s)", entry["event"], exc)
+
     def settle(self, epoch: str, held: Callable[[str, str], bool], now_ms: int) -> list[dict[str, str]]:
-        """Forget the rotations of store `epoch` (this very database, not a restore: a restore gets a new epoch)
-        written more than SETTLE_AFTER_MS before `now_ms` whose key event the database does not hold
-        (`held(identity, event)`): the process died between writing the fence and the commit, so the rotation
-        never happened. Returns what was forgotten."""
+        """At a start: mark committed the rotations whose key event the database holds (`held(identity, event)`),
+        and forget those of store `epoch` (this database, not a restore: a restore gets a new epoch) written more
+        than SETTLE_AFTER_MS before `now_ms`, never marked committed and whose event the database does not hold:
+        the process died between writing the fence and the commit, so the rotation never happened. An entry marked
+        committed whose event the database lacks is a database put back from before the rotation, and stays.
+        Returns what was forgotten."""
         with self._lock:
+            unmarked = [r for r in self.rotations() if r["committed"] != "1"]
+            found = [r for r in unmarked if held(r["identity"], r["event"])]
             stale = [
                 r
-                for r in self.rotations()
-                if r["epoch"] == epoch
-                and int(r["at_ms"]) < now_ms - SETTLE_AFTER_MS
-                and not held(r["identity"], r["event"])
+                for r in unmarked
+                if r not in found and r["epoch"] == epoch and int(r["at_ms"]) < now_ms - SETTLE_AFTER_MS
             ]
-            if stale:
-                self._replace([r for r in self._rotations if r not in stale])
+            if found or stale:
+                kept = [r for r in self._rotations if r not in stale]
+                self._replace([{**r, "committed": "1"} if r in found else r for r in kept])
         if stale:
             log.warning("key fence: %d rotation(s) that never committed forgotten: %s", len(stale), stale)
         return stale

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -51,6 +52,30 @@ def test_settle_forgets_only_this_epochs_rotations_that_never_committed(tmp_path
     assert [r["key"] for r in stale] == ["did:key:zC"]
     kept = [r["key"] for r in KeyFence(tmp_path / KEY_FENCE_NAME).rotations()]
     assert kept == ["did:key:zB", "did:key:zE", "did:key:zG"]
+    assert [r["committed"] for r in KeyFence(tmp_path / KEY_FENCE_NAME).rotations()] == ["1", "0", "0"]  # held
+
+
+def test_a_rotation_marked_committed_stays_when_a_database_put_back_from_before_it_kept_the_epoch(
+    tmp_path: Path,
+) -> None:
+    """The gap record 60 left: a database file copied back (or a dump restored) by hand keeps the store epoch and
+    lacks the rotation's event, as a rotation that never committed does. The mark tells them apart."""
+    fence = KeyFence(tmp_path / KEY_FENCE_NAME)
+    done = fence.record("did:key:zA", "did:key:zA", "did:key:zB", "done", "same", 1_000)
+    fence.committed(done)  # the rotation's write job committed
+    fence.record("did:key:zC", "did:key:zC", "did:key:zD", "crashed", "same", 1_000)  # never committed
+
+    stale = fence.settle("same", lambda identity, event: False, 1_000 + SETTLE_AFTER_MS + 1)
+    assert [r["event"] for r in stale] == ["crashed"]
+    again = KeyFence(tmp_path / KEY_FENCE_NAME)
+    assert [(r["event"], r["committed"]) for r in again.rotations()] == [("done", "1")]
+    assert again.refusal("did:key:zA", "did:key:zA") is not None
+
+
+def test_a_fence_file_from_before_the_mark_reads_as_not_known_committed(tmp_path: Path) -> None:
+    entry = {"identity": "a", "retired": "a", "key": "b", "event": "e", "epoch": "x", "at_ms": "0"}
+    (tmp_path / KEY_FENCE_NAME).write_text(json.dumps({"rotations": [entry]}))
+    assert KeyFence(tmp_path / KEY_FENCE_NAME).rotations() == [entry | {"committed": "0"}]
 
 
 @pytest.mark.parametrize("content", ["not json", '{"rotations": {}}', '{"rotations": [{"identity": "x"}]}'])
@@ -81,6 +106,7 @@ def test_learn_adds_only_the_rotations_not_listed_and_writes_once(tmp_path: Path
             "event": "made-there",
             "epoch": "epoch-1",
             "at_ms": "2000",
+            "committed": "1",  # read from a committed key event
         }
     ]
     again = KeyFence(tmp_path / KEY_FENCE_NAME)  # read back from the file
