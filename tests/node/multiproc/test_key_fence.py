@@ -7,20 +7,23 @@ fenced: the recovery built on the kept key goes through either process.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
 from identity import keys
+from node import cli
 from node.agents import recovery_file
 from node.agents import service as agents
 from node.ops import backup
 from node.store.key_fence import KEY_FENCE_NAME, SETTLE_AFTER_MS, KeyFence
 from tests.conftest import FakeClock
-from tests.node.agents.test_key_events import rotation, submit
+from tests.node.agents.test_key_events import record_body, rotation, submit
 from tests.node.api_helpers import SelfSigner, post, problem
-from tests.node.multiproc.conftest import Start, TwoProcesses, stop_process
+from tests.node.multiproc.conftest import Start, TwoProcesses, second_folder, stop_process
 from tests.node.multiproc.test_decided_once import admin, agent, call
 
 pytestmark = pytest.mark.postgresql
@@ -119,3 +122,25 @@ async def test_a_learn_that_fails_is_made_again_by_the_next_write(
         lambda c: c.execute("SELECT count(*) FROM entries WHERE content LIKE '%not writable%'").fetchone()[0]
     )
     assert count == 0
+
+
+async def test_a_cli_rotation_through_a_folder_no_process_serves_reaches_every_serving_process(
+    two_processes: TwoProcesses, tmp_path: Path, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bbs agent rotate-signing-key` refuses only a folder a process serves (its datalock); through a third folder of
+    the node, unserved, it commits on the one database, and the serving processes see it at their next write (the
+    write clock, record 90): they sign with the new key and fence the retired one (record 92)."""
+    tp = two_processes
+    creds = await agent(tp, "keeper")
+    await post(tp.b.client, creds, content="signed by the first key, through b")
+    third = tmp_path / "c"
+    second_folder(tp.a.folder, third)
+    args = ["agent", "rotate-signing-key", "keeper", "--data", str(third), "--json"]
+    assert await asyncio.to_thread(cli.main, args) == 0
+    rotated = json.loads(capsys.readouterr().out)
+    clock.advance(1.0)  # past the credential check
+    for p in (tp.a, tp.b):
+        posted = await post(p.client, creds, content=f"after the rotation, through {p.folder.name}")
+        signed = await record_body(p.node, posted["record_hash"])
+        assert signed.get("signing_key") == rotated["signing_key"], signed
+        assert fenced(p.folder) == {(creds.agent_id, creds.agent_id, rotated["signing_key"], rotated["event"])}
