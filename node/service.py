@@ -64,7 +64,7 @@ class Node:
         self.db = Database(self.data.store, log=log)  # `log`: the projectors and tables its writes go through
         self.sealing = Sealing(self.db, self.now_ms)
         self.sealing.key_fence = KeyFence(self.data.root / KEY_FENCE_NAME)  # keys rotated out here (a restore)
-        self.node_keys = NodeKeys(self.db, self.sealing, self.key, self.now_ms)  # the keys it signs with (open)
+        self.node_keys: NodeKeys = NodeKeys(self.db, self.sealing, self.key, self.now_ms)  # its signing keys (open)
         self.agents = Agents(self.db, self.node_id, self.now_ms)
         self.entries = Entries(self.db, self.sealing, self.now_ms)
         self.links = Links(self.db, self.sealing, self.now_ms)

@@ -39,7 +39,7 @@ from node.store.authority import (
     pages_dep,
     versions_signed_by,
 )
-from node.store.conn import Conn
+from node.store.conn import Conn, ConnectionLost
 from node.store.db import Database
 from node.store.key_fence import KeyFence
 from node.store.sealing import Sealing, record_error, sign_and_check_body
@@ -67,29 +67,27 @@ async def put_back_unless_committed(
     db: Database, fence: KeyFence, fenced: list[dict[str, str]], exc: BaseException
 ) -> None:
     """After a rotation's write job failed (`exc`) with its fence entry written (`fenced`, empty when the job did not
-    get that far): take the entry out when the rotation did not commit, and only then (mark it committed when it
-    did).
+    get that far): take the entry out when the rotation surely did not commit, mark it committed when it did.
 
-    A failed write may still have committed (a PostgreSQL connection lost while its COMMIT was under way), and a
-    cancelled wait says nothing of the job, which runs on: the database is asked whether it holds the key event,
-    and when it cannot be asked (or the wait was cancelled) the entry stays. An entry whose rotation never committed
-    only holds the old key back until a start a minute on forgets it (`KeyFence.settle`); one taken out after its
-    rotation committed would let a restore from before it sign with the retired key."""
+    Whether it did is asked of the database. Not when the answer cannot be trusted: a cancelled wait says nothing of
+    the job, which runs on, and a connection lost on PostgreSQL may have been lost during a COMMIT the server
+    finishes after a read made now. The entry then stays unmarked, and `NodeKeys.settle` (a start, or every
+    minute while serving) marks it once its event is held or forgets it a minute on if the event is not: until
+    then the old key is refused, the safe side of the two. Never raises: the caller re-raises `exc`."""
     if not fenced:
         return
     entry = fenced[0]
-    if isinstance(exc, asyncio.CancelledError):
-        log.warning("key fence: a rotation's wait was cancelled; its entry stays (%s)", entry["event"])
+    if isinstance(exc, asyncio.CancelledError | ConnectionLost):
+        log.warning("key fence: rotation %s may have committed (%r); its entry stays unsettled", entry["event"], exc)
         return
     try:
         held = await db.read(lambda conn: holds_key_event(conn, entry["identity"], entry["event"]))
+        if held:
+            fence.committed(entry)
+        else:
+            fence.put_back(entry)
     except Exception as failed:
-        log.warning("key fence: whether rotation %s committed is unknown (%r); its entry stays", entry["event"], failed)
-        return
-    if held:
-        fence.committed(entry)
-    else:
-        fence.put_back(entry)
+        log.warning("key fence: rotation %s left unsettled (%r)", entry["event"], failed)
 
 
 def kept_rotations(conn: Conn, authority: Authority, node_id: str, node_key: str) -> list[tuple[str, str, str, str]]:

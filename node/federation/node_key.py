@@ -91,15 +91,27 @@ class NodeKeys:
         """Read the node's signing keys from `node_meta` and block signing when the key fence names the newest one
         as rotated out (a database restored from before a rotation); first forget the fence's rotations that never
         committed in this database (`KeyFence.settle`)."""
-        fence = self.sealing.key_fence
-        held = functools.partial(store.holds_key_event, conn)
-        fence.settle(store.store_epoch(conn), held, self.now_ms())
+        self.settle_txn(conn)
         found, self.events, holders = parse_state(store.node_keys_meta(conn))
         if found:
             self.signer.keys, self.signer.holders = found, holders
         self.signer.blocked = self.sealing.key_fence.refusal(self.node_id, self.signer.keys[-1].did)
         if self.signer.blocked is not None:
             log.error("node key: %s", self.signer.blocked)
+
+    def settle_txn(self, conn: Conn) -> None:
+        """`KeyFence.settle` while serving (`settle`): the fence's entries whose commit was never known (a wait
+        cancelled, a connection lost at COMMIT, a mark that could not be written) are marked or, a minute on and
+        their event not held, forgotten; the node key's block is decided again when one was."""
+        fence = self.sealing.key_fence
+        held = functools.partial(store.holds_key_event, conn)
+        if fence.settle(store.store_epoch(conn), held, self.now_ms()):
+            self.signer.blocked = fence.refusal(self.node_id, self.signer.keys[-1].did)
+
+    async def settle(self) -> None:
+        """`settle_txn` on a reader, when the key fence has an entry not known committed (nothing otherwise)."""
+        if self.sealing.key_fence.unsettled():
+            await self.db.read(self.settle_txn)
 
     def reload_txn(self, conn: Conn) -> None:
         """Take the node's signing keys from `node_meta` again, in a write transaction: another process of the node

@@ -9,7 +9,8 @@ renamed into place inside the write job that stores the rotation, after the job'
 commits, so the file is never behind a committed rotation. Once the commit is known the entry is marked so
 (`committed`). A commit that fails takes its entry out, once the database is found to lack its event
 (`node.agents.key_events.put_back_unless_committed`). A process that died before the commit leaves an unmarked
-entry of this very store epoch whose event the database lacks, which a start a minute later forgets (`settle`);
+entry of this very store epoch whose event the database lacks, which `settle` forgets a minute on (at a start, or
+every 30 s while serving);
 a marked one whose event the database lacks is a database put back from before the rotation, and stays, whether
 the put-back kept the store epoch (a file copied back, a dump restored by hand) or renewed it (`bbs restore`).
 
@@ -48,14 +49,21 @@ class KeyFence:
     path: Path | None  # None: no folder (a node without a key fence refuses nothing)
     _rotations: list[dict[str, str]] = field(default_factory=list)
     _loaded: bool = False
-    # changes come from the writer thread (a rotation, `learn`) and the event loop (`put_back` after a failed commit)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # changes come from the writer thread (a rotation, `learn`), the event loop (`committed`, `put_back`) and a
+    # reader thread (`settle`); reentrant, as the first `rotations()` loads the file under it
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     def rotations(self) -> list[dict[str, str]]:
         """Every rotation recorded here, oldest first."""
         if not self._loaded:
-            self._rotations, self._loaded = self._read(), True
+            with self._lock:
+                if not self._loaded:
+                    self._rotations, self._loaded = self._read(), True
         return self._rotations
+
+    def unsettled(self) -> bool:
+        """Whether an entry is not known committed yet (`settle` has something to look at)."""
+        return any(r["committed"] != "1" for r in self.rotations())
 
     def identities(self) -> set[str]:
         """The identities a rotation here took a key from."""
@@ -85,6 +93,14 @@ class KeyFence:
         """Why this node may not sign for `identity` with `key` (a key a rotation here took out), or None."""
         for rotation in self.rotations():
             if rotation["identity"] == identity and rotation["retired"] == key:
+                if rotation["committed"] != "1":  # the commit was never known: cut off, or a database from before
+                    return (
+                        f"key {key} of {identity} was being rotated out on this node by key event"
+                        f" {rotation['event']} (installing {rotation['key']}) when its write failed or its process"
+                        " stopped, and this database does not hold that event. If the rotation never committed, the"
+                        f" node forgets it {SETTLE_AFTER_MS // 1000} s after it was made; if this database was put"
+                        " back from before it, restore one taken after it; run bbs doctor"
+                    )
                 return (
                     f"key {key} of {identity} was rotated out on this node by key event {rotation['event']} (it"
                     f" installed {rotation['key']}), and this database holds no newer key: it was restored from a"
@@ -103,19 +119,26 @@ class KeyFence:
         return entry
 
     def learn(self, found: Iterable[tuple[str, str, str, str]], epoch: str, now_ms: int) -> list[dict[str, str]]:
-        """Record each rotation in `found`, (identity, retired key, installed key, key event), that took out a key
-        this fence does not list yet for that identity: rotations of keys this node keeps that the database holds
-        but another process of the node made (record 92). Written once, with store `epoch` and `now_ms`; returns
-        what was added."""
+        """Record each rotation in `found`, (identity, retired key, installed key, key event), that this fence does
+        not list yet: rotations of keys this node keeps that the database holds but another process of the node made
+        (record 92). They are read from committed events, so they are marked committed, and so is an entry listed
+        unmarked for the same event. Written once, with store `epoch` and `now_ms`; returns what was added.
+
+        Listed means the same event, not merely the same key: an unmarked entry of a rotation that never committed
+        may name the key another rotation took out since, and `settle` forgets the former."""
         with self._lock:
-            listed = {(r["identity"], r["retired"]) for r in self.rotations()}
+            rotations = self.rotations()
+            listed = {(r["identity"], r["event"]) for r in rotations}
+            events = {(identity, event) for identity, _, _, event in found}
+            marked = [r for r in rotations if r["committed"] != "1" and (r["identity"], r["event"]) in events]
             added: dict[tuple[str, str], dict[str, str]] = {}
             for identity, retired, key, event in found:
-                if (identity, retired) not in listed:
+                if (identity, event) not in listed:
                     entry = {"identity": identity, "retired": retired, "key": key, "event": event, "epoch": epoch}
-                    added.setdefault((identity, retired), {**entry, "at_ms": str(now_ms), "committed": "1"})
-            if added:
-                self._replace([*self._rotations, *added.values()])
+                    added.setdefault((identity, event), {**entry, "at_ms": str(now_ms), "committed": "1"})
+            if added or marked:
+                now = [{**r, "committed": "1"} if r in marked else r for r in rotations]
+                self._replace([*now, *added.values()])
         if added:
             log.info("key fence: %d rotation(s) made through another process of the node recorded", len(added))
         return list(added.values())
@@ -137,12 +160,13 @@ class KeyFence:
             log.warning("key fence: rotation %s committed but not marked so (%s)", entry["event"], exc)
 
     def settle(self, epoch: str, held: Callable[[str, str], bool], now_ms: int) -> list[dict[str, str]]:
-        """At a start: mark committed the rotations whose key event the database holds (`held(identity, event)`),
-        and forget those of store `epoch` (this database, not a restore: a restore gets a new epoch) written more
-        than SETTLE_AFTER_MS before `now_ms`, never marked committed and whose event the database does not hold:
-        the process died between writing the fence and the commit, so the rotation never happened. An entry marked
-        committed whose event the database lacks is a database put back from before the rotation, and stays.
-        Returns what was forgotten."""
+        """At a start, and every minute or so while serving (`NodeKeys.settle_txn`): mark committed the rotations
+        whose key event the database holds (`held(identity, event)`), and forget those of store `epoch` (this
+        database, not a restore: a restore gets a new epoch) written more than SETTLE_AFTER_MS before `now_ms`,
+        never marked committed and whose event the database does not hold: the process died between writing the
+        fence and the commit, so the rotation never happened. An entry marked committed whose event the database
+        lacks is a database put back from before the rotation, and stays. A file that cannot be written leaves
+        everything as it was (logged). Returns what was forgotten."""
         with self._lock:
             unmarked = [r for r in self.rotations() if r["committed"] != "1"]
             found = [r for r in unmarked if held(r["identity"], r["event"])]
@@ -153,7 +177,11 @@ class KeyFence:
             ]
             if found or stale:
                 kept = [r for r in self._rotations if r not in stale]
-                self._replace([{**r, "committed": "1"} if r in found else r for r in kept])
+                try:
+                    self._replace([{**r, "committed": "1"} if r in found else r for r in kept])
+                except (Unavailable, StorageFull) as exc:  # a start goes on: what is listed stays listed, refusing
+                    log.warning("key fence: cannot settle %d rotation(s) now (%s)", len(found) + len(stale), exc)
+                    return []
         if stale:
             log.warning("key fence: %d rotation(s) that never committed forgotten: %s", len(stale), stale)
         return stale

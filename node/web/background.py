@@ -139,6 +139,16 @@ lease_fence_check = periodic(
     lambda node: workflows.check_fence(node.workflows),
     logging.getLogger("bbs.leases"),
 )
+# The key fence's entries whose rotation's commit was never known (a cancelled wait, a connection lost at COMMIT, a
+# mark that could not be written: node/store/key_fence.py) are marked or forgotten while serving, not only at the
+# next start: every process, for its own folder's fence (nothing is read while every entry is settled).
+KEY_FENCE_SETTLE_SECONDS = 30.0
+key_fence_settle = periodic(
+    "key fence settle",
+    KEY_FENCE_SETTLE_SECONDS,
+    lambda node: node.node_keys.settle(),
+    logging.getLogger("bbs.node"),
+)
 # Tell the holders and declarers of tasks that became later twins (node/workflows/twins.py), every second.
 twin_notices = periodic(
     "task twin notices",

@@ -16,12 +16,14 @@ from node.agents import recovery_file
 from node.agents import service as agents
 from node.agents import store as agent_store
 from node.agents.key_events import kept_rotations, put_back_unless_committed
+from node.federation.store import store_epoch
 from node.service import Node
+from node.store.conn import ConnectionLost
 from node.store.db import Database
-from node.store.key_fence import KeyFence
+from node.store.key_fence import SETTLE_AFTER_MS, KeyFence
 from tests.conftest import AgentCreds, FakeClock
 from tests.node.agents.test_key_events import post_entry, post_signed, record_body, rotation, signed, submit
-from tests.node.api_helpers import SelfSigner, count, entry_record, get_json, hash_of, problem, self_signer
+from tests.node.api_helpers import SelfSigner, count, entry_record, get_json, hash_of, post, problem, self_signer
 
 
 async def change(client: TestClient, path: str, headers: dict[str, str], body: dict[str, Any], status: int) -> Any:
@@ -250,25 +252,65 @@ async def test_the_rotations_another_process_would_learn_are_those_leading_to_th
 async def test_a_failed_rotation_takes_its_fence_entry_out_only_when_the_database_lacks_its_event(
     client: TestClient, node: Node, admin_headers: dict[str, str], make_agent: Callable[[str], Awaitable[AgentCreds]]
 ) -> None:
-    """`put_back_unless_committed`, on this run's store: a write reported failed may have committed (a PostgreSQL
-    connection lost during COMMIT), so the fence entry goes only when the log lacks its key event; when that cannot
-    be read, or the wait was cancelled, it stays (a start a minute on forgets one that never committed)."""
+    """`put_back_unless_committed`, on this run's store: a write reported failed may have committed, so the fence
+    entry goes only when the log lacks its key event, and is marked committed when the log holds it; when the answer
+    cannot be trusted (a cancelled wait, a connection lost on PostgreSQL) or read, it stays unmarked, for
+    `NodeKeys.settle` to decide later."""
     creds = await make_agent("keeper")
     done = await change(client, f"/v1/agents/{creds.agent_id}/signing-key", admin_headers, {}, 201)
     fence = node.sealing.key_fence
-    [committed] = [r for r in fence.rotations() if r["event"] == done["event"]]
+    assert [r["committed"] for r in fence.rotations() if r["event"] == done["event"]] == ["1"]  # marked on success
+
+    def unmarked(event: str) -> dict[str, str]:
+        """An entry as a rotation's job writes it before its commit (its commit not known yet)."""
+        new = keys.SigningKey.generate().did
+        return fence.record(creds.agent_id, done["signing_key"], new, event, "x", 0)
+
     failed = RuntimeError("the COMMIT's answer was lost")
-    await put_back_unless_committed(node.db, fence, [committed], failed)
-    assert committed in fence.rotations()  # its event is in the log: the rotation stands, and so does its entry
-    never = fence.record(creds.agent_id, done["signing_key"], keys.SigningKey.generate().did, "e" * 64, "x", 0)
-    await put_back_unless_committed(node.db, fence, [never], asyncio.CancelledError())
-    assert never in fence.rotations()  # a cancelled wait says nothing of the job
+    held = unmarked(done["event"])
+    await put_back_unless_committed(node.db, fence, [held], failed)
+    assert held not in fence.rotations() and {**held, "committed": "1"} in fence.rotations()  # in the log: marked
+    never = unmarked("e" * 64)
+    for untrusted in (asyncio.CancelledError(), ConnectionLost("server closed the connection unexpectedly")):
+        await put_back_unless_committed(node.db, fence, [never], untrusted)
+        assert never in fence.rotations()  # unmarked, left to settle
     await put_back_unless_committed(node.db, fence, [], failed)  # the job failed before writing the fence
     await put_back_unless_committed(node.db, fence, [never], failed)
-    assert never not in fence.rotations() and committed in fence.rotations()
-    again = fence.record(creds.agent_id, done["signing_key"], keys.SigningKey.generate().did, "f" * 64, "x", 0)
+    assert never not in fence.rotations()  # not in the log: taken out
+    again = unmarked("f" * 64)
     closed = Database(node.db.pg_url or node.db.path)
     closed.close()  # a database that cannot be asked
     await put_back_unless_committed(closed, fence, [again], failed)
     assert again in fence.rotations()
     assert KeyFence(fence.path).rotations() == fence.rotations()  # the file says the same
+
+
+async def test_an_entry_whose_commit_was_never_known_is_settled_while_serving(
+    client: TestClient,
+    node: Node,
+    admin_headers: dict[str, str],
+    make_agent: Callable[[str], Awaitable[AgentCreds]],
+    clock: FakeClock,
+) -> None:
+    """A fence entry left unmarked (its rotation's wait cancelled, its connection lost at COMMIT) refuses the key it
+    names, saying so; `NodeKeys.settle` (every 30 s while serving, node/web/background.py) forgets it a minute on
+    when its event is not in the log, and the agent's writes go again; one whose event is in the log is marked."""
+    creds = await make_agent("keeper")
+    fence = node.sealing.key_fence
+    epoch = await node.db.read(store_epoch)
+    fence.record(creds.agent_id, creds.agent_id, keys.SigningKey.generate().did, "c" * 64, epoch, node.now_ms())
+    refused = await post(client, creds, 409, content="while the rotation's commit is unknown")
+    assert refused["code"] == "signing_key_rotated_out" and "being rotated out" in refused["detail"], refused
+    await node.node_keys.settle()
+    assert len(fence.rotations()) == 1  # not a minute yet: it may be committing in another process
+    clock.advance(SETTLE_AFTER_MS / 1000 + 1)
+    await node.node_keys.settle()
+    assert fence.rotations() == [] and not fence.unsettled()
+    await post(client, creds, content="the rotation never committed: the key signs again")
+
+    done = await change(client, f"/v1/agents/{creds.agent_id}/signing-key", admin_headers, {}, 201)
+    fence.put_back(fence.rotations()[-1])  # as if the mark after the commit were lost
+    fence.record(creds.agent_id, creds.agent_id, done["signing_key"], done["event"], epoch, node.now_ms())
+    assert fence.unsettled()
+    await node.node_keys.settle()
+    assert [r["committed"] for r in fence.rotations()] == ["1"]

@@ -138,3 +138,40 @@ def test_a_fence_that_cannot_be_written_changes_neither_the_file_nor_memory(tmp_
     path.rmdir()
     assert [r["event"] for r in fence.learn(found, "epoch-1", 3)] == ["made-there"]
     assert [r["event"] for r in KeyFence(path).rotations()] == ["first", "made-there"]
+
+
+def test_learn_marks_an_unmarked_entry_of_the_same_event_and_adds_another_event_for_the_same_key(
+    tmp_path: Path,
+) -> None:
+    """An unmarked entry may be a rotation that never committed: another event taking out the same key is listed on
+    its own, so forgetting the first (`settle`) leaves the key fenced."""
+    fence = KeyFence(tmp_path / KEY_FENCE_NAME)
+    fence.record("did:key:zA", "did:key:zA", "did:key:zB", "committing", "e", 0)  # its commit not known yet
+    fence.record("did:key:zC", "did:key:zC", "did:key:zD", "cut-off", "e", 0)  # never committed
+    found = [
+        ("did:key:zA", "did:key:zA", "did:key:zB", "committing"),  # the database holds it: it did commit
+        ("did:key:zC", "did:key:zC", "did:key:zE", "made-there"),  # the same key, taken out by another rotation
+    ]
+    added = fence.learn(found, "e", 1)
+    assert [r["event"] for r in added] == ["made-there"]
+    marks = {r["event"]: r["committed"] for r in KeyFence(tmp_path / KEY_FENCE_NAME).rotations()}
+    assert marks == {"committing": "1", "cut-off": "0", "made-there": "1"}
+    fence.settle("e", lambda identity, event: event != "cut-off", SETTLE_AFTER_MS + 1)
+    assert fence.refusal("did:key:zC", "did:key:zC") is not None  # still fenced by the rotation that committed
+
+
+def test_settle_that_cannot_write_leaves_the_fence_as_it_was(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A start goes on when the fence file cannot be written: nothing is forgotten (what is listed goes on refusing)
+    and nothing is marked; a later settle does both."""
+    path = tmp_path / KEY_FENCE_NAME
+    fence = KeyFence(path)
+    fence.record("did:key:zA", "did:key:zA", "did:key:zB", "held", "e", 0)
+    fence.record("did:key:zC", "did:key:zC", "did:key:zD", "lost", "e", 0)
+    before = fence.rotations()
+    path.unlink()
+    path.mkdir()
+    assert fence.settle("e", lambda identity, event: event == "held", SETTLE_AFTER_MS + 1) == []
+    assert fence.rotations() == before and "cannot settle" in caplog.text
+    path.rmdir()
+    assert [r["event"] for r in fence.settle("e", lambda i, e: e == "held", SETTLE_AFTER_MS + 1)] == ["lost"]
+    assert [(r["event"], r["committed"]) for r in KeyFence(path).rotations()] == [("held", "1")]
