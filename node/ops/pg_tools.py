@@ -17,7 +17,7 @@ from pathlib import Path
 
 from psycopg import conninfo
 
-from node.errors import BBSError, InvalidInput, NotFound
+from node.errors import BBSError, Conflict, InvalidInput, NotFound
 
 CLIENT_PACKAGE = "PostgreSQL's client programs (Debian: apt-get install postgresql-client)"
 
@@ -124,12 +124,20 @@ def _copy_field(field: str) -> str:
     return "".join(out)
 
 
-def restore(path: Path, url: str, before: str) -> None:
+# How long the restore's psql waits for a lock another connection holds (a process of the node still serving, a
+# session left open in a transaction) before it gives up: `database_in_use`, rather than waiting without end.
+RESTORE_LOCK_TIMEOUT_MS = 30_000
+
+
+def restore(path: Path, url: str, before: str, *, lock_timeout_ms: int = RESTORE_LOCK_TIMEOUT_MS) -> None:
     """Load a custom-format dump into the database at `url` in ONE transaction, after the statements `before`
     (which empty it). pg_restore first writes the dump as SQL to a private file beside it (a dump it cannot read
     whole is refused before the database is touched); psql then runs `before` and that file with
-    `--single-transaction`, stopping at the first error, so a failed restore leaves the database as it was."""
+    `--single-transaction`, stopping at the first error, so a failed restore leaves the database as it was. A lock
+    it waits for more than `lock_timeout_ms` (another connection using a table it drops) fails it, 409
+    `database_in_use`."""
     dsn, env = _target(url)
+    env["PGOPTIONS"] = f"{env.get('PGOPTIONS', '')} -c lock_timeout={int(lock_timeout_ms)}".strip()
     script = path.with_name(path.name + ".sql")
     old_umask = os.umask(0o077)
     try:
@@ -165,4 +173,11 @@ def restore(path: Path, url: str, before: str) -> None:
     finally:
         script.unlink(missing_ok=True)
     if loaded.returncode != 0:
+        if "lock timeout" in loaded.stderr:
+            raise Conflict(
+                f"another connection to the database holds a lock the restore needs (waited {lock_timeout_ms} ms;"
+                " a process of the node still serving it?): stop every process of the node, then restore again;"
+                " nothing was changed",
+                code="database_in_use",
+            )
         raise _failed("psql (the restore, rolled back)", loaded.stderr)

@@ -22,7 +22,9 @@ the node key's signing (sync requests, forwarded leases, node-signed records) st
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -114,8 +116,7 @@ class KeyFence:
         (at `now_ms`); returns the entry written (for `put_back` when the rotation's commit fails)."""
         entry = {"identity": identity, "retired": retired, "key": key, "event": event, "epoch": epoch}
         entry |= {"at_ms": str(now_ms), "committed": "0"}  # `committed` marks it once the commit is known
-        with self._lock:
-            self._replace([*self.rotations(), entry])
+        self._change(lambda rotations: [*rotations, entry])
         return entry
 
     def learn(self, found: Iterable[tuple[str, str, str, str]], epoch: str, now_ms: int) -> list[dict[str, str]]:
@@ -126,78 +127,97 @@ class KeyFence:
 
         Listed means the same event, not merely the same key: an unmarked entry of a rotation that never committed
         may name the key another rotation took out since, and `settle` forgets the former."""
-        with self._lock:
-            rotations = self.rotations()
+        found = list(found)
+        events = {(identity, event) for identity, _, _, event in found}
+        added: dict[tuple[str, str], dict[str, str]] = {}
+
+        def change(rotations: list[dict[str, str]]) -> list[dict[str, str]]:
             listed = {(r["identity"], r["event"]) for r in rotations}
-            events = {(identity, event) for identity, _, _, event in found}
-            marked = [r for r in rotations if r["committed"] != "1" and (r["identity"], r["event"]) in events]
-            added: dict[tuple[str, str], dict[str, str]] = {}
+            added.clear()
             for identity, retired, key, event in found:
                 if (identity, event) not in listed:
                     entry = {"identity": identity, "retired": retired, "key": key, "event": event, "epoch": epoch}
                     added.setdefault((identity, event), {**entry, "at_ms": str(now_ms), "committed": "1"})
-            if added or marked:
-                now = [{**r, "committed": "1"} if r in marked else r for r in rotations]
-                self._replace([*now, *added.values()])
+            marked = [{**r, "committed": "1"} if (r["identity"], r["event"]) in events else r for r in rotations]
+            return [*marked, *added.values()]
+
+        listed = {(r["identity"], r["event"], r["committed"]) for r in self.rotations()}
+        if all((identity, event, "1") in listed for identity, event in events):
+            return []  # all of it listed and marked already: no lock, no write (the common case)
+        self._change(change)
         if added:
             log.info("key fence: %d rotation(s) made through another process of the node recorded", len(added))
         return list(added.values())
 
     def put_back(self, entry: dict[str, str]) -> None:
         """Take out the entry `record` wrote (the rotation it recorded did not commit); what was written since stays."""
-        with self._lock:
-            self._replace([r for r in self.rotations() if r != entry])
+        self._change(lambda rotations: [r for r in rotations if r != entry])
 
     def committed(self, entry: dict[str, str]) -> None:
         """Mark the entry `record` wrote as committed: its rotation's write job committed. `settle` never forgets
         such an entry, so a database put back from before the rotation that kept the store epoch (a copy of the file
         or a dump restored by hand, a point-in-time recovery) still signs nothing with the retired key. A mark that
-        cannot be written is left to the next start (`settle` marks an entry whose event the database holds)."""
+        cannot be written is left to `settle` (it marks an entry whose event the database holds)."""
         try:
-            with self._lock:
-                self._replace([{**r, "committed": "1"} if r == entry else r for r in self.rotations()])
+            self._change(lambda rotations: [{**r, "committed": "1"} if r == entry else r for r in rotations])
         except (Unavailable, StorageFull) as exc:
             log.warning("key fence: rotation %s committed but not marked so (%s)", entry["event"], exc)
 
     def settle(self, epoch: str, held: Callable[[str, str], bool], now_ms: int) -> list[dict[str, str]]:
-        """At a start, and every minute or so while serving (`NodeKeys.settle_txn`): mark committed the rotations
-        whose key event the database holds (`held(identity, event)`), and forget those of store `epoch` (this
-        database, not a restore: a restore gets a new epoch) written more than SETTLE_AFTER_MS before `now_ms`,
-        never marked committed and whose event the database does not hold: the process died between writing the
-        fence and the commit, so the rotation never happened. An entry marked committed whose event the database
-        lacks is a database put back from before the rotation, and stays. A file that cannot be written leaves
-        everything as it was (logged). Returns what was forgotten."""
-        with self._lock:
-            unmarked = [r for r in self.rotations() if r["committed"] != "1"]
+        """At a start, and every 30 s while serving (`NodeKeys.settle_txn`): mark committed the rotations whose key
+        event the database holds (`held(identity, event)`), and forget those of store `epoch` (this database, not a
+        restore: a restore gets a new epoch) written more than SETTLE_AFTER_MS before `now_ms`, never marked
+        committed and whose event the database does not hold: the process died between writing the fence and the
+        commit, so the rotation never happened. An entry marked committed whose event the database lacks is a
+        database put back from before the rotation, and stays. A file that cannot be written leaves everything as
+        it was (logged). Returns what was forgotten."""
+        stale: list[dict[str, str]] = []
+
+        def change(rotations: list[dict[str, str]]) -> list[dict[str, str]]:
+            unmarked = [r for r in rotations if r["committed"] != "1"]
             found = [r for r in unmarked if held(r["identity"], r["event"])]
-            stale = [
-                r
-                for r in unmarked
-                if r not in found and r["epoch"] == epoch and int(r["at_ms"]) < now_ms - SETTLE_AFTER_MS
-            ]
-            if found or stale:
-                kept = [r for r in self._rotations if r not in stale]
-                try:
-                    self._replace([{**r, "committed": "1"} if r in found else r for r in kept])
-                except (Unavailable, StorageFull) as exc:  # a start goes on: what is listed stays listed, refusing
-                    log.warning("key fence: cannot settle %d rotation(s) now (%s)", len(found) + len(stale), exc)
-                    return []
+            limit = now_ms - SETTLE_AFTER_MS
+            stale[:] = [r for r in unmarked if r not in found and r["epoch"] == epoch and int(r["at_ms"]) < limit]
+            return [{**r, "committed": "1"} if r in found else r for r in rotations if r not in stale]
+
+        if not self.unsettled():
+            return []  # every entry marked (or none): nothing to read or write
+        try:
+            self._change(change)
+        except (Unavailable, StorageFull) as exc:  # a start goes on: what is listed stays listed, refusing
+            log.warning("key fence: cannot settle it now (%s)", exc)
+            return []
         if stale:
             log.warning("key fence: %d rotation(s) that never committed forgotten: %s", len(stale), stale)
-        return stale
+        return list(stale)
 
-    def _replace(self, rotations: list[dict[str, str]]) -> None:
-        """Make `rotations` the fence: the file first, atomically and durably (temp file, fsync, rename, fsync of the
-        folder), then what this process holds in memory, so a write that fails changes neither."""
-        if self.path is not None:
+    def _change(self, change: Callable[[list[dict[str, str]]], list[dict[str, str]]]) -> None:
+        """Apply `change` to the fence as its file holds it now, and write the result: under this process's lock
+        and an exclusive `flock` of `key-fence.json.lock`, so another process writing the same folder's file (a
+        `bbs` command opening a folder a node serves) cannot lose what this one wrote, nor this one what it wrote.
+        The file first, atomically and durably (temp file, fsync, rename, fsync of the folder), then what this
+        process holds in memory, so a write that fails changes neither: 507 on a full disk, else 503
+        `key_fence_unwritable` (the write job that asked fails whole)."""
+        with self._lock:
+            if self.path is None:
+                self._rotations, self._loaded = change(self.rotations()), True
+                return
             try:
-                _write_file(self.path, rotations)
-            except OSError as exc:  # the write job that asked fails whole: 507 or 503, nothing of it kept
+                lock_fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(lock_fd, fcntl.LOCK_EX)
+                    now = self._read()
+                    new = change(now)
+                    if new != now:
+                        _write_file(self.path, new)
+                finally:
+                    os.close(lock_fd)  # lets the flock go
+            except OSError as exc:
                 detail = f"the key fence {self.path} cannot be written ({exc.strerror or exc}); nothing was written"
                 if exc.errno == errno.ENOSPC:
                     raise StorageFull(detail) from exc
                 raise Unavailable(detail, code="key_fence_unwritable") from exc
-        self._rotations = rotations
+            self._rotations, self._loaded = new, True
 
 
 def _write_file(path: Path, rotations: list[dict[str, str]]) -> None:
@@ -213,7 +233,8 @@ def _write_file(path: Path, rotations: list[dict[str, str]]) -> None:
             os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from node.errors import BBSError, NotFound
+from node.errors import BBSError, Conflict, NotFound
 from node.ops import pg_tools
 from scenarios.pg_cluster import Cluster
 
@@ -65,3 +65,21 @@ def test_a_restore_is_one_transaction(dumped: Path, pg_cluster: Cluster) -> None
     pg_tools.restore(dumped, target, "CREATE TABLE marker (x int)")
     assert _tables(target) == {"kept", "marker"}
     pg_cluster.drop_database(target.rsplit("dbname=", 1)[1])
+
+
+def test_a_restore_into_a_database_another_session_holds_fails_in_bounded_time(
+    dumped: Path, pg_cluster: Cluster
+) -> None:
+    """A session left in a transaction that read a table the restore drops: the restore gives up after its lock
+    timeout (409 `database_in_use`) instead of waiting for ever, and changes nothing."""
+    name = pg_cluster.create_database()
+    target = pg_cluster.url(name)
+    pg_tools.restore(dumped, target, "SELECT 1")
+    with psycopg.connect(target) as holder:  # not autocommit: its transaction stays open, holding ACCESS SHARE
+        holder.execute("SELECT count(*) FROM kept").fetchone()
+        with pytest.raises(Conflict) as info:
+            pg_tools.restore(dumped, target, "DROP TABLE kept", lock_timeout_ms=200)
+        assert info.value.code == "database_in_use" and "stop every process" in str(info.value)
+        holder.rollback()
+    assert _tables(target) == {"kept"}
+    pg_cluster.drop_database(name)

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
 
 from node.errors import Unavailable
 from node.store.key_fence import KEY_FENCE_NAME, SETTLE_AFTER_MS, KeyFence
+
+
+def temporary_file(path: Path) -> Path:
+    """The temporary file this thread's writes of the fence at `path` go through before their rename."""
+    return path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
 
 
 def test_a_recorded_rotation_refuses_its_old_key_only(tmp_path: Path) -> None:
@@ -115,7 +122,8 @@ def test_learn_adds_only_the_rotations_not_listed_and_writes_once(tmp_path: Path
     written = (tmp_path / KEY_FENCE_NAME).stat().st_mtime_ns
     assert again.learn(found, "epoch-1", 3_000) == []  # nothing new: the file is not written
     assert (tmp_path / KEY_FENCE_NAME).stat().st_mtime_ns == written
-    assert sorted(p.name for p in tmp_path.iterdir()) == [KEY_FENCE_NAME]  # no temporary file left
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [KEY_FENCE_NAME, f"{KEY_FENCE_NAME}.lock"]  # no temporary file left
 
 
 def test_a_fence_that_cannot_be_written_changes_neither_the_file_nor_memory(tmp_path: Path) -> None:
@@ -125,8 +133,8 @@ def test_a_fence_that_cannot_be_written_changes_neither_the_file_nor_memory(tmp_
     fence = KeyFence(path)
     fence.record("did:key:zA", "did:key:zA", "did:key:zB", "first", "epoch-1", 0)
     before = fence.rotations()
-    path.unlink()
-    path.mkdir()  # in the way of the rename
+    in_the_way = temporary_file(path)
+    in_the_way.mkdir()  # the temporary file cannot be made
     found = [("did:key:zC", "did:key:zC", "did:key:zD", "made-there")]
     with pytest.raises(Unavailable) as refused:
         fence.learn(found, "epoch-1", 1)
@@ -134,8 +142,8 @@ def test_a_fence_that_cannot_be_written_changes_neither_the_file_nor_memory(tmp_
     with pytest.raises(Unavailable):
         fence.record("did:key:zE", "did:key:zE", "did:key:zF", "second", "epoch-1", 2)
     assert fence.rotations() == before and fence.refusal("did:key:zE", "did:key:zE") is None
-    assert sorted(p.name for p in tmp_path.iterdir()) == [KEY_FENCE_NAME]
-    path.rmdir()
+    in_the_way.rmdir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [KEY_FENCE_NAME, f"{KEY_FENCE_NAME}.lock"]
     assert [r["event"] for r in fence.learn(found, "epoch-1", 3)] == ["made-there"]
     assert [r["event"] for r in KeyFence(path).rotations()] == ["first", "made-there"]
 
@@ -168,10 +176,24 @@ def test_settle_that_cannot_write_leaves_the_fence_as_it_was(tmp_path: Path, cap
     fence.record("did:key:zA", "did:key:zA", "did:key:zB", "held", "e", 0)
     fence.record("did:key:zC", "did:key:zC", "did:key:zD", "lost", "e", 0)
     before = fence.rotations()
-    path.unlink()
-    path.mkdir()
+    in_the_way = temporary_file(path)
+    in_the_way.mkdir()
     assert fence.settle("e", lambda identity, event: event == "held", SETTLE_AFTER_MS + 1) == []
     assert fence.rotations() == before and "cannot settle" in caplog.text
-    path.rmdir()
+    in_the_way.rmdir()
     assert [r["event"] for r in fence.settle("e", lambda i, e: e == "held", SETTLE_AFTER_MS + 1)] == ["lost"]
     assert [(r["event"], r["committed"]) for r in KeyFence(path).rotations()] == [("held", "1")]
+
+
+def test_two_writers_of_one_folders_fence_keep_what_each_wrote(tmp_path: Path) -> None:
+    """A `bbs` command opening a folder a node serves holds its own copy of the fence: each change is made to the
+    file as it is now, under a lock, so neither writer replaces what the other wrote with an older copy."""
+    path = tmp_path / KEY_FENCE_NAME
+    serving, command = KeyFence(path), KeyFence(path)
+    assert serving.rotations() == command.rotations() == []  # both read the (missing) file
+    made = serving.record("did:key:zA", "did:key:zA", "did:key:zB", "made-by-the-node", "e", 0)
+    command.record("did:key:zC", "did:key:zC", "did:key:zD", "made-by-the-command", "e", 0)
+    serving.committed(made)
+    events = {r["event"]: r["committed"] for r in KeyFence(path).rotations()}
+    assert events == {"made-by-the-node": "1", "made-by-the-command": "0"}
+    assert {r["event"] for r in serving.rotations()} == set(events)  # each change reads the file first
