@@ -11,7 +11,7 @@ from pathlib import Path
 from node.store.key_fence import KEY_FENCE_NAME, SETTLE_AFTER_MS, KeyFence
 from tests.conftest import FakeClock
 from tests.node.api_helpers import problem
-from tests.node.workflows.test_fence import Serve, _copy_db, _put_back, serve
+from tests.node.workflows.test_fence import Serve, _copy_db, _put_back, serve, stop
 
 __all__ = ["serve"]  # the fixture, used by name
 
@@ -33,8 +33,7 @@ async def test_a_database_put_back_by_hand_from_before_a_rotation_signs_nothing_
     assert resp.status == 201, await resp.text()
     assert {r["committed"] for r in KeyFence(root / KEY_FENCE_NAME).rotations()} == {"1"}
 
-    n, c = await serve()
-    n.close()
+    await stop(n, c)
     _put_back(tmp_path / "old.db", root)  # by hand: the store epoch is the one the rotations were made in
     clock.advance(SETTLE_AFTER_MS / 1000 + 60)  # past the minute after which an unmarked entry is forgotten
     n, c = await serve()

@@ -52,6 +52,13 @@ async def serve(
             n.close()
 
 
+async def stop(n: Node, c: TestClient) -> None:
+    """Stop a node as `bbs serve` does: its server first (the app's background work ends), then the node. Closing
+    the node under a running app left that work running on a closed node while the test replaced its database."""
+    await c.close()
+    n.close()
+
+
 async def _agent(n: Node, name: str) -> dict[str, str]:
     created = await n.agents.create(name, name.title())
     return {"Authorization": f"Bearer {created.api_key}"}
@@ -118,7 +125,7 @@ async def test_old_database_copied_back_refuses_grants_until_the_fence_passes(
     assert (await _lease(c, a, "other", seconds=30))[0] == 201
 
     n, c = await serve()
-    n.close()
+    await stop(n, c)
     _put_back(tmp_path / "old.db", root)
     n, c = await serve()
     status, problem, retry = await _lease(c, b, "job")
@@ -141,7 +148,7 @@ async def test_the_wait_survives_a_restart_and_ends_at_the_fence(
     await declare_raw(c, a, "job")
     _copy_db(root, tmp_path / "old.db")
     assert (await _lease(c, a, "job", seconds=100))[0] == 201
-    n.close()
+    await stop(n, c)
     _put_back(tmp_path / "old.db", root)
     _, c = await serve()
     assert (await _lease(c, a, "job"))[0] == 503
@@ -162,7 +169,7 @@ async def test_bbs_restore_keeps_the_fence_of_the_folder_it_replaces(
     await declare_raw(c, a, "job")
     backup.backup(root, tmp_path / "before.tar")
     assert (await _lease(c, a, "job", seconds=120))[0] == 201
-    n.close()
+    await stop(n, c)
     result = backup.restore(tmp_path / "before.tar", root, force=True)
     assert result.replaced is not None
     _, c = await serve()
@@ -181,7 +188,7 @@ async def test_a_lost_fence_file_waits_the_longest_lease(
     a = await _agent(n, "a")
     await declare_raw(c, a, "job")
     assert (await _lease(c, a, "job", seconds=30))[0] == 201
-    n.close()
+    await stop(n, c)
     (root / FENCE_NAME).unlink()  # e.g. the database alone copied into a new folder
     _, c = await serve()
     status, problem, retry = await _lease(c, a, "job")
@@ -197,7 +204,7 @@ async def test_an_unreadable_fence_file_counts_as_lost(serve: Serve, data_dir: t
     a = await _agent(n, "a")
     await declare_raw(c, a, "job")
     assert (await _lease(c, a, "job", seconds=30))[0] == 201
-    n.close()
+    await stop(n, c)
     (root / FENCE_NAME).write_text("{not json")
     _, c = await serve()
     assert (await _lease(c, a, "job"))[0] == 503
@@ -226,7 +233,7 @@ async def test_refusals_on_a_restored_node_are_not_grants(
     await declare_raw(c, a, "job")
     _copy_db(root, tmp_path / "old.db")
     assert (await _lease(c, a, "job", seconds=60))[0] == 201
-    n.close()
+    await stop(n, c)
     _put_back(tmp_path / "old.db", root)
     _, c = await serve()
     status, problem, _ = await _lease(c, a, "nothing-here")
@@ -274,7 +281,7 @@ async def test_a_lost_shorter_grant_is_found_by_the_count_though_the_latest_expi
     assert (await _lease(c, a, "job", seconds=600))[0] == 201
     _copy_db(root, tmp_path / "old.db")  # holds the grant with the latest expiry
     assert (await _lease(c, a, "other", seconds=60))[0] == 201  # shorter: the fence's expiry does not move
-    n.close()
+    await stop(n, c)
     _put_back(tmp_path / "old.db", root)
     _, c = await serve()
     status, problem, retry = await _lease(c, b, "other")
@@ -297,7 +304,7 @@ async def test_a_grant_written_to_the_fence_but_never_committed_costs_one_wait(
     a = await _agent(n, "a")
     await declare_raw(c, a, "job")
     assert (await _lease(c, a, "job", seconds=60))[0] == 201
-    n.close()
+    await stop(n, c)
     fence = read_fence(root / FENCE_NAME)
     assert fence is not None and fence.grants == 1
     write_fence(root / FENCE_NAME, replace(fence, grants=2))  # a crash between the fence write and the commit
@@ -317,7 +324,7 @@ async def test_a_fence_file_from_before_the_count_takes_its_expiry_as_the_baseli
     a = await _agent(n, "a")
     await declare_raw(c, a, "job")
     assert (await _lease(c, a, "job", seconds=60))[0] == 201
-    n.close()
+    await stop(n, c)
     old = read_fence(root / FENCE_NAME)
     assert old is not None
     write_fence(root / FENCE_NAME, replace(old, since_ms=None, grants=None))
@@ -341,7 +348,7 @@ async def test_while_restored_no_completion_or_status_change_can_contradict_a_lo
     await declare_raw(c, a, "job")
     _copy_db(root, tmp_path / "old.db")
     assert (await _lease(c, a, "job", seconds=60))[0] == 201  # lost with the restore: a still holds it
-    n.close()
+    await stop(n, c)
     _put_back(tmp_path / "old.db", root)
     _, c = await serve()
     for path, body in (
