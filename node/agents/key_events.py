@@ -72,7 +72,7 @@ async def put_back_unless_committed(
     Whether it did is asked of the database. Not when the answer cannot be trusted: a cancelled wait says nothing of
     the job, which runs on, and a connection lost on PostgreSQL may have been lost during a COMMIT the server
     finishes after a read made now. The entry then stays unmarked, and `NodeKeys.settle` (a start, or every
-    minute while serving) marks it once its event is held or forgets it a minute on if the event is not: until
+    30 s while serving) marks it once its event is held or forgets it a minute on if the event is not: until
     then the old key is refused, the safe side of the two. Never raises: the caller re-raises `exc`."""
     if not fenced:
         return

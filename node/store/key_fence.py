@@ -71,7 +71,10 @@ class KeyFence:
         """The identities a rotation here took a key from."""
         return {r["identity"] for r in self.rotations()}
 
-    def _read(self) -> list[dict[str, str]]:
+    def _read(self, *, strict: bool = False) -> list[dict[str, str]]:
+        """The file's entries ([] when there is none). An unreadable file reads as empty, loudly, when the fence is
+        loaded; `strict` (a change about to write the file) refuses it instead, 503 `key_fence_unwritable`: a write
+        built on it would replace every rotation it lists."""
         if self.path is None:
             return []
         try:
@@ -87,6 +90,12 @@ class KeyFence:
         except FileNotFoundError:
             return []
         except (OSError, ValueError, KeyError, TypeError) as exc:
+            if strict:
+                raise Unavailable(
+                    f"the key fence {self.path} cannot be read ({exc}): nothing was written; put back a readable copy"
+                    " (it lists the keys rotated out here) or move it away, then try again",
+                    code="key_fence_unwritable",
+                ) from exc
             # unreadable: treated as empty, loudly; it never widens what may sign beyond the database's own keys
             log.warning("key fence %s is unreadable (%s): no rotated-out key is known", self.path, exc)
             return []
@@ -206,7 +215,7 @@ class KeyFence:
                 lock_fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
                 try:
                     fcntl.flock(lock_fd, fcntl.LOCK_EX)
-                    now = self._read()
+                    now = self._read(strict=True)
                     new = change(now)
                     if new != now:
                         _write_file(self.path, new)

@@ -197,3 +197,17 @@ def test_two_writers_of_one_folders_fence_keep_what_each_wrote(tmp_path: Path) -
     events = {r["event"]: r["committed"] for r in KeyFence(path).rotations()}
     assert events == {"made-by-the-node": "1", "made-by-the-command": "0"}
     assert {r["event"] for r in serving.rotations()} == set(events)  # each change reads the file first
+
+
+def test_a_change_refuses_an_unreadable_file_rather_than_write_over_it(tmp_path: Path) -> None:
+    """Loading an unreadable fence reads it as empty (loudly); writing on top of it would replace every rotation it
+    lists, so a change refuses it (503 `key_fence_unwritable`) and leaves it as it is."""
+    path = tmp_path / KEY_FENCE_NAME
+    path.write_text('{"rotations": [{"identity": "x", "truncated')
+    fence = KeyFence(path)
+    assert fence.rotations() == []
+    with pytest.raises(Unavailable) as refused:
+        fence.record("did:key:zA", "did:key:zA", "did:key:zB", "e", "epoch", 0)
+    assert refused.value.code == "key_fence_unwritable" and "cannot be read" in str(refused.value)
+    assert path.read_text() == '{"rotations": [{"identity": "x", "truncated'
+    assert fence.rotations() == []

@@ -47,7 +47,8 @@ async def serve(
         return n, c
 
     yield start
-    for n, _ in running:
+    for n, c in running:  # as `stop`: the server first
+        await c.close()
         if n.db.is_open:
             n.close()
 
