@@ -82,10 +82,7 @@ async def put_back_unless_committed(
         return
     try:
         held = await db.read(lambda conn: holds_key_event(conn, entry["identity"], entry["event"]))
-        if held:
-            fence.committed(entry)
-        else:
-            fence.put_back(entry)
+        await asyncio.to_thread(fence.committed if held else fence.put_back, entry)
     except Exception as failed:
         log.warning("key fence: rotation %s left unsettled (%r)", entry["event"], failed)
 
@@ -367,7 +364,7 @@ class KeyEvents:
             authority.invalidate()
             await put_back_unless_committed(self.db, fence, fenced, exc)
             raise
-        fence.committed(fenced[0])
+        await asyncio.to_thread(fence.committed, fenced[0])
         self.sealing.forget(did)
         log.info("signing key of agent %s (%s) rotated to %s by key event %s", name, did, new.did, event.hash)
         return RotatedKey(

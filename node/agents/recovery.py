@@ -22,6 +22,7 @@ that key would void the records of the key that replaced it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -204,7 +205,7 @@ class Recovery:
             await key_events.put_back_unless_committed(self.events.db, fence, fenced, exc)
             raise
         if fenced:
-            fence.committed(fenced[0])
+            await asyncio.to_thread(fence.committed, fenced[0])
         if not dry_run:
             self.events.sealing.forget(out.agent_id)
             log.info("agent %s (%s): %s by key event %s, new key %s", out.name, out.agent_id, out.event_kind,

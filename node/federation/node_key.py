@@ -14,6 +14,7 @@ nothing (`node_key_rotated_out`; docs/decisions.md record 60).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -91,7 +92,7 @@ class NodeKeys:
         """Read the node's signing keys from `node_meta` and block signing when the key fence names the newest one
         as rotated out (a database restored from before a rotation); first forget the fence's rotations that never
         committed in this database (`KeyFence.settle`)."""
-        self.settle_txn(conn)
+        self._settle_fence(conn)
         found, self.events, holders = parse_state(store.node_keys_meta(conn))
         if found:
             self.signer.keys, self.signer.holders = found, holders
@@ -103,10 +104,13 @@ class NodeKeys:
         """`KeyFence.settle` while serving (`settle`): the fence's entries whose commit was never known (a wait
         cancelled, a connection lost at COMMIT, a mark that could not be written) are marked or, a minute on and
         their event not held, forgotten; the node key's block is decided again when one was."""
-        fence = self.sealing.key_fence
+        if self._settle_fence(conn):
+            self.signer.blocked = self.sealing.key_fence.refusal(self.node_id, self.signer.keys[-1].did)
+
+    def _settle_fence(self, conn: Conn) -> bool:
+        """`KeyFence.settle` against this database; whether it forgot an entry."""
         held = functools.partial(store.holds_key_event, conn)
-        if fence.settle(store.store_epoch(conn), held, self.now_ms()):
-            self.signer.blocked = fence.refusal(self.node_id, self.signer.keys[-1].did)
+        return bool(self.sealing.key_fence.settle(store.store_epoch(conn), held, self.now_ms()))
 
     async def settle(self) -> None:
         """`settle_txn` on a reader, when the key fence has an entry not known committed (nothing otherwise)."""
@@ -158,7 +162,7 @@ class NodeKeys:
             self.sealing.authority.invalidate()
             await put_back_unless_committed(self.db, fence, fenced, exc)
             raise
-        fence.committed(fenced[0])
+        await asyncio.to_thread(fence.committed, fenced[0])
         self.signer.keys, self.signer.holders, self.events = [current, new], set(), events
         log.info("node key of %s rotated to %s by key event %s", self.node_id, new.did, event.hash)
         return RotatedNodeKey(

@@ -10,9 +10,9 @@ commits, so the file is never behind a committed rotation. Once the commit is kn
 (`committed`). A commit that fails takes its entry out, once the database is found to lack its event
 (`node.agents.key_events.put_back_unless_committed`). A process that died before the commit leaves an unmarked
 entry of this very store epoch whose event the database lacks, which `settle` forgets a minute on (at a start, or
-every 30 s while serving);
-a marked one whose event the database lacks is a database put back from before the rotation, and stays, whether
-the put-back kept the store epoch (a file copied back, a dump restored by hand) or renewed it (`bbs restore`).
+every 30 s while serving); a marked one whose event the database lacks is a database put back from before the
+rotation, and stays, whether the put-back kept the store epoch (a file copied back, a dump restored by hand) or
+renewed it (`bbs restore`).
 
 A database restored from a backup taken before a rotation holds a key the fence lists as rotated out: the node
 then signs nothing with it (`refusal`): a node-kept agent's writes are refused 409 `signing_key_rotated_out`, and
@@ -183,14 +183,23 @@ class KeyFence:
         stale: list[dict[str, str]] = []
 
         def change(rotations: list[dict[str, str]]) -> list[dict[str, str]]:
+            # only the entries asked about below and still unmarked: one written since waits for the next settle
             unmarked = [r for r in rotations if r["committed"] != "1"]
-            found = [r for r in unmarked if held(r["identity"], r["event"])]
+            found = [r for r in unmarked if answers.get(_unmarked(r)) is True]
             limit = now_ms - SETTLE_AFTER_MS
-            stale[:] = [r for r in unmarked if r not in found and r["epoch"] == epoch and int(r["at_ms"]) < limit]
+            stale[:] = [
+                r
+                for r in unmarked
+                if answers.get(_unmarked(r)) is False and r["epoch"] == epoch and int(r["at_ms"]) < limit
+            ]
             return [{**r, "committed": "1"} if r in found else r for r in rotations if r not in stale]
 
         if not self.unsettled():
             return []  # every entry marked (or none): nothing to read or write
+        # The database is asked before the flock is taken: on PostgreSQL a read may queue behind a lock another
+        # process holds (a restore emptying the database) while that process waits for this flock.
+        asked = {_unmarked(r) for r in self._read() if r["committed"] != "1"}
+        answers = {key: held(key[0], key[1]) for key in asked}
         try:
             self._change(change)
         except (Unavailable, StorageFull) as exc:  # a start goes on: what is listed stays listed, refusing
@@ -211,6 +220,7 @@ class KeyFence:
             if self.path is None:
                 self._rotations, self._loaded = change(self.rotations()), True
                 return
+            replaced = False
             try:
                 lock_fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
                 try:
@@ -218,20 +228,35 @@ class KeyFence:
                     now = self._read(strict=True)
                     new = change(now)
                     if new != now:
-                        _write_file(self.path, new)
+                        _replace_file(self.path, new)
+                        replaced = True
+                        _fsync_folder(self.path.parent)
                 finally:
                     os.close(lock_fd)  # lets the flock go
             except OSError as exc:
-                detail = f"the key fence {self.path} cannot be written ({exc.strerror or exc}); nothing was written"
+                if replaced:  # the file holds the change; only its rename may not survive a crash
+                    self._rotations, self._loaded = new, True
+                    detail = (
+                        f"the key fence {self.path} was replaced but its folder could not be synced"
+                        f" ({exc.strerror or exc}): the change may not survive a crash"
+                    )
+                else:
+                    detail = f"the key fence {self.path} cannot be written ({exc.strerror or exc}); nothing was written"
                 if exc.errno == errno.ENOSPC:
                     raise StorageFull(detail) from exc
                 raise Unavailable(detail, code="key_fence_unwritable") from exc
             self._rotations, self._loaded = new, True
 
 
-def _write_file(path: Path, rotations: list[dict[str, str]]) -> None:
-    # a name of this writer's own: a `bbs` command opening the folder a node serves may write it at the same time
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+def _unmarked(rotation: dict[str, str]) -> tuple[str, str, str]:
+    """What `settle` asks the database about an entry by: its identity and key event, and its time (an entry of the
+    same event written again since is another entry)."""
+    return rotation["identity"], rotation["event"], rotation["at_ms"]
+
+
+def _replace_file(path: Path, rotations: list[dict[str, str]]) -> None:
+    # one temporary name: every write of the file is under its flock, and one a crash left is written over
+    tmp = path.with_name(path.name + ".tmp")
     body = json.dumps({"rotations": rotations}, sort_keys=True, indent=1).encode()
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -245,7 +270,10 @@ def _write_file(path: Path, rotations: list[dict[str, str]]) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+
+
+def _fsync_folder(folder: Path) -> None:
+    dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import stat
-import threading
 from pathlib import Path
 
 import pytest
 
 from node.errors import Unavailable
+from node.store import key_fence
 from node.store.key_fence import KEY_FENCE_NAME, SETTLE_AFTER_MS, KeyFence
 
 
 def temporary_file(path: Path) -> Path:
-    """The temporary file this thread's writes of the fence at `path` go through before their rename."""
-    return path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    """The temporary file writes of the fence at `path` go through before their rename."""
+    return path.with_name(path.name + ".tmp")
 
 
 def test_a_recorded_rotation_refuses_its_old_key_only(tmp_path: Path) -> None:
@@ -211,3 +213,50 @@ def test_a_change_refuses_an_unreadable_file_rather_than_write_over_it(tmp_path:
     assert refused.value.code == "key_fence_unwritable" and "cannot be read" in str(refused.value)
     assert path.read_text() == '{"rotations": [{"identity": "x", "truncated'
     assert fence.rotations() == []
+
+
+def test_settle_asks_the_database_before_it_takes_the_lock_and_leaves_what_was_written_since(tmp_path: Path) -> None:
+    """On PostgreSQL a read may wait for a lock that a process waiting for the fence's flock holds (a restore
+    emptying the database), so settle asks the database first, with the flock free; an entry another process
+    writes in between was not asked about and waits for the next settle, even when old enough to be forgotten."""
+    path = tmp_path / KEY_FENCE_NAME
+    fence, other = KeyFence(path), KeyFence(path)
+    fence.record("did:key:zA", "did:key:zA", "did:key:zB", "held", "e", 0)
+    fence.record("did:key:zC", "did:key:zC", "did:key:zD", "lost", "e", 0)
+    asked: list[str] = []
+
+    def held(identity: str, event: str) -> bool:
+        lock_fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError while settle holds it
+        finally:
+            os.close(lock_fd)
+        if not asked:
+            other.record("did:key:zE", "did:key:zE", "did:key:zF", "written-meanwhile", "e", 0)
+        asked.append(event)
+        return event == "held"
+
+    stale = fence.settle("e", held, SETTLE_AFTER_MS + 1)
+    assert sorted(asked) == ["held", "lost"] and [r["event"] for r in stale] == ["lost"]
+    marks = {r["event"]: r["committed"] for r in KeyFence(path).rotations()}
+    assert marks == {"held": "1", "written-meanwhile": "0"}
+    assert [r["event"] for r in fence.settle("e", held, SETTLE_AFTER_MS + 1)] == ["written-meanwhile"]
+
+
+def test_a_folder_that_cannot_be_synced_after_the_rename_says_the_file_was_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rename is done when the folder's fsync fails: the answer says the change may not survive a crash (not
+    that nothing was written), and what this process holds in memory is what the file holds."""
+    path = tmp_path / KEY_FENCE_NAME
+    fence = KeyFence(path)
+
+    def fails(folder: Path) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(key_fence, "_fsync_folder", fails)  # the OS's edge: a device error on the folder's fsync
+    with pytest.raises(Unavailable) as refused:
+        fence.record("did:key:zA", "did:key:zA", "did:key:zB", "e", "epoch", 0)
+    assert refused.value.code == "key_fence_unwritable" and "may not survive a crash" in str(refused.value)
+    assert "nothing was written" not in str(refused.value)
+    assert fence.rotations() == KeyFence(path).rotations() and len(fence.rotations()) == 1
