@@ -18,6 +18,7 @@ from pathlib import Path
 from psycopg import conninfo
 
 from node.errors import BBSError, Conflict, InvalidInput, NotFound
+from node.store import pg_conn
 
 CLIENT_PACKAGE = "PostgreSQL's client programs (Debian: apt-get install postgresql-client)"
 
@@ -161,6 +162,7 @@ def restore(path: Path, url: str, before: str, *, lock_timeout_ms: int = RESTORE
                 "--quiet",
                 "--single-transaction",
                 "--set=ON_ERROR_STOP=1",
+                "--set=VERBOSITY=verbose",  # errors carry their SQLSTATE, whatever language the server speaks
                 f"--command={before}",
                 f"--file={script}",
                 f"--dbname={dsn}",
@@ -173,7 +175,7 @@ def restore(path: Path, url: str, before: str, *, lock_timeout_ms: int = RESTORE
     finally:
         script.unlink(missing_ok=True)
     if loaded.returncode != 0:
-        if "lock timeout" in loaded.stderr:
+        if pg_conn.LOCK_NOT_AVAILABLE in loaded.stderr:
             raise Conflict(
                 f"another connection to the database holds a lock the restore needs (waited {lock_timeout_ms} ms;"
                 " a process of the node still serving it?): stop every process of the node, then restore again;"

@@ -345,9 +345,6 @@ SCRUB_TABLES_PG: tuple[str, ...] = (
 )
 
 
-LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout passed
-
-
 def pg_scrub_refusal(conn: Conn) -> str | None:
     """Why the node's PostgreSQL role cannot scrub the disk of its database's server, or None: `wal_recycle` must be
     off (a recycled WAL segment keeps its old bytes), the role must own the database (VACUUM FULL of pg_statistic)
@@ -394,7 +391,7 @@ def scrub_pg(url: str, tables: tuple[str, ...], lock_timeout_ms: int) -> str | N
                 conn.execute(f"VACUUM (FULL, ANALYZE) {table}")
             conn.execute("VACUUM FULL pg_statistic")
         except DatabaseError as exc:
-            if exc.sqlstate != LOCK_NOT_AVAILABLE:
+            if exc.sqlstate != pg_conn.LOCK_NOT_AVAILABLE:
                 raise
             return f"a reader held a table past the lock timeout: {exc}"
         conn.execute("SELECT pg_switch_wal()")

@@ -98,7 +98,7 @@ PG_BEGIN_WRITE = (
 )
 PG_READER_SETTINGS = "SET default_transaction_read_only = on; SET default_transaction_isolation = 'repeatable read'"
 # SQLSTATEs of a quick read stopped by its budget: statement_timeout (57014) or a lock it would wait for (55P03).
-_PG_STOPPED = {"57014", "55P03"}
+_PG_STOPPED = {pg_conn.QUERY_CANCELED, pg_conn.LOCK_NOT_AVAILABLE}
 PG_URL_SCHEMES = ("postgresql://", "postgres://")
 # The fence of the leader work this task runs (docs/decisions.md record 87): a check every write job submitted from
 # the task (and from the tasks it starts, which copy its context) runs first inside its write transaction, after the

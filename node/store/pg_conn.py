@@ -286,6 +286,8 @@ def _quoted_end(sql: str, i: int) -> int | None:
 
 # ---- errors --------------------------------------------------------------------------------------------------
 
+LOCK_NOT_AVAILABLE = "55P03"  # a lock waited for past `lock_timeout`
+QUERY_CANCELED = "57014"  # `statement_timeout` passed, or the statement was cancelled
 _BY_SQLSTATE: dict[str, type[neutral.DatabaseError]] = {
     "23505": neutral.UniqueViolation,
     "23502": neutral.NotNullViolation,
