@@ -41,7 +41,7 @@ from node.store.authority import (
 )
 from node.store.conn import Conn, ConnectionLost
 from node.store.db import Database
-from node.store.key_fence import KeyFence
+from node.store.key_fence import FenceNotDurable, KeyFence
 from node.store.sealing import Sealing, record_error, sign_and_check_body
 from sync.store import Verified
 from wire.api import (
@@ -83,6 +83,8 @@ async def put_back_unless_committed(
     try:
         held = await db.read(lambda conn: holds_key_event(conn, entry["identity"], entry["event"]))
         await asyncio.to_thread(fence.committed if held else fence.put_back, entry)
+    except FenceNotDurable as failed:
+        log.warning("key fence: rotation %s settled, but %s", entry["event"], failed)
     except Exception as failed:
         log.warning("key fence: rotation %s left unsettled (%r)", entry["event"], failed)
 
@@ -364,9 +366,9 @@ class KeyEvents:
             authority.invalidate()
             await put_back_unless_committed(self.db, fence, fenced, exc)
             raise
-        await asyncio.to_thread(fence.committed, fenced[0])
         self.sealing.forget(did)
         log.info("signing key of agent %s (%s) rotated to %s by key event %s", name, did, new.did, event.hash)
+        await asyncio.to_thread(fence.committed, fenced[0])  # last, as in recovery.py
         return RotatedKey(
             name=name, agent_id=did, signing_key=new.did, event=event.hash, vouched=vouched, key_history=history
         )

@@ -195,7 +195,9 @@ class Recovery:
                 return _change(plan, None, None, read_key_history(conn, plan.agent_id))
             event, history = apply_txn(conn, authority, plan, new, now_ms)
             if kept is not None:  # the job's last step, before its commit (node/store/key_fence.py)
-                fenced.append(fence.record(plan.agent_id, kept, new.did, event.hash, store_epoch(conn), now_ms))
+                # its time is the write's, not the request's: `settle` counts its minute from the entry's time
+                at = self.events.now_ms()
+                fenced.append(fence.record(plan.agent_id, kept, new.did, event.hash, store_epoch(conn), at))
             return _change(plan, event.hash, new.did, history)
 
         try:
@@ -204,12 +206,12 @@ class Recovery:
             authority.invalidate()
             await key_events.put_back_unless_committed(self.events.db, fence, fenced, exc)
             raise
-        if fenced:
-            await asyncio.to_thread(fence.committed, fenced[0])
         if not dry_run:
             self.events.sealing.forget(out.agent_id)
             log.info("agent %s (%s): %s by key event %s, new key %s", out.name, out.agent_id, out.event_kind,
                      out.event, out.signing_key)  # fmt: skip
+        if fenced:  # last: what this process holds is already the new key's if the mark's wait is cancelled
+            await asyncio.to_thread(fence.committed, fenced[0])
         return out
 
 

@@ -162,9 +162,11 @@ class NodeKeys:
             self.sealing.authority.invalidate()
             await put_back_unless_committed(self.db, fence, fenced, exc)
             raise
-        await asyncio.to_thread(fence.committed, fenced[0])
         self.signer.keys, self.signer.holders, self.events = [current, new], set(), events
         log.info("node key of %s rotated to %s by key event %s", self.node_id, new.did, event.hash)
+        # last: if the mark's wait is cancelled, this process already signs with the new key (and `_holder`
+        # writes the new key's state back, never the old)
+        await asyncio.to_thread(fence.committed, fenced[0])
         return RotatedNodeKey(
             node_id=self.node_id, signing_key=new.did, previous_key=current.did, event=event.hash, vouched=vouched
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -128,6 +129,9 @@ def _copy_field(field: str) -> str:
 # How long the restore's psql waits for a lock another connection holds (a process of the node still serving, a
 # session left open in a transaction) before it gives up: `database_in_use`, rather than waiting without end.
 RESTORE_LOCK_TIMEOUT_MS = 30_000
+# psql's report (VERBOSITY verbose) of an error whose SQLSTATE says another connection is in the way: a lock waited
+# for past the timeout, or a deadlock with a session using the tables the restore drops
+_IN_USE = re.compile(rf"\b(?:ERROR|FATAL):\s+(?:{pg_conn.LOCK_NOT_AVAILABLE}|{pg_conn.DEADLOCK_DETECTED}):")
 
 
 def restore(path: Path, url: str, before: str, *, lock_timeout_ms: int = RESTORE_LOCK_TIMEOUT_MS) -> None:
@@ -175,10 +179,11 @@ def restore(path: Path, url: str, before: str, *, lock_timeout_ms: int = RESTORE
     finally:
         script.unlink(missing_ok=True)
     if loaded.returncode != 0:
-        if pg_conn.LOCK_NOT_AVAILABLE in loaded.stderr:
+        if _IN_USE.search(loaded.stderr):
             raise Conflict(
-                f"another connection to the database holds a lock the restore needs (waited {lock_timeout_ms} ms;"
-                " a process of the node still serving it?): stop every process of the node, then restore again;"
+                "another connection to the database holds a lock the restore needs (waited for past"
+                f" {lock_timeout_ms} ms, or a deadlock with it; a process of the node still serving it?): stop every"
+                " process of the node, then restore again;"
                 " nothing was changed",
                 code="database_in_use",
             )

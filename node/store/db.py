@@ -694,7 +694,7 @@ class Database:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
         except neutral.DatabaseError as exc:
-            if exc.sqlstate not in _PG_STOPPED and exc.sqlstate != "25P02":  # 25P02: a statement after a stop
+            if exc.sqlstate not in _PG_STOPPED and exc.sqlstate != pg_conn.IN_FAILED_TRANSACTION:  # after a stop
                 raise
             self.read_stats.moved += 1
             return False, None

@@ -43,6 +43,13 @@ SETTLE_AFTER_MS = 60_000
 log = logging.getLogger("bbs.node")
 
 
+class FenceNotDurable(Unavailable):
+    """The fence file was replaced by the change, but its folder could not be synced: the change is what the file
+    and this process hold, and it may not survive a crash."""
+
+    status, code, title = 503, "key_fence_unwritable", "Service unavailable"
+
+
 @dataclass
 class KeyFence:
     """The key fence of one data folder (see the module's docstring), read once and kept in memory: one entry per
@@ -51,8 +58,8 @@ class KeyFence:
     path: Path | None  # None: no folder (a node without a key fence refuses nothing)
     _rotations: list[dict[str, str]] = field(default_factory=list)
     _loaded: bool = False
-    # changes come from the writer thread (a rotation, `learn`), the event loop (`committed`, `put_back`) and a
-    # reader thread (`settle`); reentrant, as the first `rotations()` loads the file under it
+    # changes come from the writer thread (a rotation, `learn`), threads of the default pool (`committed`,
+    # `put_back`) and a reader thread (`settle`); reentrant, as the first `rotations()` loads the file under it
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     def rotations(self) -> list[dict[str, str]]:
@@ -166,9 +173,20 @@ class KeyFence:
         """Mark the entry `record` wrote as committed: its rotation's write job committed. `settle` never forgets
         such an entry, so a database put back from before the rotation that kept the store epoch (a copy of the file
         or a dump restored by hand, a point-in-time recovery) still signs nothing with the retired key. A mark that
-        cannot be written is left to `settle` (it marks an entry whose event the database holds)."""
+        cannot be written is left to `settle` (it marks an entry whose event the database holds). An entry no longer
+        listed (forgotten by a `settle` while its write job waited past SETTLE_AFTER_MS) is written again, marked: a
+        rotation known committed is always safe to fence."""
+
+        def mark(rotations: list[dict[str, str]]) -> list[dict[str, str]]:
+            if entry not in rotations:
+                log.warning("key fence: rotation %s committed after its entry was forgotten; listed again", entry)
+                return [*rotations, {**entry, "committed": "1"}]
+            return [{**r, "committed": "1"} if r == entry else r for r in rotations]
+
         try:
-            self._change(lambda rotations: [{**r, "committed": "1"} if r == entry else r for r in rotations])
+            self._change(mark)
+        except FenceNotDurable as exc:
+            log.warning("key fence: rotation %s marked committed, but %s", entry["event"], exc)
         except (Unavailable, StorageFull) as exc:
             log.warning("key fence: rotation %s committed but not marked so (%s)", entry["event"], exc)
 
@@ -178,8 +196,9 @@ class KeyFence:
         restore: a restore gets a new epoch) written more than SETTLE_AFTER_MS before `now_ms`, never marked
         committed and whose event the database does not hold: the process died between writing the fence and the
         commit, so the rotation never happened. An entry marked committed whose event the database lacks is a
-        database put back from before the rotation, and stays. A file that cannot be written leaves everything as
-        it was (logged). Returns what was forgotten."""
+        database put back from before the rotation, and stays. A file that cannot be read or written leaves
+        everything as it was (logged); one written whose folder could not be synced is logged and counts as
+        written. Returns what was forgotten."""
         stale: list[dict[str, str]] = []
 
         def change(rotations: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -196,12 +215,15 @@ class KeyFence:
 
         if not self.unsettled():
             return []  # every entry marked (or none): nothing to read or write
-        # The database is asked before the flock is taken: on PostgreSQL a read may queue behind a lock another
-        # process holds (a restore emptying the database) while that process waits for this flock.
-        asked = {_unmarked(r) for r in self._read() if r["committed"] != "1"}
-        answers = {key: held(key[0], key[1]) for key in asked}
         try:
+            # The database is asked before the flock is taken: on PostgreSQL a read may queue behind a lock that a
+            # restore emptying the database asks for, itself queued behind a write transaction of this node that
+            # waits for the flock (a rotation's `record`, a `learn`).
+            asked = {_unmarked(r) for r in self._read(strict=True) if r["committed"] != "1"}
+            answers = {key: held(key[0], key[1]) for key in asked}
             self._change(change)
+        except FenceNotDurable as exc:  # written: what was forgotten is forgotten
+            log.warning("key fence: settled, but %s", exc)
         except (Unavailable, StorageFull) as exc:  # a start goes on: what is listed stays listed, refusing
             log.warning("key fence: cannot settle it now (%s)", exc)
             return []
@@ -215,7 +237,8 @@ class KeyFence:
         `bbs` command opening a folder a node serves) cannot lose what this one wrote, nor this one what it wrote.
         The file first, atomically and durably (temp file, fsync, rename, fsync of the folder), then what this
         process holds in memory, so a write that fails changes neither: 507 on a full disk, else 503
-        `key_fence_unwritable` (the write job that asked fails whole)."""
+        `key_fence_unwritable` (the write job that asked fails whole). Once the rename is done both hold the change,
+        and a folder that cannot be synced then raises `FenceNotDurable` (503 too)."""
         with self._lock:
             if self.path is None:
                 self._rotations, self._loaded = change(self.rotations()), True
@@ -236,12 +259,11 @@ class KeyFence:
             except OSError as exc:
                 if replaced:  # the file holds the change; only its rename may not survive a crash
                     self._rotations, self._loaded = new, True
-                    detail = (
+                    raise FenceNotDurable(
                         f"the key fence {self.path} was replaced but its folder could not be synced"
                         f" ({exc.strerror or exc}): the change may not survive a crash"
-                    )
-                else:
-                    detail = f"the key fence {self.path} cannot be written ({exc.strerror or exc}); nothing was written"
+                    ) from exc
+                detail = f"the key fence {self.path} cannot be written ({exc.strerror or exc}); nothing was written"
                 if exc.errno == errno.ENOSPC:
                     raise StorageFull(detail) from exc
                 raise Unavailable(detail, code="key_fence_unwritable") from exc

@@ -288,6 +288,8 @@ def _quoted_end(sql: str, i: int) -> int | None:
 
 LOCK_NOT_AVAILABLE = "55P03"  # a lock waited for past `lock_timeout`
 QUERY_CANCELED = "57014"  # `statement_timeout` passed, or the statement was cancelled
+IN_FAILED_TRANSACTION = "25P02"  # a statement after an error, before the transaction ended
+DEADLOCK_DETECTED = "40P01"
 _BY_SQLSTATE: dict[str, type[neutral.DatabaseError]] = {
     "23505": neutral.UniqueViolation,
     "23502": neutral.NotNullViolation,

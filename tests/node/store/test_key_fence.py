@@ -13,7 +13,7 @@ import pytest
 
 from node.errors import Unavailable
 from node.store import key_fence
-from node.store.key_fence import KEY_FENCE_NAME, SETTLE_AFTER_MS, KeyFence
+from node.store.key_fence import KEY_FENCE_NAME, SETTLE_AFTER_MS, FenceNotDurable, KeyFence
 
 
 def temporary_file(path: Path) -> Path:
@@ -257,6 +257,22 @@ def test_a_folder_that_cannot_be_synced_after_the_rename_says_the_file_was_repla
     monkeypatch.setattr(key_fence, "_fsync_folder", fails)  # the OS's edge: a device error on the folder's fsync
     with pytest.raises(Unavailable) as refused:
         fence.record("did:key:zA", "did:key:zA", "did:key:zB", "e", "epoch", 0)
-    assert refused.value.code == "key_fence_unwritable" and "may not survive a crash" in str(refused.value)
-    assert "nothing was written" not in str(refused.value)
+    assert isinstance(refused.value, FenceNotDurable) and refused.value.code == "key_fence_unwritable"
+    assert "may not survive a crash" in str(refused.value) and "nothing was written" not in str(refused.value)
     assert fence.rotations() == KeyFence(path).rotations() and len(fence.rotations()) == 1
+    # a settle whose write is not made durable still says what it forgot (the node key's block is decided again)
+    stale = fence.settle("epoch", lambda identity, event: False, SETTLE_AFTER_MS + 1)
+    assert [r["event"] for r in stale] == ["e"]
+    assert fence.rotations() == KeyFence(path).rotations() == [] and not fence.unsettled()
+
+
+def test_a_rotation_committed_after_settle_forgot_its_entry_is_listed_again_marked(tmp_path: Path) -> None:
+    """A rotation's write job that waited past SETTLE_AFTER_MS before its commit: a settle meanwhile forgot its entry
+    (its event was not held yet). Once the commit is known, `committed` writes the entry again, marked."""
+    path = tmp_path / KEY_FENCE_NAME
+    fence = KeyFence(path)
+    entry = fence.record("did:key:zA", "did:key:zA", "did:key:zB", "late", "e", 0)
+    assert [r["event"] for r in fence.settle("e", lambda identity, event: False, SETTLE_AFTER_MS + 1)] == ["late"]
+    fence.committed(entry)
+    assert [(r["event"], r["committed"]) for r in KeyFence(path).rotations()] == [("late", "1")]
+    assert KeyFence(path).refusal("did:key:zA", "did:key:zA") is not None
