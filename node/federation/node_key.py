@@ -172,11 +172,22 @@ class NodeKeys:
         )
 
     async def _holder(self, peer: str) -> None:
-        """A peer accepted the newest key: remember it; once every peer has, the key before is dropped."""
+        """A peer accepted the newest key: remember it; once every peer has, the key before is dropped.
+
+        Decided in the write job against the state as stored: another process of the node (or a rotation here
+        meanwhile) may have rotated the key, whose state is then kept as it is (the holders of a key no longer the
+        newest count for nothing), and holders another process recorded for the same keys are kept too."""
         signer = self.signer
         peers = await self.db.read(store.peer_node_ids)
-        if peers <= signer.holders and len(signer.keys) > 1:
-            log.info("every peer holds node key %s: the key before signs no more", signer.keys[-1].did)
-            signer.keys = signer.keys[-1:]
-        state = dump_state(signer.keys, self.events, signer.holders)
-        await self.db.write(lambda c: store.set_node_keys_txn(c, state))
+
+        def job(conn: Conn) -> None:
+            found, _, stored_holders = parse_state(store.node_keys_meta(conn))
+            if found and [k.did for k in found] != [k.did for k in signer.keys]:
+                return  # rotated (or dropped) since: reload_txn takes the stored state in
+            signer.holders |= stored_holders
+            if peers <= signer.holders and len(signer.keys) > 1:
+                log.info("every peer holds node key %s: the key before signs no more", signer.keys[-1].did)
+                signer.keys = signer.keys[-1:]
+            store.set_node_keys_txn(conn, dump_state(signer.keys, self.events, signer.holders))
+
+        await self.db.write(job)

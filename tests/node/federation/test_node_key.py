@@ -95,3 +95,45 @@ def test_a_refused_rotation_writes_no_fence(data_dir: tuple[Path, str]) -> None:
     assert asyncio.run(rotate_with_a_stranger_key()) == "key_not_current"
     assert KeyFence(root / KEY_FENCE_NAME).rotations() == []
     assert db.read_sync(DataDir(root).store, sync_store.node_keys_meta) is None
+
+
+def test_a_peer_holding_the_key_never_writes_back_keys_another_process_replaced(
+    data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The holders of the newest key are written against the state as stored: a rotation stored by another process
+    of the node (written here straight into `node_meta`) is kept, not replaced by this process's keys; for the same
+    keys, holders another process recorded are kept, and once every peer holds the key the key before is dropped."""
+    root = data_dir[0]
+    other_peer = keys.SigningKey.generate().did
+    for n, peer in enumerate((PEER, other_peer)):
+        assert run(capsys, "peer", "add", f"http://10.0.0.{n + 2}:8420", "--key", peer, "--data", str(root))[0] == 0
+
+    async def scenario() -> tuple[list[str], set[str], list[str], set[str]]:
+        node = Node(root)
+        node.open(search_index=False)
+        try:
+            node_keys = node.node_keys
+            rotated = await node_keys.rotate()
+            new = node_keys.signer.keys[-1]
+            # another process recorded that the other peer holds it
+            held_there = node_key.dump_state(node_keys.signer.keys, node_keys.events, {other_peer})
+            await node.db.write(lambda c: sync_store.set_node_keys_txn(c, held_there))
+            await node_keys.signer.accepted(PEER, new)  # every peer holds it now
+            found, _, holders = node_key.parse_state(await node.db.read(sync_store.node_keys_meta))
+            merged = ([k.did for k in found], holders)
+            assert merged[0] == [rotated.signing_key] == [k.did for k in node_keys.signer.keys]
+            # another process rotated again (state as stored); this one has not seen it yet
+            newer = keys.SigningKey.generate()
+            theirs = node_key.dump_state([new, newer], [*node_keys.events, "e-there"], set())
+            await node.db.write(lambda c: sync_store.set_node_keys_txn(c, theirs))
+            node_keys.signer.keys = [keys.SigningKey.generate(), new]  # as if its memory still held two keys
+            node_keys.signer.holders = set()
+            await node_keys.signer.accepted(other_peer, new)
+            found, _, holders = node_key.parse_state(await node.db.read(sync_store.node_keys_meta))
+            return merged[0], merged[1], [k.did for k in found], holders
+        finally:
+            node.close()
+
+    merged_keys, merged_holders, kept_keys, kept_holders = asyncio.run(scenario())
+    assert merged_holders == {PEER, other_peer} and len(merged_keys) == 1
+    assert len(kept_keys) == 2 and kept_keys[0] == merged_keys[0] and kept_holders == set()
