@@ -46,8 +46,9 @@ def check_body(raw: bytes, value: Any) -> None:
     or string (422 `nul_character`); `field` is the JSON path of the offender.
 
     Both checks are cheap for ordinary bodies: a NUL can only arrive spelled `\\u0000` (raw control characters
-    are not JSON), so bodies without that byte string skip the walk; and a body that is exactly what msgspec
-    encodes for its decoded value (compact, as the node's own clients send) cannot hold a duplicate key.
+    are not JSON), so bodies without that byte string skip the walk; and a body that is, once its whitespace is
+    taken out, exactly what msgspec encodes for its decoded value (compact, as the node's own clients send, or
+    spaced, as Python's `json.dumps` writes) cannot hold a duplicate key: the decoded value kept one of each.
     """
     if b"\\u0000" in raw:
         where = nul_path(value)
@@ -64,7 +65,9 @@ def check_body(raw: bytes, value: Any) -> None:
 
 
 def _is_compact_encoding(raw: bytes, value: Any) -> bool:
-    return msgspec.json.encode(value) == raw
+    encoded = msgspec.json.encode(value)
+    # `format` only takes the whitespace out: every key and string of `raw` stays as it was written
+    return encoded == raw or encoded == msgspec.json.format(raw, indent=-1)
 
 
 class _Repeated(dict[str, Any]):
