@@ -16,7 +16,6 @@ switched away from and removed (docs/decisions.md record 78).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator
@@ -31,6 +30,7 @@ from node.search_index import store as index_store
 from node.search_index.index import Row, SearchIndex, is_fault
 from node.store.conn import Conn
 from node.web.appkeys import NODE
+from node.web.stopping import stop_task
 
 if TYPE_CHECKING:
     from node.service import Node
@@ -221,9 +221,7 @@ async def index_scrub_context(app: web.Application) -> AsyncIterator[None]:
 
     task = asyncio.create_task(loop(), name="redaction scrub of the own index")
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await stop_task(task)
 
 
 async def scrub_context(app: web.Application) -> AsyncIterator[None]:
@@ -241,6 +239,4 @@ async def scrub_context(app: web.Application) -> AsyncIterator[None]:
 
     task = asyncio.create_task(loop(), name="redaction scrub")
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await stop_task(task)

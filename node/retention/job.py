@@ -6,7 +6,6 @@ records what it removed (`retention_policies`). Every policy is off (0 days) unl
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -16,6 +15,7 @@ from aiohttp import web
 
 from node.retention import store
 from node.web.appkeys import NODE
+from node.web.stopping import stop_task
 
 if TYPE_CHECKING:
     from node.service import Node
@@ -65,6 +65,4 @@ async def retention_context(app: web.Application) -> AsyncIterator[None]:
 
     task = asyncio.create_task(loop(), name="retention")
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await stop_task(task)

@@ -24,6 +24,7 @@ from node.store.db import leader_fence
 from node.store.leader import Term
 from node.trust import service as trust
 from node.web.appkeys import NODE, SEARCH_INDEXER
+from node.web.stopping import stop_task
 from node.workflows import service as workflows
 
 if TYPE_CHECKING:
@@ -71,6 +72,9 @@ def leader_only(context: CleanupContext) -> CleanupContext:
                     await term.ended.wait()
                     stopping, term, started = started, None, None
                     await end(stopping)
+                    current = asyncio.current_task()
+                    if current is not None and current.cancelling():  # the app stopped while the work did: a
+                        raise asyncio.CancelledError  # context that swallowed that stop must not keep this task on
             finally:
                 await end(started)
 
@@ -78,9 +82,7 @@ def leader_only(context: CleanupContext) -> CleanupContext:
         started = await begin(first) if first is not None else None
         task = asyncio.create_task(terms(first, started), name=f"{name} while leading")
         yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop_task(task)
 
     # named as `context`, without `__wrapped__`: the feature lists this context, and node/app.py's wrapper points here
     gated.__name__ = gated.__qualname__ = f"leader_only({getattr(context, '__name__', 'context')})"
@@ -111,9 +113,7 @@ def periodic(
 
         task = asyncio.create_task(loop(), name=name)
         yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop_task(task)
 
     return context
 
@@ -231,6 +231,4 @@ async def search_indexing(app: web.Application) -> AsyncIterator[None]:
     node.db.after_commit.remove(after_commit)
     node.reads.indexer = None
     worker.stop()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await stop_task(task)

@@ -184,3 +184,29 @@ async def test_expiry_sweep_marks_expired_notifications(
 
 def test_the_sweep_period_is_short_against_the_notification_lifetime() -> None:
     assert 0 < background.EXPIRY_SWEEP_SECONDS * 1000 < notify.NOTIFICATION_TTL_MS / 1000
+
+
+async def test_leader_work_stops_when_the_app_stops_as_its_term_ends(node: Node) -> None:
+    """The app stops in the very loop turn the term ends (the lead lost on PostgreSQL; here the one process's term
+    ended by the leadership's stop): `leader_only`'s task is then stopping the work of the term, and the app's stop
+    of that task reaches it, where it used to be swallowed by the work's own stop and leave the app's cleanup
+    waiting for the next term without end."""
+    await node.leadership.start()
+    ran = asyncio.Event()
+
+    async def run(n: Node) -> None:
+        ran.set()
+
+    gated = background.leader_only(periodic("probe of the term", 60, run, LOG))
+    app = app_running(node)
+    context = gated(app)
+    await anext(context)
+    await ran.wait()
+    await node.leadership.stop()  # ends the term: the task running the term's work wakes first...
+    stopping = asyncio.ensure_future(anext(context, None))  # ...then the app's cleanup reaches this context
+    done, _ = await asyncio.wait({stopping}, timeout=5)
+    leftover = [t for t in asyncio.all_tasks() if t.get_name().endswith("while leading")]
+    for task in leftover:  # a hung run's task, so that the test ends
+        task.cancel()
+    assert done, "the app's cleanup waited for the leader work's task"
+    assert not leftover and "probe of the term" not in task_names()

@@ -1,0 +1,64 @@
+"""node.web.stopping: `stop_task` ends the task it stops quietly, and never drops a stop meant for the one waiting."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from node.web.stopping import stop_task
+
+
+async def test_the_stopped_tasks_own_cancellation_is_not_raised() -> None:
+    task = asyncio.create_task(asyncio.Event().wait())
+    await asyncio.sleep(0)
+    await stop_task(task)
+    assert task.cancelled()
+
+
+async def test_a_task_that_ends_on_its_own_when_told_to_stop_is_waited_for() -> None:
+    finished = asyncio.Event()
+
+    async def tidy() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.01)  # its own clean-up, then a normal end
+            finished.set()
+
+    task = asyncio.create_task(tidy())
+    await asyncio.sleep(0)
+    await stop_task(task)
+    assert finished.is_set() and task.done() and not task.cancelled()
+
+
+async def test_a_stop_of_the_waiting_task_reaches_it() -> None:
+    """The waiter is cancelled while it waits for the task it stops (whose own end is slow): it ends cancelled, as
+    `suppress(CancelledError)` around the wait would not let it."""
+    slow_end = asyncio.Event()
+
+    async def slow() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await slow_end.wait()
+            raise
+
+    inner = asyncio.create_task(slow())
+    await asyncio.sleep(0)
+    after: list[str] = []
+
+    async def stopper() -> None:
+        await stop_task(inner)
+        after.append("went on")  # a dropped stop would run this
+
+    outer = asyncio.create_task(stopper())
+    for _ in range(3):  # the waiter waits, and the task it stopped is in its slow end
+        await asyncio.sleep(0)
+    assert not inner.done() and not outer.done()
+    outer.cancel()
+    async with asyncio.timeout(5):
+        with pytest.raises(asyncio.CancelledError):
+            await outer
+    assert after == []
+    assert inner.cancelled()  # the stop reached it through the wait, and its slow end was cut short
