@@ -187,6 +187,11 @@ class NodeSigner:
         return self.node_id
 
     @property
+    def lacking(self) -> frozenset[str]:
+        """The peers that refused the newest key (`refused`) and have not accepted it since."""
+        return frozenset(self._lacking)
+
+    @property
     def current(self) -> keys.SigningKey:
         """The newest node key (what the node signs its records with); NodeKeyRotatedOut when blocked."""
         if self.blocked is not None:

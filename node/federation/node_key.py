@@ -176,18 +176,27 @@ class NodeKeys:
 
         Decided in the write job against the state as stored: another process of the node (or a rotation here
         meanwhile) may have rotated the key, whose state is then kept as it is (the holders of a key no longer the
-        newest count for nothing), and holders another process recorded for the same keys are kept too."""
+        newest count for nothing); holders another process recorded for the same keys are kept too, but for the
+        peers this process saw refuse the newest key since. What this process holds changes once the write
+        committed."""
         signer = self.signer
         peers = await self.db.read(store.peer_node_ids)
+        dids = [k.did for k in signer.keys]
 
-        def job(conn: Conn) -> None:
+        def job(conn: Conn) -> tuple[list[keys.SigningKey], set[str]] | None:
             found, _, stored_holders = parse_state(store.node_keys_meta(conn))
-            if found and [k.did for k in found] != [k.did for k in signer.keys]:
-                return  # rotated (or dropped) since: reload_txn takes the stored state in
-            signer.holders |= stored_holders
-            if peers <= signer.holders and len(signer.keys) > 1:
-                log.info("every peer holds node key %s: the key before signs no more", signer.keys[-1].did)
-                signer.keys = signer.keys[-1:]
-            store.set_node_keys_txn(conn, dump_state(signer.keys, self.events, signer.holders))
+            if found and [k.did for k in found] != dids:
+                return None  # rotated (or dropped) since: reload_txn takes the stored state in
+            holders = signer.holders | (stored_holders - signer.lacking)
+            kept = signer.keys[-1:] if peers <= holders and len(signer.keys) > 1 else list(signer.keys)
+            store.set_node_keys_txn(conn, dump_state(kept, self.events, holders))
+            return kept, holders
 
-        await self.db.write(job)
+        decided = await self.db.write(job)
+        if decided is None or [k.did for k in signer.keys] != dids:
+            return
+        kept, holders = decided
+        signer.holders |= holders - signer.lacking
+        if len(kept) < len(signer.keys):
+            log.info("every peer holds node key %s: the key before signs no more", kept[-1].did)
+            signer.keys = kept

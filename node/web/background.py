@@ -71,10 +71,11 @@ def leader_only(context: CleanupContext) -> CleanupContext:
                         started = await begin(term)
                     await term.ended.wait()
                     stopping, term, started = started, None, None
-                    await end(stopping)
                     current = asyncio.current_task()
-                    if current is not None and current.cancelling():  # the app stopped while the work did: a
-                        raise asyncio.CancelledError  # context that swallowed that stop must not keep this task on
+                    before = 0 if current is None else current.cancelling()
+                    await end(stopping)
+                    if current is not None and current.cancelling() > before:  # the app stopped while the work
+                        raise asyncio.CancelledError  # did: a context that swallowed that stop must not keep this on
             finally:
                 await end(started)
 

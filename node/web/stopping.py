@@ -8,14 +8,20 @@ import asyncio
 async def stop_task(task: asyncio.Task[object]) -> None:
     """Cancel `task` and wait until it has ended.
 
-    Its own `CancelledError` is the expected end and is not raised; a cancellation of the task doing the waiting is.
-    `suppress(CancelledError)` around `await task` cannot tell the two apart: a context stopping its work while its
-    own task was being stopped (a `leader_only` term ending as the app stops) dropped that stop and ran on, and the
-    app's cleanup then waited for it without end."""
+    Its own `CancelledError` is the expected end and is not raised; a cancellation of the task doing the waiting that
+    arrives during the wait is, even when `task` swallowed it and ended normally. `suppress(CancelledError)` around
+    `await task` cannot tell the two apart: a context stopping its work while its own task was being stopped (a
+    `leader_only` term ending as the app stops) dropped that stop and ran on, and the app's cleanup then waited for it
+    without end. A stop already under way when the wait began (aiohttp's `run_app` cleans up in its main task, which
+    a SIGTERM cancelled) is not raised again: it is counted before the wait (`Task.cancelling`)."""
+    current = asyncio.current_task()
+    before = 0 if current is None else current.cancelling()
     task.cancel()
     try:
         await task
     except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
+        if current is not None and current.cancelling() > before:
             raise
+        return
+    if current is not None and current.cancelling() > before:
+        raise asyncio.CancelledError

@@ -137,3 +137,32 @@ def test_a_peer_holding_the_key_never_writes_back_keys_another_process_replaced(
     merged_keys, merged_holders, kept_keys, kept_holders = asyncio.run(scenario())
     assert merged_holders == {PEER, other_peer} and len(merged_keys) == 1
     assert len(kept_keys) == 2 and kept_keys[0] == merged_keys[0] and kept_holders == set()
+
+
+def test_a_holder_recorded_elsewhere_that_refused_the_key_here_since_does_not_count(
+    data_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A peer another process recorded as holding the newest key, which then refused it here (put back from a
+    backup, say), is not counted: the key before stays until it holds the newest again."""
+    root = data_dir[0]
+    restored_peer = keys.SigningKey.generate().did
+    for n, peer in enumerate((PEER, restored_peer)):
+        assert run(capsys, "peer", "add", f"http://10.0.0.{n + 2}:8420", "--key", peer, "--data", str(root))[0] == 0
+
+    async def scenario() -> tuple[int, set[str], int]:
+        node = Node(root)
+        node.open(search_index=False)
+        try:
+            node_keys = node.node_keys
+            await node_keys.rotate()
+            new = node_keys.signer.keys[-1]
+            held_there = node_key.dump_state(node_keys.signer.keys, node_keys.events, {restored_peer})
+            await node.db.write(lambda c: sync_store.set_node_keys_txn(c, held_there))
+            assert node_keys.signer.refused(restored_peer, new, "unknown_node_key")  # it lacks the key now
+            await node_keys.signer.accepted(PEER, new)
+            found, _, holders = node_key.parse_state(await node.db.read(sync_store.node_keys_meta))
+            return len(found), holders, len(node_keys.signer.keys)
+        finally:
+            node.close()
+
+    assert asyncio.run(scenario()) == (2, {PEER}, 2)

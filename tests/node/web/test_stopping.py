@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -62,3 +63,53 @@ async def test_a_stop_of_the_waiting_task_reaches_it() -> None:
             await outer
     assert after == []
     assert inner.cancelled()  # the stop reached it through the wait, and its slow end was cut short
+
+
+async def test_a_stop_already_under_way_is_not_raised_again() -> None:
+    """aiohttp's `run_app` runs the cleanup contexts in its main task after a SIGTERM cancelled it: a stop_task there
+    ends quietly, so each context's exit runs and the process exits cleanly (tests/ops/test_lifecycle.py)."""
+    stopped: list[bool] = []
+
+    async def main() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:  # cancelled: the clean-up runs with the stop under way
+            work = asyncio.create_task(asyncio.Event().wait())
+            await asyncio.sleep(0)
+            await stop_task(work)
+            stopped.append(work.cancelled())
+
+    task = asyncio.create_task(main())
+    await asyncio.sleep(0)
+    task.cancel()
+    async with asyncio.timeout(5):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert stopped == [True]
+
+
+async def test_a_stop_of_the_waiter_that_the_stopped_task_swallowed_still_reaches_the_waiter() -> None:
+    """Cancelling the waiter only forwards the cancellation to the task it awaits; one that swallows it and returns
+    would end the wait normally, and the waiter's stop would be lost."""
+
+    async def stubborn() -> None:
+        for _ in range(2):  # swallows the first stop (stop_task's) and the forwarded one
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.Event().wait()
+
+    inner = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)
+    after: list[str] = []
+
+    async def stopper() -> None:
+        await stop_task(inner)
+        after.append("went on")
+
+    outer = asyncio.create_task(stopper())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    outer.cancel()
+    async with asyncio.timeout(5):
+        with pytest.raises(asyncio.CancelledError):
+            await outer
+    assert after == [] and inner.done() and not inner.cancelled()
