@@ -26,6 +26,7 @@ from scenarios.pg_cluster import Cluster
 from sync.auth import sign_headers
 from sync.replay import FENCE_NAME as REPLAY_FENCE
 from tests.agent.conftest import free_port
+from wire.time import parse_ms
 
 WF = "/v1/agent-workflows"
 
@@ -284,7 +285,7 @@ def test_twin_tasks_across_two_served_nodes(served: Running, tmp_path: Path) -> 
         leased = node.call("POST", f"{WF}/tasks/index/lease", people[node.url]["worker"][1], {"seconds": 600})
         assert leased.status_code == 201, leased.text
     firsts = {n.url: n.call("GET", f"{WF}/tasks/index", people[n.url]["boss"][1]).json() for n in (a, b)}
-    earlier = min(firsts.values(), key=lambda t: (t["created_at"], t["identity"]))
+    earlier = min(firsts.values(), key=lambda t: (parse_ms(t["created_at"]), t["identity"]))
     loser = b if earlier["home_node"] == a.node_id else a
     for one, other in ((a, b), (b, a)):
         resp = one.call("POST", "/v1/peers", body={"url": other.url, "node_id": other.node_id})

@@ -10,6 +10,7 @@ from typing import Any
 from tests.node.workflows.helpers import WF
 from tests.node.workflows.test_federation import agent_key, call, pair, pull
 from tests.sync.conftest import PeerNode
+from wire.time import parse_ms
 
 MakePeer = Callable[..., Awaitable[PeerNode]]
 
@@ -45,7 +46,7 @@ async def test_partitioned_first_declarations_become_twins_and_the_later_ones_ho
         status, leased = await call(peer, "POST", f"{WF}/tasks/index/lease", worker, {"seconds": 600})
         assert status == 201, leased  # each node is the home node in its own view: two live leases
         seen[peer.name] = leased
-    first, later = sorted(seen.values(), key=lambda t: (t["created_at"], t["identity"]))
+    first, later = sorted(seen.values(), key=lambda t: (parse_ms(t["created_at"]), t["identity"]))
     winner, loser = (a, b) if first["home_node"] == a.node_id else (b, a)
     later_people = {boss_b_id, worker_b_id} if loser is b else {boss_a_id, worker_a_id}
     earlier_people = {boss_a_id, worker_a_id} if loser is b else {boss_b_id, worker_b_id}
@@ -114,7 +115,7 @@ async def test_a_node_that_only_declared_a_title_of_the_later_twin_signs_no_noti
     assert (await call(b, "POST", f"{WF}/tasks/index/lease", worker_b, {}))[0] == 201
     _, on_a = await call(a, "GET", f"{WF}/tasks/index", boss_a)
     _, on_b = await call(b, "GET", f"{WF}/tasks/index", boss_b)
-    earlier, later = sorted((on_a, on_b), key=lambda t: (t["created_at"], t["identity"]))
+    earlier, later = sorted((on_a, on_b), key=lambda t: (parse_ms(t["created_at"]), t["identity"]))
     winner, loser = (a, b) if earlier is on_a else (b, a)
     await pull(c, loser)
     status, retitled = await call(c, "POST", f"{WF}/tasks", planner, {"key": "index", "title": "Rebuild the index"})
@@ -146,7 +147,7 @@ async def test_the_declarer_of_a_later_first_declaration_nobody_leased_is_told_o
         status, task = await call(peer, "POST", f"{WF}/tasks", boss, {"key": "index"})
         assert status == 201 and task["home_node"] == peer.node_id
         declared[peer.name] = task
-    first, later = sorted(declared.values(), key=lambda t: (t["created_at"], t["identity"]))
+    first, later = sorted(declared.values(), key=lambda t: (parse_ms(t["created_at"]), t["identity"]))
     winner, loser = (a, b) if first["home_node"] == a.node_id else (b, a)
     later_boss, earlier_boss = (
         ((boss_b_id, boss_b), (boss_a_id, boss_a)) if loser is b else ((boss_a_id, boss_a), (boss_b_id, boss_b))
@@ -204,7 +205,7 @@ async def test_a_third_node_that_saw_the_unleased_later_declaration_first_signs_
     assert (await call(b, "POST", f"{WF}/tasks", boss_b, {"key": "index"}))[0] == 201
     _, on_a = await call(a, "GET", f"{WF}/tasks/index", boss_a)
     _, on_b = await call(b, "GET", f"{WF}/tasks/index", boss_b)
-    earlier, later = sorted((on_a, on_b), key=lambda t: (t["created_at"], t["identity"]))
+    earlier, later = sorted((on_a, on_b), key=lambda t: (parse_ms(t["created_at"]), t["identity"]))
     winner, loser = (a, b) if earlier is on_a else (b, a)
     await pull(c, loser)
     status, retitled = await call(c, "POST", f"{WF}/tasks", planner, {"key": "index", "title": "Rebuild the index"})
