@@ -21,7 +21,6 @@ leads from the start, with no fence and no traffic on the table.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from node.errors import NotLeader
+from node.stopping import stop_task
 from node.store import pg_conn
 from node.store.conn import Conn
 from node.store.db import transaction
@@ -129,15 +129,17 @@ class Leadership:
 
     async def stop(self) -> None:
         """Stop the loop, end the term and give the lead up (PostgreSQL), so another process takes it at once."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        await self._end("it stops", quiet=True)
-        self._step_task = None
-        if self.url is None:
-            return
+        task, self._task = self._task, None
+        try:
+            if task is not None:
+                await stop_task(task)
+        finally:  # a stop of the caller during that wait is raised, after the term ended and the lead was given up
+            await self._end("it stops", quiet=True)
+            self._step_task = None
+            if self.url is not None:
+                await self._give_up()
+
+    async def _give_up(self) -> None:
         try:  # bounded: a server gone silent must not hold the stop (the lease then expires on its own)
             await asyncio.wait_for(asyncio.to_thread(self._release_and_close), timeout=2 * RENEW_S)
         except Exception as exc:

@@ -20,11 +20,11 @@ from node.ops.metrics import metrics_of
 from node.search_index import indexer
 from node.search_index.index import SearchIndex
 from node.search_index.indexer import Indexer
+from node.stopping import raise_if_stopped_since, stop_task, stops_pending
 from node.store.db import leader_fence
 from node.store.leader import Term
 from node.trust import service as trust
 from node.web.appkeys import NODE, SEARCH_INDEXER
-from node.web.stopping import stop_task
 from node.workflows import service as workflows
 
 if TYPE_CHECKING:
@@ -71,11 +71,10 @@ def leader_only(context: CleanupContext) -> CleanupContext:
                         started = await begin(term)
                     await term.ended.wait()
                     stopping, term, started = started, None, None
-                    current = asyncio.current_task()
-                    before = 0 if current is None else current.cancelling()
+                    before = stops_pending()
                     await end(stopping)
-                    if current is not None and current.cancelling() > before:  # the app stopped while the work
-                        raise asyncio.CancelledError  # did: a context that swallowed that stop must not keep this on
+                    # the app stopped while the work did: a context that swallowed that stop must not keep this on
+                    raise_if_stopped_since(before)
             finally:
                 await end(started)
 

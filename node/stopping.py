@@ -5,6 +5,20 @@ from __future__ import annotations
 import asyncio
 
 
+def stops_pending() -> int:
+    """How many cancellations of the current task are pending (`Task.cancelling`; 0 outside a task): taken before a
+    wait, then given to `raise_if_stopped_since` after it."""
+    current = asyncio.current_task()
+    return 0 if current is None else current.cancelling()
+
+
+def raise_if_stopped_since(before: int) -> None:
+    """Raise `CancelledError` if the current task was cancelled since `stops_pending()` answered `before`, even when
+    whatever it awaited meanwhile swallowed that cancellation and returned normally."""
+    if stops_pending() > before:
+        raise asyncio.CancelledError
+
+
 async def stop_task(task: asyncio.Task[object]) -> None:
     """Cancel `task` and wait until it has ended.
 
@@ -13,15 +27,12 @@ async def stop_task(task: asyncio.Task[object]) -> None:
     `await task` cannot tell the two apart: a context stopping its work while its own task was being stopped (a
     `leader_only` term ending as the app stops) dropped that stop and ran on, and the app's cleanup then waited for it
     without end. A stop already under way when the wait began (aiohttp's `run_app` cleans up in its main task, which
-    a SIGTERM cancelled) is not raised again: it is counted before the wait (`Task.cancelling`)."""
-    current = asyncio.current_task()
-    before = 0 if current is None else current.cancelling()
+    a SIGTERM cancelled) is not raised again: it is counted before the wait."""
+    before = stops_pending()
     task.cancel()
     try:
         await task
     except asyncio.CancelledError:
-        if current is not None and current.cancelling() > before:
-            raise
+        raise_if_stopped_since(before)
         return
-    if current is not None and current.cancelling() > before:
-        raise asyncio.CancelledError
+    raise_if_stopped_since(before)

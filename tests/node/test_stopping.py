@@ -1,4 +1,4 @@
-"""node.web.stopping: `stop_task` ends the task it stops quietly, and never drops a stop meant for the one waiting."""
+"""node.stopping: `stop_task` ends the task it stops quietly, and never drops a stop meant for the one waiting."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from node.web.stopping import stop_task
+from node.stopping import raise_if_stopped_since, stop_task, stops_pending
 
 
 async def test_the_stopped_tasks_own_cancellation_is_not_raised() -> None:
@@ -113,3 +113,31 @@ async def test_a_stop_of_the_waiter_that_the_stopped_task_swallowed_still_reache
         with pytest.raises(asyncio.CancelledError):
             await outer
     assert after == [] and inner.done() and not inner.cancelled()
+
+
+async def test_raise_if_stopped_since_sees_a_stop_that_what_was_awaited_swallowed() -> None:
+    """The check `leader_only`'s terms make around ending a term's work: a stop swallowed by the awaited code is still
+    raised, and no stop is raised when none came."""
+    reached = asyncio.Event()
+    outcomes: list[str] = []
+
+    async def swallowing() -> None:
+        reached.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+
+    async def waiter() -> None:
+        before = stops_pending()
+        raise_if_stopped_since(before)  # nothing came yet: no raise
+        outcomes.append("checked")
+        await swallowing()
+        raise_if_stopped_since(before)
+        outcomes.append("ran on")
+
+    task = asyncio.create_task(waiter())
+    await reached.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    assert outcomes == ["checked"]
+    assert stops_pending() == 0  # the test's own task was never cancelled
