@@ -755,8 +755,13 @@ async def run(root: Path, cluster: pg_cluster.Cluster, opts: Options) -> dict[st
                 node.kill()
             if w.balancer is not None:
                 await w.balancer.close()
-    traces = {log.stem: len(found) for log in sorted(root.glob("*.log")) if (found := tracebacks(log))}
-    print(f"tracebacks in the logs (not an invariant): {traces or 'none'}")
+    traces = {log.stem: found for log in sorted(root.glob("*.log")) if (found := tracebacks(log))}
+    # named, not only counted: a run in CI keeps no logs, and the exceptions are what says whether one is a bug
+    named = "; ".join(
+        f"{stem}: {len(found)} ({', '.join(f'{line[:160]} x{n}' for line, n in Counter(found).most_common(3))})"
+        for stem, found in traces.items()
+    )
+    print(f"tracebacks in the logs (not an invariant): {named or 'none'}")
     refused = ", ".join(f"{k.strip()} x{v}" for k, v in w.ledger.refused.most_common(6))
     print(f"refused client requests (most): {refused or 'none'}")
     return results
