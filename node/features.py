@@ -83,7 +83,12 @@ FEATURES: tuple[Feature, ...] = (
         "federation",  # peers, digest, peer-signed sync; the scheduler pulling from every peer
         routes=peer_routes.PEER_ROUTES,
         setup=peer_routes.install,
-        background=(peer_routes.sync_context, leader_only(peer_routes.pull_context), background.key_fence_settle),
+        background=(
+            peer_routes.sync_context,
+            leader_only(peer_routes.pull_context),
+            background.key_fence_settle,
+            background.store_history_check,
+        ),
     ),
     Feature(
         "agent workflows",  # bus, tasks, leases, graph

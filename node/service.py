@@ -31,6 +31,7 @@ from node.federation.node_key import NodeKeys
 from node.federation.store import NodeSyncStore, store_epoch
 from node.feed.service import Feed
 from node.inbox.service import MAX_SUBSCRIPTIONS, Inbox
+from node.ops import history
 from node.ops.datadir import DataDir
 from node.redaction.service import Redactions
 from node.search_index import indexer
@@ -39,7 +40,7 @@ from node.spaces import store as space_store
 from node.spaces.service import Spaces
 from node.store import authority
 from node.store.conn import Conn
-from node.store.db import Database, connect_store
+from node.store.db import Database, connect_store, write_sync
 from node.store.key_fence import KEY_FENCE_NAME, KeyFence
 from node.store.leader import Leadership
 from node.store.projections import Log
@@ -61,7 +62,7 @@ class Node:
         self.clock = clock
         self.process_id = secrets.token_hex(8)  # this serving process, one of the node's (issue 41)
         self.key = key_files.load_key(self.data.key_path)
-        self.db = Database(self.data.store, log=log)  # `log`: the projectors and tables its writes go through
+        self.db: Database = Database(self.data.store, log=log)  # `log`: the projectors and tables its writes go through
         self.sealing = Sealing(self.db, self.now_ms)
         self.sealing.key_fence = KeyFence(self.data.root / KEY_FENCE_NAME)  # keys rotated out here (a restore)
         self.node_keys: NodeKeys = NodeKeys(self.db, self.sealing, self.key, self.now_ms)  # its signing keys (open)
@@ -132,6 +133,8 @@ class Node:
         An admin command (`bbs agent create` and the like) opens the node without the index: it searches
         nothing, and the index's writer lock belongs to the node serving the folder, if one does."""
         self.db.open()
+        if self.db.pg_url is not None:  # before anything reads the store epoch (the search index's stamp, the fences)
+            write_sync(self.data.store, lambda conn: history.follow_txn(conn, self.now_ms()))
         with contextlib.closing(connect_store(self.data.store)) as conn:
             self.node_keys.load(conn)  # the node's signing keys after a rotation, and the key fence's verdict
         if search_index and self.search_index is None:

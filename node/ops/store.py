@@ -45,11 +45,74 @@ def insert_node_identity_txn(conn: Conn, node_id: str, epoch: str) -> None:
 
 
 def renew_epoch_txn(conn: Conn, epoch: str, previous_epoch: str, restored_ms: int) -> None:
-    """Give a restored store its new epoch, remembering the one it had and when it was restored."""
+    """Give a restored store its new epoch, remembering the one it had and when it was restored; on PostgreSQL also
+    the database history the new epoch belongs to (`follow_history_txn` then finds nothing moved)."""
+    rows = [("epoch", epoch), ("previous_epoch", previous_epoch), ("restored_ms", str(restored_ms))]
+    if engine_of(conn) == POSTGRESQL:
+        rows.append((HISTORY_KEY, cluster_history(conn)))
     conn.executemany(
-        "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        [("epoch", epoch), ("previous_epoch", previous_epoch), ("restored_ms", str(restored_ms))],
+        "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", rows
     )
+
+
+# the PostgreSQL history the store epoch belongs to (docs/decisions.md record 94); an operator who put a dump back
+# by hand into the same cluster sets it to 'restored' (docs/operations.md)
+HISTORY_KEY = "epoch_history"
+
+
+def cluster_history(conn: Conn) -> str:
+    """The history a PostgreSQL database is in: its cluster's system identifier and the timeline it writes WAL on
+    now (`system:timeline`). A promotion or a point-in-time recovery starts a new timeline, a dump restored into
+    another cluster has another system identifier. The timeline is read from the WAL insert position's file name
+    (`pg_control_checkpoint()` shows the new one only after the first checkpoint that follows a promotion); both
+    functions are open to any role."""
+    row = conn.execute(
+        "SELECT (SELECT system_identifier FROM pg_control_system())::text,"
+        " substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"
+    ).fetchone()
+    return f"{row[0]}:{int(str(row[1]), 16)}"
+
+
+def recorded_history(conn: Conn) -> tuple[str | None, str]:
+    """(the history the store epoch belongs to as recorded, or None; the history the database is in now), on
+    PostgreSQL: a quick read before `follow_history_txn`'s write."""
+    return meta_value(conn, HISTORY_KEY), cluster_history(conn)
+
+
+@dataclass(frozen=True)
+class Renewed:
+    """A store epoch renewed because the database's history moved (`follow_history_txn`)."""
+
+    previous_epoch: str
+    epoch: str
+    was: str  # the history the previous epoch belonged to
+    now: str
+
+
+def follow_history_txn(conn: Conn, epoch: str, now_ms: int) -> Renewed | None:
+    """On PostgreSQL, give the store the new epoch `epoch` when the database's history moved since the store epoch
+    was given (`cluster_history`: a promotion, a point-in-time recovery, a dump restored into another cluster, or
+    the operator's 'restored'): such a database may have lost a suffix of the log, and the sequence numbers it hands
+    out next would name other records than those peers pulled under the same epoch. A database that recorded no
+    history yet (made before this check) records the one it is in. Several processes may ask at once: one renews
+    (the compare-and-set below), the others find the history recorded. Nothing on SQLite."""
+    if engine_of(conn) != POSTGRESQL:
+        return None
+    now = cluster_history(conn)
+    was = meta_value(conn, HISTORY_KEY)
+    if was is None:
+        conn.execute(
+            "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", (HISTORY_KEY, now)
+        )
+        return None
+    previous = meta_value(conn, "epoch")
+    if was == now or previous is None:
+        return None
+    moved = conn.execute("UPDATE node_meta SET value = ? WHERE key = ? AND value = ?", (now, HISTORY_KEY, was)).rowcount
+    if not moved:  # another process renewed it first (it waited for that one's row lock, then found it changed)
+        return None
+    renew_epoch_txn(conn, epoch, previous, now_ms)
+    return Renewed(previous, epoch, was, now)
 
 
 # ---- checks of a database file ----------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from node.errors import SearchIndexBuilding
+from node.ops import history
 from node.ops.metrics import metrics_of
 from node.search_index import indexer
 from node.search_index.index import SearchIndex
@@ -147,6 +148,14 @@ key_fence_settle = periodic(
     "key fence settle",
     KEY_FENCE_SETTLE_SECONDS,
     lambda node: node.node_keys.settle(),
+    logging.getLogger("bbs.node"),
+)
+# The store epoch follows the PostgreSQL database's history (node/ops/history.py): every process, a quick read each
+# round (nothing on SQLite).
+store_history_check = periodic(
+    "store history check",
+    history.HISTORY_CHECK_SECONDS,
+    lambda node: history.follow(node.db, node.now_ms),
     logging.getLogger("bbs.node"),
 )
 # Tell the holders and declarers of tasks that became later twins (node/workflows/twins.py), every second.

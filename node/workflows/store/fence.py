@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from node.ops import store as ops_store
 from node.store.conn import Conn
 
 
@@ -45,17 +46,10 @@ def grants_since(conn: Conn, node_id: str, since_ms: int) -> int:
 
 
 def history_identity(conn: Conn) -> str:
-    """The history this PostgreSQL database is in: its cluster's system identifier, the timeline it writes WAL on now,
-    and the node's store epoch. A promotion or a point-in-time recovery starts a new timeline, a dump restored into
-    another cluster has another system identifier, `bbs restore` renews the epoch. The timeline is read from the WAL
-    insert position's file name (`pg_control_checkpoint()` shows the new one only after the first checkpoint that
-    follows a promotion); both functions are open to any role."""
-    row = conn.execute(
-        "SELECT (SELECT system_identifier FROM pg_control_system())::text,"
-        " substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"
-    ).fetchone()
+    """The history this PostgreSQL database is in (`node.ops.store.cluster_history`: its cluster's system identifier
+    and timeline) and the node's store epoch, which `bbs restore` renews."""
     epoch = meta(conn, "epoch") or ""
-    return f"{row[0]}:{int(str(row[1]), 16)}:{epoch}"
+    return f"{ops_store.cluster_history(conn)}:{epoch}"
 
 
 def process_row(conn: Conn, process: str) -> tuple[bool, str | None] | None:

@@ -22,6 +22,7 @@ from psycopg import conninfo
 from node.ops import pg_tools
 from node.ops import store as ops_store
 from node.ops.datadir import DataDir
+from node.store.db import read_sync
 from node.workflows.fence import FENCE_NAME, IDENTITY_KEY, LONGEST_GRANT_MS, read_fence
 from node.workflows.service import check_fence
 from node.workflows.store import fence as fence_store
@@ -262,6 +263,10 @@ def _base_backup(primary: cluster_mod.Cluster) -> cluster_mod.Cluster:
     return replica
 
 
+def _meta(url: str, key: str) -> str | None:
+    return read_sync(url, lambda conn: ops_store.meta_value(conn, key))
+
+
 def _point_at(folder: Path, url: str) -> None:
     """The folder's store.url names another server (what a failover's address change does)."""
     (folder / "store.url").write_text(url + "\n", encoding="utf-8")
@@ -283,17 +288,22 @@ async def test_a_promoted_replica_that_missed_grants_fences_both_processes(
     assert (await _lease(two.b, ada, "t4", seconds=200))[0] == 201
     await stop_process(two.a)
     await stop_process(two.b)
+    epoch = _meta(two.url, "epoch")
     _run(replica, f"{replica.bindir}/pg_ctl", "-D", str(replica.data), "-w", "promote")  # the failover
     dbname = str(conninfo.conninfo_to_dict(two.url)["dbname"])
     for folder in (two.a.folder, two.b.folder):
         _point_at(folder, replica.store_url(dbname))
     b = await start_process(two.b.folder)
+    # the store epoch follows the new timeline (node/ops/history.py), so peers reconcile: once, by the first start
+    renewed = _meta(replica.store_url(dbname), "epoch")
+    assert renewed != epoch and _meta(replica.store_url(dbname), "previous_epoch") == epoch
     await check_fences(b)
     assert await _refused(b, bob, "t5") > 200  # the history changed: b waits for every process to check in
     holds = await b.node.db.read(fence_store.holds)
     assert any(h.hold_id.startswith("history:") for h in holds)
     assert any(h.hold_id.startswith("count:") for h in holds)  # b knows of a's grant t3 too (the node's count)
     a = await start_process(two.a.folder)
+    assert _meta(replica.store_url(dbname), "epoch") == renewed
     await check_fences(a, b)
     for p in (a, b):
         assert 290 <= await _refused(p, bob, "t3") <= 300
