@@ -24,7 +24,17 @@ from sync.listed import Listed
 from sync.negentropy import NegentropyError
 from sync.protocol import PeerVersions
 from sync.reconcile_sets import ReconcileReport, reconcile_sets
-from sync.store import TOO_NEW, Cursor, Invalid, Outcome, PeerConfig, StoreUnavailable, SyncStore, Verified
+from sync.store import (
+    TOO_NEW,
+    Cursor,
+    Invalid,
+    Outcome,
+    PeerConfig,
+    StoreUnavailable,
+    SyncStore,
+    Verified,
+    log_round_failure,
+)
 from sync.verify import verify_record
 from sync.workers import POOL, VerifyPool
 
@@ -513,8 +523,8 @@ class Scheduler:
             while not self._halted:
                 try:
                     await self._refresh()
-                except Exception:
-                    log.exception("could not read the peer list")
+                except Exception as exc:
+                    log_round_failure(log, "reading the peer list", exc)
                 self._poke.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._poke.wait(), self.refresh_s)

@@ -25,6 +25,7 @@ from node.push.endpoints import Endpoint, PushEndpoints
 from node.push.sender import PushFailed, PushSettings, Sender
 from node.store.conn import Conn
 from node.store.db import Database
+from sync.store import log_round_failure
 from wire import nlip
 from wire.api import Envelope
 from wire.push import TEST_LABEL, PushPayload, PushTestOut
@@ -112,9 +113,9 @@ class Dispatcher:
             flooded = False
             try:
                 flooded = await self.scan_once()
-            except Exception:
+            except Exception as exc:
                 if self.db.is_open:
-                    log.exception("push scan failed")
+                    log_round_failure(log, "push scan", exc)
             # at most one scan per window, however busy the writer; fewer in a flood
             await asyncio.sleep(max(FLOOD_SCAN_S, self.settings.coalesce_s) if flooded else self.settings.coalesce_s)
 

@@ -21,6 +21,7 @@ from node.push.sender import PushSettings
 from node.web.appkeys import NODE, PUSH, PUSH_SETTINGS
 from node.web.auth import agent_id
 from node.web.http import Route, convert, json_response, read_json
+from sync.store import log_round_failure
 from wire.push import PushEndpointIn, PushEndpointList, PushEndpointOut, PushState, PushStatus, PushTestOut
 from wire.time import format_ms
 
@@ -223,9 +224,9 @@ async def push_dispatching(app: web.Application) -> AsyncIterator[None]:
                 try:
                     await holder.reload()
                     dispatcher.poke()
-                except Exception:
+                except Exception as exc:
                     if node.db.is_open:
-                        log.exception("reloading the push endpoints failed")
+                        log_round_failure(log, "reloading the push endpoints", exc)
 
         tasks.append(asyncio.create_task(reload(), name="push endpoints reload"))
     try:

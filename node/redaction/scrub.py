@@ -31,6 +31,7 @@ from node.search_index.index import Row, SearchIndex, is_fault
 from node.stopping import stop_task
 from node.store.conn import Conn
 from node.web.appkeys import NODE
+from sync.store import log_round_failure
 
 if TYPE_CHECKING:
     from node.service import Node
@@ -214,9 +215,9 @@ async def index_scrub_context(app: web.Application) -> AsyncIterator[None]:
             try:
                 if not node.leadership.leading:
                     await scrub_own_index(node, mark)
-            except Exception:
+            except Exception as exc:
                 if node.db.is_open:
-                    log.exception("the redaction scrub of this process's search index failed")
+                    log_round_failure(log, "the redaction scrub of this process's search index", exc)
             await asyncio.sleep(IDLE_S)
 
     task = asyncio.create_task(loop(), name="redaction scrub of the own index")
@@ -232,9 +233,9 @@ async def scrub_context(app: web.Application) -> AsyncIterator[None]:
         while True:
             try:
                 await scrub_due(node)
-            except Exception:
+            except Exception as exc:
                 if node.db.is_open:
-                    log.exception("the redaction scrub failed")
+                    log_round_failure(log, "the redaction scrub", exc)
             await node.redactions.wait_for_work(IDLE_S)
 
     task = asyncio.create_task(loop(), name="redaction scrub")

@@ -16,6 +16,7 @@ from aiohttp import web
 from node.retention import store
 from node.stopping import stop_task
 from node.web.appkeys import NODE
+from sync.store import log_round_failure
 
 if TYPE_CHECKING:
     from node.service import Node
@@ -58,9 +59,9 @@ async def retention_context(app: web.Application) -> AsyncIterator[None]:
                 removed = await run_policies(node, node.retention_days)
                 if any(removed.values()):
                     log.info("retention removed %s", removed)
-            except Exception:
+            except Exception as exc:
                 if node.db.is_open:
-                    log.exception("the retention job failed")
+                    log_round_failure(log, "the retention job", exc)
             await asyncio.sleep(INTERVAL_S)
 
     task = asyncio.create_task(loop(), name="retention")

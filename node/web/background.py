@@ -27,6 +27,7 @@ from node.store.leader import Term
 from node.trust import service as trust
 from node.web.appkeys import NODE, SEARCH_INDEXER
 from node.workflows import service as workflows
+from sync.store import log_round_failure
 
 if TYPE_CHECKING:
     from node.service import Node
@@ -107,9 +108,9 @@ def periodic(
             while True:
                 try:
                     await run(node)
-                except Exception:
+                except Exception as exc:
                     if node.db.is_open:  # not merely the node closing underneath the app
-                        log.exception("%s failed", name)
+                        log_round_failure(log, name, exc)
                 await asyncio.sleep(seconds)
 
         task = asyncio.create_task(loop(), name=name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 
 import pytest
 
@@ -49,3 +50,23 @@ def test_the_value_types() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         peer.url = "http://other:1"  # type: ignore[misc]
     assert {peer, store.PeerConfig("did:key:z", "http://h:1")} == {peer}  # hashable: the scheduler keys on it
+
+
+def test_a_round_that_found_the_store_unavailable_is_logged_in_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    """A database restarting is an operating event: a warning of one line, no stack (the node's own ConnectionLost
+    is a StoreUnavailable); any other failure is a bug, logged with its stack."""
+    from node.store.conn import ConnectionLost
+
+    log = logging.getLogger("bbs.test")
+    with caplog.at_level(logging.WARNING, logger="bbs.test"):
+        store.log_round_failure(
+            log, "the scan", ConnectionLost("consuming input failed:\nserver closed the connection")
+        )
+        try:
+            raise ValueError("a bug")
+        except ValueError as exc:
+            store.log_round_failure(log, "the scan", exc)
+    unavailable, bug = caplog.records
+    assert unavailable.levelno == logging.WARNING and unavailable.exc_info is None
+    assert "\n" not in unavailable.getMessage() and "server closed the connection" in unavailable.getMessage()
+    assert bug.levelno == logging.ERROR and bug.exc_info is not None and bug.exc_info[0] is ValueError
