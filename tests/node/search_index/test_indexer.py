@@ -27,6 +27,7 @@ from node.errors import InvalidInput, SearchIndexBuilding
 from node.ops import pg_tools
 from node.ops import store as ops_store
 from node.ops.datadir import DataDir, initialise
+from node.search_index import index as index_mod
 from node.search_index import indexer, store
 from node.search_index.index import FOLDER, Row, SearchIndex
 from node.service import Node
@@ -310,3 +311,28 @@ async def test_a_stopped_indexer_returns_without_being_cancelled(node: Node) -> 
     worker.stop()
     await asyncio.wait_for(task, 5)  # no cancel: stop alone ends it
     assert task.done() and not task.cancelled()
+
+
+async def test_a_serving_index_is_rebuilt_when_the_store_epoch_changes_under_it(
+    client: TestClient, node: Node, clock: FakeClock
+) -> None:
+    """A database brought back under a serving process gets a new epoch (node/ops/history.py): the index built for
+    the old one is rebuilt from the log, since the log it indexed may have lost its end."""
+    worker: indexer.Indexer = client.app[SEARCH_INDEXER]
+    alice = await node.agents.create("alice", "Alice")
+    ids = [await post_text(node, alice.agent_id, f"ledger note {i}") for i in range(3)]
+    await worker.catch_up()
+    repairs = worker.repairs
+    epoch = await node.db.read(store.store_epoch)
+    worker.epoch_check_s = 0.0  # every round looks (5 s in a served node)
+    await node.db.write(lambda c: ops_store.renew_epoch_txn(c, "e-brought-back", epoch, node.now_ms()))
+    worker.wake.set()
+    headers = {"Authorization": f"Bearer {alice.api_key}"}
+    async with asyncio.timeout(30):
+        while worker.index.stamp != index_mod.stamp_for("e-brought-back") or worker.position.position < max(ids):
+            await asyncio.sleep(0.05)
+    assert worker.repairs == repairs + 1
+    resp = await client.get("/v1/search", params={"q": "ledger", "fresh": "true"}, headers=headers)
+    assert resp.status == 200, await resp.text()
+    assert sorted(e["id"] for e in (await resp.json())["entries"]) == sorted(ids)
+    assert worker.index.state()[1] == index_mod.stamp_for("e-brought-back")
