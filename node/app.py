@@ -121,12 +121,16 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     node.db.wakeups.start(node.db.pg_url)
     await node.leadership.start()
     yield
-    await node.leadership.stop()
-    node.db.wakeups.stop()
-    node.db.after_commit.remove(after_commit)
-    if node.side is not None:
-        await node.side.close()
-    node.close()
+    try:
+        await node.leadership.stop()  # raises a stop of this cleanup that came while it waited, once it has ended
+    finally:
+        node.db.wakeups.stop()
+        node.db.after_commit.remove(after_commit)
+        try:
+            if node.side is not None:
+                await node.side.close()
+        finally:
+            node.close()
 
 
 def build(data_dir: Path) -> web.Application:

@@ -40,7 +40,7 @@ from node.spaces import store as space_store
 from node.spaces.service import Spaces
 from node.store import authority
 from node.store.conn import Conn
-from node.store.db import Database, connect_store, write_sync
+from node.store.db import Database, connect_store
 from node.store.key_fence import KEY_FENCE_NAME, KeyFence
 from node.store.leader import Leadership
 from node.store.projections import Log
@@ -133,10 +133,14 @@ class Node:
         An admin command (`bbs agent create` and the like) opens the node without the index: it searches
         nothing, and the index's writer lock belongs to the node serving the folder, if one does."""
         self.db.open()
-        if self.db.pg_url is not None:  # before anything reads the store epoch (the search index's stamp, the fences)
-            write_sync(self.data.store, lambda conn: history.follow_txn(conn, self.now_ms()))
-        with contextlib.closing(connect_store(self.data.store)) as conn:
-            self.node_keys.load(conn)  # the node's signing keys after a rotation, and the key fence's verdict
+        try:
+            if self.db.pg_url is not None:  # before anything reads the store epoch (the index's stamp, the fences)
+                history.follow_at_start(self.db.pg_url, self.now_ms())
+            with contextlib.closing(connect_store(self.data.store)) as conn:
+                self.node_keys.load(conn)  # the node's signing keys after a rotation, and the key fence's verdict
+        except BaseException:
+            self.db.close()
+            raise
         if search_index and self.search_index is None:
             with contextlib.closing(connect_store(self.data.store)) as conn:
                 self.search_index = indexer.open_index(self.data.root, conn)

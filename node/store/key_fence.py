@@ -115,9 +115,11 @@ class KeyFence:
                     return (
                         f"key {key} of {identity} was being rotated out on this node by key event"
                         f" {rotation['event']} (installing {rotation['key']}) when its write failed or its process"
-                        " stopped, and this database does not hold that event. If the rotation never committed, the"
-                        f" node forgets it {SETTLE_AFTER_MS // 1000} s after it was made; if this database was put"
-                        " back from before it, restore one taken after it; run bbs doctor"
+                        " stopped, and this database does not hold that event. If the rotation never committed and"
+                        f" the store epoch is still {rotation['epoch']}, the node forgets it"
+                        f" {SETTLE_AFTER_MS // 1000} s after it was made; under another epoch (the database was put"
+                        " back from before it, or a failover or point-in-time recovery renewed the epoch) the node"
+                        " keeps refusing: restore one taken after it; run bbs doctor"
                     )
                 return (
                     f"key {key} of {identity} was rotated out on this node by key event {rotation['event']} (it"

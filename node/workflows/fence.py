@@ -253,6 +253,7 @@ class LeaseFence:
         if recorded is not None and recorded != identity:
             hold = fence_store.Hold(f"history:{identity}", now_ms + LONGEST_GRANT_MS, None, None, identity)
             fence_store.hold_txn(conn, hold, now_ms)
+            fence_store.end_earlier_history_holds_txn(conn, hold.hold_id)
             fence_store.uncheck_all_txn(conn)
             log.warning(
                 "lease fence: this database's history changed since the node's last check (%s, now %s: a promotion,"

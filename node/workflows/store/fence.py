@@ -133,6 +133,15 @@ def hold_txn(conn: Conn, hold: Hold, now_ms: int) -> None:
     )
 
 
+def end_earlier_history_holds_txn(conn: Conn, newest: str) -> int:
+    """Remove the history holds other than `newest`: they wait for check-ins under a history the database has left
+    (a restore made in two steps, a failover seen before the store epoch it renewed), which no process makes any
+    more; the newest one, as long and checked in under the history the database is in now, takes their place."""
+    return conn.execute(
+        "DELETE FROM lease_fence_holds WHERE hold_id LIKE 'history:%' AND hold_id <> ?", (newest,)
+    ).rowcount
+
+
 def end_hold_txn(conn: Conn, hold_id: str) -> None:
     """Remove the hold `hold_id`."""
     conn.execute("DELETE FROM lease_fence_holds WHERE hold_id = ?", (hold_id,))

@@ -166,6 +166,28 @@ async def test_a_hand_restore_marked_as_one_waits_for_every_process_to_check_in(
     assert (await _lease(b, bob, "t3"))[0] == 201
 
 
+async def test_a_history_hold_the_database_has_left_gives_way_to_the_newest(
+    two_processes: TwoProcesses, clock: FakeClock
+) -> None:
+    """Two changes of history seen one after the other (a restore made in two steps while a process serves, or a
+    failover seen before the store epoch it renewed) leave a hold under the first, which no process checks in under
+    any more: the second hold takes its place, and the check-ins under the history the database is in end the wait,
+    not the day."""
+    two = two_processes
+    _, bob = await _started(two)
+    now = two.a.node.now_ms()
+    passed = fence_store.Hold("history:S:1:e-passed", now + LONGEST_GRANT_MS, None, None, "S:1:e-passed")
+    await two.a.node.db.write(lambda c: fence_store.hold_txn(c, passed, now))  # as the first change left it
+    with psycopg.connect(DataDir(two.a.folder).store_url or "", autocommit=True) as conn:
+        conn.execute("UPDATE node_meta SET value = 'restored' WHERE key = %s", (IDENTITY_KEY,))  # the second
+    await check_fences(two.a)
+    holds = await two.a.node.db.read(fence_store.holds)
+    assert [h.hold_id.split(":")[0] for h in holds] == ["history"] and holds[0].hold_id != passed.hold_id
+    await check_fences(two.b, two.a)  # both check in under the history the database is in
+    assert await two.a.node.db.read(fence_store.holds) == []
+    assert (await _lease(two.b, bob, "t5"))[0] == 201
+
+
 async def test_a_new_process_with_an_empty_folder_grants_at_once_when_nothing_was_lost(
     two_processes: TwoProcesses, start_process: Start, tmp_path: Path
 ) -> None:
