@@ -12,7 +12,7 @@ import sqlite3
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 
@@ -166,16 +166,40 @@ def hashes(db_path: Path, *, federation_only: bool = False) -> set[str]:
         conn.close()
 
 
-def tracebacks(log: Path) -> list[str]:
-    """The last line of every traceback in a log (the exception), or [] when there is none."""
+class Trace(NamedTuple):
+    """One logged traceback: its exception (the last line of the last traceback of a chain) and the log line that
+    logged it (the logger and its message: which site it came from), or "" when no record came before it."""
+
+    exception: str
+    logged: str
+
+
+_LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:")  # a record's first line: the log format's asctime
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+def tracebacks(log: Path) -> list[Trace]:
+    """Every traceback in a log, a chain of them (`raise ... from`, an exception while handling another) once."""
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-    found = []
-    for i, line in enumerate(lines):
-        if line.startswith("Traceback"):
-            j = i + 1
-            while j < len(lines) and (lines[j].startswith(" ") or not lines[j].strip()):
-                j += 1
-            found.append(lines[j] if j < len(lines) else line)
+    found: list[Trace] = []
+    logged, i = "", 0
+    while i < len(lines):
+        if not lines[i].startswith("Traceback"):
+            logged = lines[i] if _LOG_RECORD.match(lines[i]) else logged
+            i += 1
+            continue
+        chained = True
+        while i < len(lines) and lines[i].startswith("Traceback") and chained:
+            i += 1  # the frames, then the exception's first line, then what it prints after it
+            while i < len(lines) and (lines[i].startswith(" ") or not lines[i].strip()):
+                i += 1
+            exception = lines[i] if i < len(lines) else "Traceback with no exception line"
+            i += 1
+            chained = False
+            while i < len(lines) and not lines[i].startswith("Traceback") and not _LOG_RECORD.match(lines[i]):
+                chained = chained or lines[i].startswith(_CHAINED)
+                i += 1
+        found.append(Trace(exception, logged))
     return found
 
 
@@ -300,7 +324,12 @@ def evaluate(
 
     traces = {log.stem: found for log in logs if (found := tracebacks(log))}
     r["no_traceback"] = (
-        Result(FAILED, "; ".join(f"{n}: {len(t)}, e.g. {t[0][:100]}" for n, t in traces.items()))
+        Result(
+            FAILED,
+            "; ".join(
+                f"{n}: {len(t)}, e.g. {t[0].exception[:100]} (after: {t[0].logged[:100]})" for n, t in traces.items()
+            ),
+        )
         if traces
         else Result(HELD, f"{len(logs)} logs clean")
     )

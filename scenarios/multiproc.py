@@ -54,7 +54,7 @@ from typing import Any
 import aiohttp
 
 from scenarios import pg_cluster
-from scenarios.chaos_ledger import Ledger, ledger_call, overlaps, tracebacks
+from scenarios.chaos_ledger import Ledger, Trace, ledger_call, overlaps, tracebacks
 from scenarios.federation import federated_bodies
 from scenarios.fednet import Balancer, ScenarioFailed, ServedNode, bbs
 
@@ -697,6 +697,11 @@ def fmt(seconds: float | None) -> str:
     return "never" if seconds is None else f"{seconds:.1f}s"
 
 
+def _site(trace: Trace, times: int) -> str:
+    """A traceback found in a log, shortened: its exception and the record that logged it (less its time)."""
+    return f"{trace.exception[:120]} after {trace.logged[24:140]!r} x{times}"
+
+
 def fmt_secs(by: dict[str, float | None]) -> str:
     return ", ".join(f"{k} {fmt(v)}" for k, v in by.items()) or "none"
 
@@ -756,9 +761,9 @@ async def run(root: Path, cluster: pg_cluster.Cluster, opts: Options) -> dict[st
             if w.balancer is not None:
                 await w.balancer.close()
     traces = {log.stem: found for log in sorted(root.glob("*.log")) if (found := tracebacks(log))}
-    # named, not only counted: a run in CI keeps no logs, and the exceptions are what says whether one is a bug
+    # named, not only counted: a run in CI keeps no logs, and the site and exception say whether one is a bug
     named = "; ".join(
-        f"{stem}: {len(found)} ({', '.join(f'{line[:160]} x{n}' for line, n in Counter(found).most_common(3))})"
+        f"{stem}: {len(found)} ({', '.join(_site(trace, n) for trace, n in Counter(found).most_common(3))})"
         for stem, found in traces.items()
     )
     print(f"tracebacks in the logs (not an invariant): {named or 'none'}")

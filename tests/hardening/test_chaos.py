@@ -15,6 +15,7 @@ from scenarios.chaos_ledger import (
     INVARIANTS,
     SKIPPED,
     Ledger,
+    Trace,
     evaluate,
     table,
     tracebacks,
@@ -81,9 +82,38 @@ def test_5xx_other_than_503_fail_from_metrics_or_client_answers() -> None:
 def test_a_traceback_in_a_log_is_found_with_its_exception(tmp_path: Path) -> None:
     log = tmp_path / "a.log"
     log.write_text('INFO fine\nTraceback (most recent call last):\n  File "x.py", line 1\nOverflowError: big\n')
-    assert tracebacks(log) == ["OverflowError: big"]
+    assert tracebacks(log) == [Trace("OverflowError: big", "")]
     results = evaluate(Ledger(), {}, [log], set())
     assert results["no_traceback"].status == FAILED and "OverflowError" in results["no_traceback"].detail
+
+
+def test_a_chain_of_tracebacks_counts_once_with_the_record_that_logged_it(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text(
+        "2026-12-07 09:24:07,350 ERROR bbs.sync sync with p crashed\n"
+        "Traceback (most recent call last):\n"
+        '  File "a.py", line 1, in f\n'
+        "OSError: server closed the connection unexpectedly\n"
+        "\tThis probably means the server terminated abnormally\n"
+        "\n"
+        "The above exception was the direct cause of the following exception:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "b.py", line 2, in g\n'
+        "psycopg.OperationalError: the connection is closed\n"
+        "2026-12-07 09:24:08,000 INFO bbs.http fine\n"
+        "2026-12-07 09:24:09,000 ERROR bbs.db rollback failed\n"
+        "Traceback (most recent call last):\n"
+        '  File "c.py", line 3, in h\n'
+        "ValueError: x\n"
+    )
+    assert tracebacks(log) == [
+        Trace(
+            "psycopg.OperationalError: the connection is closed",
+            "2026-12-07 09:24:07,350 ERROR bbs.sync sync with p crashed",
+        ),
+        Trace("ValueError: x", "2026-12-07 09:24:09,000 ERROR bbs.db rollback failed"),
+    ]
 
 
 def test_equivocated_addresses_need_one_body_everywhere_and_adversaries_left_out_are_skipped() -> None:
