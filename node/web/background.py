@@ -27,12 +27,13 @@ from node.store.leader import Term
 from node.trust import service as trust
 from node.web.appkeys import NODE, SEARCH_INDEXER
 from node.workflows import service as workflows
-from sync.store import log_round_failure
+from sync.store import StoreUnavailable, log_round_failure
 
 if TYPE_CHECKING:
     from node.service import Node
 
 EXPIRY_SWEEP_SECONDS = 60  # how late a notification past its 7 days may still read as pending, at most
+START_RETRY_S = 2.0  # how often leader work whose start found the store unavailable tries again within its term
 TWIN_CHECK_SECONDS = 1.0  # how long after an earlier declaration arrives a later twin's holders are told, at most
 
 CleanupContext = Callable[[web.Application], AsyncIterator[None]]
@@ -43,21 +44,36 @@ def leader_only(context: CleanupContext) -> CleanupContext:
     """`context` run only while this process leads the node (docs/decisions.md record 87): started when a term
     begins (at start-up, as before, when the process leads then), stopped when it ends (the lead lost, or given up on
     stopping), started again at the next. Its tasks run under the term's fence: every write they submit is refused
-    unless the stored epoch is still the term's (`leader_fence`). A start that fails is logged and the work stays off
+    unless the stored epoch is still the term's (`leader_fence`). A start that finds the store unavailable is tried
+    again every START_RETRY_S while the term lasts; one that fails otherwise (a bug) is logged and the work stays off
     until the next term."""
 
     async def gated(app: web.Application) -> AsyncIterator[None]:
         leadership = app[NODE].leadership
         name = getattr(context, "__name__", "leader work")
 
-        async def begin(term: Term) -> AsyncIterator[None] | None:
+        async def begin(term: Term) -> tuple[AsyncIterator[None] | None, bool]:
+            """One try at starting the work for `term`: the started context (or None), and whether to try again (the
+            store was unavailable: a database server restarting under a term that outlived it)."""
             started = context(app)
             with leader_fence(term.fence.check if term.fence is not None else None):  # its tasks copy the fence
                 try:
                     await anext(started)
+                except StoreUnavailable as exc:
+                    log_round_failure(log, f"{name}'s start (epoch {term.epoch})", exc)
+                    return None, True
                 except Exception:
                     log.exception("%s could not start (epoch %d); it stays off until the next term", name, term.epoch)
+                    return None, False
+            return started, False
+
+        async def begun(term: Term, started: AsyncIterator[None] | None, again: bool) -> AsyncIterator[None] | None:
+            """`started`, or the work started by later tries while the term lasts (every START_RETRY_S)."""
+            while again and not term.ended.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(term.ended.wait(), START_RETRY_S)
                     return None
+                started, again = await begin(term)
             return started
 
         async def end(started: AsyncIterator[None] | None) -> None:
@@ -65,12 +81,13 @@ def leader_only(context: CleanupContext) -> CleanupContext:
                 with contextlib.suppress(StopAsyncIteration):
                     await anext(started)
 
-        async def terms(term: Term | None, started: AsyncIterator[None] | None) -> None:
+        async def terms(term: Term | None, started: AsyncIterator[None] | None, again: bool) -> None:
             try:
                 while True:
                     if term is None:
                         term = await leadership.next_term()
-                        started = await begin(term)
+                        started, again = await begin(term)
+                    started = await begun(term, started, again)
                     await term.ended.wait()
                     stopping, term, started = started, None, None
                     before = stops_pending()
@@ -81,8 +98,8 @@ def leader_only(context: CleanupContext) -> CleanupContext:
                 await end(started)
 
         first = leadership.term
-        started = await begin(first) if first is not None else None
-        task = asyncio.create_task(terms(first, started), name=f"{name} while leading")
+        started, again = await begin(first) if first is not None else (None, False)
+        task = asyncio.create_task(terms(first, started, again), name=f"{name} while leading")
         yield
         await stop_task(task)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import pytest
@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient
 
 from node.inbox import notify
 from node.service import Node
+from node.store.conn import ConnectionLost
 from node.trust import service as trust
 from node.web import background
 from node.web.appkeys import NODE
@@ -210,3 +211,53 @@ async def test_leader_work_stops_when_the_app_stops_as_its_term_ends(node: Node)
         task.cancel()
     assert done, "the app's cleanup waited for the leader work's task"
     assert not leftover and "probe of the term" not in task_names()
+
+
+async def test_leader_work_whose_start_finds_the_store_unavailable_starts_later_in_its_term(
+    node: Node, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A term that outlives a database server's restart (the lease renewed just before) starts its work when the
+    store answers again, not at the next term: before, work such as the push dispatcher stayed off for the term."""
+    monkeypatch.setattr(background, "START_RETRY_S", 0.01)
+    await node.leadership.start()
+    tries: list[int] = []
+    running = asyncio.Event()
+
+    async def flaky(app: web.Application) -> AsyncIterator[None]:
+        tries.append(len(tries))
+        if len(tries) < 3:
+            raise ConnectionLost("server closed the connection unexpectedly")
+        running.set()
+        yield
+
+    context = background.leader_only(flaky)(app_running(node))
+    with caplog.at_level(logging.WARNING, logger="bbs.leader"):
+        await asyncio.wait_for(anext(context), 5)  # the app's start does not wait for the store
+        await asyncio.wait_for(running.wait(), 5)
+        await node.leadership.stop()
+        await asyncio.wait_for(anext(context, None), 5)
+    assert len(tries) == 3
+    unavailable = [r for r in caplog.records if "database is unavailable" in r.getMessage()]
+    assert len(unavailable) == 2 and all(r.exc_info is None for r in unavailable)
+
+
+async def test_leader_work_whose_start_fails_otherwise_stays_off_for_the_term(
+    node: Node, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(background, "START_RETRY_S", 0.01)
+    await node.leadership.start()
+    tries: list[int] = []
+
+    async def broken(app: web.Application) -> AsyncIterator[None]:
+        tries.append(len(tries))
+        raise ValueError("a bug")
+        yield
+
+    context = background.leader_only(broken)(app_running(node))
+    with caplog.at_level(logging.WARNING, logger="bbs.leader"):
+        await asyncio.wait_for(anext(context), 5)
+        await asyncio.sleep(0.1)
+        await node.leadership.stop()
+        await asyncio.wait_for(anext(context, None), 5)
+    assert tries == [0]
+    assert [r.exc_info is not None for r in caplog.records if "could not start" in r.getMessage()] == [True]
