@@ -269,6 +269,8 @@ def _rollback(conn: sqlite3.Connection, cause: BaseException) -> None:
     if conn.in_transaction:
         try:
             conn.execute("ROLLBACK")
+        except neutral.ConnectionLost as lost:  # the server rolls back what its connection held
+            log.warning("rollback failed after %r: the connection was lost (%s)", cause, " ".join(str(lost).split()))
         except sqlite3.Error:
             log.exception("rollback failed after %r", cause)
 

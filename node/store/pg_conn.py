@@ -421,8 +421,9 @@ class PgConn:
 
     @property
     def in_transaction(self) -> bool:
-        """Whether a transaction is open (a failed one included, until its ROLLBACK)."""
-        return self.raw.info.transaction_status != TransactionStatus.IDLE
+        """Whether a transaction is open (a failed one included, until its ROLLBACK). Not on a closed connection:
+        the server ended its transaction with it (a ROLLBACK there could only fail)."""
+        return not self.raw.closed and self.raw.info.transaction_status != TransactionStatus.IDLE
 
     def close(self) -> None:
         """Close the connection (an open transaction is rolled back by the server)."""

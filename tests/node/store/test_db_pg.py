@@ -5,6 +5,7 @@ readers and quick reads stopped by `statement_timeout`. Each runs on the throwaw
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -183,3 +184,21 @@ async def test_connections_lost_with_the_server_are_reopened(database: Database,
         with pytest.raises(neutral.OperationalError):
             await database.read(values, quick=quick)
         assert await database.read(values, quick=quick) == ["t1", "t3"]
+
+
+async def test_a_transaction_whose_connection_is_lost_is_not_rolled_back_again(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server rolls back a transaction whose connection ended; the writer's ROLLBACK on the closed connection
+    failed and was logged with two stacks ("rollback failed"), which multiproc chaos found at every server restart."""
+
+    def lost_midway(conn: Any) -> None:
+        insert("t7")(conn)
+        conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    with caplog.at_level(logging.WARNING, logger="bbs.db"):
+        with pytest.raises(neutral.ConnectionLost):
+            await database.write(lost_midway)
+        assert await database.write(insert("t8")) == 1
+    assert await database.read(values) == ["t8"]
+    assert [r.getMessage() for r in caplog.records if r.exc_info is not None or "rollback" in r.getMessage()] == []
