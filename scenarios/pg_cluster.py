@@ -106,6 +106,40 @@ class Cluster:
             if done.returncode != 0:
                 raise RuntimeError(f"pg_ctl {command[-1]} failed ({done.returncode}): {done.stderr}{done.stdout}")
 
+    def run(self, program: str, *args: str) -> None:
+        """Run one of the cluster's server programs (`pg_ctl`, `pg_basebackup`) as the user the server runs as;
+        RuntimeError when it fails."""
+        done = subprocess.run(
+            [*_as_server_user(), str(self.bindir / program), *args], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{program} failed ({done.returncode}): {done.stderr}{done.stdout}")
+
+    def standby_copy(self) -> Cluster:
+        """A `pg_basebackup` of this cluster into a new folder, started as a standby with no primary to stream from:
+        a replica whose replication stopped at the copy's end (what an asynchronous replica holds when its primary
+        dies). `promote` makes it the primary (a failover: a new timeline). The caller stops it."""
+        folder = Path(tempfile.mkdtemp(prefix="bbs-pg-"))  # short: a socket path may not pass 107 bytes
+        if _as_server_user():
+            shutil.chown(folder, SUPERUSER, SUPERUSER)
+        replica = Cluster(self.bindir, folder, f"-k {folder} -p {PORT} -c listen_addresses='' {TEST_SETTINGS}")
+        self.run(
+            "pg_basebackup",
+            *("-D", str(replica.data), "-h", str(self.folder), "-p", str(PORT), "-U", SUPERUSER),
+            *("-X", "stream", "--checkpoint=fast", "--no-sync"),
+        )
+        (replica.data / "standby.signal").touch()
+        if _as_server_user():
+            shutil.chown(replica.data / "standby.signal", SUPERUSER, SUPERUSER)
+        replica.run(
+            "pg_ctl", "-D", str(replica.data), "-l", str(folder / "server.log"), "-o", replica.options, "-w", "start"
+        )
+        return replica
+
+    def promote(self) -> None:
+        """Make a standby the primary (`pg_ctl promote`): it takes a new timeline and accepts writes."""
+        self.run("pg_ctl", "-D", str(self.data), "-w", "promote")
+
     def stop(self) -> None:
         """Stop the server at once (nothing of a test cluster needs to survive) and remove its folder."""
         subprocess.run(

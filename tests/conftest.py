@@ -29,6 +29,7 @@ from tests.pg_fixtures import (  # noqa: F401
     pytest_configure,
     pytest_report_header,
     pytest_terminal_summary,
+    standby,
 )
 
 # pytest-xdist workers start with COLUMNS=80 in their environment where a serial run has none off a terminal: the

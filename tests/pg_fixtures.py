@@ -127,6 +127,15 @@ def pg_template(pg_cluster: cluster_mod.Cluster) -> str:
 
 
 @pytest.fixture
+def standby() -> Iterator[list[cluster_mod.Cluster]]:
+    """A list for the test's `Cluster.standby_copy` replicas, each stopped and removed after the test."""
+    made: list[cluster_mod.Cluster] = []
+    yield made
+    for cluster in made:
+        cluster.stop()
+
+
+@pytest.fixture
 def pg_url(pg_cluster: cluster_mod.Cluster) -> Iterator[str]:
     """The connection string of a new empty database, dropped after the test."""
     name = pg_cluster.create_database()

@@ -9,10 +9,6 @@ Time moves on the fake clock; the periodic fence check (every 5 s in a served no
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -227,64 +223,6 @@ async def test_a_process_whose_folder_was_lost_does_not_make_the_node_forget(
 # ---- a real replica, promoted after it missed grants (an asynchronous replica's failover) -------------------------
 
 
-def _run(cluster: cluster_mod.Cluster, *command: str) -> None:
-    done = subprocess.run([*cluster_mod._as_server_user(), *command], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, f"{command[0]}: {done.stderr}{done.stdout}"
-
-
-@pytest.fixture
-def standby(pg_cluster: cluster_mod.Cluster, tmp_path: Path) -> Iterator[list[cluster_mod.Cluster]]:
-    """Made by `_base_backup`: a copy of the test cluster that replays only the WAL it was copied with, stopped and
-    removed after the test."""
-    made: list[cluster_mod.Cluster] = []
-    yield made
-    for cluster in made:
-        cluster.stop()
-
-
-def _base_backup(primary: cluster_mod.Cluster) -> cluster_mod.Cluster:
-    """pg_basebackup of `primary` into a new folder, started as a standby without a primary to stream from: a
-    replica whose replication stopped at the backup's end (what an asynchronous replica holds when the primary dies)."""
-    folder = Path(tempfile.mkdtemp(prefix="bbs-pg-"))  # short: a socket path may not pass 107 bytes
-    if cluster_mod._as_server_user():
-        shutil.chown(folder, cluster_mod.SUPERUSER, cluster_mod.SUPERUSER)
-    replica = cluster_mod.Cluster(primary.bindir, folder)
-    bindir = str(primary.bindir)
-    _run(
-        primary,
-        f"{bindir}/pg_basebackup",
-        "-D",
-        str(replica.data),
-        "-h",
-        str(primary.folder),
-        "-p",
-        str(cluster_mod.PORT),
-        "-U",
-        cluster_mod.SUPERUSER,
-        "-X",
-        "stream",
-        "--checkpoint=fast",
-        "--no-sync",
-    )
-    (replica.data / "standby.signal").touch()
-    if cluster_mod._as_server_user():
-        shutil.chown(replica.data / "standby.signal", cluster_mod.SUPERUSER, cluster_mod.SUPERUSER)
-    options = f"-k {folder} -p {cluster_mod.PORT} -c listen_addresses='' {cluster_mod.TEST_SETTINGS}"
-    _run(
-        primary,
-        f"{bindir}/pg_ctl",
-        "-D",
-        str(replica.data),
-        "-l",
-        str(folder / "server.log"),
-        "-o",
-        options,
-        "-w",
-        "start",
-    )
-    return replica
-
-
 def _meta(url: str, key: str) -> str | None:
     return read_sync(url, lambda conn: ops_store.meta_value(conn, key))
 
@@ -304,14 +242,14 @@ async def test_a_promoted_replica_that_missed_grants_fences_both_processes(
     two = two_processes
     ada, bob = await _started(two)
     assert (await _lease(two.a, ada, "t1", seconds=30))[0] == 201
-    replica = _base_backup(pg_cluster)
+    replica = pg_cluster.standby_copy()
     standby.append(replica)
     assert (await _lease(two.a, ada, "t3", seconds=300))[0] == 201  # the replica never receives these
     assert (await _lease(two.b, ada, "t4", seconds=200))[0] == 201
     await stop_process(two.a)
     await stop_process(two.b)
     epoch = _meta(two.url, "epoch")
-    _run(replica, f"{replica.bindir}/pg_ctl", "-D", str(replica.data), "-w", "promote")  # the failover
+    replica.promote()  # the failover
     dbname = str(conninfo.conninfo_to_dict(two.url)["dbname"])
     for folder in (two.a.folder, two.b.folder):
         _point_at(folder, replica.store_url(dbname))

@@ -9,19 +9,29 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import psycopg
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
+from node.app import create_app
+from node.federation.routes import SyncSettings
 from node.ops import history
 from node.ops import store as ops_store
 from node.ops.datadir import initialise
 from node.service import Node
 from node.store.conn import Conn
 from node.store.db import connect_store, read_sync, transaction
+from node.web.appkeys import SYNC
 from scenarios import pg_cluster as cluster_mod
+from sync.puller import Puller
+from sync.store import PeerConfig
 from tests.conftest import FakeClock
+from wire.api import PostEntry
 
 
 @pytest.fixture
@@ -156,3 +166,110 @@ async def test_nothing_is_read_or_written_on_sqlite(tmp_path: Path, clock: FakeC
         assert read_sync(store, lambda conn: ops_store.meta_value(conn, ops_store.HISTORY_KEY)) is None
     finally:
         node.close()
+
+
+# ---- a real failover under a peer: an asynchronous replica promoted without the primary's last records -----------
+
+
+@dataclass
+class _Served:
+    """A node served on loopback with its sync endpoints (it pulls only when the test asks)."""
+
+    node: Node
+    server: TestServer
+    app: web.Application
+
+    @property
+    def config(self) -> PeerConfig:
+        return PeerConfig(self.node.node_id, str(self.server.make_url("")).rstrip("/"))
+
+    def puller(self, session: aiohttp.ClientSession) -> Puller:
+        return Puller(self.app[SYNC].store, self.node.node_keys.signer, session)
+
+    async def post(self, agent_id: str, content: str) -> str:
+        entry, _ = await self.node.entries.post(
+            agent_id, PostEntry(entry_type="finding", performative="inform", content=content), None
+        )
+        return entry.record_hash
+
+    async def hashes(self) -> set[str]:
+        rows = await self.node.db.read(lambda c: c.execute("SELECT hash FROM records").fetchall())
+        return {str(r[0]) for r in rows}
+
+
+async def _serve(folder: Path) -> _Served:
+    node = Node(folder)
+    app = create_app(node, sync=SyncSettings(pull=False))
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    return _Served(node, server, app)
+
+
+async def _knows(session: aiohttp.ClientSession, at: _Served, token: str, peer: _Served) -> None:
+    async with session.post(
+        at.config.url + "/v1/peers",
+        json={"url": peer.config.url, "node_id": peer.node.node_id},
+        headers={"Authorization": f"Bearer {token}"},
+    ) as resp:
+        assert resp.status == 201, await resp.text()
+
+
+async def _caught_up(puller: Puller, peer: PeerConfig) -> bool:
+    """Pull from `peer` until it has nothing more; whether a pull was told to reset (an epoch change)."""
+    reset = False
+    for _ in range(10):
+        report = await puller.catch_up(peer)
+        reset = reset or report.reset
+        if not report.more:
+            return reset
+    raise AssertionError(f"{peer.url} never caught up")
+
+
+async def test_a_sqlite_peer_misses_nothing_the_node_writes_after_a_failover_lost_its_last_records(
+    pg_cluster: cluster_mod.Cluster, pg_template: str, standby: list[cluster_mod.Cluster], tmp_path: Path
+) -> None:
+    """Node a on PostgreSQL fails over to a replica that never received its last two records, which peer p (SQLite)
+    had pulled. a's next records take the sequence numbers of the lost ones; with the store epoch kept, p's cursor
+    would pass over them for ever (its cursor equals a's head). The promotion renews the epoch (a's start finds a new
+    timeline), p reconciles and takes them, and a takes its lost records back from p: one digest again."""
+    dbname = pg_cluster.create_database(template=pg_template)
+    token_a = initialise(tmp_path / "a", pg_cluster.store_url(dbname))
+    token_p = initialise(tmp_path / "p")
+    assert token_a is not None and token_p is not None
+    async with aiohttp.ClientSession() as session:
+        a, p = await _serve(tmp_path / "a"), await _serve(tmp_path / "p")
+        try:
+            await _knows(session, a, token_a, p)
+            await _knows(session, p, token_p, a)
+            writer = (await a.node.agents.create("writer", "Writer")).agent_id
+            kept = {await a.post(writer, f"kept {i}") for i in range(2)}
+            await _caught_up(p.puller(session), a.config)
+            replica = pg_cluster.standby_copy()  # replication stops here
+            standby.append(replica)
+            lost = {await a.post(writer, f"lost {i}") for i in range(2)}
+            await _caught_up(p.puller(session), a.config)
+            assert kept | lost <= await p.hashes()
+            cursor = await p.app[SYNC].store.cursor(a.node.node_id)
+            assert cursor is not None
+        finally:
+            await a.server.close()
+        replica.promote()  # the failover; a's folder then names the replica
+        (tmp_path / "a" / "store.url").write_text(replica.store_url(dbname) + "\n", encoding="utf-8")
+        a = await _serve(tmp_path / "a")
+        try:
+            assert not lost & await a.hashes()
+            written = {await a.post(writer, f"after {i}") for i in range(2)}
+            epoch, head = await a.app[SYNC].store.position()
+            assert epoch != cursor.epoch and head <= cursor.seq  # the new records' seqs were the lost ones'
+            assert await _caught_up(p.puller(session), a.config)  # told to reset: reconciled
+            assert written <= await p.hashes()
+            await _caught_up(a.puller(session), p.config)
+            assert not lost & await a.hashes()  # p's feed leaves out what a wrote: p's reconciliation gives them
+            await a.puller(session).reconcile(p.config)
+            assert lost <= await a.hashes()
+            digests = [await served.app[SYNC].store.digest() for served in (a, p)]
+            assert [(d.count, d.sha256) for d in digests][0] == [(d.count, d.sha256) for d in digests][1]
+        finally:
+            await a.server.close()
+            await p.server.close()
+    pg_cluster.drop_database(dbname)
