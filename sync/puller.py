@@ -76,9 +76,9 @@ def _check_stored(peer: PeerConfig, outcomes: list[Outcome]) -> None:
 
 
 class Wakeups:
-    """Peers to reconcile with before the next round: a dependency (a key event, a vouch page) of records they sent
-    and a full waiting cap dropped is stored (`SyncStore.reconcile_wanted`), at most once per peer per
-    `WAKE_EVERY_S` (docs/format-v3.md 7.3)."""
+    """Peers to reconcile with before the next round, as the store asks (`SyncStore.reconcile_wanted`: a dependency of
+    records they sent that a full waiting cap dropped is stored, docs/format-v3.md 7.3; or the store's epoch changed),
+    at most once per peer per `WAKE_EVERY_S`."""
 
     def __init__(self, store: SyncStore, clock: Callable[[], float]) -> None:
         self.store, self.clock = store, clock
@@ -93,7 +93,7 @@ class Wakeups:
             return False
         self.woken.discard(peer_id)
         self.last[peer_id] = self.clock()
-        log.info("peer %s: records of it that a waiting cap dropped can be stored now; reconciling", peer_id)
+        log.info("peer %s: reconciling now, as the store asks (`SyncStore.reconcile_wanted`)", peer_id)
         return True
 
 

@@ -197,7 +197,8 @@ class SyncStore(Protocol):
 
     async def reconcile_wanted(self) -> set[str]:
         """Peers to reconcile with at once, emptied by the call: a dependency (a key event, a vouch page) of records
-        they sent and a full waiting cap dropped is now stored (docs/format-v3.md 7.3)."""
+        they sent and a full waiting cap dropped is now stored (docs/format-v3.md 7.3); a node's store may name
+        every peer once when its epoch changed under it (what a restore or a failover lost comes back so)."""
         ...
 
     async def ingest(

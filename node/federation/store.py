@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +58,7 @@ from wire.time import format_ms
 MAX_WANT_ATTEMPTS = 8
 MAX_WANT_BACKOFF_MS = 10 * 60 * 1000
 POLL_S = 0.1
+EPOCH_LOOK_S = 5.0  # how often the puller's rounds look whether this store's epoch changed (`reconcile_wanted`)
 # What the projections raise for a record they refuse, the peer's fault: a constraint of a projection table, or a
 # value the canonical form refuses. Anything else a record meets while stored is a fault of this node's own code.
 REFUSED = (sqlite3.IntegrityError, canonical.CanonicalError)
@@ -113,6 +115,8 @@ class NodeSyncStore:
         self._newest_wakes = 0  # `_wakes` when `_newest` was read
         self._wakes = 0
         self.poll_s = POLL_S
+        self._epoch_seen: str | None = None  # the store epoch at `reconcile_wanted`'s last look, and when that was
+        self._epoch_looked = float("-inf")
         # the writer's authority cache (node/store/authority.py), shared with local writes (Node passes sealing's)
         self.authority = Authority() if authority is None else authority
         # called after a batch holding redactions is stored: the redaction scrubber looks at once (Node sets it)
@@ -208,7 +212,29 @@ class NodeSyncStore:
         return await self.db.read(lambda c: prefixed_versions(c, prefixes))
 
     async def reconcile_wanted(self) -> set[str]:
-        return self.authority.take_wake()  # filled by the writer thread; a wake lost to a race waits for the round
+        """The authority's wakes (filled by the writer thread; a wake lost to a race waits for the round), and every
+        peer once when this store's epoch changed since the last look, at most every EPOCH_LOOK_S (a quick read): a
+        restore or a failover under a serving process may have lost records of this node that its peers hold, and
+        only a reconciliation gives them back (a peer's feed leaves out what the asker wrote; docs/decisions.md
+        record 94)."""
+        wanted = self.authority.take_wake()
+        now = time.monotonic()
+        if now - self._epoch_looked < EPOCH_LOOK_S:
+            return wanted
+        self._epoch_looked = now
+        epoch = await self.db.read(store_epoch, quick=True)
+        if self._epoch_seen is not None and epoch != self._epoch_seen:
+            peers = await self.peer_ids()
+            log.warning(
+                "the store epoch changed (%s, now %s: a restore or a failover); reconciling with every peer (%d) to"
+                " take back what this node's store lost",
+                self._epoch_seen,
+                epoch,
+                len(peers),
+            )
+            wanted |= peers
+        self._epoch_seen = epoch
+        return wanted
 
     async def ingest(
         self,

@@ -15,6 +15,7 @@ import pytest
 
 from identity import keys
 from node.features import LOG
+from node.federation import store as federation_store
 from node.federation.store import (
     MAX_WANT_ATTEMPTS,
     PREFIX_SQL,
@@ -24,6 +25,7 @@ from node.federation.store import (
     peer_statuses,
     prefixed_versions,
 )
+from node.ops import store as ops_store
 from node.store import db, equivocation, waiting
 from node.store.conn import POSTGRESQL, Conn, engine_of
 from sync.store import Verified
@@ -295,3 +297,29 @@ def test_versions_are_found_by_prefix_where_refused_finds_them_whole(open_store:
     plan = " ".join(str(row[-1]) for row in conn.execute(f"EXPLAIN QUERY PLAN {PREFIX_SQL}", ("[]",)))
     for table in REFUSED_TABLES:
         assert f"SEARCH {table} USING" in plan and f"SCAN {table}" not in plan, plan  # its unique index on version
+
+
+async def test_an_epoch_changed_under_the_puller_asks_to_reconcile_with_every_peer_once(
+    make_peer: Callable[..., Awaitable[PeerNode]],  # noqa: F811  (the fixture imported above)
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A restore or a failover under a serving process (docs/decisions.md record 94) may have lost this node's own
+    records, which only a reconciliation takes back from the peers that hold them: the next look after the change
+    names every peer, once."""
+    a, b, c = await make_peer("a"), await make_peer("b"), await make_peer("c")
+    await a.add_peer(b)
+    await a.add_peer(c)
+    monkeypatch.setattr(federation_store, "EPOCH_LOOK_S", 0.0)
+    store = a.sync.store
+    assert await store.reconcile_wanted() == set()  # the first look records the epoch
+    assert await store.reconcile_wanted() == set()
+    epoch, _ = await store.position()
+    await a.node.db.write(lambda conn: ops_store.renew_epoch_txn(conn, "e" * 32, epoch, 1))
+    with caplog.at_level(logging.WARNING, logger="bbs.sync"):
+        assert await store.reconcile_wanted() == {b.node_id, c.node_id}
+    assert any("store epoch changed" in r.getMessage() for r in caplog.records)
+    assert await store.reconcile_wanted() == set()
+    monkeypatch.setattr(federation_store, "EPOCH_LOOK_S", 3600.0)  # within the interval: not read again
+    await a.node.db.write(lambda conn: ops_store.renew_epoch_txn(conn, "f" * 32, "e" * 32, 2))
+    assert await store.reconcile_wanted() == set()

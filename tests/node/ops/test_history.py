@@ -267,8 +267,8 @@ async def test_a_sqlite_peer_misses_nothing_the_node_writes_after_a_failover_los
             assert not lost & await a.hashes()  # p's feed leaves out what a wrote: p's reconciliation gives them
             await a.puller(session).reconcile(p.config)
             assert lost <= await a.hashes()
-            digests = [await served.app[SYNC].store.digest() for served in (a, p)]
-            assert [(d.count, d.sha256) for d in digests][0] == [(d.count, d.sha256) for d in digests][1]
+            mine, theirs = await a.app[SYNC].store.digest(), await p.app[SYNC].store.digest()
+            assert (mine.count, mine.sha256) == (theirs.count, theirs.sha256)
         finally:
             await a.server.close()
             await p.server.close()
