@@ -134,17 +134,16 @@ class Node:
         nothing, and the index's writer lock belongs to the node serving the folder, if one does."""
         self.db.open()
         try:
-            if self.db.pg_url is not None:  # before anything reads the store epoch (the index's stamp, the fences)
-                history.follow_at_start(self.db.pg_url, self.now_ms())
-            with contextlib.closing(connect_store(self.data.store)) as conn:
+            with contextlib.closing(connect_store(self.data.store)) as conn:  # one connection for the start's checks
+                if self.db.pg_url is not None:  # before anything reads the store epoch (the index's stamp, the fences)
+                    history.follow_at_start(conn, self.now_ms())
                 self.node_keys.load(conn)  # the node's signing keys after a rotation, and the key fence's verdict
+                if search_index and self.search_index is None:
+                    self.search_index = indexer.open_index(self.data.root, conn)
+                    self.reads.index = self.search_index
         except BaseException:
             self.db.close()
             raise
-        if search_index and self.search_index is None:
-            with contextlib.closing(connect_store(self.data.store)) as conn:
-                self.search_index = indexer.open_index(self.data.root, conn)
-            self.reads.index = self.search_index
 
     def close(self) -> None:
         """Close the search index and the database, and stop the crypto threads."""

@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable
+from typing import Any
 
 from node.ops import store
 from node.store.conn import Conn
-from node.store.db import Database, read_sync, write_sync
+from node.store.db import Database, transaction
 
 log = logging.getLogger("bbs.node")
 HISTORY_CHECK_SECONDS = 5.0
@@ -37,13 +38,15 @@ def follow_txn(conn: Conn, now_ms: int) -> store.Renewed | None:
     return renewed
 
 
-def follow_at_start(store_url: str, now_ms: int) -> store.Renewed | None:
-    """At a start (`Node.open`, a `bbs` command too), on connections of its own: a read, then a write only when the
-    two histories differ (the writer lock is not taken, nor the write clock moved, on every start)."""
-    was, now = read_sync(store_url, store.recorded_history)
+def follow_at_start(conn: Any, now_ms: int) -> store.Renewed | None:
+    """At a start (`Node.open`, a `bbs` command too), on the start's connection (`connect_store`'s): a read, then a
+    write transaction only when the two histories differ (the writer lock is not taken, nor the write clock moved,
+    on every start)."""
+    was, now = store.recorded_history(conn)
     if was == now:
         return None
-    return write_sync(store_url, lambda conn: follow_txn(conn, now_ms))
+    with transaction(conn, immediate=True):
+        return follow_txn(conn, now_ms)
 
 
 async def follow(db: Database, now_ms: Callable[[], int]) -> store.Renewed | None:
