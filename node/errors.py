@@ -9,6 +9,8 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Literal
 
+from sync.store import StoreUnavailable
+
 
 class BBSError(Exception):
     """A domain error a client can act on. `code` is stable; `field` is a JSON path when one input is at fault."""
@@ -84,9 +86,10 @@ class Unavailable(BBSError):
     status, code, title = 503, "unavailable", "Service unavailable"
 
 
-class NotLeader(Unavailable):
+class NotLeader(Unavailable, StoreUnavailable):
     """A write of leader work (node/store/leader.py) from a process whose term has ended: another process took the
-    lead (a new epoch) since, so the write is rolled back (docs/decisions.md record 87)."""
+    lead (a new epoch) since, so the write is rolled back (docs/decisions.md record 87). A StoreUnavailable too: the
+    background round that met it (its work stops with the term) is logged in one line, not as a bug."""
 
     status, code, title = 503, "not_leader", "Not the node's leader"
 

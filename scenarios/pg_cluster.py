@@ -123,17 +123,29 @@ class Cluster:
         if _as_server_user():
             shutil.chown(folder, SUPERUSER, SUPERUSER)
         replica = Cluster(self.bindir, folder, f"-k {folder} -p {PORT} -c listen_addresses='' {TEST_SETTINGS}")
-        self.run(
-            "pg_basebackup",
-            *("-D", str(replica.data), "-h", str(self.folder), "-p", str(PORT), "-U", SUPERUSER),
-            *("-X", "stream", "--checkpoint=fast", "--no-sync"),
-        )
-        (replica.data / "standby.signal").touch()
-        if _as_server_user():
-            shutil.chown(replica.data / "standby.signal", SUPERUSER, SUPERUSER)
-        replica.run(
-            "pg_ctl", "-D", str(replica.data), "-l", str(folder / "server.log"), "-o", replica.options, "-w", "start"
-        )
+        try:
+            self.run(
+                "pg_basebackup",
+                *("-D", str(replica.data), "-h", str(self.folder), "-p", str(PORT), "-U", SUPERUSER),
+                *("-X", "stream", "--checkpoint=fast", "--no-sync"),
+            )
+            (replica.data / "standby.signal").touch()
+            if _as_server_user():
+                shutil.chown(replica.data / "standby.signal", SUPERUSER, SUPERUSER)
+            replica.run(
+                "pg_ctl",
+                "-D",
+                str(replica.data),
+                "-l",
+                str(folder / "server.log"),
+                "-o",
+                replica.options,
+                "-w",
+                "start",
+            )
+        except BaseException:
+            replica.stop()  # nothing left running or on disk when the copy failed
+            raise
         return replica
 
     def promote(self) -> None:

@@ -99,18 +99,20 @@ class PeerConfig:
 
 
 class StoreUnavailable(Exception):
-    """The store's database cannot be reached for now (a server restarting, a lost connection): nothing of the call
-    was done, and a later call may succeed. A store raises it (or a subclass: node/store/conn.py's ConnectionLost);
+    """The store's database cannot be reached for now (a server restarting, a lost connection), or this process may
+    not write for its node now (node/errors.py's NotLeader): nothing of the call was done, and a later call may
+    succeed. A store raises it (or a subclass: node/store/conn.py's ConnectionLost);
     the puller counts it a failure and backs off, as after an unreachable peer, without a traceback."""
 
 
 def log_round_failure(log: logging.Logger, what: str, exc: BaseException) -> None:
     """Log the failure of one round of a background loop that tries again by itself: a store that is unavailable for
-    now (StoreUnavailable: a database server restarting, a lost connection) in one line, as operations expect it;
+    now (StoreUnavailable: a database server restarting, a lost connection, a term of leader work that ended) in one
+    line, as operations expect it;
     anything else with its stack, as a bug."""
     if isinstance(exc, StoreUnavailable):
         detail = " ".join(str(exc).split())[:300]
-        log.warning("%s failed: the database is unavailable for now (%s); the next round tries again", what, detail)
+        log.warning("%s failed: the store is unavailable for now (%s); the next round tries again", what, detail)
     else:
         log.error("%s failed", what, exc_info=exc)
 

@@ -52,7 +52,17 @@ from sync.messages import (
     PeerList,
     PeerStatus,
 )
-from sync.store import TOO_NEW, Cursor, CursorVersion, Invalid, Outcome, Page, PeerConfig, Verified
+from sync.store import (
+    TOO_NEW,
+    Cursor,
+    CursorVersion,
+    Invalid,
+    Outcome,
+    Page,
+    PeerConfig,
+    StoreUnavailable,
+    Verified,
+)
 from wire.time import format_ms
 
 MAX_WANT_ATTEMPTS = 8
@@ -213,28 +223,32 @@ class NodeSyncStore:
 
     async def reconcile_wanted(self) -> set[str]:
         """The authority's wakes (filled by the writer thread; a wake lost to a race waits for the round), and every
-        peer once when this store's epoch changed since the last look, at most every EPOCH_LOOK_S (a quick read): a
-        restore or a failover under a serving process may have lost records of this node that its peers hold, and
-        only a reconciliation gives them back (a peer's feed leaves out what the asker wrote; docs/decisions.md
-        record 94)."""
-        wanted = self.authority.take_wake()
+        peer once when this store's epoch changed since the last look, at most every EPOCH_LOOK_S: a restore or a
+        failover under a serving process may have lost records of this node that its peers hold, and only a
+        reconciliation gives them back (a peer's feed leaves out what the asker wrote; docs/decisions.md record 94).
+        A look that finds the store unavailable is left to the next one."""
+        changed: frozenset[str] = frozenset()
+        with contextlib.suppress(StoreUnavailable):
+            changed = await self._peers_if_epoch_changed()
+        return self.authority.take_wake() | changed
+
+    async def _peers_if_epoch_changed(self) -> frozenset[str]:
         now = time.monotonic()
         if now - self._epoch_looked < EPOCH_LOOK_S:
-            return wanted
+            return frozenset()
         self._epoch_looked = now
-        epoch = await self.db.read(store_epoch, quick=True)
-        if self._epoch_seen is not None and epoch != self._epoch_seen:
-            peers = await self.peer_ids()
+        epoch, seen = await self.db.read(store_epoch), self._epoch_seen
+        peers = frozenset() if seen is None or epoch == seen else await self.peer_ids()  # raising: the next look
+        self._epoch_seen = epoch
+        if peers:
             log.warning(
                 "the store epoch changed (%s, now %s: a restore or a failover); reconciling with every peer (%d) to"
                 " take back what this node's store lost",
-                self._epoch_seen,
+                seen,
                 epoch,
                 len(peers),
             )
-            wanted |= peers
-        self._epoch_seen = epoch
-        return wanted
+        return peers
 
     async def ingest(
         self,

@@ -70,8 +70,12 @@ def leader_only(context: CleanupContext) -> CleanupContext:
         async def begun(term: Term, started: AsyncIterator[None] | None, again: bool) -> AsyncIterator[None] | None:
             """`started`, or the work started by later tries while the term lasts (every START_RETRY_S)."""
             while again and not term.ended.is_set():
+                before = stops_pending()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(term.ended.wait(), START_RETRY_S)
+                    async with asyncio.timeout(START_RETRY_S):
+                        await term.ended.wait()
+                raise_if_stopped_since(before)  # a stop that came with the term's end is not lost in the wake
+                if term.ended.is_set():
                     return None
                 started, again = await begin(term)
             return started

@@ -54,7 +54,9 @@ def test_the_value_types() -> None:
 
 def test_a_round_that_found_the_store_unavailable_is_logged_in_one_line(caplog: pytest.LogCaptureFixture) -> None:
     """A database restarting is an operating event: a warning of one line, no stack (the node's own ConnectionLost
-    is a StoreUnavailable); any other failure is a bug, logged with its stack."""
+    is a StoreUnavailable), and so is leader work whose term ended under it (NotLeader); any other failure is a bug,
+    logged with its stack."""
+    from node.errors import NotLeader
     from node.store.conn import ConnectionLost
 
     log = logging.getLogger("bbs.test")
@@ -66,7 +68,9 @@ def test_a_round_that_found_the_store_unavailable_is_logged_in_one_line(caplog: 
             raise ValueError("a bug")
         except ValueError as exc:
             store.log_round_failure(log, "the scan", exc)
-    unavailable, bug = caplog.records
+        store.log_round_failure(log, "the sweep", NotLeader("the stored epoch is 3, held by process b"))
+    unavailable, bug, ended = caplog.records
     assert unavailable.levelno == logging.WARNING and unavailable.exc_info is None
     assert "\n" not in unavailable.getMessage() and "server closed the connection" in unavailable.getMessage()
+    assert ended.levelno == logging.WARNING and ended.exc_info is None and "held by process b" in ended.getMessage()
     assert bug.levelno == logging.ERROR and bug.exc_info is not None and bug.exc_info[0] is ValueError

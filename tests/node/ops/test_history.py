@@ -236,40 +236,41 @@ async def test_a_sqlite_peer_misses_nothing_the_node_writes_after_a_failover_los
     token_a = initialise(tmp_path / "a", pg_cluster.store_url(dbname))
     token_p = initialise(tmp_path / "p")
     assert token_a is not None and token_p is not None
-    async with aiohttp.ClientSession() as session:
-        a, p = await _serve(tmp_path / "a"), await _serve(tmp_path / "p")
-        try:
-            await _knows(session, a, token_a, p)
-            await _knows(session, p, token_p, a)
-            writer = (await a.node.agents.create("writer", "Writer")).agent_id
-            kept = {await a.post(writer, f"kept {i}") for i in range(2)}
-            await _caught_up(p.puller(session), a.config)
-            replica = pg_cluster.standby_copy()  # replication stops here
-            standby.append(replica)
-            lost = {await a.post(writer, f"lost {i}") for i in range(2)}
-            await _caught_up(p.puller(session), a.config)
-            assert kept | lost <= await p.hashes()
-            cursor = await p.app[SYNC].store.cursor(a.node.node_id)
-            assert cursor is not None
-        finally:
-            await a.server.close()
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(pg_cluster.drop_database, dbname)
+        session = await stack.enter_async_context(aiohttp.ClientSession())
+
+        async def served(folder: Path) -> _Served:
+            node = await _serve(folder)
+            stack.push_async_callback(node.server.close)
+            return node
+
+        a, p = await served(tmp_path / "a"), await served(tmp_path / "p")
+        await _knows(session, a, token_a, p)
+        await _knows(session, p, token_p, a)
+        writer = (await a.node.agents.create("writer", "Writer")).agent_id
+        kept = {await a.post(writer, f"kept {i}") for i in range(2)}
+        await _caught_up(p.puller(session), a.config)
+        replica = pg_cluster.standby_copy()  # replication stops here
+        standby.append(replica)
+        lost = {await a.post(writer, f"lost {i}") for i in range(2)}
+        await _caught_up(p.puller(session), a.config)
+        assert kept | lost <= await p.hashes()
+        cursor = await p.app[SYNC].store.cursor(a.node.node_id)
+        assert cursor is not None
+        await a.server.close()  # a's process stops (closing it again at the end does nothing)
         replica.promote()  # the failover; a's folder then names the replica
         (tmp_path / "a" / "store.url").write_text(replica.store_url(dbname) + "\n", encoding="utf-8")
-        a = await _serve(tmp_path / "a")
-        try:
-            assert not lost & await a.hashes()
-            written = {await a.post(writer, f"after {i}") for i in range(2)}
-            epoch, head = await a.app[SYNC].store.position()
-            assert epoch != cursor.epoch and head <= cursor.seq  # the new records' seqs were the lost ones'
-            assert await _caught_up(p.puller(session), a.config)  # told to reset: reconciled
-            assert written <= await p.hashes()
-            await _caught_up(a.puller(session), p.config)
-            assert not lost & await a.hashes()  # p's feed leaves out what a wrote: p's reconciliation gives them
-            await a.puller(session).reconcile(p.config)
-            assert lost <= await a.hashes()
-            mine, theirs = await a.app[SYNC].store.digest(), await p.app[SYNC].store.digest()
-            assert (mine.count, mine.sha256) == (theirs.count, theirs.sha256)
-        finally:
-            await a.server.close()
-            await p.server.close()
-    pg_cluster.drop_database(dbname)
+        a = await served(tmp_path / "a")
+        assert not lost & await a.hashes()
+        written = {await a.post(writer, f"after {i}") for i in range(2)}
+        epoch, head = await a.app[SYNC].store.position()
+        assert epoch != cursor.epoch and head <= cursor.seq  # the new records' seqs were the lost ones'
+        assert await _caught_up(p.puller(session), a.config)  # told to reset: reconciled
+        assert written <= await p.hashes()
+        await _caught_up(a.puller(session), p.config)
+        assert not lost & await a.hashes()  # p's feed leaves out what a wrote: a reconciliation gives them back
+        await a.puller(session).reconcile(p.config)  # what a's puller does at its start, after its first catch-up
+        assert lost <= await a.hashes()
+        mine, theirs = await a.app[SYNC].store.digest(), await p.app[SYNC].store.digest()
+        assert (mine.count, mine.sha256) == (theirs.count, theirs.sha256)

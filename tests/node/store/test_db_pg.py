@@ -202,3 +202,25 @@ async def test_a_transaction_whose_connection_is_lost_is_not_rolled_back_again(
         assert await database.write(insert("t8")) == 1
     assert await database.read(values) == ["t8"]
     assert [r.getMessage() for r in caplog.records if r.exc_info is not None or "rollback" in r.getMessage()] == []
+
+
+async def test_a_rollback_that_finds_the_connection_lost_is_one_line(
+    database: Database, empty_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job fails while its connection was ended under it unnoticed (nothing read since): the ROLLBACK is what
+    finds it lost, and says so in one warning; the job's own error is what goes up."""
+
+    def failing_after_its_backend_ended(conn: Any) -> None:
+        insert("t9")(conn)
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        with psycopg.connect(empty_url, autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+        raise ValueError("the job's own error")
+
+    with caplog.at_level(logging.WARNING, logger="bbs.db"), pytest.raises(ValueError, match="own error"):
+        await database.write(failing_after_its_backend_ended)
+    lost = [r for r in caplog.records if "rollback failed" in r.getMessage()]
+    assert len(lost) == 1 and lost[0].levelno == logging.WARNING and lost[0].exc_info is None
+    assert "connection was lost" in lost[0].getMessage()
+    assert await database.write(insert("t10")) == 1
+    assert await database.read(values) == ["t10"]

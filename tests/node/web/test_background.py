@@ -237,7 +237,7 @@ async def test_leader_work_whose_start_finds_the_store_unavailable_starts_later_
         await node.leadership.stop()
         await asyncio.wait_for(anext(context, None), 5)
     assert len(tries) == 3
-    unavailable = [r for r in caplog.records if "database is unavailable" in r.getMessage()]
+    unavailable = [r for r in caplog.records if "store is unavailable" in r.getMessage()]
     assert len(unavailable) == 2 and all(r.exc_info is None for r in unavailable)
 
 
@@ -261,3 +261,29 @@ async def test_leader_work_whose_start_fails_otherwise_stays_off_for_the_term(
         await asyncio.wait_for(anext(context, None), 5)
     assert tries == [0]
     assert [r.exc_info is not None for r in caplog.records if "could not start" in r.getMessage()] == [True]
+
+
+async def test_leader_work_waiting_to_start_again_stops_when_the_app_stops_as_its_term_ends(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The term ends (its lease lost in the same outage) and the app stops in one loop turn while the work waits to
+    try its start again: the app's stop reaches it, where a wait that swallowed it left the cleanup waiting for the
+    next term without end."""
+    monkeypatch.setattr(background, "START_RETRY_S", 30.0)
+    await node.leadership.start()
+
+    async def down(app: web.Application) -> AsyncIterator[None]:
+        raise ConnectionLost("server closed the connection unexpectedly")
+        yield
+
+    context = background.leader_only(down)(app_running(node))
+    await anext(context)
+    await asyncio.sleep(0.05)  # the task running the terms waits to try again
+    await node.leadership.stop()  # ends the term: the waiting task wakes first...
+    stopping = asyncio.ensure_future(anext(context, None))  # ...then the app's cleanup reaches this context
+    done, _ = await asyncio.wait({stopping}, timeout=5)
+    leftover = [t for t in asyncio.all_tasks() if t.get_name().endswith("while leading")]
+    for task in leftover:
+        task.cancel()
+    assert done, "the app's cleanup waited for the leader work's task"
+    assert not leftover
