@@ -30,10 +30,10 @@ from sync.store import (
     Invalid,
     Outcome,
     PeerConfig,
+    RoundFailures,
     StoreUnavailable,
     SyncStore,
     Verified,
-    log_round_failure,
 )
 from sync.verify import verify_record
 from sync.workers import POOL, VerifyPool
@@ -519,12 +519,14 @@ class Scheduler:
         self._poke.set()
 
     async def run(self) -> None:
+        rounds = RoundFailures(log, "reading the peer list")
         try:
             while not self._halted:
                 try:
                     await self._refresh()
+                    rounds.passed()
                 except Exception as exc:
-                    log_round_failure(log, "reading the peer list", exc)
+                    rounds.failed(exc)
                 self._poke.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._poke.wait(), self.refresh_s)

@@ -105,16 +105,38 @@ class StoreUnavailable(Exception):
     the puller counts it a failure and backs off, as after an unreachable peer, without a traceback."""
 
 
-def log_round_failure(log: logging.Logger, what: str, exc: BaseException) -> None:
-    """Log the failure of one round of a background loop that tries again by itself: a store that is unavailable for
-    now (StoreUnavailable: a database server restarting, a lost connection, a term of leader work that ended) in one
-    line, as operations expect it;
-    anything else with its stack, as a bug."""
-    if isinstance(exc, StoreUnavailable):
+class RoundFailures:
+    """How one background loop that tries again by itself logs its failed rounds. A round that finds the store
+    unavailable for now (StoreUnavailable: a database server restarting, a lost connection, a term of leader work
+    that ended) is one warning line, as operations expect it, and only the first of a run of them: the next ones go to
+    debug, and the first round that gets through after several says how many failed (a loop of every second would
+    otherwise log a line a second through an outage). Anything else is logged with its stack, as a bug, every time."""
+
+    def __init__(self, log: logging.Logger, what: str) -> None:
+        self.log, self.what = log, what
+        self.unavailable = 0  # rounds in a row that found the store unavailable
+
+    def failed(self, exc: BaseException) -> None:
+        """Log the round's failure `exc`."""
+        if not isinstance(exc, StoreUnavailable):
+            self.log.error("%s failed", self.what, exc_info=exc)
+            return
+        self.unavailable += 1
         detail = " ".join(str(exc).split())[:300]
-        log.warning("%s failed: the store is unavailable for now (%s); the next round tries again", what, detail)
-    else:
-        log.error("%s failed", what, exc_info=exc)
+        self.log.log(
+            logging.WARNING if self.unavailable == 1 else logging.DEBUG,
+            "%s failed: the store is unavailable for now (%s); the next round tries again",
+            self.what,
+            detail,
+        )
+
+    def passed(self) -> None:
+        """A round got through: after a run of unavailable rounds, say so once."""
+        if self.unavailable > 1:
+            self.log.warning(
+                "%s works again, after %d rounds that found the store unavailable", self.what, self.unavailable
+            )
+        self.unavailable = 0
 
 
 class SyncStore(Protocol):

@@ -25,7 +25,7 @@ from node.push.endpoints import Endpoint, PushEndpoints
 from node.push.sender import PushFailed, PushSettings, Sender
 from node.store.conn import Conn
 from node.store.db import Database
-from sync.store import log_round_failure
+from sync.store import RoundFailures
 from wire import nlip
 from wire.api import Envelope
 from wire.push import TEST_LABEL, PushPayload, PushTestOut
@@ -106,6 +106,7 @@ class Dispatcher:
 
     async def run(self) -> None:
         """Scan after every wake-up, at most once per `coalesce_s`, for as long as the app runs."""
+        rounds = RoundFailures(log, "push scan")
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -113,9 +114,10 @@ class Dispatcher:
             flooded = False
             try:
                 flooded = await self.scan_once()
+                rounds.passed()
             except Exception as exc:
                 if self.db.is_open:
-                    log_round_failure(log, "push scan", exc)
+                    rounds.failed(exc)
             # at most one scan per window, however busy the writer; fewer in a flood
             await asyncio.sleep(max(FLOOD_SCAN_S, self.settings.coalesce_s) if flooded else self.settings.coalesce_s)
 

@@ -21,7 +21,7 @@ from node.push.sender import PushSettings
 from node.web.appkeys import NODE, PUSH, PUSH_SETTINGS
 from node.web.auth import agent_id
 from node.web.http import Route, convert, json_response, read_json
-from sync.store import log_round_failure
+from sync.store import RoundFailures
 from wire.push import PushEndpointIn, PushEndpointList, PushEndpointOut, PushState, PushStatus, PushTestOut
 from wire.time import format_ms
 
@@ -219,14 +219,16 @@ async def push_dispatching(app: web.Application) -> AsyncIterator[None]:
     if node.db.pg_url is not None:
 
         async def reload() -> None:
+            rounds = RoundFailures(log, "reloading the push endpoints")
             while True:
                 await asyncio.sleep(ENDPOINTS_RELOAD_S)
                 try:
                     await holder.reload()
                     dispatcher.poke()
+                    rounds.passed()
                 except Exception as exc:
                     if node.db.is_open:
-                        log_round_failure(log, "reloading the push endpoints", exc)
+                        rounds.failed(exc)
 
         tasks.append(asyncio.create_task(reload(), name="push endpoints reload"))
     try:

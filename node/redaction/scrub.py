@@ -31,7 +31,7 @@ from node.search_index.index import Row, SearchIndex, is_fault
 from node.stopping import stop_task
 from node.store.conn import Conn
 from node.web.appkeys import NODE
-from sync.store import log_round_failure
+from sync.store import RoundFailures
 
 if TYPE_CHECKING:
     from node.service import Node
@@ -209,15 +209,17 @@ async def index_scrub_context(app: web.Application) -> AsyncIterator[None]:
         yield
         return
     mark = IndexScrubs()
+    rounds = RoundFailures(log, "the redaction scrub of this process's search index")
 
     async def loop() -> None:
         while True:
             try:
                 if not node.leadership.leading:
                     await scrub_own_index(node, mark)
+                rounds.passed()
             except Exception as exc:
                 if node.db.is_open:
-                    log_round_failure(log, "the redaction scrub of this process's search index", exc)
+                    rounds.failed(exc)
             await asyncio.sleep(IDLE_S)
 
     task = asyncio.create_task(loop(), name="redaction scrub of the own index")
@@ -228,14 +230,16 @@ async def index_scrub_context(app: web.Application) -> AsyncIterator[None]:
 async def scrub_context(app: web.Application) -> AsyncIterator[None]:
     """The scrubber, while the app runs: woken by each redaction (`Redactions.wake`), else every IDLE_S seconds."""
     node = app[NODE]
+    rounds = RoundFailures(log, "the redaction scrub")
 
     async def loop() -> None:
         while True:
             try:
                 await scrub_due(node)
+                rounds.passed()
             except Exception as exc:
                 if node.db.is_open:
-                    log_round_failure(log, "the redaction scrub", exc)
+                    rounds.failed(exc)
             await node.redactions.wait_for_work(IDLE_S)
 
     task = asyncio.create_task(loop(), name="redaction scrub")

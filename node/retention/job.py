@@ -16,7 +16,7 @@ from aiohttp import web
 from node.retention import store
 from node.stopping import stop_task
 from node.web.appkeys import NODE
-from sync.store import log_round_failure
+from sync.store import RoundFailures
 
 if TYPE_CHECKING:
     from node.service import Node
@@ -53,15 +53,18 @@ async def retention_context(app: web.Application) -> AsyncIterator[None]:
     INTERVAL_S seconds."""
     node = app[NODE]
 
+    rounds = RoundFailures(log, "the retention job")
+
     async def loop() -> None:
         while True:
             try:
                 removed = await run_policies(node, node.retention_days)
+                rounds.passed()
                 if any(removed.values()):
                     log.info("retention removed %s", removed)
             except Exception as exc:
                 if node.db.is_open:
-                    log_round_failure(log, "the retention job", exc)
+                    rounds.failed(exc)
             await asyncio.sleep(INTERVAL_S)
 
     task = asyncio.create_task(loop(), name="retention")

@@ -27,7 +27,7 @@ from node.store.leader import Term
 from node.trust import service as trust
 from node.web.appkeys import NODE, SEARCH_INDEXER
 from node.workflows import service as workflows
-from sync.store import StoreUnavailable, log_round_failure
+from sync.store import RoundFailures, StoreUnavailable
 
 if TYPE_CHECKING:
     from node.service import Node
@@ -51,6 +51,7 @@ def leader_only(context: CleanupContext) -> CleanupContext:
     async def gated(app: web.Application) -> AsyncIterator[None]:
         leadership = app[NODE].leadership
         name = getattr(context, "__name__", "leader work")
+        starts = RoundFailures(log, f"{name}'s start")
 
         async def begin(term: Term) -> tuple[AsyncIterator[None] | None, bool]:
             """One try at starting the work for `term`: the started context (or None), and whether to try again (the
@@ -60,11 +61,12 @@ def leader_only(context: CleanupContext) -> CleanupContext:
                 try:
                     await anext(started)
                 except StoreUnavailable as exc:
-                    log_round_failure(log, f"{name}'s start (epoch {term.epoch})", exc)
+                    starts.failed(exc)
                     return None, True
                 except Exception:
                     log.exception("%s could not start (epoch %d); it stays off until the next term", name, term.epoch)
                     return None, False
+            starts.passed()
             return started, False
 
         async def begun(term: Term, started: AsyncIterator[None] | None, again: bool) -> AsyncIterator[None] | None:
@@ -125,13 +127,16 @@ def periodic(
     async def context(app: web.Application) -> AsyncIterator[None]:
         node = app[NODE]
 
+        rounds = RoundFailures(log, name)
+
         async def loop() -> None:
             while True:
                 try:
                     await run(node)
+                    rounds.passed()
                 except Exception as exc:
                     if node.db.is_open:  # not merely the node closing underneath the app
-                        log_round_failure(log, name, exc)
+                        rounds.failed(exc)
                 await asyncio.sleep(seconds)
 
         task = asyncio.create_task(loop(), name=name)

@@ -52,25 +52,34 @@ def test_the_value_types() -> None:
     assert {peer, store.PeerConfig("did:key:z", "http://h:1")} == {peer}  # hashable: the scheduler keys on it
 
 
-def test_a_round_that_found_the_store_unavailable_is_logged_in_one_line(caplog: pytest.LogCaptureFixture) -> None:
-    """A database restarting is an operating event: a warning of one line, no stack (the node's own ConnectionLost
-    is a StoreUnavailable), and so is leader work whose term ended under it (NotLeader); any other failure is a bug,
-    logged with its stack."""
+def test_rounds_that_found_the_store_unavailable_are_one_line_once_and_bugs_a_stack_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A database restarting is an operating event: one warning line, no stack (the node's own ConnectionLost is a
+    StoreUnavailable, and so is leader work whose term ended under it: NotLeader), once for a run of such rounds,
+    and one line when a round gets through again; any other failure is a bug, logged with its stack each time."""
     from node.errors import NotLeader
     from node.store.conn import ConnectionLost
 
     log = logging.getLogger("bbs.test")
-    with caplog.at_level(logging.WARNING, logger="bbs.test"):
-        store.log_round_failure(
-            log, "the scan", ConnectionLost("consuming input failed:\nserver closed the connection")
-        )
-        try:
-            raise ValueError("a bug")
-        except ValueError as exc:
-            store.log_round_failure(log, "the scan", exc)
-        store.log_round_failure(log, "the sweep", NotLeader("the stored epoch is 3, held by process b"))
-    unavailable, bug, ended = caplog.records
-    assert unavailable.levelno == logging.WARNING and unavailable.exc_info is None
-    assert "\n" not in unavailable.getMessage() and "server closed the connection" in unavailable.getMessage()
-    assert ended.levelno == logging.WARNING and ended.exc_info is None and "held by process b" in ended.getMessage()
-    assert bug.levelno == logging.ERROR and bug.exc_info is not None and bug.exc_info[0] is ValueError
+    rounds = store.RoundFailures(log, "the scan")
+    with caplog.at_level(logging.DEBUG, logger="bbs.test"):
+        rounds.failed(ConnectionLost("consuming input failed:\nserver closed the connection"))
+        rounds.failed(NotLeader("the stored epoch is 3, held by process b"))
+        for _ in range(2):
+            try:
+                raise ValueError("a bug")
+            except ValueError as exc:
+                rounds.failed(exc)
+        rounds.passed()
+        rounds.passed()  # nothing more to say
+        rounds.failed(ConnectionLost("the connection is closed"))
+        rounds.passed()  # after one: the warning said it
+    first, again, bug, bug_again, back, later = caplog.records
+    assert first.levelno == logging.WARNING and first.exc_info is None
+    assert "\n" not in first.getMessage() and "server closed the connection" in first.getMessage()
+    assert again.levelno == logging.DEBUG and "held by process b" in again.getMessage()
+    for record in (bug, bug_again):
+        assert record.levelno == logging.ERROR and record.exc_info is not None and record.exc_info[0] is ValueError
+    assert back.levelno == logging.WARNING and "the scan works again, after 2 rounds" in back.getMessage()
+    assert later.levelno == logging.WARNING and "connection is closed" in later.getMessage()
