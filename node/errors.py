@@ -89,7 +89,10 @@ class Unavailable(BBSError):
 class NotLeader(Unavailable, StoreUnavailable):
     """A write of leader work (node/store/leader.py) from a process whose term has ended: another process took the
     lead (a new epoch) since, so the write is rolled back (docs/decisions.md record 87). A StoreUnavailable too: the
-    background round that met it (its work stops with the term) is logged in one line, not as a bug."""
+    background round that met it (its work stops with the term) is logged in one line, not as a bug; each time, as
+    a run of them would be work that outlived its term."""
+
+    repeats_quietly = False
 
     status, code, title = 503, "not_leader", "Not the node's leader"
 

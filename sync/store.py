@@ -99,18 +99,23 @@ class PeerConfig:
 
 
 class StoreUnavailable(Exception):
-    """The store's database cannot be reached for now (a server restarting, a lost connection), or this process may
-    not write for its node now (node/errors.py's NotLeader): nothing of the call was done, and a later call may
-    succeed. A store raises it (or a subclass: node/store/conn.py's ConnectionLost);
+    """The store's database cannot be reached for now (a server restarting, a lost connection: a later call may
+    succeed), or this process may no longer write for its node (node/errors.py's NotLeader: its work stops with the
+    term): nothing of the call was done. A store raises it (or a subclass: node/store/conn.py's ConnectionLost);
     the puller counts it a failure and backs off, as after an unreachable peer, without a traceback."""
+
+    # whether RoundFailures may log a run of these once: a NotLeader met round after round is leader work that
+    # outlived its term, a bug to see each time
+    repeats_quietly = True
 
 
 class RoundFailures:
     """How one background loop that tries again by itself logs its failed rounds. A round that finds the store
     unavailable for now (StoreUnavailable: a database server restarting, a lost connection, a term of leader work
     that ended) is one warning line, as operations expect it, and only the first of a run of them: the next ones go to
-    debug, and the first round that gets through after several says how many failed (a loop of every second would
-    otherwise log a line a second through an outage). Anything else is logged with its stack, as a bug, every time."""
+    debug (but a kind that must not repeat: `repeats_quietly`), and the first round that gets through after several
+    says how many failed (a loop of every second would otherwise log a line a second through an outage). Anything
+    else is logged with its stack, as a bug, every time."""
 
     def __init__(self, log: logging.Logger, what: str) -> None:
         self.log, self.what = log, what
@@ -124,8 +129,8 @@ class RoundFailures:
         self.unavailable += 1
         detail = " ".join(str(exc).split())[:300]
         self.log.log(
-            logging.WARNING if self.unavailable == 1 else logging.DEBUG,
-            "%s failed: the store is unavailable for now (%s); the next round tries again",
+            logging.WARNING if self.unavailable == 1 or not exc.repeats_quietly else logging.DEBUG,
+            "%s failed for now (%s); the next round tries again",
             self.what,
             detail,
         )

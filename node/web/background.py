@@ -51,9 +51,12 @@ def leader_only(context: CleanupContext) -> CleanupContext:
     async def gated(app: web.Application) -> AsyncIterator[None]:
         leadership = app[NODE].leadership
         name = getattr(context, "__name__", "leader work")
-        starts = RoundFailures(log, f"{name}'s start")
 
-        async def begin(term: Term) -> tuple[AsyncIterator[None] | None, bool]:
+        def counted(term: Term) -> RoundFailures:
+            """The failed starts of one term, counted as one run: a new term starts its own count."""
+            return RoundFailures(log, f"{name}'s start (epoch {term.epoch})")
+
+        async def begin(term: Term, starts: RoundFailures) -> tuple[AsyncIterator[None] | None, bool]:
             """One try at starting the work for `term`: the started context (or None), and whether to try again (the
             store was unavailable: a database server restarting under a term that outlived it)."""
             started = context(app)
@@ -69,7 +72,9 @@ def leader_only(context: CleanupContext) -> CleanupContext:
             starts.passed()
             return started, False
 
-        async def begun(term: Term, started: AsyncIterator[None] | None, again: bool) -> AsyncIterator[None] | None:
+        async def begun(
+            term: Term, starts: RoundFailures, started: AsyncIterator[None] | None, again: bool
+        ) -> AsyncIterator[None] | None:
             """`started`, or the work started by later tries while the term lasts (every START_RETRY_S)."""
             while again and not term.ended.is_set():
                 before = stops_pending()
@@ -79,7 +84,7 @@ def leader_only(context: CleanupContext) -> CleanupContext:
                 raise_if_stopped_since(before)  # a stop that came with the term's end is not lost in the wake
                 if term.ended.is_set():
                     return None
-                started, again = await begin(term)
+                started, again = await begin(term, starts)
             return started
 
         async def end(started: AsyncIterator[None] | None) -> None:
@@ -87,13 +92,16 @@ def leader_only(context: CleanupContext) -> CleanupContext:
                 with contextlib.suppress(StopAsyncIteration):
                     await anext(started)
 
-        async def terms(term: Term | None, started: AsyncIterator[None] | None, again: bool) -> None:
+        async def terms(
+            term: Term | None, starts: RoundFailures | None, started: AsyncIterator[None] | None, again: bool
+        ) -> None:
             try:
                 while True:
-                    if term is None:
+                    if term is None or starts is None:
                         term = await leadership.next_term()
-                        started, again = await begin(term)
-                    started = await begun(term, started, again)
+                        starts = counted(term)
+                        started, again = await begin(term, starts)
+                    started = await begun(term, starts, started, again)
                     await term.ended.wait()
                     stopping, term, started = started, None, None
                     before = stops_pending()
@@ -104,8 +112,9 @@ def leader_only(context: CleanupContext) -> CleanupContext:
                 await end(started)
 
         first = leadership.term
-        started, again = await begin(first) if first is not None else (None, False)
-        task = asyncio.create_task(terms(first, started, again), name=f"{name} while leading")
+        starts = counted(first) if first is not None else None
+        started, again = await begin(first, starts) if first is not None and starts is not None else (None, False)
+        task = asyncio.create_task(terms(first, starts, started, again), name=f"{name} while leading")
         yield
         await stop_task(task)
 

@@ -56,8 +56,9 @@ def test_rounds_that_found_the_store_unavailable_are_one_line_once_and_bugs_a_st
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A database restarting is an operating event: one warning line, no stack (the node's own ConnectionLost is a
-    StoreUnavailable, and so is leader work whose term ended under it: NotLeader), once for a run of such rounds,
-    and one line when a round gets through again; any other failure is a bug, logged with its stack each time."""
+    StoreUnavailable), once for a run of such rounds, and one line when a round gets through again; leader work whose
+    term ended under it (NotLeader) is one line too, but each time (a run of them is work outliving its term); any
+    other failure is a bug, logged with its stack each time."""
     from node.errors import NotLeader
     from node.store.conn import ConnectionLost
 
@@ -65,7 +66,8 @@ def test_rounds_that_found_the_store_unavailable_are_one_line_once_and_bugs_a_st
     rounds = store.RoundFailures(log, "the scan")
     with caplog.at_level(logging.DEBUG, logger="bbs.test"):
         rounds.failed(ConnectionLost("consuming input failed:\nserver closed the connection"))
-        rounds.failed(NotLeader("the stored epoch is 3, held by process b"))
+        rounds.failed(ConnectionLost("the connection is closed"))
+        rounds.failed(NotLeader("the stored epoch is 3, held by process b"))  # said each time: see the docstring
         for _ in range(2):
             try:
                 raise ValueError("a bug")
@@ -75,11 +77,12 @@ def test_rounds_that_found_the_store_unavailable_are_one_line_once_and_bugs_a_st
         rounds.passed()  # nothing more to say
         rounds.failed(ConnectionLost("the connection is closed"))
         rounds.passed()  # after one: the warning said it
-    first, again, bug, bug_again, back, later = caplog.records
+    first, again, ended, bug, bug_again, back, later = caplog.records
     assert first.levelno == logging.WARNING and first.exc_info is None
     assert "\n" not in first.getMessage() and "server closed the connection" in first.getMessage()
-    assert again.levelno == logging.DEBUG and "held by process b" in again.getMessage()
+    assert again.levelno == logging.DEBUG and "the connection is closed" in again.getMessage()
+    assert ended.levelno == logging.WARNING and "held by process b" in ended.getMessage() and ended.exc_info is None
     for record in (bug, bug_again):
         assert record.levelno == logging.ERROR and record.exc_info is not None and record.exc_info[0] is ValueError
-    assert back.levelno == logging.WARNING and "the scan works again, after 2 rounds" in back.getMessage()
+    assert back.levelno == logging.WARNING and "the scan works again, after 3 rounds" in back.getMessage()
     assert later.levelno == logging.WARNING and "connection is closed" in later.getMessage()

@@ -237,7 +237,7 @@ async def test_leader_work_whose_start_finds_the_store_unavailable_starts_later_
         await node.leadership.stop()
         await asyncio.wait_for(anext(context, None), 5)
     assert len(tries) == 3
-    unavailable = [r for r in caplog.records if "store is unavailable" in r.getMessage()]
+    unavailable = [r for r in caplog.records if "failed for now" in r.getMessage()]
     assert len(unavailable) == 1 and unavailable[0].exc_info is None  # the second try's is at debug
     assert any("works again, after 2 rounds" in r.getMessage() for r in caplog.records)
 
