@@ -29,6 +29,7 @@ from mcp.server.auth.settings import AuthSettings
 
 from agent.client import Client
 from agent.mcp_server import build_server
+from wire.stopping import wait_ended
 
 MCP_PATH = "/mcp"
 MAX_CLIENTS = 256
@@ -137,8 +138,10 @@ def enable(
             yield
         finally:
             embedded.should_exit = True
-            with contextlib.suppress(asyncio.CancelledError, RuntimeError):
-                await task
-            await clients.close()
+            try:
+                with contextlib.suppress(RuntimeError):  # a server that failed has nothing more to say at the stop
+                    await wait_ended(task)
+            finally:
+                await clients.close()
 
     app.cleanup_ctx.append(lifecycle)

@@ -30,9 +30,9 @@ MAX_CLASS_LINES = 300
 LARGE_CLASSES_ALLOWED = {"agent.client.Client"}
 COMPOSITION_ROOT = "node.cli"  # the `bbs` CLI: the one module of node that may import the agent side
 # node/'s top level holds only the modules that compose the features; everything else lives in a feature package
-# (node/store/, node/web/, node/entries/, ...: docs/architecture.md, docs/decisions.md record 49). `errors` and
-# `stopping` (how a background task is stopped) are what node/store/ and node/web/ both use, so neither holds them.
-NODE_TOP_LEVEL = ("__init__", "app", "cli", "errors", "features", "routes", "service", "stopping")
+# (node/store/, node/web/, node/entries/, ...: docs/architecture.md, docs/decisions.md record 49). `errors` is what
+# node/store/ and node/web/ both use, so neither holds it.
+NODE_TOP_LEVEL = ("__init__", "app", "cli", "errors", "features", "routes", "service")
 MAX_NODE_TOP_LEVEL = 10
 MAX_CYCLES_SHOWN = 50  # per strongly connected group of modules
 

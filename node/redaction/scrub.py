@@ -28,10 +28,10 @@ from node.redaction import store
 from node.search_index import indexer
 from node.search_index import store as index_store
 from node.search_index.index import Row, SearchIndex, is_fault
-from node.stopping import stop_task
 from node.store.conn import Conn
 from node.web.appkeys import NODE
 from sync.store import RoundFailures
+from wire.stopping import stop_task
 
 if TYPE_CHECKING:
     from node.service import Node

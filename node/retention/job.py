@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from node.retention import store
-from node.stopping import stop_task
 from node.web.appkeys import NODE
 from sync.store import RoundFailures
+from wire.stopping import stop_task
 
 if TYPE_CHECKING:
     from node.service import Node

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from node.errors import NotLeader
-from node.stopping import stop_task
 from node.store import pg_conn
 from node.store.conn import Conn
 from node.store.db import transaction
+from wire.stopping import stop_task
 
 log = logging.getLogger("bbs.leader")
 RENEW_S = 1.0  # how often the leader renews its lease, and how often another process looks whether it is free

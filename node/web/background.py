@@ -21,13 +21,13 @@ from node.ops.metrics import metrics_of
 from node.search_index import indexer
 from node.search_index.index import SearchIndex
 from node.search_index.indexer import Indexer
-from node.stopping import raise_if_stopped_since, stop_task, stops_pending
 from node.store.db import leader_fence
 from node.store.leader import Term
 from node.trust import service as trust
 from node.web.appkeys import NODE, SEARCH_INDEXER
 from node.workflows import service as workflows
 from sync.store import RoundFailures, StoreUnavailable
+from wire.stopping import raise_if_stopped_since, stop_task, stops_pending
 
 if TYPE_CHECKING:
     from node.service import Node

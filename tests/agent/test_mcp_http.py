@@ -149,3 +149,29 @@ async def test_a_busy_mcp_port_is_a_clear_startup_error(tmp_path: Path) -> None:
         with pytest.raises(RuntimeError, match="could not start"):
             await runner.setup()
         await runner.cleanup()
+
+
+async def test_a_stop_of_the_cleanup_waiting_for_the_mcp_server_to_end_reaches_it() -> None:
+    """The app's cleanup is cancelled (a second stop, a timeout around it) while it waits for the embedded uvicorn
+    server to end: it ends cancelled, where a `suppress(CancelledError)` around the wait swallowed the stop and the
+    cleanup ran on as if nothing had asked it to stop."""
+    import asyncio
+
+    from aiohttp import web
+
+    from agent import mcp_http
+    from scenarios.fednet import free_port
+
+    async def nobody(_: str) -> str | None:
+        return None
+
+    app = web.Application()  # only the MCP endpoint: its lifecycle is the whole cleanup
+    mcp_http.enable(app, authenticate=nobody, rest_url="http://127.0.0.1:1", host="127.0.0.1", port=free_port())
+    runner = web.AppRunner(app)
+    await runner.setup()
+    cleanup = asyncio.create_task(runner.cleanup())
+    await asyncio.sleep(0.03)  # inside the wait: uvicorn looks at should_exit every 0.1 s
+    assert not cleanup.done()
+    cleanup.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(cleanup, 10)

@@ -20,7 +20,13 @@ def raise_if_stopped_since(before: int) -> None:
 
 
 async def stop_task(task: asyncio.Task[object]) -> None:
-    """Cancel `task` and wait until it has ended.
+    """Cancel `task` and wait until it has ended (`wait_ended`)."""
+    task.cancel()
+    await wait_ended(task)
+
+
+async def wait_ended(task: asyncio.Task[object]) -> None:
+    """Wait until `task`, told to stop (cancelled, or asked in its own way), has ended.
 
     Its own `CancelledError` is the expected end and is not raised; a cancellation of the task doing the waiting that
     arrives during the wait is, even when `task` swallowed it and ended normally. `suppress(CancelledError)` around
@@ -29,7 +35,6 @@ async def stop_task(task: asyncio.Task[object]) -> None:
     without end. A stop already under way when the wait began (aiohttp's `run_app` cleans up in its main task, which
     a SIGTERM cancelled) is not raised again: it is counted before the wait."""
     before = stops_pending()
-    task.cancel()
     try:
         await task
     except asyncio.CancelledError:

@@ -1,4 +1,4 @@
-"""node.stopping: `stop_task` ends the task it stops quietly, and never drops a stop meant for the one waiting."""
+"""wire.stopping: `stop_task` ends the task it stops quietly, and never drops a stop meant for the one waiting."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from node.stopping import raise_if_stopped_since, stop_task, stops_pending
+from wire.stopping import raise_if_stopped_since, stop_task, stops_pending
 
 
 async def test_the_stopped_tasks_own_cancellation_is_not_raised() -> None:
