@@ -73,7 +73,8 @@ FEATURES: tuple[Feature, ...] = (
         projectors=projections.SUBSTRATE_PROJECTORS,
         tables=projections.SUBSTRATE_TABLES,
         switches=void.SUBSTRATE_SWITCHES,
-        background=(leader_only(background.expiry_sweep), background.search_indexing),  # the index: every process's
+        # the index and the store epoch watch it listens to (with the sync store): every process's
+        background=(leader_only(background.expiry_sweep), background.search_indexing, background.store_epoch_watch),
     ),
     Feature("feed", routes=feed_routes.ROUTES, setup=feed_routes.install),  # entries in arrival order, long-poll
     Feature("default mode", routes=default_mode_routes.ROUTES),  # governed memory: /v1/default-mode
@@ -87,7 +88,6 @@ FEATURES: tuple[Feature, ...] = (
             peer_routes.sync_context,
             leader_only(peer_routes.pull_context),
             background.key_fence_settle,
-            background.store_history_check,
         ),
     ),
     Feature(

@@ -87,6 +87,9 @@ class Node:
         self.spaces = Spaces(self.db, self.sealing, self.now_ms, self.node_id)  # spaces (docs/spaces.md)
         self.redactions = Redactions(self.db, self.sealing, self.now_ms)  # redactions and tombstones (issue 39)
         self.sync.on_redactions = self.redactions.wake
+        # the store epoch looked at while serving (a database brought back under this process): node/ops/history.py
+        self.epoch_watch: history.EpochWatch = history.EpochWatch(self.db, self.now_ms)
+        self.epoch_watch.listeners.append(self.sync.epoch_is)
         # retention policy -> days of node-local rows kept (0 or absent: off; node/retention/job.py)
         self.retention_days: dict[str, int] = {}
         # this process's own connection outside the writer (PostgreSQL: what its processes share, record 86)

@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import sqlite3
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -68,7 +67,6 @@ from wire.time import format_ms
 MAX_WANT_ATTEMPTS = 8
 MAX_WANT_BACKOFF_MS = 10 * 60 * 1000
 POLL_S = 0.1
-EPOCH_LOOK_S = 5.0  # how often the puller's rounds look whether this store's epoch changed (`reconcile_wanted`)
 # What the projections raise for a record they refuse, the peer's fault: a constraint of a projection table, or a
 # value the canonical form refuses. Anything else a record meets while stored is a fault of this node's own code.
 REFUSED = (sqlite3.IntegrityError, canonical.CanonicalError)
@@ -125,8 +123,8 @@ class NodeSyncStore:
         self._newest_wakes = 0  # `_wakes` when `_newest` was read
         self._wakes = 0
         self.poll_s = POLL_S
-        self._epoch_seen: str | None = None  # the store epoch at `reconcile_wanted`'s last look, and when that was
-        self._epoch_looked = float("-inf")
+        self._epoch_seen: str | None = None  # the store epoch the node's epoch watch last told (`epoch_is`)
+        self._reconcile_all = False  # it changed since: the next `reconcile_wanted` names every peer
         # the writer's authority cache (node/store/authority.py), shared with local writes (Node passes sealing's)
         self.authority = Authority() if authority is None else authority
         # called after a batch holding redactions is stored: the redaction scrubber looks at once (Node sets it)
@@ -221,34 +219,31 @@ class NodeSyncStore:
     async def refused_prefixes(self, prefixes: list[str]) -> set[str]:
         return await self.db.read(lambda c: prefixed_versions(c, prefixes))
 
-    async def reconcile_wanted(self) -> set[str]:
-        """The authority's wakes (filled by the writer thread; a wake lost to a race waits for the round), and every
-        peer once when this store's epoch changed since the last look, at most every EPOCH_LOOK_S: a restore or a
-        failover under a serving process may have lost records of this node that its peers hold, and only a
-        reconciliation gives them back (a peer's feed leaves out what the asker wrote; docs/decisions.md record 94).
-        A look that finds the store unavailable is left to the next one."""
-        changed: frozenset[str] = frozenset()
-        with contextlib.suppress(StoreUnavailable):
-            changed = await self._peers_if_epoch_changed()
-        return self.authority.take_wake() | changed
-
-    async def _peers_if_epoch_changed(self) -> frozenset[str]:
-        now = time.monotonic()
-        if now - self._epoch_looked < EPOCH_LOOK_S:
-            return frozenset()
-        self._epoch_looked = now
-        epoch, seen = await self.db.read(store_epoch), self._epoch_seen
-        peers = frozenset() if seen is None or epoch == seen else await self.peer_ids()  # raising: the next look
-        self._epoch_seen = epoch
-        if peers:
+    def epoch_is(self, epoch: str) -> None:
+        """The node's epoch watch (node/ops/history.py) tells what the store epoch is now. A change since it last told:
+        a restore or a failover under a serving process may have lost records of this node that its peers hold, and
+        only a reconciliation gives them back (a peer's feed leaves out what the asker wrote; docs/decisions.md
+        record 94), so the next `reconcile_wanted` names every peer."""
+        seen, self._epoch_seen = self._epoch_seen, epoch
+        if seen is not None and epoch != seen:
             log.warning(
-                "the store epoch changed (%s, now %s: a restore or a failover); reconciling with every peer (%d) to"
-                " take back what this node's store lost",
+                "the store epoch changed (%s, now %s: a restore or a failover); reconciling with every peer to take"
+                " back what this node's store lost",
                 seen,
                 epoch,
-                len(peers),
             )
-        return peers
+            self._reconcile_all = True
+
+    async def reconcile_wanted(self) -> set[str]:
+        """The authority's wakes (filled by the writer thread; a wake lost to a race waits for the round), and every
+        peer once after the store epoch changed (`epoch_is`); a round that finds the store unavailable leaves that to
+        the next."""
+        wanted = self.authority.take_wake()
+        if self._reconcile_all:
+            with contextlib.suppress(StoreUnavailable):
+                wanted |= await self.peer_ids()
+                self._reconcile_all = False
+        return wanted
 
     async def ingest(
         self,

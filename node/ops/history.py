@@ -1,10 +1,12 @@
-"""The store epoch follows the history of a PostgreSQL database (docs/decisions.md record 94).
+"""The store epoch follows the history of a PostgreSQL database, and a serving process follows the store epoch
+(docs/decisions.md record 94).
 
 A database brought back by the server rather than by `bbs restore` (a point-in-time recovery, a promoted replica, a
 dump restored into another cluster) may have lost the end of the log while keeping the store epoch: peers would then
 trust their cursors, and the sequence numbers handed out next would name records they never pull. Each process checks
-at its start (`Node.open`) and every HISTORY_CHECK_SECONDS while serving; the first to find the history moved gives
-the store a new epoch, so peers reconcile (docs/sync.md, `reset` `epoch_changed`). Nothing on SQLite.
+at its start (`Node.open`) and every EPOCH_WATCH_SECONDS while serving (`EpochWatch`); the first to find the history
+moved gives the store a new epoch, so peers reconcile (docs/sync.md, `reset` `epoch_changed`). The same look tells
+the process's own listeners the epoch (its search indexer, its sync store), which act when it changed under them.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from node.ops import store
-from node.store.conn import Conn
+from node.store.conn import POSTGRESQL, Conn, engine_of
 from node.store.db import Database, transaction
 
 log = logging.getLogger("bbs.node")
-HISTORY_CHECK_SECONDS = 5.0
+EPOCH_WATCH_SECONDS = 5.0
 
 
 def follow_txn(conn: Conn, now_ms: int) -> store.Renewed | None:
@@ -49,11 +51,34 @@ def follow_at_start(conn: Any, now_ms: int) -> store.Renewed | None:
         return follow_txn(conn, now_ms)
 
 
-async def follow(db: Database, now_ms: Callable[[], int]) -> store.Renewed | None:
-    """While serving: a read of the recorded history and the database's, then a write only when they differ."""
-    if db.pg_url is None:
-        return None
-    was, now = await db.read(store.recorded_history)
-    if was == now:
-        return None
-    return await db.write(lambda conn: follow_txn(conn, now_ms()))
+def _looked(conn: Conn) -> tuple[bool, str]:
+    """(whether the database's history moved since the store epoch was given: PostgreSQL only; the store epoch)."""
+    moved = False
+    if engine_of(conn) == POSTGRESQL:
+        was, now = store.recorded_history(conn)
+        moved = was != now
+    return moved, store.meta_value(conn, "epoch") or ""
+
+
+class EpochWatch:
+    """One process's look at the store epoch while serving (node/web/background.py runs `look` every
+    EPOCH_WATCH_SECONDS): one read, and a write only when the database's history moved. Each listener is told the
+    epoch at every look and acts when it is not the one it knew: the search indexer rebuilds its index, the sync store
+    reconciles with every peer to take back what the store lost."""
+
+    def __init__(self, db: Database, now_ms: Callable[[], int]) -> None:
+        self.db = db
+        self.now_ms = now_ms
+        self.listeners: list[Callable[[str], None]] = []
+
+    async def look(self) -> store.Renewed | None:
+        """Follow the database's history (the epoch renewed when it moved; what renewed it, or None), then tell every
+        listener the store epoch."""
+        moved, epoch = await self.db.read(_looked)
+        renewed = None
+        if moved:
+            renewed = await self.db.write(lambda conn: follow_txn(conn, self.now_ms()))
+            _, epoch = await self.db.read(_looked)  # renewed here, or by another process that found it first
+        for listener in tuple(self.listeners):
+            listener(epoch)
+        return renewed

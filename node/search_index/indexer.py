@@ -56,9 +56,6 @@ BUILD_RATE = 2_000
 REPAIR_RETRY_S = 5  # the Retry-After of a search while a damaged index is set aside and rebuilt
 REBUILD_ADVICE = "; run bbs rebuild"  # what `check` tells an operator after a failure
 IDLE_POLL_SECONDS = 1.0  # a look for new entries even without a commit signal (a write no wakeup announced)
-# A look at the store epoch while serving: a PostgreSQL database brought back under a serving process gets a new one
-# (node/ops/history.py, docs/decisions.md record 94), and an index built for the old epoch is rebuilt from the log.
-EPOCH_CHECK_SECONDS = 5.0
 log = logging.getLogger("bbs.search_index")
 
 
@@ -388,8 +385,7 @@ class Indexer:
         self.ready = False  # caught up with the log once since `run` began (a first build can take minutes)
         self.stopping = False
         self._trouble: str | None = None  # the problem last logged, until a round succeeds again
-        self.epoch_check_s = EPOCH_CHECK_SECONDS
-        self._epoch_checked = time.monotonic()  # the index was opened for the store's epoch
+        self._epoch_now: str | None = None  # a store epoch the index was not built for (`epoch_is`), until a round
 
     def committed(self, at: float) -> None:
         """The node's writer committed at `at` (time.monotonic()): there may be entries to index."""
@@ -465,8 +461,8 @@ class Indexer:
                     await self.repair("its folder is gone")
                 elif self.index.damaged:
                     await self.repair("reading it failed (a damaged segment)")
-                elif time.monotonic() - self._epoch_checked >= self.epoch_check_s:
-                    await self._check_epoch()
+                elif self._epoch_now is not None:
+                    await self._follow_epoch()
                 await self.catch_up()
                 self.ready = True
                 if self._trouble is not None:
@@ -483,13 +479,18 @@ class Indexer:
                 await asyncio.wait_for(self.wake.wait(), IDLE_POLL_SECONDS)
             await self._keep_pace()
 
-    async def _check_epoch(self) -> None:
-        """Rebuild the index from the log when the store's epoch is no longer the one it was built for: its database
-        was brought back under this process (the log it indexed may have lost its end, and positions past the loss
-        name other entries now)."""
-        self._epoch_checked = time.monotonic()
-        epoch = await self.db.read(store.store_epoch, quick=True)
+    def epoch_is(self, epoch: str) -> None:
+        """The node's epoch watch (node/ops/history.py) tells what the store epoch is now: an index built for another
+        is rebuilt from the log at the next round. Its database was brought back under this process (a PostgreSQL
+        point-in-time recovery, a failover: docs/decisions.md record 94); the log it indexed may have lost its end,
+        and positions past the loss name other entries now."""
         if stamp_for(epoch) != self.index.stamp:
+            self._epoch_now = epoch
+            self.wake.set()
+
+    async def _follow_epoch(self) -> None:
+        epoch, self._epoch_now = self._epoch_now, None
+        if epoch is not None and stamp_for(epoch) != self.index.stamp:  # a repair meanwhile opened it for `epoch`
             await self.repair(f"the store epoch changed to {epoch} (its database was brought back)")
 
     async def _failed(self, exc: BaseException) -> None:

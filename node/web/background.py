@@ -186,12 +186,12 @@ key_fence_settle = periodic(
     lambda node: node.node_keys.settle(),
     logging.getLogger("bbs.node"),
 )
-# The store epoch follows the PostgreSQL database's history (node/ops/history.py): every process, a quick read each
-# round (nothing on SQLite).
-store_history_check = periodic(
-    "store history check",
-    history.HISTORY_CHECK_SECONDS,
-    lambda node: history.follow(node.db, node.now_ms),
+# The store epoch follows the PostgreSQL database's history, and this process's search index and sync store follow the
+# store epoch (node/ops/history.py): every process, a quick read each round.
+store_epoch_watch = periodic(
+    "store epoch watch",
+    history.EPOCH_WATCH_SECONDS,
+    lambda node: node.epoch_watch.look(),
     logging.getLogger("bbs.node"),
 )
 # Tell the holders and declarers of tasks that became later twins (node/workflows/twins.py), every second.
@@ -234,6 +234,7 @@ async def search_indexing(app: web.Application) -> AsyncIterator[None]:
             loop.call_soon_threadsafe(worker.committed, time.monotonic())
 
     node.db.after_commit.append(after_commit)
+    node.epoch_watch.listeners.append(worker.epoch_is)  # an index built for another epoch is rebuilt
     position = metrics.gauge("bbs_search_index_position", "Highest entry id the search index covers")
     lag = metrics.gauge("bbs_search_index_lag_entries", "Entries committed but not yet in the search index")
     lag_s = metrics.gauge("bbs_search_index_lag_seconds", "Age of the oldest commit whose entries are not searchable")
@@ -274,6 +275,7 @@ async def search_indexing(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(worker.run(), name="search indexing")
     yield
     node.db.after_commit.remove(after_commit)
+    node.epoch_watch.listeners.remove(worker.epoch_is)
     node.reads.indexer = None
     worker.stop()
     await stop_task(task)

@@ -15,7 +15,6 @@ import pytest
 
 from identity import keys
 from node.features import LOG
-from node.federation import store as federation_store
 from node.federation.store import (
     MAX_WANT_ATTEMPTS,
     PREFIX_SQL,
@@ -301,25 +300,27 @@ def test_versions_are_found_by_prefix_where_refused_finds_them_whole(open_store:
 
 async def test_an_epoch_changed_under_the_puller_asks_to_reconcile_with_every_peer_once(
     make_peer: Callable[..., Awaitable[PeerNode]],  # noqa: F811  (the fixture imported above)
-    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A restore or a failover under a serving process (docs/decisions.md record 94) may have lost this node's own
-    records, which only a reconciliation takes back from the peers that hold them: the next look after the change
-    names every peer, once."""
+    records, which only a reconciliation takes back from the peers that hold them: after the node's epoch watch
+    finds the epoch changed, the next round names every peer, once."""
     a, b, c = await make_peer("a"), await make_peer("b"), await make_peer("c")
     await a.add_peer(b)
     await a.add_peer(c)
-    monkeypatch.setattr(federation_store, "EPOCH_LOOK_S", 0.0)
-    store = a.sync.store
-    assert await store.reconcile_wanted() == set()  # the first look records the epoch
+    store, watch = a.sync.store, a.node.epoch_watch
+    assert store is a.node.sync and store.epoch_is in watch.listeners
+    await watch.look()  # the first look tells the epoch
+    assert await store.reconcile_wanted() == set()
+    await watch.look()
     assert await store.reconcile_wanted() == set()
     epoch, _ = await store.position()
     await a.node.db.write(lambda conn: ops_store.renew_epoch_txn(conn, "e" * 32, epoch, 1))
+    assert await store.reconcile_wanted() == set()  # not looked at yet
     with caplog.at_level(logging.WARNING, logger="bbs.sync"):
-        assert await store.reconcile_wanted() == {b.node_id, c.node_id}
+        await watch.look()
     assert any("store epoch changed" in r.getMessage() for r in caplog.records)
-    assert await store.reconcile_wanted() == set()
-    monkeypatch.setattr(federation_store, "EPOCH_LOOK_S", 3600.0)  # within the interval: not read again
-    await a.node.db.write(lambda conn: ops_store.renew_epoch_txn(conn, "f" * 32, "e" * 32, 2))
+    assert await store.reconcile_wanted() == {b.node_id, c.node_id}
+    assert await store.reconcile_wanted() == set()  # once
+    await watch.look()  # the same epoch again: nothing
     assert await store.reconcile_wanted() == set()

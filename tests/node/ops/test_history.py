@@ -20,7 +20,6 @@ from aiohttp.test_utils import TestServer
 
 from node.app import create_app
 from node.federation.routes import SyncSettings
-from node.ops import history
 from node.ops import store as ops_store
 from node.ops.datadir import initialise
 from node.service import Node
@@ -80,18 +79,22 @@ async def test_a_history_that_moved_while_serving_gives_one_new_epoch(
     node = _opened(folder, clock)
     try:
         epoch = _meta(url, "epoch")
-        assert await history.follow(node.db, node.now_ms) is None  # nothing moved: a read, no write
+        told: list[str] = []
+        node.epoch_watch.listeners.append(told.append)
+        assert await node.epoch_watch.look() is None  # nothing moved: a read, no write
+        assert told == [epoch]
         _mark(url, "restored")
         with caplog.at_level(logging.WARNING, logger="bbs.node"):
-            renewed = await history.follow(node.db, node.now_ms)
+            renewed = await node.epoch_watch.look()
         assert renewed is not None and renewed.previous_epoch == epoch and renewed.was == "restored"
         assert _meta(url, "epoch") == renewed.epoch != epoch
         assert _meta(url, "previous_epoch") == epoch
         assert _meta(url, "restored_ms") == str(node.now_ms())
         assert _meta(url, ops_store.HISTORY_KEY) == renewed.now == read_sync(url, ops_store.cluster_history)
         assert any("history moved" in r.getMessage() and renewed.epoch in r.getMessage() for r in caplog.records)
-        assert await history.follow(node.db, node.now_ms) is None  # once
-        assert _meta(url, "epoch") == renewed.epoch
+        assert told == [epoch, renewed.epoch]  # the listeners hear the new epoch in the same look
+        assert await node.epoch_watch.look() is None  # once
+        assert _meta(url, "epoch") == renewed.epoch and told == [epoch, renewed.epoch, renewed.epoch]
     finally:
         node.close()
 
@@ -156,11 +159,11 @@ def test_bbs_restores_renewal_records_the_history_so_a_start_renews_nothing_more
     assert _meta(url, "epoch") == "r1" and _meta(url, "previous_epoch") == "r0"
 
 
-async def test_nothing_is_read_or_written_on_sqlite(tmp_path: Path, clock: FakeClock) -> None:
+async def test_the_watch_writes_nothing_on_sqlite(tmp_path: Path, clock: FakeClock) -> None:
     initialise(tmp_path / "node")
     node = _opened(tmp_path / "node", clock)
     try:
-        assert await history.follow(node.db, node.now_ms) is None
+        assert await node.epoch_watch.look() is None  # the epoch read, nothing written
         store = node.data.store
         assert read_sync(store, lambda conn: ops_store.follow_history_txn(conn, "x", 1)) is None
         assert read_sync(store, lambda conn: ops_store.meta_value(conn, ops_store.HISTORY_KEY)) is None

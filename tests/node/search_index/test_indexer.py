@@ -324,9 +324,11 @@ async def test_a_serving_index_is_rebuilt_when_the_store_epoch_changes_under_it(
     await worker.catch_up()
     repairs = worker.repairs
     epoch = await node.db.read(store.store_epoch)
-    worker.epoch_check_s = 0.0  # every round looks (5 s in a served node)
+    assert worker.epoch_is in node.epoch_watch.listeners
+    await node.epoch_watch.look()  # the epoch it was built for: nothing to do
+    assert worker.repairs == repairs
     await node.db.write(lambda c: ops_store.renew_epoch_txn(c, "e-brought-back", epoch, node.now_ms()))
-    worker.wake.set()
+    await node.epoch_watch.look()  # every 5 s in a served node
     headers = {"Authorization": f"Bearer {alice.api_key}"}
     async with asyncio.timeout(30):
         while worker.index.stamp != index_mod.stamp_for("e-brought-back") or worker.position.position < max(ids):
