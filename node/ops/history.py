@@ -44,8 +44,8 @@ def follow_at_start(conn: Any, now_ms: int) -> store.Renewed | None:
     """At a start (`Node.open`, a `bbs` command too), on the start's connection (`connect_store`'s): a read, then a
     write transaction only when the two histories differ (the writer lock is not taken, nor the write clock moved,
     on every start)."""
-    was, now = store.recorded_history(conn)
-    if was == now:
+    moved, _ = _looked(conn)
+    if not moved:
         return None
     with transaction(conn, immediate=True):
         return follow_txn(conn, now_ms)

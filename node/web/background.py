@@ -11,6 +11,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -40,6 +41,17 @@ CleanupContext = Callable[[web.Application], AsyncIterator[None]]
 log = logging.getLogger("bbs.leader")
 
 
+@dataclass
+class _TermRun:
+    """Leader work in one term (`leader_only`): the term, its failed starts counted as one run, the started context
+    (None until a start succeeds), and whether to try starting it again."""
+
+    term: Term
+    starts: RoundFailures
+    started: AsyncIterator[None] | None = None
+    again: bool = False
+
+
 def leader_only(context: CleanupContext) -> CleanupContext:
     """`context` run only while this process leads the node (docs/decisions.md record 87): started when a term
     begins (at start-up, as before, when the process leads then), stopped when it ends (the lead lost, or given up on
@@ -52,69 +64,68 @@ def leader_only(context: CleanupContext) -> CleanupContext:
         leadership = app[NODE].leadership
         name = getattr(context, "__name__", "leader work")
 
-        def counted(term: Term) -> RoundFailures:
-            """The failed starts of one term, counted as one run: a new term starts its own count."""
-            return RoundFailures(log, f"{name}'s start (epoch {term.epoch})")
+        async def opened(term: Term) -> _TermRun:
+            """The work's run in `term`, after a first try at starting it (its failed starts counted as one run)."""
+            run = _TermRun(term, RoundFailures(log, f"{name}'s start (epoch {term.epoch})"))
+            await begin(run)
+            return run
 
-        async def begin(term: Term, starts: RoundFailures) -> tuple[AsyncIterator[None] | None, bool]:
-            """One try at starting the work for `term`: the started context (or None), and whether to try again (the
-            store was unavailable: a database server restarting under a term that outlived it)."""
+        async def begin(run: _TermRun) -> None:
+            """One try at starting the work in `run`'s term: `started` set, or `again` when the store was unavailable
+            (a database server restarting under a term that outlived it)."""
             started = context(app)
+            term = run.term
             with leader_fence(term.fence.check if term.fence is not None else None):  # its tasks copy the fence
                 try:
                     await anext(started)
                 except StoreUnavailable as exc:
-                    starts.failed(exc)
-                    return None, True
+                    run.starts.failed(exc)
+                    run.again = True
+                    return
                 except Exception:
                     log.exception("%s could not start (epoch %d); it stays off until the next term", name, term.epoch)
-                    return None, False
-            starts.passed()
-            return started, False
+                    run.again = False
+                    return
+            run.starts.passed()
+            run.started, run.again = started, False
 
-        async def begun(
-            term: Term, starts: RoundFailures, started: AsyncIterator[None] | None, again: bool
-        ) -> AsyncIterator[None] | None:
-            """`started`, or the work started by later tries while the term lasts (every START_RETRY_S)."""
-            while again and not term.ended.is_set():
+        async def begun(run: _TermRun) -> None:
+            """Later tries at starting the work while the term lasts (every START_RETRY_S), until one starts it."""
+            while run.again and not run.term.ended.is_set():
                 before = stops_pending()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(START_RETRY_S):
-                        await term.ended.wait()
+                        await run.term.ended.wait()
                 raise_if_stopped_since(before)  # a stop that came with the term's end is not lost in the wake
-                if term.ended.is_set():
-                    return None
-                started, again = await begin(term, starts)
-            return started
+                if run.term.ended.is_set():
+                    return
+                await begin(run)
 
         async def end(started: AsyncIterator[None] | None) -> None:
             if started is not None:
                 with contextlib.suppress(StopAsyncIteration):
                     await anext(started)
 
-        async def terms(
-            term: Term | None, starts: RoundFailures | None, started: AsyncIterator[None] | None, again: bool
-        ) -> None:
+        async def terms(run: _TermRun | None) -> None:
             try:
                 while True:
-                    if term is None or starts is None:
-                        term = await leadership.next_term()
-                        starts = counted(term)
-                        started, again = await begin(term, starts)
-                    started = await begun(term, starts, started, again)
-                    await term.ended.wait()
-                    stopping, term, started = started, None, None
+                    if run is None:
+                        run = await opened(await leadership.next_term())
+                    await begun(run)
+                    await run.term.ended.wait()
+                    stopping, run = run.started, None
                     before = stops_pending()
                     await end(stopping)
                     # the app stopped while the work did: a context that swallowed that stop must not keep this on
                     raise_if_stopped_since(before)
             finally:
-                await end(started)
+                if run is not None:
+                    await end(run.started)
 
         first = leadership.term
-        starts = counted(first) if first is not None else None
-        started, again = await begin(first, starts) if first is not None and starts is not None else (None, False)
-        task = asyncio.create_task(terms(first, starts, started, again), name=f"{name} while leading")
+        task = asyncio.create_task(
+            terms(await opened(first) if first is not None else None), name=f"{name} while leading"
+        )
         yield
         await stop_task(task)
 
