@@ -176,6 +176,7 @@ class Trace(NamedTuple):
 
 _LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:")  # a record's first line: the log format's asctime
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+_TRACEBACK = "Traceback (most recent call last):"  # what Python prints first, alone on its line
 
 
 def tracebacks(log: Path) -> list[Trace]:
@@ -184,19 +185,19 @@ def tracebacks(log: Path) -> list[Trace]:
     found: list[Trace] = []
     logged, i = "", 0
     while i < len(lines):
-        if not lines[i].startswith("Traceback"):
+        if lines[i] != _TRACEBACK:
             logged = lines[i] if _LOG_RECORD.match(lines[i]) else logged
             i += 1
             continue
         chained = True
-        while i < len(lines) and lines[i].startswith("Traceback") and chained:
+        while i < len(lines) and lines[i] == _TRACEBACK and chained:
             i += 1  # the frames, then the exception's first line, then what it prints after it
             while i < len(lines) and (lines[i].startswith(" ") or not lines[i].strip()):
                 i += 1
             exception = lines[i] if i < len(lines) else "Traceback with no exception line"
             i += 1
             chained = False
-            while i < len(lines) and not lines[i].startswith("Traceback") and not _LOG_RECORD.match(lines[i]):
+            while i < len(lines) and lines[i] != _TRACEBACK and not _LOG_RECORD.match(lines[i]):
                 chained = chained or lines[i].startswith(_CHAINED)
                 i += 1
         found.append(Trace(exception, logged))

@@ -88,8 +88,10 @@ class TextFormatter(logging.Formatter):
             self._second = (second, text)
         return self.default_msec_format % (text, record.msecs) if self.default_msec_format else text
 
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+    def formatMessage(self, record: logging.LogRecord) -> str:  # the stdlib's name
+        """The record's first line with its key=value pairs: a traceback (`format` adds it) comes after them, so its
+        last line is the exception alone."""
+        line = super().formatMessage(record)
         extra = " ".join(
             [f"{k}={_json_text(v)}" for k, v in record.__dict__.items() if k not in _STANDARD and k[:1] != "_"]
         )

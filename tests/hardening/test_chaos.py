@@ -128,3 +128,16 @@ def test_equivocated_addresses_need_one_body_everywhere_and_adversaries_left_out
     results = evaluate(Ledger(), {}, [], set())
     assert results["one_body_per_address"].status == SKIPPED and results["replay_refused"].status == SKIPPED
     assert "FAILED invariants: digests_converge_10s" in table(results)
+
+
+def test_a_message_line_that_begins_with_the_word_traceback_is_no_traceback(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text(
+        "2026-12-07 09:24:07,350 WARNING bbs.node a note on two lines\n"
+        "Traceback-free: nothing raised\n"
+        "2026-12-07 09:24:08,000 ERROR bbs.db rollback failed\n"
+        "Traceback (most recent call last):\n"
+        '  File "c.py", line 3, in h\n'
+        "ValueError: x\n"
+    )
+    assert tracebacks(log) == [Trace("ValueError: x", "2026-12-07 09:24:08,000 ERROR bbs.db rollback failed")]

@@ -70,6 +70,19 @@ def test_text_lines_end_with_key_value_pairs() -> None:
     assert formatter.formatTime(rec, "%Y") == time.strftime("%Y", time.localtime(rec.created))
 
 
+def test_a_text_line_with_a_traceback_puts_its_key_value_pairs_before_it() -> None:
+    """The pairs stay on the record's first line, and the traceback's last line is the exception alone (the chaos
+    scenarios count tracebacks by that line: a request id after it made each occurrence another site)."""
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failing = record(request_id="r1", status=500)
+        failing.exc_info = sys.exc_info()
+    lines = logging_setup.TextFormatter().format(failing).splitlines()
+    assert lines[0].endswith(' hello world request_id="r1" status=500')
+    assert lines[1] == "Traceback (most recent call last):" and lines[-1] == "ValueError: boom"
+
+
 def test_malformed_requests_become_one_warning() -> None:
     log_filter = logging_setup.MalformedHttpFilter()
     for exc in [BadHttpMessage("bad Content-Length"), web.RequestPayloadError("not gzip")]:
