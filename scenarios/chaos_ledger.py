@@ -173,10 +173,18 @@ class Trace(NamedTuple):
     exception: str
     logged: str
 
+    @property
+    def site(self) -> str:
+        """The record that logged it less its time and its key=value pairs (a request id, a duration): the same for
+        every occurrence at one site, so occurrences are counted by it."""
+        return _EXTRAS.sub("", _TIME.sub("", self.logged))
+
 
 _LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:")  # a record's first line: the log format's asctime
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 _TRACEBACK = "Traceback (most recent call last):"  # what Python prints first, alone on its line
+_TIME = re.compile(r"^\d{4}-\d\d-\d\d[ T][\d:,.]+ ")  # asctime and the space after it
+_EXTRAS = re.compile(r'(?: [A-Za-z_]\w*=(?:"(?:[^"\\]|\\.)*"|[^ "]+))+$')  # the text format's trailing key=value pairs
 
 
 def tracebacks(log: Path) -> list[Trace]:

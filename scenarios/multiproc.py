@@ -697,9 +697,11 @@ def fmt(seconds: float | None) -> str:
     return "never" if seconds is None else f"{seconds:.1f}s"
 
 
-def _site(trace: Trace, times: int) -> str:
-    """A traceback found in a log, shortened: its exception and the record that logged it (less its time)."""
-    return f"{trace.exception[:120]} after {trace.logged[24:140]!r} x{times}"
+def _sites(found: list[Trace]) -> str:
+    """The three sites with the most tracebacks in one log: the exception, the record that logged it (`Trace.site`)
+    and how many times."""
+    counted = Counter((trace.exception, trace.site) for trace in found)
+    return ", ".join(f"{exc[:120]} after {site[:116]!r} x{n}" for (exc, site), n in counted.most_common(3))
 
 
 def fmt_secs(by: dict[str, float | None]) -> str:
@@ -762,10 +764,7 @@ async def run(root: Path, cluster: pg_cluster.Cluster, opts: Options) -> dict[st
                 await w.balancer.close()
     traces = {log.stem: found for log in sorted(root.glob("*.log")) if (found := tracebacks(log))}
     # named, not only counted: a run in CI keeps no logs, and the site and exception say whether one is a bug
-    named = "; ".join(
-        f"{stem}: {len(found)} ({', '.join(_site(trace, n) for trace, n in Counter(found).most_common(3))})"
-        for stem, found in traces.items()
-    )
+    named = "; ".join(f"{stem}: {len(found)} ({_sites(found)})" for stem, found in traces.items())
     print(f"tracebacks in the logs (not an invariant): {named or 'none'}")
     refused = ", ".join(f"{k.strip()} x{v}" for k, v in w.ledger.refused.most_common(6))
     print(f"refused client requests (most): {refused or 'none'}")

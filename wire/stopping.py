@@ -40,4 +40,7 @@ async def wait_ended(task: asyncio.Task[object]) -> None:
     except asyncio.CancelledError:
         raise_if_stopped_since(before)
         return
+    except BaseException:  # its own failure, unless the waiter was stopped meanwhile: the stop goes first
+        raise_if_stopped_since(before)
+        raise
     raise_if_stopped_since(before)

@@ -385,7 +385,7 @@ class Indexer:
         self.ready = False  # caught up with the log once since `run` began (a first build can take minutes)
         self.stopping = False
         self._trouble: str | None = None  # the problem last logged, until a round succeeds again
-        self._epoch_now: str | None = None  # a store epoch the index was not built for (`epoch_is`), until a round
+        self.epoch_now: str | None = None  # an epoch the index was not built for (`epoch_is`), until a round follows it
 
     def committed(self, at: float) -> None:
         """The node's writer committed at `at` (time.monotonic()): there may be entries to index."""
@@ -461,7 +461,7 @@ class Indexer:
                     await self.repair("its folder is gone")
                 elif self.index.damaged:
                     await self.repair("reading it failed (a damaged segment)")
-                elif self._epoch_now is not None:
+                elif self.epoch_now is not None:
                     await self._follow_epoch()
                 await self.catch_up()
                 self.ready = True
@@ -485,11 +485,11 @@ class Indexer:
         point-in-time recovery, a failover: docs/decisions.md record 94); the log it indexed may have lost its end,
         and positions past the loss name other entries now."""
         if stamp_for(epoch) != self.index.stamp:
-            self._epoch_now = epoch
+            self.epoch_now = epoch
             self.wake.set()
 
     async def _follow_epoch(self) -> None:
-        epoch, self._epoch_now = self._epoch_now, None
+        epoch, self.epoch_now = self.epoch_now, None
         if epoch is not None and stamp_for(epoch) != self.index.stamp:  # a repair meanwhile opened it for `epoch`
             await self.repair(f"the store epoch changed to {epoch} (its database was brought back)")
 

@@ -141,3 +141,11 @@ def test_a_message_line_that_begins_with_the_word_traceback_is_no_traceback(tmp_
         "ValueError: x\n"
     )
     assert tracebacks(log) == [Trace("ValueError: x", "2026-12-07 09:24:08,000 ERROR bbs.db rollback failed")]
+
+
+def test_occurrences_at_one_site_share_it_whatever_their_time_and_key_value_pairs() -> None:
+    first = Trace("ValueError: x", '2026-12-07 09:24:08,000 ERROR bbs.http failed request_id="r1" status=500')
+    again = Trace("ValueError: x", '2026-12-07 10:01:00,123 ERROR bbs.http failed request_id="r 2" status=500')
+    other = Trace("ValueError: x", "2026-12-07 10:01:00,123 ERROR bbs.db rollback failed")
+    assert first.site == again.site == "ERROR bbs.http failed"
+    assert other.site == "ERROR bbs.db rollback failed" and Trace("E: y", "").site == ""

@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from wire.stopping import raise_if_stopped_since, stop_task, stops_pending
+from wire.stopping import raise_if_stopped_since, stop_task, stops_pending, wait_ended
 
 
 async def test_the_stopped_tasks_own_cancellation_is_not_raised() -> None:
@@ -141,3 +141,28 @@ async def test_raise_if_stopped_since_sees_a_stop_that_what_was_awaited_swallowe
         await asyncio.wait_for(task, 5)
     assert outcomes == ["checked"]
     assert stops_pending() == 0  # the test's own task was never cancelled
+
+
+async def test_a_stop_of_the_waiter_goes_before_the_tasks_failure_at_its_end() -> None:
+    """The awaited task fails as it ends (uvicorn's exit turned into a RuntimeError): a stop of the waiter that came
+    meanwhile is raised, not the failure that a caller may suppress; with no stop, the failure is raised."""
+
+    async def fails_when_stopped() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("failed at its end") from None
+
+    task = asyncio.create_task(fails_when_stopped())
+    waiter = asyncio.create_task(wait_ended(task))
+    await asyncio.sleep(0)  # the waiter waits for the task
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert isinstance(task.exception(), RuntimeError)
+
+    alone = asyncio.create_task(fails_when_stopped())
+    await asyncio.sleep(0)
+    alone.cancel()
+    with pytest.raises(RuntimeError, match="failed at its end"):
+        await wait_ended(alone)
