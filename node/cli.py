@@ -589,7 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from node.ops import cli as ops_cli
 
-    ops_cli.add_commands(sub)  # backup, restore, litestream-config, doctor
+    ops_cli.add_commands(sub)  # backup, restore, litestream-config, doctor, migrate-store, processes
     from node.federation import cli as peer_cli
 
     peer_cli.add_parsers(sub, _data_arg)  # peer add, peers, digest

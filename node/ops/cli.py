@@ -1,4 +1,5 @@
-"""Operator commands of `bbs`: backup, restore, restore-leftovers, litestream-config, doctor, migrate-store.
+"""Operator commands of `bbs`: backup, restore, restore-leftovers, litestream-config, doctor, migrate-store,
+processes.
 
 Registered by node.cli.build_parser."""
 
@@ -54,6 +55,12 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     if args.data.exists() and not args.data.is_dir():
         raise CommandError(f"{args.data} is a file, not a data folder")
+    if args.by_hand:
+        from node.ops.processes import mark_restored
+
+        mark_restored(args.data)
+        _print_json({"data": str(args.data), "marked": "restored"})
+        return 0
     if args.from_file is not None and args.from_file.is_file() and not tarfile.is_tarfile(args.from_file):
         raise InvalidInput(f"{args.from_file} is not a bbs backup (not a tar file)", code="backup_corrupt")
     check_target(args.data, force=args.force)  # refused before a long unpack, not after
@@ -101,6 +108,29 @@ def cmd_restore_leftovers(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_processes(args: argparse.Namespace) -> int:
+    from node.ops.processes import forget, registered
+    from wire.time import format_ms
+
+    if args.forget is not None:
+        forget(args.data, args.forget)
+        print(f"forgot process {args.forget}: no hold of the node's lease fence waits for it any more")
+        return 0
+    found = registered(args.data)
+    if args.json:
+        _print_json(found)
+        return 0
+    for p in found.processes:
+        state = ("checked" if p.checked else "not checked") if p.vouched else "waiting for a vouch"
+        mine = "  (this folder)" if p.this_folder else ""
+        print(f"{p.process}  {state:19}  registered {format_ms(p.registered_ms)}{mine}")
+    for hold in found.holds:
+        print(f"hold {hold.hold_id}  until {format_ms(hold.until_ms)}")
+    if not found.processes and not found.holds:
+        print("no process registered yet (a serving process registers within 5 s of its start)")
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from node.features import LOG
     from node.ops import doctor
@@ -145,6 +175,13 @@ def add_commands(sub: Any) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--from", dest="from_file", type=Path, help="a file written by bbs backup")
     source.add_argument("--litestream-config", type=Path, help="restore bbs.db from this Litestream replica config")
+    source.add_argument(
+        "--by-hand",
+        action="store_true",
+        help="the PostgreSQL database the folder names was brought back by hand (pg_restore into the same cluster, a"
+        " filesystem snapshot): mark it, so the node renews its store epoch and holds lease grants until every process"
+        " has checked in",
+    )
     p.add_argument("--key", type=Path, help="with --litestream-config: the node.key copy (default: DATA/node.key)")
     p.add_argument(
         "--store",
@@ -174,6 +211,15 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--sync-interval", default="1s", help="how often Litestream ships changes (default 1s)")
     p.add_argument("--out", type=Path, help="write to this file instead of stdout")
     p.set_defaults(func=cmd_litestream_config)
+
+    p = sub.add_parser(
+        "processes",
+        help="the processes of a node on PostgreSQL, as its lease fence registered them, and the holds on its grants",
+    )
+    _data(p)
+    p.add_argument("--forget", metavar="ID", help="remove a process retired for good: no hold waits for it again")
+    p.add_argument("--json", action="store_true", help="print them as JSON")
+    p.set_defaults(func=cmd_processes)
 
     p = sub.add_parser(
         "doctor",

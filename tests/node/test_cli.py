@@ -84,6 +84,8 @@ def test_only_init_and_serve_create_a_node(tmp_path: Path) -> None:
             ["rebuild"],
             ["backup", "--out", str(tmp_path / "b.tar")],
             ["litestream-config", "--replica", str(tmp_path / "replica")],
+            ["processes"],
+            ["restore", "--by-hand"],
         ):
             result = bbs(*command, "--data", str(folder))
             assert result.returncode == 1, (command, result.stderr)

@@ -90,6 +90,8 @@ def test_data_that_is_a_file_is_refused_by_every_command(tmp_path: Path, node_di
         ["digest"],
         ["backup", "--out", str(tmp_path / "b.tar")],
         ["litestream-config", "--replica", str(tmp_path / "r")],
+        ["processes"],
+        ["restore", "--by-hand"],
     ):
         one_line_error(bbs(*command, "--data", str(afile)), f"{afile} is a file, not a data folder")
     one_line_error(bbs("agent", "init", str(afile)), f"{afile} is a file")

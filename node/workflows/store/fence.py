@@ -88,6 +88,15 @@ def unchecked(conn: Conn, identity: str) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
+def processes(conn: Conn) -> list[tuple[str, bool, str | None, int]]:
+    """(process, vouched, the identity it last checked under or None, registered_ms) of every registered process, in
+    process order."""
+    rows = conn.execute(
+        "SELECT process, vouched, identity, registered_ms FROM lease_fence_processes ORDER BY process"
+    ).fetchall()
+    return [(str(r[0]), bool(r[1]), None if r[2] is None else str(r[2]), int(r[3])) for r in rows]
+
+
 def forget_process_txn(conn: Conn, process: str) -> bool:
     """Remove a process from the node's fence (its folder is gone for good): no history hold waits for it again."""
     return conn.execute("DELETE FROM lease_fence_processes WHERE process = ?", (process,)).rowcount > 0

@@ -15,7 +15,8 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
-from node.ops import pg_tools
+from node.cli import main
+from node.ops import pg_tools, processes
 from node.ops import store as ops_store
 from node.ops.datadir import DataDir
 from node.store.db import read_sync
@@ -148,13 +149,18 @@ async def test_a_hand_restore_marked_as_one_waits_for_every_process_to_check_in(
     await stop_process(two.a)
     await stop_process(two.b)
     _restore(tmp_path / "before.dump", two.url)
-    with psycopg.connect(DataDir(two.a.folder).store_url or "", autocommit=True) as conn:
-        conn.execute("UPDATE node_meta SET value = 'restored' WHERE key = %s", (IDENTITY_KEY,))
+    epoch = read_sync(two.url, lambda conn: ops_store.meta_value(conn, "epoch"))
+    assert main(["restore", "--by-hand", "--data", str(two.b.folder)]) == 0  # the mark, as the operator makes it
     b = await start_process(two.b.folder)  # b alone: its file shows nothing lost, yet it waits for a
     await check_fences(b)
     assert await _refused(b, bob, "t5") == LONGEST_GRANT_MS // 1000
+    assert read_sync(two.url, lambda conn: ops_store.meta_value(conn, "epoch")) != epoch  # renewed at b's start
+    listed = {p.process: (p.checked, p.this_folder) for p in processes.registered(two.b.folder).processes}
+    a_id, b_id = (_process_of(f) for f in (two.a.folder, two.b.folder))
+    assert listed == {a_id: (False, False), b_id: (True, True)}  # what `bbs processes` shows: a not checked in
     a = await start_process(two.a.folder)
     await check_fences(a, b)  # a checks in: the history hold ends, its count hold stays
+    assert all(p.checked for p in processes.registered(two.b.folder).processes)
     holds = await b.node.db.read(fence_store.holds)
     assert [h.hold_id.split(":")[0] for h in holds] == ["count"]
     assert 290 <= await _refused(b, bob, "t5") <= 300
@@ -271,3 +277,9 @@ async def test_a_promoted_replica_that_missed_grants_fences_both_processes(
     for p, key in ((a, "t3"), (b, "t4")):
         status, task, _ = await _lease(p, bob, key)
         assert status == 201 and task["lease"]["holder"] != ada
+
+
+def _process_of(folder: Path) -> str:
+    fence = read_fence(folder / FENCE_NAME)
+    assert fence is not None and fence.process is not None
+    return fence.process

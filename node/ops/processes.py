@@ -1,0 +1,88 @@
+"""What an operator of a node on PostgreSQL asks of its processes and restores, as commands rather than SQL typed by
+hand (docs/operations.md, "Leases across processes, restores and failover"; docs/decisions.md records 88 and 94):
+
+- `bbs processes`: the processes the node's lease fence registered, whether each has checked its fence against the
+  database's current history, and the holds on grants;
+- `bbs processes forget ID`: a process retired for good (its folder gone), so that no hold waits for it again;
+- `bbs restore --by-hand`: a database brought back in a way the server cannot tell apart (a `pg_restore` into the
+  same cluster, a filesystem snapshot), marked so that the next start of any process renews the store epoch and
+  the lease fence holds grants until every process has checked in.
+
+Each connects to the database the folder names and works while the node serves: a mark made then is a change of
+history like a failover, which serving processes follow within seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from node.ops import store as ops_store
+from node.ops.datadir import CommandError, DataDir, require_node
+from node.store.db import connect_store, transaction
+from node.workflows.fence import FENCE_NAME, IDENTITY_KEY, read_fence
+from node.workflows.store import fence as fence_store
+
+RESTORED = "restored"  # the mark: a history no database is in, so the next look finds it moved
+
+
+@dataclass(frozen=True)
+class Process:
+    """One process registered in the node's lease fence."""
+
+    process: str
+    vouched: bool  # holds a fence it checked (False: joined without one, waits for another process's vouch)
+    checked: bool  # has checked its fence against the database's current history
+    registered_ms: int
+    this_folder: bool  # the process of the data folder the command was given
+
+
+@dataclass(frozen=True)
+class Processes:
+    """The node's registered processes and the holds on its grants."""
+
+    processes: list[Process]
+    holds: list[fence_store.Hold]
+
+
+def _url(data: Path) -> str:
+    require_node(data)
+    url = DataDir(data).store_url
+    if url is None:
+        raise CommandError(
+            f"{data} keeps its node on SQLite: one process serves it, and a copy brought back by hand cannot be told"
+            " from the original (bring it back with bbs restore)"
+        )
+    return url
+
+
+def registered(data: Path) -> Processes:
+    """The processes the node's fence registered (in process id order) and its holds."""
+    url = _url(data)
+    fence = read_fence(data / FENCE_NAME)
+    mine = None if fence is None else fence.process
+    with contextlib.closing(connect_store(url, readonly=True)) as conn, transaction(conn, commit=False):
+        identity = fence_store.history_identity(conn)
+        rows = fence_store.processes(conn)
+        holds = fence_store.holds(conn)
+    return Processes(
+        [Process(p, vouched, checked == identity, at, p == mine) for p, vouched, checked, at in rows], holds
+    )
+
+
+def forget(data: Path, process: str) -> None:
+    """Remove `process` from the node's fence; CommandError when the node has no such process."""
+    url = _url(data)
+    with contextlib.closing(connect_store(url)) as conn, transaction(conn, immediate=True):
+        if not fence_store.forget_process_txn(conn, process):
+            raise CommandError(f"the node has no process {process} (bbs processes lists them)")
+
+
+def mark_restored(data: Path) -> None:
+    """Mark the node's database as brought back by hand: both the store epoch's history and the lease fence's read
+    `restored`, so the next look of each finds the history moved."""
+    url = _url(data)
+    with contextlib.closing(connect_store(url)) as conn, transaction(conn, immediate=True):
+        for key in (ops_store.HISTORY_KEY, IDENTITY_KEY):
+            fence_store.set_meta_txn(conn, key, RESTORED)
