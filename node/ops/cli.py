@@ -58,6 +58,11 @@ def cmd_restore(args: argparse.Namespace) -> int:
     if args.by_hand:
         from node.ops.processes import mark_restored
 
+        given = [
+            flag for flag, value in (("--store", args.store), ("--force", args.force), ("--key", args.key)) if value
+        ]
+        if given:
+            raise CommandError(f"--by-hand marks the database the data folder names; {', '.join(given)} does not apply")
         mark_restored(args.data)
         _print_json({"data": str(args.data), "marked": "restored"})
         return 0
@@ -114,12 +119,17 @@ def cmd_processes(args: argparse.Namespace) -> int:
 
     if args.forget is not None:
         forget(args.data, args.forget)
-        print(f"forgot process {args.forget}: no hold of the node's lease fence waits for it any more")
+        if args.json:
+            _print_json({"forgot": args.forget})
+        else:
+            print(f"forgot process {args.forget}: no hold of the node's lease fence waits for it any more")
         return 0
     found = registered(args.data)
     if args.json:
         _print_json(found)
         return 0
+    if found.history_changed:
+        print("the database's history changed since the fence's last check: every process checks in at its next check")
     for p in found.processes:
         state = ("checked" if p.checked else "not checked") if p.vouched else "waiting for a vouch"
         mine = "  (this folder)" if p.this_folder else ""

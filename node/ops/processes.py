@@ -3,7 +3,7 @@ hand (docs/operations.md, "Leases across processes, restores and failover"; docs
 
 - `bbs processes`: the processes the node's lease fence registered, whether each has checked its fence against the
   database's current history, and the holds on grants;
-- `bbs processes forget ID`: a process retired for good (its folder gone), so that no hold waits for it again;
+- `bbs processes --forget ID`: a process retired for good (its folder gone), so that no hold waits for it again;
 - `bbs restore --by-hand`: a database brought back in a way the server cannot tell apart (a `pg_restore` into the
   same cluster, a filesystem snapshot), marked so that the next start of any process renews the store epoch and
   the lease fence holds grants until every process has checked in.
@@ -40,10 +40,12 @@ class Process:
 
 @dataclass(frozen=True)
 class Processes:
-    """The node's registered processes and the holds on its grants."""
+    """The node's registered processes, the holds on its grants, and whether the database's history changed since
+    the fence's last check (a failover, or a restore marked by hand): then no process has checked in under it yet."""
 
     processes: list[Process]
     holds: list[fence_store.Hold]
+    history_changed: bool
 
 
 def _url(data: Path) -> str:
@@ -64,16 +66,27 @@ def registered(data: Path) -> Processes:
     mine = None if fence is None else fence.process
     with contextlib.closing(connect_store(url, readonly=True)) as conn, transaction(conn, commit=False):
         identity = fence_store.history_identity(conn)
+        recorded = fence_store.meta(conn, IDENTITY_KEY)
         rows = fence_store.processes(conn)
         holds = fence_store.holds(conn)
+    changed = recorded is not None and recorded != identity  # the next check unchecks every process
     return Processes(
-        [Process(p, vouched, checked == identity, at, p == mine) for p, vouched, checked, at in rows], holds
+        [Process(p, vouched, not changed and checked == identity, at, p == mine) for p, vouched, checked, at in rows],
+        holds,
+        changed,
     )
 
 
 def forget(data: Path, process: str) -> None:
-    """Remove `process` from the node's fence; CommandError when the node has no such process."""
+    """Remove `process` from the node's fence; CommandError when the node has no such process, or when it is the
+    process of `data` itself (a folder still in use: its process registers again at its next check)."""
     url = _url(data)
+    fence = read_fence(data / FENCE_NAME)
+    if fence is not None and fence.process == process:
+        raise CommandError(
+            f"{process} is the process of {data} itself; forget a process retired for good from another process's"
+            " folder"
+        )
     with contextlib.closing(connect_store(url)) as conn, transaction(conn, immediate=True):
         if not fence_store.forget_process_txn(conn, process):
             raise CommandError(f"the node has no process {process} (bbs processes lists them)")

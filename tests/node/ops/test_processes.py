@@ -13,9 +13,11 @@ import pytest
 from node.cli import main
 from node.ops import store as ops_store
 from node.ops.datadir import initialise
+from node.service import Node
 from node.store.db import connect_store, read_sync, transaction
-from node.workflows.fence import IDENTITY_KEY
+from node.workflows.fence import FENCE_NAME, IDENTITY_KEY, FenceFile, write_fence
 from node.workflows.store import fence as fence_store
+from tests.conftest import FakeClock
 from tests.node.ops.test_history import pg_folder  # noqa: F401  (a fixture)
 
 
@@ -47,6 +49,11 @@ def test_processes_lists_them_and_forgets_a_retired_one(
     text = capsys.readouterr().out.splitlines()
     assert [line.split()[:2] for line in text] == [["p-in", "checked"], ["p-new", "waiting"], ["p-old", "not"]]
 
+    write_fence(folder / FENCE_NAME, FenceFile("did:key:z", "f", "e", 0, process="p-in"))  # this folder's process
+    assert main(["processes", "--data", str(folder), "--json"]) == 0
+    assert [p["this_folder"] for p in json.loads(capsys.readouterr().out)["processes"]] == [True, False, False]
+    assert main(["processes", "--data", str(folder), "--forget", "p-in"]) == 1  # in use: it would register again
+    assert "is the process of" in capsys.readouterr().err
     assert main(["processes", "--data", str(folder), "--forget", "p-old"]) == 0
     assert "forgot process p-old" in capsys.readouterr().out
     assert [row[0] for row in read_sync(url, fence_store.processes)] == ["p-in", "p-new"]
@@ -55,18 +62,35 @@ def test_processes_lists_them_and_forgets_a_retired_one(
     assert [row[0] for row in read_sync(url, fence_store.processes)] == ["p-in", "p-new"]
 
 
-def test_a_restore_by_hand_is_marked_for_the_store_epoch_and_the_lease_fence(
+def test_a_restore_by_hand_is_marked_and_the_next_start_renews_the_epoch(
     pg_folder: tuple[Path, str],  # noqa: F811
     capsys: pytest.CaptureFixture[str],
+    clock: FakeClock,
 ) -> None:
     folder, url = pg_folder
     epoch = read_sync(url, lambda conn: ops_store.meta_value(conn, "epoch"))
-    assert read_sync(url, lambda conn: ops_store.meta_value(conn, IDENTITY_KEY)) is None  # no check made yet
+    _register(url, ("p-in", True, True, 1_000))
+    with contextlib.closing(connect_store(url)) as conn, transaction(conn, immediate=True):
+        fence_store.set_meta_txn(conn, IDENTITY_KEY, fence_store.history_identity(conn))  # as a check records it
+    assert main(["restore", "--by-hand", "--force", "--store", url, "--data", str(folder)]) == 1
+    assert capsys.readouterr().err == (
+        "bbs: --by-hand marks the database the data folder names; --store, --force does not apply\n"
+    )
+    assert read_sync(url, lambda c: ops_store.meta_value(c, IDENTITY_KEY)) != "restored"  # refused: nothing marked
+
     assert main(["restore", "--by-hand", "--data", str(folder)]) == 0
     assert json.loads(capsys.readouterr().out) == {"data": str(folder), "marked": "restored"}
     marks = read_sync(url, lambda c: [ops_store.meta_value(c, k) for k in (ops_store.HISTORY_KEY, IDENTITY_KEY)])
-    assert marks == ["restored", "restored"]  # set even where no look recorded one yet
-    assert read_sync(url, lambda conn: ops_store.meta_value(conn, "epoch")) == epoch  # renewed by the next start
+    assert marks == ["restored", "restored"]  # set even where no look recorded one yet (the store epoch's history)
+    assert main(["processes", "--data", str(folder)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0].startswith("the database's history changed") and shown[1].split()[:3] == ["p-in", "not", "checked"]
+
+    node = Node(folder, clock=clock)
+    node.open(search_index=False)  # a process's start: the epoch is renewed before anything reads it
+    node.close()
+    assert read_sync(url, lambda conn: ops_store.meta_value(conn, "epoch")) != epoch
+    assert read_sync(url, lambda conn: ops_store.meta_value(conn, "previous_epoch")) == epoch
 
 
 @pytest.mark.sqlite_only(reason="the refusal of a node on SQLite; the commands themselves are PostgreSQL's (above)")
