@@ -6,17 +6,19 @@ over within 5 s and its writes are refused by the stored epoch; one that lost th
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiohttp
 import psycopg
 import pytest
+from aiohttp import web
 
 from node.errors import NotLeader
 from node.ops.datadir import initialise
@@ -24,7 +26,9 @@ from node.retention import job as retention_job
 from node.retention import store as retention_store
 from node.search_index.analyzer import tokens
 from node.store import leader as leader_mod
+from node.store.conn import ConnectionLost
 from node.store.db import leader_fence
+from node.web import background
 from node.web.appkeys import SYNC
 from scenarios import pg_cluster as cluster_mod
 from scenarios.fednet import free_port
@@ -139,6 +143,51 @@ async def test_a_process_that_lost_the_lead_stops_its_leader_work(two_processes:
     leader = a if a.node.leadership.leading else b
     await until(lambda: pulling(leader), "the new leader runs the peer pullers")
     assert stored_lease(two_processes.url) == (leader.node.process_id, 3)
+
+
+async def test_a_later_term_counts_its_own_failed_starts_of_leader_work(
+    two_processes: TwoProcesses, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Leader work whose start finds the store unavailable through a whole term, then twice in the process's next term
+    (docs/decisions.md record 87): the next term's first failure is a warning again, named with its own epoch, and its
+    start says after how many of its own tries it got through; a count carried over would have made it a debug line."""
+    a, b = two_processes.a, two_processes.b
+    monkeypatch.setattr(background, "START_RETRY_S", 0.05)
+    b.node.leadership.pause()  # b never takes the lead: a's terms follow one another
+    tries: dict[int, int] = {}
+    started_in: list[int] = []
+
+    async def flaky(app: web.Application) -> AsyncIterator[None]:
+        term = a.node.leadership.term
+        assert term is not None
+        tries[term.epoch] = tries.get(term.epoch, 0) + 1
+        if term.epoch == 1 or tries[term.epoch] < 3:
+            raise ConnectionLost("server closed the connection unexpectedly")
+        started_in.append(term.epoch)
+        yield
+
+    context = background.leader_only(flaky)(a.client.app)
+    with caplog.at_level(logging.DEBUG, logger="bbs.leader"):
+        await asyncio.wait_for(anext(context), 5)
+        await until(lambda: tries.get(1, 0) >= 3, "three failed starts in a's first term")
+        with psycopg.connect(two_processes.url) as conn:  # another process takes the lead over (its lease long)
+            conn.execute(
+                "UPDATE node_leader SET process_id = 'elsewhere', epoch = epoch + 1,"
+                f" expires_ms = {leader_mod.NOW_MS} + 600000"
+            )
+        await until(lambda: not a.node.leadership.leading, "a's first term ends", leader_mod.RENEW_S * 2 + 1)
+        with psycopg.connect(two_processes.url) as conn:  # and is gone: its lease expired
+            conn.execute("UPDATE node_leader SET expires_ms = 0")
+        await until(lambda: started_in == [3], "the work starts in a's next term", 15)
+        await asyncio.wait_for(anext(context, None), 5)
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if "flaky's start" in r.getMessage()]
+    warned = [message for level, message in lines if level == logging.WARNING]
+    assert [m.split(" failed for now")[0] for m in warned if "failed for now" in m] == [
+        "flaky's start (epoch 1)",
+        "flaky's start (epoch 3)",
+    ], lines
+    assert any("(epoch 3) works again, after 2 rounds" in m for m in warned), lines
+    assert tries[3] == 3
 
 
 # ---- real processes ---------------------------------------------------------------------------------------------
