@@ -25,6 +25,7 @@ from identity.space_rules import may_receive
 from node.errors import InvalidInput
 from node.federation import space_gate
 from node.federation import waiting as waiting_gate
+from node.ops import store as ops_store
 from node.redaction import effects as redaction_effects
 from node.spaces import store as space_store
 from node.store import db, equivocation, projections, void, waiting
@@ -1060,16 +1061,12 @@ NODE_KEYS_META = "node_keys"  # node_meta: this node's signing keys after a rota
 
 def node_keys_meta(conn: Conn) -> str | None:
     """The node's stored signing-key state (JSON), or None before any rotation of the node key."""
-    row = conn.execute("SELECT value FROM node_meta WHERE key = ?", (NODE_KEYS_META,)).fetchone()
-    return None if row is None else str(row[0])
+    return ops_store.meta_value(conn, NODE_KEYS_META)
 
 
 def set_node_keys_txn(conn: Conn, value: str) -> None:
     """Store the node's signing-key state (JSON)."""
-    conn.execute(
-        "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        (NODE_KEYS_META, value),
-    )
+    ops_store.set_meta_txn(conn, NODE_KEYS_META, value)
 
 
 # ---- replay protection of a node of several processes (node/federation/node_replay.py) ----------------------------

@@ -77,8 +77,11 @@ class EpochWatch:
         moved, epoch = await self.db.read(_looked)
         renewed = None
         if moved:
-            renewed = await self.db.write(lambda conn: follow_txn(conn, self.now_ms()))
-            _, epoch = await self.db.read(_looked)  # renewed here, or by another process that found it first
+            # the epoch read in the same transaction: renewed here, or by another process that found the move first
+            renewed, epoch = await self.db.write(lambda conn: (follow_txn(conn, self.now_ms()), _looked(conn)[1]))
         for listener in tuple(self.listeners):
-            listener(epoch)
+            try:
+                listener(epoch)
+            except Exception:  # one listener's failure does not keep the epoch from the others
+                log.exception("store: a listener of the store epoch failed: %r", listener)
         return renewed

@@ -66,7 +66,7 @@ def registered(data: Path) -> Processes:
     mine = None if fence is None else fence.process
     with contextlib.closing(connect_store(url, readonly=True)) as conn, transaction(conn, commit=False):
         identity = fence_store.history_identity(conn)
-        recorded = fence_store.meta(conn, IDENTITY_KEY)
+        recorded = ops_store.meta_value(conn, IDENTITY_KEY)
         rows = fence_store.processes(conn)
         holds = fence_store.holds(conn)
     changed = recorded is not None and recorded != identity  # the next check unchecks every process
@@ -98,4 +98,4 @@ def mark_restored(data: Path) -> None:
     url = _url(data)
     with contextlib.closing(connect_store(url)) as conn, transaction(conn, immediate=True):
         for key in (ops_store.HISTORY_KEY, IDENTITY_KEY):
-            fence_store.set_meta_txn(conn, key, RESTORED)
+            ops_store.set_meta_txn(conn, key, RESTORED)

@@ -26,6 +26,14 @@ def meta_value(conn: Conn, key: str) -> str | None:
     return None if row is None else str(row[0])
 
 
+def set_meta_txn(conn: Conn, key: str, value: str) -> None:
+    """Set the node_meta value of `key`, replacing the one it had."""
+    conn.execute(
+        "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )
+
+
 def stored_node_id(conn: Conn) -> str | None:
     """The node id recorded in the database, or None if it holds none yet (no node_meta table, or no node_id)."""
     if engine_of(conn) == POSTGRESQL:

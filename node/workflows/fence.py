@@ -55,6 +55,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from node.errors import BBSError
+from node.ops import store as ops_store
 from node.store.conn import POSTGRESQL, Conn, engine_of
 from node.store.sealing import MAX_FUTURE_SKEW_MS
 from node.workflows.store import fence as fence_store
@@ -180,8 +181,8 @@ class LeaseFence:
             return
         self.multi = engine_of(conn) == POSTGRESQL
         db_latest = fence_store.latest_grant_ms(conn, self.node_id)
-        fence_id = fence_store.meta(conn, META_KEY)
-        epoch = fence_store.meta(conn, "epoch") or ""
+        fence_id = ops_store.meta_value(conn, META_KEY)
+        epoch = ops_store.meta_value(conn, "epoch") or ""
         found = read_fence(self.path)
         since_ms: int | None = now_ms  # a new baseline, unless the file's still holds
         carried: int | None = None  # the file's count, when its baseline still holds
@@ -221,7 +222,7 @@ class LeaseFence:
                 ", or until another process of the node vouches for its database" if self.multi else "",
             )
         count = None if since_ms is None else max(carried or 0, fence_store.grants_since(conn, self.node_id, since_ms))
-        fence_store.set_meta_txn(conn, META_KEY, fence_id)
+        ops_store.set_meta_txn(conn, META_KEY, fence_id)
         if self.multi:
             process = process or secrets.token_hex(8)
             self.awaiting_vouch = not vouched
@@ -249,7 +250,7 @@ class LeaseFence:
         fence = self.fence
         assert fence is not None and fence.process is not None, "load the fence first"
         identity = fence_store.history_identity(conn)
-        recorded = fence_store.meta(conn, IDENTITY_KEY)
+        recorded = ops_store.meta_value(conn, IDENTITY_KEY)
         if recorded is not None and recorded != identity:
             hold = fence_store.Hold(f"history:{identity}", now_ms + LONGEST_GRANT_MS, None, None, identity)
             fence_store.hold_txn(conn, hold, now_ms)
@@ -264,7 +265,7 @@ class LeaseFence:
                 LONGEST_GRANT_MS // 1000,
             )
         if recorded != identity:
-            fence_store.set_meta_txn(conn, IDENTITY_KEY, identity)
+            ops_store.set_meta_txn(conn, IDENTITY_KEY, identity)
         row = fence_store.process_row(conn, fence.process)
         if self.awaiting_vouch:
             if row is not None and row[0]:  # a process holding a fence checked this database after we registered

@@ -11,20 +11,6 @@ from node.ops import store as ops_store
 from node.store.conn import Conn
 
 
-def meta(conn: Conn, key: str) -> str | None:
-    """The `node_meta` value of `key`, or None."""
-    row = conn.execute("SELECT value FROM node_meta WHERE key = ?", (key,)).fetchone()
-    return None if row is None else str(row[0])
-
-
-def set_meta_txn(conn: Conn, key: str, value: str) -> None:
-    """Set the `node_meta` value of `key`."""
-    conn.execute(
-        "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        (key, value),
-    )
-
-
 def latest_grant_ms(conn: Conn, node_id: str) -> int:
     """The latest expiry of any lease grant by `node_id` that this database holds (0 when none)."""
     row = conn.execute(
@@ -48,7 +34,7 @@ def grants_since(conn: Conn, node_id: str, since_ms: int) -> int:
 def history_identity(conn: Conn) -> str:
     """The history this PostgreSQL database is in (`node.ops.store.cluster_history`: its cluster's system identifier
     and timeline) and the node's store epoch, which `bbs restore` renews."""
-    epoch = meta(conn, "epoch") or ""
+    epoch = ops_store.meta_value(conn, "epoch") or ""
     return f"{ops_store.cluster_history(conn)}:{epoch}"
 
 

@@ -48,7 +48,7 @@ def _meta(url: str, key: str) -> str | None:
 
 
 def _mark(url: str, value: str) -> None:
-    """What the operator's UPDATE does after a restore by hand (docs/operations.md), or a history of another cluster."""
+    """The history `bbs restore --by-hand` marks (as `restored`), or a history of another cluster."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("UPDATE node_meta SET value = %s WHERE key = %s", (value, ops_store.HISTORY_KEY))
 
@@ -167,6 +167,28 @@ async def test_the_watch_writes_nothing_on_sqlite(tmp_path: Path, clock: FakeClo
         store = node.data.store
         assert read_sync(store, lambda conn: ops_store.follow_history_txn(conn, "x", 1)) is None
         assert read_sync(store, lambda conn: ops_store.meta_value(conn, ops_store.HISTORY_KEY)) is None
+    finally:
+        node.close()
+
+
+async def test_a_listener_that_fails_keeps_the_epoch_from_no_other(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    initialise(tmp_path / "node")
+    node = _opened(tmp_path / "node", clock)
+    try:
+
+        def broken(epoch: str) -> None:
+            raise RuntimeError("a listener's bug")
+
+        told: list[str] = []
+        node.epoch_watch.listeners[:0] = [broken]  # before every listener the node registered
+        node.epoch_watch.listeners.append(told.append)
+        with caplog.at_level(logging.ERROR, logger="bbs.node"):
+            assert await node.epoch_watch.look() is None
+        assert told == [read_sync(node.data.store, lambda conn: ops_store.meta_value(conn, "epoch"))]
+        failed = [r for r in caplog.records if "a listener of the store epoch failed" in r.getMessage()]
+        assert len(failed) == 1 and failed[0].exc_info is not None
     finally:
         node.close()
 

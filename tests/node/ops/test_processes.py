@@ -71,7 +71,7 @@ def test_a_restore_by_hand_is_marked_and_the_next_start_renews_the_epoch(
     epoch = read_sync(url, lambda conn: ops_store.meta_value(conn, "epoch"))
     _register(url, ("p-in", True, True, 1_000))
     with contextlib.closing(connect_store(url)) as conn, transaction(conn, immediate=True):
-        fence_store.set_meta_txn(conn, IDENTITY_KEY, fence_store.history_identity(conn))  # as a check records it
+        ops_store.set_meta_txn(conn, IDENTITY_KEY, fence_store.history_identity(conn))  # as a check records it
     assert main(["restore", "--by-hand", "--force", "--store", url, "--data", str(folder)]) == 1
     assert capsys.readouterr().err == (
         "bbs: --by-hand marks the database the data folder names; --store, --force does not apply\n"

@@ -3,6 +3,7 @@ holds (the latest expiry, how many expire after a moment)."""
 
 from __future__ import annotations
 
+from node.ops import store as ops_store
 from node.store.conn import Conn
 from node.workflows.store import events, fence
 from tests.node.workflows.store.helpers import T0, Store, event_row
@@ -11,11 +12,11 @@ NODE, OTHER = "did:key:node", "did:key:other"
 
 
 async def test_meta_values_are_set_and_replaced(db: Store) -> None:
-    assert await db.read(lambda c: fence.meta(c, "lease_fence_id")) is None
-    await db.write(lambda c: fence.set_meta_txn(c, "lease_fence_id", "f1"))
-    await db.write(lambda c: fence.set_meta_txn(c, "lease_fence_id", "f2"))
-    assert await db.read(lambda c: fence.meta(c, "lease_fence_id")) == "f2"
-    assert await db.read(lambda c: fence.meta(c, "epoch")) is None
+    assert await db.read(lambda c: ops_store.meta_value(c, "lease_fence_id")) is None
+    await db.write(lambda c: ops_store.set_meta_txn(c, "lease_fence_id", "f1"))
+    await db.write(lambda c: ops_store.set_meta_txn(c, "lease_fence_id", "f2"))
+    assert await db.read(lambda c: ops_store.meta_value(c, "lease_fence_id")) == "f2"
+    assert await db.read(lambda c: ops_store.meta_value(c, "epoch")) is None
 
 
 async def test_grants_of_one_node_latest_and_counted_after_a_moment(db: Store) -> None:
