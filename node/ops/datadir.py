@@ -22,6 +22,7 @@ from node.agents import service as agents
 from node.errors import Conflict
 from node.ops import datalock, store
 from node.store import db
+from node.store.conn import SQLITE, engine_of
 from node.store.key_fence import KEY_FENCE_NAME
 from sync.replay import FENCE_NAME, ReplayFence
 from wire.cli import CommandError
@@ -234,10 +235,13 @@ def _create_node(where: Path | str, node_key: keys.SigningKey) -> str:
     """Create the schema and record the node id, a fresh store epoch and the admin credential; return its token."""
     conn = _connect_private(where)
     try:
+        new_file = engine_of(conn) == SQLITE and conn.execute("PRAGMA user_version").fetchone()[0] == 0
         db.migrate_store(conn)
         with db.transaction(conn, immediate=True):
             store.insert_node_identity_txn(conn, node_key.did, secrets.token_hex(16))
             token = agents.new_credential(conn, "admin", None, int(time.time() * 1000))
+            if new_file:  # made here with secure_delete on: no old text to VACUUM away at the first start
+                db.record_vacuumed_txn(conn)
     finally:
         conn.close()
     return token

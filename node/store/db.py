@@ -310,7 +310,8 @@ class _Savepoint:
 
 
 def migrate(conn: sqlite3.Connection) -> int:
-    """Apply pending migrations, each in its own transaction with its number; return the schema version."""
+    """Apply pending migrations, each in its own transaction with its number (all of them in one on a new database);
+    return the schema version."""
     scripts = migrations()
     # 0014 computes each entry's version (the SHA-256 of its body) in SQL
     conn.create_function("bbs_sha256_hex", 1, lambda body: hashlib.sha256(body).hexdigest(), deterministic=True)
@@ -320,6 +321,17 @@ def migrate(conn: sqlite3.Connection) -> int:
         raise SchemaTooNew(
             f"database schema version {current} is newer than this software supports ({latest}); upgrade agent-bbs"
         )
+    if current == 0 and scripts:
+        with transaction(conn, immediate=True):
+            # a new database takes every script in one transaction (one commit, not one per script): it holds
+            # nothing to keep between them, and a crash leaves it new; unless another process began on it meanwhile
+            current = conn.execute("PRAGMA user_version").fetchone()[0]
+            if current == 0:
+                for _number, _name, sql in scripts:
+                    for statement in _split_sql(sql):
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {latest}")
+                return latest
     for number, _name, sql in scripts:
         if number <= current:
             continue
@@ -350,11 +362,17 @@ def vacuum_once(conn: sqlite3.Connection) -> bool:
         log.warning("the one VACUUM after enabling secure_delete waits for the next start: %s", exc)
         return False
     with transaction(conn, immediate=True):
-        conn.execute(
-            "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
-            (SECURE_DELETE_VACUUM, str(int(time.time() * 1000))),
-        )
+        record_vacuumed_txn(conn)
     return True
+
+
+def record_vacuumed_txn(conn: sqlite3.Connection) -> None:
+    """Record the one VACUUM after secure_delete as done (`vacuum_once` then skips it): after it ran, or at the
+    creation of a database whose every write had secure_delete on (`connect`), which freed no byte unzeroed."""
+    conn.execute(
+        "INSERT INTO node_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+        (SECURE_DELETE_VACUUM, str(int(time.time() * 1000))),
+    )
 
 
 def _split_sql(script: str) -> list[str]:

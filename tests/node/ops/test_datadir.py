@@ -198,3 +198,28 @@ def test_an_empty_database_file_holds_no_node(tmp_path: Path) -> None:
 def test_no_node_names_both_commands_that_create_one(tmp_path: Path) -> None:
     message = str(datadir.no_node(tmp_path))
     assert f"bbs init --data {tmp_path}" in message and f"bbs serve --data {tmp_path}" in message
+
+
+@pytest.mark.sqlite_only(reason="SQLite's secure_delete and its one VACUUM; PostgreSQL has neither")
+def test_a_database_init_creates_needs_no_vacuum_and_one_it_completes_keeps_its_own(tmp_path: Path) -> None:
+    def vacuumed(store: Path) -> bool:
+        conn = db.connect(store, readonly=True)
+        try:
+            found = conn.execute("SELECT 1 FROM node_meta WHERE key = ?", (db.SECURE_DELETE_VACUUM,)).fetchone()
+            return found is not None
+        finally:
+            conn.close()
+
+    initialise(tmp_path / "new")
+    assert vacuumed(DataDir(tmp_path / "new").db_path)  # every write had secure_delete on: the start runs none
+    bare = DataDir(tmp_path / "bare")
+    bare.root.mkdir()
+    conn = db.connect(bare.db_path)  # a database migrated before init completed it: it is not init's to vouch for
+    db.migrate(conn)
+    conn.close()
+    initialise(bare.root)
+    assert not vacuumed(bare.db_path)
+    node = Node(bare.root)
+    node.open(search_index=False)
+    node.close()
+    assert vacuumed(bare.db_path)  # the first start ran it

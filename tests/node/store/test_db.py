@@ -145,6 +145,40 @@ def test_a_savepoint_whose_transaction_ended_is_lost_with_the_error(conn: sqlite
     assert committed(tmp_path) == []
 
 
+# ---- migrations -------------------------------------------------------------------------------------------
+
+
+def _schema(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    return conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+
+
+def test_a_new_database_takes_every_migration_in_one_commit_and_ends_as_one_migrated_script_by_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    every = node_db.migrations()
+    latest = every[-1][0]
+    commits: list[str] = []
+
+    def count(sql: str) -> None:
+        if sql.strip().upper() == "COMMIT":
+            commits.append(sql)
+
+    new = connect(tmp_path / "new.db")
+    new.set_trace_callback(count)
+    assert node_db.migrate(new) == latest
+    assert len(commits) == 1
+    old = connect(tmp_path / "old.db")  # a database the first release made: the other scripts come one by one
+    monkeypatch.setattr(node_db, "migrations", lambda: every[:1])
+    assert node_db.migrate(old) == every[0][0]
+    monkeypatch.setattr(node_db, "migrations", lambda: every)
+    commits.clear()
+    old.set_trace_callback(count)
+    assert node_db.migrate(old) == latest
+    assert len(commits) == len(every) - 1
+    assert _schema(new) == _schema(old)
+    assert node_db.migrate(new) == latest and node_db.migrate(old) == latest  # nothing left to apply
+
+
 # ---- the writer thread ------------------------------------------------------------------------------------
 
 
