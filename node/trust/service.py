@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
-import networkx as nx
 
 from node.store import equivocation
 from node.store.conn import Conn
@@ -94,6 +93,8 @@ def components(agents: Iterable[str], edges: Iterable[tuple[str, str]]) -> tuple
     the smallest agent id goes first (networkx numbers components in the order it finds them, which depends on
     insertion order, so the numbers are only compared for equality).
     """
+    import networkx as nx  # here: its import costs every start of a node 0.3 s of CPU (node/dashboard/graphs.py)
+
     graph: nx.DiGraph[str] = nx.DiGraph()
     graph.add_nodes_from(agents)
     graph.add_edges_from(edges)
