@@ -624,7 +624,7 @@ def explain(exc: BaseException, args: argparse.Namespace | None = None) -> tuple
     from identity import keys
     from node.errors import BBSError
     from node.ops.config import ConfigError
-    from node.ops.datadir import CommandError
+    from node.ops.datadir import CommandError, DataDir
     from node.store.db import SchemaTooNew
 
     data = getattr(args, "data", None)
@@ -640,8 +640,13 @@ def explain(exc: BaseException, args: argparse.Namespace | None = None) -> tuple
         return f"identity_file: {exc}", EXIT_ERROR
     if isinstance(exc, keys.KeyError_):
         return "a key file is not an ed25519 key file" + (f" (in {data})" if data else ""), EXIT_ERROR
-    if isinstance(exc, sqlite3.DatabaseError):
-        where = f" ({Path(data) / 'bbs.db'}; 'bbs doctor --data {data}' checks it)" if data else ""
+    if isinstance(exc, sqlite3.DatabaseError):  # PostgreSQL's errors too (node/store/pg_conn.py's neutral ones)
+        where = ""
+        if data:
+            folder = DataDir(Path(data))
+            named = folder.store_url_path  # never the URL itself: it may hold a password
+            store = f"the PostgreSQL database named in {named}" if named.exists() else str(folder.db_path)
+            where = f" ({store}; 'bbs doctor --data {data}' checks it)"
         return f"database error: {exc}{where}", EXIT_ERROR
     if isinstance(exc, UnicodeDecodeError):  # a damaged database (text columns) or a file that is not text
         where = f" (in {data}; 'bbs doctor --data {data}' checks its database)" if data else ""

@@ -24,6 +24,7 @@ from node.cli import explain
 from node.features import LOG
 from node.ops import doctor
 from node.ops.datadir import DataDir, initialise
+from node.store.conn import ConnectionLost
 from scenarios.fednet import free_port
 from tests.node.test_cli import bbs
 
@@ -323,6 +324,12 @@ def test_explain_maps_library_errors_to_one_line_with_the_path(tmp_path: Path) -
     assert message == "No such file or directory (a -> b)"
     message, code = explain(sqlite3.DatabaseError("database disk image is malformed"), args) or ("", 0)
     assert "database disk image is malformed" in message and str(DataDir(args.data).db_path) in message
+    on_postgresql = DataDir(tmp_path / "pg")
+    on_postgresql.root.mkdir()
+    on_postgresql.store_url_path.write_text("postgresql://bbs:a-password@localhost/bbs")
+    lost = ConnectionLost("server closed the connection unexpectedly\n\tThis probably means the server terminated")
+    message, code = explain(lost, argparse.Namespace(data=on_postgresql.root)) or ("", 0)
+    assert str(on_postgresql.store_url_path) in message and "bbs.db" not in message and "a-password" not in message
     message, code = explain(keys.KeyError_("invalid base64url: secret"), args) or ("", 0)
     assert "secret" not in message and code == 1
     assert explain(ZeroDivisionError(), args) is None  # a bug stays a traceback
