@@ -287,9 +287,9 @@ def cmd_agent_rotate_key(args: argparse.Namespace) -> int:
 
 
 def _held_flags(parser: argparse.ArgumentParser, recovery: bool) -> None:
-    from agent import key_cli
+    from agent import key_flags
 
-    key_cli.add_flags(parser, recovery=recovery)
+    key_flags.add_flags(parser, recovery=recovery)
 
 
 def _held_key_command(args: argparse.Namespace, action: str) -> int:

@@ -107,3 +107,16 @@ def test_agent_create_works_on_an_initialised_folder_whether_or_not_served(tmp_p
     assert json.loads(created.stdout)["agent_id"].startswith("did:key:z")
     digest = bbs("digest", "--data", str(data))
     assert digest.returncode == 0 and digest.stdout.split()[0] == "1"
+
+
+def test_a_start_imports_no_library_it_does_not_use_yet() -> None:
+    """Every `bbs` command builds the whole parser, and every node builds its app: neither imports what only some
+    commands or pages use (aiohttp's client and the REST client for the parser; networkx, about 0.3 s of CPU, for
+    the app: it draws the dashboard's graphs and orders trust components)."""
+    probe = (
+        "import sys; from node.cli import build_parser; build_parser();"
+        " parser = sorted(m for m in ('aiohttp', 'agent.client', 'networkx') if m in sys.modules);"
+        " import node.app; print(parser, 'networkx' in sys.modules)"
+    )
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert found.stdout.split() == ["[]", "False"], found.stdout + found.stderr
