@@ -89,8 +89,9 @@ def stop_node(node: ServedNode) -> None:
 
 
 @pytest.fixture
-def served_node(tmp_path: Path) -> Iterator[ServedNode]:
-    """A real `bbs serve` subprocess with remote MCP enabled."""
-    node = start_node(tmp_path / "served", mcp=True)
+def served_node(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServedNode]:
+    """A real `bbs serve` subprocess; with remote MCP (`--mcp-port`) for a test marked `remote_mcp` (the MCP SDK
+    costs a start about 1.7 s of CPU, so the other tests go without)."""
+    node = start_node(tmp_path / "served", mcp=request.node.get_closest_marker("remote_mcp") is not None)
     yield node
     stop_node(node)

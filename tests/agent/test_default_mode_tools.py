@@ -16,6 +16,8 @@ from tests.agent.conftest import ServedNode
 from tests.agent.test_client import base
 from tests.agent.test_mcp_http import ok, remote_session
 
+pytestmark = pytest.mark.remote_mcp  # served_node with --mcp-port (tests/agent/conftest.py)
+
 TRANSCRIPT = "\n".join(
     [
         "We decided to choose SQLite in WAL mode for the node store, remember that.",

@@ -27,7 +27,7 @@ from tests.agent.test_mcp_stdio import ROOT
 from wire.api import InboxQuery, ReadQuery, SearchQuery
 from wire.workflows import GraphQuery, MessageQuery, ReadyQuery
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.remote_mcp]  # served_node with --mcp-port (tests/agent/conftest.py)
 DM = "/v1/default-mode"
 LONG_AGO = "2000-01-01T00:00:00Z"
 LATER = "2100-01-01T00:00:00Z"

@@ -21,7 +21,7 @@ from tests.agent.conftest import ServedNode
 from tests.agent.tool_names import ALL_TOOLS
 from wire.api import SearchQuery
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.remote_mcp]  # served_node with --mcp-port (tests/agent/conftest.py)
 
 
 @asynccontextmanager

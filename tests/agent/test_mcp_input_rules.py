@@ -13,7 +13,7 @@ import pytest
 from tests.agent.conftest import ServedNode
 from tests.agent.test_mcp_http import ok, remote_session
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.remote_mcp]  # served_node with --mcp-port (tests/agent/conftest.py)
 
 
 def stored(node: ServedNode) -> int:

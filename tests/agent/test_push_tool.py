@@ -7,7 +7,7 @@ import pytest
 from tests.agent.conftest import ServedNode
 from tests.agent.test_mcp_http import ok, remote_session
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.remote_mcp]  # served_node with --mcp-port (tests/agent/conftest.py)
 
 
 async def test_the_push_tool_adds_lists_tests_and_deletes(served_node: ServedNode) -> None:

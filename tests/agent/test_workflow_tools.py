@@ -8,7 +8,7 @@ from agent.client import Client
 from tests.agent.conftest import ServedNode
 from tests.agent.test_mcp_http import ok, remote_session
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.remote_mcp]  # served_node with --mcp-port (tests/agent/conftest.py)
 
 
 async def test_workflow_tools_drive_a_plan(served_node: ServedNode) -> None:

@@ -31,7 +31,7 @@ async def wait_set(event: asyncio.Event, tries: int = 200) -> bool:
 @pytest.fixture
 def served_node(tmp_path: Path, node_store: Callable[[], str | None]) -> Iterator[ServedNode]:
     """A real `bbs serve` subprocess whose database is this pass's engine (`node_store`)."""
-    node = start_node(tmp_path / "served", mcp=True, store_url=node_store())
+    node = start_node(tmp_path / "served", store_url=node_store())
     yield node
     stop_node(node)
 
