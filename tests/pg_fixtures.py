@@ -109,7 +109,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def pg_cluster() -> Iterator[cluster_mod.Cluster]:
     """A throwaway PostgreSQL cluster for this test process, stopped and removed at its end."""
     assert BINDIR is not None  # tests using it are deselected otherwise
-    cluster = cluster_mod.start(BINDIR)
+    cluster = cluster_mod.start(BINDIR, in_memory=True)  # a database copied and dropped per test: see `start`
     yield cluster
     cluster.stop()
 
