@@ -645,7 +645,8 @@ def explain(exc: BaseException, args: argparse.Namespace | None = None) -> tuple
         if data:
             folder = DataDir(Path(data))
             named = folder.store_url_path  # never the URL itself: it may hold a password
-            store = f"the PostgreSQL database named in {named}" if named.exists() else str(folder.db_path)
+            on_postgresql = os.path.exists(named)  # False, not an error, for a folder it may not enter
+            store = f"the PostgreSQL database named in {named}" if on_postgresql else str(folder.db_path)
             where = f" ({store}; 'bbs doctor --data {data}' checks it)"
         return f"database error: {exc}{where}", EXIT_ERROR
     if isinstance(exc, UnicodeDecodeError):  # a damaged database (text columns) or a file that is not text

@@ -26,7 +26,10 @@ PORT = 5432  # the socket's name (.s.PGSQL.5432) inside the cluster's own folder
 SUPERUSER = "postgres"
 # small: one cluster per test process, several processes on a CI machine; wal_recycle off as a node's operator sets
 # it (a recycled WAL segment keeps a redacted body's bytes: docs/operations.md, docs/decisions.md record 78)
-TEST_SETTINGS = "-c fsync=off -c full_page_writes=off -c shared_buffers=32MB -c max_connections=100 -c wal_recycle=off"
+TEST_SETTINGS = (
+    "-c fsync=off -c full_page_writes=off -c shared_buffers=32MB -c max_connections=100 -c wal_recycle=off"
+    " -c max_wal_size=128MB -c min_wal_size=32MB"  # a database copy writes the template to the WAL: keep it small
+)
 
 
 def find_bindir() -> Path | None:
@@ -168,12 +171,14 @@ IN_MEMORY_ROOM = 2 << 30
 
 
 def memory_folder() -> str | None:
-    """/dev/shm when it is there with IN_MEMORY_ROOM free, else None (the temporary folder)."""
+    """/dev/shm when it is there, writable, with IN_MEMORY_ROOM free, else None (the temporary folder)."""
     try:
         found = os.statvfs("/dev/shm")
     except OSError:
         return None
-    return "/dev/shm" if found.f_bavail * found.f_frsize >= IN_MEMORY_ROOM else None
+    room = found.f_bavail * found.f_frsize >= IN_MEMORY_ROOM
+    writable = not found.f_flag & os.ST_RDONLY and os.access("/dev/shm", os.W_OK | os.X_OK)
+    return "/dev/shm" if room and writable else None
 
 
 def start(bindir: Path, settings: str = TEST_SETTINGS, *, in_memory: bool = False) -> Cluster:

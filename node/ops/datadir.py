@@ -189,7 +189,7 @@ def initialise(root: Path, store_url: str | None = None) -> str | None:
         else:
             node_key = keys.SigningKey.generate()
             key_files.save_key(data.key_path, node_key)
-        token = _create_node(data.store, node_key)
+        token = _create_node(data.store, node_key, made_here=not data.has_store())
         ReplayFence.create(root / FENCE_NAME)  # a new node has accepted no peer request: no fence to keep
         return token
 
@@ -231,16 +231,19 @@ def _migrate(where: Path | str) -> None:
         conn.close()
 
 
-def _create_node(where: Path | str, node_key: keys.SigningKey) -> str:
-    """Create the schema and record the node id, a fresh store epoch and the admin credential; return its token."""
+def _create_node(where: Path | str, node_key: keys.SigningKey, *, made_here: bool) -> str:
+    """Create the schema and record the node id, a fresh store epoch and the admin credential; return its token.
+    `made_here`: no database was there before this call (a SQLite file it creates)."""
     conn = _connect_private(where)
     try:
-        new_file = engine_of(conn) == SQLITE and conn.execute("PRAGMA user_version").fetchone()[0] == 0
+        # a file this call creates has every write with secure_delete on (db.connect): no old text to VACUUM away at
+        # the first start; a file that was there (another tool's, an interrupted init's) keeps its VACUUM
+        new_file = made_here and engine_of(conn) == SQLITE and store.schema_version(conn) == 0
         db.migrate_store(conn)
         with db.transaction(conn, immediate=True):
             store.insert_node_identity_txn(conn, node_key.did, secrets.token_hex(16))
             token = agents.new_credential(conn, "admin", None, int(time.time() * 1000))
-            if new_file:  # made here with secure_delete on: no old text to VACUUM away at the first start
+            if new_file:
                 db.record_vacuumed_txn(conn)
     finally:
         conn.close()
