@@ -78,7 +78,9 @@ class EpochWatch:
         renewed = None
         if moved:
             # the epoch read in the same transaction: renewed here, or by another process that found the move first
-            renewed, epoch = await self.db.write(lambda conn: (follow_txn(conn, self.now_ms()), _looked(conn)[1]))
+            renewed, epoch = await self.db.write(
+                lambda conn: (follow_txn(conn, self.now_ms()), store.meta_value(conn, "epoch") or "")
+            )
         for listener in tuple(self.listeners):
             try:
                 listener(epoch)
