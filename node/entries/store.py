@@ -36,7 +36,7 @@ from node.spaces.sight import Sight
 from node.store import equivocation
 from node.store.ahead import NAMED_SQL, NAMED_SQL_PG, Named
 from node.store.conn import POSTGRESQL, Conn, any_of, engine_of
-from node.store.pg_conn import unescape_text
+from node.store.pg_text import unescape_text
 from wire.api import EntryOut, LinkOut, SearchQuery
 
 MAX_NEIGHBOURHOOD = 1_000  # entries a traversal may collect before it stops and says so

@@ -13,7 +13,7 @@ from typing import Any
 
 from node.spaces.store import may_read_sql
 from node.store.conn import POSTGRESQL, SQLITE, Conn, any_of, engine_of
-from node.store.pg_conn import escape_json_strings
+from node.store.pg_text import escape_json_strings
 
 # an upgrade (a lower tier) makes the notification pending again with a fresh attempt count, whatever its
 # state, a lease included: a tier-1 reason must not wait for a lapsing tier-2 lease

@@ -19,7 +19,7 @@ from pathlib import Path
 from psycopg import conninfo
 
 from node.errors import BBSError, Conflict, InvalidInput, NotFound
-from node.store import pg_conn
+from node.store import conn as neutral
 
 CLIENT_PACKAGE = "PostgreSQL's client programs (Debian: apt-get install postgresql-client)"
 
@@ -131,7 +131,7 @@ def _copy_field(field: str) -> str:
 RESTORE_LOCK_TIMEOUT_MS = 30_000
 # psql's report (VERBOSITY verbose) of an error whose SQLSTATE says another connection is in the way: a lock waited
 # for past the timeout, or a deadlock with a session using the tables the restore drops
-_IN_USE = re.compile(rf"\b(?:ERROR|FATAL):\s+(?:{pg_conn.LOCK_NOT_AVAILABLE}|{pg_conn.DEADLOCK_DETECTED}):")
+_IN_USE = re.compile(rf"\b(?:ERROR|FATAL):\s+(?:{neutral.LOCK_NOT_AVAILABLE}|{neutral.DEADLOCK_DETECTED}):")
 
 
 def restore(path: Path, url: str, before: str, *, lock_timeout_ms: int = RESTORE_LOCK_TIMEOUT_MS) -> None:

@@ -10,8 +10,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from node.store import pg_conn
-from node.store.conn import POSTGRESQL, Conn, DatabaseError, any_of, engine_of
+from node.store.conn import LOCK_NOT_AVAILABLE, POSTGRESQL, Conn, DatabaseError, any_of, engine_of
 
 TABLES: tuple[str, ...] = ("redactions",)  # the projection `bbs rebuild` recreates; tombstones are node-local
 
@@ -381,6 +380,8 @@ def scrub_pg(url: str, tables: tuple[str, ...], lock_timeout_ms: int) -> str | N
     old ones; then the WAL segment that logged the body is switched away from and a CHECKPOINT removes it (with
     `wal_recycle` off: a recycled one would keep its bytes until overwritten). A table rewrite waits up to
     `lock_timeout_ms` for readers. None when done, else why not (nothing is marked done then: the scrub waits)."""
+    from node.store import pg_conn  # PostgreSQL only (node/store/db.py says why)
+
     with contextlib.closing(pg_conn.connect(url)) as conn:
         refusal = pg_scrub_refusal(conn)
         if refusal is not None:
@@ -391,7 +392,7 @@ def scrub_pg(url: str, tables: tuple[str, ...], lock_timeout_ms: int) -> str | N
                 conn.execute(f"VACUUM (FULL, ANALYZE) {table}")
             conn.execute("VACUUM FULL pg_statistic")
         except DatabaseError as exc:
-            if exc.sqlstate != pg_conn.LOCK_NOT_AVAILABLE:
+            if exc.sqlstate != LOCK_NOT_AVAILABLE:
                 raise
             return f"a reader held a table past the lock timeout: {exc}"
         conn.execute("SELECT pg_switch_wal()")

@@ -20,9 +20,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import psycopg
-from psycopg import pq
+if TYPE_CHECKING:
+    import psycopg
 
 log = logging.getLogger("bbs.store.wakeups")
 
@@ -76,6 +77,8 @@ class CommitListener:
         return conn.info.backend_pid if conn is not None and self.listening.is_set() else None
 
     def _run(self) -> None:
+        import psycopg  # on the thread: a node on SQLite never imports it (node/store/db.py says why)
+
         delay, down_since, first = RETRY_FIRST_S, None, True
         while not self._stopping.is_set():
             try:
@@ -114,6 +117,9 @@ class CommitListener:
 
     def _listen(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
         """Wait on the socket (and the stop pipe); wake once per read that brought another process's commit."""
+        import psycopg
+        from psycopg import pq
+
         pgconn = conn.pgconn
         while True:
             ready, _, _ = select.select([pgconn.socket, self._stop_r], [], [])

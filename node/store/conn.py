@@ -75,6 +75,13 @@ def any_of(conn: Conn, values: Iterable[Any], placeholder: str = "?") -> tuple[s
 # docs/decisions.md record 76.
 
 
+# PostgreSQL's SQLSTATEs the node tells apart (a `DatabaseError`'s `sqlstate`)
+LOCK_NOT_AVAILABLE = "55P03"  # a lock waited for past `lock_timeout`
+QUERY_CANCELED = "57014"  # `statement_timeout` passed, or the statement was cancelled
+IN_FAILED_TRANSACTION = "25P02"  # a statement after an error, before the transaction ended
+DEADLOCK_DETECTED = "40P01"
+
+
 class DatabaseError(sqlite3.DatabaseError):
     """A statement failed on the PostgreSQL store; `sqlstate` is PostgreSQL's five-character code (None: unknown)."""
 

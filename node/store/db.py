@@ -24,7 +24,8 @@ Over PostgreSQL (a `postgresql://` URL: docs/decisions.md records 76 and 80) the
 node/store/pg_conn.py's `Conn`: a write transaction takes `pg_advisory_xact_lock(WRITER_LOCK)` after BEGIN (one
 writer per node, even across processes, as BEGIN IMMEDIATE is on SQLite), readers are read-only connections whose
 transactions are REPEATABLE READ (one snapshot per read, as SQLite's), and a quick read's budget is the server's
-`SET LOCAL statement_timeout`.
+`SET LOCAL statement_timeout`. psycopg is imported when a PostgreSQL connection is first opened (node/store/pg_conn.py):
+a node on SQLite never imports it, which would cost every `bbs` command and start about 0.15 s of CPU.
 """
 
 from __future__ import annotations
@@ -45,11 +46,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
-from psycopg.pq import TransactionStatus
-
 from node.errors import BBSError, StorageFull, Unavailable
 from node.errors import SchemaTooNew as SchemaTooNew  # where the CLI and the tests import it from
-from node.store import commit_listener, pg_conn, pg_schema
+from node.store import commit_listener, pg_schema
 from node.store import conn as neutral
 from node.store.conn import POSTGRESQL, Conn, engine_of
 from node.store.write_clock import WriteClock
@@ -98,7 +97,7 @@ PG_BEGIN_WRITE = (
 )
 PG_READER_SETTINGS = "SET default_transaction_read_only = on; SET default_transaction_isolation = 'repeatable read'"
 # SQLSTATEs of a quick read stopped by its budget: statement_timeout (57014) or a lock it would wait for (55P03).
-_PG_STOPPED = {pg_conn.QUERY_CANCELED, pg_conn.LOCK_NOT_AVAILABLE}
+_PG_STOPPED = {neutral.QUERY_CANCELED, neutral.LOCK_NOT_AVAILABLE}
 PG_URL_SCHEMES = ("postgresql://", "postgres://")
 # The fence of the leader work this task runs (docs/decisions.md record 87): a check every write job submitted from
 # the task (and from the tasks it starts, which copy its context) runs first inside its write transaction, after the
@@ -128,6 +127,8 @@ def connect_store(store: Path | str, *, readonly: bool = False, log: Log | None 
     `transaction`/`migrate_store`, which take either engine's."""
     if not is_postgresql_url(store):
         return connect(store, readonly=readonly, log=log)
+    from node.store import pg_conn  # psycopg is imported by a node on PostgreSQL only (module docstring)
+
     conn = pg_conn.connect(str(store), log=log)
     if readonly:
         conn.execute(PG_READER_SETTINGS)
@@ -250,13 +251,13 @@ class _Transaction:
 def _lost(conn: Any) -> bool:
     """Whether `conn` is a PostgreSQL connection found closed (its server restarted, its backend ended): a reader
     then opens a new one; the read that found it so failed with the error."""
-    return isinstance(conn, pg_conn.PgConn) and bool(conn.raw.closed)
+    return engine_of(conn) == POSTGRESQL and bool(conn.raw.closed)
 
 
 def _check_not_aborted(conn: Any) -> None:
     """Raise if PostgreSQL has aborted the transaction (an error the block caught and went on from): its COMMIT
     would roll back without an error, so a write would be acknowledged that was never kept. SQLite: nothing."""
-    if isinstance(conn, pg_conn.PgConn) and conn.raw.info.transaction_status == TransactionStatus.INERROR:
+    if engine_of(conn) == POSTGRESQL and conn.aborted():
         raise neutral.OperationalError(
             "a statement failed inside the transaction and PostgreSQL aborted it (its error was caught): nothing of"
             " it is kept"
@@ -328,8 +329,7 @@ def migrate(conn: sqlite3.Connection) -> int:
             current = conn.execute("PRAGMA user_version").fetchone()[0]
             if current == 0:
                 for _number, _name, sql in scripts:
-                    for statement in _split_sql(sql):
-                        conn.execute(statement)
+                    _apply(conn, sql)
                 conn.execute(f"PRAGMA user_version = {latest}")
                 return latest
     for number, _name, sql in scripts:
@@ -339,11 +339,16 @@ def migrate(conn: sqlite3.Connection) -> int:
             # another process (a CLI command beside a starting node) may have applied it while we waited
             if conn.execute("PRAGMA user_version").fetchone()[0] >= number:
                 continue  # nothing was written: ending with COMMIT keeps nothing
-            for statement in _split_sql(sql):
-                conn.execute(statement)
+            _apply(conn, sql)
             conn.execute(f"PRAGMA user_version = {number}")
         current = number
     return current
+
+
+def _apply(conn: sqlite3.Connection, sql: str) -> None:
+    """Run one migration script's statements, in the caller's transaction."""
+    for statement in _split_sql(sql):
+        conn.execute(statement)
 
 
 SECURE_DELETE_VACUUM = "secure_delete_vacuum_ms"  # node_meta: when the one VACUUM after secure_delete ran
@@ -467,26 +472,6 @@ class TimedConnection(Connection):
             stats.count(wall, cpu)
 
     def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
-        stats, wall, cpu = self.stats, time.perf_counter(), time.thread_time()
-        try:
-            return super().executemany(sql, parameters)
-        finally:
-            stats.count(wall, cpu)
-
-
-class TimedPgConn(pg_conn.PgConn):
-    """The writer's connection to PostgreSQL, timed as `TimedConnection` (each statement is a round trip)."""
-
-    stats = WriterStats()
-
-    def execute(self, sql: str, parameters: Any = None, /) -> pg_conn.PgCursor:
-        stats, wall, cpu = self.stats, time.perf_counter(), time.thread_time()
-        try:
-            return super().execute(sql, parameters)
-        finally:
-            stats.count(wall, cpu)
-
-    def executemany(self, sql: str, parameters: Any, /) -> pg_conn.PgCursor:
         stats, wall, cpu = self.stats, time.perf_counter(), time.thread_time()
         try:
             return super().executemany(sql, parameters)
@@ -709,12 +694,12 @@ class Database:
             conn.execute(f"BEGIN; SET LOCAL statement_timeout = {timeout_ms}")
             try:
                 value = fn(conn)
-                caught = conn.raw.info.transaction_status == TransactionStatus.INERROR  # fn caught its stop
+                caught = conn.aborted()  # fn caught its stop
             finally:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
         except neutral.DatabaseError as exc:
-            if exc.sqlstate not in _PG_STOPPED and exc.sqlstate != pg_conn.IN_FAILED_TRANSACTION:  # after a stop
+            if exc.sqlstate not in _PG_STOPPED and exc.sqlstate != neutral.IN_FAILED_TRANSACTION:  # after a stop
                 raise
             self.read_stats.moved += 1
             return False, None
@@ -734,12 +719,12 @@ class Database:
             stop = self._take_queued(batch)
             if not stop and 1 < len(batch) < GATHER_UNDER:
                 stop = self._gather(batch, min(GATHER_MAX_S, self._last_commit_s * GATHER_SHARE))
-            if isinstance(conn, TimedPgConn) and conn.raw.closed:
+            if _lost(conn):
                 conn = self._reopen_writer(conn)
             self._run_batch(conn, batch)
         conn.close()
 
-    def _reopen_writer(self, lost: TimedPgConn) -> Any:
+    def _reopen_writer(self, lost: Any) -> Any:
         """A new writer connection for one PostgreSQL lost (the server restarted, the backend was ended): the batch
         that found it lost failed whole, nothing of it committed. If the server cannot be reached, `lost` again:
         this batch fails on it as well, and the next one tries anew."""
@@ -838,11 +823,11 @@ class Database:
         return outcomes
 
 
-def _pg_writer(url: str, log: Log | None, stats: WriterStats) -> TimedPgConn:
-    """A new PostgreSQL writer connection, its statements timed into `stats`."""
-    conn = TimedPgConn(pg_conn.connect(url).raw, log)
-    conn.stats = stats
-    return conn
+def _pg_writer(url: str, log: Log | None, stats: WriterStats) -> Any:
+    """A new PostgreSQL writer connection, its statements timed into `stats` (as `TimedConnection`'s)."""
+    from node.store import pg_conn
+
+    return pg_conn.TimedPgConn(pg_conn.connect(url).raw, log, stats)
 
 
 class _BareFailed(Exception):

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from node.errors import NotLeader
-from node.store import pg_conn
 from node.store.conn import Conn
 from node.store.db import transaction
 from wire.stopping import stop_task
@@ -246,6 +245,8 @@ class Leadership:
     def _connection(self) -> Any:
         conn = self._conn
         if conn is None or conn.raw.closed:
+            from node.store import pg_conn  # PostgreSQL only (node/store/db.py says why)
+
             conn = pg_conn.connect(self.url or "")
             conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
             self._conn = conn

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 from psycopg.adapt import Buffer, Dumper
@@ -33,6 +34,7 @@ from psycopg.pq import Format, TransactionStatus
 from psycopg.rows import RowMaker
 
 from node.store import conn as neutral
+from node.store.pg_text import ESCAPE, escape_text, unescape_text
 
 if TYPE_CHECKING:
     from node.store.projections import Log
@@ -112,41 +114,6 @@ class _BoolAsInt(Dumper):
     def dump(self, obj: Any) -> bytes:
         """The integer's text form."""
         return b"1" if obj else b"0"
-
-
-# ---- text with U+0000 (docs/decisions.md record 84) ------------------------------------------------------------
-
-ESCAPE = "\x01"  # the escape character: the lowest a text value can hold, so COLLATE "C" order is kept
-_ESCAPED_NUL, _ESCAPED_ESCAPE = ESCAPE + "\x01", ESCAPE + "\x02"
-
-
-def escape_text(text: str) -> str:
-    """`text` as a PostgreSQL text value can hold it: U+0000 as U+0001 U+0001, U+0001 as U+0001 U+0002, the rest
-    as it is. Injective, a prefix code and order-preserving under COLLATE "C": equality, `<`, ORDER BY and a prefix
-    LIKE answer as on the text itself; a JSON text (never a raw control character) is unchanged."""
-    if "\x00" in text or ESCAPE in text:
-        return text.replace(ESCAPE, _ESCAPED_ESCAPE).replace("\x00", _ESCAPED_NUL)
-    return text
-
-
-def unescape_text(text: str) -> str:
-    """The text `escape_text` was given (left to right, each pair is one character: aligned by construction)."""
-    if ESCAPE in text:
-        return text.replace(_ESCAPED_NUL, "\x00").replace(_ESCAPED_ESCAPE, ESCAPE)
-    return text
-
-
-_JSON_ESCAPE = re.compile(r"\\(\\|u000[01])")  # an escaped backslash (skipped whole: alignment), or U+0000, U+0001
-_JSON_ESCAPED = {"\\": "\\\\", "u0000": "\\u0001\\u0001", "u0001": "\\u0001\\u0002"}
-
-
-def escape_json_strings(text: str) -> str:
-    """The JSON text `text` with each string's characters escaped as `escape_text` escapes them (on the JSON's own
-    `\\u0000` and `\\u0001` escapes): for a JSON parameter whose strings the server compares with text columns
-    (PostgreSQL's json refuses `\\u0000` too)."""
-    if "\\u000" not in text:
-        return text
-    return _JSON_ESCAPE.sub(lambda m: _JSON_ESCAPED[m.group(1)], text)
 
 
 def _unescaped(row: tuple[Any, ...], texts: list[int]) -> Iterator[Any]:
@@ -286,10 +253,6 @@ def _quoted_end(sql: str, i: int) -> int | None:
 
 # ---- errors --------------------------------------------------------------------------------------------------
 
-LOCK_NOT_AVAILABLE = "55P03"  # a lock waited for past `lock_timeout`
-QUERY_CANCELED = "57014"  # `statement_timeout` passed, or the statement was cancelled
-IN_FAILED_TRANSACTION = "25P02"  # a statement after an error, before the transaction ended
-DEADLOCK_DETECTED = "40P01"
 _BY_SQLSTATE: dict[str, type[neutral.DatabaseError]] = {
     "23505": neutral.UniqueViolation,
     "23502": neutral.NotNullViolation,
@@ -425,9 +388,46 @@ class PgConn:
         the server ended its transaction with it (a ROLLBACK there could only fail)."""
         return not self.raw.closed and self.raw.info.transaction_status != TransactionStatus.IDLE
 
+    def aborted(self) -> bool:
+        """Whether the open transaction failed and PostgreSQL aborted it (a statement's error was caught and the
+        block went on): its COMMIT would roll back without an error."""
+        return self.raw.info.transaction_status == TransactionStatus.INERROR
+
     def close(self) -> None:
         """Close the connection (an open transaction is rolled back by the server)."""
         self.raw.close()
+
+
+class StatementTimer(Protocol):
+    """What times a connection's statements (node/store/db.py's `WriterStats`)."""
+
+    def count(self, wall: float, cpu: float) -> None:
+        """Count one statement begun at `wall` (perf_counter) and `cpu` (thread_time)."""
+
+
+class TimedPgConn(PgConn):
+    """The writer's connection to PostgreSQL, its statements counted into `stats` as node/store/db.py's
+    `TimedConnection` counts SQLite's (each statement is a round trip)."""
+
+    def __init__(self, raw: psycopg.Connection[Row], log: Log | None, stats: StatementTimer) -> None:
+        super().__init__(raw, log)
+        self.stats = stats
+
+    def execute(self, sql: str, parameters: Any = None, /) -> PgCursor:
+        """`PgConn.execute`, timed."""
+        stats, wall, cpu = self.stats, time.perf_counter(), time.thread_time()
+        try:
+            return super().execute(sql, parameters)
+        finally:
+            stats.count(wall, cpu)
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> PgCursor:
+        """`PgConn.executemany`, timed."""
+        stats, wall, cpu = self.stats, time.perf_counter(), time.thread_time()
+        try:
+            return super().executemany(sql, parameters)
+        finally:
+            stats.count(wall, cpu)
 
 
 def _bound(statement: Translated, parameters: Any) -> Any:

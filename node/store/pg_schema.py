@@ -10,9 +10,12 @@ queue on a transaction-level advisory lock, and the second finds the work done.
 from __future__ import annotations
 
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from node.errors import SchemaTooNew
-from node.store.pg_conn import PgConn
+
+if TYPE_CHECKING:
+    from node.store.pg_conn import PgConn
 
 BASELINE = 50  # the SQLite migration the PostgreSQL schema starts at
 # pg_advisory_xact_lock's key for applying migrations (any constant the node's other locks do not use).

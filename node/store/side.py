@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
+from node.store.pg_text import escape_text
 
-from node.store import pg_conn
+if TYPE_CHECKING:
+    import psycopg
 
 
 class SideUnavailable(Exception):
@@ -42,7 +43,7 @@ class SideConnection:
         the connection is lost, node.store.conn's neutral errors for the others."""
         if self._lock is None:
             self._lock = asyncio.Lock()
-        bound = [pg_conn.escape_text(p) if isinstance(p, str) else p for p in params]
+        bound = [escape_text(p) if isinstance(p, str) else p for p in params]
         async with self._lock:  # one statement at a time on the connection; the first opens it
             try:
                 return await self._once(sql, bound)
@@ -52,6 +53,10 @@ class SideConnection:
             return await self._once(sql, bound)
 
     async def _once(self, sql: str, bound: list[Any]) -> list[tuple[Any, ...]]:
+        import psycopg  # here: a node on SQLite never imports it (node/store/db.py says why)
+
+        from node.store import pg_conn
+
         conn = self._conn
         if conn is None or conn.closed:
             try:

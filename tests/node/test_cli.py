@@ -9,7 +9,10 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
+
+from tests.agent.conftest import start_node, stop_node
 
 
 def bbs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -111,12 +114,38 @@ def test_agent_create_works_on_an_initialised_folder_whether_or_not_served(tmp_p
 
 def test_a_start_imports_no_library_it_does_not_use_yet() -> None:
     """Every `bbs` command builds the whole parser, and every node builds its app: neither imports what only some
-    commands or pages use (aiohttp's client and the REST client for the parser; networkx, about 0.3 s of CPU, for
-    the app: it draws the dashboard's graphs and orders trust components)."""
+    commands, pages or engines use (aiohttp's client and the REST client for the parser; for the app networkx, about
+    0.3 s of CPU, which draws the dashboard's graphs and orders trust components; psycopg, about 0.15 s, for a node
+    on PostgreSQL; nlip-sdk with pydantic, about 0.27 s, for NLIP messages and pushes)."""
     probe = (
         "import sys; from node.cli import build_parser; build_parser();"
         " parser = sorted(m for m in ('aiohttp', 'agent.client', 'networkx') if m in sys.modules);"
-        " import node.app; print(parser, 'networkx' in sys.modules)"
-    )
+        " import node.app; print(parser, sorted(m for m in LATER if m in sys.modules))"
+    ).replace("LATER", repr(LATER_IMPORTS))
     found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
-    assert found.stdout.split() == ["[]", "False"], found.stdout + found.stderr
+    assert found.stdout.split() == ["[]", "[]"], found.stdout + found.stderr
+
+
+LATER_IMPORTS = ("networkx", "psycopg", "nlip_sdk", "pydantic")
+
+
+def test_a_node_served_on_sqlite_loads_neither_psycopg_nor_pydantic(tmp_path: Path) -> None:
+    """A `bbs serve` on SQLite that took a post and a search has loaded neither psycopg's nor pydantic's compiled
+    library (its memory map names every shared object it loaded): each is imported where only a node on PostgreSQL,
+    or an NLIP message, needs it."""
+    node = start_node(tmp_path / "node")
+    try:
+        agent = node.create_agent("writer")
+        headers = {"Authorization": f"Bearer {agent['api_key']}", "Content-Type": "application/json"}
+        body = json.dumps({"entry_type": "finding", "performative": "inform", "content": "the roof leaks"}).encode()
+        post = urllib.request.Request(node.url + "/v1/entries", data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(post, timeout=10) as resp:
+            assert resp.status == 201
+        search = urllib.request.Request(node.url + "/v1/search?q=roof&fresh=true", headers=headers)
+        with urllib.request.urlopen(search, timeout=10) as resp:
+            assert json.loads(resp.read())["entries"]
+        maps = Path(f"/proc/{node.process.pid}/maps").read_text()
+    finally:
+        stop_node(node)
+    assert "site-packages/psycopg" not in maps and "pydantic_core" not in maps
+    assert "site-packages/aiohttp" in maps  # the map is the server's: it holds aiohttp's compiled parser

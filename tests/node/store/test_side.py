@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from node.store import pg_conn
+from node.store import pg_text
 from node.store.side import SideConnection, SideUnavailable
 
 
@@ -26,7 +26,7 @@ async def test_text_holding_nul_is_bound_escaped_as_the_nodes_connections_bind_i
     try:
         await side.fetch("INSERT INTO node_meta (key, value) VALUES (%s, %s)", ("a\x00b", "\x01"))
         rows = await side.fetch("SELECT key, value FROM node_meta WHERE key = %s", ("a\x00b",))
-        assert rows == [(pg_conn.escape_text("a\x00b"), pg_conn.escape_text("\x01"))]
+        assert rows == [(pg_text.escape_text("a\x00b"), pg_text.escape_text("\x01"))]
     finally:
         await side.close()
 
