@@ -16,8 +16,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from psycopg import conninfo
-
 from node.errors import BBSError, Conflict, InvalidInput, NotFound
 from node.store import conn as neutral
 
@@ -48,6 +46,8 @@ def program(name: str) -> str:
 
 def _target(url: str) -> tuple[str, dict[str, str]]:
     """`url` as a connection string without its password, and the environment that carries the password."""
+    from psycopg import conninfo  # here: `bbs backup` of a node on SQLite imports no psycopg (node/store/db.py)
+
     params = conninfo.conninfo_to_dict(url)
     password = params.pop("password", None)
     env = dict(os.environ)

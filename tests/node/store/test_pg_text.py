@@ -9,7 +9,10 @@ import json
 from typing import Any
 
 from node.store import pg_text
-from tests.node.store.test_text_nul import TEXTS
+
+ALPHABET = ("\x00", "\x01", "\x02", "a", "\ue000")  # NUL, the escape, the second half of a pair, plain, private use
+# every text of up to three characters over ALPHABET: each place a pair can start, end or sit next to another
+TEXTS = ["".join(t) for n in range(4) for t in itertools.product(ALPHABET, repeat=n)]
 
 
 def test_the_escape_is_reversed_and_keeps_equality_order_and_prefixes() -> None:

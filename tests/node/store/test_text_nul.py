@@ -4,7 +4,6 @@ answers as SQLite's does, the escape character itself included."""
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +13,8 @@ from node.features import LOG
 from node.store import conn as neutral
 from node.store import pg_conn
 from node.store.conn import Conn
+from tests.node.store.test_pg_text import TEXTS
 from tests.pg_fixtures import OpenStore, on_both_engines
-
-ALPHABET = ("\x00", "\x01", "\x02", "a", "\ue000")  # NUL, the escape, the second half of a pair, plain, private use
-# every text of up to three characters over ALPHABET: each place a pair can start, end or sit next to another
-TEXTS = ["".join(t) for n in range(4) for t in itertools.product(ALPHABET, repeat=n)]
 
 
 def _story(conn: Conn) -> dict[str, Any]:
