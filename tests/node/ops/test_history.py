@@ -5,6 +5,7 @@ the one it is in; `bbs restore`'s renewal records it too; nothing on SQLite."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
@@ -97,6 +98,45 @@ async def test_a_history_that_moved_while_serving_gives_one_new_epoch(
         assert _meta(url, "epoch") == renewed.epoch and told == [epoch, renewed.epoch, renewed.epoch]
     finally:
         node.close()
+
+
+async def test_a_look_that_meets_another_processs_renewal_tells_the_listeners_that_epoch(
+    pg_folder: tuple[Path, str], clock: FakeClock
+) -> None:
+    """The look found the history moved, and another process renewed the epoch before the look's write could begin:
+    the write renews nothing, and the listeners hear the other process's epoch, read in that write's transaction,
+    not the one the look read before it."""
+    folder, url = pg_folder
+    node = _opened(folder, clock)
+    other = connect_store(url)
+    try:
+        epoch = _meta(url, "epoch")
+        told: list[str] = []
+        node.epoch_watch.listeners.append(told.append)
+        _mark(url, "restored")
+        with transaction(other, immediate=True):  # the other process: its renewal holds the writer lock until it ends
+            assert ops_store.follow_history_txn(other, "theirs", 1) is not None
+            look = asyncio.ensure_future(node.epoch_watch.look())
+            await _until_a_lock_is_waited_for(url)  # the look read (moved, its epoch) and its write now waits
+        assert await asyncio.wait_for(look, 30) is None  # renewed by the other, not again
+        assert told == ["theirs"] != [epoch]
+        assert _meta(url, "epoch") == "theirs" and _meta(url, "previous_epoch") == epoch
+    finally:
+        other.close()
+        node.close()
+
+
+async def _until_a_lock_is_waited_for(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        for _ in range(600):
+            row = conn.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+                " WHERE NOT l.granted AND d.datname = current_database()"
+            ).fetchone()
+            if row is not None and row[0] > 0:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError("no statement waited for a lock within 30 s")
 
 
 def test_a_start_on_a_database_of_another_history_renews_the_epoch_before_anything_reads_it(
