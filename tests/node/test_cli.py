@@ -147,5 +147,5 @@ def test_a_node_served_on_sqlite_loads_neither_psycopg_nor_pydantic(tmp_path: Pa
         maps = Path(f"/proc/{node.process.pid}/maps").read_text()
     finally:
         stop_node(node)
-    assert "site-packages/psycopg" not in maps and "pydantic_core" not in maps
+    assert "site-packages/psycopg" not in maps and "libpq" not in maps and "pydantic_core" not in maps
     assert "site-packages/aiohttp" in maps  # the map is the server's: it holds aiohttp's compiled parser
