@@ -9,32 +9,21 @@ What the wrapper fixes or avoids in nlip-sdk 0.1.3:
 * `find_labeled_submessage` fails on a message without submessages; `labeled` below does not.
 * Validation failures are pydantic errors; `parse` turns them into `NlipError` naming the field as a JSON path.
 
-Nothing here imports `node` beyond `wire`: the node (push, `POST /nlip`) and the agent side share it. The SDK (and
-pydantic under it) is imported by the functions that use it, at a node's first NLIP message or push: importing them
-cost every `bbs serve` about 0.27 s of CPU at its start.
+Nothing here imports `node` beyond `wire`: the node (push, `POST /nlip`) and the agent side share it.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
+from nlip_sdk.nlip import AllowedFormats, NLIP_Factory, NLIP_Message, NLIP_SubMessage
+from pydantic import ValidationError
 
 from wire.push import PUSH_LABEL, PushPayload
 
-if TYPE_CHECKING:
-    from nlip_sdk.nlip import NLIP_Message, NLIP_SubMessage
-
+FORMATS = frozenset(f.value for f in AllowedFormats)
 MAX_SUBMESSAGES = 32
-
-
-@functools.cache
-def formats() -> frozenset[str]:
-    """The SDK's `AllowedFormats`, as the lowercase words a message's `format` may be."""
-    from nlip_sdk.nlip import AllowedFormats
-
-    return frozenset(f.value for f in AllowedFormats)
 
 
 class NlipError(Exception):
@@ -47,9 +36,6 @@ class NlipError(Exception):
 
 def parse(value: Any) -> NLIP_Message:
     """An NLIP message from decoded JSON, checked by the SDK's model and then by the rules it leaves out."""
-    from nlip_sdk.nlip import NLIP_Message
-    from pydantic import ValidationError
-
     if not isinstance(value, dict):
         raise NlipError("invalid_nlip_message", "an NLIP message is a JSON object")
     try:
@@ -58,8 +44,8 @@ def parse(value: Any) -> NLIP_Message:
         first = exc.errors()[0]
         path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"][:2])
         raise NlipError("invalid_nlip_message", f"{path}: {first['msg']}", path) from None
-    if message.format.lower() not in formats():
-        raise NlipError("invalid_nlip_format", f"format must be one of {sorted(formats())}", "$.format")
+    if message.format.lower() not in FORMATS:
+        raise NlipError("invalid_nlip_format", f"format must be one of {sorted(FORMATS)}", "$.format")
     if message.submessages is not None and len(message.submessages) > MAX_SUBMESSAGES:
         raise NlipError("too_many_submessages", f"at most {MAX_SUBMESSAGES} submessages", "$.submessages")
     unknown = set(value) - set(NLIP_Message.model_fields)
@@ -86,8 +72,6 @@ def encode(message: NLIP_Message) -> bytes:
 
 def structured(payload: Any, *, label: str, text: str | None = None) -> NLIP_Message:
     """A structured JSON message (`payload` any msgspec-encodable value) with an optional English summary."""
-    from nlip_sdk.nlip import NLIP_Factory
-
     message = NLIP_Factory.create_json(msgspec.to_builtins(payload), label=label)
     if text is not None:
         message.add_text(text)
@@ -97,8 +81,6 @@ def structured(payload: Any, *, label: str, text: str | None = None) -> NLIP_Mes
 def error_message(code: str, detail: str, field: str | None = None) -> NLIP_Message:
     """An NLIP error answer: format `error` with subformat `code` (the stable code), the detail as an `error/text`
     submessage and, when one input is at fault, its JSON path as an `error/field` submessage."""
-    from nlip_sdk.nlip import AllowedFormats, NLIP_Message, NLIP_SubMessage
-
     message = NLIP_Message(format=AllowedFormats.error, subformat="code", content=code)
     message.add_submessage(NLIP_SubMessage(format=AllowedFormats.error, subformat="text", content=detail))
     if field is not None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 from aiohttp import web
+from nlip_sdk.nlip import AllowedFormats, NLIP_Message
 
 from node.agents import sessions as agent_auth
 from node.errors import BBSError, InvalidInput
@@ -27,8 +28,6 @@ from wire import nlip
 from wire.api import MAX_QUERY_CHARS, AckIn, InboxQuery, PostEntry, PostLink, ReadQuery, SearchQuery, SubscriptionIn
 
 if TYPE_CHECKING:
-    from nlip_sdk.nlip import NLIP_Message
-
     from node.service import Node
 
 MAX_NLIP_BYTES = 256 * 1024
@@ -91,8 +90,6 @@ class _Call(msgspec.Struct, forbid_unknown_fields=True):
 
 def _call(message: NLIP_Message) -> tuple[str, Any]:
     """(op, args) of a message: a structured JSON call, or a text message as a search for its text."""
-    from nlip_sdk.nlip import AllowedFormats  # at the first message (wire/nlip.py says why)
-
     fmt = message.format.lower()
     if fmt == AllowedFormats.text:
         text = message.extract_text(language=None) or ""

@@ -115,8 +115,8 @@ def test_agent_create_works_on_an_initialised_folder_whether_or_not_served(tmp_p
 def test_a_start_imports_no_library_it_does_not_use_yet() -> None:
     """Every `bbs` command builds the whole parser, and every node builds its app: neither imports what only some
     commands, pages or engines use (aiohttp's client and the REST client for the parser; for the app networkx, about
-    0.3 s of CPU, which draws the dashboard's graphs and orders trust components; psycopg, about 0.15 s, for a node
-    on PostgreSQL; nlip-sdk with pydantic, about 0.27 s, for NLIP messages and pushes)."""
+    0.3 s of CPU, which draws the dashboard's graphs and orders trust components, and psycopg, about 0.15 s, for a
+    node on PostgreSQL)."""
     probe = (
         "import sys; from node.cli import build_parser; build_parser();"
         " parser = sorted(m for m in ('aiohttp', 'agent.client', 'networkx') if m in sys.modules);"
@@ -126,13 +126,13 @@ def test_a_start_imports_no_library_it_does_not_use_yet() -> None:
     assert found.stdout.split() == ["[]", "[]"], found.stdout + found.stderr
 
 
-LATER_IMPORTS = ("networkx", "psycopg", "nlip_sdk", "pydantic")
+LATER_IMPORTS = ("networkx", "psycopg")
 
 
-def test_a_node_served_on_sqlite_loads_neither_psycopg_nor_pydantic(tmp_path: Path) -> None:
-    """A `bbs serve` on SQLite that took a post and a search has loaded neither psycopg's nor pydantic's compiled
-    library (its memory map names every shared object it loaded): each is imported where only a node on PostgreSQL,
-    or an NLIP message, needs it."""
+def test_a_node_served_on_sqlite_loads_no_psycopg(tmp_path: Path) -> None:
+    """A `bbs serve` on SQLite that took a post and a search has loaded neither psycopg's compiled library nor libpq
+    (its memory map names every shared object it loaded): psycopg is imported where a PostgreSQL connection is
+    opened."""
     node = start_node(tmp_path / "node")
     try:
         agent = node.create_agent("writer")
@@ -147,5 +147,5 @@ def test_a_node_served_on_sqlite_loads_neither_psycopg_nor_pydantic(tmp_path: Pa
         maps = Path(f"/proc/{node.process.pid}/maps").read_text()
     finally:
         stop_node(node)
-    assert "site-packages/psycopg" not in maps and "libpq" not in maps and "pydantic_core" not in maps
+    assert "site-packages/psycopg" not in maps and "libpq" not in maps
     assert "site-packages/aiohttp" in maps  # the map is the server's: it holds aiohttp's compiled parser
