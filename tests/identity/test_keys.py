@@ -241,6 +241,24 @@ def test_sign_then_verify(seed: bytes, message: bytes) -> None:
     assert key.sign(message) == signature  # Ed25519 is deterministic
 
 
+@given(seeds, st.binary(max_size=2048))
+def test_signature_is_the_one_cryptography_makes(seed: bytes, message: bytes) -> None:
+    """`sign` goes through libsodium; the bytes are OpenSSL's for every key and message (Ed25519 is deterministic)."""
+    openssl = Ed25519PrivateKey.from_private_bytes(seed).sign(message)
+    assert b64u_decode(SigningKey.from_seed(seed).sign(message)) == openssl
+
+
+def test_signature_matches_rfc8032_test_vector_2() -> None:
+    """RFC 8032 section 7.1, TEST 2: a one-byte message."""
+    key = SigningKey.from_seed(bytes.fromhex("4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb"))
+    expected = (
+        "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da"
+        "085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00"
+    )
+    assert b64u_decode(key.sign(bytes.fromhex("72"))).hex() == expected
+    assert public_key_bytes(key.public_key).hex() == "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c"
+
+
 @given(seeds, st.binary(min_size=1, max_size=64), st.data())
 def test_verify_refuses_a_tampered_message(seed: bytes, message: bytes, data: st.DataObject) -> None:
     key = SigningKey.from_seed(seed)
