@@ -102,17 +102,11 @@ class Reads:
 
 def read(conn: Conn, refs: list[str], q: ReadQuery, sight: Sight) -> ReadResult:
     """`Reads.read` on one connection, of what `sight` sees."""
-    seeds: list[str] = []
-    missing: list[str] = []
-    for ref in dict.fromkeys(refs):  # a ref given twice is read (or missing) once
-        record_hash, entry_id = store.resolve_ref(conn, ref, sight)
-        if entry_id is None or record_hash is None:
-            missing.append(ref)
-        else:
-            seeds.append(record_hash)
-    if not q.include_synthetic:  # a hidden simulation is no starting point: its links would show it
-        hidden = store.synthetic_among(conn, seeds)
-        seeds = [h for h in seeds if h not in hidden]
+    unique = list(dict.fromkeys(refs))  # a ref given twice is read (or missing) once
+    held = store.held_refs(conn, unique, sight)
+    missing = [ref for ref in unique if ref not in held]
+    # a hidden simulation is no starting point: its links would show it
+    seeds = [h.record_hash for h in held.values() if q.include_synthetic or not h.synthetic]
     hashes, links, truncated = store.traverse(
         conn,
         seeds,
@@ -125,10 +119,10 @@ def read(conn: Conn, refs: list[str], q: ReadQuery, sight: Sight) -> ReadResult:
     )
     entries = store.entries_by_hashes(conn, hashes, q.include_synthetic, sight)
     # a redacted address answers its tombstone, asked for or named by a link (docs/api.md, "Redaction")
-    named = {*missing, *(e for link in links for e in (link.source, link.target))}
+    named = {*missing, *(e for link in links for e in (link.source, link.target))} - {e.record_hash for e in entries}
     redacted = [
         effects.tombstone_out(row)
-        for row in redaction_store.tombstones(conn, named - {e.record_hash for e in entries})
+        for row in (redaction_store.tombstones(conn, named) if named else [])
         if sight.sees(row.space)
     ]
     gone = {t.hash for t in redacted}

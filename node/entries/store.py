@@ -52,16 +52,45 @@ def resolve_ref(conn: Conn, ref: str, sight: Sight) -> tuple[str | None, int | N
     An unknown but well-formed hash resolves to (hash, None): it may still arrive. An entry of a space `sight` does
     not see is unknown, exactly as one not held (docs/spaces.md).
     """
+    held = held_refs(conn, [ref], sight).get(ref)
+    if held is not None:
+        return held.record_hash, held.entry_id
+    return (ref, None) if _HASH.fullmatch(ref) else (None, None)
+
+
+class Held(NamedTuple):
+    """An entry a reference names: its record hash, local id and whether it is a simulation (truth_state)."""
+
+    record_hash: str
+    entry_id: int
+    synthetic: bool
+
+
+def held_refs(conn: Conn, refs: Sequence[str], sight: Sight) -> dict[str, Held]:
+    """The entries these references (local ids or record hashes) name that are here and that `sight` sees, by
+    reference, in one statement. A reference that names none (malformed, not held, or of a space `sight` does not
+    see: docs/spaces.md) is not a key."""
+    ids = [int(ref) for ref in refs if _LOCAL_ID.fullmatch(ref) and int(ref) <= MAX_LOCAL_ID]
+    hashes = [ref for ref in refs if _HASH.fullmatch(ref)]
+    if not ids and not hashes:
+        return {}
     seen = seen_by(conn, sight, "space")
-    if _LOCAL_ID.fullmatch(ref):
-        if int(ref) > MAX_LOCAL_ID:
-            return None, None
-        row = conn.execute(f"SELECT record_hash, id FROM entries WHERE id = ? AND {seen}", (int(ref),)).fetchone()
-        return (row[0], row[1]) if row else (None, None)
-    if _HASH.fullmatch(ref):
-        row = conn.execute(f"SELECT id FROM entries WHERE record_hash = ? AND {seen}", (ref,)).fetchone()
-        return ref, (row[0] if row else None)
-    return None, None
+    id_test, listed_ids = any_of(conn, ids)
+    hash_test, listed_hashes = any_of(conn, hashes)
+    columns = "id, record_hash, truth_state = 'simulation'"
+    rows = conn.execute(  # two index lookups: one by id, one by hash
+        f"SELECT {columns} FROM entries WHERE id {id_test} AND {seen}"
+        f" UNION ALL SELECT {columns} FROM entries WHERE record_hash {hash_test} AND {seen}",
+        (listed_ids, listed_hashes),
+    ).fetchall()
+    by_id = {int(r[0]): Held(r[1], int(r[0]), bool(r[2])) for r in rows}
+    by_hash = {held.record_hash: held for held in by_id.values()}
+    found: dict[str, Held] = {}
+    for ref in refs:
+        held = by_hash.get(ref) if _HASH.fullmatch(ref) else by_id.get(int(ref)) if _LOCAL_ID.fullmatch(ref) else None
+        if held is not None:
+            found[ref] = held
+    return found
 
 
 def require_ref(conn: Conn, ref: str, what: str, sight: Sight, *, field: str, code: str, stored: bool = False) -> str:
@@ -141,15 +170,6 @@ def entries_by_ids(conn: Conn, ids: list[int], sight: Sight) -> list[EntryOut]:
             (json.dumps(ids),),
         ).fetchone()[0]
     return [entry_out(row) for row in msgspec.json.decode(text)]
-
-
-def synthetic_among(conn: Conn, hashes: Sequence[str]) -> set[str]:
-    """Which of these record hashes are stored simulations (truth_state simulation)."""
-    test, listed = any_of(conn, hashes)
-    rows = conn.execute(
-        f"SELECT record_hash FROM entries WHERE record_hash {test} AND truth_state = 'simulation'", (listed,)
-    ).fetchall()
-    return {r[0] for r in rows}
 
 
 def entries_by_hashes(conn: Conn, hashes: Iterable[str], include_synthetic: bool, sight: Sight) -> list[EntryOut]:

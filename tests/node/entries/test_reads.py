@@ -12,6 +12,7 @@ import shutil
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -23,6 +24,7 @@ from node.errors import InvalidInput, SearchIndexBuilding
 from node.search_index.index import FOLDER
 from node.search_index.indexer import Indexer
 from node.service import Node
+from node.spaces.sight import OPERATOR
 from node.store import db
 from tests.conftest import AgentCreds
 from tests.node.test_crash import Server, bbs, free_port
@@ -55,6 +57,46 @@ async def test_read_by_id_and_hash_with_neighbours_and_missing_refs(node: Node, 
     assert not result.truncated
     alone = await node.reads.read([str(base.id)], ReadQuery(include_links=False), viewer=None)
     assert [e.id for e in alone.entries] == [base.id] and alone.links == []
+
+
+class Counting:
+    """A connection that counts the statements run through it (each one a round trip on PostgreSQL)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.statements: list[str] = []
+        self.engine = getattr(conn, "engine", None)  # what `engine_of` reads
+
+    def execute(self, sql: str, params: Any = (), /) -> Any:
+        self.statements.append(sql)
+        return self.conn.execute(sql, params)
+
+    def executemany(self, sql: str, params: Any, /) -> Any:
+        self.statements.append(sql)
+        return self.conn.executemany(sql, params)
+
+
+async def test_a_read_runs_the_same_statements_for_one_ref_or_many(node: Node, make_agent: MakeAgent) -> None:
+    """Set-based: the refs are resolved in one statement whatever their number, a simulation is told apart in it,
+    and the tombstones are looked up only for an address the read did not find (issue 34's round trips)."""
+    alice = await make_agent("alice")
+    first, _ = await node.entries.post(alice.agent_id, PostEntry("finding", "inform", "one"), None)
+    second, _ = await node.entries.post(alice.agent_id, PostEntry("finding", "inform", "two"), None)
+
+    async def statements(refs: list[str]) -> tuple[list[str], reads.ReadResult]:
+        def run(conn: Any) -> tuple[list[str], reads.ReadResult]:
+            counting = Counting(conn)
+            return counting.statements, reads.read(counting, refs, ReadQuery(), OPERATOR)
+
+        return await node.db.read(run)
+
+    one, _ = await statements([first.record_hash])
+    many, result = await statements([str(first.id), first.record_hash, second.record_hash, str(second.id)])
+    assert len(one) == len(many) == 3  # the refs, the links, the entries
+    assert [e.id for e in result.entries] == [first.id, second.id] and result.missing == []
+    assert not any("tombstones" in sql for sql in one + many)
+    missing, result = await statements([first.record_hash, "c" * 64])
+    assert [sql for sql in missing if "tombstones" in sql] and result.missing == ["c" * 64]
 
 
 async def test_search_pages_and_walks_from_its_page(node: Node, make_agent: MakeAgent) -> None:

@@ -277,7 +277,7 @@ async def test_same_link_names_an_entrys_own_link_by_its_entry_record(node: Node
     assert same is not None and same[1:] == (hs, "entry")  # asserted by the entry itself, not by a link record
 
 
-async def test_entry_states_and_synthetic_among(node: Node, make_agent: MakeAgent) -> None:
+async def test_entry_states_and_held_refs(node: Node, make_agent: MakeAgent) -> None:
     alice = await make_agent("alice")
     a, ha = await post(node, alice, "old")
     b, hb = await post(node, alice, "new", links=[{"target": ha, "link_type": "supersedes"}])
@@ -287,7 +287,15 @@ async def test_entry_states_and_synthetic_among(node: Node, make_agent: MakeAgen
     assert states[a].superseded and not states[a].retracted and states[a].superseded_claims == []
     assert not states[b].superseded and not states[b].equivocated
     assert states[a].community_confidence == 0.5  # neither computed nor trusted: neutral
-    assert await node.db.read(lambda conn: store.synthetic_among(conn, [ha, hb, hc, "e" * 64])) == {hc}
+    refs = [ha, str(b), hc, str(c), "e" * 64, "424242", str(2**63), "²", "E" * 64, ""]
+    held = await node.db.read(lambda conn: store.held_refs(conn, refs, OPERATOR))
+    assert held == {
+        ha: store.Held(ha, a, False),
+        str(b): store.Held(hb, b, False),
+        hc: store.Held(hc, c, True),
+        str(c): store.Held(hc, c, True),
+    }  # the rest name nothing held: not held, beyond SQLite's integers, non-ASCII digits, upper-case hex, empty
+    assert await node.db.read(lambda conn: store.held_refs(conn, ["abc", "E" * 64], OPERATOR)) == {}
 
 
 async def test_require_ref_names_its_field_and_code(node: Node, make_agent: MakeAgent) -> None:
@@ -371,7 +379,7 @@ def _reads_story(conn: Any) -> list[Any]:
         [store.entry_by_hash(conn, h) for h in hashes],
         store.entries_by_hashes(conn, [*hashes, "0" * 64], False, OPERATOR),
         store.entries_by_hashes(conn, hashes, True, PUBLIC),
-        store.synthetic_among(conn, hashes),
+        store.held_refs(conn, [*hashes, "0" * 64], OPERATOR),
         [store.author_of(conn, h) for h in [*hashes, "0" * 64]],
         [store.stored_body(conn, h) for h in hashes],
         [store.entry_stored_txn(conn, h) for h in (hashes[0], "0" * 64)],
@@ -432,7 +440,7 @@ def test_the_reads_answer_alike_on_either_engine(tmp_path: Path, pg_migrated_url
             conn.close()
     sqlite_answers, postgres_answers = answers
     assert postgres_answers == sqlite_answers
-    by_hash, plain, public, synthetic, authors, _, stored, by_origin, by_id, same, same_elsewhere, _, ahead, _ = (
+    by_hash, plain, public, held, authors, _, stored, by_origin, by_id, same, same_elsewhere, _, ahead, _ = (
         sqlite_answers[:14]
     )
     every, with_simulations, tagged, filtered, paged = sqlite_answers[14:19]
@@ -448,7 +456,10 @@ def test_the_reads_answer_alike_on_either_engine(tmp_path: Path, pg_migrated_url
     assert [e.content for e in filtered] == ["I retract it", "a claim"] and len(paged) == 2
     assert [e.content for e in plain] == ["the target", "a claim", "I retract it"]  # no simulation, none absent
     assert [e.content for e in public][2] == IMAGINED and len(public) == 4
-    assert synthetic == {by_hash[2].record_hash} and by_hash[1].retracted and authors[-1] is None
+    assert {h for h, one in held.items() if one.synthetic} == {by_hash[2].record_hash} and held.keys() == {
+        e.record_hash for e in by_hash
+    }
+    assert by_hash[1].retracted and authors[-1] is None
     assert stored == [True, False] and by_origin == by_id and by_origin.link_type == "contradicts"
     assert same is not None and same[2] == "link" and same_elsewhere is None
     assert sorted(ahead.held) == sorted(by_hash[i].record_hash for i in (0, 1)) and ahead.named.contradicted
