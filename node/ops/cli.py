@@ -133,7 +133,11 @@ def cmd_processes(args: argparse.Namespace) -> int:
     for p in found.processes:
         state = ("checked" if p.checked else "not checked") if p.vouched else "waiting for a vouch"
         mine = "  (this folder)" if p.this_folder else ""
-        print(f"{p.process}  {state:19}  registered {format_ms(p.registered_ms)}{mine}")
+        silent = "  silent: stopped or retired" if p.silent else ""
+        print(
+            f"{p.process}  {state:19}  registered {format_ms(p.registered_ms)}"
+            f"  last check-in {format_ms(p.checked_in_ms)}{silent}{mine}"
+        )
     for hold in found.holds:
         print(f"hold {hold.hold_id}  until {format_ms(hold.until_ms)}")
     if not found.processes and not found.holds:

@@ -15,6 +15,7 @@ history like a failover, which serving processes follow within seconds.
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,9 @@ from node.workflows.fence import FENCE_NAME, IDENTITY_KEY, read_fence
 from node.workflows.store import fence as fence_store
 
 RESTORED = "restored"  # the mark: a history no database is in, so the next look finds it moved
+# A serving process records a check-in at most every CHECK_IN_EVERY_MS (a minute) and checks every 5 s: one not
+# heard from in three minutes has stopped (retired, stopped, its folder gone, or it cannot reach the database).
+SILENT_AFTER_MS = 3 * fence_store.CHECK_IN_EVERY_MS
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,8 @@ class Process:
     vouched: bool  # holds a fence it checked (False: joined without one, waits for another process's vouch)
     checked: bool  # has checked its fence against the database's current history
     registered_ms: int
+    checked_in_ms: int  # when it last checked its fence against the database (recorded at most once a minute)
+    silent: bool  # not checked in for SILENT_AFTER_MS: stopped, or retired (then forget it)
     this_folder: bool  # the process of the data folder the command was given
 
 
@@ -59,8 +65,10 @@ def _url(data: Path) -> str:
     return url
 
 
-def registered(data: Path) -> Processes:
-    """The processes the node's fence registered (in process id order) and its holds."""
+def registered(data: Path, now_ms: int | None = None) -> Processes:
+    """The processes the node's fence registered (in process id order) and its holds; `now_ms` (default: this
+    machine's clock) decides which are silent."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
     url = _url(data)
     fence = read_fence(data / FENCE_NAME)
     mine = None if fence is None else fence.process
@@ -71,7 +79,10 @@ def registered(data: Path) -> Processes:
         holds = fence_store.holds(conn)
     changed = recorded is not None and recorded != identity  # the next check unchecks every process
     return Processes(
-        [Process(p, vouched, not changed and checked == identity, at, p == mine) for p, vouched, checked, at in rows],
+        [
+            Process(p, vouched, not changed and checked == identity, at, seen, now - seen > SILENT_AFTER_MS, p == mine)
+            for p, vouched, checked, at, seen in rows
+        ],
         holds,
         changed,
     )

@@ -268,10 +268,12 @@ class LeaseFence:
             ops_store.set_meta_txn(conn, IDENTITY_KEY, identity)
         row = fence_store.process_row(conn, fence.process)
         if self.awaiting_vouch:
-            if row is not None and row[0]:  # a process holding a fence checked this database after we registered
+            if row is not None and row.vouched:  # a process holding a fence checked this database after we registered
                 self._join(conn, now_ms, identity)
             elif row is None:
                 fence_store.register_txn(conn, fence.process, False, None, now_ms)
+            else:
+                _check_in(conn, fence.process, row, now_ms)
         else:
             latest = fence_store.latest_grant_ms(conn, self.node_id)
             if self.hold_until_ms == 0 and fence.expires_ms > now_ms and self._lost(conn, fence, latest):
@@ -282,8 +284,10 @@ class LeaseFence:
                     f"count:{fence.process}", self.hold_until_ms, fence.since_ms, fence.grants, None
                 )
                 fence_store.hold_txn(conn, hold, now_ms)
-            if row != (True, identity):  # the periodic check writes nothing when nothing changed
+            if row is None or (row.vouched, row.identity) != (True, identity):
                 fence_store.register_txn(conn, fence.process, True, identity, now_ms)
+            else:  # nothing changed: the periodic check writes nothing but, once a minute, that it ran
+                _check_in(conn, fence.process, row, now_ms)
             fence_store.vouch_txn(conn)
             if fence.identity != identity:
                 self.fence = replace(fence, identity=identity)
@@ -385,3 +389,9 @@ class LeaseFence:
             return
         self.fence = replace(fence, expires_ms=latest, grants=grants)
         write_fence(self.path, self.fence)
+
+
+def _check_in(conn: Conn, process: str, row: fence_store.ProcessRow, now_ms: int) -> None:
+    """Record this process's check-in when the last one recorded is `CHECK_IN_EVERY_MS` old (`bbs processes`)."""
+    if now_ms - row.checked_in_ms >= fence_store.CHECK_IN_EVERY_MS:
+        fence_store.checked_in_txn(conn, process, now_ms)

@@ -6,6 +6,7 @@ part of the fence (migration 0055: the processes that check it, and the holds ev
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from node.ops import store as ops_store
 from node.store.conn import Conn
@@ -38,19 +39,39 @@ def history_identity(conn: Conn) -> str:
     return f"{ops_store.cluster_history(conn)}:{epoch}"
 
 
-def process_row(conn: Conn, process: str) -> tuple[bool, str | None] | None:
-    """(vouched, identity) of the registered process `process`, or None when this database does not know it."""
-    row = conn.execute("SELECT vouched, identity FROM lease_fence_processes WHERE process = ?", (process,)).fetchone()
-    return None if row is None else (bool(row[0]), None if row[1] is None else str(row[1]))
+class ProcessRow(NamedTuple):
+    """A registered process as the database holds it."""
+
+    vouched: bool  # holds a fence it checked the database against
+    identity: str | None  # the history it last checked under (None: must check again)
+    checked_in_ms: int  # when it last checked in (refreshed at most every `CHECK_IN_EVERY_MS`)
+
+
+CHECK_IN_EVERY_MS = 60_000  # a serving process checks every 5 s; it records that it did at most once a minute
+
+
+def process_row(conn: Conn, process: str) -> ProcessRow | None:
+    """The registered process `process`, or None when this database does not know it."""
+    row = conn.execute(
+        "SELECT vouched, identity, checked_in_ms FROM lease_fence_processes WHERE process = ?", (process,)
+    ).fetchone()
+    return None if row is None else ProcessRow(bool(row[0]), None if row[1] is None else str(row[1]), int(row[2]))
 
 
 def register_txn(conn: Conn, process: str, vouched: bool, identity: str | None, now_ms: int) -> None:
-    """Record that `process` checked the database under `identity` (`vouched`: it holds a fence it checked)."""
+    """Record that `process` checked the database under `identity` at `now_ms` (`vouched`: it holds a fence it
+    checked)."""
     conn.execute(
-        "INSERT INTO lease_fence_processes (process, vouched, identity, registered_ms) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT (process) DO UPDATE SET vouched = excluded.vouched, identity = excluded.identity",
-        (process, int(vouched), identity, now_ms),
+        "INSERT INTO lease_fence_processes (process, vouched, identity, registered_ms, checked_in_ms)"
+        " VALUES (?, ?, ?, ?, ?) ON CONFLICT (process) DO UPDATE SET vouched = excluded.vouched,"
+        " identity = excluded.identity, checked_in_ms = excluded.checked_in_ms",
+        (process, int(vouched), identity, now_ms, now_ms),
     )
+
+
+def checked_in_txn(conn: Conn, process: str, now_ms: int) -> None:
+    """Record that `process` checked the database at `now_ms` and found nothing to change."""
+    conn.execute("UPDATE lease_fence_processes SET checked_in_ms = ? WHERE process = ?", (now_ms, process))
 
 
 def vouch_txn(conn: Conn) -> int:
@@ -74,13 +95,13 @@ def unchecked(conn: Conn, identity: str) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-def processes(conn: Conn) -> list[tuple[str, bool, str | None, int]]:
-    """(process, vouched, the identity it last checked under or None, registered_ms) of every registered process, in
-    process order."""
+def processes(conn: Conn) -> list[tuple[str, bool, str | None, int, int]]:
+    """(process, vouched, the identity it last checked under or None, registered_ms, checked_in_ms) of every
+    registered process, in process order."""
     rows = conn.execute(
-        "SELECT process, vouched, identity, registered_ms FROM lease_fence_processes ORDER BY process"
+        "SELECT process, vouched, identity, registered_ms, checked_in_ms FROM lease_fence_processes ORDER BY process"
     ).fetchall()
-    return [(str(r[0]), bool(r[1]), None if r[2] is None else str(r[2]), int(r[3])) for r in rows]
+    return [(str(r[0]), bool(r[1]), None if r[2] is None else str(r[2]), int(r[3]), int(r[4])) for r in rows]
 
 
 def forget_process_txn(conn: Conn, process: str) -> bool:

@@ -13,6 +13,7 @@ import pytest
 from node.cli import main
 from node.ops import store as ops_store
 from node.ops.datadir import initialise
+from node.ops.processes import SILENT_AFTER_MS, registered
 from node.service import Node
 from node.store.db import connect_store, read_sync, transaction
 from node.workflows.fence import FENCE_NAME, IDENTITY_KEY, FenceFile, write_fence
@@ -45,9 +46,15 @@ def test_processes_lists_them_and_forgets_a_retired_one(
         ("p-old", True, False, False),
     ]
     assert listed["holds"] == []
+    assert [p["checked_in_ms"] for p in listed["processes"]] == [1_000, 2_000, 500]
+    assert all(p["silent"] for p in listed["processes"])  # by this machine's clock, not heard from since 1970
     assert main(["processes", "--data", str(folder)]) == 0
     text = capsys.readouterr().out.splitlines()
     assert [line.split()[:2] for line in text] == [["p-in", "checked"], ["p-new", "waiting"], ["p-old", "not"]]
+    assert all("last check-in 1970-01-01T00:00:0" in line and "silent: stopped or retired" in line for line in text)
+    # silent once not heard from in SILENT_AFTER_MS: a serving process records a check-in at least once a minute
+    heard = registered(folder, now_ms=1_000 + SILENT_AFTER_MS)
+    assert [(p.process, p.silent) for p in heard.processes] == [("p-in", False), ("p-new", False), ("p-old", True)]
 
     write_fence(folder / FENCE_NAME, FenceFile("did:key:z", "f", "e", 0, process="p-in"))  # this folder's process
     assert main(["processes", "--data", str(folder), "--json"]) == 0

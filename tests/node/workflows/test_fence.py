@@ -5,6 +5,7 @@ Restarts are real (a Node closed and opened again on the same folder); time move
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,9 +20,12 @@ from node.ops import backup, pg_tools
 from node.ops import store as ops_store
 from node.ops.datadir import DataDir
 from node.service import Node
+from node.store.db import connect_store, read_sync, transaction
 from node.workflows.fence import FENCE_NAME, LONGEST_GRANT_MS, FenceFile, LeaseFence, read_fence, write_fence
 from node.workflows.service import Workflows
+from node.workflows.store import fence as fence_store
 from tests.conftest import FakeClock
+from tests.node.ops.test_history import pg_folder  # noqa: F401  (a fixture)
 from tests.node.workflows.helpers import WF
 
 Serve = Callable[[], Awaitable[tuple[Node, TestClient]]]
@@ -366,3 +370,29 @@ async def test_while_restored_no_completion_or_status_change_can_contradict_a_lo
     clock.advance(61)
     resp = await c.post(f"{WF}/tasks/job/complete", json={}, headers=b)
     assert resp.status == 200 and (await resp.json())["status"] == "done"
+
+
+def test_a_process_records_its_check_in_at_most_once_a_minute(pg_folder: tuple[Path, str]) -> None:  # noqa: F811
+    """On PostgreSQL each check of the node-wide fence (every 5 s while serving) records the process's check-in when
+    the one recorded is a minute old, and writes nothing otherwise (`bbs processes` shows it)."""
+    folder, url = pg_folder
+    fence = LeaseFence(folder / FENCE_NAME, "did:key:znode")
+    t0 = 1_800_000_000_000
+
+    def at(now_ms: int) -> int:
+        with contextlib.closing(connect_store(url)) as conn, transaction(conn, immediate=True):
+            if fence.loaded:
+                fence.settle_txn(conn, now_ms)
+            else:
+                fence.load_txn(conn, now_ms)
+        assert fence.fence is not None and fence.fence.process is not None
+        process = fence.fence.process
+        row = read_sync(url, lambda conn: fence_store.process_row(conn, process))
+        assert row is not None and row.vouched
+        return row.checked_in_ms
+
+    assert at(t0) == t0  # registered by its first check
+    assert at(t0 + 5_000) == t0  # nothing changed: nothing written
+    assert at(t0 + fence_store.CHECK_IN_EVERY_MS - 1) == t0
+    assert at(t0 + fence_store.CHECK_IN_EVERY_MS) == t0 + fence_store.CHECK_IN_EVERY_MS
+    assert at(t0 + fence_store.CHECK_IN_EVERY_MS + 5_000) == t0 + fence_store.CHECK_IN_EVERY_MS
