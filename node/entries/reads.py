@@ -40,11 +40,11 @@ class Reads:
 
     async def read(self, refs: list[str], q: ReadQuery, viewer: Viewer) -> ReadResult:
         """Entries by id or hash with their neighbourhood, as `viewer` (an agent's did; None: the node's operator)
-        may read them (`node.spaces.sight.sight_of`): an entry of a space it may not read is missing."""
+        may read them (`node.spaces.store.sight_of`): an entry of a space it may not read is missing."""
         return await self.db.read(lambda c: read(c, refs, q, sight_of(c, viewer)), quick=True)
 
     async def search(self, q: SearchQuery, agent: Viewer) -> SearchResult:
-        """A page of entries matching the query that `agent` may read (`node.spaces.sight.sight_of`; None: the
+        """A page of entries matching the query that `agent` may read (`node.spaces.store.sight_of`; None: the
         node's operator), with their neighbourhood when `hops` asks for it.
 
         `agent` is the caller (None for the admin): a search with words waits for the index to cover its newest
