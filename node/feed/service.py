@@ -45,7 +45,7 @@ class Feed:
         self._woken = asyncio.Event()
 
     async def page(self, q: FeedQuery, viewer: Viewer) -> FeedPage:
-        """The entries after `q.after` that `viewer` may read (`node.spaces.sight.sight_of`), waiting up to
+        """The entries after `q.after` that `viewer` may read (`node.spaces.store.sight_of`), waiting up to
         `q.wait_ms` for the first new entry (any entry: a page may then be empty, with `next` at the head)."""
         if q.wait_ms:
             await self.wait_for_entry(q.after, q.wait_ms / 1000)
