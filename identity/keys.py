@@ -104,7 +104,7 @@ class SigningKey:
         self._private = private
         public = private.public_key()
         self.did = did_from_public_key(public)
-        # libsodium's form of the same key (seed || public key): it signs in about half of OpenSSL's time
+        # libsodium's form of the same key (seed || public key): it signs in 55 to 75% of OpenSSL's time
         # through `cryptography`, and Ed25519 signing is deterministic, so the signature is the same bytes
         # (docs/decisions.md record 42).
         self._sodium_secret = self.seed + public_key_bytes(public)

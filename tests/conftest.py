@@ -21,6 +21,7 @@ from tests.pg_fixtures import (  # noqa: F401
     node_store,
     open_store,
     pg_cluster,
+    pg_folder,
     pg_migrated_url,
     pg_template,
     pg_url,

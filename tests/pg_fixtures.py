@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import pytest
 
+from node.ops.datadir import initialise
 from node.store import db, pg_conn, pg_schema
 from node.store.conn import Conn
 from node.store.projections import Log
@@ -148,6 +149,16 @@ def pg_migrated_url(pg_cluster: cluster_mod.Cluster, pg_template: str) -> Iterat
     """The connection string of a new database holding the head schema (a copy of `pg_template`), dropped after."""
     name = pg_cluster.create_database(template=pg_template)
     yield pg_cluster.url(name)
+    pg_cluster.drop_database(name)
+
+
+@pytest.fixture
+def pg_folder(pg_cluster: cluster_mod.Cluster, pg_template: str, tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A node's folder initialised on a new PostgreSQL database (a copy of the migrated template), and its URL."""
+    name = pg_cluster.create_database(template=pg_template)
+    url = pg_cluster.store_url(name)
+    initialise(tmp_path / "node", url)
+    yield tmp_path / "node", url
     pg_cluster.drop_database(name)
 
 

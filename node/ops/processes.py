@@ -26,8 +26,9 @@ from node.workflows.fence import FENCE_NAME, IDENTITY_KEY, read_fence
 from node.workflows.store import fence as fence_store
 
 RESTORED = "restored"  # the mark: a history no database is in, so the next look finds it moved
-# A serving process records a check-in at most every CHECK_IN_EVERY_MS (a minute) and checks every 5 s: one not
-# heard from in three minutes has stopped (retired, stopped, its folder gone, or it cannot reach the database).
+# A serving process checks every 5 s and records a check-in once the last recorded is CHECK_IN_EVERY_MS (a minute)
+# old, so about once a minute: one not heard from in three minutes has stopped (retired, stopped, its folder gone, or
+# it cannot reach the database).
 SILENT_AFTER_MS = 3 * fence_store.CHECK_IN_EVERY_MS
 
 
@@ -39,7 +40,7 @@ class Process:
     vouched: bool  # holds a fence it checked (False: joined without one, waits for another process's vouch)
     checked: bool  # has checked its fence against the database's current history
     registered_ms: int
-    checked_in_ms: int  # when it last checked its fence against the database (recorded at most once a minute)
+    checked_in_ms: int  # when it last checked its fence against the database (recorded about once a minute)
     silent: bool  # not checked in for SILENT_AFTER_MS: stopped, or retired (then forget it)
     this_folder: bool  # the process of the data folder the command was given
 

@@ -259,7 +259,7 @@ class Sealing:
         """Run CPU-bound work on `items` records (Ed25519 signing and verification, canonical checks): on the
         crypto threads when there are several, on the event loop for one.
 
-        `cryptography` releases the GIL inside Ed25519, so another core verifies a batch while the event loop
+        libsodium (through cffi) releases the GIL inside Ed25519, so another core verifies a batch while the event loop
         serves other requests. For one record the hand-off costs more than the work: a thread switch each way,
         futures, and a third thread contending for the GIL with the loop and the writer (single posts were
         19-32% faster inline, docs/performance.md). There are CRYPTO_THREADS threads, one fewer than the cores:

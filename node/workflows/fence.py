@@ -392,6 +392,8 @@ class LeaseFence:
 
 
 def _check_in(conn: Conn, process: str, row: fence_store.ProcessRow, now_ms: int) -> None:
-    """Record this process's check-in when the last one recorded is `CHECK_IN_EVERY_MS` old (`bbs processes`)."""
-    if now_ms - row.checked_in_ms >= fence_store.CHECK_IN_EVERY_MS:
+    """Record this process's check-in when the last one recorded is `CHECK_IN_EVERY_MS` old, or later than this
+    process's clock (stepped back, or another machine's: waiting for it to catch up would show a live process as
+    silent) (`bbs processes`)."""
+    if not 0 <= now_ms - row.checked_in_ms < fence_store.CHECK_IN_EVERY_MS:
         fence_store.checked_in_txn(conn, process, now_ms)

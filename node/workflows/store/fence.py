@@ -47,7 +47,7 @@ class ProcessRow(NamedTuple):
     checked_in_ms: int  # when it last checked in (refreshed at most every `CHECK_IN_EVERY_MS`)
 
 
-CHECK_IN_EVERY_MS = 60_000  # a serving process checks every 5 s; it records that it did at most once a minute
+CHECK_IN_EVERY_MS = 60_000  # a serving process checks every 5 s; it records that it did about once a minute
 
 
 def process_row(conn: Conn, process: str) -> ProcessRow | None:

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,16 +31,6 @@ from sync.puller import Puller
 from sync.store import PeerConfig
 from tests.conftest import FakeClock
 from wire.api import PostEntry
-
-
-@pytest.fixture
-def pg_folder(pg_cluster: cluster_mod.Cluster, pg_template: str, tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A node's folder initialised on a new PostgreSQL database (a copy of the migrated template), and its URL."""
-    name = pg_cluster.create_database(template=pg_template)
-    url = pg_cluster.store_url(name)
-    initialise(tmp_path / "node", url)
-    yield tmp_path / "node", url
-    pg_cluster.drop_database(name)
 
 
 def _meta(url: str, key: str) -> str | None:

@@ -19,7 +19,6 @@ from node.store.db import connect_store, read_sync, transaction
 from node.workflows.fence import FENCE_NAME, IDENTITY_KEY, FenceFile, write_fence
 from node.workflows.store import fence as fence_store
 from tests.conftest import FakeClock
-from tests.node.ops.test_history import pg_folder  # noqa: F401  (a fixture)
 
 
 def _register(url: str, *rows: tuple[str, bool, bool, int]) -> None:
@@ -31,7 +30,7 @@ def _register(url: str, *rows: tuple[str, bool, bool, int]) -> None:
 
 
 def test_processes_lists_them_and_forgets_a_retired_one(
-    pg_folder: tuple[Path, str],  # noqa: F811
+    pg_folder: tuple[Path, str],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     folder, url = pg_folder
@@ -70,7 +69,7 @@ def test_processes_lists_them_and_forgets_a_retired_one(
 
 
 def test_a_restore_by_hand_is_marked_and_the_next_start_renews_the_epoch(
-    pg_folder: tuple[Path, str],  # noqa: F811
+    pg_folder: tuple[Path, str],
     capsys: pytest.CaptureFixture[str],
     clock: FakeClock,
 ) -> None:

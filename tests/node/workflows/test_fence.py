@@ -21,11 +21,18 @@ from node.ops import store as ops_store
 from node.ops.datadir import DataDir
 from node.service import Node
 from node.store.db import connect_store, read_sync, transaction
-from node.workflows.fence import FENCE_NAME, LONGEST_GRANT_MS, FenceFile, LeaseFence, read_fence, write_fence
+from node.workflows.fence import (
+    FENCE_NAME,
+    IDENTITY_KEY,
+    LONGEST_GRANT_MS,
+    FenceFile,
+    LeaseFence,
+    read_fence,
+    write_fence,
+)
 from node.workflows.service import Workflows
 from node.workflows.store import fence as fence_store
 from tests.conftest import FakeClock
-from tests.node.ops.test_history import pg_folder  # noqa: F401  (a fixture)
 from tests.node.workflows.helpers import WF
 
 Serve = Callable[[], Awaitable[tuple[Node, TestClient]]]
@@ -372,14 +379,16 @@ async def test_while_restored_no_completion_or_status_change_can_contradict_a_lo
     assert resp.status == 200 and (await resp.json())["status"] == "done"
 
 
-def test_a_process_records_its_check_in_at_most_once_a_minute(pg_folder: tuple[Path, str]) -> None:  # noqa: F811
+def test_a_process_records_its_check_in_about_once_a_minute(pg_folder: tuple[Path, str]) -> None:
     """On PostgreSQL each check of the node-wide fence (every 5 s while serving) records the process's check-in when
-    the one recorded is a minute old, and writes nothing otherwise (`bbs processes` shows it)."""
+    the one recorded is a minute old (or ahead of the process's clock), and writes nothing otherwise; a process waiting
+    for a vouch checks in too, and a change of the database's history registers every process anew (`bbs processes`
+    shows the check-ins)."""
     folder, url = pg_folder
-    fence = LeaseFence(folder / FENCE_NAME, "did:key:znode")
+    every = fence_store.CHECK_IN_EVERY_MS
     t0 = 1_800_000_000_000
 
-    def at(now_ms: int) -> int:
+    def at(fence: LeaseFence, now_ms: int) -> fence_store.ProcessRow:
         with contextlib.closing(connect_store(url)) as conn, transaction(conn, immediate=True):
             if fence.loaded:
                 fence.settle_txn(conn, now_ms)
@@ -388,11 +397,27 @@ def test_a_process_records_its_check_in_at_most_once_a_minute(pg_folder: tuple[P
         assert fence.fence is not None and fence.fence.process is not None
         process = fence.fence.process
         row = read_sync(url, lambda conn: fence_store.process_row(conn, process))
-        assert row is not None and row.vouched
-        return row.checked_in_ms
+        assert row is not None
+        return row
 
-    assert at(t0) == t0  # registered by its first check
-    assert at(t0 + 5_000) == t0  # nothing changed: nothing written
-    assert at(t0 + fence_store.CHECK_IN_EVERY_MS - 1) == t0
-    assert at(t0 + fence_store.CHECK_IN_EVERY_MS) == t0 + fence_store.CHECK_IN_EVERY_MS
-    assert at(t0 + fence_store.CHECK_IN_EVERY_MS + 5_000) == t0 + fence_store.CHECK_IN_EVERY_MS
+    first = LeaseFence(folder / FENCE_NAME, "did:key:znode")
+    registered = at(first, t0)  # registered by its first check
+    assert registered.vouched and registered.identity is not None and registered.checked_in_ms == t0
+    assert at(first, t0 + 5_000).checked_in_ms == t0  # nothing changed: nothing written
+    assert at(first, t0 + every - 1).checked_in_ms == t0
+    assert at(first, t0 + every).checked_in_ms == t0 + every
+    assert at(first, t0 + every + 5_000).checked_in_ms == t0 + every
+    assert at(first, t0 + 30_000).checked_in_ms == t0 + 30_000  # its clock stepped back: recorded at once
+
+    # a process whose folder holds no fence of this database waits for a vouch, and checks in meanwhile
+    joining = LeaseFence(folder.parent / "joining-fence.json", "did:key:znode")
+    assert at(joining, t0 + 40_000) == (False, None, t0 + 40_000)
+    assert joining.awaiting_vouch
+    assert at(joining, t0 + 40_000 + every - 1).checked_in_ms == t0 + 40_000
+    assert at(joining, t0 + 40_000 + every) == (False, None, t0 + 40_000 + every)
+
+    # the database's history changed (here: marked as restored by hand): the next check registers the process anew
+    with contextlib.closing(connect_store(url)) as conn, transaction(conn, immediate=True):
+        ops_store.set_meta_txn(conn, IDENTITY_KEY, "restored")
+    row = at(first, t0 + 31_000)
+    assert row.vouched and row.identity is not None and row.identity != "restored" and row.checked_in_ms == t0 + 31_000

@@ -38,3 +38,16 @@ async def test_grants_of_one_node_latest_and_counted_after_a_moment(db: Store) -
     assert await db.read(lambda c: fence.grants_since(c, NODE, T0)) == 3
     assert await db.read(lambda c: fence.grants_since(c, NODE, T0 + 200)) == 1  # expiring strictly after
     assert await db.read(lambda c: fence.grants_since(c, OTHER, T0)) == 1
+
+
+async def test_a_process_registers_then_records_its_check_ins(db: Store) -> None:
+    """`register_txn` records the process, its history and its check-in; `checked_in_txn` moves the check-in only."""
+    assert await db.read(lambda c: fence.process_row(c, "p1")) is None
+    await db.write(lambda c: fence.register_txn(c, "p1", False, None, T0))
+    assert await db.read(lambda c: fence.process_row(c, "p1")) == fence.ProcessRow(False, None, T0)
+    await db.write(lambda c: fence.register_txn(c, "p1", True, "S:1:e", T0 + 5))  # vouched: registered_ms stays
+    await db.write(lambda c: fence.checked_in_txn(c, "p1", T0 + 60_005))
+    assert await db.read(lambda c: fence.process_row(c, "p1")) == fence.ProcessRow(True, "S:1:e", T0 + 60_005)
+    assert await db.read(fence.processes) == [("p1", True, "S:1:e", T0, T0 + 60_005)]
+    await db.write(lambda c: fence.checked_in_txn(c, "unknown", T0))  # a process forgotten meanwhile: nothing
+    assert [row[0] for row in await db.read(fence.processes)] == ["p1"]
