@@ -96,6 +96,14 @@ PG_BEGIN_WRITE = (
     "UPDATE write_clock SET n = n + 1 WHERE id = 1 RETURNING n"
 )
 PG_READER_SETTINGS = "SET default_transaction_read_only = on; SET default_transaction_isolation = 'repeatable read'"
+# A quick read on PostgreSQL runs each statement psycopg has prepared (its sixth run on the connection and after) on
+# the statement's generic plan. Planned anew at each run, as the server's own choice ran them, a read's statements took
+# 1.1 to 2.2 ms each (the entry's, the links'), against 0.45 to 0.55 ms on their generic plans; reads by hash and
+# searches by a tag alone answered about a fifth to a third sooner (docs/performance.md, "PostgreSQL: a node on
+# ..."). A generic plan that runs past the budget is stopped, and the read runs again on a reader thread, which plans
+# as the server chooses.
+QUICK_PLANS = "plan_cache_mode = force_generic_plan"
+
 # SQLSTATEs of a quick read stopped by its budget: statement_timeout (57014) or a lock it would wait for (55P03).
 _PG_STOPPED = {neutral.QUERY_CANCELED, neutral.LOCK_NOT_AVAILABLE}
 PG_URL_SCHEMES = ("postgresql://", "postgres://")
@@ -687,11 +695,12 @@ class Database:
     def _read_inline_pg(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, Any]:
         """`_read_inline` on PostgreSQL: `fn` on this thread's read-only connection, in a transaction whose every
         statement the server stops past the budget (`SET LOCAL statement_timeout`, whole milliseconds; a lock it
-        would wait for counts). (False, None) when one was stopped: the read then runs on a reader thread."""
+        would wait for counts), and whose prepared statements run on their generic plans (`QUICK_PLANS`). (False,
+        None) when one was stopped: the read then runs on a reader thread."""
         conn = self._reader("pg_inline")
         timeout_ms = max(1, round(self.inline_budget_s * 1000))
         try:
-            conn.execute(f"BEGIN; SET LOCAL statement_timeout = {timeout_ms}")
+            conn.execute(f"BEGIN; SET LOCAL statement_timeout = {timeout_ms}; SET LOCAL {QUICK_PLANS}")
             try:
                 value = fn(conn)
                 caught = conn.aborted()  # fn caught its stop

@@ -158,6 +158,17 @@ async def test_a_quick_read_runs_inline_and_moves_to_a_reader_past_its_budget(da
     assert (stats.inline, stats.moved) == (inline, moved + 2)
 
 
+async def test_a_quick_read_runs_prepared_statements_on_their_generic_plans(database: Database) -> None:
+    """QUICK_PLANS holds for the quick read's transaction only: a reader thread's read plans as the server chooses."""
+
+    def mode(conn: Any) -> str:
+        return str(conn.execute("SHOW plan_cache_mode").fetchone()[0])
+
+    assert await database.read(mode, quick=True) == "force_generic_plan"
+    assert await database.read(mode) == "auto"
+    assert await database.read(mode, quick=True) == "force_generic_plan"
+
+
 async def test_write_sync_and_read_sync_take_a_url(database: Database, empty_url: str) -> None:
     assert node_db.write_sync(empty_url, insert("t5")) == 1
     assert node_db.read_sync(empty_url, values) == ["t5"]
