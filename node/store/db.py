@@ -694,9 +694,8 @@ class Database:
 
     def _read_inline_pg(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, Any]:
         """`_read_inline` on PostgreSQL: `fn` on this thread's read-only connection, in a transaction whose every
-        statement the server stops past the budget (`SET LOCAL statement_timeout`, whole milliseconds; a lock it
-        would wait for counts), and whose prepared statements run on their generic plans (`QUICK_PLANS`). (False,
-        None) when one was stopped: the read then runs on a reader thread."""
+        statement the server stops past the budget (`SET LOCAL statement_timeout`, whole ms; a lock it would wait for
+        counts), on generic plans (`QUICK_PLANS`). (False, None) when one was stopped: it runs on a reader thread."""
         conn = self._reader("pg_inline")
         timeout_ms = max(1, round(self.inline_budget_s * 1000))
         try:
