@@ -96,12 +96,10 @@ PG_BEGIN_WRITE = (
     "UPDATE write_clock SET n = n + 1 WHERE id = 1 RETURNING n"
 )
 PG_READER_SETTINGS = "SET default_transaction_read_only = on; SET default_transaction_isolation = 'repeatable read'"
-# A quick read on PostgreSQL runs each statement psycopg has prepared (its sixth run on the connection and after) on
-# the statement's generic plan. Planned anew at each run, as the server's own choice ran them, a read's statements took
-# 1.1 to 2.2 ms each (the entry's, the links'), against 0.45 to 0.55 ms on their generic plans; reads by hash and
-# searches by a tag alone answered about a fifth and over a quarter sooner (docs/performance.md, "PostgreSQL: a node on
-# ..."). A generic plan that runs past the budget is stopped, and the read runs again on a reader thread, which plans
-# as the server chooses.
+# A quick read on PostgreSQL runs every statement with parameters on its generic plan: the server, left to choose,
+# planned the entry's and the links' statements anew at each run (1.1 to 2.2 ms against 0.45 to 0.55 ms on their
+# generic plans; docs/decisions.md record 80). One that runs past the budget is stopped, and the read runs again on a
+# reader thread, which plans as the server chooses.
 QUICK_PLANS = "plan_cache_mode = force_generic_plan"
 
 # SQLSTATEs of a quick read stopped by its budget: statement_timeout (57014) or a lock it would wait for (55P03).

@@ -158,13 +158,17 @@ async def test_a_quick_read_runs_inline_and_moves_to_a_reader_past_its_budget(da
     assert (stats.inline, stats.moved) == (inline, moved + 2)
 
 
-async def test_a_quick_read_runs_prepared_statements_on_their_generic_plans(database: Database) -> None:
-    """QUICK_PLANS holds for the quick read's transaction only: a reader thread's read plans as the server chooses."""
+async def test_a_quick_read_runs_on_generic_plans_for_its_transaction_only(database: Database) -> None:
+    """QUICK_PLANS holds for the quick read's transaction only (SET LOCAL): its connection is back to the server's
+    choice once the read has ended, and a reader thread's read plans as the server chooses."""
+    used: list[Any] = []
 
     def mode(conn: Any) -> str:
+        used.append(conn)
         return str(conn.execute("SHOW plan_cache_mode").fetchone()[0])
 
     assert await database.read(mode, quick=True) == "force_generic_plan"
+    assert mode(used[0]) == "auto"  # the loop's own connection, after the read's transaction
     assert await database.read(mode) == "auto"
     assert await database.read(mode, quick=True) == "force_generic_plan"
 
