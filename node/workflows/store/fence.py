@@ -44,7 +44,7 @@ class ProcessRow(NamedTuple):
 
     vouched: bool  # holds a fence it checked the database against
     identity: str | None  # the history it last checked under (None: must check again)
-    checked_in_ms: int  # when it last checked in (refreshed at most every `CHECK_IN_EVERY_MS`)
+    checked_in_ms: int  # when it last checked in (refreshed about every `CHECK_IN_EVERY_MS`)
 
 
 CHECK_IN_EVERY_MS = 60_000  # a serving process checks every 5 s; it records that it did about once a minute
