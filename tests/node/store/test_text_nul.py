@@ -4,6 +4,7 @@ answers as SQLite's does, the escape character itself included."""
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from node.features import LOG
 from node.store import conn as neutral
 from node.store import pg_conn
 from node.store.conn import Conn
+from scenarios import pg_cluster as cluster_mod
 from tests.node.store.test_pg_text import TEXTS
 from tests.pg_fixtures import OpenStore, on_both_engines
 
@@ -81,3 +83,16 @@ def test_a_connection_not_in_utf8_is_refused(pg_url: str) -> None:
     # the escape binds and reads UTF-8 text; another client encoding would bind or read other bytes
     with pytest.raises(neutral.OperationalError, match="UTF-8"):
         pg_conn.connect(pg_url + " client_encoding=LATIN1")
+
+
+@pytest.mark.postgresql
+def test_a_database_not_in_utf8_is_refused_with_the_fix(pg_cluster: cluster_mod.Cluster) -> None:
+    # what a cluster made without a UTF-8 locale gives: the refusal names the database's encoding and the remedy
+    name = "ascii_" + secrets.token_hex(4)
+    pg_cluster.admin(f"CREATE DATABASE {name} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    try:
+        refused = f"{name} is in SQL_ASCII: create it with .* ENCODING 'UTF8'"
+        with pytest.raises(neutral.OperationalError, match=refused):
+            pg_conn.connect(pg_cluster.url(name))
+    finally:
+        pg_cluster.drop_database(name)
