@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Scenario: build the node image and run the three-node compose federation, on a machine without a Docker
-# daemon or registry pulls (podman + runc, a debootstrapped local base image, podman-compose).
-# Exit status: the convergence check's (0 = the three nodes peered themselves and converged).
-# About 2.5 to 5 minutes on a fresh machine (debootstrap, the image's pip install, compose ~30 s). `make ci` runs
-# it after the test suite when the CI time budget allows.
+# Scenario: build the node image and run the three-node compose federation, then the PostgreSQL topology (one node,
+# two processes, Caddy: scenarios/compose_pg.py), on a machine without a Docker daemon or registry pulls (podman +
+# runc, a debootstrapped local base image, stand-ins for postgres:15 and caddy:2 built on it, podman-compose).
+# Exit status: 0 when the three nodes peered themselves and converged and every check of the PostgreSQL drill held.
+# About 3.5 to 6 minutes on a fresh machine (debootstrap, the image's pip install, compose ~30 s, the stand-ins
+# ~30 s, the PostgreSQL drill ~25 s). `make ci` runs it after the test suite when the CI time budget allows.
 #
 #   sudo scenarios/containers.sh            (root: podman rootful, debootstrap; see docs/operations.md)
 #
@@ -69,7 +70,20 @@ grep -E '^check|check: ' "${TMPDIR:-/tmp}/bbs-compose-$PROJECT.log" | tail -5 ||
 t timeout 120 "$TOOLS/bin/podman-compose" -p "$PROJECT" -f docker/compose.yaml down -v -t 5 >/dev/null 2>&1 || true
 if [ "$rc" -ne 0 ]; then
   echo "containers: FAILED (exit $rc); log: ${TMPDIR:-/tmp}/bbs-compose-$PROJECT.log" >&2
-else
-  echo "containers: ok"
 fi
+
+# 5. the PostgreSQL topology (docker/compose.postgresql.yaml): one node served by two processes behind Caddy, with
+# stand-ins for the postgres:15 and caddy:2 images built from the same local base (scenarios/standins/)
+pg_rc=0
+t podman build --pull=never --format docker -q -f scenarios/standins/postgres.Containerfile \
+  -t localhost/bbs-standin-postgres:15 scenarios/standins >/dev/null
+t podman build --pull=never --format docker -q -f scenarios/standins/caddy.Containerfile \
+  -t localhost/bbs-standin-caddy:2 scenarios/standins >/dev/null
+BBS_COMPOSE="$TOOLS/bin/podman-compose" BBS_COMPOSE_PROJECT="${PROJECT}pg" BBS_PG_PASSWORD="drill-$RANDOM$RANDOM" \
+  t timeout 600 "$TOOLS/bin/python" -m scenarios.compose_pg || pg_rc=$?
+if [ "$pg_rc" -ne 0 ]; then
+  echo "containers: the PostgreSQL topology FAILED (exit $pg_rc)" >&2
+  [ "$rc" -ne 0 ] || rc=$pg_rc
+fi
+[ "$rc" -ne 0 ] || echo "containers: ok"
 exit "$rc"
