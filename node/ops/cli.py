@@ -160,6 +160,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_migrate_store(args: argparse.Namespace) -> int:
     from node.features import LOG
+
+    if args.to == "sqlite":
+        return _migrate_back(args)
     from node.ops.migrate_store import migrate
 
     moved = migrate(args.from_data, args.to, LOG)
@@ -172,6 +175,29 @@ def cmd_migrate_store(args: argparse.Namespace) -> int:
     )
     print(f"{args.from_data} now names its database in store.url; 'bbs serve --data {args.from_data}' serves it")
     print(f"the SQLite database is kept, unused, at {moved.kept_aside}")
+    return 0
+
+
+def _migrate_back(args: argparse.Namespace) -> int:
+    from node.features import LOG
+    from node.ops.migrate_back import migrate_back
+
+    moved = migrate_back(args.from_data, LOG)
+    if args.json:
+        _print_json(moved)
+        return 0
+    if moved.finished:
+        print(f"finished moving node {moved.node_id} to SQLite (an earlier run had copied and checked it)")
+    else:
+        print(
+            f"moved node {moved.node_id} to SQLite: {moved.tables} tables, {moved.rows} rows, {moved.records} records;"
+            f" row counts, {moved.digests_checked} sync digests and the projections (copied and rebuilt) checked"
+        )
+    print(f"{args.from_data} now keeps its database in bbs.db; 'bbs serve --data {args.from_data}' serves it")
+    print(
+        f"store.url is kept, unused, at {moved.kept_aside}; the PostgreSQL database is marked as moved (no process"
+        " serves it): drop it once satisfied"
+    )
     return 0
 
 
@@ -247,13 +273,16 @@ def add_commands(sub: Any) -> None:
 
     p = sub.add_parser(
         "migrate-store",
-        help="move a stopped node's database from its bbs.db into an empty PostgreSQL database, checked, then switch",
+        help="move a stopped node's database from its bbs.db into an empty PostgreSQL database, or back (--to sqlite),"
+        " checked, then switch",
         description="Copy the node's SQLite database (DATA/bbs.db) into an empty PostgreSQL database (migrated to"
         " this software's schema first), in one transaction; check the row count of every table, the sync digests"
         " and a rebuild of the projections against the copy; then point the folder at it (DATA/store.url) and keep"
         " bbs.db aside as DATA/bbs.db.before-postgresql-<time>. On any difference nothing is switched. Refused while"
         " the node serves, for a folder already on PostgreSQL, a database that is not empty, or a bbs.db at another"
-        " schema version (start the node once first).",
+        " schema version (start the node once first). With --to sqlite, the reverse: the PostgreSQL database"
+        " copied into a new DATA/bbs.db, checked the same way, the database marked as moved and DATA/store.url kept"
+        " aside; refused while any other client is connected to the database.",
     )
     p.add_argument(
         "--from",
@@ -262,6 +291,11 @@ def add_commands(sub: Any) -> None:
         default=Path(os.environ.get("BBS_DATA", "bbs-data")),
         help="the data folder of the node to move (default: $BBS_DATA or ./bbs-data)",
     )
-    p.add_argument("--to", required=True, help="the empty PostgreSQL database, a postgresql:// URL")
+    p.add_argument(
+        "--to",
+        required=True,
+        help="the empty PostgreSQL database, a postgresql:// URL; or 'sqlite': move the node from the PostgreSQL"
+        " database the folder names back into DATA/bbs.db (every process of the node stopped)",
+    )
     p.add_argument("--json", action="store_true", help="print what was moved as JSON")
     p.set_defaults(func=cmd_migrate_store)

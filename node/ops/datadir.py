@@ -21,7 +21,7 @@ from node.agents import recovery_file
 from node.agents import service as agents
 from node.errors import Conflict
 from node.ops import datalock, store
-from node.store import db
+from node.store import db, to_sqlite
 from node.store.conn import SQLITE, engine_of
 from node.store.key_fence import KEY_FENCE_NAME
 from sync.replay import FENCE_NAME, ReplayFence
@@ -95,7 +95,8 @@ def _stored_node_id(data: DataDir) -> str | None:
     try:
         conn = db.connect_store(where, readonly=True)
         try:
-            return store.stored_node_id(conn)
+            node_id = store.stored_node_id(conn)
+            moved = to_sqlite.moved(conn) if node_id is not None and isinstance(where, str) else None
         finally:
             conn.close()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
@@ -106,6 +107,13 @@ def _stored_node_id(data: DataDir) -> str | None:
         raise CommandError(
             f"{where} is not a readable node database ({reason}); check it with 'bbs doctor --data {data.root}'"
         ) from None
+    if moved is not None:
+        raise CommandError(
+            f"the node in the PostgreSQL database named in {data.store_url_path} moved to SQLite ({moved}); no process"
+            f" serves it there any more. If {data.root} is the folder it moved into, run 'bbs migrate-store --from"
+            f" {data.root} --to sqlite' again to finish; a folder joined to it is done: delete it"
+        )
+    return node_id
 
 
 def _one_line(text: str) -> str:

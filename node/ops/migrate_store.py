@@ -34,10 +34,13 @@ from node.ops import store as ops_store
 from node.ops.datadir import STORE_FILE, DataDir, no_node, require_node
 from node.store import db, pg_conn, pg_schema, projections
 from node.store import to_postgresql as copy
+from node.store.conn import Conn
 from node.store.pg_conn import PgConn
 from node.store.projections import Log
 from wire.cli import CommandError
 
+# a block run on a connection and rolled back at its end (the rebuild trial), on either engine
+Trial = Callable[[Any], contextlib.AbstractContextManager[None]]
 ASIDE_PREFIX = "bbs.db.before-postgresql-"  # + the UTC time of the move: where bbs.db is kept
 
 
@@ -131,7 +134,7 @@ def _copy_and_verify(sqlite_conn: sqlite3.Connection, url: str, node_id: str, lo
                 )
             pg_schema.migrate(pg)
             rows = _copy(sqlite_conn, pg)
-            checked = _verify(sqlite_conn, pg, node_id)
+            checked = verify(sqlite_conn, pg, node_id, _tables(sqlite_conn, pg), copy.undone)
             _continue_identities(sqlite_conn, pg)  # after the rebuild's trial, which restarts the projections' own
             records = copy.row_count(pg, "records")
             return Moved(node_id, len(_tables(sqlite_conn, pg)), rows, records, checked, "")
@@ -174,31 +177,29 @@ def _continue_identities(sqlite_conn: sqlite3.Connection, pg: PgConn) -> None:
         copy.continue_identity(pg, table, column, after)
 
 
-def _verify(sqlite_conn: sqlite3.Connection, pg: PgConn, node_id: str) -> int:
-    """Every check of step 3; raises Mismatch naming what differs. Returns how many digests were compared."""
-    counted = {
-        table: (copy.row_count(sqlite_conn, table), copy.row_count(pg, table)) for table in _tables(sqlite_conn, pg)
-    }
+def verify(original: Conn, copied: Conn, node_id: str, tables: list[str], undone: Trial) -> int:
+    """Every check of step 3, of a copy of the node's database against the original (either way between the two
+    engines); raises Mismatch naming what differs. `undone(copied)` runs the rebuild trial in a block it rolls back.
+    Returns how many digests were compared."""
+    counted = {table: (copy.row_count(original, table), copy.row_count(copied, table)) for table in tables}
     differ = [f"{table} {a} != {b}" for table, (a, b) in counted.items() if a != b]
     if differ:
-        raise Mismatch("row counts differ (SQLite != PostgreSQL): " + ", ".join(differ))
-    spaces: list[str | None] = [None, *copy.spaces_held(sqlite_conn)]
+        raise Mismatch("row counts differ (original != copy): " + ", ".join(differ))
+    spaces: list[str | None] = [None, *copy.spaces_held(original)]
     for space in spaces:
-        if digest(sqlite_conn, node_id, space=space) != digest(pg, node_id, space=space):
+        if digest(original, node_id, space=space) != digest(copied, node_id, space=space):
             raise Mismatch(f"the sync digest of {space or 'the public federation'} differs")
-    copied = projections.snapshot(pg)
-    if copied != projections.snapshot(sqlite_conn):
-        raise Mismatch(
-            "the projections copied differ from SQLite's: " + _differing(copied, projections.snapshot(sqlite_conn))
-        )
-    with copy.undone(pg):
-        projections.rebuild(pg)
-        rebuilt = projections.snapshot(pg)
-    if rebuilt != copied:
+    as_copied, as_original = projections.snapshot(copied), projections.snapshot(original)
+    if as_copied != as_original:
+        raise Mismatch("the projections copied differ from the original's: " + _differing(as_copied, as_original))
+    with undone(copied):
+        projections.rebuild(copied)
+        rebuilt = projections.snapshot(copied)
+    if rebuilt != as_copied:
         raise Mismatch(
             "a rebuild of the projections from the copied log differs from the projections copied ("
-            + _differing(copied, rebuilt)
-            + "); run 'bbs rebuild' on the SQLite node first and look at what it reports"
+            + _differing(as_copied, rebuilt)
+            + "); run 'bbs rebuild' on the node first and look at what it reports"
         )
     return len(spaces)
 

@@ -21,16 +21,15 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from identity import key_files, keys
-from node.app import create_app
 from node.ops import datalock
 from node.ops import store as ops_store
 from node.ops.datadir import initialise
-from node.service import Node
 from node.store import db, pg_conn
 from node.store import to_postgresql as copy
 from scenarios import pg_cluster as cluster_mod
 from scenarios.fednet import free_port
-from tests.conftest import AgentCreds, FakeClock
+from tests.conftest import AgentCreds
+from tests.node_story import write_story
 from tests.ops.test_lifecycle import wait_healthy
 
 pytestmark = pytest.mark.postgresql
@@ -87,53 +86,10 @@ def unchanged(root: Path, url: str, before: dict[str, int]) -> None:
     assert pg_tables(url) == 0
 
 
-async def call(client: TestClient, method: str, path: str, who: AgentCreds, status: int, body: Any = None) -> Any:
-    resp = await client.request(method, path, json=body, headers=who.headers)
-    assert resp.status == status, await resp.text()
-    return await resp.json()
-
-
 @pytest.fixture
 async def story(tmp_path: Path, aiohttp_client: Callable[..., Awaitable[TestClient]]) -> dict[str, Any]:
     """A SQLite node folder holding one of everything, written through the REST API of the real node; closed."""
-    root = tmp_path / "node"
-    token = initialise(root)
-    assert token is not None
-    node = Node(root, clock=FakeClock())
-    node.open()
-    try:
-        client = await aiohttp_client(create_app(node))
-        made = [await node.agents.create(n, n.title()) for n in ("alice", "bob")]
-        alice, bob = (AgentCreds(m.name, m.agent_id, m.api_key) for m in made)
-        await call(client, "POST", "/v1/subscriptions", bob, 201, {"tags": ["news"]})
-
-        def entry(content: str, **fields: Any) -> dict[str, Any]:
-            return {"entry_type": "finding", "performative": "inform", "content": content, **fields}
-
-        kept = await call(client, "POST", "/v1/entries", alice, 201, entry("the zebra grazes", tags=["news"]))
-        secret = await call(
-            client, "POST", "/v1/entries", alice, 201, entry("a leaked key", directed_to=[bob.agent_id])
-        )
-        answer = await call(client, "POST", "/v1/entries", bob, 201, entry("noted"))
-        link = {"source": answer["record_hash"], "target": kept["record_hash"], "link_type": "supports"}
-        await call(client, "POST", "/v1/links", bob, 201, link)
-        message = {"message_type": "status", "body": "on it", "to_agent": bob.agent_id}
-        await call(client, "POST", f"{WF}/messages", alice, 201, message)
-        await call(client, "POST", f"{WF}/tasks", alice, 201, {"key": "first", "title": "First"})
-        await call(client, "POST", f"{WF}/tasks", alice, 201, {"key": "then", "title": "Then", "depends_on": ["first"]})
-        await call(client, "POST", f"{WF}/tasks/first/lease", bob, 201)
-        space = (await call(client, "POST", "/v1/spaces", alice, 201, {"name": "family"}))["space_id"]
-        member = {"agent_id": bob.agent_id, "role": "writer"}
-        await call(client, "POST", f"/v1/spaces/{space}/members", alice, 201, member)
-        inside = await call(client, "POST", "/v1/entries", bob, 201, entry("the attic key", space=space))
-        await call(client, "POST", "/v1/redactions", alice, 201, {"target": secret["record_hash"], "reason": "leak"})
-        assert (await call(client, "GET", "/v1/inbox", bob, 200))["notifications"]
-        admin = AgentCreds("admin", "", token)
-        await call(client, "POST", f"/v1/agents/{alice.agent_id}/signing-key", admin, 201)  # a key event
-        await client.close()  # the app's background work stops before its database closes
-    finally:
-        node.close()
-    return {"root": root, "alice": alice, "bob": bob, "kept": kept, "secret": secret, "inside": inside, "space": space}
+    return await write_story(tmp_path / "node", aiohttp_client)
 
 
 def test_cli_help_names_the_command_and_its_refusals() -> None:
