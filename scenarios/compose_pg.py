@@ -55,6 +55,7 @@ class World(checks.Drill):
         "both registered": "`bbs processes` lists two processes of the node, both vouched",
         "proxy fails over": "node-1 killed (SIGKILL) amid posts through the proxy: every post acknowledged, each once",
         "back with the rest": "node-1, started again, reads every post acknowledged while it was down",
+        "backup": "`bbs backup` in a process's container writes the node's database (pg_dump) into the backup",
         "database restart": "after PostgreSQL restarts, posts through the proxy are acknowledged again within 30 s",
     }
 
@@ -206,6 +207,18 @@ async def drive(w: World, http: aiohttp.ClientSession) -> None:
     await wait_for("node-1 healthy again", healthy(http, NODE_1))
     back = [await reads(http, NODE_1, key, h) for h in acked]
     w.check("back with the rest", bool(acked) and all(back), f"node-1 reads {sum(back)} of {len(acked)}")
+
+    backup = await sh("podman", "exec", w.container("node-2"), "bbs", "backup", "--out", "/data/drill.tar", check=False)
+    try:
+        written = json.loads(backup)
+        listed = await sh(
+            "podman", "exec", w.container("node-2"), "python3", "-c",
+            "import tarfile; print(' '.join(tarfile.open('/data/drill.tar').getnames()))",
+        )  # fmt: skip
+        held = listed.strip()
+        w.check("backup", "bbs.pgdump" in held.split(), f"{written['records']} records; the archive holds {held}")
+    except (ValueError, KeyError, RuntimeError):
+        w.check("backup", False, " ".join(backup.split())[-300:])
 
     await sh("podman", "restart", "-t", "20", pg)
     restarted = time.monotonic()
