@@ -101,9 +101,9 @@ restore-drill: $(VENV)/.installed
 # Its time counts against the container step's budget; a failure is reported after that step.
 # Containers: build the image and run the three-node compose federation with its convergence check, then the
 # PostgreSQL topology's drill (podman + runc, a debootstrapped local base, stand-ins for postgres and caddy built on
-# it; 3.5 to 6 minutes on this kind of machine). Guarded by the
-# 45-minute CI budget: a run that got here after 31 minutes (1860 s since CI_STARTED_AT; the two test passes take
-# about 37) says so instead of overrunning; the one step after it (multiproc-chaos) takes about 2 minutes.
+# it; 3.5 to 6 minutes on this kind of machine). Guarded by the 45-minute CI budget: a run that got here after 31
+# minutes (1860 s since CI_STARTED_AT; the two test passes took 20 to 22 in December 2026, up to 37 on slower days)
+# says so instead of overrunning; the one step after it (multiproc-chaos) takes about 2 minutes.
 chaos-and-containers: $(VENV)/.installed
 	chaos_status=0; \
 	$(BIN)/python -m scenarios.chaos --seed 23 || chaos_status=$$?; \

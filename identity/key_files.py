@@ -43,11 +43,16 @@ def write_private_file(path: Path, data: bytes) -> None:
             tmp.unlink()
         raise
     with contextlib.suppress(OSError):  # make the rename durable too; not every file system allows it
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_path(path.parent)
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file, or a folder (the names it holds: a rename or a new file in it), to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def save_key(path: Path, key: SigningKey) -> None:

@@ -86,6 +86,14 @@ class Unavailable(BBSError):
     status, code, title = 503, "unavailable", "Service unavailable"
 
 
+class StoreMoved(Unavailable, StoreUnavailable):
+    """A write into a PostgreSQL database the node moved out of (`bbs migrate-store --to sqlite`, docs/decisions.md
+    record 95): every write transaction there is refused at its start, so a process left serving it (one that
+    reconnected after the move) acknowledges nothing that the node's SQLite file would not hold."""
+
+    code, title = "store_moved", "The node moved out of this database"
+
+
 class NotLeader(Unavailable, StoreUnavailable):
     """A write of leader work (node/store/leader.py) from a process whose term has ended: another process took the
     lead (a new epoch) since, so the write is rolled back (docs/decisions.md record 87). A StoreUnavailable too: the

@@ -6,13 +6,14 @@ compose file's order (podman before 4.6 ignores `condition: service_healthy`, so
 itself), then checks what docs/operations.md promises of the topology: node-1 makes the node and prints its admin
 token once, node-2 joins it as a second process of the same node, a post through the proxy is read on both
 processes, both processes are registered, the proxy keeps answering while node-1 is stopped, node-1 comes back
-holding what was written meanwhile, and the node answers again after PostgreSQL restarts. Everything is removed at
-the end (`down -v`). About 1 to 2 minutes once the images are built.
+holding what was written meanwhile, `bbs backup` runs in a process's container, and the node answers again after
+PostgreSQL restarts. Everything is removed at the end (`down -v`). About 25 to 40 s once the images are built.
 
     BBS_COMPOSE=".venv/bin/podman-compose" BBS_PG_PASSWORD=... python -m scenarios.compose_pg
 
-BBS_COMPOSE is the compose command (podman-compose; `docker compose` works too), BBS_COMPOSE_PROJECT the project's
-name (default bbspg). The stand-in images are named by scenarios/standins/compose.standins.yaml.
+BBS_COMPOSE is the compose command (podman-compose: the drill runs `podman exec`, `kill` and `logs` on the containers
+it names `{project}_{service}_1`), BBS_COMPOSE_PROJECT the project's name (default bbspg). The stand-in images are
+named by scenarios/standins/compose.standins.yaml.
 """
 
 from __future__ import annotations

@@ -76,11 +76,14 @@ fi
 # stand-ins for the postgres:15 and caddy:2 images built from the same local base (scenarios/standins/)
 pg_rc=0
 t podman build --pull=never --format docker -q -f scenarios/standins/postgres.Containerfile \
-  -t localhost/bbs-standin-postgres:15 scenarios/standins >/dev/null
-t podman build --pull=never --format docker -q -f scenarios/standins/caddy.Containerfile \
-  -t localhost/bbs-standin-caddy:2 scenarios/standins >/dev/null
-BBS_COMPOSE="$TOOLS/bin/podman-compose" BBS_COMPOSE_PROJECT="${PROJECT}pg" BBS_PG_PASSWORD="drill-$RANDOM$RANDOM" \
-  t timeout 600 "$TOOLS/bin/python" -m scenarios.compose_pg || pg_rc=$?
+  -t localhost/bbs-standin-postgres:15 scenarios/standins >/dev/null || pg_rc=$?
+[ "$pg_rc" -ne 0 ] || t podman build --pull=never --format docker -q -f scenarios/standins/caddy.Containerfile \
+  -t localhost/bbs-standin-caddy:2 scenarios/standins >/dev/null || pg_rc=$?
+export BBS_COMPOSE="$TOOLS/bin/podman-compose" BBS_COMPOSE_PROJECT="${PROJECT}pg" BBS_PG_PASSWORD="drill-$RANDOM$RANDOM"
+[ "$pg_rc" -ne 0 ] || t timeout 600 "$TOOLS/bin/python" -m scenarios.compose_pg || pg_rc=$?
+# the drill takes its project down itself; once more here, in case the timeout stopped it first
+"$BBS_COMPOSE" -p "$BBS_COMPOSE_PROJECT" -f docker/compose.postgresql.yaml -f scenarios/standins/compose.standins.yaml \
+  down -v -t 5 >/dev/null 2>&1 || true
 if [ "$pg_rc" -ne 0 ]; then
   echo "containers: the PostgreSQL topology FAILED (exit $pg_rc)" >&2
   [ "$rc" -ne 0 ] || rc=$pg_rc

@@ -8,6 +8,7 @@ digest` only reads the database (`require_database`), so a replica restored with
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import sqlite3
@@ -21,7 +22,7 @@ from node.agents import recovery_file
 from node.agents import service as agents
 from node.errors import Conflict
 from node.ops import datalock, store
-from node.store import db, to_sqlite
+from node.store import db
 from node.store.conn import SQLITE, engine_of
 from node.store.key_fence import KEY_FENCE_NAME
 from sync.replay import FENCE_NAME, ReplayFence
@@ -96,7 +97,7 @@ def _stored_node_id(data: DataDir) -> str | None:
         conn = db.connect_store(where, readonly=True)
         try:
             node_id = store.stored_node_id(conn)
-            moved = to_sqlite.moved(conn) if node_id is not None and isinstance(where, str) else None
+            moved = store.meta_value(conn, db.MOVED_KEY) if node_id is not None and isinstance(where, str) else None
         finally:
             conn.close()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
@@ -108,12 +109,27 @@ def _stored_node_id(data: DataDir) -> str | None:
             f"{where} is not a readable node database ({reason}); check it with 'bbs doctor --data {data.root}'"
         ) from None
     if moved is not None:
-        raise CommandError(
-            f"the node in the PostgreSQL database named in {data.store_url_path} moved to SQLite ({moved}); no process"
-            f" serves it there any more. If {data.root} is the folder it moved into, run 'bbs migrate-store --from"
-            f" {data.root} --to sqlite' again to finish; a folder joined to it is done: delete it"
-        )
+        raise moved_away(data, moved)
     return node_id
+
+
+def moved_into(mark: str) -> str | None:
+    """The folder a database's mark of a move to SQLite names (absolute), or None when the mark cannot be read."""
+    try:
+        return str(json.loads(mark)["folder"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def moved_away(data: DataDir, mark: str) -> CommandError:
+    """The refusal of a folder whose PostgreSQL database the node moved out of (`mark`: the database's record of the
+    move, JSON: when and into which folder; docs/decisions.md record 95): the folder it moved into finishes the move
+    by running it again; any other (a joined process's) is done."""
+    into = moved_into(mark)
+    said = f"the node in the PostgreSQL database named in {data.store_url_path} moved to SQLite, into {into or '?'}"
+    if into == str(data.root.resolve()):
+        return CommandError(f"{said}; run 'bbs migrate-store --from {data.root} --to sqlite' again to finish")
+    return CommandError(f"{said}; no process serves it from this folder any more: delete {data.root}")
 
 
 def _one_line(text: str) -> str:

@@ -24,7 +24,7 @@ import msgspec
 from identity import key_files, keys
 from node.ops import store
 from node.ops.backup import leftovers, snapshot_db
-from node.ops.datadir import DataDir
+from node.ops.datadir import DataDir, moved_away
 from node.redaction import store as redaction_store
 from node.retention import store as retention_store
 from node.search_index import indexer as search_indexer
@@ -111,6 +111,10 @@ def _diagnose_postgresql(
     """The checks of a node whose database is PostgreSQL, on the database itself (nothing of it is kept)."""
     conn = db.connect_store(url, log=log)
     try:
+        mark = store.meta_value(conn, db.MOVED_KEY)
+        if mark is not None:  # the node moved out of this database (bbs migrate-store --to sqlite, record 95)
+            checks.append(Check("database", "fail", str(moved_away(data, mark))))
+            return []
         checks.append(
             Check(
                 "integrity",

@@ -29,10 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.ops import datalock
+from identity import key_files, keys
+from node.ops import datalock, migrate_store
 from node.ops import store as ops_store
-from node.ops.datadir import DataDir, no_node, require_node
-from node.ops.migrate_store import Mismatch, heads, verify
+from node.ops.datadir import DataDir, moved_away, moved_into, no_node, require_node
+from node.ops.migrate_store import Mismatch, heads
 from node.store import db, pg_conn
 from node.store import to_postgresql as pg_side
 from node.store import to_sqlite as copy
@@ -71,21 +72,50 @@ def migrate_back(root: Path, log: Log, *, now: Callable[[], float] = time.time) 
     try:
         pg = _connect(url, log)
         try:
-            marked = copy.moved(pg)
-            if marked is not None:
-                return _finish(data, marked, now())
-            if data.db_path.exists():
-                raise CommandError(
-                    f"{root} holds a bbs.db beside its store.url; move that file out of the folder first (the node"
-                    f" is in the PostgreSQL database store.url names)"
-                )
-            node_id = require_node(root)
-            moved = _copy_and_verify(data, pg, node_id, log, now())
+            mark = ops_store.meta_value(pg, db.MOVED_KEY)
+            if mark is None:
+                if data.db_path.exists():
+                    raise CommandError(
+                        f"{root} holds a bbs.db beside its store.url; move that file out of the folder first (the"
+                        " node is in the PostgreSQL database store.url names)"
+                    )
+                moved = _copy_and_verify(data, pg, require_node(root), log, now(), mark=True)
+            elif moved_into(mark) != str(data.root.resolve()):
+                raise moved_away(data, mark)  # another folder's move: this one (a joined process's) is done
+            elif (data.root / MOVING_NAME).exists() or data.db_path.exists():
+                return _finish(data, now())  # an earlier run committed the move: the renames are left
+            else:  # neither file is here (deleted, or a disk that lost them): copy again, the database holds it all
+                moved = _copy_and_verify(data, pg, _marked_node(data, pg), log, now(), mark=False)
         finally:
             pg.close()
-        return _finish(data, "", now(), moved)
+        return _finish(data, now(), moved)
     finally:
         handle.close()
+
+
+def _marked_node(data: DataDir, pg: PgConn) -> str:
+    """The node id of a marked database (which `require_node` refuses), checked against the folder's key."""
+    node_id = ops_store.stored_node_id(pg)
+    try:
+        did = key_files.load_key(data.key_path).did
+    except (OSError, ValueError, keys.KeyError_):
+        did = None
+    if node_id is None or did != node_id:
+        raise CommandError(f"{data.key_path} is not the key of the node the database holds: restore the folder's key")
+    return node_id
+
+
+def _check_version(pg: PgConn) -> None:
+    version, head = ops_store.schema_version(pg), heads()
+    if version > head:
+        raise CommandError(
+            f"the node's database is at schema version {version}, newer than this software's {head}: upgrade agent-bbs"
+        )
+    if version < head:
+        raise CommandError(
+            f"the node's database is at schema version {version}, older than this software's {head}:"
+            " start the node once with this version, then move it"
+        )
 
 
 def _connect(url: str, log: Log) -> PgConn:
@@ -95,28 +125,28 @@ def _connect(url: str, log: Log) -> PgConn:
         raise CommandError(f"cannot connect to the node's database: {' '.join(str(exc).split())}") from None
 
 
-def _copy_and_verify(data: DataDir, pg: PgConn, node_id: str, log: Log, now: float) -> MovedBack:
+def _copy_and_verify(data: DataDir, pg: PgConn, node_id: str, log: Log, now: float, *, mark: bool) -> MovedBack:
     """Steps 2 to 4: the SQLite file made, filled, checked and made durable inside one PostgreSQL transaction that
-    ends by marking the database moved."""
+    ends by marking the database moved (`mark`; false when it is marked already). The file is removed on any
+    failure before the COMMIT; a COMMIT whose outcome is unknown keeps it (the next run reads the mark)."""
     moving = data.root / MOVING_NAME
-    _remove(moving)  # a file an interrupted run left: the database was not marked, so it never counted
-    with pg.raw.transaction():
-        copy.take_writer_lock(pg)
-        _refuse_other_clients(pg)
-        version, head = ops_store.schema_version(pg), heads()
-        if version != head:
-            newer = "newer" if version > head else "older"
-            remedy = "upgrade agent-bbs" if version > head else "start the node once with this version, then move it"
-            raise CommandError(
-                f"the node's database is at schema version {version}, {newer} than this software's {head}: {remedy}"
-            )
-        try:
+    _remove(moving)  # a file an interrupted run left: the database was not marked then, so it never counted
+    committing = False
+    try:
+        with pg.raw.transaction():
+            copy.take_writer_lock(pg)
+            _refuse_other_clients(pg)
+            _check_version(pg)
             moved = _fill(moving, pg, node_id, log)
-        except BaseException:
+            key_files.fsync_path(data.root)  # the file's name is on the disk before the mark names its folder
+            _refuse_other_clients(pg)
+            if mark:
+                copy.mark_moved(pg, json.dumps({"at_ms": int(now * 1000), "folder": str(data.root.resolve())}))
+            committing = True
+    except BaseException:
+        if not committing:
             _remove(moving)
-            raise
-        _refuse_other_clients(pg)
-        copy.mark_moved(pg, json.dumps({"at_ms": int(now * 1000), "folder": str(data.root.resolve())}))
+        raise
     return moved
 
 
@@ -131,26 +161,17 @@ def _fill(moving: Path, pg: PgConn, node_id: str, log: Log) -> MovedBack:
     try:
         db.migrate_store(conn)
         with db.transaction(conn, immediate=True):
-            tables = _tables(conn, pg)
+            tables = migrate_store.tables_of(conn, pg)
             rows = _copy(conn, pg, tables)
-            checked = verify(pg, conn, node_id, tables, copy.undone)
+            checked = migrate_store.verify(pg, conn, node_id, tables, copy.undone)
+            copy.forget_mark(conn)  # a copy made again of a marked database holds its mark: not the SQLite node's
             _continue_autoincrement(conn, pg)
             db.record_vacuumed_txn(conn)  # a file made with secure_delete on throughout
             records = pg_side.row_count(conn, "records")
     finally:
         conn.close()
-    _fsync(moving)
+    key_files.fsync_path(moving)
     return MovedBack(node_id, len(tables), rows, records, checked, "")
-
-
-def _tables(conn: sqlite3.Connection, pg: PgConn) -> list[str]:
-    """The tables to copy, in PostgreSQL's foreign-key order; refused when the two schemas name different tables."""
-    theirs = [table for table in pg_side.pg_tables(pg) if table != pg_side.VERSION_TABLE]
-    ours = pg_side.sqlite_tables(conn)
-    if sorted(ours) != sorted(theirs):
-        only_sqlite, only_pg = sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours))
-        raise Mismatch(f"the schemas differ: tables only in SQLite {only_sqlite}, only in PostgreSQL {only_pg}")
-    return theirs
 
 
 def _copy(conn: sqlite3.Connection, pg: PgConn, tables: list[str]) -> int:
@@ -186,19 +207,14 @@ def _refuse_other_clients(pg: PgConn) -> None:
         )
 
 
-def _finish(data: DataDir, marked: str, now: float, moved: MovedBack | None = None) -> MovedBack:
-    """Step 5: bbs.db.moving becomes bbs.db, store.url is set aside. `marked` is the database's record of a move an
-    earlier run committed (finished here), or "" right after this run's."""
+def _finish(data: DataDir, now: float, moved: MovedBack | None = None) -> MovedBack:
+    """Step 5: bbs.db.moving becomes bbs.db, store.url is set aside. `moved`: what this run copied; None when it only
+    finishes a move an earlier run committed."""
     moving = data.root / MOVING_NAME
     if moving.exists():
         os.replace(moving, data.db_path)
-    elif not data.db_path.exists():
-        raise CommandError(
-            f"the node's database records that it moved to SQLite ({marked}), but {moving} is gone: restore"
-            f" {data.db_path} from a backup of the folder"
-        )
     kept = _set_aside(data, now)
-    _fsync(data.root)
+    key_files.fsync_path(data.root)
     if moved is not None:
         return MovedBack(moved.node_id, moved.tables, moved.rows, moved.records, moved.digests_checked, str(kept))
     return MovedBack(require_node(data.root), 0, 0, 0, 0, str(kept), finished=True)
@@ -206,12 +222,7 @@ def _finish(data: DataDir, marked: str, now: float, moved: MovedBack | None = No
 
 def _set_aside(data: DataDir, now: float) -> Path:
     """Rename store.url to a name no command reads; return it."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    aside = data.root / f"{ASIDE_PREFIX}{stamp}"
-    n = 1
-    while aside.exists():
-        n += 1
-        aside = data.root / f"{ASIDE_PREFIX}{stamp}-{n}"
+    aside = migrate_store.aside_path(data.root, ASIDE_PREFIX, now)
     os.replace(data.store_url_path, aside)
     return aside
 
@@ -219,11 +230,3 @@ def _set_aside(data: DataDir, now: float) -> Path:
 def _remove(path: Path) -> None:
     for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         leftover.unlink(missing_ok=True)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -134,15 +134,15 @@ def _copy_and_verify(sqlite_conn: sqlite3.Connection, url: str, node_id: str, lo
                 )
             pg_schema.migrate(pg)
             rows = _copy(sqlite_conn, pg)
-            checked = verify(sqlite_conn, pg, node_id, _tables(sqlite_conn, pg), copy.undone)
+            checked = verify(sqlite_conn, pg, node_id, tables_of(sqlite_conn, pg), copy.undone)
             _continue_identities(sqlite_conn, pg)  # after the rebuild's trial, which restarts the projections' own
             records = copy.row_count(pg, "records")
-            return Moved(node_id, len(_tables(sqlite_conn, pg)), rows, records, checked, "")
+            return Moved(node_id, len(tables_of(sqlite_conn, pg)), rows, records, checked, "")
     finally:
         pg.close()
 
 
-def _tables(sqlite_conn: sqlite3.Connection, pg: PgConn) -> list[str]:
+def tables_of(sqlite_conn: sqlite3.Connection, pg: PgConn) -> list[str]:
     """The tables to copy, in PostgreSQL's foreign-key order; refused when the two schemas name different tables."""
     ours = [table for table in copy.pg_tables(pg) if table != copy.VERSION_TABLE]
     theirs = copy.sqlite_tables(sqlite_conn)
@@ -154,7 +154,7 @@ def _tables(sqlite_conn: sqlite3.Connection, pg: PgConn) -> list[str]:
 
 def _copy(sqlite_conn: sqlite3.Connection, pg: PgConn) -> int:
     """Copy every table's rows (their keys included) with the triggers off. Returns the rows copied."""
-    tables = _tables(sqlite_conn, pg)
+    tables = tables_of(sqlite_conn, pg)
     triggered = copy.pg_triggered_tables(pg)
     copy.set_triggers(pg, triggered, enabled=False)
     rows = 0
@@ -221,17 +221,23 @@ def _name_store(data: DataDir, url: str) -> None:
 
 def _set_aside(data: DataDir, now: float) -> Path:
     """Rename bbs.db (and a WAL or shared-memory file left beside it) to a name no command opens; return it."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    aside = data.root / f"{ASIDE_PREFIX}{stamp}"
-    n = 1
-    while aside.exists():
-        n += 1
-        aside = data.root / f"{ASIDE_PREFIX}{stamp}-{n}"
+    aside = aside_path(data.root, ASIDE_PREFIX, now)
     for suffix in ("-wal", "-shm"):
         leftover = data.db_path.with_name(data.db_path.name + suffix)
         if leftover.exists():
             os.replace(leftover, aside.with_name(aside.name + suffix))
     os.replace(data.db_path, aside)
+    return aside
+
+
+def aside_path(root: Path, prefix: str, now: float) -> Path:
+    """A new name in folder `root` for a file set aside by a move: `prefix`, the UTC time, a number if taken."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    aside = root / f"{prefix}{stamp}"
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = root / f"{prefix}{stamp}-{n}"
     return aside
 
 

@@ -46,7 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
-from node.errors import BBSError, StorageFull, Unavailable
+from node.errors import BBSError, StorageFull, StoreMoved, Unavailable
 from node.errors import SchemaTooNew as SchemaTooNew  # where the CLI and the tests import it from
 from node.store import commit_listener, pg_schema
 from node.store import conn as neutral
@@ -91,9 +91,14 @@ WRITER_CACHE_KIB = 65536
 WRITER_LOCK = 0x6262_7300_0000_0002
 # Its NOTIFY wakes the other processes of the node when it commits (node/store/commit_listener.py, record 85); the
 # write clock's UPDATE comes last, its row the script's last result (pg_conn.PgCursor.last_result).
+# A database the node moved out of to SQLite carries MOVED_KEY in node_meta (record 95): the clock's UPDATE then moves
+# no row, and the transaction is refused (StoreMoved). Read after the lock, so a write that waited for the move's
+# commit sees its mark.
+MOVED_KEY = "moved_to_sqlite"
 PG_BEGIN_WRITE = (
     f"BEGIN; SELECT pg_advisory_xact_lock({WRITER_LOCK}); {commit_listener.NOTIFY_SQL}; "
-    "UPDATE write_clock SET n = n + 1 WHERE id = 1 RETURNING n"
+    "UPDATE write_clock SET n = n + 1 WHERE id = 1"
+    f" AND NOT EXISTS (SELECT 1 FROM node_meta WHERE key = '{MOVED_KEY}') RETURNING n"
 )
 PG_READER_SETTINGS = "SET default_transaction_read_only = on; SET default_transaction_isolation = 'repeatable read'"
 # A quick read on PostgreSQL runs every statement with parameters on its generic plan: the server, left to choose,
@@ -228,12 +233,15 @@ class _Transaction:
 
     def __init__(self, conn: sqlite3.Connection, begin: str, commit: bool) -> None:
         self.conn, self.begin, self.commit = conn, begin, commit
-        self.begun: Any = None  # the cursor of the BEGIN (PostgreSQL's write transaction: the write clock's value)
+        self.begun: Any = None  # PostgreSQL's write transaction: the write clock's row, as its BEGIN moved it
 
     def __enter__(self) -> sqlite3.Connection:
-        begun = self.conn.execute(self.begin)
-        if self.begin is PG_BEGIN_WRITE:  # kept for the writer (record 90); SQLite's cursor is never held
-            self.begun = begun
+        begun: Any = self.conn.execute(self.begin)  # PostgreSQL's: a PgCursor
+        if self.begin is PG_BEGIN_WRITE:  # the clock's row, kept for the writer (record 90)
+            self.begun = begun.last_result()
+            if self.begun is None:  # no clock moved: the database is marked as moved to SQLite
+                self.conn.execute("ROLLBACK")
+                raise StoreMoved("the node moved to SQLite; this database takes no write (bbs migrate-store)")
         return self.conn
 
     def __exit__(

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from identity.key_files import fsync_path
 from node.errors import StorageFull, Unavailable
 
 KEY_FENCE_NAME = "key-fence.json"
@@ -255,7 +256,7 @@ class KeyFence:
                     if new != now:
                         _replace_file(self.path, new)
                         replaced = True
-                        _fsync_folder(self.path.parent)
+                        fsync_path(self.path.parent)
                 finally:
                     os.close(lock_fd)  # lets the flock go
             except OSError as exc:
@@ -294,11 +295,3 @@ def _replace_file(path: Path, rotations: list[dict[str, str]]) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
-
-
-def _fsync_folder(folder: Path) -> None:
-    dir_fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

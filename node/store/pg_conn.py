@@ -153,20 +153,21 @@ def _escape_text_on(raw: psycopg.Connection[Row]) -> None:
 
 
 def _utf8_only(raw: psycopg.Connection[Row]) -> None:
-    """Refuse a connection whose client encoding is not UTF-8 (the escaping dumps and loads UTF-8), naming the
-    database's own encoding when that is the cause (a cluster made without a UTF-8 locale makes SQL_ASCII ones)."""
-    encoding = raw.info.encoding
-    if encoding.replace("-", "").lower() == "utf8":
-        return
+    """Refuse a database not in UTF8 (a cluster made without a UTF-8 locale makes SQL_ASCII ones, which take any
+    bytes), naming its encoding and the remedy; and a connection whose client encoding is not UTF-8 (the escaping
+    dumps and loads UTF-8)."""
     server = raw.info.parameter_status("server_encoding") or "unknown"
-    database = raw.info.dbname
-    raw.close()
+    encoding = raw.info.encoding
     if server.upper() != "UTF8":
+        database = raw.info.dbname
+        raw.close()
         raise neutral.OperationalError(
             f"the node's PostgreSQL database must be in UTF8; {database} is in {server}: create it with"
-            f" CREATE DATABASE {database} ENCODING 'UTF8' TEMPLATE template0 (or initdb --encoding=UTF8)"
+            f" CREATE DATABASE \"{database}\" ENCODING 'UTF8' TEMPLATE template0 (or initdb --encoding=UTF8)"
         )
-    raise neutral.OperationalError(f"the node's PostgreSQL connection must use UTF-8, not {encoding}")
+    if encoding.replace("-", "").lower() != "utf8":
+        raw.close()
+        raise neutral.OperationalError(f"the node's PostgreSQL connection must use UTF-8, not {encoding}")
 
 
 # ---- placeholders --------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ not held in memory), inside the caller's one PostgreSQL transaction, and written
 inside the caller's one SQLite transaction. They are copied as they are, keys included, so SQLite's triggers that
 derive rows on insert are dropped for the copy and made again from their own SQL after it, and SQLite's
 AUTOINCREMENT is set past the largest key PostgreSQL's identity ever handed out (a purged record's seq is never handed
-out again). The PostgreSQL database is then marked as moved (`MOVED_KEY` in node_meta): no process serves it again.
+out again). The PostgreSQL database is then marked as moved (`db.MOVED_KEY` in node_meta, JSON: when, and into which
+folder): no command or `bbs serve` opens it again, and a process still serving it writes nothing (db.PG_BEGIN_WRITE).
 """
 
 from __future__ import annotations
@@ -17,19 +18,19 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
-from node.store.db import WRITER_LOCK, insert_rows
+from node.store.db import MOVED_KEY, WRITER_LOCK, insert_rows
 from node.store.pg_conn import PgConn
 
 BATCH_ROWS = 2000  # rows per fetch from PostgreSQL's cursor, and per multi-row insert into SQLite (under its limits)
-MOVED_KEY = "moved_to_sqlite"  # node_meta on PostgreSQL: when and into which folder the node moved (JSON)
 
 
 def other_clients(conn: PgConn) -> int:
     """How many client connections to this database there are besides this one: processes of the node, `bbs`
-    commands, anyone's psql (the server's own background workers are not counted)."""
+    commands, anyone's psql. The server's own workers are not counted (no role). Another role's session shows no
+    backend type to a role without pg_read_all_stats, so a session of a role with no type shown counts too."""
     row = conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        " AND backend_type = 'client backend'"
+        " AND usesysid IS NOT NULL AND (backend_type = 'client backend' OR backend_type IS NULL)"
     ).fetchone()
     return int(row[0])
 
@@ -40,17 +41,15 @@ def take_writer_lock(conn: PgConn) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITER_LOCK,))
 
 
-def moved(conn: Any) -> str | None:
-    """The database's record of a move to SQLite (JSON: when, into which folder), or None. On either engine; SQLite
-    never holds one."""
-    row = conn.execute("SELECT value FROM node_meta WHERE key = ?", (MOVED_KEY,)).fetchone()
-    return None if row is None else str(row[0])
-
-
 def mark_moved(conn: PgConn, value: str) -> None:
     """Record in node_meta that the node moved to SQLite (`value`: JSON, when and where), in the caller's
     transaction."""
     conn.execute("INSERT INTO node_meta (key, value) VALUES (?, ?)", (MOVED_KEY, value))
+
+
+def forget_mark(conn: sqlite3.Connection) -> None:
+    """Delete a copied mark of the move from SQLite's node_meta (a copy made again of a database marked already)."""
+    conn.execute("DELETE FROM node_meta WHERE key = ?", (MOVED_KEY,))
 
 
 def pg_rows(conn: PgConn, table: str, columns: list[str]) -> Iterator[list[tuple[Any, ...]]]:

@@ -26,11 +26,11 @@ class WriteClock:
         self.foreign_writes = 0  # write transactions that found another process's commit before them
 
     def observe(self, conn: Conn, begun: Any) -> int:
-        """The value this transaction moved the clock to (`begun`: PG_BEGIN_WRITE's cursor, its last result). If it
+        """The value this transaction moved the clock to (`begun`: the row PG_BEGIN_WRITE's UPDATE returned). If it
         is not one past the value this process's last commit left, another process committed in between (or this
         process has not written since it opened): the listeners revalidate their caches now, so nothing this
         transaction decides reads a cache older than the database."""
-        clock = int(begun.last_result()[0])
+        clock = int(begun[0])
         if self.value is None or clock != self.value + 1:
             self.foreign_writes += 1
             for listener in tuple(self.on_foreign_write):

@@ -116,11 +116,12 @@ def test_a_start_imports_no_library_it_does_not_use_yet() -> None:
     """Every `bbs` command builds the whole parser, and every node builds its app: neither imports what only some
     commands, pages or engines use (aiohttp's client and the REST client for the parser; for the app networkx, about
     0.3 s of CPU, which draws the dashboard's graphs and orders trust components, and psycopg, about 0.15 s, for a
-    node on PostgreSQL)."""
+    node on PostgreSQL: node.ops.datadir, which every command opens a folder through, reads a PostgreSQL store's
+    mark of a move without it)."""
     probe = (
         "import sys; from node.cli import build_parser; build_parser();"
         " parser = sorted(m for m in ('aiohttp', 'agent.client', 'networkx') if m in sys.modules);"
-        " import node.app; print(parser, sorted(m for m in LATER if m in sys.modules))"
+        " import node.app, node.ops.datadir; print(parser, sorted(m for m in LATER if m in sys.modules))"
     ).replace("LATER", repr(LATER_IMPORTS))
     found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert found.stdout.split() == ["[]", "[]"], found.stdout + found.stderr

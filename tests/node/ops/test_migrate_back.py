@@ -6,6 +6,7 @@ each refusal leaves the folder and the database as they were (docs/decisions.md 
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -174,9 +175,38 @@ def test_the_moved_from_database_is_refused_to_every_folder_that_names_it(
         out = bbs(*command)
         assert out.returncode == 1 and "moved to SQLite" in out.stderr, out.stderr
         assert len(out.stderr.splitlines()) == 1 and story["url"] not in out.stderr
+        assert f"delete {other}" in out.stderr
+    doctor = bbs("doctor", "--data", str(other), "--json")
+    assert doctor.returncode != 0
+    failed = [c for c in json.loads(doctor.stdout) if c["status"] == "fail"]
+    assert [c["name"] for c in failed] == ["database"] and "moved to SQLite" in failed[0]["detail"]
     assert not (other / "bbs.db").exists()
     out = bbs("digest", "--data", str(root))  # the folder it moved into serves it
     assert out.returncode == 0, out.stderr
+    # a copy left in the joined folder (a run of the move there that was refused) never becomes a second node
+    shutil.copyfile(root / "bbs.db", other / MOVING_NAME)
+    out = bbs("migrate-store", "--from", str(other), "--to", "sqlite")
+    assert out.returncode == 1 and f"into {root.resolve()}" in out.stderr and f"delete {other}" in out.stderr
+    assert not (other / "bbs.db").exists() and (other / "store.url").exists()
+
+
+def test_a_marked_database_whose_copy_is_gone_is_copied_again_into_its_folder(story: dict[str, Any]) -> None:
+    """The mark committed but neither bbs.db.moving nor bbs.db is in the folder (deleted, or lost by the disk): the
+    run in that folder copies the database again, which still holds everything; the copy carries no mark."""
+    root: Path = story["root"]
+    assert bbs("migrate-store", "--from", str(root), "--to", "sqlite").returncode == 0
+    (root / "bbs.db").unlink()
+    next(root.glob("store.url.before-sqlite-*")).rename(root / "store.url")
+    again = bbs("migrate-store", "--from", str(root), "--to", "sqlite", "--json")
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert not report["finished"] and report["records"] == pg_state(story["url"])["records"]
+    conn = sqlite3.connect(root / "bbs.db")
+    try:
+        assert conn.execute("SELECT count(*) FROM node_meta WHERE key = 'moved_to_sqlite'").fetchone() == (0,)
+    finally:
+        conn.close()
+    assert bbs("digest", "--data", str(root)).returncode == 0
 
 
 def test_an_interrupted_move_is_finished_by_running_it_again(story: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from node.errors import StoreMoved
 from node.store import conn as neutral
 from node.store import db as node_db
 from node.store import pg_schema
@@ -178,6 +179,21 @@ async def test_write_sync_and_read_sync_take_a_url(database: Database, empty_url
     assert node_db.read_sync(empty_url, values) == ["t5"]
     with pytest.raises(neutral.DatabaseError, match="read-only"):
         node_db.read_sync(empty_url, insert("t6"))
+
+
+async def test_a_database_marked_as_moved_refuses_every_write_at_its_start(database: Database, empty_url: str) -> None:
+    # a process left serving a database the node moved out of (it reconnected after `bbs migrate-store --to sqlite`)
+    assert await database.write(insert("t7")) == 1
+    with psycopg.connect(empty_url, autocommit=True) as other:
+        other.execute("INSERT INTO node_meta (key, value) VALUES (%s, '{}')", (node_db.MOVED_KEY,))
+        clock = other.execute("SELECT n FROM write_clock").fetchone()
+    with pytest.raises(StoreMoved):
+        await database.write(insert("t8"))  # the process's writer
+    with pytest.raises(StoreMoved):
+        node_db.write_sync(empty_url, insert("t9"))  # a command's write
+    assert await database.read(values) == ["t7"]
+    with psycopg.connect(empty_url) as other:
+        assert other.execute("SELECT n FROM write_clock").fetchone() == clock  # nothing moved the clock either
 
 
 async def test_connections_lost_with_the_server_are_reopened(database: Database, empty_url: str) -> None:

@@ -254,7 +254,7 @@ def test_a_folder_that_cannot_be_synced_after_the_rename_says_the_file_was_repla
     def fails(folder: Path) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(key_fence, "_fsync_folder", fails)  # the OS's edge: a device error on the folder's fsync
+    monkeypatch.setattr(key_fence, "fsync_path", fails)  # the OS's edge: a device error on the folder's fsync
     with pytest.raises(Unavailable) as refused:
         fence.record("did:key:zA", "did:key:zA", "did:key:zB", "e", "epoch", 0)
     assert isinstance(refused.value, FenceNotDurable) and refused.value.code == "key_fence_unwritable"

@@ -91,8 +91,10 @@ def test_a_database_not_in_utf8_is_refused_with_the_fix(pg_cluster: cluster_mod.
     name = "ascii_" + secrets.token_hex(4)
     pg_cluster.admin(f"CREATE DATABASE {name} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
     try:
-        refused = f"{name} is in SQL_ASCII: create it with .* ENCODING 'UTF8'"
+        refused = f"{name} is in SQL_ASCII: create it with CREATE DATABASE \"{name}\" ENCODING 'UTF8'"
         with pytest.raises(neutral.OperationalError, match=refused):
             pg_conn.connect(pg_cluster.url(name))
+        with pytest.raises(neutral.OperationalError, match=refused):  # a client in UTF-8 does not make it one
+            pg_conn.connect(pg_cluster.url(name) + " client_encoding=UTF8")
     finally:
         pg_cluster.drop_database(name)

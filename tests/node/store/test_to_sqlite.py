@@ -4,14 +4,17 @@ as they were, AUTOINCREMENT continued, a trial undone, other clients counted, th
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from node.ops import store as ops_store
 from node.store import db, pg_conn
 from node.store import to_sqlite as copy
+from scenarios import pg_cluster as cluster_mod
 
 pytestmark = pytest.mark.postgresql
 
@@ -79,16 +82,35 @@ def test_a_trial_is_undone_and_the_transaction_goes_on(tmp_path: Path) -> None:
     assert "kept" in keys and "trial" not in keys
 
 
-def test_other_clients_are_counted_and_the_mark_is_read_back(pg_migrated_url: str) -> None:
+def test_other_clients_are_counted_and_the_mark_is_written(pg_migrated_url: str) -> None:
     pg = pg_conn.connect(pg_migrated_url)
     try:
         assert copy.other_clients(pg) == 0
         with psycopg.connect(pg_migrated_url), psycopg.connect(pg_migrated_url):
             assert copy.other_clients(pg) == 2
-        assert copy.moved(pg) is None
+        assert ops_store.meta_value(pg, db.MOVED_KEY) is None
         with pg.raw.transaction():
             copy.take_writer_lock(pg)
             copy.mark_moved(pg, '{"at_ms": 1}')
-        assert copy.moved(pg) == '{"at_ms": 1}'
+        assert ops_store.meta_value(pg, db.MOVED_KEY) == '{"at_ms": 1}'
     finally:
         pg.close()
+
+
+def test_another_roles_session_counts_for_a_role_that_cannot_see_its_type(
+    pg_cluster: cluster_mod.Cluster, pg_migrated_url: str
+) -> None:
+    role = "plain_" + secrets.token_hex(4)
+    dbname = pg_migrated_url.split("dbname=", 1)[1].split()[0]
+    pg_cluster.admin(f"CREATE ROLE {role} LOGIN")
+    try:
+        pg_cluster.admin(f'GRANT CONNECT ON DATABASE "{dbname}" TO {role}')
+        pg = pg_conn.connect(pg_cluster.url(dbname) + f" user={role}")
+        try:
+            with psycopg.connect(pg_migrated_url):  # the superuser's session: no backend type shown to `role`
+                assert copy.other_clients(pg) == 1
+        finally:
+            pg.close()
+    finally:
+        pg_cluster.admin(f'REVOKE ALL ON DATABASE "{dbname}" FROM {role}')
+        pg_cluster.admin(f"DROP ROLE {role}")
