@@ -23,6 +23,7 @@ from tests.pg_fixtures import (  # noqa: F401
     pg_cluster,
     pg_folder,
     pg_migrated_url,
+    pg_store_url,
     pg_template,
     pg_url,
     pytest_addoption,

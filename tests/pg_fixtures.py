@@ -145,6 +145,14 @@ def pg_url(pg_cluster: cluster_mod.Cluster) -> Iterator[str]:
 
 
 @pytest.fixture
+def pg_store_url(pg_cluster: cluster_mod.Cluster) -> Iterator[str]:
+    """The `postgresql://` URL (what `--store` takes) of a new empty database, dropped after the test."""
+    name = pg_cluster.create_database()
+    yield pg_cluster.store_url(name)
+    pg_cluster.drop_database(name)
+
+
+@pytest.fixture
 def pg_migrated_url(pg_cluster: cluster_mod.Cluster, pg_template: str) -> Iterator[str]:
     """The connection string of a new database holding the head schema (a copy of `pg_template`), dropped after."""
     name = pg_cluster.create_database(template=pg_template)

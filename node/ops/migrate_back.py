@@ -33,7 +33,7 @@ from identity import key_files, keys
 from node.ops import datalock, migrate_store
 from node.ops import store as ops_store
 from node.ops.datadir import DataDir, moved_away, moved_into, no_node, require_node
-from node.ops.migrate_store import Mismatch, heads
+from node.ops.migrate_store import Mismatch, Moved, heads
 from node.store import db, pg_conn
 from node.store import to_postgresql as pg_side
 from node.store import to_sqlite as copy
@@ -46,16 +46,10 @@ ASIDE_PREFIX = "store.url.before-sqlite-"  # + the UTC time of the move: where s
 
 
 @dataclass(frozen=True)
-class MovedBack:
-    """What `migrate_back` did: the node moved, what was copied and checked, and where store.url now lies.
-    `finished` is true when this run only finished a move an earlier run had committed (nothing copied)."""
+class MovedBack(Moved):
+    """What `migrate_back` did: `Moved`'s account, `kept_aside` naming where store.url now lies; `finished` is true
+    when this run only finished a move an earlier run had committed (nothing copied)."""
 
-    node_id: str
-    tables: int
-    rows: int
-    records: int
-    digests_checked: int
-    kept_aside: str
     finished: bool = False
 
 

@@ -10,11 +10,10 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import psycopg
 import pytest
 from aiohttp.test_utils import TestClient
@@ -23,11 +22,8 @@ from node.ops import datalock
 from node.ops.datadir import join
 from node.ops.migrate_back import MOVING_NAME
 from node.store import db
-from scenarios import pg_cluster as cluster_mod
 from scenarios.fednet import free_port
-from tests.conftest import AgentCreds
-from tests.node_story import write_story
-from tests.ops.test_lifecycle import wait_healthy
+from tests.node_story import assert_story_served, serve_story, write_story
 
 pytestmark = pytest.mark.postgresql
 REPO = Path(__file__).parents[3]
@@ -39,18 +35,13 @@ def bbs(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def database(pg_cluster: cluster_mod.Cluster) -> Iterator[str]:
-    """The `postgresql://` URL of a new empty database, dropped after the test."""
-    name = pg_cluster.create_database()
-    yield pg_cluster.store_url(name)
-    pg_cluster.drop_database(name)
-
-
-@pytest.fixture
-async def story(tmp_path: Path, database: str, aiohttp_client: Callable[..., Awaitable[TestClient]]) -> dict[str, Any]:
-    """A node folder on PostgreSQL holding one of everything, written through the REST API; closed."""
-    story = await write_story(tmp_path / "node", aiohttp_client, database)
-    return {**story, "url": database}
+async def story(
+    tmp_path: Path, pg_store_url: str, aiohttp_client: Callable[..., Awaitable[TestClient]]
+) -> dict[str, Any]:
+    """A node folder on PostgreSQL (a new empty database) holding one of everything, written through the REST API;
+    closed."""
+    story = await write_story(tmp_path / "node", aiohttp_client, pg_store_url)
+    return {**story, "url": pg_store_url}
 
 
 def table_rows(conn: Any, table: str) -> list[str]:
@@ -122,45 +113,9 @@ async def test_a_node_moves_back_to_sqlite_and_serves_the_same_records_with_the_
     assert sorted(row.split("'")[1] for row in meta) == ["moved_to_sqlite", "secure_delete_vacuum_ms"], meta
     assert autoincrement["records"] == handed_out[0] and autoincrement["notifications"] == notified[0]
 
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [*BBS, "serve", "--data", str(root), "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    alice, bob = story["alice"], story["bob"]
-    try:
-        await wait_healthy(base, proc)
-        async with aiohttp.ClientSession() as session:
-
-            async def get(path: str, who: AgentCreds) -> Any:
-                async with session.get(base + path, headers=who.headers) as resp:
-                    assert resp.status == 200, await resp.text()
-                    return await resp.json()
-
-            async with session.get(base + "/v1/node") as resp:
-                served_node = await resp.json()
-            kept = await get(f"/v1/entries/{story['kept']['record_hash']}", bob)
-            redacted = await get(f"/v1/entries/{story['secret']['record_hash']}", bob)
-            inside = await get(f"/v1/entries/{story['inside']['record_hash']}", alice)
-            found_by_word = await get("/v1/search?q=zebra&fresh=true", bob)  # the folder's index, on the moved log
-            body = {"entry_type": "finding", "performative": "inform", "content": "posted on SQLite again"}
-            async with session.post(base + "/v1/entries", json=body, headers=alice.headers) as resp:
-                assert resp.status == 201, await resp.text()
-                posted = await resp.json()
-            found = await get(f"/v1/entries/{posted['record_hash']}", alice)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    assert served_node["node_id"] == report["node_id"]
-    assert [e["content"] for e in kept["entries"]] == ["the zebra grazes"]
-    assert redacted["entries"] == [] and [t["redacted"] for t in redacted["redacted"]] == [True]
-    assert [e["space"] for e in inside["entries"]] == [story["space"]]
-    assert [hit["record_hash"] for hit in found_by_word["entries"]] == [story["kept"]["record_hash"]]
-    assert found["entries"][0]["id"] == handed_out[0] + 1  # the log's seq goes on where PostgreSQL's left off
+    answers = await serve_story(root, story, "posted on SQLite again")
+    # the same node, now on SQLite; the log's seq goes on where PostgreSQL's left off
+    assert_story_served(answers, story, report["node_id"], handed_out[0] + 1)
     assert pg_state(url)["records"] == before["records"]  # the post went to SQLite alone
 
 

@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import psycopg
 import pytest
 from aiohttp.test_utils import TestClient
@@ -27,10 +26,7 @@ from node.ops.datadir import initialise
 from node.store import db, pg_conn
 from node.store import to_postgresql as copy
 from scenarios import pg_cluster as cluster_mod
-from scenarios.fednet import free_port
-from tests.conftest import AgentCreds
-from tests.node_story import write_story
-from tests.ops.test_lifecycle import wait_healthy
+from tests.node_story import assert_story_served, serve_story, write_story
 
 pytestmark = pytest.mark.postgresql
 REPO = Path(__file__).parents[3]
@@ -138,47 +134,9 @@ async def test_a_node_moves_to_postgresql_and_serves_the_same_records_with_the_n
     # a notification of the redacted entry was handed out and forgotten: its id is not handed out again
     assert following["notifications"] == (autoincrement["notifications"] + 1, 1) and autoincrement["notifications"] > 1
 
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [*BBS, "serve", "--data", str(root), "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    alice, bob = story["alice"], story["bob"]
-    try:
-        await wait_healthy(base, proc)
-        async with aiohttp.ClientSession() as session:
-
-            async def get(path: str, who: AgentCreds) -> Any:
-                async with session.get(base + path, headers=who.headers) as resp:
-                    assert resp.status == 200, await resp.text()
-                    return await resp.json()
-
-            async with session.get(base + "/v1/node") as resp:
-                served_node = await resp.json()
-            kept = await get(f"/v1/entries/{story['kept']['record_hash']}", bob)
-            redacted = await get(f"/v1/entries/{story['secret']['record_hash']}", bob)
-            inside = await get(f"/v1/entries/{story['inside']['record_hash']}", alice)
-            tasks = await get(f"{WF}/tasks/ready", alice)
-            found_by_word = await get("/v1/search?q=zebra&fresh=true", bob)  # the folder's index, on the moved log
-            body = {"entry_type": "finding", "performative": "inform", "content": "posted on PostgreSQL"}
-            async with session.post(base + "/v1/entries", json=body, headers=alice.headers) as resp:
-                assert resp.status == 201, await resp.text()
-                posted = await resp.json()
-            found = await get(f"/v1/entries/{posted['record_hash']}", alice)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    assert served_node["node_id"] == report["node_id"]  # the same node, now on PostgreSQL
-    assert [e["content"] for e in kept["entries"]] == ["the zebra grazes"]
-    assert redacted["entries"] == [] and [t["redacted"] for t in redacted["redacted"]] == [True]
-    assert [e["space"] for e in inside["entries"]] == [story["space"]]
-    assert tasks["tasks"] == []  # "first" is leased, "then" waits on it
-    assert [hit["record_hash"] for hit in found_by_word["entries"]] == [story["kept"]["record_hash"]]
-    assert found["entries"][0]["id"] == handed_out + 1  # the log's seq goes on where SQLite's left off
+    answers = await serve_story(root, story, "posted on PostgreSQL")
+    # the same node, now on PostgreSQL; the log's seq goes on where SQLite's left off
+    assert_story_served(answers, story, report["node_id"], handed_out + 1)
     with psycopg.connect(target) as pg:
         row = pg.execute("SELECT count(*) FROM records").fetchone()
     assert row == (before["records"] + 1,)
