@@ -29,6 +29,9 @@ from sync.replay import FENCE_NAME, ReplayFence
 from wire.cli import CommandError
 
 STORE_FILE = "store.url"  # a node on PostgreSQL: its database's URL (docs/decisions.md record 80)
+# the id of a move to SQLite this folder made (bbs migrate-store --to sqlite), from before the database was marked
+# with it until the move is finished (docs/decisions.md record 95)
+MOVE_ID_NAME = "moved-to-sqlite.id"
 
 
 @dataclass(frozen=True)
@@ -113,21 +116,28 @@ def _stored_node_id(data: DataDir) -> str | None:
     return node_id
 
 
-def moved_into(mark: str) -> str | None:
-    """The folder a database's mark of a move to SQLite names (absolute), or None when the mark cannot be read."""
+def moved_here(data: DataDir, mark: str) -> bool:
+    """Whether the database's mark of a move to SQLite (JSON: when, the move's id, the folder and host it went to)
+    is of this folder's move: the id the move wrote into MOVE_ID_NAME before it marked the database. Two folders at
+    the same path (a container's /data, another host's) are told apart by it; a joined process's folder holds none."""
     try:
-        return str(json.loads(mark)["folder"])
-    except (ValueError, KeyError, TypeError):
-        return None
+        move = str(json.loads(mark)["move"])
+        return (data.root / MOVE_ID_NAME).read_text("utf-8").strip() == move
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def moved_away(data: DataDir, mark: str) -> CommandError:
     """The refusal of a folder whose PostgreSQL database the node moved out of (`mark`: the database's record of the
-    move, JSON: when and into which folder; docs/decisions.md record 95): the folder it moved into finishes the move
-    by running it again; any other (a joined process's) is done."""
-    into = moved_into(mark)
-    said = f"the node in the PostgreSQL database named in {data.store_url_path} moved to SQLite, into {into or '?'}"
-    if into == str(data.root.resolve()):
+    move; docs/decisions.md record 95): the folder it moved into finishes the move by running it again; any other
+    (a joined process's) is done."""
+    try:
+        where = json.loads(mark)
+        into = f"{where['folder']} on {where['host']}"
+    except (ValueError, KeyError, TypeError):
+        into = "another folder"
+    said = f"the node in the PostgreSQL database named in {data.store_url_path} moved to SQLite, into {into}"
+    if moved_here(data, mark):
         return CommandError(f"{said}; run 'bbs migrate-store --from {data.root} --to sqlite' again to finish")
     return CommandError(f"{said}; no process serves it from this folder any more: delete {data.root}")
 

@@ -8,21 +8,28 @@ record 95):
    software's head; a database another client is connected to (another process of the node, a `bbs` command, a
    psql): every process of the node must be stopped, since the node can live in one place only.
 2. Hold the folder's serve lock, and in ONE PostgreSQL transaction holding the node's writer lock (no process of the
-   node writes meanwhile): make a new SQLite file, DIR/bbs.db.moving, at this software's schema, and copy every
+   node writes meanwhile): make a new SQLite file, DIR/bbs.db.filling, at this software's schema, and copy every
    table into it in one SQLite transaction (node/store/to_sqlite.py).
 3. Verify the copy as the forward move does (`migrate_store.verify`: row counts, the sync digests, the projections
    copied and rebuilt from the copied log), refusing on any difference; set AUTOINCREMENT past the largest key
-   PostgreSQL handed out. Commit the SQLite file and make it durable.
-4. Check again that no other client connected meanwhile, then mark the PostgreSQL database as moved (node_meta
-   `moved_to_sqlite`: every command and `bbs serve` on it refuses from then on) and commit.
-5. Rename bbs.db.moving to bbs.db, and set store.url aside as store.url.before-sqlite-<time>. An interruption
-   between 4 and 5 leaves the database marked and the folder naming it: running the command again finishes 5.
+   PostgreSQL handed out. Commit the SQLite file, make it durable, rename it DIR/bbs.db.moving (always a whole copy).
+4. Check again that no other client connected meanwhile; write a new move id into DIR/moved-to-sqlite.id, then mark
+   the PostgreSQL database as moved with that id (node_meta `moved_to_sqlite`: every command and `bbs serve` on it
+   refuses from then on, and every write transaction on it is refused) and commit. Any failure before the COMMIT
+   removes the files.
+5. Rename bbs.db.moving to bbs.db, set store.url aside as store.url.before-sqlite-<time>, remove the id file. An
+   interruption between 4 and 5 leaves the database marked and the folder naming it: running the command again in
+   the folder holding the mark's id finishes 5 (or copies again if both files are gone); in any other folder it
+   refuses, so no copy left elsewhere becomes a second node.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
+import socket
 import sqlite3
 import time
 from collections.abc import Callable
@@ -32,7 +39,7 @@ from pathlib import Path
 from identity import key_files, keys
 from node.ops import datalock, migrate_store
 from node.ops import store as ops_store
-from node.ops.datadir import DataDir, moved_away, moved_into, no_node, require_node
+from node.ops.datadir import MOVE_ID_NAME, DataDir, moved_away, moved_here, no_node, require_node
 from node.ops.migrate_store import Mismatch, Moved, heads
 from node.store import db, pg_conn
 from node.store import to_postgresql as pg_side
@@ -41,7 +48,8 @@ from node.store.pg_conn import PgConn
 from node.store.projections import Log
 from wire.cli import CommandError
 
-MOVING_NAME = "bbs.db.moving"  # the SQLite file while it is made; renamed to bbs.db once the database is marked
+FILLING_NAME = "bbs.db.filling"  # the SQLite file while it is filled; renamed bbs.db.moving once whole and checked
+MOVING_NAME = "bbs.db.moving"  # the whole copy, until the database is marked; then renamed to bbs.db
 ASIDE_PREFIX = "store.url.before-sqlite-"  # + the UTC time of the move: where store.url is kept
 
 
@@ -73,13 +81,13 @@ def migrate_back(root: Path, log: Log, *, now: Callable[[], float] = time.time) 
                         f"{root} holds a bbs.db beside its store.url; move that file out of the folder first (the"
                         " node is in the PostgreSQL database store.url names)"
                     )
-                moved = _copy_and_verify(data, pg, require_node(root), log, now(), mark=True)
-            elif moved_into(mark) != str(data.root.resolve()):
+                moved = _copy_and_verify(data, pg, require_node(root), log, now(), move=secrets.token_hex(16))
+            elif not moved_here(data, mark):
                 raise moved_away(data, mark)  # another folder's move: this one (a joined process's) is done
             elif (data.root / MOVING_NAME).exists() or data.db_path.exists():
                 return _finish(data, now())  # an earlier run committed the move: the renames are left
             else:  # neither file is here (deleted, or a disk that lost them): copy again, the database holds it all
-                moved = _copy_and_verify(data, pg, _marked_node(data, pg), log, now(), mark=False)
+                moved = _copy_and_verify(data, pg, _marked_node(data, pg), log, now(), move=None)
         finally:
             pg.close()
         return _finish(data, now(), moved)
@@ -99,16 +107,20 @@ def _marked_node(data: DataDir, pg: PgConn) -> str:
     return node_id
 
 
-def _check_version(pg: PgConn) -> None:
+def _check_version(pg: PgConn, marked: bool) -> None:
     version, head = ops_store.schema_version(pg), heads()
     if version > head:
         raise CommandError(
             f"the node's database is at schema version {version}, newer than this software's {head}: upgrade agent-bbs"
         )
     if version < head:
+        remedy = (
+            "run this with the version of agent-bbs that moved it"
+            if marked
+            else "start the node once with this version, then move it"
+        )
         raise CommandError(
-            f"the node's database is at schema version {version}, older than this software's {head}:"
-            " start the node once with this version, then move it"
+            f"the node's database is at schema version {version}, older than this software's {head}: {remedy}"
         )
 
 
@@ -119,27 +131,39 @@ def _connect(url: str, log: Log) -> PgConn:
         raise CommandError(f"cannot connect to the node's database: {' '.join(str(exc).split())}") from None
 
 
-def _copy_and_verify(data: DataDir, pg: PgConn, node_id: str, log: Log, now: float, *, mark: bool) -> MovedBack:
+def _copy_and_verify(data: DataDir, pg: PgConn, node_id: str, log: Log, now: float, *, move: str | None) -> MovedBack:
     """Steps 2 to 4: the SQLite file made, filled, checked and made durable inside one PostgreSQL transaction that
-    ends by marking the database moved (`mark`; false when it is marked already). The file is removed on any
-    failure before the COMMIT; a COMMIT whose outcome is unknown keeps it (the next run reads the mark)."""
-    moving = data.root / MOVING_NAME
-    _remove(moving)  # a file an interrupted run left: the database was not marked then, so it never counted
+    ends by marking the database moved with the id `move`, written first into the folder's MOVE_ID_NAME (None: the
+    database is marked already, by this folder's move). The file is filled under FILLING_NAME and renamed
+    bbs.db.moving once complete, so a bbs.db.moving is always a whole copy. Both files are removed on any failure
+    before the COMMIT; a COMMIT whose outcome is unknown keeps them (the next run reads the mark)."""
+    moving, filling = data.root / MOVING_NAME, data.root / FILLING_NAME
+    # an interrupted run's files: the database was not marked by that run, or this is its own folder's copy again
+    for leftover in (filling, moving):
+        _remove(leftover)
     committing = False
     try:
         with pg.raw.transaction():
             copy.take_writer_lock(pg)
+            # first, so the copy holds it too: a writer at REPEATABLE READ that waited on the lock fails on this row
+            copy.bump_write_clock(pg)
             _refuse_other_clients(pg)
-            _check_version(pg)
-            moved = _fill(moving, pg, node_id, log)
-            key_files.fsync_path(data.root)  # the file's name is on the disk before the mark names its folder
+            _check_version(pg, marked=move is None)
+            moved = _fill(filling, pg, node_id, log)
+            os.replace(filling, moving)
+            _fsync_folder(data.root)  # the whole file's name is on the disk before the mark names this folder
             _refuse_other_clients(pg)
-            if mark:
-                copy.mark_moved(pg, json.dumps({"at_ms": int(now * 1000), "folder": str(data.root.resolve())}))
+            if move is not None:
+                key_files.write_private_file(data.root / MOVE_ID_NAME, move.encode())  # fsynced, with its folder
+                where = {"folder": str(data.root.resolve()), "host": socket.gethostname()}
+                copy.mark_moved(pg, json.dumps({"at_ms": int(now * 1000), "move": move, **where}))
             committing = True
     except BaseException:
         if not committing:
+            _remove(filling)
             _remove(moving)
+            if move is not None:
+                (data.root / MOVE_ID_NAME).unlink(missing_ok=True)
         raise
     return moved
 
@@ -197,18 +221,19 @@ def _refuse_other_clients(pg: PgConn) -> None:
     if others:
         raise CommandError(
             f"{others} other connection(s) to the node's database: stop every process of the node ('bbs processes'"
-            " lists them) and any command or client using the database, then run this again"
+            " lists them) and any command, client or extension's worker using the database, then run this again"
         )
 
 
 def _finish(data: DataDir, now: float, moved: MovedBack | None = None) -> MovedBack:
-    """Step 5: bbs.db.moving becomes bbs.db, store.url is set aside. `moved`: what this run copied; None when it only
-    finishes a move an earlier run committed."""
+    """Step 5: bbs.db.moving becomes bbs.db, store.url is set aside, the move's id file goes. `moved`: what this run
+    copied; None when it only finishes a move an earlier run committed."""
     moving = data.root / MOVING_NAME
     if moving.exists():
         os.replace(moving, data.db_path)
     kept = _set_aside(data, now)
-    key_files.fsync_path(data.root)
+    _fsync_folder(data.root)
+    (data.root / MOVE_ID_NAME).unlink(missing_ok=True)  # the folder no longer names the marked database
     if moved is not None:
         return MovedBack(moved.node_id, moved.tables, moved.rows, moved.records, moved.digests_checked, str(kept))
     return MovedBack(require_node(data.root), 0, 0, 0, 0, str(kept), finished=True)
@@ -224,3 +249,9 @@ def _set_aside(data: DataDir, now: float) -> Path:
 def _remove(path: Path) -> None:
     for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         leftover.unlink(missing_ok=True)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the folder's names durable, where the file system allows it (as identity/key_files.py does)."""
+    with contextlib.suppress(OSError):
+        key_files.fsync_path(folder)

@@ -156,9 +156,9 @@ def _utf8_only(raw: psycopg.Connection[Row]) -> None:
     """Refuse a database not in UTF8 (a cluster made without a UTF-8 locale makes SQL_ASCII ones, which take any
     bytes), naming its encoding and the remedy; and a connection whose client encoding is not UTF-8 (the escaping
     dumps and loads UTF-8)."""
-    server = raw.info.parameter_status("server_encoding") or "unknown"
+    server = raw.info.parameter_status("server_encoding")  # None from a server that does not report it
     encoding = raw.info.encoding
-    if server.upper() != "UTF8":
+    if server is not None and server.upper() != "UTF8":
         database = raw.info.dbname
         raw.close()
         raise neutral.OperationalError(

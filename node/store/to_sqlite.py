@@ -27,7 +27,8 @@ BATCH_ROWS = 2000  # rows per fetch from PostgreSQL's cursor, and per multi-row 
 def other_clients(conn: PgConn) -> int:
     """How many client connections to this database there are besides this one: processes of the node, `bbs`
     commands, anyone's psql. The server's own workers are not counted (no role). Another role's session shows no
-    backend type to a role without pg_read_all_stats, so a session of a role with no type shown counts too."""
+    backend type to a role without pg_read_all_stats, so a session of a role with no type shown counts too (an
+    extension's background worker of another role, pg_cron's, counts then: the move needs it stopped too)."""
     row = conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
         " AND usesysid IS NOT NULL AND (backend_type = 'client backend' OR backend_type IS NULL)"
@@ -39,6 +40,13 @@ def take_writer_lock(conn: PgConn) -> None:
     """Take the node's writer lock for the rest of the caller's transaction: a write of any process of the node
     waits until the move commits or rolls back (and the move then refuses, since that process is connected)."""
     conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITER_LOCK,))
+
+
+def bump_write_clock(conn: PgConn) -> None:
+    """Move the node's write clock in the caller's transaction: a writer of the node whose transaction began before
+    the move committed (at REPEATABLE READ, if a role's default makes it so) then fails on the clock's row instead
+    of writing past the mark."""
+    conn.execute("UPDATE write_clock SET n = n + 1 WHERE id = 1")
 
 
 def mark_moved(conn: PgConn, value: str) -> None:

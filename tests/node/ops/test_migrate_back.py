@@ -19,7 +19,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from node.ops import datalock
-from node.ops.datadir import join
+from node.ops.datadir import MOVE_ID_NAME, join
 from node.ops.migrate_back import MOVING_NAME
 from node.store import db
 from scenarios.fednet import free_port
@@ -68,6 +68,16 @@ def unchanged(root: Path, url: str, before: dict[str, int]) -> None:
     assert not (root / "bbs.db").exists() and not list(root.glob(MOVING_NAME + "*"))
     assert not list(root.glob("store.url.before-sqlite-*"))
     assert pg_state(url) == before and before["marked"] == 0
+
+
+def back_to_marked(root: Path, url: str) -> None:
+    """Put a moved folder back as an interruption after the mark left it: naming the marked database, holding the
+    move's id (the copy itself is the caller's business)."""
+    next(root.glob("store.url.before-sqlite-*")).rename(root / "store.url")
+    with psycopg.connect(url) as pg:
+        mark = pg.execute("SELECT value FROM node_meta WHERE key = 'moved_to_sqlite'").fetchone()
+    assert mark is not None
+    (root / MOVE_ID_NAME).write_text(json.loads(mark[0])["move"])
 
 
 def test_cli_help_names_the_way_back() -> None:
@@ -145,13 +155,30 @@ def test_the_moved_from_database_is_refused_to_every_folder_that_names_it(
     assert not (other / "bbs.db").exists() and (other / "store.url").exists()
 
 
+def test_a_joined_folder_at_the_path_the_node_moved_into_is_not_taken_for_it(
+    story: dict[str, Any], tmp_path: Path
+) -> None:
+    """Two folders at one path (each container's /data, two hosts): after node-1's folder moved, node-2's folder at
+    the same path holds no id of the move, so no run there finishes it or copies the database again."""
+    root: Path = story["root"]
+    other = tmp_path / "second-process"
+    join(other, root)
+    assert bbs("migrate-store", "--from", str(root), "--to", "sqlite").returncode == 0
+    root.rename(tmp_path / "first-process-elsewhere")
+    other.rename(root)  # node-2's folder where node-1's was
+    for command in (["migrate-store", "--from", str(root), "--to", "sqlite"], ["digest", "--data", str(root)]):
+        out = bbs(*command)
+        assert out.returncode == 1 and f"delete {root}" in out.stderr and "again to finish" not in out.stderr
+    assert not (root / "bbs.db").exists() and not list(root.glob("bbs.db.*"))
+
+
 def test_a_marked_database_whose_copy_is_gone_is_copied_again_into_its_folder(story: dict[str, Any]) -> None:
     """The mark committed but neither bbs.db.moving nor bbs.db is in the folder (deleted, or lost by the disk): the
     run in that folder copies the database again, which still holds everything; the copy carries no mark."""
     root: Path = story["root"]
     assert bbs("migrate-store", "--from", str(root), "--to", "sqlite").returncode == 0
     (root / "bbs.db").unlink()
-    next(root.glob("store.url.before-sqlite-*")).rename(root / "store.url")
+    back_to_marked(root, story["url"])
     again = bbs("migrate-store", "--from", str(root), "--to", "sqlite", "--json")
     assert again.returncode == 0, again.stderr
     report = json.loads(again.stdout)
@@ -170,7 +197,7 @@ def test_an_interrupted_move_is_finished_by_running_it_again(story: dict[str, An
     root: Path = story["root"]
     assert bbs("migrate-store", "--from", str(root), "--to", "sqlite").returncode == 0
     (root / "bbs.db").rename(root / MOVING_NAME)
-    next(root.glob("store.url.before-sqlite-*")).rename(root / "store.url")
+    back_to_marked(root, story["url"])
     out = bbs("digest", "--data", str(root))
     assert out.returncode == 1 and "again to finish" in out.stderr
     again = bbs("migrate-store", "--from", str(root), "--to", "sqlite", "--json")

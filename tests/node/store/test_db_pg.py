@@ -15,7 +15,7 @@ import pytest
 from node.errors import StoreMoved
 from node.store import conn as neutral
 from node.store import db as node_db
-from node.store import pg_schema
+from node.store import pg_conn, pg_schema
 from node.store.db import Database
 from scenarios import pg_cluster as cluster_mod
 
@@ -194,6 +194,25 @@ async def test_a_database_marked_as_moved_refuses_every_write_at_its_start(datab
     assert await database.read(values) == ["t7"]
     with psycopg.connect(empty_url) as other:
         assert other.execute("SELECT n FROM write_clock").fetchone() == clock  # nothing moved the clock either
+
+
+async def test_a_write_transaction_whose_begin_fails_leaves_no_aborted_transaction(empty_url: str) -> None:
+    # the BEGIN script's lock wait cut short (a statement_timeout): the connection is left usable, not aborted
+    node_db.write_sync(empty_url, insert("t10"))  # migrated
+    conn: Any = pg_conn.connect(empty_url)  # `transaction` is typed for sqlite3 and takes either engine
+    try:
+        with psycopg.connect(empty_url, autocommit=True) as holder:
+            holder.execute("SELECT pg_advisory_lock(%s)", (node_db.WRITER_LOCK,))
+            conn.execute("SET statement_timeout = 100")
+            with pytest.raises(neutral.DatabaseError), node_db.transaction(conn, immediate=True):
+                pass
+        assert not conn.in_transaction
+        conn.execute("SET statement_timeout = 0")
+        with node_db.transaction(conn, immediate=True):
+            conn.execute("INSERT INTO node_meta (key, value) VALUES ('t11', 'v')")
+        assert values(conn) == ["t10", "t11"]
+    finally:
+        conn.close()
 
 
 async def test_connections_lost_with_the_server_are_reopened(database: Database, empty_url: str) -> None:
