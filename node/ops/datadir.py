@@ -119,27 +119,41 @@ def _stored_node_id(data: DataDir) -> str | None:
 def moved_here(data: DataDir, mark: str) -> bool:
     """Whether the database's mark of a move to SQLite (JSON: when, the move's id, the folder and host it went to)
     is of this folder's move: the id the move wrote into MOVE_ID_NAME before it marked the database. Two folders at
-    the same path (a container's /data, another host's) are told apart by it; a joined process's folder holds none."""
+    the same path (a container's /data, another host's) are told apart by it; a joined process's folder holds none.
+    An id file that cannot be read (its owner, its mode) is refused, not taken for a folder without one."""
+    path = data.root / MOVE_ID_NAME
     try:
-        move = str(json.loads(mark)["move"])
-        return (data.root / MOVE_ID_NAME).read_text("utf-8").strip() == move
-    except (OSError, ValueError, KeyError, TypeError):
+        held = path.read_text("utf-8").strip()
+    except FileNotFoundError:
         return False
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CommandError(f"cannot read {path} ({exc.__class__.__name__}): run this as the folder's owner") from None
+    return held == _mark_field(mark, "move")
 
 
 def moved_away(data: DataDir, mark: str) -> CommandError:
     """The refusal of a folder whose PostgreSQL database the node moved out of (`mark`: the database's record of the
-    move; docs/decisions.md record 95): the folder it moved into finishes the move by running it again; any other
-    (a joined process's) is done."""
-    try:
-        where = json.loads(mark)
-        into = f"{where['folder']} on {where['host']}"
-    except (ValueError, KeyError, TypeError):
-        into = "another folder"
+    move; docs/decisions.md record 95): the folder it moved into finishes the move by running it again; another
+    (a joined process's) is done, unless it holds a copy of the node, when the operator decides."""
+    into = f"{_mark_field(mark, 'folder') or '?'} on {_mark_field(mark, 'host') or '?'}"
     said = f"the node in the PostgreSQL database named in {data.store_url_path} moved to SQLite, into {into}"
     if moved_here(data, mark):
         return CommandError(f"{said}; run 'bbs migrate-store --from {data.root} --to sqlite' again to finish")
+    copies = [p.name for p in (data.root / "bbs.db.moving", data.db_path) if p.exists()]
+    if copies:  # the folder it moved into, whose id file was lost? Never decided here: two copies would be two nodes
+        return CommandError(
+            f"{said}; this folder holds {' and '.join(copies)} but not the move's id ({MOVE_ID_NAME}): if it is the"
+            f" folder the node moved into, write {_mark_field(mark, 'move')} into {data.root / MOVE_ID_NAME} and run"
+            f" 'bbs migrate-store --from {data.root} --to sqlite' again; otherwise delete {data.root}"
+        )
     return CommandError(f"{said}; no process serves it from this folder any more: delete {data.root}")
+
+
+def _mark_field(mark: str, name: str) -> str | None:
+    try:
+        return str(json.loads(mark)[name])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _one_line(text: str) -> str:

@@ -44,6 +44,7 @@ from node.ops.migrate_store import Mismatch, Moved, heads
 from node.store import db, pg_conn
 from node.store import to_postgresql as pg_side
 from node.store import to_sqlite as copy
+from node.store.conn import LOCK_NOT_AVAILABLE, DatabaseError
 from node.store.pg_conn import PgConn
 from node.store.projections import Log
 from wire.cli import CommandError
@@ -69,7 +70,10 @@ def migrate_back(root: Path, log: Log, *, now: Callable[[], float] = time.time) 
         raise CommandError(f"{root} is a file, not a data folder") if root.exists() else no_node(root)
     url = data.store_url
     if url is None:
-        raise CommandError(f"{root} keeps its node in SQLite already") if data.db_path.exists() else no_node(root)
+        if data.db_path.exists():
+            (root / MOVE_ID_NAME).unlink(missing_ok=True)  # left by a move interrupted after its last rename
+            raise CommandError(f"{root} keeps its node in SQLite already")
+        raise no_node(root)
     handle = datalock.hold(root)
     try:
         pg = _connect(url, log)
@@ -144,10 +148,10 @@ def _copy_and_verify(data: DataDir, pg: PgConn, node_id: str, log: Log, now: flo
     committing = False
     try:
         with pg.raw.transaction():
-            copy.take_writer_lock(pg)
+            _refuse_other_clients(pg)  # first: a session left idle in a transaction may hold the writer lock
+            _take_writer_lock(pg)
             # first, so the copy holds it too: a writer at REPEATABLE READ that waited on the lock fails on this row
             copy.bump_write_clock(pg)
-            _refuse_other_clients(pg)
             _check_version(pg, marked=move is None)
             moved = _fill(filling, pg, node_id, log)
             os.replace(filling, moving)
@@ -158,14 +162,32 @@ def _copy_and_verify(data: DataDir, pg: PgConn, node_id: str, log: Log, now: flo
                 where = {"folder": str(data.root.resolve()), "host": socket.gethostname()}
                 copy.mark_moved(pg, json.dumps({"at_ms": int(now * 1000), "move": move, **where}))
             committing = True
-    except BaseException:
+    except BaseException as exc:
         if not committing:
             _remove(filling)
             _remove(moving)
             if move is not None:
                 (data.root / MOVE_ID_NAME).unlink(missing_ok=True)
-        raise
+            raise
+        if not isinstance(exc, Exception):
+            raise
+        raise CommandError(
+            f"the move's COMMIT failed and its outcome is unknown ({' '.join(str(exc).split())}): run 'bbs"
+            f" migrate-store --from {data.root} --to sqlite' again, which finishes the move or makes it again"
+        ) from None
     return moved
+
+
+def _take_writer_lock(pg: PgConn) -> None:
+    try:
+        copy.take_writer_lock(pg)
+    except DatabaseError as exc:
+        if exc.sqlstate != LOCK_NOT_AVAILABLE:
+            raise
+        raise CommandError(
+            f"the node's writer lock stayed held for {copy.LOCK_WAIT}: a session of the database holds it (look in"
+            " pg_stat_activity for one idle in a transaction); end it, then run this again"
+        ) from None
 
 
 def _fill(moving: Path, pg: PgConn, node_id: str, log: Log) -> MovedBack:
@@ -186,8 +208,12 @@ def _fill(moving: Path, pg: PgConn, node_id: str, log: Log) -> MovedBack:
             _continue_autoincrement(conn, pg)
             db.record_vacuumed_txn(conn)  # a file made with secure_delete on throughout
             records = pg_side.row_count(conn, "records")
+        if not copy.checkpoint(conn):  # the rename takes the file alone: nothing may be left in its WAL
+            raise CommandError(f"cannot fold {moving}'s write-ahead log into it; nothing was changed")
     finally:
         conn.close()
+    if moving.with_name(moving.name + "-wal").exists():
+        raise CommandError(f"{moving}'s write-ahead log is still beside it after its last close; nothing was changed")
     key_files.fsync_path(moving)
     return MovedBack(node_id, len(tables), rows, records, checked, "")
 

@@ -236,6 +236,7 @@ class _Transaction:
         self.begun: Any = None  # PostgreSQL's write transaction: the write clock's row, as its BEGIN moved it
 
     def __enter__(self) -> sqlite3.Connection:
+        outer = self.conn.in_transaction  # a caller's transaction, which a failed BEGIN must not end
         try:
             begun: Any = self.conn.execute(self.begin)  # PostgreSQL's: a PgCursor
             if self.begin is PG_BEGIN_WRITE:  # the clock's row, kept for the writer (record 90)
@@ -243,7 +244,8 @@ class _Transaction:
                 if self.begun is None:  # no clock moved: the database is marked as moved to SQLite
                     raise StoreMoved("the node moved to SQLite; this database takes no write (bbs migrate-store)")
         except BaseException as exc:  # a BEGIN script that failed after its BEGIN (the lock's wait cut short) too
-            _rollback(self.conn, exc)
+            if not outer:
+                _rollback(self.conn, exc)
             raise
         return self.conn
 

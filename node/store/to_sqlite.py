@@ -36,10 +36,22 @@ def other_clients(conn: PgConn) -> int:
     return int(row[0])
 
 
+LOCK_WAIT = "10s"  # how long the move waits for the node's writer lock before it refuses
+
+
 def take_writer_lock(conn: PgConn) -> None:
-    """Take the node's writer lock for the rest of the caller's transaction: a write of any process of the node
-    waits until the move commits or rolls back (and the move then refuses, since that process is connected)."""
+    """Take the node's writer lock for the rest of the caller's transaction, waiting at most LOCK_WAIT (a session
+    left holding it, idle in a transaction, would stall the move for as long as it lives): a write of any process
+    of the node waits until the move commits or rolls back. Raises DatabaseError (55P03) when it waited too long."""
+    conn.execute(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
     conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITER_LOCK,))
+    conn.execute("SET LOCAL lock_timeout = 0")
+
+
+def checkpoint(conn: sqlite3.Connection) -> bool:
+    """Fold the SQLite file's WAL into it and empty the WAL (TRUNCATE): whether it was done whole."""
+    busy, _frames, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    return int(busy) == 0
 
 
 def bump_write_clock(conn: PgConn) -> None:

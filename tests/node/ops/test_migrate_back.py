@@ -172,6 +172,23 @@ def test_a_joined_folder_at_the_path_the_node_moved_into_is_not_taken_for_it(
     assert not (root / "bbs.db").exists() and not list(root.glob("bbs.db.*"))
 
 
+def test_a_folder_holding_a_copy_but_no_move_id_is_told_how_to_decide(story: dict[str, Any]) -> None:
+    """The folder the node moved into, its id file lost: never told only to delete itself, nor finished blindly; the
+    refusal names the move's id, and written back, the rerun finishes. Once on SQLite, a leftover id file goes."""
+    root: Path = story["root"]
+    assert bbs("migrate-store", "--from", str(root), "--to", "sqlite").returncode == 0
+    back_to_marked(root, story["url"])
+    move = (root / MOVE_ID_NAME).read_text()
+    (root / MOVE_ID_NAME).unlink()
+    out = bbs("migrate-store", "--from", str(root), "--to", "sqlite")
+    assert out.returncode == 1 and "holds bbs.db but not the move's id" in out.stderr and move in out.stderr
+    (root / MOVE_ID_NAME).write_text(move)
+    assert bbs("migrate-store", "--from", str(root), "--to", "sqlite").returncode == 0
+    (root / MOVE_ID_NAME).write_text(move)  # as a move interrupted after its last rename leaves it
+    out = bbs("migrate-store", "--from", str(root), "--to", "sqlite")
+    assert out.returncode == 1 and "SQLite already" in out.stderr and not (root / MOVE_ID_NAME).exists()
+
+
 def test_a_marked_database_whose_copy_is_gone_is_copied_again_into_its_folder(story: dict[str, Any]) -> None:
     """The mark committed but neither bbs.db.moving nor bbs.db is in the folder (deleted, or lost by the disk): the
     run in that folder copies the database again, which still holds everything; the copy carries no mark."""

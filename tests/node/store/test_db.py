@@ -90,6 +90,16 @@ def test_an_immediate_transaction_takes_the_write_lock_at_begin(conn: sqlite3.Co
         rival.close()
 
 
+def test_a_begin_that_fails_inside_a_callers_transaction_leaves_it_open(conn: sqlite3.Connection) -> None:
+    with transaction(conn):
+        conn.execute("INSERT INTO t VALUES (1)")
+        with pytest.raises(sqlite3.OperationalError, match="within a transaction"), transaction(conn):
+            pass
+        assert conn.in_transaction  # the caller's transaction is the caller's to end
+        conn.execute("INSERT INTO t VALUES (2)")
+    assert [r[0] for r in conn.execute("SELECT v FROM t ORDER BY v")] == [1, 2]
+
+
 def test_a_transaction_that_keeps_nothing_ends_with_rollback(conn: sqlite3.Connection, tmp_path: Path) -> None:
     with transaction(conn, commit=False):
         conn.execute("INSERT INTO t VALUES (1)")

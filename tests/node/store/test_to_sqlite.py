@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from node.ops import store as ops_store
+from node.store import conn as neutral
 from node.store import db, pg_conn
 from node.store import to_sqlite as copy
 from scenarios import pg_cluster as cluster_mod
@@ -114,3 +115,21 @@ def test_another_roles_session_counts_for_a_role_that_cannot_see_its_type(
     finally:
         pg_cluster.admin(f'REVOKE ALL ON DATABASE "{dbname}" FROM {role}')
         pg_cluster.admin(f"DROP ROLE {role}")
+
+
+def test_the_writer_lock_is_waited_for_no_longer_than_lock_wait(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(copy, "LOCK_WAIT", "200ms")  # the wait's length; 10 s in use
+    pg = pg_conn.connect(pg_migrated_url)
+    try:
+        with psycopg.connect(pg_migrated_url, autocommit=True) as holder:
+            holder.execute("SELECT pg_advisory_lock(%s)", (db.WRITER_LOCK,))  # a session idle, holding it
+            with pytest.raises(neutral.DatabaseError) as waited, pg.raw.transaction():
+                copy.take_writer_lock(pg)
+        assert waited.value.sqlstate == neutral.LOCK_NOT_AVAILABLE
+        with pg.raw.transaction():  # let go: taken at once, and the wait's limit ends with the transaction
+            copy.take_writer_lock(pg)
+        assert pg.execute("SHOW lock_timeout").fetchone()[0] == "0"
+    finally:
+        pg.close()
