@@ -227,7 +227,7 @@ def _copy(conn: sqlite3.Connection, pg: PgConn, tables: list[str]) -> int:
         columns = pg_side.pg_columns(pg, table)
         if set(columns) != set(pg_side.sqlite_columns(conn, table)):
             raise Mismatch(f"the schemas differ: table {table} has other columns on the two engines")
-        copy.empty_table(conn, table)  # the rows the migrations wrote are in PostgreSQL's table too
+        pg_side.empty_table(conn, table)  # the rows the migrations wrote are in PostgreSQL's table too
         rows += copy.copy_rows(conn, table, columns, copy.pg_rows(pg, table, columns))
     copy.create_triggers(conn, triggers)
     return rows

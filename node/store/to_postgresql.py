@@ -151,8 +151,9 @@ def undone(conn: PgConn) -> Iterator[None]:
         raise psycopg.Rollback(trial)
 
 
-def empty_table(conn: PgConn, table: str) -> None:
-    """Delete the rows a fresh schema holds in `table` (the migrations' own rows), before it is copied whole."""
+def empty_table(conn: Conn, table: str) -> None:
+    """Delete the rows a fresh schema holds in `table` (the migrations' own rows), before it is copied whole; on
+    either engine (the copy's target: PostgreSQL here, SQLite for node/store/to_sqlite.py's)."""
     conn.execute(f'DELETE FROM "{table}"')
 
 

@@ -100,11 +100,6 @@ def create_triggers(conn: sqlite3.Connection, triggers: list[tuple[str, str]]) -
         conn.execute(sql)
 
 
-def empty_table(conn: sqlite3.Connection, table: str) -> None:
-    """Delete the rows a fresh schema holds in `table` (the migrations' own), before it is copied whole."""
-    conn.execute(f'DELETE FROM "{table}"')
-
-
 Batches = Iterator[list[tuple[Any, ...]]]
 
 
